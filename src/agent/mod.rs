@@ -1,0 +1,1 @@
+//! The agent core: sessions of turns, the turn loop (stream → tool calls → results), approvals.

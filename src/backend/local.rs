@@ -1,0 +1,1 @@
+//! The local backend: the in-process engine behind the `ChatBackend` trait.

@@ -1,0 +1,318 @@
+//! Model access: one chat request type for every backend and the `ChatBackend` trait that the
+//! remote (OpenAI-compatible HTTP) and local (in-process engine) backends implement.
+//!
+//! The MoL layer builds `ChatRequest`s (route, answer, summary hops); a backend turns them into
+//! its own wire form. The route hop is an ordinary request with a `Constraint::Choice`.
+
+pub mod local;
+pub mod remote;
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures_util::Stream;
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::{Hop, TokenUsage};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// One tool call made by the model. `arguments` is the raw JSON text the model produced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// One chat message, in the shape every backend understands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    #[serde(default)]
+    pub content: String,
+    /// Reasoning text of an assistant message (kept apart from the answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For `Role::Tool`: the id of the call this message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn system(text: impl Into<String>) -> Self {
+        Self::plain(Role::System, text)
+    }
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::plain(Role::User, text)
+    }
+    pub fn assistant(text: impl Into<String>) -> Self {
+        Self::plain(Role::Assistant, text)
+    }
+    pub fn tool_result(call_id: impl Into<String>, text: impl Into<String>) -> Self {
+        ChatMessage {
+            tool_call_id: Some(call_id.into()),
+            ..Self::plain(Role::Tool, text)
+        }
+    }
+    fn plain(role: Role, text: impl Into<String>) -> Self {
+        ChatMessage {
+            role,
+            content: text.into(),
+            reasoning: None,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A function tool offered to the model (JSON schema parameters).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: serde_json::Value,
+}
+
+/// Output constraint. Each backend enforces it its own way (vLLM `structured_outputs.choice`,
+/// SGLang `regex`, the local engine a token trie).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Constraint {
+    Choice { options: Vec<String> },
+}
+
+/// Reasoning effort as the harness maps it (`--reasoning`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningEffort {
+    None,
+    Low,
+    Medium,
+    High,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<u32>,
+    pub seed: Option<u64>,
+    #[serde(default)]
+    pub stop: Vec<String>,
+}
+
+/// One chat request, the same type for every backend and every hop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    /// The model name on the wire: an adapter (`L0`..`L3`) in `mol` mode, else the model name.
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+    #[serde(default)]
+    pub tools: Vec<ToolSpec>,
+    /// `auto`, `none`, `required` or a function name; `None` = server default.
+    #[serde(default)]
+    pub tool_choice: Option<String>,
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(default)]
+    pub sampling: Sampling,
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub constraint: Option<Constraint>,
+    /// Continue the final (assistant) message instead of opening a new turn (route prefill).
+    #[serde(default)]
+    pub continue_final_message: bool,
+    /// Open a fresh assistant turn at the end of the prompt (normally true).
+    #[serde(default = "default_true")]
+    pub add_generation_prompt: bool,
+    /// `chat_template_kwargs.enable_thinking`; `None` = not sent.
+    #[serde(default)]
+    pub enable_thinking: Option<bool>,
+    #[serde(default)]
+    pub reasoning_effort: Option<ReasoningEffort>,
+    /// Stream the answer (SSE) or ask for one JSON body.
+    #[serde(default)]
+    pub stream: bool,
+    /// Which MoL hop this is (headers, error messages, events).
+    pub hop: Hop,
+    /// `proxy` mode: sent as `X-Conversation-Id`.
+    #[serde(default)]
+    pub conversation_id: Option<String>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl ChatRequest {
+    /// A plain streamed answer request with server defaults for everything else.
+    pub fn new(model: impl Into<String>, messages: Vec<ChatMessage>, hop: Hop) -> Self {
+        ChatRequest {
+            model: model.into(),
+            messages,
+            tools: Vec::new(),
+            tool_choice: None,
+            parallel_tool_calls: None,
+            sampling: Sampling::default(),
+            max_tokens: None,
+            constraint: None,
+            continue_final_message: false,
+            add_generation_prompt: true,
+            enable_thinking: None,
+            reasoning_effort: None,
+            stream: true,
+            hop,
+            conversation_id: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+    ContentFilter,
+    Other,
+}
+
+/// The assembled result of one request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatCompletion {
+    /// The assistant message: content, reasoning and tool calls assembled.
+    pub message: ChatMessage,
+    pub finish_reason: FinishReason,
+    pub usage: Option<TokenUsage>,
+    /// Time from sending the request to the first streamed token (streaming only).
+    pub ttft: Option<Duration>,
+    /// Time from sending the request to the end of the response.
+    pub latency: Duration,
+    /// `X-Conversation-Id` the server answered with (proxy mode).
+    pub conversation_id: Option<String>,
+}
+
+/// One item of a response stream. The last item is `Completed` or an error.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChatDelta {
+    Text(String),
+    Reasoning(String),
+    /// A tool call started (its id and name are known).
+    ToolCallStarted {
+        index: usize,
+        id: String,
+        name: String,
+    },
+    /// A fragment of a tool call's JSON arguments.
+    ToolCallArguments {
+        index: usize,
+        fragment: String,
+    },
+    Completed(ChatCompletion),
+}
+
+pub type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatDelta, BackendError>> + Send>>;
+
+/// A model the backend offers (`/v1/models`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelInfo {
+    pub id: String,
+    /// Context window, when the server reports it (`max_model_len`).
+    pub context_window: Option<u64>,
+}
+
+/// What went wrong talking to a model. Every message names the hop, the URL and what the
+/// server said, so a user can act on it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BackendError {
+    #[error("{hop} hop: cannot connect to {url}: {message}")]
+    Connect {
+        hop: Hop,
+        url: String,
+        message: String,
+    },
+    #[error("{hop} hop: {url} did not answer within {secs} s ({what})")]
+    Timeout {
+        hop: Hop,
+        url: String,
+        secs: u64,
+        what: String,
+    },
+    #[error("{hop} hop: {url} answered HTTP {status}: {body}")]
+    Http {
+        hop: Hop,
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("{hop} hop: the prompt does not fit the model's context window ({url}: {message})")]
+    ContextOverflow {
+        hop: Hop,
+        url: String,
+        message: String,
+    },
+    #[error("{hop} hop: bad response from {url}: {message}")]
+    Protocol {
+        hop: Hop,
+        url: String,
+        message: String,
+    },
+    #[error("{hop} hop: local engine: {message}")]
+    Engine { hop: Hop, message: String },
+    #[error("{hop} hop: cancelled")]
+    Cancelled { hop: Hop },
+}
+
+impl BackendError {
+    pub fn hop(&self) -> Hop {
+        match self {
+            BackendError::Connect { hop, .. }
+            | BackendError::Timeout { hop, .. }
+            | BackendError::Http { hop, .. }
+            | BackendError::ContextOverflow { hop, .. }
+            | BackendError::Protocol { hop, .. }
+            | BackendError::Engine { hop, .. }
+            | BackendError::Cancelled { hop } => *hop,
+        }
+    }
+}
+
+/// A model backend: the remote OpenAI-compatible endpoint or the local engine.
+pub trait ChatBackend: Send + Sync {
+    /// Sends one request. The stream yields deltas (when `req.stream`) and ends with
+    /// `ChatDelta::Completed`; a stream that ends otherwise is an error.
+    fn chat(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatStream, BackendError>>;
+
+    /// The models the backend serves (`GET /v1/models`; the adapters for the local engine).
+    fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, BackendError>>;
+
+    /// One line for `/status` and the session event: the URL or `local:ROOT`.
+    fn describe(&self) -> String;
+}
+
+/// Drains a stream and returns its completion (for callers that need no deltas).
+pub async fn collect(mut stream: ChatStream) -> Result<ChatCompletion, BackendError> {
+    use futures_util::StreamExt;
+    while let Some(item) = stream.next().await {
+        if let ChatDelta::Completed(done) = item? {
+            return Ok(done);
+        }
+    }
+    Err(BackendError::Protocol {
+        hop: Hop::Answer,
+        url: String::new(),
+        message: "the response stream ended without a completion".into(),
+    })
+}

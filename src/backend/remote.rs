@@ -1,0 +1,1 @@
+//! The OpenAI-compatible remote backend: Chat Completions over HTTP with SSE streaming.

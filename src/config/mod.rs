@@ -1,0 +1,1 @@
+//! Configuration: flags > env > project `.baton/config.toml` > user config > defaults.

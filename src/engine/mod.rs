@@ -1,0 +1,1 @@
+//! The local inference engine: Qwen3 with four resident LoRA experts, on CPU or CUDA.

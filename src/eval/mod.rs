@@ -1,0 +1,1 @@
+//! `baton eval`: runs Terminal-Bench / Harbor format tasks and scores them.

@@ -1,0 +1,5 @@
+//! The `baton` binary: a thin shell over `baton::cli`.
+
+fn main() {
+    std::process::exit(baton::cli::main());
+}

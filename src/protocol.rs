@@ -1,0 +1,407 @@
+//! The one protocol between the agent core and every frontend: `Op` goes in, `Event` comes out.
+//!
+//! This module holds only types. The TUI, the headless `--exec` runner and the tests are all
+//! clients of it. `Event` serializes to the stable `--exec --json` schema (docs/events.md):
+//! one JSON object a line, tagged by `type`, names in snake_case.
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+/// One of the four LoRA experts of a MoL model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Expert {
+    L0,
+    L1,
+    L2,
+    L3,
+}
+
+impl Expert {
+    pub const ALL: [Expert; 4] = [Expert::L0, Expert::L1, Expert::L2, Expert::L3];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Expert::L0 => "L0",
+            Expert::L1 => "L1",
+            Expert::L2 => "L2",
+            Expert::L3 => "L3",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Parses a canonical label, case-insensitively (`"l2"` → L2). Anything else is `None`.
+    pub fn parse(label: &str) -> Option<Expert> {
+        match label.trim().to_ascii_uppercase().as_str() {
+            "L0" => Some(Expert::L0),
+            "L1" => Some(Expert::L1),
+            "L2" => Some(Expert::L2),
+            "L3" => Some(Expert::L3),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Expert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+impl std::str::FromStr for Expert {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Expert::parse(s).ok_or_else(|| format!("'{s}' is not an expert label (L0, L1, L2 or L3)"))
+    }
+}
+
+/// A hop of the MoL loop, or a plain request in `proxy`/`single` mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hop {
+    Route,
+    Answer,
+    Summary,
+    Compaction,
+}
+
+impl Hop {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hop::Route => "route",
+            Hop::Answer => "answer",
+            Hop::Summary => "summary",
+            Hop::Compaction => "compaction",
+        }
+    }
+}
+
+impl std::fmt::Display for Hop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the expert of a turn was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteDecision {
+    /// L0 produced a valid label.
+    Model,
+    /// The route hop failed or gave garbage; the fallback rule chose (B1).
+    Fallback,
+    /// The user pinned an expert (`--expert`, `/expert`).
+    Pinned,
+    /// A tool result continued on the expert that issued the call: no route hop.
+    Sticky,
+    /// `single` or `proxy` mode: there is no client-side routing.
+    None,
+}
+
+/// The user's answer to an approval request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    Approve,
+    /// Approve, and do not ask again for commands with this argv prefix in this session.
+    ApproveForPrefix { prefix: Vec<String> },
+    Deny,
+    /// Deny and tell the model why.
+    DenyWithReason { reason: String },
+}
+
+/// Input to the agent core.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// A new user turn.
+    UserTurn { text: String },
+    /// The answer to an `Event::ApprovalRequested`.
+    Approval {
+        call_id: String,
+        decision: ApprovalDecision,
+    },
+    /// Stop the running turn; the session stays usable.
+    Interrupt,
+    /// Restore the last checkpoint of the working tree.
+    Undo,
+    /// Compact the active expert's view now (`/compact`).
+    Compact,
+    /// Pin an expert (skip routing) or unpin with `None`.
+    PinExpert { expert: Option<Expert> },
+    /// Run a shell command typed by the user (`!cmd` in the TUI) through the sandboxed shell tool.
+    UserShell { command: String },
+    /// End the session: save, kill children, emit `ShutdownComplete`.
+    Shutdown,
+}
+
+/// What kind of action waits for approval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ApprovalRequest {
+    /// A shell command (argv as parsed, and the raw text).
+    Command {
+        command: String,
+        argv: Vec<String>,
+        cwd: String,
+    },
+    /// A file change, shown as a unified diff.
+    Edit { path: String, diff: String },
+}
+
+/// Status of one plan item (`update_plan` tool).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanStatus {
+    Pending,
+    InProgress,
+    Completed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanItem {
+    pub step: String,
+    pub status: PlanStatus,
+}
+
+/// How a tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatus {
+    Ok,
+    Error,
+    /// Declined by the approval policy or the user.
+    Declined,
+    TimedOut,
+    Interrupted,
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnStatus {
+    Done,
+    Interrupted,
+    /// `--max-turns` or `--timeout` was reached.
+    LimitReached,
+    Error,
+}
+
+/// Token counts of one request, or accumulated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Prompt tokens served from a prefix cache, when the server reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
+}
+
+impl TokenUsage {
+    pub fn add(&mut self, other: &TokenUsage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        if let Some(c) = other.cached_tokens {
+            *self.cached_tokens.get_or_insert(0) += c;
+        }
+    }
+}
+
+/// Output of the agent core. The serde form is the `--exec --json` schema: keep names stable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// First event of every run: what this session talks to.
+    Session {
+        session_id: String,
+        /// `mol`, `proxy` or `single`.
+        mode: String,
+        /// Endpoint URL, or `local:ROOT` for the in-process engine.
+        backend: String,
+        workspace: String,
+        resumed: bool,
+        /// Path of the session file.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_file: Option<String>,
+    },
+    TurnStarted {
+        turn_id: u64,
+        text: String,
+    },
+    /// A hop request was sent (status line phases: routing / answering / summarizing).
+    HopStarted {
+        turn_id: u64,
+        hop: Hop,
+        expert: Option<Expert>,
+    },
+    /// A hop finished: latency, time to first token, tokens.
+    HopCompleted {
+        turn_id: u64,
+        hop: Hop,
+        expert: Option<Expert>,
+        latency_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ttft_ms: Option<u64>,
+        usage: TokenUsage,
+    },
+    RouteDecided {
+        turn_id: u64,
+        expert: Expert,
+        decision: RouteDecision,
+        latency_ms: u64,
+        /// Why a fallback happened, or the raw label text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    ReasoningDelta {
+        turn_id: u64,
+        delta: String,
+    },
+    MessageDelta {
+        turn_id: u64,
+        expert: Option<Expert>,
+        delta: String,
+    },
+    /// The complete text of one assistant message (also messages that carry tool calls).
+    MessageFinal {
+        turn_id: u64,
+        expert: Option<Expert>,
+        text: String,
+    },
+    ToolBegin {
+        turn_id: u64,
+        call_id: String,
+        tool: String,
+        /// The arguments as the model sent them (JSON).
+        arguments: serde_json::Value,
+        /// One line for display, e.g. the command.
+        title: String,
+    },
+    ToolOutput {
+        call_id: String,
+        /// Sanitized output chunk (control sequences removed).
+        chunk: String,
+    },
+    ToolEnd {
+        call_id: String,
+        status: ToolStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        duration_ms: u64,
+        /// What the model was told (truncated head + tail).
+        output: String,
+    },
+    /// A file changed by a tool: unified diff.
+    FileDiff {
+        call_id: String,
+        path: String,
+        diff: String,
+    },
+    PlanUpdated {
+        items: Vec<PlanItem>,
+    },
+    ApprovalRequested {
+        call_id: String,
+        request: ApprovalRequest,
+    },
+    SummaryRecorded {
+        expert: Expert,
+        task_id: u64,
+        latency_ms: u64,
+        tokens: u64,
+        /// An empty summary is recorded but never injected (B4).
+        empty: bool,
+    },
+    /// Token use of the last request and the context use of the active expert.
+    Usage {
+        turn_id: u64,
+        usage: TokenUsage,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context_used: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context_window: Option<u64>,
+    },
+    ContextCompacted {
+        expert: Expert,
+        tokens_before: u64,
+        tokens_after: u64,
+        /// `summary` or `dropped_tool_outputs` (fallback when the summary request failed).
+        method: String,
+    },
+    UndoCompleted {
+        restored: Vec<String>,
+        removed: Vec<String>,
+    },
+    Warning {
+        message: String,
+    },
+    Error {
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hop: Option<Hop>,
+    },
+    TurnCompleted {
+        turn_id: u64,
+        status: TurnStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expert: Option<Expert>,
+        duration_ms: u64,
+        usage: TokenUsage,
+    },
+    ShutdownComplete,
+}
+
+/// Where the core and the tools send events. Never blocks the sender: a slow frontend must not
+/// stall the agent, and a frontend that went away is not an error.
+#[derive(Debug, Clone)]
+pub struct EventSink {
+    tx: mpsc::UnboundedSender<Event>,
+}
+
+impl EventSink {
+    pub fn channel() -> (EventSink, mpsc::UnboundedReceiver<Event>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (EventSink { tx }, rx)
+    }
+
+    /// A sink that drops everything (tests, tools run outside a session).
+    pub fn discard() -> EventSink {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        EventSink { tx }
+    }
+
+    pub fn emit(&self, event: Event) {
+        let _ = self.tx.send(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expert_labels_parse_case_insensitively() {
+        assert_eq!(Expert::parse(" l2\n"), Some(Expert::L2));
+        assert_eq!(Expert::parse("L4"), None);
+        assert_eq!(Expert::parse("L2 because"), None);
+    }
+
+    #[test]
+    fn events_serialize_with_a_type_tag() {
+        let ev = Event::RouteDecided {
+            turn_id: 1,
+            expert: Expert::L2,
+            decision: RouteDecision::Fallback,
+            latency_ms: 12,
+            reason: Some("garbage label".into()),
+        };
+        let v = serde_json::to_value(&ev).unwrap();
+        assert_eq!(v["type"], "route_decided");
+        assert_eq!(v["expert"], "L2");
+        assert_eq!(v["decision"], "fallback");
+    }
+}

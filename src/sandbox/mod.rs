@@ -1,0 +1,1 @@
+//! The Linux sandbox every command runs in: Landlock, seccomp, no_new_privs.

@@ -1,0 +1,1 @@
+//! Persistent sessions: one JSONL file per session, appended as it goes, and resume.

@@ -1,0 +1,127 @@
+//! The tools experts act through, behind one `Tool` trait, and the registry the agent core
+//! offers to the model. Every tool resolves paths against the workspace and reports what it does
+//! as events (`ToolBegin` is emitted by the agent; tools emit output chunks and diffs).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::ToolSpec;
+use crate::protocol::{EventSink, ToolStatus};
+
+/// What a call needs before it may run, decided by the tool from its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalNeed {
+    /// Read-only: never asks.
+    None,
+    /// Changes files in the workspace.
+    Edit { path: String, diff: String },
+    /// Runs a command (argv as parsed from the command line).
+    Command {
+        command: String,
+        argv: Vec<String>,
+        cwd: String,
+    },
+}
+
+/// The result of one tool call, as the model will see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    /// Text for the model (already capped: head + tail with a dropped-bytes line).
+    pub content: String,
+    pub status: ToolStatus,
+    pub exit_code: Option<i32>,
+}
+
+impl ToolResult {
+    pub fn ok(content: impl Into<String>) -> Self {
+        ToolResult {
+            content: content.into(),
+            status: ToolStatus::Ok,
+            exit_code: None,
+        }
+    }
+    pub fn error(content: impl Into<String>) -> Self {
+        ToolResult {
+            content: content.into(),
+            status: ToolStatus::Error,
+            exit_code: None,
+        }
+    }
+}
+
+/// Everything a tool call may use: where it runs, where its events go, how it is cancelled.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// The workspace root (canonical). No path may escape it.
+    pub workspace: PathBuf,
+    pub call_id: String,
+    pub events: EventSink,
+    pub cancel: CancellationToken,
+    /// State shared by all tools of one session (read times, shell sessions, plan, …).
+    pub state: Arc<ToolState>,
+}
+
+/// Session-wide state the tools share. Tools keep their own typed state in here.
+#[derive(Default)]
+pub struct ToolState {
+    /// Last time each file was read by the model (stale-edit detection): path → mtime+len seen.
+    pub read_stamps: std::sync::Mutex<BTreeMap<PathBuf, FileStamp>>,
+}
+
+/// What a file looked like when the model last read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    pub modified: std::time::SystemTime,
+    pub len: u64,
+}
+
+/// One tool the model may call.
+pub trait Tool: Send + Sync {
+    /// The function name the model uses.
+    fn name(&self) -> &'static str;
+
+    /// JSON-schema'd description for the model.
+    fn spec(&self) -> ToolSpec;
+
+    /// Whether this call needs approval, decided from its arguments (before it runs).
+    fn approval(&self, args: &serde_json::Value, ctx: &ToolContext) -> ApprovalNeed;
+
+    /// A one-line title for display (e.g. the command, or `read src/lib.rs`).
+    fn title(&self, args: &serde_json::Value) -> String;
+
+    /// Runs the call. Errors are results with `ToolStatus::Error` the model can read, not panics.
+    fn run<'a>(&'a self, args: serde_json::Value, ctx: &'a ToolContext)
+    -> BoxFuture<'a, ToolResult>;
+}
+
+/// The tools offered to the model, by name.
+#[derive(Default, Clone)]
+pub struct ToolRegistry {
+    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+}
+
+impl ToolRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn register(&mut self, tool: Arc<dyn Tool>) {
+        self.tools.insert(tool.name(), tool);
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.tools.keys().copied().collect()
+    }
+
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.tools.values().map(|t| t.spec()).collect()
+    }
+}
