@@ -133,6 +133,12 @@ pub enum Op {
     PinExpert { expert: Option<Expert> },
     /// Run a shell command typed by the user (`!cmd` in the TUI) through the sandboxed shell tool.
     UserShell { command: String },
+    /// Start a fresh session (`/new`).
+    NewSession,
+    /// Switch to a saved session (`/resume ID`, `last` for the newest).
+    ResumeSession { id: String },
+    /// Change the model name (`/model`, proxy and single modes).
+    SetModel { model: String },
     /// End the session: save, kill children, emit `ShutdownComplete`.
     Shutdown,
 }
@@ -353,6 +359,12 @@ pub enum Event {
         usage: TokenUsage,
     },
     ShutdownComplete,
+}
+
+/// A running agent core as a frontend sees it: ops go in, events come out.
+pub struct AgentHandle {
+    pub ops: mpsc::UnboundedSender<Op>,
+    pub events: mpsc::UnboundedReceiver<Event>,
 }
 
 /// Where the core and the tools send events. Never blocks the sender: a slow frontend must not
