@@ -324,3 +324,131 @@ pub fn summary_text(done: &ChatCompletion) -> String {
         .take(160)
         .collect()
 }
+
+/// Loads a profile folder in the reference harness's format (§1): lora.md, route.md, intro.md,
+/// summary.md, validated as the reference does. Errors name the file and the problem.
+pub fn load_profile(dir: &std::path::Path) -> Result<Profile, String> {
+    let read = |name: &str| -> Result<String, String> {
+        let path = dir.join(name);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("profile {}: cannot read: {e}", path.display()))?;
+        let text = text.trim().to_string();
+        if text.is_empty() {
+            return Err(format!("profile {}: the file is empty", path.display()));
+        }
+        Ok(text)
+    };
+    let model_name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let base_model = match model_name.as_str() {
+        "Macaron-V1-Venti" => "GLM-5.2",
+        "Macaron-V1-Tall" => "Qwen3.6-35B-A3B",
+        _ => "",
+    };
+    let common = |t: &str| {
+        t.replace("{{MODEL_NAME}}", &model_name)
+            .replace("{{BASE_MODEL}}", base_model)
+    };
+    let lora_path = dir.join("lora.md");
+    let routes = parse_lora_md(&read("lora.md")?)
+        .map_err(|e| format!("profile {}: {e}", lora_path.display()))?;
+    let route_path = dir.join("route.md");
+    let route = common(&read("route.md")?);
+    for needle in ["{{LORA_DESCRIPTIONS}}", "{{ROUTE_LABELS}}"] {
+        if !route.contains(needle) {
+            return Err(format!(
+                "profile {}: missing the placeholder {needle}",
+                route_path.display()
+            ));
+        }
+    }
+    let descriptions: Vec<String> = routes
+        .iter()
+        .map(|(id, d)| format!("{id} = {}", d.split_whitespace().collect::<Vec<_>>().join(" ")))
+        .collect();
+    let labels: Vec<&str> = routes.iter().map(|(id, _)| id.as_str()).collect();
+    let rendered = route
+        .replace("{{LORA_DESCRIPTIONS}}", &descriptions.join("\n"))
+        .replace("{{ROUTE_LABELS}}", &labels.join(" "));
+    let trimmed = rendered.trim_end();
+    let instruction = trimmed
+        .strip_suffix(ROUTE_PREFILL)
+        .unwrap_or(trimmed)
+        .trim_end()
+        .to_string();
+    Ok(Profile {
+        route_instruction: instruction,
+        intro: common(&read("intro.md")?),
+        summary_prompt: common(&read("summary.md")?),
+    })
+}
+
+/// Parses lora.md into sorted `(id, description)`; the ids must be exactly L0..L3.
+fn parse_lora_md(text: &str) -> Result<Vec<(String, String)>, String> {
+    struct Section {
+        id: String,
+        adapter: Option<String>,
+        description: Option<Vec<String>>,
+        in_description: bool,
+    }
+    let mut sections: Vec<Section> = Vec::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if let Some(rest) = t.strip_prefix("##") {
+            let id = rest.trim().to_ascii_uppercase();
+            if id.len() > 1 && id.starts_with('L') && id[1..].chars().all(|c| c.is_ascii_digit()) {
+                sections.push(Section {
+                    id,
+                    adapter: None,
+                    description: None,
+                    in_description: false,
+                });
+                continue;
+            }
+        }
+        let Some(s) = sections.last_mut() else {
+            continue;
+        };
+        if t == "### Description" {
+            s.description = Some(Vec::new());
+            s.in_description = true;
+        } else if t.starts_with("### ") {
+            s.in_description = false;
+        } else if s.in_description {
+            if let Some(d) = s.description.as_mut() {
+                d.push(line.to_string());
+            }
+        } else if let Some(name) = t.strip_prefix("adapter_name:") {
+            s.adapter = name.split_whitespace().next().map(str::to_string);
+        }
+    }
+    let mut out: Vec<(String, String, String)> = Vec::new();
+    for s in sections {
+        if out.iter().any(|(id, _, _)| *id == s.id) {
+            return Err(format!("section {} appears twice", s.id));
+        }
+        let adapter = s
+            .adapter
+            .ok_or_else(|| format!("section {} has no `adapter_name:` line", s.id))?;
+        let description = s
+            .description
+            .map(|d| d.join("\n").trim().to_string())
+            .filter(|d| !d.is_empty())
+            .ok_or_else(|| format!("section {} has no `### Description`", s.id))?;
+        if out.iter().any(|(_, a, _)| *a == adapter) {
+            return Err(format!("adapter name {adapter} is used twice"));
+        }
+        out.push((s.id, adapter, description));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    let ids: Vec<&str> = out.iter().map(|(id, _, _)| id.as_str()).collect();
+    if ids != ["L0", "L1", "L2", "L3"] {
+        return Err(format!(
+            "the sections must be exactly L0, L1, L2, L3 (found: {})",
+            if ids.is_empty() { "none".to_string() } else { ids.join(", ") }
+        ));
+    }
+    Ok(out.into_iter().map(|(id, _, d)| (id, d)).collect())
+}
