@@ -60,17 +60,12 @@ impl Env {
 
 #[test]
 fn help_lists_the_main_options_and_exit_codes() {
-    Env::new()
-        .baton()
-        .arg("--help")
-        .assert()
-        .success()
-        .stdout(
-            predicate::str::contains("--exec")
-                .and(predicate::str::contains("--endpoint"))
-                .and(predicate::str::contains("--resume"))
-                .and(predicate::str::contains("Exit codes")),
-        );
+    Env::new().baton().arg("--help").assert().success().stdout(
+        predicate::str::contains("--exec")
+            .and(predicate::str::contains("--endpoint"))
+            .and(predicate::str::contains("--resume"))
+            .and(predicate::str::contains("Exit codes")),
+    );
 }
 
 #[test]
@@ -109,30 +104,22 @@ fn a_bad_flag_value_is_a_usage_error() {
 fn an_unknown_config_key_names_the_file_and_the_key() {
     let env = Env::new();
     let path = env.user_config("endpoint = \"http://127.0.0.1:9/v1\"\nmodle = \"x\"\n");
-    env.baton()
-        .args(["--exec", "x"])
-        .assert()
-        .code(2)
-        .stderr(
-            predicate::str::contains(path.display().to_string())
-                .and(predicate::str::contains("modle"))
-                .and(predicate::str::contains("unknown key")),
-        );
+    env.baton().args(["--exec", "x"]).assert().code(2).stderr(
+        predicate::str::contains(path.display().to_string())
+            .and(predicate::str::contains("modle"))
+            .and(predicate::str::contains("unknown key")),
+    );
 }
 
 #[test]
 fn a_bad_config_value_names_the_file_the_key_and_the_reason() {
     let env = Env::new();
     let path = env.project_config("approval = \"sometimes\"\n");
-    env.baton()
-        .args(["--exec", "x"])
-        .assert()
-        .code(2)
-        .stderr(
-            predicate::str::contains(path.display().to_string())
-                .and(predicate::str::contains("approval"))
-                .and(predicate::str::contains("sometimes")),
-        );
+    env.baton().args(["--exec", "x"]).assert().code(2).stderr(
+        predicate::str::contains(path.display().to_string())
+            .and(predicate::str::contains("approval"))
+            .and(predicate::str::contains("sometimes")),
+    );
     let env = Env::new();
     env.user_config("mode = [1, 2]\n");
     env.baton()
@@ -187,29 +174,34 @@ fn exec_without_a_prompt_on_an_empty_stdin_is_a_usage_error() {
 
 #[test]
 fn precedence_is_flag_then_env_then_project_then_user() {
-    let engine = MockEngine::scripted_blocking(
-        Script::new()
-            .otherwise("ok")
-    );
+    let engine = MockEngine::scripted_blocking(Script::new().otherwise("ok"));
     let env = Env::new();
     env.user_config(&format!(
         "endpoint = \"{}\"\nmode = \"single\"\nmodel = \"from-user\"\n",
         engine.url()
     ));
     let run = |cmd: &mut Command| {
-        cmd.args(["--session-dir", "s", "--exec", "x"]).assert().success();
+        cmd.args(["--session-dir", "s", "--exec", "x"])
+            .assert()
+            .success();
     };
     run(&mut env.baton());
     env.project_config("model = \"from-project\"\n");
     run(&mut env.baton());
     run(env.baton().env("BATON_MODEL", "from-env"));
-    run(env.baton().env("BATON_MODEL", "from-env").args(["--model", "from-flag"]));
+    run(env
+        .baton()
+        .env("BATON_MODEL", "from-env")
+        .args(["--model", "from-flag"]));
     let models: Vec<String> = engine
         .chat_requests()
         .iter()
         .map(|r| r.model().to_string())
         .collect();
-    assert_eq!(models, ["from-user", "from-project", "from-env", "from-flag"]);
+    assert_eq!(
+        models,
+        ["from-user", "from-project", "from-env", "from-flag"]
+    );
 }
 
 #[test]
@@ -217,7 +209,14 @@ fn sessions_lists_saved_sessions() {
     let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "hi"));
     let env = Env::new();
     env.baton()
-        .args(["--session-dir", "s", "--exec", "--endpoint", &engine.url(), "list my sessions please"])
+        .args([
+            "--session-dir",
+            "s",
+            "--exec",
+            "--endpoint",
+            &engine.url(),
+            "list my sessions please",
+        ])
         .assert()
         .success();
     env.baton()
@@ -232,7 +231,16 @@ fn resume_of_an_unknown_session_is_a_usage_error() {
     let engine = MockEngine::scripted_blocking(Script::new());
     Env::new()
         .baton()
-        .args(["--session-dir", "s", "--exec", "--endpoint", &engine.url(), "--resume", "nope", "x"])
+        .args([
+            "--session-dir",
+            "s",
+            "--exec",
+            "--endpoint",
+            &engine.url(),
+            "--resume",
+            "nope",
+            "x",
+        ])
         .assert()
         .code(2)
         .stderr(predicate::str::contains("no session 'nope'"));
@@ -276,8 +284,16 @@ fn doctor_checks_a_profile_folder() {
     let env = Env::new();
     let profile = env.workspace.join("prof");
     std::fs::create_dir_all(&profile).expect("mkdir");
-    std::fs::write(profile.join("lora.md"), "## L0\nadapter_name: L0\n### Description\nchat\n").expect("write");
-    std::fs::write(profile.join("route.md"), "{{LORA_DESCRIPTIONS}}\n{{ROUTE_LABELS}}\nmodel_id=").expect("write");
+    std::fs::write(
+        profile.join("lora.md"),
+        "## L0\nadapter_name: L0\n### Description\nchat\n",
+    )
+    .expect("write");
+    std::fs::write(
+        profile.join("route.md"),
+        "{{LORA_DESCRIPTIONS}}\n{{ROUTE_LABELS}}\nmodel_id=",
+    )
+    .expect("write");
     std::fs::write(profile.join("intro.md"), "I am baton").expect("write");
     std::fs::write(profile.join("summary.md"), "Summarize.").expect("write");
     env.baton()

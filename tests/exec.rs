@@ -133,10 +133,15 @@ fn a_turn_routes_answers_on_the_routed_adapter_and_summarizes_off_stdout() {
     assert!(s.body.get("tools").is_none());
     let st = s.transcript();
     assert_eq!(st.last().map(|m| m.0.as_str()), Some("user"));
-    assert!(st.iter().any(|(r, c)| r == "assistant" && c == "Hello from L1."));
+    assert!(
+        st.iter()
+            .any(|(r, c)| r == "assistant" && c == "Hello from L1.")
+    );
 
     // The summary is in the session file, saved before the process exited.
-    let files: Vec<_> = std::fs::read_dir(&env.sessions).expect("sessions").collect();
+    let files: Vec<_> = std::fs::read_dir(&env.sessions)
+        .expect("sessions")
+        .collect();
     assert_eq!(files.len(), 1);
     let text = std::fs::read_to_string(files[0].as_ref().expect("entry").path()).expect("read");
     assert!(text.contains("SECRET-SUMMARY"));
@@ -152,7 +157,10 @@ fn a_second_turn_on_another_expert_sees_the_summary_not_the_raw_answer() {
             .summary("L2", "SUMMARY-ONE")
             .answer("L1", "second answer"),
     );
-    let first = env.exec(&engine, "fix the build", &[]).output().expect("run");
+    let first = env
+        .exec(&engine, "fix the build", &[])
+        .output()
+        .expect("run");
     assert_eq!(first.status.code(), Some(0), "{}", stderr_of(&first));
     let second = env
         .exec(&engine, "now book a table", &["--resume", "last"])
@@ -162,7 +170,10 @@ fn a_second_turn_on_another_expert_sees_the_summary_not_the_raw_answer() {
     assert_eq!(stdout_of(&second), "second answer\n");
 
     let l1 = engine.requests_for_model("L1");
-    let answer = l1.iter().find(|r| r.hop() == Some("answer")).expect("L1 answer");
+    let answer = l1
+        .iter()
+        .find(|r| r.hop() == Some("answer"))
+        .expect("L1 answer");
     assert!(answer.mentions("SUMMARY-ONE"));
     assert!(answer.mentions("fix the build"));
     assert!(!answer.mentions("RAW-ANSWER-ONE"));
@@ -203,7 +214,10 @@ fn tool_results_continue_on_the_same_expert_without_a_route_hop() {
     let engine = MockEngine::scripted_blocking(
         Script::new()
             .route("L2")
-            .answer("L2", MockReply::tool_call("call_1", "read_file", r#"{"path":"notes.txt"}"#))
+            .answer(
+                "L2",
+                MockReply::tool_call("call_1", "read_file", r#"{"path":"notes.txt"}"#),
+            )
             .answer("L2", MockReply::tool_call("call_2", "no_such_tool", "{}"))
             .answer("L2", "The file says 42."),
     );
@@ -239,14 +253,19 @@ fn tool_results_continue_on_the_same_expert_without_a_route_hop() {
     assert_eq!(done[0]["status"], "done");
     assert_eq!(of_type(&ev, "summary_recorded").len(), 1);
     assert_eq!(ev[0]["type"], "session");
-    assert_eq!(ev.last().map(|e| e["type"].clone()), Some("shutdown_complete".into()));
+    assert_eq!(
+        ev.last().map(|e| e["type"].clone()),
+        Some("shutdown_complete".into())
+    );
 }
 
 #[test]
 fn a_garbage_label_falls_back_to_l2() {
     let env = Env::new();
     let engine = MockEngine::scripted_blocking(
-        Script::new().route("banana").answer("L2", "fallback answer"),
+        Script::new()
+            .route("banana")
+            .answer("L2", "fallback answer"),
     );
     let out = env.exec(&engine, "hm", &["--json"]).output().expect("run");
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -292,7 +311,8 @@ fn proxy_mode_echoes_the_conversation_id() {
         Script::new()
             .answer(
                 "Macaron-V1-Tall",
-                MockReply::text("first").header("X-Conversation-Id", "molc_server_token_0123456789"),
+                MockReply::text("first")
+                    .header("X-Conversation-Id", "molc_server_token_0123456789"),
             )
             .answer("Macaron-V1-Tall", "second"),
     );
@@ -309,15 +329,23 @@ fn proxy_mode_echoes_the_conversation_id() {
         reqs[1].conversation_id(),
         Some("molc_server_token_0123456789")
     );
-    assert!(reqs[1].mentions("first"), "the whole history goes to the proxy");
+    assert!(
+        reqs[1].mentions("first"),
+        "the whole history goes to the proxy"
+    );
 }
 
 #[test]
 fn single_mode_sends_one_model_and_no_hops() {
     let env = Env::new();
-    let engine = MockEngine::scripted_blocking(Script::new().answer("plain-model", "single answer"));
+    let engine =
+        MockEngine::scripted_blocking(Script::new().answer("plain-model", "single answer"));
     let out = env
-        .exec(&engine, "hello", &["--mode", "single", "--model", "plain-model"])
+        .exec(
+            &engine,
+            "hello",
+            &["--mode", "single", "--model", "plain-model"],
+        )
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -330,7 +358,8 @@ fn single_mode_sends_one_model_and_no_hops() {
 #[test]
 fn the_prompt_can_come_from_stdin_and_the_answer_from_a_file() {
     let env = Env::new();
-    let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "piped answer"));
+    let engine =
+        MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "piped answer"));
     let out_file = env.workspace.join("answer.md");
     let out = env
         .baton()
@@ -341,9 +370,14 @@ fn the_prompt_can_come_from_stdin_and_the_answer_from_a_file() {
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    assert_eq!(std::fs::read_to_string(&out_file).expect("-o file"), "piped answer");
     assert_eq!(
-        engine.requests_for_hop("answer")[0].last_user_text().as_deref(),
+        std::fs::read_to_string(&out_file).expect("-o file"),
+        "piped answer"
+    );
+    assert_eq!(
+        engine.requests_for_hop("answer")[0]
+            .last_user_text()
+            .as_deref(),
         Some("prompt from stdin")
     );
 }
@@ -367,7 +401,8 @@ fn max_turns_stops_a_tool_loop_with_exit_3() {
 #[test]
 fn a_hanging_server_hits_the_timeout_with_exit_3() {
     let env = Env::new();
-    let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", MockReply::hang()));
+    let engine =
+        MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", MockReply::hang()));
     let out = env
         .exec(&engine, "wait", &["--timeout", "2"])
         .output()

@@ -113,7 +113,10 @@ mod tests {
             path: "a".into(),
             diff: String::new(),
         };
-        assert_eq!(decide(ApprovalPolicy::AutoEdit, &edit, true, &[]), Verdict::Run);
+        assert_eq!(
+            decide(ApprovalPolicy::AutoEdit, &edit, true, &[]),
+            Verdict::Run
+        );
         assert_eq!(
             decide(ApprovalPolicy::AutoEdit, &cmd(&["make"]), true, &[]),
             Verdict::Ask
@@ -124,11 +127,21 @@ mod tests {
     fn approved_prefixes_skip_the_question() {
         let prefixes = vec![vec!["cargo".to_string(), "test".to_string()]];
         assert_eq!(
-            decide(ApprovalPolicy::Ask, &cmd(&["cargo", "test", "-q"]), true, &prefixes),
+            decide(
+                ApprovalPolicy::Ask,
+                &cmd(&["cargo", "test", "-q"]),
+                true,
+                &prefixes
+            ),
             Verdict::Run
         );
         assert_eq!(
-            decide(ApprovalPolicy::Ask, &cmd(&["cargo", "run"]), true, &prefixes),
+            decide(
+                ApprovalPolicy::Ask,
+                &cmd(&["cargo", "run"]),
+                true,
+                &prefixes
+            ),
             Verdict::Ask
         );
     }

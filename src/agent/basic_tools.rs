@@ -62,8 +62,8 @@ impl Tool for ReadFile {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "read_file".into(),
-            description: "Read a text file of the workspace. Optional 1-based inclusive line range."
-                .into(),
+            description:
+                "Read a text file of the workspace. Optional 1-based inclusive line range.".into(),
             parameters: json!({
                 "type": "object",
                 "properties": {
@@ -189,7 +189,10 @@ impl Tool for ListDir {
             names.truncate(MAX_LIST_ENTRIES);
             let mut out = names.join("\n");
             if total > MAX_LIST_ENTRIES {
-                out.push_str(&format!("\n[{} more entries not shown]", total - MAX_LIST_ENTRIES));
+                out.push_str(&format!(
+                    "\n[{} more entries not shown]",
+                    total - MAX_LIST_ENTRIES
+                ));
             }
             if total == 0 {
                 out = "(empty folder)".into();

@@ -366,7 +366,12 @@ pub fn load_profile(dir: &std::path::Path) -> Result<Profile, String> {
     }
     let descriptions: Vec<String> = routes
         .iter()
-        .map(|(id, d)| format!("{id} = {}", d.split_whitespace().collect::<Vec<_>>().join(" ")))
+        .map(|(id, d)| {
+            format!(
+                "{id} = {}",
+                d.split_whitespace().collect::<Vec<_>>().join(" ")
+            )
+        })
         .collect();
     let labels: Vec<&str> = routes.iter().map(|(id, _)| id.as_str()).collect();
     let rendered = route
@@ -447,7 +452,11 @@ fn parse_lora_md(text: &str) -> Result<Vec<(String, String)>, String> {
     if ids != ["L0", "L1", "L2", "L3"] {
         return Err(format!(
             "the sections must be exactly L0, L1, L2, L3 (found: {})",
-            if ids.is_empty() { "none".to_string() } else { ids.join(", ") }
+            if ids.is_empty() {
+                "none".to_string()
+            } else {
+                ids.join(", ")
+            }
         ));
     }
     Ok(out.into_iter().map(|(id, _, d)| (id, d)).collect())

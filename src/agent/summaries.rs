@@ -19,7 +19,11 @@ pub(crate) fn spawn(shared: &Arc<Shared>, turn_id: u64, task_id: u64) {
 
 /// Makes sure every summary `expert`'s view needs is there: waits for those in flight, runs
 /// the missing ones now. A summary that cannot be made is recorded empty (not injected, B4).
-pub(crate) async fn ensure_for(shared: &Arc<Shared>, turn_id: u64, expert: crate::protocol::Expert) {
+pub(crate) async fn ensure_for(
+    shared: &Arc<Shared>,
+    turn_id: u64,
+    expert: crate::protocol::Expert,
+) {
     let needed = lock(&shared.timeline).summaries_needed_by(expert);
     for task_id in needed {
         let in_flight = lock(&shared.summaries).remove(&task_id);
@@ -69,7 +73,10 @@ async fn summarize(shared: &Shared, turn_id: u64, task_id: u64, settle: bool) {
     };
     let latency_ms = started.elapsed().as_millis() as u64;
     let (text, usage) = match result {
-        Ok(done) => (mol_bridge::summary_text(&done), done.usage.unwrap_or_default()),
+        Ok(done) => (
+            mol_bridge::summary_text(&done),
+            done.usage.unwrap_or_default(),
+        ),
         Err(e) => {
             shared.events.emit(Event::Warning {
                 message: format!("summary of task {task_id} failed: {e}"),

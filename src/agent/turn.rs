@@ -52,7 +52,11 @@ pub(crate) async fn run_turn(
         usage: TokenUsage::default(),
     };
     let (status, answer, expert) = match drive(&mut ctx, &text).await {
-        Ok(Outcome { status, answer, expert }) => (status, answer, expert),
+        Ok(Outcome {
+            status,
+            answer,
+            expert,
+        }) => (status, answer, expert),
         Err((stop, expert)) => {
             let open = lock(&shared.timeline).open_task_id();
             if let Some(open) = open {
@@ -271,7 +275,10 @@ async fn choose_expert(ctx: &mut TurnCtx, text: &str, fallback: Expert) -> Resul
     Ok(expert)
 }
 
-async fn request_once(shared: &Shared, request: ChatRequest) -> Result<ChatCompletion, BackendError> {
+async fn request_once(
+    shared: &Shared,
+    request: ChatRequest,
+) -> Result<ChatCompletion, BackendError> {
     let stream = shared.backend.chat(request).await?;
     crate::backend::collect(stream).await
 }

@@ -108,7 +108,13 @@ pub struct CommonArgs {
     pub device: Option<Device>,
 
     /// Workspace folder [default: the current folder].
-    #[arg(short = 'C', long = "cd", value_name = "DIR", global = true, help_heading = "Workspace")]
+    #[arg(
+        short = 'C',
+        long = "cd",
+        value_name = "DIR",
+        global = true,
+        help_heading = "Workspace"
+    )]
     pub cd: Option<PathBuf>,
 
     /// When to ask before tools act [default: ask; never with --exec].

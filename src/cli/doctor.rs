@@ -64,7 +64,8 @@ pub async fn run(config: &Config) -> i32 {
             config.api_key_env
         ));
     }
-    let listing = tokio::time::timeout(std::time::Duration::from_secs(15), backend.list_models()).await;
+    let listing =
+        tokio::time::timeout(std::time::Duration::from_secs(15), backend.list_models()).await;
     match listing {
         Err(_) => r.bad(&format!(
             "{} did not answer GET /models within 15 s",
@@ -119,10 +120,7 @@ fn finish(r: &Report) -> i32 {
         println!("All checks passed.");
         exit::OK
     } else {
-        println!(
-            "{} problem(s) found.",
-            r.problems
-        );
+        println!("{} problem(s) found.", r.problems);
         exit::AGENT_ERROR
     }
 }

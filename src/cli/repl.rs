@@ -9,7 +9,8 @@ use super::{exit, setup};
 use crate::config::Config;
 use crate::protocol::{ApprovalDecision, ApprovalRequest, Event, Expert, Op};
 
-const HELP: &str = "commands: /expert L0..L3|auto, /new, /resume ID|last, /quit (Ctrl-C stops a running turn)";
+const HELP: &str =
+    "commands: /expert L0..L3|auto, /new, /resume ID|last, /quit (Ctrl-C stops a running turn)";
 
 pub async fn run(config: &Config, first: Option<String>, resume: Option<String>) -> i32 {
     let prepared = setup::build_backend(config).and_then(|backend| {
@@ -48,11 +49,11 @@ pub async fn run(config: &Config, first: Option<String>, resume: Option<String>)
                         let _ = std::io::stdout().flush();
                     }
                     Event::MessageFinal { .. } => println!(),
-                    Event::RouteDecided { expert, decision, latency_ms, reason, .. } => {
-                        if !matches!(decision, crate::protocol::RouteDecision::Sticky) {
-                            eprintln!("[{expert} · {decision:?} · {latency_ms} ms{}]",
-                                reason.as_deref().map(|r| format!(" · {r}")).unwrap_or_default());
-                        }
+                    Event::RouteDecided { expert, decision, latency_ms, reason, .. }
+                        if !matches!(decision, crate::protocol::RouteDecision::Sticky) =>
+                    {
+                        let why = reason.as_deref().map(|r| format!(" · {r}")).unwrap_or_default();
+                        eprintln!("[{expert} · {decision:?} · {latency_ms} ms{why}]");
                     }
                     Event::ToolBegin { title, .. } => eprintln!("[tool] {title}"),
                     Event::ApprovalRequested { call_id, request } => {

@@ -39,7 +39,8 @@ pub async fn run(opts: ExecOptions, config: &Config) -> i32 {
     };
     let prepared = setup::build_backend(config).and_then(|backend| {
         let agent = setup::agent_config(config, true)?;
-        let (file, restored) = setup::open_session(config, backend.as_ref(), opts.resume.as_deref())?;
+        let (file, restored) =
+            setup::open_session(config, backend.as_ref(), opts.resume.as_deref())?;
         Ok((backend, agent, file, restored))
     });
     let (backend, agent_cfg, file, restored) = match prepared {
@@ -100,11 +101,11 @@ pub async fn run(opts: ExecOptions, config: &Config) -> i32 {
             Event::TurnCompleted { status, answer, .. } if code.is_none() => {
                 if let Some(answer) = answer {
                     out.answer(answer);
-                    if let Some(path) = &opts.output {
-                        if let Err(e) = std::fs::write(path, answer) {
-                            eprintln!("baton: cannot write {}: {e}", path.display());
-                            code = Some(exit::AGENT_ERROR);
-                        }
+                    if let Some(path) = &opts.output
+                        && let Err(e) = std::fs::write(path, answer)
+                    {
+                        eprintln!("baton: cannot write {}: {e}", path.display());
+                        code = Some(exit::AGENT_ERROR);
                     }
                 }
                 code = code.or(Some(match status {

@@ -42,17 +42,26 @@ pub enum Record {
         user_text: String,
     },
     /// A message produced inside a task (assistant answers, tool calls, tool results).
-    Message { task_id: u64, message: ChatMessage },
-    TaskClosed { task_id: u64 },
+    Message {
+        task_id: u64,
+        message: ChatMessage,
+    },
+    TaskClosed {
+        task_id: u64,
+    },
     /// A task abandoned by an interrupt or a new turn: closed, never summarized.
-    TaskAbandoned { task_id: u64 },
+    TaskAbandoned {
+        task_id: u64,
+    },
     Summary {
         task_id: u64,
         expert: Expert,
         text: String,
     },
     /// `proxy` mode: the conversation id the server gave.
-    ConversationId { id: String },
+    ConversationId {
+        id: String,
+    },
     TurnEnded {
         turn_id: u64,
         status: TurnStatus,
