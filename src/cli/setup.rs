@@ -6,7 +6,8 @@ use std::sync::Arc;
 use crate::agent::mol_bridge::Profile;
 use crate::agent::{AgentConfig, ApprovalPolicy, DEFAULT_SYSTEM_PROMPT};
 use crate::backend::ChatBackend;
-use crate::config::{Config, Mode};
+use crate::backend::remote::ConstraintDialect;
+use crate::config::{Config, Mode, RouteConstraint};
 use crate::session::{Restored, SessionFile};
 
 /// Shown when there is nothing to talk to.
@@ -36,8 +37,13 @@ pub fn build_backend(config: &Config) -> Result<Arc<dyn ChatBackend>, String> {
             config.mode.as_str()
         ));
     }
+    let dialect = match config.route_constraint {
+        RouteConstraint::Choice => ConstraintDialect::Vllm,
+        RouteConstraint::Regex => ConstraintDialect::Sglang,
+    };
     crate::backend::remote::RemoteBackend::builder(endpoint.clone())
         .api_key(config.api_key())
+        .dialect(dialect)
         .build()
         .map(|b| Arc::new(b) as Arc<dyn ChatBackend>)
         .map_err(|e| e.to_string())

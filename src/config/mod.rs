@@ -7,7 +7,7 @@
 
 mod settings;
 
-pub use settings::{Device, Mode, SandboxMode, Settings};
+pub use settings::{Device, Mode, RouteConstraint, SandboxMode, Settings};
 
 use std::path::{Path, PathBuf};
 
@@ -60,6 +60,7 @@ pub struct Config {
     pub top_p: Option<f32>,
     pub seed: Option<u64>,
     pub max_tokens: Option<u32>,
+    pub route_constraint: RouteConstraint,
     /// The files that were read, in order of increasing precedence (for `doctor`).
     pub files: Vec<PathBuf>,
 }

@@ -50,6 +50,15 @@ pub enum Device {
     Cuda,
 }
 
+/// How the route hop's label constraint is sent: vLLM `structured_outputs.choice`, or an
+/// SGLang-style `regex`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum RouteConstraint {
+    #[default]
+    Choice,
+    Regex,
+}
+
 /// One layer of settings; `None` = this layer says nothing.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Settings {
@@ -73,6 +82,7 @@ pub struct Settings {
     pub top_p: Option<f32>,
     pub seed: Option<u64>,
     pub max_tokens: Option<u32>,
+    pub route_constraint: Option<RouteConstraint>,
 }
 
 fn choice<T: ValueEnum>(value: &str) -> Result<T, String> {
@@ -108,7 +118,7 @@ fn path(value: &str, base: Option<&Path>) -> PathBuf {
 
 impl Settings {
     /// Every key, as written in config.toml (the env var is `BATON_` + upper case).
-    pub const KEYS: [&'static str; 20] = [
+    pub const KEYS: [&'static str; 21] = [
         "endpoint",
         "api_key_env",
         "mode",
@@ -129,6 +139,7 @@ impl Settings {
         "top_p",
         "seed",
         "max_tokens",
+        "route_constraint",
     ];
 
     /// Sets one key from its text form. `base` resolves relative paths (a file's folder).
@@ -216,6 +227,7 @@ impl Settings {
                 }
                 self.max_tokens = Some(n);
             }
+            "route_constraint" => self.route_constraint = Some(choice(value).map_err(err)?),
             _ => {
                 return Err(err(format!(
                     "unknown key (known keys: {})",
@@ -251,7 +263,8 @@ impl Settings {
             temperature,
             top_p,
             seed,
-            max_tokens
+            max_tokens,
+            route_constraint
         );
     }
 
@@ -291,6 +304,7 @@ impl Settings {
             top_p: self.top_p,
             seed: self.seed,
             max_tokens: self.max_tokens,
+            route_constraint: self.route_constraint.unwrap_or_default(),
             files: Vec::new(),
         })
     }
