@@ -470,3 +470,52 @@ fn a_summary_missing_from_a_session_is_made_by_the_next_turn_that_needs_it() {
         .expect("L1 answer");
     assert!(answer.mentions("summary by L2"));
 }
+
+#[test]
+fn ctrl_c_stops_the_turn_saves_the_session_and_exits_130() {
+    use std::io::{BufRead, BufReader};
+    let env = Env::new();
+    let engine =
+        MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", MockReply::hang()));
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("baton"))
+        .env_clear()
+        .env("HOME", &env.home)
+        .env("XDG_CONFIG_HOME", env.home.join(".config"))
+        .current_dir(&env.workspace)
+        .arg("--session-dir")
+        .arg(&env.sessions)
+        .args([
+            "--exec",
+            "--json",
+            "--endpoint",
+            &engine.url(),
+            "wait forever",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    // Wait until the answer hop is in flight, then interrupt.
+    for line in lines.by_ref() {
+        let line = line.expect("line");
+        if line.contains("\"hop_started\"") && line.contains("\"answer\"") {
+            break;
+        }
+    }
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("\"status\":\"interrupted\""))
+    );
+    assert!(rest.last().is_some_and(|l| l.contains("shutdown_complete")));
+    let saved = std::fs::read_to_string(session_file(&env.sessions)).expect("session");
+    assert!(saved.contains("\"record\":\"turn_ended\""));
+    assert!(saved.contains("\"record\":\"task_abandoned\""));
+}

@@ -21,6 +21,8 @@ struct FakeBackend {
     labels: Mutex<VecDeque<&'static str>>,
     release: Arc<Notify>,
     hang_answers: bool,
+    /// Scripted answer messages (tool calls); plain `answer by <model>` once empty.
+    answers: Mutex<VecDeque<ChatMessage>>,
     seen: Mutex<Vec<ChatRequest>>,
 }
 
@@ -39,6 +41,16 @@ impl ChatBackend for FakeBackend {
     fn chat(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatStream, BackendError>> {
         Box::pin(async move {
             lock(&self.seen).push(req.clone());
+            if req.hop == Hop::Answer
+                && let Some(message) = lock(&self.answers).pop_front()
+            {
+                let mut done = completion("");
+                done.message = message;
+                done.finish_reason = FinishReason::ToolCalls;
+                let items: Vec<Result<ChatDelta, BackendError>> =
+                    vec![Ok(ChatDelta::Completed(done))];
+                return Ok(Box::pin(futures_util::stream::iter(items)) as ChatStream);
+            }
             let text = match req.hop {
                 Hop::Route => lock(&self.labels).pop_front().unwrap_or("L2").to_string(),
                 Hop::Summary => {
@@ -74,12 +86,27 @@ struct Harness {
 }
 
 fn start(labels: Vec<&'static str>, hang_answers: bool) -> Harness {
+    start_with(
+        labels,
+        hang_answers,
+        Vec::new(),
+        basic_tools::basic_registry(),
+    )
+}
+
+fn start_with(
+    labels: Vec<&'static str>,
+    hang_answers: bool,
+    answers: Vec<ChatMessage>,
+    tools: crate::tool::ToolRegistry,
+) -> Harness {
     let dir = tempfile::tempdir().expect("tempdir");
     let release = Arc::new(Notify::new());
     let backend = Arc::new(FakeBackend {
         labels: Mutex::new(labels.into()),
         release: release.clone(),
         hang_answers,
+        answers: Mutex::new(answers.into()),
         seen: Mutex::new(Vec::new()),
     });
     let cfg = AgentConfig {
@@ -101,13 +128,7 @@ fn start(labels: Vec<&'static str>, hang_answers: bool) -> Harness {
     };
     let session =
         SessionFile::create(&cfg.session_dir, "mol", "fake", dir.path()).expect("session");
-    let handle = spawn_agent(
-        cfg,
-        backend.clone(),
-        basic_tools::basic_registry(),
-        session,
-        None,
-    );
+    let handle = spawn_agent(cfg, backend.clone(), tools, session, None);
     Harness {
         handle,
         backend,
@@ -247,4 +268,86 @@ async fn an_interrupt_ends_a_hanging_turn_and_shutdown_completes() {
     ));
     h.handle.ops.send(Op::Shutdown).expect("send");
     next_matching(&mut h, |e| matches!(e, Event::ShutdownComplete)).await;
+}
+
+/// A tool that always needs approval to run a command, and records whether it ran.
+struct Dangerous(Arc<Mutex<bool>>);
+
+impl crate::tool::Tool for Dangerous {
+    fn name(&self) -> &'static str {
+        "dangerous"
+    }
+    fn spec(&self) -> crate::backend::ToolSpec {
+        crate::backend::ToolSpec {
+            name: "dangerous".into(),
+            description: "runs rm".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }
+    }
+    fn approval(
+        &self,
+        _args: &serde_json::Value,
+        _ctx: &crate::tool::ToolContext,
+    ) -> crate::tool::ApprovalNeed {
+        crate::tool::ApprovalNeed::Command {
+            command: "rm -rf build".into(),
+            argv: vec!["rm".into(), "-rf".into(), "build".into()],
+            cwd: ".".into(),
+        }
+    }
+    fn title(&self, _args: &serde_json::Value) -> String {
+        "rm -rf build".into()
+    }
+    fn run<'a>(
+        &'a self,
+        _args: serde_json::Value,
+        _ctx: &'a crate::tool::ToolContext,
+    ) -> BoxFuture<'a, crate::tool::ToolResult> {
+        Box::pin(async move {
+            *lock(&self.0) = true;
+            crate::tool::ToolResult::ok("removed")
+        })
+    }
+}
+
+#[tokio::test]
+async fn headless_declines_a_call_that_needs_approval_and_tells_the_model() {
+    let ran = Arc::new(Mutex::new(false));
+    let mut tools = basic_tools::basic_registry();
+    tools.register(Arc::new(Dangerous(ran.clone())));
+    let mut call = ChatMessage::assistant("");
+    call.tool_calls.push(crate::backend::ToolCall {
+        id: "c1".into(),
+        name: "dangerous".into(),
+        arguments: "{}".into(),
+    });
+    let mut h = start_with(vec!["L2"], false, vec![call], tools);
+    h.handle
+        .ops
+        .send(Op::UserTurn {
+            text: "clean".into(),
+        })
+        .expect("send");
+    let end = next_matching(&mut h, |e| matches!(e, Event::ToolEnd { .. })).await;
+    assert!(matches!(
+        end,
+        Event::ToolEnd {
+            status: crate::protocol::ToolStatus::Declined,
+            ..
+        }
+    ));
+    next_matching(&mut h, |e| matches!(e, Event::TurnCompleted { .. })).await;
+    assert!(!*lock(&ran), "the command must not run");
+    let seen = lock(&h.backend.seen);
+    let second = seen
+        .iter()
+        .filter(|r| r.hop == Hop::Answer)
+        .nth(1)
+        .expect("continuation");
+    let told = second
+        .messages
+        .iter()
+        .any(|m| m.role == crate::backend::Role::Tool && m.content.contains("Declined"));
+    assert!(told, "the model is told the call was declined");
+    h.release.notify_one();
 }
