@@ -39,7 +39,7 @@ fn engine() -> MockEngine {
         // Alternate experts so every turn needs the previous turn's summary.
         "route" => {
             let n = routes.fetch_add(1, Ordering::SeqCst);
-            MockReply::label(if n % 2 == 0 { "L2" } else { "L1" }).after(ROUTE)
+            MockReply::label(if n.is_multiple_of(2) { "L2" } else { "L1" }).after(ROUTE)
         }
         "summary" => MockReply::text("Did the thing.").after(SUMMARY),
         _ => MockReply::text("Here is the answer.").after(ANSWER),
