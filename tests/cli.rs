@@ -302,3 +302,25 @@ fn doctor_checks_a_profile_folder() {
         .code(1)
         .stdout(predicate::str::contains("exactly L0, L1, L2, L3"));
 }
+
+#[test]
+fn the_line_repl_answers_each_line_and_exits_at_end_of_input() {
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L0"])
+            .answer("L2", "first answer")
+            .answer("L0", "second answer"),
+    );
+    let env = Env::new();
+    let out = env
+        .baton()
+        .args(["--session-dir", "s", "--endpoint", &engine.url()])
+        .write_stdin("hello\nhow are you\n")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("first answer"), "{stdout}");
+    assert!(stdout.contains("second answer"), "{stdout}");
+    assert_eq!(engine.requests_for_hop("answer").len(), 2);
+}

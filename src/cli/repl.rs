@@ -30,11 +30,11 @@ pub async fn run(config: &Config, first: Option<String>, resume: Option<String>)
     eprintln!("{HELP}");
 
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    let mut busy = false;
+    let mut in_flight = 0usize;
     let mut pending_approval: Option<(String, Vec<String>)> = None;
     let mut stdin_open = true;
     if let Some(text) = first.filter(|t| !t.trim().is_empty()) {
-        busy = true;
+        in_flight += 1;
         let _ = handle.ops.send(Op::UserTurn { text });
     } else {
         prompt();
@@ -70,10 +70,10 @@ pub async fn run(config: &Config, first: Option<String>, resume: Option<String>)
                         eprintln!("{} session {session_id}", if *resumed { "resumed" } else { "new" });
                     }
                     Event::TurnCompleted { .. } => {
-                        busy = false;
-                        if !stdin_open {
+                        in_flight = in_flight.saturating_sub(1);
+                        if !stdin_open && in_flight == 0 {
                             let _ = handle.ops.send(Op::Shutdown);
-                        } else {
+                        } else if in_flight == 0 {
                             prompt();
                         }
                     }
@@ -86,7 +86,7 @@ pub async fn run(config: &Config, first: Option<String>, resume: Option<String>)
                     Ok(Some(l)) => l,
                     _ => {
                         stdin_open = false;
-                        if !busy { let _ = handle.ops.send(Op::Shutdown); }
+                        if in_flight == 0 { let _ = handle.ops.send(Op::Shutdown); }
                         continue;
                     }
                 };
@@ -101,7 +101,7 @@ pub async fn run(config: &Config, first: Option<String>, resume: Option<String>)
                 }
                 let text = line.trim();
                 match text {
-                    "" => { if !busy { prompt(); } }
+                    "" => { if in_flight == 0 { prompt(); } }
                     "/quit" | "/exit" => { let _ = handle.ops.send(Op::Shutdown); }
                     "/new" => { let _ = handle.ops.send(Op::NewSession); prompt(); }
                     "/help" => { eprintln!("{HELP}"); prompt(); }
@@ -120,13 +120,15 @@ pub async fn run(config: &Config, first: Option<String>, resume: Option<String>)
                         prompt();
                     }
                     _ => {
-                        busy = true;
+                        in_flight += 1;
                         let _ = handle.ops.send(Op::UserTurn { text: text.to_string() });
                     }
                 }
             }
             _ = tokio::signal::ctrl_c() => {
-                if busy {
+                if in_flight > 0 {
+                    // An interrupt also drops the queued turns.
+                    in_flight = 1;
                     let _ = handle.ops.send(Op::Interrupt);
                 } else {
                     let _ = handle.ops.send(Op::Shutdown);
