@@ -710,3 +710,74 @@ fn bad_endpoints_are_rejected_with_a_reason() {
     assert!(error.contains("must end in /v1"), "{error}");
     assert!(RemoteBackend::builder("127.0.0.1:8000/v1").build().is_err());
 }
+
+#[tokio::test]
+async fn mock_script_answers_per_hop_and_model() {
+    let script = Script::new()
+        .routes(["L2", "L1"])
+        .answer("L2", MockReply::tool_call("c1", "read_file", "{}"))
+        .answer("L2", "fixed")
+        .answer_any("generic")
+        .summary("L2", "Fixed the bug.");
+    let engine = MockEngine::scripted(script.clone()).await;
+    let backend = backend_for(&engine);
+    let summary = |model: &str| {
+        let mut req = ChatRequest::new(model, vec![ChatMessage::user("summarize")], Hop::Summary);
+        req.stream = false;
+        req
+    };
+    let content = |done: Result<ChatCompletion, BackendError>| done.unwrap().message.content;
+
+    assert_eq!(content(run(&backend, route_request()).await.1), "L2");
+    let tool = run(&backend, answer_request("L2", "a")).await.1.unwrap();
+    assert_eq!(tool.message.tool_calls[0].name, "read_file");
+    assert_eq!(
+        content(run(&backend, answer_request("L2", "b")).await.1),
+        "fixed"
+    );
+    assert_eq!(
+        content(run(&backend, summary("L2")).await.1),
+        "Fixed the bug."
+    );
+    assert_eq!(content(run(&backend, route_request()).await.1), "L1");
+    assert_eq!(
+        content(run(&backend, answer_request("L1", "c")).await.1),
+        "generic"
+    );
+    assert_eq!(
+        content(run(&backend, summary("L1")).await.1),
+        "summary by L1"
+    );
+    assert_eq!(script.remaining(), 0);
+    let exhausted = run(&backend, answer_request("L3", "d"))
+        .await
+        .1
+        .unwrap_err();
+    assert!(
+        exhausted
+            .to_string()
+            .contains("no reply left for hop 'answer' on model 'L3'"),
+        "{exhausted}"
+    );
+    script.push("answer", Some("L3"), "late addition");
+    assert_eq!(
+        content(run(&backend, answer_request("L3", "e")).await.1),
+        "late addition"
+    );
+    assert_eq!(
+        engine.hop_log()[..4],
+        [
+            ("route".to_string(), "L0".to_string()),
+            ("answer".to_string(), "L2".to_string()),
+            ("answer".to_string(), "L2".to_string()),
+            ("summary".to_string(), "L2".to_string()),
+        ]
+    );
+    assert_eq!(engine.requests_for_hop("summary").len(), 2);
+    assert_eq!(
+        engine.requests_for_model("L2")[1]
+            .last_user_text()
+            .as_deref(),
+        Some("b")
+    );
+}

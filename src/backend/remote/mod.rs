@@ -118,6 +118,14 @@ struct Inner {
     on_retry: Option<RetryObserver>,
 }
 
+impl std::fmt::Debug for RemoteBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteBackend")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
 impl RemoteBackend {
     /// Starts a builder for the endpoint `base_url` (ending in `/v1`).
     pub fn builder(base_url: impl Into<String>) -> RemoteBackendBuilder {
@@ -167,8 +175,7 @@ impl RemoteBackend {
         let inner = &self.inner;
         // There is no "models" hop; errors say "answer hop" and name the /models URL.
         let ctx = inner.error_context(Hop::Answer, &inner.models_url);
-        let deadline = Instant::now() + inner.config.request_timeout;
-        let response = inner
+        let (response, deadline) = inner
             .send_with_retries(&ctx, || {
                 inner.authorised(inner.client.get(&inner.models_url))
             })
@@ -190,7 +197,7 @@ impl RemoteBackend {
         let body = wire::request_body(&req, inner.config.dialect);
         let body = Bytes::from(body.to_string());
         tracing::debug!(hop = %req.hop, model = %req.model, url = %inner.chat_url, stream = req.stream, "chat request");
-        let response = inner
+        let (response, deadline) = inner
             .send_with_retries(&ctx, || {
                 let mut builder = inner
                     .client
@@ -213,7 +220,6 @@ impl RemoteBackend {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         if !req.stream {
-            let deadline = started + inner.config.request_timeout;
             let body = read_body(response, &ctx, deadline, inner.config.request_timeout).await?;
             let completion = parse_full_body(&body, &ctx, started, conversation_id)?;
             let item: Result<ChatDelta, BackendError> = Ok(ChatDelta::Completed(completion));
@@ -256,19 +262,21 @@ impl Inner {
         }
     }
 
-    /// Sends until a 2xx arrives. Retries connect errors, 429 and 5xx; everything happens
+    /// Sends until a 2xx arrives; returns it with the deadline of that attempt (the request
+    /// timeout counts per attempt). Retries connect errors, 429 and 5xx; everything happens
     /// before a single byte of output reached the caller, so a retry can never duplicate text.
     async fn send_with_retries(
         &self,
         ctx: &ErrorContext,
         build: impl Fn() -> reqwest::RequestBuilder,
-    ) -> Result<reqwest::Response, BackendError> {
+    ) -> Result<(reqwest::Response, Instant), BackendError> {
         let policy = self.policy();
         let request_timeout = self.config.request_timeout;
         let mut retry = 0u32;
         loop {
-            let (failure, delay) = match tokio::time::timeout(request_timeout, build().send()).await
-            {
+            let deadline = Instant::now() + request_timeout;
+            let sent = tokio::time::timeout_at(deadline.into(), build().send()).await;
+            let (failure, delay) = match sent {
                 Err(_) => {
                     return Err(ctx.timeout(
                         request_timeout.as_secs(),
@@ -292,14 +300,13 @@ impl Inner {
                 Ok(Ok(response)) => {
                     let status = response.status().as_u16();
                     if response.status().is_success() {
-                        return Ok(response);
+                        return Ok((response, deadline));
                     }
                     let retry_after = response
                         .headers()
                         .get(reqwest::header::RETRY_AFTER)
                         .and_then(|v| v.to_str().ok())
                         .map(str::to_string);
-                    let deadline = Instant::now() + request_timeout;
                     let body = read_body(response, ctx, deadline, request_timeout)
                         .await
                         .unwrap_or_default();
