@@ -781,3 +781,23 @@ async fn mock_script_answers_per_hop_and_model() {
         Some("b")
     );
 }
+
+#[tokio::test]
+async fn a_json_answer_to_a_streamed_request_is_replayed_as_deltas() {
+    let body = json!({"choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"role": "assistant", "content": "whole", "reasoning": "why"}}]})
+    .to_string();
+    let engine = MockEngine::start(move |_req| {
+        MockReply::status(200, body.clone()).header("Content-Type", "application/json")
+    })
+    .await;
+    let (deltas, done) = run(&backend_for(&engine), answer_request("L2", "x")).await;
+    assert_eq!(
+        deltas,
+        [
+            ChatDelta::Reasoning("why".into()),
+            ChatDelta::Text("whole".into())
+        ]
+    );
+    assert_eq!(done.unwrap().message.content, "whole");
+}

@@ -219,11 +219,21 @@ impl RemoteBackend {
             .get(CONVERSATION_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        if !req.stream {
+        // Some servers ignore `stream: true` and answer with one JSON body: replay it as deltas.
+        let answered_json = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.starts_with("application/json"));
+        if !req.stream || answered_json {
             let body = read_body(response, &ctx, deadline, inner.config.request_timeout).await?;
             let completion = parse_full_body(&body, &ctx, started, conversation_id)?;
-            let item: Result<ChatDelta, BackendError> = Ok(ChatDelta::Completed(completion));
-            return Ok(Box::pin(futures_util::stream::iter([item])));
+            let mut items: Vec<Result<ChatDelta, BackendError>> = Vec::new();
+            if req.stream {
+                items.extend(replayed_deltas(&completion).into_iter().map(Ok));
+            }
+            items.push(Ok(ChatDelta::Completed(completion)));
+            return Ok(Box::pin(futures_util::stream::iter(items)));
         }
         let state = StreamState {
             body: Box::pin(response.bytes_stream()),
@@ -385,6 +395,32 @@ fn parse_full_body(
         latency: started.elapsed(),
         conversation_id,
     })
+}
+
+/// The deltas a stream would have carried for `completion`.
+fn replayed_deltas(completion: &ChatCompletion) -> Vec<ChatDelta> {
+    let message = &completion.message;
+    let mut deltas = Vec::new();
+    if let Some(reasoning) = message.reasoning.as_ref().filter(|r| !r.is_empty()) {
+        deltas.push(ChatDelta::Reasoning(reasoning.clone()));
+    }
+    if !message.content.is_empty() {
+        deltas.push(ChatDelta::Text(message.content.clone()));
+    }
+    for (index, call) in message.tool_calls.iter().enumerate() {
+        deltas.push(ChatDelta::ToolCallStarted {
+            index,
+            id: call.id.clone(),
+            name: call.name.clone(),
+        });
+        if !call.arguments.is_empty() {
+            deltas.push(ChatDelta::ToolCallArguments {
+                index,
+                fragment: call.arguments.clone(),
+            });
+        }
+    }
+    deltas
 }
 
 type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
