@@ -290,7 +290,7 @@ impl Inner {
                 Err(_) => {
                     return Err(ctx.timeout(
                         request_timeout.as_secs(),
-                        "waiting for the response headers (request timeout)",
+                        "request timeout: waiting for the response headers",
                     ));
                 }
                 Ok(Err(error)) => {
@@ -356,7 +356,7 @@ async fn read_body(
     match tokio::time::timeout_at(deadline.into(), response.bytes()).await {
         Err(_) => Err(ctx.timeout(
             limit.as_secs(),
-            "reading the response body (request timeout)",
+            "request timeout: reading the response body",
         )),
         Ok(Err(e)) => Err(ctx.connect(&format!(
             "the connection broke while reading the response: {}",
@@ -454,10 +454,11 @@ async fn next_item(
         match tokio::time::timeout(state.idle, state.body.next()).await {
             Err(_) => {
                 let secs = state.idle.as_secs();
-                state.fail(state.ctx.timeout(
+                let error = state.ctx.timeout(
                     secs,
-                    format!("the stream sent nothing for {secs} s (idle timeout)"),
-                ));
+                    "stream idle timeout: no data in the middle of the answer",
+                );
+                state.fail(error);
             }
             Ok(Some(Err(error))) => {
                 let message = format!("the connection broke mid-stream: {}", error_chain(&error));
