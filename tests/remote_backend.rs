@@ -620,6 +620,26 @@ async fn conversation_id_goes_out_and_comes_back() {
         MockReply::text("hi").header("X-Conversation-Id", &id)
     })
     .await;
+    let scripted =
+        MockEngine::scripted(Script::new().conversation_ids().default_answer("ok")).await;
+    let minted = run(
+        &backend_for(&scripted),
+        answer_request("Macaron-V1-Tall", "x"),
+    )
+    .await
+    .1
+    .unwrap()
+    .conversation_id
+    .expect("minted id");
+    assert!(
+        minted.starts_with("molc_") && minted.len() == 37,
+        "{minted}"
+    );
+    let mut again = answer_request("Macaron-V1-Tall", "x2");
+    again.conversation_id = Some(minted.clone());
+    let echoed = run(&backend_for(&scripted), again).await.1.unwrap();
+    assert_eq!(echoed.conversation_id, Some(minted));
+
     let mut req = answer_request("Macaron-V1-Tall", "x");
     req.conversation_id = Some("conv_0123456789abcdef".into());
     let done = run(&backend_for(&engine), req).await.1.unwrap();

@@ -602,6 +602,9 @@ struct ScriptState {
     builtin_summary: bool,
     latency: HashMap<String, Duration>,
     otherwise: Option<MockReply>,
+    /// Proxy-mode behaviour: answer with `X-Conversation-Id` (echoed, or minted).
+    conversation_ids: bool,
+    minted: u64,
 }
 
 impl Script {
@@ -702,7 +705,14 @@ impl Script {
         self
     }
 
-    /// The reply when nothing else is scripted (instead of an HTTP 500).
+    /// Behaves like the MoL proxy towards `X-Conversation-Id`: every reply carries the header,
+    /// echoing the request's or minting `molc_<32 hex>` when there was none.
+    pub fn conversation_ids(self) -> Self {
+        self.lock().conversation_ids = true;
+        self
+    }
+
+    /// The reply when nothing else is scripted (instead of an HTTP 418).
     pub fn otherwise(self, reply: impl Into<MockReply>) -> Self {
         self.lock().otherwise = Some(reply.into());
         self
@@ -718,7 +728,17 @@ impl Script {
         let hop = req.hop_or_answer().to_string();
         let model = req.model().to_string();
         let mut state = self.lock();
-        let reply = Self::pick(&mut state, &hop, &model);
+        let mut reply = Self::pick(&mut state, &hop, &model);
+        if state.conversation_ids {
+            let id = match req.conversation_id() {
+                Some(id) => id.to_string(),
+                None => {
+                    state.minted += 1;
+                    format!("molc_{:032x}", state.minted)
+                }
+            };
+            reply = reply.header("X-Conversation-Id", &id);
+        }
         match state.latency.get(&hop) {
             Some(delay) if !delay.is_zero() => reply.after(*delay),
             _ => reply,

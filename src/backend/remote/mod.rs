@@ -60,8 +60,10 @@ pub struct RemoteBackendBuilder {
 }
 
 impl RemoteBackendBuilder {
+    /// The key sent as `Authorization: Bearer …` (surrounding whitespace, e.g. the newline of
+    /// a key file, is dropped; an empty key means none).
     pub fn api_key(mut self, key: Option<String>) -> Self {
-        self.config.api_key = key.filter(|k| !k.is_empty());
+        self.config.api_key = key;
         self
     }
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
@@ -145,6 +147,7 @@ impl RemoteBackend {
         on_retry: Option<RetryObserver>,
     ) -> Result<Self, RemoteConfigError> {
         config.base_url = config::validate_base_url(&config.base_url)?;
+        config.api_key = config::normalize_api_key(config.api_key.take())?;
         let client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")))
