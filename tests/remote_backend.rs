@@ -821,3 +821,18 @@ async fn a_json_answer_to_a_streamed_request_is_replayed_as_deltas() {
     );
     assert_eq!(done.unwrap().message.content, "whole");
 }
+
+#[test]
+fn mock_engine_serves_synchronous_tests_too() {
+    use std::io::{Read, Write};
+    let engine = MockEngine::start_blocking(|_req| MockReply::text("unused"));
+    let mut socket = std::net::TcpStream::connect(engine.addr()).unwrap();
+    socket
+        .write_all(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    socket.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"max_model_len\":262144"), "{answer}");
+    assert_eq!(engine.requests()[0].path, "/v1/models");
+}
