@@ -124,6 +124,21 @@ pub fn validate_base_url(url: &str) -> Result<String, RemoteConfigError> {
     Ok(trimmed)
 }
 
+/// Whether the (validated) endpoint is on this machine.
+pub fn is_loopback(base_url: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(base_url) else {
+        return false;
+    };
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// The key trimmed (a key file's trailing newline is common), `None` when empty. A key that
 /// cannot be an HTTP header value is refused without repeating it.
 pub fn normalize_api_key(key: Option<String>) -> Result<Option<String>, RemoteConfigError> {
@@ -201,6 +216,14 @@ mod tests {
             !err.contains("secret") && err.contains("HTTP header"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn loopback_endpoints() {
+        assert!(is_loopback("http://127.0.0.1:8000/v1"));
+        assert!(is_loopback("http://localhost:8000/v1"));
+        assert!(is_loopback("http://[::1]:8000/v1"));
+        assert!(!is_loopback("https://api.example.com/v1"));
     }
 
     #[test]

@@ -148,9 +148,14 @@ impl RemoteBackend {
     ) -> Result<Self, RemoteConfigError> {
         config.base_url = config::validate_base_url(&config.base_url)?;
         config.api_key = config::normalize_api_key(config.api_key.take())?;
-        let client = reqwest::Client::builder()
+        let mut client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
-            .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")));
+        // A local engine must not be sent through an HTTP(S)_PROXY from the environment.
+        if config::is_loopback(&config.base_url) {
+            client = client.no_proxy();
+        }
+        let client = client
             .build()
             .map_err(|e| RemoteConfigError::Client(error_chain(&e)))?;
         Ok(RemoteBackend {
