@@ -816,6 +816,11 @@ impl MockEngineBuilder {
         self.start_blocking(handler)
     }
 
+    /// Starts a server answering from a `Script`.
+    pub async fn scripted(self, script: Script) -> MockEngine {
+        self.start_blocking(move |req| script.reply(req))
+    }
+
     pub fn start_blocking(
         self,
         handler: impl Fn(&RecordedRequest) -> MockReply + Send + Sync + 'static,
