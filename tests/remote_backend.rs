@@ -620,6 +620,26 @@ async fn conversation_id_goes_out_and_comes_back() {
         MockReply::text("hi").header("X-Conversation-Id", &id)
     })
     .await;
+    let scripted =
+        MockEngine::scripted(Script::new().conversation_ids().default_answer("ok")).await;
+    let minted = run(
+        &backend_for(&scripted),
+        answer_request("Macaron-V1-Tall", "x"),
+    )
+    .await
+    .1
+    .unwrap()
+    .conversation_id
+    .expect("minted id");
+    assert!(
+        minted.starts_with("molc_") && minted.len() == 37,
+        "{minted}"
+    );
+    let mut again = answer_request("Macaron-V1-Tall", "x2");
+    again.conversation_id = Some(minted.clone());
+    let echoed = run(&backend_for(&scripted), again).await.1.unwrap();
+    assert_eq!(echoed.conversation_id, Some(minted));
+
     let mut req = answer_request("Macaron-V1-Tall", "x");
     req.conversation_id = Some("conv_0123456789abcdef".into());
     let done = run(&backend_for(&engine), req).await.1.unwrap();
@@ -709,4 +729,110 @@ fn bad_endpoints_are_rejected_with_a_reason() {
         .to_string();
     assert!(error.contains("must end in /v1"), "{error}");
     assert!(RemoteBackend::builder("127.0.0.1:8000/v1").build().is_err());
+}
+
+#[tokio::test]
+async fn mock_script_answers_per_hop_and_model() {
+    let script = Script::new()
+        .routes(["L2", "L1"])
+        .answer("L2", MockReply::tool_call("c1", "read_file", "{}"))
+        .answer("L2", "fixed")
+        .answer_any("generic")
+        .summary("L2", "Fixed the bug.");
+    let engine = MockEngine::scripted(script.clone()).await;
+    let backend = backend_for(&engine);
+    let summary = |model: &str| {
+        let mut req = ChatRequest::new(model, vec![ChatMessage::user("summarize")], Hop::Summary);
+        req.stream = false;
+        req
+    };
+    let content = |done: Result<ChatCompletion, BackendError>| done.unwrap().message.content;
+
+    assert_eq!(content(run(&backend, route_request()).await.1), "L2");
+    let tool = run(&backend, answer_request("L2", "a")).await.1.unwrap();
+    assert_eq!(tool.message.tool_calls[0].name, "read_file");
+    assert_eq!(
+        content(run(&backend, answer_request("L2", "b")).await.1),
+        "fixed"
+    );
+    assert_eq!(
+        content(run(&backend, summary("L2")).await.1),
+        "Fixed the bug."
+    );
+    assert_eq!(content(run(&backend, route_request()).await.1), "L1");
+    assert_eq!(
+        content(run(&backend, answer_request("L1", "c")).await.1),
+        "generic"
+    );
+    assert_eq!(
+        content(run(&backend, summary("L1")).await.1),
+        "summary by L1"
+    );
+    assert_eq!(script.remaining(), 0);
+    let exhausted = run(&backend, answer_request("L3", "d"))
+        .await
+        .1
+        .unwrap_err();
+    assert!(
+        exhausted
+            .to_string()
+            .contains("no reply left for hop 'answer' on model 'L3'"),
+        "{exhausted}"
+    );
+    script.push("answer", Some("L3"), "late addition");
+    assert_eq!(
+        content(run(&backend, answer_request("L3", "e")).await.1),
+        "late addition"
+    );
+    assert_eq!(
+        engine.hop_log()[..4],
+        [
+            ("route".to_string(), "L0".to_string()),
+            ("answer".to_string(), "L2".to_string()),
+            ("answer".to_string(), "L2".to_string()),
+            ("summary".to_string(), "L2".to_string()),
+        ]
+    );
+    assert_eq!(engine.requests_for_hop("summary").len(), 2);
+    assert_eq!(
+        engine.requests_for_model("L2")[1]
+            .last_user_text()
+            .as_deref(),
+        Some("b")
+    );
+}
+
+#[tokio::test]
+async fn a_json_answer_to_a_streamed_request_is_replayed_as_deltas() {
+    let body = json!({"choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"role": "assistant", "content": "whole", "reasoning": "why"}}]})
+    .to_string();
+    let engine = MockEngine::start(move |_req| {
+        MockReply::status(200, body.clone()).header("Content-Type", "application/json")
+    })
+    .await;
+    let (deltas, done) = run(&backend_for(&engine), answer_request("L2", "x")).await;
+    assert_eq!(
+        deltas,
+        [
+            ChatDelta::Reasoning("why".into()),
+            ChatDelta::Text("whole".into())
+        ]
+    );
+    assert_eq!(done.unwrap().message.content, "whole");
+}
+
+#[test]
+fn mock_engine_serves_synchronous_tests_too() {
+    use std::io::{Read, Write};
+    let engine = MockEngine::start_blocking(|_req| MockReply::text("unused"));
+    let mut socket = std::net::TcpStream::connect(engine.addr()).unwrap();
+    socket
+        .write_all(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    socket.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"max_model_len\":262144"), "{answer}");
+    assert_eq!(engine.requests()[0].path, "/v1/models");
 }

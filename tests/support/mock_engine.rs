@@ -568,11 +568,28 @@ pub fn sequence(replies: Vec<MockReply>) -> impl Fn(&RecordedRequest) -> MockRep
 /// Scripted MoL conversations: reply queues per hop and model.
 ///
 /// Lookup for a request with hop H and model M: the queue for (H, M), then the queue for
-/// (H, any model), then the defaults (`default_route`, the built-in summary
-/// `"summary by M"`), then `otherwise`; when nothing fits the engine answers HTTP 500 with a
-/// body saying which script entry was missing, so a wrong test fails loudly.
+/// (H, any model), then the default for (H, M), then the default for H (the built-in summary
+/// default is `"summary by M"`), then `otherwise`; when nothing fits the engine answers HTTP 418
+/// with a body saying which script entry was missing, so a wrong test fails loudly. A
+/// `latency` set for H delays every reply of that hop (simulated engine time).
 ///
 /// Cloning shares the queues: keep a clone to push more replies between turns.
+///
+/// ```ignore
+/// let script = Script::new()
+///     .routes(["L2", "L1"])                         // first turn → L2, second → L1
+///     .answer("L2", MockReply::tool_call("c1", "read_file", r#"{"path":"a"}"#))
+///     .answer("L2", "Here is the fix.")
+///     .summary("L2", "Fixed a.")
+///     .answer("L1", "Booked.");
+/// // a latency benchmark: endless turns with the reference's hop timings
+/// let bench = Script::new()
+///     .default_route("L2")
+///     .default_answer("ok")
+///     .latency("route", Duration::from_millis(200))
+///     .latency("answer", Duration::from_millis(1240))
+///     .latency("summary", Duration::from_millis(320));
+/// ```
 #[derive(Clone, Default)]
 pub struct Script {
     inner: Arc<Mutex<ScriptState>>,
@@ -581,16 +598,20 @@ pub struct Script {
 #[derive(Default)]
 struct ScriptState {
     queues: HashMap<(String, Option<String>), VecDeque<MockReply>>,
-    default_route: Option<MockReply>,
-    default_summary: bool,
+    defaults: HashMap<(String, Option<String>), MockReply>,
+    builtin_summary: bool,
+    latency: HashMap<String, Duration>,
     otherwise: Option<MockReply>,
+    /// Proxy-mode behaviour: answer with `X-Conversation-Id` (echoed, or minted).
+    conversation_ids: bool,
+    minted: u64,
 }
 
 impl Script {
     /// An empty script that answers summary hops with `"summary by <model>"`.
     pub fn new() -> Self {
         let script = Script::default();
-        script.lock().default_summary = true;
+        script.lock().builtin_summary = true;
         script
     }
 
@@ -606,6 +627,13 @@ impl Script {
             .entry((hop.to_string(), model.map(str::to_string)))
             .or_default()
             .push_back(reply.into());
+    }
+
+    /// Sets the reply for `hop` on `model` (`None` = any model) once its queues are empty.
+    pub fn set_default(&self, hop: &str, model: Option<&str>, reply: impl Into<MockReply>) {
+        self.lock()
+            .defaults
+            .insert((hop.to_string(), model.map(str::to_string)), reply.into());
     }
 
     /// Queues a route label (answered as content).
@@ -630,7 +658,7 @@ impl Script {
 
     /// The label for route hops once the queue is empty.
     pub fn default_route(self, label: &str) -> Self {
-        self.lock().default_route = Some(MockReply::label(label));
+        self.set_default("route", None, MockReply::label(label));
         self
     }
 
@@ -646,9 +674,22 @@ impl Script {
         self
     }
 
+    /// The answer of every model once the answer queues are empty.
+    pub fn default_answer(self, reply: impl Into<MockReply>) -> Self {
+        self.set_default("answer", None, reply);
+        self
+    }
+
     /// Queues the next summary of `model`.
     pub fn summary(self, model: &str, reply: impl Into<MockReply>) -> Self {
         self.push("summary", Some(model), reply);
+        self
+    }
+
+    /// The summary of every model once the summary queues are empty (replaces the built-in
+    /// `"summary by <model>"`).
+    pub fn default_summary(self, reply: impl Into<MockReply>) -> Self {
+        self.set_default("summary", None, reply);
         self
     }
 
@@ -658,7 +699,20 @@ impl Script {
         self
     }
 
-    /// The reply when nothing else is scripted (instead of an HTTP 500).
+    /// Delays every reply of `hop` by `delay` (before the status line).
+    pub fn latency(self, hop: &str, delay: Duration) -> Self {
+        self.lock().latency.insert(hop.to_string(), delay);
+        self
+    }
+
+    /// Behaves like the MoL proxy towards `X-Conversation-Id`: every reply carries the header,
+    /// echoing the request's or minting `molc_<32 hex>` when there was none.
+    pub fn conversation_ids(self) -> Self {
+        self.lock().conversation_ids = true;
+        self
+    }
+
+    /// The reply when nothing else is scripted (instead of an HTTP 418).
     pub fn otherwise(self, reply: impl Into<MockReply>) -> Self {
         self.lock().otherwise = Some(reply.into());
         self
@@ -674,24 +728,47 @@ impl Script {
         let hop = req.hop_or_answer().to_string();
         let model = req.model().to_string();
         let mut state = self.lock();
-        for key in [(hop.clone(), Some(model.clone())), (hop.clone(), None)] {
-            if let Some(reply) = state.queues.get_mut(&key).and_then(VecDeque::pop_front) {
+        let mut reply = Self::pick(&mut state, &hop, &model);
+        if state.conversation_ids {
+            let id = match req.conversation_id() {
+                Some(id) => id.to_string(),
+                None => {
+                    state.minted += 1;
+                    format!("molc_{:032x}", state.minted)
+                }
+            };
+            reply = reply.header("X-Conversation-Id", &id);
+        }
+        match state.latency.get(&hop) {
+            Some(delay) if !delay.is_zero() => reply.after(*delay),
+            _ => reply,
+        }
+    }
+
+    fn pick(state: &mut ScriptState, hop: &str, model: &str) -> MockReply {
+        let keys = [
+            (hop.to_string(), Some(model.to_string())),
+            (hop.to_string(), None),
+        ];
+        for key in &keys {
+            if let Some(reply) = state.queues.get_mut(key).and_then(VecDeque::pop_front) {
                 return reply;
             }
         }
-        if hop == "route"
-            && let Some(reply) = &state.default_route
-        {
-            return reply.clone();
+        for key in &keys {
+            if let Some(reply) = state.defaults.get(key) {
+                return reply.clone();
+            }
         }
-        if hop == "summary" && state.default_summary {
+        if hop == "summary" && state.builtin_summary {
             return MockReply::text(format!("summary by {model}"));
         }
         if let Some(reply) = &state.otherwise {
             return reply.clone();
         }
+        // 418: not retried by clients (a 5xx would be), and unmistakably a test-script gap.
         MockReply::error(
-            500,
+            418,
             &format!("mock engine script: no reply left for hop '{hop}' on model '{model}'"),
             "mock_script_exhausted",
         )
@@ -737,6 +814,11 @@ impl MockEngineBuilder {
         handler: impl Fn(&RecordedRequest) -> MockReply + Send + Sync + 'static,
     ) -> MockEngine {
         self.start_blocking(handler)
+    }
+
+    /// Starts a server answering from a `Script`.
+    pub async fn scripted(self, script: Script) -> MockEngine {
+        self.start_blocking(move |req| script.reply(req))
     }
 
     pub fn start_blocking(
@@ -884,6 +966,15 @@ impl MockEngine {
         self.chat_requests()
             .into_iter()
             .filter(|r| r.model() == model)
+            .collect()
+    }
+
+    /// `(hop, model)` of every chat request in order, for compact assertions such as
+    /// `[("route", "L0"), ("answer", "L2"), ("summary", "L2")]`.
+    pub fn hop_log(&self) -> Vec<(String, String)> {
+        self.chat_requests()
+            .iter()
+            .map(|r| (r.hop_or_answer().to_string(), r.model().to_string()))
             .collect()
     }
 

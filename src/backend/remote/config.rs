@@ -77,6 +77,8 @@ impl RemoteConfig {
 pub enum RemoteConfigError {
     #[error("endpoint {url:?}: {reason}")]
     InvalidEndpoint { url: String, reason: String },
+    #[error("the API key is unusable: {0}")]
+    InvalidApiKey(String),
     #[error("cannot set up the HTTP client: {0}")]
     Client(String),
 }
@@ -122,6 +124,36 @@ pub fn validate_base_url(url: &str) -> Result<String, RemoteConfigError> {
     Ok(trimmed)
 }
 
+/// Whether the (validated) endpoint is on this machine.
+pub fn is_loopback(base_url: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(base_url) else {
+        return false;
+    };
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The key trimmed (a key file's trailing newline is common), `None` when empty. A key that
+/// cannot be an HTTP header value is refused without repeating it.
+pub fn normalize_api_key(key: Option<String>) -> Result<Option<String>, RemoteConfigError> {
+    let Some(key) = key.map(|k| k.trim().to_string()).filter(|k| !k.is_empty()) else {
+        return Ok(None);
+    };
+    if key.chars().any(|c| !c.is_ascii_graphic() && c != ' ') {
+        return Err(RemoteConfigError::InvalidApiKey(
+            "it contains characters an HTTP header cannot carry (control or non-ASCII characters)"
+                .into(),
+        ));
+    }
+    Ok(Some(key))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,6 +197,33 @@ mod tests {
                 .to_string()
                 .contains("not a URL")
         );
+    }
+
+    #[test]
+    fn api_keys_are_trimmed_and_checked_without_being_echoed() {
+        assert_eq!(
+            normalize_api_key(Some(" sk-abc\n".into()))
+                .unwrap()
+                .as_deref(),
+            Some("sk-abc")
+        );
+        assert_eq!(normalize_api_key(Some("  ".into())).unwrap(), None);
+        assert_eq!(normalize_api_key(None).unwrap(), None);
+        let err = normalize_api_key(Some("sk-\u{1}secret".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            !err.contains("secret") && err.contains("HTTP header"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn loopback_endpoints() {
+        assert!(is_loopback("http://127.0.0.1:8000/v1"));
+        assert!(is_loopback("http://localhost:8000/v1"));
+        assert!(is_loopback("http://[::1]:8000/v1"));
+        assert!(!is_loopback("https://api.example.com/v1"));
     }
 
     #[test]

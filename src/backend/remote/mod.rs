@@ -60,8 +60,10 @@ pub struct RemoteBackendBuilder {
 }
 
 impl RemoteBackendBuilder {
+    /// The key sent as `Authorization: Bearer …` (surrounding whitespace, e.g. the newline of
+    /// a key file, is dropped; an empty key means none).
     pub fn api_key(mut self, key: Option<String>) -> Self {
-        self.config.api_key = key.filter(|k| !k.is_empty());
+        self.config.api_key = key;
         self
     }
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
@@ -118,6 +120,14 @@ struct Inner {
     on_retry: Option<RetryObserver>,
 }
 
+impl std::fmt::Debug for RemoteBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteBackend")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
 impl RemoteBackend {
     /// Starts a builder for the endpoint `base_url` (ending in `/v1`).
     pub fn builder(base_url: impl Into<String>) -> RemoteBackendBuilder {
@@ -137,9 +147,15 @@ impl RemoteBackend {
         on_retry: Option<RetryObserver>,
     ) -> Result<Self, RemoteConfigError> {
         config.base_url = config::validate_base_url(&config.base_url)?;
-        let client = reqwest::Client::builder()
+        config.api_key = config::normalize_api_key(config.api_key.take())?;
+        let mut client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
-            .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")));
+        // A local engine must not be sent through an HTTP(S)_PROXY from the environment.
+        if config::is_loopback(&config.base_url) {
+            client = client.no_proxy();
+        }
+        let client = client
             .build()
             .map_err(|e| RemoteConfigError::Client(error_chain(&e)))?;
         Ok(RemoteBackend {
@@ -167,8 +183,7 @@ impl RemoteBackend {
         let inner = &self.inner;
         // There is no "models" hop; errors say "answer hop" and name the /models URL.
         let ctx = inner.error_context(Hop::Answer, &inner.models_url);
-        let deadline = Instant::now() + inner.config.request_timeout;
-        let response = inner
+        let (response, deadline) = inner
             .send_with_retries(&ctx, || {
                 inner.authorised(inner.client.get(&inner.models_url))
             })
@@ -190,7 +205,7 @@ impl RemoteBackend {
         let body = wire::request_body(&req, inner.config.dialect);
         let body = Bytes::from(body.to_string());
         tracing::debug!(hop = %req.hop, model = %req.model, url = %inner.chat_url, stream = req.stream, "chat request");
-        let response = inner
+        let (response, deadline) = inner
             .send_with_retries(&ctx, || {
                 let mut builder = inner
                     .client
@@ -212,12 +227,21 @@ impl RemoteBackend {
             .get(CONVERSATION_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        if !req.stream {
-            let deadline = started + inner.config.request_timeout;
+        // Some servers ignore `stream: true` and answer with one JSON body: replay it as deltas.
+        let answered_json = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.starts_with("application/json"));
+        if !req.stream || answered_json {
             let body = read_body(response, &ctx, deadline, inner.config.request_timeout).await?;
             let completion = parse_full_body(&body, &ctx, started, conversation_id)?;
-            let item: Result<ChatDelta, BackendError> = Ok(ChatDelta::Completed(completion));
-            return Ok(Box::pin(futures_util::stream::iter([item])));
+            let mut items: Vec<Result<ChatDelta, BackendError>> = Vec::new();
+            if req.stream {
+                items.extend(replayed_deltas(&completion).into_iter().map(Ok));
+            }
+            items.push(Ok(ChatDelta::Completed(completion)));
+            return Ok(Box::pin(futures_util::stream::iter(items)));
         }
         let state = StreamState {
             body: Box::pin(response.bytes_stream()),
@@ -256,23 +280,25 @@ impl Inner {
         }
     }
 
-    /// Sends until a 2xx arrives. Retries connect errors, 429 and 5xx; everything happens
+    /// Sends until a 2xx arrives; returns it with the deadline of that attempt (the request
+    /// timeout counts per attempt). Retries connect errors, 429 and 5xx; everything happens
     /// before a single byte of output reached the caller, so a retry can never duplicate text.
     async fn send_with_retries(
         &self,
         ctx: &ErrorContext,
         build: impl Fn() -> reqwest::RequestBuilder,
-    ) -> Result<reqwest::Response, BackendError> {
+    ) -> Result<(reqwest::Response, Instant), BackendError> {
         let policy = self.policy();
         let request_timeout = self.config.request_timeout;
         let mut retry = 0u32;
         loop {
-            let (failure, delay) = match tokio::time::timeout(request_timeout, build().send()).await
-            {
+            let deadline = Instant::now() + request_timeout;
+            let sent = tokio::time::timeout_at(deadline.into(), build().send()).await;
+            let (failure, delay) = match sent {
                 Err(_) => {
                     return Err(ctx.timeout(
                         request_timeout.as_secs(),
-                        "waiting for the response headers (request timeout)",
+                        "request timeout: waiting for the response headers",
                     ));
                 }
                 Ok(Err(error)) => {
@@ -292,14 +318,13 @@ impl Inner {
                 Ok(Ok(response)) => {
                     let status = response.status().as_u16();
                     if response.status().is_success() {
-                        return Ok(response);
+                        return Ok((response, deadline));
                     }
                     let retry_after = response
                         .headers()
                         .get(reqwest::header::RETRY_AFTER)
                         .and_then(|v| v.to_str().ok())
                         .map(str::to_string);
-                    let deadline = Instant::now() + request_timeout;
                     let body = read_body(response, ctx, deadline, request_timeout)
                         .await
                         .unwrap_or_default();
@@ -339,7 +364,7 @@ async fn read_body(
     match tokio::time::timeout_at(deadline.into(), response.bytes()).await {
         Err(_) => Err(ctx.timeout(
             limit.as_secs(),
-            "reading the response body (request timeout)",
+            "request timeout: reading the response body",
         )),
         Ok(Err(e)) => Err(ctx.connect(&format!(
             "the connection broke while reading the response: {}",
@@ -380,6 +405,32 @@ fn parse_full_body(
     })
 }
 
+/// The deltas a stream would have carried for `completion`.
+fn replayed_deltas(completion: &ChatCompletion) -> Vec<ChatDelta> {
+    let message = &completion.message;
+    let mut deltas = Vec::new();
+    if let Some(reasoning) = message.reasoning.as_ref().filter(|r| !r.is_empty()) {
+        deltas.push(ChatDelta::Reasoning(reasoning.clone()));
+    }
+    if !message.content.is_empty() {
+        deltas.push(ChatDelta::Text(message.content.clone()));
+    }
+    for (index, call) in message.tool_calls.iter().enumerate() {
+        deltas.push(ChatDelta::ToolCallStarted {
+            index,
+            id: call.id.clone(),
+            name: call.name.clone(),
+        });
+        if !call.arguments.is_empty() {
+            deltas.push(ChatDelta::ToolCallArguments {
+                index,
+                fragment: call.arguments.clone(),
+            });
+        }
+    }
+    deltas
+}
+
 type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
 /// One streamed response being read. Dropping it drops the connection, which aborts the
@@ -411,10 +462,11 @@ async fn next_item(
         match tokio::time::timeout(state.idle, state.body.next()).await {
             Err(_) => {
                 let secs = state.idle.as_secs();
-                state.fail(state.ctx.timeout(
+                let error = state.ctx.timeout(
                     secs,
-                    format!("the stream sent nothing for {secs} s (idle timeout)"),
-                ));
+                    "stream idle timeout: no data in the middle of the answer",
+                );
+                state.fail(error);
             }
             Ok(Some(Err(error))) => {
                 let message = format!("the connection broke mid-stream: {}", error_chain(&error));
