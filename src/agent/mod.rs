@@ -9,7 +9,6 @@
 pub mod approval;
 pub mod basic_tools;
 mod core_loop;
-pub mod mol_bridge;
 mod summaries;
 mod tool_calls;
 mod turn;
@@ -22,12 +21,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 
-use crate::backend::{ChatBackend, ReasoningEffort};
+use crate::backend::{ChatBackend, ChatMessage, ReasoningEffort};
 use crate::config::Mode;
+use crate::mol::{Profile, Timeline};
 use crate::protocol::{AgentHandle, ApprovalDecision, EventSink, Expert};
 use crate::session::{Record, Restored, SessionFile};
 use crate::tool::{ToolRegistry, ToolState};
-use mol_bridge::{Profile, Timeline};
 
 /// The experts' built-in system prompt (overridable with `system_prompt` in config).
 pub const DEFAULT_SYSTEM_PROMPT: &str = include_str!("prompts/system.md");
@@ -82,6 +81,16 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// The system head of every answer and summary request: the experts' system prompt, with
+    /// the profile's identity prompt appended in `mol` mode (§4.3).
+    pub fn head(&self) -> Vec<ChatMessage> {
+        let head = [ChatMessage::system(self.cfg.system_prompt.clone())];
+        match self.cfg.mode {
+            Mode::Mol => crate::mol::with_identity(&head, &self.cfg.profile.intro),
+            Mode::Proxy | Mode::Single => head.to_vec(),
+        }
+    }
+
     /// Appends a session record; a failed write becomes a warning, never a dead turn.
     pub fn record(&self, record: Record) {
         if let Err(e) = lock(&self.session).append(&record) {

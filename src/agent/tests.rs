@@ -118,7 +118,7 @@ fn start_with(
         headless: true,
         max_round_trips: None,
         system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
-        profile: Profile::builtin(),
+        profile: Profile::builtin(&crate::mol::ProfileNames::default()),
         workspace: dir.path().to_path_buf(),
         session_dir: dir.path().join("sessions"),
         temperature: None,

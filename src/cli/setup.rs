@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::agent::mol_bridge::Profile;
 use crate::agent::{AgentConfig, ApprovalPolicy, DEFAULT_SYSTEM_PROMPT};
 use crate::backend::ChatBackend;
 use crate::backend::remote::ConstraintDialect;
 use crate::config::{Config, Mode, RouteConstraint};
+use crate::mol::{Profile, ProfileNames};
 use crate::session::{Restored, SessionFile};
 
 /// Shown when there is nothing to talk to.
@@ -61,8 +61,8 @@ pub fn system_prompt(config: &Config) -> Result<String, String> {
 /// The MoL profile: the configured folder, else the built-in default.
 pub fn profile(config: &Config) -> Result<Profile, String> {
     match &config.profile {
-        Some(dir) => crate::agent::mol_bridge::load_profile(dir),
-        None => Ok(Profile::builtin()),
+        Some(dir) => Profile::load(dir, &ProfileNames::default()).map_err(|e| e.to_string()),
+        None => Ok(Profile::builtin(&ProfileNames::default())),
     }
 }
 
