@@ -13,20 +13,13 @@ const HELP: &str =
     "commands: /expert L0..L3|auto, /new, /resume ID|last, /quit (Ctrl-C stops a running turn)";
 
 pub async fn run(config: &Config, first: Option<String>, resume: Option<String>) -> i32 {
-    let prepared = setup::build_backend(config).and_then(|backend| {
-        let agent = setup::agent_config(config, false)?;
-        let (file, restored) = setup::open_session(config, backend.as_ref(), resume.as_deref())?;
-        Ok((backend, agent, file, restored))
-    });
-    let (backend, agent_cfg, file, restored) = match prepared {
-        Ok(p) => p,
+    let mut handle = match setup::start_agent(config, false, resume.as_deref()) {
+        Ok(h) => h,
         Err(e) => {
             eprintln!("baton: {e}");
             return exit::USAGE;
         }
     };
-    let tools = crate::agent::basic_tools::basic_registry();
-    let mut handle = crate::agent::spawn_agent(agent_cfg, backend, tools, file, restored);
     eprintln!("{HELP}");
 
     let mut lines = BufReader::new(tokio::io::stdin()).lines();

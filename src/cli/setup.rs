@@ -111,3 +111,28 @@ pub fn open_session(
         .map_err(|e| e.to_string()),
     }
 }
+
+/// The tools offered to the model. One place, so the full registry is swapped in here.
+pub fn tool_registry(_config: &Config) -> crate::tool::ToolRegistry {
+    crate::agent::basic_tools::basic_registry()
+}
+
+/// Builds everything from the configuration and starts the agent core on the current tokio
+/// runtime: the entry point for every frontend (TUI, line REPL, `--exec`). `resume` is a
+/// session id, a unique prefix, or `last`. Errors are setup problems (exit 2).
+pub fn start_agent(
+    config: &Config,
+    headless: bool,
+    resume: Option<&str>,
+) -> Result<crate::protocol::AgentHandle, String> {
+    let backend = build_backend(config)?;
+    let agent = agent_config(config, headless)?;
+    let (file, restored) = open_session(config, backend.as_ref(), resume)?;
+    Ok(crate::agent::spawn_agent(
+        agent,
+        backend,
+        tool_registry(config),
+        file,
+        restored,
+    ))
+}

@@ -37,21 +37,13 @@ pub async fn run(opts: ExecOptions, config: &Config) -> i32 {
             return exit::USAGE;
         }
     };
-    let prepared = setup::build_backend(config).and_then(|backend| {
-        let agent = setup::agent_config(config, true)?;
-        let (file, restored) =
-            setup::open_session(config, backend.as_ref(), opts.resume.as_deref())?;
-        Ok((backend, agent, file, restored))
-    });
-    let (backend, agent_cfg, file, restored) = match prepared {
-        Ok(p) => p,
+    let mut handle = match setup::start_agent(config, true, opts.resume.as_deref()) {
+        Ok(h) => h,
         Err(e) => {
             eprintln!("baton: {e}");
             return exit::USAGE;
         }
     };
-    let tools = crate::agent::basic_tools::basic_registry();
-    let mut handle = crate::agent::spawn_agent(agent_cfg, backend, tools, file, restored);
     let out = Output::new(opts.json);
 
     let deadline = config
