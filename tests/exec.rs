@@ -252,6 +252,9 @@ fn tool_results_continue_on_the_same_expert_without_a_route_hop() {
     assert_eq!(done[0]["answer"], "The file says 42.");
     assert_eq!(done[0]["status"], "done");
     assert_eq!(of_type(&ev, "summary_recorded").len(), 1);
+    // The summary's text is never part of the output, not even in JSON mode.
+    assert!(!stdout_of(&out).contains("summary by L2"));
+    assert_eq!(engine.requests_for_hop("summary").len(), 1);
     assert_eq!(ev[0]["type"], "session");
     assert_eq!(
         ev.last().map(|e| e["type"].clone()),
