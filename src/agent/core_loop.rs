@@ -56,11 +56,11 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
             Op::PinExpert { expert } => *lock(&shared.pinned) = expert,
             Op::SetModel { model } => *lock(&shared.model) = Some(model),
             Op::NewSession => {
-                finish_running(&shared, running.take()).await;
+                finish_running(running.take()).await;
                 switch_session(&shared, None).await;
             }
             Op::ResumeSession { id } => {
-                finish_running(&shared, running.take()).await;
+                finish_running(running.take()).await;
                 switch_session(&shared, Some(id)).await;
             }
             Op::Undo | Op::Compact | Op::UserShell { .. } => shared.events.emit(Event::Warning {
@@ -105,7 +105,7 @@ fn start_turn(shared: &Arc<Shared>, text: String) -> Running {
 }
 
 /// Interrupts a running turn and waits until it has written its end.
-async fn finish_running(_shared: &Shared, running: Option<Running>) {
+async fn finish_running(running: Option<Running>) {
     if let Some(r) = running {
         r.cancel.cancel();
         let _ = r.handle.await;
@@ -113,7 +113,7 @@ async fn finish_running(_shared: &Shared, running: Option<Running>) {
 }
 
 async fn shutdown(shared: &Arc<Shared>, running: Option<Running>) {
-    finish_running(shared, running).await;
+    finish_running(running).await;
     // Answers were delivered already; the summaries are saved before the process ends (B2).
     summaries::wait_all(shared).await;
 }

@@ -26,6 +26,8 @@ pub async fn run(config: &Config, first: Option<String>, resume: Option<String>)
     let mut in_flight = 0usize;
     let mut pending_approval: Option<(String, Vec<String>)> = None;
     let mut stdin_open = true;
+    // Whether answer text was printed since the last message ended (to end its line).
+    let mut streamed = false;
     if let Some(text) = first.filter(|t| !t.trim().is_empty()) {
         in_flight += 1;
         let _ = handle.ops.send(Op::UserTurn { text });
@@ -38,10 +40,14 @@ pub async fn run(config: &Config, first: Option<String>, resume: Option<String>)
                 let Some(ev) = ev else { return exit::AGENT_ERROR };
                 match &ev {
                     Event::MessageDelta { delta, .. } => {
+                        streamed = true;
                         print!("{delta}");
                         let _ = std::io::stdout().flush();
                     }
-                    Event::MessageFinal { .. } => println!(),
+                    Event::MessageFinal { .. } if streamed => {
+                        streamed = false;
+                        println!();
+                    }
                     Event::RouteDecided { expert, decision, latency_ms, reason, .. }
                         if !matches!(decision, crate::protocol::RouteDecision::Sticky) =>
                     {
