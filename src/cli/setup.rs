@@ -12,7 +12,7 @@ use crate::session::{Restored, SessionFile};
 
 /// Shown when there is nothing to talk to.
 pub const NO_BACKEND_HELP: &str = "\
-baton has no model to talk to. Point it at an OpenAI-compatible server with
+no model to talk to. Point baton at an OpenAI-compatible server with
 `--endpoint http://HOST:PORT/v1` (or `endpoint = \"…\"` in ~/.config/baton/config.toml, or
 BATON_ENDPOINT); the API key is read from $BATON_API_KEY. A MoL engine serving L0–L3 works as
 is (--mode mol); for a routing proxy use --mode proxy --model NAME, for any other model
