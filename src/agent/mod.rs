@@ -84,7 +84,17 @@ impl Shared {
     /// The system head of every answer and summary request: the experts' system prompt, with
     /// the profile's identity prompt appended in `mol` mode (§4.3).
     pub fn head(&self) -> Vec<ChatMessage> {
-        let head = [ChatMessage::system(self.cfg.system_prompt.clone())];
+        let mut system = format!(
+            "{}\n\nWorkspace: {}",
+            self.cfg.system_prompt.trim_end(),
+            self.cfg.workspace.display()
+        );
+        if self.cfg.headless {
+            system.push_str(
+                "\nThis run is headless: nobody can answer questions or approve actions.",
+            );
+        }
+        let head = [ChatMessage::system(system)];
         match self.cfg.mode {
             Mode::Mol => crate::mol::with_identity(&head, &self.cfg.profile.intro),
             Mode::Proxy | Mode::Single => head.to_vec(),

@@ -170,6 +170,7 @@ pub fn load(flags: &Settings) -> Result<Config, ConfigLoadError> {
         .or_else(|| env.workspace.clone())
         .or_else(|| user.workspace.clone())
         .unwrap_or_else(|| cwd.clone());
+    let workspace_hint = cwd.join(workspace_hint);
     let project = match project_config_path(&workspace_hint) {
         Some(p) => {
             let s = read_file(&p)?;
