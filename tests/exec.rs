@@ -522,3 +522,27 @@ fn ctrl_c_stops_the_turn_saves_the_session_and_exits_130() {
     assert!(saved.contains("\"record\":\"turn_ended\""));
     assert!(saved.contains("\"record\":\"task_abandoned\""));
 }
+
+#[test]
+fn the_api_key_is_sent_but_never_printed_or_saved() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", MockReply::error(401, "bad key", "invalid_api_key")),
+    );
+    let out = env
+        .exec(&engine, "hi", &["--json", "--api-key-env", "MY_KEY"])
+        .env("MY_KEY", "sk-very-secret-123")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        engine.requests_for_hop("answer")[0].header("authorization"),
+        Some("Bearer sk-very-secret-123")
+    );
+    assert!(!stdout_of(&out).contains("sk-very-secret"));
+    assert!(!stderr_of(&out).contains("sk-very-secret"));
+    let saved = std::fs::read_to_string(session_file(&env.sessions)).expect("session");
+    assert!(!saved.contains("sk-very-secret"));
+}
