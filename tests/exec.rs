@@ -546,3 +546,20 @@ fn the_api_key_is_sent_but_never_printed_or_saved() {
     let saved = std::fs::read_to_string(session_file(&env.sessions)).expect("session");
     assert!(!saved.contains("sk-very-secret"));
 }
+
+#[test]
+fn project_instructions_reach_the_experts() {
+    let env = Env::new();
+    std::fs::write(env.workspace.join("AGENTS.md"), "Always run cargo fmt.").expect("write");
+    let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "ok"));
+    let out = env.exec(&engine, "hi", &[]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let answer = &engine.requests_for_hop("answer")[0];
+    assert!(
+        answer
+            .system_text()
+            .unwrap_or_default()
+            .contains("Always run cargo fmt.")
+    );
+    assert!(!engine.requests_for_hop("route")[0].mentions("Always run cargo fmt."));
+}

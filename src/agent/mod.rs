@@ -9,6 +9,7 @@
 pub mod approval;
 pub mod basic_tools;
 mod core_loop;
+pub mod instructions;
 mod summaries;
 mod tool_calls;
 mod turn;

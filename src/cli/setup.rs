@@ -49,13 +49,26 @@ pub fn build_backend(config: &Config) -> Result<Arc<dyn ChatBackend>, String> {
         .map_err(|e| e.to_string())
 }
 
-/// The experts' system prompt: the configured file, else the built-in one.
+/// The experts' system prompt: the configured file, else the built-in one; then the project
+/// instructions (AGENTS.md files) for the workspace.
 pub fn system_prompt(config: &Config) -> Result<String, String> {
-    match &config.system_prompt {
+    let mut prompt = match &config.system_prompt {
         Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| format!("system_prompt {}: cannot read: {e}", path.display())),
-        None => Ok(DEFAULT_SYSTEM_PROMPT.to_string()),
+            .map_err(|e| format!("system_prompt {}: cannot read: {e}", path.display()))?,
+        None => DEFAULT_SYSTEM_PROMPT.to_string(),
+    };
+    let instructions = project_instructions(config);
+    if !instructions.text.is_empty() {
+        prompt = format!("{}\n\n{}", prompt.trim_end(), instructions.text);
     }
+    Ok(prompt)
+}
+
+/// AGENTS.md (or CLAUDE.md) files from the repository root down to the workspace, plus the
+/// user's own in `~/.config/baton/`.
+pub fn project_instructions(config: &Config) -> crate::agent::instructions::ProjectInstructions {
+    let user_dir = dirs::config_dir().map(|d| d.join("baton"));
+    crate::agent::instructions::discover(&config.workspace, user_dir.as_deref())
 }
 
 /// The MoL profile: the configured folder, else the built-in default.
