@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
-use super::{Shared, lock, summaries, turn};
+use super::{Shared, context, lock, summaries, turn};
 use crate::protocol::{Event, Op};
 use crate::session::SessionFile;
 
@@ -63,7 +63,11 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
                 finish_running(running.take()).await;
                 switch_session(&shared, Some(id)).await;
             }
-            Op::Undo | Op::Compact | Op::UserShell { .. } => shared.events.emit(Event::Warning {
+            Op::Compact if running.is_none() => compact_last_task(&shared).await,
+            Op::Compact => shared.events.emit(Event::Warning {
+                message: "a turn is running: /compact waits until it ends".into(),
+            }),
+            Op::Undo | Op::UserShell { .. } => shared.events.emit(Event::Warning {
                 message: "this operation is not available in this build of the agent core".into(),
             }),
             Op::Shutdown => {
@@ -148,5 +152,26 @@ async fn switch_session(shared: &Arc<Shared>, resume: Option<String>) {
             message: e.to_string(),
             hop: None,
         }),
+    }
+}
+
+/// `/compact`: compacts the last task of the timeline on its owner's view now.
+async fn compact_last_task(shared: &Arc<Shared>) {
+    let last = lock(&shared.timeline).tasks.last().map(|t| (t.id, t.owner));
+    let Some((task_id, owner)) = last else {
+        shared.events.emit(Event::Warning {
+            message: "nothing to compact yet".into(),
+        });
+        return;
+    };
+    let head = shared.head();
+    let view = lock(&shared.timeline).view(owner, &head);
+    let tokens = lock(&shared.context).estimate(&view);
+    let turn_id = lock(&shared.next_turn_id).saturating_sub(1);
+    let cancel = CancellationToken::new();
+    if !context::compact(shared, turn_id, task_id, owner, view, tokens, &cancel).await {
+        shared.events.emit(Event::Warning {
+            message: "the last task is too short to compact".into(),
+        });
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod approval;
 pub mod basic_tools;
+mod context;
 mod core_loop;
 pub mod instructions;
 mod summaries;
@@ -54,6 +55,8 @@ pub struct AgentConfig {
     pub top_p: Option<f32>,
     pub seed: Option<u64>,
     pub max_tokens: Option<u32>,
+    /// The experts' context window in tokens; `None` = ask the server (`/models`).
+    pub context_window: Option<u64>,
 }
 
 /// State shared by the op loop, the running turn and the background summary tasks.
@@ -73,6 +76,7 @@ pub(crate) struct Shared {
     pub approved_prefixes: Mutex<Vec<Vec<String>>>,
     pub pending_approvals: Mutex<HashMap<String, oneshot::Sender<ApprovalDecision>>>,
     pub summaries: Mutex<HashMap<u64, tokio::task::JoinHandle<()>>>,
+    pub context: Mutex<context::ContextState>,
 }
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it (a panic is a bug,
@@ -143,6 +147,7 @@ pub fn spawn_agent(
         approved_prefixes: Mutex::new(Vec::new()),
         pending_approvals: Mutex::new(HashMap::new()),
         summaries: Mutex::new(HashMap::new()),
+        context: Mutex::new(context::ContextState::default()),
     });
     tokio::spawn(core_loop::run(shared, ops_rx, resumed));
     AgentHandle {

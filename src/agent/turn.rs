@@ -8,7 +8,7 @@ use std::time::Instant;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::{Shared, lock, summaries, tool_calls};
+use super::{Shared, context, lock, summaries, tool_calls};
 use crate::backend::{BackendError, ChatCompletion, ChatDelta, ChatRequest, FinishReason};
 use crate::config::Mode;
 use crate::mol::{AnswerOptions, ReasoningWire};
@@ -144,10 +144,19 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
             });
         }
         round_trips += 1;
-        let request = answer_request(&shared, expert);
+        let request = if shared.cfg.mode == Mode::Mol {
+            let build = || answer_request(&shared, expert);
+            context::fit(&shared, ctx.turn_id, task_id, expert, &ctx.cancel, build).await
+        } else {
+            answer_request(&shared, expert)
+        };
+        let shape = context::shape(&request);
         let mut done = answer_hop(ctx, request, expert)
             .await
             .map_err(|s| (s, Some(expert)))?;
+        if let Some(usage) = done.usage {
+            context::observe(&shared, shape, usage.prompt_tokens);
+        }
         if let Some(id) = done.conversation_id.clone()
             && shared.cfg.mode == Mode::Proxy
         {
@@ -364,7 +373,7 @@ async fn answer_hop(
         turn_id,
         usage,
         context_used: done.usage.map(|u| u.prompt_tokens + u.completion_tokens),
-        context_window: None,
+        context_window: context::known_window(&shared),
     });
     Ok(done)
 }

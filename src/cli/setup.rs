@@ -101,6 +101,7 @@ pub fn agent_config(config: &Config, headless: bool) -> Result<AgentConfig, Stri
         top_p: config.top_p,
         seed: config.seed,
         max_tokens: config.max_tokens,
+        context_window: config.context_window,
     })
 }
 

@@ -61,6 +61,7 @@ pub struct Config {
     pub seed: Option<u64>,
     pub max_tokens: Option<u32>,
     pub route_constraint: RouteConstraint,
+    pub context_window: Option<u64>,
     /// The files that were read, in order of increasing precedence (for `doctor`).
     pub files: Vec<PathBuf>,
 }

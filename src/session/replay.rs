@@ -101,6 +101,19 @@ pub fn replay(records: impl IntoIterator<Item = Record>) -> Restored {
                 abandon_open_task(&mut r.timeline);
             }
             Record::Summary { task_id, text, .. } => r.timeline.record_summary(task_id, text),
+            Record::ToolOutputsShrunk {
+                task_id,
+                keep_recent,
+            } => {
+                r.timeline.shrink_old_tool_outputs(task_id, keep_recent);
+            }
+            Record::Compacted {
+                task_id,
+                summary,
+                keep_steps,
+            } => {
+                r.timeline.compact(task_id, &summary, keep_steps);
+            }
             Record::ConversationId { id } => r.conversation_id = Some(id),
             Record::TurnEnded { answer, .. } => {
                 if answer.is_some() {

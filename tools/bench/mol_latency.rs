@@ -73,6 +73,7 @@ fn agent_config(dir: &std::path::Path) -> AgentConfig {
         top_p: None,
         seed: None,
         max_tokens: None,
+        context_window: None,
     }
 }
 
