@@ -563,3 +563,24 @@ fn project_instructions_reach_the_experts() {
     );
     assert!(!engine.requests_for_hop("route")[0].mentions("Always run cargo fmt."));
 }
+
+#[test]
+fn a_hanging_summary_does_not_hold_back_the_answer() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", "prompt answer")
+            .summary("L2", MockReply::hang()),
+    );
+    let out = env
+        .exec(&engine, "hi", &["--timeout", "2"])
+        .output()
+        .expect("run");
+    // The turn finished: exit 0 with the answer, although the summary never came.
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "prompt answer\n");
+    assert!(stderr_of(&out).contains("next turn will make it"));
+    let saved = std::fs::read_to_string(session_file(&env.sessions)).expect("session");
+    assert!(!saved.contains("\"record\":\"summary\""));
+}
