@@ -242,3 +242,182 @@ fn detokenizer_flushes_an_incomplete_tail_on_finish() {
     let tail = detok.finish().unwrap();
     assert!(tail.contains(char::REPLACEMENT_CHARACTER), "{tail:?}");
 }
+
+mod toolparse {
+    use baton::engine::toolparse::{INVALID_TOOL_NAME, OutputEvent, OutputParser};
+
+    /// Feeds `text` in pieces of `chunk` characters, then finishes; returns every event.
+    fn parse_in_chunks(text: &str, chunk: usize, starts_in_reasoning: bool) -> Vec<OutputEvent> {
+        let mut parser = OutputParser::new(starts_in_reasoning);
+        let chars: Vec<char> = text.chars().collect();
+        let mut events = Vec::new();
+        for piece in chars.chunks(chunk) {
+            events.extend(parser.push(&piece.iter().collect::<String>()));
+        }
+        events.extend(parser.finish());
+        events
+    }
+
+    /// Text, reasoning and calls, each joined.
+    fn assemble(events: &[OutputEvent]) -> (String, String, Vec<(String, String, bool)>) {
+        let (mut text, mut reasoning, mut calls) = (String::new(), String::new(), Vec::new());
+        for event in events {
+            match event {
+                OutputEvent::Text(t) => text += t,
+                OutputEvent::Reasoning(r) => reasoning += r,
+                OutputEvent::ToolCall { call, error } => {
+                    assert!(
+                        call.id.starts_with("call_") && call.id.len() == 29,
+                        "{}",
+                        call.id
+                    );
+                    calls.push((call.name.clone(), call.arguments.clone(), error.is_some()))
+                }
+            }
+        }
+        (text, reasoning, calls)
+    }
+
+    #[test]
+    fn think_text_and_calls_in_any_chunking() {
+        let output = "<think>\nThe user wants files.\nList them.\n</think>\n\nI'll look.\n\
+                      <tool_call>\n{\"name\": \"shell\", \"arguments\": {\"cmd\": \"ls -l\"}}\n</tool_call>\n\
+                      <tool_call>\n{\"name\": \"read\", \"arguments\": \"{\\\"path\\\": \\\"a.rs\\\"}\"}\n</tool_call>";
+        for chunk in [1, 2, 3, 5, 7, 1000] {
+            let events = parse_in_chunks(output, chunk, false);
+            let (text, reasoning, calls) = assemble(&events);
+            assert_eq!(
+                reasoning, "The user wants files.\nList them.",
+                "chunk {chunk}"
+            );
+            assert_eq!(text, "I'll look.", "chunk {chunk}");
+            assert_eq!(
+                calls,
+                vec![
+                    (
+                        "shell".to_string(),
+                        "{\"cmd\": \"ls -l\"}".to_string(),
+                        false
+                    ),
+                    (
+                        "read".to_string(),
+                        "{\"path\": \"a.rs\"}".to_string(),
+                        false
+                    ),
+                ],
+                "chunk {chunk}"
+            );
+        }
+    }
+
+    #[test]
+    fn text_streams_before_a_call_closes() {
+        let mut parser = OutputParser::new(false);
+        let first = parser.push("Checking now.\n<tool_call>\n{\"name\": \"sh");
+        assert_eq!(first, vec![OutputEvent::Text("Checking now.".into())]);
+        assert!(
+            parser.push("ell\", \"arguments\": {}}").is_empty(),
+            "call held back"
+        );
+        let done = parser.push("\n</tool_call>");
+        assert!(
+            matches!(&done[..], [OutputEvent::ToolCall { call, error: None }] if call.name == "shell" && call.arguments == "{}")
+        );
+        assert!(parser.finish().is_empty());
+    }
+
+    #[test]
+    fn reasoning_streams_incrementally() {
+        let mut parser = OutputParser::new(true);
+        assert_eq!(
+            parser.push("\nstep one"),
+            vec![OutputEvent::Reasoning("step one".into())]
+        );
+        assert_eq!(
+            parser.push(", step two</th"),
+            vec![OutputEvent::Reasoning(", step two".into())]
+        );
+        assert_eq!(
+            parser.push("ink>\n\nanswer"),
+            vec![OutputEvent::Text("answer".into())]
+        );
+        assert!(parser.finish().is_empty());
+        assert!(OutputParser::prompt_opens_reasoning(
+            "<|im_start|>assistant\n<think>\n"
+        ));
+        assert!(!OutputParser::prompt_opens_reasoning(
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+        ));
+        assert!(!OutputParser::prompt_opens_reasoning(
+            "<|im_start|>assistant\n"
+        ));
+    }
+
+    #[test]
+    fn malformed_calls_become_calls_with_an_error() {
+        // Broken JSON with a readable name: the name is kept, the raw block is the arguments.
+        let events = parse_in_chunks(
+            "<tool_call>\n{\"name\": \"shell\", \"arguments\": {\"cmd\": \"ls\"}\n</tool_call>",
+            4,
+            false,
+        );
+        let (_, _, calls) = assemble(&events);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].0, "shell");
+        assert!(calls[0].2, "marked malformed");
+        assert!(serde_json::from_str::<serde_json::Value>(&calls[0].1).is_err());
+        let error = events
+            .iter()
+            .find_map(|e| match e {
+                OutputEvent::ToolCall { error, .. } => error.clone(),
+                _ => None,
+            })
+            .unwrap();
+        assert!(
+            error.contains("not valid JSON") && error.contains("<tool_call>"),
+            "{error}"
+        );
+
+        // No name at all, not even an object.
+        for body in ["[1, 2]", "{\"arguments\": {}}", "garbage {{{", ""] {
+            let events = parse_in_chunks(&format!("<tool_call>{body}</tool_call>"), 3, false);
+            let (_, _, calls) = assemble(&events);
+            assert_eq!(calls.len(), 1, "{body}");
+            assert_eq!(calls[0].0, INVALID_TOOL_NAME, "{body}");
+            assert!(calls[0].2, "{body}");
+        }
+    }
+
+    #[test]
+    fn unclosed_call_at_the_end_is_still_parsed() {
+        let events = parse_in_chunks(
+            "<tool_call>\n{\"name\": \"ls\", \"arguments\": {\"path\": \".\"}}\n",
+            6,
+            false,
+        );
+        let (text, _, calls) = assemble(&events);
+        assert_eq!(text, "");
+        assert_eq!(
+            calls,
+            vec![("ls".to_string(), "{\"path\": \".\"}".to_string(), false)]
+        );
+    }
+
+    #[test]
+    fn tags_inside_text_and_partial_tags() {
+        // A lone '<' and an unfinished tag at the end are ordinary text.
+        let events = parse_in_chunks("if a < b then <tool", 1, false);
+        assert_eq!(assemble(&events).0, "if a < b then <tool");
+        // <think> after answer text is text, not reasoning.
+        let events = parse_in_chunks("Use the <think> tag.", 2, false);
+        let (text, reasoning, _) = assemble(&events);
+        assert_eq!(
+            (text.as_str(), reasoning.as_str()),
+            ("Use the <think> tag.", "")
+        );
+        // Multi-byte text next to tags.
+        let events = parse_in_chunks("<think>дума🚀</think>ответ 🚀", 1, false);
+        let (text, reasoning, _) = assemble(&events);
+        assert_eq!((text.as_str(), reasoning.as_str()), ("ответ 🚀", "дума🚀"));
+    }
+}

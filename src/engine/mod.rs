@@ -3,3 +3,4 @@
 pub mod pyjson;
 pub mod template;
 pub mod tokenizer;
+pub mod toolparse;
