@@ -316,10 +316,8 @@ fn top_level_value_span<'a>(text: &'a str, key: &str) -> Option<&'a str> {
                     expecting_key = true;
                 }
             }
-            b':' if depth == 1 => {
-                if current_key.as_deref() == Some(key) {
-                    value_start = Some(i + 1);
-                }
+            b':' if depth == 1 && current_key.as_deref() == Some(key) => {
+                value_start = Some(i + 1);
             }
             b',' | b'}' | b']' => {
                 if depth == 1
