@@ -421,3 +421,133 @@ mod toolparse {
         assert_eq!((text.as_str(), reasoning.as_str()), ("ответ 🚀", "дума🚀"));
     }
 }
+
+/// A Qwen3-style template (written for this test) using what real Qwen templates use: a
+/// namespace, reverse slicing, `is string`, Python string methods with arguments, look-behind
+/// by index, `tojson` of tool schemas and the `enable_thinking` switch.
+const QWEN_STYLE_TEMPLATE: &str = r##"
+{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\n\n' }}
+    {%- endif %}
+    {{- "# Tools\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools><|im_end|>\n" }}
+{%- elif messages[0].role == 'system' %}
+    {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- set content = message.content if message.content is string else '' %}
+    {%- if message.role == "user" or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- elif '</think>' in content %}
+            {%- set reasoning_content = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') %}
+            {%- set content = content.split('</think>')[-1].lstrip('\n') %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index and (loop.last or reasoning_content) %}
+            {{- '<|im_start|>assistant\n<think>\n' + reasoning_content.strip('\n') + '\n</think>\n\n' + content.lstrip('\n') }}
+        {%- else %}
+            {{- '<|im_start|>assistant\n' + content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls or [] %}
+            {%- if (loop.first and content) or (not loop.first) %}
+                {{- '\n' }}
+            {%- endif %}
+            {%- if tool_call.function %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '<tool_call>\n{"name": "' + tool_call.name + '", "arguments": ' }}
+            {%- if tool_call.arguments is string %}
+                {{- tool_call.arguments }}
+            {%- else %}
+                {{- tool_call.arguments | tojson }}
+            {%- endif %}
+            {{- '}\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' + content + '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}
+{%- endif %}
+"##;
+
+#[test]
+fn qwen_style_template_renders_agent_turns() {
+    use baton::backend::{ChatMessage, ToolCall, ToolSpec};
+    use baton::engine::template::{messages_to_json, tools_to_json};
+
+    let template = ChatTemplate::from_source(QWEN_STYLE_TEMPLATE, &serde_json::json!({})).unwrap();
+    let mut assistant = ChatMessage::assistant("");
+    assistant.reasoning = Some("\nR\n".into());
+    assistant.tool_calls = vec![
+        ToolCall {
+            id: "call_1".into(),
+            name: "shell".into(),
+            arguments: "{\"cmd\": \"ls\"}".into(),
+        },
+        ToolCall {
+            id: "call_2".into(),
+            name: "read".into(),
+            arguments: "{\"path\": \"a.txt\"}".into(),
+        },
+    ];
+    let messages = vec![
+        ChatMessage::system("S"),
+        ChatMessage::user("U"),
+        assistant,
+        ChatMessage::tool_result("call_1", "a.txt"),
+        ChatMessage::tool_result("call_2", "hello"),
+    ];
+    let tools = vec![ToolSpec {
+        name: "shell".into(),
+        description: "run".into(),
+        parameters: serde_json::json!({"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}),
+    }];
+    let mut kwargs = serde_json::Map::new();
+    kwargs.insert("enable_thinking".into(), Json::Bool(false));
+    let input = TemplateInput {
+        messages: messages_to_json(&messages),
+        tools: Some(tools_to_json(&tools)),
+        add_generation_prompt: true,
+        continue_final_message: false,
+        kwargs,
+    };
+    let expected = "<|im_start|>system\nS\n\n# Tools\n<tools>\n\
+        {\"type\": \"function\", \"function\": {\"name\": \"shell\", \"description\": \"run\", \"parameters\": {\"type\": \"object\", \"properties\": {\"cmd\": {\"type\": \"string\"}}, \"required\": [\"cmd\"]}}}\n\
+        </tools><|im_end|>\n\
+        <|im_start|>user\nU<|im_end|>\n\
+        <|im_start|>assistant\n<think>\nR\n</think>\n\n\
+        <tool_call>\n{\"name\": \"shell\", \"arguments\": {\"cmd\": \"ls\"}}\n</tool_call>\n\
+        <tool_call>\n{\"name\": \"read\", \"arguments\": {\"path\": \"a.txt\"}}\n</tool_call><|im_end|>\n\
+        <|im_start|>user\n<tool_response>\na.txt\n</tool_response>\n<tool_response>\nhello\n</tool_response><|im_end|>\n\
+        <|im_start|>assistant\n<think>\n\n</think>\n\n";
+    assert_eq!(template.render(&input).unwrap(), expected);
+}
