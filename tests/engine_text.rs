@@ -551,3 +551,197 @@ fn qwen_style_template_renders_agent_turns() {
         <|im_start|>assistant\n<think>\n\n</think>\n\n";
     assert_eq!(template.render(&input).unwrap(), expected);
 }
+
+mod local_backend {
+    use super::*;
+    use baton::backend::local::LocalBackend;
+    use baton::backend::{
+        BackendError, ChatBackend, ChatDelta, ChatMessage, ChatRequest, Constraint, FinishReason,
+        collect,
+    };
+    use baton::engine::DeviceChoice;
+    use baton::engine::toolparse::{OutputEvent, OutputParser};
+    use baton::protocol::Hop;
+    use futures_util::StreamExt;
+
+    fn backend() -> LocalBackend {
+        LocalBackend::open(&fixture(), DeviceChoice::Cpu).expect("fixture loads")
+    }
+
+    fn route_request(model: &str) -> ChatRequest {
+        let g = golden();
+        let mut req = ChatRequest::new(
+            model,
+            vec![
+                ChatMessage::user(
+                    "Refactor the parser module and run the tests.\n\n\
+                     Classify the request above. Return one label from: L0 L1 L2 L3.\nmodel_id=",
+                ),
+                ChatMessage::assistant("model_id="),
+            ],
+            Hop::Route,
+        );
+        req.continue_final_message = true;
+        req.add_generation_prompt = false;
+        req.enable_thinking = Some(false);
+        req.max_tokens = Some(24);
+        req.stream = false;
+        req.constraint = Some(Constraint::Choice {
+            options: ["L0", "L1", "L2", "L3"].map(String::from).to_vec(),
+        });
+        assert!(g["prompts"]["route"]["ids"].is_array());
+        req
+    }
+
+    fn chat_request(model: &str, max_tokens: u32) -> ChatRequest {
+        let mut req = ChatRequest::new(
+            model,
+            vec![
+                ChatMessage::system("You are a coding agent."),
+                ChatMessage::user("The test in src/lib.rs fails. Fix it and run cargo test."),
+            ],
+            Hop::Answer,
+        );
+        req.max_tokens = Some(max_tokens);
+        req
+    }
+
+    /// What the backend must make of golden's greedy tokens: decoded, then parsed.
+    fn expected_answer(tok: &Tokenizer, ids: &[u32]) -> String {
+        let text = tok.decode(ids).unwrap();
+        let mut parser = OutputParser::new(false);
+        let mut events = parser.push(&text);
+        events.extend(parser.finish());
+        events
+            .into_iter()
+            .filter_map(|e| match e {
+                OutputEvent::Text(t) => Some(t),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn route_request_returns_golden_constrained_label() {
+        let backend = backend();
+        let g = golden();
+        let route = &g["prompts"]["route"];
+        for (model, golden_name) in [("L0", "L0"), ("L1", "L1"), ("L3", "L3"), ("base", "base")] {
+            let stream = backend
+                .chat(route_request(model))
+                .await
+                .expect("request accepted");
+            let done = collect(stream).await.expect("route completes");
+            let want = route["by_adapter"][golden_name]["constrained_label"]
+                .as_str()
+                .unwrap();
+            assert_eq!(done.message.content, want, "adapter {model}");
+            assert_eq!(done.finish_reason, FinishReason::Stop);
+            let usage = done.usage.expect("usage");
+            assert_eq!(usage.prompt_tokens as usize, ids_of(&route["ids"]).len());
+            assert_eq!(usage.completion_tokens, 2, "L + digit");
+        }
+    }
+
+    #[tokio::test]
+    async fn answer_streams_deltas_and_reports_usage() {
+        let backend = backend();
+        let tok = tokenizer();
+        let g = golden();
+        let chat = &g["prompts"]["chat"];
+        let mut stream = backend.chat(chat_request("L2", 16)).await.unwrap();
+        let mut streamed = String::new();
+        let mut deltas = 0;
+        let mut completion = None;
+        while let Some(item) = stream.next().await {
+            match item.expect("no stream error") {
+                ChatDelta::Text(t) => {
+                    assert!(!t.contains(char::REPLACEMENT_CHARACTER));
+                    streamed.push_str(&t);
+                    deltas += 1;
+                }
+                ChatDelta::Completed(done) => completion = Some(done),
+                ChatDelta::Reasoning(_)
+                | ChatDelta::ToolCallStarted { .. }
+                | ChatDelta::ToolCallArguments { .. } => {}
+            }
+        }
+        let done = completion.expect("the stream ends with a completion");
+        let greedy = ids_of(&chat["by_adapter"]["L2"]["greedy"]);
+        assert_eq!(done.message.content, expected_answer(&tok, &greedy));
+        assert_eq!(streamed, done.message.content);
+        assert!(deltas > 1, "text arrived in several deltas ({deltas})");
+        assert_eq!(done.finish_reason, FinishReason::Length);
+        let usage = done.usage.unwrap();
+        assert_eq!(usage.prompt_tokens as usize, ids_of(&chat["ids"]).len());
+        assert_eq!(usage.completion_tokens, 16);
+        assert!(done.ttft.is_some() && done.ttft.unwrap() <= done.latency);
+
+        // The same conversation again on the same adapter: its prompt comes from the cache.
+        let again = collect(backend.chat(chat_request("L2", 4)).await.unwrap())
+            .await
+            .unwrap();
+        let cached = again.usage.unwrap().cached_tokens.unwrap_or(0);
+        assert!(cached > 0, "prefix reuse on the second request");
+    }
+
+    #[tokio::test]
+    async fn stop_strings_end_the_answer() {
+        let backend = backend();
+        let tok = tokenizer();
+        let g = golden();
+        let greedy = ids_of(&g["prompts"]["chat"]["by_adapter"]["base"]["greedy"]);
+        let full = expected_answer(&tok, &greedy);
+        // Stop on a piece from the middle of the known greedy answer.
+        let chars: Vec<char> = full.chars().collect();
+        assert!(chars.len() > 6, "{full:?}");
+        let stop: String = chars[chars.len() / 2..chars.len() / 2 + 3].iter().collect();
+        let cut = full.find(&stop).unwrap();
+        let mut req = chat_request("base", 16);
+        req.sampling.stop = vec![stop.clone()];
+        let done = collect(backend.chat(req).await.unwrap()).await.unwrap();
+        assert_eq!(
+            done.message.content,
+            full[..cut].trim_end(),
+            "stop {stop:?}"
+        );
+        assert_eq!(done.finish_reason, FinishReason::Stop);
+    }
+
+    #[tokio::test]
+    async fn models_errors_and_description() {
+        let backend = backend();
+        let models = backend.list_models().await.unwrap();
+        let ids: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["L0", "L1", "L2", "L3"]);
+        assert!(models.iter().all(|m| m.context_window == Some(4096)));
+        assert!(backend.describe().starts_with("local:"));
+
+        // A prompt longer than the context window is refused before generating.
+        let long = "alpha beta gamma delta ".repeat(2000);
+        let req = ChatRequest::new("L1", vec![ChatMessage::user(long)], Hop::Answer);
+        match backend.chat(req).await {
+            Err(BackendError::ContextOverflow { hop, message, .. }) => {
+                assert_eq!(hop, Hop::Answer);
+                assert!(message.contains("4096"), "{message}");
+            }
+            Err(other) => panic!("expected a context overflow, got {other}"),
+            Ok(_) => panic!("expected a context overflow, got a stream"),
+        }
+        // An empty choice list is a clear error, not a hang.
+        let mut req = route_request("L0");
+        req.constraint = Some(Constraint::Choice { options: vec![] });
+        let err = backend.chat(req).await.err().expect("refused");
+        assert!(err.to_string().contains("at least one option"), "{err}");
+
+        // A model directory without a model is an error naming the path.
+        let dir = tempfile::tempdir().unwrap();
+        let err = LocalBackend::open(dir.path(), DeviceChoice::Cpu)
+            .err()
+            .expect("no model");
+        assert!(
+            format!("{err:#}").contains(&dir.path().display().to_string()),
+            "{err:#}"
+        );
+    }
+}
