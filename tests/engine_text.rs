@@ -745,3 +745,183 @@ mod local_backend {
         );
     }
 }
+
+mod engine_cli {
+    use super::*;
+    use baton::backend::local::LocalBackend;
+    use baton::backend::{ChatBackend, collect};
+    use baton::engine::DeviceChoice;
+    use baton::engine::cli::{EngineArgs, GenerateArgs, RouteArgs, generate_report, route_report};
+    use baton::mol::profile::{Profile, ProfileNames};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        engine: EngineArgs,
+    }
+
+    fn parse(args: &[&str]) -> EngineArgs {
+        Cli::try_parse_from(std::iter::once("engine").chain(args.iter().copied()))
+            .expect("arguments parse")
+            .engine
+    }
+
+    #[test]
+    fn generate_raw_matches_golden_greedy_tokens() {
+        let g = golden();
+        let root = fixture();
+        let root = root.to_str().unwrap();
+        for (prompt, adapter) in [("plain", None), ("chat", Some("L2"))] {
+            let text = g["prompts"][prompt]["text"].as_str().unwrap();
+            let mut argv = vec![
+                "generate",
+                "--local",
+                root,
+                "--raw",
+                text,
+                "--max-tokens",
+                "16",
+                "--device",
+                "cpu",
+                "--json",
+            ];
+            if let Some(a) = adapter {
+                argv.extend(["--adapter", a]);
+            }
+            let baton::engine::cli::EngineCommand::Generate(args) = parse(&argv).command else {
+                panic!("generate parses as generate");
+            };
+            let mut streamed = String::new();
+            let report = generate_report(&args, &mut |piece| streamed.push_str(piece)).unwrap();
+            let golden_by = &g["prompts"][prompt]["by_adapter"][adapter.unwrap_or("base")];
+            assert_eq!(
+                report.prompt_ids,
+                ids_of(&g["prompts"][prompt]["ids"]),
+                "{prompt}"
+            );
+            assert_eq!(
+                report.generated_ids,
+                ids_of(&golden_by["greedy"]),
+                "{prompt}"
+            );
+            assert_eq!(streamed, report.text);
+            assert_eq!(
+                report.text,
+                tokenizer().decode(&report.generated_ids).unwrap()
+            );
+            assert_eq!(report.prompt_tokens, report.prompt_ids.len());
+            let json = serde_json::to_value(&report).unwrap();
+            for key in [
+                "prompt_ids",
+                "generated_ids",
+                "text",
+                "prefill_ms",
+                "decode_ms",
+                "finish",
+            ] {
+                assert!(json.get(key).is_some(), "--json has {key}");
+            }
+        }
+    }
+
+    #[test]
+    fn generate_prompt_goes_through_the_template() {
+        let root = fixture();
+        let args = GenerateArgs {
+            local: root.clone(),
+            adapter: Some("L1".into()),
+            prompt: Some("hi".into()),
+            raw: None,
+            max_tokens: 3,
+            temperature: 0.7,
+            top_p: 0.9,
+            top_k: 20,
+            seed: Some(7),
+            thinking: None,
+            device: DeviceChoice::Cpu,
+            json: true,
+        };
+        let report = generate_report(&args, &mut |_| {}).unwrap();
+        let want = tokenizer()
+            .encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+            .unwrap();
+        assert_eq!(report.prompt_ids, want);
+        assert!(report.generated_ids.len() <= 3);
+        // Same seed, same tokens.
+        let again = generate_report(&args, &mut |_| {}).unwrap();
+        assert_eq!(again.generated_ids, report.generated_ids);
+
+        let bad = GenerateArgs {
+            adapter: Some("L9".into()),
+            ..args
+        };
+        let err = format!("{:#}", generate_report(&bad, &mut |_| {}).unwrap_err());
+        assert!(
+            err.contains("L9") && err.contains("L0, L1, L2, L3"),
+            "{err}"
+        );
+        // Exactly one of --prompt / --raw.
+        assert!(Cli::try_parse_from(["engine", "generate", "--local", "x"]).is_err());
+        assert!(
+            Cli::try_parse_from([
+                "engine", "generate", "--local", "x", "--prompt", "a", "--raw", "b"
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn route_matches_the_backend_on_the_mol_route_prompt() {
+        let root = fixture();
+        let text = "Refactor the parser module and run the tests.";
+        let argv = [
+            "route",
+            "--local",
+            root.to_str().unwrap(),
+            text,
+            "--device",
+            "cpu",
+            "--json",
+        ];
+        let baton::engine::cli::EngineCommand::Route(args) = parse(&argv).command else {
+            panic!("route parses as route");
+        };
+        let report = route_report(&args).unwrap();
+        assert_eq!(report.adapter, "L0");
+        assert_eq!(report.forced_tokens, 1, "the shared \"L\"");
+        let logprobs: Vec<(String, f64)> = report
+            .label_logprobs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_f64().unwrap()))
+            .collect();
+        assert_eq!(
+            logprobs.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>(),
+            ["L0", "L1", "L2", "L3"]
+        );
+        let best = logprobs.iter().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
+        assert_eq!(report.label, best.0, "greedy choice = most likely label");
+        assert!(logprobs.iter().all(|(_, p)| *p < 0.0));
+
+        // The agent's route hop through the local backend picks the same label.
+        let profile = Profile::builtin(&ProfileNames::default());
+        let req = baton::mol::route::route_request(&profile, text);
+        let backend = LocalBackend::open(&root, DeviceChoice::Cpu).unwrap();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let done = runtime
+            .block_on(async { collect(backend.chat(req).await?).await })
+            .unwrap();
+        assert_eq!(done.message.content, report.label);
+        assert_eq!(
+            done.usage.unwrap().prompt_tokens as usize,
+            report.prompt_tokens
+        );
+
+        let missing = RouteArgs {
+            profile: Some(root.join("no-such-profile")),
+            ..args
+        };
+        let err = format!("{:#}", route_report(&missing).unwrap_err());
+        assert!(err.contains("no-such-profile"), "{err}");
+    }
+}

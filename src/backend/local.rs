@@ -265,6 +265,12 @@ impl ChatBackend for LocalBackend {
     fn describe(&self) -> String {
         format!("local:{}", self.root.display())
     }
+
+    fn count_prompt_tokens(&self, req: &ChatRequest) -> Option<u64> {
+        let prompt = self.text.render(req).ok()?;
+        let ids = self.text.tokenizer.encode(&prompt).ok()?;
+        Some(ids.len() as u64)
+    }
 }
 
 type DeltaSender = mpsc::UnboundedSender<Result<ChatDelta, BackendError>>;
