@@ -686,6 +686,33 @@ mod local_backend {
     }
 
     #[tokio::test]
+    async fn agent_loop_steps_reuse_the_previous_prompt() {
+        // Each step re-sends the conversation plus the model's own answer: the previous prompt
+        // (and as much of the answer as re-renders to the same tokens) comes from the cache.
+        let backend = backend();
+        let mut req = chat_request("L1", 6);
+        let mut previous_prompt = 0;
+        for step in 0..3 {
+            let done = collect(backend.chat(req.clone()).await.unwrap())
+                .await
+                .unwrap();
+            let usage = done.usage.unwrap();
+            if step > 0 {
+                let cached = usage.cached_tokens.unwrap_or(0);
+                assert!(
+                    cached >= previous_prompt,
+                    "step {step}: {cached} cached of {} (previous prompt {previous_prompt})",
+                    usage.prompt_tokens
+                );
+            }
+            previous_prompt = usage.prompt_tokens;
+            req.messages.push(done.message);
+            req.messages
+                .push(ChatMessage::user(format!("continue with step {step}")));
+        }
+    }
+
+    #[tokio::test]
     async fn stop_strings_end_the_answer() {
         let backend = backend();
         let tok = tokenizer();
