@@ -357,7 +357,7 @@ mod toolparse {
     fn malformed_calls_become_calls_with_an_error() {
         // Broken JSON with a readable name: the name is kept, the raw block is the arguments.
         let events = parse_in_chunks(
-            "<tool_call>\n{\"name\": \"shell\", \"arguments\": {\"cmd\": \"ls\"}\n</tool_call>",
+            "<tool_call>\n{\"name\": \"shell\", \"arguments\": {\"cmd\": \"ls\" \"-l\"}}\n</tool_call>",
             4,
             false,
         );
@@ -386,6 +386,20 @@ mod toolparse {
             assert_eq!(calls[0].0, INVALID_TOOL_NAME, "{body}");
             assert!(calls[0].2, "{body}");
         }
+    }
+
+    #[test]
+    fn a_missing_final_brace_is_repaired() {
+        let events = parse_in_chunks(
+            "<tool_call>\n{\"name\": \"shell\", \"arguments\": {\"cmd\": \"ls\"}\n</tool_call>",
+            5,
+            false,
+        );
+        let (_, _, calls) = assemble(&events);
+        assert_eq!(
+            calls,
+            vec![("shell".to_string(), "{\"cmd\": \"ls\"}".to_string(), false)]
+        );
     }
 
     #[test]

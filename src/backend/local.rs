@@ -529,4 +529,47 @@ mod tests {
         assert_eq!(stops.push("é E"), ("é ".to_string(), false));
         assert_eq!(stops.flush(), "E");
     }
+
+    #[test]
+    fn assembler_streams_calls_as_started_then_arguments() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut assembler = Assembler::new(false, true, tx);
+        for piece in [
+            "<think>plan</think>\n\nOn it.\n<tool_",
+            "call>\n{\"name\": \"shell\", \"arguments\": {\"cmd\": \"ls\"}}\n</tool_call>",
+            "\n<tool_call>{\"name\": \"read\", \"arguments\": {\"path\": 1}",
+        ] {
+            assembler.push(piece);
+        }
+        let message = assembler.finish();
+        let mut deltas = Vec::new();
+        while let Ok(item) = rx.try_recv() {
+            deltas.push(item.unwrap());
+        }
+        assert_eq!(deltas[0], ChatDelta::Reasoning("plan".into()));
+        assert_eq!(deltas[1], ChatDelta::Text("On it.".into()));
+        let ChatDelta::ToolCallStarted { index: 0, id, name } = &deltas[2] else {
+            panic!("call 0 starts: {:?}", deltas[2]);
+        };
+        assert_eq!(
+            (id.as_str(), name.as_str()),
+            (message.tool_calls[0].id.as_str(), "shell")
+        );
+        assert_eq!(
+            deltas[3],
+            ChatDelta::ToolCallArguments {
+                index: 0,
+                fragment: "{\"cmd\": \"ls\"}".into()
+            }
+        );
+        // The second block never closed (generation ended): parsed at the end, same shape.
+        assert!(
+            matches!(&deltas[4], ChatDelta::ToolCallStarted { index: 1, name, .. } if name == "read")
+        );
+        assert_eq!(deltas.len(), 6);
+        assert_eq!(message.content, "On it.");
+        assert_eq!(message.reasoning.as_deref(), Some("plan"));
+        assert_eq!(message.tool_calls.len(), 2);
+        assert_eq!(message.tool_calls[1].arguments, "{\"path\": 1}");
+    }
 }

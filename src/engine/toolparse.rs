@@ -234,13 +234,18 @@ pub fn new_call_id() -> String {
 /// them (a string value is taken as the JSON text it holds); missing arguments are `{}`.
 /// The error text is written for the model to read.
 pub fn parse_call_body(body: &str) -> Result<(String, String), String> {
-    let body = body.trim();
-    let value: Json = serde_json::from_str(body).map_err(|e| {
-        format!(
-            "the <tool_call> block is not valid JSON ({e}); write exactly one object \
-             {{\"name\": <tool name>, \"arguments\": {{...}}}} between <tool_call> and </tool_call>"
-        )
-    })?;
+    let trimmed = body.trim();
+    let (value, body) = match serde_json::from_str::<Json>(trimmed) {
+        Ok(value) => (value, trimmed.to_string()),
+        Err(e) => repair_closing_braces(trimmed).ok_or_else(|| {
+            format!(
+                "the <tool_call> block is not valid JSON ({e}); write exactly one object \
+                 {{\"name\": <tool name>, \"arguments\": {{...}}}} between <tool_call> and \
+                 </tool_call>"
+            )
+        })?,
+    };
+    let body = body.as_str();
     let Json::Object(fields) = &value else {
         return Err(
             "the <tool_call> block must hold one JSON object with \"name\" and \
@@ -270,6 +275,17 @@ pub fn parse_call_body(body: &str) -> Result<(String, String), String> {
         },
     };
     Ok((name, arguments))
+}
+
+/// Models (and generations cut at the end) often drop the object's last `}`: accept the block
+/// when one or two closing braces make it valid JSON.
+fn repair_closing_braces(body: &str) -> Option<(Json, String)> {
+    ["}", "}}"].iter().find_map(|closing| {
+        let candidate = format!("{body}{closing}");
+        serde_json::from_str::<Json>(&candidate)
+            .ok()
+            .map(|value| (value, candidate))
+    })
 }
 
 /// The tool name of a broken block, when `"name": "..."` can still be read.
