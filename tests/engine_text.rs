@@ -966,3 +966,65 @@ mod engine_cli {
         assert!(err.contains("no-such-profile"), "{err}");
     }
 }
+
+mod mol_hops {
+    use super::*;
+    use baton::backend::local::LocalBackend;
+    use baton::backend::{ChatMessage, ToolSpec, collect};
+    use baton::engine::DeviceChoice;
+    use baton::mol::answer::{AnswerOptions, ReasoningWire, answer_request};
+    use baton::mol::profile::{Profile, ProfileNames};
+    use baton::mol::route::route;
+    use baton::mol::summary::summarize;
+    use baton::mol::timeline::Timeline;
+    use baton::protocol::RouteDecision;
+
+    /// The MoL loop's three hops, built by the mol layer, served by the local engine: the
+    /// route is the model's own decision (no fallback), the answer and summary complete.
+    #[tokio::test]
+    async fn route_answer_summary_on_the_fixture() {
+        let backend = LocalBackend::open(&fixture(), DeviceChoice::Cpu).unwrap();
+        let profile = Profile::builtin(&ProfileNames::default());
+        let text = "The build fails in src/main.rs; fix it.";
+        let routed = route(&backend, &profile, text, None).await;
+        assert_eq!(routed.decision, RouteDecision::Model, "{:?}", routed.reason);
+        assert!(routed.usage.prompt_tokens > 0);
+
+        let head = vec![ChatMessage::system(profile.intro.clone())];
+        let mut view = head.clone();
+        view.push(ChatMessage::user(text));
+        let tools = vec![ToolSpec {
+            name: "shell".into(),
+            description: "Run a shell command.".into(),
+            parameters: serde_json::json!({"type": "object", "properties": {"cmd": {"type": "string"}}}),
+        }];
+        let opts = AnswerOptions {
+            max_tokens: Some(8),
+            ..Default::default()
+        };
+        let req = answer_request(
+            profile.adapter(routed.expert),
+            view,
+            tools,
+            &opts,
+            ReasoningWire::HarnessMapping,
+        );
+        let answer = collect(
+            baton::backend::ChatBackend::chat(&backend, req)
+                .await
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(answer.usage.unwrap().completion_tokens, 8);
+
+        let mut timeline = Timeline::new();
+        let task_id = timeline.open(routed.expert, text);
+        timeline.push(answer.message);
+        timeline.close(true);
+        let task = timeline.task(task_id).unwrap();
+        let summary = summarize(&backend, &profile, task, &head).await;
+        assert_eq!(summary.error, None);
+        assert!(summary.usage.completion_tokens > 0);
+    }
+}
