@@ -109,6 +109,15 @@ impl LocalBackend {
     pub fn open(root: &Path, device: DeviceChoice) -> anyhow::Result<LocalBackend> {
         let text = ModelText::load(root)?;
         let engine = Engine::load(root, device)?;
+        let on_cuda = engine.device_name().to_lowercase().contains("cuda");
+        if device == DeviceChoice::Auto && !on_cuda {
+            tracing::warn!(
+                "local engine: no CUDA device in use, running on {}",
+                engine.device_name()
+            );
+        } else {
+            tracing::info!("local engine on {}", engine.device_name());
+        }
         let config = engine.config();
         let mut stop_ids = config.eos_token_ids.clone();
         for id in &text.template_stop_ids {

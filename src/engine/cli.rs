@@ -108,7 +108,10 @@ fn load_engine(root: &Path, device: DeviceChoice) -> anyhow::Result<Engine> {
     let engine = Engine::load(root, device)
         .with_context(|| format!("cannot load the model under {}", root.display()))?;
     if device == DeviceChoice::Auto && !engine.device_name().to_lowercase().contains("cuda") {
-        eprintln!("baton engine: running on {}", engine.device_name());
+        eprintln!(
+            "baton engine: no CUDA device in use, running on {}",
+            engine.device_name()
+        );
     }
     Ok(engine)
 }
