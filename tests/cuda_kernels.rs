@@ -611,8 +611,7 @@ fn model_on_cuda_matches_the_reference_logits_and_greedy_tokens() {
                 .collect();
             let trusted = margins.iter().position(|m| *m < 1e-3).unwrap_or(want.len());
             let mut got = Vec::new();
-            let mut position = tokens.len();
-            for _ in 0..trusted {
+            for position in tokens.len()..tokens.len() + trusted {
                 let next = logits
                     .iter()
                     .enumerate()
@@ -625,7 +624,6 @@ fn model_on_cuda_matches_the_reference_logits_and_greedy_tokens() {
                 model
                     .logits_of_row(&dev, &mut ws, 0, &mut logits)
                     .expect("logits");
-                position += 1;
             }
             assert_eq!(got, want[..trusted], "{prompt}.{variant}: greedy tokens");
         }
