@@ -6,7 +6,7 @@
 //! against the HF+PEFT golden logits and greedy tokens of tests/fixtures/tiny-qwen3.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use baton::engine::ModelConfig;
 use baton::engine::device::cpu::CpuDevice;
@@ -27,16 +27,28 @@ fn skipped(test: &str, reason: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {reason}");
 }
 
+/// Set by tools/gpu-check.sh: on the GPU machine a skip is a failure.
+fn required() -> bool {
+    std::env::var("BATON_REQUIRE_CUDA").is_ok_and(|v| v == "1")
+}
+
 // ---------------------------------------------------------------------------------------------
 // NVRTC: every kernel compiles (no GPU needed).
 
+/// Whether libnvrtc loads; prints the skip otherwise.
+fn nvrtc(test: &str) -> bool {
+    if kernels::nvrtc_present() {
+        return true;
+    }
+    let reason = "libnvrtc is not loadable; run `eval \"$(tools/ci-nvrtc.sh)\"` first";
+    assert!(!required(), "{test}: BATON_REQUIRE_CUDA=1 but {reason}");
+    skipped(test, reason);
+    false
+}
+
 #[test]
 fn every_kernel_compiles_with_nvrtc_for_sm80_and_sm90() {
-    if !kernels::nvrtc_present() {
-        skipped(
-            "every_kernel_compiles_with_nvrtc_for_sm80_and_sm90",
-            "libnvrtc is not loadable; run `eval \"$(tools/ci-nvrtc.sh)\"` first",
-        );
+    if !nvrtc("every_kernel_compiles_with_nvrtc_for_sm80_and_sm90") {
         return;
     }
     for arch in ["compute_80", "compute_90"] {
@@ -64,11 +76,7 @@ fn every_kernel_compiles_with_nvrtc_for_sm80_and_sm90() {
 
 #[test]
 fn nvrtc_reports_a_broken_kernel_with_its_log() {
-    if !kernels::nvrtc_present() {
-        skipped(
-            "nvrtc_reports_a_broken_kernel_with_its_log",
-            "libnvrtc is not loadable",
-        );
+    if !nvrtc("nvrtc_reports_a_broken_kernel_with_its_log") {
         return;
     }
     let err = kernels::compile(
@@ -255,10 +263,9 @@ fn device_selection_without_cuda_is_an_error_or_a_cpu_fallback() {
 // On a GPU.
 
 fn gpu(test: &str) -> Option<CudaDevice> {
-    let required = std::env::var("BATON_REQUIRE_CUDA").is_ok_and(|v| v == "1");
     match cuda::open(0) {
         Ok(dev) => Some(dev),
-        Err(e) if required => panic!("{test}: BATON_REQUIRE_CUDA=1 but {e}"),
+        Err(e) if required() => panic!("{test}: BATON_REQUIRE_CUDA=1 but {e}"),
         Err(e) => {
             skipped(test, &format!("no CUDA device: {e}"));
             None
@@ -508,8 +515,13 @@ fn every_kernel_matches_the_cpu_device() {
 
 // The model on CUDA against the reference.
 
+/// The fixture; BATON_REPO_ROOT overrides the build-time path so a test binary built on one
+/// machine runs on another (tools/gpu-check.sh with BATON_CUDA_TEST_BIN).
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3")
+    std::env::var_os("BATON_REPO_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+        .join("tests/fixtures/tiny-qwen3")
 }
 
 struct Golden {

@@ -285,6 +285,8 @@ impl CudaDevice {
     /// weights by two bf16 GEMMs (f32 accumulate) over the hi and lo bf16 halves of x.
     fn gemm(&self, x: u64, rows: usize, w: &CudaMatrix, out: u64) {
         let (n, k) = (w.rows, w.cols);
+        // cuBLAS uses the thread's current context; the engine may call from any thread.
+        self.note("binding the CUDA context", self.ctx.bind_to_thread());
         let handle = *self.blas.handle();
         let (m_, n_, k_) = (n as i32, rows as i32, k as i32);
         let (t, nt) = (
