@@ -585,3 +585,14 @@ impl<D: Device> Runner for Core<D> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_can_move_to_a_worker_thread() {
+        fn is_send<T: Send>() {}
+        is_send::<Engine>();
+    }
+}

@@ -7,9 +7,8 @@ use rayon::prelude::*;
 use super::{AttentionShape, Device, KvShape};
 use crate::engine::error::EngineError;
 
-/// Output rows per rayon task in the GEMV: large enough to amortise scheduling, small enough to
-/// balance two to a few dozen threads.
-const GEMV_ROWS_PER_TASK: usize = 64;
+/// Fewest output rows per rayon task in the GEMV (scheduling costs more than a few dots).
+const GEMV_MIN_ROWS_PER_TASK: usize = 16;
 
 /// The host CPU.
 pub struct CpuDevice {
@@ -67,10 +66,12 @@ impl CpuDevice {
         let x = &x[..rows * k];
         let out = &mut out[..rows * n];
         if rows == 1 {
-            out.par_chunks_mut(GEMV_ROWS_PER_TASK)
+            // About four tasks per thread balances uneven cores without drowning in tasks.
+            let per_task = (n / (4 * rayon::current_num_threads())).max(GEMV_MIN_ROWS_PER_TASK);
+            out.par_chunks_mut(per_task)
                 .enumerate()
                 .for_each(|(chunk, o)| {
-                    let first = chunk * GEMV_ROWS_PER_TASK;
+                    let first = chunk * per_task;
                     for (i, slot) in o.iter_mut().enumerate() {
                         let row = &w.data[(first + i) * k..(first + i + 1) * k];
                         let d = self.dot(row, x);
