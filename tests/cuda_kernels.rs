@@ -432,7 +432,8 @@ fn every_kernel_matches_the_cpu_device() {
     c.add(&mut ch, &cx, rows * hidden);
     g.add(&mut gh, &gx, rows * hidden);
     p.read(&ch, &gh, rows * hidden, "add");
-    // KV cache and attention: prefill 40 rows at 0, then 1 decode row at 40, GQA 2:1.
+    // KV cache and attention, GQA 2:1: prefill (one block per head and row), decode (split
+    // over blocks: one split at 41 positions, 17 at 1042), a 3-row step, a grown cache.
     let shape = AttentionShape {
         heads: 4,
         kv_heads: 2,
@@ -448,7 +449,11 @@ fn every_kernel_matches_the_cpu_device() {
     );
     c.kv_grow(&mut ckv, 48).expect("cpu");
     g.kv_grow(&mut gkv, 48).expect("gpu");
-    for (start, n) in [(0usize, 40usize), (40, 1)] {
+    for (start, n) in [(0usize, 40usize), (40, 1), (41, 1000), (1041, 1), (1042, 3)] {
+        if start + n > c.kv_capacity(&ckv) {
+            c.kv_grow(&mut ckv, 1100).expect("cpu");
+            g.kv_grow(&mut gkv, 1100).expect("gpu");
+        }
         for layer in 0..2 {
             let k = random(n * 64, 10 + layer as u64 + start as u64, 1.0);
             let v = random(n * 64, 20 + layer as u64 + start as u64, 1.0);

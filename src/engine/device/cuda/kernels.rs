@@ -22,7 +22,7 @@ pub const FILES: [(&str, &str); 4] = [
 ];
 
 /// Every `extern "C"` entry point the device loads.
-pub const KERNEL_NAMES: [&str; 18] = [
+pub const KERNEL_NAMES: [&str; 20] = [
     "embed_bf16",
     "embed_f32",
     "rms_norm",
@@ -39,6 +39,8 @@ pub const KERNEL_NAMES: [&str; 18] = [
     "lora_expand_bf16",
     "lora_expand_f32",
     "attention_causal",
+    "attention_split",
+    "attention_merge",
     "argmax_f32",
     "sample_top_p",
 ];
@@ -173,6 +175,8 @@ pub struct Kernels {
     pub lora_expand_bf16: CudaFunction,
     pub lora_expand_f32: CudaFunction,
     pub attention_causal: CudaFunction,
+    pub attention_split: CudaFunction,
+    pub attention_merge: CudaFunction,
     pub argmax_f32: CudaFunction,
     pub sample_top_p: CudaFunction,
 }
@@ -203,6 +207,8 @@ impl Kernels {
             lora_expand_bf16: f("lora_expand_bf16")?,
             lora_expand_f32: f("lora_expand_f32")?,
             attention_causal: f("attention_causal")?,
+            attention_split: f("attention_split")?,
+            attention_merge: f("attention_merge")?,
             argmax_f32: f("argmax_f32")?,
             sample_top_p: f("sample_top_p")?,
         })

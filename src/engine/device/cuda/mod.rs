@@ -29,6 +29,11 @@ pub const GEMV_MAX_ROWS: usize = 8;
 /// Threads per block of the attention kernel (ATT_WARPS * 32 in attention.cu).
 const ATTENTION_THREADS: u32 = 256;
 
+/// Decode attention splits the key positions over at most this many blocks per (head, row)…
+const MAX_ATTENTION_SPLITS: usize = 256;
+/// …of at least this many positions each (8 per warp).
+const MIN_POSITIONS_PER_SPLIT: usize = 64;
+
 /// Largest head_dim the attention kernel holds in registers (ATT_MAX_DIMS_PER_LANE * 32).
 pub const MAX_HEAD_DIM: usize = 256;
 
@@ -68,6 +73,8 @@ struct Scratch {
     adapter_zero: CudaSlice<i32>,
     scale_one: CudaSlice<f32>,
     choice: CudaSlice<i32>,
+    /// Split-K attention partials: rows × heads × splits × (head_dim + 2).
+    attention_parts: CudaSlice<f32>,
 }
 
 /// One NVIDIA GPU.
@@ -140,6 +147,7 @@ impl CudaDevice {
                 .clone_htod(&[1.0f32])
                 .map_err(|e| alloc("scratch", e))?,
             choice: stream.alloc_zeros(1).map_err(|e| alloc("scratch", e))?,
+            attention_parts: stream.alloc_zeros(1).map_err(|e| alloc("scratch", e))?,
         };
         Ok(CudaDevice {
             name: format!("cuda:{ordinal} ({gpu}, sm_{major}{minor}, {mem:.0} GiB, bf16 weights)"),
@@ -754,11 +762,46 @@ impl Device for CudaDevice {
             start as i32,
         );
         let scale = 1.0 / (shape.head_dim as f32).sqrt();
+        if rows > GEMV_MAX_ROWS {
+            // Prefill: heads × rows blocks already fill the GPU.
+            self.launch(
+                "attention",
+                &self.k.attention_causal,
+                cfg((shape.heads as u32, rows as u32, 1), ATTENTION_THREADS),
+                &[&qp, &kp, &vp, &op, &r, &h, &kvh, &d, &s, &scale],
+            );
+            return;
+        }
+        // Decode: split the positions over blocks so a long context uses every SM.
+        let positions = start + rows;
+        let per_split = positions
+            .div_ceil(MAX_ATTENTION_SPLITS)
+            .max(MIN_POSITIONS_PER_SPLIT);
+        let splits = positions.div_ceil(per_split);
+        let Ok(mut scratch) = self.scratch.lock() else {
+            return;
+        };
+        let parts_len = rows * shape.heads * splits * (shape.head_dim + 2);
+        self.ensure(&mut scratch.attention_parts, parts_len);
+        if scratch.attention_parts.len() < parts_len {
+            return; // the allocation failure is noted
+        }
+        let pp = self.ptr_mut(&mut scratch.attention_parts);
+        let (sp, ps) = (splits as i32, per_split as i32);
         self.launch(
-            "attention",
-            &self.k.attention_causal,
-            cfg((shape.heads as u32, rows as u32, 1), ATTENTION_THREADS),
-            &[&qp, &kp, &vp, &op, &r, &h, &kvh, &d, &s, &scale],
+            "attention (split)",
+            &self.k.attention_split,
+            cfg(
+                (shape.heads as u32, rows as u32, splits as u32),
+                ATTENTION_THREADS,
+            ),
+            &[&qp, &kp, &vp, &pp, &r, &h, &kvh, &d, &s, &scale, &sp, &ps],
+        );
+        self.launch(
+            "attention (merge)",
+            &self.k.attention_merge,
+            cfg((shape.heads as u32, rows as u32, 1), 128),
+            &[&pp, &op, &r, &h, &d, &sp],
         );
     }
 }
