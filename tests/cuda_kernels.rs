@@ -664,3 +664,107 @@ fn cuda_benchmark() {
         panic!("benchmark: {e}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The whole engine on CUDA (once Engine::load dispatches to this device; docs/cuda.md):
+// constrained routing against the reference, prefix reuse, sampling with a seed.
+
+fn cuda_engine(test: &str) -> Option<baton::engine::Engine> {
+    gpu(test)?; // libraries and a device, or the printed skip
+    match baton::engine::Engine::load(&fixture(), DeviceChoice::Cuda) {
+        Ok(engine) => Some(engine),
+        Err(e) if e.to_string().contains("not built yet") => {
+            skipped(
+                test,
+                "Engine::load does not dispatch to the CUDA device yet",
+            );
+            None
+        }
+        Err(e) => panic!("{test}: loading the fixture on CUDA: {e}"),
+    }
+}
+
+#[test]
+fn engine_on_cuda_routes_reuses_prefixes_and_samples_like_the_reference() {
+    use baton::engine::{FinishKind, GenerateRequest, SamplingParams};
+    let test = "engine_on_cuda_routes_reuses_prefixes_and_samples_like_the_reference";
+    let Some(mut engine) = cuda_engine(test) else {
+        return;
+    };
+    assert!(
+        engine.device_name().starts_with("cuda"),
+        "{}",
+        engine.device_name()
+    );
+    let g = golden();
+    let labels = ["L0", "L1", "L2", "L3"];
+    let options: Vec<Vec<u32>> = labels
+        .iter()
+        .map(|l| ids(&g.json["label_token_ids"][l]))
+        .collect();
+    for variant in ["base", "L0", "L1", "L2", "L3"] {
+        let entry = &g.json["prompts"]["route"]["by_adapter"][variant];
+        engine.clear_cache();
+        let req = GenerateRequest {
+            prompt: ids(&g.json["prompts"]["route"]["ids"]),
+            adapter: (variant != "base").then(|| engine.adapter_index(variant).expect("adapter")),
+            sampling: SamplingParams::greedy(),
+            max_tokens: 8,
+            stop_ids: Vec::new(),
+            constraint: Some(options.clone()),
+        };
+        let out = engine.generate(&req, &mut |_| true).expect("route");
+        assert_eq!(out.finish, FinishKind::Constraint);
+        let chosen = labels[out.choice.expect("a choice")];
+        assert_eq!(
+            chosen,
+            entry["constrained_label"].as_str().expect("label"),
+            "route.{variant}"
+        );
+        let scores = out.choice_logprobs.expect("log-probabilities");
+        for (l, label) in labels.iter().enumerate() {
+            let want = entry["label_logprobs"][label].as_f64().expect("logprob") as f32;
+            assert!(
+                (scores[l] - want).abs() <= ATOL + RTOL * want.abs(),
+                "route.{variant}: log p({label}) = {} want {want}",
+                scores[l]
+            );
+        }
+    }
+    // Prefix reuse: the grown prompt reuses the cached KV and gives the cold run's logits.
+    let chat = ids(&g.json["prompts"]["chat"]["ids"]);
+    engine.clear_cache();
+    let half = engine
+        .prompt_logits(&chat[..chat.len() / 2], Some(0))
+        .expect("first half");
+    assert_eq!(half.cached_tokens, 0);
+    let warm = engine.prompt_logits(&chat, Some(0)).expect("whole prompt");
+    assert!(
+        warm.cached_tokens >= chat.len() / 2 - 1,
+        "reused {}",
+        warm.cached_tokens
+    );
+    let cold = engine.logits(&chat, Some(0)).expect("cold");
+    close(
+        "warm vs cold logits",
+        &warm.logits,
+        cold.last().expect("rows"),
+    );
+    // Sampling with a seed is reproducible on the device too.
+    let req = GenerateRequest {
+        prompt: chat.clone(),
+        adapter: Some(1),
+        sampling: SamplingParams {
+            temperature: 0.8,
+            top_p: 0.9,
+            seed: Some(11),
+            ..SamplingParams::greedy()
+        },
+        max_tokens: 12,
+        stop_ids: Vec::new(),
+        constraint: None,
+    };
+    let a = engine.generate(&req, &mut |_| true).expect("sample");
+    let b = engine.generate(&req, &mut |_| true).expect("sample again");
+    assert_eq!(a.tokens, b.tokens);
+}
