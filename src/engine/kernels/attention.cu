@@ -32,7 +32,37 @@ __device__ float attend_range(att_block* s, const float* q, const float* k, cons
         acc[t] = 0.0f;
     }
     float m = -__int_as_float(0x7f800000), l = 0.0f;
-    for (int p = begin + warp; p <= last; p += ATT_WARPS) {
+    int p = begin + warp;
+    // Four positions per step: their loads are independent, so a warp keeps four K rows and
+    // four V rows in flight instead of waiting on one at a time.
+    for (; p + 3 * ATT_WARPS <= last; p += 4 * ATT_WARPS) {
+        float sc[4];
+        for (int u = 0; u < 4; ++u) {
+            const float* kp = k + (long long)(p + u * ATT_WARPS) * kv_dim + kv_offset;
+            float partial = 0.0f;
+            for (int t = 0; t < ATT_MAX_DIMS_PER_LANE; ++t) {
+                int d = lane + 32 * t;
+                if (d < head_dim) partial += qv[t] * kp[d];
+            }
+            sc[u] = partial;
+        }
+        for (int u = 0; u < 4; ++u) sc[u] = warp_sum(sc[u]) * scale;
+        float m_new = fmaxf(fmaxf(m, fmaxf(sc[0], sc[1])), fmaxf(sc[2], sc[3]));
+        float rescale = expf(m - m_new);
+        float w[4];
+        for (int u = 0; u < 4; ++u) w[u] = expf(sc[u] - m_new);
+        l = l * rescale + ((w[0] + w[1]) + (w[2] + w[3]));
+        for (int t = 0; t < ATT_MAX_DIMS_PER_LANE; ++t) {
+            int d = lane + 32 * t;
+            float add = 0.0f;
+            if (d < head_dim) {
+                for (int u = 0; u < 4; ++u) add += w[u] * v[(long long)(p + u * ATT_WARPS) * kv_dim + kv_offset + d];
+            }
+            acc[t] = acc[t] * rescale + add;
+        }
+        m = m_new;
+    }
+    for (; p <= last; p += ATT_WARPS) {
         const float* kp = k + (long long)p * kv_dim + kv_offset;
         const float* vp = v + (long long)p * kv_dim + kv_offset;
         float partial = 0.0f;
