@@ -86,7 +86,7 @@ if [ "${BATON_SKIP_BENCH:-0}" != 1 ]; then
 
     step "HF transformers + PEFT baseline"
     if python3 -c 'import torch, transformers, peft; assert torch.cuda.is_available()' 2>/dev/null; then
-        timeout 300 python3 tools/bench/cuda/hf_baseline.py $spec 2>&1 | tee -a "$out/bench.txt" | grep -E "BENCH|Error"
+        timeout 420 python3 tools/bench/cuda/hf_baseline.py $spec 2>&1 | tee -a "$out/bench.txt" | grep -E "BENCH|Error"
     else
         echo "torch/transformers/peft with CUDA not importable here: no HF baseline"
     fi

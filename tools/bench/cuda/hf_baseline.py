@@ -40,8 +40,11 @@ def prefill_tok_s(model, ids):
 
 
 def run(label, root):
+    # torch_dtype works in transformers 4.x and 5.x (5.x prefers `dtype` but accepts it); the
+    # explicit .to() makes sure the weights are bf16 whichever way the keyword went.
     model = AutoModelForCausalLM.from_pretrained(
-        f"{root}/base", dtype=torch.bfloat16, attn_implementation="sdpa").cuda().eval()
+        f"{root}/base", torch_dtype=torch.bfloat16, attn_implementation="sdpa")
+    model = model.to(device="cuda", dtype=torch.bfloat16).eval()
     ids = torch.randint(0, 150000, (1, PREFILL_TOKENS), device="cuda")
     row = {"engine": "hf", "model": label, "gpu": torch.cuda.get_device_name(),
            "torch": torch.__version__, "decode_tok_s": decode_tok_s(model, ids[:, :PROMPT]),
