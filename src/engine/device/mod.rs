@@ -8,6 +8,7 @@
 //! Matrices are PyTorch `Linear` weights, `[out, in]` row-major; `matmul` computes `x · Wᵀ`.
 
 pub mod cpu;
+pub mod cuda;
 
 use std::fmt;
 
