@@ -599,10 +599,18 @@ fn the_whole_loop_runs_on_the_local_tiny_model() {
         .expect("run");
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     let ev = events(&out);
-    assert!(ev[0]["backend"].as_str().unwrap_or("").starts_with("local:"));
+    assert!(
+        ev[0]["backend"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("local:")
+    );
     let route = of_type(&ev, "route_decided");
     assert_eq!(route.len(), 1);
-    assert_eq!(route[0]["decision"], "model", "the constraint yields a label");
+    assert_eq!(
+        route[0]["decision"], "model",
+        "the constraint yields a label"
+    );
     let done = of_type(&ev, "turn_completed");
     assert_eq!(done[0]["status"], "done");
     assert_eq!(of_type(&ev, "summary_recorded").len(), 1);
