@@ -126,7 +126,9 @@ async fn switch_session(shared: &Arc<Shared>, resume: Option<String>) {
     summaries::wait_all(shared).await;
     let dir = shared.cfg.session_dir.clone();
     let result = match &resume {
-        Some(id) => SessionFile::resume(&dir, id).map(|(f, r)| (f, Some(r))),
+        Some(id) => {
+            SessionFile::resume(&dir, id, Some(&shared.cfg.workspace)).map(|(f, r)| (f, Some(r)))
+        }
         None => SessionFile::create(
             &dir,
             shared.cfg.mode.as_str(),

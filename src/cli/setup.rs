@@ -116,7 +116,7 @@ pub fn open_session(
     resume: Option<&str>,
 ) -> Result<(SessionFile, Option<Restored>), String> {
     match resume {
-        Some(id) => SessionFile::resume(&config.session_dir, id)
+        Some(id) => SessionFile::resume(&config.session_dir, id, Some(&config.workspace))
             .map(|(f, r)| (f, Some(r)))
             .map_err(|e| e.to_string()),
         None => SessionFile::create(

@@ -67,9 +67,14 @@ impl SessionFile {
         Ok(session)
     }
 
-    /// Opens a saved session (`id`, a unique id prefix, or `last`) and replays it.
-    pub fn resume(dir: &Path, id: &str) -> Result<(SessionFile, Restored), SessionError> {
-        let path = find(dir, id)?;
+    /// Opens a saved session (`id`, a unique id prefix, or `last`) and replays it. `last` is the
+    /// newest session of `workspace` when it has one, else the newest of all.
+    pub fn resume(
+        dir: &Path,
+        id: &str,
+        workspace: Option<&Path>,
+    ) -> Result<(SessionFile, Restored), SessionError> {
+        let path = find(dir, id, workspace)?;
         let restored = replay::replay_file(&path)?;
         let file = OpenOptions::new()
             .append(true)
@@ -175,15 +180,21 @@ fn summarize(path: &Path) -> Option<SessionInfo> {
     (!info.id.is_empty()).then_some(info)
 }
 
-/// Finds a session file by id, unique id prefix, or `last` (the most recently written).
-pub fn find(dir: &Path, id: &str) -> Result<PathBuf, SessionError> {
+/// Finds a session file by id, unique id prefix, or `last` (the most recently written, of
+/// `workspace` when it has sessions).
+pub fn find(dir: &Path, id: &str, workspace: Option<&Path>) -> Result<PathBuf, SessionError> {
     let not_found = || SessionError::NotFound {
         id: id.to_string(),
         dir: dir.display().to_string(),
     };
     let all = list(dir)?;
     if id == "last" {
-        return all.first().map(|s| s.path.clone()).ok_or_else(not_found);
+        let here = workspace.map(|w| w.display().to_string());
+        let of_workspace = all.iter().find(|s| Some(&s.workspace) == here.as_ref());
+        return of_workspace
+            .or(all.first())
+            .map(|s| s.path.clone())
+            .ok_or_else(not_found);
     }
     if let Some(exact) = all.iter().find(|s| s.id == id) {
         return Ok(exact.path.clone());

@@ -35,7 +35,7 @@ fn a_torn_last_line_replays_and_an_open_task_is_abandoned() {
     text.push_str("{\"record\":\"message\",\"task_id\":2,\"mess");
     std::fs::write(&path, text).expect("write");
 
-    let (_file, restored) = SessionFile::resume(dir.path(), "last").expect("resume");
+    let (_file, restored) = SessionFile::resume(dir.path(), "last", None).expect("resume");
     let t = &restored.timeline;
     assert_eq!(t.tasks.len(), 2);
     assert!(t.tasks[0].closed && t.tasks[0].summary == SummaryState::Pending);
@@ -74,10 +74,10 @@ fn sessions_are_found_by_id_prefix_and_last() {
     let dir = tempfile::tempdir().expect("tempdir");
     let a = SessionFile::create(dir.path(), "mol", "x", dir.path()).expect("create");
     let b = SessionFile::create(dir.path(), "mol", "x", dir.path()).expect("create");
-    assert_eq!(find(dir.path(), &a.id).expect("by id"), a.path);
-    assert!(find(dir.path(), "last").is_ok());
+    assert_eq!(find(dir.path(), &a.id, None).expect("by id"), a.path);
+    assert!(find(dir.path(), "last", None).is_ok());
     assert!(matches!(
-        find(dir.path(), "zzzz"),
+        find(dir.path(), "zzzz", None),
         Err(SessionError::NotFound { .. })
     ));
     assert_eq!(list(dir.path()).expect("list").len(), 2);
@@ -91,6 +91,22 @@ fn a_corrupt_line_in_the_middle_is_an_error_naming_the_line() {
     let mut text = std::fs::read_to_string(&f.path).expect("read");
     text.push_str("garbage\n{\"record\":\"task_closed\",\"task_id\":1}\n");
     std::fs::write(&f.path, text).expect("write");
-    let err = SessionFile::resume(dir.path(), &f.id).expect_err("corrupt");
+    let err = SessionFile::resume(dir.path(), &f.id, None).expect_err("corrupt");
     assert!(err.to_string().contains("line 2"), "{err}");
+}
+
+#[test]
+fn last_prefers_the_newest_session_of_the_workspace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws_a = dir.path().join("a");
+    let ws_b = dir.path().join("b");
+    let a = SessionFile::create(dir.path(), "mol", "x", &ws_a).expect("create");
+    let b = SessionFile::create(dir.path(), "mol", "x", &ws_b).expect("create");
+    assert_eq!(find(dir.path(), "last", Some(&ws_a)).expect("a"), a.path);
+    assert_eq!(find(dir.path(), "last", Some(&ws_b)).expect("b"), b.path);
+    let elsewhere = dir.path().join("c");
+    assert_eq!(
+        find(dir.path(), "last", Some(&elsewhere)).expect("any"),
+        b.path
+    );
 }
