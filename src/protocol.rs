@@ -235,6 +235,10 @@ pub enum Event {
         /// Path of the session file.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         session_file: Option<String>,
+        /// The project instruction files (AGENTS.md / CLAUDE.md) given to every expert, in the
+        /// order they are given (for `/status`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        instructions: Vec<String>,
     },
     TurnStarted {
         turn_id: u64,

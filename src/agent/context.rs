@@ -19,26 +19,44 @@ const KEEP_RECENT_OUTPUTS: usize = 3;
 const KEEP_STEPS: usize = 2;
 /// Used when neither the server nor the configuration says how large the window is.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 131_072;
+/// Tokens of margin left between the handoff summary's budget and the window.
+const HANDOFF_MARGIN: u64 = 64;
+/// The handoff summary never gets fewer tokens than this, even in a tiny window.
+const HANDOFF_MIN_TOKENS: u64 = 128;
+/// A learned ratio is recorded in the session again when it moves by more than this fraction.
+const RATIO_RECORD_STEP: f64 = 0.02;
 
 /// What the core learns about context use over a session.
 #[derive(Debug, Default)]
 pub(crate) struct ContextState {
-    estimator: TokenEstimator,
-    /// The context window, once known (asked from the server on first use).
-    window: Option<u64>,
+    /// The context window: `None` = not asked yet; `Some(None)` = nobody reports one.
+    window: Option<Option<u64>>,
+    /// The ratio last written to the session file.
+    recorded_ratio: Option<f64>,
 }
 
-impl ContextState {
-    pub(crate) fn estimate(&self, view: &[crate::backend::ChatMessage]) -> u64 {
-        self.estimator.estimate(view, &[])
+/// The estimator of this session: the ratio learned so far (kept in the timeline, so a resumed
+/// session starts from it), else the default.
+fn estimator(shared: &Shared) -> TokenEstimator {
+    lock(&shared.timeline)
+        .token_ratio
+        .map(TokenEstimator::with_ratio)
+        .unwrap_or_default()
+}
+
+/// Estimated tokens of a view without tools (`/compact`, events).
+pub(crate) fn estimate_view(shared: &Shared, view: &[crate::backend::ChatMessage]) -> u64 {
+    estimator(shared).estimate(view, &[])
+}
+
+/// The context window of `model` as reported: the configured one, else what `/models` says
+/// (`max_model_len`, or the local engine's config). Asked once per session.
+pub(crate) async fn reported_window(shared: &Shared, model: &str) -> Option<u64> {
+    if let Some(w) = shared.cfg.context_window {
+        return Some(w);
     }
-}
-
-/// The context window of `model`: the configured one, else what `/models` reports, else a
-/// conservative default. Asked once per session.
-pub(crate) async fn window(shared: &Shared, model: &str) -> u64 {
-    if let Some(w) = shared.cfg.context_window.or(lock(&shared.context).window) {
-        return w;
+    if let Some(known) = lock(&shared.context).window {
+        return known;
     }
     let listed = tokio::time::timeout(Duration::from_secs(10), shared.backend.list_models()).await;
     let found = match listed {
@@ -48,18 +66,29 @@ pub(crate) async fn window(shared: &Shared, model: &str) -> u64 {
             .and_then(|m| m.context_window),
         _ => None,
     };
-    let w = found.unwrap_or(DEFAULT_CONTEXT_WINDOW);
-    lock(&shared.context).window = Some(w);
-    w
+    lock(&shared.context).window = Some(found);
+    found
+}
+
+/// The window to budget against: the reported one, else a conservative default.
+pub(crate) async fn window(shared: &Shared, model: &str) -> u64 {
+    reported_window(shared, model)
+        .await
+        .unwrap_or(DEFAULT_CONTEXT_WINDOW)
+}
+
+/// The budget of a window. The compaction threshold is the default 85%: `AgentConfig` has no
+/// field for it yet (`ContextBudget::with_compact_at` is the hook).
+fn budget(_shared: &Shared, window: u64) -> ContextBudget {
+    ContextBudget::new(window)
 }
 
 /// Prompt tokens of a request: exact when the backend can count, else estimated.
 pub(crate) fn prompt_tokens(shared: &Shared, req: &ChatRequest) -> u64 {
-    shared.backend.count_prompt_tokens(req).unwrap_or_else(|| {
-        lock(&shared.context)
-            .estimator
-            .estimate(&req.messages, &req.tools)
-    })
+    shared
+        .backend
+        .count_prompt_tokens(req)
+        .unwrap_or_else(|| estimator(shared).estimate(&req.messages, &req.tools))
 }
 
 /// What the estimator needs to remember about a request it will learn from.
@@ -67,18 +96,47 @@ pub(crate) fn shape(req: &ChatRequest) -> (u64, usize) {
     (prompt_chars(&req.messages, &req.tools), req.messages.len())
 }
 
-/// Teaches the estimator the server's real count for a request that was sent.
+/// Teaches the estimator the server's real count for a request that was sent, and records the
+/// learned ratio in the session when it moved.
 pub(crate) fn observe(shared: &Shared, shape: (u64, usize), prompt_tokens: u64) {
-    if prompt_tokens > 0 {
-        lock(&shared.context)
-            .estimator
-            .observe(shape.0, shape.1, prompt_tokens);
+    if prompt_tokens == 0 {
+        return;
+    }
+    let mut est = estimator(shared);
+    est.observe(shape.0, shape.1, prompt_tokens);
+    let ratio = est.chars_per_token();
+    lock(&shared.timeline).token_ratio = Some(ratio);
+    let moved = {
+        let mut ctx = lock(&shared.context);
+        let moved = ctx
+            .recorded_ratio
+            .is_none_or(|r| ((ratio - r) / r).abs() > RATIO_RECORD_STEP);
+        if moved {
+            ctx.recorded_ratio = Some(ratio);
+        }
+        moved
+    };
+    if moved {
+        shared.record(Record::TokenRatio {
+            chars_per_token: ratio,
+        });
     }
 }
 
-/// The window, if known yet (for usage events).
-pub(crate) fn known_window(shared: &Shared) -> Option<u64> {
-    shared.cfg.context_window.or(lock(&shared.context).window)
+/// Forgets what was learned about the last session (`/new`, `/resume` switch sessions).
+pub(crate) fn reset(shared: &Shared) {
+    lock(&shared.context).recorded_ratio = None;
+}
+
+fn record_shrink(shared: &Shared, task_id: u64, keep_recent: usize) -> bool {
+    let shrunk = lock(&shared.timeline).shrink_old_tool_outputs(task_id, keep_recent);
+    if shrunk {
+        shared.record(Record::ToolOutputsShrunk {
+            task_id,
+            keep_recent,
+        });
+    }
+    shrunk
 }
 
 /// Makes the open task's view fit before an answer hop: shrink, then compact if still needed.
@@ -92,24 +150,32 @@ pub(crate) async fn fit(
     build: impl Fn() -> ChatRequest,
 ) -> ChatRequest {
     let req = build();
-    let budget = ContextBudget::new(window(shared, &req.model).await);
+    let budget = budget(shared, window(shared, &req.model).await);
     let tokens = prompt_tokens(shared, &req);
     if !budget.needs_shrink(tokens) {
         return req;
     }
-    let shrunk = lock(&shared.timeline).shrink_old_tool_outputs(task_id, KEEP_RECENT_OUTPUTS);
-    if shrunk {
-        shared.record(Record::ToolOutputsShrunk {
-            task_id,
-            keep_recent: KEEP_RECENT_OUTPUTS,
-        });
-    }
-    let req = if shrunk { build() } else { req };
+    let req = if record_shrink(shared, task_id, KEEP_RECENT_OUTPUTS) {
+        build()
+    } else {
+        req
+    };
     let tokens = prompt_tokens(shared, &req);
     if !budget.needs_compaction(tokens) {
         return req;
     }
-    if compact(
+    // Under pressure, every output but the newest shrinks before a model call is spent: one
+    // large output just read must not make each following step compact again.
+    let req = if record_shrink(shared, task_id, 1) {
+        build()
+    } else {
+        req
+    };
+    let tokens = prompt_tokens(shared, &req);
+    if !budget.needs_compaction(tokens) {
+        return req;
+    }
+    let compacted = compact(
         shared,
         turn_id,
         task_id,
@@ -118,12 +184,13 @@ pub(crate) async fn fit(
         tokens,
         cancel,
     )
-    .await
-    {
-        build()
-    } else {
-        req
+    .await;
+    let req = if compacted { build() } else { req };
+    // Last resort: the newest output alone does not fit; it shrinks too.
+    if prompt_tokens(shared, &req) > budget.hard_limit() && record_shrink(shared, task_id, 0) {
+        return build();
     }
+    req
 }
 
 /// Compacts a task from `view` (its owner's current view). Returns whether anything changed.
@@ -148,7 +215,20 @@ pub(crate) async fn compact(
         expert: Some(expert),
     });
     let started = std::time::Instant::now();
-    let request = compaction_request(&shared.cfg.profile, expert, view);
+    let mut request = compaction_request(&shared.cfg.profile, expert, view);
+    // The summary must fit next to its prompt: a small window gets a shorter handoff, and a
+    // view whose newest output is too large is sent with its long outputs cut.
+    let window = window(shared, &request.model).await;
+    if prompt_tokens(shared, &request) + HANDOFF_MIN_TOKENS + HANDOFF_MARGIN > window {
+        request.messages = crate::mol::compact::shrink_all_outputs(request.messages);
+    }
+    let room = window
+        .saturating_sub(prompt_tokens(shared, &request) + HANDOFF_MARGIN)
+        .max(HANDOFF_MIN_TOKENS);
+    request.max_tokens = request
+        .max_tokens
+        .map(|m| (m as u64).min(room) as u32)
+        .or(Some(room.min(u32::MAX as u64) as u32));
     let result = tokio::select! {
         r = async {
             let stream = shared.backend.chat(request).await?;
@@ -188,7 +268,7 @@ pub(crate) async fn compact(
     let after = {
         let head = shared.head();
         let view = lock(&shared.timeline).view(expert, &head);
-        lock(&shared.context).estimator.estimate(&view, &[])
+        estimate_view(shared, &view)
     };
     shared.events.emit(Event::ContextCompacted {
         expert,
@@ -201,4 +281,15 @@ pub(crate) async fn compact(
         },
     });
     true
+}
+
+/// The project instruction files the experts' system prompt was given (`/status`): found the
+/// same way the setup finds them (the workspace, and `baton/` in the user's config dir).
+pub(crate) fn instruction_files(cfg: &super::AgentConfig) -> Vec<String> {
+    let user_dir = dirs::config_dir().map(|d| d.join("baton"));
+    super::instructions::discover(&cfg.workspace, user_dir.as_deref())
+        .files
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect()
 }

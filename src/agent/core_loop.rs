@@ -88,6 +88,7 @@ fn emit_session(shared: &Shared, resumed: bool) {
         workspace: shared.cfg.workspace.display().to_string(),
         resumed,
         session_file: Some(session.path.display().to_string()),
+        instructions: context::instruction_files(&shared.cfg),
     });
 }
 
@@ -148,6 +149,7 @@ async fn switch_session(shared: &Arc<Shared>, resume: Option<String>) {
             *lock(&shared.timeline) = restored.timeline;
             *lock(&shared.next_turn_id) = restored.next_turn_id.max(1);
             *lock(&shared.session) = file;
+            context::reset(shared);
             emit_session(shared, resumed);
         }
         Err(e) => shared.events.emit(Event::Error {
@@ -168,7 +170,7 @@ async fn compact_last_task(shared: &Arc<Shared>) {
     };
     let head = shared.head();
     let view = lock(&shared.timeline).view(owner, &head);
-    let tokens = lock(&shared.context).estimate(&view);
+    let tokens = context::estimate_view(shared, &view);
     let turn_id = lock(&shared.next_turn_id).saturating_sub(1);
     let cancel = CancellationToken::new();
     if !context::compact(shared, turn_id, task_id, owner, view, tokens, &cancel).await {

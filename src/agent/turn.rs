@@ -324,6 +324,9 @@ async fn answer_hop(
         expert: public,
     });
     let started = Instant::now();
+    // Context use when the server reports no usage: counted (local) or estimated.
+    let counted = context::prompt_tokens(&shared, &request);
+    let window = context::reported_window(&shared, &request.model).await;
     let mut stream = tokio::select! {
         r = shared.backend.chat(request) => r.map_err(Stop::Failed)?,
         _ = ctx.cancel.cancelled() => return Err(Stop::Interrupted),
@@ -372,8 +375,11 @@ async fn answer_hop(
     shared.events.emit(Event::Usage {
         turn_id,
         usage,
-        context_used: done.usage.map(|u| u.prompt_tokens + u.completion_tokens),
-        context_window: context::known_window(&shared),
+        context_used: Some(
+            done.usage
+                .map_or(counted, |u| u.prompt_tokens + u.completion_tokens),
+        ),
+        context_window: window,
     });
     Ok(done)
 }

@@ -9,6 +9,12 @@ use crate::backend::{ChatMessage, ToolSpec};
 const DEFAULT_CHARS_PER_TOKEN: f64 = 3.6;
 /// Tokens of template overhead per message (role markers, separators).
 const PER_MESSAGE_OVERHEAD: u64 = 4;
+/// Bounds of a learned ratio: a pathological prompt (all whitespace, all CJK) must not wreck
+/// later estimates.
+const MIN_RATIO: f64 = 0.8;
+const MAX_RATIO: f64 = 8.0;
+/// The default compaction threshold, as a fraction of the window.
+pub const DEFAULT_COMPACT_AT: f64 = 0.85;
 
 /// Character count of what a request puts in the prompt.
 pub fn prompt_chars(messages: &[ChatMessage], tools: &[ToolSpec]) -> u64 {
@@ -45,6 +51,17 @@ impl Default for TokenEstimator {
 }
 
 impl TokenEstimator {
+    /// An estimator that starts from a ratio learned earlier (a resumed session).
+    pub fn with_ratio(chars_per_token: f64) -> Self {
+        TokenEstimator {
+            chars_per_token: if chars_per_token.is_finite() {
+                chars_per_token.clamp(MIN_RATIO, MAX_RATIO)
+            } else {
+                DEFAULT_CHARS_PER_TOKEN
+            },
+        }
+    }
+
     pub fn estimate(&self, messages: &[ChatMessage], tools: &[ToolSpec]) -> u64 {
         let chars = prompt_chars(messages, tools) as f64;
         (chars / self.chars_per_token).ceil() as u64 + PER_MESSAGE_OVERHEAD * messages.len() as u64
@@ -58,8 +75,7 @@ impl TokenEstimator {
             return;
         }
         let ratio = chars as f64 / (actual_tokens - overhead) as f64;
-        // Clamp: a pathological prompt (all whitespace, all CJK) must not wreck later estimates.
-        self.chars_per_token = ratio.clamp(0.8, 8.0);
+        self.chars_per_token = ratio.clamp(MIN_RATIO, MAX_RATIO);
     }
 
     pub fn chars_per_token(&self) -> f64 {
@@ -84,10 +100,20 @@ impl ContextBudget {
     pub fn new(window: u64) -> Self {
         ContextBudget {
             window,
-            compact_at: 0.85,
+            compact_at: DEFAULT_COMPACT_AT,
             shrink_at: 0.5,
             reserve: (window / 8).min(8192),
         }
+    }
+
+    /// The same budget compacting at `fraction` of the window (kept within 0.2..=0.98, and
+    /// never below the shrink threshold).
+    pub fn with_compact_at(mut self, fraction: f64) -> Self {
+        if fraction.is_finite() {
+            self.compact_at = fraction.clamp(0.2, 0.98);
+            self.shrink_at = self.shrink_at.min(self.compact_at);
+        }
+        self
     }
 
     fn limit(&self, fraction: f64) -> u64 {
@@ -132,5 +158,20 @@ mod tests {
         assert!(b.needs_compaction(3000));
         assert!(b.needs_shrink(1600));
         assert!(!b.needs_shrink(1500));
+        let low = ContextBudget::new(4096).with_compact_at(0.4);
+        assert!(low.needs_compaction(1200));
+        assert_eq!(low.shrink_at, 0.4);
+        assert_eq!(ContextBudget::new(4096).with_compact_at(f64::NAN), b);
+    }
+
+    #[test]
+    fn a_learned_ratio_is_restored_within_bounds() {
+        let msgs = vec![ChatMessage::user("x".repeat(300))];
+        assert_eq!(TokenEstimator::with_ratio(3.0).estimate(&msgs, &[]), 104);
+        assert_eq!(TokenEstimator::with_ratio(100.0).chars_per_token(), 8.0);
+        assert_eq!(
+            TokenEstimator::with_ratio(f64::NAN).chars_per_token(),
+            TokenEstimator::default().chars_per_token()
+        );
     }
 }

@@ -114,6 +114,26 @@ fn human_size(bytes: usize) -> String {
     }
 }
 
+/// A view with every long tool output cut to head and tail: the compaction request of a view
+/// that no longer fits (its newest output is huge). The outputs stay whole in the timeline.
+pub fn shrink_all_outputs(view: Vec<ChatMessage>) -> Vec<ChatMessage> {
+    view.into_iter()
+        .map(|mut m| {
+            if m.role == Role::Tool && m.content.len() > SHRINK_ABOVE {
+                let head_end = floor_char_boundary(&m.content, SHRINK_KEEP);
+                let tail_start = ceil_char_boundary(&m.content, m.content.len() - SHRINK_KEEP);
+                m.content = format!(
+                    "{}\n[… {} cut for this summary request …]\n{}",
+                    &m.content[..head_end],
+                    human_size(m.content.len()),
+                    &m.content[tail_start..]
+                );
+            }
+            m
+        })
+        .collect()
+}
+
 /// The plan at the end of `messages`: the arguments of the last `update_plan` call, verbatim.
 pub fn latest_plan(messages: &[ChatMessage]) -> Option<String> {
     messages
@@ -214,7 +234,10 @@ impl Timeline {
         if tools.len() <= keep_recent {
             return false;
         }
-        let boundary = tools[tools.len() - keep_recent];
+        let boundary = match keep_recent {
+            0 => task.messages.len(),
+            n => tools[tools.len() - n],
+        };
         if boundary <= task.shrunk_before {
             return false;
         }
@@ -341,6 +364,25 @@ mod tests {
         );
         assert_eq!(tools[4].content.len(), 4000);
         assert_eq!(tools[5].content.len(), 4000);
+    }
+
+    #[test]
+    fn keeping_no_recent_output_shrinks_them_all() {
+        let mut t = long_task(3);
+        let id = t.tasks[0].id;
+        assert!(t.shrink_old_tool_outputs(id, 0));
+        let view = t.view(Expert::L2, &[]);
+        assert!(
+            view.iter()
+                .filter(|m| m.role == Role::Tool)
+                .all(|m| m.content.len() < 1200)
+        );
+        let cut = shrink_all_outputs(t.full_history(&[]));
+        assert!(
+            cut.iter()
+                .any(|m| m.content.contains("3 KB cut for this summary request"))
+        );
+        assert!(t.tasks[0].messages.iter().any(|m| m.content.len() == 4000));
     }
 
     #[test]

@@ -20,7 +20,9 @@ const REASONING_FALLBACK_CHARS: usize = 160;
 pub fn summary_request(profile: &Profile, task: &Task, head: &[ChatMessage]) -> ChatRequest {
     let mut messages = head.to_vec();
     messages.push(ChatMessage::user(task.user_text.clone()));
-    messages.extend(task.messages.iter().cloned());
+    // The task as its owner sees it: a compacted task is summarized from its handoff and recent
+    // steps, so a task of any length still gets a summary that fits the window.
+    messages.extend(crate::mol::compact::own_messages(task));
     messages.push(ChatMessage::user(profile.summary_prompt.clone()));
     let mut req = ChatRequest::new(profile.adapter(task.owner), messages, Hop::Summary);
     req.sampling.temperature = Some(0.0);

@@ -113,6 +113,10 @@ pub struct Timeline {
     /// other experts' tasks (set by compaction, so long sessions fit the window).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub folded_before: std::collections::BTreeMap<Expert, u64>,
+    /// Characters per token learned from the server's usage, so a resumed session estimates
+    /// (and so shrinks and compacts) exactly like the session it continues.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_ratio: Option<f64>,
 }
 
 impl Timeline {

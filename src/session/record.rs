@@ -69,6 +69,10 @@ pub enum Record {
         summary: String,
         keep_steps: usize,
     },
+    /// The characters-per-token ratio the context budget learned from the server's usage.
+    TokenRatio {
+        chars_per_token: f64,
+    },
     /// `proxy` mode: the conversation id the server gave.
     ConversationId {
         id: String,

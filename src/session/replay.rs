@@ -114,6 +114,9 @@ pub fn replay(records: impl IntoIterator<Item = Record>) -> Restored {
             } => {
                 r.timeline.compact(task_id, &summary, keep_steps);
             }
+            Record::TokenRatio { chars_per_token } => {
+                r.timeline.token_ratio = Some(chars_per_token)
+            }
             Record::ConversationId { id } => r.conversation_id = Some(id),
             Record::TurnEnded { answer, .. } => {
                 if answer.is_some() {

@@ -1,0 +1,683 @@
+//! Long tool-use sessions end to end: the real agent core against the loopback mock engine with
+//! a 4k-token window. A 300-step tool loop stays inside the window, keeps the request, the plan
+//! and a file named at step 3, and costs a fraction of a naive full-history agent; compaction
+//! requests have the documented shape; a resumed session continues with the same views; project
+//! instructions reach the request; the local tokenizer counts exactly.
+//!
+//! Token measure used for the window assertions (stated in docs/context.md): the bytes of every
+//! message's content, tool-call names and arguments, plus the `tools` JSON, divided by 3, plus
+//! 4 per message. Real tokenizers average 3.5–4 bytes per token on code and English, so this
+//! over-counts; the mock reports the same figure as `usage.prompt_tokens`.
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use baton::agent::{AgentConfig, ApprovalPolicy, DEFAULT_SYSTEM_PROMPT, basic_tools, spawn_agent};
+use baton::backend::ToolSpec;
+use baton::backend::remote::RemoteBackend;
+use baton::config::Mode;
+use baton::mol::{HANDOFF_PROMPT, Profile, ProfileNames};
+use baton::protocol::{AgentHandle, Event, Expert, Op, TurnStatus};
+use baton::session::SessionFile;
+use baton::tool::{ApprovalNeed, Tool, ToolContext, ToolRegistry, ToolResult};
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+use support::mock_engine::content_text;
+use support::{MockEngine, MockReply, RecordedRequest};
+
+const WINDOW: u64 = 4096;
+const PLANTED: &str = "notes/planted-7f3a.txt";
+const REQUEST: &str = "Audit every module under src/ and write down what each one owns.";
+
+// ---------------------------------------------------------------------------------------------
+// Tools the scripted session uses besides read_file and list_dir: a plan and a file writer.
+// ---------------------------------------------------------------------------------------------
+
+struct UpdatePlan;
+
+impl Tool for UpdatePlan {
+    fn name(&self) -> &'static str {
+        "update_plan"
+    }
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "update_plan".into(),
+            description: "Replace the task plan.".into(),
+            parameters: json!({"type":"object","properties":{"plan":{"type":"array"}},"required":["plan"]}),
+        }
+    }
+    fn approval(&self, _args: &Value, _ctx: &ToolContext) -> ApprovalNeed {
+        ApprovalNeed::None
+    }
+    fn title(&self, _args: &Value) -> String {
+        "plan".into()
+    }
+    fn run<'a>(&'a self, _args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+        Box::pin(async { ToolResult::ok("plan updated") })
+    }
+}
+
+struct WriteFile;
+
+impl Tool for WriteFile {
+    fn name(&self) -> &'static str {
+        "write_file"
+    }
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "write_file".into(),
+            description: "Write a text file of the workspace.".into(),
+            parameters: json!({"type":"object","properties":{"path":{"type":"string"},"content":{"type":"string"}},"required":["path","content"]}),
+        }
+    }
+    fn approval(&self, _args: &Value, _ctx: &ToolContext) -> ApprovalNeed {
+        ApprovalNeed::None
+    }
+    fn title(&self, _args: &Value) -> String {
+        "write".into()
+    }
+    fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+        Box::pin(async move {
+            let path = args.get("path").and_then(Value::as_str).unwrap_or("");
+            let content = args.get("content").and_then(Value::as_str).unwrap_or("");
+            let full = ctx.workspace.join(path);
+            if let Some(parent) = full.parent() {
+                let _ = std::fs::create_dir_all(parent);
+            }
+            match std::fs::write(&full, content) {
+                Ok(()) => ToolResult::ok(format!("wrote {path}")),
+                Err(e) => ToolResult::error(format!("{path}: {e}")),
+            }
+        })
+    }
+}
+
+fn registry() -> ToolRegistry {
+    let mut r = basic_tools::basic_registry();
+    r.register(Arc::new(UpdatePlan));
+    r.register(Arc::new(WriteFile));
+    r
+}
+
+// ---------------------------------------------------------------------------------------------
+// The scripted engine
+// ---------------------------------------------------------------------------------------------
+
+/// The conservative token measure (see the file comment).
+fn measured_tokens(req: &RecordedRequest) -> u64 {
+    let mut bytes = 0usize;
+    for m in req.messages() {
+        bytes += content_text(m).len();
+        for call in m
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let f = &call["function"];
+            bytes += f["name"].as_str().map_or(0, str::len);
+            bytes += f["arguments"].as_str().map_or(0, str::len);
+        }
+    }
+    if let Some(tools) = req.body.get("tools") {
+        bytes += tools.to_string().len();
+    }
+    (bytes / 3) as u64 + 4 * req.messages().len() as u64
+}
+
+fn plan_args(version: &str) -> String {
+    json!({"plan":[
+        {"step": format!("survey the modules ({version})"), "status":"in_progress"},
+        {"step":"write notes per module","status":"pending"},
+        {"step":"report","status":"pending"}
+    ]})
+    .to_string()
+}
+
+/// The tool call of answer step `step` (1-based, counted over the whole session).
+fn step_call(step: usize) -> (String, String) {
+    match step {
+        1 => ("update_plan".into(), plan_args("v1")),
+        3 => (
+            "write_file".into(),
+            json!({"path": PLANTED, "content": "module notes start here"}).to_string(),
+        ),
+        200 => ("update_plan".into(), plan_args("v2 after step 200")),
+        s if s % 10 == 0 => (
+            "read_file".into(),
+            json!({"path": format!("big/b{}.txt", s % 3)}).to_string(),
+        ),
+        s if s % 4 == 0 => ("list_dir".into(), json!({"path": "src"}).to_string()),
+        s => (
+            "read_file".into(),
+            json!({"path": format!("src/m{}.rs", s % 40)}).to_string(),
+        ),
+    }
+}
+
+/// A workspace with 40 small modules and 3 large files (5 KB, shrunk when old).
+fn workspace(dir: &Path) {
+    std::fs::create_dir_all(dir.join("src")).expect("src");
+    std::fs::create_dir_all(dir.join("big")).expect("big");
+    for i in 0..40 {
+        let body = format!("//! Module {i}: owns part {i} of the parser.\n")
+            + &format!("pub fn part_{i}(input: &str) -> usize {{ input.len() * {i} }}\n").repeat(6);
+        std::fs::write(dir.join(format!("src/m{i}.rs")), body).expect("module");
+    }
+    for i in 0..3 {
+        let line = format!("log line {i}: the build step finished with status ok\n");
+        std::fs::write(
+            dir.join(format!("big/b{i}.txt")),
+            line.repeat(5 * 1024 / line.len()),
+        )
+        .expect("big file");
+    }
+}
+
+/// Answers: a tool call per step, a final text at each step listed in `turn_ends`; compaction
+/// and summary hops answered with fixed texts (never naming the planted file). Answer steps
+/// are counted from `first_step`.
+fn engine(first_step: usize, turn_ends: Vec<usize>) -> (MockEngine, Arc<AtomicUsize>) {
+    let step = Arc::new(AtomicUsize::new(first_step - 1));
+    let counter = step.clone();
+    let engine = MockEngine::builder()
+        .models([("L0", Some(WINDOW)), ("L1", Some(WINDOW)), ("L2", Some(WINDOW)), ("L3", Some(WINDOW))])
+        .start_blocking(move |req| {
+            let prompt = measured_tokens(req);
+            let reply = match req.hop_or_answer() {
+                "compaction" => {
+                    // Named after the newest step it saw, so reruns answer identically.
+                    let n = req.raw_body.rfind("call_").map_or(0, |i| {
+                        req.raw_body[i + 5..]
+                            .chars()
+                            .take_while(char::is_ascii_digit)
+                            .collect::<String>()
+                            .parse::<usize>()
+                            .unwrap_or(0)
+                    });
+                    MockReply::text(format!(
+                        "Goal: audit the modules.\nDecisions made: reading modules in order (handoff after step {n}).\nFiles touched and why: see the list.\nPlan state: surveying.\nOpen problems: none.\nStill unknown: the remaining modules."
+                    ))
+                }
+                "summary" => MockReply::text("Audited modules and kept notes."),
+                "route" => MockReply::label("L2"),
+                _ => {
+                    let s = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                    if turn_ends.contains(&s) {
+                        MockReply::text(format!("Done with part ending at step {s}."))
+                    } else {
+                        let (name, args) = step_call(s);
+                        MockReply::tool_call(format!("call_{s}"), name, args)
+                    }
+                }
+            };
+            reply.usage(prompt, 20)
+        });
+    (engine, step)
+}
+
+fn agent_config(dir: &Path) -> AgentConfig {
+    AgentConfig {
+        mode: Mode::Mol,
+        model: None,
+        pinned: Some(Expert::L2),
+        reasoning: None,
+        approval: ApprovalPolicy::Never,
+        headless: true,
+        max_round_trips: None,
+        system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
+        profile: Profile::builtin(&ProfileNames::default()),
+        workspace: dir.to_path_buf(),
+        session_dir: dir.join(".sessions"),
+        temperature: None,
+        top_p: None,
+        seed: None,
+        max_tokens: None,
+        context_window: None,
+    }
+}
+
+fn start(dir: &Path, engine: &MockEngine, resume: Option<&str>) -> AgentHandle {
+    let cfg = agent_config(dir);
+    let backend = RemoteBackend::builder(engine.url())
+        .build()
+        .expect("backend");
+    let (file, restored) = match resume {
+        Some(id) => {
+            let (f, r) = SessionFile::resume(&cfg.session_dir, id, None).expect("resume");
+            (f, Some(r))
+        }
+        None => (
+            SessionFile::create(&cfg.session_dir, "mol", &engine.url(), dir).expect("session"),
+            None,
+        ),
+    };
+    spawn_agent(cfg, Arc::new(backend), registry(), file, restored)
+}
+
+/// Sends one user turn and collects its events until the turn ends.
+async fn turn(h: &mut AgentHandle, text: &str) -> Vec<Event> {
+    h.ops
+        .send(Op::UserTurn { text: text.into() })
+        .expect("send turn");
+    let mut events = Vec::new();
+    while let Some(e) = h.events.recv().await {
+        let end = matches!(e, Event::TurnCompleted { .. });
+        events.push(e);
+        if end {
+            return events;
+        }
+    }
+    panic!("the agent stopped before the turn ended: {events:?}");
+}
+
+async fn shutdown(mut h: AgentHandle) -> String {
+    h.ops.send(Op::Shutdown).expect("shutdown");
+    let mut session_id = String::new();
+    while let Some(e) = h.events.recv().await {
+        if let Event::Session { session_id: id, .. } = &e {
+            session_id = id.clone();
+        }
+        if matches!(e, Event::ShutdownComplete) {
+            break;
+        }
+    }
+    session_id
+}
+
+fn status(events: &[Event]) -> Option<TurnStatus> {
+    events.iter().find_map(|e| match e {
+        Event::TurnCompleted { status, .. } => Some(*status),
+        _ => None,
+    })
+}
+
+fn answers(engine: &MockEngine) -> Vec<RecordedRequest> {
+    engine
+        .chat_requests()
+        .into_iter()
+        .filter(|r| r.hop_or_answer() == "answer")
+        .collect()
+}
+
+/// A naive agent sends the whole history every step: its prompt at each answer step is the
+/// full-history request, rebuilt here from the session file's records.
+fn naive_total_tokens(session_file: &Path, first: &RecordedRequest) -> u64 {
+    let head_bytes: usize = first
+        .messages()
+        .iter()
+        .filter(|m| m["role"] == "system")
+        .map(|m| content_text(m).len())
+        .sum::<usize>()
+        + first.body.get("tools").map_or(0, |t| t.to_string().len());
+    let text = std::fs::read_to_string(session_file).expect("session file");
+    let mut bytes = head_bytes;
+    let mut messages = 1u64;
+    let mut total = 0u64;
+    for line in text.lines() {
+        let Ok(record) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        match record["record"].as_str() {
+            Some("task_opened") => {
+                bytes += record["user_text"].as_str().map_or(0, str::len);
+                messages += 1;
+            }
+            Some("message") => {
+                let m = &record["message"];
+                if m["role"] == "assistant" {
+                    // This message answered a request holding everything before it.
+                    total += (bytes / 3) as u64 + 4 * messages;
+                }
+                bytes += m["content"].as_str().map_or(0, str::len);
+                for c in m["tool_calls"].as_array().into_iter().flatten() {
+                    bytes += c["name"].as_str().map_or(0, str::len);
+                    bytes += c["arguments"].as_str().map_or(0, str::len);
+                }
+                messages += 1;
+            }
+            _ => {}
+        }
+    }
+    total
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_300_step_session_stays_in_a_4k_window_and_keeps_the_task() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    workspace(dir.path());
+    let (engine, _) = engine(1, vec![301]);
+    let mut h = start(dir.path(), &engine, None);
+    let events = turn(&mut h, REQUEST).await;
+    assert_eq!(
+        status(&events),
+        Some(TurnStatus::Done),
+        "{:?}",
+        events.last()
+    );
+    shutdown(h).await;
+
+    let chats = engine.chat_requests();
+    let answer_reqs = answers(&engine);
+    assert_eq!(
+        answer_reqs.len(),
+        301,
+        "300 tool steps and the final answer"
+    );
+
+    // Every request stays under the window; compaction requests leave room for their answer.
+    let mut peak = 0;
+    for r in &chats {
+        let used = measured_tokens(r);
+        peak = peak.max(used);
+        assert!(
+            used < WINDOW,
+            "a {} request of {used} tokens",
+            r.hop_or_answer()
+        );
+        if r.hop() == Some("compaction") {
+            let max = r.body["max_tokens"].as_u64().expect("max_tokens");
+            assert!(used + max <= WINDOW, "compaction {used} + {max} tokens");
+        }
+    }
+
+    // Compaction requests have the documented shape.
+    let compactions: Vec<&RecordedRequest> = chats
+        .iter()
+        .filter(|r| r.hop() == Some("compaction"))
+        .collect();
+    assert!(compactions.len() >= 5, "{} compactions", compactions.len());
+    for c in &compactions {
+        assert_eq!(c.model(), "L2");
+        assert_eq!(c.last_user_text().as_deref(), Some(HANDOFF_PROMPT));
+        assert!(c.tool_names().is_empty(), "no tools on a compaction");
+        assert!(!c.is_stream());
+        assert_eq!(c.body["temperature"], json!(0.0));
+    }
+    let compacted_events = events
+        .iter()
+        .filter(|e| matches!(e, Event::ContextCompacted { method, .. } if method == "summary"))
+        .count();
+    assert_eq!(compacted_events, compactions.len());
+
+    // Usage events carry the context use and the window on every answer hop.
+    let usage: Vec<(Option<u64>, Option<u64>)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Usage {
+                context_used,
+                context_window,
+                ..
+            } => Some((*context_used, *context_window)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(usage.len(), 301);
+    assert!(usage.iter().all(|(u, w)| u.is_some() && *w == Some(WINDOW)));
+
+    // At step 300: the request verbatim, the latest plan, the file named at step 3.
+    let last = &answer_reqs[299];
+    let texts: Vec<String> = last.messages().iter().map(content_text).collect();
+    assert!(texts.iter().any(|t| t == REQUEST), "request verbatim");
+    let all = texts.join("\n");
+    assert!(all.contains("v2 after step 200"), "latest plan");
+    assert!(!all.contains("(v1)"), "the old plan was replaced");
+    assert!(all.contains(PLANTED), "the file written at step 3");
+    assert!(all.contains("output of step") || all.contains("Earlier steps"));
+
+    if std::env::var_os("CONTEXT_TRACE").is_some() {
+        for r in chats.iter().take(80) {
+            println!(
+                "{} {} msgs {}",
+                r.hop_or_answer(),
+                measured_tokens(r),
+                r.messages().len()
+            );
+        }
+    }
+    // Figures.
+    let sent: u64 = chats.iter().map(measured_tokens).sum();
+    let session = std::fs::read_dir(dir.path().join(".sessions"))
+        .expect("sessions")
+        .flatten()
+        .next()
+        .expect("a session file")
+        .path();
+    let naive = naive_total_tokens(&session, &answer_reqs[0]);
+    let ratio = sent as f64 / naive as f64;
+    println!(
+        "context figures (300 tool steps, {WINDOW}-token window): prompt tokens sent {sent} vs naive full history {naive} = {:.1}%; compactions {}; peak request {peak} tokens = {:.0}% of the window",
+        ratio * 100.0,
+        compactions.len(),
+        peak as f64 / WINDOW as f64 * 100.0
+    );
+    assert!(
+        ratio <= 0.25,
+        "sent {:.1}% of the naive tokens",
+        ratio * 100.0
+    );
+
+    // The session file records the compactions.
+    let text = std::fs::read_to_string(&session).expect("session");
+    assert_eq!(
+        text.matches("\"record\":\"compacted\"").count(),
+        compactions.len()
+    );
+    assert!(text.contains("\"record\":\"tool_outputs_shrunk\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_session_continues_with_the_same_views() {
+    // Uninterrupted: two turns of 150 tool steps each.
+    let dir_a = tempfile::tempdir().expect("tempdir");
+    workspace(dir_a.path());
+    let (engine_a, _) = engine(1, vec![151, 302]);
+    let mut h = start(dir_a.path(), &engine_a, None);
+    assert_eq!(status(&turn(&mut h, REQUEST).await), Some(TurnStatus::Done));
+    assert_eq!(
+        status(&turn(&mut h, "Now the tests.").await),
+        Some(TurnStatus::Done)
+    );
+    shutdown(h).await;
+
+    // Interrupted after step 150: the process ends, a second one resumes the session file.
+    // The same workspace path matters: the system prompt names it.
+    let dir_b = tempfile::tempdir().expect("tempdir");
+    let ws_b = dir_b.path();
+    // Same path for both runs is impossible with two temp dirs: run B in A's workspace after
+    // moving A's session files away.
+    std::fs::rename(dir_a.path().join(".sessions"), ws_b.join("a-sessions")).expect("move");
+    let (engine_b1, _) = engine(1, vec![151]);
+    let mut h = start(dir_a.path(), &engine_b1, None);
+    assert_eq!(status(&turn(&mut h, REQUEST).await), Some(TurnStatus::Done));
+    let id = shutdown(h).await;
+    let (engine_b2, _) = engine(152, vec![302]);
+    let mut h = start(dir_a.path(), &engine_b2, Some(&id));
+    assert_eq!(
+        status(&turn(&mut h, "Now the tests.").await),
+        Some(TurnStatus::Done)
+    );
+    shutdown(h).await;
+
+    let a: Vec<RecordedRequest> = engine_a.chat_requests();
+    let b: Vec<RecordedRequest> = engine_b1
+        .chat_requests()
+        .into_iter()
+        .chain(engine_b2.chat_requests())
+        .collect();
+    // The summary hop of turn 1 runs in the background: compare the answer and compaction
+    // hops in order, and the summary hops as a set.
+    let in_order = |v: &[RecordedRequest]| -> Vec<(String, Value)> {
+        v.iter()
+            .filter(|r| r.hop_or_answer() != "summary")
+            .map(|r| (r.hop_or_answer().to_string(), r.body["messages"].clone()))
+            .collect()
+    };
+    let (a_seq, b_seq) = (in_order(&a), in_order(&b));
+    assert_eq!(a_seq.len(), b_seq.len());
+    let first_after_resume = engine_b1
+        .chat_requests()
+        .iter()
+        .filter(|r| r.hop_or_answer() != "summary")
+        .count();
+    assert_eq!(
+        a_seq[first_after_resume], b_seq[first_after_resume],
+        "the first request after resume shows the restored view"
+    );
+    for (i, (x, y)) in a_seq.iter().zip(&b_seq).enumerate() {
+        assert_eq!(x, y, "request {i} differs after resume");
+    }
+    assert!(
+        b_seq[first_after_resume..]
+            .iter()
+            .any(|(hop, _)| hop == "compaction"),
+        "turn 2 compacts too"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_compaction_drops_old_outputs_and_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    workspace(dir.path());
+    let step = Arc::new(AtomicUsize::new(0));
+    let counter = step.clone();
+    let engine = MockEngine::builder()
+        .models([("L2", Some(WINDOW))])
+        .start_blocking(move |req| {
+            let prompt = measured_tokens(req);
+            match req.hop_or_answer() {
+                "compaction" => return MockReply::error(500, "engine fell over", "internal_error"),
+                "summary" => MockReply::text("Audited."),
+                _ => {
+                    let s = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                    if s > 60 {
+                        MockReply::text("Done.")
+                    } else {
+                        let (name, args) = step_call(s);
+                        MockReply::tool_call(format!("call_{s}"), name, args)
+                    }
+                }
+            }
+            .usage(prompt, 20)
+        });
+    let mut h = start(dir.path(), &engine, None);
+    let events = turn(&mut h, REQUEST).await;
+    shutdown(h).await;
+    assert_eq!(status(&events), Some(TurnStatus::Done));
+    assert!(events.iter().any(
+        |e| matches!(e, Event::Warning { message } if message.contains("compaction summary failed"))
+    ));
+    assert!(events.iter().any(
+        |e| matches!(e, Event::ContextCompacted { method, .. } if method == "dropped_tool_outputs")
+    ));
+    for r in answers(&engine) {
+        assert!(measured_tokens(&r) < WINDOW);
+    }
+    let last = answers(&engine).pop().expect("answers");
+    let all: String = last.messages().iter().map(content_text).collect();
+    assert!(all.contains(REQUEST) && all.contains(PLANTED));
+    assert!(all.contains("summary request failed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn project_instructions_reach_the_request_and_the_session_event() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let repo = tmp.path().join("repo");
+    let sub = repo.join("crates/core");
+    std::fs::create_dir_all(repo.join(".git")).expect("git");
+    std::fs::create_dir_all(&sub).expect("sub");
+    std::fs::write(repo.join("AGENTS.md"), "ROOT-RULE: run cargo fmt.").expect("root");
+    std::fs::write(repo.join("crates/CLAUDE.md"), "CRATES-RULE: no unsafe.").expect("claude");
+    std::fs::write(sub.join("AGENTS.md"), "CORE-RULE: small files.").expect("core");
+
+    let engine = MockEngine::builder().start_blocking(|req| match req.hop_or_answer() {
+        "summary" => MockReply::text("Said hi."),
+        _ => MockReply::text("hi"),
+    });
+    let mut settings = baton::config::Settings::default();
+    for (k, v) in [
+        ("endpoint", engine.url()),
+        ("expert", "L2".to_string()),
+        (
+            "session_dir",
+            tmp.path().join("sessions").display().to_string(),
+        ),
+    ] {
+        settings.set(k, &v, "test", None).expect("setting");
+    }
+    let config = settings.resolve(&sub).expect("config");
+    let mut h = baton::cli::setup::start_agent(&config, true, None).expect("agent");
+    let first = h.events.recv().await.expect("session event");
+    let Event::Session { instructions, .. } = first else {
+        panic!("first event {first:?}");
+    };
+    let ours: Vec<&String> = instructions
+        .iter()
+        .filter(|p| p.starts_with(&repo.display().to_string()))
+        .collect();
+    assert_eq!(ours.len(), 3, "{instructions:?}");
+    assert!(ours[0].ends_with("repo/AGENTS.md"));
+    assert!(ours[1].ends_with("crates/CLAUDE.md"));
+    assert!(ours[2].ends_with("core/AGENTS.md"));
+    assert_eq!(status(&turn(&mut h, "hello").await), Some(TurnStatus::Done));
+    shutdown(h).await;
+    let req = answers(&engine).pop().expect("an answer request");
+    let system = req.system_text().expect("system message");
+    let at = |s: &str| system.find(s).unwrap_or_else(|| panic!("{s} missing"));
+    assert!(at("ROOT-RULE") < at("CRATES-RULE") && at("CRATES-RULE") < at("CORE-RULE"));
+}
+
+#[test]
+fn the_local_tokenizer_counts_exactly_and_the_estimator_comes_close() {
+    use baton::backend::local::{LocalBackend, ModelText};
+    use baton::backend::{ChatBackend, ChatMessage, ChatRequest};
+    use baton::engine::DeviceChoice;
+    use baton::mol::{TokenEstimator, prompt_chars};
+    use baton::protocol::Hop;
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3");
+    let backend = LocalBackend::open(&root, DeviceChoice::Cpu).expect("tiny model");
+    let text = ModelText::load(&root).expect("model text");
+    let messages = vec![
+        ChatMessage::system("You are a careful coding agent. Answer briefly."),
+        ChatMessage::user(
+            "Why does `cargo test` fail with E0382 in src/parser.rs line 42? fn parse(s: String) { let t = s; println!(\"{s}\"); }",
+        ),
+        ChatMessage::assistant("The value `s` is moved into `t` and then used again."),
+        ChatMessage::user("Fix it, keeping the signature."),
+    ];
+    let req = ChatRequest::new("L2", messages, Hop::Answer);
+    let counted = backend.count_prompt_tokens(&req).expect("exact count");
+    let rendered = text.render(&req).expect("render");
+    let ids = text.tokenizer.encode(&rendered).expect("encode");
+    assert_eq!(
+        counted,
+        ids.len() as u64,
+        "the count is the tokenized template"
+    );
+
+    let mut est = TokenEstimator::default();
+    let first = est.estimate(&req.messages, &req.tools);
+    est.observe(
+        prompt_chars(&req.messages, &req.tools),
+        req.messages.len(),
+        counted,
+    );
+    let learned = est.estimate(&req.messages, &req.tools);
+    println!("tiny-qwen3: exact {counted}, estimated {first} before and {learned} after one count");
+    assert!(
+        first.abs_diff(counted) * 2 <= counted,
+        "within 50% before learning"
+    );
+    assert!(
+        learned.abs_diff(counted) <= 2,
+        "exact after learning on the same prompt"
+    );
+}
