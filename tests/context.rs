@@ -681,3 +681,71 @@ fn the_local_tokenizer_counts_exactly_and_the_estimator_comes_close() {
         "exact after learning on the same prompt"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compact_by_hand_keeps_the_summary_for_other_experts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    workspace(dir.path());
+    let (engine, _) = engine(1, vec![9, 10]);
+    let mut h = start(dir.path(), &engine, None);
+    assert_eq!(status(&turn(&mut h, REQUEST).await), Some(TurnStatus::Done));
+    h.ops.send(Op::Compact).expect("compact");
+    let compacted = loop {
+        match h.events.recv().await.expect("events") {
+            e @ Event::ContextCompacted { .. } => break e,
+            Event::Warning { message } if message.contains("compact") => {
+                panic!("/compact refused: {message}")
+            }
+            _ => {}
+        }
+    };
+    let Event::ContextCompacted {
+        expert,
+        tokens_before,
+        tokens_after,
+        method,
+    } = compacted
+    else {
+        unreachable!()
+    };
+    assert_eq!((expert, method.as_str()), (Expert::L2, "summary"));
+    assert!(
+        tokens_after < tokens_before,
+        "{tokens_after} < {tokens_before}"
+    );
+    let by_hand = engine.requests_for_hop("compaction");
+    assert_eq!(by_hand.len(), 1);
+    assert_eq!(by_hand[0].last_user_text().as_deref(), Some(HANDOFF_PROMPT));
+
+    // Another expert still sees task 1 through its summary.
+    h.ops
+        .send(Op::PinExpert {
+            expert: Some(Expert::L1),
+        })
+        .expect("pin");
+    assert_eq!(
+        status(&turn(&mut h, "thanks!").await),
+        Some(TurnStatus::Done)
+    );
+    let id = shutdown(h).await;
+    let l1 = answers(&engine)
+        .into_iter()
+        .rfind(|r| r.model() == "L1")
+        .expect("an L1 answer");
+    let texts: String = l1.messages().iter().map(content_text).collect();
+    assert!(texts.contains("Summary of its result: Audited modules and kept notes."));
+    assert!(!texts.contains("Earlier steps of this task were compacted"));
+
+    // The compaction is in the session file, and a resumed session shows it to L2.
+    let session = SessionFile::resume(&dir.path().join(".sessions"), &id, None)
+        .expect("resume")
+        .1;
+    let task = &session.timeline.tasks[0];
+    assert_eq!(task.compaction.as_ref().map(|c| c.count), Some(1));
+    let view = session.timeline.view(Expert::L2, &[]);
+    assert!(view.iter().any(|m| {
+        m.content
+            .contains("Earlier steps of this task were compacted")
+            && m.content.contains(PLANTED)
+    }));
+}

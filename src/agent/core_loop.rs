@@ -20,7 +20,13 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
     emit_session(&shared, resumed);
     let mut queue: VecDeque<String> = VecDeque::new();
     let mut running: Option<Running> = None;
+    // `/compact` sent while a turn runs: done as soon as it ends, before queued turns.
+    let mut compact_pending = false;
     loop {
+        if running.is_none() && compact_pending {
+            compact_pending = false;
+            compact_last_task(&shared).await;
+        }
         if running.is_none()
             && let Some(text) = queue.pop_front()
         {
@@ -56,17 +62,17 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
             Op::PinExpert { expert } => *lock(&shared.pinned) = expert,
             Op::SetModel { model } => *lock(&shared.model) = Some(model),
             Op::NewSession => {
+                compact_pending = false;
                 finish_running(running.take()).await;
                 switch_session(&shared, None).await;
             }
             Op::ResumeSession { id } => {
+                compact_pending = false;
                 finish_running(running.take()).await;
                 switch_session(&shared, Some(id)).await;
             }
             Op::Compact if running.is_none() => compact_last_task(&shared).await,
-            Op::Compact => shared.events.emit(Event::Warning {
-                message: "a turn is running: /compact waits until it ends".into(),
-            }),
+            Op::Compact => compact_pending = true,
             Op::Undo | Op::UserShell { .. } => shared.events.emit(Event::Warning {
                 message: "this operation is not available in this build of the agent core".into(),
             }),
