@@ -62,6 +62,8 @@ pub struct Config {
     pub max_tokens: Option<u32>,
     pub route_constraint: RouteConstraint,
     pub context_window: Option<u64>,
+    /// Compaction threshold as a fraction of the context window (`None` = 0.85).
+    pub compact_at: Option<f64>,
     /// The files that were read, in order of increasing precedence (for `doctor`).
     pub files: Vec<PathBuf>,
 }

@@ -84,6 +84,8 @@ pub struct Settings {
     pub max_tokens: Option<u32>,
     pub route_constraint: Option<RouteConstraint>,
     pub context_window: Option<u64>,
+    /// Compact an expert's view when it would pass this fraction of the window.
+    pub compact_at: Option<f64>,
 }
 
 fn choice<T: ValueEnum>(value: &str) -> Result<T, String> {
@@ -119,7 +121,7 @@ fn path(value: &str, base: Option<&Path>) -> PathBuf {
 
 impl Settings {
     /// Every key, as written in config.toml (the env var is `BATON_` + upper case).
-    pub const KEYS: [&'static str; 22] = [
+    pub const KEYS: [&'static str; 23] = [
         "endpoint",
         "api_key_env",
         "mode",
@@ -142,6 +144,7 @@ impl Settings {
         "max_tokens",
         "route_constraint",
         "context_window",
+        "compact_at",
     ];
 
     /// Sets one key from its text form. `base` resolves relative paths (a file's folder).
@@ -237,6 +240,22 @@ impl Settings {
                 }
                 self.context_window = Some(n);
             }
+            "compact_at" => {
+                let text = value.trim();
+                let (number_text, scale) = match text.strip_suffix('%') {
+                    Some(p) => (p.trim(), 100.0),
+                    None => (text, 1.0),
+                };
+                let f: f64 =
+                    number(number_text, "a fraction of the window (0.85 or 85%)").map_err(err)?;
+                let f = f / scale;
+                if !(0.2..=0.98).contains(&f) {
+                    return Err(err(format!(
+                        "{text} is outside 0.2..0.98 of the window (20%..98%)"
+                    )));
+                }
+                self.compact_at = Some(f);
+            }
             _ => {
                 return Err(err(format!(
                     "unknown key (known keys: {})",
@@ -274,7 +293,8 @@ impl Settings {
             seed,
             max_tokens,
             route_constraint,
-            context_window
+            context_window,
+            compact_at
         );
     }
 
@@ -316,6 +336,7 @@ impl Settings {
             max_tokens: self.max_tokens,
             route_constraint: self.route_constraint.unwrap_or_default(),
             context_window: self.context_window,
+            compact_at: self.compact_at,
             files: Vec::new(),
         })
     }

@@ -53,3 +53,17 @@ fn relative_paths_in_a_file_resolve_against_its_folder() {
     assert_eq!(s.profile, Some(dir.path().join("profiles/tall")));
     assert_eq!(s.timeout, Some(30));
 }
+
+#[test]
+fn compact_at_takes_a_fraction_or_a_percentage() {
+    let mut s = Settings::default();
+    s.set("compact_at", "0.7", "f", None).expect("fraction");
+    assert_eq!(s.compact_at, Some(0.7));
+    s.set("compact_at", "90%", "f", None).expect("percentage");
+    assert_eq!(s.compact_at, Some(0.9));
+    let e = s
+        .set("compact_at", "1.5", "f", None)
+        .expect_err("too large");
+    assert!(e.to_string().contains("compact_at"), "{e}");
+    assert!(s.set("compact_at", "lots", "f", None).is_err());
+}
