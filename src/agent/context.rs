@@ -44,6 +44,11 @@ fn estimator(shared: &Shared) -> TokenEstimator {
         .unwrap_or_default()
 }
 
+/// Estimated prompt tokens of a request (cheap: no tokenizing).
+pub(crate) fn estimate_request(shared: &Shared, req: &ChatRequest) -> u64 {
+    estimator(shared).estimate(&req.messages, &req.tools)
+}
+
 /// Estimated tokens of a view without tools (`/compact`, events).
 pub(crate) fn estimate_view(shared: &Shared, view: &[crate::backend::ChatMessage]) -> u64 {
     estimator(shared).estimate(view, &[])
@@ -152,42 +157,39 @@ pub(crate) async fn fit(
     let req = build();
     let budget = budget(shared, window(shared, &req.model).await);
     let tokens = prompt_tokens(shared, &req);
+    // The request again after the timeline's view changed, else the same one (counting an
+    // exact prompt means tokenizing it: done only when something changed).
+    let redo = |changed: bool, req: ChatRequest, tokens: u64| {
+        if changed {
+            let req = build();
+            let tokens = prompt_tokens(shared, &req);
+            (req, tokens)
+        } else {
+            (req, tokens)
+        }
+    };
     if !budget.needs_shrink(tokens) {
         return req;
     }
-    let req = if record_shrink(shared, task_id, KEEP_RECENT_OUTPUTS) {
-        build()
-    } else {
-        req
-    };
-    let tokens = prompt_tokens(shared, &req);
+    let (req, tokens) = redo(
+        record_shrink(shared, task_id, KEEP_RECENT_OUTPUTS),
+        req,
+        tokens,
+    );
     if !budget.needs_compaction(tokens) {
         return req;
     }
     // Under pressure, every output but the newest shrinks before a model call is spent: one
     // large output just read must not make each following step compact again.
-    let req = if record_shrink(shared, task_id, 1) {
-        build()
-    } else {
-        req
-    };
-    let tokens = prompt_tokens(shared, &req);
+    let (req, tokens) = redo(record_shrink(shared, task_id, 1), req, tokens);
     if !budget.needs_compaction(tokens) {
         return req;
     }
-    let compacted = compact(
-        shared,
-        turn_id,
-        task_id,
-        expert,
-        req.messages.clone(),
-        tokens,
-        cancel,
-    )
-    .await;
-    let req = if compacted { build() } else { req };
+    let view = req.messages.clone();
+    let compacted = compact(shared, turn_id, task_id, expert, view, tokens, cancel).await;
+    let (req, tokens) = redo(compacted, req, tokens);
     // Last resort: the newest output alone does not fit; it shrinks too.
-    if prompt_tokens(shared, &req) > budget.hard_limit() && record_shrink(shared, task_id, 0) {
+    if tokens > budget.hard_limit() && record_shrink(shared, task_id, 0) {
         return build();
     }
     req

@@ -324,8 +324,8 @@ async fn answer_hop(
         expert: public,
     });
     let started = Instant::now();
-    // Context use when the server reports no usage: counted (local) or estimated.
-    let counted = context::prompt_tokens(&shared, &request);
+    // Context use when the server reports no usage (the local engine always does).
+    let estimated = context::estimate_request(&shared, &request);
     let window = context::reported_window(&shared, &request.model).await;
     let mut stream = tokio::select! {
         r = shared.backend.chat(request) => r.map_err(Stop::Failed)?,
@@ -377,7 +377,7 @@ async fn answer_hop(
         usage,
         context_used: Some(
             done.usage
-                .map_or(counted, |u| u.prompt_tokens + u.completion_tokens),
+                .map_or(estimated, |u| u.prompt_tokens + u.completion_tokens),
         ),
         context_window: window,
     });
