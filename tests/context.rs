@@ -645,6 +645,17 @@ fn the_local_tokenizer_counts_exactly_and_the_estimator_comes_close() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3");
     let backend = LocalBackend::open(&root, DeviceChoice::Cpu).expect("tiny model");
     let text = ModelText::load(&root).expect("model text");
+    // The local engine reports its window from the model's config, for every adapter.
+    let models = tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(backend.list_models())
+        .expect("models");
+    assert!(!models.is_empty());
+    assert!(
+        models
+            .iter()
+            .all(|m| m.context_window.is_some_and(|w| w > 0))
+    );
     let messages = vec![
         ChatMessage::system("You are a careful coding agent. Answer briefly."),
         ChatMessage::user(
