@@ -23,8 +23,6 @@ pub const DEFAULT_CONTEXT_WINDOW: u64 = 131_072;
 const HANDOFF_MARGIN: u64 = 64;
 /// The handoff summary never gets fewer tokens than this, even in a tiny window.
 const HANDOFF_MIN_TOKENS: u64 = 128;
-/// A learned ratio is recorded in the session again when it moves by more than this fraction.
-const RATIO_RECORD_STEP: f64 = 0.02;
 
 /// What the core learns about context use over a session.
 #[derive(Debug, Default)]
@@ -102,7 +100,7 @@ pub(crate) fn shape(req: &ChatRequest) -> (u64, usize) {
 }
 
 /// Teaches the estimator the server's real count for a request that was sent, and records the
-/// learned ratio in the session when it moved.
+/// learned ratio in the session when it changed.
 pub(crate) fn observe(shared: &Shared, shape: (u64, usize), prompt_tokens: u64) {
     if prompt_tokens == 0 {
         return;
@@ -113,9 +111,9 @@ pub(crate) fn observe(shared: &Shared, shape: (u64, usize), prompt_tokens: u64) 
     lock(&shared.timeline).token_ratio = Some(ratio);
     let moved = {
         let mut ctx = lock(&shared.context);
-        let moved = ctx
-            .recorded_ratio
-            .is_none_or(|r| ((ratio - r) / r).abs() > RATIO_RECORD_STEP);
+        // Recorded exactly on every change: a resumed session must estimate (and so shrink and
+        // compact) bit for bit like the one it continues. One short line per answer at most.
+        let moved = ctx.recorded_ratio != Some(ratio);
         if moved {
             ctx.recorded_ratio = Some(ratio);
         }
