@@ -47,9 +47,16 @@ pub(crate) fn estimate_request(shared: &Shared, req: &ChatRequest) -> u64 {
     estimator(shared).estimate(&req.messages, &req.tools)
 }
 
-/// Estimated tokens of a view without tools (`/compact`, events).
-pub(crate) fn estimate_view(shared: &Shared, view: &[crate::backend::ChatMessage]) -> u64 {
-    estimator(shared).estimate(view, &[])
+/// Tokens of `expert`'s answer request for `view` (with the tools offered), counted like
+/// `prompt_tokens`: the before and after of a compaction are measured the same way.
+pub(crate) fn view_tokens(
+    shared: &Shared,
+    expert: Expert,
+    view: Vec<crate::backend::ChatMessage>,
+) -> u64 {
+    let mut req = ChatRequest::new(shared.cfg.profile.adapter(expert), view, Hop::Answer);
+    req.tools = shared.tools.specs();
+    prompt_tokens(shared, &req)
 }
 
 /// The context window of `model` as reported: the configured one, else what `/models` says
@@ -268,7 +275,7 @@ pub(crate) async fn compact(
     let after = {
         let head = shared.head();
         let view = lock(&shared.timeline).view(expert, &head);
-        estimate_view(shared, &view)
+        view_tokens(shared, expert, view)
     };
     shared.events.emit(Event::ContextCompacted {
         expert,

@@ -176,7 +176,7 @@ async fn compact_last_task(shared: &Arc<Shared>) {
     };
     let head = shared.head();
     let view = lock(&shared.timeline).view(owner, &head);
-    let tokens = context::estimate_view(shared, &view);
+    let tokens = context::view_tokens(shared, owner, view.clone());
     let turn_id = lock(&shared.next_turn_id).saturating_sub(1);
     let cancel = CancellationToken::new();
     if !context::compact(shared, turn_id, task_id, owner, view, tokens, &cancel).await {
