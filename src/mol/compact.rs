@@ -219,7 +219,8 @@ pub fn compaction_request(profile: &Profile, owner: Expert, view: Vec<ChatMessag
 
 impl Timeline {
     /// Shows the task's tool outputs older than the last `keep_recent` results shrunk. Returns
-    /// whether anything changed (the view's prefix changes once, then stays append-only).
+    /// whether the view changed (a long output was cut); the view's prefix changes then, and
+    /// stays append-only afterwards.
     pub fn shrink_old_tool_outputs(&mut self, task_id: u64, keep_recent: usize) -> bool {
         let Some(task) = self.task_mut(task_id) else {
             return false;
@@ -241,8 +242,19 @@ impl Timeline {
         if boundary <= task.shrunk_before {
             return false;
         }
+        // Only a long output that is still shown changes the view; moving the boundary over
+        // short ones (or over compacted steps) changes nothing worth recording.
+        let shown_from = task
+            .shrunk_before
+            .max(task.compaction.as_ref().map_or(0, |c| c.keep_from));
+        let visible = task
+            .messages
+            .get(shown_from..boundary)
+            .unwrap_or_default()
+            .iter()
+            .any(|m| m.role == Role::Tool && m.content.len() > SHRINK_ABOVE);
         task.shrunk_before = boundary;
-        true
+        visible
     }
 
     /// Replaces the task's steps before the last `keep_steps` by `summary` (empty = the summary
