@@ -274,18 +274,25 @@ async fn turn(h: &mut AgentHandle, text: &str) -> Vec<Event> {
     panic!("the agent stopped before the turn ended: {events:?}");
 }
 
-async fn shutdown(mut h: AgentHandle) -> String {
+/// Shuts the agent down; returns the id of the one session file in `sessions`.
+async fn shutdown(mut h: AgentHandle, sessions: &Path) -> String {
     h.ops.send(Op::Shutdown).expect("shutdown");
-    let mut session_id = String::new();
     while let Some(e) = h.events.recv().await {
-        if let Event::Session { session_id: id, .. } = &e {
-            session_id = id.clone();
-        }
         if matches!(e, Event::ShutdownComplete) {
             break;
         }
     }
-    session_id
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(sessions)
+        .expect("sessions")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files[0]
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .expect("session id")
+        .to_string()
 }
 
 fn status(events: &[Event]) -> Option<TurnStatus> {
@@ -362,7 +369,7 @@ async fn a_300_step_session_stays_in_a_4k_window_and_keeps_the_task() {
         "{:?}",
         events.last()
     );
-    shutdown(h).await;
+    shutdown(h, &dir.path().join(".sessions")).await;
 
     let chats = engine.chat_requests();
     let answer_reqs = answers(&engine);
@@ -500,11 +507,14 @@ async fn a_resumed_session_continues_with_the_same_views() {
     let (engine_a, _) = engine(1, vec![151, 302]);
     let mut h = start(dir_a.path(), &engine_a, None);
     assert_eq!(status(&turn(&mut h, REQUEST).await), Some(TurnStatus::Done));
+    // As a resumed run has it: turn 1's summary is in before turn 2 starts (the view depends on
+    // it: an expert's older tasks fold to their summaries when the window is tight).
+    summary_recorded(&mut h).await;
     assert_eq!(
         status(&turn(&mut h, "Now the tests.").await),
         Some(TurnStatus::Done)
     );
-    shutdown(h).await;
+    shutdown(h, &dir_a.path().join(".sessions")).await;
 
     // Interrupted after step 150: the process ends, a second one resumes the session file.
     // The same workspace path matters: the system prompt names it.
@@ -516,14 +526,14 @@ async fn a_resumed_session_continues_with_the_same_views() {
     let (engine_b1, _) = engine(1, vec![151]);
     let mut h = start(dir_a.path(), &engine_b1, None);
     assert_eq!(status(&turn(&mut h, REQUEST).await), Some(TurnStatus::Done));
-    let id = shutdown(h).await;
+    let id = shutdown(h, &dir_a.path().join(".sessions")).await;
     let (engine_b2, _) = engine(152, vec![302]);
     let mut h = start(dir_a.path(), &engine_b2, Some(&id));
     assert_eq!(
         status(&turn(&mut h, "Now the tests.").await),
         Some(TurnStatus::Done)
     );
-    shutdown(h).await;
+    shutdown(h, &dir_a.path().join(".sessions")).await;
 
     let a: Vec<RecordedRequest> = engine_a.chat_requests();
     let b: Vec<RecordedRequest> = engine_b1
@@ -588,7 +598,7 @@ async fn a_failed_compaction_drops_old_outputs_and_says_so() {
         });
     let mut h = start(dir.path(), &engine, None);
     let events = turn(&mut h, REQUEST).await;
-    shutdown(h).await;
+    shutdown(h, &dir.path().join(".sessions")).await;
     assert_eq!(status(&events), Some(TurnStatus::Done));
     assert!(events.iter().any(
         |e| matches!(e, Event::Warning { message } if message.contains("compaction summary failed"))
@@ -646,7 +656,7 @@ async fn project_instructions_reach_the_request_and_the_session_event() {
     assert!(ours[1].ends_with("crates/CLAUDE.md"));
     assert!(ours[2].ends_with("core/AGENTS.md"));
     assert_eq!(status(&turn(&mut h, "hello").await), Some(TurnStatus::Done));
-    shutdown(h).await;
+    shutdown(h, &tmp.path().join("sessions")).await;
     let req = answers(&engine).pop().expect("an answer request");
     let system = req.system_text().expect("system message");
     let at = |s: &str| system.find(s).unwrap_or_else(|| panic!("{s} missing"));
@@ -757,7 +767,7 @@ async fn compact_by_hand_keeps_the_summary_for_other_experts() {
         status(&turn(&mut h, "thanks!").await),
         Some(TurnStatus::Done)
     );
-    let id = shutdown(h).await;
+    let id = shutdown(h, &dir.path().join(".sessions")).await;
     let l1 = answers(&engine)
         .into_iter()
         .rfind(|r| r.model() == "L1")
@@ -778,4 +788,55 @@ async fn compact_by_hand_keeps_the_summary_for_other_experts() {
             .contains("Earlier steps of this task were compacted")
             && m.content.contains(PLANTED)
     }));
+}
+
+/// Waits for the background summary of the turn that just ended.
+async fn summary_recorded(h: &mut AgentHandle) {
+    while let Some(e) = h.events.recv().await {
+        if matches!(e, Event::SummaryRecorded { .. }) {
+            return;
+        }
+    }
+    panic!("the agent stopped before the summary was recorded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_short_tasks_of_one_expert_fold_to_their_summaries() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    workspace(dir.path());
+    let ends: Vec<usize> = (1..=8).map(|k| 6 * k).collect();
+    let (engine, _) = engine(1, ends);
+    let mut h = start(dir.path(), &engine, None);
+    for k in 1..=8 {
+        let events = turn(&mut h, &format!("Task {k}: audit the next modules.")).await;
+        assert_eq!(status(&events), Some(TurnStatus::Done), "task {k}");
+        summary_recorded(&mut h).await;
+    }
+    let id = shutdown(h, &dir.path().join(".sessions")).await;
+    for r in engine.chat_requests() {
+        assert!(
+            measured_tokens(&r) < WINDOW,
+            "a {} request",
+            r.hop_or_answer()
+        );
+    }
+    let session = dir.path().join(".sessions").join(format!("{id}.jsonl"));
+    let text = std::fs::read_to_string(&session).expect("session");
+    assert!(
+        text.contains("\"record\":\"tasks_folded\""),
+        "no fold recorded"
+    );
+    // The last task's first request shows the earliest task through its summary only.
+    let last_first = answers(&engine)
+        .into_iter()
+        .find(|r| r.last_user_text().as_deref() == Some("Task 8: audit the next modules."))
+        .expect("task 8's first request");
+    let all: String = last_first.messages().iter().map(content_text).collect();
+    assert!(all.contains("Task 1: audit the next modules."));
+    assert!(all.contains("Summary of its result: Audited modules and kept notes."));
+    // A resumed session shows the same view.
+    let restored = SessionFile::resume(&dir.path().join(".sessions"), &id, None)
+        .expect("resume")
+        .1;
+    assert!(!restored.timeline.folded_before.is_empty());
 }

@@ -138,6 +138,17 @@ pub(crate) fn reset(shared: &Shared) {
     lock(&shared.context).recorded_ratio = None;
 }
 
+fn record_fold(shared: &Shared, expert: Expert, task_id: u64) -> bool {
+    let folded = lock(&shared.timeline).fold_own_tasks(expert, task_id);
+    if folded {
+        shared.record(Record::TasksFolded {
+            expert,
+            before_task: task_id,
+        });
+    }
+    folded
+}
+
 fn record_shrink(shared: &Shared, task_id: u64, keep_recent: usize) -> bool {
     let shrunk = lock(&shared.timeline).shrink_old_tool_outputs(task_id, keep_recent);
     if shrunk {
@@ -187,6 +198,12 @@ pub(crate) async fn fit(
     // Under pressure, every output but the newest shrinks before a model call is spent: one
     // large output just read must not make each following step compact again.
     let (req, tokens) = redo(record_shrink(shared, task_id, 1), req, tokens);
+    if !budget.needs_compaction(tokens) {
+        return req;
+    }
+    // The expert's own older tasks (verbatim so far) fold to their summaries: no model call,
+    // and a new task too short to compact still fits.
+    let (req, tokens) = redo(record_fold(shared, expert, task_id), req, tokens);
     if !budget.needs_compaction(tokens) {
         return req;
     }

@@ -257,6 +257,23 @@ impl Timeline {
         visible
     }
 
+    /// Shows `owner`'s own closed tasks before `before` as user text + summary, like other
+    /// experts' tasks. Returns whether that hides anything now (a task with a summary).
+    pub fn fold_own_tasks(&mut self, owner: Expert, before: u64) -> bool {
+        let current = self.folded_before.get(&owner).copied().unwrap_or(0);
+        let hides = self.tasks.iter().any(|t| {
+            t.owner == owner
+                && t.closed
+                && t.id >= current
+                && t.id < before
+                && t.summary_text().is_some()
+        });
+        if hides {
+            self.folded_before.insert(owner, before);
+        }
+        hides
+    }
+
     /// Replaces the task's steps before the last `keep_steps` by `summary` (empty = the summary
     /// failed: the steps are dropped and the handoff says so), keeping the plan and the files
     /// touched, and folds the owner's older closed tasks to their summaries.
@@ -376,6 +393,29 @@ mod tests {
         );
         assert_eq!(tools[4].content.len(), 4000);
         assert_eq!(tools[5].content.len(), 4000);
+    }
+
+    #[test]
+    fn own_older_tasks_fold_to_their_summaries() {
+        let mut t = Timeline::new();
+        t.open(Expert::L2, "first");
+        t.push(ChatMessage::assistant("raw first answer"));
+        let first = t.close(true).unwrap();
+        t.open(Expert::L2, "second");
+        t.push(ChatMessage::assistant("raw second answer"));
+        t.close(true);
+        let third = t.open(Expert::L2, "third");
+        // No summary yet: nothing to fold.
+        assert!(!t.fold_own_tasks(Expert::L2, third));
+        t.record_summary(first, "Did the first thing.");
+        assert!(t.fold_own_tasks(Expert::L2, third));
+        assert!(!t.fold_own_tasks(Expert::L2, third));
+        let view = t.view(Expert::L2, &[]);
+        let texts: Vec<&str> = view.iter().map(|m| m.content.as_str()).collect();
+        assert!(texts.iter().any(|t| t.contains("Did the first thing.")));
+        assert!(!texts.contains(&"raw first answer"));
+        // The second task has no summary yet: it stays verbatim, never dropped.
+        assert!(texts.contains(&"raw second answer"));
     }
 
     #[test]

@@ -69,6 +69,11 @@ pub enum Record {
         summary: String,
         keep_steps: usize,
     },
+    /// An expert's own closed tasks before `before_task` are shown as summaries from here on.
+    TasksFolded {
+        expert: Expert,
+        before_task: u64,
+    },
     /// The characters-per-token ratio the context budget learned from the server's usage.
     TokenRatio {
         chars_per_token: f64,

@@ -114,6 +114,14 @@ pub fn replay(records: impl IntoIterator<Item = Record>) -> Restored {
             } => {
                 r.timeline.compact(task_id, &summary, keep_steps);
             }
+            Record::TasksFolded {
+                expert,
+                before_task,
+            } => {
+                // Unconditionally: a summary the fold relied on may be recorded a line later.
+                let folded = r.timeline.folded_before.entry(expert).or_insert(0);
+                *folded = (*folded).max(before_task);
+            }
             Record::TokenRatio { chars_per_token } => {
                 r.timeline.token_ratio = Some(chars_per_token)
             }
