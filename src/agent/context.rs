@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Shared, lock};
 use crate::backend::{ChatRequest, collect};
-use crate::mol::{ContextBudget, TokenEstimator, compaction_request, prompt_chars};
+use crate::mol::{ContextBudget, SummaryState, TokenEstimator, compaction_request, prompt_chars};
 use crate::protocol::{Event, Expert, Hop};
 use crate::session::Record;
 
@@ -138,6 +138,36 @@ pub(crate) fn reset(shared: &Shared) {
     lock(&shared.context).recorded_ratio = None;
 }
 
+/// Waits for the summary hops still running for `expert`'s own closed tasks before `before`.
+async fn await_own_summaries(
+    shared: &Shared,
+    expert: Expert,
+    before: u64,
+    cancel: &CancellationToken,
+) {
+    let pending: Vec<u64> = lock(&shared.timeline)
+        .tasks
+        .iter()
+        .filter(|t| {
+            t.owner == expert && t.closed && t.id < before && t.summary == SummaryState::Pending
+        })
+        .map(|t| t.id)
+        .collect();
+    for task_id in pending {
+        let in_flight = lock(&shared.summaries).remove(&task_id);
+        if let Some(mut handle) = in_flight {
+            tokio::select! {
+                _ = &mut handle => {}
+                _ = cancel.cancelled() => {
+                    // Still running: shutdown waits for it.
+                    lock(&shared.summaries).insert(task_id, handle);
+                    return;
+                }
+            }
+        }
+    }
+}
+
 fn record_fold(shared: &Shared, expert: Expert, task_id: u64) -> bool {
     let folded = lock(&shared.timeline).fold_own_tasks(expert, task_id);
     if folded {
@@ -202,7 +232,9 @@ pub(crate) async fn fit(
         return req;
     }
     // The expert's own older tasks (verbatim so far) fold to their summaries: no model call,
-    // and a new task too short to compact still fits.
+    // and a new task too short to compact still fits. Summaries still in flight are waited
+    // for: the view needs them now.
+    await_own_summaries(shared, expert, task_id, cancel).await;
     let (req, tokens) = redo(record_fold(shared, expert, task_id), req, tokens);
     if !budget.needs_compaction(tokens) {
         return req;
