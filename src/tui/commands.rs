@@ -158,6 +158,8 @@ impl App {
         match Expert::parse(arg).or(by_name) {
             Some(e) => {
                 self.status.pinned = Some(e);
+                self.status.expert = Some(e);
+                self.status.decision = Some(crate::protocol::RouteDecision::Pinned);
                 self.send(Op::PinExpert { expert: Some(e) });
                 self.push_notice(NoticeLevel::Info, format!("Pinned {e} {}: every turn goes to it without routing", self.opts.experts.name(e)), vec![]);
             }

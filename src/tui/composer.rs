@@ -329,7 +329,7 @@ mod tests {
         assert!(!c.up());
         assert!(c.down());
         c.delete_word_before();
-        assert_eq!(c.text(), "hélo\n");
+        assert_eq!(c.text(), "hélo\nd", "column 4 kept going down, word before it deleted");
     }
 
     #[test]

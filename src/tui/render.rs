@@ -7,7 +7,7 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::{Position, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Clear, Paragraph, Widget};
+use ratatui::widgets::{Block, Borders, Clear, Padding, Paragraph, Widget};
 
 use super::app::{App, Popup};
 use super::approval::PendingApproval;
@@ -168,7 +168,7 @@ fn draw_popup(app: &App, above: Rect, buf: &mut Buffer) {
 fn draw_approval(app: &App, approval: &PendingApproval, area: Rect, buf: &mut Buffer) {
     let p = &app.theme.colors;
     let width = area.width.saturating_sub(4).min(100);
-    let inner_w = width.saturating_sub(4) as usize;
+    let inner_w = width.saturating_sub(4) as usize; // borders + padding
     let mut body: Vec<Line<'static>> = Vec::new();
     let title = match &approval.request {
         ApprovalRequest::Command { command, cwd, .. } => {
@@ -211,6 +211,7 @@ fn draw_approval(app: &App, approval: &PendingApproval, area: Rect, buf: &mut Bu
     Clear.render(modal, buf);
     let block = Block::default()
         .borders(Borders::ALL)
+        .padding(Padding::horizontal(1))
         .border_style(Style::new().fg(p.modal_border))
         .title(Span::styled(title, Style::new().fg(p.modal_title).add_modifier(Modifier::BOLD)))
         .style(Style::new().fg(p.fg).bg(p.bg));

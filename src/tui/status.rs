@@ -153,24 +153,24 @@ pub fn status_line(info: &StatusInfo, experts: &ExpertNames, theme: &Theme, now:
     }
     let h = &info.hops;
     if let Some(ms) = h.route_ms {
-        segments.push((5, vec![Span::styled(format!("route {}", format_duration(ms)), base)]));
+        segments.push((6, vec![Span::styled(format!("route {}", format_duration(ms)), base)]));
     }
     if h.answer_hops > 0 {
         let count = if h.answer_hops > 1 { format!("×{}", h.answer_hops) } else { String::new() };
-        segments.push((5, vec![Span::styled(format!("answer {}{count}", format_duration(h.answer_ms)), base)]));
+        segments.push((6, vec![Span::styled(format!("answer {}{count}", format_duration(h.answer_ms)), base)]));
     }
     if let Some(ms) = h.summary_ms {
         segments.push((4, vec![Span::styled(format!("summary {}", format_duration(ms)), base)]));
     }
     if info.tokens_in + info.tokens_out > 0 {
-        segments.push((6, vec![Span::styled(format!("↑{} ↓{}", short_count(info.tokens_in), short_count(info.tokens_out)), base)]));
+        segments.push((4, vec![Span::styled(format!("↑{} ↓{}", short_count(info.tokens_in), short_count(info.tokens_out)), base)]));
     }
     if let Some(used) = info.context_used {
         let text = match info.context_window {
             Some(w) if w > 0 => format!("ctx {}/{} {}%", short_count(used), short_count(w), used * 100 / w),
             _ => format!("ctx {}", short_count(used)),
         };
-        segments.push((6, vec![Span::styled(text, base)]));
+        segments.push((5, vec![Span::styled(text, base)]));
     }
 
     let sep_w = 3;
