@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use baton::protocol::{
-    ApprovalDecision, ApprovalRequest, Event, Expert, Hop, Op, PlanItem, PlanStatus, RouteDecision, TokenUsage, ToolStatus,
-    TurnStatus,
+    ApprovalDecision, ApprovalRequest, Event, Expert, Hop, Op, PlanItem, PlanStatus, RouteDecision,
+    TokenUsage, ToolStatus, TurnStatus,
 };
 use baton::tui::status::status_line;
 use baton::tui::{App, ColorDepth, Effect, Popup, TuiOptions, render};
@@ -70,11 +70,35 @@ fn ops(app: &mut App) -> Vec<Op> {
 fn start_turn(app: &mut App, text: &str) {
     type_text(app, text);
     app.handle_key(key(KeyCode::Enter));
-    app.handle_event(Event::TurnStarted { turn_id: 1, text: text.into() });
-    app.handle_event(Event::HopStarted { turn_id: 1, hop: Hop::Route, expert: Some(Expert::L0) });
-    app.handle_event(Event::RouteDecided { turn_id: 1, expert: Expert::L2, decision: RouteDecision::Model, latency_ms: 120, reason: None });
-    app.handle_event(Event::HopCompleted { turn_id: 1, hop: Hop::Route, expert: Some(Expert::L0), latency_ms: 120, ttft_ms: None, usage: TokenUsage::default() });
-    app.handle_event(Event::HopStarted { turn_id: 1, hop: Hop::Answer, expert: Some(Expert::L2) });
+    app.handle_event(Event::TurnStarted {
+        turn_id: 1,
+        text: text.into(),
+    });
+    app.handle_event(Event::HopStarted {
+        turn_id: 1,
+        hop: Hop::Route,
+        expert: Some(Expert::L0),
+    });
+    app.handle_event(Event::RouteDecided {
+        turn_id: 1,
+        expert: Expert::L2,
+        decision: RouteDecision::Model,
+        latency_ms: 120,
+        reason: None,
+    });
+    app.handle_event(Event::HopCompleted {
+        turn_id: 1,
+        hop: Hop::Route,
+        expert: Some(Expert::L0),
+        latency_ms: 120,
+        ttft_ms: None,
+        usage: TokenUsage::default(),
+    });
+    app.handle_event(Event::HopStarted {
+        turn_id: 1,
+        hop: Hop::Answer,
+        expert: Some(Expert::L2),
+    });
 }
 
 fn finish_turn(app: &mut App) {
@@ -84,15 +108,30 @@ fn finish_turn(app: &mut App) {
         expert: Some(Expert::L2),
         latency_ms: 3400,
         ttft_ms: Some(300),
-        usage: TokenUsage { prompt_tokens: 1200, completion_tokens: 350, cached_tokens: None },
+        usage: TokenUsage {
+            prompt_tokens: 1200,
+            completion_tokens: 350,
+            cached_tokens: None,
+        },
     });
     app.handle_event(Event::Usage {
         turn_id: 1,
-        usage: TokenUsage { prompt_tokens: 1200, completion_tokens: 350, cached_tokens: None },
+        usage: TokenUsage {
+            prompt_tokens: 1200,
+            completion_tokens: 350,
+            cached_tokens: None,
+        },
         context_used: Some(12_400),
         context_window: Some(32_768),
     });
-    app.handle_event(Event::TurnCompleted { turn_id: 1, status: TurnStatus::Done, answer: None, expert: Some(Expert::L2), duration_ms: 3600, usage: TokenUsage::default() });
+    app.handle_event(Event::TurnCompleted {
+        turn_id: 1,
+        status: TurnStatus::Done,
+        answer: None,
+        expert: Some(Expert::L2),
+        duration_ms: 3600,
+        usage: TokenUsage::default(),
+    });
 }
 
 const ANSWER: &str = "## Fixing the parser\n\nThe bug is in `parse_line`: it **drops** the last field. See [the docs](https://docs.rs/csv).\n\n1. Split on commas\n2. Keep empty fields\n\n```rust\nfn parse_line(s: &str) -> Vec<&str> {\n    s.split(',').collect() // keeps empties\n}\n```\n\n| case | before | after |\n|------|-------:|------:|\n| `a,b,` | 2 | 3 |\n";
@@ -109,11 +148,23 @@ fn streamed_markdown_answer_with_code() {
     // Stream in uneven chunks; stop in the middle of the code block.
     let cut = ANSWER.find("collect()").expect("marker");
     for chunk in ANSWER[..cut].as_bytes().chunks(7) {
-        app.handle_event(Event::MessageDelta { turn_id: 1, expert: Some(Expert::L2), delta: String::from_utf8_lossy(chunk).into() });
+        app.handle_event(Event::MessageDelta {
+            turn_id: 1,
+            expert: Some(Expert::L2),
+            delta: String::from_utf8_lossy(chunk).into(),
+        });
     }
     insta::assert_snapshot!("streaming_mid_code_block", screen(&app, 80, 30));
-    app.handle_event(Event::MessageDelta { turn_id: 1, expert: Some(Expert::L2), delta: ANSWER[cut..].into() });
-    app.handle_event(Event::MessageFinal { turn_id: 1, expert: Some(Expert::L2), text: ANSWER.into() });
+    app.handle_event(Event::MessageDelta {
+        turn_id: 1,
+        expert: Some(Expert::L2),
+        delta: ANSWER[cut..].into(),
+    });
+    app.handle_event(Event::MessageFinal {
+        turn_id: 1,
+        expert: Some(Expert::L2),
+        text: ANSWER.into(),
+    });
     finish_turn(&mut app);
     insta::assert_snapshot!("streamed_answer_final", screen(&app, 80, 34));
 }
@@ -125,11 +176,18 @@ fn streaming_never_rewraps_finished_lines() {
     let text = "First paragraph is long enough to wrap across more than one line at this width.\n\nSecond one streams slowly word by word and grows.";
     let mut previous: Option<Vec<String>> = None;
     for word in text.split_inclusive(' ') {
-        app.handle_event(Event::MessageDelta { turn_id: 1, expert: None, delta: word.into() });
+        app.handle_event(Event::MessageDelta {
+            turn_id: 1,
+            expert: None,
+            delta: word.into(),
+        });
         let lines: Vec<String> = screen(&app, 60, 20).lines().map(str::to_string).collect();
         // Rows of the first paragraph never change once its blank line arrived.
         if let Some(prev) = &previous {
-            let para_rows: Vec<&String> = prev.iter().filter(|l| l.contains("First paragraph") || l.contains("this width.")).collect();
+            let para_rows: Vec<&String> = prev
+                .iter()
+                .filter(|l| l.contains("First paragraph") || l.contains("this width."))
+                .collect();
             for row in para_rows {
                 assert!(lines.contains(row), "row changed: {row}");
             }
@@ -144,11 +202,28 @@ fn streaming_never_rewraps_finished_lines() {
 fn tool_cell_collapsed_and_expanded() {
     let mut app = app();
     start_turn(&mut app, "run the tests");
-    app.handle_event(Event::ToolBegin { turn_id: 1, call_id: "c1".into(), tool: "shell".into(), arguments: serde_json::json!({"command": "cargo test"}), title: "cargo test".into() });
-    let output: String = (1..=20).map(|i| format!("test case_{i} ... ok\n")).collect();
-    app.handle_event(Event::ToolOutput { call_id: "c1".into(), chunk: output.clone() });
+    app.handle_event(Event::ToolBegin {
+        turn_id: 1,
+        call_id: "c1".into(),
+        tool: "shell".into(),
+        arguments: serde_json::json!({"command": "cargo test"}),
+        title: "cargo test".into(),
+    });
+    let output: String = (1..=20)
+        .map(|i| format!("test case_{i} ... ok\n"))
+        .collect();
+    app.handle_event(Event::ToolOutput {
+        call_id: "c1".into(),
+        chunk: output.clone(),
+    });
     insta::assert_snapshot!("tool_running", screen(&app, 80, 16));
-    app.handle_event(Event::ToolEnd { call_id: "c1".into(), status: ToolStatus::Error, exit_code: Some(101), duration_ms: 4250, output });
+    app.handle_event(Event::ToolEnd {
+        call_id: "c1".into(),
+        status: ToolStatus::Error,
+        exit_code: Some(101),
+        duration_ms: 4250,
+        output,
+    });
     insta::assert_snapshot!("tool_finished", screen(&app, 80, 16));
     app.handle_key(ctrl('o'));
     insta::assert_snapshot!("tool_expanded", screen(&app, 80, 30));
@@ -161,12 +236,25 @@ fn diff_and_plan_cells() {
     let mut app = app();
     app.handle_event(Event::PlanUpdated {
         items: vec![
-            PlanItem { step: "Reproduce the bug".into(), status: PlanStatus::Completed },
-            PlanItem { step: "Fix parse_line".into(), status: PlanStatus::InProgress },
-            PlanItem { step: "Add a regression test".into(), status: PlanStatus::Pending },
+            PlanItem {
+                step: "Reproduce the bug".into(),
+                status: PlanStatus::Completed,
+            },
+            PlanItem {
+                step: "Fix parse_line".into(),
+                status: PlanStatus::InProgress,
+            },
+            PlanItem {
+                step: "Add a regression test".into(),
+                status: PlanStatus::Pending,
+            },
         ],
     });
-    app.handle_event(Event::FileDiff { call_id: "c2".into(), path: "src/parse.rs".into(), diff: DIFF.into() });
+    app.handle_event(Event::FileDiff {
+        call_id: "c2".into(),
+        path: "src/parse.rs".into(),
+        diff: DIFF.into(),
+    });
     insta::assert_snapshot!(screen(&app, 80, 24));
 }
 
@@ -175,61 +263,164 @@ fn approval_modal_for_a_command_and_answers() {
     let mut app = app();
     start_turn(&mut app, "push it");
     ops(&mut app);
-    let request = ApprovalRequest::Command { command: "git push origin main".into(), argv: vec!["git".into(), "push".into(), "origin".into(), "main".into()], cwd: "/home/dev/project".into() };
-    app.handle_event(Event::ApprovalRequested { call_id: "c9".into(), request: request.clone() });
+    let request = ApprovalRequest::Command {
+        command: "git push origin main".into(),
+        argv: vec!["git".into(), "push".into(), "origin".into(), "main".into()],
+        cwd: "/home/dev/project".into(),
+    };
+    app.handle_event(Event::ApprovalRequested {
+        call_id: "c9".into(),
+        request: request.clone(),
+    });
     insta::assert_snapshot!("approval_command", screen(&app, 80, 20));
 
     app.handle_key(key(KeyCode::Char('a')));
-    assert_eq!(ops(&mut app), vec![Op::Approval { call_id: "c9".into(), decision: ApprovalDecision::ApproveForPrefix { prefix: vec!["git".into(), "push".into()] } }]);
+    assert_eq!(
+        ops(&mut app),
+        vec![Op::Approval {
+            call_id: "c9".into(),
+            decision: ApprovalDecision::ApproveForPrefix {
+                prefix: vec!["git".into(), "push".into()]
+            }
+        }]
+    );
 
-    app.handle_event(Event::ApprovalRequested { call_id: "c10".into(), request });
+    app.handle_event(Event::ApprovalRequested {
+        call_id: "c10".into(),
+        request,
+    });
     app.handle_key(key(KeyCode::Char('r')));
     type_text(&mut app, "use a PR");
     insta::assert_snapshot!("approval_reason", screen(&app, 80, 20));
     app.handle_key(key(KeyCode::Enter));
-    assert_eq!(ops(&mut app), vec![Op::Approval { call_id: "c10".into(), decision: ApprovalDecision::DenyWithReason { reason: "use a PR".into() } }]);
+    assert_eq!(
+        ops(&mut app),
+        vec![Op::Approval {
+            call_id: "c10".into(),
+            decision: ApprovalDecision::DenyWithReason {
+                reason: "use a PR".into()
+            }
+        }]
+    );
     assert!(app.approvals.is_empty());
 }
 
 #[test]
 fn approval_modal_for_an_edit() {
     let mut app = app();
-    app.handle_event(Event::ApprovalRequested { call_id: "e1".into(), request: ApprovalRequest::Edit { path: "src/parse.rs".into(), diff: DIFF.into() } });
+    app.handle_event(Event::ApprovalRequested {
+        call_id: "e1".into(),
+        request: ApprovalRequest::Edit {
+            path: "src/parse.rs".into(),
+            diff: DIFF.into(),
+        },
+    });
     insta::assert_snapshot!(screen(&app, 80, 24));
     app.handle_key(key(KeyCode::Char('y')));
-    assert_eq!(ops(&mut app), vec![Op::Approval { call_id: "e1".into(), decision: ApprovalDecision::Approve }]);
+    assert_eq!(
+        ops(&mut app),
+        vec![Op::Approval {
+            call_id: "e1".into(),
+            decision: ApprovalDecision::Approve
+        }]
+    );
 }
 
 #[test]
 fn status_line_during_each_mol_phase() {
     let mut app = app();
     let line = |app: &App, width: usize| -> String {
-        status_line(&app.status, &app.opts.experts, &app.theme, app.now, width).spans.iter().map(|s| s.content.to_string()).collect::<String>().trim_end().to_string()
+        status_line(&app.status, &app.opts.experts, &app.theme, app.now, width)
+            .spans
+            .iter()
+            .map(|s| s.content.to_string())
+            .collect::<String>()
+            .trim_end()
+            .to_string()
     };
     let mut out = Vec::new();
     out.push(format!("idle:        {}", line(&app, 120)));
     type_text(&mut app, "hello");
     app.handle_key(key(KeyCode::Enter));
     out.push(format!("sent:        {}", line(&app, 120)));
-    app.handle_event(Event::TurnStarted { turn_id: 1, text: "hello".into() });
-    app.handle_event(Event::HopStarted { turn_id: 1, hop: Hop::Route, expert: Some(Expert::L0) });
+    app.handle_event(Event::TurnStarted {
+        turn_id: 1,
+        text: "hello".into(),
+    });
+    app.handle_event(Event::HopStarted {
+        turn_id: 1,
+        hop: Hop::Route,
+        expert: Some(Expert::L0),
+    });
     out.push(format!("routing:     {}", line(&app, 120)));
-    app.handle_event(Event::RouteDecided { turn_id: 1, expert: Expert::L2, decision: RouteDecision::Model, latency_ms: 95, reason: None });
-    app.handle_event(Event::HopCompleted { turn_id: 1, hop: Hop::Route, expert: Some(Expert::L0), latency_ms: 95, ttft_ms: None, usage: TokenUsage::default() });
-    app.handle_event(Event::HopStarted { turn_id: 1, hop: Hop::Answer, expert: Some(Expert::L2) });
+    app.handle_event(Event::RouteDecided {
+        turn_id: 1,
+        expert: Expert::L2,
+        decision: RouteDecision::Model,
+        latency_ms: 95,
+        reason: None,
+    });
+    app.handle_event(Event::HopCompleted {
+        turn_id: 1,
+        hop: Hop::Route,
+        expert: Some(Expert::L0),
+        latency_ms: 95,
+        ttft_ms: None,
+        usage: TokenUsage::default(),
+    });
+    app.handle_event(Event::HopStarted {
+        turn_id: 1,
+        hop: Hop::Answer,
+        expert: Some(Expert::L2),
+    });
     out.push(format!("answering:   {}", line(&app, 120)));
-    app.handle_event(Event::ToolBegin { turn_id: 1, call_id: "t".into(), tool: "shell".into(), arguments: serde_json::json!({}), title: "ls".into() });
+    app.handle_event(Event::ToolBegin {
+        turn_id: 1,
+        call_id: "t".into(),
+        tool: "shell".into(),
+        arguments: serde_json::json!({}),
+        title: "ls".into(),
+    });
     out.push(format!("tool:        {}", line(&app, 120)));
-    app.handle_event(Event::ToolEnd { call_id: "t".into(), status: ToolStatus::Ok, exit_code: Some(0), duration_ms: 12, output: String::new() });
-    app.handle_event(Event::RouteDecided { turn_id: 1, expert: Expert::L2, decision: RouteDecision::Sticky, latency_ms: 0, reason: None });
+    app.handle_event(Event::ToolEnd {
+        call_id: "t".into(),
+        status: ToolStatus::Ok,
+        exit_code: Some(0),
+        duration_ms: 12,
+        output: String::new(),
+    });
+    app.handle_event(Event::RouteDecided {
+        turn_id: 1,
+        expert: Expert::L2,
+        decision: RouteDecision::Sticky,
+        latency_ms: 0,
+        reason: None,
+    });
     out.push(format!("sticky:      {}", line(&app, 120)));
     finish_turn(&mut app);
-    app.handle_event(Event::HopStarted { turn_id: 1, hop: Hop::Summary, expert: Some(Expert::L2) });
+    app.handle_event(Event::HopStarted {
+        turn_id: 1,
+        hop: Hop::Summary,
+        expert: Some(Expert::L2),
+    });
     out.push(format!("summarizing: {}", line(&app, 120)));
-    app.handle_event(Event::HopCompleted { turn_id: 1, hop: Hop::Summary, expert: Some(Expert::L2), latency_ms: 310, ttft_ms: None, usage: TokenUsage::default() });
+    app.handle_event(Event::HopCompleted {
+        turn_id: 1,
+        hop: Hop::Summary,
+        expert: Some(Expert::L2),
+        latency_ms: 310,
+        ttft_ms: None,
+        usage: TokenUsage::default(),
+    });
     out.push(format!("done:        {}", line(&app, 120)));
     out.push(format!("done@60:     {}", line(&app, 60)));
-    app.handle_event(Event::RouteDecided { turn_id: 2, expert: Expert::L2, decision: RouteDecision::Fallback, latency_ms: 40, reason: Some("label 'L9' invalid".into()) });
+    app.handle_event(Event::RouteDecided {
+        turn_id: 2,
+        expert: Expert::L2,
+        decision: RouteDecision::Fallback,
+        latency_ms: 40,
+        reason: Some("label 'L9' invalid".into()),
+    });
     out.push(format!("fallback:    {}", line(&app, 120)));
     app.handle_key(key(KeyCode::Char('/')));
     type_text(&mut app, "expert l1");
@@ -250,13 +441,26 @@ fn style_dump(buf: &Buffer) -> String {
         let mut runs: Vec<(String, String)> = Vec::new();
         for x in 0..buf.area.width {
             let cell = &buf[(x, y)];
-            let key = format!("{}/{}{}", fmt(cell.fg), fmt(cell.bg), if cell.modifier.is_empty() { String::new() } else { format!(" {:?}", cell.modifier) });
+            let key = format!(
+                "{}/{}{}",
+                fmt(cell.fg),
+                fmt(cell.bg),
+                if cell.modifier.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {:?}", cell.modifier)
+                }
+            );
             match runs.last_mut() {
                 Some((k, text)) if *k == key => text.push_str(cell.symbol()),
                 _ => runs.push((key, cell.symbol().to_string())),
             }
         }
-        let row: Vec<String> = runs.into_iter().filter(|(_, t)| !t.trim().is_empty()).map(|(k, t)| format!("[{k}] {}", t.trim_end())).collect();
+        let row: Vec<String> = runs
+            .into_iter()
+            .filter(|(_, t)| !t.trim().is_empty())
+            .map(|(k, t)| format!("[{k}] {}", t.trim_end()))
+            .collect();
         if !row.is_empty() {
             out.push_str(&format!("{y:2}: {}\n", row.join(" | ")));
         }
@@ -269,8 +473,16 @@ fn themed_app(theme: &str, depth: ColorDepth) -> App {
     o.theme = theme.into();
     let mut app = app_with(o, depth);
     start_turn(&mut app, "hi");
-    app.handle_event(Event::MessageDelta { turn_id: 1, expert: Some(Expert::L2), delta: "Use `ls`:\n\n```sh\nls -la # list\n```\n".into() });
-    app.handle_event(Event::FileDiff { call_id: "d".into(), path: "a.txt".into(), diff: "@@ -1 +1 @@\n-old\n+new\n".into() });
+    app.handle_event(Event::MessageDelta {
+        turn_id: 1,
+        expert: Some(Expert::L2),
+        delta: "Use `ls`:\n\n```sh\nls -la # list\n```\n".into(),
+    });
+    app.handle_event(Event::FileDiff {
+        call_id: "d".into(),
+        path: "a.txt".into(),
+        diff: "@@ -1 +1 @@\n-old\n+new\n".into(),
+    });
     app
 }
 
@@ -285,7 +497,10 @@ fn each_theme_colours() {
     ] {
         let app = themed_app(theme, depth);
         let t = draw(&app, 64, 24);
-        insta::assert_snapshot!(format!("theme_{theme}_{depth:?}"), style_dump(t.backend().buffer()));
+        insta::assert_snapshot!(
+            format!("theme_{theme}_{depth:?}"),
+            style_dump(t.backend().buffer())
+        );
     }
 }
 
@@ -297,7 +512,11 @@ fn no_color_draws_no_colours() {
     for y in 0..buf.area.height {
         for x in 0..buf.area.width {
             let cell = &buf[(x, y)];
-            assert_eq!((cell.fg, cell.bg), (Color::Reset, Color::Reset), "colour at {x},{y}");
+            assert_eq!(
+                (cell.fg, cell.bg),
+                (Color::Reset, Color::Reset),
+                "colour at {x},{y}"
+            );
         }
     }
 }
@@ -305,17 +524,45 @@ fn no_color_draws_no_colours() {
 #[test]
 fn narrow_terminal() {
     let mut app = app();
-    start_turn(&mut app, "a fairly long question that has to wrap on a narrow terminal");
-    app.handle_event(Event::MessageDelta { turn_id: 1, expert: Some(Expert::L2), delta: ANSWER.into() });
+    start_turn(
+        &mut app,
+        "a fairly long question that has to wrap on a narrow terminal",
+    );
+    app.handle_event(Event::MessageDelta {
+        turn_id: 1,
+        expert: Some(Expert::L2),
+        delta: ANSWER.into(),
+    });
     insta::assert_snapshot!(screen(&app, 60, 40));
 }
 
 #[test]
 fn resizing_to_any_size_never_panics() {
     let mut app = themed_app("dark", ColorDepth::TrueColor);
-    app.handle_event(Event::ApprovalRequested { call_id: "x".into(), request: ApprovalRequest::Edit { path: "p".into(), diff: DIFF.into() } });
-    app.handle_event(Event::MessageDelta { turn_id: 1, expert: None, delta: ANSWER.into() });
-    for (w, h) in [(1, 1), (2, 3), (5, 5), (10, 4), (20, 6), (59, 10), (60, 24), (61, 7), (200, 60), (80, 2)] {
+    app.handle_event(Event::ApprovalRequested {
+        call_id: "x".into(),
+        request: ApprovalRequest::Edit {
+            path: "p".into(),
+            diff: DIFF.into(),
+        },
+    });
+    app.handle_event(Event::MessageDelta {
+        turn_id: 1,
+        expert: None,
+        delta: ANSWER.into(),
+    });
+    for (w, h) in [
+        (1, 1),
+        (2, 3),
+        (5, 5),
+        (10, 4),
+        (20, 6),
+        (59, 10),
+        (60, 24),
+        (61, 7),
+        (200, 60),
+        (80, 2),
+    ] {
         draw(&app, w, h);
     }
     app.approvals.clear();
@@ -329,18 +576,43 @@ fn resizing_to_any_size_never_panics() {
 fn typing_while_working_queues_and_sends_after_the_turn() {
     let mut app = app();
     start_turn(&mut app, "first");
-    assert_eq!(ops(&mut app), vec![Op::UserTurn { text: "first".into() }]);
+    assert_eq!(
+        ops(&mut app),
+        vec![Op::UserTurn {
+            text: "first".into()
+        }]
+    );
     type_text(&mut app, "second");
     app.handle_key(key(KeyCode::Enter));
     type_text(&mut app, "!ls");
     app.handle_key(key(KeyCode::Enter));
-    assert!(ops(&mut app).is_empty(), "nothing is sent while the turn runs");
+    assert!(
+        ops(&mut app).is_empty(),
+        "nothing is sent while the turn runs"
+    );
     assert_eq!(app.queue.len(), 2);
     insta::assert_snapshot!(screen(&app, 70, 14));
     finish_turn(&mut app);
-    assert_eq!(ops(&mut app), vec![Op::UserTurn { text: "second".into() }]);
-    app.handle_event(Event::TurnCompleted { turn_id: 2, status: TurnStatus::Done, answer: None, expert: None, duration_ms: 1, usage: TokenUsage::default() });
-    assert_eq!(ops(&mut app), vec![Op::UserShell { command: "ls".into() }]);
+    assert_eq!(
+        ops(&mut app),
+        vec![Op::UserTurn {
+            text: "second".into()
+        }]
+    );
+    app.handle_event(Event::TurnCompleted {
+        turn_id: 2,
+        status: TurnStatus::Done,
+        answer: None,
+        expert: None,
+        duration_ms: 1,
+        usage: TokenUsage::default(),
+    });
+    assert_eq!(
+        ops(&mut app),
+        vec![Op::UserShell {
+            command: "ls".into()
+        }]
+    );
     assert!(app.queue.is_empty());
 }
 
@@ -373,7 +645,14 @@ fn esc_interrupts_and_denies_pending_approvals() {
     ops(&mut app);
     app.handle_key(key(KeyCode::Esc));
     assert_eq!(ops(&mut app), vec![Op::Interrupt]);
-    app.handle_event(Event::TurnCompleted { turn_id: 1, status: TurnStatus::Interrupted, answer: None, expert: None, duration_ms: 5, usage: TokenUsage::default() });
+    app.handle_event(Event::TurnCompleted {
+        turn_id: 1,
+        status: TurnStatus::Interrupted,
+        answer: None,
+        expert: None,
+        duration_ms: 5,
+        usage: TokenUsage::default(),
+    });
     assert!(screen(&app, 80, 20).contains("Interrupted"));
 }
 
@@ -381,14 +660,34 @@ fn esc_interrupts_and_denies_pending_approvals() {
 fn slash_commands_send_their_ops() {
     let mut app = app();
     for (typed, expected) in [
-        ("/expert L2", Some(Op::PinExpert { expert: Some(Expert::L2) })),
-        ("/expert coding", Some(Op::PinExpert { expert: Some(Expert::L2) })),
+        (
+            "/expert L2",
+            Some(Op::PinExpert {
+                expert: Some(Expert::L2),
+            }),
+        ),
+        (
+            "/expert coding",
+            Some(Op::PinExpert {
+                expert: Some(Expert::L2),
+            }),
+        ),
         ("/expert auto", Some(Op::PinExpert { expert: None })),
         ("/undo", Some(Op::Undo)),
         ("/compact", Some(Op::Compact)),
         ("/new", Some(Op::NewSession)),
-        ("/model qwen3-coder", Some(Op::SetModel { model: "qwen3-coder".into() })),
-        ("/resume 0190abc", Some(Op::ResumeSession { id: "0190abc".into() })),
+        (
+            "/model qwen3-coder",
+            Some(Op::SetModel {
+                model: "qwen3-coder".into(),
+            }),
+        ),
+        (
+            "/resume 0190abc",
+            Some(Op::ResumeSession {
+                id: "0190abc".into(),
+            }),
+        ),
         ("/status", None),
         ("/help", None),
     ] {
@@ -398,7 +697,10 @@ fn slash_commands_send_their_ops() {
         assert_eq!(sent, expected.into_iter().collect::<Vec<_>>(), "{typed}");
     }
     let text = screen(&app, 100, 60);
-    assert!(text.contains("Status") || text.contains("Commands and keys"), "{text}");
+    assert!(
+        text.contains("Status") || text.contains("Commands and keys"),
+        "{text}"
+    );
     app.composer.set_text("/quit");
     app.handle_key(key(KeyCode::Enter));
     assert_eq!(ops(&mut app), vec![Op::Shutdown]);
@@ -421,7 +723,11 @@ fn copy_and_theme_and_mouse_commands() {
     app.composer.set_text("/copy");
     app.handle_key(key(KeyCode::Enter));
     assert!(app.take_effects().is_empty(), "nothing to copy yet");
-    app.handle_event(Event::MessageFinal { turn_id: 1, expert: None, text: "the answer".into() });
+    app.handle_event(Event::MessageFinal {
+        turn_id: 1,
+        expert: None,
+        text: "the answer".into(),
+    });
     app.composer.set_text("/copy");
     app.handle_key(key(KeyCode::Enter));
     assert_eq!(app.take_effects(), vec![Effect::Copy("the answer".into())]);
@@ -440,10 +746,19 @@ fn shell_commands_and_history_recall() {
     let mut app = app_with(o.clone(), ColorDepth::TrueColor);
     type_text(&mut app, "!git status");
     app.handle_key(key(KeyCode::Enter));
-    assert_eq!(ops(&mut app), vec![Op::UserShell { command: "git status".into() }]);
+    assert_eq!(
+        ops(&mut app),
+        vec![Op::UserShell {
+            command: "git status".into()
+        }]
+    );
     let mut app = app_with(o, ColorDepth::TrueColor);
     app.handle_key(key(KeyCode::Up));
-    assert_eq!(app.composer.text(), "!git status", "history persisted across sessions");
+    assert_eq!(
+        app.composer.text(),
+        "!git status",
+        "history persisted across sessions"
+    );
 }
 
 #[test]
@@ -454,9 +769,18 @@ fn multi_line_input_and_paste_placeholder() {
     type_text(&mut app, "two");
     app.handle_key(ctrl('j'));
     app.handle_paste(&"pasted\n".repeat(30));
-    assert!(app.composer.text().ends_with("[Pasted text #1: 30 lines]"), "{}", app.composer.text());
+    assert!(
+        app.composer.text().ends_with("[Pasted text #1: 30 lines]"),
+        "{}",
+        app.composer.text()
+    );
     app.handle_key(key(KeyCode::Enter));
-    assert_eq!(ops(&mut app), vec![Op::UserTurn { text: format!("line one\ntwo\n{}", "pasted\n".repeat(30)) }]);
+    assert_eq!(
+        ops(&mut app),
+        vec![Op::UserTurn {
+            text: format!("line one\ntwo\n{}", "pasted\n".repeat(30))
+        }]
+    );
 }
 
 #[test]
@@ -465,7 +789,10 @@ fn file_completion_with_at() {
     std::fs::create_dir_all(dir.path().join("src")).expect("mkdir");
     std::fs::write(dir.path().join("src/parser.rs"), "").expect("write");
     std::fs::write(dir.path().join("README.md"), "").expect("write");
-    let mut app = app_with(TuiOptions::new(dir.path().to_path_buf()), ColorDepth::TrueColor);
+    let mut app = app_with(
+        TuiOptions::new(dir.path().to_path_buf()),
+        ColorDepth::TrueColor,
+    );
     type_text(&mut app, "look at @prs");
     assert_eq!(app.popup(), Popup::Files(vec!["src/parser.rs".into()]));
     app.handle_key(key(KeyCode::Tab));
@@ -476,14 +803,22 @@ fn file_completion_with_at() {
 fn scrollback_keeps_everything_and_search_finds_old_text() {
     let mut app = app();
     for i in 0..200 {
-        app.handle_event(Event::MessageFinal { turn_id: i, expert: None, text: format!("answer number {i}") });
+        app.handle_event(Event::MessageFinal {
+            turn_id: i,
+            expert: None,
+            text: format!("answer number {i}"),
+        });
     }
     draw(&app, 80, 20);
     app.handle_key(key(KeyCode::PageUp));
     assert!(app.transcript.scroll > 0);
     // New output while scrolled up does not move the view.
     let before = screen(&app, 80, 20);
-    app.handle_event(Event::MessageFinal { turn_id: 999, expert: None, text: "late arrival".into() });
+    app.handle_event(Event::MessageFinal {
+        turn_id: 999,
+        expert: None,
+        text: "late arrival".into(),
+    });
     let after = screen(&app, 80, 20);
     let body = |s: &str| s.lines().take(12).map(str::to_string).collect::<Vec<_>>();
     assert_eq!(body(&before), body(&after));
@@ -494,7 +829,9 @@ fn scrollback_keeps_everything_and_search_finds_old_text() {
     let mut found = Vec::new();
     for _ in 0..12 {
         let s = screen(&app, 80, 20);
-        if s.contains("answer number 3 ") || s.lines().any(|l| l.trim_end().ends_with("answer number 3")) {
+        if s.contains("answer number 3 ")
+            || s.lines().any(|l| l.trim_end().ends_with("answer number 3"))
+        {
             found.push(s);
             break;
         }
@@ -509,19 +846,32 @@ fn scrollback_keeps_everything_and_search_finds_old_text() {
 #[test]
 fn errors_are_explained() {
     let mut app = app();
-    app.handle_event(Event::Error { message: "error sending request: connection refused".into(), hop: Some(Hop::Answer) });
+    app.handle_event(Event::Error {
+        message: "error sending request: connection refused".into(),
+        hop: Some(Hop::Answer),
+    });
     let s = screen(&app, 90, 16);
-    assert!(s.contains("Could not reach http://127.0.0.1:8000/v1"), "{s}");
+    assert!(
+        s.contains("Could not reach http://127.0.0.1:8000/v1"),
+        "{s}"
+    );
 }
 
 #[test]
 fn print_on_exit_contains_the_whole_conversation() {
     let mut app = app_with(options(), ColorDepth::None);
     start_turn(&mut app, "question");
-    app.handle_event(Event::MessageFinal { turn_id: 1, expert: Some(Expert::L2), text: "**answer** text".into() });
+    app.handle_event(Event::MessageFinal {
+        turn_id: 1,
+        expert: Some(Expert::L2),
+        text: "**answer** text".into(),
+    });
     let mut out = Vec::new();
     baton::tui::print_transcript(&app, 80, &mut out).expect("print");
     let text = String::from_utf8(out).expect("utf8");
-    assert!(text.contains("› question") && text.contains("● answer text"), "{text}");
+    assert!(
+        text.contains("› question") && text.contains("● answer text"),
+        "{text}"
+    );
     assert!(!text.contains('\x1b'), "NO_COLOR prints plain text");
 }

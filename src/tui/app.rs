@@ -9,8 +9,8 @@ use std::time::Instant;
 use super::advice::advice_for;
 use super::approval::PendingApproval;
 use super::cell::{
-    AssistantCell, CellKind, DiffCell, HistoryCell, NoticeCell, NoticeLevel, PlanCell, ReasoningCell, RenderCtx, ToolCell,
-    UserCell,
+    AssistantCell, CellKind, DiffCell, HistoryCell, NoticeCell, NoticeLevel, PlanCell,
+    ReasoningCell, RenderCtx, ToolCell, UserCell,
 };
 use super::color_depth::ColorDepth;
 use super::composer::Composer;
@@ -154,7 +154,12 @@ impl App {
     }
 
     pub fn ctx(&self) -> RenderCtx<'_> {
-        RenderCtx { theme: &self.theme, expanded: self.expanded, experts: &self.opts.experts, generation: self.generation }
+        RenderCtx {
+            theme: &self.theme,
+            expanded: self.expanded,
+            experts: &self.opts.experts,
+            generation: self.generation,
+        }
     }
 
     pub fn take_effects(&mut self) -> Vec<Effect> {
@@ -173,7 +178,11 @@ impl App {
         }
         body.push(format!("mode       {} · profile {}", o.mode, o.profile));
         body.push("Type a request and press Enter. /help lists commands and keys.".into());
-        self.push_notice(NoticeLevel::Info, "baton — terminal coding agent on a Mixture-of-LoRA model", body);
+        self.push_notice(
+            NoticeLevel::Info,
+            "baton — terminal coding agent on a Mixture-of-LoRA model",
+            body,
+        );
     }
 
     pub fn push_notice(&mut self, level: NoticeLevel, title: impl Into<String>, body: Vec<String>) {
@@ -187,7 +196,10 @@ impl App {
 
     fn cell_mut(&mut self, index: usize) -> Option<&mut CellKind> {
         // Index-based access goes through `keep_view_still` by the callers that grow cells.
-        self.transcript.cells.get_mut(index).map(HistoryCell::kind_mut)
+        self.transcript
+            .cells
+            .get_mut(index)
+            .map(HistoryCell::kind_mut)
     }
 
     /// Applies a change to the transcript; when the user has scrolled up, the scroll offset grows
@@ -250,7 +262,11 @@ impl App {
                         self.run_slash(cmd, &args);
                     }
                 }
-                Err(name) => self.push_notice(NoticeLevel::Error, format!("Unknown command {name}"), vec!["/help lists the commands.".into()]),
+                Err(name) => self.push_notice(
+                    NoticeLevel::Error,
+                    format!("Unknown command {name}"),
+                    vec!["/help lists the commands.".into()],
+                ),
             }
             return;
         }
@@ -263,11 +279,17 @@ impl App {
             if cmd.is_empty() {
                 return;
             }
-            self.push_cell(CellKind::User(UserCell { text: cmd.clone(), shell: true }));
+            self.push_cell(CellKind::User(UserCell {
+                text: cmd.clone(),
+                shell: true,
+            }));
             self.send(Op::UserShell { command: cmd });
             return;
         }
-        self.push_cell(CellKind::User(UserCell { text: text.clone(), shell: false }));
+        self.push_cell(CellKind::User(UserCell {
+            text: text.clone(),
+            shell: false,
+        }));
         self.echo_pending.push_back(text.clone());
         self.status.working = true;
         self.status.phase = Phase::Waiting;
@@ -280,7 +302,9 @@ impl App {
     /// Sends the next queued message once the agent is free.
     fn drain_queue(&mut self) {
         while !self.status.working {
-            let Some(next) = self.queue.pop_front() else { break };
+            let Some(next) = self.queue.pop_front() else {
+                break;
+            };
             self.submit(next);
         }
     }
@@ -313,7 +337,14 @@ impl App {
     /// Applies one event from the core.
     pub fn handle_event(&mut self, event: Event) {
         match event {
-            Event::Session { session_id, mode, backend, resumed, session_file, .. } => {
+            Event::Session {
+                session_id,
+                mode,
+                backend,
+                resumed,
+                session_file,
+                ..
+            } => {
                 self.opts.mode = mode;
                 if !backend.is_empty() {
                     self.opts.endpoint = backend;
@@ -322,9 +353,17 @@ impl App {
                     self.session_file = Some(f);
                 }
                 if resumed {
-                    self.push_notice(NoticeLevel::Info, format!("Resumed session {session_id}"), vec![]);
+                    self.push_notice(
+                        NoticeLevel::Info,
+                        format!("Resumed session {session_id}"),
+                        vec![],
+                    );
                 } else if self.session_id.is_some() {
-                    self.push_notice(NoticeLevel::Info, format!("New session {session_id}"), vec![]);
+                    self.push_notice(
+                        NoticeLevel::Info,
+                        format!("New session {session_id}"),
+                        vec![],
+                    );
                 }
                 self.session_id = Some(session_id);
             }
@@ -352,7 +391,12 @@ impl App {
                     self.status.expert = expert;
                 }
             }
-            Event::HopCompleted { hop, latency_ms, ttft_ms, .. } => {
+            Event::HopCompleted {
+                hop,
+                latency_ms,
+                ttft_ms,
+                ..
+            } => {
                 let h = &mut self.status.hops;
                 match hop {
                     crate::protocol::Hop::Route => h.route_ms = Some(latency_ms),
@@ -366,27 +410,47 @@ impl App {
                     crate::protocol::Hop::Summary => h.summary_ms = Some(latency_ms),
                     crate::protocol::Hop::Compaction => {}
                 }
-                if !self.status.working && matches!(self.status.phase, Phase::Summarizing | Phase::Compacting) {
+                if !self.status.working
+                    && matches!(self.status.phase, Phase::Summarizing | Phase::Compacting)
+                {
                     self.status.phase = Phase::Idle;
                 }
             }
-            Event::RouteDecided { expert, decision, reason, latency_ms, .. } => {
+            Event::RouteDecided {
+                expert,
+                decision,
+                reason,
+                latency_ms,
+                ..
+            } => {
                 self.status.expert = Some(expert);
                 self.status.decision = Some(decision);
                 self.status.route_reason = reason.clone();
-                if decision == crate::protocol::RouteDecision::Model && self.status.hops.route_ms.is_none() {
+                if decision == crate::protocol::RouteDecision::Model
+                    && self.status.hops.route_ms.is_none()
+                {
                     self.status.hops.route_ms = Some(latency_ms);
                 }
                 if decision == crate::protocol::RouteDecision::Fallback {
                     let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
-                    self.push_notice(NoticeLevel::Warning, format!("Routing failed{why}; {expert} ({}) answers instead", self.opts.experts.name(expert)), vec![]);
+                    self.push_notice(
+                        NoticeLevel::Warning,
+                        format!(
+                            "Routing failed{why}; {expert} ({}) answers instead",
+                            self.opts.experts.name(expert)
+                        ),
+                        vec![],
+                    );
                 }
             }
             Event::ReasoningDelta { delta, .. } => {
                 let index = match self.streaming_reasoning {
                     Some(i) => i,
                     None => {
-                        let i = self.push_cell(CellKind::Reasoning(ReasoningCell { text: String::new(), streaming: true }));
+                        let i = self.push_cell(CellKind::Reasoning(ReasoningCell {
+                            text: String::new(),
+                            streaming: true,
+                        }));
                         self.streaming_reasoning = Some(i);
                         i
                     }
@@ -406,7 +470,10 @@ impl App {
                 let index = match self.streaming_answer {
                     Some(i) => i,
                     None => {
-                        let i = self.push_cell(CellKind::Assistant(AssistantCell::new(expert.or(self.status.expert), true)));
+                        let i = self.push_cell(CellKind::Assistant(AssistantCell::new(
+                            expert.or(self.status.expert),
+                            true,
+                        )));
                         self.streaming_answer = Some(i);
                         i
                     }
@@ -450,7 +517,12 @@ impl App {
                     self.last_answer = Some(text);
                 }
             }
-            Event::ToolBegin { call_id, tool, title, .. } => {
+            Event::ToolBegin {
+                call_id,
+                tool,
+                title,
+                ..
+            } => {
                 self.finish_streams();
                 self.status.phase = Phase::RunningTool(tool.clone());
                 let i = self.push_cell(CellKind::Tool(ToolCell::new(call_id.clone(), tool, title)));
@@ -465,7 +537,13 @@ impl App {
                     });
                 }
             }
-            Event::ToolEnd { call_id, status, exit_code, duration_ms, output } => {
+            Event::ToolEnd {
+                call_id,
+                status,
+                exit_code,
+                duration_ms,
+                output,
+            } => {
                 if let Some(&i) = self.tool_cells.get(&call_id) {
                     self.grow_cell(i, |k| {
                         if let CellKind::Tool(t) = k {
@@ -479,7 +557,11 @@ impl App {
                     });
                 }
                 if matches!(self.status.phase, Phase::RunningTool(_)) {
-                    self.status.phase = if self.status.working { Phase::Answering } else { Phase::Idle };
+                    self.status.phase = if self.status.working {
+                        Phase::Answering
+                    } else {
+                        Phase::Idle
+                    };
                 }
             }
             Event::FileDiff { path, diff, .. } => {
@@ -490,7 +572,8 @@ impl App {
             }
             Event::ApprovalRequested { call_id, request } => {
                 self.status.phase = Phase::AwaitingApproval;
-                self.approvals.push_back(PendingApproval::new(call_id, request));
+                self.approvals
+                    .push_back(PendingApproval::new(call_id, request));
             }
             Event::SummaryRecorded { latency_ms, .. } => {
                 self.status.hops.summary_ms = Some(latency_ms);
@@ -498,7 +581,12 @@ impl App {
                     self.status.phase = Phase::Idle;
                 }
             }
-            Event::Usage { usage, context_used, context_window, .. } => {
+            Event::Usage {
+                usage,
+                context_used,
+                context_window,
+                ..
+            } => {
                 self.status.tokens_in += usage.prompt_tokens;
                 self.status.tokens_out += usage.completion_tokens;
                 if context_used.is_some() {
@@ -508,18 +596,36 @@ impl App {
                     self.status.context_window = context_window;
                 }
             }
-            Event::ContextCompacted { expert, tokens_before, tokens_after, method } => {
+            Event::ContextCompacted {
+                expert,
+                tokens_before,
+                tokens_after,
+                method,
+            } => {
                 self.status.context_used = Some(tokens_after);
-                let how = if method == "summary" { "summarized".to_string() } else { format!("compacted ({method})") };
-                self.push_notice(NoticeLevel::Info, format!("Context of {expert} {how}: {tokens_before} → {tokens_after} tokens"), vec![]);
+                let how = if method == "summary" {
+                    "summarized".to_string()
+                } else {
+                    format!("compacted ({method})")
+                };
+                self.push_notice(
+                    NoticeLevel::Info,
+                    format!("Context of {expert} {how}: {tokens_before} → {tokens_after} tokens"),
+                    vec![],
+                );
                 if !self.status.working {
                     self.status.phase = Phase::Idle;
                 }
             }
             Event::UndoCompleted { restored, removed } => {
-                let mut body: Vec<String> = restored.iter().map(|f| format!("restored {f}")).collect();
+                let mut body: Vec<String> =
+                    restored.iter().map(|f| format!("restored {f}")).collect();
                 body.extend(removed.iter().map(|f| format!("removed  {f}")));
-                let title = if body.is_empty() { "Undo: nothing to restore".to_string() } else { "Undo: files restored to the last checkpoint".to_string() };
+                let title = if body.is_empty() {
+                    "Undo: nothing to restore".to_string()
+                } else {
+                    "Undo: files restored to the last checkpoint".to_string()
+                };
                 self.push_notice(NoticeLevel::Info, title, body);
             }
             Event::Warning { message } => self.push_notice(NoticeLevel::Warning, message, vec![]),
@@ -533,12 +639,19 @@ impl App {
                 }
                 self.push_notice(NoticeLevel::Error, message, body);
             }
-            Event::TurnCompleted { status, duration_ms, answer, expert, .. } => {
+            Event::TurnCompleted {
+                status,
+                duration_ms,
+                answer,
+                expert,
+                ..
+            } => {
                 self.finish_streams();
                 // Tool cells still marked running were cut off by the end of the turn.
                 let running: Vec<usize> = self.tool_cells.drain().map(|(_, i)| i).collect();
                 for i in running {
-                    if let Some(CellKind::Tool(t)) = self.transcript.cells.get(i).map(HistoryCell::kind)
+                    if let Some(CellKind::Tool(t)) =
+                        self.transcript.cells.get(i).map(HistoryCell::kind)
                         && t.status.is_none()
                         && let Some(CellKind::Tool(t)) = self.cell_mut(i)
                     {
@@ -560,8 +673,16 @@ impl App {
                 self.approvals.clear();
                 match status {
                     TurnStatus::Done => {}
-                    TurnStatus::Interrupted => self.push_notice(NoticeLevel::Warning, "Interrupted", vec!["The turn stopped; the session is still usable.".into()]),
-                    TurnStatus::LimitReached => self.push_notice(NoticeLevel::Warning, "Stopped: the turn or time limit was reached", vec![]),
+                    TurnStatus::Interrupted => self.push_notice(
+                        NoticeLevel::Warning,
+                        "Interrupted",
+                        vec!["The turn stopped; the session is still usable.".into()],
+                    ),
+                    TurnStatus::LimitReached => self.push_notice(
+                        NoticeLevel::Warning,
+                        "Stopped: the turn or time limit was reached",
+                        vec![],
+                    ),
                     TurnStatus::Error => {}
                 }
                 self.drain_queue();
@@ -579,7 +700,9 @@ impl App {
         if let Some((_, query)) = self.composer.token_at_cursor('@') {
             let query = query.to_string();
             let workspace = self.opts.workspace.clone();
-            let index = self.file_index.get_or_insert_with(|| FileIndex::scan(&workspace));
+            let index = self
+                .file_index
+                .get_or_insert_with(|| FileIndex::scan(&workspace));
             self.file_matches = index.search(&query);
         }
     }

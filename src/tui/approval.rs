@@ -16,13 +16,16 @@ pub struct PendingApproval {
 /// of `git`.
 const SUBCOMMAND_TOOLS: &[&str] = &[
     "git", "cargo", "npm", "pnpm", "yarn", "go", "docker", "kubectl", "pip", "pip3", "uv", "make",
-    "poetry", "rustup", "apt", "brew", "dotnet", "gradle", "mvn", "bun", "deno", "python", "python3",
+    "poetry", "rustup", "apt", "brew", "dotnet", "gradle", "mvn", "bun", "deno", "python",
+    "python3",
 ];
 
 /// The argv prefix that "yes, don't ask again" approves: the program, plus its subcommand for
 /// tools like git or cargo (`python -m pytest` keeps the module too).
 pub fn approval_prefix(argv: &[String]) -> Vec<String> {
-    let Some(program) = argv.first() else { return Vec::new() };
+    let Some(program) = argv.first() else {
+        return Vec::new();
+    };
     let base = program.rsplit('/').next().unwrap_or(program);
     let mut prefix = vec![program.clone()];
     if SUBCOMMAND_TOOLS.contains(&base)
@@ -42,14 +45,23 @@ pub fn approval_prefix(argv: &[String]) -> Vec<String> {
 
 impl PendingApproval {
     pub fn new(call_id: String, request: ApprovalRequest) -> PendingApproval {
-        PendingApproval { call_id, request, reason: None, scroll: 0 }
+        PendingApproval {
+            call_id,
+            request,
+            reason: None,
+            scroll: 0,
+        }
     }
 
     /// "Yes, and don't ask again" exists for commands only: an edit has no prefix to remember.
     pub fn prefix(&self) -> Option<Vec<String>> {
         match &self.request {
             ApprovalRequest::Command { argv, command, .. } => {
-                let argv = if argv.is_empty() { shlex::split(command).unwrap_or_default() } else { argv.clone() };
+                let argv = if argv.is_empty() {
+                    shlex::split(command).unwrap_or_default()
+                } else {
+                    argv.clone()
+                };
                 let prefix = approval_prefix(&argv);
                 (!prefix.is_empty()).then_some(prefix)
             }
@@ -62,7 +74,9 @@ impl PendingApproval {
     pub fn decision_for_key(&mut self, c: char) -> Option<ApprovalDecision> {
         match c.to_ascii_lowercase() {
             'y' => Some(ApprovalDecision::Approve),
-            'a' => self.prefix().map(|prefix| ApprovalDecision::ApproveForPrefix { prefix }),
+            'a' => self
+                .prefix()
+                .map(|prefix| ApprovalDecision::ApproveForPrefix { prefix }),
             'n' | 'd' => Some(ApprovalDecision::Deny),
             'r' => {
                 self.reason = Some(String::new());
@@ -83,24 +97,48 @@ mod tests {
 
     #[test]
     fn prefixes_keep_subcommands_of_multi_command_tools() {
-        assert_eq!(approval_prefix(&argv("git status --short")), argv("git status"));
-        assert_eq!(approval_prefix(&argv("cargo test --lib x")), argv("cargo test"));
+        assert_eq!(
+            approval_prefix(&argv("git status --short")),
+            argv("git status")
+        );
+        assert_eq!(
+            approval_prefix(&argv("cargo test --lib x")),
+            argv("cargo test")
+        );
         assert_eq!(approval_prefix(&argv("ls -la /tmp")), argv("ls"));
-        assert_eq!(approval_prefix(&argv("python3 -m pytest -q")), argv("python3 -m pytest"));
+        assert_eq!(
+            approval_prefix(&argv("python3 -m pytest -q")),
+            argv("python3 -m pytest")
+        );
         assert_eq!(approval_prefix(&argv("python3 script.py")), argv("python3"));
         assert!(approval_prefix(&[]).is_empty());
     }
 
     #[test]
     fn keys_map_to_decisions() {
-        let req = ApprovalRequest::Command { command: "git push origin".into(), argv: vec![], cwd: "/w".into() };
+        let req = ApprovalRequest::Command {
+            command: "git push origin".into(),
+            argv: vec![],
+            cwd: "/w".into(),
+        };
         let mut p = PendingApproval::new("c1".into(), req);
         assert_eq!(p.decision_for_key('y'), Some(ApprovalDecision::Approve));
-        assert_eq!(p.decision_for_key('a'), Some(ApprovalDecision::ApproveForPrefix { prefix: argv("git push") }));
+        assert_eq!(
+            p.decision_for_key('a'),
+            Some(ApprovalDecision::ApproveForPrefix {
+                prefix: argv("git push")
+            })
+        );
         assert_eq!(p.decision_for_key('n'), Some(ApprovalDecision::Deny));
         assert_eq!(p.decision_for_key('r'), None);
         assert_eq!(p.reason.as_deref(), Some(""));
-        let mut edit = PendingApproval::new("c2".into(), ApprovalRequest::Edit { path: "a".into(), diff: String::new() });
+        let mut edit = PendingApproval::new(
+            "c2".into(),
+            ApprovalRequest::Edit {
+                path: "a".into(),
+                diff: String::new(),
+            },
+        );
         assert_eq!(edit.decision_for_key('a'), None);
     }
 }

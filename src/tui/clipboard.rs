@@ -7,7 +7,11 @@ const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 pub fn base64(data: &[u8]) -> String {
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -23,7 +27,11 @@ pub fn base64(data: &[u8]) -> String {
 /// The escape sequence; inside tmux it is wrapped in a DCS passthrough.
 pub fn osc52_sequence(text: &str, in_tmux: bool) -> String {
     let seq = format!("\x1b]52;c;{}\x07", base64(text.as_bytes()));
-    if in_tmux { format!("\x1bPtmux;\x1b{seq}\x1b\\") } else { seq }
+    if in_tmux {
+        format!("\x1bPtmux;\x1b{seq}\x1b\\")
+    } else {
+        seq
+    }
 }
 
 /// Writes the OSC 52 sequence to the terminal. The terminal may ignore it silently; the caller

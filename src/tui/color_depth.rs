@@ -17,7 +17,12 @@ impl ColorDepth {
     /// (`truecolor`/`24bit`), then `TERM` (`*256color*`), else 16 colours.
     pub fn detect(no_color_flag: bool) -> ColorDepth {
         let var = |k: &str| std::env::var(k).ok();
-        Self::from_env(no_color_flag, var("NO_COLOR"), var("COLORTERM"), var("TERM"))
+        Self::from_env(
+            no_color_flag,
+            var("NO_COLOR"),
+            var("COLORTERM"),
+            var("TERM"),
+        )
     }
 
     pub fn from_env(
@@ -146,7 +151,10 @@ mod tests {
     #[test]
     fn no_color_wins_and_empty_no_color_is_ignored() {
         let s = |v: &str| Some(v.to_string());
-        assert_eq!(ColorDepth::from_env(false, s("1"), s("truecolor"), None), ColorDepth::None);
+        assert_eq!(
+            ColorDepth::from_env(false, s("1"), s("truecolor"), None),
+            ColorDepth::None
+        );
         assert_eq!(
             ColorDepth::from_env(false, s(""), s("truecolor"), None),
             ColorDepth::TrueColor
@@ -155,7 +163,10 @@ mod tests {
             ColorDepth::from_env(false, None, None, s("xterm-256color")),
             ColorDepth::Ansi256
         );
-        assert_eq!(ColorDepth::from_env(false, None, None, s("xterm")), ColorDepth::Ansi16);
+        assert_eq!(
+            ColorDepth::from_env(false, None, None, s("xterm")),
+            ColorDepth::Ansi16
+        );
     }
 
     #[test]
@@ -163,7 +174,10 @@ mod tests {
         assert_eq!(rgb_to_256(255, 0, 0), 196);
         assert_eq!(rgb_to_256(128, 128, 128), 244);
         assert_eq!(nearest_ansi16(250, 10, 10), Color::LightRed);
-        assert_eq!(ColorDepth::Ansi16.adapt(Color::Indexed(196)), Color::LightRed);
+        assert_eq!(
+            ColorDepth::Ansi16.adapt(Color::Indexed(196)),
+            Color::LightRed
+        );
         assert_eq!(ColorDepth::None.adapt(Color::Red), Color::Reset);
     }
 }

@@ -12,15 +12,27 @@ use crate::protocol::{Expert, Op};
 pub const KEY_HELP: &[(&str, &str)] = &[
     ("Enter", "send (queued while the agent works)"),
     ("Shift+Enter, Ctrl+J", "new line"),
-    ("Up / Down", "move in the prompt; history at the first/last line"),
+    (
+        "Up / Down",
+        "move in the prompt; history at the first/last line",
+    ),
     ("Esc", "interrupt the running turn; close a popup"),
     ("Ctrl+C", "interrupt; twice within a second quits"),
     ("Ctrl+D", "quit (empty prompt)"),
-    ("PgUp / PgDn, wheel", "scroll the transcript; End returns to the bottom"),
-    ("Ctrl+F", "search the transcript (Enter older, Ctrl+N newer)"),
+    (
+        "PgUp / PgDn, wheel",
+        "scroll the transcript; End returns to the bottom",
+    ),
+    (
+        "Ctrl+F",
+        "search the transcript (Enter older, Ctrl+N newer)",
+    ),
     ("Ctrl+O", "expand tool output and reasoning"),
     ("Ctrl+G", "edit the prompt in $EDITOR"),
-    ("F2", "mouse capture on/off (off: select and copy with the mouse)"),
+    (
+        "F2",
+        "mouse capture on/off (off: select and copy with the mouse)",
+    ),
     ("@path", "fuzzy file completion (Tab accepts)"),
     ("!cmd", "run a shell command in the sandbox"),
 ];
@@ -32,7 +44,11 @@ impl App {
                 let mut body: Vec<String> = SlashCommand::ALL
                     .iter()
                     .map(|c| {
-                        let usage = if c.usage().is_empty() { format!("/{}", c.name()) } else { c.usage().to_string() };
+                        let usage = if c.usage().is_empty() {
+                            format!("/{}", c.name())
+                        } else {
+                            c.usage().to_string()
+                        };
                         format!("{usage:<22} {}", c.description())
                     })
                     .collect();
@@ -45,7 +61,11 @@ impl App {
                 self.status.tokens_in = 0;
                 self.status.tokens_out = 0;
                 self.status.context_used = None;
-                self.push_notice(NoticeLevel::Info, "Starting a new session", vec!["The transcript above stays for reference.".into()]);
+                self.push_notice(
+                    NoticeLevel::Info,
+                    "Starting a new session",
+                    vec!["The transcript above stays for reference.".into()],
+                );
             }
             SlashCommand::Resume => {
                 if args.is_empty() {
@@ -56,12 +76,23 @@ impl App {
             }
             SlashCommand::Sessions => match self.sessions_dir().map(|d| list_sessions(&d)) {
                 Some(Ok(list)) if !list.is_empty() => {
-                    let body = list.iter().map(|s| format!("{}  {}  {} KB", s.modified, s.id, s.bytes.div_ceil(1024))).collect();
-                    self.push_notice(NoticeLevel::Info, format!("{} saved sessions (/resume ID)", list.len()), body);
+                    let body = list
+                        .iter()
+                        .map(|s| format!("{}  {}  {} KB", s.modified, s.id, s.bytes.div_ceil(1024)))
+                        .collect();
+                    self.push_notice(
+                        NoticeLevel::Info,
+                        format!("{} saved sessions (/resume ID)", list.len()),
+                        body,
+                    );
                 }
                 Some(Ok(_)) => self.push_notice(NoticeLevel::Info, "No saved sessions yet", vec![]),
                 Some(Err(e)) => self.push_notice(NoticeLevel::Error, e, vec![]),
-                None => self.push_notice(NoticeLevel::Warning, "No sessions directory is configured", vec![]),
+                None => self.push_notice(
+                    NoticeLevel::Warning,
+                    "No sessions directory is configured",
+                    vec![],
+                ),
             },
             SlashCommand::Expert => self.pin_expert(args),
             SlashCommand::Mode => {
@@ -73,11 +104,21 @@ impl App {
             }
             SlashCommand::Model => {
                 if args.is_empty() {
-                    let current = self.opts.model.clone().unwrap_or_else(|| "(set by the server or profile)".into());
-                    self.push_notice(NoticeLevel::Info, format!("Model: {current}"), vec!["/model NAME switches (proxy and single modes).".into()]);
+                    let current = self
+                        .opts
+                        .model
+                        .clone()
+                        .unwrap_or_else(|| "(set by the server or profile)".into());
+                    self.push_notice(
+                        NoticeLevel::Info,
+                        format!("Model: {current}"),
+                        vec!["/model NAME switches (proxy and single modes).".into()],
+                    );
                 } else {
                     self.opts.model = Some(args.to_string());
-                    self.send(Op::SetModel { model: args.to_string() });
+                    self.send(Op::SetModel {
+                        model: args.to_string(),
+                    });
                     self.push_notice(NoticeLevel::Info, format!("Model set to {args}"), vec![]);
                 }
             }
@@ -93,7 +134,11 @@ impl App {
                     self.effects.push(Effect::Copy(text));
                     self.hint = Some("last answer sent to the clipboard (OSC 52); if nothing arrived, press F2 and select with the mouse".into());
                 }
-                None => self.push_notice(NoticeLevel::Warning, "Nothing to copy yet: no answer in this session", vec![]),
+                None => self.push_notice(
+                    NoticeLevel::Warning,
+                    "Nothing to copy yet: no answer in this session",
+                    vec![],
+                ),
             },
             SlashCommand::Theme => self.switch_theme(args),
             SlashCommand::Mouse => self.toggle_mouse(),
@@ -103,7 +148,8 @@ impl App {
 
     pub fn toggle_mouse(&mut self) {
         self.mouse_capture = !self.mouse_capture;
-        self.effects.push(Effect::SetMouseCapture(self.mouse_capture));
+        self.effects
+            .push(Effect::SetMouseCapture(self.mouse_capture));
         self.hint = Some(if self.mouse_capture {
             "mouse capture on: the wheel scrolls; Shift+drag selects in most terminals".into()
         } else {
@@ -124,9 +170,15 @@ impl App {
                 self.session_picker = Some(list);
                 self.popup_selected = 0;
             }
-            Some(Ok(_)) => self.push_notice(NoticeLevel::Info, "No saved sessions to resume", vec![]),
+            Some(Ok(_)) => {
+                self.push_notice(NoticeLevel::Info, "No saved sessions to resume", vec![])
+            }
             Some(Err(e)) => self.push_notice(NoticeLevel::Error, e, vec![]),
-            None => self.push_notice(NoticeLevel::Warning, "No sessions directory is configured", vec![]),
+            None => self.push_notice(
+                NoticeLevel::Warning,
+                "No sessions directory is configured",
+                vec![],
+            ),
         }
     }
 
@@ -143,27 +195,54 @@ impl App {
                 Some(e) => format!("{e} {} is pinned", self.opts.experts.name(e)),
                 None => "routing picks the expert for each turn".into(),
             };
-            let body = Expert::ALL.iter().map(|e| format!("{e}  {}", self.opts.experts.name(*e))).collect();
-            self.push_notice(NoticeLevel::Info, format!("Expert: {current} (/expert L2 pins, /expert auto unpins)"), body);
+            let body = Expert::ALL
+                .iter()
+                .map(|e| format!("{e}  {}", self.opts.experts.name(*e)))
+                .collect();
+            self.push_notice(
+                NoticeLevel::Info,
+                format!("Expert: {current} (/expert L2 pins, /expert auto unpins)"),
+                body,
+            );
             return;
         }
-        if matches!(arg.to_ascii_lowercase().as_str(), "auto" | "off" | "none" | "unpin") {
+        if matches!(
+            arg.to_ascii_lowercase().as_str(),
+            "auto" | "off" | "none" | "unpin"
+        ) {
             self.status.pinned = None;
             self.send(Op::PinExpert { expert: None });
-            self.push_notice(NoticeLevel::Info, "Expert unpinned: routing chooses again", vec![]);
+            self.push_notice(
+                NoticeLevel::Info,
+                "Expert unpinned: routing chooses again",
+                vec![],
+            );
             return;
         }
         // Accept a label or a display name from the profile ("coding").
-        let by_name = Expert::ALL.into_iter().find(|e| self.opts.experts.name(*e).eq_ignore_ascii_case(arg));
+        let by_name = Expert::ALL
+            .into_iter()
+            .find(|e| self.opts.experts.name(*e).eq_ignore_ascii_case(arg));
         match Expert::parse(arg).or(by_name) {
             Some(e) => {
                 self.status.pinned = Some(e);
                 self.status.expert = Some(e);
                 self.status.decision = Some(crate::protocol::RouteDecision::Pinned);
                 self.send(Op::PinExpert { expert: Some(e) });
-                self.push_notice(NoticeLevel::Info, format!("Pinned {e} {}: every turn goes to it without routing", self.opts.experts.name(e)), vec![]);
+                self.push_notice(
+                    NoticeLevel::Info,
+                    format!(
+                        "Pinned {e} {}: every turn goes to it without routing",
+                        self.opts.experts.name(e)
+                    ),
+                    vec![],
+                );
             }
-            None => self.push_notice(NoticeLevel::Error, format!("'{arg}' is not an expert"), vec!["Use L0, L1, L2, L3, a name from the profile, or auto.".into()]),
+            None => self.push_notice(
+                NoticeLevel::Error,
+                format!("'{arg}' is not an expert"),
+                vec!["Use L0, L1, L2, L3, a name from the profile, or auto.".into()],
+            ),
         }
     }
 
@@ -171,28 +250,63 @@ impl App {
         let o = &self.opts;
         let s = &self.status;
         let expert = match s.expert {
-            Some(e) => format!("{e} {}{}", o.experts.name(e), s.decision.map(|d| format!(" ({})", decision_word(d))).unwrap_or_default()),
+            Some(e) => format!(
+                "{e} {}{}",
+                o.experts.name(e),
+                s.decision
+                    .map(|d| format!(" ({})", decision_word(d)))
+                    .unwrap_or_default()
+            ),
             None => "none yet".into(),
         };
         let ctx = match (s.context_used, s.context_window) {
-            (Some(u), Some(w)) if w > 0 => format!("{} of {} ({}%)", short_count(u), short_count(w), u * 100 / w),
+            (Some(u), Some(w)) if w > 0 => format!(
+                "{} of {} ({}%)",
+                short_count(u),
+                short_count(w),
+                u * 100 / w
+            ),
             (Some(u), _) => short_count(u),
             _ => "unknown".into(),
         };
-        let or_unset = |v: &str| if v.is_empty() { "(default)".to_string() } else { v.to_string() };
+        let or_unset = |v: &str| {
+            if v.is_empty() {
+                "(default)".to_string()
+            } else {
+                v.to_string()
+            }
+        };
         let body = vec![
             format!("endpoint   {}", or_unset(&o.endpoint)),
             format!("mode       {}", o.mode),
             format!("profile    {}", o.profile),
-            format!("model      {}", o.model.clone().unwrap_or_else(|| "(server default)".into())),
+            format!(
+                "model      {}",
+                o.model.clone().unwrap_or_else(|| "(server default)".into())
+            ),
             format!("sandbox    {}", or_unset(&o.sandbox)),
             format!("approval   {}", or_unset(&o.approval)),
             format!("expert     {expert}"),
-            format!("pinned     {}", s.pinned.map(|e| e.to_string()).unwrap_or_else(|| "no".into())),
+            format!(
+                "pinned     {}",
+                s.pinned
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| "no".into())
+            ),
             format!("tokens     {} in, {} out", s.tokens_in, s.tokens_out),
             format!("context    {ctx}"),
-            format!("session    {}", self.session_id.clone().unwrap_or_else(|| "(not started)".into())),
-            format!("file       {}", self.session_file.clone().unwrap_or_else(|| "(not saved)".into())),
+            format!(
+                "session    {}",
+                self.session_id
+                    .clone()
+                    .unwrap_or_else(|| "(not started)".into())
+            ),
+            format!(
+                "file       {}",
+                self.session_file
+                    .clone()
+                    .unwrap_or_else(|| "(not saved)".into())
+            ),
             format!("workspace  {}", o.workspace.display()),
             format!("theme      {}", self.theme.name),
         ];
@@ -202,7 +316,18 @@ impl App {
     fn switch_theme(&mut self, args: &str) {
         let names = available_themes(self.opts.config_dir.as_deref());
         if args.is_empty() {
-            self.push_notice(NoticeLevel::Info, format!("Theme: {} (available: {})", self.theme.name, names.join(", ")), vec!["/theme NAME switches; user themes live in <config dir>/themes/NAME.toml.".into()]);
+            self.push_notice(
+                NoticeLevel::Info,
+                format!(
+                    "Theme: {} (available: {})",
+                    self.theme.name,
+                    names.join(", ")
+                ),
+                vec![
+                    "/theme NAME switches; user themes live in <config dir>/themes/NAME.toml."
+                        .into(),
+                ],
+            );
             return;
         }
         match Theme::load(args, self.opts.config_dir.as_deref(), self.depth) {
@@ -210,7 +335,11 @@ impl App {
                 self.hint = Some(format!("theme: {}", theme.name));
                 self.set_theme(theme);
             }
-            Err(e) => self.push_notice(NoticeLevel::Error, e.to_string(), vec![format!("available: {}", names.join(", "))]),
+            Err(e) => self.push_notice(
+                NoticeLevel::Error,
+                e.to_string(),
+                vec![format!("available: {}", names.join(", "))],
+            ),
         }
     }
 }

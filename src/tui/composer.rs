@@ -67,7 +67,11 @@ impl Composer {
         let lines = normalized.lines().count();
         if lines > PASTE_COLLAPSE_LINES || normalized.chars().count() > PASTE_COLLAPSE_CHARS {
             self.paste_counter += 1;
-            let placeholder = format!("[Pasted text #{}: {} lines]", self.paste_counter, lines.max(1));
+            let placeholder = format!(
+                "[Pasted text #{}: {} lines]",
+                self.paste_counter,
+                lines.max(1)
+            );
             self.insert_str(&placeholder);
             self.pastes.push((placeholder, normalized));
         } else {
@@ -121,7 +125,10 @@ impl Composer {
     pub fn delete_word_before(&mut self) {
         let before = &self.text[..self.cursor];
         let trimmed = before.trim_end();
-        let start = trimmed.rfind(|c: char| c.is_whitespace()).map(|i| i + 1).unwrap_or(0);
+        let start = trimmed
+            .rfind(|c: char| c.is_whitespace())
+            .map(|i| i + 1)
+            .unwrap_or(0);
         self.text.replace_range(start..self.cursor, "");
         self.cursor = start;
     }
@@ -147,13 +154,19 @@ impl Composer {
 
     pub fn word_left(&mut self) {
         let before = self.text[..self.cursor].trim_end();
-        self.cursor = before.rfind(|c: char| c.is_whitespace()).map(|i| i + 1).unwrap_or(0);
+        self.cursor = before
+            .rfind(|c: char| c.is_whitespace())
+            .map(|i| i + 1)
+            .unwrap_or(0);
     }
 
     pub fn word_right(&mut self) {
         let after = &self.text[self.cursor..];
         let skipped = after.len() - after.trim_start().len();
-        let word = after.trim_start().find(char::is_whitespace).unwrap_or(after.trim_start().len());
+        let word = after
+            .trim_start()
+            .find(char::is_whitespace)
+            .unwrap_or(after.trim_start().len());
         self.cursor += skipped + word;
     }
 
@@ -217,7 +230,9 @@ impl Composer {
     }
 
     pub fn history_next(&mut self, history: &History) -> bool {
-        let Some(i) = self.history_index else { return false };
+        let Some(i) = self.history_index else {
+            return false;
+        };
         if i + 1 < history.len() {
             self.history_index = Some(i + 1);
             self.text = history.get(i + 1).unwrap_or("").to_string();
@@ -232,14 +247,20 @@ impl Composer {
     /// The `@token` (or `/command`) word under the cursor: (start byte, text without the sigil).
     pub fn token_at_cursor(&self, sigil: char) -> Option<(usize, &str)> {
         let before = &self.text[..self.cursor];
-        let start = before.rfind(char::is_whitespace).map(|i| i + 1).unwrap_or(0);
+        let start = before
+            .rfind(char::is_whitespace)
+            .map(|i| i + 1)
+            .unwrap_or(0);
         let word = &before[start..];
         word.strip_prefix(sigil).map(|rest| (start, rest))
     }
 
     /// Replaces the word under the cursor starting at `start` with `replacement`.
     pub fn replace_token(&mut self, start: usize, replacement: &str) {
-        let end = self.text[self.cursor..].find(char::is_whitespace).map(|i| self.cursor + i).unwrap_or(self.text.len());
+        let end = self.text[self.cursor..]
+            .find(char::is_whitespace)
+            .map(|i| self.cursor + i)
+            .unwrap_or(self.text.len());
         self.text.replace_range(start..end, replacement);
         self.cursor = start + replacement.len();
     }
@@ -260,15 +281,26 @@ impl Composer {
     }
 
     fn line_end(&self, pos: usize) -> usize {
-        self.text[pos..].find('\n').map(|i| pos + i).unwrap_or(self.text.len())
+        self.text[pos..]
+            .find('\n')
+            .map(|i| pos + i)
+            .unwrap_or(self.text.len())
     }
 
     fn prev_boundary(&self, pos: usize) -> usize {
-        self.text[..pos].char_indices().next_back().map(|(i, _)| i).unwrap_or(0)
+        self.text[..pos]
+            .char_indices()
+            .next_back()
+            .map(|(i, _)| i)
+            .unwrap_or(0)
     }
 
     fn next_boundary(&self, pos: usize) -> usize {
-        self.text[pos..].chars().next().map(|c| pos + c.len_utf8()).unwrap_or(pos)
+        self.text[pos..]
+            .chars()
+            .next()
+            .map(|c| pos + c.len_utf8())
+            .unwrap_or(pos)
     }
 
     /// Wraps the text to `width` columns: rows of text and the cursor's (row, column).
@@ -329,7 +361,11 @@ mod tests {
         assert!(!c.up());
         assert!(c.down());
         c.delete_word_before();
-        assert_eq!(c.text(), "hélo\nd", "column 4 kept going down, word before it deleted");
+        assert_eq!(
+            c.text(),
+            "hélo\nd",
+            "column 4 kept going down, word before it deleted"
+        );
     }
 
     #[test]

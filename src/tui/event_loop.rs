@@ -29,11 +29,15 @@ type Term = Terminal<CrosstermBackend<std::io::Stdout>>;
 pub async fn run(handle: AgentHandle, opts: TuiOptions) -> anyhow::Result<i32> {
     let AgentHandle { ops, mut events } = handle;
     let mut app = App::new(opts, Instant::now());
+    std::thread::spawn(super::highlight::warm_up);
     terminal::install_panic_hook();
     terminal::enter(app.mouse_capture)?;
     let result = run_loop(&mut app, &ops, &mut events).await;
     terminal::restore();
-    let width = crossterm::terminal::size().map(|(w, _)| w).unwrap_or(100).max(20);
+    let width = crossterm::terminal::size()
+        .map(|(w, _)| w)
+        .unwrap_or(100)
+        .max(20);
     let _ = print_exit::print_transcript(&app, width, &mut stdout());
     match result {
         Ok(code) => Ok(code),
@@ -44,7 +48,11 @@ pub async fn run(handle: AgentHandle, opts: TuiOptions) -> anyhow::Result<i32> {
     }
 }
 
-async fn run_loop(app: &mut App, ops: &mpsc::UnboundedSender<Op>, events: &mut mpsc::UnboundedReceiver<crate::protocol::Event>) -> anyhow::Result<i32> {
+async fn run_loop(
+    app: &mut App,
+    ops: &mpsc::UnboundedSender<Op>,
+    events: &mut mpsc::UnboundedReceiver<crate::protocol::Event>,
+) -> anyhow::Result<i32> {
     let mut term: Term = Terminal::new(CrosstermBackend::new(stdout()))?;
     term.clear()?;
     let (in_tx, mut in_rx) = mpsc::unbounded_channel();
@@ -66,7 +74,9 @@ async fn run_loop(app: &mut App, ops: &mpsc::UnboundedSender<Op>, events: &mut m
             last_draw = now;
             dirty = false;
         }
-        let animating = app.status.working || !matches!(app.status.phase, Phase::Idle) || app.shutdown_started.is_some();
+        let animating = app.status.working
+            || !matches!(app.status.phase, Phase::Idle)
+            || app.shutdown_started.is_some();
         let wait = if dirty {
             MIN_FRAME.saturating_sub(now.duration_since(last_draw))
         } else if animating {
@@ -151,7 +161,9 @@ fn handle_terminal_event(app: &mut App, ev: TermEvent) {
 
 fn show_diff(app: &mut App, diff: Result<String, String>) {
     match diff {
-        Ok(d) if d.trim().is_empty() => app.push_notice(NoticeLevel::Info, "No changes in the workspace", vec![]),
+        Ok(d) if d.trim().is_empty() => {
+            app.push_notice(NoticeLevel::Info, "No changes in the workspace", vec![])
+        }
         Ok(d) => {
             let width = app.viewport.get().0.max(20) as usize;
             let lines = render_diff_lines(&d, width, &app.theme, false);
@@ -177,7 +189,11 @@ async fn run_effects(
             }
             Effect::Copy(text) => {
                 if let Err(e) = clipboard::copy_osc52(&text) {
-                    app.push_notice(NoticeLevel::Error, format!("/copy: cannot write to the terminal: {e}"), vec![]);
+                    app.push_notice(
+                        NoticeLevel::Error,
+                        format!("/copy: cannot write to the terminal: {e}"),
+                        vec![],
+                    );
                 }
             }
             Effect::SetMouseCapture(on) => {
@@ -214,9 +230,17 @@ async fn run_effects(
 
 /// Opens `$VISUAL` / `$EDITOR` (default `vi`) on a temp file holding `text`.
 async fn edit_in_editor(text: &str) -> Result<String, String> {
-    let editor = std::env::var("VISUAL").or_else(|_| std::env::var("EDITOR")).unwrap_or_else(|_| "vi".into());
-    let argv = shlex::split(&editor).filter(|a| !a.is_empty()).ok_or_else(|| format!("$EDITOR '{editor}' cannot be parsed"))?;
-    let file = tempfile::Builder::new().prefix("baton-prompt-").suffix(".md").tempfile().map_err(|e| format!("cannot create a temp file for the editor: {e}"))?;
+    let editor = std::env::var("VISUAL")
+        .or_else(|_| std::env::var("EDITOR"))
+        .unwrap_or_else(|_| "vi".into());
+    let argv = shlex::split(&editor)
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| format!("$EDITOR '{editor}' cannot be parsed"))?;
+    let file = tempfile::Builder::new()
+        .prefix("baton-prompt-")
+        .suffix(".md")
+        .tempfile()
+        .map_err(|e| format!("cannot create a temp file for the editor: {e}"))?;
     let path: PathBuf = file.path().to_path_buf();
     std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     let status = tokio::process::Command::new(&argv[0])
@@ -226,7 +250,10 @@ async fn edit_in_editor(text: &str) -> Result<String, String> {
         .await
         .map_err(|e| format!("cannot start editor '{}': {e}", argv[0]))?;
     if !status.success() {
-        return Err(format!("editor '{}' exited with {status}; prompt unchanged", argv[0]));
+        return Err(format!(
+            "editor '{}' exited with {status}; prompt unchanged",
+            argv[0]
+        ));
     }
     std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
 }

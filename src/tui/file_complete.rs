@@ -19,7 +19,11 @@ impl FileIndex {
     /// Lists files under `root` relative to it, honouring .gitignore, skipping hidden entries.
     pub fn scan(root: &Path) -> FileIndex {
         let mut files = Vec::new();
-        for entry in ignore::WalkBuilder::new(root).hidden(true).build().flatten() {
+        for entry in ignore::WalkBuilder::new(root)
+            .hidden(true)
+            .build()
+            .flatten()
+        {
             if files.len() >= MAX_FILES {
                 break;
             }
@@ -33,7 +37,10 @@ impl FileIndex {
         files.sort();
         let mut config = Config::DEFAULT;
         config.set_match_paths();
-        FileIndex { files, matcher: Matcher::new(config) }
+        FileIndex {
+            files,
+            matcher: Matcher::new(config),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -52,7 +59,10 @@ impl FileIndex {
         let pattern = Pattern::parse(query, CaseMatching::Smart, Normalization::Smart);
         let mut hits = pattern.match_list(self.files.iter(), &mut self.matcher);
         hits.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.len().cmp(&b.0.len())));
-        hits.into_iter().take(MAX_RESULTS).map(|(f, _)| f.clone()).collect()
+        hits.into_iter()
+            .take(MAX_RESULTS)
+            .map(|(f, _)| f.clone())
+            .collect()
     }
 }
 
@@ -67,14 +77,25 @@ mod tests {
         std::fs::create_dir_all(root.join("src/tui")).expect("mkdir");
         std::fs::create_dir_all(root.join("target")).expect("mkdir");
         std::fs::create_dir_all(root.join(".git")).expect("mkdir");
-        for f in ["src/main.rs", "src/tui/composer.rs", "README.md", "target/junk.rs"] {
+        for f in [
+            "src/main.rs",
+            "src/tui/composer.rs",
+            "README.md",
+            "target/junk.rs",
+        ] {
             std::fs::write(root.join(f), "x").expect("write");
         }
         std::fs::write(root.join(".gitignore"), "target/\n").expect("write");
         let mut index = FileIndex::scan(root);
         assert_eq!(index.len(), 3, "target/ ignored, hidden files skipped");
-        assert_eq!(index.search("cmpsr").first().map(String::as_str), Some("src/tui/composer.rs"));
-        assert_eq!(index.search("main").first().map(String::as_str), Some("src/main.rs"));
+        assert_eq!(
+            index.search("cmpsr").first().map(String::as_str),
+            Some("src/tui/composer.rs")
+        );
+        assert_eq!(
+            index.search("main").first().map(String::as_str),
+            Some("src/main.rs")
+        );
         assert!(index.search("zzzz").is_empty());
     }
 }

@@ -30,13 +30,36 @@ pub async fn workspace_diff(workspace: &Path) -> Result<String, String> {
         return Err(format!("{}: not a git repository", workspace.display()));
     }
     // A repository without commits has no HEAD: diff against the empty tree then.
-    let has_head = git(workspace, &["rev-parse", "--verify", "HEAD"]).await.map(|(ok, _)| ok).unwrap_or(false);
-    let base = if has_head { "HEAD" } else { "4b825dc642cb6eb9a060e54bf8d69288fbee4904" };
+    let has_head = git(workspace, &["rev-parse", "--verify", "HEAD"])
+        .await
+        .map(|(ok, _)| ok)
+        .unwrap_or(false);
+    let base = if has_head {
+        "HEAD"
+    } else {
+        "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+    };
     let (_, mut diff) = git(workspace, &["diff", "--no-color", "--no-ext-diff", base]).await?;
-    let (_, untracked) = git(workspace, &["ls-files", "--others", "--exclude-standard", "-z"]).await?;
+    let (_, untracked) = git(
+        workspace,
+        &["ls-files", "--others", "--exclude-standard", "-z"],
+    )
+    .await?;
     for file in untracked.split('\0').filter(|f| !f.is_empty()) {
         // --no-index exits 1 when files differ, which is the point here.
-        let (_, d) = git(workspace, &["diff", "--no-color", "--no-ext-diff", "--no-index", "--", "/dev/null", file]).await?;
+        let (_, d) = git(
+            workspace,
+            &[
+                "diff",
+                "--no-color",
+                "--no-ext-diff",
+                "--no-index",
+                "--",
+                "/dev/null",
+                file,
+            ],
+        )
+        .await?;
         diff.push_str(&d);
     }
     Ok(diff)
@@ -51,7 +74,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path();
         let run = |args: &[&str]| {
-            std::process::Command::new("git").arg("-C").arg(root).args(args).output().expect("git")
+            std::process::Command::new("git")
+                .arg("-C")
+                .arg(root)
+                .args(args)
+                .output()
+                .expect("git")
         };
         run(&["init", "-q"]);
         run(&["config", "user.email", "t@t"]);

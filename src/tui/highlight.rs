@@ -82,10 +82,19 @@ fn grammar(lang: &str) -> Option<&'static Grammar> {
         }};
     }
     match lang {
-        "rust" | "rs" => cached!(tree_sitter_rust::LANGUAGE, tree_sitter_rust::HIGHLIGHTS_QUERY),
-        "python" | "py" => cached!(tree_sitter_python::LANGUAGE, tree_sitter_python::HIGHLIGHTS_QUERY),
+        "rust" | "rs" => cached!(
+            tree_sitter_rust::LANGUAGE,
+            tree_sitter_rust::HIGHLIGHTS_QUERY
+        ),
+        "python" | "py" => cached!(
+            tree_sitter_python::LANGUAGE,
+            tree_sitter_python::HIGHLIGHTS_QUERY
+        ),
         "javascript" | "js" | "jsx" | "mjs" => {
-            cached!(tree_sitter_javascript::LANGUAGE, tree_sitter_javascript::HIGHLIGHT_QUERY)
+            cached!(
+                tree_sitter_javascript::LANGUAGE,
+                tree_sitter_javascript::HIGHLIGHT_QUERY
+            )
         }
         "typescript" | "ts" | "tsx" => cached!(
             tree_sitter_typescript::LANGUAGE_TSX,
@@ -99,15 +108,31 @@ fn grammar(lang: &str) -> Option<&'static Grammar> {
         "c" | "h" => cached!(tree_sitter_c::LANGUAGE, tree_sitter_c::HIGHLIGHT_QUERY),
         "cpp" | "c++" | "cc" | "cxx" | "hpp" => cached!(
             tree_sitter_cpp::LANGUAGE,
-            format!("{}\n{}", tree_sitter_c::HIGHLIGHT_QUERY, tree_sitter_cpp::HIGHLIGHT_QUERY)
+            format!(
+                "{}\n{}",
+                tree_sitter_c::HIGHLIGHT_QUERY,
+                tree_sitter_cpp::HIGHLIGHT_QUERY
+            )
         ),
         _ => None,
     }
 }
 
+/// Compiles every grammar's highlight query (a few milliseconds each in release builds) so the
+/// first code block of a session does not pay for it; the event loop calls this on a thread.
+pub fn warm_up() {
+    for lang in ["rust", "python", "js", "ts", "go", "c", "cpp"] {
+        let _ = grammar(lang);
+    }
+}
+
 /// Highlights `code` in language `lang` (the fence info string); one span list per source line.
 pub fn highlight(lang: &str, code: &str, palette: &Palette) -> Vec<Vec<Span<'static>>> {
-    let lang = lang.split([' ', ',', '{']).next().unwrap_or("").to_ascii_lowercase();
+    let lang = lang
+        .split([' ', ',', '{'])
+        .next()
+        .unwrap_or("")
+        .to_ascii_lowercase();
     let kinds = grammar(&lang)
         .and_then(|g| tree_sitter_kinds(g, code))
         .unwrap_or_else(|| keyword_kinds(&lang, code));
@@ -146,20 +171,78 @@ const SHELL_KEYWORDS: &[&str] = &[
     "function", "return", "export", "local", "echo", "cd", "exit", "set", "unset",
 ];
 const GENERIC_KEYWORDS: &[&str] = &[
-    "true", "false", "null", "nil", "none", "None", "True", "False", "let", "const", "var", "fn",
-    "func", "def", "class", "struct", "enum", "impl", "return", "if", "else", "for", "while",
-    "import", "from", "package", "public", "private", "static", "void", "int", "new", "match",
-    "use", "pub", "mod", "type", "interface", "select", "where", "and", "or", "not",
+    "true",
+    "false",
+    "null",
+    "nil",
+    "none",
+    "None",
+    "True",
+    "False",
+    "let",
+    "const",
+    "var",
+    "fn",
+    "func",
+    "def",
+    "class",
+    "struct",
+    "enum",
+    "impl",
+    "return",
+    "if",
+    "else",
+    "for",
+    "while",
+    "import",
+    "from",
+    "package",
+    "public",
+    "private",
+    "static",
+    "void",
+    "int",
+    "new",
+    "match",
+    "use",
+    "pub",
+    "mod",
+    "type",
+    "interface",
+    "select",
+    "where",
+    "and",
+    "or",
+    "not",
 ];
 
 /// Keyword/string/comment/number colouring for languages without a grammar.
 fn keyword_kinds(lang: &str, code: &str) -> Vec<Kind> {
     let hash_comments = matches!(
         lang,
-        "sh" | "bash" | "zsh" | "shell" | "console" | "toml" | "yaml" | "yml" | "ruby" | "rb"
-            | "make" | "makefile" | "dockerfile" | "ini" | "conf" | "python" | "py" | "perl" | "r"
+        "sh" | "bash"
+            | "zsh"
+            | "shell"
+            | "console"
+            | "toml"
+            | "yaml"
+            | "yml"
+            | "ruby"
+            | "rb"
+            | "make"
+            | "makefile"
+            | "dockerfile"
+            | "ini"
+            | "conf"
+            | "python"
+            | "py"
+            | "perl"
+            | "r"
     );
-    let slash_comments = !matches!(lang, "sh" | "bash" | "zsh" | "shell" | "console" | "toml" | "yaml" | "yml" | "ini");
+    let slash_comments = !matches!(
+        lang,
+        "sh" | "bash" | "zsh" | "shell" | "console" | "toml" | "yaml" | "yml" | "ini"
+    );
     let keywords: &[&str] = if matches!(lang, "sh" | "bash" | "zsh" | "shell" | "console") {
         SHELL_KEYWORDS
     } else {
@@ -171,10 +254,14 @@ fn keyword_kinds(lang: &str, code: &str) -> Vec<Kind> {
     while i < bytes.len() {
         let b = bytes[i];
         let rest = &bytes[i..];
-        let comment_start = (hash_comments && b == b'#') || (slash_comments && rest.starts_with(b"//"))
+        let comment_start = (hash_comments && b == b'#')
+            || (slash_comments && rest.starts_with(b"//"))
             || (lang == "sql" && rest.starts_with(b"--"));
         if comment_start {
-            let end = rest.iter().position(|&c| c == b'\n').map_or(bytes.len(), |p| i + p);
+            let end = rest
+                .iter()
+                .position(|&c| c == b'\n')
+                .map_or(bytes.len(), |p| i + p);
             kinds[i..end].fill(Kind::Comment);
             i = end;
         } else if b == b'"' || b == b'\'' || b == b'`' {
@@ -186,22 +273,39 @@ fn keyword_kinds(lang: &str, code: &str) -> Vec<Kind> {
             kinds[i..end].fill(Kind::String);
             i = end;
         } else if b.is_ascii_digit() && (i == 0 || !is_word_byte(bytes[i - 1])) {
-            let end = rest.iter().position(|&c| !(c.is_ascii_alphanumeric() || c == b'.' || c == b'_')).map_or(bytes.len(), |p| i + p);
+            let end = rest
+                .iter()
+                .position(|&c| !(c.is_ascii_alphanumeric() || c == b'.' || c == b'_'))
+                .map_or(bytes.len(), |p| i + p);
             kinds[i..end].fill(Kind::Number);
             i = end;
         } else if is_word_byte(b) {
-            let end = rest.iter().position(|&c| !is_word_byte(c)).map_or(bytes.len(), |p| i + p);
+            let end = rest
+                .iter()
+                .position(|&c| !is_word_byte(c))
+                .map_or(bytes.len(), |p| i + p);
             let word = &code[i..end];
             if keywords.contains(&word) {
                 kinds[i..end].fill(Kind::Keyword);
             } else if end < bytes.len() && bytes[end] == b'(' {
                 kinds[i..end].fill(Kind::Function);
-            } else if lang == "toml" && code[..i].rsplit('\n').next().is_some_and(|l| l.trim().is_empty()) {
+            } else if lang == "toml"
+                && code[..i]
+                    .rsplit('\n')
+                    .next()
+                    .is_some_and(|l| l.trim().is_empty())
+            {
                 kinds[i..end].fill(Kind::Variable);
             }
             i = end;
-        } else if (lang == "toml" || lang == "ini") && b == b'[' && (i == 0 || bytes[i - 1] == b'\n') {
-            let end = rest.iter().position(|&c| c == b'\n').map_or(bytes.len(), |p| i + p);
+        } else if (lang == "toml" || lang == "ini")
+            && b == b'['
+            && (i == 0 || bytes[i - 1] == b'\n')
+        {
+            let end = rest
+                .iter()
+                .position(|&c| c == b'\n')
+                .map_or(bytes.len(), |p| i + p);
             kinds[i..end].fill(Kind::Type);
             i = end;
         } else {
@@ -251,7 +355,11 @@ mod tests {
     use crate::tui::theme::Theme;
 
     fn color_of(lines: &[Vec<Span<'static>>], word: &str) -> Option<Color> {
-        lines.iter().flatten().find(|s| s.content.contains(word)).and_then(|s| s.style.fg)
+        lines
+            .iter()
+            .flatten()
+            .find(|s| s.content.contains(word))
+            .and_then(|s| s.style.fg)
     }
 
     #[test]

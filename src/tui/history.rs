@@ -15,17 +15,28 @@ impl History {
     /// Loads `file` if it exists; unreadable lines are skipped (a damaged history must not stop
     /// the UI). Returns a warning to show when the file could not be read.
     pub fn load(file: Option<&Path>) -> (History, Option<String>) {
-        let mut history = History { entries: Vec::new(), file: file.map(Path::to_path_buf) };
-        let Some(path) = file else { return (history, None) };
+        let mut history = History {
+            entries: Vec::new(),
+            file: file.map(Path::to_path_buf),
+        };
+        let Some(path) = file else {
+            return (history, None);
+        };
         match std::fs::read_to_string(path) {
             Ok(text) => {
-                history.entries = text.lines().filter_map(|l| serde_json::from_str::<String>(l).ok()).collect();
+                history.entries = text
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<String>(l).ok())
+                    .collect();
                 let excess = history.entries.len().saturating_sub(MAX_ENTRIES);
                 history.entries.drain(..excess);
                 (history, None)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (history, None),
-            Err(e) => (history, Some(format!("{}: cannot read history: {e}", path.display()))),
+            Err(e) => (
+                history,
+                Some(format!("{}: cannot read history: {e}", path.display())),
+            ),
         }
     }
 
@@ -47,7 +58,9 @@ impl History {
             return Ok(());
         }
         self.entries.push(entry.to_string());
-        let Some(path) = &self.file else { return Ok(()) };
+        let Some(path) = &self.file else {
+            return Ok(());
+        };
         let line = serde_json::to_string(entry).map_err(|e| e.to_string())?;
         if let Some(dir) = path.parent() {
             let _ = std::fs::create_dir_all(dir);

@@ -54,7 +54,11 @@ impl InputReader {
                 }
             })
             .ok();
-        InputReader { paused, parked, stop }
+        InputReader {
+            paused,
+            parked,
+            stop,
+        }
     }
 
     /// Stops reading and waits (at most half a second) until the thread is out of `poll`.

@@ -93,7 +93,9 @@ impl App {
 
     fn ctrl_c(&mut self) {
         let now = self.now;
-        let second = self.last_ctrl_c.is_some_and(|t| now.saturating_duration_since(t) <= DOUBLE_CTRL_C);
+        let second = self
+            .last_ctrl_c
+            .is_some_and(|t| now.saturating_duration_since(t) <= DOUBLE_CTRL_C);
         if second || self.shutdown_started.is_some() {
             self.request_quit();
             return;
@@ -116,7 +118,10 @@ impl App {
         self.status.phase = super::status::Phase::Interrupting;
         // Pending approvals die with the turn: deny them so the core is not left waiting.
         while let Some(a) = self.approvals.pop_front() {
-            self.send(Op::Approval { call_id: a.call_id, decision: ApprovalDecision::Deny });
+            self.send(Op::Approval {
+                call_id: a.call_id,
+                decision: ApprovalDecision::Deny,
+            });
         }
     }
 
@@ -158,12 +163,18 @@ impl App {
     }
 
     fn approval_key(&mut self, key: KeyEvent) {
-        let Some(a) = self.approvals.front_mut() else { return };
+        let Some(a) = self.approvals.front_mut() else {
+            return;
+        };
         if let Some(reason) = a.reason.as_mut() {
             match key.code {
                 KeyCode::Enter => {
                     let reason = reason.trim().to_string();
-                    let decision = if reason.is_empty() { ApprovalDecision::Deny } else { ApprovalDecision::DenyWithReason { reason } };
+                    let decision = if reason.is_empty() {
+                        ApprovalDecision::Deny
+                    } else {
+                        ApprovalDecision::DenyWithReason { reason }
+                    };
                     self.answer_approval(decision);
                 }
                 KeyCode::Esc => a.reason = None,
@@ -192,23 +203,37 @@ impl App {
 
     fn answer_approval(&mut self, decision: ApprovalDecision) {
         if let Some(a) = self.approvals.pop_front() {
-            self.send(Op::Approval { call_id: a.call_id, decision });
+            self.send(Op::Approval {
+                call_id: a.call_id,
+                decision,
+            });
         }
-        if self.approvals.is_empty() && matches!(self.status.phase, super::status::Phase::AwaitingApproval) {
-            self.status.phase = if self.status.working { super::status::Phase::Answering } else { super::status::Phase::Idle };
+        if self.approvals.is_empty()
+            && matches!(self.status.phase, super::status::Phase::AwaitingApproval)
+        {
+            self.status.phase = if self.status.working {
+                super::status::Phase::Answering
+            } else {
+                super::status::Phase::Idle
+            };
         }
     }
 
     fn search_key(&mut self, key: KeyEvent) {
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
-        let Some(query) = self.search_input.clone() else { return };
+        let Some(query) = self.search_input.clone() else {
+            return;
+        };
         let (w, h) = self.viewport.get();
         let step = |app: &mut App, older: bool| {
             let mut t = std::mem::take(&mut app.transcript);
             let found = t.search_step(&query, older, w, h, &app.ctx());
             app.transcript = t;
             if !found {
-                app.hint = Some(format!("no {} match for '{query}'", if older { "older" } else { "newer" }));
+                app.hint = Some(format!(
+                    "no {} match for '{query}'",
+                    if older { "older" } else { "newer" }
+                ));
             }
         };
         match key.code {
@@ -224,13 +249,19 @@ impl App {
                 if let Some(q) = self.search_input.as_mut() {
                     q.pop();
                 }
-                self.transcript.search = Some(SearchState { query: self.search_input.clone().unwrap_or_default(), current_row: None });
+                self.transcript.search = Some(SearchState {
+                    query: self.search_input.clone().unwrap_or_default(),
+                    current_row: None,
+                });
             }
             KeyCode::Char(c) if !ctrl => {
                 if let Some(q) = self.search_input.as_mut() {
                     q.push(c);
                 }
-                self.transcript.search = Some(SearchState { query: self.search_input.clone().unwrap_or_default(), current_row: None });
+                self.transcript.search = Some(SearchState {
+                    query: self.search_input.clone().unwrap_or_default(),
+                    current_row: None,
+                });
             }
             _ => {}
         }
@@ -245,22 +276,31 @@ impl App {
             KeyCode::Char('o') if ctrl => self.toggle_expanded(),
             KeyCode::Char('f') if ctrl => {
                 self.search_input = Some(String::new());
-                self.hint = Some("search: type, Enter for older matches, Ctrl+N newer, Esc closes".into());
+                self.hint =
+                    Some("search: type, Enter for older matches, Ctrl+N newer, Esc closes".into());
             }
-            KeyCode::Char('g') if ctrl => self.effects.push(Effect::OpenEditor(self.composer.text().to_string())),
+            KeyCode::Char('g') if ctrl => self
+                .effects
+                .push(Effect::OpenEditor(self.composer.text().to_string())),
             KeyCode::Char('l') if ctrl => self.transcript.scroll = 0,
             KeyCode::F(2) => self.toggle_mouse(),
             KeyCode::PageUp => self.scroll_transcript_up(page),
             KeyCode::PageDown => self.transcript.scroll_down(page),
-            KeyCode::Up if key.modifiers.contains(KeyModifiers::SHIFT) => self.scroll_transcript_up(1),
-            KeyCode::Down if key.modifiers.contains(KeyModifiers::SHIFT) => self.transcript.scroll_down(1),
+            KeyCode::Up if key.modifiers.contains(KeyModifiers::SHIFT) => {
+                self.scroll_transcript_up(1)
+            }
+            KeyCode::Down if key.modifiers.contains(KeyModifiers::SHIFT) => {
+                self.transcript.scroll_down(1)
+            }
             KeyCode::Home if ctrl => {
                 let (w, h) = self.viewport.get();
                 let mut t = std::mem::take(&mut self.transcript);
                 t.scroll_to_top(w, h, &self.ctx());
                 self.transcript = t;
             }
-            KeyCode::End if ctrl || (self.composer.is_empty() && self.transcript.scroll > 0) => self.transcript.scroll = 0,
+            KeyCode::End if ctrl || (self.composer.is_empty() && self.transcript.scroll > 0) => {
+                self.transcript.scroll = 0
+            }
             KeyCode::Char('/') if self.composer.is_empty() && self.transcript.scroll > 0 => {
                 // While reading scrolled-up history, `/` searches (as in a pager).
                 self.search_input = Some(String::new());
@@ -307,7 +347,12 @@ impl App {
                 match popup {
                     Popup::Slash(cmds) => {
                         let cmd = cmds[i];
-                        if key.code == KeyCode::Enter && (cmd.usage().is_empty() || cmd == super::slash::SlashCommand::Resume || cmd == super::slash::SlashCommand::Theme || cmd == super::slash::SlashCommand::Expert) {
+                        if key.code == KeyCode::Enter
+                            && (cmd.usage().is_empty()
+                                || cmd == super::slash::SlashCommand::Resume
+                                || cmd == super::slash::SlashCommand::Theme
+                                || cmd == super::slash::SlashCommand::Expert)
+                        {
                             self.composer.clear();
                             self.submit(format!("/{}", cmd.name()));
                         } else {
@@ -316,7 +361,11 @@ impl App {
                     }
                     Popup::Files(files) => {
                         if let Some((start, _)) = self.composer.token_at_cursor('@') {
-                            let path = if files[i].contains(' ') { format!("\"{}\" ", files[i]) } else { format!("{} ", files[i]) };
+                            let path = if files[i].contains(' ') {
+                                format!("\"{}\" ", files[i])
+                            } else {
+                                format!("{} ", files[i])
+                            };
                             self.composer.replace_token(start, &path);
                         }
                         self.file_matches.clear();

@@ -13,12 +13,24 @@ use super::wrap::{hard_wrap, str_width, wrap_spans};
 enum Block {
     Paragraph(Vec<Span<'static>>),
     Heading(HeadingLevel, Vec<Span<'static>>),
-    Code { lang: String, text: String },
-    List { start: Option<u64>, items: Vec<Item> },
+    Code {
+        lang: String,
+        text: String,
+    },
+    List {
+        start: Option<u64>,
+        items: Vec<Item>,
+    },
     Quote(Vec<Block>),
-    Table { aligns: Vec<Alignment>, rows: Vec<Vec<Vec<Span<'static>>>> },
+    Table {
+        aligns: Vec<Alignment>,
+        rows: Vec<Vec<Vec<Span<'static>>>>,
+    },
     Rule,
 }
+
+/// One table row: cells of inline spans.
+type TableRow = Vec<Vec<Span<'static>>>;
 
 #[derive(Debug, Clone, Default)]
 struct Item {
@@ -37,7 +49,8 @@ pub fn render_markdown(text: &str, width: usize, theme: &Theme) -> Vec<Line<'sta
 /// Builds the block tree from pulldown-cmark events. Containers are a stack of open blocks.
 fn parse(text: &str, theme: &Theme) -> Vec<Block> {
     let p = &theme.colors;
-    let options = Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
+    let options =
+        Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
     enum Open {
         Root(Vec<Block>),
         Quote(Vec<Block>),
@@ -49,7 +62,7 @@ fn parse(text: &str, theme: &Theme) -> Vec<Block> {
     let mut styles: Vec<Style> = vec![Style::new().fg(p.fg)];
     let mut link_urls: Vec<String> = Vec::new();
     let mut code: Option<(String, String)> = None;
-    let mut table: Option<(Vec<Alignment>, Vec<Vec<Vec<Span<'static>>>>)> = None;
+    let mut table: Option<(Vec<Alignment>, Vec<TableRow>)> = None;
     let mut heading: Option<HeadingLevel> = None;
 
     fn push_block(stack: &mut [Open], block: Block) {
@@ -139,7 +152,10 @@ fn parse(text: &str, theme: &Theme) -> Vec<Block> {
                 TagEnd::Heading(_) => {
                     styles.pop();
                     let level = heading.take().unwrap_or(HeadingLevel::H3);
-                    push_block(&mut stack, Block::Heading(level, std::mem::take(&mut inline)));
+                    push_block(
+                        &mut stack,
+                        Block::Heading(level, std::mem::take(&mut inline)),
+                    );
                 }
                 TagEnd::BlockQuote(_) => {
                     flush_inline(&mut stack, &mut inline);
@@ -188,7 +204,12 @@ fn parse(text: &str, theme: &Theme) -> Vec<Block> {
                 TagEnd::Link => {
                     styles.pop();
                     if let Some(url) = link_urls.pop() {
-                        let shown: String = inline.iter().rev().take(1).map(|s| s.content.to_string()).collect();
+                        let shown: String = inline
+                            .iter()
+                            .rev()
+                            .take(1)
+                            .map(|s| s.content.to_string())
+                            .collect();
                         if !url.is_empty() && shown != url && !url.starts_with('#') {
                             inline.push(Span::styled(format!(" ({url})"), Style::new().fg(p.dim)));
                         }
@@ -209,7 +230,9 @@ fn parse(text: &str, theme: &Theme) -> Vec<Block> {
                 }
             }
             Event::Code(t) => inline.push(Span::styled(t.to_string(), style.fg(p.inline_code))),
-            Event::InlineMath(t) | Event::DisplayMath(t) => inline.push(Span::styled(t.to_string(), style.fg(p.inline_code))),
+            Event::InlineMath(t) | Event::DisplayMath(t) => {
+                inline.push(Span::styled(t.to_string(), style.fg(p.inline_code)))
+            }
             Event::Html(t) | Event::InlineHtml(t) => {
                 let t = t.trim_end_matches('\n').to_string();
                 inline.push(Span::styled(t, style.fg(p.dim)));
@@ -228,7 +251,9 @@ fn parse(text: &str, theme: &Theme) -> Vec<Block> {
                     item.checked = Some(checked);
                 }
             }
-            Event::FootnoteReference(name) => inline.push(Span::styled(format!("[^{name}]"), style.fg(p.dim))),
+            Event::FootnoteReference(name) => {
+                inline.push(Span::styled(format!("[^{name}]"), style.fg(p.dim)))
+            }
         }
     }
     flush_inline(&mut stack, &mut inline);
@@ -281,15 +306,29 @@ fn layout_block(block: &Block, width: usize, theme: &Theme, out: &mut Vec<Line<'
             out.extend(wrap_spans(spans, width, &prefix, &[]));
         }
         Block::Code { lang, text } => {
-            let label = if lang.trim().is_empty() { "code".to_string() } else { lang.trim().to_string() };
-            out.push(Line::from(Span::styled(format!("  ╭─ {label}"), Style::new().fg(p.code_label))));
+            let label = if lang.trim().is_empty() {
+                "code".to_string()
+            } else {
+                lang.trim().to_string()
+            };
+            out.push(Line::from(Span::styled(
+                format!("  ╭─ {label}"),
+                Style::new().fg(p.code_label),
+            )));
             let bar = Span::styled("  │ ", Style::new().fg(p.code_label));
             for spans in highlight(lang, text, p) {
                 let mut line = vec![bar.clone()];
                 line.extend(spans);
-                out.extend(hard_wrap(Line::from(line), width, std::slice::from_ref(&bar)));
+                out.extend(hard_wrap(
+                    Line::from(line),
+                    width,
+                    std::slice::from_ref(&bar),
+                ));
             }
-            out.push(Line::from(Span::styled("  ╰─", Style::new().fg(p.code_label))));
+            out.push(Line::from(Span::styled(
+                "  ╰─",
+                Style::new().fg(p.code_label),
+            )));
         }
         Block::List { start, items } => {
             for (n, item) in items.iter().enumerate() {
@@ -301,7 +340,12 @@ fn layout_block(block: &Block, width: usize, theme: &Theme, out: &mut Vec<Line<'
                 };
                 let indent = " ".repeat(str_width(&marker));
                 let mut inner = Vec::new();
-                layout_blocks(&item.blocks, width.saturating_sub(indent.len()).max(4), theme, &mut inner);
+                layout_blocks(
+                    &item.blocks,
+                    width.saturating_sub(indent.len()).max(4),
+                    theme,
+                    &mut inner,
+                );
                 if inner.is_empty() {
                     inner.push(Line::default());
                 }
@@ -326,7 +370,10 @@ fn layout_block(block: &Block, width: usize, theme: &Theme, out: &mut Vec<Line<'
                 out.push(Line::from(spans));
             }
         }
-        Block::Rule => out.push(Line::from(Span::styled("─".repeat(width.min(80)), Style::new().fg(p.rule)))),
+        Block::Rule => out.push(Line::from(Span::styled(
+            "─".repeat(width.min(80)),
+            Style::new().fg(p.rule),
+        ))),
         Block::Table { aligns, rows } => layout_table(aligns, rows, width, theme, out),
     }
 }
@@ -345,14 +392,24 @@ fn layout_table(
     if cols == 0 {
         return;
     }
-    let cell_w = |cell: &Vec<Span<'static>>| cell.iter().map(|s| str_width(&s.content)).sum::<usize>();
+    let cell_w =
+        |cell: &Vec<Span<'static>>| cell.iter().map(|s| str_width(&s.content)).sum::<usize>();
     let mut widths: Vec<usize> = (0..cols)
-        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(cell_w).max().unwrap_or(0).max(1))
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(cell_w)
+                .max()
+                .unwrap_or(0)
+                .max(1)
+        })
         .collect();
     let chrome = 3 * cols + 1;
     let room = width.saturating_sub(chrome).max(cols);
     while widths.iter().sum::<usize>() > room {
-        let Some((i, _)) = widths.iter().enumerate().max_by_key(|(_, w)| **w) else { break };
+        let Some((i, _)) = widths.iter().enumerate().max_by_key(|(_, w)| **w) else {
+            break;
+        };
         if widths[i] <= 1 {
             break;
         }
@@ -427,7 +484,10 @@ mod tests {
     use crate::tui::color_depth::ColorDepth;
 
     fn plain(lines: &[Line<'_>]) -> Vec<String> {
-        lines.iter().map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect()).collect()
+        lines
+            .iter()
+            .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
+            .collect()
     }
 
     #[test]
@@ -453,7 +513,13 @@ mod tests {
     #[test]
     fn unfinished_markdown_renders_without_panicking() {
         let theme = Theme::default_for(ColorDepth::TrueColor);
-        for md in ["```py\nprint(", "> quote\n> - item", "| a |\n|--", "**bold", "1. x\n   - y\n     ```"] {
+        for md in [
+            "```py\nprint(",
+            "> quote\n> - item",
+            "| a |\n|--",
+            "**bold",
+            "1. x\n   - y\n     ```",
+        ] {
             let _ = render_markdown(md, 60, &theme);
         }
     }

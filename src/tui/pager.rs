@@ -15,7 +15,14 @@ pub struct Pager {
 
 impl Pager {
     pub fn new(title: impl Into<String>, lines: Vec<Line<'static>>) -> Pager {
-        Pager { title: title.into(), lines, top: 0, search_input: None, query: String::new(), message: None }
+        Pager {
+            title: title.into(),
+            lines,
+            top: 0,
+            search_input: None,
+            query: String::new(),
+            message: None,
+        }
     }
 
     pub fn max_top(&self, height: usize) -> usize {
@@ -28,7 +35,12 @@ impl Pager {
     }
 
     fn plain(&self, i: usize) -> String {
-        self.lines[i].spans.iter().map(|s| s.content.as_ref()).collect::<String>().to_lowercase()
+        self.lines[i]
+            .spans
+            .iter()
+            .map(|s| s.content.as_ref())
+            .collect::<String>()
+            .to_lowercase()
     }
 
     /// Jumps to the next (or previous) line containing the query.
@@ -41,7 +53,9 @@ impl Pager {
         let hit = if forward {
             (self.top + 1..n).find(|&i| self.plain(i).contains(&needle))
         } else {
-            (0..self.top.min(n)).rev().find(|&i| self.plain(i).contains(&needle))
+            (0..self.top.min(n))
+                .rev()
+                .find(|&i| self.plain(i).contains(&needle))
         };
         match hit {
             Some(i) => {

@@ -4,7 +4,10 @@
 use std::io::Write;
 
 use crossterm::queue;
-use crossterm::style::{Attribute, Color as CtColor, Print, ResetColor, SetAttribute, SetBackgroundColor, SetForegroundColor};
+use crossterm::style::{
+    Attribute, Color as CtColor, Print, ResetColor, SetAttribute, SetBackgroundColor,
+    SetForegroundColor,
+};
 use ratatui::style::{Color, Modifier};
 
 use super::app::App;

@@ -29,14 +29,17 @@ pub fn list_sessions(dir: &Path) -> Result<Vec<SessionEntry>, String> {
             let meta = e.metadata().ok()?;
             let mtime = meta.modified().ok()?;
             let modified: DateTime<Local> = mtime.into();
-            Some((mtime, SessionEntry {
-                id: path.file_stem()?.to_str()?.to_string(),
-                modified: modified.format("%Y-%m-%d %H:%M").to_string(),
-                bytes: meta.len(),
-            }))
+            Some((
+                mtime,
+                SessionEntry {
+                    id: path.file_stem()?.to_str()?.to_string(),
+                    modified: modified.format("%Y-%m-%d %H:%M").to_string(),
+                    bytes: meta.len(),
+                },
+            ))
         })
         .collect();
-    found.sort_by(|a, b| b.0.cmp(&a.0));
+    found.sort_by_key(|e| std::cmp::Reverse(e.0));
     Ok(found.into_iter().map(|(_, e)| e).collect())
 }
 
@@ -54,6 +57,10 @@ mod tests {
         let list = list_sessions(dir.path()).expect("list");
         let ids: Vec<&str> = list.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ids, vec!["b", "a"]);
-        assert!(list_sessions(&dir.path().join("missing")).expect("empty").is_empty());
+        assert!(
+            list_sessions(&dir.path().join("missing"))
+                .expect("empty")
+                .is_empty()
+        );
     }
 }

@@ -94,7 +94,11 @@ impl SlashCommand {
     pub fn available_during_turn(self) -> bool {
         !matches!(
             self,
-            SlashCommand::New | SlashCommand::Resume | SlashCommand::Undo | SlashCommand::Compact | SlashCommand::Model
+            SlashCommand::New
+                | SlashCommand::Resume
+                | SlashCommand::Undo
+                | SlashCommand::Compact
+                | SlashCommand::Model
         )
     }
 
@@ -116,7 +120,10 @@ pub fn parse_slash(input: &str) -> Option<Result<(SlashCommand, String), String>
     }
     let (name, args) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
     // "/usr/bin/env is …" is a path in a sentence, not a command.
-    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
         return None;
     }
     Some(match SlashCommand::from_name(name) {
@@ -128,8 +135,15 @@ pub fn parse_slash(input: &str) -> Option<Result<(SlashCommand, String), String>
 /// Commands whose name starts with (then contains) `prefix`, for the popup.
 pub fn matching_commands(prefix: &str) -> Vec<SlashCommand> {
     let prefix = prefix.to_ascii_lowercase();
-    let mut out: Vec<SlashCommand> = SlashCommand::ALL.into_iter().filter(|c| c.name().starts_with(&prefix)).collect();
-    out.extend(SlashCommand::ALL.into_iter().filter(|c| !c.name().starts_with(&prefix) && c.name().contains(&prefix)));
+    let mut out: Vec<SlashCommand> = SlashCommand::ALL
+        .into_iter()
+        .filter(|c| c.name().starts_with(&prefix))
+        .collect();
+    out.extend(
+        SlashCommand::ALL
+            .into_iter()
+            .filter(|c| !c.name().starts_with(&prefix) && c.name().contains(&prefix)),
+    );
     out
 }
 
@@ -139,9 +153,18 @@ mod tests {
 
     #[test]
     fn parses_commands_with_arguments() {
-        assert_eq!(parse_slash("/expert L2"), Some(Ok((SlashCommand::Expert, "L2".into()))));
-        assert_eq!(parse_slash("  /QUIT "), Some(Ok((SlashCommand::Quit, String::new()))));
-        assert_eq!(parse_slash("/exit"), Some(Ok((SlashCommand::Quit, String::new()))));
+        assert_eq!(
+            parse_slash("/expert L2"),
+            Some(Ok((SlashCommand::Expert, "L2".into())))
+        );
+        assert_eq!(
+            parse_slash("  /QUIT "),
+            Some(Ok((SlashCommand::Quit, String::new())))
+        );
+        assert_eq!(
+            parse_slash("/exit"),
+            Some(Ok((SlashCommand::Quit, String::new())))
+        );
         assert_eq!(parse_slash("/nope x"), Some(Err("/nope".into())));
         assert_eq!(parse_slash("hello /help"), None);
         assert_eq!(parse_slash("/"), None);
@@ -151,7 +174,10 @@ mod tests {
 
     #[test]
     fn popup_matches_prefix_then_substring() {
-        assert_eq!(matching_commands("co"), vec![SlashCommand::Compact, SlashCommand::Copy]);
+        assert_eq!(
+            matching_commands("co"),
+            vec![SlashCommand::Compact, SlashCommand::Copy]
+        );
         assert_eq!(matching_commands("")[0], SlashCommand::Help);
         assert!(matching_commands("ode").contains(&SlashCommand::Mode));
     }

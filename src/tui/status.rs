@@ -109,23 +109,42 @@ pub fn decision_word(d: RouteDecision) -> &'static str {
 
 fn elapsed_text(d: Duration) -> String {
     let s = d.as_secs();
-    if s < 60 { format!("{s}s") } else { format!("{}m{:02}s", s / 60, s % 60) }
+    if s < 60 {
+        format!("{s}s")
+    } else {
+        format!("{}m{:02}s", s / 60, s % 60)
+    }
 }
 
 /// Builds the status line for `width` columns.
-pub fn status_line(info: &StatusInfo, experts: &ExpertNames, theme: &Theme, now: Instant, width: usize) -> Line<'static> {
+pub fn status_line(
+    info: &StatusInfo,
+    experts: &ExpertNames,
+    theme: &Theme,
+    now: Instant,
+    width: usize,
+) -> Line<'static> {
     let p = &theme.colors;
     let base = Style::new().fg(p.status_fg).bg(p.status_bg);
     // (priority: lower is dropped first, spans)
     let mut segments: Vec<(u8, Vec<Span<'static>>)> = Vec::new();
     let active = info.working || !matches!(info.phase, Phase::Idle);
     if active {
-        let since = info.turn_started.map(|t| now.saturating_duration_since(t)).unwrap_or_default();
+        let since = info
+            .turn_started
+            .map(|t| now.saturating_duration_since(t))
+            .unwrap_or_default();
         let frame = (since.as_millis() / 80) as usize % SPINNER.len();
-        segments.push((9, vec![
-            Span::styled(format!("{} ", SPINNER[frame]), base.fg(p.spinner)),
-            Span::styled(info.phase.label(), base.fg(p.status_phase).add_modifier(Modifier::BOLD)),
-        ]));
+        segments.push((
+            9,
+            vec![
+                Span::styled(format!("{} ", SPINNER[frame]), base.fg(p.spinner)),
+                Span::styled(
+                    info.phase.label(),
+                    base.fg(p.status_phase).add_modifier(Modifier::BOLD),
+                ),
+            ],
+        ));
     } else {
         segments.push((9, vec![Span::styled("● ready", base.fg(p.tool_ok))]));
     }
@@ -137,37 +156,84 @@ pub fn status_line(info: &StatusInfo, experts: &ExpertNames, theme: &Theme, now:
             Expert::L3 => p.expert_l3,
         };
         let name = experts.name(expert);
-        let mut spans = vec![Span::styled(format!("{expert} {name}").trim_end().to_string(), base.fg(color).add_modifier(Modifier::BOLD))];
-        let how = if info.pinned.is_some() && info.expert.is_none() { Some(RouteDecision::Pinned) } else { info.decision };
+        let mut spans = vec![Span::styled(
+            format!("{expert} {name}").trim_end().to_string(),
+            base.fg(color).add_modifier(Modifier::BOLD),
+        )];
+        let how = if info.pinned.is_some() && info.expert.is_none() {
+            Some(RouteDecision::Pinned)
+        } else {
+            info.decision
+        };
         if let Some(d) = how {
             spans.push(Span::styled(format!(" ({})", decision_word(d)), base));
         }
         segments.push((8, spans));
     }
     if active && info.working {
-        let since = info.turn_started.map(|t| now.saturating_duration_since(t)).unwrap_or_default();
+        let since = info
+            .turn_started
+            .map(|t| now.saturating_duration_since(t))
+            .unwrap_or_default();
         segments.push((7, vec![Span::styled(elapsed_text(since), base)]));
         segments.push((8, vec![Span::styled("Esc to interrupt", base.fg(p.dim))]));
     } else if let Some(ms) = info.last_turn_ms {
-        segments.push((3, vec![Span::styled(format!("turn {}", format_duration(ms)), base)]));
+        segments.push((
+            3,
+            vec![Span::styled(format!("turn {}", format_duration(ms)), base)],
+        ));
     }
     let h = &info.hops;
     if let Some(ms) = h.route_ms {
-        segments.push((6, vec![Span::styled(format!("route {}", format_duration(ms)), base)]));
+        segments.push((
+            6,
+            vec![Span::styled(format!("route {}", format_duration(ms)), base)],
+        ));
     }
     if h.answer_hops > 0 {
-        let count = if h.answer_hops > 1 { format!("×{}", h.answer_hops) } else { String::new() };
-        segments.push((6, vec![Span::styled(format!("answer {}{count}", format_duration(h.answer_ms)), base)]));
+        let count = if h.answer_hops > 1 {
+            format!("×{}", h.answer_hops)
+        } else {
+            String::new()
+        };
+        segments.push((
+            6,
+            vec![Span::styled(
+                format!("answer {}{count}", format_duration(h.answer_ms)),
+                base,
+            )],
+        ));
     }
     if let Some(ms) = h.summary_ms {
-        segments.push((4, vec![Span::styled(format!("summary {}", format_duration(ms)), base)]));
+        segments.push((
+            4,
+            vec![Span::styled(
+                format!("summary {}", format_duration(ms)),
+                base,
+            )],
+        ));
     }
     if info.tokens_in + info.tokens_out > 0 {
-        segments.push((4, vec![Span::styled(format!("↑{} ↓{}", short_count(info.tokens_in), short_count(info.tokens_out)), base)]));
+        segments.push((
+            4,
+            vec![Span::styled(
+                format!(
+                    "↑{} ↓{}",
+                    short_count(info.tokens_in),
+                    short_count(info.tokens_out)
+                ),
+                base,
+            )],
+        ));
     }
     if let Some(used) = info.context_used {
         let text = match info.context_window {
-            Some(w) if w > 0 => format!("ctx {}/{} {}%", short_count(used), short_count(w), used * 100 / w),
+            Some(w) if w > 0 => format!(
+                "ctx {}/{} {}%",
+                short_count(used),
+                short_count(w),
+                used * 100 / w
+            ),
             _ => format!("ctx {}", short_count(used)),
         };
         segments.push((5, vec![Span::styled(text, base)]));
@@ -175,9 +241,17 @@ pub fn status_line(info: &StatusInfo, experts: &ExpertNames, theme: &Theme, now:
 
     let sep_w = 3;
     let seg_w = |s: &Vec<Span<'static>>| s.iter().map(|x| str_width(&x.content)).sum::<usize>();
-    let total = |segs: &Vec<(u8, Vec<Span<'static>>)>| segs.iter().map(|(_, s)| seg_w(s)).sum::<usize>() + sep_w * segs.len().saturating_sub(1) + 2;
+    let total = |segs: &Vec<(u8, Vec<Span<'static>>)>| {
+        segs.iter().map(|(_, s)| seg_w(s)).sum::<usize>() + sep_w * segs.len().saturating_sub(1) + 2
+    };
     while total(&segments) > width && segments.len() > 1 {
-        let Some((i, _)) = segments.iter().enumerate().min_by_key(|(i, (prio, _))| (*prio, usize::MAX - i)) else { break };
+        let Some((i, _)) = segments
+            .iter()
+            .enumerate()
+            .min_by_key(|(i, (prio, _))| (*prio, usize::MAX - i))
+        else {
+            break;
+        };
         segments.remove(i);
     }
     let mut spans = vec![Span::styled(" ", base)];

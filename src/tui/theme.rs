@@ -63,7 +63,10 @@ palette! {
 pub const BUILTIN: &[(&str, &str)] = &[
     ("dark", include_str!("../../themes/dark.toml")),
     ("light", include_str!("../../themes/light.toml")),
-    ("high-contrast", include_str!("../../themes/high-contrast.toml")),
+    (
+        "high-contrast",
+        include_str!("../../themes/high-contrast.toml"),
+    ),
 ];
 
 /// A loaded theme, already adapted to the terminal's colour depth.
@@ -115,7 +118,11 @@ impl Theme {
 
     /// Finds a theme by name: a path to a `.toml` file, a user theme
     /// `<config_dir>/themes/NAME.toml` (wins over a built-in of the same name), or a built-in.
-    pub fn load(name: &str, config_dir: Option<&Path>, depth: ColorDepth) -> Result<Theme, ThemeError> {
+    pub fn load(
+        name: &str,
+        config_dir: Option<&Path>,
+        depth: ColorDepth,
+    ) -> Result<Theme, ThemeError> {
         let as_path = Path::new(name);
         if name.ends_with(".toml") || name.contains('/') {
             return load_file(as_path, depth);
@@ -173,11 +180,18 @@ fn load_file(path: &Path, depth: ColorDepth) -> Result<Theme, ThemeError> {
 
 /// Parses a theme file. `extends = "light"` picks the base (default `dark`); `[colors]` overrides
 /// keys of the base, so a user theme may set only the colours it changes.
-pub fn parse_theme(name: &str, text: &str, path: &str, depth: ColorDepth) -> Result<Theme, ThemeError> {
-    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ThemeError::Toml {
-        path: path.into(),
-        message: e.to_string(),
-    })?;
+pub fn parse_theme(
+    name: &str,
+    text: &str,
+    path: &str,
+    depth: ColorDepth,
+) -> Result<Theme, ThemeError> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| ThemeError::Toml {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
     let key_err = |key: &str, message: String| ThemeError::Key {
         path: path.into(),
         key: key.into(),
@@ -190,7 +204,10 @@ pub fn parse_theme(name: &str, text: &str, path: &str, depth: ColorDepth) -> Res
     };
     let mut colors = match extends.as_deref() {
         Some(base) if base != name => raw_builtin(base).ok_or_else(|| {
-            key_err("extends", format!("'{base}' is not a built-in theme (dark, light, high-contrast)"))
+            key_err(
+                "extends",
+                format!("'{base}' is not a built-in theme (dark, light, high-contrast)"),
+            )
         })?,
         _ if BUILTIN.iter().any(|(n, _)| *n == name) && extends.is_none() => Palette::blank(),
         _ => raw_builtin("dark").unwrap_or_else(Palette::blank),
@@ -204,7 +221,10 @@ pub fn parse_theme(name: &str, text: &str, path: &str, depth: ColorDepth) -> Res
         };
         let color = parse_color(spec).map_err(|m| key_err(key, m))?;
         if !colors.set(key, color) {
-            return Err(key_err(key, "unknown colour key (see docs/tui.md for the list)".into()));
+            return Err(key_err(
+                key,
+                "unknown colour key (see docs/tui.md for the list)".into(),
+            ));
         }
     }
     Ok(Theme {
@@ -252,7 +272,11 @@ pub fn parse_color(spec: &str) -> Result<Color, String> {
         "lightmagenta" => Color::LightMagenta,
         "lightcyan" => Color::LightCyan,
         "white" => Color::White,
-        _ => return Err(format!("'{spec}' is not a colour (#rrggbb, a name like 'lightblue', or 0-255)")),
+        _ => {
+            return Err(format!(
+                "'{spec}' is not a colour (#rrggbb, a name like 'lightblue', or 0-255)"
+            ));
+        }
     };
     Ok(named)
 }
@@ -275,16 +299,31 @@ mod tests {
 
     #[test]
     fn user_theme_overrides_and_names_bad_keys() {
-        let t = parse_theme("mine", "extends = \"light\"\n[colors]\naccent = \"#010203\"\n", "mine.toml", ColorDepth::TrueColor)
-            .expect("parses");
+        let t = parse_theme(
+            "mine",
+            "extends = \"light\"\n[colors]\naccent = \"#010203\"\n",
+            "mine.toml",
+            ColorDepth::TrueColor,
+        )
+        .expect("parses");
         assert_eq!(t.colors.accent, Color::Rgb(1, 2, 3));
         let light = Theme::builtin("light", ColorDepth::TrueColor).expect("light");
         assert_eq!(t.colors.fg, light.colors.fg);
-        let err = parse_theme("bad", "[colors]\nnope = \"red\"\n", "bad.toml", ColorDepth::TrueColor)
-            .expect_err("unknown key");
+        let err = parse_theme(
+            "bad",
+            "[colors]\nnope = \"red\"\n",
+            "bad.toml",
+            ColorDepth::TrueColor,
+        )
+        .expect_err("unknown key");
         assert!(err.to_string().contains("bad.toml: key 'nope'"), "{err}");
-        let err = parse_theme("bad", "[colors]\nfg = \"#12\"\n", "bad.toml", ColorDepth::TrueColor)
-            .expect_err("bad colour");
+        let err = parse_theme(
+            "bad",
+            "[colors]\nfg = \"#12\"\n",
+            "bad.toml",
+            ColorDepth::TrueColor,
+        )
+        .expect_err("bad colour");
         assert!(err.to_string().contains("key 'fg'"), "{err}");
     }
 
@@ -292,7 +331,11 @@ mod tests {
     fn user_theme_file_in_config_dir_is_found() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("themes")).expect("mkdir");
-        std::fs::write(dir.path().join("themes/ocean.toml"), "[colors]\nbg = \"#001122\"\n").expect("write");
+        std::fs::write(
+            dir.path().join("themes/ocean.toml"),
+            "[colors]\nbg = \"#001122\"\n",
+        )
+        .expect("write");
         let t = Theme::load("ocean", Some(dir.path()), ColorDepth::TrueColor).expect("loads");
         assert_eq!(t.colors.bg, Color::Rgb(0, 0x11, 0x22));
         assert!(available_themes(Some(dir.path())).contains(&"ocean".to_string()));

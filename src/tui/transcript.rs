@@ -34,7 +34,11 @@ impl Transcript {
     /// Rows of the cells from index `from` to the end (used to keep a scrolled view still while
     /// output grows below it).
     pub fn tail_height(&self, from: usize, width: u16, ctx: &RenderCtx<'_>) -> usize {
-        self.cells.iter().skip(from).map(|c| c.height(width, ctx)).sum()
+        self.cells
+            .iter()
+            .skip(from)
+            .map(|c| c.height(width, ctx))
+            .sum()
     }
 
     /// Total rows at `width` (lays out every cell once; cached afterwards).
@@ -43,7 +47,9 @@ impl Transcript {
     }
 
     pub fn scroll_up(&mut self, rows: usize, width: u16, height: u16, ctx: &RenderCtx<'_>) {
-        let max = self.total_height(width, ctx).saturating_sub(height as usize);
+        let max = self
+            .total_height(width, ctx)
+            .saturating_sub(height as usize);
         self.scroll = (self.scroll + rows).min(max);
     }
 
@@ -52,12 +58,19 @@ impl Transcript {
     }
 
     pub fn scroll_to_top(&mut self, width: u16, height: u16, ctx: &RenderCtx<'_>) {
-        self.scroll = self.total_height(width, ctx).saturating_sub(height as usize);
+        self.scroll = self
+            .total_height(width, ctx)
+            .saturating_sub(height as usize);
     }
 
     /// The rows to show in a viewport of `height`, bottom-aligned: walks cells from the end and
     /// stops as soon as the viewport (plus the scroll offset) is covered.
-    pub fn visible_lines(&self, width: u16, height: u16, ctx: &RenderCtx<'_>) -> Vec<Line<'static>> {
+    pub fn visible_lines(
+        &self,
+        width: u16,
+        height: u16,
+        ctx: &RenderCtx<'_>,
+    ) -> Vec<Line<'static>> {
         let need = self.scroll + height as usize;
         let mut chunks = Vec::new();
         let mut rows = 0;
@@ -83,7 +96,14 @@ impl Transcript {
 
     /// Finds the next match of `query` above (`older`) or below the current match, scrolls to it,
     /// and returns whether one was found.
-    pub fn search_step(&mut self, query: &str, older: bool, width: u16, height: u16, ctx: &RenderCtx<'_>) -> bool {
+    pub fn search_step(
+        &mut self,
+        query: &str,
+        older: bool,
+        width: u16,
+        height: u16,
+        ctx: &RenderCtx<'_>,
+    ) -> bool {
         let needle = query.to_lowercase();
         if needle.is_empty() {
             return false;
@@ -96,16 +116,25 @@ impl Transcript {
         rows.pop();
         let total = rows.len();
         let view_bottom = total.saturating_sub(self.scroll);
-        let from = match self.search.as_ref().and_then(|s| (s.query == query).then_some(s.current_row).flatten()) {
+        let from = match self
+            .search
+            .as_ref()
+            .and_then(|s| (s.query == query).then_some(s.current_row).flatten())
+        {
             Some(r) => r,
             None => view_bottom,
         };
         let hit = if older {
-            (0..from.min(total)).rev().find(|&r| rows[r].to_lowercase().contains(&needle))
+            (0..from.min(total))
+                .rev()
+                .find(|&r| rows[r].to_lowercase().contains(&needle))
         } else {
             (from + 1..total).find(|&r| rows[r].to_lowercase().contains(&needle))
         };
-        self.search = Some(SearchState { query: query.to_string(), current_row: hit.or(self.search.as_ref().and_then(|s| s.current_row)) });
+        self.search = Some(SearchState {
+            query: query.to_string(),
+            current_row: hit.or(self.search.as_ref().and_then(|s| s.current_row)),
+        });
         let Some(row) = hit else { return false };
         // Put the hit in the middle of the viewport.
         let half = height as usize / 2;
@@ -136,7 +165,15 @@ impl Transcript {
     }
 }
 
-fn highlight_matches(buf: &mut Buffer, x: u16, y: u16, width: u16, line: &Line<'_>, query: &str, ctx: &RenderCtx<'_>) {
+fn highlight_matches(
+    buf: &mut Buffer,
+    x: u16,
+    y: u16,
+    width: u16,
+    line: &Line<'_>,
+    query: &str,
+    ctx: &RenderCtx<'_>,
+) {
     let text: String = line.spans.iter().map(|s| s.content.as_ref()).collect();
     let lower = text.to_lowercase();
     let needle = query.to_lowercase();
@@ -153,8 +190,16 @@ fn highlight_matches(buf: &mut Buffer, x: u16, y: u16, width: u16, line: &Line<'
     while let Some(pos) = lower[from..].find(&needle) {
         let start = from + pos;
         let col: usize = text[..start].chars().map(char_width).sum();
-        let w: usize = text[start..start + needle.len()].chars().map(char_width).sum();
-        let area = Rect::new(x + col.min(width as usize) as u16, y, (w.min((width as usize).saturating_sub(col))) as u16, 1);
+        let w: usize = text[start..start + needle.len()]
+            .chars()
+            .map(char_width)
+            .sum();
+        let area = Rect::new(
+            x + col.min(width as usize) as u16,
+            y,
+            (w.min((width as usize).saturating_sub(col))) as u16,
+            1,
+        );
         buf.set_style(area, style);
         from = start + needle.len().max(1);
     }

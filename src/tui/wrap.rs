@@ -77,7 +77,9 @@ pub fn wrap_spans(
         // Trailing spaces at a wrap point are invisible noise when copying text.
         loop {
             let len = current.len();
-            let Some(last) = current.last_mut() else { break };
+            let Some(last) = current.last_mut() else {
+                break;
+            };
             let trimmed = last.content.trim_end_matches(' ').to_string();
             if trimmed.is_empty() && len > 1 {
                 current.pop();
@@ -150,7 +152,11 @@ fn push_span(current: &mut Vec<Span<'static>>, text: String, style: Style) {
 
 /// Hard-wraps one line (no word breaks: code, tool output, diffs) to `width` columns, continuing
 /// with `rest_prefix`.
-pub fn hard_wrap(line: Line<'static>, width: usize, rest_prefix: &[Span<'static>]) -> Vec<Line<'static>> {
+pub fn hard_wrap(
+    line: Line<'static>,
+    width: usize,
+    rest_prefix: &[Span<'static>],
+) -> Vec<Line<'static>> {
     if line_width(&line) <= width || width == 0 {
         return vec![line];
     }
@@ -190,14 +196,20 @@ mod tests {
     use super::*;
 
     fn text(lines: &[Line<'_>]) -> Vec<String> {
-        lines.iter().map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect()).collect()
+        lines
+            .iter()
+            .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
+            .collect()
     }
 
     #[test]
     fn wraps_at_spaces_with_prefixes() {
         let spans = [Span::raw("the quick brown fox jumps over")];
         let lines = wrap_spans(&spans, 12, &[Span::raw("• ")], &[Span::raw("  ")]);
-        assert_eq!(text(&lines), vec!["• the quick", "  brown fox", "  jumps over"]);
+        assert_eq!(
+            text(&lines),
+            vec!["• the quick", "  brown fox", "  jumps over"]
+        );
     }
 
     #[test]

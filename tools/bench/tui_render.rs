@@ -23,18 +23,42 @@ fn options() -> TuiOptions {
 fn fill(app: &mut App, messages: usize) {
     for i in 0..messages {
         let ev = match i % 4 {
-            0 => Event::TurnStarted { turn_id: i as u64, text: format!("question {i}: please look at src/module_{i}.rs and fix it") },
+            0 => Event::TurnStarted {
+                turn_id: i as u64,
+                text: format!("question {i}: please look at src/module_{i}.rs and fix it"),
+            },
             1 => Event::MessageFinal {
                 turn_id: i as u64,
                 expert: Some(Expert::L2),
-                text: format!("## Step {i}\n\nThe function **`f{i}`** fails because the loop skips the last element.\n\n- check the bounds\n- add a test\n\n```rust\nfn f{i}(v: &[u32]) -> u32 {{\n    v.iter().sum()\n}}\n```\n"),
+                text: format!(
+                    "## Step {i}\n\nThe function **`f{i}`** fails because the loop skips the last element.\n\n- check the bounds\n- add a test\n\n```rust\nfn f{i}(v: &[u32]) -> u32 {{\n    v.iter().sum()\n}}\n```\n"
+                ),
             },
-            2 => Event::ToolBegin { turn_id: i as u64, call_id: format!("c{i}"), tool: "shell".into(), arguments: serde_json::json!({}), title: format!("cargo test module_{i}") },
-            _ => Event::ToolEnd { call_id: format!("c{}", i - 1), status: ToolStatus::Ok, exit_code: Some(0), duration_ms: 1200, output: (0..12).map(|k| format!("test t{k} ... ok\n")).collect() },
+            2 => Event::ToolBegin {
+                turn_id: i as u64,
+                call_id: format!("c{i}"),
+                tool: "shell".into(),
+                arguments: serde_json::json!({}),
+                title: format!("cargo test module_{i}"),
+            },
+            _ => Event::ToolEnd {
+                call_id: format!("c{}", i - 1),
+                status: ToolStatus::Ok,
+                exit_code: Some(0),
+                duration_ms: 1200,
+                output: (0..12).map(|k| format!("test t{k} ... ok\n")).collect(),
+            },
         };
         app.handle_event(ev);
     }
-    app.handle_event(Event::TurnCompleted { turn_id: 0, status: baton::protocol::TurnStatus::Done, answer: None, expert: None, duration_ms: 1, usage: Default::default() });
+    app.handle_event(Event::TurnCompleted {
+        turn_id: 0,
+        status: baton::protocol::TurnStatus::Done,
+        answer: None,
+        expert: None,
+        duration_ms: 1,
+        usage: Default::default(),
+    });
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -83,7 +107,11 @@ fn main() {
     term.draw(|f| render(&big, f)).expect("draw");
     let first_big = t.elapsed();
     let bottom = frame_times(&big, &mut term, 200);
-    let baseline2 = frame_times(&empty, &mut Terminal::new(TestBackend::new(WIDTH, HEIGHT)).expect("terminal"), 200);
+    let baseline2 = frame_times(
+        &empty,
+        &mut Terminal::new(TestBackend::new(WIDTH, HEIGHT)).expect("terminal"),
+        200,
+    );
 
     // Scrolling to the very top lays out every cell once (then cached).
     let t = Instant::now();
@@ -94,12 +122,23 @@ fn main() {
 
     // Keypress-to-frame while an answer streams at 100 tokens/s: each 10 ms a token arrives; a key
     // is typed every 5th token; measured: handling the key + the token batch + drawing.
-    big.handle_event(Event::TurnStarted { turn_id: 99_999, text: "stream".into() });
+    big.handle_event(Event::TurnStarted {
+        turn_id: 99_999,
+        text: "stream".into(),
+    });
     let mut latencies = Vec::new();
     for i in 0..600 {
-        big.handle_event(Event::MessageDelta { turn_id: 99_999, expert: Some(Expert::L2), delta: format!("word{i} ") });
+        big.handle_event(Event::MessageDelta {
+            turn_id: 99_999,
+            expert: Some(Expert::L2),
+            delta: format!("word{i} "),
+        });
         if i % 40 == 39 {
-            big.handle_event(Event::MessageDelta { turn_id: 99_999, expert: None, delta: "\n\n".into() });
+            big.handle_event(Event::MessageDelta {
+                turn_id: 99_999,
+                expert: None,
+                delta: "\n\n".into(),
+            });
         }
         if i % 5 == 0 {
             let t = Instant::now();
@@ -117,10 +156,31 @@ fn main() {
 
     let base = (ms(baseline) + ms(baseline2)) / 2.0;
     println!("tui_render ({WIDTH}x{HEIGHT}, TestBackend)");
-    println!("  baseline: empty transcript frame      {:8.3} ms median", base);
-    println!("  10,000-message transcript, bottom     {:8.3} ms median   ({:.2}x baseline; target < 4 ms)", ms(bottom), ms(bottom) / base);
-    println!("  first frame after loading 10,000      {:8.3} ms          (events applied in {:.1} ms)", ms(first_big), ms(fill_time));
-    println!("  scroll to top (lays out all cells)    {:8.3} ms once", ms(to_top));
-    println!("  key + frame while streaming 100 tok/s {:8.3} ms median, {:.3} ms p99 (target < 16 ms)", ms(input_latency), ms(p99));
-    println!("  startup to first frame                {:8.3} ms median   (target < 100 ms)", ms(startup));
+    println!(
+        "  baseline: empty transcript frame      {:8.3} ms median",
+        base
+    );
+    println!(
+        "  10,000-message transcript, bottom     {:8.3} ms median   ({:.2}x baseline; target < 4 ms)",
+        ms(bottom),
+        ms(bottom) / base
+    );
+    println!(
+        "  first frame after loading 10,000      {:8.3} ms          (events applied in {:.1} ms)",
+        ms(first_big),
+        ms(fill_time)
+    );
+    println!(
+        "  scroll to top (lays out all cells)    {:8.3} ms once",
+        ms(to_top)
+    );
+    println!(
+        "  key + frame while streaming 100 tok/s {:8.3} ms median, {:.3} ms p99 (target < 16 ms)",
+        ms(input_latency),
+        ms(p99)
+    );
+    println!(
+        "  startup to first frame                {:8.3} ms median   (target < 100 ms)",
+        ms(startup)
+    );
 }

@@ -18,8 +18,14 @@ impl DiffCell {
         let (added, removed) = count_changes(&self.diff);
         let p = &ctx.theme.colors;
         let mut out = vec![Line::from(vec![
-            Span::styled("± ", Style::new().fg(p.diff_file).add_modifier(Modifier::BOLD)),
-            Span::styled(self.path.clone(), Style::new().fg(p.diff_file).add_modifier(Modifier::BOLD)),
+            Span::styled(
+                "± ",
+                Style::new().fg(p.diff_file).add_modifier(Modifier::BOLD),
+            ),
+            Span::styled(
+                self.path.clone(),
+                Style::new().fg(p.diff_file).add_modifier(Modifier::BOLD),
+            ),
             Span::styled(format!("  +{added}"), Style::new().fg(p.diff_add)),
             Span::styled(format!(" −{removed}"), Style::new().fg(p.diff_del)),
         ])];
@@ -52,7 +58,12 @@ fn hunk_starts(line: &str) -> Option<(usize, usize)> {
 
 /// Colours a unified diff (one or many files). `skip_file_headers` drops `---`/`+++`/`diff --git`
 /// lines when the caller already shows the path.
-pub fn render_diff_lines(diff: &str, width: usize, theme: &Theme, skip_file_headers: bool) -> Vec<Line<'static>> {
+pub fn render_diff_lines(
+    diff: &str,
+    width: usize,
+    theme: &Theme,
+    skip_file_headers: bool,
+) -> Vec<Line<'static>> {
     let p = &theme.colors;
     let mut out = Vec::new();
     let (mut old_no, mut new_no) = (0usize, 0usize);
@@ -70,12 +81,23 @@ pub fn render_diff_lines(diff: &str, width: usize, theme: &Theme, skip_file_head
         None => " ".repeat(gutter_w),
     };
     for line in diff.lines() {
-        let is_file_header = line.starts_with("diff --git") || line.starts_with("+++ ") || line.starts_with("--- ") || line.starts_with("index ") || line.starts_with("new file") || line.starts_with("deleted file");
+        let is_file_header = line.starts_with("diff --git")
+            || line.starts_with("+++ ")
+            || line.starts_with("--- ")
+            || line.starts_with("index ")
+            || line.starts_with("new file")
+            || line.starts_with("deleted file");
         if is_file_header {
             if !skip_file_headers && (line.starts_with("diff --git") || line.starts_with("+++ ")) {
-                let shown = line.strip_prefix("+++ b/").or_else(|| line.strip_prefix("+++ ")).unwrap_or(line);
+                let shown = line
+                    .strip_prefix("+++ b/")
+                    .or_else(|| line.strip_prefix("+++ "))
+                    .unwrap_or(line);
                 if line.starts_with("+++") {
-                    out.push(Line::from(Span::styled(format!("± {shown}"), Style::new().fg(p.diff_file).add_modifier(Modifier::BOLD))));
+                    out.push(Line::from(Span::styled(
+                        format!("± {shown}"),
+                        Style::new().fg(p.diff_file).add_modifier(Modifier::BOLD),
+                    )));
                 }
             }
             continue;
@@ -85,29 +107,51 @@ pub fn render_diff_lines(diff: &str, width: usize, theme: &Theme, skip_file_head
                 old_no = a;
                 new_no = b;
             }
-            out.push(Line::from(Span::styled(line.to_string(), Style::new().fg(p.diff_hunk))));
+            out.push(Line::from(Span::styled(
+                line.to_string(),
+                Style::new().fg(p.diff_hunk),
+            )));
             continue;
         }
         let gutter_style = Style::new().fg(p.diff_line_no);
         let (old, new, sign, style) = match line.chars().next() {
             Some('+') => {
                 new_no += 1;
-                (None, Some(new_no - 1), "+", Style::new().fg(p.diff_add).bg(p.diff_add_bg))
+                (
+                    None,
+                    Some(new_no - 1),
+                    "+",
+                    Style::new().fg(p.diff_add).bg(p.diff_add_bg),
+                )
             }
             Some('-') => {
                 old_no += 1;
-                (Some(old_no - 1), None, "-", Style::new().fg(p.diff_del).bg(p.diff_del_bg))
+                (
+                    Some(old_no - 1),
+                    None,
+                    "-",
+                    Style::new().fg(p.diff_del).bg(p.diff_del_bg),
+                )
             }
             Some('\\') => (None, None, "", Style::new().fg(p.dim)),
             _ => {
                 old_no += 1;
                 new_no += 1;
-                (Some(old_no - 1), Some(new_no - 1), " ", Style::new().fg(p.fg))
+                (
+                    Some(old_no - 1),
+                    Some(new_no - 1),
+                    " ",
+                    Style::new().fg(p.fg),
+                )
             }
         };
         let body = line.get(1..).unwrap_or("");
         let gutter = Span::styled(format!("{} {} ", num(old), num(new)), gutter_style);
-        let text = if sign.is_empty() { line.to_string() } else { format!("{sign}{body}") };
+        let text = if sign.is_empty() {
+            line.to_string()
+        } else {
+            format!("{sign}{body}")
+        };
         let rendered = Line::from(vec![gutter, Span::styled(text, style)]);
         let indent = Span::raw(" ".repeat(2 * gutter_w + 2));
         out.extend(hard_wrap(rendered, width, std::slice::from_ref(&indent)));

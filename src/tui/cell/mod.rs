@@ -58,7 +58,10 @@ pub struct HistoryCell {
 
 impl HistoryCell {
     pub fn new(kind: CellKind) -> HistoryCell {
-        HistoryCell { kind, cache: RefCell::new(None) }
+        HistoryCell {
+            kind,
+            cache: RefCell::new(None),
+        }
     }
 
     pub fn kind(&self) -> &CellKind {
@@ -80,7 +83,11 @@ impl HistoryCell {
             return c.lines.clone();
         }
         let lines = Arc::new(self.layout(width as usize, ctx));
-        *self.cache.borrow_mut() = Some(Cached { width, generation: ctx.generation, lines: lines.clone() });
+        *self.cache.borrow_mut() = Some(Cached {
+            width,
+            generation: ctx.generation,
+            lines: lines.clone(),
+        });
         lines
     }
 

@@ -22,7 +22,11 @@ pub struct NoticeCell {
 
 impl NoticeCell {
     pub fn new(level: NoticeLevel, title: impl Into<String>, body: Vec<String>) -> NoticeCell {
-        NoticeCell { level, title: title.into(), body }
+        NoticeCell {
+            level,
+            title: title.into(),
+            body,
+        }
     }
 
     pub fn layout(&self, width: usize, ctx: &RenderCtx<'_>) -> Vec<Line<'static>> {
@@ -33,7 +37,10 @@ impl NoticeCell {
             NoticeLevel::Info => ("• ", p.info),
         };
         let mut out = wrap_spans(
-            &[Span::styled(self.title.clone(), Style::new().fg(color).add_modifier(Modifier::BOLD))],
+            &[Span::styled(
+                self.title.clone(),
+                Style::new().fg(color).add_modifier(Modifier::BOLD),
+            )],
             width,
             &[Span::styled(icon, Style::new().fg(color))],
             &[Span::raw("  ")],
@@ -41,7 +48,15 @@ impl NoticeCell {
         for line in &self.body {
             let indent = line.len() - line.trim_start().len();
             let rest = format!("  {}", " ".repeat(indent));
-            out.extend(wrap_spans(&[Span::styled(line.trim_start().to_string(), Style::new().fg(p.fg))], width, &[Span::raw(rest.clone())], &[Span::raw(rest)]));
+            out.extend(wrap_spans(
+                &[Span::styled(
+                    line.trim_start().to_string(),
+                    Style::new().fg(p.fg),
+                )],
+                width,
+                &[Span::raw(rest.clone())],
+                &[Span::raw(rest)],
+            ));
         }
         out
     }

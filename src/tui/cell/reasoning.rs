@@ -20,13 +20,22 @@ impl ReasoningCell {
         let style = Style::new().fg(p.reasoning).add_modifier(Modifier::ITALIC);
         let mut body = Vec::new();
         for line in self.text.trim().lines() {
-            body.extend(wrap_spans(&[Span::styled(line.to_string(), style)], width, &[Span::raw("  ")], &[Span::raw("  ")]));
+            body.extend(wrap_spans(
+                &[Span::styled(line.to_string(), style)],
+                width,
+                &[Span::raw("  ")],
+                &[Span::raw("  ")],
+            ));
         }
         let header_style = Style::new().fg(p.reasoning);
         let mut out = Vec::new();
         if self.streaming {
             out.push(Line::from(Span::styled("∴ Thinking…", header_style)));
-            let skip = if ctx.expanded { 0 } else { body.len().saturating_sub(LIVE_TAIL) };
+            let skip = if ctx.expanded {
+                0
+            } else {
+                body.len().saturating_sub(LIVE_TAIL)
+            };
             out.extend(body.into_iter().skip(skip));
         } else if ctx.expanded {
             out.push(Line::from(Span::styled("∴ Thought", header_style)));

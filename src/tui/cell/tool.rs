@@ -35,7 +35,15 @@ pub fn format_duration(ms: u64) -> String {
 
 impl ToolCell {
     pub fn new(call_id: String, tool: String, title: String) -> ToolCell {
-        ToolCell { call_id, tool, title, output: String::new(), status: None, exit_code: None, duration_ms: None }
+        ToolCell {
+            call_id,
+            tool,
+            title,
+            output: String::new(),
+            status: None,
+            exit_code: None,
+            duration_ms: None,
+        }
     }
 
     pub fn layout(&self, width: usize, ctx: &RenderCtx<'_>) -> Vec<Line<'static>> {
@@ -58,11 +66,31 @@ impl ToolCell {
         if let Some(ms) = self.duration_ms {
             meta.push(format_duration(ms));
         }
-        let title = if self.title.trim().is_empty() { self.tool.clone() } else { self.title.clone() };
-        let shown_title = if self.tool == "shell" || self.tool == "user_shell" { format!("$ {title}") } else { format!("{}: {title}", self.tool) };
-        let mut header = vec![Span::styled(format!("{icon} "), Style::new().fg(color).add_modifier(Modifier::BOLD)), Span::styled(shown_title, Style::new().fg(p.tool_command).add_modifier(Modifier::BOLD))];
+        let title = if self.title.trim().is_empty() {
+            self.tool.clone()
+        } else {
+            self.title.clone()
+        };
+        let shown_title = if self.tool == "shell" || self.tool == "user_shell" {
+            format!("$ {title}")
+        } else {
+            format!("{}: {title}", self.tool)
+        };
+        let mut header = vec![
+            Span::styled(
+                format!("{icon} "),
+                Style::new().fg(color).add_modifier(Modifier::BOLD),
+            ),
+            Span::styled(
+                shown_title,
+                Style::new().fg(p.tool_command).add_modifier(Modifier::BOLD),
+            ),
+        ];
         if !meta.is_empty() {
-            header.push(Span::styled(format!("  {}", meta.join(" · ")), Style::new().fg(color)));
+            header.push(Span::styled(
+                format!("  {}", meta.join(" · ")),
+                Style::new().fg(color),
+            ));
         }
         let mut out = wrap_spans(&header, width, &[], &[Span::raw("  ")]);
 
@@ -77,17 +105,27 @@ impl ToolCell {
             out.extend(hard_wrap(line, width, std::slice::from_ref(&bar)));
         };
         let fold_note = |out: &mut Vec<Line<'static>>, n: usize| {
-            out.push(Line::from(vec![bar.clone(), Span::styled(format!("… {n} more lines (ctrl+o to expand)"), Style::new().fg(p.dim))]));
+            out.push(Line::from(vec![
+                bar.clone(),
+                Span::styled(
+                    format!("… {n} more lines (ctrl+o to expand)"),
+                    Style::new().fg(p.dim),
+                ),
+            ]));
         };
         if ctx.expanded || lines.len() <= HEAD + TAIL + 1 {
             lines.iter().for_each(|l| push(&mut out, l));
         } else if self.status.is_none() {
             fold_note(&mut out, lines.len() - LIVE_TAIL);
-            lines[lines.len() - LIVE_TAIL..].iter().for_each(|l| push(&mut out, l));
+            lines[lines.len() - LIVE_TAIL..]
+                .iter()
+                .for_each(|l| push(&mut out, l));
         } else {
             lines[..HEAD].iter().for_each(|l| push(&mut out, l));
             fold_note(&mut out, lines.len() - HEAD - TAIL);
-            lines[lines.len() - TAIL..].iter().for_each(|l| push(&mut out, l));
+            lines[lines.len() - TAIL..]
+                .iter()
+                .for_each(|l| push(&mut out, l));
         }
         out
     }

@@ -20,14 +20,25 @@ impl UserCell {
         let mut out = Vec::new();
         for (i, line) in self.text.lines().enumerate() {
             let first = if i == 0 {
-                Span::styled(marker, Style::new().fg(p.user_marker).add_modifier(Modifier::BOLD))
+                Span::styled(
+                    marker,
+                    Style::new().fg(p.user_marker).add_modifier(Modifier::BOLD),
+                )
             } else {
                 Span::raw("  ")
             };
-            out.extend(wrap_spans(&[Span::styled(line.to_string(), text_style)], width, &[first], &[Span::raw("  ")]));
+            out.extend(wrap_spans(
+                &[Span::styled(line.to_string(), text_style)],
+                width,
+                &[first],
+                &[Span::raw("  ")],
+            ));
         }
         if out.is_empty() {
-            out.push(Line::from(Span::styled(marker, Style::new().fg(p.user_marker))));
+            out.push(Line::from(Span::styled(
+                marker,
+                Style::new().fg(p.user_marker),
+            )));
         }
         out
     }
