@@ -1,1 +1,28 @@
-//! The Mixture-of-LoRA loop: profiles, the route hop, the timeline of tasks and each expert's view, summaries.
+//! The Mixture-of-LoRA loop: profiles, the route hop, the timeline of tasks and each expert's
+//! view, the answer request, and summaries.
+//!
+//! What the agent core uses:
+//! - [`Profile::load`] / [`Profile::builtin`]: the four profile texts, validated; `adapter(expert)`
+//!   gives the engine model name, `intro` the identity prompt.
+//! - [`route`]: runs the route hop and never fails (fallback B1: open task's expert, else L2);
+//!   [`route_request`] builds the exact wire request.
+//! - [`Timeline`]: `open`, `push`, `close`, `record_summary`, `view(expert, head)`,
+//!   `summaries_needed_by(expert)` (what a turn must wait for, B2), `pending_summaries()`.
+//! - [`with_identity`]: the system head with the identity prompt (§4.3).
+//! - [`answer_request`]: the answer hop with options and the reasoning mapping.
+//! - [`summarize`] / [`summary_request`]: the summary hop, never fails (empty on error).
+
+pub mod answer;
+pub mod profile;
+pub mod route;
+pub mod summary;
+pub mod timeline;
+
+pub use answer::{AnswerOptions, ReasoningWire, answer_request, apply_reasoning};
+pub use profile::{ExpertDef, Profile, ProfileError, ProfileNames, ROUTE_PREFILL};
+pub use route::{
+    DEFAULT_EXPERT, ROUTER_MAX_TOKENS, RouteOutcome, fallback_expert, label_text, parse_label,
+    route, route_request,
+};
+pub use summary::{SUMMARY_MAX_TOKENS, SummaryOutcome, summarize, summary_request, summary_text};
+pub use timeline::{SummaryState, Task, Timeline, summary_message, with_identity};

@@ -1,0 +1,243 @@
+//! The route hop: L0 classifies the user's request into one expert label (MOL-PROTOCOL §3),
+//! with baton's fallback instead of a dead turn (B1).
+
+use std::time::{Duration, Instant};
+
+use crate::backend::{ChatBackend, ChatCompletion, ChatMessage, ChatRequest, Constraint, collect};
+use crate::mol::profile::{Profile, ROUTE_PREFILL};
+use crate::protocol::{Expert, Hop, RouteDecision, TokenUsage};
+
+/// The reference's router token budget (ROUTER_MAX_TOKENS).
+pub const ROUTER_MAX_TOKENS: u32 = 24;
+
+/// The expert chosen when nothing else decides: the profile's rule for ambiguous requests.
+pub const DEFAULT_EXPERT: Expert = Expert::L2;
+
+/// Builds the route hop request exactly as the reference sends it: one user message (request
+/// text, blank line, rendered instruction without its `model_id=` stem) and the assistant
+/// prefill `model_id=`, continued; greedy, 24 tokens, thinking off, a choice constraint.
+pub fn route_request(profile: &Profile, user_text: &str) -> ChatRequest {
+    let content = format!("{}\n\n{}", user_text.trim(), profile.route_instruction);
+    let mut req = ChatRequest::new(
+        profile.adapter(Expert::L0),
+        vec![
+            ChatMessage::user(content),
+            ChatMessage::assistant(ROUTE_PREFILL),
+        ],
+        Hop::Route,
+    );
+    req.max_tokens = Some(ROUTER_MAX_TOKENS);
+    req.sampling.temperature = Some(0.0);
+    req.stream = false;
+    req.continue_final_message = true;
+    req.add_generation_prompt = false;
+    req.enable_thinking = Some(false);
+    req.constraint = Some(Constraint::Choice {
+        options: profile.route_labels(),
+    });
+    req
+}
+
+/// The label text of a route answer: content, else the reasoning field (GLM's reasoning parser
+/// can put the label there), trimmed.
+pub fn label_text(done: &ChatCompletion) -> String {
+    let content = done.message.content.trim();
+    if !content.is_empty() {
+        return content.to_string();
+    }
+    done.message
+        .reasoning
+        .as_deref()
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// Strict parse of the reference's "pure model route" mode: optional whitespace, `L<digits>`,
+/// optional whitespace, case-insensitive, one of the profile's labels.
+pub fn parse_label(text: &str) -> Result<Expert, String> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err("the router returned an empty label".into());
+    }
+    Expert::parse(t).ok_or_else(|| format!("the router returned '{}', not a label", shorten(t)))
+}
+
+fn shorten(text: &str) -> String {
+    let mut s: String = text.chars().take(60).collect();
+    if s.len() < text.len() {
+        s.push('…');
+    }
+    s
+}
+
+/// The fallback rule (B1): the expert of the open task, else the default.
+pub fn fallback_expert(open_task_owner: Option<Expert>) -> Expert {
+    open_task_owner.unwrap_or(DEFAULT_EXPERT)
+}
+
+/// What the route hop decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteOutcome {
+    pub expert: Expert,
+    pub decision: RouteDecision,
+    pub latency: Duration,
+    /// Why it fell back (error text), or the raw label when the model decided.
+    pub reason: Option<String>,
+    pub usage: TokenUsage,
+}
+
+/// Runs the route hop. Never fails: an error or a bad label falls back (B1) and says why.
+pub async fn route(
+    backend: &dyn ChatBackend,
+    profile: &Profile,
+    user_text: &str,
+    open_task_owner: Option<Expert>,
+) -> RouteOutcome {
+    let started = Instant::now();
+    let result = match backend.chat(route_request(profile, user_text)).await {
+        Ok(stream) => collect(stream).await,
+        Err(e) => Err(e),
+    };
+    let latency = started.elapsed();
+    let fallback = |reason: String, usage: TokenUsage| RouteOutcome {
+        expert: fallback_expert(open_task_owner),
+        decision: RouteDecision::Fallback,
+        latency,
+        reason: Some(reason),
+        usage,
+    };
+    match result {
+        Err(e) => fallback(e.to_string(), TokenUsage::default()),
+        Ok(done) => {
+            let usage = done.usage.unwrap_or_default();
+            let raw = label_text(&done);
+            match parse_label(&raw) {
+                Ok(expert) if profile.experts.iter().any(|e| e.id == expert) => RouteOutcome {
+                    expert,
+                    decision: RouteDecision::Model,
+                    latency,
+                    reason: Some(raw),
+                    usage,
+                },
+                Ok(_) => fallback(format!("label '{raw}' is not in the profile"), usage),
+                Err(why) => fallback(why, usage),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mol::profile::ProfileNames;
+
+    #[test]
+    fn route_request_has_the_reference_shape() {
+        let p = Profile::builtin(&ProfileNames::default());
+        let req = route_request(&p, "  fix the build \n");
+        assert_eq!(req.model, "L0");
+        assert_eq!(req.messages.len(), 2);
+        assert!(
+            req.messages[0]
+                .content
+                .starts_with("fix the build\n\nThe text above")
+        );
+        assert!(!req.messages[0].content.ends_with("model_id="));
+        assert_eq!(req.messages[1].content, "model_id=");
+        assert_eq!(req.max_tokens, Some(24));
+        assert_eq!(req.sampling.temperature, Some(0.0));
+        assert!(!req.stream && req.continue_final_message && !req.add_generation_prompt);
+        assert_eq!(req.enable_thinking, Some(false));
+        assert!(req.tools.is_empty());
+        assert_eq!(
+            req.constraint,
+            Some(Constraint::Choice {
+                options: vec!["L0".into(), "L1".into(), "L2".into(), "L3".into()]
+            })
+        );
+    }
+
+    #[test]
+    fn labels_parse_strictly() {
+        assert_eq!(parse_label(" l2\n"), Ok(Expert::L2));
+        assert!(parse_label("L4").is_err());
+        assert!(parse_label("L2 because it is code").is_err());
+        assert!(parse_label("banana").unwrap_err().contains("banana"));
+        assert!(parse_label("").unwrap_err().contains("empty"));
+    }
+
+    #[test]
+    fn fallback_prefers_the_open_task() {
+        assert_eq!(fallback_expert(Some(Expert::L1)), Expert::L1);
+        assert_eq!(fallback_expert(None), Expert::L2);
+    }
+}
+
+#[cfg(test)]
+mod hop_tests {
+    use super::*;
+    use crate::backend::{BackendError, ChatDelta, ChatStream, FinishReason, ModelInfo};
+    use crate::mol::profile::ProfileNames;
+    use futures_util::future::BoxFuture;
+
+    /// Answers every request with one fixed result.
+    struct Scripted(Result<String, String>);
+
+    impl ChatBackend for Scripted {
+        fn chat(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatStream, BackendError>> {
+            let reply = self.0.clone();
+            Box::pin(async move {
+                match reply {
+                    Err(message) => Err(BackendError::Http {
+                        hop: req.hop,
+                        url: "http://mock/v1".into(),
+                        status: 500,
+                        body: message,
+                    }),
+                    Ok(text) => {
+                        let done = ChatCompletion {
+                            message: ChatMessage::assistant(text),
+                            finish_reason: FinishReason::Stop,
+                            usage: None,
+                            ttft: None,
+                            latency: Duration::ZERO,
+                            conversation_id: None,
+                        };
+                        let items = vec![Ok(ChatDelta::Completed(done))];
+                        Ok(Box::pin(futures_util::stream::iter(items)) as ChatStream)
+                    }
+                }
+            })
+        }
+        fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, BackendError>> {
+            Box::pin(async { Ok(vec![]) })
+        }
+        fn describe(&self) -> String {
+            "scripted".into()
+        }
+    }
+
+    #[tokio::test]
+    async fn route_decides_or_falls_back_with_a_reason() {
+        let p = Profile::builtin(&ProfileNames::default());
+        let ok = route(&Scripted(Ok(" L1 ".into())), &p, "book", None).await;
+        assert_eq!((ok.expert, ok.decision), (Expert::L1, RouteDecision::Model));
+
+        let garbage = route(&Scripted(Ok("banana".into())), &p, "x", Some(Expert::L3)).await;
+        assert_eq!(garbage.expert, Expert::L3);
+        assert_eq!(garbage.decision, RouteDecision::Fallback);
+        assert!(garbage.reason.unwrap().contains("banana"));
+
+        let down = route(&Scripted(Err("engine down".into())), &p, "x", None).await;
+        assert_eq!(
+            (down.expert, down.decision),
+            (Expert::L2, RouteDecision::Fallback)
+        );
+        let reason = down.reason.unwrap();
+        assert!(
+            reason.contains("route hop") && reason.contains("engine down"),
+            "{reason}"
+        );
+    }
+}

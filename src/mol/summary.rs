@@ -1,0 +1,119 @@
+//! The summary hop: after a task closes, its owner writes a short hidden note that other experts
+//! inherit (MOL-PROTOCOL §6.0). baton runs it off the user's critical path (B2).
+
+use std::time::{Duration, Instant};
+
+use crate::backend::{ChatBackend, ChatCompletion, ChatMessage, ChatRequest, collect};
+use crate::mol::profile::Profile;
+use crate::mol::timeline::Task;
+use crate::protocol::{Hop, TokenUsage};
+
+/// The reference's summary budget (SUMMARY_MAX_OUT).
+pub const SUMMARY_MAX_TOKENS: u32 = 192;
+
+/// When the content is empty, this much of the reasoning stands in for the summary.
+const REASONING_FALLBACK_CHARS: usize = 160;
+
+/// The summary request: the owner's adapter, `head` (system messages with identity), the task's
+/// user text and own messages, then the profile's summary prompt as the last user message.
+/// Greedy, not streamed, 192 tokens, thinking off, no tools.
+pub fn summary_request(profile: &Profile, task: &Task, head: &[ChatMessage]) -> ChatRequest {
+    let mut messages = head.to_vec();
+    messages.push(ChatMessage::user(task.user_text.clone()));
+    messages.extend(task.messages.iter().cloned());
+    messages.push(ChatMessage::user(profile.summary_prompt.clone()));
+    let mut req = ChatRequest::new(profile.adapter(task.owner), messages, Hop::Summary);
+    req.sampling.temperature = Some(0.0);
+    req.stream = false;
+    req.max_tokens = Some(SUMMARY_MAX_TOKENS);
+    req.enable_thinking = Some(false);
+    req
+}
+
+/// The summary text of a completion: trimmed content, else the start of the reasoning.
+pub fn summary_text(done: &ChatCompletion) -> String {
+    let content = done.message.content.trim();
+    if !content.is_empty() {
+        return content.to_string();
+    }
+    done.message
+        .reasoning
+        .as_deref()
+        .unwrap_or("")
+        .trim()
+        .chars()
+        .take(REASONING_FALLBACK_CHARS)
+        .collect()
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummaryOutcome {
+    /// The summary (empty when the hop failed or the model said nothing).
+    pub text: String,
+    pub latency: Duration,
+    pub usage: TokenUsage,
+    /// The error, when the hop failed (the summary is then empty; no retry).
+    pub error: Option<String>,
+}
+
+/// Runs the summary hop. Never fails: an error gives an empty summary and says why.
+pub async fn summarize(
+    backend: &dyn ChatBackend,
+    profile: &Profile,
+    task: &Task,
+    head: &[ChatMessage],
+) -> SummaryOutcome {
+    let started = Instant::now();
+    let result = match backend.chat(summary_request(profile, task, head)).await {
+        Ok(stream) => collect(stream).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(done) => SummaryOutcome {
+            text: summary_text(&done),
+            latency: started.elapsed(),
+            usage: done.usage.unwrap_or_default(),
+            error: None,
+        },
+        Err(e) => SummaryOutcome {
+            text: String::new(),
+            latency: started.elapsed(),
+            usage: TokenUsage::default(),
+            error: Some(e.to_string()),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mol::profile::ProfileNames;
+    use crate::mol::timeline::Timeline;
+    use crate::protocol::Expert;
+
+    #[test]
+    fn summary_request_has_the_reference_shape() {
+        let p = Profile::builtin(&ProfileNames::default());
+        let mut t = Timeline::new();
+        t.open(Expert::L1, "plan my week");
+        t.push(ChatMessage::assistant("Here is the plan."));
+        t.close(true);
+        let req = summary_request(&p, &t.tasks[0], &[ChatMessage::system("sys")]);
+        assert_eq!(req.model, "L1");
+        assert_eq!(req.hop, Hop::Summary);
+        assert_eq!(req.max_tokens, Some(192));
+        assert_eq!(req.sampling.temperature, Some(0.0));
+        assert!(!req.stream && req.tools.is_empty());
+        assert_eq!(req.enable_thinking, Some(false));
+        let contents: Vec<&str> = req.messages.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(
+            contents,
+            vec![
+                "sys",
+                "plan my week",
+                "Here is the plan.",
+                p.summary_prompt.as_str()
+            ]
+        );
+    }
+}

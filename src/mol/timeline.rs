@@ -1,0 +1,296 @@
+//! The timeline of tasks and each expert's view of it (MOL-PROTOCOL §4.1–§4.4, B3/B4).
+//!
+//! A task is one routing decision: the user's text, the owner's own messages (answers, tool
+//! calls, tool results) and, once closed, a summary. An expert's view is its own tasks verbatim
+//! and, for every other expert's closed task, the user text plus one assistant message holding
+//! that task's summary. The timeline is append-only, so each expert's view on re-entry is the
+//! view it last saw plus a new tail: engine prefix caches keep hitting.
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{ChatMessage, Role};
+use crate::protocol::Expert;
+
+/// Where a task's summary stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum SummaryState {
+    /// Closed, summary not made yet (running, or the process died before it finished).
+    Pending,
+    /// The summary hop answered (an empty text is recorded but never injected: B4).
+    Recorded { text: String },
+    /// Never summarized: a tool loop abandoned by a new user turn, or a mode without experts.
+    Skipped,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub id: u64,
+    pub owner: Expert,
+    pub user_text: String,
+    /// The owner's own messages inside the task, verbatim.
+    pub messages: Vec<ChatMessage>,
+    pub closed: bool,
+    pub summary: SummaryState,
+}
+
+impl Task {
+    /// The summary text to inject into other experts' views, if there is a non-empty one.
+    pub fn summary_text(&self) -> Option<&str> {
+        match &self.summary {
+            SummaryState::Recorded { text } if !text.trim().is_empty() => Some(text.trim()),
+            _ => None,
+        }
+    }
+
+    /// The last assistant message's text (the task's answer).
+    pub fn answer(&self) -> Option<&str> {
+        self.messages
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::Assistant && m.tool_calls.is_empty())
+            .map(|m| m.content.as_str())
+    }
+}
+
+/// The one assistant message that stands for another expert's task in a view.
+pub fn summary_message(owner: Expert, summary: &str) -> ChatMessage {
+    ChatMessage::assistant(format!(
+        "(This request was handled by the {owner} expert. Summary of its result: {summary})"
+    ))
+}
+
+/// Appends the identity prompt to the first system message of the leading system run, or
+/// inserts it as a new system message at the front (§4.3). Already present ⇒ unchanged.
+pub fn with_identity(head: &[ChatMessage], intro: &str) -> Vec<ChatMessage> {
+    let mut out = head.to_vec();
+    let leading = out.iter().take_while(|m| m.role == Role::System).count();
+    match out[..leading].first_mut() {
+        Some(first) => {
+            if !first.content.contains(intro) {
+                if !first.content.is_empty() {
+                    first.content.push_str("\n\n");
+                }
+                first.content.push_str(intro);
+            }
+        }
+        None => out.insert(0, ChatMessage::system(intro)),
+    }
+    out
+}
+
+/// The append-only list of tasks of one session.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timeline {
+    pub tasks: Vec<Task>,
+}
+
+impl Timeline {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The task still open (an answer or tool loop in progress), if any.
+    pub fn open_task(&self) -> Option<&Task> {
+        self.tasks.last().filter(|t| !t.closed)
+    }
+
+    pub fn open_task_mut(&mut self) -> Option<&mut Task> {
+        self.tasks.last_mut().filter(|t| !t.closed)
+    }
+
+    pub fn task(&self, id: u64) -> Option<&Task> {
+        self.tasks.iter().find(|t| t.id == id)
+    }
+
+    pub fn task_mut(&mut self, id: u64) -> Option<&mut Task> {
+        self.tasks.iter_mut().find(|t| t.id == id)
+    }
+
+    /// Opens a task for a new user turn. A task still open (a tool loop the user walked away
+    /// from) is closed first and never summarized.
+    pub fn open(&mut self, owner: Expert, user_text: impl Into<String>) -> u64 {
+        if let Some(open) = self.open_task_mut() {
+            open.closed = true;
+            open.summary = SummaryState::Skipped;
+        }
+        let id = self.tasks.last().map(|t| t.id + 1).unwrap_or(1);
+        self.tasks.push(Task {
+            id,
+            owner,
+            user_text: user_text.into(),
+            messages: Vec::new(),
+            closed: false,
+            summary: SummaryState::Pending,
+        });
+        id
+    }
+
+    /// Appends a message to the open task. Returns false when no task is open.
+    pub fn push(&mut self, message: ChatMessage) -> bool {
+        match self.open_task_mut() {
+            Some(task) => {
+                task.messages.push(message);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Closes the open task; its summary becomes `Pending` (or `Skipped` if `summarize` is false).
+    pub fn close(&mut self, summarize: bool) -> Option<u64> {
+        let task = self.open_task_mut()?;
+        task.closed = true;
+        task.summary = if summarize {
+            SummaryState::Pending
+        } else {
+            SummaryState::Skipped
+        };
+        Some(task.id)
+    }
+
+    pub fn record_summary(&mut self, task_id: u64, text: impl Into<String>) {
+        if let Some(task) = self.task_mut(task_id) {
+            task.summary = SummaryState::Recorded {
+                text: text.into().trim().to_string(),
+            };
+        }
+    }
+
+    /// Closed tasks of other experts whose summaries `target`'s view needs and that are not
+    /// recorded yet: the next turn on `target` waits for (or makes) exactly these.
+    pub fn summaries_needed_by(&self, target: Expert) -> Vec<u64> {
+        self.tasks
+            .iter()
+            .filter(|t| t.closed && t.owner != target && t.summary == SummaryState::Pending)
+            .map(|t| t.id)
+            .collect()
+    }
+
+    /// Every closed task whose summary is still pending (resume after a crash).
+    pub fn pending_summaries(&self) -> Vec<u64> {
+        self.tasks
+            .iter()
+            .filter(|t| t.closed && t.summary == SummaryState::Pending)
+            .map(|t| t.id)
+            .collect()
+    }
+
+    /// `target`'s view: `head` (system messages, identity already injected), then its own tasks
+    /// verbatim and other experts' closed tasks as user text + summary. Another expert's task
+    /// without a usable summary contributes only its user text (B4: nothing empty is injected).
+    pub fn view(&self, target: Expert, head: &[ChatMessage]) -> Vec<ChatMessage> {
+        let mut out = head.to_vec();
+        for task in &self.tasks {
+            if task.owner == target {
+                out.push(ChatMessage::user(task.user_text.clone()));
+                out.extend(task.messages.iter().cloned());
+            } else if task.closed {
+                out.push(ChatMessage::user(task.user_text.clone()));
+                if let Some(summary) = task.summary_text() {
+                    out.push(summary_message(task.owner, summary));
+                }
+            }
+        }
+        out
+    }
+
+    /// Everything verbatim, whoever answered (`single` mode, and the history a `proxy` server
+    /// routes by itself).
+    pub fn full_history(&self, head: &[ChatMessage]) -> Vec<ChatMessage> {
+        let mut out = head.to_vec();
+        for task in &self.tasks {
+            out.push(ChatMessage::user(task.user_text.clone()));
+            out.extend(task.messages.iter().cloned());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::ToolCall;
+
+    fn head() -> Vec<ChatMessage> {
+        vec![ChatMessage::system("sys")]
+    }
+
+    #[test]
+    fn other_experts_are_seen_through_their_summaries_only() {
+        let mut t = Timeline::new();
+        t.open(Expert::L0, "hello");
+        t.push(ChatMessage::assistant("hi there, raw L0 answer"));
+        let first = t.close(true).unwrap();
+        assert_eq!(t.summaries_needed_by(Expert::L2), vec![first]);
+        assert!(t.summaries_needed_by(Expert::L0).is_empty());
+        t.record_summary(first, "  Greeted the user. ");
+
+        t.open(Expert::L2, "fix the test");
+        let view = t.view(Expert::L2, &head());
+        let texts: Vec<&str> = view.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(texts[0], "sys");
+        assert_eq!(texts[1], "hello");
+        assert!(texts[2].contains("L0 expert") && texts[2].contains("Greeted the user."));
+        assert_eq!(texts[3], "fix the test");
+        assert!(!texts.iter().any(|t| t.contains("raw L0 answer")));
+
+        // L0's own view keeps its raw answer.
+        let l0 = t.view(Expert::L0, &head());
+        assert!(l0.iter().any(|m| m.content.contains("raw L0 answer")));
+    }
+
+    #[test]
+    fn views_are_append_only_for_the_same_expert() {
+        let mut t = Timeline::new();
+        t.open(Expert::L2, "a");
+        let mut call = ChatMessage::assistant("");
+        call.tool_calls.push(ToolCall {
+            id: "c1".into(),
+            name: "read_file".into(),
+            arguments: "{}".into(),
+        });
+        t.push(call);
+        let before = t.view(Expert::L2, &head());
+        t.push(ChatMessage::tool_result("c1", "contents"));
+        let after = t.view(Expert::L2, &head());
+        assert_eq!(&after[..before.len()], &before[..]);
+        assert_eq!(after.len(), before.len() + 1);
+    }
+
+    #[test]
+    fn empty_summaries_are_not_injected_and_abandoned_loops_are_skipped() {
+        let mut t = Timeline::new();
+        t.open(Expert::L1, "book a table");
+        t.push(ChatMessage::assistant("done"));
+        let id = t.close(true).unwrap();
+        t.record_summary(id, "   ");
+        t.open(Expert::L3, "open loop");
+        let second = t.open(Expert::L2, "next");
+        assert_eq!(t.task(second - 1).unwrap().summary, SummaryState::Skipped);
+        let view = t.view(Expert::L2, &[]);
+        assert_eq!(view.len(), 3); // user, user, user: no empty wrapper
+        assert!(view.iter().all(|m| m.role == Role::User));
+    }
+
+    #[test]
+    fn identity_goes_into_the_first_system_message_once() {
+        let v = with_identity(&head(), "I am baton.");
+        assert_eq!(v[0].content, "sys\n\nI am baton.");
+        assert_eq!(with_identity(&v, "I am baton."), v);
+        let none = with_identity(&[], "I am baton.");
+        assert_eq!(none[0].role, Role::System);
+    }
+
+    #[test]
+    fn timeline_round_trips_through_json() {
+        let mut t = Timeline::new();
+        t.open(Expert::L2, "x");
+        t.push(ChatMessage::assistant("y"));
+        let id = t.close(true).unwrap();
+        t.record_summary(id, "s");
+        let json = serde_json::to_string(&t).unwrap();
+        let back: Timeline = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, t);
+    }
+}
