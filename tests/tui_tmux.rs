@@ -20,14 +20,31 @@ const HOST_ENV: &str = "BATON_TUI_TEST_HOST";
 /// The UI host: does nothing unless the tmux test below starts this binary with `HOST_ENV` set.
 #[test]
 fn tui_host() {
-    let Ok(endpoint) = std::env::var(HOST_ENV) else { return };
+    let Ok(endpoint) = std::env::var(HOST_ENV) else {
+        return;
+    };
     let workspace = std::env::current_dir().expect("cwd");
     let mut settings = baton::config::Settings::default();
-    settings.set("endpoint", &endpoint, "tmux test", None).expect("endpoint");
-    settings.set("session_dir", &workspace.join("sessions").display().to_string(), "tmux test", None).expect("session_dir");
+    settings
+        .set("endpoint", &endpoint, "tmux test", None)
+        .expect("endpoint");
+    settings
+        .set(
+            "session_dir",
+            &workspace.join("sessions").display().to_string(),
+            "tmux test",
+            None,
+        )
+        .expect("session_dir");
     let config = settings.resolve(&workspace).expect("config");
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    let code = runtime.block_on(baton::tui::launch(&config, baton::tui::LaunchArgs::default()));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let code = runtime.block_on(baton::tui::launch(
+        &config,
+        baton::tui::LaunchArgs::default(),
+    ));
     std::process::exit(code);
 }
 
@@ -37,7 +54,12 @@ struct Tmux {
 
 impl Tmux {
     fn cmd(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux").arg("-L").arg(&self.socket).args(args).output().expect("run tmux");
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run tmux");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -46,7 +68,9 @@ impl Tmux {
     }
 
     fn format(&self, f: &str) -> String {
-        self.cmd(&["display-message", "-p", "-t", "t", f]).trim().to_string()
+        self.cmd(&["display-message", "-p", "-t", "t", f])
+            .trim()
+            .to_string()
     }
 
     /// Waits until the pane shows `needle` (the deadline only guards against a hung run).
@@ -57,7 +81,10 @@ impl Tmux {
             if screen.contains(needle) {
                 return screen;
             }
-            assert!(Instant::now() < deadline, "'{needle}' never appeared; screen:\n{screen}");
+            assert!(
+                Instant::now() < deadline,
+                "'{needle}' never appeared; screen:\n{screen}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -65,7 +92,11 @@ impl Tmux {
     fn wait_until_dead(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while self.format("#{pane_dead}") != "1" {
-            assert!(Instant::now() < deadline, "the UI did not exit; screen:\n{}", self.capture());
+            assert!(
+                Instant::now() < deadline,
+                "the UI did not exit; screen:\n{}",
+                self.capture()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -73,12 +104,63 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = Command::new("tmux").arg("-L").arg(&self.socket).arg("kill-server").output();
+        let _ = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
     }
 }
 
+/// Starts the UI host in a fresh tmux server, in `workspace`, with extra environment entries.
+fn start_ui(engine: &MockEngine, workspace: &Path, home: &Path, extra_env: &[String]) -> Tmux {
+    let exe = std::env::current_exe().expect("test binary");
+    let tmux = Tmux {
+        socket: format!("baton-tui-test-{}-{}", std::process::id(), extra_env.len()),
+    };
+    let env = |k: &str, v: &Path| format!("{k}={}", v.display());
+    let host = format!(
+        "{} --exact tui_host --nocapture --test-threads=1",
+        exe.display()
+    );
+    let mut envs = vec![
+        format!("{HOST_ENV}={}", engine.url()),
+        env("HOME", home),
+        env("XDG_CONFIG_HOME", &home.join(".config")),
+        env("XDG_DATA_HOME", &home.join(".local/share")),
+        "TERM=xterm-256color".to_string(),
+    ];
+    envs.extend(extra_env.iter().cloned());
+    let ws = workspace.display().to_string();
+    let mut args: Vec<&str> = vec![
+        "-f",
+        "/dev/null",
+        "new-session",
+        "-d",
+        "-s",
+        "t",
+        "-x",
+        "100",
+        "-y",
+        "32",
+        "-c",
+        &ws,
+    ];
+    for e in &envs {
+        args.push("-e");
+        args.push(e);
+    }
+    args.push(&host);
+    tmux.cmd(&args);
+    tmux.cmd(&["set-option", "-t", "t", "remain-on-exit", "on"]);
+    tmux
+}
+
 fn tmux_available() -> bool {
-    Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success())
+    Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 #[test]
@@ -87,11 +169,17 @@ fn prompt_answer_undo_and_quit_in_a_real_terminal() {
         eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
-    let answer = "Here is the **plan**:\n\n1. read the code\n2. fix the bug\n\n```rust\nfn main() {}\n```\n";
+    let answer =
+        "Here is the **plan**:\n\n1. read the code\n2. fix the bug\n\n```rust\nfn main() {}\n```\n";
     let engine = MockEngine::scripted_blocking(
         Script::new()
             .route("L2")
-            .answer("L2", MockReply::text(answer).chunk_chars(4).chunk_delay(Duration::from_millis(5)))
+            .answer(
+                "L2",
+                MockReply::text(answer)
+                    .chunk_chars(4)
+                    .chunk_delay(Duration::from_millis(5)),
+            )
             .default_summary("The user asked for a plan."),
     );
     let root = tempfile::tempdir().expect("tempdir");
@@ -99,32 +187,27 @@ fn prompt_answer_undo_and_quit_in_a_real_terminal() {
     let home = root.path().join("home");
     std::fs::create_dir_all(&workspace).expect("mkdir");
     std::fs::create_dir_all(&home).expect("mkdir");
-    let exe = std::env::current_exe().expect("test binary");
-    let tmux = Tmux { socket: format!("baton-tui-test-{}", std::process::id()) };
-    let env = |k: &str, v: &Path| format!("{k}={}", v.display());
-    let host = format!("{} --exact tui_host --nocapture --test-threads=1", exe.display());
-    let home_env = env("HOME", &home);
-    let xdg_config = env("XDG_CONFIG_HOME", &home.join(".config"));
-    let xdg_data = env("XDG_DATA_HOME", &home.join(".local/share"));
-    let host_env = format!("{HOST_ENV}={}", engine.url());
-    tmux.cmd(&[
-        "-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", "100", "-y", "32",
-        "-c", &workspace.display().to_string(),
-        "-e", &host_env, "-e", &home_env, "-e", &xdg_config, "-e", &xdg_data,
-        "-e", "TERM=xterm-256color", "-e", "BATON_LOG=",
-        &host,
-    ]);
-    tmux.cmd(&["set-option", "-t", "t", "remain-on-exit", "on"]);
+    let tmux = start_ui(&engine, &workspace, &home, &[]);
 
     tmux.wait_for("Ask baton");
-    assert_eq!(tmux.format("#{alternate_on}"), "1", "the UI runs on the alternate screen");
+    assert_eq!(
+        tmux.format("#{alternate_on}"),
+        "1",
+        "the UI runs on the alternate screen"
+    );
     tmux.cmd(&["send-keys", "-t", "t", "-l", "make a plan"]);
     tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
     let screen = tmux.wait_for("fix the bug");
     assert!(screen.contains("› make a plan"), "{screen}");
     let screen = tmux.wait_for("● ready");
-    assert!(screen.contains("L2 coding (routed)"), "status line names the expert: {screen}");
-    assert!(screen.contains("route ") && screen.contains("answer "), "hop latencies: {screen}");
+    assert!(
+        screen.contains("L2 coding (routed)"),
+        "status line names the expert: {screen}"
+    );
+    assert!(
+        screen.contains("route ") && screen.contains("answer "),
+        "hop latencies: {screen}"
+    );
     assert!(screen.contains("fn main() {}"), "{screen}");
 
     tmux.cmd(&["send-keys", "-t", "t", "-l", "/undo"]);
@@ -140,10 +223,107 @@ fn prompt_answer_undo_and_quit_in_a_real_terminal() {
     // tmux keeps a dead pane's modes, so these show what the UI left behind (its cursor flag is
     // not kept, so cursor visibility cannot be checked this way).
     assert_eq!(tmux.format("#{mouse_any_flag}"), "0", "mouse capture off");
-    assert_eq!(tmux.format("#{mouse_standard_flag}"), "0", "mouse capture off");
+    assert_eq!(
+        tmux.format("#{mouse_standard_flag}"),
+        "0",
+        "mouse capture off"
+    );
     let after = tmux.capture();
-    assert!(after.contains("› make a plan") && after.contains("2. fix the bug"), "conversation printed on exit:\n{after}");
-    let sessions: Vec<_> = std::fs::read_dir(workspace.join("sessions")).expect("sessions dir").flatten().collect();
+    assert!(
+        after.contains("› make a plan") && after.contains("2. fix the bug"),
+        "conversation printed on exit:\n{after}"
+    );
+    let sessions: Vec<_> = std::fs::read_dir(workspace.join("sessions"))
+        .expect("sessions dir")
+        .flatten()
+        .collect();
     assert_eq!(sessions.len(), 1, "the session was saved");
     assert_eq!(engine.requests_for_hop("route").len(), 1);
+}
+
+#[test]
+fn editor_diff_pager_and_resize_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", "Edited prompt received.")
+            .default_summary("ok"),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .arg("-C")
+            .arg(&workspace)
+            .args(args)
+            .output()
+            .expect("git")
+            .status
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["config", "user.email", "t@example.com"]);
+    git(&["config", "user.name", "t"]);
+    std::fs::write(workspace.join("tracked.txt"), "old line\n").expect("write");
+    std::fs::write(workspace.join(".gitignore"), "sessions/\n").expect("write");
+    git(&["add", "."]);
+    git(&["commit", "-qm", "init"]);
+    std::fs::write(workspace.join("tracked.txt"), "new line\n").expect("write");
+    std::fs::write(workspace.join("untracked.txt"), "brand new file\n").expect("write");
+    // The "editor" writes the prompt into the file it is given.
+    let editor = "EDITOR=sh -c 'printf \"from the editor\" > \"$0\"'".to_string();
+    let tmux = start_ui(&engine, &workspace, &home, &[editor]);
+
+    tmux.wait_for("Ask baton");
+    tmux.cmd(&["send-keys", "-t", "t", "C-g"]);
+    tmux.wait_for("› from the editor");
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("Edited prompt received.");
+    assert_eq!(
+        engine.requests_for_hop("answer")[0]
+            .last_user_text()
+            .as_deref(),
+        Some("from the editor")
+    );
+
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "/diff"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    let pager = tmux.wait_for("git diff (untracked included)");
+    assert!(
+        pager.contains("-old line") && pager.contains("+new line"),
+        "{pager}"
+    );
+    assert!(
+        pager.contains("+brand new file"),
+        "untracked files are in the diff: {pager}"
+    );
+    tmux.cmd(&["send-keys", "-t", "t", "q"]);
+    tmux.wait_for("Ask baton");
+
+    for (w, h) in [("60", "20"), ("200", "50"), ("61", "12")] {
+        tmux.cmd(&["resize-window", "-t", "t", "-x", w, "-y", h]);
+        let screen = tmux.wait_for("Edited prompt received.");
+        assert!(
+            screen
+                .lines()
+                .all(|l| l.chars().count() <= w.parse::<usize>().unwrap_or(0)),
+            "{screen}"
+        );
+    }
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
+    assert_eq!(
+        tmux.format("#{pane_dead_status}"),
+        "0",
+        "clean exit after resizing"
+    );
+    assert_eq!(tmux.format("#{alternate_on}"), "0", "alternate screen left");
 }

@@ -23,7 +23,8 @@ pub struct LaunchArgs {
 pub async fn launch(config: &Config, args: LaunchArgs) -> i32 {
     let prepared = setup::build_backend(config).and_then(|backend| {
         let agent = setup::agent_config(config, false)?;
-        let (file, restored) = setup::open_session(config, backend.as_ref(), args.resume.as_deref())?;
+        let (file, restored) =
+            setup::open_session(config, backend.as_ref(), args.resume.as_deref())?;
         Ok((backend, agent, file, restored))
     });
     let (backend, agent_cfg, file, restored) = match prepared {
@@ -33,7 +34,12 @@ pub async fn launch(config: &Config, args: LaunchArgs) -> i32 {
             return 2;
         }
     };
-    let opts = options_for(config, &args, agent_cfg.approval.as_str(), file.path.clone());
+    let opts = options_for(
+        config,
+        &args,
+        agent_cfg.approval.as_str(),
+        file.path.clone(),
+    );
     let tools = crate::agent::basic_tools::basic_registry();
     let handle = crate::agent::spawn_agent(agent_cfg, backend, tools, file, restored);
     match super::run(handle, opts).await {
@@ -45,18 +51,31 @@ pub async fn launch(config: &Config, args: LaunchArgs) -> i32 {
     }
 }
 
-fn options_for(config: &Config, args: &LaunchArgs, approval: &str, session_file: PathBuf) -> TuiOptions {
+fn options_for(
+    config: &Config,
+    args: &LaunchArgs,
+    approval: &str,
+    session_file: PathBuf,
+) -> TuiOptions {
     let mut o = TuiOptions::new(config.workspace.clone());
     o.initial_prompt = args.prompt.clone();
     o.theme = args
         .theme
         .clone()
-        .or_else(|| std::env::var("BATON_THEME").ok().filter(|t| !t.trim().is_empty()))
+        .or_else(|| {
+            std::env::var("BATON_THEME")
+                .ok()
+                .filter(|t| !t.trim().is_empty())
+        })
         .unwrap_or_else(|| "dark".into());
     o.experts = ExpertNames::defaults();
     o.endpoint = config.endpoint.clone().unwrap_or_default();
     o.mode = config.mode.as_str().to_string();
-    o.profile = config.profile.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in".into());
+    o.profile = config
+        .profile
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "built-in".into());
     o.sandbox = kebab(&format!("{:?}", config.sandbox));
     o.approval = approval.to_string();
     o.model = config.model.clone();
