@@ -147,11 +147,12 @@ fn streamed_markdown_answer_with_code() {
     start_turn(&mut app, "fix the csv parser");
     // Stream in uneven chunks; stop in the middle of the code block.
     let cut = ANSWER.find("collect()").expect("marker");
-    for chunk in ANSWER[..cut].as_bytes().chunks(7) {
+    let chars: Vec<char> = ANSWER[..cut].chars().collect();
+    for chunk in chars.chunks(7) {
         app.handle_event(Event::MessageDelta {
             turn_id: 1,
             expert: Some(Expert::L2),
-            delta: String::from_utf8_lossy(chunk).into(),
+            delta: chunk.iter().collect(),
         });
     }
     insta::assert_snapshot!("streaming_mid_code_block", screen(&app, 80, 30));
@@ -173,29 +174,91 @@ fn streamed_markdown_answer_with_code() {
 fn streaming_never_rewraps_finished_lines() {
     let mut app = app();
     start_turn(&mut app, "q");
-    let text = "First paragraph is long enough to wrap across more than one line at this width.\n\nSecond one streams slowly word by word and grows.";
-    let mut previous: Option<Vec<String>> = None;
-    for word in text.split_inclusive(' ') {
+    let first =
+        "First paragraph is long enough to wrap across more than one line at this width.\n\n";
+    app.handle_event(Event::MessageDelta {
+        turn_id: 1,
+        expert: None,
+        delta: first.into(),
+    });
+    let rows_of_first = |screen: &str| -> Vec<String> {
+        screen
+            .lines()
+            .filter(|l| l.contains("First paragraph") || l.contains("this width."))
+            .map(str::to_string)
+            .collect()
+    };
+    let finished = rows_of_first(&screen(&app, 60, 24));
+    assert_eq!(finished.len(), 2, "the paragraph wraps to two rows");
+    for word in "Second one streams slowly, word by word, and grows **bold** and `code` too."
+        .split_inclusive(' ')
+    {
         app.handle_event(Event::MessageDelta {
             turn_id: 1,
             expert: None,
             delta: word.into(),
         });
-        let lines: Vec<String> = screen(&app, 60, 20).lines().map(str::to_string).collect();
-        // Rows of the first paragraph never change once its blank line arrived.
-        if let Some(prev) = &previous {
-            let para_rows: Vec<&String> = prev
-                .iter()
-                .filter(|l| l.contains("First paragraph") || l.contains("this width."))
-                .collect();
-            for row in para_rows {
-                assert!(lines.contains(row), "row changed: {row}");
-            }
-        }
-        if text[..].contains("\n\nSecond") && lines.iter().any(|l| l.contains("Second")) {
-            previous = Some(lines);
-        }
+        assert_eq!(
+            rows_of_first(&screen(&app, 60, 24)),
+            finished,
+            "finished rows changed after '{word}'"
+        );
     }
+}
+
+#[test]
+fn reasoning_streams_dimmed_then_folds() {
+    let mut app = app();
+    start_turn(&mut app, "think first");
+    for line in [
+        "Let me look at the parser.",
+        "The last field is dropped.",
+        "A filter removes empties.",
+        "Fix: keep them.",
+    ] {
+        app.handle_event(Event::ReasoningDelta {
+            turn_id: 1,
+            delta: format!("{line}\n"),
+        });
+    }
+    insta::assert_snapshot!("reasoning_streaming", screen(&app, 70, 16));
+    app.handle_event(Event::MessageDelta {
+        turn_id: 1,
+        expert: Some(Expert::L2),
+        delta: "Done.".into(),
+    });
+    let folded = screen(&app, 70, 16);
+    assert!(
+        folded.contains("∴ Thought · 4 lines (ctrl+o to expand)"),
+        "{folded}"
+    );
+    assert!(!folded.contains("A filter removes empties."), "{folded}");
+    app.handle_key(ctrl('o'));
+    assert!(screen(&app, 70, 20).contains("A filter removes empties."));
+}
+
+#[test]
+fn resume_picker_lists_session_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("0190-old.jsonl"), "{}\n").expect("write");
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(dir.path().join("0190-new.jsonl"), "{}\n").expect("write");
+    let mut o = options();
+    o.sessions_dir = Some(dir.path().to_path_buf());
+    let mut app = app_with(o, ColorDepth::TrueColor);
+    app.composer.set_text("/resume");
+    app.handle_key(key(KeyCode::Enter));
+    assert!(matches!(app.popup(), Popup::Sessions(ref s) if s.len() == 2 && s[0].id == "0190-new"));
+    assert!(screen(&app, 80, 16).contains("0190-old"));
+    app.handle_key(key(KeyCode::Down));
+    app.handle_key(key(KeyCode::Enter));
+    assert_eq!(
+        ops(&mut app),
+        vec![Op::ResumeSession {
+            id: "0190-old".into()
+        }]
+    );
+    assert_eq!(app.popup(), Popup::None);
 }
 
 #[test]

@@ -444,6 +444,9 @@ impl App {
                 }
             }
             Event::ReasoningDelta { delta, .. } => {
+                if matches!(self.status.phase, Phase::Answering | Phase::Waiting) {
+                    self.status.phase = Phase::Thinking;
+                }
                 let index = match self.streaming_reasoning {
                     Some(i) => i,
                     None => {
@@ -462,6 +465,9 @@ impl App {
                 });
             }
             Event::MessageDelta { delta, expert, .. } => {
+                if matches!(self.status.phase, Phase::Thinking | Phase::Waiting) {
+                    self.status.phase = Phase::Answering;
+                }
                 if let Some(i) = self.streaming_reasoning.take()
                     && let Some(CellKind::Reasoning(r)) = self.cell_mut(i)
                 {

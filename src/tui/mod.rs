@@ -24,7 +24,7 @@ pub mod options;
 mod pager;
 mod print_exit;
 pub mod render;
-mod sessions;
+pub mod sessions;
 pub mod slash;
 pub mod status;
 mod terminal;

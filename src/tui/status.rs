@@ -21,6 +21,8 @@ pub enum Phase {
     Waiting,
     Routing,
     Answering,
+    /// The answer hop streams reasoning before its text.
+    Thinking,
     RunningTool(String),
     AwaitingApproval,
     Summarizing,
@@ -36,6 +38,7 @@ impl Phase {
             Phase::Waiting => "sending".into(),
             Phase::Routing => "routing".into(),
             Phase::Answering => "answering".into(),
+            Phase::Thinking => "thinking".into(),
             Phase::RunningTool(t) => format!("running {t}"),
             Phase::AwaitingApproval => "waiting for approval".into(),
             Phase::Summarizing => "summarizing".into(),
