@@ -245,12 +245,17 @@ impl App {
 
     /// A new user turn, a shell command or a slash command from the composer (or the queue).
     pub fn submit(&mut self, text: String) {
+        if let Err(e) = self.history.push(text.trim()) {
+            self.push_notice(NoticeLevel::Warning, e, vec![]);
+        }
+        self.dispatch(text);
+    }
+
+    /// Sends (or queues) what was submitted; queued messages come back through here.
+    fn dispatch(&mut self, text: String) {
         let trimmed = text.trim();
         if trimmed.is_empty() {
             return;
-        }
-        if let Err(e) = self.history.push(trimmed) {
-            self.push_notice(NoticeLevel::Warning, e, vec![]);
         }
         if let Some(parsed) = super::slash::parse_slash(trimmed) {
             match parsed {
@@ -305,7 +310,7 @@ impl App {
             let Some(next) = self.queue.pop_front() else {
                 break;
             };
-            self.submit(next);
+            self.dispatch(next);
         }
     }
 
@@ -368,7 +373,11 @@ impl App {
                 self.session_id = Some(session_id);
             }
             Event::TurnStarted { text, .. } => {
-                if self.echo_pending.front() == Some(&text) {
+                if self
+                    .echo_pending
+                    .front()
+                    .is_some_and(|sent| sent.trim() == text.trim())
+                {
                     self.echo_pending.pop_front();
                 } else {
                     self.push_cell(CellKind::User(UserCell { text, shell: false }));

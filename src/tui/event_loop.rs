@@ -59,6 +59,8 @@ async fn run_loop(
     let reader = InputReader::spawn(in_tx);
     let (diff_tx, mut diff_rx) = mpsc::unbounded_channel::<Result<String, String>>();
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let mut input_gone = false;
     let mut exit_code = 0;
     let mut core_gone = false;
     let mut last_draw = Instant::now() - MIN_FRAME;
@@ -85,11 +87,20 @@ async fn run_loop(
             Duration::from_secs(3600)
         };
         tokio::select! {
-            Some(ev) = in_rx.recv() => {
+            ev = in_rx.recv(), if !input_gone => {
                 app.now = Instant::now();
-                handle_terminal_event(app, ev);
-                while let Ok(ev) = in_rx.try_recv() {
-                    handle_terminal_event(app, ev);
+                match ev {
+                    Some(ev) => {
+                        handle_terminal_event(app, ev);
+                        while let Ok(ev) = in_rx.try_recv() {
+                            handle_terminal_event(app, ev);
+                        }
+                    }
+                    // The terminal went away: save and leave.
+                    None => {
+                        input_gone = true;
+                        app.request_quit();
+                    }
                 }
                 dirty = true;
             }
@@ -128,6 +139,11 @@ async fn run_loop(
                 app.request_quit();
                 exit_code = 143;
                 dirty = true;
+            }
+            _ = sighup.recv() => {
+                app.request_quit();
+                exit_code = 129;
+                input_gone = true;
             }
             _ = tokio::time::sleep(wait) => {
                 if animating {
