@@ -300,6 +300,9 @@ impl App {
         self.status.phase = Phase::Waiting;
         self.status.turn_started = Some(self.now);
         self.status.hops = Default::default();
+        // The last turn's expert is not this one's: routing decides anew (unless pinned).
+        self.status.expert = self.status.pinned;
+        self.status.decision = self.status.pinned.map(|_| crate::protocol::RouteDecision::Pinned);
         self.transcript.scroll = 0;
         self.send(Op::UserTurn { text });
     }
