@@ -118,12 +118,41 @@ const ANSI16: [(Color, (u8, u8, u8)); 16] = [
     (Color::White, (255, 255, 255)),
 ];
 
+/// Maps a colour to one of the 16 ANSI colours by hue, not by RGB distance: the terminal's own
+/// palette differs from any fixed RGB table, and distance matching turns pastel theme colours
+/// into greys. Unsaturated colours go to the grey steps by lightness; others to the hue's colour,
+/// its bright variant when light.
 pub fn nearest_ansi16(r: u8, g: u8, b: u8) -> Color {
-    ANSI16
-        .iter()
-        .min_by_key(|(_, rgb)| distance((r, g, b), *rgb))
-        .map(|(c, _)| *c)
-        .unwrap_or(Color::Reset)
+    let (r, g, b) = (i32::from(r), i32::from(g), i32::from(b));
+    let max = r.max(g).max(b);
+    let min = r.min(g).min(b);
+    let lightness = (max + min) / 2;
+    if max - min < 40 {
+        return match lightness {
+            0..50 => Color::Black,
+            50..140 => Color::DarkGray,
+            140..235 => Color::Gray,
+            _ => Color::White,
+        };
+    }
+    let delta = f64::from(max - min);
+    let hue = if max == r {
+        60.0 * ((f64::from(g - b) / delta).rem_euclid(6.0))
+    } else if max == g {
+        60.0 * (f64::from(b - r) / delta + 2.0)
+    } else {
+        60.0 * (f64::from(r - g) / delta + 4.0)
+    };
+    let bright = lightness >= 127;
+    let pick = |normal: Color, light: Color| if bright { light } else { normal };
+    match hue as u32 {
+        0..30 | 330.. => pick(Color::Red, Color::LightRed),
+        30..90 => pick(Color::Yellow, Color::LightYellow),
+        90..150 => pick(Color::Green, Color::LightGreen),
+        150..210 => pick(Color::Cyan, Color::LightCyan),
+        210..270 => pick(Color::Blue, Color::LightBlue),
+        _ => pick(Color::Magenta, Color::LightMagenta),
+    }
 }
 
 pub fn indexed_to_rgb(i: u8) -> (u8, u8, u8) {
@@ -174,6 +203,11 @@ mod tests {
         assert_eq!(rgb_to_256(255, 0, 0), 196);
         assert_eq!(rgb_to_256(128, 128, 128), 244);
         assert_eq!(nearest_ansi16(250, 10, 10), Color::LightRed);
+        assert_eq!(nearest_ansi16(0x87, 0xd7, 0x87), Color::LightGreen, "pastels keep their hue");
+        assert_eq!(nearest_ansi16(0x1c, 0x33, 0x20), Color::Black, "dark tints are backgrounds");
+        assert_eq!(nearest_ansi16(0x8a, 0x8a, 0x8a), Color::DarkGray);
+        assert_eq!(nearest_ansi16(0xd4, 0xd4, 0xd4), Color::Gray);
+        assert_eq!(nearest_ansi16(0, 0, 0xcd), Color::Blue);
         assert_eq!(
             ColorDepth::Ansi16.adapt(Color::Indexed(196)),
             Color::LightRed
