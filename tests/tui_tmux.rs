@@ -327,3 +327,47 @@ fn editor_diff_pager_and_resize_in_a_real_terminal() {
     );
     assert_eq!(tmux.format("#{alternate_on}"), "0", "alternate screen left");
 }
+
+#[test]
+fn sigterm_restores_the_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let engine = MockEngine::scripted_blocking(Script::new());
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let tmux = start_ui(
+        &engine,
+        &workspace,
+        &home,
+        &["BATON_TEST_CASE=sigterm".into(), "NO_COLOR=1".into()],
+    );
+    tmux.wait_for("Ask baton");
+    assert_eq!(
+        tmux.format("#{mouse_any_flag}"),
+        "1",
+        "mouse capture is on while the UI runs"
+    );
+    let pid = tmux.format("#{pane_pid}");
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    tmux.wait_until_dead();
+    assert_eq!(
+        tmux.format("#{pane_dead_status}"),
+        "143",
+        "SIGTERM exit code"
+    );
+    assert_eq!(tmux.format("#{alternate_on}"), "0", "alternate screen left");
+    assert_eq!(tmux.format("#{mouse_any_flag}"), "0", "mouse capture off");
+    assert!(
+        tmux.capture().contains("baton — terminal coding agent"),
+        "transcript printed on exit"
+    );
+}

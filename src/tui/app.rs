@@ -302,7 +302,10 @@ impl App {
         self.status.hops = Default::default();
         // The last turn's expert is not this one's: routing decides anew (unless pinned).
         self.status.expert = self.status.pinned;
-        self.status.decision = self.status.pinned.map(|_| crate::protocol::RouteDecision::Pinned);
+        self.status.decision = self
+            .status
+            .pinned
+            .map(|_| crate::protocol::RouteDecision::Pinned);
         self.transcript.scroll = 0;
         self.send(Op::UserTurn { text });
     }

@@ -203,8 +203,16 @@ mod tests {
         assert_eq!(rgb_to_256(255, 0, 0), 196);
         assert_eq!(rgb_to_256(128, 128, 128), 244);
         assert_eq!(nearest_ansi16(250, 10, 10), Color::LightRed);
-        assert_eq!(nearest_ansi16(0x87, 0xd7, 0x87), Color::LightGreen, "pastels keep their hue");
-        assert_eq!(nearest_ansi16(0x1c, 0x33, 0x20), Color::Black, "dark tints are backgrounds");
+        assert_eq!(
+            nearest_ansi16(0x87, 0xd7, 0x87),
+            Color::LightGreen,
+            "pastels keep their hue"
+        );
+        assert_eq!(
+            nearest_ansi16(0x1c, 0x33, 0x20),
+            Color::Black,
+            "dark tints are backgrounds"
+        );
         assert_eq!(nearest_ansi16(0x8a, 0x8a, 0x8a), Color::DarkGray);
         assert_eq!(nearest_ansi16(0xd4, 0xd4, 0xd4), Color::Gray);
         assert_eq!(nearest_ansi16(0, 0, 0xcd), Color::Blue);
