@@ -11,6 +11,7 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use support::{MockEngine, MockReply, Script};
@@ -115,8 +116,10 @@ impl Drop for Tmux {
 /// Starts the UI host in a fresh tmux server, in `workspace`, with extra environment entries.
 fn start_ui(engine: &MockEngine, workspace: &Path, home: &Path, extra_env: &[String]) -> Tmux {
     let exe = std::env::current_exe().expect("test binary");
+    static SESSIONS: AtomicUsize = AtomicUsize::new(0);
+    let n = SESSIONS.fetch_add(1, Ordering::SeqCst);
     let tmux = Tmux {
-        socket: format!("baton-tui-test-{}-{}", std::process::id(), extra_env.len()),
+        socket: format!("baton-tui-test-{}-{n}", std::process::id()),
     };
     let env = |k: &str, v: &Path| format!("{k}={}", v.display());
     let host = format!(
@@ -340,12 +343,7 @@ fn sigterm_restores_the_terminal() {
     let home = root.path().join("home");
     std::fs::create_dir_all(&workspace).expect("mkdir");
     std::fs::create_dir_all(&home).expect("mkdir");
-    let tmux = start_ui(
-        &engine,
-        &workspace,
-        &home,
-        &["BATON_TEST_CASE=sigterm".into(), "NO_COLOR=1".into()],
-    );
+    let tmux = start_ui(&engine, &workspace, &home, &["NO_COLOR=1".into()]);
     tmux.wait_for("Ask baton");
     assert_eq!(
         tmux.format("#{mouse_any_flag}"),
