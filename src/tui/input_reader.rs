@@ -16,7 +16,7 @@ pub struct InputReader {
 }
 
 /// How long `poll` blocks; bounds pause latency, and is idle time in the kernel (no busy loop).
-const POLL: Duration = Duration::from_millis(50);
+const POLL: Duration = Duration::from_millis(200);
 
 impl InputReader {
     pub fn spawn(tx: UnboundedSender<TermEvent>) -> InputReader {
