@@ -938,3 +938,40 @@ fn print_on_exit_contains_the_whole_conversation() {
     );
     assert!(!text.contains('\x1b'), "NO_COLOR prints plain text");
 }
+
+#[test]
+fn the_expert_badge_is_not_repeated_within_a_turn() {
+    let mut app = app();
+    start_turn(&mut app, "two steps");
+    app.handle_event(Event::MessageFinal {
+        turn_id: 1,
+        expert: Some(Expert::L2),
+        text: "Looking first.".into(),
+    });
+    app.handle_event(Event::ToolBegin {
+        turn_id: 1,
+        call_id: "c".into(),
+        tool: "read_file".into(),
+        arguments: serde_json::json!({"path": "a.rs"}),
+        title: "a.rs".into(),
+    });
+    app.handle_event(Event::ToolEnd {
+        call_id: "c".into(),
+        status: ToolStatus::Ok,
+        exit_code: None,
+        duration_ms: 3,
+        output: "fn a() {}".into(),
+    });
+    app.handle_event(Event::MessageFinal {
+        turn_id: 1,
+        expert: Some(Expert::L2),
+        text: "Done.".into(),
+    });
+    let s = screen(&app, 80, 24);
+    assert_eq!(
+        s.matches("L2 coding").count(),
+        2,
+        "one badge in the transcript, one in the status line:\n{s}"
+    );
+    assert!(s.contains("✓ read_file: a.rs"), "{s}");
+}

@@ -86,6 +86,8 @@ pub struct App {
     streaming_answer: Option<usize>,
     streaming_reasoning: Option<usize>,
     tool_cells: HashMap<String, usize>,
+    /// The expert named by the last answer's badge in this turn: repeats are not shown again.
+    last_badge: Option<crate::protocol::Expert>,
 }
 
 impl App {
@@ -140,6 +142,7 @@ impl App {
             streaming_answer: None,
             streaming_reasoning: None,
             tool_cells: HashMap::new(),
+            last_badge: None,
         };
         app.push_welcome();
         for w in warnings {
@@ -233,6 +236,18 @@ impl App {
         self.transcript.scroll = (self.transcript.scroll + after).saturating_sub(before);
     }
 
+    /// The expert to name above a new answer: only when it differs from the previous answer's.
+    fn badge(
+        &mut self,
+        expert: Option<crate::protocol::Expert>,
+    ) -> Option<crate::protocol::Expert> {
+        if expert.is_none() || expert == self.last_badge {
+            return None;
+        }
+        self.last_badge = expert;
+        expert
+    }
+
     pub fn set_theme(&mut self, theme: Theme) {
         self.theme = theme;
         self.generation += 1;
@@ -300,6 +315,7 @@ impl App {
         self.status.phase = Phase::Waiting;
         self.status.turn_started = Some(self.now);
         self.status.hops = Default::default();
+        self.last_badge = None;
         // The last turn's expert is not this one's: routing decides anew (unless pinned).
         self.status.expert = self.status.pinned;
         self.status.decision = self
@@ -379,6 +395,7 @@ impl App {
                 self.session_id = Some(session_id);
             }
             Event::TurnStarted { text, .. } => {
+                self.last_badge = None;
                 if self
                     .echo_pending
                     .front()
@@ -491,10 +508,9 @@ impl App {
                 let index = match self.streaming_answer {
                     Some(i) => i,
                     None => {
-                        let i = self.push_cell(CellKind::Assistant(AssistantCell::new(
-                            expert.or(self.status.expert),
-                            true,
-                        )));
+                        let badge = self.badge(expert.or(self.status.expert));
+                        let i =
+                            self.push_cell(CellKind::Assistant(AssistantCell::new(badge, true)));
                         self.streaming_answer = Some(i);
                         i
                     }
@@ -528,7 +544,8 @@ impl App {
                         }
                     }
                     None if !text.trim().is_empty() => {
-                        let mut cell = AssistantCell::new(expert.or(self.status.expert), false);
+                        let badge = self.badge(expert.or(self.status.expert));
+                        let mut cell = AssistantCell::new(badge, false);
                         cell.text = text.clone();
                         self.push_cell(CellKind::Assistant(cell));
                     }
