@@ -78,14 +78,26 @@ impl AssistantCell {
     fn streaming_body(&self, width: usize, ctx: &RenderCtx<'_>) -> Vec<Line<'static>> {
         let stable = stable_prefix_len(&self.text);
         let mut cache = self.prefix_cache.borrow_mut();
-        let valid = matches!(cache.as_ref(), Some((w, g, len, _)) if *w == width && *g == ctx.generation && *len == stable);
-        if !valid {
-            let lines = if stable == 0 {
-                Vec::new()
-            } else {
-                render_markdown(&self.text[..stable], width, ctx.theme)
-            };
-            *cache = Some((width, ctx.generation, stable, lines));
+        let same_layout = |c: &PrefixLayout| c.0 == width && c.1 == ctx.generation;
+        match cache.as_mut() {
+            Some(c) if same_layout(c) && c.2 == stable => {}
+            // New finished blocks: lay out only them and append; the earlier ones stay as they were.
+            Some(c) if same_layout(c) && c.2 < stable && self.text.is_char_boundary(c.2) => {
+                let added = render_markdown(&self.text[c.2..stable], width, ctx.theme);
+                if !c.3.is_empty() && !added.is_empty() {
+                    c.3.push(Line::default());
+                }
+                c.3.extend(added);
+                c.2 = stable;
+            }
+            _ => {
+                let lines = if stable == 0 {
+                    Vec::new()
+                } else {
+                    render_markdown(&self.text[..stable], width, ctx.theme)
+                };
+                *cache = Some((width, ctx.generation, stable, lines));
+            }
         }
         let mut out = cache
             .as_ref()
