@@ -670,7 +670,18 @@ impl App {
             Event::Error { message, hop } => {
                 let mut body = Vec::new();
                 if let Some(h) = hop {
-                    body.push(format!("during the {h} hop"));
+                    if !message.contains(h.as_str()) {
+                        body.push(format!("during the {h} hop"));
+                    }
+                    // A failed background hop (summary, compaction) ends that phase.
+                    if !self.status.working
+                        && matches!(
+                            h,
+                            crate::protocol::Hop::Summary | crate::protocol::Hop::Compaction
+                        )
+                    {
+                        self.status.phase = Phase::Idle;
+                    }
                 }
                 if let Some(a) = advice_for(&message, &self.opts.endpoint) {
                     body.push(a);
