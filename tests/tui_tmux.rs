@@ -254,6 +254,8 @@ fn editor_diff_pager_and_resize_in_a_real_terminal() {
         Script::new()
             .route("L2")
             .answer("L2", "Edited prompt received.")
+            .default_route("L2")
+            .default_answer("Paste received.")
             .default_summary("ok"),
     );
     let root = tempfile::tempdir().expect("tempdir");
@@ -297,6 +299,21 @@ fn editor_diff_pager_and_resize_in_a_real_terminal() {
         Some("from the editor")
     );
 
+    // A bracketed paste of many lines collapses to a placeholder and is sent whole.
+    let pasted: String = (1..=20).map(|i| format!("log line {i}\n")).collect();
+    tmux.cmd(&["set-buffer", "-b", "p", &pasted]);
+    tmux.cmd(&["paste-buffer", "-p", "-b", "p", "-t", "t"]);
+    tmux.wait_for("[Pasted text #1: 20 lines]");
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("Paste received.");
+    let sent = engine.requests_for_hop("answer")[1]
+        .last_user_text()
+        .unwrap_or_default();
+    assert!(
+        sent.contains("log line 1\n") && sent.contains("log line 20"),
+        "{sent}"
+    );
+
     tmux.cmd(&["send-keys", "-t", "t", "-l", "/diff"]);
     tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
     let pager = tmux.wait_for("git diff (untracked included)");
@@ -313,7 +330,7 @@ fn editor_diff_pager_and_resize_in_a_real_terminal() {
 
     for (w, h) in [("60", "20"), ("200", "50"), ("61", "12")] {
         tmux.cmd(&["resize-window", "-t", "t", "-x", w, "-y", h]);
-        let screen = tmux.wait_for("Edited prompt received.");
+        let screen = tmux.wait_for("Paste received.");
         assert!(
             screen
                 .lines()
