@@ -324,3 +324,20 @@ fn the_line_repl_answers_each_line_and_exits_at_end_of_input() {
     assert!(stdout.contains("second answer"), "{stdout}");
     assert_eq!(engine.requests_for_hop("answer").len(), 2);
 }
+
+#[test]
+fn root_options_before_a_subcommand_do_not_turn_it_into_a_prompt() {
+    let env = Env::new();
+    env.baton()
+        .args([
+            "--endpoint",
+            "http://127.0.0.1:9/v1",
+            "sessions",
+            "--session-dir",
+            "s",
+        ])
+        .write_stdin("")
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("No sessions"));
+}

@@ -252,6 +252,9 @@ fn tool_results_continue_on_the_same_expert_without_a_route_hop() {
     assert_eq!(done[0]["answer"], "The file says 42.");
     assert_eq!(done[0]["status"], "done");
     assert_eq!(of_type(&ev, "summary_recorded").len(), 1);
+    // The summary's text is never part of the output, not even in JSON mode.
+    assert!(!stdout_of(&out).contains("summary by L2"));
+    assert_eq!(engine.requests_for_hop("summary").len(), 1);
     assert_eq!(ev[0]["type"], "session");
     assert_eq!(
         ev.last().map(|e| e["type"].clone()),
@@ -518,4 +521,66 @@ fn ctrl_c_stops_the_turn_saves_the_session_and_exits_130() {
     let saved = std::fs::read_to_string(session_file(&env.sessions)).expect("session");
     assert!(saved.contains("\"record\":\"turn_ended\""));
     assert!(saved.contains("\"record\":\"task_abandoned\""));
+}
+
+#[test]
+fn the_api_key_is_sent_but_never_printed_or_saved() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", MockReply::error(401, "bad key", "invalid_api_key")),
+    );
+    let out = env
+        .exec(&engine, "hi", &["--json", "--api-key-env", "MY_KEY"])
+        .env("MY_KEY", "sk-very-secret-123")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        engine.requests_for_hop("answer")[0].header("authorization"),
+        Some("Bearer sk-very-secret-123")
+    );
+    assert!(!stdout_of(&out).contains("sk-very-secret"));
+    assert!(!stderr_of(&out).contains("sk-very-secret"));
+    let saved = std::fs::read_to_string(session_file(&env.sessions)).expect("session");
+    assert!(!saved.contains("sk-very-secret"));
+}
+
+#[test]
+fn project_instructions_reach_the_experts() {
+    let env = Env::new();
+    std::fs::write(env.workspace.join("AGENTS.md"), "Always run cargo fmt.").expect("write");
+    let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "ok"));
+    let out = env.exec(&engine, "hi", &[]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let answer = &engine.requests_for_hop("answer")[0];
+    assert!(
+        answer
+            .system_text()
+            .unwrap_or_default()
+            .contains("Always run cargo fmt.")
+    );
+    assert!(!engine.requests_for_hop("route")[0].mentions("Always run cargo fmt."));
+}
+
+#[test]
+fn a_hanging_summary_does_not_hold_back_the_answer() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", "prompt answer")
+            .summary("L2", MockReply::hang()),
+    );
+    let out = env
+        .exec(&engine, "hi", &["--timeout", "2"])
+        .output()
+        .expect("run");
+    // The turn finished: exit 0 with the answer, although the summary never came.
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "prompt answer\n");
+    assert!(stderr_of(&out).contains("next turn will make it"));
+    let saved = std::fs::read_to_string(session_file(&env.sessions)).expect("session");
+    assert!(!saved.contains("\"record\":\"summary\""));
 }

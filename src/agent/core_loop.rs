@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
-use super::{Shared, lock, summaries, turn};
+use super::{Shared, context, lock, summaries, turn};
 use crate::protocol::{Event, Op};
 use crate::session::SessionFile;
 
@@ -56,14 +56,18 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
             Op::PinExpert { expert } => *lock(&shared.pinned) = expert,
             Op::SetModel { model } => *lock(&shared.model) = Some(model),
             Op::NewSession => {
-                finish_running(&shared, running.take()).await;
+                finish_running(running.take()).await;
                 switch_session(&shared, None).await;
             }
             Op::ResumeSession { id } => {
-                finish_running(&shared, running.take()).await;
+                finish_running(running.take()).await;
                 switch_session(&shared, Some(id)).await;
             }
-            Op::Undo | Op::Compact | Op::UserShell { .. } => shared.events.emit(Event::Warning {
+            Op::Compact if running.is_none() => compact_last_task(&shared).await,
+            Op::Compact => shared.events.emit(Event::Warning {
+                message: "a turn is running: /compact waits until it ends".into(),
+            }),
+            Op::Undo | Op::UserShell { .. } => shared.events.emit(Event::Warning {
                 message: "this operation is not available in this build of the agent core".into(),
             }),
             Op::Shutdown => {
@@ -105,7 +109,7 @@ fn start_turn(shared: &Arc<Shared>, text: String) -> Running {
 }
 
 /// Interrupts a running turn and waits until it has written its end.
-async fn finish_running(_shared: &Shared, running: Option<Running>) {
+async fn finish_running(running: Option<Running>) {
     if let Some(r) = running {
         r.cancel.cancel();
         let _ = r.handle.await;
@@ -113,7 +117,7 @@ async fn finish_running(_shared: &Shared, running: Option<Running>) {
 }
 
 async fn shutdown(shared: &Arc<Shared>, running: Option<Running>) {
-    finish_running(shared, running).await;
+    finish_running(running).await;
     // Answers were delivered already; the summaries are saved before the process ends (B2).
     summaries::wait_all(shared).await;
 }
@@ -148,5 +152,26 @@ async fn switch_session(shared: &Arc<Shared>, resume: Option<String>) {
             message: e.to_string(),
             hop: None,
         }),
+    }
+}
+
+/// `/compact`: compacts the last task of the timeline on its owner's view now.
+async fn compact_last_task(shared: &Arc<Shared>) {
+    let last = lock(&shared.timeline).tasks.last().map(|t| (t.id, t.owner));
+    let Some((task_id, owner)) = last else {
+        shared.events.emit(Event::Warning {
+            message: "nothing to compact yet".into(),
+        });
+        return;
+    };
+    let head = shared.head();
+    let view = lock(&shared.timeline).view(owner, &head);
+    let tokens = lock(&shared.context).estimate(&view);
+    let turn_id = lock(&shared.next_turn_id).saturating_sub(1);
+    let cancel = CancellationToken::new();
+    if !context::compact(shared, turn_id, task_id, owner, view, tokens, &cancel).await {
+        shared.events.emit(Event::Warning {
+            message: "the last task is too short to compact".into(),
+        });
     }
 }

@@ -8,8 +8,9 @@
 
 pub mod approval;
 pub mod basic_tools;
+mod context;
 mod core_loop;
-pub mod mol_bridge;
+pub mod instructions;
 mod summaries;
 mod tool_calls;
 mod turn;
@@ -22,12 +23,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 
-use crate::backend::{ChatBackend, ReasoningEffort};
+use crate::backend::{ChatBackend, ChatMessage, ReasoningEffort};
 use crate::config::Mode;
+use crate::mol::{Profile, Timeline};
 use crate::protocol::{AgentHandle, ApprovalDecision, EventSink, Expert};
 use crate::session::{Record, Restored, SessionFile};
 use crate::tool::{ToolRegistry, ToolState};
-use mol_bridge::{Profile, Timeline};
 
 /// The experts' built-in system prompt (overridable with `system_prompt` in config).
 pub const DEFAULT_SYSTEM_PROMPT: &str = include_str!("prompts/system.md");
@@ -54,6 +55,8 @@ pub struct AgentConfig {
     pub top_p: Option<f32>,
     pub seed: Option<u64>,
     pub max_tokens: Option<u32>,
+    /// The experts' context window in tokens; `None` = ask the server (`/models`).
+    pub context_window: Option<u64>,
 }
 
 /// State shared by the op loop, the running turn and the background summary tasks.
@@ -73,6 +76,7 @@ pub(crate) struct Shared {
     pub approved_prefixes: Mutex<Vec<Vec<String>>>,
     pub pending_approvals: Mutex<HashMap<String, oneshot::Sender<ApprovalDecision>>>,
     pub summaries: Mutex<HashMap<u64, tokio::task::JoinHandle<()>>>,
+    pub context: Mutex<context::ContextState>,
 }
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it (a panic is a bug,
@@ -82,6 +86,26 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    /// The system head of every answer and summary request: the experts' system prompt, with
+    /// the profile's identity prompt appended in `mol` mode (§4.3).
+    pub fn head(&self) -> Vec<ChatMessage> {
+        let mut system = format!(
+            "{}\n\nWorkspace: {}",
+            self.cfg.system_prompt.trim_end(),
+            self.cfg.workspace.display()
+        );
+        if self.cfg.headless {
+            system.push_str(
+                "\nThis run is headless: nobody can answer questions or approve actions.",
+            );
+        }
+        let head = [ChatMessage::system(system)];
+        match self.cfg.mode {
+            Mode::Mol => crate::mol::with_identity(&head, &self.cfg.profile.intro),
+            Mode::Proxy | Mode::Single => head.to_vec(),
+        }
+    }
+
     /// Appends a session record; a failed write becomes a warning, never a dead turn.
     pub fn record(&self, record: Record) {
         if let Err(e) = lock(&self.session).append(&record) {
@@ -123,6 +147,7 @@ pub fn spawn_agent(
         approved_prefixes: Mutex::new(Vec::new()),
         pending_approvals: Mutex::new(HashMap::new()),
         summaries: Mutex::new(HashMap::new()),
+        context: Mutex::new(context::ContextState::default()),
     });
     tokio::spawn(core_loop::run(shared, ops_rx, resumed));
     AgentHandle {

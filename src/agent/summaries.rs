@@ -3,10 +3,9 @@
 //! from a resumed session is made by the first turn that needs it.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use super::{Shared, lock, mol_bridge};
-use crate::backend::collect;
+use super::{Shared, lock};
+use crate::mol::SummaryState;
 use crate::protocol::{Event, Hop};
 use crate::session::Record;
 
@@ -32,7 +31,7 @@ pub(crate) async fn ensure_for(
         }
         let missing = lock(&shared.timeline)
             .task(task_id)
-            .is_some_and(|t| t.summary.is_none());
+            .is_some_and(|t| t.summary == SummaryState::Pending);
         if missing {
             summarize(shared, turn_id, task_id, true).await;
         }
@@ -50,63 +49,50 @@ pub(crate) async fn wait_all(shared: &Shared) {
 /// Runs one summary hop and records its result. `settle`: on failure record an empty summary
 /// instead of leaving it for a later retry.
 async fn summarize(shared: &Shared, turn_id: u64, task_id: u64, settle: bool) {
-    let request = {
-        let timeline = lock(&shared.timeline);
-        mol_bridge::summary_request(
-            &timeline,
-            task_id,
-            &shared.cfg.system_prompt,
-            &shared.cfg.profile,
-        )
-    };
-    let Some(request) = request else { return };
-    let expert = crate::protocol::Expert::parse(&request.model);
+    let task = lock(&shared.timeline).task(task_id).cloned();
+    let Some(task) = task else { return };
+    let expert = Some(task.owner);
     shared.events.emit(Event::HopStarted {
         turn_id,
         hop: Hop::Summary,
         expert,
     });
-    let started = Instant::now();
-    let result = match shared.backend.chat(request).await {
-        Ok(stream) => collect(stream).await,
-        Err(e) => Err(e),
-    };
-    let latency_ms = started.elapsed().as_millis() as u64;
-    let (text, usage) = match result {
-        Ok(done) => (
-            mol_bridge::summary_text(&done),
-            done.usage.unwrap_or_default(),
-        ),
-        Err(e) => {
-            shared.events.emit(Event::Warning {
-                message: format!("summary of task {task_id} failed: {e}"),
-            });
-            if !settle {
-                return;
-            }
-            (String::new(), Default::default())
+    let outcome = crate::mol::summarize(
+        shared.backend.as_ref(),
+        &shared.cfg.profile,
+        &task,
+        &shared.head(),
+    )
+    .await;
+    let latency_ms = outcome.latency.as_millis() as u64;
+    if let Some(error) = &outcome.error {
+        shared.events.emit(Event::Warning {
+            message: format!("summary of task {task_id} failed: {error}"),
+        });
+        if !settle {
+            return; // left pending: the next turn that needs it tries again
         }
-    };
+    }
     shared.events.emit(Event::HopCompleted {
         turn_id,
         hop: Hop::Summary,
         expert,
         latency_ms,
         ttft_ms: None,
-        usage,
+        usage: outcome.usage,
     });
-    lock(&shared.timeline).set_summary(task_id, text.clone());
-    let owner = expert.unwrap_or(crate::protocol::Expert::L2);
+    let text = outcome.text;
+    lock(&shared.timeline).record_summary(task_id, text.clone());
     shared.record(Record::Summary {
         task_id,
-        expert: owner,
+        expert: task.owner,
         text: text.clone(),
     });
     shared.events.emit(Event::SummaryRecorded {
-        expert: owner,
+        expert: task.owner,
         task_id,
         latency_ms,
-        tokens: usage.completion_tokens,
+        tokens: outcome.usage.completion_tokens,
         empty: text.trim().is_empty(),
     });
 }

@@ -100,6 +100,16 @@ fn start_with(
     answers: Vec<ChatMessage>,
     tools: crate::tool::ToolRegistry,
 ) -> Harness {
+    start_full(labels, hang_answers, answers, tools, None)
+}
+
+fn start_full(
+    labels: Vec<&'static str>,
+    hang_answers: bool,
+    answers: Vec<ChatMessage>,
+    tools: crate::tool::ToolRegistry,
+    context_window: Option<u64>,
+) -> Harness {
     let dir = tempfile::tempdir().expect("tempdir");
     let release = Arc::new(Notify::new());
     let backend = Arc::new(FakeBackend {
@@ -118,14 +128,20 @@ fn start_with(
         headless: true,
         max_round_trips: None,
         system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
-        profile: Profile::builtin(),
+        profile: Profile::builtin(&crate::mol::ProfileNames::default()),
         workspace: dir.path().to_path_buf(),
         session_dir: dir.path().join("sessions"),
         temperature: None,
         top_p: None,
         seed: None,
         max_tokens: None,
+        context_window,
     };
+    std::fs::write(
+        dir.path().join("big.txt"),
+        "all work and no play makes jack a dull boy\n".repeat(300),
+    )
+    .expect("write");
     let session =
         SessionFile::create(&cfg.session_dir, "mol", "fake", dir.path()).expect("session");
     let handle = spawn_agent(cfg, backend.clone(), tools, session, None);
@@ -349,5 +365,63 @@ async fn headless_declines_a_call_that_needs_approval_and_tells_the_model() {
         .iter()
         .any(|m| m.role == crate::backend::Role::Tool && m.content.contains("Declined"));
     assert!(told, "the model is told the call was declined");
+    h.release.notify_one();
+}
+
+#[tokio::test]
+async fn a_long_tool_loop_is_compacted_to_fit_the_window() {
+    let read = |id: &str| {
+        let mut m = ChatMessage::assistant("");
+        m.tool_calls.push(crate::backend::ToolCall {
+            id: id.into(),
+            name: "read_file".into(),
+            arguments: r#"{"path":"big.txt"}"#.into(),
+        });
+        m
+    };
+    let answers = vec![read("r1"), read("r2"), read("r3")];
+    let mut h = start_full(
+        vec!["L2"],
+        false,
+        answers,
+        basic_tools::basic_registry(),
+        Some(4096),
+    );
+    h.handle
+        .ops
+        .send(Op::UserTurn {
+            text: "read it thrice".into(),
+        })
+        .expect("send");
+    let compacted = next_matching(&mut h, |e| matches!(e, Event::ContextCompacted { .. })).await;
+    let Event::ContextCompacted {
+        tokens_before,
+        tokens_after,
+        method,
+        ..
+    } = compacted
+    else {
+        unreachable!()
+    };
+    assert!(tokens_after < tokens_before);
+    assert_eq!(method, "summary");
+    let done = next_matching(&mut h, |e| matches!(e, Event::TurnCompleted { .. })).await;
+    assert!(matches!(
+        done,
+        Event::TurnCompleted {
+            status: TurnStatus::Done,
+            ..
+        }
+    ));
+    let seen = lock(&h.backend.seen);
+    assert!(seen.iter().any(|r| r.hop == Hop::Compaction));
+    let last = seen
+        .iter()
+        .rfind(|r| r.hop == Hop::Answer)
+        .expect("answers");
+    assert!(last.messages.iter().any(|m| {
+        m.content
+            .contains("Earlier steps of this task were compacted")
+    }));
     h.release.notify_one();
 }

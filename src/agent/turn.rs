@@ -8,13 +8,12 @@ use std::time::Instant;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::{Shared, lock, mol_bridge, summaries, tool_calls};
-use crate::backend::{
-    BackendError, ChatCompletion, ChatDelta, ChatRequest, FinishReason, ReasoningEffort,
-};
+use super::{Shared, context, lock, summaries, tool_calls};
+use crate::backend::{BackendError, ChatCompletion, ChatDelta, ChatRequest, FinishReason};
 use crate::config::Mode;
+use crate::mol::{AnswerOptions, ReasoningWire};
 use crate::protocol::{Event, Expert, Hop, RouteDecision, TokenUsage, TurnStatus};
-use crate::session::Record;
+use crate::session::{Record, abandon_open_task};
 
 /// Why a turn stopped early.
 pub(crate) enum Stop {
@@ -58,11 +57,7 @@ pub(crate) async fn run_turn(
             expert,
         }) => (status, answer, expert),
         Err((stop, expert)) => {
-            let open = lock(&shared.timeline).open_task_id();
-            if let Some(open) = open {
-                lock(&shared.timeline).abandon(open);
-                shared.record(Record::TaskAbandoned { task_id: open });
-            }
+            abandon(&shared);
             match stop {
                 Stop::Interrupted => (TurnStatus::Interrupted, None, expert),
                 Stop::Failed(e) => {
@@ -104,22 +99,13 @@ fn public_expert(shared: &Shared, expert: Option<Expert>) -> Option<Expert> {
 async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<Expert>)> {
     let shared = ctx.shared.clone();
     // A tool loop left open by an interrupted turn is abandoned; its expert is the fallback (B1).
-    let fallback = mol_bridge::fallback_expert(&lock(&shared.timeline));
-    let open = lock(&shared.timeline).open_task_id();
-    if let Some(open) = open {
-        lock(&shared.timeline).abandon(open);
-        shared.record(Record::TaskAbandoned { task_id: open });
-    }
+    let open_owner = lock(&shared.timeline).open_task().map(|t| t.owner);
+    abandon(&shared);
 
-    let expert = choose_expert(ctx, text, fallback)
+    let expert = choose_expert(ctx, text, open_owner)
         .await
         .map_err(|s| (s, None))?;
-    let task_id = {
-        let mut timeline = lock(&shared.timeline);
-        let id = timeline.next_task_id();
-        timeline.open(id, expert, text.to_string());
-        id
-    };
+    let task_id = lock(&shared.timeline).open(expert, text);
     shared.record(Record::TaskOpened {
         task_id,
         owner: expert,
@@ -140,8 +126,7 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
             shared.events.emit(Event::Warning {
                 message: format!("--max-turns {max} reached before the model finished"),
             });
-            lock(&shared.timeline).abandon(task_id);
-            shared.record(Record::TaskAbandoned { task_id });
+            abandon(&shared);
             return Ok(Outcome {
                 status: TurnStatus::LimitReached,
                 answer: None,
@@ -159,10 +144,19 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
             });
         }
         round_trips += 1;
-        let request = answer_request(&shared, expert);
+        let request = if shared.cfg.mode == Mode::Mol {
+            let build = || answer_request(&shared, expert);
+            context::fit(&shared, ctx.turn_id, task_id, expert, &ctx.cancel, build).await
+        } else {
+            answer_request(&shared, expert)
+        };
+        let shape = context::shape(&request);
         let mut done = answer_hop(ctx, request, expert)
             .await
             .map_err(|s| (s, Some(expert)))?;
+        if let Some(usage) = done.usage {
+            context::observe(&shared, shape, usage.prompt_tokens);
+        }
         if let Some(id) = done.conversation_id.clone()
             && shared.cfg.mode == Mode::Proxy
         {
@@ -181,13 +175,13 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
         }
         let message = done.message;
         let calls = message.tool_calls.clone();
-        lock(&shared.timeline).push(task_id, message.clone());
+        lock(&shared.timeline).push(message.clone());
         shared.record(Record::Message {
             task_id,
             message: message.clone(),
         });
         if calls.is_empty() {
-            lock(&shared.timeline).close(task_id);
+            lock(&shared.timeline).close(shared.cfg.mode == Mode::Mol);
             shared.record(Record::TaskClosed { task_id });
             if shared.cfg.mode == Mode::Mol {
                 summaries::spawn(&shared, ctx.turn_id, task_id);
@@ -200,7 +194,7 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
         }
         for call in &calls {
             let result = tool_calls::execute(&shared, ctx.turn_id, call, &ctx.cancel).await;
-            lock(&shared.timeline).push(task_id, result.clone());
+            lock(&shared.timeline).push(result.clone());
             shared.record(Record::Message {
                 task_id,
                 message: result,
@@ -214,7 +208,11 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
 
 /// Pinned, routed by L0, or (outside `mol` mode) nobody: the task owner is then a fixed
 /// internal label so the whole history is one expert's own view.
-async fn choose_expert(ctx: &mut TurnCtx, text: &str, fallback: Expert) -> Result<Expert, Stop> {
+async fn choose_expert(
+    ctx: &mut TurnCtx,
+    text: &str,
+    open_owner: Option<Expert>,
+) -> Result<Expert, Stop> {
     let shared = ctx.shared.clone();
     if shared.cfg.mode != Mode::Mol {
         return Ok(Expert::L2);
@@ -223,39 +221,30 @@ async fn choose_expert(ctx: &mut TurnCtx, text: &str, fallback: Expert) -> Resul
     let (expert, decision, reason, latency_ms) = match pinned {
         Some(p) => (p, RouteDecision::Pinned, None, 0),
         None => {
-            let request = mol_bridge::route_request(&shared.cfg.profile, text);
             shared.events.emit(Event::HopStarted {
                 turn_id: ctx.turn_id,
                 hop: Hop::Route,
                 expert: Some(Expert::L0),
             });
-            let started = Instant::now();
-            let result = tokio::select! {
-                r = request_once(&shared, request) => r,
+            let outcome = tokio::select! {
+                o = crate::mol::route(shared.backend.as_ref(), &shared.cfg.profile, text, open_owner) => o,
                 _ = ctx.cancel.cancelled() => return Err(Stop::Interrupted),
             };
-            let latency_ms = started.elapsed().as_millis() as u64;
-            let usage = result
-                .as_ref()
-                .ok()
-                .and_then(|d| d.usage)
-                .unwrap_or_default();
-            ctx.usage.add(&usage);
+            let latency_ms = outcome.latency.as_millis() as u64;
+            ctx.usage.add(&outcome.usage);
             shared.events.emit(Event::HopCompleted {
                 turn_id: ctx.turn_id,
                 hop: Hop::Route,
                 expert: Some(Expert::L0),
                 latency_ms,
                 ttft_ms: None,
-                usage,
+                usage: outcome.usage,
             });
-            let parsed = result
-                .map_err(|e| e.to_string())
-                .and_then(|d| mol_bridge::parse_label(&d));
-            match parsed {
-                Ok(e) => (e, RouteDecision::Model, None, latency_ms),
-                Err(why) => (fallback, RouteDecision::Fallback, Some(why), latency_ms),
-            }
+            // The raw label of a model decision is noise; a fallback's reason is the point.
+            let reason = (outcome.decision == RouteDecision::Fallback)
+                .then_some(outcome.reason)
+                .flatten();
+            (outcome.expert, outcome.decision, reason, latency_ms)
         }
     };
     shared.events.emit(Event::RouteDecided {
@@ -275,60 +264,47 @@ async fn choose_expert(ctx: &mut TurnCtx, text: &str, fallback: Expert) -> Resul
     Ok(expert)
 }
 
-async fn request_once(
-    shared: &Shared,
-    request: ChatRequest,
-) -> Result<ChatCompletion, BackendError> {
-    let stream = shared.backend.chat(request).await?;
-    crate::backend::collect(stream).await
+/// Closes the open task, if any, without a summary, and records that.
+fn abandon(shared: &Shared) {
+    let abandoned = abandon_open_task(&mut lock(&shared.timeline));
+    if let Some(task_id) = abandoned {
+        shared.record(Record::TaskAbandoned { task_id });
+    }
 }
 
 /// The answer request of `expert` from the current timeline.
 fn answer_request(shared: &Shared, expert: Expert) -> ChatRequest {
     let cfg = &shared.cfg;
-    let timeline = lock(&shared.timeline);
-    let (model, messages) = match cfg.mode {
-        Mode::Mol => (
-            expert.label().to_string(),
-            mol_bridge::view_for(&timeline, expert, &cfg.system_prompt, &cfg.profile),
-        ),
-        Mode::Proxy | Mode::Single => (
-            lock(&shared.model).clone().unwrap_or_default(),
-            mol_bridge::full_history(&timeline, &cfg.system_prompt),
-        ),
+    let head = shared.head();
+    let (model, view, wire) = {
+        let timeline = lock(&shared.timeline);
+        match cfg.mode {
+            Mode::Mol => (
+                cfg.profile.adapter(expert).to_string(),
+                timeline.view(expert, &head),
+                ReasoningWire::HarnessMapping,
+            ),
+            Mode::Proxy | Mode::Single => (
+                lock(&shared.model).clone().unwrap_or_default(),
+                timeline.full_history(&head),
+                ReasoningWire::PassThrough,
+            ),
+        }
     };
-    drop(timeline);
-    let mut req = ChatRequest::new(model, messages, Hop::Answer);
-    req.tools = shared.tools.specs();
-    if !req.tools.is_empty() {
-        req.tool_choice = Some("auto".into());
-    }
-    req.sampling.temperature = cfg.temperature;
-    req.sampling.top_p = cfg.top_p;
-    req.sampling.seed = cfg.seed;
-    req.max_tokens = cfg.max_tokens;
-    match cfg.mode {
-        Mode::Mol => {
-            // The harness's defaults and mapping: greedy unless set; none → thinking off,
-            // every other effort → high with thinking on.
-            req.sampling.temperature = cfg.temperature.or(Some(0.0));
-            match cfg.reasoning {
-                Some(ReasoningEffort::None) => {
-                    req.reasoning_effort = Some(ReasoningEffort::None);
-                    req.enable_thinking = Some(false);
-                }
-                Some(_) => {
-                    req.reasoning_effort = Some(ReasoningEffort::High);
-                    req.enable_thinking = Some(true);
-                }
-                None => {}
-            }
-        }
-        Mode::Proxy => {
-            req.reasoning_effort = cfg.reasoning;
-            req.conversation_id = lock(&shared.conversation_id).clone();
-        }
-        Mode::Single => req.reasoning_effort = cfg.reasoning,
+    let tools = shared.tools.specs();
+    let opts = AnswerOptions {
+        temperature: cfg.temperature,
+        top_p: cfg.top_p,
+        seed: cfg.seed,
+        stop: Vec::new(),
+        tool_choice: (!tools.is_empty()).then(|| "auto".to_string()),
+        parallel_tool_calls: None,
+        max_tokens: cfg.max_tokens,
+        reasoning: cfg.reasoning,
+    };
+    let mut req = crate::mol::answer_request(&model, view, tools, &opts, wire);
+    if cfg.mode == Mode::Proxy {
+        req.conversation_id = lock(&shared.conversation_id).clone();
     }
     req
 }
@@ -397,7 +373,7 @@ async fn answer_hop(
         turn_id,
         usage,
         context_used: done.usage.map(|u| u.prompt_tokens + u.completion_tokens),
-        context_window: None,
+        context_window: context::known_window(&shared),
     });
     Ok(done)
 }

@@ -300,6 +300,13 @@ pub trait ChatBackend: Send + Sync {
 
     /// One line for `/status` and the session event: the URL or `local:ROOT`.
     fn describe(&self) -> String;
+
+    /// The exact prompt token count of a request, when the backend can tell without sending it
+    /// (the local engine's tokenizer). Remote backends return `None`; callers estimate and
+    /// correct with the server's reported usage.
+    fn count_prompt_tokens(&self, _req: &ChatRequest) -> Option<u64> {
+        None
+    }
 }
 
 /// Drains a stream and returns its completion (for callers that need no deltas).

@@ -35,8 +35,7 @@ Exit codes: 0 done, 1 model or agent error, 2 usage or config error, 3 a limit w
                   to one of four LoRA experts (L0 chat, L1 agent work, L2 code and terminal, L3 \
                   generative UI), answered with tools in your workspace, and summarized in the \
                   background so the other experts can follow the conversation.",
-    after_help = AFTER_HELP,
-    args_conflicts_with_subcommands = true
+    after_help = AFTER_HELP
 )]
 pub struct Cli {
     /// The first message (interactive), or the task for --exec ('-' = read stdin).

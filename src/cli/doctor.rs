@@ -41,6 +41,10 @@ pub async fn run(config: &Config) -> i32 {
         Err(e) => r.bad(&e),
     }
 
+    for f in &setup::project_instructions(config).files {
+        r.ok(&format!("project instructions from {}", f.display()));
+    }
+
     println!("profile");
     match (&config.profile, setup::profile(config)) {
         (_, Err(e)) => r.bad(&e),

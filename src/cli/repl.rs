@@ -13,26 +13,21 @@ const HELP: &str =
     "commands: /expert L0..L3|auto, /new, /resume ID|last, /quit (Ctrl-C stops a running turn)";
 
 pub async fn run(config: &Config, first: Option<String>, resume: Option<String>) -> i32 {
-    let prepared = setup::build_backend(config).and_then(|backend| {
-        let agent = setup::agent_config(config, false)?;
-        let (file, restored) = setup::open_session(config, backend.as_ref(), resume.as_deref())?;
-        Ok((backend, agent, file, restored))
-    });
-    let (backend, agent_cfg, file, restored) = match prepared {
-        Ok(p) => p,
+    let mut handle = match setup::start_agent(config, false, resume.as_deref()) {
+        Ok(h) => h,
         Err(e) => {
             eprintln!("baton: {e}");
             return exit::USAGE;
         }
     };
-    let tools = crate::agent::basic_tools::basic_registry();
-    let mut handle = crate::agent::spawn_agent(agent_cfg, backend, tools, file, restored);
     eprintln!("{HELP}");
 
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let mut in_flight = 0usize;
     let mut pending_approval: Option<(String, Vec<String>)> = None;
     let mut stdin_open = true;
+    // Whether answer text was printed since the last message ended (to end its line).
+    let mut streamed = false;
     if let Some(text) = first.filter(|t| !t.trim().is_empty()) {
         in_flight += 1;
         let _ = handle.ops.send(Op::UserTurn { text });
@@ -45,10 +40,14 @@ pub async fn run(config: &Config, first: Option<String>, resume: Option<String>)
                 let Some(ev) = ev else { return exit::AGENT_ERROR };
                 match &ev {
                     Event::MessageDelta { delta, .. } => {
+                        streamed = true;
                         print!("{delta}");
                         let _ = std::io::stdout().flush();
                     }
-                    Event::MessageFinal { .. } => println!(),
+                    Event::MessageFinal { .. } if streamed => {
+                        streamed = false;
+                        println!();
+                    }
                     Event::RouteDecided { expert, decision, latency_ms, reason, .. }
                         if !matches!(decision, crate::protocol::RouteDecision::Sticky) =>
                     {

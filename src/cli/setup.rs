@@ -3,16 +3,16 @@
 
 use std::sync::Arc;
 
-use crate::agent::mol_bridge::Profile;
 use crate::agent::{AgentConfig, ApprovalPolicy, DEFAULT_SYSTEM_PROMPT};
 use crate::backend::ChatBackend;
 use crate::backend::remote::ConstraintDialect;
 use crate::config::{Config, Mode, RouteConstraint};
+use crate::mol::{Profile, ProfileNames};
 use crate::session::{Restored, SessionFile};
 
 /// Shown when there is nothing to talk to.
 pub const NO_BACKEND_HELP: &str = "\
-baton has no model to talk to. Point it at an OpenAI-compatible server with
+no model to talk to. Point baton at an OpenAI-compatible server with
 `--endpoint http://HOST:PORT/v1` (or `endpoint = \"…\"` in ~/.config/baton/config.toml, or
 BATON_ENDPOINT); the API key is read from $BATON_API_KEY. A MoL engine serving L0–L3 works as
 is (--mode mol); for a routing proxy use --mode proxy --model NAME, for any other model
@@ -49,20 +49,33 @@ pub fn build_backend(config: &Config) -> Result<Arc<dyn ChatBackend>, String> {
         .map_err(|e| e.to_string())
 }
 
-/// The experts' system prompt: the configured file, else the built-in one.
+/// The experts' system prompt: the configured file, else the built-in one; then the project
+/// instructions (AGENTS.md files) for the workspace.
 pub fn system_prompt(config: &Config) -> Result<String, String> {
-    match &config.system_prompt {
+    let mut prompt = match &config.system_prompt {
         Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| format!("system_prompt {}: cannot read: {e}", path.display())),
-        None => Ok(DEFAULT_SYSTEM_PROMPT.to_string()),
+            .map_err(|e| format!("system_prompt {}: cannot read: {e}", path.display()))?,
+        None => DEFAULT_SYSTEM_PROMPT.to_string(),
+    };
+    let instructions = project_instructions(config);
+    if !instructions.text.is_empty() {
+        prompt = format!("{}\n\n{}", prompt.trim_end(), instructions.text);
     }
+    Ok(prompt)
+}
+
+/// AGENTS.md (or CLAUDE.md) files from the repository root down to the workspace, plus the
+/// user's own in `~/.config/baton/`.
+pub fn project_instructions(config: &Config) -> crate::agent::instructions::ProjectInstructions {
+    let user_dir = dirs::config_dir().map(|d| d.join("baton"));
+    crate::agent::instructions::discover(&config.workspace, user_dir.as_deref())
 }
 
 /// The MoL profile: the configured folder, else the built-in default.
 pub fn profile(config: &Config) -> Result<Profile, String> {
     match &config.profile {
-        Some(dir) => crate::agent::mol_bridge::load_profile(dir),
-        None => Ok(Profile::builtin()),
+        Some(dir) => Profile::load(dir, &ProfileNames::default()).map_err(|e| e.to_string()),
+        None => Ok(Profile::builtin(&ProfileNames::default())),
     }
 }
 
@@ -88,6 +101,7 @@ pub fn agent_config(config: &Config, headless: bool) -> Result<AgentConfig, Stri
         top_p: config.top_p,
         seed: config.seed,
         max_tokens: config.max_tokens,
+        context_window: config.context_window,
     })
 }
 
@@ -110,4 +124,29 @@ pub fn open_session(
         .map(|f| (f, None))
         .map_err(|e| e.to_string()),
     }
+}
+
+/// The tools offered to the model. One place, so the full registry is swapped in here.
+pub fn tool_registry(_config: &Config) -> crate::tool::ToolRegistry {
+    crate::agent::basic_tools::basic_registry()
+}
+
+/// Builds everything from the configuration and starts the agent core on the current tokio
+/// runtime: the entry point for every frontend (TUI, line REPL, `--exec`). `resume` is a
+/// session id, a unique prefix, or `last`. Errors are setup problems (exit 2).
+pub fn start_agent(
+    config: &Config,
+    headless: bool,
+    resume: Option<&str>,
+) -> Result<crate::protocol::AgentHandle, String> {
+    let backend = build_backend(config)?;
+    let agent = agent_config(config, headless)?;
+    let (file, restored) = open_session(config, backend.as_ref(), resume)?;
+    Ok(crate::agent::spawn_agent(
+        agent,
+        backend,
+        tool_registry(config),
+        file,
+        restored,
+    ))
 }

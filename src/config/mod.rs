@@ -61,6 +61,7 @@ pub struct Config {
     pub seed: Option<u64>,
     pub max_tokens: Option<u32>,
     pub route_constraint: RouteConstraint,
+    pub context_window: Option<u64>,
     /// The files that were read, in order of increasing precedence (for `doctor`).
     pub files: Vec<PathBuf>,
 }
@@ -170,6 +171,7 @@ pub fn load(flags: &Settings) -> Result<Config, ConfigLoadError> {
         .or_else(|| env.workspace.clone())
         .or_else(|| user.workspace.clone())
         .unwrap_or_else(|| cwd.clone());
+    let workspace_hint = cwd.join(workspace_hint);
     let project = match project_config_path(&workspace_hint) {
         Some(p) => {
             let s = read_file(&p)?;

@@ -83,6 +83,7 @@ pub struct Settings {
     pub seed: Option<u64>,
     pub max_tokens: Option<u32>,
     pub route_constraint: Option<RouteConstraint>,
+    pub context_window: Option<u64>,
 }
 
 fn choice<T: ValueEnum>(value: &str) -> Result<T, String> {
@@ -118,7 +119,7 @@ fn path(value: &str, base: Option<&Path>) -> PathBuf {
 
 impl Settings {
     /// Every key, as written in config.toml (the env var is `BATON_` + upper case).
-    pub const KEYS: [&'static str; 21] = [
+    pub const KEYS: [&'static str; 22] = [
         "endpoint",
         "api_key_env",
         "mode",
@@ -140,6 +141,7 @@ impl Settings {
         "seed",
         "max_tokens",
         "route_constraint",
+        "context_window",
     ];
 
     /// Sets one key from its text form. `base` resolves relative paths (a file's folder).
@@ -228,6 +230,13 @@ impl Settings {
                 self.max_tokens = Some(n);
             }
             "route_constraint" => self.route_constraint = Some(choice(value).map_err(err)?),
+            "context_window" => {
+                let n: u64 = number(value, "a number of tokens").map_err(err)?;
+                if n < 1024 {
+                    return Err(err(format!("{n} tokens is too small (at least 1024)")));
+                }
+                self.context_window = Some(n);
+            }
             _ => {
                 return Err(err(format!(
                     "unknown key (known keys: {})",
@@ -264,7 +273,8 @@ impl Settings {
             top_p,
             seed,
             max_tokens,
-            route_constraint
+            route_constraint,
+            context_window
         );
     }
 
@@ -305,6 +315,7 @@ impl Settings {
             seed: self.seed,
             max_tokens: self.max_tokens,
             route_constraint: self.route_constraint.unwrap_or_default(),
+            context_window: self.context_window,
             files: Vec::new(),
         })
     }

@@ -17,6 +17,12 @@ use crate::config::Config;
 use crate::protocol::{Event, Op, TurnStatus};
 use output::Output;
 
+/// How long a turn may take to stop after `--timeout` before the process exits anyway.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// How long `--exec` waits, after the answer, for the summary to be saved.
+const SUMMARY_SAVE_LIMIT: Duration = Duration::from_secs(60);
+
 /// What `--exec` was asked to do, besides the configuration.
 #[derive(Debug, Clone, Default)]
 pub struct ExecOptions {
@@ -37,24 +43,16 @@ pub async fn run(opts: ExecOptions, config: &Config) -> i32 {
             return exit::USAGE;
         }
     };
-    let prepared = setup::build_backend(config).and_then(|backend| {
-        let agent = setup::agent_config(config, true)?;
-        let (file, restored) =
-            setup::open_session(config, backend.as_ref(), opts.resume.as_deref())?;
-        Ok((backend, agent, file, restored))
-    });
-    let (backend, agent_cfg, file, restored) = match prepared {
-        Ok(p) => p,
+    let mut handle = match setup::start_agent(config, true, opts.resume.as_deref()) {
+        Ok(h) => h,
         Err(e) => {
             eprintln!("baton: {e}");
             return exit::USAGE;
         }
     };
-    let tools = crate::agent::basic_tools::basic_registry();
-    let mut handle = crate::agent::spawn_agent(agent_cfg, backend, tools, file, restored);
     let out = Output::new(opts.json);
 
-    let deadline = config
+    let mut deadline = config
         .timeout_secs
         .map(|s| Instant::now() + Duration::from_secs(s));
     let _ = handle.ops.send(Op::UserTurn { text });
@@ -63,8 +61,7 @@ pub async fn run(opts: ExecOptions, config: &Config) -> i32 {
     let mut interrupted_by_user = false;
     let mut timed_out = false;
     let mut shutting_down = false;
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
     loop {
         let until_deadline = async {
             match deadline {
@@ -74,22 +71,35 @@ pub async fn run(opts: ExecOptions, config: &Config) -> i32 {
         };
         let event = tokio::select! {
             ev = handle.events.recv() => ev,
-            _ = &mut ctrl_c, if !interrupted_by_user => {
+            _ = &mut ctrl_c => {
+                if interrupted_by_user || shutting_down {
+                    // A second Ctrl-C, or one while only the summary is being saved: leave now.
+                    return code.unwrap_or(exit::INTERRUPTED);
+                }
                 interrupted_by_user = true;
-                out.note("interrupted: stopping the turn and saving the session");
+                out.note("interrupted: stopping the turn and saving the session (Ctrl-C again to quit now)");
                 let _ = handle.ops.send(Op::Interrupt);
-                if shutting_down { return code.unwrap_or(exit::INTERRUPTED); }
+                ctrl_c = Box::pin(tokio::signal::ctrl_c());
                 continue;
             }
-            _ = until_deadline, if !timed_out => {
-                timed_out = true;
+            _ = until_deadline => {
                 if shutting_down {
                     // The answer is out; an unsaved summary is made by the next turn that needs it.
                     out.note("timeout while saving the summary; the next turn will make it");
                     return code.unwrap_or(exit::OK);
                 }
-                out.note(&format!("--timeout {} s reached: stopping the turn", config.timeout_secs.unwrap_or(0)));
+                if timed_out {
+                    out.note("the turn did not stop in time after the timeout; exiting");
+                    return exit::LIMIT;
+                }
+                timed_out = true;
+                out.note(&format!(
+                    "--timeout {} s reached: stopping the turn",
+                    config.timeout_secs.unwrap_or(0)
+                ));
                 let _ = handle.ops.send(Op::Interrupt);
+                // Grace for the turn to stop and the session to be saved.
+                deadline = Some(Instant::now() + STOP_GRACE);
                 continue;
             }
         };
@@ -117,6 +127,9 @@ pub async fn run(opts: ExecOptions, config: &Config) -> i32 {
                 }));
                 shutting_down = true;
                 let _ = handle.ops.send(Op::Shutdown);
+                // The summary is saved if it comes in time; if not, the next turn makes it.
+                let save_by = Instant::now() + SUMMARY_SAVE_LIMIT;
+                deadline = Some(deadline.map_or(save_by, |d| d.min(save_by)));
             }
             Event::ShutdownComplete => return code.unwrap_or(exit::AGENT_ERROR),
             _ => {}

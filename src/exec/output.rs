@@ -86,6 +86,14 @@ fn progress_line(event: &Event) -> Option<String> {
             };
             format!("tool {what}: {first}")
         }
+        Event::ContextCompacted {
+            expert,
+            tokens_before,
+            tokens_after,
+            ..
+        } => {
+            format!("context: compacted {expert}'s view, ~{tokens_before} → ~{tokens_after} tokens")
+        }
         Event::Warning { message } => format!("warning: {message}"),
         Event::Error { message, .. } => format!("error: {message}"),
         Event::TurnCompleted {

@@ -11,18 +11,26 @@
 //! - [`with_identity`]: the system head with the identity prompt (§4.3).
 //! - [`answer_request`]: the answer hop with options and the reasoning mapping.
 //! - [`summarize`] / [`summary_request`]: the summary hop, never fails (empty on error).
+//! - [`ContextBudget`] / [`TokenEstimator`]: the context budget; `Timeline::shrink_old_tool_outputs`
+//!   and `Timeline::compact` with [`compaction_request`] keep long tasks within the window.
 
 pub mod answer;
+pub mod budget;
+pub mod compact;
 pub mod profile;
 pub mod route;
 pub mod summary;
 pub mod timeline;
 
 pub use answer::{AnswerOptions, ReasoningWire, answer_request, apply_reasoning};
+pub use budget::{ContextBudget, TokenEstimator, prompt_chars};
+pub use compact::{
+    HANDOFF_PROMPT, compaction_request, files_touched, keep_from_for, latest_plan, shrink_output,
+};
 pub use profile::{ExpertDef, Profile, ProfileError, ProfileNames, ROUTE_PREFILL};
 pub use route::{
     DEFAULT_EXPERT, ROUTER_MAX_TOKENS, RouteOutcome, fallback_expert, label_text, parse_label,
     route, route_request,
 };
 pub use summary::{SUMMARY_MAX_TOKENS, SummaryOutcome, summarize, summary_request, summary_text};
-pub use timeline::{SummaryState, Task, Timeline, summary_message, with_identity};
+pub use timeline::{Compaction, SummaryState, Task, Timeline, summary_message, with_identity};

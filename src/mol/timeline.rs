@@ -32,6 +32,32 @@ pub struct Task {
     pub messages: Vec<ChatMessage>,
     pub closed: bool,
     pub summary: SummaryState,
+    /// The older part of the task replaced by a handoff summary (long tool loops).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<Compaction>,
+    /// Tool results at message indices below this are shown shrunk to head + tail.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub shrunk_before: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// How the older part of a task is shown after compaction: the handoff summary, the plan and the
+/// files touched, then the task's messages from `keep_from` on, verbatim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compaction {
+    /// The handoff summary the owner wrote (empty when the summary request failed).
+    pub summary: String,
+    /// The plan at compaction time, verbatim (the last `update_plan` arguments).
+    pub plan: Option<String>,
+    /// Files the task changed so far (kept across every compaction).
+    pub files_touched: Vec<String>,
+    /// First message index shown verbatim.
+    pub keep_from: usize,
+    /// How many compactions this task went through.
+    pub count: u32,
 }
 
 impl Task {
@@ -83,6 +109,10 @@ pub fn with_identity(head: &[ChatMessage], intro: &str) -> Vec<ChatMessage> {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timeline {
     pub tasks: Vec<Task>,
+    /// Per expert: its own closed tasks with a lower id are shown as user text + summary, like
+    /// other experts' tasks (set by compaction, so long sessions fit the window).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub folded_before: std::collections::BTreeMap<Expert, u64>,
 }
 
 impl Timeline {
@@ -122,6 +152,8 @@ impl Timeline {
             messages: Vec::new(),
             closed: false,
             summary: SummaryState::Pending,
+            compaction: None,
+            shrunk_before: 0,
         });
         id
     }
@@ -181,10 +213,12 @@ impl Timeline {
     /// without a usable summary contributes only its user text (B4: nothing empty is injected).
     pub fn view(&self, target: Expert, head: &[ChatMessage]) -> Vec<ChatMessage> {
         let mut out = head.to_vec();
+        let folded_before = self.folded_before.get(&target).copied().unwrap_or(0);
         for task in &self.tasks {
-            if task.owner == target {
+            let folded = task.closed && task.id < folded_before && task.summary_text().is_some();
+            if task.owner == target && !folded {
                 out.push(ChatMessage::user(task.user_text.clone()));
-                out.extend(task.messages.iter().cloned());
+                out.extend(crate::mol::compact::own_messages(task));
             } else if task.closed {
                 out.push(ChatMessage::user(task.user_text.clone()));
                 if let Some(summary) = task.summary_text() {

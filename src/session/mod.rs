@@ -8,7 +8,7 @@ mod record;
 mod replay;
 
 pub use record::Record;
-pub use replay::Restored;
+pub use replay::{Restored, abandon_open_task};
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};

@@ -58,6 +58,17 @@ pub enum Record {
         expert: Expert,
         text: String,
     },
+    /// Old tool outputs of a task are shown shrunk from here on.
+    ToolOutputsShrunk {
+        task_id: u64,
+        keep_recent: usize,
+    },
+    /// A task's older steps were replaced by a handoff summary.
+    Compacted {
+        task_id: u64,
+        summary: String,
+        keep_steps: usize,
+    },
     /// `proxy` mode: the conversation id the server gave.
     ConversationId {
         id: String,

@@ -5,7 +5,8 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use super::{Record, SessionError};
-use crate::agent::mol_bridge::Timeline;
+use crate::backend::{ChatMessage, Role};
+use crate::mol::Timeline;
 
 /// The state a resumed session continues from.
 #[derive(Debug, Clone, Default)]
@@ -86,14 +87,33 @@ pub fn replay(records: impl IntoIterator<Item = Record>) -> Restored {
             Record::Turn { turn_id, .. } => r.next_turn_id = r.next_turn_id.max(turn_id + 1),
             Record::Route { .. } => {}
             Record::TaskOpened {
+                owner, user_text, ..
+            } => {
+                r.timeline.open(owner, user_text);
+            }
+            Record::Message { message, .. } => {
+                r.timeline.push(message);
+            }
+            Record::TaskClosed { .. } => {
+                r.timeline.close(r.mode == "mol");
+            }
+            Record::TaskAbandoned { .. } => {
+                abandon_open_task(&mut r.timeline);
+            }
+            Record::Summary { task_id, text, .. } => r.timeline.record_summary(task_id, text),
+            Record::ToolOutputsShrunk {
                 task_id,
-                owner,
-                user_text,
-            } => r.timeline.open(task_id, owner, user_text),
-            Record::Message { task_id, message } => r.timeline.push(task_id, message),
-            Record::TaskClosed { task_id } => r.timeline.close(task_id),
-            Record::TaskAbandoned { task_id } => r.timeline.abandon(task_id),
-            Record::Summary { task_id, text, .. } => r.timeline.set_summary(task_id, text),
+                keep_recent,
+            } => {
+                r.timeline.shrink_old_tool_outputs(task_id, keep_recent);
+            }
+            Record::Compacted {
+                task_id,
+                summary,
+                keep_steps,
+            } => {
+                r.timeline.compact(task_id, &summary, keep_steps);
+            }
             Record::ConversationId { id } => r.conversation_id = Some(id),
             Record::TurnEnded { answer, .. } => {
                 if answer.is_some() {
@@ -103,8 +123,28 @@ pub fn replay(records: impl IntoIterator<Item = Record>) -> Restored {
         }
     }
     // A task left open by a crash can never be continued (its tool results are lost): abandon it.
-    if let Some(open) = r.timeline.open_task_id() {
-        r.timeline.abandon(open);
-    }
+    abandon_open_task(&mut r.timeline);
     r
+}
+
+/// Closes the open task without a summary. Tool calls it left without results (an interrupt,
+/// a crash) get a result saying so, so the owner's view stays a valid conversation.
+/// Returns the task's id, or `None` when no task was open.
+pub fn abandon_open_task(timeline: &mut Timeline) -> Option<u64> {
+    let task = timeline.open_task_mut()?;
+    let mut unanswered: Vec<String> = Vec::new();
+    for m in &task.messages {
+        match m.role {
+            Role::Assistant => unanswered.extend(m.tool_calls.iter().map(|c| c.id.clone())),
+            Role::Tool => unanswered.retain(|id| Some(id) != m.tool_call_id.as_ref()),
+            _ => {}
+        }
+    }
+    for id in unanswered {
+        task.messages.push(ChatMessage::tool_result(
+            id,
+            "Not run: the turn was interrupted before this call.",
+        ));
+    }
+    timeline.close(false)
 }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::backend::ChatMessage;
+use crate::mol::SummaryState;
 use crate::protocol::Expert;
 
 #[test]
@@ -37,14 +38,35 @@ fn a_torn_last_line_replays_and_an_open_task_is_abandoned() {
     let (_file, restored) = SessionFile::resume(dir.path(), "last").expect("resume");
     let t = &restored.timeline;
     assert_eq!(t.tasks.len(), 2);
-    assert!(t.tasks[0].closed && t.tasks[0].summary.is_none());
+    assert!(t.tasks[0].closed && t.tasks[0].summary == SummaryState::Pending);
     assert_eq!(
-        t.unsummarized(),
+        t.pending_summaries(),
         vec![1],
         "the closed task still needs its summary"
     );
     assert!(t.tasks[1].closed, "the crashed open task is abandoned");
-    assert_eq!(t.tasks[1].summary.as_deref(), Some(""));
+    assert_eq!(t.tasks[1].summary, SummaryState::Skipped);
+}
+
+#[test]
+fn abandoning_a_task_answers_its_dangling_tool_calls() {
+    let mut t = crate::mol::Timeline::new();
+    t.open(Expert::L2, "go");
+    let mut call = ChatMessage::assistant("");
+    for id in ["a", "b"] {
+        call.tool_calls.push(crate::backend::ToolCall {
+            id: id.into(),
+            name: "list_dir".into(),
+            arguments: "{}".into(),
+        });
+    }
+    t.push(call);
+    t.push(ChatMessage::tool_result("a", "done"));
+    assert_eq!(abandon_open_task(&mut t), Some(1));
+    let msgs = &t.tasks[0].messages;
+    assert_eq!(msgs.len(), 3);
+    assert_eq!(msgs[2].tool_call_id.as_deref(), Some("b"));
+    assert_eq!(abandon_open_task(&mut t), None);
 }
 
 #[test]

@@ -17,12 +17,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use baton::agent::mol_bridge::{self, Profile, Timeline};
 use baton::agent::{AgentConfig, ApprovalPolicy, DEFAULT_SYSTEM_PROMPT, basic_tools, spawn_agent};
 use baton::backend::remote::RemoteBackend;
 use baton::backend::{ChatBackend, ChatMessage, ChatRequest, collect};
 use baton::config::Mode;
-use baton::protocol::{Event, Expert, Hop, Op};
+use baton::mol::{self, Profile, ProfileNames, Timeline, with_identity};
+use baton::protocol::{Event, Hop, Op};
 use baton::session::SessionFile;
 use mock_engine::{MockEngine, MockReply, RecordedRequest};
 
@@ -66,13 +66,14 @@ fn agent_config(dir: &std::path::Path) -> AgentConfig {
         headless: true,
         max_round_trips: None,
         system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
-        profile: Profile::builtin(),
+        profile: Profile::builtin(&ProfileNames::default()),
         workspace: dir.to_path_buf(),
         session_dir: dir.join("sessions"),
         temperature: None,
         top_p: None,
         seed: None,
         max_tokens: None,
+        context_window: None,
     }
 }
 
@@ -117,40 +118,36 @@ async fn baton_turns(url: &str, think: Duration) -> (Vec<Duration>, Vec<Duration
 /// The reference design: route, answer, summary in sequence before the answer is returned.
 async fn reference_turns(url: &str) -> Vec<Duration> {
     let backend = RemoteBackend::builder(url).build().expect("backend");
-    let profile = Profile::builtin();
-    let mut timeline = Timeline::default();
+    let profile = Profile::builtin(&ProfileNames::default());
+    let head = with_identity(
+        &[ChatMessage::system(DEFAULT_SYSTEM_PROMPT)],
+        &profile.intro,
+    );
+    let mut timeline = Timeline::new();
     let mut out = Vec::new();
     for i in 0..TURNS {
         let text = format!("request number {i}");
         let t0 = Instant::now();
-        let routed = collect(
-            backend
-                .chat(mol_bridge::route_request(&profile, &text))
-                .await
-                .expect("route"),
-        )
-        .await
-        .expect("route");
-        let expert = mol_bridge::parse_label(&routed).unwrap_or(Expert::L2);
-        let id = timeline.next_task_id();
-        timeline.open(id, expert, text);
-        let view = mol_bridge::view_for(&timeline, expert, DEFAULT_SYSTEM_PROMPT, &profile);
+        let routed = mol::route(&backend, &profile, &text, None).await;
+        let id = timeline.open(routed.expert, text);
+        let view = timeline.view(routed.expert, &head);
         let answer = collect(
             backend
-                .chat(ChatRequest::new(expert.label(), view, Hop::Answer))
+                .chat(ChatRequest::new(
+                    profile.adapter(routed.expert),
+                    view,
+                    Hop::Answer,
+                ))
                 .await
                 .expect("answer"),
         )
         .await
         .expect("answer");
-        timeline.push(id, ChatMessage::assistant(answer.message.content));
-        timeline.close(id);
-        let req = mol_bridge::summary_request(&timeline, id, DEFAULT_SYSTEM_PROMPT, &profile)
-            .expect("task");
-        let summary = collect(backend.chat(req).await.expect("summary"))
-            .await
-            .expect("summary");
-        timeline.set_summary(id, mol_bridge::summary_text(&summary));
+        timeline.push(ChatMessage::assistant(answer.message.content));
+        timeline.close(true);
+        let task = timeline.task(id).cloned().expect("task");
+        let summary = mol::summarize(&backend, &profile, &task, &head).await;
+        timeline.record_summary(id, summary.text);
         out.push(t0.elapsed());
     }
     out

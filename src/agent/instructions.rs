@@ -1,0 +1,158 @@
+//! Project instructions: AGENTS.md files from the repository root down to the working directory,
+//! plus a user-level one in the config dir, given to every expert's view (capped). CLAUDE.md is
+//! read in a directory that has no AGENTS.md.
+
+use std::path::{Path, PathBuf};
+
+/// Total size cap of all instruction text given to the model.
+pub const INSTRUCTIONS_CAP: usize = 32 * 1024;
+
+const PRIMARY: &str = "AGENTS.md";
+const SECONDARY: &str = "CLAUDE.md";
+
+/// The instructions found for a workspace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProjectInstructions {
+    /// The files read, in the order they are given to the model (user-level first, then from the
+    /// repository root down to the working directory).
+    pub files: Vec<PathBuf>,
+    /// The text for the system message (empty when there are none).
+    pub text: String,
+    /// Whether the cap cut the text.
+    pub truncated: bool,
+}
+
+/// Finds the instruction files for `cwd`: `user_dir/AGENTS.md` (the config dir), then one file
+/// per directory from the repository root (the nearest ancestor with `.git`; `cwd` itself when
+/// there is none) down to `cwd`. Unreadable files are skipped, not fatal.
+pub fn discover(cwd: &Path, user_dir: Option<&Path>) -> ProjectInstructions {
+    let mut files = Vec::new();
+    if let Some(dir) = user_dir
+        && let Some(file) = pick_file(dir)
+    {
+        files.push(file);
+    }
+    let root = repo_root(cwd).unwrap_or_else(|| cwd.to_path_buf());
+    let mut chain: Vec<PathBuf> = cwd
+        .ancestors()
+        .take_while(|dir| dir.starts_with(&root))
+        .map(Path::to_path_buf)
+        .collect();
+    chain.reverse();
+    files.extend(chain.iter().filter_map(|dir| pick_file(dir)));
+    assemble(files)
+}
+
+fn pick_file(dir: &Path) -> Option<PathBuf> {
+    [PRIMARY, SECONDARY]
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+fn repo_root(cwd: &Path) -> Option<PathBuf> {
+    cwd.ancestors()
+        .find(|dir| dir.join(".git").exists())
+        .map(Path::to_path_buf)
+}
+
+fn assemble(candidates: Vec<PathBuf>) -> ProjectInstructions {
+    let mut out = ProjectInstructions::default();
+    for path in candidates {
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        let content = String::from_utf8_lossy(&bytes);
+        let content = content.trim();
+        if content.is_empty() {
+            continue;
+        }
+        let block = format!("# Instructions from {}\n\n{}\n\n", path.display(), content);
+        out.files.push(path);
+        let room = INSTRUCTIONS_CAP.saturating_sub(out.text.len());
+        if block.len() <= room {
+            out.text.push_str(&block);
+        } else {
+            let mut cut = room;
+            while cut > 0 && !block.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            out.text.push_str(&block[..cut]);
+            out.truncated = true;
+            break;
+        }
+    }
+    if out.truncated {
+        out.text
+            .push_str("\n[Project instructions truncated at 32 KiB.]\n");
+    }
+    out.text = out.text.trim_end().to_string();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discovers_from_root_down_with_claude_md_fallback_and_user_file_first() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("repo");
+        let sub = root.join("crates/core");
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(tmp.path().join("AGENTS.md"), "outside the repo").unwrap();
+        std::fs::write(root.join("AGENTS.md"), "root rules").unwrap();
+        std::fs::write(root.join("CLAUDE.md"), "ignored: AGENTS.md wins").unwrap();
+        std::fs::write(root.join("crates/CLAUDE.md"), "crates rules").unwrap();
+        std::fs::write(sub.join("AGENTS.md"), "core rules").unwrap();
+        let user = tmp.path().join("config");
+        std::fs::create_dir_all(&user).unwrap();
+        std::fs::write(user.join("AGENTS.md"), "user rules").unwrap();
+
+        let found = discover(&sub, Some(&user));
+        let names: Vec<String> = found
+            .files
+            .iter()
+            .map(|p| p.strip_prefix(tmp.path()).unwrap().display().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                "config/AGENTS.md",
+                "repo/AGENTS.md",
+                "repo/crates/CLAUDE.md",
+                "repo/crates/core/AGENTS.md"
+            ]
+        );
+        let order: Vec<usize> = ["user rules", "root rules", "crates rules", "core rules"]
+            .iter()
+            .map(|s| found.text.find(s).unwrap())
+            .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]));
+        assert!(!found.text.contains("outside the repo"));
+        assert!(!found.text.contains("ignored"));
+        assert!(!found.truncated);
+    }
+
+    #[test]
+    fn caps_the_total_at_32_kib() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("AGENTS.md"), "é".repeat(40 * 1024)).unwrap();
+        let found = discover(tmp.path(), None);
+        assert!(found.truncated);
+        assert!(found.text.len() <= INSTRUCTIONS_CAP + 64);
+        assert!(
+            found
+                .text
+                .ends_with("[Project instructions truncated at 32 KiB.]")
+        );
+    }
+
+    #[test]
+    fn nothing_found_is_empty() {
+        let tmp = tempfile::tempdir().unwrap();
+        let found = discover(tmp.path(), None);
+        assert!(found.files.is_empty() && found.text.is_empty());
+    }
+}

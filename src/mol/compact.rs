@@ -1,0 +1,363 @@
+//! Compaction by summary (the baton): when a long task no longer fits its expert's context
+//! window, the older steps are replaced by a handoff summary the expert writes itself, the plan
+//! and the files touched; old tool outputs shrink to head + tail before that is needed.
+//!
+//! The compacted form is append-only from there: new steps extend it, so prefix caches hit.
+
+use crate::backend::{ChatMessage, ChatRequest, Role};
+use crate::mol::profile::Profile;
+use crate::mol::timeline::{Compaction, Task, Timeline};
+use crate::protocol::{Expert, Hop};
+
+/// Tokens the handoff summary may take.
+pub const HANDOFF_MAX_TOKENS: u32 = 1024;
+/// A tool output longer than this (bytes) is shrunk once it is old.
+pub const SHRINK_ABOVE: usize = 1536;
+/// Bytes kept at each end of a shrunk output.
+const SHRINK_KEEP: usize = 512;
+
+/// The final user message of a compaction request (documented in docs/context.md).
+pub const HANDOFF_PROMPT: &str = "Your context is about to be compacted: the older steps of this task will be removed and replaced by a handoff summary that you write now, for yourself to continue from. Write it under these headings: Goal; Decisions made; Files touched and why; Plan state; Open problems; Still unknown. Be specific: exact file paths, commands, error messages, names and values you will need. Output only the summary.";
+
+/// Tools whose calls change files (for the list of files touched).
+const FILE_TOOLS: [&str; 3] = ["write_file", "edit", "apply_patch"];
+
+/// The owner's messages of a task as its view shows them: the handoff (if compacted), then the
+/// kept messages, with old tool outputs shrunk.
+pub fn own_messages(task: &Task) -> Vec<ChatMessage> {
+    let mut out = Vec::with_capacity(task.messages.len() + 1);
+    let start = match &task.compaction {
+        Some(c) => {
+            out.push(handoff_message(c));
+            c.keep_from.min(task.messages.len())
+        }
+        None => 0,
+    };
+    let mut step = task.messages[..start]
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .count();
+    for (i, m) in task.messages.iter().enumerate().skip(start) {
+        if m.role == Role::Tool {
+            step += 1;
+            if i < task.shrunk_before && m.content.len() > SHRINK_ABOVE {
+                let mut shrunk = m.clone();
+                shrunk.content = shrink_output(&m.content, step);
+                out.push(shrunk);
+                continue;
+            }
+        }
+        out.push(m.clone());
+    }
+    out
+}
+
+/// The user message that stands for the compacted steps.
+pub fn handoff_message(c: &Compaction) -> ChatMessage {
+    let mut text = String::from("[Earlier steps of this task were compacted.]\n");
+    if c.summary.trim().is_empty() {
+        text.push_str("Handoff summary: unavailable (the summary request failed); the oldest tool outputs were dropped.\n");
+    } else {
+        text.push_str("Handoff summary:\n");
+        text.push_str(c.summary.trim());
+        text.push('\n');
+    }
+    if let Some(plan) = &c.plan {
+        text.push_str("\nCurrent plan (verbatim):\n");
+        text.push_str(plan);
+        text.push('\n');
+    }
+    if !c.files_touched.is_empty() {
+        text.push_str("\nFiles touched so far: ");
+        text.push_str(&c.files_touched.join(", "));
+        text.push('\n');
+    }
+    ChatMessage::user(text)
+}
+
+/// Head and tail of a long tool output, with a pointer to what was cut.
+pub fn shrink_output(content: &str, step: usize) -> String {
+    if content.len() <= SHRINK_ABOVE {
+        return content.to_string();
+    }
+    let head_end = floor_char_boundary(content, SHRINK_KEEP);
+    let tail_start = ceil_char_boundary(content, content.len() - SHRINK_KEEP);
+    format!(
+        "{}\n[… output of step {step}, {}, truncated …]\n{}",
+        &content[..head_end],
+        human_size(content.len()),
+        &content[tail_start..]
+    )
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
+    while i < s.len() && !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
+fn human_size(bytes: usize) -> String {
+    if bytes >= 1024 * 1024 {
+        format!("{:.1} MB", bytes as f64 / (1024.0 * 1024.0))
+    } else if bytes >= 1024 {
+        format!("{} KB", bytes / 1024)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// The plan at the end of `messages`: the arguments of the last `update_plan` call, verbatim.
+pub fn latest_plan(messages: &[ChatMessage]) -> Option<String> {
+    messages
+        .iter()
+        .rev()
+        .flat_map(|m| m.tool_calls.iter().rev())
+        .find(|c| c.name == "update_plan")
+        .map(|c| c.arguments.clone())
+}
+
+/// Files changed by the task's calls, in first-touched order, after those already recorded.
+pub fn files_touched(task: &Task) -> Vec<String> {
+    let mut files: Vec<String> = task
+        .compaction
+        .as_ref()
+        .map(|c| c.files_touched.clone())
+        .unwrap_or_default();
+    let mut add = |path: &str| {
+        let path = path.trim();
+        if !path.is_empty() && !files.iter().any(|f| f == path) {
+            files.push(path.to_string());
+        }
+    };
+    for call in task.messages.iter().flat_map(|m| m.tool_calls.iter()) {
+        if !FILE_TOOLS.contains(&call.name.as_str()) {
+            continue;
+        }
+        let Ok(args) = serde_json::from_str::<serde_json::Value>(&call.arguments) else {
+            continue;
+        };
+        if let Some(path) = args.get("path").and_then(|p| p.as_str()) {
+            add(path);
+        }
+        for text in args.as_object().into_iter().flat_map(|o| o.values()) {
+            let Some(text) = text.as_str() else { continue };
+            for line in text.lines() {
+                for marker in [
+                    "*** Add File: ",
+                    "*** Update File: ",
+                    "*** Delete File: ",
+                    "*** Move to: ",
+                ] {
+                    if let Some(path) = line.strip_prefix(marker) {
+                        add(path);
+                    }
+                }
+            }
+        }
+    }
+    files
+}
+
+/// Where the verbatim tail starts when keeping the last `steps` assistant steps; `None` when
+/// the task has no more steps than that (nothing to compact).
+pub fn keep_from_for(task: &Task, steps: usize) -> Option<usize> {
+    let starts: Vec<usize> = task
+        .messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.role == Role::Assistant)
+        .map(|(i, _)| i)
+        .collect();
+    if starts.len() <= steps {
+        return None;
+    }
+    let keep_from = starts[starts.len() - steps.max(1)];
+    let already = task.compaction.as_ref().map_or(0, |c| c.keep_from);
+    (keep_from > already).then_some(keep_from)
+}
+
+/// The compaction request: the owner's current view (tool outputs shrunk) and the handoff
+/// prompt. Greedy, not streamed, no tools, thinking off.
+pub fn compaction_request(profile: &Profile, owner: Expert, view: Vec<ChatMessage>) -> ChatRequest {
+    let mut messages = view;
+    messages.push(ChatMessage::user(HANDOFF_PROMPT));
+    let mut req = ChatRequest::new(profile.adapter(owner), messages, Hop::Compaction);
+    req.sampling.temperature = Some(0.0);
+    req.stream = false;
+    req.max_tokens = Some(HANDOFF_MAX_TOKENS);
+    req.enable_thinking = Some(false);
+    req
+}
+
+impl Timeline {
+    /// Shows the task's tool outputs older than the last `keep_recent` results shrunk. Returns
+    /// whether anything changed (the view's prefix changes once, then stays append-only).
+    pub fn shrink_old_tool_outputs(&mut self, task_id: u64, keep_recent: usize) -> bool {
+        let Some(task) = self.task_mut(task_id) else {
+            return false;
+        };
+        let tools: Vec<usize> = task
+            .messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.role == Role::Tool)
+            .map(|(i, _)| i)
+            .collect();
+        if tools.len() <= keep_recent {
+            return false;
+        }
+        let boundary = tools[tools.len() - keep_recent];
+        if boundary <= task.shrunk_before {
+            return false;
+        }
+        task.shrunk_before = boundary;
+        true
+    }
+
+    /// Replaces the task's steps before the last `keep_steps` by `summary` (empty = the summary
+    /// failed: the steps are dropped and the handoff says so), keeping the plan and the files
+    /// touched, and folds the owner's older closed tasks to their summaries.
+    pub fn compact(&mut self, task_id: u64, summary: &str, keep_steps: usize) -> bool {
+        let Some(task) = self.task(task_id) else {
+            return false;
+        };
+        let Some(keep_from) = keep_from_for(task, keep_steps) else {
+            return false;
+        };
+        let owner = task.owner;
+        let plan = latest_plan(&task.messages[..keep_from])
+            .or_else(|| task.compaction.as_ref().and_then(|c| c.plan.clone()));
+        let files = files_touched(task);
+        let count = task.compaction.as_ref().map_or(0, |c| c.count) + 1;
+        if let Some(task) = self.task_mut(task_id) {
+            task.compaction = Some(Compaction {
+                summary: summary.trim().to_string(),
+                plan,
+                files_touched: files,
+                keep_from,
+                count,
+            });
+        }
+        self.folded_before.insert(owner, task_id);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::ToolCall;
+
+    fn call(id: &str, name: &str, args: &str) -> ChatMessage {
+        let mut m = ChatMessage::assistant("");
+        m.tool_calls.push(ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: args.into(),
+        });
+        m
+    }
+
+    fn long_task(steps: usize) -> Timeline {
+        let mut t = Timeline::new();
+        t.open(Expert::L2, "refactor the parser");
+        t.push(call(
+            "p",
+            "update_plan",
+            r#"{"plan":[{"step":"read","status":"in_progress"}]}"#,
+        ));
+        t.push(ChatMessage::tool_result("p", "plan updated"));
+        t.push(call(
+            "w",
+            "write_file",
+            r#"{"path":"src/planted.rs","content":"x"}"#,
+        ));
+        t.push(ChatMessage::tool_result("w", "wrote"));
+        for i in 0..steps {
+            t.push(call(
+                &format!("c{i}"),
+                "shell",
+                r#"{"command":"cargo test"}"#,
+            ));
+            t.push(ChatMessage::tool_result(format!("c{i}"), "y".repeat(4000)));
+        }
+        t
+    }
+
+    #[test]
+    fn compaction_keeps_request_plan_files_and_recent_steps() {
+        let mut t = long_task(10);
+        let id = t.tasks[0].id;
+        assert!(t.compact(id, "Did many things.", 2));
+        let view = t.view(Expert::L2, &[ChatMessage::system("sys")]);
+        assert_eq!(view[1].content, "refactor the parser");
+        let handoff = &view[2].content;
+        assert!(handoff.contains("Did many things."));
+        assert!(handoff.contains("update_plan") || handoff.contains("\"plan\""));
+        assert!(handoff.contains("src/planted.rs"));
+        // system + request + handoff + 2 steps of (call, result)
+        assert_eq!(view.len(), 3 + 4);
+
+        // Append-only afterwards.
+        let before = t.view(Expert::L2, &[]);
+        t.push(call("n", "shell", "{}"));
+        let after = t.view(Expert::L2, &[]);
+        assert_eq!(&after[..before.len()], &before[..]);
+
+        // A second compaction keeps the files and the plan.
+        for i in 0..5 {
+            t.push(ChatMessage::tool_result(format!("n{i}"), "z"));
+            t.push(call(&format!("m{i}"), "shell", "{}"));
+        }
+        assert!(t.compact(id, "", 1));
+        let c = t.tasks[0].compaction.as_ref().unwrap();
+        assert_eq!(c.count, 2);
+        assert_eq!(c.files_touched, vec!["src/planted.rs"]);
+        assert!(c.plan.is_some());
+        let view = t.view(Expert::L2, &[]);
+        assert!(view[1].content.contains("summary request failed"));
+    }
+
+    #[test]
+    fn old_tool_outputs_shrink_with_a_pointer() {
+        let mut t = long_task(4);
+        let id = t.tasks[0].id;
+        assert!(t.shrink_old_tool_outputs(id, 2));
+        assert!(!t.shrink_old_tool_outputs(id, 2));
+        let view = t.view(Expert::L2, &[]);
+        let tools: Vec<&ChatMessage> = view.iter().filter(|m| m.role == Role::Tool).collect();
+        assert!(
+            tools[2]
+                .content
+                .contains("[… output of step 3, 3 KB, truncated …]")
+        );
+        assert_eq!(tools[4].content.len(), 4000);
+        assert_eq!(tools[5].content.len(), 4000);
+    }
+
+    #[test]
+    fn shrink_respects_utf8_boundaries() {
+        let s = "é".repeat(2000);
+        let out = shrink_output(&s, 1);
+        assert!(out.contains("truncated"));
+    }
+
+    #[test]
+    fn compaction_request_shape() {
+        let p = Profile::builtin(&Default::default());
+        let req = compaction_request(&p, Expert::L1, vec![ChatMessage::user("u")]);
+        assert_eq!(req.model, "L1");
+        assert_eq!(req.hop, Hop::Compaction);
+        assert_eq!(req.messages.last().unwrap().content, HANDOFF_PROMPT);
+        assert!(!req.stream && req.tools.is_empty());
+        assert_eq!(req.max_tokens, Some(HANDOFF_MAX_TOKENS));
+    }
+}
