@@ -975,3 +975,52 @@ fn the_expert_badge_is_not_repeated_within_a_turn() {
     );
     assert!(s.contains("✓ read_file: a.rs"), "{s}");
 }
+
+#[test]
+fn a_resumed_session_shows_the_earlier_conversation() {
+    use baton::session::Record;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("0190-abc.jsonl");
+    let records = [
+        Record::Turn {
+            turn_id: 1,
+            text: "what does parse_line do?".into(),
+            at: "2026-11-30T10:00:00Z".into(),
+        },
+        Record::Route {
+            turn_id: 1,
+            expert: Expert::L2,
+            decision: RouteDecision::Model,
+            reason: None,
+            latency_ms: 80,
+        },
+        Record::TurnEnded {
+            turn_id: 1,
+            status: TurnStatus::Done,
+            answer: Some("It splits a **CSV** line.".into()),
+        },
+    ];
+    let text: String = records
+        .iter()
+        .map(|r| serde_json::to_string(r).expect("json") + "\n")
+        .collect();
+    std::fs::write(&path, text).expect("write");
+    let mut app = app();
+    app.handle_event(Event::Session {
+        session_id: "0190-abc".into(),
+        mode: "mol".into(),
+        backend: "http://127.0.0.1:8000/v1".into(),
+        workspace: "/home/dev/project".into(),
+        resumed: true,
+        session_file: Some(path.display().to_string()),
+    });
+    let s = screen(&app, 80, 24);
+    assert!(s.contains("Resumed session 0190-abc"), "{s}");
+    assert!(s.contains("› what does parse_line do?"), "{s}");
+    assert!(s.contains("● It splits a CSV line."), "{s}");
+    assert_eq!(
+        app.last_answer.as_deref(),
+        Some("It splits a **CSV** line."),
+        "/copy works right after resuming"
+    );
+}

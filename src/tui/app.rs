@@ -380,11 +380,7 @@ impl App {
                     self.session_file = Some(f);
                 }
                 if resumed {
-                    self.push_notice(
-                        NoticeLevel::Info,
-                        format!("Resumed session {session_id}"),
-                        vec![],
-                    );
+                    self.show_resumed(&session_id);
                 } else if self.session_id.is_some() {
                     self.push_notice(
                         NoticeLevel::Info,
@@ -739,6 +735,46 @@ impl App {
             Event::ShutdownComplete => {
                 self.exit = Some(0);
             }
+        }
+    }
+
+    /// Shows the earlier turns of a resumed session, read back from its file.
+    fn show_resumed(&mut self, session_id: &str) {
+        let turns = match self.session_file.clone() {
+            Some(f) => super::resume_view::past_turns(std::path::Path::new(&f)),
+            None => Ok(Vec::new()),
+        };
+        match turns {
+            Ok(turns) if !turns.is_empty() => {
+                self.push_notice(
+                    NoticeLevel::Info,
+                    format!("Resumed session {session_id} — the conversation so far:"),
+                    vec![],
+                );
+                for t in turns {
+                    self.push_cell(CellKind::User(UserCell {
+                        text: t.user,
+                        shell: false,
+                    }));
+                    if let Some(answer) = t.answer {
+                        let mut cell = AssistantCell::new(t.expert, false);
+                        cell.text = answer.clone();
+                        self.push_cell(CellKind::Assistant(cell));
+                        self.last_answer = Some(answer);
+                    }
+                }
+                self.push_notice(NoticeLevel::Info, "End of the earlier conversation", vec![]);
+            }
+            Ok(_) => self.push_notice(
+                NoticeLevel::Info,
+                format!("Resumed session {session_id}"),
+                vec![],
+            ),
+            Err(e) => self.push_notice(
+                NoticeLevel::Warning,
+                format!("Resumed session {session_id}, but its history cannot be shown"),
+                vec![e],
+            ),
         }
     }
 

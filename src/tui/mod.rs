@@ -24,6 +24,7 @@ pub mod options;
 mod pager;
 mod print_exit;
 pub mod render;
+mod resume_view;
 pub mod sessions;
 pub mod slash;
 pub mod status;
