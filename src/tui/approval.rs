@@ -43,6 +43,13 @@ pub fn approval_prefix(argv: &[String]) -> Vec<String> {
     prefix
 }
 
+/// Shell syntax that chains, pipes, redirects or substitutes commands.
+fn is_compound(command: &str) -> bool {
+    ["&&", "||", ";", "|", "`", "$(", ">", "<", "\n", "&"]
+        .iter()
+        .any(|op| command.contains(op))
+}
+
 impl PendingApproval {
     pub fn new(call_id: String, request: ApprovalRequest) -> PendingApproval {
         PendingApproval {
@@ -53,9 +60,12 @@ impl PendingApproval {
         }
     }
 
-    /// "Yes, and don't ask again" exists for commands only: an edit has no prefix to remember.
+    /// "Yes, and don't ask again" exists for simple commands only: an edit has no prefix to
+    /// remember, and for a compound shell command (`cd x && rm -rf y`) the first words would
+    /// approve far more than what was shown.
     pub fn prefix(&self) -> Option<Vec<String>> {
         match &self.request {
+            ApprovalRequest::Command { command, .. } if is_compound(command) => None,
             ApprovalRequest::Command { argv, command, .. } => {
                 let argv = if argv.is_empty() {
                     shlex::split(command).unwrap_or_default()
@@ -132,6 +142,17 @@ mod tests {
         assert_eq!(p.decision_for_key('n'), Some(ApprovalDecision::Deny));
         assert_eq!(p.decision_for_key('r'), None);
         assert_eq!(p.reason.as_deref(), Some(""));
+        let compound = ApprovalRequest::Command {
+            command: "cd src && rm -rf build".into(),
+            argv: vec![],
+            cwd: "/w".into(),
+        };
+        let mut p = PendingApproval::new("c3".into(), compound);
+        assert_eq!(
+            p.decision_for_key('a'),
+            None,
+            "no blanket approval for a compound command"
+        );
         let mut edit = PendingApproval::new(
             "c2".into(),
             ApprovalRequest::Edit {
