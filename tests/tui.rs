@@ -1024,3 +1024,28 @@ fn a_resumed_session_shows_the_earlier_conversation() {
         "/copy works right after resuming"
     );
 }
+
+#[test]
+fn diff_pager_scrolls_and_searches() {
+    let mut app = app();
+    let diff = format!(
+        "diff --git a/src/parse.rs b/src/parse.rs\n{DIFF}diff --git a/new.txt b/new.txt\nnew file mode 100644\n--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1,2 @@\n+fresh\n+file\n"
+    );
+    let lines = baton::tui::cell::render_diff_lines(&diff, 80, &app.theme, false);
+    app.pager = Some(baton::tui::pager::Pager::new(
+        "git diff (untracked included)",
+        lines,
+    ));
+    insta::assert_snapshot!(screen(&app, 80, 20));
+    draw(&app, 80, 8);
+    app.handle_key(key(KeyCode::Char('/')));
+    type_text(&mut app, "fresh");
+    app.handle_key(key(KeyCode::Enter));
+    let s = screen(&app, 80, 8);
+    assert!(
+        s.contains("+fresh") && s.contains("8-13 of 13"),
+        "search moved the view:\n{s}"
+    );
+    app.handle_key(key(KeyCode::Char('q')));
+    assert!(app.pager.is_none());
+}

@@ -126,7 +126,7 @@ impl App {
     }
 
     fn pager_key(&mut self, key: KeyEvent) {
-        let h = self.viewport.get().1.saturating_add(3) as usize;
+        let h = self.viewport.get().1.max(1) as usize; // the pager body height of the last frame
         let Some(p) = self.pager.as_mut() else { return };
         if let Some(input) = p.search_input.as_mut() {
             match key.code {

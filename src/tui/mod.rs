@@ -21,7 +21,7 @@ mod keys;
 mod launch;
 pub mod markdown;
 pub mod options;
-mod pager;
+pub mod pager;
 mod print_exit;
 pub mod render;
 mod resume_view;
