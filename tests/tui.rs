@@ -1049,3 +1049,37 @@ fn diff_pager_scrolls_and_searches() {
     app.handle_key(key(KeyCode::Char('q')));
     assert!(app.pager.is_none());
 }
+
+#[test]
+fn mouse_wheel_scrolls_and_end_returns() {
+    use crossterm::event::{MouseEvent, MouseEventKind};
+    let mut app = app();
+    for i in 0..50 {
+        app.handle_event(Event::MessageFinal {
+            turn_id: i,
+            expert: None,
+            text: format!("line {i}"),
+        });
+    }
+    draw(&app, 80, 20);
+    let wheel = |kind| MouseEvent {
+        kind,
+        column: 0,
+        row: 0,
+        modifiers: KeyModifiers::NONE,
+    };
+    app.handle_mouse(wheel(MouseEventKind::ScrollUp));
+    app.handle_mouse(wheel(MouseEventKind::ScrollUp));
+    assert_eq!(app.transcript.scroll, 6);
+    assert!(screen(&app, 80, 20).contains("↑ 6 rows up"));
+    app.handle_mouse(wheel(MouseEventKind::ScrollDown));
+    assert_eq!(app.transcript.scroll, 3);
+    app.handle_key(key(KeyCode::End));
+    assert_eq!(app.transcript.scroll, 0);
+    // Scrolling never goes past the top.
+    for _ in 0..1000 {
+        app.handle_mouse(wheel(MouseEventKind::ScrollUp));
+    }
+    let top = screen(&app, 80, 20);
+    assert!(top.contains("baton — terminal coding agent"), "{top}");
+}
