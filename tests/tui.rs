@@ -1083,3 +1083,49 @@ fn mouse_wheel_scrolls_and_end_returns() {
     let top = screen(&app, 80, 20);
     assert!(top.contains("baton — terminal coding agent"), "{top}");
 }
+
+#[test]
+fn long_messages_and_output_lines_are_folded_until_expanded() {
+    let mut app = app();
+    app.handle_paste(
+        &(1..=40)
+            .map(|i| format!("pasted {i}\n"))
+            .collect::<String>(),
+    );
+    app.handle_key(key(KeyCode::Enter));
+    app.handle_event(Event::ToolBegin {
+        turn_id: 1,
+        call_id: "j".into(),
+        tool: "shell".into(),
+        arguments: serde_json::json!({}),
+        title: "cat big.json".into(),
+    });
+    app.handle_event(Event::ToolEnd {
+        call_id: "j".into(),
+        status: ToolStatus::Ok,
+        exit_code: Some(0),
+        duration_ms: 5,
+        output: format!("{{\"data\": \"{}\"}}", "x".repeat(5000)),
+    });
+    let folded = screen(&app, 80, 40);
+    assert!(
+        folded.contains("… 28 more lines (ctrl+o to expand)"),
+        "{folded}"
+    );
+    assert!(!folded.contains("pasted 13"), "{folded}");
+    assert_eq!(
+        folded.lines().filter(|l| l.contains("xxxxxxxxxx")).count(),
+        1,
+        "a huge output line is one row"
+    );
+    app.handle_key(ctrl('o'));
+    let expanded = screen(&app, 80, 200);
+    assert!(expanded.contains("pasted 40"));
+    assert!(
+        expanded
+            .lines()
+            .filter(|l| l.contains("xxxxxxxxxx"))
+            .count()
+            > 50
+    );
+}

@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span};
 
 use super::RenderCtx;
 use crate::protocol::ToolStatus;
-use crate::tui::wrap::{hard_wrap, wrap_spans};
+use crate::tui::wrap::{hard_wrap, truncate, wrap_spans};
 
 pub struct ToolCell {
     pub call_id: String,
@@ -100,9 +100,19 @@ impl ToolCell {
         }
         let out_style = Style::new().fg(p.tool_output);
         let bar = Span::styled("  │ ", Style::new().fg(p.border));
+        let expanded = ctx.expanded;
         let push = |out: &mut Vec<Line<'static>>, text: &str| {
-            let line = Line::from(vec![bar.clone(), Span::styled(text.to_string(), out_style)]);
-            out.extend(hard_wrap(line, width, std::slice::from_ref(&bar)));
+            if expanded {
+                let line = Line::from(vec![bar.clone(), Span::styled(text.to_string(), out_style)]);
+                out.extend(hard_wrap(line, width, std::slice::from_ref(&bar)));
+            } else {
+                // Folded, a line is one row: a 100 KB line of minified JSON must not fill the screen.
+                let shown = truncate(text, width.saturating_sub(4));
+                out.push(Line::from(vec![
+                    bar.clone(),
+                    Span::styled(shown, out_style),
+                ]));
+            }
         };
         let fold_note = |out: &mut Vec<Line<'static>>, n: usize| {
             out.push(Line::from(vec![

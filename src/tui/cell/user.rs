@@ -6,6 +6,9 @@ use ratatui::text::{Line, Span};
 use super::RenderCtx;
 use crate::tui::wrap::wrap_spans;
 
+/// A long message (a big paste) shows its first lines until expanded with Ctrl+O.
+const MAX_FOLDED_LINES: usize = 12;
+
 pub struct UserCell {
     pub text: String,
     /// `!cmd` shell commands are shown with a `$` marker.
@@ -18,7 +21,13 @@ impl UserCell {
         let marker = if self.shell { "$ " } else { "› " };
         let text_style = Style::new().fg(p.user_fg).bg(p.user_bg);
         let mut out = Vec::new();
-        for (i, line) in self.text.lines().enumerate() {
+        let total = self.text.lines().count();
+        let shown = if ctx.expanded || total <= MAX_FOLDED_LINES {
+            total
+        } else {
+            MAX_FOLDED_LINES
+        };
+        for (i, line) in self.text.lines().take(shown).enumerate() {
             let first = if i == 0 {
                 Span::styled(
                     marker,
@@ -33,6 +42,12 @@ impl UserCell {
                 &[first],
                 &[Span::raw("  ")],
             ));
+        }
+        if shown < total {
+            out.push(Line::from(Span::styled(
+                format!("  … {} more lines (ctrl+o to expand)", total - shown),
+                Style::new().fg(p.dim),
+            )));
         }
         if out.is_empty() {
             out.push(Line::from(Span::styled(
