@@ -179,7 +179,10 @@ pub fn status_line(
             .map(|t| now.saturating_duration_since(t))
             .unwrap_or_default();
         segments.push((7, vec![Span::styled(elapsed_text(since), base)]));
-        segments.push((8, vec![Span::styled("Esc to interrupt", base.fg(p.dim))]));
+        // In the approval modal Esc answers "no"; it interrupts only outside it.
+        if info.phase != Phase::AwaitingApproval {
+            segments.push((8, vec![Span::styled("Esc to interrupt", base.fg(p.dim))]));
+        }
     } else if let Some(ms) = info.last_turn_ms {
         segments.push((
             3,
