@@ -584,3 +584,34 @@ fn a_hanging_summary_does_not_hold_back_the_answer() {
     let saved = std::fs::read_to_string(session_file(&env.sessions)).expect("session");
     assert!(!saved.contains("\"record\":\"summary\""));
 }
+
+#[test]
+fn the_whole_loop_runs_on_the_local_tiny_model() {
+    let env = Env::new();
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3");
+    let out = env
+        .baton()
+        .env("BATON_MAX_TOKENS", "4")
+        .args(["--exec", "--json", "--device", "cpu", "--local"])
+        .arg(&model)
+        .arg("hello there")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let ev = events(&out);
+    assert!(
+        ev[0]["backend"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("local:")
+    );
+    let route = of_type(&ev, "route_decided");
+    assert_eq!(route.len(), 1);
+    assert_eq!(
+        route[0]["decision"], "model",
+        "the constraint yields a label"
+    );
+    let done = of_type(&ev, "turn_completed");
+    assert_eq!(done[0]["status"], "done");
+    assert_eq!(of_type(&ev, "summary_recorded").len(), 1);
+}

@@ -32,7 +32,15 @@ pub async fn run(config: &Config) -> i32 {
         r.ok(&format!("{} is valid", f.display()));
     }
     r.ok(&format!("workspace {}", config.workspace.display()));
-    r.ok(&format!("sessions go to {}", config.session_dir.display()));
+    let writable = std::fs::create_dir_all(&config.session_dir)
+        .and_then(|_| tempfile::tempfile_in(&config.session_dir).map(|_| ()));
+    match writable {
+        Ok(()) => r.ok(&format!("sessions go to {}", config.session_dir.display())),
+        Err(e) => r.bad(&format!(
+            "cannot write sessions to {}: {e} (set session_dir or --session-dir)",
+            config.session_dir.display()
+        )),
+    }
     match setup::system_prompt(config) {
         Ok(_) => r.ok(match &config.system_prompt {
             Some(_) => "system prompt file readable",

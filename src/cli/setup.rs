@@ -6,7 +6,8 @@ use std::sync::Arc;
 use crate::agent::{AgentConfig, ApprovalPolicy, DEFAULT_SYSTEM_PROMPT};
 use crate::backend::ChatBackend;
 use crate::backend::remote::ConstraintDialect;
-use crate::config::{Config, Mode, RouteConstraint};
+use crate::config::{Config, Device, Mode, RouteConstraint};
+use crate::engine::DeviceChoice;
 use crate::mol::{Profile, ProfileNames};
 use crate::session::{Restored, SessionFile};
 
@@ -22,11 +23,14 @@ base/ and loras/L0..L3). `baton doctor` checks the result.";
 /// Builds the model backend the configuration names.
 pub fn build_backend(config: &Config) -> Result<Arc<dyn ChatBackend>, String> {
     if let Some(root) = &config.local {
-        return Err(format!(
-            "the local engine is not available in this build (asked for --local {}); use \
-             --endpoint with an OpenAI-compatible server",
-            root.display()
-        ));
+        let device = match config.device {
+            Device::Auto => DeviceChoice::Auto,
+            Device::Cpu => DeviceChoice::Cpu,
+            Device::Cuda => DeviceChoice::Cuda,
+        };
+        return crate::backend::local::LocalBackend::open(root, device)
+            .map(|b| Arc::new(b) as Arc<dyn ChatBackend>)
+            .map_err(|e| format!("local engine at {}: {e:#}", root.display()));
     }
     let Some(endpoint) = &config.endpoint else {
         return Err(NO_BACKEND_HELP.to_string());

@@ -1,0 +1,253 @@
+//! `ModelConfig`: the Qwen3 hyper-parameters read from `config.json`, plus the stop ids of
+//! `generation_config.json`.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::error::EngineError;
+
+/// Architectures this engine implements (the `architectures` / `model_type` of config.json).
+const QWEN3_ARCHITECTURES: &[&str] = &["Qwen3ForCausalLM"];
+const QWEN3_MODEL_TYPES: &[&str] = &["qwen3"];
+
+/// The shape and numerics of a Qwen3 dense model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub architecture: String,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    /// Per-head width; in Qwen3 often ≠ hidden_size / num_attention_heads.
+    pub head_dim: usize,
+    /// The context window.
+    pub max_position_embeddings: usize,
+    pub rope_theta: f64,
+    pub rms_norm_eps: f64,
+    pub tie_word_embeddings: bool,
+    /// Ids that end a generation: generation_config.json's `eos_token_id` ∪ config.json's.
+    pub eos_token_ids: Vec<u32>,
+}
+
+impl ModelConfig {
+    /// Reads `DIR/config.json` and, when present, `DIR/generation_config.json`.
+    pub fn load(dir: &Path) -> Result<ModelConfig, EngineError> {
+        let path = dir.join("config.json");
+        let json = read_json(&path)?;
+        let mut config = ModelConfig::from_json(&json, &path)?;
+        let gen_path = dir.join("generation_config.json");
+        if gen_path.exists() {
+            let gen_json = read_json(&gen_path)?;
+            for id in eos_ids(&gen_json, &gen_path)? {
+                if !config.eos_token_ids.contains(&id) {
+                    config.eos_token_ids.push(id);
+                }
+            }
+        }
+        Ok(config)
+    }
+
+    /// Parses a config.json value; `path` is only used to name the file in errors.
+    pub fn from_json(json: &Value, path: &Path) -> Result<ModelConfig, EngineError> {
+        let architecture = check_architecture(json, path)?;
+        let usize_key = |key: &str| -> Result<usize, EngineError> {
+            match json.get(key) {
+                Some(v) => v
+                    .as_u64()
+                    .filter(|n| *n > 0)
+                    .map(|n| n as usize)
+                    .ok_or_else(|| {
+                        EngineError::config(
+                            path,
+                            format!("key {key:?} must be a positive integer, found {v}"),
+                        )
+                    }),
+                None => Err(EngineError::config(path, format!("missing key {key:?}"))),
+            }
+        };
+        let hidden_size = usize_key("hidden_size")?;
+        let num_attention_heads = usize_key("num_attention_heads")?;
+        let num_key_value_heads = match json.get("num_key_value_heads") {
+            Some(Value::Null) | None => num_attention_heads,
+            Some(_) => usize_key("num_key_value_heads")?,
+        };
+        let head_dim = match json.get("head_dim") {
+            Some(Value::Null) | None => hidden_size / num_attention_heads,
+            Some(_) => usize_key("head_dim")?,
+        };
+        if num_attention_heads % num_key_value_heads != 0 {
+            return Err(EngineError::config(
+                path,
+                format!(
+                    "num_attention_heads {num_attention_heads} is not a multiple of num_key_value_heads {num_key_value_heads}"
+                ),
+            ));
+        }
+        if head_dim % 2 != 0 {
+            return Err(EngineError::config(
+                path,
+                format!("head_dim {head_dim} must be even for RoPE"),
+            ));
+        }
+        reject_unsupported(json, path)?;
+        let rope_theta = rope_theta(json, path)?;
+        let rms_norm_eps = json
+            .get("rms_norm_eps")
+            .and_then(Value::as_f64)
+            .unwrap_or(1e-6);
+        let tie_word_embeddings = match json.get("tie_word_embeddings") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(v) => {
+                return Err(EngineError::config(
+                    path,
+                    format!("key \"tie_word_embeddings\" must be a boolean, found {v}"),
+                ));
+            }
+        };
+        Ok(ModelConfig {
+            architecture,
+            vocab_size: usize_key("vocab_size")?,
+            hidden_size,
+            intermediate_size: usize_key("intermediate_size")?,
+            num_hidden_layers: usize_key("num_hidden_layers")?,
+            num_attention_heads,
+            num_key_value_heads,
+            head_dim,
+            max_position_embeddings: usize_key("max_position_embeddings")?,
+            rope_theta,
+            rms_norm_eps,
+            tie_word_embeddings,
+            eos_token_ids: eos_ids(json, path)?,
+        })
+    }
+
+    /// Width of all query heads together (q_proj's output).
+    pub fn q_dim(&self) -> usize {
+        self.num_attention_heads * self.head_dim
+    }
+
+    /// Width of all key (or value) heads together (k_proj's and v_proj's output).
+    pub fn kv_dim(&self) -> usize {
+        self.num_key_value_heads * self.head_dim
+    }
+}
+
+fn read_json(path: &Path) -> Result<Value, EngineError> {
+    let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
+    serde_json::from_str(&text).map_err(|e| EngineError::config(path, format!("invalid JSON: {e}")))
+}
+
+fn check_architecture(json: &Value, path: &Path) -> Result<String, EngineError> {
+    let expected = || QWEN3_ARCHITECTURES.join(", ");
+    let model_type = json.get("model_type").and_then(Value::as_str);
+    let arch = json
+        .get("architectures")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+        .and_then(Value::as_str);
+    match (arch, model_type) {
+        (Some(a), _) if QWEN3_ARCHITECTURES.contains(&a) => Ok(a.to_string()),
+        (None, Some(t)) if QWEN3_MODEL_TYPES.contains(&t) => Ok(QWEN3_ARCHITECTURES[0].to_string()),
+        (Some(a), _) => Err(EngineError::UnknownArchitecture {
+            path: path.into(),
+            found: a.to_string(),
+            expected: expected(),
+        }),
+        (None, t) => Err(EngineError::UnknownArchitecture {
+            path: path.into(),
+            found: t.unwrap_or("<no architectures or model_type>").to_string(),
+            expected: expected(),
+        }),
+    }
+}
+
+/// Features of some Qwen3-family configs that this engine does not implement: refusing them is
+/// better than silently computing something else.
+fn reject_unsupported(json: &Value, path: &Path) -> Result<(), EngineError> {
+    if json.get("attention_bias").and_then(Value::as_bool) == Some(true) {
+        return Err(EngineError::config(
+            path,
+            "attention_bias = true is not supported",
+        ));
+    }
+    if let Some(act) = json.get("hidden_act").and_then(Value::as_str)
+        && act != "silu"
+    {
+        return Err(EngineError::config(
+            path,
+            format!("hidden_act {act:?} is not supported (only \"silu\")"),
+        ));
+    }
+    if json.get("use_sliding_window").and_then(Value::as_bool) == Some(true) {
+        return Err(EngineError::config(
+            path,
+            "use_sliding_window = true is not supported",
+        ));
+    }
+    let scaling = json
+        .get("rope_scaling")
+        .filter(|v| !v.is_null())
+        .or_else(|| {
+            json.get("rope_parameters")
+                .filter(|v| v.get("rope_type").is_some())
+        });
+    if let Some(s) = scaling {
+        let kind = s
+            .get("rope_type")
+            .or_else(|| s.get("type"))
+            .and_then(Value::as_str)
+            .unwrap_or("?");
+        if kind != "default" {
+            return Err(EngineError::config(
+                path,
+                format!("rope type {kind:?} is not supported (only \"default\")"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `rope_theta` at the top level (transformers < 5) or under `rope_parameters` (≥ 5).
+fn rope_theta(json: &Value, path: &Path) -> Result<f64, EngineError> {
+    let value = json.get("rope_theta").or_else(|| {
+        json.get("rope_parameters")
+            .and_then(|p| p.get("rope_theta"))
+    });
+    match value {
+        Some(v) => v.as_f64().filter(|t| *t > 0.0).ok_or_else(|| {
+            EngineError::config(
+                path,
+                format!("rope_theta must be a positive number, found {v}"),
+            )
+        }),
+        None => Err(EngineError::config(
+            path,
+            "missing key \"rope_theta\" (top level or under \"rope_parameters\")",
+        )),
+    }
+}
+
+/// `eos_token_id`: absent, null, one id or a list of ids.
+fn eos_ids(json: &Value, path: &Path) -> Result<Vec<u32>, EngineError> {
+    let bad = |v: &Value| {
+        EngineError::config(
+            path,
+            format!("eos_token_id must be an id or a list of ids, found {v}"),
+        )
+    };
+    let one = |v: &Value| {
+        v.as_u64()
+            .filter(|n| *n <= u32::MAX as u64)
+            .map(|n| n as u32)
+            .ok_or_else(|| bad(v))
+    };
+    match json.get("eos_token_id") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items.iter().map(one).collect(),
+        Some(v) => Ok(vec![one(v)?]),
+    }
+}

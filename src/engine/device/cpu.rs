@@ -1,0 +1,439 @@
+//! The CPU device: f32 weights and activations in host memory; GEMMs through `matrixmultiply`
+//! (threaded), single-row products (decode) through a rayon-parallel GEMV with AVX2/FMA picked
+//! at run time, attention with an online softmax so no kernel allocates.
+
+use rayon::prelude::*;
+
+use super::{AttentionShape, Device, KvShape};
+use crate::engine::error::EngineError;
+
+/// Fewest output rows per rayon task in the GEMV (scheduling costs more than a few dots).
+const GEMV_MIN_ROWS_PER_TASK: usize = 16;
+
+/// The host CPU.
+pub struct CpuDevice {
+    simd: Simd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Simd {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx2Fma,
+}
+
+/// A weight matrix `[rows = out, cols = in]`, row-major.
+pub struct CpuMatrix {
+    data: Vec<f32>,
+    rows: usize,
+    cols: usize,
+}
+
+/// K and V of one sequence: `[layer][position][kv_dim]` each.
+pub struct CpuKv {
+    shape: KvShape,
+    capacity: usize,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl CpuDevice {
+    pub fn new() -> CpuDevice {
+        #[cfg(target_arch = "x86_64")]
+        let simd = if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+        {
+            Simd::Avx2Fma
+        } else {
+            Simd::Portable
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let simd = Simd::Portable;
+        CpuDevice { simd }
+    }
+
+    fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
+        match self.simd {
+            Simd::Portable => dot_portable(a, b),
+            // SAFETY: the features were detected at run time in `new`.
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2Fma => unsafe { dot_avx2_fma(a, b) },
+        }
+    }
+
+    /// `out[rows, w.rows] (=|+=) x[rows, w.cols] · wᵀ`.
+    fn gemm(&self, x: &[f32], rows: usize, w: &CpuMatrix, out: &mut [f32], accumulate: bool) {
+        let (n, k) = (w.rows, w.cols);
+        let x = &x[..rows * k];
+        let out = &mut out[..rows * n];
+        if rows == 1 {
+            // About four tasks per thread balances uneven cores without drowning in tasks.
+            let per_task = (n / (4 * rayon::current_num_threads())).max(GEMV_MIN_ROWS_PER_TASK);
+            out.par_chunks_mut(per_task)
+                .enumerate()
+                .for_each(|(chunk, o)| {
+                    let first = chunk * per_task;
+                    for (i, slot) in o.iter_mut().enumerate() {
+                        let row = &w.data[(first + i) * k..(first + i + 1) * k];
+                        let d = self.dot(row, x);
+                        *slot = if accumulate { *slot + d } else { d };
+                    }
+                });
+            return;
+        }
+        // SAFETY: the slices were cut to exactly rows·k, n·k and rows·n elements above, and the
+        // strides describe x as [rows, k], wᵀ as [k, n] and out as [rows, n], all in bounds.
+        unsafe {
+            matrixmultiply::sgemm(
+                rows,
+                k,
+                n,
+                1.0,
+                x.as_ptr(),
+                k as isize,
+                1,
+                w.data.as_ptr(),
+                1,
+                k as isize,
+                if accumulate { 1.0 } else { 0.0 },
+                out.as_mut_ptr(),
+                n as isize,
+                1,
+            );
+        }
+    }
+}
+
+impl Default for CpuDevice {
+    fn default() -> Self {
+        CpuDevice::new()
+    }
+}
+
+fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
+    // Sixteen independent lanes let the compiler vectorise without reassociating floats.
+    let mut acc = [0f32; 16];
+    let chunks = a.len() / 16;
+    for (ca, cb) in a.chunks_exact(16).zip(b.chunks_exact(16)) {
+        for i in 0..16 {
+            acc[i] += ca[i] * cb[i];
+        }
+    }
+    let mut sum = 0f32;
+    for i in chunks * 16..a.len() {
+        sum += a[i] * b[i];
+    }
+    acc.iter().sum::<f32>() + sum
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn dot_avx2_fma(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 32];
+    let chunks = a.len() / 32;
+    for (ca, cb) in a.chunks_exact(32).zip(b.chunks_exact(32)) {
+        for i in 0..32 {
+            acc[i] = ca[i].mul_add(cb[i], acc[i]);
+        }
+    }
+    let mut sum = 0f32;
+    for i in chunks * 32..a.len() {
+        sum = a[i].mul_add(b[i], sum);
+    }
+    acc.iter().sum::<f32>() + sum
+}
+
+fn rms_norm_row(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let mean_square = x.iter().map(|v| (*v as f64) * (*v as f64)).sum::<f64>() / x.len() as f64;
+    let inv = 1.0 / (mean_square as f32 + eps).sqrt();
+    for ((o, xv), wv) in out.iter_mut().zip(x).zip(w) {
+        *o = wv * (xv * inv);
+    }
+}
+
+impl Device for CpuDevice {
+    type Matrix = CpuMatrix;
+    type Vector = Vec<f32>;
+    type Buffer = Vec<f32>;
+    type Kv = CpuKv;
+
+    fn name(&self) -> String {
+        let simd = match self.simd {
+            Simd::Portable => "portable simd",
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2Fma => "avx2+fma",
+        };
+        format!(
+            "cpu ({} threads, {simd}, f32)",
+            rayon::current_num_threads()
+        )
+    }
+
+    fn matrix(&self, data: Vec<f32>, rows: usize, cols: usize) -> Result<CpuMatrix, EngineError> {
+        if data.len() != rows * cols {
+            return Err(EngineError::Device {
+                device: "cpu".into(),
+                reason: format!(
+                    "matrix of {} values does not have shape [{rows}, {cols}]",
+                    data.len()
+                ),
+            });
+        }
+        Ok(CpuMatrix { data, rows, cols })
+    }
+
+    fn vector(&self, data: Vec<f32>) -> Result<Vec<f32>, EngineError> {
+        Ok(data)
+    }
+
+    fn buffer(&self, len: usize) -> Result<Vec<f32>, EngineError> {
+        Ok(vec![0.0; len])
+    }
+
+    fn matrix_bytes(&self, m: &CpuMatrix) -> usize {
+        m.data.len() * 4
+    }
+
+    fn embed(&self, table: &CpuMatrix, tokens: &[u32], out: &mut Vec<f32>) {
+        let width = table.cols;
+        for (i, &t) in tokens.iter().enumerate() {
+            let t = t as usize;
+            out[i * width..(i + 1) * width]
+                .copy_from_slice(&table.data[t * width..(t + 1) * width]);
+        }
+    }
+
+    fn rms_norm(
+        &self,
+        x: &Vec<f32>,
+        w: &Vec<f32>,
+        rows: usize,
+        width: usize,
+        eps: f32,
+        out: &mut Vec<f32>,
+    ) {
+        out[..rows * width]
+            .par_chunks_mut(width)
+            .zip(x[..rows * width].par_chunks(width))
+            .for_each(|(o, xr)| rms_norm_row(xr, w, eps, o));
+    }
+
+    fn rms_norm_in_place(
+        &self,
+        x: &mut Vec<f32>,
+        w: &Vec<f32>,
+        rows: usize,
+        width: usize,
+        eps: f32,
+    ) {
+        let mut row_copy = [0f32; 1024];
+        for row in x[..rows * width].chunks_mut(width) {
+            if width <= row_copy.len() {
+                let copy = &mut row_copy[..width];
+                copy.copy_from_slice(row);
+                rms_norm_row(copy, w, eps, row);
+            } else {
+                let mean_square =
+                    row.iter().map(|v| (*v as f64) * (*v as f64)).sum::<f64>() / width as f64;
+                let inv = 1.0 / (mean_square as f32 + eps).sqrt();
+                for (v, wv) in row.iter_mut().zip(w) {
+                    *v = wv * (*v * inv);
+                }
+            }
+        }
+    }
+
+    fn matmul(&self, x: &Vec<f32>, rows: usize, w: &CpuMatrix, out: &mut Vec<f32>) {
+        self.gemm(x, rows, w, out, false);
+    }
+
+    fn lora_add(
+        &self,
+        x: &Vec<f32>,
+        rows: usize,
+        a: &CpuMatrix,
+        b: &CpuMatrix,
+        scratch: &mut Vec<f32>,
+        out: &mut Vec<f32>,
+    ) {
+        self.gemm(x, rows, a, scratch, false);
+        self.gemm(scratch, rows, b, out, true);
+    }
+
+    fn rope(
+        &self,
+        x: &mut Vec<f32>,
+        rows: usize,
+        heads: usize,
+        head_dim: usize,
+        start: usize,
+        inv_freq: &Vec<f32>,
+    ) {
+        let half = head_dim / 2;
+        x[..rows * heads * head_dim]
+            .par_chunks_mut(heads * head_dim)
+            .enumerate()
+            .for_each(|(i, row)| {
+                // The angle is rounded to f32 before cos/sin, as the reference computes it.
+                let position = (start + i) as f32;
+                for (j, freq) in inv_freq.iter().enumerate().take(half) {
+                    let angle = (position * freq) as f64;
+                    let (sin, cos) = (angle.sin() as f32, angle.cos() as f32);
+                    for h in 0..heads {
+                        let base = h * head_dim;
+                        let x1 = row[base + j];
+                        let x2 = row[base + j + half];
+                        row[base + j] = x1 * cos - x2 * sin;
+                        row[base + j + half] = x2 * cos + x1 * sin;
+                    }
+                }
+            });
+    }
+
+    fn silu_mul(&self, gate: &mut Vec<f32>, up: &Vec<f32>, len: usize) {
+        gate[..len]
+            .par_chunks_mut(4096)
+            .zip(up[..len].par_chunks(4096))
+            .for_each(|(g, u)| {
+                for (gv, uv) in g.iter_mut().zip(u) {
+                    *gv = *gv / (1.0 + (-*gv).exp()) * uv;
+                }
+            });
+    }
+
+    fn add(&self, x: &mut Vec<f32>, y: &Vec<f32>, len: usize) {
+        for (a, b) in x[..len].iter_mut().zip(&y[..len]) {
+            *a += b;
+        }
+    }
+
+    fn copy(&self, src: &Vec<f32>, src_offset: usize, len: usize, dst: &mut Vec<f32>) {
+        dst[..len].copy_from_slice(&src[src_offset..src_offset + len]);
+    }
+
+    fn read(&self, x: &Vec<f32>, len: usize, out: &mut Vec<f32>) -> Result<(), EngineError> {
+        out.clear();
+        out.extend_from_slice(&x[..len]);
+        Ok(())
+    }
+
+    fn kv_alloc(&self, shape: KvShape, capacity: usize) -> Result<CpuKv, EngineError> {
+        let len = shape.layers * capacity * shape.kv_dim;
+        Ok(CpuKv {
+            shape,
+            capacity,
+            k: vec![0.0; len],
+            v: vec![0.0; len],
+        })
+    }
+
+    fn kv_bytes_per_token(&self, shape: KvShape) -> usize {
+        shape.bytes_per_token(4)
+    }
+
+    fn kv_capacity(&self, kv: &CpuKv) -> usize {
+        kv.capacity
+    }
+
+    fn kv_bytes(&self, kv: &CpuKv) -> usize {
+        (kv.k.len() + kv.v.len()) * 4
+    }
+
+    fn kv_grow(&self, kv: &mut CpuKv, capacity: usize) -> Result<(), EngineError> {
+        if capacity <= kv.capacity {
+            return Ok(());
+        }
+        let grown = self.kv_copy_prefix(kv, kv.capacity, capacity)?;
+        *kv = grown;
+        Ok(())
+    }
+
+    fn kv_copy_prefix(
+        &self,
+        kv: &CpuKv,
+        len: usize,
+        capacity: usize,
+    ) -> Result<CpuKv, EngineError> {
+        let mut out = self.kv_alloc(kv.shape, capacity.max(len))?;
+        let d = kv.shape.kv_dim;
+        let len = len.min(kv.capacity);
+        for layer in 0..kv.shape.layers {
+            let src = layer * kv.capacity * d;
+            let dst = layer * out.capacity * d;
+            out.k[dst..dst + len * d].copy_from_slice(&kv.k[src..src + len * d]);
+            out.v[dst..dst + len * d].copy_from_slice(&kv.v[src..src + len * d]);
+        }
+        Ok(out)
+    }
+
+    fn kv_write(
+        &self,
+        kv: &mut CpuKv,
+        layer: usize,
+        start: usize,
+        rows: usize,
+        k: &Vec<f32>,
+        v: &Vec<f32>,
+    ) {
+        let d = kv.shape.kv_dim;
+        let at = (layer * kv.capacity + start) * d;
+        kv.k[at..at + rows * d].copy_from_slice(&k[..rows * d]);
+        kv.v[at..at + rows * d].copy_from_slice(&v[..rows * d]);
+    }
+
+    #[allow(clippy::too_many_arguments)] // a kernel signature, like BLAS's
+    fn attention(
+        &self,
+        q: &Vec<f32>,
+        kv: &CpuKv,
+        layer: usize,
+        rows: usize,
+        start: usize,
+        shape: AttentionShape,
+        out: &mut Vec<f32>,
+    ) {
+        let AttentionShape {
+            heads,
+            kv_heads,
+            head_dim,
+        } = shape;
+        let group = heads / kv_heads;
+        let kv_dim = kv_heads * head_dim;
+        let base = layer * kv.capacity * kv_dim;
+        let keys = &kv.k[base..base + kv.capacity * kv_dim];
+        let values = &kv.v[base..base + kv.capacity * kv_dim];
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        out[..rows * heads * head_dim]
+            .par_chunks_mut(head_dim)
+            .zip(q[..rows * heads * head_dim].par_chunks(head_dim))
+            .enumerate()
+            .for_each(|(index, (o, qh))| {
+                let (row, head) = (index / heads, index % heads);
+                let kv_offset = (head / group) * head_dim;
+                // Online softmax: one pass over the keys, no score buffer.
+                let mut max = f32::NEG_INFINITY;
+                let mut denom = 0f32;
+                o.fill(0.0);
+                for p in 0..=start + row {
+                    let at = p * kv_dim + kv_offset;
+                    let score = self.dot(qh, &keys[at..at + head_dim]) * scale;
+                    if score > max {
+                        let rescale = (max - score).exp();
+                        denom *= rescale;
+                        for ov in o.iter_mut() {
+                            *ov *= rescale;
+                        }
+                        max = score;
+                    }
+                    let weight = (score - max).exp();
+                    denom += weight;
+                    for (ov, vv) in o.iter_mut().zip(&values[at..at + head_dim]) {
+                        *ov += weight * vv;
+                    }
+                }
+                let inv = 1.0 / denom;
+                for ov in o.iter_mut() {
+                    *ov *= inv;
+                }
+            });
+    }
+}

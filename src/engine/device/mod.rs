@@ -1,0 +1,190 @@
+//! The compute device seam: a `Device` owns weight storage, activation buffers, KV storage and
+//! the kernels the model calls. `model.rs` is written against this trait only, so a CUDA device
+//! (stream, cuBLAS, NVRTC kernels, bf16 weights) slots in beside `cpu.rs` without touching it.
+//!
+//! Conventions for every kernel: activations are row-major `[rows, width]` f32 buffers (on the
+//! device's memory); a kernel touches only the first `rows * width` elements, so buffers are
+//! allocated once for the largest chunk and reused for every step (no allocation per token).
+//! Matrices are PyTorch `Linear` weights, `[out, in]` row-major; `matmul` computes `x · Wᵀ`.
+
+pub mod cpu;
+pub mod cuda;
+
+use std::fmt;
+
+use super::error::EngineError;
+
+/// Which device the user asked for.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceChoice {
+    /// CUDA when built and present, else the CPU.
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+impl fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceChoice::Auto => "auto",
+            DeviceChoice::Cpu => "cpu",
+            DeviceChoice::Cuda => "cuda",
+        })
+    }
+}
+
+/// Attention geometry, the same for every layer of a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionShape {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+/// KV storage geometry of one sequence: `layers × capacity × kv_dim` for K and for V.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvShape {
+    pub layers: usize,
+    pub kv_dim: usize,
+}
+
+impl KvShape {
+    /// Bytes held per cached token (K and V, all layers) on a device storing `elem_bytes` each.
+    pub fn bytes_per_token(&self, elem_bytes: usize) -> usize {
+        2 * self.layers * self.kv_dim * elem_bytes
+    }
+}
+
+/// A compute device. All kernels are `&self`: a device serialises its own work (a CPU thread
+/// pool, a CUDA stream).
+pub trait Device: Send + 'static {
+    /// A weight matrix `[out, in]`.
+    type Matrix: Send;
+    /// A 1-D weight (norm scales, RoPE inverse frequencies).
+    type Vector: Send;
+    /// An f32 activation buffer.
+    type Buffer: Send;
+    /// The K and V of one sequence for all layers, with room for `capacity` positions.
+    type Kv: Send;
+
+    /// Human-readable description ("cpu (2 threads, avx2+fma)").
+    fn name(&self) -> String;
+
+    /// Moves a host matrix `[rows, cols]` to the device.
+    fn matrix(&self, data: Vec<f32>, rows: usize, cols: usize)
+    -> Result<Self::Matrix, EngineError>;
+    /// Moves a host vector to the device.
+    fn vector(&self, data: Vec<f32>) -> Result<Self::Vector, EngineError>;
+    /// A zeroed activation buffer of `len` f32.
+    fn buffer(&self, len: usize) -> Result<Self::Buffer, EngineError>;
+    /// Bytes a matrix occupies on the device.
+    fn matrix_bytes(&self, m: &Self::Matrix) -> usize;
+
+    /// `out[i, :] = table[tokens[i], :]`. Token ids are checked by the caller.
+    fn embed(&self, table: &Self::Matrix, tokens: &[u32], out: &mut Self::Buffer);
+    /// `out[r, :] = x[r, :] / rms(x[r, :]) * w` over `rows` rows of `width`.
+    fn rms_norm(
+        &self,
+        x: &Self::Buffer,
+        w: &Self::Vector,
+        rows: usize,
+        width: usize,
+        eps: f32,
+        out: &mut Self::Buffer,
+    );
+    /// As `rms_norm`, in place (the per-head q/k norms: rows = tokens · heads, width = head_dim).
+    fn rms_norm_in_place(
+        &self,
+        x: &mut Self::Buffer,
+        w: &Self::Vector,
+        rows: usize,
+        width: usize,
+        eps: f32,
+    );
+    /// `out[rows, w.out] = x[rows, w.in] · wᵀ`.
+    fn matmul(&self, x: &Self::Buffer, rows: usize, w: &Self::Matrix, out: &mut Self::Buffer);
+    /// LoRA: `out[rows, b.out] += (x[rows, a.in] · aᵀ) · bᵀ`, the adapter scale folded into `b`.
+    /// `scratch` holds at least `rows · rank` f32.
+    fn lora_add(
+        &self,
+        x: &Self::Buffer,
+        rows: usize,
+        a: &Self::Matrix,
+        b: &Self::Matrix,
+        scratch: &mut Self::Buffer,
+        out: &mut Self::Buffer,
+    );
+    /// NeoX-style rotary embedding (rotate-half) in place on `[rows, heads, head_dim]`; row `i`
+    /// sits at position `start + i`; `inv_freq` has head_dim / 2 entries.
+    fn rope(
+        &self,
+        x: &mut Self::Buffer,
+        rows: usize,
+        heads: usize,
+        head_dim: usize,
+        start: usize,
+        inv_freq: &Self::Vector,
+    );
+    /// `gate[i] = silu(gate[i]) · up[i]` for the first `len` entries.
+    fn silu_mul(&self, gate: &mut Self::Buffer, up: &Self::Buffer, len: usize);
+    /// `x[i] += y[i]` for the first `len` entries.
+    fn add(&self, x: &mut Self::Buffer, y: &Self::Buffer, len: usize);
+    /// Copies `len` f32 from `src[src_offset..]` to the start of `dst`.
+    fn copy(&self, src: &Self::Buffer, src_offset: usize, len: usize, dst: &mut Self::Buffer);
+    /// Reads the first `len` f32 of a buffer into `out` (resized to `len`).
+    fn read(&self, x: &Self::Buffer, len: usize, out: &mut Vec<f32>) -> Result<(), EngineError>;
+
+    /// KV storage for `capacity` positions.
+    fn kv_alloc(&self, shape: KvShape, capacity: usize) -> Result<Self::Kv, EngineError>;
+    /// Bytes one cached position takes (K and V, all layers).
+    fn kv_bytes_per_token(&self, shape: KvShape) -> usize;
+    /// Positions a KV storage can hold.
+    fn kv_capacity(&self, kv: &Self::Kv) -> usize;
+    /// Bytes a KV storage occupies.
+    fn kv_bytes(&self, kv: &Self::Kv) -> usize;
+    /// Grows a KV storage to `capacity` positions, keeping its contents.
+    fn kv_grow(&self, kv: &mut Self::Kv, capacity: usize) -> Result<(), EngineError>;
+    /// A new KV storage of `capacity` positions holding a copy of the first `len` positions.
+    fn kv_copy_prefix(
+        &self,
+        kv: &Self::Kv,
+        len: usize,
+        capacity: usize,
+    ) -> Result<Self::Kv, EngineError>;
+    /// Stores the K and V rows (`[rows, kv_dim]`) of one layer at positions `start..start+rows`.
+    fn kv_write(
+        &self,
+        kv: &mut Self::Kv,
+        layer: usize,
+        start: usize,
+        rows: usize,
+        k: &Self::Buffer,
+        v: &Self::Buffer,
+    );
+    /// Causal GQA attention of `rows` queries (`q: [rows, heads·head_dim]`, at positions
+    /// `start..start+rows`) over positions `0..=position` of `kv` for layer `layer`;
+    /// `out: [rows, heads·head_dim]`.
+    #[allow(clippy::too_many_arguments)] // a kernel signature, like BLAS's
+    fn attention(
+        &self,
+        q: &Self::Buffer,
+        kv: &Self::Kv,
+        layer: usize,
+        rows: usize,
+        start: usize,
+        shape: AttentionShape,
+        out: &mut Self::Buffer,
+    );
+}

@@ -1,0 +1,80 @@
+//! The engine's error type: every variant names the file, tensor or key it is about.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while loading a model or running a request.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A JSON file (config, index, adapter config) is malformed or lacks a key.
+    #[error("{path}: {reason}")]
+    Config { path: PathBuf, reason: String },
+    /// The model's architecture is not one this engine implements.
+    #[error(
+        "{path}: unknown architecture {found:?} (this engine runs Qwen3 dense models: {expected})"
+    )]
+    UnknownArchitecture {
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
+    /// A safetensors file could not be parsed.
+    #[error("{path}: not a valid safetensors file: {reason}")]
+    Safetensors { path: PathBuf, reason: String },
+    /// A tensor the model needs is in none of its files.
+    #[error("{path}: missing tensor {tensor:?}")]
+    MissingTensor { path: PathBuf, tensor: String },
+    /// A tensor has the wrong shape.
+    #[error("{path}: tensor {tensor:?} has shape {found:?}, expected {expected:?}")]
+    TensorShape {
+        path: PathBuf,
+        tensor: String,
+        found: Vec<usize>,
+        expected: Vec<usize>,
+    },
+    /// A tensor is stored in a dtype the engine cannot read.
+    #[error("{path}: tensor {tensor:?} has dtype {dtype}, expected one of BF16, F16, F32")]
+    TensorDtype {
+        path: PathBuf,
+        tensor: String,
+        dtype: String,
+    },
+    /// A LoRA adapter does not fit the base model or uses an unsupported feature.
+    #[error("{path}: {reason}")]
+    Adapter { path: PathBuf, reason: String },
+    /// The chosen device cannot be used.
+    #[error("device {device}: {reason}")]
+    Device { device: String, reason: String },
+    /// A request is malformed (unknown adapter, empty prompt, too long, bad constraint...).
+    #[error("invalid request: {0}")]
+    Request(String),
+}
+
+impl EngineError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        EngineError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn config(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        EngineError::Config {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn adapter(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        EngineError::Adapter {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,598 @@
+//! `Engine`: loads a base model and its LoRA experts onto a device and serves requests —
+//! prefill with per-adapter prefix reuse, decode with sampling and stop ids, and constrained
+//! choice (routing = one prefill + one step per branching token).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::config::ModelConfig;
+use super::constraint::TokenTrie;
+use super::device::cpu::CpuDevice;
+use super::device::{Device, DeviceChoice};
+use super::error::EngineError;
+use super::kv::{CacheLimits, CacheStats, KvEntry, PrefixCache};
+use super::lora::LoraAdapter;
+use super::model::{PREFILL_CHUNK, Qwen3, Workspace};
+use super::sampler::{Sampler, SamplingParams};
+use super::weights::WeightFiles;
+
+/// Knobs of an engine beyond the files and the device.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EngineOptions {
+    pub cache: CacheLimits,
+}
+
+/// One generation request.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    pub prompt: Vec<u32>,
+    /// Index into `Engine::adapters()`; None = the base model.
+    pub adapter: Option<usize>,
+    pub sampling: SamplingParams,
+    /// New tokens at most (a constraint always completes its option regardless).
+    pub max_tokens: usize,
+    /// Extra stop ids, on top of the model's `eos_token_ids`. A stop token ends the generation
+    /// and is not part of the output.
+    pub stop_ids: Vec<u32>,
+    /// Allowed token sequences; when set, the output is exactly one of them.
+    pub constraint: Option<Vec<Vec<u32>>>,
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishKind {
+    /// A stop id was sampled.
+    Stop,
+    /// `max_tokens` or the context window was reached.
+    Length,
+    /// The constraint's option is complete.
+    Constraint,
+    /// The token callback asked to stop.
+    Cancelled,
+}
+
+/// The result of a generation.
+#[derive(Debug, Clone)]
+pub struct GenerateOutput {
+    pub tokens: Vec<u32>,
+    pub finish: FinishKind,
+    pub prompt_tokens: usize,
+    /// Prompt positions whose K/V came from the prefix cache (not prefilled).
+    pub cached_tokens: usize,
+    pub prefill_time: Duration,
+    pub decode_time: Duration,
+    /// With a constraint: each option's log-probability, summed over its tokens (for an option
+    /// that leaves the chosen path early, over its tokens up to and including the first that
+    /// differs: later positions were never computed).
+    pub choice_logprobs: Option<Vec<f32>>,
+    /// With a constraint: the index of the chosen option.
+    pub choice: Option<usize>,
+}
+
+/// Last-position logits of a prompt run through the prefix cache.
+#[derive(Debug, Clone)]
+pub struct PromptLogits {
+    pub logits: Vec<f32>,
+    pub cached_tokens: usize,
+    pub prefilled_tokens: usize,
+}
+
+/// Device memory held by the engine, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryReport {
+    pub weights: usize,
+    pub adapters: usize,
+    pub kv_cache: usize,
+}
+
+/// A loaded model with its adapters on one device.
+pub struct Engine {
+    root: PathBuf,
+    config: ModelConfig,
+    adapter_names: Vec<String>,
+    runner: Box<dyn Runner>,
+}
+
+impl Engine {
+    /// Loads `ROOT/base` and every adapter folder under `ROOT/loras` (sorted by name; no folder
+    /// means the base model only).
+    pub fn load(root: &Path, device: DeviceChoice) -> Result<Engine, EngineError> {
+        Engine::load_with(root, device, EngineOptions::default())
+    }
+
+    pub fn load_with(
+        root: &Path,
+        device: DeviceChoice,
+        options: EngineOptions,
+    ) -> Result<Engine, EngineError> {
+        let runner: Box<dyn Runner> = match device {
+            DeviceChoice::Cuda => {
+                return Err(EngineError::Device {
+                    device: "cuda".into(),
+                    reason: "CUDA device not built yet / not available; use --device cpu".into(),
+                });
+            }
+            DeviceChoice::Auto | DeviceChoice::Cpu => {
+                Box::new(Core::load(CpuDevice::new(), root, options)?)
+            }
+        };
+        Ok(Engine {
+            root: root.to_path_buf(),
+            config: runner.config().clone(),
+            adapter_names: runner.adapter_names(),
+            runner,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Names of the loaded adapters in index order (their folder names).
+    pub fn adapters(&self) -> Vec<String> {
+        self.adapter_names.clone()
+    }
+
+    /// The index of the adapter called `name`.
+    pub fn adapter_index(&self, name: &str) -> Option<usize> {
+        self.adapter_names.iter().position(|n| n == name)
+    }
+
+    pub fn device_name(&self) -> String {
+        self.runner.device_name()
+    }
+
+    /// Generates; `on_token` sees each new token as it is chosen and returns false to stop.
+    pub fn generate(
+        &mut self,
+        req: &GenerateRequest,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<GenerateOutput, EngineError> {
+        self.runner.generate(req, on_token)
+    }
+
+    /// Logits at every position of `tokens`, from a cold run (the prefix cache is not used).
+    pub fn logits(
+        &mut self,
+        tokens: &[u32],
+        adapter: Option<usize>,
+    ) -> Result<Vec<Vec<f32>>, EngineError> {
+        self.runner.logits(tokens, adapter)
+    }
+
+    /// Last-position logits of `tokens` through the prefix cache, and how much was reused.
+    pub fn prompt_logits(
+        &mut self,
+        tokens: &[u32],
+        adapter: Option<usize>,
+    ) -> Result<PromptLogits, EngineError> {
+        self.runner.prompt_logits(tokens, adapter)
+    }
+
+    pub fn cache_stats(&self) -> CacheStats {
+        self.runner.cache_stats()
+    }
+
+    pub fn clear_cache(&mut self) {
+        self.runner.clear_cache();
+    }
+
+    pub fn memory(&self) -> MemoryReport {
+        self.runner.memory()
+    }
+}
+
+/// The device-independent face of `Core<D>`, so `Engine` need not be generic.
+trait Runner: Send {
+    fn config(&self) -> &ModelConfig;
+    fn adapter_names(&self) -> Vec<String>;
+    fn device_name(&self) -> String;
+    fn generate(
+        &mut self,
+        req: &GenerateRequest,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<GenerateOutput, EngineError>;
+    fn logits(
+        &mut self,
+        tokens: &[u32],
+        adapter: Option<usize>,
+    ) -> Result<Vec<Vec<f32>>, EngineError>;
+    fn prompt_logits(
+        &mut self,
+        tokens: &[u32],
+        adapter: Option<usize>,
+    ) -> Result<PromptLogits, EngineError>;
+    fn cache_stats(&self) -> CacheStats;
+    fn clear_cache(&mut self);
+    fn memory(&self) -> MemoryReport;
+}
+
+/// Model, adapters, buffers and cache on one device.
+struct Core<D: Device> {
+    dev: D,
+    model: Qwen3<D>,
+    adapters: Vec<LoraAdapter<D>>,
+    ws: Workspace<D>,
+    cache: PrefixCache<D>,
+    /// Logits of the latest position, on the host.
+    logits: Vec<f32>,
+}
+
+impl<D: Device> Core<D> {
+    fn load(dev: D, root: &Path, options: EngineOptions) -> Result<Core<D>, EngineError> {
+        let base = root.join("base");
+        let config = ModelConfig::load(&base)?;
+        let weights = WeightFiles::open_dir(&base)?;
+        let model = Qwen3::load(&dev, &config, &weights)?;
+        drop(weights);
+        let mut adapters = Vec::new();
+        let loras = root.join("loras");
+        if loras.is_dir() {
+            let mut dirs = Vec::new();
+            for entry in std::fs::read_dir(&loras).map_err(|e| EngineError::io(&loras, e))? {
+                let path = entry.map_err(|e| EngineError::io(&loras, e))?.path();
+                if path.join("adapter_config.json").is_file() {
+                    dirs.push(path);
+                }
+            }
+            dirs.sort();
+            for dir in dirs {
+                let name = dir
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                adapters.push(LoraAdapter::load(&dev, &name, &dir, &config)?);
+            }
+        }
+        let max_rank = adapters
+            .iter()
+            .map(LoraAdapter::max_rank)
+            .max()
+            .unwrap_or(0);
+        let ws = model.workspace(&dev, max_rank)?;
+        Ok(Core {
+            dev,
+            model,
+            adapters,
+            ws,
+            cache: PrefixCache::new(options.cache),
+            logits: Vec::new(),
+        })
+    }
+
+    fn check(&self, tokens: &[u32], adapter: Option<usize>) -> Result<(), EngineError> {
+        let c = self.model.config();
+        if tokens.is_empty() {
+            return Err(EngineError::Request("the prompt has no tokens".into()));
+        }
+        if let Some(bad) = tokens.iter().find(|t| **t as usize >= c.vocab_size) {
+            return Err(EngineError::Request(format!(
+                "token id {bad} is outside the vocabulary of {}",
+                c.vocab_size
+            )));
+        }
+        if tokens.len() > c.max_position_embeddings {
+            return Err(EngineError::Request(format!(
+                "the prompt has {} tokens, the context window is {}",
+                tokens.len(),
+                c.max_position_embeddings
+            )));
+        }
+        if let Some(a) = adapter
+            && a >= self.adapters.len()
+        {
+            return Err(EngineError::Request(format!(
+                "adapter index {a} does not exist ({} loaded)",
+                self.adapters.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs `tokens[entry.tokens.len()..]` into `entry` and leaves the last position's logits
+    /// in `self.logits`.
+    fn prefill(
+        &mut self,
+        entry: &mut KvEntry<D>,
+        tokens: &[u32],
+        adapter: Option<usize>,
+    ) -> Result<(), EngineError> {
+        let Core {
+            dev,
+            model,
+            adapters,
+            ws,
+            logits,
+            ..
+        } = self;
+        let adapter = adapter.map(|a| &adapters[a]);
+        let mut start = entry.tokens.len();
+        for chunk in tokens[start..].chunks(PREFILL_CHUNK) {
+            model.forward(dev, ws, &mut entry.kv, start, chunk, adapter);
+            entry.tokens.extend_from_slice(chunk);
+            start += chunk.len();
+            if start == tokens.len() {
+                model.logits_of_row(dev, ws, chunk.len() - 1, logits)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends one token to `entry` and leaves its logits in `self.logits`.
+    fn step(
+        &mut self,
+        entry: &mut KvEntry<D>,
+        token: u32,
+        adapter: Option<usize>,
+    ) -> Result<(), EngineError> {
+        let Core {
+            dev,
+            model,
+            adapters,
+            ws,
+            logits,
+            ..
+        } = self;
+        let adapter = adapter.map(|a| &adapters[a]);
+        let position = entry.tokens.len();
+        if position >= dev.kv_capacity(&entry.kv) {
+            dev.kv_grow(&mut entry.kv, position + 1)?;
+        }
+        model.forward(dev, ws, &mut entry.kv, position, &[token], adapter);
+        entry.tokens.push(token);
+        model.logits_of_row(dev, ws, 0, logits)
+    }
+
+    fn decode(
+        &mut self,
+        entry: &mut KvEntry<D>,
+        req: &GenerateRequest,
+        max_new: usize,
+        on_token: &mut dyn FnMut(u32) -> bool,
+        out: &mut Vec<u32>,
+    ) -> Result<FinishKind, EngineError> {
+        let mut sampler = Sampler::new(req.sampling);
+        let eos = self.model.config().eos_token_ids.clone();
+        loop {
+            if out.len() >= max_new {
+                return Ok(FinishKind::Length);
+            }
+            let token = sampler.sample(&self.logits);
+            if eos.contains(&token) || req.stop_ids.contains(&token) {
+                return Ok(FinishKind::Stop);
+            }
+            out.push(token);
+            if !on_token(token) {
+                return Ok(FinishKind::Cancelled);
+            }
+            if out.len() >= max_new {
+                return Ok(FinishKind::Length);
+            }
+            self.step(entry, token, req.adapter)?;
+        }
+    }
+
+    fn choose(
+        &mut self,
+        entry: &mut KvEntry<D>,
+        req: &GenerateRequest,
+        trie: &TokenTrie,
+        on_token: &mut dyn FnMut(u32) -> bool,
+        out: &mut Vec<u32>,
+    ) -> Result<(FinishKind, Vec<f32>, Option<usize>), EngineError> {
+        let mut sampler = Sampler::new(req.sampling);
+        let options = trie.options();
+        let mut scores = vec![0f32; options.len()];
+        let mut on_path = vec![true; options.len()];
+        let mut allowed = Vec::new();
+        let mut state = trie.root();
+        for depth in 0.. {
+            let log_norm = log_sum_exp(&self.logits);
+            for (o, option) in options.iter().enumerate() {
+                if on_path[o] {
+                    scores[o] += (self.logits[option[depth] as usize] as f64 - log_norm) as f32;
+                }
+            }
+            let token = match trie.forced(state) {
+                Some(t) => t,
+                None => {
+                    allowed.clear();
+                    allowed.extend(trie.allowed(state));
+                    sampler.sample_among(&self.logits, &allowed)
+                }
+            };
+            state = trie.advance(state, token).ok_or_else(|| {
+                EngineError::Request(format!(
+                    "constraint walk chose token {token} outside the trie"
+                ))
+            })?;
+            for (o, option) in options.iter().enumerate() {
+                on_path[o] &= option[depth] == token;
+            }
+            out.push(token);
+            if !on_token(token) {
+                return Ok((FinishKind::Cancelled, scores, None));
+            }
+            if let Some(done) = trie.finished(state) {
+                return Ok((FinishKind::Constraint, scores, Some(done)));
+            }
+            self.step(entry, token, req.adapter)?;
+        }
+        Ok((FinishKind::Constraint, scores, None))
+    }
+}
+
+fn log_sum_exp(logits: &[f32]) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    max as f64
+        + logits
+            .iter()
+            .map(|v| ((v - max) as f64).exp())
+            .sum::<f64>()
+            .ln()
+}
+
+impl<D: Device> Runner for Core<D> {
+    fn config(&self) -> &ModelConfig {
+        self.model.config()
+    }
+
+    fn adapter_names(&self) -> Vec<String> {
+        self.adapters.iter().map(|a| a.name.clone()).collect()
+    }
+
+    fn device_name(&self) -> String {
+        self.dev.name()
+    }
+
+    fn generate(
+        &mut self,
+        req: &GenerateRequest,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<GenerateOutput, EngineError> {
+        self.check(&req.prompt, req.adapter)?;
+        let trie = req.constraint.as_deref().map(TokenTrie::new).transpose()?;
+        if let Some(t) = &trie
+            && let Some(bad) = t
+                .options()
+                .iter()
+                .flatten()
+                .find(|t| **t as usize >= self.model.config().vocab_size)
+        {
+            return Err(EngineError::Request(format!(
+                "constraint token id {bad} is outside the vocabulary"
+            )));
+        }
+        let context = self.model.config().max_position_embeddings;
+        let room = context + 1 - req.prompt.len();
+        let max_new = match &trie {
+            Some(t) => {
+                let longest = t.options().iter().map(Vec::len).max().unwrap_or(0);
+                if longest > room {
+                    return Err(EngineError::Request(format!(
+                        "a constraint option of {longest} tokens does not fit the context window after {} prompt tokens",
+                        req.prompt.len()
+                    )));
+                }
+                longest
+            }
+            None => req.max_tokens.min(room),
+        };
+        let started = Instant::now();
+        let shape = self.model.kv_shape();
+        let checkout = self.cache.checkout(
+            &self.dev,
+            shape,
+            req.adapter,
+            &req.prompt,
+            req.prompt.len() + max_new,
+        )?;
+        let (mut entry, cached_tokens) = (checkout.entry, checkout.reused);
+        let result = self.prefill(&mut entry, &req.prompt, req.adapter);
+        let prefill_time = started.elapsed();
+        let decode_started = Instant::now();
+        let mut tokens = Vec::with_capacity(max_new);
+        let outcome = result.and_then(|()| match &trie {
+            Some(t) => self
+                .choose(&mut entry, req, t, on_token, &mut tokens)
+                .map(|(f, s, c)| (f, Some(s), c)),
+            None if max_new == 0 => Ok((FinishKind::Length, None, None)),
+            None => self
+                .decode(&mut entry, req, max_new, on_token, &mut tokens)
+                .map(|f| (f, None, None)),
+        });
+        let decode_time = decode_started.elapsed();
+        match outcome {
+            Ok((finish, choice_logprobs, choice)) => {
+                self.cache.checkin(&self.dev, entry);
+                Ok(GenerateOutput {
+                    tokens,
+                    finish,
+                    prompt_tokens: req.prompt.len(),
+                    cached_tokens,
+                    prefill_time,
+                    decode_time,
+                    choice_logprobs,
+                    choice,
+                })
+            }
+            // A failed run leaves its KV in an unknown state: do not keep it.
+            Err(e) => Err(e),
+        }
+    }
+
+    fn logits(
+        &mut self,
+        tokens: &[u32],
+        adapter: Option<usize>,
+    ) -> Result<Vec<Vec<f32>>, EngineError> {
+        self.check(tokens, adapter)?;
+        let Core {
+            dev,
+            model,
+            adapters,
+            ws,
+            ..
+        } = self;
+        let adapter = adapter.map(|a| &adapters[a]);
+        let mut kv = dev.kv_alloc(model.kv_shape(), tokens.len())?;
+        let mut out = Vec::with_capacity(tokens.len());
+        for (i, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
+            model.forward(dev, ws, &mut kv, i * PREFILL_CHUNK, chunk, adapter);
+            model.logits_of_rows(dev, ws, chunk.len(), &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn prompt_logits(
+        &mut self,
+        tokens: &[u32],
+        adapter: Option<usize>,
+    ) -> Result<PromptLogits, EngineError> {
+        self.check(tokens, adapter)?;
+        let shape = self.model.kv_shape();
+        let checkout = self
+            .cache
+            .checkout(&self.dev, shape, adapter, tokens, tokens.len())?;
+        let (mut entry, cached) = (checkout.entry, checkout.reused);
+        self.prefill(&mut entry, tokens, adapter)?;
+        self.cache.checkin(&self.dev, entry);
+        Ok(PromptLogits {
+            logits: self.logits.clone(),
+            cached_tokens: cached,
+            prefilled_tokens: tokens.len() - cached,
+        })
+    }
+
+    fn cache_stats(&self) -> CacheStats {
+        self.cache.stats(&self.dev)
+    }
+
+    fn clear_cache(&mut self) {
+        self.cache.clear();
+    }
+
+    fn memory(&self) -> MemoryReport {
+        MemoryReport {
+            weights: self.model.weight_bytes(&self.dev),
+            adapters: self.adapters.iter().map(|a| a.bytes(&self.dev)).sum(),
+            kv_cache: self.cache.stats(&self.dev).bytes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_can_move_to_a_worker_thread() {
+        fn is_send<T: Send>() {}
+        is_send::<Engine>();
+    }
+}

@@ -1,0 +1,195 @@
+//! Engine benchmark (run by tools/bench/engine/bench.py): prefill and decode speed for the base
+//! model and with an adapter, adapter overhead, memory against the f32 weight bytes + KV, and a
+//! 40-step agent loop with prefix reuse. Prints one JSON object.
+//!
+//! `cargo bench --bench engine -- ROOT [--prefill N] [--decode N] [--steps N] [--dump DIR]`
+//! (`--dump DIR`: write the last-position logits of a 16-token prompt, base and adapter, as raw
+//! little-endian f32 to DIR/base.f32 and DIR/adapter.f32.)
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use baton::engine::{DeviceChoice, Engine, GenerateRequest, SamplingParams};
+
+fn arg(args: &[String], name: &str, default: usize) -> usize {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Deterministic pseudo-random token ids (xorshift), kept away from the special ids.
+fn tokens(n: usize, seed: u64) -> Vec<u32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % 150_000) as u32
+        })
+        .collect()
+}
+
+fn rss_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(root) = args
+        .iter()
+        .skip(1)
+        .find(|a| !a.starts_with("--") && !a.chars().all(|c| c.is_ascii_digit()))
+    else {
+        eprintln!("usage: engine_bench ROOT [--prefill N] [--decode N] [--steps N]");
+        std::process::exit(2);
+    };
+    let root = PathBuf::from(root);
+    let prefill_len = arg(&args, "--prefill", 512);
+    let decode_len = arg(&args, "--decode", 32);
+    let steps = arg(&args, "--steps", 40);
+
+    let started = Instant::now();
+    let mut engine = match Engine::load(&root, DeviceChoice::Cpu) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("load: {e}");
+            std::process::exit(1);
+        }
+    };
+    let load_s = started.elapsed().as_secs_f64();
+    let rss_after_load = rss_kib("VmRSS:");
+    let adapter = if engine.adapters().is_empty() {
+        None
+    } else {
+        Some(0)
+    };
+    let greedy = |prompt: Vec<u32>, adapter: Option<usize>, max_tokens: usize| GenerateRequest {
+        prompt,
+        adapter,
+        sampling: SamplingParams::greedy(),
+        max_tokens,
+        stop_ids: Vec::new(),
+        constraint: None,
+    };
+    let run = |engine: &mut Engine, req: &GenerateRequest| {
+        engine.clear_cache();
+        engine
+            .generate(req, &mut |_| true)
+            .map_err(|e| e.to_string())
+    };
+
+    // Last-position logits of a short prompt, for the side-by-side exactness check.
+    if let Some(dir) = args
+        .iter()
+        .position(|a| a == "--dump")
+        .and_then(|i| args.get(i + 1))
+    {
+        for (label, which) in [("base", None), ("adapter", adapter)] {
+            let logits = match engine.logits(&tokens(16, 1), which) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("logits: {e}");
+                    std::process::exit(1);
+                }
+            };
+            let bytes: Vec<u8> = logits
+                .last()
+                .into_iter()
+                .flatten()
+                .flat_map(|v| v.to_le_bytes())
+                .collect();
+            if let Err(e) = std::fs::write(PathBuf::from(dir).join(format!("{label}.f32")), bytes) {
+                eprintln!("{dir}: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+
+    let mut report = serde_json::Map::new();
+    let mut insert = |k: &str, v: serde_json::Value| {
+        report.insert(k.to_string(), v);
+    };
+    insert("device", engine.device_name().into());
+    insert("load_s", load_s.into());
+    for (label, which) in [("base", None), ("adapter", adapter)] {
+        if label == "adapter" && which.is_none() {
+            continue;
+        }
+        // Warm-up (page faults, thread pools), then the measured runs.
+        let _ = run(&mut engine, &greedy(tokens(16, 1), which, 2));
+        let out = match run(&mut engine, &greedy(tokens(prefill_len, 2), which, 1)) {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("prefill: {e}");
+                std::process::exit(1);
+            }
+        };
+        insert(
+            &format!("{label}_prefill_tok_s"),
+            (prefill_len as f64 / out.prefill_time.as_secs_f64()).into(),
+        );
+        let out = match run(&mut engine, &greedy(tokens(32, 3), which, decode_len + 1)) {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("decode: {e}");
+                std::process::exit(1);
+            }
+        };
+        // The first new token comes from the prefill's logits; each later one costs one step.
+        let steps_run = out.tokens.len().saturating_sub(1).max(1);
+        insert(
+            &format!("{label}_decode_tok_s"),
+            (steps_run as f64 / out.decode_time.as_secs_f64()).into(),
+        );
+        insert(&format!("{label}_decode_tokens"), out.tokens.len().into());
+    }
+
+    // Agent loop: a growing conversation, one expert, each step re-sends everything before it.
+    let mut conversation = tokens(300, 4);
+    let (mut prefilled, mut new_tokens, mut previous_len) = (0usize, 0usize, 0usize);
+    engine.clear_cache();
+    let loop_started = Instant::now();
+    for step in 0..steps {
+        let out = match engine.generate(&greedy(conversation.clone(), adapter, 4), &mut |_| true) {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("agent step {step}: {e}");
+                std::process::exit(1);
+            }
+        };
+        prefilled += out.prompt_tokens - out.cached_tokens;
+        new_tokens += conversation.len() - previous_len;
+        previous_len = conversation.len();
+        conversation.extend_from_slice(&out.tokens);
+        conversation.extend(tokens(30, 100 + step as u64));
+    }
+    insert("agent_steps", steps.into());
+    insert("agent_prefilled_tokens", prefilled.into());
+    insert("agent_new_tokens", new_tokens.into());
+    insert(
+        "agent_prefill_ratio",
+        (prefilled as f64 / new_tokens.max(1) as f64).into(),
+    );
+    insert("agent_loop_s", loop_started.elapsed().as_secs_f64().into());
+
+    let memory = engine.memory();
+    let config = engine.config();
+    let kv_bytes_per_token = 2 * config.num_hidden_layers * config.kv_dim() * 4;
+    insert("weights_f32_bytes", memory.weights.into());
+    insert("adapters_bytes", memory.adapters.into());
+    insert("kv_cache_bytes", memory.kv_cache.into());
+    insert("kv_bytes_per_token", kv_bytes_per_token.into());
+    insert("rss_after_load_bytes", (rss_after_load * 1024).into());
+    insert("peak_rss_bytes", (rss_kib("VmHWM:") * 1024).into());
+    println!("{}", serde_json::Value::Object(report));
+}
