@@ -60,6 +60,14 @@ pub struct Cli {
     )]
     pub output: Option<PathBuf>,
 
+    /// Colour theme of the interactive UI: dark, light, high-contrast, or a user theme name.
+    #[arg(long, value_name = "NAME", help_heading = "Interface")]
+    pub theme: Option<String>,
+
+    /// No colours in the interactive UI (also when NO_COLOR is set).
+    #[arg(long, help_heading = "Interface")]
+    pub no_color: bool,
+
     #[command(flatten)]
     pub common: CommonArgs,
 

@@ -77,12 +77,30 @@ pub fn main() -> i32 {
                 };
                 crate::exec::run(opts, &config).await
             }
+            None if interactive_terminal() => {
+                let args = crate::tui::LaunchArgs {
+                    prompt: cli.prompt.clone(),
+                    resume: cli.common.resume.clone(),
+                    theme: cli.theme.clone().or_else(|| config.theme.clone()),
+                    no_color: cli.no_color,
+                };
+                crate::tui::launch(&config, args).await
+            }
             None => repl::run(&config, cli.prompt.clone(), cli.common.resume.clone()).await,
         }
     });
     // Background work (a hung summary, a stuck tool) must not keep a finished run alive.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     code
+}
+
+/// The full-screen UI needs a terminal on both ends; otherwise the line REPL serves (pipes,
+/// `script`, dumb terminals).
+fn interactive_terminal() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdin().is_terminal()
+        && std::io::stdout().is_terminal()
+        && std::env::var("TERM").map_or(true, |t| t != "dumb")
 }
 
 /// Logs go to stderr, off unless `BATON_LOG` asks (e.g. `BATON_LOG=debug`).

@@ -62,6 +62,8 @@ pub struct Config {
     pub max_tokens: Option<u32>,
     pub route_constraint: RouteConstraint,
     pub context_window: Option<u64>,
+    /// TUI colour theme (a built-in name or a file in ~/.config/baton/themes/).
+    pub theme: Option<String>,
     /// The files that were read, in order of increasing precedence (for `doctor`).
     pub files: Vec<PathBuf>,
 }

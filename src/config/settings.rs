@@ -84,6 +84,7 @@ pub struct Settings {
     pub max_tokens: Option<u32>,
     pub route_constraint: Option<RouteConstraint>,
     pub context_window: Option<u64>,
+    pub theme: Option<String>,
 }
 
 fn choice<T: ValueEnum>(value: &str) -> Result<T, String> {
@@ -119,7 +120,7 @@ fn path(value: &str, base: Option<&Path>) -> PathBuf {
 
 impl Settings {
     /// Every key, as written in config.toml (the env var is `BATON_` + upper case).
-    pub const KEYS: [&'static str; 22] = [
+    pub const KEYS: [&'static str; 23] = [
         "endpoint",
         "api_key_env",
         "mode",
@@ -142,6 +143,7 @@ impl Settings {
         "max_tokens",
         "route_constraint",
         "context_window",
+        "theme",
     ];
 
     /// Sets one key from its text form. `base` resolves relative paths (a file's folder).
@@ -237,6 +239,13 @@ impl Settings {
                 }
                 self.context_window = Some(n);
             }
+            "theme" => {
+                let v = value.trim();
+                if v.is_empty() {
+                    return Err(err("the theme name is empty".into()));
+                }
+                self.theme = Some(v.to_string());
+            }
             _ => {
                 return Err(err(format!(
                     "unknown key (known keys: {})",
@@ -274,7 +283,8 @@ impl Settings {
             seed,
             max_tokens,
             route_constraint,
-            context_window
+            context_window,
+            theme
         );
     }
 
@@ -316,6 +326,7 @@ impl Settings {
             max_tokens: self.max_tokens,
             route_constraint: self.route_constraint.unwrap_or_default(),
             context_window: self.context_window,
+            theme: self.theme,
             files: Vec::new(),
         })
     }

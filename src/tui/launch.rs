@@ -40,7 +40,7 @@ pub async fn launch(config: &Config, args: LaunchArgs) -> i32 {
         agent_cfg.approval.as_str(),
         file.path.clone(),
     );
-    let tools = crate::agent::basic_tools::basic_registry();
+    let tools = setup::tool_registry(config);
     let handle = crate::agent::spawn_agent(agent_cfg, backend, tools, file, restored);
     match super::run(handle, opts).await {
         Ok(code) => code,
