@@ -5,10 +5,20 @@ use similar::TextDiff;
 /// A unified diff (3 lines of context) from `old` to `new` of the file at `path`.
 /// `None` for a side means the file does not exist there (created or deleted).
 pub fn unified_diff(path: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> String {
+    unified_diff_moved(path, path, old, new)
+}
+
+/// Like `unified_diff`, for a file that also moved from `old_path` to `path`.
+pub fn unified_diff_moved(
+    old_path: &str,
+    path: &str,
+    old: Option<&[u8]>,
+    new: Option<&[u8]>,
+) -> String {
     let old_text = old.map(String::from_utf8_lossy).unwrap_or_default();
     let new_text = new.map(String::from_utf8_lossy).unwrap_or_default();
     let old_header = if old.is_some() {
-        format!("a/{path}")
+        format!("a/{old_path}")
     } else {
         "/dev/null".to_string()
     };
@@ -29,6 +39,9 @@ pub fn unified_diff(path: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> Strin
         }
         if old.is_some() && new.is_none() {
             return format!("--- a/{path}\n+++ /dev/null\n(deleted empty file)\n");
+        }
+        if old_path != path {
+            return format!("--- a/{old_path}\n+++ b/{path}\n(moved without changes)\n");
         }
         if old != new {
             return format!("--- a/{path}\n+++ b/{path}\n(binary or whitespace-only change)\n");
