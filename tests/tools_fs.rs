@@ -54,7 +54,10 @@ impl Workspace {
     }
 
     fn approval(&self, tool: &str, args: Value) -> ApprovalNeed {
-        standard_tools().get(tool).unwrap().approval(&args, &self.ctx)
+        standard_tools()
+            .get(tool)
+            .unwrap()
+            .approval(&args, &self.ctx)
     }
 
     fn drain(&mut self) -> Vec<Event> {
@@ -94,23 +97,38 @@ async fn paths_outside_the_workspace_are_refused_by_every_file_tool() {
     ];
     for path in &attempts {
         let read = ws.call("read_file", json!({"path": path})).await;
-        assert!(err(&read).contains(path.as_str()), "{path}: {}", read.content);
+        assert!(
+            err(&read).contains(path.as_str()),
+            "{path}: {}",
+            read.content
+        );
         let write = ws
             .call("write_file", json!({"path": path, "content": "pwned\n"}))
             .await;
-        assert!(err(&write).contains(path.as_str()), "{path}: {}", write.content);
+        assert!(
+            err(&write).contains(path.as_str()),
+            "{path}: {}",
+            write.content
+        );
         let edit = ws
             .call(
                 "edit",
                 json!({"path": path, "old_string": "secret", "new_string": "pwned"}),
             )
             .await;
-        assert!(err(&edit).contains(path.as_str()), "{path}: {}", edit.content);
-        let patch = format!(
-            "*** Begin Patch\n*** Update File: {path}\n-secret\n+pwned\n*** End Patch\n"
+        assert!(
+            err(&edit).contains(path.as_str()),
+            "{path}: {}",
+            edit.content
         );
+        let patch =
+            format!("*** Begin Patch\n*** Update File: {path}\n-secret\n+pwned\n*** End Patch\n");
         let patched = ws.call("apply_patch", json!({"input": patch})).await;
-        assert!(err(&patched).contains(path.as_str()), "{path}: {}", patched.content);
+        assert!(
+            err(&patched).contains(path.as_str()),
+            "{path}: {}",
+            patched.content
+        );
     }
     let added = ws
         .call(
@@ -121,7 +139,10 @@ async fn paths_outside_the_workspace_are_refused_by_every_file_tool() {
     err(&added);
     assert!(!outside.path().join("new.txt").exists());
     let hooks = ws
-        .call("write_file", json!({"path": ".git/hooks/pre-commit", "content": "x"}))
+        .call(
+            "write_file",
+            json!({"path": ".git/hooks/pre-commit", "content": "x"}),
+        )
         .await;
     assert!(err(&hooks).contains(".git"));
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "secret\n");
@@ -137,7 +158,11 @@ async fn stale_and_unread_edits_are_refused_new_files_allowed() {
             json!({"path": "a.txt", "old_string": "beta", "new_string": "BETA"}),
         )
         .await;
-    assert!(err(&unread).contains("has not been read"), "{}", unread.content);
+    assert!(
+        err(&unread).contains("has not been read"),
+        "{}",
+        unread.content
+    );
     let overwrite = ws
         .call("write_file", json!({"path": "a.txt", "content": "x"}))
         .await;
@@ -248,7 +273,10 @@ async fn a_patch_with_one_bad_hunk_changes_nothing() {
                  *** End Patch\n";
     let result = ws.call("apply_patch", json!({"input": patch})).await;
     let message = err(&result);
-    assert!(message.contains("b.txt") && message.contains("hunk 1"), "{message}");
+    assert!(
+        message.contains("b.txt") && message.contains("hunk 1"),
+        "{message}"
+    );
     assert_eq!(ws.read("a.txt"), b"one\ntwo\nthree\n");
     assert_eq!(ws.read("gone.txt"), b"still here\n");
     assert!(!ws.root.join("c.txt").exists());
@@ -257,7 +285,10 @@ async fn a_patch_with_one_bad_hunk_changes_nothing() {
 #[tokio::test]
 async fn a_patch_adds_updates_moves_and_deletes() {
     let mut ws = workspace();
-    ws.write("src/old.py", "def f():\n    return 1\n\n\ndef g():\n    return 1\n");
+    ws.write(
+        "src/old.py",
+        "def f():\n    return 1\n\n\ndef g():\n    return 1\n",
+    );
     ws.write("gone.txt", "bye\n");
     let patch = "*** Begin Patch\n\
                  *** Update File: src/old.py\n\
@@ -305,7 +336,11 @@ async fn crlf_and_non_utf8_files_are_preserved_byte_for_byte() {
 
     // An edit spanning lines written with \n matches the CRLF text and keeps CRLF.
     let read = ws.call("read_file", json!({"path": "crlf.txt"})).await;
-    assert!(ok(&read).contains("     2\tsecond line\n"), "{}", read.content);
+    assert!(
+        ok(&read).contains("     2\tsecond line\n"),
+        "{}",
+        read.content
+    );
     ok(&ws
         .call(
             "edit",
@@ -376,7 +411,11 @@ async fn edit_errors_show_competing_and_nearest_matches() {
             json!({"path": "m.py", "old_string": "def a():\n  x = 1", "new_string": "z"}),
         )
         .await;
-    assert!(err(&indent).contains("different whitespace"), "{}", indent.content);
+    assert!(
+        err(&indent).contains("different whitespace"),
+        "{}",
+        indent.content
+    );
 
     let all = ws
         .call(
@@ -386,7 +425,10 @@ async fn edit_errors_show_competing_and_nearest_matches() {
         .await;
     assert!(ok(&all).contains("2 replacements"));
     assert_eq!(
-        String::from_utf8(ws.read("m.py")).unwrap().matches("x = 2").count(),
+        String::from_utf8(ws.read("m.py"))
+            .unwrap()
+            .matches("x = 2")
+            .count(),
         2
     );
 }
@@ -401,11 +443,22 @@ async fn read_file_ranges_binary_and_size_cap() {
     ws.write("long.txt", &text);
     let first = ws.call("read_file", json!({"path": "long.txt"})).await;
     let content = ok(&first);
-    assert!(content.starts_with("long.txt (lines 1-"), "{}", &content[..80]);
+    assert!(
+        content.starts_with("long.txt (lines 1-"),
+        "{}",
+        &content[..80]
+    );
     assert!(content.contains("     1\tline number 1 xxx"));
-    assert!(content.contains("Continue with offset="), "{}", &content[content.len() - 300..]);
+    assert!(
+        content.contains("Continue with offset="),
+        "{}",
+        &content[content.len() - 300..]
+    );
     let range = ws
-        .call("read_file", json!({"path": "long.txt", "offset": 4990, "limit": 5}))
+        .call(
+            "read_file",
+            json!({"path": "long.txt", "offset": 4990, "limit": 5}),
+        )
         .await;
     let content = ok(&range);
     assert!(content.contains("(lines 4990-4994 of 5000)"), "{content}");
@@ -443,13 +496,22 @@ async fn grep_respects_gitignore_skips_binaries_and_caps() {
         ws.write(&format!("many/f{i:02}.txt"), "hit\nhit\n");
     }
     let capped = ws
-        .call("grep", json!({"pattern": "^hit$", "path": "many", "max_results": 10}))
+        .call(
+            "grep",
+            json!({"pattern": "^hit$", "path": "many", "max_results": 10}),
+        )
         .await;
     let text = ok(&capped);
     assert_eq!(text.lines().filter(|l| l.starts_with("many/")).count(), 10);
-    assert!(text.contains("[50 more matching lines not shown (60 lines in 30 files"), "{text}");
+    assert!(
+        text.contains("[50 more matching lines not shown (60 lines in 30 files"),
+        "{text}"
+    );
     let files = ws
-        .call("grep", json!({"pattern": "needle", "files_only": true, "glob": "*.rs"}))
+        .call(
+            "grep",
+            json!({"pattern": "needle", "files_only": true, "glob": "*.rs"}),
+        )
         .await;
     assert_eq!(ok(&files), "src/lib.rs\nsrc/main.rs\n");
     let bad = ws.call("grep", json!({"pattern": "("})).await;
@@ -466,7 +528,10 @@ async fn list_dir_and_glob_respect_gitignore() {
     ws.write("README.md", "");
     let listing = ws.call("list_dir", json!({"path": ".", "depth": 3})).await;
     let text = ok(&listing);
-    assert!(text.contains("  src/\n    a.rs\n    deep/\n      b.rs\n"), "{text}");
+    assert!(
+        text.contains("  src/\n    a.rs\n    deep/\n      b.rs\n"),
+        "{text}"
+    );
     assert!(!text.contains("node_modules"));
     let globbed = ws.call("glob", json!({"pattern": "**/*.rs"})).await;
     assert_eq!(ok(&globbed), "src/a.rs\nsrc/deep/b.rs\n");
@@ -478,22 +543,45 @@ const SOURCES: &[(&str, &str, &[&str])] = &[
     (
         "lib.rs",
         "pub struct Point { x: i32 }\n\nimpl Point {\n    pub fn new() -> Self {\n        Point { x: 0 }\n    }\n}\n\ntrait Shape {\n    fn area(&self) -> f64;\n}\n\nenum Kind { A }\n\nfn helper() {}\n",
-        &["struct Point (L1)", "impl Point (L3-7)", "  method new (L4-6)", "trait Shape (L9-11)", "  method area (L10)", "enum Kind (L13)", "fn helper (L15)"],
+        &[
+            "struct Point (L1)",
+            "impl Point (L3-7)",
+            "  method new (L4-6)",
+            "trait Shape (L9-11)",
+            "  method area (L10)",
+            "enum Kind (L13)",
+            "fn helper (L15)",
+        ],
     ),
     (
         "app.py",
         "class Greeter:\n    def hello(self):\n        return 1\n\n\ndef main():\n    pass\n",
-        &["class Greeter (L1-3)", "  method hello (L2-3)", "def main (L6-7)"],
+        &[
+            "class Greeter (L1-3)",
+            "  method hello (L2-3)",
+            "def main (L6-7)",
+        ],
     ),
     (
         "app.js",
         "function start() {}\nclass Server {\n  listen() {}\n}\nconst stop = () => {};\n",
-        &["function start (L1)", "class Server (L2-4)", "  method listen (L3)", "function stop (L5)"],
+        &[
+            "function start (L1)",
+            "class Server (L2-4)",
+            "  method listen (L3)",
+            "function stop (L5)",
+        ],
     ),
     (
         "app.ts",
         "interface User { name: string }\ntype Id = number;\nexport class Repo {\n  find(id: Id): User | null { return null; }\n}\nenum Color { Red }\n",
-        &["interface User (L1)", "type Id (L2)", "class Repo (L3-5)", "  method find (L4)", "enum Color (L6)"],
+        &[
+            "interface User (L1)",
+            "type Id (L2)",
+            "class Repo (L3-5)",
+            "  method find (L4)",
+            "enum Color (L6)",
+        ],
     ),
     (
         "view.tsx",
@@ -503,17 +591,31 @@ const SOURCES: &[(&str, &str, &[&str])] = &[
     (
         "main.go",
         "package main\n\ntype Server struct{}\n\ntype Handler interface{}\n\nfunc (s *Server) Run() {}\n\nfunc main() {}\n",
-        &["struct Server (L3)", "interface Handler (L5)", "method (s *Server) Run (L7)", "func main (L9)"],
+        &[
+            "struct Server (L3)",
+            "interface Handler (L5)",
+            "method (s *Server) Run (L7)",
+            "func main (L9)",
+        ],
     ),
     (
         "util.c",
         "struct node { int v; };\n\ntypedef int score;\n\nstatic int *find(int k) {\n    return 0;\n}\n",
-        &["struct node (L1)", "typedef score (L3)", "function find (L5-7)"],
+        &[
+            "struct node (L1)",
+            "typedef score (L3)",
+            "function find (L5-7)",
+        ],
     ),
     (
         "shape.cpp",
         "namespace geo {\nclass Circle {\npublic:\n    double area() const { return 0; }\n};\n}\nint Circle::radius() { return 1; }\n",
-        &["namespace geo (L1-6)", "  class Circle (L2-5)", "    method area (L4)", "method Circle::radius (L7)"],
+        &[
+            "namespace geo (L1-6)",
+            "  class Circle (L2-5)",
+            "    method area (L4)",
+            "method Circle::radius (L7)",
+        ],
     ),
 ];
 
@@ -527,7 +629,10 @@ async fn outline_lists_definitions_for_every_language() {
         let result = ws.call("outline", json!({"path": name})).await;
         let text = ok(&result);
         for line in *expected {
-            assert!(text.contains(&format!("  {line}\n")), "{name}: missing '{line}' in\n{text}");
+            assert!(
+                text.contains(&format!("  {line}\n")),
+                "{name}: missing '{line}' in\n{text}"
+            );
         }
     }
     let all = ws.call("outline", json!({"path": "."})).await;

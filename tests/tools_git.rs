@@ -93,7 +93,10 @@ impl Repo {
                 let rel = path.strip_prefix(&self.root).unwrap().to_path_buf();
                 if meta.file_type().is_symlink() {
                     let target = std::fs::read_link(&path).unwrap();
-                    out.insert(rel, (target.into_os_string().into_encoded_bytes(), 0o120000));
+                    out.insert(
+                        rel,
+                        (target.into_os_string().into_encoded_bytes(), 0o120000),
+                    );
                 } else if meta.is_dir() {
                     out.insert(rel, (Vec::new(), 0o040000));
                     stack.push(path);
@@ -142,13 +145,22 @@ async fn status_diff_log_show_and_commit_of_chosen_paths() {
 
     let status = r.git(json!({"action": "status"})).await;
     assert!(status.contains("On branch"), "{status}");
-    assert!(status.contains(" M a.txt") && status.contains("?? new.txt"), "{status}");
+    assert!(
+        status.contains(" M a.txt") && status.contains("?? new.txt"),
+        "{status}"
+    );
 
     let diff = r.git(json!({"action": "diff"})).await;
     assert!(diff.contains("+two") && diff.contains("+fresh"), "{diff}");
     let limited = r.git(json!({"action": "diff", "paths": ["a.txt"]})).await;
-    assert!(limited.contains("+two") && !limited.contains("bee"), "{limited}");
-    assert_eq!(r.git(json!({"action": "diff", "staged": true})).await, "no differences\n");
+    assert!(
+        limited.contains("+two") && !limited.contains("bee"),
+        "{limited}"
+    );
+    assert_eq!(
+        r.git(json!({"action": "diff", "staged": true})).await,
+        "no differences\n"
+    );
 
     let need = standard_tools().get("git").unwrap().approval(
         &json!({"action": "commit", "paths": ["a.txt"], "message": "add two"}),
@@ -169,10 +181,19 @@ async fn status_diff_log_show_and_commit_of_chosen_paths() {
     let committed = r
         .git(json!({"action": "commit", "paths": ["a.txt", "new.txt"], "message": "add two\n\nbody"}))
         .await;
-    assert!(committed.contains("committed") && committed.contains("2 files changed"), "{committed}");
+    assert!(
+        committed.contains("committed") && committed.contains("2 files changed"),
+        "{committed}"
+    );
     let status = r.git(json!({"action": "status"})).await;
-    assert!(status.contains(" M b.txt"), "b.txt must stay uncommitted: {status}");
-    assert!(!status.contains("a.txt") && !status.contains("new.txt"), "{status}");
+    assert!(
+        status.contains(" M b.txt"),
+        "b.txt must stay uncommitted: {status}"
+    );
+    assert!(
+        !status.contains("a.txt") && !status.contains("new.txt"),
+        "{status}"
+    );
 
     let log = r.git(json!({"action": "log"})).await;
     let lines: Vec<&str> = log.lines().collect();
@@ -183,18 +204,29 @@ async fn status_diff_log_show_and_commit_of_chosen_paths() {
 
     let show = r.git(json!({"action": "show"})).await;
     assert!(show.contains("    add two") && show.contains("+two") && show.contains("+fresh"));
-    let file = r.git(json!({"action": "show", "rev": "HEAD~1:a.txt"})).await;
+    let file = r
+        .git(json!({"action": "show", "rev": "HEAD~1:a.txt"}))
+        .await;
     assert_eq!(file, "one\n");
     let against = r.git(json!({"action": "diff", "rev": "HEAD~1"})).await;
-    assert!(against.contains("+two") && against.contains("+bee changed"), "{against}");
+    assert!(
+        against.contains("+two") && against.contains("+bee changed"),
+        "{against}"
+    );
 
     let nothing = r
-        .call("git", json!({"action": "commit", "paths": ["a.txt"], "message": "again"}))
+        .call(
+            "git",
+            json!({"action": "commit", "paths": ["a.txt"], "message": "again"}),
+        )
         .await;
     assert_eq!(nothing.status, ToolStatus::Error);
     assert!(nothing.content.contains("nothing to commit"));
     let no_message = r
-        .call("git", json!({"action": "commit", "paths": ["b.txt"], "message": " "}))
+        .call(
+            "git",
+            json!({"action": "commit", "paths": ["b.txt"], "message": " "}),
+        )
         .await;
     assert_eq!(no_message.status, ToolStatus::Error);
     let push = r.call("git", json!({"action": "push"})).await;
@@ -207,8 +239,11 @@ async fn undo_restores_edits_creations_and_deletions_exactly() {
     r.write(".gitignore", "target/\n");
     r.write("src/main.rs", "fn main() {}\r\n");
     r.write("run.sh", "#!/bin/sh\necho hi\n");
-    std::fs::set_permissions(r.root.join("run.sh"), std::fs::Permissions::from_mode(0o755))
-        .unwrap();
+    std::fs::set_permissions(
+        r.root.join("run.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
     r.write("docs/guide.md", "# guide\n");
     std::os::unix::fs::symlink("docs/guide.md", r.root.join("guide-link")).unwrap();
     r.commit_all("initial");
@@ -226,7 +261,10 @@ async fn undo_restores_edits_creations_and_deletions_exactly() {
         )
         .await);
     ok(&r
-        .call("write_file", json!({"path": "new/dir/created.txt", "content": "new\n"}))
+        .call(
+            "write_file",
+            json!({"path": "new/dir/created.txt", "content": "new\n"}),
+        )
         .await);
     ok(&r
         .call(
@@ -234,15 +272,24 @@ async fn undo_restores_edits_creations_and_deletions_exactly() {
             json!({"input": "*** Begin Patch\n*** Delete File: docs/guide.md\n*** Delete File: notes.txt\n*** End Patch"}),
         )
         .await);
-    std::fs::set_permissions(r.root.join("run.sh"), std::fs::Permissions::from_mode(0o644))
-        .unwrap();
+    std::fs::set_permissions(
+        r.root.join("run.sh"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
     r.write("target/build.out", "rebuilt\n");
     assert_eq!(r.ctx.state.checkpoints.lock().unwrap().taken.len(), 1);
 
     let report = checkpoint::undo(&r.root).unwrap();
-    assert!(report.removed.contains(&"new/dir/created.txt".to_string()), "{report:?}");
+    assert!(
+        report.removed.contains(&"new/dir/created.txt".to_string()),
+        "{report:?}"
+    );
     for restored in ["src/main.rs", "docs/guide.md", "notes.txt", "run.sh"] {
-        assert!(report.restored.contains(&restored.to_string()), "{restored}: {report:?}");
+        assert!(
+            report.restored.contains(&restored.to_string()),
+            "{restored}: {report:?}"
+        );
     }
     let mut after = r.snapshot();
     // Ignored files are not part of checkpoints: the rebuilt output stays as it is now.
@@ -251,7 +298,11 @@ async fn undo_restores_edits_creations_and_deletions_exactly() {
     let mut expected = before.clone();
     expected.remove(&ignored);
     assert_eq!(after, expected);
-    assert_eq!(r.git_state(), git_before, "HEAD, index and branches must be untouched");
+    assert_eq!(
+        r.git_state(),
+        git_before,
+        "HEAD, index and branches must be untouched"
+    );
     assert!(checkpoint::list_checkpoints(&r.root).unwrap().is_empty());
     assert!(matches!(
         checkpoint::undo(&r.root),
@@ -269,13 +320,19 @@ async fn undo_works_in_a_repo_with_no_commits_and_walks_back_turn_by_turn() {
     checkpoint::begin_turn(&r.ctx.state);
     ok(&r.call("read_file", json!({"path": "a.txt"})).await);
     ok(&r
-        .call("write_file", json!({"path": "a.txt", "content": "version 2\n"}))
+        .call(
+            "write_file",
+            json!({"path": "a.txt", "content": "version 2\n"}),
+        )
         .await);
     let after_first = r.snapshot();
 
     checkpoint::begin_turn(&r.ctx.state);
     ok(&r
-        .call("write_file", json!({"path": "a.txt", "content": "version 3\n"}))
+        .call(
+            "write_file",
+            json!({"path": "a.txt", "content": "version 3\n"}),
+        )
         .await);
     ok(&r
         .call("write_file", json!({"path": "b.txt", "content": "b\n"}))
@@ -306,7 +363,8 @@ fn undo_outside_a_repository_says_it_is_unavailable() {
     let dir = tempfile::tempdir().unwrap();
     let err = checkpoint::undo(dir.path()).unwrap_err();
     assert!(
-        err.to_string().starts_with("undo is unavailable: not a git repository"),
+        err.to_string()
+            .starts_with("undo is unavailable: not a git repository"),
         "{err}"
     );
     let code = run_undo(UndoArgs {

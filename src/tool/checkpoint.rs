@@ -138,8 +138,7 @@ pub fn before_change(ctx: &ToolContext) {
             if !cp.warned_unavailable {
                 cp.warned_unavailable = true;
                 ctx.events.emit(Event::Warning {
-                    message: "undo is unavailable: the workspace is not in a git repository"
-                        .into(),
+                    message: "undo is unavailable: the workspace is not in a git repository".into(),
                 });
             }
         }
@@ -239,9 +238,7 @@ fn list_in_repo(repo: &Repository) -> Result<Vec<Checkpoint>, CheckpointError> {
             time: commit.time().seconds(),
         });
     }
-    found.sort_by(|a, b| {
-        (a.time, &a.session, a.number).cmp(&(b.time, &b.session, b.number))
-    });
+    found.sort_by(|a, b| (a.time, &a.session, a.number).cmp(&(b.time, &b.session, b.number)));
     Ok(found)
 }
 
@@ -368,7 +365,8 @@ pub fn undo(workspace: &Path) -> Result<UndoReport, CheckpointError> {
         .pop()
         .ok_or_else(|| CheckpointError::NoCheckpoint(workspace.display().to_string()))?;
     let report = restore(&repo, &workdir, &workspace, latest)?;
-    repo.find_reference(&report.checkpoint.reference)?.delete()?;
+    repo.find_reference(&report.checkpoint.reference)?
+        .delete()?;
     Ok(report)
 }
 
@@ -391,9 +389,8 @@ fn restore(
         }
         git2::TreeWalkResult::Ok
     })?;
-    let shown = |rel: &Path| {
-        crate::tool::path::display_relative(rel.strip_prefix(prefix).unwrap_or(rel))
-    };
+    let shown =
+        |rel: &Path| crate::tool::path::display_relative(rel.strip_prefix(prefix).unwrap_or(rel));
     let mut report = UndoReport {
         checkpoint,
         restored: Vec::new(),

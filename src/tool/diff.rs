@@ -78,7 +78,10 @@ mod tests {
         assert!(d.contains("-two\n+TWO\n"), "{d}");
         assert_eq!(line_counts(&d), (1, 1));
         let created = unified_diff("n.txt", None, Some(b"x\n"));
-        assert!(created.starts_with("--- /dev/null\n+++ b/n.txt\n"), "{created}");
+        assert!(
+            created.starts_with("--- /dev/null\n+++ b/n.txt\n"),
+            "{created}"
+        );
         let deleted = unified_diff("n.txt", Some(b""), None);
         assert!(deleted.contains("deleted empty file"));
     }

@@ -126,12 +126,8 @@ impl Tool for GitTool {
 
 fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
     let args: GitArgs = parse_args("git", args)?;
-    let repo = Repository::discover(&ctx.workspace).map_err(|_| {
-        format!(
-            "{} is not inside a git repository",
-            ctx.workspace.display()
-        )
-    })?;
+    let repo = Repository::discover(&ctx.workspace)
+        .map_err(|_| format!("{} is not inside a git repository", ctx.workspace.display()))?;
     let workdir = repo
         .workdir()
         .and_then(|w| std::fs::canonicalize(w).ok())
@@ -191,7 +187,10 @@ impl From<String> for GitFailure {
 fn repo_path(ctx: &ToolContext, workdir: &Path, input: &str) -> Result<String, String> {
     let resolved = resolve(&ctx.workspace, input).map_err(|e| e.to_string())?;
     let rel = resolved.abs.strip_prefix(workdir).map_err(|_| {
-        format!("path '{input}' is outside the repository {}", workdir.display())
+        format!(
+            "path '{input}' is outside the repository {}",
+            workdir.display()
+        )
     })?;
     let shown = crate::tool::path::display_relative(rel);
     Ok(if shown == "." { String::new() } else { shown })
@@ -278,7 +277,10 @@ fn status(repo: &Repository) -> Result<String, GitFailure> {
         }
     }
     if statuses.len() > STATUS_CAP {
-        out.push_str(&format!("[{} more entries not shown]\n", statuses.len() - STATUS_CAP));
+        out.push_str(&format!(
+            "[{} more entries not shown]\n",
+            statuses.len() - STATUS_CAP
+        ));
     }
     Ok(out)
 }
@@ -494,7 +496,14 @@ fn commit(repo: &Repository, pathspecs: &[String], message: &str) -> Result<Stri
         .signature()
         .or_else(|_| Signature::now("baton", "baton@localhost"))?;
     let parents: Vec<&git2::Commit> = head.iter().collect();
-    let id = repo.commit(Some("HEAD"), &signature, &signature, message, &tree, &parents)?;
+    let id = repo.commit(
+        Some("HEAD"),
+        &signature,
+        &signature,
+        message,
+        &tree,
+        &parents,
+    )?;
     let parent_tree = head.as_ref().and_then(|h| h.tree().ok());
     let stats = repo
         .diff_tree_to_tree(parent_tree.as_ref(), Some(&tree), None)?

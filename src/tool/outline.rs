@@ -144,8 +144,12 @@ fn text<'a>(node: Node, source: &'a [u8]) -> std::borrow::Cow<'a, str> {
 }
 
 fn field_text(node: Node, field: &str, source: &[u8]) -> Option<String> {
-    node.child_by_field_name(field)
-        .map(|n| text(n, source).split_whitespace().collect::<Vec<_>>().join(" "))
+    node.child_by_field_name(field).map(|n| {
+        text(n, source)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    })
 }
 
 fn function_kind(in_type: bool, plain: &'static str) -> &'static str {
@@ -217,7 +221,10 @@ fn classify(
             "function_declaration" => Some(("func", name()?)),
             "method_declaration" => {
                 let receiver = field_text(node, "receiver", source).unwrap_or_default();
-                Some(("method", format!("{receiver} {}", name()?).trim().to_string()))
+                Some((
+                    "method",
+                    format!("{receiver} {}", name()?).trim().to_string(),
+                ))
             }
             "type_spec" | "type_alias" => {
                 let shape = node.child_by_field_name("type").map(|t| t.kind());
@@ -269,8 +276,13 @@ fn declarator_name(node: Node, source: &[u8]) -> Option<String> {
     let mut current = node;
     for _ in 0..16 {
         match current.kind() {
-            "identifier" | "field_identifier" | "type_identifier" | "qualified_identifier"
-            | "destructor_name" | "operator_name" | "primitive_type" => {
+            "identifier"
+            | "field_identifier"
+            | "type_identifier"
+            | "qualified_identifier"
+            | "destructor_name"
+            | "operator_name"
+            | "primitive_type" => {
                 return Some(text(current, source).into_owned());
             }
             _ => {}

@@ -105,7 +105,9 @@ pub fn parse_patch(text: &str) -> Result<Vec<PatchOp>, String> {
                 if trimmed == "*** End of File" {
                     chunks
                         .last_mut()
-                        .ok_or_else(|| format!("line {}: '*** End of File' before any hunk", i + 1))?
+                        .ok_or_else(|| {
+                            format!("line {}: '*** End of File' before any hunk", i + 1)
+                        })?
                         .end_of_file = true;
                 } else if let Some(header) = trimmed.strip_prefix("@@") {
                     let header = header.trim();
@@ -222,6 +224,9 @@ fn trim(bytes: &[u8]) -> &[u8] {
     &t[start..]
 }
 
+/// Compares a file line with a patch line.
+type LineEq = fn(&[u8], &[u8]) -> bool;
+
 /// Finds `pattern` in `lines` at or after `from`: exact first, then ignoring trailing
 /// whitespace, then ignoring surrounding whitespace. With `at_end`, the end of file is tried
 /// first.
@@ -230,7 +235,7 @@ fn seek(lines: &[Line], pattern: &[String], from: usize, at_end: bool) -> Option
         return None;
     }
     let last_start = lines.len() - pattern.len();
-    let comparisons: [fn(&[u8], &[u8]) -> bool; 3] = [
+    let comparisons: [LineEq; 3] = [
         |a, b| a == b,
         |a, b| trim_end(a) == trim_end(b),
         |a, b| trim(a) == trim(b),
@@ -261,8 +266,8 @@ pub fn apply_chunks(original: &[u8], chunks: &[Chunk], rel: &str) -> Result<Vec<
     for (n, chunk) in chunks.iter().enumerate() {
         let hunk = n + 1;
         if let Some(context) = &chunk.context {
-            let found = seek(&lines, std::slice::from_ref(context), cursor, false)
-                .ok_or_else(|| {
+            let found =
+                seek(&lines, std::slice::from_ref(context), cursor, false).ok_or_else(|| {
                     format!("{rel}: hunk {hunk}: context line '@@ {context}' was not found")
                 })?;
             cursor = found + 1;
@@ -423,7 +428,10 @@ fn plan_patch(text: &str, ctx: &ToolContext) -> Result<Vec<FileChange>, String> 
                 let source = resolve_for_write(&ctx.workspace, &path).map_err(|e| e.to_string())?;
                 claim(&source.abs, &source.rel)?;
                 let old = read_existing(&source.abs, &source.rel)?.ok_or_else(|| {
-                    format!("{}: cannot update, no such file (use '*** Add File:')", source.rel)
+                    format!(
+                        "{}: cannot update, no such file (use '*** Add File:')",
+                        source.rel
+                    )
                 })?;
                 check_fresh(ctx, &source.abs, &source.rel, UnreadPolicy::Allow)?;
                 let new = apply_chunks(&old, &chunks, &source.rel)?;
@@ -572,8 +580,8 @@ impl Tool for ApplyPatchTool {
     }
 
     fn approval(&self, args: &serde_json::Value, ctx: &ToolContext) -> ApprovalNeed {
-        let plan = parse_args::<PatchArgs>("apply_patch", args)
-            .and_then(|a| plan_patch(&a.input, ctx));
+        let plan =
+            parse_args::<PatchArgs>("apply_patch", args).and_then(|a| plan_patch(&a.input, ctx));
         match plan {
             Ok(changes) => ApprovalNeed::Edit {
                 path: changes
@@ -622,9 +630,7 @@ mod tests {
     use super::*;
 
     fn update(chunks_text: &str, original: &str) -> Result<String, String> {
-        let patch = format!(
-            "*** Begin Patch\n*** Update File: f\n{chunks_text}\n*** End Patch\n"
-        );
+        let patch = format!("*** Begin Patch\n*** Update File: f\n{chunks_text}\n*** End Patch\n");
         let ops = parse_patch(&patch)?;
         let PatchOp::Update { chunks, .. } = &ops[0] else {
             panic!("not an update")
@@ -647,7 +653,10 @@ mod tests {
                 content: "hello\n".into()
             }
         );
-        let PatchOp::Update { move_to, chunks, .. } = &ops[2] else {
+        let PatchOp::Update {
+            move_to, chunks, ..
+        } = &ops[2]
+        else {
             panic!()
         };
         assert_eq!(move_to.as_deref(), Some("d.txt"));
@@ -685,8 +694,8 @@ mod tests {
         assert!(parse_patch("nothing").is_err());
         let err = parse_patch("*** Begin Patch\n*** Frobnicate: x\n*** End Patch").unwrap_err();
         assert!(err.contains("line 2"), "{err}");
-        let err = parse_patch("*** Begin Patch\n*** Add File: x\nno plus\n*** End Patch")
-            .unwrap_err();
+        let err =
+            parse_patch("*** Begin Patch\n*** Add File: x\nno plus\n*** End Patch").unwrap_err();
         assert!(err.contains("line 3"), "{err}");
     }
 }

@@ -25,9 +25,7 @@ pub enum PathError {
     OutsideWorkspace { path: String, workspace: String },
     #[error("path '{path}' leads outside the workspace through the symlink '{link}'")]
     SymlinkEscape { path: String, link: String },
-    #[error(
-        "path '{0}' is inside the .git directory; tools do not write there (use the git tool)"
-    )]
+    #[error("path '{0}' is inside the .git directory; tools do not write there (use the git tool)")]
     GitDirectory(String),
     #[error("path '{path}': cannot inspect '{at}': {reason}")]
     Io {
@@ -214,7 +212,11 @@ pub fn display_relative(rel: &Path) -> String {
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect::<Vec<_>>()
         .join("/");
-    if text.is_empty() { ".".to_string() } else { text }
+    if text.is_empty() {
+        ".".to_string()
+    } else {
+        text
+    }
 }
 
 #[cfg(test)]

@@ -414,7 +414,10 @@ fn search_bytes(
             .iter()
             .position(|&b| b == b'\n')
             .map_or(data.len(), |p| m.start() + p);
-        line_no += data[counted_to..start].iter().filter(|&&b| b == b'\n').count();
+        line_no += data[counted_to..start]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
         counted_to = start;
         count += 1;
         if hits.len() < cap {
@@ -535,7 +538,10 @@ fn grep(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
     if report.total_lines == 0 {
         let mut text = format!("no matches for '{}' in {}", args.pattern, target.rel);
         if report.binary_skipped > 0 {
-            text.push_str(&format!(" ({} binary files skipped)", report.binary_skipped));
+            text.push_str(&format!(
+                " ({} binary files skipped)",
+                report.binary_skipped
+            ));
         }
         return Ok(text);
     }
@@ -550,12 +556,20 @@ fn grep(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
         }
         let listed = files.len().min(max_results);
         if total > listed {
-            out.push_str(&format!("[{} more files not shown ({total} matched)]\n", total - listed));
+            out.push_str(&format!(
+                "[{} more files not shown ({total} matched)]\n",
+                total - listed
+            ));
         }
         return Ok(out);
     }
     for hit in &report.hits {
-        out.push_str(&format!("{}:{}:{}\n", shown(&root, &hit.path), hit.line, hit.text));
+        out.push_str(&format!(
+            "{}:{}:{}\n",
+            shown(&root, &hit.path),
+            hit.line,
+            hit.text
+        ));
     }
     let dropped = report.total_lines - report.hits.len();
     if dropped > 0 {

@@ -90,7 +90,9 @@ fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Stri
         _ => format!("{rel}: {e}"),
     })?;
     if meta.is_dir() {
-        return Err(format!("{rel} is a directory; use list_dir to see its contents"));
+        return Err(format!(
+            "{rel} is a directory; use list_dir to see its contents"
+        ));
     }
     let file = std::fs::File::open(&target.abs).map_err(|e| format!("{rel}: cannot open: {e}"))?;
     let mut reader = BufReader::with_capacity(64 * 1024, file);

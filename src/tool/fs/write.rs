@@ -108,7 +108,11 @@ fn write_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Str
     let diff = write_change(ctx, &plan.abs, &plan.rel, plan.old.as_deref(), &plan.new)?;
     let lines = plan.new.iter().filter(|&&b| b == b'\n').count();
     Ok(match plan.old {
-        None => format!("Created {} ({} bytes, {lines} lines)", plan.rel, plan.new.len()),
+        None => format!(
+            "Created {} ({} bytes, {lines} lines)",
+            plan.rel,
+            plan.new.len()
+        ),
         Some(_) => {
             let (added, removed) = line_counts(&diff);
             format!(
