@@ -57,6 +57,16 @@ pub struct UndoReport {
     pub skipped: Vec<String>,
 }
 
+impl UndoReport {
+    /// The event frontends show for this undo.
+    pub fn to_event(&self) -> Event {
+        Event::UndoCompleted {
+            restored: self.restored.clone(),
+            removed: self.removed.clone(),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     #[error("undo is unavailable: not a git repository ({0})")]

@@ -352,13 +352,7 @@ pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, Str
                         return ignore::WalkState::Continue;
                     }
                 }
-                let too_big = entry
-                    .metadata()
-                    .is_ok_and(|m| m.len() > GREP_MAX_FILE_BYTES);
-                if too_big {
-                    return ignore::WalkState::Continue;
-                }
-                let Ok(data) = std::fs::read(entry.path()) else {
+                let Some(data) = read_searchable(entry.path()) else {
                     return ignore::WalkState::Continue;
                 };
                 files_searched.fetch_add(1, Ordering::Relaxed);
@@ -388,6 +382,20 @@ pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, Str
         files_searched: files_searched.into_inner(),
         binary_skipped: binary_skipped.into_inner(),
     })
+}
+
+/// The content of a file to search, `None` when unreadable or over the size cap. One open and
+/// one fstat per file: the walk already costs a syscall per entry.
+fn read_searchable(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    if len > GREP_MAX_FILE_BYTES {
+        return None;
+    }
+    let mut data = Vec::with_capacity(len as usize + 1);
+    file.read_to_end(&mut data).ok()?;
+    Some(data)
 }
 
 /// Matching lines of one file (at most `cap` kept) and how many lines matched in all.

@@ -43,8 +43,24 @@ fn generate(root: &Path, files: usize) -> std::io::Result<()> {
         return Ok(());
     }
     let words = [
-        "let", "value", "request", "config", "buffer", "parse", "result", "match", "state",
-        "return", "self", "handle", "context", "error", "ParseError", "IoError", "len", "iter",
+        "let",
+        "value",
+        "request",
+        "config",
+        "buffer",
+        "parse",
+        "result",
+        "match",
+        "state",
+        "return",
+        "self",
+        "handle",
+        "context",
+        "error",
+        "ParseError",
+        "IoError",
+        "len",
+        "iter",
     ];
     let mut rng = Lcg(42);
     // rg honours .gitignore only inside a git repository.
@@ -150,7 +166,10 @@ fn main() {
     };
     let started = Instant::now();
     if let Err(e) = generate(&root, files) {
-        eprintln!("grep_bench: cannot generate the tree in {}: {e}", root.display());
+        eprintln!(
+            "grep_bench: cannot generate the tree in {}: {e}",
+            root.display()
+        );
         std::process::exit(1);
     }
     println!(
