@@ -75,11 +75,11 @@ fn generate(root: &Path, files: usize) -> std::io::Result<()> {
         let mut text = String::with_capacity(2048);
         let lines = 20 + (rng.next() % 40) as usize;
         for l in 0..lines {
-            if rng.next() % 97 == 0 {
+            if rng.next().is_multiple_of(97) {
                 text.push_str(&format!("pub fn handle_request_{l}(ctx: &Context) {{\n"));
                 continue;
             }
-            if rng.next() % 211 == 0 {
+            if rng.next().is_multiple_of(211) {
                 text.push_str("    // TODO: remove this workaround\n");
                 continue;
             }
