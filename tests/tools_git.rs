@@ -410,3 +410,21 @@ fn undo_is_scoped_to_the_workspace_subdirectory() {
     );
     assert!(Path::new(&r.root).join(".git").exists());
 }
+
+#[test]
+fn undo_keeps_ignored_files_even_when_the_turn_changed_gitignore() {
+    let r = repo();
+    r.write(".gitignore", "secrets/\n");
+    r.write("dir/x.txt", "x\n");
+    r.commit_all("initial");
+    r.write("secrets/key.txt", "do not delete\n");
+    let before = r.snapshot();
+    checkpoint::checkpoint(&r.root, "before").unwrap();
+    // The turn un-ignores secrets/ and replaces the directory dir/ with a file.
+    r.write(".gitignore", "");
+    std::fs::remove_dir_all(r.root.join("dir")).unwrap();
+    r.write("dir", "now a file\n");
+    let report = checkpoint::undo(&r.root).unwrap();
+    assert!(report.removed.is_empty(), "{report:?}");
+    assert_eq!(r.snapshot(), before);
+}

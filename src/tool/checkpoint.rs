@@ -407,12 +407,23 @@ fn restore(
         removed: Vec::new(),
         skipped: Vec::new(),
     };
-    let present: BTreeSet<PathBuf> = walk_files(workdir, workspace)
+    // Restore first: .gitignore files come back before the walk below decides, with the
+    // checkpoint's ignore rules, which files are new (and get removed).
+    for (rel, (id, mode)) in &wanted {
+        let abs = workdir.join(rel);
+        let blob = repo.find_blob(*id)?;
+        if matches_disk(&abs, blob.content(), *mode) {
+            continue;
+        }
+        write_entry(&abs, blob.content(), *mode, workspace)?;
+        report.restored.push(shown(rel));
+    }
+    let created: BTreeSet<PathBuf> = walk_files(workdir, workspace)
         .into_iter()
         .filter_map(|f| {
             let rel = PathBuf::from(OsStr::from_bytes(&f.git_path));
             if wanted.contains_key(&rel) {
-                return Some(rel);
+                return None;
             }
             if f.meta.len() > MAX_CHECKPOINT_FILE_BYTES && !f.meta.file_type().is_symlink() {
                 report.skipped.push(shown(&rel));
@@ -421,20 +432,11 @@ fn restore(
             Some(rel)
         })
         .collect();
-    for rel in present.iter().filter(|rel| !wanted.contains_key(*rel)) {
+    for rel in &created {
         let abs = workdir.join(rel);
         std::fs::remove_file(&abs).map_err(|e| io_error(&abs, e))?;
         remove_empty_parents(&abs, workspace);
         report.removed.push(shown(rel));
-    }
-    for (rel, (id, mode)) in &wanted {
-        let abs = workdir.join(rel);
-        let blob = repo.find_blob(*id)?;
-        if matches_disk(&abs, blob.content(), *mode) {
-            continue;
-        }
-        write_entry(&abs, blob.content(), *mode)?;
-        report.restored.push(shown(rel));
     }
     Ok(report)
 }
@@ -453,7 +455,12 @@ fn matches_disk(abs: &Path, content: &[u8], mode: i32) -> bool {
         && std::fs::read(abs).is_ok_and(|bytes| bytes == content)
 }
 
-fn write_entry(abs: &Path, content: &[u8], mode: i32) -> Result<(), CheckpointError> {
+fn write_entry(
+    abs: &Path,
+    content: &[u8],
+    mode: i32,
+    workspace: &Path,
+) -> Result<(), CheckpointError> {
     if let Ok(meta) = std::fs::symlink_metadata(abs) {
         let removed = if meta.is_dir() {
             std::fs::remove_dir_all(abs)
@@ -463,7 +470,7 @@ fn write_entry(abs: &Path, content: &[u8], mode: i32) -> Result<(), CheckpointEr
         removed.map_err(|e| io_error(abs, e))?;
     }
     if let Some(parent) = abs.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
+        make_parent_dirs(parent, workspace)?;
     }
     if mode == i32::from(FileMode::Link) {
         std::os::unix::fs::symlink(OsStr::from_bytes(content), abs)
@@ -478,6 +485,29 @@ fn write_entry(abs: &Path, content: &[u8], mode: i32) -> Result<(), CheckpointEr
     };
     std::fs::set_permissions(abs, std::fs::Permissions::from_mode(bits))
         .map_err(|e| io_error(abs, e))
+}
+
+/// Creates `dir` and its parents. A file or symlink standing where the checkpoint had a
+/// directory was created after it, and is replaced by the directory.
+fn make_parent_dirs(dir: &Path, workspace: &Path) -> Result<(), CheckpointError> {
+    if std::fs::create_dir_all(dir).is_ok() {
+        return Ok(());
+    }
+    let mut blockers = Vec::new();
+    let mut current = Some(dir);
+    while let Some(path) = current {
+        if !path.starts_with(workspace) || path == workspace {
+            break;
+        }
+        if std::fs::symlink_metadata(path).is_ok_and(|m| !m.is_dir()) {
+            blockers.push(path.to_path_buf());
+        }
+        current = path.parent();
+    }
+    for blocker in blockers {
+        std::fs::remove_file(&blocker).map_err(|e| io_error(&blocker, e))?;
+    }
+    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))
 }
 
 /// Removes directories left empty by undo, up to (not including) the workspace root.

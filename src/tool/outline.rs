@@ -107,21 +107,23 @@ pub fn outline_source(language: Language, source: &[u8]) -> Result<Vec<Symbol>, 
 
 fn collect(
     language: Language,
-    node: Node,
+    root: Node,
     source: &[u8],
     depth: usize,
     in_type: bool,
     out: &mut Vec<Symbol>,
 ) {
-    let mut cursor = node.walk();
-    for child in node.named_children(&mut cursor) {
-        match classify(language, child, source, in_type) {
+    // An explicit stack, not recursion: deeply nested input must not overflow the thread stack.
+    let mut stack: Vec<(Node, usize, bool)> = Vec::new();
+    push_children(&mut stack, root, depth, in_type);
+    while let Some((node, depth, in_type)) = stack.pop() {
+        match classify(language, node, source, in_type) {
             Some((kind, name)) => {
                 out.push(Symbol {
                     kind,
                     name,
-                    start_line: child.start_position().row + 1,
-                    end_line: child.end_position().row + 1,
+                    start_line: node.start_position().row + 1,
+                    end_line: node.end_position().row + 1,
                     depth,
                 });
                 let contains_methods = matches!(
@@ -131,12 +133,23 @@ fn collect(
                 // Only containers are searched further: nested helper functions are noise.
                 if contains_methods {
                     let inner_type = kind != "namespace" && kind != "mod";
-                    collect(language, child, source, depth + 1, inner_type, out);
+                    push_children(&mut stack, node, depth + 1, inner_type);
                 }
             }
-            None => collect(language, child, source, depth, in_type, out),
+            None => push_children(&mut stack, node, depth, in_type),
         }
     }
+}
+
+fn push_children<'t>(
+    stack: &mut Vec<(Node<'t>, usize, bool)>,
+    node: Node<'t>,
+    depth: usize,
+    in_type: bool,
+) {
+    let mut cursor = node.walk();
+    let children: Vec<Node<'t>> = node.named_children(&mut cursor).collect();
+    stack.extend(children.into_iter().rev().map(|c| (c, depth, in_type)));
 }
 
 fn text<'a>(node: Node, source: &'a [u8]) -> std::borrow::Cow<'a, str> {

@@ -71,6 +71,16 @@ pub fn parse_patch(text: &str) -> Result<Vec<PatchOp>, String> {
             i += 1;
             let mut content = String::new();
             while i < end && !is_file_marker(lines[i]) {
+                // Blank lines between the added file and the next marker are separators.
+                if lines[i].trim().is_empty()
+                    && lines[i..end]
+                        .iter()
+                        .take_while(|l| !is_file_marker(l))
+                        .all(|l| l.trim().is_empty())
+                {
+                    i += 1;
+                    continue;
+                }
                 let body = lines[i].strip_prefix('+').ok_or_else(|| {
                     format!(
                         "line {}: every line of an added file must start with '+': '{}'",
@@ -646,6 +656,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ops.len(), 3);
+        let spaced = parse_patch(
+            "*** Begin Patch\n*** Add File: a\n+x\n\n*** Delete File: b\n*** End Patch",
+        )
+        .unwrap();
+        assert_eq!(spaced.len(), 2);
         assert_eq!(
             ops[0],
             PatchOp::Add {
