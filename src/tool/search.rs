@@ -273,6 +273,8 @@ pub struct GrepOptions {
     pub glob: Option<String>,
     pub hidden: bool,
     pub max_results: usize,
+    /// Stops the walk early (the turn was interrupted); the report then covers what was seen.
+    pub cancel: Option<tokio_util::sync::CancellationToken>,
 }
 
 /// One matching line.
@@ -332,7 +334,11 @@ pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, Str
             let hits = &hits;
             let (total_lines, files_matched) = (&total_lines, &files_matched);
             let (files_searched, binary_skipped) = (&files_searched, &binary_skipped);
+            let cancel = options.cancel.as_ref();
             Box::new(move |entry| {
+                if cancel.is_some_and(|c| c.is_cancelled()) {
+                    return ignore::WalkState::Quit;
+                }
                 let Ok(entry) = entry else {
                     return ignore::WalkState::Continue;
                 };
@@ -540,6 +546,7 @@ fn grep(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
         } else {
             max_results
         },
+        cancel: Some(ctx.cancel.clone()),
     };
     let report = grep_search(&target.abs, &options)?;
     let root = workspace_root(ctx);

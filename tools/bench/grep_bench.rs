@@ -133,6 +133,7 @@ fn run_baton(root: &Path, pattern: &str) -> Result<(Duration, usize), String> {
         hidden: false,
         // Keep every hit, as rg prints every line: no advantage from the cap.
         max_results: usize::MAX,
+        cancel: None,
     };
     let start = Instant::now();
     let report = grep_search(root, &options)?;
