@@ -279,16 +279,27 @@ pub struct GrepOptions {
 
 /// One matching line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GrepHit {
-    pub path: PathBuf,
+pub struct LineHit {
+    /// 1-based.
     pub line: usize,
+    /// The line without its ending, cut at 300 characters.
     pub text: String,
 }
 
-/// What a search found: the first `max_results` hits in path order, and the true totals.
+/// The matching lines of one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileHits {
+    pub path: PathBuf,
+    pub lines: Vec<LineHit>,
+}
+
+/// What a search found: the first `max_results` matching lines in path order, grouped by
+/// file, and the true totals.
 #[derive(Debug, Clone, Default)]
 pub struct GrepReport {
-    pub hits: Vec<GrepHit>,
+    pub files: Vec<FileHits>,
+    /// Lines in `files` (at most `max_results`).
+    pub shown_lines: usize,
     pub total_lines: usize,
     pub files_matched: usize,
     pub files_searched: usize,
@@ -319,7 +330,7 @@ pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, Str
         None => None,
     };
     let per_file_cap = options.max_results.max(1);
-    let hits: Mutex<Vec<GrepHit>> = Mutex::new(Vec::new());
+    let hits: Mutex<Vec<FileHits>> = Mutex::new(Vec::new());
     let total_lines = AtomicUsize::new(0);
     let files_matched = AtomicUsize::new(0);
     let files_searched = AtomicUsize::new(0);
@@ -367,22 +378,37 @@ pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, Str
                     binary_skipped.fetch_add(1, Ordering::Relaxed);
                     return ignore::WalkState::Continue;
                 }
-                let (found, count) = search_bytes(regex, &data, entry.path(), per_file_cap);
+                let (lines, count) = search_bytes(regex, &data, per_file_cap);
                 if count > 0 {
                     total_lines.fetch_add(count, Ordering::Relaxed);
                     files_matched.fetch_add(1, Ordering::Relaxed);
+                    let found = FileHits {
+                        path: entry.into_path(),
+                        lines,
+                    };
                     if let Ok(mut all) = hits.lock() {
-                        all.extend(found);
+                        all.push(found);
                     }
                 }
                 ignore::WalkState::Continue
             })
         });
-    let mut hits = hits.into_inner().unwrap_or_default();
-    hits.sort_by(|a, b| a.path.cmp(&b.path).then(a.line.cmp(&b.line)));
-    hits.truncate(options.max_results);
+    let mut files = hits.into_inner().unwrap_or_default();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut shown_lines = 0usize;
+    let mut keep = 0usize;
+    for file in &mut files {
+        if shown_lines >= options.max_results {
+            break;
+        }
+        file.lines.truncate(options.max_results - shown_lines);
+        shown_lines += file.lines.len();
+        keep += 1;
+    }
+    files.truncate(keep);
     Ok(GrepReport {
-        hits,
+        files,
+        shown_lines,
         total_lines: total_lines.into_inner(),
         files_matched: files_matched.into_inner(),
         files_searched: files_searched.into_inner(),
@@ -405,29 +431,44 @@ fn read_searchable(path: &Path) -> Option<Vec<u8>> {
 }
 
 /// Matching lines of one file (at most `cap` kept) and how many lines matched in all.
-fn search_bytes(
-    regex: &regex::bytes::Regex,
-    data: &[u8],
-    path: &Path,
-    cap: usize,
-) -> (Vec<GrepHit>, usize) {
+///
+/// Line-oriented like ripgrep: the earliest end of a match locates a candidate line (a forward
+/// scan only, no search for where the match starts), and the regex is confirmed on that line
+/// alone, so a match never spans lines.
+fn search_bytes(regex: &regex::bytes::Regex, data: &[u8], cap: usize) -> (Vec<LineHit>, usize) {
     let mut hits = Vec::new();
     let mut count = 0usize;
     let mut line_no = 1usize;
     let mut counted_to = 0usize;
     let mut at = 0usize;
     while at <= data.len() {
-        let Some(m) = regex.find_at(data, at) else {
+        let Some(match_end) = regex.shortest_match_at(data, at) else {
             break;
         };
-        let start = data[..m.start()]
+        // The line holding the last byte of the match (or the empty match itself).
+        let pos = if match_end > at {
+            match_end - 1
+        } else {
+            match_end
+        };
+        let start = data[..pos]
             .iter()
             .rposition(|&b| b == b'\n')
-            .map_or(0, |p| p + 1);
-        let end = data[m.start()..]
+            .map_or(0, |p| p + 1)
+            .max(at);
+        if start == data.len() {
+            // Past the final newline there is no line (ripgrep does not report one either).
+            break;
+        }
+        let end = data[pos..]
             .iter()
             .position(|&b| b == b'\n')
-            .map_or(data.len(), |p| m.start() + p);
+            .map_or(data.len(), |p| pos + p);
+        let line = &data[start..end];
+        if !regex.is_match(line) {
+            at = end + 1;
+            continue;
+        }
         line_no += data[counted_to..start]
             .iter()
             .filter(|&&b| b == b'\n')
@@ -435,10 +476,8 @@ fn search_bytes(
         counted_to = start;
         count += 1;
         if hits.len() < cap {
-            let text = &data[start..end];
-            let text = text.strip_suffix(b"\r").unwrap_or(text);
-            hits.push(GrepHit {
-                path: path.to_path_buf(),
+            let text = line.strip_suffix(b"\r").unwrap_or(line);
+            hits.push(LineHit {
                 line: line_no,
                 text: clip_line(&String::from_utf8_lossy(text), 300),
             });
@@ -562,8 +601,7 @@ fn grep(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
     }
     let mut out = String::new();
     if args.files_only {
-        let mut files: Vec<String> = report.hits.iter().map(|h| shown(&root, &h.path)).collect();
-        files.dedup();
+        let files: Vec<String> = report.files.iter().map(|f| shown(&root, &f.path)).collect();
         let total = report.files_matched;
         for file in files.iter().take(max_results) {
             out.push_str(file);
@@ -578,15 +616,13 @@ fn grep(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
         }
         return Ok(out);
     }
-    for hit in &report.hits {
-        out.push_str(&format!(
-            "{}:{}:{}\n",
-            shown(&root, &hit.path),
-            hit.line,
-            hit.text
-        ));
+    for file in &report.files {
+        let path = shown(&root, &file.path);
+        for hit in &file.lines {
+            out.push_str(&format!("{path}:{}:{}\n", hit.line, hit.text));
+        }
     }
-    let dropped = report.total_lines - report.hits.len();
+    let dropped = report.total_lines - report.shown_lines;
     if dropped > 0 {
         out.push_str(&format!(
             "[{dropped} more matching lines not shown ({} lines in {} files matched); narrow the \
@@ -607,7 +643,7 @@ mod tests {
             .multi_line(true)
             .build()
             .unwrap();
-        let (hits, count) = search_bytes(&re, b"foo\nbar\nboo\r\n", Path::new("f"), 10);
+        let (hits, count) = search_bytes(&re, b"foo\nbar\nboo\r\n", 10);
         assert_eq!(count, 2);
         assert_eq!(hits[0].line, 1);
         assert_eq!(hits[1].line, 3);
@@ -616,8 +652,24 @@ mod tests {
             .multi_line(true)
             .build()
             .unwrap();
-        let (hits, count) = search_bytes(&re, b"foo\nbar\nboo", Path::new("f"), 1);
+        let (hits, count) = search_bytes(&re, b"foo\nbar\nboo", 1);
         assert_eq!((hits.len(), count), (1, 2));
+        assert_eq!(hits[0].line, 2);
+        // A match may not span lines: `o\sb` only matches across the newline here.
+        let re = regex::bytes::RegexBuilder::new(r"o\sb|^x")
+            .multi_line(true)
+            .build()
+            .unwrap();
+        let (hits, count) = search_bytes(&re, b"foo\nbar\nx", 10);
+        assert_eq!(count, 1);
+        assert_eq!(hits[0].line, 3);
+        // Empty matches and anchors.
+        let re = regex::bytes::RegexBuilder::new("^$")
+            .multi_line(true)
+            .build()
+            .unwrap();
+        let (hits, count) = search_bytes(&re, b"a\n\nb\n", 10);
+        assert_eq!(count, 1, "{hits:?}");
         assert_eq!(hits[0].line, 2);
     }
 }

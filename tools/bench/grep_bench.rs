@@ -140,8 +140,11 @@ fn run_baton(root: &Path, pattern: &str) -> Result<(Duration, usize), String> {
     let elapsed = start.elapsed();
     // Format the lines as the tool would, so the cost of output is included too.
     let mut sink = std::io::sink();
-    for hit in &report.hits {
-        let _ = writeln!(sink, "{}:{}:{}", hit.path.display(), hit.line, hit.text);
+    for file in &report.files {
+        let path = file.path.display();
+        for hit in &file.lines {
+            let _ = writeln!(sink, "{path}:{}:{}", hit.line, hit.text);
+        }
     }
     Ok((start.elapsed().max(elapsed), report.total_lines))
 }
