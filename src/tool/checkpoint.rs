@@ -308,6 +308,38 @@ fn file_mode(meta: &std::fs::Metadata) -> u32 {
     }
 }
 
+/// What identifies an unchanged file between two checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStat {
+    mtime: (i64, i64),
+    size: u64,
+    mode: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct CachedBlob {
+    stat: FileStat,
+    id: Oid,
+    /// When the file was hashed (seconds): a file modified in that same second may have
+    /// changed after hashing without a new mtime, so it is only trusted when older.
+    hashed_at: i64,
+}
+
+/// Blob ids of untracked files hashed by earlier checkpoints of this process, by absolute
+/// path: the repository's index only covers tracked files, and rehashing every untracked file
+/// each turn is what makes checkpoints of large untracked trees slow.
+fn blob_cache() -> &'static std::sync::Mutex<std::collections::HashMap<PathBuf, CachedBlob>> {
+    static CACHE: OnceLock<std::sync::Mutex<std::collections::HashMap<PathBuf, CachedBlob>>> =
+        OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
 /// Builds the tree object of the whole working tree without touching the repository's index.
 fn snapshot_tree(repo: &Repository, workdir: &Path) -> Result<Oid, CheckpointError> {
     use std::os::unix::fs::MetadataExt;
@@ -318,8 +350,12 @@ fn snapshot_tree(repo: &Repository, workdir: &Path) -> Result<Oid, CheckpointErr
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_secs() as i64);
+    let odb = repo.odb().ok();
     let mut index = Index::new()?;
-    for file in walk_files(workdir, workdir) {
+    let mut files = walk_files(workdir, workdir);
+    // Adding in path order keeps the in-memory index append-only.
+    files.sort_unstable_by(|a, b| a.git_path.cmp(&b.git_path));
+    for file in files {
         if file.meta.len() > MAX_CHECKPOINT_FILE_BYTES {
             continue;
         }
@@ -335,6 +371,16 @@ fn snapshot_tree(repo: &Repository, workdir: &Path) -> Result<Oid, CheckpointErr
                     && i64::from(entry.mtime.seconds()) < index_mtime
             })
             .map(|entry| entry.id);
+        let stat = FileStat {
+            mtime: (file.meta.mtime(), file.meta.mtime_nsec()),
+            size: file.meta.len(),
+            mode,
+        };
+        let cached = cached.or_else(|| {
+            let known = blob_cache().lock().ok()?.get(&file.abs).copied()?;
+            let settled = known.stat == stat && stat.mtime.0 < known.hashed_at - 1;
+            (settled && odb.as_ref()?.exists(known.id)).then_some(known.id)
+        });
         let id = match cached {
             Some(id) => id,
             None if mode == u32::from(FileMode::Link) => {
@@ -342,7 +388,20 @@ fn snapshot_tree(repo: &Repository, workdir: &Path) -> Result<Oid, CheckpointErr
                 repo.blob(target.as_os_str().as_bytes())?
             }
             None => match repo.blob_path(&file.abs) {
-                Ok(id) => id,
+                Ok(id) => {
+                    if let Ok(mut cache) = blob_cache().lock() {
+                        let hashed_at = now_secs();
+                        cache.insert(
+                            file.abs.clone(),
+                            CachedBlob {
+                                stat,
+                                id,
+                                hashed_at,
+                            },
+                        );
+                    }
+                    id
+                }
                 // Vanished or unreadable between walk and read: leave it out of the snapshot.
                 Err(_) => continue,
             },
@@ -411,6 +470,9 @@ fn restore(
     // checkpoint's ignore rules, which files are new (and get removed).
     for (rel, (id, mode)) in &wanted {
         let abs = workdir.join(rel);
+        if unchanged_since_hashed(&abs, *id, *mode) {
+            continue;
+        }
         let blob = repo.find_blob(*id)?;
         if matches_disk(&abs, blob.content(), *mode) {
             continue;
@@ -439,6 +501,23 @@ fn restore(
         report.removed.push(shown(rel));
     }
     Ok(report)
+}
+
+/// Whether the file at `abs` is, by its stat, exactly the blob `id` a checkpoint hashed.
+fn unchanged_since_hashed(abs: &Path, id: Oid, mode: i32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(abs) else {
+        return false;
+    };
+    let stat = FileStat {
+        mtime: (meta.mtime(), meta.mtime_nsec()),
+        size: meta.len(),
+        mode: file_mode(&meta),
+    };
+    let known = blob_cache().lock().ok().and_then(|c| c.get(abs).copied());
+    known.is_some_and(|k| {
+        k.id == id && k.stat == stat && stat.mode as i32 == mode && stat.mtime.0 < k.hashed_at - 1
+    })
 }
 
 fn matches_disk(abs: &Path, content: &[u8], mode: i32) -> bool {

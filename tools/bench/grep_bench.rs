@@ -223,4 +223,34 @@ fn main() {
         "worst ratio {worst:.2}x (target <= 1.50x): {}",
         if worst <= 1.5 { "PASS" } else { "FAIL" }
     );
+    if std::env::var_os("GREP_BENCH_CHECKPOINT").is_some() {
+        time_checkpoints(&root);
+    }
+}
+
+/// With GREP_BENCH_CHECKPOINT set: what a turn's checkpoint and an undo cost on this tree.
+fn time_checkpoints(root: &Path) {
+    use baton::tool::checkpoint::{checkpoint_in_session, undo};
+    for attempt in ["first (writes blobs)", "second (blobs exist)"] {
+        let start = Instant::now();
+        match checkpoint_in_session(root, "grep-bench", attempt) {
+            Ok(_) => println!(
+                "checkpoint, {attempt}: {:.2}s",
+                start.elapsed().as_secs_f64()
+            ),
+            Err(e) => println!("checkpoint failed: {e}"),
+        }
+    }
+    for _ in 0..2 {
+        let start = Instant::now();
+        match undo(root) {
+            Ok(report) => println!(
+                "undo (nothing changed): {:.2}s, {} restored, {} removed",
+                start.elapsed().as_secs_f64(),
+                report.restored.len(),
+                report.removed.len()
+            ),
+            Err(e) => println!("undo failed: {e}"),
+        }
+    }
 }
