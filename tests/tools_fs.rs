@@ -297,6 +297,23 @@ async fn a_patch_adds_updates_moves_and_deletes() {
                  *** Delete File: gone.txt\n\
                  *** Add File: docs/readme.md\n+# Title\n+text\n\
                  *** End Patch";
+    let ApprovalNeed::Edit { path, diff } = ws.approval("apply_patch", json!({"input": patch}))
+    else {
+        panic!("a patch must need edit approval")
+    };
+    assert_eq!(path, "src/new.py, gone.txt, docs/readme.md");
+    assert!(
+        diff.contains("--- a/src/old.py\n+++ b/src/new.py"),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("+    return 2") && diff.contains("+++ /dev/null"),
+        "{diff}"
+    );
+    assert!(
+        ws.root.join("src/old.py").exists(),
+        "approval must not write"
+    );
     let result = ws.call("apply_patch", json!({"input": patch})).await;
     let summary = ok(&result);
     assert!(summary.contains("R src/old.py -> src/new.py"), "{summary}");
