@@ -10,7 +10,20 @@ use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::ToolSpec;
-use crate::protocol::{EventSink, ToolStatus};
+use crate::protocol::{EventSink, PlanItem, ToolStatus};
+
+pub mod call;
+pub mod checkpoint;
+pub mod diff;
+pub mod fs;
+pub mod git;
+pub mod outline;
+pub mod patch;
+pub mod path;
+pub mod plan;
+pub mod registry;
+pub mod search;
+pub mod undo_cli;
 
 /// What a call needs before it may run, decided by the tool from its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +83,10 @@ pub struct ToolContext {
 pub struct ToolState {
     /// Last time each file was read by the model (stale-edit detection): path → mtime+len seen.
     pub read_stamps: std::sync::Mutex<BTreeMap<PathBuf, FileStamp>>,
+    /// The expert's current plan (`update_plan`).
+    pub plan: std::sync::Mutex<Vec<PlanItem>>,
+    /// Checkpoints taken before file changes (one per turn), for undo.
+    pub checkpoints: std::sync::Mutex<checkpoint::CheckpointState>,
 }
 
 /// What a file looked like when the model last read it.
