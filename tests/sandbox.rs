@@ -220,19 +220,22 @@ PY\nkill $pid",
 }
 
 /// Forks up to 200 sleeping children and reports how many forks succeeded.
-const FORK_BOMB: &str = "import os, time\n\
-n = 0\n\
-for i in range(200):\n\
-    try:\n\
-        pid = os.fork()\n\
-    except OSError:\n\
-        break\n\
-    if pid == 0:\n\
-        os.close(1)\n\
-        time.sleep(30)\n\
-        os._exit(0)\n\
-    n += 1\n\
-print('started', n, flush=True)\n";
+const FORK_BOMB: &str = r#"
+import os, time
+n = 0
+for i in range(200):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        os.close(1)
+        os.close(2)
+        time.sleep(30)
+        os._exit(0)
+    n += 1
+print('started', n, flush=True)
+"#;
 
 #[test]
 fn a_fork_bomb_is_bounded() {
@@ -255,6 +258,7 @@ fn a_fork_bomb_is_bounded() {
         panic!("process bound not enforceable here: {why}");
     }
     let out = cmd.current_dir(&f.ws).stdin(Stdio::null()).output().expect("spawn");
+    eprintln!("stderr: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     let started: u32 = text
         .trim()
