@@ -78,7 +78,10 @@ fn enforceable_or_refusal_checked() -> bool {
 
 fn victim_untouched(f: &Fixture) {
     let text = std::fs::read_to_string(f.outside.join("victim.txt")).expect("victim");
-    assert_eq!(text, "original\n", "a file outside the workspace was modified");
+    assert_eq!(
+        text, "original\n",
+        "a file outside the workspace was modified"
+    );
 }
 
 #[test]
@@ -94,7 +97,10 @@ fn writes_inside_the_workspace_and_tmp_succeed() {
          t=$(mktemp) && echo tmp > \"$t\" && rm \"$t\" && echo > /dev/null && echo ok",
     );
     assert_eq!(o.code, 0, "{}", o.out);
-    assert_eq!(std::fs::read_to_string(f.ws.join("inside.txt")).unwrap(), "hi\n");
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("inside.txt")).unwrap(),
+        "hi\n"
+    );
 }
 
 #[test]
@@ -139,7 +145,10 @@ fn read_only_mode_allows_only_temp_writes() {
     let o = run_in(&policy, "echo x > in-ws.txt");
     assert_ne!(o.code, 0);
     assert!(!f.ws.join("in-ws.txt").exists());
-    let o = run_in(&policy, "cat .git/HEAD && t=$(mktemp) && echo y > $t && rm $t && echo done");
+    let o = run_in(
+        &policy,
+        "cat .git/HEAD && t=$(mktemp) && echo y > $t && rm $t && echo done",
+    );
     assert_eq!(o.code, 0, "{}", o.out);
     assert!(o.out.contains("ref: refs/heads/main") && o.out.contains("done"));
 }
@@ -165,10 +174,16 @@ fn git_hooks_and_config_stay_read_only() {
         assert_ne!(o.code, 0, "git protection bypassed: {a}");
     }
     assert!(!f.ws.join(".git/hooks/pre-commit").exists());
-    assert_eq!(std::fs::read_to_string(f.ws.join(".git/config")).unwrap(), "[core]\n");
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
     assert!(f.ws.join(".git/hooks").is_dir());
     // The rest of .git stays writable (refs, objects, index).
-    let o = run_in(&policy, "echo ref > .git/HEAD.new && mv .git/HEAD.new .git/HEAD2");
+    let o = run_in(
+        &policy,
+        "echo ref > .git/HEAD.new && mv .git/HEAD.new .git/HEAD2",
+    );
     assert_eq!(o.code, 0, "{}", o.out);
 }
 
@@ -187,8 +202,15 @@ fn network_is_denied_unless_allowed() {
     assert_ne!(o.code, 0, "connected with network off: {}", o.out);
     assert!(listener.accept().is_err(), "the listener saw a connection");
     // UNIX sockets keep working (many tools use socketpair IPC).
-    let o = run_in(&off, "python3 -c 'import socket; a,b=socket.socketpair(); a.send(b\"u\"); print(b.recv(1))' || echo no-python");
-    assert!(o.out.contains("b'u'") || o.out.contains("no-python"), "{}", o.out);
+    let o = run_in(
+        &off,
+        "python3 -c 'import socket; a,b=socket.socketpair(); a.send(b\"u\"); print(b.recv(1))' || echo no-python",
+    );
+    assert!(
+        o.out.contains("b'u'") || o.out.contains("no-python"),
+        "{}",
+        o.out
+    );
 
     let on = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &f.ws).network(true);
     let o = run_in(&on, &script);
@@ -216,7 +238,11 @@ r = libc.ptrace(16, int(sys.argv[1]), 0, 0)\n\
 print('ptrace', r, ctypes.get_errno())\n\
 PY\nkill $pid",
     );
-    assert!(o.out.contains("ptrace -1 1"), "ptrace was not denied with EPERM: {}", o.out);
+    assert!(
+        o.out.contains("ptrace -1 1"),
+        "ptrace was not denied with EPERM: {}",
+        o.out
+    );
 }
 
 /// Forks up to 200 sleeping children and reports how many forks succeeded.
@@ -246,18 +272,18 @@ fn a_fork_bomb_is_bounded() {
     let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &f.ws).max_processes(64);
     let (mut cmd, guard) = sandboxed_command(
         &policy,
-        &[
-            "python3".into(),
-            "-c".into(),
-            FORK_BOMB.into(),
-        ],
+        &["python3".into(), "-c".into(), FORK_BOMB.into()],
         Session::NewGroup,
     )
     .expect("prepare");
     if let Some(why) = guard.unenforced_bound() {
         panic!("process bound not enforceable here: {why}");
     }
-    let out = cmd.current_dir(&f.ws).stdin(Stdio::null()).output().expect("spawn");
+    let out = cmd
+        .current_dir(&f.ws)
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn");
     eprintln!("stderr: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     let started: u32 = text
@@ -265,7 +291,10 @@ fn a_fork_bomb_is_bounded() {
         .strip_prefix("started ")
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("unexpected output: {text}"));
-    assert!(started > 0 && started < 64, "{started} processes started with a bound of 64");
+    assert!(
+        started > 0 && started < 64,
+        "{started} processes started with a bound of 64"
+    );
     drop(guard);
 }
 
@@ -276,7 +305,10 @@ fn no_new_privs_and_seccomp_are_in_force() {
     }
     let f = fixture();
     let policy = SandboxPolicy::new(SandboxMode::ReadOnly, &f.ws);
-    let o = run_in(&policy, "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status");
+    let o = run_in(
+        &policy,
+        "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status",
+    );
     assert!(o.out.contains("NoNewPrivs:\t1"), "{}", o.out);
     assert!(o.out.contains("Seccomp:\t2"), "{}", o.out);
 }
@@ -285,9 +317,15 @@ fn no_new_privs_and_seccomp_are_in_force() {
 fn sandbox_off_runs_unrestricted() {
     let f = fixture();
     let policy = SandboxPolicy::new(SandboxMode::Off, &f.ws);
-    let o = run_in(&policy, &format!("echo changed > {}/victim.txt", f.outside.display()));
+    let o = run_in(
+        &policy,
+        &format!("echo changed > {}/victim.txt", f.outside.display()),
+    );
     assert_eq!(o.code, 0);
-    assert_eq!(std::fs::read_to_string(f.outside.join("victim.txt")).unwrap(), "changed\n");
+    assert_eq!(
+        std::fs::read_to_string(f.outside.join("victim.txt")).unwrap(),
+        "changed\n"
+    );
 }
 
 /// Binary-level check of `baton sandbox`. LEAD: enable once `SandboxArgs` is wired into the

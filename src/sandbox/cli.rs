@@ -28,7 +28,11 @@ pub struct SandboxArgs {
     #[arg(long, conflicts_with = "command")]
     pub probe: bool,
     /// The command and its arguments.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     pub command: Vec<String>,
 }
 
@@ -46,7 +50,11 @@ pub fn run(args: SandboxArgs) -> i32 {
         eprintln!("baton sandbox: no command given (usage: baton sandbox [OPTIONS] -- CMD…)");
         return 2;
     }
-    let workspace = match args.workspace.clone().map_or_else(std::env::current_dir, Ok) {
+    let workspace = match args
+        .workspace
+        .clone()
+        .map_or_else(std::env::current_dir, Ok)
+    {
         Ok(w) => w,
         Err(e) => {
             eprintln!("baton sandbox: no current directory: {e}");
@@ -76,7 +84,11 @@ pub fn run(args: SandboxArgs) -> i32 {
         Ok(s) => s,
         Err(e) => {
             eprintln!("baton sandbox: running {:?}: {e}", args.command[0]);
-            return if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
         }
     };
     drop(guard);

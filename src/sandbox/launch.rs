@@ -167,7 +167,10 @@ impl PreparedSandbox {
                         rlim_cur: *n,
                         rlim_max: *n,
                     };
-                    step(libc::setrlimit(libc::RLIMIT_NPROC, &lim) == 0, b"RLIMIT_NPROC")?;
+                    step(
+                        libc::setrlimit(libc::RLIMIT_NPROC, &lim) == 0,
+                        b"RLIMIT_NPROC",
+                    )?;
                 }
                 ProcessBound::Unenforced(_) => {}
             }

@@ -31,7 +31,9 @@ pub use probe::{SandboxSupport, probe};
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     /// The kernel cannot enforce the policy: commands are refused (only `--sandbox off` runs).
-    #[error("the sandbox cannot be enforced on this system: {0}; refusing to run commands (use `--sandbox off` to run them unsandboxed, at your own risk)")]
+    #[error(
+        "the sandbox cannot be enforced on this system: {0}; refusing to run commands (use `--sandbox off` to run them unsandboxed, at your own risk)"
+    )]
     Unsupported(String),
     /// Preparing the sandbox failed (a path, a filter, a cgroup).
     #[error("preparing the sandbox failed: {0}")]

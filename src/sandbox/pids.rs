@@ -106,8 +106,8 @@ fn own_pids_cgroup() -> Result<PathBuf, String> {
     for line in text.lines() {
         if let Some(path) = line.strip_prefix("0::") {
             let dir = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
-            let controllers = fs::read_to_string(dir.join("cgroup.subtree_control"))
-                .unwrap_or_default();
+            let controllers =
+                fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
             if controllers.split_whitespace().any(|c| c == "pids") {
                 return Ok(dir);
             }

@@ -48,7 +48,10 @@ impl SandboxSupport {
             format!("  landlock signal scoping: {}", yes(self.landlock_scopes)),
             format!("  seccomp: {}", yes(self.seccomp)),
             format!("  process bound: {}", self.process_bound),
-            format!("  read-only .git/hooks and .git/config: {}", yes(self.git_protection)),
+            format!(
+                "  read-only .git/hooks and .git/config: {}",
+                yes(self.git_protection)
+            ),
         ];
         if let Some(r) = &self.reason {
             lines.push(format!("  reason: {r}"));
@@ -119,7 +122,13 @@ fn run_true(policy: &SandboxPolicy) -> Result<String, String> {
         return Err(format!("sandboxed `true` exited with {status}"));
     }
     Ok(if let Some(cg) = prepared.cgroup() {
-        format!("pids cgroup ({})", cg.dir().parent().map(|p| p.display().to_string()).unwrap_or_default())
+        format!(
+            "pids cgroup ({})",
+            cg.dir()
+                .parent()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        )
     } else if let Some(why) = prepared.unenforced_bound() {
         format!("not enforced: {why}")
     } else {

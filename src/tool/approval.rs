@@ -88,7 +88,10 @@ pub fn command_is_auto_approved(
     !parts.is_empty()
         && parts.iter().all(|words| {
             is_read_only(words)
-                || allowed.iter().chain(session).any(|p| matches_prefix(words, p))
+                || allowed
+                    .iter()
+                    .chain(session)
+                    .any(|p| matches_prefix(words, p))
         })
 }
 
@@ -239,7 +242,11 @@ fn tokenize(line: &str) -> Option<Vec<Token>> {
                 if matches!(chars.peek(), Some('&')) {
                     chars.next();
                     let mut fd = String::new();
-                    while let Some(d) = chars.peek().copied().filter(|d| d.is_ascii_digit() || *d == '-') {
+                    while let Some(d) = chars
+                        .peek()
+                        .copied()
+                        .filter(|d| d.is_ascii_digit() || *d == '-')
+                    {
                         fd.push(d);
                         chars.next();
                     }
@@ -303,8 +310,8 @@ fn is_read_only(words: &[String]) -> bool {
         | "which" | "whoami" | "uname" | "date" | "stat" | "file" | "du" | "df" | "tree"
         | "basename" | "dirname" | "realpath" | "readlink" | "nl" | "cut" | "tr" | "diff"
         | "cmp" | "grep" | "egrep" | "fgrep" | "id" | "env" | "printenv" | "hostname"
-        | "column" | "rev" | "seq" | "test" | "[" | "type" | "md5sum" | "sha256sum"
-        | "sha1sum" | "less" | "more" => {
+        | "column" | "rev" | "seq" | "test" | "[" | "type" | "md5sum" | "sha256sum" | "sha1sum"
+        | "less" | "more" => {
             cmd != "env" || args.is_empty() // `env CMD` runs CMD
         }
         "sort" => !has(&["-o", "--output"]),
@@ -330,7 +337,9 @@ fn is_sed_print(script: &str) -> bool {
         return false;
     };
     let mut parts = range.split(',');
-    let ok = |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit() || c == '$'));
+    let ok = |p: Option<&str>| {
+        p.is_some_and(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit() || c == '$'))
+    };
     match (parts.next(), parts.next(), parts.next()) {
         (a, None, None) => ok(a),
         (a, b, None) => ok(a) && ok(b),
@@ -358,8 +367,17 @@ fn is_read_only_git(args: &[String]) -> bool {
             rest.iter().all(|a| {
                 matches!(
                     a.as_str(),
-                    "-a" | "-r" | "-v" | "-vv" | "--list" | "-l" | "--all" | "--show-current"
-                        | "--merged" | "--no-merged" | "--contains" | "--verbose"
+                    "-a" | "-r"
+                        | "-v"
+                        | "-vv"
+                        | "--list"
+                        | "-l"
+                        | "--all"
+                        | "--show-current"
+                        | "--merged"
+                        | "--no-merged"
+                        | "--contains"
+                        | "--verbose"
                 )
             })
         }
@@ -413,8 +431,12 @@ mod tests {
             assert_eq!(d == Allow, *allow, "{policy:?} {need:?} → {d:?}");
         }
         assert_eq!(decide(Ask, &cmd("make"), &allowed, &[]), Decision::Ask);
-        assert!(matches!(decide(Never, &cmd("make"), &allowed, &[]), Decline(r) if r.contains("never")));
-        assert!(matches!(decide(Never, &edit, &allowed, &[]), Decline(r) if r.contains("src/lib.rs")));
+        assert!(
+            matches!(decide(Never, &cmd("make"), &allowed, &[]), Decline(r) if r.contains("never"))
+        );
+        assert!(
+            matches!(decide(Never, &edit, &allowed, &[]), Decline(r) if r.contains("src/lib.rs"))
+        );
     }
 
     #[test]
@@ -495,7 +517,12 @@ mod tests {
     #[test]
     fn policies_parse_in_kebab_case() {
         use clap::ValueEnum;
-        for (s, p) in [("ask", Ask), ("auto-edit", AutoEdit), ("full-auto", FullAuto), ("never", Never)] {
+        for (s, p) in [
+            ("ask", Ask),
+            ("auto-edit", AutoEdit),
+            ("full-auto", FullAuto),
+            ("never", Never),
+        ] {
             assert_eq!(ApprovalPolicy::from_str(s, false), Ok(p));
             assert_eq!(serde_json::to_value(p).unwrap(), serde_json::json!(s));
         }

@@ -177,7 +177,8 @@ mod tests {
 
     #[test]
     fn titles_clipboard_and_cursor_moves_are_removed() {
-        let raw = b"a\x1b]0;evil title\x07b\x1b]52;c;ZXZpbA==\x1b\\c\x1b[2J\x1b[10;10Hd\x1bPqdcs\x1b\\e";
+        let raw =
+            b"a\x1b]0;evil title\x07b\x1b]52;c;ZXZpbA==\x1b\\c\x1b[2J\x1b[10;10Hd\x1bPqdcs\x1b\\e";
         assert_eq!(strip_for_model(raw), "abcde");
         assert_eq!(sanitize_for_ui(raw), "abcde");
     }
@@ -185,7 +186,10 @@ mod tests {
     #[test]
     fn colours_survive_for_the_ui_only() {
         let raw = b"\x1b[1;31mred\x1b[0m \x1b[38:2:1:2:3mx\x1b[m";
-        assert_eq!(sanitize_for_ui(raw), "\x1b[1;31mred\x1b[0m \x1b[38:2:1:2:3mx\x1b[0m");
+        assert_eq!(
+            sanitize_for_ui(raw),
+            "\x1b[1;31mred\x1b[0m \x1b[38:2:1:2:3mx\x1b[0m"
+        );
         assert_eq!(strip_for_model(raw), "red x");
     }
 
@@ -208,7 +212,11 @@ mod tests {
     fn binary_looks_binary_and_text_does_not() {
         let bin: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
         assert!(OutputFilter::new().feed(&bin).looks_binary());
-        assert!(!OutputFilter::new().feed(b"hello\tworld\r\n\x1b[1mok\x1b[0m\n").looks_binary());
+        assert!(
+            !OutputFilter::new()
+                .feed(b"hello\tworld\r\n\x1b[1mok\x1b[0m\n")
+                .looks_binary()
+        );
     }
 
     #[test]

@@ -32,8 +32,10 @@ pub struct ShellConfig {
     /// Extra writable directories under `workspace-write`.
     pub writable: Vec<PathBuf>,
     pub max_processes: u32,
-    /// The shell run with `-lc COMMAND`.
+    /// The shell run with `-lc COMMAND` (`-c` when `login` is false).
     pub shell: String,
+    /// Run the shell as a login shell (reads the profile: PATH from version managers etc.).
+    pub login: bool,
     pub default_timeout: Duration,
     /// Highest `timeout_ms` the model may ask for.
     pub max_timeout: Duration,
@@ -52,6 +54,7 @@ impl Default for ShellConfig {
             writable: Vec::new(),
             max_processes: crate::sandbox::policy::DEFAULT_MAX_PROCESSES,
             shell: "bash".into(),
+            login: true,
             default_timeout: Duration::from_secs(120),
             max_timeout: Duration::from_secs(30 * 60),
             default_yield: Duration::from_secs(10),
@@ -101,7 +104,9 @@ pub struct PollTool {
 }
 
 fn ms(args: &Value, key: &str) -> Option<Duration> {
-    args.get(key).and_then(Value::as_u64).map(Duration::from_millis)
+    args.get(key)
+        .and_then(Value::as_u64)
+        .map(Duration::from_millis)
 }
 
 /// Resolves `workdir` inside the workspace (relative to it, or absolute under it).
@@ -124,10 +129,16 @@ pub fn resolve_workdir(workspace: &Path, workdir: Option<&str>) -> Result<PathBu
         .canonicalize()
         .map_err(|e| format!("workdir {w:?}: {e}"))?;
     if !real.starts_with(workspace) && !lexical.starts_with(workspace) {
-        return Err(format!("workdir {w:?} is outside the workspace {}", workspace.display()));
+        return Err(format!(
+            "workdir {w:?} is outside the workspace {}",
+            workspace.display()
+        ));
     }
     if !real.starts_with(workspace) {
-        return Err(format!("workdir {w:?} leads outside the workspace (symlink to {})", real.display()));
+        return Err(format!(
+            "workdir {w:?} leads outside the workspace (symlink to {})",
+            real.display()
+        ));
     }
     if !real.is_dir() {
         return Err(format!("workdir {w:?} is not a directory"));
@@ -157,7 +168,11 @@ fn render(snapshot: &Snapshot, session_id: u32, timeout: Duration) -> ToolResult
             content.push_str(&format!("[exit code {code}]"));
             ToolResult {
                 content,
-                status: if code == 0 { ToolStatus::Ok } else { ToolStatus::Error },
+                status: if code == 0 {
+                    ToolStatus::Ok
+                } else {
+                    ToolStatus::Error
+                },
                 exit_code: Some(code),
             }
         }
@@ -187,14 +202,13 @@ fn render(snapshot: &Snapshot, session_id: u32, timeout: Duration) -> ToolResult
 async fn wait_and_render(
     session: Arc<ShellSession>,
     yield_for: Duration,
-    timeout: Duration,
     ctx: &ToolContext,
 ) -> ToolResult {
     let snap = session.wait(yield_for, &ctx.cancel).await;
     if snap.ending.is_some() {
         ctx.state.shell_sessions.remove(session.id);
     }
-    render(&snap, session.id, timeout)
+    render(&snap, session.id, session.timeout)
 }
 
 impl Tool for ShellTool {
@@ -215,7 +229,11 @@ impl Tool for ShellTool {
                  `timeout_ms` the whole process group is killed and the exit code is 124.",
                 self.config.shell,
                 self.config.sandbox,
-                if self.config.network { "allowed" } else { "blocked" },
+                if self.config.network {
+                    "allowed"
+                } else {
+                    "blocked"
+                },
             ),
             parameters: json!({
                 "type": "object",
@@ -232,7 +250,10 @@ impl Tool for ShellTool {
     }
 
     fn approval(&self, args: &Value, ctx: &ToolContext) -> ApprovalNeed {
-        let command = args.get("command").and_then(Value::as_str).unwrap_or_default();
+        let command = args
+            .get("command")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let cwd = resolve_workdir(&ctx.workspace, args.get("workdir").and_then(Value::as_str))
             .unwrap_or_else(|_| ctx.workspace.clone());
         ApprovalNeed::Command {
@@ -243,7 +264,10 @@ impl Tool for ShellTool {
     }
 
     fn title(&self, args: &Value) -> String {
-        let command = args.get("command").and_then(Value::as_str).unwrap_or_default();
+        let command = args
+            .get("command")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let first = command.lines().next().unwrap_or_default();
         if command.contains('\n') {
             format!("$ {first} …")
@@ -260,7 +284,10 @@ impl Tool for ShellTool {
             if command.trim().is_empty() {
                 return ToolResult::error("`command` is empty");
             }
-            let cwd = match resolve_workdir(&ctx.workspace, args.get("workdir").and_then(Value::as_str)) {
+            let cwd = match resolve_workdir(
+                &ctx.workspace,
+                args.get("workdir").and_then(Value::as_str),
+            ) {
                 Ok(c) => c,
                 Err(e) => return ToolResult::error(e),
             };
@@ -278,6 +305,7 @@ impl Tool for ShellTool {
             let req = session::SpawnRequest {
                 command,
                 shell: &config.shell,
+                login: config.login,
                 cwd: &cwd,
                 policy: &policy,
                 timeout,
@@ -291,7 +319,7 @@ impl Tool for ShellTool {
                 Err(e) => return ToolResult::error(e),
             };
             ctx.state.shell_sessions.insert(Arc::clone(&session));
-            wait_and_render(session, yield_for, timeout, ctx).await
+            wait_and_render(session, yield_for, ctx).await
         })
     }
 }
@@ -299,7 +327,10 @@ impl Tool for ShellTool {
 fn session_arg(args: &Value, ctx: &ToolContext) -> Result<Arc<ShellSession>, String> {
     let id = args
         .get("session_id")
-        .and_then(|v| v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok())))
+        .and_then(|v| {
+            v.as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        })
         .ok_or("missing required argument `session_id` (an integer)")?;
     let id = u32::try_from(id).map_err(|_| format!("no session {id}"))?;
     ctx.state.shell_sessions.get(id).ok_or_else(|| {
@@ -309,7 +340,10 @@ fn session_arg(args: &Value, ctx: &ToolContext) -> Result<Arc<ShellSession>, Str
             if live.is_empty() {
                 "none".to_string()
             } else {
-                live.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+                live.iter()
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             }
         )
     })
@@ -353,10 +387,15 @@ impl Tool for WriteStdinTool {
     }
 
     fn title(&self, args: &Value) -> String {
-        let chars = args.get("chars").and_then(Value::as_str).unwrap_or_default();
+        let chars = args
+            .get("chars")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         format!(
             "stdin → session {}: {}",
-            args.get("session_id").map(|v| v.to_string()).unwrap_or_default(),
+            args.get("session_id")
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
             chars.escape_debug()
         )
     }
@@ -375,7 +414,7 @@ impl Tool for WriteStdinTool {
                 return ToolResult::error(e);
             }
             let yield_for = ms(&args, "yield_ms").unwrap_or(self.config.default_yield);
-            wait_and_render(session, yield_for, self.config.default_timeout, ctx).await
+            wait_and_render(session, yield_for, ctx).await
         })
     }
 }
@@ -405,7 +444,10 @@ impl Tool for PollTool {
     }
 
     fn title(&self, args: &Value) -> String {
-        let id = args.get("session_id").map(|v| v.to_string()).unwrap_or_default();
+        let id = args
+            .get("session_id")
+            .map(|v| v.to_string())
+            .unwrap_or_default();
         if args.get("kill").and_then(Value::as_bool) == Some(true) {
             format!("kill session {id}")
         } else {
@@ -424,7 +466,7 @@ impl Tool for PollTool {
                 session.kill(Ending::Killed).await;
             }
             let yield_for = ms(&args, "yield_ms").unwrap_or(self.config.default_yield);
-            wait_and_render(session, yield_for, self.config.default_timeout, ctx).await
+            wait_and_render(session, yield_for, ctx).await
         })
     }
 }

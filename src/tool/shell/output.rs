@@ -113,6 +113,52 @@ impl CappedText {
     }
 }
 
+/// Splits raw output into runs of text and of binary data, line by line. Text is the common
+/// case and takes one scan; only chunks with NUL/stray control bytes or invalid UTF-8 are split.
+fn split_binary_runs(raw: &[u8]) -> Vec<(bool, &[u8])> {
+    if suspicious_bytes(raw) == 0 {
+        return vec![(false, raw)];
+    }
+    let mut runs: Vec<(bool, usize, usize)> = Vec::new();
+    let mut start = 0;
+    while start < raw.len() {
+        let end = raw[start..]
+            .iter()
+            .position(|b| *b == b'\n')
+            .map_or(raw.len(), |i| start + i + 1);
+        let bad = suspicious_bytes(&raw[start..end]);
+        let binary = bad >= 4 && bad * 10 > end - start;
+        match runs.last_mut() {
+            Some((b, _, e)) if *b == binary => *e = end,
+            _ => runs.push((binary, start, end)),
+        }
+        start = end;
+    }
+    runs.into_iter().map(|(b, s, e)| (b, &raw[s..e])).collect()
+}
+
+/// Bytes that don't belong in terminal text: C0 controls other than tab/newline/CR/ESC/BEL/BS,
+/// and invalid UTF-8 sequences.
+fn suspicious_bytes(raw: &[u8]) -> usize {
+    let controls = raw
+        .iter()
+        .filter(|b| matches!(**b, 0..=6 | 0x0b | 0x0c | 0x0e..=0x1a | 0x1c..=0x1f | 0x7f))
+        .count();
+    let mut invalid = 0;
+    let mut rest = raw;
+    while !rest.is_empty() {
+        match std::str::from_utf8(rest) {
+            Ok(_) => break,
+            Err(e) => {
+                invalid += 1;
+                let skip = e.valid_up_to() + e.error_len().unwrap_or(rest.len() - e.valid_up_to());
+                rest = &rest[skip..];
+            }
+        }
+    }
+    controls + invalid
+}
+
 /// Output of a running command between two looks by the model, plus the stream filter state.
 pub struct OutputStream {
     filter: OutputFilter,
@@ -141,16 +187,19 @@ impl OutputStream {
     /// Feeds raw PTY bytes; returns the sanitized text for the UI (may be empty).
     pub fn feed(&mut self, raw: &[u8]) -> UiChunk {
         self.raw_bytes += raw.len() as u64;
-        let f: Filtered = self.filter.feed(raw);
-        if f.looks_binary() {
-            self.binary_run += raw.len() as u64;
-            // The pending partial line holds binary junk too.
-            let _ = self.filter.flush();
-            return String::new();
+        let mut ui = String::new();
+        for (binary, piece) in split_binary_runs(raw) {
+            if binary {
+                self.binary_run += piece.len() as u64;
+                // A partial line before the binary data is kept; the data itself never reaches
+                // the terminal parser.
+                continue;
+            }
+            ui.push_str(&self.end_binary_run());
+            let f: Filtered = self.filter.feed(piece);
+            self.window.push(&f.model);
+            ui.push_str(&f.ui);
         }
-        let mut ui = self.end_binary_run();
-        self.window.push(&f.model);
-        ui.push_str(&f.ui);
         ui
     }
 
@@ -200,11 +249,23 @@ mod tests {
         assert!(r.ends_with("line 9999\n"));
         assert!(r.contains("lines) of output omitted; total"), "{r}");
         assert!(r.len() < 1200);
-        let dropped: u64 = r.split("[… ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        let dropped: u64 = r
+            .split("[… ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
         let marker = r.lines().find(|l| l.starts_with("[… ")).unwrap().len() as u64 + 1;
         let kept = r.len() as u64 - marker;
         // render() may add one newline after a head that ends mid-line.
-        assert!(dropped + kept - c.total_bytes() <= 1, "{dropped} + {kept} vs {}", c.total_bytes());
+        assert!(
+            dropped + kept - c.total_bytes() <= 1,
+            "{dropped} + {kept} vs {}",
+            c.total_bytes()
+        );
     }
 
     #[test]

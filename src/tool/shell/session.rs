@@ -65,6 +65,8 @@ pub struct ShellSession {
     sandbox: Arc<PreparedSandbox>,
     /// When the command must be dead.
     deadline: Instant,
+    /// The timeout it was started with.
+    pub timeout: Duration,
     kill_grace: Duration,
 }
 
@@ -72,6 +74,7 @@ pub struct ShellSession {
 pub struct SpawnRequest<'a> {
     pub command: &'a str,
     pub shell: &'a str,
+    pub login: bool,
     pub cwd: &'a Path,
     pub policy: &'a SandboxPolicy,
     pub timeout: Duration,
@@ -125,7 +128,7 @@ impl ShellSession {
                 .map_err(|e| format!("duplicating the PTY fd: {e}"))
         };
         let mut cmd = Command::new(req.shell);
-        cmd.arg("-lc")
+        cmd.arg(if req.login { "-lc" } else { "-c" })
             .arg(req.command)
             .current_dir(req.cwd)
             .stdin(stdio(&slave)?)
@@ -193,6 +196,7 @@ impl ShellSession {
             _master: Mutex::new(pair.master),
             sandbox,
             deadline: Instant::now() + req.timeout,
+            timeout: req.timeout,
             kill_grace: req.kill_grace,
         }))
     }
@@ -397,7 +401,10 @@ impl SessionTable {
             return Err(format!(
                 "{MAX_SESSIONS} commands are already running (sessions {}); finish or kill one \
                  first (poll with kill=true, or write_stdin \\u0003)",
-                map.keys().map(|k| k.to_string()).collect::<Vec<_>>().join(", ")
+                map.keys()
+                    .map(|k| k.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
         }
         Ok(self.next_id.fetch_add(1, Ordering::Relaxed) + 1)
