@@ -69,9 +69,9 @@ fn enforceable_or_refusal_checked() -> bool {
     );
     let f = fixture();
     let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &f.ws);
-    let err = sandboxed_command(&policy, &["true".into()], Session::NewGroup)
-        .err()
-        .expect("an unenforceable sandbox must refuse");
+    let Err(err) = sandboxed_command(&policy, &["true".into()], Session::NewGroup) else {
+        panic!("an unenforceable sandbox must refuse");
+    };
     assert!(err.to_string().contains("refusing"), "{err}");
     false
 }
