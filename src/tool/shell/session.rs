@@ -218,6 +218,11 @@ impl ShellSession {
         lock(&self.state).ending.is_some()
     }
 
+    /// The command exited (its output may not have been collected yet).
+    pub fn has_exited(&self) -> bool {
+        lock(&self.state).exit_code.is_some()
+    }
+
     /// Waits until the command ends, `yield_for` passes, the timeout passes (kill, exit 124) or
     /// `cancel` fires (kill). Returns the output since the last snapshot.
     pub async fn wait(&self, yield_for: Duration, cancel: &CancellationToken) -> Snapshot {
@@ -397,6 +402,10 @@ impl SessionTable {
     pub fn reserve_id(&self) -> Result<u32, String> {
         let mut map = self.map();
         map.retain(|_, s| !s.is_finished());
+        if map.len() >= MAX_SESSIONS {
+            // Make room by forgetting commands that exited but were never polled again.
+            map.retain(|_, s| !s.has_exited());
+        }
         if map.len() >= MAX_SESSIONS {
             return Err(format!(
                 "{MAX_SESSIONS} commands are already running (sessions {}); finish or kill one \
