@@ -5,6 +5,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
@@ -59,12 +60,61 @@ impl PidsCgroup {
 impl Drop for PidsCgroup {
     fn drop(&mut self) {
         self.kill_all();
-        // Killed processes leave the cgroup once reaped; retry the rmdir briefly.
-        for _ in 0..50 {
-            if fs::remove_dir(&self.dir).is_ok() || !self.dir.exists() {
+        // Creating and removing cgroups costs milliseconds (RCU grace periods): an empty one
+        // goes back to the pool for the next command instead.
+        if self.members().is_empty()
+            && let Ok(procs) = self.procs.try_clone()
+        {
+            let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+            if pool.len() < POOL_SIZE {
+                pool.push(PidsCgroup {
+                    dir: std::mem::take(&mut self.dir),
+                    procs,
+                });
                 return;
             }
-            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let dir = std::mem::take(&mut self.dir);
+        // Killed processes leave the cgroup once reaped: retry the rmdir off the caller's path.
+        let _ = std::thread::Builder::new()
+            .name("cgroup-rmdir".into())
+            .spawn(move || remove_when_empty(&dir));
+    }
+}
+
+/// Spare empty cgroups of this process, reused before making new ones.
+static POOL: Mutex<Vec<PidsCgroup>> = Mutex::new(Vec::new());
+const POOL_SIZE: usize = 8;
+
+fn remove_when_empty(dir: &Path) {
+    if dir.as_os_str().is_empty() {
+        return;
+    }
+    for _ in 0..200 {
+        if fs::remove_dir(dir).is_ok() || !dir.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Removes `baton-<pid>-<n>` cgroups left by baton processes that no longer exist.
+fn remove_stale(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("baton-"))
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir(e.path());
         }
     }
 }
@@ -121,7 +171,15 @@ fn own_pids_cgroup() -> Result<PathBuf, String> {
 }
 
 fn create_cgroup(max: u32) -> Result<PidsCgroup, String> {
+    let spare = POOL.lock().unwrap_or_else(|p| p.into_inner()).pop();
+    if let Some(cg) = spare
+        && fs::write(cg.dir.join("pids.max"), max.to_string()).is_ok()
+    {
+        return Ok(cg);
+    }
     let parent = own_pids_cgroup()?;
+    static CLEANED: std::sync::Once = std::sync::Once::new();
+    CLEANED.call_once(|| remove_stale(&parent));
     let name = format!(
         "baton-{}-{}",
         std::process::id(),

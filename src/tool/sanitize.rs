@@ -34,6 +34,8 @@ impl Filtered {
 pub struct OutputFilter {
     parser: Parser,
     state: FilterState,
+    /// The parser may be inside an escape sequence: plain chunks must go through it too.
+    in_sequence: bool,
 }
 
 #[derive(Default)]
@@ -54,7 +56,24 @@ impl OutputFilter {
 
     /// Filters one chunk. The model text holds only lines completed so far.
     pub fn feed(&mut self, bytes: &[u8]) -> Filtered {
-        self.parser.advance(&mut self.state, bytes);
+        if !self.in_sequence
+            && let Some(text) = plain_text(bytes)
+        {
+            // Most output is plain text: skip the per-character parser.
+            self.state.push_plain(text);
+        } else {
+            self.parser.advance(&mut self.state, bytes);
+            self.in_sequence = match memchr_last(0x1b, bytes) {
+                // A sequence started after the last newline may still be open.
+                Some(esc) => !bytes[esc..].contains(&b'\n'),
+                None => self.in_sequence && !bytes.contains(&b'\n'),
+            };
+            if !self.in_sequence {
+                // Leave no half-parsed state behind for the next plain chunk (a sequence
+                // that really spans a newline loses only its tail, which prints as text).
+                self.parser = Parser::new();
+            }
+        }
         std::mem::take(&mut self.state.out)
     }
 
@@ -66,7 +85,53 @@ impl OutputFilter {
     }
 }
 
+/// The chunk as text when it holds only printable UTF-8, newlines and tabs.
+fn plain_text(bytes: &[u8]) -> Option<&str> {
+    if bytes
+        .iter()
+        .any(|b| (*b < 0x20 && *b != b'\n' && *b != b'\t') || *b == 0x7f)
+    {
+        return None;
+    }
+    // C1 controls (U+0080–U+009F) are valid UTF-8 but act as controls on some terminals.
+    let text = std::str::from_utf8(bytes).ok()?;
+    if bytes.contains(&0xc2) && text.chars().any(|c| ('\u{80}'..='\u{9f}').contains(&c)) {
+        return None;
+    }
+    Some(text)
+}
+
+fn memchr_last(needle: u8, bytes: &[u8]) -> Option<usize> {
+    bytes.iter().rposition(|b| *b == needle)
+}
+
 impl FilterState {
+    /// The plain-text path: same result as feeding the characters through the parser.
+    fn push_plain(&mut self, text: &str) {
+        self.resolve_ui_cr(text.starts_with('\n'));
+        self.out.ui.push_str(text);
+        self.out.printable += text.len();
+        if self.model_cr {
+            self.model_cr = false;
+            if !text.starts_with('\n') {
+                self.line.clear();
+            }
+        }
+        match text.rfind('\n') {
+            Some(i) => {
+                self.out.model.push_str(&self.line);
+                self.line.clear();
+                self.out.model.push_str(&text[..=i]);
+                self.line.push_str(&text[i + 1..]);
+            }
+            None => self.line.push_str(text),
+        }
+        if self.line.len() >= MAX_PENDING_LINE {
+            self.out.model.push_str(&self.line);
+            self.line.clear();
+        }
+    }
+
     fn resolve_ui_cr(&mut self, next_is_newline: bool) {
         if self.ui_cr {
             self.ui_cr = false;
@@ -92,6 +157,11 @@ impl FilterState {
 
 impl Perform for FilterState {
     fn print(&mut self, c: char) {
+        if ('\u{80}'..='\u{9f}').contains(&c) {
+            // UTF-8-encoded C1 controls: some terminals act on them (U+009B is CSI).
+            self.out.suspicious += 1;
+            return;
+        }
         self.resolve_ui_cr(false);
         if c == '\u{FFFD}' {
             self.out.suspicious += 1;
@@ -203,8 +273,8 @@ mod tests {
     #[test]
     fn c1_controls_and_invalid_utf8_are_flagged() {
         let mut f = OutputFilter::new();
-        let out = f.feed(b"\x9b31mx\xff\xfe\x01\x02");
-        assert!(!out.ui.contains('\u{9b}'));
+        let out = f.feed(b"\x9b31mx\xff\xfe\x01\x02\xc2\x9b2J");
+        assert!(!out.ui.contains('\u{9b}'), "{out:?}");
         assert!(out.suspicious >= 4, "{out:?}");
     }
 
@@ -217,6 +287,46 @@ mod tests {
                 .feed(b"hello\tworld\r\n\x1b[1mok\x1b[0m\n")
                 .looks_binary()
         );
+    }
+
+    #[test]
+    fn the_plain_path_matches_the_parser() {
+        let chunks: &[&[u8]] = &[
+            b"abc\n",
+            b"de",
+            b"f\r",
+            b"\nxyz\r",
+            b"new\n",
+            b"\x1b[1mb\x1b[0m\n",
+            b"t\tu\n",
+        ];
+        let mut fast = OutputFilter::new();
+        let mut slow = OutputFilter::new();
+        let (mut fm, mut fu, mut sm, mut su) =
+            (String::new(), String::new(), String::new(), String::new());
+        for c in chunks {
+            let f = fast.feed(c);
+            fm.push_str(&f.model);
+            fu.push_str(&f.ui);
+            slow.parser.advance(&mut slow.state, c);
+            let s = std::mem::take(&mut slow.state.out);
+            sm.push_str(&s.model);
+            su.push_str(&s.ui);
+        }
+        fm.push_str(&fast.flush());
+        sm.push_str(&slow.flush());
+        assert_eq!(fm, sm);
+        assert_eq!(fu, su);
+        assert_eq!(fm, "abc\ndef\nnew\nb\nt\tu\n");
+    }
+
+    #[test]
+    fn a_sequence_split_right_before_plain_text_is_still_removed() {
+        let mut f = OutputFilter::new();
+        let a = f.feed(b"x\x1b]0;ti");
+        let b = f.feed(b"tle");
+        let c = f.feed(b"\x07y\n");
+        assert_eq!(format!("{}{}{}", a.ui, b.ui, c.ui), "xy\n");
     }
 
     #[test]

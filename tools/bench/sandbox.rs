@@ -40,7 +40,9 @@ fn time_runs(mut run: impl FnMut()) -> Duration {
 }
 
 fn quiet(cmd: &mut Command) -> &mut Command {
-    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null())
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
 }
 
 fn kib_status(key: &str) -> u64 {
@@ -70,19 +72,45 @@ fn main() {
     let plain = time_runs(|| {
         quiet(&mut Command::new("true")).status().expect("true");
     });
-    let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws);
-    let sandboxed = time_runs(|| {
-        let (mut cmd, guard) =
-            sandboxed_command(&policy, &["true".into()], Session::NewGroup).expect("sandbox");
-        quiet(&mut cmd).status().expect("sandboxed true");
-        drop(guard);
+    let plain_git = ws.join("no-git");
+    std::fs::create_dir_all(&plain_git).expect("dir");
+    let variants = [
+        (
+            "workspace-write, git workspace",
+            SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws),
+        ),
+        (
+            "workspace-write, no .git",
+            SandboxPolicy::new(SandboxMode::WorkspaceWrite, &plain_git),
+        ),
+        ("read-only", SandboxPolicy::new(SandboxMode::ReadOnly, &ws)),
+    ];
+    println!(
+        "\nspawn + wait of `true`, median of {RUNS}: plain {:.2} ms",
+        plain.as_secs_f64() * 1e3
+    );
+    for (name, policy) in &variants {
+        let sandboxed = time_runs(|| {
+            let (mut cmd, guard) =
+                sandboxed_command(policy, &["true".into()], Session::NewGroup).expect("sandbox");
+            quiet(&mut cmd).status().expect("sandboxed true");
+            drop(guard);
+        });
+        println!(
+            "  sandboxed ({name}): {:.2} ms: +{:.2} ms ({:.1}×)",
+            sandboxed.as_secs_f64() * 1e3,
+            (sandboxed.as_secs_f64() - plain.as_secs_f64()) * 1e3,
+            sandboxed.as_secs_f64() / plain.as_secs_f64()
+        );
+    }
+    let prep = time_runs(|| {
+        let p = baton::sandbox::PreparedSandbox::prepare(&variants[0].1, Session::NewGroup)
+            .expect("prepare");
+        drop(p);
     });
     println!(
-        "\nspawn `true`, median of {RUNS}: plain {:.2} ms, sandboxed (library) {:.2} ms: +{:.2} ms ({:.1}×)",
-        plain.as_secs_f64() * 1e3,
-        sandboxed.as_secs_f64() * 1e3,
-        (sandboxed.as_secs_f64() - plain.as_secs_f64()) * 1e3,
-        sandboxed.as_secs_f64() / plain.as_secs_f64()
+        "  of which preparing in the parent (ruleset, filter, cgroup): {:.2} ms",
+        prep.as_secs_f64() * 1e3
     );
     let baton = env!("CARGO_BIN_EXE_baton");
     let wired = Command::new(baton)
@@ -91,9 +119,13 @@ fn main() {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("landlock ABI"));
     if wired {
         let cli = time_runs(|| {
-            quiet(Command::new(baton).args(["sandbox", "--", "true"]).current_dir(&ws))
-                .status()
-                .expect("baton sandbox");
+            quiet(
+                Command::new(baton)
+                    .args(["sandbox", "--", "true"])
+                    .current_dir(&ws),
+            )
+            .status()
+            .expect("baton sandbox");
         });
         println!(
             "`baton sandbox -- true`: {:.2} ms: +{:.2} ms over plain `true` ({:.1}×)",
@@ -102,7 +134,9 @@ fn main() {
             cli.as_secs_f64() / plain.as_secs_f64()
         );
     } else {
-        println!("`baton sandbox` is not wired into the CLI yet: measured through the library only");
+        println!(
+            "`baton sandbox` is not wired into the CLI yet: measured through the library only"
+        );
     }
 
     // 2. 100 MB through the shell tool
@@ -151,7 +185,10 @@ fn main() {
         login: false,
         ..ShellConfig::default()
     });
-    let shell = tools.iter().find(|t| t.name() == "shell").expect("shell tool");
+    let shell = tools
+        .iter()
+        .find(|t| t.name() == "shell")
+        .expect("shell tool");
     let t = Instant::now();
     let result = rt.block_on(shell.run(
         json!({"command": "cat big.txt", "yield_ms": 600000, "timeout_ms": 600000}),

@@ -122,6 +122,7 @@ impl ShellSession {
             .custom_flags_noctty()
             .open(&tty)
             .map_err(|e| format!("opening {}: {e}", tty.display()))?;
+        raw_output(&slave);
         let stdio = |f: &std::fs::File| -> Result<Stdio, String> {
             f.try_clone()
                 .map(Stdio::from)
@@ -365,14 +366,23 @@ fn spawn_reader(
                                 chunk: ui,
                             });
                         }
-                        drop(st);
-                        tx.send_modify(|n| *n += 1);
+                        // No wakeup per chunk: waiters return at exit, EOF, yield or timeout.
                     }
                 }
             }
             lock(&state).eof = true;
             tx.send_modify(|n| *n += 1);
         });
+}
+
+/// Turns off output post-processing (`\n` → `\r\n`) on the PTY: nothing renders this
+/// terminal directly, and it halves the kernel's per-byte work on large outputs.
+fn raw_output(slave: &std::fs::File) {
+    use nix::sys::termios::{OutputFlags, SetArg, tcgetattr, tcsetattr};
+    if let Ok(mut t) = tcgetattr(slave) {
+        t.output_flags.remove(OutputFlags::OPOST);
+        let _ = tcsetattr(slave, SetArg::TCSANOW, &t);
+    }
 }
 
 trait NoCtty {
