@@ -138,6 +138,21 @@ async fn a_command_runs_in_the_workspace_and_reports_its_exit_code() {
 }
 
 #[tokio::test]
+async fn secrets_in_the_environment_are_not_passed_on() {
+    // SAFETY: set before the command is spawned; no other test reads this variable.
+    unsafe { std::env::set_var("BATON_TEST_API_KEY", "sk-secret") };
+    let h = harness();
+    let r = h
+        .call(
+            "shell",
+            json!({"command": "echo key=${BATON_TEST_API_KEY:-unset} sbx=$BATON_SANDBOX"}),
+        )
+        .await;
+    assert!(r.content.contains("key=unset"), "{}", r.content);
+    assert!(r.content.contains("sbx="), "{}", r.content);
+}
+
+#[tokio::test]
 async fn approval_carries_the_parsed_argv() {
     let h = harness();
     let need = h

@@ -44,6 +44,9 @@ pub struct ShellConfig {
     pub output_cap: usize,
     /// Between SIGTERM and SIGKILL when a command is killed.
     pub kill_grace: Duration,
+    /// Pass variables named like secrets (`*KEY*`, `*SECRET*`, `*TOKEN*`, `*PASSWORD*`) on
+    /// to commands. Off by default: the model's commands don't need baton's API keys.
+    pub pass_secret_env: bool,
 }
 
 impl Default for ShellConfig {
@@ -60,6 +63,7 @@ impl Default for ShellConfig {
             default_yield: Duration::from_secs(10),
             output_cap: 16 * 1024,
             kill_grace: Duration::from_secs(2),
+            pass_secret_env: false,
         }
     }
 }
@@ -306,6 +310,7 @@ impl Tool for ShellTool {
                 command,
                 shell: &config.shell,
                 login: config.login,
+                strip_secret_env: !config.pass_secret_env,
                 cwd: &cwd,
                 policy: &policy,
                 timeout,

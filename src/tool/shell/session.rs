@@ -75,6 +75,8 @@ pub struct SpawnRequest<'a> {
     pub command: &'a str,
     pub shell: &'a str,
     pub login: bool,
+    /// Remove `*KEY*`/`*SECRET*`/`*TOKEN*`/`*PASSWORD*` variables from the environment.
+    pub strip_secret_env: bool,
     pub cwd: &'a Path,
     pub policy: &'a SandboxPolicy,
     pub timeout: Duration,
@@ -139,6 +141,13 @@ impl ShellSession {
             .env("PAGER", "cat")
             .env("GIT_PAGER", "cat")
             .env("BATON_SESSION_ID", id.to_string());
+        if req.strip_secret_env {
+            for (name, _) in std::env::vars_os() {
+                if looks_secret(&name.to_string_lossy()) {
+                    cmd.env_remove(&name);
+                }
+            }
+        }
         crate::sandbox::set_sandbox_env(&mut cmd, req.policy);
         sandbox.install(&mut cmd);
         let mut child = cmd
@@ -373,6 +382,14 @@ fn spawn_reader(
             lock(&state).eof = true;
             tx.send_modify(|n| *n += 1);
         });
+}
+
+/// Environment variable names that usually hold credentials.
+pub fn looks_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    ["KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL"]
+        .iter()
+        .any(|w| upper.contains(w))
 }
 
 /// Turns off output post-processing (`\n` → `\r\n`) on the PTY: nothing renders this
