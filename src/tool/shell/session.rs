@@ -150,16 +150,19 @@ impl ShellSession {
         }
         crate::sandbox::set_sandbox_env(&mut cmd, req.policy);
         sandbox.install(&mut cmd);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("starting `{}` in the sandbox: {e}", req.shell))?;
+        let reader = pair.master.try_clone_reader().map_err(|e| e.to_string())?;
+        let writer = pair.master.take_writer().map_err(|e| e.to_string())?;
+        let mut child = cmd.spawn().map_err(|e| {
+            format!(
+                "starting `{}` in the sandbox ({}): {e}; `baton sandbox --probe` shows what \
+                 this system can enforce",
+                req.shell, req.policy.mode
+            )
+        })?;
         drop(cmd);
         drop(slave);
         drop(pair.slave);
         let pgid = child.id() as i32;
-
-        let reader = pair.master.try_clone_reader().map_err(|e| e.to_string())?;
-        let writer = pair.master.take_writer().map_err(|e| e.to_string())?;
         let state = Arc::new(Mutex::new(State {
             output: OutputStream::new(req.output_cap),
             ui: UiTarget {
