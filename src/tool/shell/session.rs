@@ -336,6 +336,14 @@ impl ShellSession {
             }
         }
         self.finish(Some(why));
+        // Return only once the leader is reaped, so "killed" means gone.
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until && lock(&self.state).exit_code.is_none() {
+            tokio::select! {
+                _ = changed.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
     }
 
     /// True when the leader was reaped and no process of its group is left.
