@@ -311,6 +311,17 @@ fn no_new_privs_and_seccomp_are_in_force() {
     );
     assert!(o.out.contains("NoNewPrivs:\t1"), "{}", o.out);
     assert!(o.out.contains("Seccomp:\t2"), "{}", o.out);
+    // io_uring would bypass the per-syscall checks: io_uring_setup (425) must fail with EPERM.
+    let o = run_in(
+        &policy,
+        "python3 -c 'import ctypes as c; l = c.CDLL(None, use_errno=True); \
+         p = (c.c_byte * 120)(); print(\"uring\", l.syscall(425, 1, p), c.get_errno())'",
+    );
+    assert!(
+        o.out.contains("uring -1 1"),
+        "io_uring not denied: {}",
+        o.out
+    );
 }
 
 #[test]
