@@ -35,6 +35,30 @@ impl std::fmt::Display for SandboxMode {
     }
 }
 
+/// The `[sandbox]` config section: `mode`, `network`, `writable = [...]`, `max_processes`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxSettings {
+    pub mode: Option<SandboxMode>,
+    pub network: bool,
+    /// Extra writable directories; a leading `~/` means the home directory.
+    pub writable: Vec<PathBuf>,
+    pub max_processes: Option<u32>,
+}
+
+impl SandboxSettings {
+    /// `writable` with `~/` expanded.
+    pub fn writable_dirs(&self) -> Vec<PathBuf> {
+        self.writable
+            .iter()
+            .map(|p| match (p.strip_prefix("~"), dirs::home_dir()) {
+                (Ok(rest), Some(home)) => home.join(rest),
+                _ => p.clone(),
+            })
+            .collect()
+    }
+}
+
 /// Default bound on live processes a sandboxed command may have (fork bombs stop here).
 pub const DEFAULT_MAX_PROCESSES: u32 = 1024;
 

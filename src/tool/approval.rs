@@ -35,6 +35,55 @@ pub enum Decision {
     Decline(String),
 }
 
+/// The `[approval]` config section: `policy = "ask"`, `allow = ["cargo test", "npm run"]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApprovalSettings {
+    pub policy: Option<ApprovalPolicy>,
+    pub allow: Vec<String>,
+}
+
+impl ApprovalSettings {
+    /// The allowed prefixes, parsed; entries that don't parse are returned as errors naming
+    /// them (for a config warning) and left out.
+    pub fn allow_prefixes(&self) -> (Vec<Vec<String>>, Vec<String>) {
+        let mut ok = Vec::new();
+        let mut bad = Vec::new();
+        for p in &self.allow {
+            match parse_prefix(p) {
+                Some(words) => ok.push(words),
+                None => bad.push(format!(
+                    "[approval] allow entry {p:?} is empty or has unbalanced quotes"
+                )),
+            }
+        }
+        (ok, bad)
+    }
+}
+
+/// The prefix to offer for "don't ask again" on a command: the program plus its subcommand
+/// for tools that have them (`cargo test`, `npm run build`, `git commit`), else the program.
+pub fn suggest_prefix(argv: &[String]) -> Vec<String> {
+    let Some(program) = argv.first() else {
+        return Vec::new();
+    };
+    let name = program.rsplit('/').next().unwrap_or(program);
+    let words = match name {
+        "npm" | "pnpm" | "yarn" | "bun" if argv.get(1).is_some_and(|a| a == "run") => 3,
+        "python" | "python3" if argv.get(1).is_some_and(|a| a == "-m") => 3,
+        "cargo" | "npm" | "pnpm" | "yarn" | "bun" | "git" | "go" | "make" | "docker"
+        | "kubectl" | "uv" | "poetry" | "pip" | "pip3" | "npx" | "dotnet" | "mvn" | "gradle" => 2,
+        _ => 1,
+    };
+    let python_module = words == 3 && name.starts_with("python");
+    argv.iter()
+        .take(words)
+        .enumerate()
+        .take_while(|(i, a)| !a.starts_with('-') || (python_module && *i == 1))
+        .map(|(_, a)| a.clone())
+        .collect()
+}
+
 /// Parses a configured prefix such as `"cargo test"` into words (shell quoting allowed).
 /// `None` for an empty or unparsable prefix.
 pub fn parse_prefix(prefix: &str) -> Option<Vec<String>> {
@@ -512,6 +561,27 @@ mod tests {
         let session = prefixes(&["make"]);
         assert!(command_is_auto_approved("make -j4", &[], &session));
         assert!(!command_is_auto_approved("makefoo", &[], &session));
+    }
+
+    #[test]
+    fn suggested_prefixes() {
+        let s = |c: &str| suggest_prefix(&shlex::split(c).unwrap_or_default()).join(" ");
+        assert_eq!(s("cargo test -q"), "cargo test");
+        assert_eq!(s("npm run build --watch"), "npm run build");
+        assert_eq!(s("python3 -m pytest tests"), "python3 -m pytest");
+        assert_eq!(s("make -j4"), "make");
+        assert_eq!(s("./build.sh all"), "./build.sh");
+        assert_eq!(s(""), "");
+    }
+
+    #[test]
+    fn settings_parse_from_toml() {
+        let s: ApprovalSettings =
+            toml::from_str("policy = \"auto-edit\"\nallow = [\"cargo test\", \"'\"]").unwrap();
+        assert_eq!(s.policy, Some(AutoEdit));
+        let (ok, bad) = s.allow_prefixes();
+        assert_eq!(ok, vec![vec!["cargo".to_string(), "test".to_string()]]);
+        assert_eq!(bad.len(), 1);
     }
 
     #[test]
