@@ -80,6 +80,12 @@ pub fn run(args: SandboxArgs) -> i32 {
         }
     };
     cmd.current_dir(&workspace);
+    // Like `env` or `timeout`: Ctrl-C goes to the command; we wait for it and clean up.
+    // SAFETY: setting signal dispositions to ignore; the child resets them before exec.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    }
     let status = match cmd.status() {
         Ok(s) => s,
         Err(e) => {

@@ -146,6 +146,11 @@ impl PreparedSandbox {
     fn apply_in_child(&self) -> std::io::Result<()> {
         // SAFETY (whole fn): raw syscalls with pointers into `self`, which outlives the call.
         unsafe {
+            // The parent may ignore these (`baton sandbox` does while it waits); the
+            // command must not inherit that.
+            for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
             match self.session {
                 Session::PtyLeader => {
                     step(libc::setsid() >= 0, b"setsid")?;
