@@ -57,6 +57,42 @@ fn kib_status(key: &str) -> u64 {
         .unwrap_or(0)
 }
 
+fn cat_through_bare_pty(file: &std::path::Path) -> Duration {
+    use std::io::Read;
+    let pair = portable_pty::native_pty_system()
+        .openpty(portable_pty::PtySize::default())
+        .expect("openpty");
+    let tty = pair.master.tty_name().expect("tty name");
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&tty)
+        .expect("open slave");
+    if let Ok(mut t) = nix::sys::termios::tcgetattr(&slave) {
+        t.output_flags.remove(nix::sys::termios::OutputFlags::OPOST);
+        let _ = nix::sys::termios::tcsetattr(&slave, nix::sys::termios::SetArg::TCSANOW, &t);
+    }
+    let mut reader = pair.master.try_clone_reader().expect("reader");
+    let t = Instant::now();
+    let mut child = Command::new("cat")
+        .arg(file)
+        .stdin(Stdio::null())
+        .stdout(slave.try_clone().expect("dup"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cat");
+    drop(slave);
+    drop(pair.slave);
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Ok(n) = reader.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+    }
+    let _ = child.wait();
+    t.elapsed()
+}
+
 fn main() {
     let support = probe();
     println!("{}", support.report().join("\n"));
@@ -157,6 +193,9 @@ fn main() {
         .collect();
     let cat = median(cat_times);
 
+    // The floor for any PTY-based tool: the same `cat` into a bare PTY, drained by a read loop.
+    let pty_floor = median((0..3).map(|_| cat_through_bare_pty(&big)).collect());
+
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -207,6 +246,11 @@ fn main() {
         result.content.len(),
         ui_bytes,
         result.exit_code
+    );
+    println!(
+        "bare PTY floor (same cat, no sandbox, no processing): {:.3} s; baton / floor = {:.2}×",
+        pty_floor.as_secs_f64(),
+        tool_time.as_secs_f64() / pty_floor.as_secs_f64()
     );
     println!(
         "RSS: {} MiB before, peak {} MiB during (growth {} MiB; target: peak < 64 MiB)",
