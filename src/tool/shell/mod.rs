@@ -415,7 +415,7 @@ impl Tool for WriteStdinTool {
                 return ToolResult::error("missing required argument `chars` (a string)");
             };
             session.retarget(ctx.events.clone(), ctx.call_id.clone());
-            if let Err(e) = session.write(chars) {
+            if let Err(e) = session.write(chars).await {
                 return ToolResult::error(e);
             }
             let yield_for = ms(&args, "yield_ms").unwrap_or(self.config.default_yield);

@@ -219,12 +219,24 @@ impl ShellSession {
         lock(&self.state).ui = UiTarget { events, call_id };
     }
 
-    /// Sends text (keys, `\u0003` for Ctrl-C) to the command's terminal.
-    pub fn write(&self, text: &str) -> Result<(), String> {
-        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-        w.write_all(text.as_bytes())
-            .and_then(|_| w.flush())
-            .map_err(|e| format!("writing to session {}: {e}", self.id))
+    /// Sends text (keys, `\u0003` for Ctrl-C) to the command's terminal. The write runs on a
+    /// blocking thread: a command that doesn't read its input can fill the PTY buffer.
+    pub async fn write(self: &Arc<Self>, text: &str) -> Result<(), String> {
+        let me = Arc::clone(self);
+        let bytes = text.as_bytes().to_vec();
+        let job = tokio::task::spawn_blocking(move || {
+            let mut w = me.writer.lock().unwrap_or_else(|p| p.into_inner());
+            w.write_all(&bytes).and_then(|_| w.flush())
+        });
+        match tokio::time::timeout(Duration::from_secs(5), job).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(format!("writing to session {}: {e}", self.id)),
+            Ok(Err(e)) => Err(format!("writing to session {}: {e}", self.id)),
+            Err(_) => Err(format!(
+                "session {} is not reading its input (the terminal buffer is full after 5 s)",
+                self.id
+            )),
+        }
     }
 
     pub fn is_finished(&self) -> bool {
