@@ -86,6 +86,20 @@ pub fn build_filter(network: bool) -> Result<BpfProgram, SandboxError> {
         rules.insert(libc::SYS_socket, vec![rule.clone()]);
         rules.insert(libc::SYS_socketpair, vec![rule]);
     }
+    if cfg!(target_arch = "x86_64") {
+        // The x32 ABI shares the x86_64 audit arch with syscall numbers offset by bit 30 (and a
+        // few x32-only numbers): deny those too, on kernels that enable x32.
+        const X32: i64 = 0x4000_0000;
+        let native: Vec<(i64, Vec<SeccompRule>)> =
+            rules.iter().map(|(nr, r)| (*nr, r.clone())).collect();
+        for (nr, r) in native {
+            rules.insert(nr | X32, r);
+        }
+        for x32_only in [521, 539, 540] {
+            // ptrace, process_vm_readv, process_vm_writev
+            rules.insert(x32_only | X32, Vec::new());
+        }
+    }
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
