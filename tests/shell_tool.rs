@@ -109,7 +109,8 @@ async fn a_command_runs_in_the_workspace_and_reports_its_exit_code() {
         .call("shell", json!({"command": "pwd; echo hello; exit 3"}))
         .await;
     assert_eq!(r.exit_code, Some(3), "{}", r.content);
-    assert_eq!(r.status, ToolStatus::Error);
+    assert_eq!(r.status, ToolStatus::Ok);
+    assert!(r.content.contains("[exit code 3]"), "{}", r.content);
     assert!(
         r.content.contains(&h.ctx.workspace.display().to_string()),
         "{}",

@@ -172,11 +172,8 @@ fn render(snapshot: &Snapshot, session_id: u32, timeout: Duration) -> ToolResult
             content.push_str(&format!("[exit code {code}]"));
             ToolResult {
                 content,
-                status: if code == 0 {
-                    ToolStatus::Ok
-                } else {
-                    ToolStatus::Error
-                },
+                // A non-zero exit is the command's answer, not a failure of the tool.
+                status: ToolStatus::Ok,
                 exit_code: Some(code),
             }
         }
