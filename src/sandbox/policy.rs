@@ -198,3 +198,63 @@ pub const WRITABLE_DEVICES: &[&str] = &[
     "/dev/random",
     "/dev/urandom",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_only_makes_only_temp_and_devices_writable() {
+        let ws = tempfile::tempdir().unwrap();
+        let p = SandboxPolicy::new(SandboxMode::ReadOnly, ws.path());
+        let roots = p.writable_roots();
+        assert!(roots.contains(&PathBuf::from("/dev/null")));
+        assert!(roots.contains(&Path::new("/tmp").canonicalize().unwrap()));
+        let ws_real = ws.path().canonicalize().unwrap();
+        // The temp dir itself lives under /tmp here; what matters is that the workspace
+        // is not a root of its own.
+        assert!(!roots.contains(&ws_real));
+        assert!(p.protected_paths().is_empty());
+    }
+
+    #[test]
+    fn workspace_write_protects_git_hooks_and_config() {
+        let ws = tempfile::tempdir().unwrap();
+        let ws_real = ws.path().canonicalize().unwrap();
+        std::fs::create_dir_all(ws_real.join(".git/hooks")).unwrap();
+        std::fs::write(ws_real.join(".git/config"), "").unwrap();
+        let p = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws_real);
+        assert!(p.writable_roots().contains(&ws_real));
+        assert_eq!(
+            p.protected_paths(),
+            vec![ws_real.join(".git/hooks"), ws_real.join(".git/config")]
+        );
+        assert_eq!(p.pinned_git_dirs(), vec![ws_real.join(".git")]);
+    }
+
+    #[test]
+    fn a_gitdir_pointer_file_is_protected_itself() {
+        let ws = tempfile::tempdir().unwrap();
+        let ws_real = ws.path().canonicalize().unwrap();
+        std::fs::write(ws_real.join(".git"), "gitdir: /elsewhere\n").unwrap();
+        let p = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws_real);
+        assert_eq!(p.protected_paths(), vec![ws_real.join(".git")]);
+        assert!(p.pinned_git_dirs().is_empty());
+    }
+
+    #[test]
+    fn policies_round_trip_as_json_and_settings_parse_from_toml() {
+        let p = SandboxPolicy::new(SandboxMode::WorkspaceWrite, "/ws")
+            .network(true)
+            .writable_dir("/cache");
+        let back: SandboxPolicy =
+            serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+        assert_eq!(back, p);
+        let s: SandboxSettings =
+            toml::from_str("mode = \"read-only\"\nnetwork = true\nwritable = [\"~/x\"]").unwrap();
+        assert_eq!(s.mode, Some(SandboxMode::ReadOnly));
+        assert!(s.network);
+        assert!(!s.writable_dirs()[0].starts_with("~"));
+        assert!(toml::from_str::<SandboxSettings>("mode = \"sometimes\"").is_err());
+    }
+}
