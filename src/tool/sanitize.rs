@@ -77,6 +77,18 @@ impl OutputFilter {
         std::mem::take(&mut self.state.out)
     }
 
+    /// Filters a chunk already known to be plain (see `plain_text`) and not inside a sequence.
+    pub fn feed_plain(&mut self, text: &str) -> Filtered {
+        debug_assert!(!self.in_sequence);
+        self.state.push_plain(text);
+        std::mem::take(&mut self.state.out)
+    }
+
+    /// The parser may be inside an escape sequence started by an earlier chunk.
+    pub fn in_sequence(&self) -> bool {
+        self.in_sequence
+    }
+
     /// Releases the model's pending partial line (a prompt waiting for input, a last line
     /// without newline). Call at the end of a window or of the stream.
     pub fn flush(&mut self) -> String {
@@ -86,7 +98,7 @@ impl OutputFilter {
 }
 
 /// The chunk as text when it holds only printable UTF-8, newlines and tabs.
-fn plain_text(bytes: &[u8]) -> Option<&str> {
+pub fn plain_text(bytes: &[u8]) -> Option<&str> {
     if bytes
         .iter()
         .any(|b| (*b < 0x20 && *b != b'\n' && *b != b'\t') || *b == 0x7f)

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use crate::tool::sanitize::{Filtered, OutputFilter};
+use crate::tool::sanitize::{Filtered, OutputFilter, plain_text};
 
 /// Head + tail text with counts of what fell out of the middle.
 #[derive(Debug, Clone)]
@@ -188,6 +188,15 @@ impl OutputStream {
     pub fn feed(&mut self, raw: &[u8]) -> UiChunk {
         self.raw_bytes += raw.len() as u64;
         let mut ui = String::new();
+        if self.binary_run == 0
+            && !self.filter.in_sequence()
+            && let Some(text) = plain_text(raw)
+        {
+            // The common case: plain text, one pass.
+            let f = self.filter.feed_plain(text);
+            self.window.push(&f.model);
+            return f.ui;
+        }
         for (binary, piece) in split_binary_runs(raw) {
             if binary {
                 self.binary_run += piece.len() as u64;

@@ -150,7 +150,7 @@ impl ShellSession {
         }
         crate::sandbox::set_sandbox_env(&mut cmd, req.policy);
         sandbox.install(&mut cmd);
-        let reader = pair.master.try_clone_reader().map_err(|e| e.to_string())?;
+        let reader = dup_master(pair.master.as_ref())?;
         let writer = pair.master.take_writer().map_err(|e| e.to_string())?;
         let mut child = cmd.spawn().map_err(|e| {
             format!(
@@ -377,30 +377,72 @@ impl Drop for ShellSession {
     }
 }
 
-fn spawn_reader(
-    mut reader: Box<dyn Read + Send>,
-    state: Arc<Mutex<State>>,
-    tx: Arc<watch::Sender<u64>>,
-) {
+/// The reader's own copy of the PTY master, so it can poll it for more data safely.
+fn dup_master(master: &dyn MasterPty) -> Result<std::fs::File, String> {
+    use std::os::fd::FromRawFd;
+    let fd = master
+        .as_raw_fd()
+        .ok_or_else(|| "the PTY master has no file descriptor".to_string())?;
+    // SAFETY: F_DUPFD_CLOEXEC returns a new fd we own (or -1).
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if new < 0 {
+        return Err(format!(
+            "duplicating the PTY master: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: `new` is a fresh fd owned by nobody else.
+    Ok(unsafe { std::fs::File::from_raw_fd(new) })
+}
+
+/// Whether `file` has data to read right now.
+fn readable_now(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: file.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one pollfd we own, zero timeout.
+    unsafe { libc::poll(&mut pfd, 1, 0) == 1 && pfd.revents & libc::POLLIN != 0 }
+}
+
+fn spawn_reader(mut reader: std::fs::File, state: Arc<Mutex<State>>, tx: Arc<watch::Sender<u64>>) {
+    const BUF: usize = 128 * 1024;
+    // A PTY hands out a few KiB per read: gather what is already there into one chunk, so
+    // filtering and UI events happen per ~100 KiB rather than per read.
+    const GATHER_UNTIL: usize = BUF - 8 * 1024;
     let _ = std::thread::Builder::new()
         .name("shell-read".into())
         .spawn(move || {
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                match reader.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        let mut st = lock(&state);
-                        let ui = st.output.feed(&buf[..n]);
-                        if !ui.is_empty() {
-                            st.ui.events.emit(Event::ToolOutput {
-                                call_id: st.ui.call_id.clone(),
-                                chunk: ui,
-                            });
+            let mut buf = vec![0u8; BUF];
+            let mut done = false;
+            while !done {
+                let mut filled = 0;
+                loop {
+                    match reader.read(&mut buf[filled..]) {
+                        Ok(0) | Err(_) => {
+                            done = true;
+                            break;
                         }
-                        // No wakeup per chunk: waiters return at exit, EOF, yield or timeout.
+                        Ok(n) => filled += n,
+                    }
+                    if filled >= GATHER_UNTIL || !readable_now(&reader) {
+                        break;
                     }
                 }
+                if filled == 0 {
+                    continue;
+                }
+                let mut st = lock(&state);
+                let ui = st.output.feed(&buf[..filled]);
+                if !ui.is_empty() {
+                    st.ui.events.emit(Event::ToolOutput {
+                        call_id: st.ui.call_id.clone(),
+                        chunk: ui,
+                    });
+                }
+                // No wakeup per chunk: waiters return at exit, EOF, yield or timeout.
             }
             lock(&state).eof = true;
             tx.send_modify(|n| *n += 1);
@@ -416,7 +458,7 @@ pub fn looks_secret(name: &str) -> bool {
 }
 
 /// Turns off output post-processing (`\n` → `\r\n`) on the PTY: nothing renders this
-/// terminal directly, and it halves the kernel's per-byte work on large outputs.
+/// terminal directly, and it spares the kernel a per-byte pass over large outputs.
 fn raw_output(slave: &std::fs::File) {
     use nix::sys::termios::{OutputFlags, SetArg, tcgetattr, tcsetattr};
     if let Ok(mut t) = tcgetattr(slave) {
