@@ -72,10 +72,10 @@ pub struct ToolContext {
 /// Session-wide state the tools share. Tools keep their own typed state in here.
 #[derive(Default)]
 pub struct ToolState {
-    /// Last time each file was read by the model (stale-edit detection): path → mtime+len seen.
-    pub read_stamps: std::sync::Mutex<BTreeMap<PathBuf, FileStamp>>,
     /// Live shell sessions (`shell` commands still running); killed when dropped.
     pub shell_sessions: shell::SessionTable,
+    /// Last time each file was read by the model (stale-edit detection): path → mtime+len seen.
+    pub read_stamps: std::sync::Mutex<BTreeMap<PathBuf, FileStamp>>,
 }
 
 /// What a file looked like when the model last read it.
