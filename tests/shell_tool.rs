@@ -396,6 +396,12 @@ async fn sandboxed_shell_cannot_write_outside() {
         .await;
     assert_ne!(r.exit_code, Some(0), "{}", r.content);
     assert!(r.content.contains("Permission denied"), "{}", r.content);
+    assert!(
+        r.content
+            .contains("[this may be the sandbox (workspace-write)"),
+        "{}",
+        r.content
+    );
     assert!(!target.exists());
 }
 

@@ -150,7 +150,26 @@ pub fn resolve_workdir(workspace: &Path, workdir: Option<&str>) -> Result<PathBu
     Ok(real)
 }
 
-fn render(snapshot: &Snapshot, session_id: u32, timeout: Duration) -> ToolResult {
+/// Output that usually means the sandbox said no (the wording of EPERM/EACCES/EROFS).
+fn looks_denied(output: &str) -> bool {
+    let lower = output.to_ascii_lowercase();
+    [
+        "permission denied",
+        "operation not permitted",
+        "read-only file system",
+        "network is unreachable",
+        "address family not supported",
+    ]
+    .iter()
+    .any(|p| lower.contains(p))
+}
+
+fn render(
+    snapshot: &Snapshot,
+    session_id: u32,
+    timeout: Duration,
+    limits: Option<&str>,
+) -> ToolResult {
     let mut content = snapshot.output.clone();
     if !content.is_empty() && !content.ends_with('\n') {
         content.push('\n');
@@ -170,6 +189,12 @@ fn render(snapshot: &Snapshot, session_id: u32, timeout: Duration) -> ToolResult
         }
         Some(Ending::Exited(code)) => {
             content.push_str(&format!("[exit code {code}]"));
+            if code != 0
+                && let Some(limits) = limits
+                && looks_denied(&snapshot.output)
+            {
+                content.push_str(&format!("\n[this may be the {limits}]"));
+            }
             ToolResult {
                 content,
                 // A non-zero exit is the command's answer, not a failure of the tool.
@@ -209,7 +234,12 @@ async fn wait_and_render(
     if snap.ending.is_some() {
         ctx.state.shell_sessions.remove(session.id);
     }
-    render(&snap, session.id, session.timeout)
+    render(
+        &snap,
+        session.id,
+        session.timeout,
+        session.sandbox_limits.as_deref(),
+    )
 }
 
 impl Tool for ShellTool {

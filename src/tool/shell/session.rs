@@ -67,6 +67,8 @@ pub struct ShellSession {
     deadline: Instant,
     /// The timeout it was started with.
     pub timeout: Duration,
+    /// What the sandbox denies, for a hint when a command fails on a denial (`None`: off).
+    pub sandbox_limits: Option<String>,
     kill_grace: Duration,
 }
 
@@ -210,6 +212,7 @@ impl ShellSession {
             sandbox,
             deadline: Instant::now() + req.timeout,
             timeout: req.timeout,
+            sandbox_limits: sandbox_limits(req.policy),
             kill_grace: req.kill_grace,
         }))
     }
@@ -447,6 +450,28 @@ fn spawn_reader(mut reader: std::fs::File, state: Arc<Mutex<State>>, tx: Arc<wat
             lock(&state).eof = true;
             tx.send_modify(|n| *n += 1);
         });
+}
+
+fn sandbox_limits(policy: &SandboxPolicy) -> Option<String> {
+    use crate::sandbox::SandboxMode;
+    let writes = match policy.mode {
+        SandboxMode::Off => return None,
+        SandboxMode::ReadOnly => "only temp dirs are writable".to_string(),
+        SandboxMode::WorkspaceWrite => {
+            "only the workspace, temp dirs and configured dirs are writable; .git/hooks and \
+             .git/config are read-only"
+                .to_string()
+        }
+    };
+    let net = if policy.network {
+        ""
+    } else {
+        "; network access is off"
+    };
+    Some(format!(
+        "sandbox ({}): {writes}{net}; ptrace and io_uring are denied",
+        policy.mode
+    ))
 }
 
 /// Environment variable names that usually hold credentials.
