@@ -2,6 +2,10 @@
 //! offers to the model. Every tool resolves paths against the workspace and reports what it does
 //! as events (`ToolBegin` is emitted by the agent; tools emit output chunks and diffs).
 
+pub mod approval;
+pub mod sanitize;
+pub mod shell;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -81,6 +85,8 @@ pub struct ToolContext {
 /// Session-wide state the tools share. Tools keep their own typed state in here.
 #[derive(Default)]
 pub struct ToolState {
+    /// Live shell sessions (`shell` commands still running); killed when dropped.
+    pub shell_sessions: shell::SessionTable,
     /// Last time each file was read by the model (stale-edit detection): path → mtime+len seen.
     pub read_stamps: std::sync::Mutex<BTreeMap<PathBuf, FileStamp>>,
     /// The expert's current plan (`update_plan`).
