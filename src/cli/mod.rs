@@ -33,10 +33,17 @@ pub fn main() -> i32 {
         }
     };
     init_logging();
-    if let Some(Command::Completions { shell }) = &cli.command {
-        let mut cmd = Cli::command();
-        clap_complete::generate(*shell, &mut cmd, "baton", &mut std::io::stdout());
-        return exit::OK;
+    // Subcommands that need neither the configuration nor the async runtime.
+    match cli.command {
+        Some(Command::Completions { shell }) => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "baton", &mut std::io::stdout());
+            return exit::OK;
+        }
+        Some(Command::Sandbox(args)) => return crate::sandbox::cli::run(args),
+        Some(Command::Undo(args)) => return crate::tool::undo_cli::run(args),
+        Some(Command::Engine(args)) => return crate::engine::cli::run(args),
+        _ => {}
     }
     let flags = match args::flag_settings(&cli.common) {
         Ok(f) => f,
@@ -67,7 +74,12 @@ pub fn main() -> i32 {
         match &cli.command {
             Some(Command::Sessions(a)) => sessions::run(&config, a),
             Some(Command::Doctor) => doctor::run(&config).await,
-            Some(Command::Completions { .. }) => exit::OK,
+            Some(
+                Command::Completions { .. }
+                | Command::Sandbox(_)
+                | Command::Undo(_)
+                | Command::Engine(_),
+            ) => exit::OK,
             None if cli.exec => {
                 let opts = crate::exec::ExecOptions {
                     prompt: cli.prompt.clone(),

@@ -95,6 +95,11 @@ pub fn agent_config(config: &Config, headless: bool) -> Result<AgentConfig, Stri
         pinned: config.expert,
         reasoning: config.reasoning,
         approval: config.approval.unwrap_or(default_policy),
+        allowed_commands: config
+            .allow
+            .iter()
+            .filter_map(|p| crate::tool::approval::parse_prefix(p))
+            .collect(),
         headless,
         max_round_trips: config.max_turns,
         system_prompt: system_prompt(config)?,
@@ -130,9 +135,21 @@ pub fn open_session(
     }
 }
 
-/// The tools offered to the model. One place, so the full registry is swapped in here.
-pub fn tool_registry(_config: &Config) -> crate::tool::ToolRegistry {
-    crate::agent::basic_tools::basic_registry()
+/// The tools offered to the model: files, search, outline, git, plan, and the sandboxed shell.
+pub fn tool_registry(config: &Config) -> crate::tool::ToolRegistry {
+    let mut registry = crate::tool::registry::standard_tools();
+    let defaults = crate::tool::shell::ShellConfig::default();
+    let shell = crate::tool::shell::ShellConfig {
+        sandbox: config.sandbox,
+        network: config.network,
+        writable: config.writable.clone(),
+        max_processes: config.max_processes.unwrap_or(defaults.max_processes),
+        ..defaults
+    };
+    for tool in crate::tool::shell::shell_tools(shell) {
+        registry.register(tool);
+    }
+    registry
 }
 
 /// Builds everything from the configuration and starts the agent core on the current tokio

@@ -19,6 +19,12 @@ pub enum SandboxMode {
     Off,
 }
 
+impl Default for SandboxMode {
+    fn default() -> Self {
+        SandboxMode::WorkspaceWrite
+    }
+}
+
 impl SandboxMode {
     pub fn as_str(self) -> &'static str {
         match self {

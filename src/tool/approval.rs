@@ -27,6 +27,17 @@ pub enum ApprovalPolicy {
     Never,
 }
 
+impl ApprovalPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalPolicy::Ask => "ask",
+            ApprovalPolicy::AutoEdit => "auto-edit",
+            ApprovalPolicy::FullAuto => "full-auto",
+            ApprovalPolicy::Never => "never",
+        }
+    }
+}
+
 /// The outcome for one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {

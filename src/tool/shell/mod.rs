@@ -331,6 +331,17 @@ impl Tool for ShellTool {
                 Ok(id) => id,
                 Err(e) => return ToolResult::error(e),
             };
+            // A command that may write gets the turn's checkpoint first, so undo covers it too;
+            // read-only commands (the safe list) skip the snapshot.
+            if self.config.sandbox != SandboxMode::ReadOnly
+                && !crate::tool::approval::command_is_auto_approved(command, &[], &[])
+            {
+                let snapshot_ctx = ctx.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    crate::tool::checkpoint::before_change(&snapshot_ctx)
+                })
+                .await;
+            }
             let policy = self.config.policy(&ctx.workspace);
             let config = Arc::clone(&self.config);
             let req = session::SpawnRequest {
