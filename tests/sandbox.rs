@@ -339,10 +339,8 @@ fn sandbox_off_runs_unrestricted() {
     );
 }
 
-/// Binary-level check of `baton sandbox`. LEAD: enable once `SandboxArgs` is wired into the
-/// CLI as the `sandbox` subcommand (remove the #[ignore]).
+/// Binary-level check of `baton sandbox`.
 #[test]
-#[ignore = "needs `baton sandbox` wired into src/cli (lead)"]
 fn baton_sandbox_subcommand_denies_outside_writes() {
     let f = fixture();
     let status = Command::new(env!("CARGO_BIN_EXE_baton"))

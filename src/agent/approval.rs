@@ -3,8 +3,8 @@
 //! (headless runs, policy `never`) anything that would need one is declined and the model is
 //! told why, so a run never blocks on a terminal.
 
-pub use crate::tool::approval::ApprovalPolicy;
 use crate::tool::ApprovalNeed;
+pub use crate::tool::approval::ApprovalPolicy;
 use crate::tool::approval::{self, Decision};
 
 /// What to do with one call.
@@ -75,7 +75,10 @@ mod tests {
         else {
             panic!("rm must be declined")
         };
-        assert!(why.contains("`rm x`") && why.contains("Do not retry"), "{why}");
+        assert!(
+            why.contains("`rm x`") && why.contains("Do not retry"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -98,7 +101,13 @@ mod tests {
     fn allowed_and_session_prefixes_skip_the_question() {
         let allowed = vec![vec!["cargo".to_string(), "test".to_string()]];
         assert_eq!(
-            decide(ApprovalPolicy::Ask, &cmd("cargo test -q"), true, &allowed, &[]),
+            decide(
+                ApprovalPolicy::Ask,
+                &cmd("cargo test -q"),
+                true,
+                &allowed,
+                &[]
+            ),
             Verdict::Run
         );
         assert_eq!(

@@ -191,7 +191,8 @@ async fn compact_last_task(shared: &Arc<Shared>) {
 /// `/undo` and `Op::Undo`: restores the working tree to the last checkpoint.
 async fn undo(shared: &Arc<Shared>) {
     let workspace = shared.cfg.workspace.clone();
-    let result = tokio::task::spawn_blocking(move || crate::tool::checkpoint::undo(&workspace)).await;
+    let result =
+        tokio::task::spawn_blocking(move || crate::tool::checkpoint::undo(&workspace)).await;
     match result {
         Ok(Ok(report)) => shared.events.emit(report.to_event()),
         Ok(Err(e)) => shared.events.emit(Event::Error {
