@@ -40,9 +40,16 @@ pub fn main() -> i32 {
             clap_complete::generate(shell, &mut cmd, "baton", &mut std::io::stdout());
             return exit::OK;
         }
-        Some(Command::Sandbox(args)) => return crate::sandbox::cli::run(args),
-        Some(Command::Undo(args)) => return crate::tool::undo_cli::run(args),
-        Some(Command::Engine(args)) => return crate::engine::cli::run(args),
+        Some(Command::Sandbox(mut args)) => {
+            args.mode = cli.common.sandbox.unwrap_or_default();
+            args.workspace = cli.common.cd.clone();
+            return crate::sandbox::cli::run(args);
+        }
+        Some(Command::Undo(mut args)) => {
+            args.workspace = cli.common.cd.clone();
+            return crate::tool::undo_cli::run(args);
+        }
+        Some(Command::Engine(args)) => return run_engine(args, &cli.common),
         _ => {}
     }
     let flags = match args::flag_settings(&cli.common) {
@@ -104,6 +111,28 @@ pub fn main() -> i32 {
     // Background work (a hung summary, a stuck tool) must not keep a finished run alive.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     code
+}
+
+/// `baton engine …` with the global `--local`, `--device` and `--profile` flags filled in.
+fn run_engine(mut args: crate::engine::cli::EngineArgs, common: &CommonArgs) -> i32 {
+    use crate::engine::cli::EngineCommand;
+    let Some(local) = common.local.clone() else {
+        eprintln!("baton engine: --local ROOT is required (a folder with base/ and loras/L0..L3)");
+        return exit::USAGE;
+    };
+    let device = setup::device_choice(common.device.unwrap_or_default());
+    match &mut args.command {
+        EngineCommand::Generate(g) => {
+            g.local = local;
+            g.device = device;
+        }
+        EngineCommand::Route(r) => {
+            r.local = local;
+            r.device = device;
+            r.profile = common.profile.clone();
+        }
+    }
+    crate::engine::cli::run(args)
 }
 
 /// The full-screen UI needs a terminal on both ends; otherwise the line REPL serves (pipes,

@@ -23,11 +23,7 @@ base/ and loras/L0..L3). `baton doctor` checks the result.";
 /// Builds the model backend the configuration names.
 pub fn build_backend(config: &Config) -> Result<Arc<dyn ChatBackend>, String> {
     if let Some(root) = &config.local {
-        let device = match config.device {
-            Device::Auto => DeviceChoice::Auto,
-            Device::Cpu => DeviceChoice::Cpu,
-            Device::Cuda => DeviceChoice::Cuda,
-        };
+        let device = device_choice(config.device);
         return crate::backend::local::LocalBackend::open(root, device)
             .map(|b| Arc::new(b) as Arc<dyn ChatBackend>)
             .map_err(|e| format!("local engine at {}: {e:#}", root.display()));
@@ -51,6 +47,15 @@ pub fn build_backend(config: &Config) -> Result<Arc<dyn ChatBackend>, String> {
         .build()
         .map(|b| Arc::new(b) as Arc<dyn ChatBackend>)
         .map_err(|e| e.to_string())
+}
+
+/// The engine's device for the configured one.
+pub fn device_choice(device: Device) -> DeviceChoice {
+    match device {
+        Device::Auto => DeviceChoice::Auto,
+        Device::Cpu => DeviceChoice::Cpu,
+        Device::Cuda => DeviceChoice::Cuda,
+    }
 }
 
 /// The experts' system prompt: the configured file, else the built-in one; then the project
@@ -149,7 +154,10 @@ pub fn tool_registry(config: &Config) -> crate::tool::ToolRegistry {
     for tool in crate::tool::shell::shell_tools(shell) {
         registry.register(tool);
     }
-    registry
+    match &config.tools {
+        Some(names) => registry.only(names),
+        None => registry,
+    }
 }
 
 /// Builds everything from the configuration and starts the agent core on the current tokio

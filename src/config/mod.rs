@@ -72,6 +72,8 @@ pub struct Config {
     pub max_processes: Option<u32>,
     /// Command prefixes that run without asking (`[approval] allow`).
     pub allow: Vec<String>,
+    /// The tools offered to the model, by name; `None` = all (small context windows).
+    pub tools: Option<Vec<String>>,
     /// The files that were read, in order of increasing precedence (for `doctor`).
     pub files: Vec<PathBuf>,
 }
@@ -129,7 +131,7 @@ pub fn read_file(path: &Path) -> Result<Settings, ConfigLoadError> {
             toml::Value::Integer(i) => i.to_string(),
             toml::Value::Float(f) => f.to_string(),
             toml::Value::Boolean(b) => b.to_string(),
-            toml::Value::Array(items) if matches!(key.as_str(), "writable" | "allow") => {
+            toml::Value::Array(items) if matches!(key.as_str(), "writable" | "allow" | "tools") => {
                 let mut entries = Vec::new();
                 for item in items {
                     match item.as_str() {

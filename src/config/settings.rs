@@ -82,6 +82,7 @@ pub struct Settings {
     pub writable: Option<Vec<PathBuf>>,
     pub max_processes: Option<u32>,
     pub allow: Option<Vec<String>>,
+    pub tools: Option<Vec<String>>,
 }
 
 fn choice<T: ValueEnum>(value: &str) -> Result<T, String> {
@@ -129,7 +130,7 @@ fn path(value: &str, base: Option<&Path>) -> PathBuf {
 
 impl Settings {
     /// Every key, as written in config.toml (the env var is `BATON_` + upper case).
-    pub const KEYS: [&'static str; 27] = [
+    pub const KEYS: [&'static str; 28] = [
         "endpoint",
         "api_key_env",
         "mode",
@@ -157,6 +158,7 @@ impl Settings {
         "writable",
         "max_processes",
         "allow",
+        "tools",
     ];
 
     /// Sets one key from its text form. `base` resolves relative paths (a file's folder).
@@ -285,6 +287,7 @@ impl Settings {
                 }
                 self.allow = Some(entries);
             }
+            "tools" => self.tools = Some(split_list(value)),
             "theme" => {
                 let v = value.trim();
                 if v.is_empty() {
@@ -334,7 +337,8 @@ impl Settings {
             network,
             writable,
             max_processes,
-            allow
+            allow,
+            tools
         );
     }
 
@@ -381,6 +385,7 @@ impl Settings {
             writable: self.writable.unwrap_or_default(),
             max_processes: self.max_processes,
             allow: self.allow.unwrap_or_default(),
+            tools: self.tools,
             files: Vec::new(),
         })
     }

@@ -12,8 +12,8 @@ use super::{probe, sandboxed_command};
 /// Arguments of `baton sandbox`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SandboxArgs {
-    /// Policy: read-only, workspace-write or off.
-    #[arg(long = "sandbox", value_enum, default_value_t = SandboxMode::WorkspaceWrite)]
+    /// Policy: read-only, workspace-write or off (the global `--sandbox` flag).
+    #[arg(skip)]
     pub mode: SandboxMode,
     /// Allow network access (AF_INET/AF_INET6 sockets).
     #[arg(long)]
@@ -21,8 +21,8 @@ pub struct SandboxArgs {
     /// Another writable directory (repeatable).
     #[arg(long = "write", value_name = "DIR")]
     pub write: Vec<PathBuf>,
-    /// Workspace root (default: the current directory).
-    #[arg(long = "workspace", short = 'C', value_name = "DIR")]
+    /// Workspace root (the global `-C/--cd` flag; default: the current directory).
+    #[arg(skip)]
     pub workspace: Option<PathBuf>,
     /// Print what the kernel can enforce and exit.
     #[arg(long, conflicts_with = "command")]

@@ -147,6 +147,12 @@ impl ToolRegistry {
         self.tools.keys().copied().collect()
     }
 
+    /// The registry restricted to `names` (unknown names are ignored).
+    pub fn only(mut self, names: &[String]) -> Self {
+        self.tools.retain(|name, _| names.iter().any(|n| n == name));
+        self
+    }
+
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools.values().map(|t| t.spec()).collect()
     }

@@ -8,8 +8,8 @@ use super::checkpoint::{list_checkpoints, undo};
 /// Arguments of `baton undo`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct UndoArgs {
-    /// The workspace (default: the current directory).
-    #[arg(short = 'C', long = "workspace", value_name = "DIR")]
+    /// The workspace (the global `-C/--cd` flag; default: the current directory).
+    #[arg(skip)]
     pub workspace: Option<PathBuf>,
     /// List the checkpoints instead of restoring one.
     #[arg(long)]

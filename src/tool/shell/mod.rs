@@ -301,9 +301,9 @@ impl Tool for ShellTool {
             .unwrap_or_default();
         let first = command.lines().next().unwrap_or_default();
         if command.contains('\n') {
-            format!("$ {first} …")
+            format!("{first} …")
         } else {
-            format!("$ {first}")
+            first.to_string()
         }
     }
 
