@@ -123,7 +123,8 @@ def main():
     if ref:
         print(f"torch peak RSS {ref['peak_rss_bytes'] / 2**30:.2f} GiB")
     print(f"agent loop, {baton['agent_steps']} steps: prefilled {baton['agent_prefilled_tokens']} tokens for "
-          f"{baton['agent_new_tokens']} new tokens = {baton['agent_prefill_ratio']:.3f}x (target <= 1.1x), "
+          f"{baton['agent_new_tokens']} new tokens = {baton['agent_prefill_ratio']:.3f}x (target <= 1.1x; "
+          f"prompts grew by {baton['agent_prompt_growth_tokens']} tokens, answers included), "
           f"{baton['agent_loop_s']:.1f} s")
     if ref:
         import numpy as np

@@ -154,9 +154,12 @@ fn main() {
         insert(&format!("{label}_decode_tokens"), out.tokens.len().into());
     }
 
-    // Agent loop: a growing conversation, one expert, each step re-sends everything before it.
+    // Agent loop: a growing conversation on one expert; each step re-sends everything before it
+    // plus the model's last answer and 30 new tokens (a tool result). "New" tokens are those the
+    // model has not computed yet: the first prompt, then each step's appended 30.
     let mut conversation = tokens(300, 4);
-    let (mut prefilled, mut new_tokens, mut previous_len) = (0usize, 0usize, 0usize);
+    let mut new_tokens = conversation.len();
+    let (mut prefilled, mut growth, mut previous_len) = (0usize, 0usize, 0usize);
     engine.clear_cache();
     let loop_started = Instant::now();
     for step in 0..steps {
@@ -168,14 +171,19 @@ fn main() {
             }
         };
         prefilled += out.prompt_tokens - out.cached_tokens;
-        new_tokens += conversation.len() - previous_len;
+        growth += conversation.len() - previous_len;
         previous_len = conversation.len();
-        conversation.extend_from_slice(&out.tokens);
-        conversation.extend(tokens(30, 100 + step as u64));
+        if step + 1 < steps {
+            conversation.extend_from_slice(&out.tokens);
+            let appended = tokens(30, 100 + step as u64);
+            new_tokens += appended.len();
+            conversation.extend(appended);
+        }
     }
     insert("agent_steps", steps.into());
     insert("agent_prefilled_tokens", prefilled.into());
     insert("agent_new_tokens", new_tokens.into());
+    insert("agent_prompt_growth_tokens", growth.into());
     insert(
         "agent_prefill_ratio",
         (prefilled as f64 / new_tokens.max(1) as f64).into(),
