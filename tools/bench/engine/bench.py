@@ -124,6 +124,8 @@ def main():
     overhead = baton["base_decode_tok_s"] / baton["adapter_decode_tok_s"] - 1 if baton.get("adapter_decode_tok_s") else None
     kv = baton["kv_cache_bytes"]
     budget = baton["weights_f32_bytes"] + baton["adapters_bytes"] + kv
+    print("heap allocations per decode step (base, adapter):",
+          baton.get("base_decode_allocations_per_token"), baton.get("adapter_decode_allocations_per_token"))
     print(f"\nadapter overhead on decode time: {overhead * 100:.1f}% (target <= 15%)" if overhead is not None else "")
     print(f"peak RSS {baton['peak_rss_bytes'] / 2**30:.2f} GiB vs f32 weights {baton['weights_f32_bytes'] / 2**30:.2f} GiB"
           f" + adapters {baton['adapters_bytes'] / 2**30:.2f} GiB + KV {kv / 2**30:.2f} GiB:"

@@ -6,10 +6,35 @@
 //! (`--dump DIR`: write the last-position logits of a 16-token prompt, base and adapter, as raw
 //! little-endian f32 to DIR/base.f32 and DIR/adapter.f32.)
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use baton::engine::{DeviceChoice, Engine, GenerateRequest, SamplingParams};
+
+/// Counts heap allocations, to check that a decode step allocates nothing.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 fn arg(args: &[String], name: &str, default: usize) -> usize {
     args.iter()
@@ -152,6 +177,18 @@ fn main() {
             (steps_run as f64 / out.decode_time.as_secs_f64()).into(),
         );
         insert(&format!("{label}_decode_tokens"), out.tokens.len().into());
+        // Allocations of a short and a long greedy run from the same prompt: any difference is
+        // per-token allocation in the decode loop.
+        let mut count = |n: usize| {
+            let before = ALLOCATIONS.load(Ordering::Relaxed);
+            let _ = run(&mut engine, &greedy(tokens(8, 5), which, n));
+            ALLOCATIONS.load(Ordering::Relaxed) - before
+        };
+        let (short, long) = (count(3), count(11));
+        insert(
+            &format!("{label}_decode_allocations_per_token"),
+            ((long as f64 - short as f64) / 8.0).into(),
+        );
     }
 
     // Agent loop: a growing conversation on one expert; each step re-sends everything before it
