@@ -798,13 +798,16 @@ fn sharded_weights_with_index_and_f32_and_renamed_adapter_keys_give_the_same_log
     }
 }
 
+/// A rewrite of an adapter_config.json text.
+type ConfigEdit = dyn Fn(&str) -> String;
+
 #[test]
 fn rslora_and_alpha_pattern_scale_like_peft() {
     let g = golden();
     let tokens = g.ids("plain");
     // L0 has r = 8, lora_alpha = 16: scale 2. The same scale written two other ways must give
     // the reference's L0 logits: rsLoRA (alpha / √r) and a per-module alpha_pattern.
-    let edits: [(&str, &dyn Fn(&str) -> String); 2] = [
+    let edits: [(&str, &ConfigEdit); 2] = [
         ("rslora", &|c: &str| {
             c.replace(
                 "\"lora_alpha\": 16",
