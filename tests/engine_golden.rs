@@ -797,3 +797,45 @@ fn sharded_weights_with_index_and_f32_and_renamed_adapter_keys_give_the_same_log
         assert_close(&what, all.last().expect("rows"), g.tensor(&what));
     }
 }
+
+/// A rewrite of an adapter_config.json text.
+type ConfigEdit = dyn Fn(&str) -> String;
+
+#[test]
+fn rslora_and_alpha_pattern_scale_like_peft() {
+    let g = golden();
+    let tokens = g.ids("plain");
+    // L0 has r = 8, lora_alpha = 16: scale 2. The same scale written two other ways must give
+    // the reference's L0 logits: rsLoRA (alpha / √r) and a per-module alpha_pattern.
+    let edits: [(&str, &ConfigEdit); 2] = [
+        ("rslora", &|c: &str| {
+            c.replace(
+                "\"lora_alpha\": 16",
+                &format!("\"lora_alpha\": {}", 2.0 * 8f64.sqrt()),
+            )
+            .replace("\"use_rslora\": false", "\"use_rslora\": true")
+        }),
+        ("alpha_pattern", &|c: &str| {
+            c.replace("\"lora_alpha\": 16", "\"lora_alpha\": 3").replace(
+                "\"alpha_pattern\": {}",
+                "\"alpha_pattern\": {\"q_proj\": 16, \"k_proj\": 16, \"v_proj\": 16, \"o_proj\": 16, \
+                 \"gate_proj\": 16, \"mlp.up_proj\": 16, \"down_proj\": 16}",
+            )
+        }),
+    ];
+    for (what, edit) in edits {
+        let tmp = copy_fixture();
+        let path = tmp.path().join("loras/L0/adapter_config.json");
+        let text = std::fs::read_to_string(&path).expect("config");
+        let edited = edit(&text);
+        assert_ne!(edited, text, "{what}: edit applied");
+        std::fs::write(&path, edited).expect("write");
+        let mut engine = Engine::load(tmp.path(), DeviceChoice::Cpu).expect("load");
+        let all = engine.logits(&tokens, Some(0)).expect("logits");
+        assert_close(
+            what,
+            all.last().expect("rows"),
+            g.tensor("plain.L0.last_logits"),
+        );
+    }
+}

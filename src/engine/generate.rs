@@ -95,8 +95,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Loads `ROOT/base` and every adapter folder under `ROOT/loras` (sorted by name; no folder
-    /// means the base model only).
+    /// Loads `ROOT/base` and every folder under `ROOT/loras` as an adapter (sorted by name; no
+    /// `loras` folder means the base model only; a folder that is not a PEFT adapter is an error,
+    /// so a broken expert never silently shifts the others' indices).
     pub fn load(root: &Path, device: DeviceChoice) -> Result<Engine, EngineError> {
         Engine::load_with(root, device, EngineOptions::default())
     }
@@ -236,7 +237,7 @@ impl<D: Device> Core<D> {
             let mut dirs = Vec::new();
             for entry in std::fs::read_dir(&loras).map_err(|e| EngineError::io(&loras, e))? {
                 let path = entry.map_err(|e| EngineError::io(&loras, e))?.path();
-                if path.join("adapter_config.json").is_file() {
+                if path.is_dir() {
                     dirs.push(path);
                 }
             }
