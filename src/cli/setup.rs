@@ -24,9 +24,12 @@ base/ and loras/L0..L3). `baton doctor` checks the result.";
 pub fn build_backend(config: &Config) -> Result<Arc<dyn ChatBackend>, String> {
     if let Some(root) = &config.local {
         let device = device_choice(config.device);
-        return crate::backend::local::LocalBackend::open(root, device)
-            .map(|b| Arc::new(b) as Arc<dyn ChatBackend>)
-            .map_err(|e| format!("local engine at {}: {e:#}", root.display()));
+        let backend = crate::backend::local::LocalBackend::open(root, device)
+            .map_err(|e| format!("local engine at {}: {e:#}", root.display()))?;
+        if let Some(notice) = backend.device_notice() {
+            eprintln!("baton: {notice}");
+        }
+        return Ok(Arc::new(backend));
     }
     let Some(endpoint) = &config.endpoint else {
         return Err(NO_BACKEND_HELP.to_string());

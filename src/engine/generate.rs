@@ -88,6 +88,8 @@ pub struct MemoryReport {
 
 /// A loaded model with its adapters on one device.
 pub struct Engine {
+    /// Why `auto` runs on the CPU (no CUDA driver, library or device), for the caller to show.
+    fallback_reason: Option<String>,
     root: PathBuf,
     config: ModelConfig,
     adapter_names: Vec<String>,
@@ -107,23 +109,28 @@ impl Engine {
         device: DeviceChoice,
         options: EngineOptions,
     ) -> Result<Engine, EngineError> {
-        let runner: Box<dyn Runner> = match device {
-            DeviceChoice::Cuda => {
-                return Err(EngineError::Device {
-                    device: "cuda".into(),
-                    reason: "CUDA device not built yet / not available; use --device cpu".into(),
-                });
-            }
-            DeviceChoice::Auto | DeviceChoice::Cpu => {
+        let mut fallback_reason = None;
+        let runner: Box<dyn Runner> = match super::device::cuda::select(device)? {
+            super::device::cuda::Selected::Cuda(dev) => Box::new(Core::load(*dev, root, options)?),
+            super::device::cuda::Selected::Cpu {
+                fallback_reason: why,
+            } => {
+                fallback_reason = why;
                 Box::new(Core::load(CpuDevice::new(), root, options)?)
             }
         };
         Ok(Engine {
+            fallback_reason,
             root: root.to_path_buf(),
             config: runner.config().clone(),
             adapter_names: runner.adapter_names(),
             runner,
         })
+    }
+
+    /// Why `--device auto` fell back to the CPU, if it did.
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.fallback_reason.as_deref()
     }
 
     pub fn root(&self) -> &Path {
