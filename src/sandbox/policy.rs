@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// How much of the filesystem a command may change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 #[clap(rename_all = "kebab-case")]
 pub enum SandboxMode {
@@ -14,15 +16,10 @@ pub enum SandboxMode {
     ReadOnly,
     /// The workspace, temp dirs and `--write` dirs are writable; `.git/hooks` and
     /// `.git/config` stay read-only.
+    #[default]
     WorkspaceWrite,
     /// No sandbox at all. Only on explicit request; frontends mark it.
     Off,
-}
-
-impl Default for SandboxMode {
-    fn default() -> Self {
-        SandboxMode::WorkspaceWrite
-    }
 }
 
 impl SandboxMode {
