@@ -15,15 +15,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use baton::agent::{AgentConfig, ApprovalPolicy, DEFAULT_SYSTEM_PROMPT, basic_tools, spawn_agent};
-use baton::backend::ToolSpec;
+use baton::agent::{AgentConfig, ApprovalPolicy, DEFAULT_SYSTEM_PROMPT, spawn_agent};
 use baton::backend::remote::RemoteBackend;
 use baton::config::Mode;
 use baton::mol::{HANDOFF_PROMPT, Profile, ProfileNames};
 use baton::protocol::{AgentHandle, Event, Expert, Op, TurnStatus};
 use baton::session::SessionFile;
-use baton::tool::{ApprovalNeed, Tool, ToolContext, ToolRegistry, ToolResult};
-use futures_util::future::BoxFuture;
+use baton::tool::ToolRegistry;
 use serde_json::{Value, json};
 use support::mock_engine::content_text;
 use support::{MockEngine, MockReply, RecordedRequest};
@@ -32,74 +30,13 @@ const WINDOW: u64 = 4096;
 const PLANTED: &str = "notes/planted-7f3a.txt";
 const REQUEST: &str = "Audit every module under src/ and write down what each one owns.";
 
-// ---------------------------------------------------------------------------------------------
-// Tools the scripted session uses besides read_file and list_dir: a plan and a file writer.
-// ---------------------------------------------------------------------------------------------
-
-struct UpdatePlan;
-
-impl Tool for UpdatePlan {
-    fn name(&self) -> &'static str {
-        "update_plan"
-    }
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "update_plan".into(),
-            description: "Replace the task plan.".into(),
-            parameters: json!({"type":"object","properties":{"plan":{"type":"array"}},"required":["plan"]}),
-        }
-    }
-    fn approval(&self, _args: &Value, _ctx: &ToolContext) -> ApprovalNeed {
-        ApprovalNeed::None
-    }
-    fn title(&self, _args: &Value) -> String {
-        "plan".into()
-    }
-    fn run<'a>(&'a self, _args: Value, _ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
-        Box::pin(async { ToolResult::ok("plan updated") })
-    }
-}
-
-struct WriteFile;
-
-impl Tool for WriteFile {
-    fn name(&self) -> &'static str {
-        "write_file"
-    }
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: "write_file".into(),
-            description: "Write a text file of the workspace.".into(),
-            parameters: json!({"type":"object","properties":{"path":{"type":"string"},"content":{"type":"string"}},"required":["path","content"]}),
-        }
-    }
-    fn approval(&self, _args: &Value, _ctx: &ToolContext) -> ApprovalNeed {
-        ApprovalNeed::None
-    }
-    fn title(&self, _args: &Value) -> String {
-        "write".into()
-    }
-    fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
-        Box::pin(async move {
-            let path = args.get("path").and_then(Value::as_str).unwrap_or("");
-            let content = args.get("content").and_then(Value::as_str).unwrap_or("");
-            let full = ctx.workspace.join(path);
-            if let Some(parent) = full.parent() {
-                let _ = std::fs::create_dir_all(parent);
-            }
-            match std::fs::write(&full, content) {
-                Ok(()) => ToolResult::ok(format!("wrote {path}")),
-                Err(e) => ToolResult::error(format!("{path}: {e}")),
-            }
-        })
-    }
-}
-
+/// The standard tools a small window can afford: reading, listing, writing files, the plan.
 fn registry() -> ToolRegistry {
-    let mut r = basic_tools::basic_registry();
-    r.register(Arc::new(UpdatePlan));
-    r.register(Arc::new(WriteFile));
-    r
+    let names: Vec<String> = ["read_file", "list_dir", "write_file", "update_plan"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    baton::tool::registry::standard_tools().only(&names)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -225,7 +162,8 @@ fn agent_config(dir: &Path) -> AgentConfig {
         model: None,
         pinned: Some(Expert::L2),
         reasoning: None,
-        approval: ApprovalPolicy::Never,
+        approval: ApprovalPolicy::AutoEdit,
+        allowed_commands: Vec::new(),
         headless: true,
         max_round_trips: None,
         system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
@@ -522,6 +460,8 @@ async fn a_resumed_session_continues_with_the_same_views() {
     // Same path for both runs is impossible with two temp dirs: run B in A's workspace after
     // moving A's session files away.
     std::fs::rename(dir_a.path().join(".sessions"), ws_b.join("a-sessions")).expect("move");
+    // The files run A wrote go too: run B must see the workspace run A started from.
+    std::fs::remove_dir_all(dir_a.path().join("notes")).expect("planted file of run A");
     let (engine_b1, _) = engine(1, vec![151]);
     let mut h = start(dir_a.path(), &engine_b1, None);
     assert_eq!(status(&turn(&mut h, REQUEST).await), Some(TurnStatus::Done));

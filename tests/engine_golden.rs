@@ -74,8 +74,17 @@ fn adapter_of(engine: &Engine, variant: &str) -> Option<usize> {
     (variant != "base").then(|| engine.adapter_index(variant).expect("adapter loaded"))
 }
 
+/// The device the golden suite runs on: `BATON_TEST_DEVICE=cuda` runs it on the GPU
+/// (tools/gpu-check.sh), with the same tolerances; the CPU otherwise.
+fn test_device() -> DeviceChoice {
+    match std::env::var("BATON_TEST_DEVICE").as_deref() {
+        Ok("cuda") => DeviceChoice::Cuda,
+        _ => DeviceChoice::Cpu,
+    }
+}
+
 fn load() -> Engine {
-    Engine::load(&fixture(), DeviceChoice::Cpu).expect("load tiny-qwen3")
+    Engine::load(&fixture(), test_device()).expect("load tiny-qwen3")
 }
 
 /// Largest violation of |a - b| ≤ atol + rtol·|b| (≤ 0 means within tolerance).
@@ -118,11 +127,15 @@ fn config_and_adapters_load() {
     assert_eq!(c.max_position_embeddings, 4096);
     assert_eq!(c.eos_token_ids, vec![2041, 2039]);
     assert_eq!(engine.adapters(), vec!["L0", "L1", "L2", "L3"]);
-    assert!(engine.device_name().starts_with("cpu"));
-    let cuda = Engine::load(&fixture(), DeviceChoice::Cuda)
-        .err()
-        .expect("cuda is not built");
-    assert!(cuda.to_string().contains("CUDA"), "{cuda}");
+    if test_device() == DeviceChoice::Cpu {
+        assert!(engine.device_name().starts_with("cpu"));
+        // Without a GPU, asking for CUDA is an error that names what is missing.
+        if let Err(cuda) = Engine::load(&fixture(), DeviceChoice::Cuda) {
+            assert!(cuda.to_string().contains("CUDA"), "{cuda}");
+        }
+    } else {
+        assert!(engine.device_name().to_lowercase().contains("cuda"));
+    }
 }
 
 #[test]
@@ -393,12 +406,8 @@ fn lru_eviction_keeps_the_cache_within_its_bounds() {
         max_bytes: 2 * per_entry,
         max_entries: 8,
     };
-    let mut engine = Engine::load_with(
-        &fixture(),
-        DeviceChoice::Cpu,
-        EngineOptions { cache: limits },
-    )
-    .expect("load");
+    let mut engine = Engine::load_with(&fixture(), test_device(), EngineOptions { cache: limits })
+        .expect("load");
     for adapter in [None, Some(0), Some(1), Some(2)] {
         engine.prompt_logits(&chat, adapter).expect("run");
         let stats = engine.cache_stats();
@@ -431,7 +440,7 @@ fn lru_eviction_keeps_the_cache_within_its_bounds() {
     // The entry count bound works the same way.
     let mut engine = Engine::load_with(
         &fixture(),
-        DeviceChoice::Cpu,
+        test_device(),
         EngineOptions {
             cache: CacheLimits {
                 max_bytes: usize::MAX,
@@ -587,7 +596,7 @@ fn rewrite(
 type Tensor = (String, Vec<usize>, Vec<u8>);
 
 fn load_error(root: &Path) -> String {
-    match Engine::load(root, DeviceChoice::Cpu) {
+    match Engine::load(root, test_device()) {
         Ok(_) => panic!("loading {} should fail", root.display()),
         Err(e) => e.to_string(),
     }
@@ -707,7 +716,7 @@ fn unknown_architecture_and_bad_config_name_the_file() {
         ),
     )
     .expect("write");
-    let engine = Engine::load(tmp.path(), DeviceChoice::Cpu).expect("top-level rope_theta");
+    let engine = Engine::load(tmp.path(), test_device()).expect("top-level rope_theta");
     assert_eq!(engine.config().rope_theta, 1e6);
     // An adapter of another kind.
     let acfg = tmp.path().join("loras/L2/adapter_config.json");
@@ -787,7 +796,7 @@ fn sharded_weights_with_index_and_f32_and_renamed_adapter_keys_give_the_same_log
             ))
         },
     );
-    let mut engine = Engine::load(tmp.path(), DeviceChoice::Cpu).expect("load sharded");
+    let mut engine = Engine::load(tmp.path(), test_device()).expect("load sharded");
     let tokens = g.ids("plain");
     for variant in ["base", "L3"] {
         let all = engine
@@ -795,5 +804,47 @@ fn sharded_weights_with_index_and_f32_and_renamed_adapter_keys_give_the_same_log
             .expect("logits");
         let what = format!("plain.{variant}.last_logits");
         assert_close(&what, all.last().expect("rows"), g.tensor(&what));
+    }
+}
+
+/// A rewrite of an adapter_config.json text.
+type ConfigEdit = dyn Fn(&str) -> String;
+
+#[test]
+fn rslora_and_alpha_pattern_scale_like_peft() {
+    let g = golden();
+    let tokens = g.ids("plain");
+    // L0 has r = 8, lora_alpha = 16: scale 2. The same scale written two other ways must give
+    // the reference's L0 logits: rsLoRA (alpha / √r) and a per-module alpha_pattern.
+    let edits: [(&str, &ConfigEdit); 2] = [
+        ("rslora", &|c: &str| {
+            c.replace(
+                "\"lora_alpha\": 16",
+                &format!("\"lora_alpha\": {}", 2.0 * 8f64.sqrt()),
+            )
+            .replace("\"use_rslora\": false", "\"use_rslora\": true")
+        }),
+        ("alpha_pattern", &|c: &str| {
+            c.replace("\"lora_alpha\": 16", "\"lora_alpha\": 3").replace(
+                "\"alpha_pattern\": {}",
+                "\"alpha_pattern\": {\"q_proj\": 16, \"k_proj\": 16, \"v_proj\": 16, \"o_proj\": 16, \
+                 \"gate_proj\": 16, \"mlp.up_proj\": 16, \"down_proj\": 16}",
+            )
+        }),
+    ];
+    for (what, edit) in edits {
+        let tmp = copy_fixture();
+        let path = tmp.path().join("loras/L0/adapter_config.json");
+        let text = std::fs::read_to_string(&path).expect("config");
+        let edited = edit(&text);
+        assert_ne!(edited, text, "{what}: edit applied");
+        std::fs::write(&path, edited).expect("write");
+        let mut engine = Engine::load(tmp.path(), test_device()).expect("load");
+        let all = engine.logits(&tokens, Some(0)).expect("logits");
+        assert_close(
+            what,
+            all.last().expect("rows"),
+            g.tensor("plain.L0.last_logits"),
+        );
     }
 }

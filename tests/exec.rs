@@ -592,6 +592,8 @@ fn the_whole_loop_runs_on_the_local_tiny_model() {
     let out = env
         .baton()
         .env("BATON_MAX_TOKENS", "4")
+        // The tiny model's window is 4096 tokens: offer two tools, not the full set.
+        .env("BATON_TOOLS", "read_file,list_dir")
         .args(["--exec", "--json", "--device", "cpu", "--local"])
         .arg(&model)
         .arg("hello there")

@@ -1,34 +1,11 @@
-//! Approval policy plumbing: which tool calls run, which ask a human, which are declined.
-//!
-//! Tools say what a call needs (`ApprovalNeed`); the policy decides what happens. With no human
-//! to ask (headless runs, policy `never`) anything that would need one is declined and the
-//! model is told why, so a run never blocks on a terminal.
+//! Approval plumbing of the core: the rules live in `tool::approval` (safe list, argv prefixes);
+//! this adds what only the core knows — whether a human is there to ask. With no human
+//! (headless runs, policy `never`) anything that would need one is declined and the model is
+//! told why, so a run never blocks on a terminal.
 
 use crate::tool::ApprovalNeed;
-
-/// `--approval`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ApprovalPolicy {
-    /// Ask before edits and before commands that are not known to be safe.
-    Ask,
-    /// Apply edits without asking; ask before commands.
-    AutoEdit,
-    /// Run everything without asking, inside the sandbox.
-    FullAuto,
-    /// Never ask: anything that would need a human is declined (headless default).
-    Never,
-}
-
-impl ApprovalPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApprovalPolicy::Ask => "ask",
-            ApprovalPolicy::AutoEdit => "auto-edit",
-            ApprovalPolicy::FullAuto => "full-auto",
-            ApprovalPolicy::Never => "never",
-        }
-    }
-}
+pub use crate::tool::approval::ApprovalPolicy;
+use crate::tool::approval::{self, Decision};
 
 /// What to do with one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,58 +16,47 @@ pub enum Verdict {
     Decline(String),
 }
 
-/// Decides a call from the policy, what the call needs, whether a human can be asked, and the
-/// argv prefixes the user approved for this session.
+/// Decides a call from the policy, what the call needs, whether a human can be asked, the
+/// command prefixes allowed in config and those the user approved during this session.
 pub fn decide(
     policy: ApprovalPolicy,
     need: &ApprovalNeed,
     human_available: bool,
-    approved_prefixes: &[Vec<String>],
+    allowed: &[Vec<String>],
+    session: &[Vec<String>],
 ) -> Verdict {
-    let wants_human = match (policy, need) {
-        (_, ApprovalNeed::None) => false,
-        (ApprovalPolicy::FullAuto, _) => false,
-        (ApprovalPolicy::AutoEdit, ApprovalNeed::Edit { .. }) => false,
-        (_, ApprovalNeed::Command { argv, .. })
-            if approved_prefixes
-                .iter()
-                .any(|p| !p.is_empty() && argv.starts_with(p)) =>
-        {
-            false
-        }
-        _ => true,
+    let why = match approval::decide(policy, need, allowed, session) {
+        Decision::Allow => return Verdict::Run,
+        Decision::Ask if human_available => return Verdict::Ask,
+        Decision::Ask => match need {
+            ApprovalNeed::Edit { path, .. } => format!("editing {path} needs approval"),
+            ApprovalNeed::Command { command, .. } => format!(
+                "running `{command}` needs approval (it is not a known read-only command or an \
+                 allowed prefix)"
+            ),
+            ApprovalNeed::None => "this call needs approval".into(),
+        },
+        Decision::Decline(why) => why,
     };
-    if !wants_human {
-        return Verdict::Run;
-    }
-    let what = match need {
-        ApprovalNeed::Edit { path, .. } => format!("editing {path}"),
-        ApprovalNeed::Command { command, .. } => format!("running `{command}`"),
-        ApprovalNeed::None => "this call".into(),
+    let context = if human_available {
+        String::new()
+    } else {
+        " There is no human to ask in this headless run.".into()
     };
-    if policy == ApprovalPolicy::Never || !human_available {
-        return Verdict::Decline(format!(
-            "Declined: {what} needs approval, and the approval policy is `{}` with no human to \
-             ask. Do not retry it; continue with what you can do without it, or explain what the \
-             user should run.",
-            if human_available {
-                policy.as_str()
-            } else {
-                "headless"
-            }
-        ));
-    }
-    Verdict::Ask
+    Verdict::Decline(format!(
+        "Declined: {why}.{context} Do not retry it; continue with what you can do without it, or \
+         explain what the user should run."
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn cmd(argv: &[&str]) -> ApprovalNeed {
+    fn cmd(line: &str) -> ApprovalNeed {
         ApprovalNeed::Command {
-            command: argv.join(" "),
-            argv: argv.iter().map(|s| s.to_string()).collect(),
+            command: line.into(),
+            argv: shlex::split(line).unwrap_or_default(),
             cwd: ".".into(),
         }
     }
@@ -98,13 +64,21 @@ mod tests {
     #[test]
     fn never_declines_what_needs_a_human_and_runs_the_rest() {
         assert_eq!(
-            decide(ApprovalPolicy::Never, &ApprovalNeed::None, false, &[]),
+            decide(ApprovalPolicy::Never, &ApprovalNeed::None, false, &[], &[]),
             Verdict::Run
         );
-        assert!(matches!(
-            decide(ApprovalPolicy::Never, &cmd(&["rm", "x"]), false, &[]),
-            Verdict::Decline(_)
-        ));
+        assert_eq!(
+            decide(ApprovalPolicy::Never, &cmd("ls -la"), false, &[], &[]),
+            Verdict::Run
+        );
+        let Verdict::Decline(why) = decide(ApprovalPolicy::Never, &cmd("rm x"), false, &[], &[])
+        else {
+            panic!("rm must be declined")
+        };
+        assert!(
+            why.contains("`rm x`") && why.contains("Do not retry"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -114,43 +88,45 @@ mod tests {
             diff: String::new(),
         };
         assert_eq!(
-            decide(ApprovalPolicy::AutoEdit, &edit, true, &[]),
+            decide(ApprovalPolicy::AutoEdit, &edit, true, &[], &[]),
             Verdict::Run
         );
         assert_eq!(
-            decide(ApprovalPolicy::AutoEdit, &cmd(&["make"]), true, &[]),
+            decide(ApprovalPolicy::AutoEdit, &cmd("make"), true, &[], &[]),
             Verdict::Ask
         );
     }
 
     #[test]
-    fn approved_prefixes_skip_the_question() {
-        let prefixes = vec![vec!["cargo".to_string(), "test".to_string()]];
+    fn allowed_and_session_prefixes_skip_the_question() {
+        let allowed = vec![vec!["cargo".to_string(), "test".to_string()]];
         assert_eq!(
             decide(
                 ApprovalPolicy::Ask,
-                &cmd(&["cargo", "test", "-q"]),
+                &cmd("cargo test -q"),
                 true,
-                &prefixes
+                &allowed,
+                &[]
             ),
             Verdict::Run
         );
         assert_eq!(
-            decide(
-                ApprovalPolicy::Ask,
-                &cmd(&["cargo", "run"]),
-                true,
-                &prefixes
-            ),
+            decide(ApprovalPolicy::Ask, &cmd("cargo run"), true, &allowed, &[]),
             Verdict::Ask
+        );
+        let session = vec![vec!["make".to_string()]];
+        assert_eq!(
+            decide(ApprovalPolicy::Ask, &cmd("make all"), true, &[], &session),
+            Verdict::Run
         );
     }
 
     #[test]
     fn asking_without_a_human_declines() {
-        assert!(matches!(
-            decide(ApprovalPolicy::Ask, &cmd(&["make"]), false, &[]),
-            Verdict::Decline(_)
-        ));
+        let Verdict::Decline(why) = decide(ApprovalPolicy::Ask, &cmd("make"), false, &[], &[])
+        else {
+            panic!("must decline")
+        };
+        assert!(why.contains("headless"), "{why}");
     }
 }

@@ -36,7 +36,12 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
             Some(r) => {
                 tokio::select! {
                     op = ops.recv() => op,
-                    _ = &mut r.handle => { running = None; continue; }
+                    _ = &mut r.handle => {
+                        running = None;
+                        // Commands left running in the background die with their turn.
+                        shared.tool_state.shell_sessions.kill_all();
+                        continue;
+                    }
                 }
             }
             None => ops.recv().await,
@@ -73,9 +78,11 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
             }
             Op::Compact if running.is_none() => compact_last_task(&shared).await,
             Op::Compact => compact_pending = true,
-            Op::Undo | Op::UserShell { .. } => shared.events.emit(Event::Warning {
-                message: "this operation is not available in this build of the agent core".into(),
+            Op::Undo if running.is_none() => undo(&shared).await,
+            Op::Undo => shared.events.emit(Event::Warning {
+                message: "a turn is running: interrupt it (Esc) before /undo".into(),
             }),
+            Op::UserShell { command } => user_shell(&shared, command).await,
             Op::Shutdown => {
                 shutdown(&shared, running.take()).await;
                 shared.events.emit(Event::ShutdownComplete);
@@ -99,6 +106,7 @@ fn emit_session(shared: &Shared, resumed: bool) {
 }
 
 fn start_turn(shared: &Arc<Shared>, text: String) -> Running {
+    crate::tool::checkpoint::begin_turn(&shared.tool_state);
     let cancel = CancellationToken::new();
     let turn_id = {
         let mut next = lock(&shared.next_turn_id);
@@ -125,6 +133,7 @@ async fn finish_running(running: Option<Running>) {
 
 async fn shutdown(shared: &Arc<Shared>, running: Option<Running>) {
     finish_running(running).await;
+    shared.tool_state.shell_sessions.kill_all();
     // Answers were delivered already; the summaries are saved before the process ends (B2).
     summaries::wait_all(shared).await;
 }
@@ -154,6 +163,7 @@ async fn switch_session(shared: &Arc<Shared>, resume: Option<String>) {
                 .or_else(|| Some(format!("baton-{}", file.id.replace('-', ""))));
             *lock(&shared.timeline) = restored.timeline;
             *lock(&shared.next_turn_id) = restored.next_turn_id.max(1);
+            crate::tool::checkpoint::set_session(&shared.tool_state, &file.id);
             *lock(&shared.session) = file;
             context::reset(shared);
             emit_session(shared, resumed);
@@ -184,4 +194,60 @@ async fn compact_last_task(shared: &Arc<Shared>) {
             message: "the last task is too short to compact".into(),
         });
     }
+}
+
+/// `/undo` and `Op::Undo`: restores the working tree to the last checkpoint.
+async fn undo(shared: &Arc<Shared>) {
+    let workspace = shared.cfg.workspace.clone();
+    let result =
+        tokio::task::spawn_blocking(move || crate::tool::checkpoint::undo(&workspace)).await;
+    match result {
+        Ok(Ok(report)) => shared.events.emit(report.to_event()),
+        Ok(Err(e)) => shared.events.emit(Event::Error {
+            message: e.to_string(),
+            hop: None,
+        }),
+        Err(e) => shared.events.emit(Event::Error {
+            message: format!("undo failed: {e}"),
+            hop: None,
+        }),
+    }
+}
+
+/// `!cmd` typed by the user: runs through the sandboxed shell tool and is shown like a tool
+/// call. The user typed it, so it needs no approval; the model does not see it.
+async fn user_shell(shared: &Arc<Shared>, command: String) {
+    let Some(tool) = shared.tools.get("shell").cloned() else {
+        shared.events.emit(Event::Error {
+            message: "no shell tool is configured".into(),
+            hop: None,
+        });
+        return;
+    };
+    let turn_id = *lock(&shared.next_turn_id);
+    let call_id = format!("user-shell-{}", uuid::Uuid::now_v7().simple());
+    let args = serde_json::json!({ "command": command });
+    let ctx = crate::tool::ToolContext {
+        workspace: shared.cfg.workspace.clone(),
+        call_id: call_id.clone(),
+        events: shared.events.clone(),
+        cancel: CancellationToken::new(),
+        state: shared.tool_state.clone(),
+    };
+    shared.events.emit(Event::ToolBegin {
+        turn_id,
+        call_id: call_id.clone(),
+        tool: "shell".into(),
+        arguments: args.clone(),
+        title: tool.title(&args),
+    });
+    let started = std::time::Instant::now();
+    let result = tool.run(args, &ctx).await;
+    shared.events.emit(Event::ToolEnd {
+        call_id,
+        status: result.status,
+        exit_code: result.exit_code,
+        duration_ms: started.elapsed().as_millis() as u64,
+        output: result.content,
+    });
 }

@@ -7,7 +7,6 @@
 //! and by shutdown.
 
 pub mod approval;
-pub mod basic_tools;
 mod context;
 mod core_loop;
 pub mod instructions;
@@ -43,6 +42,8 @@ pub struct AgentConfig {
     pub pinned: Option<Expert>,
     pub reasoning: Option<ReasoningEffort>,
     pub approval: ApprovalPolicy,
+    /// Command prefixes allowed without asking (`[approval] allow`), as parsed argv words.
+    pub allowed_commands: Vec<Vec<String>>,
     /// No human is there to answer approval requests (`--exec`).
     pub headless: bool,
     /// Model round trips allowed per user turn (`--max-turns`).
@@ -132,13 +133,15 @@ pub fn spawn_agent(
         .conversation_id
         .clone()
         .or_else(|| Some(format!("baton-{}", session.id.replace('-', ""))));
+    let tool_state = Arc::new(ToolState::default());
+    crate::tool::checkpoint::set_session(&tool_state, &session.id);
     let shared = Arc::new(Shared {
         pinned: Mutex::new(cfg.pinned),
         model: Mutex::new(cfg.model.clone()),
         cfg,
         backend,
         tools,
-        tool_state: Arc::new(ToolState::default()),
+        tool_state,
         events,
         timeline: Mutex::new(restored.timeline),
         session: Mutex::new(session),

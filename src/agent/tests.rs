@@ -90,7 +90,7 @@ fn start(labels: Vec<&'static str>, hang_answers: bool) -> Harness {
         labels,
         hang_answers,
         Vec::new(),
-        basic_tools::basic_registry(),
+        crate::tool::registry::standard_tools(),
     )
 }
 
@@ -125,6 +125,7 @@ fn start_full(
         pinned: None,
         reasoning: None,
         approval: ApprovalPolicy::Never,
+        allowed_commands: Vec::new(),
         headless: true,
         max_round_trips: None,
         system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
@@ -329,7 +330,7 @@ impl crate::tool::Tool for Dangerous {
 #[tokio::test]
 async fn headless_declines_a_call_that_needs_approval_and_tells_the_model() {
     let ran = Arc::new(Mutex::new(false));
-    let mut tools = basic_tools::basic_registry();
+    let mut tools = crate::tool::registry::standard_tools();
     tools.register(Arc::new(Dangerous(ran.clone())));
     let mut call = ChatMessage::assistant("");
     call.tool_calls.push(crate::backend::ToolCall {
@@ -384,7 +385,7 @@ async fn a_long_tool_loop_is_compacted_to_fit_the_window() {
         vec!["L2"],
         false,
         answers,
-        basic_tools::basic_registry(),
+        crate::tool::registry::standard_tools(),
         Some(4096),
     );
     h.handle

@@ -58,8 +58,13 @@ pub(crate) async fn execute(
             };
             let need = tool.approval(&args, &ctx);
             let prefixes = lock(&shared.approved_prefixes).clone();
-            let verdict =
-                approval::decide(shared.cfg.approval, &need, !shared.cfg.headless, &prefixes);
+            let verdict = approval::decide(
+                shared.cfg.approval,
+                &need,
+                !shared.cfg.headless,
+                &shared.cfg.allowed_commands,
+                &prefixes,
+            );
             let allowed = match verdict {
                 Verdict::Run => Ok(()),
                 Verdict::Decline(why) => Err(why),

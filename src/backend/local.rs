@@ -102,22 +102,25 @@ pub struct LocalBackend {
     context_window: usize,
     stop_ids: Vec<u32>,
     device_name: String,
+    device_notice: Option<String>,
 }
 
 impl LocalBackend {
+    /// Why `--device auto` runs on the CPU, for the frontend to say once.
+    pub fn device_notice(&self) -> Option<&str> {
+        self.device_notice.as_deref()
+    }
+
     /// Loads the model, its adapters, tokenizer and chat template from `root`.
     pub fn open(root: &Path, device: DeviceChoice) -> anyhow::Result<LocalBackend> {
         let text = ModelText::load(root)?;
         let engine = Engine::load(root, device)?;
         let on_cuda = engine.device_name().to_lowercase().contains("cuda");
-        if device == DeviceChoice::Auto && !on_cuda {
-            tracing::warn!(
-                "local engine: no CUDA device in use, running on {}",
-                engine.device_name()
-            );
-        } else {
-            tracing::info!("local engine on {}", engine.device_name());
-        }
+        let device_notice = (device == DeviceChoice::Auto && !on_cuda).then(|| {
+            let why = engine.fallback_reason().unwrap_or("no CUDA device");
+            format!("local engine on {} ({why})", engine.device_name())
+        });
+        tracing::info!("local engine on {}", engine.device_name());
         let config = engine.config();
         let mut stop_ids = config.eos_token_ids.clone();
         for id in &text.template_stop_ids {
@@ -130,6 +133,7 @@ impl LocalBackend {
             adapters: engine.adapters(),
             context_window: config.max_position_embeddings,
             device_name: engine.device_name(),
+            device_notice,
             stop_ids,
             engine: Arc::new(Mutex::new(engine)),
             text: Arc::new(text),

@@ -60,6 +60,14 @@ pub struct Cli {
     )]
     pub output: Option<PathBuf>,
 
+    /// Colour theme of the interactive UI: dark, light, high-contrast, or a user theme name.
+    #[arg(long, value_name = "NAME", help_heading = "Interface")]
+    pub theme: Option<String>,
+
+    /// No colours in the interactive UI (also when NO_COLOR is set).
+    #[arg(long, help_heading = "Interface")]
+    pub no_color: bool,
+
     #[command(flatten)]
     pub common: CommonArgs,
 
@@ -147,6 +155,12 @@ pub enum Command {
     Sessions(SessionsArgs),
     /// Check the endpoint, its models, the profile and the configuration.
     Doctor,
+    /// Run a command inside baton's sandbox (the same path the shell tool uses).
+    Sandbox(crate::sandbox::cli::SandboxArgs),
+    /// Restore the working tree to the last checkpoint baton took before a turn's changes.
+    Undo(crate::tool::undo_cli::UndoArgs),
+    /// The local engine's tools: generate text, route a request (scripting and debugging).
+    Engine(crate::engine::cli::EngineArgs),
     /// Print a shell completion script (e.g. `baton completions bash > /etc/bash_completion.d/baton`).
     Completions {
         #[arg(value_enum)]

@@ -53,6 +53,20 @@ pub async fn run(config: &Config) -> i32 {
         r.ok(&format!("project instructions from {}", f.display()));
     }
 
+    println!("sandbox");
+    if config.sandbox == crate::sandbox::SandboxMode::Off {
+        r.note("sandbox is off: commands run with your full permissions (--sandbox off)");
+    } else {
+        let support = crate::sandbox::probe();
+        for line in support.report() {
+            if support.enforceable {
+                r.ok(&line);
+            } else {
+                r.bad(&line);
+            }
+        }
+    }
+
     println!("profile");
     match (&config.profile, setup::profile(config)) {
         (_, Err(e)) => r.bad(&e),

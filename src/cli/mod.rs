@@ -33,10 +33,24 @@ pub fn main() -> i32 {
         }
     };
     init_logging();
-    if let Some(Command::Completions { shell }) = &cli.command {
-        let mut cmd = Cli::command();
-        clap_complete::generate(*shell, &mut cmd, "baton", &mut std::io::stdout());
-        return exit::OK;
+    // Subcommands that need neither the configuration nor the async runtime.
+    match cli.command {
+        Some(Command::Completions { shell }) => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "baton", &mut std::io::stdout());
+            return exit::OK;
+        }
+        Some(Command::Sandbox(mut args)) => {
+            args.mode = cli.common.sandbox.unwrap_or_default();
+            args.workspace = cli.common.cd.clone();
+            return crate::sandbox::cli::run(args);
+        }
+        Some(Command::Undo(mut args)) => {
+            args.workspace = cli.common.cd.clone();
+            return crate::tool::undo_cli::run(args);
+        }
+        Some(Command::Engine(args)) => return run_engine(args, &cli.common),
+        _ => {}
     }
     let flags = match args::flag_settings(&cli.common) {
         Ok(f) => f,
@@ -67,7 +81,12 @@ pub fn main() -> i32 {
         match &cli.command {
             Some(Command::Sessions(a)) => sessions::run(&config, a),
             Some(Command::Doctor) => doctor::run(&config).await,
-            Some(Command::Completions { .. }) => exit::OK,
+            Some(
+                Command::Completions { .. }
+                | Command::Sandbox(_)
+                | Command::Undo(_)
+                | Command::Engine(_),
+            ) => exit::OK,
             None if cli.exec => {
                 let opts = crate::exec::ExecOptions {
                     prompt: cli.prompt.clone(),
@@ -77,12 +96,52 @@ pub fn main() -> i32 {
                 };
                 crate::exec::run(opts, &config).await
             }
+            None if interactive_terminal() => {
+                let args = crate::tui::LaunchArgs {
+                    prompt: cli.prompt.clone(),
+                    resume: cli.common.resume.clone(),
+                    theme: cli.theme.clone().or_else(|| config.theme.clone()),
+                    no_color: cli.no_color,
+                };
+                crate::tui::launch(&config, args).await
+            }
             None => repl::run(&config, cli.prompt.clone(), cli.common.resume.clone()).await,
         }
     });
     // Background work (a hung summary, a stuck tool) must not keep a finished run alive.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     code
+}
+
+/// `baton engine …` with the global `--local`, `--device` and `--profile` flags filled in.
+fn run_engine(mut args: crate::engine::cli::EngineArgs, common: &CommonArgs) -> i32 {
+    use crate::engine::cli::EngineCommand;
+    let Some(local) = common.local.clone() else {
+        eprintln!("baton engine: --local ROOT is required (a folder with base/ and loras/L0..L3)");
+        return exit::USAGE;
+    };
+    let device = setup::device_choice(common.device.unwrap_or_default());
+    match &mut args.command {
+        EngineCommand::Generate(g) => {
+            g.local = local;
+            g.device = device;
+        }
+        EngineCommand::Route(r) => {
+            r.local = local;
+            r.device = device;
+            r.profile = common.profile.clone();
+        }
+    }
+    crate::engine::cli::run(args)
+}
+
+/// The full-screen UI needs a terminal on both ends; otherwise the line REPL serves (pipes,
+/// `script`, dumb terminals).
+fn interactive_terminal() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdin().is_terminal()
+        && std::io::stdout().is_terminal()
+        && std::env::var("TERM").map_or(true, |t| t != "dumb")
 }
 
 /// Logs go to stderr, off unless `BATON_LOG` asks (e.g. `BATON_LOG=debug`).

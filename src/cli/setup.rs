@@ -23,14 +23,13 @@ base/ and loras/L0..L3). `baton doctor` checks the result.";
 /// Builds the model backend the configuration names.
 pub fn build_backend(config: &Config) -> Result<Arc<dyn ChatBackend>, String> {
     if let Some(root) = &config.local {
-        let device = match config.device {
-            Device::Auto => DeviceChoice::Auto,
-            Device::Cpu => DeviceChoice::Cpu,
-            Device::Cuda => DeviceChoice::Cuda,
-        };
-        return crate::backend::local::LocalBackend::open(root, device)
-            .map(|b| Arc::new(b) as Arc<dyn ChatBackend>)
-            .map_err(|e| format!("local engine at {}: {e:#}", root.display()));
+        let device = device_choice(config.device);
+        let backend = crate::backend::local::LocalBackend::open(root, device)
+            .map_err(|e| format!("local engine at {}: {e:#}", root.display()))?;
+        if let Some(notice) = backend.device_notice() {
+            eprintln!("baton: {notice}");
+        }
+        return Ok(Arc::new(backend));
     }
     let Some(endpoint) = &config.endpoint else {
         return Err(NO_BACKEND_HELP.to_string());
@@ -51,6 +50,15 @@ pub fn build_backend(config: &Config) -> Result<Arc<dyn ChatBackend>, String> {
         .build()
         .map(|b| Arc::new(b) as Arc<dyn ChatBackend>)
         .map_err(|e| e.to_string())
+}
+
+/// The engine's device for the configured one.
+pub fn device_choice(device: Device) -> DeviceChoice {
+    match device {
+        Device::Auto => DeviceChoice::Auto,
+        Device::Cpu => DeviceChoice::Cpu,
+        Device::Cuda => DeviceChoice::Cuda,
+    }
 }
 
 /// The experts' system prompt: the configured file, else the built-in one; then the project
@@ -95,6 +103,11 @@ pub fn agent_config(config: &Config, headless: bool) -> Result<AgentConfig, Stri
         pinned: config.expert,
         reasoning: config.reasoning,
         approval: config.approval.unwrap_or(default_policy),
+        allowed_commands: config
+            .allow
+            .iter()
+            .filter_map(|p| crate::tool::approval::parse_prefix(p))
+            .collect(),
         headless,
         max_round_trips: config.max_turns,
         system_prompt: system_prompt(config)?,
@@ -130,9 +143,24 @@ pub fn open_session(
     }
 }
 
-/// The tools offered to the model. One place, so the full registry is swapped in here.
-pub fn tool_registry(_config: &Config) -> crate::tool::ToolRegistry {
-    crate::agent::basic_tools::basic_registry()
+/// The tools offered to the model: files, search, outline, git, plan, and the sandboxed shell.
+pub fn tool_registry(config: &Config) -> crate::tool::ToolRegistry {
+    let mut registry = crate::tool::registry::standard_tools();
+    let defaults = crate::tool::shell::ShellConfig::default();
+    let shell = crate::tool::shell::ShellConfig {
+        sandbox: config.sandbox,
+        network: config.network,
+        writable: config.writable.clone(),
+        max_processes: config.max_processes.unwrap_or(defaults.max_processes),
+        ..defaults
+    };
+    for tool in crate::tool::shell::shell_tools(shell) {
+        registry.register(tool);
+    }
+    match &config.tools {
+        Some(names) => registry.only(names),
+        None => registry,
+    }
 }
 
 /// Builds everything from the configuration and starts the agent core on the current tokio

@@ -64,6 +64,18 @@ pub struct Config {
     pub context_window: Option<u64>,
     /// Compaction threshold as a fraction of the context window (`None` = 0.85).
     pub compact_at: Option<f64>,
+    /// TUI colour theme (a built-in name or a file in ~/.config/baton/themes/).
+    pub theme: Option<String>,
+    /// Commands may use the network (`[sandbox] network`).
+    pub network: bool,
+    /// Extra writable folders for commands (`[sandbox] writable`).
+    pub writable: Vec<PathBuf>,
+    /// Live processes a command may have (`[sandbox] max_processes`).
+    pub max_processes: Option<u32>,
+    /// Command prefixes that run without asking (`[approval] allow`).
+    pub allow: Vec<String>,
+    /// The tools offered to the model, by name; `None` = all (small context windows).
+    pub tools: Option<Vec<String>>,
     /// The files that were read, in order of increasing precedence (for `doctor`).
     pub files: Vec<PathBuf>,
 }
@@ -115,12 +127,29 @@ pub fn read_file(path: &Path) -> Result<Settings, ConfigLoadError> {
         .unwrap_or_else(|| PathBuf::from("."));
     let source = path.display().to_string();
     let mut settings = Settings::default();
-    for (key, value) in &table {
+    for (key, value) in &flatten_sections(&table) {
         let text = match value {
             toml::Value::String(s) => s.clone(),
             toml::Value::Integer(i) => i.to_string(),
             toml::Value::Float(f) => f.to_string(),
             toml::Value::Boolean(b) => b.to_string(),
+            toml::Value::Array(items) if matches!(key.as_str(), "writable" | "allow" | "tools") => {
+                let mut entries = Vec::new();
+                for item in items {
+                    match item.as_str() {
+                        Some(s) if !s.contains('\n') => entries.push(s.to_string()),
+                        _ => {
+                            return Err(ConfigError {
+                                source_name: source.clone(),
+                                key: key.clone(),
+                                reason: "expected a list of one-line strings".into(),
+                            }
+                            .into());
+                        }
+                    }
+                }
+                entries.join("\n")
+            }
             other => {
                 return Err(ConfigError {
                     source_name: source.clone(),
@@ -133,6 +162,31 @@ pub fn read_file(path: &Path) -> Result<Settings, ConfigLoadError> {
         settings.set(key, &text, &source, Some(&base))?;
     }
     Ok(settings)
+}
+
+/// The `[sandbox]` and `[approval]` tables as the flat keys they stand for:
+/// `[sandbox] mode/network/writable/max_processes` and `[approval] policy/allow`. A table key
+/// that is not one of these keeps a dotted name, so the error names it.
+fn flatten_sections(table: &toml::Table) -> Vec<(String, toml::Value)> {
+    let mut out = Vec::new();
+    for (key, value) in table {
+        match (key.as_str(), value) {
+            ("sandbox" | "approval", toml::Value::Table(section)) => {
+                for (sub, v) in section {
+                    let flat = match (key.as_str(), sub.as_str()) {
+                        ("sandbox", "mode") => "sandbox".to_string(),
+                        ("sandbox", "network" | "writable" | "max_processes") => sub.clone(),
+                        ("approval", "policy") => "approval".to_string(),
+                        ("approval", "allow") => "allow".to_string(),
+                        _ => format!("{key}.{sub}"),
+                    };
+                    out.push((flat, v.clone()));
+                }
+            }
+            _ => out.push((key.clone(), value.clone())),
+        }
+    }
+    out
 }
 
 /// Reads every `BATON_*` variable that names a setting. Other `BATON_*` variables (the API key,

@@ -31,15 +31,8 @@ impl Mode {
     }
 }
 
-/// What commands run by tools may touch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum SandboxMode {
-    ReadOnly,
-    #[default]
-    WorkspaceWrite,
-    /// No sandbox (only when asked for explicitly).
-    Off,
-}
+/// What commands run by tools may touch (the sandbox's own type).
+pub use crate::sandbox::SandboxMode;
 
 /// Where the local engine runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -86,6 +79,12 @@ pub struct Settings {
     pub context_window: Option<u64>,
     /// Compact an expert's view when it would pass this fraction of the window.
     pub compact_at: Option<f64>,
+    pub theme: Option<String>,
+    pub network: Option<bool>,
+    pub writable: Option<Vec<PathBuf>>,
+    pub max_processes: Option<u32>,
+    pub allow: Option<Vec<String>>,
+    pub tools: Option<Vec<String>>,
 }
 
 fn choice<T: ValueEnum>(value: &str) -> Result<T, String> {
@@ -105,6 +104,18 @@ fn number<T: std::str::FromStr>(value: &str, what: &str) -> Result<T, String> {
         .map_err(|_| format!("'{value}' is not {what}"))
 }
 
+/// A list value as text: entries separated by newlines (TOML arrays are joined that way) or,
+/// in environment variables, by commas.
+fn split_list(value: &str) -> Vec<String> {
+    let sep = if value.contains('\n') { '\n' } else { ',' };
+    value
+        .split(sep)
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
 fn path(value: &str, base: Option<&Path>) -> PathBuf {
     let p = if let Some(rest) = value.strip_prefix("~/") {
         dirs::home_dir()
@@ -121,7 +132,7 @@ fn path(value: &str, base: Option<&Path>) -> PathBuf {
 
 impl Settings {
     /// Every key, as written in config.toml (the env var is `BATON_` + upper case).
-    pub const KEYS: [&'static str; 23] = [
+    pub const KEYS: [&'static str; 29] = [
         "endpoint",
         "api_key_env",
         "mode",
@@ -145,6 +156,12 @@ impl Settings {
         "route_constraint",
         "context_window",
         "compact_at",
+        "theme",
+        "network",
+        "writable",
+        "max_processes",
+        "allow",
+        "tools",
     ];
 
     /// Sets one key from its text form. `base` resolves relative paths (a file's folder).
@@ -256,6 +273,47 @@ impl Settings {
                 }
                 self.compact_at = Some(f);
             }
+            "network" => {
+                self.network = Some(match value.trim().to_ascii_lowercase().as_str() {
+                    "true" | "1" | "yes" | "on" => true,
+                    "false" | "0" | "no" | "off" => false,
+                    _ => return Err(err(format!("'{value}' is not true or false"))),
+                })
+            }
+            "writable" => {
+                self.writable = Some(
+                    split_list(value)
+                        .into_iter()
+                        .map(|v| path(&v, base))
+                        .collect(),
+                )
+            }
+            "max_processes" => {
+                let n: u32 = number(value, "a positive whole number").map_err(err)?;
+                if n < 16 {
+                    return Err(err(format!("{n} is too few for a shell (at least 16)")));
+                }
+                self.max_processes = Some(n);
+            }
+            "allow" => {
+                let entries = split_list(value);
+                for e in &entries {
+                    if crate::tool::approval::parse_prefix(e).is_none() {
+                        return Err(err(format!(
+                            "allow entry {e:?} is empty or has unbalanced quotes"
+                        )));
+                    }
+                }
+                self.allow = Some(entries);
+            }
+            "tools" => self.tools = Some(split_list(value)),
+            "theme" => {
+                let v = value.trim();
+                if v.is_empty() {
+                    return Err(err("the theme name is empty".into()));
+                }
+                self.theme = Some(v.to_string());
+            }
             _ => {
                 return Err(err(format!(
                     "unknown key (known keys: {})",
@@ -294,7 +352,13 @@ impl Settings {
             max_tokens,
             route_constraint,
             context_window,
-            compact_at
+            compact_at,
+            theme,
+            network,
+            writable,
+            max_processes,
+            allow,
+            tools
         );
     }
 
@@ -337,6 +401,12 @@ impl Settings {
             route_constraint: self.route_constraint.unwrap_or_default(),
             context_window: self.context_window,
             compact_at: self.compact_at,
+            theme: self.theme,
+            network: self.network.unwrap_or(false),
+            writable: self.writable.unwrap_or_default(),
+            max_processes: self.max_processes,
+            allow: self.allow.unwrap_or_default(),
+            tools: self.tools,
             files: Vec::new(),
         })
     }

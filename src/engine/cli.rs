@@ -36,7 +36,8 @@ pub enum EngineCommand {
 #[command(group = clap::ArgGroup::new("input").required(true).args(["prompt", "raw"]))]
 pub struct GenerateArgs {
     /// Model root: ROOT/base (config, weights, tokenizer) and ROOT/loras/L0..L3.
-    #[arg(long, value_name = "ROOT")]
+    /// The model folder (the global `--local ROOT` flag).
+    #[arg(skip)]
     pub local: PathBuf,
     /// Adapter to use (L0..L3); the base model when absent.
     #[arg(long)]
@@ -64,7 +65,8 @@ pub struct GenerateArgs {
     /// Thinking switch passed to the template (`enable_thinking`), with --prompt.
     #[arg(long)]
     pub thinking: Option<bool>,
-    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    /// The device (the global `--device` flag).
+    #[arg(skip)]
     pub device: DeviceChoice,
     /// Print one JSON object: prompt ids, generated ids, text, timings.
     #[arg(long)]
@@ -74,14 +76,17 @@ pub struct GenerateArgs {
 #[derive(Debug, clap::Args)]
 pub struct RouteArgs {
     /// Model root: ROOT/base and ROOT/loras/L0..L3.
-    #[arg(long, value_name = "ROOT")]
+    /// The model folder (the global `--local ROOT` flag).
+    #[arg(skip)]
     pub local: PathBuf,
     /// The request text to classify.
     pub text: String,
     /// MoL profile folder (lora.md, route.md, intro.md, summary.md); baton's own when absent.
-    #[arg(long, value_name = "DIR")]
+    /// (the global `--profile` flag)
+    #[arg(skip)]
     pub profile: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = DeviceChoice::Auto)]
+    /// The device (the global `--device` flag).
+    #[arg(skip)]
     pub device: DeviceChoice,
     /// Print one JSON object.
     #[arg(long)]

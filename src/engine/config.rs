@@ -251,3 +251,66 @@ fn eos_ids(json: &Value, path: &Path) -> Result<Vec<u32>, EngineError> {
         Some(v) => Ok(vec![one(v)?]),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn base() -> Value {
+        json!({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 100, "hidden_size": 64,
+               "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "head_dim": 32, "max_position_embeddings": 512,
+               "rope_theta": 10000.0, "eos_token_id": 7})
+    }
+
+    fn parse(v: &Value) -> Result<ModelConfig, EngineError> {
+        ModelConfig::from_json(v, Path::new("config.json"))
+    }
+
+    #[test]
+    fn rope_theta_at_top_level_or_under_rope_parameters() {
+        assert_eq!(parse(&base()).expect("top level").rope_theta, 10000.0);
+        let mut v = base();
+        v.as_object_mut().expect("object").remove("rope_theta");
+        v["rope_parameters"] = json!({"rope_theta": 5e5, "rope_type": "default"});
+        assert_eq!(parse(&v).expect("nested").rope_theta, 5e5);
+        v["rope_parameters"] = json!({"rope_theta": 5e5, "rope_type": "yarn", "factor": 4.0});
+        assert!(parse(&v).expect_err("yarn").to_string().contains("yarn"));
+    }
+
+    #[test]
+    fn defaults_and_eos_forms() {
+        let mut v = base();
+        v.as_object_mut().expect("object").remove("head_dim");
+        v["eos_token_id"] = json!([7, 9]);
+        let c = parse(&v).expect("config");
+        assert_eq!((c.head_dim, c.q_dim(), c.kv_dim()), (16, 64, 32));
+        assert_eq!(c.eos_token_ids, vec![7, 9]);
+        assert!(!c.tie_word_embeddings);
+        v["eos_token_id"] = json!("x");
+        assert!(parse(&v).is_err());
+    }
+
+    #[test]
+    fn architecture_from_model_type_and_unknown_ones_rejected() {
+        let mut v = base();
+        v.as_object_mut().expect("object").remove("architectures");
+        v["model_type"] = json!("qwen3");
+        assert!(parse(&v).is_ok());
+        v["model_type"] = json!("qwen3_moe");
+        let e = parse(&v).expect_err("moe").to_string();
+        assert!(e.contains("config.json") && e.contains("qwen3_moe"), "{e}");
+        let mut v = base();
+        v["num_key_value_heads"] = json!(3);
+        assert!(parse(&v).is_err());
+        v["num_key_value_heads"] = json!(2);
+        v.as_object_mut().expect("object").remove("vocab_size");
+        assert!(
+            parse(&v)
+                .expect_err("vocab")
+                .to_string()
+                .contains("vocab_size")
+        );
+    }
+}

@@ -88,6 +88,8 @@ pub struct MemoryReport {
 
 /// A loaded model with its adapters on one device.
 pub struct Engine {
+    /// Why `auto` runs on the CPU (no CUDA driver, library or device), for the caller to show.
+    fallback_reason: Option<String>,
     root: PathBuf,
     config: ModelConfig,
     adapter_names: Vec<String>,
@@ -95,8 +97,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Loads `ROOT/base` and every adapter folder under `ROOT/loras` (sorted by name; no folder
-    /// means the base model only).
+    /// Loads `ROOT/base` and every folder under `ROOT/loras` as an adapter (sorted by name; no
+    /// `loras` folder means the base model only; a folder that is not a PEFT adapter is an error,
+    /// so a broken expert never silently shifts the others' indices).
     pub fn load(root: &Path, device: DeviceChoice) -> Result<Engine, EngineError> {
         Engine::load_with(root, device, EngineOptions::default())
     }
@@ -106,23 +109,28 @@ impl Engine {
         device: DeviceChoice,
         options: EngineOptions,
     ) -> Result<Engine, EngineError> {
-        let runner: Box<dyn Runner> = match device {
-            DeviceChoice::Cuda => {
-                return Err(EngineError::Device {
-                    device: "cuda".into(),
-                    reason: "CUDA device not built yet / not available; use --device cpu".into(),
-                });
-            }
-            DeviceChoice::Auto | DeviceChoice::Cpu => {
+        let mut fallback_reason = None;
+        let runner: Box<dyn Runner> = match super::device::cuda::select(device)? {
+            super::device::cuda::Selected::Cuda(dev) => Box::new(Core::load(*dev, root, options)?),
+            super::device::cuda::Selected::Cpu {
+                fallback_reason: why,
+            } => {
+                fallback_reason = why;
                 Box::new(Core::load(CpuDevice::new(), root, options)?)
             }
         };
         Ok(Engine {
+            fallback_reason,
             root: root.to_path_buf(),
             config: runner.config().clone(),
             adapter_names: runner.adapter_names(),
             runner,
         })
+    }
+
+    /// Why `--device auto` fell back to the CPU, if it did.
+    pub fn fallback_reason(&self) -> Option<&str> {
+        self.fallback_reason.as_deref()
     }
 
     pub fn root(&self) -> &Path {
@@ -236,7 +244,7 @@ impl<D: Device> Core<D> {
             let mut dirs = Vec::new();
             for entry in std::fs::read_dir(&loras).map_err(|e| EngineError::io(&loras, e))? {
                 let path = entry.map_err(|e| EngineError::io(&loras, e))?.path();
-                if path.join("adapter_config.json").is_file() {
+                if path.is_dir() {
                     dirs.push(path);
                 }
             }

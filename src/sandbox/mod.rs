@@ -1,1 +1,69 @@
-//! The Linux sandbox every command runs in: Landlock, seccomp, no_new_privs.
+//! The Linux sandbox every command runs in: Landlock (filesystem writes, TCP, signal scope),
+//! seccomp (sockets other than AF_UNIX when network is off, ptrace, io_uring, …), no_new_privs,
+//! a pids cgroup (or RLIMIT_NPROC) bounding process count, and a private mount namespace that
+//! keeps `.git/hooks` and `.git/config` read-only under `workspace-write`. All of it is applied
+//! in the child between fork and exec (see `launch`). See docs/sandbox.md for the design.
+//!
+//! ```no_run
+//! use baton::sandbox::{SandboxMode, SandboxPolicy, Session, sandboxed_command};
+//! let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, "/path/to/workspace");
+//! let (mut cmd, _guard) =
+//!     sandboxed_command(&policy, &["ls".into()], Session::NewGroup).expect("sandbox");
+//! let status = cmd.status();
+//! ```
+
+pub mod cli;
+pub mod fs_rules;
+pub mod launch;
+pub mod pids;
+pub mod policy;
+pub mod probe;
+pub mod syscall_filter;
+
+use std::process::Command;
+use std::sync::Arc;
+
+pub use launch::{PreparedSandbox, Session};
+pub use policy::{SandboxMode, SandboxPolicy};
+pub use probe::{SandboxSupport, probe};
+
+/// Why a command could not be sandboxed.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The kernel cannot enforce the policy: commands are refused (only `--sandbox off` runs).
+    #[error(
+        "the sandbox cannot be enforced on this system: {0}; refusing to run commands (use `--sandbox off` to run them unsandboxed, at your own risk)"
+    )]
+    Unsupported(String),
+    /// Preparing the sandbox failed (a path, a filter, a cgroup).
+    #[error("preparing the sandbox failed: {0}")]
+    Setup(String),
+}
+
+/// A `Command` for `argv` that runs under `policy`, and the guard that must outlive the
+/// command's processes (it owns the pids cgroup; dropping it kills what is left in there).
+pub fn sandboxed_command(
+    policy: &SandboxPolicy,
+    argv: &[String],
+    session: Session,
+) -> Result<(Command, Arc<PreparedSandbox>), SandboxError> {
+    let Some((program, args)) = argv.split_first() else {
+        return Err(SandboxError::Setup("no command given".into()));
+    };
+    let prepared = Arc::new(PreparedSandbox::prepare(policy, session)?);
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    set_sandbox_env(&mut cmd, policy);
+    prepared.install(&mut cmd);
+    Ok((cmd, prepared))
+}
+
+/// Environment markers commands (and their test suites) can read.
+pub fn set_sandbox_env(cmd: &mut Command, policy: &SandboxPolicy) {
+    cmd.env("BATON_SANDBOX", policy.mode.as_str());
+    if policy.mode != SandboxMode::Off && !policy.network {
+        cmd.env("BATON_SANDBOX_NETWORK_DISABLED", "1");
+    } else {
+        cmd.env_remove("BATON_SANDBOX_NETWORK_DISABLED");
+    }
+}

@@ -2,6 +2,10 @@
 //! offers to the model. Every tool resolves paths against the workspace and reports what it does
 //! as events (`ToolBegin` is emitted by the agent; tools emit output chunks and diffs).
 
+pub mod approval;
+pub mod sanitize;
+pub mod shell;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,7 +14,20 @@ use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::ToolSpec;
-use crate::protocol::{EventSink, ToolStatus};
+use crate::protocol::{EventSink, PlanItem, ToolStatus};
+
+pub mod call;
+pub mod checkpoint;
+pub mod diff;
+pub mod fs;
+pub mod git;
+pub mod outline;
+pub mod patch;
+pub mod path;
+pub mod plan;
+pub mod registry;
+pub mod search;
+pub mod undo_cli;
 
 /// What a call needs before it may run, decided by the tool from its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,8 +85,14 @@ pub struct ToolContext {
 /// Session-wide state the tools share. Tools keep their own typed state in here.
 #[derive(Default)]
 pub struct ToolState {
+    /// Live shell sessions (`shell` commands still running); killed when dropped.
+    pub shell_sessions: shell::SessionTable,
     /// Last time each file was read by the model (stale-edit detection): path → mtime+len seen.
     pub read_stamps: std::sync::Mutex<BTreeMap<PathBuf, FileStamp>>,
+    /// The expert's current plan (`update_plan`).
+    pub plan: std::sync::Mutex<Vec<PlanItem>>,
+    /// Checkpoints taken before file changes (one per turn), for undo.
+    pub checkpoints: std::sync::Mutex<checkpoint::CheckpointState>,
 }
 
 /// What a file looked like when the model last read it.
@@ -122,6 +145,12 @@ impl ToolRegistry {
 
     pub fn names(&self) -> Vec<&'static str> {
         self.tools.keys().copied().collect()
+    }
+
+    /// The registry restricted to `names` (unknown names are ignored).
+    pub fn only(mut self, names: &[String]) -> Self {
+        self.tools.retain(|name, _| names.iter().any(|n| n == name));
+        self
     }
 
     pub fn specs(&self) -> Vec<ToolSpec> {

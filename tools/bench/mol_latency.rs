@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use baton::agent::{AgentConfig, ApprovalPolicy, DEFAULT_SYSTEM_PROMPT, basic_tools, spawn_agent};
+use baton::agent::{AgentConfig, ApprovalPolicy, DEFAULT_SYSTEM_PROMPT, spawn_agent};
 use baton::backend::remote::RemoteBackend;
 use baton::backend::{ChatBackend, ChatMessage, ChatRequest, collect};
 use baton::config::Mode;
@@ -63,6 +63,7 @@ fn agent_config(dir: &std::path::Path) -> AgentConfig {
         pinned: None,
         reasoning: None,
         approval: ApprovalPolicy::Never,
+        allowed_commands: Vec::new(),
         headless: true,
         max_round_trips: None,
         system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
@@ -84,7 +85,13 @@ async fn baton_turns(url: &str, think: Duration) -> (Vec<Duration>, Vec<Duration
     let backend: Arc<dyn ChatBackend> =
         Arc::new(RemoteBackend::builder(url).build().expect("backend"));
     let session = SessionFile::create(&cfg.session_dir, "mol", url, dir.path()).expect("session");
-    let mut h = spawn_agent(cfg, backend, basic_tools::basic_registry(), session, None);
+    let mut h = spawn_agent(
+        cfg,
+        backend,
+        baton::tool::registry::standard_tools(),
+        session,
+        None,
+    );
     let (mut wall, mut cpu) = (Vec::new(), Vec::new());
     for i in 0..TURNS {
         let c0 = thread_cpu();

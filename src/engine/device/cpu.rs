@@ -13,6 +13,9 @@ const GEMV_MIN_ROWS_PER_TASK: usize = 16;
 /// The host CPU.
 pub struct CpuDevice {
     simd: Simd,
+    /// Attention scores of a prefill chunk (`rows × positions`); grows, never shrinks, so only
+    /// the first chunk of a longer prompt allocates.
+    scores: std::sync::Mutex<Vec<f32>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +51,10 @@ impl CpuDevice {
         };
         #[cfg(not(target_arch = "x86_64"))]
         let simd = Simd::Portable;
-        CpuDevice { simd }
+        CpuDevice {
+            simd,
+            scores: std::sync::Mutex::new(Vec::new()),
+        }
     }
 
     fn dot(&self, a: &[f32], b: &[f32]) -> f32 {
@@ -99,6 +105,107 @@ impl CpuDevice {
                 n as isize,
                 1,
             );
+        }
+    }
+}
+
+impl CpuDevice {
+    /// Prefill attention as two GEMMs per head — scores `S = Q·Kᵀ·scale`, causal softmax per
+    /// row, `O = P·V` — so a long chunk runs at GEMM speed instead of one key at a time.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_gemm(
+        &self,
+        q: &[f32],
+        keys: &[f32],
+        values: &[f32],
+        rows: usize,
+        start: usize,
+        shape: AttentionShape,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        let AttentionShape {
+            heads,
+            kv_heads,
+            head_dim,
+        } = shape;
+        let (q_dim, kv_dim) = (heads * head_dim, kv_heads * head_dim);
+        let positions = start + rows;
+        let group = heads / kv_heads;
+        assert!(
+            q.len() >= rows * q_dim
+                && out.len() >= rows * q_dim
+                && keys.len() >= positions * kv_dim
+        );
+        let mut guard = match self.scores.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if guard.len() < rows * positions {
+            guard.resize(rows * positions, 0.0);
+        }
+        let scores = &mut guard[..rows * positions];
+        for h in 0..heads {
+            let g = h / group;
+            // SAFETY (both calls): the asserts above bound every index the strides reach —
+            // Q_h [rows, head_dim] at row stride q_dim, K_g/V_g [positions, head_dim] at row
+            // stride kv_dim, S [rows, positions], O_h [rows, head_dim] at row stride q_dim.
+            unsafe {
+                matrixmultiply::sgemm(
+                    rows,
+                    head_dim,
+                    positions,
+                    scale,
+                    q.as_ptr().add(h * head_dim),
+                    q_dim as isize,
+                    1,
+                    keys.as_ptr().add(g * head_dim),
+                    1,
+                    kv_dim as isize,
+                    0.0,
+                    scores.as_mut_ptr(),
+                    positions as isize,
+                    1,
+                );
+            }
+            scores
+                .par_chunks_mut(positions)
+                .enumerate()
+                .for_each(|(i, row)| {
+                    let visible = start + i + 1;
+                    let max = row[..visible]
+                        .iter()
+                        .copied()
+                        .fold(f32::NEG_INFINITY, f32::max);
+                    let mut sum = 0f32;
+                    for v in &mut row[..visible] {
+                        *v = (*v - max).exp();
+                        sum += *v;
+                    }
+                    let inv = 1.0 / sum;
+                    for v in &mut row[..visible] {
+                        *v *= inv;
+                    }
+                    row[visible..].fill(0.0);
+                });
+            unsafe {
+                matrixmultiply::sgemm(
+                    rows,
+                    positions,
+                    head_dim,
+                    1.0,
+                    scores.as_ptr(),
+                    positions as isize,
+                    1,
+                    values.as_ptr().add(g * head_dim),
+                    kv_dim as isize,
+                    1,
+                    0.0,
+                    out.as_mut_ptr().add(h * head_dim),
+                    q_dim as isize,
+                    1,
+                );
+            }
         }
     }
 }
@@ -402,6 +509,10 @@ impl Device for CpuDevice {
         let keys = &kv.k[base..base + kv.capacity * kv_dim];
         let values = &kv.v[base..base + kv.capacity * kv_dim];
         let scale = 1.0 / (head_dim as f32).sqrt();
+        if rows > 1 {
+            self.attention_gemm(q, keys, values, rows, start, shape, scale, out);
+            return;
+        }
         out[..rows * heads * head_dim]
             .par_chunks_mut(head_dim)
             .zip(q[..rows * heads * head_dim].par_chunks(head_dim))

@@ -6,6 +6,10 @@
 //! device's memory); a kernel touches only the first `rows * width` elements, so buffers are
 //! allocated once for the largest chunk and reused for every step (no allocation per token).
 //! Matrices are PyTorch `Linear` weights, `[out, in]` row-major; `matmul` computes `x · Wᵀ`.
+//!
+//! Kernels return nothing: like launches on a CUDA stream they are fire-and-forget, and a
+//! device reports a failed launch at its next synchronisation point, `read`, which returns a
+//! `Result`. Allocation (`matrix`, `buffer`, `kv_*`) fails eagerly.
 
 pub mod cpu;
 pub mod cuda;

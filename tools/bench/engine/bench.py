@@ -3,7 +3,7 @@
 (PyTorch CPU, f32 math, the same files) on a random Qwen3-0.6B-shaped model with a rank-64
 adapter on all modules. Prints each figure, the ratios, and the targets of the engine issue.
 
-Usage: bench.py [--root DIR] [--prefill 512] [--decode 32] [--steps 40] [--no-torch]
+Usage: bench.py [--root DIR] [--prefill 512] [--decode 32] [--steps 40] [--repeats 3] [--no-torch]
   --root: the model (made with make_model.py when missing).
   baton side: `cargo bench --bench engine` (release); torch side: this script with --torch-only.
 Needs: numpy (model), torch + transformers + peft for the reference side (skipped with a
@@ -76,6 +76,7 @@ def main():
     ap.add_argument("--decode", type=int, default=32)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--torch-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--dump", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -86,29 +87,36 @@ def main():
         subprocess.run([sys.executable, os.path.join(HERE, "make_model.py"), a.root], check=True)
 
     dump = tempfile.mkdtemp(prefix="baton-bench-")
-    cmd = ["cargo", "bench", "--bench", "engine", "--", a.root, "--prefill", str(a.prefill),
-           "--decode", str(a.decode), "--steps", str(a.steps), "--dump", dump]
-    print("$", " ".join(cmd), flush=True)
-    out = subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.PIPE, text=True).stdout
-    baton = json.loads(out.strip().splitlines()[-1])
-
-    ref, why = None, None
-    if not a.no_torch:
+    speed_keys = ["base_prefill_tok_s", "adapter_prefill_tok_s", "base_decode_tok_s", "adapter_decode_tok_s"]
+    baton, ref, why = None, None, None
+    # The two sides run alternately, `--repeats` times; each speed figure is the best of its runs,
+    # which is what a shared, noisy machine can measure most reliably.
+    for run in range(a.repeats):
+        steps = a.steps if run == 0 else 0
+        cmd = ["cargo", "bench", "--bench", "engine", "--", a.root, "--prefill", str(a.prefill),
+               "--decode", str(a.decode), "--steps", str(steps), "--dump", dump]
+        print("$", " ".join(cmd), flush=True)
+        out = subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.PIPE, text=True).stdout
+        this = json.loads(out.strip().splitlines()[-1])
+        print("  baton:", {k: round(this[k], 2) for k in speed_keys if k in this}, flush=True)
+        baton = this if baton is None else {**baton, **{k: max(baton[k], this[k]) for k in speed_keys if k in this}}
+        if a.no_torch:
+            why = "--no-torch"
+            continue
         try:
             out = subprocess.run([sys.executable, __file__, "--torch-only", "--root", a.root, "--prefill",
                                   str(a.prefill), "--decode", str(a.decode), "--dump", dump],
                                  check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            ref = json.loads(out.stdout.strip().splitlines()[-1])
+            this = json.loads(out.stdout.strip().splitlines()[-1])
+            print("  torch:", {k: round(this[k], 2) for k in speed_keys if k in this}, flush=True)
+            ref = this if ref is None else {**ref, **{k: max(ref[k], this[k]) for k in speed_keys if k in this}}
         except subprocess.CalledProcessError as e:
-            why = (e.stderr or "").strip().splitlines()[-1:] or ["torch side failed"]
-            why = why[0]
-    else:
-        why = "--no-torch"
+            why = ((e.stderr or "").strip().splitlines()[-1:] or ["torch side failed"])[0]
 
     print(f"\nbaton device: {baton['device']}; reference: "
           + (f"torch {ref['torch']} ({ref['threads']} threads, f32)" if ref else f"none ({why})"))
-    print(f"{'figure':34} {'baton':>12} {'torch+peft':>12} {'ratio':>8}")
-    for key in ["base_prefill_tok_s", "adapter_prefill_tok_s", "base_decode_tok_s", "adapter_decode_tok_s"]:
+    print(f"{'figure (best of ' + str(a.repeats) + ')':34} {'baton':>12} {'torch+peft':>12} {'ratio':>8}")
+    for key in speed_keys:
         b = baton.get(key)
         r = ref.get(key) if ref else None
         ratio = f"{b / r:8.2f}" if b and r else " " * 8
@@ -116,6 +124,8 @@ def main():
     overhead = baton["base_decode_tok_s"] / baton["adapter_decode_tok_s"] - 1 if baton.get("adapter_decode_tok_s") else None
     kv = baton["kv_cache_bytes"]
     budget = baton["weights_f32_bytes"] + baton["adapters_bytes"] + kv
+    print("heap allocations per decode step (base, adapter):",
+          baton.get("base_decode_allocations_per_token"), baton.get("adapter_decode_allocations_per_token"))
     print(f"\nadapter overhead on decode time: {overhead * 100:.1f}% (target <= 15%)" if overhead is not None else "")
     print(f"peak RSS {baton['peak_rss_bytes'] / 2**30:.2f} GiB vs f32 weights {baton['weights_f32_bytes'] / 2**30:.2f} GiB"
           f" + adapters {baton['adapters_bytes'] / 2**30:.2f} GiB + KV {kv / 2**30:.2f} GiB:"
@@ -123,7 +133,8 @@ def main():
     if ref:
         print(f"torch peak RSS {ref['peak_rss_bytes'] / 2**30:.2f} GiB")
     print(f"agent loop, {baton['agent_steps']} steps: prefilled {baton['agent_prefilled_tokens']} tokens for "
-          f"{baton['agent_new_tokens']} new tokens = {baton['agent_prefill_ratio']:.3f}x (target <= 1.1x), "
+          f"{baton['agent_new_tokens']} new tokens = {baton['agent_prefill_ratio']:.3f}x (target <= 1.1x; "
+          f"prompts grew by {baton['agent_prompt_growth_tokens']} tokens, answers included), "
           f"{baton['agent_loop_s']:.1f} s")
     if ref:
         import numpy as np

@@ -6,10 +6,35 @@
 //! (`--dump DIR`: write the last-position logits of a 16-token prompt, base and adapter, as raw
 //! little-endian f32 to DIR/base.f32 and DIR/adapter.f32.)
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use baton::engine::{DeviceChoice, Engine, GenerateRequest, SamplingParams};
+
+/// Counts heap allocations, to check that a decode step allocates nothing.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 fn arg(args: &[String], name: &str, default: usize) -> usize {
     args.iter()
@@ -152,11 +177,26 @@ fn main() {
             (steps_run as f64 / out.decode_time.as_secs_f64()).into(),
         );
         insert(&format!("{label}_decode_tokens"), out.tokens.len().into());
+        // Allocations of a short and a long greedy run from the same prompt: any difference is
+        // per-token allocation in the decode loop.
+        let mut count = |n: usize| {
+            let before = ALLOCATIONS.load(Ordering::Relaxed);
+            let _ = run(&mut engine, &greedy(tokens(8, 5), which, n));
+            ALLOCATIONS.load(Ordering::Relaxed) - before
+        };
+        let (short, long) = (count(3), count(11));
+        insert(
+            &format!("{label}_decode_allocations_per_token"),
+            ((long as f64 - short as f64) / 8.0).into(),
+        );
     }
 
-    // Agent loop: a growing conversation, one expert, each step re-sends everything before it.
+    // Agent loop: a growing conversation on one expert; each step re-sends everything before it
+    // plus the model's last answer and 30 new tokens (a tool result). "New" tokens are those the
+    // model has not computed yet: the first prompt, then each step's appended 30.
     let mut conversation = tokens(300, 4);
-    let (mut prefilled, mut new_tokens, mut previous_len) = (0usize, 0usize, 0usize);
+    let mut new_tokens = conversation.len();
+    let (mut prefilled, mut growth, mut previous_len) = (0usize, 0usize, 0usize);
     engine.clear_cache();
     let loop_started = Instant::now();
     for step in 0..steps {
@@ -168,14 +208,19 @@ fn main() {
             }
         };
         prefilled += out.prompt_tokens - out.cached_tokens;
-        new_tokens += conversation.len() - previous_len;
+        growth += conversation.len() - previous_len;
         previous_len = conversation.len();
-        conversation.extend_from_slice(&out.tokens);
-        conversation.extend(tokens(30, 100 + step as u64));
+        if step + 1 < steps {
+            conversation.extend_from_slice(&out.tokens);
+            let appended = tokens(30, 100 + step as u64);
+            new_tokens += appended.len();
+            conversation.extend(appended);
+        }
     }
     insert("agent_steps", steps.into());
     insert("agent_prefilled_tokens", prefilled.into());
     insert("agent_new_tokens", new_tokens.into());
+    insert("agent_prompt_growth_tokens", growth.into());
     insert(
         "agent_prefill_ratio",
         (prefilled as f64 / new_tokens.max(1) as f64).into(),

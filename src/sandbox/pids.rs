@@ -1,0 +1,237 @@
+//! The bound on processes a sandboxed command may create. Preferred: a fresh pids cgroup (v1 or
+//! v2, where this process may create one), which also lets us kill every process the command
+//! left behind, even ones that escaped its process group. Fallback: RLIMIT_NPROC with headroom
+//! over what this user already runs (not enforced for root, which is why the cgroup comes first).
+
+use std::fs::{self, File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// How the process bound is enforced for one command.
+#[derive(Debug)]
+pub enum ProcessBound {
+    /// A cgroup with `pids.max`; the child joins it by writing to `procs`.
+    Cgroup(PidsCgroup),
+    /// RLIMIT_NPROC set in the child.
+    Rlimit(u64),
+    /// Nothing can enforce it here (root without a writable pids cgroup).
+    Unenforced(String),
+}
+
+/// A pids cgroup made for one command; removed (after killing what is left in it) on drop.
+#[derive(Debug)]
+pub struct PidsCgroup {
+    dir: PathBuf,
+    /// `cgroup.procs` of `dir`, opened for the child to write "0" into before exec.
+    pub procs: File,
+}
+
+impl PidsCgroup {
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Pids currently in the cgroup.
+    pub fn members(&self) -> Vec<i32> {
+        fs::read_to_string(self.dir.join("cgroup.procs"))
+            .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
+    }
+
+    /// SIGKILLs every member until none is left (new forks are bounded by `pids.max`).
+    pub fn kill_all(&self) {
+        for _ in 0..100 {
+            let members = self.members();
+            if members.is_empty() {
+                return;
+            }
+            for pid in members {
+                // SAFETY: plain kill(2) of a pid read from our own cgroup.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        self.kill_all();
+        // Creating and removing cgroups costs milliseconds (RCU grace periods): an empty one
+        // goes back to the pool for the next command instead.
+        if self.members().is_empty()
+            && let Ok(procs) = self.procs.try_clone()
+        {
+            let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+            if pool.len() < POOL_SIZE {
+                pool.push(PidsCgroup {
+                    dir: std::mem::take(&mut self.dir),
+                    procs,
+                });
+                return;
+            }
+        }
+        let dir = std::mem::take(&mut self.dir);
+        // Killed processes leave the cgroup once reaped: retry the rmdir off the caller's path.
+        let _ = std::thread::Builder::new()
+            .name("cgroup-rmdir".into())
+            .spawn(move || remove_when_empty(&dir));
+    }
+}
+
+/// Spare empty cgroups of this process, reused before making new ones.
+static POOL: Mutex<Vec<PidsCgroup>> = Mutex::new(Vec::new());
+const POOL_SIZE: usize = 8;
+
+fn remove_when_empty(dir: &Path) {
+    if dir.as_os_str().is_empty() {
+        return;
+    }
+    for _ in 0..200 {
+        if fs::remove_dir(dir).is_ok() || !dir.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Removes `baton-<pid>-<n>` cgroups left by baton processes that no longer exist.
+fn remove_stale(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("baton-"))
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir(e.path());
+        }
+    }
+}
+
+/// Chooses and prepares the bound for a command that may run `max` processes.
+pub fn prepare(max: u32) -> ProcessBound {
+    match create_cgroup(max) {
+        Ok(cg) => ProcessBound::Cgroup(cg),
+        Err(why) => {
+            // SAFETY: geteuid has no failure mode.
+            if unsafe { libc::geteuid() } == 0 {
+                ProcessBound::Unenforced(format!(
+                    "running as root (RLIMIT_NPROC does not apply) and no pids cgroup: {why}"
+                ))
+            } else {
+                ProcessBound::Rlimit(user_process_count() + u64::from(max))
+            }
+        }
+    }
+}
+
+/// The pids hierarchy this process lives in: (mount dir of our cgroup, is v2).
+fn own_pids_cgroup() -> Result<PathBuf, String> {
+    let text = fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("reading /proc/self/cgroup: {e}"))?;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next(), parts.next(), parts.next());
+        let (Some(controllers), Some(path)) = (controllers, path) else {
+            continue;
+        };
+        if controllers.split(',').any(|c| c == "pids") {
+            let dir = Path::new("/sys/fs/cgroup/pids").join(path.trim_start_matches('/'));
+            if dir.join("pids.max").exists() || dir.join("cgroup.procs").exists() {
+                return Ok(dir);
+            }
+        }
+    }
+    for line in text.lines() {
+        if let Some(path) = line.strip_prefix("0::") {
+            let dir = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
+            let controllers =
+                fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
+            if controllers.split_whitespace().any(|c| c == "pids") {
+                return Ok(dir);
+            }
+            return Err(format!(
+                "the pids controller is not delegated to {} (cgroup.subtree_control)",
+                dir.display()
+            ));
+        }
+    }
+    Err("no pids cgroup hierarchy is mounted".into())
+}
+
+fn create_cgroup(max: u32) -> Result<PidsCgroup, String> {
+    let spare = POOL.lock().unwrap_or_else(|p| p.into_inner()).pop();
+    if let Some(cg) = spare
+        && fs::write(cg.dir.join("pids.max"), max.to_string()).is_ok()
+    {
+        return Ok(cg);
+    }
+    let parent = own_pids_cgroup()?;
+    static CLEANED: std::sync::Once = std::sync::Once::new();
+    CLEANED.call_once(|| remove_stale(&parent));
+    let name = format!(
+        "baton-{}-{}",
+        std::process::id(),
+        NEXT_ID.fetch_add(1, Ordering::Relaxed)
+    );
+    let dir = parent.join(name);
+    fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let setup = || -> Result<File, String> {
+        fs::write(dir.join("pids.max"), max.to_string())
+            .map_err(|e| format!("writing {}/pids.max: {e}", dir.display()))?;
+        OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.procs"))
+            .map_err(|e| format!("opening {}/cgroup.procs: {e}", dir.display()))
+    };
+    match setup() {
+        Ok(procs) => Ok(PidsCgroup { dir, procs }),
+        Err(e) => {
+            let _ = fs::remove_dir(&dir);
+            Err(e)
+        }
+    }
+}
+
+/// Processes (threads count too for RLIMIT_NPROC) this real uid runs now.
+fn user_process_count() -> u64 {
+    // SAFETY: getuid has no failure mode.
+    let uid = unsafe { libc::getuid() };
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut n = 0u64;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(status) = fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        let mut mine = false;
+        let mut threads = 1u64;
+        for line in status.lines() {
+            if let Some(rest) = line.strip_prefix("Uid:") {
+                mine = rest.split_whitespace().next() == Some(&uid.to_string());
+            } else if let Some(rest) = line.strip_prefix("Threads:") {
+                threads = rest.trim().parse().unwrap_or(1);
+            }
+        }
+        if mine {
+            n += threads;
+        }
+    }
+    n
+}

@@ -1,0 +1,263 @@
+//! What a sandboxed command may do: the policy (`read-only | workspace-write | off`, network,
+//! extra writable directories, process bound) and the paths it makes writable or protects.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// How much of the filesystem a command may change.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+#[clap(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// No writes except temp dirs and harmless devices (/dev/null, /dev/tty, …).
+    ReadOnly,
+    /// The workspace, temp dirs and `--write` dirs are writable; `.git/hooks` and
+    /// `.git/config` stay read-only.
+    #[default]
+    WorkspaceWrite,
+    /// No sandbox at all. Only on explicit request; frontends mark it.
+    Off,
+}
+
+impl SandboxMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxMode::ReadOnly => "read-only",
+            SandboxMode::WorkspaceWrite => "workspace-write",
+            SandboxMode::Off => "off",
+        }
+    }
+}
+
+impl std::fmt::Display for SandboxMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `[sandbox]` config section: `mode`, `network`, `writable = [...]`, `max_processes`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxSettings {
+    pub mode: Option<SandboxMode>,
+    pub network: bool,
+    /// Extra writable directories; a leading `~/` means the home directory.
+    pub writable: Vec<PathBuf>,
+    pub max_processes: Option<u32>,
+}
+
+impl SandboxSettings {
+    /// `writable` with `~/` expanded.
+    pub fn writable_dirs(&self) -> Vec<PathBuf> {
+        self.writable
+            .iter()
+            .map(|p| match (p.strip_prefix("~"), dirs::home_dir()) {
+                (Ok(rest), Some(home)) => home.join(rest),
+                _ => p.clone(),
+            })
+            .collect()
+    }
+}
+
+/// Default bound on live processes a sandboxed command may have (fork bombs stop here).
+pub const DEFAULT_MAX_PROCESSES: u32 = 1024;
+
+/// The full policy for one sandboxed command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxPolicy {
+    pub mode: SandboxMode,
+    /// Allow network sockets (AF_INET, AF_INET6, …). AF_UNIX is always allowed.
+    #[serde(default)]
+    pub network: bool,
+    /// The workspace root (writable under `workspace-write`).
+    pub workspace: PathBuf,
+    /// Extra writable directories (`--write DIR`, `[sandbox] writable = [...]`).
+    #[serde(default)]
+    pub writable: Vec<PathBuf>,
+    /// Bound on processes the command may create (pids cgroup, or RLIMIT_NPROC headroom).
+    #[serde(default = "default_max_processes")]
+    pub max_processes: u32,
+}
+
+fn default_max_processes() -> u32 {
+    DEFAULT_MAX_PROCESSES
+}
+
+impl SandboxPolicy {
+    /// A policy for `workspace` with the given mode, no network and default limits.
+    pub fn new(mode: SandboxMode, workspace: impl Into<PathBuf>) -> Self {
+        SandboxPolicy {
+            mode,
+            network: false,
+            workspace: workspace.into(),
+            writable: Vec::new(),
+            max_processes: DEFAULT_MAX_PROCESSES,
+        }
+    }
+
+    pub fn network(mut self, allowed: bool) -> Self {
+        self.network = allowed;
+        self
+    }
+
+    pub fn writable_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.writable.push(dir.into());
+        self
+    }
+
+    pub fn max_processes(mut self, n: u32) -> Self {
+        self.max_processes = n;
+        self
+    }
+
+    /// Directories (and device files) the command may write beneath. Only existing paths are
+    /// returned, canonicalized, so a rule never targets a symlink's name.
+    pub fn writable_roots(&self) -> Vec<PathBuf> {
+        let mut roots: Vec<PathBuf> = Vec::new();
+        let mut push = |p: &Path| {
+            if let Ok(c) = p.canonicalize()
+                && !roots.contains(&c)
+            {
+                roots.push(c);
+            }
+        };
+        for dev in WRITABLE_DEVICES {
+            push(Path::new(dev));
+        }
+        push(Path::new("/tmp"));
+        push(Path::new("/var/tmp"));
+        push(Path::new("/dev/shm"));
+        if let Some(t) = std::env::var_os("TMPDIR") {
+            push(Path::new(&t));
+        }
+        if self.mode == SandboxMode::WorkspaceWrite {
+            push(&self.workspace);
+            for w in &self.writable {
+                push(w);
+            }
+        }
+        roots
+    }
+
+    /// Paths inside writable roots that must stay read-only (git hooks and config: a hook
+    /// written by a command would run later outside the sandbox). Existing paths only.
+    pub fn protected_paths(&self) -> Vec<PathBuf> {
+        if self.mode != SandboxMode::WorkspaceWrite {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut roots = vec![self.workspace.clone()];
+        roots.extend(self.writable.iter().cloned());
+        for root in roots {
+            let Ok(root) = root.canonicalize() else {
+                continue;
+            };
+            let git = root.join(".git");
+            let Ok(meta) = std::fs::symlink_metadata(&git) else {
+                continue;
+            };
+            if meta.is_dir() {
+                for name in ["hooks", "config"] {
+                    let p = git.join(name);
+                    if p.exists() && !out.contains(&p) {
+                        out.push(p);
+                    }
+                }
+            } else if meta.is_file() && !out.contains(&git) {
+                // A `gitdir:` pointer (worktree, submodule): repointing it would be an escape.
+                out.push(git);
+            }
+        }
+        out
+    }
+
+    /// The `.git` directories whose hooks/config are protected: each becomes its own mount
+    /// point so it can't be renamed away and replaced by an unprotected copy.
+    pub fn pinned_git_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = Vec::new();
+        for p in self.protected_paths() {
+            if let Some(parent) = p.parent()
+                && parent.file_name().is_some_and(|n| n == ".git")
+                && !dirs.contains(&parent.to_path_buf())
+            {
+                dirs.push(parent.to_path_buf());
+            }
+        }
+        dirs
+    }
+}
+
+/// Character devices every command may write to (writes there change nothing on disk).
+pub const WRITABLE_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+    "/dev/random",
+    "/dev/urandom",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_only_makes_only_temp_and_devices_writable() {
+        let ws = tempfile::tempdir().unwrap();
+        let p = SandboxPolicy::new(SandboxMode::ReadOnly, ws.path());
+        let roots = p.writable_roots();
+        assert!(roots.contains(&PathBuf::from("/dev/null")));
+        assert!(roots.contains(&Path::new("/tmp").canonicalize().unwrap()));
+        let ws_real = ws.path().canonicalize().unwrap();
+        // The temp dir itself lives under /tmp here; what matters is that the workspace
+        // is not a root of its own.
+        assert!(!roots.contains(&ws_real));
+        assert!(p.protected_paths().is_empty());
+    }
+
+    #[test]
+    fn workspace_write_protects_git_hooks_and_config() {
+        let ws = tempfile::tempdir().unwrap();
+        let ws_real = ws.path().canonicalize().unwrap();
+        std::fs::create_dir_all(ws_real.join(".git/hooks")).unwrap();
+        std::fs::write(ws_real.join(".git/config"), "").unwrap();
+        let p = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws_real);
+        assert!(p.writable_roots().contains(&ws_real));
+        assert_eq!(
+            p.protected_paths(),
+            vec![ws_real.join(".git/hooks"), ws_real.join(".git/config")]
+        );
+        assert_eq!(p.pinned_git_dirs(), vec![ws_real.join(".git")]);
+    }
+
+    #[test]
+    fn a_gitdir_pointer_file_is_protected_itself() {
+        let ws = tempfile::tempdir().unwrap();
+        let ws_real = ws.path().canonicalize().unwrap();
+        std::fs::write(ws_real.join(".git"), "gitdir: /elsewhere\n").unwrap();
+        let p = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws_real);
+        assert_eq!(p.protected_paths(), vec![ws_real.join(".git")]);
+        assert!(p.pinned_git_dirs().is_empty());
+    }
+
+    #[test]
+    fn policies_round_trip_as_json_and_settings_parse_from_toml() {
+        let p = SandboxPolicy::new(SandboxMode::WorkspaceWrite, "/ws")
+            .network(true)
+            .writable_dir("/cache");
+        let back: SandboxPolicy =
+            serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+        assert_eq!(back, p);
+        let s: SandboxSettings =
+            toml::from_str("mode = \"read-only\"\nnetwork = true\nwritable = [\"~/x\"]").unwrap();
+        assert_eq!(s.mode, Some(SandboxMode::ReadOnly));
+        assert!(s.network);
+        assert!(!s.writable_dirs()[0].starts_with("~"));
+        assert!(toml::from_str::<SandboxSettings>("mode = \"sometimes\"").is_err());
+    }
+}

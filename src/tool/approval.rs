@@ -1,0 +1,611 @@
+//! Approval decisions: given the policy, what a call needs, and the command prefixes the user
+//! allowed (config) or approved this session, say Allow, Ask or Decline. Commands are judged on
+//! their parsed words, never on raw text: a command line is split into simple commands at
+//! `|`, `&&`, `||`, `;`, `&` and newlines, and it is auto-approved only when every part is a
+//! known read-only command (or matches an allowed prefix word for word) and nothing writes
+//! through a redirection, substitutes a command, or sets environment variables.
+
+use serde::{Deserialize, Serialize};
+
+use crate::tool::ApprovalNeed;
+
+/// When to ask the user before a tool call runs.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+#[clap(rename_all = "kebab-case")]
+pub enum ApprovalPolicy {
+    /// Ask for file edits and for commands not on the read-only safe list.
+    #[default]
+    Ask,
+    /// File edits run without asking; commands off the safe list ask.
+    AutoEdit,
+    /// Everything runs without asking (commands stay inside the sandbox).
+    FullAuto,
+    /// Never ask: whatever would need a human is declined and the model is told why.
+    Never,
+}
+
+impl ApprovalPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalPolicy::Ask => "ask",
+            ApprovalPolicy::AutoEdit => "auto-edit",
+            ApprovalPolicy::FullAuto => "full-auto",
+            ApprovalPolicy::Never => "never",
+        }
+    }
+}
+
+/// The outcome for one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    Ask,
+    Decline(String),
+}
+
+/// The `[approval]` config section: `policy = "ask"`, `allow = ["cargo test", "npm run"]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApprovalSettings {
+    pub policy: Option<ApprovalPolicy>,
+    pub allow: Vec<String>,
+}
+
+impl ApprovalSettings {
+    /// The allowed prefixes, parsed; entries that don't parse are returned as errors naming
+    /// them (for a config warning) and left out.
+    pub fn allow_prefixes(&self) -> (Vec<Vec<String>>, Vec<String>) {
+        let mut ok = Vec::new();
+        let mut bad = Vec::new();
+        for p in &self.allow {
+            match parse_prefix(p) {
+                Some(words) => ok.push(words),
+                None => bad.push(format!(
+                    "[approval] allow entry {p:?} is empty or has unbalanced quotes"
+                )),
+            }
+        }
+        (ok, bad)
+    }
+}
+
+/// The prefix to offer for "don't ask again" on a command: the program plus its subcommand
+/// for tools that have them (`cargo test`, `npm run build`, `git commit`), else the program.
+pub fn suggest_prefix(argv: &[String]) -> Vec<String> {
+    let Some(program) = argv.first() else {
+        return Vec::new();
+    };
+    let name = program.rsplit('/').next().unwrap_or(program);
+    let words = match name {
+        "npm" | "pnpm" | "yarn" | "bun" if argv.get(1).is_some_and(|a| a == "run") => 3,
+        "python" | "python3" if argv.get(1).is_some_and(|a| a == "-m") => 3,
+        "cargo" | "npm" | "pnpm" | "yarn" | "bun" | "git" | "go" | "make" | "docker"
+        | "kubectl" | "uv" | "poetry" | "pip" | "pip3" | "npx" | "dotnet" | "mvn" | "gradle" => 2,
+        _ => 1,
+    };
+    let python_module = words == 3 && name.starts_with("python");
+    argv.iter()
+        .take(words)
+        .enumerate()
+        .take_while(|(i, a)| !a.starts_with('-') || (python_module && *i == 1))
+        .map(|(_, a)| a.clone())
+        .collect()
+}
+
+/// Parses a configured prefix such as `"cargo test"` into words (shell quoting allowed).
+/// `None` for an empty or unparsable prefix.
+pub fn parse_prefix(prefix: &str) -> Option<Vec<String>> {
+    shlex::split(prefix).filter(|w| !w.is_empty())
+}
+
+/// Decides a call. `allowed` are the user's configured prefixes, `session` the prefixes
+/// approved with "don't ask again" during this session.
+pub fn decide(
+    policy: ApprovalPolicy,
+    need: &ApprovalNeed,
+    allowed: &[Vec<String>],
+    session: &[Vec<String>],
+) -> Decision {
+    match need {
+        ApprovalNeed::None => Decision::Allow,
+        ApprovalNeed::Edit { path, .. } => match policy {
+            ApprovalPolicy::AutoEdit | ApprovalPolicy::FullAuto => Decision::Allow,
+            ApprovalPolicy::Ask => Decision::Ask,
+            ApprovalPolicy::Never => Decision::Decline(format!(
+                "editing {path} needs approval and the approval policy is `never`"
+            )),
+        },
+        ApprovalNeed::Command { command, .. } => {
+            if policy == ApprovalPolicy::FullAuto {
+                return Decision::Allow;
+            }
+            if command_is_auto_approved(command, allowed, session) {
+                return Decision::Allow;
+            }
+            match policy {
+                ApprovalPolicy::Never => Decision::Decline(format!(
+                    "running `{command}` needs approval (it is not a known read-only command or \
+                     an allowed prefix) and the approval policy is `never`"
+                )),
+                _ => Decision::Ask,
+            }
+        }
+    }
+}
+
+/// True when every simple command of `command` is read-only or matches an allowed prefix.
+pub fn command_is_auto_approved(
+    command: &str,
+    allowed: &[Vec<String>],
+    session: &[Vec<String>],
+) -> bool {
+    let Some(parts) = split_simple_commands(command) else {
+        return false;
+    };
+    !parts.is_empty()
+        && parts.iter().all(|words| {
+            is_read_only(words)
+                || allowed
+                    .iter()
+                    .chain(session)
+                    .any(|p| matches_prefix(words, p))
+        })
+}
+
+/// True when `words` starts with exactly the words of `prefix`.
+pub fn matches_prefix(words: &[String], prefix: &[String]) -> bool {
+    !prefix.is_empty() && words.len() >= prefix.len() && words[..prefix.len()] == *prefix
+}
+
+#[derive(Debug, PartialEq)]
+enum Token {
+    Word(String),
+    /// A command separator: `|`, `||`, `&&`, `;`, `&`, newline.
+    Sep,
+}
+
+/// Splits a command line into simple commands (their words). `None` when the line does
+/// anything the safe list can't vouch for: output redirection to a file, command or process
+/// substitution, subshells, here-docs, variable assignments, or unbalanced quotes.
+fn split_simple_commands(line: &str) -> Option<Vec<Vec<String>>> {
+    let tokens = tokenize(line)?;
+    let mut parts = Vec::new();
+    let mut current = Vec::new();
+    for t in tokens {
+        match t {
+            Token::Word(w) => current.push(w),
+            Token::Sep => {
+                if !current.is_empty() {
+                    parts.push(std::mem::take(&mut current));
+                }
+            }
+        }
+    }
+    if !current.is_empty() {
+        parts.push(current);
+    }
+    for p in &parts {
+        // `NAME=value cmd` changes how the command behaves (PAGER, GIT_EXTERNAL_DIFF, …).
+        if p.first().is_some_and(|w| is_assignment(w)) {
+            return None;
+        }
+    }
+    Some(parts)
+}
+
+fn is_assignment(word: &str) -> bool {
+    match word.split_once('=') {
+        Some((name, _)) => {
+            !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+fn tokenize(line: &str) -> Option<Vec<Token>> {
+    let mut tokens = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars().peekable();
+    let flush = |word: &mut String, in_word: &mut bool, tokens: &mut Vec<Token>| {
+        if *in_word {
+            tokens.push(Token::Word(std::mem::take(word)));
+            *in_word = false;
+        }
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next()? {
+                        '\'' => break,
+                        ch => word.push(ch),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next()? {
+                        '"' => break,
+                        '\\' => {
+                            let ch = chars.next()?;
+                            if !matches!(ch, '"' | '\\' | '$' | '`' | '\n') {
+                                word.push('\\');
+                            }
+                            word.push(ch);
+                        }
+                        '`' => return None,
+                        '$' if matches!(chars.peek(), Some('(')) => return None,
+                        ch => word.push(ch),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                match chars.next()? {
+                    '\n' => {}
+                    ch => word.push(ch),
+                }
+            }
+            '`' => return None,
+            '$' if matches!(chars.peek(), Some('(')) => return None,
+            '(' | ')' | '{' | '}' if !in_word => return None,
+            ' ' | '\t' => flush(&mut word, &mut in_word, &mut tokens),
+            '\n' | ';' => {
+                flush(&mut word, &mut in_word, &mut tokens);
+                tokens.push(Token::Sep);
+            }
+            '|' | '&' => {
+                // `&>` and `>&` are redirections; `&` alone, `&&`, `|`, `||`, `|&` separate.
+                if c == '&' && matches!(chars.peek(), Some('>')) {
+                    return None;
+                }
+                flush(&mut word, &mut in_word, &mut tokens);
+                if matches!(chars.peek(), Some('|') | Some('&')) {
+                    chars.next();
+                }
+                tokens.push(Token::Sep);
+            }
+            '<' => {
+                // Input redirection reads a file: fine. Here-docs/strings and process
+                // substitution are not judged.
+                if matches!(chars.peek(), Some('<') | Some('(')) {
+                    return None;
+                }
+                // An fd number glued before `<` (e.g. `0<`) is part of the operator.
+                if in_word && word.chars().all(|c| c.is_ascii_digit()) {
+                    word.clear();
+                    in_word = false;
+                }
+                flush(&mut word, &mut in_word, &mut tokens);
+                skip_redirect_target(&mut chars)?;
+            }
+            '>' => {
+                // Only fd duplication (`2>&1`, `>&2`) and /dev/null are not writes.
+                let fd_prefix = in_word && word.chars().all(|c| c.is_ascii_digit());
+                if in_word && !fd_prefix {
+                    flush(&mut word, &mut in_word, &mut tokens);
+                } else {
+                    word.clear();
+                    in_word = false;
+                }
+                if matches!(chars.peek(), Some('(')) {
+                    return None;
+                }
+                if matches!(chars.peek(), Some('&')) {
+                    chars.next();
+                    let mut fd = String::new();
+                    while let Some(d) = chars
+                        .peek()
+                        .copied()
+                        .filter(|d| d.is_ascii_digit() || *d == '-')
+                    {
+                        fd.push(d);
+                        chars.next();
+                    }
+                    if fd.is_empty() {
+                        return None;
+                    }
+                    continue;
+                }
+                if matches!(chars.peek(), Some('>') | Some('|')) {
+                    chars.next();
+                }
+                let target = skip_redirect_target(&mut chars)?;
+                if target != "/dev/null" {
+                    return None;
+                }
+            }
+            _ => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    flush(&mut word, &mut in_word, &mut tokens);
+    Some(tokens)
+}
+
+/// Reads the (unquoted, simple) target word of a redirection.
+fn skip_redirect_target(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Option<String> {
+    while matches!(chars.peek(), Some(' ') | Some('\t')) {
+        chars.next();
+    }
+    let mut target = String::new();
+    while let Some(c) = chars.peek().copied() {
+        if c.is_whitespace() || matches!(c, ';' | '|' | '&' | '<' | '>' | '(' | ')') {
+            break;
+        }
+        if matches!(c, '\'' | '"' | '\\' | '$' | '`') {
+            return None;
+        }
+        target.push(c);
+        chars.next();
+    }
+    (!target.is_empty()).then_some(target)
+}
+
+/// Commands that only read, with the arguments that would make them write or run programs
+/// excluded.
+fn is_read_only(words: &[String]) -> bool {
+    let Some((cmd, args)) = words.split_first() else {
+        return false;
+    };
+    let has = |flags: &[&str]| {
+        args.iter().any(|a| {
+            flags
+                .iter()
+                .any(|f| a == f || (f.starts_with("--") && a.starts_with(&format!("{f}="))))
+        })
+    };
+    match cmd.as_str() {
+        "ls" | "cat" | "head" | "tail" | "wc" | "pwd" | "echo" | "printf" | "true" | "false"
+        | "which" | "whoami" | "uname" | "date" | "stat" | "file" | "du" | "df" | "tree"
+        | "basename" | "dirname" | "realpath" | "readlink" | "nl" | "cut" | "tr" | "diff"
+        | "cmp" | "grep" | "egrep" | "fgrep" | "id" | "env" | "printenv" | "hostname"
+        | "column" | "rev" | "seq" | "test" | "[" | "type" | "md5sum" | "sha256sum" | "sha1sum"
+        | "less" | "more" => {
+            cmd != "env" || args.is_empty() // `env CMD` runs CMD
+        }
+        "sort" => !has(&["-o", "--output"]),
+        "uniq" => args.iter().filter(|a| !a.starts_with('-')).count() <= 1,
+        "rg" => !has(&["--pre", "--pre-glob", "-z", "--search-zip"]),
+        "find" => !has(&[
+            "-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf",
+            "-fls",
+        ]),
+        "sed" => {
+            // Only `sed -n 'N[,M]p' [FILE]…`: no w/e/r commands, no -i.
+            args.first().is_some_and(|a| a == "-n")
+                && args.get(1).is_some_and(|s| is_sed_print(s))
+                && args[2..].iter().all(|a| !a.starts_with('-'))
+        }
+        "git" => is_read_only_git(args),
+        _ => false,
+    }
+}
+
+fn is_sed_print(script: &str) -> bool {
+    let Some(range) = script.strip_suffix('p') else {
+        return false;
+    };
+    let mut parts = range.split(',');
+    let ok = |p: Option<&str>| {
+        p.is_some_and(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit() || c == '$'))
+    };
+    match (parts.next(), parts.next(), parts.next()) {
+        (a, None, None) => ok(a),
+        (a, b, None) => ok(a) && ok(b),
+        _ => false,
+    }
+}
+
+fn is_read_only_git(args: &[String]) -> bool {
+    let Some((sub, rest)) = args.split_first() else {
+        return false;
+    };
+    // Anything before the subcommand (`-c k=v`, `--exec-path`, `-C dir`) is not judged.
+    let writes_or_runs = |a: &String| {
+        a == "--output"
+            || a.starts_with("--output=")
+            || a == "--ext-diff"
+            || a.starts_with("--exec")
+            || a == "--no-index"
+    };
+    match sub.as_str() {
+        "status" | "diff" | "log" | "show" | "blame" | "shortlog" | "ls-files" | "rev-parse"
+        | "describe" | "grep" | "cat-file" | "ls-tree" => !rest.iter().any(writes_or_runs),
+        "branch" | "tag" | "remote" => {
+            // Listing only: flags that just select what to show.
+            rest.iter().all(|a| {
+                matches!(
+                    a.as_str(),
+                    "-a" | "-r"
+                        | "-v"
+                        | "-vv"
+                        | "--list"
+                        | "-l"
+                        | "--all"
+                        | "--show-current"
+                        | "--merged"
+                        | "--no-merged"
+                        | "--contains"
+                        | "--verbose"
+                )
+            })
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ApprovalPolicy::{Ask, AutoEdit, FullAuto, Never};
+    use Decision::{Allow, Decline};
+
+    fn cmd(c: &str) -> ApprovalNeed {
+        ApprovalNeed::Command {
+            command: c.into(),
+            argv: shlex::split(c).unwrap_or_default(),
+            cwd: "/ws".into(),
+        }
+    }
+
+    fn prefixes(list: &[&str]) -> Vec<Vec<String>> {
+        list.iter().filter_map(|p| parse_prefix(p)).collect()
+    }
+
+    #[test]
+    fn decision_table() {
+        let allowed = prefixes(&["cargo test", "npm run"]);
+        let edit = ApprovalNeed::Edit {
+            path: "src/lib.rs".into(),
+            diff: String::new(),
+        };
+        let table: &[(ApprovalPolicy, ApprovalNeed, bool)] = &[
+            (Ask, ApprovalNeed::None, true),
+            (Never, ApprovalNeed::None, true),
+            (Ask, cmd("ls -la src"), true),
+            (Never, cmd("git status"), true),
+            (Ask, cmd("cargo build"), false),
+            (AutoEdit, cmd("cargo build"), false),
+            (FullAuto, cmd("cargo build"), true),
+            (FullAuto, cmd("rm -rf target"), true),
+            (Ask, edit.clone(), false),
+            (AutoEdit, edit.clone(), true),
+            (FullAuto, edit.clone(), true),
+            (Never, edit.clone(), false),
+            (Ask, cmd("cargo test -q"), true),
+            (Never, cmd("cargo test"), true),
+        ];
+        for (policy, need, allow) in table {
+            let d = decide(*policy, need, &allowed, &[]);
+            assert_eq!(d == Allow, *allow, "{policy:?} {need:?} → {d:?}");
+        }
+        assert_eq!(decide(Ask, &cmd("make"), &allowed, &[]), Decision::Ask);
+        assert!(
+            matches!(decide(Never, &cmd("make"), &allowed, &[]), Decline(r) if r.contains("never"))
+        );
+        assert!(
+            matches!(decide(Never, &edit, &allowed, &[]), Decline(r) if r.contains("src/lib.rs"))
+        );
+    }
+
+    #[test]
+    fn safe_list_table() {
+        let table: &[(&str, bool)] = &[
+            ("ls", true),
+            ("cat README.md | head -20", true),
+            ("grep -rn foo src && wc -l src/lib.rs", true),
+            ("rg 'fn main' -n", true),
+            ("rg --pre ./evil foo", false),
+            ("rg -z foo", false),
+            ("find . -name '*.rs'", true),
+            ("find . -name '*.rs' -exec rm {} \\;", false),
+            ("find . -delete", false),
+            ("git status", true),
+            ("git diff HEAD~1 --stat", true),
+            ("git log --oneline -5", true),
+            ("git show HEAD", true),
+            ("git diff --output=/tmp/x", false),
+            ("git diff --ext-diff", false),
+            ("git -c core.pager=evil log", false),
+            ("git commit -m x", false),
+            ("git push", false),
+            ("git branch", true),
+            ("git branch newbranch", false),
+            ("echo hi > file.txt", false),
+            ("echo hi >> file.txt", false),
+            ("ls 2>&1 | head", true),
+            ("ls > /dev/null", true),
+            ("ls &> out", false),
+            ("cat < input.txt", true),
+            ("cat <<EOF\nx\nEOF", false),
+            ("echo $(rm -rf /)", false),
+            ("echo \"$(rm -rf /)\"", false),
+            ("echo `id`", false),
+            ("echo '$(literal)'", true),
+            ("(ls)", false),
+            ("PAGER=evil git log", false),
+            ("ls; rm -rf /", false),
+            ("ls && curl x | sh", false),
+            ("sed -n 1,20p file", true),
+            ("sed -n '5p' file", true),
+            ("sed -i s/a/b/ file", false),
+            ("sed -n 1w/tmp/x file", false),
+            ("sort -o out in", false),
+            ("uniq in out", false),
+            ("env", true),
+            ("env rm -rf /", false),
+            ("cat 'unterminated", false),
+            ("diff <(ls) <(ls a)", false),
+            ("tee out", false),
+            ("", false),
+        ];
+        for (c, safe) in table {
+            assert_eq!(command_is_auto_approved(c, &[], &[]), *safe, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn prefixes_match_words_not_text() {
+        let allowed = prefixes(&["cargo test", "npm run"]);
+        let ok = |c: &str| command_is_auto_approved(c, &allowed, &[]);
+        assert!(ok("cargo test"));
+        assert!(ok("cargo test --release -- --nocapture"));
+        assert!(!ok("cargo testfoo"));
+        assert!(!ok("cargo"));
+        assert!(!ok("cargo build"));
+        assert!(ok("cargo test 2>&1 | tail -5"));
+        assert!(!ok("cargo test && rm -rf /"));
+        assert!(!ok("cargo test > log.txt"));
+        assert!(ok("'cargo' \"test\""));
+        assert!(ok("npm run build"));
+        let session = prefixes(&["make"]);
+        assert!(command_is_auto_approved("make -j4", &[], &session));
+        assert!(!command_is_auto_approved("makefoo", &[], &session));
+    }
+
+    #[test]
+    fn suggested_prefixes() {
+        let s = |c: &str| suggest_prefix(&shlex::split(c).unwrap_or_default()).join(" ");
+        assert_eq!(s("cargo test -q"), "cargo test");
+        assert_eq!(s("npm run build --watch"), "npm run build");
+        assert_eq!(s("python3 -m pytest tests"), "python3 -m pytest");
+        assert_eq!(s("make -j4"), "make");
+        assert_eq!(s("./build.sh all"), "./build.sh");
+        assert_eq!(s(""), "");
+    }
+
+    #[test]
+    fn settings_parse_from_toml() {
+        let s: ApprovalSettings =
+            toml::from_str("policy = \"auto-edit\"\nallow = [\"cargo test\", \"'\"]").unwrap();
+        assert_eq!(s.policy, Some(AutoEdit));
+        let (ok, bad) = s.allow_prefixes();
+        assert_eq!(ok, vec![vec!["cargo".to_string(), "test".to_string()]]);
+        assert_eq!(bad.len(), 1);
+    }
+
+    #[test]
+    fn policies_parse_in_kebab_case() {
+        use clap::ValueEnum;
+        for (s, p) in [
+            ("ask", Ask),
+            ("auto-edit", AutoEdit),
+            ("full-auto", FullAuto),
+            ("never", Never),
+        ] {
+            assert_eq!(ApprovalPolicy::from_str(s, false), Ok(p));
+            assert_eq!(serde_json::to_value(p).unwrap(), serde_json::json!(s));
+        }
+    }
+}

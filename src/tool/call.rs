@@ -1,0 +1,109 @@
+//! Plumbing shared by the file, search and git tools: typed arguments from the model's JSON,
+//! running blocking filesystem work off the async runtime, and capping text for the model.
+
+use futures_util::future::BoxFuture;
+use serde::de::DeserializeOwned;
+
+use super::{ToolContext, ToolResult};
+
+/// Parses a tool's arguments into its typed form; the error names the tool and the problem.
+pub fn parse_args<T: DeserializeOwned>(tool: &str, args: &serde_json::Value) -> Result<T, String> {
+    // Some models send the arguments as a JSON string instead of an object.
+    let value = match args {
+        serde_json::Value::String(text) => serde_json::from_str(text)
+            .map_err(|e| format!("invalid arguments for {tool}: not a JSON object: {e}"))?,
+        other => other.clone(),
+    };
+    serde_json::from_value(value).map_err(|e| format!("invalid arguments for {tool}: {e}"))
+}
+
+/// Runs `work` on the blocking pool: filesystem walks, git and parsing must not stall the
+/// runtime that streams model output.
+pub fn run_blocking<'a, F>(ctx: &'a ToolContext, work: F) -> BoxFuture<'a, ToolResult>
+where
+    F: FnOnce(&ToolContext) -> ToolResult + Send + 'static,
+{
+    let ctx = ctx.clone();
+    Box::pin(async move {
+        match tokio::task::spawn_blocking(move || work(&ctx)).await {
+            Ok(result) => result,
+            Err(e) => ToolResult::error(format!("tool task failed: {e}")),
+        }
+    })
+}
+
+/// Turns `Result<String, String>` into a tool result.
+pub fn into_result(outcome: Result<String, String>) -> ToolResult {
+    match outcome {
+        Ok(text) => ToolResult::ok(text),
+        Err(text) => ToolResult::error(text),
+    }
+}
+
+/// Keeps the head and tail of `text` within `cap` bytes, with a line saying what was dropped.
+pub fn cap_text(text: String, cap: usize) -> String {
+    if text.len() <= cap {
+        return text;
+    }
+    let half = cap / 2;
+    let head_end = floor_char_boundary(&text, half);
+    let tail_start = ceil_char_boundary(&text, text.len() - half);
+    let dropped = &text[head_end..tail_start];
+    let dropped_lines = dropped.matches('\n').count();
+    format!(
+        "{}\n[... {} bytes ({} lines) dropped ...]\n{}",
+        &text[..head_end],
+        dropped.len(),
+        dropped_lines,
+        &text[tail_start..]
+    )
+}
+
+fn floor_char_boundary(text: &str, mut index: usize) -> usize {
+    while index > 0 && !text.is_char_boundary(index) {
+        index -= 1;
+    }
+    index
+}
+
+fn ceil_char_boundary(text: &str, mut index: usize) -> usize {
+    while index < text.len() && !text.is_char_boundary(index) {
+        index += 1;
+    }
+    index
+}
+
+/// Truncates one line for display, marking the cut.
+pub fn clip_line(line: &str, max_chars: usize) -> String {
+    match line.char_indices().nth(max_chars) {
+        Some((cut, _)) => format!("{}… [line truncated]", &line[..cut]),
+        None => line.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cap_text_keeps_head_and_tail_and_counts_dropped() {
+        let text: String = (0..1000).map(|i| format!("line {i}\n")).collect();
+        let capped = cap_text(text.clone(), 200);
+        assert!(capped.starts_with("line 0\n"));
+        assert!(capped.ends_with("line 999\n"));
+        assert!(capped.contains("bytes ("));
+        assert!(capped.len() < 300);
+    }
+
+    #[test]
+    fn parse_args_accepts_a_json_string() {
+        #[derive(serde::Deserialize)]
+        struct A {
+            path: String,
+        }
+        let a: A = parse_args("t", &serde_json::json!("{\"path\":\"x\"}")).unwrap();
+        assert_eq!(a.path, "x");
+        let err = parse_args::<A>("t", &serde_json::json!({})).err().unwrap();
+        assert!(err.contains("missing field `path`"), "{err}");
+    }
+}

@@ -1,0 +1,520 @@
+//! `git`: status, diff (working tree / staged / against a revision), log, show, and a commit of
+//! chosen paths, through git2 (no hooks run, nothing pushed, nothing forced — those operations
+//! are simply not offered).
+
+use std::path::{Path, PathBuf};
+
+use futures_util::future::BoxFuture;
+use git2::{DiffFormat, DiffOptions, Index, IndexAddOption, Repository, Signature, StatusOptions};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::backend::ToolSpec;
+use crate::tool::call::{cap_text, into_result, parse_args, run_blocking};
+use crate::tool::path::resolve;
+use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};
+
+const OUTPUT_CAP: usize = 64 * 1024;
+const STATUS_CAP: usize = 500;
+const LOG_DEFAULT: usize = 20;
+const LOG_MAX: usize = 200;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Action {
+    Status,
+    Diff,
+    Log,
+    Show,
+    Commit,
+}
+
+#[derive(Deserialize)]
+struct GitArgs {
+    action: Action,
+    #[serde(default)]
+    staged: bool,
+    #[serde(default)]
+    rev: Option<String>,
+    #[serde(default)]
+    paths: Vec<String>,
+    #[serde(default)]
+    max_count: Option<usize>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+pub struct GitTool;
+
+impl Tool for GitTool {
+    fn name(&self) -> &'static str {
+        "git"
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name().into(),
+            description: "Inspect the git repository of the workspace, or commit. Actions:\n\
+                - status: branch and changed files (porcelain XY codes; ?? = untracked).\n\
+                - diff: unified diff. Default: working tree against the index, including \
+                untracked files; staged=true: index against HEAD; rev='REV': working tree \
+                against that revision (e.g. 'HEAD~1', 'main'). `paths` limits it.\n\
+                - log: recent commits (max_count, default 20), from `rev` (default HEAD), \
+                optionally only those touching `paths`.\n\
+                - show: a commit's message and diff (rev, default HEAD), or a file at a \
+                revision ('HEAD:src/lib.rs').\n\
+                - commit: commit the current content of `paths` (files or directories, \
+                required) with `message`; other staged changes stay staged. Hooks do not run.\n\
+                Paths are relative to the workspace. Pushing, resetting and other force \
+                operations are not available."
+                .into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "action": {"type": "string", "enum": ["status", "diff", "log", "show", "commit"]},
+                    "staged": {"type": "boolean", "description": "diff: compare the index with HEAD."},
+                    "rev": {"type": "string", "description": "diff/log/show: a revision (commit id, branch, tag, HEAD~2, HEAD:path)."},
+                    "paths": {"type": "array", "items": {"type": "string"}, "description": "diff/log: limit to these paths; commit: the paths to commit."},
+                    "max_count": {"type": "integer", "minimum": 1, "maximum": LOG_MAX, "description": "log: number of commits (default 20)."},
+                    "message": {"type": "string", "description": "commit: the commit message."}
+                },
+                "required": ["action"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    fn approval(&self, args: &serde_json::Value, ctx: &ToolContext) -> ApprovalNeed {
+        if args["action"].as_str() != Some("commit") {
+            return ApprovalNeed::None;
+        }
+        let message = args["message"].as_str().unwrap_or("").to_string();
+        let mut argv = vec![
+            "git".to_string(),
+            "commit".to_string(),
+            "-m".to_string(),
+            message,
+            "--".to_string(),
+        ];
+        if let Some(paths) = args["paths"].as_array() {
+            argv.extend(paths.iter().filter_map(|p| p.as_str()).map(String::from));
+        }
+        ApprovalNeed::Command {
+            command: shlex::try_join(argv.iter().map(String::as_str))
+                .unwrap_or_else(|_| argv.join(" ")),
+            argv,
+            cwd: ctx.workspace.display().to_string(),
+        }
+    }
+
+    fn title(&self, args: &serde_json::Value) -> String {
+        let action = args["action"].as_str().unwrap_or("?");
+        match args["rev"].as_str() {
+            Some(rev) => format!("git {action} {rev}"),
+            None => format!("git {action}"),
+        }
+    }
+
+    fn run<'a>(
+        &'a self,
+        args: serde_json::Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, ToolResult> {
+        run_blocking(ctx, move |ctx| into_result(git(&args, ctx)))
+    }
+}
+
+fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
+    let args: GitArgs = parse_args("git", args)?;
+    let repo = Repository::discover(&ctx.workspace)
+        .map_err(|_| format!("{} is not inside a git repository", ctx.workspace.display()))?;
+    let workdir = repo
+        .workdir()
+        .and_then(|w| std::fs::canonicalize(w).ok())
+        .ok_or("the repository is bare (no working tree)")?;
+    let pathspecs = args
+        .paths
+        .iter()
+        .map(|p| repo_path(ctx, &workdir, p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let out = match args.action {
+        Action::Status => status(&repo),
+        Action::Diff => diff(&repo, args.staged, args.rev.as_deref(), &pathspecs),
+        Action::Log => log(
+            &repo,
+            args.rev.as_deref(),
+            &pathspecs,
+            args.max_count.unwrap_or(LOG_DEFAULT).clamp(1, LOG_MAX),
+        ),
+        Action::Show => show(&repo, args.rev.as_deref().unwrap_or("HEAD")),
+        Action::Commit => commit(&repo, &pathspecs, args.message.as_deref().unwrap_or("")),
+    }
+    .map_err(|e| match e {
+        GitFailure::Git(e) => format!("git {}: {}", action_name(&args.action), e.message()),
+        GitFailure::Message(m) => m,
+    })?;
+    Ok(cap_text(out, OUTPUT_CAP))
+}
+
+fn action_name(action: &Action) -> &'static str {
+    match action {
+        Action::Status => "status",
+        Action::Diff => "diff",
+        Action::Log => "log",
+        Action::Show => "show",
+        Action::Commit => "commit",
+    }
+}
+
+enum GitFailure {
+    Git(git2::Error),
+    Message(String),
+}
+
+impl From<git2::Error> for GitFailure {
+    fn from(e: git2::Error) -> Self {
+        GitFailure::Git(e)
+    }
+}
+
+impl From<String> for GitFailure {
+    fn from(m: String) -> Self {
+        GitFailure::Message(m)
+    }
+}
+
+/// A workspace path as a pathspec relative to the repository root (`` for the whole tree).
+fn repo_path(ctx: &ToolContext, workdir: &Path, input: &str) -> Result<String, String> {
+    let resolved = resolve(&ctx.workspace, input).map_err(|e| e.to_string())?;
+    let rel = resolved.abs.strip_prefix(workdir).map_err(|_| {
+        format!(
+            "path '{input}' is outside the repository {}",
+            workdir.display()
+        )
+    })?;
+    let shown = crate::tool::path::display_relative(rel);
+    Ok(if shown == "." { String::new() } else { shown })
+}
+
+fn branch_line(repo: &Repository) -> String {
+    match repo.head() {
+        Ok(head) => match head.shorthand() {
+            Some(name) if head.is_branch() => format!("On branch {name}"),
+            _ => format!(
+                "HEAD detached at {}",
+                head.target()
+                    .map(|o| o.to_string()[..7].to_string())
+                    .unwrap_or_default()
+            ),
+        },
+        Err(_) => {
+            let branch = repo
+                .find_reference("HEAD")
+                .ok()
+                .and_then(|r| r.symbolic_target().map(String::from))
+                .map(|t| t.trim_start_matches("refs/heads/").to_string())
+                .unwrap_or_else(|| "?".into());
+            format!("On branch {branch} (no commits yet)")
+        }
+    }
+}
+
+fn status(repo: &Repository) -> Result<String, GitFailure> {
+    let mut options = StatusOptions::new();
+    options
+        .include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false)
+        .renames_head_to_index(true);
+    let statuses = repo.statuses(Some(&mut options))?;
+    let mut out = branch_line(repo);
+    out.push('\n');
+    if statuses.is_empty() {
+        out.push_str("nothing to commit, working tree clean\n");
+        return Ok(out);
+    }
+    for entry in statuses.iter().take(STATUS_CAP) {
+        let s = entry.status();
+        let path = entry.path().unwrap_or("?");
+        let code = if s.is_wt_new() && !s.is_index_new() {
+            "??".to_string()
+        } else if s.is_conflicted() {
+            "UU".to_string()
+        } else {
+            let index = if s.is_index_new() {
+                'A'
+            } else if s.is_index_modified() {
+                'M'
+            } else if s.is_index_deleted() {
+                'D'
+            } else if s.is_index_renamed() {
+                'R'
+            } else if s.is_index_typechange() {
+                'T'
+            } else {
+                ' '
+            };
+            let tree = if s.is_wt_modified() {
+                'M'
+            } else if s.is_wt_deleted() {
+                'D'
+            } else if s.is_wt_typechange() {
+                'T'
+            } else if s.is_wt_renamed() {
+                'R'
+            } else {
+                ' '
+            };
+            format!("{index}{tree}")
+        };
+        let renamed = entry
+            .head_to_index()
+            .filter(|_| s.is_index_renamed())
+            .and_then(|d| d.old_file().path().map(|p| p.display().to_string()));
+        match renamed {
+            Some(from) => out.push_str(&format!("{code} {from} -> {path}\n")),
+            None => out.push_str(&format!("{code} {path}\n")),
+        }
+    }
+    if statuses.len() > STATUS_CAP {
+        out.push_str(&format!(
+            "[{} more entries not shown]\n",
+            statuses.len() - STATUS_CAP
+        ));
+    }
+    Ok(out)
+}
+
+fn diff_options(pathspecs: &[String]) -> DiffOptions {
+    let mut options = DiffOptions::new();
+    for spec in pathspecs.iter().filter(|s| !s.is_empty()) {
+        options.pathspec(spec);
+    }
+    options
+}
+
+fn render_diff(diff: &git2::Diff) -> Result<String, GitFailure> {
+    let stats = diff.stats()?;
+    let mut out = format!(
+        "{} files changed, {} insertions(+), {} deletions(-)\n",
+        stats.files_changed(),
+        stats.insertions(),
+        stats.deletions()
+    );
+    diff.print(DiffFormat::Patch, |_delta, _hunk, line| {
+        let content = String::from_utf8_lossy(line.content());
+        match line.origin() {
+            origin @ ('+' | '-' | ' ') => {
+                out.push(origin);
+                out.push_str(&content);
+            }
+            _ => out.push_str(&content),
+        }
+        true
+    })?;
+    Ok(out)
+}
+
+fn head_tree(repo: &Repository) -> Option<git2::Tree<'_>> {
+    repo.head().ok().and_then(|h| h.peel_to_tree().ok())
+}
+
+fn diff(
+    repo: &Repository,
+    staged: bool,
+    rev: Option<&str>,
+    pathspecs: &[String],
+) -> Result<String, GitFailure> {
+    let mut options = diff_options(pathspecs);
+    let diff = if staged {
+        repo.diff_tree_to_index(head_tree(repo).as_ref(), None, Some(&mut options))?
+    } else if let Some(rev) = rev {
+        let tree = repo
+            .revparse_single(rev)
+            .and_then(|o| o.peel_to_tree())
+            .map_err(|e| format!("unknown revision '{rev}': {}", e.message()))?;
+        repo.diff_tree_to_workdir_with_index(Some(&tree), Some(&mut options))?
+    } else {
+        options
+            .include_untracked(true)
+            .recurse_untracked_dirs(true)
+            .show_untracked_content(true);
+        repo.diff_index_to_workdir(None, Some(&mut options))?
+    };
+    if diff.deltas().len() == 0 {
+        return Ok("no differences\n".into());
+    }
+    render_diff(&diff)
+}
+
+fn format_time(time: git2::Time) -> String {
+    chrono::DateTime::from_timestamp(time.seconds(), 0)
+        .map(|t| t.format("%Y-%m-%d %H:%M").to_string())
+        .unwrap_or_default()
+}
+
+fn touches(repo: &Repository, commit: &git2::Commit, pathspecs: &[String]) -> bool {
+    if pathspecs.iter().all(|s| s.is_empty()) {
+        return true;
+    }
+    let tree = commit.tree().ok();
+    let parent_tree = commit.parent(0).ok().and_then(|p| p.tree().ok());
+    let mut options = diff_options(pathspecs);
+    repo.diff_tree_to_tree(parent_tree.as_ref(), tree.as_ref(), Some(&mut options))
+        .is_ok_and(|d| d.deltas().len() > 0)
+}
+
+fn log(
+    repo: &Repository,
+    rev: Option<&str>,
+    pathspecs: &[String],
+    max_count: usize,
+) -> Result<String, GitFailure> {
+    let start = match rev {
+        Some(rev) => repo
+            .revparse_single(rev)
+            .and_then(|o| o.peel_to_commit())
+            .map_err(|e| format!("unknown revision '{rev}': {}", e.message()))?
+            .id(),
+        None => match repo.head().ok().and_then(|h| h.target()) {
+            Some(id) => id,
+            None => return Ok(format!("{}\nno commits yet\n", branch_line(repo))),
+        },
+    };
+    let mut walk = repo.revwalk()?;
+    walk.push(start)?;
+    walk.set_sorting(git2::Sort::TIME)?;
+    let mut out = String::new();
+    let mut shown = 0;
+    for id in walk {
+        let commit = repo.find_commit(id?)?;
+        if !touches(repo, &commit, pathspecs) {
+            continue;
+        }
+        out.push_str(&format!(
+            "{} {} {} {}\n",
+            &commit.id().to_string()[..10],
+            format_time(commit.time()),
+            commit.author().name().unwrap_or("?"),
+            commit.summary().unwrap_or("")
+        ));
+        shown += 1;
+        if shown >= max_count {
+            break;
+        }
+    }
+    if out.is_empty() {
+        out.push_str("no commits match\n");
+    }
+    Ok(out)
+}
+
+fn show(repo: &Repository, rev: &str) -> Result<String, GitFailure> {
+    let object = repo
+        .revparse_single(rev)
+        .map_err(|e| format!("unknown revision '{rev}': {}", e.message()))?;
+    if let Some(blob) = object.as_blob() {
+        if blob.is_binary() {
+            return Ok(format!("{rev} is a binary file ({} bytes)\n", blob.size()));
+        }
+        return Ok(String::from_utf8_lossy(blob.content()).into_owned());
+    }
+    let commit = object
+        .peel_to_commit()
+        .map_err(|_| format!("'{rev}' is not a commit or a file"))?;
+    let author = commit.author();
+    let mut out = format!(
+        "commit {}\nAuthor: {} <{}>\nDate:   {}\n\n",
+        commit.id(),
+        author.name().unwrap_or("?"),
+        author.email().unwrap_or("?"),
+        format_time(commit.time())
+    );
+    for line in commit.message().unwrap_or("").lines() {
+        out.push_str(&format!("    {line}\n"));
+    }
+    out.push('\n');
+    let tree = commit.tree()?;
+    let parent_tree = commit.parent(0).ok().and_then(|p| p.tree().ok());
+    let diff = repo.diff_tree_to_tree(parent_tree.as_ref(), Some(&tree), None)?;
+    out.push_str(&render_diff(&diff)?);
+    Ok(out)
+}
+
+fn under(path: &Path, spec: &str) -> bool {
+    spec.is_empty() || path.starts_with(spec)
+}
+
+fn commit(repo: &Repository, pathspecs: &[String], message: &str) -> Result<String, GitFailure> {
+    if message.trim().is_empty() {
+        return Err("commit needs a non-empty message".to_string().into());
+    }
+    if pathspecs.is_empty() {
+        return Err("commit needs `paths`: the files or directories to commit"
+            .to_string()
+            .into());
+    }
+    // Stage the chosen paths in the real index (additions, changes and deletions) …
+    let specs: Vec<&str> = pathspecs
+        .iter()
+        .map(|s| if s.is_empty() { "*" } else { s.as_str() })
+        .collect();
+    let mut index = repo.index()?;
+    index.add_all(specs.iter(), IndexAddOption::DEFAULT, None)?;
+    index.update_all(specs.iter(), None)?;
+    index.write()?;
+    // … and build the commit from HEAD plus only those paths, like `git commit -- paths`.
+    let head = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+    let mut chosen = Index::new()?;
+    if let Some(head) = &head {
+        chosen.read_tree(&head.tree()?)?;
+    }
+    let stale: Vec<PathBuf> = chosen
+        .iter()
+        .map(|e| PathBuf::from(String::from_utf8_lossy(&e.path).into_owned()))
+        .filter(|p| pathspecs.iter().any(|s| under(p, s)))
+        .collect();
+    for path in stale {
+        chosen.remove_path(&path)?;
+    }
+    for entry in index.iter() {
+        let path = PathBuf::from(String::from_utf8_lossy(&entry.path).into_owned());
+        if pathspecs.iter().any(|s| under(&path, s)) {
+            chosen.add(&entry)?;
+        }
+    }
+    let tree_id = chosen.write_tree_to(repo)?;
+    if head.as_ref().is_some_and(|h| h.tree_id() == tree_id) {
+        return Err(format!(
+            "nothing to commit: {} unchanged since HEAD",
+            pathspecs.join(", ")
+        )
+        .into());
+    }
+    let tree = repo.find_tree(tree_id)?;
+    let signature = repo
+        .signature()
+        .or_else(|_| Signature::now("baton", "baton@localhost"))?;
+    let parents: Vec<&git2::Commit> = head.iter().collect();
+    let id = repo.commit(
+        Some("HEAD"),
+        &signature,
+        &signature,
+        message,
+        &tree,
+        &parents,
+    )?;
+    let parent_tree = head.as_ref().and_then(|h| h.tree().ok());
+    let stats = repo
+        .diff_tree_to_tree(parent_tree.as_ref(), Some(&tree), None)?
+        .stats()?;
+    Ok(format!(
+        "[{}] committed {}: {}\n{} files changed, {} insertions(+), {} deletions(-)\n",
+        branch_line(repo).trim_start_matches("On branch "),
+        &id.to_string()[..10],
+        message.lines().next().unwrap_or(""),
+        stats.files_changed(),
+        stats.insertions(),
+        stats.deletions()
+    ))
+}

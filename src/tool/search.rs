@@ -1,0 +1,675 @@
+//! Read-only search tools over the `ignore` walker (so .gitignore is respected): `list_dir`
+//! (a depth-limited tree), `glob` (file names by pattern) and `grep` (a parallel regex search
+//! that skips binary files and caps its results with a count of what it left out).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures_util::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::backend::ToolSpec;
+use crate::tool::call::{clip_line, into_result, parse_args, run_blocking};
+use crate::tool::path::{display_relative, resolve};
+use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};
+
+/// Most entries `list_dir` shows.
+pub const LIST_DIR_CAP: usize = 400;
+/// Most paths `glob` returns.
+pub const GLOB_CAP: usize = 500;
+/// Default and largest number of matching lines `grep` returns.
+pub const GREP_DEFAULT_RESULTS: usize = 200;
+pub const GREP_MAX_RESULTS: usize = 2000;
+/// Files larger than this are not searched by `grep`.
+pub const GREP_MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+fn default_dot() -> String {
+    ".".into()
+}
+
+fn walker(root: &Path, hidden: bool) -> ignore::WalkBuilder {
+    let mut builder = ignore::WalkBuilder::new(root);
+    builder
+        .hidden(!hidden)
+        .require_git(false)
+        .follow_links(false)
+        .filter_entry(|e| e.file_name() != ".git");
+    builder
+}
+
+/// The path of `entry` relative to the workspace, for display.
+fn shown(workspace_root: &Path, path: &Path) -> String {
+    display_relative(path.strip_prefix(workspace_root).unwrap_or(path))
+}
+
+fn workspace_root(ctx: &ToolContext) -> PathBuf {
+    std::fs::canonicalize(&ctx.workspace).unwrap_or_else(|_| ctx.workspace.clone())
+}
+
+// ---------------------------------------------------------------------------------------------
+// list_dir
+
+#[derive(Deserialize)]
+struct ListArgs {
+    #[serde(default = "default_dot")]
+    path: String,
+    #[serde(default)]
+    depth: Option<usize>,
+    #[serde(default)]
+    hidden: bool,
+}
+
+pub struct ListDirTool;
+
+impl Tool for ListDirTool {
+    fn name(&self) -> &'static str {
+        "list_dir"
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name().into(),
+            description: format!(
+                "List a directory of the workspace as an indented tree (directories end with \
+                 '/'). Files ignored by .gitignore and the .git directory are left out. `depth` \
+                 is how many levels to descend (default 2, at most 8). At most {LIST_DIR_CAP} \
+                 entries are shown; list a subdirectory to see more."
+            ),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "Directory relative to the workspace root (default '.')."},
+                    "depth": {"type": "integer", "minimum": 1, "maximum": 8, "description": "Levels to descend (default 2)."},
+                    "hidden": {"type": "boolean", "description": "Also show hidden (dot) files and directories (default false)."}
+                },
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    fn approval(&self, _args: &serde_json::Value, _ctx: &ToolContext) -> ApprovalNeed {
+        ApprovalNeed::None
+    }
+
+    fn title(&self, args: &serde_json::Value) -> String {
+        format!("list {}", args["path"].as_str().unwrap_or("."))
+    }
+
+    fn run<'a>(
+        &'a self,
+        args: serde_json::Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, ToolResult> {
+        run_blocking(ctx, move |ctx| into_result(list_dir(&args, ctx)))
+    }
+}
+
+fn list_dir(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
+    let args: ListArgs = parse_args("list_dir", args)?;
+    let target = resolve(&ctx.workspace, &args.path).map_err(|e| e.to_string())?;
+    if !target.abs.is_dir() {
+        return Err(format!("{} is not a directory", target.rel));
+    }
+    let depth = args.depth.unwrap_or(2).clamp(1, 8);
+    let walk = walker(&target.abs, args.hidden)
+        .max_depth(Some(depth))
+        .sort_by_file_name(|a, b| a.cmp(b))
+        .build();
+    let mut out = format!("{}/\n", target.rel);
+    let mut shown_entries = 0usize;
+    let mut dropped = 0usize;
+    for entry in walk.flatten() {
+        if entry.depth() == 0 {
+            continue;
+        }
+        if shown_entries >= LIST_DIR_CAP {
+            dropped += 1;
+            continue;
+        }
+        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+        let is_link = entry.path_is_symlink();
+        let name = entry.file_name().to_string_lossy();
+        let indent = "  ".repeat(entry.depth());
+        let suffix = if is_dir {
+            "/"
+        } else if is_link {
+            "@"
+        } else {
+            ""
+        };
+        out.push_str(&format!("{indent}{name}{suffix}\n"));
+        shown_entries += 1;
+    }
+    if shown_entries == 0 {
+        out.push_str("  (empty)\n");
+    }
+    if dropped > 0 {
+        out.push_str(&format!(
+            "[{dropped} more entries not shown; list a subdirectory or lower depth]\n"
+        ));
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// glob
+
+#[derive(Deserialize)]
+struct GlobArgs {
+    pattern: String,
+    #[serde(default = "default_dot")]
+    path: String,
+}
+
+pub struct GlobTool;
+
+impl Tool for GlobTool {
+    fn name(&self) -> &'static str {
+        "glob"
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name().into(),
+            description: format!(
+                "Find files by name pattern, e.g. '**/*.rs' or 'src/**/test_*.py'. `*` matches \
+                 within one path component, `**` across directories, `{{a,b}}` alternatives. A \
+                 pattern without '/' matches file names at any depth ('*.toml'). Paths are \
+                 matched relative to `path` and returned relative to the workspace, sorted; \
+                 .gitignored and hidden files are skipped. At most {GLOB_CAP} results."
+            ),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "description": "Glob pattern."},
+                    "path": {"type": "string", "description": "Directory to search in, relative to the workspace root (default '.')."}
+                },
+                "required": ["pattern"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    fn approval(&self, _args: &serde_json::Value, _ctx: &ToolContext) -> ApprovalNeed {
+        ApprovalNeed::None
+    }
+
+    fn title(&self, args: &serde_json::Value) -> String {
+        format!("glob {}", args["pattern"].as_str().unwrap_or("?"))
+    }
+
+    fn run<'a>(
+        &'a self,
+        args: serde_json::Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, ToolResult> {
+        run_blocking(ctx, move |ctx| into_result(glob_files(&args, ctx)))
+    }
+}
+
+fn glob_files(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
+    let args: GlobArgs = parse_args("glob", args)?;
+    let target = resolve(&ctx.workspace, &args.path).map_err(|e| e.to_string())?;
+    if !target.abs.is_dir() {
+        return Err(format!("{} is not a directory", target.rel));
+    }
+    let pattern = args.pattern.trim().trim_start_matches("./");
+    let by_name = !pattern.contains('/');
+    let matcher = globset::GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .build()
+        .map_err(|e| format!("invalid glob pattern '{pattern}': {e}"))?
+        .compile_matcher();
+    let root = workspace_root(ctx);
+    let mut found = Vec::new();
+    for entry in walker(&target.abs, false).build().flatten() {
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let Ok(rel) = entry.path().strip_prefix(&target.abs) else {
+            continue;
+        };
+        let hit = if by_name {
+            matcher.is_match(entry.file_name())
+        } else {
+            matcher.is_match(rel)
+        };
+        if hit {
+            found.push(shown(&root, entry.path()));
+        }
+    }
+    found.sort();
+    let total = found.len();
+    if total == 0 {
+        return Ok(format!("no files match '{pattern}' in {}", target.rel));
+    }
+    let mut out = found
+        .into_iter()
+        .take(GLOB_CAP)
+        .collect::<Vec<_>>()
+        .join("\n");
+    out.push('\n');
+    if total > GLOB_CAP {
+        out.push_str(&format!(
+            "[{} more files not shown ({total} matched); use a narrower pattern]\n",
+            total - GLOB_CAP
+        ));
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// grep
+
+/// A grep request (also used directly by the benchmark).
+#[derive(Debug, Clone)]
+pub struct GrepOptions {
+    pub pattern: String,
+    pub case_insensitive: bool,
+    pub literal: bool,
+    /// Only files whose name (or relative path, with '/') matches this glob.
+    pub glob: Option<String>,
+    pub hidden: bool,
+    pub max_results: usize,
+    /// Stops the walk early (the turn was interrupted); the report then covers what was seen.
+    pub cancel: Option<tokio_util::sync::CancellationToken>,
+}
+
+/// One matching line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineHit {
+    /// 1-based.
+    pub line: usize,
+    /// The line without its ending, cut at 300 characters.
+    pub text: String,
+}
+
+/// The matching lines of one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileHits {
+    pub path: PathBuf,
+    pub lines: Vec<LineHit>,
+}
+
+/// What a search found: the first `max_results` matching lines in path order, grouped by
+/// file, and the true totals.
+#[derive(Debug, Clone, Default)]
+pub struct GrepReport {
+    pub files: Vec<FileHits>,
+    /// Lines in `files` (at most `max_results`).
+    pub shown_lines: usize,
+    pub total_lines: usize,
+    pub files_matched: usize,
+    pub files_searched: usize,
+    pub binary_skipped: usize,
+}
+
+/// Searches every non-ignored, non-binary file under `root` in parallel.
+pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, String> {
+    let source = if options.literal {
+        regex::escape(&options.pattern)
+    } else {
+        options.pattern.clone()
+    };
+    let regex = regex::bytes::RegexBuilder::new(&source)
+        .case_insensitive(options.case_insensitive)
+        .multi_line(true)
+        .build()
+        .map_err(|e| format!("invalid regex '{}': {e}", options.pattern))?;
+    let filter = match &options.glob {
+        Some(glob) => {
+            let matcher = globset::GlobBuilder::new(glob)
+                .literal_separator(true)
+                .build()
+                .map_err(|e| format!("invalid glob '{glob}': {e}"))?
+                .compile_matcher();
+            Some((matcher, glob.contains('/')))
+        }
+        None => None,
+    };
+    let per_file_cap = options.max_results.max(1);
+    let hits: Mutex<Vec<FileHits>> = Mutex::new(Vec::new());
+    let total_lines = AtomicUsize::new(0);
+    let files_matched = AtomicUsize::new(0);
+    let files_searched = AtomicUsize::new(0);
+    let binary_skipped = AtomicUsize::new(0);
+    let single_file = root.is_file();
+    walker(root, options.hidden)
+        .threads(std::thread::available_parallelism().map_or(4, |n| n.get().min(12)))
+        .build_parallel()
+        .run(|| {
+            let regex = &regex;
+            let filter = &filter;
+            let hits = &hits;
+            let (total_lines, files_matched) = (&total_lines, &files_matched);
+            let (files_searched, binary_skipped) = (&files_searched, &binary_skipped);
+            let cancel = options.cancel.as_ref();
+            Box::new(move |entry| {
+                if cancel.is_some_and(|c| c.is_cancelled()) {
+                    return ignore::WalkState::Quit;
+                }
+                let Ok(entry) = entry else {
+                    return ignore::WalkState::Continue;
+                };
+                if !entry.file_type().is_some_and(|t| t.is_file()) {
+                    return ignore::WalkState::Continue;
+                }
+                if let Some((matcher, by_path)) = filter
+                    && !single_file
+                {
+                    let rel = entry.path().strip_prefix(root).unwrap_or(entry.path());
+                    let hit = if *by_path {
+                        matcher.is_match(rel)
+                    } else {
+                        matcher.is_match(entry.file_name())
+                    };
+                    if !hit {
+                        return ignore::WalkState::Continue;
+                    }
+                }
+                let Some(data) = read_searchable(entry.path()) else {
+                    return ignore::WalkState::Continue;
+                };
+                files_searched.fetch_add(1, Ordering::Relaxed);
+                let sample = &data[..data.len().min(crate::tool::fs::BINARY_SAMPLE)];
+                if sample.contains(&0) {
+                    binary_skipped.fetch_add(1, Ordering::Relaxed);
+                    return ignore::WalkState::Continue;
+                }
+                let (lines, count) = search_bytes(regex, &data, per_file_cap);
+                if count > 0 {
+                    total_lines.fetch_add(count, Ordering::Relaxed);
+                    files_matched.fetch_add(1, Ordering::Relaxed);
+                    let found = FileHits {
+                        path: entry.into_path(),
+                        lines,
+                    };
+                    if let Ok(mut all) = hits.lock() {
+                        all.push(found);
+                    }
+                }
+                ignore::WalkState::Continue
+            })
+        });
+    let mut files = hits.into_inner().unwrap_or_default();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let mut shown_lines = 0usize;
+    let mut keep = 0usize;
+    for file in &mut files {
+        if shown_lines >= options.max_results {
+            break;
+        }
+        file.lines.truncate(options.max_results - shown_lines);
+        shown_lines += file.lines.len();
+        keep += 1;
+    }
+    files.truncate(keep);
+    Ok(GrepReport {
+        files,
+        shown_lines,
+        total_lines: total_lines.into_inner(),
+        files_matched: files_matched.into_inner(),
+        files_searched: files_searched.into_inner(),
+        binary_skipped: binary_skipped.into_inner(),
+    })
+}
+
+/// The content of a file to search, `None` when unreadable or over the size cap. One open and
+/// one fstat per file: the walk already costs a syscall per entry.
+fn read_searchable(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    if len > GREP_MAX_FILE_BYTES {
+        return None;
+    }
+    let mut data = Vec::with_capacity(len as usize + 1);
+    file.read_to_end(&mut data).ok()?;
+    Some(data)
+}
+
+/// Matching lines of one file (at most `cap` kept) and how many lines matched in all.
+///
+/// Line-oriented like ripgrep: the earliest end of a match locates a candidate line (a forward
+/// scan only, no search for where the match starts), and the regex is confirmed on that line
+/// alone, so a match never spans lines.
+fn search_bytes(regex: &regex::bytes::Regex, data: &[u8], cap: usize) -> (Vec<LineHit>, usize) {
+    let mut hits = Vec::new();
+    let mut count = 0usize;
+    let mut line_no = 1usize;
+    let mut counted_to = 0usize;
+    let mut at = 0usize;
+    while at <= data.len() {
+        let Some(match_end) = regex.shortest_match_at(data, at) else {
+            break;
+        };
+        // The line holding the last byte of the match (or the empty match itself).
+        let pos = if match_end > at {
+            match_end - 1
+        } else {
+            match_end
+        };
+        let start = data[..pos]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |p| p + 1)
+            .max(at);
+        if start == data.len() {
+            // Past the final newline there is no line (ripgrep does not report one either).
+            break;
+        }
+        let end = data[pos..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(data.len(), |p| pos + p);
+        let line = &data[start..end];
+        if !regex.is_match(line) {
+            at = end + 1;
+            continue;
+        }
+        line_no += data[counted_to..start]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        counted_to = start;
+        count += 1;
+        if hits.len() < cap {
+            let text = line.strip_suffix(b"\r").unwrap_or(line);
+            hits.push(LineHit {
+                line: line_no,
+                text: clip_line(&String::from_utf8_lossy(text), 300),
+            });
+        }
+        at = end + 1;
+    }
+    (hits, count)
+}
+
+#[derive(Deserialize)]
+struct GrepArgs {
+    pattern: String,
+    #[serde(default = "default_dot")]
+    path: String,
+    #[serde(default)]
+    glob: Option<String>,
+    #[serde(default)]
+    case_insensitive: bool,
+    #[serde(default)]
+    literal: bool,
+    #[serde(default)]
+    hidden: bool,
+    #[serde(default)]
+    files_only: bool,
+    #[serde(default)]
+    max_results: Option<usize>,
+}
+
+pub struct GrepTool;
+
+impl Tool for GrepTool {
+    fn name(&self) -> &'static str {
+        "grep"
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name().into(),
+            description: format!(
+                "Search file contents with a regular expression (Rust regex syntax, like \
+                 ripgrep) under a directory or in one file. Returns `path:line:text` for each \
+                 matching line, sorted by path. Respects .gitignore; skips hidden files unless \
+                 `hidden`, binary files and files over {} MiB. Returns at most `max_results` \
+                 lines (default {GREP_DEFAULT_RESULTS}, at most {GREP_MAX_RESULTS}) and says how \
+                 many were left out. Use `glob` (e.g. '*.py') to restrict the files searched.",
+                GREP_MAX_FILE_BYTES >> 20
+            ),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "description": "Regular expression (or literal text with literal=true)."},
+                    "path": {"type": "string", "description": "Directory or file to search, relative to the workspace root (default '.')."},
+                    "glob": {"type": "string", "description": "Only search files matching this glob, e.g. '*.rs' or 'src/**/*.ts'."},
+                    "case_insensitive": {"type": "boolean", "description": "Ignore case (default false)."},
+                    "literal": {"type": "boolean", "description": "Treat pattern as literal text, not a regex (default false)."},
+                    "hidden": {"type": "boolean", "description": "Also search hidden files (default false)."},
+                    "files_only": {"type": "boolean", "description": "Return only the paths of matching files (default false)."},
+                    "max_results": {"type": "integer", "minimum": 1, "maximum": GREP_MAX_RESULTS, "description": "Most lines (or files) to return."}
+                },
+                "required": ["pattern"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    fn approval(&self, _args: &serde_json::Value, _ctx: &ToolContext) -> ApprovalNeed {
+        ApprovalNeed::None
+    }
+
+    fn title(&self, args: &serde_json::Value) -> String {
+        format!(
+            "grep {} in {}",
+            args["pattern"].as_str().unwrap_or("?"),
+            args["path"].as_str().unwrap_or(".")
+        )
+    }
+
+    fn run<'a>(
+        &'a self,
+        args: serde_json::Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, ToolResult> {
+        run_blocking(ctx, move |ctx| into_result(grep(&args, ctx)))
+    }
+}
+
+fn grep(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
+    let args: GrepArgs = parse_args("grep", args)?;
+    let target = resolve(&ctx.workspace, &args.path).map_err(|e| e.to_string())?;
+    if !target.abs.exists() {
+        return Err(format!("{}: no such file or directory", target.rel));
+    }
+    let max_results = args
+        .max_results
+        .unwrap_or(GREP_DEFAULT_RESULTS)
+        .clamp(1, GREP_MAX_RESULTS);
+    let options = GrepOptions {
+        pattern: args.pattern.clone(),
+        case_insensitive: args.case_insensitive,
+        literal: args.literal,
+        glob: args.glob,
+        hidden: args.hidden,
+        max_results: if args.files_only {
+            GREP_MAX_RESULTS
+        } else {
+            max_results
+        },
+        cancel: Some(ctx.cancel.clone()),
+    };
+    let report = grep_search(&target.abs, &options)?;
+    let root = workspace_root(ctx);
+    if report.total_lines == 0 {
+        let mut text = format!("no matches for '{}' in {}", args.pattern, target.rel);
+        if report.binary_skipped > 0 {
+            text.push_str(&format!(
+                " ({} binary files skipped)",
+                report.binary_skipped
+            ));
+        }
+        return Ok(text);
+    }
+    let mut out = String::new();
+    if args.files_only {
+        let files: Vec<String> = report.files.iter().map(|f| shown(&root, &f.path)).collect();
+        let total = report.files_matched;
+        for file in files.iter().take(max_results) {
+            out.push_str(file);
+            out.push('\n');
+        }
+        let listed = files.len().min(max_results);
+        if total > listed {
+            out.push_str(&format!(
+                "[{} more files not shown ({total} matched)]\n",
+                total - listed
+            ));
+        }
+        return Ok(out);
+    }
+    for file in &report.files {
+        let path = shown(&root, &file.path);
+        for hit in &file.lines {
+            out.push_str(&format!("{path}:{}:{}\n", hit.line, hit.text));
+        }
+    }
+    let dropped = report.total_lines - report.shown_lines;
+    if dropped > 0 {
+        out.push_str(&format!(
+            "[{dropped} more matching lines not shown ({} lines in {} files matched); narrow the \
+             pattern, path or glob, or raise max_results]\n",
+            report.total_lines, report.files_matched
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn search_bytes_reports_each_line_once_with_numbers() {
+        let re = regex::bytes::RegexBuilder::new("o")
+            .multi_line(true)
+            .build()
+            .unwrap();
+        let (hits, count) = search_bytes(&re, b"foo\nbar\nboo\r\n", 10);
+        assert_eq!(count, 2);
+        assert_eq!(hits[0].line, 1);
+        assert_eq!(hits[1].line, 3);
+        assert_eq!(hits[1].text, "boo");
+        let re = regex::bytes::RegexBuilder::new("^b")
+            .multi_line(true)
+            .build()
+            .unwrap();
+        let (hits, count) = search_bytes(&re, b"foo\nbar\nboo", 1);
+        assert_eq!((hits.len(), count), (1, 2));
+        assert_eq!(hits[0].line, 2);
+        // A match may not span lines: `o\sb` only matches across the newline here.
+        let re = regex::bytes::RegexBuilder::new(r"o\sb|^x")
+            .multi_line(true)
+            .build()
+            .unwrap();
+        let (hits, count) = search_bytes(&re, b"foo\nbar\nx", 10);
+        assert_eq!(count, 1);
+        assert_eq!(hits[0].line, 3);
+        // Empty matches and anchors.
+        let re = regex::bytes::RegexBuilder::new("^$")
+            .multi_line(true)
+            .build()
+            .unwrap();
+        let (hits, count) = search_bytes(&re, b"a\n\nb\n", 10);
+        assert_eq!(count, 1, "{hits:?}");
+        assert_eq!(hits[0].line, 2);
+    }
+}

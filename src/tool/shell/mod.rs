@@ -1,0 +1,515 @@
+//! The shell tools: `shell` runs a command line (`bash -lc`) in a PTY inside the sandbox, in
+//! the workspace or a subdirectory of it; a command still running after the yield time becomes
+//! a session the model continues with `write_stdin` (keys, Ctrl-C as `\u0003`) and `poll`.
+//! Output reaches the model stripped of control sequences and capped head + tail; the UI gets
+//! every chunk, sanitized, as `Event::ToolOutput`.
+
+pub mod output;
+pub mod session;
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+
+pub use session::{Ending, MAX_SESSIONS, SessionTable, ShellSession, Snapshot};
+
+use crate::backend::ToolSpec;
+use crate::protocol::ToolStatus;
+use crate::sandbox::{SandboxMode, SandboxPolicy};
+use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};
+
+/// Exit code reported for a command killed at its timeout (as `timeout(1)` does).
+pub const TIMEOUT_EXIT_CODE: i32 = 124;
+
+/// How the shell tools run commands.
+#[derive(Debug, Clone)]
+pub struct ShellConfig {
+    pub sandbox: SandboxMode,
+    pub network: bool,
+    /// Extra writable directories under `workspace-write`.
+    pub writable: Vec<PathBuf>,
+    pub max_processes: u32,
+    /// The shell run with `-lc COMMAND` (`-c` when `login` is false).
+    pub shell: String,
+    /// Run the shell as a login shell (reads the profile: PATH from version managers etc.).
+    pub login: bool,
+    pub default_timeout: Duration,
+    /// Highest `timeout_ms` the model may ask for.
+    pub max_timeout: Duration,
+    pub default_yield: Duration,
+    /// Bytes of output the model sees per look (head + tail).
+    pub output_cap: usize,
+    /// Between SIGTERM and SIGKILL when a command is killed.
+    pub kill_grace: Duration,
+    /// Pass variables named like secrets (`*KEY*`, `*SECRET*`, `*TOKEN*`, `*PASSWORD*`) on
+    /// to commands. Off by default: the model's commands don't need baton's API keys.
+    pub pass_secret_env: bool,
+}
+
+impl Default for ShellConfig {
+    fn default() -> Self {
+        ShellConfig {
+            sandbox: SandboxMode::WorkspaceWrite,
+            network: false,
+            writable: Vec::new(),
+            max_processes: crate::sandbox::policy::DEFAULT_MAX_PROCESSES,
+            shell: "bash".into(),
+            login: true,
+            default_timeout: Duration::from_secs(120),
+            max_timeout: Duration::from_secs(30 * 60),
+            default_yield: Duration::from_secs(10),
+            output_cap: 16 * 1024,
+            kill_grace: Duration::from_secs(2),
+            pass_secret_env: false,
+        }
+    }
+}
+
+impl ShellConfig {
+    fn policy(&self, workspace: &Path) -> SandboxPolicy {
+        let mut p = SandboxPolicy::new(self.sandbox, workspace)
+            .network(self.network)
+            .max_processes(self.max_processes);
+        p.writable = self.writable.clone();
+        p
+    }
+}
+
+/// The three shell tools sharing one configuration.
+pub fn shell_tools(config: ShellConfig) -> Vec<Arc<dyn Tool>> {
+    let config = Arc::new(config);
+    vec![
+        Arc::new(ShellTool {
+            config: Arc::clone(&config),
+        }),
+        Arc::new(WriteStdinTool {
+            config: Arc::clone(&config),
+        }),
+        Arc::new(PollTool { config }),
+    ]
+}
+
+/// `shell`: run a command line.
+pub struct ShellTool {
+    pub config: Arc<ShellConfig>,
+}
+
+/// `write_stdin`: send keys to a running session.
+pub struct WriteStdinTool {
+    pub config: Arc<ShellConfig>,
+}
+
+/// `poll`: wait for more output of a running session (or kill it).
+pub struct PollTool {
+    pub config: Arc<ShellConfig>,
+}
+
+fn ms(args: &Value, key: &str) -> Option<Duration> {
+    args.get(key)
+        .and_then(Value::as_u64)
+        .map(Duration::from_millis)
+}
+
+/// Resolves `workdir` inside the workspace (relative to it, or absolute under it).
+pub fn resolve_workdir(workspace: &Path, workdir: Option<&str>) -> Result<PathBuf, String> {
+    let Some(w) = workdir.filter(|w| !w.is_empty()) else {
+        return Ok(workspace.to_path_buf());
+    };
+    let joined = workspace.join(w);
+    let mut lexical = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            Component::ParentDir => {
+                lexical.pop();
+            }
+            Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    let real = lexical
+        .canonicalize()
+        .map_err(|e| format!("workdir {w:?}: {e}"))?;
+    if !real.starts_with(workspace) && !lexical.starts_with(workspace) {
+        return Err(format!(
+            "workdir {w:?} is outside the workspace {}",
+            workspace.display()
+        ));
+    }
+    if !real.starts_with(workspace) {
+        return Err(format!(
+            "workdir {w:?} leads outside the workspace (symlink to {})",
+            real.display()
+        ));
+    }
+    if !real.is_dir() {
+        return Err(format!("workdir {w:?} is not a directory"));
+    }
+    Ok(real)
+}
+
+/// Output that usually means the sandbox said no (the wording of EPERM/EACCES/EROFS).
+fn looks_denied(output: &str) -> bool {
+    let lower = output.to_ascii_lowercase();
+    [
+        "permission denied",
+        "operation not permitted",
+        "read-only file system",
+        "network is unreachable",
+        "address family not supported",
+    ]
+    .iter()
+    .any(|p| lower.contains(p))
+}
+
+fn render(
+    snapshot: &Snapshot,
+    session_id: u32,
+    timeout: Duration,
+    limits: Option<&str>,
+) -> ToolResult {
+    let mut content = snapshot.output.clone();
+    if !content.is_empty() && !content.ends_with('\n') {
+        content.push('\n');
+    }
+    let secs = snapshot.elapsed.as_secs_f64();
+    match snapshot.ending {
+        None => {
+            content.push_str(&format!(
+                "[still running as session {session_id} after {secs:.1}s; continue with poll \
+                 or write_stdin (session_id {session_id}), send \"\\u0003\" to interrupt]"
+            ));
+            ToolResult {
+                content,
+                status: ToolStatus::Ok,
+                exit_code: None,
+            }
+        }
+        Some(Ending::Exited(code)) => {
+            content.push_str(&format!("[exit code {code}]"));
+            if code != 0
+                && let Some(limits) = limits
+                && looks_denied(&snapshot.output)
+            {
+                content.push_str(&format!("\n[this may be the {limits}]"));
+            }
+            ToolResult {
+                content,
+                // A non-zero exit is the command's answer, not a failure of the tool.
+                status: ToolStatus::Ok,
+                exit_code: Some(code),
+            }
+        }
+        Some(Ending::TimedOut) => {
+            content.push_str(&format!(
+                "[timed out after {:.1}s: the process group was killed; exit code {TIMEOUT_EXIT_CODE}]",
+                timeout.as_secs_f64()
+            ));
+            ToolResult {
+                content,
+                status: ToolStatus::TimedOut,
+                exit_code: Some(TIMEOUT_EXIT_CODE),
+            }
+        }
+        Some(Ending::Killed) => {
+            content.push_str("[killed: the process group was terminated]");
+            ToolResult {
+                content,
+                status: ToolStatus::Interrupted,
+                exit_code: None,
+            }
+        }
+    }
+}
+
+/// Waits on a session and turns what it saw into a result; forgets finished sessions.
+async fn wait_and_render(
+    session: Arc<ShellSession>,
+    yield_for: Duration,
+    ctx: &ToolContext,
+) -> ToolResult {
+    let snap = session.wait(yield_for, &ctx.cancel).await;
+    if snap.ending.is_some() {
+        ctx.state.shell_sessions.remove(session.id);
+    }
+    render(
+        &snap,
+        session.id,
+        session.timeout,
+        session.sandbox_limits.as_deref(),
+    )
+}
+
+impl Tool for ShellTool {
+    fn name(&self) -> &'static str {
+        "shell"
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "shell".into(),
+            description: format!(
+                "Run a shell command line with `{} -lc` in a terminal (PTY) inside the sandbox \
+                 (sandbox: {}; network {}). Runs in the workspace root unless `workdir` names a \
+                 directory inside it. Output is plain text with control sequences removed; long \
+                 output keeps the start and the end with a line saying what was omitted. If the \
+                 command is still running after `yield_ms`, you get its output so far and a \
+                 session_id: continue with `poll`, answer prompts with `write_stdin`. At \
+                 `timeout_ms` the whole process group is killed and the exit code is 124.",
+                self.config.shell,
+                self.config.sandbox,
+                if self.config.network {
+                    "allowed"
+                } else {
+                    "blocked"
+                },
+            ),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "description": "The command line, e.g. `cargo test -q 2>&1 | tail -20`."},
+                    "workdir": {"type": "string", "description": "Directory to run in, relative to the workspace root (default: the root)."},
+                    "timeout_ms": {"type": "integer", "minimum": 1, "description": format!("Kill the command after this many ms (default {}, at most {}).", self.config.default_timeout.as_millis(), self.config.max_timeout.as_millis())},
+                    "yield_ms": {"type": "integer", "minimum": 0, "description": format!("Return with a session_id if still running after this many ms (default {}).", self.config.default_yield.as_millis())}
+                },
+                "required": ["command"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    fn approval(&self, args: &Value, ctx: &ToolContext) -> ApprovalNeed {
+        let command = args
+            .get("command")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let cwd = resolve_workdir(&ctx.workspace, args.get("workdir").and_then(Value::as_str))
+            .unwrap_or_else(|_| ctx.workspace.clone());
+        ApprovalNeed::Command {
+            command: command.to_string(),
+            argv: shlex::split(command).unwrap_or_else(|| vec![command.to_string()]),
+            cwd: cwd.display().to_string(),
+        }
+    }
+
+    fn title(&self, args: &Value) -> String {
+        let command = args
+            .get("command")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let first = command.lines().next().unwrap_or_default();
+        if command.contains('\n') {
+            format!("{first} …")
+        } else {
+            first.to_string()
+        }
+    }
+
+    fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+        Box::pin(async move {
+            let Some(command) = args.get("command").and_then(Value::as_str) else {
+                return ToolResult::error("missing required argument `command` (a string)");
+            };
+            if command.trim().is_empty() {
+                return ToolResult::error("`command` is empty");
+            }
+            let cwd = match resolve_workdir(
+                &ctx.workspace,
+                args.get("workdir").and_then(Value::as_str),
+            ) {
+                Ok(c) => c,
+                Err(e) => return ToolResult::error(e),
+            };
+            let timeout = ms(&args, "timeout_ms")
+                .unwrap_or(self.config.default_timeout)
+                .min(self.config.max_timeout)
+                .max(Duration::from_millis(1));
+            let yield_for = ms(&args, "yield_ms").unwrap_or(self.config.default_yield);
+            let id = match ctx.state.shell_sessions.reserve_id() {
+                Ok(id) => id,
+                Err(e) => return ToolResult::error(e),
+            };
+            // A command that may write gets the turn's checkpoint first, so undo covers it too;
+            // read-only commands (the safe list) skip the snapshot.
+            if self.config.sandbox != SandboxMode::ReadOnly
+                && !crate::tool::approval::command_is_auto_approved(command, &[], &[])
+            {
+                let snapshot_ctx = ctx.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    crate::tool::checkpoint::before_change(&snapshot_ctx)
+                })
+                .await;
+            }
+            let policy = self.config.policy(&ctx.workspace);
+            let config = Arc::clone(&self.config);
+            let req = session::SpawnRequest {
+                command,
+                shell: &config.shell,
+                login: config.login,
+                strip_secret_env: !config.pass_secret_env,
+                cwd: &cwd,
+                policy: &policy,
+                timeout,
+                kill_grace: config.kill_grace,
+                output_cap: config.output_cap,
+                events: ctx.events.clone(),
+                call_id: ctx.call_id.clone(),
+            };
+            let session = match ShellSession::spawn(id, req) {
+                Ok(s) => s,
+                Err(e) => return ToolResult::error(e),
+            };
+            ctx.state.shell_sessions.insert(Arc::clone(&session));
+            wait_and_render(session, yield_for, ctx).await
+        })
+    }
+}
+
+fn session_arg(args: &Value, ctx: &ToolContext) -> Result<Arc<ShellSession>, String> {
+    let id = args
+        .get("session_id")
+        .and_then(|v| {
+            v.as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        })
+        .ok_or("missing required argument `session_id` (an integer)")?;
+    let id = u32::try_from(id).map_err(|_| format!("no session {id}"))?;
+    ctx.state.shell_sessions.get(id).ok_or_else(|| {
+        let live = ctx.state.shell_sessions.live_ids();
+        format!(
+            "no running session {id} (it finished or never existed); running: {}",
+            if live.is_empty() {
+                "none".to_string()
+            } else {
+                live.iter()
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        )
+    })
+}
+
+fn session_schema(extra: Value, required: &[&str], default_yield: Duration) -> Value {
+    let mut props = json!({
+        "session_id": {"type": "integer", "description": "The session_id a `shell` call returned."},
+        "yield_ms": {"type": "integer", "minimum": 0, "description": format!("Wait at most this many ms for the command to finish (default {}).", default_yield.as_millis())}
+    });
+    if let (Some(p), Some(e)) = (props.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            p.insert(k.clone(), v.clone());
+        }
+    }
+    json!({"type": "object", "properties": props, "required": required, "additionalProperties": false})
+}
+
+impl Tool for WriteStdinTool {
+    fn name(&self) -> &'static str {
+        "write_stdin"
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "write_stdin".into(),
+            description: "Type text into a running shell session's terminal, then wait like \
+                `poll`. Include \"\\n\" to press Enter; \"\\u0003\" is Ctrl-C, \"\\u0004\" Ctrl-D \
+                (end of input). Returns the output produced since the last look."
+                .into(),
+            parameters: session_schema(
+                json!({"chars": {"type": "string", "description": "Text or control keys to send."}}),
+                &["session_id", "chars"],
+                self.config.default_yield,
+            ),
+        }
+    }
+
+    fn approval(&self, _args: &Value, _ctx: &ToolContext) -> ApprovalNeed {
+        ApprovalNeed::None
+    }
+
+    fn title(&self, args: &Value) -> String {
+        let chars = args
+            .get("chars")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        format!(
+            "stdin → session {}: {}",
+            args.get("session_id")
+                .map(|v| v.to_string())
+                .unwrap_or_default(),
+            chars.escape_debug()
+        )
+    }
+
+    fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+        Box::pin(async move {
+            let session = match session_arg(&args, ctx) {
+                Ok(s) => s,
+                Err(e) => return ToolResult::error(e),
+            };
+            let Some(chars) = args.get("chars").and_then(Value::as_str) else {
+                return ToolResult::error("missing required argument `chars` (a string)");
+            };
+            session.retarget(ctx.events.clone(), ctx.call_id.clone());
+            if let Err(e) = session.write(chars).await {
+                return ToolResult::error(e);
+            }
+            let yield_for = ms(&args, "yield_ms").unwrap_or(self.config.default_yield);
+            wait_and_render(session, yield_for, ctx).await
+        })
+    }
+}
+
+impl Tool for PollTool {
+    fn name(&self) -> &'static str {
+        "poll"
+    }
+
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "poll".into(),
+            description: "Wait for a running shell session to produce output or finish, and \
+                return the output since the last look. With `kill: true`, stop it (SIGTERM, \
+                then SIGKILL) instead."
+                .into(),
+            parameters: session_schema(
+                json!({"kill": {"type": "boolean", "description": "Kill the session's whole process group."}}),
+                &["session_id"],
+                self.config.default_yield,
+            ),
+        }
+    }
+
+    fn approval(&self, _args: &Value, _ctx: &ToolContext) -> ApprovalNeed {
+        ApprovalNeed::None
+    }
+
+    fn title(&self, args: &Value) -> String {
+        let id = args
+            .get("session_id")
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        if args.get("kill").and_then(Value::as_bool) == Some(true) {
+            format!("kill session {id}")
+        } else {
+            format!("poll session {id}")
+        }
+    }
+
+    fn run<'a>(&'a self, args: Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+        Box::pin(async move {
+            let session = match session_arg(&args, ctx) {
+                Ok(s) => s,
+                Err(e) => return ToolResult::error(e),
+            };
+            session.retarget(ctx.events.clone(), ctx.call_id.clone());
+            if args.get("kill").and_then(Value::as_bool) == Some(true) {
+                session.kill(Ending::Killed).await;
+            }
+            let yield_for = ms(&args, "yield_ms").unwrap_or(self.config.default_yield);
+            wait_and_render(session, yield_for, ctx).await
+        })
+    }
+}

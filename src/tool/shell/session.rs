@@ -1,0 +1,573 @@
+//! A command running in a PTY inside the sandbox, and the table of live sessions. A reader
+//! thread drains the PTY into a bounded `OutputStream` and streams sanitized chunks to the UI;
+//! a waiter thread reaps the child. Killing is always of the whole process group (and of the
+//! command's pids cgroup when there is one): SIGTERM, a grace period, then SIGKILL.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use portable_pty::{MasterPty, PtySize, native_pty_system};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::output::OutputStream;
+use crate::protocol::{Event, EventSink};
+use crate::sandbox::{PreparedSandbox, SandboxPolicy, Session};
+
+/// Most sessions alive at once.
+pub const MAX_SESSIONS: usize = 16;
+
+/// How long to keep reading after the command exited, for output still in flight from
+/// children holding the PTY open.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(300);
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    Exited(i32),
+    /// Killed after its timeout (reported to the model as exit code 124).
+    TimedOut,
+    /// Killed because the turn was interrupted or the model asked.
+    Killed,
+}
+
+/// Where the UI chunks of a session go: the call currently looking at it.
+struct UiTarget {
+    events: EventSink,
+    call_id: String,
+}
+
+struct State {
+    output: OutputStream,
+    ui: UiTarget,
+    exit_code: Option<i32>,
+    exited_at: Option<Instant>,
+    eof: bool,
+    ending: Option<Ending>,
+}
+
+/// One running (or finished, not yet collected) command.
+pub struct ShellSession {
+    pub id: u32,
+    pub command: String,
+    pgid: i32,
+    state: Arc<Mutex<State>>,
+    changed: watch::Receiver<u64>,
+    /// Kept so `changed` never reports a closed channel while the session lives.
+    _notify: Arc<watch::Sender<u64>>,
+    writer: Mutex<Box<dyn Write + Send>>,
+    _master: Mutex<Box<dyn MasterPty + Send>>,
+    sandbox: Arc<PreparedSandbox>,
+    /// When the command must be dead.
+    deadline: Instant,
+    /// The timeout it was started with.
+    pub timeout: Duration,
+    /// What the sandbox denies, for a hint when a command fails on a denial (`None`: off).
+    pub sandbox_limits: Option<String>,
+    kill_grace: Duration,
+}
+
+/// Everything needed to start a session.
+pub struct SpawnRequest<'a> {
+    pub command: &'a str,
+    pub shell: &'a str,
+    pub login: bool,
+    /// Remove `*KEY*`/`*SECRET*`/`*TOKEN*`/`*PASSWORD*` variables from the environment.
+    pub strip_secret_env: bool,
+    pub cwd: &'a Path,
+    pub policy: &'a SandboxPolicy,
+    pub timeout: Duration,
+    pub kill_grace: Duration,
+    pub output_cap: usize,
+    pub events: EventSink,
+    pub call_id: String,
+}
+
+/// What a wait on a session saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Output since the previous snapshot, capped for the model.
+    pub output: String,
+    /// `None` while still running.
+    pub ending: Option<Ending>,
+    pub elapsed: Duration,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ShellSession {
+    /// Starts `shell -lc command` in a fresh PTY under the sandbox.
+    pub fn spawn(id: u32, req: SpawnRequest<'_>) -> Result<Arc<ShellSession>, String> {
+        let sandbox = Arc::new(
+            PreparedSandbox::prepare(req.policy, Session::PtyLeader).map_err(|e| e.to_string())?,
+        );
+        let pair = native_pty_system()
+            .openpty(PtySize {
+                rows: 48,
+                cols: 160,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .map_err(|e| format!("opening a PTY: {e}"))?;
+        let tty = pair
+            .master
+            .tty_name()
+            .ok_or_else(|| "the PTY has no device name".to_string())?;
+        let slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags_noctty()
+            .open(&tty)
+            .map_err(|e| format!("opening {}: {e}", tty.display()))?;
+        raw_output(&slave);
+        let stdio = |f: &std::fs::File| -> Result<Stdio, String> {
+            f.try_clone()
+                .map(Stdio::from)
+                .map_err(|e| format!("duplicating the PTY fd: {e}"))
+        };
+        let mut cmd = Command::new(req.shell);
+        cmd.arg(if req.login { "-lc" } else { "-c" })
+            .arg(req.command)
+            .current_dir(req.cwd)
+            .stdin(stdio(&slave)?)
+            .stdout(stdio(&slave)?)
+            .stderr(stdio(&slave)?)
+            .env("TERM", "xterm-256color")
+            .env("PAGER", "cat")
+            .env("GIT_PAGER", "cat")
+            .env("BATON_SESSION_ID", id.to_string());
+        if req.strip_secret_env {
+            for (name, _) in std::env::vars_os() {
+                if looks_secret(&name.to_string_lossy()) {
+                    cmd.env_remove(&name);
+                }
+            }
+        }
+        crate::sandbox::set_sandbox_env(&mut cmd, req.policy);
+        sandbox.install(&mut cmd);
+        let reader = dup_master(pair.master.as_ref())?;
+        let writer = pair.master.take_writer().map_err(|e| e.to_string())?;
+        let mut child = cmd.spawn().map_err(|e| {
+            format!(
+                "starting `{}` in the sandbox ({}): {e}; `baton sandbox --probe` shows what \
+                 this system can enforce",
+                req.shell, req.policy.mode
+            )
+        })?;
+        drop(cmd);
+        drop(slave);
+        drop(pair.slave);
+        let pgid = child.id() as i32;
+        let state = Arc::new(Mutex::new(State {
+            output: OutputStream::new(req.output_cap),
+            ui: UiTarget {
+                events: req.events,
+                call_id: req.call_id,
+            },
+            exit_code: None,
+            exited_at: None,
+            eof: false,
+            ending: None,
+        }));
+        let (tx, rx) = watch::channel(0u64);
+        let tx = Arc::new(tx);
+        spawn_reader(reader, Arc::clone(&state), Arc::clone(&tx));
+        {
+            let state = Arc::clone(&state);
+            let tx = Arc::clone(&tx);
+            std::thread::Builder::new()
+                .name(format!("shell-wait-{id}"))
+                .spawn(move || {
+                    let code = match child.wait() {
+                        Ok(s) => {
+                            use std::os::unix::process::ExitStatusExt;
+                            s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+                        }
+                        Err(_) => -1,
+                    };
+                    let mut st = lock(&state);
+                    st.exit_code = Some(code);
+                    st.exited_at = Some(Instant::now());
+                    drop(st);
+                    tx.send_modify(|n| *n += 1);
+                })
+                .map_err(|e| format!("starting the waiter thread: {e}"))?;
+        }
+        Ok(Arc::new(ShellSession {
+            id,
+            command: req.command.to_string(),
+            pgid,
+            state,
+            changed: rx,
+            _notify: tx,
+            writer: Mutex::new(writer),
+            _master: Mutex::new(pair.master),
+            sandbox,
+            deadline: Instant::now() + req.timeout,
+            timeout: req.timeout,
+            sandbox_limits: sandbox_limits(req.policy),
+            kill_grace: req.kill_grace,
+        }))
+    }
+
+    /// Points the UI stream at another call (a `poll` or `write_stdin` looking at this session).
+    pub fn retarget(&self, events: EventSink, call_id: String) {
+        lock(&self.state).ui = UiTarget { events, call_id };
+    }
+
+    /// Sends text (keys, `\u0003` for Ctrl-C) to the command's terminal. The write runs on a
+    /// blocking thread: a command that doesn't read its input can fill the PTY buffer.
+    pub async fn write(self: &Arc<Self>, text: &str) -> Result<(), String> {
+        let me = Arc::clone(self);
+        let bytes = text.as_bytes().to_vec();
+        let job = tokio::task::spawn_blocking(move || {
+            let mut w = me.writer.lock().unwrap_or_else(|p| p.into_inner());
+            w.write_all(&bytes).and_then(|_| w.flush())
+        });
+        match tokio::time::timeout(Duration::from_secs(5), job).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(format!("writing to session {}: {e}", self.id)),
+            Ok(Err(e)) => Err(format!("writing to session {}: {e}", self.id)),
+            Err(_) => Err(format!(
+                "session {} is not reading its input (the terminal buffer is full after 5 s)",
+                self.id
+            )),
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        lock(&self.state).ending.is_some()
+    }
+
+    /// The command exited (its output may not have been collected yet).
+    pub fn has_exited(&self) -> bool {
+        lock(&self.state).exit_code.is_some()
+    }
+
+    /// Waits until the command ends, `yield_for` passes, the timeout passes (kill, exit 124) or
+    /// `cancel` fires (kill). Returns the output since the last snapshot.
+    pub async fn wait(&self, yield_for: Duration, cancel: &CancellationToken) -> Snapshot {
+        let started = Instant::now();
+        let yield_at = started + yield_for;
+        let mut changed = self.changed.clone();
+        loop {
+            let (exited_at, eof, ending) = {
+                let st = lock(&self.state);
+                (st.exited_at, st.eof, st.ending)
+            };
+            if ending.is_some() {
+                break;
+            }
+            if let Some(t) = exited_at
+                && (eof || t.elapsed() >= DRAIN_AFTER_EXIT)
+            {
+                self.finish(None);
+                break;
+            }
+            let now = Instant::now();
+            if now >= self.deadline {
+                self.kill(Ending::TimedOut).await;
+                break;
+            }
+            if now >= yield_at {
+                break;
+            }
+            let mut wake = self.deadline.min(yield_at);
+            if let Some(t) = exited_at {
+                wake = wake.min(t + DRAIN_AFTER_EXIT);
+            }
+            tokio::select! {
+                _ = changed.changed() => {}
+                _ = tokio::time::sleep_until(wake.into()) => {}
+                _ = cancel.cancelled() => {
+                    self.kill(Ending::Killed).await;
+                    break;
+                }
+            }
+        }
+        self.snapshot(started)
+    }
+
+    fn snapshot(&self, started: Instant) -> Snapshot {
+        let mut st = lock(&self.state);
+        let (output, ui) = st.output.take_window();
+        if !ui.is_empty() {
+            st.ui.events.emit(Event::ToolOutput {
+                call_id: st.ui.call_id.clone(),
+                chunk: ui,
+            });
+        }
+        Snapshot {
+            output,
+            ending: st.ending,
+            elapsed: started.elapsed(),
+        }
+    }
+
+    /// Records the ending and kills whatever the command left behind (background jobs).
+    fn finish(&self, forced: Option<Ending>) {
+        let mut st = lock(&self.state);
+        if st.ending.is_some() {
+            return;
+        }
+        st.ending = Some(match forced {
+            Some(e) => e,
+            None => Ending::Exited(st.exit_code.unwrap_or(-1)),
+        });
+        drop(st);
+        self.signal_all(libc::SIGKILL);
+    }
+
+    fn signal_all(&self, sig: i32) {
+        // SAFETY: kill(2) of our own child's process group.
+        unsafe { libc::kill(-self.pgid, sig) };
+        if sig == libc::SIGKILL
+            && let Some(cg) = self.sandbox.cgroup()
+        {
+            cg.kill_all();
+        }
+    }
+
+    /// SIGTERM to the process group, then SIGKILL after the grace period if anything is left.
+    pub async fn kill(&self, why: Ending) {
+        if self.is_finished() {
+            return;
+        }
+        self.signal_all(libc::SIGTERM);
+        self.signal_all(libc::SIGCONT);
+        let mut changed = self.changed.clone();
+        let until = Instant::now() + self.kill_grace;
+        while Instant::now() < until && !self.group_gone() {
+            tokio::select! {
+                _ = changed.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+        }
+        self.finish(Some(why));
+        // Return only once the leader is reaped, so "killed" means gone.
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until && lock(&self.state).exit_code.is_none() {
+            tokio::select! {
+                _ = changed.changed() => {}
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
+    }
+
+    /// True when the leader was reaped and no process of its group is left.
+    fn group_gone(&self) -> bool {
+        let exited = lock(&self.state).exit_code.is_some();
+        // SAFETY: signal 0 only checks for existence.
+        exited && unsafe { libc::kill(-self.pgid, 0) } != 0
+    }
+
+    /// Immediate SIGKILL of everything (Drop, program end).
+    pub fn kill_now(&self) {
+        self.finish(Some(Ending::Killed));
+    }
+}
+
+impl Drop for ShellSession {
+    fn drop(&mut self) {
+        self.kill_now();
+    }
+}
+
+/// The reader's own copy of the PTY master, so it can poll it for more data safely.
+fn dup_master(master: &dyn MasterPty) -> Result<std::fs::File, String> {
+    use std::os::fd::FromRawFd;
+    let fd = master
+        .as_raw_fd()
+        .ok_or_else(|| "the PTY master has no file descriptor".to_string())?;
+    // SAFETY: F_DUPFD_CLOEXEC returns a new fd we own (or -1).
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if new < 0 {
+        return Err(format!(
+            "duplicating the PTY master: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: `new` is a fresh fd owned by nobody else.
+    Ok(unsafe { std::fs::File::from_raw_fd(new) })
+}
+
+/// Whether `file` has data to read right now.
+fn readable_now(file: &std::fs::File) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: file.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one pollfd we own, zero timeout.
+    unsafe { libc::poll(&mut pfd, 1, 0) == 1 && pfd.revents & libc::POLLIN != 0 }
+}
+
+fn spawn_reader(mut reader: std::fs::File, state: Arc<Mutex<State>>, tx: Arc<watch::Sender<u64>>) {
+    const BUF: usize = 128 * 1024;
+    // A PTY hands out a few KiB per read: gather what is already there into one chunk, so
+    // filtering and UI events happen per ~100 KiB rather than per read.
+    const GATHER_UNTIL: usize = BUF - 8 * 1024;
+    let _ = std::thread::Builder::new()
+        .name("shell-read".into())
+        .spawn(move || {
+            let mut buf = vec![0u8; BUF];
+            let mut done = false;
+            while !done {
+                let mut filled = 0;
+                loop {
+                    match reader.read(&mut buf[filled..]) {
+                        Ok(0) | Err(_) => {
+                            done = true;
+                            break;
+                        }
+                        Ok(n) => filled += n,
+                    }
+                    if filled >= GATHER_UNTIL || !readable_now(&reader) {
+                        break;
+                    }
+                }
+                if filled == 0 {
+                    continue;
+                }
+                let mut st = lock(&state);
+                let ui = st.output.feed(&buf[..filled]);
+                if !ui.is_empty() {
+                    st.ui.events.emit(Event::ToolOutput {
+                        call_id: st.ui.call_id.clone(),
+                        chunk: ui,
+                    });
+                }
+                // No wakeup per chunk: waiters return at exit, EOF, yield or timeout.
+            }
+            lock(&state).eof = true;
+            tx.send_modify(|n| *n += 1);
+        });
+}
+
+fn sandbox_limits(policy: &SandboxPolicy) -> Option<String> {
+    use crate::sandbox::SandboxMode;
+    let writes = match policy.mode {
+        SandboxMode::Off => return None,
+        SandboxMode::ReadOnly => "only temp dirs are writable".to_string(),
+        SandboxMode::WorkspaceWrite => {
+            "only the workspace, temp dirs and configured dirs are writable; .git/hooks and \
+             .git/config are read-only"
+                .to_string()
+        }
+    };
+    let net = if policy.network {
+        ""
+    } else {
+        "; network access is off"
+    };
+    Some(format!(
+        "sandbox ({}): {writes}{net}; ptrace and io_uring are denied",
+        policy.mode
+    ))
+}
+
+/// Environment variable names that usually hold credentials.
+pub fn looks_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    ["KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL"]
+        .iter()
+        .any(|w| upper.contains(w))
+}
+
+/// Turns off output post-processing (`\n` → `\r\n`) on the PTY: nothing renders this
+/// terminal directly, and it spares the kernel a per-byte pass over large outputs.
+fn raw_output(slave: &std::fs::File) {
+    use nix::sys::termios::{OutputFlags, SetArg, tcgetattr, tcsetattr};
+    if let Ok(mut t) = tcgetattr(slave) {
+        t.output_flags.remove(OutputFlags::OPOST);
+        let _ = tcsetattr(slave, SetArg::TCSANOW, &t);
+    }
+}
+
+trait NoCtty {
+    fn custom_flags_noctty(&mut self) -> &mut Self;
+}
+
+impl NoCtty for std::fs::OpenOptions {
+    fn custom_flags_noctty(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags(libc::O_NOCTTY)
+    }
+}
+
+/// The live sessions of one agent session. Dropping the table kills them all.
+#[derive(Default)]
+pub struct SessionTable {
+    sessions: Mutex<BTreeMap<u32, Arc<ShellSession>>>,
+    next_id: AtomicU32,
+}
+
+impl SessionTable {
+    fn map(&self) -> MutexGuard<'_, BTreeMap<u32, Arc<ShellSession>>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A fresh id, or an error when `MAX_SESSIONS` commands are already running.
+    pub fn reserve_id(&self) -> Result<u32, String> {
+        let mut map = self.map();
+        map.retain(|_, s| !s.is_finished());
+        if map.len() >= MAX_SESSIONS {
+            // Make room by forgetting commands that exited but were never polled again.
+            map.retain(|_, s| !s.has_exited());
+        }
+        if map.len() >= MAX_SESSIONS {
+            return Err(format!(
+                "{MAX_SESSIONS} commands are already running (sessions {}); finish or kill one \
+                 first (poll with kill=true, or write_stdin \\u0003)",
+                map.keys()
+                    .map(|k| k.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        Ok(self.next_id.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    pub fn insert(&self, session: Arc<ShellSession>) {
+        self.map().insert(session.id, session);
+    }
+
+    pub fn get(&self, id: u32) -> Option<Arc<ShellSession>> {
+        self.map().get(&id).cloned()
+    }
+
+    pub fn remove(&self, id: u32) {
+        self.map().remove(&id);
+    }
+
+    /// Ids of commands still running.
+    pub fn live_ids(&self) -> Vec<u32> {
+        self.map()
+            .iter()
+            .filter(|(_, s)| !s.is_finished())
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// Kills every session (turn end, interrupt, shutdown).
+    pub fn kill_all(&self) {
+        let sessions: Vec<_> = std::mem::take(&mut *self.map()).into_values().collect();
+        for s in sessions {
+            s.kill_now();
+        }
+    }
+}
+
+impl Drop for SessionTable {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}

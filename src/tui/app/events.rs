@@ -1,0 +1,438 @@
+//! How each protocol event from the core changes the UI state.
+
+use super::*;
+
+impl App {
+    fn finish_streams(&mut self) {
+        if let Some(i) = self.streaming_reasoning.take()
+            && let Some(CellKind::Reasoning(r)) = self.cell_mut(i)
+        {
+            r.streaming = false;
+        }
+        if let Some(i) = self.streaming_answer.take() {
+            let empty = matches!(self.transcript.cells.get(i).map(HistoryCell::kind), Some(CellKind::Assistant(a)) if a.text.trim().is_empty());
+            if empty && i + 1 == self.transcript.cells.len() {
+                self.transcript.cells.pop();
+            } else if let Some(CellKind::Assistant(a)) = self.cell_mut(i) {
+                a.streaming = false;
+            }
+        }
+    }
+
+    /// Applies one event from the core.
+    pub fn handle_event(&mut self, event: Event) {
+        match event {
+            Event::Session {
+                session_id,
+                mode,
+                backend,
+                resumed,
+                session_file,
+                ..
+            } => {
+                self.opts.mode = mode;
+                if !backend.is_empty() {
+                    self.opts.endpoint = backend;
+                }
+                if let Some(f) = session_file {
+                    self.session_file = Some(f);
+                }
+                if resumed {
+                    self.show_resumed(&session_id);
+                } else if self.session_id.is_some() {
+                    self.push_notice(
+                        NoticeLevel::Info,
+                        format!("New session {session_id}"),
+                        vec![],
+                    );
+                }
+                self.session_id = Some(session_id);
+            }
+            Event::TurnStarted { text, .. } => {
+                self.last_badge = None;
+                if self
+                    .echo_pending
+                    .front()
+                    .is_some_and(|sent| sent.trim() == text.trim())
+                {
+                    self.echo_pending.pop_front();
+                } else {
+                    self.push_cell(CellKind::User(UserCell { text, shell: false }));
+                }
+                self.status.working = true;
+                if self.status.turn_started.is_none() || matches!(self.status.phase, Phase::Idle) {
+                    self.status.turn_started = Some(self.now);
+                    self.status.hops = Default::default();
+                }
+                if matches!(self.status.phase, Phase::Idle) {
+                    self.status.phase = Phase::Waiting;
+                }
+            }
+            Event::HopStarted { hop, expert, .. } => {
+                if matches!(self.status.phase, Phase::ShuttingDown) {
+                    return;
+                }
+                self.status.phase = Phase::for_hop(hop);
+                if hop == crate::protocol::Hop::Answer && expert.is_some() {
+                    self.status.expert = expert;
+                }
+            }
+            Event::HopCompleted {
+                hop,
+                latency_ms,
+                ttft_ms,
+                ..
+            } => {
+                let h = &mut self.status.hops;
+                match hop {
+                    crate::protocol::Hop::Route => h.route_ms = Some(latency_ms),
+                    crate::protocol::Hop::Answer => {
+                        h.answer_ms += latency_ms;
+                        h.answer_hops += 1;
+                        if h.ttft_ms.is_none() {
+                            h.ttft_ms = ttft_ms;
+                        }
+                    }
+                    crate::protocol::Hop::Summary => h.summary_ms = Some(latency_ms),
+                    crate::protocol::Hop::Compaction => {}
+                }
+                if !self.status.working
+                    && matches!(self.status.phase, Phase::Summarizing | Phase::Compacting)
+                {
+                    self.status.phase = Phase::Idle;
+                }
+            }
+            Event::RouteDecided {
+                expert,
+                decision,
+                reason,
+                latency_ms,
+                ..
+            } => {
+                self.status.expert = Some(expert);
+                self.status.decision = Some(decision);
+                self.status.route_reason = reason.clone();
+                if decision == crate::protocol::RouteDecision::Model
+                    && self.status.hops.route_ms.is_none()
+                {
+                    self.status.hops.route_ms = Some(latency_ms);
+                }
+                if decision == crate::protocol::RouteDecision::Fallback {
+                    let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
+                    self.push_notice(
+                        NoticeLevel::Warning,
+                        format!(
+                            "Routing failed{why}; {expert} ({}) answers instead",
+                            self.opts.experts.name(expert)
+                        ),
+                        vec![],
+                    );
+                }
+            }
+            Event::ReasoningDelta { delta, .. } => {
+                if matches!(self.status.phase, Phase::Answering | Phase::Waiting) {
+                    self.status.phase = Phase::Thinking;
+                }
+                let index = match self.streaming_reasoning {
+                    Some(i) => i,
+                    None => {
+                        let i = self.push_cell(CellKind::Reasoning(ReasoningCell {
+                            text: String::new(),
+                            streaming: true,
+                        }));
+                        self.streaming_reasoning = Some(i);
+                        i
+                    }
+                };
+                self.grow_cell(index, |k| {
+                    if let CellKind::Reasoning(r) = k {
+                        r.text.push_str(&delta);
+                    }
+                });
+            }
+            Event::MessageDelta { delta, expert, .. } => {
+                if matches!(self.status.phase, Phase::Thinking | Phase::Waiting) {
+                    self.status.phase = Phase::Answering;
+                }
+                if let Some(i) = self.streaming_reasoning.take()
+                    && let Some(CellKind::Reasoning(r)) = self.cell_mut(i)
+                {
+                    r.streaming = false;
+                }
+                let index = match self.streaming_answer {
+                    Some(i) => i,
+                    None => {
+                        let badge = self.badge(expert.or(self.status.expert));
+                        let i =
+                            self.push_cell(CellKind::Assistant(AssistantCell::new(badge, true)));
+                        self.streaming_answer = Some(i);
+                        i
+                    }
+                };
+                self.grow_cell(index, |k| {
+                    if let CellKind::Assistant(a) = k {
+                        a.text.push_str(&delta);
+                    }
+                });
+            }
+            Event::MessageFinal { text, expert, .. } => {
+                if let Some(i) = self.streaming_reasoning.take()
+                    && let Some(CellKind::Reasoning(r)) = self.cell_mut(i)
+                {
+                    r.streaming = false;
+                }
+                match self.streaming_answer.take() {
+                    Some(i) => {
+                        let keep = !text.trim().is_empty();
+                        self.grow_cell(i, |k| {
+                            if let CellKind::Assistant(a) = k {
+                                if keep {
+                                    a.text = text.clone();
+                                }
+                                a.streaming = false;
+                            }
+                        });
+                        let empty = matches!(self.transcript.cells.get(i).map(HistoryCell::kind), Some(CellKind::Assistant(a)) if a.text.trim().is_empty());
+                        if empty && i + 1 == self.transcript.cells.len() {
+                            self.transcript.cells.pop();
+                        }
+                    }
+                    None if !text.trim().is_empty() => {
+                        let badge = self.badge(expert.or(self.status.expert));
+                        let mut cell = AssistantCell::new(badge, false);
+                        cell.text = text.clone();
+                        self.push_cell(CellKind::Assistant(cell));
+                    }
+                    None => {}
+                }
+                if !text.trim().is_empty() {
+                    self.last_answer = Some(text);
+                }
+            }
+            Event::ToolBegin {
+                call_id,
+                tool,
+                title,
+                ..
+            } => {
+                self.finish_streams();
+                self.status.phase = Phase::RunningTool(tool.clone());
+                let i = self.push_cell(CellKind::Tool(ToolCell::new(call_id.clone(), tool, title)));
+                self.tool_cells.insert(call_id, i);
+            }
+            Event::ToolOutput { call_id, chunk } => {
+                if let Some(&i) = self.tool_cells.get(&call_id) {
+                    self.grow_cell(i, |k| {
+                        if let CellKind::Tool(t) = k {
+                            t.output.push_str(&chunk);
+                        }
+                    });
+                }
+            }
+            Event::ToolEnd {
+                call_id,
+                status,
+                exit_code,
+                duration_ms,
+                output,
+            } => {
+                if let Some(&i) = self.tool_cells.get(&call_id) {
+                    self.grow_cell(i, |k| {
+                        if let CellKind::Tool(t) = k {
+                            if t.output.trim().is_empty() {
+                                t.output = output;
+                            }
+                            t.status = Some(status);
+                            t.exit_code = exit_code;
+                            t.duration_ms = Some(duration_ms);
+                        }
+                    });
+                }
+                if matches!(self.status.phase, Phase::RunningTool(_)) {
+                    self.status.phase = if self.status.working {
+                        Phase::Answering
+                    } else {
+                        Phase::Idle
+                    };
+                }
+            }
+            Event::FileDiff { path, diff, .. } => {
+                self.push_cell(CellKind::Diff(DiffCell { path, diff }));
+            }
+            Event::PlanUpdated { items } => {
+                self.push_cell(CellKind::Plan(PlanCell { items }));
+            }
+            Event::ApprovalRequested { call_id, request } => {
+                self.status.phase = Phase::AwaitingApproval;
+                self.approvals
+                    .push_back(PendingApproval::new(call_id, request));
+            }
+            Event::SummaryRecorded { latency_ms, .. } => {
+                self.status.hops.summary_ms = Some(latency_ms);
+                if !self.status.working && matches!(self.status.phase, Phase::Summarizing) {
+                    self.status.phase = Phase::Idle;
+                }
+            }
+            Event::Usage {
+                usage,
+                context_used,
+                context_window,
+                ..
+            } => {
+                self.status.tokens_in += usage.prompt_tokens;
+                self.status.tokens_out += usage.completion_tokens;
+                if context_used.is_some() {
+                    self.status.context_used = context_used;
+                }
+                if context_window.is_some() {
+                    self.status.context_window = context_window;
+                }
+            }
+            Event::ContextCompacted {
+                expert,
+                tokens_before,
+                tokens_after,
+                method,
+            } => {
+                self.status.context_used = Some(tokens_after);
+                let how = if method == "summary" {
+                    "summarized".to_string()
+                } else {
+                    format!("compacted ({method})")
+                };
+                self.push_notice(
+                    NoticeLevel::Info,
+                    format!("Context of {expert} {how}: {tokens_before} → {tokens_after} tokens"),
+                    vec![],
+                );
+                if !self.status.working {
+                    self.status.phase = Phase::Idle;
+                }
+            }
+            Event::UndoCompleted { restored, removed } => {
+                let mut body: Vec<String> =
+                    restored.iter().map(|f| format!("restored {f}")).collect();
+                body.extend(removed.iter().map(|f| format!("removed  {f}")));
+                let title = if body.is_empty() {
+                    "Undo: nothing to restore".to_string()
+                } else {
+                    "Undo: files restored to the last checkpoint".to_string()
+                };
+                self.push_notice(NoticeLevel::Info, title, body);
+            }
+            Event::Warning { message } => self.push_notice(NoticeLevel::Warning, message, vec![]),
+            Event::Error { message, hop } => {
+                let mut body = Vec::new();
+                if let Some(h) = hop {
+                    if !message.contains(h.as_str()) {
+                        body.push(format!("during the {h} hop"));
+                    }
+                    // A failed background hop (summary, compaction) ends that phase.
+                    if !self.status.working
+                        && matches!(
+                            h,
+                            crate::protocol::Hop::Summary | crate::protocol::Hop::Compaction
+                        )
+                    {
+                        self.status.phase = Phase::Idle;
+                    }
+                }
+                if let Some(a) = advice_for(&message, &self.opts.endpoint) {
+                    body.push(a);
+                }
+                self.push_notice(NoticeLevel::Error, message, body);
+            }
+            Event::TurnCompleted {
+                status,
+                duration_ms,
+                answer,
+                expert,
+                ..
+            } => {
+                self.finish_streams();
+                // Tool cells still marked running were cut off by the end of the turn.
+                let running: Vec<usize> = self.tool_cells.drain().map(|(_, i)| i).collect();
+                for i in running {
+                    if let Some(CellKind::Tool(t)) =
+                        self.transcript.cells.get(i).map(HistoryCell::kind)
+                        && t.status.is_none()
+                        && let Some(CellKind::Tool(t)) = self.cell_mut(i)
+                    {
+                        t.status = Some(ToolStatus::Interrupted);
+                    }
+                }
+                if let Some(a) = answer.filter(|a| !a.trim().is_empty()) {
+                    self.last_answer = Some(a);
+                }
+                if expert.is_some() {
+                    self.status.expert = expert;
+                }
+                self.status.working = false;
+                self.status.last_turn_ms = Some(duration_ms);
+                self.status.turn_started = None;
+                if !matches!(self.status.phase, Phase::Summarizing | Phase::ShuttingDown) {
+                    self.status.phase = Phase::Idle;
+                }
+                self.approvals.clear();
+                match status {
+                    TurnStatus::Done => {}
+                    TurnStatus::Interrupted => self.push_notice(
+                        NoticeLevel::Warning,
+                        "Interrupted",
+                        vec!["The turn stopped; the session is still usable.".into()],
+                    ),
+                    TurnStatus::LimitReached => self.push_notice(
+                        NoticeLevel::Warning,
+                        "Stopped: the turn or time limit was reached",
+                        vec![],
+                    ),
+                    TurnStatus::Error => {}
+                }
+                self.drain_queue();
+            }
+            Event::ShutdownComplete => {
+                self.exit = Some(0);
+            }
+        }
+    }
+
+    /// Shows the earlier turns of a resumed session, read back from its file.
+    fn show_resumed(&mut self, session_id: &str) {
+        let turns = match self.session_file.clone() {
+            Some(f) => crate::tui::resume_view::past_turns(std::path::Path::new(&f)),
+            None => Ok(Vec::new()),
+        };
+        match turns {
+            Ok(turns) if !turns.is_empty() => {
+                self.push_notice(
+                    NoticeLevel::Info,
+                    format!("Resumed session {session_id} — the conversation so far:"),
+                    vec![],
+                );
+                for t in turns {
+                    self.push_cell(CellKind::User(UserCell {
+                        text: t.user,
+                        shell: false,
+                    }));
+                    if let Some(answer) = t.answer {
+                        let mut cell = AssistantCell::new(t.expert, false);
+                        cell.text = answer.clone();
+                        self.push_cell(CellKind::Assistant(cell));
+                        self.last_answer = Some(answer);
+                    }
+                }
+                self.push_notice(NoticeLevel::Info, "End of the earlier conversation", vec![]);
+            }
+            Ok(_) => self.push_notice(
+                NoticeLevel::Info,
+                format!("Resumed session {session_id}"),
+                vec![],
+            ),
+            Err(e) => self.push_notice(
+                NoticeLevel::Warning,
+                format!("Resumed session {session_id}, but its history cannot be shown"),
+                vec![e],
+            ),
+        }
+    }
+}

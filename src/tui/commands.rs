@@ -1,0 +1,345 @@
+//! What each slash command does.
+
+use super::app::{App, Effect};
+use super::cell::NoticeLevel;
+use super::sessions::list_sessions;
+use super::slash::SlashCommand;
+use super::status::{decision_word, short_count};
+use super::theme::{Theme, available_themes};
+use crate::protocol::{Expert, Op};
+
+/// The keys, for /help.
+pub const KEY_HELP: &[(&str, &str)] = &[
+    ("Enter", "send (queued while the agent works)"),
+    ("Shift+Enter, Ctrl+J", "new line"),
+    (
+        "Up / Down",
+        "move in the prompt; history at the first/last line",
+    ),
+    ("Esc", "interrupt the running turn; close a popup"),
+    ("Ctrl+C", "interrupt; twice within a second quits"),
+    ("Ctrl+D", "quit (empty prompt)"),
+    (
+        "PgUp / PgDn, wheel",
+        "scroll the transcript; End returns to the bottom",
+    ),
+    (
+        "Ctrl+F",
+        "search the transcript (Enter older, Ctrl+N newer)",
+    ),
+    ("Ctrl+O", "expand tool output and reasoning"),
+    ("Ctrl+G", "edit the prompt in $EDITOR"),
+    (
+        "F2",
+        "mouse capture on/off (off: select and copy with the mouse)",
+    ),
+    ("@path", "fuzzy file completion (Tab accepts)"),
+    ("!cmd", "run a shell command in the sandbox"),
+];
+
+impl App {
+    pub fn run_slash(&mut self, cmd: SlashCommand, args: &str) {
+        match cmd {
+            SlashCommand::Help => {
+                let mut body: Vec<String> = SlashCommand::ALL
+                    .iter()
+                    .map(|c| {
+                        let usage = if c.usage().is_empty() {
+                            format!("/{}", c.name())
+                        } else {
+                            c.usage().to_string()
+                        };
+                        format!("{usage:<22} {}", c.description())
+                    })
+                    .collect();
+                body.push(String::new());
+                body.extend(KEY_HELP.iter().map(|(k, d)| format!("{k:<22} {d}")));
+                self.push_notice(NoticeLevel::Info, "Commands and keys", body);
+            }
+            SlashCommand::New => {
+                self.send(Op::NewSession);
+                self.status.tokens_in = 0;
+                self.status.tokens_out = 0;
+                self.status.context_used = None;
+                self.push_notice(
+                    NoticeLevel::Info,
+                    "Starting a new session",
+                    vec!["The transcript above stays for reference.".into()],
+                );
+            }
+            SlashCommand::Resume => {
+                if args.is_empty() {
+                    self.open_session_picker();
+                } else {
+                    self.resume(args.to_string());
+                }
+            }
+            SlashCommand::Sessions => match self.sessions_dir().map(|d| list_sessions(&d)) {
+                Some(Ok(list)) if !list.is_empty() => {
+                    let body = list
+                        .iter()
+                        .map(|s| format!("{}  {}  {} KB", s.modified, s.id, s.bytes.div_ceil(1024)))
+                        .collect();
+                    self.push_notice(
+                        NoticeLevel::Info,
+                        format!("{} saved sessions (/resume ID)", list.len()),
+                        body,
+                    );
+                }
+                Some(Ok(_)) => self.push_notice(NoticeLevel::Info, "No saved sessions yet", vec![]),
+                Some(Err(e)) => self.push_notice(NoticeLevel::Error, e, vec![]),
+                None => self.push_notice(
+                    NoticeLevel::Warning,
+                    "No sessions directory is configured",
+                    vec![],
+                ),
+            },
+            SlashCommand::Expert => self.pin_expert(args),
+            SlashCommand::Mode => {
+                let body = vec![
+                    "mol: client-side routing over L0–L3; proxy: the server routes; single: one model.".into(),
+                    "The mode is chosen at start: baton --mode mol|proxy|single.".into(),
+                ];
+                self.push_notice(NoticeLevel::Info, format!("Mode: {}", self.opts.mode), body);
+            }
+            SlashCommand::Model => {
+                if args.is_empty() {
+                    let current = self
+                        .opts
+                        .model
+                        .clone()
+                        .unwrap_or_else(|| "(set by the server or profile)".into());
+                    self.push_notice(
+                        NoticeLevel::Info,
+                        format!("Model: {current}"),
+                        vec!["/model NAME switches (proxy and single modes).".into()],
+                    );
+                } else {
+                    self.opts.model = Some(args.to_string());
+                    self.send(Op::SetModel {
+                        model: args.to_string(),
+                    });
+                    self.push_notice(NoticeLevel::Info, format!("Model set to {args}"), vec![]);
+                }
+            }
+            SlashCommand::Undo => self.send(Op::Undo),
+            SlashCommand::Diff => self.effects.push(Effect::ShowDiff),
+            SlashCommand::Status => self.show_status(),
+            SlashCommand::Compact => {
+                self.send(Op::Compact);
+                self.hint = Some("compacting the context…".into());
+            }
+            SlashCommand::Copy => match self.last_answer.clone() {
+                Some(text) => {
+                    self.effects.push(Effect::Copy(text));
+                    self.hint = Some("last answer sent to the clipboard (OSC 52); if nothing arrived, press F2 and select with the mouse".into());
+                }
+                None => self.push_notice(
+                    NoticeLevel::Warning,
+                    "Nothing to copy yet: no answer in this session",
+                    vec![],
+                ),
+            },
+            SlashCommand::Theme => self.switch_theme(args),
+            SlashCommand::Mouse => self.toggle_mouse(),
+            SlashCommand::Quit => self.request_quit(),
+        }
+    }
+
+    pub fn toggle_mouse(&mut self) {
+        self.mouse_capture = !self.mouse_capture;
+        self.effects
+            .push(Effect::SetMouseCapture(self.mouse_capture));
+        self.hint = Some(if self.mouse_capture {
+            "mouse capture on: the wheel scrolls; Shift+drag selects in most terminals".into()
+        } else {
+            "mouse capture off: drag to select and copy; PgUp/PgDn scroll".into()
+        });
+    }
+
+    fn sessions_dir(&self) -> Option<std::path::PathBuf> {
+        self.opts.sessions_dir.clone().or_else(|| {
+            let file = self.session_file.as_ref()?;
+            std::path::Path::new(file).parent().map(|p| p.to_path_buf())
+        })
+    }
+
+    fn open_session_picker(&mut self) {
+        match self.sessions_dir().map(|d| list_sessions(&d)) {
+            Some(Ok(list)) if !list.is_empty() => {
+                self.session_picker = Some(list);
+                self.popup_selected = 0;
+            }
+            Some(Ok(_)) => {
+                self.push_notice(NoticeLevel::Info, "No saved sessions to resume", vec![])
+            }
+            Some(Err(e)) => self.push_notice(NoticeLevel::Error, e, vec![]),
+            None => self.push_notice(
+                NoticeLevel::Warning,
+                "No sessions directory is configured",
+                vec![],
+            ),
+        }
+    }
+
+    pub fn resume(&mut self, id: String) {
+        self.session_picker = None;
+        self.push_notice(NoticeLevel::Info, format!("Resuming session {id}…"), vec![]);
+        self.send(Op::ResumeSession { id });
+    }
+
+    fn pin_expert(&mut self, args: &str) {
+        let arg = args.trim();
+        if arg.is_empty() {
+            let current = match self.status.pinned {
+                Some(e) => format!("{e} {} is pinned", self.opts.experts.name(e)),
+                None => "routing picks the expert for each turn".into(),
+            };
+            let body = Expert::ALL
+                .iter()
+                .map(|e| format!("{e}  {}", self.opts.experts.name(*e)))
+                .collect();
+            self.push_notice(
+                NoticeLevel::Info,
+                format!("Expert: {current} (/expert L2 pins, /expert auto unpins)"),
+                body,
+            );
+            return;
+        }
+        if matches!(
+            arg.to_ascii_lowercase().as_str(),
+            "auto" | "off" | "none" | "unpin"
+        ) {
+            self.status.pinned = None;
+            self.send(Op::PinExpert { expert: None });
+            self.push_notice(
+                NoticeLevel::Info,
+                "Expert unpinned: routing chooses again",
+                vec![],
+            );
+            return;
+        }
+        // Accept a label or a display name from the profile ("coding").
+        let by_name = Expert::ALL
+            .into_iter()
+            .find(|e| self.opts.experts.name(*e).eq_ignore_ascii_case(arg));
+        match Expert::parse(arg).or(by_name) {
+            Some(e) => {
+                self.status.pinned = Some(e);
+                self.status.expert = Some(e);
+                self.status.decision = Some(crate::protocol::RouteDecision::Pinned);
+                self.send(Op::PinExpert { expert: Some(e) });
+                self.push_notice(
+                    NoticeLevel::Info,
+                    format!(
+                        "Pinned {e} {}: every turn goes to it without routing",
+                        self.opts.experts.name(e)
+                    ),
+                    vec![],
+                );
+            }
+            None => self.push_notice(
+                NoticeLevel::Error,
+                format!("'{arg}' is not an expert"),
+                vec!["Use L0, L1, L2, L3, a name from the profile, or auto.".into()],
+            ),
+        }
+    }
+
+    fn show_status(&mut self) {
+        let o = &self.opts;
+        let s = &self.status;
+        let expert = match s.expert {
+            Some(e) => format!(
+                "{e} {}{}",
+                o.experts.name(e),
+                s.decision
+                    .map(|d| format!(" ({})", decision_word(d)))
+                    .unwrap_or_default()
+            ),
+            None => "none yet".into(),
+        };
+        let ctx = match (s.context_used, s.context_window) {
+            (Some(u), Some(w)) if w > 0 => format!(
+                "{} of {} ({}%)",
+                short_count(u),
+                short_count(w),
+                u * 100 / w
+            ),
+            (Some(u), _) => short_count(u),
+            _ => "unknown".into(),
+        };
+        let or_unset = |v: &str| {
+            if v.is_empty() {
+                "(default)".to_string()
+            } else {
+                v.to_string()
+            }
+        };
+        let body = vec![
+            format!("endpoint   {}", or_unset(&o.endpoint)),
+            format!("mode       {}", o.mode),
+            format!("profile    {}", o.profile),
+            format!(
+                "model      {}",
+                o.model.clone().unwrap_or_else(|| "(server default)".into())
+            ),
+            format!("sandbox    {}", or_unset(&o.sandbox)),
+            format!("approval   {}", or_unset(&o.approval)),
+            format!("expert     {expert}"),
+            format!(
+                "pinned     {}",
+                s.pinned
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| "no".into())
+            ),
+            format!("tokens     {} in, {} out", s.tokens_in, s.tokens_out),
+            format!("context    {ctx}"),
+            format!(
+                "session    {}",
+                self.session_id
+                    .clone()
+                    .unwrap_or_else(|| "(not started)".into())
+            ),
+            format!(
+                "file       {}",
+                self.session_file
+                    .clone()
+                    .unwrap_or_else(|| "(not saved)".into())
+            ),
+            format!("workspace  {}", o.workspace.display()),
+            format!("theme      {}", self.theme.name),
+        ];
+        self.push_notice(NoticeLevel::Info, "Status", body);
+    }
+
+    fn switch_theme(&mut self, args: &str) {
+        let names = available_themes(self.opts.config_dir.as_deref());
+        if args.is_empty() {
+            self.push_notice(
+                NoticeLevel::Info,
+                format!(
+                    "Theme: {} (available: {})",
+                    self.theme.name,
+                    names.join(", ")
+                ),
+                vec![
+                    "/theme NAME switches; user themes live in <config dir>/themes/NAME.toml."
+                        .into(),
+                ],
+            );
+            return;
+        }
+        match Theme::load(args, self.opts.config_dir.as_deref(), self.depth) {
+            Ok(theme) => {
+                self.hint = Some(format!("theme: {}", theme.name));
+                self.set_theme(theme);
+            }
+            Err(e) => self.push_notice(
+                NoticeLevel::Error,
+                e.to_string(),
+                vec![format!("available: {}", names.join(", "))],
+            ),
+        }
+    }
+}

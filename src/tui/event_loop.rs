@@ -1,0 +1,275 @@
+//! The interactive loop: terminal input, agent events, signals and timers in, frames out. Frames
+//! are drawn only when something changed (at most one per 8 ms); the spinner ticks only while the
+//! agent works, so an idle UI uses no CPU.
+
+use std::io::stdout;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crossterm::event::Event as TermEvent;
+use ratatui::Terminal;
+use ratatui::backend::CrosstermBackend;
+use tokio::sync::mpsc;
+
+use super::app::{App, Effect};
+use super::cell::{NoticeLevel, render_diff_lines};
+use super::input_reader::InputReader;
+use super::options::TuiOptions;
+use super::pager::Pager;
+use super::status::Phase;
+use super::{clipboard, git_diff, print_exit, render, terminal};
+use crate::protocol::{AgentHandle, Op};
+
+const MIN_FRAME: Duration = Duration::from_millis(8);
+const SPINNER_TICK: Duration = Duration::from_millis(80);
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
+
+type Term = Terminal<CrosstermBackend<std::io::Stdout>>;
+
+pub async fn run(handle: AgentHandle, opts: TuiOptions) -> anyhow::Result<i32> {
+    let AgentHandle { ops, mut events } = handle;
+    let mut app = App::new(opts, Instant::now());
+    std::thread::spawn(super::highlight::warm_up);
+    terminal::install_panic_hook();
+    terminal::enter(app.mouse_capture)?;
+    let result = run_loop(&mut app, &ops, &mut events).await;
+    terminal::restore();
+    let width = crossterm::terminal::size()
+        .map(|(w, _)| w)
+        .unwrap_or(100)
+        .max(20);
+    let _ = print_exit::print_transcript(&app, width, &mut stdout());
+    match result {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            eprintln!("baton: {e:#}");
+            Ok(1)
+        }
+    }
+}
+
+async fn run_loop(
+    app: &mut App,
+    ops: &mpsc::UnboundedSender<Op>,
+    events: &mut mpsc::UnboundedReceiver<crate::protocol::Event>,
+) -> anyhow::Result<i32> {
+    let mut term: Term = Terminal::new(CrosstermBackend::new(stdout()))?;
+    term.clear()?;
+    let (in_tx, mut in_rx) = mpsc::unbounded_channel();
+    let reader = InputReader::spawn(in_tx);
+    let (diff_tx, mut diff_rx) = mpsc::unbounded_channel::<Result<String, String>>();
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let mut input_gone = false;
+    let mut exit_code = 0;
+    let mut core_gone = false;
+    let mut last_draw = Instant::now() - MIN_FRAME;
+    let mut dirty = true;
+
+    // Ops queued by App::new (the initial prompt) go out before the first frame.
+    run_effects(app, ops, &mut term, &reader, &diff_tx).await?;
+    loop {
+        let now = Instant::now();
+        if dirty && now.duration_since(last_draw) >= MIN_FRAME {
+            app.now = now;
+            term.draw(|f| render::render(app, f))?;
+            last_draw = now;
+            dirty = false;
+        }
+        let animating = app.status.working
+            || !matches!(app.status.phase, Phase::Idle)
+            || app.shutdown_started.is_some();
+        let wait = if dirty {
+            MIN_FRAME.saturating_sub(now.duration_since(last_draw))
+        } else if animating {
+            SPINNER_TICK
+        } else {
+            Duration::from_secs(3600)
+        };
+        tokio::select! {
+            ev = in_rx.recv(), if !input_gone => {
+                app.now = Instant::now();
+                match ev {
+                    Some(ev) => {
+                        handle_terminal_event(app, ev);
+                        while let Ok(ev) = in_rx.try_recv() {
+                            handle_terminal_event(app, ev);
+                        }
+                    }
+                    // The terminal went away: save and leave.
+                    None => {
+                        input_gone = true;
+                        app.request_quit();
+                    }
+                }
+                dirty = true;
+            }
+            ev = events.recv(), if !core_gone => {
+                app.now = Instant::now();
+                match ev {
+                    Some(ev) => {
+                        app.handle_event(ev);
+                        // Batch what already arrived: one frame for a burst of deltas.
+                        for _ in 0..4096 {
+                            match events.try_recv() {
+                                Ok(ev) => app.handle_event(ev),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    None => {
+                        core_gone = true;
+                        if app.shutdown_started.is_some() {
+                            app.exit = Some(0);
+                        } else {
+                            app.push_notice(NoticeLevel::Error, "The agent core stopped unexpectedly", vec!["Your session file keeps what was saved. Press Ctrl+C to leave.".into()]);
+                            app.status.working = false;
+                            app.status.phase = Phase::Idle;
+                            exit_code = 1;
+                        }
+                    }
+                }
+                dirty = true;
+            }
+            Some(diff) = diff_rx.recv() => {
+                show_diff(app, diff);
+                dirty = true;
+            }
+            _ = sigterm.recv() => {
+                app.request_quit();
+                exit_code = 143;
+                dirty = true;
+            }
+            _ = sighup.recv() => {
+                app.request_quit();
+                exit_code = 129;
+                input_gone = true;
+            }
+            _ = tokio::time::sleep(wait) => {
+                if animating {
+                    dirty = true;
+                }
+            }
+        }
+        app.now = Instant::now();
+        run_effects(app, ops, &mut term, &reader, &diff_tx).await?;
+        if let Some(started) = app.shutdown_started
+            && (app.now.saturating_duration_since(started) >= SHUTDOWN_WAIT || core_gone)
+        {
+            app.exit.get_or_insert(exit_code);
+        }
+        if let Some(code) = app.exit {
+            reader.stop();
+            return Ok(if exit_code != 0 { exit_code } else { code });
+        }
+    }
+}
+
+fn handle_terminal_event(app: &mut App, ev: TermEvent) {
+    match ev {
+        TermEvent::Key(key) => app.handle_key(key),
+        TermEvent::Paste(text) => app.handle_paste(&text),
+        TermEvent::Mouse(m) => app.handle_mouse(m),
+        // Resize: the next draw adapts (ratatui resizes its buffers; caches are keyed by width).
+        _ => {}
+    }
+}
+
+fn show_diff(app: &mut App, diff: Result<String, String>) {
+    match diff {
+        Ok(d) if d.trim().is_empty() => {
+            app.push_notice(NoticeLevel::Info, "No changes in the workspace", vec![])
+        }
+        Ok(d) => {
+            let width = app.viewport.get().0.max(20) as usize;
+            let lines = render_diff_lines(&d, width, &app.theme, false);
+            app.pager = Some(Pager::new("git diff (untracked included)", lines));
+        }
+        Err(e) => app.push_notice(NoticeLevel::Error, format!("/diff: {e}"), vec![]),
+    }
+}
+
+async fn run_effects(
+    app: &mut App,
+    ops: &mpsc::UnboundedSender<Op>,
+    term: &mut Term,
+    reader: &InputReader,
+    diff_tx: &mpsc::UnboundedSender<Result<String, String>>,
+) -> anyhow::Result<()> {
+    for effect in app.take_effects() {
+        match effect {
+            Effect::Op(op) => {
+                if ops.send(op).is_err() && app.shutdown_started.is_some() {
+                    app.exit.get_or_insert(0);
+                }
+            }
+            Effect::Copy(text) => {
+                if let Err(e) = clipboard::copy_osc52(&text) {
+                    app.push_notice(
+                        NoticeLevel::Error,
+                        format!("/copy: cannot write to the terminal: {e}"),
+                        vec![],
+                    );
+                }
+            }
+            Effect::SetMouseCapture(on) => {
+                if let Err(e) = terminal::set_mouse_capture(on) {
+                    app.push_notice(NoticeLevel::Warning, format!("mouse capture: {e}"), vec![]);
+                }
+            }
+            Effect::ShowDiff => {
+                let ws = app.opts.workspace.clone();
+                let tx = diff_tx.clone();
+                tokio::spawn(async move {
+                    let _ = tx.send(git_diff::workspace_diff(&ws).await);
+                });
+            }
+            Effect::OpenEditor(text) => {
+                reader.pause();
+                terminal::restore();
+                let edited = edit_in_editor(&text).await;
+                terminal::enter(app.mouse_capture)?;
+                reader.resume();
+                term.clear()?;
+                match edited {
+                    Ok(t) => {
+                        app.composer.set_text(t.trim_end_matches('\n'));
+                        app.refresh_popup();
+                    }
+                    Err(e) => app.push_notice(NoticeLevel::Error, e, vec![]),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Opens `$VISUAL` / `$EDITOR` (default `vi`) on a temp file holding `text`.
+async fn edit_in_editor(text: &str) -> Result<String, String> {
+    let editor = std::env::var("VISUAL")
+        .or_else(|_| std::env::var("EDITOR"))
+        .unwrap_or_else(|_| "vi".into());
+    let argv = shlex::split(&editor)
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| format!("$EDITOR '{editor}' cannot be parsed"))?;
+    let file = tempfile::Builder::new()
+        .prefix("baton-prompt-")
+        .suffix(".md")
+        .tempfile()
+        .map_err(|e| format!("cannot create a temp file for the editor: {e}"))?;
+    let path: PathBuf = file.path().to_path_buf();
+    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let status = tokio::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .arg(&path)
+        .status()
+        .await
+        .map_err(|e| format!("cannot start editor '{}': {e}", argv[0]))?;
+    if !status.success() {
+        return Err(format!(
+            "editor '{}' exited with {status}; prompt unchanged",
+            argv[0]
+        ));
+    }
+    std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
+}

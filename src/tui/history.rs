@@ -1,0 +1,105 @@
+//! Prompt history, persisted as one JSON string per line (multi-line prompts survive), newest last.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+const MAX_ENTRIES: usize = 1000;
+
+#[derive(Debug, Default)]
+pub struct History {
+    entries: Vec<String>,
+    file: Option<PathBuf>,
+}
+
+impl History {
+    /// Loads `file` if it exists; unreadable lines are skipped (a damaged history must not stop
+    /// the UI). Returns a warning to show when the file could not be read.
+    pub fn load(file: Option<&Path>) -> (History, Option<String>) {
+        let mut history = History {
+            entries: Vec::new(),
+            file: file.map(Path::to_path_buf),
+        };
+        let Some(path) = file else {
+            return (history, None);
+        };
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                history.entries = text
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<String>(l).ok())
+                    .collect();
+                let excess = history.entries.len().saturating_sub(MAX_ENTRIES);
+                history.entries.drain(..excess);
+                (history, None)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (history, None),
+            Err(e) => (
+                history,
+                Some(format!("{}: cannot read history: {e}", path.display())),
+            ),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn get(&self, i: usize) -> Option<&str> {
+        self.entries.get(i).map(String::as_str)
+    }
+
+    /// Adds an entry (not a repeat of the last) and appends it to the file.
+    pub fn push(&mut self, entry: &str) -> Result<(), String> {
+        if entry.trim().is_empty() || self.entries.last().is_some_and(|l| l == entry) {
+            return Ok(());
+        }
+        self.entries.push(entry.to_string());
+        let Some(path) = &self.file else {
+            return Ok(());
+        };
+        let line = serde_json::to_string(entry).map_err(|e| e.to_string())?;
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| writeln!(f, "{line}"))
+            .map_err(|e| format!("{}: cannot write history: {e}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tui::composer::Composer;
+
+    #[test]
+    fn history_persists_and_recalls_multiline_entries() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("hist.jsonl");
+        let (mut h, warn) = History::load(Some(&file));
+        assert!(warn.is_none());
+        h.push("first").expect("push");
+        h.push("second\nline").expect("push");
+        h.push("second\nline").expect("dedup");
+        let (h, _) = History::load(Some(&file));
+        assert_eq!(h.len(), 2);
+
+        let mut c = Composer::default();
+        c.insert_str("draft");
+        assert!(c.history_prev(&h));
+        assert_eq!(c.text(), "second\nline");
+        assert!(c.history_prev(&h));
+        assert_eq!(c.text(), "first");
+        assert!(!c.history_prev(&h));
+        assert!(c.history_next(&h));
+        assert!(c.history_next(&h));
+        assert_eq!(c.text(), "draft");
+    }
+}

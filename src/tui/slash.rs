@@ -1,0 +1,184 @@
+//! Slash commands: the list shown in the popup and /help, and parsing of what the user typed.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlashCommand {
+    Help,
+    New,
+    Resume,
+    Sessions,
+    Expert,
+    Mode,
+    Model,
+    Undo,
+    Diff,
+    Status,
+    Compact,
+    Copy,
+    Theme,
+    Mouse,
+    Quit,
+}
+
+impl SlashCommand {
+    /// Popup order: most used first.
+    pub const ALL: [SlashCommand; 15] = [
+        SlashCommand::Help,
+        SlashCommand::New,
+        SlashCommand::Resume,
+        SlashCommand::Sessions,
+        SlashCommand::Expert,
+        SlashCommand::Mode,
+        SlashCommand::Model,
+        SlashCommand::Undo,
+        SlashCommand::Diff,
+        SlashCommand::Status,
+        SlashCommand::Compact,
+        SlashCommand::Copy,
+        SlashCommand::Theme,
+        SlashCommand::Mouse,
+        SlashCommand::Quit,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SlashCommand::Help => "help",
+            SlashCommand::New => "new",
+            SlashCommand::Resume => "resume",
+            SlashCommand::Sessions => "sessions",
+            SlashCommand::Expert => "expert",
+            SlashCommand::Mode => "mode",
+            SlashCommand::Model => "model",
+            SlashCommand::Undo => "undo",
+            SlashCommand::Diff => "diff",
+            SlashCommand::Status => "status",
+            SlashCommand::Compact => "compact",
+            SlashCommand::Copy => "copy",
+            SlashCommand::Theme => "theme",
+            SlashCommand::Mouse => "mouse",
+            SlashCommand::Quit => "quit",
+        }
+    }
+
+    pub fn usage(self) -> &'static str {
+        match self {
+            SlashCommand::Resume => "/resume [ID|last]",
+            SlashCommand::Expert => "/expert [L0-L3|auto]",
+            SlashCommand::Model => "/model [NAME]",
+            SlashCommand::Theme => "/theme [NAME]",
+            _ => "",
+        }
+    }
+
+    pub fn description(self) -> &'static str {
+        match self {
+            SlashCommand::Help => "keys and commands",
+            SlashCommand::New => "start a fresh session",
+            SlashCommand::Resume => "resume a saved session (picker without an ID)",
+            SlashCommand::Sessions => "list saved sessions",
+            SlashCommand::Expert => "pin an expert (skip routing) or unpin with 'auto'",
+            SlashCommand::Mode => "show the mode (mol, proxy, single)",
+            SlashCommand::Model => "show or change the model name",
+            SlashCommand::Undo => "restore the files from before the last change",
+            SlashCommand::Diff => "git diff of the workspace, untracked files included",
+            SlashCommand::Status => "endpoint, mode, profile, sandbox, tokens, session",
+            SlashCommand::Compact => "summarize the active expert's context now",
+            SlashCommand::Copy => "copy the last answer to the clipboard",
+            SlashCommand::Theme => "switch theme (dark, light, high-contrast, yours)",
+            SlashCommand::Mouse => "toggle mouse capture (off: select text with the mouse)",
+            SlashCommand::Quit => "save the session and exit",
+        }
+    }
+
+    /// Commands that only read state or change the UI work while a turn runs; the others would
+    /// race the running turn.
+    pub fn available_during_turn(self) -> bool {
+        !matches!(
+            self,
+            SlashCommand::New
+                | SlashCommand::Resume
+                | SlashCommand::Undo
+                | SlashCommand::Compact
+                | SlashCommand::Model
+        )
+    }
+
+    pub fn from_name(name: &str) -> Option<SlashCommand> {
+        let name = name.to_ascii_lowercase();
+        if name == "exit" || name == "q" {
+            return Some(SlashCommand::Quit);
+        }
+        SlashCommand::ALL.into_iter().find(|c| c.name() == name)
+    }
+}
+
+/// `/name args` → (command, trimmed args). `Err` names what was typed when it is no command.
+pub fn parse_slash(input: &str) -> Option<Result<(SlashCommand, String), String>> {
+    let rest = input.trim().strip_prefix('/')?;
+    // "/ something" or "//path" is text, not a command.
+    if rest.is_empty() || rest.starts_with(['/', ' ']) {
+        return None;
+    }
+    let (name, args) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+    // "/usr/bin/env is …" is a path in a sentence, not a command.
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return None;
+    }
+    Some(match SlashCommand::from_name(name) {
+        Some(cmd) => Ok((cmd, args.trim().to_string())),
+        None => Err(format!("/{name}")),
+    })
+}
+
+/// Commands whose name starts with (then contains) `prefix`, for the popup.
+pub fn matching_commands(prefix: &str) -> Vec<SlashCommand> {
+    let prefix = prefix.to_ascii_lowercase();
+    let mut out: Vec<SlashCommand> = SlashCommand::ALL
+        .into_iter()
+        .filter(|c| c.name().starts_with(&prefix))
+        .collect();
+    out.extend(
+        SlashCommand::ALL
+            .into_iter()
+            .filter(|c| !c.name().starts_with(&prefix) && c.name().contains(&prefix)),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_commands_with_arguments() {
+        assert_eq!(
+            parse_slash("/expert L2"),
+            Some(Ok((SlashCommand::Expert, "L2".into())))
+        );
+        assert_eq!(
+            parse_slash("  /QUIT "),
+            Some(Ok((SlashCommand::Quit, String::new())))
+        );
+        assert_eq!(
+            parse_slash("/exit"),
+            Some(Ok((SlashCommand::Quit, String::new())))
+        );
+        assert_eq!(parse_slash("/nope x"), Some(Err("/nope".into())));
+        assert_eq!(parse_slash("hello /help"), None);
+        assert_eq!(parse_slash("/"), None);
+        assert_eq!(parse_slash("/usr/bin is a path"), None);
+        assert_eq!(parse_slash("//comment"), None);
+    }
+
+    #[test]
+    fn popup_matches_prefix_then_substring() {
+        assert_eq!(
+            matching_commands("co"),
+            vec![SlashCommand::Compact, SlashCommand::Copy]
+        );
+        assert_eq!(matching_commands("")[0], SlashCommand::Help);
+        assert!(matching_commands("ode").contains(&SlashCommand::Mode));
+    }
+}

@@ -1,0 +1,430 @@
+//! The git tool and checkpoints/undo against real repositories in temp dirs.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use baton::protocol::{EventSink, ToolStatus};
+use baton::tool::checkpoint::{self, CheckpointError};
+use baton::tool::registry::standard_tools;
+use baton::tool::undo_cli::{UndoArgs, run as run_undo};
+use baton::tool::{ApprovalNeed, ToolContext, ToolResult, ToolState};
+use git2::{Repository, Signature};
+use serde_json::{Value, json};
+
+struct Repo {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    repo: Repository,
+    ctx: ToolContext,
+}
+
+fn repo() -> Repo {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let repo = Repository::init(&root).unwrap();
+    let mut config = repo.config().unwrap();
+    config.set_str("user.name", "Test User").unwrap();
+    config.set_str("user.email", "test@example.com").unwrap();
+    let ctx = ToolContext {
+        workspace: root.clone(),
+        call_id: "call-1".into(),
+        events: EventSink::discard(),
+        cancel: Default::default(),
+        state: Arc::new(ToolState::default()),
+    };
+    Repo {
+        _dir: dir,
+        root,
+        repo,
+        ctx,
+    }
+}
+
+impl Repo {
+    fn write(&self, rel: &str, bytes: impl AsRef<[u8]>) {
+        let path = self.root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    fn commit_all(&self, message: &str) {
+        let mut index = self.repo.index().unwrap();
+        index
+            .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
+            .unwrap();
+        index.update_all(["*"], None).unwrap();
+        index.write().unwrap();
+        let tree = self.repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = Signature::now("Test User", "test@example.com").unwrap();
+        let parent = self.repo.head().ok().map(|h| h.peel_to_commit().unwrap());
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        self.repo
+            .commit(Some("HEAD"), &sig, &sig, message, &tree, &parents)
+            .unwrap();
+    }
+
+    async fn call(&self, tool: &str, args: Value) -> ToolResult {
+        standard_tools()
+            .get(tool)
+            .unwrap()
+            .run(args, &self.ctx)
+            .await
+    }
+
+    async fn git(&self, args: Value) -> String {
+        let result = self.call("git", args).await;
+        assert_eq!(result.status, ToolStatus::Ok, "{}", result.content);
+        result.content
+    }
+
+    /// Every file under the root except .git: path → (bytes, mode or link target).
+    fn snapshot(&self) -> BTreeMap<PathBuf, (Vec<u8>, u32)> {
+        let mut out = BTreeMap::new();
+        let mut stack = vec![self.root.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.file_name().unwrap() == ".git" {
+                    continue;
+                }
+                let meta = std::fs::symlink_metadata(&path).unwrap();
+                let rel = path.strip_prefix(&self.root).unwrap().to_path_buf();
+                if meta.file_type().is_symlink() {
+                    let target = std::fs::read_link(&path).unwrap();
+                    out.insert(
+                        rel,
+                        (target.into_os_string().into_encoded_bytes(), 0o120000),
+                    );
+                } else if meta.is_dir() {
+                    out.insert(rel, (Vec::new(), 0o040000));
+                    stack.push(path);
+                } else {
+                    let mode = meta.permissions().mode() & 0o777;
+                    out.insert(rel, (std::fs::read(&path).unwrap(), mode));
+                }
+            }
+        }
+        out
+    }
+
+    fn git_state(&self) -> (Option<String>, Vec<u8>, Vec<String>) {
+        let head = self
+            .repo
+            .head()
+            .ok()
+            .and_then(|h| h.target())
+            .map(|o| o.to_string());
+        let index = std::fs::read(self.root.join(".git/index")).unwrap_or_default();
+        let branches = self
+            .repo
+            .references()
+            .unwrap()
+            .flatten()
+            .filter_map(|r| r.name().map(String::from))
+            .filter(|n| !n.starts_with("refs/baton/"))
+            .collect();
+        (head, index, branches)
+    }
+}
+
+fn ok(result: &ToolResult) {
+    assert_eq!(result.status, ToolStatus::Ok, "{}", result.content);
+}
+
+#[tokio::test]
+async fn status_diff_log_show_and_commit_of_chosen_paths() {
+    let r = repo();
+    r.write("a.txt", "one\n");
+    r.write("b.txt", "bee\n");
+    r.commit_all("initial commit");
+    r.write("a.txt", "one\ntwo\n");
+    r.write("b.txt", "bee changed\n");
+    r.write("new.txt", "fresh\n");
+
+    let status = r.git(json!({"action": "status"})).await;
+    assert!(status.contains("On branch"), "{status}");
+    assert!(
+        status.contains(" M a.txt") && status.contains("?? new.txt"),
+        "{status}"
+    );
+
+    let diff = r.git(json!({"action": "diff"})).await;
+    assert!(diff.contains("+two") && diff.contains("+fresh"), "{diff}");
+    let limited = r.git(json!({"action": "diff", "paths": ["a.txt"]})).await;
+    assert!(
+        limited.contains("+two") && !limited.contains("bee"),
+        "{limited}"
+    );
+    assert_eq!(
+        r.git(json!({"action": "diff", "staged": true})).await,
+        "no differences\n"
+    );
+
+    let need = standard_tools().get("git").unwrap().approval(
+        &json!({"action": "commit", "paths": ["a.txt"], "message": "add two"}),
+        &r.ctx,
+    );
+    let ApprovalNeed::Command { argv, .. } = need else {
+        panic!("commit must need command approval")
+    };
+    assert_eq!(argv, ["git", "commit", "-m", "add two", "--", "a.txt"]);
+    assert_eq!(
+        standard_tools()
+            .get("git")
+            .unwrap()
+            .approval(&json!({"action": "status"}), &r.ctx),
+        ApprovalNeed::None
+    );
+
+    let committed = r
+        .git(json!({"action": "commit", "paths": ["a.txt", "new.txt"], "message": "add two\n\nbody"}))
+        .await;
+    assert!(
+        committed.contains("committed") && committed.contains("2 files changed"),
+        "{committed}"
+    );
+    let status = r.git(json!({"action": "status"})).await;
+    assert!(
+        status.contains(" M b.txt"),
+        "b.txt must stay uncommitted: {status}"
+    );
+    assert!(
+        !status.contains("a.txt") && !status.contains("new.txt"),
+        "{status}"
+    );
+
+    let log = r.git(json!({"action": "log"})).await;
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(lines[0].ends_with("add two") && lines[1].ends_with("initial commit"));
+    let only_new = r.git(json!({"action": "log", "paths": ["new.txt"]})).await;
+    assert_eq!(only_new.lines().count(), 1, "{only_new}");
+
+    let show = r.git(json!({"action": "show"})).await;
+    assert!(show.contains("    add two") && show.contains("+two") && show.contains("+fresh"));
+    let file = r
+        .git(json!({"action": "show", "rev": "HEAD~1:a.txt"}))
+        .await;
+    assert_eq!(file, "one\n");
+    let against = r.git(json!({"action": "diff", "rev": "HEAD~1"})).await;
+    assert!(
+        against.contains("+two") && against.contains("+bee changed"),
+        "{against}"
+    );
+
+    let nothing = r
+        .call(
+            "git",
+            json!({"action": "commit", "paths": ["a.txt"], "message": "again"}),
+        )
+        .await;
+    assert_eq!(nothing.status, ToolStatus::Error);
+    assert!(nothing.content.contains("nothing to commit"));
+    let no_message = r
+        .call(
+            "git",
+            json!({"action": "commit", "paths": ["b.txt"], "message": " "}),
+        )
+        .await;
+    assert_eq!(no_message.status, ToolStatus::Error);
+    let push = r.call("git", json!({"action": "push"})).await;
+    assert_eq!(push.status, ToolStatus::Error);
+}
+
+#[tokio::test]
+async fn undo_restores_edits_creations_and_deletions_exactly() {
+    let r = repo();
+    r.write(".gitignore", "target/\n");
+    r.write("src/main.rs", "fn main() {}\r\n");
+    r.write("run.sh", "#!/bin/sh\necho hi\n");
+    std::fs::set_permissions(
+        r.root.join("run.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    r.write("docs/guide.md", "# guide\n");
+    std::os::unix::fs::symlink("docs/guide.md", r.root.join("guide-link")).unwrap();
+    r.commit_all("initial");
+    r.write("notes.txt", "untracked but not ignored\n");
+    r.write("target/build.out", "ignored output\n");
+    let before = r.snapshot();
+    let git_before = r.git_state();
+
+    checkpoint::begin_turn(&r.ctx.state);
+    ok(&r.call("read_file", json!({"path": "src/main.rs"})).await);
+    ok(&r
+        .call(
+            "edit",
+            json!({"path": "src/main.rs", "old_string": "fn main() {}", "new_string": "fn main() { panic!() }"}),
+        )
+        .await);
+    ok(&r
+        .call(
+            "write_file",
+            json!({"path": "new/dir/created.txt", "content": "new\n"}),
+        )
+        .await);
+    ok(&r
+        .call(
+            "apply_patch",
+            json!({"input": "*** Begin Patch\n*** Delete File: docs/guide.md\n*** Delete File: notes.txt\n*** End Patch"}),
+        )
+        .await);
+    std::fs::set_permissions(
+        r.root.join("run.sh"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    r.write("target/build.out", "rebuilt\n");
+    assert_eq!(r.ctx.state.checkpoints.lock().unwrap().taken.len(), 1);
+
+    let report = checkpoint::undo(&r.root).unwrap();
+    assert!(
+        report.removed.contains(&"new/dir/created.txt".to_string()),
+        "{report:?}"
+    );
+    for restored in ["src/main.rs", "docs/guide.md", "notes.txt", "run.sh"] {
+        assert!(
+            report.restored.contains(&restored.to_string()),
+            "{restored}: {report:?}"
+        );
+    }
+    let mut after = r.snapshot();
+    // Ignored files are not part of checkpoints: the rebuilt output stays as it is now.
+    let ignored = PathBuf::from("target/build.out");
+    assert_eq!(after.remove(&ignored).unwrap().0, b"rebuilt\n");
+    let mut expected = before.clone();
+    expected.remove(&ignored);
+    assert_eq!(after, expected);
+    assert_eq!(
+        r.git_state(),
+        git_before,
+        "HEAD, index and branches must be untouched"
+    );
+    assert!(checkpoint::list_checkpoints(&r.root).unwrap().is_empty());
+    assert!(matches!(
+        checkpoint::undo(&r.root),
+        Err(CheckpointError::NoCheckpoint(_))
+    ));
+}
+
+#[tokio::test]
+async fn undo_works_in_a_repo_with_no_commits_and_walks_back_turn_by_turn() {
+    let r = repo();
+    r.write("a.txt", "version 1\n");
+    let original = r.snapshot();
+
+    checkpoint::set_session(&r.ctx.state, "session-under-test");
+    checkpoint::begin_turn(&r.ctx.state);
+    ok(&r.call("read_file", json!({"path": "a.txt"})).await);
+    ok(&r
+        .call(
+            "write_file",
+            json!({"path": "a.txt", "content": "version 2\n"}),
+        )
+        .await);
+    let after_first = r.snapshot();
+
+    checkpoint::begin_turn(&r.ctx.state);
+    ok(&r
+        .call(
+            "write_file",
+            json!({"path": "a.txt", "content": "version 3\n"}),
+        )
+        .await);
+    ok(&r
+        .call("write_file", json!({"path": "b.txt", "content": "b\n"}))
+        .await);
+    let refs: Vec<String> = checkpoint::list_checkpoints(&r.root)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.reference)
+        .collect();
+    assert_eq!(
+        refs,
+        [
+            "refs/baton/checkpoints/session-under-test/1",
+            "refs/baton/checkpoints/session-under-test/2"
+        ]
+    );
+    assert!(r.repo.head().is_err(), "HEAD must stay unborn");
+
+    checkpoint::undo(&r.root).unwrap();
+    assert_eq!(r.snapshot(), after_first);
+    checkpoint::undo(&r.root).unwrap();
+    assert_eq!(r.snapshot(), original);
+    assert!(r.repo.head().is_err());
+}
+
+#[test]
+fn undo_outside_a_repository_says_it_is_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = checkpoint::undo(dir.path()).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("undo is unavailable: not a git repository"),
+        "{err}"
+    );
+    let code = run_undo(UndoArgs {
+        workspace: Some(dir.path().to_path_buf()),
+        list: false,
+    });
+    assert_eq!(code, 1);
+}
+
+#[test]
+fn undo_cli_restores_the_last_checkpoint() {
+    let r = repo();
+    r.write("keep.txt", "keep\n");
+    r.commit_all("initial");
+    checkpoint::checkpoint(&r.root, "manual").unwrap();
+    r.write("keep.txt", "changed\n");
+    r.write("extra.txt", "extra\n");
+    let code = run_undo(UndoArgs {
+        workspace: Some(r.root.clone()),
+        list: false,
+    });
+    assert_eq!(code, 0);
+    assert_eq!(std::fs::read(r.root.join("keep.txt")).unwrap(), b"keep\n");
+    assert!(!r.root.join("extra.txt").exists());
+}
+
+#[test]
+fn undo_is_scoped_to_the_workspace_subdirectory() {
+    let r = repo();
+    r.write("outer.txt", "outer\n");
+    r.write("pkg/inner.txt", "inner\n");
+    r.commit_all("initial");
+    let pkg = r.root.join("pkg");
+    checkpoint::checkpoint(&pkg, "scoped").unwrap();
+    r.write("outer.txt", "outer changed by the user\n");
+    r.write("pkg/inner.txt", "inner changed\n");
+    let report = checkpoint::undo(&pkg).unwrap();
+    assert_eq!(report.restored, ["inner.txt"]);
+    assert_eq!(std::fs::read(pkg.join("inner.txt")).unwrap(), b"inner\n");
+    assert_eq!(
+        std::fs::read(r.root.join("outer.txt")).unwrap(),
+        b"outer changed by the user\n"
+    );
+    assert!(Path::new(&r.root).join(".git").exists());
+}
+
+#[test]
+fn undo_keeps_ignored_files_even_when_the_turn_changed_gitignore() {
+    let r = repo();
+    r.write(".gitignore", "secrets/\n");
+    r.write("dir/x.txt", "x\n");
+    r.commit_all("initial");
+    r.write("secrets/key.txt", "do not delete\n");
+    let before = r.snapshot();
+    checkpoint::checkpoint(&r.root, "before").unwrap();
+    // The turn un-ignores secrets/ and replaces the directory dir/ with a file.
+    r.write(".gitignore", "");
+    std::fs::remove_dir_all(r.root.join("dir")).unwrap();
+    r.write("dir", "now a file\n");
+    let report = checkpoint::undo(&r.root).unwrap();
+    assert!(report.removed.is_empty(), "{report:?}");
+    assert_eq!(r.snapshot(), before);
+}

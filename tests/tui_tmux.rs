@@ -1,0 +1,401 @@
+//! End to end: the real `baton` binary (TUI over the agent core) against the mock engine, in a
+//! real terminal (tmux). Types a prompt, watches the streamed answer and the expert in the
+//! status line, approves a command in the modal, runs /undo (the file comes back), quits with
+//! Ctrl+C twice, and checks the terminal was restored and the conversation printed.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use support::{MockEngine, MockReply, Script};
+
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn cmd(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("run tmux");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn capture(&self) -> String {
+        self.cmd(&["capture-pane", "-p", "-t", "t", "-S", "-200"])
+    }
+
+    fn format(&self, f: &str) -> String {
+        self.cmd(&["display-message", "-p", "-t", "t", f])
+            .trim()
+            .to_string()
+    }
+
+    /// Waits until the pane shows `needle` (the deadline only guards against a hung run).
+    fn wait_for(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let screen = self.capture();
+            if screen.contains(needle) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "'{needle}' never appeared; screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn wait_until_dead(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.format("#{pane_dead}") != "1" {
+            assert!(
+                Instant::now() < deadline,
+                "the UI did not exit; screen:\n{}",
+                self.capture()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // tmux records the exit status a moment after marking the pane dead.
+        let settle = Instant::now() + Duration::from_secs(5);
+        while self
+            .format("#{pane_dead_status}#{pane_dead_signal}")
+            .is_empty()
+            && Instant::now() < settle
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .arg("kill-server")
+            .output();
+    }
+}
+
+/// Starts the UI host in a fresh tmux server, in `workspace`, with extra environment entries.
+fn start_ui(engine: &MockEngine, workspace: &Path, home: &Path, extra_env: &[String]) -> Tmux {
+    let exe = env!("CARGO_BIN_EXE_baton");
+    static SESSIONS: AtomicUsize = AtomicUsize::new(0);
+    let n = SESSIONS.fetch_add(1, Ordering::SeqCst);
+    let tmux = Tmux {
+        socket: format!("baton-tui-test-{}-{n}", std::process::id()),
+    };
+    let env = |k: &str, v: &Path| format!("{k}={}", v.display());
+    let host = format!(
+        "{exe} --endpoint {} --session-dir {}",
+        engine.url(),
+        workspace.join("sessions").display()
+    );
+    let mut envs = vec![
+        env("HOME", home),
+        env("XDG_CONFIG_HOME", &home.join(".config")),
+        env("XDG_DATA_HOME", &home.join(".local/share")),
+        "TERM=xterm-256color".to_string(),
+    ];
+    envs.extend(extra_env.iter().cloned());
+    let ws = workspace.display().to_string();
+    let mut args: Vec<&str> = vec![
+        "-f",
+        "/dev/null",
+        "new-session",
+        "-d",
+        "-s",
+        "t",
+        "-x",
+        "100",
+        "-y",
+        "32",
+        "-c",
+        &ws,
+    ];
+    for e in &envs {
+        args.push("-e");
+        args.push(e);
+    }
+    args.push(&host);
+    tmux.cmd(&args);
+    tmux.cmd(&["set-option", "-t", "t", "remain-on-exit", "on"]);
+    tmux
+}
+
+fn tmux_available() -> bool {
+    Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn prompt_answer_undo_and_quit_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let answer =
+        "Here is the **plan**:\n\n1. read the code\n2. fix the bug\n\n```rust\nfn main() {}\n```\n";
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "call_1",
+                    "shell",
+                    r#"{"command":"echo changed > notes.txt"}"#,
+                ),
+            )
+            .answer(
+                "L2",
+                MockReply::text(answer)
+                    .chunk_chars(4)
+                    .chunk_delay(Duration::from_millis(5)),
+            )
+            .default_summary("The user asked for a plan."),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    // A git workspace, so the turn's checkpoint can be undone.
+    std::fs::write(workspace.join("notes.txt"), "original\n").expect("write");
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(&workspace)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "notes.txt"]);
+    git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-qm",
+        "init",
+    ]);
+    let tmux = start_ui(&engine, &workspace, &home, &[]);
+
+    tmux.wait_for("Ask baton");
+    assert_eq!(
+        tmux.format("#{alternate_on}"),
+        "1",
+        "the UI runs on the alternate screen"
+    );
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "make a plan"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    // The command writes a file: the approval modal shows it; approve once.
+    let screen = tmux.wait_for("echo changed > notes.txt");
+    assert!(screen.contains("Yes"), "the modal offers yes: {screen}");
+    tmux.cmd(&["send-keys", "-t", "t", "y"]);
+    let screen = tmux.wait_for("fix the bug");
+    assert!(screen.contains("› make a plan"), "{screen}");
+    let screen = tmux.wait_for("● ready");
+    assert!(
+        screen.contains("L2 coding (routed)") || screen.contains("L2 coding (sticky)"),
+        "status line names the expert and how it was chosen: {screen}"
+    );
+    assert!(
+        screen.contains("route ") && screen.contains("answer "),
+        "hop latencies: {screen}"
+    );
+    assert!(screen.contains("fn main() {}"), "{screen}");
+
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("notes.txt")).expect("read"),
+        "changed\n",
+        "the approved command ran"
+    );
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "/undo"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("Undo: files restored");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("notes.txt")).expect("read"),
+        "original\n",
+        "undo restored the file"
+    );
+
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
+    assert_eq!(tmux.format("#{pane_dead_status}"), "0", "clean exit");
+    assert_eq!(tmux.format("#{alternate_on}"), "0", "alternate screen left");
+    // tmux keeps a dead pane's modes, so these show what the UI left behind (its cursor flag is
+    // not kept, so cursor visibility cannot be checked this way).
+    assert_eq!(tmux.format("#{mouse_any_flag}"), "0", "mouse capture off");
+    assert_eq!(
+        tmux.format("#{mouse_standard_flag}"),
+        "0",
+        "mouse capture off"
+    );
+    let after = tmux.capture();
+    assert!(
+        after.contains("› make a plan") && after.contains("2. fix the bug"),
+        "conversation printed on exit:\n{after}"
+    );
+    let sessions: Vec<_> = std::fs::read_dir(workspace.join("sessions"))
+        .expect("sessions dir")
+        .flatten()
+        .collect();
+    assert_eq!(sessions.len(), 1, "the session was saved");
+    assert_eq!(engine.requests_for_hop("route").len(), 1);
+}
+
+#[test]
+fn editor_diff_pager_and_resize_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", "Edited prompt received.")
+            .default_route("L2")
+            .default_answer("Paste received.")
+            .default_summary("ok"),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .arg("-C")
+            .arg(&workspace)
+            .args(args)
+            .output()
+            .expect("git")
+            .status
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["config", "user.email", "t@example.com"]);
+    git(&["config", "user.name", "t"]);
+    std::fs::write(workspace.join("tracked.txt"), "old line\n").expect("write");
+    std::fs::write(workspace.join(".gitignore"), "sessions/\n").expect("write");
+    git(&["add", "."]);
+    git(&["commit", "-qm", "init"]);
+    std::fs::write(workspace.join("tracked.txt"), "new line\n").expect("write");
+    std::fs::write(workspace.join("untracked.txt"), "brand new file\n").expect("write");
+    // The "editor" writes the prompt into the file it is given.
+    let editor = "EDITOR=sh -c 'printf \"from the editor\" > \"$0\"'".to_string();
+    let tmux = start_ui(&engine, &workspace, &home, &[editor]);
+
+    tmux.wait_for("Ask baton");
+    tmux.cmd(&["send-keys", "-t", "t", "C-g"]);
+    tmux.wait_for("› from the editor");
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("Edited prompt received.");
+    assert_eq!(
+        engine.requests_for_hop("answer")[0]
+            .last_user_text()
+            .as_deref(),
+        Some("from the editor")
+    );
+
+    // A bracketed paste of many lines collapses to a placeholder and is sent whole.
+    let pasted: String = (1..=20).map(|i| format!("log line {i}\n")).collect();
+    tmux.cmd(&["set-buffer", "-b", "p", &pasted]);
+    tmux.cmd(&["paste-buffer", "-p", "-b", "p", "-t", "t"]);
+    tmux.wait_for("[Pasted text #1: 20 lines]");
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("Paste received.");
+    let sent = engine.requests_for_hop("answer")[1]
+        .last_user_text()
+        .unwrap_or_default();
+    assert!(
+        sent.contains("log line 1\n") && sent.contains("log line 20"),
+        "{sent}"
+    );
+
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "/diff"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    let pager = tmux.wait_for("git diff (untracked included)");
+    assert!(
+        pager.contains("-old line") && pager.contains("+new line"),
+        "{pager}"
+    );
+    assert!(
+        pager.contains("+brand new file"),
+        "untracked files are in the diff: {pager}"
+    );
+    tmux.cmd(&["send-keys", "-t", "t", "q"]);
+    tmux.wait_for("Ask baton");
+
+    for (w, h) in [("60", "20"), ("200", "50"), ("61", "12")] {
+        tmux.cmd(&["resize-window", "-t", "t", "-x", w, "-y", h]);
+        let screen = tmux.wait_for("Paste received.");
+        assert!(
+            screen
+                .lines()
+                .all(|l| l.chars().count() <= w.parse::<usize>().unwrap_or(0)),
+            "{screen}"
+        );
+    }
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
+    assert_eq!(
+        tmux.format("#{pane_dead_status}"),
+        "0",
+        "clean exit after resizing"
+    );
+    assert_eq!(tmux.format("#{alternate_on}"), "0", "alternate screen left");
+}
+
+#[test]
+fn sigterm_restores_the_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let engine = MockEngine::scripted_blocking(Script::new());
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let tmux = start_ui(&engine, &workspace, &home, &["NO_COLOR=1".into()]);
+    tmux.wait_for("Ask baton");
+    assert_eq!(
+        tmux.format("#{mouse_any_flag}"),
+        "1",
+        "mouse capture is on while the UI runs"
+    );
+    let pid = tmux.format("#{pane_pid}");
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    tmux.wait_until_dead();
+    assert_eq!(
+        tmux.format("#{pane_dead_status}"),
+        "143",
+        "SIGTERM exit code"
+    );
+    assert_eq!(tmux.format("#{alternate_on}"), "0", "alternate screen left");
+    assert_eq!(tmux.format("#{mouse_any_flag}"), "0", "mouse capture off");
+    assert!(
+        tmux.capture().contains("baton — terminal coding agent"),
+        "transcript printed on exit"
+    );
+}
