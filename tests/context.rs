@@ -377,16 +377,6 @@ async fn a_300_step_session_stays_in_a_4k_window_and_keeps_the_task() {
     assert!(all.contains(PLANTED), "the file written at step 3");
     assert!(all.contains("output of step") || all.contains("Earlier steps"));
 
-    if std::env::var_os("CONTEXT_TRACE").is_some() {
-        for r in chats.iter().take(80) {
-            println!(
-                "{} {} msgs {}",
-                r.hop_or_answer(),
-                measured_tokens(r),
-                r.messages().len()
-            );
-        }
-    }
     // Figures.
     let sent: u64 = chats.iter().map(measured_tokens).sum();
     let session = std::fs::read_dir(dir.path().join(".sessions"))
