@@ -175,6 +175,7 @@ fn agent_config(dir: &Path) -> AgentConfig {
         seed: None,
         max_tokens: None,
         context_window: None,
+        compact_at: None,
     }
 }
 

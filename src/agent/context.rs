@@ -87,10 +87,13 @@ pub(crate) async fn window(shared: &Shared, model: &str) -> u64 {
         .unwrap_or(DEFAULT_CONTEXT_WINDOW)
 }
 
-/// The budget of a window. The compaction threshold is the default 85%: `AgentConfig` has no
-/// field for it yet (`ContextBudget::with_compact_at` is the hook).
-fn budget(_shared: &Shared, window: u64) -> ContextBudget {
-    ContextBudget::new(window)
+/// The budget of a window: compaction at `compact_at` of it (config; 85% by default).
+fn budget(shared: &Shared, window: u64) -> ContextBudget {
+    let budget = ContextBudget::new(window);
+    match shared.cfg.compact_at {
+        Some(fraction) => budget.with_compact_at(fraction),
+        None => budget,
+    }
 }
 
 /// Prompt tokens of a request: exact when the backend can count, else estimated.

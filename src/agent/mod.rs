@@ -58,6 +58,8 @@ pub struct AgentConfig {
     pub max_tokens: Option<u32>,
     /// The experts' context window in tokens; `None` = ask the server (`/models`).
     pub context_window: Option<u64>,
+    /// Compact when a view passes this fraction of the window (`compact_at`; default 0.85).
+    pub compact_at: Option<f64>,
 }
 
 /// State shared by the op loop, the running turn and the background summary tasks.

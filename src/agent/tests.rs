@@ -137,6 +137,7 @@ fn start_full(
         seed: None,
         max_tokens: None,
         context_window,
+        compact_at: None,
     };
     std::fs::write(
         dir.path().join("big.txt"),

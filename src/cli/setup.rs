@@ -119,6 +119,7 @@ pub fn agent_config(config: &Config, headless: bool) -> Result<AgentConfig, Stri
         seed: config.seed,
         max_tokens: config.max_tokens,
         context_window: config.context_window,
+        compact_at: config.compact_at,
     })
 }
 

@@ -81,6 +81,8 @@ pub struct App {
     pub hint: Option<String>,
     pub session_id: Option<String>,
     pub session_file: Option<String>,
+    /// Project instruction files (AGENTS.md …) the experts were given.
+    pub instructions: Vec<String>,
     pub last_answer: Option<String>,
     /// Transcript viewport (width, height) of the last frame, for scrolling by pages.
     pub viewport: StdCell<(u16, u16)>,
@@ -113,6 +115,7 @@ impl App {
         let mouse_capture = opts.mouse_capture;
         let mut app = App {
             session_file: opts.session_file.as_ref().map(|p| p.display().to_string()),
+            instructions: Vec::new(),
             opts,
             theme,
             depth,

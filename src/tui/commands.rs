@@ -308,6 +308,14 @@ impl App {
                     .unwrap_or_else(|| "(not saved)".into())
             ),
             format!("workspace  {}", o.workspace.display()),
+            format!(
+                "AGENTS.md  {}",
+                if self.instructions.is_empty() {
+                    "none found".to_string()
+                } else {
+                    self.instructions.join(", ")
+                }
+            ),
             format!("theme      {}", self.theme.name),
         ];
         self.push_notice(NoticeLevel::Info, "Status", body);

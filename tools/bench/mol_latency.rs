@@ -75,6 +75,7 @@ fn agent_config(dir: &std::path::Path) -> AgentConfig {
         seed: None,
         max_tokens: None,
         context_window: None,
+        compact_at: None,
     }
 }
 

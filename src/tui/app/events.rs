@@ -28,8 +28,10 @@ impl App {
                 backend,
                 resumed,
                 session_file,
+                instructions,
                 ..
             } => {
+                self.instructions = instructions;
                 self.opts.mode = mode;
                 if !backend.is_empty() {
                     self.opts.endpoint = backend;
