@@ -106,10 +106,14 @@ pub enum RouteDecision {
 pub enum ApprovalDecision {
     Approve,
     /// Approve, and do not ask again for commands with this argv prefix in this session.
-    ApproveForPrefix { prefix: Vec<String> },
+    ApproveForPrefix {
+        prefix: Vec<String>,
+    },
     Deny,
     /// Deny and tell the model why.
-    DenyWithReason { reason: String },
+    DenyWithReason {
+        reason: String,
+    },
 }
 
 /// Input to the agent core.

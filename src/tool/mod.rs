@@ -94,8 +94,11 @@ pub trait Tool: Send + Sync {
     fn title(&self, args: &serde_json::Value) -> String;
 
     /// Runs the call. Errors are results with `ToolStatus::Error` the model can read, not panics.
-    fn run<'a>(&'a self, args: serde_json::Value, ctx: &'a ToolContext)
-    -> BoxFuture<'a, ToolResult>;
+    fn run<'a>(
+        &'a self,
+        args: serde_json::Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, ToolResult>;
 }
 
 /// The tools offered to the model, by name.
