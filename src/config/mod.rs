@@ -1,1 +1,193 @@
 //! Configuration: flags > env > project `.baton/config.toml` > user config > defaults.
+//!
+//! Every setting has one name used everywhere: the config key (`api_key_env`), the env var
+//! (`BATON_API_KEY_ENV`) and the long flag (`--api-key-env`). Values from every source are
+//! parsed by the same function, so a bad value reads the same wherever it came from, and each
+//! error names the source (file or variable), the key and the reason.
+
+mod settings;
+
+pub use settings::{Device, Mode, RouteConstraint, SandboxMode, Settings};
+
+use std::path::{Path, PathBuf};
+
+use crate::agent::ApprovalPolicy;
+use crate::backend::ReasoningEffort;
+use crate::protocol::Expert;
+
+/// A configuration problem, always naming where it came from.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{source_name}: key `{key}`: {reason}")]
+pub struct ConfigError {
+    /// The file path, `environment variable BATON_X` or `flag --x`.
+    pub source_name: String,
+    pub key: String,
+    pub reason: String,
+}
+
+/// A file-level problem (unreadable, not TOML).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConfigLoadError {
+    #[error("{path}: {reason}")]
+    File { path: String, reason: String },
+    #[error(transparent)]
+    Key(#[from] ConfigError),
+}
+
+/// The fully resolved configuration the rest of baton runs on.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub endpoint: Option<String>,
+    /// Name of the env var holding the API key (never the key itself).
+    pub api_key_env: String,
+    pub mode: Mode,
+    pub model: Option<String>,
+    pub profile: Option<PathBuf>,
+    pub expert: Option<Expert>,
+    pub workspace: PathBuf,
+    pub reasoning: Option<ReasoningEffort>,
+    /// `None` = the frontend's default (ask interactively, never headless).
+    pub approval: Option<ApprovalPolicy>,
+    pub sandbox: SandboxMode,
+    pub session_dir: PathBuf,
+    pub local: Option<PathBuf>,
+    pub device: Device,
+    pub max_turns: Option<u32>,
+    pub timeout_secs: Option<u64>,
+    /// A file whose text replaces the built-in system prompt of the experts.
+    pub system_prompt: Option<PathBuf>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub seed: Option<u64>,
+    pub max_tokens: Option<u32>,
+    pub route_constraint: RouteConstraint,
+    /// The files that were read, in order of increasing precedence (for `doctor`).
+    pub files: Vec<PathBuf>,
+}
+
+impl Config {
+    /// The API key from the environment, if the named variable is set and non-empty.
+    pub fn api_key(&self) -> Option<String> {
+        std::env::var(&self.api_key_env)
+            .ok()
+            .filter(|k| !k.trim().is_empty())
+    }
+}
+
+/// Where the user config lives: `$XDG_CONFIG_HOME/baton/config.toml`.
+pub fn user_config_path() -> Option<PathBuf> {
+    dirs::config_dir().map(|d| d.join("baton").join("config.toml"))
+}
+
+/// The default session folder: `$XDG_DATA_HOME/baton/sessions`.
+pub fn default_session_dir() -> PathBuf {
+    dirs::data_dir()
+        .unwrap_or_else(std::env::temp_dir)
+        .join("baton")
+        .join("sessions")
+}
+
+/// Finds `.baton/config.toml` in the workspace or the nearest folder above it.
+pub fn project_config_path(workspace: &Path) -> Option<PathBuf> {
+    workspace
+        .ancestors()
+        .map(|d| d.join(".baton").join("config.toml"))
+        .find(|p| p.is_file())
+}
+
+/// Reads the settings of one TOML file. A missing file is no settings; anything else wrong
+/// with it is an error naming the file.
+pub fn read_file(path: &Path) -> Result<Settings, ConfigLoadError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigLoadError::File {
+        path: path.display().to_string(),
+        reason: format!("cannot read: {e}"),
+    })?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigLoadError::File {
+        path: path.display().to_string(),
+        reason: format!("not valid TOML: {}", e.message()),
+    })?;
+    let base = path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let source = path.display().to_string();
+    let mut settings = Settings::default();
+    for (key, value) in &table {
+        let text = match value {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            other => {
+                return Err(ConfigError {
+                    source_name: source.clone(),
+                    key: key.clone(),
+                    reason: format!("expected a string or number, found {}", other.type_str()),
+                }
+                .into());
+            }
+        };
+        settings.set(key, &text, &source, Some(&base))?;
+    }
+    Ok(settings)
+}
+
+/// Reads every `BATON_*` variable that names a setting. Other `BATON_*` variables (the API key,
+/// `BATON_LOG`) are left alone.
+pub fn read_env() -> Result<Settings, ConfigError> {
+    let mut settings = Settings::default();
+    for key in Settings::KEYS {
+        let var = format!("BATON_{}", key.to_ascii_uppercase());
+        if let Ok(value) = std::env::var(&var) {
+            if value.is_empty() {
+                continue;
+            }
+            settings.set(key, &value, &format!("environment variable {var}"), None)?;
+        }
+    }
+    Ok(settings)
+}
+
+/// Resolves the configuration from all layers. `flags` holds what was given on the command line.
+pub fn load(flags: &Settings) -> Result<Config, ConfigLoadError> {
+    let env = read_env()?;
+    let mut files = Vec::new();
+
+    let user = match user_config_path().filter(|p| p.is_file()) {
+        Some(p) => {
+            let s = read_file(&p)?;
+            files.push(p);
+            s
+        }
+        None => Settings::default(),
+    };
+
+    // The project file is looked up from the workspace as the flag, env or user file give it.
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let workspace_hint = flags
+        .workspace
+        .clone()
+        .or_else(|| env.workspace.clone())
+        .or_else(|| user.workspace.clone())
+        .unwrap_or_else(|| cwd.clone());
+    let project = match project_config_path(&workspace_hint) {
+        Some(p) => {
+            let s = read_file(&p)?;
+            files.push(p);
+            s
+        }
+        None => Settings::default(),
+    };
+
+    let mut merged = Settings::default();
+    merged.overlay(user);
+    merged.overlay(project);
+    merged.overlay(env);
+    merged.overlay(flags.clone());
+    let mut config = merged.resolve(&cwd)?;
+    config.files = files;
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,142 @@
+//! Executing the model's tool calls: unknown names and bad arguments become results the model
+//! can read (B8), the approval policy decides, events report begin/output/end.
+
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::approval::{self, Verdict};
+use super::{Shared, lock};
+use crate::backend::{ChatMessage, ToolCall};
+use crate::protocol::{ApprovalDecision, ApprovalRequest, Event, ToolStatus};
+use crate::tool::{ApprovalNeed, ToolContext, ToolResult};
+
+/// Runs one call to its end and returns the tool message that answers it.
+pub(crate) async fn execute(
+    shared: &Shared,
+    turn_id: u64,
+    call: &ToolCall,
+    cancel: &CancellationToken,
+) -> ChatMessage {
+    let started = Instant::now();
+    let args: Result<serde_json::Value, String> = if call.arguments.trim().is_empty() {
+        Ok(serde_json::json!({}))
+    } else {
+        serde_json::from_str(&call.arguments)
+            .map_err(|e| format!("the arguments are not valid JSON ({e}); send a JSON object"))
+    };
+    let tool = shared.tools.get(&call.name).cloned();
+    let shown_args = args
+        .clone()
+        .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone()));
+    let title = match (&tool, &args) {
+        (Some(t), Ok(a)) => t.title(a),
+        _ => call.name.clone(),
+    };
+    shared.events.emit(Event::ToolBegin {
+        turn_id,
+        call_id: call.id.clone(),
+        tool: call.name.clone(),
+        arguments: shown_args,
+        title,
+    });
+    let result = match (tool, args) {
+        (None, _) => ToolResult::error(format!(
+            "There is no tool named `{}`. Available tools: {}.",
+            call.name,
+            shared.tools.names().join(", ")
+        )),
+        (Some(_), Err(e)) => ToolResult::error(e),
+        (Some(tool), Ok(args)) => {
+            let ctx = ToolContext {
+                workspace: shared.cfg.workspace.clone(),
+                call_id: call.id.clone(),
+                events: shared.events.clone(),
+                cancel: cancel.child_token(),
+                state: shared.tool_state.clone(),
+            };
+            let need = tool.approval(&args, &ctx);
+            let prefixes = lock(&shared.approved_prefixes).clone();
+            let verdict =
+                approval::decide(shared.cfg.approval, &need, !shared.cfg.headless, &prefixes);
+            let allowed = match verdict {
+                Verdict::Run => Ok(()),
+                Verdict::Decline(why) => Err(why),
+                Verdict::Ask => ask(shared, &call.id, &need, cancel).await,
+            };
+            match allowed {
+                Ok(()) => {
+                    tokio::select! {
+                        r = tool.run(args, &ctx) => r,
+                        _ = cancel.cancelled() => {
+                            ctx.cancel.cancel();
+                            ToolResult {
+                                content: "Interrupted by the user.".into(),
+                                status: ToolStatus::Interrupted,
+                                exit_code: None,
+                            }
+                        }
+                    }
+                }
+                Err(why) => ToolResult {
+                    content: why,
+                    status: ToolStatus::Declined,
+                    exit_code: None,
+                },
+            }
+        }
+    };
+    shared.events.emit(Event::ToolEnd {
+        call_id: call.id.clone(),
+        status: result.status,
+        exit_code: result.exit_code,
+        duration_ms: started.elapsed().as_millis() as u64,
+        output: result.content.clone(),
+    });
+    ChatMessage::tool_result(call.id.clone(), result.content)
+}
+
+/// Asks the frontend and waits for the decision. `Err` carries what the model is told.
+async fn ask(
+    shared: &Shared,
+    call_id: &str,
+    need: &ApprovalNeed,
+    cancel: &CancellationToken,
+) -> Result<(), String> {
+    let request = match need {
+        ApprovalNeed::None => return Ok(()),
+        ApprovalNeed::Edit { path, diff } => ApprovalRequest::Edit {
+            path: path.clone(),
+            diff: diff.clone(),
+        },
+        ApprovalNeed::Command { command, argv, cwd } => ApprovalRequest::Command {
+            command: command.clone(),
+            argv: argv.clone(),
+            cwd: cwd.clone(),
+        },
+    };
+    let (tx, rx) = oneshot::channel();
+    lock(&shared.pending_approvals).insert(call_id.to_string(), tx);
+    shared.events.emit(Event::ApprovalRequested {
+        call_id: call_id.to_string(),
+        request,
+    });
+    let decision = tokio::select! {
+        d = rx => d.ok(),
+        _ = cancel.cancelled() => None,
+    };
+    lock(&shared.pending_approvals).remove(call_id);
+    match decision {
+        Some(ApprovalDecision::Approve) => Ok(()),
+        Some(ApprovalDecision::ApproveForPrefix { prefix }) => {
+            lock(&shared.approved_prefixes).push(prefix);
+            Ok(())
+        }
+        Some(ApprovalDecision::Deny) => Err("The user declined this call.".into()),
+        Some(ApprovalDecision::DenyWithReason { reason }) => {
+            Err(format!("The user declined this call: {reason}"))
+        }
+        None => Err("Interrupted before the user decided.".into()),
+    }
+}

@@ -1,0 +1,403 @@
+//! One user turn: route (unless pinned, sticky or not in `mol` mode) → answer hops on the chosen
+//! expert, streaming deltas, with tool calls executed and fed back on the SAME expert, until an
+//! answer without tool calls or a limit → close the task, start its summary in the background.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use super::{Shared, lock, mol_bridge, summaries, tool_calls};
+use crate::backend::{
+    BackendError, ChatCompletion, ChatDelta, ChatRequest, FinishReason, ReasoningEffort,
+};
+use crate::config::Mode;
+use crate::protocol::{Event, Expert, Hop, RouteDecision, TokenUsage, TurnStatus};
+use crate::session::Record;
+
+/// Why a turn stopped early.
+pub(crate) enum Stop {
+    Interrupted,
+    Failed(BackendError),
+}
+
+struct TurnCtx {
+    shared: Arc<Shared>,
+    turn_id: u64,
+    cancel: CancellationToken,
+    usage: TokenUsage,
+}
+
+pub(crate) async fn run_turn(
+    shared: Arc<Shared>,
+    turn_id: u64,
+    text: String,
+    cancel: CancellationToken,
+) {
+    let started = Instant::now();
+    shared.events.emit(Event::TurnStarted {
+        turn_id,
+        text: text.clone(),
+    });
+    shared.record(Record::Turn {
+        turn_id,
+        text: text.clone(),
+        at: chrono::Utc::now().to_rfc3339(),
+    });
+    let mut ctx = TurnCtx {
+        shared: shared.clone(),
+        turn_id,
+        cancel,
+        usage: TokenUsage::default(),
+    };
+    let (status, answer, expert) = match drive(&mut ctx, &text).await {
+        Ok(Outcome {
+            status,
+            answer,
+            expert,
+        }) => (status, answer, expert),
+        Err((stop, expert)) => {
+            let open = lock(&shared.timeline).open_task_id();
+            if let Some(open) = open {
+                lock(&shared.timeline).abandon(open);
+                shared.record(Record::TaskAbandoned { task_id: open });
+            }
+            match stop {
+                Stop::Interrupted => (TurnStatus::Interrupted, None, expert),
+                Stop::Failed(e) => {
+                    shared.events.emit(Event::Error {
+                        message: e.to_string(),
+                        hop: Some(e.hop()),
+                    });
+                    (TurnStatus::Error, None, expert)
+                }
+            }
+        }
+    };
+    shared.record(Record::TurnEnded {
+        turn_id,
+        status,
+        answer: answer.clone(),
+    });
+    shared.events.emit(Event::TurnCompleted {
+        turn_id,
+        status,
+        answer,
+        expert: public_expert(&shared, expert),
+        duration_ms: started.elapsed().as_millis() as u64,
+        usage: ctx.usage,
+    });
+}
+
+struct Outcome {
+    status: TurnStatus,
+    answer: Option<String>,
+    expert: Option<Expert>,
+}
+
+/// Experts are a client-side notion only in `mol` mode.
+fn public_expert(shared: &Shared, expert: Option<Expert>) -> Option<Expert> {
+    (shared.cfg.mode == Mode::Mol).then_some(expert).flatten()
+}
+
+async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<Expert>)> {
+    let shared = ctx.shared.clone();
+    // A tool loop left open by an interrupted turn is abandoned; its expert is the fallback (B1).
+    let fallback = mol_bridge::fallback_expert(&lock(&shared.timeline));
+    let open = lock(&shared.timeline).open_task_id();
+    if let Some(open) = open {
+        lock(&shared.timeline).abandon(open);
+        shared.record(Record::TaskAbandoned { task_id: open });
+    }
+
+    let expert = choose_expert(ctx, text, fallback)
+        .await
+        .map_err(|s| (s, None))?;
+    let task_id = {
+        let mut timeline = lock(&shared.timeline);
+        let id = timeline.next_task_id();
+        timeline.open(id, expert, text.to_string());
+        id
+    };
+    shared.record(Record::TaskOpened {
+        task_id,
+        owner: expert,
+        user_text: text.to_string(),
+    });
+    if shared.cfg.mode == Mode::Mol {
+        tokio::select! {
+            _ = summaries::ensure_for(&shared, ctx.turn_id, expert) => {}
+            _ = ctx.cancel.cancelled() => return Err((Stop::Interrupted, Some(expert))),
+        }
+    }
+
+    let mut round_trips = 0u32;
+    loop {
+        if let Some(max) = shared.cfg.max_round_trips
+            && round_trips >= max
+        {
+            shared.events.emit(Event::Warning {
+                message: format!("--max-turns {max} reached before the model finished"),
+            });
+            lock(&shared.timeline).abandon(task_id);
+            shared.record(Record::TaskAbandoned { task_id });
+            return Ok(Outcome {
+                status: TurnStatus::LimitReached,
+                answer: None,
+                expert: Some(expert),
+            });
+        }
+        if round_trips > 0 && shared.cfg.mode == Mode::Mol {
+            // A tool result continues on the expert that issued the call: no route hop.
+            shared.events.emit(Event::RouteDecided {
+                turn_id: ctx.turn_id,
+                expert,
+                decision: RouteDecision::Sticky,
+                latency_ms: 0,
+                reason: None,
+            });
+        }
+        round_trips += 1;
+        let request = answer_request(&shared, expert);
+        let mut done = answer_hop(ctx, request, expert)
+            .await
+            .map_err(|s| (s, Some(expert)))?;
+        if let Some(id) = done.conversation_id.clone()
+            && shared.cfg.mode == Mode::Proxy
+        {
+            let changed = lock(&shared.conversation_id).as_deref() != Some(id.as_str());
+            if changed {
+                *lock(&shared.conversation_id) = Some(id.clone());
+                shared.record(Record::ConversationId { id });
+            }
+        }
+        // A truncated answer's tool calls are incomplete: drop them (§4.8).
+        if matches!(
+            done.finish_reason,
+            FinishReason::Length | FinishReason::ContentFilter
+        ) {
+            done.message.tool_calls.clear();
+        }
+        let message = done.message;
+        let calls = message.tool_calls.clone();
+        lock(&shared.timeline).push(task_id, message.clone());
+        shared.record(Record::Message {
+            task_id,
+            message: message.clone(),
+        });
+        if calls.is_empty() {
+            lock(&shared.timeline).close(task_id);
+            shared.record(Record::TaskClosed { task_id });
+            if shared.cfg.mode == Mode::Mol {
+                summaries::spawn(&shared, ctx.turn_id, task_id);
+            }
+            return Ok(Outcome {
+                status: TurnStatus::Done,
+                answer: Some(message.content),
+                expert: Some(expert),
+            });
+        }
+        for call in &calls {
+            let result = tool_calls::execute(&shared, ctx.turn_id, call, &ctx.cancel).await;
+            lock(&shared.timeline).push(task_id, result.clone());
+            shared.record(Record::Message {
+                task_id,
+                message: result,
+            });
+            if ctx.cancel.is_cancelled() {
+                return Err((Stop::Interrupted, Some(expert)));
+            }
+        }
+    }
+}
+
+/// Pinned, routed by L0, or (outside `mol` mode) nobody: the task owner is then a fixed
+/// internal label so the whole history is one expert's own view.
+async fn choose_expert(ctx: &mut TurnCtx, text: &str, fallback: Expert) -> Result<Expert, Stop> {
+    let shared = ctx.shared.clone();
+    if shared.cfg.mode != Mode::Mol {
+        return Ok(Expert::L2);
+    }
+    let pinned = *lock(&shared.pinned);
+    let (expert, decision, reason, latency_ms) = match pinned {
+        Some(p) => (p, RouteDecision::Pinned, None, 0),
+        None => {
+            let request = mol_bridge::route_request(&shared.cfg.profile, text);
+            shared.events.emit(Event::HopStarted {
+                turn_id: ctx.turn_id,
+                hop: Hop::Route,
+                expert: Some(Expert::L0),
+            });
+            let started = Instant::now();
+            let result = tokio::select! {
+                r = request_once(&shared, request) => r,
+                _ = ctx.cancel.cancelled() => return Err(Stop::Interrupted),
+            };
+            let latency_ms = started.elapsed().as_millis() as u64;
+            let usage = result
+                .as_ref()
+                .ok()
+                .and_then(|d| d.usage)
+                .unwrap_or_default();
+            ctx.usage.add(&usage);
+            shared.events.emit(Event::HopCompleted {
+                turn_id: ctx.turn_id,
+                hop: Hop::Route,
+                expert: Some(Expert::L0),
+                latency_ms,
+                ttft_ms: None,
+                usage,
+            });
+            let parsed = result
+                .map_err(|e| e.to_string())
+                .and_then(|d| mol_bridge::parse_label(&d));
+            match parsed {
+                Ok(e) => (e, RouteDecision::Model, None, latency_ms),
+                Err(why) => (fallback, RouteDecision::Fallback, Some(why), latency_ms),
+            }
+        }
+    };
+    shared.events.emit(Event::RouteDecided {
+        turn_id: ctx.turn_id,
+        expert,
+        decision,
+        latency_ms,
+        reason: reason.clone(),
+    });
+    shared.record(Record::Route {
+        turn_id: ctx.turn_id,
+        expert,
+        decision,
+        reason,
+        latency_ms,
+    });
+    Ok(expert)
+}
+
+async fn request_once(
+    shared: &Shared,
+    request: ChatRequest,
+) -> Result<ChatCompletion, BackendError> {
+    let stream = shared.backend.chat(request).await?;
+    crate::backend::collect(stream).await
+}
+
+/// The answer request of `expert` from the current timeline.
+fn answer_request(shared: &Shared, expert: Expert) -> ChatRequest {
+    let cfg = &shared.cfg;
+    let timeline = lock(&shared.timeline);
+    let (model, messages) = match cfg.mode {
+        Mode::Mol => (
+            expert.label().to_string(),
+            mol_bridge::view_for(&timeline, expert, &cfg.system_prompt, &cfg.profile),
+        ),
+        Mode::Proxy | Mode::Single => (
+            lock(&shared.model).clone().unwrap_or_default(),
+            mol_bridge::full_history(&timeline, &cfg.system_prompt),
+        ),
+    };
+    drop(timeline);
+    let mut req = ChatRequest::new(model, messages, Hop::Answer);
+    req.tools = shared.tools.specs();
+    if !req.tools.is_empty() {
+        req.tool_choice = Some("auto".into());
+    }
+    req.sampling.temperature = cfg.temperature;
+    req.sampling.top_p = cfg.top_p;
+    req.sampling.seed = cfg.seed;
+    req.max_tokens = cfg.max_tokens;
+    match cfg.mode {
+        Mode::Mol => {
+            // The harness's defaults and mapping: greedy unless set; none → thinking off,
+            // every other effort → high with thinking on.
+            req.sampling.temperature = cfg.temperature.or(Some(0.0));
+            match cfg.reasoning {
+                Some(ReasoningEffort::None) => {
+                    req.reasoning_effort = Some(ReasoningEffort::None);
+                    req.enable_thinking = Some(false);
+                }
+                Some(_) => {
+                    req.reasoning_effort = Some(ReasoningEffort::High);
+                    req.enable_thinking = Some(true);
+                }
+                None => {}
+            }
+        }
+        Mode::Proxy => {
+            req.reasoning_effort = cfg.reasoning;
+            req.conversation_id = lock(&shared.conversation_id).clone();
+        }
+        Mode::Single => req.reasoning_effort = cfg.reasoning,
+    }
+    req
+}
+
+/// Runs one streamed answer hop, turning deltas into events.
+async fn answer_hop(
+    ctx: &mut TurnCtx,
+    request: ChatRequest,
+    expert: Expert,
+) -> Result<ChatCompletion, Stop> {
+    let shared = ctx.shared.clone();
+    let public = public_expert(&shared, Some(expert));
+    let turn_id = ctx.turn_id;
+    shared.events.emit(Event::HopStarted {
+        turn_id,
+        hop: Hop::Answer,
+        expert: public,
+    });
+    let started = Instant::now();
+    let mut stream = tokio::select! {
+        r = shared.backend.chat(request) => r.map_err(Stop::Failed)?,
+        _ = ctx.cancel.cancelled() => return Err(Stop::Interrupted),
+    };
+    let done = loop {
+        let item = tokio::select! {
+            item = stream.next() => item,
+            _ = ctx.cancel.cancelled() => return Err(Stop::Interrupted),
+        };
+        match item {
+            Some(Ok(ChatDelta::Text(delta))) => shared.events.emit(Event::MessageDelta {
+                turn_id,
+                expert: public,
+                delta,
+            }),
+            Some(Ok(ChatDelta::Reasoning(delta))) => {
+                shared.events.emit(Event::ReasoningDelta { turn_id, delta })
+            }
+            Some(Ok(ChatDelta::ToolCallStarted { .. } | ChatDelta::ToolCallArguments { .. })) => {}
+            Some(Ok(ChatDelta::Completed(done))) => break done,
+            Some(Err(e)) => return Err(Stop::Failed(e)),
+            None => {
+                return Err(Stop::Failed(BackendError::Protocol {
+                    hop: Hop::Answer,
+                    url: shared.backend.describe(),
+                    message: "the response stream ended without a completion".into(),
+                }));
+            }
+        }
+    };
+    let usage = done.usage.unwrap_or_default();
+    ctx.usage.add(&usage);
+    shared.events.emit(Event::HopCompleted {
+        turn_id,
+        hop: Hop::Answer,
+        expert: public,
+        latency_ms: started.elapsed().as_millis() as u64,
+        ttft_ms: done.ttft.map(|d| d.as_millis() as u64),
+        usage,
+    });
+    shared.events.emit(Event::MessageFinal {
+        turn_id,
+        expert: public,
+        text: done.message.content.clone(),
+    });
+    shared.events.emit(Event::Usage {
+        turn_id,
+        usage,
+        context_used: done.usage.map(|u| u.prompt_tokens + u.completion_tokens),
+        context_window: None,
+    });
+    Ok(done)
+}

@@ -1,1 +1,0 @@
-//! The OpenAI-compatible remote backend: Chat Completions over HTTP with SSE streaming.

@@ -1,0 +1,193 @@
+//! The clap definitions of the command line. Every root option is also a config key and a
+//! `BATON_*` variable (docs/configuration.md); `flag_settings` turns the options given into a
+//! settings layer for `config::load`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::agent::ApprovalPolicy;
+use crate::backend::ReasoningEffort;
+use crate::config::{ConfigError, Device, Mode, SandboxMode, Settings};
+use crate::protocol::Expert;
+
+const AFTER_HELP: &str = "\
+Examples:
+  baton                                   interactive session in the current folder
+  baton --exec \"fix the failing test\"     one headless turn; answer on stdout
+  git diff | baton --exec - --json        prompt from stdin, events as JSON Lines
+  baton --exec --resume last \"and now?\"   continue the newest saved session
+  baton doctor                            check endpoint, models, profile and config
+
+Configuration: ~/.config/baton/config.toml, then .baton/config.toml in the project, then
+BATON_* environment variables, then flags (each later one wins). See docs/configuration.md.
+
+Exit codes: 0 done, 1 model or agent error, 2 usage or config error, 3 a limit was reached
+(--max-turns, --timeout), 130 interrupted.";
+
+/// baton: a terminal coding agent on a Mixture-of-LoRA model.
+#[derive(Debug, Parser)]
+#[command(
+    name = "baton",
+    version,
+    about = "A terminal coding agent on a Mixture-of-LoRA model",
+    long_about = "A terminal coding agent on a Mixture-of-LoRA model.\n\nEvery turn is routed \
+                  to one of four LoRA experts (L0 chat, L1 agent work, L2 code and terminal, L3 \
+                  generative UI), answered with tools in your workspace, and summarized in the \
+                  background so the other experts can follow the conversation.",
+    after_help = AFTER_HELP,
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    /// The first message (interactive), or the task for --exec ('-' = read stdin).
+    #[arg(value_name = "PROMPT")]
+    pub prompt: Option<String>,
+
+    /// Run one turn headless: answer on stdout, progress on stderr, never waits on a terminal.
+    #[arg(short = 'e', long, help_heading = "Headless")]
+    pub exec: bool,
+
+    /// With --exec: print events as JSON Lines on stdout instead (docs/events.md).
+    #[arg(long, requires = "exec", help_heading = "Headless")]
+    pub json: bool,
+
+    /// With --exec: also write the last answer to FILE.
+    #[arg(
+        short = 'o',
+        long = "output-last-message",
+        value_name = "FILE",
+        requires = "exec",
+        help_heading = "Headless"
+    )]
+    pub output: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Options shared by the root command and the subcommands that talk to a backend.
+#[derive(Debug, Clone, Default, Args)]
+pub struct CommonArgs {
+    /// OpenAI-compatible base URL, ending in /v1 (e.g. http://127.0.0.1:8000/v1).
+    #[arg(long, value_name = "URL", global = true, help_heading = "Model")]
+    pub endpoint: Option<String>,
+
+    /// Name of the environment variable holding the API key [default: BATON_API_KEY].
+    #[arg(long, value_name = "VAR", global = true, help_heading = "Model")]
+    pub api_key_env: Option<String>,
+
+    /// mol: route between L0–L3 here; proxy: a server that routes; single: one plain model.
+    #[arg(long, value_enum, global = true, help_heading = "Model")]
+    pub mode: Option<Mode>,
+
+    /// Model name (proxy and single modes).
+    #[arg(long, value_name = "NAME", global = true, help_heading = "Model")]
+    pub model: Option<String>,
+
+    /// MoL profile folder (lora.md, route.md, intro.md, summary.md) [default: built in].
+    #[arg(long, value_name = "DIR", global = true, help_heading = "Model")]
+    pub profile: Option<PathBuf>,
+
+    /// Pin an expert (L0, L1, L2 or L3): skip routing.
+    #[arg(long, value_name = "LABEL", global = true, help_heading = "Model")]
+    pub expert: Option<Expert>,
+
+    /// Reasoning effort of answers.
+    #[arg(long, value_enum, global = true, help_heading = "Model")]
+    pub reasoning: Option<ReasoningEffort>,
+
+    /// Run the local engine on the model folder ROOT (base/ and loras/L0..L3) instead of an endpoint.
+    #[arg(long, value_name = "ROOT", global = true, help_heading = "Model")]
+    pub local: Option<PathBuf>,
+
+    /// Device of the local engine.
+    #[arg(long, value_enum, global = true, help_heading = "Model")]
+    pub device: Option<Device>,
+
+    /// Workspace folder [default: the current folder].
+    #[arg(
+        short = 'C',
+        long = "cd",
+        value_name = "DIR",
+        global = true,
+        help_heading = "Workspace"
+    )]
+    pub cd: Option<PathBuf>,
+
+    /// When to ask before tools act [default: ask; never with --exec].
+    #[arg(long, value_enum, global = true, help_heading = "Workspace")]
+    pub approval: Option<ApprovalPolicy>,
+
+    /// What commands may touch [default: workspace-write].
+    #[arg(long, value_enum, global = true, help_heading = "Workspace")]
+    pub sandbox: Option<SandboxMode>,
+
+    /// Where session files go [default: ~/.local/share/baton/sessions].
+    #[arg(long, value_name = "DIR", global = true, help_heading = "Sessions")]
+    pub session_dir: Option<PathBuf>,
+
+    /// Continue a saved session: its id (or a unique prefix), or `last`.
+    #[arg(long, value_name = "ID", global = true, help_heading = "Sessions")]
+    pub resume: Option<String>,
+
+    /// Model round trips allowed per turn (exit 3 when reached).
+    #[arg(long, value_name = "N", global = true, help_heading = "Limits")]
+    pub max_turns: Option<String>,
+
+    /// Seconds allowed for the whole --exec run (exit 3 when reached).
+    #[arg(long, value_name = "SECS", global = true, help_heading = "Limits")]
+    pub timeout: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List saved sessions, newest first.
+    Sessions(SessionsArgs),
+    /// Check the endpoint, its models, the profile and the configuration.
+    Doctor,
+    /// Print a shell completion script (e.g. `baton completions bash > /etc/bash_completion.d/baton`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SessionsArgs {
+    /// Show at most N sessions.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub limit: usize,
+}
+
+/// The settings layer the flags make. Flag values go through the same parser as config values.
+pub fn flag_settings(args: &CommonArgs) -> Result<Settings, ConfigError> {
+    let mut s = Settings {
+        mode: args.mode,
+        profile: args.profile.clone(),
+        expert: args.expert,
+        reasoning: args.reasoning,
+        local: args.local.clone(),
+        device: args.device,
+        workspace: args.cd.clone(),
+        approval: args.approval,
+        sandbox: args.sandbox,
+        session_dir: args.session_dir.clone(),
+        ..Settings::default()
+    };
+    let text = [
+        ("endpoint", "--endpoint", &args.endpoint),
+        ("api_key_env", "--api-key-env", &args.api_key_env),
+        ("model", "--model", &args.model),
+        ("max_turns", "--max-turns", &args.max_turns),
+        ("timeout", "--timeout", &args.timeout),
+    ];
+    for (key, flag, value) in text {
+        if let Some(v) = value {
+            s.set(key, v, &format!("flag {flag}"), None)?;
+        }
+    }
+    Ok(s)
+}

@@ -1,0 +1,126 @@
+//! `baton doctor`: checks the configuration, the profile, the endpoint and its models, and
+//! says in plain words what is wrong and what to do.
+
+use super::{exit, setup};
+use crate::config::{Config, Mode};
+use crate::protocol::Expert;
+
+struct Report {
+    problems: usize,
+}
+
+impl Report {
+    fn ok(&self, what: &str) {
+        println!("  ok       {what}");
+    }
+    fn bad(&mut self, what: &str) {
+        self.problems += 1;
+        println!("  PROBLEM  {what}");
+    }
+    fn note(&self, what: &str) {
+        println!("  note     {what}");
+    }
+}
+
+pub async fn run(config: &Config) -> i32 {
+    let mut r = Report { problems: 0 };
+    println!("configuration");
+    if config.files.is_empty() {
+        r.note("no config file found (flags, BATON_* variables and defaults only)");
+    }
+    for f in &config.files {
+        r.ok(&format!("{} is valid", f.display()));
+    }
+    r.ok(&format!("workspace {}", config.workspace.display()));
+    r.ok(&format!("sessions go to {}", config.session_dir.display()));
+    match setup::system_prompt(config) {
+        Ok(_) => r.ok(match &config.system_prompt {
+            Some(_) => "system prompt file readable",
+            None => "built-in system prompt",
+        }),
+        Err(e) => r.bad(&e),
+    }
+
+    println!("profile");
+    match (&config.profile, setup::profile(config)) {
+        (_, Err(e)) => r.bad(&e),
+        (Some(dir), Ok(_)) => r.ok(&format!("{} is a valid MoL profile", dir.display())),
+        (None, Ok(_)) => r.ok("built-in default profile"),
+    }
+
+    println!("model");
+    let backend = match setup::build_backend(config) {
+        Ok(b) => b,
+        Err(e) => {
+            r.bad(&e);
+            return finish(&r);
+        }
+    };
+    if config.api_key().is_some() {
+        r.ok(&format!("API key found in ${}", config.api_key_env));
+    } else {
+        r.note(&format!(
+            "${} is not set: requests go without an API key",
+            config.api_key_env
+        ));
+    }
+    let listing =
+        tokio::time::timeout(std::time::Duration::from_secs(15), backend.list_models()).await;
+    match listing {
+        Err(_) => r.bad(&format!(
+            "{} did not answer GET /models within 15 s",
+            backend.describe()
+        )),
+        Ok(Err(e)) => r.bad(&format!("{e}")),
+        Ok(Ok(models)) => {
+            let names: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
+            r.ok(&format!(
+                "{} is reachable and lists {} model(s): {}",
+                backend.describe(),
+                names.len(),
+                names.join(", ")
+            ));
+            match config.mode {
+                Mode::Mol => {
+                    let missing: Vec<&str> = Expert::ALL
+                        .iter()
+                        .map(|e| e.label())
+                        .filter(|l| !names.contains(l))
+                        .collect();
+                    if missing.is_empty() {
+                        r.ok("all four experts L0–L3 are served (mode mol)");
+                    } else {
+                        r.bad(&format!(
+                            "mode mol needs the adapters L0–L3 as model names; missing: {}. \
+                             Register them with the engine (vLLM --lora-modules L0=… ), or use \
+                             --mode proxy/single --model NAME",
+                            missing.join(", ")
+                        ));
+                    }
+                }
+                Mode::Proxy | Mode::Single => {
+                    let model = config.model.as_deref().unwrap_or("");
+                    if names.contains(&model) {
+                        r.ok(&format!("model {model} is served"));
+                    } else {
+                        r.bad(&format!(
+                            "model '{model}' is not among the served models; pick one of: {}",
+                            names.join(", ")
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    finish(&r)
+}
+
+fn finish(r: &Report) -> i32 {
+    if r.problems == 0 {
+        println!("All checks passed.");
+        exit::OK
+    } else {
+        println!("{} problem(s) found.", r.problems);
+        exit::AGENT_ERROR
+    }
+}

@@ -1,0 +1,71 @@
+//! The records of a session file: one JSON object a line, appended as the session goes.
+//!
+//! Records describe changes (a task opened, a message added, a summary recorded) rather than
+//! snapshots, so a file cut off at any line still replays to a consistent state.
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::ChatMessage;
+use crate::protocol::{Expert, RouteDecision, TurnStatus};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "record", rename_all = "snake_case")]
+pub enum Record {
+    /// First line of every file.
+    Meta {
+        id: String,
+        created: String,
+        mode: String,
+        backend: String,
+        workspace: String,
+        version: String,
+    },
+    /// A user turn began.
+    Turn {
+        turn_id: u64,
+        text: String,
+        at: String,
+    },
+    /// How the turn's expert was chosen.
+    Route {
+        turn_id: u64,
+        expert: Expert,
+        decision: RouteDecision,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        latency_ms: u64,
+    },
+    /// A task of the MoL timeline opened.
+    TaskOpened {
+        task_id: u64,
+        owner: Expert,
+        user_text: String,
+    },
+    /// A message produced inside a task (assistant answers, tool calls, tool results).
+    Message {
+        task_id: u64,
+        message: ChatMessage,
+    },
+    TaskClosed {
+        task_id: u64,
+    },
+    /// A task abandoned by an interrupt or a new turn: closed, never summarized.
+    TaskAbandoned {
+        task_id: u64,
+    },
+    Summary {
+        task_id: u64,
+        expert: Expert,
+        text: String,
+    },
+    /// `proxy` mode: the conversation id the server gave.
+    ConversationId {
+        id: String,
+    },
+    TurnEnded {
+        turn_id: u64,
+        status: TurnStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<String>,
+    },
+}

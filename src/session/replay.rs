@@ -1,0 +1,110 @@
+//! Rebuilds a session's state from its records: the timeline with its summaries, the turn count
+//! and the proxy conversation id. A torn last line (crash mid-write) is ignored.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use super::{Record, SessionError};
+use crate::agent::mol_bridge::Timeline;
+
+/// The state a resumed session continues from.
+#[derive(Debug, Clone, Default)]
+pub struct Restored {
+    pub id: String,
+    pub mode: String,
+    pub workspace: String,
+    pub timeline: Timeline,
+    /// The id the next turn gets.
+    pub next_turn_id: u64,
+    pub conversation_id: Option<String>,
+    /// Text of the last answer (shown when resuming interactively).
+    pub last_answer: Option<String>,
+}
+
+pub fn replay_file(path: &Path) -> Result<Restored, SessionError> {
+    let file = std::fs::File::open(path).map_err(|e| SessionError::File {
+        path: path.display().to_string(),
+        reason: format!("cannot open: {e}"),
+    })?;
+    let mut lines = Vec::new();
+    for line in BufReader::new(file).lines() {
+        match line {
+            Ok(l) => lines.push(l),
+            Err(e) => {
+                return Err(SessionError::File {
+                    path: path.display().to_string(),
+                    reason: format!("cannot read: {e}"),
+                });
+            }
+        }
+    }
+    let count = lines.len();
+    let mut records = Vec::with_capacity(count);
+    for (n, line) in lines.iter().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Record>(line) {
+            Ok(r) => records.push(r),
+            // Only the last line may be torn by a crash; anything earlier is corruption.
+            Err(_) if n + 1 == count => break,
+            Err(e) => {
+                return Err(SessionError::File {
+                    path: path.display().to_string(),
+                    reason: format!("line {}: {e}", n + 1),
+                });
+            }
+        }
+    }
+    let restored = replay(records);
+    if restored.id.is_empty() {
+        return Err(SessionError::File {
+            path: path.display().to_string(),
+            reason: "no meta record: not a baton session file".into(),
+        });
+    }
+    Ok(restored)
+}
+
+pub fn replay(records: impl IntoIterator<Item = Record>) -> Restored {
+    let mut r = Restored {
+        next_turn_id: 1,
+        ..Restored::default()
+    };
+    for record in records {
+        match record {
+            Record::Meta {
+                id,
+                mode,
+                workspace,
+                ..
+            } => {
+                r.id = id;
+                r.mode = mode;
+                r.workspace = workspace;
+            }
+            Record::Turn { turn_id, .. } => r.next_turn_id = r.next_turn_id.max(turn_id + 1),
+            Record::Route { .. } => {}
+            Record::TaskOpened {
+                task_id,
+                owner,
+                user_text,
+            } => r.timeline.open(task_id, owner, user_text),
+            Record::Message { task_id, message } => r.timeline.push(task_id, message),
+            Record::TaskClosed { task_id } => r.timeline.close(task_id),
+            Record::TaskAbandoned { task_id } => r.timeline.abandon(task_id),
+            Record::Summary { task_id, text, .. } => r.timeline.set_summary(task_id, text),
+            Record::ConversationId { id } => r.conversation_id = Some(id),
+            Record::TurnEnded { answer, .. } => {
+                if answer.is_some() {
+                    r.last_answer = answer;
+                }
+            }
+        }
+    }
+    // A task left open by a crash can never be continued (its tool results are lost): abandon it.
+    if let Some(open) = r.timeline.open_task_id() {
+        r.timeline.abandon(open);
+    }
+    r
+}

@@ -1,0 +1,304 @@
+//! The command line without a model: flags, configuration layers and their errors, help,
+//! completions, `sessions` and `doctor` (against the mock engine on loopback).
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use support::{MockEngine, Script};
+
+struct Env {
+    _root: tempfile::TempDir,
+    home: PathBuf,
+    workspace: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let root = tempfile::tempdir().expect("tempdir");
+        let home = root.path().join("home");
+        let workspace = root.path().join("ws");
+        std::fs::create_dir_all(&home).expect("mkdir");
+        std::fs::create_dir_all(&workspace).expect("mkdir");
+        Env {
+            home,
+            workspace,
+            _root: root,
+        }
+    }
+
+    fn baton(&self) -> Command {
+        let mut c = Command::cargo_bin("baton").expect("binary");
+        c.env_clear()
+            .env("HOME", &self.home)
+            .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .env("XDG_DATA_HOME", self.home.join(".local/share"))
+            .current_dir(&self.workspace)
+            .timeout(Duration::from_secs(60));
+        c
+    }
+
+    fn user_config(&self, text: &str) -> PathBuf {
+        let dir = self.home.join(".config/baton");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let path = dir.join("config.toml");
+        std::fs::write(&path, text).expect("write");
+        path
+    }
+
+    fn project_config(&self, text: &str) -> PathBuf {
+        let dir = self.workspace.join(".baton");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let path = dir.join("config.toml");
+        std::fs::write(&path, text).expect("write");
+        path
+    }
+}
+
+#[test]
+fn help_lists_the_main_options_and_exit_codes() {
+    Env::new().baton().arg("--help").assert().success().stdout(
+        predicate::str::contains("--exec")
+            .and(predicate::str::contains("--endpoint"))
+            .and(predicate::str::contains("--resume"))
+            .and(predicate::str::contains("Exit codes")),
+    );
+}
+
+#[test]
+fn completions_are_generated() {
+    Env::new()
+        .baton()
+        .args(["completions", "bash"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("baton"));
+}
+
+#[test]
+fn a_bad_flag_value_is_a_usage_error() {
+    Env::new()
+        .baton()
+        .args(["--mode", "bogus", "--exec", "x"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("bogus"));
+    Env::new()
+        .baton()
+        .args(["--max-turns", "zero", "--exec", "x"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--max-turns").and(predicate::str::contains("zero")));
+    Env::new()
+        .baton()
+        .args(["--endpoint", "localhost:8000", "--exec", "x"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("endpoint"));
+}
+
+#[test]
+fn an_unknown_config_key_names_the_file_and_the_key() {
+    let env = Env::new();
+    let path = env.user_config("endpoint = \"http://127.0.0.1:9/v1\"\nmodle = \"x\"\n");
+    env.baton().args(["--exec", "x"]).assert().code(2).stderr(
+        predicate::str::contains(path.display().to_string())
+            .and(predicate::str::contains("modle"))
+            .and(predicate::str::contains("unknown key")),
+    );
+}
+
+#[test]
+fn a_bad_config_value_names_the_file_the_key_and_the_reason() {
+    let env = Env::new();
+    let path = env.project_config("approval = \"sometimes\"\n");
+    env.baton().args(["--exec", "x"]).assert().code(2).stderr(
+        predicate::str::contains(path.display().to_string())
+            .and(predicate::str::contains("approval"))
+            .and(predicate::str::contains("sometimes")),
+    );
+    let env = Env::new();
+    env.user_config("mode = [1, 2]\n");
+    env.baton()
+        .args(["--exec", "x"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("mode"));
+    let env = Env::new();
+    env.user_config("this is not toml");
+    env.baton()
+        .args(["--exec", "x"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("not valid TOML"));
+}
+
+#[test]
+fn a_bad_env_value_names_the_variable() {
+    Env::new()
+        .baton()
+        .env("BATON_TIMEOUT", "soon")
+        .args(["--exec", "x"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("BATON_TIMEOUT"));
+}
+
+#[test]
+fn no_endpoint_and_no_local_model_explains_how_to_configure_one() {
+    Env::new()
+        .baton()
+        .args(["--exec", "hello"])
+        .assert()
+        .code(2)
+        .stderr(
+            predicate::str::contains("--endpoint")
+                .and(predicate::str::contains("--local"))
+                .and(predicate::str::contains("BATON_API_KEY")),
+        );
+}
+
+#[test]
+fn exec_without_a_prompt_on_an_empty_stdin_is_a_usage_error() {
+    Env::new()
+        .baton()
+        .args(["--exec", "--endpoint", "http://127.0.0.1:9/v1"])
+        .write_stdin("")
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("empty"));
+}
+
+#[test]
+fn precedence_is_flag_then_env_then_project_then_user() {
+    let engine = MockEngine::scripted_blocking(Script::new().otherwise("ok"));
+    let env = Env::new();
+    env.user_config(&format!(
+        "endpoint = \"{}\"\nmode = \"single\"\nmodel = \"from-user\"\n",
+        engine.url()
+    ));
+    let run = |cmd: &mut Command| {
+        cmd.args(["--session-dir", "s", "--exec", "x"])
+            .assert()
+            .success();
+    };
+    run(&mut env.baton());
+    env.project_config("model = \"from-project\"\n");
+    run(&mut env.baton());
+    run(env.baton().env("BATON_MODEL", "from-env"));
+    run(env
+        .baton()
+        .env("BATON_MODEL", "from-env")
+        .args(["--model", "from-flag"]));
+    let models: Vec<String> = engine
+        .chat_requests()
+        .iter()
+        .map(|r| r.model().to_string())
+        .collect();
+    assert_eq!(
+        models,
+        ["from-user", "from-project", "from-env", "from-flag"]
+    );
+}
+
+#[test]
+fn sessions_lists_saved_sessions() {
+    let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "hi"));
+    let env = Env::new();
+    env.baton()
+        .args([
+            "--session-dir",
+            "s",
+            "--exec",
+            "--endpoint",
+            &engine.url(),
+            "list my sessions please",
+        ])
+        .assert()
+        .success();
+    env.baton()
+        .args(["sessions", "--session-dir", "s"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("list my sessions please"));
+}
+
+#[test]
+fn resume_of_an_unknown_session_is_a_usage_error() {
+    let engine = MockEngine::scripted_blocking(Script::new());
+    Env::new()
+        .baton()
+        .args([
+            "--session-dir",
+            "s",
+            "--exec",
+            "--endpoint",
+            &engine.url(),
+            "--resume",
+            "nope",
+            "x",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no session 'nope'"));
+}
+
+#[test]
+fn doctor_reports_a_healthy_endpoint() {
+    let engine = MockEngine::scripted_blocking(Script::new());
+    Env::new()
+        .baton()
+        .args(["doctor", "--endpoint", &engine.url()])
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("L0–L3 are served")
+                .and(predicate::str::contains("All checks passed")),
+        );
+}
+
+#[test]
+fn doctor_names_missing_adapters_and_an_unreachable_endpoint() {
+    let engine = MockEngine::builder()
+        .models([("L0", None), ("L2", None)])
+        .start_blocking(|_: &support::RecordedRequest| support::MockReply::text("x"));
+    Env::new()
+        .baton()
+        .args(["doctor", "--endpoint", &engine.url()])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("missing: L1, L3"));
+    Env::new()
+        .baton()
+        .args(["doctor", "--endpoint", "http://127.0.0.1:9/v1"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("PROBLEM"));
+}
+
+#[test]
+fn doctor_checks_a_profile_folder() {
+    let env = Env::new();
+    let profile = env.workspace.join("prof");
+    std::fs::create_dir_all(&profile).expect("mkdir");
+    std::fs::write(
+        profile.join("lora.md"),
+        "## L0\nadapter_name: L0\n### Description\nchat\n",
+    )
+    .expect("write");
+    std::fs::write(
+        profile.join("route.md"),
+        "{{LORA_DESCRIPTIONS}}\n{{ROUTE_LABELS}}\nmodel_id=",
+    )
+    .expect("write");
+    std::fs::write(profile.join("intro.md"), "I am baton").expect("write");
+    std::fs::write(profile.join("summary.md"), "Summarize.").expect("write");
+    env.baton()
+        .args(["doctor", "--profile", "prof"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("exactly L0, L1, L2, L3"));
+}

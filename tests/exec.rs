@@ -1,0 +1,472 @@
+//! `baton --exec` end to end: the real binary against the in-process mock engine on loopback.
+//! Covers the MoL loop's wire shapes (route, answer, summary), stickiness, fallbacks, modes,
+//! resume across runs, limits and the JSON event stream.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use assert_cmd::Command;
+use serde_json::Value;
+use support::{MockEngine, MockReply, Script};
+
+/// A sandbox for one test: isolated HOME/XDG dirs, a workspace and a session folder.
+struct Env {
+    _root: tempfile::TempDir,
+    home: PathBuf,
+    workspace: PathBuf,
+    sessions: PathBuf,
+}
+
+impl Env {
+    fn new() -> Env {
+        let root = tempfile::tempdir().expect("tempdir");
+        let home = root.path().join("home");
+        let workspace = root.path().join("ws");
+        let sessions = root.path().join("sessions");
+        for d in [&home, &workspace] {
+            std::fs::create_dir_all(d).expect("mkdir");
+        }
+        Env {
+            home,
+            workspace,
+            sessions,
+            _root: root,
+        }
+    }
+
+    /// `baton` with a clean environment, the workspace as cwd and the session folder set.
+    fn baton(&self) -> Command {
+        let mut c = Command::cargo_bin("baton").expect("binary");
+        c.env_clear()
+            .env("HOME", &self.home)
+            .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .env("XDG_DATA_HOME", self.home.join(".local/share"))
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .current_dir(&self.workspace)
+            .arg("--session-dir")
+            .arg(&self.sessions)
+            .timeout(Duration::from_secs(60));
+        c
+    }
+
+    fn exec(&self, engine: &MockEngine, prompt: &str, extra: &[&str]) -> Command {
+        let mut c = self.baton();
+        c.args(["--exec", "--endpoint", &engine.url()])
+            .args(extra)
+            .arg(prompt);
+        c
+    }
+}
+
+fn stdout_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn events(out: &std::process::Output) -> Vec<Value> {
+    stdout_of(out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == ty).collect()
+}
+
+#[test]
+fn a_turn_routes_answers_on_the_routed_adapter_and_summarizes_off_stdout() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L1")
+            .answer("L1", "Hello from L1.")
+            .summary("L1", "SECRET-SUMMARY"),
+    );
+    let out = env
+        .exec(&engine, "  plan my week  ", &[])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "Hello from L1.\n");
+    assert!(!stderr_of(&out).contains("SECRET-SUMMARY"));
+
+    let routes = engine.requests_for_hop("route");
+    assert_eq!(routes.len(), 1);
+    let r = &routes[0].body;
+    assert_eq!(r["model"], "L0");
+    assert_eq!(r["max_tokens"], 24);
+    assert_eq!(r["temperature"], 0.0);
+    assert_eq!(r["stream"], false);
+    assert_eq!(r["continue_final_message"], true);
+    assert_eq!(r["add_generation_prompt"], false);
+    assert_eq!(r["chat_template_kwargs"]["enable_thinking"], false);
+    assert_eq!(
+        r["structured_outputs"]["choice"],
+        serde_json::json!(["L0", "L1", "L2", "L3"])
+    );
+    assert!(r.get("tools").is_none());
+    let t = routes[0].transcript();
+    assert_eq!(t.len(), 2);
+    assert_eq!(t[0].0, "user");
+    assert!(t[0].1.starts_with("plan my week\n\n"), "{}", t[0].1);
+    assert!(!t[0].1.trim_end().ends_with("model_id="));
+    assert_eq!(t[1], ("assistant".to_string(), "model_id=".to_string()));
+
+    let answers = engine.requests_for_hop("answer");
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].model(), "L1");
+    assert!(answers[0].is_stream());
+    assert!(answers[0].tool_names().contains(&"read_file".to_string()));
+
+    let summaries = engine.requests_for_hop("summary");
+    assert_eq!(summaries.len(), 1);
+    let s = &summaries[0];
+    assert_eq!(s.model(), "L1");
+    assert_eq!(s.body["max_tokens"], 192);
+    assert_eq!(s.body["chat_template_kwargs"]["enable_thinking"], false);
+    assert!(s.body.get("tools").is_none());
+    let st = s.transcript();
+    assert_eq!(st.last().map(|m| m.0.as_str()), Some("user"));
+    assert!(
+        st.iter()
+            .any(|(r, c)| r == "assistant" && c == "Hello from L1.")
+    );
+
+    // The summary is in the session file, saved before the process exited.
+    let files: Vec<_> = std::fs::read_dir(&env.sessions)
+        .expect("sessions")
+        .collect();
+    assert_eq!(files.len(), 1);
+    let text = std::fs::read_to_string(files[0].as_ref().expect("entry").path()).expect("read");
+    assert!(text.contains("SECRET-SUMMARY"));
+}
+
+#[test]
+fn a_second_turn_on_another_expert_sees_the_summary_not_the_raw_answer() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L1"])
+            .answer("L2", "RAW-ANSWER-ONE")
+            .summary("L2", "SUMMARY-ONE")
+            .answer("L1", "second answer"),
+    );
+    let first = env
+        .exec(&engine, "fix the build", &[])
+        .output()
+        .expect("run");
+    assert_eq!(first.status.code(), Some(0), "{}", stderr_of(&first));
+    let second = env
+        .exec(&engine, "now book a table", &["--resume", "last"])
+        .output()
+        .expect("run");
+    assert_eq!(second.status.code(), Some(0), "{}", stderr_of(&second));
+    assert_eq!(stdout_of(&second), "second answer\n");
+
+    let l1 = engine.requests_for_model("L1");
+    let answer = l1
+        .iter()
+        .find(|r| r.hop() == Some("answer"))
+        .expect("L1 answer");
+    assert!(answer.mentions("SUMMARY-ONE"));
+    assert!(answer.mentions("fix the build"));
+    assert!(!answer.mentions("RAW-ANSWER-ONE"));
+    assert_eq!(answer.last_user_text().as_deref(), Some("now book a table"));
+    // The route hop sees only the new request.
+    let routes = engine.requests_for_hop("route");
+    assert_eq!(routes.len(), 2);
+    assert!(!routes[1].mentions("fix the build"));
+}
+
+#[test]
+fn resuming_on_the_same_expert_sees_its_own_answer_verbatim() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L2"])
+            .answer("L2", "FIRST-RAW")
+            .answer("L2", "second"),
+    );
+    let first = env.exec(&engine, "one", &[]).output().expect("run");
+    assert_eq!(first.status.code(), Some(0), "{}", stderr_of(&first));
+    let second = env
+        .exec(&engine, "two", &["--resume", "last"])
+        .output()
+        .expect("run");
+    assert_eq!(second.status.code(), Some(0), "{}", stderr_of(&second));
+    let answers = engine.requests_for_hop("answer");
+    let t = answers[1].transcript();
+    let roles: Vec<&str> = t.iter().map(|(r, _)| r.as_str()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"]);
+    assert_eq!(t[2].1, "FIRST-RAW");
+}
+
+#[test]
+fn tool_results_continue_on_the_same_expert_without_a_route_hop() {
+    let env = Env::new();
+    std::fs::write(env.workspace.join("notes.txt"), "FILE-CONTENT-42").expect("write");
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("call_1", "read_file", r#"{"path":"notes.txt"}"#),
+            )
+            .answer("L2", MockReply::tool_call("call_2", "no_such_tool", "{}"))
+            .answer("L2", "The file says 42."),
+    );
+    let out = env
+        .exec(&engine, "what is in notes.txt?", &["--json"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(engine.requests_for_hop("route").len(), 1);
+    let answers = engine.requests_for_hop("answer");
+    assert_eq!(answers.len(), 3);
+    assert!(answers.iter().all(|a| a.model() == "L2"));
+    let tool_msgs: Vec<(String, String)> = answers[2]
+        .transcript()
+        .into_iter()
+        .filter(|(r, _)| r == "tool")
+        .collect();
+    assert_eq!(tool_msgs.len(), 2);
+    assert!(tool_msgs[0].1.contains("FILE-CONTENT-42"));
+    // B8: an unknown tool is reported to the model, not a dead turn.
+    assert!(tool_msgs[1].1.contains("no tool named `no_such_tool`"));
+
+    let ev = events(&out);
+    let decisions: Vec<&str> = of_type(&ev, "route_decided")
+        .iter()
+        .filter_map(|e| e["decision"].as_str())
+        .collect();
+    assert_eq!(decisions, ["model", "sticky", "sticky"]);
+    assert_eq!(of_type(&ev, "tool_begin").len(), 2);
+    let done = of_type(&ev, "turn_completed");
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0]["answer"], "The file says 42.");
+    assert_eq!(done[0]["status"], "done");
+    assert_eq!(of_type(&ev, "summary_recorded").len(), 1);
+    assert_eq!(ev[0]["type"], "session");
+    assert_eq!(
+        ev.last().map(|e| e["type"].clone()),
+        Some("shutdown_complete".into())
+    );
+}
+
+#[test]
+fn a_garbage_label_falls_back_to_l2() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("banana")
+            .answer("L2", "fallback answer"),
+    );
+    let out = env.exec(&engine, "hm", &["--json"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let ev = events(&out);
+    let route = of_type(&ev, "route_decided");
+    assert_eq!(route[0]["decision"], "fallback");
+    assert_eq!(route[0]["expert"], "L2");
+    assert!(route[0]["reason"].as_str().unwrap_or("").contains("banana"));
+    assert_eq!(engine.requests_for_hop("answer")[0].model(), "L2");
+}
+
+#[test]
+fn an_l0_error_falls_back_to_l2() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route_reply(MockReply::error(400, "L0 is not loaded", "bad_request"))
+            .answer("L2", "still answered"),
+    );
+    let out = env.exec(&engine, "hi", &[]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "still answered\n");
+    assert!(stderr_of(&out).contains("fallback"));
+}
+
+#[test]
+fn a_pinned_expert_skips_routing() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(Script::new().answer("L3", "ui"));
+    let out = env
+        .exec(&engine, "x", &["--expert", "L3"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(engine.requests_for_hop("route").is_empty());
+    assert_eq!(engine.requests_for_hop("answer")[0].model(), "L3");
+}
+
+#[test]
+fn proxy_mode_echoes_the_conversation_id() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .answer(
+                "Macaron-V1-Tall",
+                MockReply::text("first")
+                    .header("X-Conversation-Id", "molc_server_token_0123456789"),
+            )
+            .answer("Macaron-V1-Tall", "second"),
+    );
+    let flags = ["--mode", "proxy", "--model", "Macaron-V1-Tall"];
+    let first = env.exec(&engine, "one", &flags).output().expect("run");
+    assert_eq!(first.status.code(), Some(0), "{}", stderr_of(&first));
+    let mut resume = flags.to_vec();
+    resume.extend(["--resume", "last"]);
+    let second = env.exec(&engine, "two", &resume).output().expect("run");
+    assert_eq!(second.status.code(), Some(0), "{}", stderr_of(&second));
+    let reqs = engine.chat_requests();
+    assert_eq!(reqs.len(), 2, "no route or summary hops in proxy mode");
+    assert_eq!(
+        reqs[1].conversation_id(),
+        Some("molc_server_token_0123456789")
+    );
+    assert!(
+        reqs[1].mentions("first"),
+        "the whole history goes to the proxy"
+    );
+}
+
+#[test]
+fn single_mode_sends_one_model_and_no_hops() {
+    let env = Env::new();
+    let engine =
+        MockEngine::scripted_blocking(Script::new().answer("plain-model", "single answer"));
+    let out = env
+        .exec(
+            &engine,
+            "hello",
+            &["--mode", "single", "--model", "plain-model"],
+        )
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "single answer\n");
+    let reqs = engine.chat_requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].model(), "plain-model");
+}
+
+#[test]
+fn the_prompt_can_come_from_stdin_and_the_answer_from_a_file() {
+    let env = Env::new();
+    let engine =
+        MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "piped answer"));
+    let out_file = env.workspace.join("answer.md");
+    let out = env
+        .baton()
+        .args(["--exec", "--endpoint", &engine.url(), "-o"])
+        .arg(&out_file)
+        .arg("-")
+        .write_stdin("prompt from stdin")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(
+        std::fs::read_to_string(&out_file).expect("-o file"),
+        "piped answer"
+    );
+    assert_eq!(
+        engine.requests_for_hop("answer")[0]
+            .last_user_text()
+            .as_deref(),
+        Some("prompt from stdin")
+    );
+}
+
+#[test]
+fn max_turns_stops_a_tool_loop_with_exit_3() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", MockReply::tool_call("c1", "list_dir", "{}")),
+    );
+    let out = env
+        .exec(&engine, "loop", &["--max-turns", "1"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_of(&out));
+    assert_eq!(engine.requests_for_hop("answer").len(), 1);
+}
+
+#[test]
+fn a_hanging_server_hits_the_timeout_with_exit_3() {
+    let env = Env::new();
+    let engine =
+        MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", MockReply::hang()));
+    let out = env
+        .exec(&engine, "wait", &["--timeout", "2"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("--timeout"));
+}
+
+#[test]
+fn a_failing_answer_hop_exits_1_naming_the_hop() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", MockReply::error(400, "bad things", "bad_request")),
+    );
+    let out = env.exec(&engine, "x", &[]).output().expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr_of(&out);
+    assert!(err.contains("answer hop"), "{err}");
+    assert!(err.contains("bad things"), "{err}");
+}
+
+fn session_file(dir: &Path) -> PathBuf {
+    std::fs::read_dir(dir)
+        .expect("sessions")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .next()
+        .expect("one session")
+}
+
+#[test]
+fn a_summary_missing_from_a_session_is_made_by_the_next_turn_that_needs_it() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L1"])
+            .answer("L2", "first")
+            .summary("L2", "LATE-SUMMARY")
+            .answer("L1", "second"),
+    );
+    let first = env.exec(&engine, "one", &[]).output().expect("run");
+    assert_eq!(first.status.code(), Some(0), "{}", stderr_of(&first));
+    // Simulate a process killed before its summary was saved: drop the summary record.
+    let path = session_file(&env.sessions);
+    let text = std::fs::read_to_string(&path).expect("read");
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains("\"record\":\"summary\""))
+        .collect();
+    std::fs::write(&path, kept.join("\n") + "\n").expect("write");
+    engine.clear_requests();
+    let second = env
+        .exec(&engine, "two", &["--resume", "last"])
+        .output()
+        .expect("run");
+    assert_eq!(second.status.code(), Some(0), "{}", stderr_of(&second));
+    let summaries = engine.requests_for_hop("summary");
+    assert!(summaries.iter().any(|s| s.model() == "L2"));
+    let answer = engine
+        .requests_for_hop("answer")
+        .into_iter()
+        .find(|r| r.model() == "L1")
+        .expect("L1 answer");
+    assert!(answer.mentions("summary by L2"));
+}

@@ -1,0 +1,254 @@
+//! MoL latency benchmark (`cargo bench --bench mol_latency`).
+//!
+//! Against the mock engine with the reference's measured hop latencies (route 0.20 s, answer
+//! 1.24 s, summary 0.32 s) it runs, side by side:
+//! - baton: the agent core's turn, from submitting the turn to `TurnCompleted` (the answer),
+//!   with the summary hop off the critical path (B2);
+//! - the reference design: route → answer → summary, sequential, as the harness does it.
+//!
+//! and prints both against the ideal route + answer, with ratios. It also measures baton's own
+//! CPU time per turn (the agent's thread only; the mock engine runs on other threads) and the
+//! CPU time and peak RSS of one real `baton --exec` process.
+
+#[path = "../../tests/support/mock_engine.rs"]
+mod mock_engine;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use baton::agent::mol_bridge::{self, Profile, Timeline};
+use baton::agent::{AgentConfig, ApprovalPolicy, DEFAULT_SYSTEM_PROMPT, basic_tools, spawn_agent};
+use baton::backend::remote::RemoteBackend;
+use baton::backend::{ChatBackend, ChatMessage, ChatRequest, collect};
+use baton::config::Mode;
+use baton::protocol::{Event, Expert, Hop, Op};
+use baton::session::SessionFile;
+use mock_engine::{MockEngine, MockReply, RecordedRequest};
+
+const ROUTE: Duration = Duration::from_millis(200);
+const ANSWER: Duration = Duration::from_millis(1240);
+const SUMMARY: Duration = Duration::from_millis(320);
+const TURNS: usize = 6;
+/// Time between a turn's answer and the user's next message (reading, typing).
+const THINK: Duration = Duration::from_millis(600);
+
+fn engine() -> MockEngine {
+    let routes = Arc::new(AtomicUsize::new(0));
+    MockEngine::start_blocking(move |req: &RecordedRequest| match req.hop_or_answer() {
+        // Alternate experts so every turn needs the previous turn's summary.
+        "route" => {
+            let n = routes.fetch_add(1, Ordering::SeqCst);
+            MockReply::label(if n % 2 == 0 { "L2" } else { "L1" }).after(ROUTE)
+        }
+        "summary" => MockReply::text("Did the thing.").after(SUMMARY),
+        _ => MockReply::text("Here is the answer.").after(ANSWER),
+    })
+}
+
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn agent_config(dir: &std::path::Path) -> AgentConfig {
+    AgentConfig {
+        mode: Mode::Mol,
+        model: None,
+        pinned: None,
+        reasoning: None,
+        approval: ApprovalPolicy::Never,
+        headless: true,
+        max_round_trips: None,
+        system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
+        profile: Profile::builtin(),
+        workspace: dir.to_path_buf(),
+        session_dir: dir.join("sessions"),
+        temperature: None,
+        top_p: None,
+        seed: None,
+        max_tokens: None,
+    }
+}
+
+/// baton: per turn, submit → TurnCompleted, and the agent thread's CPU time for the turn.
+async fn baton_turns(url: &str, think: Duration) -> (Vec<Duration>, Vec<Duration>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = agent_config(dir.path());
+    let backend: Arc<dyn ChatBackend> =
+        Arc::new(RemoteBackend::builder(url).build().expect("backend"));
+    let session = SessionFile::create(&cfg.session_dir, "mol", url, dir.path()).expect("session");
+    let mut h = spawn_agent(cfg, backend, basic_tools::basic_registry(), session, None);
+    let (mut wall, mut cpu) = (Vec::new(), Vec::new());
+    for i in 0..TURNS {
+        let c0 = thread_cpu();
+        let t0 = Instant::now();
+        h.ops
+            .send(Op::UserTurn {
+                text: format!("request number {i}"),
+            })
+            .expect("send");
+        loop {
+            match h.events.recv().await.expect("agent alive") {
+                Event::TurnCompleted { .. } => break,
+                _ => continue,
+            }
+        }
+        wall.push(t0.elapsed());
+        // CPU of the turn while waiting on the network is all baton's (this thread runs the
+        // agent; the mock engine has its own threads). Sleep time costs no CPU.
+        cpu.push(thread_cpu() - c0);
+        tokio::time::sleep(think).await;
+    }
+    let _ = h.ops.send(Op::Shutdown);
+    while let Some(ev) = h.events.recv().await {
+        if matches!(ev, Event::ShutdownComplete) {
+            break;
+        }
+    }
+    (wall, cpu)
+}
+
+/// The reference design: route, answer, summary in sequence before the answer is returned.
+async fn reference_turns(url: &str) -> Vec<Duration> {
+    let backend = RemoteBackend::builder(url).build().expect("backend");
+    let profile = Profile::builtin();
+    let mut timeline = Timeline::default();
+    let mut out = Vec::new();
+    for i in 0..TURNS {
+        let text = format!("request number {i}");
+        let t0 = Instant::now();
+        let routed = collect(
+            backend
+                .chat(mol_bridge::route_request(&profile, &text))
+                .await
+                .expect("route"),
+        )
+        .await
+        .expect("route");
+        let expert = mol_bridge::parse_label(&routed).unwrap_or(Expert::L2);
+        let id = timeline.next_task_id();
+        timeline.open(id, expert, text);
+        let view = mol_bridge::view_for(&timeline, expert, DEFAULT_SYSTEM_PROMPT, &profile);
+        let answer = collect(
+            backend
+                .chat(ChatRequest::new(expert.label(), view, Hop::Answer))
+                .await
+                .expect("answer"),
+        )
+        .await
+        .expect("answer");
+        timeline.push(id, ChatMessage::assistant(answer.message.content));
+        timeline.close(id);
+        let req = mol_bridge::summary_request(&timeline, id, DEFAULT_SYSTEM_PROMPT, &profile)
+            .expect("task");
+        let summary = collect(backend.chat(req).await.expect("summary"))
+            .await
+            .expect("summary");
+        timeline.set_summary(id, mol_bridge::summary_text(&summary));
+        out.push(t0.elapsed());
+    }
+    out
+}
+
+/// One real `baton --exec` process: its CPU time (user + sys) and peak RSS.
+fn exec_process(url: &str) -> (Duration, u64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let before = children_usage();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["--exec", "--endpoint", url, "--session-dir"])
+        .arg(dir.path().join("s"))
+        .arg("-C")
+        .arg(dir.path())
+        .arg("say hello")
+        .env("XDG_CONFIG_HOME", dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("run baton");
+    assert!(status.success(), "baton --exec failed: {status}");
+    let after = children_usage();
+    let cpu = |u: &libc::rusage| {
+        Duration::new(u.ru_utime.tv_sec as u64, u.ru_utime.tv_usec as u32 * 1000)
+            + Duration::new(u.ru_stime.tv_sec as u64, u.ru_stime.tv_usec as u32 * 1000)
+    };
+    // ru_maxrss of RUSAGE_CHILDREN is the largest child so far: this is the only child.
+    (cpu(&after) - cpu(&before), after.ru_maxrss as u64)
+}
+
+fn children_usage() -> libc::rusage {
+    // SAFETY: getrusage fills the zeroed struct we own.
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut u);
+        u
+    }
+}
+
+fn mean(xs: &[Duration]) -> Duration {
+    xs.iter().sum::<Duration>() / xs.len().max(1) as u32
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.3} s", d.as_secs_f64())
+}
+
+fn main() {
+    // Cargo passes `--bench`; there are no options.
+    let engine = engine();
+    let url = engine.url();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let ideal = ROUTE + ANSWER;
+    let reference_model = ROUTE + ANSWER + SUMMARY;
+
+    let (baton_wall, baton_cpu) = runtime.block_on(baton_turns(&url, THINK));
+    let (burst_wall, _) = runtime.block_on(baton_turns(&url, Duration::ZERO));
+    let reference = runtime.block_on(reference_turns(&url));
+    let (exec_cpu, exec_rss_kib) = exec_process(&url);
+
+    let b = mean(&baton_wall);
+    let burst = mean(&burst_wall);
+    let r = mean(&reference);
+    println!("MoL latency benchmark: mock engine, route {} + answer {} (+ summary {}), {TURNS} turns each, experts alternating",
+        secs(ROUTE), secs(ANSWER), secs(SUMMARY));
+    println!("  ideal (route + answer)                      {}", secs(ideal));
+    println!(
+        "  baton, submit → answer (user pauses {:.1} s)   {}   ratio to ideal {:.3}",
+        THINK.as_secs_f64(),
+        secs(b),
+        b.as_secs_f64() / ideal.as_secs_f64()
+    );
+    println!(
+        "  baton, turns back to back (worst case)      {}   ratio to ideal {:.3}",
+        secs(burst),
+        burst.as_secs_f64() / ideal.as_secs_f64()
+    );
+    println!(
+        "  reference design (route + answer + summary) {}   ratio to ideal {:.3} (model {})",
+        secs(r),
+        r.as_secs_f64() / ideal.as_secs_f64(),
+        secs(reference_model)
+    );
+    println!(
+        "  baton / reference                           {:.3}",
+        b.as_secs_f64() / r.as_secs_f64()
+    );
+    println!(
+        "  baton CPU per turn (agent thread)           {:.2} ms mean, {:.2} ms max",
+        mean(&baton_cpu).as_secs_f64() * 1e3,
+        baton_cpu.iter().max().copied().unwrap_or_default().as_secs_f64() * 1e3
+    );
+    println!(
+        "  one `baton --exec` process                  {:.1} ms CPU, peak RSS {:.1} MiB",
+        exec_cpu.as_secs_f64() * 1e3,
+        exec_rss_kib as f64 / 1024.0
+    );
+}
