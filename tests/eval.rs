@@ -55,9 +55,15 @@ fn answer_task(root: &Path, name: &str, agent_timeout: f64, test_sh: &str) -> Pa
             "[task]\nname = \"t/{name}\"\n[agent]\ntimeout_sec = {agent_timeout}\n[verifier]\ntimeout_sec = 30\n[environment]\nallow_internet = false\n"
         ),
     );
-    write(&dir.join("instruction.md"), "Write 42 into /app/answer.txt.\n");
+    write(
+        &dir.join("instruction.md"),
+        "Write 42 into /app/answer.txt.\n",
+    );
     write(&dir.join("environment/seed.txt"), "seed\n");
-    write(&dir.join("solution/solve.sh"), "echo 42 > /app/answer.txt\n");
+    write(
+        &dir.join("solution/solve.sh"),
+        "echo 42 > /app/answer.txt\n",
+    );
     write(&dir.join("tests/test.sh"), test_sh);
     dir
 }
@@ -78,6 +84,12 @@ fn suite_oracle_scores_100_and_nop_scores_0() {
         oracle_args.keep_workdirs = true;
         oracle_args.out = std::env::temp_dir().join("baton-eval-debug");
     }
+    // BATON_EVAL_ISOLATION=none checks the plain-folder fallback over the whole suite.
+    let isolation = match std::env::var("BATON_EVAL_ISOLATION").as_deref() {
+        Ok("none") => IsolationChoice::None,
+        _ => IsolationChoice::Auto,
+    };
+    oracle_args.isolation = isolation;
     let narrowed = !oracle_args.include.is_empty();
     let oracle = run(oracle_args.clone());
     let oracle_wall = started.elapsed();
@@ -97,16 +109,34 @@ fn suite_oracle_scores_100_and_nop_scores_0() {
     assert_eq!(oracle.trials.len(), dirs.len());
     assert_eq!(oracle.score.accuracy, Some(1.0));
 
-    let nop = run(args(vec![suite_dir()], "nop", out.path()));
+    let mut nop_args = args(vec![suite_dir()], "nop", out.path());
+    nop_args.isolation = isolation;
+    let nop = run(nop_args);
     for t in &nop.trials {
-        assert_eq!(t.reward, Some(0.0), "nop passed {}: {:?}", t.task_name, t.exception_info);
+        assert_eq!(
+            t.reward,
+            Some(0.0),
+            "nop passed {}: {:?}",
+            t.task_name,
+            t.exception_info
+        );
     }
     assert_eq!(nop.score.accuracy, Some(0.0));
-    assert!(out.path().join(oracle.job_dir.file_name().unwrap()).join("result.json").is_file());
+    assert!(
+        out.path()
+            .join(oracle.job_dir.file_name().unwrap())
+            .join("result.json")
+            .is_file()
+    );
 
-    let per_trial: f64 = oracle.trials.iter().map(|t| t.timings.runner_overhead_sec).sum::<f64>()
+    let per_trial: f64 = oracle
+        .trials
+        .iter()
+        .map(|t| t.timings.runner_overhead_sec)
+        .sum::<f64>()
         / oracle.trials.len() as f64;
-    let nop_total: f64 = nop.trials.iter().map(|t| t.timings.total_sec).sum::<f64>() / nop.trials.len() as f64;
+    let nop_total: f64 =
+        nop.trials.iter().map(|t| t.timings.total_sec).sum::<f64>() / nop.trials.len() as f64;
     println!(
         "suite: {} tasks, isolation {}; oracle {:.0}% in {:.1} s wall at concurrency 2; nop {:.0}% in {:.1} s; runner overhead {:.3} s/trial (oracle), nop trial total {:.3} s",
         dirs.len(),
@@ -118,4 +148,311 @@ fn suite_oracle_scores_100_and_nop_scores_0() {
         per_trial,
         nop_total
     );
+}
+
+fn load_ready(dir: &Path) -> task::Task {
+    match task::load(dir).expect("loads") {
+        Loaded::Ready(t) => *t,
+        Loaded::Skipped(s) => panic!("{} skipped: {}", s.name, s.reason),
+    }
+}
+
+fn skip_reason(dir: &Path) -> String {
+    match task::load(dir).expect("loads") {
+        Loaded::Skipped(s) => s.reason,
+        Loaded::Ready(t) => panic!("{} was not skipped", t.name),
+    }
+}
+
+#[test]
+fn loads_harbor_tb1_and_skips_what_needs_docker() {
+    let root = tempfile::tempdir().unwrap();
+    let harbor = answer_task(root.path(), "harbor-one", 120.0, REWARD_TXT);
+    let t = load_ready(&harbor);
+    assert_eq!(t.format, TaskFormat::Harbor);
+    assert_eq!(t.name, "harbor-one");
+    assert_eq!(t.agent_timeout.as_secs(), 120);
+    assert_eq!(t.verifier_timeout.as_secs(), 30);
+    assert!(!t.allow_internet);
+    assert_eq!(t.test_entry, "test.sh");
+
+    let tb1 = root.path().join("tb1-one");
+    write(
+        &tb1.join("task.yaml"),
+        "instruction: |-\n  Write 42 into /app/answer.txt.\n  Nothing else.\nauthor_name: someone\ndifficulty: easy\ntags:\n  - demo\nmax_agent_timeout_sec: 90\nmax_test_timeout_sec: 20\n",
+    );
+    write(
+        &tb1.join("Dockerfile"),
+        "FROM ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624\nWORKDIR /app\nCOPY seed.txt /app/seed.txt\n",
+    );
+    write(&tb1.join("seed.txt"), "seed\n");
+    write(&tb1.join("solution.sh"), "echo 42 > /app/answer.txt\n");
+    // A pytest -rA summary, as TB1's run-tests.sh prints it.
+    write(
+        &tb1.join("run-tests.sh"),
+        "test -f /app/seed.txt || exit 1\nif [ \"$(cat /app/answer.txt 2>/dev/null)\" = 42 ]; then s=PASSED; else s=FAILED; fi\necho '=========================== short test summary info ============================'\necho \"$s $TEST_DIR/test_outputs.py::test_answer\"\necho \"PASSED $TEST_DIR/test_outputs.py::test_seed\"\n",
+    );
+    write(
+        &tb1.join("tests/test_outputs.py"),
+        "def test_answer():\n    pass\n",
+    );
+    let t = load_ready(&tb1);
+    assert_eq!(t.format, TaskFormat::Tb1);
+    assert_eq!(
+        t.instruction,
+        "Write 42 into /app/answer.txt.\nNothing else."
+    );
+    assert_eq!(t.agent_timeout.as_secs(), 90);
+    assert_eq!(t.verifier_timeout.as_secs(), 20);
+    assert_eq!(t.test_entry, "run-tests.sh");
+
+    let image = root.path().join("needs-image");
+    write(
+        &image.join("task.toml"),
+        "[environment]\ndocker_image = \"ghcr.io/acme/gpu-env:3\"\n",
+    );
+    write(&image.join("instruction.md"), "Train it.\n");
+    write(
+        &image.join("tests/test.sh"),
+        "echo 1 > /logs/verifier/reward.txt\n",
+    );
+    assert!(skip_reason(&image).contains("ghcr.io/acme/gpu-env:3"));
+
+    let custom = root.path().join("custom-base");
+    write(&custom.join("task.toml"), "[agent]\ntimeout_sec = 60\n");
+    write(&custom.join("instruction.md"), "Fix it.\n");
+    write(
+        &custom.join("environment/Dockerfile"),
+        "FROM nvidia/cuda:12.4.0-devel-ubuntu22.04\nWORKDIR /app\n",
+    );
+    write(
+        &custom.join("tests/test.sh"),
+        "echo 1 > /logs/verifier/reward.txt\n",
+    );
+    assert!(skip_reason(&custom).contains("nvidia/cuda"));
+
+    let compose = root.path().join("multi");
+    write(&compose.join("task.toml"), "");
+    write(&compose.join("instruction.md"), "Serve.\n");
+    write(
+        &compose.join("environment/docker-compose.yaml"),
+        "services:\n  a:\n    image: x\n  b:\n    image: y\n",
+    );
+    write(
+        &compose.join("tests/test.sh"),
+        "echo 1 > /logs/verifier/reward.txt\n",
+    );
+    assert!(skip_reason(&compose).contains("docker-compose"));
+
+    // A folder of tasks: the oracle passes both runnable ones; skipped ones are reported.
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![root.path().to_path_buf()], "oracle", out.path()));
+    assert_eq!(report.trials.len(), 2);
+    assert!(
+        report.trials.iter().all(|t| t.reward == Some(1.0)),
+        "{:#?}",
+        report.trials
+    );
+    let tb1_trial = report
+        .trials
+        .iter()
+        .find(|t| t.task_name == "tb1-one")
+        .unwrap();
+    assert_eq!(tb1_trial.reward_source, Some("pytest"));
+    assert_eq!(
+        tb1_trial.tests.get("test_answer").map(String::as_str),
+        Some("PASSED")
+    );
+    assert_eq!(report.skipped.len(), 3);
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report.job_dir.join("result.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["skipped"].as_array().unwrap().len(), 3);
+    assert!(
+        json["skipped"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["reason"].as_str().unwrap().contains("acme"))
+    );
+}
+
+#[test]
+fn reward_files_pytest_output_and_missing_rewards() {
+    let root = tempfile::tempdir().unwrap();
+    answer_task(
+        root.path(),
+        "json-reward",
+        60.0,
+        "if [ -f /app/answer.txt ]; then echo '{\"reward\": 1, \"style\": 0.5}'; else echo '{\"reward\": 0}'; fi > /logs/verifier/reward.json\n",
+    );
+    answer_task(
+        root.path(),
+        "pytest-only",
+        60.0,
+        "if [ -f /app/answer.txt ]; then r=passed; else r=failed; fi\necho \"============================== 3 $r in 0.02s ===============================\"\n",
+    );
+    answer_task(
+        root.path(),
+        "no-reward",
+        60.0,
+        "echo 'verifier forgot the reward'\n",
+    );
+    answer_task(
+        root.path(),
+        "garbage-reward",
+        60.0,
+        "echo maybe > /logs/verifier/reward.txt\n",
+    );
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![root.path().to_path_buf()], "oracle", out.path()));
+    let by = |name: &str| {
+        report
+            .trials
+            .iter()
+            .find(|t| t.task_name == name)
+            .unwrap()
+            .clone()
+    };
+
+    let j = by("json-reward");
+    assert_eq!(j.reward, Some(1.0));
+    assert_eq!(j.verifier_rewards.get("style"), Some(&0.5));
+    assert_eq!(j.reward_source, Some("reward.json"));
+
+    let p = by("pytest-only");
+    assert_eq!(p.reward, Some(1.0));
+    assert_eq!(p.reward_source, Some("pytest"));
+
+    for (name, kind) in [
+        ("no-reward", "RewardFileNotFoundError"),
+        ("garbage-reward", "RewardFileParseError"),
+    ] {
+        let e = by(name);
+        assert_eq!(e.reward, None, "{name} must not be scored");
+        assert!(e.infrastructure_error);
+        assert_eq!(e.exception_info.as_ref().unwrap().exception_type, kind);
+    }
+    // Errors are left out of the score: two scored tasks, both passed.
+    assert_eq!(report.score.n_errors, 2);
+    assert_eq!(report.score.accuracy, Some(1.0));
+    assert_eq!(report.score.n_tasks_scored, 2);
+}
+
+#[test]
+fn an_agent_timeout_scores_zero_even_if_the_work_was_done() {
+    let root = tempfile::tempdir().unwrap();
+    let task = answer_task(root.path(), "slow", 1.0, REWARD_TXT);
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(
+        vec![task],
+        "cmd:echo 42 > /app/answer.txt; sleep 30",
+        out.path(),
+    ));
+    let t = &report.trials[0];
+    assert!(t.agent_exit.timed_out);
+    assert_eq!(t.reward, Some(0.0));
+    assert!(!t.infrastructure_error);
+    assert_eq!(
+        t.exception_info.as_ref().unwrap().exception_type,
+        "AgentTimeoutError"
+    );
+    // The verifier still ran after the timeout and saw the work.
+    assert_eq!(t.verifier_rewards.get("reward"), Some(&1.0));
+    assert_eq!(report.score.n_timeouts, 1);
+}
+
+/// A `cmd:` agent that behaves like `baton --exec --json`: reads $INSTRUCTION, does the work
+/// and prints an event stream, which the runner turns into tokens, routes and a trajectory.
+#[test]
+fn cmd_agent_end_to_end_with_an_event_stream() {
+    let root = tempfile::tempdir().unwrap();
+    let task = answer_task(root.path(), "events", 60.0, REWARD_TXT);
+    let script = r#"case "$INSTRUCTION" in *"Write 42"*) ;; *) exit 9;; esac
+test "$HOME" = /root && test "$(pwd)" = /app && test -f /app/seed.txt || exit 8
+test ! -e /tests || exit 7
+echo 42 > /app/answer.txt
+cat <<'EV'
+{"type":"session","session_id":"s-1","mode":"mol","backend":"http://127.0.0.1:1/v1","workspace":"/app","resumed":false}
+{"type":"turn_started","turn_id":1,"text":"Write 42 into /app/answer.txt."}
+{"type":"hop_started","turn_id":1,"hop":"route","expert":"L0"}
+{"type":"hop_completed","turn_id":1,"hop":"route","expert":"L0","latency_ms":15,"usage":{"prompt_tokens":50,"completion_tokens":1}}
+{"type":"route_decided","turn_id":1,"expert":"L2","decision":"model","latency_ms":15}
+{"type":"message_final","turn_id":1,"expert":"L2","text":"Writing the answer."}
+{"type":"hop_completed","turn_id":1,"hop":"answer","expert":"L2","latency_ms":400,"ttft_ms":90,"usage":{"prompt_tokens":300,"completion_tokens":20,"cached_tokens":200}}
+{"type":"tool_begin","turn_id":1,"call_id":"call_1","tool":"shell","arguments":{"command":"echo 42 > /app/answer.txt"},"title":"echo 42"}
+{"type":"tool_end","call_id":"call_1","status":"ok","exit_code":0,"duration_ms":3,"output":""}
+{"type":"route_decided","turn_id":1,"expert":"L2","decision":"sticky","latency_ms":0}
+{"type":"message_final","turn_id":1,"expert":"L2","text":"Done."}
+{"type":"hop_completed","turn_id":1,"hop":"answer","expert":"L2","latency_ms":200,"usage":{"prompt_tokens":340,"completion_tokens":5}}
+{"type":"turn_completed","turn_id":1,"status":"done","answer":"Done.","expert":"L2","duration_ms":700,"usage":{"prompt_tokens":690,"completion_tokens":26}}
+EV"#;
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![task], &format!("cmd:{script}"), out.path()));
+    let t = &report.trials[0];
+    assert_eq!(
+        t.reward,
+        Some(1.0),
+        "{:?} (see {})",
+        t.exception_info,
+        t.trial_dir.display()
+    );
+    assert_eq!(t.tokens.input, 690);
+    assert_eq!(t.tokens.output, 26);
+    assert_eq!(t.tokens.cached, 200);
+    assert_eq!(t.routes.get("L2"), Some(&2));
+    assert_eq!(t.route_decisions.get("sticky"), Some(&1));
+    assert_eq!(t.hop_latency["answer"].count, 2);
+    assert_eq!(t.hop_latency["route"].max_ms, 15);
+    assert_eq!(t.tool_calls, 1);
+    assert_eq!(t.turn_status.as_deref(), Some("done"));
+
+    let traj: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(t.trajectory_path.as_ref().unwrap()).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(traj["schema_version"], "ATIF-v1.4");
+    let steps = traj["steps"].as_array().unwrap();
+    assert_eq!(steps[0]["source"], "user");
+    assert_eq!(steps[1]["tool_calls"][0]["function_name"], "shell");
+    assert_eq!(
+        steps[1]["observation"]["results"][0]["source_call_id"],
+        "call_1"
+    );
+    assert_eq!(traj["final_metrics"]["total_prompt_tokens"], 690);
+
+    let trial_json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(t.trial_dir.join("result.json")).unwrap())
+            .unwrap();
+    assert_eq!(trial_json["routes"]["L2"], 2);
+    assert!(
+        trial_json["timings"]["agent_execution"]["duration_sec"]
+            .as_f64()
+            .is_some()
+    );
+    assert!(t.trial_dir.join("verifier/test-stdout.txt").is_file());
+    assert!(t.trial_dir.join("agent/stdout.txt").is_file());
+    // Scratch folders are gone unless --keep-workdirs.
+    assert!(!t.trial_dir.join("work").exists());
+}
+
+#[test]
+fn plain_folders_when_isolation_is_off() {
+    let root = tempfile::tempdir().unwrap();
+    let task = answer_task(root.path(), "plain", 60.0, REWARD_TXT);
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![task.clone()], "oracle", out.path());
+    a.isolation = IsolationChoice::None;
+    let report = run(a);
+    assert_eq!(report.isolation.kind, "plain");
+    assert!(report.isolation.fallback_reason.is_some());
+    assert_eq!(
+        report.trials[0].reward,
+        Some(1.0),
+        "{:?}",
+        report.trials[0].exception_info
+    );
+    let mut a = args(vec![task], "nop", out.path());
+    a.isolation = IsolationChoice::None;
+    assert_eq!(run(a).trials[0].reward, Some(0.0));
 }

@@ -358,23 +358,37 @@ fn toolchain_env() -> BTreeMap<String, String> {
     env
 }
 
-/// Replaces sandbox paths (`/app`, `/logs/verifier` …) that start a path in `text`.
+/// Sandbox paths that [`rewrite_paths`] knows, longest first where one is a prefix of another.
+const SANDBOX_PATHS: &[&str] = &[
+    "/logs/agent",
+    "/logs/verifier",
+    "/logs/artifacts",
+    "/solution",
+    "/tests",
+    "/setup",
+    "/app",
+    "/environment",
+];
+
+static SANDBOX_PATH_RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    let alternatives: Vec<String> = SANDBOX_PATHS.iter().map(|p| regex::escape(p)).collect();
+    regex::Regex::new(&format!(r"(^|[^\w./~-])({})\b", alternatives.join("|")))
+        .expect("escaped alternatives")
+});
+
+/// Replaces sandbox paths (`/app`, `/logs/verifier` …) that start a path in `text`; paths not
+/// in `mapping` are left alone.
 pub fn rewrite_paths(mapping: &[(&str, PathBuf)], text: &str) -> String {
-    let alternatives: Vec<String> = mapping
-        .iter()
-        .map(|(from, _)| regex::escape(from))
-        .collect();
-    let pattern = format!(r"(^|[^\w./~-])({})\b", alternatives.join("|"));
-    let re = regex::Regex::new(&pattern).expect("escaped alternatives form a valid regex");
-    re.replace_all(text, |c: &regex::Captures| {
-        let to = mapping
-            .iter()
-            .find(|(from, _)| *from == &c[2])
-            .map(|(_, to)| to.to_string_lossy().into_owned())
-            .unwrap_or_else(|| c[2].to_string());
-        format!("{}{}", &c[1], to)
-    })
-    .into_owned()
+    SANDBOX_PATH_RE
+        .replace_all(text, |c: &regex::Captures| {
+            let to = mapping
+                .iter()
+                .find(|(from, _)| *from == &c[2])
+                .map(|(_, to)| to.to_string_lossy().into_owned())
+                .unwrap_or_else(|| c[2].to_string());
+            format!("{}{}", &c[1], to)
+        })
+        .into_owned()
 }
 
 #[cfg(test)]

@@ -17,9 +17,37 @@ pub struct Verdict {
     pub source: &'static str,
 }
 
+/// Why there is no verdict: an infrastructure error, not a failure.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RewardError {
+    /// No reward file and no pytest summary.
+    Missing(String),
+    /// A reward file that cannot be read or parsed.
+    Invalid(String),
+}
+
+impl RewardError {
+    /// Harbor-style exception type.
+    pub fn exception_type(&self) -> &'static str {
+        match self {
+            RewardError::Missing(_) => "RewardFileNotFoundError",
+            RewardError::Invalid(_) => "RewardFileParseError",
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            RewardError::Missing(m) | RewardError::Invalid(m) => m,
+        }
+    }
+}
+
 /// Reads `verifier_dir/reward.txt`, then `reward.json`, then the pytest summary in `output`.
-/// `Err` means the verifier produced no verdict: an infrastructure error, not a failure.
-pub fn read(verifier_dir: &Path, output: &str, prefer_pytest: bool) -> Result<Verdict, String> {
+pub fn read(
+    verifier_dir: &Path,
+    output: &str,
+    prefer_pytest: bool,
+) -> Result<Verdict, RewardError> {
     let tests = parse_pytest(output);
     if prefer_pytest && let Some(v) = pytest_verdict(&tests) {
         return Ok(v);
@@ -27,8 +55,9 @@ pub fn read(verifier_dir: &Path, output: &str, prefer_pytest: bool) -> Result<Ve
     let txt = verifier_dir.join("reward.txt");
     if txt.is_file() {
         let text = std::fs::read_to_string(&txt)
-            .map_err(|e| format!("{}: cannot read: {e}", txt.display()))?;
-        let reward = parse_reward_text(&text).map_err(|e| format!("{}: {e}", txt.display()))?;
+            .map_err(|e| RewardError::Invalid(format!("{}: cannot read: {e}", txt.display())))?;
+        let reward = parse_reward_text(&text)
+            .map_err(|e| RewardError::Invalid(format!("{}: {e}", txt.display())))?;
         return Ok(Verdict {
             reward,
             rewards: BTreeMap::from([("reward".to_string(), reward)]),
@@ -39,8 +68,9 @@ pub fn read(verifier_dir: &Path, output: &str, prefer_pytest: bool) -> Result<Ve
     let json = verifier_dir.join("reward.json");
     if json.is_file() {
         let text = std::fs::read_to_string(&json)
-            .map_err(|e| format!("{}: cannot read: {e}", json.display()))?;
-        let rewards = parse_reward_json(&text).map_err(|e| format!("{}: {e}", json.display()))?;
+            .map_err(|e| RewardError::Invalid(format!("{}: cannot read: {e}", json.display())))?;
+        let rewards = parse_reward_json(&text)
+            .map_err(|e| RewardError::Invalid(format!("{}: {e}", json.display())))?;
         let reward = scored_reward(&rewards);
         return Ok(Verdict {
             reward,
@@ -50,7 +80,9 @@ pub fn read(verifier_dir: &Path, output: &str, prefer_pytest: bool) -> Result<Ve
         });
     }
     pytest_verdict(&tests).ok_or_else(|| {
-        "the verifier wrote no /logs/verifier/reward.txt or reward.json and printed no pytest summary".to_string()
+        RewardError::Missing(
+            "the verifier wrote no /logs/verifier/reward.txt or reward.json and printed no pytest summary".to_string(),
+        )
     })
 }
 

@@ -21,7 +21,8 @@ use super::task::{Task, TaskFormat};
 /// Which agent plays the trial.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentKind {
-    /// `baton --exec <instruction> --json --sandbox off --approval full-auto -C <workdir> ARGS`.
+    /// `baton --exec --json --sandbox off --approval full-auto -C <workdir>
+    /// --session-dir /logs/agent/sessions ARGS -- <instruction>`.
     Baton {
         binary: PathBuf,
         extra_args: Vec<String>,
@@ -414,7 +415,6 @@ fn trial_phases(
             }
             let mut args = vec![
                 "--exec".to_string(),
-                instruction.clone(),
                 "--json".into(),
                 "--sandbox".into(),
                 "off".into(),
@@ -422,8 +422,13 @@ fn trial_phases(
                 "full-auto".into(),
                 "-C".into(),
                 task.environment.workdir.clone(),
+                "--session-dir".into(),
+                "/logs/agent/sessions".into(),
             ];
             args.extend(extra_args.iter().cloned());
+            // After `--` the instruction is the prompt even when it starts with a dash.
+            args.push("--".into());
+            args.push(instruction.clone());
             // The agent reaches its model endpoint over the network, whatever the task allows.
             (
                 Some(binary.to_string_lossy().into_owned()),
@@ -605,8 +610,13 @@ fn run_verifier(
         }
         Err(e) => Err(infra(
             r,
-            "RewardFileNotFoundError",
-            format!("{e} (exit {:?}); see {}", outcome.exit, out_path.display()),
+            e.exception_type(),
+            format!(
+                "{} (exit {:?}); see {}",
+                e.message(),
+                outcome.exit,
+                out_path.display()
+            ),
         )),
     }
 }
