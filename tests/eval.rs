@@ -2,12 +2,15 @@
 //! tools/tbench suite under the oracle (100%) and nop (0%) agents, the `cmd:` agent with a
 //! baton-style event stream, reward file variants, timeouts and the plain-folder fallback.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 
 use baton::eval::cli::{EvalArgs, prepare};
 use baton::eval::isolation::IsolationChoice;
 use baton::eval::job::{JobReport, run_job};
 use baton::eval::task::{self, Loaded, TaskFormat};
+use support::{MockEngine, MockReply, Script};
 
 fn suite_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/tbench")
@@ -455,4 +458,56 @@ fn plain_folders_when_isolation_is_off() {
     let mut a = args(vec![task], "nop", out.path());
     a.isolation = IsolationChoice::None;
     assert_eq!(run(a).trials[0].reward, Some(0.0));
+}
+
+/// The runner, `baton --exec` and the mock engine meet end to end: the engine plays a
+/// known-good trajectory (route to L2, a `read_file` call, the answer) inside a bwrap trial.
+/// `--exec` registers only read-only tools so far, so the task is one that reads and reports
+/// without changing the workspace.
+#[test]
+fn scripted_engine_trajectory_through_baton_exec() {
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .answer("L2", MockReply::tool_call("call_1", "read_file", r#"{"path":"notes.txt"}"#).usage(400, 12))
+            .answer("L2", MockReply::text("The release is on Friday.").usage(450, 8)),
+    );
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("read-notes");
+    write(
+        &dir.join("task.toml"),
+        "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n[environment]\nallow_internet = false\n",
+    );
+    write(&dir.join("instruction.md"), "Read /app/notes.txt and tell me the release day. Change nothing.\n");
+    write(&dir.join("environment/notes.txt"), "release: friday\n");
+    write(
+        &dir.join("tests/test.sh"),
+        "if [ \"$(cat /app/notes.txt)\" = 'release: friday' ] && [ \"$(ls -A /app)\" = notes.txt ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
+    );
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![dir], "baton", out.path());
+    a.baton_bin = Some(PathBuf::from(env!("CARGO_BIN_EXE_baton")));
+    a.exec_args = vec!["--endpoint".into(), engine.url()];
+    let report = run(a);
+    let t = &report.trials[0];
+    let stderr = std::fs::read_to_string(t.trial_dir.join("agent/stderr.txt")).unwrap_or_default();
+    assert_eq!(t.reward, Some(1.0), "{:?}; agent stderr: {stderr}", t.exception_info);
+    assert_eq!(t.agent_exit.exit_code, Some(0), "agent stderr: {stderr}");
+    assert!(t.routes.get("L2").copied().unwrap_or(0) >= 1, "{:?}", t.routes);
+    assert!(t.tokens.input >= 850, "{:?}", t.tokens);
+    assert!(t.hop_latency.contains_key("answer"));
+    assert_eq!(t.tool_calls, 1);
+    let traj: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(t.trajectory_path.as_ref().unwrap()).unwrap()).unwrap();
+    let steps = traj["steps"].as_array().unwrap();
+    let call_step = steps
+        .iter()
+        .find(|s| s["tool_calls"].is_array())
+        .expect("a step with the tool call");
+    assert_eq!(call_step["tool_calls"][0]["function_name"], "read_file");
+    assert!(call_step["observation"]["results"][0]["content"].as_str().unwrap().contains("release: friday"));
+    assert!(steps.iter().any(|s| s["message"] == "The release is on Friday."));
+    // The model saw the instruction; the trial's session file landed in the agent logs.
+    assert!(engine.requests().iter().any(|r| r.mentions("release day")));
+    assert!(t.trial_dir.join("agent/sessions").is_dir());
 }
