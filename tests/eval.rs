@@ -469,8 +469,15 @@ fn scripted_engine_trajectory_through_baton_exec() {
     let engine = MockEngine::scripted_blocking(
         Script::new()
             .default_route("L2")
-            .answer("L2", MockReply::tool_call("call_1", "read_file", r#"{"path":"notes.txt"}"#).usage(400, 12))
-            .answer("L2", MockReply::text("The release is on Friday.").usage(450, 8)),
+            .answer(
+                "L2",
+                MockReply::tool_call("call_1", "read_file", r#"{"path":"notes.txt"}"#)
+                    .usage(400, 12),
+            )
+            .answer(
+                "L2",
+                MockReply::text("The release is on Friday.").usage(450, 8),
+            ),
     );
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("read-notes");
@@ -478,7 +485,10 @@ fn scripted_engine_trajectory_through_baton_exec() {
         &dir.join("task.toml"),
         "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n[environment]\nallow_internet = false\n",
     );
-    write(&dir.join("instruction.md"), "Read /app/notes.txt and tell me the release day. Change nothing.\n");
+    write(
+        &dir.join("instruction.md"),
+        "Read /app/notes.txt and tell me the release day. Change nothing.\n",
+    );
     write(&dir.join("environment/notes.txt"), "release: friday\n");
     write(
         &dir.join("tests/test.sh"),
@@ -491,22 +501,42 @@ fn scripted_engine_trajectory_through_baton_exec() {
     let report = run(a);
     let t = &report.trials[0];
     let stderr = std::fs::read_to_string(t.trial_dir.join("agent/stderr.txt")).unwrap_or_default();
-    assert_eq!(t.reward, Some(1.0), "{:?}; agent stderr: {stderr}", t.exception_info);
+    assert_eq!(
+        t.reward,
+        Some(1.0),
+        "{:?}; agent stderr: {stderr}",
+        t.exception_info
+    );
     assert_eq!(t.agent_exit.exit_code, Some(0), "agent stderr: {stderr}");
-    assert!(t.routes.get("L2").copied().unwrap_or(0) >= 1, "{:?}", t.routes);
+    assert!(
+        t.routes.get("L2").copied().unwrap_or(0) >= 1,
+        "{:?}",
+        t.routes
+    );
     assert!(t.tokens.input >= 850, "{:?}", t.tokens);
     assert!(t.hop_latency.contains_key("answer"));
     assert_eq!(t.tool_calls, 1);
-    let traj: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(t.trajectory_path.as_ref().unwrap()).unwrap()).unwrap();
+    let traj: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(t.trajectory_path.as_ref().unwrap()).unwrap(),
+    )
+    .unwrap();
     let steps = traj["steps"].as_array().unwrap();
     let call_step = steps
         .iter()
         .find(|s| s["tool_calls"].is_array())
         .expect("a step with the tool call");
     assert_eq!(call_step["tool_calls"][0]["function_name"], "read_file");
-    assert!(call_step["observation"]["results"][0]["content"].as_str().unwrap().contains("release: friday"));
-    assert!(steps.iter().any(|s| s["message"] == "The release is on Friday."));
+    assert!(
+        call_step["observation"]["results"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("release: friday")
+    );
+    assert!(
+        steps
+            .iter()
+            .any(|s| s["message"] == "The release is on Friday.")
+    );
     // The model saw the instruction; the trial's session file landed in the agent logs.
     assert!(engine.requests().iter().any(|r| r.mentions("release day")));
     assert!(t.trial_dir.join("agent/sessions").is_dir());

@@ -185,3 +185,45 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, String> {
         progress: !args.no_progress,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{Args, CommandFactory, FromArgMatches};
+
+    /// `baton eval` is wired as a subcommand of the root CLI, whose options are global: no name
+    /// may clash, and the trailing `--` arguments must reach `baton --exec`.
+    #[test]
+    fn eval_args_fit_under_the_root_cli() {
+        let root = crate::cli::Cli::command()
+            .subcommand(EvalArgs::augment_args(clap::Command::new("eval")));
+        root.clone().debug_assert();
+        let m = root
+            .try_get_matches_from([
+                "baton",
+                "eval",
+                "tools/tbench",
+                "--agent",
+                "cmd:echo hi",
+                "-k",
+                "3",
+                "-n",
+                "2",
+                "--exclude",
+                "perf-*",
+                "--exec-arg=--max-turns=40",
+                "--",
+                "--mode",
+                "mol",
+            ])
+            .expect("parses");
+        let (_, sub) = m.subcommand().expect("eval");
+        let a = EvalArgs::from_arg_matches(sub).expect("eval args");
+        assert_eq!(a.trials, 3);
+        assert_eq!(a.concurrency, 2);
+        assert_eq!(a.agent, "cmd:echo hi");
+        assert_eq!(a.exec_args, vec!["--max-turns=40"]);
+        assert_eq!(a.trailing_exec_args, vec!["--mode", "mol"]);
+        assert_eq!(a.exclude, vec!["perf-*"]);
+    }
+}
