@@ -546,21 +546,27 @@ fn scripted_engine_trajectory_through_baton_exec() {
 /// as a non-zero agent exit (scored by the verifier, not an infrastructure error).
 #[test]
 fn scripted_engine_turn_limit_is_exit_code_3() {
-    let engine = MockEngine::scripted_blocking(
-        Script::new()
-            .default_route("L2")
-            .default_answer(MockReply::tool_call("call_n", "list_dir", r#"{"path":"."}"#).usage(100, 5)),
-    );
+    let engine = MockEngine::scripted_blocking(Script::new().default_route("L2").default_answer(
+        MockReply::tool_call("call_n", "list_dir", r#"{"path":"."}"#).usage(100, 5),
+    ));
     let root = tempfile::tempdir().unwrap();
     let task = answer_task(root.path(), "looping", 60.0, REWARD_TXT);
     let out = tempfile::tempdir().unwrap();
     let mut a = args(vec![task], "baton", out.path());
     a.baton_bin = Some(PathBuf::from(env!("CARGO_BIN_EXE_baton")));
-    a.trailing_exec_args = vec!["--endpoint".into(), engine.url(), "--max-turns".into(), "2".into()];
+    a.trailing_exec_args = vec![
+        "--endpoint".into(),
+        engine.url(),
+        "--max-turns".into(),
+        "2".into(),
+    ];
     let report = run(a);
     let t = &report.trials[0];
     assert_eq!(t.agent_exit.exit_code, Some(3), "{:?}", t.exception_info);
-    assert_eq!(t.exception_info.as_ref().unwrap().exception_type, "NonZeroAgentExitCodeError");
+    assert_eq!(
+        t.exception_info.as_ref().unwrap().exception_type,
+        "NonZeroAgentExitCodeError"
+    );
     assert!(!t.infrastructure_error);
     assert_eq!(t.reward, Some(0.0));
     assert_eq!(t.turn_status.as_deref(), Some("limit_reached"));
