@@ -132,6 +132,26 @@ fn suite_oracle_scores_100_and_nop_scores_0() {
             .is_file()
     );
 
+    // The whole cost of a trial that does nothing: folders, two sandboxes, result files.
+    let bare_root = tempfile::tempdir().unwrap();
+    let bare = answer_task(
+        bare_root.path(),
+        "bare",
+        60.0,
+        "echo 0 > /logs/verifier/reward.txt\n",
+    );
+    let mut bare_args = args(vec![bare], "nop", out.path());
+    bare_args.trials = 5;
+    bare_args.concurrency = 1;
+    bare_args.isolation = isolation;
+    let bare_report = run(bare_args);
+    let bare_total: f64 = bare_report
+        .trials
+        .iter()
+        .map(|t| t.timings.total_sec)
+        .sum::<f64>()
+        / bare_report.trials.len() as f64;
+    println!("empty trial (nop agent, trivial verifier): {bare_total:.3} s total per trial");
     let per_trial: f64 = oracle
         .trials
         .iter()
