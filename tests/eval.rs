@@ -591,3 +591,45 @@ fn scripted_engine_turn_limit_is_exit_code_3() {
     assert_eq!(t.reward, Some(0.0));
     assert_eq!(t.turn_status.as_deref(), Some("limit_reached"));
 }
+
+/// `baton eval`'s entry point: the summary table on stdout and `--min-score` as the exit code.
+#[test]
+fn run_prints_a_summary_and_honours_min_score() {
+    let root = tempfile::tempdir().unwrap();
+    answer_task(root.path(), "one", 60.0, REWARD_TXT);
+    answer_task(root.path(), "two", 60.0, REWARD_TXT);
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![root.path().to_path_buf()], "oracle", out.path());
+    a.min_score = Some(1.0);
+    a.trials = 2;
+    assert_eq!(baton::eval::run(a.clone()), 0);
+    a.agent = "nop".into();
+    assert_eq!(baton::eval::run(a.clone()), 1);
+
+    a.agent = "oracle".into();
+    let report = run(a);
+    let mut table = Vec::new();
+    baton::eval::report::print_table(
+        &mut table,
+        &report.tasks,
+        &report.score,
+        &[],
+        report.wall_sec,
+        &report.job_dir,
+    )
+    .unwrap();
+    let table = String::from_utf8(table).unwrap();
+    assert!(
+        table.contains("score 100.0% ± 0.0 over 2 task(s); 4 passed, 0 failed"),
+        "{table}"
+    );
+    assert_eq!(
+        report.score.stderr_method,
+        "tb: sqrt(sum_t p(1-p)/(n_t-1)) / N"
+    );
+    assert!(report.trials.iter().any(|t| t.trial_name == "one__2"));
+
+    let mut bad = args(vec![root.path().join("missing")], "oracle", out.path());
+    bad.min_score = None;
+    assert_eq!(baton::eval::run(bad), 2);
+}

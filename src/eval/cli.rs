@@ -153,6 +153,18 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, String> {
             }
         }
     }
+    let mut seen: std::collections::BTreeMap<&str, &std::path::Path> =
+        std::collections::BTreeMap::new();
+    for t in &tasks {
+        if let Some(other) = seen.insert(&t.name, &t.dir) {
+            return Err(format!(
+                "two tasks are named '{}' ({} and {}); trial folders are named after tasks",
+                t.name,
+                other.display(),
+                t.dir.display()
+            ));
+        }
+    }
     if tasks.is_empty() && skipped.is_empty() {
         return Err("no task left to run after --include/--exclude".into());
     }
