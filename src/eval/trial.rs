@@ -285,7 +285,9 @@ fn trial_phases(
         copy_tree(from, &paths.app, &task.environment.exclude)
             .map_err(|e| infra(r, "EnvironmentSetupError", e))?;
     }
-    let mut env = task.environment.env.clone();
+    let env = task.environment.env.clone();
+    // The agent's view adds keys and the instruction; neither reaches the verifier.
+    let mut agent_env = env.clone();
     if let Some(script) = &task.environment.setup_script {
         std::fs::create_dir_all(&paths.setup)
             .and_then(|_| {
@@ -381,7 +383,7 @@ fn trial_phases(
             };
             copied.map_err(|e| infra(r, "SolutionCopyError", e))?;
             rewrite_text_files(iso, paths, ctx, &paths.solution);
-            env.extend(task.solution_env.clone());
+            agent_env.extend(task.solution_env.clone());
             (
                 Some("bash".to_string()),
                 vec![format!("/solution/{}", task.solution_script)],
@@ -390,7 +392,7 @@ fn trial_phases(
             )
         }
         AgentKind::Cmd(c) => {
-            env.insert("INSTRUCTION".into(), instruction.clone());
+            agent_env.insert("INSTRUCTION".into(), instruction.clone());
             (
                 Some("bash".to_string()),
                 vec!["-c".into(), c.clone()],
@@ -405,12 +407,12 @@ fn trial_phases(
         } => {
             for key in pass_env {
                 if let Ok(v) = std::env::var(key) {
-                    env.insert(key.clone(), v);
+                    agent_env.insert(key.clone(), v);
                 }
             }
             for (k, v) in std::env::vars() {
                 if k.starts_with("BATON_") || k.starts_with("OPENAI_") {
-                    env.entry(k).or_insert(v);
+                    agent_env.entry(k).or_insert(v);
                 }
             }
             let mut args = vec![
@@ -447,7 +449,7 @@ fn trial_phases(
             solution,
             setup: false,
             build_context: None,
-            env: env.clone(),
+            env: agent_env.clone(),
         };
         let cmd = iso.command(&phase, &program, &args);
         let out = File::create(&stdout_path);
@@ -552,7 +554,6 @@ fn run_verifier(
     }
     rewrite_text_files(iso, paths, None, &paths.tests);
     let mut env = task_env.clone();
-    env.remove("INSTRUCTION");
     env.extend(task.verifier_env.clone());
     let phase = Phase {
         paths,
