@@ -35,6 +35,7 @@ fn args(tasks: Vec<PathBuf>, agent: &str, out: &Path) -> EvalArgs {
         keep_workdirs: false,
         min_score: None,
         no_progress: false,
+        list: false,
         trailing_exec_args: Vec::new(),
     }
 }
@@ -267,8 +268,14 @@ fn loads_harbor_tb1_and_skips_what_needs_docker() {
     );
     assert!(skip_reason(&compose).contains("docker-compose"));
 
-    // A folder of tasks: the oracle passes both runnable ones; skipped ones are reported.
+    // A folder of tasks: `--list` sees two runnable and three skipped; the oracle passes both
+    // runnable ones and the skipped ones are reported.
     let out = tempfile::tempdir().unwrap();
+    let mut listing = args(vec![root.path().to_path_buf()], "oracle", out.path());
+    let (ready, skipped) = baton::eval::cli::load_tasks(&listing).unwrap();
+    assert_eq!((ready.len(), skipped.len()), (2, 3));
+    listing.list = true;
+    assert_eq!(baton::eval::run(listing), 0);
     let report = run(args(vec![root.path().to_path_buf()], "oracle", out.path()));
     assert_eq!(report.trials.len(), 2);
     assert!(

@@ -64,6 +64,9 @@ pub struct EvalArgs {
     /// No progress output on stderr.
     #[arg(long)]
     pub no_progress: bool,
+    /// List the tasks that would run (and the skipped ones, with why), then exit.
+    #[arg(long)]
+    pub list: bool,
     /// Arguments after `--` go to `baton --exec` as well (e.g. -- --endpoint URL --mode mol).
     #[arg(last = true, value_name = "EXEC_ARGS")]
     pub trailing_exec_args: Vec<String>,
@@ -72,6 +75,30 @@ pub struct EvalArgs {
 /// Runs `baton eval`; returns the process exit code (0 done, 1 below --min-score, 2 usage or
 /// setup error).
 pub fn run(args: EvalArgs) -> i32 {
+    if args.list {
+        return match load_tasks(&args) {
+            Ok((tasks, skipped)) => {
+                for t in &tasks {
+                    println!(
+                        "{}\t{}\tagent {:.0} s\tverifier {:.0} s\t{}",
+                        t.name,
+                        t.format.as_str(),
+                        t.agent_timeout.as_secs_f64(),
+                        t.verifier_timeout.as_secs_f64(),
+                        t.dir.display()
+                    );
+                }
+                for s in &skipped {
+                    println!("{}\tskipped\t{}", s.name, s.reason);
+                }
+                0
+            }
+            Err(e) => {
+                eprintln!("baton eval: {e}");
+                2
+            }
+        };
+    }
     match prepare(&args).and_then(job::run_job) {
         Ok(report) => {
             let mut stdout = std::io::stdout().lock();
@@ -134,39 +161,9 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, String> {
             pass_env: args.pass_env.clone(),
         },
     )?;
-    let dirs = task::discover(&args.tasks)?;
-    let mut loaded = Vec::new();
-    for dir in &dirs {
-        loaded.push(task::load(dir)?);
-    }
-    let names: Vec<String> = loaded.iter().map(|l| l.name().to_string()).collect();
-    let keep = task::filter_names(&names, &args.include, &args.exclude)?;
-    let mut tasks = Vec::new();
-    let mut skipped = Vec::new();
-    for (l, keep) in loaded.into_iter().zip(keep) {
-        match l {
-            _ if !keep => {}
-            Loaded::Ready(t) => tasks.push(*t),
-            Loaded::Skipped(s) => {
-                eprintln!("baton eval: skipping {}: {}", s.name, s.reason);
-                skipped.push(s);
-            }
-        }
-    }
-    let mut seen: std::collections::BTreeMap<&str, &std::path::Path> =
-        std::collections::BTreeMap::new();
-    for t in &tasks {
-        if let Some(other) = seen.insert(&t.name, &t.dir) {
-            return Err(format!(
-                "two tasks are named '{}' ({} and {}); trial folders are named after tasks",
-                t.name,
-                other.display(),
-                t.dir.display()
-            ));
-        }
-    }
-    if tasks.is_empty() && skipped.is_empty() {
-        return Err("no task left to run after --include/--exclude".into());
+    let (tasks, skipped) = load_tasks(args)?;
+    for s in &skipped {
+        eprintln!("baton eval: skipping {}: {}", s.name, s.reason);
     }
     let mut shared = args.share.clone();
     if matches!(agent, AgentKind::Baton { .. })
@@ -196,6 +193,42 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, String> {
         },
         progress: !args.no_progress,
     })
+}
+
+/// Discovers, loads and filters the tasks; checks that their names are unique.
+pub fn load_tasks(args: &EvalArgs) -> Result<(Vec<task::Task>, Vec<task::Skipped>), String> {
+    let dirs = task::discover(&args.tasks)?;
+    let mut loaded = Vec::new();
+    for dir in &dirs {
+        loaded.push(task::load(dir)?);
+    }
+    let names: Vec<String> = loaded.iter().map(|l| l.name().to_string()).collect();
+    let keep = task::filter_names(&names, &args.include, &args.exclude)?;
+    let mut tasks = Vec::new();
+    let mut skipped = Vec::new();
+    for (l, keep) in loaded.into_iter().zip(keep) {
+        match l {
+            _ if !keep => {}
+            Loaded::Ready(t) => tasks.push(*t),
+            Loaded::Skipped(s) => skipped.push(s),
+        }
+    }
+    let mut seen: std::collections::BTreeMap<&str, &std::path::Path> =
+        std::collections::BTreeMap::new();
+    for t in &tasks {
+        if let Some(other) = seen.insert(&t.name, &t.dir) {
+            return Err(format!(
+                "two tasks are named '{}' ({} and {}); trial folders are named after tasks",
+                t.name,
+                other.display(),
+                t.dir.display()
+            ));
+        }
+    }
+    if tasks.is_empty() && skipped.is_empty() {
+        return Err("no task left to run after --include/--exclude".into());
+    }
+    Ok((tasks, skipped))
 }
 
 #[cfg(test)]
