@@ -230,6 +230,34 @@ fn loads_harbor_tb1_and_skips_what_needs_docker() {
     assert_eq!(t.verifier_timeout.as_secs(), 20);
     assert_eq!(t.test_entry, "run-tests.sh");
 
+    // TB2.1 layout: a pinned image built from a Dockerfile baton can replay locally.
+    let tb2 = root.path().join("tb2-pinned");
+    write(
+        &tb2.join("task.toml"),
+        "schema_version = \"1.1\"\n[task]\nname = \"org/tb2-pinned\"\n[agent]\ntimeout_sec = 900.0\n[verifier]\ntimeout_sec = 900.0\n[environment]\ndocker_image = \"someone/tb2-pinned:20260101\"\nallow_internet = true\n[verifier.env]\n[environment.env]\n",
+    );
+    write(
+        &tb2.join("instruction.md"),
+        "Write 42 into answer.txt in the current folder.\n",
+    );
+    write(
+        &tb2.join("environment/Dockerfile"),
+        "# canary\nFROM python:3.13-slim-bookworm\nWORKDIR /app\nRUN apt-get update && apt-get install -y git\nCOPY setup.sh ./\nCOPY resources /app/resources\nRUN bash /app/setup.sh && rm -rf /app/resources /app/setup.sh\nWORKDIR /app/site\n",
+    );
+    write(
+        &tb2.join("environment/setup.sh"),
+        "mkdir -p /app/site && cp /app/resources/seed.txt /app/site/\n",
+    );
+    write(&tb2.join("environment/resources/seed.txt"), "seed\n");
+    write(&tb2.join("solution/solve.sh"), "echo 42 > answer.txt\n");
+    write(
+        &tb2.join("tests/test.sh"),
+        "cd /app/site && test -f seed.txt && test ! -e /app/resources && test ! -e /app/setup.sh && test \"$(cat answer.txt)\" = 42 && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
+    );
+    let t = load_ready(&tb2);
+    assert_eq!(t.name, "tb2-pinned");
+    assert_eq!(t.environment.workdir, "/app/site");
+
     let image = root.path().join("needs-image");
     write(
         &image.join("task.toml"),
@@ -268,16 +296,16 @@ fn loads_harbor_tb1_and_skips_what_needs_docker() {
     );
     assert!(skip_reason(&compose).contains("docker-compose"));
 
-    // A folder of tasks: `--list` sees two runnable and three skipped; the oracle passes both
+    // A folder of tasks: `--list` sees three runnable and three skipped; the oracle passes the
     // runnable ones and the skipped ones are reported.
     let out = tempfile::tempdir().unwrap();
     let mut listing = args(vec![root.path().to_path_buf()], "oracle", out.path());
     let (ready, skipped) = baton::eval::cli::load_tasks(&listing).unwrap();
-    assert_eq!((ready.len(), skipped.len()), (2, 3));
+    assert_eq!((ready.len(), skipped.len()), (3, 3));
     listing.list = true;
     assert_eq!(baton::eval::run(listing), 0);
     let report = run(args(vec![root.path().to_path_buf()], "oracle", out.path()));
-    assert_eq!(report.trials.len(), 2);
+    assert_eq!(report.trials.len(), 3);
     assert!(
         report.trials.iter().all(|t| t.reward == Some(1.0)),
         "{:#?}",

@@ -285,15 +285,11 @@ fn load_harbor(dir: &Path) -> Result<Loaded, String> {
             reason,
         }))
     };
-    if let Some(image) = environment
+    let image = environment
         .and_then(|e| e.get("docker_image"))
         .and_then(|v| v.as_str())
-        && !image.is_empty()
-    {
-        return skip(format!(
-            "needs the prebuilt Docker image '{image}', which baton cannot provide"
-        ));
-    }
+        .filter(|i| !i.is_empty())
+        .map(str::to_string);
     let gpus = toml_number(environment, "gpus", &toml_path)?.unwrap_or(0.0);
     if gpus > 0.0 {
         return skip(format!("needs {gpus} GPU(s) in its environment"));
@@ -313,14 +309,15 @@ fn load_harbor(dir: &Path) -> Result<Loaded, String> {
         }
         let setup = env_dir.join("setup.sh");
         let dockerfile = env_dir.join("Dockerfile");
-        if setup.is_file() {
-            plan.files_from = Some(env_dir.clone());
-            plan.exclude = vec!["setup.sh".into(), "Dockerfile".into()];
-            plan.setup_script = Some(read_text(&setup)?);
-        } else if dockerfile.is_file() {
+        // A Dockerfile describes the environment (a pinned `docker_image` is built from it);
+        // `setup.sh` without a Dockerfile is the local convention of tools/tbench.
+        if dockerfile.is_file() {
             match dockerfile::translate(&read_text(&dockerfile)?, allow_internet) {
                 DockerPlan::Unsupported(reason) => {
-                    return skip(format!("{}: {reason}", dockerfile.display()));
+                    let image = image
+                        .map(|i| format!(" (prebuilt image '{i}')"))
+                        .unwrap_or_default();
+                    return skip(format!("{}: {reason}{image}", dockerfile.display()));
                 }
                 DockerPlan::Local(local) => {
                     plan.build_context = Some(env_dir.clone());
@@ -329,9 +326,21 @@ fn load_harbor(dir: &Path) -> Result<Loaded, String> {
                     plan.env.extend(local.env);
                 }
             }
+        } else if let Some(image) = image {
+            return skip(format!(
+                "needs the prebuilt Docker image '{image}', which baton cannot provide"
+            ));
+        } else if setup.is_file() {
+            plan.files_from = Some(env_dir.clone());
+            plan.exclude = vec!["setup.sh".into()];
+            plan.setup_script = Some(read_text(&setup)?);
         } else {
             plan.files_from = Some(env_dir.clone());
         }
+    } else if let Some(image) = image {
+        return skip(format!(
+            "needs the prebuilt Docker image '{image}', which baton cannot provide"
+        ));
     }
 
     let solution_dir = dir.join("solution");
