@@ -217,16 +217,9 @@ fn main() {
     let b = mean(&baton_wall);
     let burst = mean(&burst_wall);
     let r = mean(&reference);
-    println!(
-        "MoL latency benchmark: mock engine, route {} + answer {} (+ summary {}), {TURNS} turns each, experts alternating",
-        secs(ROUTE),
-        secs(ANSWER),
-        secs(SUMMARY)
-    );
-    println!(
-        "  ideal (route + answer)                      {}",
-        secs(ideal)
-    );
+    println!("MoL latency benchmark: mock engine, route {} + answer {} (+ summary {}), {TURNS} turns each, experts alternating",
+        secs(ROUTE), secs(ANSWER), secs(SUMMARY));
+    println!("  ideal (route + answer)                      {}", secs(ideal));
     println!(
         "  baton, submit → answer (user pauses {:.1} s)   {}   ratio to ideal {:.3}",
         THINK.as_secs_f64(),
@@ -251,13 +244,7 @@ fn main() {
     println!(
         "  baton CPU per turn (agent thread)           {:.2} ms mean, {:.2} ms max",
         mean(&baton_cpu).as_secs_f64() * 1e3,
-        baton_cpu
-            .iter()
-            .max()
-            .copied()
-            .unwrap_or_default()
-            .as_secs_f64()
-            * 1e3
+        baton_cpu.iter().max().copied().unwrap_or_default().as_secs_f64() * 1e3
     );
     println!(
         "  one `baton --exec` process                  {:.1} ms CPU, peak RSS {:.1} MiB",
