@@ -1,0 +1,274 @@
+//! `baton eval`: arguments, loading and filtering tasks, choosing the isolation, running the
+//! job and printing the summary.
+
+use std::path::PathBuf;
+
+use super::isolation::{Isolation, IsolationChoice, IsolationKind};
+use super::job::{self, JobConfig, JobReport};
+use super::report;
+use super::task::{self, Loaded};
+use super::trial::{AgentKind, BatonOptions, TrialSettings};
+
+/// Run Terminal-Bench / Harbor format tasks and score an agent on them.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EvalArgs {
+    /// Task folders, or folders of tasks (Harbor `task.toml` or TB1 `task.yaml`).
+    #[arg(required = true, value_name = "TASKS")]
+    pub tasks: Vec<PathBuf>,
+    /// Who solves the tasks: baton, oracle (reference solution), nop (nothing) or
+    /// cmd:"SHELL COMMAND" (the instruction is in $INSTRUCTION).
+    #[arg(long, default_value = "baton")]
+    pub agent: String,
+    /// Trials per task.
+    #[arg(short = 'k', long, default_value_t = 1)]
+    pub trials: usize,
+    /// Trials run at the same time.
+    #[arg(short = 'n', long, default_value_t = 1)]
+    pub concurrency: usize,
+    /// Folder that receives the job folder.
+    #[arg(long, default_value = "jobs")]
+    pub out: PathBuf,
+    /// Name of the job folder (default: the UTC time).
+    #[arg(long)]
+    pub job_name: Option<String>,
+    /// Scales every task's agent, verifier and setup timeouts (leaderboards require 1).
+    #[arg(long, default_value_t = 1.0)]
+    pub timeout_multiplier: f64,
+    /// Run only tasks whose name matches one of these globs.
+    #[arg(long)]
+    pub include: Vec<String>,
+    /// Leave out tasks whose name matches one of these globs.
+    #[arg(long)]
+    pub exclude: Vec<String>,
+    /// The baton binary the `baton` agent runs (default: this executable).
+    #[arg(long, value_name = "PATH")]
+    pub baton_bin: Option<PathBuf>,
+    /// One more argument for `baton --exec` (repeatable), e.g. --exec-arg=--endpoint=URL.
+    #[arg(long = "exec-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub exec_args: Vec<String>,
+    /// Host environment variables passed to the agent (BATON_* and OPENAI_* always are).
+    #[arg(long, value_name = "NAME")]
+    pub pass_env: Vec<String>,
+    /// How trials are isolated.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub isolation: IsolationChoice,
+    /// Host paths made visible read-only inside the sandbox.
+    #[arg(long, value_name = "PATH")]
+    pub share: Vec<PathBuf>,
+    /// Keep each trial's /app, HOME and /tmp after the trial.
+    #[arg(long)]
+    pub keep_workdirs: bool,
+    /// Exit with 1 when the score is below this fraction (0..1).
+    #[arg(long)]
+    pub min_score: Option<f64>,
+    /// No progress output on stderr.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// List the tasks that would run (and the skipped ones, with why), then exit.
+    #[arg(long)]
+    pub list: bool,
+    /// Arguments after `--` go to `baton --exec` as well (e.g. -- --endpoint URL --mode mol).
+    #[arg(last = true, value_name = "EXEC_ARGS")]
+    pub trailing_exec_args: Vec<String>,
+}
+
+/// Runs `baton eval`; returns the process exit code (0 done, 1 below --min-score, 2 usage or
+/// setup error).
+pub fn run(args: EvalArgs) -> i32 {
+    if args.list {
+        return match load_tasks(&args) {
+            Ok((tasks, skipped)) => {
+                for t in &tasks {
+                    println!(
+                        "{}\t{}\tagent {:.0} s\tverifier {:.0} s\t{}",
+                        t.name,
+                        t.format.as_str(),
+                        t.agent_timeout.as_secs_f64(),
+                        t.verifier_timeout.as_secs_f64(),
+                        t.dir.display()
+                    );
+                }
+                for s in &skipped {
+                    println!("{}\tskipped\t{}", s.name, s.reason);
+                }
+                0
+            }
+            Err(e) => {
+                eprintln!("baton eval: {e}");
+                2
+            }
+        };
+    }
+    match prepare(&args).and_then(job::run_job) {
+        Ok(report) => {
+            let mut stdout = std::io::stdout().lock();
+            let _ = report::print_table(
+                &mut stdout,
+                &report.tasks,
+                &report.score,
+                &skipped_of(&report),
+                report.wall_sec,
+                &report.job_dir,
+            );
+            match args.min_score {
+                Some(min) if report.score.accuracy.unwrap_or(0.0) < min => 1,
+                _ => 0,
+            }
+        }
+        Err(e) => {
+            eprintln!("baton eval: {e}");
+            2
+        }
+    }
+}
+
+fn skipped_of(report: &JobReport) -> Vec<task::Skipped> {
+    report
+        .skipped
+        .iter()
+        .map(|s| task::Skipped {
+            name: s.task.clone(),
+            dir: s.task_dir.clone(),
+            reason: s.reason.clone(),
+        })
+        .collect()
+}
+
+/// Loads the tasks and builds the job configuration (also used by tests).
+pub fn prepare(args: &EvalArgs) -> Result<JobConfig, String> {
+    if args.trials == 0 {
+        return Err("--trials must be at least 1".into());
+    }
+    if !(args.timeout_multiplier.is_finite() && args.timeout_multiplier > 0.0) {
+        return Err(format!(
+            "--timeout-multiplier must be positive, got {}",
+            args.timeout_multiplier
+        ));
+    }
+    let binary = match &args.baton_bin {
+        Some(p) => p.clone(),
+        None => {
+            std::env::current_exe().map_err(|e| format!("cannot find the baton executable: {e}"))?
+        }
+    };
+    let mut exec_args = args.exec_args.clone();
+    exec_args.extend(args.trailing_exec_args.iter().cloned());
+    let agent = AgentKind::parse(
+        &args.agent,
+        BatonOptions {
+            binary: binary.clone(),
+            extra_args: exec_args,
+            pass_env: args.pass_env.clone(),
+        },
+    )?;
+    let (tasks, skipped) = load_tasks(args)?;
+    for s in &skipped {
+        eprintln!("baton eval: skipping {}: {}", s.name, s.reason);
+    }
+    let mut shared = args.share.clone();
+    if matches!(agent, AgentKind::Baton { .. })
+        && let Some(dir) = binary.parent()
+    {
+        shared.push(dir.to_path_buf());
+    }
+    let isolation = Isolation::detect(args.isolation, shared)?;
+    if isolation.kind == IsolationKind::Plain {
+        eprintln!(
+            "baton eval: WARNING: trials are NOT isolated ({}); each runs in its own folder with HOME and TMPDIR set, and /app, /tests, /logs are rewritten to those folders",
+            isolation.fallback_reason.as_deref().unwrap_or("no sandbox")
+        );
+    }
+    let job_dir = job::new_job_dir(&args.out, args.job_name.as_deref())?;
+    Ok(JobConfig {
+        tasks,
+        skipped,
+        trials: args.trials,
+        concurrency: args.concurrency.max(1),
+        job_dir,
+        settings: TrialSettings {
+            agent,
+            timeout_multiplier: args.timeout_multiplier,
+            keep_workdirs: args.keep_workdirs,
+            isolation,
+        },
+        progress: !args.no_progress,
+    })
+}
+
+/// Discovers, loads and filters the tasks; checks that their names are unique.
+pub fn load_tasks(args: &EvalArgs) -> Result<(Vec<task::Task>, Vec<task::Skipped>), String> {
+    let dirs = task::discover(&args.tasks)?;
+    let mut loaded = Vec::new();
+    for dir in &dirs {
+        loaded.push(task::load(dir)?);
+    }
+    let names: Vec<String> = loaded.iter().map(|l| l.name().to_string()).collect();
+    let keep = task::filter_names(&names, &args.include, &args.exclude)?;
+    let mut tasks = Vec::new();
+    let mut skipped = Vec::new();
+    for (l, keep) in loaded.into_iter().zip(keep) {
+        match l {
+            _ if !keep => {}
+            Loaded::Ready(t) => tasks.push(*t),
+            Loaded::Skipped(s) => skipped.push(s),
+        }
+    }
+    let mut seen: std::collections::BTreeMap<&str, &std::path::Path> =
+        std::collections::BTreeMap::new();
+    for t in &tasks {
+        if let Some(other) = seen.insert(&t.name, &t.dir) {
+            return Err(format!(
+                "two tasks are named '{}' ({} and {}); trial folders are named after tasks",
+                t.name,
+                other.display(),
+                t.dir.display()
+            ));
+        }
+    }
+    if tasks.is_empty() && skipped.is_empty() {
+        return Err("no task left to run after --include/--exclude".into());
+    }
+    Ok((tasks, skipped))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{Args, CommandFactory, FromArgMatches};
+
+    /// `baton eval` is wired as a subcommand of the root CLI, whose options are global: no name
+    /// may clash, and the trailing `--` arguments must reach `baton --exec`.
+    #[test]
+    fn eval_args_fit_under_the_root_cli() {
+        let root = crate::cli::Cli::command()
+            .subcommand(EvalArgs::augment_args(clap::Command::new("eval")));
+        root.clone().debug_assert();
+        let m = root
+            .try_get_matches_from([
+                "baton",
+                "eval",
+                "tools/tbench",
+                "--agent",
+                "cmd:echo hi",
+                "-k",
+                "3",
+                "-n",
+                "2",
+                "--exclude",
+                "perf-*",
+                "--exec-arg=--max-turns=40",
+                "--",
+                "--mode",
+                "mol",
+            ])
+            .expect("parses");
+        let (_, sub) = m.subcommand().expect("eval");
+        let a = EvalArgs::from_arg_matches(sub).expect("eval args");
+        assert_eq!(a.trials, 3);
+        assert_eq!(a.concurrency, 2);
+        assert_eq!(a.agent, "cmd:echo hi");
+        assert_eq!(a.exec_args, vec!["--max-turns=40"]);
+        assert_eq!(a.trailing_exec_args, vec!["--mode", "mol"]);
+        assert_eq!(a.exclude, vec!["perf-*"]);
+    }
+}

@@ -1,0 +1,144 @@
+//! Runs one phase's process in its own process group with a wall-clock limit, and kills the
+//! whole group (SIGTERM, then SIGKILL) when the limit passes.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+/// How the process ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+    TimedOut,
+    /// The process could not be started (missing binary, bad cwd): an infrastructure error.
+    SpawnFailed(String),
+}
+
+impl Exit {
+    pub fn success(&self) -> bool {
+        matches!(self, Exit::Code(0))
+    }
+}
+
+/// Start, end and exit of one phase.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub exit: Exit,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    pub duration: Duration,
+}
+
+/// How long a process gets between SIGTERM and SIGKILL.
+const KILL_GRACE: Duration = Duration::from_millis(1500);
+
+/// Runs `cmd` with stdin closed and output into the given files, for at most `limit`.
+pub fn run(mut cmd: Command, limit: Duration, stdout: File, stderr: File) -> Outcome {
+    let started_at = Utc::now();
+    let start = Instant::now();
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::from(stdout))
+        .stderr(Stdio::from(stderr))
+        .process_group(0);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let program = cmd.get_program().to_string_lossy().into_owned();
+            return Outcome {
+                exit: Exit::SpawnFailed(format!("cannot start {program}: {e}")),
+                started_at,
+                finished_at: Utc::now(),
+                duration: start.elapsed(),
+            };
+        }
+    };
+    let pgid = child.id() as i32;
+    let exit = match wait_until(&mut child, start + limit) {
+        Some(status) => exit_of(status),
+        None => {
+            signal_group(pgid, libc::SIGTERM);
+            if wait_until(&mut child, Instant::now() + KILL_GRACE).is_none() {
+                signal_group(pgid, libc::SIGKILL);
+                let _ = child.wait();
+            }
+            Exit::TimedOut
+        }
+    };
+    // Whatever the phase left running in the background does not survive it.
+    signal_group(pgid, libc::SIGKILL);
+    Outcome {
+        exit,
+        started_at,
+        finished_at: Utc::now(),
+        duration: start.elapsed(),
+    }
+}
+
+/// Polls with a growing interval: short phases (a nop agent) end within a millisecond or two
+/// of the process, long ones cost at most one wake-up every 20 ms.
+fn wait_until(child: &mut std::process::Child, deadline: Instant) -> Option<ExitStatus> {
+    let mut pause = Duration::from_micros(500);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) => {}
+            Err(_) => return child.wait().ok(),
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
+fn exit_of(status: ExitStatus) -> Exit {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Exit::Code(code),
+        (None, Some(sig)) => Exit::Signal(sig),
+        (None, None) => Exit::Code(-1),
+    }
+}
+
+fn signal_group(pgid: i32, signal: i32) {
+    if pgid > 0 {
+        // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
+        unsafe {
+            libc::kill(-pgid, signal);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn devnull() -> File {
+        File::create("/dev/null").unwrap()
+    }
+
+    #[test]
+    fn exit_codes_and_timeouts() {
+        let mut ok = Command::new("sh");
+        ok.args(["-c", "exit 3"]);
+        assert_eq!(
+            run(ok, Duration::from_secs(5), devnull(), devnull()).exit,
+            Exit::Code(3)
+        );
+        let mut slow = Command::new("sh");
+        slow.args(["-c", "sleep 30"]);
+        let out = run(slow, Duration::from_millis(200), devnull(), devnull());
+        assert_eq!(out.exit, Exit::TimedOut);
+        let missing = Command::new("/nonexistent/binary");
+        assert!(matches!(
+            run(missing, Duration::from_secs(1), devnull(), devnull()).exit,
+            Exit::SpawnFailed(_)
+        ));
+    }
+}

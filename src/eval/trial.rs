@@ -1,0 +1,725 @@
+//! One trial of one task: prepare `/app` from the environment, run the agent under its time
+//! limit, copy the tests in only then, run the verifier, read the reward, write the trial's
+//! `result.json`, trajectory and logs.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::atif;
+use super::events::{self, EventStats, HopLatency, HopRecord, Tokens};
+use super::fsutil::{copy_tree, remove_tree};
+use super::isolation::{Isolation, Phase, TrialPaths};
+use super::process::{self, Exit, Outcome};
+use super::reward;
+use super::task::{Task, TaskFormat};
+
+/// Which agent plays the trial.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentKind {
+    /// `baton --exec --json --sandbox off --approval full-auto -C <workdir>
+    /// --session-dir /logs/agent/sessions ARGS -- <instruction>`.
+    Baton {
+        binary: PathBuf,
+        extra_args: Vec<String>,
+        /// Host env vars passed into the sandbox (API keys, endpoints).
+        pass_env: Vec<String>,
+    },
+    /// Runs the task's reference solution.
+    Oracle,
+    /// Does nothing: the tests must fail.
+    Nop,
+    /// A shell command; the instruction is in `$INSTRUCTION`.
+    Cmd(String),
+}
+
+impl AgentKind {
+    /// Parses `baton`, `oracle`, `nop` or `cmd:COMMAND`.
+    pub fn parse(spec: &str, baton: BatonOptions) -> Result<AgentKind, String> {
+        match spec {
+            "baton" => Ok(AgentKind::Baton {
+                binary: baton.binary,
+                extra_args: baton.extra_args,
+                pass_env: baton.pass_env,
+            }),
+            "oracle" => Ok(AgentKind::Oracle),
+            "nop" => Ok(AgentKind::Nop),
+            other => match other.strip_prefix("cmd:") {
+                Some(c) if !c.trim().is_empty() => Ok(AgentKind::Cmd(c.to_string())),
+                _ => Err(format!(
+                    "unknown agent '{other}': use baton, oracle, nop or cmd:\"COMMAND\""
+                )),
+            },
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            AgentKind::Baton { .. } => "baton",
+            AgentKind::Oracle => "oracle",
+            AgentKind::Nop => "nop",
+            AgentKind::Cmd(_) => "cmd",
+        }
+    }
+}
+
+/// What the `baton` agent needs besides the instruction.
+#[derive(Debug, Clone, Default)]
+pub struct BatonOptions {
+    pub binary: PathBuf,
+    pub extra_args: Vec<String>,
+    pub pass_env: Vec<String>,
+}
+
+/// Settings shared by every trial of a job.
+#[derive(Debug, Clone)]
+pub struct TrialSettings {
+    pub agent: AgentKind,
+    pub timeout_multiplier: f64,
+    pub keep_workdirs: bool,
+    pub isolation: Isolation,
+}
+
+/// Start and end of one phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseTiming {
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    pub duration_sec: f64,
+}
+
+impl From<&Outcome> for PhaseTiming {
+    fn from(o: &Outcome) -> Self {
+        PhaseTiming {
+            started_at: o.started_at,
+            finished_at: o.finished_at,
+            duration_sec: o.duration.as_secs_f64(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Timings {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment_setup: Option<PhaseTiming>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_execution: Option<PhaseTiming>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verifier: Option<PhaseTiming>,
+    /// Wall time of the whole trial.
+    pub total_sec: f64,
+    /// Time spent by the runner itself: the total minus the time the task's and agent's
+    /// processes ran (copying, sandbox setup, reading results).
+    pub runner_overhead_sec: f64,
+}
+
+/// How the agent process ended.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AgentExit {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+}
+
+/// Harbor's `exception_info`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExceptionInfo {
+    pub exception_type: String,
+    pub message: String,
+    pub occurred_at: DateTime<Utc>,
+}
+
+/// Per-trial record in `result.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrialResult {
+    pub id: String,
+    pub task_name: String,
+    pub trial_name: String,
+    pub trial_dir: PathBuf,
+    pub task_dir: PathBuf,
+    pub task_format: &'static str,
+    pub agent: &'static str,
+    pub isolation: &'static str,
+    /// The scored reward; `None` for an infrastructure error (not scored).
+    pub reward: Option<f64>,
+    /// What the verifier said, even when the scored reward is 0 because the agent timed out.
+    pub verifier_rewards: BTreeMap<String, f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reward_source: Option<&'static str>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub tests: BTreeMap<String, String>,
+    /// True when the trial is excluded from the score.
+    pub infrastructure_error: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exception_info: Option<ExceptionInfo>,
+    pub agent_exit: AgentExit,
+    pub timings: Timings,
+    pub tokens: Tokens,
+    pub routes: BTreeMap<String, u64>,
+    pub route_decisions: BTreeMap<String, u64>,
+    pub hop_latency: BTreeMap<String, HopLatency>,
+    pub hops: Vec<HopRecord>,
+    pub tool_calls: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_status: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trajectory_path: Option<PathBuf>,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+}
+
+impl TrialResult {
+    pub fn passed(&self) -> bool {
+        self.reward.is_some_and(|r| r >= 1.0)
+    }
+
+    pub fn timed_out(&self) -> bool {
+        self.agent_exit.timed_out
+    }
+}
+
+fn scaled(d: Duration, multiplier: f64) -> Duration {
+    Duration::from_secs_f64((d.as_secs_f64() * multiplier).max(0.001))
+}
+
+fn log_files(path: &Path) -> std::io::Result<(File, File)> {
+    let f = File::create(path)?;
+    let g = f.try_clone()?;
+    Ok((f, g))
+}
+
+/// Runs one trial into `trial_dir` and returns its record (also written as `result.json`).
+pub fn run_trial(
+    task: &Task,
+    trial_name: &str,
+    trial_dir: &Path,
+    settings: &TrialSettings,
+) -> TrialResult {
+    let wall = Instant::now();
+    let started_at = Utc::now();
+    let paths = TrialPaths::new(trial_dir);
+    let mut r = TrialResult {
+        id: uuid::Uuid::now_v7().to_string(),
+        task_name: task.name.clone(),
+        trial_name: trial_name.to_string(),
+        trial_dir: trial_dir.to_path_buf(),
+        task_dir: task.dir.clone(),
+        task_format: task.format.as_str(),
+        agent: settings.agent.name(),
+        isolation: settings.isolation.kind.as_str(),
+        reward: None,
+        verifier_rewards: BTreeMap::new(),
+        reward_source: None,
+        tests: BTreeMap::new(),
+        infrastructure_error: false,
+        exception_info: None,
+        agent_exit: AgentExit::default(),
+        timings: Timings::default(),
+        tokens: Tokens::default(),
+        routes: BTreeMap::new(),
+        route_decisions: BTreeMap::new(),
+        hop_latency: BTreeMap::new(),
+        hops: Vec::new(),
+        tool_calls: 0,
+        turn_status: None,
+        trajectory_path: None,
+        started_at,
+        finished_at: started_at,
+    };
+    let mut process_time = Duration::ZERO;
+    if let Err((kind, message)) = trial_phases(task, &paths, settings, &mut r, &mut process_time) {
+        r.exception_info = Some(ExceptionInfo {
+            exception_type: kind.to_string(),
+            message,
+            occurred_at: Utc::now(),
+        });
+    }
+    if r.infrastructure_error {
+        r.reward = None;
+    }
+    if !settings.keep_workdirs {
+        let _ = remove_tree(&trial_dir.join("work"));
+    }
+    r.finished_at = Utc::now();
+    r.timings.total_sec = wall.elapsed().as_secs_f64();
+    r.timings.runner_overhead_sec = (wall.elapsed().saturating_sub(process_time)).as_secs_f64();
+    if let Ok(json) = serde_json::to_string_pretty(&r) {
+        let _ = std::fs::write(trial_dir.join("result.json"), json);
+    }
+    r
+}
+
+type PhaseError = (&'static str, String);
+
+fn infra(r: &mut TrialResult, kind: &'static str, message: String) -> PhaseError {
+    r.infrastructure_error = true;
+    (kind, message)
+}
+
+fn trial_phases(
+    task: &Task,
+    paths: &TrialPaths,
+    settings: &TrialSettings,
+    r: &mut TrialResult,
+    process_time: &mut Duration,
+) -> Result<(), PhaseError> {
+    let iso = &settings.isolation;
+    let ctx = task.environment.build_context.as_deref();
+    paths.create().map_err(|e| {
+        infra(
+            r,
+            "EnvironmentSetupError",
+            format!("{}: cannot create trial folders: {e}", paths.root.display()),
+        )
+    })?;
+    write_config(task, paths, settings);
+
+    // Environment: fixture files, then the setup script inside the sandbox.
+    if let Some(from) = &task.environment.files_from {
+        copy_tree(from, &paths.app, &task.environment.exclude)
+            .map_err(|e| infra(r, "EnvironmentSetupError", e))?;
+    }
+    let env = task.environment.env.clone();
+    // The agent's view adds keys and the instruction; neither reaches the verifier.
+    let mut agent_env = env.clone();
+    if let Some(script) = &task.environment.setup_script {
+        std::fs::create_dir_all(&paths.setup)
+            .and_then(|_| {
+                std::fs::write(
+                    paths.setup.join("setup.sh"),
+                    iso.rewrite(paths, ctx, script),
+                )
+            })
+            .map_err(|e| {
+                infra(
+                    r,
+                    "EnvironmentSetupError",
+                    format!("cannot write the setup script: {e}"),
+                )
+            })?;
+        let phase = Phase {
+            paths,
+            workdir: "/app",
+            network: task.allow_internet,
+            tests: false,
+            solution: false,
+            setup: true,
+            build_context: ctx,
+            env: env.clone(),
+        };
+        let cmd = iso.command(&phase, "bash", &["/setup/setup.sh".into()]);
+        let (out, err) = log_files(&paths.root.join("setup.log")).map_err(|e| {
+            infra(
+                r,
+                "EnvironmentSetupError",
+                format!("cannot create setup.log: {e}"),
+            )
+        })?;
+        let outcome = process::run(
+            cmd,
+            scaled(task.setup_timeout, settings.timeout_multiplier),
+            out,
+            err,
+        );
+        *process_time += outcome.duration;
+        r.timings.environment_setup = Some(PhaseTiming::from(&outcome));
+        let _ = remove_tree(&paths.setup);
+        if !outcome.exit.success() {
+            let why = match &outcome.exit {
+                Exit::TimedOut => "timed out".to_string(),
+                other => format!("ended with {other:?}"),
+            };
+            return Err(infra(
+                r,
+                "EnvironmentSetupError",
+                format!(
+                    "the setup script {why}; see {}",
+                    paths.root.join("setup.log").display()
+                ),
+            ));
+        }
+    }
+    // Create the working dir before the agent runs (WORKDIR may be below /app).
+    let workdir_host = iso.rewrite(paths, ctx, &task.environment.workdir);
+    if iso.kind == super::isolation::IsolationKind::Plain {
+        let _ = std::fs::create_dir_all(&workdir_host);
+    } else if let Some(rest) = task.environment.workdir.strip_prefix("/app") {
+        let _ = std::fs::create_dir_all(paths.app.join(rest.trim_start_matches('/')));
+    }
+
+    // Agent.
+    let instruction = iso.rewrite(paths, ctx, &task.instruction);
+    let _ = std::fs::write(paths.agent_logs.join("instruction.md"), &instruction);
+    let agent_limit = scaled(task.agent_timeout, settings.timeout_multiplier);
+    let stdout_path = paths.agent_logs.join("stdout.txt");
+    let (program, args, network, solution) = match &settings.agent {
+        AgentKind::Nop => (None, Vec::new(), task.allow_internet, false),
+        AgentKind::Oracle => {
+            let Some(dir) = &task.solution_dir else {
+                return Err(infra(
+                    r,
+                    "SolutionMissingError",
+                    format!("{}: the task has no solution", task.dir.display()),
+                ));
+            };
+            let copied = if task.format == TaskFormat::Tb1 {
+                std::fs::create_dir_all(&paths.solution)
+                    .and_then(|_| {
+                        std::fs::copy(
+                            dir.join(&task.solution_script),
+                            paths.solution.join(&task.solution_script),
+                        )
+                    })
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            } else {
+                copy_tree(dir, &paths.solution, &[])
+            };
+            copied.map_err(|e| infra(r, "SolutionCopyError", e))?;
+            rewrite_text_files(iso, paths, ctx, &paths.solution);
+            agent_env.extend(task.solution_env.clone());
+            (
+                Some("bash".to_string()),
+                vec![format!("/solution/{}", task.solution_script)],
+                task.allow_internet,
+                true,
+            )
+        }
+        AgentKind::Cmd(c) => {
+            agent_env.insert("INSTRUCTION".into(), instruction.clone());
+            (
+                Some("bash".to_string()),
+                vec!["-c".into(), c.clone()],
+                task.allow_internet,
+                false,
+            )
+        }
+        AgentKind::Baton {
+            binary,
+            extra_args,
+            pass_env,
+        } => {
+            for key in pass_env {
+                if let Ok(v) = std::env::var(key) {
+                    agent_env.insert(key.clone(), v);
+                }
+            }
+            for (k, v) in std::env::vars() {
+                if k.starts_with("BATON_") || k.starts_with("OPENAI_") {
+                    agent_env.entry(k).or_insert(v);
+                }
+            }
+            let mut args = vec![
+                "--exec".to_string(),
+                "--json".into(),
+                "--sandbox".into(),
+                "off".into(),
+                "--approval".into(),
+                "full-auto".into(),
+                "-C".into(),
+                task.environment.workdir.clone(),
+                "--session-dir".into(),
+                "/logs/agent/sessions".into(),
+            ];
+            args.extend(extra_args.iter().cloned());
+            // After `--` the instruction is the prompt even when it starts with a dash.
+            args.push("--".into());
+            args.push(instruction.clone());
+            // The agent reaches its model endpoint over the network, whatever the task allows.
+            (
+                Some(binary.to_string_lossy().into_owned()),
+                args,
+                true,
+                false,
+            )
+        }
+    };
+    if let Some(program) = program {
+        let phase = Phase {
+            paths,
+            workdir: &task.environment.workdir,
+            network,
+            tests: false,
+            solution,
+            setup: false,
+            build_context: None,
+            env: agent_env.clone(),
+        };
+        let cmd = iso.command(&phase, &program, &args);
+        let out = File::create(&stdout_path);
+        let err = File::create(paths.agent_logs.join("stderr.txt"));
+        let (out, err) = match (out, err) {
+            (Ok(o), Ok(e)) => (o, e),
+            (Err(e), _) | (_, Err(e)) => {
+                return Err(infra(
+                    r,
+                    "AgentSetupError",
+                    format!("cannot create agent logs: {e}"),
+                ));
+            }
+        };
+        let outcome = process::run(cmd, agent_limit, out, err);
+        *process_time += outcome.duration;
+        r.timings.agent_execution = Some(PhaseTiming::from(&outcome));
+        match &outcome.exit {
+            Exit::Code(c) => r.agent_exit.exit_code = Some(*c),
+            Exit::Signal(s) => r.agent_exit.signal = Some(*s),
+            Exit::TimedOut => r.agent_exit.timed_out = true,
+            Exit::SpawnFailed(m) => return Err(infra(r, "AgentSpawnError", m.clone())),
+        }
+        record_events(task, paths, settings, r, &stdout_path);
+    } else {
+        let now = Utc::now();
+        r.timings.agent_execution = Some(PhaseTiming {
+            started_at: now,
+            finished_at: now,
+            duration_sec: 0.0,
+        });
+    }
+    let _ = remove_tree(&paths.solution);
+
+    // Verifier: the tests appear only now.
+    let verify = run_verifier(task, paths, settings, &env, process_time, r);
+    let agent_error = if r.agent_exit.timed_out {
+        Some((
+            "AgentTimeoutError",
+            format!(
+                "the agent did not finish within {:.0} s",
+                agent_limit.as_secs_f64()
+            ),
+        ))
+    } else if r.agent_exit.exit_code.is_some_and(|c| c != 0) || r.agent_exit.signal.is_some() {
+        Some((
+            "NonZeroAgentExitCodeError",
+            format!(
+                "the agent exited with {}; see {}",
+                r.agent_exit
+                    .exit_code
+                    .map(|c| format!("code {c}"))
+                    .unwrap_or_else(|| format!("signal {}", r.agent_exit.signal.unwrap_or(0))),
+                paths.agent_logs.join("stderr.txt").display()
+            ),
+        ))
+    } else {
+        None
+    };
+    match verify {
+        Err(e) => Err(e),
+        Ok(()) => match agent_error {
+            Some((kind, msg)) => {
+                if r.agent_exit.timed_out {
+                    r.reward = Some(0.0);
+                }
+                Err((kind, msg))
+            }
+            None => Ok(()),
+        },
+    }
+}
+
+fn run_verifier(
+    task: &Task,
+    paths: &TrialPaths,
+    settings: &TrialSettings,
+    task_env: &BTreeMap<String, String>,
+    process_time: &mut Duration,
+    r: &mut TrialResult,
+) -> Result<(), PhaseError> {
+    let iso = &settings.isolation;
+    std::fs::create_dir_all(&paths.tests).map_err(|e| {
+        infra(
+            r,
+            "VerifierSetupError",
+            format!("cannot create the tests folder: {e}"),
+        )
+    })?;
+    if let Some(dir) = &task.tests_dir {
+        copy_tree(dir, &paths.tests, &[]).map_err(|e| infra(r, "VerifierSetupError", e))?;
+    }
+    for file in &task.tests_extra_files {
+        let name = file.file_name().map(PathBuf::from).unwrap_or_default();
+        std::fs::copy(file, paths.tests.join(name)).map_err(|e| {
+            infra(
+                r,
+                "VerifierSetupError",
+                format!("{}: cannot copy: {e}", file.display()),
+            )
+        })?;
+    }
+    rewrite_text_files(iso, paths, None, &paths.tests);
+    let mut env = task_env.clone();
+    env.extend(task.verifier_env.clone());
+    let phase = Phase {
+        paths,
+        workdir: &task.environment.workdir,
+        network: task.allow_internet,
+        tests: true,
+        solution: false,
+        setup: false,
+        build_context: None,
+        env,
+    };
+    let cmd = iso.command(&phase, "bash", &[format!("/tests/{}", task.test_entry)]);
+    let out_path = paths.verifier_logs.join("test-stdout.txt");
+    let (out, err) = log_files(&out_path).map_err(|e| {
+        infra(
+            r,
+            "VerifierSetupError",
+            format!("cannot create test-stdout.txt: {e}"),
+        )
+    })?;
+    let limit = scaled(task.verifier_timeout, settings.timeout_multiplier);
+    let outcome = process::run(cmd, limit, out, err);
+    *process_time += outcome.duration;
+    r.timings.verifier = Some(PhaseTiming::from(&outcome));
+    match &outcome.exit {
+        Exit::TimedOut => {
+            r.reward = Some(0.0);
+            return Err((
+                "VerifierTimeoutError",
+                format!(
+                    "the verifier did not finish within {:.0} s",
+                    limit.as_secs_f64()
+                ),
+            ));
+        }
+        Exit::SpawnFailed(m) => return Err(infra(r, "VerifierSpawnError", m.clone())),
+        _ => {}
+    }
+    let output = std::fs::read_to_string(&out_path).unwrap_or_default();
+    match reward::read(
+        &paths.verifier_logs,
+        &output,
+        task.format == TaskFormat::Tb1,
+    ) {
+        Ok(v) => {
+            r.reward = Some(if r.agent_exit.timed_out {
+                0.0
+            } else {
+                v.reward
+            });
+            r.verifier_rewards = v.rewards;
+            r.reward_source = Some(v.source);
+            r.tests = v.tests;
+            Ok(())
+        }
+        Err(e) => Err(infra(
+            r,
+            e.exception_type(),
+            format!(
+                "{} (exit {:?}); see {}",
+                e.message(),
+                outcome.exit,
+                out_path.display()
+            ),
+        )),
+    }
+}
+
+fn record_events(
+    task: &Task,
+    paths: &TrialPaths,
+    settings: &TrialSettings,
+    r: &mut TrialResult,
+    stdout: &Path,
+) {
+    let text = std::fs::read_to_string(stdout).unwrap_or_default();
+    let evs = events::parse_lines(&text);
+    if evs.is_empty() {
+        return;
+    }
+    let EventStats {
+        tokens,
+        routes,
+        route_decisions,
+        hops,
+        hop_latency,
+        tool_calls,
+        turn_status,
+        ..
+    } = events::stats(&evs);
+    r.tokens = tokens;
+    r.routes = routes;
+    r.route_decisions = route_decisions;
+    r.hops = hops;
+    r.hop_latency = hop_latency;
+    r.tool_calls = tool_calls;
+    r.turn_status = turn_status;
+    let traj = atif::trajectory(
+        &evs,
+        &task.instruction,
+        settings.agent.name(),
+        env!("CARGO_PKG_VERSION"),
+    );
+    let path = paths.agent_logs.join("trajectory.json");
+    if let Ok(json) = serde_json::to_string_pretty(&traj)
+        && std::fs::write(&path, json).is_ok()
+    {
+        r.trajectory_path = Some(path);
+    }
+}
+
+fn write_config(task: &Task, paths: &TrialPaths, settings: &TrialSettings) {
+    let config = serde_json::json!({
+        "task": task.name,
+        "task_dir": task.dir,
+        "format": task.format.as_str(),
+        "agent": settings.agent.name(),
+        "agent_timeout_sec": task.agent_timeout.as_secs_f64(),
+        "verifier_timeout_sec": task.verifier_timeout.as_secs_f64(),
+        "timeout_multiplier": settings.timeout_multiplier,
+        "allow_internet": task.allow_internet,
+        "workdir": task.environment.workdir,
+        "isolation": settings.isolation.kind.as_str(),
+    });
+    if let Ok(json) = serde_json::to_string_pretty(&config) {
+        let _ = std::fs::write(paths.root.join("config.json"), json);
+    }
+}
+
+/// Plain mode only: scripts copied into the trial refer to `/app`, `/tests` …; point them at
+/// the trial's folders. Binary and large files are left alone.
+fn rewrite_text_files(iso: &Isolation, paths: &TrialPaths, ctx: Option<&Path>, dir: &Path) {
+    if iso.kind == super::isolation::IsolationKind::Bwrap {
+        return;
+    }
+    for entry in walk_files(dir) {
+        let Ok(meta) = std::fs::metadata(&entry) else {
+            continue;
+        };
+        if meta.len() > 1 << 20 {
+            continue;
+        }
+        if let Ok(text) = std::fs::read_to_string(&entry) {
+            let new = iso.rewrite(paths, ctx, &text);
+            if new != text {
+                let _ = std::fs::write(&entry, new);
+            }
+        }
+    }
+}
+
+fn walk_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(p),
+                Ok(t) if t.is_file() => out.push(p),
+                _ => {}
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,173 @@
+//! A reader for the top-level scalar keys of a TB1 `task.yaml` (plain, quoted and block scalars).
+//!
+//! TB1 task files are flat: `instruction: |-` plus a handful of numbers and strings. Lists and
+//! nested maps (`tags:`) are skipped. This avoids a YAML dependency for one file format.
+
+use std::collections::BTreeMap;
+
+/// Parses the top-level scalar keys. Keys whose value is a list or a map are left out.
+pub fn parse(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = BTreeMap::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        i += 1;
+        if line.trim().is_empty()
+            || line.trim_start().starts_with('#')
+            || line.starts_with([' ', '\t', '-'])
+        {
+            continue;
+        }
+        let Some((key, rest)) = line.split_once(':') else {
+            return Err(format!("line {}: expected 'key: value', got '{line}'", i));
+        };
+        let key = key.trim().trim_matches(['"', '\'']).to_string();
+        let rest = strip_comment(rest.trim());
+        if let Some(style) = rest.strip_prefix(['|', '>']) {
+            let folded = rest.starts_with('>');
+            let chomp = if style.contains('-') {
+                Chomp::Strip
+            } else if style.contains('+') {
+                Chomp::Keep
+            } else {
+                Chomp::Clip
+            };
+            let start = i;
+            while i < lines.len()
+                && (lines[i].trim().is_empty() || lines[i].starts_with([' ', '\t']))
+            {
+                i += 1;
+            }
+            out.insert(key, block_scalar(&lines[start..i], folded, chomp));
+        } else if rest.is_empty() {
+            // A nested map or a list follows; skip its indented lines.
+            while i < lines.len()
+                && (lines[i].trim().is_empty() || lines[i].starts_with([' ', '\t', '-']))
+            {
+                i += 1;
+            }
+        } else if rest.starts_with('[') || rest.starts_with('{') {
+            continue;
+        } else {
+            out.insert(key, unquote(rest).map_err(|e| format!("line {i}: {e}"))?);
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Clone, Copy)]
+enum Chomp {
+    Strip,
+    Clip,
+    Keep,
+}
+
+fn strip_comment(s: &str) -> &str {
+    if s.starts_with(['"', '\'']) {
+        return s;
+    }
+    match s.find(" #") {
+        Some(at) => s[..at].trim_end(),
+        None => s,
+    }
+}
+
+fn block_scalar(lines: &[&str], folded: bool, chomp: Chomp) -> String {
+    let indent = lines
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    let body: Vec<&str> = lines
+        .iter()
+        .map(|l| if l.len() >= indent { &l[indent..] } else { "" })
+        .collect();
+    let mut text = if folded {
+        let mut s = String::new();
+        for (n, l) in body.iter().enumerate() {
+            if n > 0 {
+                s.push(
+                    if l.is_empty() || body[n - 1].is_empty() || l.starts_with(' ') {
+                        '\n'
+                    } else {
+                        ' '
+                    },
+                );
+            }
+            s.push_str(l);
+        }
+        s
+    } else {
+        body.join("\n")
+    };
+    match chomp {
+        Chomp::Strip => text.truncate(text.trim_end_matches('\n').len()),
+        Chomp::Clip => {
+            text.truncate(text.trim_end_matches('\n').len());
+            text.push('\n');
+        }
+        Chomp::Keep => text.push('\n'),
+    }
+    text
+}
+
+fn unquote(s: &str) -> Result<String, String> {
+    if let Some(inner) = s.strip_prefix('"') {
+        let inner = inner
+            .strip_suffix('"')
+            .ok_or("unterminated double-quoted string")?;
+        let mut out = String::new();
+        let mut chars = inner.chars();
+        while let Some(c) = chars.next() {
+            if c != '\\' {
+                out.push(c);
+                continue;
+            }
+            match chars.next() {
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some('"') => out.push('"'),
+                Some('\\') => out.push('\\'),
+                Some(other) => {
+                    out.push('\\');
+                    out.push(other);
+                }
+                None => out.push('\\'),
+            }
+        }
+        Ok(out)
+    } else if let Some(inner) = s.strip_prefix('\'') {
+        let inner = inner
+            .strip_suffix('\'')
+            .ok_or("unterminated single-quoted string")?;
+        Ok(inner.replace("''", "'"))
+    } else {
+        Ok(s.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_block_and_plain_scalars() {
+        let doc = parse(
+            "instruction: |-\n  Fix the build.\n\n  Then run it.\nauthor_name: \"A B\"\ntags:\n  - x\n  - y\nmax_agent_timeout_sec: 180 # short\ndifficulty: easy\n",
+        )
+        .unwrap();
+        assert_eq!(doc["instruction"], "Fix the build.\n\nThen run it.");
+        assert_eq!(doc["author_name"], "A B");
+        assert_eq!(doc["max_agent_timeout_sec"], "180");
+        assert_eq!(doc["difficulty"], "easy");
+        assert!(!doc.contains_key("tags"));
+    }
+
+    #[test]
+    fn folded_scalar_joins_lines() {
+        let doc = parse("instruction: >\n  one\n  two\nx: 1\n").unwrap();
+        assert_eq!(doc["instruction"], "one two\n");
+    }
+}

@@ -1,0 +1,2 @@
+#!/bin/bash
+test -r "$(dirname "$0")/../config/app.conf"

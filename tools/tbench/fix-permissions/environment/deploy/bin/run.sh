@@ -1,0 +1,3 @@
+#!/bin/bash
+here=$(dirname "$0")
+"$here/check.sh" && echo "deploy ok"
