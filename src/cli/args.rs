@@ -159,6 +159,8 @@ pub enum Command {
     Sandbox(crate::sandbox::cli::SandboxArgs),
     /// Restore the working tree to the last checkpoint baton took before a turn's changes.
     Undo(crate::tool::undo_cli::UndoArgs),
+    /// Run Terminal-Bench / Harbor format tasks with an agent and score them.
+    Eval(crate::eval::cli::EvalArgs),
     /// The local engine's tools: generate text, route a request (scripting and debugging).
     Engine(crate::engine::cli::EngineArgs),
     /// Print a shell completion script (e.g. `baton completions bash > /etc/bash_completion.d/baton`).

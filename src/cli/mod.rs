@@ -50,6 +50,10 @@ pub fn main() -> i32 {
             return crate::tool::undo_cli::run(args);
         }
         Some(Command::Engine(args)) => return run_engine(args, &cli.common),
+        Some(Command::Eval(mut args)) => {
+            args.exec_args.extend(model_flags(&cli.common));
+            return crate::eval::cli::run(args);
+        }
         _ => {}
     }
     let flags = match args::flag_settings(&cli.common) {
@@ -85,7 +89,8 @@ pub fn main() -> i32 {
                 Command::Completions { .. }
                 | Command::Sandbox(_)
                 | Command::Undo(_)
-                | Command::Engine(_),
+                | Command::Engine(_)
+                | Command::Eval(_),
             ) => exit::OK,
             None if cli.exec => {
                 let opts = crate::exec::ExecOptions {
@@ -111,6 +116,31 @@ pub fn main() -> i32 {
     // Background work (a hung summary, a stuck tool) must not keep a finished run alive.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     code
+}
+
+/// The model and limit flags given to `baton eval`, passed on to every `baton --exec` it runs.
+fn model_flags(common: &CommonArgs) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut add = |flag: &str, value: Option<String>| {
+        if let Some(v) = value {
+            out.push(format!("--{flag}={v}"));
+        }
+    };
+    add("endpoint", common.endpoint.clone());
+    add("api-key-env", common.api_key_env.clone());
+    add("mode", common.mode.map(|m| m.as_str().to_string()));
+    add("model", common.model.clone());
+    add(
+        "profile",
+        common.profile.as_ref().map(|p| p.display().to_string()),
+    );
+    add("expert", common.expert.map(|e| e.to_string()));
+    add(
+        "local",
+        common.local.as_ref().map(|p| p.display().to_string()),
+    );
+    add("max-turns", common.max_turns.clone());
+    out
 }
 
 /// `baton engine …` with the global `--local`, `--device` and `--profile` flags filled in.
