@@ -722,12 +722,9 @@ fn two_task_trajectory(req: &support::RecordedRequest) -> MockReply {
     MockReply::tool_call("call_write", "write_file", args).usage(800, 300)
 }
 
-/// Two real suite tasks solved through `baton --exec` by a scripted engine (reward 1 each).
-/// Needs `--exec` to offer the `write_file` tool (tools branch wired into the core's exec
-/// registry); until then it is ignored, and `scripted_engine_trajectory_through_baton_exec`
-/// covers the runner ↔ exec ↔ engine path with the read-only tools.
+/// Two real suite tasks solved through `baton --exec` by a scripted engine (reward 1 each):
+/// the runner, the agent, the tools and the verifier meet end to end.
 #[test]
-#[ignore = "needs --exec to register write_file (tools wired into core's exec)"]
 fn scripted_engine_solves_two_suite_tasks() {
     let engine = MockEngine::start_blocking(two_task_trajectory);
     let out = tempfile::tempdir().unwrap();
