@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{Shared, lock};
-use crate::backend::{ChatRequest, collect};
+use crate::backend::{ChatRequest, complete};
 use crate::mol::{ContextBudget, SummaryState, TokenEstimator, compaction_request, prompt_chars};
 use crate::protocol::{Event, Expert, Hop};
 use crate::session::Record;
@@ -289,10 +289,7 @@ pub(crate) async fn compact(
         .map(|m| (m as u64).min(room) as u32)
         .or(Some(room.min(u32::MAX as u64) as u32));
     let result = tokio::select! {
-        r = async {
-            let stream = shared.backend.chat(request).await?;
-            collect(stream).await
-        } => r,
+        r = complete(shared.backend.as_ref(), request) => r,
         _ = cancel.cancelled() => return false,
     };
     let (summary, usage) = match result {

@@ -65,6 +65,17 @@ impl ChatMessage {
             ..Self::plain(Role::Tool, text)
         }
     }
+    /// The trimmed content, else the trimmed reasoning (servers whose reasoning parser puts a
+    /// short answer in the reasoning field), and whether it came from the reasoning.
+    pub fn text_or_reasoning(&self) -> (&str, bool) {
+        let content = self.content.trim();
+        if content.is_empty() {
+            (self.reasoning.as_deref().unwrap_or("").trim(), true)
+        } else {
+            (content, false)
+        }
+    }
+
     fn plain(role: Role, text: impl Into<String>) -> Self {
         ChatMessage {
             role,
@@ -307,6 +318,14 @@ pub trait ChatBackend: Send + Sync {
     fn count_prompt_tokens(&self, _req: &ChatRequest) -> Option<u64> {
         None
     }
+}
+
+/// Sends a request and waits for its completion (for hops whose deltas nobody watches).
+pub async fn complete(
+    backend: &dyn ChatBackend,
+    req: ChatRequest,
+) -> Result<ChatCompletion, BackendError> {
+    collect(backend.chat(req).await?).await
 }
 
 /// Drains a stream and returns its completion (for callers that need no deltas).

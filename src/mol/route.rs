@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::backend::{ChatBackend, ChatCompletion, ChatMessage, ChatRequest, Constraint, collect};
+use crate::backend::{ChatBackend, ChatCompletion, ChatMessage, ChatRequest, Constraint, complete};
 use crate::mol::profile::{Profile, ROUTE_PREFILL};
 use crate::protocol::{Expert, Hop, RouteDecision, TokenUsage};
 
@@ -41,16 +41,7 @@ pub fn route_request(profile: &Profile, user_text: &str) -> ChatRequest {
 /// The label text of a route answer: content, else the reasoning field (GLM's reasoning parser
 /// can put the label there), trimmed.
 pub fn label_text(done: &ChatCompletion) -> String {
-    let content = done.message.content.trim();
-    if !content.is_empty() {
-        return content.to_string();
-    }
-    done.message
-        .reasoning
-        .as_deref()
-        .unwrap_or("")
-        .trim()
-        .to_string()
+    done.message.text_or_reasoning().0.to_string()
 }
 
 /// Strict parse of the reference's "pure model route" mode: optional whitespace, `L<digits>`,
@@ -95,10 +86,7 @@ pub async fn route(
     open_task_owner: Option<Expert>,
 ) -> RouteOutcome {
     let started = Instant::now();
-    let result = match backend.chat(route_request(profile, user_text)).await {
-        Ok(stream) => collect(stream).await,
-        Err(e) => Err(e),
-    };
+    let result = complete(backend, route_request(profile, user_text)).await;
     let latency = started.elapsed();
     let fallback = |reason: String, usage: TokenUsage| RouteOutcome {
         expert: fallback_expert(open_task_owner),

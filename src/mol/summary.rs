@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::backend::{ChatBackend, ChatCompletion, ChatMessage, ChatRequest, collect};
+use crate::backend::{ChatBackend, ChatCompletion, ChatMessage, ChatRequest, complete};
 use crate::mol::profile::Profile;
 use crate::mol::timeline::Task;
 use crate::protocol::{Hop, TokenUsage};
@@ -34,18 +34,10 @@ pub fn summary_request(profile: &Profile, task: &Task, head: &[ChatMessage]) -> 
 
 /// The summary text of a completion: trimmed content, else the start of the reasoning.
 pub fn summary_text(done: &ChatCompletion) -> String {
-    let content = done.message.content.trim();
-    if !content.is_empty() {
-        return content.to_string();
+    match done.message.text_or_reasoning() {
+        (content, false) => content.to_string(),
+        (reasoning, true) => reasoning.chars().take(REASONING_FALLBACK_CHARS).collect(),
     }
-    done.message
-        .reasoning
-        .as_deref()
-        .unwrap_or("")
-        .trim()
-        .chars()
-        .take(REASONING_FALLBACK_CHARS)
-        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -66,10 +58,7 @@ pub async fn summarize(
     head: &[ChatMessage],
 ) -> SummaryOutcome {
     let started = Instant::now();
-    let result = match backend.chat(summary_request(profile, task, head)).await {
-        Ok(stream) => collect(stream).await,
-        Err(e) => Err(e),
-    };
+    let result = complete(backend, summary_request(profile, task, head)).await;
     match result {
         Ok(done) => SummaryOutcome {
             text: summary_text(&done),
