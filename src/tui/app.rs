@@ -113,6 +113,7 @@ impl App {
         let (history, warn) = History::load(opts.history_file.as_deref());
         warnings.extend(warn);
         let mouse_capture = opts.mouse_capture;
+        let unsandboxed = opts.sandbox == "off";
         let mut app = App {
             session_file: opts.session_file.as_ref().map(|p| p.display().to_string()),
             instructions: Vec::new(),
@@ -124,7 +125,10 @@ impl App {
             transcript: Transcript::default(),
             composer: Composer::default(),
             history,
-            status: StatusInfo::default(),
+            status: StatusInfo {
+                unsandboxed,
+                ..StatusInfo::default()
+            },
             approvals: VecDeque::new(),
             pager: None,
             popup_selected: 0,

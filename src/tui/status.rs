@@ -84,6 +84,8 @@ pub struct StatusInfo {
     pub tokens_out: u64,
     pub context_used: Option<u64>,
     pub context_window: Option<u64>,
+    /// Commands run without the sandbox (`--sandbox off`): always shown.
+    pub unsandboxed: bool,
 }
 
 const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
@@ -150,6 +152,15 @@ pub fn status_line(
         ));
     } else {
         segments.push((9, vec![Span::styled("● ready", base.fg(p.tool_ok))]));
+    }
+    if info.unsandboxed {
+        segments.push((
+            10,
+            vec![Span::styled(
+                "⚠ sandbox off",
+                base.fg(p.warning).add_modifier(Modifier::BOLD),
+            )],
+        ));
     }
     if let Some(expert) = info.expert.or(info.pinned) {
         let color = match expert {
@@ -272,4 +283,27 @@ pub fn status_line(
         spans.push(Span::styled(" ".repeat(width - used), base));
     }
     Line::from(spans)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tui::ColorDepth;
+
+    fn text(info: &StatusInfo) -> String {
+        let theme = crate::tui::Theme::default_for(ColorDepth::TrueColor);
+        status_line(info, &ExpertNames::defaults(), &theme, Instant::now(), 100)
+            .spans
+            .iter()
+            .map(|s| s.content.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn running_without_the_sandbox_is_always_marked() {
+        let mut info = StatusInfo::default();
+        assert!(!text(&info).contains("sandbox off"));
+        info.unsandboxed = true;
+        assert!(text(&info).contains("⚠ sandbox off"));
+    }
 }
