@@ -796,16 +796,18 @@ mod engine_cli {
     use baton::mol::profile::{Profile, ProfileNames};
     use clap::Parser;
 
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        engine: EngineArgs,
-    }
-
+    /// Parses `baton [global flags] engine ARGS` with the real command line, global flags
+    /// (`--local`, `--device`, `--profile`) given after the subcommand as users may.
     fn parse(args: &[&str]) -> EngineArgs {
-        Cli::try_parse_from(std::iter::once("engine").chain(args.iter().copied()))
-            .expect("arguments parse")
-            .engine
+        let argv = ["baton", "engine"].into_iter().chain(args.iter().copied());
+        let cli = baton::cli::Cli::try_parse_from(argv).expect("arguments parse");
+        let Some(baton::cli::Command::Engine(engine)) = cli.command else {
+            panic!("parses as `baton engine`");
+        };
+        let device = baton::cli::setup::device_choice(cli.common.device.unwrap_or_default());
+        engine
+            .with_globals(cli.common.local, device, cli.common.profile)
+            .expect("--local given")
     }
 
     #[test]
@@ -903,10 +905,11 @@ mod engine_cli {
             "{err}"
         );
         // Exactly one of --prompt / --raw.
-        assert!(Cli::try_parse_from(["engine", "generate", "--local", "x"]).is_err());
+        let cli = |argv: &[&str]| baton::cli::Cli::try_parse_from(argv.iter().copied());
+        assert!(cli(&["baton", "engine", "generate", "--local", "x"]).is_err());
         assert!(
-            Cli::try_parse_from([
-                "engine", "generate", "--local", "x", "--prompt", "a", "--raw", "b"
+            cli(&[
+                "baton", "engine", "generate", "--local", "x", "--prompt", "a", "--raw", "b"
             ])
             .is_err()
         );

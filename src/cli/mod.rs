@@ -144,25 +144,15 @@ fn model_flags(common: &CommonArgs) -> Vec<String> {
 }
 
 /// `baton engine …` with the global `--local`, `--device` and `--profile` flags filled in.
-fn run_engine(mut args: crate::engine::cli::EngineArgs, common: &CommonArgs) -> i32 {
-    use crate::engine::cli::EngineCommand;
-    let Some(local) = common.local.clone() else {
-        eprintln!("baton engine: --local ROOT is required (a folder with base/ and loras/L0..L3)");
-        return exit::USAGE;
-    };
+fn run_engine(args: crate::engine::cli::EngineArgs, common: &CommonArgs) -> i32 {
     let device = setup::device_choice(common.device.unwrap_or_default());
-    match &mut args.command {
-        EngineCommand::Generate(g) => {
-            g.local = local;
-            g.device = device;
-        }
-        EngineCommand::Route(r) => {
-            r.local = local;
-            r.device = device;
-            r.profile = common.profile.clone();
+    match args.with_globals(common.local.clone(), device, common.profile.clone()) {
+        Ok(args) => crate::engine::cli::run(args),
+        Err(e) => {
+            eprintln!("{e}");
+            exit::USAGE
         }
     }
-    crate::engine::cli::run(args)
 }
 
 /// The full-screen UI needs a terminal on both ends; otherwise the line REPL serves (pipes,

@@ -24,6 +24,33 @@ pub struct EngineArgs {
     pub command: EngineCommand,
 }
 
+impl EngineArgs {
+    /// Fills in what the global flags say (`--local ROOT`, `--device`, `--profile`): the engine
+    /// subcommands share them with the rest of baton. `--local` is required.
+    pub fn with_globals(
+        mut self,
+        local: Option<PathBuf>,
+        device: DeviceChoice,
+        profile: Option<PathBuf>,
+    ) -> Result<EngineArgs, String> {
+        let local = local.ok_or(
+            "baton engine: --local ROOT is required (a folder with base/ and loras/L0..L3)",
+        )?;
+        match &mut self.command {
+            EngineCommand::Generate(g) => {
+                g.local = local;
+                g.device = device;
+            }
+            EngineCommand::Route(r) => {
+                r.local = local;
+                r.device = device;
+                r.profile = profile;
+            }
+        }
+        Ok(self)
+    }
+}
+
 #[derive(Debug, clap::Subcommand)]
 pub enum EngineCommand {
     /// Generate text for one prompt.
