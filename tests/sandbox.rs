@@ -2,6 +2,9 @@
 //! `baton::sandbox::sandboxed_command` (the same launch path the shell tool uses). When the
 //! kernel can't enforce the sandbox, the suite asserts the refusal instead, and says so.
 
+#[path = "support/outside.rs"]
+mod outside;
+
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::Path;
@@ -40,7 +43,7 @@ struct Fixture {
 fn fixture() -> Fixture {
     let root = tempfile::Builder::new()
         .prefix("baton-sbx")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .tempdir_in(outside::fixture_base())
         .expect("tempdir");
     let base = root.path().canonicalize().expect("canon");
     let ws = base.join("ws");

@@ -3,6 +3,9 @@
 //! session limit, capped output for 100 MB, binary output, and escape sequences that must
 //! never reach the model or the UI.
 
+#[path = "support/outside.rs"]
+mod outside;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -386,7 +389,7 @@ async fn sandboxed_shell_cannot_write_outside() {
         return;
     }
     let h = harness();
-    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let outside = tempfile::tempdir_in(outside::fixture_base()).expect("tempdir");
     let target = outside.path().join("x");
     let r = h
         .call(
