@@ -60,10 +60,10 @@ impl Tmux {
     fn exit_code(&self) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok(code) = std::fs::read_to_string(&self.exit_file) {
-                if !code.trim().is_empty() {
-                    return code.trim().to_string();
-                }
+            if let Ok(code) = std::fs::read_to_string(&self.exit_file)
+                && !code.trim().is_empty()
+            {
+                return code.trim().to_string();
             }
             if Instant::now() > deadline {
                 return String::new();
