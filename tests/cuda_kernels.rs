@@ -5,8 +5,8 @@
 //! tools/gpu-check.sh sets it): each kernel against the CPU device, and the model on CUDA
 //! against the HF+PEFT golden logits and greedy tokens of tests/fixtures/tiny-qwen3.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
+#[path = "support/golden.rs"]
+mod golden;
 
 use baton::engine::ModelConfig;
 use baton::engine::device::cpu::CpuDevice;
@@ -15,6 +15,7 @@ use baton::engine::device::{AttentionShape, Device, DeviceChoice, KvShape};
 use baton::engine::lora::LoraAdapter;
 use baton::engine::model::{PREFILL_CHUNK, Qwen3};
 use baton::engine::weights::WeightFiles;
+use golden::{fixture, golden, ids};
 use serde_json::Value;
 
 const ATOL: f32 = 2e-3;
@@ -520,50 +521,6 @@ fn every_kernel_matches_the_cpu_device() {
 
 // The model on CUDA against the reference.
 
-/// The fixture; BATON_REPO_ROOT overrides the build-time path so a test binary built on one
-/// machine runs on another (tools/gpu-check.sh with BATON_CUDA_TEST_BIN).
-fn fixture() -> PathBuf {
-    std::env::var_os("BATON_REPO_ROOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-        .join("tests/fixtures/tiny-qwen3")
-}
-
-struct Golden {
-    json: Value,
-    tensors: HashMap<String, Vec<f32>>,
-}
-
-fn golden() -> Golden {
-    let dir = fixture();
-    let json: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("golden.json")).expect("golden.json"),
-    )
-    .expect("json");
-    let bytes = std::fs::read(dir.join("golden.safetensors")).expect("golden.safetensors");
-    let st = safetensors::SafeTensors::deserialize(&bytes).expect("golden.safetensors");
-    let tensors = st
-        .iter()
-        .map(|(name, view)| {
-            let data = view
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            (name.to_string(), data)
-        })
-        .collect();
-    Golden { json, tensors }
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("ids")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
-
 #[test]
 fn model_on_cuda_matches_the_reference_logits_and_greedy_tokens() {
     let Some(dev) = gpu("model_on_cuda_matches_the_reference_logits_and_greedy_tokens") else {
@@ -588,7 +545,7 @@ fn model_on_cuda_matches_the_reference_logits_and_greedy_tokens() {
     let mut ws = model.workspace(&dev, max_rank).expect("workspace");
     let mut worst = 0f32;
     for prompt in ["chat", "route", "plain"] {
-        let tokens = ids(&g.json["prompts"][prompt]["ids"]);
+        let tokens = g.ids(prompt);
         for (variant, adapter) in [
             ("base", None),
             ("L0", Some(0)),
@@ -597,7 +554,7 @@ fn model_on_cuda_matches_the_reference_logits_and_greedy_tokens() {
             ("L3", Some(3)),
         ] {
             let adapter = adapter.map(|i: usize| &adapters[i]);
-            let entry = &g.json["prompts"][prompt]["by_adapter"][variant];
+            let entry = g.entry(prompt, variant);
             let want = ids(&entry["greedy"]);
             let mut kv = dev
                 .kv_alloc(model.kv_shape(), tokens.len() + want.len())
@@ -614,10 +571,10 @@ fn model_on_cuda_matches_the_reference_logits_and_greedy_tokens() {
                     .expect("logits");
             }
             let what = format!("{prompt}.{variant}.last_logits");
-            worst = worst.max(close(&what, &logits, &g.tensors[&what]));
+            worst = worst.max(close(&what, &logits, g.tensor(&what)));
             if prompt == "chat" {
                 let what = format!("{prompt}.{variant}.all_logits");
-                worst = worst.max(close(&what, &all.concat(), &g.tensors[&what]));
+                worst = worst.max(close(&what, &all.concat(), g.tensor(&what)));
             }
             // Greedy decode one token at a time (the GEMV and decode-attention paths).
             let margins: Vec<f64> = entry["greedy_margins"]
@@ -703,10 +660,10 @@ fn engine_on_cuda_routes_reuses_prefixes_and_samples_like_the_reference() {
         .map(|l| ids(&g.json["label_token_ids"][l]))
         .collect();
     for variant in ["base", "L0", "L1", "L2", "L3"] {
-        let entry = &g.json["prompts"]["route"]["by_adapter"][variant];
+        let entry = g.entry("route", variant);
         engine.clear_cache();
         let req = GenerateRequest {
-            prompt: ids(&g.json["prompts"]["route"]["ids"]),
+            prompt: g.ids("route"),
             adapter: (variant != "base").then(|| engine.adapter_index(variant).expect("adapter")),
             sampling: SamplingParams::greedy(),
             max_tokens: 8,
@@ -732,7 +689,7 @@ fn engine_on_cuda_routes_reuses_prefixes_and_samples_like_the_reference() {
         }
     }
     // Prefix reuse: the grown prompt reuses the cached KV and gives the cold run's logits.
-    let chat = ids(&g.json["prompts"]["chat"]["ids"]);
+    let chat = g.ids("chat");
     engine.clear_cache();
     let half = engine
         .prompt_logits(&chat[..chat.len() / 2], Some(0))

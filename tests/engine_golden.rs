@@ -2,73 +2,21 @@
 //! logits, greedy tokens and constrained routing for base and L0–L3; prefix reuse; LRU bounds;
 //! loader errors that name the file and tensor.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+#[path = "support/golden.rs"]
+mod golden;
+
+use std::path::Path;
 
 use baton::engine::{
     CacheLimits, DeviceChoice, Engine, EngineError, EngineOptions, FinishKind, GenerateRequest,
     SamplingParams,
 };
+use golden::{fixture, golden, ids};
 use serde_json::Value;
 
 const ATOL: f32 = 2e-3;
 const RTOL: f32 = 2e-3;
 const VARIANTS: [&str; 5] = ["base", "L0", "L1", "L2", "L3"];
-
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3")
-}
-
-struct Golden {
-    json: Value,
-    tensors: HashMap<String, (Vec<usize>, Vec<f32>)>,
-}
-
-fn golden() -> Golden {
-    let dir = fixture();
-    let json: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("golden.json")).expect("golden.json"),
-    )
-    .expect("json");
-    let bytes = std::fs::read(dir.join("golden.safetensors")).expect("golden.safetensors");
-    let st = safetensors::SafeTensors::deserialize(&bytes).expect("parse golden.safetensors");
-    let tensors = st
-        .iter()
-        .map(|(name, view)| {
-            let data = view
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            (name.to_string(), (view.shape().to_vec(), data))
-        })
-        .collect();
-    Golden { json, tensors }
-}
-
-impl Golden {
-    fn ids(&self, prompt: &str) -> Vec<u32> {
-        ids(&self.json["prompts"][prompt]["ids"])
-    }
-    fn entry(&self, prompt: &str, variant: &str) -> &Value {
-        &self.json["prompts"][prompt]["by_adapter"][variant]
-    }
-    fn tensor(&self, name: &str) -> &[f32] {
-        &self
-            .tensors
-            .get(name)
-            .unwrap_or_else(|| panic!("golden tensor {name}"))
-            .1
-    }
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("id list")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
 
 fn adapter_of(engine: &Engine, variant: &str) -> Option<usize> {
     (variant != "base").then(|| engine.adapter_index(variant).expect("adapter loaded"))

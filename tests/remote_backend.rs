@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use baton::backend::remote::{ConstraintDialect, RemoteBackend, RetryNotice};
 use baton::backend::{
-    BackendError, ChatBackend, ChatCompletion, ChatDelta, ChatMessage, ChatRequest, Constraint,
-    FinishReason, Sampling, ToolSpec,
+    BackendError, ChatBackend, ChatCompletion, ChatDelta, ChatMessage, ChatRequest, FinishReason,
+    ToolSpec,
 };
 use baton::protocol::Hop;
 use futures_util::StreamExt;
@@ -35,29 +35,10 @@ fn answer_request(model: &str, text: &str) -> ChatRequest {
     ChatRequest::new(model, vec![ChatMessage::user(text)], Hop::Answer)
 }
 
+/// The route hop exactly as the MoL layer builds it (built-in profile).
 fn route_request() -> ChatRequest {
-    ChatRequest {
-        max_tokens: Some(24),
-        sampling: Sampling {
-            temperature: Some(0.0),
-            ..Sampling::default()
-        },
-        constraint: Some(Constraint::Choice {
-            options: ["L0", "L1", "L2", "L3"].map(String::from).to_vec(),
-        }),
-        continue_final_message: true,
-        add_generation_prompt: false,
-        enable_thinking: Some(false),
-        stream: false,
-        ..ChatRequest::new(
-            "L0",
-            vec![
-                ChatMessage::user("fix the failing test\n\nClassify the request above."),
-                ChatMessage::assistant("model_id="),
-            ],
-            Hop::Route,
-        )
-    }
+    let profile = baton::mol::Profile::builtin(&baton::mol::ProfileNames::default());
+    baton::mol::route_request(&profile, "fix the failing test")
 }
 
 /// Runs a request to the end: every delta before the completion, and how it ended.
@@ -113,12 +94,14 @@ async fn route_request_has_the_reference_shape() {
         sent.header("authorization"),
         Some(format!("Bearer {KEY}").as_str())
     );
+    let instruction = route_request().messages[0].content.clone();
+    assert!(instruction.starts_with("fix the failing test\n\nThe text above"));
     assert_eq!(
         sent.body,
         json!({
             "model": "L0",
             "messages": [
-                {"role": "user", "content": "fix the failing test\n\nClassify the request above."},
+                {"role": "user", "content": instruction},
                 {"role": "assistant", "content": "model_id="}
             ],
             "max_tokens": 24,

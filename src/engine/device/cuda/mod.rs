@@ -235,24 +235,12 @@ impl CudaDevice {
 
     /// The index of the largest of the first `n` values of `logits` (lowest on ties), on device.
     pub fn argmax(&self, logits: &CudaSlice<f32>, n: usize) -> Result<u32, EngineError> {
-        self.choose(logits, n, 0.0, 1.0, 0, 0)
+        self.sample(logits, n, 0.0, 1.0, 0, 0)
     }
 
     /// Samples a token from softmax(logits / temperature) within the top-p nucleus with the
     /// device's Philox generator at (seed, counter); temperature ≤ 0 is argmax.
     pub fn sample(
-        &self,
-        logits: &CudaSlice<f32>,
-        n: usize,
-        temperature: f32,
-        top_p: f32,
-        seed: u64,
-        counter: u64,
-    ) -> Result<u32, EngineError> {
-        self.choose(logits, n, temperature, top_p, seed, counter)
-    }
-
-    fn choose(
         &self,
         logits: &CudaSlice<f32>,
         n: usize,
