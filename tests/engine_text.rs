@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use baton::engine::template::{ChatTemplate, TemplateInput};
+use baton::backend::local::template::{ChatTemplate, TemplateInput};
 use baton::engine::tokenizer::Tokenizer;
 use serde_json::Value as Json;
 
@@ -244,7 +244,7 @@ fn detokenizer_flushes_an_incomplete_tail_on_finish() {
 }
 
 mod toolparse {
-    use baton::engine::toolparse::{INVALID_TOOL_NAME, OutputEvent, OutputParser};
+    use baton::backend::local::toolparse::{INVALID_TOOL_NAME, OutputEvent, OutputParser};
 
     /// Feeds `text` in pieces of `chunk` characters, then finishes; returns every event.
     fn parse_in_chunks(text: &str, chunk: usize, starts_in_reasoning: bool) -> Vec<OutputEvent> {
@@ -515,8 +515,8 @@ const QWEN_STYLE_TEMPLATE: &str = r##"
 
 #[test]
 fn qwen_style_template_renders_agent_turns() {
+    use baton::backend::local::template::{messages_to_json, tools_to_json};
     use baton::backend::{ChatMessage, ToolCall, ToolSpec};
-    use baton::engine::template::{messages_to_json, tools_to_json};
 
     let template = ChatTemplate::from_source(QWEN_STYLE_TEMPLATE, &serde_json::json!({})).unwrap();
     let mut assistant = ChatMessage::assistant("");
@@ -569,12 +569,12 @@ fn qwen_style_template_renders_agent_turns() {
 mod local_backend {
     use super::*;
     use baton::backend::local::LocalBackend;
+    use baton::backend::local::toolparse::{OutputEvent, OutputParser};
     use baton::backend::{
         BackendError, ChatBackend, ChatDelta, ChatMessage, ChatRequest, Constraint, FinishReason,
         collect,
     };
     use baton::engine::DeviceChoice;
-    use baton::engine::toolparse::{OutputEvent, OutputParser};
     use baton::protocol::Hop;
     use futures_util::StreamExt;
 
@@ -791,8 +791,8 @@ mod engine_cli {
     use super::*;
     use baton::backend::local::LocalBackend;
     use baton::backend::{ChatBackend, collect};
+    use baton::cli::engine::{EngineArgs, GenerateArgs, RouteArgs, generate_report, route_report};
     use baton::engine::DeviceChoice;
-    use baton::engine::cli::{EngineArgs, GenerateArgs, RouteArgs, generate_report, route_report};
     use baton::mol::profile::{Profile, ProfileNames};
     use clap::Parser;
 
@@ -832,7 +832,7 @@ mod engine_cli {
             if let Some(a) = adapter {
                 argv.extend(["--adapter", a]);
             }
-            let baton::engine::cli::EngineCommand::Generate(args) = parse(&argv).command else {
+            let baton::cli::engine::EngineCommand::Generate(args) = parse(&argv).command else {
                 panic!("generate parses as generate");
             };
             let mut streamed = String::new();
@@ -928,7 +928,7 @@ mod engine_cli {
             "cpu",
             "--json",
         ];
-        let baton::engine::cli::EngineCommand::Route(args) = parse(&argv).command else {
+        let baton::cli::engine::EngineCommand::Route(args) = parse(&argv).command else {
             panic!("route parses as route");
         };
         let report = route_report(&args).unwrap();

@@ -162,7 +162,7 @@ pub enum Command {
     /// Run Terminal-Bench / Harbor format tasks with an agent and score them.
     Eval(crate::eval::cli::EvalArgs),
     /// The local engine's tools: generate text, route a request (scripting and debugging).
-    Engine(crate::engine::cli::EngineArgs),
+    Engine(crate::cli::engine::EngineArgs),
     /// Print a shell completion script (e.g. `baton completions bash > /etc/bash_completion.d/baton`).
     Completions {
         #[arg(value_enum)]

@@ -2,6 +2,7 @@
 
 mod args;
 mod doctor;
+pub mod engine;
 mod repl;
 mod sessions;
 pub mod setup;
@@ -144,10 +145,10 @@ fn model_flags(common: &CommonArgs) -> Vec<String> {
 }
 
 /// `baton engine …` with the global `--local`, `--device` and `--profile` flags filled in.
-fn run_engine(args: crate::engine::cli::EngineArgs, common: &CommonArgs) -> i32 {
+fn run_engine(args: engine::EngineArgs, common: &CommonArgs) -> i32 {
     let device = setup::device_choice(common.device.unwrap_or_default());
     match args.with_globals(common.local.clone(), device, common.profile.clone()) {
-        Ok(args) => crate::engine::cli::run(args),
+        Ok(args) => engine::run(args),
         Err(e) => {
             eprintln!("{e}");
             exit::USAGE

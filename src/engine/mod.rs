@@ -11,11 +11,7 @@ pub mod model;
 pub mod sampler;
 pub mod weights;
 
-pub mod cli;
-pub mod pyjson;
-pub mod template;
 pub mod tokenizer;
-pub mod toolparse;
 
 pub use config::ModelConfig;
 pub use device::DeviceChoice;

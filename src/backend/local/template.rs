@@ -13,8 +13,8 @@ use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, ErrorKind};
 use serde_json::{Map, Value as Json, json};
 
+use super::pyjson::{self, PyJsonStyle};
 use crate::backend::{ChatMessage, Role, ToolSpec};
-use crate::engine::pyjson::{self, PyJsonStyle};
 
 /// A chat-template failure, naming the file or the render step and the reason.
 #[derive(Debug, thiserror::Error)]

@@ -19,11 +19,15 @@ use crate::backend::{
     BackendError, ChatBackend, ChatCompletion, ChatDelta, ChatMessage, ChatRequest, ChatStream,
     Constraint, FinishReason, ModelInfo, ReasoningEffort, Role, ToolCall,
 };
-use crate::engine::template::{ChatTemplate, TemplateInput, messages_to_json, tools_to_json};
+pub mod pyjson;
+pub mod template;
+pub mod toolparse;
+
 use crate::engine::tokenizer::Tokenizer;
-use crate::engine::toolparse::{OutputEvent, OutputParser};
 use crate::engine::{DeviceChoice, Engine, FinishKind, GenerateRequest, SamplingParams};
 use crate::protocol::{Hop, TokenUsage};
+use template::{ChatTemplate, TemplateInput, messages_to_json, tools_to_json};
+use toolparse::{OutputEvent, OutputParser};
 
 /// The model's text side, shared by the backend and the engine CLI: tokenizer, chat template
 /// and the ids that end a turn.
@@ -52,10 +56,7 @@ impl ModelText {
     }
 
     /// The prompt text of a chat request: messages, tools and switches through the template.
-    pub fn render(
-        &self,
-        req: &ChatRequest,
-    ) -> Result<String, crate::engine::template::TemplateError> {
+    pub fn render(&self, req: &ChatRequest) -> Result<String, template::TemplateError> {
         let mut kwargs = Map::new();
         let thinking = match (req.enable_thinking, req.reasoning_effort) {
             (Some(on), _) => Some(on),
