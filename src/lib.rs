@@ -5,6 +5,7 @@
 //! above it.
 
 pub mod agent;
+pub mod app;
 pub mod backend;
 pub mod cli;
 pub mod config;

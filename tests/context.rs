@@ -15,10 +15,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use baton::agent::{AgentConfig, ApprovalPolicy, DEFAULT_SYSTEM_PROMPT, spawn_agent};
+use baton::agent::{AgentConfig, DEFAULT_SYSTEM_PROMPT, spawn_agent};
 use baton::backend::remote::RemoteBackend;
-use baton::config::Mode;
 use baton::mol::{HANDOFF_PROMPT, Profile, ProfileNames};
+use baton::protocol::ApprovalPolicy;
+use baton::protocol::Mode;
 use baton::protocol::{AgentHandle, Event, Expert, Op, TurnStatus};
 use baton::session::SessionFile;
 use baton::tool::ToolRegistry;
@@ -572,7 +573,9 @@ async fn project_instructions_reach_the_request_and_the_session_event() {
         settings.set(k, &v, "test", None).expect("setting");
     }
     let config = settings.resolve(&sub).expect("config");
-    let mut h = baton::cli::setup::start_agent(&config, true, None).expect("agent");
+    let mut h = baton::app::start(&config, baton::app::Frontend::Headless, None)
+        .expect("agent")
+        .0;
     let first = h.events.recv().await.expect("session event");
     let Event::Session { instructions, .. } = first else {
         panic!("first event {first:?}");
@@ -596,9 +599,10 @@ async fn project_instructions_reach_the_request_and_the_session_event() {
 #[test]
 fn the_local_tokenizer_counts_exactly_and_the_estimator_comes_close() {
     use baton::backend::local::{LocalBackend, ModelText};
-    use baton::backend::{ChatBackend, ChatMessage, ChatRequest};
-    use baton::engine::DeviceChoice;
+    use baton::backend::{ChatBackend, ChatRequest};
     use baton::mol::{TokenEstimator, prompt_chars};
+    use baton::protocol::ChatMessage;
+    use baton::protocol::DeviceChoice;
     use baton::protocol::Hop;
 
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3");

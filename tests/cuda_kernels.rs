@@ -11,10 +11,11 @@ mod golden;
 use baton::engine::ModelConfig;
 use baton::engine::device::cpu::CpuDevice;
 use baton::engine::device::cuda::{self, CudaDevice, Selected, kernels};
-use baton::engine::device::{AttentionShape, Device, DeviceChoice, KvShape};
+use baton::engine::device::{AttentionShape, Device, KvShape};
 use baton::engine::lora::LoraAdapter;
 use baton::engine::model::{PREFILL_CHUNK, Qwen3};
 use baton::engine::weights::WeightFiles;
+use baton::protocol::DeviceChoice;
 use golden::{fixture, golden, ids};
 use serde_json::Value;
 

@@ -8,9 +8,9 @@ mod golden;
 use std::path::Path;
 
 use baton::engine::{
-    CacheLimits, DeviceChoice, Engine, EngineError, EngineOptions, FinishKind, GenerateRequest,
-    SamplingParams,
+    CacheLimits, Engine, EngineError, EngineOptions, FinishKind, GenerateRequest, SamplingParams,
 };
+use baton::protocol::DeviceChoice;
 use golden::{fixture, golden, ids};
 use serde_json::Value;
 

@@ -516,7 +516,7 @@ const QWEN_STYLE_TEMPLATE: &str = r##"
 #[test]
 fn qwen_style_template_renders_agent_turns() {
     use baton::backend::local::template::{messages_to_json, tools_to_json};
-    use baton::backend::{ChatMessage, ToolCall, ToolSpec};
+    use baton::protocol::{ChatMessage, ToolCall, ToolSpec};
 
     let template = ChatTemplate::from_source(QWEN_STYLE_TEMPLATE, &serde_json::json!({})).unwrap();
     let mut assistant = ChatMessage::assistant("");
@@ -571,10 +571,10 @@ mod local_backend {
     use baton::backend::local::LocalBackend;
     use baton::backend::local::toolparse::{OutputEvent, OutputParser};
     use baton::backend::{
-        BackendError, ChatBackend, ChatDelta, ChatMessage, ChatRequest, Constraint, FinishReason,
-        collect,
+        BackendError, ChatBackend, ChatDelta, ChatRequest, Constraint, FinishReason, collect,
     };
-    use baton::engine::DeviceChoice;
+    use baton::protocol::ChatMessage;
+    use baton::protocol::DeviceChoice;
     use baton::protocol::Hop;
     use futures_util::StreamExt;
 
@@ -792,8 +792,8 @@ mod engine_cli {
     use baton::backend::local::LocalBackend;
     use baton::backend::{ChatBackend, collect};
     use baton::cli::engine::{EngineArgs, GenerateArgs, RouteArgs, generate_report, route_report};
-    use baton::engine::DeviceChoice;
     use baton::mol::profile::{Profile, ProfileNames};
+    use baton::protocol::DeviceChoice;
     use clap::Parser;
 
     /// Parses `baton [global flags] engine ARGS` with the real command line, global flags
@@ -804,7 +804,7 @@ mod engine_cli {
         let Some(baton::cli::Command::Engine(engine)) = cli.command else {
             panic!("parses as `baton engine`");
         };
-        let device = baton::cli::setup::device_choice(cli.common.device.unwrap_or_default());
+        let device = cli.common.device.unwrap_or_default();
         engine
             .with_globals(cli.common.local, device, cli.common.profile)
             .expect("--local given")
@@ -972,15 +972,16 @@ mod engine_cli {
 
 mod mol_hops {
     use super::*;
+    use baton::backend::collect;
     use baton::backend::local::LocalBackend;
-    use baton::backend::{ChatMessage, ToolSpec, collect};
-    use baton::engine::DeviceChoice;
     use baton::mol::answer::{AnswerOptions, ReasoningWire, answer_request};
     use baton::mol::profile::{Profile, ProfileNames};
     use baton::mol::route::route;
     use baton::mol::summary::summarize;
     use baton::mol::timeline::Timeline;
+    use baton::protocol::DeviceChoice;
     use baton::protocol::RouteDecision;
+    use baton::protocol::{ChatMessage, ToolSpec};
 
     /// The MoL loop's three hops, built by the mol layer, served by the local engine: the
     /// route is the model's own decision (no fallback), the answer and summary complete.

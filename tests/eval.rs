@@ -6,7 +6,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use baton::eval::cli::{EvalArgs, prepare};
+use baton::cli::eval::{EvalArgs, prepare};
 use baton::eval::isolation::IsolationChoice;
 use baton::eval::job::{JobReport, run_job};
 use baton::eval::task::{self, Loaded, TaskFormat};
@@ -300,10 +300,10 @@ fn loads_harbor_tb1_and_skips_what_needs_docker() {
     // runnable ones and the skipped ones are reported.
     let out = tempfile::tempdir().unwrap();
     let mut listing = args(vec![root.path().to_path_buf()], "oracle", out.path());
-    let (ready, skipped) = baton::eval::cli::load_tasks(&listing).unwrap();
+    let (ready, skipped) = baton::cli::eval::load_tasks(&listing).unwrap();
     assert_eq!((ready.len(), skipped.len()), (3, 3));
     listing.list = true;
-    assert_eq!(baton::eval::run(listing), 0);
+    assert_eq!(baton::cli::eval::run(listing), 0);
     let report = run(args(vec![root.path().to_path_buf()], "oracle", out.path()));
     assert_eq!(report.trials.len(), 3);
     assert!(
@@ -637,9 +637,9 @@ fn run_prints_a_summary_and_honours_min_score() {
     let mut a = args(vec![root.path().to_path_buf()], "oracle", out.path());
     a.min_score = Some(1.0);
     a.trials = 2;
-    assert_eq!(baton::eval::run(a.clone()), 0);
+    assert_eq!(baton::cli::eval::run(a.clone()), 0);
     a.agent = "nop".into();
-    assert_eq!(baton::eval::run(a.clone()), 1);
+    assert_eq!(baton::cli::eval::run(a.clone()), 1);
 
     a.agent = "oracle".into();
     let report = run(a);
@@ -666,7 +666,7 @@ fn run_prints_a_summary_and_honours_min_score() {
 
     let mut bad = args(vec![root.path().join("missing")], "oracle", out.path());
     bad.min_score = None;
-    assert_eq!(baton::eval::run(bad), 2);
+    assert_eq!(baton::cli::eval::run(bad), 2);
 }
 
 const ROMAN_SOLUTION: &str = r#"_T = [(1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"),

@@ -6,12 +6,13 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton::backend::remote::{ConstraintDialect, RemoteBackend, RetryNotice};
+use baton::backend::remote::{RemoteBackend, RetryNotice};
 use baton::backend::{
-    BackendError, ChatBackend, ChatCompletion, ChatDelta, ChatMessage, ChatRequest, FinishReason,
-    ToolSpec,
+    BackendError, ChatBackend, ChatCompletion, ChatDelta, ChatRequest, FinishReason,
 };
 use baton::protocol::Hop;
+use baton::protocol::RouteConstraint;
+use baton::protocol::{ChatMessage, ToolSpec};
 use futures_util::StreamExt;
 use serde_json::json;
 use support::{MockEngine, MockReply, Script, sequence};
@@ -121,7 +122,7 @@ async fn route_request_has_the_reference_shape() {
 async fn sglang_dialect_sends_a_regex() {
     let engine = MockEngine::scripted(Script::new().route("L1")).await;
     let backend = builder_for(&engine)
-        .dialect(ConstraintDialect::Sglang)
+        .dialect(RouteConstraint::Regex)
         .build()
         .unwrap();
     let done = run(&backend, route_request()).await.1.unwrap();
@@ -257,7 +258,7 @@ async fn tool_history_is_sent_in_chat_shape() {
     let engine = MockEngine::start(|_req| MockReply::text("done")).await;
     let mut assistant = ChatMessage::assistant("");
     assistant.reasoning = Some("need the file".into());
-    assistant.tool_calls = vec![baton::backend::ToolCall {
+    assistant.tool_calls = vec![baton::protocol::ToolCall {
         id: "call_1".into(),
         name: "read_file".into(),
         arguments: r#"{"path":"a"}"#.into(),

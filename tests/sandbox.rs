@@ -10,7 +10,8 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use baton::sandbox::{SandboxMode, SandboxPolicy, Session, probe, sandboxed_command};
+use baton::protocol::SandboxMode;
+use baton::sandbox::{SandboxPolicy, Session, probe, sandboxed_command};
 
 struct Outcome {
     code: i32,

@@ -9,8 +9,9 @@ mod outside;
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton::protocol::SandboxMode;
 use baton::protocol::{Event, EventSink, ToolStatus};
-use baton::sandbox::{SandboxMode, probe};
+use baton::sandbox::probe;
 use baton::tool::shell::{MAX_SESSIONS, ShellConfig, shell_tools};
 use baton::tool::{ApprovalNeed, Tool, ToolContext, ToolResult, ToolState};
 use serde_json::{Value, json};

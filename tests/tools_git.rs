@@ -5,10 +5,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use baton::cli::undo::{UndoArgs, run as run_undo};
 use baton::protocol::{EventSink, ToolStatus};
 use baton::tool::checkpoint::{self, CheckpointError};
 use baton::tool::registry::standard_tools;
-use baton::tool::undo_cli::{UndoArgs, run as run_undo};
 use baton::tool::{ApprovalNeed, ToolContext, ToolResult, ToolState};
 use git2::{Repository, Signature};
 use serde_json::{Value, json};

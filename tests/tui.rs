@@ -330,6 +330,7 @@ fn approval_modal_for_a_command_and_answers() {
         command: "git push origin main".into(),
         argv: vec!["git".into(), "push".into(), "origin".into(), "main".into()],
         cwd: "/home/dev/project".into(),
+        remember: Some(vec!["git".into(), "push".into()]),
     };
     app.handle_event(Event::ApprovalRequested {
         call_id: "c9".into(),
@@ -911,6 +912,7 @@ fn errors_are_explained() {
     let mut app = app();
     app.handle_event(Event::Error {
         message: "error sending request: connection refused".into(),
+        kind: baton::protocol::ErrorKind::Unreachable,
         hop: Some(Hop::Answer),
     });
     let s = screen(&app, 90, 16);
@@ -918,6 +920,22 @@ fn errors_are_explained() {
         s.contains("Could not reach http://127.0.0.1:8000/v1"),
         "{s}"
     );
+}
+
+/// The hint follows the error's kind: a context overflow whose server text mentions a 401-like
+/// number or "rate" is still a context overflow.
+#[test]
+fn hints_come_from_the_error_kind() {
+    let mut app = app();
+    app.handle_event(Event::Error {
+        message: "answer hop: HTTP 400: rate 401 exceeded maximum context length".into(),
+        kind: baton::protocol::ErrorKind::ContextOverflow,
+        hop: Some(Hop::Answer),
+    });
+    let s = screen(&app, 90, 16);
+    assert!(s.contains("/compact"), "{s}");
+    assert!(!s.contains("API key"), "{s}");
+    assert!(!s.contains("rate-limiting"), "{s}");
 }
 
 #[test]

@@ -3,8 +3,8 @@
 //! (headless runs, policy `never`) anything that would need one is declined and the model is
 //! told why, so a run never blocks on a terminal.
 
+use crate::protocol::ApprovalPolicy;
 use crate::tool::ApprovalNeed;
-pub use crate::tool::approval::ApprovalPolicy;
 use crate::tool::approval::{self, Decision};
 
 /// What to do with one call.

@@ -52,7 +52,7 @@ pub(crate) fn estimate_request(shared: &Shared, req: &ChatRequest) -> u64 {
 pub(crate) fn view_tokens(
     shared: &Shared,
     expert: Expert,
-    view: Vec<crate::backend::ChatMessage>,
+    view: Vec<crate::protocol::ChatMessage>,
 ) -> u64 {
     let mut req = ChatRequest::new(shared.cfg.profile.adapter(expert), view, Hop::Answer);
     req.tools = shared.tools.specs();
@@ -258,7 +258,7 @@ pub(crate) async fn compact(
     turn_id: u64,
     task_id: u64,
     expert: Expert,
-    view: Vec<crate::backend::ChatMessage>,
+    view: Vec<crate::protocol::ChatMessage>,
     tokens_before: u64,
     cancel: &CancellationToken,
 ) -> bool {

@@ -8,7 +8,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
 use super::{Shared, context, lock, summaries, turn};
-use crate::protocol::{Event, Op};
+use crate::protocol::{ErrorKind, Event, Op};
 use crate::session::SessionFile;
 
 struct Running {
@@ -170,6 +170,7 @@ async fn switch_session(shared: &Arc<Shared>, resume: Option<String>) {
         }
         Err(e) => shared.events.emit(Event::Error {
             message: e.to_string(),
+            kind: ErrorKind::Io,
             hop: None,
         }),
     }
@@ -205,10 +206,12 @@ async fn undo(shared: &Arc<Shared>) {
         Ok(Ok(report)) => shared.events.emit(report.to_event()),
         Ok(Err(e)) => shared.events.emit(Event::Error {
             message: e.to_string(),
+            kind: ErrorKind::Io,
             hop: None,
         }),
         Err(e) => shared.events.emit(Event::Error {
             message: format!("undo failed: {e}"),
+            kind: ErrorKind::Io,
             hop: None,
         }),
     }
@@ -220,6 +223,7 @@ async fn user_shell(shared: &Arc<Shared>, command: String) {
     let Some(tool) = shared.tools.get("shell").cloned() else {
         shared.events.emit(Event::Error {
             message: "no shell tool is configured".into(),
+            kind: ErrorKind::Config,
             hop: None,
         });
         return;

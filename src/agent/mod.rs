@@ -3,7 +3,7 @@
 //! `spawn_agent` starts the core on tokio and returns an `AgentHandle`: `Op`s go in, `Event`s
 //! come out. The TUI, the line REPL, `--exec` and the tests are all clients of that handle.
 //! One turn runs at a time; user turns sent while one runs are queued. Summary hops run as
-//! background tasks after their turn (B2) and are awaited only by a turn whose expert needs them
+//! background tasks after their turn and are awaited only by a turn whose expert needs them
 //! and by shutdown.
 
 pub mod approval;
@@ -14,18 +14,17 @@ mod summaries;
 mod tool_calls;
 mod turn;
 
-pub use approval::ApprovalPolicy;
-
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 
-use crate::backend::{ChatBackend, ChatMessage, ReasoningEffort};
-use crate::config::Mode;
+use crate::backend::ChatBackend;
 use crate::mol::{Profile, Timeline};
 use crate::protocol::{AgentHandle, ApprovalDecision, EventSink, Expert};
+use crate::protocol::{ApprovalPolicy, Mode};
+use crate::protocol::{ChatMessage, ReasoningEffort};
 use crate::session::{Record, Restored, SessionFile};
 use crate::tool::{ToolRegistry, ToolState};
 

@@ -10,10 +10,10 @@ use tokio::sync::Notify;
 
 use super::*;
 use crate::backend::{
-    BackendError, ChatCompletion, ChatDelta, ChatMessage, ChatRequest, ChatStream, FinishReason,
-    ModelInfo,
+    BackendError, ChatCompletion, ChatDelta, ChatRequest, ChatStream, FinishReason, ModelInfo,
 };
-use crate::protocol::{Event, Hop, Op, RouteDecision, TurnStatus};
+use crate::protocol::ChatMessage;
+use crate::protocol::{ApprovalPolicy, Event, Hop, Op, RouteDecision, TurnStatus};
 
 /// Answers route hops from a label queue, answers with `answer by <model>`, and holds every
 /// summary hop until `release` is notified. Records every request.
@@ -295,8 +295,8 @@ impl crate::tool::Tool for Dangerous {
     fn name(&self) -> &'static str {
         "dangerous"
     }
-    fn spec(&self) -> crate::backend::ToolSpec {
-        crate::backend::ToolSpec {
+    fn spec(&self) -> crate::protocol::ToolSpec {
+        crate::protocol::ToolSpec {
             name: "dangerous".into(),
             description: "runs rm".into(),
             parameters: serde_json::json!({"type": "object"}),
@@ -334,7 +334,7 @@ async fn headless_declines_a_call_that_needs_approval_and_tells_the_model() {
     let mut tools = crate::tool::registry::standard_tools();
     tools.register(Arc::new(Dangerous(ran.clone())));
     let mut call = ChatMessage::assistant("");
-    call.tool_calls.push(crate::backend::ToolCall {
+    call.tool_calls.push(crate::protocol::ToolCall {
         id: "c1".into(),
         name: "dangerous".into(),
         arguments: "{}".into(),
@@ -365,7 +365,7 @@ async fn headless_declines_a_call_that_needs_approval_and_tells_the_model() {
     let told = second
         .messages
         .iter()
-        .any(|m| m.role == crate::backend::Role::Tool && m.content.contains("Declined"));
+        .any(|m| m.role == crate::protocol::Role::Tool && m.content.contains("Declined"));
     assert!(told, "the model is told the call was declined");
     h.release.notify_one();
 }
@@ -374,7 +374,7 @@ async fn headless_declines_a_call_that_needs_approval_and_tells_the_model() {
 async fn a_long_tool_loop_is_compacted_to_fit_the_window() {
     let read = |id: &str| {
         let mut m = ChatMessage::assistant("");
-        m.tool_calls.push(crate::backend::ToolCall {
+        m.tool_calls.push(crate::protocol::ToolCall {
             id: id.into(),
             name: "read_file".into(),
             arguments: r#"{"path":"big.txt"}"#.into(),

@@ -8,8 +8,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::approval::{self, Verdict};
 use super::{Shared, lock};
-use crate::backend::{ChatMessage, ToolCall};
 use crate::protocol::{ApprovalDecision, ApprovalRequest, Event, ToolStatus};
+use crate::protocol::{ChatMessage, ToolCall};
 use crate::tool::{ApprovalNeed, ToolContext, ToolResult};
 
 /// Runs one call to its end and returns the tool message that answers it.
@@ -119,6 +119,7 @@ async fn ask(
             command: command.clone(),
             argv: argv.clone(),
             cwd: cwd.clone(),
+            remember: crate::tool::approval::remember_prefix(command, argv),
         },
     };
     let (tx, rx) = oneshot::channel();

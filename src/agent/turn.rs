@@ -10,9 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Shared, context, lock, summaries, tool_calls};
 use crate::backend::{BackendError, ChatCompletion, ChatDelta, ChatRequest, FinishReason};
-use crate::config::Mode;
 use crate::mol::{AnswerOptions, ReasoningWire};
-use crate::protocol::{Event, Expert, Hop, RouteDecision, TokenUsage, TurnStatus};
+use crate::protocol::{Event, Expert, Hop, Mode, RouteDecision, TokenUsage, TurnStatus};
 use crate::session::{Record, abandon_open_task};
 
 /// Why a turn stopped early.
@@ -63,6 +62,7 @@ pub(crate) async fn run_turn(
                 Stop::Failed(e) => {
                     shared.events.emit(Event::Error {
                         message: e.to_string(),
+                        kind: e.kind(),
                         hop: Some(e.hop()),
                     });
                     (TurnStatus::Error, None, expert)

@@ -14,86 +14,8 @@ use futures_util::Stream;
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{Hop, TokenUsage};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    System,
-    User,
-    Assistant,
-    Tool,
-}
-
-/// One tool call made by the model. `arguments` is the raw JSON text the model produced.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ToolCall {
-    pub id: String,
-    pub name: String,
-    pub arguments: String,
-}
-
-/// One chat message, in the shape every backend understands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChatMessage {
-    pub role: Role,
-    #[serde(default)]
-    pub content: String,
-    /// Reasoning text of an assistant message (kept apart from the answer).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reasoning: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tool_calls: Vec<ToolCall>,
-    /// For `Role::Tool`: the id of the call this message answers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
-}
-
-impl ChatMessage {
-    pub fn system(text: impl Into<String>) -> Self {
-        Self::plain(Role::System, text)
-    }
-    pub fn user(text: impl Into<String>) -> Self {
-        Self::plain(Role::User, text)
-    }
-    pub fn assistant(text: impl Into<String>) -> Self {
-        Self::plain(Role::Assistant, text)
-    }
-    pub fn tool_result(call_id: impl Into<String>, text: impl Into<String>) -> Self {
-        ChatMessage {
-            tool_call_id: Some(call_id.into()),
-            ..Self::plain(Role::Tool, text)
-        }
-    }
-    /// The trimmed content, else the trimmed reasoning (servers whose reasoning parser puts a
-    /// short answer in the reasoning field), and whether it came from the reasoning.
-    pub fn text_or_reasoning(&self) -> (&str, bool) {
-        let content = self.content.trim();
-        if content.is_empty() {
-            (self.reasoning.as_deref().unwrap_or("").trim(), true)
-        } else {
-            (content, false)
-        }
-    }
-
-    fn plain(role: Role, text: impl Into<String>) -> Self {
-        ChatMessage {
-            role,
-            content: text.into(),
-            reasoning: None,
-            tool_calls: Vec::new(),
-            tool_call_id: None,
-        }
-    }
-}
-
-/// A function tool offered to the model (JSON schema parameters).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolSpec {
-    pub name: String,
-    pub description: String,
-    pub parameters: serde_json::Value,
-}
+use crate::protocol::{ChatMessage, ReasoningEffort, ToolSpec};
+use crate::protocol::{ErrorKind, Hop, TokenUsage};
 
 /// Output constraint. Each backend enforces it its own way (vLLM `structured_outputs.choice`,
 /// SGLang `regex`, the local engine a token trie).
@@ -101,16 +23,6 @@ pub struct ToolSpec {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Constraint {
     Choice { options: Vec<String> },
-}
-
-/// Reasoning effort as the harness maps it (`--reasoning`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum ReasoningEffort {
-    None,
-    Low,
-    Medium,
-    High,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -287,6 +199,19 @@ pub enum BackendError {
 }
 
 impl BackendError {
+    /// What kind of failure this is, for frontends to act on.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            BackendError::Connect { .. } => ErrorKind::Unreachable,
+            BackendError::Timeout { .. } => ErrorKind::Timeout,
+            BackendError::Http { status, .. } => ErrorKind::from_http_status(*status),
+            BackendError::ContextOverflow { .. } => ErrorKind::ContextOverflow,
+            BackendError::Protocol { .. } => ErrorKind::BadResponse,
+            BackendError::Engine { .. } => ErrorKind::Engine,
+            BackendError::Cancelled { .. } => ErrorKind::Cancelled,
+        }
+    }
+
     pub fn hop(&self) -> Hop {
         match self {
             BackendError::Connect { hop, .. }

@@ -6,10 +6,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::agent::ApprovalPolicy;
-use crate::backend::ReasoningEffort;
-use crate::config::{ConfigError, Device, Mode, SandboxMode, Settings};
-use crate::protocol::Expert;
+use crate::config::{ConfigError, Settings};
+use crate::protocol::{ApprovalPolicy, DeviceChoice, Expert, Mode, ReasoningEffort, SandboxMode};
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -112,7 +110,7 @@ pub struct CommonArgs {
 
     /// Device of the local engine.
     #[arg(long, value_enum, global = true, help_heading = "Model")]
-    pub device: Option<Device>,
+    pub device: Option<DeviceChoice>,
 
     /// Workspace folder [default: the current folder].
     #[arg(
@@ -156,11 +154,11 @@ pub enum Command {
     /// Check the endpoint, its models, the profile and the configuration.
     Doctor,
     /// Run a command inside baton's sandbox (the same path the shell tool uses).
-    Sandbox(crate::sandbox::cli::SandboxArgs),
+    Sandbox(super::sandbox::SandboxArgs),
     /// Restore the working tree to the last checkpoint baton took before a turn's changes.
-    Undo(crate::tool::undo_cli::UndoArgs),
+    Undo(super::undo::UndoArgs),
     /// Run Terminal-Bench / Harbor format tasks with an agent and score them.
-    Eval(crate::eval::cli::EvalArgs),
+    Eval(super::eval::EvalArgs),
     /// The local engine's tools: generate text, route a request (scripting and debugging).
     Engine(crate::cli::engine::EngineArgs),
     /// Print a shell completion script (e.g. `baton completions bash > /etc/bash_completion.d/baton`).

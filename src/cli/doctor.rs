@@ -1,9 +1,10 @@
 //! `baton doctor`: checks the configuration, the profile, the endpoint and its models, and
 //! says in plain words what is wrong and what to do.
 
-use super::{exit, setup};
-use crate::config::{Config, Mode};
+use super::exit;
+use crate::config::Config;
 use crate::protocol::Expert;
+use crate::protocol::Mode;
 
 struct Report {
     problems: usize,
@@ -41,20 +42,20 @@ pub async fn run(config: &Config) -> i32 {
             config.session_dir.display()
         )),
     }
-    match setup::system_prompt(config) {
+    match crate::app::system_prompt(config) {
         Ok(_) => r.ok(match &config.system_prompt {
             Some(_) => "system prompt file readable",
             None => "built-in system prompt",
         }),
-        Err(e) => r.bad(&e),
+        Err(e) => r.bad(&e.to_string()),
     }
 
-    for f in &setup::project_instructions(config).files {
+    for f in &crate::app::project_instructions(config).files {
         r.ok(&format!("project instructions from {}", f.display()));
     }
 
     println!("sandbox");
-    if config.sandbox == crate::sandbox::SandboxMode::Off {
+    if config.sandbox == crate::protocol::SandboxMode::Off {
         r.note("sandbox is off: commands run with your full permissions (--sandbox off)");
     } else {
         let support = crate::sandbox::probe();
@@ -68,17 +69,17 @@ pub async fn run(config: &Config) -> i32 {
     }
 
     println!("profile");
-    match (&config.profile, setup::profile(config)) {
-        (_, Err(e)) => r.bad(&e),
+    match (&config.profile, crate::app::profile(config)) {
+        (_, Err(e)) => r.bad(&e.to_string()),
         (Some(dir), Ok(_)) => r.ok(&format!("{} is a valid MoL profile", dir.display())),
         (None, Ok(_)) => r.ok("built-in default profile"),
     }
 
     println!("model");
-    let backend = match setup::build_backend(config) {
+    let backend = match crate::app::build_backend(config).map(|(b, _)| b) {
         Ok(b) => b,
         Err(e) => {
-            r.bad(&e);
+            r.bad(&e.to_string());
             return finish(&r);
         }
     };

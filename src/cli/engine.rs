@@ -10,11 +10,13 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use serde_json::json;
 
+use crate::backend::ChatRequest;
 use crate::backend::local::ModelText;
-use crate::backend::{ChatMessage, ChatRequest};
-use crate::engine::{DeviceChoice, Engine, FinishKind, GenerateRequest, SamplingParams};
+use crate::engine::{Engine, FinishKind, GenerateRequest, SamplingParams};
 use crate::mol::profile::{Profile, ProfileNames};
 use crate::mol::route::route_request;
+use crate::protocol::ChatMessage;
+use crate::protocol::DeviceChoice;
 use crate::protocol::Hop;
 
 /// `baton engine`: run the local engine directly.

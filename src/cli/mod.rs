@@ -1,24 +1,22 @@
 //! The command line: clap definitions and dispatch to the frontends and subcommands.
 
 mod args;
+mod choices;
 mod doctor;
 pub mod engine;
+pub mod eval;
 mod repl;
+pub mod sandbox;
 mod sessions;
-pub mod setup;
+pub mod undo;
 
 pub use args::{Cli, Command, CommonArgs};
 
 use clap::{CommandFactory, Parser};
 
-/// Exit codes (README, docs/modes.md).
-pub mod exit {
-    pub const OK: i32 = 0;
-    pub const AGENT_ERROR: i32 = 1;
-    pub const USAGE: i32 = 2;
-    pub const LIMIT: i32 = 3;
-    pub const INTERRUPTED: i32 = 130;
-}
+use crate::app::Frontend;
+
+pub use crate::protocol::exit;
 
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
@@ -44,16 +42,16 @@ pub fn main() -> i32 {
         Some(Command::Sandbox(mut args)) => {
             args.mode = cli.common.sandbox.unwrap_or_default();
             args.workspace = cli.common.cd.clone();
-            return crate::sandbox::cli::run(args);
+            return sandbox::run(args);
         }
         Some(Command::Undo(mut args)) => {
             args.workspace = cli.common.cd.clone();
-            return crate::tool::undo_cli::run(args);
+            return undo::run(args);
         }
         Some(Command::Engine(args)) => return run_engine(args, &cli.common),
         Some(Command::Eval(mut args)) => {
             args.exec_args.extend(model_flags(&cli.common));
-            return crate::eval::cli::run(args);
+            return eval::run(args);
         }
         _ => {}
     }
@@ -100,7 +98,17 @@ pub fn main() -> i32 {
                     output: cli.output.clone(),
                     resume: cli.common.resume.clone(),
                 };
-                crate::exec::run(opts, &config).await
+                let text = match crate::exec::read_prompt(&opts) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        eprintln!("baton: {e}");
+                        return exit::USAGE;
+                    }
+                };
+                match start(&config, Frontend::Headless, opts.resume.as_deref()) {
+                    Ok((handle, _info)) => crate::exec::run(handle, text, opts, &config).await,
+                    Err(code) => code,
+                }
             }
             None if interactive_terminal() => {
                 let args = crate::tui::LaunchArgs {
@@ -109,14 +117,32 @@ pub fn main() -> i32 {
                     theme: cli.theme.clone().or_else(|| config.theme.clone()),
                     no_color: cli.no_color,
                 };
-                crate::tui::launch(&config, args).await
+                match start(&config, Frontend::Interactive, args.resume.as_deref()) {
+                    Ok((handle, info)) => crate::tui::launch(handle, info, args).await,
+                    Err(code) => code,
+                }
             }
-            None => repl::run(&config, cli.prompt.clone(), cli.common.resume.clone()).await,
+            None => match start(&config, Frontend::Interactive, cli.common.resume.as_deref()) {
+                Ok((handle, _info)) => repl::run(handle, cli.prompt.clone()).await,
+                Err(code) => code,
+            },
         }
     });
     // Background work (a hung summary, a stuck tool) must not keep a finished run alive.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     code
+}
+
+/// Starts the agent through the builder; a setup failure is printed and becomes exit 2.
+fn start(
+    config: &crate::config::Config,
+    frontend: Frontend,
+    resume: Option<&str>,
+) -> Result<(crate::protocol::AgentHandle, crate::protocol::AgentInfo), i32> {
+    crate::app::start(config, frontend, resume).map_err(|e| {
+        eprintln!("baton: {e}");
+        exit::USAGE
+    })
 }
 
 /// The model and limit flags given to `baton eval`, passed on to every `baton --exec` it runs.
@@ -146,7 +172,7 @@ fn model_flags(common: &CommonArgs) -> Vec<String> {
 
 /// `baton engine …` with the global `--local`, `--device` and `--profile` flags filled in.
 fn run_engine(args: engine::EngineArgs, common: &CommonArgs) -> i32 {
-    let device = setup::device_choice(common.device.unwrap_or_default());
+    let device = common.device.unwrap_or_default();
     match args.with_globals(common.local.clone(), device, common.profile.clone()) {
         Ok(args) => engine::run(args),
         Err(e) => {

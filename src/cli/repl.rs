@@ -5,21 +5,12 @@ use std::io::Write;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::{exit, setup};
-use crate::config::Config;
-use crate::protocol::{ApprovalDecision, ApprovalRequest, Event, Expert, Op};
+use crate::protocol::{AgentHandle, ApprovalDecision, ApprovalRequest, Event, Expert, Op, exit};
 
 const HELP: &str =
     "commands: /expert L0..L3|auto, /new, /resume ID|last, /quit (Ctrl-C stops a running turn)";
 
-pub async fn run(config: &Config, first: Option<String>, resume: Option<String>) -> i32 {
-    let mut handle = match setup::start_agent(config, false, resume.as_deref()) {
-        Ok(h) => h,
-        Err(e) => {
-            eprintln!("baton: {e}");
-            return exit::USAGE;
-        }
-    };
+pub async fn run(mut handle: AgentHandle, first: Option<String>) -> i32 {
     eprintln!("{HELP}");
 
     let mut lines = BufReader::new(tokio::io::stdin()).lines();

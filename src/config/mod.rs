@@ -7,13 +7,13 @@
 
 mod settings;
 
-pub use settings::{Device, Mode, RouteConstraint, SandboxMode, Settings};
+pub use settings::{Settings, command_prefix};
 
 use std::path::{Path, PathBuf};
 
-use crate::agent::ApprovalPolicy;
-use crate::backend::ReasoningEffort;
-use crate::protocol::Expert;
+use crate::protocol::{
+    ApprovalPolicy, DeviceChoice, Expert, Mode, ReasoningEffort, RouteConstraint, SandboxMode,
+};
 
 /// A configuration problem, always naming where it came from.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -51,7 +51,7 @@ pub struct Config {
     pub sandbox: SandboxMode,
     pub session_dir: PathBuf,
     pub local: Option<PathBuf>,
-    pub device: Device,
+    pub device: DeviceChoice,
     pub max_turns: Option<u32>,
     pub timeout_secs: Option<u64>,
     /// A file whose text replaces the built-in system prompt of the experts.

@@ -2,55 +2,11 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::ValueEnum;
-
 use super::{Config, ConfigError, default_session_dir};
-use crate::agent::ApprovalPolicy;
-use crate::backend::ReasoningEffort;
-use crate::protocol::Expert;
-
-/// How baton talks to the model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum Mode {
-    /// Client-side MoL routing against an engine serving L0–L3 as model names.
-    #[default]
-    Mol,
-    /// A server that routes by itself: one public model name, `X-Conversation-Id` echoed.
-    Proxy,
-    /// Any OpenAI-compatible model, no routing.
-    Single,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Mol => "mol",
-            Mode::Proxy => "proxy",
-            Mode::Single => "single",
-        }
-    }
-}
-
-/// What commands run by tools may touch (the sandbox's own type).
-pub use crate::sandbox::SandboxMode;
-
-/// Where the local engine runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum Device {
-    #[default]
-    Auto,
-    Cpu,
-    Cuda,
-}
-
-/// How the route hop's label constraint is sent: vLLM `structured_outputs.choice`, or an
-/// SGLang-style `regex`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum RouteConstraint {
-    #[default]
-    Choice,
-    Regex,
-}
+use crate::protocol::{
+    ApprovalPolicy, Choice, DeviceChoice, Expert, Mode, ReasoningEffort, RouteConstraint,
+    SandboxMode,
+};
 
 /// One layer of settings; `None` = this layer says nothing.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -67,7 +23,7 @@ pub struct Settings {
     pub sandbox: Option<SandboxMode>,
     pub session_dir: Option<PathBuf>,
     pub local: Option<PathBuf>,
-    pub device: Option<Device>,
+    pub device: Option<DeviceChoice>,
     pub max_turns: Option<u32>,
     pub timeout: Option<u64>,
     pub system_prompt: Option<PathBuf>,
@@ -87,14 +43,14 @@ pub struct Settings {
     pub tools: Option<Vec<String>>,
 }
 
-fn choice<T: ValueEnum>(value: &str) -> Result<T, String> {
-    T::from_str(value.trim(), true).map_err(|_| {
-        let names: Vec<String> = T::value_variants()
-            .iter()
-            .filter_map(|v| v.to_possible_value().map(|p| p.get_name().to_string()))
-            .collect();
-        format!("'{value}' is not one of {}", names.join(", "))
-    })
+fn choice<T: Choice>(value: &str) -> Result<T, String> {
+    T::parse_or_list(value)
+}
+
+/// Parses a configured command prefix such as `"cargo test"` into words (shell quoting
+/// allowed). `None` for an empty or unparsable prefix.
+pub fn command_prefix(prefix: &str) -> Option<Vec<String>> {
+    shlex::split(prefix).filter(|w| !w.is_empty())
 }
 
 fn number<T: std::str::FromStr>(value: &str, what: &str) -> Result<T, String> {
@@ -298,7 +254,7 @@ impl Settings {
             "allow" => {
                 let entries = split_list(value);
                 for e in &entries {
-                    if crate::tool::approval::parse_prefix(e).is_none() {
+                    if command_prefix(e).is_none() {
                         return Err(err(format!(
                             "allow entry {e:?} is empty or has unbalanced quotes"
                         )));

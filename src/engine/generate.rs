@@ -7,14 +7,15 @@ use std::time::{Duration, Instant};
 
 use super::config::ModelConfig;
 use super::constraint::TokenTrie;
+use super::device::Device;
 use super::device::cpu::CpuDevice;
-use super::device::{Device, DeviceChoice};
 use super::error::EngineError;
 use super::kv::{CacheLimits, CacheStats, KvEntry, PrefixCache};
 use super::lora::LoraAdapter;
 use super::model::{PREFILL_CHUNK, Qwen3, Workspace};
 use super::sampler::{Sampler, SamplingParams};
 use super::weights::WeightFiles;
+use crate::protocol::DeviceChoice;
 
 /// Knobs of an engine beyond the files and the device.
 #[derive(Debug, Clone, Copy, Default)]

@@ -14,7 +14,6 @@ pub mod weights;
 pub mod tokenizer;
 
 pub use config::ModelConfig;
-pub use device::DeviceChoice;
 pub use error::EngineError;
 pub use generate::{
     Engine, EngineOptions, FinishKind, GenerateOutput, GenerateRequest, MemoryReport, PromptLogits,

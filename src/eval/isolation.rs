@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// What the user asked for with `--isolation`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IsolationChoice {
     /// bubblewrap when it works here, else plain folders (with a warning).
     Auto,
@@ -15,6 +15,28 @@ pub enum IsolationChoice {
     Bwrap,
     /// Plain per-trial folders: no filesystem, network or process isolation.
     None,
+}
+
+impl crate::protocol::Choice for IsolationChoice {
+    const ALL: &'static [Self] = &[
+        IsolationChoice::Auto,
+        IsolationChoice::Bwrap,
+        IsolationChoice::None,
+    ];
+    fn name(self) -> &'static str {
+        match self {
+            IsolationChoice::Auto => "auto",
+            IsolationChoice::Bwrap => "bwrap",
+            IsolationChoice::None => "none",
+        }
+    }
+    fn help(self) -> &'static str {
+        match self {
+            IsolationChoice::Auto => "bubblewrap when it works here, else plain folders",
+            IsolationChoice::Bwrap => "bubblewrap or fail",
+            IsolationChoice::None => "plain per-trial folders: no isolation",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

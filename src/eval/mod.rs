@@ -6,7 +6,6 @@
 //! prints a summary ([`report`]). See docs/eval.md.
 
 pub mod atif;
-pub mod cli;
 pub mod dockerfile;
 pub mod events;
 pub mod fsutil;
@@ -19,5 +18,3 @@ pub mod reward;
 pub mod task;
 pub mod trial;
 pub mod yaml_lite;
-
-pub use cli::{EvalArgs, run};

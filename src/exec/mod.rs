@@ -2,8 +2,9 @@
 //!
 //! Never waits on a terminal: the prompt comes from argv or piped stdin, approvals are declined
 //! (policy `never` unless set), and the run is bounded by `--max-turns` and `--timeout`. The
-//! answer is printed the moment the turn completes; the summary hop (B2) is then awaited only
-//! to save it in the session before the process exits.
+//! answer is printed the moment the turn completes; the summary hop is then awaited only to
+//! save it in the session before the process exits. The agent comes built from the command
+//! line (after the prompt is read, so a bad prompt fails before anything starts).
 
 mod output;
 mod prompt;
@@ -11,10 +12,8 @@ mod prompt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::cli::exit;
-use crate::cli::setup;
 use crate::config::Config;
-use crate::protocol::{Event, Op, TurnStatus};
+use crate::protocol::{AgentHandle, Event, Op, TurnStatus, exit};
 use output::Output;
 
 /// How long a turn may take to stop after `--timeout` before the process exits anyway.
@@ -34,22 +33,13 @@ pub struct ExecOptions {
     pub resume: Option<String>,
 }
 
-/// Runs one headless turn and returns the exit code.
-pub async fn run(opts: ExecOptions, config: &Config) -> i32 {
-    let text = match prompt::read(opts.prompt.as_deref()) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("baton: {e}");
-            return exit::USAGE;
-        }
-    };
-    let mut handle = match setup::start_agent(config, true, opts.resume.as_deref()) {
-        Ok(h) => h,
-        Err(e) => {
-            eprintln!("baton: {e}");
-            return exit::USAGE;
-        }
-    };
+/// The prompt of the run: the argument, or piped stdin for `None` or `-`.
+pub fn read_prompt(opts: &ExecOptions) -> Result<String, String> {
+    prompt::read(opts.prompt.as_deref())
+}
+
+/// Runs one headless turn of `text` on a started agent and returns the exit code.
+pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, config: &Config) -> i32 {
     let out = Output::new(opts.json);
 
     let mut deadline = config

@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{ChatMessage, ChatRequest, ReasoningEffort, ToolSpec};
+use crate::backend::ChatRequest;
 use crate::protocol::Hop;
+use crate::protocol::{ChatMessage, ReasoningEffort, ToolSpec};
 
 /// The answer options a user or config may set; unset ones are not sent (server defaults),
 /// except temperature, which the harness forces to 0.0 when unset.

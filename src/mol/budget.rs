@@ -3,7 +3,7 @@
 //! Counts are exact when the backend can tokenize (the local engine), and otherwise estimated
 //! from characters with a ratio that each server-reported usage corrects.
 
-use crate::backend::{ChatMessage, ToolSpec};
+use crate::protocol::{ChatMessage, ToolSpec};
 
 /// Characters per token assumed before any usage was seen (English prose and code average).
 const DEFAULT_CHARS_PER_TOKEN: f64 = 3.6;

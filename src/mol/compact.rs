@@ -4,9 +4,10 @@
 //!
 //! The compacted form is append-only from there: new steps extend it, so prefix caches hit.
 
-use crate::backend::{ChatMessage, ChatRequest, Role};
+use crate::backend::ChatRequest;
 use crate::mol::profile::Profile;
 use crate::mol::timeline::{Compaction, Task, Timeline};
+use crate::protocol::{ChatMessage, Role};
 use crate::protocol::{Expert, Hop};
 
 /// Tokens the handoff summary may take.
@@ -306,7 +307,7 @@ impl Timeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::ToolCall;
+    use crate::protocol::ToolCall;
 
     fn call(id: &str, name: &str, args: &str) -> ChatMessage {
         let mut m = ChatMessage::assistant("");

@@ -3,8 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::backend::{ChatBackend, ChatCompletion, ChatMessage, ChatRequest, Constraint, complete};
+use crate::backend::{ChatBackend, ChatCompletion, ChatRequest, Constraint, complete};
 use crate::mol::profile::{Profile, ROUTE_PREFILL};
+use crate::protocol::ChatMessage;
 use crate::protocol::{Expert, Hop, RouteDecision, TokenUsage};
 
 /// The reference's router token budget (ROUTER_MAX_TOKENS).

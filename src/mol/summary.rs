@@ -3,9 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::backend::{ChatBackend, ChatCompletion, ChatMessage, ChatRequest, complete};
+use crate::backend::{ChatBackend, ChatCompletion, ChatRequest, complete};
 use crate::mol::profile::Profile;
 use crate::mol::timeline::Task;
+use crate::protocol::ChatMessage;
 use crate::protocol::{Hop, TokenUsage};
 
 /// The reference's summary budget (SUMMARY_MAX_OUT).

@@ -8,8 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{ChatMessage, Role};
 use crate::protocol::Expert;
+use crate::protocol::{ChatMessage, Role};
 
 /// Where a task's summary stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -248,7 +248,7 @@ impl Timeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::ToolCall;
+    use crate::protocol::ToolCall;
 
     fn head() -> Vec<ChatMessage> {
         vec![ChatMessage::system("sys")]

@@ -15,8 +15,9 @@ use std::sync::Arc;
 use super::SandboxError;
 use super::fs_rules;
 use super::pids::{self, PidsCgroup, ProcessBound};
-use super::policy::{SandboxMode, SandboxPolicy};
+use super::policy::SandboxPolicy;
 use super::syscall_filter;
+use crate::protocol::SandboxMode;
 
 /// How the child relates to the terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,6 @@
 //! let status = cmd.status();
 //! ```
 
-pub mod cli;
 pub mod fs_rules;
 pub mod launch;
 pub mod pids;
@@ -24,7 +23,9 @@ use std::process::Command;
 use std::sync::Arc;
 
 pub use launch::{PreparedSandbox, Session};
-pub use policy::{SandboxMode, SandboxPolicy};
+pub use policy::SandboxPolicy;
+
+use crate::protocol::SandboxMode;
 pub use probe::{SandboxSupport, probe};
 
 /// Why a command could not be sandboxed.

@@ -5,62 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// How much of the filesystem a command may change.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
-)]
-#[serde(rename_all = "kebab-case")]
-#[clap(rename_all = "kebab-case")]
-pub enum SandboxMode {
-    /// No writes except temp dirs and harmless devices (/dev/null, /dev/tty, …).
-    ReadOnly,
-    /// The workspace, temp dirs and `--write` dirs are writable; `.git/hooks` and
-    /// `.git/config` stay read-only.
-    #[default]
-    WorkspaceWrite,
-    /// No sandbox at all. Only on explicit request; frontends mark it.
-    Off,
-}
-
-impl SandboxMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SandboxMode::ReadOnly => "read-only",
-            SandboxMode::WorkspaceWrite => "workspace-write",
-            SandboxMode::Off => "off",
-        }
-    }
-}
-
-impl std::fmt::Display for SandboxMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// The `[sandbox]` config section: `mode`, `network`, `writable = [...]`, `max_processes`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SandboxSettings {
-    pub mode: Option<SandboxMode>,
-    pub network: bool,
-    /// Extra writable directories; a leading `~/` means the home directory.
-    pub writable: Vec<PathBuf>,
-    pub max_processes: Option<u32>,
-}
-
-impl SandboxSettings {
-    /// `writable` with `~/` expanded.
-    pub fn writable_dirs(&self) -> Vec<PathBuf> {
-        self.writable
-            .iter()
-            .map(|p| match (p.strip_prefix("~"), dirs::home_dir()) {
-                (Ok(rest), Some(home)) => home.join(rest),
-                _ => p.clone(),
-            })
-            .collect()
-    }
-}
+use crate::protocol::SandboxMode;
 
 /// Default bound on live processes a sandboxed command may have (fork bombs stop here).
 pub const DEFAULT_MAX_PROCESSES: u32 = 1024;
@@ -246,18 +191,12 @@ mod tests {
     }
 
     #[test]
-    fn policies_round_trip_as_json_and_settings_parse_from_toml() {
+    fn policies_round_trip_as_json() {
         let p = SandboxPolicy::new(SandboxMode::WorkspaceWrite, "/ws")
             .network(true)
             .writable_dir("/cache");
         let back: SandboxPolicy =
             serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
         assert_eq!(back, p);
-        let s: SandboxSettings =
-            toml::from_str("mode = \"read-only\"\nnetwork = true\nwritable = [\"~/x\"]").unwrap();
-        assert_eq!(s.mode, Some(SandboxMode::ReadOnly));
-        assert!(s.network);
-        assert!(!s.writable_dirs()[0].starts_with("~"));
-        assert!(toml::from_str::<SandboxSettings>("mode = \"sometimes\"").is_err());
     }
 }

@@ -7,8 +7,9 @@ use std::process::Stdio;
 use serde::Serialize;
 
 use super::launch::Session;
-use super::policy::{SandboxMode, SandboxPolicy};
+use super::policy::SandboxPolicy;
 use super::{fs_rules, sandboxed_command};
+use crate::protocol::SandboxMode;
 
 /// The sandbox features available here.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::ChatMessage;
+use crate::protocol::ChatMessage;
 use crate::protocol::{Expert, RouteDecision, TurnStatus};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,8 +5,8 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use super::{Record, SessionError};
-use crate::backend::{ChatMessage, Role};
 use crate::mol::Timeline;
+use crate::protocol::{ChatMessage, Role};
 
 /// The state a resumed session continues from.
 #[derive(Debug, Clone, Default)]

@@ -1,8 +1,8 @@
 //! Session files: append, list, find, and replay after a crash.
 
 use super::*;
-use crate::backend::ChatMessage;
 use crate::mol::SummaryState;
+use crate::protocol::ChatMessage;
 use crate::protocol::Expert;
 
 #[test]
@@ -54,7 +54,7 @@ fn abandoning_a_task_answers_its_dangling_tool_calls() {
     t.open(Expert::L2, "go");
     let mut call = ChatMessage::assistant("");
     for id in ["a", "b"] {
-        call.tool_calls.push(crate::backend::ToolCall {
+        call.tool_calls.push(crate::protocol::ToolCall {
             id: id.into(),
             name: "list_dir".into(),
             arguments: "{}".into(),

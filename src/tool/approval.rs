@@ -5,38 +5,9 @@
 //! known read-only command (or matches an allowed prefix word for word) and nothing writes
 //! through a redirection, substitutes a command, or sets environment variables.
 
-use serde::{Deserialize, Serialize};
-
 use crate::tool::ApprovalNeed;
 
-/// When to ask the user before a tool call runs.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
-)]
-#[serde(rename_all = "kebab-case")]
-#[clap(rename_all = "kebab-case")]
-pub enum ApprovalPolicy {
-    /// Ask for file edits and for commands not on the read-only safe list.
-    #[default]
-    Ask,
-    /// File edits run without asking; commands off the safe list ask.
-    AutoEdit,
-    /// Everything runs without asking (commands stay inside the sandbox).
-    FullAuto,
-    /// Never ask: whatever would need a human is declined and the model is told why.
-    Never,
-}
-
-impl ApprovalPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApprovalPolicy::Ask => "ask",
-            ApprovalPolicy::AutoEdit => "auto-edit",
-            ApprovalPolicy::FullAuto => "full-auto",
-            ApprovalPolicy::Never => "never",
-        }
-    }
-}
+use crate::protocol::ApprovalPolicy;
 
 /// The outcome for one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,59 +17,62 @@ pub enum Decision {
     Decline(String),
 }
 
-/// The `[approval]` config section: `policy = "ask"`, `allow = ["cargo test", "npm run"]`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ApprovalSettings {
-    pub policy: Option<ApprovalPolicy>,
-    pub allow: Vec<String>,
-}
+/// Interpreters whose first argument may be code (`-c`, `-e`) or a script: "don't ask again"
+/// remembers the script, never the bare interpreter.
+const INTERPRETERS: &[&str] = &[
+    "python", "python3", "node", "bash", "sh", "zsh", "ruby", "perl", "deno", "bun",
+];
 
-impl ApprovalSettings {
-    /// The allowed prefixes, parsed; entries that don't parse are returned as errors naming
-    /// them (for a config warning) and left out.
-    pub fn allow_prefixes(&self) -> (Vec<Vec<String>>, Vec<String>) {
-        let mut ok = Vec::new();
-        let mut bad = Vec::new();
-        for p in &self.allow {
-            match parse_prefix(p) {
-                Some(words) => ok.push(words),
-                None => bad.push(format!(
-                    "[approval] allow entry {p:?} is empty or has unbalanced quotes"
-                )),
-            }
-        }
-        (ok, bad)
+/// The argv prefix offered for "yes, don't ask again" on a command — exactly what the user is
+/// shown and what is remembered. The program plus its subcommand for tools that have them
+/// (`cargo test`, `npm run build`, `git commit`, `python3 -m pytest`), an interpreter with its
+/// script (`python3 build.py`), else the program. `None` where no prefix is narrow enough: a
+/// compound command (`cd x && rm -rf y`), an interpreter running inline code (`python3 -c …`).
+pub fn remember_prefix(command: &str, argv: &[String]) -> Option<Vec<String>> {
+    if ["&&", "||", ";", "|", "`", "$(", ">", "<", "\n", "&"]
+        .iter()
+        .any(|op| command.contains(op))
+    {
+        return None;
     }
-}
-
-/// The prefix to offer for "don't ask again" on a command: the program plus its subcommand
-/// for tools that have them (`cargo test`, `npm run build`, `git commit`), else the program.
-pub fn suggest_prefix(argv: &[String]) -> Vec<String> {
-    let Some(program) = argv.first() else {
-        return Vec::new();
+    let parsed;
+    let argv = if argv.is_empty() {
+        parsed = shlex::split(command)?;
+        &parsed[..]
+    } else {
+        argv
     };
+    let program = argv.first()?;
     let name = program.rsplit('/').next().unwrap_or(program);
+    let arg = |i: usize| argv.get(i).map(String::as_str);
     let words = match name {
-        "npm" | "pnpm" | "yarn" | "bun" if argv.get(1).is_some_and(|a| a == "run") => 3,
-        "python" | "python3" if argv.get(1).is_some_and(|a| a == "-m") => 3,
-        "cargo" | "npm" | "pnpm" | "yarn" | "bun" | "git" | "go" | "make" | "docker"
-        | "kubectl" | "uv" | "poetry" | "pip" | "pip3" | "npx" | "dotnet" | "mvn" | "gradle" => 2,
+        "python" | "python3" if arg(1) == Some("-m") => 3,
+        "npm" | "pnpm" | "yarn" | "bun" if arg(1) == Some("run") => 3,
+        _ if INTERPRETERS.contains(&name) => {
+            // The script, by name; inline code or flags first remember nothing.
+            return match arg(1) {
+                Some(script) if !script.starts_with('-') => {
+                    Some(vec![program.clone(), script.to_string()])
+                }
+                _ => None,
+            };
+        }
+        "cargo" | "npm" | "pnpm" | "yarn" | "git" | "go" | "make" | "docker" | "kubectl" | "uv"
+        | "poetry" | "pip" | "pip3" | "npx" | "dotnet" | "mvn" | "gradle" | "rustup" | "apt"
+        | "brew" => 2,
         _ => 1,
     };
     let python_module = words == 3 && name.starts_with("python");
-    argv.iter()
+    let prefix: Vec<String> = argv
+        .iter()
         .take(words)
         .enumerate()
-        .take_while(|(i, a)| !a.starts_with('-') || (python_module && *i == 1))
+        .take_while(|(i, a)| {
+            (!a.starts_with('-') && !a.contains('/') || *i == 0) || (python_module && *i == 1)
+        })
         .map(|(_, a)| a.clone())
-        .collect()
-}
-
-/// Parses a configured prefix such as `"cargo test"` into words (shell quoting allowed).
-/// `None` for an empty or unparsable prefix.
-pub fn parse_prefix(prefix: &str) -> Option<Vec<String>> {
-    shlex::split(prefix).filter(|w| !w.is_empty())
+        .collect();
+    Some(prefix)
 }
 
 /// Decides a call. `allowed` are the user's configured prefixes, `session` the prefixes
@@ -460,7 +434,7 @@ mod tests {
     }
 
     fn prefixes(list: &[&str]) -> Vec<Vec<String>> {
-        list.iter().filter_map(|p| parse_prefix(p)).collect()
+        list.iter().filter_map(|p| shlex::split(p)).collect()
     }
 
     #[test]
@@ -575,36 +549,44 @@ mod tests {
     }
 
     #[test]
-    fn suggested_prefixes() {
-        let s = |c: &str| suggest_prefix(&shlex::split(c).unwrap_or_default()).join(" ");
-        assert_eq!(s("cargo test -q"), "cargo test");
-        assert_eq!(s("npm run build --watch"), "npm run build");
-        assert_eq!(s("python3 -m pytest tests"), "python3 -m pytest");
-        assert_eq!(s("make -j4"), "make");
-        assert_eq!(s("./build.sh all"), "./build.sh");
-        assert_eq!(s(""), "");
-    }
-
-    #[test]
-    fn settings_parse_from_toml() {
-        let s: ApprovalSettings =
-            toml::from_str("policy = \"auto-edit\"\nallow = [\"cargo test\", \"'\"]").unwrap();
-        assert_eq!(s.policy, Some(AutoEdit));
-        let (ok, bad) = s.allow_prefixes();
-        assert_eq!(ok, vec![vec!["cargo".to_string(), "test".to_string()]]);
-        assert_eq!(bad.len(), 1);
+    fn remembered_prefixes_are_as_narrow_as_what_was_shown() {
+        let s = |c: &str| remember_prefix(c, &[]).map(|p| p.join(" "));
+        let some = |t: &str| Some(t.to_string());
+        assert_eq!(s("cargo test -q"), some("cargo test"));
+        assert_eq!(s("git status --short"), some("git status"));
+        assert_eq!(s("npm run build --watch"), some("npm run build"));
+        assert_eq!(s("python3 -m pytest tests"), some("python3 -m pytest"));
+        assert_eq!(s("make -j4"), some("make"));
+        assert_eq!(s("ls -la /tmp"), some("ls"));
+        assert_eq!(s("./build.sh all"), some("./build.sh"));
+        // An interpreter is remembered with its script, never alone.
+        assert_eq!(s("python3 script.py"), some("python3 script.py"));
+        assert_eq!(s("python3 -c 'import os'"), None);
+        assert_eq!(s("bash -c 'rm -rf ~'"), None);
+        assert_eq!(s("node"), None);
+        // Compound commands approve far more than their first words.
+        assert_eq!(s("cd x && rm -rf y"), None);
+        assert_eq!(s("git log | sh"), None);
+        assert_eq!(s(""), None);
+        // A prefix offered for one command does not cover another interpreter use.
+        let prefix = remember_prefix("python3 script.py", &[]).unwrap();
+        assert!(!command_is_auto_approved(
+            "python3 -c 'print(1)'",
+            &[],
+            &[prefix]
+        ));
     }
 
     #[test]
     fn policies_parse_in_kebab_case() {
-        use clap::ValueEnum;
+        use std::str::FromStr;
         for (s, p) in [
             ("ask", Ask),
             ("auto-edit", AutoEdit),
             ("full-auto", FullAuto),
             ("never", Never),
         ] {
-            assert_eq!(ApprovalPolicy::from_str(s, false), Ok(p));
+            assert_eq!(ApprovalPolicy::from_str(s), Ok(p));
             assert_eq!(serde_json::to_value(p).unwrap(), serde_json::json!(s));
         }
     }

@@ -9,7 +9,7 @@ use git2::{DiffFormat, DiffOptions, Index, IndexAddOption, Repository, Signature
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::backend::ToolSpec;
+use crate::protocol::ToolSpec;
 use crate::tool::call::{cap_text, into_result, parse_args, run_blocking};
 use crate::tool::path::resolve;
 use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};

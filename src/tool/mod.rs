@@ -13,7 +13,7 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::ToolSpec;
+use crate::protocol::ToolSpec;
 use crate::protocol::{EventSink, PlanItem, ToolStatus};
 
 pub mod call;
@@ -27,7 +27,6 @@ pub mod path;
 pub mod plan;
 pub mod registry;
 pub mod search;
-pub mod undo_cli;
 
 /// What a call needs before it may run, decided by the tool from its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]

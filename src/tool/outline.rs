@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tree_sitter::{Node, Parser};
 
-use crate::backend::ToolSpec;
+use crate::protocol::ToolSpec;
 use crate::tool::call::{cap_text, into_result, parse_args, run_blocking};
 use crate::tool::path::{display_relative, resolve};
 use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};

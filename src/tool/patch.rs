@@ -10,8 +10,8 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::backend::ToolSpec;
 use crate::protocol::Event;
+use crate::protocol::ToolSpec;
 use crate::tool::call::{into_result, parse_args, run_blocking};
 use crate::tool::diff::unified_diff_moved;
 use crate::tool::fs::{

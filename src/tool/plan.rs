@@ -5,7 +5,7 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::backend::ToolSpec;
+use crate::protocol::ToolSpec;
 use crate::protocol::{Event, PlanItem, PlanStatus};
 use crate::tool::call::parse_args;
 use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};

@@ -10,7 +10,7 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::backend::ToolSpec;
+use crate::protocol::ToolSpec;
 use crate::tool::call::{clip_line, into_result, parse_args, run_blocking};
 use crate::tool::path::{display_relative, resolve};
 use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};

@@ -12,44 +12,6 @@ pub struct PendingApproval {
     pub scroll: usize,
 }
 
-/// Programs whose first argument is a subcommand: "don't ask again" covers `git status`, not all
-/// of `git`.
-const SUBCOMMAND_TOOLS: &[&str] = &[
-    "git", "cargo", "npm", "pnpm", "yarn", "go", "docker", "kubectl", "pip", "pip3", "uv", "make",
-    "poetry", "rustup", "apt", "brew", "dotnet", "gradle", "mvn", "bun", "deno", "python",
-    "python3",
-];
-
-/// The argv prefix that "yes, don't ask again" approves: the program, plus its subcommand for
-/// tools like git or cargo (`python -m pytest` keeps the module too).
-pub fn approval_prefix(argv: &[String]) -> Vec<String> {
-    let Some(program) = argv.first() else {
-        return Vec::new();
-    };
-    let base = program.rsplit('/').next().unwrap_or(program);
-    let mut prefix = vec![program.clone()];
-    if SUBCOMMAND_TOOLS.contains(&base)
-        && let Some(sub) = argv.get(1)
-    {
-        if sub == "-m" {
-            if let Some(module) = argv.get(2) {
-                prefix.push(sub.clone());
-                prefix.push(module.clone());
-            }
-        } else if !sub.starts_with('-') && !sub.contains('/') && !sub.contains('.') {
-            prefix.push(sub.clone());
-        }
-    }
-    prefix
-}
-
-/// Shell syntax that chains, pipes, redirects or substitutes commands.
-fn is_compound(command: &str) -> bool {
-    ["&&", "||", ";", "|", "`", "$(", ">", "<", "\n", "&"]
-        .iter()
-        .any(|op| command.contains(op))
-}
-
 impl PendingApproval {
     pub fn new(call_id: String, request: ApprovalRequest) -> PendingApproval {
         PendingApproval {
@@ -60,21 +22,11 @@ impl PendingApproval {
         }
     }
 
-    /// "Yes, and don't ask again" exists for simple commands only: an edit has no prefix to
-    /// remember, and for a compound shell command (`cd x && rm -rf y`) the first words would
-    /// approve far more than what was shown.
+    /// The prefix "yes, and don't ask again" remembers, as the core offered it (`None`: the
+    /// option is not offered, e.g. for an edit or a compound command).
     pub fn prefix(&self) -> Option<Vec<String>> {
         match &self.request {
-            ApprovalRequest::Command { command, .. } if is_compound(command) => None,
-            ApprovalRequest::Command { argv, command, .. } => {
-                let argv = if argv.is_empty() {
-                    shlex::split(command).unwrap_or_default()
-                } else {
-                    argv.clone()
-                };
-                let prefix = approval_prefix(&argv);
-                (!prefix.is_empty()).then_some(prefix)
-            }
+            ApprovalRequest::Command { remember, .. } => remember.clone(),
             ApprovalRequest::Edit { .. } => None,
         }
     }
@@ -106,30 +58,12 @@ mod tests {
     }
 
     #[test]
-    fn prefixes_keep_subcommands_of_multi_command_tools() {
-        assert_eq!(
-            approval_prefix(&argv("git status --short")),
-            argv("git status")
-        );
-        assert_eq!(
-            approval_prefix(&argv("cargo test --lib x")),
-            argv("cargo test")
-        );
-        assert_eq!(approval_prefix(&argv("ls -la /tmp")), argv("ls"));
-        assert_eq!(
-            approval_prefix(&argv("python3 -m pytest -q")),
-            argv("python3 -m pytest")
-        );
-        assert_eq!(approval_prefix(&argv("python3 script.py")), argv("python3"));
-        assert!(approval_prefix(&[]).is_empty());
-    }
-
-    #[test]
     fn keys_map_to_decisions() {
         let req = ApprovalRequest::Command {
             command: "git push origin".into(),
             argv: vec![],
             cwd: "/w".into(),
+            remember: Some(argv("git push")),
         };
         let mut p = PendingApproval::new("c1".into(), req);
         assert_eq!(p.decision_for_key('y'), Some(ApprovalDecision::Approve));
@@ -146,6 +80,7 @@ mod tests {
             command: "cd src && rm -rf build".into(),
             argv: vec![],
             cwd: "/w".into(),
+            remember: None,
         };
         let mut p = PendingApproval::new("c3".into(), compound);
         assert_eq!(

@@ -17,11 +17,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use baton::agent::{AgentConfig, ApprovalPolicy, DEFAULT_SYSTEM_PROMPT, spawn_agent};
+use baton::agent::{AgentConfig, DEFAULT_SYSTEM_PROMPT, spawn_agent};
 use baton::backend::remote::RemoteBackend;
-use baton::backend::{ChatBackend, ChatMessage, ChatRequest, collect};
-use baton::config::Mode;
+use baton::backend::{ChatBackend, ChatRequest, collect};
 use baton::mol::{self, Profile, ProfileNames, Timeline, with_identity};
+use baton::protocol::ApprovalPolicy;
+use baton::protocol::ChatMessage;
+use baton::protocol::Mode;
 use baton::protocol::{Event, Hop, Op};
 use baton::session::SessionFile;
 use mock_engine::{MockEngine, MockReply, RecordedRequest};

@@ -10,8 +10,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use baton::protocol::SandboxMode;
 use baton::protocol::{Event, EventSink};
-use baton::sandbox::{SandboxMode, SandboxPolicy, Session, probe, sandboxed_command};
+use baton::sandbox::{SandboxPolicy, Session, probe, sandboxed_command};
 use baton::tool::shell::{ShellConfig, shell_tools};
 use baton::tool::{ToolContext, ToolState};
 use serde_json::json;

@@ -16,15 +16,17 @@ use serde_json::{Map, Value as Json};
 use tokio::sync::mpsc;
 
 use crate::backend::{
-    BackendError, ChatBackend, ChatCompletion, ChatDelta, ChatMessage, ChatRequest, ChatStream,
-    Constraint, FinishReason, ModelInfo, ReasoningEffort, Role, ToolCall,
+    BackendError, ChatBackend, ChatCompletion, ChatDelta, ChatRequest, ChatStream, Constraint,
+    FinishReason, ModelInfo,
 };
+use crate::protocol::{ChatMessage, ReasoningEffort, Role, ToolCall};
 pub mod pyjson;
 pub mod template;
 pub mod toolparse;
 
 use crate::engine::tokenizer::Tokenizer;
-use crate::engine::{DeviceChoice, Engine, FinishKind, GenerateRequest, SamplingParams};
+use crate::engine::{Engine, FinishKind, GenerateRequest, SamplingParams};
+use crate::protocol::DeviceChoice;
 use crate::protocol::{Hop, TokenUsage};
 use template::{ChatTemplate, TemplateInput, messages_to_json, tools_to_json};
 use toolparse::{OutputEvent, OutputParser};

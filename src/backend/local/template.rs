@@ -14,7 +14,7 @@ use minijinja::{Environment, ErrorKind};
 use serde_json::{Map, Value as Json, json};
 
 use super::pyjson::{self, PyJsonStyle};
-use crate::backend::{ChatMessage, Role, ToolSpec};
+use crate::protocol::{ChatMessage, Role, ToolSpec};
 
 /// A chat-template failure, naming the file or the render step and the reason.
 #[derive(Debug, thiserror::Error)]

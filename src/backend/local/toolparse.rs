@@ -12,7 +12,7 @@
 use rand::Rng;
 use serde_json::Value as Json;
 
-use crate::backend::ToolCall;
+use crate::protocol::ToolCall;
 
 const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";

@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::wire;
-use crate::backend::{ChatDelta, ChatMessage, FinishReason, Role, ToolCall};
+use crate::backend::{ChatDelta, FinishReason};
 use crate::protocol::TokenUsage;
+use crate::protocol::{ChatMessage, Role, ToolCall};
 
 /// Why a chunk could not be folded in.
 #[derive(Debug, Clone, PartialEq, Eq)]

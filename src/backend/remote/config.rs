@@ -3,18 +3,7 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-/// How the route hop's choice constraint is spelled for the engine.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum ConstraintDialect {
-    /// vLLM: `structured_outputs: {choice: [...]}` (what the reference sends).
-    #[default]
-    Vllm,
-    /// SGLang: `regex: "(L0|L1|L2|L3)"`.
-    Sglang,
-}
+use crate::protocol::RouteConstraint;
 
 /// Everything the remote backend needs. Build it with `RemoteBackend::builder`.
 #[derive(Clone)]
@@ -37,7 +26,7 @@ pub struct RemoteConfig {
     pub backoff_max: Duration,
     /// Largest `Retry-After` honoured; longer waits are cut to this.
     pub retry_after_cap: Duration,
-    pub dialect: ConstraintDialect,
+    pub dialect: RouteConstraint,
 }
 
 impl std::fmt::Debug for RemoteConfig {
@@ -67,7 +56,7 @@ impl RemoteConfig {
             backoff_base: Duration::from_millis(500),
             backoff_max: Duration::from_secs(8),
             retry_after_cap: Duration::from_secs(30),
-            dialect: ConstraintDialect::Vllm,
+            dialect: RouteConstraint::Choice,
         }
     }
 }

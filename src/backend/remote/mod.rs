@@ -3,10 +3,11 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use baton::backend::remote::{ConstraintDialect, RemoteBackend};
+//! use baton::backend::remote::RemoteBackend;
+//! use baton::protocol::RouteConstraint;
 //! let backend = RemoteBackend::builder("http://127.0.0.1:8000/v1")
 //!     .api_key(std::env::var("BATON_API_KEY").ok())
-//!     .dialect(ConstraintDialect::Vllm)
+//!     .dialect(RouteConstraint::Choice)
 //!     .build()?;
 //! let models = backend.probe().await?;
 //! # Ok(()) }
@@ -33,7 +34,9 @@ use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
 use serde_json::Value;
 
-pub use config::{ConstraintDialect, RemoteConfig, RemoteConfigError};
+pub use config::{RemoteConfig, RemoteConfigError};
+
+use crate::protocol::RouteConstraint;
 pub use retry::RetryNotice;
 
 use self::assemble::{ChunkError, StreamAssembler};
@@ -92,7 +95,7 @@ impl RemoteBackendBuilder {
         self.config.retry_after_cap = cap;
         self
     }
-    pub fn dialect(mut self, dialect: ConstraintDialect) -> Self {
+    pub fn dialect(mut self, dialect: RouteConstraint) -> Self {
         self.config.dialect = dialect;
         self
     }

@@ -3,17 +3,16 @@
 
 use serde_json::{Map, Value, json};
 
-use super::config::ConstraintDialect;
-use crate::backend::{
-    ChatMessage, ChatRequest, Constraint, FinishReason, ModelInfo, ReasoningEffort, Role, ToolCall,
-};
+use crate::backend::{ChatRequest, Constraint, FinishReason, ModelInfo};
+use crate::protocol::RouteConstraint;
+use crate::protocol::{ChatMessage, ReasoningEffort, Role, ToolCall};
 use crate::protocol::{Hop, TokenUsage};
 
 /// The JSON body of `POST /v1/chat/completions` for `req`.
 ///
 /// Optional fields are sent only when set, so the engine's defaults apply otherwise. Key order
 /// follows the reference (§3 for the route hop), which makes captured bodies easy to compare.
-pub fn request_body(req: &ChatRequest, dialect: ConstraintDialect) -> Value {
+pub fn request_body(req: &ChatRequest, dialect: RouteConstraint) -> Value {
     let route = req.hop == Hop::Route;
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
@@ -90,10 +89,10 @@ pub fn request_body(req: &ChatRequest, dialect: ConstraintDialect) -> Value {
     }
     if let Some(Constraint::Choice { options }) = &req.constraint {
         match dialect {
-            ConstraintDialect::Vllm => {
+            RouteConstraint::Choice => {
                 body.insert("structured_outputs".into(), json!({ "choice": options }));
             }
-            ConstraintDialect::Sglang => {
+            RouteConstraint::Regex => {
                 body.insert("regex".into(), json!(choice_regex(options)));
             }
         }
@@ -331,7 +330,8 @@ pub fn parse_models(body: &Value) -> Result<Vec<ModelInfo>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{Sampling, ToolSpec};
+    use crate::backend::Sampling;
+    use crate::protocol::ToolSpec;
 
     fn route_request() -> ChatRequest {
         ChatRequest {
@@ -360,7 +360,7 @@ mod tests {
 
     #[test]
     fn route_body_matches_the_reference_key_for_key() {
-        let body = request_body(&route_request(), ConstraintDialect::Vllm);
+        let body = request_body(&route_request(), RouteConstraint::Choice);
         let expected = json!({
             "model": "L0",
             "messages": [
@@ -385,7 +385,7 @@ mod tests {
 
     #[test]
     fn sglang_dialect_sends_an_escaped_regex() {
-        let body = request_body(&route_request(), ConstraintDialect::Sglang);
+        let body = request_body(&route_request(), RouteConstraint::Regex);
         assert_eq!(body["regex"], "(L0|L1|L2|L3)");
         assert!(body.get("structured_outputs").is_none());
         let odd = ["a.b", "c|d", "(e)"].map(String::from);
@@ -428,7 +428,7 @@ mod tests {
         req.max_tokens = Some(4096);
         req.enable_thinking = Some(true);
         req.reasoning_effort = Some(ReasoningEffort::High);
-        let body = request_body(&req, ConstraintDialect::Vllm);
+        let body = request_body(&req, RouteConstraint::Choice);
         assert_eq!(
             body,
             json!({
@@ -458,7 +458,7 @@ mod tests {
         );
         let plain = request_body(
             &ChatRequest::new("L1", vec![ChatMessage::user("x")], Hop::Answer),
-            ConstraintDialect::Vllm,
+            RouteConstraint::Choice,
         );
         assert_eq!(
             plain,

@@ -14,40 +14,9 @@
 pub mod cpu;
 pub mod cuda;
 
-use std::fmt;
-
 use super::error::EngineError;
 
-/// Which device the user asked for.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    clap::ValueEnum,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum DeviceChoice {
-    /// CUDA when built and present, else the CPU.
-    #[default]
-    Auto,
-    Cpu,
-    Cuda,
-}
-
-impl fmt::Display for DeviceChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            DeviceChoice::Auto => "auto",
-            DeviceChoice::Cpu => "cpu",
-            DeviceChoice::Cuda => "cuda",
-        })
-    }
-}
+use crate::protocol::DeviceChoice;
 
 /// Attention geometry, the same for every layer of a model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::{
     LineEnding, UnreadPolicy, check_fresh, find_all, line_of, read_existing, write_change,
 };
-use crate::backend::ToolSpec;
+use crate::protocol::ToolSpec;
 use crate::tool::call::{cap_text, clip_line, into_result, parse_args, run_blocking};
 use crate::tool::diff::{line_counts, unified_diff};
 use crate::tool::path::resolve_for_write;

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{BINARY_SAMPLE, invalid_utf8_bytes, looks_binary, record_stamp};
-use crate::backend::ToolSpec;
+use crate::protocol::ToolSpec;
 use crate::tool::call::{clip_line, into_result, parse_args, run_blocking};
 use crate::tool::path::resolve;
 use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};

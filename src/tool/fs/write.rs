@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{LineEnding, UnreadPolicy, check_fresh, read_existing, write_change};
-use crate::backend::ToolSpec;
+use crate::protocol::ToolSpec;
 use crate::tool::call::{into_result, parse_args, run_blocking};
 use crate::tool::diff::{line_counts, unified_diff};
 use crate::tool::path::resolve_for_write;

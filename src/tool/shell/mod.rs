@@ -16,9 +16,10 @@ use serde_json::{Value, json};
 
 pub use session::{Ending, MAX_SESSIONS, SessionTable, ShellSession, Snapshot};
 
-use crate::backend::ToolSpec;
+use crate::protocol::SandboxMode;
+use crate::protocol::ToolSpec;
 use crate::protocol::ToolStatus;
-use crate::sandbox::{SandboxMode, SandboxPolicy};
+use crate::sandbox::SandboxPolicy;
 use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};
 
 /// Exit code reported for a command killed at its timeout (as `timeout(1)` does).

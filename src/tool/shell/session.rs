@@ -453,7 +453,7 @@ fn spawn_reader(mut reader: std::fs::File, state: Arc<Mutex<State>>, tx: Arc<wat
 }
 
 fn sandbox_limits(policy: &SandboxPolicy) -> Option<String> {
-    use crate::sandbox::SandboxMode;
+    use crate::protocol::SandboxMode;
     let writes = match policy.mode {
         SandboxMode::Off => return None,
         SandboxMode::ReadOnly => "only temp dirs are writable".to_string(),

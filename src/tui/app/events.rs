@@ -323,7 +323,7 @@ impl App {
                 self.push_notice(NoticeLevel::Info, title, body);
             }
             Event::Warning { message } => self.push_notice(NoticeLevel::Warning, message, vec![]),
-            Event::Error { message, hop } => {
+            Event::Error { message, kind, hop } => {
                 let mut body = Vec::new();
                 if let Some(h) = hop {
                     if !message.contains(h.as_str()) {
@@ -339,7 +339,7 @@ impl App {
                         self.status.phase = Phase::Idle;
                     }
                 }
-                if let Some(a) = advice_for(&message, &self.opts.endpoint) {
+                if let Some(a) = advice_for(kind, &self.opts.endpoint, self.opts.mode == "mol") {
                     body.push(a);
                 }
                 self.push_notice(NoticeLevel::Error, message, body);

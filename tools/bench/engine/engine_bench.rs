@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use baton::engine::{DeviceChoice, Engine, GenerateRequest, SamplingParams};
+use baton::engine::{Engine, GenerateRequest, SamplingParams};
+use baton::protocol::DeviceChoice;
 
 /// Counts heap allocations, to check that a decode step allocates nothing.
 struct Counting;

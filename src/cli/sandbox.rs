@@ -5,9 +5,8 @@
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 
-use super::launch::Session;
-use super::policy::{SandboxMode, SandboxPolicy};
-use super::{probe, sandboxed_command};
+use crate::protocol::SandboxMode;
+use crate::sandbox::{SandboxPolicy, Session, probe, sandboxed_command};
 
 /// Arguments of `baton sandbox`.
 #[derive(Debug, Clone, clap::Args)]

@@ -3,11 +3,11 @@
 
 use std::path::PathBuf;
 
-use super::isolation::{Isolation, IsolationChoice, IsolationKind};
-use super::job::{self, JobConfig, JobReport};
-use super::report;
-use super::task::{self, Loaded};
-use super::trial::{AgentKind, BatonOptions, TrialSettings};
+use crate::eval::isolation::{Isolation, IsolationChoice, IsolationKind};
+use crate::eval::job::{self, JobConfig, JobReport};
+use crate::eval::report;
+use crate::eval::task::{self, Loaded};
+use crate::eval::trial::{AgentKind, BatonOptions, TrialSettings};
 
 /// Run Terminal-Bench / Harbor format tasks and score an agent on them.
 #[derive(Debug, Clone, clap::Args)]

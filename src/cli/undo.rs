@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::checkpoint::{list_checkpoints, undo};
+use crate::tool::checkpoint::{list_checkpoints, undo};
 
 /// Arguments of `baton undo`.
 #[derive(Debug, Clone, clap::Args)]

@@ -1,8 +1,19 @@
-//! The one protocol between the agent core and every frontend: `Op` goes in, `Event` comes out.
+//! The ground floor: the one protocol between the agent core and every frontend (`Op` goes in,
+//! `Event` comes out) and the types that more than one layer names — chat messages and tool
+//! schemas, the run options, error kinds and exit codes.
 //!
-//! This module holds only types. The TUI, the headless `--exec` runner and the tests are all
-//! clients of it. `Event` serializes to the stable `--exec --json` schema (docs/events.md):
-//! one JSON object a line, tagged by `type`, names in snake_case.
+//! This module holds only types and imports nothing else of the crate. The TUI, the headless
+//! `--exec` runner and the tests are all clients of it. `Event` serializes to the stable
+//! `--exec --json` schema (docs/events.md): one JSON object a line, tagged by `type`, names in
+//! snake_case.
+
+mod chat;
+mod error;
+mod options;
+
+pub use chat::{ChatMessage, ReasoningEffort, Role, ToolCall, ToolSpec};
+pub use error::{ErrorKind, exit};
+pub use options::{ApprovalPolicy, Choice, DeviceChoice, Mode, RouteConstraint, SandboxMode};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -90,7 +101,7 @@ impl std::fmt::Display for Hop {
 pub enum RouteDecision {
     /// L0 produced a valid label.
     Model,
-    /// The route hop failed or gave garbage; the fallback rule chose (B1).
+    /// The route hop failed or gave garbage; the fallback rule chose.
     Fallback,
     /// The user pinned an expert (`--expert`, `/expert`).
     Pinned,
@@ -156,6 +167,9 @@ pub enum ApprovalRequest {
         command: String,
         argv: Vec<String>,
         cwd: String,
+        /// What "yes, don't ask again" would remember, exactly; `None` when not offered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        remember: Option<Vec<String>>,
     },
     /// A file change, shown as a unified diff.
     Edit { path: String, diff: String },
@@ -325,7 +339,7 @@ pub enum Event {
         task_id: u64,
         latency_ms: u64,
         tokens: u64,
-        /// An empty summary is recorded but never injected (B4).
+        /// An empty summary is recorded but never injected.
         empty: bool,
     },
     /// Token use of the last request and the context use of the active expert.
@@ -353,6 +367,8 @@ pub enum Event {
     },
     Error {
         message: String,
+        /// What kind of failure, for programs (hints, retries, exit codes).
+        kind: ErrorKind,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         hop: Option<Hop>,
     },
@@ -367,6 +383,27 @@ pub enum Event {
         usage: TokenUsage,
     },
     ShutdownComplete,
+}
+
+/// What a frontend shows about the agent it drives: what it talks to and under which policy.
+/// Made once by the builder; the `Event::Session` of a run says the same for event readers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentInfo {
+    pub session_id: String,
+    pub session_file: std::path::PathBuf,
+    /// The endpoint URL, or `local:ROOT`.
+    pub backend: String,
+    pub endpoint: Option<String>,
+    pub mode: Mode,
+    pub model: Option<String>,
+    /// The local engine's device (`cpu (2 threads)`, a GPU name), `None` for a remote backend.
+    pub device: Option<String>,
+    /// The profile folder, or `built-in`.
+    pub profile: String,
+    pub sandbox: SandboxMode,
+    pub approval: ApprovalPolicy,
+    pub workspace: std::path::PathBuf,
+    pub session_dir: std::path::PathBuf,
 }
 
 /// A running agent core as a frontend sees it: ops go in, events come out.

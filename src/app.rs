@@ -1,0 +1,240 @@
+//! The one builder: turns a resolved `Config` into a running agent core plus the facts a
+//! frontend shows (backend, device, profile, sandbox, session). The command line calls it and
+//! hands the result to a frontend (TUI, line REPL, `--exec`); no frontend assembles an agent.
+//! Every failure here is a setup problem (exit 2) with a message that says what to do.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::agent::{AgentConfig, DEFAULT_SYSTEM_PROMPT};
+use crate::backend::ChatBackend;
+use crate::config::Config;
+use crate::mol::{Profile, ProfileNames};
+use crate::protocol::{AgentHandle, AgentInfo, ApprovalPolicy, ErrorKind, Mode};
+use crate::session::{Restored, SessionFile};
+
+/// Shown when there is nothing to talk to.
+pub const NO_BACKEND_HELP: &str = "\
+no model to talk to. Point baton at an OpenAI-compatible server with
+`--endpoint http://HOST:PORT/v1` (or `endpoint = \"…\"` in the user config file, or
+BATON_ENDPOINT); the API key is read from $BATON_API_KEY. A MoL engine serving L0–L3 works as
+is (--mode mol); for a routing proxy use --mode proxy --model NAME, for any other model
+--mode single --model NAME. To run a local model instead, use --local ROOT (a folder with
+base/ and loras/L0..L3). `baton doctor` checks the result.";
+
+/// Why an agent could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("{}", NO_BACKEND_HELP)]
+    NoBackend,
+    #[error("--mode {0} needs a model name: pass --model NAME (or `model` in config.toml)")]
+    ModelNameNeeded(Mode),
+    #[error("local engine at {root}: {message}")]
+    LocalEngine { root: PathBuf, message: String },
+    #[error("{0}")]
+    Endpoint(String),
+    #[error("system_prompt {path}: cannot read: {source}")]
+    SystemPrompt {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Profile(#[from] crate::mol::profile::ProfileError),
+    #[error(transparent)]
+    Session(#[from] crate::session::SessionError),
+}
+
+impl SetupError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SetupError::LocalEngine { .. } => ErrorKind::Engine,
+            SetupError::Session(_) | SetupError::SystemPrompt { .. } => ErrorKind::Io,
+            _ => ErrorKind::Config,
+        }
+    }
+}
+
+/// Who the agent runs for: decides the default approval policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Frontend {
+    /// A person at a terminal (TUI, line REPL): ask before acting.
+    Interactive,
+    /// `--exec`, eval trials: nobody to ask, so whatever needs a human is declined.
+    Headless,
+}
+
+/// The model backend the configuration names, and the device notice of a local engine.
+pub fn build_backend(
+    config: &Config,
+) -> Result<(Arc<dyn ChatBackend>, Option<String>), SetupError> {
+    if let Some(root) = &config.local {
+        let backend =
+            crate::backend::local::LocalBackend::open(root, config.device).map_err(|e| {
+                SetupError::LocalEngine {
+                    root: root.clone(),
+                    message: format!("{e:#}"),
+                }
+            })?;
+        let device = Some(backend.device_name().to_string());
+        if let Some(notice) = backend.device_notice() {
+            eprintln!("baton: {notice}");
+        }
+        return Ok((Arc::new(backend), device));
+    }
+    let Some(endpoint) = &config.endpoint else {
+        return Err(SetupError::NoBackend);
+    };
+    if config.mode != Mode::Mol && config.model.is_none() {
+        return Err(SetupError::ModelNameNeeded(config.mode));
+    }
+    crate::backend::remote::RemoteBackend::builder(endpoint.clone())
+        .api_key(config.api_key())
+        .dialect(config.route_constraint)
+        .build()
+        .map(|b| (Arc::new(b) as Arc<dyn ChatBackend>, None))
+        .map_err(|e| SetupError::Endpoint(e.to_string()))
+}
+
+/// The experts' system prompt: the configured file, else the built-in one; then the project
+/// instructions (AGENTS.md files) for the workspace.
+pub fn system_prompt(config: &Config) -> Result<String, SetupError> {
+    let mut prompt = match &config.system_prompt {
+        Some(path) => std::fs::read_to_string(path).map_err(|source| SetupError::SystemPrompt {
+            path: path.clone(),
+            source,
+        })?,
+        None => DEFAULT_SYSTEM_PROMPT.to_string(),
+    };
+    let instructions = project_instructions(config);
+    if !instructions.text.is_empty() {
+        prompt = format!("{}\n\n{}", prompt.trim_end(), instructions.text);
+    }
+    Ok(prompt)
+}
+
+/// AGENTS.md (or CLAUDE.md) files from the repository root down to the workspace, plus the
+/// user's own in the user config folder.
+pub fn project_instructions(config: &Config) -> crate::agent::instructions::ProjectInstructions {
+    let user_dir = dirs::config_dir().map(|d| d.join("baton"));
+    crate::agent::instructions::discover(&config.workspace, user_dir.as_deref())
+}
+
+/// The MoL profile: the configured folder, else the built-in default.
+pub fn profile(config: &Config) -> Result<Profile, SetupError> {
+    match &config.profile {
+        Some(dir) => Ok(Profile::load(dir, &ProfileNames::default())?),
+        None => Ok(Profile::builtin(&ProfileNames::default())),
+    }
+}
+
+/// The approval policy in force: the configured one, else the frontend's default.
+pub fn approval_policy(config: &Config, frontend: Frontend) -> ApprovalPolicy {
+    config.approval.unwrap_or(match frontend {
+        Frontend::Interactive => ApprovalPolicy::Ask,
+        Frontend::Headless => ApprovalPolicy::Never,
+    })
+}
+
+pub fn agent_config(config: &Config, frontend: Frontend) -> Result<AgentConfig, SetupError> {
+    Ok(AgentConfig {
+        mode: config.mode,
+        model: config.model.clone(),
+        pinned: config.expert,
+        reasoning: config.reasoning,
+        approval: approval_policy(config, frontend),
+        allowed_commands: config
+            .allow
+            .iter()
+            .filter_map(|p| crate::config::command_prefix(p))
+            .collect(),
+        headless: frontend == Frontend::Headless,
+        max_round_trips: config.max_turns,
+        system_prompt: system_prompt(config)?,
+        profile: profile(config)?,
+        workspace: config.workspace.clone(),
+        session_dir: config.session_dir.clone(),
+        temperature: config.temperature,
+        top_p: config.top_p,
+        seed: config.seed,
+        max_tokens: config.max_tokens,
+        context_window: config.context_window,
+        compact_at: config.compact_at,
+    })
+}
+
+/// Creates a new session file, or opens `resume` (an id, a prefix, or `last`).
+pub fn open_session(
+    config: &Config,
+    backend: &dyn ChatBackend,
+    resume: Option<&str>,
+) -> Result<(SessionFile, Option<Restored>), SetupError> {
+    Ok(match resume {
+        Some(id) => {
+            let (file, restored) =
+                SessionFile::resume(&config.session_dir, id, Some(&config.workspace))?;
+            (file, Some(restored))
+        }
+        None => (
+            SessionFile::create(
+                &config.session_dir,
+                config.mode.as_str(),
+                &backend.describe(),
+                &config.workspace,
+            )?,
+            None,
+        ),
+    })
+}
+
+/// The tools offered to the model: files, search, outline, git, plan, and the sandboxed shell.
+pub fn tool_registry(config: &Config) -> crate::tool::ToolRegistry {
+    let mut registry = crate::tool::registry::standard_tools();
+    let defaults = crate::tool::shell::ShellConfig::default();
+    let shell = crate::tool::shell::ShellConfig {
+        sandbox: config.sandbox,
+        network: config.network,
+        writable: config.writable.clone(),
+        max_processes: config.max_processes.unwrap_or(defaults.max_processes),
+        ..defaults
+    };
+    for tool in crate::tool::shell::shell_tools(shell) {
+        registry.register(tool);
+    }
+    match &config.tools {
+        Some(names) => registry.only(names),
+        None => registry,
+    }
+}
+
+/// Builds everything from the configuration and starts the agent core on the current tokio
+/// runtime: the entry point for every frontend. `resume` is a session id, a unique prefix, or
+/// `last`.
+pub fn start(
+    config: &Config,
+    frontend: Frontend,
+    resume: Option<&str>,
+) -> Result<(AgentHandle, AgentInfo), SetupError> {
+    let (backend, device) = build_backend(config)?;
+    let agent = agent_config(config, frontend)?;
+    let (file, restored) = open_session(config, backend.as_ref(), resume)?;
+    let info = AgentInfo {
+        session_id: file.id.clone(),
+        session_file: file.path.clone(),
+        backend: backend.describe(),
+        endpoint: config.endpoint.clone(),
+        mode: config.mode,
+        model: config.model.clone(),
+        device,
+        profile: config
+            .profile
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "built-in".into()),
+        sandbox: config.sandbox,
+        approval: agent.approval,
+        workspace: config.workspace.clone(),
+        session_dir: config.session_dir.clone(),
+    };
+    let handle = crate::agent::spawn_agent(agent, backend, tool_registry(config), file, restored);
+    Ok((handle, info))
+}
