@@ -1,8 +1,14 @@
 //! baton: a terminal coding agent on a Mixture-of-LoRA model.
 //!
-//! Layers (see docs/architecture in the README): frontends (`tui`, `exec`, `eval`) → `agent` →
-//! `mol` → `backend` → `engine`; `agent` → `tool` → `sandbox`. Nothing below knows about anything
-//! above it.
+//! The layer map is docs/architecture.md (enforced by tests/architecture.rs): `cli` dispatches
+//! to the frontends (`tui`, `exec`, `eval`), which drive an agent built by `app` through the
+//! types of `protocol`; below them `agent` → `mol` → `backend` → `engine`, and `agent` → `tool`
+//! → `sandbox`. Nothing below knows about anything above it.
+
+#![cfg_attr(
+    test,
+    allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)
+)]
 
 pub mod agent;
 pub mod app;

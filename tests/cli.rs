@@ -1,6 +1,8 @@
 //! The command line without a model: flags, configuration layers and their errors, help,
 //! completions, `sessions` and `doctor` (against the mock engine on loopback).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 mod support;
 
 use std::path::PathBuf;

@@ -9,6 +9,8 @@
 //! 4 per message. Real tokenizers average 3.5–4 bytes per token on code and English, so this
 //! over-counts; the mock reports the same figure as `usage.prompt_tokens`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 mod support;
 
 use std::path::Path;

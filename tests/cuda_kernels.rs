@@ -5,6 +5,8 @@
 //! tools/gpu-check.sh sets it): each kernel against the CPU device, and the model on CUDA
 //! against the HF+PEFT golden logits and greedy tokens of tests/fixtures/tiny-qwen3.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 #[path = "support/golden.rs"]
 mod golden;
 

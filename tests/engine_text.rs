@@ -1,6 +1,8 @@
 //! The text side of the local engine against the fixture's golden data: tokenizer ids and
 //! decoded text, chat-template renderings, streaming detokenization, tool-call parsing.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 use std::path::{Path, PathBuf};
 
 use baton::backend::local::template::{ChatTemplate, TemplateInput};
@@ -571,7 +573,7 @@ mod local_backend {
     use baton::backend::local::LocalBackend;
     use baton::backend::local::toolparse::{OutputEvent, OutputParser};
     use baton::backend::{
-        BackendError, ChatBackend, ChatDelta, ChatRequest, Constraint, FinishReason, collect,
+        BackendError, ChatBackend, ChatDelta, ChatRequest, Constraint, FinishReason, complete,
     };
     use baton::protocol::ChatMessage;
     use baton::protocol::DeviceChoice;
@@ -641,11 +643,9 @@ mod local_backend {
         let g = golden();
         let route = &g["prompts"]["route"];
         for (model, golden_name) in [("L0", "L0"), ("L1", "L1"), ("L3", "L3"), ("base", "base")] {
-            let stream = backend
-                .chat(route_request(model))
+            let done = complete(&backend, route_request(model))
                 .await
-                .expect("request accepted");
-            let done = collect(stream).await.expect("route completes");
+                .expect("route completes");
             let want = route["by_adapter"][golden_name]["constrained_label"]
                 .as_str()
                 .unwrap();
@@ -692,9 +692,7 @@ mod local_backend {
         assert!(done.ttft.is_some() && done.ttft.unwrap() <= done.latency);
 
         // The same conversation again on the same adapter: its prompt comes from the cache.
-        let again = collect(backend.chat(chat_request("L2", 4)).await.unwrap())
-            .await
-            .unwrap();
+        let again = complete(&backend, chat_request("L2", 4)).await.unwrap();
         let cached = again.usage.unwrap().cached_tokens.unwrap_or(0);
         assert!(cached > 0, "prefix reuse on the second request");
     }
@@ -707,9 +705,7 @@ mod local_backend {
         let mut req = chat_request("L1", 6);
         let mut previous_prompt = 0;
         for step in 0..3 {
-            let done = collect(backend.chat(req.clone()).await.unwrap())
-                .await
-                .unwrap();
+            let done = complete(&backend, req.clone()).await.unwrap();
             let usage = done.usage.unwrap();
             if step > 0 {
                 let cached = usage.cached_tokens.unwrap_or(0);
@@ -740,7 +736,7 @@ mod local_backend {
         let cut = full.find(&stop).unwrap();
         let mut req = chat_request("base", 16);
         req.sampling.stop = vec![stop.clone()];
-        let done = collect(backend.chat(req).await.unwrap()).await.unwrap();
+        let done = complete(&backend, req).await.unwrap();
         assert_eq!(
             done.message.content,
             full[..cut].trim_end(),
@@ -789,8 +785,8 @@ mod local_backend {
 
 mod engine_cli {
     use super::*;
+    use baton::backend::complete;
     use baton::backend::local::LocalBackend;
-    use baton::backend::{ChatBackend, collect};
     use baton::cli::engine::{EngineArgs, GenerateArgs, RouteArgs, generate_report, route_report};
     use baton::mol::profile::{Profile, ProfileNames};
     use baton::protocol::DeviceChoice;
@@ -952,9 +948,7 @@ mod engine_cli {
         let req = baton::mol::route::route_request(&profile, text);
         let backend = LocalBackend::open(&root, DeviceChoice::Cpu).unwrap();
         let runtime = tokio::runtime::Runtime::new().unwrap();
-        let done = runtime
-            .block_on(async { collect(backend.chat(req).await?).await })
-            .unwrap();
+        let done = runtime.block_on(complete(&backend, req)).unwrap();
         assert_eq!(done.message.content, report.label);
         assert_eq!(
             done.usage.unwrap().prompt_tokens as usize,
@@ -972,7 +966,7 @@ mod engine_cli {
 
 mod mol_hops {
     use super::*;
-    use baton::backend::collect;
+    use baton::backend::complete;
     use baton::backend::local::LocalBackend;
     use baton::mol::answer::{AnswerOptions, ReasoningWire, answer_request};
     use baton::mol::profile::{Profile, ProfileNames};
@@ -1013,13 +1007,7 @@ mod mol_hops {
             &opts,
             ReasoningWire::HarnessMapping,
         );
-        let answer = collect(
-            baton::backend::ChatBackend::chat(&backend, req)
-                .await
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+        let answer = complete(&backend, req).await.unwrap();
         assert_eq!(answer.usage.unwrap().completion_tokens, 8);
 
         let mut timeline = Timeline::new();

@@ -2,6 +2,8 @@
 //! tools/tbench suite under the oracle (100%) and nop (0%) agents, the `cmd:` agent with a
 //! baton-style event stream, reward file variants, timeouts and the plain-folder fallback.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 mod support;
 
 use std::path::{Path, PathBuf};

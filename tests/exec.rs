@@ -2,6 +2,8 @@
 //! Covers the MoL loop's wire shapes (route, answer, summary), stickiness, fallbacks, modes,
 //! resume across runs, limits and the JSON event stream.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 mod support;
 
 use std::path::{Path, PathBuf};

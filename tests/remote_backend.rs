@@ -1,6 +1,8 @@
 //! The remote backend against the in-process mock engine: wire shapes, streaming, errors,
 //! retries, timeouts and cancellation, all on loopback.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 mod support;
 
 use std::sync::{Arc, Mutex};

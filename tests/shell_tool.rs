@@ -3,6 +3,8 @@
 //! session limit, capped output for 100 MB, binary output, and escape sequences that must
 //! never reach the model or the UI.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 #[path = "support/outside.rs"]
 mod outside;
 

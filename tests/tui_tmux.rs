@@ -3,6 +3,8 @@
 //! status line, approves a command in the modal, runs /undo (the file comes back), quits with
 //! Ctrl+C twice, and checks the terminal was restored and the conversation printed.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 mod support;
 
 use std::path::Path;

@@ -250,11 +250,18 @@ pub async fn complete(
     backend: &dyn ChatBackend,
     req: ChatRequest,
 ) -> Result<ChatCompletion, BackendError> {
-    collect(backend.chat(req).await?).await
+    let hop = req.hop;
+    let stream = backend.chat(req).await?;
+    collect(stream, hop, &backend.describe()).await
 }
 
-/// Drains a stream and returns its completion (for callers that need no deltas).
-pub async fn collect(mut stream: ChatStream) -> Result<ChatCompletion, BackendError> {
+/// Drains a stream and returns its completion (for callers that need no deltas). `hop` and
+/// `url` name the request in the error of a stream that ends without a completion.
+pub async fn collect(
+    mut stream: ChatStream,
+    hop: Hop,
+    url: &str,
+) -> Result<ChatCompletion, BackendError> {
     use futures_util::StreamExt;
     while let Some(item) = stream.next().await {
         if let ChatDelta::Completed(done) = item? {
@@ -262,8 +269,43 @@ pub async fn collect(mut stream: ChatStream) -> Result<ChatCompletion, BackendEr
         }
     }
     Err(BackendError::Protocol {
-        hop: Hop::Answer,
-        url: String::new(),
+        hop,
+        url: url.to_string(),
         message: "the response stream ended without a completion".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend whose streams end before their completion.
+    struct Truncating;
+
+    impl ChatBackend for Truncating {
+        fn chat(&self, _req: ChatRequest) -> BoxFuture<'_, Result<ChatStream, BackendError>> {
+            Box::pin(async {
+                let items: Vec<Result<ChatDelta, BackendError>> =
+                    vec![Ok(ChatDelta::Text("partial".into()))];
+                Ok(Box::pin(futures_util::stream::iter(items)) as ChatStream)
+            })
+        }
+        fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, BackendError>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+        fn describe(&self) -> String {
+            "http://127.0.0.1:9/v1".into()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_without_completion_names_its_hop_and_server() {
+        let req = ChatRequest::new("L2", vec![ChatMessage::user("hi")], Hop::Summary);
+        let err = complete(&Truncating, req).await.unwrap_err();
+        assert_eq!(err.hop(), Hop::Summary);
+        assert_eq!(err.kind(), ErrorKind::BadResponse);
+        let text = err.to_string();
+        assert!(text.starts_with("summary hop"), "{text}");
+        assert!(text.contains("http://127.0.0.1:9/v1"), "{text}");
+    }
 }

@@ -1,5 +1,9 @@
 //! The command line: clap definitions and dispatch to the frontends and subcommands.
 
+// The subcommands (`doctor`, `sessions`, `engine`, `undo`, …) own stdout: their output is the
+// product.
+#![allow(clippy::print_stdout)]
+
 mod args;
 mod choices;
 mod doctor;

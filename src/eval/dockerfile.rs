@@ -101,10 +101,10 @@ fn translate_inner(
                     return Err(at("COPY --from needs a multi-stage Docker build".into()));
                 }
                 let paths: Vec<&String> = words.iter().filter(|w| !w.starts_with("--")).collect();
-                if paths.len() < 2 {
+                let Some((dest, sources)) = paths.split_last().filter(|(_, s)| !s.is_empty())
+                else {
                     return Err(at(format!("{word} needs a source and a destination")));
-                }
-                let (dest, sources) = paths.split_last().expect("len >= 2");
+                };
                 let dest = if dest.starts_with('/') {
                     dest.to_string()
                 } else {

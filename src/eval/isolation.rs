@@ -392,6 +392,10 @@ const SANDBOX_PATHS: &[&str] = &[
     "/environment",
 ];
 
+#[allow(
+    clippy::expect_used,
+    reason = "every alternative is escaped: the pattern is fixed"
+)]
 static SANDBOX_PATH_RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
     let alternatives: Vec<String> = SANDBOX_PATHS.iter().map(|p| regex::escape(p)).collect();
     regex::Regex::new(&format!(r"(^|[^\w./~-])({})\b", alternatives.join("|")))

@@ -185,10 +185,9 @@ pub fn parse_pytest(output: &str) -> Option<BTreeMap<String, String>> {
                 .any(|w| t.contains(w))
     })?;
     let count = |word: &str| -> usize {
-        regex::Regex::new(&format!(r"(\d+) {word}"))
-            .expect("static regex")
-            .captures(line)
-            .and_then(|c| c[1].parse().ok())
+        regex::Regex::new(&format!(r"(\d+) {}", regex::escape(word)))
+            .ok()
+            .and_then(|re| re.captures(line).and_then(|c| c[1].parse().ok()))
             .unwrap_or(0)
     };
     for (word, status) in [

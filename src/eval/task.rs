@@ -228,6 +228,10 @@ fn toml_env(
 
 /// Harbor's `${VAR}` templating in env values, resolved from the host environment.
 fn expand_host_vars(value: &str) -> String {
+    #[allow(
+        clippy::expect_used,
+        reason = "a literal pattern, exercised by the tests"
+    )]
     let re = regex::Regex::new(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}").expect("static regex");
     re.replace_all(value, |c: &regex::Captures| {
         std::env::var(&c[1]).unwrap_or_default()

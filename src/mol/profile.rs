@@ -110,6 +110,10 @@ impl Profile {
     }
 
     /// baton's own default profile, written by this project (src/mol/default_profile/).
+    #[allow(
+        clippy::expect_used,
+        reason = "the built-in texts are fixed and tested"
+    )]
     pub fn builtin(names: &ProfileNames) -> Profile {
         let texts: BTreeMap<&str, String> = [
             ("lora.md", include_str!("default_profile/lora.md")),

@@ -8,6 +8,8 @@
 //! Options (env): GREP_BENCH_FILES (default 50000), GREP_BENCH_RUNS (default 5),
 //! GREP_BENCH_DIR (reuse/generate the tree there instead of a temp dir).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};

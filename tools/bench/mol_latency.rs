@@ -10,6 +10,8 @@
 //! CPU time per turn (the agent's thread only; the mock engine runs on other threads) and the
 //! CPU time and peak RSS of one real `baton --exec` process.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 #[path = "../../tests/support/mock_engine.rs"]
 mod mock_engine;
 
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use baton::agent::{AgentConfig, DEFAULT_SYSTEM_PROMPT, spawn_agent};
 use baton::backend::remote::RemoteBackend;
-use baton::backend::{ChatBackend, ChatRequest, collect};
+use baton::backend::{ChatBackend, ChatRequest, complete};
 use baton::mol::{self, Profile, ProfileNames, Timeline, with_identity};
 use baton::protocol::ApprovalPolicy;
 use baton::protocol::ChatMessage;
@@ -141,15 +143,9 @@ async fn reference_turns(url: &str) -> Vec<Duration> {
         let routed = mol::route(&backend, &profile, &text, None).await;
         let id = timeline.open(routed.expert, text);
         let view = timeline.view(routed.expert, &head);
-        let answer = collect(
-            backend
-                .chat(ChatRequest::new(
-                    profile.adapter(routed.expert),
-                    view,
-                    Hop::Answer,
-                ))
-                .await
-                .expect("answer"),
+        let answer = complete(
+            &backend,
+            ChatRequest::new(profile.adapter(routed.expert), view, Hop::Answer),
         )
         .await
         .expect("answer");

@@ -6,6 +6,8 @@
 //! 2. a command printing 100 MB through the shell tool vs `cat` of the same 100 MB to /dev/null:
 //!    wall time (target < 2×) and this process's peak RSS growth (target < 64 MB).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

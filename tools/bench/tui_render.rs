@@ -4,6 +4,8 @@
 //! the same process — a frame of an empty transcript — as an absolute time and as a ratio, so
 //! machine noise shows up in both.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -33,6 +33,17 @@ use toolparse::{OutputEvent, OutputParser};
 
 /// The model's text side, shared by the backend and the engine CLI: tokenizer, chat template
 /// and the ids that end a turn.
+/// Why a local model folder could not be opened (each names the file at fault).
+#[derive(Debug, thiserror::Error)]
+pub enum LocalOpenError {
+    #[error(transparent)]
+    Tokenizer(#[from] crate::engine::tokenizer::TokenizerError),
+    #[error(transparent)]
+    Template(#[from] template::TemplateError),
+    #[error(transparent)]
+    Engine(#[from] crate::engine::EngineError),
+}
+
 pub struct ModelText {
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
@@ -42,7 +53,7 @@ pub struct ModelText {
 
 impl ModelText {
     /// Loads `ROOT/base/tokenizer.json` and the chat template of `ROOT/base`.
-    pub fn load(root: &Path) -> anyhow::Result<ModelText> {
+    pub fn load(root: &Path) -> Result<ModelText, LocalOpenError> {
         let base = root.join("base");
         let tokenizer = Tokenizer::from_file(&base.join("tokenizer.json"))?;
         let template = ChatTemplate::load(&base)?;
@@ -115,7 +126,7 @@ impl LocalBackend {
     }
 
     /// Loads the model, its adapters, tokenizer and chat template from `root`.
-    pub fn open(root: &Path, device: DeviceChoice) -> anyhow::Result<LocalBackend> {
+    pub fn open(root: &Path, device: DeviceChoice) -> Result<LocalBackend, LocalOpenError> {
         let text = ModelText::load(root)?;
         let engine = Engine::load(root, device)?;
         let on_cuda = engine.device_name().to_lowercase().contains("cuda");

@@ -6,6 +6,8 @@
 //! (`--dump DIR`: write the last-position logits of a 16-token prompt, base and adapter, as raw
 //! little-endian f32 to DIR/base.f32 and DIR/adapter.f32.)
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};

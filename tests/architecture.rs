@@ -1,0 +1,275 @@
+//! The layer map of docs/architecture.md, enforced: reads every file of `src/` and fails on any
+//! reference to a module that the map does not let that layer see (a `use` that points up the
+//! layers, or from one frontend into another).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Each top-level module of `src/` and what it may name with `crate::`. The order is the layer
+/// order, bottom first; a module may only see modules listed before it (checked below), so the
+/// map itself has no cycles.
+const LAYERS: &[(&str, &[&str])] = &[
+    // The ground floor: types only.
+    ("protocol", &[]),
+    // The engine is self-contained; from the ground floor it takes the device choice.
+    ("engine", &["protocol"]),
+    ("config", &["protocol"]),
+    ("session", &["protocol"]),
+    ("sandbox", &["protocol"]),
+    ("backend", &["protocol", "engine"]),
+    // Tools never reach a model.
+    ("tool", &["protocol", "config", "session", "sandbox"]),
+    ("mol", &["protocol", "config", "session", "backend"]),
+    (
+        "agent",
+        &["protocol", "config", "session", "backend", "mol", "tool"],
+    ),
+    // The one builder.
+    (
+        "app",
+        &[
+            "protocol", "config", "session", "engine", "backend", "sandbox", "tool", "mol", "agent",
+        ],
+    ),
+    // Frontends: the protocol, their options, saved sessions; never each other.
+    ("exec", &["protocol", "config", "session"]),
+    ("tui", &["protocol", "config", "session"]),
+    ("eval", &["protocol", "config", "session"]),
+    // The command line parses and dispatches: it may see everything.
+    (
+        "cli",
+        &[
+            "protocol", "engine", "config", "session", "sandbox", "backend", "tool", "mol",
+            "agent", "app", "exec", "tui", "eval",
+        ],
+    ),
+];
+
+fn src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a file belongs to (`src/agent/turn.rs` → `agent`, `src/app.rs` → `app`).
+fn owner(file: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src_dir()).ok()?;
+    let first = rel.components().next()?.as_os_str().to_str()?;
+    let name = first.strip_suffix(".rs").unwrap_or(first);
+    (!matches!(name, "lib" | "main")).then(|| name.to_string())
+}
+
+/// The code of a file without comments and string literals, so doc examples and messages that
+/// mention a path do not count as references.
+fn code_only(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let b: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            '/' if b.get(i + 1) == Some(&'/') => {
+                while i < b.len() && b[i] != '\n' {
+                    i += 1;
+                }
+            }
+            '/' if b.get(i + 1) == Some(&'*') => {
+                i += 2;
+                while i + 1 < b.len() && !(b[i] == '*' && b[i + 1] == '/') {
+                    i += 1;
+                }
+                i += 2;
+            }
+            'r' if matches!(b.get(i + 1), Some('"') | Some('#'))
+                && (i == 0 || !(b[i - 1].is_alphanumeric() || b[i - 1] == '_')) =>
+            {
+                // A raw string: r"…", r#"…"#.
+                let mut j = i + 1;
+                let mut hashes = 0;
+                while b.get(j) == Some(&'#') {
+                    hashes += 1;
+                    j += 1;
+                }
+                if b.get(j) != Some(&'"') {
+                    out.push(b[i]);
+                    i += 1;
+                    continue;
+                }
+                j += 1;
+                loop {
+                    if j >= b.len() {
+                        break;
+                    }
+                    if b[j] == '"' && (0..hashes).all(|h| b.get(j + 1 + h) == Some(&'#')) {
+                        j += 1 + hashes;
+                        break;
+                    }
+                    j += 1;
+                }
+                i = j;
+                out.push_str("\"\"");
+            }
+            '"' => {
+                i += 1;
+                while i < b.len() && b[i] != '"' {
+                    if b[i] == '\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                i += 1;
+                out.push_str("\"\"");
+            }
+            '\'' if b.get(i + 2) == Some(&'\'') || b.get(i + 1) == Some(&'\\') => {
+                // A char literal ('"', '\n'); lifetimes ('a) are left alone.
+                let mut j = i + 1;
+                if b.get(j) == Some(&'\\') {
+                    j += 1;
+                }
+                while j < b.len() && b[j] != '\'' {
+                    j += 1;
+                }
+                i = j + 1;
+                out.push_str("' '");
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Every top-level module named after `crate::`, including inside `crate::{a, b::c}` groups.
+fn referenced_modules(code: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut rest = code;
+    while let Some(pos) = rest.find("crate::") {
+        let preceded_by_ident = rest[..pos]
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':');
+        rest = &rest[pos + "crate::".len()..];
+        if preceded_by_ident {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            // Top-level names of the group, at brace depth 0.
+            let mut depth = 0;
+            let mut start = true;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => start = true,
+                    c if c.is_whitespace() => {}
+                    _ if start && depth == 0 => {
+                        found.insert(ident(&group[i..]));
+                        start = false;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            found.insert(ident(rest));
+        }
+    }
+    found.retain(|m| !m.is_empty() && m != "self");
+    found
+}
+
+/// All references that break the map: (file, module it names).
+fn violations() -> Vec<(String, String)> {
+    let allowed: BTreeMap<&str, &[&str]> = LAYERS.iter().copied().collect();
+    let mut files = Vec::new();
+    rust_files(&src_dir(), &mut files);
+    files.sort();
+    let mut bad = Vec::new();
+    for file in files {
+        let Some(module) = owner(&file) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&file).expect("read source");
+        let rel = file
+            .strip_prefix(src_dir())
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        let Some(may_see) = allowed.get(module.as_str()) else {
+            bad.push((rel, format!("module `{module}` is not on the layer map")));
+            continue;
+        };
+        for target in referenced_modules(&code_only(&text)) {
+            if target != module && !may_see.contains(&target.as_str()) {
+                bad.push((rel.clone(), target));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn no_module_reaches_up_or_across_the_layer_map() {
+    let bad = violations();
+    assert!(
+        bad.is_empty(),
+        "{} reference(s) break the layer map (docs/architecture.md):\n{}",
+        bad.len(),
+        bad.iter()
+            .map(|(file, target)| format!("  src/{file} -> crate::{target}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+#[test]
+fn the_layer_map_has_no_cycles_and_covers_every_module() {
+    for (i, (module, may_see)) in LAYERS.iter().enumerate() {
+        let below: Vec<&str> = LAYERS[..i].iter().map(|(m, _)| *m).collect();
+        for dep in *may_see {
+            assert!(
+                below.contains(dep),
+                "`{module}` may see `{dep}`, which is not below it"
+            );
+        }
+    }
+    let mut top_level = BTreeSet::new();
+    for entry in std::fs::read_dir(src_dir()).expect("read src") {
+        let path = entry.expect("dir entry").path();
+        if let Some(m) = owner(&path) {
+            top_level.insert(m);
+        }
+    }
+    let mapped: BTreeSet<String> = LAYERS.iter().map(|(m, _)| m.to_string()).collect();
+    assert_eq!(top_level, mapped, "every module of src/ is on the map");
+}
+
+#[test]
+fn the_scanner_sees_grouped_and_inline_references_but_not_comments_or_strings() {
+    let code = code_only(
+        "use crate::{agent::X, tool};\n// crate::tui\nlet s = \"crate::exec\";\nfn f() { crate::mol::route(); }\n/* crate::eval */ let c = '\"'; crate::cli::x();",
+    );
+    let found = referenced_modules(&code);
+    let want: BTreeSet<String> = ["agent", "tool", "mol", "cli"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(found, want);
+}
