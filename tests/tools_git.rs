@@ -617,3 +617,24 @@ fn workspace_diff_prints_what_the_git_command_line_prints() {
     );
     assert_eq!(ours, cli);
 }
+
+#[test]
+fn workspace_diff_text_is_capped_but_the_file_list_is_complete() {
+    let r = repo();
+    r.write("a_small.txt", "small\n");
+    r.write(
+        "big.txt",
+        "a line of an enormous generated file\n".repeat(250_000),
+    );
+    r.write("z_after.txt", "after\n");
+    let (files, diff) = git::workspace_diff(&r.root).unwrap();
+    assert_eq!(files.len(), 3, "{files:?}");
+    assert!(diff.len() < 9 << 20, "{} bytes", diff.len());
+    assert!(diff.contains("+small\n"));
+    assert!(!diff.contains("+after\n"));
+    assert!(
+        diff.ends_with("\n[diff cut at 8 MiB; 3 files changed in all]\n"),
+        "{}",
+        &diff[diff.len() - 200..]
+    );
+}
