@@ -265,6 +265,45 @@ async fn ctrl_c_interrupts_a_running_sleep() {
 }
 
 #[tokio::test]
+async fn the_command_gets_its_own_controlling_pty_and_no_other_descriptors() {
+    let h = harness();
+    // Another session holds its PTY open meanwhile: the new command must not inherit it.
+    let other = h
+        .call("shell", json!({"command": "sleep 5", "yield_ms": 100}))
+        .await;
+    let other = session_id(&other);
+    let r = h
+        .call(
+            "shell",
+            json!({"command": "tty; stty size; : < /dev/tty && echo controlling; \
+                for f in /proc/$$/fd/*; do echo \"fd $(readlink $f)\"; done"}),
+        )
+        .await;
+    assert_eq!(r.exit_code, Some(0), "{}", r.content);
+    let tty = r
+        .content
+        .lines()
+        .find(|l| l.starts_with("/dev/pts/"))
+        .unwrap_or_else(|| panic!("no tty in {}", r.content));
+    assert!(r.content.contains("48 160\n"), "{}", r.content);
+    assert!(r.content.contains("controlling\n"), "{}", r.content);
+    // Descriptors baton itself inherited without close-on-exec are not this test's business;
+    // terminals are: only its own PTY, never a master or another command's slave.
+    let fds: Vec<&str> = r.content.lines().filter(|l| l.starts_with("fd ")).collect();
+    assert!(fds.len() >= 3, "{}", r.content);
+    for fd in &fds {
+        let terminal = fd.contains("/dev/pts/") || fd.contains("ptmx");
+        assert!(
+            !terminal || fd.ends_with(tty),
+            "inherited {fd}: {}",
+            r.content
+        );
+    }
+    h.call("poll", json!({"session_id": other, "kill": true}))
+        .await;
+}
+
+#[tokio::test]
 async fn at_most_sixteen_sessions_and_kill_all() {
     let h = harness();
     for _ in 0..MAX_SESSIONS {

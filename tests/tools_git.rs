@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use baton::cli::undo::{UndoArgs, run as run_undo};
-use baton::protocol::{EventSink, ToolStatus};
+use baton::protocol::{ChangedFile, Event, EventSink, FileChange, ToolStatus};
 use baton::tool::checkpoint::{self, CheckpointError};
+use baton::tool::git;
 use baton::tool::registry::standard_tools;
 use baton::tool::{ApprovalNeed, ToolContext, ToolResult, ToolState};
 use git2::{Repository, Signature};
@@ -429,4 +430,213 @@ fn undo_keeps_ignored_files_even_when_the_turn_changed_gitignore() {
     let report = checkpoint::undo(&r.root).unwrap();
     assert!(report.removed.is_empty(), "{report:?}");
     assert_eq!(r.snapshot(), before);
+}
+
+fn change_of(files: &[ChangedFile], path: &str) -> Option<FileChange> {
+    files.iter().find(|f| f.path == path).map(|f| f.change)
+}
+
+#[test]
+fn workspace_diff_shows_staged_unstaged_deleted_binary_and_untracked_changes() {
+    let r = repo();
+    r.write("keep.txt", "same\n");
+    r.write("edit.txt", "old line\n");
+    r.write("staged.txt", "before\n");
+    r.write("gone.txt", "bye\n");
+    r.write("blob.bin", [0u8, 1, 2, 3, 0, 255]);
+    r.write(
+        "moved_from.txt",
+        "a file long enough\nto be found\nas a rename\n",
+    );
+    r.write(".gitignore", "*.log\n");
+    r.commit_all("base");
+    let (files, diff) = git::workspace_diff(&r.root).unwrap();
+    assert!(files.is_empty() && diff.is_empty(), "{files:?} {diff}");
+
+    r.write("edit.txt", "new line\n");
+    r.write("staged.txt", "after\n");
+    std::fs::remove_file(r.root.join("gone.txt")).unwrap();
+    r.write("blob.bin", [0u8, 9, 9, 9, 0, 255]);
+    r.write("fresh/new.txt", "brand new\n");
+    r.write("fresh/pic.bin", [0u8, 0, 7]);
+    r.write("noise.log", "ignored\n");
+    std::fs::rename(r.root.join("moved_from.txt"), r.root.join("moved_to.txt")).unwrap();
+    let mut index = r.repo.index().unwrap();
+    index.add_path(Path::new("staged.txt")).unwrap();
+    index.remove_path(Path::new("moved_from.txt")).unwrap();
+    index.add_path(Path::new("moved_to.txt")).unwrap();
+    index.write().unwrap();
+
+    let (files, diff) = git::workspace_diff(&r.root).unwrap();
+    let expect = [
+        ("edit.txt", FileChange::Modified),
+        ("staged.txt", FileChange::Modified),
+        ("gone.txt", FileChange::Deleted),
+        ("blob.bin", FileChange::Modified),
+        ("moved_to.txt", FileChange::Renamed),
+        ("fresh/new.txt", FileChange::Untracked),
+        ("fresh/pic.bin", FileChange::Untracked),
+    ];
+    for (path, change) in expect {
+        assert_eq!(change_of(&files, path), Some(change), "{path}: {files:?}");
+    }
+    assert_eq!(files.len(), expect.len(), "{files:?}");
+    let renamed = files.iter().find(|f| f.path == "moved_to.txt").unwrap();
+    assert_eq!(renamed.old_path.as_deref(), Some("moved_from.txt"));
+    // Tracked changes first, untracked files last, as the file list says.
+    let untracked_at = files.iter().position(|f| f.change == FileChange::Untracked);
+    assert_eq!(untracked_at, Some(5), "{files:?}");
+    for needle in [
+        "diff --git a/edit.txt b/edit.txt",
+        "-old line\n",
+        "+new line\n",
+        "-before\n",
+        "+after\n",
+        "deleted file mode 100644",
+        "-bye\n",
+        "Binary files a/blob.bin and b/blob.bin differ",
+        "rename from moved_from.txt\nrename to moved_to.txt",
+        "new file mode 100644",
+        "+++ b/fresh/new.txt",
+        "+brand new\n",
+        "Binary files /dev/null and b/fresh/pic.bin differ",
+    ] {
+        assert!(diff.contains(needle), "missing {needle:?} in:\n{diff}");
+    }
+    assert!(diff.find("+new line") < diff.find("+brand new"), "{diff}");
+    for absent in ["keep.txt", "noise.log", ".gitignore"] {
+        assert!(!diff.contains(absent), "{absent} in:\n{diff}");
+    }
+
+    // The same, seen from a subdirectory of the repository: paths stay repository-relative.
+    let (sub_files, sub_diff) = git::workspace_diff(&r.root.join("fresh")).unwrap();
+    assert_eq!(sub_files, files);
+    assert_eq!(sub_diff, diff);
+}
+
+#[test]
+fn workspace_diff_in_a_repository_with_no_commits_compares_with_the_empty_tree() {
+    let r = repo();
+    r.write("staged.txt", "first\n");
+    r.write("loose.txt", "second\n");
+    let mut index = r.repo.index().unwrap();
+    index.add_path(Path::new("staged.txt")).unwrap();
+    index.write().unwrap();
+    let (files, diff) = git::workspace_diff(&r.root).unwrap();
+    assert_eq!(change_of(&files, "staged.txt"), Some(FileChange::Added));
+    assert_eq!(change_of(&files, "loose.txt"), Some(FileChange::Untracked));
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert!(
+        diff.contains("+first\n") && diff.contains("+second\n"),
+        "{diff}"
+    );
+}
+
+#[test]
+fn workspace_diff_outside_a_repository_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = git::workspace_diff(dir.path()).unwrap_err();
+    assert!(err.contains("not a git repository"), "{err}");
+    assert!(err.contains(&dir.path().display().to_string()), "{err}");
+    let missing = dir.path().join("no/such/dir");
+    assert!(git::workspace_diff(&missing).is_err());
+    match git::workspace_diff_event(dir.path()) {
+        Event::WorkspaceDiff { files, diff, error } => {
+            assert!(files.is_empty() && diff.is_empty());
+            assert!(error.is_some_and(|e| e.contains("not a git repository")));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn workspace_diff_event_serializes_in_snake_case() {
+    let r = repo();
+    r.write("a.txt", "x\n");
+    let event = git::workspace_diff_event(&r.root);
+    let v = serde_json::to_value(&event).unwrap();
+    assert_eq!(v["type"], "workspace_diff");
+    assert_eq!(v["files"][0]["path"], "a.txt");
+    assert_eq!(v["files"][0]["change"], "untracked");
+    assert!(v["files"][0].get("old_path").is_none(), "{v}");
+    assert!(v.get("error").is_none(), "{v}");
+    assert!(v["diff"].as_str().unwrap().contains("+x\n"), "{v}");
+}
+
+/// `/diff` used to be `git diff HEAD` plus `git diff --no-index /dev/null FILE` per untracked
+/// file; the git2 version must print the same bytes (checked where git is installed).
+#[test]
+fn workspace_diff_prints_what_the_git_command_line_prints() {
+    let r = repo();
+    r.write("edit.txt", "old line\nctx\n");
+    r.write("staged.txt", "before\n");
+    r.write("gone.txt", "bye\n");
+    r.write("blob.bin", [0u8, 1, 2, 3, 0, 255]);
+    r.write(
+        "moved_from.txt",
+        "a file long enough\nto be found\nas a rename\n",
+    );
+    r.write("no_newline.txt", "no newline");
+    r.commit_all("base");
+    r.write("edit.txt", "new line\nctx\n");
+    r.write("no_newline.txt", "no newline either");
+    r.write("staged.txt", "after\n");
+    std::fs::remove_file(r.root.join("gone.txt")).unwrap();
+    r.write("blob.bin", [0u8, 9, 9, 9, 0, 255]);
+    r.write("fresh/new.txt", "brand new\n");
+    r.write("fresh/pic.bin", [0u8, 0, 7]);
+    std::fs::rename(r.root.join("moved_from.txt"), r.root.join("moved_to.txt")).unwrap();
+    let mut index = r.repo.index().unwrap();
+    index.add_path(Path::new("staged.txt")).unwrap();
+    index.remove_path(Path::new("moved_from.txt")).unwrap();
+    index.add_path(Path::new("moved_to.txt")).unwrap();
+    index.write().unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(&r.root)
+            .args(args)
+            // The user's own git settings (noprefix, renames off, abbrev) are not the point.
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let Some(mut cli) = run(&["diff", "--no-color", "--no-ext-diff", "HEAD"]) else {
+        eprintln!("no git command here: nothing to compare with");
+        return;
+    };
+    let untracked = run(&["ls-files", "--others", "--exclude-standard", "-z"]).unwrap();
+    for file in untracked.split('\0').filter(|f| !f.is_empty()) {
+        let args = ["diff", "--no-color", "--no-ext-diff", "--no-index", "--"];
+        cli.push_str(&run(&[&args[..], &["/dev/null", file]].concat()).unwrap());
+    }
+    let (_, ours) = git::workspace_diff(&r.root).unwrap();
+    assert!(
+        cli.contains("rename from") && cli.contains("+brand new"),
+        "{cli}"
+    );
+    assert_eq!(ours, cli);
+}
+
+#[test]
+fn workspace_diff_text_is_capped_but_the_file_list_is_complete() {
+    let r = repo();
+    r.write("a_small.txt", "small\n");
+    r.write(
+        "big.txt",
+        "a line of an enormous generated file\n".repeat(250_000),
+    );
+    r.write("z_after.txt", "after\n");
+    let (files, diff) = git::workspace_diff(&r.root).unwrap();
+    assert_eq!(files.len(), 3, "{files:?}");
+    assert!(diff.len() < 9 << 20, "{} bytes", diff.len());
+    assert!(diff.contains("+small\n"));
+    assert!(!diff.contains("+after\n"));
+    assert!(
+        diff.ends_with("\n[diff cut at 8 MiB; 3 files changed in all]\n"),
+        "{}",
+        &diff[diff.len() - 200..]
+    );
 }

@@ -740,6 +740,7 @@ fn slash_commands_send_their_ops() {
         ),
         ("/expert auto", Some(Op::PinExpert { expert: None })),
         ("/undo", Some(Op::Undo)),
+        ("/diff", Some(Op::WorkspaceDiff)),
         ("/compact", Some(Op::Compact)),
         ("/new", Some(Op::NewSession)),
         (
@@ -1069,6 +1070,42 @@ fn diff_pager_scrolls_and_searches() {
     );
     app.handle_key(key(KeyCode::Char('q')));
     assert!(app.pager.is_none());
+}
+
+#[test]
+fn workspace_diff_event_opens_the_pager_or_says_why_not() {
+    let mut app = app();
+    app.handle_event(Event::WorkspaceDiff {
+        files: Vec::new(),
+        diff: String::new(),
+        error: Some("/tmp/x: not a git repository".into()),
+    });
+    assert!(app.pager.is_none());
+    let s = screen(&app, 80, 20);
+    assert!(s.contains("/diff: /tmp/x: not a git repository"), "{s}");
+    app.handle_event(Event::WorkspaceDiff {
+        files: Vec::new(),
+        diff: String::new(),
+        error: None,
+    });
+    assert!(app.pager.is_none());
+    let s = screen(&app, 80, 20);
+    assert!(s.contains("No changes in the workspace"), "{s}");
+    app.handle_event(Event::WorkspaceDiff {
+        files: vec![baton::protocol::ChangedFile {
+            path: "src/parse.rs".into(),
+            change: baton::protocol::FileChange::Modified,
+            old_path: None,
+        }],
+        diff: format!("diff --git a/src/parse.rs b/src/parse.rs\n{DIFF}"),
+        error: None,
+    });
+    let s = screen(&app, 80, 20);
+    assert!(app.pager.is_some());
+    assert!(
+        s.contains("git diff (untracked included)") && s.contains("// keep empty fields"),
+        "{s}"
+    );
 }
 
 #[test]

@@ -83,6 +83,14 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
                 message: "a turn is running: interrupt it (Esc) before /undo".into(),
             }),
             Op::UserShell { command } => user_shell(&shared, command).await,
+            Op::WorkspaceDiff => {
+                // Off the loop: a big diff must not hold up an interrupt or an approval.
+                let workspace = shared.cfg.workspace.clone();
+                let events = shared.events.clone();
+                tokio::task::spawn_blocking(move || {
+                    events.emit(crate::tool::git::workspace_diff_event(&workspace));
+                });
+            }
             Op::Shutdown => {
                 shutdown(&shared, running.take()).await;
                 shared.events.emit(Event::ShutdownComplete);

@@ -156,6 +156,9 @@ pub enum Op {
     SetModel { model: String },
     /// End the session: save, kill children, emit `ShutdownComplete`.
     Shutdown,
+    /// The workspace's changes against HEAD plus untracked files (`/diff`); answered by one
+    /// `Event::WorkspaceDiff`, also while a turn runs.
+    WorkspaceDiff,
 }
 
 /// What kind of action waits for approval.
@@ -231,6 +234,30 @@ impl TokenUsage {
             *self.cached_tokens.get_or_insert(0) += c;
         }
     }
+}
+
+/// How a path of the workspace differs from HEAD (`Event::WorkspaceDiff`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileChange {
+    Added,
+    Modified,
+    Deleted,
+    Renamed,
+    /// File ↔ symlink, or the executable bit.
+    TypeChanged,
+    /// Not tracked and not ignored.
+    Untracked,
+}
+
+/// One changed path of the workspace, relative to the repository root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangedFile {
+    pub path: String,
+    pub change: FileChange,
+    /// The path in HEAD, for a rename.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_path: Option<String>,
 }
 
 /// Output of the agent core. The serde form is the `--exec --json` schema: keep names stable.
@@ -361,6 +388,16 @@ pub enum Event {
     UndoCompleted {
         restored: Vec<String>,
         removed: Vec<String>,
+    },
+    /// The answer to `Op::WorkspaceDiff`.
+    WorkspaceDiff {
+        /// Tracked changes first (staged and not, against HEAD), then untracked files.
+        files: Vec<ChangedFile>,
+        /// One unified diff of them all, in the same order; empty when nothing changed.
+        diff: String,
+        /// Why there is no diff (not a git repository, a bare one, a git error).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
     Warning {
         message: String,

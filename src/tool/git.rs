@@ -1,15 +1,18 @@
 //! `git`: status, diff (working tree / staged / against a revision), log, show, and a commit of
 //! chosen paths, through git2 (no hooks run, nothing pushed, nothing forced — those operations
-//! are simply not offered).
+//! are simply not offered). Also the workspace diff a frontend shows for `/diff`.
 
 use std::path::{Path, PathBuf};
 
 use futures_util::future::BoxFuture;
-use git2::{DiffFormat, DiffOptions, Index, IndexAddOption, Repository, Signature, StatusOptions};
+use git2::{
+    Delta, DiffFindOptions, DiffFormat, DiffOptions, Index, IndexAddOption, Repository, Signature,
+    StatusOptions,
+};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::protocol::ToolSpec;
+use crate::protocol::{ChangedFile, Event, FileChange, ToolSpec};
 use crate::tool::call::{cap_text, into_result, parse_args, run_blocking};
 use crate::tool::path::resolve;
 use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};
@@ -18,6 +21,9 @@ const OUTPUT_CAP: usize = 64 * 1024;
 const STATUS_CAP: usize = 500;
 const LOG_DEFAULT: usize = 20;
 const LOG_MAX: usize = 200;
+/// Most bytes of `/diff` text: a frontend renders all of it, and a stray multi-gigabyte
+/// untracked file must not stall it. The file list stays complete.
+const WORKSPACE_DIFF_CAP: usize = 8 << 20;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -517,4 +523,111 @@ fn commit(repo: &Repository, pathspecs: &[String], message: &str) -> Result<Stri
         stats.insertions(),
         stats.deletions()
     ))
+}
+
+/// What `/diff` shows (`Op::WorkspaceDiff`): every change against HEAD, staged or not, as
+/// `git diff HEAD` shows it (renames found), then every untracked, non-ignored file as a new
+/// file. A repository without commits is compared with the empty tree.
+pub fn workspace_diff(workspace: &Path) -> Result<(Vec<ChangedFile>, String), String> {
+    let repo = Repository::discover(workspace)
+        .map_err(|_| format!("{}: not a git repository", workspace.display()))?;
+    if repo.is_bare() {
+        return Err(format!(
+            "{}: the repository is bare (no working tree)",
+            workspace.display()
+        ));
+    }
+    let failed = |e: git2::Error| format!("git diff: {}", e.message());
+    let mut tracked = repo
+        .diff_tree_to_workdir_with_index(head_tree(&repo).as_ref(), None)
+        .map_err(failed)?;
+    tracked
+        .find_similar(Some(DiffFindOptions::new().renames(true)))
+        .map_err(failed)?;
+    // Untracked files come from a second diff so that, as with git, a deleted file and a new
+    // untracked one are never paired up as a rename.
+    let mut options = DiffOptions::new();
+    options
+        .include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .show_untracked_content(true);
+    let untracked = repo
+        .diff_index_to_workdir(None, Some(&mut options))
+        .map_err(failed)?;
+    let mut files = Vec::new();
+    let mut text = String::new();
+    let mut cut = false;
+    for (diff, only_untracked) in [(&tracked, false), (&untracked, true)] {
+        files.extend(
+            diff.deltas()
+                .filter(|d| !only_untracked || d.status() == Delta::Untracked)
+                .filter_map(|d| changed_file(&d)),
+        );
+        if cut {
+            continue;
+        }
+        let printed = diff.print(DiffFormat::Patch, |delta, _hunk, line| {
+            if only_untracked && delta.status() != Delta::Untracked {
+                return true;
+            }
+            if text.len() >= WORKSPACE_DIFF_CAP {
+                cut = true;
+                return false;
+            }
+            if matches!(line.origin(), '+' | '-' | ' ') {
+                text.push(line.origin());
+            }
+            text.push_str(&String::from_utf8_lossy(line.content()));
+            true
+        });
+        if !cut {
+            printed.map_err(failed)?;
+        }
+    }
+    if cut {
+        text.push_str(&format!(
+            "\n[diff cut at {} MiB; {} files changed in all]\n",
+            WORKSPACE_DIFF_CAP >> 20,
+            files.len()
+        ));
+    }
+    Ok((files, text))
+}
+
+fn changed_file(delta: &git2::DiffDelta) -> Option<ChangedFile> {
+    let change = match delta.status() {
+        Delta::Added | Delta::Copied => FileChange::Added,
+        Delta::Modified | Delta::Conflicted => FileChange::Modified,
+        Delta::Deleted => FileChange::Deleted,
+        Delta::Renamed => FileChange::Renamed,
+        Delta::Typechange => FileChange::TypeChanged,
+        Delta::Untracked => FileChange::Untracked,
+        Delta::Unmodified | Delta::Ignored | Delta::Unreadable => return None,
+    };
+    let name = |f: git2::DiffFile| f.path().map(|p| p.to_string_lossy().into_owned());
+    let path = name(delta.new_file()).or_else(|| name(delta.old_file()))?;
+    let old_path = (change == FileChange::Renamed)
+        .then(|| name(delta.old_file()))
+        .flatten();
+    Some(ChangedFile {
+        path,
+        change,
+        old_path,
+    })
+}
+
+/// `workspace_diff` as the event that answers `Op::WorkspaceDiff`.
+pub fn workspace_diff_event(workspace: &Path) -> Event {
+    match workspace_diff(workspace) {
+        Ok((files, diff)) => Event::WorkspaceDiff {
+            files,
+            diff,
+            error: None,
+        },
+        Err(e) => Event::WorkspaceDiff {
+            files: Vec::new(),
+            diff: String::new(),
+            error: Some(e),
+        },
+    }
 }

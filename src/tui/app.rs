@@ -1,5 +1,5 @@
 //! The UI state and the user's submissions. Pure: no terminal, no channels — what the UI
-//! wants done outside (send an op, open the editor, copy, run git) is queued as an `Effect` for the
+//! wants done outside (send an op, open the editor, copy) is queued as an `Effect` for the
 //! event loop. Tests drive it directly. Event handling lives in `app/events.rs`.
 
 mod events;
@@ -32,8 +32,6 @@ pub enum Effect {
     Op(Op),
     /// Suspend the terminal and edit the composer text in $VISUAL / $EDITOR.
     OpenEditor(String),
-    /// Run `git diff` in the workspace and show it in the pager.
-    ShowDiff,
     /// Copy via OSC 52.
     Copy(String),
     SetMouseCapture(bool),

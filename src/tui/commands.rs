@@ -123,7 +123,7 @@ impl App {
                 }
             }
             SlashCommand::Undo => self.send(Op::Undo),
-            SlashCommand::Diff => self.effects.push(Effect::ShowDiff),
+            SlashCommand::Diff => self.send(Op::WorkspaceDiff),
             SlashCommand::Status => self.show_status(),
             SlashCommand::Compact => {
                 self.send(Op::Compact);

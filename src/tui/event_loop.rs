@@ -12,12 +12,11 @@ use ratatui::backend::CrosstermBackend;
 use tokio::sync::mpsc;
 
 use super::app::{App, Effect};
-use super::cell::{NoticeLevel, render_diff_lines};
+use super::cell::NoticeLevel;
 use super::input_reader::InputReader;
 use super::options::TuiOptions;
-use super::pager::Pager;
 use super::status::Phase;
-use super::{clipboard, git_diff, print_exit, render, terminal};
+use super::{clipboard, print_exit, render, terminal};
 use crate::protocol::{AgentHandle, Op};
 
 const MIN_FRAME: Duration = Duration::from_millis(8);
@@ -57,7 +56,6 @@ async fn run_loop(
     term.clear()?;
     let (in_tx, mut in_rx) = mpsc::unbounded_channel();
     let reader = InputReader::spawn(in_tx);
-    let (diff_tx, mut diff_rx) = mpsc::unbounded_channel::<Result<String, String>>();
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let mut input_gone = false;
@@ -67,7 +65,7 @@ async fn run_loop(
     let mut dirty = true;
 
     // Ops queued by App::new (the initial prompt) go out before the first frame.
-    run_effects(app, ops, &mut term, &reader, &diff_tx).await?;
+    run_effects(app, ops, &mut term, &reader).await?;
     loop {
         let now = Instant::now();
         if dirty && now.duration_since(last_draw) >= MIN_FRAME {
@@ -131,10 +129,6 @@ async fn run_loop(
                 }
                 dirty = true;
             }
-            Some(diff) = diff_rx.recv() => {
-                show_diff(app, diff);
-                dirty = true;
-            }
             _ = sigterm.recv() => {
                 app.request_quit();
                 exit_code = 143;
@@ -152,7 +146,7 @@ async fn run_loop(
             }
         }
         app.now = Instant::now();
-        run_effects(app, ops, &mut term, &reader, &diff_tx).await?;
+        run_effects(app, ops, &mut term, &reader).await?;
         if let Some(started) = app.shutdown_started
             && (app.now.saturating_duration_since(started) >= SHUTDOWN_WAIT || core_gone)
         {
@@ -175,26 +169,11 @@ fn handle_terminal_event(app: &mut App, ev: TermEvent) {
     }
 }
 
-fn show_diff(app: &mut App, diff: Result<String, String>) {
-    match diff {
-        Ok(d) if d.trim().is_empty() => {
-            app.push_notice(NoticeLevel::Info, "No changes in the workspace", vec![])
-        }
-        Ok(d) => {
-            let width = app.viewport.get().0.max(20) as usize;
-            let lines = render_diff_lines(&d, width, &app.theme, false);
-            app.pager = Some(Pager::new("git diff (untracked included)", lines));
-        }
-        Err(e) => app.push_notice(NoticeLevel::Error, format!("/diff: {e}"), vec![]),
-    }
-}
-
 async fn run_effects(
     app: &mut App,
     ops: &mpsc::UnboundedSender<Op>,
     term: &mut Term,
     reader: &InputReader,
-    diff_tx: &mpsc::UnboundedSender<Result<String, String>>,
 ) -> anyhow::Result<()> {
     for effect in app.take_effects() {
         match effect {
@@ -216,13 +195,6 @@ async fn run_effects(
                 if let Err(e) = terminal::set_mouse_capture(on) {
                     app.push_notice(NoticeLevel::Warning, format!("mouse capture: {e}"), vec![]);
                 }
-            }
-            Effect::ShowDiff => {
-                let ws = app.opts.workspace.clone();
-                let tx = diff_tx.clone();
-                tokio::spawn(async move {
-                    let _ = tx.send(git_diff::workspace_diff(&ws).await);
-                });
             }
             Effect::OpenEditor(text) => {
                 reader.pause();

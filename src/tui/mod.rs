@@ -13,7 +13,6 @@ mod commands;
 pub mod composer;
 mod event_loop;
 mod file_complete;
-mod git_diff;
 mod highlight;
 pub mod history;
 mod input_reader;

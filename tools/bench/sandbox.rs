@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use baton::protocol::SandboxMode;
 use baton::protocol::{Event, EventSink};
 use baton::sandbox::{SandboxPolicy, Session, probe, sandboxed_command};
+use baton::tool::shell::pty::{Pty, WindowSize};
 use baton::tool::shell::{ShellConfig, shell_tools};
 use baton::tool::{ToolContext, ToolState};
 use serde_json::json;
@@ -62,20 +63,14 @@ fn kib_status(key: &str) -> u64 {
 
 fn cat_through_bare_pty(file: &std::path::Path) -> Duration {
     use std::io::Read;
-    let pair = portable_pty::native_pty_system()
-        .openpty(portable_pty::PtySize::default())
-        .expect("openpty");
-    let tty = pair.master.tty_name().expect("tty name");
-    let slave = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&tty)
-        .expect("open slave");
+    let Pty {
+        master: mut reader,
+        slave,
+    } = Pty::open(WindowSize { rows: 24, cols: 80 }).expect("openpty");
     if let Ok(mut t) = nix::sys::termios::tcgetattr(&slave) {
         t.output_flags.remove(nix::sys::termios::OutputFlags::OPOST);
         let _ = nix::sys::termios::tcsetattr(&slave, nix::sys::termios::SetArg::TCSANOW, &t);
     }
-    let mut reader = pair.master.try_clone_reader().expect("reader");
     let t = Instant::now();
     let mut child = Command::new("cat")
         .arg(file)
@@ -85,7 +80,6 @@ fn cat_through_bare_pty(file: &std::path::Path) -> Duration {
         .spawn()
         .expect("cat");
     drop(slave);
-    drop(pair.slave);
     let mut buf = vec![0u8; 64 * 1024];
     while let Ok(n) = reader.read(&mut buf) {
         if n == 0 {

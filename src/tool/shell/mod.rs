@@ -5,6 +5,7 @@
 //! every chunk, sanitized, as `Event::ToolOutput`.
 
 pub mod output;
+pub mod pty;
 pub mod session;
 
 use std::path::{Component, Path, PathBuf};

@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use portable_pty::{MasterPty, PtySize, native_pty_system};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::output::OutputStream;
+use super::pty::{Pty, WindowSize};
 use crate::protocol::{Event, EventSink};
 use crate::sandbox::{PreparedSandbox, SandboxPolicy, Session};
 
@@ -60,8 +60,8 @@ pub struct ShellSession {
     changed: watch::Receiver<u64>,
     /// Kept so `changed` never reports a closed channel while the session lives.
     _notify: Arc<watch::Sender<u64>>,
-    writer: Mutex<Box<dyn Write + Send>>,
-    _master: Mutex<Box<dyn MasterPty + Send>>,
+    /// The PTY master: the command's input goes here (its output is read from a duplicate).
+    writer: Mutex<std::fs::File>,
     sandbox: Arc<PreparedSandbox>,
     /// When the command must be dead.
     deadline: Instant,
@@ -108,24 +108,10 @@ impl ShellSession {
         let sandbox = Arc::new(
             PreparedSandbox::prepare(req.policy, Session::PtyLeader).map_err(|e| e.to_string())?,
         );
-        let pair = native_pty_system()
-            .openpty(PtySize {
-                rows: 48,
-                cols: 160,
-                pixel_width: 0,
-                pixel_height: 0,
-            })
-            .map_err(|e| format!("opening a PTY: {e}"))?;
-        let tty = pair
-            .master
-            .tty_name()
-            .ok_or_else(|| "the PTY has no device name".to_string())?;
-        let slave = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags_noctty()
-            .open(&tty)
-            .map_err(|e| format!("opening {}: {e}", tty.display()))?;
+        let Pty { master, slave } = Pty::open(WindowSize {
+            rows: 48,
+            cols: 160,
+        })?;
         raw_output(&slave);
         let stdio = |f: &std::fs::File| -> Result<Stdio, String> {
             f.try_clone()
@@ -152,8 +138,10 @@ impl ShellSession {
         }
         crate::sandbox::set_sandbox_env(&mut cmd, req.policy);
         sandbox.install(&mut cmd);
-        let reader = dup_master(pair.master.as_ref())?;
-        let writer = pair.master.take_writer().map_err(|e| e.to_string())?;
+        // The reader's own descriptor (close-on-exec, like the original), so it can poll it.
+        let reader = master
+            .try_clone()
+            .map_err(|e| format!("duplicating the PTY master: {e}"))?;
         let mut child = cmd.spawn().map_err(|e| {
             format!(
                 "starting `{}` in the sandbox ({}): {e}; `baton sandbox --probe` shows what \
@@ -163,7 +151,6 @@ impl ShellSession {
         })?;
         drop(cmd);
         drop(slave);
-        drop(pair.slave);
         let pgid = child.id() as i32;
         let state = Arc::new(Mutex::new(State {
             output: OutputStream::new(req.output_cap),
@@ -207,8 +194,7 @@ impl ShellSession {
             state,
             changed: rx,
             _notify: tx,
-            writer: Mutex::new(writer),
-            _master: Mutex::new(pair.master),
+            writer: Mutex::new(master),
             sandbox,
             deadline: Instant::now() + req.timeout,
             timeout: req.timeout,
@@ -380,24 +366,6 @@ impl Drop for ShellSession {
     }
 }
 
-/// The reader's own copy of the PTY master, so it can poll it for more data safely.
-fn dup_master(master: &dyn MasterPty) -> Result<std::fs::File, String> {
-    use std::os::fd::FromRawFd;
-    let fd = master
-        .as_raw_fd()
-        .ok_or_else(|| "the PTY master has no file descriptor".to_string())?;
-    // SAFETY: F_DUPFD_CLOEXEC returns a new fd we own (or -1).
-    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
-    if new < 0 {
-        return Err(format!(
-            "duplicating the PTY master: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: `new` is a fresh fd owned by nobody else.
-    Ok(unsafe { std::fs::File::from_raw_fd(new) })
-}
-
 /// Whether `file` has data to read right now.
 fn readable_now(file: &std::fs::File) -> bool {
     use std::os::fd::AsRawFd;
@@ -424,6 +392,8 @@ fn spawn_reader(mut reader: std::fs::File, state: Arc<Mutex<State>>, tx: Arc<wat
                 let mut filled = 0;
                 loop {
                     match reader.read(&mut buf[filled..]) {
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        // EIO: every process holding the slave is gone (Linux's end of file).
                         Ok(0) | Err(_) => {
                             done = true;
                             break;
@@ -489,17 +459,6 @@ fn raw_output(slave: &std::fs::File) {
     if let Ok(mut t) = tcgetattr(slave) {
         t.output_flags.remove(OutputFlags::OPOST);
         let _ = tcsetattr(slave, SetArg::TCSANOW, &t);
-    }
-}
-
-trait NoCtty {
-    fn custom_flags_noctty(&mut self) -> &mut Self;
-}
-
-impl NoCtty for std::fs::OpenOptions {
-    fn custom_flags_noctty(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.custom_flags(libc::O_NOCTTY)
     }
 }
 

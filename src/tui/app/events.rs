@@ -322,6 +322,7 @@ impl App {
                 };
                 self.push_notice(NoticeLevel::Info, title, body);
             }
+            Event::WorkspaceDiff { diff, error, .. } => self.show_workspace_diff(diff, error),
             Event::Warning { message } => self.push_notice(NoticeLevel::Warning, message, vec![]),
             Event::Error { message, kind, hop } => {
                 let mut body = Vec::new();
@@ -395,6 +396,19 @@ impl App {
             Event::ShutdownComplete => {
                 self.exit = Some(0);
             }
+        }
+    }
+
+    /// `/diff`'s answer: the pager over the diff, or a notice when there is nothing to page.
+    fn show_workspace_diff(&mut self, diff: String, error: Option<String>) {
+        if let Some(e) = error {
+            self.push_notice(NoticeLevel::Error, format!("/diff: {e}"), vec![]);
+        } else if diff.trim().is_empty() {
+            self.push_notice(NoticeLevel::Info, "No changes in the workspace", vec![]);
+        } else {
+            let width = self.viewport.get().0.max(20) as usize;
+            let lines = crate::tui::cell::render_diff_lines(&diff, width, &self.theme, false);
+            self.pager = Some(Pager::new("git diff (untracked included)", lines));
         }
     }
 

@@ -1,0 +1,137 @@
+//! A pseudo-terminal for one command: the master side (close-on-exec from the moment it exists,
+//! so no other child spawned meanwhile inherits it and keeps the terminal alive past its
+//! command), the slave side opened by name without becoming baton's controlling terminal, and
+//! the window size the command sees. The child makes the slave its controlling terminal itself
+//! (`Session::PtyLeader` in the sandbox launcher).
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+
+use nix::fcntl::OFlag;
+use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
+
+/// Both ends of a fresh PTY.
+pub struct Pty {
+    /// Read the command's output here, write its input here.
+    pub master: File,
+    /// The command's stdin, stdout and stderr; drop it once the command started, so reading the
+    /// master ends (EIO) when the last process holding the slave exits.
+    pub slave: File,
+}
+
+/// Rows and columns the command sees (`stty size`, `$LINES`/`$COLUMNS` of most programs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowSize {
+    pub rows: u16,
+    pub cols: u16,
+}
+
+impl Pty {
+    /// Opens a PTY pair with the given window size.
+    pub fn open(size: WindowSize) -> Result<Pty, String> {
+        let master = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
+            .map_err(|e| format!("opening a PTY: {e}"))?;
+        grantpt(&master).map_err(|e| format!("opening a PTY (grantpt): {e}"))?;
+        unlockpt(&master).map_err(|e| format!("opening a PTY (unlockpt): {e}"))?;
+        let name = ptsname_r(&master).map_err(|e| format!("naming the PTY: {e}"))?;
+        // std opens with O_CLOEXEC; O_NOCTTY keeps baton's own terminal (if any) its own.
+        let slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOCTTY)
+            .open(&name)
+            .map_err(|e| format!("opening {name}: {e}"))?;
+        let pty = Pty {
+            master: File::from(OwnedFd::from(master)),
+            slave,
+        };
+        pty.set_window_size(size)?;
+        Ok(pty)
+    }
+
+    /// Sets the window size (TIOCSWINSZ); the command's foreground group gets SIGWINCH.
+    pub fn set_window_size(&self, size: WindowSize) -> Result<(), String> {
+        let ws = libc::winsize {
+            ws_row: size.rows,
+            ws_col: size.cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCSWINSZ reads one `winsize` from the pointer, which outlives the call.
+        let r = unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+        if r != 0 {
+            return Err(format!(
+                "setting the PTY window size: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn cloexec(f: &File) -> bool {
+        // SAFETY: F_GETFD on an fd we own.
+        let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFD) };
+        flags >= 0 && flags & libc::FD_CLOEXEC != 0
+    }
+
+    fn window_size(f: &File) -> (u16, u16) {
+        let mut ws = libc::winsize {
+            ws_row: 0,
+            ws_col: 0,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCGWINSZ writes one `winsize` into memory we own.
+        let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) };
+        assert_eq!(r, 0, "TIOCGWINSZ");
+        (ws.ws_row, ws.ws_col)
+    }
+
+    #[test]
+    fn both_ends_are_close_on_exec_and_carry_the_window_size() {
+        let pty = Pty::open(WindowSize {
+            rows: 48,
+            cols: 160,
+        })
+        .expect("pty");
+        assert!(cloexec(&pty.master) && cloexec(&pty.slave));
+        assert_eq!(window_size(&pty.slave), (48, 160));
+        pty.set_window_size(WindowSize { rows: 10, cols: 33 })
+            .expect("resize");
+        assert_eq!(window_size(&pty.slave), (10, 33));
+    }
+
+    #[test]
+    fn data_flows_both_ways_and_the_master_ends_when_the_slave_closes() {
+        let Pty {
+            mut master,
+            mut slave,
+        } = Pty::open(WindowSize { rows: 24, cols: 80 }).expect("pty");
+        master.write_all(b"hi\n").expect("write master");
+        let mut buf = [0u8; 64];
+        let n = slave.read(&mut buf).expect("read slave");
+        assert_eq!(&buf[..n], b"hi\n");
+        slave.write_all(b"out").expect("write slave");
+        // The echo of "hi" comes first.
+        let mut got = Vec::new();
+        while !got.ends_with(b"out") {
+            let n = master.read(&mut buf).expect("read master");
+            assert!(n > 0 && got.len() < 64, "{got:?}");
+            got.extend_from_slice(&buf[..n]);
+        }
+        drop(slave);
+        // Linux reports the hang-up as EIO; other systems as end of file.
+        match master.read(&mut buf) {
+            Ok(0) => {}
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}"),
+            Ok(n) => panic!("read {n} bytes after the slave closed"),
+        }
+    }
+}
