@@ -343,3 +343,42 @@ fn root_options_before_a_subcommand_do_not_turn_it_into_a_prompt() {
         .success()
         .stderr(predicate::str::contains("No sessions"));
 }
+
+/// `baton sessions | head`, `baton doctor | head -1`, `baton completions bash | head`: the
+/// reader goes away early; baton ends quietly (no panic, no backtrace, no exit 101).
+#[test]
+fn a_closed_stdout_ends_a_report_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let env = Env::new();
+    for args in [
+        vec!["completions", "bash"],
+        vec!["sessions"],
+        vec!["doctor", "--endpoint", "http://127.0.0.1:9/v1"],
+    ] {
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("baton"))
+            .env_clear()
+            .env("HOME", &env.home)
+            .env("XDG_CONFIG_HOME", env.home.join(".config"))
+            .env("XDG_DATA_HOME", env.home.join(".local/share"))
+            .current_dir(&env.workspace)
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn baton");
+        // The reader is gone before baton writes a byte (`| head -c0`).
+        drop(child.stdout.take());
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut stderr)
+            .expect("read stderr");
+        let status = child.wait().expect("wait");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("Broken pipe"), "{args:?}: {stderr}");
+        assert_ne!(status.code(), Some(101), "{args:?}: {stderr}");
+    }
+}

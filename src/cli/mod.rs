@@ -36,6 +36,9 @@ pub fn main() -> i32 {
         }
     };
     init_logging();
+    if prints_a_report(cli.command.as_ref()) {
+        end_quietly_on_closed_stdout();
+    }
     // Subcommands that need neither the configuration nor the async runtime.
     match cli.command {
         Some(Command::Completions { shell }) => {
@@ -188,6 +191,33 @@ fn run_engine(args: engine::EngineArgs, common: &CommonArgs) -> i32 {
 
 /// The full-screen UI needs a terminal on both ends; otherwise the line REPL serves (pipes,
 /// `script`, dumb terminals).
+/// Subcommands whose whole job is printing to stdout (`baton sessions | head`).
+fn prints_a_report(command: Option<&Command>) -> bool {
+    matches!(
+        command,
+        Some(
+            Command::Completions { .. }
+                | Command::Sessions(_)
+                | Command::Doctor
+                | Command::Engine(_)
+                | Command::Undo(_)
+        )
+    )
+}
+
+/// A reader that stops reading (`| head`) ends a report: the default SIGPIPE action ends the
+/// process quietly, as it does for `ls` or `git log`. Rust starts programs with SIGPIPE
+/// ignored, which turns that into an EPIPE error and a panic inside `println!`. Only the
+/// report subcommands get this: the agent frontends handle a closed pipe themselves, and must
+/// not die of one raised by a child's pipe.
+fn end_quietly_on_closed_stdout() {
+    // SAFETY: setting a signal's disposition to the default has no preconditions; it runs
+    // before any thread of ours starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn interactive_terminal() -> bool {
     use std::io::IsTerminal;
     std::io::stdin().is_terminal()
