@@ -1,14 +1,12 @@
 //! The command line without a model: flags, configuration layers and their errors, help,
 //! completions, `sessions` and `doctor` (against the mock engine on loopback).
 
-mod support;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::support::{MockEngine, Script};
 use assert_cmd::Command;
 use predicates::prelude::*;
-use support::{MockEngine, Script};
 
 struct Env {
     _root: tempfile::TempDir,
@@ -264,7 +262,7 @@ fn doctor_reports_a_healthy_endpoint() {
 fn doctor_names_missing_adapters_and_an_unreachable_endpoint() {
     let engine = MockEngine::builder()
         .models([("L0", None), ("L2", None)])
-        .start_blocking(|_: &support::RecordedRequest| support::MockReply::text("x"));
+        .start_blocking(|_: &crate::support::RecordedRequest| crate::support::MockReply::text("x"));
     Env::new()
         .baton()
         .args(["doctor", "--endpoint", &engine.url()])

@@ -2,14 +2,12 @@
 //! Covers the MoL loop's wire shapes (route, answer, summary), stickiness, fallbacks, modes,
 //! resume across runs, limits and the JSON event stream.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::support::{MockEngine, MockReply, Script};
 use assert_cmd::Command;
 use serde_json::Value;
-use support::{MockEngine, MockReply, Script};
 
 /// A sandbox for one test: isolated HOME/XDG dirs, a workspace and a session folder.
 struct Env {

@@ -1,11 +1,10 @@
 //! The remote backend against the in-process mock engine: wire shapes, streaming, errors,
 //! retries, timeouts and cancellation, all on loopback.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{MockEngine, MockReply, Script, sequence};
 use baton::backend::remote::{ConstraintDialect, RemoteBackend, RetryNotice};
 use baton::backend::{
     BackendError, ChatBackend, ChatCompletion, ChatDelta, ChatMessage, ChatRequest, FinishReason,
@@ -14,7 +13,6 @@ use baton::backend::{
 use baton::protocol::Hop;
 use futures_util::StreamExt;
 use serde_json::json;
-use support::{MockEngine, MockReply, Script, sequence};
 
 const KEY: &str = "sk-test-0123456789-secret";
 

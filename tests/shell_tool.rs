@@ -3,8 +3,7 @@
 //! session limit, capped output for 100 MB, binary output, and escape sequences that must
 //! never reach the model or the UI.
 
-#[path = "support/outside.rs"]
-mod outside;
+use crate::support::outside;
 
 use std::sync::Arc;
 use std::time::Duration;
