@@ -18,3 +18,4 @@ mod tools_fs;
 mod tools_git;
 mod tui;
 mod tui_tmux;
+mod wire_snapshots;
