@@ -151,7 +151,7 @@ fn exec_json_event_stream_of_a_turn_with_a_tool_call() {
     // The summary hop runs beside the end of the turn (off the answer's critical path), so its
     // events may come before or after `turn_completed`; what is fixed is that it starts after
     // the last answer hop and ends before shutdown. The snapshot lists it after the turn.
-    let position = |want: &dyn Fn(&Value) -> bool| events.iter().rposition(|e| want(e));
+    let position = |want: &dyn Fn(&Value) -> bool| events.iter().rposition(want);
     let last_answer = position(&|e| e["type"] == "hop_completed" && e["hop"] == "answer");
     let summary_start = position(&|e| e["type"] == "hop_started" && e["hop"] == "summary");
     assert!(
