@@ -2,8 +2,6 @@
 //! reference to a module that the map does not let that layer see (a `use` that points up the
 //! layers, or from one frontend into another).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

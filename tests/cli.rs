@@ -1,64 +1,10 @@
 //! The command line without a model: flags, configuration layers and their errors, help,
 //! completions, `sessions` and `doctor` (against the mock engine on loopback).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
-
-mod support;
-
-use std::path::PathBuf;
-use std::time::Duration;
-
+use crate::support::env::Env;
+use crate::support::{MockEngine, Script};
 use assert_cmd::Command;
 use predicates::prelude::*;
-use support::{MockEngine, Script};
-
-struct Env {
-    _root: tempfile::TempDir,
-    home: PathBuf,
-    workspace: PathBuf,
-}
-
-impl Env {
-    fn new() -> Env {
-        let root = tempfile::tempdir().expect("tempdir");
-        let home = root.path().join("home");
-        let workspace = root.path().join("ws");
-        std::fs::create_dir_all(&home).expect("mkdir");
-        std::fs::create_dir_all(&workspace).expect("mkdir");
-        Env {
-            home,
-            workspace,
-            _root: root,
-        }
-    }
-
-    fn baton(&self) -> Command {
-        let mut c = Command::cargo_bin("baton").expect("binary");
-        c.env_clear()
-            .env("HOME", &self.home)
-            .env("XDG_CONFIG_HOME", self.home.join(".config"))
-            .env("XDG_DATA_HOME", self.home.join(".local/share"))
-            .current_dir(&self.workspace)
-            .timeout(Duration::from_secs(60));
-        c
-    }
-
-    fn user_config(&self, text: &str) -> PathBuf {
-        let dir = self.home.join(".config/baton");
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let path = dir.join("config.toml");
-        std::fs::write(&path, text).expect("write");
-        path
-    }
-
-    fn project_config(&self, text: &str) -> PathBuf {
-        let dir = self.workspace.join(".baton");
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let path = dir.join("config.toml");
-        std::fs::write(&path, text).expect("write");
-        path
-    }
-}
 
 #[test]
 fn help_lists_the_main_options_and_exit_codes() {
@@ -266,7 +212,7 @@ fn doctor_reports_a_healthy_endpoint() {
 fn doctor_names_missing_adapters_and_an_unreachable_endpoint() {
     let engine = MockEngine::builder()
         .models([("L0", None), ("L2", None)])
-        .start_blocking(|_: &support::RecordedRequest| support::MockReply::text("x"));
+        .start_blocking(|_: &crate::support::RecordedRequest| crate::support::MockReply::text("x"));
     Env::new()
         .baton()
         .args(["doctor", "--endpoint", &engine.url()])

@@ -9,14 +9,12 @@
 //! 4 per message. Real tokenizers average 3.5–4 bytes per token on code and English, so this
 //! over-counts; the mock reports the same figure as `usage.prompt_tokens`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
-
-mod support;
-
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::support::mock_engine::content_text;
+use crate::support::{MockEngine, MockReply, RecordedRequest};
 use baton::agent::{AgentConfig, DEFAULT_SYSTEM_PROMPT, spawn_agent};
 use baton::backend::remote::RemoteBackend;
 use baton::mol::{HANDOFF_PROMPT, Profile, ProfileNames};
@@ -26,8 +24,6 @@ use baton::protocol::{AgentHandle, Event, Expert, Op, TurnStatus};
 use baton::session::SessionFile;
 use baton::tool::ToolRegistry;
 use serde_json::{Value, json};
-use support::mock_engine::content_text;
-use support::{MockEngine, MockReply, RecordedRequest};
 
 const WINDOW: u64 = 4096;
 const PLANTED: &str = "notes/planted-7f3a.txt";

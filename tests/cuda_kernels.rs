@@ -5,10 +5,7 @@
 //! tools/gpu-check.sh sets it): each kernel against the CPU device, and the model on CUDA
 //! against the HF+PEFT golden logits and greedy tokens of tests/fixtures/tiny-qwen3.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
-
-#[path = "support/golden.rs"]
-mod golden;
+use crate::support::golden;
 
 use baton::engine::ModelConfig;
 use baton::engine::device::cpu::CpuDevice;
@@ -614,7 +611,6 @@ fn model_on_cuda_matches_the_reference_logits_and_greedy_tokens() {
 // ---------------------------------------------------------------------------------------------
 // The GPU benchmark (tools/gpu-check.sh runs it with --ignored; prints, asserts nothing timed).
 
-#[path = "../tools/bench/cuda/bench.rs"]
 mod bench;
 
 #[test]

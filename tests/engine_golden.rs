@@ -2,10 +2,7 @@
 //! logits, greedy tokens and constrained routing for base and L0–L3; prefix reuse; LRU bounds;
 //! loader errors that name the file and tensor.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
-
-#[path = "support/golden.rs"]
-mod golden;
+use crate::support::golden;
 
 use std::path::Path;
 

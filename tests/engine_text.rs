@@ -1,45 +1,26 @@
 //! The text side of the local engine against the fixture's golden data: tokenizer ids and
 //! decoded text, chat-template renderings, streaming detokenization, tool-call parsing.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
-
-use std::path::{Path, PathBuf};
-
 use baton::backend::local::template::{ChatTemplate, TemplateInput};
 use baton::engine::tokenizer::Tokenizer;
 use serde_json::Value as Json;
 
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3")
-}
-
-fn golden() -> Json {
-    let text = std::fs::read_to_string(fixture().join("golden.json")).expect("golden.json");
-    serde_json::from_str(&text).expect("golden.json parses")
-}
+use crate::support::golden::{self, fixture, golden_json};
 
 fn tokenizer() -> Tokenizer {
     Tokenizer::from_file(&fixture().join("base/tokenizer.json")).expect("tokenizer loads")
 }
 
-fn ids_of(v: &Json) -> Vec<u32> {
-    v.as_array()
-        .expect("id list")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
-
 #[test]
 fn tokenizer_cases_match_golden_exactly() {
     let tok = tokenizer();
-    let g = golden();
+    let g = golden_json();
     let cases = g["tokenizer_cases"].as_array().expect("cases");
     assert!(cases.len() >= 10);
     for case in cases {
         let text = case["text"].as_str().unwrap();
         let ids = tok.encode(text).unwrap();
-        assert_eq!(ids, ids_of(&case["ids"]), "ids of {text:?}");
+        assert_eq!(ids, golden::ids(&case["ids"]), "ids of {text:?}");
         assert_eq!(
             tok.decode(&ids).unwrap(),
             case["decoded"].as_str().unwrap(),
@@ -51,20 +32,24 @@ fn tokenizer_cases_match_golden_exactly() {
 #[test]
 fn prompt_ids_match_golden_exactly() {
     let tok = tokenizer();
-    let g = golden();
+    let g = golden_json();
     for (name, prompt) in g["prompts"].as_object().unwrap() {
         let ids = tok.encode(prompt["text"].as_str().unwrap()).unwrap();
-        assert_eq!(ids, ids_of(&prompt["ids"]), "prompt {name}");
+        assert_eq!(ids, golden::ids(&prompt["ids"]), "prompt {name}");
     }
     for (label, ids) in g["label_token_ids"].as_object().unwrap() {
-        assert_eq!(tok.encode(label).unwrap(), ids_of(ids), "label {label}");
+        assert_eq!(
+            tok.encode(label).unwrap(),
+            golden::ids(ids),
+            "label {label}"
+        );
     }
 }
 
 #[test]
 fn template_cases_match_golden_exactly() {
     let template = ChatTemplate::load(&fixture().join("base")).expect("template loads");
-    let g = golden();
+    let g = golden_json();
     let cases = g["template_cases"].as_array().unwrap();
     assert_eq!(cases.len(), 3);
     for case in cases {
@@ -85,7 +70,7 @@ fn golden_prompts_render_from_their_messages() {
     // The chat and route prompts of golden.json were made by apply_chat_template; rebuilding
     // them from messages must give the same text.
     let template = ChatTemplate::load(&fixture().join("base")).unwrap();
-    let g = golden();
+    let g = golden_json();
     let chat = TemplateInput {
         messages: vec![
             serde_json::json!({"role": "system", "content": "You are a coding agent."}),
@@ -585,7 +570,7 @@ mod local_backend {
     }
 
     fn route_request(model: &str) -> ChatRequest {
-        let g = golden();
+        let g = golden_json();
         let mut req = ChatRequest::new(
             model,
             vec![
@@ -640,7 +625,7 @@ mod local_backend {
     #[tokio::test]
     async fn route_request_returns_golden_constrained_label() {
         let backend = backend();
-        let g = golden();
+        let g = golden_json();
         let route = &g["prompts"]["route"];
         for (model, golden_name) in [("L0", "L0"), ("L1", "L1"), ("L3", "L3"), ("base", "base")] {
             let done = complete(&backend, route_request(model))
@@ -652,7 +637,10 @@ mod local_backend {
             assert_eq!(done.message.content, want, "adapter {model}");
             assert_eq!(done.finish_reason, FinishReason::Stop);
             let usage = done.usage.expect("usage");
-            assert_eq!(usage.prompt_tokens as usize, ids_of(&route["ids"]).len());
+            assert_eq!(
+                usage.prompt_tokens as usize,
+                golden::ids(&route["ids"]).len()
+            );
             assert_eq!(usage.completion_tokens, 2, "L + digit");
         }
     }
@@ -661,7 +649,7 @@ mod local_backend {
     async fn answer_streams_deltas_and_reports_usage() {
         let backend = backend();
         let tok = tokenizer();
-        let g = golden();
+        let g = golden_json();
         let chat = &g["prompts"]["chat"];
         let mut stream = backend.chat(chat_request("L2", 16)).await.unwrap();
         let mut streamed = String::new();
@@ -681,13 +669,16 @@ mod local_backend {
             }
         }
         let done = completion.expect("the stream ends with a completion");
-        let greedy = ids_of(&chat["by_adapter"]["L2"]["greedy"]);
+        let greedy = golden::ids(&chat["by_adapter"]["L2"]["greedy"]);
         assert_eq!(done.message.content, expected_answer(&tok, &greedy));
         assert_eq!(streamed, done.message.content);
         assert!(deltas > 1, "text arrived in several deltas ({deltas})");
         assert_eq!(done.finish_reason, FinishReason::Length);
         let usage = done.usage.unwrap();
-        assert_eq!(usage.prompt_tokens as usize, ids_of(&chat["ids"]).len());
+        assert_eq!(
+            usage.prompt_tokens as usize,
+            golden::ids(&chat["ids"]).len()
+        );
         assert_eq!(usage.completion_tokens, 16);
         assert!(done.ttft.is_some() && done.ttft.unwrap() <= done.latency);
 
@@ -726,8 +717,8 @@ mod local_backend {
     async fn stop_strings_end_the_answer() {
         let backend = backend();
         let tok = tokenizer();
-        let g = golden();
-        let greedy = ids_of(&g["prompts"]["chat"]["by_adapter"]["base"]["greedy"]);
+        let g = golden_json();
+        let greedy = golden::ids(&g["prompts"]["chat"]["by_adapter"]["base"]["greedy"]);
         let full = expected_answer(&tok, &greedy);
         // Stop on a piece from the middle of the known greedy answer.
         let chars: Vec<char> = full.chars().collect();
@@ -808,7 +799,7 @@ mod engine_cli {
 
     #[test]
     fn generate_raw_matches_golden_greedy_tokens() {
-        let g = golden();
+        let g = golden_json();
         let root = fixture();
         let root = root.to_str().unwrap();
         for (prompt, adapter) in [("plain", None), ("chat", Some("L2"))] {
@@ -836,12 +827,12 @@ mod engine_cli {
             let golden_by = &g["prompts"][prompt]["by_adapter"][adapter.unwrap_or("base")];
             assert_eq!(
                 report.prompt_ids,
-                ids_of(&g["prompts"][prompt]["ids"]),
+                golden::ids(&g["prompts"][prompt]["ids"]),
                 "{prompt}"
             );
             assert_eq!(
                 report.generated_ids,
-                ids_of(&golden_by["greedy"]),
+                golden::ids(&golden_by["greedy"]),
                 "{prompt}"
             );
             assert_eq!(streamed, report.text);

@@ -2,17 +2,13 @@
 //! tools/tbench suite under the oracle (100%) and nop (0%) agents, the `cmd:` agent with a
 //! baton-style event stream, reward file variants, timeouts and the plain-folder fallback.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
-
-mod support;
-
 use std::path::{Path, PathBuf};
 
+use crate::support::{MockEngine, MockReply, Script};
 use baton::cli::eval::{EvalArgs, prepare};
 use baton::eval::isolation::IsolationChoice;
 use baton::eval::job::{JobReport, run_job};
 use baton::eval::task::{self, Loaded, TaskFormat};
-use support::{MockEngine, MockReply, Script};
 
 fn suite_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/tbench")
@@ -699,7 +695,7 @@ const VERSION_REGEX: &str = "(?<![\\w.-])(v(?:0|[1-9]\\d*)\\.(?:0|[1-9]\\d*)\\.(
 
 /// The known-good trajectory for two suite tasks: route to L2, one `write_file` call with the
 /// solution, then a final answer. Chosen by the instruction, so one engine serves both trials.
-fn two_task_trajectory(req: &support::RecordedRequest) -> MockReply {
+fn two_task_trajectory(req: &crate::support::RecordedRequest) -> MockReply {
     if req.is_route() {
         return MockReply::label("L2");
     }

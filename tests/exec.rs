@@ -2,65 +2,11 @@
 //! Covers the MoL loop's wire shapes (route, answer, summary), stickiness, fallbacks, modes,
 //! resume across runs, limits and the JSON event stream.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
-
-mod support;
-
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use assert_cmd::Command;
+use crate::support::env::Env;
+use crate::support::{MockEngine, MockReply, Script};
 use serde_json::Value;
-use support::{MockEngine, MockReply, Script};
-
-/// A sandbox for one test: isolated HOME/XDG dirs, a workspace and a session folder.
-struct Env {
-    _root: tempfile::TempDir,
-    home: PathBuf,
-    workspace: PathBuf,
-    sessions: PathBuf,
-}
-
-impl Env {
-    fn new() -> Env {
-        let root = tempfile::tempdir().expect("tempdir");
-        let home = root.path().join("home");
-        let workspace = root.path().join("ws");
-        let sessions = root.path().join("sessions");
-        for d in [&home, &workspace] {
-            std::fs::create_dir_all(d).expect("mkdir");
-        }
-        Env {
-            home,
-            workspace,
-            sessions,
-            _root: root,
-        }
-    }
-
-    /// `baton` with a clean environment, the workspace as cwd and the session folder set.
-    fn baton(&self) -> Command {
-        let mut c = Command::cargo_bin("baton").expect("binary");
-        c.env_clear()
-            .env("HOME", &self.home)
-            .env("XDG_CONFIG_HOME", self.home.join(".config"))
-            .env("XDG_DATA_HOME", self.home.join(".local/share"))
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .current_dir(&self.workspace)
-            .arg("--session-dir")
-            .arg(&self.sessions)
-            .timeout(Duration::from_secs(60));
-        c
-    }
-
-    fn exec(&self, engine: &MockEngine, prompt: &str, extra: &[&str]) -> Command {
-        let mut c = self.baton();
-        c.args(["--exec", "--endpoint", &engine.url()])
-            .args(extra)
-            .arg(prompt);
-        c
-    }
-}
 
 fn stdout_of(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -367,7 +313,7 @@ fn the_prompt_can_come_from_stdin_and_the_answer_from_a_file() {
         MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "piped answer"));
     let out_file = env.workspace.join("answer.md");
     let out = env
-        .baton()
+        .session_baton()
         .args(["--exec", "--endpoint", &engine.url(), "-o"])
         .arg(&out_file)
         .arg("-")
@@ -592,7 +538,7 @@ fn the_whole_loop_runs_on_the_local_tiny_model() {
     let env = Env::new();
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3");
     let out = env
-        .baton()
+        .session_baton()
         .env("BATON_MAX_TOKENS", "4")
         // The tiny model's window is 4096 tokens: offer two tools, not the full set.
         .env("BATON_TOOLS", "read_file,list_dir")

@@ -1,23 +1,19 @@
 //! The remote backend against the in-process mock engine: wire shapes, streaming, errors,
 //! retries, timeouts and cancellation, all on loopback.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
-
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{MockEngine, MockReply, Script, sequence};
 use baton::backend::remote::{RemoteBackend, RetryNotice};
+use baton::protocol::RouteConstraint;
 use baton::backend::{
     BackendError, ChatBackend, ChatCompletion, ChatDelta, ChatRequest, FinishReason,
 };
 use baton::protocol::Hop;
-use baton::protocol::RouteConstraint;
 use baton::protocol::{ChatMessage, ToolSpec};
 use futures_util::StreamExt;
 use serde_json::json;
-use support::{MockEngine, MockReply, Script, sequence};
 
 const KEY: &str = "sk-test-0123456789-secret";
 

@@ -2,10 +2,7 @@
 //! `baton::sandbox::sandboxed_command` (the same launch path the shell tool uses). When the
 //! kernel can't enforce the sandbox, the suite asserts the refusal instead, and says so.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
-
-#[path = "support/outside.rs"]
-mod outside;
+use crate::support::outside;
 
 use std::io::Read;
 use std::net::TcpListener;

@@ -3,11 +3,6 @@
 //! session limit, capped output for 100 MB, binary output, and escape sequences that must
 //! never reach the model or the UI.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
-
-#[path = "support/outside.rs"]
-mod outside;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +14,9 @@ use baton::tool::{ApprovalNeed, Tool, ToolContext, ToolResult, ToolState};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
+
+use crate::support::env::Env;
+use crate::support::{MockEngine, MockReply, Script, outside};
 
 struct Harness {
     _dir: tempfile::TempDir,
@@ -144,19 +142,53 @@ async fn a_command_runs_in_the_workspace_and_reports_its_exit_code() {
     }
 }
 
-#[tokio::test]
-async fn secrets_in_the_environment_are_not_passed_on() {
-    // SAFETY: set before the command is spawned; no other test reads this variable.
-    unsafe { std::env::set_var("BATON_TEST_API_KEY", "sk-secret") };
-    let h = harness();
-    let r = h
-        .call(
-            "shell",
-            json!({"command": "echo key=${BATON_TEST_API_KEY:-unset} sbx=$BATON_SANDBOX"}),
+#[test]
+fn secrets_in_the_environment_are_not_passed_on() {
+    // Through the real binary: the variables are set in baton's environment, never in this
+    // process's, whose environment other tests' threads read while they run.
+    let env = Env::new();
+    let command =
+        "echo key=${BATON_TEST_API_KEY:-unset} plain=$BATON_TEST_PLAIN sbx=$BATON_SANDBOX";
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("call_1", "shell", json!({ "command": command }).to_string()),
+            )
+            .answer("L2", "done."),
+    );
+    let sandbox = match sandbox_mode() {
+        SandboxMode::Off => "off",
+        _ => "workspace-write",
+    };
+    let out = env
+        .exec(
+            &engine,
+            "print the key",
+            &["--approval", "full-auto", "--sandbox", sandbox],
         )
-        .await;
-    assert!(r.content.contains("key=unset"), "{}", r.content);
-    assert!(r.content.contains("sbx="), "{}", r.content);
+        .env("BATON_TEST_API_KEY", "sk-secret")
+        .env("BATON_TEST_PLAIN", "visible")
+        .output()
+        .expect("run baton");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers = engine.requests_for_hop("answer");
+    let (_, tool) = answers
+        .last()
+        .expect("an answer after the tool")
+        .transcript()
+        .into_iter()
+        .find(|(role, _)| role == "tool")
+        .expect("the shell result");
+    assert!(tool.contains("key=unset"), "{tool}");
+    assert!(tool.contains("plain=visible"), "{tool}");
+    assert!(tool.contains("sbx="), "{tool}");
 }
 
 #[tokio::test]

@@ -2,8 +2,6 @@
 //! stale-edit detection, all-or-nothing patches, byte-exact CRLF / non-UTF-8 preservation,
 //! edit error messages, grep's .gitignore and binary handling, outlines for every language.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

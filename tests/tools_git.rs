@@ -1,7 +1,5 @@
 //! The git tool and checkpoints/undo against real repositories in temp dirs.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
-
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

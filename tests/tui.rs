@@ -1,8 +1,6 @@
 //! TUI tests: rendered screens (ratatui TestBackend + insta snapshots), and the UI state machine
 //! driven through keys and protocol events (queueing, approvals, slash commands, Ctrl+C).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
-
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

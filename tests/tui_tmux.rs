@@ -3,16 +3,12 @@
 //! status line, approves a command in the modal, runs /undo (the file comes back), quits with
 //! Ctrl+C twice, and checks the terminal was restored and the conversation printed.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
-
-mod support;
-
 use std::path::Path;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use support::{MockEngine, MockReply, Script};
+use crate::support::{MockEngine, MockReply, Script};
 
 struct Tmux {
     socket: String,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes libnvrtc (CUDA 13.0, from PyPI; no GPU, driver or toolkit needed) loadable so that
-# `cargo test --test cuda_kernels` compiles every CUDA kernel with NVRTC instead of skipping.
+# `cargo test --test tests cuda_kernels::` compiles every CUDA kernel with NVRTC instead of skipping.
 #
 #   eval "$(tools/ci-nvrtc.sh)"     # then: cargo test
 #

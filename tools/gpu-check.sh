@@ -40,15 +40,17 @@ for lib in libcuda.so libnvrtc.so libcublas.so libcublasLt.so; do
     echo "$lib: ${found:-NOT FOUND}"
 done
 
-# The test binary: built here in release, or prebuilt elsewhere (a GPU machine without network
-# cannot fetch crates): BATON_CUDA_TEST_BIN=path/to/cuda_kernels-<hash> from
-# `cargo test --release --test cuda_kernels --no-run` on a machine with the same libc.
+# The test binary (all integration tests in one; the CUDA ones are the `cuda_kernels::` module):
+# built here in release, or prebuilt elsewhere (a GPU machine without network cannot fetch
+# crates): BATON_CUDA_TEST_BIN=path/to/tests-<hash> from
+# `cargo test --release --test tests --no-run` on a machine with the same libc.
+# cuda_tests FILTER [libtest args...]
 export BATON_REPO_ROOT="$PWD"
 cuda_tests() {
     if [ -n "${BATON_CUDA_TEST_BIN:-}" ]; then
         "$BATON_CUDA_TEST_BIN" "$@"
     else
-        cargo test --release --test cuda_kernels -- "$@"
+        cargo test --release --test tests -- "$@"
     fi
 }
 step "release build"
@@ -58,18 +60,18 @@ elif ! command -v cargo >/dev/null; then
     echo "cargo is not on this machine: set BATON_CUDA_TEST_BIN to a prebuilt test binary" >&2
     exit 2
 else
-    cargo test --release --test cuda_kernels --no-run 2>&1 | tail -3
+    cargo test --release --test tests --no-run 2>&1 | tail -3
 fi
 status=0
 
 step "CUDA tests: kernels vs CPU device, model vs HF+PEFT golden (tiny-qwen3)"
-BATON_REQUIRE_CUDA=1 cuda_tests --nocapture --test-threads=1 2>&1 \
+BATON_REQUIRE_CUDA=1 cuda_tests cuda_kernels:: --nocapture --test-threads=1 2>&1 \
     | tee "$out/tests.txt" | grep -E "^test |SKIPPED|max \||largest|panicked|test result|compute_"
 grep -q "test result: ok" "$out/tests.txt" || status=1
 # The engine's own golden suite, on CUDA when it honours BATON_TEST_DEVICE (the Engine wiring).
 if [ -z "${BATON_CUDA_TEST_BIN:-}" ] && grep -q BATON_TEST_DEVICE tests/engine_golden.rs 2>/dev/null; then
     step "engine golden suite on cuda"
-    BATON_TEST_DEVICE=cuda cargo test --release --test engine_golden 2>&1 | tee "$out/engine_golden.txt" | tail -5
+    BATON_TEST_DEVICE=cuda cargo test --release --test tests engine_golden:: 2>&1 | tee "$out/engine_golden.txt" | tail -5
     grep -q "test result: ok" "$out/engine_golden.txt" || status=1
 fi
 
@@ -82,7 +84,7 @@ if [ "${BATON_SKIP_BENCH:-0}" != 1 ]; then
     : > "$out/bench.txt"
 
     step "baton benchmark"
-    BATON_BENCH_MODELS="$spec" timeout 300 bash -c "$(declare -f cuda_tests); cuda_tests --ignored cuda_benchmark --nocapture" 2>&1 | tee -a "$out/bench.txt" | grep -E "BENCH|panicked"
+    BATON_BENCH_MODELS="$spec" timeout 300 bash -c "$(declare -f cuda_tests); cuda_tests cuda_kernels::cuda_benchmark --exact --ignored --nocapture" 2>&1 | tee -a "$out/bench.txt" | grep -E "BENCH|panicked"
 
     step "HF transformers + PEFT baseline"
     if python3 -c 'import torch, transformers, peft; assert torch.cuda.is_available()' 2>/dev/null; then

@@ -21,12 +21,15 @@ pub struct Golden {
     pub tensors: HashMap<String, (Vec<usize>, Vec<f32>)>,
 }
 
+/// golden.json alone, for the suites that need no tensors.
+pub fn golden_json() -> Value {
+    let text = std::fs::read_to_string(fixture().join("golden.json")).expect("golden.json");
+    serde_json::from_str(&text).expect("golden.json parses")
+}
+
 pub fn golden() -> Golden {
     let dir = fixture();
-    let json: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("golden.json")).expect("golden.json"),
-    )
-    .expect("json");
+    let json = golden_json();
     let bytes = std::fs::read(dir.join("golden.safetensors")).expect("golden.safetensors");
     let st = safetensors::SafeTensors::deserialize(&bytes).expect("parse golden.safetensors");
     let tensors = st

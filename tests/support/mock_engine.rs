@@ -2,8 +2,9 @@
 //! `POST /v1/chat/completions` (SSE or JSON) and `GET /v1/models` on 127.0.0.1, answers every
 //! request through a scripted handler, and records every request it receives.
 //!
-//! Dependency-light on purpose (axum, tokio, serde_json, futures-util; no baton imports) so any
-//! test binary or a `[[bench]]` can include it with `#[path]`.
+//! Dependency-light on purpose (axum, tokio, serde_json, futures-util; no baton imports): the
+//! tests compile it once as `support::mock_engine`, and a `[[bench]]` includes it with `#[path]`
+//! (that way only: nothing in tests/ reaches into tools/).
 //!
 //! ```ignore
 //! let engine = MockEngine::scripted(
@@ -20,7 +21,6 @@
 //! The server runs on its own thread with its own runtime, so it keeps serving while a test
 //! blocks (e.g. on an `assert_cmd` child process), and `MockEngine::start_blocking` works from
 //! plain `#[test]` functions. Dropping the engine stops the server.
-#![allow(dead_code)]
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -58,7 +58,6 @@ pub struct RecordedRequest {
     pub body: Value,
     /// The body as text (lossy UTF-8), for byte-level assertions.
     pub raw_body: String,
-    pub received_at: Instant,
 }
 
 impl RecordedRequest {
@@ -227,8 +226,6 @@ pub struct MockCompletion {
     /// The key reasoning is sent under: `reasoning_content` (default) or `reasoning`.
     pub reasoning_key: String,
     pub tool_calls: Vec<MockToolCall>,
-    /// `None` = `stop`, or `tool_calls` when there are tool calls.
-    pub finish_reason: Option<String>,
     /// `(prompt_tokens, completion_tokens)`; `None` = estimated from the text (chars / 4).
     pub usage: Option<(u64, u64)>,
     pub cached_tokens: Option<u64>,
@@ -244,8 +241,6 @@ pub struct MockCompletion {
     pub hang_after_frames: Option<usize>,
     /// Streaming: send an SSE comment (`: keepalive`) before the first chunk.
     pub keepalive: bool,
-    /// Streaming: the usage chunk is sent even when the client did not ask for it.
-    pub always_usage_chunk: bool,
 }
 
 impl MockCompletion {
@@ -255,7 +250,6 @@ impl MockCompletion {
             reasoning: None,
             reasoning_key: "reasoning_content".into(),
             tool_calls: Vec::new(),
-            finish_reason: None,
             usage: None,
             cached_tokens: None,
             chunk_chars: 8,
@@ -264,16 +258,17 @@ impl MockCompletion {
             omit_done: false,
             hang_after_frames: None,
             keepalive: false,
-            always_usage_chunk: false,
         }
     }
 
+    /// `tool_calls` when there are tool calls, else `stop`.
     fn effective_finish(&self) -> String {
-        match &self.finish_reason {
-            Some(f) => f.clone(),
-            None if !self.tool_calls.is_empty() => "tool_calls".into(),
-            None => "stop".into(),
+        if self.tool_calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
         }
+        .into()
     }
 
     fn effective_usage(&self, request: &RecordedRequest) -> Value {
@@ -329,6 +324,7 @@ pub enum MockReply {
     /// Never answers (no status line, no headers).
     Hang,
     /// Waits, then answers with `reply` (simulated engine latency).
+    #[allow(dead_code)] // built by `after`, which only the mol_latency bench calls
     Delayed {
         delay: Duration,
         reply: Box<MockReply>,
@@ -442,7 +438,9 @@ impl MockReply {
 
     // ---- modifiers -------------------------------------------------------------------------
 
-    /// Waits `delay` before answering (before the status line).
+    /// Waits `delay` before answering (before the status line): the mol_latency bench's hop
+    /// timings; no test needs a slow engine that still answers.
+    #[allow(dead_code)]
     pub fn after(self, delay: Duration) -> Self {
         MockReply::Delayed {
             delay,
@@ -489,10 +487,6 @@ impl MockReply {
         self.map_completion(|c| c.tool_calls.push(call))
     }
 
-    pub fn finish(self, reason: &str) -> Self {
-        self.map_completion(|c| c.finish_reason = Some(reason.into()))
-    }
-
     pub fn usage(self, prompt_tokens: u64, completion_tokens: u64) -> Self {
         self.map_completion(|c| c.usage = Some((prompt_tokens, completion_tokens)))
     }
@@ -524,10 +518,6 @@ impl MockReply {
 
     pub fn keepalive(self) -> Self {
         self.map_completion(|c| c.keepalive = true)
-    }
-
-    pub fn always_usage_chunk(self) -> Self {
-        self.map_completion(|c| c.always_usage_chunk = true)
     }
 
     fn map_completion(mut self, f: impl FnOnce(&mut MockCompletion)) -> Self {
@@ -570,8 +560,7 @@ pub fn sequence(replies: Vec<MockReply>) -> impl Fn(&RecordedRequest) -> MockRep
 /// Lookup for a request with hop H and model M: the queue for (H, M), then the queue for
 /// (H, any model), then the default for (H, M), then the default for H (the built-in summary
 /// default is `"summary by M"`), then `otherwise`; when nothing fits the engine answers HTTP 418
-/// with a body saying which script entry was missing, so a wrong test fails loudly. A
-/// `latency` set for H delays every reply of that hop (simulated engine time).
+/// with a body saying which script entry was missing, so a wrong test fails loudly.
 ///
 /// Cloning shares the queues: keep a clone to push more replies between turns.
 ///
@@ -582,13 +571,6 @@ pub fn sequence(replies: Vec<MockReply>) -> impl Fn(&RecordedRequest) -> MockRep
 ///     .answer("L2", "Here is the fix.")
 ///     .summary("L2", "Fixed a.")
 ///     .answer("L1", "Booked.");
-/// // a latency benchmark: endless turns with the reference's hop timings
-/// let bench = Script::new()
-///     .default_route("L2")
-///     .default_answer("ok")
-///     .latency("route", Duration::from_millis(200))
-///     .latency("answer", Duration::from_millis(1240))
-///     .latency("summary", Duration::from_millis(320));
 /// ```
 #[derive(Clone, Default)]
 pub struct Script {
@@ -600,7 +582,6 @@ struct ScriptState {
     queues: HashMap<(String, Option<String>), VecDeque<MockReply>>,
     defaults: HashMap<(String, Option<String>), MockReply>,
     builtin_summary: bool,
-    latency: HashMap<String, Duration>,
     otherwise: Option<MockReply>,
     /// Proxy-mode behaviour: answer with `X-Conversation-Id` (echoed, or minted).
     conversation_ids: bool,
@@ -693,18 +674,6 @@ impl Script {
         self
     }
 
-    /// Queues a reply for any other hop (e.g. `compaction`).
-    pub fn hop(self, hop: &str, model: Option<&str>, reply: impl Into<MockReply>) -> Self {
-        self.push(hop, model, reply);
-        self
-    }
-
-    /// Delays every reply of `hop` by `delay` (before the status line).
-    pub fn latency(self, hop: &str, delay: Duration) -> Self {
-        self.lock().latency.insert(hop.to_string(), delay);
-        self
-    }
-
     /// Behaves like the MoL proxy towards `X-Conversation-Id`: every reply carries the header,
     /// echoing the request's or minting `molc_<32 hex>` when there was none.
     pub fn conversation_ids(self) -> Self {
@@ -739,10 +708,7 @@ impl Script {
             };
             reply = reply.header("X-Conversation-Id", &id);
         }
-        match state.latency.get(&hop) {
-            Some(delay) if !delay.is_zero() => reply.after(*delay),
-            _ => reply,
-        }
+        reply
     }
 
     fn pick(state: &mut ScriptState, hop: &str, model: &str) -> MockReply {
@@ -814,11 +780,6 @@ impl MockEngineBuilder {
         handler: impl Fn(&RecordedRequest) -> MockReply + Send + Sync + 'static,
     ) -> MockEngine {
         self.start_blocking(handler)
-    }
-
-    /// Starts a server answering from a `Script`.
-    pub async fn scripted(self, script: Script) -> MockEngine {
-        self.start_blocking(move |req| script.reply(req))
     }
 
     pub fn start_blocking(
@@ -926,11 +887,6 @@ impl MockEngine {
         format!("http://{}/v1", self.addr)
     }
 
-    /// Base URL without `/v1`.
-    pub fn origin(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -978,14 +934,6 @@ impl MockEngine {
             .collect()
     }
 
-    pub fn request_count(&self) -> usize {
-        self.shared
-            .requests
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
-    }
-
     pub fn clear_requests(&self) {
         self.shared
             .requests
@@ -997,21 +945,6 @@ impl MockEngine {
     /// Streamed replies whose client went away before the stream ended (cancellation).
     pub fn abandoned_streams(&self) -> usize {
         self.shared.abandoned_streams.load(Ordering::SeqCst)
-    }
-
-    /// Waits until at least `n` chat requests arrived or `limit` passed; returns whether they
-    /// did. For work that happens after the code under test returns (e.g. a deferred summary).
-    pub async fn wait_for_chat_requests(&self, n: usize, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        loop {
-            if self.chat_requests().len() >= n {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
     }
 
     /// Waits until `abandoned_streams() >= n` or `limit` passed; returns whether it did.
@@ -1061,7 +994,6 @@ async fn serve_request(shared: Arc<Shared>, req: Request) -> Response {
             .collect(),
         body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
         raw_body,
-        received_at: Instant::now(),
     };
     shared
         .requests
@@ -1252,7 +1184,7 @@ fn sse_frames(c: &MockCompletion, req: &RecordedRequest) -> Vec<String> {
     if !c.omit_finish {
         frames.push(chunk(json!({}), Some(c.effective_finish())));
     }
-    if req.wants_usage_chunk() || c.always_usage_chunk {
+    if req.wants_usage_chunk() {
         let body = json!({
             "id": "chatcmpl-mock",
             "object": "chat.completion.chunk",

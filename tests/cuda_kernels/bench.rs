@@ -3,8 +3,8 @@
 //! module, prefill tokens/s for a 2k-token prompt, time to route (a prompt forward plus one
 //! step), and the memory-bandwidth roofline (weight bytes / measured device-to-device copy
 //! bandwidth). One JSON line per model on stdout; tools/gpu-check.sh tabulates them beside the
-//! HF+PEFT baseline. Included by tests/cuda_kernels.rs (an #[ignore]d test), so it builds with
-//! the crate's tests and needs no Cargo.toml entry.
+//! HF+PEFT baseline. A module of tests/cuda_kernels.rs, run as its #[ignore]d `cuda_benchmark`
+//! test, so tools/gpu-check.sh needs only the one test binary on a GPU machine.
 
 use std::path::Path;
 use std::time::Instant;

@@ -1,0 +1,82 @@
+//! A throwaway home and workspace for running the real `baton` binary: HOME and the XDG folders
+//! point into a temp dir and the environment is otherwise empty, so no user config, key or
+//! session of the machine running the tests leaks in.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use assert_cmd::Command;
+
+use super::MockEngine;
+
+pub struct Env {
+    _root: tempfile::TempDir,
+    pub home: PathBuf,
+    pub workspace: PathBuf,
+    /// Where `session_baton` keeps session files (created by baton on first use).
+    pub sessions: PathBuf,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let root = tempfile::tempdir().expect("tempdir");
+        let home = root.path().join("home");
+        let workspace = root.path().join("ws");
+        let sessions = root.path().join("sessions");
+        for d in [&home, &workspace] {
+            std::fs::create_dir_all(d).expect("mkdir");
+        }
+        Env {
+            home,
+            workspace,
+            sessions,
+            _root: root,
+        }
+    }
+
+    /// `baton` with only HOME and XDG set (no PATH: nothing to find), the workspace as cwd.
+    pub fn baton(&self) -> Command {
+        let mut c = Command::cargo_bin("baton").expect("binary");
+        c.env_clear()
+            .env("HOME", &self.home)
+            .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .env("XDG_DATA_HOME", self.home.join(".local/share"))
+            .current_dir(&self.workspace)
+            .timeout(Duration::from_secs(60));
+        c
+    }
+
+    /// `baton` for running turns: PATH kept (the tools spawn commands) and the session folder set.
+    pub fn session_baton(&self) -> Command {
+        let mut c = self.baton();
+        c.env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .arg("--session-dir")
+            .arg(&self.sessions);
+        c
+    }
+
+    /// `baton --exec --endpoint <engine> [extra…] <prompt>` in a session.
+    pub fn exec(&self, engine: &MockEngine, prompt: &str, extra: &[&str]) -> Command {
+        let mut c = self.session_baton();
+        c.args(["--exec", "--endpoint", &engine.url()])
+            .args(extra)
+            .arg(prompt);
+        c
+    }
+
+    pub fn user_config(&self, text: &str) -> PathBuf {
+        let dir = self.home.join(".config/baton");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let path = dir.join("config.toml");
+        std::fs::write(&path, text).expect("write");
+        path
+    }
+
+    pub fn project_config(&self, text: &str) -> PathBuf {
+        let dir = self.workspace.join(".baton");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let path = dir.join("config.toml");
+        std::fs::write(&path, text).expect("write");
+        path
+    }
+}

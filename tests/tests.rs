@@ -1,0 +1,24 @@
+//! The integration tests, one binary: each former `tests/*.rs` file is a module here, so the
+//! library and the mock engine (`support`) are compiled and linked once. Run one suite with
+//! `cargo test --test tests cli::` (a module path is a name filter).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+mod support;
+
+mod architecture;
+mod cli;
+mod context;
+mod cuda_kernels;
+mod engine_golden;
+mod engine_text;
+mod eval;
+mod exec;
+mod remote_backend;
+mod sandbox;
+mod shell_tool;
+mod tools_fs;
+mod tools_git;
+mod tui;
+mod tui_tmux;
+mod wire_snapshots;
