@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use super::{Shared, context, lock, summaries, tool_calls};
 use crate::backend::{BackendError, ChatCompletion, ChatDelta, ChatRequest, FinishReason};
 use crate::mol::{AnswerOptions, ReasoningWire};
-use crate::protocol::{Event, Expert, Hop, Mode, RouteDecision, TokenUsage, TurnStatus};
-use crate::session::{Record, abandon_open_task};
+use crate::protocol::{Event, Expert, Hop, Mode, RouteDecision, TurnStatus};
+use crate::session::Record;
 
 /// Why a turn stopped early.
 pub(crate) enum Stop {
@@ -24,7 +24,6 @@ struct TurnCtx {
     shared: Arc<Shared>,
     turn_id: u64,
     cancel: CancellationToken,
-    usage: TokenUsage,
 }
 
 pub(crate) async fn run_turn(
@@ -38,16 +37,10 @@ pub(crate) async fn run_turn(
         turn_id,
         text: text.clone(),
     });
-    shared.record(Record::Turn {
-        turn_id,
-        text: text.clone(),
-        at: chrono::Utc::now().to_rfc3339(),
-    });
     let mut ctx = TurnCtx {
         shared: shared.clone(),
         turn_id,
         cancel,
-        usage: TokenUsage::default(),
     };
     let (status, answer, expert) = match drive(&mut ctx, &text).await {
         Ok(Outcome {
@@ -70,18 +63,29 @@ pub(crate) async fn run_turn(
             }
         }
     };
-    shared.record(Record::TurnEnded {
+    shared.commit(Record::TurnEnded {
         turn_id,
         status,
         answer: answer.clone(),
     });
+    let (usage_by_hop, session_usage) = {
+        let state = shared.state();
+        let turn = if state.turn_id == turn_id {
+            state.turn_usage
+        } else {
+            Default::default()
+        };
+        (turn, state.usage)
+    };
     shared.events.emit(Event::TurnCompleted {
         turn_id,
         status,
         answer,
         expert: public_expert(&shared, expert),
         duration_ms: started.elapsed().as_millis() as u64,
-        usage: ctx.usage,
+        usage: usage_by_hop.total,
+        usage_by_hop,
+        session_usage,
     });
 }
 
@@ -99,14 +103,14 @@ fn public_expert(shared: &Shared, expert: Option<Expert>) -> Option<Expert> {
 async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<Expert>)> {
     let shared = ctx.shared.clone();
     // A tool loop left open by an interrupted turn is abandoned; its expert is the fallback (B1).
-    let open_owner = lock(&shared.timeline).open_task().map(|t| t.owner);
+    let open_owner = shared.state().timeline.open_task().map(|t| t.owner);
     abandon(&shared);
 
     let expert = choose_expert(ctx, text, open_owner)
         .await
         .map_err(|s| (s, None))?;
-    let task_id = lock(&shared.timeline).open(expert, text);
-    shared.record(Record::TaskOpened {
+    let task_id = shared.state().timeline.tasks.last().map_or(1, |t| t.id + 1);
+    shared.commit(Record::TaskOpened {
         task_id,
         owner: expert,
         user_text: text.to_string(),
@@ -160,10 +164,9 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
         if let Some(id) = done.conversation_id.clone()
             && shared.cfg.mode == Mode::Proxy
         {
-            let changed = lock(&shared.conversation_id).as_deref() != Some(id.as_str());
+            let changed = shared.state().conversation_id_or_default() != id;
             if changed {
-                *lock(&shared.conversation_id) = Some(id.clone());
-                shared.record(Record::ConversationId { id });
+                shared.commit(Record::ConversationId { id });
             }
         }
         // A truncated answer's tool calls are incomplete: drop them (§4.8).
@@ -175,14 +178,12 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
         }
         let message = done.message;
         let calls = message.tool_calls.clone();
-        lock(&shared.timeline).push(message.clone());
-        shared.record(Record::Message {
+        shared.commit(Record::Message {
             task_id,
             message: message.clone(),
         });
         if calls.is_empty() {
-            lock(&shared.timeline).close(shared.cfg.mode == Mode::Mol);
-            shared.record(Record::TaskClosed { task_id });
+            shared.commit(Record::TaskClosed { task_id });
             if shared.cfg.mode == Mode::Mol {
                 summaries::spawn(&shared, ctx.turn_id, task_id);
             }
@@ -194,8 +195,7 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
         }
         for call in &calls {
             let result = tool_calls::execute(&shared, ctx.turn_id, call, &ctx.cancel).await;
-            lock(&shared.timeline).push(result.clone());
-            shared.record(Record::Message {
+            shared.commit(Record::Message {
                 task_id,
                 message: result,
             });
@@ -231,15 +231,14 @@ async fn choose_expert(
                 _ = ctx.cancel.cancelled() => return Err(Stop::Interrupted),
             };
             let latency_ms = outcome.latency.as_millis() as u64;
-            ctx.usage.add(&outcome.usage);
-            shared.events.emit(Event::HopCompleted {
-                turn_id: ctx.turn_id,
-                hop: Hop::Route,
-                expert: Some(Expert::L0),
+            shared.hop_completed(
+                ctx.turn_id,
+                Hop::Route,
+                Some(Expert::L0),
                 latency_ms,
-                ttft_ms: None,
-                usage: outcome.usage,
-            });
+                None,
+                outcome.usage,
+            );
             // The raw label of a model decision is noise; a fallback's reason is the point.
             let reason = (outcome.decision == RouteDecision::Fallback)
                 .then_some(outcome.reason)
@@ -254,7 +253,7 @@ async fn choose_expert(
         latency_ms,
         reason: reason.clone(),
     });
-    shared.record(Record::Route {
+    shared.commit(Record::Route {
         turn_id: ctx.turn_id,
         expert,
         decision,
@@ -266,9 +265,9 @@ async fn choose_expert(
 
 /// Closes the open task, if any, without a summary, and records that.
 fn abandon(shared: &Shared) {
-    let abandoned = abandon_open_task(&mut lock(&shared.timeline));
-    if let Some(task_id) = abandoned {
-        shared.record(Record::TaskAbandoned { task_id });
+    let open = shared.state().timeline.open_task().map(|t| t.id);
+    if let Some(task_id) = open {
+        shared.commit(Record::TaskAbandoned { task_id });
     }
 }
 
@@ -277,7 +276,8 @@ fn answer_request(shared: &Shared, expert: Expert) -> ChatRequest {
     let cfg = &shared.cfg;
     let head = shared.head();
     let (model, view, wire) = {
-        let timeline = lock(&shared.timeline);
+        let state = shared.state();
+        let timeline = &state.timeline;
         match cfg.mode {
             Mode::Mol => (
                 cfg.profile.adapter(expert).to_string(),
@@ -304,7 +304,7 @@ fn answer_request(shared: &Shared, expert: Expert) -> ChatRequest {
     };
     let mut req = crate::mol::answer_request(&model, view, tools, &opts, wire);
     if cfg.mode == Mode::Proxy {
-        req.conversation_id = lock(&shared.conversation_id).clone();
+        req.conversation_id = Some(shared.state().conversation_id_or_default());
     }
     req
 }
@@ -358,15 +358,14 @@ async fn answer_hop(
         }
     };
     let usage = done.usage.unwrap_or_default();
-    ctx.usage.add(&usage);
-    shared.events.emit(Event::HopCompleted {
+    shared.hop_completed(
         turn_id,
-        hop: Hop::Answer,
-        expert: public,
-        latency_ms: started.elapsed().as_millis() as u64,
-        ttft_ms: done.ttft.map(|d| d.as_millis() as u64),
+        Hop::Answer,
+        public,
+        started.elapsed().as_millis() as u64,
+        done.ttft.map(|d| d.as_millis() as u64),
         usage,
-    });
+    );
     shared.events.emit(Event::MessageFinal {
         turn_id,
         expert: public,
