@@ -9,9 +9,9 @@ use std::sync::Arc;
 use crate::agent::{AgentConfig, DEFAULT_SYSTEM_PROMPT};
 use crate::backend::ChatBackend;
 use crate::config::Config;
+use crate::mol::SessionState;
 use crate::mol::{Profile, ProfileNames};
 use crate::protocol::{AgentHandle, AgentInfo, ApprovalPolicy, ErrorKind, Mode};
-use crate::mol::SessionState;
 use crate::session::SessionFile;
 
 /// Shown when there is nothing to talk to.

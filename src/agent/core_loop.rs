@@ -8,8 +8,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
 use super::{Shared, context, lock, summaries, turn};
-use crate::protocol::{ErrorKind, Event, Op};
 use crate::mol::SessionState;
+use crate::protocol::{ErrorKind, Event, Op};
 use crate::session::{Record, SessionError, SessionFile};
 
 struct Running {
@@ -190,7 +190,12 @@ async fn switch_session(shared: &Arc<Shared>, resume: Option<String>) {
 
 /// `/compact`: compacts the last task of the timeline on its owner's view now.
 async fn compact_last_task(shared: &Arc<Shared>) {
-    let last = shared.state().timeline.tasks.last().map(|t| (t.id, t.owner));
+    let last = shared
+        .state()
+        .timeline
+        .tasks
+        .last()
+        .map(|t| (t.id, t.owner));
     let Some((task_id, owner)) = last else {
         shared.events.emit(Event::Warning {
             message: "nothing to compact yet".into(),

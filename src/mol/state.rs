@@ -318,7 +318,11 @@ mod tests {
         let ratio = Record::TokenRatio {
             chars_per_token: 3.0,
         };
-        assert!(state.commit_change(&mut file, ratio.clone()).expect("write"));
+        assert!(
+            state
+                .commit_change(&mut file, ratio.clone())
+                .expect("write")
+        );
         assert!(!state.commit_change(&mut file, ratio).expect("write"));
         // Nothing to compact: no task.
         let compact = Record::Compacted {
