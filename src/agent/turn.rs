@@ -42,12 +42,17 @@ pub(crate) async fn run_turn(
         turn_id,
         cancel,
     };
+    let mut summary_task = None;
     let (status, answer, expert) = match drive(&mut ctx, &text).await {
         Ok(Outcome {
             status,
             answer,
             expert,
-        }) => (status, answer, expert),
+            summarize,
+        }) => {
+            summary_task = summarize;
+            (status, answer, expert)
+        }
         Err((stop, expert)) => {
             abandon(&shared);
             match stop {
@@ -87,12 +92,19 @@ pub(crate) async fn run_turn(
         usage_by_hop,
         session_usage,
     });
+    // Started after the turn is reported, so the turn's numbers never depend on how fast the
+    // summary is: its tokens go to the session total.
+    if let Some(task_id) = summary_task {
+        summaries::spawn(&shared, turn_id, task_id);
+    }
 }
 
 struct Outcome {
     status: TurnStatus,
     answer: Option<String>,
     expert: Option<Expert>,
+    /// The closed task whose summary hop starts once the turn is reported.
+    summarize: Option<u64>,
 }
 
 /// Experts are a client-side notion only in `mol` mode.
@@ -135,6 +147,7 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
                 status: TurnStatus::LimitReached,
                 answer: None,
                 expert: Some(expert),
+                summarize: None,
             });
         }
         if round_trips > 0 && shared.cfg.mode == Mode::Mol {
@@ -184,13 +197,11 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
         });
         if calls.is_empty() {
             shared.commit(Record::TaskClosed { task_id });
-            if shared.cfg.mode == Mode::Mol {
-                summaries::spawn(&shared, ctx.turn_id, task_id);
-            }
             return Ok(Outcome {
                 status: TurnStatus::Done,
                 answer: Some(message.content),
                 expert: Some(expert),
+                summarize: (shared.cfg.mode == Mode::Mol).then_some(task_id),
             });
         }
         for call in &calls {
