@@ -143,7 +143,7 @@ fn finish_turn(app: &mut App) {
         duration_ms: 3600,
         usage: TokenUsage::default(),
         usage_by_hop: Default::default(),
-        session_usage: session,
+        session_usage: Box::new(session),
     });
 }
 

@@ -89,8 +89,8 @@ pub(crate) async fn run_turn(
         expert: public_expert(&shared, expert),
         duration_ms: started.elapsed().as_millis() as u64,
         usage: usage_by_hop.total,
-        usage_by_hop,
-        session_usage,
+        usage_by_hop: Box::new(usage_by_hop),
+        session_usage: Box::new(session_usage),
     });
     // Started after the turn is reported, so the turn's numbers never depend on how fast the
     // summary is: its tokens go to the session total.

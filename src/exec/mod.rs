@@ -107,7 +107,7 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
                 session_usage: total,
                 ..
             } if code.is_none() => {
-                session_usage = Some(*total);
+                session_usage = Some(**total);
                 if let Some(answer) = answer {
                     out.answer(answer);
                     if let Some(path) = &opts.output

@@ -427,10 +427,10 @@ pub enum Event {
         /// The same, by hop. A summary that finishes after the turn is not in it; it is in
         /// the session total.
         #[serde(default)]
-        usage_by_hop: UsageTotals,
+        usage_by_hop: Box<UsageTotals>,
         /// The session's total when the turn ended (it continues across resume).
         #[serde(default)]
-        session_usage: UsageTotals,
+        session_usage: Box<UsageTotals>,
     },
     /// The session's token total changed (after every hop that reported usage, summaries
     /// that finish after their turn included), or a session was opened with one.

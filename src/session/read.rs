@@ -1,7 +1,7 @@
 //! Reading a session file back as its records. A torn last line (crash mid-write) is ignored
 //! and cut off before anything is appended, so the next record starts on a line of its own; a
 //! bad line anywhere else is an error naming it. What the records rebuild is not decided here:
-//! the layer that owns the state folds them (`crate::mol::SessionState`).
+//! the layer that owns the state folds them (the MoL layer's `SessionState`).
 
 use std::path::Path;
 

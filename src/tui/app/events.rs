@@ -350,7 +350,7 @@ impl App {
                 session_usage,
                 ..
             } => {
-                self.status.usage = session_usage;
+                self.status.usage = *session_usage;
                 self.finish_streams();
                 // Tool cells still marked running were cut off by the end of the turn.
                 let running: Vec<usize> = self.tool_cells.drain().map(|(_, i)| i).collect();
