@@ -9,9 +9,10 @@ use std::sync::Arc;
 use crate::agent::{AgentConfig, DEFAULT_SYSTEM_PROMPT};
 use crate::backend::ChatBackend;
 use crate::config::Config;
+use crate::mol::SessionState;
 use crate::mol::{Profile, ProfileNames};
 use crate::protocol::{AgentHandle, AgentInfo, ApprovalPolicy, ErrorKind, Mode};
-use crate::session::{Restored, SessionFile};
+use crate::session::SessionFile;
 
 /// Shown when there is nothing to talk to.
 pub const NO_BACKEND_HELP: &str = "\
@@ -162,16 +163,17 @@ pub fn agent_config(config: &Config, frontend: Frontend) -> Result<AgentConfig, 
     })
 }
 
-/// Creates a new session file, or opens `resume` (an id, a prefix, or `last`).
+/// Creates a new session file, or opens `resume` (an id, a prefix, or `last`) with the state
+/// its records rebuild.
 pub fn open_session(
     config: &Config,
     backend: &dyn ChatBackend,
     resume: Option<&str>,
-) -> Result<(SessionFile, Option<Restored>), SetupError> {
+) -> Result<(SessionFile, Option<SessionState>), SetupError> {
     Ok(match resume {
         Some(id) => {
             let (file, restored) =
-                SessionFile::resume(&config.session_dir, id, Some(&config.workspace))?;
+                crate::mol::resume_session(&config.session_dir, id, Some(&config.workspace))?;
             (file, Some(restored))
         }
         None => (

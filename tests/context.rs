@@ -185,7 +185,7 @@ fn start(dir: &Path, engine: &MockEngine, resume: Option<&str>) -> AgentHandle {
         .expect("backend");
     let (file, restored) = match resume {
         Some(id) => {
-            let (f, r) = SessionFile::resume(&cfg.session_dir, id, None).expect("resume");
+            let (f, r) = baton::mol::resume_session(&cfg.session_dir, id, None).expect("resume");
             (f, Some(r))
         }
         None => (
@@ -709,7 +709,7 @@ async fn compact_by_hand_keeps_the_summary_for_other_experts() {
     assert!(!texts.contains("Earlier steps of this task were compacted"));
 
     // The compaction is in the session file, and a resumed session shows it to L2.
-    let session = SessionFile::resume(&dir.path().join(".sessions"), &id, None)
+    let session = baton::mol::resume_session(&dir.path().join(".sessions"), &id, None)
         .expect("resume")
         .1;
     let task = &session.timeline.tasks[0];
@@ -767,7 +767,7 @@ async fn many_short_tasks_of_one_expert_fold_to_their_summaries() {
     assert!(all.contains("Task 1: audit the next modules."));
     assert!(all.contains("Summary of its result: Audited modules and kept notes."));
     // A resumed session shows the same view.
-    let restored = SessionFile::resume(&dir.path().join(".sessions"), &id, None)
+    let restored = baton::mol::resume_session(&dir.path().join(".sessions"), &id, None)
         .expect("resume")
         .1;
     assert!(!restored.timeline.folded_before.is_empty());

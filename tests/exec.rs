@@ -565,3 +565,167 @@ fn the_whole_loop_runs_on_the_local_tiny_model() {
     assert_eq!(done[0]["status"], "done");
     assert_eq!(of_type(&ev, "summary_recorded").len(), 1);
 }
+
+/// `{prompt_tokens, completion_tokens}` of a usage object, for comparing.
+fn tokens(v: &Value) -> (u64, u64) {
+    (
+        v["prompt_tokens"].as_u64().unwrap_or(u64::MAX),
+        v["completion_tokens"].as_u64().unwrap_or(u64::MAX),
+    )
+}
+
+fn last_session_usage(events: &[Value]) -> Value {
+    of_type(events, "session_usage")
+        .last()
+        .map(|e| e["usage"].clone())
+        .expect("a session_usage event")
+}
+
+#[test]
+fn usage_is_counted_by_hop_per_turn_and_per_session_across_resume() {
+    let env = Env::new();
+    std::fs::write(env.workspace.join("notes.txt"), "remember the milk\n").expect("write");
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route_reply(MockReply::label("L2").usage(10, 1))
+            .answer(
+                "L2",
+                MockReply::tool_call("c1", "read_file", r#"{"path":"notes.txt"}"#).usage(100, 20),
+            )
+            .answer("L2", MockReply::text("Milk.").usage(200, 30))
+            .summary("L2", MockReply::text("Read the notes.").usage(50, 5))
+            .route_reply(MockReply::label("L2").usage(11, 1))
+            .answer("L2", MockReply::text("Still milk.").usage(300, 40))
+            .summary("L2", MockReply::text("Answered again.").usage(60, 6)),
+    );
+    let first = env
+        .exec(&engine, "what do my notes say?", &["--json"])
+        .output()
+        .expect("run");
+    assert_eq!(first.status.code(), Some(0), "{}", stderr_of(&first));
+    let ev = events(&first);
+    let done = of_type(&ev, "turn_completed")[0];
+    let by_hop = &done["usage_by_hop"];
+    assert_eq!(tokens(&by_hop["route"]), (10, 1));
+    assert_eq!(tokens(&by_hop["answer"]), (300, 50), "both answer hops");
+    assert_eq!(
+        tokens(&by_hop["summary"]),
+        (0, 0),
+        "the summary comes later"
+    );
+    assert_eq!(tokens(&by_hop["compaction"]), (0, 0));
+    assert_eq!(tokens(&by_hop["total"]), (310, 51));
+    assert_eq!(tokens(&done["usage"]), (310, 51));
+    assert_eq!(tokens(&done["session_usage"]["total"]), (310, 51));
+    // The session total after the run includes the summary hop, finished after the answer.
+    let session = last_session_usage(&ev);
+    assert_eq!(tokens(&session["summary"]), (50, 5));
+    assert_eq!(tokens(&session["total"]), (360, 56));
+
+    // Plain mode prints the core's session total; a resumed run continues from it.
+    let second = env
+        .exec(&engine, "and now?", &["--resume", "last"])
+        .output()
+        .expect("run");
+    assert_eq!(second.status.code(), Some(0), "{}", stderr_of(&second));
+    let err = stderr_of(&second);
+    assert!(
+        err.contains("done in") && err.contains("(311 prompt + 41 completion tokens this turn)"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "session: 731 prompt + 103 completion tokens (route 23, answer 690, summary 121)"
+        ),
+        "{err}"
+    );
+    // The session file holds the totals: a third, JSON run starts from them.
+    let engine_ev = env
+        .exec(&engine, "and once more?", &["--json", "--resume", "last"])
+        .output()
+        .expect("run");
+    let ev = events(&engine_ev);
+    let opened = of_type(&ev, "session_usage")
+        .first()
+        .map(|e| tokens(&e["usage"]["total"]));
+    assert_eq!(opened, Some((731, 103)), "the resumed total comes first");
+}
+
+#[test]
+fn a_session_open_in_one_baton_process_is_refused_by_a_second() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L2"])
+            .answer("L2", "first")
+            .answer("L2", MockReply::hang()),
+    );
+    let first = env.exec(&engine, "one", &[]).output().expect("run");
+    assert_eq!(first.status.code(), Some(0), "{}", stderr_of(&first));
+    let id = std::fs::read_dir(&env.sessions)
+        .expect("sessions")
+        .flatten()
+        .find_map(|e| {
+            let p = e.path();
+            (p.extension().and_then(|x| x.to_str()) == Some("jsonl"))
+                .then(|| p.file_stem().and_then(|s| s.to_str()).map(String::from))
+                .flatten()
+        })
+        .expect("a session file");
+    let before = std::fs::read_to_string(env.sessions.join(format!("{id}.jsonl"))).expect("read");
+
+    // Process A resumes the session and hangs in its answer hop, holding the session open.
+    let mut a = std::process::Command::new(assert_cmd::cargo::cargo_bin("baton"));
+    a.env_clear()
+        .env("HOME", &env.home)
+        .env("XDG_CONFIG_HOME", env.home.join(".config"))
+        .env("XDG_DATA_HOME", env.home.join(".local/share"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(&env.workspace)
+        .arg("--session-dir")
+        .arg(&env.sessions)
+        .args([
+            "--exec",
+            "--endpoint",
+            &engine.url(),
+            "--resume",
+            &id,
+            "two",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut a = a.spawn().expect("spawn A");
+    let started = std::time::Instant::now();
+    while engine.requests_for_hop("answer").len() < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "A never answered"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Process B on the same session: a clear error naming A, and nothing written.
+    let b = env
+        .exec(&engine, "three", &["--resume", &id])
+        .output()
+        .expect("run B");
+    let _ = a.kill();
+    let _ = a.wait();
+    assert_ne!(b.status.code(), Some(0));
+    let err = stderr_of(&b);
+    assert!(
+        err.contains(&format!(
+            "session {id} is open in another baton process (pid {})",
+            a.id()
+        )),
+        "{err}"
+    );
+    let after = std::fs::read_to_string(env.sessions.join(format!("{id}.jsonl"))).expect("read");
+    assert!(after.starts_with(&before), "B must not touch the file");
+    assert!(!after.contains("three"), "B wrote nothing: {after}");
+    assert_eq!(
+        engine.requests_for_hop("route").len(),
+        2,
+        "B sent nothing to the model"
+    );
+}

@@ -114,6 +114,17 @@ fn finish_turn(app: &mut App) {
             cached_tokens: None,
         },
     });
+    // The core's session total after that hop (the status line shows it).
+    let mut session = baton::protocol::UsageTotals::default();
+    session.add(
+        Hop::Answer,
+        &TokenUsage {
+            prompt_tokens: 1200,
+            completion_tokens: 350,
+            cached_tokens: None,
+        },
+    );
+    app.handle_event(Event::SessionUsage { usage: session });
     app.handle_event(Event::Usage {
         turn_id: 1,
         usage: TokenUsage {
@@ -131,6 +142,8 @@ fn finish_turn(app: &mut App) {
         expert: Some(Expert::L2),
         duration_ms: 3600,
         usage: TokenUsage::default(),
+        usage_by_hop: Default::default(),
+        session_usage: Box::new(session),
     });
 }
 
@@ -670,6 +683,8 @@ fn typing_while_working_queues_and_sends_after_the_turn() {
         expert: None,
         duration_ms: 1,
         usage: TokenUsage::default(),
+        usage_by_hop: Default::default(),
+        session_usage: Default::default(),
     });
     assert_eq!(
         ops(&mut app),
@@ -716,6 +731,8 @@ fn esc_interrupts_and_denies_pending_approvals() {
         expert: None,
         duration_ms: 5,
         usage: TokenUsage::default(),
+        usage_by_hop: Default::default(),
+        session_usage: Default::default(),
     });
     assert!(screen(&app, 80, 20).contains("Interrupted"));
 }

@@ -29,14 +29,14 @@ const HANDOFF_MIN_TOKENS: u64 = 128;
 pub(crate) struct ContextState {
     /// The context window: `None` = not asked yet; `Some(None)` = nobody reports one.
     window: Option<Option<u64>>,
-    /// The ratio last written to the session file.
-    recorded_ratio: Option<f64>,
 }
 
 /// The estimator of this session: the ratio learned so far (kept in the timeline, so a resumed
 /// session starts from it), else the default.
 fn estimator(shared: &Shared) -> TokenEstimator {
-    lock(&shared.timeline)
+    shared
+        .state()
+        .timeline
         .token_ratio
         .map(TokenEstimator::with_ratio)
         .unwrap_or_default()
@@ -117,28 +117,11 @@ pub(crate) fn observe(shared: &Shared, shape: (u64, usize), prompt_tokens: u64) 
     }
     let mut est = estimator(shared);
     est.observe(shape.0, shape.1, prompt_tokens);
-    let ratio = est.chars_per_token();
-    lock(&shared.timeline).token_ratio = Some(ratio);
-    let moved = {
-        let mut ctx = lock(&shared.context);
-        // Recorded exactly on every change: a resumed session must estimate (and so shrink and
-        // compact) bit for bit like the one it continues. One short line per answer at most.
-        let moved = ctx.recorded_ratio != Some(ratio);
-        if moved {
-            ctx.recorded_ratio = Some(ratio);
-        }
-        moved
-    };
-    if moved {
-        shared.record(Record::TokenRatio {
-            chars_per_token: ratio,
-        });
-    }
-}
-
-/// Forgets what was learned about the last session (`/new`, `/resume` switch sessions).
-pub(crate) fn reset(shared: &Shared) {
-    lock(&shared.context).recorded_ratio = None;
+    // Recorded exactly on every change: a resumed session must estimate (and so shrink and
+    // compact) bit for bit like the one it continues. One short line per answer at most.
+    shared.commit_change(Record::TokenRatio {
+        chars_per_token: est.chars_per_token(),
+    });
 }
 
 /// Waits for the summary hops still running for `expert`'s own closed tasks before `before`.
@@ -148,7 +131,9 @@ async fn await_own_summaries(
     before: u64,
     cancel: &CancellationToken,
 ) {
-    let pending: Vec<u64> = lock(&shared.timeline)
+    let pending: Vec<u64> = shared
+        .state()
+        .timeline
         .tasks
         .iter()
         .filter(|t| {
@@ -172,25 +157,22 @@ async fn await_own_summaries(
 }
 
 fn record_fold(shared: &Shared, expert: Expert, task_id: u64) -> bool {
-    let folded = lock(&shared.timeline).fold_own_tasks(expert, task_id);
-    if folded {
-        shared.record(Record::TasksFolded {
+    // A fold that hides nothing now is not recorded (replay applies every recorded fold).
+    let hides = shared.state().timeline.fold_hides(expert, task_id);
+    if hides {
+        shared.commit(Record::TasksFolded {
             expert,
             before_task: task_id,
         });
     }
-    folded
+    hides
 }
 
 fn record_shrink(shared: &Shared, task_id: u64, keep_recent: usize) -> bool {
-    let shrunk = lock(&shared.timeline).shrink_old_tool_outputs(task_id, keep_recent);
-    if shrunk {
-        shared.record(Record::ToolOutputsShrunk {
-            task_id,
-            keep_recent,
-        });
-    }
-    shrunk
+    shared.commit_change(Record::ToolOutputsShrunk {
+        task_id,
+        keep_recent,
+    })
 }
 
 /// Makes the open task's view fit before an answer hop: shrink, then compact if still needed.
@@ -262,7 +244,9 @@ pub(crate) async fn compact(
     tokens_before: u64,
     cancel: &CancellationToken,
 ) -> bool {
-    let can = lock(&shared.timeline)
+    let can = shared
+        .state()
+        .timeline
         .task(task_id)
         .is_some_and(|t| crate::mol::keep_from_for(t, KEEP_STEPS).is_some());
     if !can {
@@ -304,26 +288,25 @@ pub(crate) async fn compact(
             (String::new(), Default::default())
         }
     };
-    shared.events.emit(Event::HopCompleted {
+    shared.hop_completed(
         turn_id,
-        hop: Hop::Compaction,
-        expert: Some(expert),
-        latency_ms: started.elapsed().as_millis() as u64,
-        ttft_ms: None,
+        Hop::Compaction,
+        Some(expert),
+        started.elapsed().as_millis() as u64,
+        None,
         usage,
-    });
-    let changed = lock(&shared.timeline).compact(task_id, &summary, KEEP_STEPS);
-    if !changed {
-        return false;
-    }
-    shared.record(Record::Compacted {
+    );
+    let changed = shared.commit_change(Record::Compacted {
         task_id,
         summary: summary.clone(),
         keep_steps: KEEP_STEPS,
     });
+    if !changed {
+        return false;
+    }
     let after = {
         let head = shared.head();
-        let view = lock(&shared.timeline).view(expert, &head);
+        let view = shared.state().timeline.view(expert, &head);
         view_tokens(shared, expert, view)
     };
     shared.events.emit(Event::ContextCompacted {

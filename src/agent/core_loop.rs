@@ -8,8 +8,9 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
 use super::{Shared, context, lock, summaries, turn};
+use crate::mol::SessionState;
 use crate::protocol::{ErrorKind, Event, Op};
-use crate::session::SessionFile;
+use crate::session::{Record, SessionError, SessionFile};
 
 struct Running {
     handle: tokio::task::JoinHandle<()>,
@@ -17,7 +18,7 @@ struct Running {
 }
 
 pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, resumed: bool) {
-    emit_session(&shared, resumed);
+    emit_session(&shared, resumed, false);
     let mut queue: VecDeque<String> = VecDeque::new();
     let mut running: Option<Running> = None;
     // `/compact` sent while a turn runs: done as soon as it ends, before queued turns.
@@ -100,28 +101,36 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
     }
 }
 
-fn emit_session(shared: &Shared, resumed: bool) {
-    let session = lock(&shared.session);
+/// `Session`, then the session's token total when it has one (a resumed session) or when
+/// `always` (a switch: frontends must not keep the last session's numbers).
+fn emit_session(shared: &Shared, resumed: bool, always: bool) {
+    let (id, path) = shared.session_file();
     shared.events.emit(Event::Session {
-        session_id: session.id.clone(),
+        session_id: id,
         mode: shared.cfg.mode.as_str().to_string(),
         backend: shared.backend.describe(),
         workspace: shared.cfg.workspace.display().to_string(),
         resumed,
-        session_file: Some(session.path.display().to_string()),
+        session_file: Some(path.display().to_string()),
         instructions: context::instruction_files(&shared.cfg),
     });
+    let usage = shared.state().usage;
+    if always || usage != Default::default() {
+        shared.events.emit(Event::SessionUsage { usage });
+    }
 }
 
 fn start_turn(shared: &Arc<Shared>, text: String) -> Running {
     crate::tool::checkpoint::begin_turn(&shared.tool_state);
     let cancel = CancellationToken::new();
-    let turn_id = {
-        let mut next = lock(&shared.next_turn_id);
-        let id = *next;
-        *next += 1;
-        id
-    };
+    // The turn's id is taken and recorded here, before the turn runs: nothing that happens
+    // meanwhile (`/compact`, `!cmd`) can see a stale id.
+    let turn_id = shared.state().next_turn_id;
+    shared.commit(Record::Turn {
+        turn_id,
+        text: text.clone(),
+        at: chrono::Utc::now().to_rfc3339(),
+    });
     let handle = tokio::spawn(turn::run_turn(
         shared.clone(),
         turn_id,
@@ -144,37 +153,40 @@ async fn shutdown(shared: &Arc<Shared>, running: Option<Running>) {
     shared.tool_state.shell_sessions.kill_all();
     // Answers were delivered already; the summaries are saved before the process ends (B2).
     summaries::wait_all(shared).await;
+    shared.close_session();
 }
 
 async fn switch_session(shared: &Arc<Shared>, resume: Option<String>) {
     summaries::wait_all(shared).await;
     let dir = shared.cfg.session_dir.clone();
-    let result = match &resume {
-        Some(id) => {
-            SessionFile::resume(&dir, id, Some(&shared.cfg.workspace)).map(|(f, r)| (f, Some(r)))
-        }
+    let workspace = shared.cfg.workspace.clone();
+    let result: Result<Option<(SessionFile, SessionState)>, SessionError> = match &resume {
+        Some(id) => crate::session::find(&dir, id, Some(&workspace)).and_then(|path| {
+            // The open session again: its state already is what its file replays to (one
+            // writer), and reopening it would wait on this process's own lock.
+            if path == shared.session_file().1 {
+                return Ok(None);
+            }
+            let (file, records) = SessionFile::open(&path)?;
+            crate::mol::restore(file, &records).map(Some)
+        }),
         None => SessionFile::create(
             &dir,
             shared.cfg.mode.as_str(),
             &shared.backend.describe(),
-            &shared.cfg.workspace,
+            &workspace,
         )
-        .map(|f| (f, None)),
+        .map(|f| {
+            let state = SessionState::of_new_file(&f);
+            Some((f, state))
+        }),
     };
     match result {
-        Ok((file, restored)) => {
-            let restored = restored.unwrap_or_default();
-            let resumed = !restored.id.is_empty();
-            *lock(&shared.conversation_id) = restored
-                .conversation_id
-                .clone()
-                .or_else(|| Some(format!("baton-{}", file.id.replace('-', ""))));
-            *lock(&shared.timeline) = restored.timeline;
-            *lock(&shared.next_turn_id) = restored.next_turn_id.max(1);
+        Ok(None) => emit_session(shared, true, true),
+        Ok(Some((file, state))) => {
             crate::tool::checkpoint::set_session(&shared.tool_state, &file.id);
-            *lock(&shared.session) = file;
-            context::reset(shared);
-            emit_session(shared, resumed);
+            shared.adopt(file, state);
+            emit_session(shared, resume.is_some(), true);
         }
         Err(e) => shared.events.emit(Event::Error {
             message: e.to_string(),
@@ -186,7 +198,12 @@ async fn switch_session(shared: &Arc<Shared>, resume: Option<String>) {
 
 /// `/compact`: compacts the last task of the timeline on its owner's view now.
 async fn compact_last_task(shared: &Arc<Shared>) {
-    let last = lock(&shared.timeline).tasks.last().map(|t| (t.id, t.owner));
+    let last = shared
+        .state()
+        .timeline
+        .tasks
+        .last()
+        .map(|t| (t.id, t.owner));
     let Some((task_id, owner)) = last else {
         shared.events.emit(Event::Warning {
             message: "nothing to compact yet".into(),
@@ -194,9 +211,9 @@ async fn compact_last_task(shared: &Arc<Shared>) {
         return;
     };
     let head = shared.head();
-    let view = lock(&shared.timeline).view(owner, &head);
+    let view = shared.state().timeline.view(owner, &head);
     let tokens = context::view_tokens(shared, owner, view.clone());
-    let turn_id = lock(&shared.next_turn_id).saturating_sub(1);
+    let turn_id = shared.state().next_turn_id.saturating_sub(1);
     let cancel = CancellationToken::new();
     if !context::compact(shared, turn_id, task_id, owner, view, tokens, &cancel).await {
         shared.events.emit(Event::Warning {
@@ -236,7 +253,7 @@ async fn user_shell(shared: &Arc<Shared>, command: String) {
         });
         return;
     };
-    let turn_id = *lock(&shared.next_turn_id);
+    let turn_id = shared.state().next_turn_id;
     let call_id = format!("user-shell-{}", uuid::Uuid::now_v7().simple());
     let args = serde_json::json!({ "command": command });
     let ctx = crate::tool::ToolContext {

@@ -4,7 +4,9 @@
 //! come out. The TUI, the line REPL, `--exec` and the tests are all clients of that handle.
 //! One turn runs at a time; user turns sent while one runs are queued. Summary hops run as
 //! background tasks after their turn and are awaited only by a turn whose expert needs them
-//! and by shutdown.
+//! and by shutdown. Session state changes only through `Shared::commit`: a record applied to
+//! the in-memory state and appended to the session file in one call, with the same fold
+//! resume uses.
 
 pub mod approval;
 mod context;
@@ -21,11 +23,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
 use crate::backend::ChatBackend;
-use crate::mol::{Profile, Timeline};
-use crate::protocol::{AgentHandle, ApprovalDecision, EventSink, Expert};
+use crate::mol::{Profile, SessionState};
+use crate::protocol::{AgentHandle, ApprovalDecision, Event, EventSink, Expert, Hop, TokenUsage};
 use crate::protocol::{ApprovalPolicy, Mode};
 use crate::protocol::{ChatMessage, ReasoningEffort};
-use crate::session::{Record, Restored, SessionFile};
+use crate::session::{Record, SessionFile};
 use crate::tool::{ToolRegistry, ToolState};
 
 /// The experts' built-in system prompt (overridable with `system_prompt` in config).
@@ -69,16 +71,31 @@ pub(crate) struct Shared {
     pub tools: ToolRegistry,
     pub tool_state: Arc<ToolState>,
     pub events: EventSink,
-    pub timeline: Mutex<Timeline>,
-    pub session: Mutex<SessionFile>,
+    /// The session's state and its file, changed only by `commit`.
+    session: Mutex<Store>,
     pub pinned: Mutex<Option<Expert>>,
     pub model: Mutex<Option<String>>,
-    pub conversation_id: Mutex<Option<String>>,
-    pub next_turn_id: Mutex<u64>,
     pub approved_prefixes: Mutex<Vec<Vec<String>>>,
     pub pending_approvals: Mutex<HashMap<String, oneshot::Sender<ApprovalDecision>>>,
     pub summaries: Mutex<HashMap<u64, tokio::task::JoinHandle<()>>>,
     pub context: Mutex<context::ContextState>,
+}
+
+/// A session's state with the file its records go to: one lock, so the order of records in
+/// the file is the order they were applied in.
+struct Store {
+    state: SessionState,
+    file: SessionFile,
+}
+
+/// Read access to the session state (changes go through `Shared::commit`).
+pub(crate) struct StateRef<'a>(MutexGuard<'a, Store>);
+
+impl std::ops::Deref for StateRef<'_> {
+    type Target = SessionState;
+    fn deref(&self) -> &SessionState {
+        &self.0.state
+    }
 }
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it (a panic is a bug,
@@ -108,32 +125,114 @@ impl Shared {
         }
     }
 
-    /// Appends a session record; a failed write becomes a warning, never a dead turn.
-    pub fn record(&self, record: Record) {
-        if let Err(e) = lock(&self.session).append(&record) {
-            self.events.emit(crate::protocol::Event::Warning {
+    /// The session state, read-only; hold it only for short, non-async sections.
+    pub fn state(&self) -> StateRef<'_> {
+        StateRef(lock(&self.session))
+    }
+
+    /// The open session file's id and path.
+    pub fn session_file(&self) -> (String, PathBuf) {
+        let store = lock(&self.session);
+        (store.file.id.clone(), store.file.path.clone())
+    }
+
+    /// Applies a record to the session state and appends it to the session file, in one
+    /// call; a failed write becomes a warning, never a dead turn.
+    pub fn commit(&self, record: Record) {
+        let result = {
+            let mut store = lock(&self.session);
+            let Store { state, file } = &mut *store;
+            state.commit(file, record)
+        };
+        if let Err(e) = result {
+            self.events.emit(Event::Warning {
                 message: e.to_string(),
             });
         }
     }
+
+    /// `commit` for a record that may have nothing to do (a shrink, a compaction): written
+    /// only when it changed the state. Returns whether it did.
+    pub fn commit_change(&self, record: Record) -> bool {
+        let result = {
+            let mut store = lock(&self.session);
+            let Store { state, file } = &mut *store;
+            state.commit_change(file, record)
+        };
+        result.unwrap_or_else(|e| {
+            self.events.emit(Event::Warning {
+                message: e.to_string(),
+            });
+            true
+        })
+    }
+
+    /// Closes the session file and releases its lock (shutdown): the session may be resumed
+    /// by another process as soon as `ShutdownComplete` is out.
+    fn close_session(&self) {
+        lock(&self.session).file.close();
+    }
+
+    /// Replaces the session (`/new`, `/resume`): its file and the state its records rebuild.
+    fn adopt(&self, file: SessionFile, state: SessionState) {
+        *lock(&self.session) = Store { state, file };
+    }
+
+    /// Reports a finished hop: `HopCompleted`, its usage recorded into the turn's and the
+    /// session's totals, and the new session total.
+    pub fn hop_completed(
+        &self,
+        turn_id: u64,
+        hop: Hop,
+        expert: Option<Expert>,
+        latency_ms: u64,
+        ttft_ms: Option<u64>,
+        usage: TokenUsage,
+    ) {
+        self.events.emit(Event::HopCompleted {
+            turn_id,
+            hop,
+            expert,
+            latency_ms,
+            ttft_ms,
+            usage,
+        });
+        if usage.is_zero() {
+            return;
+        }
+        self.commit(Record::Usage {
+            turn_id,
+            hop,
+            usage,
+        });
+        let total = self.state().usage;
+        self.events.emit(Event::SessionUsage { usage: total });
+    }
 }
 
-/// Starts the agent core on the current tokio runtime. `restored` continues a saved session.
+/// Starts the agent core on the current tokio runtime. `restored` continues a saved session
+/// (the state its records rebuild: `crate::mol::resume_session`).
 pub fn spawn_agent(
     cfg: AgentConfig,
     backend: Arc<dyn ChatBackend>,
     tools: ToolRegistry,
     session: SessionFile,
-    restored: Option<Restored>,
+    restored: Option<SessionState>,
 ) -> AgentHandle {
+    start(cfg, backend, tools, session, restored).0
+}
+
+fn start(
+    cfg: AgentConfig,
+    backend: Arc<dyn ChatBackend>,
+    tools: ToolRegistry,
+    session: SessionFile,
+    restored: Option<SessionState>,
+) -> (AgentHandle, Arc<Shared>) {
     let (events, events_rx) = EventSink::channel();
     let (ops_tx, ops_rx) = tokio::sync::mpsc::unbounded_channel();
     let resumed = restored.is_some();
-    let restored = restored.unwrap_or_default();
-    let conversation_id = restored
-        .conversation_id
-        .clone()
-        .or_else(|| Some(format!("baton-{}", session.id.replace('-', ""))));
+    let state = restored.unwrap_or_else(|| SessionState::of_new_file(&session));
     let tool_state = Arc::new(ToolState::default());
     crate::tool::checkpoint::set_session(&tool_state, &session.id);
     let shared = Arc::new(Shared {
@@ -144,20 +243,23 @@ pub fn spawn_agent(
         tools,
         tool_state,
         events,
-        timeline: Mutex::new(restored.timeline),
-        session: Mutex::new(session),
-        conversation_id: Mutex::new(conversation_id),
-        next_turn_id: Mutex::new(restored.next_turn_id.max(1)),
+        session: Mutex::new(Store {
+            state,
+            file: session,
+        }),
         approved_prefixes: Mutex::new(Vec::new()),
         pending_approvals: Mutex::new(HashMap::new()),
         summaries: Mutex::new(HashMap::new()),
         context: Mutex::new(context::ContextState::default()),
     });
-    tokio::spawn(core_loop::run(shared, ops_rx, resumed));
-    AgentHandle {
-        ops: ops_tx,
-        events: events_rx,
-    }
+    tokio::spawn(core_loop::run(shared.clone(), ops_rx, resumed));
+    (
+        AgentHandle {
+            ops: ops_tx,
+            events: events_rx,
+        },
+        shared,
+    )
 }
 
 #[cfg(test)]

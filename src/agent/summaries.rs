@@ -23,13 +23,15 @@ pub(crate) async fn ensure_for(
     turn_id: u64,
     expert: crate::protocol::Expert,
 ) {
-    let needed = lock(&shared.timeline).summaries_needed_by(expert);
+    let needed = shared.state().timeline.summaries_needed_by(expert);
     for task_id in needed {
         let in_flight = lock(&shared.summaries).remove(&task_id);
         if let Some(handle) = in_flight {
             let _ = handle.await;
         }
-        let missing = lock(&shared.timeline)
+        let missing = shared
+            .state()
+            .timeline
             .task(task_id)
             .is_some_and(|t| t.summary == SummaryState::Pending);
         if missing {
@@ -49,7 +51,7 @@ pub(crate) async fn wait_all(shared: &Shared) {
 /// Runs one summary hop and records its result. `settle`: on failure record an empty summary
 /// instead of leaving it for a later retry.
 async fn summarize(shared: &Shared, turn_id: u64, task_id: u64, settle: bool) {
-    let task = lock(&shared.timeline).task(task_id).cloned();
+    let task = shared.state().timeline.task(task_id).cloned();
     let Some(task) = task else { return };
     let expert = Some(task.owner);
     shared.events.emit(Event::HopStarted {
@@ -73,17 +75,16 @@ async fn summarize(shared: &Shared, turn_id: u64, task_id: u64, settle: bool) {
             return; // left pending: the next turn that needs it tries again
         }
     }
-    shared.events.emit(Event::HopCompleted {
+    shared.hop_completed(
         turn_id,
-        hop: Hop::Summary,
+        Hop::Summary,
         expert,
         latency_ms,
-        ttft_ms: None,
-        usage: outcome.usage,
-    });
+        None,
+        outcome.usage,
+    );
     let text = outcome.text;
-    lock(&shared.timeline).record_summary(task_id, text.clone());
-    shared.record(Record::Summary {
+    shared.commit(Record::Summary {
         task_id,
         expert: task.owner,
         text: text.clone(),

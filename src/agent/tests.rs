@@ -12,6 +12,7 @@ use super::*;
 use crate::backend::{
     BackendError, ChatCompletion, ChatDelta, ChatRequest, ChatStream, FinishReason, ModelInfo,
 };
+use crate::mol::SessionState;
 use crate::protocol::ChatMessage;
 use crate::protocol::{ApprovalPolicy, Event, Hop, Op, RouteDecision, TurnStatus};
 
@@ -24,7 +25,16 @@ struct FakeBackend {
     /// Scripted answer messages (tool calls); plain `answer by <model>` once empty.
     answers: Mutex<VecDeque<ChatMessage>>,
     seen: Mutex<Vec<ChatRequest>>,
+    /// Every completion reports usage (prompt: a quarter of the request's characters).
+    report_usage: bool,
+    /// Summary hops answer at once instead of waiting for `release`.
+    free_summaries: bool,
 }
+
+/// A scripted answer whose content is this hangs until interrupted.
+const HANG: &str = "<hang>";
+/// A scripted answer whose content is this is the plain `answer by <model>`.
+const PLAIN: &str = "<plain>";
 
 fn completion(text: &str) -> ChatCompletion {
     ChatCompletion {
@@ -41,20 +51,38 @@ impl ChatBackend for FakeBackend {
     fn chat(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatStream, BackendError>> {
         Box::pin(async move {
             lock(&self.seen).push(req.clone());
-            if req.hop == Hop::Answer
-                && let Some(message) = lock(&self.answers).pop_front()
-            {
-                let mut done = completion("");
-                done.message = message;
-                done.finish_reason = FinishReason::ToolCalls;
-                let items: Vec<Result<ChatDelta, BackendError>> =
-                    vec![Ok(ChatDelta::Completed(done))];
-                return Ok(Box::pin(futures_util::stream::iter(items)) as ChatStream);
+            let usage = self.report_usage.then(|| crate::protocol::TokenUsage {
+                prompt_tokens: crate::mol::prompt_chars(&req.messages, &req.tools) / 4,
+                completion_tokens: 2 + req.messages.len() as u64,
+                cached_tokens: None,
+            });
+            let scripted = if req.hop == Hop::Answer {
+                lock(&self.answers).pop_front()
+            } else {
+                None
+            };
+            match scripted {
+                Some(m) if m.content == HANG => {
+                    std::future::pending::<()>().await;
+                }
+                Some(m) if m.content == PLAIN => {}
+                Some(message) => {
+                    let mut done = completion("");
+                    done.message = message;
+                    done.finish_reason = FinishReason::ToolCalls;
+                    done.usage = usage;
+                    let items: Vec<Result<ChatDelta, BackendError>> =
+                        vec![Ok(ChatDelta::Completed(done))];
+                    return Ok(Box::pin(futures_util::stream::iter(items)) as ChatStream);
+                }
+                None => {}
             }
             let text = match req.hop {
                 Hop::Route => lock(&self.labels).pop_front().unwrap_or("L2").to_string(),
                 Hop::Summary => {
-                    self.release.notified().await;
+                    if !self.free_summaries {
+                        self.release.notified().await;
+                    }
                     format!("summary by {}", req.model)
                 }
                 _ if self.hang_answers => {
@@ -63,8 +91,9 @@ impl ChatBackend for FakeBackend {
                 }
                 _ => format!("answer by {}", req.model),
             };
-            let items: Vec<Result<ChatDelta, BackendError>> =
-                vec![Ok(ChatDelta::Completed(completion(&text)))];
+            let mut done = completion(&text);
+            done.usage = usage;
+            let items: Vec<Result<ChatDelta, BackendError>> = vec![Ok(ChatDelta::Completed(done))];
             Ok(Box::pin(futures_util::stream::iter(items)) as ChatStream)
         })
     }
@@ -110,15 +139,28 @@ fn start_full(
     tools: crate::tool::ToolRegistry,
     context_window: Option<u64>,
 ) -> Harness {
-    let dir = tempfile::tempdir().expect("tempdir");
     let release = Arc::new(Notify::new());
-    let backend = Arc::new(FakeBackend {
+    let backend = FakeBackend {
         labels: Mutex::new(labels.into()),
         release: release.clone(),
         hang_answers,
         answers: Mutex::new(answers.into()),
         seen: Mutex::new(Vec::new()),
-    });
+        report_usage: false,
+        free_summaries: false,
+    };
+    launch(backend, tools, context_window).0
+}
+
+/// Starts the agent on `backend`; also returns its shared state, for tests that compare it.
+fn launch(
+    backend: FakeBackend,
+    tools: crate::tool::ToolRegistry,
+    context_window: Option<u64>,
+) -> (Harness, Arc<Shared>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let release = backend.release.clone();
+    let backend = Arc::new(backend);
     let cfg = AgentConfig {
         mode: Mode::Mol,
         model: None,
@@ -146,13 +188,14 @@ fn start_full(
     .expect("write");
     let session =
         SessionFile::create(&cfg.session_dir, "mol", "fake", dir.path()).expect("session");
-    let handle = spawn_agent(cfg, backend.clone(), tools, session, None);
-    Harness {
+    let (handle, shared) = super::start(cfg, backend.clone(), tools, session, None);
+    let harness = Harness {
         handle,
         backend,
         release,
         _dir: dir,
-    }
+    };
+    (harness, shared)
 }
 
 async fn next_matching(h: &mut Harness, want: impl Fn(&Event) -> bool) -> Event {
@@ -426,4 +469,193 @@ async fn a_long_tool_loop_is_compacted_to_fit_the_window() {
             .contains("Earlier steps of this task were compacted")
     }));
     h.release.notify_one();
+}
+
+/// A scripted tool call of `read_file` on the workspace's big file.
+fn read_big(id: &str) -> ChatMessage {
+    let mut m = ChatMessage::assistant("");
+    m.tool_calls.push(crate::protocol::ToolCall {
+        id: id.into(),
+        name: "read_file".into(),
+        arguments: r#"{"path":"big.txt"}"#.into(),
+    });
+    m
+}
+
+/// Sends a user turn and returns the events up to its `TurnCompleted`.
+async fn run_turn_to_end(h: &mut Harness, text: &str, events: &mut Vec<Event>) -> Event {
+    h.handle
+        .ops
+        .send(Op::UserTurn { text: text.into() })
+        .expect("send");
+    loop {
+        let ev = h.handle.events.recv().await.expect("agent alive");
+        events.push(ev.clone());
+        if matches!(ev, Event::TurnCompleted { .. }) {
+            return ev;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_replayed_session_file_rebuilds_the_live_state_exactly() {
+    let plain = || ChatMessage::assistant(PLAIN);
+    let hang = || ChatMessage::assistant(HANG);
+    let answers = vec![
+        // Turn 1 (L2): three big reads in a small window force shrinks and a compaction.
+        read_big("r1"),
+        read_big("r2"),
+        read_big("r3"),
+        plain(),
+        // Turn 2 (L1): a plain answer that needs L2's summary first.
+        plain(),
+        // Turn 3 (L2): one tool call, then an answer that hangs until interrupted.
+        read_big("r4"),
+        hang(),
+        // Turn 4 (L3): after the interrupted turn.
+        plain(),
+    ];
+    let backend = FakeBackend {
+        labels: Mutex::new(vec!["L2", "L1", "L2", "L3"].into()),
+        release: Arc::new(Notify::new()),
+        hang_answers: false,
+        answers: Mutex::new(answers.into()),
+        seen: Mutex::new(Vec::new()),
+        report_usage: true,
+        free_summaries: true,
+    };
+    let (mut h, shared) = launch(backend, crate::tool::registry::standard_tools(), Some(4096));
+    let mut events = Vec::new();
+
+    let t1 = run_turn_to_end(&mut h, "read it thrice", &mut events).await;
+    assert!(matches!(
+        t1,
+        Event::TurnCompleted {
+            status: TurnStatus::Done,
+            ..
+        }
+    ));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::ContextCompacted { .. })),
+        "turn 1 must compact"
+    );
+    let t2 = run_turn_to_end(&mut h, "now something else", &mut events).await;
+    assert!(matches!(
+        t2,
+        Event::TurnCompleted {
+            status: TurnStatus::Done,
+            ..
+        }
+    ));
+
+    h.handle
+        .ops
+        .send(Op::UserTurn {
+            text: "read it again".into(),
+        })
+        .expect("send");
+    loop {
+        let ev = h.handle.events.recv().await.expect("agent alive");
+        events.push(ev.clone());
+        // The second answer hop of turn 3 hangs: interrupt it.
+        if matches!(ev, Event::ToolEnd { .. }) {
+            break;
+        }
+    }
+    next_matching(&mut h, |e| {
+        matches!(
+            e,
+            Event::HopStarted {
+                hop: Hop::Answer,
+                ..
+            }
+        )
+    })
+    .await;
+    h.handle.ops.send(Op::Interrupt).expect("send");
+    loop {
+        let ev = h.handle.events.recv().await.expect("agent alive");
+        events.push(ev.clone());
+        if let Event::TurnCompleted { status, .. } = ev {
+            assert_eq!(status, TurnStatus::Interrupted);
+            break;
+        }
+    }
+    let t4 = run_turn_to_end(&mut h, "draw me a card", &mut events).await;
+    assert!(matches!(
+        t4,
+        Event::TurnCompleted {
+            status: TurnStatus::Done,
+            ..
+        }
+    ));
+    h.handle.ops.send(Op::Shutdown).expect("send");
+    loop {
+        let ev = h.handle.events.recv().await.expect("agent alive");
+        let end = matches!(ev, Event::ShutdownComplete);
+        events.push(ev);
+        if end {
+            break;
+        }
+    }
+
+    let live = shared.state().clone();
+    let (_, path) = shared.session_file();
+    let (_file, records) = SessionFile::open(&path).expect("the lock is released at shutdown");
+    let replayed = SessionState::from_records(&records);
+
+    // Every part separately first (a failure names what differs), then the whole.
+    assert_eq!(replayed.timeline.tasks, live.timeline.tasks);
+    assert_eq!(replayed.timeline.folded_before, live.timeline.folded_before);
+    assert_eq!(replayed.timeline.token_ratio, live.timeline.token_ratio);
+    let head = shared.head();
+    for expert in Expert::ALL {
+        assert_eq!(
+            replayed.timeline.view(expert, &head),
+            live.timeline.view(expert, &head),
+            "{expert}'s view"
+        );
+    }
+    assert_eq!(replayed.next_turn_id, 5);
+    assert_eq!(replayed.next_turn_id, live.next_turn_id);
+    assert_eq!(replayed.last_answer, live.last_answer);
+    assert_eq!(replayed.conversation_id, live.conversation_id);
+    assert_eq!(replayed.usage, live.usage);
+    assert_eq!(replayed.turn_usage, live.turn_usage);
+    assert_eq!(replayed, live);
+
+    // What the session went through, so the equality above is about something.
+    let t = &live.timeline;
+    assert_eq!(t.tasks.len(), 4);
+    assert!(t.tasks[0].compaction.is_some(), "task 1 compacted");
+    assert!(t.tasks[0].shrunk_before > 0, "task 1's old outputs shrunk");
+    assert!(matches!(
+        t.tasks[0].summary,
+        crate::mol::SummaryState::Recorded { .. }
+    ));
+    assert_eq!(
+        t.tasks[2].summary,
+        crate::mol::SummaryState::Skipped,
+        "interrupted"
+    );
+    assert!(t.tasks.iter().all(|t| t.closed));
+    assert!(t.token_ratio.is_some());
+    // The session total is every hop the events reported, summaries and compaction included.
+    let mut seen = crate::protocol::UsageTotals::default();
+    for e in &events {
+        if let Event::HopCompleted { hop, usage, .. } = e {
+            seen.add(*hop, usage);
+        }
+    }
+    assert_eq!(live.usage, seen);
+    assert!(live.usage.summary.prompt_tokens > 0);
+    assert!(live.usage.compaction.prompt_tokens > 0);
+    assert!(live.usage.route.prompt_tokens > 0);
+    let last_total = events.iter().rev().find_map(|e| match e {
+        Event::SessionUsage { usage } => Some(*usage),
+        _ => None,
+    });
+    assert_eq!(last_total, Some(live.usage));
 }

@@ -11,8 +11,8 @@ use tokio_util::sync::CancellationToken;
 use super::{Shared, context, lock, summaries, tool_calls};
 use crate::backend::{BackendError, ChatCompletion, ChatDelta, ChatRequest, FinishReason};
 use crate::mol::{AnswerOptions, ReasoningWire};
-use crate::protocol::{Event, Expert, Hop, Mode, RouteDecision, TokenUsage, TurnStatus};
-use crate::session::{Record, abandon_open_task};
+use crate::protocol::{Event, Expert, Hop, Mode, RouteDecision, TurnStatus};
+use crate::session::Record;
 
 /// Why a turn stopped early.
 pub(crate) enum Stop {
@@ -24,7 +24,6 @@ struct TurnCtx {
     shared: Arc<Shared>,
     turn_id: u64,
     cancel: CancellationToken,
-    usage: TokenUsage,
 }
 
 pub(crate) async fn run_turn(
@@ -38,23 +37,22 @@ pub(crate) async fn run_turn(
         turn_id,
         text: text.clone(),
     });
-    shared.record(Record::Turn {
-        turn_id,
-        text: text.clone(),
-        at: chrono::Utc::now().to_rfc3339(),
-    });
     let mut ctx = TurnCtx {
         shared: shared.clone(),
         turn_id,
         cancel,
-        usage: TokenUsage::default(),
     };
+    let mut summary_task = None;
     let (status, answer, expert) = match drive(&mut ctx, &text).await {
         Ok(Outcome {
             status,
             answer,
             expert,
-        }) => (status, answer, expert),
+            summarize,
+        }) => {
+            summary_task = summarize;
+            (status, answer, expert)
+        }
         Err((stop, expert)) => {
             abandon(&shared);
             match stop {
@@ -70,25 +68,43 @@ pub(crate) async fn run_turn(
             }
         }
     };
-    shared.record(Record::TurnEnded {
+    shared.commit(Record::TurnEnded {
         turn_id,
         status,
         answer: answer.clone(),
     });
+    let (usage_by_hop, session_usage) = {
+        let state = shared.state();
+        let turn = if state.turn_id == turn_id {
+            state.turn_usage
+        } else {
+            Default::default()
+        };
+        (turn, state.usage)
+    };
     shared.events.emit(Event::TurnCompleted {
         turn_id,
         status,
         answer,
         expert: public_expert(&shared, expert),
         duration_ms: started.elapsed().as_millis() as u64,
-        usage: ctx.usage,
+        usage: usage_by_hop.total,
+        usage_by_hop: Box::new(usage_by_hop),
+        session_usage: Box::new(session_usage),
     });
+    // Started after the turn is reported, so the turn's numbers never depend on how fast the
+    // summary is: its tokens go to the session total.
+    if let Some(task_id) = summary_task {
+        summaries::spawn(&shared, turn_id, task_id);
+    }
 }
 
 struct Outcome {
     status: TurnStatus,
     answer: Option<String>,
     expert: Option<Expert>,
+    /// The closed task whose summary hop starts once the turn is reported.
+    summarize: Option<u64>,
 }
 
 /// Experts are a client-side notion only in `mol` mode.
@@ -99,14 +115,14 @@ fn public_expert(shared: &Shared, expert: Option<Expert>) -> Option<Expert> {
 async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<Expert>)> {
     let shared = ctx.shared.clone();
     // A tool loop left open by an interrupted turn is abandoned; its expert is the fallback (B1).
-    let open_owner = lock(&shared.timeline).open_task().map(|t| t.owner);
+    let open_owner = shared.state().timeline.open_task().map(|t| t.owner);
     abandon(&shared);
 
     let expert = choose_expert(ctx, text, open_owner)
         .await
         .map_err(|s| (s, None))?;
-    let task_id = lock(&shared.timeline).open(expert, text);
-    shared.record(Record::TaskOpened {
+    let task_id = shared.state().timeline.tasks.last().map_or(1, |t| t.id + 1);
+    shared.commit(Record::TaskOpened {
         task_id,
         owner: expert,
         user_text: text.to_string(),
@@ -131,6 +147,7 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
                 status: TurnStatus::LimitReached,
                 answer: None,
                 expert: Some(expert),
+                summarize: None,
             });
         }
         if round_trips > 0 && shared.cfg.mode == Mode::Mol {
@@ -160,10 +177,9 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
         if let Some(id) = done.conversation_id.clone()
             && shared.cfg.mode == Mode::Proxy
         {
-            let changed = lock(&shared.conversation_id).as_deref() != Some(id.as_str());
+            let changed = shared.state().conversation_id_or_default() != id;
             if changed {
-                *lock(&shared.conversation_id) = Some(id.clone());
-                shared.record(Record::ConversationId { id });
+                shared.commit(Record::ConversationId { id });
             }
         }
         // A truncated answer's tool calls are incomplete: drop them (§4.8).
@@ -175,27 +191,22 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
         }
         let message = done.message;
         let calls = message.tool_calls.clone();
-        lock(&shared.timeline).push(message.clone());
-        shared.record(Record::Message {
+        shared.commit(Record::Message {
             task_id,
             message: message.clone(),
         });
         if calls.is_empty() {
-            lock(&shared.timeline).close(shared.cfg.mode == Mode::Mol);
-            shared.record(Record::TaskClosed { task_id });
-            if shared.cfg.mode == Mode::Mol {
-                summaries::spawn(&shared, ctx.turn_id, task_id);
-            }
+            shared.commit(Record::TaskClosed { task_id });
             return Ok(Outcome {
                 status: TurnStatus::Done,
                 answer: Some(message.content),
                 expert: Some(expert),
+                summarize: (shared.cfg.mode == Mode::Mol).then_some(task_id),
             });
         }
         for call in &calls {
             let result = tool_calls::execute(&shared, ctx.turn_id, call, &ctx.cancel).await;
-            lock(&shared.timeline).push(result.clone());
-            shared.record(Record::Message {
+            shared.commit(Record::Message {
                 task_id,
                 message: result,
             });
@@ -231,15 +242,14 @@ async fn choose_expert(
                 _ = ctx.cancel.cancelled() => return Err(Stop::Interrupted),
             };
             let latency_ms = outcome.latency.as_millis() as u64;
-            ctx.usage.add(&outcome.usage);
-            shared.events.emit(Event::HopCompleted {
-                turn_id: ctx.turn_id,
-                hop: Hop::Route,
-                expert: Some(Expert::L0),
+            shared.hop_completed(
+                ctx.turn_id,
+                Hop::Route,
+                Some(Expert::L0),
                 latency_ms,
-                ttft_ms: None,
-                usage: outcome.usage,
-            });
+                None,
+                outcome.usage,
+            );
             // The raw label of a model decision is noise; a fallback's reason is the point.
             let reason = (outcome.decision == RouteDecision::Fallback)
                 .then_some(outcome.reason)
@@ -254,7 +264,7 @@ async fn choose_expert(
         latency_ms,
         reason: reason.clone(),
     });
-    shared.record(Record::Route {
+    shared.commit(Record::Route {
         turn_id: ctx.turn_id,
         expert,
         decision,
@@ -266,9 +276,9 @@ async fn choose_expert(
 
 /// Closes the open task, if any, without a summary, and records that.
 fn abandon(shared: &Shared) {
-    let abandoned = abandon_open_task(&mut lock(&shared.timeline));
-    if let Some(task_id) = abandoned {
-        shared.record(Record::TaskAbandoned { task_id });
+    let open = shared.state().timeline.open_task().map(|t| t.id);
+    if let Some(task_id) = open {
+        shared.commit(Record::TaskAbandoned { task_id });
     }
 }
 
@@ -277,7 +287,8 @@ fn answer_request(shared: &Shared, expert: Expert) -> ChatRequest {
     let cfg = &shared.cfg;
     let head = shared.head();
     let (model, view, wire) = {
-        let timeline = lock(&shared.timeline);
+        let state = shared.state();
+        let timeline = &state.timeline;
         match cfg.mode {
             Mode::Mol => (
                 cfg.profile.adapter(expert).to_string(),
@@ -304,7 +315,7 @@ fn answer_request(shared: &Shared, expert: Expert) -> ChatRequest {
     };
     let mut req = crate::mol::answer_request(&model, view, tools, &opts, wire);
     if cfg.mode == Mode::Proxy {
-        req.conversation_id = lock(&shared.conversation_id).clone();
+        req.conversation_id = Some(shared.state().conversation_id_or_default());
     }
     req
 }
@@ -358,15 +369,14 @@ async fn answer_hop(
         }
     };
     let usage = done.usage.unwrap_or_default();
-    ctx.usage.add(&usage);
-    shared.events.emit(Event::HopCompleted {
+    shared.hop_completed(
         turn_id,
-        hop: Hop::Answer,
-        expert: public,
-        latency_ms: started.elapsed().as_millis() as u64,
-        ttft_ms: done.ttft.map(|d| d.as_millis() as u64),
+        Hop::Answer,
+        public,
+        started.elapsed().as_millis() as u64,
+        done.ttft.map(|d| d.as_millis() as u64),
         usage,
-    });
+    );
     shared.events.emit(Event::MessageFinal {
         turn_id,
         expert: public,

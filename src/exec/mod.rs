@@ -51,6 +51,8 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
     let mut interrupted_by_user = false;
     let mut timed_out = false;
     let mut shutting_down = false;
+    // The core's session total, last seen (it grows after the answer: the summary hop).
+    let mut session_usage = None;
     let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
     loop {
         let until_deadline = async {
@@ -98,7 +100,14 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
         };
         out.event(&event);
         match &event {
-            Event::TurnCompleted { status, answer, .. } if code.is_none() => {
+            Event::SessionUsage { usage } => session_usage = Some(*usage),
+            Event::TurnCompleted {
+                status,
+                answer,
+                session_usage: total,
+                ..
+            } if code.is_none() => {
+                session_usage = Some(**total);
                 if let Some(answer) = answer {
                     out.answer(answer);
                     if let Some(path) = &opts.output
@@ -121,7 +130,12 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
                 let save_by = Instant::now() + SUMMARY_SAVE_LIMIT;
                 deadline = Some(deadline.map_or(save_by, |d| d.min(save_by)));
             }
-            Event::ShutdownComplete => return code.unwrap_or(exit::AGENT_ERROR),
+            Event::ShutdownComplete => {
+                if let Some(usage) = &session_usage {
+                    out.session_usage(usage);
+                }
+                return code.unwrap_or(exit::AGENT_ERROR);
+            }
             _ => {}
         }
     }

@@ -1,9 +1,11 @@
 //! What `--exec` prints: the answer on stdout and short progress lines on stderr, or (with
-//! `--json`) every event as one JSON line on stdout, flushed line by line.
+//! `--json`) every event as one JSON line on stdout, flushed line by line. Token counts are the
+//! core's (`turn_completed` for the turn, `session_usage` for the session): nothing is counted
+//! here.
 
 use std::io::Write;
 
-use crate::protocol::{Event, RouteDecision, ToolStatus};
+use crate::protocol::{Event, Hop, RouteDecision, ToolStatus, UsageTotals};
 
 pub struct Output {
     json: bool,
@@ -31,6 +33,15 @@ impl Output {
         let _ = stdout.flush();
     }
 
+    /// The session's tokens, once, when the run ends (the summary hop included): a stderr
+    /// line in plain mode; `--json` readers have the `session_usage` events.
+    pub fn session_usage(&self, usage: &UsageTotals) {
+        if self.json {
+            return;
+        }
+        eprintln!("{}", session_line(usage));
+    }
+
     pub fn event(&self, event: &Event) {
         if self.json {
             if let Ok(line) = serde_json::to_string(event) {
@@ -44,6 +55,27 @@ impl Output {
             eprintln!("{line}");
         }
     }
+}
+
+fn session_line(usage: &UsageTotals) -> String {
+    let hops: Vec<String> = [Hop::Route, Hop::Answer, Hop::Summary, Hop::Compaction]
+        .iter()
+        .filter_map(|&hop| {
+            let u = usage.hop(hop);
+            let n = u.prompt_tokens + u.completion_tokens;
+            (n > 0).then(|| format!("{hop} {n}"))
+        })
+        .collect();
+    format!(
+        "session: {} prompt + {} completion tokens ({})",
+        usage.total.prompt_tokens,
+        usage.total.completion_tokens,
+        if hops.is_empty() {
+            "none reported".to_string()
+        } else {
+            hops.join(", ")
+        }
+    )
 }
 
 /// One human line on stderr for the events worth showing; deltas are not.
@@ -99,11 +131,35 @@ fn progress_line(event: &Event) -> Option<String> {
         Event::TurnCompleted {
             duration_ms, usage, ..
         } => format!(
-            "done in {:.1} s ({} prompt + {} completion tokens)",
+            "done in {:.1} s ({} prompt + {} completion tokens this turn)",
             *duration_ms as f64 / 1000.0,
             usage.prompt_tokens,
             usage.completion_tokens
         ),
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::TokenUsage;
+
+    #[test]
+    fn the_session_line_names_the_hops_that_used_tokens() {
+        let mut u = UsageTotals::default();
+        let tokens = |p, c| TokenUsage {
+            prompt_tokens: p,
+            completion_tokens: c,
+            cached_tokens: None,
+        };
+        u.add(Hop::Route, &tokens(10, 1));
+        u.add(Hop::Answer, &tokens(100, 20));
+        u.add(Hop::Summary, &tokens(50, 5));
+        assert_eq!(
+            session_line(&u),
+            "session: 160 prompt + 26 completion tokens (route 11, answer 120, summary 55)"
+        );
+        assert!(session_line(&UsageTotals::default()).ends_with("(none reported)"));
+    }
 }

@@ -254,21 +254,18 @@ impl Timeline {
             .unwrap_or_default()
             .iter()
             .any(|m| m.role == Role::Tool && m.content.len() > SHRINK_ABOVE);
-        task.shrunk_before = boundary;
+        // The boundary moves only with a visible change: a change is what gets recorded, and
+        // a state moved without a record would differ from the one its file replays to.
+        if visible {
+            task.shrunk_before = boundary;
+        }
         visible
     }
 
     /// Shows `owner`'s own closed tasks before `before` as user text + summary, like other
     /// experts' tasks. Returns whether that hides anything now (a task with a summary).
     pub fn fold_own_tasks(&mut self, owner: Expert, before: u64) -> bool {
-        let current = self.folded_before.get(&owner).copied().unwrap_or(0);
-        let hides = self.tasks.iter().any(|t| {
-            t.owner == owner
-                && t.closed
-                && t.id >= current
-                && t.id < before
-                && t.summary_text().is_some()
-        });
+        let hides = self.fold_hides(owner, before);
         if hides {
             self.folded_before.insert(owner, before);
         }

@@ -11,6 +11,8 @@
 //! - [`with_identity`]: the system head with the identity prompt (§4.3).
 //! - [`answer_request`]: the answer hop with options and the reasoning mapping.
 //! - [`summarize`] / [`summary_request`]: the summary hop, never fails (empty on error).
+//! - [`SessionState`]: what a session's records rebuild; `apply` is the one fold, used live
+//!   (`commit`) and on resume ([`resume_session`]).
 //! - [`ContextBudget`] / [`TokenEstimator`]: the context budget; `Timeline::shrink_old_tool_outputs`
 //!   and `Timeline::compact` with [`compaction_request`] keep long tasks within the window.
 
@@ -19,6 +21,7 @@ pub mod budget;
 pub mod compact;
 pub mod profile;
 pub mod route;
+pub mod state;
 pub mod summary;
 pub mod timeline;
 
@@ -32,5 +35,6 @@ pub use route::{
     DEFAULT_EXPERT, ROUTER_MAX_TOKENS, RouteOutcome, fallback_expert, label_text, parse_label,
     route, route_request,
 };
+pub use state::{SessionState, restore, resume_session};
 pub use summary::{SUMMARY_MAX_TOKENS, SummaryOutcome, summarize, summary_request, summary_text};
 pub use timeline::{Compaction, SummaryState, Task, Timeline, summary_message, with_identity};

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::protocol::Expert;
 use crate::protocol::{ChatMessage, Role};
+use crate::session::Record;
 
 /// Where a task's summary stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -231,6 +232,95 @@ impl Timeline {
             }
         }
         out
+    }
+
+    /// Applies one session record: the only way the agent changes its timeline, live and on
+    /// replay alike. `summarize_on_close`: a closed task waits for its summary (`mol` mode)
+    /// rather than being skipped. Returns whether the timeline changed; records that are not
+    /// about the timeline change nothing.
+    pub fn apply(&mut self, record: &Record, summarize_on_close: bool) -> bool {
+        match record {
+            Record::TaskOpened {
+                owner, user_text, ..
+            } => {
+                self.open(*owner, user_text.clone());
+                true
+            }
+            Record::Message { message, .. } => self.push(message.clone()),
+            Record::TaskClosed { .. } => self.close(summarize_on_close).is_some(),
+            Record::TaskAbandoned { .. } => self.abandon_open_task().is_some(),
+            Record::Summary { task_id, text, .. } => {
+                let known = self.task(*task_id).is_some();
+                self.record_summary(*task_id, text.clone());
+                known
+            }
+            Record::ToolOutputsShrunk {
+                task_id,
+                keep_recent,
+            } => self.shrink_old_tool_outputs(*task_id, *keep_recent),
+            Record::Compacted {
+                task_id,
+                summary,
+                keep_steps,
+            } => self.compact(*task_id, summary, *keep_steps),
+            Record::TasksFolded {
+                expert,
+                before_task,
+            } => {
+                // Unconditionally: in files written before records and state had one writer,
+                // a summary the fold relied on may be recorded a line later.
+                let folded = self.folded_before.entry(*expert).or_insert(0);
+                let moved = *before_task > *folded;
+                *folded = (*folded).max(*before_task);
+                moved
+            }
+            Record::TokenRatio { chars_per_token } => {
+                let changed = self.token_ratio != Some(*chars_per_token);
+                self.token_ratio = Some(*chars_per_token);
+                changed
+            }
+            Record::Meta { .. }
+            | Record::Turn { .. }
+            | Record::Route { .. }
+            | Record::ConversationId { .. }
+            | Record::Usage { .. }
+            | Record::TurnEnded { .. } => false,
+        }
+    }
+
+    /// Closes the open task without a summary. Tool calls it left without results (an
+    /// interrupt, a crash) get a result saying so, so the owner's view stays a valid
+    /// conversation. Returns the task's id, or `None` when no task was open.
+    pub fn abandon_open_task(&mut self) -> Option<u64> {
+        let task = self.open_task_mut()?;
+        let mut unanswered: Vec<String> = Vec::new();
+        for m in &task.messages {
+            match m.role {
+                Role::Assistant => unanswered.extend(m.tool_calls.iter().map(|c| c.id.clone())),
+                Role::Tool => unanswered.retain(|id| Some(id) != m.tool_call_id.as_ref()),
+                _ => {}
+            }
+        }
+        for id in unanswered {
+            task.messages.push(ChatMessage::tool_result(
+                id,
+                "Not run: the turn was interrupted before this call.",
+            ));
+        }
+        self.close(false)
+    }
+
+    /// Whether folding `owner`'s own closed tasks before `before` hides anything now (a task
+    /// with a summary): only then is a fold worth recording.
+    pub fn fold_hides(&self, owner: Expert, before: u64) -> bool {
+        let current = self.folded_before.get(&owner).copied().unwrap_or(0);
+        self.tasks.iter().any(|t| {
+            t.owner == owner
+                && t.closed
+                && t.id >= current
+                && t.id < before
+                && t.summary_text().is_some()
+        })
     }
 
     /// Everything verbatim, whoever answered (`single` mode, and the history a `proxy` server

@@ -234,6 +234,48 @@ impl TokenUsage {
             *self.cached_tokens.get_or_insert(0) += c;
         }
     }
+
+    pub fn is_zero(&self) -> bool {
+        self.prompt_tokens == 0 && self.completion_tokens == 0 && self.cached_tokens.is_none()
+    }
+}
+
+/// Token use broken down by hop, with the sum over all hops: of one turn, or of a session.
+/// Made by the core only, so every frontend shows the same numbers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageTotals {
+    /// The sum of the four hops below.
+    pub total: TokenUsage,
+    #[serde(default)]
+    pub route: TokenUsage,
+    #[serde(default)]
+    pub answer: TokenUsage,
+    #[serde(default)]
+    pub summary: TokenUsage,
+    #[serde(default)]
+    pub compaction: TokenUsage,
+}
+
+impl UsageTotals {
+    /// Counts one hop's usage.
+    pub fn add(&mut self, hop: Hop, usage: &TokenUsage) {
+        self.total.add(usage);
+        match hop {
+            Hop::Route => self.route.add(usage),
+            Hop::Answer => self.answer.add(usage),
+            Hop::Summary => self.summary.add(usage),
+            Hop::Compaction => self.compaction.add(usage),
+        }
+    }
+
+    pub fn hop(&self, hop: Hop) -> TokenUsage {
+        match hop {
+            Hop::Route => self.route,
+            Hop::Answer => self.answer,
+            Hop::Summary => self.summary,
+            Hop::Compaction => self.compaction,
+        }
+    }
 }
 
 /// How a path of the workspace differs from HEAD (`Event::WorkspaceDiff`).
@@ -417,7 +459,20 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expert: Option<Expert>,
         duration_ms: u64,
+        /// The tokens of the hops this turn ran (`usage_by_hop.total`).
         usage: TokenUsage,
+        /// The same, by hop. A summary that finishes after the turn is not in it; it is in
+        /// the session total.
+        #[serde(default)]
+        usage_by_hop: Box<UsageTotals>,
+        /// The session's total when the turn ended (it continues across resume).
+        #[serde(default)]
+        session_usage: Box<UsageTotals>,
+    },
+    /// The session's token total changed (after every hop that reported usage, summaries
+    /// that finish after their turn included), or a session was opened with one.
+    SessionUsage {
+        usage: UsageTotals,
     },
     ShutdownComplete,
 }

@@ -1,18 +1,26 @@
 //! Persistent sessions: one JSONL file per session, appended as it goes, and resume.
 //!
 //! A session file lives at `<session_dir>/<id>.jsonl` (id: a time-ordered UUID v7). Each line is
-//! a `Record`; every append is flushed, so a crash mid-turn leaves a readable file whose replay
-//! restores the routing state (timeline, summaries, pending summaries), not only the text.
+//! a `Record`; every append is flushed, so a crash mid-turn leaves a readable file whose records
+//! rebuild the routing state (timeline, summaries, pending summaries), not only the text. This
+//! module reads and writes records; the state they rebuild is folded one layer up, by the same
+//! function the live agent applies them with.
+//!
+//! An open session file holds an advisory lock (`flock`) for as long as it is open, and its
+//! holder's pid sits next to it in `<id>.pid`: a second process opening the same session gets
+//! `SessionError::Busy`, never an interleaved file.
 
+mod read;
 mod record;
-mod replay;
 
 pub use record::Record;
-pub use replay::{Restored, abandon_open_task};
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 
 /// What can go wrong with a session file or folder; messages name the path.
 #[derive(Debug, thiserror::Error)]
@@ -23,14 +31,23 @@ pub enum SessionError {
     File { path: String, reason: String },
     #[error("no session '{id}' in {dir}")]
     NotFound { id: String, dir: String },
+    #[error(
+        "session {id} is open in another baton process{}",
+        .pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    Busy { id: String, pid: Option<u32> },
 }
 
-/// An open session file, appended to as the session goes.
+/// An open session file, appended to as the session goes, locked while it is open.
 #[derive(Debug)]
 pub struct SessionFile {
     pub id: String,
     pub path: PathBuf,
-    file: File,
+    /// The file's first record (`Record::Meta`).
+    header: Record,
+    /// `None` once closed: the lock is released with it.
+    file: Option<Flock<File>>,
+    pid_path: PathBuf,
 }
 
 impl SessionFile {
@@ -55,36 +72,87 @@ impl SessionFile {
                 path: path.display().to_string(),
                 reason: format!("cannot create: {e}"),
             })?;
-        let mut session = SessionFile { id, path, file };
-        session.append(&Record::Meta {
-            id: session.id.clone(),
+        let header = Record::Meta {
+            id: id.clone(),
             created: chrono::Utc::now().to_rfc3339(),
             mode: mode.to_string(),
             backend: backend.to_string(),
             workspace: workspace.display().to_string(),
             version: env!("CARGO_PKG_VERSION").to_string(),
-        })?;
+        };
+        let (file, pid_path) = lock(file, &path, &id)?;
+        let mut session = SessionFile {
+            id,
+            path,
+            header: header.clone(),
+            file: Some(file),
+            pid_path,
+        };
+        session.append(&header)?;
         Ok(session)
     }
 
-    /// Opens a saved session (`id`, a unique id prefix, or `last`) and replays it. `last` is the
-    /// newest session of `workspace` when it has one, else the newest of all.
+    /// Opens a saved session (`id`, a unique id prefix, or `last`) and reads its records.
+    /// `last` is the newest session of `workspace` when it has one, else the newest of all.
+    /// A torn last line is cut off so the next record starts a line of its own.
     pub fn resume(
         dir: &Path,
         id: &str,
         workspace: Option<&Path>,
-    ) -> Result<(SessionFile, Restored), SessionError> {
+    ) -> Result<(SessionFile, Vec<Record>), SessionError> {
         let path = find(dir, id, workspace)?;
-        let restored = replay::replay_file(&path)?;
+        Self::open(&path)
+    }
+
+    /// Opens the session file at `path` and reads its records.
+    pub fn open(path: &Path) -> Result<(SessionFile, Vec<Record>), SessionError> {
+        let file_error = |reason: String| SessionError::File {
+            path: path.display().to_string(),
+            reason,
+        };
         let file = OpenOptions::new()
+            .read(true)
             .append(true)
-            .open(&path)
-            .map_err(|e| SessionError::File {
-                path: path.display().to_string(),
-                reason: format!("cannot open for appending: {e}"),
-            })?;
-        let id = restored.id.clone();
-        Ok((SessionFile { id, path, file }, restored))
+            .open(path)
+            .map_err(|e| file_error(format!("cannot open for appending: {e}")))?;
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // Locked before reading: nobody appends while the records are read.
+        let (mut file, pid_path) = lock(file, path, &stem)?;
+        let mut text = String::new();
+        file.read_to_string(&mut text)
+            .map_err(|e| file_error(format!("cannot read: {e}")))?;
+        let loaded = read::parse_records(&text, path)?;
+        let (id, header) = match loaded.records.first() {
+            Some(header @ Record::Meta { id, .. }) => (id.clone(), header.clone()),
+            _ => {
+                return Err(file_error(
+                    "no meta record: not a baton session file".into(),
+                ));
+            }
+        };
+        if loaded.good_len < text.len() as u64 {
+            file.set_len(loaded.good_len)
+                .map_err(|e| file_error(format!("cannot cut a torn last line: {e}")))?;
+        }
+        let mut session = SessionFile {
+            id,
+            path: path.to_path_buf(),
+            header,
+            file: Some(file),
+            pid_path,
+        };
+        if loaded.needs_newline {
+            session.write_line("\n")?;
+        }
+        Ok((session, loaded.records))
+    }
+
+    /// The file's first record (`Record::Meta`): what a state built from this file starts at.
+    pub fn header(&self) -> &Record {
+        &self.header
     }
 
     /// Appends one record as one line and flushes it.
@@ -94,13 +162,64 @@ impl SessionFile {
             reason: format!("cannot encode a record: {e}"),
         })?;
         line.push('\n');
-        self.file
-            .write_all(line.as_bytes())
-            .and_then(|_| self.file.flush())
+        self.write_line(&line)
+    }
+
+    fn write_line(&mut self, line: &str) -> Result<(), SessionError> {
+        let path = self.path.display().to_string();
+        let Some(file) = self.file.as_mut() else {
+            return Err(SessionError::File {
+                path,
+                reason: "cannot write: the session is closed".into(),
+            });
+        };
+        file.write_all(line.as_bytes())
+            .and_then(|_| file.flush())
             .map_err(|e| SessionError::File {
-                path: self.path.display().to_string(),
+                path,
                 reason: format!("cannot write: {e}"),
             })
+    }
+
+    /// Closes the file and releases its lock now (another process may open the session from
+    /// here on); later appends fail. Dropping the `SessionFile` does the same.
+    pub fn close(&mut self) {
+        if self.file.take().is_some() {
+            // The lock itself goes with the file; the pid note only names who held it.
+            let _ = std::fs::remove_file(&self.pid_path);
+        }
+    }
+}
+
+impl Drop for SessionFile {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// Takes the session's advisory lock (without waiting) and notes this process's pid next to
+/// the file. A lock held elsewhere is `SessionError::Busy` with the holder's pid when known.
+fn lock(file: File, path: &Path, id: &str) -> Result<(Flock<File>, PathBuf), SessionError> {
+    let pid_path = path.with_extension("pid");
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(locked) => {
+            // Best effort: the pid only improves the message another process shows.
+            let _ = std::fs::write(&pid_path, std::process::id().to_string());
+            Ok((locked, pid_path))
+        }
+        Err((_, e)) if e == Errno::EWOULDBLOCK => {
+            let pid = std::fs::read_to_string(&pid_path)
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+            Err(SessionError::Busy {
+                id: id.to_string(),
+                pid,
+            })
+        }
+        Err((_, e)) => Err(SessionError::File {
+            path: path.display().to_string(),
+            reason: format!("cannot lock: {e}"),
+        }),
     }
 }
 

@@ -1,12 +1,15 @@
 //! The records of a session file: one JSON object a line, appended as the session goes.
 //!
 //! Records describe changes (a task opened, a message added, a summary recorded) rather than
-//! snapshots, so a file cut off at any line still replays to a consistent state.
+//! snapshots, so a file cut off at any line still replays to a consistent state. The live
+//! agent changes its state only by applying records (the same fold replay uses), so a resumed
+//! session is the session it continues. New variants may be added; existing ones keep their
+//! names and fields, so old files still resume.
 
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::ChatMessage;
-use crate::protocol::{Expert, RouteDecision, TurnStatus};
+use crate::protocol::{Expert, Hop, RouteDecision, TokenUsage, TurnStatus};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "record", rename_all = "snake_case")]
@@ -81,6 +84,12 @@ pub enum Record {
     /// `proxy` mode: the conversation id the server gave.
     ConversationId {
         id: String,
+    },
+    /// The tokens one hop used (counted into the turn's and the session's totals).
+    Usage {
+        turn_id: u64,
+        hop: Hop,
+        usage: TokenUsage,
     },
     TurnEnded {
         turn_id: u64,

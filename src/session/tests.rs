@@ -1,12 +1,10 @@
-//! Session files: append, list, find, and replay after a crash.
+//! Session files: append, list, find, torn lines, corrupt lines and the advisory lock.
 
 use super::*;
-use crate::mol::SummaryState;
-use crate::protocol::ChatMessage;
 use crate::protocol::Expert;
 
 #[test]
-fn a_torn_last_line_replays_and_an_open_task_is_abandoned() {
+fn a_torn_last_line_is_ignored_and_cut_before_the_next_append() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut f = SessionFile::create(dir.path(), "mol", "http://x/v1", dir.path()).expect("create");
     f.append(&Record::TaskOpened {
@@ -15,58 +13,39 @@ fn a_torn_last_line_replays_and_an_open_task_is_abandoned() {
         user_text: "one".into(),
     })
     .expect("append");
-    f.append(&Record::Message {
-        task_id: 1,
-        message: ChatMessage::assistant("a1"),
-    })
-    .expect("append");
-    f.append(&Record::TaskClosed { task_id: 1 })
-        .expect("append");
-    f.append(&Record::TaskOpened {
-        task_id: 2,
-        owner: Expert::L1,
-        user_text: "two".into(),
-    })
-    .expect("append");
     let path = f.path.clone();
     drop(f);
     // A crash in the middle of writing a line.
     let mut text = std::fs::read_to_string(&path).expect("read");
-    text.push_str("{\"record\":\"message\",\"task_id\":2,\"mess");
+    text.push_str("{\"record\":\"message\",\"task_id\":1,\"mess");
     std::fs::write(&path, text).expect("write");
 
-    let (_file, restored) = SessionFile::resume(dir.path(), "last", None).expect("resume");
-    let t = &restored.timeline;
-    assert_eq!(t.tasks.len(), 2);
-    assert!(t.tasks[0].closed && t.tasks[0].summary == SummaryState::Pending);
-    assert_eq!(
-        t.pending_summaries(),
-        vec![1],
-        "the closed task still needs its summary"
-    );
-    assert!(t.tasks[1].closed, "the crashed open task is abandoned");
-    assert_eq!(t.tasks[1].summary, SummaryState::Skipped);
+    let (mut file, records) = SessionFile::resume(dir.path(), "last", None).expect("resume");
+    assert_eq!(records.len(), 2, "meta and the opened task: {records:?}");
+    file.append(&Record::TaskClosed { task_id: 1 })
+        .expect("append");
+    drop(file);
+    let (_file, records) = SessionFile::resume(dir.path(), "last", None).expect("resume again");
+    assert_eq!(records.last(), Some(&Record::TaskClosed { task_id: 1 }));
+    assert_eq!(records.len(), 3);
 }
 
 #[test]
-fn abandoning_a_task_answers_its_dangling_tool_calls() {
-    let mut t = crate::mol::Timeline::new();
-    t.open(Expert::L2, "go");
-    let mut call = ChatMessage::assistant("");
-    for id in ["a", "b"] {
-        call.tool_calls.push(crate::protocol::ToolCall {
-            id: id.into(),
-            name: "list_dir".into(),
-            arguments: "{}".into(),
-        });
-    }
-    t.push(call);
-    t.push(ChatMessage::tool_result("a", "done"));
-    assert_eq!(abandon_open_task(&mut t), Some(1));
-    let msgs = &t.tasks[0].messages;
-    assert_eq!(msgs.len(), 3);
-    assert_eq!(msgs[2].tool_call_id.as_deref(), Some("b"));
-    assert_eq!(abandon_open_task(&mut t), None);
+fn a_last_line_without_its_newline_is_kept_and_ended() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = SessionFile::create(dir.path(), "mol", "x", dir.path()).expect("create");
+    let path = f.path.clone();
+    drop(f);
+    let mut text = std::fs::read_to_string(&path).expect("read");
+    text.push_str("{\"record\":\"task_closed\",\"task_id\":1}");
+    std::fs::write(&path, text).expect("write");
+    let (mut file, records) = SessionFile::open(&path).expect("open");
+    assert_eq!(records.len(), 2);
+    file.append(&Record::TaskAbandoned { task_id: 2 })
+        .expect("append");
+    drop(file);
+    let (_file, records) = SessionFile::open(&path).expect("open again");
+    assert_eq!(records.len(), 3, "{records:?}");
 }
 
 #[test]
@@ -88,10 +67,12 @@ fn sessions_are_found_by_id_prefix_and_last() {
 fn a_corrupt_line_in_the_middle_is_an_error_naming_the_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let f = SessionFile::create(dir.path(), "mol", "x", dir.path()).expect("create");
-    let mut text = std::fs::read_to_string(&f.path).expect("read");
+    let (id, path) = (f.id.clone(), f.path.clone());
+    drop(f);
+    let mut text = std::fs::read_to_string(&path).expect("read");
     text.push_str("garbage\n{\"record\":\"task_closed\",\"task_id\":1}\n");
-    std::fs::write(&f.path, text).expect("write");
-    let err = SessionFile::resume(dir.path(), &f.id, None).expect_err("corrupt");
+    std::fs::write(&path, text).expect("write");
+    let err = SessionFile::resume(dir.path(), &id, None).expect_err("corrupt");
     assert!(err.to_string().contains("line 2"), "{err}");
 }
 
@@ -109,4 +90,49 @@ fn last_prefers_the_newest_session_of_the_workspace() {
         find(dir.path(), "last", Some(&elsewhere)).expect("any"),
         b.path
     );
+}
+
+#[test]
+fn an_open_session_is_locked_and_a_second_open_names_the_holder() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut first = SessionFile::create(dir.path(), "mol", "x", dir.path()).expect("create");
+    // flock locks belong to an open file description: a second open conflicts even in the
+    // same process, as it would in another one.
+    let err = SessionFile::resume(dir.path(), &first.id, None).expect_err("locked");
+    match &err {
+        SessionError::Busy { id, pid } => {
+            assert_eq!(id, &first.id);
+            assert_eq!(*pid, Some(std::process::id()));
+        }
+        other => panic!("not Busy: {other}"),
+    }
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "session {} is open in another baton process (pid {})",
+            first.id,
+            std::process::id()
+        )
+    );
+    // Nothing was written by the refused open.
+    first
+        .append(&Record::ConversationId { id: "c".into() })
+        .expect("the holder still writes");
+    let lines = std::fs::read_to_string(&first.path).expect("read");
+    assert_eq!(lines.lines().count(), 2);
+    // Closing releases the lock (and the pid note).
+    first.close();
+    assert!(!first.path.with_extension("pid").exists());
+    let (_again, records) = SessionFile::resume(dir.path(), &first.id, None).expect("released");
+    assert_eq!(records.len(), 2);
+    assert!(first.append(&Record::TaskClosed { task_id: 1 }).is_err());
+}
+
+#[test]
+fn a_file_without_a_meta_record_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("x.jsonl");
+    std::fs::write(&path, "{\"record\":\"task_closed\",\"task_id\":1}\n").expect("write");
+    let err = SessionFile::open(&path).expect_err("no meta");
+    assert!(err.to_string().contains("no meta record"), "{err}");
 }

@@ -57,9 +57,8 @@ impl App {
                 self.push_notice(NoticeLevel::Info, "Commands and keys", body);
             }
             SlashCommand::New => {
+                // The token total of the new session comes from the core.
                 self.send(Op::NewSession);
-                self.status.tokens_in = 0;
-                self.status.tokens_out = 0;
                 self.status.context_used = None;
                 self.push_notice(
                     NoticeLevel::Info,
@@ -293,7 +292,11 @@ impl App {
                     .map(|e| e.to_string())
                     .unwrap_or_else(|| "no".into())
             ),
-            format!("tokens     {} in, {} out", s.tokens_in, s.tokens_out),
+            format!(
+                "tokens     {} in, {} out this session",
+                s.usage.total.prompt_tokens, s.usage.total.completion_tokens
+            ),
+            format!("  by hop   {}", by_hop(&s.usage)),
             format!("context    {ctx}"),
             format!(
                 "session    {}",
@@ -350,4 +353,18 @@ impl App {
             ),
         }
     }
+}
+
+/// `route 1.2k · answer 8k · summary 300 · compaction 0` (in + out tokens of each hop).
+fn by_hop(usage: &crate::protocol::UsageTotals) -> String {
+    use crate::protocol::Hop;
+    [Hop::Route, Hop::Answer, Hop::Summary, Hop::Compaction]
+        .iter()
+        .map(|&hop| {
+            let u = usage.hop(hop);
+            let n = u.prompt_tokens + u.completion_tokens;
+            format!("{hop} {}", short_count(n))
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
 }

@@ -11,7 +11,7 @@ use super::cell::format_duration;
 use super::options::ExpertNames;
 use super::theme::Theme;
 use super::wrap::str_width;
-use crate::protocol::{Expert, Hop, RouteDecision};
+use crate::protocol::{Expert, Hop, RouteDecision, UsageTotals};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Phase {
@@ -80,8 +80,8 @@ pub struct StatusInfo {
     pub route_reason: Option<String>,
     pub pinned: Option<Expert>,
     pub hops: HopTimes,
-    pub tokens_in: u64,
-    pub tokens_out: u64,
+    /// The session's tokens as the core counts them (every hop, across resume).
+    pub usage: UsageTotals,
     pub context_used: Option<u64>,
     pub context_window: Option<u64>,
     /// Commands run without the sandbox (`--sandbox off`): always shown.
@@ -230,14 +230,15 @@ pub fn status_line(
             )],
         ));
     }
-    if info.tokens_in + info.tokens_out > 0 {
+    let tokens = info.usage.total;
+    if tokens.prompt_tokens + tokens.completion_tokens > 0 {
         segments.push((
             4,
             vec![Span::styled(
                 format!(
                     "↑{} ↓{}",
-                    short_count(info.tokens_in),
-                    short_count(info.tokens_out)
+                    short_count(tokens.prompt_tokens),
+                    short_count(tokens.completion_tokens)
                 ),
                 base,
             )],

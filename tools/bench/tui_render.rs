@@ -60,6 +60,8 @@ fn fill(app: &mut App, messages: usize) {
         expert: None,
         duration_ms: 1,
         usage: Default::default(),
+        usage_by_hop: Default::default(),
+        session_usage: Default::default(),
     });
 }
 

@@ -275,14 +275,12 @@ impl App {
                     self.status.phase = Phase::Idle;
                 }
             }
+            Event::SessionUsage { usage } => self.status.usage = usage,
             Event::Usage {
-                usage,
                 context_used,
                 context_window,
                 ..
             } => {
-                self.status.tokens_in += usage.prompt_tokens;
-                self.status.tokens_out += usage.completion_tokens;
                 if context_used.is_some() {
                     self.status.context_used = context_used;
                 }
@@ -350,8 +348,10 @@ impl App {
                 duration_ms,
                 answer,
                 expert,
+                session_usage,
                 ..
             } => {
+                self.status.usage = *session_usage;
                 self.finish_streams();
                 // Tool cells still marked running were cut off by the end of the turn.
                 let running: Vec<usize> = self.tool_cells.drain().map(|(_, i)| i).collect();
