@@ -698,10 +698,10 @@ fn a_session_open_in_one_baton_process_is_refused_by_a_second() {
     let started = std::time::Instant::now();
     while engine.requests_for_hop("answer").len() < 2 {
         assert!(
-            started.elapsed() < Duration::from_secs(30),
+            started.elapsed() < std::time::Duration::from_secs(30),
             "A never answered"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 
     // Process B on the same session: a clear error naming A, and nothing written.
