@@ -102,10 +102,7 @@ impl Shared {
             );
         }
         let head = [ChatMessage::system(system)];
-        match self.cfg.mode {
-            Mode::Mol => crate::mol::with_identity(&head, &self.cfg.profile.intro),
-            Mode::Proxy | Mode::Single => head.to_vec(),
-        }
+        crate::mol::modes::system_head(self.cfg.mode, &self.cfg.profile, &head)
     }
 
     /// Appends a session record; a failed write becomes a warning, never a dead turn.
