@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use crate::support::{MockEngine, MockReply, Script, sequence};
 use baton::backend::remote::{RemoteBackend, RetryNotice};
-use baton::protocol::RouteConstraint;
 use baton::backend::{
     BackendError, ChatBackend, ChatCompletion, ChatDelta, ChatRequest, FinishReason,
 };
 use baton::protocol::Hop;
+use baton::protocol::RouteConstraint;
 use baton::protocol::{ChatMessage, ToolSpec};
 use futures_util::StreamExt;
 use serde_json::json;

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Shared, lock};
 use crate::backend::{ChatRequest, complete};
-use crate::mol::{ContextBudget, SummaryState, TokenEstimator, compaction_request, prompt_chars};
+use crate::mol::{ContextBudget, SummaryState, TokenEstimator, prompt_chars};
 use crate::protocol::{Event, Expert, Hop};
 use crate::session::Record;
 
@@ -19,10 +19,6 @@ const KEEP_RECENT_OUTPUTS: usize = 3;
 const KEEP_STEPS: usize = 2;
 /// Used when neither the server nor the configuration says how large the window is.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 131_072;
-/// Tokens of margin left between the handoff summary's budget and the window.
-const HANDOFF_MARGIN: u64 = 64;
-/// The handoff summary never gets fewer tokens than this, even in a tiny window.
-const HANDOFF_MIN_TOKENS: u64 = 128;
 
 /// What the core learns about context use over a session.
 #[derive(Debug, Default)]
@@ -54,8 +50,7 @@ pub(crate) fn view_tokens(
     expert: Expert,
     view: Vec<crate::protocol::ChatMessage>,
 ) -> u64 {
-    let mut req = ChatRequest::new(shared.cfg.profile.adapter(expert), view, Hop::Answer);
-    req.tools = shared.tools.specs();
+    let req = crate::mol::view_request(&shared.cfg.profile, expert, view, shared.tools.specs());
     prompt_tokens(shared, &req)
 }
 
@@ -258,20 +253,11 @@ pub(crate) async fn compact(
         expert: Some(expert),
     });
     let started = std::time::Instant::now();
-    let mut request = compaction_request(&shared.cfg.profile, expert, view);
-    // The summary must fit next to its prompt: a small window gets a shorter handoff, and a
-    // view whose newest output is too large is sent with its long outputs cut.
-    let window = window(shared, &request.model).await;
-    if prompt_tokens(shared, &request) + HANDOFF_MIN_TOKENS + HANDOFF_MARGIN > window {
-        request.messages = crate::mol::compact::shrink_all_outputs(request.messages);
-    }
-    let room = window
-        .saturating_sub(prompt_tokens(shared, &request) + HANDOFF_MARGIN)
-        .max(HANDOFF_MIN_TOKENS);
-    request.max_tokens = request
-        .max_tokens
-        .map(|m| (m as u64).min(room) as u32)
-        .or(Some(room.min(u32::MAX as u64) as u32));
+    let profile = &shared.cfg.profile;
+    let window = window(shared, profile.adapter(expert)).await;
+    let request = crate::mol::fitted_compaction_request(profile, expert, view, window, |r| {
+        prompt_tokens(shared, r)
+    });
     let result = tokio::select! {
         r = complete(shared.backend.as_ref(), request) => r,
         _ = cancel.cancelled() => return false,

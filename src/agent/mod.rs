@@ -119,10 +119,7 @@ impl Shared {
             );
         }
         let head = [ChatMessage::system(system)];
-        match self.cfg.mode {
-            Mode::Mol => crate::mol::with_identity(&head, &self.cfg.profile.intro),
-            Mode::Proxy | Mode::Single => head.to_vec(),
-        }
+        crate::mol::modes::system_head(self.cfg.mode, &self.cfg.profile, &head)
     }
 
     /// The session state, read-only; hold it only for short, non-async sections.

@@ -1,4 +1,4 @@
-//! One user turn: route (unless pinned, sticky or not in `mol` mode) → answer hops on the chosen
+//! One user turn: ask `mol` who answers (and announce how it was decided) → answer hops on that
 //! expert, streaming deltas, with tool calls executed and fed back on the SAME expert, until an
 //! answer without tool calls or a limit → close the task, start its summary in the background.
 
@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Shared, context, lock, summaries, tool_calls};
 use crate::backend::{BackendError, ChatCompletion, ChatDelta, ChatRequest, FinishReason};
-use crate::mol::{AnswerOptions, ReasoningWire};
-use crate::protocol::{Event, Expert, Hop, Mode, RouteDecision, TurnStatus};
+use crate::mol::{AnswerInput, AnswerOptions, ExpertChoice, Step, modes};
+use crate::protocol::{Event, Expert, Hop, TurnStatus};
 use crate::session::Record;
 
 /// Why a turn stopped early.
@@ -107,9 +107,9 @@ struct Outcome {
     summarize: Option<u64>,
 }
 
-/// Experts are a client-side notion only in `mol` mode.
+/// The expert a frontend is told about (none outside `mol` mode).
 fn public_expert(shared: &Shared, expert: Option<Expert>) -> Option<Expert> {
-    (shared.cfg.mode == Mode::Mol).then_some(expert).flatten()
+    modes::shown_expert(shared.cfg.mode, expert)
 }
 
 async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<Expert>)> {
@@ -118,16 +118,15 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
     let open_owner = shared.state().timeline.open_task().map(|t| t.owner);
     abandon(&shared);
 
-    let expert = choose_expert(ctx, text, open_owner)
-        .await
-        .map_err(|s| (s, None))?;
+    let step = Step::UserTurn { text, open_owner };
+    let expert = choose_expert(ctx, step).await.map_err(|s| (s, None))?;
     let task_id = shared.state().timeline.tasks.last().map_or(1, |t| t.id + 1);
     shared.commit(Record::TaskOpened {
         task_id,
         owner: expert,
         user_text: text.to_string(),
     });
-    if shared.cfg.mode == Mode::Mol {
+    if modes::summarizes(shared.cfg.mode) {
         tokio::select! {
             _ = summaries::ensure_for(&shared, ctx.turn_id, expert) => {}
             _ = ctx.cancel.cancelled() => return Err((Stop::Interrupted, Some(expert))),
@@ -150,18 +149,13 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
                 summarize: None,
             });
         }
-        if round_trips > 0 && shared.cfg.mode == Mode::Mol {
-            // A tool result continues on the expert that issued the call: no route hop.
-            shared.events.emit(Event::RouteDecided {
-                turn_id: ctx.turn_id,
-                expert,
-                decision: RouteDecision::Sticky,
-                latency_ms: 0,
-                reason: None,
-            });
+        if round_trips > 0 {
+            let step = Step::ToolResults { issuer: expert };
+            let choice = decide(ctx, step).await.map_err(|s| (s, Some(expert)))?;
+            announce(ctx, &choice);
         }
         round_trips += 1;
-        let request = if shared.cfg.mode == Mode::Mol {
+        let request = if modes::fits_views(shared.cfg.mode) {
             let build = || answer_request(&shared, expert);
             context::fit(&shared, ctx.turn_id, task_id, expert, &ctx.cancel, build).await
         } else {
@@ -175,7 +169,7 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
             context::observe(&shared, shape, usage.prompt_tokens);
         }
         if let Some(id) = done.conversation_id.clone()
-            && shared.cfg.mode == Mode::Proxy
+            && modes::keeps_conversation_id(shared.cfg.mode)
         {
             let changed = shared.state().conversation_id_or_default() != id;
             if changed {
@@ -201,7 +195,7 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
                 status: TurnStatus::Done,
                 answer: Some(message.content),
                 expert: Some(expert),
-                summarize: (shared.cfg.mode == Mode::Mol).then_some(task_id),
+                summarize: modes::summarizes(shared.cfg.mode).then_some(task_id),
             });
         }
         for call in &calls {
@@ -217,61 +211,73 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
     }
 }
 
-/// Pinned, routed by L0, or (outside `mol` mode) nobody: the task owner is then a fixed
-/// internal label so the whole history is one expert's own view.
-async fn choose_expert(
-    ctx: &mut TurnCtx,
-    text: &str,
-    open_owner: Option<Expert>,
-) -> Result<Expert, Stop> {
+/// Asks `mol` who answers a new user turn, announces it and records it in the session.
+async fn choose_expert(ctx: &mut TurnCtx, step: Step<'_>) -> Result<Expert, Stop> {
     let shared = ctx.shared.clone();
-    if shared.cfg.mode != Mode::Mol {
-        return Ok(Expert::L2);
+    let choice = decide(ctx, step).await?;
+    if choice.is_announced() {
+        announce(ctx, &choice);
+        shared.commit(Record::Route {
+            turn_id: ctx.turn_id,
+            expert: choice.expert,
+            decision: choice.decision,
+            latency_ms: choice.latency().as_millis() as u64,
+            reason: choice.reason,
+        });
     }
+    Ok(choice.expert)
+}
+
+/// Runs `mol`'s decision for `step`, with the route hop (when one is sent) announced as a hop
+/// and counted in the turn's usage.
+async fn decide(ctx: &mut TurnCtx, step: Step<'_>) -> Result<ExpertChoice, Stop> {
+    let shared = ctx.shared.clone();
+    let turn_id = ctx.turn_id;
     let pinned = *lock(&shared.pinned);
-    let (expert, decision, reason, latency_ms) = match pinned {
-        Some(p) => (p, RouteDecision::Pinned, None, 0),
-        None => {
-            shared.events.emit(Event::HopStarted {
-                turn_id: ctx.turn_id,
-                hop: Hop::Route,
-                expert: Some(Expert::L0),
-            });
-            let outcome = tokio::select! {
-                o = crate::mol::route(shared.backend.as_ref(), &shared.cfg.profile, text, open_owner) => o,
-                _ = ctx.cancel.cancelled() => return Err(Stop::Interrupted),
-            };
-            let latency_ms = outcome.latency.as_millis() as u64;
-            shared.hop_completed(
-                ctx.turn_id,
-                Hop::Route,
-                Some(Expert::L0),
-                latency_ms,
-                None,
-                outcome.usage,
-            );
-            // The raw label of a model decision is noise; a fallback's reason is the point.
-            let reason = (outcome.decision == RouteDecision::Fallback)
-                .then_some(outcome.reason)
-                .flatten();
-            (outcome.expert, outcome.decision, reason, latency_ms)
-        }
+    let announce_hop = || {
+        shared.events.emit(Event::HopStarted {
+            turn_id,
+            hop: Hop::Route,
+            expert: Some(Expert::L0),
+        })
     };
-    shared.events.emit(Event::RouteDecided {
-        turn_id: ctx.turn_id,
-        expert,
-        decision,
-        latency_ms,
-        reason: reason.clone(),
-    });
-    shared.commit(Record::Route {
-        turn_id: ctx.turn_id,
-        expert,
-        decision,
-        reason,
-        latency_ms,
-    });
-    Ok(expert)
+    let choice = tokio::select! {
+        // A decision that needs no hop is ready at once and must win over a cancel.
+        biased;
+        c = crate::mol::decide(
+            shared.backend.as_ref(),
+            &shared.cfg.profile,
+            shared.cfg.mode,
+            pinned,
+            step,
+            announce_hop,
+        ) => c,
+        _ = ctx.cancel.cancelled() => return Err(Stop::Interrupted),
+    };
+    if let Some(hop) = choice.route_hop {
+        shared.hop_completed(
+            turn_id,
+            Hop::Route,
+            Some(Expert::L0),
+            hop.latency.as_millis() as u64,
+            None,
+            hop.usage,
+        );
+    }
+    Ok(choice)
+}
+
+/// Tells the frontends who answers and why (nothing where the mode chooses no expert).
+fn announce(ctx: &TurnCtx, choice: &ExpertChoice) {
+    if choice.is_announced() {
+        ctx.shared.events.emit(Event::RouteDecided {
+            turn_id: ctx.turn_id,
+            expert: choice.expert,
+            decision: choice.decision,
+            latency_ms: choice.latency().as_millis() as u64,
+            reason: choice.reason.clone(),
+        });
+    }
 }
 
 /// Closes the open task, if any, without a summary, and records that.
@@ -282,42 +288,35 @@ fn abandon(shared: &Shared) {
     }
 }
 
-/// The answer request of `expert` from the current timeline.
+/// The answer request of `expert` from the current timeline, built by `mol` for the mode.
 fn answer_request(shared: &Shared, expert: Expert) -> ChatRequest {
     let cfg = &shared.cfg;
     let head = shared.head();
-    let (model, view, wire) = {
-        let state = shared.state();
-        let timeline = &state.timeline;
-        match cfg.mode {
-            Mode::Mol => (
-                cfg.profile.adapter(expert).to_string(),
-                timeline.view(expert, &head),
-                ReasoningWire::HarnessMapping,
-            ),
-            Mode::Proxy | Mode::Single => (
-                lock(&shared.model).clone().unwrap_or_default(),
-                timeline.full_history(&head),
-                ReasoningWire::PassThrough,
-            ),
-        }
-    };
     let tools = shared.tools.specs();
-    let opts = AnswerOptions {
+    // Taken first: the session state is never held while taking another lock.
+    let model = lock(&shared.model).clone();
+    let options = AnswerOptions {
         temperature: cfg.temperature,
         top_p: cfg.top_p,
         seed: cfg.seed,
         stop: Vec::new(),
-        tool_choice: (!tools.is_empty()).then(|| "auto".to_string()),
+        tool_choice: None,
         parallel_tool_calls: None,
         max_tokens: cfg.max_tokens,
         reasoning: cfg.reasoning,
     };
-    let mut req = crate::mol::answer_request(&model, view, tools, &opts, wire);
-    if cfg.mode == Mode::Proxy {
-        req.conversation_id = Some(shared.state().conversation_id_or_default());
-    }
-    req
+    let state = shared.state();
+    let conversation_id = state.conversation_id_or_default();
+    let input = AnswerInput {
+        expert,
+        timeline: &state.timeline,
+        head: &head,
+        tools,
+        options,
+        model: model.as_deref(),
+        conversation_id: Some(conversation_id.as_str()),
+    };
+    crate::mol::answer_hop_request(cfg.mode, &cfg.profile, input)
 }
 
 /// Runs one streamed answer hop, turning deltas into events.

@@ -4,8 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::backend::ChatRequest;
-use crate::protocol::Hop;
+use crate::mol::profile::Profile;
+use crate::mol::timeline::Timeline;
 use crate::protocol::{ChatMessage, ReasoningEffort, ToolSpec};
+use crate::protocol::{Expert, Hop, Mode};
 
 /// The answer options a user or config may set; unset ones are not sent (server defaults),
 /// except temperature, which the harness forces to 0.0 when unset.
@@ -51,6 +53,77 @@ pub fn answer_request(
     req.parallel_tool_calls = opts.parallel_tool_calls;
     req.max_tokens = opts.max_tokens;
     apply_reasoning(&mut req, opts.reasoning, wire);
+    req
+}
+
+/// What an answer hop's request is made of, besides the mode and the profile.
+#[derive(Debug, Clone)]
+pub struct AnswerInput<'a> {
+    /// The expert that answers (its view, in `mol` mode).
+    pub expert: Expert,
+    pub timeline: &'a Timeline,
+    /// The system head (see `system_head`).
+    pub head: &'a [ChatMessage],
+    pub tools: Vec<ToolSpec>,
+    /// With tools offered and no tool choice set, `auto` is sent.
+    pub options: AnswerOptions,
+    /// The model name of `proxy` and `single` modes; none sends an empty name.
+    pub model: Option<&'a str>,
+    /// The conversation id a `proxy` server gets back.
+    pub conversation_id: Option<&'a str>,
+}
+
+/// The answer (or tool continuation) request of a turn. In `mol` mode the expert's adapter
+/// answers from the expert's own view, with the harness's reasoning mapping; in `proxy` and
+/// `single` the configured model gets the whole history and the reasoning effort as given, and
+/// a proxy gets its conversation id back.
+pub fn answer_hop_request(mode: Mode, profile: &Profile, input: AnswerInput<'_>) -> ChatRequest {
+    let AnswerInput {
+        expert,
+        timeline,
+        head,
+        tools,
+        mut options,
+        model,
+        conversation_id,
+    } = input;
+    if options.tool_choice.is_none() && !tools.is_empty() {
+        options.tool_choice = Some("auto".to_string());
+    }
+    match mode {
+        Mode::Mol => answer_request(
+            profile.adapter(expert),
+            timeline.view(expert, head),
+            tools,
+            &options,
+            ReasoningWire::HarnessMapping,
+        ),
+        Mode::Proxy | Mode::Single => {
+            let mut req = answer_request(
+                model.unwrap_or_default(),
+                timeline.full_history(head),
+                tools,
+                &options,
+                ReasoningWire::PassThrough,
+            );
+            if mode == Mode::Proxy {
+                req.conversation_id = conversation_id.map(str::to_string);
+            }
+            req
+        }
+    }
+}
+
+/// What a prompt-token count of `expert`'s answer request over `view` sees: its adapter, the
+/// view and the tools offered. Compaction measures a view before and after with it.
+pub fn view_request(
+    profile: &Profile,
+    expert: Expert,
+    view: Vec<ChatMessage>,
+    tools: Vec<ToolSpec>,
+) -> ChatRequest {
+    let mut req = ChatRequest::new(profile.adapter(expert), view, Hop::Answer);
+    req.tools = tools;
     req
 }
 
@@ -112,5 +185,68 @@ mod tests {
         assert_eq!(req.enable_thinking, None);
         assert_eq!(req.sampling.temperature, Some(0.7));
         assert_eq!(req.sampling.seed, Some(3));
+    }
+
+    fn two_experts_timeline() -> Timeline {
+        let mut t = Timeline::default();
+        t.open(Expert::L0, "hello");
+        t.push(ChatMessage::assistant("Hi there."));
+        t.close(true);
+        t.open(Expert::L2, "fix the build");
+        t
+    }
+
+    fn input<'a>(timeline: &'a Timeline, head: &'a [ChatMessage]) -> AnswerInput<'a> {
+        AnswerInput {
+            expert: Expert::L2,
+            timeline,
+            head,
+            tools: vec![ToolSpec {
+                name: "shell".into(),
+                description: "run a command".into(),
+                parameters: serde_json::json!({"type": "object"}),
+            }],
+            options: AnswerOptions {
+                reasoning: Some(ReasoningEffort::Low),
+                ..Default::default()
+            },
+            model: Some("Macaron-V1-Tall"),
+            conversation_id: Some("baton-1"),
+        }
+    }
+
+    #[test]
+    fn mol_answers_on_the_adapter_from_the_experts_own_view() {
+        let profile = Profile::builtin(&crate::mol::ProfileNames::default());
+        let timeline = two_experts_timeline();
+        let head = [ChatMessage::system("sys")];
+        let req = answer_hop_request(Mode::Mol, &profile, input(&timeline, &head));
+        assert_eq!(req.model, profile.adapter(Expert::L2));
+        assert_eq!(req.messages, timeline.view(Expert::L2, &head));
+        // L0's task is closed without a summary yet: L2 sees its user text, not its answer.
+        assert!(req.messages.iter().all(|m| m.content != "Hi there."));
+        assert_eq!(req.tool_choice.as_deref(), Some("auto"));
+        assert_eq!(req.reasoning_effort, Some(ReasoningEffort::High));
+        assert_eq!(req.conversation_id, None);
+    }
+
+    #[test]
+    fn proxy_and_single_send_the_model_name_and_the_whole_history() {
+        let profile = Profile::builtin(&crate::mol::ProfileNames::default());
+        let timeline = two_experts_timeline();
+        let head = [ChatMessage::system("sys")];
+        for (mode, conversation) in [(Mode::Proxy, Some("baton-1")), (Mode::Single, None)] {
+            let req = answer_hop_request(mode, &profile, input(&timeline, &head));
+            assert_eq!(req.model, "Macaron-V1-Tall");
+            assert_eq!(req.messages, timeline.full_history(&head));
+            assert!(req.messages.iter().any(|m| m.content == "Hi there."));
+            assert_eq!(req.reasoning_effort, Some(ReasoningEffort::Low));
+            assert_eq!(req.enable_thinking, None);
+            assert_eq!(req.conversation_id.as_deref(), conversation, "{mode:?}");
+        }
+        let mut no_tools = input(&timeline, &head);
+        no_tools.tools.clear();
+        let req = answer_hop_request(Mode::Single, &profile, no_tools);
+        assert_eq!(req.tool_choice, None);
     }
 }

@@ -16,6 +16,10 @@ pub const HANDOFF_MAX_TOKENS: u32 = 1024;
 pub const SHRINK_ABOVE: usize = 1536;
 /// Bytes kept at each end of a shrunk output.
 const SHRINK_KEEP: usize = 512;
+/// Tokens of margin left between the handoff summary's budget and the window.
+const HANDOFF_MARGIN: u64 = 64;
+/// The handoff summary never gets fewer tokens than this, even in a tiny window.
+const HANDOFF_MIN_TOKENS: u64 = 128;
 
 /// The final user message of a compaction request (documented in docs/context.md).
 pub const HANDOFF_PROMPT: &str = "Your context is about to be compacted: the older steps of this task will be removed and replaced by a handoff summary that you write now, for yourself to continue from. Write it under these headings: Goal; Decisions made; Files touched and why; Plan state; Open problems; Still unknown. Be specific: exact file paths, commands, error messages, names and values you will need. Output only the summary.";
@@ -218,6 +222,31 @@ pub fn compaction_request(profile: &Profile, owner: Expert, view: Vec<ChatMessag
     req
 }
 
+/// The compaction request of `owner`'s `view`, sized so the summary fits next to its prompt in
+/// `window` (`prompt_tokens` counts a request the way the window is measured): a small window
+/// gets a shorter handoff, and a view whose newest output is too large is sent with its long
+/// outputs cut.
+pub fn fitted_compaction_request(
+    profile: &Profile,
+    owner: Expert,
+    view: Vec<ChatMessage>,
+    window: u64,
+    prompt_tokens: impl Fn(&ChatRequest) -> u64,
+) -> ChatRequest {
+    let mut request = compaction_request(profile, owner, view);
+    if prompt_tokens(&request) + HANDOFF_MIN_TOKENS + HANDOFF_MARGIN > window {
+        request.messages = shrink_all_outputs(request.messages);
+    }
+    let room = window
+        .saturating_sub(prompt_tokens(&request) + HANDOFF_MARGIN)
+        .max(HANDOFF_MIN_TOKENS);
+    request.max_tokens = request
+        .max_tokens
+        .map(|m| (m as u64).min(room) as u32)
+        .or(Some(room.min(u32::MAX as u64) as u32));
+    request
+}
+
 impl Timeline {
     /// Shows the task's tool outputs older than the last `keep_recent` results shrunk. Returns
     /// whether the view changed (a long output was cut); the view's prefix changes then, and
@@ -314,6 +343,49 @@ mod tests {
             arguments: args.into(),
         });
         m
+    }
+
+    /// Four bytes a token, like the default estimator.
+    fn quarter_bytes(req: &ChatRequest) -> u64 {
+        req.messages
+            .iter()
+            .map(|m| m.content.len() as u64 / 4)
+            .sum()
+    }
+
+    #[test]
+    fn a_compaction_request_fits_its_window() {
+        let profile = Profile::builtin(&crate::mol::ProfileNames::default());
+        let view = vec![
+            ChatMessage::user("refactor"),
+            call("a", "shell", "{}"),
+            ChatMessage::tool_result("a", "x".repeat(8000)),
+        ];
+        let roomy =
+            fitted_compaction_request(&profile, Expert::L2, view.clone(), 100_000, quarter_bytes);
+        assert_eq!(roomy.model, profile.adapter(Expert::L2));
+        assert_eq!(roomy.max_tokens, Some(HANDOFF_MAX_TOKENS));
+        assert_eq!(roomy.messages[2].content.len(), 8000);
+        assert_eq!(
+            roomy.messages.last().map(|m| m.content.as_str()),
+            Some(HANDOFF_PROMPT)
+        );
+
+        // 2000 tokens of output in a 700-token window: the outputs are cut, and the handoff
+        // gets what is left after the margin.
+        let tight = fitted_compaction_request(&profile, Expert::L2, view, 700, quarter_bytes);
+        assert!(tight.messages[2].content.len() < 8000);
+        assert!(
+            tight.messages[2]
+                .content
+                .contains("cut for this summary request")
+        );
+        let room = 700 - quarter_bytes(&tight) - HANDOFF_MARGIN;
+        assert!(room < HANDOFF_MAX_TOKENS as u64);
+        assert_eq!(tight.max_tokens, Some(room as u32));
+
+        let tiny = fitted_compaction_request(&profile, Expert::L2, vec![], 10, quarter_bytes);
+        assert_eq!(tiny.max_tokens, Some(HANDOFF_MIN_TOKENS as u32));
     }
 
     fn long_task(steps: usize) -> Timeline {

@@ -2,6 +2,9 @@
 //! view, the answer request, and summaries.
 //!
 //! What the agent core uses:
+//! - [`decide()`]: who answers a user turn or a tool-result continuation, and how that was
+//!   decided (fixed outside `mol` mode, sticky, pinned, routed, fallback) — the one place;
+//!   [`modes`] says what else a mode runs (summaries, view fitting, the system head).
 //! - [`Profile::load`] / [`Profile::builtin`]: the four profile texts, validated; `adapter(expert)`
 //!   gives the engine model name, `intro` the identity prompt.
 //! - [`route`]: runs the route hop and never fails (fallback B1: open task's expert, else L2);
@@ -9,27 +12,35 @@
 //! - [`Timeline`]: `open`, `push`, `close`, `record_summary`, `view(expert, head)`,
 //!   `summaries_needed_by(expert)` (what a turn must wait for, B2), `pending_summaries()`.
 //! - [`with_identity`]: the system head with the identity prompt (§4.3).
-//! - [`answer_request`]: the answer hop with options and the reasoning mapping.
+//! - [`answer_hop_request`]: a turn's answer request for the mode (adapter and view, or model
+//!   name and full history); [`answer_request`] the options and the reasoning mapping.
 //! - [`summarize`] / [`summary_request`]: the summary hop, never fails (empty on error).
 //! - [`SessionState`]: what a session's records rebuild; `apply` is the one fold, used live
 //!   (`commit`) and on resume ([`resume_session`]).
 //! - [`ContextBudget`] / [`TokenEstimator`]: the context budget; `Timeline::shrink_old_tool_outputs`
-//!   and `Timeline::compact` with [`compaction_request`] keep long tasks within the window.
+//!   and `Timeline::compact` with [`fitted_compaction_request`] keep long tasks within the window.
 
 pub mod answer;
 pub mod budget;
 pub mod compact;
+pub mod decide;
+pub mod modes;
 pub mod profile;
 pub mod route;
 pub mod state;
 pub mod summary;
 pub mod timeline;
 
-pub use answer::{AnswerOptions, ReasoningWire, answer_request, apply_reasoning};
+pub use answer::{
+    AnswerInput, AnswerOptions, ReasoningWire, answer_hop_request, answer_request, apply_reasoning,
+    view_request,
+};
 pub use budget::{ContextBudget, TokenEstimator, prompt_chars};
 pub use compact::{
-    HANDOFF_PROMPT, compaction_request, files_touched, keep_from_for, latest_plan, shrink_output,
+    HANDOFF_PROMPT, compaction_request, files_touched, fitted_compaction_request, keep_from_for,
+    latest_plan, shrink_output,
 };
+pub use decide::{ExpertChoice, RouteHop, Step, decide};
 pub use profile::{ExpertDef, Profile, ProfileError, ProfileNames, ROUTE_PREFILL};
 pub use route::{
     DEFAULT_EXPERT, ROUTER_MAX_TOKENS, RouteOutcome, fallback_expert, label_text, parse_label,
