@@ -5,7 +5,8 @@
 //! in the child between fork and exec (see `launch`). See docs/sandbox.md for the design.
 //!
 //! ```no_run
-//! use baton::sandbox::{SandboxMode, SandboxPolicy, Session, sandboxed_command};
+//! use baton::protocol::SandboxMode;
+//! use baton::sandbox::{SandboxPolicy, Session, sandboxed_command};
 //! let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, "/path/to/workspace");
 //! let (mut cmd, _guard) =
 //!     sandboxed_command(&policy, &["ls".into()], Session::NewGroup).expect("sandbox");

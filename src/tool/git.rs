@@ -176,6 +176,8 @@ fn action_name(action: &Action) -> &'static str {
     }
 }
 
+/// A failure inside one action: a git2 error, named with the action once it reaches the top
+/// (`ToolError::Git`), or an error that already says what went wrong.
 enum GitFailure {
     Git(git2::Error),
     Tool(ToolError),

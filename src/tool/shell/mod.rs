@@ -531,3 +531,34 @@ impl Tool for PollTool {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workdirs_are_resolved_inside_the_workspace_or_refused_by_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        std::fs::write(root.join("file"), "x").unwrap();
+        assert_eq!(resolve_workdir(&root, None).unwrap(), root);
+        assert_eq!(
+            resolve_workdir(&root, Some("sub")).unwrap(),
+            root.join("sub")
+        );
+        let err = resolve_workdir(&root, Some("file")).unwrap_err();
+        assert!(matches!(err, WorkdirError::NotADirectory { .. }), "{err}");
+        assert_eq!(err.to_string(), "workdir \"file\" is not a directory");
+        let err = resolve_workdir(&root, Some("missing")).unwrap_err();
+        assert!(matches!(err, WorkdirError::Unresolvable { .. }), "{err}");
+        let err = resolve_workdir(&root, Some("../..")).unwrap_err();
+        assert!(
+            matches!(err, WorkdirError::OutsideWorkspace { .. }),
+            "{err}"
+        );
+        std::os::unix::fs::symlink("/tmp", root.join("out")).unwrap();
+        let err = resolve_workdir(&root, Some("out")).unwrap_err();
+        assert!(matches!(err, WorkdirError::SymlinkEscape { .. }), "{err}");
+    }
+}
