@@ -533,7 +533,7 @@ fn workspace_diff_in_a_repository_with_no_commits_compares_with_the_empty_tree()
 #[test]
 fn workspace_diff_outside_a_repository_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let err = git::workspace_diff(dir.path()).unwrap_err();
+    let err = git::workspace_diff(dir.path()).unwrap_err().to_string();
     assert!(err.contains("not a git repository"), "{err}");
     assert!(err.contains(&dir.path().display().to_string()), "{err}");
     let missing = dir.path().join("no/such/dir");

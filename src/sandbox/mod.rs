@@ -40,6 +40,24 @@ pub enum SandboxError {
     /// Preparing the sandbox failed (a path, a filter, a cgroup).
     #[error("preparing the sandbox failed: {0}")]
     Setup(String),
+    /// A file of the sandbox's own machinery (`/proc`, a cgroup) could not be used; `action`
+    /// is the verb ("reading", "creating", …).
+    #[error("{action} {}: {source}", .path.display())]
+    Io {
+        action: &'static str,
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// This process's cgroup may not create pids-limited children.
+    #[error(
+        "the pids controller is not delegated to {} (cgroup.subtree_control)",
+        .cgroup.display()
+    )]
+    PidsNotDelegated { cgroup: std::path::PathBuf },
+    /// Neither a cgroup v1 pids hierarchy nor a v2 unified one is mounted.
+    #[error("no pids cgroup hierarchy is mounted")]
+    NoPidsHierarchy,
 }
 
 /// A `Command` for `argv` that runs under `policy`, and the guard that must outlive the

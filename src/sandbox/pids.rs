@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::SandboxError;
+
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// How the process bound is enforced for one command.
@@ -137,9 +139,9 @@ pub fn prepare(max: u32) -> ProcessBound {
 }
 
 /// The pids hierarchy this process lives in: (mount dir of our cgroup, is v2).
-fn own_pids_cgroup() -> Result<PathBuf, String> {
-    let text = fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| format!("reading /proc/self/cgroup: {e}"))?;
+fn own_pids_cgroup() -> Result<PathBuf, SandboxError> {
+    let proc_cgroup = Path::new("/proc/self/cgroup");
+    let text = fs::read_to_string(proc_cgroup).map_err(|e| io("reading", proc_cgroup, e))?;
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
         let (_, controllers, path) = (parts.next(), parts.next(), parts.next());
@@ -161,16 +163,21 @@ fn own_pids_cgroup() -> Result<PathBuf, String> {
             if controllers.split_whitespace().any(|c| c == "pids") {
                 return Ok(dir);
             }
-            return Err(format!(
-                "the pids controller is not delegated to {} (cgroup.subtree_control)",
-                dir.display()
-            ));
+            return Err(SandboxError::PidsNotDelegated { cgroup: dir });
         }
     }
-    Err("no pids cgroup hierarchy is mounted".into())
+    Err(SandboxError::NoPidsHierarchy)
 }
 
-fn create_cgroup(max: u32) -> Result<PidsCgroup, String> {
+fn io(action: &'static str, path: &Path, source: std::io::Error) -> SandboxError {
+    SandboxError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn create_cgroup(max: u32) -> Result<PidsCgroup, SandboxError> {
     let spare = POOL.lock().unwrap_or_else(|p| p.into_inner()).pop();
     if let Some(cg) = spare
         && fs::write(cg.dir.join("pids.max"), max.to_string()).is_ok()
@@ -186,14 +193,15 @@ fn create_cgroup(max: u32) -> Result<PidsCgroup, String> {
         NEXT_ID.fetch_add(1, Ordering::Relaxed)
     );
     let dir = parent.join(name);
-    fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let setup = || -> Result<File, String> {
-        fs::write(dir.join("pids.max"), max.to_string())
-            .map_err(|e| format!("writing {}/pids.max: {e}", dir.display()))?;
+    fs::create_dir(&dir).map_err(|e| io("creating", &dir, e))?;
+    let setup = || -> Result<File, SandboxError> {
+        let pids_max = dir.join("pids.max");
+        fs::write(&pids_max, max.to_string()).map_err(|e| io("writing", &pids_max, e))?;
+        let procs = dir.join("cgroup.procs");
         OpenOptions::new()
             .write(true)
-            .open(dir.join("cgroup.procs"))
-            .map_err(|e| format!("opening {}/cgroup.procs: {e}", dir.display()))
+            .open(&procs)
+            .map_err(|e| io("opening", &procs, e))
     };
     match setup() {
         Ok(procs) => Ok(PidsCgroup { dir, procs }),

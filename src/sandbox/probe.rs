@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::launch::Session;
 use super::policy::SandboxPolicy;
-use super::{fs_rules, sandboxed_command};
+use super::{SandboxError, fs_rules, sandboxed_command};
 use crate::protocol::SandboxMode;
 
 /// The sandbox features available here.
@@ -109,18 +109,29 @@ pub fn probe() -> SandboxSupport {
     support
 }
 
-fn run_true(policy: &SandboxPolicy) -> Result<String, String> {
+/// Why the probe's sandboxed `true` did not run cleanly.
+#[derive(Debug, thiserror::Error)]
+enum ProbeFailure {
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    #[error("sandboxed `true` failed to start: {0}")]
+    Start(#[source] std::io::Error),
+    #[error("sandboxed `true` exited with {0}")]
+    Exit(std::process::ExitStatus),
+}
+
+/// Runs sandboxed `true` under `policy`; on success, says how the process count was bounded.
+fn run_true(policy: &SandboxPolicy) -> Result<String, ProbeFailure> {
     let argv = ["true".to_string()];
-    let (mut cmd, prepared) =
-        sandboxed_command(policy, &argv, Session::NewGroup).map_err(|e| e.to_string())?;
+    let (mut cmd, prepared) = sandboxed_command(policy, &argv, Session::NewGroup)?;
     let status = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .map_err(|e| format!("sandboxed `true` failed to start: {e}"))?;
+        .map_err(ProbeFailure::Start)?;
     if !status.success() {
-        return Err(format!("sandboxed `true` exited with {status}"));
+        return Err(ProbeFailure::Exit(status));
     }
     Ok(if let Some(cg) = prepared.cgroup() {
         format!(

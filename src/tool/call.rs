@@ -4,17 +4,27 @@
 use futures_util::future::BoxFuture;
 use serde::de::DeserializeOwned;
 
-use super::{ToolContext, ToolResult};
+use super::{ToolContext, ToolError, ToolResult};
 
 /// Parses a tool's arguments into its typed form; the error names the tool and the problem.
-pub fn parse_args<T: DeserializeOwned>(tool: &str, args: &serde_json::Value) -> Result<T, String> {
+pub fn parse_args<T: DeserializeOwned>(
+    tool: &str,
+    args: &serde_json::Value,
+) -> Result<T, ToolError> {
     // Some models send the arguments as a JSON string instead of an object.
     let value = match args {
-        serde_json::Value::String(text) => serde_json::from_str(text)
-            .map_err(|e| format!("invalid arguments for {tool}: not a JSON object: {e}"))?,
+        serde_json::Value::String(text) => {
+            serde_json::from_str(text).map_err(|source| ToolError::ArgumentsNotJson {
+                tool: tool.to_string(),
+                source,
+            })?
+        }
         other => other.clone(),
     };
-    serde_json::from_value(value).map_err(|e| format!("invalid arguments for {tool}: {e}"))
+    serde_json::from_value(value).map_err(|source| ToolError::Arguments {
+        tool: tool.to_string(),
+        source,
+    })
 }
 
 /// Runs `work` on the blocking pool: filesystem walks, git and parsing must not stall the
@@ -32,11 +42,12 @@ where
     })
 }
 
-/// Turns `Result<String, String>` into a tool result.
-pub fn into_result(outcome: Result<String, String>) -> ToolResult {
+/// Turns a tool's outcome into its result: the error's text is what the model reads, and its
+/// kind picks the status.
+pub fn into_result(outcome: Result<String, ToolError>) -> ToolResult {
     match outcome {
         Ok(text) => ToolResult::ok(text),
-        Err(text) => ToolResult::error(text),
+        Err(e) => e.into(),
     }
 }
 
@@ -104,6 +115,15 @@ mod tests {
         let a: A = parse_args("t", &serde_json::json!("{\"path\":\"x\"}")).unwrap();
         assert_eq!(a.path, "x");
         let err = parse_args::<A>("t", &serde_json::json!({})).err().unwrap();
-        assert!(err.contains("missing field `path`"), "{err}");
+        assert!(matches!(err, ToolError::Arguments { .. }), "{err}");
+        assert!(err.to_string().contains("missing field `path`"), "{err}");
+        let err = parse_args::<A>("t", &serde_json::json!("{nope"))
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .starts_with("invalid arguments for t: not a JSON object: "),
+            "{err}"
+        );
     }
 }

@@ -15,7 +15,7 @@ use serde_json::json;
 use crate::protocol::{ChangedFile, Event, FileChange, ToolSpec};
 use crate::tool::call::{cap_text, into_result, parse_args, run_blocking};
 use crate::tool::path::resolve;
-use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};
+use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolError, ToolResult};
 
 const OUTPUT_CAP: usize = 64 * 1024;
 const STATUS_CAP: usize = 500;
@@ -130,14 +130,15 @@ impl Tool for GitTool {
     }
 }
 
-fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
+fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: GitArgs = parse_args("git", args)?;
+    let shown = || ctx.workspace.display().to_string();
     let repo = Repository::discover(&ctx.workspace)
-        .map_err(|_| format!("{} is not inside a git repository", ctx.workspace.display()))?;
+        .map_err(|_| ToolError::NotARepository { path: shown() })?;
     let workdir = repo
         .workdir()
         .and_then(|w| std::fs::canonicalize(w).ok())
-        .ok_or("the repository is bare (no working tree)")?;
+        .ok_or_else(|| ToolError::BareRepository { path: shown() })?;
     let pathspecs = args
         .paths
         .iter()
@@ -156,8 +157,11 @@ fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
         Action::Commit => commit(&repo, &pathspecs, args.message.as_deref().unwrap_or("")),
     }
     .map_err(|e| match e {
-        GitFailure::Git(e) => format!("git {}: {}", action_name(&args.action), e.message()),
-        GitFailure::Message(m) => m,
+        GitFailure::Git(source) => ToolError::Git {
+            action: action_name(&args.action),
+            source,
+        },
+        GitFailure::Tool(e) => e,
     })?;
     Ok(cap_text(out, OUTPUT_CAP))
 }
@@ -172,9 +176,11 @@ fn action_name(action: &Action) -> &'static str {
     }
 }
 
+/// A failure inside one action: a git2 error, named with the action once it reaches the top
+/// (`ToolError::Git`), or an error that already says what went wrong.
 enum GitFailure {
     Git(git2::Error),
-    Message(String),
+    Tool(ToolError),
 }
 
 impl From<git2::Error> for GitFailure {
@@ -183,21 +189,22 @@ impl From<git2::Error> for GitFailure {
     }
 }
 
-impl From<String> for GitFailure {
-    fn from(m: String) -> Self {
-        GitFailure::Message(m)
+impl From<ToolError> for GitFailure {
+    fn from(e: ToolError) -> Self {
+        GitFailure::Tool(e)
     }
 }
 
 /// A workspace path as a pathspec relative to the repository root (`` for the whole tree).
-fn repo_path(ctx: &ToolContext, workdir: &Path, input: &str) -> Result<String, String> {
-    let resolved = resolve(&ctx.workspace, input).map_err(|e| e.to_string())?;
-    let rel = resolved.abs.strip_prefix(workdir).map_err(|_| {
-        format!(
-            "path '{input}' is outside the repository {}",
-            workdir.display()
-        )
-    })?;
+fn repo_path(ctx: &ToolContext, workdir: &Path, input: &str) -> Result<String, ToolError> {
+    let resolved = resolve(&ctx.workspace, input)?;
+    let rel = resolved
+        .abs
+        .strip_prefix(workdir)
+        .map_err(|_| ToolError::OutsideRepository {
+            path: input.to_string(),
+            repository: workdir.display().to_string(),
+        })?;
     let shown = crate::tool::path::display_relative(rel);
     Ok(if shown == "." { String::new() } else { shown })
 }
@@ -338,7 +345,10 @@ fn diff(
         let tree = repo
             .revparse_single(rev)
             .and_then(|o| o.peel_to_tree())
-            .map_err(|e| format!("unknown revision '{rev}': {}", e.message()))?;
+            .map_err(|source| ToolError::UnknownRevision {
+                rev: rev.to_string(),
+                source,
+            })?;
         repo.diff_tree_to_workdir_with_index(Some(&tree), Some(&mut options))?
     } else {
         options
@@ -380,7 +390,10 @@ fn log(
         Some(rev) => repo
             .revparse_single(rev)
             .and_then(|o| o.peel_to_commit())
-            .map_err(|e| format!("unknown revision '{rev}': {}", e.message()))?
+            .map_err(|source| ToolError::UnknownRevision {
+                rev: rev.to_string(),
+                source,
+            })?
             .id(),
         None => match repo.head().ok().and_then(|h| h.target()) {
             Some(id) => id,
@@ -418,7 +431,10 @@ fn log(
 fn show(repo: &Repository, rev: &str) -> Result<String, GitFailure> {
     let object = repo
         .revparse_single(rev)
-        .map_err(|e| format!("unknown revision '{rev}': {}", e.message()))?;
+        .map_err(|source| ToolError::UnknownRevision {
+            rev: rev.to_string(),
+            source,
+        })?;
     if let Some(blob) = object.as_blob() {
         if blob.is_binary() {
             return Ok(format!("{rev} is a binary file ({} bytes)\n", blob.size()));
@@ -427,7 +443,7 @@ fn show(repo: &Repository, rev: &str) -> Result<String, GitFailure> {
     }
     let commit = object
         .peel_to_commit()
-        .map_err(|_| format!("'{rev}' is not a commit or a file"))?;
+        .map_err(|_| ToolError::invalid_argument(format!("'{rev}' is not a commit or a file")))?;
     let author = commit.author();
     let mut out = format!(
         "commit {}\nAuthor: {} <{}>\nDate:   {}\n\n",
@@ -453,12 +469,13 @@ fn under(path: &Path, spec: &str) -> bool {
 
 fn commit(repo: &Repository, pathspecs: &[String], message: &str) -> Result<String, GitFailure> {
     if message.trim().is_empty() {
-        return Err("commit needs a non-empty message".to_string().into());
+        return Err(ToolError::invalid_argument("commit needs a non-empty message").into());
     }
     if pathspecs.is_empty() {
-        return Err("commit needs `paths`: the files or directories to commit"
-            .to_string()
-            .into());
+        return Err(ToolError::invalid_argument(
+            "commit needs `paths`: the files or directories to commit",
+        )
+        .into());
     }
     // Stage the chosen paths in the real index (additions, changes and deletions) …
     let specs: Vec<&str> = pathspecs
@@ -491,10 +508,10 @@ fn commit(repo: &Repository, pathspecs: &[String], message: &str) -> Result<Stri
     }
     let tree_id = chosen.write_tree_to(repo)?;
     if head.as_ref().is_some_and(|h| h.tree_id() == tree_id) {
-        return Err(format!(
+        return Err(ToolError::rejected(format!(
             "nothing to commit: {} unchanged since HEAD",
             pathspecs.join(", ")
-        )
+        ))
         .into());
     }
     let tree = repo.find_tree(tree_id)?;
@@ -528,16 +545,17 @@ fn commit(repo: &Repository, pathspecs: &[String], message: &str) -> Result<Stri
 /// What `/diff` shows (`Op::WorkspaceDiff`): every change against HEAD, staged or not, as
 /// `git diff HEAD` shows it (renames found), then every untracked, non-ignored file as a new
 /// file. A repository without commits is compared with the empty tree.
-pub fn workspace_diff(workspace: &Path) -> Result<(Vec<ChangedFile>, String), String> {
-    let repo = Repository::discover(workspace)
-        .map_err(|_| format!("{}: not a git repository", workspace.display()))?;
+pub fn workspace_diff(workspace: &Path) -> Result<(Vec<ChangedFile>, String), ToolError> {
+    let shown = || workspace.display().to_string();
+    let repo =
+        Repository::discover(workspace).map_err(|_| ToolError::NotARepository { path: shown() })?;
     if repo.is_bare() {
-        return Err(format!(
-            "{}: the repository is bare (no working tree)",
-            workspace.display()
-        ));
+        return Err(ToolError::BareRepository { path: shown() });
     }
-    let failed = |e: git2::Error| format!("git diff: {}", e.message());
+    let failed = |source: git2::Error| ToolError::Git {
+        action: "diff",
+        source,
+    };
     let mut tracked = repo
         .diff_tree_to_workdir_with_index(head_tree(&repo).as_ref(), None)
         .map_err(failed)?;
@@ -627,7 +645,7 @@ pub fn workspace_diff_event(workspace: &Path) -> Event {
         Err(e) => Event::WorkspaceDiff {
             files: Vec::new(),
             diff: String::new(),
-            error: Some(e),
+            error: Some(e.to_string()),
         },
     }
 }

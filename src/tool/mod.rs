@@ -16,9 +16,12 @@ use tokio_util::sync::CancellationToken;
 use crate::protocol::ToolSpec;
 use crate::protocol::{EventSink, PlanItem, ToolStatus};
 
+pub use error::{IoOp, ToolError};
+
 pub mod call;
 pub mod checkpoint;
 pub mod diff;
+pub mod error;
 pub mod fs;
 pub mod git;
 pub mod outline;

@@ -12,7 +12,7 @@ use tree_sitter::{Node, Parser};
 use crate::protocol::ToolSpec;
 use crate::tool::call::{cap_text, into_result, parse_args, run_blocking};
 use crate::tool::path::{display_relative, resolve};
-use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};
+use crate::tool::{ApprovalNeed, IoOp, Tool, ToolContext, ToolError, ToolResult};
 
 /// Most files outlined when `path` is a directory.
 pub const OUTLINE_MAX_FILES: usize = 50;
@@ -92,14 +92,17 @@ pub struct Symbol {
 }
 
 /// The symbols of `source`, in file order.
-pub fn outline_source(language: Language, source: &[u8]) -> Result<Vec<Symbol>, String> {
+pub fn outline_source(language: Language, source: &[u8]) -> Result<Vec<Symbol>, ToolError> {
     let mut parser = Parser::new();
     parser
         .set_language(&language.grammar())
-        .map_err(|e| format!("cannot load the {} grammar: {e}", language.name()))?;
-    let tree = parser
-        .parse(source, None)
-        .ok_or_else(|| format!("the {} parser gave no tree", language.name()))?;
+        .map_err(|source| ToolError::Grammar {
+            language: language.name(),
+            source,
+        })?;
+    let tree = parser.parse(source, None).ok_or(ToolError::NoParseTree {
+        language: language.name(),
+    })?;
     let mut symbols = Vec::new();
     collect(language, tree.root_node(), source, 0, false, &mut symbols);
     Ok(symbols)
@@ -383,21 +386,18 @@ impl Tool for OutlineTool {
     }
 }
 
-fn outline_file(abs: &Path, rel: &str) -> Result<String, String> {
-    let language = Language::of_path(abs).ok_or_else(|| {
-        format!(
-            "{rel}: unsupported file type for outline (supported: .rs .py .js .jsx .ts .tsx .go \
-             .c .h .cc .cpp .hpp)"
-        )
+fn outline_file(abs: &Path, rel: &str) -> Result<String, ToolError> {
+    let language = Language::of_path(abs).ok_or_else(|| ToolError::UnsupportedLanguage {
+        path: rel.to_string(),
     })?;
-    let meta = std::fs::metadata(abs).map_err(|e| format!("{rel}: {e}"))?;
+    let meta = std::fs::metadata(abs).map_err(|e| ToolError::io(IoOp::Inspect, rel, e))?;
     if meta.len() > OUTLINE_MAX_FILE_BYTES {
-        return Err(format!(
-            "{rel}: too large to outline ({} bytes); use grep to find definitions",
-            meta.len()
-        ));
+        return Err(ToolError::TooLargeToOutline {
+            path: rel.to_string(),
+            bytes: meta.len(),
+        });
     }
-    let source = std::fs::read(abs).map_err(|e| format!("{rel}: cannot read: {e}"))?;
+    let source = std::fs::read(abs).map_err(|e| ToolError::io(IoOp::Read, rel, e))?;
     let symbols = outline_source(language, &source)?;
     let lines = source.iter().filter(|&&b| b == b'\n').count();
     let mut out = format!("{rel} ({}, {lines} lines)\n", language.name());
@@ -408,14 +408,17 @@ fn outline_file(abs: &Path, rel: &str) -> Result<String, String> {
     Ok(out)
 }
 
-fn outline(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
+fn outline(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: OutlineArgs = parse_args("outline", args)?;
-    let target = resolve(&ctx.workspace, &args.path).map_err(|e| e.to_string())?;
+    let target = resolve(&ctx.workspace, &args.path)?;
     if target.abs.is_file() {
         return outline_file(&target.abs, &target.rel);
     }
     if !target.abs.is_dir() {
-        return Err(format!("{}: no such file or directory", target.rel));
+        return Err(ToolError::NotFound {
+            path: target.rel,
+            what: "no such file or directory",
+        });
     }
     let root = std::fs::canonicalize(&ctx.workspace).unwrap_or_else(|_| ctx.workspace.clone());
     let mut files: Vec<_> = ignore::WalkBuilder::new(&target.abs)

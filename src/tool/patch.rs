@@ -18,7 +18,7 @@ use crate::tool::fs::{
     LineEnding, UnreadPolicy, check_fresh, read_existing, record_stamp, write_atomic,
 };
 use crate::tool::path::resolve_for_write;
-use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};
+use crate::tool::{ApprovalNeed, IoOp, Tool, ToolContext, ToolError, ToolResult};
 
 /// One file operation of a patch, as parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,17 +50,17 @@ pub struct Chunk {
 
 /// Parses a patch. Tolerates whitespace around markers and text (e.g. a heredoc) around the
 /// envelope. Errors name the line.
-pub fn parse_patch(text: &str) -> Result<Vec<PatchOp>, String> {
+pub fn parse_patch(text: &str) -> Result<Vec<PatchOp>, ToolError> {
     let lines: Vec<&str> = text.lines().collect();
     let begin = lines
         .iter()
         .position(|l| l.trim() == "*** Begin Patch")
-        .ok_or("the patch must start with a line '*** Begin Patch'")?;
+        .ok_or_else(|| malformed("the patch must start with a line '*** Begin Patch'"))?;
     let end = lines
         .iter()
         .rposition(|l| l.trim() == "*** End Patch")
         .filter(|&e| e > begin)
-        .ok_or("the patch must end with a line '*** End Patch'")?;
+        .ok_or_else(|| malformed("the patch must end with a line '*** End Patch'"))?;
     let mut ops = Vec::new();
     let mut i = begin + 1;
     while i < end {
@@ -82,11 +82,11 @@ pub fn parse_patch(text: &str) -> Result<Vec<PatchOp>, String> {
                     continue;
                 }
                 let body = lines[i].strip_prefix('+').ok_or_else(|| {
-                    format!(
+                    malformed(format!(
                         "line {}: every line of an added file must start with '+': '{}'",
                         i + 1,
                         lines[i]
-                    )
+                    ))
                 })?;
                 content.push_str(body);
                 content.push('\n');
@@ -116,7 +116,7 @@ pub fn parse_patch(text: &str) -> Result<Vec<PatchOp>, String> {
                     chunks
                         .last_mut()
                         .ok_or_else(|| {
-                            format!("line {}: '*** End of File' before any hunk", i + 1)
+                            malformed(format!("line {}: '*** End of File' before any hunk", i + 1))
                         })?
                         .end_of_file = true;
                 } else if let Some(header) = trimmed.strip_prefix("@@") {
@@ -129,7 +129,9 @@ pub fn parse_patch(text: &str) -> Result<Vec<PatchOp>, String> {
                     if chunks.is_empty() || chunks.last().is_some_and(|c| c.end_of_file) {
                         chunks.push(Chunk::default());
                     }
-                    let chunk = chunks.last_mut().ok_or("internal: no chunk")?;
+                    let chunk = chunks
+                        .last_mut()
+                        .ok_or(ToolError::Internal { what: "no chunk" })?;
                     match raw.chars().next() {
                         None => {
                             chunk.old.push(String::new());
@@ -142,11 +144,11 @@ pub fn parse_patch(text: &str) -> Result<Vec<PatchOp>, String> {
                         Some('-') => chunk.old.push(raw[1..].to_string()),
                         Some('+') => chunk.new.push(raw[1..].to_string()),
                         Some(_) => {
-                            return Err(format!(
+                            return Err(malformed(format!(
                                 "line {}: in the update of {path}, a line must start with ' ', \
                                  '-', '+' or '@@': '{raw}'",
                                 i + 1
-                            ));
+                            )));
                         }
                     }
                 }
@@ -154,7 +156,9 @@ pub fn parse_patch(text: &str) -> Result<Vec<PatchOp>, String> {
             }
             chunks.retain(|c| !(c.old.is_empty() && c.new.is_empty() && c.context.is_none()));
             if chunks.is_empty() && move_to.is_none() {
-                return Err(format!("line {number}: the update of {path} has no hunks"));
+                return Err(malformed(format!(
+                    "line {number}: the update of {path} has no hunks"
+                )));
             }
             ops.push(PatchOp::Update {
                 path,
@@ -164,17 +168,23 @@ pub fn parse_patch(text: &str) -> Result<Vec<PatchOp>, String> {
         } else if line.is_empty() {
             i += 1;
         } else {
-            return Err(format!(
+            return Err(malformed(format!(
                 "line {number}: expected '*** Add File:', '*** Delete File:' or '*** Update \
                  File:', found '{}'",
                 lines[i]
-            ));
+            )));
         }
     }
     if ops.is_empty() {
-        return Err("the patch changes no files".into());
+        return Err(malformed("the patch changes no files"));
     }
     Ok(ops)
+}
+
+fn malformed(reason: impl Into<String>) -> ToolError {
+    ToolError::MalformedPatch {
+        reason: reason.into(),
+    }
 }
 
 fn is_file_marker(line: &str) -> bool {
@@ -185,10 +195,10 @@ fn is_file_marker(line: &str) -> bool {
         || t == "*** End Patch"
 }
 
-fn nonempty_path(text: &str, line: usize) -> Result<String, String> {
+fn nonempty_path(text: &str, line: usize) -> Result<String, ToolError> {
     let path = text.trim();
     if path.is_empty() {
-        return Err(format!("line {line}: missing file path"));
+        return Err(malformed(format!("line {line}: missing file path")));
     }
     Ok(path.to_string())
 }
@@ -268,7 +278,7 @@ fn seek(lines: &[Line], pattern: &[String], from: usize, at_end: bool) -> Option
 }
 
 /// Applies the chunks of an update to `original`, or says which hunk does not fit.
-pub fn apply_chunks(original: &[u8], chunks: &[Chunk], rel: &str) -> Result<Vec<u8>, String> {
+pub fn apply_chunks(original: &[u8], chunks: &[Chunk], rel: &str) -> Result<Vec<u8>, ToolError> {
     let lines = split_lines(original);
     let eol = LineEnding::detect(original).as_str().as_bytes();
     let mut replacements: Vec<(usize, usize, &[String])> = Vec::new();
@@ -278,7 +288,11 @@ pub fn apply_chunks(original: &[u8], chunks: &[Chunk], rel: &str) -> Result<Vec<
         if let Some(context) = &chunk.context {
             let found =
                 seek(&lines, std::slice::from_ref(context), cursor, false).ok_or_else(|| {
-                    format!("{rel}: hunk {hunk}: context line '@@ {context}' was not found")
+                    ToolError::PatchDoesNotApply {
+                        reason: format!(
+                            "{rel}: hunk {hunk}: context line '@@ {context}' was not found"
+                        ),
+                    }
                 })?;
             cursor = found + 1;
         }
@@ -308,12 +322,14 @@ pub fn apply_chunks(original: &[u8], chunks: &[Chunk], rel: &str) -> Result<Vec<
         }
         let start = found.ok_or_else(|| {
             let preview: Vec<&str> = chunk.old.iter().take(3).map(String::as_str).collect();
-            format!(
-                "{rel}: hunk {hunk} does not match the file: could not find the lines\n{}\n\
-                 (read the file again; hunks must be in file order and their ' ' and '-' lines \
-                 must match the file)",
-                preview.join("\n")
-            )
+            ToolError::PatchDoesNotApply {
+                reason: format!(
+                    "{rel}: hunk {hunk} does not match the file: could not find the lines\n{}\n\
+                     (read the file again; hunks must be in file order and their ' ' and '-' \
+                     lines must match the file)",
+                    preview.join("\n")
+                ),
+            }
         })?;
         replacements.push((start, old.len(), new));
         cursor = start + old.len();
@@ -388,13 +404,15 @@ impl FileChange {
 }
 
 /// Parses and validates a patch against the disk without writing anything.
-fn plan_patch(text: &str, ctx: &ToolContext) -> Result<Vec<FileChange>, String> {
+fn plan_patch(text: &str, ctx: &ToolContext) -> Result<Vec<FileChange>, ToolError> {
     let ops = parse_patch(text)?;
     let mut changes = Vec::new();
     let mut touched: Vec<PathBuf> = Vec::new();
-    let mut claim = |path: &PathBuf, rel: &str| -> Result<(), String> {
+    let mut claim = |path: &PathBuf, rel: &str| -> Result<(), ToolError> {
         if touched.contains(path) {
-            return Err(format!("{rel} appears more than once in the patch"));
+            return Err(malformed(format!(
+                "{rel} appears more than once in the patch"
+            )));
         }
         touched.push(path.clone());
         Ok(())
@@ -402,13 +420,13 @@ fn plan_patch(text: &str, ctx: &ToolContext) -> Result<Vec<FileChange>, String> 
     for op in ops {
         match op {
             PatchOp::Add { path, content } => {
-                let target = resolve_for_write(&ctx.workspace, &path).map_err(|e| e.to_string())?;
+                let target = resolve_for_write(&ctx.workspace, &path)?;
                 claim(&target.abs, &target.rel)?;
                 if std::fs::symlink_metadata(&target.abs).is_ok() {
-                    return Err(format!(
+                    return Err(ToolError::rejected(format!(
                         "{}: already exists; use '*** Update File:' to change it",
                         target.rel
-                    ));
+                    )));
                 }
                 changes.push(FileChange {
                     source: None,
@@ -418,10 +436,14 @@ fn plan_patch(text: &str, ctx: &ToolContext) -> Result<Vec<FileChange>, String> 
                 });
             }
             PatchOp::Delete { path } => {
-                let source = resolve_for_write(&ctx.workspace, &path).map_err(|e| e.to_string())?;
+                let source = resolve_for_write(&ctx.workspace, &path)?;
                 claim(&source.abs, &source.rel)?;
-                let old = read_existing(&source.abs, &source.rel)?
-                    .ok_or_else(|| format!("{}: cannot delete, no such file", source.rel))?;
+                let old = read_existing(&source.abs, &source.rel)?.ok_or_else(|| {
+                    ToolError::NotFound {
+                        path: source.rel.clone(),
+                        what: "cannot delete, no such file",
+                    }
+                })?;
                 check_fresh(ctx, &source.abs, &source.rel, UnreadPolicy::Allow)?;
                 changes.push(FileChange {
                     source: Some((source.abs, source.rel)),
@@ -435,27 +457,26 @@ fn plan_patch(text: &str, ctx: &ToolContext) -> Result<Vec<FileChange>, String> 
                 move_to,
                 chunks,
             } => {
-                let source = resolve_for_write(&ctx.workspace, &path).map_err(|e| e.to_string())?;
+                let source = resolve_for_write(&ctx.workspace, &path)?;
                 claim(&source.abs, &source.rel)?;
                 let old = read_existing(&source.abs, &source.rel)?.ok_or_else(|| {
-                    format!(
-                        "{}: cannot update, no such file (use '*** Add File:')",
-                        source.rel
-                    )
+                    ToolError::NotFound {
+                        path: source.rel.clone(),
+                        what: "cannot update, no such file (use '*** Add File:')",
+                    }
                 })?;
                 check_fresh(ctx, &source.abs, &source.rel, UnreadPolicy::Allow)?;
                 let new = apply_chunks(&old, &chunks, &source.rel)?;
                 let target = match move_to {
                     Some(dest) => {
-                        let t =
-                            resolve_for_write(&ctx.workspace, &dest).map_err(|e| e.to_string())?;
+                        let t = resolve_for_write(&ctx.workspace, &dest)?;
                         if t.abs != source.abs {
                             claim(&t.abs, &t.rel)?;
                             if std::fs::symlink_metadata(&t.abs).is_ok() {
-                                return Err(format!(
+                                return Err(ToolError::rejected(format!(
                                     "{}: cannot move {} there, the file already exists",
                                     t.rel, source.rel
-                                ));
+                                )));
                             }
                         }
                         (t.abs, t.rel)
@@ -475,7 +496,7 @@ fn plan_patch(text: &str, ctx: &ToolContext) -> Result<Vec<FileChange>, String> 
 }
 
 /// Writes validated changes; on a failure, puts back what was already written.
-fn commit_changes(changes: &[FileChange], ctx: &ToolContext) -> Result<(), String> {
+fn commit_changes(changes: &[FileChange], ctx: &ToolContext) -> Result<(), ToolError> {
     crate::tool::checkpoint::before_change(ctx);
     // (path, what it held before) for every path touched so far.
     let mut undo_log: Vec<(PathBuf, Option<Vec<u8>>)> = Vec::new();
@@ -501,13 +522,13 @@ fn commit_changes(changes: &[FileChange], ctx: &ToolContext) -> Result<(), Strin
             if change.target.is_none() || moved_away {
                 undo_log.push((abs.clone(), change.old.clone()));
                 if let Err(e) = std::fs::remove_file(abs) {
-                    outcome = Err(format!("{rel}: cannot delete: {e}"));
+                    outcome = Err(ToolError::io(IoOp::Delete, rel, e));
                     break 'files;
                 }
             }
         }
     }
-    if let Err(reason) = outcome {
+    if let Err(cause) = outcome {
         for (path, before) in undo_log.into_iter().rev() {
             match before {
                 Some(bytes) => {
@@ -518,12 +539,14 @@ fn commit_changes(changes: &[FileChange], ctx: &ToolContext) -> Result<(), Strin
                 }
             }
         }
-        return Err(format!("{reason}; no file was changed"));
+        return Err(ToolError::RolledBack {
+            cause: Box::new(cause),
+        });
     }
     Ok(())
 }
 
-fn apply_patch(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
+fn apply_patch(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: PatchArgs = parse_args("apply_patch", args)?;
     let changes = plan_patch(&args.input, ctx)?;
     commit_changes(&changes, ctx)?;
@@ -639,7 +662,7 @@ impl Tool for ApplyPatchTool {
 mod tests {
     use super::*;
 
-    fn update(chunks_text: &str, original: &str) -> Result<String, String> {
+    fn update(chunks_text: &str, original: &str) -> Result<String, ToolError> {
         let patch = format!("*** Begin Patch\n*** Update File: f\n{chunks_text}\n*** End Patch\n");
         let ops = parse_patch(&patch)?;
         let PatchOp::Update { chunks, .. } = &ops[0] else {
@@ -690,7 +713,8 @@ mod tests {
         let out = update(" a\n-b\n+B\n c", "a\r\nb\r\nc\r\n").unwrap();
         assert_eq!(out, "a\r\nB\r\nc\r\n");
         let err = update(" a\n-zzz\n+B", "a\nb\n").unwrap_err();
-        assert!(err.contains("hunk 1 does not match"), "{err}");
+        assert!(matches!(err, ToolError::PatchDoesNotApply { .. }), "{err}");
+        assert!(err.to_string().contains("hunk 1 does not match"), "{err}");
     }
 
     #[test]
@@ -708,9 +732,10 @@ mod tests {
     fn malformed_patches_are_rejected_with_line_numbers() {
         assert!(parse_patch("nothing").is_err());
         let err = parse_patch("*** Begin Patch\n*** Frobnicate: x\n*** End Patch").unwrap_err();
-        assert!(err.contains("line 2"), "{err}");
+        assert!(matches!(err, ToolError::MalformedPatch { .. }), "{err}");
+        assert!(err.to_string().contains("line 2"), "{err}");
         let err =
             parse_patch("*** Begin Patch\n*** Add File: x\nno plus\n*** End Patch").unwrap_err();
-        assert!(err.contains("line 3"), "{err}");
+        assert!(err.to_string().contains("line 3"), "{err}");
     }
 }

@@ -7,8 +7,8 @@ use serde_json::json;
 
 use crate::protocol::ToolSpec;
 use crate::protocol::{Event, PlanItem, PlanStatus};
-use crate::tool::call::parse_args;
-use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};
+use crate::tool::call::{into_result, parse_args};
+use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolError, ToolResult};
 
 /// Most items a plan may have.
 pub const MAX_PLAN_ITEMS: usize = 50;
@@ -74,25 +74,23 @@ impl Tool for UpdatePlanTool {
         args: serde_json::Value,
         ctx: &'a ToolContext,
     ) -> BoxFuture<'a, ToolResult> {
-        Box::pin(async move {
-            match update_plan(&args, ctx) {
-                Ok(text) => ToolResult::ok(text),
-                Err(text) => ToolResult::error(text),
-            }
-        })
+        Box::pin(async move { into_result(update_plan(&args, ctx)) })
     }
 }
 
-fn update_plan(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
+fn update_plan(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: PlanArgs = parse_args("update_plan", args)?;
     if args.plan.len() > MAX_PLAN_ITEMS {
-        return Err(format!(
+        return Err(ToolError::invalid_argument(format!(
             "the plan has {} steps; keep it to at most {MAX_PLAN_ITEMS}",
             args.plan.len()
-        ));
+        )));
     }
     if let Some(empty) = args.plan.iter().position(|i| i.step.trim().is_empty()) {
-        return Err(format!("step {} has no text", empty + 1));
+        return Err(ToolError::invalid_argument(format!(
+            "step {} has no text",
+            empty + 1
+        )));
     }
     let in_progress = args
         .plan
@@ -100,9 +98,9 @@ fn update_plan(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, St
         .filter(|i| i.status == PlanStatus::InProgress)
         .count();
     if in_progress > 1 {
-        return Err(format!(
+        return Err(ToolError::invalid_argument(format!(
             "{in_progress} steps are in_progress; at most one step may be in_progress"
-        ));
+        )));
     }
     if let Ok(mut plan) = ctx.state.plan.lock() {
         *plan = args.plan.clone();

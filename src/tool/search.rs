@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::protocol::ToolSpec;
 use crate::tool::call::{clip_line, into_result, parse_args, run_blocking};
 use crate::tool::path::{display_relative, resolve};
-use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};
+use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolError, ToolResult};
 
 /// Most entries `list_dir` shows.
 pub const LIST_DIR_CAP: usize = 400;
@@ -106,11 +106,14 @@ impl Tool for ListDirTool {
     }
 }
 
-fn list_dir(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
+fn list_dir(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: ListArgs = parse_args("list_dir", args)?;
-    let target = resolve(&ctx.workspace, &args.path).map_err(|e| e.to_string())?;
+    let target = resolve(&ctx.workspace, &args.path)?;
     if !target.abs.is_dir() {
-        return Err(format!("{} is not a directory", target.rel));
+        return Err(ToolError::rejected(format!(
+            "{} is not a directory",
+            target.rel
+        )));
     }
     let depth = args.depth.unwrap_or(2).clamp(1, 8);
     let walk = walker(&target.abs, args.hidden)
@@ -209,18 +212,24 @@ impl Tool for GlobTool {
     }
 }
 
-fn glob_files(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
+fn glob_files(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: GlobArgs = parse_args("glob", args)?;
-    let target = resolve(&ctx.workspace, &args.path).map_err(|e| e.to_string())?;
+    let target = resolve(&ctx.workspace, &args.path)?;
     if !target.abs.is_dir() {
-        return Err(format!("{} is not a directory", target.rel));
+        return Err(ToolError::rejected(format!(
+            "{} is not a directory",
+            target.rel
+        )));
     }
     let pattern = args.pattern.trim().trim_start_matches("./");
     let by_name = !pattern.contains('/');
     let matcher = globset::GlobBuilder::new(pattern)
         .literal_separator(true)
         .build()
-        .map_err(|e| format!("invalid glob pattern '{pattern}': {e}"))?
+        .map_err(|source| ToolError::Glob {
+            pattern: pattern.to_string(),
+            source,
+        })?
         .compile_matcher();
     let root = workspace_root(ctx);
     let mut found = Vec::new();
@@ -307,7 +316,7 @@ pub struct GrepReport {
 }
 
 /// Searches every non-ignored, non-binary file under `root` in parallel.
-pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, String> {
+pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, ToolError> {
     let source = if options.literal {
         regex::escape(&options.pattern)
     } else {
@@ -317,13 +326,19 @@ pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, Str
         .case_insensitive(options.case_insensitive)
         .multi_line(true)
         .build()
-        .map_err(|e| format!("invalid regex '{}': {e}", options.pattern))?;
+        .map_err(|source| ToolError::Regex {
+            pattern: options.pattern.clone(),
+            source,
+        })?;
     let filter = match &options.glob {
         Some(glob) => {
             let matcher = globset::GlobBuilder::new(glob)
                 .literal_separator(true)
                 .build()
-                .map_err(|e| format!("invalid glob '{glob}': {e}"))?
+                .map_err(|source| ToolError::Glob {
+                    pattern: glob.clone(),
+                    source,
+                })?
                 .compile_matcher();
             Some((matcher, glob.contains('/')))
         }
@@ -564,11 +579,14 @@ impl Tool for GrepTool {
     }
 }
 
-fn grep(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
+fn grep(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: GrepArgs = parse_args("grep", args)?;
-    let target = resolve(&ctx.workspace, &args.path).map_err(|e| e.to_string())?;
+    let target = resolve(&ctx.workspace, &args.path)?;
     if !target.abs.exists() {
-        return Err(format!("{}: no such file or directory", target.rel));
+        return Err(ToolError::NotFound {
+            path: target.rel,
+            what: "no such file or directory",
+        });
     }
     let max_results = args
         .max_results

@@ -138,7 +138,7 @@ fn run_baton(root: &Path, pattern: &str) -> Result<(Duration, usize), String> {
         cancel: None,
     };
     let start = Instant::now();
-    let report = grep_search(root, &options)?;
+    let report = grep_search(root, &options).map_err(|e| e.to_string())?;
     let elapsed = start.elapsed();
     // Format the lines as the tool would, so the cost of output is included too.
     let mut sink = std::io::sink();

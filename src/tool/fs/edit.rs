@@ -13,7 +13,7 @@ use crate::protocol::ToolSpec;
 use crate::tool::call::{cap_text, clip_line, into_result, parse_args, run_blocking};
 use crate::tool::diff::{line_counts, unified_diff};
 use crate::tool::path::resolve_for_write;
-use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};
+use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolError, ToolResult};
 
 #[derive(Deserialize)]
 struct EditArgs {
@@ -89,7 +89,7 @@ impl Tool for EditTool {
     }
 }
 
-fn edit_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
+fn edit_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let plan = plan_edit(args, ctx)?;
     check_fresh(ctx, &plan.abs, &plan.rel, UnreadPolicy::Refuse)?;
     let diff = write_change(ctx, &plan.abs, &plan.rel, Some(&plan.old), &plan.new)?;
@@ -103,17 +103,23 @@ fn edit_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Stri
     ))
 }
 
-fn plan_edit(args: &serde_json::Value, ctx: &ToolContext) -> Result<PlannedEdit, String> {
+fn plan_edit(args: &serde_json::Value, ctx: &ToolContext) -> Result<PlannedEdit, ToolError> {
     let args: EditArgs = parse_args("edit", args)?;
-    let target = resolve_for_write(&ctx.workspace, &args.path).map_err(|e| e.to_string())?;
+    let target = resolve_for_write(&ctx.workspace, &args.path)?;
     let rel = target.rel;
-    let old = read_existing(&target.abs, &rel)?
-        .ok_or_else(|| format!("{rel}: no such file; use write_file to create it"))?;
+    let old = read_existing(&target.abs, &rel)?.ok_or_else(|| ToolError::NotFound {
+        path: rel.clone(),
+        what: "no such file; use write_file to create it",
+    })?;
     if args.old_string.is_empty() {
-        return Err("old_string is empty; give the exact text to replace".into());
+        return Err(ToolError::invalid_argument(
+            "old_string is empty; give the exact text to replace",
+        ));
     }
     if args.old_string == args.new_string {
-        return Err("old_string and new_string are identical; nothing would change".into());
+        return Err(ToolError::invalid_argument(
+            "old_string and new_string are identical; nothing would change",
+        ));
     }
     // The model writes `\n`; in a CRLF file the same text is stored with `\r\n`.
     let ending = LineEnding::detect(&old);
@@ -126,9 +132,19 @@ fn plan_edit(args: &serde_json::Value, ctx: &ToolContext) -> Result<PlannedEdit,
         starts = find_all(&old, &needle);
     }
     match starts.len() {
-        0 => return Err(no_match_message(&rel, &old, &args.old_string)),
+        0 => {
+            return Err(ToolError::rejected(no_match_message(
+                &rel,
+                &old,
+                &args.old_string,
+            )));
+        }
         1 => {}
-        n if !args.replace_all => return Err(ambiguous_message(&rel, &old, &starts, n)),
+        n if !args.replace_all => {
+            return Err(ToolError::rejected(ambiguous_message(
+                &rel, &old, &starts, n,
+            )));
+        }
         _ => {}
     }
     let mut new = Vec::with_capacity(old.len() + starts.len() * replacement.len());

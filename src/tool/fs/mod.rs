@@ -13,7 +13,7 @@ pub use write::WriteFileTool;
 use std::io::Write;
 use std::path::Path;
 
-use super::{FileStamp, ToolContext};
+use super::{FileStamp, IoOp, ToolContext, ToolError};
 
 /// The stamp of a file on disk now, `None` when it does not exist or is not a regular file.
 pub fn current_stamp(path: &Path) -> Option<FileStamp> {
@@ -52,7 +52,7 @@ pub fn check_fresh(
     path: &Path,
     rel: &str,
     policy: UnreadPolicy,
-) -> Result<(), String> {
+) -> Result<(), ToolError> {
     let Some(now) = current_stamp(path) else {
         return Ok(());
     };
@@ -60,46 +60,48 @@ pub fn check_fresh(
         .state
         .read_stamps
         .lock()
-        .map_err(|_| "internal error: read stamps are poisoned".to_string())?
+        .map_err(|_| ToolError::Internal {
+            what: "read stamps are poisoned",
+        })?
         .get(path)
         .copied();
     match seen {
         Some(stamp) if stamp == now => Ok(()),
-        Some(_) => Err(format!(
-            "{rel}: file changed since read; read it again with read_file before changing it"
-        )),
+        Some(_) => Err(ToolError::Stale {
+            path: rel.to_string(),
+        }),
         None if policy == UnreadPolicy::Allow => Ok(()),
-        None => Err(format!(
-            "{rel}: this file exists and has not been read in this session; read it with \
-             read_file first"
-        )),
+        None => Err(ToolError::Unread {
+            path: rel.to_string(),
+        }),
     }
 }
 
 /// Writes `bytes` to `path` atomically: a temp file in the same directory, then a rename.
 /// An existing file keeps its permissions; parent directories are created.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ToolError> {
+    let shown = || path.display().to_string();
     let parent = path
         .parent()
-        .ok_or_else(|| format!("{}: has no parent directory", path.display()))?;
+        .ok_or_else(|| ToolError::NoParentDirectory { path: shown() })?;
     std::fs::create_dir_all(parent)
-        .map_err(|e| format!("cannot create directory {}: {e}", parent.display()))?;
+        .map_err(|e| ToolError::io(IoOp::CreateDir, parent.display().to_string(), e))?;
     let permissions = std::fs::metadata(path).ok().map(|m| m.permissions());
     let mut temp = tempfile::Builder::new()
         .prefix(".baton-write-")
         .tempfile_in(parent)
-        .map_err(|e| format!("cannot create a temp file in {}: {e}", parent.display()))?;
+        .map_err(|e| ToolError::io(IoOp::CreateTemp, parent.display().to_string(), e))?;
     temp.write_all(bytes)
         .and_then(|_| temp.as_file().sync_data())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        .map_err(|e| ToolError::io(IoOp::Write, shown(), e))?;
     let permissions = permissions.unwrap_or_else(|| {
         use std::os::unix::fs::PermissionsExt;
         std::fs::Permissions::from_mode(0o644)
     });
     std::fs::set_permissions(temp.path(), permissions)
-        .map_err(|e| format!("cannot set permissions on {}: {e}", path.display()))?;
+        .map_err(|e| ToolError::io(IoOp::SetPermissions, shown(), e))?;
     temp.persist(path)
-        .map_err(|e| format!("cannot replace {}: {}", path.display(), e.error))?;
+        .map_err(|e| ToolError::io(IoOp::Replace, shown(), e.error))?;
     Ok(())
 }
 
@@ -111,7 +113,7 @@ pub fn write_change(
     rel: &str,
     old: Option<&[u8]>,
     new: &[u8],
-) -> Result<String, String> {
+) -> Result<String, ToolError> {
     crate::tool::checkpoint::before_change(ctx);
     write_atomic(path, new)?;
     record_stamp(ctx, path);
@@ -125,12 +127,12 @@ pub fn write_change(
 }
 
 /// Reads a file that may not exist: `Ok(None)` when it does not.
-pub fn read_existing(path: &Path, rel: &str) -> Result<Option<Vec<u8>>, String> {
+pub fn read_existing(path: &Path, rel: &str) -> Result<Option<Vec<u8>>, ToolError> {
     match std::fs::read(path) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) if path.is_dir() => Err(format!("{rel} is a directory, not a file ({e})")),
-        Err(e) => Err(format!("{rel}: cannot read: {e}")),
+        Err(e) if path.is_dir() => Err(ToolError::io(IoOp::ReadDirectory, rel, e)),
+        Err(e) => Err(ToolError::io(IoOp::Read, rel, e)),
     }
 }
 

@@ -11,7 +11,7 @@ use super::{BINARY_SAMPLE, invalid_utf8_bytes, looks_binary, record_stamp};
 use crate::protocol::ToolSpec;
 use crate::tool::call::{clip_line, into_result, parse_args, run_blocking};
 use crate::tool::path::resolve;
-use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};
+use crate::tool::{ApprovalNeed, IoOp, Tool, ToolContext, ToolError, ToolResult};
 
 /// Lines returned when the model gives no `limit`.
 pub const DEFAULT_LINE_LIMIT: usize = 2000;
@@ -81,33 +81,35 @@ impl Tool for ReadFileTool {
     }
 }
 
-fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
+fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: ReadArgs = parse_args("read_file", args)?;
-    let target = resolve(&ctx.workspace, &args.path).map_err(|e| e.to_string())?;
+    let target = resolve(&ctx.workspace, &args.path)?;
     let rel = &target.rel;
     let meta = std::fs::metadata(&target.abs).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!("{rel}: no such file"),
-        _ => format!("{rel}: {e}"),
+        std::io::ErrorKind::NotFound => ToolError::NotFound {
+            path: rel.clone(),
+            what: "no such file",
+        },
+        _ => ToolError::io(IoOp::Inspect, rel, e),
     })?;
     if meta.is_dir() {
-        return Err(format!(
+        return Err(ToolError::rejected(format!(
             "{rel} is a directory; use list_dir to see its contents"
-        ));
+        )));
     }
-    let file = std::fs::File::open(&target.abs).map_err(|e| format!("{rel}: cannot open: {e}"))?;
+    let file = std::fs::File::open(&target.abs).map_err(|e| ToolError::io(IoOp::Open, rel, e))?;
     let mut reader = BufReader::with_capacity(64 * 1024, file);
     let mut sample = Vec::with_capacity(BINARY_SAMPLE);
     (&mut reader)
         .take(BINARY_SAMPLE as u64)
         .read_to_end(&mut sample)
-        .map_err(|e| format!("{rel}: cannot read: {e}"))?;
+        .map_err(|e| ToolError::io(IoOp::Read, rel, e))?;
     if looks_binary(&sample) {
         record_stamp(ctx, &target.abs);
-        return Err(format!(
-            "{rel} is a binary file ({} bytes); its contents are not shown. Inspect it with a \
-             command (e.g. `file`, `xxd | head`) if you need to.",
-            meta.len()
-        ));
+        return Err(ToolError::Binary {
+            path: rel.clone(),
+            bytes: meta.len(),
+        });
     }
     let first = args.offset.unwrap_or(1).max(1);
     let limit = args.limit.unwrap_or(DEFAULT_LINE_LIMIT).max(1);
@@ -120,7 +122,7 @@ fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Stri
     // The sample is the start of the first line(s): finish its last line before splitting.
     reader
         .read_until(b'\n', &mut line)
-        .map_err(|e| format!("{rel}: cannot read: {e}"))?;
+        .map_err(|e| ToolError::io(IoOp::Read, rel, e))?;
     let mut pending = line;
     loop {
         if pending.is_empty() {
@@ -148,7 +150,7 @@ fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Stri
         pending = Vec::new();
         reader
             .read_until(b'\n', &mut pending)
-            .map_err(|e| format!("{rel}: cannot read: {e}"))?;
+            .map_err(|e| ToolError::io(IoOp::Read, rel, e))?;
     }
     record_stamp(ctx, &target.abs);
     let total = line_no;
@@ -156,9 +158,9 @@ fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Stri
         return Ok(format!("{rel}: (empty file)"));
     }
     if first > total {
-        return Err(format!(
+        return Err(ToolError::rejected(format!(
             "{rel}: offset {first} is past the end of the file, which has {total} lines"
-        ));
+        )));
     }
     let mut header = format!("{rel} (lines {first}-{last_shown} of {total})");
     if invalid {

@@ -10,7 +10,7 @@ use crate::protocol::ToolSpec;
 use crate::tool::call::{into_result, parse_args, run_blocking};
 use crate::tool::diff::{line_counts, unified_diff};
 use crate::tool::path::resolve_for_write;
-use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};
+use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolError, ToolResult};
 
 #[derive(Deserialize)]
 struct WriteArgs {
@@ -28,9 +28,9 @@ struct PlannedWrite {
     new: Vec<u8>,
 }
 
-fn plan_write(args: &serde_json::Value, ctx: &ToolContext) -> Result<PlannedWrite, String> {
+fn plan_write(args: &serde_json::Value, ctx: &ToolContext) -> Result<PlannedWrite, ToolError> {
     let args: WriteArgs = parse_args("write_file", args)?;
-    let target = resolve_for_write(&ctx.workspace, &args.path).map_err(|e| e.to_string())?;
+    let target = resolve_for_write(&ctx.workspace, &args.path)?;
     let old = read_existing(&target.abs, &target.rel)?;
     // An existing file keeps its line endings even when the model writes `\n`.
     let new = match &old {
@@ -99,7 +99,7 @@ impl Tool for WriteFileTool {
     }
 }
 
-fn write_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, String> {
+fn write_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let plan = plan_write(args, ctx)?;
     check_fresh(ctx, &plan.abs, &plan.rel, UnreadPolicy::Refuse)?;
     if plan.old.as_deref() == Some(plan.new.as_slice()) {

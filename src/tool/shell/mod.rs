@@ -21,7 +21,7 @@ use crate::protocol::SandboxMode;
 use crate::protocol::ToolSpec;
 use crate::protocol::ToolStatus;
 use crate::sandbox::SandboxPolicy;
-use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolResult};
+use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolError, ToolResult};
 
 /// Exit code reported for a command killed at its timeout (as `timeout(1)` does).
 pub const TIMEOUT_EXIT_CODE: i32 = 124;
@@ -115,8 +115,26 @@ fn ms(args: &Value, key: &str) -> Option<Duration> {
         .map(Duration::from_millis)
 }
 
+/// Why a shell `workdir` was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkdirError {
+    /// The directory cannot be resolved (it does not exist, or cannot be searched).
+    #[error("workdir {workdir:?}: {source}")]
+    Unresolvable {
+        workdir: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("workdir {workdir:?} is outside the workspace {workspace}")]
+    OutsideWorkspace { workdir: String, workspace: String },
+    #[error("workdir {workdir:?} leads outside the workspace (symlink to {target})")]
+    SymlinkEscape { workdir: String, target: String },
+    #[error("workdir {workdir:?} is not a directory")]
+    NotADirectory { workdir: String },
+}
+
 /// Resolves `workdir` inside the workspace (relative to it, or absolute under it).
-pub fn resolve_workdir(workspace: &Path, workdir: Option<&str>) -> Result<PathBuf, String> {
+pub fn resolve_workdir(workspace: &Path, workdir: Option<&str>) -> Result<PathBuf, WorkdirError> {
     let Some(w) = workdir.filter(|w| !w.is_empty()) else {
         return Ok(workspace.to_path_buf());
     };
@@ -133,21 +151,26 @@ pub fn resolve_workdir(workspace: &Path, workdir: Option<&str>) -> Result<PathBu
     }
     let real = lexical
         .canonicalize()
-        .map_err(|e| format!("workdir {w:?}: {e}"))?;
+        .map_err(|source| WorkdirError::Unresolvable {
+            workdir: w.to_string(),
+            source,
+        })?;
     if !real.starts_with(workspace) && !lexical.starts_with(workspace) {
-        return Err(format!(
-            "workdir {w:?} is outside the workspace {}",
-            workspace.display()
-        ));
+        return Err(WorkdirError::OutsideWorkspace {
+            workdir: w.to_string(),
+            workspace: workspace.display().to_string(),
+        });
     }
     if !real.starts_with(workspace) {
-        return Err(format!(
-            "workdir {w:?} leads outside the workspace (symlink to {})",
-            real.display()
-        ));
+        return Err(WorkdirError::SymlinkEscape {
+            workdir: w.to_string(),
+            target: real.display().to_string(),
+        });
     }
     if !real.is_dir() {
-        return Err(format!("workdir {w:?} is not a directory"));
+        return Err(WorkdirError::NotADirectory {
+            workdir: w.to_string(),
+        });
     }
     Ok(real)
 }
@@ -322,7 +345,7 @@ impl Tool for ShellTool {
                 args.get("workdir").and_then(Value::as_str),
             ) {
                 Ok(c) => c,
-                Err(e) => return ToolResult::error(e),
+                Err(e) => return ToolError::from(e).into(),
             };
             let timeout = ms(&args, "timeout_ms")
                 .unwrap_or(self.config.default_timeout)
@@ -331,7 +354,7 @@ impl Tool for ShellTool {
             let yield_for = ms(&args, "yield_ms").unwrap_or(self.config.default_yield);
             let id = match ctx.state.shell_sessions.reserve_id() {
                 Ok(id) => id,
-                Err(e) => return ToolResult::error(e),
+                Err(e) => return e.into(),
             };
             // A command that may write gets the turn's checkpoint first, so undo covers it too;
             // read-only commands (the safe list) skip the snapshot.
@@ -361,7 +384,7 @@ impl Tool for ShellTool {
             };
             let session = match ShellSession::spawn(id, req) {
                 Ok(s) => s,
-                Err(e) => return ToolResult::error(e),
+                Err(e) => return e.into(),
             };
             ctx.state.shell_sessions.insert(Arc::clone(&session));
             wait_and_render(session, yield_for, ctx).await
@@ -369,29 +392,22 @@ impl Tool for ShellTool {
     }
 }
 
-fn session_arg(args: &Value, ctx: &ToolContext) -> Result<Arc<ShellSession>, String> {
+fn session_arg(args: &Value, ctx: &ToolContext) -> Result<Arc<ShellSession>, ToolError> {
     let id = args
         .get("session_id")
         .and_then(|v| {
             v.as_u64()
                 .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
         })
-        .ok_or("missing required argument `session_id` (an integer)")?;
-    let id = u32::try_from(id).map_err(|_| format!("no session {id}"))?;
-    ctx.state.shell_sessions.get(id).ok_or_else(|| {
-        let live = ctx.state.shell_sessions.live_ids();
-        format!(
-            "no running session {id} (it finished or never existed); running: {}",
-            if live.is_empty() {
-                "none".to_string()
-            } else {
-                live.iter()
-                    .map(|i| i.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            }
-        )
-    })
+        .ok_or_else(|| {
+            ToolError::invalid_argument("missing required argument `session_id` (an integer)")
+        })?;
+    let no_session = || ToolError::NoSession {
+        id,
+        running: ctx.state.shell_sessions.live_ids(),
+    };
+    let small = u32::try_from(id).map_err(|_| no_session())?;
+    ctx.state.shell_sessions.get(small).ok_or_else(no_session)
 }
 
 fn session_schema(extra: Value, required: &[&str], default_yield: Duration) -> Value {
@@ -449,14 +465,14 @@ impl Tool for WriteStdinTool {
         Box::pin(async move {
             let session = match session_arg(&args, ctx) {
                 Ok(s) => s,
-                Err(e) => return ToolResult::error(e),
+                Err(e) => return e.into(),
             };
             let Some(chars) = args.get("chars").and_then(Value::as_str) else {
                 return ToolResult::error("missing required argument `chars` (a string)");
             };
             session.retarget(ctx.events.clone(), ctx.call_id.clone());
             if let Err(e) = session.write(chars).await {
-                return ToolResult::error(e);
+                return e.into();
             }
             let yield_for = ms(&args, "yield_ms").unwrap_or(self.config.default_yield);
             wait_and_render(session, yield_for, ctx).await
@@ -504,7 +520,7 @@ impl Tool for PollTool {
         Box::pin(async move {
             let session = match session_arg(&args, ctx) {
                 Ok(s) => s,
-                Err(e) => return ToolResult::error(e),
+                Err(e) => return e.into(),
             };
             session.retarget(ctx.events.clone(), ctx.call_id.clone());
             if args.get("kill").and_then(Value::as_bool) == Some(true) {
@@ -513,5 +529,36 @@ impl Tool for PollTool {
             let yield_for = ms(&args, "yield_ms").unwrap_or(self.config.default_yield);
             wait_and_render(session, yield_for, ctx).await
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workdirs_are_resolved_inside_the_workspace_or_refused_by_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        std::fs::write(root.join("file"), "x").unwrap();
+        assert_eq!(resolve_workdir(&root, None).unwrap(), root);
+        assert_eq!(
+            resolve_workdir(&root, Some("sub")).unwrap(),
+            root.join("sub")
+        );
+        let err = resolve_workdir(&root, Some("file")).unwrap_err();
+        assert!(matches!(err, WorkdirError::NotADirectory { .. }), "{err}");
+        assert_eq!(err.to_string(), "workdir \"file\" is not a directory");
+        let err = resolve_workdir(&root, Some("missing")).unwrap_err();
+        assert!(matches!(err, WorkdirError::Unresolvable { .. }), "{err}");
+        let err = resolve_workdir(&root, Some("../..")).unwrap_err();
+        assert!(
+            matches!(err, WorkdirError::OutsideWorkspace { .. }),
+            "{err}"
+        );
+        std::os::unix::fs::symlink("/tmp", root.join("out")).unwrap();
+        let err = resolve_workdir(&root, Some("out")).unwrap_err();
+        assert!(matches!(err, WorkdirError::SymlinkEscape { .. }), "{err}");
     }
 }

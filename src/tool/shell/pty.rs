@@ -11,6 +11,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use nix::fcntl::OFlag;
 use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
 
+use crate::tool::ToolError;
+
 /// Both ends of a fresh PTY.
 pub struct Pty {
     /// Read the command's output here, write its input here.
@@ -29,19 +31,19 @@ pub struct WindowSize {
 
 impl Pty {
     /// Opens a PTY pair with the given window size.
-    pub fn open(size: WindowSize) -> Result<Pty, String> {
+    pub fn open(size: WindowSize) -> Result<Pty, ToolError> {
         let master = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
-            .map_err(|e| format!("opening a PTY: {e}"))?;
-        grantpt(&master).map_err(|e| format!("opening a PTY (grantpt): {e}"))?;
-        unlockpt(&master).map_err(|e| format!("opening a PTY (unlockpt): {e}"))?;
-        let name = ptsname_r(&master).map_err(|e| format!("naming the PTY: {e}"))?;
+            .map_err(|e| failed("opening a PTY", e.into()))?;
+        grantpt(&master).map_err(|e| failed("opening a PTY (grantpt)", e.into()))?;
+        unlockpt(&master).map_err(|e| failed("opening a PTY (unlockpt)", e.into()))?;
+        let name = ptsname_r(&master).map_err(|e| failed("naming the PTY", e.into()))?;
         // std opens with O_CLOEXEC; O_NOCTTY keeps baton's own terminal (if any) its own.
         let slave = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .custom_flags(libc::O_NOCTTY)
             .open(&name)
-            .map_err(|e| format!("opening {name}: {e}"))?;
+            .map_err(|e| failed(&format!("opening {name}"), e))?;
         let pty = Pty {
             master: File::from(OwnedFd::from(master)),
             slave,
@@ -51,7 +53,7 @@ impl Pty {
     }
 
     /// Sets the window size (TIOCSWINSZ); the command's foreground group gets SIGWINCH.
-    pub fn set_window_size(&self, size: WindowSize) -> Result<(), String> {
+    pub fn set_window_size(&self, size: WindowSize) -> Result<(), ToolError> {
         let ws = libc::winsize {
             ws_row: size.rows,
             ws_col: size.cols,
@@ -61,12 +63,19 @@ impl Pty {
         // SAFETY: TIOCSWINSZ reads one `winsize` from the pointer, which outlives the call.
         let r = unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
         if r != 0 {
-            return Err(format!(
-                "setting the PTY window size: {}",
-                std::io::Error::last_os_error()
+            return Err(failed(
+                "setting the PTY window size",
+                std::io::Error::last_os_error(),
             ));
         }
         Ok(())
+    }
+}
+
+fn failed(step: &str, source: std::io::Error) -> ToolError {
+    ToolError::Terminal {
+        step: step.to_string(),
+        source,
     }
 }
 

@@ -18,6 +18,7 @@ use super::output::OutputStream;
 use super::pty::{Pty, WindowSize};
 use crate::protocol::{Event, EventSink};
 use crate::sandbox::{PreparedSandbox, SandboxPolicy, Session};
+use crate::tool::ToolError;
 
 /// Most sessions alive at once.
 pub const MAX_SESSIONS: usize = 16;
@@ -104,19 +105,17 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 
 impl ShellSession {
     /// Starts `shell -lc command` in a fresh PTY under the sandbox.
-    pub fn spawn(id: u32, req: SpawnRequest<'_>) -> Result<Arc<ShellSession>, String> {
-        let sandbox = Arc::new(
-            PreparedSandbox::prepare(req.policy, Session::PtyLeader).map_err(|e| e.to_string())?,
-        );
+    pub fn spawn(id: u32, req: SpawnRequest<'_>) -> Result<Arc<ShellSession>, ToolError> {
+        let sandbox = Arc::new(PreparedSandbox::prepare(req.policy, Session::PtyLeader)?);
         let Pty { master, slave } = Pty::open(WindowSize {
             rows: 48,
             cols: 160,
         })?;
         raw_output(&slave);
-        let stdio = |f: &std::fs::File| -> Result<Stdio, String> {
+        let stdio = |f: &std::fs::File| -> Result<Stdio, ToolError> {
             f.try_clone()
                 .map(Stdio::from)
-                .map_err(|e| format!("duplicating the PTY fd: {e}"))
+                .map_err(|source| terminal("duplicating the PTY fd", source))
         };
         let mut cmd = Command::new(req.shell);
         cmd.arg(if req.login { "-lc" } else { "-c" })
@@ -141,13 +140,11 @@ impl ShellSession {
         // The reader's own descriptor (close-on-exec, like the original), so it can poll it.
         let reader = master
             .try_clone()
-            .map_err(|e| format!("duplicating the PTY master: {e}"))?;
-        let mut child = cmd.spawn().map_err(|e| {
-            format!(
-                "starting `{}` in the sandbox ({}): {e}; `baton sandbox --probe` shows what \
-                 this system can enforce",
-                req.shell, req.policy.mode
-            )
+            .map_err(|source| terminal("duplicating the PTY master", source))?;
+        let mut child = cmd.spawn().map_err(|source| ToolError::Spawn {
+            program: req.shell.to_string(),
+            mode: req.policy.mode,
+            source,
         })?;
         drop(cmd);
         drop(slave);
@@ -185,7 +182,7 @@ impl ShellSession {
                     drop(st);
                     tx.send_modify(|n| *n += 1);
                 })
-                .map_err(|e| format!("starting the waiter thread: {e}"))?;
+                .map_err(|source| terminal("starting the waiter thread", source))?;
         }
         Ok(Arc::new(ShellSession {
             id,
@@ -210,21 +207,25 @@ impl ShellSession {
 
     /// Sends text (keys, `\u0003` for Ctrl-C) to the command's terminal. The write runs on a
     /// blocking thread: a command that doesn't read its input can fill the PTY buffer.
-    pub async fn write(self: &Arc<Self>, text: &str) -> Result<(), String> {
+    pub async fn write(self: &Arc<Self>, text: &str) -> Result<(), ToolError> {
         let me = Arc::clone(self);
         let bytes = text.as_bytes().to_vec();
         let job = tokio::task::spawn_blocking(move || {
             let mut w = me.writer.lock().unwrap_or_else(|p| p.into_inner());
             w.write_all(&bytes).and_then(|_| w.flush())
         });
-        match tokio::time::timeout(Duration::from_secs(5), job).await {
+        let failed = |source| ToolError::SessionWrite {
+            session: self.id,
+            source,
+        };
+        match tokio::time::timeout(WRITE_PATIENCE, job).await {
             Ok(Ok(Ok(()))) => Ok(()),
-            Ok(Ok(Err(e))) => Err(format!("writing to session {}: {e}", self.id)),
-            Ok(Err(e)) => Err(format!("writing to session {}: {e}", self.id)),
-            Err(_) => Err(format!(
-                "session {} is not reading its input (the terminal buffer is full after 5 s)",
-                self.id
-            )),
+            Ok(Ok(Err(e))) => Err(failed(e)),
+            Ok(Err(e)) => Err(failed(std::io::Error::other(e))),
+            Err(_) => Err(ToolError::InputBlocked {
+                session: self.id,
+                waited: WRITE_PATIENCE,
+            }),
         }
     }
 
@@ -422,6 +423,16 @@ fn spawn_reader(mut reader: std::fs::File, state: Arc<Mutex<State>>, tx: Arc<wat
         });
 }
 
+/// How long a write may wait for a command to drain its terminal.
+const WRITE_PATIENCE: Duration = Duration::from_secs(5);
+
+fn terminal(step: &str, source: std::io::Error) -> ToolError {
+    ToolError::Terminal {
+        step: step.to_string(),
+        source,
+    }
+}
+
 fn sandbox_limits(policy: &SandboxPolicy) -> Option<String> {
     use crate::protocol::SandboxMode;
     let writes = match policy.mode {
@@ -475,7 +486,7 @@ impl SessionTable {
     }
 
     /// A fresh id, or an error when `MAX_SESSIONS` commands are already running.
-    pub fn reserve_id(&self) -> Result<u32, String> {
+    pub fn reserve_id(&self) -> Result<u32, ToolError> {
         let mut map = self.map();
         map.retain(|_, s| !s.is_finished());
         if map.len() >= MAX_SESSIONS {
@@ -483,14 +494,10 @@ impl SessionTable {
             map.retain(|_, s| !s.has_exited());
         }
         if map.len() >= MAX_SESSIONS {
-            return Err(format!(
-                "{MAX_SESSIONS} commands are already running (sessions {}); finish or kill one \
-                 first (poll with kill=true, or write_stdin \\u0003)",
-                map.keys()
-                    .map(|k| k.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            return Err(ToolError::TooManySessions {
+                max: MAX_SESSIONS,
+                running: map.keys().copied().collect(),
+            });
         }
         Ok(self.next_id.fetch_add(1, Ordering::Relaxed) + 1)
     }
