@@ -192,9 +192,7 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
 }
 
 /// Discovers, loads and filters the tasks; checks that their names are unique.
-pub fn load_tasks(
-    args: &EvalArgs,
-) -> Result<(Vec<task::Task>, Vec<task::Skipped>), EvalError> {
+pub fn load_tasks(args: &EvalArgs) -> Result<(Vec<task::Task>, Vec<task::Skipped>), EvalError> {
     let dirs = task::discover(&args.tasks)?;
     let mut loaded = Vec::new();
     for dir in &dirs {

@@ -465,10 +465,7 @@ mod tests {
         );
         let err = translate_inner("FROM ghcr.io/acme/special:1\n", true, &only_git).unwrap_err();
         assert_eq!(err.line, Some(1));
-        assert!(
-            err.to_string().contains("ghcr.io/acme/special:1"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("ghcr.io/acme/special:1"), "{err}");
         let err =
             translate_inner("FROM debian\nRUN curl -fsSL x | sh\n", false, &only_git).unwrap_err();
         assert!(

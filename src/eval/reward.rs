@@ -126,11 +126,9 @@ pub fn parse_reward_text(text: &str) -> Result<f64, RewardParseError> {
     let value = match t.to_ascii_lowercase().as_str() {
         "true" | "pass" | "passed" => 1.0,
         "false" | "fail" | "failed" => 0.0,
-        _ => t
-            .parse::<f64>()
-            .map_err(|_| RewardParseError::NotANumber {
-                found: t.chars().take(40).collect(),
-            })?,
+        _ => t.parse::<f64>().map_err(|_| RewardParseError::NotANumber {
+            found: t.chars().take(40).collect(),
+        })?,
     };
     if !value.is_finite() {
         return Err(RewardParseError::NotFinite(value));
@@ -148,10 +146,9 @@ pub fn parse_reward_json(text: &str) -> Result<BTreeMap<String, f64>, RewardPars
     let mut out = BTreeMap::new();
     for (k, v) in obj {
         let n = match v {
-            serde_json::Value::Number(n) => {
-                n.as_f64()
-                    .ok_or_else(|| RewardParseError::KeyNotFinite { key: k.clone() })?
-            }
+            serde_json::Value::Number(n) => n
+                .as_f64()
+                .ok_or_else(|| RewardParseError::KeyNotFinite { key: k.clone() })?,
             serde_json::Value::Bool(b) => f64::from(u8::from(*b)),
             other => {
                 return Err(RewardParseError::KeyNotANumber {

@@ -135,7 +135,8 @@ impl CudaDevice {
             Err(e) => return Err(e),
         };
         let stream = ctx.default_stream();
-        let blas = CudaBlas::new(stream.clone()).map_err(|e| EngineError::cuda(format!("cuBLAS: {e}")))?;
+        let blas =
+            CudaBlas::new(stream.clone()).map_err(|e| EngineError::cuda(format!("cuBLAS: {e}")))?;
         let gpu = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         let mem = ctx.total_mem().unwrap_or(0) as f64 / (1u64 << 30) as f64;
         let alloc = |what: &str, e: cudarc::driver::DriverError| {
