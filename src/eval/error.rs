@@ -103,10 +103,7 @@ pub struct LoadError {
 impl LoadError {
     /// The task's name as a report shows it: the folder's name.
     pub fn task_name(&self) -> String {
-        self.dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| self.dir.display().to_string())
+        super::task::dir_name(&self.dir)
     }
 }
 

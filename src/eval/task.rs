@@ -167,7 +167,8 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
     })
 }
 
-fn dir_name(dir: &Path) -> String {
+/// A task's name when its files name none: the folder's name.
+pub(crate) fn dir_name(dir: &Path) -> String {
     dir.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| dir.display().to_string())
@@ -545,4 +546,70 @@ pub fn filter_names(
                 && !exc.as_ref().is_some_and(|s| s.is_match(n))
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A malformed task is an error that names its folder (a report can show it as a row) and
+    /// keeps the cause typed.
+    #[test]
+    fn a_task_that_cannot_load_names_its_folder_and_cause() {
+        let root = tempfile::tempdir().unwrap();
+        let bad_toml = root.path().join("bad-toml");
+        std::fs::create_dir(&bad_toml).unwrap();
+        std::fs::write(bad_toml.join("task.toml"), "[agent\ntimeout_sec = 1\n").unwrap();
+        let err = load(&bad_toml).unwrap_err();
+        assert_eq!(err.dir, bad_toml);
+        assert_eq!(err.task_name(), "bad-toml");
+        assert!(matches!(err.error, TaskError::Toml { .. }), "{err:?}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("{}: invalid TOML: ", bad_toml.join("task.toml").display())),
+            "{err}"
+        );
+
+        let no_instruction = root.path().join("no-instruction");
+        std::fs::create_dir(&no_instruction).unwrap();
+        std::fs::write(no_instruction.join("task.toml"), "[agent]\ntimeout_sec = 5\n").unwrap();
+        let err = load(&no_instruction).unwrap_err();
+        match &err.error {
+            TaskError::Read { path, source } => {
+                assert_eq!(path, &no_instruction.join("instruction.md"));
+                assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            }
+            other => panic!("expected a read error, got {other:?}"),
+        }
+        assert!(std::error::Error::source(&err).is_some());
+
+        std::fs::write(no_instruction.join("instruction.md"), "do it").unwrap();
+        std::fs::write(no_instruction.join("task.toml"), "[agent]\ntimeout_sec = \"soon\"\n").unwrap();
+        let err = load(&no_instruction).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}: timeout_sec must be a number, got string",
+                no_instruction.join("task.toml").display()
+            )
+        );
+    }
+
+    #[test]
+    fn paths_without_tasks_are_typed() {
+        let root = tempfile::tempdir().unwrap();
+        let missing = root.path().join("nope");
+        assert!(matches!(
+            discover(std::slice::from_ref(&missing)),
+            Err(TaskError::NotFound { path }) if path == missing
+        ));
+        assert!(matches!(
+            discover(&[root.path().to_path_buf()]),
+            Err(TaskError::NoTasks { .. })
+        ));
+        assert!(matches!(
+            filter_names(&["a".into()], &["[".into()], &[]),
+            Err(EvalError::Glob { glob, .. }) if glob == "["
+        ));
+    }
 }
