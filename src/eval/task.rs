@@ -565,14 +565,20 @@ mod tests {
         assert_eq!(err.task_name(), "bad-toml");
         assert!(matches!(err.error, TaskError::Toml { .. }), "{err:?}");
         assert!(
-            err.to_string()
-                .starts_with(&format!("{}: invalid TOML: ", bad_toml.join("task.toml").display())),
+            err.to_string().starts_with(&format!(
+                "{}: invalid TOML: ",
+                bad_toml.join("task.toml").display()
+            )),
             "{err}"
         );
 
         let no_instruction = root.path().join("no-instruction");
         std::fs::create_dir(&no_instruction).unwrap();
-        std::fs::write(no_instruction.join("task.toml"), "[agent]\ntimeout_sec = 5\n").unwrap();
+        std::fs::write(
+            no_instruction.join("task.toml"),
+            "[agent]\ntimeout_sec = 5\n",
+        )
+        .unwrap();
         let err = load(&no_instruction).unwrap_err();
         match &err.error {
             TaskError::Read { path, source } => {
@@ -584,7 +590,11 @@ mod tests {
         assert!(std::error::Error::source(&err).is_some());
 
         std::fs::write(no_instruction.join("instruction.md"), "do it").unwrap();
-        std::fs::write(no_instruction.join("task.toml"), "[agent]\ntimeout_sec = \"soon\"\n").unwrap();
+        std::fs::write(
+            no_instruction.join("task.toml"),
+            "[agent]\ntimeout_sec = \"soon\"\n",
+        )
+        .unwrap();
         let err = load(&no_instruction).unwrap_err();
         assert_eq!(
             err.to_string(),
