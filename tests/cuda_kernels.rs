@@ -85,7 +85,10 @@ fn nvrtc_reports_a_broken_kernel_with_its_log() {
         "compute_90",
     )
     .expect_err("must not compile");
-    assert!(err.contains("undefined_name"), "{err}");
+    assert!(
+        matches!(&err, baton::engine::EngineError::KernelCompile { log, .. } if log.contains("undefined_name")),
+        "{err}"
+    );
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::eval::error::EvalError;
 use crate::eval::isolation::{Isolation, IsolationChoice, IsolationKind};
 use crate::eval::job::{self, JobConfig, JobReport};
 use crate::eval::report;
@@ -135,21 +136,16 @@ fn skipped_of(report: &JobReport) -> Vec<task::Skipped> {
 }
 
 /// Loads the tasks and builds the job configuration (also used by tests).
-pub fn prepare(args: &EvalArgs) -> Result<JobConfig, String> {
+pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
     if args.trials == 0 {
-        return Err("--trials must be at least 1".into());
+        return Err(EvalError::NoTrials);
     }
     if !(args.timeout_multiplier.is_finite() && args.timeout_multiplier > 0.0) {
-        return Err(format!(
-            "--timeout-multiplier must be positive, got {}",
-            args.timeout_multiplier
-        ));
+        return Err(EvalError::TimeoutMultiplier(args.timeout_multiplier));
     }
     let binary = match &args.baton_bin {
         Some(p) => p.clone(),
-        None => {
-            std::env::current_exe().map_err(|e| format!("cannot find the baton executable: {e}"))?
-        }
+        None => std::env::current_exe().map_err(EvalError::CurrentExe)?,
     };
     let mut exec_args = args.exec_args.clone();
     exec_args.extend(args.trailing_exec_args.iter().cloned());
@@ -171,7 +167,7 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, String> {
     {
         shared.push(dir.to_path_buf());
     }
-    let isolation = Isolation::detect(args.isolation, shared)?;
+    let isolation = Isolation::detect(args.isolation, shared).map_err(EvalError::Isolation)?;
     if isolation.kind == IsolationKind::Plain {
         eprintln!(
             "baton eval: WARNING: trials are NOT isolated ({}); each runs in its own folder with HOME and TMPDIR set, and /app, /tests, /logs are rewritten to those folders",
@@ -196,7 +192,7 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, String> {
 }
 
 /// Discovers, loads and filters the tasks; checks that their names are unique.
-pub fn load_tasks(args: &EvalArgs) -> Result<(Vec<task::Task>, Vec<task::Skipped>), String> {
+pub fn load_tasks(args: &EvalArgs) -> Result<(Vec<task::Task>, Vec<task::Skipped>), EvalError> {
     let dirs = task::discover(&args.tasks)?;
     let mut loaded = Vec::new();
     for dir in &dirs {
@@ -217,16 +213,15 @@ pub fn load_tasks(args: &EvalArgs) -> Result<(Vec<task::Task>, Vec<task::Skipped
         std::collections::BTreeMap::new();
     for t in &tasks {
         if let Some(other) = seen.insert(&t.name, &t.dir) {
-            return Err(format!(
-                "two tasks are named '{}' ({} and {}); trial folders are named after tasks",
-                t.name,
-                other.display(),
-                t.dir.display()
-            ));
+            return Err(EvalError::DuplicateName {
+                name: t.name.clone(),
+                first: other.to_path_buf(),
+                second: t.dir.clone(),
+            });
         }
     }
     if tasks.is_empty() && skipped.is_empty() {
-        return Err("no task left to run after --include/--exclude".into());
+        return Err(EvalError::NothingToRun);
     }
     Ok((tasks, skipped))
 }

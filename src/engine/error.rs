@@ -51,6 +51,22 @@ pub enum EngineError {
     /// The chosen device cannot be used.
     #[error("device {device}: {reason}")]
     Device { device: String, reason: String },
+    /// Shared libraries the CUDA device needs (driver, NVRTC, cuBLAS) cannot be loaded; each
+    /// entry names the library and how to get it.
+    #[error("device cuda: cannot load {} (see docs/cuda.md)", libraries.join("; "))]
+    CudaLibraries { libraries: Vec<String> },
+    /// NVRTC rejected the kernel source; `log` is its compile log.
+    #[error("device cuda: NVRTC rejected the kernels:\n{log}")]
+    KernelCompile { arch: String, log: String },
+    /// NVRTC failed without a compile log (bad options, an internal error, a panic in cudarc).
+    #[error("device cuda: NVRTC failed: {reason}")]
+    Nvrtc { arch: String, reason: String },
+    /// The driver refused the compiled PTX module.
+    #[error("device cuda: loading the kernel PTX: {reason}")]
+    KernelModule { reason: String },
+    /// The PTX module lacks an entry point the device calls.
+    #[error("device cuda: kernel {kernel}: {reason}")]
+    KernelEntry { kernel: String, reason: String },
     /// A request is malformed (unknown adapter, empty prompt, too long, bad constraint...).
     #[error("invalid request: {0}")]
     Request(String),
@@ -67,6 +83,14 @@ impl EngineError {
     pub(crate) fn config(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
         EngineError::Config {
             path: path.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A failure of the CUDA driver or cuBLAS while opening the device.
+    pub(crate) fn cuda(reason: impl Into<String>) -> Self {
+        EngineError::Device {
+            device: "cuda".into(),
             reason: reason.into(),
         }
     }

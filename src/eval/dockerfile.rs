@@ -32,7 +32,68 @@ pub struct LocalEnv {
 #[derive(Debug, Clone, PartialEq)]
 pub enum DockerPlan {
     Local(LocalEnv),
-    Unsupported(String),
+    /// The task needs Docker (or the network, or packages this machine lacks).
+    Unsupported(DockerfileError),
+}
+
+/// Why a Dockerfile cannot become a local setup script, and on which line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DockerfileError {
+    /// The first line of the instruction, when one instruction is to blame.
+    pub line: Option<usize>,
+    pub problem: Problem,
+}
+
+impl std::fmt::Display for DockerfileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "line {line}: {}", self.problem),
+            None => self.problem.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for DockerfileError {}
+
+/// What in a Dockerfile baton cannot do without Docker, or cannot read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Problem {
+    #[error("no FROM line")]
+    NoFrom,
+    #[error("multi-stage builds need Docker")]
+    MultiStage,
+    /// A base image whose userland this machine does not stand in for.
+    #[error("needs the Docker image '{image}', which baton cannot provide")]
+    Image { image: String },
+    #[error("WORKDIR {path} is outside /app, the only writable tree")]
+    WorkdirOutsideApp { path: String },
+    #[error("COPY --from needs a multi-stage Docker build")]
+    CopyFromStage,
+    #[error("{instruction} needs a source and a destination")]
+    CopyArguments { instruction: String },
+    #[error("{instruction} into {dest}, outside /app")]
+    CopyOutsideApp { instruction: String, dest: String },
+    #[error("{instruction} of a URL ({url}) needs the network at build time")]
+    CopyUrl { instruction: String, url: String },
+    #[error("RUN in JSON form is not supported")]
+    RunJsonForm,
+    /// The trial has no network and the command fetches something.
+    #[error("RUN needs the network at build time: {command}")]
+    RunNeedsNetwork { command: String },
+    #[error("needs {} not installed on this machine: {}", installer.packages(), packages.join(", "))]
+    MissingPackages {
+        installer: Installer,
+        packages: Vec<String>,
+    },
+    #[error("USER {user}: trials run as root")]
+    User { user: String },
+    #[error("unsupported instruction {0}")]
+    Instruction(String),
+    /// An exec-form (`["a", "b"]`) argument list that is not a JSON array of strings.
+    #[error("bad JSON array: {0}")]
+    JsonArray(String),
+    #[error("unbalanced quotes in '{0}'")]
+    UnbalancedQuotes(String),
 }
 
 /// Translates `text`. Build context files are visible at `/environment` while the script runs.
@@ -47,7 +108,7 @@ fn translate_inner(
     text: &str,
     network: bool,
     installed: &dyn Fn(Installer, &str) -> bool,
-) -> Result<LocalEnv, String> {
+) -> Result<LocalEnv, DockerfileError> {
     let mut script = String::from("set -e\nmkdir -p /app\ncd /app\n");
     let mut workdir = "/app".to_string();
     let mut env = BTreeMap::new();
@@ -57,11 +118,14 @@ fn translate_inner(
             Some((w, r)) => (w.to_ascii_uppercase(), r.trim().to_string()),
             None => (instruction.to_ascii_uppercase(), String::new()),
         };
-        let at = |msg: String| format!("line {line_no}: {msg}");
+        let at = |problem: Problem| DockerfileError {
+            line: Some(line_no),
+            problem,
+        };
         match word.as_str() {
             "FROM" => {
                 if seen_from {
-                    return Err(at("multi-stage builds need Docker".into()));
+                    return Err(at(Problem::MultiStage));
                 }
                 seen_from = true;
                 let image = rest
@@ -76,9 +140,9 @@ fn translate_inner(
                 let repo = repo.strip_prefix("docker.io/").unwrap_or(repo);
                 let repo = repo.strip_prefix("library/").unwrap_or(repo);
                 if !GENERIC_BASES.contains(&repo) {
-                    return Err(at(format!(
-                        "needs the Docker image '{image}', which baton cannot provide"
-                    )));
+                    return Err(at(Problem::Image {
+                        image: image.to_string(),
+                    }));
                 }
             }
             "WORKDIR" => {
@@ -88,9 +152,7 @@ fn translate_inner(
                     format!("{}/{}", workdir.trim_end_matches('/'), rest)
                 };
                 if path != "/app" && !path.starts_with("/app/") {
-                    return Err(at(format!(
-                        "WORKDIR {path} is outside /app, the only writable tree"
-                    )));
+                    return Err(at(Problem::WorkdirOutsideApp { path }));
                 }
                 script.push_str(&format!("mkdir -p {0}\ncd {0}\n", sh_quote(&path)));
                 workdir = path;
@@ -98,12 +160,12 @@ fn translate_inner(
             "COPY" | "ADD" => {
                 let words = shell_words(&rest).map_err(&at)?;
                 if words.iter().any(|w| w.starts_with("--from")) {
-                    return Err(at("COPY --from needs a multi-stage Docker build".into()));
+                    return Err(at(Problem::CopyFromStage));
                 }
                 let paths: Vec<&String> = words.iter().filter(|w| !w.starts_with("--")).collect();
                 let Some((dest, sources)) = paths.split_last().filter(|(_, s)| !s.is_empty())
                 else {
-                    return Err(at(format!("{word} needs a source and a destination")));
+                    return Err(at(Problem::CopyArguments { instruction: word }));
                 };
                 let dest = if dest.starts_with('/') {
                     dest.to_string()
@@ -111,13 +173,17 @@ fn translate_inner(
                     format!("{}/{}", workdir.trim_end_matches('/'), dest)
                 };
                 if dest != "/app" && !dest.starts_with("/app/") {
-                    return Err(at(format!("{word} into {dest}, outside /app")));
+                    return Err(at(Problem::CopyOutsideApp {
+                        instruction: word,
+                        dest,
+                    }));
                 }
                 for src in sources {
                     if src.contains("://") {
-                        return Err(at(format!(
-                            "{word} of a URL ({src}) needs the network at build time"
-                        )));
+                        return Err(at(Problem::CopyUrl {
+                            instruction: word,
+                            url: src.to_string(),
+                        }));
                     }
                     let into_dir = dest.ends_with('/') || sources.len() > 1 || src.as_str() == ".";
                     let from = if src.as_str() == "." {
@@ -157,11 +223,11 @@ fn translate_inner(
             }
             "RUN" => {
                 if rest.starts_with('[') {
-                    return Err(at("RUN in JSON form is not supported".into()));
+                    return Err(at(Problem::RunJsonForm));
                 }
                 let kept = strip_satisfied_installs(&rest, installed).map_err(&at)?;
                 if !network && needs_network(&kept) {
-                    return Err(at(format!("RUN needs the network at build time: {kept}")));
+                    return Err(at(Problem::RunNeedsNetwork { command: kept }));
                 }
                 if !kept.trim().is_empty() {
                     script.push_str(&kept);
@@ -170,16 +236,19 @@ fn translate_inner(
             }
             "USER" => {
                 if rest != "root" && rest != "0" {
-                    return Err(at(format!("USER {rest}: trials run as root")));
+                    return Err(at(Problem::User { user: rest }));
                 }
             }
             "CMD" | "ENTRYPOINT" | "LABEL" | "EXPOSE" | "VOLUME" | "SHELL" | "HEALTHCHECK"
             | "STOPSIGNAL" | "MAINTAINER" | "ONBUILD" => {}
-            other => return Err(at(format!("unsupported instruction {other}"))),
+            other => return Err(at(Problem::Instruction(other.to_string()))),
         }
     }
     if !seen_from {
-        return Err("no FROM line".into());
+        return Err(DockerfileError {
+            line: None,
+            problem: Problem::NoFrom,
+        });
     }
     Ok(LocalEnv {
         script,
@@ -218,15 +287,16 @@ fn logical_lines(text: &str) -> Vec<(usize, String)> {
     out
 }
 
-fn shell_words(s: &str) -> Result<Vec<String>, String> {
+fn shell_words(s: &str) -> Result<Vec<String>, Problem> {
     if s.trim_start().starts_with('[') {
-        let v: Vec<String> = serde_json::from_str(s).map_err(|e| format!("bad JSON array: {e}"))?;
+        let v: Vec<String> =
+            serde_json::from_str(s).map_err(|e| Problem::JsonArray(e.to_string()))?;
         return Ok(v);
     }
-    shlex::split(s).ok_or_else(|| format!("unbalanced quotes in '{s}'"))
+    shlex::split(s).ok_or_else(|| Problem::UnbalancedQuotes(s.to_string()))
 }
 
-fn parse_env(rest: &str) -> Result<Vec<(String, String)>, String> {
+fn parse_env(rest: &str) -> Result<Vec<(String, String)>, Problem> {
     let words = shell_words(rest)?;
     if words.first().is_some_and(|w| !w.contains('=')) {
         // Legacy form: ENV KEY value with spaces
@@ -243,10 +313,20 @@ fn parse_env(rest: &str) -> Result<Vec<(String, String)>, String> {
         .collect())
 }
 
+/// The package manager of an install command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Installer {
+pub enum Installer {
     Apt,
     Pip,
+}
+
+impl Installer {
+    fn packages(self) -> &'static str {
+        match self {
+            Installer::Apt => "Debian packages",
+            Installer::Pip => "Python packages",
+        }
+    }
 }
 
 /// Drops `apt-get update`, installs of packages already present, and apt cache cleanup from a
@@ -254,7 +334,7 @@ enum Installer {
 fn strip_satisfied_installs(
     run: &str,
     installed: &dyn Fn(Installer, &str) -> bool,
-) -> Result<String, String> {
+) -> Result<String, Problem> {
     let mut kept = Vec::new();
     for segment in run.split("&&") {
         let seg = segment.trim();
@@ -299,19 +379,10 @@ fn strip_satisfied_installs(
             if missing.is_empty() {
                 continue;
             }
-            let what = if kind == Installer::Apt {
-                "Debian packages"
-            } else {
-                "Python packages"
-            };
-            return Err(format!(
-                "needs {what} not installed on this machine: {}",
-                missing
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            return Err(Problem::MissingPackages {
+                installer: kind,
+                packages: missing.into_iter().cloned().collect(),
+            });
         }
         kept.push(seg.to_string());
     }
@@ -381,11 +452,27 @@ mod tests {
             &only_git,
         )
         .unwrap_err();
-        assert!(err.contains("nginx") && !err.contains("git"), "{err}");
+        assert_eq!(
+            err.problem,
+            Problem::MissingPackages {
+                installer: Installer::Apt,
+                packages: vec!["nginx".into()]
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "line 2: needs Debian packages not installed on this machine: nginx"
+        );
         let err = translate_inner("FROM ghcr.io/acme/special:1\n", true, &only_git).unwrap_err();
-        assert!(err.contains("ghcr.io/acme/special:1"), "{err}");
+        assert_eq!(err.line, Some(1));
+        assert!(err.to_string().contains("ghcr.io/acme/special:1"), "{err}");
         let err =
             translate_inner("FROM debian\nRUN curl -fsSL x | sh\n", false, &only_git).unwrap_err();
-        assert!(err.contains("network"), "{err}");
+        assert!(
+            matches!(err.problem, Problem::RunNeedsNetwork { .. }),
+            "{err}"
+        );
+        let err = translate_inner("RUN true\n", true, &only_git).unwrap_err();
+        assert_eq!((err.line, err.to_string().as_str()), (None, "no FROM line"));
     }
 }

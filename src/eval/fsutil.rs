@@ -2,16 +2,64 @@
 //! scratch folders even when a task made them read-only.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// A copy step that failed, with the path it failed on.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error("{}: cannot create: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: cannot list: {source}", path.display())]
+    List {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The entry's metadata or link target cannot be read.
+    #[error("{}: {source}", path.display())]
+    Inspect {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: cannot link: {source}", path.display())]
+    Link {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: cannot set mode: {source}", path.display())]
+    SetMode {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} → {}: cannot copy: {source}", from.display(), to.display())]
+    Copy {
+        from: PathBuf,
+        to: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// Copies the contents of `src` into `dst` (created if needed), skipping top-level names in
 /// `exclude`. Errors name the path that failed.
-pub fn copy_tree(src: &Path, dst: &Path, exclude: &[String]) -> Result<(), String> {
-    std::fs::create_dir_all(dst).map_err(|e| format!("{}: cannot create: {e}", dst.display()))?;
-    let entries =
-        std::fs::read_dir(src).map_err(|e| format!("{}: cannot list: {e}", src.display()))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| format!("{}: cannot list: {e}", src.display()))?;
+pub fn copy_tree(src: &Path, dst: &Path, exclude: &[String]) -> Result<(), CopyError> {
+    std::fs::create_dir_all(dst).map_err(|source| CopyError::Create {
+        path: dst.to_path_buf(),
+        source,
+    })?;
+    let list = |source| CopyError::List {
+        path: src.to_path_buf(),
+        source,
+    };
+    for entry in std::fs::read_dir(src).map_err(list)? {
+        let entry = entry.map_err(list)?;
         let name = entry.file_name();
         if exclude.iter().any(|x| x.as_str() == name.to_string_lossy()) {
             continue;
@@ -21,24 +69,36 @@ pub fn copy_tree(src: &Path, dst: &Path, exclude: &[String]) -> Result<(), Strin
     Ok(())
 }
 
-fn copy_entry(from: &Path, to: &Path) -> Result<(), String> {
-    let meta = std::fs::symlink_metadata(from).map_err(|e| format!("{}: {e}", from.display()))?;
+fn copy_entry(from: &Path, to: &Path) -> Result<(), CopyError> {
+    let inspect = |source| CopyError::Inspect {
+        path: from.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::symlink_metadata(from).map_err(inspect)?;
     let ft = meta.file_type();
     if ft.is_symlink() {
-        let target = std::fs::read_link(from).map_err(|e| format!("{}: {e}", from.display()))?;
+        let target = std::fs::read_link(from).map_err(inspect)?;
         let _ = std::fs::remove_file(to);
-        std::os::unix::fs::symlink(&target, to)
-            .map_err(|e| format!("{}: cannot link: {e}", to.display()))?;
+        std::os::unix::fs::symlink(&target, to).map_err(|source| CopyError::Link {
+            path: to.to_path_buf(),
+            source,
+        })?;
     } else if ft.is_dir() {
         copy_tree(from, to, &[])?;
         std::fs::set_permissions(
             to,
             std::fs::Permissions::from_mode(meta.permissions().mode()),
         )
-        .map_err(|e| format!("{}: cannot set mode: {e}", to.display()))?;
+        .map_err(|source| CopyError::SetMode {
+            path: to.to_path_buf(),
+            source,
+        })?;
     } else if ft.is_file() {
-        std::fs::copy(from, to)
-            .map_err(|e| format!("{} → {}: cannot copy: {e}", from.display(), to.display()))?;
+        std::fs::copy(from, to).map_err(|source| CopyError::Copy {
+            from: from.to_path_buf(),
+            to: to.to_path_buf(),
+            source,
+        })?;
     }
     Ok(())
 }

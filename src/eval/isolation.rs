@@ -145,6 +145,23 @@ pub struct Isolation {
     tool_env: BTreeMap<String, String>,
 }
 
+/// Why bubblewrap cannot sandbox trials on this machine (found by a probe sandbox).
+#[derive(Debug, thiserror::Error)]
+pub enum IsolationError {
+    #[error("cannot create a probe dir: {0}")]
+    ProbeDir(#[source] std::io::Error),
+    #[error("cannot create probe folders: {0}")]
+    ProbeFolders(#[source] std::io::Error),
+    /// `bwrap` cannot be started (usually: not installed).
+    #[error(
+        "bubblewrap (bwrap) is not usable: {0}; install it with `apt-get install -y bubblewrap`"
+    )]
+    BwrapMissing(#[source] std::io::Error),
+    /// `bwrap` runs but cannot create the namespaces (a container, a locked-down kernel).
+    #[error("bwrap cannot create a sandbox here: {stderr}")]
+    SandboxRefused { stderr: String },
+}
+
 /// Top-level host folders visible read-only in the sandbox.
 const SYSTEM_DIRS: &[&str] = &[
     "usr", "etc", "opt", "var", "srv", "home", "mnt", "media", "run", "sys", "boot",
@@ -153,7 +170,11 @@ const SYSTEM_LINKS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"
 
 impl Isolation {
     /// Decides between bwrap and plain folders, probing bwrap with a real sandbox.
-    pub fn detect(choice: IsolationChoice, shared: Vec<PathBuf>) -> Result<Isolation, String> {
+    /// `Err` only for `--isolation bwrap` when bwrap cannot work here.
+    pub fn detect(
+        choice: IsolationChoice,
+        shared: Vec<PathBuf>,
+    ) -> Result<Isolation, IsolationError> {
         let mut iso = Isolation {
             kind: IsolationKind::Bwrap,
             fallback_reason: None,
@@ -169,19 +190,17 @@ impl Isolation {
             Ok(()) => Ok(iso),
             Err(reason) if choice == IsolationChoice::Auto => {
                 iso.kind = IsolationKind::Plain;
-                iso.fallback_reason = Some(reason);
+                iso.fallback_reason = Some(reason.to_string());
                 Ok(iso)
             }
-            Err(reason) => Err(format!("--isolation bwrap: {reason}")),
+            Err(reason) => Err(reason),
         }
     }
 
-    fn probe(&self) -> Result<(), String> {
-        let dir = tempfile::tempdir().map_err(|e| format!("cannot create a probe dir: {e}"))?;
+    fn probe(&self) -> Result<(), IsolationError> {
+        let dir = tempfile::tempdir().map_err(IsolationError::ProbeDir)?;
         let paths = TrialPaths::new(dir.path());
-        paths
-            .create()
-            .map_err(|e| format!("cannot create probe folders: {e}"))?;
+        paths.create().map_err(IsolationError::ProbeFolders)?;
         let phase = Phase {
             paths: &paths,
             workdir: "/app",
@@ -196,12 +215,11 @@ impl Isolation {
         let out = cmd
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| format!("bubblewrap (bwrap) is not usable: {e}; install it with `apt-get install -y bubblewrap`"))?;
+            .map_err(IsolationError::BwrapMissing)?;
         if !out.status.success() || !paths.app.join(".probe").exists() {
-            return Err(format!(
-                "bwrap cannot create a sandbox here: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(IsolationError::SandboxRefused {
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
         }
         Ok(())
     }

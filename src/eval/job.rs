@@ -9,6 +9,7 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use super::error::EvalError;
 use super::progress::{Finish, Progress};
 use super::report::{self, Score, TaskScore};
 use super::task::{Skipped, Task};
@@ -62,11 +63,14 @@ pub struct JobReport {
 }
 
 /// A fresh folder name under `out`: the UTC time, with a suffix if it is taken.
-pub fn new_job_dir(out: &Path, name: Option<&str>) -> Result<PathBuf, String> {
+pub fn new_job_dir(out: &Path, name: Option<&str>) -> Result<PathBuf, EvalError> {
     let base = name
         .map(str::to_string)
         .unwrap_or_else(|| Utc::now().format("%Y-%m-%d__%H-%M-%S").to_string());
-    std::fs::create_dir_all(out).map_err(|e| format!("{}: cannot create: {e}", out.display()))?;
+    std::fs::create_dir_all(out).map_err(|source| EvalError::CreateJobDir {
+        path: out.to_path_buf(),
+        source,
+    })?;
     for n in 0..1000 {
         let dir = if n == 0 {
             out.join(&base)
@@ -76,17 +80,17 @@ pub fn new_job_dir(out: &Path, name: Option<&str>) -> Result<PathBuf, String> {
         match std::fs::create_dir(&dir) {
             Ok(()) => return Ok(dir),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(format!("{}: cannot create: {e}", dir.display())),
+            Err(source) => return Err(EvalError::CreateJobDir { path: dir, source }),
         }
     }
-    Err(format!(
-        "{}: no free job folder name for '{base}'",
-        out.display()
-    ))
+    Err(EvalError::NoFreeJobName {
+        out: out.to_path_buf(),
+        name: base,
+    })
 }
 
 /// Runs the job and writes `job_dir/result.json`.
-pub fn run_job(cfg: JobConfig) -> Result<JobReport, String> {
+pub fn run_job(cfg: JobConfig) -> Result<JobReport, EvalError> {
     let started_at = Utc::now();
     let wall = Instant::now();
     let mut queue = VecDeque::new();
@@ -177,8 +181,7 @@ pub fn run_job(cfg: JobConfig) -> Result<JobReport, String> {
         trials,
     };
     let path = cfg.job_dir.join("result.json");
-    let json = serde_json::to_string_pretty(&report)
-        .map_err(|e| format!("cannot serialize the job result: {e}"))?;
-    std::fs::write(&path, json).map_err(|e| format!("{}: cannot write: {e}", path.display()))?;
+    let json = serde_json::to_string_pretty(&report).map_err(EvalError::SerializeResult)?;
+    std::fs::write(&path, json).map_err(|source| EvalError::WriteResult { path, source })?;
     Ok(report)
 }

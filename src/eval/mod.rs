@@ -3,10 +3,11 @@
 //! A job loads task folders ([`task`]), runs each trial in a fresh sandbox ([`isolation`],
 //! [`trial`]) with a bounded worker pool ([`job`]), reads the verifier's reward ([`reward`]),
 //! turns baton's event stream into figures and an ATIF trajectory ([`events`], [`atif`]) and
-//! prints a summary ([`report`]). See docs/eval.md.
+//! prints a summary ([`report`]). Errors are typed values ([`error`]). See docs/eval.md.
 
 pub mod atif;
 pub mod dockerfile;
+pub mod error;
 pub mod events;
 pub mod fsutil;
 pub mod isolation;

@@ -100,48 +100,67 @@ fn pytest_verdict(tests: &Option<BTreeMap<String, String>>) -> Option<Verdict> {
     })
 }
 
+/// What is wrong with the contents of a reward file.
+#[derive(Debug, thiserror::Error)]
+pub enum RewardParseError {
+    /// `reward.txt` holds something other than a number (the first 40 characters).
+    #[error("expected a number, found '{found}'")]
+    NotANumber { found: String },
+    #[error("the reward {0} is not finite")]
+    NotFinite(f64),
+    #[error("invalid JSON: {0}")]
+    Json(#[source] serde_json::Error),
+    #[error("expected a JSON object of rewards")]
+    NotAnObject,
+    #[error("'{key}' is not a finite number")]
+    KeyNotFinite { key: String },
+    #[error("'{key}' must be a number, found {found}")]
+    KeyNotANumber { key: String, found: String },
+    #[error("the reward object is empty")]
+    Empty,
+}
+
 /// A number, optionally surrounded by whitespace; `true`/`false` are accepted as 1/0.
-pub fn parse_reward_text(text: &str) -> Result<f64, String> {
+pub fn parse_reward_text(text: &str) -> Result<f64, RewardParseError> {
     let t = text.trim();
     let value = match t.to_ascii_lowercase().as_str() {
         "true" | "pass" | "passed" => 1.0,
         "false" | "fail" | "failed" => 0.0,
-        _ => t.parse::<f64>().map_err(|_| {
-            format!(
-                "expected a number, found '{}'",
-                t.chars().take(40).collect::<String>()
-            )
+        _ => t.parse::<f64>().map_err(|_| RewardParseError::NotANumber {
+            found: t.chars().take(40).collect(),
         })?,
     };
     if !value.is_finite() {
-        return Err(format!("the reward {value} is not finite"));
+        return Err(RewardParseError::NotFinite(value));
     }
     Ok(value)
 }
 
 /// A flat JSON object of numbers (booleans count as 1/0).
-pub fn parse_reward_json(text: &str) -> Result<BTreeMap<String, f64>, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+pub fn parse_reward_json(text: &str) -> Result<BTreeMap<String, f64>, RewardParseError> {
+    let value: serde_json::Value = serde_json::from_str(text).map_err(RewardParseError::Json)?;
     if let Some(n) = value.as_f64() {
         return Ok(BTreeMap::from([("reward".to_string(), n)]));
     }
-    let obj = value
-        .as_object()
-        .ok_or("expected a JSON object of rewards")?;
+    let obj = value.as_object().ok_or(RewardParseError::NotAnObject)?;
     let mut out = BTreeMap::new();
     for (k, v) in obj {
         let n = match v {
             serde_json::Value::Number(n) => n
                 .as_f64()
-                .ok_or_else(|| format!("'{k}' is not a finite number"))?,
+                .ok_or_else(|| RewardParseError::KeyNotFinite { key: k.clone() })?,
             serde_json::Value::Bool(b) => f64::from(u8::from(*b)),
-            other => return Err(format!("'{k}' must be a number, found {other}")),
+            other => {
+                return Err(RewardParseError::KeyNotANumber {
+                    key: k.clone(),
+                    found: other.to_string(),
+                });
+            }
         };
         out.insert(k.clone(), n);
     }
     if out.is_empty() {
-        return Err("the reward object is empty".into());
+        return Err(RewardParseError::Empty);
     }
     Ok(out)
 }
@@ -211,8 +230,15 @@ mod tests {
         assert_eq!(parse_reward_text("1\n").unwrap(), 1.0);
         assert_eq!(parse_reward_text(" 0.5 ").unwrap(), 0.5);
         assert_eq!(parse_reward_text("false").unwrap(), 0.0);
-        assert!(parse_reward_text("yes please").is_err());
+        assert!(matches!(
+            parse_reward_text("yes please"),
+            Err(RewardParseError::NotANumber { found }) if found == "yes please"
+        ));
         assert!(parse_reward_text("").is_err());
+        assert!(matches!(
+            parse_reward_text("inf"),
+            Err(RewardParseError::NotFinite(_))
+        ));
     }
 
     #[test]
@@ -220,8 +246,16 @@ mod tests {
         assert_eq!(parse_reward_json("{\"reward\": 1}").unwrap()["reward"], 1.0);
         let multi = parse_reward_json("{\"a\": 1, \"b\": false}").unwrap();
         assert_eq!(scored_reward(&multi), 0.5);
-        assert!(parse_reward_json("{\"reward\": \"x\"}").is_err());
-        assert!(parse_reward_json("[1]").is_err());
+        let err = parse_reward_json("{\"reward\": \"x\"}").unwrap_err();
+        assert_eq!(err.to_string(), "'reward' must be a number, found \"x\"");
+        assert!(matches!(
+            parse_reward_json("[1]"),
+            Err(RewardParseError::NotAnObject)
+        ));
+        assert!(matches!(
+            parse_reward_json("{}"),
+            Err(RewardParseError::Empty)
+        ));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::dockerfile::{self, DockerPlan};
+use super::error::{EvalError, LoadError, TaskError};
 use super::yaml_lite;
 
 /// Harbor's default verifier timeout; TB2 tasks usually set their own.
@@ -108,11 +109,11 @@ pub fn is_task_dir(dir: &Path) -> bool {
 
 /// Finds the task folders under the given paths: a task folder itself, or a folder whose
 /// children (or grandchildren under `tasks/`) are task folders. Sorted by path, deduplicated.
-pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, TaskError> {
     let mut found = Vec::new();
     for path in paths {
         if !path.exists() {
-            return Err(format!("{}: no such task or folder", path.display()));
+            return Err(TaskError::NotFound { path: path.clone() });
         }
         if is_task_dir(path) {
             found.push(path.clone());
@@ -126,10 +127,7 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
         let before = found.len();
         found.extend(children.into_iter().filter(|c| is_task_dir(c)));
         if found.len() == before {
-            return Err(format!(
-                "{}: neither a task (task.toml / task.yaml) nor a folder of tasks",
-                path.display()
-            ));
+            return Err(TaskError::NoTasks { path: path.clone() });
         }
     }
     found.sort();
@@ -137,9 +135,11 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     Ok(found)
 }
 
-fn list_dirs(path: &Path) -> Result<Vec<PathBuf>, String> {
-    let entries =
-        std::fs::read_dir(path).map_err(|e| format!("{}: cannot list: {e}", path.display()))?;
+fn list_dirs(path: &Path) -> Result<Vec<PathBuf>, TaskError> {
+    let entries = std::fs::read_dir(path).map_err(|source| TaskError::List {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let mut dirs: Vec<PathBuf> = entries
         .filter_map(|e| e.ok())
         .map(|e| e.path())
@@ -151,47 +151,56 @@ fn list_dirs(path: &Path) -> Result<Vec<PathBuf>, String> {
 
 /// Loads one task folder. `Err` is a malformed task (bad TOML, missing instruction); a task
 /// that is well-formed but needs something baton can't provide is `Ok(Loaded::Skipped)`.
-pub fn load(dir: &Path) -> Result<Loaded, String> {
-    if dir.join("task.toml").is_file() {
+pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
+    let loaded = if dir.join("task.toml").is_file() {
         load_harbor(dir)
     } else if dir.join("task.yaml").is_file() {
         load_tb1(dir)
     } else {
-        Err(format!("{}: no task.toml or task.yaml", dir.display()))
-    }
+        Err(TaskError::NoTaskFile {
+            dir: dir.to_path_buf(),
+        })
+    };
+    loaded.map_err(|error| LoadError {
+        dir: dir.to_path_buf(),
+        error,
+    })
 }
 
-fn dir_name(dir: &Path) -> String {
+/// A task's name when its files name none: the folder's name.
+pub(crate) fn dir_name(dir: &Path) -> String {
     dir.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| dir.display().to_string())
 }
 
-fn read_text(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))
+fn read_text(path: &Path) -> Result<String, TaskError> {
+    std::fs::read_to_string(path).map_err(|e| TaskError::read(path, e))
 }
 
-fn secs(v: f64, file: &Path, key: &str) -> Result<Duration, String> {
+fn secs(v: f64, file: &Path, key: &str) -> Result<Duration, TaskError> {
     if v.is_finite() && v > 0.0 {
         Ok(Duration::from_secs_f64(v))
     } else {
-        Err(format!(
-            "{}: {key} must be a positive number of seconds, got {v}",
-            file.display()
+        Err(TaskError::field(
+            file,
+            key,
+            "a positive number of seconds",
+            v,
         ))
     }
 }
 
-fn toml_number(table: Option<&toml::Value>, key: &str, file: &Path) -> Result<Option<f64>, String> {
+fn toml_number(
+    table: Option<&toml::Value>,
+    key: &str,
+    file: &Path,
+) -> Result<Option<f64>, TaskError> {
     match table.and_then(|t| t.get(key)) {
         None => Ok(None),
         Some(toml::Value::Integer(i)) => Ok(Some(*i as f64)),
         Some(toml::Value::Float(f)) => Ok(Some(*f)),
-        Some(other) => Err(format!(
-            "{}: {key} must be a number, got {}",
-            file.display(),
-            other.type_str()
-        )),
+        Some(other) => Err(TaskError::field(file, key, "a number", other.type_str())),
     }
 }
 
@@ -199,14 +208,14 @@ fn toml_env(
     table: Option<&toml::Value>,
     file: &Path,
     section: &str,
-) -> Result<BTreeMap<String, String>, String> {
+) -> Result<BTreeMap<String, String>, TaskError> {
     let mut env = BTreeMap::new();
     let Some(map) = table.and_then(|t| t.get("env")) else {
         return Ok(env);
     };
-    let map = map
-        .as_table()
-        .ok_or_else(|| format!("{}: [{section}].env must be a table", file.display()))?;
+    let map = map.as_table().ok_or_else(|| {
+        TaskError::field(file, format!("[{section}].env"), "a table", map.type_str())
+    })?;
     for (k, v) in map {
         let value = match v {
             toml::Value::String(s) => expand_host_vars(s),
@@ -214,10 +223,11 @@ fn toml_env(
             toml::Value::Float(f) => f.to_string(),
             toml::Value::Boolean(b) => b.to_string(),
             other => {
-                return Err(format!(
-                    "{}: [{section}].env.{k} must be a scalar, got {}",
-                    file.display(),
-                    other.type_str()
+                return Err(TaskError::field(
+                    file,
+                    format!("[{section}].env.{k}"),
+                    "a scalar",
+                    other.type_str(),
                 ));
             }
         };
@@ -239,12 +249,15 @@ fn expand_host_vars(value: &str) -> String {
     .into_owned()
 }
 
-fn load_harbor(dir: &Path) -> Result<Loaded, String> {
+fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
     let toml_path = dir.join("task.toml");
     let doc: toml::Value = read_text(&toml_path)?
         .parse::<toml::Table>()
         .map(toml::Value::Table)
-        .map_err(|e| format!("{}: invalid TOML: {e}", toml_path.display()))?;
+        .map_err(|e| TaskError::Toml {
+            path: toml_path.clone(),
+            source: Box::new(e),
+        })?;
     let name = doc
         .get("task")
         .and_then(|t| t.get("name"))
@@ -255,10 +268,9 @@ fn load_harbor(dir: &Path) -> Result<Loaded, String> {
     let instruction_path = dir.join("instruction.md");
     let instruction = read_text(&instruction_path)?;
     if instruction.trim().is_empty() {
-        return Err(format!(
-            "{}: the instruction is empty",
-            instruction_path.display()
-        ));
+        return Err(TaskError::EmptyInstruction {
+            path: instruction_path,
+        });
     }
     let agent = doc.get("agent");
     let verifier = doc.get("verifier");
@@ -274,10 +286,11 @@ fn load_harbor(dir: &Path) -> Result<Loaded, String> {
         None => true,
         Some(toml::Value::Boolean(b)) => *b,
         Some(other) => {
-            return Err(format!(
-                "{}: environment.allow_internet must be a boolean, got {}",
-                toml_path.display(),
-                other.type_str()
+            return Err(TaskError::field(
+                &toml_path,
+                "environment.allow_internet",
+                "a boolean",
+                other.type_str(),
             ));
         }
     };
@@ -350,7 +363,10 @@ fn load_harbor(dir: &Path) -> Result<Loaded, String> {
     let solution_dir = dir.join("solution");
     let tests_dir = dir.join("tests");
     if !tests_dir.join("test.sh").is_file() {
-        return Err(format!("{}: missing tests/test.sh", dir.display()));
+        return Err(TaskError::MissingFile {
+            dir: dir.to_path_buf(),
+            file: "tests/test.sh",
+        });
     }
     Ok(Loaded::Ready(Box::new(Task {
         name,
@@ -375,23 +391,27 @@ fn load_harbor(dir: &Path) -> Result<Loaded, String> {
     })))
 }
 
-fn load_tb1(dir: &Path) -> Result<Loaded, String> {
+fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
     let yaml_path = dir.join("task.yaml");
-    let doc = yaml_lite::parse(&read_text(&yaml_path)?)
-        .map_err(|e| format!("{}: {e}", yaml_path.display()))?;
+    let doc = yaml_lite::parse(&read_text(&yaml_path)?).map_err(|source| TaskError::Yaml {
+        path: yaml_path.clone(),
+        source,
+    })?;
     let name = dir_name(dir);
     let instruction = doc
         .get("instruction")
         .cloned()
         .filter(|s| !s.trim().is_empty())
-        .ok_or_else(|| format!("{}: missing instruction", yaml_path.display()))?;
-    let number = |key: &str, default: f64| -> Result<f64, String> {
+        .ok_or_else(|| TaskError::MissingInstruction {
+            path: yaml_path.clone(),
+        })?;
+    let number = |key: &str, default: f64| -> Result<f64, TaskError> {
         match doc.get(key) {
             None => Ok(default),
             Some(v) => v
                 .trim()
                 .parse::<f64>()
-                .map_err(|_| format!("{}: {key} must be a number, got '{v}'", yaml_path.display())),
+                .map_err(|_| TaskError::field(&yaml_path, key, "a number", format!("'{v}'"))),
         }
     };
     let agent_timeout = number("max_agent_timeout_sec", TB1_DEFAULT_AGENT_SEC)?;
@@ -451,7 +471,10 @@ fn load_tb1(dir: &Path) -> Result<Loaded, String> {
     }
     let run_tests = dir.join("run-tests.sh");
     if !run_tests.is_file() {
-        return Err(format!("{}: missing run-tests.sh", dir.display()));
+        return Err(TaskError::MissingFile {
+            dir: dir.to_path_buf(),
+            file: "run-tests.sh",
+        });
     }
     let mut verifier_env = BTreeMap::new();
     verifier_env.insert("TEST_DIR".to_string(), "/tests".to_string());
@@ -500,18 +523,19 @@ pub fn filter_names(
     names: &[String],
     include: &[String],
     exclude: &[String],
-) -> Result<Vec<bool>, String> {
-    let build = |globs: &[String]| -> Result<Option<globset::GlobSet>, String> {
+) -> Result<Vec<bool>, EvalError> {
+    let build = |globs: &[String]| -> Result<Option<globset::GlobSet>, EvalError> {
         if globs.is_empty() {
             return Ok(None);
         }
         let mut b = globset::GlobSetBuilder::new();
         for g in globs {
-            b.add(globset::Glob::new(g).map_err(|e| format!("bad glob '{g}': {e}"))?);
+            b.add(globset::Glob::new(g).map_err(|source| EvalError::Glob {
+                glob: g.clone(),
+                source,
+            })?);
         }
-        b.build()
-            .map(Some)
-            .map_err(|e| format!("bad glob set: {e}"))
+        b.build().map(Some).map_err(EvalError::GlobSet)
     };
     let inc = build(include)?;
     let exc = build(exclude)?;
@@ -522,4 +546,80 @@ pub fn filter_names(
                 && !exc.as_ref().is_some_and(|s| s.is_match(n))
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A malformed task is an error that names its folder (a report can show it as a row) and
+    /// keeps the cause typed.
+    #[test]
+    fn a_task_that_cannot_load_names_its_folder_and_cause() {
+        let root = tempfile::tempdir().unwrap();
+        let bad_toml = root.path().join("bad-toml");
+        std::fs::create_dir(&bad_toml).unwrap();
+        std::fs::write(bad_toml.join("task.toml"), "[agent\ntimeout_sec = 1\n").unwrap();
+        let err = load(&bad_toml).unwrap_err();
+        assert_eq!(err.dir, bad_toml);
+        assert_eq!(err.task_name(), "bad-toml");
+        assert!(matches!(err.error, TaskError::Toml { .. }), "{err:?}");
+        assert!(
+            err.to_string().starts_with(&format!(
+                "{}: invalid TOML: ",
+                bad_toml.join("task.toml").display()
+            )),
+            "{err}"
+        );
+
+        let no_instruction = root.path().join("no-instruction");
+        std::fs::create_dir(&no_instruction).unwrap();
+        std::fs::write(
+            no_instruction.join("task.toml"),
+            "[agent]\ntimeout_sec = 5\n",
+        )
+        .unwrap();
+        let err = load(&no_instruction).unwrap_err();
+        match &err.error {
+            TaskError::Read { path, source } => {
+                assert_eq!(path, &no_instruction.join("instruction.md"));
+                assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            }
+            other => panic!("expected a read error, got {other:?}"),
+        }
+        assert!(std::error::Error::source(&err).is_some());
+
+        std::fs::write(no_instruction.join("instruction.md"), "do it").unwrap();
+        std::fs::write(
+            no_instruction.join("task.toml"),
+            "[agent]\ntimeout_sec = \"soon\"\n",
+        )
+        .unwrap();
+        let err = load(&no_instruction).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}: timeout_sec must be a number, got string",
+                no_instruction.join("task.toml").display()
+            )
+        );
+    }
+
+    #[test]
+    fn paths_without_tasks_are_typed() {
+        let root = tempfile::tempdir().unwrap();
+        let missing = root.path().join("nope");
+        assert!(matches!(
+            discover(std::slice::from_ref(&missing)),
+            Err(TaskError::NotFound { path }) if path == missing
+        ));
+        assert!(matches!(
+            discover(&[root.path().to_path_buf()]),
+            Err(TaskError::NoTasks { .. })
+        ));
+        assert!(matches!(
+            filter_names(&["a".into()], &["[".into()], &[]),
+            Err(EvalError::Glob { glob, .. }) if glob == "["
+        ));
+    }
 }

@@ -39,7 +39,7 @@ pub enum AgentKind {
 
 impl AgentKind {
     /// Parses `baton`, `oracle`, `nop` or `cmd:COMMAND`.
-    pub fn parse(spec: &str, baton: BatonOptions) -> Result<AgentKind, String> {
+    pub fn parse(spec: &str, baton: BatonOptions) -> Result<AgentKind, UnknownAgent> {
         match spec {
             "baton" => Ok(AgentKind::Baton {
                 binary: baton.binary,
@@ -50,9 +50,9 @@ impl AgentKind {
             "nop" => Ok(AgentKind::Nop),
             other => match other.strip_prefix("cmd:") {
                 Some(c) if !c.trim().is_empty() => Ok(AgentKind::Cmd(c.to_string())),
-                _ => Err(format!(
-                    "unknown agent '{other}': use baton, oracle, nop or cmd:\"COMMAND\""
-                )),
+                _ => Err(UnknownAgent {
+                    spec: other.to_string(),
+                }),
             },
         }
     }
@@ -65,6 +65,13 @@ impl AgentKind {
             AgentKind::Cmd(_) => "cmd",
         }
     }
+}
+
+/// An `--agent` value that names no agent (or a `cmd:` without a command).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown agent '{spec}': use baton, oracle, nop or cmd:\"COMMAND\"")]
+pub struct UnknownAgent {
+    pub spec: String,
 }
 
 /// What the `baton` agent needs besides the instruction.
@@ -283,7 +290,7 @@ fn trial_phases(
     // Environment: fixture files, then the setup script inside the sandbox.
     if let Some(from) = &task.environment.files_from {
         copy_tree(from, &paths.app, &task.environment.exclude)
-            .map_err(|e| infra(r, "EnvironmentSetupError", e))?;
+            .map_err(|e| infra(r, "EnvironmentSetupError", e.to_string()))?;
     }
     let env = task.environment.env.clone();
     // The agent's view adds keys and the instruction; neither reaches the verifier.
@@ -379,7 +386,7 @@ fn trial_phases(
                     .map(|_| ())
                     .map_err(|e| e.to_string())
             } else {
-                copy_tree(dir, &paths.solution, &[])
+                copy_tree(dir, &paths.solution, &[]).map_err(|e| e.to_string())
             };
             copied.map_err(|e| infra(r, "SolutionCopyError", e))?;
             rewrite_text_files(iso, paths, ctx, &paths.solution);
@@ -540,7 +547,8 @@ fn run_verifier(
         )
     })?;
     if let Some(dir) = &task.tests_dir {
-        copy_tree(dir, &paths.tests, &[]).map_err(|e| infra(r, "VerifierSetupError", e))?;
+        copy_tree(dir, &paths.tests, &[])
+            .map_err(|e| infra(r, "VerifierSetupError", e.to_string()))?;
     }
     for file in &task.tests_extra_files {
         let name = file.file_name().map(PathBuf::from).unwrap_or_default();

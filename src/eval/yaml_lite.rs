@@ -5,8 +5,19 @@
 
 use std::collections::BTreeMap;
 
+/// A line this reader cannot make sense of (1-based line numbers).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum YamlError {
+    /// A top-level line without `key:`.
+    #[error("line {line}: expected 'key: value', got '{text}'")]
+    NotKeyValue { line: usize, text: String },
+    /// A quoted scalar whose closing quote is missing.
+    #[error("line {line}: unterminated {quote}-quoted string")]
+    Unterminated { line: usize, quote: &'static str },
+}
+
 /// Parses the top-level scalar keys. Keys whose value is a list or a map are left out.
-pub fn parse(text: &str) -> Result<BTreeMap<String, String>, String> {
+pub fn parse(text: &str) -> Result<BTreeMap<String, String>, YamlError> {
     let lines: Vec<&str> = text.lines().collect();
     let mut out = BTreeMap::new();
     let mut i = 0;
@@ -20,7 +31,10 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, String>, String> {
             continue;
         }
         let Some((key, rest)) = line.split_once(':') else {
-            return Err(format!("line {}: expected 'key: value', got '{line}'", i));
+            return Err(YamlError::NotKeyValue {
+                line: i,
+                text: line.to_string(),
+            });
         };
         let key = key.trim().trim_matches(['"', '\'']).to_string();
         let rest = strip_comment(rest.trim());
@@ -50,7 +64,7 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, String>, String> {
         } else if rest.starts_with('[') || rest.starts_with('{') {
             continue;
         } else {
-            out.insert(key, unquote(rest).map_err(|e| format!("line {i}: {e}"))?);
+            out.insert(key, unquote(rest, i)?);
         }
     }
     Ok(out)
@@ -113,11 +127,12 @@ fn block_scalar(lines: &[&str], folded: bool, chomp: Chomp) -> String {
     text
 }
 
-fn unquote(s: &str) -> Result<String, String> {
+fn unquote(s: &str, line: usize) -> Result<String, YamlError> {
     if let Some(inner) = s.strip_prefix('"') {
-        let inner = inner
-            .strip_suffix('"')
-            .ok_or("unterminated double-quoted string")?;
+        let inner = inner.strip_suffix('"').ok_or(YamlError::Unterminated {
+            line,
+            quote: "double",
+        })?;
         let mut out = String::new();
         let mut chars = inner.chars();
         while let Some(c) = chars.next() {
@@ -139,9 +154,10 @@ fn unquote(s: &str) -> Result<String, String> {
         }
         Ok(out)
     } else if let Some(inner) = s.strip_prefix('\'') {
-        let inner = inner
-            .strip_suffix('\'')
-            .ok_or("unterminated single-quoted string")?;
+        let inner = inner.strip_suffix('\'').ok_or(YamlError::Unterminated {
+            line,
+            quote: "single",
+        })?;
         Ok(inner.replace("''", "'"))
     } else {
         Ok(s.to_string())
@@ -163,6 +179,19 @@ mod tests {
         assert_eq!(doc["max_agent_timeout_sec"], "180");
         assert_eq!(doc["difficulty"], "easy");
         assert!(!doc.contains_key("tags"));
+    }
+
+    #[test]
+    fn bad_lines_name_their_number() {
+        assert_eq!(
+            parse("a: 1\nno colon here\n"),
+            Err(YamlError::NotKeyValue {
+                line: 2,
+                text: "no colon here".into()
+            })
+        );
+        let err = parse("x: 1\n\nname: \"open\n").unwrap_err();
+        assert_eq!(err.to_string(), "line 3: unterminated double-quoted string");
     }
 
     #[test]

@@ -45,14 +45,36 @@ pub fn label_text(done: &ChatCompletion) -> String {
     done.message.text_or_reasoning().0.to_string()
 }
 
+/// Why a route answer is not a label. The text is the fallback reason the route records.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelError {
+    /// Nothing but whitespace.
+    #[error("the router returned an empty label")]
+    Empty,
+    /// One word that names no expert (`L4`, `banana`); `text` is shortened to 60 characters.
+    #[error("the router returned '{text}', not a label")]
+    Unknown { text: String },
+    /// A label followed by more text (`L2 because it is code`): the strict mode rejects it.
+    #[error("the router returned '{text}', not a label")]
+    ExtraText { label: Expert, text: String },
+}
+
 /// Strict parse of the reference's "pure model route" mode: optional whitespace, `L<digits>`,
 /// optional whitespace, case-insensitive, one of the profile's labels.
-pub fn parse_label(text: &str) -> Result<Expert, String> {
+pub fn parse_label(text: &str) -> Result<Expert, LabelError> {
     let t = text.trim();
     if t.is_empty() {
-        return Err("the router returned an empty label".into());
+        return Err(LabelError::Empty);
     }
-    Expert::parse(t).ok_or_else(|| format!("the router returned '{}', not a label", shorten(t)))
+    if let Some(expert) = Expert::parse(t) {
+        return Ok(expert);
+    }
+    let first = t.split_whitespace().next().and_then(Expert::parse);
+    let text = shorten(t);
+    Err(match first {
+        Some(label) => LabelError::ExtraText { label, text },
+        None => LabelError::Unknown { text },
+    })
 }
 
 fn shorten(text: &str) -> String {
@@ -110,7 +132,7 @@ pub async fn route(
                     usage,
                 },
                 Ok(_) => fallback(format!("label '{raw}' is not in the profile"), usage),
-                Err(why) => fallback(why, usage),
+                Err(why) => fallback(why.to_string(), usage),
             }
         }
     }
@@ -150,10 +172,23 @@ mod tests {
     #[test]
     fn labels_parse_strictly() {
         assert_eq!(parse_label(" l2\n"), Ok(Expert::L2));
-        assert!(parse_label("L4").is_err());
-        assert!(parse_label("L2 because it is code").is_err());
-        assert!(parse_label("banana").unwrap_err().contains("banana"));
-        assert!(parse_label("").unwrap_err().contains("empty"));
+        assert_eq!(
+            parse_label("L4"),
+            Err(LabelError::Unknown { text: "L4".into() })
+        );
+        assert_eq!(
+            parse_label("L2 because it is code"),
+            Err(LabelError::ExtraText {
+                label: Expert::L2,
+                text: "L2 because it is code".into()
+            })
+        );
+        assert_eq!(
+            parse_label("banana").unwrap_err().to_string(),
+            "the router returned 'banana', not a label"
+        );
+        assert_eq!(parse_label(" \n"), Err(LabelError::Empty));
+        assert!(parse_label("").unwrap_err().to_string().contains("empty"));
     }
 
     #[test]

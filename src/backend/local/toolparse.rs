@@ -206,7 +206,7 @@ impl OutputParser {
             Err(error) => (
                 recover_name(body).unwrap_or_else(|| INVALID_TOOL_NAME.to_string()),
                 body.trim().to_string(),
-                Some(error),
+                Some(error.to_string()),
             ),
         };
         OutputEvent::ToolCall {
@@ -230,36 +230,37 @@ pub fn new_call_id() -> String {
     format!("call_{suffix}")
 }
 
+/// Why a `<tool_call>` block is not a call. The messages are written for the model to read:
+/// they go back to it as the tool result.
+#[derive(Debug, thiserror::Error)]
+pub enum CallBodyError {
+    #[error(
+        "the <tool_call> block is not valid JSON ({0}); write exactly one object \
+         {{\"name\": <tool name>, \"arguments\": {{...}}}} between <tool_call> and </tool_call>"
+    )]
+    NotJson(#[source] serde_json::Error),
+    #[error("the <tool_call> block must hold one JSON object with \"name\" and \"arguments\"")]
+    NotAnObject,
+    #[error("the <tool_call> object has no \"name\" string naming the tool to call")]
+    NoName,
+}
+
 /// Parses `{"name": "...", "arguments": {...}}`. The arguments are returned as the model wrote
 /// them (a string value is taken as the JSON text it holds); missing arguments are `{}`.
 /// The error text is written for the model to read.
-pub fn parse_call_body(body: &str) -> Result<(String, String), String> {
+pub fn parse_call_body(body: &str) -> Result<(String, String), CallBodyError> {
     let trimmed = body.trim();
     let (value, body) = match serde_json::from_str::<Json>(trimmed) {
         Ok(value) => (value, trimmed.to_string()),
-        Err(e) => repair_closing_braces(trimmed).ok_or_else(|| {
-            format!(
-                "the <tool_call> block is not valid JSON ({e}); write exactly one object \
-                 {{\"name\": <tool name>, \"arguments\": {{...}}}} between <tool_call> and \
-                 </tool_call>"
-            )
-        })?,
+        Err(e) => repair_closing_braces(trimmed).ok_or(CallBodyError::NotJson(e))?,
     };
     let body = body.as_str();
     let Json::Object(fields) = &value else {
-        return Err(
-            "the <tool_call> block must hold one JSON object with \"name\" and \
-                    \"arguments\""
-                .to_string(),
-        );
+        return Err(CallBodyError::NotAnObject);
     };
     let name = match fields.get("name") {
         Some(Json::String(name)) if !name.trim().is_empty() => name.trim().to_string(),
-        _ => {
-            return Err(
-                "the <tool_call> object has no \"name\" string naming the tool to call".to_string(),
-            );
-        }
+        _ => return Err(CallBodyError::NoName),
     };
     let key = if fields.contains_key("arguments") {
         "arguments"

@@ -198,7 +198,7 @@ impl RemoteBackend {
                 failure::truncate(&body)
             ))
         })?;
-        wire::parse_models(&json).map_err(|m| ctx.protocol(m))
+        wire::parse_models(&json).map_err(|m| ctx.protocol(m.to_string()))
     }
 
     async fn start_chat(&self, req: ChatRequest) -> Result<ChatStream, BackendError> {
@@ -397,7 +397,7 @@ fn parse_full_body(
         let code = error.get("code").and_then(Value::as_str);
         return Err(ctx.server_error(&message, code));
     }
-    let parsed = wire::parse_completion(&json).map_err(|m| ctx.protocol(m))?;
+    let parsed = wire::parse_completion(&json).map_err(|m| ctx.protocol(m.to_string()))?;
     Ok(ChatCompletion {
         message: parsed.message,
         finish_reason: parsed.finish_reason,

@@ -255,20 +255,40 @@ pub fn fresh_call_id() -> String {
     format!("call_{}", uuid::Uuid::now_v7().simple())
 }
 
+/// What a JSON body from the server lacks; the caller wraps it as a protocol error of its hop.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("the response has no `choices` array")]
+    NoChoices,
+    #[error("the response has no choice with index 0")]
+    NoFirstChoice,
+    #[error("the response's choice has no `message` object")]
+    NoMessage,
+    #[error("tool call #{position} has no function name")]
+    UnnamedToolCall { position: usize },
+    /// A server that stops mid-generation sends `finish_reason: null`.
+    #[error("the response has no finish_reason: truncated response")]
+    NoFinishReason,
+    #[error("the model list has no `data` array")]
+    NoModelList,
+    #[error("model entry #{position} has no `id`")]
+    ModelWithoutId { position: usize },
+}
+
 /// Parses a non-streamed `chat.completion` body. `Err` says what is wrong with it.
-pub fn parse_completion(body: &Value) -> Result<ParsedCompletion, String> {
+pub fn parse_completion(body: &Value) -> Result<ParsedCompletion, WireError> {
     let choices = body
         .get("choices")
         .and_then(Value::as_array)
-        .ok_or("the response has no `choices` array")?;
+        .ok_or(WireError::NoChoices)?;
     let choice = choices
         .iter()
         .find(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)
-        .ok_or("the response has no choice with index 0")?;
+        .ok_or(WireError::NoFirstChoice)?;
     let message = choice
         .get("message")
         .filter(|m| m.is_object())
-        .ok_or("the response's choice has no `message` object")?;
+        .ok_or(WireError::NoMessage)?;
     let mut tool_calls = Vec::new();
     if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
         for (position, call) in calls.iter().enumerate() {
@@ -276,7 +296,7 @@ pub fn parse_completion(body: &Value) -> Result<ParsedCompletion, String> {
                 .pointer("/function/name")
                 .and_then(Value::as_str)
                 .filter(|n| !n.is_empty())
-                .ok_or_else(|| format!("tool call #{position} has no function name"))?;
+                .ok_or(WireError::UnnamedToolCall { position })?;
             tool_calls.push(ToolCall {
                 id: call
                     .get("id")
@@ -291,7 +311,7 @@ pub fn parse_completion(body: &Value) -> Result<ParsedCompletion, String> {
     let finish = choice
         .get("finish_reason")
         .and_then(Value::as_str)
-        .ok_or("the response has no finish_reason: truncated response")?;
+        .ok_or(WireError::NoFinishReason)?;
     let finish_reason = effective_finish(finish_reason(finish), !tool_calls.is_empty());
     Ok(ParsedCompletion {
         message: ChatMessage {
@@ -307,18 +327,18 @@ pub fn parse_completion(body: &Value) -> Result<ParsedCompletion, String> {
 }
 
 /// Parses `GET /v1/models`: `data[].id` and `max_model_len` when present.
-pub fn parse_models(body: &Value) -> Result<Vec<ModelInfo>, String> {
+pub fn parse_models(body: &Value) -> Result<Vec<ModelInfo>, WireError> {
     let data = body
         .get("data")
         .and_then(Value::as_array)
-        .ok_or("the model list has no `data` array")?;
+        .ok_or(WireError::NoModelList)?;
     data.iter()
         .enumerate()
         .map(|(position, entry)| {
             let id = entry
                 .get("id")
                 .and_then(Value::as_str)
-                .ok_or_else(|| format!("model entry #{position} has no `id`"))?;
+                .ok_or(WireError::ModelWithoutId { position })?;
             Ok(ModelInfo {
                 id: id.to_string(),
                 context_window: entry.get("max_model_len").and_then(Value::as_u64),
@@ -505,9 +525,11 @@ mod tests {
 
     #[test]
     fn bad_completion_bodies_say_what_is_missing() {
+        assert_eq!(parse_completion(&json!({})), Err(WireError::NoChoices));
         assert!(
             parse_completion(&json!({}))
                 .unwrap_err()
+                .to_string()
                 .contains("choices")
         );
         let no_finish =
@@ -515,14 +537,18 @@ mod tests {
         assert!(
             parse_completion(&no_finish)
                 .unwrap_err()
+                .to_string()
                 .contains("truncated")
         );
         let nameless = json!({"choices": [{"index": 0, "finish_reason": "tool_calls",
             "message": {"tool_calls": [{"id": "c", "function": {"arguments": "{}"}}]}}]});
-        assert!(
-            parse_completion(&nameless)
-                .unwrap_err()
-                .contains("no function name")
+        assert_eq!(
+            parse_completion(&nameless).map(|_| ()),
+            Err(WireError::UnnamedToolCall { position: 0 })
+        );
+        assert_eq!(
+            WireError::UnnamedToolCall { position: 0 }.to_string(),
+            "tool call #0 has no function name"
         );
     }
 
@@ -533,6 +559,9 @@ mod tests {
         assert_eq!(models[0].context_window, Some(262144));
         assert_eq!(models[1].id, "other");
         assert_eq!(models[1].context_window, None);
-        assert!(parse_models(&json!({"data": [{}]})).is_err());
+        assert_eq!(
+            parse_models(&json!({"data": [{}]})),
+            Err(WireError::ModelWithoutId { position: 0 })
+        );
     }
 }

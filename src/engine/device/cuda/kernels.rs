@@ -7,6 +7,8 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction};
 use cudarc::nvrtc::{CompileError, CompileOptions, Ptx};
 
+use crate::engine::error::EngineError;
+
 /// Prepended to every kernel file: bf16 helpers, reductions, weight loads.
 pub const COMMON: &str = include_str!("../../kernels/common.cuh");
 
@@ -86,10 +88,16 @@ pub fn arch_for(major: i32, minor: i32) -> &'static str {
 
 /// Compiles `src` to PTX for `arch`. The caller has checked `nvrtc_present()`; a panic from
 /// cudarc is still caught and turned into an error.
-pub fn compile(src: &str, arch: &'static str) -> Result<String, String> {
+pub fn compile(src: &str, arch: &'static str) -> Result<String, EngineError> {
     if !nvrtc_present() {
-        return Err("libnvrtc is not loadable (see docs/cuda.md for LD_LIBRARY_PATH)".into());
+        return Err(EngineError::CudaLibraries {
+            libraries: vec![super::probe::NVRTC_LIBRARY.into()],
+        });
     }
+    let nvrtc = |reason: String| EngineError::Nvrtc {
+        arch: arch.to_string(),
+        reason,
+    };
     let opts = CompileOptions {
         arch: Some(arch),
         ..Default::default()
@@ -97,12 +105,12 @@ pub fn compile(src: &str, arch: &'static str) -> Result<String, String> {
     let result = std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(src, opts));
     match result {
         Ok(Ok(ptx)) => Ok(ptx.to_src()),
-        Ok(Err(CompileError::CompileError { log, .. })) => Err(format!(
-            "NVRTC rejected the kernels:\n{}",
-            log.to_string_lossy()
-        )),
-        Ok(Err(e)) => Err(format!("NVRTC failed: {e:?}")),
-        Err(panic) => Err(format!("NVRTC panicked: {}", panic_text(&panic))),
+        Ok(Err(CompileError::CompileError { log, .. })) => Err(EngineError::KernelCompile {
+            arch: arch.to_string(),
+            log: log.to_string_lossy().into_owned(),
+        }),
+        Ok(Err(e)) => Err(nvrtc(format!("{e:?}"))),
+        Err(panic) => Err(nvrtc(format!("it panicked: {}", panic_text(&panic)))),
     }
 }
 
@@ -138,7 +146,7 @@ pub fn cache_path(src: &str, arch: &str) -> Option<PathBuf> {
 /// The PTX of the full source for `arch`: from the cache when present, else compiled (and
 /// cached, best effort: a read-only cache directory only costs a recompile next time).
 /// Returns the PTX and whether it came from the cache.
-pub fn ptx_for(arch: &'static str) -> Result<(String, bool), String> {
+pub fn ptx_for(arch: &'static str) -> Result<(String, bool), EngineError> {
     let src = full_source();
     let path = cache_path(&src, arch);
     if let Some(text) = path.as_ref().and_then(|p| std::fs::read_to_string(p).ok())
@@ -183,14 +191,19 @@ pub struct Kernels {
 
 impl Kernels {
     /// Loads `ptx` into `ctx` and resolves every entry point.
-    pub fn load(ctx: &Arc<CudaContext>, ptx: String) -> Result<Kernels, String> {
-        let module = ctx
-            .load_module(Ptx::from_src(ptx))
-            .map_err(|e| format!("loading the kernel PTX: {e}"))?;
+    pub fn load(ctx: &Arc<CudaContext>, ptx: String) -> Result<Kernels, EngineError> {
+        let module =
+            ctx.load_module(Ptx::from_src(ptx))
+                .map_err(|e| EngineError::KernelModule {
+                    reason: e.to_string(),
+                })?;
         let f = |name: &str| {
             module
                 .load_function(name)
-                .map_err(|e| format!("kernel {name}: {e}"))
+                .map_err(|e| EngineError::KernelEntry {
+                    kernel: name.to_string(),
+                    reason: e.to_string(),
+                })
         };
         Ok(Kernels {
             embed_bf16: f("embed_bf16")?,

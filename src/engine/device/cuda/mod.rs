@@ -109,19 +109,20 @@ fn elementwise_cfg(n: usize) -> LaunchConfig {
 impl CudaDevice {
     /// Creates the context, stream, cuBLAS handle and kernels. Call through `probe::open`, which
     /// checks the libraries first and catches panics.
-    fn create(ordinal: usize) -> Result<CudaDevice, String> {
-        let ctx = CudaContext::new(ordinal).map_err(|e| format!("no usable GPU {ordinal}: {e}"))?;
+    fn create(ordinal: usize) -> Result<CudaDevice, EngineError> {
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| EngineError::cuda(format!("no usable GPU {ordinal}: {e}")))?;
         // One stream and raw pointers: cudarc's per-buffer event tracking would only add work
         // (and would break CUDA graph capture later).
         // SAFETY: called before any allocation on this context.
         unsafe { ctx.disable_event_tracking() };
         let (major, minor) = ctx
             .compute_capability()
-            .map_err(|e| format!("compute capability: {e}"))?;
+            .map_err(|e| EngineError::cuda(format!("compute capability: {e}")))?;
         if major < 8 {
-            return Err(format!(
+            return Err(EngineError::cuda(format!(
                 "compute capability {major}.{minor} has no bf16 support (need 8.0 or newer)"
-            ));
+            )));
         }
         let arch = kernels::arch_for(major, minor);
         let (ptx, cached) = kernels::ptx_for(arch)?;
@@ -134,10 +135,13 @@ impl CudaDevice {
             Err(e) => return Err(e),
         };
         let stream = ctx.default_stream();
-        let blas = CudaBlas::new(stream.clone()).map_err(|e| format!("cuBLAS: {e}"))?;
+        let blas =
+            CudaBlas::new(stream.clone()).map_err(|e| EngineError::cuda(format!("cuBLAS: {e}")))?;
         let gpu = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         let mem = ctx.total_mem().unwrap_or(0) as f64 / (1u64 << 30) as f64;
-        let alloc = |what: &str, e: cudarc::driver::DriverError| format!("allocating {what}: {e}");
+        let alloc = |what: &str, e: cudarc::driver::DriverError| {
+            EngineError::cuda(format!("allocating {what}: {e}"))
+        };
         let scratch = Scratch {
             tokens: stream.alloc_zeros(1).map_err(|e| alloc("tokens", e))?,
             hi: stream.alloc_zeros(1).map_err(|e| alloc("scratch", e))?,
@@ -178,10 +182,7 @@ impl CudaDevice {
     }
 
     fn err(&self, reason: impl Into<String>) -> EngineError {
-        EngineError::Device {
-            device: "cuda".into(),
-            reason: reason.into(),
-        }
+        EngineError::cuda(reason)
     }
 
     fn ptr<T>(&self, s: &CudaSlice<T>) -> u64 {

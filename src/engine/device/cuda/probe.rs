@@ -7,6 +7,9 @@ use super::kernels::panic_text;
 use crate::engine::device::DeviceChoice;
 use crate::engine::error::EngineError;
 
+/// NVRTC as `missing_libraries` names it.
+pub(crate) const NVRTC_LIBRARY: &str = "libnvrtc.so.13 (CUDA 13 NVRTC: /usr/local/cuda/lib64 or `pip install nvidia-cuda-nvrtc==13.0.*`, on LD_LIBRARY_PATH)";
+
 /// The shared libraries the CUDA device needs that cannot be loaded, with a hint each.
 pub fn missing_libraries() -> Vec<&'static str> {
     let mut missing = Vec::new();
@@ -16,9 +19,7 @@ pub fn missing_libraries() -> Vec<&'static str> {
             missing.push("libcuda.so (the NVIDIA driver; no driver, or not an NVIDIA machine)");
         }
         if !cudarc::nvrtc::sys::is_culib_present() {
-            missing.push(
-                "libnvrtc.so.13 (CUDA 13 NVRTC: /usr/local/cuda/lib64 or `pip install nvidia-cuda-nvrtc==13.0.*`, on LD_LIBRARY_PATH)",
-            );
+            missing.push(NVRTC_LIBRARY);
         }
         if !cudarc::cublas::sys::is_culib_present() {
             missing.push(
@@ -29,26 +30,18 @@ pub fn missing_libraries() -> Vec<&'static str> {
     missing
 }
 
-fn device_error(reason: String) -> EngineError {
-    EngineError::Device {
-        device: "cuda".into(),
-        reason,
-    }
-}
-
 /// Opens CUDA device `ordinal`: libraries checked first, then the context, cuBLAS and the
 /// kernels. Never panics: a panic inside cudarc is caught and reported as an error.
 pub fn open(ordinal: usize) -> Result<CudaDevice, EngineError> {
     let missing = missing_libraries();
     if !missing.is_empty() {
-        return Err(device_error(format!(
-            "cannot load {} (see docs/cuda.md)",
-            missing.join("; ")
-        )));
+        return Err(EngineError::CudaLibraries {
+            libraries: missing.into_iter().map(str::to_string).collect(),
+        });
     }
     match std::panic::catch_unwind(|| CudaDevice::create(ordinal)) {
-        Ok(result) => result.map_err(device_error),
-        Err(panic) => Err(device_error(format!(
+        Ok(result) => result,
+        Err(panic) => Err(EngineError::cuda(format!(
             "the CUDA runtime failed: {}",
             panic_text(&panic)
         ))),
