@@ -10,6 +10,8 @@
 //! CPU time per turn (the agent's thread only; the mock engine runs on other threads) and the
 //! CPU time and peak RSS of one real `baton --exec` process.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 // The bench uses a few of the tests' helpers; the rest is dead here, not in the tests.
 #[allow(dead_code)]
 #[path = "../../tests/support/mock_engine.rs"]
