@@ -185,7 +185,7 @@ fn tool_results_continue_on_the_same_expert_without_a_route_hop() {
         .collect();
     assert_eq!(tool_msgs.len(), 2);
     assert!(tool_msgs[0].1.contains("FILE-CONTENT-42"));
-    // B8: an unknown tool is reported to the model, not a dead turn.
+    // An unknown tool is reported to the model, not a dead turn.
     assert!(tool_msgs[1].1.contains("no tool named `no_such_tool`"));
 
     let ev = events(&out);

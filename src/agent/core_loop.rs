@@ -151,7 +151,7 @@ async fn finish_running(running: Option<Running>) {
 async fn shutdown(shared: &Arc<Shared>, running: Option<Running>) {
     finish_running(running).await;
     shared.tool_state.shell_sessions.kill_all();
-    // Answers were delivered already; the summaries are saved before the process ends (B2).
+    // Answers were delivered already; the summaries are saved before the process ends.
     summaries::wait_all(shared).await;
     shared.close_session();
 }

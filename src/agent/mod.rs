@@ -106,7 +106,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Shared {
     /// The system head of every answer and summary request: the experts' system prompt, with
-    /// the profile's identity prompt appended in `mol` mode (§4.3).
+    /// the profile's identity prompt appended in `mol` mode.
     pub fn head(&self) -> Vec<ChatMessage> {
         let mut system = format!(
             "{}\n\nWorkspace: {}",

@@ -1,4 +1,4 @@
-//! Summary hops off the critical path (B2): started in the background when a task closes,
+//! Summary hops off the critical path: started in the background when a task closes,
 //! awaited only by a turn whose expert needs that summary, or by shutdown. A summary missing
 //! from a resumed session is made by the first turn that needs it.
 
@@ -17,7 +17,7 @@ pub(crate) fn spawn(shared: &Arc<Shared>, turn_id: u64, task_id: u64) {
 }
 
 /// Makes sure every summary `expert`'s view needs is there: waits for those in flight, runs
-/// the missing ones now. A summary that cannot be made is recorded empty (not injected, B4).
+/// the missing ones now. A summary that cannot be made is recorded empty (never injected).
 pub(crate) async fn ensure_for(
     shared: &Arc<Shared>,
     turn_id: u64,

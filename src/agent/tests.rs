@@ -1,5 +1,5 @@
 //! The agent core against an in-process scripted backend: the summary stays off the user's
-//! path (B2), the next turn waits only when another expert needs the summary, interrupts.
+//! path, the next turn waits only when another expert needs the summary, interrupts.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,5 @@
 //! Executing the model's tool calls: unknown names and bad arguments become results the model
-//! can read (B8), the approval policy decides, events report begin/output/end.
+//! can read, the approval policy decides, events report begin/output/end.
 
 use std::time::Instant;
 

@@ -114,7 +114,7 @@ fn public_expert(shared: &Shared, expert: Option<Expert>) -> Option<Expert> {
 
 async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<Expert>)> {
     let shared = ctx.shared.clone();
-    // A tool loop left open by an interrupted turn is abandoned; its expert is the fallback (B1).
+    // A tool loop left open by an interrupted turn is abandoned; its expert is the fallback.
     let open_owner = shared.state().timeline.open_task().map(|t| t.owner);
     abandon(&shared);
 
@@ -176,7 +176,7 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
                 shared.commit(Record::ConversationId { id });
             }
         }
-        // A truncated answer's tool calls are incomplete: drop them (§4.8).
+        // A truncated answer's tool calls are incomplete: drop them.
         if matches!(
             done.finish_reason,
             FinishReason::Length | FinishReason::ContentFilter

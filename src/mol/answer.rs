@@ -1,5 +1,5 @@
 //! The answer hop request: the chosen expert answers from its own view, with the options the
-//! harness forwards and its reasoning mapping (MOL-PROTOCOL §4.5).
+//! harness forwards and its reasoning mapping.
 
 use serde::{Deserialize, Serialize};
 

@@ -7,11 +7,11 @@
 //!   [`modes`] says what else a mode runs (summaries, view fitting, the system head).
 //! - [`Profile::load`] / [`Profile::builtin`]: the four profile texts, validated; `adapter(expert)`
 //!   gives the engine model name, `intro` the identity prompt.
-//! - [`route`]: runs the route hop and never fails (fallback B1: open task's expert, else L2);
+//! - [`route`]: runs the route hop and never fails (the fallback: open task's expert, else L2);
 //!   [`route_request`] builds the exact wire request.
 //! - [`Timeline`]: `open`, `push`, `close`, `record_summary`, `view(expert, head)`,
-//!   `summaries_needed_by(expert)` (what a turn must wait for, B2), `pending_summaries()`.
-//! - [`with_identity`]: the system head with the identity prompt (§4.3).
+//!   `summaries_needed_by(expert)` (what a turn must wait for), `pending_summaries()`.
+//! - [`with_identity`]: the system head with the identity prompt.
 //! - [`answer_hop_request`]: a turn's answer request for the mode (adapter and view, or model
 //!   name and full history); [`answer_request`] the options and the reasoning mapping.
 //! - [`summarize`] / [`summary_request`]: the summary hop, never fails (empty on error).

@@ -1,5 +1,5 @@
-//! The route hop: L0 classifies the user's request into one expert label (MOL-PROTOCOL §3),
-//! with baton's fallback instead of a dead turn (B1).
+//! The route hop: L0 classifies the user's request into one expert label,
+//! with baton's fallback instead of a dead turn.
 
 use std::time::{Duration, Instant};
 
@@ -85,7 +85,7 @@ fn shorten(text: &str) -> String {
     s
 }
 
-/// The fallback rule (B1): the expert of the open task, else the default.
+/// The fallback rule: the expert of the open task, else the default.
 pub fn fallback_expert(open_task_owner: Option<Expert>) -> Expert {
     open_task_owner.unwrap_or(DEFAULT_EXPERT)
 }
@@ -101,7 +101,7 @@ pub struct RouteOutcome {
     pub usage: TokenUsage,
 }
 
-/// Runs the route hop. Never fails: an error or a bad label falls back (B1) and says why.
+/// Runs the route hop. Never fails: an error or a bad label falls back and says why.
 pub async fn route(
     backend: &dyn ChatBackend,
     profile: &Profile,

@@ -1,5 +1,5 @@
 //! The summary hop: after a task closes, its owner writes a short hidden note that other experts
-//! inherit (MOL-PROTOCOL §6.0). baton runs it off the user's critical path (B2).
+//! inherit. baton runs it off the user's critical path.
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! The timeline of tasks and each expert's view of it (MOL-PROTOCOL §4.1–§4.4, B3/B4).
+//! The timeline of tasks and each expert's view of it.
 //!
 //! A task is one routing decision: the user's text, the owner's own messages (answers, tool
 //! calls, tool results) and, once closed, a summary. An expert's view is its own tasks verbatim
@@ -18,7 +18,7 @@ use crate::session::Record;
 pub enum SummaryState {
     /// Closed, summary not made yet (running, or the process died before it finished).
     Pending,
-    /// The summary hop answered (an empty text is recorded but never injected: B4).
+    /// The summary hop answered (an empty text is recorded but never injected).
     Recorded { text: String },
     /// Never summarized: a tool loop abandoned by a new user turn, or a mode without experts.
     Skipped,
@@ -88,7 +88,7 @@ pub fn summary_message(owner: Expert, summary: &str) -> ChatMessage {
 }
 
 /// Appends the identity prompt to the first system message of the leading system run, or
-/// inserts it as a new system message at the front (§4.3). Already present ⇒ unchanged.
+/// inserts it as a new system message at the front. Already present ⇒ unchanged.
 pub fn with_identity(head: &[ChatMessage], intro: &str) -> Vec<ChatMessage> {
     let mut out = head.to_vec();
     let leading = out.iter().take_while(|m| m.role == Role::System).count();
@@ -215,7 +215,7 @@ impl Timeline {
 
     /// `target`'s view: `head` (system messages, identity already injected), then its own tasks
     /// verbatim and other experts' closed tasks as user text + summary. Another expert's task
-    /// without a usable summary contributes only its user text (B4: nothing empty is injected).
+    /// without a usable summary contributes only its user text (nothing empty is injected).
     pub fn view(&self, target: Expert, head: &[ChatMessage]) -> Vec<ChatMessage> {
         let mut out = head.to_vec();
         let folded_before = self.folded_before.get(&target).copied().unwrap_or(0);

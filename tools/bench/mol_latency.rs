@@ -3,7 +3,7 @@
 //! Against the mock engine with the reference's measured hop latencies (route 0.20 s, answer
 //! 1.24 s, summary 0.32 s) it runs, side by side:
 //! - baton: the agent core's turn, from submitting the turn to `TurnCompleted` (the answer),
-//!   with the summary hop off the critical path (B2);
+//!   with the summary hop off the critical path;
 //! - the reference design: route → answer → summary, sequential, as the harness does it.
 //!
 //! and prints both against the ideal route + answer, with ratios. It also measures baton's own

@@ -1,5 +1,5 @@
 //! Folds streamed `chat.completion.chunk` objects into deltas for the caller and one final
-//! message (MOL-PROTOCOL §4.7): content and reasoning kept apart, tool calls assembled by
+//! message: content and reasoning kept apart, tool calls assembled by
 //! `index`, the usage-only chunk, and the finish reason.
 
 use std::collections::HashMap;
@@ -325,7 +325,7 @@ mod tests {
         assert_eq!(
             done.finish_reason,
             FinishReason::ToolCalls,
-            "forced by §4.7"
+            "tool calls force the tool_calls finish"
         );
         assert_eq!(done.message.tool_calls[0].arguments, "{\"path\":1}");
         assert_eq!(done.message.tool_calls[1].id, "b");

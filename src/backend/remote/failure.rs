@@ -1,5 +1,5 @@
 //! Turning what a server said into a `BackendError` a user can act on: the OpenAI error
-//! envelope summarised, bodies truncated, context overflows recognised (MOL-PROTOCOL §9), and
+//! envelope summarised, bodies truncated, context overflows recognised, and
 //! the API key scrubbed from anything that reaches a message.
 
 use serde_json::Value;

@@ -1,5 +1,5 @@
 //! The Chat Completions wire format: `ChatRequest` → JSON request body (as the reference
-//! harness sends it, MOL-PROTOCOL §3–§6), and JSON response bodies → messages, usage, models.
+//! harness sends it), and JSON response bodies → messages, usage, models.
 
 use serde_json::{Map, Value, json};
 
@@ -11,7 +11,7 @@ use crate::protocol::{Hop, TokenUsage};
 /// The JSON body of `POST /v1/chat/completions` for `req`.
 ///
 /// Optional fields are sent only when set, so the engine's defaults apply otherwise. Key order
-/// follows the reference (§3 for the route hop), which makes captured bodies easy to compare.
+/// follows the reference harness, which makes captured bodies easy to compare.
 pub fn request_body(req: &ChatRequest, dialect: RouteConstraint) -> Value {
     let route = req.hop == Hop::Route;
     let mut body = Map::new();
@@ -190,7 +190,7 @@ pub fn finish_reason(name: &str) -> FinishReason {
     }
 }
 
-/// §4.7: tool calls present ⇒ the finish is `tool_calls`, unless the output was cut
+/// Tool calls present ⇒ the finish is `tool_calls`, unless the output was cut
 /// (`length`) or filtered — then the calls may be incomplete and the caller must know.
 pub fn effective_finish(finish: FinishReason, has_tool_calls: bool) -> FinishReason {
     match finish {
@@ -400,7 +400,10 @@ mod tests {
         assert_eq!(body, expected);
         let keys: Vec<&String> = body.as_object().unwrap().keys().collect();
         let expected_keys: Vec<&String> = expected.as_object().unwrap().keys().collect();
-        assert_eq!(keys, expected_keys, "key order follows §3");
+        assert_eq!(
+            keys, expected_keys,
+            "key order follows the reference route hop"
+        );
     }
 
     #[test]
