@@ -17,7 +17,7 @@ pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod eval;
-pub mod exec;
+pub(crate) mod exec;
 pub mod mol;
 pub mod protocol;
 pub mod sandbox;

@@ -8,10 +8,10 @@
 //! the in-memory state and appended to the session file in one call, with the same fold
 //! resume uses.
 
-pub mod approval;
+pub(crate) mod approval;
 mod context;
 mod core_loop;
-pub mod instructions;
+pub(crate) mod instructions;
 mod summaries;
 mod tool_calls;
 mod turn;

@@ -10,7 +10,7 @@ mod doctor;
 pub mod engine;
 pub mod eval;
 mod repl;
-pub mod sandbox;
+pub(crate) mod sandbox;
 mod sessions;
 pub mod undo;
 

@@ -68,10 +68,6 @@ impl<D: Device> PrefixCache<D> {
         }
     }
 
-    pub fn limits(&self) -> CacheLimits {
-        self.limits
-    }
-
     pub fn stats(&self, dev: &D) -> CacheStats {
         CacheStats {
             entries: self.entries.len(),

@@ -1,14 +1,14 @@
 //! The local inference engine: Qwen3 with four resident LoRA experts, on CPU or CUDA.
 
-pub mod config;
-pub mod constraint;
+pub(crate) mod config;
+pub(crate) mod constraint;
 pub mod device;
-pub mod error;
-pub mod generate;
-pub mod kv;
+pub(crate) mod error;
+pub(crate) mod generate;
+pub(crate) mod kv;
 pub mod lora;
 pub mod model;
-pub mod sampler;
+pub(crate) mod sampler;
 pub mod weights;
 
 pub mod tokenizer;

@@ -141,13 +141,6 @@ fn argmax(values: impl Iterator<Item = (u32, f32)>) -> u32 {
     best.0
 }
 
-/// `log_softmax(logits)[token]`, computed stably in f64.
-pub fn log_prob(logits: &[f32], token: u32) -> f32 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|v| ((v - max) as f64).exp()).sum();
-    ((logits[token as usize] - max) as f64 - sum.ln()) as f32
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,12 +187,5 @@ mod tests {
             seed: Some(1),
         });
         assert!((0..20).all(|_| s.sample(&logits) == 1));
-    }
-
-    #[test]
-    fn log_prob_normalises() {
-        let logits = [1.0f32, 2.0, 3.0];
-        let total: f32 = (0..3).map(|t| log_prob(&logits, t).exp()).sum();
-        assert!((total - 1.0).abs() < 1e-6);
     }
 }

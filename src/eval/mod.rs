@@ -5,17 +5,17 @@
 //! turns baton's event stream into figures and an ATIF trajectory ([`events`], [`atif`]) and
 //! prints a summary ([`report`]). Errors are typed values ([`error`]). See docs/eval.md.
 
-pub mod atif;
-pub mod dockerfile;
-pub mod error;
-pub mod events;
-pub mod fsutil;
+pub(crate) mod atif;
+pub(crate) mod dockerfile;
+pub(crate) mod error;
+pub(crate) mod events;
+pub(crate) mod fsutil;
 pub mod isolation;
 pub mod job;
-pub mod process;
-pub mod progress;
+pub(crate) mod process;
+pub(crate) mod progress;
 pub mod report;
-pub mod reward;
+pub(crate) mod reward;
 pub mod task;
-pub mod trial;
-pub mod yaml_lite;
+pub(crate) mod trial;
+pub(crate) mod yaml_lite;

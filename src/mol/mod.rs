@@ -21,13 +21,13 @@
 //!   and `Timeline::compact` with [`fitted_compaction_request`] keep long tasks within the window.
 
 pub mod answer;
-pub mod budget;
-pub mod compact;
-pub mod decide;
-pub mod modes;
+pub(crate) mod budget;
+pub(crate) mod compact;
+pub(crate) mod decide;
+pub(crate) mod modes;
 pub mod profile;
 pub mod route;
-pub mod state;
+pub(crate) mod state;
 pub mod summary;
 pub mod timeline;
 

@@ -13,12 +13,12 @@
 //! let status = cmd.status();
 //! ```
 
-pub mod fs_rules;
-pub mod launch;
-pub mod pids;
-pub mod policy;
+pub(crate) mod fs_rules;
+pub(crate) mod launch;
+pub(crate) mod pids;
+pub(crate) mod policy;
 pub mod probe;
-pub mod syscall_filter;
+pub(crate) mod syscall_filter;
 
 use std::process::Command;
 use std::sync::Arc;

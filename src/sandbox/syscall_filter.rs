@@ -43,16 +43,6 @@ const ALWAYS_DENIED: &[(&str, libc::c_long)] = &[
     ("name_to_handle_at", libc::SYS_name_to_handle_at),
 ];
 
-/// Names of the syscalls denied under a policy (for docs and `baton doctor`).
-pub fn denied_syscalls(network: bool) -> Vec<&'static str> {
-    let mut v: Vec<&str> = ALWAYS_DENIED.iter().map(|(n, _)| *n).collect();
-    if !network {
-        v.push("socket(non-AF_UNIX)");
-        v.push("socketpair(non-AF_UNIX)");
-    }
-    v
-}
-
 fn target_arch() -> Result<TargetArch, SandboxError> {
     if cfg!(target_arch = "x86_64") {
         Ok(TargetArch::x86_64)

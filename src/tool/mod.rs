@@ -2,8 +2,8 @@
 //! offers to the model. Every tool resolves paths against the workspace and reports what it does
 //! as events (`ToolBegin` is emitted by the agent; tools emit output chunks and diffs).
 
-pub mod approval;
-pub mod sanitize;
+pub(crate) mod approval;
+pub(crate) mod sanitize;
 pub mod shell;
 
 use std::collections::BTreeMap;
@@ -18,16 +18,16 @@ use crate::protocol::{EventSink, PlanItem, ToolStatus};
 
 pub use error::{IoOp, ToolError};
 
-pub mod call;
+pub(crate) mod call;
 pub mod checkpoint;
-pub mod diff;
-pub mod error;
-pub mod fs;
+pub(crate) mod diff;
+pub(crate) mod error;
+pub(crate) mod fs;
 pub mod git;
-pub mod outline;
-pub mod patch;
+pub(crate) mod outline;
+pub(crate) mod patch;
 pub mod path;
-pub mod plan;
+pub(crate) mod plan;
 pub mod registry;
 pub mod search;
 

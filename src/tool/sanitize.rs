@@ -24,7 +24,8 @@ pub struct Filtered {
 
 impl Filtered {
     /// Whether the chunk was mostly binary data rather than text.
-    pub fn looks_binary(&self) -> bool {
+    #[cfg(test)]
+    fn looks_binary(&self) -> bool {
         self.suspicious >= 4 && self.suspicious * 10 > self.printable + self.suspicious
     }
 }
@@ -241,7 +242,8 @@ impl Perform for FilterState {
 }
 
 /// Strips all control sequences from a complete text (for one-shot use).
-pub fn strip_for_model(bytes: &[u8]) -> String {
+#[cfg(test)]
+fn strip_for_model(bytes: &[u8]) -> String {
     let mut f = OutputFilter::new();
     let mut s = f.feed(bytes).model;
     s.push_str(&f.flush());
@@ -249,7 +251,8 @@ pub fn strip_for_model(bytes: &[u8]) -> String {
 }
 
 /// Sanitizes a complete text for display: SGR only.
-pub fn sanitize_for_ui(bytes: &[u8]) -> String {
+#[cfg(test)]
+fn sanitize_for_ui(bytes: &[u8]) -> String {
     OutputFilter::new().feed(bytes).ui
 }
 

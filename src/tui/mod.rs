@@ -4,33 +4,33 @@
 //! terminal. See docs/tui.md.
 
 mod advice;
-pub mod app;
+pub(crate) mod app;
 mod approval;
 pub mod cell;
 mod clipboard;
-pub mod color_depth;
+pub(crate) mod color_depth;
 mod commands;
-pub mod composer;
+pub(crate) mod composer;
 mod event_loop;
 mod file_complete;
 mod highlight;
-pub mod history;
+pub(crate) mod history;
 mod input_reader;
 mod keys;
 mod launch;
-pub mod markdown;
-pub mod options;
+pub(crate) mod markdown;
+pub(crate) mod options;
 pub mod pager;
 mod print_exit;
 pub mod render;
 mod resume_view;
-pub mod sessions;
-pub mod slash;
+pub(crate) mod sessions;
+pub(crate) mod slash;
 pub mod status;
 mod terminal;
-pub mod theme;
-pub mod transcript;
-pub mod wrap;
+pub(crate) mod theme;
+pub(crate) mod transcript;
+pub(crate) mod wrap;
 
 pub use app::{App, Effect, Popup};
 pub use color_depth::ColorDepth;

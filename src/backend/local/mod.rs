@@ -20,7 +20,7 @@ use crate::backend::{
     FinishReason, ModelInfo,
 };
 use crate::protocol::{ChatMessage, ReasoningEffort, Role, ToolCall};
-pub mod pyjson;
+pub(crate) mod pyjson;
 pub mod template;
 pub mod toolparse;
 

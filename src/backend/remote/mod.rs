@@ -17,12 +17,12 @@
 //! `assemble` (stream chunks → deltas and the final message), `retry` (backoff), `failure`
 //! (errors a user can act on).
 
-pub mod assemble;
-pub mod config;
-pub mod failure;
-pub mod retry;
-pub mod sse;
-pub mod wire;
+pub(crate) mod assemble;
+pub(crate) mod config;
+pub(crate) mod failure;
+pub(crate) mod retry;
+pub(crate) mod sse;
+pub(crate) mod wire;
 
 use std::collections::VecDeque;
 use std::pin::Pin;

@@ -4,9 +4,9 @@
 //! Output reaches the model stripped of control sequences and capped head + tail; the UI gets
 //! every chunk, sanitized, as `Event::ToolOutput`.
 
-pub mod output;
+pub(crate) mod output;
 pub mod pty;
-pub mod session;
+pub(crate) mod session;
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;

@@ -31,14 +31,6 @@ impl CappedText {
         }
     }
 
-    pub fn total_bytes(&self) -> u64 {
-        self.total_bytes
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.total_bytes == 0
-    }
-
     pub fn push(&mut self, text: &str) {
         if text.is_empty() {
             return;
@@ -271,9 +263,9 @@ mod tests {
         let kept = r.len() as u64 - marker;
         // render() may add one newline after a head that ends mid-line.
         assert!(
-            dropped + kept - c.total_bytes() <= 1,
+            dropped + kept - c.total_bytes <= 1,
             "{dropped} + {kept} vs {}",
-            c.total_bytes()
+            c.total_bytes
         );
     }
 

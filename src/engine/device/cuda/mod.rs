@@ -4,7 +4,7 @@
 //! cuBLAS in bf16 with f32 accumulation. One stream; kernels report errors on the next `read`.
 
 pub mod kernels;
-pub mod probe;
+pub(crate) mod probe;
 
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
