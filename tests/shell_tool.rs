@@ -46,6 +46,10 @@ fn harness_with(config: ShellConfig) -> Harness {
         .expect("tempdir");
     let ws = dir.path().canonicalize().expect("canon");
     std::fs::create_dir_all(ws.join("sub")).expect("mkdir");
+    // The workspace sits under the target dir, inside this project's own repository: without a
+    // repository of its own, the checkpoint taken before a command would find the project's
+    // and snapshot it.
+    git2::Repository::init(&ws).expect("git init");
     let (events, rx) = EventSink::channel();
     let ctx = ToolContext {
         workspace: ws,
