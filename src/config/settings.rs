@@ -44,7 +44,7 @@ pub struct Settings {
 }
 
 fn choice<T: Choice>(value: &str) -> Result<T, String> {
-    T::parse_or_list(value)
+    T::parse_or_list(value).map_err(|e| e.to_string())
 }
 
 /// Parses a configured command prefix such as `"cargo test"` into words (shell quoting

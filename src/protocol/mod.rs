@@ -13,7 +13,9 @@ mod options;
 
 pub use chat::{ChatMessage, ReasoningEffort, Role, ToolCall, ToolSpec};
 pub use error::{ErrorKind, exit};
-pub use options::{ApprovalPolicy, Choice, DeviceChoice, Mode, RouteConstraint, SandboxMode};
+pub use options::{
+    ApprovalPolicy, Choice, DeviceChoice, Mode, RouteConstraint, SandboxMode, UnknownName,
+};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;

@@ -29,12 +29,20 @@ pub trait Choice: Copy + PartialEq + Sized + 'static {
     }
 
     /// Parses `text`, or says which names exist.
-    fn parse_or_list(text: &str) -> Result<Self, String> {
-        Self::parse_name(text).ok_or_else(|| {
-            let names: Vec<&str> = Self::ALL.iter().map(|v| v.name()).collect();
-            format!("'{text}' is not one of {}", names.join(", "))
+    fn parse_or_list(text: &str) -> Result<Self, UnknownName> {
+        Self::parse_name(text).ok_or_else(|| UnknownName {
+            given: text.to_string(),
+            known: Self::ALL.iter().map(|v| v.name()).collect(),
         })
     }
+}
+
+/// A name that is none of a `Choice`'s names; says which ones exist.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{given}' is not one of {}", known.join(", "))]
+pub struct UnknownName {
+    pub given: String,
+    pub known: Vec<&'static str>,
 }
 
 /// `Display` and `FromStr` through `Choice`, so every spelling goes through one table.
@@ -46,8 +54,8 @@ macro_rules! display_by_name {
             }
         }
         impl std::str::FromStr for $t {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
+            type Err = UnknownName;
+            fn from_str(s: &str) -> Result<Self, UnknownName> {
                 <$t as Choice>::parse_or_list(s)
             }
         }
@@ -277,8 +285,9 @@ mod tests {
     #[test]
     fn unknown_names_list_the_known_ones() {
         let err = ApprovalPolicy::parse_or_list("banana").unwrap_err();
+        assert_eq!(err.known, ["ask", "auto-edit", "full-auto", "never"]);
         assert_eq!(
-            err,
+            err.to_string(),
             "'banana' is not one of ask, auto-edit, full-auto, never"
         );
         assert_eq!(
