@@ -67,6 +67,8 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
             }
             Op::PinExpert { expert } => *lock(&shared.pinned) = expert,
             Op::SetModel { model } => *lock(&shared.model) = Some(model),
+            // A record like every other change: the one writer applies it and appends it.
+            Op::RenameSession { name } => shared.commit(Record::Renamed { name }),
             Op::NewSession => {
                 compact_pending = false;
                 finish_running(running.take()).await;
@@ -114,6 +116,17 @@ fn emit_session(shared: &Shared, resumed: bool, always: bool) {
         session_file: Some(path.display().to_string()),
         instructions: context::instruction_files(&shared.cfg),
     });
+    // Resuming a session made in another folder (`--resume ID`, `--all`) runs its
+    // conversation against this folder's files: say so, every frontend shows warnings.
+    let made_in = shared.state().workspace.clone();
+    if resumed && !made_in.is_empty() && std::path::Path::new(&made_in) != shared.cfg.workspace {
+        shared.events.emit(Event::Warning {
+            message: format!(
+                "this session was made in {made_in}; it continues here, in {}",
+                shared.cfg.workspace.display()
+            ),
+        });
+    }
     let usage = shared.state().usage;
     if always || usage != Default::default() {
         shared.events.emit(Event::SessionUsage { usage });

@@ -134,9 +134,15 @@ pub struct CommonArgs {
     #[arg(long, value_name = "DIR", global = true, help_heading = "Sessions")]
     pub session_dir: Option<PathBuf>,
 
-    /// Continue a saved session: its id (or a unique prefix), or `last`.
+    /// Continue a saved session: its id (or a unique prefix), or `last` (the newest of this
+    /// workspace).
     #[arg(long, value_name = "ID", global = true, help_heading = "Sessions")]
     pub resume: Option<String>,
+
+    /// Every workspace, not only this one: `--resume last` takes the newest of all, `baton
+    /// sessions` lists all.
+    #[arg(long, global = true, help_heading = "Sessions")]
+    pub all: bool,
 
     /// Model round trips allowed per turn (exit 3 when reached).
     #[arg(long, value_name = "N", global = true, help_heading = "Limits")]
@@ -173,6 +179,53 @@ pub struct SessionsArgs {
     /// Show at most N sessions.
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub limit: usize,
+
+    /// Print the sessions as one JSON array (id, name, workspace, created, last_activity,
+    /// turns, first_message, path).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The global options `baton sessions` has no use for: they still parse there (a shell alias
+/// may add them to every call) but stay out of its `--help`, which is about listing sessions.
+const NOT_FOR_SESSIONS: &[&str] = &[
+    "endpoint",
+    "api_key_env",
+    "mode",
+    "model",
+    "profile",
+    "expert",
+    "reasoning",
+    "local",
+    "device",
+    "approval",
+    "sandbox",
+    "resume",
+    "max_turns",
+    "timeout",
+];
+
+/// The command line as parsed: `Cli`'s definition, with the global model and workspace options
+/// hidden from the help of the subcommands they do not concern.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    // A subcommand that has an option of a global's id keeps its own copy (clap copies a global
+    // only where it is missing): a hidden, local copy parses the same and stays out of --help.
+    let hidden: Vec<clap::Arg> = cmd
+        .get_arguments()
+        .filter(|a| NOT_FOR_SESSIONS.contains(&a.get_id().as_str()))
+        .map(|a| a.clone().global(false).hide(true))
+        .collect();
+    cmd.mut_subcommand("sessions", |sub| sub.args(hidden))
+}
+
+/// Parses the process's arguments with `command()`.
+pub fn parse() -> Result<Cli, clap::Error> {
+    use clap::FromArgMatches;
+    let mut cmd = command();
+    let matches = cmd.try_get_matches_from_mut(std::env::args_os())?;
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
 }
 
 /// The settings layer the flags make. Flag values go through the same parser as config values.

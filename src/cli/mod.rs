@@ -16,7 +16,7 @@ pub mod undo;
 
 pub use args::{Cli, Command, CommonArgs};
 
-use clap::{CommandFactory, Parser};
+use clap::CommandFactory;
 
 use crate::app::Frontend;
 
@@ -24,7 +24,7 @@ pub use crate::protocol::exit;
 
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+    let cli = match args::parse() {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -76,6 +76,14 @@ pub fn main() -> i32 {
             return exit::USAGE;
         }
     };
+    let resume = match resume_id(&config, &cli.common) {
+        Ok(r) if cli.command.is_none() => r,
+        Ok(_) => None,
+        Err(e) => {
+            eprintln!("baton: {e}");
+            return exit::USAGE;
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -89,7 +97,7 @@ pub fn main() -> i32 {
     };
     let code = runtime.block_on(async {
         match &cli.command {
-            Some(Command::Sessions(a)) => sessions::run(&config, a),
+            Some(Command::Sessions(a)) => sessions::run(&config, a, cli.common.all),
             Some(Command::Doctor) => doctor::run(&config).await,
             Some(
                 Command::Completions { .. }
@@ -103,7 +111,7 @@ pub fn main() -> i32 {
                     prompt: cli.prompt.clone(),
                     json: cli.json,
                     output: cli.output.clone(),
-                    resume: cli.common.resume.clone(),
+                    resume: resume.clone(),
                 };
                 let text = match crate::exec::read_prompt(&opts) {
                     Ok(t) => t,
@@ -120,7 +128,7 @@ pub fn main() -> i32 {
             None if interactive_terminal() => {
                 let args = crate::tui::LaunchArgs {
                     prompt: cli.prompt.clone(),
-                    resume: cli.common.resume.clone(),
+                    resume: resume.clone(),
                     theme: cli.theme.clone().or_else(|| config.theme.clone()),
                     no_color: cli.no_color,
                 };
@@ -129,7 +137,7 @@ pub fn main() -> i32 {
                     Err(code) => code,
                 }
             }
-            None => match start(&config, Frontend::Interactive, cli.common.resume.as_deref()) {
+            None => match start(&config, Frontend::Interactive, resume.as_deref()) {
                 Ok((handle, _info)) => repl::run(handle, cli.prompt.clone()).await,
                 Err(code) => code,
             },
@@ -138,6 +146,25 @@ pub fn main() -> i32 {
     // Background work (a hung summary, a stuck tool) must not keep a finished run alive.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     code
+}
+
+/// The session `--resume` names. `last` is the newest of this workspace (the session module
+/// decides it); with `--all` it is the newest of every workspace, resolved to its id here.
+fn resume_id(
+    config: &crate::config::Config,
+    common: &CommonArgs,
+) -> Result<Option<String>, crate::session::SessionError> {
+    match common.resume.as_deref() {
+        Some("last") if common.all => {
+            let path = crate::session::find(&config.session_dir, "last", None)?;
+            let id = path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "last".into());
+            Ok(Some(id))
+        }
+        other => Ok(other.map(str::to_string)),
+    }
 }
 
 /// Starts the agent through the builder; a setup failure is printed and becomes exit 2.

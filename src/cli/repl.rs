@@ -1,5 +1,7 @@
-//! `baton [PROMPT]` until the TUI lands: a plain line-mode REPL over the same `AgentHandle`.
-//! Answers stream to stdout; progress, approvals and errors go to stderr.
+//! `baton [PROMPT]` when stdin or stdout is not a terminal (a pipe, `script`, TERM=dumb) and
+//! `--exec` is not given: a plain line-mode REPL over the same `AgentHandle`, one line a turn.
+//! Answers stream to stdout; progress, approvals and errors go to stderr. Turns typed while one
+//! runs are queued; `/quit` and the end of input both finish the queued turns before leaving.
 
 use std::io::Write;
 
@@ -46,6 +48,11 @@ pub async fn run(mut handle: AgentHandle, first: Option<String>) -> i32 {
                         eprintln!("[{expert} · {decision:?} · {latency_ms} ms{why}]");
                     }
                     Event::ToolBegin { title, .. } => eprintln!("[tool] {title}"),
+                    // Nothing will be read any more (`/quit` or end of input): nobody can answer.
+                    Event::ApprovalRequested { call_id, .. } if !stdin_open => {
+                        eprintln!("approval declined: no more input to answer it");
+                        let _ = handle.ops.send(Op::Approval { call_id: call_id.clone(), decision: ApprovalDecision::Deny });
+                    }
                     Event::ApprovalRequested { call_id, request } => {
                         let (what, argv) = match request {
                             ApprovalRequest::Command { command, argv, .. } => (format!("run `{command}`"), argv.clone()),
@@ -92,7 +99,11 @@ pub async fn run(mut handle: AgentHandle, first: Option<String>) -> i32 {
                 let text = line.trim();
                 match text {
                     "" => { if in_flight == 0 { prompt(); } }
-                    "/quit" | "/exit" => { let _ = handle.ops.send(Op::Shutdown); }
+                    "/quit" | "/exit" => {
+                        // Like the end of input: the turns already sent are answered first.
+                        stdin_open = false;
+                        if in_flight == 0 { let _ = handle.ops.send(Op::Shutdown); }
+                    }
                     "/new" => { let _ = handle.ops.send(Op::NewSession); prompt(); }
                     "/help" => { eprintln!("{HELP}"); prompt(); }
                     _ if text.starts_with("/resume ") => {

@@ -53,6 +53,8 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
     let mut shutting_down = false;
     // The core's session total, last seen (it grows after the answer: the summary hop).
     let mut session_usage = None;
+    // The session this run wrote to, for the resume hint at the end.
+    let mut session_id: Option<String> = None;
     let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
     loop {
         let until_deadline = async {
@@ -101,6 +103,7 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
         out.event(&event);
         match &event {
             Event::SessionUsage { usage } => session_usage = Some(*usage),
+            Event::Session { session_id: id, .. } => session_id = Some(id.clone()),
             Event::TurnCompleted {
                 status,
                 answer,
@@ -133,6 +136,9 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
             Event::ShutdownComplete => {
                 if let Some(usage) = &session_usage {
                     out.session_usage(usage);
+                }
+                if let Some(id) = &session_id {
+                    out.resume_hint(id);
                 }
                 return code.unwrap_or(exit::AGENT_ERROR);
             }

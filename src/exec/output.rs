@@ -42,6 +42,15 @@ impl Output {
         eprintln!("{}", session_line(usage));
     }
 
+    /// How to continue the session, when the run ends: a stderr line in plain mode; `--json`
+    /// readers have the `session` event's id.
+    pub fn resume_hint(&self, session_id: &str) {
+        if self.json {
+            return;
+        }
+        eprintln!("To continue this session: baton --resume {session_id}");
+    }
+
     pub fn event(&self, event: &Event) {
         if self.json {
             if let Ok(line) = serde_json::to_string(event) {

@@ -1,10 +1,22 @@
 //! The `--exec` prompt: from argv, or from piped stdin (`-` or no prompt). Never reads a terminal.
+//! With a prompt argument AND a piped stdin (`git diff | baton --exec "review this"`), stdin is
+//! the material the prompt is about: it is appended as a delimited `<stdin>` block, capped.
 
 use std::io::{IsTerminal, Read};
 
+/// The most of a piped stdin appended to a prompt argument; the rest is cut with a note.
+pub const STDIN_CAP: usize = 1024 * 1024;
+
 pub fn read(arg: Option<&str>) -> Result<String, String> {
     let text = match arg {
-        Some(p) if p != "-" => p.to_string(),
+        Some(p) if p != "-" => {
+            let mut text = p.to_string();
+            if let Some(block) = piped_stdin_block()? {
+                text.push_str("\n\n");
+                text.push_str(&block);
+            }
+            text
+        }
         _ => {
             let stdin = std::io::stdin();
             if stdin.is_terminal() {
@@ -26,4 +38,97 @@ pub fn read(arg: Option<&str>) -> Result<String, String> {
         return Err("the prompt is empty".into());
     }
     Ok(text)
+}
+
+/// Stdin as a `<stdin>` block when something is piped or redirected from a file into it. A
+/// terminal, `/dev/null` or a closed stdin is no input: those are what a prompt alone runs with.
+fn piped_stdin_block() -> Result<Option<String>, String> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::FileTypeExt;
+    let stdin = std::io::stdin();
+    let piped = stdin
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .and_then(|f| f.metadata())
+        .is_ok_and(|m| m.file_type().is_fifo() || m.file_type().is_file());
+    if !piped {
+        return Ok(None);
+    }
+    let mut bytes = Vec::new();
+    stdin
+        .lock()
+        .take(STDIN_CAP as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read stdin: {e}"))?;
+    stdin_block(bytes)
+}
+
+/// The block for `bytes` read from stdin (at most `STDIN_CAP + 1` of them: one more than the
+/// cap says there was more). Binary input is refused: the model cannot use it, and a NUL or
+/// invalid UTF-8 in the prompt would only produce a confusing answer.
+fn stdin_block(mut bytes: Vec<u8>) -> Result<Option<String>, String> {
+    let cut = bytes.len() > STDIN_CAP;
+    bytes.truncate(STDIN_CAP);
+    let text = match String::from_utf8(bytes) {
+        Ok(t) => t,
+        // Cut inside a character: drop its first bytes, not the input.
+        Err(e) if cut && e.utf8_error().error_len().is_none() => {
+            let valid = e.utf8_error().valid_up_to();
+            let mut bytes = e.into_bytes();
+            bytes.truncate(valid);
+            String::from_utf8(bytes).map_err(|_| binary())?
+        }
+        Err(_) => return Err(binary()),
+    };
+    if text.contains('\0') {
+        return Err(binary());
+    }
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    let mut block = String::from("<stdin>\n");
+    block.push_str(&text);
+    if !text.ends_with('\n') {
+        block.push('\n');
+    }
+    block.push_str("</stdin>");
+    if cut {
+        block.push_str(&format!(
+            "\n(stdin was cut at {} KiB; the rest was not read)",
+            STDIN_CAP / 1024
+        ));
+    }
+    Ok(Some(block))
+}
+
+fn binary() -> String {
+    "stdin is binary, not text: baton appends piped text to the prompt; pass a binary file's \
+     path in the prompt instead, or redirect stdin from /dev/null"
+        .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_delimited_and_a_long_input_is_cut_with_a_note() {
+        let block = stdin_block(b"diff --git a b".to_vec()).expect("text");
+        assert_eq!(block.as_deref(), Some("<stdin>\ndiff --git a b\n</stdin>"));
+        assert_eq!(stdin_block(b"  \n".to_vec()).expect("blank"), None);
+        // One byte over the cap, the cap landing inside a two-byte character.
+        let mut big = vec![b'a'; STDIN_CAP - 1];
+        big.extend("é".as_bytes());
+        let block = stdin_block(big).expect("cut").expect("some");
+        assert!(block.ends_with("</stdin>\n(stdin was cut at 1024 KiB; the rest was not read)"));
+        assert!(block.contains(&"a".repeat(STDIN_CAP - 1)));
+        assert!(!block.contains('é'));
+    }
+
+    #[test]
+    fn binary_input_is_refused() {
+        assert!(stdin_block(vec![0x7f, b'E', b'L', b'F', 0, 1]).is_err());
+        assert!(stdin_block(vec![0xff, 0xfe, b'a']).is_err());
+    }
 }

@@ -27,6 +27,8 @@ pub struct SessionState {
     /// The last turn begun, whose hops `turn_usage` counts.
     pub turn_id: u64,
     pub turn_usage: UsageTotals,
+    /// The name given with `/rename` (listings show it before the first message).
+    pub name: Option<String>,
 }
 
 impl Default for SessionState {
@@ -42,6 +44,7 @@ impl Default for SessionState {
             usage: UsageTotals::default(),
             turn_id: 0,
             turn_usage: UsageTotals::default(),
+            name: None,
         }
     }
 }
@@ -83,6 +86,12 @@ impl SessionState {
                 true
             }
             Record::Route { .. } => false,
+            Record::Renamed { name } => {
+                let name = Some(name.trim().to_string()).filter(|n| !n.is_empty());
+                let changed = self.name != name;
+                self.name = name;
+                changed
+            }
             Record::ConversationId { id } => {
                 let changed = self.conversation_id.as_ref() != Some(id);
                 self.conversation_id = Some(id.clone());

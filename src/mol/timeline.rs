@@ -284,6 +284,7 @@ impl Timeline {
             | Record::Route { .. }
             | Record::ConversationId { .. }
             | Record::Usage { .. }
+            | Record::Renamed { .. }
             | Record::TurnEnded { .. } => false,
         }
     }

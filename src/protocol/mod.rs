@@ -156,6 +156,9 @@ pub enum Op {
     ResumeSession { id: String },
     /// Change the model name (`/model`, proxy and single modes).
     SetModel { model: String },
+    /// Name the open session (`/rename NAME`; empty clears it): recorded in its file, shown by
+    /// `baton sessions` and the `/resume` picker.
+    RenameSession { name: String },
     /// End the session: save, kill children, emit `ShutdownComplete`.
     Shutdown,
     /// The workspace's changes against HEAD plus untracked files (`/diff`); answered by one

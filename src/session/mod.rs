@@ -17,6 +17,7 @@ pub use record::Record;
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -31,6 +32,15 @@ pub enum SessionError {
     File { path: String, reason: String },
     #[error("no session '{id}' in {dir}")]
     NotFound { id: String, dir: String },
+    /// `last` (of every workspace) with no saved session at all.
+    #[error("no saved sessions in {dir} yet")]
+    Empty { dir: String },
+    /// `last` in a workspace that has no saved session (others may have some: `--all`).
+    #[error(
+        "no sessions in this workspace ({workspace}) yet{}",
+        if *.elsewhere > 0 { format!("; {} in other workspaces (--all widens `last` to them)", .elsewhere) } else { String::new() }
+    )]
+    NoneHere { workspace: String, elsewhere: usize },
     #[error(
         "session {id} is open in another baton process{}",
         .pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
@@ -58,7 +68,7 @@ impl SessionFile {
         backend: &str,
         workspace: &Path,
     ) -> Result<SessionFile, SessionError> {
-        std::fs::create_dir_all(dir).map_err(|e| SessionError::Folder {
+        private_dir(dir).map_err(|e| SessionError::Folder {
             path: dir.display().to_string(),
             reason: format!("cannot create: {e}"),
         })?;
@@ -67,6 +77,7 @@ impl SessionFile {
         let file = OpenOptions::new()
             .create_new(true)
             .append(true)
+            .mode(PRIVATE_FILE)
             .open(&path)
             .map_err(|e| SessionError::File {
                 path: path.display().to_string(),
@@ -197,6 +208,21 @@ impl Drop for SessionFile {
     }
 }
 
+/// Session files hold whole conversations (code, command output, perhaps secrets): only
+/// their owner may read them, whatever the umask.
+pub const PRIVATE_FILE: u32 = 0o600;
+/// The folders baton creates for them, likewise.
+pub const PRIVATE_DIR: u32 = 0o700;
+
+/// Creates `dir` and its missing parents as owner-only folders. An existing folder keeps its
+/// mode: the user chose it (a `--session-dir` shared on purpose stays shared).
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(PRIVATE_DIR)
+        .create(dir)
+}
+
 /// Takes the session's advisory lock (without waiting) and notes this process's pid next to
 /// the file. A lock held elsewhere is `SessionError::Busy` with the holder's pid when known.
 fn lock(file: File, path: &Path, id: &str) -> Result<(Flock<File>, PathBuf), SessionError> {
@@ -204,7 +230,13 @@ fn lock(file: File, path: &Path, id: &str) -> Result<(Flock<File>, PathBuf), Ses
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(locked) => {
             // Best effort: the pid only improves the message another process shows.
-            let _ = std::fs::write(&pid_path, std::process::id().to_string());
+            let _ = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(PRIVATE_FILE)
+                .open(&pid_path)
+                .and_then(|mut f| f.write_all(std::process::id().to_string().as_bytes()));
             Ok((locked, pid_path))
         }
         Err((_, e)) if e == Errno::EWOULDBLOCK => {
@@ -223,17 +255,39 @@ fn lock(file: File, path: &Path, id: &str) -> Result<(Flock<File>, PathBuf), Ses
     }
 }
 
-/// One saved session as `baton sessions` lists it.
-#[derive(Debug, Clone)]
+/// One saved session as `baton sessions` and the `/resume` picker list it.
+#[derive(Debug, Clone, PartialEq)]
 pub struct SessionInfo {
     pub id: String,
     pub path: PathBuf,
     pub created: String,
     pub workspace: String,
     pub turns: usize,
-    /// The first user turn's text, for recognising the session.
+    /// The first line of the first user turn (at most 60 characters), for recognising it.
     pub title: String,
+    /// The name given with `/rename`, the latest one.
+    pub name: Option<String>,
+    /// Last activity: when the file was last written.
     pub modified: std::time::SystemTime,
+}
+
+impl SessionInfo {
+    /// The last activity as local time, `2025-01-31 14:05`.
+    pub fn last_activity(&self) -> String {
+        let at: chrono::DateTime<chrono::Local> = self.modified.into();
+        at.format("%Y-%m-%d %H:%M").to_string()
+    }
+
+    /// The last activity as RFC 3339 (UTC), for machines.
+    pub fn last_activity_rfc3339(&self) -> String {
+        let at: chrono::DateTime<chrono::Utc> = self.modified.into();
+        at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    }
+
+    /// Whether the session was made in `workspace`.
+    pub fn is_of(&self, workspace: &Path) -> bool {
+        Path::new(&self.workspace) == workspace
+    }
 }
 
 /// Lists the sessions in `dir`, newest first. Unreadable files are skipped.
@@ -272,6 +326,7 @@ fn summarize(path: &Path) -> Option<SessionInfo> {
         workspace: String::new(),
         turns: 0,
         title: String::new(),
+        name: None,
         modified,
     };
     for line in BufReader::new(file).lines() {
@@ -293,14 +348,19 @@ fn summarize(path: &Path) -> Option<SessionInfo> {
                 }
                 info.turns += 1;
             }
+            Ok(Record::Renamed { name }) => {
+                info.name = Some(name.trim().to_string()).filter(|n| !n.is_empty());
+            }
             _ => {}
         }
     }
     (!info.id.is_empty()).then_some(info)
 }
 
-/// Finds a session file by id, unique id prefix, or `last` (the most recently written, of
-/// `workspace` when it has sessions).
+/// Finds a session file by id, unique id prefix, or `last`: the most recently written session
+/// of `workspace`, or of any workspace when `workspace` is `None` (`--all`). A session of
+/// another workspace is never taken for `last` silently: continuing it here would run its
+/// conversation against the wrong files.
 pub fn find(dir: &Path, id: &str, workspace: Option<&Path>) -> Result<PathBuf, SessionError> {
     let not_found = || SessionError::NotFound {
         id: id.to_string(),
@@ -308,12 +368,19 @@ pub fn find(dir: &Path, id: &str, workspace: Option<&Path>) -> Result<PathBuf, S
     };
     let all = list(dir)?;
     if id == "last" {
-        let here = workspace.map(|w| w.display().to_string());
-        let of_workspace = all.iter().find(|s| Some(&s.workspace) == here.as_ref());
-        return of_workspace
-            .or(all.first())
+        let Some(here) = workspace else {
+            return all.first().map(|s| s.path.clone()).ok_or_else(|| SessionError::Empty {
+                dir: dir.display().to_string(),
+            });
+        };
+        return all
+            .iter()
+            .find(|s| s.is_of(here))
             .map(|s| s.path.clone())
-            .ok_or_else(not_found);
+            .ok_or_else(|| SessionError::NoneHere {
+                workspace: here.display().to_string(),
+                elsewhere: all.len(),
+            });
     }
     if let Some(exact) = all.iter().find(|s| s.id == id) {
         return Ok(exact.path.clone());

@@ -91,6 +91,10 @@ pub enum Record {
         hop: Hop,
         usage: TokenUsage,
     },
+    /// The user named the session (`/rename`); the latest name counts, an empty one clears it.
+    Renamed {
+        name: String,
+    },
     TurnEnded {
         turn_id: u64,
         status: TurnStatus,

@@ -2,7 +2,7 @@
 
 use super::app::{App, Effect};
 use super::cell::NoticeLevel;
-use super::sessions::list_sessions;
+use super::sessions::{describe, list_sessions};
 use super::slash::SlashCommand;
 use super::status::{decision_word, short_count};
 use super::theme::{Theme, available_themes};
@@ -73,11 +73,25 @@ impl App {
                     self.resume(args.to_string());
                 }
             }
-            SlashCommand::Sessions => match self.sessions_dir().map(|d| list_sessions(&d)) {
+            SlashCommand::Rename => {
+                self.send(Op::RenameSession {
+                    name: args.to_string(),
+                });
+                let title = if args.is_empty() {
+                    "Session name cleared".to_string()
+                } else {
+                    format!("Session named {args}")
+                };
+                self.push_notice(NoticeLevel::Info, title, vec![]);
+            }
+            SlashCommand::Sessions => match self.list_saved_sessions() {
                 Some(Ok(list)) if !list.is_empty() => {
                     let body = list
                         .iter()
-                        .map(|s| format!("{}  {}  {} KB", s.modified, s.id, s.bytes.div_ceil(1024)))
+                        .map(|s| {
+                            let (about, detail) = describe(s, &self.opts.workspace);
+                            format!("{}  {about}  ({detail})", s.id)
+                        })
                         .collect();
                     self.push_notice(
                         NoticeLevel::Info,
@@ -163,8 +177,13 @@ impl App {
         })
     }
 
+    fn list_saved_sessions(&self) -> Option<Result<Vec<super::sessions::SessionEntry>, String>> {
+        let dir = self.sessions_dir()?;
+        Some(list_sessions(&dir, &self.opts.workspace))
+    }
+
     fn open_session_picker(&mut self) {
-        match self.sessions_dir().map(|d| list_sessions(&d)) {
+        match self.list_saved_sessions() {
             Some(Ok(list)) if !list.is_empty() => {
                 self.session_picker = Some(list);
                 self.popup_selected = 0;

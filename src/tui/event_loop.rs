@@ -38,6 +38,10 @@ pub async fn run(handle: AgentHandle, opts: TuiOptions) -> anyhow::Result<i32> {
         .unwrap_or(100)
         .max(20);
     let _ = print_exit::print_transcript(&app, width, &mut stdout());
+    if let Some(id) = &app.session_id {
+        // After the transcript, so it is the last thing on the screen.
+        eprintln!("To continue this session: baton --resume {id}");
+    }
     match result {
         Ok(code) => Ok(code),
         Err(e) => {

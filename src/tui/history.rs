@@ -1,6 +1,7 @@
 //! Prompt history, persisted as one JSON string per line (multi-line prompts survive), newest last.
 
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 const MAX_ENTRIES: usize = 1000;
@@ -63,11 +64,13 @@ impl History {
         };
         let line = serde_json::to_string(entry).map_err(|e| e.to_string())?;
         if let Some(dir) = path.parent() {
-            let _ = std::fs::create_dir_all(dir);
+            let _ = crate::session::private_dir(dir);
         }
+        // Prompts can hold anything the user pasted: owner-only, like the session files.
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(crate::session::PRIVATE_FILE)
             .open(path)
             .and_then(|mut f| writeln!(f, "{line}"))
             .map_err(|e| format!("{}: cannot write history: {e}", path.display()))

@@ -213,12 +213,7 @@ fn draw_popup(app: &App, above: Rect, buf: &mut Buffer) {
         Popup::Files(files) => files.iter().map(|f| (f.clone(), String::new())).collect(),
         Popup::Sessions(list) => list
             .iter()
-            .map(|s| {
-                (
-                    s.id.clone(),
-                    format!("{} · {} KB", s.modified, s.bytes.div_ceil(1024)),
-                )
-            })
+            .map(|s| super::sessions::describe(s, &app.opts.workspace))
             .collect(),
     };
     let height = (items.len() as u16).min(10).min(above.height);

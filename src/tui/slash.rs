@@ -5,6 +5,7 @@ pub enum SlashCommand {
     Help,
     New,
     Resume,
+    Rename,
     Sessions,
     Expert,
     Mode,
@@ -21,10 +22,11 @@ pub enum SlashCommand {
 
 impl SlashCommand {
     /// Popup order: most used first.
-    pub const ALL: [SlashCommand; 15] = [
+    pub const ALL: [SlashCommand; 16] = [
         SlashCommand::Help,
         SlashCommand::New,
         SlashCommand::Resume,
+        SlashCommand::Rename,
         SlashCommand::Sessions,
         SlashCommand::Expert,
         SlashCommand::Mode,
@@ -44,6 +46,7 @@ impl SlashCommand {
             SlashCommand::Help => "help",
             SlashCommand::New => "new",
             SlashCommand::Resume => "resume",
+            SlashCommand::Rename => "rename",
             SlashCommand::Sessions => "sessions",
             SlashCommand::Expert => "expert",
             SlashCommand::Mode => "mode",
@@ -62,6 +65,7 @@ impl SlashCommand {
     pub fn usage(self) -> &'static str {
         match self {
             SlashCommand::Resume => "/resume [ID|last]",
+            SlashCommand::Rename => "/rename [NAME]",
             SlashCommand::Expert => "/expert [L0-L3|auto]",
             SlashCommand::Model => "/model [NAME]",
             SlashCommand::Theme => "/theme [NAME]",
@@ -74,6 +78,7 @@ impl SlashCommand {
             SlashCommand::Help => "keys and commands",
             SlashCommand::New => "start a fresh session",
             SlashCommand::Resume => "resume a saved session (picker without an ID)",
+            SlashCommand::Rename => "name this session (shown by /resume and baton sessions)",
             SlashCommand::Sessions => "list saved sessions",
             SlashCommand::Expert => "pin an expert (skip routing) or unpin with 'auto'",
             SlashCommand::Mode => "show the mode (mol, proxy, single)",
