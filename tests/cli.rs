@@ -328,3 +328,161 @@ fn a_closed_stdout_ends_a_report_quietly() {
         assert_ne!(status.code(), Some(101), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn sessions_help_is_about_sessions_not_the_model() {
+    let out = Env::new()
+        .baton()
+        .args(["sessions", "--help"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in ["--json", "--all", "--limit", "--session-dir"] {
+        assert!(help.contains(flag), "{flag} missing:\n{help}");
+    }
+    for flag in ["--endpoint", "--model", "--reasoning", "--device", "--sandbox"] {
+        assert!(!help.contains(flag), "{flag} listed:\n{help}");
+    }
+}
+
+/// Two sessions here (one named from the line REPL), one in another folder: `sessions` lists
+/// this workspace's, `--all` every one, `--json` the same as data; `--resume last` never takes
+/// the other folder's session unless `--all` says so, and then warns.
+#[test]
+fn sessions_and_resume_last_are_per_workspace() {
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L0", "L1", "L2"])
+            .answer("L2", "one")
+            .answer("L0", "two")
+            .answer("L1", "three")
+            .answer("L2", "four"),
+    );
+    let env = Env::new();
+    let other = env.home.join("other-project");
+    std::fs::create_dir_all(&other).expect("mkdir");
+    let run = |args: &[&str]| {
+        env.session_baton()
+            .args(["--endpoint", &engine.url()])
+            .args(args)
+            .output()
+            .expect("run")
+    };
+    let first = run(&["--exec", "fix the parser"]);
+    assert_eq!(first.status.code(), Some(0));
+    let hint = String::from_utf8_lossy(&first.stderr);
+    assert!(hint.contains("To continue this session: baton --resume "), "{hint}");
+    let repl = env
+        .session_baton()
+        .args(["--endpoint", &engine.url()])
+        .write_stdin("add tests\n/rename parser work\n")
+        .output()
+        .expect("repl");
+    assert_eq!(repl.status.code(), Some(0));
+    let elsewhere = run(&["-C", other.to_str().expect("utf-8"), "--exec", "deploy"]);
+    assert_eq!(elsewhere.status.code(), Some(0));
+
+    let listed = run(&["sessions"]);
+    let table = String::from_utf8_lossy(&listed.stdout);
+    assert!(table.contains("LAST ACTIVITY") && table.contains("WORKSPACE"), "{table}");
+    assert!(table.contains("[parser work] add tests"), "{table}");
+    assert!(table.contains("fix the parser") && !table.contains("deploy"), "{table}");
+    assert!(String::from_utf8_lossy(&listed.stderr).contains("1 in other workspaces"));
+    let all = run(&["sessions", "--all", "--json"]);
+    let list: serde_json::Value = serde_json::from_slice(&all.stdout).expect("json");
+    let list = list.as_array().expect("array");
+    assert_eq!(list.len(), 3);
+    assert_eq!(list[0]["first_message"], "deploy");
+    assert_eq!(list[0]["workspace"], other.display().to_string());
+    assert_eq!(list[1]["name"], "parser work");
+    assert_eq!(list[1]["turns"], 1);
+    assert!(list[2]["name"].is_null());
+    assert!(list[2]["last_activity"].as_str().is_some_and(|t| t.ends_with('Z')));
+
+    // The newest session overall is the other folder's; `last` here is this folder's.
+    let fresh = env.home.join("fresh");
+    std::fs::create_dir_all(&fresh).expect("mkdir");
+    let none = run(&["-C", fresh.to_str().expect("utf-8"), "--exec", "--resume", "last", "x"]);
+    assert_eq!(none.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(err.contains("no sessions in this workspace"), "{err}");
+    assert!(err.contains("--all"), "{err}");
+    let widened = run(&[
+        "-C",
+        fresh.to_str().expect("utf-8"),
+        "--exec",
+        "--resume",
+        "last",
+        "--all",
+        "and now?",
+    ]);
+    assert_eq!(widened.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&widened.stderr);
+    assert!(
+        err.contains(&format!("this session was made in {}", other.display())),
+        "{err}"
+    );
+    let continued = std::fs::read_to_string(list[0]["path"].as_str().expect("path")).expect("read");
+    assert!(continued.contains("and now?"), "{continued}");
+}
+
+/// `/quit` right after a line: the line's turn is answered before the REPL leaves.
+#[test]
+fn the_line_repl_finishes_queued_turns_before_quit() {
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L0"])
+            .answer("L2", "first answer")
+            .answer("L0", "second answer"),
+    );
+    let env = Env::new();
+    let out = env
+        .baton()
+        .args(["--session-dir", "s", "--endpoint", &engine.url()])
+        .write_stdin("hello\nhow are you\n/quit\nnot sent\n")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("first answer"), "{stdout}");
+    assert!(stdout.contains("second answer"), "{stdout}");
+    assert_eq!(engine.requests_for_hop("answer").len(), 2);
+}
+
+/// Under umask 022 the session file is still owner-only, in an owner-only folder.
+#[test]
+fn session_files_are_private_under_umask_022() {
+    use std::os::unix::fs::PermissionsExt;
+    let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "hi"));
+    let env = Env::new();
+    // assert_cmd cannot set a umask: the binary runs through `sh -c 'umask 022 && exec …'`.
+    let exe = assert_cmd::cargo::cargo_bin("baton");
+    let sessions = env.home.join("private-sessions");
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("umask 022 && exec \"$0\" \"$@\"")
+        .arg(&exe)
+        .args(["--session-dir"])
+        .arg(&sessions)
+        .args(["--exec", "--endpoint", &engine.url(), "hello"])
+        .env_clear()
+        .env("HOME", &env.home)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(&env.workspace)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("sh");
+    assert!(status.status.success(), "{status:?}");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode(&sessions), 0o700);
+    let files: Vec<_> = std::fs::read_dir(&sessions)
+        .expect("list")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(!files.is_empty());
+    for f in files {
+        assert_eq!(mode(&f), 0o600, "{}", f.display());
+    }
+}

@@ -692,6 +692,7 @@ fn a_session_open_in_one_baton_process_is_refused_by_a_second() {
             &id,
             "two",
         ])
+        .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let mut a = a.spawn().expect("spawn A");

@@ -251,26 +251,48 @@ fn reasoning_streams_dimmed_then_folds() {
 }
 
 #[test]
-fn resume_picker_lists_session_files() {
+fn resume_picker_shows_name_first_message_turns_and_workspace_of_the_session_listing() {
+    use baton::session::{Record, SessionFile};
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(dir.path().join("0190-old.jsonl"), "{}\n").expect("write");
-    std::thread::sleep(Duration::from_millis(20));
-    std::fs::write(dir.path().join("0190-new.jsonl"), "{}\n").expect("write");
+    let here = PathBuf::from("/home/dev/project");
+    let session = |workspace: &std::path::Path, text: &str, name: Option<&str>| {
+        let mut f = SessionFile::create(dir.path(), "mol", "x", workspace).expect("create");
+        f.append(&Record::Turn {
+            turn_id: 1,
+            text: text.into(),
+            at: String::new(),
+        })
+        .expect("turn");
+        if let Some(name) = name {
+            f.append(&Record::Renamed { name: name.into() }).expect("name");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        f.id.clone()
+    };
+    let old = session(&here, "fix the flaky test", Some("flaky"));
+    let other = session(std::path::Path::new("/srv/elsewhere"), "deploy it", None);
+    let new = session(&here, "add a --json flag", None);
+    // Not a session file: the listing skips it.
+    std::fs::write(dir.path().join("junk.jsonl"), "{}\n").expect("write");
     let mut o = options();
     o.sessions_dir = Some(dir.path().to_path_buf());
     let mut app = app_with(o, ColorDepth::TrueColor);
     app.composer.set_text("/resume");
     app.handle_key(key(KeyCode::Enter));
-    assert!(matches!(app.popup(), Popup::Sessions(ref s) if s.len() == 2 && s[0].id == "0190-new"));
-    assert!(screen(&app, 80, 16).contains("0190-old"));
+    let ids = match app.popup() {
+        Popup::Sessions(list) => list.iter().map(|s| s.id.clone()).collect::<Vec<_>>(),
+        p => panic!("no picker: {p:?}"),
+    };
+    // This workspace's sessions first, newest first; then the others.
+    assert_eq!(ids, vec![new.clone(), old.clone(), other.clone()]);
+    let s = screen(&app, 110, 16);
+    assert!(s.contains("flaky · fix the flaky test"), "{s}");
+    assert!(s.contains("1 turn"), "{s}");
+    assert!(s.contains("/srv/elsewhere"), "{s}");
+    assert!(s.contains("add a --json flag"), "{s}");
     app.handle_key(key(KeyCode::Down));
     app.handle_key(key(KeyCode::Enter));
-    assert_eq!(
-        ops(&mut app),
-        vec![Op::ResumeSession {
-            id: "0190-old".into()
-        }]
-    );
+    assert_eq!(ops(&mut app), vec![Op::ResumeSession { id: old }]);
     assert_eq!(app.popup(), Popup::None);
 }
 
@@ -768,6 +790,12 @@ fn slash_commands_send_their_ops() {
             "/resume 0190abc",
             Some(Op::ResumeSession {
                 id: "0190abc".into(),
+            }),
+        ),
+        (
+            "/rename flaky test fix",
+            Some(Op::RenameSession {
+                name: "flaky test fix".into(),
             }),
         ),
         ("/status", None),

@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use crate::protocol::{AgentHandle, ApprovalDecision, ApprovalRequest, Event, Expert, Op, exit};
 
 const HELP: &str =
-    "commands: /expert L0..L3|auto, /new, /resume ID|last, /quit (Ctrl-C stops a running turn)";
+    "commands: /expert L0..L3|auto, /new, /resume ID|last, /rename NAME, /quit (Ctrl-C stops a running turn)";
 
 pub async fn run(mut handle: AgentHandle, first: Option<String>) -> i32 {
     eprintln!("{HELP}");
@@ -110,6 +110,11 @@ pub async fn run(mut handle: AgentHandle, first: Option<String>) -> i32 {
                         let id = text.trim_start_matches("/resume ").trim().to_string();
                         let _ = handle.ops.send(Op::ResumeSession { id });
                         prompt();
+                    }
+                    _ if text == "/rename" || text.starts_with("/rename ") => {
+                        let name = text.trim_start_matches("/rename").trim().to_string();
+                        let _ = handle.ops.send(Op::RenameSession { name });
+                        if in_flight == 0 { prompt(); }
                     }
                     _ if text.starts_with("/expert ") => {
                         let arg = text.trim_start_matches("/expert ").trim();

@@ -77,7 +77,7 @@ fn a_corrupt_line_in_the_middle_is_an_error_naming_the_line() {
 }
 
 #[test]
-fn last_prefers_the_newest_session_of_the_workspace() {
+fn last_is_the_newest_session_of_the_workspace_and_never_of_another() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ws_a = dir.path().join("a");
     let ws_b = dir.path().join("b");
@@ -85,11 +85,69 @@ fn last_prefers_the_newest_session_of_the_workspace() {
     let b = SessionFile::create(dir.path(), "mol", "x", &ws_b).expect("create");
     assert_eq!(find(dir.path(), "last", Some(&ws_a)).expect("a"), a.path);
     assert_eq!(find(dir.path(), "last", Some(&ws_b)).expect("b"), b.path);
+    // A workspace without sessions does not get another's: that needs `--all` (no workspace).
     let elsewhere = dir.path().join("c");
+    let err = find(dir.path(), "last", Some(&elsewhere)).expect_err("none here");
     assert_eq!(
-        find(dir.path(), "last", Some(&elsewhere)).expect("any"),
-        b.path
+        err.to_string(),
+        format!(
+            "no sessions in this workspace ({}) yet; 2 in other workspaces (--all widens `last` to them)",
+            elsewhere.display()
+        )
     );
+    assert_eq!(find(dir.path(), "last", None).expect("any"), b.path);
+    let empty = tempfile::tempdir().expect("tempdir");
+    let err = find(empty.path(), "last", Some(&elsewhere)).expect_err("no sessions at all");
+    assert_eq!(
+        err.to_string(),
+        format!("no sessions in this workspace ({}) yet", elsewhere.display())
+    );
+}
+
+#[test]
+fn the_listing_has_what_the_pickers_show_and_the_latest_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().join("ws");
+    let mut f = SessionFile::create(dir.path(), "mol", "x", &ws).expect("create");
+    for (turn_id, text) in [(1, "fix the build\nplease"), (2, "and the tests")] {
+        f.append(&Record::Turn {
+            turn_id,
+            text: text.into(),
+            at: String::new(),
+        })
+        .expect("turn");
+    }
+    f.append(&Record::Renamed { name: "first".into() }).expect("name");
+    f.append(&Record::Renamed { name: " build fix ".into() }).expect("rename");
+    let list = list(dir.path()).expect("list");
+    assert_eq!(list.len(), 1);
+    let s = &list[0];
+    assert_eq!(s.id, f.id);
+    assert_eq!(s.turns, 2);
+    assert_eq!(s.title, "fix the build");
+    assert_eq!(s.name.as_deref(), Some("build fix"));
+    assert!(s.is_of(&ws));
+    assert_eq!(s.last_activity().len(), "2025-01-31 14:05".len());
+    f.append(&Record::Renamed { name: String::new() }).expect("clear");
+    assert_eq!(super::list(dir.path()).expect("list")[0].name, None);
+}
+
+/// Conversations are private: under the common umask 022 a session file is still 0600, in a
+/// 0700 folder baton created.
+#[test]
+fn session_files_and_their_folder_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: umask only changes the mode of files created from here on; 022 is the usual one.
+    let old = unsafe { libc::umask(0o022) };
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("data/sessions");
+    let f = SessionFile::create(&dir, "mol", "x", root.path()).expect("create");
+    unsafe { libc::umask(old) };
+    let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode(&f.path), 0o600);
+    assert_eq!(mode(&f.path.with_extension("pid")), 0o600);
+    assert_eq!(mode(&dir), 0o700);
+    assert_eq!(mode(&root.path().join("data")), 0o700);
 }
 
 #[test]
