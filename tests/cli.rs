@@ -341,7 +341,13 @@ fn sessions_help_is_about_sessions_not_the_model() {
     for flag in ["--json", "--all", "--limit", "--session-dir"] {
         assert!(help.contains(flag), "{flag} missing:\n{help}");
     }
-    for flag in ["--endpoint", "--model", "--reasoning", "--device", "--sandbox"] {
+    for flag in [
+        "--endpoint",
+        "--model",
+        "--reasoning",
+        "--device",
+        "--sandbox",
+    ] {
         assert!(!help.contains(flag), "{flag} listed:\n{help}");
     }
 }
@@ -372,7 +378,10 @@ fn sessions_and_resume_last_are_per_workspace() {
     let first = run(&["--exec", "fix the parser"]);
     assert_eq!(first.status.code(), Some(0));
     let hint = String::from_utf8_lossy(&first.stderr);
-    assert!(hint.contains("To continue this session: baton --resume "), "{hint}");
+    assert!(
+        hint.contains("To continue this session: baton --resume "),
+        "{hint}"
+    );
     let repl = env
         .session_baton()
         .args(["--endpoint", &engine.url()])
@@ -385,9 +394,15 @@ fn sessions_and_resume_last_are_per_workspace() {
 
     let listed = run(&["sessions"]);
     let table = String::from_utf8_lossy(&listed.stdout);
-    assert!(table.contains("LAST ACTIVITY") && table.contains("WORKSPACE"), "{table}");
+    assert!(
+        table.contains("LAST ACTIVITY") && table.contains("WORKSPACE"),
+        "{table}"
+    );
     assert!(table.contains("[parser work] add tests"), "{table}");
-    assert!(table.contains("fix the parser") && !table.contains("deploy"), "{table}");
+    assert!(
+        table.contains("fix the parser") && !table.contains("deploy"),
+        "{table}"
+    );
     assert!(String::from_utf8_lossy(&listed.stderr).contains("1 in other workspaces"));
     let all = run(&["sessions", "--all", "--json"]);
     let list: serde_json::Value = serde_json::from_slice(&all.stdout).expect("json");
@@ -398,12 +413,23 @@ fn sessions_and_resume_last_are_per_workspace() {
     assert_eq!(list[1]["name"], "parser work");
     assert_eq!(list[1]["turns"], 1);
     assert!(list[2]["name"].is_null());
-    assert!(list[2]["last_activity"].as_str().is_some_and(|t| t.ends_with('Z')));
+    assert!(
+        list[2]["last_activity"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
 
     // The newest session overall is the other folder's; `last` here is this folder's.
     let fresh = env.home.join("fresh");
     std::fs::create_dir_all(&fresh).expect("mkdir");
-    let none = run(&["-C", fresh.to_str().expect("utf-8"), "--exec", "--resume", "last", "x"]);
+    let none = run(&[
+        "-C",
+        fresh.to_str().expect("utf-8"),
+        "--exec",
+        "--resume",
+        "last",
+        "x",
+    ]);
     assert_eq!(none.status.code(), Some(2));
     let err = String::from_utf8_lossy(&none.stderr);
     assert!(err.contains("no sessions in this workspace"), "{err}");
@@ -474,7 +500,8 @@ fn session_files_are_private_under_umask_022() {
         .output()
         .expect("sh");
     assert!(status.status.success(), "{status:?}");
-    let mode = |p: &std::path::Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+    let mode =
+        |p: &std::path::Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
     assert_eq!(mode(&sessions), 0o700);
     let files: Vec<_> = std::fs::read_dir(&sessions)
         .expect("list")

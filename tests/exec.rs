@@ -730,3 +730,41 @@ fn a_session_open_in_one_baton_process_is_refused_by_a_second() {
         "B sent nothing to the model"
     );
 }
+
+/// `git diff | baton --exec "review this"`: the piped text reaches the model as a delimited
+/// block after the prompt; binary input is refused before anything runs.
+#[test]
+fn a_piped_stdin_is_appended_to_a_prompt_argument_and_binary_is_refused() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "LGTM"));
+    let out = env
+        .exec(&engine, "review this", &[])
+        .write_stdin("diff --git a/x.rs b/x.rs\n+fn x() {}\n")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr_of(&out));
+    let answers = engine.requests_for_hop("answer");
+    let t = answers[0].transcript();
+    let user = t
+        .iter()
+        .find(|(role, _)| role == "user")
+        .map(|(_, text)| text.clone())
+        .expect("user message");
+    assert!(
+        user.contains("review this\n\n<stdin>\ndiff --git a/x.rs b/x.rs\n+fn x() {}\n</stdin>"),
+        "{user}"
+    );
+
+    let refused = env
+        .exec(&engine, "what is this", &[])
+        .write_stdin(vec![0x7fu8, b'E', b'L', b'F', 0, 0, 1])
+        .output()
+        .expect("run");
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        stderr_of(&refused).contains("stdin is binary"),
+        "{}",
+        stderr_of(&refused)
+    );
+    assert_eq!(engine.requests_for_hop("answer").len(), 1, "nothing ran");
+}

@@ -264,7 +264,8 @@ fn resume_picker_shows_name_first_message_turns_and_workspace_of_the_session_lis
         })
         .expect("turn");
         if let Some(name) = name {
-            f.append(&Record::Renamed { name: name.into() }).expect("name");
+            f.append(&Record::Renamed { name: name.into() })
+                .expect("name");
         }
         std::thread::sleep(Duration::from_millis(20));
         f.id.clone()

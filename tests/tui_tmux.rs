@@ -253,6 +253,9 @@ fn prompt_answer_undo_and_quit_in_a_real_terminal() {
         "original\n",
         "undo restored the file"
     );
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "/rename the plan"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("Session named the plan");
 
     tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
     tmux.wait_until_dead();
@@ -276,6 +279,12 @@ fn prompt_answer_undo_and_quit_in_a_real_terminal() {
         .flatten()
         .collect();
     assert_eq!(sessions.len(), 1, "the session was saved");
+    let path = sessions[0].path();
+    let id = path.file_stem().and_then(|s| s.to_str()).expect("id");
+    assert!(
+        after.contains(&format!("To continue this session: baton --resume {id}")),
+        "resume hint on exit:\n{after}"
+    );
     assert_eq!(engine.requests_for_hop("route").len(), 1);
 }
 

@@ -9,8 +9,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::protocol::{AgentHandle, ApprovalDecision, ApprovalRequest, Event, Expert, Op, exit};
 
-const HELP: &str =
-    "commands: /expert L0..L3|auto, /new, /resume ID|last, /rename NAME, /quit (Ctrl-C stops a running turn)";
+const HELP: &str = "commands: /expert L0..L3|auto, /new, /resume ID|last, /rename NAME, /quit (Ctrl-C stops a running turn)";
 
 pub async fn run(mut handle: AgentHandle, first: Option<String>) -> i32 {
     eprintln!("{HELP}");

@@ -320,6 +320,28 @@ mod tests {
     }
 
     #[test]
+    fn a_rename_is_a_record_the_latest_name_wins_and_empty_clears() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut file = SessionFile::create(dir.path(), "mol", "x", dir.path()).expect("create");
+        let mut state = SessionState::of_new_file(&file);
+        let rename = |name: &str| Record::Renamed { name: name.into() };
+        state.commit(&mut file, rename("draft")).expect("write");
+        state
+            .commit(&mut file, rename(" parser fix "))
+            .expect("write");
+        assert_eq!(state.name.as_deref(), Some("parser fix"));
+        let path = file.path.clone();
+        drop(file);
+        let (_file, records) = SessionFile::open(&path).expect("open");
+        assert_eq!(SessionState::from_records(&records), state);
+        assert!(
+            SessionState::from_records(&[rename("a"), rename("")])
+                .name
+                .is_none()
+        );
+    }
+
+    #[test]
     fn commit_change_writes_only_what_changed_the_state() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut file = SessionFile::create(dir.path(), "mol", "x", dir.path()).expect("create");

@@ -369,9 +369,12 @@ pub fn find(dir: &Path, id: &str, workspace: Option<&Path>) -> Result<PathBuf, S
     let all = list(dir)?;
     if id == "last" {
         let Some(here) = workspace else {
-            return all.first().map(|s| s.path.clone()).ok_or_else(|| SessionError::Empty {
-                dir: dir.display().to_string(),
-            });
+            return all
+                .first()
+                .map(|s| s.path.clone())
+                .ok_or_else(|| SessionError::Empty {
+                    dir: dir.display().to_string(),
+                });
         };
         return all
             .iter()

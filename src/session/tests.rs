@@ -100,7 +100,10 @@ fn last_is_the_newest_session_of_the_workspace_and_never_of_another() {
     let err = find(empty.path(), "last", Some(&elsewhere)).expect_err("no sessions at all");
     assert_eq!(
         err.to_string(),
-        format!("no sessions in this workspace ({}) yet", elsewhere.display())
+        format!(
+            "no sessions in this workspace ({}) yet",
+            elsewhere.display()
+        )
     );
 }
 
@@ -117,8 +120,14 @@ fn the_listing_has_what_the_pickers_show_and_the_latest_name() {
         })
         .expect("turn");
     }
-    f.append(&Record::Renamed { name: "first".into() }).expect("name");
-    f.append(&Record::Renamed { name: " build fix ".into() }).expect("rename");
+    f.append(&Record::Renamed {
+        name: "first".into(),
+    })
+    .expect("name");
+    f.append(&Record::Renamed {
+        name: " build fix ".into(),
+    })
+    .expect("rename");
     let list = list(dir.path()).expect("list");
     assert_eq!(list.len(), 1);
     let s = &list[0];
@@ -128,7 +137,10 @@ fn the_listing_has_what_the_pickers_show_and_the_latest_name() {
     assert_eq!(s.name.as_deref(), Some("build fix"));
     assert!(s.is_of(&ws));
     assert_eq!(s.last_activity().len(), "2025-01-31 14:05".len());
-    f.append(&Record::Renamed { name: String::new() }).expect("clear");
+    f.append(&Record::Renamed {
+        name: String::new(),
+    })
+    .expect("clear");
     assert_eq!(super::list(dir.path()).expect("list")[0].name, None);
 }
 
