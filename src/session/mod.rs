@@ -357,6 +357,21 @@ fn summarize(path: &Path) -> Option<SessionInfo> {
     (!info.id.is_empty()).then_some(info)
 }
 
+/// The records of the session file at `path`, read without opening the session (no lock: it
+/// may be open in this very process), for showing what it holds. Lines that do not parse are
+/// skipped, so a file cut off by a crash still shows what it has.
+pub fn read_records(path: &Path) -> Result<Vec<Record>, SessionError> {
+    let file = File::open(path).map_err(|e| SessionError::File {
+        path: path.display().to_string(),
+        reason: format!("cannot open: {e}"),
+    })?;
+    Ok(BufReader::new(file)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| serde_json::from_str::<Record>(&line).ok())
+        .collect())
+}
+
 /// Finds a session file by id, unique id prefix, or `last`: the most recently written session
 /// of `workspace`, or of any workspace when `workspace` is `None` (`--all`). A session of
 /// another workspace is never taken for `last` silently: continuing it here would run its

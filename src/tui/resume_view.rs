@@ -1,7 +1,7 @@
 //! After `/resume` (or `--resume`), the earlier conversation is shown again: the user turns and
-//! final answers read back from the session file, so a resumed session is not a blank screen.
+//! final answers of the session's records (read by the session module), so a resumed session is
+//! not a blank screen.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use crate::protocol::Expert;
@@ -18,17 +18,12 @@ pub struct PastTurn {
 /// At most this many earlier turns are shown (the newest ones).
 const MAX_TURNS: usize = 200;
 
-/// Reads the turns of a session file. Lines that do not parse are skipped: a file cut off by a
-/// crash still shows what it holds.
+/// The turns of a session file. Lines that do not parse are skipped: a file cut off by a crash
+/// still shows what it holds.
 pub fn past_turns(path: &Path) -> Result<Vec<PastTurn>, String> {
-    let file = std::fs::File::open(path)
-        .map_err(|e| format!("{}: cannot open the session file: {e}", path.display()))?;
+    let records = crate::session::read_records(path).map_err(|e| e.to_string())?;
     let mut turns: Vec<PastTurn> = Vec::new();
-    for line in BufReader::new(file).lines() {
-        let Ok(line) = line else { break };
-        let Ok(record) = serde_json::from_str::<Record>(&line) else {
-            continue;
-        };
+    for record in records {
         match record {
             Record::Turn { text, .. } => turns.push(PastTurn {
                 user: text,
