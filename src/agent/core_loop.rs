@@ -69,6 +69,12 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
             Op::SetModel { model } => *lock(&shared.model) = Some(model),
             // A record like every other change: the one writer applies it and appends it.
             Op::RenameSession { name } => shared.commit(Record::Renamed { name }),
+            Op::SetApprovalPolicy { policy } => {
+                *lock(&shared.approval) = policy;
+                shared
+                    .events
+                    .emit(Event::ApprovalPolicyChanged { policy });
+            }
             Op::NewSession => {
                 compact_pending = false;
                 finish_running(running.take()).await;

@@ -75,6 +75,9 @@ pub(crate) struct Shared {
     session: Mutex<Store>,
     pub pinned: Mutex<Option<Expert>>,
     pub model: Mutex<Option<String>>,
+    /// The approval policy in force: `cfg.approval` at start, changed by
+    /// `Op::SetApprovalPolicy` while the session runs.
+    pub approval: Mutex<ApprovalPolicy>,
     pub approved_prefixes: Mutex<Vec<Vec<String>>>,
     pub pending_approvals: Mutex<HashMap<String, oneshot::Sender<ApprovalDecision>>>,
     pub summaries: Mutex<HashMap<u64, tokio::task::JoinHandle<()>>>,
@@ -235,6 +238,7 @@ fn start(
     let shared = Arc::new(Shared {
         pinned: Mutex::new(cfg.pinned),
         model: Mutex::new(cfg.model.clone()),
+        approval: Mutex::new(cfg.approval),
         cfg,
         backend,
         tools,

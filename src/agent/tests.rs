@@ -414,6 +414,54 @@ async fn headless_declines_a_call_that_needs_approval_and_tells_the_model() {
 }
 
 #[tokio::test]
+async fn the_approval_policy_changes_while_the_session_runs() {
+    let ran = Arc::new(Mutex::new(false));
+    let mut tools = crate::tool::registry::standard_tools();
+    tools.register(Arc::new(Dangerous(ran.clone())));
+    let mut call = ChatMessage::assistant("");
+    call.tool_calls.push(crate::protocol::ToolCall {
+        id: "c1".into(),
+        name: "dangerous".into(),
+        arguments: "{}".into(),
+    });
+    // Started with `never`: the call would be declined, as in the test above.
+    let mut h = start_with(vec!["L2"], false, vec![call], tools);
+    h.handle
+        .ops
+        .send(Op::SetApprovalPolicy {
+            policy: ApprovalPolicy::FullAuto,
+        })
+        .expect("send");
+    let changed = next_matching(&mut h, |e| matches!(e, Event::ApprovalPolicyChanged { .. })).await;
+    assert_eq!(
+        changed,
+        Event::ApprovalPolicyChanged {
+            policy: ApprovalPolicy::FullAuto
+        }
+    );
+    h.handle
+        .ops
+        .send(Op::UserTurn {
+            text: "clean".into(),
+        })
+        .expect("send");
+    let end = next_matching(&mut h, |e| matches!(e, Event::ToolEnd { .. })).await;
+    assert!(
+        matches!(
+            end,
+            Event::ToolEnd {
+                status: crate::protocol::ToolStatus::Ok,
+                ..
+            }
+        ),
+        "{end:?}"
+    );
+    next_matching(&mut h, |e| matches!(e, Event::TurnCompleted { .. })).await;
+    assert!(*lock(&ran), "full-auto runs the command");
+    h.release.notify_one();
+}
+
+#[tokio::test]
 async fn a_long_tool_loop_is_compacted_to_fit_the_window() {
     let read = |id: &str| {
         let mut m = ChatMessage::assistant("");

@@ -58,8 +58,9 @@ pub(crate) async fn execute(
             };
             let need = tool.approval(&args, &ctx);
             let prefixes = lock(&shared.approved_prefixes).clone();
+            let policy = *lock(&shared.approval);
             let verdict = approval::decide(
-                shared.cfg.approval,
+                policy,
                 &need,
                 !shared.cfg.headless,
                 &shared.cfg.allowed_commands,

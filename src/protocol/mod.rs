@@ -159,6 +159,9 @@ pub enum Op {
     /// Name the open session (`/rename NAME`; empty clears it): recorded in its file, shown by
     /// `baton sessions` and the `/resume` picker.
     RenameSession { name: String },
+    /// Change when tool calls ask first (`/approvals`, Shift+Tab); from the next tool call on,
+    /// the running turn's included. Confirmed by `Event::ApprovalPolicyChanged`.
+    SetApprovalPolicy { policy: ApprovalPolicy },
     /// End the session: save, kill children, emit `ShutdownComplete`.
     Shutdown,
     /// The workspace's changes against HEAD plus untracked files (`/diff`); answered by one
@@ -448,6 +451,10 @@ pub enum Event {
     },
     Warning {
         message: String,
+    },
+    /// The approval policy now in force, after an `Op::SetApprovalPolicy`.
+    ApprovalPolicyChanged {
+        policy: ApprovalPolicy,
     },
     Error {
         message: String,

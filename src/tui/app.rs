@@ -24,7 +24,7 @@ use super::sessions::SessionEntry;
 use super::status::{Phase, StatusInfo};
 use super::theme::Theme;
 use super::transcript::Transcript;
-use crate::protocol::{Event, Op, ToolStatus, TurnStatus};
+use crate::protocol::{ApprovalPolicy, Choice, Event, Op, ToolStatus, TurnStatus};
 
 /// Work for the event loop.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,6 +77,9 @@ pub struct App {
     pub mouse_capture: bool,
     /// A short message in the footer (e.g. "press Ctrl+C again to quit").
     pub hint: Option<String>,
+    /// A hint that is true only for a while ("press Ctrl+C again" lasts the double-press
+    /// window): cleared at this instant by `expire_hint` if it is still the one shown.
+    pub hint_until: Option<(Instant, String)>,
     pub session_id: Option<String>,
     pub session_file: Option<String>,
     /// Project instruction files (AGENTS.md …) the experts were given.
@@ -112,6 +115,7 @@ impl App {
         warnings.extend(warn);
         let mouse_capture = opts.mouse_capture;
         let unsandboxed = opts.sandbox == "off";
+        let approval = ApprovalPolicy::parse_name(&opts.approval);
         let mut app = App {
             session_file: opts.session_file.as_ref().map(|p| p.display().to_string()),
             instructions: Vec::new(),
@@ -125,6 +129,7 @@ impl App {
             history,
             status: StatusInfo {
                 unsandboxed,
+                approval,
                 ..StatusInfo::default()
             },
             approvals: VecDeque::new(),
@@ -142,6 +147,7 @@ impl App {
             exit: None,
             mouse_capture,
             hint: None,
+            hint_until: None,
             session_id: None,
             last_answer: None,
             viewport: StdCell::new((80, 20)),
@@ -185,6 +191,9 @@ impl App {
         let mut body = vec![format!("workspace  {}", o.workspace.display())];
         if !o.endpoint.is_empty() {
             body.push(format!("endpoint   {}", o.endpoint));
+        }
+        if let Some(device) = &o.device {
+            body.push(format!("device     {device}"));
         }
         body.push(format!("mode       {} · profile {}", o.mode, o.profile));
         body.push("Type a request and press Enter. /help lists commands and keys.".into());
@@ -341,6 +350,34 @@ impl App {
             };
             self.dispatch(next);
         }
+    }
+
+    /// Shows `text` in the footer until `until`.
+    pub fn hint_for(&mut self, text: &str, until: Instant) {
+        self.hint = Some(text.to_string());
+        self.hint_until = Some((until, text.to_string()));
+    }
+
+    /// When the UI must wake to take a hint down, if one is timed.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.hint_until.as_ref().map(|(t, _)| *t)
+    }
+
+    /// Takes down a timed hint whose time is up (it stays if another hint replaced it).
+    /// Returns whether the screen changed.
+    pub fn expire_hint(&mut self, now: Instant) -> bool {
+        let Some((until, text)) = &self.hint_until else {
+            return false;
+        };
+        if now < *until {
+            return false;
+        }
+        let shown = self.hint.as_deref() == Some(text.as_str());
+        if shown {
+            self.hint = None;
+        }
+        self.hint_until = None;
+        shown
     }
 
     pub fn request_quit(&mut self) {

@@ -6,7 +6,17 @@ use super::sessions::{describe, list_sessions};
 use super::slash::SlashCommand;
 use super::status::{decision_word, short_count};
 use super::theme::{Theme, available_themes};
-use crate::protocol::{Expert, Op};
+use crate::protocol::{ApprovalPolicy, Choice, Expert, Op};
+
+/// The footer hint while `/compact` waits for the core; cleared by the answer, whichever it is.
+pub const COMPACTING_HINT: &str = "compacting the context…";
+
+/// The policies Shift+Tab cycles through, in order (`never` is for runs nobody watches).
+const APPROVAL_CYCLE: [ApprovalPolicy; 3] = [
+    ApprovalPolicy::Ask,
+    ApprovalPolicy::AutoEdit,
+    ApprovalPolicy::FullAuto,
+];
 
 /// The keys, for /help.
 pub const KEY_HELP: &[(&str, &str)] = &[
@@ -27,6 +37,7 @@ pub const KEY_HELP: &[(&str, &str)] = &[
         "Ctrl+F",
         "search the transcript (Enter older, Ctrl+N newer)",
     ),
+    ("Shift+Tab", "cycle approvals: ask → auto-edit → full-auto"),
     ("Ctrl+O", "expand tool output and reasoning"),
     ("Ctrl+G", "edit the prompt in $EDITOR"),
     (
@@ -60,6 +71,7 @@ impl App {
                 // The token total of the new session comes from the core.
                 self.send(Op::NewSession);
                 self.status.context_used = None;
+                self.forget_last_turn();
                 self.push_notice(
                     NoticeLevel::Info,
                     "Starting a new session",
@@ -115,32 +127,14 @@ impl App {
                 ];
                 self.push_notice(NoticeLevel::Info, format!("Mode: {}", self.opts.mode), body);
             }
-            SlashCommand::Model => {
-                if args.is_empty() {
-                    let current = self
-                        .opts
-                        .model
-                        .clone()
-                        .unwrap_or_else(|| "(set by the server or profile)".into());
-                    self.push_notice(
-                        NoticeLevel::Info,
-                        format!("Model: {current}"),
-                        vec!["/model NAME switches (proxy and single modes).".into()],
-                    );
-                } else {
-                    self.opts.model = Some(args.to_string());
-                    self.send(Op::SetModel {
-                        model: args.to_string(),
-                    });
-                    self.push_notice(NoticeLevel::Info, format!("Model set to {args}"), vec![]);
-                }
-            }
+            SlashCommand::Model => self.model_command(args),
+            SlashCommand::Approvals => self.approvals_command(args),
             SlashCommand::Undo => self.send(Op::Undo),
             SlashCommand::Diff => self.send(Op::WorkspaceDiff),
             SlashCommand::Status => self.show_status(),
             SlashCommand::Compact => {
                 self.send(Op::Compact);
-                self.hint = Some("compacting the context…".into());
+                self.hint = Some(COMPACTING_HINT.into());
             }
             SlashCommand::Copy => match self.last_answer.clone() {
                 Some(text) => {
@@ -157,6 +151,104 @@ impl App {
             SlashCommand::Mouse => self.toggle_mouse(),
             SlashCommand::Quit => self.request_quit(),
         }
+    }
+
+    /// `/model`: shows or sets the model name in proxy and single modes. In mol mode there
+    /// is no one model to set — the route hop picks an expert per turn — so a name is refused
+    /// rather than accepted and ignored.
+    fn model_command(&mut self, args: &str) {
+        if self.opts.mode == "mol" {
+            let title = if args.is_empty() {
+                "Model: chosen per turn by routing (mol mode)".to_string()
+            } else {
+                format!("/model {args} does nothing in mol mode: routing picks the expert")
+            };
+            self.push_notice(
+                NoticeLevel::Info,
+                title,
+                vec![
+                    "Each turn goes to the expert (L0–L3) the route hop chooses.".into(),
+                    "/expert L2 pins an expert for every turn; /expert auto lets routing choose again.".into(),
+                    "/model NAME works in proxy and single modes (baton --mode proxy|single).".into(),
+                ],
+            );
+            return;
+        }
+        if args.is_empty() {
+            let current = self
+                .opts
+                .model
+                .clone()
+                .unwrap_or_else(|| "(set by the server or profile)".into());
+            self.push_notice(
+                NoticeLevel::Info,
+                format!("Model: {current}"),
+                vec!["/model NAME switches.".into()],
+            );
+        } else {
+            self.opts.model = Some(args.to_string());
+            self.send(Op::SetModel {
+                model: args.to_string(),
+            });
+            self.push_notice(NoticeLevel::Info, format!("Model set to {args}"), vec![]);
+        }
+    }
+
+    /// `/approvals [POLICY]`: shows the policy, or asks the core to change it; the status line
+    /// follows the core's `ApprovalPolicyChanged`.
+    fn approvals_command(&mut self, args: &str) {
+        if args.is_empty() {
+            let current = self
+                .status
+                .approval
+                .map(|p| p.as_str())
+                .unwrap_or("(default)");
+            let body = ApprovalPolicy::ALL
+                .iter()
+                .map(|p| format!("{:<10} {}", p.as_str(), p.help()))
+                .collect();
+            self.push_notice(
+                NoticeLevel::Info,
+                format!("Approvals: {current} (/approvals NAME switches, Shift+Tab cycles)"),
+                body,
+            );
+            return;
+        }
+        match ApprovalPolicy::parse_or_list(args) {
+            Ok(policy) => self.set_approval_policy(policy),
+            Err(e) => self.push_notice(
+                NoticeLevel::Error,
+                format!("'{args}' is not an approval policy"),
+                vec![e],
+            ),
+        }
+    }
+
+    /// Shift+Tab: the next policy of the cycle.
+    pub fn cycle_approval_policy(&mut self) {
+        let current = self.status.approval.unwrap_or_default();
+        let next = APPROVAL_CYCLE
+            .iter()
+            .position(|p| *p == current)
+            .map(|i| APPROVAL_CYCLE[(i + 1) % APPROVAL_CYCLE.len()])
+            .unwrap_or(ApprovalPolicy::Ask);
+        self.set_approval_policy(next);
+    }
+
+    fn set_approval_policy(&mut self, policy: ApprovalPolicy) {
+        // Shown at once so a second Shift+Tab cycles from here; the core's event confirms it.
+        self.status.approval = Some(policy);
+        self.send(Op::SetApprovalPolicy { policy });
+    }
+
+    /// `/new`: the last turn's expert, route and timings belong to the old session.
+    fn forget_last_turn(&mut self) {
+        let s = &mut self.status;
+        s.hops = Default::default();
+        s.last_turn_ms = None;
+        s.route_reason = None;
+        s.expert = s.pinned;
+        s.decision = s.pinned.map(|_| crate::protocol::RouteDecision::Pinned);
     }
 
     pub fn toggle_mouse(&mut self) {
@@ -229,6 +321,14 @@ impl App {
             "auto" | "off" | "none" | "unpin"
         ) {
             self.status.pinned = None;
+            // The status line must not keep saying "(pinned)" about an expert routing no
+            // longer goes around; a running pinned turn keeps its label until it ends.
+            if self.status.decision == Some(crate::protocol::RouteDecision::Pinned)
+                && !self.status.working
+            {
+                self.status.decision = None;
+                self.status.expert = None;
+            }
             self.send(Op::PinExpert { expert: None });
             self.push_notice(
                 NoticeLevel::Info,
@@ -297,13 +397,22 @@ impl App {
         let body = vec![
             format!("endpoint   {}", or_unset(&o.endpoint)),
             format!("mode       {}", o.mode),
+            format!(
+                "device     {}",
+                o.device.clone().unwrap_or_else(|| "remote (the server's)".into())
+            ),
             format!("profile    {}", o.profile),
             format!(
                 "model      {}",
                 o.model.clone().unwrap_or_else(|| "(server default)".into())
             ),
             format!("sandbox    {}", or_unset(&o.sandbox)),
-            format!("approval   {}", or_unset(&o.approval)),
+            format!(
+                "approval   {}",
+                s.approval
+                    .map(|p| p.as_str().to_string())
+                    .unwrap_or_else(|| or_unset(&o.approval))
+            ),
             format!("expert     {expert}"),
             format!(
                 "pinned     {}",

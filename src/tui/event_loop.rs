@@ -72,6 +72,9 @@ async fn run_loop(
     run_effects(app, ops, &mut term, &reader).await?;
     loop {
         let now = Instant::now();
+        if app.expire_hint(now) {
+            dirty = true;
+        }
         if dirty && now.duration_since(last_draw) >= MIN_FRAME {
             app.now = now;
             term.draw(|f| render::render(app, f))?;
@@ -87,6 +90,12 @@ async fn run_loop(
             SPINNER_TICK
         } else {
             Duration::from_secs(3600)
+        };
+        // A timed hint ("press Ctrl+C again") is taken down on time even when nothing else
+        // happens.
+        let wait = match app.next_deadline() {
+            Some(at) => wait.min(at.saturating_duration_since(now)),
+            None => wait,
         };
         tokio::select! {
             ev = in_rx.recv(), if !input_gone => {
@@ -144,7 +153,7 @@ async fn run_loop(
                 input_gone = true;
             }
             _ = tokio::time::sleep(wait) => {
-                if animating {
+                if animating || app.expire_hint(Instant::now()) {
                     dirty = true;
                 }
             }

@@ -6,7 +6,6 @@ use std::time::Duration;
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEvent, MouseEventKind};
 
 use super::app::{App, Effect, Popup};
-use super::transcript::SearchState;
 use crate::protocol::{ApprovalDecision, Op};
 
 const DOUBLE_CTRL_C: Duration = Duration::from_secs(1);
@@ -110,7 +109,7 @@ impl App {
         self.pager = None;
         self.search_input = None;
         self.session_picker = None;
-        self.hint = Some("press Ctrl+C again to quit".into());
+        self.hint_for("press Ctrl+C again to quit", now + DOUBLE_CTRL_C);
     }
 
     fn interrupt(&mut self) {
@@ -249,22 +248,25 @@ impl App {
                 if let Some(q) = self.search_input.as_mut() {
                     q.pop();
                 }
-                self.transcript.search = Some(SearchState {
-                    query: self.search_input.clone().unwrap_or_default(),
-                    current_row: None,
-                });
+                self.search_query_changed();
             }
             KeyCode::Char(c) if !ctrl => {
                 if let Some(q) = self.search_input.as_mut() {
                     q.push(c);
                 }
-                self.transcript.search = Some(SearchState {
-                    query: self.search_input.clone().unwrap_or_default(),
-                    current_row: None,
-                });
+                self.search_query_changed();
             }
             _ => {}
         }
+    }
+
+    /// The search bar's text changed: highlight and count its matches anew.
+    fn search_query_changed(&mut self) {
+        let query = self.search_input.clone().unwrap_or_default();
+        let width = self.viewport.get().0;
+        let mut t = std::mem::take(&mut self.transcript);
+        t.set_search_query(&query, width, &self.ctx());
+        self.transcript = t;
     }
 
     /// Keys that work whatever the composer holds. Returns true when consumed.
@@ -284,6 +286,7 @@ impl App {
                 .push(Effect::OpenEditor(self.composer.text().to_string())),
             KeyCode::Char('l') if ctrl => self.transcript.scroll = 0,
             KeyCode::F(2) => self.toggle_mouse(),
+            KeyCode::BackTab => self.cycle_approval_policy(),
             KeyCode::PageUp => self.scroll_transcript_up(page),
             KeyCode::PageDown => self.transcript.scroll_down(page),
             KeyCode::Up if key.modifiers.contains(KeyModifiers::SHIFT) => {
@@ -347,8 +350,17 @@ impl App {
                 match popup {
                     Popup::Slash(cmds) => {
                         let cmd = cmds[i];
+                        // Enter on a command typed in full runs it (arguments are optional
+                        // for every command); on a prefix it completes, like Tab.
+                        let complete = self
+                            .composer
+                            .text()
+                            .trim()
+                            .strip_prefix('/')
+                            .is_some_and(|name| name.eq_ignore_ascii_case(cmd.name()));
                         if key.code == KeyCode::Enter
-                            && (cmd.usage().is_empty()
+                            && (complete
+                                || cmd.usage().is_empty()
                                 || cmd == super::slash::SlashCommand::Resume
                                 || cmd == super::slash::SlashCommand::Theme
                                 || cmd == super::slash::SlashCommand::Expert)

@@ -46,6 +46,7 @@ fn options_for(info: &AgentInfo, args: &LaunchArgs) -> TuiOptions {
     o.sandbox = info.sandbox.as_str().to_string();
     o.approval = info.approval.as_str().to_string();
     o.model = info.model.clone();
+    o.device = info.device.clone();
     o.session_file = Some(info.session_file.clone());
     o.sessions_dir = Some(info.session_dir.clone());
     o.history_file = dirs::data_dir().map(|d| d.join("baton").join("history.jsonl"));

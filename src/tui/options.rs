@@ -42,6 +42,9 @@ pub struct TuiOptions {
     pub approval: String,
     /// The model name, when known (`/model` without an argument shows it).
     pub model: Option<String>,
+    /// The local engine's device (`cpu (…)`, a GPU name) for the header and `/status`;
+    /// `None` for a remote backend.
+    pub device: Option<String>,
     pub session_file: Option<PathBuf>,
     /// Directory of session files (`/sessions`, `/resume`); defaults to the session file's folder.
     pub sessions_dir: Option<PathBuf>,
@@ -69,6 +72,7 @@ impl TuiOptions {
             sandbox: String::new(),
             approval: String::new(),
             model: None,
+            device: None,
             session_file: None,
             sessions_dir: None,
             history_file: None,

@@ -121,6 +121,15 @@ fn draw_composer(
                 Style::new().fg(p.accent).add_modifier(Modifier::BOLD),
             ),
             Span::styled(query.clone(), Style::new().fg(p.fg)),
+            Span::styled(
+                app.transcript
+                    .search
+                    .as_ref()
+                    .filter(|s| &s.query == query)
+                    .map(|s| format!("  {}", s.count_label()))
+                    .unwrap_or_default(),
+                Style::new().fg(p.dim),
+            ),
         ]);
         buf.set_line(area.x, area.y, &line, area.width);
         return Some(Position::new(area.x + 8 + str_width(query) as u16, area.y));

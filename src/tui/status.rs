@@ -11,7 +11,7 @@ use super::cell::format_duration;
 use super::options::ExpertNames;
 use super::theme::Theme;
 use super::wrap::str_width;
-use crate::protocol::{Expert, Hop, RouteDecision, UsageTotals};
+use crate::protocol::{ApprovalPolicy, Expert, Hop, RouteDecision, UsageTotals};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Phase {
@@ -86,6 +86,8 @@ pub struct StatusInfo {
     pub context_window: Option<u64>,
     /// Commands run without the sandbox (`--sandbox off`): always shown.
     pub unsandboxed: bool,
+    /// When tool calls ask first; always shown (it changes at runtime: `/approvals`, Shift+Tab).
+    pub approval: Option<ApprovalPolicy>,
 }
 
 const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
@@ -160,6 +162,17 @@ pub fn status_line(
                 "⚠ sandbox off",
                 base.fg(p.warning).add_modifier(Modifier::BOLD),
             )],
+        ));
+    }
+    if let Some(policy) = info.approval {
+        // Full-auto is the one that runs things unasked: it stands out like "sandbox off".
+        let style = match policy {
+            ApprovalPolicy::FullAuto => base.fg(p.warning).add_modifier(Modifier::BOLD),
+            _ => base,
+        };
+        segments.push((
+            10,
+            vec![Span::styled(format!("approvals {}", policy.as_str()), style)],
         ));
     }
     if let Some(expert) = info.expert.or(info.pinned) {
@@ -306,5 +319,24 @@ mod tests {
         assert!(!text(&info).contains("sandbox off"));
         info.unsandboxed = true;
         assert!(text(&info).contains("⚠ sandbox off"));
+    }
+
+    #[test]
+    fn the_approval_policy_is_always_shown() {
+        let mut info = StatusInfo {
+            approval: Some(ApprovalPolicy::AutoEdit),
+            ..StatusInfo::default()
+        };
+        let theme = crate::tui::Theme::default_for(ColorDepth::TrueColor);
+        info.expert = Some(Expert::L2);
+        info.hops.route_ms = Some(120);
+        let narrow: String =
+            status_line(&info, &ExpertNames::defaults(), &theme, Instant::now(), 30)
+                .spans
+                .iter()
+                .map(|s| s.content.to_string())
+                .collect();
+        assert!(narrow.contains("approvals auto-edit"), "{narrow}");
+        assert!(!narrow.contains("route"), "{narrow}");
     }
 }

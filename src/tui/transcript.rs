@@ -24,6 +24,23 @@ pub struct SearchState {
     pub query: String,
     /// Row from the top of the whole transcript of the current match.
     pub current_row: Option<usize>,
+    /// Rows that match the query (a step moves by rows, so this is what "n/m" counts).
+    pub matches: usize,
+    /// The current match's number among them, from the top (1-based).
+    pub position: Option<usize>,
+}
+
+impl SearchState {
+    /// What the search bar shows after the query: `3/12`, `12 matches`, `no match`.
+    pub fn count_label(&self) -> String {
+        match (self.position, self.matches) {
+            (_, 0) if self.query.is_empty() => String::new(),
+            (_, 0) => "no match".into(),
+            (Some(n), m) => format!("{n}/{m}"),
+            (None, 1) => "1 match".into(),
+            (None, m) => format!("{m} matches"),
+        }
+    }
 }
 
 impl Transcript {
@@ -94,6 +111,37 @@ impl Transcript {
         all[start..end].to_vec()
     }
 
+    /// Every row of the transcript as plain text, with the blank row between cells that
+    /// `visible_lines` draws.
+    fn plain_rows(&self, width: u16, ctx: &RenderCtx<'_>) -> Vec<String> {
+        let mut rows: Vec<String> = Vec::new();
+        for cell in &self.cells {
+            rows.extend(cell.plain_lines(width, ctx));
+            rows.push(String::new());
+        }
+        rows.pop();
+        rows
+    }
+
+    /// A new query typed in the search bar: highlighted and counted, no match chosen yet.
+    pub fn set_search_query(&mut self, query: &str, width: u16, ctx: &RenderCtx<'_>) {
+        let needle = query.to_lowercase();
+        let matches = if needle.is_empty() {
+            0
+        } else {
+            self.plain_rows(width, ctx)
+                .iter()
+                .filter(|r| r.to_lowercase().contains(&needle))
+                .count()
+        };
+        self.search = Some(SearchState {
+            query: query.to_string(),
+            current_row: None,
+            matches,
+            position: None,
+        });
+    }
+
     /// Finds the next match of `query` above (`older`) or below the current match, scrolls to it,
     /// and returns whether one was found.
     pub fn search_step(
@@ -108,12 +156,7 @@ impl Transcript {
         if needle.is_empty() {
             return false;
         }
-        let mut rows: Vec<String> = Vec::new();
-        for cell in &self.cells {
-            rows.extend(cell.plain_lines(width, ctx));
-            rows.push(String::new());
-        }
-        rows.pop();
+        let rows = self.plain_rows(width, ctx);
         let total = rows.len();
         let view_bottom = total.saturating_sub(self.scroll);
         let from = match self
@@ -131,9 +174,17 @@ impl Transcript {
         } else {
             (from + 1..total).find(|&r| rows[r].to_lowercase().contains(&needle))
         };
+        let hits = |r: &String| r.to_lowercase().contains(&needle);
+        let current_row = hit.or(self
+            .search
+            .as_ref()
+            .filter(|s| s.query == query)
+            .and_then(|s| s.current_row));
         self.search = Some(SearchState {
             query: query.to_string(),
-            current_row: hit.or(self.search.as_ref().and_then(|s| s.current_row)),
+            current_row,
+            matches: rows.iter().filter(|r| hits(r)).count(),
+            position: current_row.map(|row| rows.iter().take(row + 1).filter(|r| hits(r)).count()),
         });
         let Some(row) = hit else { return false };
         // Put the hit in the middle of the viewport.

@@ -19,6 +19,13 @@ impl App {
         }
     }
 
+    /// `/compact` was answered (done, refused or failed): "compacting…" is no longer true.
+    fn clear_compacting_hint(&mut self) {
+        if self.hint.as_deref() == Some(crate::tui::commands::COMPACTING_HINT) {
+            self.hint = None;
+        }
+    }
+
     /// Applies one event from the core.
     pub fn handle_event(&mut self, event: Event) {
         match event {
@@ -295,6 +302,7 @@ impl App {
                 method,
             } => {
                 self.status.context_used = Some(tokens_after);
+                self.clear_compacting_hint();
                 let how = if method == "summary" {
                     "summarized".to_string()
                 } else {
@@ -321,8 +329,21 @@ impl App {
                 self.push_notice(NoticeLevel::Info, title, body);
             }
             Event::WorkspaceDiff { diff, error, .. } => self.show_workspace_diff(diff, error),
-            Event::Warning { message } => self.push_notice(NoticeLevel::Warning, message, vec![]),
+            Event::Warning { message } => {
+                self.clear_compacting_hint();
+                self.push_notice(NoticeLevel::Warning, message, vec![]);
+            }
+            Event::ApprovalPolicyChanged { policy } => {
+                self.status.approval = Some(policy);
+                self.opts.approval = policy.as_str().to_string();
+                self.hint = Some(format!(
+                    "approvals: {} — {} (Shift+Tab cycles)",
+                    policy.as_str(),
+                    policy.help()
+                ));
+            }
             Event::Error { message, kind, hop } => {
+                self.clear_compacting_hint();
                 let mut body = Vec::new();
                 if let Some(h) = hop {
                     if !message.contains(h.as_str()) {
