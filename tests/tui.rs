@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use baton::protocol::{
-    ApprovalDecision, ApprovalRequest, Event, Expert, Hop, Op, PlanItem, PlanStatus, RouteDecision,
+    ApprovalDecision, ApprovalPolicy, ApprovalRequest, Event, Expert, Hop, Op, PlanItem, PlanStatus, RouteDecision,
     TokenUsage, ToolStatus, TurnStatus,
 };
 use baton::tui::status::status_line;
@@ -782,9 +782,9 @@ fn slash_commands_send_their_ops() {
         ("/compact", Some(Op::Compact)),
         ("/new", Some(Op::NewSession)),
         (
-            "/model qwen3-coder",
-            Some(Op::SetModel {
-                model: "qwen3-coder".into(),
+            "/approvals full-auto",
+            Some(Op::SetApprovalPolicy {
+                policy: ApprovalPolicy::FullAuto,
             }),
         ),
         (
@@ -1230,4 +1230,227 @@ fn long_messages_and_output_lines_are_folded_until_expanded() {
             .count()
             > 50
     );
+}
+
+/// The status line's text at `width`.
+fn status_text(app: &App, width: usize) -> String {
+    status_line(&app.status, &app.opts.experts, &app.theme, app.now, width)
+        .spans
+        .iter()
+        .map(|s| s.content.to_string())
+        .collect()
+}
+
+#[test]
+fn enter_on_a_complete_command_in_the_popup_runs_it() {
+    let mut app = app();
+    // `/model` takes an optional argument: typed in full, Enter runs it, not only completes.
+    type_text(&mut app, "/model");
+    assert!(matches!(app.popup(), Popup::Slash(_)));
+    app.handle_key(key(KeyCode::Enter));
+    assert_eq!(app.composer.text(), "", "the command ran and left the composer");
+    assert!(screen(&app, 100, 30).contains("routing picks the expert"));
+    // On a prefix, Enter completes the selected command (nothing is glued on later).
+    type_text(&mut app, "/mod");
+    app.handle_key(key(KeyCode::Down));
+    app.handle_key(key(KeyCode::Enter));
+    assert_eq!(app.composer.text(), "/model ");
+    type_text(&mut app, "L2");
+    app.handle_key(key(KeyCode::Enter));
+    // mol mode: no model is set, and the user is sent to /expert.
+    assert!(ops(&mut app).is_empty());
+    let text = screen(&app, 100, 30);
+    assert!(text.contains("/model L2 does nothing in mol mode"), "{text}");
+    assert!(text.contains("/expert L2 pins"), "{text}");
+    assert!(!text.contains("Model set to"), "{text}");
+}
+
+#[test]
+fn model_switches_in_proxy_mode() {
+    let mut o = options();
+    o.mode = "proxy".into();
+    let mut app = app_with(o, ColorDepth::TrueColor);
+    app.composer.set_text("/model qwen3-coder");
+    app.handle_key(key(KeyCode::Enter));
+    assert_eq!(
+        ops(&mut app),
+        vec![Op::SetModel {
+            model: "qwen3-coder".into()
+        }]
+    );
+    assert!(screen(&app, 100, 30).contains("Model set to qwen3-coder"));
+}
+
+#[test]
+fn approvals_switch_at_runtime_and_show_in_the_status_line() {
+    let mut app = app();
+    assert!(status_text(&app, 100).contains("approvals ask"));
+    // Shift+Tab cycles ask → auto-edit → full-auto → ask, one op each.
+    let cycle = [
+        ApprovalPolicy::AutoEdit,
+        ApprovalPolicy::FullAuto,
+        ApprovalPolicy::Ask,
+    ];
+    for policy in cycle {
+        app.handle_key(KeyEvent::new(KeyCode::BackTab, KeyModifiers::SHIFT));
+        assert_eq!(ops(&mut app), vec![Op::SetApprovalPolicy { policy }]);
+        assert!(
+            status_text(&app, 100).contains(&format!("approvals {}", policy.as_str())),
+            "{}",
+            status_text(&app, 100)
+        );
+    }
+    // /approvals NAME; the core's confirmation is what the status line and /status keep.
+    app.composer.set_text("/approvals auto-edit");
+    app.handle_key(key(KeyCode::Enter));
+    assert_eq!(
+        ops(&mut app),
+        vec![Op::SetApprovalPolicy {
+            policy: ApprovalPolicy::AutoEdit
+        }]
+    );
+    app.handle_event(Event::ApprovalPolicyChanged {
+        policy: ApprovalPolicy::AutoEdit,
+    });
+    assert!(status_text(&app, 40).contains("approvals auto-edit"));
+    assert!(app.hint.as_deref().unwrap_or("").contains("auto-edit"));
+    app.composer.set_text("/status");
+    app.handle_key(key(KeyCode::Enter));
+    assert!(screen(&app, 100, 40).contains("approval   auto-edit"));
+    // A wrong name is refused with the list of names, and nothing is sent.
+    app.composer.set_text("/approvals yolo");
+    app.handle_key(key(KeyCode::Enter));
+    assert!(ops(&mut app).is_empty());
+    assert!(screen(&app, 100, 40).contains("'yolo' is not an approval policy"));
+}
+
+#[test]
+fn the_ctrl_c_hint_goes_away_after_its_window() {
+    let mut app = app();
+    app.handle_key(ctrl('c'));
+    assert_eq!(app.hint.as_deref(), Some("press Ctrl+C again to quit"));
+    let deadline = app.next_deadline().expect("a timed hint");
+    assert!(!app.expire_hint(deadline - Duration::from_millis(1)));
+    assert!(app.hint.is_some());
+    assert!(app.expire_hint(deadline));
+    assert_eq!(app.hint, None);
+    assert!(!screen(&app, 100, 20).contains("again to quit"));
+    // A hint that replaced it is not taken down by the old deadline.
+    app.now += Duration::from_secs(2);
+    app.handle_key(ctrl('c'));
+    let deadline = app.next_deadline().expect("a timed hint");
+    app.hint = Some("something else".into());
+    assert!(!app.expire_hint(deadline));
+    assert_eq!(app.hint.as_deref(), Some("something else"));
+}
+
+#[test]
+fn compacting_hint_ends_with_the_answer() {
+    for answer in [
+        Event::Warning {
+            message: "the last task is too short to compact".into(),
+        },
+        Event::ContextCompacted {
+            expert: Expert::L2,
+            tokens_before: 9000,
+            tokens_after: 1200,
+            method: "summary".into(),
+        },
+    ] {
+        let mut app = app();
+        app.composer.set_text("/compact");
+        app.handle_key(key(KeyCode::Enter));
+        assert!(screen(&app, 100, 20).contains("compacting"));
+        app.handle_event(answer);
+        assert_eq!(app.hint, None);
+        assert!(!screen(&app, 100, 20).contains("compacting the context"));
+    }
+}
+
+#[test]
+fn unpinning_drops_pinned_from_the_status_line() {
+    let mut app = app();
+    app.composer.set_text("/expert L2");
+    app.handle_key(key(KeyCode::Enter));
+    assert!(status_text(&app, 100).contains("(pinned)"));
+    app.composer.set_text("/expert auto");
+    app.handle_key(key(KeyCode::Enter));
+    let line = status_text(&app, 100);
+    assert!(!line.contains("pinned"), "{line}");
+}
+
+#[test]
+fn new_session_forgets_the_last_turns_timings() {
+    let mut app = app();
+    start_turn(&mut app, "fix it");
+    app.handle_event(Event::HopCompleted {
+        turn_id: 1,
+        hop: Hop::Route,
+        expert: Some(Expert::L0),
+        latency_ms: 120,
+        ttft_ms: None,
+        usage: TokenUsage::default(),
+    });
+    finish_turn(&mut app);
+    let before = status_text(&app, 160);
+    assert!(before.contains("turn 3.6s"), "{before}");
+    assert!(before.contains("answer 3.4s"), "{before}");
+    app.composer.set_text("/new");
+    app.handle_key(key(KeyCode::Enter));
+    let after = status_text(&app, 160);
+    for stale in ["turn ", "answer ", "route ", "L2"] {
+        assert!(!after.contains(stale), "{stale}: {after}");
+    }
+}
+
+#[test]
+fn the_local_device_is_in_the_header_and_status() {
+    let mut o = options();
+    o.endpoint = "local:/models/qwen3".into();
+    o.device = Some("cpu (avx2+fma, 8 threads, f32)".into());
+    let mut app = app_with(o, ColorDepth::TrueColor);
+    let header = screen(&app, 100, 20);
+    assert!(header.contains("device     cpu (avx2+fma, 8 threads, f32)"), "{header}");
+    app.composer.set_text("/status");
+    app.handle_key(key(KeyCode::Enter));
+    let status = screen(&app, 100, 50);
+    assert!(status.contains("device     cpu (avx2+fma"), "{status}");
+    // A remote backend has no device of its own.
+    let mut remote = app_with(options(), ColorDepth::TrueColor);
+    assert!(!screen(&remote, 100, 20).contains("device "));
+    remote.composer.set_text("/status");
+    remote.handle_key(key(KeyCode::Enter));
+    assert!(screen(&remote, 100, 50).contains("device     remote"));
+}
+
+#[test]
+fn transcript_search_counts_its_matches() {
+    let mut app = app();
+    for i in 0..30 {
+        app.handle_event(Event::MessageFinal {
+            turn_id: i,
+            expert: None,
+            text: format!("answer {i} {}", if i % 10 == 0 { "needle" } else { "hay" }),
+        });
+    }
+    draw(&app, 80, 20);
+    app.handle_key(ctrl('f'));
+    type_text(&mut app, "needle");
+    let bar = |app: &App| {
+        screen(app, 80, 20)
+            .lines()
+            .find(|l| l.contains("search: "))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(bar(&app).contains("3 matches"), "{}", bar(&app));
+    // Enter goes to the newest match first, then older ones: 3/3, 2/3, 1/3.
+    for n in [3, 2, 1] {
+        app.handle_key(key(KeyCode::Enter));
+        assert!(bar(&app).contains(&format!("{n}/3")), "{}", bar(&app));
+    }
+    app.handle_key(ctrl('n'));
+    assert!(bar(&app).contains("2/3"), "{}", bar(&app));
+    type_text(&mut app, "zzz");
+    assert!(bar(&app).contains("no match"), "{}", bar(&app));
 }

@@ -159,7 +159,7 @@ impl App {
     fn model_command(&mut self, args: &str) {
         if self.opts.mode == "mol" {
             let title = if args.is_empty() {
-                "Model: chosen per turn by routing (mol mode)".to_string()
+                "Model: routing picks the expert for each turn (mol mode)".to_string()
             } else {
                 format!("/model {args} does nothing in mol mode: routing picks the expert")
             };
