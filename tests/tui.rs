@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use baton::protocol::{
-    ApprovalDecision, ApprovalPolicy, ApprovalRequest, Event, Expert, Hop, Op, PlanItem, PlanStatus, RouteDecision,
-    TokenUsage, ToolStatus, TurnStatus,
+    ApprovalDecision, ApprovalPolicy, ApprovalRequest, Event, Expert, Hop, Op, PlanItem,
+    PlanStatus, RouteDecision, TokenUsage, ToolStatus, TurnStatus,
 };
 use baton::tui::status::status_line;
 use baton::tui::{App, ColorDepth, Effect, Popup, TuiOptions, render};
@@ -1248,7 +1248,11 @@ fn enter_on_a_complete_command_in_the_popup_runs_it() {
     type_text(&mut app, "/model");
     assert!(matches!(app.popup(), Popup::Slash(_)));
     app.handle_key(key(KeyCode::Enter));
-    assert_eq!(app.composer.text(), "", "the command ran and left the composer");
+    assert_eq!(
+        app.composer.text(),
+        "",
+        "the command ran and left the composer"
+    );
     assert!(screen(&app, 100, 30).contains("routing picks the expert"));
     // On a prefix, Enter completes the selected command (nothing is glued on later).
     type_text(&mut app, "/mod");
@@ -1260,7 +1264,10 @@ fn enter_on_a_complete_command_in_the_popup_runs_it() {
     // mol mode: no model is set, and the user is sent to /expert.
     assert!(ops(&mut app).is_empty());
     let text = screen(&app, 100, 30);
-    assert!(text.contains("/model L2 does nothing in mol mode"), "{text}");
+    assert!(
+        text.contains("/model L2 does nothing in mol mode"),
+        "{text}"
+    );
     assert!(text.contains("/expert L2 pins"), "{text}");
     assert!(!text.contains("Model set to"), "{text}");
 }
@@ -1407,14 +1414,17 @@ fn new_session_forgets_the_last_turns_timings() {
 fn the_local_device_is_in_the_header_and_status() {
     let mut o = options();
     o.endpoint = "local:/models/qwen3".into();
-    o.device = Some("cpu (avx2+fma, 8 threads, f32)".into());
+    o.device = Some("cpu (8 threads, avx2+fma, f32)".into());
     let mut app = app_with(o, ColorDepth::TrueColor);
     let header = screen(&app, 100, 20);
-    assert!(header.contains("device     cpu (avx2+fma, 8 threads, f32)"), "{header}");
+    assert!(
+        header.contains("device     cpu (8 threads, avx2+fma, f32)"),
+        "{header}"
+    );
     app.composer.set_text("/status");
     app.handle_key(key(KeyCode::Enter));
     let status = screen(&app, 100, 50);
-    assert!(status.contains("device     cpu (avx2+fma"), "{status}");
+    assert!(status.contains("device     cpu (8 threads"), "{status}");
     // A remote backend has no device of its own.
     let mut remote = app_with(options(), ColorDepth::TrueColor);
     assert!(!screen(&remote, 100, 20).contains("device "));

@@ -54,6 +54,22 @@ impl Tmux {
         }
     }
 
+    /// Waits until the pane no longer shows `needle`.
+    fn wait_for_gone(&self, needle: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let screen = self.capture();
+            if !screen.contains(needle) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "'{needle}' still shown after {within:?}; screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// baton's exit code as the pane's shell saw it ("143" after SIGTERM).
     fn exit_code(&self) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -107,6 +123,16 @@ impl Drop for Tmux {
 
 /// Starts the UI host in a fresh tmux server, in `workspace`, with extra environment entries.
 fn start_ui(engine: &MockEngine, workspace: &Path, home: &Path, extra_env: &[String]) -> Tmux {
+    start_baton(
+        &format!("--endpoint {}", engine.url()),
+        workspace,
+        home,
+        extra_env,
+    )
+}
+
+/// Starts `baton BACKEND_ARGS` (the model flags: `--endpoint URL`, `--local DIR`) like `start_ui`.
+fn start_baton(backend_args: &str, workspace: &Path, home: &Path, extra_env: &[String]) -> Tmux {
     let exe = env!("CARGO_BIN_EXE_baton");
     static SESSIONS: AtomicUsize = AtomicUsize::new(0);
     let n = SESSIONS.fetch_add(1, Ordering::SeqCst);
@@ -116,8 +142,7 @@ fn start_ui(engine: &MockEngine, workspace: &Path, home: &Path, extra_env: &[Str
     };
     let env = |k: &str, v: &Path| format!("{k}={}", v.display());
     let host = format!(
-        "{exe} --endpoint {} --session-dir {}; echo $? > {}",
-        engine.url(),
+        "{exe} {backend_args} --session-dir {}; echo $? > {}",
         workspace.join("sessions").display(),
         tmux.exit_file.display()
     );
@@ -426,4 +451,101 @@ fn sigterm_restores_the_terminal() {
         tmux.capture().contains("baton — terminal coding agent"),
         "transcript printed on exit"
     );
+}
+
+#[test]
+fn approvals_model_and_timed_hints_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "call_1",
+                    "shell",
+                    r#"{"command":"echo changed > notes.txt"}"#,
+                ),
+            )
+            .answer("L2", MockReply::text("all done"))
+            .default_summary("The user asked for a change."),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    std::fs::write(workspace.join("notes.txt"), "original\n").expect("write");
+    let tmux = start_ui(&engine, &workspace, &home, &[]);
+    let screen = tmux.wait_for("Ask baton");
+    assert!(screen.contains("approvals ask"), "{screen}");
+
+    // `/model` typed in full runs on the first Enter; in mol mode it points to /expert.
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "/model"]);
+    tmux.wait_for("show or change the model");
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    let screen = tmux.wait_for("routing picks the expert");
+    assert!(screen.contains("/expert L2 pins"), "{screen}");
+
+    // Shift+Tab twice: full-auto, confirmed by the core (the hint comes from its event).
+    tmux.cmd(&["send-keys", "-t", "t", "BTab"]);
+    tmux.wait_for("approvals: auto-edit");
+    tmux.cmd(&["send-keys", "-t", "t", "BTab"]);
+    let screen = tmux.wait_for("approvals: full-auto");
+    assert!(screen.contains("approvals full-auto"), "{screen}");
+    // The command that `ask` would have put in a modal now runs unasked.
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "change the notes"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    let screen = tmux.wait_for("all done");
+    assert!(!screen.contains("Yes"), "no approval modal: {screen}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("notes.txt")).expect("read"),
+        "changed\n",
+        "the command ran under full-auto"
+    );
+    tmux.wait_for("● ready");
+
+    // The "press Ctrl+C again" hint goes away by itself once its second is over.
+    tmux.cmd(&["send-keys", "-t", "t", "C-c"]);
+    tmux.wait_for("press Ctrl+C again to quit");
+    tmux.wait_for_gone("press Ctrl+C again to quit", Duration::from_secs(5));
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
+    assert_eq!(tmux.exit_code(), "0", "clean exit: {}", tmux.capture());
+}
+
+#[test]
+fn a_local_run_shows_its_device_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3");
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let tmux = start_baton(
+        &format!("--local {} --device cpu", model.display()),
+        &workspace,
+        &home,
+        &[],
+    );
+    let screen = tmux.wait_for("Ask baton");
+    assert!(screen.contains("device     cpu ("), "header: {screen}");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "/status"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    let screen = tmux.wait_for("approval   ");
+    assert_eq!(
+        screen.matches("device     cpu (").count(),
+        2,
+        "header and /status: {screen}"
+    );
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
+    assert_eq!(tmux.exit_code(), "0", "clean exit: {}", tmux.capture());
 }

@@ -71,9 +71,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
             Op::RenameSession { name } => shared.commit(Record::Renamed { name }),
             Op::SetApprovalPolicy { policy } => {
                 *lock(&shared.approval) = policy;
-                shared
-                    .events
-                    .emit(Event::ApprovalPolicyChanged { policy });
+                shared.events.emit(Event::ApprovalPolicyChanged { policy });
             }
             Op::NewSession => {
                 compact_pending = false;

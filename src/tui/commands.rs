@@ -399,7 +399,9 @@ impl App {
             format!("mode       {}", o.mode),
             format!(
                 "device     {}",
-                o.device.clone().unwrap_or_else(|| "remote (the server's)".into())
+                o.device
+                    .clone()
+                    .unwrap_or_else(|| "remote (the server's)".into())
             ),
             format!("profile    {}", o.profile),
             format!(

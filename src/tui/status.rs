@@ -172,7 +172,10 @@ pub fn status_line(
         };
         segments.push((
             10,
-            vec![Span::styled(format!("approvals {}", policy.as_str()), style)],
+            vec![Span::styled(
+                format!("approvals {}", policy.as_str()),
+                style,
+            )],
         ));
     }
     if let Some(expert) = info.expert.or(info.pinned) {
