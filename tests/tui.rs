@@ -1464,3 +1464,44 @@ fn transcript_search_counts_its_matches() {
     type_text(&mut app, "zzz");
     assert!(bar(&app).contains("no match"), "{}", bar(&app));
 }
+
+#[test]
+fn a_long_turn_that_ends_unfocused_notifies() {
+    let done = |ms: u64| Event::TurnCompleted {
+        turn_id: 1,
+        status: TurnStatus::Done,
+        answer: None,
+        expert: Some(Expert::L2),
+        duration_ms: ms,
+        usage: TokenUsage::default(),
+        usage_by_hop: Default::default(),
+        session_usage: Default::default(),
+    };
+    let notices = |app: &mut App| {
+        app.take_effects()
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Notify(text) => Some(text),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut app = app();
+    start_turn(&mut app, "a long build");
+    app.take_effects();
+    app.focused = false;
+    app.handle_event(done(42_000));
+    assert_eq!(
+        notices(&mut app),
+        vec!["baton: the turn finished after 42.0s"]
+    );
+    // Short turns, or turns the user watched, say nothing.
+    for (focused, ms) in [(false, 2_000), (true, 42_000)] {
+        let mut app = app_with(options(), ColorDepth::TrueColor);
+        start_turn(&mut app, "x");
+        app.take_effects();
+        app.focused = focused;
+        app.handle_event(done(ms));
+        assert!(notices(&mut app).is_empty(), "focused {focused}, {ms} ms");
+    }
+}

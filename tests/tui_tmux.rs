@@ -549,3 +549,43 @@ fn a_local_run_shows_its_device_in_a_real_terminal() {
     tmux.wait_until_dead();
     assert_eq!(tmux.exit_code(), "0", "clean exit: {}", tmux.capture());
 }
+
+#[test]
+fn a_turn_that_ends_while_unfocused_rings_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L0")
+            .answer("L0", MockReply::text("hello back"))
+            .default_summary("Greeting."),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let tmux = start_ui(&engine, &workspace, &home, &["BATON_NOTIFY_AFTER=0".into()]);
+    tmux.wait_for("Ask baton");
+    assert_eq!(tmux.format("#{window_bell_flag}"), "0");
+    // The terminal reports that it lost the focus (CSI O), as it does when the user switches away.
+    tmux.cmd(&["send-keys", "-t", "t", "-H", "1b", "5b", "4f"]);
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "hello"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("hello back");
+    tmux.wait_for("● ready");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tmux.format("#{window_bell_flag}") != "1" {
+        assert!(
+            Instant::now() < deadline,
+            "no bell after the unfocused turn; screen:\n{}",
+            tmux.capture()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
+    assert_eq!(tmux.exit_code(), "0", "clean exit: {}", tmux.capture());
+}

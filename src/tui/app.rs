@@ -35,6 +35,8 @@ pub enum Effect {
     /// Copy via OSC 52.
     Copy(String),
     SetMouseCapture(bool),
+    /// Tell the user a long turn finished while they were elsewhere (OSC 9 and a bell).
+    Notify(String),
 }
 
 /// What the popup above the composer shows.
@@ -75,6 +77,8 @@ pub struct App {
     /// Set when the UI should exit, with the exit code.
     pub exit: Option<i32>,
     pub mouse_capture: bool,
+    /// Whether the terminal has the focus (its focus reports; assumed until one says otherwise).
+    pub focused: bool,
     /// A short message in the footer (e.g. "press Ctrl+C again to quit").
     pub hint: Option<String>,
     /// A hint that is true only for a while ("press Ctrl+C again" lasts the double-press
@@ -146,6 +150,7 @@ impl App {
             shutdown_started: None,
             exit: None,
             mouse_capture,
+            focused: true,
             hint: None,
             hint_until: None,
             session_id: None,

@@ -177,6 +177,8 @@ fn handle_terminal_event(app: &mut App, ev: TermEvent) {
         TermEvent::Key(key) => app.handle_key(key),
         TermEvent::Paste(text) => app.handle_paste(&text),
         TermEvent::Mouse(m) => app.handle_mouse(m),
+        TermEvent::FocusGained => app.focused = true,
+        TermEvent::FocusLost => app.focused = false,
         // Resize: the next draw adapts (ratatui resizes its buffers; caches are keyed by width).
         _ => {}
     }
@@ -203,6 +205,10 @@ async fn run_effects(
                         vec![],
                     );
                 }
+            }
+            Effect::Notify(text) => {
+                // A lost notification is not worth a notice in the transcript.
+                let _ = terminal::notify(&text);
             }
             Effect::SetMouseCapture(on) => {
                 if let Err(e) = terminal::set_mouse_capture(on) {

@@ -52,5 +52,61 @@ fn options_for(info: &AgentInfo, args: &LaunchArgs) -> TuiOptions {
     o.history_file = dirs::data_dir().map(|d| d.join("baton").join("history.jsonl"));
     o.config_dir = dirs::config_dir().map(|d| d.join("baton"));
     o.no_color = args.no_color;
+    if let Some(after) = std::env::var("BATON_NOTIFY_AFTER")
+        .ok()
+        .and_then(|v| notify_after(&v))
+    {
+        o.notify_after = after;
+    }
     o
+}
+
+/// `BATON_NOTIFY_AFTER`: seconds (`0` announces every turn), or `off`. Anything else keeps the
+/// default rather than stopping the UI over a notification setting.
+fn notify_after(value: &str) -> Option<Option<std::time::Duration>> {
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("off") || value.eq_ignore_ascii_case("never") {
+        return Some(None);
+    }
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(|s| Some(std::time::Duration::from_secs_f64(s)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_local_device_reaches_the_ui() {
+        let info = AgentInfo {
+            session_id: "s".into(),
+            session_file: "/tmp/s.jsonl".into(),
+            backend: "local:/m".into(),
+            endpoint: None,
+            mode: crate::protocol::Mode::Mol,
+            model: None,
+            device: Some("cpu (4 threads, avx2+fma, f32)".into()),
+            profile: "built-in".into(),
+            sandbox: crate::protocol::SandboxMode::default(),
+            approval: crate::protocol::ApprovalPolicy::AutoEdit,
+            workspace: "/w".into(),
+            session_dir: "/tmp".into(),
+        };
+        let o = options_for(&info, &LaunchArgs::default());
+        assert_eq!(o.device.as_deref(), Some("cpu (4 threads, avx2+fma, f32)"));
+        assert_eq!(o.approval, "auto-edit");
+    }
+
+    #[test]
+    fn notify_after_reads_seconds_or_off() {
+        use std::time::Duration;
+        assert_eq!(notify_after("0"), Some(Some(Duration::ZERO)));
+        assert_eq!(notify_after(" 30 "), Some(Some(Duration::from_secs(30))));
+        assert_eq!(notify_after("off"), Some(None));
+        assert_eq!(notify_after("soon"), None);
+        assert_eq!(notify_after("-1"), None);
+    }
 }

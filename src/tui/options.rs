@@ -57,6 +57,9 @@ pub struct TuiOptions {
     pub no_color: bool,
     /// Capture the mouse at start (wheel scrolls the transcript); F2 toggles it.
     pub mouse_capture: bool,
+    /// A turn that took at least this long and ends while the terminal is not focused is
+    /// announced (OSC 9 notification and a bell); `None` never notifies.
+    pub notify_after: Option<std::time::Duration>,
 }
 
 impl TuiOptions {
@@ -80,6 +83,7 @@ impl TuiOptions {
             config_dir: None,
             no_color: false,
             mouse_capture: true,
+            notify_after: Some(std::time::Duration::from_secs(10)),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Terminal setup and restore: raw mode, alternate screen, bracketed paste, mouse capture,
-//! keyboard enhancement (Shift+Enter); restored on exit, on panic (hook) and on SIGTERM (the event
+//! focus reports (for notifications), keyboard enhancement (Shift+Enter); restored on exit, on panic (hook) and on SIGTERM (the event
 //! loop's signal branch). Restoring twice is harmless.
 
 use std::io::{Write, stdout};
@@ -7,8 +7,9 @@ use std::sync::Once;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crossterm::event::{
-    DisableBracketedPaste, DisableMouseCapture, EnableBracketedPaste, EnableMouseCapture,
-    KeyboardEnhancementFlags, PopKeyboardEnhancementFlags, PushKeyboardEnhancementFlags,
+    DisableBracketedPaste, DisableFocusChange, DisableMouseCapture, EnableBracketedPaste,
+    EnableFocusChange, EnableMouseCapture, KeyboardEnhancementFlags, PopKeyboardEnhancementFlags,
+    PushKeyboardEnhancementFlags,
 };
 use crossterm::terminal::{
     EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode,
@@ -29,6 +30,7 @@ pub fn enter(mouse_capture: bool) -> std::io::Result<()> {
         out,
         EnterAlternateScreen,
         EnableBracketedPaste,
+        EnableFocusChange,
         cursor::Hide
     )?;
     set_mouse_capture(mouse_capture)?;
@@ -70,11 +72,22 @@ pub fn restore() {
     let _ = execute!(
         out,
         DisableBracketedPaste,
+        DisableFocusChange,
         LeaveAlternateScreen,
         cursor::Show
     );
     let _ = disable_raw_mode();
     let _ = out.flush();
+}
+
+/// A desktop notification where the terminal has them (OSC 9: iTerm2, WezTerm, Windows
+/// Terminal, Ghostty, kitty), then a bell for the others (and for tmux, which flags the window).
+/// Terminals that do not know OSC 9 swallow it whole.
+pub fn notify(text: &str) -> std::io::Result<()> {
+    let clean: String = text.chars().filter(|c| !c.is_control()).collect();
+    let mut out = stdout();
+    write!(out, "\x1b]9;{clean}\x07\x07")?;
+    out.flush()
 }
 
 /// Restores the terminal before the panic message is printed, so it is readable.

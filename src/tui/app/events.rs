@@ -393,6 +393,23 @@ impl App {
                 }
                 self.status.working = false;
                 self.status.last_turn_ms = Some(duration_ms);
+                if !self.focused
+                    && self
+                        .opts
+                        .notify_after
+                        .is_some_and(|after| duration_ms >= after.as_millis() as u64)
+                {
+                    let how = match status {
+                        TurnStatus::Done => "finished",
+                        TurnStatus::Interrupted => "was interrupted",
+                        TurnStatus::LimitReached => "reached its limit",
+                        TurnStatus::Error => "failed",
+                    };
+                    self.effects.push(Effect::Notify(format!(
+                        "baton: the turn {how} after {}",
+                        crate::tui::cell::format_duration(duration_ms)
+                    )));
+                }
                 self.status.turn_started = None;
                 if !matches!(self.status.phase, Phase::Summarizing | Phase::ShuttingDown) {
                     self.status.phase = Phase::Idle;
