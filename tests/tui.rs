@@ -1505,3 +1505,42 @@ fn a_long_turn_that_ends_unfocused_notifies() {
         assert!(notices(&mut app).is_empty(), "focused {focused}, {ms} ms");
     }
 }
+
+#[test]
+fn init_asks_the_expert_to_write_agents_md() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut o = options();
+    o.workspace = dir.path().to_path_buf();
+    let mut app = app_with(o.clone(), ColorDepth::TrueColor);
+    type_text(&mut app, "/init");
+    app.handle_key(key(KeyCode::Enter));
+    let sent = ops(&mut app);
+    let [Op::UserTurn { text }] = sent.as_slice() else {
+        panic!("one user turn: {sent:?}");
+    };
+    assert!(
+        text.contains("AGENTS.md") && text.contains("write_file"),
+        "{text}"
+    );
+    // The transcript shows the command, once, not the long prompt.
+    app.handle_event(Event::TurnStarted {
+        turn_id: 1,
+        text: text.clone(),
+    });
+    let screen = screen(&app, 100, 30);
+    assert_eq!(screen.matches("› /init").count(), 1, "{screen}");
+    assert!(!screen.contains("write_file"), "{screen}");
+    assert!(app.status.working);
+
+    // An AGENTS.md that exists is not redrafted.
+    std::fs::write(dir.path().join("AGENTS.md"), "# rules\n").expect("write");
+    let mut app = app_with(o, ColorDepth::TrueColor);
+    app.composer.set_text("/init");
+    app.handle_key(key(KeyCode::Enter));
+    assert!(ops(&mut app).is_empty());
+    assert!(screen_of(&app).contains("AGENTS.md already exists"));
+}
+
+fn screen_of(app: &App) -> String {
+    screen(app, 100, 30)
+}

@@ -589,3 +589,59 @@ fn a_turn_that_ends_while_unfocused_rings_in_a_real_terminal() {
     tmux.wait_until_dead();
     assert_eq!(tmux.exit_code(), "0", "clean exit: {}", tmux.capture());
 }
+
+#[test]
+fn init_drafts_agents_md_through_the_edit_approval_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "call_1",
+                    "write_file",
+                    r##"{"path":"AGENTS.md","content":"# Agents\n\nRun `make test` before a commit.\n"}"##,
+                ),
+            )
+            .answer("L2", MockReply::text("AGENTS.md is written."))
+            .default_summary("Drafted AGENTS.md."),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let tmux = start_ui(&engine, &workspace, &home, &[]);
+    tmux.wait_for("Ask baton");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "/init"]);
+    tmux.wait_for("draft an AGENTS.md");
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    // The draft arrives as an edit to approve, with its diff.
+    let screen = tmux.wait_for("Apply this edit to AGENTS.md?");
+    assert!(
+        screen.contains("+Run `make test` before a commit."),
+        "{screen}"
+    );
+    assert!(
+        !workspace.join("AGENTS.md").exists(),
+        "nothing written before yes"
+    );
+    tmux.cmd(&["send-keys", "-t", "t", "y"]);
+    tmux.wait_for("AGENTS.md is written.");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("AGENTS.md")).expect("read"),
+        "# Agents\n\nRun `make test` before a commit.\n"
+    );
+    let sent = engine.requests_for_hop("answer");
+    assert!(
+        sent[0].raw_body.contains("Write an AGENTS.md"),
+        "the fixed prompt was sent"
+    );
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
+    assert_eq!(tmux.exit_code(), "0", "clean exit: {}", tmux.capture());
+}

@@ -327,10 +327,17 @@ impl App {
             self.send(Op::UserShell { command: cmd });
             return;
         }
+        self.start_turn(text.clone(), text);
+    }
+
+    /// Sends `text` as a user turn, shown in the transcript as `shown` (`/init` sends a long
+    /// fixed prompt but shows the command the user typed).
+    pub fn start_turn(&mut self, shown: String, text: String) {
         self.push_cell(CellKind::User(UserCell {
-            text: text.clone(),
+            text: shown,
             shell: false,
         }));
+        // The core's TurnStarted carries the text sent; it is matched here, not drawn again.
         self.echo_pending.push_back(text.clone());
         self.status.working = true;
         self.status.phase = Phase::Waiting;

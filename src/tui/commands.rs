@@ -11,6 +11,17 @@ use crate::protocol::{ApprovalPolicy, Choice, Expert, Op};
 /// The footer hint while `/compact` waits for the core; cleared by the answer, whichever it is.
 pub const COMPACTING_HINT: &str = "compacting the context…";
 
+/// The user turn `/init` sends: the expert drafts AGENTS.md and writes it with `write_file`,
+/// which asks for approval like any edit (the user sees the diff first).
+pub const INIT_PROMPT: &str = "Write an AGENTS.md for this repository: the instructions a coding \
+agent needs to work here. First look around: list the top folders, read the README, the build \
+files (Cargo.toml, package.json, pyproject.toml, go.mod, Makefile…), the CI configuration and a \
+few central source files. Then create AGENTS.md at the workspace root with write_file, in \
+Markdown, at most about 150 lines: what the project is; its layout (which folder holds what); \
+how to build, run the tests and lint it, with the exact commands; the code style and \
+conventions you saw; what a newcomer must not break. Write only what you verified in the \
+files; never invent a command. Change no other file.";
+
 /// The policies Shift+Tab cycles through, in order (`never` is for runs nobody watches).
 const APPROVAL_CYCLE: [ApprovalPolicy; 3] = [
     ApprovalPolicy::Ask,
@@ -136,6 +147,7 @@ impl App {
                 self.send(Op::Compact);
                 self.hint = Some(COMPACTING_HINT.into());
             }
+            SlashCommand::Init => self.init_agents_md(),
             SlashCommand::Copy => match self.last_answer.clone() {
                 Some(text) => {
                     self.effects.push(Effect::Copy(text));
@@ -222,6 +234,24 @@ impl App {
                 vec![e],
             ),
         }
+    }
+
+    /// `/init`: a turn that drafts AGENTS.md, unless the workspace has one (it is never
+    /// overwritten from here).
+    fn init_agents_md(&mut self) {
+        let path = self.opts.workspace.join("AGENTS.md");
+        if path.exists() {
+            self.push_notice(
+                NoticeLevel::Info,
+                "AGENTS.md already exists in this workspace",
+                vec![
+                    "Every expert is given it. Edit it by hand, or ask for changes in a message."
+                        .into(),
+                ],
+            );
+            return;
+        }
+        self.start_turn("/init".into(), INIT_PROMPT.into());
     }
 
     /// Shift+Tab: the next policy of the cycle.

@@ -15,6 +15,7 @@ pub enum SlashCommand {
     Diff,
     Status,
     Compact,
+    Init,
     Copy,
     Theme,
     Mouse,
@@ -23,7 +24,7 @@ pub enum SlashCommand {
 
 impl SlashCommand {
     /// Popup order: most used first.
-    pub const ALL: [SlashCommand; 16] = [
+    pub const ALL: [SlashCommand; 17] = [
         SlashCommand::Help,
         SlashCommand::New,
         SlashCommand::Resume,
@@ -37,6 +38,7 @@ impl SlashCommand {
         SlashCommand::Diff,
         SlashCommand::Status,
         SlashCommand::Compact,
+        SlashCommand::Init,
         SlashCommand::Copy,
         SlashCommand::Theme,
         SlashCommand::Mouse,
@@ -58,6 +60,7 @@ impl SlashCommand {
             SlashCommand::Diff => "diff",
             SlashCommand::Status => "status",
             SlashCommand::Compact => "compact",
+            SlashCommand::Init => "init",
             SlashCommand::Copy => "copy",
             SlashCommand::Theme => "theme",
             SlashCommand::Mouse => "mouse",
@@ -92,6 +95,7 @@ impl SlashCommand {
             SlashCommand::Diff => "git diff of the workspace, untracked files included",
             SlashCommand::Status => "endpoint, mode, profile, sandbox, tokens, session",
             SlashCommand::Compact => "summarize the active expert's context now",
+            SlashCommand::Init => "draft an AGENTS.md for this repository (you approve it)",
             SlashCommand::Copy => "copy the last answer to the clipboard",
             SlashCommand::Theme => "switch theme (dark, light, high-contrast, yours)",
             SlashCommand::Mouse => "toggle mouse capture (off: select text with the mouse)",
@@ -108,6 +112,7 @@ impl SlashCommand {
                 | SlashCommand::Resume
                 | SlashCommand::Undo
                 | SlashCommand::Compact
+                | SlashCommand::Init
                 | SlashCommand::Model
         )
     }
