@@ -1384,6 +1384,23 @@ fn unpinning_drops_pinned_from_the_status_line() {
     app.handle_key(key(KeyCode::Enter));
     let line = status_text(&app, 100);
     assert!(!line.contains("pinned"), "{line}");
+
+    // Unpinned while a pinned turn runs: the label lasts until that turn ends.
+    app.composer.set_text("/expert L2");
+    app.handle_key(key(KeyCode::Enter));
+    start_turn(&mut app, "go");
+    app.handle_event(Event::RouteDecided {
+        turn_id: 1,
+        expert: Expert::L2,
+        decision: RouteDecision::Pinned,
+        reason: None,
+        latency_ms: 0,
+    });
+    app.composer.set_text("/expert auto");
+    app.handle_key(key(KeyCode::Enter));
+    finish_turn(&mut app);
+    let line = status_text(&app, 100);
+    assert!(!line.contains("pinned"), "{line}");
 }
 
 #[test]

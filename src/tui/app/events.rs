@@ -391,6 +391,12 @@ impl App {
                 if expert.is_some() {
                     self.status.expert = expert;
                 }
+                // Unpinned while this pinned turn ran: the next turn is routed again.
+                if self.status.pinned.is_none()
+                    && self.status.decision == Some(crate::protocol::RouteDecision::Pinned)
+                {
+                    self.status.decision = None;
+                }
                 self.status.working = false;
                 self.status.last_turn_ms = Some(duration_ms);
                 if !self.focused
