@@ -117,7 +117,8 @@ async fn a_command_runs_in_the_workspace_and_reports_its_exit_code() {
         .call("shell", json!({"command": "pwd; echo hello; exit 3"}))
         .await;
     assert_eq!(r.exit_code, Some(3), "{}", r.content);
-    assert_eq!(r.status, ToolStatus::Ok);
+    // The command ran and said no: `failed`, which the TUI draws as ✗ and `--json` reports.
+    assert_eq!(r.status, ToolStatus::Failed);
     assert!(r.content.contains("[exit code 3]"), "{}", r.content);
     assert!(
         r.content.contains(&h.ctx.workspace.display().to_string()),
@@ -131,6 +132,7 @@ async fn a_command_runs_in_the_workspace_and_reports_its_exit_code() {
         .call("shell", json!({"command": "pwd", "workdir": "sub"}))
         .await;
     assert_eq!(r.exit_code, Some(0));
+    assert_eq!(r.status, ToolStatus::Ok);
     assert!(r.content.contains("/sub\n"), "{}", r.content);
 
     for bad in ["..", "/etc", "sub/../.."] {

@@ -62,7 +62,7 @@ pub struct Cli {
     #[arg(long, value_name = "NAME", help_heading = "Interface")]
     pub theme: Option<String>,
 
-    /// No colours in the interactive UI (also when NO_COLOR is set).
+    /// No colours in the interactive UI, and NO_COLOR=1 for commands (also when NO_COLOR is set).
     #[arg(long, help_heading = "Interface")]
     pub no_color: bool,
 

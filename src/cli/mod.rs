@@ -69,13 +69,14 @@ pub fn main() -> i32 {
             return exit::USAGE;
         }
     };
-    let config = match crate::config::load(&flags) {
+    let mut config = match crate::config::load(&flags) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("baton: configuration error: {e}");
             return exit::USAGE;
         }
     };
+    config.no_color = cli.no_color;
     let resume = match resume_id(&config, &cli.common) {
         Ok(r) if cli.command.is_none() => r,
         Ok(_) => None,

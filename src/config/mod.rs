@@ -78,6 +78,8 @@ pub struct Config {
     pub tools: Option<Vec<String>>,
     /// The files that were read, in order of increasing precedence (for `doctor`).
     pub files: Vec<PathBuf>,
+    /// `--no-color`: commands get `NO_COLOR=1` as well as the TUI losing its colours.
+    pub no_color: bool,
 }
 
 impl Config {

@@ -364,6 +364,8 @@ impl Settings {
             allow: self.allow.unwrap_or_default(),
             tools: self.tools,
             files: Vec::new(),
+            // A flag only (`--no-color`); NO_COLOR in the environment reaches commands as is.
+            no_color: false,
         })
     }
 }

@@ -120,7 +120,8 @@ fn progress_line(event: &Event) -> Option<String> {
             let first = output.lines().next().unwrap_or("");
             let what = match status {
                 ToolStatus::Ok => "ok",
-                ToolStatus::Error => "failed",
+                ToolStatus::Error => "error",
+                ToolStatus::Failed => "failed",
                 ToolStatus::Declined => "declined",
                 ToolStatus::TimedOut => "timed out",
                 ToolStatus::Interrupted => "interrupted",

@@ -201,15 +201,22 @@ pub struct PlanItem {
     pub status: PlanStatus,
 }
 
-/// How a tool call ended.
+/// How a tool call ended (the wire values are documented in docs/events.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolStatus {
+    /// The tool did what was asked; a command exited 0 (or is still running in a session).
     Ok,
+    /// The tool could not do what was asked (bad arguments, unknown tool, I/O error, a command
+    /// that could not be started).
     Error,
+    /// A command ran to its end and exited non-zero: the command's own failure, not the tool's.
+    Failed,
     /// Declined by the approval policy or the user.
     Declined,
+    /// A command ran past its timeout and was killed, or blocked waiting for input.
     TimedOut,
+    /// Stopped by the user (Ctrl+C, `/stop`) or a command killed on request.
     Interrupted,
 }
 

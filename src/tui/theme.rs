@@ -76,6 +76,9 @@ pub struct Theme {
     pub colors: Palette,
     /// Colours are off (`NO_COLOR`): selection and highlights use reverse video instead.
     pub no_color: bool,
+    /// The depth the palette was adapted to; colours from elsewhere (a command's own SGR
+    /// output) are adapted with it too.
+    pub depth: ColorDepth,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +107,7 @@ impl Theme {
             name: "dark".into(),
             colors: Palette::blank(),
             no_color: true,
+            depth: ColorDepth::None,
         })
     }
 
@@ -231,6 +235,7 @@ pub fn parse_theme(
         name: name.to_string(),
         colors: colors.adapted(depth),
         no_color: depth == ColorDepth::None,
+        depth,
     })
 }
 

@@ -49,6 +49,10 @@ pub struct ShellConfig {
     /// Pass variables named like secrets (`*KEY*`, `*SECRET*`, `*TOKEN*`, `*PASSWORD*`) on
     /// to commands. Off by default: the model's commands don't need baton's API keys.
     pub pass_secret_env: bool,
+    /// Set `NO_COLOR=1` for commands (`--no-color`). Commands run in a PTY with
+    /// `TERM=xterm-256color`, so without it git, cargo and pytest colour their output; a
+    /// `NO_COLOR` in baton's own environment reaches them either way.
+    pub no_color: bool,
 }
 
 impl Default for ShellConfig {
@@ -66,6 +70,7 @@ impl Default for ShellConfig {
             output_cap: 16 * 1024,
             kill_grace: Duration::from_secs(2),
             pass_secret_env: false,
+            no_color: false,
         }
     }
 }
@@ -222,8 +227,12 @@ fn render(
             }
             ToolResult {
                 content,
-                // A non-zero exit is the command's answer, not a failure of the tool.
-                status: ToolStatus::Ok,
+                // A non-zero exit is the command's failure, not the tool's: `Failed`, not `Error`.
+                status: if code == 0 {
+                    ToolStatus::Ok
+                } else {
+                    ToolStatus::Failed
+                },
                 exit_code: Some(code),
             }
         }
@@ -374,6 +383,7 @@ impl Tool for ShellTool {
                 shell: &config.shell,
                 login: config.login,
                 strip_secret_env: !config.pass_secret_env,
+                no_color: config.no_color,
                 cwd: &cwd,
                 policy: &policy,
                 timeout,

@@ -80,6 +80,8 @@ pub struct SpawnRequest<'a> {
     pub login: bool,
     /// Remove `*KEY*`/`*SECRET*`/`*TOKEN*`/`*PASSWORD*` variables from the environment.
     pub strip_secret_env: bool,
+    /// Set `NO_COLOR=1` (the user asked for no colours).
+    pub no_color: bool,
     pub cwd: &'a Path,
     pub policy: &'a SandboxPolicy,
     pub timeout: Duration,
@@ -134,6 +136,9 @@ impl ShellSession {
                     cmd.env_remove(&name);
                 }
             }
+        }
+        if req.no_color {
+            cmd.env("NO_COLOR", "1");
         }
         crate::sandbox::set_sandbox_env(&mut cmd, req.policy);
         sandbox.install(&mut cmd);
