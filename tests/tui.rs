@@ -318,7 +318,7 @@ fn tool_cell_collapsed_and_expanded() {
     insta::assert_snapshot!("tool_running", screen(&app, 80, 16));
     app.handle_event(Event::ToolEnd {
         call_id: "c1".into(),
-        status: ToolStatus::Error,
+        status: ToolStatus::Failed,
         exit_code: Some(101),
         duration_ms: 4250,
         output,
@@ -1560,4 +1560,177 @@ fn init_asks_the_expert_to_write_agents_md() {
 
 fn screen_of(app: &App) -> String {
     screen(app, 100, 30)
+}
+
+/// A finished tool call, as the core reports it.
+fn tool_call(
+    app: &mut App,
+    id: &str,
+    tool: &str,
+    title: &str,
+    end: Option<(ToolStatus, i32, &str)>,
+) {
+    app.handle_event(Event::ToolBegin {
+        turn_id: 1,
+        call_id: id.into(),
+        tool: tool.into(),
+        arguments: serde_json::json!({}),
+        title: title.into(),
+    });
+    if let Some((status, code, output)) = end {
+        app.handle_event(Event::ToolEnd {
+            call_id: id.into(),
+            status,
+            exit_code: Some(code),
+            duration_ms: 12,
+            output: output.into(),
+        });
+    }
+}
+
+/// The cell whose symbol starts the first occurrence of `text` on screen.
+fn cell_at<'a>(buf: &'a Buffer, text: &str) -> &'a ratatui::buffer::Cell {
+    for y in 0..buf.area.height {
+        let row: String = (0..buf.area.width).map(|x| buf[(x, y)].symbol()).collect();
+        if let Some(at) = row.find(text) {
+            let x = row[..at].chars().count() as u16;
+            return &buf[(x, y)];
+        }
+    }
+    panic!("{text:?} not on screen");
+}
+
+#[test]
+fn command_colours_are_drawn_as_colours_not_escape_fragments() {
+    for depth in [ColorDepth::TrueColor, ColorDepth::Ansi16, ColorDepth::None] {
+        let mut app = app_with(options(), depth);
+        tool_call(&mut app, "g", "shell", "git status --short", None);
+        app.handle_event(Event::ToolOutput {
+            call_id: "g".into(),
+            chunk: "\u{1b}[31mM\u{1b}[0m src/util.rs\n\u{1b}[1mdiff --git a/x b/x\u{1b}[0m\n"
+                .into(),
+        });
+        let t = draw(&app, 60, 12);
+        let shown = t.backend().to_string();
+        assert!(shown.contains("M src/util.rs"), "{shown}");
+        assert!(shown.contains("diff --git a/x b/x"), "{shown}");
+        assert!(!shown.contains("[31m") && !shown.contains("[0m"), "{shown}");
+        let buf = t.backend().buffer();
+        let m = cell_at(buf, "M src/util.rs");
+        let diff = cell_at(buf, "diff --git");
+        if depth == ColorDepth::None {
+            assert_eq!(m.fg, Color::Reset, "no colours under NO_COLOR");
+        } else {
+            assert_eq!(m.fg, Color::Red, "{depth:?}");
+        }
+        assert!(
+            diff.modifier.contains(ratatui::style::Modifier::BOLD),
+            "{depth:?}"
+        );
+    }
+}
+
+#[test]
+fn a_command_that_exits_non_zero_is_a_red_cross() {
+    let mut app = app();
+    tool_call(
+        &mut app,
+        "f",
+        "shell",
+        "false",
+        Some((ToolStatus::Failed, 1, "[exit code 1]")),
+    );
+    tool_call(
+        &mut app,
+        "t",
+        "shell",
+        "true",
+        Some((ToolStatus::Ok, 0, "[exit code 0]")),
+    );
+    let t = draw(&app, 60, 14);
+    let shown = t.backend().to_string();
+    assert!(
+        shown.contains("✗ $ false  failed · exit 1 · 12ms"),
+        "{shown}"
+    );
+    assert!(shown.contains("✓ $ true  exit 0 · 12ms"), "{shown}");
+    let buf = t.backend().buffer();
+    assert_eq!(cell_at(buf, "✗ $ false").fg, app.theme.colors.tool_error);
+    assert_ne!(app.theme.colors.tool_error, app.theme.colors.tool_ok);
+}
+
+#[test]
+fn read_file_output_keeps_the_tab_after_line_numbers() {
+    let mut app = app();
+    tool_call(
+        &mut app,
+        "r",
+        "read_file",
+        "a.py",
+        Some((
+            ToolStatus::Ok,
+            0,
+            "a.py (lines 1-2 of 2)\n     1\tdef add(a, b):\n     2\t    return a + b\n",
+        )),
+    );
+    let shown = screen(&app, 60, 12);
+    assert!(shown.contains("     1  def add(a, b):"), "{shown}");
+    assert!(shown.contains("     2      return a + b"), "{shown}");
+}
+
+#[test]
+fn a_call_waiting_for_approval_says_so_until_answered() {
+    let mut app = app();
+    start_turn(&mut app, "push it");
+    tool_call(&mut app, "p", "shell", "git push", None);
+    app.handle_event(Event::ApprovalRequested {
+        call_id: "p".into(),
+        request: ApprovalRequest::Command {
+            command: "git push".into(),
+            argv: vec!["git".into(), "push".into()],
+            cwd: "/home/dev/project".into(),
+            remember: None,
+        },
+    });
+    let waiting = screen(&app, 80, 30);
+    assert!(
+        waiting.contains("$ git push  waiting for approval"),
+        "{waiting}"
+    );
+    assert!(!waiting.contains("git push  running"), "{waiting}");
+    app.handle_key(key(KeyCode::Char('y')));
+    let running = screen(&app, 80, 30);
+    assert!(running.contains("$ git push  running"), "{running}");
+}
+
+#[test]
+fn an_edit_shows_its_diff_once() {
+    let mut app = app();
+    tool_call(&mut app, "e", "edit", "src/parse.rs", None);
+    app.handle_event(Event::FileDiff {
+        call_id: "e".into(),
+        path: "src/parse.rs".into(),
+        diff: DIFF.into(),
+    });
+    app.handle_event(Event::ToolEnd {
+        call_id: "e".into(),
+        status: ToolStatus::Ok,
+        exit_code: None,
+        duration_ms: 3,
+        output: format!("Edited src/parse.rs: 1 replacement (+3 -2 lines)\n{DIFF}"),
+    });
+    for expanded in [false, true] {
+        let shown = screen(&app, 80, 40);
+        assert!(shown.contains("edit: src/parse.rs"), "{shown}");
+        assert!(
+            shown.contains("Edited src/parse.rs: 1 replacement"),
+            "{shown}"
+        );
+        assert_eq!(
+            shown.matches("// keep empty fields").count(),
+            1,
+            "expanded: {expanded}\n{shown}"
+        );
+        app.handle_key(ctrl('o'));
+    }
 }

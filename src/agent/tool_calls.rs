@@ -19,7 +19,9 @@ pub(crate) async fn execute(
     call: &ToolCall,
     cancel: &CancellationToken,
 ) -> ChatMessage {
-    let started = Instant::now();
+    // `duration_ms` is the tool's own time: it restarts when an approval is answered, so the
+    // minutes a user spends reading the modal are not counted as the command's.
+    let mut started = Instant::now();
     let args: Result<serde_json::Value, String> = if call.arguments.trim().is_empty() {
         Ok(serde_json::json!({}))
     } else {
@@ -69,7 +71,11 @@ pub(crate) async fn execute(
             let allowed = match verdict {
                 Verdict::Run => Ok(()),
                 Verdict::Decline(why) => Err(why),
-                Verdict::Ask => ask(shared, &call.id, &need, cancel).await,
+                Verdict::Ask => {
+                    let answer = ask(shared, &call.id, &need, cancel).await;
+                    started = Instant::now();
+                    answer
+                }
             };
             match allowed {
                 Ok(()) => {

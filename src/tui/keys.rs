@@ -202,6 +202,8 @@ impl App {
 
     fn answer_approval(&mut self, decision: ApprovalDecision) {
         if let Some(a) = self.approvals.pop_front() {
+            // Approved, it starts running; denied, its end arrives as `declined`.
+            self.set_tool_cell(&a.call_id, |t| t.awaiting_approval = false);
             self.send(Op::Approval {
                 call_id: a.call_id,
                 decision,

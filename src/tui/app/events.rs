@@ -26,6 +26,21 @@ impl App {
         }
     }
 
+    /// Changes the tool cell of `call_id`, if it is still on screen.
+    pub(in crate::tui) fn set_tool_cell(
+        &mut self,
+        call_id: &str,
+        change: impl FnOnce(&mut ToolCell),
+    ) {
+        if let Some(&i) = self.tool_cells.get(call_id) {
+            self.grow_cell(i, |k| {
+                if let CellKind::Tool(t) = k {
+                    change(t);
+                }
+            });
+        }
+    }
+
     /// Applies one event from the core.
     pub fn handle_event(&mut self, event: Event) {
         match event {
@@ -265,7 +280,13 @@ impl App {
                     };
                 }
             }
-            Event::FileDiff { path, diff, .. } => {
+            Event::FileDiff {
+                call_id,
+                path,
+                diff,
+            } => {
+                // The `±` cell draws the diff; the tool's own cell then shows only its summary.
+                self.set_tool_cell(&call_id, |t| t.diff_shown = true);
                 self.push_cell(CellKind::Diff(DiffCell { path, diff }));
             }
             Event::PlanUpdated { items } => {
@@ -273,6 +294,7 @@ impl App {
             }
             Event::ApprovalRequested { call_id, request } => {
                 self.status.phase = Phase::AwaitingApproval;
+                self.set_tool_cell(&call_id, |t| t.awaiting_approval = true);
                 self.approvals
                     .push_back(PendingApproval::new(call_id, request));
             }

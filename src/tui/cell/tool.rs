@@ -273,7 +273,10 @@ mod tests {
     fn sgr_colours_become_styles_and_no_escape_bytes_remain() {
         let base = Style::new().fg(Color::Gray);
         let lines = styled_lines(
-            &["\u{1b}[31mM\u{1b}[0m src/util.rs", "\u{1b}[1;32mok\u{1b}[m plain"],
+            &[
+                "\u{1b}[31mM\u{1b}[0m src/util.rs",
+                "\u{1b}[1;32mok\u{1b}[m plain",
+            ],
             base,
             ColorDepth::TrueColor,
         );
