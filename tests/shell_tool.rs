@@ -197,6 +197,69 @@ fn secrets_in_the_environment_are_not_passed_on() {
     assert!(tool.contains("sbx="), "{tool}");
 }
 
+/// Runs `command` as the model's one shell call through the real binary with `--json`;
+/// returns the `tool_end` event and what the model was told.
+fn run_one_command(extra: &[&str], env_vars: &[(&str, &str)], command: &str) -> (Value, String) {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("call_1", "shell", json!({ "command": command }).to_string()),
+            )
+            .answer("L2", "done."),
+    );
+    let sandbox = match sandbox_mode() {
+        SandboxMode::Off => "off",
+        _ => "workspace-write",
+    };
+    let mut args = vec!["--json", "--approval", "full-auto", "--sandbox", sandbox];
+    args.extend_from_slice(extra);
+    let mut cmd = env.exec(&engine, "run it", &args);
+    cmd.env_remove("NO_COLOR");
+    for (k, v) in env_vars {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run baton");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let end: Value = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["type"] == "tool_end")
+        .unwrap_or_else(|| panic!("no tool_end in {stdout}"));
+    let told = end["output"].as_str().unwrap_or_default().to_string();
+    (end, told)
+}
+
+#[test]
+fn a_non_zero_exit_is_failed_in_the_json_events() {
+    let (end, told) = run_one_command(&[], &[], "echo about to fail; exit 1");
+    assert_eq!(end["status"], "failed", "{end}");
+    assert_eq!(end["exit_code"], 1, "{end}");
+    assert!(told.contains("[exit code 1]"), "{told}");
+    let (end, _) = run_one_command(&[], &[], "true");
+    assert_eq!(end["status"], "ok", "{end}");
+    assert_eq!(end["exit_code"], 0, "{end}");
+}
+
+#[test]
+fn no_color_reaches_commands_from_the_flag_and_the_environment() {
+    let probe = "echo nc=${NO_COLOR:-unset}";
+    let (_, told) = run_one_command(&["--no-color"], &[], probe);
+    assert!(told.contains("nc=1"), "--no-color: {told}");
+    let (_, told) = run_one_command(&[], &[("NO_COLOR", "yes")], probe);
+    assert!(told.contains("nc=yes"), "the user's NO_COLOR: {told}");
+    let (_, told) = run_one_command(&[], &[], probe);
+    assert!(told.contains("nc=unset"), "neither: {told}");
+}
+
 #[tokio::test]
 async fn approval_carries_the_parsed_argv() {
     let h = harness();

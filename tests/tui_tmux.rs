@@ -645,3 +645,56 @@ fn init_drafts_agents_md_through_the_edit_approval_in_a_real_terminal() {
     tmux.wait_until_dead();
     assert_eq!(tmux.exit_code(), "0", "clean exit: {}", tmux.capture());
 }
+
+#[test]
+fn command_colours_and_failures_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let engine = MockEngine::scripted_blocking(Script::new().default_summary("ok"));
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let tmux = start_ui(&engine, &workspace, &home, &[]);
+    tmux.wait_for("Ask baton");
+    // `!cmd` runs in the same PTY the model's commands get (TERM=xterm-256color).
+    tmux.cmd(&[
+        "send-keys",
+        "-t",
+        "t",
+        "-l",
+        r"!printf '\033[31mRED\033[0m plain\n'; exit 3",
+    ]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    // The command line itself holds `\033[31m`; the output under it must not.
+    let screen = tmux.wait_for("│ RED plain");
+    assert!(
+        !screen
+            .lines()
+            .any(|l| l.contains("│") && l.contains("[31m")),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("failed · exit 3"),
+        "a non-zero exit is a failure: {screen}"
+    );
+    assert!(screen.contains("✗ $ printf"), "{screen}");
+    // With escapes: "RED" is drawn in red (palette colour 1), "plain" is not.
+    let styled = tmux.cmd(&["capture-pane", "-p", "-e", "-t", "t", "-S", "-200"]);
+    let line = styled
+        .lines()
+        .find(|l| l.contains("RED"))
+        .unwrap_or_else(|| panic!("no RED line: {styled:?}"));
+    let before = &line[..line.find("RED").unwrap_or(0)];
+    let last_sgr = before.rsplit('\u{1b}').next().unwrap_or("");
+    assert!(
+        last_sgr.contains("31") || last_sgr.contains("38;5;1m"),
+        "RED is red: {line:?}"
+    );
+    tmux.cmd(&["send-keys", "-t", "t", "C-c"]);
+    tmux.cmd(&["send-keys", "-t", "t", "C-c"]);
+    tmux.wait_until_dead();
+}
