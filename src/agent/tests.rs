@@ -158,10 +158,20 @@ fn launch(
     tools: crate::tool::ToolRegistry,
     context_window: Option<u64>,
 ) -> (Harness, Arc<Shared>) {
+    launch_configured(backend, tools, context_window, |_| {})
+}
+
+/// `launch` with the agent configuration changed by `configure` first.
+fn launch_configured(
+    backend: FakeBackend,
+    tools: crate::tool::ToolRegistry,
+    context_window: Option<u64>,
+    configure: impl FnOnce(&mut AgentConfig),
+) -> (Harness, Arc<Shared>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let release = backend.release.clone();
     let backend = Arc::new(backend);
-    let cfg = AgentConfig {
+    let mut cfg = AgentConfig {
         mode: Mode::Mol,
         model: None,
         pinned: None,
@@ -181,6 +191,7 @@ fn launch(
         context_window,
         compact_at: None,
     };
+    configure(&mut cfg);
     std::fs::write(
         dir.path().join("big.txt"),
         "all work and no play makes jack a dull boy\n".repeat(300),
@@ -369,6 +380,64 @@ impl crate::tool::Tool for Dangerous {
             crate::tool::ToolResult::ok("removed")
         })
     }
+}
+
+#[tokio::test]
+async fn a_tool_duration_starts_when_its_approval_is_answered() {
+    let ran = Arc::new(Mutex::new(false));
+    let mut tools = crate::tool::registry::standard_tools();
+    tools.register(Arc::new(Dangerous(ran.clone())));
+    let mut call = ChatMessage::assistant("");
+    call.tool_calls.push(crate::protocol::ToolCall {
+        id: "c1".into(),
+        name: "dangerous".into(),
+        arguments: "{}".into(),
+    });
+    let backend = FakeBackend {
+        labels: Mutex::new(vec!["L2"].into()),
+        release: Arc::new(Notify::new()),
+        hang_answers: false,
+        answers: Mutex::new(vec![call].into()),
+        seen: Mutex::new(Vec::new()),
+        report_usage: false,
+        free_summaries: false,
+    };
+    let (mut h, _) = launch_configured(backend, tools, None, |cfg| {
+        cfg.headless = false;
+        cfg.approval = ApprovalPolicy::Ask;
+    });
+    h.handle
+        .ops
+        .send(Op::UserTurn {
+            text: "clean".into(),
+        })
+        .expect("send");
+    next_matching(&mut h, |e| matches!(e, Event::ApprovalRequested { .. })).await;
+    // The user reads the modal for a while; the tool itself takes no time.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    h.handle
+        .ops
+        .send(Op::Approval {
+            call_id: "c1".into(),
+            decision: crate::protocol::ApprovalDecision::Approve,
+        })
+        .expect("send");
+    let end = next_matching(&mut h, |e| matches!(e, Event::ToolEnd { .. })).await;
+    let Event::ToolEnd {
+        status,
+        duration_ms,
+        ..
+    } = end
+    else {
+        unreachable!("matched a tool end")
+    };
+    assert_eq!(status, crate::protocol::ToolStatus::Ok);
+    assert!(*lock(&ran), "approved, the command ran");
+    assert!(
+        duration_ms < 300,
+        "the wait for approval is not the tool's time: {duration_ms} ms"
+    );
+    h.release.notify_one();
 }
 
 #[tokio::test]
