@@ -116,6 +116,16 @@ fn progress_line(event: &Event) -> Option<String> {
             ),
         },
         Event::ToolBegin { title, .. } => format!("tool: {title}"),
+        // The command's title is on the `tool:` line above; its own output's first line says
+        // nothing about the failure, the exit code does.
+        Event::ToolEnd {
+            status: ToolStatus::Failed,
+            exit_code,
+            ..
+        } => match exit_code {
+            Some(code) => format!("tool failed: exit {code}"),
+            None => "tool failed".to_string(),
+        },
         Event::ToolEnd { status, output, .. } if *status != ToolStatus::Ok => {
             let first = output.lines().next().unwrap_or("");
             let what = match status {
@@ -154,6 +164,26 @@ fn progress_line(event: &Event) -> Option<String> {
 mod tests {
     use super::*;
     use crate::protocol::TokenUsage;
+
+    #[test]
+    fn a_failed_command_is_reported_with_its_exit_code() {
+        let end = |status, exit_code, output: &str| Event::ToolEnd {
+            call_id: "c".into(),
+            status,
+            exit_code,
+            duration_ms: 1,
+            output: output.into(),
+        };
+        assert_eq!(
+            progress_line(&end(ToolStatus::Failed, Some(1), "FAILED x\n[exit code 1]")),
+            Some("tool failed: exit 1".into())
+        );
+        assert_eq!(
+            progress_line(&end(ToolStatus::Error, None, "no tool named `x`")),
+            Some("tool error: no tool named `x`".into())
+        );
+        assert_eq!(progress_line(&end(ToolStatus::Ok, Some(0), "ok")), None);
+    }
 
     #[test]
     fn the_session_line_names_the_hops_that_used_tokens() {

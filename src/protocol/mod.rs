@@ -393,7 +393,8 @@ pub enum Event {
     },
     ToolOutput {
         call_id: String,
-        /// Sanitized output chunk (control sequences removed).
+        /// Sanitized output chunk: SGR colour/style sequences kept for display, every other
+        /// control sequence removed (the model's copy, in `ToolEnd::output`, is plain).
         chunk: String,
     },
     ToolEnd {
