@@ -23,8 +23,8 @@ pub struct ToolCell {
     pub duration_ms: Option<u64>,
     /// The approval modal for this call is open: it has not started running.
     pub awaiting_approval: bool,
-    /// A `±` cell shows this call's diff: the output keeps only its first line (the summary),
-    /// so the diff is drawn once.
+    /// A `±` cell shows this call's diff: the output stops where a unified diff starts (what
+    /// `edit` appends after its summary), so the diff is drawn once.
     pub diff_shown: bool,
 }
 
@@ -110,10 +110,11 @@ impl ToolCell {
         let mut out = wrap_spans(&header, width, &[], &[Span::raw("  ")]);
 
         let output = if self.diff_shown {
-            self.output.lines().next().unwrap_or("")
+            without_diff(&self.output)
         } else {
-            self.output.trim_end_matches('\n')
-        };
+            &self.output
+        }
+        .trim_end_matches('\n');
         let lines: Vec<&str> = output.lines().collect();
         if lines.is_empty() || (lines.len() == 1 && lines[0].is_empty()) {
             return out;
@@ -163,6 +164,18 @@ impl ToolCell {
         }
         out
     }
+}
+
+/// `output` up to the line where a unified diff begins (`--- a/…` followed by `+++ `).
+fn without_diff(output: &str) -> &str {
+    let mut at = 0;
+    for line in output.split_inclusive('\n') {
+        if line.starts_with("--- ") && output[at + line.len()..].starts_with("+++ ") {
+            return &output[..at];
+        }
+        at += line.len();
+    }
+    output
 }
 
 /// A run of output lines as styled spans: SGR sequences become styles over `base` (the theme's
@@ -331,6 +344,21 @@ mod tests {
             ColorDepth::TrueColor,
         );
         assert_eq!(plain(&lines[0]), "abc");
+    }
+
+    #[test]
+    fn the_diff_is_cut_from_an_edit_result_and_summaries_stay() {
+        let edit = "Edited a.rs: 1 replacement (+1 -1 lines)\n--- a/a.rs\n+++ b/a.rs\n@@ -1 +1 @@\n-x\n+y\n";
+        assert_eq!(
+            without_diff(edit),
+            "Edited a.rs: 1 replacement (+1 -1 lines)\n"
+        );
+        let patch = "Success. Updated the following files:\nM a.rs\nA b.rs\n";
+        assert_eq!(without_diff(patch), patch);
+        assert_eq!(
+            without_diff("--- not a diff\nplain\n"),
+            "--- not a diff\nplain\n"
+        );
     }
 
     #[test]
