@@ -224,21 +224,68 @@ impl Perform for FilterState {
             return;
         }
         self.resolve_ui_cr(false);
-        let ui = &mut self.out.ui;
-        ui.push_str("\x1b[");
-        for (i, param) in params.iter().enumerate() {
-            if i > 0 {
-                ui.push(';');
-            }
-            for (j, sub) in param.iter().enumerate() {
-                if j > 0 {
-                    ui.push(':');
-                }
-                ui.push_str(&sub.to_string());
-            }
+        let params: Vec<&[u16]> = params.iter().collect();
+        let canonical = canonical_sgr(&params);
+        if params.is_empty() || !canonical.is_empty() {
+            self.out.ui.push_str(&format!("\x1b[{canonical}m"));
         }
-        ui.push('m');
     }
+}
+
+/// SGR parameters in the common semicolon form that every reader parses (the TUI's
+/// `ansi-to-tui`, scripts reading `tool_output`): the ITU colon forms of colours
+/// (`38:2:[cs]:r:g:b`, `38:5:n`) become `38;2;r;g;b` / `38;5;n`, other sub-parameters (`4:3`,
+/// a curly underline) keep their main value, and underline colours (58/59), which most readers
+/// take for unrelated attributes, are dropped.
+fn canonical_sgr(params: &[&[u16]]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < params.len() {
+        let p = params[i];
+        let code = p.first().copied().unwrap_or(0);
+        i += 1;
+        let colour = matches!(code, 38 | 48 | 58);
+        let values: Vec<u16> = if colour && p.len() > 1 {
+            // Colon form: everything is inside this one parameter.
+            match p.get(1) {
+                Some(2) if p.len() >= 5 => {
+                    let rgb = &p[p.len() - 3..];
+                    vec![code, 2, rgb[0], rgb[1], rgb[2]]
+                }
+                Some(5) if p.len() >= 3 => vec![code, 5, p[2]],
+                _ => continue,
+            }
+        } else if colour {
+            // Semicolon form: the colour takes the next 2 or 4 parameters.
+            let at = i;
+            let first = |k: usize| params.get(at + k).and_then(|q| q.first().copied());
+            match first(0) {
+                Some(2) => {
+                    let rgb = (first(1), first(2), first(3));
+                    i += 4;
+                    match rgb {
+                        (Some(r), Some(g), Some(b)) => vec![code, 2, r, g, b],
+                        _ => continue,
+                    }
+                }
+                Some(5) => {
+                    i += 2;
+                    match first(1) {
+                        Some(n) => vec![code, 5, n],
+                        None => continue,
+                    }
+                }
+                _ => continue,
+            }
+        } else {
+            vec![code]
+        };
+        if matches!(code, 58 | 59) {
+            continue;
+        }
+        out.extend(values.iter().map(u16::to_string));
+    }
+    out.join(";")
 }
 
 /// Strips all control sequences from a complete text (for one-shot use).
@@ -273,9 +320,25 @@ mod tests {
         let raw = b"\x1b[1;31mred\x1b[0m \x1b[38:2:1:2:3mx\x1b[m";
         assert_eq!(
             sanitize_for_ui(raw),
-            "\x1b[1;31mred\x1b[0m \x1b[38:2:1:2:3mx\x1b[0m"
+            "\x1b[1;31mred\x1b[0m \x1b[38;2;1;2;3mx\x1b[0m"
         );
         assert_eq!(strip_for_model(raw), "red x");
+    }
+
+    #[test]
+    fn sgr_is_rewritten_in_the_semicolon_form() {
+        let ui = |raw: &[u8]| sanitize_for_ui(raw);
+        assert_eq!(ui(b"\x1b[38:2::10:20:30mx"), "\x1b[38;2;10;20;30mx");
+        assert_eq!(ui(b"\x1b[48:5:208mx"), "\x1b[48;5;208mx");
+        assert_eq!(
+            ui(b"\x1b[1;38;5;9;48;2;1;2;3mx"),
+            "\x1b[1;38;5;9;48;2;1;2;3mx"
+        );
+        assert_eq!(ui(b"\x1b[4:3mx"), "\x1b[4mx");
+        assert_eq!(ui(b"\x1b[4;58;2;9;9;9;31mx"), "\x1b[4;31mx");
+        assert_eq!(ui(b"\x1b[58:5:1mx\x1b[59mz"), "xz");
+        // A colour cut short is dropped, not read as other attributes.
+        assert_eq!(ui(b"\x1b[38;2;1mx"), "x");
     }
 
     #[test]
