@@ -182,16 +182,19 @@ fn without_diff(output: &str) -> &str {
 /// output colour), their colours adapted to `depth` (none at all under `NO_COLOR`), and tabs
 /// become spaces to the next tab stop (the terminal would drop a raw tab).
 fn styled_lines(run: &[&str], base: Style, depth: ColorDepth) -> Vec<Vec<Span<'static>>> {
-    let joined = run.join("\n");
+    // The parser also ends lines at `\r`: one left inside a line must not split it.
+    let joined = run.join("\n").replace('\r', "");
     // The parser cannot fail on text without SGR sequences; should it fail on any other,
     // the text still shows, without escape bytes.
-    let parsed: Vec<Vec<Span<'_>>> = match joined.to_text() {
+    let mut parsed: Vec<Vec<Span<'_>>> = match joined.to_text() {
         Ok(text) => text.lines.into_iter().map(|l| l.spans).collect(),
         Err(_) => joined
             .split('\n')
             .map(|l| vec![Span::raw(l.replace('\u{1b}', ""))])
             .collect(),
     };
+    // A run ending in an empty line parses one line short: one row per line, always.
+    parsed.resize_with(run.len(), Vec::new);
     parsed
         .into_iter()
         .map(|spans| {
@@ -301,6 +304,13 @@ mod tests {
         assert!(lines[1][0].style.add_modifier.contains(Modifier::BOLD));
         assert_eq!(lines[1][0].style.fg, Some(Color::Green));
         assert!(!lines[1][1].style.add_modifier.contains(Modifier::BOLD));
+    }
+
+    #[test]
+    fn every_line_of_a_run_is_one_row_even_empty_or_with_a_carriage_return() {
+        let lines = styled_lines(&["a", "", "b\rc", ""], Style::new(), ColorDepth::TrueColor);
+        let shown: Vec<String> = lines.iter().map(|l| plain(l)).collect();
+        assert_eq!(shown, ["a", "", "bc", ""]);
     }
 
     #[test]
