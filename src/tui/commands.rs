@@ -231,7 +231,7 @@ impl App {
             Err(e) => self.push_notice(
                 NoticeLevel::Error,
                 format!("'{args}' is not an approval policy"),
-                vec![e],
+                vec![e.to_string()],
             ),
         }
     }

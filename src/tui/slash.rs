@@ -24,7 +24,7 @@ pub enum SlashCommand {
 
 impl SlashCommand {
     /// Popup order: most used first.
-    pub const ALL: [SlashCommand; 17] = [
+    pub const ALL: [SlashCommand; 18] = [
         SlashCommand::Help,
         SlashCommand::New,
         SlashCommand::Resume,
