@@ -559,16 +559,16 @@ async fn api_key_is_sent_as_bearer_and_never_shown() {
 }
 
 #[tokio::test]
-async fn connect_errors_are_retried_then_reported() {
+async fn a_closed_port_fails_at_the_first_attempt() {
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
     let (seen, observer) = notices();
+    // The default policy retries a 500 three times; a refused connection gets none of them.
     let backend = RemoteBackend::builder(format!("http://127.0.0.1:{port}/v1"))
         .api_key(Some(KEY.into()))
-        .backoff(Duration::from_millis(1), Duration::from_millis(5))
-        .max_retries(2)
+        .max_retries(3)
         .on_retry(observer)
         .build()
         .unwrap();
@@ -583,13 +583,79 @@ async fn connect_errors_are_retried_then_reported() {
         ),
         "{error:?}"
     );
+    assert_eq!(error.kind(), baton::protocol::ErrorKind::Unreachable);
     let text = error.to_string();
     assert!(
-        text.starts_with("route hop: cannot connect to http://127.0.0.1:"),
+        text.starts_with("route hop: cannot connect to http://127.0.0.1:")
+            && text.contains("Connection refused"),
         "{text}"
     );
     assert!(!text.contains(KEY));
-    assert_eq!(seen.lock().unwrap().len(), 2);
+    let retries = seen.lock().unwrap().len();
+    assert!(retries + 1 < 2, "{} attempts against a closed port", retries + 1);
+}
+
+#[tokio::test]
+async fn retry_notices_read_as_one_line_naming_what_is_retried() {
+    let engine = MockEngine::builder()
+        .models_reply(MockReply::status(503, "models warming up"))
+        .start(sequence(vec![
+            MockReply::status(500, "engine restarting"),
+            MockReply::text("recovered"),
+        ]))
+        .await;
+    let (seen, observer) = notices();
+    let backend = builder_for(&engine)
+        .backoff(Duration::from_millis(1), Duration::from_millis(5))
+        .max_retries(1)
+        .on_retry(observer)
+        .build()
+        .unwrap();
+    run(&backend, answer_request("L2", "x")).await.1.unwrap();
+    let _ = backend.probe().await;
+    let lines: Vec<String> = seen.lock().unwrap().iter().map(|n| n.message()).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].starts_with("answer hop: retrying in ")
+            && lines[0].ends_with("(retry 1 of 1): HTTP 500: engine restarting"),
+        "{lines:?}"
+    );
+    assert!(lines[1].starts_with("model list: retrying in "), "{lines:?}");
+}
+
+#[tokio::test]
+async fn a_404_model_names_the_models_the_server_serves() {
+    let engine = MockEngine::builder()
+        .models([("Qwen3-8B", None), ("Qwen3-32B", None)])
+        .start(|_req| MockReply::error(404, "The model `L2` does not exist.", "404"))
+        .await;
+    let error = run(&backend_for(&engine), answer_request("L2", "x"))
+        .await
+        .1
+        .unwrap_err();
+    assert_eq!(error.kind(), baton::protocol::ErrorKind::ModelNotFound);
+    let text = error.to_string();
+    assert!(
+        text.contains("does not exist") && text.contains("the server serves: Qwen3-8B, Qwen3-32B"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_chunk_error_quotes_the_line_the_server_sent() {
+    let line = r#"{"id":"x","choices":"not-a-list"}"#;
+    let engine = MockEngine::start(move |_req| MockReply::raw_sse(format!("data: {line}\n\n")))
+        .await;
+    let error = run(&backend_for(&engine), answer_request("L2", "x"))
+        .await
+        .1
+        .unwrap_err();
+    assert_eq!(error.kind(), baton::protocol::ErrorKind::BadResponse);
+    let text = error.to_string();
+    assert!(
+        text.contains("not an array") && text.contains(&format!("the server sent: {line}")),
+        "{text}"
+    );
 }
 
 #[tokio::test]

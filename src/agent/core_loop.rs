@@ -19,6 +19,11 @@ struct Running {
 
 pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, resumed: bool) {
     emit_session(&shared, resumed, false);
+    // After the session event, so a frontend knows what the warning is about. Nobody watches
+    // a headless run before its turn, and that turn reports the same failure.
+    if !shared.cfg.headless {
+        super::probe::spawn_startup_probe(&shared);
+    }
     let mut queue: VecDeque<String> = VecDeque::new();
     let mut running: Option<Running> = None;
     // `/compact` sent while a turn runs: done as soon as it ends, before queued turns.

@@ -12,6 +12,7 @@ pub(crate) mod approval;
 mod context;
 mod core_loop;
 pub(crate) mod instructions;
+mod probe;
 mod summaries;
 mod tool_calls;
 mod turn;
@@ -253,6 +254,7 @@ fn start(
         summaries: Mutex::new(HashMap::new()),
         context: Mutex::new(context::ContextState::default()),
     });
+    probe::report_retries(&shared, shared.events.clone());
     tokio::spawn(core_loop::run(shared.clone(), ops_rx, resumed));
     (
         AgentHandle {

@@ -251,7 +251,7 @@ async fn decide(ctx: &mut TurnCtx, step: Step<'_>) -> Result<ExpertChoice, Stop>
             pinned,
             step,
             announce_hop,
-        ) => c,
+        ) => c.map_err(Stop::Failed)?,
         _ = ctx.cancel.cancelled() => return Err(Stop::Interrupted),
     };
     if let Some(hop) = choice.route_hop {

@@ -7,6 +7,8 @@
 pub mod local;
 pub mod remote;
 
+pub use remote::{RetryNotice, RetryObserver};
+
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -243,6 +245,10 @@ pub trait ChatBackend: Send + Sync {
     fn count_prompt_tokens(&self, _req: &ChatRequest) -> Option<u64> {
         None
     }
+
+    /// Calls `observer` before every retry of a failed request, so the person waiting hears
+    /// of it. Backends that never retry (the local engine) ignore it.
+    fn observe_retries(&self, _observer: RetryObserver) {}
 }
 
 /// Sends a request and waits for its completion (for hops whose deltas nobody watches).

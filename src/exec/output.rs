@@ -3,17 +3,30 @@
 //! core's (`turn_completed` for the turn, `session_usage` for the session): nothing is counted
 //! here.
 
+use std::cell::RefCell;
 use std::io::Write;
 
-use crate::protocol::{Event, Hop, RouteDecision, ToolStatus, UsageTotals};
+use crate::protocol::{Event, Hop, RouteDecision, ToolStatus, TurnStatus, UsageTotals};
 
 pub struct Output {
     json: bool,
+    /// What the session event said the run talks to, for the hints under errors.
+    server: RefCell<Server>,
+}
+
+/// The endpoint (empty for the local engine) and whether the client routes between experts.
+#[derive(Debug, Default, Clone)]
+struct Server {
+    endpoint: String,
+    mol_mode: bool,
 }
 
 impl Output {
     pub fn new(json: bool) -> Self {
-        Output { json }
+        Output {
+            json,
+            server: RefCell::new(Server::default()),
+        }
     }
 
     /// A note from the runner itself (stderr in both modes: stdout stays machine-readable).
@@ -60,7 +73,18 @@ impl Output {
             }
             return;
         }
-        if let Some(line) = progress_line(event) {
+        if let Event::Session { mode, backend, .. } = event {
+            *self.server.borrow_mut() = Server {
+                endpoint: if backend.starts_with("local:") {
+                    String::new()
+                } else {
+                    backend.clone()
+                },
+                mol_mode: mode == "mol",
+            };
+        }
+        let server = self.server.borrow().clone();
+        if let Some(line) = progress_line(event, &server) {
             eprintln!("{line}");
         }
     }
@@ -87,8 +111,9 @@ fn session_line(usage: &UsageTotals) -> String {
     )
 }
 
-/// One human line on stderr for the events worth showing; deltas are not.
-fn progress_line(event: &Event) -> Option<String> {
+/// One human line on stderr for the events worth showing (an error's hint on a second line);
+/// deltas are not.
+fn progress_line(event: &Event, server: &Server) -> Option<String> {
     Some(match event {
         Event::Session {
             session_id,
@@ -147,15 +172,32 @@ fn progress_line(event: &Event) -> Option<String> {
             format!("context: compacted {expert}'s view, ~{tokens_before} → ~{tokens_after} tokens")
         }
         Event::Warning { message } => format!("warning: {message}"),
-        Event::Error { message, .. } => format!("error: {message}"),
+        Event::Error { message, kind, .. } => {
+            match kind.hint(&server.endpoint, server.mol_mode) {
+                Some(hint) => format!("error: {message}\nhint: {hint}"),
+                None => format!("error: {message}"),
+            }
+        }
         Event::TurnCompleted {
-            duration_ms, usage, ..
-        } => format!(
-            "done in {:.1} s ({} prompt + {} completion tokens this turn)",
-            *duration_ms as f64 / 1000.0,
-            usage.prompt_tokens,
-            usage.completion_tokens
-        ),
+            status,
+            duration_ms,
+            usage,
+            ..
+        } => {
+            let what = match status {
+                TurnStatus::Done => "done in",
+                // The error line said what happened; "done" after it would be a lie.
+                TurnStatus::Error => return None,
+                TurnStatus::Interrupted => "interrupted after",
+                TurnStatus::LimitReached => "stopped at the limit after",
+            };
+            format!(
+                "{what} {:.1} s ({} prompt + {} completion tokens this turn)",
+                *duration_ms as f64 / 1000.0,
+                usage.prompt_tokens,
+                usage.completion_tokens
+            )
+        }
         _ => return None,
     })
 }
@@ -163,7 +205,7 @@ fn progress_line(event: &Event) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::TokenUsage;
+    use crate::protocol::{ErrorKind, TokenUsage};
 
     #[test]
     fn a_failed_command_is_reported_with_its_exit_code() {
@@ -201,5 +243,53 @@ mod tests {
             "session: 160 prompt + 26 completion tokens (route 11, answer 120, summary 55)"
         );
         assert!(session_line(&UsageTotals::default()).ends_with("(none reported)"));
+    }
+
+    fn completed(status: TurnStatus) -> Event {
+        Event::TurnCompleted {
+            turn_id: 1,
+            status,
+            answer: None,
+            expert: None,
+            duration_ms: 1500,
+            usage: TokenUsage::default(),
+            usage_by_hop: Box::default(),
+            session_usage: Box::default(),
+        }
+    }
+
+    #[test]
+    fn no_done_line_after_an_error() {
+        let server = Server::default();
+        assert!(progress_line(&completed(TurnStatus::Error), &server).is_none());
+        let done = progress_line(&completed(TurnStatus::Done), &server).expect("a done line");
+        assert!(done.starts_with("done in 1.5 s"), "{done}");
+        let stopped =
+            progress_line(&completed(TurnStatus::Interrupted), &server).expect("a line");
+        assert!(stopped.starts_with("interrupted after"), "{stopped}");
+    }
+
+    #[test]
+    fn errors_carry_the_hint_of_their_kind() {
+        let server = Server {
+            endpoint: "http://127.0.0.1:9/v1".into(),
+            mol_mode: true,
+        };
+        let error = |kind| Event::Error {
+            message: "boom".into(),
+            kind,
+            hop: None,
+        };
+        let unreachable = progress_line(&error(ErrorKind::Unreachable), &server).expect("line");
+        assert!(
+            unreachable.starts_with("error: boom\nhint: Could not reach http://127.0.0.1:9/v1"),
+            "{unreachable}"
+        );
+        let overflow = progress_line(&error(ErrorKind::ContextOverflow), &server).expect("line");
+        assert!(overflow.contains("/compact") && overflow.contains("/new"), "{overflow}");
+        let missing = progress_line(&error(ErrorKind::ModelNotFound), &server).expect("line");
+        assert!(missing.contains("baton doctor"), "{missing}");
+        let cancelled = progress_line(&error(ErrorKind::Cancelled), &server).expect("line");
+        assert_eq!(cancelled, "error: boom");
     }
 }

@@ -2,15 +2,18 @@
 //! results continue a loop, pinned by the user, routed by L0 — or, when the route hop fails or
 //! returns garbage, the fallback (the open task's expert, else the profile's default), with why.
 //!
+//! A route hop that could not reach the server at all is no reason to fall back: the answer
+//! hop would go to the same dead server, so the decision fails with that error instead.
+//!
 //! The agent asks once per model call and turns the answer into events; nothing here emits or
 //! records anything.
 
 use std::time::Duration;
 
-use crate::backend::ChatBackend;
+use crate::backend::{BackendError, ChatBackend};
 use crate::mol::profile::Profile;
 use crate::mol::route::{DEFAULT_EXPERT, route};
-use crate::protocol::{Expert, Mode, RouteDecision, TokenUsage};
+use crate::protocol::{ErrorKind, Expert, Mode, RouteDecision, TokenUsage};
 
 /// The moment an expert must be chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +72,8 @@ impl ExpertChoice {
 
 /// Decides who answers `step`. Runs the route hop only for a new user turn in `mol` mode with
 /// no pinned expert; `before_route_hop` is called just before that hop is sent (the agent
-/// announces the hop there). Never fails: a failed or unparseable route falls back.
+/// announces the hop there). A failed or unparseable route falls back; only a route hop that
+/// found the server unreachable (`ErrorKind::Unreachable`) fails, with that hop's error.
 pub async fn decide(
     backend: &dyn ChatBackend,
     profile: &Profile,
@@ -77,25 +81,33 @@ pub async fn decide(
     pinned: Option<Expert>,
     step: Step<'_>,
     before_route_hop: impl FnOnce(),
-) -> ExpertChoice {
+) -> Result<ExpertChoice, BackendError> {
     if !mode.routes_client_side() {
-        return ExpertChoice::without_hop(DEFAULT_EXPERT, RouteDecision::None);
+        return Ok(ExpertChoice::without_hop(
+            DEFAULT_EXPERT,
+            RouteDecision::None,
+        ));
     }
     let (text, open_owner) = match step {
         Step::ToolResults { issuer } => {
-            return ExpertChoice::without_hop(issuer, RouteDecision::Sticky);
+            return Ok(ExpertChoice::without_hop(issuer, RouteDecision::Sticky));
         }
         Step::UserTurn { text, open_owner } => (text, open_owner),
     };
     if let Some(expert) = pinned {
-        return ExpertChoice::without_hop(expert, RouteDecision::Pinned);
+        return Ok(ExpertChoice::without_hop(expert, RouteDecision::Pinned));
     }
     before_route_hop();
     let outcome = route(backend, profile, text, open_owner).await;
+    if let Some(error) = outcome.error
+        && error.kind() == ErrorKind::Unreachable
+    {
+        return Err(error);
+    }
     let reason = (outcome.decision == RouteDecision::Fallback)
         .then_some(outcome.reason)
         .flatten();
-    ExpertChoice {
+    Ok(ExpertChoice {
         expert: outcome.expert,
         decision: outcome.decision,
         reason,
@@ -103,7 +115,7 @@ pub async fn decide(
             latency: outcome.latency,
             usage: outcome.usage,
         }),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -123,6 +135,8 @@ mod tests {
     /// of every request it got.
     struct Router {
         reply: Result<&'static str, &'static str>,
+        /// Fail as a server that cannot be connected to, instead of `reply`.
+        unreachable: bool,
         seen: Mutex<Vec<Hop>>,
     }
 
@@ -130,12 +144,21 @@ mod tests {
         fn answering(label: &'static str) -> Self {
             Router {
                 reply: Ok(label),
+                unreachable: false,
                 seen: Mutex::new(Vec::new()),
             }
         }
         fn failing(error: &'static str) -> Self {
             Router {
                 reply: Err(error),
+                unreachable: false,
+                seen: Mutex::new(Vec::new()),
+            }
+        }
+        fn refusing() -> Self {
+            Router {
+                reply: Err("unused"),
+                unreachable: true,
                 seen: Mutex::new(Vec::new()),
             }
         }
@@ -152,7 +175,15 @@ mod tests {
                 .unwrap_or_else(|e| e.into_inner())
                 .push(req.hop);
             let reply = self.reply;
+            let unreachable = self.unreachable;
             Box::pin(async move {
+                if unreachable {
+                    return Err(BackendError::Connect {
+                        hop: req.hop,
+                        url: "http://127.0.0.1:9/v1/chat/completions".into(),
+                        message: "tcp connect error: Connection refused".into(),
+                    });
+                }
                 let label = reply.map_err(|body| BackendError::Http {
                     hop: req.hop,
                     url: "http://mock/v1".into(),
@@ -202,7 +233,9 @@ mod tests {
         step: Step<'_>,
     ) -> (ExpertChoice, u32) {
         let mut announced = 0;
-        let choice = decide(backend, &profile(), mode, pinned, step, || announced += 1).await;
+        let choice = decide(backend, &profile(), mode, pinned, step, || announced += 1)
+            .await
+            .expect("only an unreachable server fails a decision");
         (choice, announced)
     }
 
@@ -311,5 +344,17 @@ mod tests {
             assert!(choice.reason.is_some_and(|r| r.contains("banana")));
             assert_eq!(choice.route_hop.map(|h| h.usage.completion_tokens), Some(2));
         }
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_route_fails_instead_of_falling_back() {
+        let backend = Router::refusing();
+        let mut announced = 0;
+        let step = user_turn(Some(Expert::L1));
+        let result = decide(&backend, &profile(), Mode::Mol, None, step, || announced += 1).await;
+        let error = result.expect_err("no fallback to the same dead server");
+        assert_eq!(error.kind(), ErrorKind::Unreachable);
+        assert_eq!(error.hop(), Hop::Route);
+        assert_eq!((backend.route_requests(), announced), (1, 1));
     }
 }

@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::backend::{ChatBackend, ChatCompletion, ChatRequest, Constraint, complete};
+use crate::backend::{
+    BackendError, ChatBackend, ChatCompletion, ChatRequest, Constraint, complete,
+};
 use crate::mol::profile::{Profile, ROUTE_PREFILL};
 use crate::protocol::ChatMessage;
 use crate::protocol::{Expert, Hop, RouteDecision, TokenUsage};
@@ -91,7 +93,7 @@ pub fn fallback_expert(open_task_owner: Option<Expert>) -> Expert {
 }
 
 /// What the route hop decided.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct RouteOutcome {
     pub expert: Expert,
     pub decision: RouteDecision,
@@ -99,6 +101,9 @@ pub struct RouteOutcome {
     /// Why it fell back (error text), or the raw label when the model decided.
     pub reason: Option<String>,
     pub usage: TokenUsage,
+    /// The route hop's error, when it failed (the caller decides whether it is worth a
+    /// fallback: an unreachable server is not).
+    pub error: Option<BackendError>,
 }
 
 /// Runs the route hop. Never fails: an error or a bad label falls back and says why.
@@ -117,9 +122,13 @@ pub async fn route(
         latency,
         reason: Some(reason),
         usage,
+        error: None,
     };
     match result {
-        Err(e) => fallback(e.to_string(), TokenUsage::default()),
+        Err(e) => RouteOutcome {
+            error: Some(e.clone()),
+            ..fallback(e.to_string(), TokenUsage::default())
+        },
         Ok(done) => {
             let usage = done.usage.unwrap_or_default();
             let raw = label_text(&done);
@@ -130,6 +139,7 @@ pub async fn route(
                     latency,
                     reason: Some(raw),
                     usage,
+                    error: None,
                 },
                 Ok(_) => fallback(format!("label '{raw}' is not in the profile"), usage),
                 Err(why) => fallback(why.to_string(), usage),

@@ -68,6 +68,51 @@ impl ErrorKind {
     }
 }
 
+impl ErrorKind {
+    /// What to try after an error of this kind, in plain words — the one source of hints for
+    /// every frontend (the TUI under its error cell, `--exec` on stderr). `endpoint` is the
+    /// configured server (empty for the local engine); `mol_mode` whether the client routes
+    /// between experts.
+    pub fn hint(self, endpoint: &str, mol_mode: bool) -> Option<String> {
+        let server = if endpoint.is_empty() {
+            "the model server".to_string()
+        } else {
+            endpoint.to_string()
+        };
+        let hint = match self {
+            ErrorKind::Unreachable => format!(
+                "Could not reach {server}. Is the server running, and is the endpoint right (--endpoint or the config file)?"
+            ),
+            ErrorKind::Auth => {
+                "The server refused the credentials. Check the API key in your config or environment."
+                    .into()
+            }
+            ErrorKind::RateLimit => {
+                "The server is rate-limiting requests. Wait a moment and send again.".into()
+            }
+            ErrorKind::ContextOverflow => "The conversation no longer fits the model's context. Run /compact, or /new for a fresh session.".into(),
+            ErrorKind::ModelNotFound if mol_mode => format!(
+                "{server} does not serve this expert's model name. Run `baton doctor` to see the model names it serves (a MoL engine serves L0..L3)."
+            ),
+            ErrorKind::ModelNotFound => {
+                "The server does not know this model. Check the model name (/model NAME) or the endpoint."
+                    .into()
+            }
+            ErrorKind::Timeout => "The request took too long. The server may be overloaded; try again, or raise the timeout in the config.".into(),
+            ErrorKind::BadResponse => format!(
+                "{server} sent a malformed response: that is the server's fault, not your request's. The message above has the line it sent."
+            ),
+            ErrorKind::Server => format!("{server} failed on its side. Try again; if it persists, check the server's logs."),
+            ErrorKind::SandboxUnavailable => "The sandbox could not be set up on this system. `baton doctor` says what the kernel must allow.".into(),
+            ErrorKind::Engine
+            | ErrorKind::Cancelled
+            | ErrorKind::Config
+            | ErrorKind::Io => return None,
+        };
+        Some(hint)
+    }
+}
+
 impl std::fmt::Display for ErrorKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

@@ -26,7 +26,7 @@ pub(crate) mod wire;
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -41,7 +41,7 @@ pub use retry::RetryNotice;
 
 use self::assemble::{ChunkError, StreamAssembler};
 use self::failure::{ErrorContext, error_chain};
-use self::retry::{RetryPolicy, is_retryable_status};
+use self::retry::{QUICK_RETRY, RetryPolicy, is_retryable_status};
 use self::sse::{SseEvent, SseParser};
 use super::{
     BackendError, ChatBackend, ChatCompletion, ChatDelta, ChatRequest, ChatStream, ModelInfo,
@@ -50,6 +50,12 @@ use crate::protocol::Hop;
 
 /// Called before each retry.
 pub type RetryObserver = Arc<dyn Fn(&RetryNotice) + Send + Sync>;
+
+/// How long the model list asked for after a 404 may take: it only decorates the error.
+const MODELS_AFTER_404_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How many served model names a 404 error lists.
+const MODELS_LISTED: usize = 12;
 
 /// Header naming the MoL hop of a request (the reference sends it on the route hop).
 pub const HOP_HEADER: &str = "X-MOL-Internal-Hop";
@@ -120,7 +126,8 @@ struct Inner {
     client: reqwest::Client,
     chat_url: String,
     models_url: String,
-    on_retry: Option<RetryObserver>,
+    /// Everyone told of a retry: the builder's observer and those added later (the agent's).
+    observers: RwLock<Vec<RetryObserver>>,
 }
 
 impl std::fmt::Debug for RemoteBackend {
@@ -167,13 +174,22 @@ impl RemoteBackend {
                 models_url: format!("{}/models", config.base_url),
                 config,
                 client,
-                on_retry,
+                observers: RwLock::new(on_retry.into_iter().collect()),
             }),
         })
     }
 
     pub fn config(&self) -> &RemoteConfig {
         &self.inner.config
+    }
+
+    /// Adds an observer of every retry, besides the builder's (clones share them).
+    pub fn add_retry_observer(&self, observer: RetryObserver) {
+        self.inner
+            .observers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(observer);
     }
 
     /// Checks the endpoint for `baton doctor`: reachable, authorised, and which models it
@@ -208,7 +224,7 @@ impl RemoteBackend {
         let body = wire::request_body(&req, inner.config.dialect);
         let body = Bytes::from(body.to_string());
         tracing::debug!(hop = %req.hop, model = %req.model, url = %inner.chat_url, stream = req.stream, "chat request");
-        let (response, deadline) = inner
+        let sent = inner
             .send_with_retries(&ctx, || {
                 let mut builder = inner
                     .client
@@ -224,7 +240,29 @@ impl RemoteBackend {
                 }
                 inner.authorised(builder)
             })
-            .await?;
+            .await;
+        let (response, deadline) = match sent {
+            Err(BackendError::Http {
+                hop,
+                url,
+                status: 404,
+                body,
+            }) => {
+                // A 404 on the chat URL is nearly always a model name the server does not
+                // serve: say which names it does, so the fix is one look away.
+                let body = match inner.served_models().await {
+                    Some(names) => format!("{body} (the server serves: {names})"),
+                    None => body,
+                };
+                return Err(BackendError::Http {
+                    hop,
+                    url,
+                    status: 404,
+                    body,
+                });
+            }
+            other => other?,
+        };
         let conversation_id = response
             .headers()
             .get(CONVERSATION_HEADER)
@@ -263,6 +301,36 @@ impl RemoteBackend {
 }
 
 impl Inner {
+    /// The served model ids, comma-separated, from one quick `GET /models` without retries;
+    /// `None` when that fails too (then the endpoint itself is likely wrong).
+    async fn served_models(&self) -> Option<String> {
+        let request = self.authorised(self.client.get(&self.models_url)).send();
+        let response = tokio::time::timeout(MODELS_AFTER_404_TIMEOUT, request)
+            .await
+            .ok()?
+            .ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        let body = tokio::time::timeout(MODELS_AFTER_404_TIMEOUT, response.text())
+            .await
+            .ok()?
+            .ok()?;
+        let json: Value = serde_json::from_str(&body).ok()?;
+        let models = wire::parse_models(&json).ok()?;
+        if models.is_empty() {
+            return None;
+        }
+        let mut names: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
+        let more = names.len().saturating_sub(MODELS_LISTED);
+        names.truncate(MODELS_LISTED);
+        let mut text = names.join(", ");
+        if more > 0 {
+            text.push_str(&format!(" and {more} more"));
+        }
+        Some(text)
+    }
+
     fn error_context(&self, hop: Hop, url: &str) -> ErrorContext {
         ErrorContext::new(hop, url.to_string(), self.config.api_key.clone())
     }
@@ -306,8 +374,7 @@ impl Inner {
                 }
                 Ok(Err(error)) => {
                     let message = error_chain(&error);
-                    let retryable = error.is_connect() || error.is_request();
-                    if !retryable || retry >= policy.max_retries {
+                    if retry >= connection_retries(&error, policy.max_retries) {
                         if error.is_timeout() && error.is_connect() {
                             return Err(ctx.timeout(
                                 self.config.connect_timeout.as_secs(),
@@ -316,7 +383,12 @@ impl Inner {
                         }
                         return Err(ctx.connect(&message));
                     }
-                    (ctx.scrub(&message), policy.backoff(retry + 1))
+                    let delay = if error.is_connect() {
+                        QUICK_RETRY
+                    } else {
+                        policy.backoff(retry + 1)
+                    };
+                    (ctx.scrub(&message), delay)
                 }
                 Ok(Ok(response)) => {
                     let status = response.status().as_u16();
@@ -344,17 +416,65 @@ impl Inner {
             };
             retry += 1;
             tracing::warn!(hop = %ctx.hop, url = %ctx.url, retry, delay_ms = delay.as_millis() as u64, reason = %failure, "retrying");
-            if let Some(observer) = &self.on_retry {
-                observer(&RetryNotice {
-                    hop: ctx.hop,
-                    retry,
-                    delay,
-                    reason: failure,
-                });
+            // The model list has no hop of its own: name it, not the hop its errors borrow.
+            let what = if ctx.url == self.models_url {
+                "model list".to_string()
+            } else {
+                format!("{} hop", ctx.hop)
+            };
+            let notice = RetryNotice {
+                hop: ctx.hop,
+                what,
+                retry,
+                max_retries: policy.max_retries,
+                delay,
+                reason: failure,
+            };
+            // Cloned out so no observer runs under the lock.
+            let observers = self
+                .observers
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            for observer in &observers {
+                observer(&notice);
             }
             tokio::time::sleep(delay).await;
         }
     }
+}
+
+/// How many retries a request that failed before any answer gets. A refused connection fails
+/// at once (nothing listens there; the backoff's seconds will not change that), as does a
+/// connect timeout (it already waited the connect timeout); another connect failure (DNS, TLS,
+/// a reset during the handshake) gets one quick retry; a connection that broke after it was
+/// made (a server restarting mid-request) gets the full policy.
+fn connection_retries(error: &reqwest::Error, max_retries: u32) -> u32 {
+    if error.is_connect() {
+        if error.is_timeout() || is_connection_refused(error) {
+            0
+        } else {
+            max_retries.min(1)
+        }
+    } else if error.is_request() {
+        max_retries
+    } else {
+        0
+    }
+}
+
+/// Whether an I/O error in `error`'s causes is a refused connection.
+fn is_connection_refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = cause {
+        if let Some(io) = current.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        cause = current.source();
+    }
+    false
 }
 
 /// Reads a whole body as text before `deadline`.
@@ -397,7 +517,8 @@ fn parse_full_body(
         let code = error.get("code").and_then(Value::as_str);
         return Err(ctx.server_error(&message, code));
     }
-    let parsed = wire::parse_completion(&json).map_err(|m| ctx.protocol(m.to_string()))?;
+    let parsed = wire::parse_completion(&json)
+        .map_err(|m| ctx.protocol(format!("{m}; the server sent: {}", line_excerpt(body))))?;
     Ok(ChatCompletion {
         message: parsed.message,
         finish_reason: parsed.finish_reason,
@@ -432,6 +553,18 @@ fn replayed_deltas(completion: &ChatCompletion) -> Vec<ChatDelta> {
         }
     }
     deltas
+}
+
+/// How much of a malformed line goes into an error message.
+const LINE_EXCERPT: usize = 200;
+
+/// `line` cut to `LINE_EXCERPT` characters on a character boundary, marked when cut.
+fn line_excerpt(line: &str) -> String {
+    let line = line.trim();
+    match line.char_indices().nth(LINE_EXCERPT) {
+        Some((cut, _)) => format!("{}… (truncated)", &line[..cut]),
+        None => line.to_string(),
+    }
 }
 
 type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
@@ -527,8 +660,8 @@ impl StreamState {
             Ok(chunk) => chunk,
             Err(e) => {
                 let message = format!(
-                    "malformed SSE data, not JSON ({e}): {}",
-                    failure::truncate(data)
+                    "malformed SSE data, not JSON ({e}); the server sent: {}",
+                    line_excerpt(data)
                 );
                 let error = self.ctx.protocol(message);
                 self.fail(error);
@@ -544,6 +677,12 @@ impl StreamState {
                     self.ttft = Some(self.started.elapsed());
                 }
                 self.pending.extend(deltas.into_iter().map(Ok));
+            }
+            Err(ChunkError::Malformed(message)) => {
+                // The line itself, so whoever runs the server sees what it sent.
+                let message = format!("{message}; the server sent: {}", line_excerpt(data));
+                let error = self.ctx.protocol(message);
+                self.fail(error);
             }
             Err(error) => {
                 let error = self.chunk_error(error);
@@ -597,5 +736,9 @@ impl ChatBackend for RemoteBackend {
 
     fn describe(&self) -> String {
         self.inner.config.base_url.clone()
+    }
+
+    fn observe_retries(&self, observer: RetryObserver) {
+        self.add_retry_observer(observer);
     }
 }

@@ -11,12 +11,34 @@ use crate::protocol::Hop;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryNotice {
     pub hop: Hop,
+    /// What is retried, for people: `answer hop`, or `model list` for `GET /models`.
+    pub what: String,
     /// 1 for the first retry.
     pub retry: u32,
+    /// The most retries this request gets.
+    pub max_retries: u32,
     pub delay: Duration,
     /// What failed: `HTTP 429: …` or the connect error.
     pub reason: String,
 }
+
+impl RetryNotice {
+    /// One line for a person: `answer hop: retrying in 1.2 s (retry 1 of 3): HTTP 500: …`.
+    pub fn message(&self) -> String {
+        format!(
+            "{}: retrying in {:.1} s (retry {} of {}): {}",
+            self.what,
+            self.delay.as_secs_f64(),
+            self.retry,
+            self.max_retries,
+            self.reason
+        )
+    }
+}
+
+/// The wait before the one retry a failed connection gets: long enough for a server that is
+/// just restarting to accept, short enough that a dead endpoint fails at once.
+pub const QUICK_RETRY: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
@@ -110,6 +132,22 @@ mod tests {
         let wait = parse_retry_after(&later).unwrap();
         assert!(wait > Duration::from_secs(15) && wait <= Duration::from_secs(20));
         assert_eq!(parse_retry_after("-1"), None);
+    }
+
+    #[test]
+    fn a_notice_reads_as_one_line() {
+        let notice = RetryNotice {
+            hop: Hop::Answer,
+            what: "answer hop".into(),
+            retry: 1,
+            max_retries: 3,
+            delay: Duration::from_millis(1500),
+            reason: "HTTP 500: boom".into(),
+        };
+        assert_eq!(
+            notice.message(),
+            "answer hop: retrying in 1.5 s (retry 1 of 3): HTTP 500: boom"
+        );
     }
 
     #[test]
