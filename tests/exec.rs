@@ -377,6 +377,126 @@ fn a_failing_answer_hop_exits_1_naming_the_hop() {
     assert!(err.contains("bad things"), "{err}");
 }
 
+/// A loopback port nothing listens on.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+#[test]
+fn a_dead_endpoint_fails_at_once_with_its_hint_and_no_done_line() {
+    let env = Env::new();
+    let url = format!("http://127.0.0.1:{}/v1", closed_port());
+    let run = |json: bool| {
+        let mut c = env.session_baton();
+        c.args(["--exec", "--endpoint", &url]);
+        if json {
+            c.arg("--json");
+        }
+        c.arg("hi").output().expect("run")
+    };
+
+    let out = run(false);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("error: route hop: cannot connect to") && err.contains("Connection refused"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("hint: Could not reach {url}")),
+        "the hint of the kind follows the error: {err}"
+    );
+    assert!(!err.contains("done in"), "no 'done' after an error: {err}");
+    assert!(!err.contains("fallback"), "no fallback to the same dead server: {err}");
+
+    let out = run(true);
+    let events = events(&out);
+    let errors = of_type(&events, "error");
+    assert_eq!(errors.len(), 1, "{events:?}");
+    assert_eq!(errors[0]["kind"], "unreachable");
+    assert_eq!(errors[0]["hop"], "route");
+    assert!(of_type(&events, "route_decided").is_empty(), "{events:?}");
+    let answer_hops: Vec<_> = of_type(&events, "hop_started")
+        .into_iter()
+        .filter(|e| e["hop"] == "answer")
+        .collect();
+    assert!(answer_hops.is_empty(), "{events:?}");
+    // One attempt: a refused connection is not retried (a retry would be a warning).
+    assert!(of_type(&events, "warning").is_empty(), "{events:?}");
+    let done = of_type(&events, "turn_completed");
+    assert_eq!(done[0]["status"], "error");
+}
+
+#[test]
+fn server_errors_before_an_answer_are_announced_as_warnings() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", MockReply::status(500, "engine warming up"))
+            .answer("L2", MockReply::status(500, "engine warming up"))
+            .answer("L2", "ready now")
+            .default_summary("s"),
+    );
+    let out = env.exec(&engine, "hi", &["--json"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let events = events(&out);
+    let warnings: Vec<&str> = of_type(&events, "warning")
+        .iter()
+        .filter_map(|w| w["message"].as_str())
+        .collect();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    for (i, w) in warnings.iter().enumerate() {
+        assert!(
+            w.starts_with("answer hop: retrying in ")
+                && w.contains(&format!("(retry {} of 3): HTTP 500: engine warming up", i + 1)),
+            "{w}"
+        );
+    }
+    assert_eq!(engine.requests_for_hop("answer").len(), 3);
+
+    // Plain mode says the same on stderr.
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", MockReply::status(503, "busy"))
+            .answer("L2", "ok")
+            .default_summary("s"),
+    );
+    let out = env.exec(&engine, "hi", &[]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("warning: answer hop: retrying in ") && err.contains("HTTP 503: busy"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unreachable_route_hop_sends_no_answer_hop() {
+    let env = Env::new();
+    let engine = MockEngine::start_blocking(|req| {
+        if req.is_route() {
+            MockReply::reset()
+        } else {
+            MockReply::text("must not be asked")
+        }
+    });
+    let out = env.exec(&engine, "hi", &["--json"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    assert!(!engine.requests_for_hop("route").is_empty());
+    assert!(
+        engine.requests_for_hop("answer").is_empty(),
+        "the answer hop went to a server the route hop could not reach"
+    );
+    let events = events(&out);
+    let errors = of_type(&events, "error");
+    assert_eq!(errors.len(), 1, "{events:?}");
+    assert_eq!(errors[0]["kind"], "unreachable");
+    assert_eq!(errors[0]["hop"], "route");
+}
+
 fn session_file(dir: &Path) -> PathBuf {
     std::fs::read_dir(dir)
         .expect("sessions")

@@ -323,6 +323,9 @@ pub enum MockReply {
     },
     /// Never answers (no status line, no headers).
     Hang,
+    /// Breaks the connection instead of answering: the client sees it drop, as when the
+    /// server dies under it.
+    Reset,
     /// Waits, then answers with `reply` (simulated engine latency).
     #[allow(dead_code)] // built by `after`, which only the mol_latency bench calls
     Delayed {
@@ -436,6 +439,11 @@ impl MockReply {
         MockReply::Hang
     }
 
+    /// Drops the connection without an answer.
+    pub fn reset() -> Self {
+        MockReply::Reset
+    }
+
     // ---- modifiers -------------------------------------------------------------------------
 
     /// Waits `delay` before answering (before the status line): the mol_latency bench's hop
@@ -458,7 +466,7 @@ impl MockReply {
                 let inner = std::mem::replace(reply.as_mut(), MockReply::Hang);
                 **reply = inner.header(name, value);
             }
-            MockReply::Hang => {}
+            MockReply::Hang | MockReply::Reset => {}
         }
         self
     }
@@ -1053,6 +1061,13 @@ async fn render_reply(
                 reply = *inner;
             }
             MockReply::Hang => std::future::pending::<()>().await,
+            MockReply::Reset => {
+                // A body that fails at once makes the server abort the connection.
+                let broken = futures_util::stream::once(async {
+                    Err::<Bytes, std::io::Error>(std::io::Error::other("mock engine: reset"))
+                });
+                return with_headers(200, "application/json", Body::from_stream(broken), &[]);
+            }
             MockReply::Status {
                 status,
                 body,
