@@ -698,3 +698,28 @@ fn command_colours_and_failures_in_a_real_terminal() {
     tmux.cmd(&["send-keys", "-t", "t", "C-c"]);
     tmux.wait_until_dead();
 }
+
+#[test]
+fn a_dead_endpoint_is_reported_at_start_before_any_turn() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let tmux = start_baton(&format!("--endpoint {}", url), &workspace, &home, &["NO_COLOR=1".into()]);
+    // Nothing typed: the background check at start says so on its own.
+    let screen = tmux.wait_for("model server is unreachable");
+    assert!(screen.contains(&format!("127.0.0.1:{port}")), "{screen}");
+    tmux.cmd(&["send-keys", "-t", "t", "C-c"]);
+    tmux.cmd(&["send-keys", "-t", "t", "C-c"]);
+    tmux.wait_until_dead();
+}
