@@ -408,7 +408,10 @@ fn a_dead_endpoint_fails_at_once_with_its_hint_and_no_done_line() {
         "the hint of the kind follows the error: {err}"
     );
     assert!(!err.contains("done in"), "no 'done' after an error: {err}");
-    assert!(!err.contains("fallback"), "no fallback to the same dead server: {err}");
+    assert!(
+        !err.contains("fallback"),
+        "no fallback to the same dead server: {err}"
+    );
 
     let out = run(true);
     let events = events(&out);
@@ -450,7 +453,10 @@ fn server_errors_before_an_answer_are_announced_as_warnings() {
     for (i, w) in warnings.iter().enumerate() {
         assert!(
             w.starts_with("answer hop: retrying in ")
-                && w.contains(&format!("(retry {} of 3): HTTP 500: engine warming up", i + 1)),
+                && w.contains(&format!(
+                    "(retry {} of 3): HTTP 500: engine warming up",
+                    i + 1
+                )),
             "{w}"
         );
     }
@@ -495,6 +501,32 @@ fn an_unreachable_route_hop_sends_no_answer_hop() {
     assert_eq!(errors.len(), 1, "{events:?}");
     assert_eq!(errors[0]["kind"], "unreachable");
     assert_eq!(errors[0]["hop"], "route");
+}
+
+#[test]
+fn a_404_model_in_mol_mode_points_to_doctor_and_the_served_names() {
+    let env = Env::new();
+    let engine = MockEngine::builder()
+        .models([("Qwen3-8B", Some(32768))])
+        .start_blocking(|req| {
+            if req.is_route() {
+                MockReply::label("L2")
+            } else {
+                MockReply::error(404, "The model `L2` does not exist.", "404")
+            }
+        });
+    let out = env.exec(&engine, "hi", &[]).output().expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    assert!(
+        err.contains("does not exist") && err.contains("(the server serves: Qwen3-8B)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("hint: ") && err.contains("`baton doctor`"),
+        "{err}"
+    );
+    assert!(!err.contains("done in"), "{err}");
 }
 
 fn session_file(dir: &Path) -> PathBuf {

@@ -592,7 +592,11 @@ async fn a_closed_port_fails_at_the_first_attempt() {
     );
     assert!(!text.contains(KEY));
     let retries = seen.lock().unwrap().len();
-    assert!(retries + 1 < 2, "{} attempts against a closed port", retries + 1);
+    assert!(
+        retries + 1 < 2,
+        "{} attempts against a closed port",
+        retries + 1
+    );
 }
 
 #[tokio::test]
@@ -620,7 +624,10 @@ async fn retry_notices_read_as_one_line_naming_what_is_retried() {
             && lines[0].ends_with("(retry 1 of 1): HTTP 500: engine restarting"),
         "{lines:?}"
     );
-    assert!(lines[1].starts_with("model list: retrying in "), "{lines:?}");
+    assert!(
+        lines[1].starts_with("model list: retrying in "),
+        "{lines:?}"
+    );
 }
 
 #[tokio::test]
@@ -644,8 +651,8 @@ async fn a_404_model_names_the_models_the_server_serves() {
 #[tokio::test]
 async fn a_malformed_chunk_error_quotes_the_line_the_server_sent() {
     let line = r#"{"id":"x","choices":"not-a-list"}"#;
-    let engine = MockEngine::start(move |_req| MockReply::raw_sse(format!("data: {line}\n\n")))
-        .await;
+    let engine =
+        MockEngine::start(move |_req| MockReply::raw_sse(format!("data: {line}\n\n"))).await;
     let error = run(&backend_for(&engine), answer_request("L2", "x"))
         .await
         .1

@@ -31,7 +31,8 @@ pub(crate) fn report_retries(shared: &Shared, events: EventSink) {
 pub(crate) fn spawn_startup_probe(shared: &Arc<Shared>) {
     let shared = shared.clone();
     tokio::spawn(async move {
-        let Ok(Err(error)) = tokio::time::timeout(PROBE_TIMEOUT, shared.backend.list_models()).await
+        let Ok(Err(error)) =
+            tokio::time::timeout(PROBE_TIMEOUT, shared.backend.list_models()).await
         else {
             return;
         };

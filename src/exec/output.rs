@@ -172,12 +172,10 @@ fn progress_line(event: &Event, server: &Server) -> Option<String> {
             format!("context: compacted {expert}'s view, ~{tokens_before} → ~{tokens_after} tokens")
         }
         Event::Warning { message } => format!("warning: {message}"),
-        Event::Error { message, kind, .. } => {
-            match kind.hint(&server.endpoint, server.mol_mode) {
-                Some(hint) => format!("error: {message}\nhint: {hint}"),
-                None => format!("error: {message}"),
-            }
-        }
+        Event::Error { message, kind, .. } => match kind.hint(&server.endpoint, server.mol_mode) {
+            Some(hint) => format!("error: {message}\nhint: {hint}"),
+            None => format!("error: {message}"),
+        },
         Event::TurnCompleted {
             status,
             duration_ms,
@@ -264,8 +262,7 @@ mod tests {
         assert!(progress_line(&completed(TurnStatus::Error), &server).is_none());
         let done = progress_line(&completed(TurnStatus::Done), &server).expect("a done line");
         assert!(done.starts_with("done in 1.5 s"), "{done}");
-        let stopped =
-            progress_line(&completed(TurnStatus::Interrupted), &server).expect("a line");
+        let stopped = progress_line(&completed(TurnStatus::Interrupted), &server).expect("a line");
         assert!(stopped.starts_with("interrupted after"), "{stopped}");
     }
 
@@ -286,7 +283,10 @@ mod tests {
             "{unreachable}"
         );
         let overflow = progress_line(&error(ErrorKind::ContextOverflow), &server).expect("line");
-        assert!(overflow.contains("/compact") && overflow.contains("/new"), "{overflow}");
+        assert!(
+            overflow.contains("/compact") && overflow.contains("/new"),
+            "{overflow}"
+        );
         let missing = progress_line(&error(ErrorKind::ModelNotFound), &server).expect("line");
         assert!(missing.contains("baton doctor"), "{missing}");
         let cancelled = progress_line(&error(ErrorKind::Cancelled), &server).expect("line");

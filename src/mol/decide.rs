@@ -351,7 +351,10 @@ mod tests {
         let backend = Router::refusing();
         let mut announced = 0;
         let step = user_turn(Some(Expert::L1));
-        let result = decide(&backend, &profile(), Mode::Mol, None, step, || announced += 1).await;
+        let result = decide(&backend, &profile(), Mode::Mol, None, step, || {
+            announced += 1
+        })
+        .await;
         let error = result.expect_err("no fallback to the same dead server");
         assert_eq!(error.kind(), ErrorKind::Unreachable);
         assert_eq!(error.hop(), Hop::Route);
