@@ -715,7 +715,12 @@ fn a_dead_endpoint_is_reported_at_start_before_any_turn() {
     std::fs::create_dir_all(&workspace).expect("mkdir");
     std::fs::create_dir_all(&home).expect("mkdir");
     let url = format!("http://127.0.0.1:{port}/v1");
-    let tmux = start_baton(&format!("--endpoint {}", url), &workspace, &home, &["NO_COLOR=1".into()]);
+    let tmux = start_baton(
+        &format!("--endpoint {}", url),
+        &workspace,
+        &home,
+        &["NO_COLOR=1".into()],
+    );
     // Nothing typed: the background check at start says so on its own.
     let screen = tmux.wait_for("model server is unreachable");
     assert!(screen.contains(&format!("127.0.0.1:{port}")), "{screen}");

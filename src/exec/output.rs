@@ -214,6 +214,8 @@ mod tests {
             duration_ms: 1,
             output: output.into(),
         };
+        let server = Server::default();
+        let progress_line = |event: &Event| progress_line(event, &server);
         assert_eq!(
             progress_line(&end(ToolStatus::Failed, Some(1), "FAILED x\n[exit code 1]")),
             Some("tool failed: exit 1".into())
