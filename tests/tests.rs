@@ -10,6 +10,7 @@ mod architecture;
 mod cli;
 mod context;
 mod cuda_kernels;
+mod docs_flags;
 mod engine_golden;
 mod engine_text;
 mod eval;

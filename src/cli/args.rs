@@ -69,6 +69,9 @@ pub struct Cli {
     #[command(flatten)]
     pub common: CommonArgs,
 
+    #[command(flatten)]
+    pub settings: SettingArgs,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -123,7 +126,13 @@ pub struct CommonArgs {
     pub cd: Option<PathBuf>,
 
     /// When to ask before tools act [default: ask; never with --exec].
-    #[arg(long, value_enum, global = true, help_heading = "Workspace")]
+    #[arg(
+        long,
+        visible_alias = "ask-for-approval",
+        value_enum,
+        global = true,
+        help_heading = "Workspace"
+    )]
     pub approval: Option<ApprovalPolicy>,
 
     /// What commands may touch [default: workspace-write].
@@ -151,6 +160,71 @@ pub struct CommonArgs {
     /// Seconds allowed for the whole --exec run (exit 3 when reached).
     #[arg(long, value_name = "SECS", global = true, help_heading = "Limits")]
     pub timeout: Option<String>,
+}
+
+/// The settings that are flags of the root command only: `--network`, `--write`, the sampling
+/// options, … (the config keys that had no flag). Not `global`: `baton sandbox` and
+/// `baton engine generate` have flags of the same names that mean the same thing there.
+/// Numbers and lists stay text here and go through the config parser in `flag_settings`, so a
+/// bad value reads the same as in config.toml.
+#[derive(Debug, Clone, Default, Args)]
+pub struct SettingArgs {
+    /// Commands may use the network (key `network`, `[sandbox] network`).
+    #[arg(long, help_heading = "Workspace")]
+    pub network: bool,
+
+    /// Another folder commands may write under workspace-write (repeatable; key `writable`).
+    #[arg(
+        long = "write",
+        visible_alias = "writable",
+        value_name = "DIR",
+        help_heading = "Workspace"
+    )]
+    pub write: Vec<String>,
+
+    /// A command prefix that runs without asking, e.g. "cargo test" (repeatable; key `allow`).
+    #[arg(long, value_name = "PREFIX", help_heading = "Workspace")]
+    pub allow: Vec<String>,
+
+    /// Live processes one command may have [default: 1024].
+    #[arg(long, value_name = "N", help_heading = "Workspace")]
+    pub max_processes: Option<String>,
+
+    /// The tools offered to the model, comma-separated (e.g. read_file,list_dir,shell).
+    #[arg(long, value_name = "NAMES", help_heading = "Model")]
+    pub tools: Option<String>,
+
+    /// A file whose text replaces the experts' built-in system prompt.
+    #[arg(long, value_name = "FILE", help_heading = "Model")]
+    pub system_prompt: Option<String>,
+
+    /// Answer sampling temperature, 0–2 [default: 0].
+    #[arg(long, value_name = "T", help_heading = "Sampling")]
+    pub temperature: Option<String>,
+
+    /// Answer nucleus sampling, (0, 1] [default: the server's].
+    #[arg(long, value_name = "P", help_heading = "Sampling")]
+    pub top_p: Option<String>,
+
+    /// Answer sampling seed.
+    #[arg(long, value_name = "N", help_heading = "Sampling")]
+    pub seed: Option<String>,
+
+    /// Answer length limit in tokens [default: the server's].
+    #[arg(long, value_name = "N", help_heading = "Sampling")]
+    pub max_tokens: Option<String>,
+
+    /// The experts' context window in tokens [default: what /models reports, else 131072].
+    #[arg(long, value_name = "TOKENS", help_heading = "Context")]
+    pub context_window: Option<String>,
+
+    /// Compact an expert's view past this fraction of the window (0.85 or 85%).
+    #[arg(long, value_name = "FRACTION", help_heading = "Context")]
+    pub compact_at: Option<String>,
+
+    /// How the route label is constrained: choice (vLLM) or regex (SGLang).
+    #[arg(long, value_name = "KIND", help_heading = "Model")]
+    pub route_constraint: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -229,7 +303,7 @@ pub fn parse() -> Result<Cli, clap::Error> {
 }
 
 /// The settings layer the flags make. Flag values go through the same parser as config values.
-pub fn flag_settings(args: &CommonArgs) -> Result<Settings, ConfigError> {
+pub fn flag_settings(args: &CommonArgs, more: &SettingArgs) -> Result<Settings, ConfigError> {
     let mut s = Settings {
         mode: args.mode,
         profile: args.profile.clone(),
@@ -253,6 +327,37 @@ pub fn flag_settings(args: &CommonArgs) -> Result<Settings, ConfigError> {
     for (key, flag, value) in text {
         if let Some(v) = value {
             s.set(key, v, &format!("flag {flag}"), None)?;
+        }
+    }
+    let more_text = [
+        ("max_processes", "--max-processes", &more.max_processes),
+        ("tools", "--tools", &more.tools),
+        ("system_prompt", "--system-prompt", &more.system_prompt),
+        ("temperature", "--temperature", &more.temperature),
+        ("top_p", "--top-p", &more.top_p),
+        ("seed", "--seed", &more.seed),
+        ("max_tokens", "--max-tokens", &more.max_tokens),
+        ("context_window", "--context-window", &more.context_window),
+        ("compact_at", "--compact-at", &more.compact_at),
+        ("route_constraint", "--route-constraint", &more.route_constraint),
+    ];
+    for (key, flag, value) in more_text {
+        if let Some(v) = value {
+            s.set(key, v, &format!("flag {flag}"), None)?;
+        }
+    }
+    if more.network {
+        s.set("network", "true", "flag --network", None)?;
+    }
+    // Lists travel as newline-ended lines, as TOML arrays do, so a comma inside one value
+    // (a folder name, a quoted prefix) is not taken for a separator.
+    let lists = [
+        ("writable", "--write", &more.write),
+        ("allow", "--allow", &more.allow),
+    ];
+    for (key, flag, values) in lists {
+        if !values.is_empty() {
+            s.set(key, &format!("{}\n", values.join("\n")), &format!("flag {flag}"), None)?;
         }
     }
     Ok(s)

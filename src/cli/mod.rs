@@ -62,7 +62,7 @@ pub fn main() -> i32 {
         }
         _ => {}
     }
-    let flags = match args::flag_settings(&cli.common) {
+    let flags = match args::flag_settings(&cli.common, &cli.settings) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("baton: {e}");
