@@ -8,6 +8,7 @@ mod support;
 
 mod architecture;
 mod cli;
+mod cli_config;
 mod context;
 mod cuda_kernels;
 mod docs_flags;

@@ -317,6 +317,15 @@ pub fn flag_settings(args: &CommonArgs, more: &SettingArgs) -> Result<Settings, 
         session_dir: args.session_dir.clone(),
         ..Settings::default()
     };
+    if let Some(dir) = &args.cd
+        && let Some(reason) = crate::config::not_a_folder(dir)
+    {
+        return Err(ConfigError {
+            source_name: "flag -C/--cd".into(),
+            key: "workspace".into(),
+            reason,
+        });
+    }
     let text = [
         ("endpoint", "--endpoint", &args.endpoint),
         ("api_key_env", "--api-key-env", &args.api_key_env),

@@ -7,7 +7,7 @@
 
 mod settings;
 
-pub use settings::{Settings, command_prefix};
+pub use settings::{Settings, command_prefix, not_a_folder};
 
 use std::path::{Path, PathBuf};
 
@@ -113,23 +113,44 @@ pub fn project_config_path(workspace: &Path) -> Option<PathBuf> {
 }
 
 /// Reads the settings of one TOML file. A missing file is no settings; anything else wrong
-/// with it is an error naming the file.
+/// with it is an error naming the file, and the line (and column, for TOML syntax) it is on.
 pub fn read_file(path: &Path) -> Result<Settings, ConfigLoadError> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigLoadError::File {
         path: path.display().to_string(),
         reason: format!("cannot read: {e}"),
     })?;
-    let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigLoadError::File {
-        path: path.display().to_string(),
-        reason: format!("not valid TOML: {}", e.message()),
+    let table: toml::Table = toml::from_str(&text).map_err(|e| {
+        let at = e
+            .span()
+            .map(|span| {
+                let (line, column) = line_and_column(&text, span.start);
+                format!(":{line}:{column}")
+            })
+            .unwrap_or_default();
+        ConfigLoadError::File {
+            path: format!("{}{at}", path.display()),
+            reason: format!("not valid TOML: {}", e.message().trim_end()),
+        }
     })?;
     let base = path
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
-    let source = path.display().to_string();
     let mut settings = Settings::default();
     for (key, value) in &flatten_sections(&table) {
+        // `path:line`, so an editor can jump to the key.
+        let source = match key_line(&text, key) {
+            Some(line) => format!("{}:{line}", path.display()),
+            None => path.display().to_string(),
+        };
+        if let Some(reason) = settings::unknown_key(key) {
+            return Err(ConfigError {
+                source_name: source,
+                key: key.clone(),
+                reason,
+            }
+            .into());
+        }
         let text = match value {
             toml::Value::String(s) => s.clone(),
             toml::Value::Integer(i) => i.to_string(),
@@ -164,6 +185,61 @@ pub fn read_file(path: &Path) -> Result<Settings, ConfigLoadError> {
         settings.set(key, &text, &source, Some(&base))?;
     }
     Ok(settings)
+}
+
+/// The 1-based line and column (in characters) of a byte offset.
+fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut line = 1;
+    let mut column = 1;
+    for (i, c) in text.char_indices() {
+        if i >= offset {
+            break;
+        }
+        if c == '\n' {
+            line += 1;
+            column = 1;
+        } else {
+            column += 1;
+        }
+    }
+    (line, column)
+}
+
+/// The 1-based line a key (flat, `sandbox.network` or a section key's flat name) is set on,
+/// found by reading the lines as written: `key =` under the right `[section]` header, or a
+/// dotted `section.key =`. `None` when it cannot tell (the message then names the file only).
+fn key_line(text: &str, flat: &str) -> Option<usize> {
+    // The names the key may be written as: (section, key in it).
+    let written: Vec<(&str, &str)> = match flat {
+        "sandbox" => vec![("", "sandbox"), ("sandbox", "mode")],
+        "approval" => vec![("", "approval"), ("approval", "policy")],
+        "allow" => vec![("", "allow"), ("approval", "allow")],
+        "network" | "writable" | "max_processes" => vec![("", flat), ("sandbox", flat)],
+        _ => match flat.split_once('.') {
+            Some((section, key)) => vec![(section, key)],
+            None => vec![("", flat)],
+        },
+    };
+    let mut section = String::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if let Some(header) = line.strip_prefix('[') {
+            section = header.trim_end_matches(']').trim().to_string();
+            continue;
+        }
+        let Some((name, _)) = line.split_once('=') else {
+            continue;
+        };
+        let name = name.trim().trim_matches('"');
+        let (in_section, key) = match name.split_once('.') {
+            Some((s, k)) if section.is_empty() => (s.trim(), k.trim()),
+            _ => (section.as_str(), name),
+        };
+        if written.iter().any(|&(s, k)| s == in_section && k == key) {
+            return Some(n + 1);
+        }
+    }
+    None
 }
 
 /// The `[sandbox]` and `[approval]` tables as the flat keys they stand for:

@@ -72,6 +72,17 @@ fn split_list(value: &str) -> Vec<String> {
         .collect()
 }
 
+/// Why `dir` cannot be a workspace, or `None` when it is a folder.
+pub fn not_a_folder(dir: &Path) -> Option<String> {
+    if dir.is_dir() {
+        None
+    } else if dir.exists() {
+        Some(format!("{} is not a folder", dir.display()))
+    } else {
+        Some(format!("{}: folder not found", dir.display()))
+    }
+}
+
 fn path(value: &str, base: Option<&Path>) -> PathBuf {
     let p = if let Some(rest) = value.strip_prefix("~/") {
         dirs::home_dir()
@@ -84,6 +95,80 @@ fn path(value: &str, base: Option<&Path>) -> PathBuf {
         Some(b) if p.is_relative() => b.join(p),
         _ => p,
     }
+}
+
+/// The keys of the `[sandbox]` and `[approval]` sections (`mode` and `policy` stand for the
+/// `sandbox` and `approval` keys).
+pub const SECTIONS: [(&str, &[&str]); 2] = [
+    ("sandbox", &["mode", "network", "writable", "max_processes"]),
+    ("approval", &["policy", "allow"]),
+];
+
+/// Why `key` (flat, or `section.key` as a config file writes it) is not a setting, with the
+/// nearest known name when one is a typo away; `None` for a known key.
+pub fn unknown_key(key: &str) -> Option<String> {
+    if let Some((section, sub)) = key.split_once('.') {
+        let Some((_, keys)) = SECTIONS.iter().find(|(s, _)| *s == section) else {
+            return unknown_key(section);
+        };
+        if keys.contains(&sub) {
+            return None;
+        }
+        let hint = nearest(sub, keys.iter().copied())
+            .map(|k| format!(", did you mean `{k}`?"))
+            .unwrap_or_default();
+        return Some(format!(
+            "unknown key in [{section}]{hint} ([{section}] keys: {})",
+            keys.join(", ")
+        ));
+    }
+    if Settings::KEYS.contains(&key) {
+        return None;
+    }
+    Some(match nearest(key, Settings::KEYS.iter().copied()) {
+        Some(k) => format!("unknown key, did you mean `{k}`?"),
+        None => format!(
+            "unknown key (known keys: {}; sections [sandbox] and [approval])",
+            Settings::KEYS.join(", ")
+        ),
+    })
+}
+
+/// The candidate closest to `word` by edit distance (a swap of two letters counts as one),
+/// when it is close enough to be a typo: at most 1 edit for short words, 2 for longer ones.
+/// A tie goes to the candidate of the same length (`modle` is `model` typed fast, not `mode`).
+fn nearest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let word = word.to_ascii_lowercase();
+    let limit = if word.chars().count() <= 4 { 1 } else { 2 };
+    candidates
+        .map(|c| (edit_distance(&word, c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, c)| (*d, c.len().abs_diff(word.len())))
+        .map(|(_, c)| c)
+}
+
+/// Optimal string alignment distance: insertions, deletions, substitutions and adjacent swaps.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = best;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 impl Settings {
@@ -161,7 +246,18 @@ impl Settings {
             }
             "profile" => self.profile = Some(path(value, base)),
             "expert" => self.expert = Some(value.parse::<Expert>().map_err(err)?),
-            "workspace" => self.workspace = Some(path(value, base)),
+            "workspace" => {
+                let dir = path(value, base);
+                // Checked here, not only when resolving, so the error names its source.
+                let at = match std::env::current_dir() {
+                    Ok(cwd) => cwd.join(&dir),
+                    Err(_) => dir.clone(),
+                };
+                if let Some(why) = not_a_folder(&at) {
+                    return Err(err(why));
+                }
+                self.workspace = Some(dir);
+            }
             "reasoning" => self.reasoning = Some(choice(value).map_err(err)?),
             "approval" => self.approval = Some(choice(value).map_err(err)?),
             "sandbox" => self.sandbox = Some(choice(value).map_err(err)?),
@@ -229,10 +325,12 @@ impl Settings {
                 }
                 self.compact_at = Some(f);
             }
+            // Only the two TOML spellings: `"yes"` or `1` read as true in one place and as a
+            // typo in another would be a surprise in a security setting.
             "network" => {
-                self.network = Some(match value.trim().to_ascii_lowercase().as_str() {
-                    "true" | "1" | "yes" | "on" => true,
-                    "false" | "0" | "no" | "off" => false,
+                self.network = Some(match value.trim() {
+                    "true" => true,
+                    "false" => false,
                     _ => return Err(err(format!("'{value}' is not true or false"))),
                 })
             }
@@ -271,10 +369,9 @@ impl Settings {
                 self.theme = Some(v.to_string());
             }
             _ => {
-                return Err(err(format!(
-                    "unknown key (known keys: {})",
-                    Self::KEYS.join(", ")
-                )));
+                return Err(err(
+                    unknown_key(key).unwrap_or_else(|| "unknown key".into())
+                ));
             }
         }
         Ok(())

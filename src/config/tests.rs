@@ -67,3 +67,80 @@ fn compact_at_takes_a_fraction_or_a_percentage() {
     assert!(e.to_string().contains("compact_at"), "{e}");
     assert!(s.set("compact_at", "lots", "f", None).is_err());
 }
+
+fn file_error(text: &str) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, text).expect("write");
+    read_file(&path).expect_err("a bad file").to_string()
+}
+
+#[test]
+fn a_toml_syntax_error_names_its_line_and_column() {
+    let e = file_error("endpoint = \"http://h/v1\"\nmode = mol\n");
+    assert!(e.contains("config.toml:2:8: not valid TOML"), "{e}");
+}
+
+#[test]
+fn a_key_error_names_the_line_it_is_on() {
+    let e = file_error("# mine\nendpoint = \"http://h/v1\"\n\n[sandbox]\nnetwork = \"yes\"\n");
+    assert!(e.contains("config.toml:5: key `network`"), "{e}");
+}
+
+#[test]
+fn a_misspelt_key_gets_the_nearest_name() {
+    let e = file_error("approvals = \"ask\"\n");
+    assert!(
+        e.contains("key `approvals`: unknown key, did you mean `approval`?"),
+        "{e}"
+    );
+    let e = file_error("modle = \"x\"\n");
+    assert!(e.contains("did you mean `model`?"), "{e}");
+    // Nothing near: the whole list.
+    let e = file_error("colour = \"red\"\n");
+    assert!(e.contains("known keys: endpoint,"), "{e}");
+    // An unknown table is an unknown key too, not "expected a string".
+    let e = file_error("[ui]\ntheme = \"dark\"\n");
+    assert!(e.contains("key `ui`: unknown key"), "{e}");
+}
+
+#[test]
+fn an_unknown_key_in_a_section_lists_that_sections_keys() {
+    let e = file_error("[sandbox]\nnetwrk = true\n");
+    assert!(
+        e.contains(
+            "config.toml:2: key `sandbox.netwrk`: unknown key in [sandbox], did you mean \
+             `network`? ([sandbox] keys: mode, network, writable, max_processes)"
+        ),
+        "{e}"
+    );
+    let e = file_error("[approval]\nalways = [\"ls\"]\n");
+    assert!(e.contains("[approval] keys: policy, allow"), "{e}");
+}
+
+#[test]
+fn network_is_only_true_or_false() {
+    let mut s = Settings::default();
+    for bad in ["yes", "banana", "1", "on"] {
+        let e = s.set("network", bad, "f", None).expect_err(bad);
+        assert!(e.to_string().contains("is not true or false"), "{e}");
+    }
+    s.set("network", "true", "f", None).expect("true");
+    assert_eq!(s.network, Some(true));
+    s.set("network", "false", "f", None).expect("false");
+    assert_eq!(s.network, Some(false));
+    assert!(file_error("network = \"yes\"\n").contains("is not true or false"));
+}
+
+#[test]
+fn a_missing_workspace_names_its_source() {
+    let mut s = Settings::default();
+    let e = s
+        .set("workspace", "/nonexistent/here", "environment variable BATON_WORKSPACE", None)
+        .expect_err("missing");
+    let text = e.to_string();
+    assert!(
+        text.contains("BATON_WORKSPACE") && text.contains("/nonexistent/here: folder not found"),
+        "{text}"
+    );
+}
