@@ -14,20 +14,28 @@ use crate::mol::{Profile, ProfileNames};
 use crate::protocol::{AgentHandle, AgentInfo, ApprovalPolicy, ErrorKind, Mode};
 use crate::session::SessionFile;
 
-/// Shown when there is nothing to talk to.
-pub const NO_BACKEND_HELP: &str = "\
-no model to talk to. Point baton at an OpenAI-compatible server with
-`--endpoint http://HOST:PORT/v1` (or `endpoint = \"…\"` in the user config file, or
+/// Shown when there is nothing to talk to; `{config}` is the user config file as this process
+/// would read it (`$XDG_CONFIG_HOME` honoured), so the advice points at the right file.
+fn no_backend_help(user_config: Option<&std::path::Path>) -> String {
+    let config = match user_config {
+        Some(p) => format!("`endpoint = \"…\"` in {}", p.display()),
+        None => "`endpoint = \"…\"` in the user config file".to_string(),
+    };
+    format!(
+        "no model to talk to. Point baton at an OpenAI-compatible server with
+`--endpoint http://HOST:PORT/v1` (or {config}, or
 BATON_ENDPOINT); the API key is read from $BATON_API_KEY. A MoL engine serving L0–L3 works as
 is (--mode mol); for a routing proxy use --mode proxy --model NAME, for any other model
 --mode single --model NAME. To run a local model instead, use --local ROOT (a folder with
-base/ and loras/L0..L3). `baton doctor` checks the result.";
+base/ and loras/L0..L3). `baton doctor` checks the result."
+    )
+}
 
 /// Why an agent could not be assembled.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
-    #[error("{}", NO_BACKEND_HELP)]
-    NoBackend,
+    #[error("{}", no_backend_help(user_config.as_deref()))]
+    NoBackend { user_config: Option<PathBuf> },
     #[error("--mode {0} needs a model name: pass --model NAME (or `model` in config.toml)")]
     ModelNameNeeded(Mode),
     #[error("local engine at {root}: {message}")]
@@ -83,7 +91,9 @@ pub fn build_backend(
         return Ok((Arc::new(backend), device));
     }
     let Some(endpoint) = &config.endpoint else {
-        return Err(SetupError::NoBackend);
+        return Err(SetupError::NoBackend {
+            user_config: crate::config::user_config_path(),
+        });
     };
     if config.mode != Mode::Mol && config.model.is_none() {
         return Err(SetupError::ModelNameNeeded(config.mode));

@@ -21,7 +21,8 @@ Configuration: ~/.config/baton/config.toml, then .baton/config.toml in the proje
 BATON_* environment variables, then flags (each later one wins). See docs/configuration.md.
 
 Exit codes: 0 done, 1 model or agent error, 2 usage or config error, 3 a limit was reached
-(--max-turns, --timeout), 130 interrupted.";
+(--max-turns, --timeout), 4 every tool call was declined (--exec needs --approval
+auto-edit|full-auto to let them run), 130 interrupted.";
 
 /// baton: a terminal coding agent on a Mixture-of-LoRA model.
 #[derive(Debug, Parser)]

@@ -121,6 +121,10 @@ pub fn main() -> i32 {
                         return exit::USAGE;
                     }
                 };
+                if let Err(e) = crate::exec::check_output(&opts) {
+                    eprintln!("baton: {e}");
+                    return exit::USAGE;
+                }
                 match start(&config, Frontend::Headless, opts.resume.as_deref()) {
                     Ok((handle, _info)) => crate::exec::run(handle, text, opts, &config).await,
                     Err(code) => code,

@@ -13,7 +13,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::protocol::{AgentHandle, Event, Op, TurnStatus, exit};
+use std::collections::HashMap;
+
+use crate::protocol::{AgentHandle, Event, Op, ToolStatus, TurnStatus, exit};
 use output::Output;
 
 /// How long a turn may take to stop after `--timeout` before the process exits anyway.
@@ -38,6 +40,44 @@ pub fn read_prompt(opts: &ExecOptions) -> Result<String, String> {
     prompt::read(opts.prompt.as_deref())
 }
 
+/// Checks that `-o FILE` can be written before the turn runs (and costs a request): an
+/// existing file is opened for appending and left as it is; a new one is created and removed.
+pub fn check_output(opts: &ExecOptions) -> Result<(), String> {
+    let Some(path) = &opts.output else {
+        return Ok(());
+    };
+    let existed = path.exists();
+    if path.is_dir() {
+        return Err(format!(
+            "-o {}: is a folder, not a file to write the answer to",
+            path.display()
+        ));
+    }
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| format!("-o {}: cannot write: {e}", path.display()))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+/// What the user is told after a turn in which calls were declined: how to let them run.
+fn declined_hint(count: usize) -> String {
+    let calls = if count == 1 {
+        "1 tool call was".to_string()
+    } else {
+        format!("{count} tool calls were")
+    };
+    format!(
+        "{calls} declined: --exec never asks, so whatever needs approval is declined. To let \
+         them run, pass --approval auto-edit (file edits) or --approval full-auto (edits and \
+         commands), or allow command prefixes with --allow \"PREFIX\" ([approval] allow)"
+    )
+}
+
 /// Runs one headless turn of `text` on a started agent and returns the exit code.
 pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, config: &Config) -> i32 {
     let out = Output::new(opts.json);
@@ -56,6 +96,10 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
     // The session this run wrote to, for the resume hint at the end.
     let mut session_id: Option<String> = None;
     let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
+    // The tool calls of the turn: titles by call id, those declined, and how many ran.
+    let mut titles: HashMap<String, String> = HashMap::new();
+    let mut declined: Vec<String> = Vec::new();
+    let mut ran = 0usize;
     loop {
         let until_deadline = async {
             match deadline {
@@ -104,6 +148,22 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
         match &event {
             Event::SessionUsage { usage } => session_usage = Some(*usage),
             Event::Session { session_id: id, .. } => session_id = Some(id.clone()),
+            Event::ToolBegin { call_id, title, .. } => {
+                titles.insert(call_id.clone(), title.clone());
+            }
+            Event::ToolEnd {
+                call_id,
+                status: ToolStatus::Declined,
+                ..
+            } => {
+                let title = titles.remove(call_id).unwrap_or_else(|| call_id.clone());
+                out.declined(&title);
+                declined.push(title);
+            }
+            Event::ToolEnd { call_id, .. } => {
+                titles.remove(call_id);
+                ran += 1;
+            }
             Event::TurnCompleted {
                 status,
                 answer,
@@ -120,7 +180,13 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
                         code = Some(exit::AGENT_ERROR);
                     }
                 }
+                if !declined.is_empty() {
+                    out.note(&declined_hint(declined.len()));
+                }
                 code = code.or(Some(match status {
+                    // Every tool call the task needed was declined: the answer is only an
+                    // explanation, and a script must not take it for the work done.
+                    TurnStatus::Done if ran == 0 && !declined.is_empty() => exit::DECLINED,
                     TurnStatus::Done => exit::OK,
                     TurnStatus::Error => exit::AGENT_ERROR,
                     TurnStatus::LimitReached => exit::LIMIT,

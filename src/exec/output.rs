@@ -46,6 +46,13 @@ impl Output {
         let _ = stdout.flush();
     }
 
+    /// A call declined because nobody can approve it (plain mode; `--json` has the event).
+    pub fn declined(&self, title: &str) {
+        if !self.json {
+            eprintln!("tool declined: {title} (needs approval; nobody can approve in --exec)");
+        }
+    }
+
     /// The session's tokens, once, when the run ends (the summary hop included): a stderr
     /// line in plain mode; `--json` readers have the `session_usage` events.
     pub fn session_usage(&self, usage: &UsageTotals) {
@@ -151,6 +158,12 @@ fn progress_line(event: &Event, server: &Server) -> Option<String> {
             Some(code) => format!("tool failed: exit {code}"),
             None => "tool failed".to_string(),
         },
+        // What the model was told of a decline is for the model; the runner says it to the
+        // user in their terms (`Output::declined`).
+        Event::ToolEnd {
+            status: ToolStatus::Declined,
+            ..
+        } => return None,
         Event::ToolEnd { status, output, .. } if *status != ToolStatus::Ok => {
             let first = output.lines().next().unwrap_or("");
             let what = match status {

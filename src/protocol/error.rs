@@ -119,7 +119,7 @@ impl std::fmt::Display for ErrorKind {
     }
 }
 
-/// Process exit codes of `baton` (documented in docs/modes.md).
+/// Process exit codes of `baton` (documented in README.md and `baton --help`).
 pub mod exit {
     pub const OK: i32 = 0;
     /// The agent failed: a backend error, a failed turn.
@@ -128,6 +128,9 @@ pub mod exit {
     pub const USAGE: i32 = 2;
     /// `--max-turns` or `--timeout` reached.
     pub const LIMIT: i32 = 3;
+    /// `--exec`: every tool call of the turn was declined for want of approval, so nothing the
+    /// task asked could run (`--approval auto-edit|full-auto` lets them).
+    pub const DECLINED: i32 = 4;
     pub const INTERRUPTED: i32 = 130;
 }
 
