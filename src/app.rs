@@ -49,6 +49,8 @@ pub enum SetupError {
     },
     #[error(transparent)]
     Profile(#[from] crate::mol::profile::ProfileError),
+    #[error("profile {0} (--profile DIR, or `profile` in config.toml)")]
+    ProfileFolder(String),
     #[error(transparent)]
     Session(#[from] crate::session::SessionError),
 }
@@ -133,7 +135,14 @@ pub fn project_instructions(config: &Config) -> crate::agent::instructions::Proj
 /// The MoL profile: the configured folder, else the built-in default.
 pub fn profile(config: &Config) -> Result<Profile, SetupError> {
     match &config.profile {
-        Some(dir) => Ok(Profile::load(dir, &ProfileNames::default())?),
+        Some(dir) => {
+            // Before reading its files: "cannot read lora.md" would hide that the folder is
+            // missing altogether.
+            if let Some(why) = crate::config::not_a_folder(dir) {
+                return Err(SetupError::ProfileFolder(why));
+            }
+            Ok(Profile::load(dir, &ProfileNames::default())?)
+        }
         None => Ok(Profile::builtin(&ProfileNames::default())),
     }
 }

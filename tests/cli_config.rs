@@ -133,3 +133,94 @@ fn a_decline_next_to_work_that_ran_still_exits_0_with_the_hint() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("1 tool call was declined"), "{err}");
 }
+
+#[test]
+fn doctor_lists_a_config_error_and_still_runs_the_other_checks() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(Script::new());
+    let path = env.user_config("approvals = \"ask\"\n");
+    let out = env
+        .baton()
+        .args(["doctor", "--endpoint", &engine.url()])
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "PROBLEM  {}:1: key `approvals`: unknown key, did you mean `approval`?",
+            path.display()
+        )),
+        "{stdout}"
+    );
+    // The endpoint, sandbox and profile were still checked.
+    assert!(stdout.contains("L0–L3 are served"), "{stdout}");
+    assert!(stdout.contains("built-in default profile"), "{stdout}");
+    assert!(stdout.contains("1 problem(s) found"), "{stdout}");
+}
+
+#[test]
+fn doctor_names_the_models_probe_and_a_missing_profile_folder() {
+    let env = Env::new();
+    let engine = MockEngine::builder()
+        .models_reply(MockReply::status(500, "boom"))
+        .start_blocking(|_: &crate::support::RecordedRequest| MockReply::text("x"));
+    let out = env
+        .baton()
+        .args(["doctor", "--endpoint", &engine.url(), "--profile", "no-such-profile"])
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "models probe: GET {}/models answered HTTP 500",
+            engine.url()
+        )),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("answer hop"), "{stdout}");
+    assert!(
+        stdout.contains("profile no-such-profile: folder not found"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_failing_models_endpoint_costs_the_first_turn_little_and_is_said() {
+    let env = Env::new();
+    let engine = MockEngine::builder()
+        .models_reply(MockReply::status(500, "boom"))
+        .start_blocking({
+            let script = Script::new().route("L0").answer("L0", "hi");
+            move |req: &crate::support::RecordedRequest| script.reply(req)
+        });
+    let out = env.exec(&engine, "hello", &["--json"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let warning = events
+        .iter()
+        .find(|e| e["type"] == "warning")
+        .unwrap_or_else(|| panic!("no warning: {stdout}"));
+    let text = warning["message"].as_str().unwrap();
+    assert!(
+        text.contains("could not read the context window")
+            && text.contains("using 131072 tokens"),
+        "{text}"
+    );
+    // Retrying the 500 with backoff took ~3 s before the turn could start; the probe is now
+    // bounded at 1.5 s.
+    let done = events.iter().find(|e| e["type"] == "turn_completed").unwrap();
+    let ms = done["duration_ms"].as_u64().unwrap();
+    assert!(ms < 2500, "the turn took {ms} ms");
+    let probes = engine
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/models")
+        .count();
+    assert!(probes <= 3, "{probes} /models requests");
+}

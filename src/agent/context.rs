@@ -17,6 +17,8 @@ use crate::session::Record;
 const KEEP_RECENT_OUTPUTS: usize = 3;
 /// Assistant steps kept verbatim after a compaction.
 const KEEP_STEPS: usize = 2;
+/// How long the one `/models` probe for the context window may take.
+const WINDOW_PROBE_LIMIT: Duration = Duration::from_millis(1500);
 /// Used when neither the server nor the configuration says how large the window is.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 131_072;
 
@@ -63,13 +65,37 @@ pub(crate) async fn reported_window(shared: &Shared, model: &str) -> Option<u64>
     if let Some(known) = lock(&shared.context).window {
         return known;
     }
-    let listed = tokio::time::timeout(Duration::from_secs(10), shared.backend.list_models()).await;
+    // Short: this runs before the first answer, and a `/models` that fails (a 500 retried with
+    // backoff) must not hold the turn up for seconds. One try per session, said when it fails.
+    let listed = tokio::time::timeout(WINDOW_PROBE_LIMIT, shared.backend.list_models()).await;
     let found = match listed {
         Ok(Ok(models)) => models
             .iter()
             .find(|m| m.id == model)
             .and_then(|m| m.context_window),
-        _ => None,
+        failed => {
+            let why = match failed {
+                // A failing server is retried with backoff inside `list_models`: its status
+                // is not known when the limit cuts the retries short.
+                Err(_) => format!(
+                    "no list within {:.1} s",
+                    WINDOW_PROBE_LIMIT.as_secs_f64()
+                ),
+                Ok(Err(crate::backend::BackendError::Http { status, .. })) => {
+                    format!("HTTP {status}")
+                }
+                Ok(Err(e)) => e.kind().to_string(),
+                Ok(Ok(_)) => String::new(),
+            };
+            shared.events.emit(Event::Warning {
+                message: format!(
+                    "could not read the context window from {}/models ({why}); using \
+                     {DEFAULT_CONTEXT_WINDOW} tokens. Set context_window to skip this probe",
+                    shared.backend.describe()
+                ),
+            });
+            None
+        }
     };
     lock(&shared.context).window = Some(found);
     found

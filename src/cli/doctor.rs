@@ -2,7 +2,8 @@
 //! says in plain words what is wrong and what to do.
 
 use super::exit;
-use crate::config::Config;
+use crate::backend::BackendError;
+use crate::config::{Config, ConfigLoadError};
 use crate::protocol::Expert;
 use crate::protocol::Mode;
 
@@ -23,10 +24,15 @@ impl Report {
     }
 }
 
-pub async fn run(config: &Config) -> i32 {
+/// Runs every check. `config_problems` are the configuration mistakes found while loading:
+/// the layer each came from was left out of `config`, and the checks run on the rest.
+pub async fn run(config: &Config, config_problems: &[ConfigLoadError]) -> i32 {
     let mut r = Report { problems: 0 };
     println!("configuration");
-    if config.files.is_empty() {
+    for e in config_problems {
+        r.bad(&format!("{e} (this setting is left out of the checks below)"));
+    }
+    if config.files.is_empty() && config_problems.is_empty() {
         r.note("no config file found (flags, BATON_* variables and defaults only)");
     }
     for f in &config.files {
@@ -95,10 +101,10 @@ pub async fn run(config: &Config) -> i32 {
         tokio::time::timeout(std::time::Duration::from_secs(15), backend.list_models()).await;
     match listing {
         Err(_) => r.bad(&format!(
-            "{} did not answer GET /models within 15 s",
+            "models probe: {} did not answer GET /models within 15 s",
             backend.describe()
         )),
-        Ok(Err(e)) => r.bad(&format!("{e}")),
+        Ok(Err(e)) => r.bad(&models_probe_error(&e)),
         Ok(Ok(models)) => {
             let names: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
             r.ok(&format!(
@@ -140,6 +146,29 @@ pub async fn run(config: &Config) -> i32 {
         }
     }
     finish(&r)
+}
+
+/// A failed `GET /models`, named as the models probe it is (the backend's message names a hop,
+/// and listing models is none of the turn's hops).
+fn models_probe_error(e: &BackendError) -> String {
+    let what = match e {
+        BackendError::Connect { url, message, .. } => {
+            format!("cannot connect to {url}: {message}")
+        }
+        BackendError::Timeout { url, secs, what, .. } => {
+            format!("{url} did not answer within {secs} s ({what})")
+        }
+        BackendError::Http {
+            url, status, body, ..
+        } => format!("GET {url} answered HTTP {status}: {body}"),
+        BackendError::Protocol { url, message, .. } => {
+            format!("bad response from GET {url}: {message}")
+        }
+        BackendError::ContextOverflow { url, message, .. } => format!("{url}: {message}"),
+        BackendError::Engine { message, .. } => format!("local engine: {message}"),
+        BackendError::Cancelled { .. } => "cancelled".to_string(),
+    };
+    format!("models probe: {what}")
 }
 
 fn finish(r: &Report) -> i32 {

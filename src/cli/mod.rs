@@ -62,14 +62,26 @@ pub fn main() -> i32 {
         }
         _ => {}
     }
+    // `doctor` lists configuration mistakes among its checks instead of stopping at the first.
+    let doctor = matches!(cli.command, Some(Command::Doctor));
+    let mut config_problems = Vec::new();
     let flags = match args::flag_settings(&cli.common, &cli.settings) {
         Ok(f) => f,
+        Err(e) if doctor => {
+            config_problems.push(e.into());
+            crate::config::Settings::default()
+        }
         Err(e) => {
             eprintln!("baton: {e}");
             return exit::USAGE;
         }
     };
-    let mut config = match crate::config::load(&flags) {
+    let loaded = if doctor {
+        crate::config::load_reporting(&flags, &mut config_problems)
+    } else {
+        crate::config::load(&flags)
+    };
+    let mut config = match loaded {
         Ok(c) => c,
         Err(e) => {
             eprintln!("baton: configuration error: {e}");
@@ -99,7 +111,7 @@ pub fn main() -> i32 {
     let code = runtime.block_on(async {
         match &cli.command {
             Some(Command::Sessions(a)) => sessions::run(&config, a, cli.common.all),
-            Some(Command::Doctor) => doctor::run(&config).await,
+            Some(Command::Doctor) => doctor::run(&config, &config_problems).await,
             Some(
                 Command::Completions { .. }
                 | Command::Sandbox(_)

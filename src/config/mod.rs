@@ -285,14 +285,42 @@ pub fn read_env() -> Result<Settings, ConfigError> {
 
 /// Resolves the configuration from all layers. `flags` holds what was given on the command line.
 pub fn load(flags: &Settings) -> Result<Config, ConfigLoadError> {
-    let env = read_env()?;
+    load_layers(flags, None)
+}
+
+/// `load` for `baton doctor`: a layer with a mistake is left out and its error added to
+/// `problems`, so the other checks still run on what is left (a workspace that is not a folder
+/// falls back to the current one). Fails only when not even that resolves.
+pub fn load_reporting(
+    flags: &Settings,
+    problems: &mut Vec<ConfigLoadError>,
+) -> Result<Config, ConfigLoadError> {
+    load_layers(flags, Some(problems))
+}
+
+fn load_layers(
+    flags: &Settings,
+    mut problems: Option<&mut Vec<ConfigLoadError>>,
+) -> Result<Config, ConfigLoadError> {
+    // A failed layer: an error for `load`, a listed problem and no settings for `doctor`.
+    let mut layer = |result: Result<Settings, ConfigLoadError>| match (result, problems.as_mut()) {
+        (Ok(s), _) => Ok(s),
+        (Err(e), Some(list)) => {
+            list.push(e);
+            Ok(Settings::default())
+        }
+        (Err(e), None) => Err(e),
+    };
+    let env = layer(read_env().map_err(ConfigLoadError::from))?;
     let mut files = Vec::new();
 
     let user = match user_config_path().filter(|p| p.is_file()) {
         Some(p) => {
-            let s = read_file(&p)?;
-            files.push(p);
-            s
+            let s = read_file(&p);
+            if s.is_ok() {
+                files.push(p);
+            }
+            layer(s)?
         }
         None => Settings::default(),
     };
@@ -308,9 +336,11 @@ pub fn load(flags: &Settings) -> Result<Config, ConfigLoadError> {
     let workspace_hint = cwd.join(workspace_hint);
     let project = match project_config_path(&workspace_hint) {
         Some(p) => {
-            let s = read_file(&p)?;
-            files.push(p);
-            s
+            let s = read_file(&p);
+            if s.is_ok() {
+                files.push(p);
+            }
+            layer(s)?
         }
         None => Settings::default(),
     };
@@ -320,7 +350,15 @@ pub fn load(flags: &Settings) -> Result<Config, ConfigLoadError> {
     merged.overlay(project);
     merged.overlay(env);
     merged.overlay(flags.clone());
-    let mut config = merged.resolve(&cwd)?;
+    let mut config = match (merged.clone().resolve(&cwd), problems) {
+        (Ok(c), _) => c,
+        (Err(e), Some(list)) => {
+            list.push(e.into());
+            merged.workspace = None;
+            merged.resolve(&cwd)?
+        }
+        (Err(e), None) => return Err(e.into()),
+    };
     config.files = files;
     Ok(config)
 }
