@@ -13,8 +13,9 @@ fn a_missing_cd_folder_names_the_flag() {
         .assert()
         .code(2)
         .stderr(
-            predicate::str::contains("flag -C/--cd")
-                .and(predicate::str::contains("/nonexistent/baton-ws: folder not found")),
+            predicate::str::contains("flag -C/--cd").and(predicate::str::contains(
+                "/nonexistent/baton-ws: folder not found",
+            )),
         );
 }
 
@@ -22,18 +23,23 @@ fn a_missing_cd_folder_names_the_flag() {
 fn config_errors_name_the_line_and_the_nearest_key() {
     let env = Env::new();
     let path = env.user_config("endpoint = \"http://127.0.0.1:9/v1\"\napprovals = \"ask\"\n");
-    env.baton().args(["--exec", "x"]).assert().code(2).stderr(predicate::str::contains(
-        format!(
+    env.baton()
+        .args(["--exec", "x"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(format!(
             "{}:2: key `approvals`: unknown key, did you mean `approval`?",
             path.display()
-        ),
-    ));
+        )));
     env.user_config("endpoint = \"http://127.0.0.1:9/v1\"\n[sandbox]\nnetwork = yes\n");
     env.baton()
         .args(["--exec", "x"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains(format!("{}:3:11: not valid TOML", path.display())));
+        .stderr(predicate::str::contains(format!(
+            "{}:3:11: not valid TOML",
+            path.display()
+        )));
 }
 
 fn stderr_of(out: &std::process::Output) -> String {
@@ -45,7 +51,11 @@ fn an_unwritable_output_file_fails_before_any_request() {
     let env = Env::new();
     let engine = MockEngine::scripted_blocking(Script::new().route("L0").answer("L0", "hi"));
     let out = env
-        .exec(&engine, "hello", &["-o", "/nonexistent/baton-out/answer.txt"])
+        .exec(
+            &engine,
+            "hello",
+            &["-o", "/nonexistent/baton-out/answer.txt"],
+        )
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
@@ -95,7 +105,10 @@ fn a_turn_whose_every_call_is_declined_says_how_to_allow_it_and_exits_4() {
             )
             .answer("L2", "I could not remove it."),
     );
-    let out = env.exec(&engine, "remove notes.txt", &[]).output().expect("run");
+    let out = env
+        .exec(&engine, "remove notes.txt", &[])
+        .output()
+        .expect("run");
     let err = stderr_of(&out);
     assert_eq!(out.status.code(), Some(4), "{err}");
     assert!(
@@ -128,7 +141,10 @@ fn a_decline_next_to_work_that_ran_still_exits_0_with_the_hint() {
             )
             .answer("L2", "Read it; could not remove it."),
     );
-    let out = env.exec(&engine, "read then remove", &[]).output().expect("run");
+    let out = env
+        .exec(&engine, "read then remove", &[])
+        .output()
+        .expect("run");
     let err = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("1 tool call was declined"), "{err}");
@@ -167,7 +183,13 @@ fn doctor_names_the_models_probe_and_a_missing_profile_folder() {
         .start_blocking(|_: &crate::support::RecordedRequest| MockReply::text("x"));
     let out = env
         .baton()
-        .args(["doctor", "--endpoint", &engine.url(), "--profile", "no-such-profile"])
+        .args([
+            "doctor",
+            "--endpoint",
+            &engine.url(),
+            "--profile",
+            "no-such-profile",
+        ])
         .output()
         .expect("run");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -195,7 +217,10 @@ fn a_failing_models_endpoint_costs_the_first_turn_little_and_is_said() {
             let script = Script::new().route("L0").answer("L0", "hi");
             move |req: &crate::support::RecordedRequest| script.reply(req)
         });
-    let out = env.exec(&engine, "hello", &["--json"]).output().expect("run");
+    let out = env
+        .exec(&engine, "hello", &["--json"])
+        .output()
+        .expect("run");
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let events: Vec<serde_json::Value> = stdout
@@ -208,13 +233,15 @@ fn a_failing_models_endpoint_costs_the_first_turn_little_and_is_said() {
         .unwrap_or_else(|| panic!("no warning: {stdout}"));
     let text = warning["message"].as_str().unwrap();
     assert!(
-        text.contains("could not read the context window")
-            && text.contains("using 131072 tokens"),
+        text.contains("could not read the context window") && text.contains("using 131072 tokens"),
         "{text}"
     );
     // Retrying the 500 with backoff took ~3 s before the turn could start; the probe is now
     // bounded at 1.5 s.
-    let done = events.iter().find(|e| e["type"] == "turn_completed").unwrap();
+    let done = events
+        .iter()
+        .find(|e| e["type"] == "turn_completed")
+        .unwrap();
     let ms = done["duration_ms"].as_u64().unwrap();
     assert!(ms < 2500, "the turn took {ms} ms");
     let probes = engine

@@ -61,7 +61,9 @@ fn flags_in(line: &str) -> Vec<(usize, String)> {
         }
         let mut end = i + 2;
         while end < bytes.len()
-            && (bytes[end].is_ascii_lowercase() || bytes[end].is_ascii_digit() || bytes[end] == b'-')
+            && (bytes[end].is_ascii_lowercase()
+                || bytes[end].is_ascii_digit()
+                || bytes[end] == b'-')
         {
             end += 1;
         }
@@ -140,7 +142,10 @@ fn root_parses(root: &clap::Command, flag: &str) -> Result<(), String> {
     }
     argv.push(flag.to_string());
     if arg.get_action().takes_values() {
-        let named = arg.get_value_names().and_then(|n| n.first()).map(|n| n.as_str());
+        let named = arg
+            .get_value_names()
+            .and_then(|n| n.first())
+            .map(|n| n.as_str());
         let value = match (arg.get_possible_values().first(), named) {
             (Some(v), _) => v.get_name().to_string(),
             (None, Some("LABEL")) => "L2".into(),
@@ -213,7 +218,10 @@ fn every_flag_the_docs_name_is_a_real_flag() {
             }
         }
     }
-    assert!(checked > 50, "only {checked} flags found: is the scan broken?");
+    assert!(
+        checked > 50,
+        "only {checked} flags found: is the scan broken?"
+    );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -261,7 +269,10 @@ fn every_config_key_is_a_root_flag() {
         })
         .filter(|flag| !defines(&root, flag))
         .collect();
-    assert!(missing.is_empty(), "config keys without a flag: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "config keys without a flag: {missing:?}"
+    );
 }
 
 #[test]

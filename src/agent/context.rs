@@ -77,10 +77,7 @@ pub(crate) async fn reported_window(shared: &Shared, model: &str) -> Option<u64>
             let why = match failed {
                 // A failing server is retried with backoff inside `list_models`: its status
                 // is not known when the limit cuts the retries short.
-                Err(_) => format!(
-                    "no list within {:.1} s",
-                    WINDOW_PROBE_LIMIT.as_secs_f64()
-                ),
+                Err(_) => format!("no list within {:.1} s", WINDOW_PROBE_LIMIT.as_secs_f64()),
                 Ok(Err(crate::backend::BackendError::Http { status, .. })) => {
                     format!("HTTP {status}")
                 }

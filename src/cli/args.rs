@@ -349,7 +349,11 @@ pub fn flag_settings(args: &CommonArgs, more: &SettingArgs) -> Result<Settings, 
         ("max_tokens", "--max-tokens", &more.max_tokens),
         ("context_window", "--context-window", &more.context_window),
         ("compact_at", "--compact-at", &more.compact_at),
-        ("route_constraint", "--route-constraint", &more.route_constraint),
+        (
+            "route_constraint",
+            "--route-constraint",
+            &more.route_constraint,
+        ),
     ];
     for (key, flag, value) in more_text {
         if let Some(v) = value {
@@ -367,7 +371,12 @@ pub fn flag_settings(args: &CommonArgs, more: &SettingArgs) -> Result<Settings, 
     ];
     for (key, flag, values) in lists {
         if !values.is_empty() {
-            s.set(key, &format!("{}\n", values.join("\n")), &format!("flag {flag}"), None)?;
+            s.set(
+                key,
+                &format!("{}\n", values.join("\n")),
+                &format!("flag {flag}"),
+                None,
+            )?;
         }
     }
     Ok(s)

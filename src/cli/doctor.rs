@@ -30,7 +30,7 @@ pub async fn run(config: &Config, config_problems: &[ConfigLoadError]) -> i32 {
     let mut r = Report { problems: 0 };
     println!("configuration");
     for e in config_problems {
-        r.bad(&format!("{e} (this setting is left out of the checks below)"));
+        r.bad(&format!("{e} (left out: the checks below run without it)"));
     }
     if config.files.is_empty() && config_problems.is_empty() {
         r.note("no config file found (flags, BATON_* variables and defaults only)");
@@ -155,7 +155,9 @@ fn models_probe_error(e: &BackendError) -> String {
         BackendError::Connect { url, message, .. } => {
             format!("cannot connect to {url}: {message}")
         }
-        BackendError::Timeout { url, secs, what, .. } => {
+        BackendError::Timeout {
+            url, secs, what, ..
+        } => {
             format!("{url} did not answer within {secs} s ({what})")
         }
         BackendError::Http {

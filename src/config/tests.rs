@@ -136,7 +136,12 @@ fn network_is_only_true_or_false() {
 fn a_missing_workspace_names_its_source() {
     let mut s = Settings::default();
     let e = s
-        .set("workspace", "/nonexistent/here", "environment variable BATON_WORKSPACE", None)
+        .set(
+            "workspace",
+            "/nonexistent/here",
+            "environment variable BATON_WORKSPACE",
+            None,
+        )
         .expect_err("missing");
     let text = e.to_string();
     assert!(
