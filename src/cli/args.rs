@@ -381,3 +381,81 @@ pub fn flag_settings(args: &CommonArgs, more: &SettingArgs) -> Result<Settings, 
     }
     Ok(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn settings(argv: &[&str]) -> Result<Settings, ConfigError> {
+        let cli = Cli::try_parse_from(argv).unwrap();
+        flag_settings(&cli.common, &cli.settings)
+    }
+
+    #[test]
+    fn the_setting_flags_reach_the_config_layer() {
+        let s = settings(&[
+            "baton",
+            "--network",
+            "--write",
+            "/tmp/a,b",
+            "--writable",
+            "/tmp/c",
+            "--allow",
+            "cargo test",
+            "--ask-for-approval",
+            "full-auto",
+            "--max-tokens",
+            "64",
+            "--temperature",
+            "0.2",
+            "--top-p",
+            "0.9",
+            "--seed",
+            "7",
+            "--tools",
+            "read_file,list_dir",
+            "--compact-at",
+            "80%",
+            "--context-window",
+            "4096",
+            "--max-processes",
+            "64",
+        ])
+        .unwrap();
+        assert_eq!(s.network, Some(true));
+        // A comma inside one --write value is part of the folder name.
+        assert_eq!(
+            s.writable,
+            Some(vec![
+                Path::new("/tmp/a,b").into(),
+                Path::new("/tmp/c").into()
+            ])
+        );
+        assert_eq!(s.allow, Some(vec!["cargo test".to_string()]));
+        assert_eq!(s.approval, Some(ApprovalPolicy::FullAuto));
+        assert_eq!(s.max_tokens, Some(64));
+        assert_eq!(s.temperature, Some(0.2));
+        assert_eq!(s.top_p, Some(0.9));
+        assert_eq!(s.seed, Some(7));
+        assert_eq!(
+            s.tools,
+            Some(vec!["read_file".to_string(), "list_dir".to_string()])
+        );
+        assert_eq!(s.compact_at, Some(0.8));
+        assert_eq!(s.context_window, Some(4096));
+        assert_eq!(s.max_processes, Some(64));
+        // Nothing given, nothing said: the lower layers decide.
+        assert_eq!(settings(&["baton"]).unwrap(), Settings::default());
+    }
+
+    #[test]
+    fn a_bad_setting_flag_is_named_like_a_config_key() {
+        let e = settings(&["baton", "--temperature", "5"]).unwrap_err();
+        assert_eq!(e.source_name, "flag --temperature");
+        assert_eq!(e.key, "temperature");
+        let e = settings(&["baton", "--cd", "/nonexistent/x"]).unwrap_err();
+        assert_eq!(e.source_name, "flag -C/--cd");
+        assert!(e.reason.contains("folder not found"), "{e}");
+    }
+}
