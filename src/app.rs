@@ -216,6 +216,7 @@ pub fn tool_registry(config: &Config) -> crate::tool::ToolRegistry {
         network: config.network,
         writable: config.writable.clone(),
         max_processes: config.max_processes.unwrap_or(defaults.max_processes),
+        login: config.login_shell,
         no_color: config.no_color,
         ..defaults
     };

@@ -554,7 +554,7 @@ async fn sandboxed_shell_cannot_write_outside() {
 #[tokio::test]
 async fn commands_are_refused_when_the_sandbox_cannot_be_enforced() {
     let support = probe();
-    // The default configuration: login shell, workspace-write.
+    // The default configuration: a plain (non-login) shell, workspace-write.
     let h = harness_with(ShellConfig::default());
     let r = h.call("shell", json!({"command": "echo hi"})).await;
     if support.enforceable {
@@ -572,4 +572,38 @@ async fn commands_are_refused_when_the_sandbox_cannot_be_enforced() {
             r.content
         );
     }
+}
+
+/// A "Permission denied" on something the sandbox allows (a script without its exec bit, in
+/// the writable workspace) is the command's own failure: the model is not sent to the sandbox.
+#[tokio::test]
+async fn a_denial_the_policy_does_not_make_gets_no_sandbox_hint() {
+    if sandbox_mode() == SandboxMode::Off {
+        return;
+    }
+    let h = harness();
+    std::fs::write(h.ctx.workspace.join("run.sh"), "#!/bin/sh\necho ran\n").expect("write");
+    let r = h.call("shell", json!({"command": "./run.sh"})).await;
+    assert_ne!(r.exit_code, Some(0), "{}", r.content);
+    assert!(r.content.contains("Permission denied"), "{}", r.content);
+    assert!(
+        !r.content.contains("this may be the sandbox"),
+        "{}",
+        r.content
+    );
+}
+
+/// Commands run in a plain shell by default: a profile that fails in the sandbox (a version
+/// manager writing its shims under $HOME) adds nothing to their output. `--login-shell` (the
+/// `login_shell` setting) reads it.
+#[test]
+fn commands_skip_the_login_profile_unless_asked() {
+    let home = tempfile::tempdir().expect("home");
+    std::fs::write(home.path().join(".bash_profile"), "echo PROFILE-WAS-READ\n").expect("profile");
+    let home = home.path().to_str().expect("utf-8 path");
+    let (_, plain) = run_one_command(&[], &[("HOME", home)], "echo body");
+    assert!(plain.contains("body"), "{plain}");
+    assert!(!plain.contains("PROFILE-WAS-READ"), "{plain}");
+    let (_, login) = run_one_command(&["--login-shell"], &[("HOME", home)], "echo body");
+    assert!(login.contains("PROFILE-WAS-READ"), "{login}");
 }

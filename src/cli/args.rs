@@ -174,6 +174,10 @@ pub struct SettingArgs {
     #[arg(long, help_heading = "Workspace")]
     pub network: bool,
 
+    /// Run commands in a login shell (`bash -lc`: reads the shell profile; key `login_shell`).
+    #[arg(long, help_heading = "Workspace")]
+    pub login_shell: bool,
+
     /// Another folder commands may write under workspace-write (repeatable; key `writable`).
     #[arg(
         long = "write",
@@ -362,6 +366,9 @@ pub fn flag_settings(args: &CommonArgs, more: &SettingArgs) -> Result<Settings, 
     }
     if more.network {
         s.set("network", "true", "flag --network", None)?;
+    }
+    if more.login_shell {
+        s.set("login_shell", "true", "flag --login-shell", None)?;
     }
     // Lists travel as newline-ended lines, as TOML arrays do, so a comma inside one value
     // (a folder name, a quoted prefix) is not taken for a separator.

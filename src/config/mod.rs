@@ -68,6 +68,8 @@ pub struct Config {
     pub theme: Option<String>,
     /// Commands may use the network (`[sandbox] network`).
     pub network: bool,
+    /// Commands run in a login shell (`bash -lc`, reads the profile); default `bash -c`.
+    pub login_shell: bool,
     /// Extra writable folders for commands (`[sandbox] writable`).
     pub writable: Vec<PathBuf>,
     /// Live processes a command may have (`[sandbox] max_processes`).

@@ -37,6 +37,7 @@ pub struct Settings {
     pub compact_at: Option<f64>,
     pub theme: Option<String>,
     pub network: Option<bool>,
+    pub login_shell: Option<bool>,
     pub writable: Option<Vec<PathBuf>>,
     pub max_processes: Option<u32>,
     pub allow: Option<Vec<String>>,
@@ -175,7 +176,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 impl Settings {
     /// Every key, as written in config.toml (the env var is `BATON_` + upper case).
-    pub const KEYS: [&'static str; 29] = [
+    pub const KEYS: [&'static str; 30] = [
         "endpoint",
         "api_key_env",
         "mode",
@@ -201,6 +202,7 @@ impl Settings {
         "compact_at",
         "theme",
         "network",
+        "login_shell",
         "writable",
         "max_processes",
         "allow",
@@ -336,6 +338,13 @@ impl Settings {
                     _ => return Err(err(format!("'{value}' is not true or false"))),
                 })
             }
+            "login_shell" => {
+                self.login_shell = Some(match value.trim() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(err(format!("'{value}' is not true or false"))),
+                })
+            }
             "writable" => {
                 self.writable = Some(
                     split_list(value)
@@ -408,6 +417,7 @@ impl Settings {
             compact_at,
             theme,
             network,
+            login_shell,
             writable,
             max_processes,
             allow,
@@ -456,6 +466,7 @@ impl Settings {
             compact_at: self.compact_at,
             theme: self.theme,
             network: self.network.unwrap_or(false),
+            login_shell: self.login_shell.unwrap_or(false),
             writable: self.writable.unwrap_or_default(),
             max_processes: self.max_processes,
             allow: self.allow.unwrap_or_default(),

@@ -87,6 +87,36 @@ impl SandboxPolicy {
         roots
     }
 
+    /// Whether this policy forbids writing `path` (absolute): nothing is forbidden with the
+    /// sandbox off; otherwise a path outside every writable root, or a protected one, is. A path
+    /// that does not exist yet is judged by its nearest existing parent.
+    pub fn denies_write(&self, path: &Path) -> bool {
+        if self.mode == SandboxMode::Off {
+            return false;
+        }
+        let mut existing = path;
+        let mut missing = Vec::new();
+        while !existing.exists() {
+            match (existing.parent(), existing.file_name()) {
+                (Some(parent), Some(name)) => {
+                    missing.push(name.to_owned());
+                    existing = parent;
+                }
+                _ => return false,
+            }
+        }
+        let Ok(mut real) = existing.canonicalize() else {
+            return false;
+        };
+        for name in missing.iter().rev() {
+            real.push(name);
+        }
+        if self.protected_paths().iter().any(|p| real.starts_with(p)) {
+            return true;
+        }
+        !self.writable_roots().iter().any(|r| real.starts_with(r))
+    }
+
     /// Paths inside writable roots that must stay read-only (git hooks and config: a hook
     /// written by a command would run later outside the sandbox). Existing paths only.
     pub fn protected_paths(&self) -> Vec<PathBuf> {

@@ -1,4 +1,4 @@
-//! The shell tools: `shell` runs a command line (`bash -lc`) in a PTY inside the sandbox, in
+//! The shell tools: `shell` runs a command line (`bash -c`) in a PTY inside the sandbox, in
 //! the workspace or a subdirectory of it; a command still running after the yield time becomes
 //! a session the model continues with `write_stdin` (keys, Ctrl-C as `\u0003`) and `poll`.
 //! Output reaches the model stripped of control sequences and capped head + tail; the UI gets
@@ -34,9 +34,11 @@ pub struct ShellConfig {
     /// Extra writable directories under `workspace-write`.
     pub writable: Vec<PathBuf>,
     pub max_processes: u32,
-    /// The shell run with `-lc COMMAND` (`-c` when `login` is false).
+    /// The shell run with `-c COMMAND` (`-lc` when `login` is set).
     pub shell: String,
     /// Run the shell as a login shell (reads the profile: PATH from version managers etc.).
+    /// Off by default: a profile that writes under $HOME (pyenv shims, nvm) fails in the
+    /// sandbox and prints its errors into every command's output.
     pub login: bool,
     pub default_timeout: Duration,
     /// Highest `timeout_ms` the model may ask for.
@@ -63,7 +65,7 @@ impl Default for ShellConfig {
             writable: Vec::new(),
             max_processes: crate::sandbox::policy::DEFAULT_MAX_PROCESSES,
             shell: "bash".into(),
-            login: true,
+            login: false,
             default_timeout: Duration::from_secs(120),
             max_timeout: Duration::from_secs(30 * 60),
             default_yield: Duration::from_secs(10),
@@ -180,25 +182,82 @@ pub fn resolve_workdir(workspace: &Path, workdir: Option<&str>) -> Result<PathBu
     Ok(real)
 }
 
-/// Output that usually means the sandbox said no (the wording of EPERM/EACCES/EROFS).
-fn looks_denied(output: &str) -> bool {
-    let lower = output.to_ascii_lowercase();
-    [
+/// Whether a failed command's output shows the sandbox saying no: a denial that names a path
+/// this policy does not let commands write, or a network error while the network is off. A
+/// "Permission denied" on a path the policy allows (a script without its exec bit, a file owned
+/// by another user) is the command's own failure, and the model is not sent to the sandbox.
+fn denied_by_policy(output: &str, policy: &SandboxPolicy, cwd: &Path) -> bool {
+    const DENIALS: [&str; 3] = [
         "permission denied",
         "operation not permitted",
         "read-only file system",
-        "network is unreachable",
-        "address family not supported",
-    ]
-    .iter()
-    .any(|p| lower.contains(p))
+    ];
+    for line in output.lines() {
+        let lower = line.to_ascii_lowercase();
+        let network_error = lower.contains("network is unreachable")
+            || lower.contains("address family not supported")
+            || (lower.contains("socket") && lower.contains("not permitted"));
+        if !policy.network && network_error {
+            return true;
+        }
+        if !DENIALS.iter().any(|d| lower.contains(d)) {
+            continue;
+        }
+        for subject in denied_subjects(line) {
+            let path = Path::new(&subject);
+            let abs = if path.is_absolute() {
+                path.to_path_buf()
+            } else {
+                cwd.join(path)
+            };
+            if policy.denies_write(&abs) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// The paths a denial line is about, in the shapes tools print them: `PROGRAM: PATH: Permission
+/// denied`, `cannot touch 'PATH': …`, and Python's `Permission denied: 'PATH'`.
+fn denied_subjects(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let quoted = |s: &str| {
+        let t = s.trim().trim_end_matches(':').trim();
+        t.trim_matches(|c| matches!(c, '\'' | '"' | '`' | '‘' | '’'))
+            .to_string()
+    };
+    let lower = line.to_ascii_lowercase();
+    for denial in [
+        "permission denied",
+        "operation not permitted",
+        "read-only file system",
+    ] {
+        let Some(at) = lower.find(denial) else {
+            continue;
+        };
+        // Before the denial: the last `: `-separated field (`bash: line 1: PATH: …`).
+        if let Some(before) = line[..at].trim_end().strip_suffix(':')
+            && let Some(field) = before.rsplit(": ").next()
+        {
+            let field = field.rsplit(' ').next().unwrap_or(field);
+            out.push(quoted(field));
+        }
+        // After it: `Permission denied: 'PATH'`.
+        let after = line[at + denial.len()..].trim_start();
+        if let Some(rest) = after.strip_prefix(':') {
+            out.push(quoted(rest));
+        }
+    }
+    out.retain(|p| !p.is_empty() && !p.contains(char::is_whitespace));
+    out
 }
 
 fn render(
     snapshot: &Snapshot,
     session_id: u32,
     timeout: Duration,
-    limits: Option<&str>,
+    limits: Option<(&str, &SandboxPolicy, &Path)>,
 ) -> ToolResult {
     let mut content = snapshot.output.clone();
     if !content.is_empty() && !content.ends_with('\n') {
@@ -220,8 +279,8 @@ fn render(
         Some(Ending::Exited(code)) => {
             content.push_str(&format!("[exit code {code}]"));
             if code != 0
-                && let Some(limits) = limits
-                && looks_denied(&snapshot.output)
+                && let Some((limits, policy, cwd)) = limits
+                && denied_by_policy(&snapshot.output, policy, cwd)
             {
                 content.push_str(&format!("\n[this may be the {limits}]"));
             }
@@ -272,7 +331,10 @@ async fn wait_and_render(
         &snap,
         session.id,
         session.timeout,
-        session.sandbox_limits.as_deref(),
+        session
+            .sandbox_limits
+            .as_deref()
+            .map(|limits| (limits, &session.policy, session.cwd.as_path())),
     )
 }
 
@@ -285,7 +347,7 @@ impl Tool for ShellTool {
         ToolSpec {
             name: "shell".into(),
             description: format!(
-                "Run a shell command line with `{} -lc` in a terminal (PTY) inside the sandbox \
+                "Run a shell command line with `{} {}` in a terminal (PTY) inside the sandbox \
                  (sandbox: {}; network {}). Runs in the workspace root unless `workdir` names a \
                  directory inside it. Output is plain text with control sequences removed; long \
                  output keeps the start and the end with a line saying what was omitted. If the \
@@ -293,6 +355,7 @@ impl Tool for ShellTool {
                  session_id: continue with `poll`, answer prompts with `write_stdin`. At \
                  `timeout_ms` the whole process group is killed and the exit code is 124.",
                 self.config.shell,
+                if self.config.login { "-lc" } else { "-c" },
                 self.config.sandbox,
                 if self.config.network {
                     "allowed"
@@ -545,6 +608,42 @@ impl Tool for PollTool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_denial_is_about_the_path_it_names() {
+        let subjects = |l: &str| denied_subjects(l);
+        assert_eq!(
+            subjects("bash: line 1: /etc/x: Permission denied"),
+            ["/etc/x"]
+        );
+        assert_eq!(
+            subjects("touch: cannot touch '/opt/y': Read-only file system"),
+            ["/opt/y"]
+        );
+        assert_eq!(
+            subjects("PermissionError: [Errno 13] Permission denied: '/root/z'"),
+            ["/root/z"]
+        );
+        assert_eq!(subjects("bash: ./run.sh: Permission denied"), ["./run.sh"]);
+        let dir = tempfile::tempdir().unwrap();
+        let ws = std::fs::canonicalize(dir.path()).unwrap();
+        let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws);
+        let outside = "bash: line 1: /usr/lib/z: Permission denied";
+        assert!(denied_by_policy(outside, &policy, &ws));
+        assert!(!denied_by_policy(
+            "bash: ./run.sh: Permission denied",
+            &policy,
+            &ws
+        ));
+        // Network errors point at the sandbox only when it is the sandbox that has it off.
+        let refused = "curl: (7) Couldn't connect: Network is unreachable";
+        assert!(denied_by_policy(refused, &policy, &ws));
+        assert!(!denied_by_policy(
+            refused,
+            &policy.clone().network(true),
+            &ws
+        ));
+    }
 
     #[test]
     fn workdirs_are_resolved_inside_the_workspace_or_refused_by_kind() {

@@ -70,6 +70,10 @@ pub struct ShellSession {
     pub timeout: Duration,
     /// What the sandbox denies, for a hint when a command fails on a denial (`None`: off).
     pub sandbox_limits: Option<String>,
+    /// The policy the command runs under and its working folder: a failure hints at the
+    /// sandbox only when what was denied is something this policy denies.
+    pub policy: SandboxPolicy,
+    pub cwd: std::path::PathBuf,
     kill_grace: Duration,
 }
 
@@ -201,6 +205,8 @@ impl ShellSession {
             deadline: Instant::now() + req.timeout,
             timeout: req.timeout,
             sandbox_limits: sandbox_limits(req.policy),
+            policy: req.policy.clone(),
+            cwd: req.cwd.to_path_buf(),
             kill_grace: req.kill_grace,
         }))
     }
