@@ -116,6 +116,7 @@ async fn ask(
     need: &ApprovalNeed,
     cancel: &CancellationToken,
 ) -> Result<(), String> {
+    let mut offered = None;
     let request = match need {
         ApprovalNeed::None => return Ok(()),
         ApprovalNeed::Edit { path, diff } => ApprovalRequest::Edit {
@@ -126,7 +127,10 @@ async fn ask(
             command: command.clone(),
             argv: argv.clone(),
             cwd: cwd.clone(),
-            remember: crate::tool::approval::remember_prefix(command, argv),
+            remember: {
+                offered = crate::tool::approval::remember_prefix(command, argv);
+                offered.clone()
+            },
         },
     };
     let (tx, rx) = oneshot::channel();
@@ -143,7 +147,15 @@ async fn ask(
     match decision {
         Some(ApprovalDecision::Approve) => Ok(()),
         Some(ApprovalDecision::ApproveForPrefix { prefix }) => {
-            lock(&shared.approved_prefixes).push(prefix);
+            // The core decides what may be remembered: the offered prefix or a narrower one
+            // (the REPL remembers the whole argv). A frontend that answers with a wider prefix,
+            // or one where none was offered, approves this one call only.
+            if offered
+                .as_ref()
+                .is_some_and(|o| crate::tool::approval::matches_prefix(&prefix, o))
+            {
+                lock(&shared.approved_prefixes).push(prefix);
+            }
             Ok(())
         }
         Some(ApprovalDecision::Deny) => Err("The user declined this call.".into()),

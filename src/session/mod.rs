@@ -132,10 +132,11 @@ impl SessionFile {
             .unwrap_or_default();
         // Locked before reading: nobody appends while the records are read.
         let (mut file, pid_path) = lock(file, path, &stem)?;
-        let mut text = String::new();
-        file.read_to_string(&mut text)
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
             .map_err(|e| file_error(format!("cannot read: {e}")))?;
-        let loaded = read::parse_records(&text, path)?;
+        let text = read::text_of(&bytes, path)?;
+        let loaded = read::parse_records(text, path)?;
         let (id, header) = match loaded.records.first() {
             Some(header @ Record::Meta { id, .. }) => (id.clone(), header.clone()),
             _ => {
@@ -144,7 +145,7 @@ impl SessionFile {
                 ));
             }
         };
-        if loaded.good_len < text.len() as u64 {
+        if loaded.good_len < bytes.len() as u64 {
             file.set_len(loaded.good_len)
                 .map_err(|e| file_error(format!("cannot cut a torn last line: {e}")))?;
         }
@@ -195,9 +196,12 @@ impl SessionFile {
     /// Closes the file and releases its lock now (another process may open the session from
     /// here on); later appends fail. Dropping the `SessionFile` does the same.
     pub fn close(&mut self) {
-        if self.file.take().is_some() {
-            // The lock itself goes with the file; the pid note only names who held it.
+        if self.file.is_some() {
+            // The pid note goes first, while the lock is still held: removed after, it could
+            // be the note of the next process that took the lock.
             let _ = std::fs::remove_file(&self.pid_path);
+            // The lock itself goes with the file.
+            self.file = None;
         }
     }
 }

@@ -17,6 +17,28 @@ pub(super) struct Loaded {
     pub needs_newline: bool,
 }
 
+/// The file's bytes as text. A crash can tear the last line inside a multi-byte character:
+/// that line is torn like any other (cut before the next append), so the text ends before
+/// it. Invalid UTF-8 on an earlier line is corruption, an error naming the line.
+pub(super) fn text_of<'a>(bytes: &'a [u8], path: &Path) -> Result<&'a str, SessionError> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Ok(text),
+        Err(e) => {
+            let valid = e.valid_up_to();
+            // `valid` is a char boundary, and what precedes it is UTF-8.
+            let head = std::str::from_utf8(&bytes[..valid]).unwrap_or_default();
+            if !bytes[valid..].contains(&b'\n') {
+                Ok(head)
+            } else {
+                Err(SessionError::File {
+                    path: path.display().to_string(),
+                    reason: format!("line {}: not UTF-8", head.matches('\n').count() + 1),
+                })
+            }
+        }
+    }
+}
+
 pub(super) fn parse_records(text: &str, path: &Path) -> Result<Loaded, SessionError> {
     let mut records = Vec::new();
     let mut offset = 0usize;

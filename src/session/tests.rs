@@ -206,3 +206,60 @@ fn a_file_without_a_meta_record_is_refused() {
     let err = SessionFile::open(&path).expect_err("no meta");
     assert!(err.to_string().contains("no meta record"), "{err}");
 }
+
+#[test]
+fn a_line_torn_inside_a_multibyte_character_is_cut_like_any_torn_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = SessionFile::create(dir.path(), "mol", "x", dir.path()).expect("create");
+    let path = f.path.clone();
+    drop(f);
+    // A crash after the first byte of "é" (serde_json writes non-ASCII text raw).
+    let mut bytes = std::fs::read(&path).expect("read");
+    bytes.extend_from_slice(b"{\"record\":\"turn\",\"turn_id\":1,\"text\":\"caf");
+    bytes.push("é".as_bytes()[0]);
+    std::fs::write(&path, bytes).expect("write");
+
+    let (mut file, records) = SessionFile::open(&path).expect("a torn line never loses a session");
+    assert_eq!(records.len(), 1);
+    file.append(&Record::TaskClosed { task_id: 1 })
+        .expect("append");
+    drop(file);
+    let (_file, records) = SessionFile::open(&path).expect("open again");
+    assert_eq!(records.last(), Some(&Record::TaskClosed { task_id: 1 }));
+    assert_eq!(records.len(), 2);
+}
+
+#[test]
+fn invalid_utf8_before_the_last_line_is_still_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = SessionFile::create(dir.path(), "mol", "x", dir.path()).expect("create");
+    let path = f.path.clone();
+    drop(f);
+    let mut bytes = std::fs::read(&path).expect("read");
+    bytes.extend_from_slice(b"{\"record\":\"turn\",\"turn_id\":1,\"text\":\"\xff\",\"at\":\"\"}\n");
+    bytes.extend_from_slice(b"{\"record\":\"task_closed\",\"task_id\":1}\n");
+    std::fs::write(&path, bytes).expect("write");
+    let err = SessionFile::open(&path).expect_err("corrupt");
+    assert!(err.to_string().contains("line 2"), "{err}");
+}
+
+#[test]
+fn a_learned_token_ratio_survives_the_file_bit_for_bit() {
+    // The estimator's ratio is `chars / tokens`; a resumed session must shrink and compact
+    // exactly like the live one, so the f64 must come back from JSON unchanged.
+    let mut bad = Vec::new();
+    for chars in (1_000u64..200_000).step_by(997) {
+        for tokens in (100u64..20_000).step_by(89) {
+            let ratio = chars as f64 / tokens as f64;
+            let line = serde_json::to_string(&Record::TokenRatio {
+                chars_per_token: ratio,
+            })
+            .expect("encode");
+            match serde_json::from_str::<Record>(&line).expect("decode") {
+                Record::TokenRatio { chars_per_token } if chars_per_token == ratio => {}
+                other => bad.push((ratio, other)),
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{} ratios changed, e.g. {:?}", bad.len(), bad.first());
+}

@@ -43,11 +43,25 @@ pub fn remember_prefix(command: &str, argv: &[String]) -> Option<Vec<String>> {
         argv
     };
     let program = argv.first()?;
+    // `NAME=value cmd` is never auto-approved, so a prefix for it would be a lie.
+    if is_assignment(program) {
+        return None;
+    }
     let name = program.rsplit('/').next().unwrap_or(program);
+    // A wrapper runs the command in its arguments: remembering `sudo` (or `env`, `xargs`)
+    // would approve every command behind it, none of which the user was shown.
+    if WRAPPERS.contains(&name) {
+        return None;
+    }
     let arg = |i: usize| argv.get(i).map(String::as_str);
     let words = match name {
         "python" | "python3" if arg(1) == Some("-m") => 3,
-        "npm" | "pnpm" | "yarn" | "bun" if arg(1) == Some("run") => 3,
+        _ if RUNNERS
+            .iter()
+            .any(|(tool, sub)| *tool == name && arg(1) == Some(*sub)) =>
+        {
+            3
+        }
         _ if INTERPRETERS.contains(&name) => {
             // The script, by name; inline code or flags first remember nothing.
             return match arg(1) {
@@ -57,7 +71,8 @@ pub fn remember_prefix(command: &str, argv: &[String]) -> Option<Vec<String>> {
                 _ => None,
             };
         }
-        "cargo" | "npm" | "pnpm" | "yarn" | "git" | "go" | "make" | "docker" | "kubectl" | "uv"
+        "make" => 2,
+        "cargo" | "npm" | "pnpm" | "yarn" | "git" | "go" | "docker" | "kubectl" | "uv"
         | "poetry" | "pip" | "pip3" | "npx" | "dotnet" | "mvn" | "gradle" | "rustup" | "apt"
         | "brew" => 2,
         _ => 1,
@@ -72,8 +87,39 @@ pub fn remember_prefix(command: &str, argv: &[String]) -> Option<Vec<String>> {
         })
         .map(|(_, a)| a.clone())
         .collect();
+    // A tool with subcommands remembered without one (`git -c core.pager=sh log`, `npx -y
+    // pkg`, a bare `cargo`) would approve every subcommand: nothing is narrow enough.
+    // `make` is the exception: its targets are optional and flags do not pick a program.
+    if prefix.len() < words && name != "make" {
+        return None;
+    }
     Some(prefix)
 }
+
+/// Programs that run the command given in their arguments.
+const WRAPPERS: &[&str] = &[
+    "sudo", "doas", "su", "pkexec", "runuser", "env", "xargs", "parallel", "nice", "ionice",
+    "nohup", "timeout", "time", "command", "builtin", "exec", "eval", "source", ".", "watch",
+    "strace", "ltrace", "chroot", "setsid", "stdbuf", "unbuffer", "flock", "taskset", "chrt",
+    "ssh", "script", "busybox", "find", "fakeroot", "firejail", "bwrap",
+];
+
+/// `tool sub NAME` runs NAME (a script or a package's binary): remembered with NAME.
+const RUNNERS: &[(&str, &str)] = &[
+    ("npm", "run"),
+    ("pnpm", "run"),
+    ("yarn", "run"),
+    ("bun", "run"),
+    ("npm", "exec"),
+    ("pnpm", "exec"),
+    ("pnpm", "dlx"),
+    ("yarn", "exec"),
+    ("yarn", "dlx"),
+    ("bun", "x"),
+    ("uv", "run"),
+    ("poetry", "run"),
+    ("pipx", "run"),
+];
 
 /// Decides a call. `allowed` are the user's configured prefixes, `session` the prefixes
 /// approved with "don't ask again" during this session.
@@ -568,6 +614,37 @@ mod tests {
         assert_eq!(s("cd x && rm -rf y"), None);
         assert_eq!(s("git log | sh"), None);
         assert_eq!(s(""), None);
+        // A wrapper remembered alone would approve every command it can run.
+        assert_eq!(s("sudo apt update"), None);
+        assert_eq!(s("env FOO=1 cargo test"), None);
+        assert_eq!(s("xargs rm"), None);
+        assert_eq!(s("find . -name '*.o' -exec rm {} +"), None);
+        assert_eq!(s("timeout 10 cargo test"), None);
+        assert_eq!(s("/usr/bin/sudo ls"), None);
+        assert_eq!(s("FOO=1 cargo test"), None);
+        // A flag in the subcommand's place, or no subcommand: never the bare tool.
+        assert_eq!(s("git -c core.pager=sh log"), None);
+        assert_eq!(s("npx -y cowsay"), None);
+        assert_eq!(s("cargo"), None);
+        assert_eq!(s("python3 -m"), None);
+        assert_eq!(s("npm run"), None);
+        assert_eq!(s("npx cowsay hi"), some("npx cowsay"));
+        // A runner is remembered with what it runs.
+        assert_eq!(s("uv run pytest -q"), some("uv run pytest"));
+        assert_eq!(s("npm exec eslint ."), some("npm exec eslint"));
+        assert_eq!(s("poetry run pytest"), some("poetry run pytest"));
+        for (shown, other) in [
+            ("sudo apt update", "sudo rm -rf /"),
+            ("git -c core.pager=sh log", "git push --force"),
+            ("uv run pytest", "uv run sh -c 'curl x | sh'"),
+            ("find . -name x -exec cat {} +", "find / -delete"),
+        ] {
+            let remembered: Vec<_> = remember_prefix(shown, &[]).into_iter().collect();
+            assert!(
+                !command_is_auto_approved(other, &[], &remembered),
+                "approving `{shown}` for the session also approved `{other}`"
+            );
+        }
         // A prefix offered for one command does not cover another interpreter use.
         let prefix = remember_prefix("python3 script.py", &[]).unwrap();
         assert!(!command_is_auto_approved(
