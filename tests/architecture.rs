@@ -193,6 +193,106 @@ fn referenced_modules(code: &str) -> BTreeSet<String> {
     found
 }
 
+/// The module path of a file (`src/tool/approval.rs` → `tool::approval`, `src/tool/mod.rs` →
+/// `tool`): how many `super::` it takes to reach the crate root from its top.
+fn module_depth(file: &Path) -> usize {
+    let Ok(rel) = file.strip_prefix(src_dir()) else {
+        return 0;
+    };
+    let parts: Vec<&str> = rel
+        .components()
+        .filter_map(|c| c.as_os_str().to_str())
+        .collect();
+    match parts.last() {
+        Some(&"mod.rs") => parts.len() - 1,
+        _ => parts.len(),
+    }
+}
+
+/// Top-level modules reached with `super::` chains that climb to the crate root
+/// (`super::super::agent::X` from `src/tool/approval.rs`). Inline `mod name { … }` blocks add
+/// a level, so the `super::super` of a test module inside a file stays in that file's module.
+fn super_references(code: &str, file_depth: usize) -> BTreeSet<String> {
+    let b: Vec<char> = code.chars().collect();
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    let word_at = |i: usize| -> String { b[i..].iter().take_while(|c| is_ident(**c)).collect() };
+    let skip_space = |mut k: usize| {
+        while k < b.len() && b[k].is_whitespace() {
+            k += 1;
+        }
+        k
+    };
+    let mut found = BTreeSet::new();
+    let mut depth = 0usize;
+    let mut inline_mods: Vec<usize> = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if is_ident(c) && (i == 0 || !(is_ident(b[i - 1]) || b[i - 1] == ':')) {
+            let w = word_at(i);
+            if w == "super" {
+                let mut n = 0;
+                let mut j = i;
+                while b[j..].starts_with(&['s', 'u', 'p', 'e', 'r', ':', ':']) {
+                    n += 1;
+                    j += "super::".len();
+                }
+                if n > 0 && n >= file_depth + inline_mods.len() {
+                    found.insert(word_at(j));
+                }
+                i = j.max(i + w.len());
+                continue;
+            }
+            if w == "mod" {
+                // `mod name {` opens an inline module; `mod name;` declares a file.
+                let name_at = skip_space(i + w.len());
+                let name = word_at(name_at);
+                let after = skip_space(name_at + name.len());
+                if !name.is_empty() && b.get(after) == Some(&'{') {
+                    inline_mods.push(depth + 1);
+                }
+            }
+            i += w.len();
+            continue;
+        }
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                if inline_mods.last() == Some(&depth) {
+                    inline_mods.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    found.retain(|m| !m.is_empty() && m != "self" && m != "super");
+    found
+}
+
+/// Ways to name a module the scanner could not follow: an alias of the crate root
+/// (`use crate as c;`, `crate::{self as c}`, `extern crate self as baton;`) or a file of
+/// another module compiled in with `#[path]`.
+fn opaque_references(code: &str) -> Vec<String> {
+    let flat: String = code.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut bad = Vec::new();
+    for (needle, what) in [
+        ("crate as ", "an alias of the crate root (`crate as …`)"),
+        ("crate::{self", "an alias of the crate root (`crate::{self …}`)"),
+        ("crate::{ self", "an alias of the crate root (`crate::{self …}`)"),
+        ("crate::self", "an alias of the crate root (`crate::self`)"),
+        ("extern crate self", "`extern crate self`"),
+        ("#[path", "a `#[path]` include"),
+        ("# [path", "a `#[path]` include"),
+    ] {
+        if flat.contains(needle) {
+            bad.push(what.to_string());
+        }
+    }
+    bad
+}
+
 /// All references that break the map: (file, module it names).
 fn violations() -> Vec<(String, String)> {
     let allowed: BTreeMap<&str, &[&str]> = LAYERS.iter().copied().collect();
@@ -214,7 +314,13 @@ fn violations() -> Vec<(String, String)> {
             bad.push((rel, format!("module `{module}` is not on the layer map")));
             continue;
         };
-        for target in referenced_modules(&code_only(&text)) {
+        let code = code_only(&text);
+        for what in opaque_references(&code) {
+            bad.push((rel.clone(), what));
+        }
+        let mut targets = referenced_modules(&code);
+        targets.extend(super_references(&code, module_depth(&file)));
+        for target in targets {
             if target != module && !may_see.contains(&target.as_str()) {
                 bad.push((rel.clone(), target));
             }
@@ -270,4 +376,31 @@ fn the_scanner_sees_grouped_and_inline_references_but_not_comments_or_strings() 
         .map(|s| s.to_string())
         .collect();
     assert_eq!(found, want);
+}
+
+#[test]
+fn the_scanner_follows_super_chains_to_the_crate_root_and_refuses_aliases() {
+    // From src/tool/approval.rs (depth 2), two `super`s reach the root.
+    let code = code_only("use super::super::agent::Shared;\nuse super::ApprovalNeed;\n");
+    let want: BTreeSet<String> = ["agent".to_string()].into();
+    assert_eq!(super_references(&code, 2), want);
+    // In an inline test module one more is needed; there, two stay in the file's module.
+    let code = code_only(
+        "fn a() {}\n#[cfg(test)]\nmod tests {\n    use super::super::Thing;\n    fn t() { super::super::super::tui::x(); }\n}\nfn b() { super::super::exec::y(); }",
+    );
+    let want: BTreeSet<String> = ["tui".to_string(), "exec".to_string()].into();
+    assert_eq!(super_references(&code, 2), want);
+    // `mod x;` declares a file, it opens no level.
+    let code = code_only("mod shell;\npub(crate) mod pty;\nuse super::super::app::start;");
+    let want: BTreeSet<String> = ["app".to_string()].into();
+    assert_eq!(super_references(&code, 2), want);
+    for aliased in [
+        "use crate as root;\nfn f() { root::agent::x(); }",
+        "use crate::{self as root, protocol};",
+        "extern crate self as baton;",
+        "#[path = \"../agent/turn.rs\"]\nmod turn;",
+    ] {
+        assert_eq!(opaque_references(&code_only(aliased)).len(), 1, "{aliased}");
+    }
+    assert!(opaque_references(&code_only("pub(crate) use crate::protocol::Op;")).is_empty());
 }

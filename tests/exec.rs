@@ -920,3 +920,52 @@ fn a_piped_stdin_is_appended_to_a_prompt_argument_and_binary_is_refused() {
     );
     assert_eq!(engine.requests_for_hop("answer").len(), 1, "nothing ran");
 }
+
+/// The `error` event of a failed `--exec --json` run.
+fn error_event(out: &std::process::Output) -> Value {
+    let ev = events(out);
+    let errors = of_type(&ev, "error");
+    assert_eq!(errors.len(), 1, "one error event: {ev:?}\n{}", stderr_of(out));
+    errors[0].clone()
+}
+
+#[test]
+fn each_failure_reaches_the_json_error_event_with_its_kind() {
+    let env = Env::new();
+    for (reply, kind) in [
+        (MockReply::context_overflow(), "context_overflow"),
+        (
+            MockReply::error(401, "bad key", "invalid_api_key"),
+            "auth",
+        ),
+        (MockReply::too_many_requests(0), "rate_limit"),
+        (MockReply::malformed_sse(), "bad_response"),
+    ] {
+        let engine = MockEngine::scripted_blocking(
+            Script::new().default_route("L2").default_answer(reply),
+        );
+        let out = env
+            .exec(&engine, "x", &["--json"])
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(1), "{kind}: {}", stderr_of(&out));
+        let err = error_event(&out);
+        assert_eq!(err["kind"], kind, "{err}");
+        assert_eq!(err["hop"], "answer", "{err}");
+    }
+    // Nobody listening on the port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let out = env
+        .session_baton()
+        .args(["--exec", "--json", "--endpoint"])
+        .arg(format!("http://127.0.0.1:{port}/v1"))
+        .arg("x")
+        .output()
+        .expect("run");
+    assert_ne!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let err = error_event(&out);
+    assert_eq!(err["kind"], "unreachable", "{err}");
+}

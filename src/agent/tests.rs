@@ -776,3 +776,109 @@ async fn a_replayed_session_file_rebuilds_the_live_state_exactly() {
     });
     assert_eq!(last_total, Some(live.usage));
 }
+
+/// A tool that asks to run `command` and counts its runs.
+struct Asks(Arc<Mutex<u32>>, &'static str);
+
+impl crate::tool::Tool for Asks {
+    fn name(&self) -> &'static str {
+        "asks"
+    }
+    fn spec(&self) -> crate::protocol::ToolSpec {
+        crate::protocol::ToolSpec {
+            name: "asks".into(),
+            description: "runs a command".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }
+    }
+    fn approval(
+        &self,
+        _args: &serde_json::Value,
+        _ctx: &crate::tool::ToolContext,
+    ) -> crate::tool::ApprovalNeed {
+        crate::tool::ApprovalNeed::Command {
+            command: self.1.into(),
+            argv: Vec::new(),
+            cwd: ".".into(),
+        }
+    }
+    fn title(&self, _args: &serde_json::Value) -> String {
+        self.1.into()
+    }
+    fn run<'a>(
+        &'a self,
+        _args: serde_json::Value,
+        _ctx: &'a crate::tool::ToolContext,
+    ) -> BoxFuture<'a, crate::tool::ToolResult> {
+        Box::pin(async move {
+            *lock(&self.0) += 1;
+            crate::tool::ToolResult::ok("done")
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_frontend_cannot_remember_a_wider_prefix_than_the_core_offered() {
+    for (command, answered, remembered) in [
+        // Nothing is narrow enough for a wrapper; "don't ask again" for `sudo` approves once.
+        ("sudo make install", vec!["sudo"], false),
+        // Wider than the offered `git commit`.
+        ("git commit -m wip", vec!["git"], false),
+        // The offered prefix, and a narrower one (the REPL remembers the whole argv).
+        ("git commit -m wip", vec!["git", "commit"], true),
+        ("git commit -m wip", vec!["git", "commit", "-m", "wip"], true),
+    ] {
+        let runs = Arc::new(Mutex::new(0));
+        let mut tools = crate::tool::registry::standard_tools();
+        tools.register(Arc::new(Asks(runs.clone(), command)));
+        let call = |id: &str| {
+            let mut m = ChatMessage::assistant("");
+            m.tool_calls.push(crate::protocol::ToolCall {
+                id: id.into(),
+                name: "asks".into(),
+                arguments: "{}".into(),
+            });
+            m
+        };
+        let backend = FakeBackend {
+            labels: Mutex::new(vec!["L2"].into()),
+            release: Arc::new(Notify::new()),
+            hang_answers: false,
+            answers: Mutex::new(vec![call("c1"), call("c2"), ChatMessage::assistant(PLAIN)].into()),
+            seen: Mutex::new(Vec::new()),
+            report_usage: false,
+            free_summaries: true,
+        };
+        let (mut h, _shared) = launch_configured(backend, tools, None, |cfg| {
+            cfg.approval = ApprovalPolicy::Ask;
+            cfg.headless = false;
+        });
+        h.handle
+            .ops
+            .send(Op::UserTurn { text: "go".into() })
+            .expect("send");
+        let mut asked = 0;
+        loop {
+            let ev = h.handle.events.recv().await.expect("agent alive");
+            match ev {
+                Event::ApprovalRequested { call_id, .. } => {
+                    asked += 1;
+                    let decision = ApprovalDecision::ApproveForPrefix {
+                        prefix: answered.iter().map(|w| w.to_string()).collect(),
+                    };
+                    h.handle
+                        .ops
+                        .send(Op::Approval { call_id, decision })
+                        .expect("send");
+                }
+                Event::TurnCompleted { .. } => break,
+                _ => {}
+            }
+        }
+        assert_eq!(*lock(&runs), 2, "{command}: both calls ran");
+        let want = if remembered { 1 } else { 2 };
+        assert_eq!(asked, want, "{command} answered with {answered:?}");
+        h.handle.ops.send(Op::Shutdown).expect("send");
+        next_matching(&mut h, |e| matches!(e, Event::ShutdownComplete)).await;
+    }
+}
