@@ -857,11 +857,26 @@ fn a_session_open_in_one_baton_process_is_refused_by_a_second() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 
+    // `baton sessions` still lists the open session, with A's turn.
+    let listed = env
+        .session_baton()
+        .arg("sessions")
+        .output()
+        .expect("run sessions");
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr_of(&listed));
+    let row = stdout_of(&listed)
+        .lines()
+        .find(|l| l.starts_with(&id))
+        .map(String::from)
+        .unwrap_or_else(|| panic!("{id} not listed: {}", stdout_of(&listed)));
+    assert!(row.contains("  2  one"), "{row}");
+
     // Process B on the same session: a clear error naming A, and nothing written.
     let b = env
         .exec(&engine, "three", &["--resume", &id])
         .output()
         .expect("run B");
+    // A dies without closing anything (a crash): its pid note stays behind.
     let _ = a.kill();
     let _ = a.wait();
     assert_ne!(b.status.code(), Some(0));
@@ -881,6 +896,24 @@ fn a_session_open_in_one_baton_process_is_refused_by_a_second() {
         2,
         "B sent nothing to the model"
     );
+
+    // After the crash the lock is gone with A; the stale pid note does not block C, and C
+    // closes the turn A left open before its own.
+    assert!(env.sessions.join(format!("{id}.pid")).exists(), "A's note is stale");
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer("after the crash"),
+    );
+    let c = env
+        .exec(&engine, "four", &["--resume", &id])
+        .output()
+        .expect("run C");
+    assert_eq!(c.status.code(), Some(0), "{}", stderr_of(&c));
+    assert_eq!(stdout_of(&c), "after the crash\n");
+    let text = std::fs::read_to_string(env.sessions.join(format!("{id}.jsonl"))).expect("read");
+    assert!(text.contains("\"record\":\"task_abandoned\""), "{text}");
+    assert!(!env.sessions.join(format!("{id}.pid")).exists(), "C removed its note");
 }
 
 /// `git diff | baton --exec "review this"`: the piped text reaches the model as a delimited
