@@ -242,11 +242,14 @@ pub struct TokenUsage {
 }
 
 impl TokenUsage {
+    /// Adds `other`, saturating: the numbers come from a server, and an absurd report must
+    /// not panic the turn (or, replayed, every resume of the session).
     pub fn add(&mut self, other: &TokenUsage) {
-        self.prompt_tokens += other.prompt_tokens;
-        self.completion_tokens += other.completion_tokens;
+        self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
+        self.completion_tokens = self.completion_tokens.saturating_add(other.completion_tokens);
         if let Some(c) = other.cached_tokens {
-            *self.cached_tokens.get_or_insert(0) += c;
+            let cached = self.cached_tokens.get_or_insert(0);
+            *cached = cached.saturating_add(c);
         }
     }
 
@@ -551,6 +554,22 @@ impl EventSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_absurd_usage_report_saturates_instead_of_panicking() {
+        let huge = TokenUsage {
+            prompt_tokens: u64::MAX,
+            completion_tokens: u64::MAX - 1,
+            cached_tokens: Some(u64::MAX),
+        };
+        let mut totals = UsageTotals::default();
+        totals.add(Hop::Answer, &huge);
+        totals.add(Hop::Summary, &huge);
+        assert_eq!(totals.total.prompt_tokens, u64::MAX);
+        assert_eq!(totals.total.completion_tokens, u64::MAX);
+        assert_eq!(totals.total.cached_tokens, Some(u64::MAX));
+        assert_eq!(totals.answer, huge);
+    }
 
     #[test]
     fn expert_labels_parse_case_insensitively() {
