@@ -279,8 +279,14 @@ fn opaque_references(code: &str) -> Vec<String> {
     let mut bad = Vec::new();
     for (needle, what) in [
         ("crate as ", "an alias of the crate root (`crate as …`)"),
-        ("crate::{self", "an alias of the crate root (`crate::{self …}`)"),
-        ("crate::{ self", "an alias of the crate root (`crate::{self …}`)"),
+        (
+            "crate::{self",
+            "an alias of the crate root (`crate::{self …}`)",
+        ),
+        (
+            "crate::{ self",
+            "an alias of the crate root (`crate::{self …}`)",
+        ),
         ("crate::self", "an alias of the crate root (`crate::self`)"),
         ("extern crate self", "`extern crate self`"),
         ("#[path", "a `#[path]` include"),

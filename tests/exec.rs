@@ -899,7 +899,10 @@ fn a_session_open_in_one_baton_process_is_refused_by_a_second() {
 
     // After the crash the lock is gone with A; the stale pid note does not block C, and C
     // closes the turn A left open before its own.
-    assert!(env.sessions.join(format!("{id}.pid")).exists(), "A's note is stale");
+    assert!(
+        env.sessions.join(format!("{id}.pid")).exists(),
+        "A's note is stale"
+    );
     let engine = MockEngine::scripted_blocking(
         Script::new()
             .default_route("L2")
@@ -913,7 +916,10 @@ fn a_session_open_in_one_baton_process_is_refused_by_a_second() {
     assert_eq!(stdout_of(&c), "after the crash\n");
     let text = std::fs::read_to_string(env.sessions.join(format!("{id}.jsonl"))).expect("read");
     assert!(text.contains("\"record\":\"task_abandoned\""), "{text}");
-    assert!(!env.sessions.join(format!("{id}.pid")).exists(), "C removed its note");
+    assert!(
+        !env.sessions.join(format!("{id}.pid")).exists(),
+        "C removed its note"
+    );
 }
 
 /// `git diff | baton --exec "review this"`: the piped text reaches the model as a delimited
@@ -958,7 +964,12 @@ fn a_piped_stdin_is_appended_to_a_prompt_argument_and_binary_is_refused() {
 fn error_event(out: &std::process::Output) -> Value {
     let ev = events(out);
     let errors = of_type(&ev, "error");
-    assert_eq!(errors.len(), 1, "one error event: {ev:?}\n{}", stderr_of(out));
+    assert_eq!(
+        errors.len(),
+        1,
+        "one error event: {ev:?}\n{}",
+        stderr_of(out)
+    );
     errors[0].clone()
 }
 
@@ -967,20 +978,13 @@ fn each_failure_reaches_the_json_error_event_with_its_kind() {
     let env = Env::new();
     for (reply, kind) in [
         (MockReply::context_overflow(), "context_overflow"),
-        (
-            MockReply::error(401, "bad key", "invalid_api_key"),
-            "auth",
-        ),
+        (MockReply::error(401, "bad key", "invalid_api_key"), "auth"),
         (MockReply::too_many_requests(0), "rate_limit"),
         (MockReply::malformed_sse(), "bad_response"),
     ] {
-        let engine = MockEngine::scripted_blocking(
-            Script::new().default_route("L2").default_answer(reply),
-        );
-        let out = env
-            .exec(&engine, "x", &["--json"])
-            .output()
-            .expect("run");
+        let engine =
+            MockEngine::scripted_blocking(Script::new().default_route("L2").default_answer(reply));
+        let out = env.exec(&engine, "x", &["--json"]).output().expect("run");
         assert_eq!(out.status.code(), Some(1), "{kind}: {}", stderr_of(&out));
         let err = error_event(&out);
         assert_eq!(err["kind"], kind, "{err}");

@@ -826,7 +826,11 @@ async fn a_frontend_cannot_remember_a_wider_prefix_than_the_core_offered() {
         ("git commit -m wip", vec!["git"], false),
         // The offered prefix, and a narrower one (the REPL remembers the whole argv).
         ("git commit -m wip", vec!["git", "commit"], true),
-        ("git commit -m wip", vec!["git", "commit", "-m", "wip"], true),
+        (
+            "git commit -m wip",
+            vec!["git", "commit", "-m", "wip"],
+            true,
+        ),
     ] {
         let runs = Arc::new(Mutex::new(0));
         let mut tools = crate::tool::registry::standard_tools();

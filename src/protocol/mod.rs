@@ -246,7 +246,9 @@ impl TokenUsage {
     /// not panic the turn (or, replayed, every resume of the session).
     pub fn add(&mut self, other: &TokenUsage) {
         self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
-        self.completion_tokens = self.completion_tokens.saturating_add(other.completion_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(other.completion_tokens);
         if let Some(c) = other.cached_tokens {
             let cached = self.cached_tokens.get_or_insert(0);
             *cached = cached.saturating_add(c);

@@ -261,5 +261,10 @@ fn a_learned_token_ratio_survives_the_file_bit_for_bit() {
             }
         }
     }
-    assert!(bad.is_empty(), "{} ratios changed, e.g. {:?}", bad.len(), bad.first());
+    assert!(
+        bad.is_empty(),
+        "{} ratios changed, e.g. {:?}",
+        bad.len(),
+        bad.first()
+    );
 }
