@@ -513,3 +513,72 @@ fn session_files_are_private_under_umask_022() {
         assert_eq!(mode(&f), 0o600, "{}", f.display());
     }
 }
+
+#[test]
+fn the_line_repl_offers_always_for_what_the_core_remembers_only() {
+    use crate::support::MockReply;
+    use std::io::{Read, Write};
+    use std::process::Stdio;
+    let call = |id: &str, cmd: &str| {
+        MockReply::tool_call(
+            id,
+            "shell",
+            serde_json::json!({ "command": cmd }).to_string(),
+        )
+    };
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .answer("L2", call("c1", "touch a.txt"))
+            .answer("L2", call("c2", "touch b.txt"))
+            .answer("L2", call("c3", "sudo touch c.txt"))
+            .answer("L2", "done"),
+    );
+    let env = Env::new();
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("baton"));
+    cmd.env_clear()
+        .env("HOME", &env.home)
+        .env("XDG_CONFIG_HOME", env.home.join(".config"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(&env.workspace)
+        .args([
+            "--session-dir",
+            "s",
+            "--endpoint",
+            &engine.url(),
+            "--approval",
+            "ask",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let mut seen = String::new();
+    // Reads stderr until `want` has appeared `n` times.
+    let mut wait_for = |seen: &mut String, want: &str, n: usize| {
+        let mut buf = [0u8; 4096];
+        while seen.matches(want).count() < n {
+            let got = stderr.read(&mut buf).expect("read stderr");
+            assert!(got > 0, "baton ended before `{want}`: {seen}");
+            seen.push_str(&String::from_utf8_lossy(&buf[..got]));
+        }
+    };
+    stdin.write_all(b"make files\n").expect("write");
+    wait_for(&mut seen, "approve: ", 1);
+    stdin.write_all(b"a\n").expect("write");
+    wait_for(&mut seen, "approve: ", 2);
+    stdin.write_all(b"n\n").expect("write");
+    drop(stdin);
+    let _ = stderr.read_to_string(&mut seen);
+    let _ = child.wait();
+    // `touch` is offered and remembered: the second touch is not asked.
+    assert!(seen.contains("[a]lways for `touch`"), "{seen}");
+    assert_eq!(seen.matches("run `touch").count(), 1, "{seen}");
+    // A wrapper has no "always".
+    assert!(
+        seen.contains("approve: run `sudo touch c.txt`? [y]es / [n]o: "),
+        "{seen}"
+    );
+}

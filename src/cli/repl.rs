@@ -53,12 +53,18 @@ pub async fn run(mut handle: AgentHandle, first: Option<String>) -> i32 {
                         let _ = handle.ops.send(Op::Approval { call_id: call_id.clone(), decision: ApprovalDecision::Deny });
                     }
                     Event::ApprovalRequested { call_id, request } => {
-                        let (what, argv) = match request {
-                            ApprovalRequest::Command { command, argv, .. } => (format!("run `{command}`"), argv.clone()),
+                        // "always" remembers what the core offers (`remember`), shown as such;
+                        // where it offers nothing, there is no "always".
+                        let (what, prefix) = match request {
+                            ApprovalRequest::Command { command, remember, .. } => (format!("run `{command}`"), remember.clone().unwrap_or_default()),
                             ApprovalRequest::Edit { path, diff } => (format!("edit {path}\n{diff}"), Vec::new()),
                         };
-                        eprint!("approve: {what}? [y]es / [n]o / [a]lways for this command: ");
-                        pending_approval = Some((call_id.clone(), argv));
+                        if prefix.is_empty() {
+                            eprint!("approve: {what}? [y]es / [n]o: ");
+                        } else {
+                            eprint!("approve: {what}? [y]es / [n]o / [a]lways for `{}`: ", prefix.join(" "));
+                        }
+                        pending_approval = Some((call_id.clone(), prefix));
                     }
                     Event::Warning { message } => eprintln!("warning: {message}"),
                     Event::Error { message, .. } => eprintln!("error: {message}"),
