@@ -981,6 +981,13 @@ fn each_failure_reaches_the_json_error_event_with_its_kind() {
         (MockReply::error(401, "bad key", "invalid_api_key"), "auth"),
         (MockReply::too_many_requests(0), "rate_limit"),
         (MockReply::malformed_sse(), "bad_response"),
+        // A rate limit reported inside the stream (vLLM and SGLang put the status in `code`).
+        (
+            MockReply::raw_sse(
+                "data: {\"error\":{\"message\":\"Rate limit reached\",\"code\":429}}\n\n",
+            ),
+            "rate_limit",
+        ),
     ] {
         let engine =
             MockEngine::scripted_blocking(Script::new().default_route("L2").default_answer(reply));

@@ -68,6 +68,23 @@ impl ErrorContext {
                 message: said,
             };
         }
+        // The error's code says what kind it is, like the status of an HTTP error would: an
+        // HTTP status (vLLM and SGLang put one there) or an OpenAI code. A rate limit sent in
+        // a stream frame is a rate limit, not a malformed answer.
+        let status = code.and_then(|c| match c {
+            "rate_limit_exceeded" => Some(429),
+            "invalid_api_key" => Some(401),
+            "model_not_found" => Some(404),
+            _ => c.parse::<u16>().ok().filter(|s| (400..600).contains(s)),
+        });
+        if let (Some(status), Some(code)) = (status, code) {
+            return BackendError::Http {
+                hop: self.hop,
+                url: self.url.clone(),
+                status,
+                body: format!("the server reported an error ({code}): {said}"),
+            };
+        }
         let said = match code {
             Some(code) => format!("the server reported an error ({code}): {said}"),
             None => format!("the server reported an error: {said}"),
@@ -201,6 +218,25 @@ mod tests {
             ctx().server_error("too long", Some("context_length_exceeded")),
             BackendError::ContextOverflow { .. }
         ));
+    }
+
+    #[test]
+    fn an_error_inside_a_200_answer_has_the_kind_its_code_names() {
+        use crate::protocol::ErrorKind;
+        for (code, kind) in [
+            (Some("rate_limit_exceeded"), ErrorKind::RateLimit),
+            (Some("429"), ErrorKind::RateLimit),
+            (Some("invalid_api_key"), ErrorKind::Auth),
+            (Some("404"), ErrorKind::ModelNotFound),
+            (Some("500"), ErrorKind::Server),
+            (Some("some_other_code"), ErrorKind::BadResponse),
+            (Some("7"), ErrorKind::BadResponse),
+            (None, ErrorKind::BadResponse),
+        ] {
+            let err = ctx().server_error("slow down", code);
+            assert_eq!(err.kind(), kind, "{code:?}: {err}");
+            assert!(err.to_string().contains("slow down"), "{err}");
+        }
     }
 
     #[test]
