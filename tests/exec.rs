@@ -869,7 +869,10 @@ fn a_session_open_in_one_baton_process_is_refused_by_a_second() {
         .find(|l| l.starts_with(&id))
         .map(String::from)
         .unwrap_or_else(|| panic!("{id} not listed: {}", stdout_of(&listed)));
-    assert!(row.contains("  2  one"), "{row}");
+    // Columns: id, last activity, turns, workspace, first message.
+    let turns = row.split_whitespace().nth(3);
+    assert_eq!(turns, Some("2"), "{row}");
+    assert!(row.trim_end().ends_with("one"), "{row}");
 
     // Process B on the same session: a clear error naming A, and nothing written.
     let b = env
