@@ -9,6 +9,8 @@
 mod output;
 mod prompt;
 
+pub use prompt::InputError;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -36,28 +38,28 @@ pub struct ExecOptions {
 }
 
 /// The prompt of the run: the argument, or piped stdin for `None` or `-`.
-pub fn read_prompt(opts: &ExecOptions) -> Result<String, String> {
+pub fn read_prompt(opts: &ExecOptions) -> Result<String, InputError> {
     prompt::read(opts.prompt.as_deref())
 }
 
 /// Checks that `-o FILE` can be written before the turn runs (and costs a request): an
 /// existing file is opened for appending and left as it is; a new one is created and removed.
-pub fn check_output(opts: &ExecOptions) -> Result<(), String> {
+pub fn check_output(opts: &ExecOptions) -> Result<(), InputError> {
     let Some(path) = &opts.output else {
         return Ok(());
     };
     let existed = path.exists();
     if path.is_dir() {
-        return Err(format!(
-            "-o {}: is a folder, not a file to write the answer to",
-            path.display()
-        ));
+        return Err(InputError::OutputIsFolder(path.clone()));
     }
     std::fs::OpenOptions::new()
         .append(true)
         .create(true)
         .open(path)
-        .map_err(|e| format!("-o {}: cannot write: {e}", path.display()))?;
+        .map_err(|source| InputError::OutputUnwritable {
+            path: path.clone(),
+            source,
+        })?;
     if !existed {
         let _ = std::fs::remove_file(path);
     }

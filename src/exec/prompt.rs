@@ -7,7 +7,36 @@ use std::io::{IsTerminal, Read};
 /// The most of a piped stdin appended to a prompt argument; the rest is cut with a note.
 pub const STDIN_CAP: usize = 1024 * 1024;
 
-pub fn read(arg: Option<&str>) -> Result<String, String> {
+/// Why `--exec` cannot start: its input (the prompt, stdin, `-o FILE`) is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error(
+        "--exec needs a prompt: pass it as an argument, or pipe it on stdin \
+         (e.g. `echo \"…\" | baton --exec -`)"
+    )]
+    NoPrompt,
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error("cannot read {what} from stdin: {source}")]
+    Stdin {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error(
+        "stdin is binary, not text: baton appends piped text to the prompt; pass a binary \
+         file's path in the prompt instead, or redirect stdin from /dev/null"
+    )]
+    BinaryStdin,
+    #[error("-o {0}: is a folder, not a file to write the answer to")]
+    OutputIsFolder(std::path::PathBuf),
+    #[error("-o {path}: cannot write: {source}")]
+    OutputUnwritable {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+pub fn read(arg: Option<&str>) -> Result<String, InputError> {
     let text = match arg {
         Some(p) if p != "-" => {
             let mut text = p.to_string();
@@ -20,29 +49,28 @@ pub fn read(arg: Option<&str>) -> Result<String, String> {
         _ => {
             let stdin = std::io::stdin();
             if stdin.is_terminal() {
-                return Err(
-                    "--exec needs a prompt: pass it as an argument, or pipe it on stdin \
-                     (e.g. `echo \"…\" | baton --exec -`)"
-                        .into(),
-                );
+                return Err(InputError::NoPrompt);
             }
             let mut buf = String::new();
             stdin
                 .lock()
                 .read_to_string(&mut buf)
-                .map_err(|e| format!("cannot read the prompt from stdin: {e}"))?;
+                .map_err(|source| InputError::Stdin {
+                    what: "the prompt",
+                    source,
+                })?;
             buf
         }
     };
     if text.trim().is_empty() {
-        return Err("the prompt is empty".into());
+        return Err(InputError::EmptyPrompt);
     }
     Ok(text)
 }
 
 /// Stdin as a `<stdin>` block when something is piped or redirected from a file into it. A
 /// terminal, `/dev/null` or a closed stdin is no input: those are what a prompt alone runs with.
-fn piped_stdin_block() -> Result<Option<String>, String> {
+fn piped_stdin_block() -> Result<Option<String>, InputError> {
     use std::os::fd::AsFd;
     use std::os::unix::fs::FileTypeExt;
     let stdin = std::io::stdin();
@@ -60,14 +88,17 @@ fn piped_stdin_block() -> Result<Option<String>, String> {
         .lock()
         .take(STDIN_CAP as u64 + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read stdin: {e}"))?;
+        .map_err(|source| InputError::Stdin {
+            what: "the input",
+            source,
+        })?;
     stdin_block(bytes)
 }
 
 /// The block for `bytes` read from stdin (at most `STDIN_CAP + 1` of them: one more than the
 /// cap says there was more). Binary input is refused: the model cannot use it, and a NUL or
 /// invalid UTF-8 in the prompt would only produce a confusing answer.
-fn stdin_block(mut bytes: Vec<u8>) -> Result<Option<String>, String> {
+fn stdin_block(mut bytes: Vec<u8>) -> Result<Option<String>, InputError> {
     let cut = bytes.len() > STDIN_CAP;
     bytes.truncate(STDIN_CAP);
     let text = match String::from_utf8(bytes) {
@@ -77,12 +108,12 @@ fn stdin_block(mut bytes: Vec<u8>) -> Result<Option<String>, String> {
             let valid = e.utf8_error().valid_up_to();
             let mut bytes = e.into_bytes();
             bytes.truncate(valid);
-            String::from_utf8(bytes).map_err(|_| binary())?
+            String::from_utf8(bytes).map_err(|_| InputError::BinaryStdin)?
         }
-        Err(_) => return Err(binary()),
+        Err(_) => return Err(InputError::BinaryStdin),
     };
     if text.contains('\0') {
-        return Err(binary());
+        return Err(InputError::BinaryStdin);
     }
     if text.trim().is_empty() {
         return Ok(None);
@@ -100,12 +131,6 @@ fn stdin_block(mut bytes: Vec<u8>) -> Result<Option<String>, String> {
         ));
     }
     Ok(Some(block))
-}
-
-fn binary() -> String {
-    "stdin is binary, not text: baton appends piped text to the prompt; pass a binary file's \
-     path in the prompt instead, or redirect stdin from /dev/null"
-        .into()
 }
 
 #[cfg(test)]
