@@ -24,6 +24,8 @@ pub mod answer;
 pub(crate) mod budget;
 pub(crate) mod compact;
 pub(crate) mod decide;
+#[cfg(test)]
+mod fake_backend;
 pub(crate) mod modes;
 pub mod profile;
 pub mod route;

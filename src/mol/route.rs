@@ -211,59 +211,21 @@ mod tests {
 #[cfg(test)]
 mod hop_tests {
     use super::*;
-    use crate::backend::{BackendError, ChatDelta, ChatStream, FinishReason, ModelInfo};
+    use crate::mol::fake_backend::Router;
     use crate::mol::profile::ProfileNames;
-    use futures_util::future::BoxFuture;
-
-    /// Answers every request with one fixed result.
-    struct Scripted(Result<String, String>);
-
-    impl ChatBackend for Scripted {
-        fn chat(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatStream, BackendError>> {
-            let reply = self.0.clone();
-            Box::pin(async move {
-                match reply {
-                    Err(message) => Err(BackendError::Http {
-                        hop: req.hop,
-                        url: "http://mock/v1".into(),
-                        status: 500,
-                        body: message,
-                    }),
-                    Ok(text) => {
-                        let done = ChatCompletion {
-                            message: ChatMessage::assistant(text),
-                            finish_reason: FinishReason::Stop,
-                            usage: None,
-                            ttft: None,
-                            latency: Duration::ZERO,
-                            conversation_id: None,
-                        };
-                        let items = vec![Ok(ChatDelta::Completed(done))];
-                        Ok(Box::pin(futures_util::stream::iter(items)) as ChatStream)
-                    }
-                }
-            })
-        }
-        fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, BackendError>> {
-            Box::pin(async { Ok(vec![]) })
-        }
-        fn describe(&self) -> String {
-            "scripted".into()
-        }
-    }
 
     #[tokio::test]
     async fn route_decides_or_falls_back_with_a_reason() {
         let p = Profile::builtin(&ProfileNames::default());
-        let ok = route(&Scripted(Ok(" L1 ".into())), &p, "book", None).await;
+        let ok = route(&Router::answering(" L1 "), &p, "book", None).await;
         assert_eq!((ok.expert, ok.decision), (Expert::L1, RouteDecision::Model));
 
-        let garbage = route(&Scripted(Ok("banana".into())), &p, "x", Some(Expert::L3)).await;
+        let garbage = route(&Router::answering("banana"), &p, "x", Some(Expert::L3)).await;
         assert_eq!(garbage.expert, Expert::L3);
         assert_eq!(garbage.decision, RouteDecision::Fallback);
         assert!(garbage.reason.unwrap().contains("banana"));
 
-        let down = route(&Scripted(Err("engine down".into())), &p, "x", None).await;
+        let down = route(&Router::failing("engine down"), &p, "x", None).await;
         assert_eq!(
             (down.expert, down.decision),
             (Expert::L2, RouteDecision::Fallback)
