@@ -582,3 +582,32 @@ fn the_line_repl_offers_always_for_what_the_core_remembers_only() {
         "{seen}"
     );
 }
+
+/// An interactive session checks the endpoint at start (`/models`); the first turn's
+/// context-window lookup uses that answer instead of asking again.
+#[test]
+fn an_interactive_session_asks_for_the_model_list_once() {
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L0"])
+            .answer("L2", "first answer")
+            .answer("L0", "second answer"),
+    );
+    let env = Env::new();
+    let out = env
+        .baton()
+        .args(["--session-dir", "s", "--endpoint", &engine.url()])
+        .write_stdin("hello\nhow are you\n")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    let listings = engine
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/models")
+        .count();
+    assert_eq!(
+        listings, 1,
+        "one /models request for the check and the window"
+    );
+}

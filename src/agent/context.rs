@@ -56,6 +56,18 @@ pub(crate) fn view_tokens(
     prompt_tokens(shared, &req)
 }
 
+/// The backend's model list: fetched once, shared by every caller (a failed fetch is not kept,
+/// so a later caller asks again).
+pub(crate) async fn model_list(
+    shared: &Shared,
+) -> Result<Vec<crate::backend::ModelInfo>, crate::backend::BackendError> {
+    shared
+        .models
+        .get_or_try_init(|| shared.backend.list_models())
+        .await
+        .cloned()
+}
+
 /// The context window of `model` as reported: the configured one, else what `/models` says
 /// (`max_model_len`, or the local engine's config). Asked once per session.
 pub(crate) async fn reported_window(shared: &Shared, model: &str) -> Option<u64> {
@@ -67,7 +79,7 @@ pub(crate) async fn reported_window(shared: &Shared, model: &str) -> Option<u64>
     }
     // Short: this runs before the first answer, and a `/models` that fails (a 500 retried with
     // backoff) must not hold the turn up for seconds. One try per session, said when it fails.
-    let listed = tokio::time::timeout(WINDOW_PROBE_LIMIT, shared.backend.list_models()).await;
+    let listed = tokio::time::timeout(WINDOW_PROBE_LIMIT, model_list(shared)).await;
     let found = match listed {
         Ok(Ok(models)) => models
             .iter()

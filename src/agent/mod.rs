@@ -83,6 +83,9 @@ pub(crate) struct Shared {
     pub pending_approvals: Mutex<HashMap<String, oneshot::Sender<ApprovalDecision>>>,
     pub summaries: Mutex<HashMap<u64, tokio::task::JoinHandle<()>>>,
     pub context: Mutex<context::ContextState>,
+    /// The backend's model list, asked at most once while it answers: the start-up check and
+    /// the first turn's context-window lookup share it.
+    pub models: tokio::sync::OnceCell<Vec<crate::backend::ModelInfo>>,
 }
 
 /// A session's state with the file its records go to: one lock, so the order of records in
@@ -253,6 +256,7 @@ fn start(
         pending_approvals: Mutex::new(HashMap::new()),
         summaries: Mutex::new(HashMap::new()),
         context: Mutex::new(context::ContextState::default()),
+        models: tokio::sync::OnceCell::new(),
     });
     probe::report_retries(&shared, shared.events.clone());
     tokio::spawn(core_loop::run(shared.clone(), ops_rx, resumed));

@@ -32,7 +32,7 @@ pub(crate) fn spawn_startup_probe(shared: &Arc<Shared>) {
     let shared = shared.clone();
     tokio::spawn(async move {
         let Ok(Err(error)) =
-            tokio::time::timeout(PROBE_TIMEOUT, shared.backend.list_models()).await
+            tokio::time::timeout(PROBE_TIMEOUT, super::context::model_list(&shared)).await
         else {
             return;
         };
