@@ -14,6 +14,7 @@ mod cuda_kernels;
 mod docs_flags;
 mod engine_golden;
 mod engine_text;
+mod escape;
 mod eval;
 mod exec;
 mod remote_backend;

@@ -1,0 +1,1 @@
+//! Escape tests for file tools: races, special files and huge files.

@@ -1,0 +1,10 @@
+//! The escape suite: every attack the "Trust" review found, as an executable test named after
+//! it. Read it as the threat model of docs/sandbox.md: each test plays a hostile model or
+//! command and asserts that the user's files, terminal, host and secrets are left alone.
+
+mod approval;
+mod file_tools;
+mod host;
+mod policy;
+mod terminal;
+mod undo;

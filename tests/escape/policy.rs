@@ -1,0 +1,1 @@
+//! Escape tests for policy written by the sandboxed side: project config, trust.
