@@ -4,7 +4,9 @@
 
 mod approval;
 mod file_tools;
+mod git;
 mod host;
 mod policy;
 mod terminal;
+mod trials;
 mod undo;
