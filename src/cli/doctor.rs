@@ -6,21 +6,24 @@ use crate::backend::BackendError;
 use crate::config::{Config, ConfigLoadError};
 use crate::protocol::Expert;
 use crate::protocol::Mode;
+use crate::protocol::terminal_safe;
 
 struct Report {
     problems: usize,
 }
 
+// What a check reports may quote a server's answer, a model list or a file name: every line
+// passes the terminal sanitizer.
 impl Report {
     fn ok(&self, what: &str) {
-        println!("  ok       {what}");
+        println!("  ok       {}", terminal_safe(what));
     }
     fn bad(&mut self, what: &str) {
         self.problems += 1;
-        println!("  PROBLEM  {what}");
+        println!("  PROBLEM  {}", terminal_safe(what));
     }
     fn note(&self, what: &str) {
-        println!("  note     {what}");
+        println!("  note     {}", terminal_safe(what));
     }
 }
 
@@ -37,6 +40,9 @@ pub async fn run(config: &Config, config_problems: &[ConfigLoadError]) -> i32 {
     }
     for f in &config.files {
         r.ok(&format!("{} is valid", f.display()));
+    }
+    for w in &config.warnings {
+        r.note(w);
     }
     r.ok(&format!("workspace {}", config.workspace.display()));
     let writable = std::fs::create_dir_all(&config.session_dir)

@@ -148,6 +148,7 @@ pub fn main() -> i32 {
                     resume: resume.clone(),
                     theme: cli.theme.clone().or_else(|| config.theme.clone()),
                     no_color: cli.no_color,
+                    config_warnings: config.warnings.clone(),
                 };
                 match start(&config, Frontend::Interactive, args.resume.as_deref()) {
                     Ok((handle, info)) => crate::tui::launch(handle, info, args).await,
@@ -155,7 +156,12 @@ pub fn main() -> i32 {
                 }
             }
             None => match start(&config, Frontend::Interactive, resume.as_deref()) {
-                Ok((handle, _info)) => repl::run(handle, cli.prompt.clone()).await,
+                Ok((handle, _info)) => {
+                    for w in &config.warnings {
+                        eprintln!("warning: {}", crate::protocol::terminal_safe(w));
+                    }
+                    repl::run(handle, cli.prompt.clone()).await
+                }
                 Err(code) => code,
             },
         }

@@ -7,7 +7,10 @@ use std::io::Write;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::protocol::{AgentHandle, ApprovalDecision, ApprovalRequest, Event, Expert, Op, exit};
+use crate::protocol::{
+    AgentHandle, ApprovalDecision, ApprovalRequest, Event, Expert, Op, exit, terminal_safe,
+    terminal_safe_line,
+};
 
 const HELP: &str = "commands: /expert L0..L3|auto, /new, /resume ID|last, /rename NAME, /quit (Ctrl-C stops a running turn)";
 
@@ -33,7 +36,7 @@ pub async fn run(mut handle: AgentHandle, first: Option<String>) -> i32 {
                 match &ev {
                     Event::MessageDelta { delta, .. } => {
                         streamed = true;
-                        print!("{delta}");
+                        print!("{}", terminal_safe(delta));
                         let _ = std::io::stdout().flush();
                     }
                     Event::MessageFinal { .. } if streamed => {
@@ -44,9 +47,9 @@ pub async fn run(mut handle: AgentHandle, first: Option<String>) -> i32 {
                         if !matches!(decision, crate::protocol::RouteDecision::Sticky) =>
                     {
                         let why = reason.as_deref().map(|r| format!(" · {r}")).unwrap_or_default();
-                        eprintln!("[{expert} · {decision:?} · {latency_ms} ms{why}]");
+                        eprintln!("[{expert} · {decision:?} · {latency_ms} ms{}]", terminal_safe_line(&why));
                     }
-                    Event::ToolBegin { title, .. } => eprintln!("[tool] {title}"),
+                    Event::ToolBegin { title, .. } => eprintln!("[tool] {}", terminal_safe_line(title)),
                     // Nothing will be read any more (`/quit` or end of input): nobody can answer.
                     Event::ApprovalRequested { call_id, .. } if !stdin_open => {
                         eprintln!("approval declined: no more input to answer it");
@@ -60,14 +63,14 @@ pub async fn run(mut handle: AgentHandle, first: Option<String>) -> i32 {
                             ApprovalRequest::Edit { path, diff } => (format!("edit {path}\n{diff}"), Vec::new()),
                         };
                         if prefix.is_empty() {
-                            eprint!("approve: {what}? [y]es / [n]o: ");
+                            eprint!("approve: {}? [y]es / [n]o: ", terminal_safe(&what));
                         } else {
-                            eprint!("approve: {what}? [y]es / [n]o / [a]lways for `{}`: ", prefix.join(" "));
+                            eprint!("approve: {}? [y]es / [n]o / [a]lways for `{}`: ", terminal_safe(&what), terminal_safe_line(&prefix.join(" ")));
                         }
                         pending_approval = Some((call_id.clone(), prefix));
                     }
-                    Event::Warning { message } => eprintln!("warning: {message}"),
-                    Event::Error { message, .. } => eprintln!("error: {message}"),
+                    Event::Warning { message } => eprintln!("warning: {}", terminal_safe(message)),
+                    Event::Error { message, .. } => eprintln!("error: {}", terminal_safe(message)),
                     Event::Session { session_id, resumed, .. } => {
                         eprintln!("{} session {session_id}", if *resumed { "resumed" } else { "new" });
                     }

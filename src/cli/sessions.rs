@@ -4,6 +4,7 @@
 use super::args::SessionsArgs;
 use super::exit;
 use crate::config::Config;
+use crate::protocol::terminal_safe_line;
 use crate::session::SessionInfo;
 
 pub fn run(config: &Config, args: &SessionsArgs, all: bool) -> i32 {
@@ -48,12 +49,15 @@ pub fn run(config: &Config, args: &SessionsArgs, all: bool) -> i32 {
             Some(name) => format!("[{name}] {}", s.title),
             None => s.title.clone(),
         };
+        // Names, first messages and even ids come from session files, which hold what the
+        // model and the user typed: printed as one line each, with nothing that can act.
         println!(
-            "{:<36}  {:<16}  {:>5}  {:<24}  {about}",
-            s.id,
+            "{:<36}  {:<16}  {:>5}  {:<24}  {}",
+            terminal_safe_line(&s.id),
             s.last_activity(),
             s.turns,
-            short_workspace(&s.workspace, 24),
+            terminal_safe_line(&short_workspace(&s.workspace, 24)),
+            terminal_safe_line(&about),
         );
     }
     if more > 0 {

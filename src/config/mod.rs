@@ -1,13 +1,19 @@
 //! Configuration: flags > env > project `.baton/config.toml` > user config > defaults.
+//! A project file lowers safety settings only from a folder the user trusted (`project`,
+//! `trust`).
 //!
 //! Every setting has one name used everywhere: the config key (`api_key_env`), the env var
 //! (`BATON_API_KEY_ENV`) and the long flag (`--api-key-env`). Values from every source are
 //! parsed by the same function, so a bad value reads the same wherever it came from, and each
 //! error names the source (file or variable), the key and the reason.
 
+mod project;
 mod settings;
+mod trust;
 
+pub use project::GUARDED_KEYS;
 pub use settings::{Settings, command_prefix, not_a_folder};
+pub use trust::{TrustEntry, TrustList, TrustStatus, config_digest, folder_config, trust_list_path};
 
 use std::path::{Path, PathBuf};
 
@@ -82,6 +88,9 @@ pub struct Config {
     pub files: Vec<PathBuf>,
     /// `--no-color`: commands get `NO_COLOR=1` as well as the TUI losing its colours.
     pub no_color: bool,
+    /// What the user must be told about the configuration before anything runs: project
+    /// settings withheld because their folder is not trusted, project files not read.
+    pub warnings: Vec<String>,
 }
 
 impl Config {
@@ -106,12 +115,13 @@ pub fn default_session_dir() -> PathBuf {
         .join("sessions")
 }
 
-/// Finds `.baton/config.toml` in the workspace or the nearest folder above it.
+/// The `.baton/config.toml` that applies to `workspace`: in the workspace or the nearest
+/// folder above it, above the workspace only inside the user's home or in a trusted folder.
 pub fn project_config_path(workspace: &Path) -> Option<PathBuf> {
-    workspace
-        .ancestors()
-        .map(|d| d.join(".baton").join("config.toml"))
-        .find(|p| p.is_file())
+    let trust = TrustList::load().unwrap_or_default();
+    project::find(workspace, dirs::home_dir().as_deref(), &trust)
+        .folder
+        .map(|f| folder_config(&f))
 }
 
 /// Reads the settings of one TOML file. A missing file is no settings; anything else wrong
@@ -336,13 +346,40 @@ fn load_layers(
         .or_else(|| user.workspace.clone())
         .unwrap_or_else(|| cwd.clone());
     let workspace_hint = cwd.join(workspace_hint);
-    let project = match project_config_path(&workspace_hint) {
-        Some(p) => {
+    let mut warnings = Vec::new();
+    // An unreadable trust list trusts nothing: the project file may then only raise safety.
+    let trust = match TrustList::load() {
+        Ok(t) => t,
+        Err(e) => {
+            warnings.push(format!("{e} (no folder is trusted until it is fixed)"));
+            TrustList::default()
+        }
+    };
+    let lookup = project::find(&workspace_hint, dirs::home_dir().as_deref(), &trust);
+    warnings.extend(lookup.passed_over.iter().map(|f| project::passed_over_warning(f)));
+    let project = match lookup.folder {
+        Some(folder) => {
+            let p = folder_config(&folder);
             let s = read_file(&p);
             if s.is_ok() {
-                files.push(p);
+                files.push(p.clone());
             }
-            layer(s)?
+            let mut s = layer(s)?;
+            let status = trust.status(&folder);
+            if status != TrustStatus::Trusted {
+                let mut base = user.clone();
+                base.overlay(env.clone());
+                let withheld = project::withhold_lowering(&mut s, &base, &folder);
+                // Keys a flag or variable sets anyway would not have applied: no warning.
+                let shown: Vec<&str> = withheld
+                    .into_iter()
+                    .filter(|k| !project::sets(&env, k) && !project::sets(flags, k))
+                    .collect();
+                if !shown.is_empty() {
+                    warnings.push(project::withheld_warning(&p, &folder, status, &shown));
+                }
+            }
+            s
         }
         None => Settings::default(),
     };
@@ -362,6 +399,7 @@ fn load_layers(
         (Err(e), None) => return Err(e.into()),
     };
     config.files = files;
+    config.warnings = warnings;
     Ok(config)
 }
 

@@ -474,6 +474,7 @@ impl Settings {
             files: Vec::new(),
             // A flag only (`--no-color`); NO_COLOR in the environment reaches commands as is.
             no_color: false,
+            warnings: Vec::new(),
         })
     }
 }

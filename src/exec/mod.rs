@@ -149,7 +149,18 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
         out.event(&event);
         match &event {
             Event::SessionUsage { usage } => session_usage = Some(*usage),
-            Event::Session { session_id: id, .. } => session_id = Some(id.clone()),
+            Event::Session { session_id: id, .. } => {
+                // Right after the session line (the first event a reader expects): what the
+                // configuration withheld, as `warning` events in --json and lines on stderr.
+                if session_id.is_none() {
+                    for message in &config.warnings {
+                        out.event(&Event::Warning {
+                            message: message.clone(),
+                        });
+                    }
+                }
+                session_id = Some(id.clone());
+            }
             Event::ToolBegin { call_id, title, .. } => {
                 titles.insert(call_id.clone(), title.clone());
             }

@@ -6,7 +6,9 @@
 use std::cell::RefCell;
 use std::io::Write;
 
-use crate::protocol::{Event, Hop, RouteDecision, ToolStatus, TurnStatus, UsageTotals};
+use crate::protocol::{
+    Event, Hop, RouteDecision, ToolStatus, TurnStatus, UsageTotals, terminal_safe, terminal_safe_line,
+};
 
 pub struct Output {
     json: bool,
@@ -31,13 +33,16 @@ impl Output {
 
     /// A note from the runner itself (stderr in both modes: stdout stays machine-readable).
     pub fn note(&self, text: &str) {
-        eprintln!("baton: {text}");
+        eprintln!("baton: {}", terminal_safe(text));
     }
 
     pub fn answer(&self, text: &str) {
         if self.json {
             return; // carried by the turn_completed event
         }
+        // The model's words, possibly quoting a hostile file: nothing in them may drive the
+        // terminal (titles, clipboard writes, clearing the screen).
+        let text = terminal_safe(text);
         let mut stdout = std::io::stdout().lock();
         let _ = stdout.write_all(text.as_bytes());
         if !text.ends_with('\n') {
@@ -49,7 +54,10 @@ impl Output {
     /// A call declined because nobody can approve it (plain mode; `--json` has the event).
     pub fn declined(&self, title: &str) {
         if !self.json {
-            eprintln!("tool declined: {title} (needs approval; nobody can approve in --exec)");
+            eprintln!(
+                "tool declined: {} (needs approval; nobody can approve in --exec)",
+                terminal_safe_line(title)
+            );
         }
     }
 
@@ -68,7 +76,10 @@ impl Output {
         if self.json {
             return;
         }
-        eprintln!("To continue this session: baton --resume {session_id}");
+        eprintln!(
+            "To continue this session: baton --resume {}",
+            terminal_safe_line(session_id)
+        );
     }
 
     pub fn event(&self, event: &Event) {
@@ -92,7 +103,9 @@ impl Output {
         }
         let server = self.server.borrow().clone();
         if let Some(line) = progress_line(event, &server) {
-            eprintln!("{line}");
+            // Every field of the line may come from the model, a command or a server; the
+            // fields that must stay on one line were made so in `progress_line`.
+            eprintln!("{}", terminal_safe(&line));
         }
     }
 }
@@ -144,10 +157,10 @@ fn progress_line(event: &Event, server: &Server) -> Option<String> {
             RouteDecision::Pinned => format!("route: {expert} (pinned)"),
             RouteDecision::Fallback => format!(
                 "route: {expert} (fallback: {})",
-                reason.as_deref().unwrap_or("no label")
+                terminal_safe_line(reason.as_deref().unwrap_or("no label"))
             ),
         },
-        Event::ToolBegin { title, .. } => format!("tool: {title}"),
+        Event::ToolBegin { title, .. } => format!("tool: {}", terminal_safe_line(title)),
         // The command's title is on the `tool:` line above; its own output's first line says
         // nothing about the failure, the exit code does.
         Event::ToolEnd {
@@ -174,7 +187,7 @@ fn progress_line(event: &Event, server: &Server) -> Option<String> {
                 ToolStatus::TimedOut => "timed out",
                 ToolStatus::Interrupted => "interrupted",
             };
-            format!("tool {what}: {first}")
+            format!("tool {what}: {}", terminal_safe_line(first))
         }
         Event::ContextCompacted {
             expert,

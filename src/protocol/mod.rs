@@ -10,12 +10,14 @@
 mod chat;
 mod error;
 mod options;
+mod terminal_text;
 
 pub use chat::{ChatMessage, ReasoningEffort, Role, ToolCall, ToolSpec};
 pub use error::{ErrorKind, exit};
 pub use options::{
     ApprovalPolicy, Choice, DeviceChoice, Mode, RouteConstraint, SandboxMode, UnknownName,
 };
+pub use terminal_text::{is_spoofing_char, terminal_safe, terminal_safe_line};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;

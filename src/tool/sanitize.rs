@@ -1,10 +1,13 @@
 //! Terminal output made safe: one vte pass turns raw PTY bytes into two texts. For the model,
 //! every control sequence is stripped and carriage-return overwrites are applied (a progress
 //! bar ends as its last state). For the UI, only SGR colour/style sequences survive: no OSC
-//! (titles, clipboard OSC 52, hyperlinks), no cursor movement, no DCS/APC, no C1 controls, so
+//! (titles, clipboard OSC 52, hyperlinks), no cursor movement, no DCS/APC, no C1 controls, no
+//! DEL, no bidi or invisible characters (`protocol::is_spoofing_char`), so
 //! command output can never drive the user's terminal out of its output cell.
 
 use vte::{Params, Parser, Perform};
+
+use crate::protocol::is_spoofing_char;
 
 /// Longest incomplete line held back for carriage-return overwrite before it is flushed.
 const MAX_PENDING_LINE: usize = 4096;
@@ -111,6 +114,9 @@ pub fn plain_text(bytes: &[u8]) -> Option<&str> {
     if bytes.contains(&0xc2) && text.chars().any(|c| ('\u{80}'..='\u{9f}').contains(&c)) {
         return None;
     }
+    if !text.is_ascii() && text.chars().any(is_spoofing_char) {
+        return None;
+    }
     Some(text)
 }
 
@@ -170,9 +176,14 @@ impl FilterState {
 
 impl Perform for FilterState {
     fn print(&mut self, c: char) {
-        if ('\u{80}'..='\u{9f}').contains(&c) {
+        // vte hands DEL to `print`; terminals act on it (it erases on some).
+        if ('\u{80}'..='\u{9f}').contains(&c) || c == '\u{7f}' {
             // UTF-8-encoded C1 controls: some terminals act on them (U+009B is CSI).
             self.out.suspicious += 1;
+            return;
+        }
+        if is_spoofing_char(c) {
+            // Bidi overrides and invisible characters make a line read as something else.
             return;
         }
         self.resolve_ui_cr(false);
@@ -354,6 +365,25 @@ mod tests {
         let out = f.feed(b"\x9b31mx\xff\xfe\x01\x02\xc2\x9b2J");
         assert!(!out.ui.contains('\u{9b}'), "{out:?}");
         assert!(out.suspicious >= 4, "{out:?}");
+    }
+
+    #[test]
+    fn del_and_spoofing_characters_never_reach_the_ui() {
+        for raw in [
+            "a\u{7f}b".as_bytes(),
+            "a\u{202e}b\u{2066}".as_bytes(),
+            "x\x1b[1ma\u{7f}\u{200b}b\x1b[0m".as_bytes(),
+        ] {
+            let mut f = OutputFilter::new();
+            let out = f.feed(raw);
+            let model = format!("{}{}", out.model, f.flush());
+            for text in [&out.ui, &model] {
+                assert!(
+                    !text.contains('\u{7f}') && !text.chars().any(is_spoofing_char),
+                    "{raw:?} -> {text:?}"
+                );
+            }
+        }
     }
 
     #[test]

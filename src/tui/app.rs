@@ -107,7 +107,7 @@ impl App {
 
     /// Like `new` with an explicit colour depth (tests, `--no-color`).
     pub fn with_depth(opts: TuiOptions, depth: ColorDepth, now: Instant) -> App {
-        let mut warnings = Vec::new();
+        let mut warnings = opts.config_warnings.clone();
         let theme = match Theme::load(&opts.theme, opts.config_dir.as_deref(), depth) {
             Ok(t) => t,
             Err(e) => {

@@ -13,6 +13,8 @@ pub struct LaunchArgs {
     /// `--theme`; falls back to `BATON_THEME`, then `dark`.
     pub theme: Option<String>,
     pub no_color: bool,
+    /// The configuration's warnings (`Config::warnings`).
+    pub config_warnings: Vec<String>,
 }
 
 /// Runs the UI on a started agent until the user quits; returns the process exit code.
@@ -52,6 +54,7 @@ fn options_for(info: &AgentInfo, args: &LaunchArgs) -> TuiOptions {
     o.history_file = dirs::data_dir().map(|d| d.join("baton").join("history.jsonl"));
     o.config_dir = dirs::config_dir().map(|d| d.join("baton"));
     o.no_color = args.no_color;
+    o.config_warnings = args.config_warnings.clone();
     if let Some(after) = std::env::var("BATON_NOTIFY_AFTER")
         .ok()
         .and_then(|v| notify_after(&v))

@@ -60,6 +60,9 @@ pub struct TuiOptions {
     /// A turn that took at least this long and ends while the terminal is not focused is
     /// announced (OSC 9 notification and a bell); `None` never notifies.
     pub notify_after: Option<std::time::Duration>,
+    /// What the configuration withheld or skipped (an untrusted project file), shown as
+    /// warning notices before anything else happens.
+    pub config_warnings: Vec<String>,
 }
 
 impl TuiOptions {
@@ -84,6 +87,7 @@ impl TuiOptions {
             no_color: false,
             mouse_capture: true,
             notify_after: Some(std::time::Duration::from_secs(10)),
+            config_warnings: Vec::new(),
         }
     }
 }

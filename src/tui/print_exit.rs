@@ -1,5 +1,6 @@
 //! After the UI closes, the whole conversation is printed to the normal screen, so it stays in the
 //! terminal's own scrollback (searchable, selectable) — the alternate screen alone would lose it.
+//! Every span passes `protocol::terminal_safe_line` on the way out.
 
 use std::io::Write;
 
@@ -11,6 +12,7 @@ use crossterm::style::{
 use ratatui::style::{Color, Modifier};
 
 use super::app::App;
+use crate::protocol::terminal_safe_line;
 
 fn to_crossterm(c: Color) -> Option<CtColor> {
     Some(match c {
@@ -58,7 +60,9 @@ pub fn print_transcript(app: &App, width: u16, out: &mut impl Write) -> std::io:
                         queue!(out, SetAttribute(Attribute::Italic))?;
                     }
                 }
-                queue!(out, Print(span.content.as_ref()))?;
+                // Spans hold model and command text as it came (the live UI draws it through
+                // ratatui's buffer, this goes to the terminal raw): nothing in it may act.
+                queue!(out, Print(terminal_safe_line(span.content.as_ref())))?;
                 if !plain {
                     queue!(out, SetAttribute(Attribute::Reset), ResetColor)?;
                 }

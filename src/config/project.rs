@@ -1,0 +1,320 @@
+//! What a project's `.baton/config.toml` may do on its own. Anything in a workspace can be
+//! written by the model's commands, so a project file from a folder the user has not trusted
+//! (see `trust`) may only keep or raise safety: the keys that would lower the sandbox,
+//! approvals, network, writable roots or the shell, or that would send the user's key or files
+//! somewhere else, are withheld and the user is told which.
+
+use std::path::{Component, Path, PathBuf};
+
+use super::settings::Settings;
+use super::trust::{TrustList, TrustStatus, folder_config};
+use crate::protocol::{ApprovalPolicy, SandboxMode};
+
+/// The sandbox's own process bound when none is configured (`sandbox::DEFAULT_MAX_PROCESSES`;
+/// settings sit below the sandbox layer and cannot name it).
+const DEFAULT_MAX_PROCESSES: u32 = 1024;
+
+/// Keys a project file may set only from a trusted folder unless its value is no weaker than
+/// the user's own (see `withhold_lowering`).
+pub const GUARDED_KEYS: [&str; 14] = [
+    "sandbox",
+    "approval",
+    "network",
+    "writable",
+    "login_shell",
+    "allow",
+    "max_processes",
+    "endpoint",
+    "api_key_env",
+    "session_dir",
+    "workspace",
+    "system_prompt",
+    "profile",
+    "local",
+];
+
+/// The project file that applies to `workspace`, and those passed over: `.baton/config.toml`
+/// in the workspace or the nearest folder above it that holds one, looking above the workspace
+/// only inside the user's home (the home folder itself excluded) or in folders the user
+/// trusted. A file found in a folder outside that (a shared `/tmp/.baton`, say) is not read.
+pub struct Lookup {
+    /// The folder holding the file that applies.
+    pub folder: Option<PathBuf>,
+    /// Files above the workspace that were not read, nearest first.
+    pub passed_over: Vec<PathBuf>,
+}
+
+pub fn find(workspace: &Path, home: Option<&Path>, trust: &TrustList) -> Lookup {
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let home = home.map(|h| h.canonicalize().unwrap_or_else(|_| h.to_path_buf()));
+    let mut passed_over = Vec::new();
+    for dir in workspace.ancestors() {
+        let file = folder_config(dir);
+        if !file.is_file() {
+            continue;
+        }
+        let below_home = home
+            .as_deref()
+            .is_some_and(|h| dir.starts_with(h) && dir != h);
+        if dir == workspace || below_home || trust.entry(dir).is_some() {
+            return Lookup {
+                folder: Some(dir.to_path_buf()),
+                passed_over,
+            };
+        }
+        passed_over.push(file);
+    }
+    Lookup {
+        folder: None,
+        passed_over,
+    }
+}
+
+/// How strict a sandbox mode is: lower is stricter.
+fn sandbox_rank(mode: SandboxMode) -> u8 {
+    match mode {
+        SandboxMode::ReadOnly => 0,
+        SandboxMode::WorkspaceWrite => 1,
+        SandboxMode::Off => 2,
+    }
+}
+
+/// How much runs without the user: lower is stricter. `None` is the frontend's default, which
+/// asks (the UI) or declines (`--exec`): nothing runs unseen.
+fn approval_rank(policy: Option<ApprovalPolicy>) -> u8 {
+    match policy {
+        None | Some(ApprovalPolicy::Ask) | Some(ApprovalPolicy::Never) => 0,
+        Some(ApprovalPolicy::AutoEdit) => 1,
+        Some(ApprovalPolicy::FullAuto) => 2,
+    }
+}
+
+/// Removes from `project` (the file of `folder`) every guarded key whose value is weaker than
+/// what `base` (the user's own layers) gives, and returns their names. A value that keeps or
+/// raises safety stays: `sandbox = "read-only"`, `network = false`, a smaller process bound, a
+/// prompt file inside the folder.
+pub fn withhold_lowering(
+    project: &mut Settings,
+    base: &Settings,
+    folder: &Path,
+) -> Vec<&'static str> {
+    let mut withheld = Vec::new();
+    let mut check = |key: &'static str, set: bool, weaker: bool| {
+        if set && weaker {
+            withheld.push(key);
+        }
+        set && weaker
+    };
+    let base_sandbox = base.sandbox.unwrap_or_default();
+    if check(
+        "sandbox",
+        project.sandbox.is_some(),
+        project
+            .sandbox
+            .is_some_and(|m| sandbox_rank(m) > sandbox_rank(base_sandbox)),
+    ) {
+        project.sandbox = None;
+    }
+    if check(
+        "approval",
+        project.approval.is_some(),
+        approval_rank(project.approval) > approval_rank(base.approval),
+    ) {
+        project.approval = None;
+    }
+    if check(
+        "network",
+        project.network.is_some(),
+        project.network == Some(true) && base.network != Some(true),
+    ) {
+        project.network = None;
+    }
+    if check(
+        "login_shell",
+        project.login_shell.is_some(),
+        project.login_shell == Some(true) && base.login_shell != Some(true),
+    ) {
+        project.login_shell = None;
+    }
+    let base_writable = base.writable.clone().unwrap_or_default();
+    if check(
+        "writable",
+        project.writable.is_some(),
+        project
+            .writable
+            .iter()
+            .flatten()
+            .any(|w| !base_writable.contains(w)),
+    ) {
+        project.writable = None;
+    }
+    let base_allow = base.allow.clone().unwrap_or_default();
+    if check(
+        "allow",
+        project.allow.is_some(),
+        project
+            .allow
+            .iter()
+            .flatten()
+            .any(|a| !base_allow.contains(a)),
+    ) {
+        project.allow = None;
+    }
+    let bound = base.max_processes.unwrap_or(DEFAULT_MAX_PROCESSES);
+    if check(
+        "max_processes",
+        project.max_processes.is_some(),
+        project.max_processes.is_some_and(|n| n > bound),
+    ) {
+        project.max_processes = None;
+    }
+    // Where requests go and which variable's secret they carry: only the user's own choice.
+    if check(
+        "endpoint",
+        project.endpoint.is_some(),
+        project.endpoint != base.endpoint,
+    ) {
+        project.endpoint = None;
+    }
+    let base_key = base.api_key_env.as_deref().unwrap_or("BATON_API_KEY");
+    if check(
+        "api_key_env",
+        project.api_key_env.is_some(),
+        project.api_key_env.as_deref() != Some(base_key),
+    ) {
+        project.api_key_env = None;
+    }
+    // Session files (which undo trusts) must stay where commands cannot write; the workspace
+    // decides what commands may write.
+    if check(
+        "session_dir",
+        project.session_dir.is_some(),
+        project.session_dir != base.session_dir,
+    ) {
+        project.session_dir = None;
+    }
+    if check(
+        "workspace",
+        project.workspace.is_some(),
+        project
+            .workspace
+            .as_deref()
+            .is_some_and(|w| !same_folder(w, folder)),
+    ) {
+        project.workspace = None;
+    }
+    // Files baton reads and hands to the model: a file outside the folder would be read
+    // on the model's behalf (a key, a password store).
+    let outside = |p: &Option<PathBuf>| p.as_deref().is_some_and(|p| !inside(p, folder));
+    if check(
+        "system_prompt",
+        project.system_prompt.is_some(),
+        outside(&project.system_prompt),
+    ) {
+        project.system_prompt = None;
+    }
+    if check(
+        "profile",
+        project.profile.is_some(),
+        outside(&project.profile),
+    ) {
+        project.profile = None;
+    }
+    if check("local", project.local.is_some(), outside(&project.local)) {
+        project.local = None;
+    }
+    withheld
+}
+
+/// Whether a later layer (the environment, a flag) sets `key`, so the project's value would
+/// not have applied anyway.
+pub fn sets(settings: &Settings, key: &str) -> bool {
+    match key {
+        "sandbox" => settings.sandbox.is_some(),
+        "approval" => settings.approval.is_some(),
+        "network" => settings.network.is_some(),
+        "writable" => settings.writable.is_some(),
+        "login_shell" => settings.login_shell.is_some(),
+        "allow" => settings.allow.is_some(),
+        "max_processes" => settings.max_processes.is_some(),
+        "endpoint" => settings.endpoint.is_some(),
+        "api_key_env" => settings.api_key_env.is_some(),
+        "session_dir" => settings.session_dir.is_some(),
+        "workspace" => settings.workspace.is_some(),
+        "system_prompt" => settings.system_prompt.is_some(),
+        "profile" => settings.profile.is_some(),
+        "local" => settings.local.is_some(),
+        _ => false,
+    }
+}
+
+/// The warning for a project file whose guarded keys were withheld.
+pub fn withheld_warning(
+    file: &Path,
+    folder: &Path,
+    status: TrustStatus,
+    keys: &[&str],
+) -> String {
+    let names: Vec<String> = keys.iter().map(|k| format!("`{k}`")).collect();
+    let why = match status {
+        TrustStatus::Changed => "its folder was trusted, but the file changed since",
+        TrustStatus::Untrusted | TrustStatus::Trusted => "its folder is not trusted",
+    };
+    format!(
+        "{}: ignored {} ({why}; a project config may not lower the sandbox, approvals, network \
+         or shell, nor change where requests and keys go). If you wrote this file: baton trust {}",
+        file.display(),
+        names.join(", "),
+        folder.display()
+    )
+}
+
+/// The warning for project files above the workspace that were not read.
+pub fn passed_over_warning(file: &Path) -> String {
+    let folder = file
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("/"));
+    format!(
+        "{}: not read (above the workspace and outside your home folder, where anyone may \
+         write). If you wrote this file: baton trust {}",
+        file.display(),
+        folder.display()
+    )
+}
+
+fn same_folder(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => normalize(a) == normalize(b),
+    }
+}
+
+/// Whether `path` is `folder` or beneath it, symlinks resolved where the path exists.
+fn inside(path: &Path, folder: &Path) -> bool {
+    let folder = folder
+        .canonicalize()
+        .unwrap_or_else(|_| normalize(folder));
+    match path.canonicalize() {
+        Ok(p) => p.starts_with(&folder),
+        // A missing file fails later with its own error; judged by its name meanwhile.
+        Err(_) => path.is_absolute() && normalize(path).starts_with(&folder),
+    }
+}
+
+/// `..` and `.` resolved by name.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}

@@ -1,0 +1,203 @@
+//! The user's trusted folders: the only project folders whose `.baton/config.toml` may lower
+//! baton's safety settings. The list lives in the user's config folder (`trusted.toml`, never
+//! inside a workspace) and records, per folder, a SHA-256 of the config file as it was when
+//! the user trusted it: a file rewritten afterwards (by a command of a session, say) loses its
+//! power until the user trusts it again.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::ConfigLoadError;
+
+/// Where the list lives: `$XDG_CONFIG_HOME/baton/trusted.toml`.
+pub fn trust_list_path() -> Option<PathBuf> {
+    dirs::config_dir().map(|d| d.join("baton").join("trusted.toml"))
+}
+
+/// The project config file of a folder.
+pub fn folder_config(folder: &Path) -> PathBuf {
+    folder.join(".baton").join("config.toml")
+}
+
+/// One trusted folder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrustEntry {
+    /// The folder holding `.baton/`, canonical.
+    pub path: PathBuf,
+    /// SHA-256 (hex) of its `.baton/config.toml` when trusted; `None`: there was no file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_sha256: Option<String>,
+    /// When the user trusted it (RFC 3339), for `baton trust --list`.
+    #[serde(default)]
+    pub trusted_at: String,
+}
+
+/// What the list says of one folder's config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrustStatus {
+    /// Trusted, and the file is the one the user trusted.
+    Trusted,
+    /// Trusted once, but the file changed (or appeared, or went) since.
+    Changed,
+    /// Not on the list.
+    Untrusted,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrustList {
+    #[serde(default, rename = "folder")]
+    pub entries: Vec<TrustEntry>,
+}
+
+impl TrustList {
+    /// Reads the list; a missing file is an empty list.
+    pub fn load() -> Result<TrustList, ConfigLoadError> {
+        match trust_list_path() {
+            Some(path) => Self::load_from(&path),
+            None => Ok(TrustList::default()),
+        }
+    }
+
+    pub fn load_from(path: &Path) -> Result<TrustList, ConfigLoadError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(TrustList::default()),
+            Err(e) => {
+                return Err(ConfigLoadError::File {
+                    path: path.display().to_string(),
+                    reason: format!("cannot read: {e}"),
+                });
+            }
+        };
+        toml::from_str(&text).map_err(|e| ConfigLoadError::File {
+            path: path.display().to_string(),
+            reason: format!("not a trust list: {}", e.message().trim_end()),
+        })
+    }
+
+    /// Writes the list to its usual place (see `save_to`).
+    pub fn save(&self) -> std::io::Result<PathBuf> {
+        let path = trust_list_path().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no user config folder")
+        })?;
+        self.save_to(&path)?;
+        Ok(path)
+    }
+
+    /// Writes the list through a temp file and a rename, so a reader never sees half of it.
+    pub fn save_to(&self, path: &Path) -> std::io::Result<()> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)?;
+        let body = toml::to_string(self).map_err(std::io::Error::other)?;
+        let text = format!(
+            "# Folders whose .baton/config.toml may lower baton's safety settings (sandbox,\n\
+             # approval, network, credentials…). Managed with `baton trust`; a config file\n\
+             # changed since it was trusted is not trusted until `baton trust` is run again.\n\n{body}"
+        );
+        let tmp = tempfile::NamedTempFile::new_in(dir)?;
+        std::fs::write(tmp.path(), text)?;
+        tmp.persist(path).map_err(|e| e.error)?;
+        Ok(())
+    }
+
+    /// The entry for a folder (canonical path), if any.
+    pub fn entry(&self, folder: &Path) -> Option<&TrustEntry> {
+        let folder = canonical(folder);
+        self.entries.iter().find(|e| e.path == folder)
+    }
+
+    /// Whether `folder`'s config file may lower safety settings now.
+    pub fn status(&self, folder: &Path) -> TrustStatus {
+        match self.entry(folder) {
+            None => TrustStatus::Untrusted,
+            Some(e) if e.config_sha256 == config_digest(folder) => TrustStatus::Trusted,
+            Some(_) => TrustStatus::Changed,
+        }
+    }
+
+    /// Trusts `folder` with its config file as it is now (replacing an older entry).
+    pub fn trust(&mut self, folder: &Path) -> TrustEntry {
+        let folder = canonical(folder);
+        self.entries.retain(|e| e.path != folder);
+        let entry = TrustEntry {
+            config_sha256: config_digest(&folder),
+            path: folder,
+            trusted_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        };
+        self.entries.push(entry.clone());
+        entry
+    }
+
+    /// Removes `folder`; whether it was on the list.
+    pub fn remove(&mut self, folder: &Path) -> bool {
+        let folder = canonical(folder);
+        let before = self.entries.len();
+        self.entries.retain(|e| e.path != folder);
+        self.entries.len() != before
+    }
+}
+
+/// SHA-256 (hex) of `folder`'s `.baton/config.toml`; `None` when there is none to read.
+pub fn config_digest(folder: &Path) -> Option<String> {
+    let bytes = std::fs::read(folder_config(folder)).ok()?;
+    let digest = Sha256::digest(&bytes);
+    Some(digest.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn canonical(folder: &Path) -> PathBuf {
+    folder
+        .canonicalize()
+        .unwrap_or_else(|_| folder.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_config_rewritten_after_trust_is_no_longer_trusted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let folder = dir.path();
+        std::fs::create_dir_all(folder.join(".baton")).expect("mkdir");
+        std::fs::write(folder_config(folder), "sandbox = \"read-only\"\n").expect("write");
+        let mut list = TrustList::default();
+        assert_eq!(list.status(folder), TrustStatus::Untrusted);
+        list.trust(folder);
+        assert_eq!(list.status(folder), TrustStatus::Trusted);
+        std::fs::write(folder_config(folder), "sandbox = \"off\"\n").expect("write");
+        assert_eq!(list.status(folder), TrustStatus::Changed);
+        list.trust(folder);
+        assert_eq!(list.status(folder), TrustStatus::Trusted);
+        assert!(list.remove(folder));
+        assert_eq!(list.status(folder), TrustStatus::Untrusted);
+    }
+
+    #[test]
+    fn a_folder_trusted_without_a_config_does_not_trust_one_written_later() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut list = TrustList::default();
+        list.trust(dir.path());
+        assert_eq!(list.status(dir.path()), TrustStatus::Trusted);
+        std::fs::create_dir_all(dir.path().join(".baton")).expect("mkdir");
+        std::fs::write(folder_config(dir.path()), "sandbox = \"off\"\n").expect("write");
+        assert_eq!(list.status(dir.path()), TrustStatus::Changed);
+    }
+
+    #[test]
+    fn the_list_survives_a_round_trip_through_its_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("conf/trusted.toml");
+        let mut list = TrustList::default();
+        list.trust(dir.path());
+        list.save_to(&file).expect("save");
+        assert_eq!(TrustList::load_from(&file).expect("load"), list);
+        assert_eq!(
+            TrustList::load_from(&dir.path().join("none.toml")).expect("missing"),
+            TrustList::default()
+        );
+        std::fs::write(&file, "folder = 3").expect("write");
+        assert!(TrustList::load_from(&file).is_err());
+    }
+}
