@@ -242,6 +242,9 @@ pub enum Command {
     Sandbox(super::sandbox::SandboxArgs),
     /// Restore the working tree to the last checkpoint baton took before a turn's changes.
     Undo(super::undo::UndoArgs),
+    /// Trust a folder's .baton/config.toml to lower safety settings (sandbox, approval,
+    /// network, credentials); --list, --remove PATH.
+    Trust(super::trust::TrustArgs),
     /// Run Terminal-Bench / Harbor format tasks with an agent and score them.
     Eval(super::eval::EvalArgs),
     /// The local engine's tools: generate text, route a request (scripting and debugging).

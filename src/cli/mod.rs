@@ -12,6 +12,7 @@ pub mod eval;
 mod repl;
 pub(crate) mod sandbox;
 mod sessions;
+mod trust;
 pub mod undo;
 
 pub use args::{Cli, Command, CommonArgs};
@@ -54,6 +55,10 @@ pub fn main() -> i32 {
         Some(Command::Undo(mut args)) => {
             args.workspace = cli.common.cd.clone();
             return undo::run(args);
+        }
+        Some(Command::Trust(mut args)) => {
+            args.workspace = cli.common.cd.clone();
+            return trust::run(args);
         }
         Some(Command::Engine(args)) => return run_engine(args, &cli.common),
         Some(Command::Eval(mut args)) => {
@@ -116,6 +121,7 @@ pub fn main() -> i32 {
                 Command::Completions { .. }
                 | Command::Sandbox(_)
                 | Command::Undo(_)
+                | Command::Trust(_)
                 | Command::Engine(_)
                 | Command::Eval(_),
             ) => exit::OK,
@@ -251,6 +257,7 @@ fn prints_a_report(command: Option<&Command>) -> bool {
                 | Command::Doctor
                 | Command::Engine(_)
                 | Command::Undo(_)
+                | Command::Trust(_)
         )
     )
 }
