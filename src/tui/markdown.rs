@@ -40,7 +40,10 @@ struct Item {
 
 /// Renders `text` as Markdown for `width` columns.
 pub fn render_markdown(text: &str, width: usize, theme: &Theme) -> Vec<Line<'static>> {
-    let blocks = parse(text, theme);
+    // Sequences go whole before the text is cut into spans (a highlighted code block splits
+    // one into tokens, which no later pass could recognise).
+    let text = crate::protocol::terminal_safe(text);
+    let blocks = parse(&text, theme);
     let mut out = Vec::new();
     layout_blocks(&blocks, width.max(8), theme, &mut out);
     out
