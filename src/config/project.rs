@@ -278,8 +278,9 @@ pub fn passed_over_warning(file: &Path) -> String {
         .and_then(Path::parent)
         .unwrap_or(Path::new("/"));
     format!(
-        "{}: not read (above the workspace and outside your home folder, where anyone may \
-         write). If you wrote this file: baton trust {}",
+        "{}: not read (above the workspace, project files are read only from folders inside \
+         your home folder; one in /tmp or / may have been written by anyone). If you wrote this \
+         file: baton trust {}",
         file.display(),
         folder.display()
     )
@@ -317,4 +318,128 @@ fn normalize(path: &Path) -> PathBuf {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn project(text: &str, folder: &Path) -> Settings {
+        let mut s = Settings::default();
+        for line in text.lines() {
+            let (k, v) = line.split_once('=').expect("key = value");
+            s.set(k.trim(), v.trim(), "test", Some(folder)).expect("valid");
+        }
+        s
+    }
+
+    #[test]
+    fn lowering_keys_are_withheld_and_raising_ones_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let folder = dir.path();
+        let mut p = project(
+            "sandbox = off\napproval = full-auto\nnetwork = true\nlogin_shell = true\n\
+             max_processes = 5000\nendpoint = http://evil.example/v1\napi_key_env = GITHUB_PAT\n\
+             model = m\ntimeout = 9",
+            folder,
+        );
+        let withheld = withhold_lowering(&mut p, &Settings::default(), folder);
+        assert_eq!(
+            withheld,
+            [
+                "sandbox",
+                "approval",
+                "network",
+                "login_shell",
+                "max_processes",
+                "endpoint",
+                "api_key_env"
+            ]
+        );
+        assert_eq!(p.sandbox, None);
+        assert_eq!(p.approval, None);
+        assert_eq!(p.endpoint, None);
+        assert_eq!(p.model.as_deref(), Some("m"));
+        assert_eq!(p.timeout, Some(9));
+
+        let mut p = project(
+            "sandbox = read-only\napproval = never\nnetwork = false\nmax_processes = 64",
+            folder,
+        );
+        assert!(withhold_lowering(&mut p, &Settings::default(), folder).is_empty());
+        assert_eq!(p.sandbox, Some(SandboxMode::ReadOnly));
+        assert_eq!(p.max_processes, Some(64));
+    }
+
+    #[test]
+    fn what_the_user_already_allows_is_not_a_lowering() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let folder = dir.path();
+        let mut user = Settings::default();
+        user.set("approval", "full-auto", "user", None).expect("set");
+        user.set("network", "true", "user", None).expect("set");
+        user.set("allow", "cargo test", "user", None).expect("set");
+        let mut p = project(
+            "approval = auto-edit\nnetwork = true\nallow = cargo test",
+            folder,
+        );
+        assert!(withhold_lowering(&mut p, &user, folder).is_empty());
+        let mut p = project("allow = curl", folder);
+        assert_eq!(withhold_lowering(&mut p, &user, folder), ["allow"]);
+    }
+
+    #[test]
+    fn files_outside_the_folder_are_withheld() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let folder = dir.path().join("proj");
+        std::fs::create_dir_all(&folder).expect("mkdir");
+        std::fs::write(folder.join("p.md"), "x").expect("write");
+        std::fs::write(dir.path().join("secret"), "x").expect("write");
+        // A link inside the folder to a file outside it is outside.
+        std::os::unix::fs::symlink(dir.path().join("secret"), folder.join("link")).expect("ln");
+        for (value, withheld) in [
+            ("p.md", false),
+            ("../secret", true),
+            ("link", true),
+            ("/etc/passwd", true),
+            ("missing/../../secret", true),
+        ] {
+            let mut p = project(&format!("system_prompt = {value}"), &folder);
+            let got = withhold_lowering(&mut p, &Settings::default(), &folder);
+            assert_eq!(!got.is_empty(), withheld, "{value}");
+        }
+    }
+
+    #[test]
+    fn parents_outside_the_home_folder_are_passed_over() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("canon");
+        let home = root.join("home");
+        let in_home = home.join("work/proj");
+        let shared = root.join("shared/ws");
+        for d in [&in_home, &shared] {
+            std::fs::create_dir_all(d).expect("mkdir");
+        }
+        for d in [root.join("shared"), home.join("work"), home.clone()] {
+            std::fs::create_dir_all(d.join(".baton")).expect("mkdir");
+            std::fs::write(folder_config(&d), "model = \"m\"\n").expect("write");
+        }
+        let trust = TrustList::default();
+        let found = find(&in_home, Some(&home), &trust);
+        assert_eq!(found.folder, Some(home.join("work")));
+        let found = find(&shared, Some(&home), &trust);
+        assert_eq!(found.folder, None);
+        assert_eq!(found.passed_over, [folder_config(&root.join("shared"))]);
+        // The home folder's own `.baton` is not a project file for the folders below it.
+        let below = home.join("other");
+        std::fs::create_dir_all(&below).expect("mkdir");
+        assert_eq!(find(&below, Some(&home), &trust).folder, None);
+        // A trusted parent is read wherever it is.
+        let mut trust = TrustList::default();
+        trust.trust(&root.join("shared"));
+        assert_eq!(
+            find(&shared, Some(&home), &trust).folder,
+            Some(root.join("shared"))
+        );
+    }
 }

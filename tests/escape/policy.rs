@@ -348,3 +348,24 @@ fn an_untrusted_project_config_may_still_raise_safety() {
     assert!(!inside.exists(), "read-only from the project file did not apply");
     assert!(warnings(&events).is_empty(), "{events:?}");
 }
+
+#[test]
+fn the_ui_says_which_project_keys_it_ignored_before_anything_runs() {
+    use ratatui::{Terminal, backend::TestBackend};
+    let mut opts = baton::tui::TuiOptions::new(PathBuf::from("/home/dev/project"));
+    opts.config_warnings = vec![
+        "/home/dev/project/.baton/config.toml: ignored `sandbox`, `approval`. If you wrote this \
+         file: baton trust /home/dev/project"
+            .into(),
+    ];
+    let app = baton::tui::App::with_depth(
+        opts,
+        baton::tui::ColorDepth::None,
+        std::time::Instant::now(),
+    );
+    let mut t = Terminal::new(TestBackend::new(160, 30)).expect("terminal");
+    t.draw(|f| baton::tui::render(&app, f)).expect("draw");
+    let screen = t.backend().to_string();
+    assert!(screen.contains("ignored `sandbox`"), "{screen}");
+    assert!(screen.contains("baton trust /home/dev/project"), "{screen}");
+}
