@@ -202,6 +202,8 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout();
     let report = generate_report(&args, &mut |piece| {
         if !json {
+            // The model's raw text: escape sequences in it must not reach the terminal.
+            let piece = crate::protocol::terminal_safe(piece);
             let _ = stdout.write_all(piece.as_bytes());
             let _ = stdout.flush();
         }

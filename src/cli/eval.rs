@@ -9,6 +9,7 @@ use crate::eval::job::{self, JobConfig, JobReport};
 use crate::eval::report;
 use crate::eval::task::{self, Loaded};
 use crate::eval::trial::{AgentKind, BatonOptions, TrialSettings};
+use crate::protocol::terminal_safe_line;
 
 /// Run Terminal-Bench / Harbor format tasks and score an agent on them.
 #[derive(Debug, Clone, clap::Args)]
@@ -82,7 +83,7 @@ pub fn run(args: EvalArgs) -> i32 {
                 for t in &tasks {
                     println!(
                         "{}\t{}\tagent {:.0} s\tverifier {:.0} s\t{}",
-                        t.name,
+                        terminal_safe_line(&t.name),
                         t.format.as_str(),
                         t.agent_timeout.as_secs_f64(),
                         t.verifier_timeout.as_secs_f64(),
@@ -90,7 +91,11 @@ pub fn run(args: EvalArgs) -> i32 {
                     );
                 }
                 for s in &skipped {
-                    println!("{}\tskipped\t{}", s.name, s.reason);
+                    println!(
+                        "{}\tskipped\t{}",
+                        terminal_safe_line(&s.name),
+                        terminal_safe_line(&s.reason)
+                    );
                 }
                 0
             }
@@ -159,7 +164,11 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
     )?;
     let (tasks, skipped) = load_tasks(args)?;
     for s in &skipped {
-        eprintln!("baton eval: skipping {}: {}", s.name, s.reason);
+        eprintln!(
+            "baton eval: skipping {}: {}",
+            terminal_safe_line(&s.name),
+            terminal_safe_line(&s.reason)
+        );
     }
     let mut shared = args.share.clone();
     if matches!(agent, AgentKind::Baton { .. })

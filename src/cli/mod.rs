@@ -89,7 +89,11 @@ pub fn main() -> i32 {
     let mut config = match loaded {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("baton: configuration error: {e}");
+            // A value quoted from a project file is the model's to write.
+            eprintln!(
+                "baton: configuration error: {}",
+                crate::protocol::terminal_safe(&e.to_string())
+            );
             return exit::USAGE;
         }
     };
@@ -203,7 +207,7 @@ fn start(
     resume: Option<&str>,
 ) -> Result<(crate::protocol::AgentHandle, crate::protocol::AgentInfo), i32> {
     crate::app::start(config, frontend, resume).map_err(|e| {
-        eprintln!("baton: {e}");
+        eprintln!("baton: {}", crate::protocol::terminal_safe(&e.to_string()));
         exit::USAGE
     })
 }

@@ -137,7 +137,9 @@ fn print_list(list: &TrustList) {
         } else {
             match list.status(&e.path) {
                 TrustStatus::Trusted => "trusted",
-                TrustStatus::Changed => "config changed since trusted: not applied (baton trust it again)",
+                TrustStatus::Changed => {
+                    "config changed since trusted: not applied (baton trust it again)"
+                }
                 TrustStatus::Untrusted => "not trusted",
             }
         };

@@ -13,7 +13,9 @@ mod trust;
 
 pub use project::GUARDED_KEYS;
 pub use settings::{Settings, command_prefix, not_a_folder};
-pub use trust::{TrustEntry, TrustList, TrustStatus, config_digest, folder_config, trust_list_path};
+pub use trust::{
+    TrustEntry, TrustList, TrustStatus, config_digest, folder_config, trust_list_path,
+};
 
 use std::path::{Path, PathBuf};
 
@@ -356,7 +358,12 @@ fn load_layers(
         }
     };
     let lookup = project::find(&workspace_hint, dirs::home_dir().as_deref(), &trust);
-    warnings.extend(lookup.passed_over.iter().map(|f| project::passed_over_warning(f)));
+    warnings.extend(
+        lookup
+            .passed_over
+            .iter()
+            .map(|f| project::passed_over_warning(f)),
+    );
     let project = match lookup.folder {
         Some(folder) => {
             let p = folder_config(&folder);

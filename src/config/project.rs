@@ -251,12 +251,7 @@ pub fn sets(settings: &Settings, key: &str) -> bool {
 }
 
 /// The warning for a project file whose guarded keys were withheld.
-pub fn withheld_warning(
-    file: &Path,
-    folder: &Path,
-    status: TrustStatus,
-    keys: &[&str],
-) -> String {
+pub fn withheld_warning(file: &Path, folder: &Path, status: TrustStatus, keys: &[&str]) -> String {
     let names: Vec<String> = keys.iter().map(|k| format!("`{k}`")).collect();
     let why = match status {
         TrustStatus::Changed => "its folder was trusted, but the file changed since",
@@ -295,9 +290,7 @@ fn same_folder(a: &Path, b: &Path) -> bool {
 
 /// Whether `path` is `folder` or beneath it, symlinks resolved where the path exists.
 fn inside(path: &Path, folder: &Path) -> bool {
-    let folder = folder
-        .canonicalize()
-        .unwrap_or_else(|_| normalize(folder));
+    let folder = folder.canonicalize().unwrap_or_else(|_| normalize(folder));
     match path.canonicalize() {
         Ok(p) => p.starts_with(&folder),
         // A missing file fails later with its own error; judged by its name meanwhile.
@@ -328,7 +321,8 @@ mod tests {
         let mut s = Settings::default();
         for line in text.lines() {
             let (k, v) = line.split_once('=').expect("key = value");
-            s.set(k.trim(), v.trim(), "test", Some(folder)).expect("valid");
+            s.set(k.trim(), v.trim(), "test", Some(folder))
+                .expect("valid");
         }
         s
     }
@@ -376,7 +370,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let folder = dir.path();
         let mut user = Settings::default();
-        user.set("approval", "full-auto", "user", None).expect("set");
+        user.set("approval", "full-auto", "user", None)
+            .expect("set");
         user.set("network", "true", "user", None).expect("set");
         user.set("allow", "cargo test", "user", None).expect("set");
         let mut p = project(

@@ -7,7 +7,8 @@ use std::cell::RefCell;
 use std::io::Write;
 
 use crate::protocol::{
-    Event, Hop, RouteDecision, ToolStatus, TurnStatus, UsageTotals, terminal_safe, terminal_safe_line,
+    Event, Hop, RouteDecision, ToolStatus, TurnStatus, UsageTotals, terminal_safe,
+    terminal_safe_line,
 };
 
 pub struct Output {

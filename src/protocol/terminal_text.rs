@@ -88,7 +88,10 @@ fn clean(text: &str, one_line: bool) -> Cow<'_, str> {
 /// The rest of a CSI sequence: parameter and intermediate characters, then the final one.
 /// Anything else ends it early (a terminal would abort the sequence there too).
 fn skip_csi(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
-    while chars.next_if(|c| ('\u{20}'..='\u{3f}').contains(c)).is_some() {}
+    while chars
+        .next_if(|c| ('\u{20}'..='\u{3f}').contains(c))
+        .is_some()
+    {}
     chars.next_if(|c| ('\u{40}'..='\u{7e}').contains(c));
 }
 

@@ -20,19 +20,20 @@ use crate::support::{MockEngine, MockReply, Script};
 const HOSTILE: &str = "\u{1b}]52;c;ZXZpbA==\u{7}\u{1b}]0;pwned\u{7}\u{1b}[2J\u{1b}[H\
                        \u{1b}P+q544e\u{1b}\\\u{7f}\u{9b}31m\u{202e}\u{1b}c";
 
+/// Up to 40 characters before the `at`-th character of `text` and 10 from it.
+fn around(text: &str, at: usize) -> String {
+    text.chars().skip(at.saturating_sub(40)).take(50).collect()
+}
+
 /// The bytes a terminal could act on, described, or `None` when there are none.
 fn active_bytes(bytes: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(bytes);
-    for (i, c) in text.char_indices() {
+    for (n, c) in text.chars().enumerate() {
         // Bidi overrides and isolates: the ones HOSTILE carries, and their kin.
         let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
         let bad = (c.is_control() && c != '\n' && c != '\t') || bidi;
         if bad {
-            let from = i.saturating_sub(40);
-            return Some(format!(
-                "{c:?} at byte {i}: …{:?}…",
-                &text[text.floor_char_boundary(from)..text.ceil_char_boundary(i + 10)]
-            ));
+            return Some(format!("{c:?} at character {n}: …{:?}…", around(&text, n)));
         }
     }
     None
@@ -41,14 +42,14 @@ fn active_bytes(bytes: &[u8]) -> Option<String> {
 /// `active_bytes`, and the payload of a sequence must not be left behind as text either.
 fn active_bytes_or_payload(bytes: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(bytes);
-    if let Some(at) = ["52;c;", "ZXZpbA==", "0;pwned"]
-        .iter()
-        .find_map(|p| text.find(p))
-    {
-        return Some(format!(
-            "a sequence's payload was left in: …{:?}…",
-            &text[text.floor_char_boundary(at.saturating_sub(40))..]
-        ));
+    for payload in ["52;c;", "ZXZpbA==", "0;pwned"] {
+        if let Some(at) = text.find(payload) {
+            let n = text[..at].chars().count();
+            return Some(format!(
+                "a sequence's payload was left in: …{:?}…",
+                around(&text, n)
+            ));
+        }
     }
     active_bytes(bytes)
 }
