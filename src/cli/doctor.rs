@@ -27,6 +27,46 @@ impl Report {
     }
 }
 
+/// Whether the project file in use may lower safety settings, and why not.
+fn trust_report(r: &Report, config: &Config) {
+    use crate::config::{TrustList, TrustStatus};
+    let Ok(list) = TrustList::load() else {
+        return; // the load's own warning is listed above
+    };
+    for file in config
+        .files
+        .iter()
+        .filter(|f| f.parent().is_some_and(|d| d.ends_with(".baton")))
+    {
+        let Some(folder) = file.parent().and_then(std::path::Path::parent) else {
+            continue;
+        };
+        // A warning above already names this file, its keys and the command.
+        let named = file.display().to_string();
+        if config.warnings.iter().any(|w| w.starts_with(&named)) {
+            continue;
+        }
+        match list.status(folder) {
+            TrustStatus::Trusted => r.ok(&format!(
+                "{} is trusted: it may lower safety settings",
+                folder.display()
+            )),
+            TrustStatus::Changed => r.note(&format!(
+                "{} changed since you trusted it: keys that lower safety are ignored until \
+                 `baton trust {}`",
+                file.display(),
+                folder.display()
+            )),
+            TrustStatus::Untrusted => r.note(&format!(
+                "{} is not trusted: its keys that lower safety are ignored (`baton trust {}` \
+                 if you wrote it)",
+                folder.display(),
+                folder.display()
+            )),
+        }
+    }
+}
+
 /// Runs every check. `config_problems` are the configuration mistakes found while loading:
 /// the layer each came from was left out of `config`, and the checks run on the rest.
 pub async fn run(config: &Config, config_problems: &[ConfigLoadError]) -> i32 {
@@ -44,6 +84,7 @@ pub async fn run(config: &Config, config_problems: &[ConfigLoadError]) -> i32 {
     for w in &config.warnings {
         r.note(w);
     }
+    trust_report(&r, config);
     r.ok(&format!("workspace {}", config.workspace.display()));
     let writable = std::fs::create_dir_all(&config.session_dir)
         .and_then(|_| tempfile::tempfile_in(&config.session_dir).map(|_| ()));

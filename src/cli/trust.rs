@@ -40,6 +40,7 @@ pub fn run(args: TrustArgs) -> i32 {
         return exit::OK;
     }
     if let Some(path) = args.remove {
+        let path = path.canonicalize().unwrap_or(path);
         if !list.remove(&path) {
             eprintln!(
                 "baton trust: {} is not a trusted folder",
