@@ -90,6 +90,7 @@ impl Repo {
 
     fn git(&self, dir: &Path, args: &[&str]) -> String {
         let o = self.git_output(dir, args);
+        self.assert_not_run(&format!("git {}", args.join(" ")));
         assert!(
             o.status.success(),
             "git {args:?} failed: {}",
@@ -209,10 +210,7 @@ async fn a_submodules_gitdir_config_and_hooks_are_read_only() {
             &format!(
                 "git -C lib config core.fsmonitor {e}; \
                  printf '[core]\\n\\tfsmonitor = {e}\\n' >> .git/modules/lib/config; \
-                 cp {e} .git/modules/lib/hooks/pre-commit; \
-                 mv .git/modules/lib .git/modules/lib.old && cp -r .git/modules/lib.old \
-                 .git/modules/lib && git -C lib config core.fsmonitor {e}; \
-                 mv .git/modules .git/modules.old; echo done"
+                 cp {e} .git/modules/lib/hooks/pre-commit; echo done"
             ),
             &[],
         )
@@ -224,6 +222,22 @@ async fn a_submodules_gitdir_config_and_hooks_are_read_only() {
         &r.ws.join("lib"),
         &["commit", "-q", "--allow-empty", "-m", "user's commit"],
     );
+    // Moving the gitdir (or all of `modules/`) aside to put a writable copy in its place.
+    let (res, _) = r
+        .hostile(
+            &format!(
+                "mv .git/modules/lib .git/modules/lib.old && cp -r .git/modules/lib.old \
+                 .git/modules/lib && git -C lib config core.fsmonitor {e}; \
+                 mv .git/modules .git/modules.old && mkdir -p .git/modules && \
+                 cp -r .git/modules.old/lib .git/modules/ && git -C lib config core.fsmonitor {e}; \
+                 echo done"
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["status"]);
+    r.git(&r.ws.join("lib"), &["status"]);
     r.assert_not_run("submodule gitdir config / hooks");
 }
 
@@ -331,9 +345,7 @@ async fn a_separate_gitdir_inside_the_workspace_is_protected() {
             &format!(
                 "git config core.fsmonitor {e}; \
                  printf '[core]\\n\\tfsmonitor = {e}\\n' >> .store/config; \
-                 cp {e} .store/hooks/pre-commit; echo {}/.store2 > .store/commondir; \
-                 mv .store .store-old; echo done",
-                r.ws.display()
+                 cp {e} .store/hooks/pre-commit; echo done"
             ),
             &[],
         )
@@ -341,6 +353,20 @@ async fn a_separate_gitdir_inside_the_workspace_is_protected() {
     assert!(res.content.contains("done"), "{}", res.content);
     r.git(&r.ws, &["status"]);
     r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "user's commit"]);
+    let (res, _) = r
+        .hostile(
+            &format!(
+                "cp -r .store .store2 && git config -f .store2/config core.fsmonitor {e} && \
+                 echo {ws}/.store2 > .store/commondir; \
+                 mv .store .store-old && cp -r .store-old .store && \
+                 git config core.fsmonitor {e}; echo done",
+                ws = r.ws.display()
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["status"]);
     r.assert_not_run("separate gitdir in the workspace");
 }
 
@@ -397,18 +423,30 @@ async fn a_hooks_path_in_the_work_tree_is_read_only_husky() {
         .hostile(
             &format!(
                 "echo 'sh {e}' >> .husky/pre-commit; cp {e} .husky/_/pre-commit; \
-                 cp {e} .husky/_/commit-msg; mv .husky .husky-old; echo done"
+                 cp {e} .husky/_/commit-msg; echo done"
             ),
             &[],
         )
         .await;
     assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "user's commit"]);
+    let (res, _) = r
+        .hostile(
+            &format!(
+                "mv .husky .husky-old && mkdir -p .husky/_ && cp {e} .husky/_/pre-commit; \
+                 mv .husky/_ .husky/old-shims && mkdir .husky/_ && cp {e} .husky/_/pre-commit; \
+                 echo done"
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "user's 2nd commit"]);
+    r.assert_not_run("core.hooksPath = .husky/_");
     assert_eq!(
         std::fs::read_to_string(r.ws.join(".husky/pre-commit")).expect("hook"),
         "true\n"
     );
-    r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "user's commit"]);
-    r.assert_not_run("core.hooksPath = .husky/_");
 }
 
 #[tokio::test]
@@ -422,7 +460,17 @@ async fn a_command_cannot_turn_the_sandbox_off_in_the_workspaces_baton_config() 
     let (_res, _) = r
         .hostile(
             "echo 'sandbox = \"off\"' >> .baton/config.toml; \
-             echo 'sandbox = \"off\"' > .baton/other.toml; mv .baton .baton-old",
+             echo 'sandbox = \"off\"' > .baton/other.toml",
+            &[],
+        )
+        .await;
+    assert_eq!(
+        std::fs::read_to_string(r.ws.join(".baton/config.toml")).expect("config"),
+        "model = \"m\"\n"
+    );
+    let (_res, _) = r
+        .hostile(
+            "mv .baton .baton-old && mkdir .baton && echo 'sandbox = \"off\"' > .baton/config.toml",
             &[],
         )
         .await;
