@@ -211,6 +211,23 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
     out
 }
 
+/// Whether `path` (absolute, resolved) lies in a `.baton` folder, or in a nested repository's
+/// `.git`, inside a writable root: a session started in that folder, or the user's git run
+/// there, would trust it. (The `.git` of the workspace, of a `--write` root or of a folder
+/// above the workspace has finer rules: its refs, objects and index stay writable.)
+pub fn in_trusted_folder(policy: &SandboxPolicy, path: &Path) -> bool {
+    let writable = writable_dirs(policy);
+    let mut tops = project_roots(policy);
+    tops.extend(writable_ancestors(policy, &writable));
+    path.ancestors()
+        .take_while(|a| inside_any(a, &writable))
+        .any(|a| match a.file_name() {
+            Some(n) if n == ".baton" => true,
+            Some(n) if n == ".git" => a.parent().is_some_and(|p| !tops.iter().any(|t| t == p)),
+            _ => false,
+        })
+}
+
 fn protect_gitdir(gitdir: &Path, writable: &[PathBuf], out: &mut Protection, depth: usize) {
     if depth > MAX_GITDIR_DEPTH || !gitdir.is_dir() {
         return;

@@ -88,8 +88,9 @@ impl SandboxPolicy {
     }
 
     /// Whether this policy forbids writing `path` (absolute): nothing is forbidden with the
-    /// sandbox off; otherwise a path outside every writable root, or a protected one, is. A path
-    /// that does not exist yet is judged by its nearest existing parent.
+    /// sandbox off; otherwise a path outside every writable root, a protected one (existing or
+    /// not), or one inside a `.baton` folder or a nested repository's `.git` is. A path that
+    /// does not exist yet is judged by its nearest existing parent.
     pub fn denies_write(&self, path: &Path) -> bool {
         if self.mode == SandboxMode::Off {
             return false;
@@ -111,10 +112,11 @@ impl SandboxPolicy {
         for name in missing.iter().rev() {
             real.push(name);
         }
-        if super::git_guard::protection(self)
-            .denied
-            .iter()
-            .any(|p| real.starts_with(p))
+        if super::git_guard::in_trusted_folder(self, &real)
+            || super::git_guard::protection(self)
+                .denied
+                .iter()
+                .any(|p| real.starts_with(p))
         {
             return true;
         }

@@ -535,7 +535,7 @@ async fn a_command_cannot_plant_a_baton_config_in_a_writable_parent() {
 }
 
 #[test]
-fn file_tools_are_refused_what_git_trusts_and_baton_config_even_when_absent() {
+fn file_tools_are_refused_what_git_trusts_and_baton_config_even_when_absent_or_nested() {
     let r = repo_at("parent/ws", true);
     let parent = r.base.join("parent");
     let mut policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &r.ws);
@@ -550,6 +550,9 @@ fn file_tools_are_refused_what_git_trusts_and_baton_config_even_when_absent() {
         r.ws.join(".baton/config.toml"),
         parent.join(".baton/config.toml"),
         parent.join(".git/config"),
+        r.ws.join("vendor/x/.git/config"),
+        r.ws.join("vendor/x/.git/hooks/pre-commit"),
+        r.ws.join("sub/.baton/config.toml"),
     ] {
         assert!(policy.denies_write(&denied), "{} allowed", denied.display());
     }
@@ -561,4 +564,60 @@ fn file_tools_are_refused_what_git_trusts_and_baton_config_even_when_absent() {
     ] {
         assert!(!policy.denies_write(&allowed), "{} denied", allowed.display());
     }
+}
+
+#[tokio::test]
+async fn git_init_in_a_writable_parent_does_not_leave_an_fsmonitor() {
+    if !enforceable() {
+        return;
+    }
+    // A workspace without a repository inside a writable folder (as under /tmp): git looks
+    // for `.git` in the parents too.
+    let r = repo_at("parent/ws", false);
+    let parent = r.base.join("parent");
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let (res, warnings) = r
+        .hostile(
+            &format!(
+                "git init -q .. && git -C .. config core.fsmonitor {} && echo done",
+                evil.display()
+            ),
+            std::slice::from_ref(&parent),
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["status"]);
+    r.assert_not_run("git init in a writable parent");
+    assert!(!warnings.is_empty());
+}
+
+#[tokio::test]
+async fn a_git_file_naming_a_planted_gitdir_in_a_temp_dir_is_neutralized() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let (res, warnings) = r
+        .hostile(
+            &format!(
+                "d=$(mktemp -d) && git init -q --bare \"$d/g\" && \
+                 git -C \"$d/g\" config core.fsmonitor {} && git -C \"$d/g\" config core.bare false && \
+                 mkdir sub && echo \"gitdir: $d/g\" > sub/.git && echo \"DIR=$d\"",
+                evil.display()
+            ),
+            &[],
+        )
+        .await;
+    let dir = res
+        .content
+        .lines()
+        .find_map(|l| l.strip_prefix("DIR="))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("{}", res.content));
+    let status = r.git_output(&r.ws.join("sub"), &["status"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = status;
+    r.assert_not_run("a .git file naming a gitdir in a temp dir");
+    assert!(!warnings.is_empty());
 }
