@@ -576,8 +576,7 @@ fn redirect_is_harmless(path: &Path) -> bool {
         let is_worktree = dir
             .parent()
             .is_some_and(|p| p.file_name().is_some_and(|n| n == "worktrees"));
-        return is_worktree
-            && commondir_of(dir).is_some_and(|c| owner.is_some_and(|o| c == o));
+        return is_worktree && commondir_of(dir).is_some_and(|c| owner.is_some_and(|o| c == o));
     }
     false
 }
@@ -963,7 +962,9 @@ mod config {
         }
         let (sec, sub) = match (sub, name.split_once('.')) {
             (Some(sub), _) => (name.to_ascii_lowercase(), Some(sub)),
-            (None, Some((sec, rest))) => (sec.to_ascii_lowercase(), Some(rest.to_ascii_lowercase())),
+            (None, Some((sec, rest))) => {
+                (sec.to_ascii_lowercase(), Some(rest.to_ascii_lowercase()))
+            }
             (None, None) => (name.to_ascii_lowercase(), None),
         };
         if sec.is_empty() {
@@ -1132,7 +1133,11 @@ mod tests {
             assert!(p.read_only.contains(&g.join(ro)), "{ro}: {p:?}");
         }
         for pin in ["", "modules", "modules/lib", "modules/lib/a", "worktrees/w"] {
-            let want = if pin.is_empty() { g.clone() } else { g.join(pin) };
+            let want = if pin.is_empty() {
+                g.clone()
+            } else {
+                g.join(pin)
+            };
             assert!(p.pinned.contains(&want), "{pin}: {p:?}");
         }
         assert!(p.denied.contains(&g.join("commondir")));

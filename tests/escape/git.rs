@@ -103,7 +103,10 @@ impl Repo {
     fn evil_script(&self, at: &Path) -> PathBuf {
         std::fs::write(
             at,
-            format!("#!/bin/sh\necho pwned \"$@\" >> '{}'\n", self.marker.display()),
+            format!(
+                "#!/bin/sh\necho pwned \"$@\" >> '{}'\n",
+                self.marker.display()
+            ),
         )
         .expect("script");
         let _ = Command::new("chmod").arg("755").arg(at).status();
@@ -295,7 +298,10 @@ async fn a_git_symlink_to_a_gitdir_in_the_workspace_is_protected() {
         .await;
     assert!(res.content.contains("done"), "{}", res.content);
     r.git(&r.ws, &["status"]);
-    r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "user's commit"]);
+    r.git(
+        &r.ws,
+        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
+    );
     r.assert_not_run(".git symlink → gitdir in the workspace");
 }
 
@@ -352,7 +358,10 @@ async fn a_separate_gitdir_inside_the_workspace_is_protected() {
         .await;
     assert!(res.content.contains("done"), "{}", res.content);
     r.git(&r.ws, &["status"]);
-    r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "user's commit"]);
+    r.git(
+        &r.ws,
+        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
+    );
     let (res, _) = r
         .hostile(
             &format!(
@@ -390,7 +399,10 @@ async fn git_init_in_a_workspace_without_git_does_not_leave_an_fsmonitor() {
         .await;
     assert!(res.content.contains("done"), "{}", res.content);
     r.git(&r.ws, &["status"]);
-    r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "user's commit"]);
+    r.git(
+        &r.ws,
+        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
+    );
     r.assert_not_run("git init + core.fsmonitor in a workspace without .git");
     assert!(
         warnings.iter().any(|w| w.contains("core.fsmonitor")),
@@ -429,7 +441,10 @@ async fn a_hooks_path_in_the_work_tree_is_read_only_husky() {
         )
         .await;
     assert!(res.content.contains("done"), "{}", res.content);
-    r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "user's commit"]);
+    r.git(
+        &r.ws,
+        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
+    );
     let (res, _) = r
         .hostile(
             &format!(
@@ -441,7 +456,10 @@ async fn a_hooks_path_in_the_work_tree_is_read_only_husky() {
         )
         .await;
     assert!(res.content.contains("done"), "{}", res.content);
-    r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "user's 2nd commit"]);
+    r.git(
+        &r.ws,
+        &["commit", "-q", "--allow-empty", "-m", "user's 2nd commit"],
+    );
     r.assert_not_run("core.hooksPath = .husky/_");
     assert_eq!(
         std::fs::read_to_string(r.ws.join(".husky/pre-commit")).expect("hook"),
@@ -562,7 +580,11 @@ fn file_tools_are_refused_what_git_trusts_and_baton_config_even_when_absent_or_n
         r.ws.join(".git/refs/heads/x"),
         r.ws.join(".git/objects/ab/cdef"),
     ] {
-        assert!(!policy.denies_write(&allowed), "{} denied", allowed.display());
+        assert!(
+            !policy.denies_write(&allowed),
+            "{} denied",
+            allowed.display()
+        );
     }
 }
 
