@@ -61,16 +61,23 @@ impl Protection {
     }
 }
 
-/// The writable roots that hold a project: the workspace and the extra writable directories
-/// (canonical, existing). Only `workspace-write` makes them writable.
+/// The writable folders that hold a project (canonical, existing): under `workspace-write`
+/// the workspace and the extra writable directories; under `read-only` the workspace when it
+/// lies in a temp root anyway (a checkout in `/tmp` is writable through `/tmp`).
 fn project_roots(policy: &SandboxPolicy) -> Vec<PathBuf> {
-    if policy.mode != SandboxMode::WorkspaceWrite {
-        return Vec::new();
-    }
+    let candidates: Vec<&PathBuf> = match policy.mode {
+        SandboxMode::Off => return Vec::new(),
+        SandboxMode::WorkspaceWrite => std::iter::once(&policy.workspace)
+            .chain(policy.writable.iter())
+            .collect(),
+        SandboxMode::ReadOnly => vec![&policy.workspace],
+    };
+    let writable = writable_dirs(policy);
     let mut out = Vec::new();
-    for r in std::iter::once(&policy.workspace).chain(policy.writable.iter()) {
+    for r in candidates {
         if let Ok(c) = r.canonicalize()
             && c.is_dir()
+            && inside_any(&c, &writable)
             && !out.contains(&c)
         {
             out.push(c);

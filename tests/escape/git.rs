@@ -20,6 +20,9 @@ use crate::support::outside;
 /// A user's repository (with one commit) and a marker file outside every writable root.
 struct Repo {
     _root: tempfile::TempDir,
+    /// A workspace under /tmp instead, for the cases where that matters.
+    _tmp: Option<tempfile::TempDir>,
+    mode: SandboxMode,
     base: PathBuf,
     ws: PathBuf,
     marker: PathBuf,
@@ -53,6 +56,8 @@ fn repo_at(sub: &str, init: bool) -> Repo {
     let r = Repo {
         marker: base.join("outside/marker"),
         _root: root,
+        _tmp: None,
+        mode: SandboxMode::WorkspaceWrite,
         base,
         ws,
         home,
@@ -125,7 +130,7 @@ impl Repo {
             state: Arc::new(ToolState::default()),
         };
         let tools: Vec<Arc<dyn Tool>> = shell_tools(ShellConfig {
-            sandbox: SandboxMode::WorkspaceWrite,
+            sandbox: self.mode,
             writable: writable.to_vec(),
             ..ShellConfig::default()
         });
@@ -642,4 +647,39 @@ async fn a_git_file_naming_a_planted_gitdir_in_a_temp_dir_is_neutralized() {
     let _ = status;
     r.assert_not_run("a .git file naming a gitdir in a temp dir");
     assert!(!warnings.is_empty());
+}
+
+#[tokio::test]
+async fn read_only_mode_protects_a_workspace_that_sits_in_tmp() {
+    if !enforceable() {
+        return;
+    }
+    // Under `read-only` the workspace is still writable when it lies in /tmp: its `.git` must
+    // be protected there too.
+    let mut r = repo_at("unused", false);
+    let tmp = tempfile::Builder::new()
+        .prefix("baton-git-ro")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    r.ws = tmp.path().canonicalize().expect("canon");
+    r._tmp = Some(tmp);
+    r.mode = SandboxMode::ReadOnly;
+    r.git(&r.ws, &["init", "-q", "-b", "main"]);
+    r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "first"]);
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let (res, _) = r
+        .hostile(
+            &format!(
+                "git config core.fsmonitor {0}; cp {0} .git/hooks/pre-commit; \
+                 git init -q nested && git -C nested config core.fsmonitor {0}; echo done",
+                evil.display()
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["status"]);
+    r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "user's commit"]);
+    r.git(&r.ws.join("nested"), &["status"]);
+    r.assert_not_run("read-only mode, workspace in /tmp");
 }
