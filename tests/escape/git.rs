@@ -679,7 +679,10 @@ async fn read_only_mode_protects_a_workspace_that_sits_in_tmp() {
         .await;
     assert!(res.content.contains("done"), "{}", res.content);
     r.git(&r.ws, &["status"]);
-    r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "user's commit"]);
+    r.git(
+        &r.ws,
+        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
+    );
     r.git(&r.ws.join("nested"), &["status"]);
     r.assert_not_run("read-only mode, workspace in /tmp");
 }
