@@ -661,9 +661,9 @@ fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
         if let Some(hooks) = hooks_path(&gitdir, work_tree)
             && inside_any(&hooks, &writable)
         {
-            snap.track_dir(&hooks, Kind::Hook);
+            snap.track_dir(&hooks, Kind::Hook, &writable);
             if let Some(husky) = husky_dir(&hooks) {
-                snap.track_dir(&husky, Kind::Hook);
+                snap.track_dir(&husky, Kind::Hook, &writable);
             }
         }
     }
@@ -724,9 +724,17 @@ impl AuditSnapshot {
         );
     }
 
-    /// The regular files (and symlinks) directly in `dir`.
-    fn track_dir(&mut self, dir: &Path, kind: Kind) {
-        let Ok(rd) = std::fs::read_dir(dir) else {
+    /// The regular files (and symlinks) directly in `dir`, when it resolves inside a writable
+    /// root: a hooks folder symlinked elsewhere holds nothing the command could have written,
+    /// and renaming in there would touch files outside.
+    fn track_dir(&mut self, dir: &Path, kind: Kind, writable: &[PathBuf]) {
+        let Ok(dir) = dir.canonicalize() else {
+            return;
+        };
+        if !inside_any(&dir, writable) {
+            return;
+        }
+        let Ok(rd) = std::fs::read_dir(&dir) else {
             return;
         };
         for e in rd.flatten() {
@@ -773,7 +781,7 @@ impl AuditSnapshot {
         self.track(&gitdir.join("config"), Kind::GitConfig);
         self.track(&gitdir.join("config.worktree"), Kind::GitConfig);
         self.track(&gitdir.join("commondir"), Kind::Redirect);
-        self.track_dir(&gitdir.join("hooks"), Kind::Hook);
+        self.track_dir(&gitdir.join("hooks"), Kind::Hook, writable);
         if depth == 0
             && let Some(common) = commondir_of(gitdir)
             && common != gitdir
@@ -1188,6 +1196,21 @@ mod tests {
         assert!(sub.join("hooks/pre-commit.sample").exists());
         // Nothing changed since: nothing to say.
         assert!(audit(&snapshot(&policy), &policy).is_empty());
+    }
+
+    #[test]
+    fn the_audit_leaves_a_hooks_folder_outside_the_writable_roots_alone() {
+        let (_d, ws) = ws();
+        let outside_hooks = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws);
+        let before = snapshot(&policy);
+        std::fs::create_dir_all(ws.join("n/.git")).unwrap();
+        std::fs::write(ws.join("n/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(outside_hooks.path().join("pre-commit"), "#!/bin/sh\n").unwrap();
+        std::os::unix::fs::symlink(outside_hooks.path(), ws.join("n/.git/hooks")).unwrap();
+        let w = audit(&before, &policy);
+        assert!(w.is_empty(), "{w:?}");
+        assert!(outside_hooks.path().join("pre-commit").exists());
     }
 
     #[test]
