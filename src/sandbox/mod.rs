@@ -1,7 +1,8 @@
 //! The Linux sandbox every command runs in: Landlock (filesystem writes, TCP, signal scope),
 //! seccomp (sockets other than AF_UNIX when network is off, ptrace, io_uring, …), no_new_privs,
 //! a pids cgroup (or RLIMIT_NPROC) bounding process count, and a private mount namespace that
-//! keeps `.git/hooks` and `.git/config` read-only under `workspace-write`. All of it is applied
+//! keeps what git executes or trusts, and `.baton/`, read-only (`git_guard` decides which paths,
+//! and audits what a command planted where nothing could be pinned). All of it is applied
 //! in the child between fork and exec (see `launch`). See docs/sandbox.md for the design.
 //!
 //! ```no_run
@@ -14,6 +15,7 @@
 //! ```
 
 pub(crate) mod fs_rules;
+pub mod git_guard;
 pub(crate) mod launch;
 pub(crate) mod pids;
 pub(crate) mod policy;

@@ -88,8 +88,9 @@ impl SandboxPolicy {
     }
 
     /// Whether this policy forbids writing `path` (absolute): nothing is forbidden with the
-    /// sandbox off; otherwise a path outside every writable root, or a protected one, is. A path
-    /// that does not exist yet is judged by its nearest existing parent.
+    /// sandbox off; otherwise a path outside every writable root, a protected one (existing or
+    /// not), or one inside a `.baton` folder or a nested repository's `.git` is. A path that
+    /// does not exist yet is judged by its nearest existing parent.
     pub fn denies_write(&self, path: &Path) -> bool {
         if self.mode == SandboxMode::Off {
             return false;
@@ -111,57 +112,30 @@ impl SandboxPolicy {
         for name in missing.iter().rev() {
             real.push(name);
         }
-        if self.protected_paths().iter().any(|p| real.starts_with(p)) {
+        if super::git_guard::in_trusted_folder(self, &real)
+            || super::git_guard::protection(self)
+                .denied
+                .iter()
+                .any(|p| real.starts_with(p))
+        {
             return true;
         }
         !self.writable_roots().iter().any(|r| real.starts_with(r))
     }
 
-    /// Paths inside writable roots that must stay read-only (git hooks and config: a hook
-    /// written by a command would run later outside the sandbox). Existing paths only.
+    /// Existing paths inside writable roots that commands may not write (bound read-only,
+    /// files and directories): what git executes or trusts (config, hooks, commondir, info/,
+    /// submodule and worktree gitdirs, the gitdir a `.git` file or symlink names, a
+    /// `core.hooksPath` inside a writable root) and `.baton/` wherever a later session would
+    /// read it. See `git_guard`.
     pub fn protected_paths(&self) -> Vec<PathBuf> {
-        if self.mode != SandboxMode::WorkspaceWrite {
-            return Vec::new();
-        }
-        let mut out = Vec::new();
-        let mut roots = vec![self.workspace.clone()];
-        roots.extend(self.writable.iter().cloned());
-        for root in roots {
-            let Ok(root) = root.canonicalize() else {
-                continue;
-            };
-            let git = root.join(".git");
-            let Ok(meta) = std::fs::symlink_metadata(&git) else {
-                continue;
-            };
-            if meta.is_dir() {
-                for name in ["hooks", "config"] {
-                    let p = git.join(name);
-                    if p.exists() && !out.contains(&p) {
-                        out.push(p);
-                    }
-                }
-            } else if meta.is_file() && !out.contains(&git) {
-                // A `gitdir:` pointer (worktree, submodule): repointing it would be an escape.
-                out.push(git);
-            }
-        }
-        out
+        super::git_guard::protection(self).read_only
     }
 
-    /// The `.git` directories whose hooks/config are protected: each becomes its own mount
-    /// point so it can't be renamed away and replaced by an unprotected copy.
+    /// Directories bound onto themselves before the read-only binds (parents first): a mount
+    /// point cannot be renamed, so a gitdir can't be moved aside and replaced by a copy.
     pub fn pinned_git_dirs(&self) -> Vec<PathBuf> {
-        let mut dirs = Vec::new();
-        for p in self.protected_paths() {
-            if let Some(parent) = p.parent()
-                && parent.file_name().is_some_and(|n| n == ".git")
-                && !dirs.contains(&parent.to_path_buf())
-            {
-                dirs.push(parent.to_path_buf());
-            }
-        }
-        dirs
+        super::git_guard::protection(self).pinned
     }
 }
 
@@ -205,7 +179,7 @@ mod tests {
         assert!(p.writable_roots().contains(&ws_real));
         assert_eq!(
             p.protected_paths(),
-            vec![ws_real.join(".git/hooks"), ws_real.join(".git/config")]
+            vec![ws_real.join(".git/config"), ws_real.join(".git/hooks")]
         );
         assert_eq!(p.pinned_git_dirs(), vec![ws_real.join(".git")]);
     }

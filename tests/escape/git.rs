@@ -1,1 +1,688 @@
-//! Escape tests for git as a code-execution path: config, hooks, commondir, submodule gitdirs, gitlinks and hooksPath written by a sandboxed command, and `.baton/` policy files.
+//! Escape tests for git as a code-execution path: config, hooks, commondir, submodule gitdirs,
+//! gitlinks and hooksPath written by a sandboxed command, and `.baton/` policy files. Each test
+//! plays the hostile command through the real shell tool, then runs the user's own `git`
+//! outside any sandbox, as the user would next, and checks that the planted program (which
+//! appends to a marker file outside the workspace) never ran.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use baton::protocol::{Event, EventSink, SandboxMode};
+use baton::sandbox::{SandboxPolicy, probe};
+use baton::tool::shell::{ShellConfig, shell_tools};
+use baton::tool::{Tool, ToolContext, ToolResult, ToolState};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::support::outside;
+
+/// A user's repository (with one commit) and a marker file outside every writable root.
+struct Repo {
+    _root: tempfile::TempDir,
+    /// A workspace under /tmp instead, for the cases where that matters.
+    _tmp: Option<tempfile::TempDir>,
+    mode: SandboxMode,
+    base: PathBuf,
+    ws: PathBuf,
+    marker: PathBuf,
+    home: PathBuf,
+}
+
+fn enforceable() -> bool {
+    let s = probe();
+    if !s.enforceable {
+        eprintln!(
+            "SANDBOX NOT ENFORCEABLE HERE — git escape tests skipped (the refusal is asserted \
+             by the sandbox suite):\n{}",
+            s.report().join("\n")
+        );
+    }
+    s.enforceable
+}
+
+/// `ws` under a fresh folder outside the temp roots; `git init` unless `init` is false.
+fn repo_at(sub: &str, init: bool) -> Repo {
+    let root = tempfile::Builder::new()
+        .prefix("baton-git")
+        .tempdir_in(outside::fixture_base())
+        .expect("tempdir");
+    let base = root.path().canonicalize().expect("canon");
+    let ws = base.join(sub);
+    let home = base.join("home");
+    for d in [&ws, &home, &base.join("outside")] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    let r = Repo {
+        marker: base.join("outside/marker"),
+        _root: root,
+        _tmp: None,
+        mode: SandboxMode::WorkspaceWrite,
+        base,
+        ws,
+        home,
+    };
+    if init {
+        r.git(&r.ws, &["init", "-q", "-b", "main"]);
+        r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "first"]);
+    }
+    r
+}
+
+fn repo() -> Repo {
+    repo_at("ws", true)
+}
+
+impl Repo {
+    /// The user's own git, outside any sandbox: their environment, no system config, a home
+    /// of its own, never looking above the fixture for a repository.
+    fn git_output(&self, dir: &Path, args: &[&str]) -> Output {
+        Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CEILING_DIRECTORIES", &self.base)
+            .env("GIT_AUTHOR_NAME", "u")
+            .env("GIT_AUTHOR_EMAIL", "u@example.com")
+            .env("GIT_COMMITTER_NAME", "u")
+            .env("GIT_COMMITTER_EMAIL", "u@example.com")
+            .output()
+            .expect("git runs")
+    }
+
+    fn git(&self, dir: &Path, args: &[&str]) -> String {
+        let o = self.git_output(dir, args);
+        self.assert_not_run(&format!("git {}", args.join(" ")));
+        assert!(
+            o.status.success(),
+            "git {args:?} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// A script that appends to the marker, written where the command could have written it.
+    fn evil_script(&self, at: &Path) -> PathBuf {
+        std::fs::write(
+            at,
+            format!(
+                "#!/bin/sh\necho pwned \"$@\" >> '{}'\n",
+                self.marker.display()
+            ),
+        )
+        .expect("script");
+        let _ = Command::new("chmod").arg("755").arg(at).status();
+        at.to_path_buf()
+    }
+
+    /// Runs `command` through the real shell tool (workspace-write, `writable` extra roots);
+    /// returns the result and the warnings the session emitted.
+    async fn hostile(&self, command: &str, writable: &[PathBuf]) -> (ToolResult, Vec<String>) {
+        let (events, mut rx) = EventSink::channel();
+        let ctx = ToolContext {
+            workspace: self.ws.clone(),
+            call_id: "call-1".into(),
+            events,
+            cancel: CancellationToken::new(),
+            state: Arc::new(ToolState::default()),
+        };
+        let tools: Vec<Arc<dyn Tool>> = shell_tools(ShellConfig {
+            sandbox: self.mode,
+            writable: writable.to_vec(),
+            ..ShellConfig::default()
+        });
+        let shell = tools.iter().find(|t| t.name() == "shell").expect("shell");
+        let script = format!(
+            "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@x GIT_COMMITTER_NAME=a \
+             GIT_COMMITTER_EMAIL=a@x HOME={}; {command}",
+            self.home.display()
+        );
+        let r = shell.run(json!({ "command": script }), &ctx).await;
+        let mut warnings = Vec::new();
+        while let Ok(ev) = rx.try_recv() {
+            if let Event::Warning { message } = ev {
+                warnings.push(message);
+            }
+        }
+        (r, warnings)
+    }
+
+    /// The user's next `git status` (and whatever else they run) must not run the planted
+    /// program.
+    fn assert_not_run(&self, what: &str) {
+        assert!(
+            !self.marker.exists(),
+            "{what}: the user's git ran the planted program ({})",
+            std::fs::read_to_string(&self.marker).unwrap_or_default()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_planted_commondir_does_not_make_the_users_git_run_its_fsmonitor() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let (_res, warnings) = r
+        .hostile(
+            &format!(
+                "cp -r .git planted && git config -f planted/config core.fsmonitor {} && \
+                 echo \"$PWD/planted\" > .git/commondir",
+                evil.display()
+            ),
+            &[],
+        )
+        .await;
+    r.git(&r.ws, &["status"]);
+    r.assert_not_run("commondir → a repository with core.fsmonitor");
+    assert!(!r.ws.join(".git/commondir").exists());
+    assert!(
+        warnings.iter().any(|w| w.contains("commondir")),
+        "{warnings:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_submodules_gitdir_config_and_hooks_are_read_only() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let upstream = r.base.join("upstream");
+    std::fs::create_dir_all(&upstream).expect("mkdir");
+    r.git(&upstream, &["init", "-q", "-b", "main"]);
+    r.git(&upstream, &["commit", "-q", "--allow-empty", "-m", "lib"]);
+    let url = upstream.display().to_string();
+    r.git(
+        &r.ws,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            &url,
+            "lib",
+        ],
+    );
+    r.git(&r.ws, &["commit", "-q", "-m", "add lib"]);
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let e = evil.display();
+    let (res, _) = r
+        .hostile(
+            &format!(
+                "git -C lib config core.fsmonitor {e}; \
+                 printf '[core]\\n\\tfsmonitor = {e}\\n' >> .git/modules/lib/config; \
+                 cp {e} .git/modules/lib/hooks/pre-commit; echo done"
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["status"]);
+    r.git(&r.ws.join("lib"), &["status"]);
+    r.git(
+        &r.ws.join("lib"),
+        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
+    );
+    // Moving the gitdir (or all of `modules/`) aside to put a writable copy in its place.
+    let (res, _) = r
+        .hostile(
+            &format!(
+                "mv .git/modules/lib .git/modules/lib.old && cp -r .git/modules/lib.old \
+                 .git/modules/lib && git -C lib config core.fsmonitor {e}; \
+                 mv .git/modules .git/modules.old && mkdir -p .git/modules && \
+                 cp -r .git/modules.old/lib .git/modules/ && git -C lib config core.fsmonitor {e}; \
+                 echo done"
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["status"]);
+    r.git(&r.ws.join("lib"), &["status"]);
+    r.assert_not_run("submodule gitdir config / hooks");
+}
+
+#[tokio::test]
+async fn a_gitlink_over_a_nested_repo_with_fsmonitor_is_neutralized() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let (res, warnings) = r
+        .hostile(
+            &format!(
+                "git init -q nested && git -C nested commit -q --allow-empty -m x && \
+                 git -C nested config core.fsmonitor {} && \
+                 git update-index --add --cacheinfo 160000,$(git -C nested rev-parse HEAD),nested \
+                 && echo planted",
+                evil.display()
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("planted"), "{}", res.content);
+    r.git(&r.ws, &["status"]);
+    r.git(&r.ws.join("nested"), &["status"]);
+    r.assert_not_run("gitlink over a nested repo with core.fsmonitor");
+    assert!(
+        warnings.iter().any(|w| w.contains("core.fsmonitor")),
+        "{warnings:?}"
+    );
+    // The rest of the nested repository is left as the command made it.
+    r.git(&r.ws.join("nested"), &["log", "--oneline"]);
+}
+
+#[tokio::test]
+async fn a_git_symlink_to_a_gitdir_in_the_workspace_is_protected() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    std::fs::create_dir_all(r.ws.join("meta")).expect("mkdir");
+    std::fs::rename(r.ws.join(".git"), r.ws.join("meta/repo.git")).expect("mv");
+    std::os::unix::fs::symlink("meta/repo.git", r.ws.join(".git")).expect("symlink");
+    r.git(&r.ws, &["status"]);
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let e = evil.display();
+    let (res, _) = r
+        .hostile(
+            &format!(
+                "git config core.fsmonitor {e}; cp {e} .git/hooks/pre-commit; \
+                 cp {e} meta/repo.git/hooks/post-commit; echo done"
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["status"]);
+    r.git(
+        &r.ws,
+        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
+    );
+    r.assert_not_run(".git symlink → gitdir in the workspace");
+}
+
+#[tokio::test]
+async fn a_git_symlink_repointed_at_a_planted_gitdir_is_neutralized() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    std::fs::create_dir_all(r.ws.join("meta")).expect("mkdir");
+    std::fs::rename(r.ws.join(".git"), r.ws.join("meta/repo.git")).expect("mv");
+    std::os::unix::fs::symlink("meta/repo.git", r.ws.join(".git")).expect("symlink");
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let (res, warnings) = r
+        .hostile(
+            &format!(
+                "cp -r meta/repo.git planted.git && \
+                 git config -f planted.git/config core.fsmonitor {} && \
+                 rm .git && ln -s planted.git .git && echo done",
+                evil.display()
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["status"]);
+    r.assert_not_run(".git symlink repointed at a planted gitdir");
+    assert!(!warnings.is_empty());
+}
+
+#[tokio::test]
+async fn a_separate_gitdir_inside_the_workspace_is_protected() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo_at("ws", false);
+    r.git(
+        &r.ws,
+        &["init", "-q", "-b", "main", "--separate-git-dir", ".store"],
+    );
+    r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "first"]);
+    assert!(r.ws.join(".git").is_file());
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let e = evil.display();
+    let (res, _) = r
+        .hostile(
+            &format!(
+                "git config core.fsmonitor {e}; \
+                 printf '[core]\\n\\tfsmonitor = {e}\\n' >> .store/config; \
+                 cp {e} .store/hooks/pre-commit; echo done"
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["status"]);
+    r.git(
+        &r.ws,
+        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
+    );
+    let (res, _) = r
+        .hostile(
+            &format!(
+                "cp -r .store .store2 && git config -f .store2/config core.fsmonitor {e} && \
+                 echo {ws}/.store2 > .store/commondir; \
+                 mv .store .store-old && cp -r .store-old .store && \
+                 git config core.fsmonitor {e}; echo done",
+                ws = r.ws.display()
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["status"]);
+    r.assert_not_run("separate gitdir in the workspace");
+}
+
+#[tokio::test]
+async fn git_init_in_a_workspace_without_git_does_not_leave_an_fsmonitor() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo_at("ws", false);
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let (res, warnings) = r
+        .hostile(
+            &format!(
+                "git init -q && git config core.fsmonitor {0} && \
+                 git config core.hooksPath hooks-here && mkdir hooks-here && \
+                 cp {0} hooks-here/pre-commit && cp {0} .git/hooks/pre-commit && echo done",
+                evil.display()
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["status"]);
+    r.git(
+        &r.ws,
+        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
+    );
+    r.assert_not_run("git init + core.fsmonitor in a workspace without .git");
+    assert!(
+        warnings.iter().any(|w| w.contains("core.fsmonitor")),
+        "{warnings:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_hooks_path_in_the_work_tree_is_read_only_husky() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    // husky's layout: `core.hooksPath = .husky/_`, whose shims run `.husky/<hook>` with sh.
+    std::fs::create_dir_all(r.ws.join(".husky/_")).expect("mkdir");
+    std::fs::write(
+        r.ws.join(".husky/_/pre-commit"),
+        "#!/bin/sh\nsh \"$(dirname \"$(dirname \"$0\")\")/pre-commit\"\n",
+    )
+    .expect("shim");
+    let _ = Command::new("chmod")
+        .arg("755")
+        .arg(r.ws.join(".husky/_/pre-commit"))
+        .status();
+    std::fs::write(r.ws.join(".husky/pre-commit"), "true\n").expect("hook");
+    r.git(&r.ws, &["config", "core.hooksPath", ".husky/_"]);
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let e = evil.display();
+    let (res, _) = r
+        .hostile(
+            &format!(
+                "echo 'sh {e}' >> .husky/pre-commit; cp {e} .husky/_/pre-commit; \
+                 cp {e} .husky/_/commit-msg; echo done"
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(
+        &r.ws,
+        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
+    );
+    let (res, _) = r
+        .hostile(
+            &format!(
+                "mv .husky .husky-old && mkdir -p .husky/_ && cp {e} .husky/_/pre-commit; \
+                 mv .husky/_ .husky/old-shims && mkdir .husky/_ && cp {e} .husky/_/pre-commit; \
+                 echo done"
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(
+        &r.ws,
+        &["commit", "-q", "--allow-empty", "-m", "user's 2nd commit"],
+    );
+    r.assert_not_run("core.hooksPath = .husky/_");
+    assert_eq!(
+        std::fs::read_to_string(r.ws.join(".husky/pre-commit")).expect("hook"),
+        "true\n"
+    );
+}
+
+#[tokio::test]
+async fn a_command_cannot_turn_the_sandbox_off_in_the_workspaces_baton_config() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    std::fs::create_dir_all(r.ws.join(".baton")).expect("mkdir");
+    std::fs::write(r.ws.join(".baton/config.toml"), "model = \"m\"\n").expect("config");
+    let (_res, _) = r
+        .hostile(
+            "echo 'sandbox = \"off\"' >> .baton/config.toml; \
+             echo 'sandbox = \"off\"' > .baton/other.toml",
+            &[],
+        )
+        .await;
+    assert_eq!(
+        std::fs::read_to_string(r.ws.join(".baton/config.toml")).expect("config"),
+        "model = \"m\"\n"
+    );
+    let (_res, _) = r
+        .hostile(
+            "mv .baton .baton-old && mkdir .baton && echo 'sandbox = \"off\"' > .baton/config.toml",
+            &[],
+        )
+        .await;
+    assert_eq!(
+        std::fs::read_to_string(r.ws.join(".baton/config.toml")).expect("config"),
+        "model = \"m\"\n"
+    );
+    assert!(!r.ws.join(".baton/other.toml").exists());
+}
+
+#[tokio::test]
+async fn a_command_cannot_create_a_baton_config_turning_the_sandbox_off() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let (res, warnings) = r
+        .hostile(
+            "mkdir .baton && printf 'sandbox = \"off\"\\n' > .baton/config.toml && echo done",
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    assert_eq!(baton::config::project_config_path(&r.ws), None);
+    assert!(
+        warnings.iter().any(|w| w.contains(".baton")),
+        "{warnings:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_command_cannot_plant_a_baton_config_in_a_writable_parent() {
+    if !enforceable() {
+        return;
+    }
+    // The workspace sits inside an extra writable directory, as it does under /tmp.
+    let r = repo_at("parent/ws", true);
+    let parent = r.base.join("parent");
+    let (res, _) = r
+        .hostile(
+            "mkdir -p ../.baton && printf 'sandbox = \"off\"\\n' > ../.baton/config.toml && \
+             echo done",
+            std::slice::from_ref(&parent),
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    assert_eq!(baton::config::project_config_path(&r.ws), None);
+    // And an existing one is read-only.
+    std::fs::create_dir_all(parent.join(".baton")).expect("mkdir");
+    std::fs::write(parent.join(".baton/config.toml"), "model = \"m\"\n").expect("config");
+    let (res, _) = r
+        .hostile(
+            "echo 'sandbox = \"off\"' >> ../.baton/config.toml; echo done",
+            std::slice::from_ref(&parent),
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    assert_eq!(
+        std::fs::read_to_string(parent.join(".baton/config.toml")).expect("config"),
+        "model = \"m\"\n"
+    );
+}
+
+#[test]
+fn file_tools_are_refused_what_git_trusts_and_baton_config_even_when_absent_or_nested() {
+    let r = repo_at("parent/ws", true);
+    let parent = r.base.join("parent");
+    let mut policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &r.ws);
+    policy.writable.push(parent.clone());
+    for denied in [
+        r.ws.join(".git/config"),
+        r.ws.join(".git/hooks/pre-commit"),
+        r.ws.join(".git/commondir"),
+        r.ws.join(".git/info/attributes"),
+        r.ws.join(".git/modules/x/config"),
+        r.ws.join(".git/worktrees/w/commondir"),
+        r.ws.join(".baton/config.toml"),
+        parent.join(".baton/config.toml"),
+        parent.join(".git/config"),
+        r.ws.join("vendor/x/.git/config"),
+        r.ws.join("vendor/x/.git/hooks/pre-commit"),
+        r.ws.join("sub/.baton/config.toml"),
+    ] {
+        assert!(policy.denies_write(&denied), "{} allowed", denied.display());
+    }
+    for allowed in [
+        r.ws.join("src/main.rs"),
+        r.ws.join(".git/index"),
+        r.ws.join(".git/refs/heads/x"),
+        r.ws.join(".git/objects/ab/cdef"),
+    ] {
+        assert!(
+            !policy.denies_write(&allowed),
+            "{} denied",
+            allowed.display()
+        );
+    }
+}
+
+#[tokio::test]
+async fn git_init_in_a_writable_parent_does_not_leave_an_fsmonitor() {
+    if !enforceable() {
+        return;
+    }
+    // A workspace without a repository inside a writable folder (as under /tmp): git looks
+    // for `.git` in the parents too.
+    let r = repo_at("parent/ws", false);
+    let parent = r.base.join("parent");
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let (res, warnings) = r
+        .hostile(
+            &format!(
+                "git init -q .. && git -C .. config core.fsmonitor {} && echo done",
+                evil.display()
+            ),
+            std::slice::from_ref(&parent),
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["status"]);
+    r.assert_not_run("git init in a writable parent");
+    assert!(!warnings.is_empty());
+}
+
+#[tokio::test]
+async fn a_git_file_naming_a_planted_gitdir_in_a_temp_dir_is_neutralized() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let (res, warnings) = r
+        .hostile(
+            &format!(
+                "d=$(mktemp -d) && git init -q --bare \"$d/g\" && \
+                 git -C \"$d/g\" config core.fsmonitor {} && git -C \"$d/g\" config core.bare false && \
+                 mkdir sub && echo \"gitdir: $d/g\" > sub/.git && echo \"DIR=$d\"",
+                evil.display()
+            ),
+            &[],
+        )
+        .await;
+    let dir = res
+        .content
+        .lines()
+        .find_map(|l| l.strip_prefix("DIR="))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("{}", res.content));
+    let status = r.git_output(&r.ws.join("sub"), &["status"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = status;
+    r.assert_not_run("a .git file naming a gitdir in a temp dir");
+    assert!(!warnings.is_empty());
+}
+
+#[tokio::test]
+async fn read_only_mode_protects_a_workspace_that_sits_in_tmp() {
+    if !enforceable() {
+        return;
+    }
+    // Under `read-only` the workspace is still writable when it lies in /tmp: its `.git` must
+    // be protected there too.
+    let mut r = repo_at("unused", false);
+    let tmp = tempfile::Builder::new()
+        .prefix("baton-git-ro")
+        .tempdir_in("/tmp")
+        .expect("tempdir");
+    r.ws = tmp.path().canonicalize().expect("canon");
+    r._tmp = Some(tmp);
+    r.mode = SandboxMode::ReadOnly;
+    r.git(&r.ws, &["init", "-q", "-b", "main"]);
+    r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "first"]);
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let (res, _) = r
+        .hostile(
+            &format!(
+                "git config core.fsmonitor {0}; cp {0} .git/hooks/pre-commit; \
+                 git init -q nested && git -C nested config core.fsmonitor {0}; echo done",
+                evil.display()
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["status"]);
+    r.git(
+        &r.ws,
+        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
+    );
+    r.git(&r.ws.join("nested"), &["status"]);
+    r.assert_not_run("read-only mode, workspace in /tmp");
+}

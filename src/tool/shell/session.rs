@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::output::OutputStream;
 use super::pty::{Pty, WindowSize};
 use crate::protocol::{Event, EventSink};
-use crate::sandbox::{PreparedSandbox, SandboxPolicy, Session};
+use crate::sandbox::{PreparedSandbox, SandboxPolicy, Session, git_guard};
 use crate::tool::ToolError;
 
 /// Most sessions alive at once.
@@ -75,6 +75,8 @@ pub struct ShellSession {
     pub policy: SandboxPolicy,
     pub cwd: std::path::PathBuf,
     kill_grace: Duration,
+    /// Git config, hooks and `.baton/` files before the command, audited when it ends.
+    git_before: git_guard::AuditSnapshot,
 }
 
 /// Everything needed to start a session.
@@ -150,6 +152,7 @@ impl ShellSession {
         let reader = master
             .try_clone()
             .map_err(|source| terminal("duplicating the PTY master", source))?;
+        let git_before = git_guard::snapshot(req.policy);
         let mut child = cmd.spawn().map_err(|source| ToolError::Spawn {
             program: req.shell.to_string(),
             mode: req.policy.mode,
@@ -208,6 +211,7 @@ impl ShellSession {
             policy: req.policy.clone(),
             cwd: req.cwd.to_path_buf(),
             kill_grace: req.kill_grace,
+            git_before,
         }))
     }
 
@@ -321,6 +325,22 @@ impl ShellSession {
         });
         drop(st);
         self.signal_all(libc::SIGKILL);
+        self.audit_git();
+    }
+
+    /// Undoes git config, hooks and `.baton/` files the command planted, once nothing of it
+    /// can write any more, and warns the user about each.
+    fn audit_git(&self) {
+        let until = Instant::now() + Duration::from_millis(200);
+        // SAFETY: signal 0 only checks for existence.
+        while Instant::now() < until && unsafe { libc::kill(-self.pgid, 0) } == 0 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let warnings = git_guard::audit(&self.git_before, &self.policy);
+        let st = lock(&self.state);
+        for message in warnings {
+            st.ui.events.emit(Event::Warning { message });
+        }
     }
 
     fn signal_all(&self, sig: i32) {
