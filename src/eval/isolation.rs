@@ -351,7 +351,8 @@ impl Isolation {
     ///   (`--unshare-net`), holding only the model gateway's listener (created before bwrap
     ///   runs, see [`super::gateway::NetnsSetup`]), or the host's when the task allows the
     ///   internet;
-    /// - `--die-with-parent`, `--new-session` and a cleared environment.
+    /// - `--die-with-parent`, `--new-session`, a cleared environment (bwrap's own too: its
+    ///   pid 1 is visible in the trial) and no inherited descriptor beyond stdio.
     fn bwrap_command(&self, phase: &Phase, program: &str, args: &[String]) -> Command {
         let p = phase.paths;
         let mut cmd = Command::new("bwrap");
@@ -471,6 +472,7 @@ impl Isolation {
                 if let Some(setup) = &netns {
                     setup.run()?;
                 }
+                close_inherited_fds();
                 Ok(())
             });
         }
@@ -567,6 +569,24 @@ fn hide_ssh_host_keys(cmd: &mut Command) {
         let name = e.file_name().to_string_lossy().into_owned();
         if name.starts_with("ssh_host_") && name.ends_with("_key") {
             cmd.arg("--ro-bind").arg("/dev/null").arg(e.path());
+        }
+    }
+}
+
+/// Marks every descriptor but stdio and the seccomp program close-on-exec, so that nothing
+/// the runner inherited (`baton eval … 7>>file`) reaches the trial. Only syscalls: it runs
+/// between fork and exec.
+fn close_inherited_fds() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    for (first, last) in [(3, SECCOMP_FD as u32 - 1), (SECCOMP_FD as u32 + 1, u32::MAX)] {
+        // SAFETY: close_range only changes descriptor flags.
+        let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, CLOSE_RANGE_CLOEXEC) };
+        if r != 0 {
+            // Kernels before 5.11: the descriptors a process usually has.
+            for fd in first..last.min(4096) {
+                // SAFETY: fcntl on a descriptor number that may be unused (EBADF is fine).
+                unsafe { libc::fcntl(fd as i32, libc::F_SETFD, libc::FD_CLOEXEC) };
+            }
         }
     }
 }

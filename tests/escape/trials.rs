@@ -147,7 +147,10 @@ fn baton_runs(command: &str) -> String {
 /// take a write: trial root holds no capability and the mount syscalls are filtered.
 #[test]
 fn remounting_a_shared_host_folder_read_write_does_not_write_the_host() {
-    let outside = tempfile::tempdir_in(crate::support::outside::fixture_base()).unwrap();
+    // The fixture base may be a build folder an unprivileged user cannot write: then HOME.
+    let outside = tempfile::tempdir_in(crate::support::outside::fixture_base())
+        .or_else(|_| tempfile::tempdir_in(std::env::var_os("HOME").unwrap()))
+        .unwrap();
     let dir = outside.path().canonicalize().unwrap();
     let d = dir.display();
     let script = format!(
@@ -174,17 +177,17 @@ echo END"#
     let mut a = args(vec![t], &format!("cmd:{script}"), out.path());
     a.share = vec![dir.clone()];
     let report = run(a);
-    let stdout = agent_stdout(&report);
-    assert!(stdout.contains("END"), "the script ran: {stdout}");
-    assert!(stdout.contains("mount_setattr -1"), "{stdout}");
-    let planted: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
     let opt_planted = Path::new("/opt/.baton-trial-escape").exists();
     let _ = std::fs::remove_file("/opt/.baton-trial-escape");
+    let stdout = agent_stdout(&report);
+    assert!(stdout.contains("END"), "the script ran: {stdout}");
+    let planted: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
     assert!(
         planted.is_empty(),
         "the trial wrote a read-only host folder: {planted:?}"
     );
     assert!(!opt_planted, "the trial wrote the host's /opt");
+    assert!(stdout.contains("mount_setattr -1"), "{stdout}");
 }
 
 /// Root in a trial is root only in its own user namespace: no effective capability, no clock,
@@ -426,4 +429,40 @@ fn a_credentials_file_under_cargo_home_is_not_visible() {
     for secret in ["cargo-escape-token", "ssh-escape-key", "npm-escape-token"] {
         assert!(!stdout.contains(secret), "{secret} visible: {stdout}");
     }
+}
+
+/// A descriptor the runner inherited (`baton eval … 7>>outside-log`) does not reach the
+/// trial's commands, which could otherwise write outside through it.
+#[test]
+fn an_inherited_descriptor_does_not_reach_the_trial() {
+    let outside = tempfile::tempdir_in(crate::support::outside::fixture_base())
+        .or_else(|_| tempfile::tempdir_in(std::env::var_os("HOME").unwrap()))
+        .unwrap();
+    let log = outside.path().join("log");
+    std::fs::write(&log, "").unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let t = task(root.path(), "fd", "Fd.");
+    let home = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("bash")
+        .arg("-c")
+        .arg("exec \"$0\" eval \"$1\" --agent 'cmd:echo escaped >&7; echo escaped > /proc/self/fd/7; echo END' --isolation bwrap --no-progress --out \"$2\" 7>>\"$3\"")
+        .arg(env!("CARGO_BIN_EXE_baton"))
+        .arg(&t)
+        .arg(out.path())
+        .arg(&log)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home.path())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut ran = false;
+    for job in std::fs::read_dir(out.path()).unwrap().flatten() {
+        ran |= std::fs::read_to_string(job.path().join("fd/agent/stdout.txt"))
+            .is_ok_and(|s| s.contains("END"));
+    }
+    assert!(ran, "the agent ran");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "", "the trial wrote through fd 7");
 }
