@@ -255,16 +255,16 @@ async fn forward(
         request_line.next().unwrap_or_default(),
         request_line.next().unwrap_or_default(),
     );
-    // Only paths of the configured endpoint: the gateway is no open proxy to other hosts.
-    let path_ok = target.starts_with('/')
-        && (up.base_path.is_empty()
-            || target == up.base_path
-            || target
-                .strip_prefix(up.base_path.as_str())
-                .is_some_and(|rest| rest.starts_with('/') || rest.starts_with('?')));
-    if !path_ok {
-        return reply(&mut sock, 403, "the gateway forwards only the model endpoint").await;
-    }
+    // Only paths of the configured endpoint, judged after `..` and `%2e` are resolved: the
+    // gateway is no open proxy to other hosts or to the rest of the endpoint's server.
+    let Some(url) = forward_url(up, target) else {
+        return reply(
+            &mut sock,
+            403,
+            "the gateway forwards only the model endpoint",
+        )
+        .await;
+    };
     let Ok(method) = reqwest::Method::from_bytes(method.as_bytes()) else {
         return reply(&mut sock, 400, "bad method").await;
     };
@@ -304,10 +304,7 @@ async fn forward(
         body.extend_from_slice(&chunk[..n]);
     }
     body.truncate(content_length);
-    let mut req = client
-        .request(method, format!("{}{}", up.origin, target))
-        .headers(headers)
-        .body(body);
+    let mut req = client.request(method, url).headers(headers).body(body);
     if let Some(key) = &up.key {
         req = req.bearer_auth(key);
     }
@@ -336,6 +333,26 @@ async fn forward(
         sock.write_all(&chunk).await?;
     }
     sock.shutdown().await
+}
+
+/// The upstream URL for a request target, when it stays on the endpoint's origin and path.
+fn forward_url(up: &Upstream, target: &str) -> Option<reqwest::Url> {
+    if !target.starts_with('/') || target.starts_with("//") {
+        return None;
+    }
+    let url = reqwest::Url::parse(&format!("{}{}", up.origin, target)).ok()?;
+    let path = url.path();
+    let inside = up.base_path.is_empty()
+        || path == up.base_path
+        || path
+            .strip_prefix(up.base_path.as_str())
+            .is_some_and(|rest| rest.starts_with('/'));
+    let lowered = path.to_ascii_lowercase();
+    (inside
+        && url.origin().ascii_serialization() == up.origin
+        && !lowered.contains("%2e")
+        && !lowered.contains("%2f"))
+    .then_some(url)
 }
 
 async fn reply(sock: &mut tokio::net::TcpStream, status: u16, text: &str) -> io::Result<()> {
@@ -525,5 +542,27 @@ mod tests {
         assert!(g.trial_url().starts_with("http://127.0.0.1:"));
         assert!(g.trial_url().ends_with("/v1"));
         assert!(g.netns_setup().is_none());
+        let up = Upstream {
+            origin: "http://127.0.0.1:9".into(),
+            base_path: "/v1".into(),
+            key: None,
+        };
+        let ok = |t: &str| forward_url(&up, t).map(|u| u.to_string());
+        assert_eq!(
+            ok("/v1/chat/completions?x=1").as_deref(),
+            Some("http://127.0.0.1:9/v1/chat/completions?x=1")
+        );
+        assert!(ok("/v1").is_some());
+        for bad in [
+            "/v1/../admin",
+            "/v1/%2e%2e/admin",
+            "/v1x",
+            "/admin",
+            "//evil.example/v1",
+            "http://evil.example/v1",
+            "/v1/..%2fadmin",
+        ] {
+            assert_eq!(ok(bad), None, "{bad}");
+        }
     }
 }

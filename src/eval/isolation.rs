@@ -526,7 +526,10 @@ impl Isolation {
                 found.push(root);
             }
         }
-        if path_entries.iter().any(|p| p.starts_with(home.join(".cargo"))) {
+        if path_entries
+            .iter()
+            .any(|p| p.starts_with(home.join(".cargo")))
+        {
             for cache in ["registry", "git"] {
                 found.push(home.join(".cargo").join(cache));
             }
@@ -578,7 +581,10 @@ fn hide_ssh_host_keys(cmd: &mut Command) {
 /// between fork and exec.
 fn close_inherited_fds() {
     const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-    for (first, last) in [(3, SECCOMP_FD as u32 - 1), (SECCOMP_FD as u32 + 1, u32::MAX)] {
+    for (first, last) in [
+        (3, SECCOMP_FD as u32 - 1),
+        (SECCOMP_FD as u32 + 1, u32::MAX),
+    ] {
         // SAFETY: close_range only changes descriptor flags.
         let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, CLOSE_RANGE_CLOEXEC) };
         if r != 0 {

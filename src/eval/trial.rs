@@ -545,9 +545,17 @@ struct BatonAgentSetup {
 /// Whether a variable's name says it holds a credential; such variables never enter a trial.
 fn is_secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH"]
-        .iter()
-        .any(|w| upper.contains(w))
+    [
+        "KEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "CREDENTIAL",
+        "AUTH",
+    ]
+    .iter()
+    .any(|w| upper.contains(w))
 }
 
 /// The value of `--flag V` or `--flag=V` in `args` (the last one wins, as in clap).
@@ -607,7 +615,9 @@ fn baton_agent_setup(
         }
     }
     let from_args = flag_value(extra_args, "--endpoint").map(str::to_string);
-    let endpoint = from_args.clone().or_else(|| env.get("BATON_ENDPOINT").cloned());
+    let endpoint = from_args
+        .clone()
+        .or_else(|| env.get("BATON_ENDPOINT").cloned());
     let Some(endpoint) = endpoint else {
         return Ok(BatonAgentSetup {
             env,

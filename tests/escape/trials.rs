@@ -353,12 +353,12 @@ fn the_api_key_is_not_visible_to_the_tasks_commands() {
         "the probe ran: {seen}"
     );
     for secret in [KEY, OPENAI, TOKEN] {
-        assert!(
-            !seen.contains(secret),
-            "a command saw {secret}:\n{seen}"
-        );
+        assert!(!seen.contains(secret), "a command saw {secret}:\n{seen}");
         for r in engine.requests() {
-            assert!(!r.raw_body.contains(secret), "{secret} reached a request body");
+            assert!(
+                !r.raw_body.contains(secret),
+                "{secret} reached a request body"
+            );
         }
     }
     // The key did its job on the host side of the trial.
@@ -389,7 +389,10 @@ fn a_credentials_file_under_cargo_home_is_not_visible() {
     write(&h.join(".cargo/registry/cache/marker"), "cache\n");
     write(&h.join(".rustup/settings.toml"), "version = \"12\"\n");
     write(&h.join(".ssh/id_ed25519"), "ssh-escape-key\n");
-    write(&h.join(".npmrc"), "//registry/:_authToken=npm-escape-token\n");
+    write(
+        &h.join(".npmrc"),
+        "//registry/:_authToken=npm-escape-token\n",
+    );
     let root = tempfile::tempdir().unwrap();
     let t = task(root.path(), "creds", "Creds.");
     let out = tempfile::tempdir().unwrap();
@@ -401,7 +404,10 @@ fn a_credentials_file_under_cargo_home_is_not_visible() {
     );
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
         .env_clear()
-        .env("PATH", format!("{hd}/.cargo/bin:/usr/local/bin:/usr/bin:/bin"))
+        .env(
+            "PATH",
+            format!("{hd}/.cargo/bin:/usr/local/bin:/usr/bin:/bin"),
+        )
         .env("HOME", &h)
         .env("XDG_CONFIG_HOME", h.join(".config"))
         .env("XDG_DATA_HOME", h.join(".local/share"))
@@ -464,5 +470,9 @@ fn an_inherited_descriptor_does_not_reach_the_trial() {
             .is_ok_and(|s| s.contains("END"));
     }
     assert!(ran, "the agent ran");
-    assert_eq!(std::fs::read_to_string(&log).unwrap(), "", "the trial wrote through fd 7");
+    assert_eq!(
+        std::fs::read_to_string(&log).unwrap(),
+        "",
+        "the trial wrote through fd 7"
+    );
 }
