@@ -476,3 +476,23 @@ fn an_inherited_descriptor_does_not_reach_the_trial() {
         "the trial wrote through fd 7"
     );
 }
+
+/// Users' homes, service sockets under `/run` (docker, D-Bus, systemd) and the host's password
+/// hashes are not part of a trial's world.
+#[test]
+fn host_homes_run_sockets_and_password_hashes_are_not_in_the_trial() {
+    let script = "for p in /home /run /mnt /media /srv /boot; do test -e $p && echo PRESENT:$p; done; \
+        test -s /etc/shadow && echo PRESENT:/etc/shadow; \
+        ls /var/run/ 2>/dev/null | grep -q . && echo PRESENT:/var/run; \
+        test -d /usr/bin && echo SYSTEM_OK; echo END";
+    let root = tempfile::tempdir().unwrap();
+    let t = task(root.path(), "host-files", "Look around.");
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![t], &format!("cmd:{script}"), out.path()));
+    let stdout = agent_stdout(&report);
+    assert!(
+        stdout.contains("END") && stdout.contains("SYSTEM_OK"),
+        "the script ran: {stdout}"
+    );
+    assert!(!stdout.contains("PRESENT:"), "{stdout}");
+}
