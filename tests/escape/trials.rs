@@ -124,10 +124,20 @@ fn baton_args(tasks: Vec<PathBuf>, engine: &MockEngine, out: &Path) -> EvalArgs 
 
 /// Runs `command` through the baton agent in one trial and returns what the model saw of it.
 fn baton_runs(command: &str) -> String {
+    baton_runs_in(command, false)
+}
+
+fn baton_runs_in(command: &str, internet: bool) -> String {
     let command = command.to_string();
     let engine = engine_running(move |_| command.clone());
     let root = tempfile::tempdir().unwrap();
     let t = task(root.path(), "probe", "Run the probe.");
+    if internet {
+        write(
+            &t.join("task.toml"),
+            "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n[environment]\nallow_internet = true\n",
+        );
+    }
     let out = tempfile::tempdir().unwrap();
     let report = run(baton_args(vec![t], &engine, out.path()));
     let trial = &report.trials[0];
@@ -495,4 +505,14 @@ fn host_homes_run_sockets_and_password_hashes_are_not_in_the_trial() {
         "the script ran: {stdout}"
     );
     assert!(!stdout.contains("PRESENT:"), "{stdout}");
+}
+
+/// A task that allows the internet shares the host network, so the gateway listens on the
+/// host's loopback: the agent still reaches its engine and its commands still get no key.
+#[test]
+fn an_online_task_reaches_its_engine_through_the_gateway_without_a_key() {
+    // `baton_runs_in` asserts that the agent finished its turn with the engine.
+    let seen = baton_runs_in("env; echo PROBE_END", true);
+    assert!(seen.contains("HOME=/root"), "{seen}");
+    assert!(!seen.contains("API_KEY"), "{seen}");
 }
