@@ -20,6 +20,8 @@ pub const TRIAL_PORT: u16 = 18080;
 /// The largest request head and body the gateway forwards.
 const MAX_HEAD: usize = 64 * 1024;
 const MAX_BODY: usize = 64 * 1024 * 1024;
+/// Requests the gateway serves at once (an agent makes one or two).
+const MAX_CONNECTIONS: usize = 16;
 
 /// Why the gateway could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -180,8 +182,14 @@ fn serve(
         else {
             return;
         };
+        // Bounds what a trial can make the runner hold: requests in flight, each at most
+        // MAX_HEAD + MAX_BODY bytes.
+        let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         let accept = async {
             loop {
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    return;
+                };
                 let Ok((sock, _)) = listener.accept().await else {
                     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                     continue;
@@ -190,6 +198,7 @@ fn serve(
                 let up = upstream.clone();
                 tokio::spawn(async move {
                     let _ = forward(sock, &client, &up).await;
+                    drop(permit);
                 });
             }
         };
