@@ -516,3 +516,30 @@ fn an_online_task_reaches_its_engine_through_the_gateway_without_a_key() {
     assert!(seen.contains("HOME=/root"), "{seen}");
     assert!(!seen.contains("API_KEY"), "{seen}");
 }
+
+/// With `--isolation none` the agent runs on the host; it still gets its endpoint only through
+/// the gateway (on the host's loopback) and no key in its environment.
+#[test]
+fn plain_folder_trials_reach_the_engine_through_the_gateway() {
+    let engine = engine_running(|_| "env; echo PROBE_END".to_string());
+    let root = tempfile::tempdir().unwrap();
+    let t = task(root.path(), "plain", "Run the probe.");
+    let out = tempfile::tempdir().unwrap();
+    let mut a = baton_args(vec![t], &engine, out.path());
+    a.isolation = IsolationChoice::None;
+    let report = run(a);
+    let trial = &report.trials[0];
+    assert_eq!(trial.isolation, "plain");
+    assert_eq!(
+        trial.agent_exit.exit_code,
+        Some(0),
+        "{:?}",
+        trial.exception_info
+    );
+    let seen = tool_outputs(&engine, "PROBE_END");
+    assert!(seen.contains("PROBE_END"), "{seen}");
+    assert!(
+        !seen.contains(&engine.url()),
+        "the agent was given the engine itself: {seen}"
+    );
+}
