@@ -34,7 +34,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Frontends: the protocol, their options, saved sessions; never each other.
     ("exec", &["protocol", "config", "session"]),
     ("tui", &["protocol", "config", "session"]),
-    ("eval", &["protocol", "config", "session"]),
+    // Trials reuse the sandbox's seccomp filter.
+    ("eval", &["protocol", "config", "session", "sandbox"]),
     // The command line parses and dispatches: it may see everything.
     (
         "cli",

@@ -1,10 +1,18 @@
 //! Per-trial isolation: a bubblewrap sandbox where the trial's folders appear at `/app`, `/root`,
-//! `/tmp`, `/logs/...`, `/tests` and `/solution` over a read-only host system; or, where bwrap
-//! cannot create namespaces, plain per-trial folders with those paths rewritten.
+//! `/tmp`, `/logs/...`, `/tests` and `/solution` over a read-only host system, in its own user
+//! (root inside, no capabilities outside), PID, IPC, UTS and network namespaces, with every
+//! capability dropped and a seccomp filter; or, where bwrap cannot create namespaces, plain
+//! per-trial folders with those paths rewritten.
 
 use std::collections::BTreeMap;
+use std::io::{Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use super::gateway::Gateway;
 
 /// What the user asked for with `--isolation`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +139,9 @@ pub struct Phase<'a> {
     pub setup: bool,
     pub build_context: Option<&'a Path>,
     pub env: BTreeMap<String, String>,
+    /// The agent's model gateway: with `network` off, the phase's own network namespace holds
+    /// the gateway's listener and nothing else.
+    pub gateway: Option<&'a Gateway>,
 }
 
 /// How trials are isolated on this machine.
@@ -143,6 +154,8 @@ pub struct Isolation {
     shared: Vec<PathBuf>,
     /// Toolchain env (RUSTUP_HOME …) that keeps host tools working under a fresh HOME.
     tool_env: BTreeMap<String, String>,
+    /// The trials' seccomp program as bwrap reads it (`--seccomp FD`).
+    seccomp: Arc<Vec<u8>>,
 }
 
 /// Why bubblewrap cannot sandbox trials on this machine (found by a probe sandbox).
@@ -160,13 +173,89 @@ pub enum IsolationError {
     /// `bwrap` runs but cannot create the namespaces (a container, a locked-down kernel).
     #[error("bwrap cannot create a sandbox here: {stderr}")]
     SandboxRefused { stderr: String },
+    /// The seccomp program for trials could not be compiled.
+    #[error("cannot build the trials' seccomp filter: {0}")]
+    Seccomp(String),
 }
 
-/// Top-level host folders visible read-only in the sandbox.
-const SYSTEM_DIRS: &[&str] = &[
-    "usr", "etc", "opt", "var", "srv", "home", "mnt", "media", "run", "sys", "boot",
-];
+/// Top-level host folders visible read-only in the sandbox. Not `/home`, `/root`, `/run`,
+/// `/mnt`, `/media`, `/srv`, `/boot`: users' files, service sockets and mounted data.
+const SYSTEM_DIRS: &[&str] = &["usr", "etc", "opt", "var", "sys"];
 const SYSTEM_LINKS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// Host files inside the visible system folders that a trial's root (the host's uid) could
+/// otherwise read: password hashes and the host's SSH keys. Each is covered by an empty file.
+const HIDDEN_HOST_FILES: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/security/opasswd",
+];
+
+/// Names of credential files and folders that are covered wherever they sit in a toolchain
+/// folder bound into the trial.
+const CREDENTIAL_NAMES: &[&str] = &[
+    "credentials",
+    "credentials.toml",
+    ".credentials.toml",
+    ".pypirc",
+    ".npmrc",
+    ".netrc",
+    ".git-credentials",
+    ".ssh",
+    ".aws",
+    ".docker",
+    ".gnupg",
+    ".config",
+];
+
+/// The fd number bwrap reads the seccomp program from.
+const SECCOMP_FD: i32 = 200;
+
+/// Syscalls a trial may not make on top of what every sandboxed command is denied: the new
+/// mount API (it changes mount flags without `mount(2)`), fanotify, host clock and names,
+/// the kernel log, accounting, quotas and port I/O.
+const TRIAL_DENIED: &[(&str, libc::c_long)] = &[
+    ("mount_setattr", libc::SYS_mount_setattr),
+    ("open_tree", libc::SYS_open_tree),
+    ("move_mount", libc::SYS_move_mount),
+    ("fsopen", libc::SYS_fsopen),
+    ("fsconfig", libc::SYS_fsconfig),
+    ("fsmount", libc::SYS_fsmount),
+    ("fspick", libc::SYS_fspick),
+    ("fanotify_init", libc::SYS_fanotify_init),
+    ("clock_settime", libc::SYS_clock_settime),
+    ("clock_adjtime", libc::SYS_clock_adjtime),
+    ("settimeofday", libc::SYS_settimeofday),
+    ("adjtimex", libc::SYS_adjtimex),
+    ("sethostname", libc::SYS_sethostname),
+    ("setdomainname", libc::SYS_setdomainname),
+    ("syslog", libc::SYS_syslog),
+    ("acct", libc::SYS_acct),
+    ("quotactl", libc::SYS_quotactl),
+    ("vhangup", libc::SYS_vhangup),
+    #[cfg(target_arch = "x86_64")]
+    ("iopl", libc::SYS_iopl),
+    #[cfg(target_arch = "x86_64")]
+    ("ioperm", libc::SYS_ioperm),
+];
+
+/// The trials' seccomp program, serialised as the `struct sock_filter` array bwrap expects.
+fn trial_seccomp() -> Result<Vec<u8>, IsolationError> {
+    // Sockets stay allowed: the network namespace decides what a socket can reach.
+    let program = crate::sandbox::syscall_filter::build_filter_denying(true, TRIAL_DENIED)
+        .map_err(|e| IsolationError::Seccomp(e.to_string()))?;
+    let mut bytes = Vec::with_capacity(program.len() * 8);
+    for insn in &program {
+        bytes.extend_from_slice(&insn.code.to_ne_bytes());
+        bytes.push(insn.jt);
+        bytes.push(insn.jf);
+        bytes.extend_from_slice(&insn.k.to_ne_bytes());
+    }
+    Ok(bytes)
+}
 
 impl Isolation {
     /// Decides between bwrap and plain folders, probing bwrap with a real sandbox.
@@ -180,6 +269,7 @@ impl Isolation {
             fallback_reason: None,
             shared: shared.into_iter().filter(|p| p.exists()).collect(),
             tool_env: toolchain_env(),
+            seccomp: Arc::new(trial_seccomp()?),
         };
         if choice == IsolationChoice::None {
             iso.kind = IsolationKind::Plain;
@@ -210,6 +300,7 @@ impl Isolation {
             setup: false,
             build_context: None,
             env: BTreeMap::new(),
+            gateway: None,
         };
         let mut cmd = self.command(&phase, "sh", &["-c".into(), "touch /app/.probe".into()]);
         let out = cmd
@@ -247,17 +338,31 @@ impl Isolation {
         env
     }
 
+    /// The bwrap command of one phase. Beyond the filesystem layout (system folders read-only,
+    /// the trial's folders writable, toolchains read-only without their credentials, `/run`
+    /// and the users' homes absent), it adds, in this order:
+    /// - a user namespace mapping uid/gid 0 inside to the caller outside (`--unshare-user
+    ///   --uid 0 --gid 0`): tasks run as root but hold no capability over the host, and
+    ///   `--disable-userns` keeps them from making another user namespace;
+    /// - `--cap-drop ALL`, so even in its own namespaces root cannot mount, set the clock or
+    ///   hostname, make device nodes or change the network;
+    /// - the seccomp program of [`trial_seccomp`] (`--seccomp FD`, after bwrap's own setup);
+    /// - new PID, IPC, UTS and cgroup namespaces, and a network namespace of its own: empty
+    ///   (`--unshare-net`), holding only the model gateway's listener (created before bwrap
+    ///   runs, see [`super::gateway::NetnsSetup`]), or the host's when the task allows the
+    ///   internet;
+    /// - `--die-with-parent`, `--new-session`, a cleared environment (bwrap's own too: its
+    ///   pid 1 is visible in the trial) and no inherited descriptor beyond stdio.
     fn bwrap_command(&self, phase: &Phase, program: &str, args: &[String]) -> Command {
         let p = phase.paths;
         let mut cmd = Command::new("bwrap");
-        let arg = |cmd: &mut Command, parts: &[&str]| {
-            cmd.args(parts);
-        };
+        // bwrap's own processes (pid 1 of the trial among them) keep the environment they were
+        // started with, readable in the trial's `/proc/1/environ`: give them nothing.
+        cmd.env_clear();
         for dir in SYSTEM_DIRS {
             let host = Path::new("/").join(dir);
             if host.is_dir() {
-                let s = host.to_string_lossy().into_owned();
-                arg(&mut cmd, &["--ro-bind", &s, &s]);
+                cmd.arg("--ro-bind").arg(&host).arg(&host);
             }
         }
         for link in SYSTEM_LINKS {
@@ -268,11 +373,30 @@ impl Isolation {
                 cmd.arg("--ro-bind").arg(&host).arg(&host);
             }
         }
+        for file in HIDDEN_HOST_FILES {
+            if Path::new(file).is_file() {
+                cmd.args(["--ro-bind", "/dev/null", file]);
+            }
+        }
+        hide_ssh_host_keys(&mut cmd);
+        // `/var/run` is usually a link to the absent `/run`; a real folder holds sockets.
+        if std::fs::symlink_metadata("/var/run").is_ok_and(|m| m.is_dir()) {
+            cmd.args(["--tmpfs", "/var/run"]);
+        }
+        if phase.network {
+            // DNS often lives under /run (systemd-resolved); keep only that file.
+            if let Ok(resolv) = std::fs::canonicalize("/etc/resolv.conf")
+                && resolv.starts_with("/run")
+            {
+                cmd.arg("--ro-bind").arg(&resolv).arg(&resolv);
+            }
+        }
         cmd.args(["--dev", "/dev", "--proc", "/proc"]);
         cmd.arg("--bind").arg(&p.tmp).arg("/tmp");
         cmd.arg("--bind").arg(&p.home).arg("/root");
         for host in self.home_toolchains().iter().chain(&self.shared) {
             cmd.arg("--ro-bind").arg(host).arg(host);
+            hide_credentials(&mut cmd, host);
         }
         cmd.arg("--bind").arg(&p.app).arg("/app");
         cmd.arg("--bind").arg(&p.agent_logs).arg("/logs/agent");
@@ -293,13 +417,29 @@ impl Isolation {
             cmd.arg("--ro-bind").arg(ctx).arg("/environment");
         }
         cmd.args([
+            "--unshare-user",
+            "--uid",
+            "0",
+            "--gid",
+            "0",
+            "--disable-userns",
+            "--cap-drop",
+            "ALL",
             "--unshare-pid",
             "--unshare-ipc",
             "--unshare-uts",
             "--unshare-cgroup-try",
         ]);
-        if !phase.network {
+        let netns = match phase.gateway {
+            Some(g) if !phase.network => g.netns_setup(),
+            _ => None,
+        };
+        if !phase.network && netns.is_none() {
             cmd.arg("--unshare-net");
+        }
+        let seccomp = seccomp_file(&self.seccomp);
+        if seccomp.is_some() {
+            cmd.args(["--seccomp", &SECCOMP_FD.to_string()]);
         }
         cmd.args([
             "--hostname",
@@ -316,6 +456,26 @@ impl Isolation {
             cmd.arg("--setenv").arg(k).arg(v);
         }
         cmd.arg("--").arg(program).args(args);
+        // SAFETY: the closure only makes syscalls (dup2, and the namespace setup, which is
+        // async-signal-safe by construction) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                match &seccomp {
+                    Some(f) => {
+                        if libc::dup2(f.as_raw_fd(), SECCOMP_FD) < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    // No program file: refuse to start rather than run unfiltered.
+                    None => return Err(std::io::Error::from_raw_os_error(libc::ENOMEM)),
+                }
+                if let Some(setup) = &netns {
+                    setup.run()?;
+                }
+                close_inherited_fds();
+                Ok(())
+            });
+        }
         cmd
     }
 
@@ -344,29 +504,105 @@ impl Isolation {
         rewrite_paths(&paths.mapping(build_context), text)
     }
 
-    /// Folders under the host HOME that hold tools on PATH (~/.cargo, ~/.pyenv, ~/.rustup):
-    /// the trial's fresh HOME would hide them otherwise.
+    /// Folders under the host HOME that the trial's tools need, read-only: the PATH entries
+    /// there (`~/.cargo/bin`, `~/.pyenv/shims` …), the toolchains they run (`~/.rustup`,
+    /// `~/.pyenv`) and cargo's download caches; never the rest of `~/.cargo` (credentials,
+    /// config with tokens) nor any other dotfile.
     fn home_toolchains(&self) -> Vec<PathBuf> {
         let Some(home) = dirs::home_dir().filter(|h| h != Path::new("/")) else {
             return Vec::new();
         };
-        let mut found: Vec<PathBuf> = std::env::var("PATH")
+        let path_entries: Vec<PathBuf> = std::env::var("PATH")
             .unwrap_or_default()
             .split(':')
-            .filter_map(|entry| {
-                Path::new(entry)
-                    .strip_prefix(&home)
-                    .ok()
-                    .map(|rest| rest.to_path_buf())
-            })
-            .filter_map(|rest| rest.components().next().map(|c| home.join(c)))
-            .chain([home.join(".rustup")])
-            .filter(|p| p.is_dir())
+            .map(PathBuf::from)
+            .filter(|p| p.starts_with(&home) && p != &home)
             .collect();
+        let mut found: Vec<PathBuf> = Vec::new();
+        for toolchain in [".rustup", ".pyenv"] {
+            let root = home.join(toolchain);
+            let on_path = path_entries.iter().any(|p| p.starts_with(&root));
+            if on_path || toolchain == ".rustup" {
+                found.push(root);
+            }
+        }
+        if path_entries
+            .iter()
+            .any(|p| p.starts_with(home.join(".cargo")))
+        {
+            for cache in ["registry", "git"] {
+                found.push(home.join(".cargo").join(cache));
+            }
+        }
+        for entry in path_entries {
+            if !found.iter().any(|f| entry.starts_with(f)) {
+                found.push(entry);
+            }
+        }
+        found.retain(|p| p.is_dir());
         found.sort();
         found.dedup();
         found
     }
+}
+
+/// Covers credential files and folders that sit at the top of a folder bound into the trial.
+fn hide_credentials(cmd: &mut Command, dir: &Path) {
+    for name in CREDENTIAL_NAMES {
+        let path = dir.join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => {
+                cmd.arg("--tmpfs").arg(&path);
+            }
+            Ok(_) => {
+                cmd.arg("--ro-bind").arg("/dev/null").arg(&path);
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// The host's SSH private keys under `/etc/ssh` (readable by the host's root, which is what a
+/// trial run by root is mapped to).
+fn hide_ssh_host_keys(cmd: &mut Command) {
+    let Ok(entries) = std::fs::read_dir("/etc/ssh") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("ssh_host_") && name.ends_with("_key") {
+            cmd.arg("--ro-bind").arg("/dev/null").arg(e.path());
+        }
+    }
+}
+
+/// Marks every descriptor but stdio and the seccomp program close-on-exec, so that nothing
+/// the runner inherited (`baton eval … 7>>file`) reaches the trial. Only syscalls: it runs
+/// between fork and exec.
+fn close_inherited_fds() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    for (first, last) in [
+        (3, SECCOMP_FD as u32 - 1),
+        (SECCOMP_FD as u32 + 1, u32::MAX),
+    ] {
+        // SAFETY: close_range only changes descriptor flags.
+        let r = unsafe { libc::syscall(libc::SYS_close_range, first, last, CLOSE_RANGE_CLOEXEC) };
+        if r != 0 {
+            // Kernels before 5.11: the descriptors a process usually has.
+            for fd in first..last.min(4096) {
+                // SAFETY: fcntl on a descriptor number that may be unused (EBADF is fine).
+                unsafe { libc::fcntl(fd as i32, libc::F_SETFD, libc::FD_CLOEXEC) };
+            }
+        }
+    }
+}
+
+/// An anonymous file holding the seccomp program, for one bwrap to read.
+fn seccomp_file(program: &[u8]) -> Option<std::fs::File> {
+    let mut f = tempfile::tempfile().ok()?;
+    f.write_all(program).ok()?;
+    f.rewind().ok()?;
+    Some(f)
 }
 
 fn toolchain_env() -> BTreeMap<String, String> {

@@ -1,7 +1,7 @@
 //! `baton eval`: runs Terminal-Bench / Harbor format tasks and scores them.
 //!
 //! A job loads task folders ([`task`]), runs each trial in a fresh sandbox ([`isolation`],
-//! [`trial`]) with a bounded worker pool ([`job`]), reads the verifier's reward ([`reward`]),
+//! [`trial`]; the agent's model key stays outside, in [`gateway`]) with a bounded worker pool ([`job`]), reads the verifier's reward ([`reward`]),
 //! turns baton's event stream into figures and an ATIF trajectory ([`events`], [`atif`]) and
 //! prints a summary ([`report`]). Errors are typed values ([`error`]). See docs/eval.md.
 
@@ -10,6 +10,7 @@ pub(crate) mod dockerfile;
 pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod fsutil;
+pub(crate) mod gateway;
 pub mod isolation;
 pub mod job;
 pub(crate) mod process;

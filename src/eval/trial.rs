@@ -13,6 +13,7 @@ use serde::Serialize;
 use super::atif;
 use super::events::{self, EventStats, HopLatency, HopRecord, Tokens};
 use super::fsutil::{copy_tree, remove_tree};
+use super::gateway::{Gateway, GatewayError};
 use super::isolation::{Isolation, Phase, TrialPaths};
 use super::process::{self, Exit, Outcome};
 use super::reward;
@@ -319,6 +320,7 @@ fn trial_phases(
             setup: true,
             build_context: ctx,
             env: env.clone(),
+            gateway: None,
         };
         let cmd = iso.command(&phase, "bash", &["/setup/setup.sh".into()]);
         let (out, err) = log_files(&paths.root.join("setup.log")).map_err(|e| {
@@ -365,6 +367,8 @@ fn trial_phases(
     let _ = std::fs::write(paths.agent_logs.join("instruction.md"), &instruction);
     let agent_limit = scaled(task.agent_timeout, settings.timeout_multiplier);
     let stdout_path = paths.agent_logs.join("stdout.txt");
+    // Lives until the agent has exited: the agent's only way to its model endpoint.
+    let mut gateway: Option<Gateway> = None;
     let (program, args, network, solution) = match &settings.agent {
         AgentKind::Nop => (None, Vec::new(), task.allow_internet, false),
         AgentKind::Oracle => {
@@ -412,16 +416,13 @@ fn trial_phases(
             extra_args,
             pass_env,
         } => {
-            for key in pass_env {
-                if let Ok(v) = std::env::var(key) {
-                    agent_env.insert(key.clone(), v);
-                }
-            }
-            for (k, v) in std::env::vars() {
-                if k.starts_with("BATON_") || k.starts_with("OPENAI_") {
-                    agent_env.entry(k).or_insert(v);
-                }
-            }
+            // Plain folders share the host network: the gateway listens on its loopback then.
+            let host_network =
+                task.allow_internet || iso.kind == super::isolation::IsolationKind::Plain;
+            let agent = baton_agent_setup(extra_args, pass_env, host_network)
+                .map_err(|e| infra(r, "AgentSetupError", e.to_string()))?;
+            agent_env.extend(agent.env);
+            gateway = agent.gateway;
             let mut args = vec![
                 "--exec".to_string(),
                 "--json".into(),
@@ -434,15 +435,14 @@ fn trial_phases(
                 "--session-dir".into(),
                 "/logs/agent/sessions".into(),
             ];
-            args.extend(extra_args.iter().cloned());
+            args.extend(agent.extra_args);
             // After `--` the instruction is the prompt even when it starts with a dash.
             args.push("--".into());
             args.push(instruction.clone());
-            // The agent reaches its model endpoint over the network, whatever the task allows.
             (
                 Some(binary.to_string_lossy().into_owned()),
                 args,
-                true,
+                task.allow_internet,
                 false,
             )
         }
@@ -457,6 +457,7 @@ fn trial_phases(
             setup: false,
             build_context: None,
             env: agent_env.clone(),
+            gateway: gateway.as_ref(),
         };
         let cmd = iso.command(&phase, &program, &args);
         let out = File::create(&stdout_path);
@@ -472,6 +473,7 @@ fn trial_phases(
             }
         };
         let outcome = process::run(cmd, agent_limit, out, err);
+        drop(gateway.take());
         *process_time += outcome.duration;
         r.timings.agent_execution = Some(PhaseTiming::from(&outcome));
         match &outcome.exit {
@@ -530,6 +532,116 @@ fn trial_phases(
     }
 }
 
+/// What the `baton` agent is given instead of the host's key and endpoint.
+struct BatonAgentSetup {
+    /// `BATON_*` variables without any that holds a credential, and the `--pass-env` ones; the
+    /// endpoint, when it came from the environment, points at the gateway.
+    env: BTreeMap<String, String>,
+    /// The extra arguments, with `--endpoint` pointing at the gateway.
+    extra_args: Vec<String>,
+    gateway: Option<Gateway>,
+}
+
+/// Whether a variable's name says it holds a credential; such variables never enter a trial.
+fn is_secret_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    [
+        "KEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "CREDENTIAL",
+        "AUTH",
+    ]
+    .iter()
+    .any(|w| upper.contains(w))
+}
+
+/// The value of `--flag V` or `--flag=V` in `args` (the last one wins, as in clap).
+fn flag_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    let mut found = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == flag {
+            found = it.next().map(String::as_str);
+        } else if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+            found = Some(v);
+        }
+    }
+    found
+}
+
+/// `args` with every `--flag` value replaced by `value`.
+fn replace_flag(args: &[String], flag: &str, value: &str) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == flag {
+            out.push(a.clone());
+            if it.next().is_some() {
+                out.push(value.to_string());
+            }
+        } else if a.starts_with(&format!("{flag}=")) {
+            out.push(format!("{flag}={value}"));
+        } else {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+/// Finds the endpoint and key the agent would use (flags first, then `BATON_*`), starts a
+/// gateway that holds the key, and gives the agent the gateway's URL and no credential.
+fn baton_agent_setup(
+    extra_args: &[String],
+    pass_env: &[String],
+    host_network: bool,
+) -> Result<BatonAgentSetup, GatewayError> {
+    let key_var = flag_value(extra_args, "--api-key-env")
+        .map(str::to_string)
+        .or_else(|| std::env::var("BATON_API_KEY_ENV").ok())
+        .unwrap_or_else(|| "BATON_API_KEY".into());
+    let key = std::env::var(&key_var)
+        .ok()
+        .filter(|k| !k.trim().is_empty());
+    let mut env = BTreeMap::new();
+    for (k, v) in std::env::vars() {
+        // `--pass-env` names are the user's explicit choice; the automatic `BATON_*` set
+        // leaves out anything that looks like a credential.
+        let wanted = pass_env.contains(&k) || (k.starts_with("BATON_") && !is_secret_name(&k));
+        if wanted && k != key_var && k != "BATON_API_KEY" {
+            env.insert(k, v);
+        }
+    }
+    let from_args = flag_value(extra_args, "--endpoint").map(str::to_string);
+    let endpoint = from_args
+        .clone()
+        .or_else(|| env.get("BATON_ENDPOINT").cloned());
+    let Some(endpoint) = endpoint else {
+        return Ok(BatonAgentSetup {
+            env,
+            extra_args: extra_args.to_vec(),
+            gateway: None,
+        });
+    };
+    let gateway = Gateway::start(&endpoint, key, host_network)?;
+    let url = gateway.trial_url().to_string();
+    if env.contains_key("BATON_ENDPOINT") {
+        env.insert("BATON_ENDPOINT".into(), url.clone());
+    }
+    let extra_args = if from_args.is_some() {
+        replace_flag(extra_args, "--endpoint", &url)
+    } else {
+        extra_args.to_vec()
+    };
+    Ok(BatonAgentSetup {
+        env,
+        extra_args,
+        gateway: Some(gateway),
+    })
+}
+
 fn run_verifier(
     task: &Task,
     paths: &TrialPaths,
@@ -572,6 +684,7 @@ fn run_verifier(
         setup: false,
         build_context: None,
         env,
+        gateway: None,
     };
     let cmd = iso.command(&phase, "bash", &[format!("/tests/{}", task.test_entry)]);
     let out_path = paths.verifier_logs.join("test-stdout.txt");

@@ -59,9 +59,18 @@ fn target_arch() -> Result<TargetArch, SandboxError> {
 
 /// Compiles the filter for a policy. The program is applied in the child with `seccomp(2)`.
 pub fn build_filter(network: bool) -> Result<BpfProgram, SandboxError> {
+    build_filter_denying(network, &[])
+}
+
+/// [`build_filter`] that also denies `extra` (name, number) syscalls, for callers whose
+/// processes must give up more than a command does (evaluation trials).
+pub fn build_filter_denying(
+    network: bool,
+    extra: &[(&str, libc::c_long)],
+) -> Result<BpfProgram, SandboxError> {
     let err = |e: seccompiler::BackendError| SandboxError::Setup(format!("seccomp filter: {e}"));
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for (_, nr) in ALWAYS_DENIED {
+    for (_, nr) in ALWAYS_DENIED.iter().chain(extra) {
         rules.insert(*nr, Vec::new());
     }
     if !network {

@@ -1,0 +1,577 @@
+//! The model gateway of a `baton` agent trial: an HTTP proxy run by the runner on the host side
+//! that forwards the agent's requests to the real endpoint and adds the API key there, so the
+//! key never exists inside the trial. With the trial in its own network namespace, the
+//! gateway's listening socket is created inside that namespace (between fork and exec of bwrap)
+//! and handed back to the runner over a unix socket pair; the trial reaches nothing else.
+
+use std::io;
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The port the gateway listens on inside a trial's private network namespace (nothing else
+/// lives there, so a fixed port cannot collide).
+pub const TRIAL_PORT: u16 = 18080;
+
+/// The largest request head and body the gateway forwards.
+const MAX_HEAD: usize = 64 * 1024;
+const MAX_BODY: usize = 64 * 1024 * 1024;
+/// Requests the gateway serves at once (an agent makes one or two).
+const MAX_CONNECTIONS: usize = 16;
+
+/// Why the gateway could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("the model endpoint '{0}' is not an http(s) URL")]
+    BadEndpoint(String),
+    #[error("cannot set up the model gateway: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Where the real endpoint is and what the trial's agent uses instead.
+#[derive(Debug)]
+struct Upstream {
+    /// `scheme://host:port`.
+    origin: String,
+    /// The endpoint's path without a trailing slash (`/v1`), which every request must start with.
+    base_path: String,
+    key: Option<String>,
+}
+
+/// A running gateway for one agent phase. Dropping it stops the proxy.
+#[derive(Debug)]
+pub struct Gateway {
+    upstream: Arc<Upstream>,
+    /// The URL the agent inside the trial is given.
+    trial_url: String,
+    /// The end a trial's setup sends its listening socket through (isolated namespace only).
+    child_end: Option<UnixStream>,
+    waker: Option<UnixStream>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Gateway {
+    /// Starts a gateway to `endpoint` that adds `key`. With `host_network`, it listens on the
+    /// host's loopback (the trial shares the host network); otherwise it waits for the listening
+    /// socket that [`NetnsSetup`] creates inside the trial's own network namespace.
+    pub fn start(
+        endpoint: &str,
+        key: Option<String>,
+        host_network: bool,
+    ) -> Result<Gateway, GatewayError> {
+        let url = reqwest::Url::parse(endpoint)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+            .ok_or_else(|| GatewayError::BadEndpoint(endpoint.to_string()))?;
+        let base_path = url.path().trim_end_matches('/').to_string();
+        let upstream = Arc::new(Upstream {
+            origin: url.origin().ascii_serialization(),
+            base_path,
+            key,
+        });
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+        let (source, child_end, waker, port) = if host_network {
+            let listener = TcpListener::bind(("127.0.0.1", 0))?;
+            let port = listener.local_addr()?.port();
+            (ListenerSource::Ready(listener), None, None, port)
+        } else {
+            let (parent, child) = UnixStream::pair()?;
+            let waker = parent.try_clone()?;
+            (
+                ListenerSource::Handoff(parent),
+                Some(child),
+                Some(waker),
+                TRIAL_PORT,
+            )
+        };
+        let trial_url = format!("http://127.0.0.1:{port}{}", upstream.base_path);
+        let up = upstream.clone();
+        let thread = std::thread::Builder::new()
+            .name("eval-gateway".into())
+            .spawn(move || serve(source, up, stop_rx))?;
+        Ok(Gateway {
+            upstream,
+            trial_url,
+            child_end,
+            waker,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// The endpoint URL the agent inside the trial must use.
+    pub fn trial_url(&self) -> &str {
+        &self.trial_url
+    }
+
+    /// What the child of bwrap must do before exec so that the trial's own network namespace
+    /// holds the gateway's listener; `None` when the gateway listens on the host.
+    pub fn netns_setup(&self) -> Option<NetnsSetup> {
+        let child = self.child_end.as_ref()?;
+        // SAFETY: getuid/getgid cannot fail and touch no memory.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Some(NetnsSetup {
+            send_fd: child.as_raw_fd(),
+            root: uid == 0,
+            uid_map: format!("{uid} {uid} 1").into_bytes(),
+            gid_map: format!("{gid} {gid} 1").into_bytes(),
+        })
+    }
+
+    /// Whether requests go to the host named in the endpoint, for messages.
+    pub fn upstream_origin(&self) -> &str {
+        &self.upstream.origin
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        // A trial that never started leaves the serving thread waiting for its socket.
+        self.child_end = None;
+        if let Some(w) = self.waker.take() {
+            let _ = w.shutdown(std::net::Shutdown::Both);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+enum ListenerSource {
+    Ready(TcpListener),
+    Handoff(UnixStream),
+}
+
+fn serve(
+    source: ListenerSource,
+    upstream: Arc<Upstream>,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) {
+    let listener = match source {
+        ListenerSource::Ready(l) => l,
+        ListenerSource::Handoff(parent) => match receive_fd(&parent) {
+            Some(fd) => TcpListener::from(fd),
+            None => return,
+        },
+    };
+    if listener.set_nonblocking(true).is_err() {
+        return;
+    }
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    rt.block_on(async move {
+        let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+            return;
+        };
+        let Ok(client) = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(std::time::Duration::from_secs(30))
+            .build()
+        else {
+            return;
+        };
+        // Bounds what a trial can make the runner hold: requests in flight, each at most
+        // MAX_HEAD + MAX_BODY bytes.
+        let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        let accept = async {
+            loop {
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    return;
+                };
+                let Ok((sock, _)) = listener.accept().await else {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                };
+                let client = client.clone();
+                let up = upstream.clone();
+                tokio::spawn(async move {
+                    let _ = forward(sock, &client, &up).await;
+                    drop(permit);
+                });
+            }
+        };
+        tokio::select! {
+            _ = stop => {}
+            _ = accept => {}
+        }
+    });
+}
+
+/// Headers never forwarded upstream: hop-by-hop ones, the client's own idea of the host, and
+/// any credential the trial made up.
+fn dropped_request_header(name: &str) -> bool {
+    matches!(
+        name.to_ascii_lowercase().as_str(),
+        "host"
+            | "authorization"
+            | "proxy-authorization"
+            | "connection"
+            | "keep-alive"
+            | "content-length"
+            | "transfer-encoding"
+            | "te"
+            | "trailer"
+            | "upgrade"
+            | "proxy-connection"
+    )
+}
+
+fn dropped_response_header(name: &str) -> bool {
+    matches!(
+        name.to_ascii_lowercase().as_str(),
+        "connection" | "keep-alive" | "content-length" | "transfer-encoding" | "trailer"
+    )
+}
+
+/// One request per connection: read it, send it upstream with the key, stream the answer back
+/// with `Connection: close`.
+async fn forward(
+    mut sock: tokio::net::TcpStream,
+    client: &reqwest::Client,
+    up: &Upstream,
+) -> io::Result<()> {
+    let mut buf = Vec::with_capacity(8192);
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if buf.len() > MAX_HEAD {
+            return reply(&mut sock, 431, "request head too large").await;
+        }
+        let mut chunk = [0u8; 8192];
+        let n = sock.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let mut request_line = lines.next().unwrap_or_default().split(' ');
+    let (method, target) = (
+        request_line.next().unwrap_or_default(),
+        request_line.next().unwrap_or_default(),
+    );
+    // Only paths of the configured endpoint, judged after `..` and `%2e` are resolved: the
+    // gateway is no open proxy to other hosts or to the rest of the endpoint's server.
+    let Some(url) = forward_url(up, target) else {
+        return reply(
+            &mut sock,
+            403,
+            "the gateway forwards only the model endpoint",
+        )
+        .await;
+    };
+    let Ok(method) = reqwest::Method::from_bytes(method.as_bytes()) else {
+        return reply(&mut sock, 400, "bad method").await;
+    };
+    let mut headers = reqwest::header::HeaderMap::new();
+    let mut content_length = 0usize;
+    for line in lines.filter(|l| !l.is_empty()) {
+        let Some((name, value)) = line.split_once(':') else {
+            return reply(&mut sock, 400, "bad header").await;
+        };
+        let (name, value) = (name.trim(), value.trim());
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            return reply(&mut sock, 411, "send a Content-Length").await;
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            content_length = match value.parse() {
+                Ok(n) if n <= MAX_BODY => n,
+                _ => return reply(&mut sock, 413, "body too large").await,
+            };
+        }
+        if dropped_request_header(name) {
+            continue;
+        }
+        if let (Ok(n), Ok(v)) = (
+            reqwest::header::HeaderName::from_bytes(name.as_bytes()),
+            reqwest::header::HeaderValue::from_str(value),
+        ) {
+            headers.append(n, v);
+        }
+    }
+    let mut body = buf[head_end..].to_vec();
+    while body.len() < content_length {
+        let mut chunk = vec![0u8; (content_length - body.len()).min(64 * 1024)];
+        let n = sock.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    body.truncate(content_length);
+    let mut req = client.request(method, url).headers(headers).body(body);
+    if let Some(key) = &up.key {
+        req = req.bearer_auth(key);
+    }
+    let resp = match req.send().await {
+        Ok(r) => r,
+        Err(_) => return reply(&mut sock, 502, "the model endpoint is unreachable").await,
+    };
+    let status = resp.status();
+    let mut out = format!(
+        "HTTP/1.1 {} {}\r\n",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or("")
+    );
+    for (name, value) in resp.headers() {
+        if dropped_response_header(name.as_str()) {
+            continue;
+        }
+        if let Ok(v) = value.to_str() {
+            out.push_str(&format!("{}: {v}\r\n", name.as_str()));
+        }
+    }
+    out.push_str("connection: close\r\n\r\n");
+    sock.write_all(out.as_bytes()).await?;
+    let mut resp = resp;
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        sock.write_all(&chunk).await?;
+    }
+    sock.shutdown().await
+}
+
+/// The upstream URL for a request target, when it stays on the endpoint's origin and path.
+fn forward_url(up: &Upstream, target: &str) -> Option<reqwest::Url> {
+    if !target.starts_with('/') || target.starts_with("//") {
+        return None;
+    }
+    let url = reqwest::Url::parse(&format!("{}{}", up.origin, target)).ok()?;
+    let path = url.path();
+    let inside = up.base_path.is_empty()
+        || path == up.base_path
+        || path
+            .strip_prefix(up.base_path.as_str())
+            .is_some_and(|rest| rest.starts_with('/'));
+    let lowered = path.to_ascii_lowercase();
+    (inside
+        && url.origin().ascii_serialization() == up.origin
+        && !lowered.contains("%2e")
+        && !lowered.contains("%2f"))
+    .then_some(url)
+}
+
+async fn reply(sock: &mut tokio::net::TcpStream, status: u16, text: &str) -> io::Result<()> {
+    let msg = format!(
+        "HTTP/1.1 {status} gateway\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+        text.len()
+    );
+    sock.write_all(msg.as_bytes()).await?;
+    sock.shutdown().await
+}
+
+/// Runs in the forked child before bwrap is executed: a new network namespace (and, for a user
+/// without privileges, the user namespace that lets it create one) whose loopback is up and
+/// holds the gateway's listener, sent back to the runner. Only async-signal-safe calls: every
+/// buffer was made before the fork.
+#[derive(Debug, Clone)]
+pub struct NetnsSetup {
+    send_fd: RawFd,
+    root: bool,
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+}
+
+impl NetnsSetup {
+    /// # Safety
+    /// Call only in a freshly forked child (it changes the calling process's namespaces).
+    pub unsafe fn run(&self) -> io::Result<()> {
+        let flags = if self.root {
+            libc::CLONE_NEWNET
+        } else {
+            libc::CLONE_NEWUSER | libc::CLONE_NEWNET
+        };
+        // SAFETY: plain syscalls on buffers owned by `self` or the stack.
+        unsafe {
+            check(libc::unshare(flags))?;
+            if !self.root {
+                write_file(c"/proc/self/setgroups", b"deny")?;
+                write_file(c"/proc/self/uid_map", &self.uid_map)?;
+                write_file(c"/proc/self/gid_map", &self.gid_map)?;
+            }
+            loopback_up()?;
+            let l = check(libc::socket(
+                libc::AF_INET,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+            ))?;
+            let addr = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: TRIAL_PORT.to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            check(libc::bind(
+                l,
+                (&raw const addr).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            ))?;
+            check(libc::listen(l, 64))?;
+            let sent = send_fd(self.send_fd, l);
+            libc::close(l);
+            sent
+        }
+    }
+}
+
+fn check(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+unsafe fn write_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
+    // SAFETY: `path` is NUL-terminated, `data` is a live buffer.
+    unsafe {
+        let fd = check(libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC))?;
+        let n = libc::write(fd, data.as_ptr().cast(), data.len());
+        libc::close(fd);
+        if n != data.len() as isize {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+unsafe fn loopback_up() -> io::Result<()> {
+    // SAFETY: an ifreq on the stack, passed to the two interface-flag ioctls.
+    unsafe {
+        let s = check(libc::socket(
+            libc::AF_INET,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            0,
+        ))?;
+        let mut req: libc::ifreq = std::mem::zeroed();
+        req.ifr_name[0] = b'l' as libc::c_char;
+        req.ifr_name[1] = b'o' as libc::c_char;
+        let r = libc::ioctl(s, libc::SIOCGIFFLAGS, &mut req);
+        if r < 0 {
+            libc::close(s);
+            return Err(io::Error::last_os_error());
+        }
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        let r = libc::ioctl(s, libc::SIOCSIFFLAGS, &req);
+        libc::close(s);
+        check(r).map(|_| ())
+    }
+}
+
+unsafe fn send_fd(sock: RawFd, fd: RawFd) -> io::Result<()> {
+    // SAFETY: msghdr, iovec and a control buffer sized with CMSG_SPACE, all on the stack.
+    unsafe {
+        let mut byte = [0u8; 1];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut control = [0u8; 64];
+        let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+        if libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Waits for the listener the trial's setup sends; `None` when the trial never started.
+fn receive_fd(sock: &UnixStream) -> Option<OwnedFd> {
+    // SAFETY: as in `send_fd`; the received descriptor is owned from here on.
+    unsafe {
+        let mut byte = [0u8; 1];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut control = [0u8; 64];
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = control.len() as _;
+        let n = libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+        if n <= 0 {
+            return None;
+        }
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null()
+            || (*cmsg).cmsg_level != libc::SOL_SOCKET
+            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
+        {
+            return None;
+        }
+        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
+        (fd >= 0).then(|| OwnedFd::from_raw_fd(fd))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_endpoint_path_is_forwarded_and_credentials_are_replaced() {
+        assert!(dropped_request_header("Authorization"));
+        assert!(dropped_request_header("host"));
+        assert!(!dropped_request_header("content-type"));
+        assert!(matches!(
+            Gateway::start("unix:/x", None, true),
+            Err(GatewayError::BadEndpoint(_))
+        ));
+        let g = Gateway::start("http://127.0.0.1:9/v1/", Some("k".into()), true).unwrap();
+        assert!(g.trial_url().starts_with("http://127.0.0.1:"));
+        assert!(g.trial_url().ends_with("/v1"));
+        assert!(g.netns_setup().is_none());
+        let up = Upstream {
+            origin: "http://127.0.0.1:9".into(),
+            base_path: "/v1".into(),
+            key: None,
+        };
+        let ok = |t: &str| forward_url(&up, t).map(|u| u.to_string());
+        assert_eq!(
+            ok("/v1/chat/completions?x=1").as_deref(),
+            Some("http://127.0.0.1:9/v1/chat/completions?x=1")
+        );
+        assert!(ok("/v1").is_some());
+        for bad in [
+            "/v1/../admin",
+            "/v1/%2e%2e/admin",
+            "/v1x",
+            "/admin",
+            "//evil.example/v1",
+            "http://evil.example/v1",
+            "/v1/..%2fadmin",
+        ] {
+            assert_eq!(ok(bad), None, "{bad}");
+        }
+    }
+}
