@@ -132,6 +132,18 @@ async fn ask(
                 offered.clone()
             },
         },
+        // Shown as what is typed, control keys spelled out; where it goes stands in the
+        // place of the working folder.
+        ApprovalNeed::Input {
+            session,
+            program,
+            text,
+        } => ApprovalRequest::Command {
+            command: text.escape_debug().to_string(),
+            argv: Vec::new(),
+            cwd: format!("session {session} (`{program}`)"),
+            remember: None,
+        },
     };
     let (tx, rx) = oneshot::channel();
     lock(&shared.pending_approvals).insert(call_id.to_string(), tx);

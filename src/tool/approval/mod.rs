@@ -1,9 +1,16 @@
 //! Approval decisions: given the policy, what a call needs, and the command prefixes the user
 //! allowed (config) or approved this session, say Allow, Ask or Decline. Commands are judged on
-//! their parsed words, never on raw text: a command line is split into simple commands at
-//! `|`, `&&`, `||`, `;`, `&` and newlines, and it is auto-approved only when every part is a
-//! known read-only command (or matches an allowed prefix word for word) and nothing writes
-//! through a redirection, substitutes a command, or sets environment variables.
+//! their parsed words, never on raw text: tree-sitter-bash finds every simple command a line
+//! would run (`parse`), and the line is auto-approved only when each of them is on the
+//! read-only safe list (`safe`) or starts with an allowed prefix word for word, and nothing
+//! writes through a redirection. Input typed into a running session is judged by what reads
+//! it (`input`).
+
+mod input;
+mod parse;
+mod safe;
+
+pub use input::{SessionInput, judge_session_input};
 
 use crate::tool::ApprovalNeed;
 
@@ -17,17 +24,32 @@ pub enum Decision {
     Decline(String),
 }
 
-/// Interpreters whose first argument may be code (`-c`, `-e`) or a script: "don't ask again"
-/// remembers the script, never the bare interpreter.
+/// Programs whose arguments may be code (`-c`, `-e`, `--eval`, `-ex`) or that read a script:
+/// "don't ask again" remembers the script with them, never the bare program.
 const INTERPRETERS: &[&str] = &[
-    "python", "python3", "node", "bash", "sh", "zsh", "ruby", "perl", "deno", "bun",
+    "python", "python2", "python3", "pypy", "pypy3", "ipython", "node", "nodejs", "deno", "bun",
+    "ruby", "irb", "perl", "php", "lua", "luajit", "Rscript", "R", "julia", "tclsh", "wish",
+    "expect", "osascript", "pwsh", "powershell", "awk", "gawk", "mawk", "nawk", "bash", "sh",
+    "zsh", "dash", "ksh", "mksh", "fish", "csh", "tcsh", "ash", "busybox", "java", "jshell",
+    "groovy", "scala", "kotlin", "elixir", "iex", "erl", "escript", "guile", "racket", "sbcl",
+    "ghci", "runghc", "swift", "vim", "vi", "nvim", "emacs", "gdb", "lldb", "sqlite3", "psql",
+    "mysql",
 ];
 
+/// `python3.12`, `/usr/bin/ruby3.2`: the interpreter's name with its version.
+fn is_interpreter(name: &str) -> bool {
+    let bare = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    INTERPRETERS.contains(&name) || INTERPRETERS.contains(&bare)
+}
+
 /// The argv prefix offered for "yes, don't ask again" on a command — exactly what the user is
-/// shown and what is remembered. The program plus its subcommand for tools that have them
-/// (`cargo test`, `npm run build`, `git commit`, `python3 -m pytest`), an interpreter with its
-/// script (`python3 build.py`), else the program. `None` where no prefix is narrow enough: a
-/// compound command (`cd x && rm -rf y`), an interpreter running inline code (`python3 -c …`).
+/// shown (as `PREFIX …`) and what is remembered: a later command is approved when its first
+/// words are these words, literally. The program plus its subcommand for tools that have them
+/// (`cargo test`, `git commit`, `python3 -m pytest`), a runner with what it runs (`npm run
+/// build`, `uv run pytest`), an interpreter with its script (`python3 build.py`, `uv run
+/// python build.py`), else the program. `None` where no prefix is narrow enough: a compound
+/// command (`cd x && rm -rf y`), a redirection, a word the shell decides (`$x`, `*`), an
+/// interpreter running inline code (`python3 -c …`), a wrapper (`sudo`, `env`, `xargs`).
 pub fn remember_prefix(command: &str, argv: &[String]) -> Option<Vec<String>> {
     if ["&&", "||", ";", "|", "`", "$(", ">", "<", "\n", "&"]
         .iter()
@@ -35,18 +57,21 @@ pub fn remember_prefix(command: &str, argv: &[String]) -> Option<Vec<String>> {
     {
         return None;
     }
-    let parsed;
-    let argv = if argv.is_empty() {
-        parsed = shlex::split(command)?;
-        &parsed[..]
-    } else {
-        argv
+    let parsed = match parse::simple_commands(command) {
+        Some(cmds) => match cmds.as_slice() {
+            [one] => one.literal_argv()?,
+            _ => return None,
+        },
+        // Not a shell line (a tool's own argv, as the git tool's commit).
+        None if !argv.is_empty() && shlex::try_join(argv.iter().map(String::as_str)).ok()?
+            == command =>
+        {
+            argv.to_vec()
+        }
+        None => return None,
     };
+    let argv = &parsed[..];
     let program = argv.first()?;
-    // `NAME=value cmd` is never auto-approved, so a prefix for it would be a lie.
-    if is_assignment(program) {
-        return None;
-    }
     let name = program.rsplit('/').next().unwrap_or(program);
     // A wrapper runs the command in its arguments: remembering `sudo` (or `env`, `xargs`)
     // would approve every command behind it, none of which the user was shown.
@@ -54,15 +79,36 @@ pub fn remember_prefix(command: &str, argv: &[String]) -> Option<Vec<String>> {
         return None;
     }
     let arg = |i: usize| argv.get(i).map(String::as_str);
-    let words = match name {
-        "python" | "python3" if arg(1) == Some("-m") => 3,
+    // Where the program a runner starts sits (`npm run NAME`, `npx NAME`).
+    let runs_at = match name {
         _ if RUNNERS
             .iter()
             .any(|(tool, sub)| *tool == name && arg(1) == Some(*sub)) =>
         {
-            3
+            Some(2)
         }
-        _ if INTERPRETERS.contains(&name) => {
+        "npx" | "bunx" => Some(1),
+        _ => None,
+    };
+    if let Some(at) = runs_at
+        && let Some(target) = arg(at)
+    {
+        let target = target.rsplit('/').next().unwrap_or(target);
+        if WRAPPERS.contains(&target) {
+            return None;
+        }
+        // `uv run python …` is an interpreter too: remembered with its script only.
+        if is_interpreter(target) {
+            return match arg(at + 1) {
+                Some(script) if !script.starts_with('-') => Some(argv[..at + 2].to_vec()),
+                _ => None,
+            };
+        }
+    }
+    let words = match name {
+        _ if name.starts_with("python") && arg(1) == Some("-m") => 3,
+        _ if runs_at == Some(2) => 3,
+        _ if is_interpreter(name) => {
             // The script, by name; inline code or flags first remember nothing.
             return match arg(1) {
                 Some(script) if !script.starts_with('-') => {
@@ -73,8 +119,8 @@ pub fn remember_prefix(command: &str, argv: &[String]) -> Option<Vec<String>> {
         }
         "make" => 2,
         "cargo" | "npm" | "pnpm" | "yarn" | "git" | "go" | "docker" | "kubectl" | "uv"
-        | "poetry" | "pip" | "pip3" | "npx" | "dotnet" | "mvn" | "gradle" | "rustup" | "apt"
-        | "brew" => 2,
+        | "poetry" | "pip" | "pip3" | "npx" | "bunx" | "dotnet" | "mvn" | "gradle" | "rustup"
+        | "apt" | "brew" => 2,
         _ => 1,
     };
     let python_module = words == 3 && name.starts_with("python");
@@ -101,7 +147,8 @@ const WRAPPERS: &[&str] = &[
     "sudo", "doas", "su", "pkexec", "runuser", "env", "xargs", "parallel", "nice", "ionice",
     "nohup", "timeout", "time", "command", "builtin", "exec", "eval", "source", ".", "watch",
     "strace", "ltrace", "chroot", "setsid", "stdbuf", "unbuffer", "flock", "taskset", "chrt",
-    "ssh", "script", "busybox", "find", "fakeroot", "firejail", "bwrap",
+    "ssh", "script", "find", "fakeroot", "firejail", "bwrap", "unshare", "nsenter", "systemd-run",
+    "dbus-launch", "xvfb-run", "catchsegv", "valgrind", "perf", "gdbserver", "rr", "proot",
 ];
 
 /// `tool sub NAME` runs NAME (a script or a package's binary): remembered with NAME.
@@ -138,6 +185,16 @@ pub fn decide(
                 "editing {path} needs approval and the approval policy is `never`"
             )),
         },
+        ApprovalNeed::Input {
+            session, program, ..
+        } => match policy {
+            ApprovalPolicy::FullAuto => Decision::Allow,
+            ApprovalPolicy::Never => Decision::Decline(format!(
+                "typing into session {session} (`{program}`) needs approval (that program may \
+                 run what it reads) and the approval policy is `never`"
+            )),
+            _ => Decision::Ask,
+        },
         ApprovalNeed::Command { command, .. } => {
             if policy == ApprovalPolicy::FullAuto {
                 return Decision::Allow;
@@ -162,307 +219,33 @@ pub fn command_is_auto_approved(
     allowed: &[Vec<String>],
     session: &[Vec<String>],
 ) -> bool {
-    let Some(parts) = split_simple_commands(command) else {
+    let Some(parts) = parse::simple_commands(command) else {
         return false;
     };
     !parts.is_empty()
-        && parts.iter().all(|words| {
-            is_read_only(words)
+        && parts.iter().all(|cmd| {
+            safe::is_read_only(cmd)
                 || allowed
                     .iter()
                     .chain(session)
-                    .any(|p| matches_prefix(words, p))
+                    .any(|p| matches_prefix_words(&cmd.words, p))
         })
+}
+
+/// True when the first words of a command are literally the words of `prefix` (a word the
+/// shell decides, like `$x` or `*`, matches nothing).
+fn matches_prefix_words(words: &[parse::Word], prefix: &[String]) -> bool {
+    !prefix.is_empty()
+        && words.len() >= prefix.len()
+        && words
+            .iter()
+            .zip(prefix)
+            .all(|(w, p)| w.literal() == Some(p.as_str()))
 }
 
 /// True when `words` starts with exactly the words of `prefix`.
 pub fn matches_prefix(words: &[String], prefix: &[String]) -> bool {
     !prefix.is_empty() && words.len() >= prefix.len() && words[..prefix.len()] == *prefix
-}
-
-#[derive(Debug, PartialEq)]
-enum Token {
-    Word(String),
-    /// A command separator: `|`, `||`, `&&`, `;`, `&`, newline.
-    Sep,
-}
-
-/// Splits a command line into simple commands (their words). `None` when the line does
-/// anything the safe list can't vouch for: output redirection to a file, command or process
-/// substitution, subshells, here-docs, variable assignments, or unbalanced quotes.
-fn split_simple_commands(line: &str) -> Option<Vec<Vec<String>>> {
-    let tokens = tokenize(line)?;
-    let mut parts = Vec::new();
-    let mut current = Vec::new();
-    for t in tokens {
-        match t {
-            Token::Word(w) => current.push(w),
-            Token::Sep => {
-                if !current.is_empty() {
-                    parts.push(std::mem::take(&mut current));
-                }
-            }
-        }
-    }
-    if !current.is_empty() {
-        parts.push(current);
-    }
-    for p in &parts {
-        // `NAME=value cmd` changes how the command behaves (PAGER, GIT_EXTERNAL_DIFF, …).
-        if p.first().is_some_and(|w| is_assignment(w)) {
-            return None;
-        }
-    }
-    Some(parts)
-}
-
-fn is_assignment(word: &str) -> bool {
-    match word.split_once('=') {
-        Some((name, _)) => {
-            !name.is_empty()
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                && !name.starts_with(|c: char| c.is_ascii_digit())
-        }
-        None => false,
-    }
-}
-
-fn tokenize(line: &str) -> Option<Vec<Token>> {
-    let mut tokens = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut chars = line.chars().peekable();
-    let flush = |word: &mut String, in_word: &mut bool, tokens: &mut Vec<Token>| {
-        if *in_word {
-            tokens.push(Token::Word(std::mem::take(word)));
-            *in_word = false;
-        }
-    };
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next()? {
-                        '\'' => break,
-                        ch => word.push(ch),
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                loop {
-                    match chars.next()? {
-                        '"' => break,
-                        '\\' => {
-                            let ch = chars.next()?;
-                            if !matches!(ch, '"' | '\\' | '$' | '`' | '\n') {
-                                word.push('\\');
-                            }
-                            word.push(ch);
-                        }
-                        '`' => return None,
-                        '$' if matches!(chars.peek(), Some('(')) => return None,
-                        ch => word.push(ch),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                match chars.next()? {
-                    '\n' => {}
-                    ch => word.push(ch),
-                }
-            }
-            '`' => return None,
-            '$' if matches!(chars.peek(), Some('(')) => return None,
-            '(' | ')' | '{' | '}' if !in_word => return None,
-            ' ' | '\t' => flush(&mut word, &mut in_word, &mut tokens),
-            '\n' | ';' => {
-                flush(&mut word, &mut in_word, &mut tokens);
-                tokens.push(Token::Sep);
-            }
-            '|' | '&' => {
-                // `&>` and `>&` are redirections; `&` alone, `&&`, `|`, `||`, `|&` separate.
-                if c == '&' && matches!(chars.peek(), Some('>')) {
-                    return None;
-                }
-                flush(&mut word, &mut in_word, &mut tokens);
-                if matches!(chars.peek(), Some('|') | Some('&')) {
-                    chars.next();
-                }
-                tokens.push(Token::Sep);
-            }
-            '<' => {
-                // Input redirection reads a file: fine. Here-docs/strings and process
-                // substitution are not judged.
-                if matches!(chars.peek(), Some('<') | Some('(')) {
-                    return None;
-                }
-                // An fd number glued before `<` (e.g. `0<`) is part of the operator.
-                if in_word && word.chars().all(|c| c.is_ascii_digit()) {
-                    word.clear();
-                    in_word = false;
-                }
-                flush(&mut word, &mut in_word, &mut tokens);
-                skip_redirect_target(&mut chars)?;
-            }
-            '>' => {
-                // Only fd duplication (`2>&1`, `>&2`) and /dev/null are not writes.
-                let fd_prefix = in_word && word.chars().all(|c| c.is_ascii_digit());
-                if in_word && !fd_prefix {
-                    flush(&mut word, &mut in_word, &mut tokens);
-                } else {
-                    word.clear();
-                    in_word = false;
-                }
-                if matches!(chars.peek(), Some('(')) {
-                    return None;
-                }
-                if matches!(chars.peek(), Some('&')) {
-                    chars.next();
-                    let mut fd = String::new();
-                    while let Some(d) = chars
-                        .peek()
-                        .copied()
-                        .filter(|d| d.is_ascii_digit() || *d == '-')
-                    {
-                        fd.push(d);
-                        chars.next();
-                    }
-                    if fd.is_empty() {
-                        return None;
-                    }
-                    continue;
-                }
-                if matches!(chars.peek(), Some('>') | Some('|')) {
-                    chars.next();
-                }
-                let target = skip_redirect_target(&mut chars)?;
-                if target != "/dev/null" {
-                    return None;
-                }
-            }
-            _ => {
-                in_word = true;
-                word.push(c);
-            }
-        }
-    }
-    flush(&mut word, &mut in_word, &mut tokens);
-    Some(tokens)
-}
-
-/// Reads the (unquoted, simple) target word of a redirection.
-fn skip_redirect_target(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Option<String> {
-    while matches!(chars.peek(), Some(' ') | Some('\t')) {
-        chars.next();
-    }
-    let mut target = String::new();
-    while let Some(c) = chars.peek().copied() {
-        if c.is_whitespace() || matches!(c, ';' | '|' | '&' | '<' | '>' | '(' | ')') {
-            break;
-        }
-        if matches!(c, '\'' | '"' | '\\' | '$' | '`') {
-            return None;
-        }
-        target.push(c);
-        chars.next();
-    }
-    (!target.is_empty()).then_some(target)
-}
-
-/// Commands that only read, with the arguments that would make them write or run programs
-/// excluded.
-fn is_read_only(words: &[String]) -> bool {
-    let Some((cmd, args)) = words.split_first() else {
-        return false;
-    };
-    let has = |flags: &[&str]| {
-        args.iter().any(|a| {
-            flags
-                .iter()
-                .any(|f| a == f || (f.starts_with("--") && a.starts_with(&format!("{f}="))))
-        })
-    };
-    match cmd.as_str() {
-        "ls" | "cat" | "head" | "tail" | "wc" | "pwd" | "echo" | "printf" | "true" | "false"
-        | "which" | "whoami" | "uname" | "date" | "stat" | "file" | "du" | "df" | "tree"
-        | "basename" | "dirname" | "realpath" | "readlink" | "nl" | "cut" | "tr" | "diff"
-        | "cmp" | "grep" | "egrep" | "fgrep" | "id" | "env" | "printenv" | "hostname"
-        | "column" | "rev" | "seq" | "test" | "[" | "type" | "md5sum" | "sha256sum" | "sha1sum"
-        | "less" | "more" => {
-            cmd != "env" || args.is_empty() // `env CMD` runs CMD
-        }
-        "sort" => !has(&["-o", "--output"]),
-        "uniq" => args.iter().filter(|a| !a.starts_with('-')).count() <= 1,
-        "rg" => !has(&["--pre", "--pre-glob", "-z", "--search-zip"]),
-        "find" => !has(&[
-            "-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf",
-            "-fls",
-        ]),
-        "sed" => {
-            // Only `sed -n 'N[,M]p' [FILE]…`: no w/e/r commands, no -i.
-            args.first().is_some_and(|a| a == "-n")
-                && args.get(1).is_some_and(|s| is_sed_print(s))
-                && args[2..].iter().all(|a| !a.starts_with('-'))
-        }
-        "git" => is_read_only_git(args),
-        _ => false,
-    }
-}
-
-fn is_sed_print(script: &str) -> bool {
-    let Some(range) = script.strip_suffix('p') else {
-        return false;
-    };
-    let mut parts = range.split(',');
-    let ok = |p: Option<&str>| {
-        p.is_some_and(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit() || c == '$'))
-    };
-    match (parts.next(), parts.next(), parts.next()) {
-        (a, None, None) => ok(a),
-        (a, b, None) => ok(a) && ok(b),
-        _ => false,
-    }
-}
-
-fn is_read_only_git(args: &[String]) -> bool {
-    let Some((sub, rest)) = args.split_first() else {
-        return false;
-    };
-    // Anything before the subcommand (`-c k=v`, `--exec-path`, `-C dir`) is not judged.
-    let writes_or_runs = |a: &String| {
-        a == "--output"
-            || a.starts_with("--output=")
-            || a == "--ext-diff"
-            || a.starts_with("--exec")
-            || a == "--no-index"
-    };
-    match sub.as_str() {
-        "status" | "diff" | "log" | "show" | "blame" | "shortlog" | "ls-files" | "rev-parse"
-        | "describe" | "grep" | "cat-file" | "ls-tree" => !rest.iter().any(writes_or_runs),
-        "branch" | "tag" | "remote" => {
-            // Listing only: flags that just select what to show.
-            rest.iter().all(|a| {
-                matches!(
-                    a.as_str(),
-                    "-a" | "-r"
-                        | "-v"
-                        | "-vv"
-                        | "--list"
-                        | "-l"
-                        | "--all"
-                        | "--show-current"
-                        | "--merged"
-                        | "--no-merged"
-                        | "--contains"
-                        | "--verbose"
-                )
-            })
-        }
-        _ => false,
-    }
 }
 
 #[cfg(test)]
@@ -532,15 +315,23 @@ mod tests {
             ("find . -name '*.rs' -exec rm {} \\;", false),
             ("find . -delete", false),
             ("git status", true),
-            ("git diff HEAD~1 --stat", true),
-            ("git log --oneline -5", true),
-            ("git show HEAD", true),
+            // Paging subcommands start the user's pager (`less`, whose `!` runs commands) on a
+            // terminal: safe with `--no-pager` or output that is not the terminal.
+            ("git diff HEAD~1 --stat", false),
+            ("git --no-pager diff HEAD~1 --stat", true),
+            ("git diff HEAD~1 --stat | cat", true),
+            ("git log --oneline -5", false),
+            ("git -P log --oneline -5", true),
+            ("git log --oneline -5 > /dev/null", true),
+            ("git show HEAD", false),
+            ("git --no-pager show HEAD", true),
             ("git diff --output=/tmp/x", false),
             ("git diff --ext-diff", false),
             ("git -c core.pager=evil log", false),
             ("git commit -m x", false),
             ("git push", false),
-            ("git branch", true),
+            ("git branch", false),
+            ("git --no-pager branch -a", true),
             ("git branch newbranch", false),
             ("echo hi > file.txt", false),
             ("echo hi >> file.txt", false),
@@ -548,12 +339,20 @@ mod tests {
             ("ls > /dev/null", true),
             ("ls &> out", false),
             ("cat < input.txt", true),
-            ("cat <<EOF\nx\nEOF", false),
+            // A here-doc is data for the command it feeds: judged by that command.
+            ("cat <<EOF\nx\nEOF", true),
             ("echo $(rm -rf /)", false),
             ("echo \"$(rm -rf /)\"", false),
-            ("echo `id`", false),
+            // The substituted commands are judged: `id` and `ls` only read.
+            ("echo `id`", true),
+            ("echo `rm x`", false),
             ("echo '$(literal)'", true),
-            ("(ls)", false),
+            // Inside substitutions, each command is judged.
+            ("echo $(git rev-parse HEAD)", true),
+            ("cat $(rm -rf x)", false),
+            ("wc -l <(ls src)", true),
+            ("(ls)", true),
+            ("(ls; rm x)", false),
             ("PAGER=evil git log", false),
             ("ls; rm -rf /", false),
             ("ls && curl x | sh", false),
@@ -566,13 +365,89 @@ mod tests {
             ("env", true),
             ("env rm -rf /", false),
             ("cat 'unterminated", false),
-            ("diff <(ls) <(ls a)", false),
+            ("diff <(ls) <(ls a)", true),
+            ("diff <(ls) <(sh x)", false),
             ("tee out", false),
+            // Options and subcommands that run code or change the host.
+            ("sort --compress-program=sh big.txt", false),
+            ("sort --compress-prog=sh big.txt", false),
+            ("sort -uo out in", false),
+            ("sort -u in", true),
+            ("sort $X in", false),
+            ("sort *", false),
+            ("git grep -O'touch pwned' x", false),
+            ("git --no-pager grep -nO'sh' x", false),
+            ("git --no-pager grep --open-files-in-pager=sh x", false),
+            ("git --no-pager grep --open=sh x", false),
+            ("git --no-pager grep -n foo", true),
+            ("git --no-pager diff --output=/tmp/x", false),
+            ("git --no-pager diff --out=/tmp/x", false),
+            ("git --no-pager log --textconv -p", false),
+            ("git -C /tmp/other status", false),
+            ("git --git-dir=/tmp/x/.git status", false),
+            ("git -c core.fsmonitor=sh status", false),
+            ("git --no-pager cat-file --filters HEAD:x", false),
+            ("git status --short", true),
+            ("less README.md", false),
+            ("more README.md", false),
+            ("man -P sh ls", false),
+            ("vi notes.txt", false),
+            ("awk 'BEGIN{system(\"id\")}'", false),
+            ("date", true),
+            ("date +%s -u", true),
+            ("date -d yesterday +%F", true),
+            ("date -s '2020-01-01'", false),
+            ("date --set=2020-01-01", false),
+            ("date 010100002020", false),
+            ("hostname", true),
+            ("hostname -f", true),
+            ("hostname evil", false),
+            ("hostname -F /etc/x", false),
+            ("rg --pre=sh foo", false),
+            ("rg --hostname-bin=sh foo", false),
+            ("tree -o out", false),
+            ("tree -R -H . ", false),
+            ("file -C -m x", false),
+            ("python3 -c 'print(1)'", false),
+            ("perl -e 'print 1'", false),
+            ("npm run build", false),
+            ("make", false),
+            ("tar --to-command=sh -xf x.tar", false),
+            ("./ls", false),
+            ("/usr/bin/ls -la", true),
+            ("eval ls", false),
+            ("source x.sh", false),
+            (". x.sh", false),
+            ("$CMD", false),
+            ("sh <<EOF\nid\nEOF\n", false),
+            ("cat <<EOF\nhello\nEOF\n", true),
+            ("cat <<EOF | sh\nid\nEOF\n", false),
+            // Wrappers are judged by what they run.
+            ("env ls", true),
+            ("env PAGER=sh git log", false),
+            ("env -u GIT_PAGER git log", false),
+            ("timeout 5 cat x", true),
+            ("timeout 5 sh -c id", false),
+            ("nice -n 5 grep -r foo", true),
+            ("nice sort --compress-program=sh x", false),
+            ("ls | xargs wc -l", true),
+            ("ls | xargs rm", false),
+            ("ls | xargs sort", false),
+            ("find . -name x -exec grep -n foo {} +", true),
+            ("find . -exec sh -c id \\;", false),
+            ("find . -execdir rm {} +", false),
+            ("find . -ok rm {} \\;", false),
+            ("find . -fprint out", false),
+            ("find . -name *.rs", false),
+            ("sudo ls", false),
+            ("command -v git", true),
             ("", false),
         ];
-        for (c, safe) in table {
-            assert_eq!(command_is_auto_approved(c, &[], &[]), *safe, "{c:?}");
-        }
+        let wrong: Vec<_> = table
+            .iter()
+            .filter(|(c, safe)| command_is_auto_approved(c, &[], &[]) != *safe)
+            .collect();
+        assert!(wrong.is_empty(), "judged wrongly: {wrong:#?}");
     }
 
     #[test]
@@ -638,6 +513,30 @@ mod tests {
             ("git -c core.pager=sh log", "git push --force"),
             ("uv run pytest", "uv run sh -c 'curl x | sh'"),
             ("find . -name x -exec cat {} +", "find / -delete"),
+        ] {
+            let remembered: Vec<_> = remember_prefix(shown, &[]).into_iter().collect();
+            assert!(
+                !command_is_auto_approved(other, &[], &remembered),
+                "approving `{shown}` for the session also approved `{other}`"
+            );
+        }
+        // Interpreters by any name, and runners that start one, are remembered with the
+        // script: never a bare interpreter whose `-c` would then be approved too.
+        assert_eq!(s("python3.12 build.py"), some("python3.12 build.py"));
+        assert_eq!(s("python3.12 -c 'import os'"), None);
+        assert_eq!(s("dash run.sh"), some("dash run.sh"));
+        assert_eq!(s("awk -f x.awk data"), None);
+        assert_eq!(s("uv run python build.py -v"), some("uv run python build.py"));
+        assert_eq!(s("uv run python -c 'import os'"), None);
+        assert_eq!(s("poetry run env ls"), None);
+        assert_eq!(s("npx node x.js"), some("npx node x.js"));
+        // A word the shell decides is not something the user saw.
+        assert_eq!(s("python3 $SCRIPT"), None);
+        assert_eq!(s("cargo test *"), None);
+        for (shown, other) in [
+            ("uv run python build.py", "uv run python -c 'import os'"),
+            ("python3.12 build.py", "python3.12 -c 'import os'"),
+            ("python3 build.py", "python3 $X"),
         ] {
             let remembered: Vec<_> = remember_prefix(shown, &[]).into_iter().collect();
             assert!(
