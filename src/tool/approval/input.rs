@@ -19,9 +19,39 @@ pub enum SessionInput {
 
 /// Programs that read their input as data and never run it.
 const DATA_SINKS: &[&str] = &[
-    "cat", "head", "tail", "wc", "sort", "uniq", "tee", "grep", "egrep", "fgrep", "tr", "cut",
-    "base64", "md5sum", "sha1sum", "sha256sum", "sha512sum", "od", "xxd", "hexdump", "rev",
-    "nl", "paste", "fold", "column", "tac", "true", "false", "sleep", "read", "jq",
+    "cat",
+    "head",
+    "tail",
+    "wc",
+    "sort",
+    "uniq",
+    "tee",
+    "grep",
+    "egrep",
+    "fgrep",
+    "tr",
+    "cut",
+    "base64",
+    "md5sum",
+    "sha1sum",
+    "sha256sum",
+    "sha512sum",
+    "od",
+    "xxd",
+    "hexdump",
+    "rev",
+    "nl",
+    "paste",
+    "fold",
+    "column",
+    "tac",
+    "true",
+    "false",
+    "sleep",
+    "read",
+    "jq",
+    "echo",
+    "printf",
 ];
 
 /// Shells: what they read is a command line.
@@ -36,7 +66,20 @@ fn is_pager_navigation(text: &str) -> bool {
     text.chars().all(|c| {
         matches!(
             c,
-            'q' | 'Q' | 'j' | 'k' | 'g' | 'G' | 'b' | 'f' | 'd' | 'u' | 'n' | 'N' | ' ' | '\n' | '\r'
+            'q' | 'Q'
+                | 'j'
+                | 'k'
+                | 'g'
+                | 'G'
+                | 'b'
+                | 'f'
+                | 'd'
+                | 'u'
+                | 'n'
+                | 'N'
+                | ' '
+                | '\n'
+                | '\r'
         )
     })
 }
@@ -116,6 +159,8 @@ mod tests {
         let table: &[(&str, &str, SessionInput)] = &[
             ("cat", "hello\n", Data),
             ("sort | uniq", "b\na\n", Data),
+            ("echo ready; read x; echo got $x", "hello\n", Data),
+            ("read x; eval \"$x\"", "rm -rf ~\n", Code),
             ("bash", "ls -la\n", ShellCommand("ls -la".into())),
             ("bash", "rm -rf x", Code),
             ("bash", "!!\n", Code),

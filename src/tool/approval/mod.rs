@@ -27,12 +27,69 @@ pub enum Decision {
 /// Programs whose arguments may be code (`-c`, `-e`, `--eval`, `-ex`) or that read a script:
 /// "don't ask again" remembers the script with them, never the bare program.
 const INTERPRETERS: &[&str] = &[
-    "python", "python2", "python3", "pypy", "pypy3", "ipython", "node", "nodejs", "deno", "bun",
-    "ruby", "irb", "perl", "php", "lua", "luajit", "Rscript", "R", "julia", "tclsh", "wish",
-    "expect", "osascript", "pwsh", "powershell", "awk", "gawk", "mawk", "nawk", "bash", "sh",
-    "zsh", "dash", "ksh", "mksh", "fish", "csh", "tcsh", "ash", "busybox", "java", "jshell",
-    "groovy", "scala", "kotlin", "elixir", "iex", "erl", "escript", "guile", "racket", "sbcl",
-    "ghci", "runghc", "swift", "vim", "vi", "nvim", "emacs", "gdb", "lldb", "sqlite3", "psql",
+    "python",
+    "python2",
+    "python3",
+    "pypy",
+    "pypy3",
+    "ipython",
+    "node",
+    "nodejs",
+    "deno",
+    "bun",
+    "ruby",
+    "irb",
+    "perl",
+    "php",
+    "lua",
+    "luajit",
+    "Rscript",
+    "R",
+    "julia",
+    "tclsh",
+    "wish",
+    "expect",
+    "osascript",
+    "pwsh",
+    "powershell",
+    "awk",
+    "gawk",
+    "mawk",
+    "nawk",
+    "bash",
+    "sh",
+    "zsh",
+    "dash",
+    "ksh",
+    "mksh",
+    "fish",
+    "csh",
+    "tcsh",
+    "ash",
+    "busybox",
+    "java",
+    "jshell",
+    "groovy",
+    "scala",
+    "kotlin",
+    "elixir",
+    "iex",
+    "erl",
+    "escript",
+    "guile",
+    "racket",
+    "sbcl",
+    "ghci",
+    "runghc",
+    "swift",
+    "vim",
+    "vi",
+    "nvim",
+    "emacs",
+    "gdb",
+    "lldb",
+    "sqlite3",
+    "psql",
     "mysql",
 ];
 
@@ -63,8 +120,8 @@ pub fn remember_prefix(command: &str, argv: &[String]) -> Option<Vec<String>> {
             _ => return None,
         },
         // Not a shell line (a tool's own argv, as the git tool's commit).
-        None if !argv.is_empty() && shlex::try_join(argv.iter().map(String::as_str)).ok()?
-            == command =>
+        None if !argv.is_empty()
+            && shlex::try_join(argv.iter().map(String::as_str)).ok()? == command =>
         {
             argv.to_vec()
         }
@@ -144,11 +201,52 @@ pub fn remember_prefix(command: &str, argv: &[String]) -> Option<Vec<String>> {
 
 /// Programs that run the command given in their arguments.
 const WRAPPERS: &[&str] = &[
-    "sudo", "doas", "su", "pkexec", "runuser", "env", "xargs", "parallel", "nice", "ionice",
-    "nohup", "timeout", "time", "command", "builtin", "exec", "eval", "source", ".", "watch",
-    "strace", "ltrace", "chroot", "setsid", "stdbuf", "unbuffer", "flock", "taskset", "chrt",
-    "ssh", "script", "find", "fakeroot", "firejail", "bwrap", "unshare", "nsenter", "systemd-run",
-    "dbus-launch", "xvfb-run", "catchsegv", "valgrind", "perf", "gdbserver", "rr", "proot",
+    "sudo",
+    "doas",
+    "su",
+    "pkexec",
+    "runuser",
+    "env",
+    "xargs",
+    "parallel",
+    "nice",
+    "ionice",
+    "nohup",
+    "timeout",
+    "time",
+    "command",
+    "builtin",
+    "exec",
+    "eval",
+    "source",
+    ".",
+    "watch",
+    "strace",
+    "ltrace",
+    "chroot",
+    "setsid",
+    "stdbuf",
+    "unbuffer",
+    "flock",
+    "taskset",
+    "chrt",
+    "ssh",
+    "script",
+    "find",
+    "fakeroot",
+    "firejail",
+    "bwrap",
+    "unshare",
+    "nsenter",
+    "systemd-run",
+    "dbus-launch",
+    "xvfb-run",
+    "catchsegv",
+    "valgrind",
+    "perf",
+    "gdbserver",
+    "rr",
+    "proot",
 ];
 
 /// `tool sub NAME` runs NAME (a script or a package's binary): remembered with NAME.
@@ -526,7 +624,10 @@ mod tests {
         assert_eq!(s("python3.12 -c 'import os'"), None);
         assert_eq!(s("dash run.sh"), some("dash run.sh"));
         assert_eq!(s("awk -f x.awk data"), None);
-        assert_eq!(s("uv run python build.py -v"), some("uv run python build.py"));
+        assert_eq!(
+            s("uv run python build.py -v"),
+            some("uv run python build.py")
+        );
         assert_eq!(s("uv run python -c 'import os'"), None);
         assert_eq!(s("poetry run env ls"), None);
         assert_eq!(s("npx node x.js"), some("npx node x.js"));

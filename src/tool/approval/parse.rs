@@ -156,9 +156,7 @@ impl Walk<'_> {
                 _ => return None,
             }
         }
-        if words.first().and_then(Word::literal).is_none() {
-            return None;
-        }
+        words.first().and_then(Word::literal)?;
         self.out.push(SimpleCommand {
             words,
             output_redirected: redirected || to_null,
@@ -426,13 +424,24 @@ mod tests {
         );
         assert_eq!(
             argvs("echo $(rm -rf x) `id`"),
-            v(&[&["rm", "-rf", "x"], &["id"], &["echo", "<$(rm -rf x)>", "<`id`>"]])
+            v(&[
+                &["rm", "-rf", "x"],
+                &["id"],
+                &["echo", "<$(rm -rf x)>", "<`id`>"]
+            ])
         );
         assert_eq!(
             argvs("diff <(ls a) <(sh -c x)"),
-            v(&[&["ls", "a"], &["sh", "-c", "x"], &["diff", "<<(ls a)>", "<<(sh -c x)>"]])
+            v(&[
+                &["ls", "a"],
+                &["sh", "-c", "x"],
+                &["diff", "<<(ls a)>", "<<(sh -c x)>"]
+            ])
         );
-        assert_eq!(argvs("cat <<EOF | sh\nrm x\nEOF\n"), v(&[&["sh"], &["cat"]]));
+        assert_eq!(
+            argvs("cat <<EOF | sh\nrm x\nEOF\n"),
+            v(&[&["sh"], &["cat"]])
+        );
         assert_eq!(argvs("ls *.rs"), v(&[&["ls", "<*.rs>"]]));
         assert_eq!(argvs("'git' \"status\""), v(&[&["git", "status"]]));
         assert_eq!(argvs("ls 2>&1 > /dev/null < in"), v(&[&["ls"]]));

@@ -15,11 +15,57 @@ pub fn is_read_only(cmd: &SimpleCommand) -> bool {
 /// Programs no argument of which writes, runs code or changes the host: their arguments may
 /// be unknown (a `$var`, a glob).
 const ANY_ARGUMENTS: &[&str] = &[
-    "ls", "cat", "head", "tail", "wc", "pwd", "echo", "printf", "true", "false", "which",
-    "whoami", "uname", "stat", "du", "df", "basename", "dirname", "realpath", "readlink", "nl",
-    "cut", "tr", "diff", "cmp", "grep", "egrep", "fgrep", "id", "printenv", "column", "rev",
-    "seq", "test", "[", "type", "md5sum", "sha1sum", "sha224sum", "sha256sum", "sha384sum",
-    "sha512sum", "b2sum", "cksum", "comm", "paste", "fold", "tac", "od", "strings", "jq",
+    "ls",
+    "cat",
+    "head",
+    "tail",
+    "wc",
+    "pwd",
+    "echo",
+    "printf",
+    "true",
+    "false",
+    "which",
+    "whoami",
+    "uname",
+    "stat",
+    "du",
+    "df",
+    "basename",
+    "dirname",
+    "realpath",
+    "readlink",
+    "nl",
+    "cut",
+    "tr",
+    "diff",
+    "cmp",
+    "grep",
+    "egrep",
+    "fgrep",
+    "id",
+    "printenv",
+    "column",
+    "rev",
+    "seq",
+    "test",
+    "[",
+    "type",
+    "md5sum",
+    "sha1sum",
+    "sha224sum",
+    "sha256sum",
+    "sha384sum",
+    "sha512sum",
+    "b2sum",
+    "cksum",
+    "comm",
+    "paste",
+    "fold",
+    "tac",
+    "od",
+    "strings",
+    "jq",
 ];
 
 /// Wrappers nest at most this deep (`timeout 5 nice env ls`).
@@ -52,21 +98,41 @@ fn judge(words: &[Word], output_redirected: bool, depth: usize) -> bool {
         };
     };
     match name {
-        "sort" => !has_short(&literal, 'o') && !has_long(&literal, &["--output", "--compress-program"]),
+        "sort" => {
+            !has_short(&literal, 'o') && !has_long(&literal, &["--output", "--compress-program"])
+        }
         "uniq" => literal.iter().filter(|a| !a.starts_with('-')).count() <= 1,
-        "tree" => !has_short(&literal, 'o') && !has_short(&literal, 'R') && !has_long(&literal, &["--output"]),
+        "tree" => {
+            !has_short(&literal, 'o')
+                && !has_short(&literal, 'R')
+                && !has_long(&literal, &["--output"])
+        }
         "file" => !has_short(&literal, 'C') && !has_long(&literal, &["--compile"]),
         "rg" => {
             !has_short(&literal, 'z')
-                && !has_long(&literal, &["--pre", "--pre-glob", "--search-zip", "--hostname-bin"])
+                && !has_long(
+                    &literal,
+                    &["--pre", "--pre-glob", "--search-zip", "--hostname-bin"],
+                )
         }
         "sed" => is_sed_print(&literal),
         "date" => date_only_reads(&literal),
         "hostname" => literal.iter().all(|a| {
             matches!(
                 *a,
-                "-f" | "-s" | "-d" | "-i" | "-I" | "-A" | "-a" | "--fqdn" | "--long" | "--short"
-                    | "--domain" | "--ip-address" | "--all-ip-addresses" | "--all-fqdns"
+                "-f" | "-s"
+                    | "-d"
+                    | "-i"
+                    | "-I"
+                    | "-A"
+                    | "-a"
+                    | "--fqdn"
+                    | "--long"
+                    | "--short"
+                    | "--domain"
+                    | "--ip-address"
+                    | "--all-ip-addresses"
+                    | "--all-fqdns"
                     | "--alias"
             )
         }),
@@ -79,7 +145,10 @@ fn judge(words: &[Word], output_redirected: bool, depth: usize) -> bool {
 }
 
 fn is_system_bin(dir: &str) -> bool {
-    matches!(dir, "/bin" | "/usr/bin" | "/usr/local/bin" | "/sbin" | "/usr/sbin")
+    matches!(
+        dir,
+        "/bin" | "/usr/bin" | "/usr/local/bin" | "/sbin" | "/usr/sbin"
+    )
 }
 
 /// A bundled short option (`-uo`) containing `flag`. Conservative: a letter inside an option's
@@ -218,9 +287,7 @@ fn git_only_reads(args: &[&str], output_redirected: bool) -> bool {
 /// appended). `find -delete`/`-fprint*`/`-fls` write.
 fn wrapper(name: &str, args: &[Word], output_redirected: bool, depth: usize) -> bool {
     let lit = |w: &Word| w.literal().map(str::to_string);
-    let inner = |rest: &[Word]| {
-        rest.is_empty() || judge(rest, output_redirected, depth + 1)
-    };
+    let inner = |rest: &[Word]| rest.is_empty() || judge(rest, output_redirected, depth + 1);
     match name {
         "env" => {
             let first_is_option = args
