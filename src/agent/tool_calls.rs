@@ -124,9 +124,9 @@ async fn ask(
             diff: diff.clone(),
         },
         ApprovalNeed::Command { command, argv, cwd } => ApprovalRequest::Command {
-            command: command.clone(),
+            command: crate::tool::approval::shown_command(command),
             argv: argv.clone(),
-            cwd: cwd.clone(),
+            cwd: crate::tool::approval::shown_command(cwd),
             remember: {
                 offered = crate::tool::approval::remember_prefix(command, argv);
                 offered.clone()
@@ -141,7 +141,7 @@ async fn ask(
         } => ApprovalRequest::Command {
             command: text.escape_debug().to_string(),
             argv: Vec::new(),
-            cwd: format!("session {session} (`{program}`)"),
+            cwd: crate::tool::approval::shown_command(&format!("session {session} (`{program}`)")),
             remember: None,
         },
     };

@@ -108,9 +108,12 @@ fn is_interpreter(name: &str) -> bool {
 /// command (`cd x && rm -rf y`), a redirection, a word the shell decides (`$x`, `*`), an
 /// interpreter running inline code (`python3 -c …`), a wrapper (`sudo`, `env`, `xargs`).
 pub fn remember_prefix(command: &str, argv: &[String]) -> Option<Vec<String>> {
+    // A control character is not shown as it is (the prompt spells it out): a prefix
+    // holding one would not be what the user read.
     if ["&&", "||", ";", "|", "`", "$(", ">", "<", "\n", "&"]
         .iter()
         .any(|op| command.contains(op))
+        || command.chars().any(char::is_control)
     {
         return None;
     }
@@ -339,6 +342,22 @@ fn matches_prefix_words(words: &[parse::Word], prefix: &[String]) -> bool {
             .iter()
             .zip(prefix)
             .all(|(w, p)| w.literal() == Some(p.as_str()))
+}
+
+/// A command as the approval prompt shows it: control characters other than newline and tab
+/// spelled out (`\u{7f}`). The TUI drops them when drawing and a plain terminal would act on
+/// them (`\r`, ESC, backspace rewrite the line), so either way the user would approve text
+/// that is not what runs.
+pub fn shown_command(command: &str) -> String {
+    let mut out = String::with_capacity(command.len());
+    for c in command.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// True when `words` starts with exactly the words of `prefix`.
@@ -634,6 +653,7 @@ mod tests {
         // A word the shell decides is not something the user saw.
         assert_eq!(s("python3 $SCRIPT"), None);
         assert_eq!(s("cargo test *"), None);
+        assert_eq!(s("cargo\u{7f} test"), None);
         for (shown, other) in [
             ("uv run python build.py", "uv run python -c 'import os'"),
             ("python3.12 build.py", "python3.12 -c 'import os'"),
@@ -652,6 +672,16 @@ mod tests {
             &[],
             &[prefix]
         ));
+    }
+
+    #[test]
+    fn the_prompt_spells_out_control_characters() {
+        assert_eq!(shown_command("ls -la\nwc -l x\tb"), "ls -la\nwc -l x\tb");
+        assert_eq!(shown_command("rm -rf x\u{7f}"), "rm -rf x\\u{7f}");
+        assert_eq!(
+            shown_command("rm -rf ~\r\u{1b}[2Kls"),
+            "rm -rf ~\\u{d}\\u{1b}[2Kls"
+        );
     }
 
     #[test]
