@@ -195,6 +195,52 @@ fn keys_typed_into_an_approved_pager_are_judged_like_a_command() {
 }
 
 #[test]
+fn lines_typed_into_an_approved_shell_are_judged_like_commands() {
+    // The user allows `bash`; the model then types into it what it could not run directly.
+    let env = Env::new();
+    env.user_config("[approval]\nallow = [\"bash\"]\n");
+    let marker = env.workspace.join("pwned-through-bash");
+    let ends = run_calls(
+        &env,
+        vec![
+            ("shell", json!({"command": "bash", "yield_ms": 1000})),
+            (
+                "write_stdin",
+                json!({"session_id": 1, "chars": format!("touch {}\n", marker.display()), "yield_ms": 1000}),
+            ),
+            // Typed without Enter, then submitted by a bare Enter.
+            (
+                "write_stdin",
+                json!({"session_id": 1, "chars": format!("touch {}", marker.display()), "yield_ms": 300}),
+            ),
+            (
+                "write_stdin",
+                json!({"session_id": 1, "chars": "\n", "yield_ms": 1000}),
+            ),
+            // Read-only lines run, as they would as commands.
+            (
+                "write_stdin",
+                json!({"session_id": 1, "chars": "ls > /dev/null; echo done > /dev/null\n", "yield_ms": 1000}),
+            ),
+            (
+                "write_stdin",
+                json!({"session_id": 1, "chars": "exit\n", "yield_ms": 1000}),
+            ),
+        ],
+        &[],
+    );
+    assert!(
+        !marker.exists(),
+        "a line typed into bash ran without approval: {ends:?}"
+    );
+    assert_eq!(ends.len(), 6, "{ends:?}");
+    assert_ne!(ends[0]["status"], "declined", "{ends:?}");
+    assert_eq!(ends[1]["status"], "declined", "{ends:?}");
+    assert_eq!(ends[2]["status"], "declined", "{ends:?}");
+    assert_ne!(ends[4]["status"], "declined", "{ends:?}");
+}
+
+#[test]
 fn commands_that_set_the_clock_or_the_hostname_are_not_read_only() {
     let env = Env::new();
     // Values that change nothing where they do run (an unparsable date, the current name):
