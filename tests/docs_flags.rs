@@ -33,6 +33,26 @@ const FOREIGN: &[&str] = &[
     "--pre",
     "--output",
     "--ext-diff",
+    // the options the approval safe list refuses or allows (sandbox.md, "Approvals")
+    "--compress-prog",
+    "--compress-program",
+    "--config",
+    "--config-env",
+    "--exec-path",
+    "--filters",
+    "--git-dir",
+    "--hostname-bin",
+    "--no-index",
+    "--no-pager",
+    "--open-files-in-pager",
+    "--paginate",
+    "--pre-glob",
+    "--receive-pack",
+    "--rfc-3339",
+    "--set",
+    "--textconv",
+    "--upload-pack",
+    "--work-tree",
 ];
 
 /// The subcommand a page is about: its flags may be written without `baton <sub>` on the line.

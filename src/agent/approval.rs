@@ -34,6 +34,12 @@ pub fn decide(
                 "running `{command}` needs approval (it is not a known read-only command or an \
                  allowed prefix)"
             ),
+            ApprovalNeed::Input {
+                session, program, ..
+            } => format!(
+                "typing into session {session} (`{program}`) needs approval: that program may \
+                 run what it reads"
+            ),
             ApprovalNeed::None => "this call needs approval".into(),
         },
         Decision::Decline(why) => why,

@@ -124,13 +124,25 @@ async fn ask(
             diff: diff.clone(),
         },
         ApprovalNeed::Command { command, argv, cwd } => ApprovalRequest::Command {
-            command: command.clone(),
+            command: crate::tool::approval::shown_command(command),
             argv: argv.clone(),
-            cwd: cwd.clone(),
+            cwd: crate::tool::approval::shown_command(cwd),
             remember: {
                 offered = crate::tool::approval::remember_prefix(command, argv);
                 offered.clone()
             },
+        },
+        // Shown as what is typed, control keys spelled out; where it goes stands in the
+        // place of the working folder.
+        ApprovalNeed::Input {
+            session,
+            program,
+            text,
+        } => ApprovalRequest::Command {
+            command: text.escape_debug().to_string(),
+            argv: Vec::new(),
+            cwd: crate::tool::approval::shown_command(&format!("session {session} (`{program}`)")),
+            remember: None,
         },
     };
     let (tx, rx) = oneshot::channel();

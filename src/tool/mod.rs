@@ -44,6 +44,13 @@ pub enum ApprovalNeed {
         argv: Vec<String>,
         cwd: String,
     },
+    /// Types text into a running session whose program may run it as code (a REPL, an
+    /// editor, a pager, a script): always asks, never remembered.
+    Input {
+        session: u32,
+        program: String,
+        text: String,
+    },
 }
 
 /// The result of one tool call, as the model will see it.

@@ -338,7 +338,9 @@ fn draw_approval(app: &App, approval: &PendingApproval, area: Rect, buf: &mut Bu
                     "a",
                     format!(
                         "Yes, and don't ask again for `{} …` this session",
-                        prefix.join(" ")
+                        // Quoted as a shell would read it: `python3 'a b.py'` is one script.
+                        shlex::try_join(prefix.iter().map(String::as_str))
+                            .unwrap_or_else(|_| prefix.join(" "))
                     ),
                 )
                 .spans,

@@ -21,6 +21,7 @@ use crate::protocol::SandboxMode;
 use crate::protocol::ToolSpec;
 use crate::protocol::ToolStatus;
 use crate::sandbox::SandboxPolicy;
+use crate::tool::approval::SessionInput;
 use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolError, ToolResult};
 
 /// Exit code reported for a command killed at its timeout (as `timeout(1)` does).
@@ -516,8 +517,32 @@ impl Tool for WriteStdinTool {
         }
     }
 
-    fn approval(&self, _args: &Value, _ctx: &ToolContext) -> ApprovalNeed {
-        ApprovalNeed::None
+    fn approval(&self, args: &Value, ctx: &ToolContext) -> ApprovalNeed {
+        let (Ok(session), Some(text)) = (
+            session_arg(args, ctx),
+            args.get("chars").and_then(Value::as_str),
+        ) else {
+            // The call fails before anything is typed.
+            return ApprovalNeed::None;
+        };
+        match crate::tool::approval::judge_session_input(&session.command, text) {
+            SessionInput::Data => ApprovalNeed::None,
+            SessionInput::ShellCommand(line) => ApprovalNeed::Command {
+                argv: shlex::split(&line).unwrap_or_else(|| vec![line.clone()]),
+                command: line,
+                cwd: format!(
+                    "session {} (`{}`), {}",
+                    session.id,
+                    session.command,
+                    session.cwd.display()
+                ),
+            },
+            SessionInput::Code => ApprovalNeed::Input {
+                session: session.id,
+                program: session.command.clone(),
+                text: text.to_string(),
+            },
+        }
     }
 
     fn title(&self, args: &Value) -> String {

@@ -196,7 +196,7 @@ impl ShellSession {
                 })
                 .map_err(|source| terminal("starting the waiter thread", source))?;
         }
-        Ok(Arc::new(ShellSession {
+        let session = Arc::new(ShellSession {
             id,
             command: req.command.to_string(),
             pgid,
@@ -212,7 +212,27 @@ impl ShellSession {
             cwd: req.cwd.to_path_buf(),
             kill_grace: req.kill_grace,
             git_before,
-        }))
+        });
+        spawn_watchdog(&session)?;
+        Ok(session)
+    }
+
+    /// `kill` for a thread outside the runtime (the watchdog): the same steps, sleeping.
+    fn kill_blocking(&self, why: Ending) {
+        if self.is_finished() {
+            return;
+        }
+        self.signal_all(libc::SIGTERM);
+        self.signal_all(libc::SIGCONT);
+        let until = Instant::now() + self.kill_grace;
+        while Instant::now() < until && !self.group_gone() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.finish(Some(why));
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until && lock(&self.state).exit_code.is_none() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Points the UI stream at another call (a `poll` or `write_stdin` looking at this session).
@@ -396,6 +416,43 @@ impl Drop for ShellSession {
     fn drop(&mut self) {
         self.kill_now();
     }
+}
+
+/// How often a watchdog looks whether its session ended before the deadline.
+const WATCHDOG_TICK: Duration = Duration::from_millis(500);
+
+/// Kills the session's process group at its deadline even when nobody waits on it: a yielded
+/// command would otherwise outlive its `timeout_ms` until the next `poll`. Holds only a weak
+/// reference, so a dropped session (which kills its group itself) ends the watchdog too.
+fn spawn_watchdog(session: &Arc<ShellSession>) -> Result<(), ToolError> {
+    let weak = Arc::downgrade(session);
+    let deadline = session.deadline;
+    std::thread::Builder::new()
+        .name(format!("shell-deadline-{}", session.id))
+        .spawn(move || {
+            loop {
+                let now = Instant::now();
+                if now >= deadline {
+                    if let Some(s) = weak.upgrade() {
+                        if s.has_exited() {
+                            // It ended in time; only what it left running is killed.
+                            s.finish(None);
+                        } else {
+                            s.kill_blocking(Ending::TimedOut);
+                        }
+                        s._notify.send_modify(|n| *n += 1);
+                    }
+                    return;
+                }
+                std::thread::sleep((deadline - now).min(WATCHDOG_TICK));
+                match weak.upgrade() {
+                    Some(s) if !s.is_finished() => {}
+                    _ => return,
+                }
+            }
+        })
+        .map(|_| ())
+        .map_err(|source| terminal("starting the watchdog thread", source))
 }
 
 /// Whether `file` has data to read right now.

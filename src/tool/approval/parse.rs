@@ -1,0 +1,481 @@
+//! A command line as the approval rules see it: tree-sitter-bash parses it and every simple
+//! command it would run — in pipelines, lists, subshells, command and process substitutions,
+//! and the pipeline a here-doc feeds — comes out as its words. A line whose meaning depends on
+//! anything the rules cannot see (a parse error, a variable assignment, control flow, a
+//! function, a `${…}` or `$((…))` expansion, a variable or substitution as a command name) is
+//! refused as a whole, and so is any redirection that writes a file.
+
+use tree_sitter::{Node, Parser};
+
+/// One word of a simple command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Word {
+    /// Known before the shell runs: quotes removed, escapes resolved.
+    Literal(String),
+    /// Decided by the shell when it runs (a `$var`, a glob, a substitution): its value — and
+    /// so whether it is an option — is unknown. Holds the source text, for messages.
+    Dynamic(String),
+}
+
+impl Word {
+    pub fn literal(&self) -> Option<&str> {
+        match self {
+            Word::Literal(s) => Some(s),
+            Word::Dynamic(_) => None,
+        }
+    }
+}
+
+/// A simple command: its words (the first is the program) and whether its output goes
+/// somewhere other than the terminal (a pipe or `/dev/null`), which keeps pagers from starting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimpleCommand {
+    pub words: Vec<Word>,
+    pub output_redirected: bool,
+}
+
+impl SimpleCommand {
+    /// The program's name when it is literal.
+    pub fn program(&self) -> Option<&str> {
+        self.words.first().and_then(Word::literal)
+    }
+
+    /// All words, when every one of them is literal.
+    pub fn literal_argv(&self) -> Option<Vec<String>> {
+        self.words
+            .iter()
+            .map(|w| w.literal().map(str::to_string))
+            .collect()
+    }
+}
+
+/// Every simple command `line` would run, or `None` when the line cannot be judged from its
+/// words (see the module docs) or writes a file through a redirection.
+pub fn simple_commands(line: &str) -> Option<Vec<SimpleCommand>> {
+    let mut parser = Parser::new();
+    parser
+        .set_language(&tree_sitter_bash::LANGUAGE.into())
+        .ok()?;
+    let tree = parser.parse(line, None)?;
+    let root = tree.root_node();
+    if root.has_error() || root.is_missing() {
+        return None;
+    }
+    let mut walk = Walk {
+        src: line.as_bytes(),
+        out: Vec::new(),
+    };
+    walk.statement(root, false)?;
+    Some(walk.out)
+}
+
+struct Walk<'s> {
+    src: &'s [u8],
+    out: Vec<SimpleCommand>,
+}
+
+fn named_children<'t>(node: Node<'t>) -> Vec<Node<'t>> {
+    let mut cursor = node.walk();
+    node.named_children(&mut cursor).collect()
+}
+
+fn all_children<'t>(node: Node<'t>) -> Vec<Node<'t>> {
+    let mut cursor = node.walk();
+    node.children(&mut cursor).collect()
+}
+
+impl Walk<'_> {
+    fn text(&self, node: Node<'_>) -> &str {
+        node.utf8_text(self.src).unwrap_or("")
+    }
+
+    /// A statement and everything below it; `redirected`: its output is not the terminal.
+    fn statement(&mut self, node: Node<'_>, redirected: bool) -> Option<()> {
+        match node.kind() {
+            "comment" => Some(()),
+            "program" | "list" | "subshell" | "compound_statement" => {
+                for child in named_children(node) {
+                    self.statement(child, redirected)?;
+                }
+                Some(())
+            }
+            "negated_command" => {
+                for child in named_children(node) {
+                    self.statement(child, redirected)?;
+                }
+                Some(())
+            }
+            "pipeline" => {
+                let parts: Vec<Node<'_>> = named_children(node)
+                    .into_iter()
+                    .filter(|c| c.kind() != "comment")
+                    .collect();
+                let last = parts.len().saturating_sub(1);
+                for (i, part) in parts.into_iter().enumerate() {
+                    self.statement(part, redirected || i < last)?;
+                }
+                Some(())
+            }
+            "redirected_statement" => {
+                let mut to_null = false;
+                let mut cursor = node.walk();
+                for r in node.children_by_field_name("redirect", &mut cursor) {
+                    to_null |= self.redirect(r)?;
+                }
+                // `> file` with no command still creates the file.
+                let body = node.child_by_field_name("body")?;
+                // Here-strings are children outside the `redirect` field.
+                for child in named_children(node) {
+                    if child.kind() == "herestring_redirect" {
+                        self.redirect(child)?;
+                    }
+                }
+                self.statement(body, redirected || to_null)
+            }
+            "command" => self.command(node, redirected),
+            // Control flow, functions, assignments, `[[ … ]]`, `declare`/`export`/`unset`:
+            // what runs depends on values the rules cannot know.
+            _ => None,
+        }
+    }
+
+    fn command(&mut self, node: Node<'_>, redirected: bool) -> Option<()> {
+        let mut words = Vec::new();
+        let mut to_null = false;
+        for child in named_children(node) {
+            match node_field(node, child) {
+                Some("name") => {
+                    let name = self.command_name(child)?;
+                    words.insert(0, name);
+                }
+                Some("argument") => words.push(self.word(child)?),
+                Some("redirect") => to_null |= self.redirect(child)?,
+                _ if child.kind() == "comment" => {}
+                // `NAME=value cmd` changes how cmd behaves (PAGER, LD_PRELOAD, GIT_*), and a
+                // bare subshell child is not a command the rules know.
+                _ => return None,
+            }
+        }
+        words.first().and_then(Word::literal)?;
+        self.out.push(SimpleCommand {
+            words,
+            output_redirected: redirected || to_null,
+        });
+        Some(())
+    }
+
+    fn command_name(&mut self, node: Node<'_>) -> Option<Word> {
+        let inner = named_children(node);
+        let [word] = inner.as_slice() else {
+            return None;
+        };
+        match self.word(*word)? {
+            Word::Literal(name) if !name.is_empty() => Some(Word::Literal(name)),
+            // `$cmd args`, `$(pick) args`, `*`: the program is unknown.
+            _ => None,
+        }
+    }
+
+    /// One word; the commands inside substitutions are judged too.
+    fn word(&mut self, node: Node<'_>) -> Option<Word> {
+        let text = self.text(node).to_string();
+        match node.kind() {
+            "word" | "number" => Some(unquoted(&text)),
+            "raw_string" => Some(Word::Literal(
+                text.strip_prefix('\'')?.strip_suffix('\'')?.to_string(),
+            )),
+            "string" => {
+                let mut dynamic = false;
+                for child in named_children(node) {
+                    match child.kind() {
+                        "string_content" => {}
+                        _ => {
+                            self.word(child)?;
+                            dynamic = true;
+                        }
+                    }
+                }
+                if dynamic {
+                    return Some(Word::Dynamic(text));
+                }
+                let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+                Some(Word::Literal(unescape_double_quoted(inner)))
+            }
+            "concatenation" => {
+                let mut joined = String::new();
+                let mut dynamic = false;
+                for child in named_children(node) {
+                    match self.word(child)? {
+                        Word::Literal(s) => joined.push_str(&s),
+                        Word::Dynamic(_) => dynamic = true,
+                    }
+                }
+                Some(if dynamic {
+                    Word::Dynamic(text)
+                } else {
+                    Word::Literal(joined)
+                })
+            }
+            "simple_expansion" => Some(Word::Dynamic(text)),
+            "command_substitution" => {
+                for child in named_children(node) {
+                    if child.kind() == "file_redirect" {
+                        // `$(< file)` reads the file.
+                        self.redirect(child)?;
+                    } else {
+                        self.statement(child, true)?;
+                    }
+                }
+                Some(Word::Dynamic(text))
+            }
+            "process_substitution" => {
+                // `<(cmd)` and `>(cmd)`: cmd runs, with its output (or input) a pipe.
+                for child in named_children(node) {
+                    self.statement(child, true)?;
+                }
+                Some(Word::Dynamic(text))
+            }
+            "brace_expression" | "extglob_pattern" | "regex" => Some(Word::Dynamic(text)),
+            // `${…}` (whose operators assign, and `@P` runs substitutions held in a value),
+            // `$((…))` (array subscripts in it run substitutions), `$'…'`, `$"…"`.
+            _ => None,
+        }
+    }
+
+    /// Judges one redirection: `Some(true)` when it sends the output to `/dev/null`,
+    /// `Some(false)` when it only reads or duplicates a descriptor, `None` when it writes a
+    /// file (or cannot be judged).
+    fn redirect(&mut self, node: Node<'_>) -> Option<bool> {
+        match node.kind() {
+            "file_redirect" => {
+                let op = all_children(node)
+                    .into_iter()
+                    .find(|c| !c.is_named())
+                    .map(|c| self.text(c).to_string())?;
+                let mut cursor = node.walk();
+                let dest: Vec<Node<'_>> = node
+                    .children_by_field_name("destination", &mut cursor)
+                    .collect();
+                let mut words = Vec::new();
+                for d in dest {
+                    words.push(self.word(d)?);
+                }
+                let fd_of = |w: &[Word]| match w {
+                    [Word::Literal(s)] => s == "-" || s.chars().all(|c| c.is_ascii_digit()),
+                    _ => false,
+                };
+                let null = matches!(words.as_slice(), [Word::Literal(s)] if s == "/dev/null");
+                match op.as_str() {
+                    "<" => Some(false),
+                    "<&" | ">&" if fd_of(&words) => Some(false),
+                    "<&-" | ">&-" => Some(false),
+                    ">" | ">>" | "&>" | "&>>" | ">|" | ">&" if null => {
+                        let descriptor = node
+                            .child_by_field_name("descriptor")
+                            .map(|d| self.text(d).to_string());
+                        // Only stdout going to /dev/null keeps a pager away.
+                        Some(matches!(descriptor.as_deref(), None | Some("1")))
+                    }
+                    _ => None,
+                }
+            }
+            "herestring_redirect" => {
+                for child in named_children(node) {
+                    if child.kind() != "file_descriptor" {
+                        self.word(child)?;
+                    }
+                }
+                Some(false)
+            }
+            "heredoc_redirect" => {
+                let mut to_null = false;
+                for child in named_children(node) {
+                    match child.kind() {
+                        "heredoc_start" | "heredoc_end" | "file_descriptor" => {}
+                        "heredoc_body" => {
+                            for part in named_children(child) {
+                                match part.kind() {
+                                    "heredoc_content" | "heredoc_end" => {}
+                                    _ => {
+                                        self.word(part)?;
+                                    }
+                                }
+                            }
+                        }
+                        "file_redirect" | "herestring_redirect" => {
+                            to_null |= self.redirect(child)?;
+                        }
+                        // `cat <<EOF | sh`, `cat <<EOF && rm x`: the rest of the line.
+                        _ if matches!(node_field(node, child), Some("right"))
+                            || child.kind() == "pipeline" =>
+                        {
+                            self.statement(child, false)?;
+                        }
+                        // Arguments written after the here-doc's marker belong to the command;
+                        // not worth supporting.
+                        _ => return None,
+                    }
+                }
+                Some(to_null)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The field name under which `child` hangs from `parent`.
+fn node_field(parent: Node<'_>, child: Node<'_>) -> Option<&'static str> {
+    let mut cursor = parent.walk();
+    if !cursor.goto_first_child() {
+        return None;
+    }
+    loop {
+        if cursor.node().id() == child.id() {
+            return cursor.field_name();
+        }
+        if !cursor.goto_next_sibling() {
+            return None;
+        }
+    }
+}
+
+/// An unquoted word: escapes resolved; globs, braces and a leading `~` make it dynamic (the
+/// shell turns `*` into file names the command may take for options).
+fn unquoted(text: &str) -> Word {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some('\n') | None => {}
+                Some(n) => out.push(n),
+            },
+            '*' | '?' | '[' | '{' | '$' | '`' => return Word::Dynamic(text.to_string()),
+            '~' if out.is_empty() => return Word::Dynamic(text.to_string()),
+            _ => out.push(c),
+        }
+    }
+    Word::Literal(out)
+}
+
+fn unescape_double_quoted(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\\'
+            && let Some(&n) = chars.peek()
+            && matches!(n, '"' | '\\' | '$' | '`' | '\n')
+        {
+            chars.next();
+            if n != '\n' {
+                out.push(n);
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argvs(line: &str) -> Option<Vec<Vec<String>>> {
+        simple_commands(line).map(|cmds| {
+            cmds.iter()
+                .map(|c| {
+                    c.words
+                        .iter()
+                        .map(|w| match w {
+                            Word::Literal(s) => s.clone(),
+                            Word::Dynamic(s) => format!("<{s}>"),
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+    }
+
+    fn v(words: &[&[&str]]) -> Option<Vec<Vec<String>>> {
+        Some(
+            words
+                .iter()
+                .map(|c| c.iter().map(|w| w.to_string()).collect())
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn every_simple_command_is_found() {
+        assert_eq!(argvs("ls -la"), v(&[&["ls", "-la"]]));
+        assert_eq!(
+            argvs("cat a | grep -n 'x y' && wc -l \"b c\"; echo \\$HOME"),
+            v(&[
+                &["cat", "a"],
+                &["grep", "-n", "x y"],
+                &["wc", "-l", "b c"],
+                &["echo", "$HOME"]
+            ])
+        );
+        assert_eq!(
+            argvs("(cd sub && ls) || { pwd; }"),
+            v(&[&["cd", "sub"], &["ls"], &["pwd"]])
+        );
+        assert_eq!(
+            argvs("echo $(rm -rf x) `id`"),
+            v(&[
+                &["rm", "-rf", "x"],
+                &["id"],
+                &["echo", "<$(rm -rf x)>", "<`id`>"]
+            ])
+        );
+        assert_eq!(
+            argvs("diff <(ls a) <(sh -c x)"),
+            v(&[
+                &["ls", "a"],
+                &["sh", "-c", "x"],
+                &["diff", "<<(ls a)>", "<<(sh -c x)>"]
+            ])
+        );
+        assert_eq!(
+            argvs("cat <<EOF | sh\nrm x\nEOF\n"),
+            v(&[&["sh"], &["cat"]])
+        );
+        assert_eq!(argvs("ls *.rs"), v(&[&["ls", "<*.rs>"]]));
+        assert_eq!(argvs("'git' \"status\""), v(&[&["git", "status"]]));
+        assert_eq!(argvs("ls 2>&1 > /dev/null < in"), v(&[&["ls"]]));
+        let piped = simple_commands("git log | head").unwrap();
+        assert!(piped[0].output_redirected && !piped[1].output_redirected);
+        assert!(simple_commands("git log > /dev/null").unwrap()[0].output_redirected);
+        assert!(!simple_commands("git log 2> /dev/null").unwrap()[0].output_redirected);
+    }
+
+    #[test]
+    fn what_cannot_be_judged_from_words_is_refused() {
+        for line in [
+            "echo hi > out",
+            "echo hi >> out",
+            "ls &> out",
+            "ls >& out",
+            "> out",
+            "FOO=1 ls",
+            "x=1; ls",
+            "$cmd -la",
+            "$(which rm) x",
+            "*",
+            "echo ${x@P}",
+            "echo $((a[$(id)]))",
+            "for f in *; do rm $f; done",
+            "if true; then ls; fi",
+            "f() { ls; }; f",
+            "export PAGER=sh",
+            "cat 'unterminated",
+            "echo $'\\x41'",
+            "[[ -f x ]]",
+            "cat <<EOF > out\nx\nEOF\n",
+        ] {
+            assert_eq!(argvs(line), None, "{line:?}");
+        }
+    }
+}
