@@ -247,14 +247,20 @@ fn trim(bytes: &[u8]) -> &[u8] {
     &t[start..]
 }
 
+/// Reduces a line to what a comparison mode looks at.
+type Normalize = fn(&[u8]) -> &[u8];
+
 /// How strictly a patch line must equal a file line, strictest first.
-const MODES: [fn(&[u8]) -> &[u8]; 3] = [|a| a, trim_end, trim];
+const MODES: [Normalize; 3] = [|a| a, trim_end, trim];
+
+/// Under one mode: the id of each distinct normalized line, and the file as a run of ids.
+type Numbering<'a> = (HashMap<&'a [u8], u32>, Vec<u32>);
 
 /// The file's lines as small integers, one numbering per comparison mode (built when first
 /// needed): equal ids mean equal lines under that mode, so a hunk is a run of ids to find.
 struct LineIndex<'a> {
     lines: &'a [Line<'a>],
-    modes: [OnceCell<(HashMap<&'a [u8], u32>, Vec<u32>)>; 3],
+    modes: [OnceCell<Numbering<'a>>; 3],
 }
 
 impl<'a> LineIndex<'a> {
@@ -265,7 +271,7 @@ impl<'a> LineIndex<'a> {
         }
     }
 
-    fn mode(&self, mode: usize) -> &(HashMap<&'a [u8], u32>, Vec<u32>) {
+    fn mode(&self, mode: usize) -> &Numbering<'a> {
         self.modes[mode].get_or_init(|| {
             let norm = MODES[mode];
             let mut ids: HashMap<&'a [u8], u32> = HashMap::new();

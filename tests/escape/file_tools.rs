@@ -45,10 +45,22 @@ async fn call(ctx: &ToolContext, tool: &str, args: Value) -> ToolResult {
     standard_tools().get(tool).unwrap().run(args, ctx).await
 }
 
+/// A fresh "outside" directory. Run as an unprivileged user, the fixture base (the build's
+/// target dir) may not be writable: then the user's own cache, fixture_base's next candidate.
 fn outside_dir(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(name)
+    let builder = || {
+        let mut b = tempfile::Builder::new();
+        b.prefix(name);
+        b
+    };
+    builder()
         .tempdir_in(crate::support::outside::fixture_base())
+        .or_else(|_| {
+            let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+            let base = home.join(".cache/baton-tests");
+            std::fs::create_dir_all(&base)?;
+            builder().tempdir_in(base)
+        })
         .unwrap()
 }
 
@@ -337,6 +349,8 @@ fn read_file_of_a_huge_file_without_newlines_uses_bounded_memory() {
         f.set_len(HUGE_FILE_BYTES).unwrap();
     }
     let exe = std::env::current_exe().unwrap();
+    // Reaped by the wait4 below, which also returns the child's own peak RSS.
+    #[allow(clippy::zombie_processes)]
     let child = std::process::Command::new(exe)
         .args([
             "--exact",
