@@ -478,3 +478,36 @@ async fn protected_paths_are_refused_to_file_tools() {
         assert_eq!(std::fs::read(ws.root.join(&target)).ok(), before);
     }
 }
+
+/// A regular file and a symlink to an outside secret swap names in a tight loop while the
+/// model reads and greps the file: the secret must never reach the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_symlink_swap_race_cannot_read_outside_through_read_file_or_grep() {
+    const ROUNDS: usize = 150;
+    let ws = workspace();
+    let outside = outside_dir("race-secret-");
+    std::fs::write(outside.path().join("secret"), "SECRET-7f3a outside\n").unwrap();
+    std::fs::write(ws.root.join("f"), "inside\n").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret"), ws.root.join("s")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let attacker = swap_forever(ws.root.join("f"), ws.root.join("s"), stop.clone());
+    let mut leaks = 0usize;
+    for _ in 0..ROUNDS {
+        let read = call(&ws.ctx, "read_file", json!({"path": "f"})).await;
+        let grep = call(&ws.ctx, "grep", json!({"pattern": "SECRET"})).await;
+        leaks += [read, grep]
+            .iter()
+            .filter(|r| r.content.contains("SECRET-7f3a"))
+            .count();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = attacker.join().unwrap();
+    println!(
+        "read race: {swaps} swaps, {leaks} of {} results leaked",
+        2 * ROUNDS
+    );
+    assert_eq!(
+        leaks, 0,
+        "the outside secret reached the model {leaks} times"
+    );
+}
