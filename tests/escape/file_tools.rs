@@ -511,3 +511,42 @@ async fn file_symlink_swap_race_cannot_read_outside_through_read_file_or_grep() 
         "the outside secret reached the model {leaks} times"
     );
 }
+
+/// Hostile arguments and names: an offset at the top of the integer range, a file whose name
+/// is not UTF-8 reached through a symlink, and a binary file: each gets an answer, none a
+/// panic.
+#[tokio::test]
+async fn hostile_offsets_names_and_binary_files_get_answers_not_panics() {
+    let ws = workspace();
+    std::fs::write(ws.root.join("a.txt"), "one\ntwo\n").unwrap();
+    let read = call(
+        &ws.ctx,
+        "read_file",
+        json!({"path": "a.txt", "offset": u64::MAX, "limit": u64::MAX}),
+    )
+    .await;
+    assert_eq!(read.status, ToolStatus::Error, "{}", read.content);
+    assert!(read.content.contains("past the end"), "{}", read.content);
+    let odd = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
+    std::fs::write(ws.root.join(odd), "latin-1 name\n").unwrap();
+    std::os::unix::fs::symlink(odd, ws.root.join("link.txt")).unwrap();
+    let read = call(&ws.ctx, "read_file", json!({"path": "link.txt"})).await;
+    assert_eq!(read.status, ToolStatus::Ok, "{}", read.content);
+    assert!(read.content.contains("latin-1 name"), "{}", read.content);
+    let write = call(
+        &ws.ctx,
+        "write_file",
+        json!({"path": "link.txt", "content": "replaced\n"}),
+    )
+    .await;
+    assert_eq!(write.status, ToolStatus::Ok, "{}", write.content);
+    assert_eq!(
+        std::fs::read(ws.root.join(odd)).unwrap(),
+        b"replaced\n",
+        "the write did not reach the file the link names"
+    );
+    std::fs::write(ws.root.join("bin"), [0u8, 159, 146, 150, 0, 1]).unwrap();
+    let read = call(&ws.ctx, "read_file", json!({"path": "bin"})).await;
+    assert_eq!(read.status, ToolStatus::Error, "{}", read.content);
+    assert!(read.content.contains("binary"), "{}", read.content);
+}

@@ -237,12 +237,31 @@ impl Beneath {
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
                     OPENAT2.store(OPENAT2_NO, Ordering::Relaxed);
                 }
+                // Some container seccomp profiles answer EPERM for syscalls they do not know:
+                // on the first call, let the walk decide whether that is the kernel's answer.
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EPERM)
+                        && OPENAT2.load(Ordering::Relaxed) == OPENAT2_UNKNOWN =>
+                {
+                    let walked = self.walk_open(&parts, flags, mode);
+                    if walked.is_ok() {
+                        OPENAT2.store(OPENAT2_NO, Ordering::Relaxed);
+                    }
+                    return walked;
+                }
                 other => {
-                    OPENAT2.store(OPENAT2_YES, Ordering::Relaxed);
+                    if other.is_ok() {
+                        OPENAT2.store(OPENAT2_YES, Ordering::Relaxed);
+                    }
                     return other;
                 }
             }
         }
+        self.walk_open(&parts, flags, mode)
+    }
+
+    /// Opens the path `parts` by the `O_NOFOLLOW` walk.
+    fn walk_open(&self, parts: &[&OsStr], flags: libc::c_int, mode: u32) -> io::Result<OwnedFd> {
         let (last, dirs) = parts.split_last().ok_or(io::ErrorKind::InvalidInput)?;
         let dir = match self.open_dir_walk(dirs, false)? {
             Some(dir) => dir,

@@ -103,7 +103,7 @@ struct Collector {
 impl Collector {
     fn wants_current(&self) -> bool {
         let n = self.line_no + 1;
-        n >= self.first && n < self.first + self.limit && self.capped_at.is_none()
+        n >= self.first && n < self.first.saturating_add(self.limit) && self.capped_at.is_none()
     }
 
     /// Takes the next bytes of the file. Lines outside the range are only counted.
