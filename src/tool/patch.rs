@@ -802,6 +802,21 @@ mod tests {
     }
 
     #[test]
+    fn hunk_search_handles_repeats_and_partial_matches() {
+        assert_eq!(find_run(&[1, 1, 1, 2], &[1, 1, 2]), Some(1));
+        assert_eq!(find_run(&[1, 2, 1, 2, 1, 3], &[1, 2, 1, 3]), Some(2));
+        assert_eq!(find_run(&[1, 2, 3], &[2, 4]), None);
+        assert_eq!(find_run(&[], &[1]), None);
+        let original = "x\nx\nx\nx\ny\nx\n";
+        assert_eq!(
+            update(" x\n x\n-y\n+z", original).unwrap(),
+            "x\nx\nx\nx\nz\nx\n"
+        );
+        // A patch line the file does not hold anywhere never matches.
+        assert!(update(" x\n-nowhere\n+z", original).is_err());
+    }
+
+    #[test]
     fn malformed_patches_are_rejected_with_line_numbers() {
         assert!(parse_patch("nothing").is_err());
         let err = parse_patch("*** Begin Patch\n*** Frobnicate: x\n*** End Patch").unwrap_err();
