@@ -621,6 +621,49 @@ mod tests {
         }
     }
 
+    /// The fallback walk holds against the directory/symlink swap race as `openat2` does.
+    #[test]
+    fn both_ways_hold_against_a_directory_symlink_swap() {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        let (ws, outside) = roots();
+        let root = ws.path().canonicalize().unwrap();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("l")).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (a, b) = (
+                CString::new(root.join("d").as_os_str().as_bytes()).unwrap(),
+                CString::new(root.join("l").as_os_str().as_bytes()).unwrap(),
+            );
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    // SAFETY: valid NUL-terminated paths.
+                    unsafe {
+                        libc::renameat2(
+                            libc::AT_FDCWD,
+                            a.as_ptr(),
+                            libc::AT_FDCWD,
+                            b.as_ptr(),
+                            libc::RENAME_EXCHANGE,
+                        )
+                    };
+                }
+            })
+        };
+        for b in both(&root) {
+            for i in 0..200 {
+                let abs = root.join(format!("d/f{i}"));
+                let _ = b.write_atomic(&abs, "f", b"x", None);
+                let _ = b.remove_file(&abs, "f");
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+
     #[test]
     fn git_internals_are_refused() {
         let (ws, _o) = roots();
