@@ -397,7 +397,27 @@ fn outline_file(abs: &Path, rel: &str) -> Result<String, ToolError> {
             bytes: meta.len(),
         });
     }
-    let source = std::fs::read(abs).map_err(|e| ToolError::io(IoOp::Read, rel, e))?;
+    if !meta.is_file() {
+        return Err(ToolError::rejected(format!(
+            "{rel} is not a regular file; outline reads regular files only"
+        )));
+    }
+    // O_NONBLOCK: a FIFO swapped in after the check must not hang the turn.
+    let source = {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(abs)
+            .map_err(|e| ToolError::io(IoOp::Open, rel, e))?;
+        let mut data = Vec::new();
+        (&mut file)
+            .take(OUTLINE_MAX_FILE_BYTES + 1)
+            .read_to_end(&mut data)
+            .map_err(|e| ToolError::io(IoOp::Read, rel, e))?;
+        data
+    };
     let symbols = outline_source(language, &source)?;
     let lines = source.iter().filter(|&&b| b == b'\n').count();
     let mut out = format!("{rel} ({}, {lines} lines)\n", language.name());

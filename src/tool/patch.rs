@@ -2,8 +2,11 @@
 //! deleted, updated and moved files. Hunks are located by their context lines (no line
 //! numbers), tolerating trailing-whitespace differences. All-or-nothing: every hunk of every
 //! file is validated in memory before the first write, and a write that fails midway rolls the
-//! earlier ones back.
+//! earlier ones back. Hunks are found in time linear in the file (lines interned to ids, then
+//! a KMP search over the ids), and every file is changed through `fs::Beneath`.
 
+use std::cell::OnceCell;
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use futures_util::future::BoxFuture;
@@ -15,10 +18,10 @@ use crate::protocol::ToolSpec;
 use crate::tool::call::{into_result, parse_args, run_blocking};
 use crate::tool::diff::unified_diff_moved;
 use crate::tool::fs::{
-    LineEnding, UnreadPolicy, check_fresh, read_existing, record_stamp, write_atomic,
+    Beneath, LineEnding, UnreadPolicy, check_fresh, read_existing, record_stamp,
 };
 use crate::tool::path::resolve_for_write;
-use crate::tool::{ApprovalNeed, IoOp, Tool, ToolContext, ToolError, ToolResult};
+use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolError, ToolResult};
 
 /// One file operation of a patch, as parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -244,34 +247,106 @@ fn trim(bytes: &[u8]) -> &[u8] {
     &t[start..]
 }
 
-/// Compares a file line with a patch line.
-type LineEq = fn(&[u8], &[u8]) -> bool;
+/// Reduces a line to what a comparison mode looks at.
+type Normalize = fn(&[u8]) -> &[u8];
 
-/// Finds `pattern` in `lines` at or after `from`: exact first, then ignoring trailing
+/// How strictly a patch line must equal a file line, strictest first.
+const MODES: [Normalize; 3] = [|a| a, trim_end, trim];
+
+/// Under one mode: the id of each distinct normalized line, and the file as a run of ids.
+type Numbering<'a> = (HashMap<&'a [u8], u32>, Vec<u32>);
+
+/// The file's lines as small integers, one numbering per comparison mode (built when first
+/// needed): equal ids mean equal lines under that mode, so a hunk is a run of ids to find.
+struct LineIndex<'a> {
+    lines: &'a [Line<'a>],
+    modes: [OnceCell<Numbering<'a>>; 3],
+}
+
+impl<'a> LineIndex<'a> {
+    fn new(lines: &'a [Line<'a>]) -> Self {
+        LineIndex {
+            lines,
+            modes: Default::default(),
+        }
+    }
+
+    fn mode(&self, mode: usize) -> &Numbering<'a> {
+        self.modes[mode].get_or_init(|| {
+            let norm = MODES[mode];
+            let mut ids: HashMap<&'a [u8], u32> = HashMap::new();
+            let seq = self
+                .lines
+                .iter()
+                .map(|line| {
+                    let next = ids.len() as u32;
+                    *ids.entry(norm(line.text)).or_insert(next)
+                })
+                .collect();
+            (ids, seq)
+        })
+    }
+
+    /// The ids of `pattern` under `mode`; a line the file does not hold gets an id no file
+    /// line has.
+    fn pattern_ids(&self, mode: usize, pattern: &[String]) -> Vec<u32> {
+        let (ids, _) = self.mode(mode);
+        let norm = MODES[mode];
+        pattern
+            .iter()
+            .map(|p| ids.get(norm(p.as_bytes())).copied().unwrap_or(u32::MAX))
+            .collect()
+    }
+}
+
+/// First start of `pattern` in `haystack` (Knuth–Morris–Pratt: linear in both).
+fn find_run(haystack: &[u32], pattern: &[u32]) -> Option<usize> {
+    if pattern.is_empty() {
+        return Some(0);
+    }
+    let mut fail = vec![0usize; pattern.len()];
+    let mut k = 0;
+    for i in 1..pattern.len() {
+        while k > 0 && pattern[i] != pattern[k] {
+            k = fail[k - 1];
+        }
+        if pattern[i] == pattern[k] {
+            k += 1;
+        }
+        fail[i] = k;
+    }
+    let mut q = 0;
+    for (i, &h) in haystack.iter().enumerate() {
+        while q > 0 && h != pattern[q] {
+            q = fail[q - 1];
+        }
+        if h == pattern[q] {
+            q += 1;
+            if q == pattern.len() {
+                return Some(i + 1 - pattern.len());
+            }
+        }
+    }
+    None
+}
+
+/// Finds `pattern` in the file at or after `from`: exact first, then ignoring trailing
 /// whitespace, then ignoring surrounding whitespace. With `at_end`, the end of file is tried
 /// first.
-fn seek(lines: &[Line], pattern: &[String], from: usize, at_end: bool) -> Option<usize> {
-    if pattern.len() > lines.len() {
+fn seek(index: &LineIndex, pattern: &[String], from: usize, at_end: bool) -> Option<usize> {
+    let total = index.lines.len();
+    if pattern.len() > total || from > total {
         return None;
     }
-    let last_start = lines.len() - pattern.len();
-    let comparisons: [LineEq; 3] = [
-        |a, b| a == b,
-        |a, b| trim_end(a) == trim_end(b),
-        |a, b| trim(a) == trim(b),
-    ];
-    for same in comparisons {
-        let matches_at = |start: usize| {
-            pattern
-                .iter()
-                .zip(&lines[start..])
-                .all(|(p, l)| same(l.text, p.as_bytes()))
-        };
-        if at_end && last_start >= from && matches_at(last_start) {
+    let last_start = total - pattern.len();
+    for mode in 0..MODES.len() {
+        let wanted = index.pattern_ids(mode, pattern);
+        let (_, seq) = index.mode(mode);
+        if at_end && last_start >= from && seq[last_start..] == wanted[..] {
             return Some(last_start);
         }
-        if let Some(found) = (from..=last_start).find(|&s| matches_at(s)) {
-            return Some(found);
+        if let Some(found) = find_run(&seq[from..], &wanted) {
+            return Some(from + found);
         }
     }
     None
@@ -280,6 +355,7 @@ fn seek(lines: &[Line], pattern: &[String], from: usize, at_end: bool) -> Option
 /// Applies the chunks of an update to `original`, or says which hunk does not fit.
 pub fn apply_chunks(original: &[u8], chunks: &[Chunk], rel: &str) -> Result<Vec<u8>, ToolError> {
     let lines = split_lines(original);
+    let index = LineIndex::new(&lines);
     let eol = LineEnding::detect(original).as_str().as_bytes();
     let mut replacements: Vec<(usize, usize, &[String])> = Vec::new();
     let mut cursor = 0usize;
@@ -287,7 +363,7 @@ pub fn apply_chunks(original: &[u8], chunks: &[Chunk], rel: &str) -> Result<Vec<
         let hunk = n + 1;
         if let Some(context) = &chunk.context {
             let found =
-                seek(&lines, std::slice::from_ref(context), cursor, false).ok_or_else(|| {
+                seek(&index, std::slice::from_ref(context), cursor, false).ok_or_else(|| {
                     ToolError::PatchDoesNotApply {
                         reason: format!(
                             "{rel}: hunk {hunk}: context line '@@ {context}' was not found"
@@ -307,7 +383,7 @@ pub fn apply_chunks(original: &[u8], chunks: &[Chunk], rel: &str) -> Result<Vec<
         }
         let mut old: &[String] = &chunk.old;
         let mut new: &[String] = &chunk.new;
-        let mut found = seek(&lines, old, cursor, chunk.end_of_file);
+        let mut found = seek(&index, old, cursor, chunk.end_of_file);
         // A trailing empty context line often stands for the end of the file.
         if found.is_none() && old.last().is_some_and(|l| l.is_empty()) {
             old = &old[..old.len() - 1];
@@ -317,7 +393,7 @@ pub fn apply_chunks(original: &[u8], chunks: &[Chunk], rel: &str) -> Result<Vec<
             found = if old.is_empty() {
                 Some(lines.len())
             } else {
-                seek(&lines, old, cursor, chunk.end_of_file)
+                seek(&index, old, cursor, chunk.end_of_file)
             };
         }
         let start = found.ok_or_else(|| {
@@ -406,6 +482,7 @@ impl FileChange {
 /// Parses and validates a patch against the disk without writing anything.
 fn plan_patch(text: &str, ctx: &ToolContext) -> Result<Vec<FileChange>, ToolError> {
     let ops = parse_patch(text)?;
+    let beneath = Beneath::new(&ctx.workspace)?;
     let mut changes = Vec::new();
     let mut touched: Vec<PathBuf> = Vec::new();
     let mut claim = |path: &PathBuf, rel: &str| -> Result<(), ToolError> {
@@ -422,7 +499,7 @@ fn plan_patch(text: &str, ctx: &ToolContext) -> Result<Vec<FileChange>, ToolErro
             PatchOp::Add { path, content } => {
                 let target = resolve_for_write(&ctx.workspace, &path)?;
                 claim(&target.abs, &target.rel)?;
-                if std::fs::symlink_metadata(&target.abs).is_ok() {
+                if beneath.lstat(&target.abs).is_some() {
                     return Err(ToolError::rejected(format!(
                         "{}: already exists; use '*** Update File:' to change it",
                         target.rel
@@ -438,7 +515,7 @@ fn plan_patch(text: &str, ctx: &ToolContext) -> Result<Vec<FileChange>, ToolErro
             PatchOp::Delete { path } => {
                 let source = resolve_for_write(&ctx.workspace, &path)?;
                 claim(&source.abs, &source.rel)?;
-                let old = read_existing(&source.abs, &source.rel)?.ok_or_else(|| {
+                let old = read_existing(&beneath, &source.abs, &source.rel)?.ok_or_else(|| {
                     ToolError::NotFound {
                         path: source.rel.clone(),
                         what: "cannot delete, no such file",
@@ -459,7 +536,7 @@ fn plan_patch(text: &str, ctx: &ToolContext) -> Result<Vec<FileChange>, ToolErro
             } => {
                 let source = resolve_for_write(&ctx.workspace, &path)?;
                 claim(&source.abs, &source.rel)?;
-                let old = read_existing(&source.abs, &source.rel)?.ok_or_else(|| {
+                let old = read_existing(&beneath, &source.abs, &source.rel)?.ok_or_else(|| {
                     ToolError::NotFound {
                         path: source.rel.clone(),
                         what: "cannot update, no such file (use '*** Add File:')",
@@ -472,7 +549,7 @@ fn plan_patch(text: &str, ctx: &ToolContext) -> Result<Vec<FileChange>, ToolErro
                         let t = resolve_for_write(&ctx.workspace, &dest)?;
                         if t.abs != source.abs {
                             claim(&t.abs, &t.rel)?;
-                            if std::fs::symlink_metadata(&t.abs).is_ok() {
+                            if beneath.lstat(&t.abs).is_some() {
                                 return Err(ToolError::rejected(format!(
                                     "{}: cannot move {} there, the file already exists",
                                     t.rel, source.rel
@@ -497,47 +574,43 @@ fn plan_patch(text: &str, ctx: &ToolContext) -> Result<Vec<FileChange>, ToolErro
 
 /// Writes validated changes; on a failure, puts back what was already written.
 fn commit_changes(changes: &[FileChange], ctx: &ToolContext) -> Result<(), ToolError> {
+    let beneath = Beneath::new(&ctx.workspace)?;
     crate::tool::checkpoint::before_change(ctx);
-    // (path, what it held before) for every path touched so far.
-    let mut undo_log: Vec<(PathBuf, Option<Vec<u8>>)> = Vec::new();
+    // (path, as shown, what it held before) for every path touched so far.
+    let mut undo_log: Vec<(&PathBuf, &str, Option<Vec<u8>>)> = Vec::new();
     let mut outcome = Ok(());
     'files: for change in changes {
-        if let Some((abs, _)) = &change.target {
-            let before = std::fs::read(abs).ok();
-            undo_log.push((abs.clone(), before));
-            if let Err(e) = write_atomic(abs, change.new.as_deref().unwrap_or_default()) {
+        if let Some((abs, rel)) = &change.target {
+            let before = beneath.read_existing(abs, rel).ok().flatten();
+            undo_log.push((abs, rel, before));
+            // A moved file keeps its permissions.
+            let mode = match &change.source {
+                Some((src, _)) if src != abs => beneath.mode_of(src),
+                _ => None,
+            };
+            let bytes = change.new.as_deref().unwrap_or_default();
+            if let Err(e) = beneath.write_atomic(abs, rel, bytes, mode) {
                 outcome = Err(e);
                 break 'files;
-            }
-            // A moved file keeps its permissions.
-            if let Some((src, _)) = &change.source
-                && src != abs
-                && let Ok(meta) = std::fs::metadata(src)
-            {
-                let _ = std::fs::set_permissions(abs, meta.permissions());
             }
         }
         if let Some((abs, rel)) = &change.source {
             let moved_away = change.target.as_ref().is_some_and(|(t, _)| t != abs);
             if change.target.is_none() || moved_away {
-                undo_log.push((abs.clone(), change.old.clone()));
-                if let Err(e) = std::fs::remove_file(abs) {
-                    outcome = Err(ToolError::io(IoOp::Delete, rel, e));
+                undo_log.push((abs, rel, change.old.clone()));
+                if let Err(e) = beneath.remove_file(abs, rel) {
+                    outcome = Err(e);
                     break 'files;
                 }
             }
         }
     }
     if let Err(cause) = outcome {
-        for (path, before) in undo_log.into_iter().rev() {
-            match before {
-                Some(bytes) => {
-                    let _ = write_atomic(&path, &bytes);
-                }
-                None => {
-                    let _ = std::fs::remove_file(&path);
-                }
-            }
+        for (path, rel, before) in undo_log.into_iter().rev() {
+            let _ = match before {
+                Some(bytes) => beneath.write_atomic(path, rel, &bytes, None),
+                None => beneath.remove_file(path, rel),
+            };
         }
         return Err(ToolError::RolledBack {
             cause: Box::new(cause),
@@ -726,6 +799,21 @@ mod tests {
             "a\nb\na\nb\nz\n"
         );
         assert_eq!(update("-b\n+c", "a\nb").unwrap(), "a\nc");
+    }
+
+    #[test]
+    fn hunk_search_handles_repeats_and_partial_matches() {
+        assert_eq!(find_run(&[1, 1, 1, 2], &[1, 1, 2]), Some(1));
+        assert_eq!(find_run(&[1, 2, 1, 2, 1, 3], &[1, 2, 1, 3]), Some(2));
+        assert_eq!(find_run(&[1, 2, 3], &[2, 4]), None);
+        assert_eq!(find_run(&[], &[1]), None);
+        let original = "x\nx\nx\nx\ny\nx\n";
+        assert_eq!(
+            update(" x\n x\n-y\n+z", original).unwrap(),
+            "x\nx\nx\nx\nz\nx\n"
+        );
+        // A patch line the file does not hold anywhere never matches.
+        assert!(update(" x\n-nowhere\n+z", original).is_err());
     }
 
     #[test]

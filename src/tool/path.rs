@@ -1,9 +1,13 @@
 //! Workspace path resolution: every path a tool receives goes through `resolve` (or
-//! `resolve_for_write`), which refuses `..`, absolute paths outside the workspace and symlinks
-//! that lead outside, and names the offending path in the error.
+//! `resolve_for_write`), which refuses `..`, absolute paths outside the workspace, symlinks
+//! that lead outside and (for writes) paths the sandbox protects, and names the offending
+//! path in the error. It decides which file is meant; `tool::fs::Beneath` then opens it.
 
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
+
+use crate::protocol::SandboxMode;
+use crate::sandbox::SandboxPolicy;
 
 /// A path checked to lie inside the workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +31,10 @@ pub enum PathError {
     SymlinkEscape { path: String, link: String },
     #[error("path '{0}' is inside the .git directory; tools do not write there (use the git tool)")]
     GitDirectory(String),
+    #[error(
+        "path '{0}' is protected by the sandbox (git internals, baton's own config); tools do not write there"
+    )]
+    Protected(String),
     #[error("path '{path}': cannot inspect '{at}': {reason}")]
     Io {
         path: String,
@@ -86,6 +94,12 @@ pub fn resolve_for_write(workspace: &Path, input: &str) -> Result<WorkspacePath,
         .any(|c| c.as_os_str() == ".git");
     if in_git_dir {
         return Err(PathError::GitDirectory(input.trim().to_string()));
+    }
+    // The protections of the workspace-write policy hold for file tools whatever the
+    // session's sandbox mode. Checked again on the opened directory when writing.
+    let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, workspace);
+    if policy.denies_write(&resolved.abs) {
+        return Err(PathError::Protected(input.trim().to_string()));
     }
     Ok(resolved)
 }

@@ -433,11 +433,20 @@ pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, Too
 
 /// The content of a file to search, `None` when unreadable or over the size cap. One open and
 /// one fstat per file: the walk already costs a syscall per entry.
+///
+/// Opened `O_NOFOLLOW | O_NONBLOCK`: a file the walk saw that is swapped for a symlink or a FIFO
+/// before the open is skipped rather than followed or waited on.
 fn read_searchable(path: &Path) -> Option<Vec<u8>> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path).ok()?;
-    let len = file.metadata().ok()?.len();
-    if len > GREP_MAX_FILE_BYTES {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    let len = meta.len();
+    if !meta.is_file() || len > GREP_MAX_FILE_BYTES {
         return None;
     }
     let mut data = Vec::with_capacity(len as usize + 1);

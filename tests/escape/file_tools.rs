@@ -1,1 +1,552 @@
 //! Escape tests for file tools: races, special files and huge files.
+//!
+//! Each test plays a hostile model (tool calls) together with a hostile command (a concurrent
+//! process or thread that rearranges the workspace between the tools' path check and their use
+//! of the path) and asserts that nothing outside the workspace is written, overwritten, deleted
+//! or left behind, and that no file in the workspace can hang a turn or exhaust memory.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use baton::protocol::{EventSink, ToolStatus};
+use baton::tool::registry::standard_tools;
+use baton::tool::{ToolContext, ToolResult, ToolState};
+use serde_json::{Value, json};
+
+struct Workspace {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    ctx: ToolContext,
+}
+
+fn workspace() -> Workspace {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let (events, _rx) = EventSink::channel();
+    let ctx = ToolContext {
+        workspace: root.clone(),
+        call_id: "call-1".into(),
+        events,
+        cancel: Default::default(),
+        state: Arc::new(ToolState::default()),
+    };
+    Workspace {
+        _dir: dir,
+        root,
+        ctx,
+    }
+}
+
+async fn call(ctx: &ToolContext, tool: &str, args: Value) -> ToolResult {
+    standard_tools().get(tool).unwrap().run(args, ctx).await
+}
+
+/// A fresh "outside" directory. Run as an unprivileged user, the fixture base (the build's
+/// target dir) may not be writable: then the user's own cache, fixture_base's next candidate.
+fn outside_dir(name: &str) -> tempfile::TempDir {
+    let builder = || {
+        let mut b = tempfile::Builder::new();
+        b.prefix(name);
+        b
+    };
+    builder()
+        .tempdir_in(crate::support::outside::fixture_base())
+        .or_else(|_| {
+            let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+            let base = home.join(".cache/baton-tests");
+            std::fs::create_dir_all(&base)?;
+            builder().tempdir_in(base)
+        })
+        .unwrap()
+}
+
+fn cstring(path: &Path) -> CString {
+    CString::new(path.as_os_str().as_bytes()).unwrap()
+}
+
+/// Every file under `dir` with its content, sorted.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let bytes = std::fs::read(e.path()).unwrap_or_default();
+            (name, bytes)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The attacker: swaps the names `a` and `b` with `renameat2(RENAME_EXCHANGE)` as fast as it can
+/// until `stop` is set. Returns how many swaps it made.
+fn swap_forever(a: PathBuf, b: PathBuf, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let (a, b) = (cstring(&a), cstring(&b));
+        let mut swaps = 0usize;
+        while !stop.load(Ordering::Relaxed) {
+            // SAFETY: both paths are valid NUL-terminated strings that outlive the call.
+            let rc = unsafe {
+                libc::renameat2(
+                    libc::AT_FDCWD,
+                    a.as_ptr(),
+                    libc::AT_FDCWD,
+                    b.as_ptr(),
+                    libc::RENAME_EXCHANGE,
+                )
+            };
+            if rc == 0 {
+                swaps += 1;
+            }
+        }
+        swaps
+    })
+}
+
+/// A directory `d` of the workspace and a symlink `l` to an outside directory swap names in a
+/// tight loop while the model writes new files into `d`, overwrites and deletes files there
+/// with `apply_patch`, and adds files with `apply_patch`. The outside directory holds files
+/// of the same names. Nothing outside may change, and no temp file may be left there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_symlink_swap_race_cannot_write_or_delete_outside_the_workspace() {
+    const ROUNDS: usize = 150;
+    let ws = workspace();
+    let outside = outside_dir("race-outside-");
+    let d = ws.root.join("d");
+    std::fs::create_dir(&d).unwrap();
+    for i in 0..ROUNDS {
+        std::fs::write(d.join(format!("victim{i}")), "inside\n").unwrap();
+        std::fs::write(d.join(format!("upd{i}")), "line\n").unwrap();
+        std::fs::write(outside.path().join(format!("victim{i}")), "outside\n").unwrap();
+        std::fs::write(outside.path().join(format!("upd{i}")), "line\n").unwrap();
+        std::fs::write(outside.path().join(format!("w{i}.txt")), "outside\n").unwrap();
+    }
+    std::os::unix::fs::symlink(outside.path(), ws.root.join("l")).unwrap();
+    let before = snapshot(outside.path());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let attacker = swap_forever(d.clone(), ws.root.join("l"), stop.clone());
+    let refused = AtomicUsize::new(0);
+    for i in 0..ROUNDS {
+        let results = [
+            call(
+                &ws.ctx,
+                "write_file",
+                json!({"path": format!("d/w{i}.txt"), "content": "model\n"}),
+            )
+            .await,
+            call(
+                &ws.ctx,
+                "apply_patch",
+                json!({"input": format!(
+                    "*** Begin Patch\n*** Add File: d/a{i}\n+model\n*** Delete File: d/victim{i}\n\
+                     *** Update File: d/upd{i}\n-line\n+model\n*** End Patch\n"
+                )}),
+            )
+            .await,
+        ];
+        for r in &results {
+            if r.status != ToolStatus::Ok {
+                refused.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = attacker.join().unwrap();
+
+    let after = snapshot(outside.path());
+    let changed: Vec<String> = before
+        .iter()
+        .filter(|entry| !after.contains(entry))
+        .map(|(name, _)| format!("changed or deleted: {name}"))
+        .chain(
+            after
+                .iter()
+                .filter(|(name, _)| !before.iter().any(|(b, _)| b == name))
+                .map(|(name, _)| format!("created: {name}")),
+        )
+        .collect();
+    println!(
+        "race: {swaps} swaps, {} of {} tool calls refused, {} outside changes",
+        refused.load(Ordering::Relaxed),
+        2 * ROUNDS,
+        changed.len()
+    );
+    assert!(swaps > 0, "the attacker never swapped");
+    assert!(
+        changed.is_empty(),
+        "{} changes outside the workspace:\n{}",
+        changed.len(),
+        changed.join("\n")
+    );
+}
+
+/// The same race against `edit` and a move done by `apply_patch` (`*** Move to:`), whose
+/// destination directory is the one being swapped: the moved file must land inside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_symlink_swap_race_cannot_redirect_edits_or_moves_outside() {
+    const ROUNDS: usize = 100;
+    let ws = workspace();
+    let outside = outside_dir("race-move-outside-");
+    let d = ws.root.join("d");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::create_dir(ws.root.join("src")).unwrap();
+    for i in 0..ROUNDS {
+        std::fs::write(ws.root.join(format!("src/m{i}")), "move me\n").unwrap();
+        std::fs::write(d.join(format!("e{i}")), "old text\n").unwrap();
+        std::fs::write(outside.path().join(format!("e{i}")), "old text\n").unwrap();
+    }
+    std::os::unix::fs::symlink(outside.path(), ws.root.join("l")).unwrap();
+    let before = snapshot(outside.path());
+    for i in 0..ROUNDS {
+        // The model has read each file, so `edit` is allowed to change it.
+        call(&ws.ctx, "read_file", json!({"path": format!("d/e{i}")})).await;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let attacker = swap_forever(d.clone(), ws.root.join("l"), stop.clone());
+    for i in 0..ROUNDS {
+        call(
+            &ws.ctx,
+            "edit",
+            json!({"path": format!("d/e{i}"), "old_string": "old text", "new_string": "model"}),
+        )
+        .await;
+        call(
+            &ws.ctx,
+            "apply_patch",
+            json!({"input": format!(
+                "*** Begin Patch\n*** Update File: src/m{i}\n*** Move to: d/moved{i}\n\
+                 -move me\n+moved\n*** End Patch\n"
+            )}),
+        )
+        .await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    attacker.join().unwrap();
+    let after = snapshot(outside.path());
+    let changed: Vec<&String> = after
+        .iter()
+        .filter(|entry| !before.contains(entry))
+        .map(|(name, _)| name)
+        .collect();
+    assert!(
+        changed.is_empty() && before.len() == after.len(),
+        "{} files outside the workspace created or changed: {changed:?}",
+        changed.len()
+    );
+}
+
+/// A FIFO in the workspace: opening it for reading blocks until a writer comes, which a
+/// hostile command never provides. Every file tool must answer at once with an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_in_the_workspace_cannot_hang_a_file_tool() {
+    let ws = workspace();
+    let fifo = ws.root.join("pipe");
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(cstring(&fifo).as_ptr(), 0o644) }, 0);
+    // The model "read" it first so write_file and edit get past the unread check.
+    let calls = [
+        ("read_file", json!({"path": "pipe"})),
+        ("write_file", json!({"path": "pipe", "content": "x"})),
+        (
+            "edit",
+            json!({"path": "pipe", "old_string": "a", "new_string": "b"}),
+        ),
+        (
+            "apply_patch",
+            json!({"input": "*** Begin Patch\n*** Update File: pipe\n-a\n+b\n*** End Patch\n"}),
+        ),
+        (
+            "apply_patch",
+            json!({"input": "*** Begin Patch\n*** Delete File: pipe\n*** End Patch\n"}),
+        ),
+        ("grep", json!({"pattern": "x", "path": "pipe"})),
+        ("grep", json!({"pattern": "x"})),
+        ("list_dir", json!({"path": "."})),
+    ];
+    let mut hung = Vec::new();
+    for (tool, args) in calls {
+        let run = call(&ws.ctx, tool, args.clone());
+        match tokio::time::timeout(Duration::from_secs(10), run).await {
+            Ok(result) => {
+                if tool == "read_file" || tool == "write_file" || tool == "edit" {
+                    assert_eq!(
+                        result.status,
+                        ToolStatus::Error,
+                        "{tool}: {}",
+                        result.content
+                    );
+                    assert!(
+                        result.content.contains("FIFO"),
+                        "{tool} should say it is a FIFO: {}",
+                        result.content
+                    );
+                }
+            }
+            Err(_) => {
+                hung.push(format!("{tool} {args}"));
+                // Play the missing writer so the stuck reader returns and the test can end.
+                let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+            }
+        }
+    }
+    assert!(
+        std::fs::symlink_metadata(&fifo).is_ok(),
+        "the FIFO was removed"
+    );
+    assert!(hung.is_empty(), "file tools hung on a FIFO: {hung:?}");
+}
+
+/// Sockets and (as root) device nodes in the workspace are refused with a clear error rather
+/// than read or replaced.
+#[tokio::test]
+async fn sockets_and_device_files_in_the_workspace_are_refused() {
+    let ws = workspace();
+    let _listener = std::os::unix::net::UnixListener::bind(ws.root.join("sock")).unwrap();
+    let mut special = vec!["sock"];
+    let null = cstring(&ws.root.join("null"));
+    // SAFETY: a valid path; makedev(1, 3) is /dev/null. Fails without CAP_MKNOD, which is fine.
+    if unsafe { libc::mknod(null.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) } == 0 {
+        special.push("null");
+    }
+    for name in special {
+        let read = call(&ws.ctx, "read_file", json!({"path": name})).await;
+        assert_eq!(read.status, ToolStatus::Error, "{name}: {}", read.content);
+        assert!(
+            read.content.contains("not a regular file"),
+            "{name}: {}",
+            read.content
+        );
+        let write = call(&ws.ctx, "write_file", json!({"path": name, "content": "x"})).await;
+        assert_eq!(write.status, ToolStatus::Error, "{name}: {}", write.content);
+        let meta = std::fs::symlink_metadata(ws.root.join(name)).unwrap();
+        assert!(!meta.is_file(), "{name} was replaced by a regular file");
+    }
+}
+
+/// Size of the hostile file: 1.5 GiB, no newline (sparse, so it costs no disk).
+const HUGE_FILE_BYTES: u64 = 1536 << 20;
+/// The most a `read_file` child process may use (peak RSS) to read it.
+const HUGE_READ_RSS_LIMIT_KIB: i64 = 256 << 10;
+const HUGE_FILE_ENV: &str = "BATON_ESCAPE_HUGE_FILE";
+
+/// A 1.5 GiB file whose first 8 KiB are text and which holds no newline: reading it line by
+/// line must not hold the whole "line" in memory. The read runs in a child process (this test
+/// binary, re-run on the helper below) so its peak RSS can be measured alone.
+#[test]
+fn read_file_of_a_huge_file_without_newlines_uses_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.txt");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&[b'a'; 8192]).unwrap();
+        f.set_len(HUGE_FILE_BYTES).unwrap();
+    }
+    let exe = std::env::current_exe().unwrap();
+    // Reaped by the wait4 below, which also returns the child's own peak RSS.
+    #[allow(clippy::zombie_processes)]
+    let child = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "escape::file_tools::huge_read_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HUGE_FILE_ENV, &path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: rusage is plain data, zero-initialised; pid is our own child, waited once.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid);
+    let mut stdout = String::new();
+    if let Some(mut out) = child.stdout {
+        use std::io::Read;
+        out.read_to_string(&mut stdout).unwrap();
+    }
+    let peak_kib = usage.ru_maxrss;
+    println!("read_file of a {HUGE_FILE_BYTES}-byte line: peak RSS {peak_kib} KiB");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child failed ({status}): {stdout}"
+    );
+    assert!(
+        stdout.contains("huge.txt (lines 1-1 of 1)"),
+        "unexpected read_file output: {stdout}"
+    );
+    assert!(
+        peak_kib < HUGE_READ_RSS_LIMIT_KIB,
+        "read_file held {peak_kib} KiB at its peak (limit {HUGE_READ_RSS_LIMIT_KIB} KiB)"
+    );
+}
+
+/// The child half of the test above: reads the file named by the environment and prints the
+/// head of the result. Ignored, so it runs only when the parent asks for it.
+#[test]
+#[ignore = "run by read_file_of_a_huge_file_without_newlines_uses_bounded_memory"]
+fn huge_read_child() {
+    let Some(path) = std::env::var_os(HUGE_FILE_ENV) else {
+        return;
+    };
+    let path = PathBuf::from(path);
+    let root = path.parent().unwrap().canonicalize().unwrap();
+    let (events, _rx) = EventSink::channel();
+    let ctx = ToolContext {
+        workspace: root,
+        call_id: "huge".into(),
+        events,
+        cancel: Default::default(),
+        state: Arc::new(ToolState::default()),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let result = runtime.block_on(call(&ctx, "read_file", json!({"path": "huge.txt"})));
+    assert_eq!(result.status, ToolStatus::Ok, "{}", result.content);
+    let head: String = result.content.chars().take(200).collect();
+    println!("{head}");
+}
+
+/// Paths the sandbox protects inside the workspace (git hooks and config, and whatever else
+/// the policy lists) are refused to `write_file` and `apply_patch`, also through a symlink
+/// the model plants inside the workspace.
+#[tokio::test]
+async fn protected_paths_are_refused_to_file_tools() {
+    let ws = workspace();
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&ws.root)
+        .status();
+    if !git.is_ok_and(|s| s.success()) {
+        return;
+    }
+    std::fs::create_dir_all(ws.root.join(".git/hooks")).unwrap();
+    let policy =
+        baton::sandbox::SandboxPolicy::new(baton::protocol::SandboxMode::WorkspaceWrite, &ws.root);
+    let protected = policy.protected_paths();
+    assert!(!protected.is_empty(), "the policy protects nothing here");
+    std::os::unix::fs::symlink(".git", ws.root.join("g")).unwrap();
+    for path in protected {
+        let rel = path.strip_prefix(&ws.root).unwrap();
+        let target = if path.is_dir() {
+            rel.join("planted")
+        } else {
+            rel.to_path_buf()
+        };
+        let before = std::fs::read(ws.root.join(&target)).ok();
+        let via_link = Path::new("g").join(target.strip_prefix(".git").unwrap_or(&target));
+        for shown in [target.clone(), via_link] {
+            let shown = shown.to_string_lossy().into_owned();
+            let write = call(
+                &ws.ctx,
+                "write_file",
+                json!({"path": shown, "content": "[core]\nfsmonitor = evil\n"}),
+            )
+            .await;
+            assert_eq!(
+                write.status,
+                ToolStatus::Error,
+                "{shown}: {}",
+                write.content
+            );
+            let patch = call(
+                &ws.ctx,
+                "apply_patch",
+                json!({"input": format!(
+                    "*** Begin Patch\n*** Add File: {shown}.new\n+x\n*** End Patch\n"
+                )}),
+            )
+            .await;
+            assert_eq!(
+                patch.status,
+                ToolStatus::Error,
+                "{shown}: {}",
+                patch.content
+            );
+        }
+        assert_eq!(std::fs::read(ws.root.join(&target)).ok(), before);
+    }
+}
+
+/// A regular file and a symlink to an outside secret swap names in a tight loop while the
+/// model reads and greps the file: the secret must never reach the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_symlink_swap_race_cannot_read_outside_through_read_file_or_grep() {
+    const ROUNDS: usize = 150;
+    let ws = workspace();
+    let outside = outside_dir("race-secret-");
+    std::fs::write(outside.path().join("secret"), "SECRET-7f3a outside\n").unwrap();
+    std::fs::write(ws.root.join("f"), "inside\n").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret"), ws.root.join("s")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let attacker = swap_forever(ws.root.join("f"), ws.root.join("s"), stop.clone());
+    let mut leaks = 0usize;
+    for _ in 0..ROUNDS {
+        let read = call(&ws.ctx, "read_file", json!({"path": "f"})).await;
+        let grep = call(&ws.ctx, "grep", json!({"pattern": "SECRET"})).await;
+        leaks += [read, grep]
+            .iter()
+            .filter(|r| r.content.contains("SECRET-7f3a"))
+            .count();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = attacker.join().unwrap();
+    println!(
+        "read race: {swaps} swaps, {leaks} of {} results leaked",
+        2 * ROUNDS
+    );
+    assert_eq!(
+        leaks, 0,
+        "the outside secret reached the model {leaks} times"
+    );
+}
+
+/// Hostile arguments and names: an offset at the top of the integer range, a file whose name
+/// is not UTF-8 reached through a symlink, and a binary file: each gets an answer, none a
+/// panic.
+#[tokio::test]
+async fn hostile_offsets_names_and_binary_files_get_answers_not_panics() {
+    let ws = workspace();
+    std::fs::write(ws.root.join("a.txt"), "one\ntwo\n").unwrap();
+    let read = call(
+        &ws.ctx,
+        "read_file",
+        json!({"path": "a.txt", "offset": u64::MAX, "limit": u64::MAX}),
+    )
+    .await;
+    assert_eq!(read.status, ToolStatus::Error, "{}", read.content);
+    assert!(read.content.contains("past the end"), "{}", read.content);
+    let odd = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
+    std::fs::write(ws.root.join(odd), "latin-1 name\n").unwrap();
+    std::os::unix::fs::symlink(odd, ws.root.join("link.txt")).unwrap();
+    let read = call(&ws.ctx, "read_file", json!({"path": "link.txt"})).await;
+    assert_eq!(read.status, ToolStatus::Ok, "{}", read.content);
+    assert!(read.content.contains("latin-1 name"), "{}", read.content);
+    let write = call(
+        &ws.ctx,
+        "write_file",
+        json!({"path": "link.txt", "content": "replaced\n"}),
+    )
+    .await;
+    assert_eq!(write.status, ToolStatus::Ok, "{}", write.content);
+    assert_eq!(
+        std::fs::read(ws.root.join(odd)).unwrap(),
+        b"replaced\n",
+        "the write did not reach the file the link names"
+    );
+    std::fs::write(ws.root.join("bin"), [0u8, 159, 146, 150, 0, 1]).unwrap();
+    let read = call(&ws.ctx, "read_file", json!({"path": "bin"})).await;
+    assert_eq!(read.status, ToolStatus::Error, "{}", read.content);
+    assert!(read.content.contains("binary"), "{}", read.content);
+}

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{
-    LineEnding, UnreadPolicy, check_fresh, find_all, line_of, read_existing, write_change,
+    Beneath, LineEnding, UnreadPolicy, check_fresh, find_all, line_of, read_existing, write_change,
 };
 use crate::protocol::ToolSpec;
 use crate::tool::call::{cap_text, clip_line, into_result, parse_args, run_blocking};
@@ -27,6 +27,7 @@ struct EditArgs {
 pub struct EditTool;
 
 struct PlannedEdit {
+    beneath: Beneath,
     abs: std::path::PathBuf,
     rel: String,
     old: Vec<u8>,
@@ -92,7 +93,14 @@ impl Tool for EditTool {
 fn edit_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let plan = plan_edit(args, ctx)?;
     check_fresh(ctx, &plan.abs, &plan.rel, UnreadPolicy::Refuse)?;
-    let diff = write_change(ctx, &plan.abs, &plan.rel, Some(&plan.old), &plan.new)?;
+    let diff = write_change(
+        ctx,
+        &plan.beneath,
+        &plan.abs,
+        &plan.rel,
+        Some(&plan.old),
+        &plan.new,
+    )?;
     let (added, removed) = line_counts(&diff);
     Ok(format!(
         "Edited {}: {} replacement{} (+{added} -{removed} lines)\n{}",
@@ -107,7 +115,8 @@ fn plan_edit(args: &serde_json::Value, ctx: &ToolContext) -> Result<PlannedEdit,
     let args: EditArgs = parse_args("edit", args)?;
     let target = resolve_for_write(&ctx.workspace, &args.path)?;
     let rel = target.rel;
-    let old = read_existing(&target.abs, &rel)?.ok_or_else(|| ToolError::NotFound {
+    let beneath = Beneath::new(&ctx.workspace)?;
+    let old = read_existing(&beneath, &target.abs, &rel)?.ok_or_else(|| ToolError::NotFound {
         path: rel.clone(),
         what: "no such file; use write_file to create it",
     })?;
@@ -156,6 +165,7 @@ fn plan_edit(args: &serde_json::Value, ctx: &ToolContext) -> Result<PlannedEdit,
     }
     new.extend_from_slice(&old[from..]);
     Ok(PlannedEdit {
+        beneath,
         abs: target.abs,
         rel,
         replacements: starts.len(),

@@ -1,23 +1,25 @@
 //! File tools (`read_file`, `write_file`, `edit`) and what they share with `apply_patch`:
 //! read stamps for stale-edit detection, atomic writes that keep permissions, line-ending and
-//! binary detection.
+//! binary detection. Every open, create, rename and unlink goes through `Beneath`.
 
+mod beneath;
 mod edit;
 mod read;
 mod write;
 
+pub use beneath::Beneath;
 pub use edit::EditTool;
 pub use read::ReadFileTool;
 pub use write::WriteFileTool;
 
-use std::io::Write;
 use std::path::Path;
 
-use super::{FileStamp, IoOp, ToolContext, ToolError};
+use super::{FileStamp, ToolContext, ToolError};
 
 /// The stamp of a file on disk now, `None` when it does not exist or is not a regular file.
 pub fn current_stamp(path: &Path) -> Option<FileStamp> {
-    let meta = std::fs::metadata(path).ok()?;
+    // Never follows a symlink: tool::path has already resolved the ones inside the workspace.
+    let meta = std::fs::symlink_metadata(path).ok()?;
     if !meta.is_file() {
         return None;
     }
@@ -77,45 +79,18 @@ pub fn check_fresh(
     }
 }
 
-/// Writes `bytes` to `path` atomically: a temp file in the same directory, then a rename.
-/// An existing file keeps its permissions; parent directories are created.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ToolError> {
-    let shown = || path.display().to_string();
-    let parent = path
-        .parent()
-        .ok_or_else(|| ToolError::NoParentDirectory { path: shown() })?;
-    std::fs::create_dir_all(parent)
-        .map_err(|e| ToolError::io(IoOp::CreateDir, parent.display().to_string(), e))?;
-    let permissions = std::fs::metadata(path).ok().map(|m| m.permissions());
-    let mut temp = tempfile::Builder::new()
-        .prefix(".baton-write-")
-        .tempfile_in(parent)
-        .map_err(|e| ToolError::io(IoOp::CreateTemp, parent.display().to_string(), e))?;
-    temp.write_all(bytes)
-        .and_then(|_| temp.as_file().sync_data())
-        .map_err(|e| ToolError::io(IoOp::Write, shown(), e))?;
-    let permissions = permissions.unwrap_or_else(|| {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::Permissions::from_mode(0o644)
-    });
-    std::fs::set_permissions(temp.path(), permissions)
-        .map_err(|e| ToolError::io(IoOp::SetPermissions, shown(), e))?;
-    temp.persist(path)
-        .map_err(|e| ToolError::io(IoOp::Replace, shown(), e.error))?;
-    Ok(())
-}
-
 /// Writes a change the model asked for: checkpoint (first change of the turn), atomic write,
 /// a fresh read stamp (the model knows what it wrote), and a `FileDiff` event. Returns the diff.
 pub fn write_change(
     ctx: &ToolContext,
+    beneath: &Beneath,
     path: &Path,
     rel: &str,
     old: Option<&[u8]>,
     new: &[u8],
 ) -> Result<String, ToolError> {
     crate::tool::checkpoint::before_change(ctx);
-    write_atomic(path, new)?;
+    beneath.write_atomic(path, rel, new, None)?;
     record_stamp(ctx, path);
     let diff = crate::tool::diff::unified_diff(rel, old, Some(new));
     ctx.events.emit(crate::protocol::Event::FileDiff {
@@ -126,14 +101,14 @@ pub fn write_change(
     Ok(diff)
 }
 
-/// Reads a file that may not exist: `Ok(None)` when it does not.
-pub fn read_existing(path: &Path, rel: &str) -> Result<Option<Vec<u8>>, ToolError> {
-    match std::fs::read(path) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) if path.is_dir() => Err(ToolError::io(IoOp::ReadDirectory, rel, e)),
-        Err(e) => Err(ToolError::io(IoOp::Read, rel, e)),
-    }
+/// Reads a regular file that may not exist: `Ok(None)` when it does not. Special files and
+/// files over `MAX_EDIT_BYTES` are refused.
+pub fn read_existing(
+    beneath: &Beneath,
+    path: &Path,
+    rel: &str,
+) -> Result<Option<Vec<u8>>, ToolError> {
+    beneath.read_existing(path, rel)
 }
 
 /// Line ending of a text file, by majority.

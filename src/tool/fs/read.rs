@@ -1,5 +1,6 @@
 //! `read_file`: numbered lines of a text file, a line range at a time, with guards for binary
-//! and very large files. Records what the model saw for stale-edit detection.
+//! and very large files. Records what the model saw for stale-edit detection. The file is
+//! streamed: memory stays bounded by the output cap whatever the file's size or line length.
 
 use std::io::{BufRead, BufReader, Read};
 
@@ -7,11 +8,14 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{BINARY_SAMPLE, invalid_utf8_bytes, looks_binary, record_stamp};
+use super::{BINARY_SAMPLE, Beneath, invalid_utf8_bytes, looks_binary, record_stamp};
 use crate::protocol::ToolSpec;
 use crate::tool::call::{clip_line, into_result, parse_args, run_blocking};
 use crate::tool::path::resolve;
 use crate::tool::{ApprovalNeed, IoOp, Tool, ToolContext, ToolError, ToolResult};
+
+/// Bytes of one line kept to show it: enough for `MAX_LINE_CHARS` characters of any width.
+const MAX_LINE_BYTES: usize = MAX_LINE_CHARS * 4;
 
 /// Lines returned when the model gives no `limit`.
 pub const DEFAULT_LINE_LIMIT: usize = 2000;
@@ -81,23 +85,100 @@ impl Tool for ReadFileTool {
     }
 }
 
+/// The lines wanted so far, built as the file streams by.
+struct Collector {
+    first: usize,
+    limit: usize,
+    out: String,
+    line_no: usize,
+    last_shown: usize,
+    capped_at: Option<usize>,
+    invalid: bool,
+    /// The kept head of the line being read (at most `MAX_LINE_BYTES`).
+    line: Vec<u8>,
+    /// Whether bytes of an unfinished line have been seen.
+    open_line: bool,
+}
+
+impl Collector {
+    fn wants_current(&self) -> bool {
+        let n = self.line_no + 1;
+        n >= self.first && n < self.first.saturating_add(self.limit) && self.capped_at.is_none()
+    }
+
+    /// Takes the next bytes of the file. Lines outside the range are only counted.
+    fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            let newline = memchr::memchr(b'\n', data);
+            if self.wants_current() {
+                let part = &data[..newline.unwrap_or(data.len())];
+                let room = MAX_LINE_BYTES.saturating_sub(self.line.len());
+                self.line.extend_from_slice(&part[..part.len().min(room)]);
+            }
+            self.open_line = true;
+            match newline {
+                Some(i) => {
+                    self.finish_line();
+                    data = &data[i + 1..];
+                }
+                None => data = &[],
+            }
+        }
+    }
+
+    fn finish_line(&mut self) {
+        if !self.open_line {
+            return;
+        }
+        let wanted = self.wants_current();
+        self.line_no += 1;
+        self.open_line = false;
+        let mut raw = std::mem::take(&mut self.line);
+        if !wanted {
+            return;
+        }
+        let clipped = raw.len() >= MAX_LINE_BYTES;
+        if raw.ends_with(b"\r") {
+            raw.pop();
+        }
+        if clipped {
+            // A character cut in two at the clip is not an invalid byte of the file.
+            if let Err(e) = std::str::from_utf8(&raw)
+                && e.error_len().is_none()
+            {
+                raw.truncate(e.valid_up_to());
+            }
+        }
+        let decoded = String::from_utf8_lossy(&raw);
+        if matches!(decoded, std::borrow::Cow::Owned(_)) {
+            self.invalid = true;
+        }
+        let mut shown = clip_line(&decoded, MAX_LINE_CHARS);
+        if clipped && !shown.ends_with("[line truncated]") {
+            shown.push_str("… [line truncated]");
+        }
+        let line_no = self.line_no;
+        if self.out.len() + shown.len() + 8 > OUTPUT_CAP_BYTES && self.last_shown >= self.first {
+            self.capped_at = Some(self.last_shown);
+            return;
+        }
+        self.out.push_str(&format!("{line_no:>6}\t{shown}\n"));
+        self.last_shown = line_no;
+    }
+}
+
 fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: ReadArgs = parse_args("read_file", args)?;
     let target = resolve(&ctx.workspace, &args.path)?;
     let rel = &target.rel;
-    let meta = std::fs::metadata(&target.abs).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => ToolError::NotFound {
-            path: rel.clone(),
-            what: "no such file",
-        },
-        _ => ToolError::io(IoOp::Inspect, rel, e),
-    })?;
-    if meta.is_dir() {
-        return Err(ToolError::rejected(format!(
-            "{rel} is a directory; use list_dir to see its contents"
-        )));
-    }
-    let file = std::fs::File::open(&target.abs).map_err(|e| ToolError::io(IoOp::Open, rel, e))?;
+    let beneath = Beneath::new(&ctx.workspace)?;
+    let (file, len) =
+        beneath
+            .open_regular(&target.abs, rel)?
+            .ok_or_else(|| ToolError::NotFound {
+                path: rel.clone(),
+                what: "no such file",
+            })?;
     let mut reader = BufReader::with_capacity(64 * 1024, file);
     let mut sample = Vec::with_capacity(BINARY_SAMPLE);
     (&mut reader)
@@ -108,52 +189,38 @@ fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Tool
         record_stamp(ctx, &target.abs);
         return Err(ToolError::Binary {
             path: rel.clone(),
-            bytes: meta.len(),
+            bytes: len,
         });
     }
-    let first = args.offset.unwrap_or(1).max(1);
-    let limit = args.limit.unwrap_or(DEFAULT_LINE_LIMIT).max(1);
-    let mut out = String::new();
-    let mut line_no = 0usize;
-    let mut last_shown = 0usize;
-    let mut capped_at: Option<usize> = None;
-    let mut invalid = invalid_utf8_bytes(&sample) > 0;
-    let mut line = sample;
-    // The sample is the start of the first line(s): finish its last line before splitting.
-    reader
-        .read_until(b'\n', &mut line)
-        .map_err(|e| ToolError::io(IoOp::Read, rel, e))?;
-    let mut pending = line;
+    let mut lines = Collector {
+        first: args.offset.unwrap_or(1).max(1),
+        limit: args.limit.unwrap_or(DEFAULT_LINE_LIMIT).max(1),
+        out: String::new(),
+        line_no: 0,
+        last_shown: 0,
+        capped_at: None,
+        invalid: invalid_utf8_bytes(&sample) > 0,
+        line: Vec::new(),
+        open_line: false,
+    };
+    lines.feed(&sample);
     loop {
-        if pending.is_empty() {
+        if ctx.cancel.is_cancelled() {
+            return Err(ToolError::rejected(format!("{rel}: reading was cancelled")));
+        }
+        let block = reader
+            .fill_buf()
+            .map_err(|e| ToolError::io(IoOp::Read, rel, e))?;
+        if block.is_empty() {
             break;
         }
-        for raw in pending.split_inclusive(|&b| b == b'\n') {
-            line_no += 1;
-            if line_no < first || line_no >= first + limit || capped_at.is_some() {
-                continue;
-            }
-            let text = raw.strip_suffix(b"\n").unwrap_or(raw);
-            let text = text.strip_suffix(b"\r").unwrap_or(text);
-            let decoded = String::from_utf8_lossy(text);
-            if matches!(decoded, std::borrow::Cow::Owned(_)) {
-                invalid = true;
-            }
-            let shown = clip_line(&decoded, MAX_LINE_CHARS);
-            if out.len() + shown.len() + 8 > OUTPUT_CAP_BYTES && last_shown >= first {
-                capped_at = Some(last_shown);
-                continue;
-            }
-            out.push_str(&format!("{line_no:>6}\t{shown}\n"));
-            last_shown = line_no;
-        }
-        pending = Vec::new();
-        reader
-            .read_until(b'\n', &mut pending)
-            .map_err(|e| ToolError::io(IoOp::Read, rel, e))?;
+        let n = block.len();
+        lines.feed(block);
+        reader.consume(n);
     }
+    lines.finish_line();
     record_stamp(ctx, &target.abs);
-    let total = line_no;
+    let (first, last_shown, total) = (lines.first, lines.last_shown, lines.line_no);
     if total == 0 {
         return Ok(format!("{rel}: (empty file)"));
     }
@@ -163,18 +230,17 @@ fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Tool
         )));
     }
     let mut header = format!("{rel} (lines {first}-{last_shown} of {total})");
-    if invalid {
+    if lines.invalid {
         header.push_str(
             " [not valid UTF-8: invalid bytes are shown as U+FFFD and cannot be matched by edit]",
         );
     }
-    let mut result = format!("{header}\n{out}");
-    if let Some(last) = capped_at {
+    let mut result = format!("{header}\n{}", lines.out);
+    if let Some(last) = lines.capped_at {
         result.push_str(&format!(
-            "[output capped at {} KiB after line {last}; the file has {total} lines ({} bytes). \
+            "[output capped at {} KiB after line {last}; the file has {total} lines ({len} bytes). \
              Continue with offset={} and a smaller limit.]\n",
             OUTPUT_CAP_BYTES / 1024,
-            meta.len(),
             last + 1
         ));
     } else if last_shown < total {

@@ -5,7 +5,7 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{LineEnding, UnreadPolicy, check_fresh, read_existing, write_change};
+use super::{Beneath, LineEnding, UnreadPolicy, check_fresh, read_existing, write_change};
 use crate::protocol::ToolSpec;
 use crate::tool::call::{into_result, parse_args, run_blocking};
 use crate::tool::diff::{line_counts, unified_diff};
@@ -22,6 +22,7 @@ pub struct WriteFileTool;
 
 /// What a write would do, computed without touching the disk.
 struct PlannedWrite {
+    beneath: Beneath,
     abs: std::path::PathBuf,
     rel: String,
     old: Option<Vec<u8>>,
@@ -31,7 +32,8 @@ struct PlannedWrite {
 fn plan_write(args: &serde_json::Value, ctx: &ToolContext) -> Result<PlannedWrite, ToolError> {
     let args: WriteArgs = parse_args("write_file", args)?;
     let target = resolve_for_write(&ctx.workspace, &args.path)?;
-    let old = read_existing(&target.abs, &target.rel)?;
+    let beneath = Beneath::new(&ctx.workspace)?;
+    let old = read_existing(&beneath, &target.abs, &target.rel)?;
     // An existing file keeps its line endings even when the model writes `\n`.
     let new = match &old {
         Some(bytes) if LineEnding::detect(bytes) == LineEnding::CrLf => {
@@ -40,6 +42,7 @@ fn plan_write(args: &serde_json::Value, ctx: &ToolContext) -> Result<PlannedWrit
         _ => args.content.into_bytes(),
     };
     Ok(PlannedWrite {
+        beneath,
         abs: target.abs,
         rel: target.rel,
         old,
@@ -105,7 +108,14 @@ fn write_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Too
     if plan.old.as_deref() == Some(plan.new.as_slice()) {
         return Ok(format!("{}: unchanged (content is identical)", plan.rel));
     }
-    let diff = write_change(ctx, &plan.abs, &plan.rel, plan.old.as_deref(), &plan.new)?;
+    let diff = write_change(
+        ctx,
+        &plan.beneath,
+        &plan.abs,
+        &plan.rel,
+        plan.old.as_deref(),
+        &plan.new,
+    )?;
     let lines = plan.new.iter().filter(|&&b| b == b'\n').count();
     Ok(match plan.old {
         None => format!(
