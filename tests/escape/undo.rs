@@ -180,7 +180,10 @@ fn planted_checkpoint_ref_cannot_write_outside_the_workspace() {
     std::fs::create_dir_all(&victim).unwrap();
     std::fs::write(victim.join("keep.txt"), "the user's outside file\n").unwrap();
     repo_with(&env, &[("a.txt", "original\n")]);
-    turn(&env, vec![write_call("c1", "a.txt", "changed by the turn\n")]);
+    turn(
+        &env,
+        vec![write_call("c1", "a.txt", "changed by the turn\n")],
+    );
     assert_eq!(read(env.workspace.join("a.txt")), "changed by the turn\n");
 
     // The attacker (any command of a turn: `.git/refs` and `.git/objects` are writable)
@@ -204,7 +207,10 @@ fn planted_checkpoint_ref_cannot_write_outside_the_workspace() {
             .env("GIT_AUTHOR_EMAIL", "a@a")
             .env("GIT_COMMITTER_NAME", "a")
             .env("GIT_COMMITTER_EMAIL", "a@a")
-            .env("GIT_COMMITTER_DATE", format!("2099-01-0{} 00:00:00 +0000", n + 1))
+            .env(
+                "GIT_COMMITTER_DATE",
+                format!("2099-01-0{} 00:00:00 +0000", n + 1),
+            )
             .env("GIT_AUTHOR_DATE", "2099-01-01 00:00:00 +0000")
             .output()
             .unwrap();
@@ -254,11 +260,22 @@ fn a_directory_swapped_for_a_symlink_during_the_turn_is_restored_not_followed() 
     assert!(env.workspace.join("d").is_symlink());
 
     let (code, text) = undo(&env, &[]);
-    assert_eq!(read(out.path().join("f.txt")), "outside content\n", "{text}");
-    assert_eq!(read(out.path().join("other.txt")), "outside other\n", "{text}");
+    assert_eq!(
+        read(out.path().join("f.txt")),
+        "outside content\n",
+        "{text}"
+    );
+    assert_eq!(
+        read(out.path().join("other.txt")),
+        "outside other\n",
+        "{text}"
+    );
     assert_eq!(code, 0, "{text}");
     let d = env.workspace.join("d");
-    assert!(!d.is_symlink() && d.is_dir(), "d/ must be a folder again: {text}");
+    assert!(
+        !d.is_symlink() && d.is_dir(),
+        "d/ must be a folder again: {text}"
+    );
     assert_eq!(read(d.join("f.txt")), "original\n", "{text}");
     assert!(!env.workspace.join("d.orig").exists(), "{text}");
 }
@@ -287,7 +304,11 @@ fn a_symlink_swapped_in_after_the_turn_is_never_followed_by_undo() {
     );
 
     let (_, text) = undo(&env, &[]);
-    assert_eq!(read(out.path().join("f.txt")), "outside content\n", "{text}");
+    assert_eq!(
+        read(out.path().join("f.txt")),
+        "outside content\n",
+        "{text}"
+    );
     assert_eq!(
         read(out.path().join("new.txt")),
         "created by the turn\n",
@@ -328,7 +349,10 @@ fn unreadable_files_are_not_deleted_by_undo() {
     turn(&env, vec![write_call("c1", "a.txt", "changed\n")]);
     assert_eq!(read(env.workspace.join("a.txt")), "changed\n");
     let (_, text) = undo(&env, &[]);
-    assert!(secret.exists(), "undo deleted a file it could not read: {text}");
+    assert!(
+        secret.exists(),
+        "undo deleted a file it could not read: {text}"
+    );
     assert_eq!(read(env.workspace.join("a.txt")), "a\n", "{text}");
 }
 
@@ -337,7 +361,11 @@ fn undo_keeps_the_users_later_edits_and_new_files_and_can_be_redone() {
     let env = Env::new();
     repo_with(
         &env,
-        &[("a.txt", "a original\n"), ("b.txt", "b original\n"), ("c.txt", "c original\n")],
+        &[
+            ("a.txt", "a original\n"),
+            ("b.txt", "b original\n"),
+            ("c.txt", "c original\n"),
+        ],
     );
     turn(
         &env,
@@ -366,27 +394,66 @@ fn undo_keeps_the_users_later_edits_and_new_files_and_can_be_redone() {
     let (_, text) = undo(&env, &[]);
     assert_eq!(read(env.workspace.join("a.txt")), "a original\n", "{text}");
     assert!(!env.workspace.join("t.txt").exists(), "{text}");
-    assert_eq!(read(env.workspace.join("b.txt")), "b by the user\n", "{text}");
-    assert_eq!(read(env.workspace.join("c.txt")), "c by the user\n", "{text}");
-    assert_eq!(read(env.workspace.join("u.txt")), "the user's new file\n", "{text}");
-    assert!(text.contains("b.txt") && text.contains("changed since"), "{text}");
+    assert_eq!(
+        read(env.workspace.join("b.txt")),
+        "b by the user\n",
+        "{text}"
+    );
+    assert_eq!(
+        read(env.workspace.join("c.txt")),
+        "c by the user\n",
+        "{text}"
+    );
+    assert_eq!(
+        read(env.workspace.join("u.txt")),
+        "the user's new file\n",
+        "{text}"
+    );
+    assert!(
+        text.contains("b.txt") && text.contains("changed since"),
+        "{text}"
+    );
 
     // The undo can be undone: the turn's changes come back, the user's stay.
     let (code, text) = undo(&env, &["--redo"]);
     assert_eq!(code, 0, "{text}");
-    assert_eq!(read(env.workspace.join("a.txt")), "a by the turn\n", "{text}");
-    assert_eq!(read(env.workspace.join("t.txt")), "created by the turn\n", "{text}");
-    assert_eq!(read(env.workspace.join("b.txt")), "b by the user\n", "{text}");
-    assert_eq!(read(env.workspace.join("u.txt")), "the user's new file\n", "{text}");
+    assert_eq!(
+        read(env.workspace.join("a.txt")),
+        "a by the turn\n",
+        "{text}"
+    );
+    assert_eq!(
+        read(env.workspace.join("t.txt")),
+        "created by the turn\n",
+        "{text}"
+    );
+    assert_eq!(
+        read(env.workspace.join("b.txt")),
+        "b by the user\n",
+        "{text}"
+    );
+    assert_eq!(
+        read(env.workspace.join("u.txt")),
+        "the user's new file\n",
+        "{text}"
+    );
 
     // And the checkpoint is still there: undo again, this time overriding the conflict.
     let (code, text) = undo(&env, &["--force"]);
     assert_eq!(code, 0, "{text}");
     assert_eq!(read(env.workspace.join("b.txt")), "b original\n", "{text}");
-    assert_eq!(read(env.workspace.join("u.txt")), "the user's new file\n", "{text}");
+    assert_eq!(
+        read(env.workspace.join("u.txt")),
+        "the user's new file\n",
+        "{text}"
+    );
     // --force overwrote the user's b.txt, and redo brings that back too.
     let (_, text) = undo(&env, &["--redo"]);
-    assert_eq!(read(env.workspace.join("b.txt")), "b by the user\n", "{text}");
+    assert_eq!(
+        read(env.workspace.join("b.txt")),
+        "b by the user\n",
+        "{text}"
+    );
 }
 
 #[test]
@@ -407,7 +474,13 @@ fn the_session_folder_inside_the_workspace_is_never_snapshotted_or_reverted() {
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .args(["--session-dir"])
         .arg(&sessions)
-        .args(["--exec", "--endpoint", &engine.url(), "--approval", "full-auto"])
+        .args([
+            "--exec",
+            "--endpoint",
+            &engine.url(),
+            "--approval",
+            "full-auto",
+        ])
         .arg("change a")
         .output()
         .unwrap();
@@ -427,7 +500,8 @@ fn the_session_folder_inside_the_workspace_is_never_snapshotted_or_reverted() {
         .arg("undo")
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     let after = read(&session_file);
     assert!(
         after.starts_with(&before),
@@ -471,8 +545,14 @@ fn undo_prints_paths_through_the_sanitizer() {
     assert!(env.workspace.join(evil).exists());
     let (code, text) = undo(&env, &["--dry-run"]);
     assert_eq!(code, 0, "{text}");
-    assert!(!text.contains('\u{1b}') && !text.contains('\u{7}'), "{text:?}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
     let (_, text) = undo(&env, &[]);
-    assert!(!text.contains('\u{1b}') && !text.contains('\u{7}'), "{text:?}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
     assert!(!env.workspace.join(evil).exists(), "{text:?}");
 }
