@@ -4,14 +4,13 @@
 //! the change left, so later edits by the user are kept and a file changed by both is reported.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use git2::Oid;
 
 use super::beneath::{self, Found, PutMode};
-use super::store::{Entry, MAX_CHECKPOINT_FILE_BYTES, Snapshot, Store};
+use super::store::{Entry, MAX_CHECKPOINT_FILE_BYTES, Opened, Store};
 use super::{CheckpointError, shown};
 
 /// One step of a plan.
@@ -95,56 +94,65 @@ pub fn plan(
     exclude: &[PathBuf],
     force: bool,
 ) -> Result<Plan, CheckpointError> {
-    let target = store.load(target_id)?;
-    let left = store.load(left_id)?;
+    let target = store.open_snapshot(target_id)?;
+    let left = store.open_snapshot(left_id)?;
     let current_id = store.snapshot(exclude)?;
-    let now = store.load(&current_id)?;
-    let ignored_then = IgnoredIn::of(store, &target, &store.workspace);
-    let mut paths: BTreeSet<&PathBuf> = target.files.keys().collect();
-    paths.extend(left.files.keys());
-    paths.extend(left.unknown.iter());
+    let now = store.open_snapshot(&current_id)?;
+    // Only what the change changed is a candidate: identical folders are never visited.
+    let mut paths = store.changed_paths(&left, &target)?;
+    paths.extend(left.unknown.iter().cloned());
+    let mut ignored_then = IgnoredIn::new(store, &target);
     let mut steps = Vec::new();
     let mut kept = Vec::new();
+    let mut current_files = BTreeMap::new();
+    let mut target_dirs = BTreeSet::new();
+    for path in &paths {
+        for dir in path.ancestors().skip(1) {
+            if !dir.as_os_str().is_empty() && target.is_dir(dir) {
+                target_dirs.insert(dir.to_path_buf());
+            }
+        }
+        if target.is_dir(path) {
+            target_dirs.insert(path.clone());
+        }
+    }
     for path in paths {
-        let want = target.files.get(path);
-        let was = left.files.get(path);
-        let left_unknown = left.is_unknown(path);
+        let want = target.entry(&path)?;
+        let was = left.entry(&path)?;
+        let left_unknown = left.is_unknown(&path);
         if want == was && !left_unknown {
             continue;
         }
-        if target.is_unknown(path) {
-            kept.push((path.clone(), Kept::NotSnapshotted));
+        if target.is_unknown(&path) {
+            kept.push((path, Kept::NotSnapshotted));
             continue;
         }
-        let now_unknown = now.is_unknown(path);
-        let is = now.files.get(path);
+        let now_unknown = now.is_unknown(&path);
+        let is = now.entry(&path)?;
+        if let Some(entry) = is {
+            current_files.insert(path.clone(), entry);
+        }
         if !now_unknown && is == want {
             continue;
         }
         let untouched_since = !left_unknown && !now_unknown && is == was;
-        if want.is_none() && ignored_then.contains(path) {
-            kept.push((path.clone(), Kept::NotSnapshotted));
+        if want.is_none() && ignored_then.contains(&path) {
+            kept.push((path, Kept::NotSnapshotted));
             continue;
         }
         if !untouched_since {
             if now_unknown {
-                kept.push((path.clone(), Kept::Unsaved));
+                kept.push((path, Kept::Unsaved));
                 continue;
             }
             if !force {
-                kept.push((path.clone(), Kept::ChangedSince));
+                kept.push((path, Kept::ChangedSince));
                 continue;
             }
         }
         match (want, is) {
-            (Some(entry), _) => steps.push(Step::Restore {
-                path: path.clone(),
-                entry: *entry,
-            }),
-            (None, Some(entry)) => steps.push(Step::Remove {
-                path: path.clone(),
-                entry: *entry,
-            }),
+            (Some(entry), _) => steps.push(Step::Restore { path, entry }),
+            (None, Some(entry)) => steps.push(Step::Remove { path, entry }),
             (None, None) => {}
         }
     }
@@ -152,8 +160,8 @@ pub fn plan(
         steps,
         kept,
         current: current_id,
-        current_files: now.files,
-        target_dirs: target.dirs(),
+        current_files,
+        target_dirs,
     })
 }
 
@@ -292,40 +300,54 @@ fn restore_one(
 
 /// Paths the target snapshot's own `.gitignore` files ignore: a file the change "created" that
 /// was ignored then may simply not have been visible to the checkpoint, so it is never removed.
-struct IgnoredIn {
-    matchers: Vec<(PathBuf, ignore::gitignore::Gitignore)>,
+/// Only the `.gitignore` files of folders above the paths asked about are read.
+struct IgnoredIn<'a, 'r> {
+    store: &'a Store,
+    target: &'a Opened<'r>,
+    /// Per folder: its `.gitignore` as a matcher, or `None` when it has none.
+    matchers: BTreeMap<PathBuf, Option<ignore::gitignore::Gitignore>>,
 }
 
-impl IgnoredIn {
-    fn of(store: &Store, snapshot: &Snapshot, workspace: &Path) -> IgnoredIn {
-        let mut matchers = Vec::new();
-        for (path, entry) in &snapshot.files {
-            if path.file_name() != Some(OsStr::new(".gitignore")) || entry.is_link() {
-                continue;
-            }
-            let Ok(content) = store.content(entry.id) else {
-                continue;
-            };
-            let dir = path.parent().unwrap_or(Path::new("")).to_path_buf();
-            let mut builder = ignore::gitignore::GitignoreBuilder::new(workspace.join(&dir));
-            for line in String::from_utf8_lossy(&content).lines() {
-                let _ = builder.add_line(None, line);
-            }
-            if let Ok(matcher) = builder.build() {
-                matchers.push((dir, matcher));
-            }
+impl<'a, 'r> IgnoredIn<'a, 'r> {
+    fn new(store: &'a Store, target: &'a Opened<'r>) -> Self {
+        IgnoredIn {
+            store,
+            target,
+            matchers: BTreeMap::new(),
         }
-        // Deepest folder first: its rules override the ones above it.
-        matchers.sort_by(|a, b| b.0.components().count().cmp(&a.0.components().count()));
-        IgnoredIn { matchers }
     }
 
-    fn contains(&self, path: &Path) -> bool {
-        for (dir, matcher) in &self.matchers {
-            let Ok(rel) = path.strip_prefix(dir) else {
+    fn matcher(&mut self, dir: &Path) -> Option<&ignore::gitignore::Gitignore> {
+        if !self.matchers.contains_key(dir) {
+            let file = dir.join(".gitignore");
+            let matcher = self
+                .target
+                .entry(&file)
+                .ok()
+                .flatten()
+                .filter(|e| !e.is_link())
+                .and_then(|e| self.store.content(e.id).ok())
+                .and_then(|content| {
+                    let mut builder =
+                        ignore::gitignore::GitignoreBuilder::new(self.store.workspace.join(dir));
+                    for line in String::from_utf8_lossy(&content).lines() {
+                        let _ = builder.add_line(None, line);
+                    }
+                    builder.build().ok()
+                });
+            self.matchers.insert(dir.to_path_buf(), matcher);
+        }
+        self.matchers.get(dir).and_then(Option::as_ref)
+    }
+
+    fn contains(&mut self, path: &Path) -> bool {
+        // Deepest folder first: its rules override the ones above it.
+        for dir in path.ancestors().skip(1) {
+            let rel = path.strip_prefix(dir).unwrap_or(path).to_path_buf();
+            let Some(matcher) = self.matcher(dir) else {
                 continue;
             };
-            let m = matcher.matched_path_or_any_parents(rel, false);
+            let m = matcher.matched_path_or_any_parents(&rel, false);
             if m.is_ignore() {
                 return true;
             }

@@ -46,18 +46,58 @@ impl Snapshot {
     pub fn is_unknown(&self, rel: &Path) -> bool {
         rel.ancestors().any(|a| self.unknown.contains(a))
     }
-    /// The folders the snapshot's files sit in.
-    pub fn dirs(&self) -> BTreeSet<PathBuf> {
-        let mut dirs = BTreeSet::new();
-        for path in self.files.keys() {
-            for a in path.ancestors().skip(1) {
-                if a.as_os_str().is_empty() {
-                    break;
-                }
-                dirs.insert(a.to_path_buf());
-            }
+}
+
+/// A snapshot opened by `Store::open_snapshot`.
+pub struct Opened<'r> {
+    id: String,
+    files: git2::Tree<'r>,
+    pub unknown: BTreeSet<PathBuf>,
+}
+
+impl Opened<'_> {
+    /// Whether `rel` (or a folder above it) could not be stored.
+    pub fn is_unknown(&self, rel: &Path) -> bool {
+        rel.ancestors().any(|a| self.unknown.contains(a))
+    }
+
+    /// The file (or symlink) at `rel`; `None` when there is none, or a folder. Any other kind
+    /// of entry (a gitlink, an odd mode) refuses the snapshot.
+    pub fn entry(&self, rel: &Path) -> Result<Option<Entry>, CheckpointError> {
+        check_relative(rel).map_err(|why| self.damaged(why))?;
+        let Ok(entry) = self.files.get_path(rel) else {
+            return Ok(None);
+        };
+        let mode = entry.filemode() as u32;
+        if mode == u32::from(FileMode::Tree) {
+            return Ok(None);
         }
-        dirs
+        if mode == u32::from(FileMode::Blob)
+            || mode == u32::from(FileMode::BlobExecutable)
+            || mode == u32::from(FileMode::Link)
+        {
+            return Ok(Some(Entry {
+                id: entry.id(),
+                mode,
+            }));
+        }
+        Err(self.damaged(format!("{}: mode {mode:o} is not a file", rel.display())))
+    }
+
+    /// Whether the snapshot has a folder at `rel`.
+    pub fn is_dir(&self, rel: &Path) -> bool {
+        rel.as_os_str().is_empty()
+            || self
+                .files
+                .get_path(rel)
+                .is_ok_and(|e| e.filemode() as u32 == u32::from(FileMode::Tree))
+    }
+
+    fn damaged(&self, why: String) -> CheckpointError {
+        CheckpointError::Damaged {
+            id: self.id.clone(),
+            why,
+        }
     }
 }
 
@@ -198,6 +238,72 @@ impl Store {
         self.repo
             .reference(&format!("refs/snapshots/{commit}"), commit, true, "")?;
         Ok(commit.to_string())
+    }
+
+    /// Opens snapshot `id` without reading all of it (undo on a big tree only visits what
+    /// changed): verified to be a commit of this store made for this workspace; each path read
+    /// from it is checked where it is used (`Opened::entry`, `changed_paths`).
+    pub fn open_snapshot(&self, id: &str) -> Result<Opened<'_>, CheckpointError> {
+        let damaged = |why: String| CheckpointError::Damaged {
+            id: id.to_string(),
+            why,
+        };
+        let oid = Oid::from_str(id).map_err(|_| damaged("not an object id".into()))?;
+        let commit = self
+            .repo
+            .find_commit(oid)
+            .map_err(|_| damaged("not in this workspace's checkpoint store".into()))?;
+        let expected = format!("workspace {}", self.workspace.display());
+        if !commit.message().unwrap_or("").lines().any(|l| l == expected) {
+            return Err(damaged("taken of another workspace".into()));
+        }
+        let root = commit.tree()?;
+        let files = root
+            .get_name("files")
+            .filter(|e| e.kind() == Some(ObjectType::Tree))
+            .ok_or_else(|| damaged("no file tree".into()))?;
+        let files = self.repo.find_tree(files.id())?;
+        let mut unknown = BTreeSet::new();
+        if let Some(entry) = root.get_name("unknown") {
+            let blob = self.repo.find_blob(entry.id())?;
+            for name in blob.content().split(|b| *b == 0).filter(|n| !n.is_empty()) {
+                let path = PathBuf::from(OsStr::from_bytes(name));
+                check_relative(&path).map_err(damaged)?;
+                unknown.insert(path);
+            }
+        }
+        Ok(Opened {
+            id: id.to_string(),
+            files,
+            unknown,
+        })
+    }
+
+    /// The paths whose file differs between two snapshots' trees (identical folders are
+    /// skipped by their ids, so this costs what changed, not the tree's size).
+    pub fn changed_paths(
+        &self,
+        a: &Opened,
+        b: &Opened,
+    ) -> Result<BTreeSet<PathBuf>, CheckpointError> {
+        let mut opts = git2::DiffOptions::new();
+        opts.include_typechange(true);
+        let diff = self
+            .repo
+            .diff_tree_to_tree(Some(&a.files), Some(&b.files), Some(&mut opts))?;
+        let mut paths = BTreeSet::new();
+        for delta in diff.deltas() {
+            for file in [delta.old_file(), delta.new_file()] {
+                if let Some(path) = file.path() {
+                    check_relative(path).map_err(|why| CheckpointError::Damaged {
+                        id: format!("{} or {}", a.id, b.id),
+                        why,
+                    })?;
+                    paths.insert(path.to_path_buf());
+                }
+            }
+        }
+        Ok(paths)
     }
 
     /// Loads snapshot `id` and verifies it: a commit of this store, made for this workspace,

@@ -144,3 +144,31 @@ fn beneath_never_walks_through_a_symlink_and_replaces_a_final_link_itself() {
     assert!(!ws.path().join("link").is_symlink());
     assert!(beneath::open_parent(&root, Path::new("../x"), true).is_err());
 }
+
+#[test]
+fn undo_refuses_a_snapshot_whose_changed_paths_climb_out() {
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let config = StoreConfig::at(state.path().join("checkpoints"), state.path());
+    std::fs::write(ws.path().join("a.txt"), "a").unwrap();
+    let real = super::snapshot(&config, ws.path()).unwrap();
+    let store = config.open(ws.path()).unwrap();
+    let odb = store.repo.odb().unwrap();
+    let blob = odb.write(ObjectType::Blob, b"payload").unwrap();
+    let inner = odb
+        .write(ObjectType::Tree, &raw_tree(&[("100644", b"x", blob)]))
+        .unwrap();
+    let climbing = odb
+        .write(ObjectType::Tree, &raw_tree(&[("40000", b"..", inner)]))
+        .unwrap();
+    let planted = plant(&store, climbing, &store.workspace);
+    for (target, left) in [(&planted, &real), (&real, &planted)] {
+        let result = super::plan_revert(&config, ws.path(), target, left, true);
+        assert!(
+            matches!(result, Err(CheckpointError::Damaged { .. })),
+            "{:?}",
+            result.map(|(_, plan)| plan.lines())
+        );
+    }
+    assert!(!ws.path().parent().unwrap().join("x").exists());
+}
