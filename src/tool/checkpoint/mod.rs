@@ -209,14 +209,11 @@ impl Reverted {
     }
 }
 
-/// Applies a plan, then snapshots the result.
-pub fn apply(
-    config: &StoreConfig,
-    store: &Store,
-    plan: &Plan,
-) -> Result<Reverted, CheckpointError> {
+/// Applies a plan and records the result as a snapshot.
+pub fn apply(store: &Store, plan: &Plan) -> Result<Reverted, CheckpointError> {
     let applied = plan::apply(store, plan)?;
-    let after = store.snapshot(&config.exclude)?;
+    // The files now are the plan's snapshot plus what was just done: no second walk.
+    let after = store.derive(&plan.current, &applied.changes)?;
     Ok(Reverted {
         applied,
         kept: plan

@@ -170,6 +170,8 @@ pub fn plan(
 pub struct Applied {
     pub restored: Vec<String>,
     pub removed: Vec<String>,
+    /// What was done, by path (`None`: removed), for the snapshot of the result.
+    pub changes: Vec<(PathBuf, Option<Entry>)>,
     /// Steps not done, with why (the file changed between plan and apply, a symlink or
     /// file stands where a folder should be, …).
     pub failed: Vec<String>,
@@ -198,6 +200,7 @@ pub fn apply(store: &Store, plan: &Plan) -> Result<Applied, CheckpointError> {
         match remove_one(&root, path, entry) {
             Ok(()) => {
                 done.removed.push(shown(path));
+                done.changes.push((path.clone(), None));
                 emptied.extend(
                     path.ancestors()
                         .skip(1)
@@ -218,7 +221,10 @@ pub fn apply(store: &Store, plan: &Plan) -> Result<Applied, CheckpointError> {
     for (path, entry) in restores {
         let was = current_entry(&plan.current_files, path);
         match restore_one(store, &root, path, entry, was.as_ref(), &plan.target_dirs) {
-            Ok(()) => done.restored.push(shown(path)),
+            Ok(()) => {
+                done.restored.push(shown(path));
+                done.changes.push((path.clone(), Some(*entry)));
+            }
             Err(why) => done.failed.push(format!("{}: {why}", shown(path))),
         }
     }

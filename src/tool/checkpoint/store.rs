@@ -223,21 +223,7 @@ impl Store {
             listed.extend_from_slice(path.as_os_str().as_bytes());
             listed.push(0);
         }
-        let unknown_blob = self.repo.blob(&listed)?;
-        let mut root = self.repo.treebuilder(None)?;
-        root.insert("files", files_tree, i32::from(FileMode::Tree))?;
-        root.insert("unknown", unknown_blob, i32::from(FileMode::Blob))?;
-        let root = self.repo.find_tree(root.write()?)?;
-        let who = Signature::now("baton", "baton@localhost")?;
-        let message = format!(
-            "baton checkpoint\n\nworkspace {}\n",
-            self.workspace.display()
-        );
-        let commit = self.repo.commit(None, &who, &who, &message, &root, &[])?;
-        // A ref per snapshot keeps its objects should anyone run `git gc` in the store.
-        self.repo
-            .reference(&format!("refs/snapshots/{commit}"), commit, true, "")?;
-        Ok(commit.to_string())
+        self.commit_snapshot(files_tree, &listed)
     }
 
     /// Opens snapshot `id` without reading all of it (undo on a big tree only visits what
@@ -254,7 +240,12 @@ impl Store {
             .find_commit(oid)
             .map_err(|_| damaged("not in this workspace's checkpoint store".into()))?;
         let expected = format!("workspace {}", self.workspace.display());
-        if !commit.message().unwrap_or("").lines().any(|l| l == expected) {
+        if !commit
+            .message()
+            .unwrap_or("")
+            .lines()
+            .any(|l| l == expected)
+        {
             return Err(damaged("taken of another workspace".into()));
         }
         let root = commit.tree()?;
@@ -304,6 +295,61 @@ impl Store {
             }
         }
         Ok(paths)
+    }
+
+    /// A snapshot made from snapshot `base` with `changes` applied (`None`: the file is gone),
+    /// without walking the workspace again: what undo knows it just did.
+    pub fn derive(
+        &self,
+        base: &str,
+        changes: &[(PathBuf, Option<Entry>)],
+    ) -> Result<String, CheckpointError> {
+        let opened = self.open_snapshot(base)?;
+        let mut update = git2::build::TreeUpdateBuilder::new();
+        for (path, entry) in changes {
+            check_relative(path).map_err(|why| opened.damaged(why))?;
+            let path = path.as_os_str().as_bytes();
+            match entry {
+                Some(e) => {
+                    let mode = if e.is_link() {
+                        FileMode::Link
+                    } else if e.is_executable() {
+                        FileMode::BlobExecutable
+                    } else {
+                        FileMode::Blob
+                    };
+                    update.upsert(path, e.id, mode);
+                }
+                None => {
+                    update.remove(path);
+                }
+            }
+        }
+        let files = update.create_updated(&self.repo, &opened.files)?;
+        let mut listed = Vec::new();
+        for path in &opened.unknown {
+            listed.extend_from_slice(path.as_os_str().as_bytes());
+            listed.push(0);
+        }
+        self.commit_snapshot(files, &listed)
+    }
+
+    fn commit_snapshot(&self, files: Oid, unknown: &[u8]) -> Result<String, CheckpointError> {
+        let unknown_blob = self.repo.blob(unknown)?;
+        let mut root = self.repo.treebuilder(None)?;
+        root.insert("files", files, i32::from(FileMode::Tree))?;
+        root.insert("unknown", unknown_blob, i32::from(FileMode::Blob))?;
+        let root = self.repo.find_tree(root.write()?)?;
+        let who = Signature::now("baton", "baton@localhost")?;
+        let message = format!(
+            "baton checkpoint\n\nworkspace {}\n",
+            self.workspace.display()
+        );
+        let commit = self.repo.commit(None, &who, &who, &message, &root, &[])?;
+        // A ref per snapshot keeps its objects should anyone run `git gc` in the store.
+        self.repo
+            .reference(&format!("refs/snapshots/{commit}"), commit, true, "")?;
+        Ok(commit.to_string())
     }
 
     /// Loads snapshot `id` and verifies it: a commit of this store, made for this workspace,
