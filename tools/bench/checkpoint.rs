@@ -5,6 +5,9 @@
 //! and the undo of that turn (plan + apply + the snapshot after). Run with
 //! `cargo bench --bench checkpoint`.
 
+// A benchmark binary: a failed step should stop it loudly, and its output is the point.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
 use std::time::Instant;
 
 use baton::tool::checkpoint::{self, StoreConfig};
