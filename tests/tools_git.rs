@@ -86,7 +86,7 @@ impl Repo {
     fn undo_in(&self, workspace: &Path, cp: &TurnCheckpoint) -> Reverted {
         let (store, plan) =
             checkpoint::plan_revert(&self.store, workspace, &cp.before, &cp.after, false).unwrap();
-        checkpoint::apply(&store, &plan).unwrap()
+        checkpoint::apply(&self.store, &store, &plan).unwrap()
     }
 
     fn undo(&self, cp: &TurnCheckpoint) -> Reverted {

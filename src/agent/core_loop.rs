@@ -276,7 +276,7 @@ async fn undo(shared: &Arc<Shared>, redo: bool, apply: bool, force: bool) {
         if !apply {
             return Ok(Err((plan.lines(), !plan.is_empty())));
         }
-        crate::tool::checkpoint::apply(&store, &plan).map(Ok)
+        crate::tool::checkpoint::apply(&config, &store, &plan).map(Ok)
     })
     .await;
     let fail = |message: String| Event::Error {

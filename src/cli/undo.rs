@@ -110,7 +110,7 @@ fn revert(
         }
         return Ok(0);
     };
-    let done = checkpoint::apply(&store, &plan).map_err(|e| e.to_string())?;
+    let done = checkpoint::apply(&config, &store, &plan).map_err(|e| e.to_string())?;
     let record = if args.redo {
         Record::Redone { turn_id }
     } else {

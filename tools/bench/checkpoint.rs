@@ -66,7 +66,7 @@ fn main() {
     time("undo of the turn (plan + apply + snapshot)", &mut || {
         let (s, plan) =
             checkpoint::plan_revert(&store, root, &before, &after, false).expect("plan");
-        let done = checkpoint::apply(&s, &plan).expect("apply");
+        let done = checkpoint::apply(&store, &s, &plan).expect("apply");
         format!(
             "{} restored, {} removed, {} kept",
             done.applied.restored.len(),

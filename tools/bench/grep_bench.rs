@@ -253,7 +253,7 @@ fn time_checkpoints(root: &Path) {
     if let [before, after] = ids.as_slice() {
         let start = Instant::now();
         match checkpoint::plan_revert(&store, root, before, after, false)
-            .and_then(|(s, plan)| checkpoint::apply(&s, &plan))
+            .and_then(|(s, plan)| checkpoint::apply(&store, &s, &plan))
         {
             Ok(done) => println!(
                 "undo (nothing changed): {:.2}s, {} restored, {} removed",

@@ -210,10 +210,18 @@ impl Reverted {
 }
 
 /// Applies a plan and records the result as a snapshot.
-pub fn apply(store: &Store, plan: &Plan) -> Result<Reverted, CheckpointError> {
+pub fn apply(
+    config: &StoreConfig,
+    store: &Store,
+    plan: &Plan,
+) -> Result<Reverted, CheckpointError> {
     let applied = plan::apply(store, plan)?;
-    // The files now are the plan's snapshot plus what was just done: no second walk.
-    let after = store.derive(&plan.current, &applied.changes)?;
+    // The files now are the plan's snapshot plus what was just done: no second walk, unless
+    // the trees cannot be updated that way (then the workspace is walked again).
+    let after = match store.derive(&plan.current, &applied.changes) {
+        Ok(id) => id,
+        Err(_) => store.snapshot(&config.exclude)?,
+    };
     Ok(Reverted {
         applied,
         kept: plan

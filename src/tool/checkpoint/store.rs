@@ -305,7 +305,10 @@ impl Store {
         changes: &[(PathBuf, Option<Entry>)],
     ) -> Result<String, CheckpointError> {
         let opened = self.open_snapshot(base)?;
-        let mut update = git2::build::TreeUpdateBuilder::new();
+        // Removals first, then additions, in two passes: a file `d` removed and `d/f` added
+        // (a folder coming back where a link was) is a conflict within one pass.
+        let mut removals = git2::build::TreeUpdateBuilder::new();
+        let mut additions = git2::build::TreeUpdateBuilder::new();
         for (path, entry) in changes {
             check_relative(path).map_err(|why| opened.damaged(why))?;
             let path = path.as_os_str().as_bytes();
@@ -318,14 +321,16 @@ impl Store {
                     } else {
                         FileMode::Blob
                     };
-                    update.upsert(path, e.id, mode);
+                    additions.upsert(path, e.id, mode);
                 }
                 None => {
-                    update.remove(path);
+                    removals.remove(path);
                 }
             }
         }
-        let files = update.create_updated(&self.repo, &opened.files)?;
+        let pruned = removals.create_updated(&self.repo, &opened.files)?;
+        let pruned = self.repo.find_tree(pruned)?;
+        let files = additions.create_updated(&self.repo, &pruned)?;
         let mut listed = Vec::new();
         for path in &opened.unknown {
             listed.extend_from_slice(path.as_os_str().as_bytes());

@@ -172,3 +172,31 @@ fn undo_refuses_a_snapshot_whose_changed_paths_climb_out() {
     }
     assert!(!ws.path().parent().unwrap().join("x").exists());
 }
+
+#[test]
+fn the_snapshot_undo_derives_equals_a_fresh_one_when_a_link_becomes_a_folder() {
+    let ws = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let config = StoreConfig::at(state.path().join("checkpoints"), state.path());
+    let root = ws.path();
+    std::fs::create_dir_all(root.join("d")).unwrap();
+    std::fs::write(root.join("d/f.txt"), "f").unwrap();
+    let before = super::snapshot(&config, root).unwrap();
+    std::fs::remove_dir_all(root.join("d")).unwrap();
+    std::os::unix::fs::symlink("/elsewhere", root.join("d")).unwrap();
+    let after = super::snapshot(&config, root).unwrap();
+    let (store, plan) = super::plan_revert(&config, root, &before, &after, false).unwrap();
+    let done = super::apply(&config, &store, &plan).unwrap();
+    assert_eq!(done.applied.removed, ["d"]);
+    assert_eq!(done.applied.restored, ["d/f.txt"]);
+    let fresh = super::snapshot(&config, root).unwrap();
+    let tree = |id: &str| {
+        let commit = store
+            .repo
+            .find_commit(git2::Oid::from_str(id).unwrap())
+            .unwrap();
+        commit.tree().unwrap().id()
+    };
+    assert_eq!(tree(&done.after), tree(&fresh));
+    assert!(store.derive(&plan.current, &done.applied.changes).is_ok());
+}
