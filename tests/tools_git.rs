@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use baton::cli::undo::{UndoArgs, run as run_undo};
 use baton::protocol::{ChangedFile, Event, EventSink, FileChange, ToolStatus};
-use baton::tool::checkpoint::{self, CheckpointError};
+use baton::session::{Record, SessionFile};
+use baton::tool::checkpoint::{self, Reverted, StoreConfig, TurnCheckpoint};
 use baton::tool::git;
 use baton::tool::registry::standard_tools;
 use baton::tool::{ApprovalNeed, ToolContext, ToolResult, ToolState};
@@ -16,9 +17,12 @@ use serde_json::{Value, json};
 
 struct Repo {
     _dir: tempfile::TempDir,
+    /// baton's own folders (sessions, the checkpoint store), outside the workspace.
+    state: tempfile::TempDir,
     root: PathBuf,
     repo: Repository,
     ctx: ToolContext,
+    store: StoreConfig,
 }
 
 fn repo() -> Repo {
@@ -35,11 +39,16 @@ fn repo() -> Repo {
         cancel: Default::default(),
         state: Arc::new(ToolState::default()),
     };
+    let state = tempfile::tempdir().unwrap();
+    let store = StoreConfig::at(state.path().join("checkpoints"), state.path());
+    checkpoint::configure(&ctx.state, store.clone());
     Repo {
         _dir: dir,
+        state,
         root,
         repo,
         ctx,
+        store,
     }
 }
 
@@ -64,6 +73,24 @@ impl Repo {
         self.repo
             .commit(Some("HEAD"), &sig, &sig, message, &tree, &parents)
             .unwrap();
+    }
+
+    /// Ends the running turn and returns its two snapshots.
+    fn end_turn(&self) -> TurnCheckpoint {
+        checkpoint::end_turn(&self.ctx.state, &self.root)
+            .expect("the turn changed files, so it took a checkpoint")
+            .unwrap()
+    }
+
+    /// Undoes a turn in `workspace` (the repository root unless a subfolder is the workspace).
+    fn undo_in(&self, workspace: &Path, cp: &TurnCheckpoint) -> Reverted {
+        let (store, plan) =
+            checkpoint::plan_revert(&self.store, workspace, &cp.before, &cp.after, false).unwrap();
+        checkpoint::apply(&self.store, &store, &plan).unwrap()
+    }
+
+    fn undo(&self, cp: &TurnCheckpoint) -> Reverted {
+        self.undo_in(&self.root, cp)
     }
 
     async fn call(&self, tool: &str, args: Value) -> ToolResult {
@@ -279,9 +306,9 @@ async fn undo_restores_edits_creations_and_deletions_exactly() {
     )
     .unwrap();
     r.write("target/build.out", "rebuilt\n");
-    assert_eq!(r.ctx.state.checkpoints.lock().unwrap().taken.len(), 1);
+    let cp = r.end_turn();
 
-    let report = checkpoint::undo(&r.root).unwrap();
+    let report = r.undo(&cp).applied;
     assert!(
         report.removed.contains(&"new/dir/created.txt".to_string()),
         "{report:?}"
@@ -304,11 +331,20 @@ async fn undo_restores_edits_creations_and_deletions_exactly() {
         git_before,
         "HEAD, index and branches must be untouched"
     );
-    assert!(checkpoint::list_checkpoints(&r.root).unwrap().is_empty());
-    assert!(matches!(
-        checkpoint::undo(&r.root),
-        Err(CheckpointError::NoCheckpoint(_))
-    ));
+    // The checkpoint lives in baton's store, not in the repository's refs.
+    assert!(
+        r.repo
+            .references_glob("refs/baton/*")
+            .unwrap()
+            .next()
+            .is_none()
+    );
+    // Undoing the same turn again finds nothing left to do.
+    let again = r.undo(&cp).applied;
+    assert!(
+        again.restored.is_empty() && again.removed.is_empty(),
+        "{again:?}"
+    );
 }
 
 #[tokio::test]
@@ -317,7 +353,6 @@ async fn undo_works_in_a_repo_with_no_commits_and_walks_back_turn_by_turn() {
     r.write("a.txt", "version 1\n");
     let original = r.snapshot();
 
-    checkpoint::set_session(&r.ctx.state, "session-under-test");
     checkpoint::begin_turn(&r.ctx.state);
     ok(&r.call("read_file", json!({"path": "a.txt"})).await);
     ok(&r
@@ -326,6 +361,7 @@ async fn undo_works_in_a_repo_with_no_commits_and_walks_back_turn_by_turn() {
             json!({"path": "a.txt", "content": "version 2\n"}),
         )
         .await);
+    let first = r.end_turn();
     let after_first = r.snapshot();
 
     checkpoint::begin_turn(&r.ctx.state);
@@ -338,58 +374,70 @@ async fn undo_works_in_a_repo_with_no_commits_and_walks_back_turn_by_turn() {
     ok(&r
         .call("write_file", json!({"path": "b.txt", "content": "b\n"}))
         .await);
-    let refs: Vec<String> = checkpoint::list_checkpoints(&r.root)
-        .unwrap()
-        .into_iter()
-        .map(|c| c.reference)
-        .collect();
-    assert_eq!(
-        refs,
-        [
-            "refs/baton/checkpoints/session-under-test/1",
-            "refs/baton/checkpoints/session-under-test/2"
-        ]
-    );
+    let second = r.end_turn();
+    assert_ne!(first, second);
     assert!(r.repo.head().is_err(), "HEAD must stay unborn");
 
-    checkpoint::undo(&r.root).unwrap();
+    r.undo(&second);
     assert_eq!(r.snapshot(), after_first);
-    checkpoint::undo(&r.root).unwrap();
+    r.undo(&first);
     assert_eq!(r.snapshot(), original);
     assert!(r.repo.head().is_err());
 }
 
 #[test]
-fn undo_outside_a_repository_says_it_is_unavailable() {
-    let dir = tempfile::tempdir().unwrap();
-    let err = checkpoint::undo(dir.path()).unwrap_err();
-    assert!(
-        err.to_string()
-            .starts_with("undo is unavailable: not a git repository"),
-        "{err}"
-    );
-    let code = run_undo(UndoArgs {
-        workspace: Some(dir.path().to_path_buf()),
-        list: false,
-    });
-    assert_eq!(code, 1);
+fn a_turn_that_changed_nothing_takes_no_checkpoint() {
+    let r = repo();
+    checkpoint::begin_turn(&r.ctx.state);
+    assert!(checkpoint::end_turn(&r.ctx.state, &r.root).is_none());
 }
 
 #[test]
-fn undo_cli_restores_the_last_checkpoint() {
+fn undo_cli_without_a_session_says_there_is_nothing_to_undo() {
     let r = repo();
-    r.write("keep.txt", "keep\n");
-    r.commit_all("initial");
-    checkpoint::checkpoint(&r.root, "manual").unwrap();
-    r.write("keep.txt", "changed\n");
-    r.write("extra.txt", "extra\n");
-    let code = run_undo(UndoArgs {
-        workspace: Some(r.root.clone()),
-        list: false,
-    });
-    assert_eq!(code, 0);
-    assert_eq!(std::fs::read(r.root.join("keep.txt")).unwrap(), b"keep\n");
-    assert!(!r.root.join("extra.txt").exists());
+    let sessions = r.state.path().join("sessions");
+    assert_eq!(run_undo(&r.root, &sessions, &UndoArgs::default()), 1);
+}
+
+#[test]
+fn undo_cli_reverts_the_turn_its_session_file_names() {
+    let env = crate::support::env::Env::new();
+    let ws = std::fs::canonicalize(&env.workspace).unwrap();
+    std::fs::write(ws.join("keep.txt"), "keep\n").unwrap();
+    // Where the binary, with the test's XDG_DATA_HOME, keeps its checkpoints.
+    let store = StoreConfig::at(
+        env.home.join(".local/share/baton/checkpoints"),
+        &env.sessions,
+    );
+    let before = checkpoint::snapshot(&store, &ws).unwrap();
+    std::fs::write(ws.join("keep.txt"), "changed\n").unwrap();
+    std::fs::write(ws.join("extra.txt"), "extra\n").unwrap();
+    let after = checkpoint::snapshot(&store, &ws).unwrap();
+    let mut file = SessionFile::create(&env.sessions, "mol", "test", &ws).unwrap();
+    file.append(&Record::Checkpoint {
+        turn_id: 1,
+        before,
+        after,
+    })
+    .unwrap();
+    drop(file);
+    let undo = |args: &[&str]| {
+        env.session_baton()
+            .arg("undo")
+            .args(args)
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    assert_eq!(undo(&[]), Some(0));
+    assert_eq!(std::fs::read(ws.join("keep.txt")).unwrap(), b"keep\n");
+    assert!(!ws.join("extra.txt").exists());
+    // Recorded: a second undo has no turn left, and redo brings the turn back.
+    assert_eq!(undo(&[]), Some(1));
+    assert_eq!(undo(&["--redo"]), Some(0));
+    assert_eq!(std::fs::read(ws.join("keep.txt")).unwrap(), b"changed\n");
+    assert!(ws.join("extra.txt").exists());
 }
 
 #[test]
@@ -399,10 +447,11 @@ fn undo_is_scoped_to_the_workspace_subdirectory() {
     r.write("pkg/inner.txt", "inner\n");
     r.commit_all("initial");
     let pkg = r.root.join("pkg");
-    checkpoint::checkpoint(&pkg, "scoped").unwrap();
+    let before = checkpoint::snapshot(&r.store, &pkg).unwrap();
     r.write("outer.txt", "outer changed by the user\n");
     r.write("pkg/inner.txt", "inner changed\n");
-    let report = checkpoint::undo(&pkg).unwrap();
+    let after = checkpoint::snapshot(&r.store, &pkg).unwrap();
+    let report = r.undo_in(&pkg, &TurnCheckpoint { before, after }).applied;
     assert_eq!(report.restored, ["inner.txt"]);
     assert_eq!(std::fs::read(pkg.join("inner.txt")).unwrap(), b"inner\n");
     assert_eq!(
@@ -412,6 +461,9 @@ fn undo_is_scoped_to_the_workspace_subdirectory() {
     assert!(Path::new(&r.root).join(".git").exists());
 }
 
+/// The turn un-ignores `secrets/` (so its file shows up in the snapshot after the turn) and
+/// replaces the folder `dir/` with a file: undo removes the file `dir` and brings the folder
+/// back, and never removes what was ignored when the checkpoint was taken.
 #[test]
 fn undo_keeps_ignored_files_even_when_the_turn_changed_gitignore() {
     let r = repo();
@@ -419,15 +471,15 @@ fn undo_keeps_ignored_files_even_when_the_turn_changed_gitignore() {
     r.write("dir/x.txt", "x\n");
     r.commit_all("initial");
     r.write("secrets/key.txt", "do not delete\n");
-    let before = r.snapshot();
-    checkpoint::checkpoint(&r.root, "before").unwrap();
-    // The turn un-ignores secrets/ and replaces the directory dir/ with a file.
+    let before_files = r.snapshot();
+    let before = checkpoint::snapshot(&r.store, &r.root).unwrap();
     r.write(".gitignore", "");
     std::fs::remove_dir_all(r.root.join("dir")).unwrap();
     r.write("dir", "now a file\n");
-    let report = checkpoint::undo(&r.root).unwrap();
-    assert!(report.removed.is_empty(), "{report:?}");
-    assert_eq!(r.snapshot(), before);
+    let after = checkpoint::snapshot(&r.store, &r.root).unwrap();
+    let done = r.undo(&TurnCheckpoint { before, after });
+    assert_eq!(done.applied.removed, ["dir"], "{done:?}");
+    assert_eq!(r.snapshot(), before_files);
 }
 
 fn change_of(files: &[ChangedFile], path: &str) -> Option<FileChange> {

@@ -777,7 +777,22 @@ fn slash_commands_send_their_ops() {
             }),
         ),
         ("/expert auto", Some(Op::PinExpert { expert: None })),
-        ("/undo", Some(Op::Undo)),
+        (
+            "/undo",
+            Some(Op::Undo {
+                redo: false,
+                apply: false,
+                force: false,
+            }),
+        ),
+        (
+            "/redo",
+            Some(Op::Undo {
+                redo: true,
+                apply: false,
+                force: false,
+            }),
+        ),
         ("/diff", Some(Op::WorkspaceDiff)),
         ("/compact", Some(Op::Compact)),
         ("/new", Some(Op::NewSession)),
@@ -1733,4 +1748,39 @@ fn an_edit_shows_its_diff_once() {
         );
         app.handle_key(ctrl('o'));
     }
+}
+
+#[test]
+fn undo_shows_its_plan_and_applies_only_after_y() {
+    let mut app = app();
+    let plan = |app: &mut App| {
+        app.handle_event(Event::UndoPlanned {
+            redo: false,
+            lines: vec!["restore  a.txt".into(), "remove   t.txt".into()],
+            actionable: true,
+        })
+    };
+    plan(&mut app);
+    let shown = screen(&app, 80, 20);
+    assert!(shown.contains("Apply? (y/n)"), "{shown}");
+    assert!(shown.contains("restore  a.txt"), "{shown}");
+    app.handle_key(key(KeyCode::Char('n')));
+    assert!(ops(&mut app).is_empty(), "n applies nothing");
+    assert!(screen(&app, 80, 20).contains("Undo cancelled"));
+    // After a cancel the keys type again: no answer is pending.
+    type_text(&mut app, "y");
+    assert!(ops(&mut app).is_empty());
+    assert_eq!(app.composer.text(), "y");
+    app.composer.clear();
+
+    plan(&mut app);
+    app.handle_key(key(KeyCode::Char('y')));
+    assert_eq!(
+        ops(&mut app),
+        [Op::Undo {
+            redo: false,
+            apply: true,
+            force: false,
+        }]
+    );
 }

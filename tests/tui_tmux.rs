@@ -272,6 +272,14 @@ fn prompt_answer_undo_and_quit_in_a_real_terminal() {
     );
     tmux.cmd(&["send-keys", "-t", "t", "-l", "/undo"]);
     tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    // The plan comes first, and nothing changes until it is confirmed.
+    tmux.wait_for("Apply? (y/n)");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("notes.txt")).expect("read"),
+        "changed\n",
+        "undo waits for y"
+    );
+    tmux.cmd(&["send-keys", "-t", "t", "y"]);
     tmux.wait_for("Undo: files restored");
     assert_eq!(
         std::fs::read_to_string(workspace.join("notes.txt")).expect("read"),

@@ -90,8 +90,10 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
             }
             Op::Compact if running.is_none() => compact_last_task(&shared).await,
             Op::Compact => compact_pending = true,
-            Op::Undo if running.is_none() => undo(&shared).await,
-            Op::Undo => shared.events.emit(Event::Warning {
+            Op::Undo { redo, apply, force } if running.is_none() => {
+                undo(&shared, redo, apply, force).await
+            }
+            Op::Undo { .. } => shared.events.emit(Event::Warning {
                 message: "a turn is running: interrupt it (Esc) before /undo".into(),
             }),
             Op::UserShell { command } => user_shell(&shared, command).await,
@@ -206,7 +208,6 @@ async fn switch_session(shared: &Arc<Shared>, resume: Option<String>) {
     match result {
         Ok(None) => emit_session(shared, true, true),
         Ok(Some((file, state))) => {
-            crate::tool::checkpoint::set_session(&shared.tool_state, &file.id);
             shared.adopt(file, state);
             emit_session(shared, resume.is_some(), true);
         }
@@ -244,23 +245,66 @@ async fn compact_last_task(shared: &Arc<Shared>) {
     }
 }
 
-/// `/undo` and `Op::Undo`: restores the working tree to the last checkpoint.
-async fn undo(shared: &Arc<Shared>) {
+/// `/undo`, `/redo` and `Op::Undo`: works out (and with `apply`, applies) the revert of the
+/// last turn's changes, or of the last undo. The snapshot ids come from the session's own
+/// records; the outcome is recorded so that the next undo goes one turn further back and a
+/// redo can revert this one.
+async fn undo(shared: &Arc<Shared>, redo: bool, apply: bool, force: bool) {
+    let log = shared.state().undo.clone();
+    let target = if redo {
+        log.next_redo()
+            .map(|u| (u.turn_id, u.before.clone(), u.after.clone()))
+    } else {
+        log.next_undo()
+            .map(|t| (t.turn_id, t.before.clone(), t.after.clone()))
+    };
+    let Some((turn_id, back_to, left)) = target else {
+        shared.events.emit(Event::Warning {
+            message: if redo {
+                "nothing to redo (only an undo since the last turn can be redone)".into()
+            } else {
+                "nothing to undo in this session (no turn changed files)".into()
+            },
+        });
+        return;
+    };
+    let config = crate::tool::checkpoint::StoreConfig::for_session_dir(&shared.cfg.session_dir);
     let workspace = shared.cfg.workspace.clone();
-    let result =
-        tokio::task::spawn_blocking(move || crate::tool::checkpoint::undo(&workspace)).await;
+    let result = tokio::task::spawn_blocking(move || {
+        let (store, plan) =
+            crate::tool::checkpoint::plan_revert(&config, &workspace, &back_to, &left, force)?;
+        if !apply {
+            return Ok(Err((plan.lines(), !plan.is_empty())));
+        }
+        crate::tool::checkpoint::apply(&config, &store, &plan).map(Ok)
+    })
+    .await;
+    let fail = |message: String| Event::Error {
+        message,
+        kind: ErrorKind::Io,
+        hop: None,
+    };
     match result {
-        Ok(Ok(report)) => shared.events.emit(report.to_event()),
-        Ok(Err(e)) => shared.events.emit(Event::Error {
-            message: e.to_string(),
-            kind: ErrorKind::Io,
-            hop: None,
+        Ok(Ok(Err((lines, actionable)))) => shared.events.emit(Event::UndoPlanned {
+            redo,
+            lines,
+            actionable,
         }),
-        Err(e) => shared.events.emit(Event::Error {
-            message: format!("undo failed: {e}"),
-            kind: ErrorKind::Io,
-            hop: None,
-        }),
+        Ok(Ok(Ok(done))) => {
+            let record = if redo {
+                Record::Redone { turn_id }
+            } else {
+                Record::Undone {
+                    turn_id,
+                    before: done.before.clone(),
+                    after: done.after.clone(),
+                }
+            };
+            shared.commit(record);
+            shared.events.emit(done.to_event(redo));
+        }
+        Ok(Err(e)) => shared.events.emit(fail(e.to_string())),
+        Err(e) => shared.events.emit(fail(format!("undo failed: {e}"))),
     }
 }
 

@@ -238,7 +238,10 @@ fn start(
     let resumed = restored.is_some();
     let state = restored.unwrap_or_else(|| SessionState::of_new_file(&session));
     let tool_state = Arc::new(ToolState::default());
-    crate::tool::checkpoint::set_session(&tool_state, &session.id);
+    crate::tool::checkpoint::configure(
+        &tool_state,
+        crate::tool::checkpoint::StoreConfig::for_session_dir(&cfg.session_dir),
+    );
     let shared = Arc::new(Shared {
         pinned: Mutex::new(cfg.pinned),
         model: Mutex::new(cfg.model.clone()),

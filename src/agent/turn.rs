@@ -68,6 +68,7 @@ pub(crate) async fn run_turn(
             }
         }
     };
+    end_checkpoint(&shared, turn_id).await;
     shared.commit(Record::TurnEnded {
         turn_id,
         status,
@@ -108,6 +109,29 @@ struct Outcome {
 }
 
 /// The expert a frontend is told about (none outside `mol` mode).
+/// Takes the turn's closing snapshot when the turn changed files, and records both snapshot
+/// ids in the session file: the only place undo takes them from.
+async fn end_checkpoint(shared: &Arc<Shared>, turn_id: u64) {
+    let state = shared.tool_state.clone();
+    let workspace = shared.cfg.workspace.clone();
+    let taken =
+        tokio::task::spawn_blocking(move || crate::tool::checkpoint::end_turn(&state, &workspace))
+            .await
+            .ok()
+            .flatten();
+    match taken {
+        Some(Ok(cp)) => shared.commit(Record::Checkpoint {
+            turn_id,
+            before: cp.before,
+            after: cp.after,
+        }),
+        Some(Err(e)) => shared.events.emit(Event::Warning {
+            message: format!("checkpoint failed, undo will not cover this turn: {e}"),
+        }),
+        None => {}
+    }
+}
+
 fn public_expert(shared: &Shared, expert: Option<Expert>) -> Option<Expert> {
     modes::shown_expert(shared.cfg.mode, expert)
 }

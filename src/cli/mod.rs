@@ -52,10 +52,6 @@ pub fn main() -> i32 {
             args.workspace = cli.common.cd.clone();
             return sandbox::run(args);
         }
-        Some(Command::Undo(mut args)) => {
-            args.workspace = cli.common.cd.clone();
-            return undo::run(args);
-        }
         Some(Command::Trust(mut args)) => {
             args.workspace = cli.common.cd.clone();
             return trust::run(args);
@@ -121,10 +117,10 @@ pub fn main() -> i32 {
         match &cli.command {
             Some(Command::Sessions(a)) => sessions::run(&config, a, cli.common.all),
             Some(Command::Doctor) => doctor::run(&config, &config_problems).await,
+            Some(Command::Undo(a)) => undo::run(&config.workspace, &config.session_dir, a),
             Some(
                 Command::Completions { .. }
                 | Command::Sandbox(_)
-                | Command::Undo(_)
                 | Command::Trust(_)
                 | Command::Engine(_)
                 | Command::Eval(_),

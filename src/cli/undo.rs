@@ -1,77 +1,147 @@
-//! `baton undo`: restore the working tree to the last checkpoint a session took (or list the
-//! checkpoints).
+//! `baton undo`: revert the file changes of the last turn of this workspace's newest session
+//! (or redo the last undo, list the turns that can be undone, or only print the plan). The
+//! snapshot ids come from the session file; the outcome is recorded there too.
 
-use std::path::PathBuf;
+use std::path::Path;
 
-use crate::tool::checkpoint::{list_checkpoints, undo};
+use crate::session::{Record, SessionFile, UndoLog};
+use crate::tool::checkpoint::{self, StoreConfig};
 
 /// Arguments of `baton undo`.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct UndoArgs {
-    /// The workspace (the global `-C/--cd` flag; default: the current directory).
-    #[arg(skip)]
-    pub workspace: Option<PathBuf>,
-    /// List the checkpoints instead of restoring one.
+    /// List the turns that can be undone instead of undoing one.
     #[arg(long)]
     pub list: bool,
+    /// Print what undo would do and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Also overwrite files changed again since the turn (never files that cannot be saved).
+    #[arg(long)]
+    pub force: bool,
+    /// Revert the last undo (possible until the next turn).
+    #[arg(long)]
+    pub redo: bool,
+    /// The session whose turn to undo (id or prefix; default: this workspace's newest).
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
 }
 
 /// Runs `baton undo`; returns the exit code.
-pub fn run(args: UndoArgs) -> i32 {
-    let workspace = match args.workspace {
-        Some(dir) => dir,
-        None => match std::env::current_dir() {
-            Ok(dir) => dir,
-            Err(e) => {
-                eprintln!("baton undo: cannot determine the current directory: {e}");
-                return 1;
-            }
-        },
-    };
-    if args.list {
-        return match list_checkpoints(&workspace) {
-            Ok(list) if list.is_empty() => {
-                println!("no checkpoints in {}", workspace.display());
-                0
-            }
-            Ok(list) => {
-                for cp in list.iter().rev() {
-                    let when = chrono::DateTime::from_timestamp(cp.time, 0)
-                        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
-                        .unwrap_or_default();
-                    println!("{when}  {}  {}", cp.reference, cp.label);
-                }
-                0
-            }
-            Err(e) => {
-                eprintln!("baton undo: {e}");
-                1
-            }
-        };
-    }
-    match undo(&workspace) {
-        Ok(report) => {
-            println!(
-                "restored checkpoint {} ({})",
-                report.checkpoint.reference, report.checkpoint.label
-            );
-            for path in &report.restored {
-                println!("  restored {path}");
-            }
-            for path in &report.removed {
-                println!("  removed  {path}");
-            }
-            for path in &report.skipped {
-                println!("  left alone (too large to checkpoint) {path}");
-            }
-            if report.restored.is_empty() && report.removed.is_empty() {
-                println!("  (no file differed from the checkpoint)");
-            }
-            0
-        }
-        Err(e) => {
-            eprintln!("baton undo: {e}");
+pub fn run(workspace: &Path, session_dir: &Path, args: &UndoArgs) -> i32 {
+    match run_inner(workspace, session_dir, args) {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("baton undo: {message}");
             1
         }
     }
+}
+
+fn run_inner(workspace: &Path, session_dir: &Path, args: &UndoArgs) -> Result<i32, String> {
+    let id = args.session.as_deref().unwrap_or("last");
+    let path = crate::session::find(session_dir, id, Some(workspace)).map_err(|e| e.to_string())?;
+    if args.list || args.dry_run {
+        // Reading only: no lock needed, and it works while the session is open elsewhere.
+        let records = crate::session::read_records(&path).map_err(|e| e.to_string())?;
+        let log = UndoLog::of(&records);
+        if args.list {
+            list(&log);
+            return Ok(0);
+        }
+        return revert(workspace, session_dir, &log, args, None);
+    }
+    // Applying writes the outcome to the session file: taking its lock also keeps a running
+    // baton of the same session from changing files meanwhile.
+    let (mut file, records) = SessionFile::open(&path).map_err(|e| match e {
+        crate::session::SessionError::Busy { .. } => {
+            format!("{e}; use /undo there (or quit it first)")
+        }
+        other => other.to_string(),
+    })?;
+    let log = UndoLog::of(&records);
+    revert(workspace, session_dir, &log, args, Some(&mut file))
+}
+
+fn list(log: &UndoLog) {
+    if log.turns.is_empty() {
+        println!("no turn of this session changed files");
+        return;
+    }
+    for turn in log.turns.iter().rev() {
+        let state = if turn.undone {
+            "undone"
+        } else {
+            "can be undone"
+        };
+        println!("turn {}  {state}", turn.turn_id);
+    }
+}
+
+fn revert(
+    workspace: &Path,
+    session_dir: &Path,
+    log: &UndoLog,
+    args: &UndoArgs,
+    file: Option<&mut SessionFile>,
+) -> Result<i32, String> {
+    let (turn_id, back_to, left) = if args.redo {
+        let u = log.next_redo().ok_or(
+            "nothing to redo (only an undo since the last turn can be redone)".to_string(),
+        )?;
+        (u.turn_id, u.before.clone(), u.after.clone())
+    } else {
+        let t = log
+            .next_undo()
+            .ok_or("nothing to undo: no turn of this session changed files".to_string())?;
+        (t.turn_id, t.before.clone(), t.after.clone())
+    };
+    let what = if args.redo { "redo" } else { "undo" };
+    let config = StoreConfig::for_session_dir(session_dir);
+    let (store, plan) = checkpoint::plan_revert(&config, workspace, &back_to, &left, args.force)
+        .map_err(|e| e.to_string())?;
+    let Some(file) = file else {
+        println!("{what} of turn {turn_id} would:");
+        for line in plan.lines() {
+            println!("  {line}");
+        }
+        if plan.is_empty() {
+            println!("  (change nothing)");
+        }
+        return Ok(0);
+    };
+    let done = checkpoint::apply(&config, &store, &plan).map_err(|e| e.to_string())?;
+    let record = if args.redo {
+        Record::Redone { turn_id }
+    } else {
+        Record::Undone {
+            turn_id,
+            before: done.before.clone(),
+            after: done.after.clone(),
+        }
+    };
+    file.append(&record).map_err(|e| e.to_string())?;
+    println!("{what} of turn {turn_id}:");
+    for path in &done.applied.restored {
+        println!("  restored {path}");
+    }
+    for path in &done.applied.removed {
+        println!("  removed  {path}");
+    }
+    for (path, why) in &done.kept {
+        println!(
+            "  kept     {path}  ({})",
+            checkpoint::plan::kept_reason(why)
+        );
+    }
+    for failed in &done.applied.failed {
+        println!("  not done {failed}");
+    }
+    if done.applied.restored.is_empty() && done.applied.removed.is_empty() {
+        println!("  (no file was changed)");
+    }
+    if !args.redo {
+        println!("(`baton undo --redo` reverts this until the next turn)");
+    }
+    Ok(if done.applied.failed.is_empty() { 0 } else { 1 })
 }

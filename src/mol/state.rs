@@ -29,6 +29,8 @@ pub struct SessionState {
     pub turn_usage: UsageTotals,
     /// The name given with `/rename` (listings show it before the first message).
     pub name: Option<String>,
+    /// Which turn undo reverts next, which undo redo reverts.
+    pub undo: crate::session::UndoLog,
 }
 
 impl Default for SessionState {
@@ -45,6 +47,7 @@ impl Default for SessionState {
             turn_id: 0,
             turn_usage: UsageTotals::default(),
             name: None,
+            undo: crate::session::UndoLog::default(),
         }
     }
 }
@@ -79,7 +82,11 @@ impl SessionState {
                 self.workspace = workspace.clone();
                 true
             }
+            Record::Checkpoint { .. } | Record::Undone { .. } | Record::Redone { .. } => {
+                self.undo.apply(record)
+            }
             Record::Turn { turn_id, .. } => {
+                self.undo.apply(record);
                 self.next_turn_id = self.next_turn_id.max(turn_id + 1);
                 self.turn_id = *turn_id;
                 self.turn_usage = UsageTotals::default();

@@ -285,6 +285,9 @@ impl Timeline {
             | Record::ConversationId { .. }
             | Record::Usage { .. }
             | Record::Renamed { .. }
+            | Record::Checkpoint { .. }
+            | Record::Undone { .. }
+            | Record::Redone { .. }
             | Record::TurnEnded { .. } => false,
         }
     }

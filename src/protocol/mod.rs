@@ -144,8 +144,13 @@ pub enum Op {
     },
     /// Stop the running turn; the session stays usable.
     Interrupt,
-    /// Restore the last checkpoint of the working tree.
-    Undo,
+    /// Undo the last turn's file changes (or redo the last undo). With `apply: false` only
+    /// the plan is worked out and shown (`Event::UndoPlanned`): the TUI asks before applying.
+    Undo {
+        redo: bool,
+        apply: bool,
+        force: bool,
+    },
     /// Compact the active expert's view now (`/compact`).
     Compact,
     /// Pin an expert (skip routing) or unpin with `None`.
@@ -450,9 +455,21 @@ pub enum Event {
         /// `summary` or `dropped_tool_outputs` (fallback when the summary request failed).
         method: String,
     },
+    /// What an undo (or redo) would do, asked with `Op::Undo { apply: false, .. }`: one line
+    /// per path, sanitized. `actionable` is false when there is nothing to do.
+    UndoPlanned {
+        redo: bool,
+        lines: Vec<String>,
+        actionable: bool,
+    },
     UndoCompleted {
         restored: Vec<String>,
         removed: Vec<String>,
+        /// Paths left as they are, with why (changed since, not in the checkpoint, …).
+        #[serde(default)]
+        kept: Vec<String>,
+        #[serde(default)]
+        redo: bool,
     },
     /// The answer to `Op::WorkspaceDiff`.
     WorkspaceDiff {

@@ -10,9 +10,11 @@
 //! holder's pid sits next to it in `<id>.pid`: a second process opening the same session gets
 //! `SessionError::Busy`, never an interleaved file.
 
+mod checkpoints;
 mod read;
 mod record;
 
+pub use checkpoints::{TurnSnapshots, UndoLog, UndoneChange};
 pub use record::Record;
 
 use std::fs::{File, OpenOptions};

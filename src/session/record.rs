@@ -95,6 +95,24 @@ pub enum Record {
     Renamed {
         name: String,
     },
+    /// The turn changed files: the ids of its snapshots in baton's checkpoint store, taken
+    /// before its first change and when it ended (what undo reverts between).
+    Checkpoint {
+        turn_id: u64,
+        before: String,
+        after: String,
+    },
+    /// The turn's changes were undone; `before`/`after` are the files just before and after
+    /// the undo (what redo reverts between).
+    Undone {
+        turn_id: u64,
+        before: String,
+        after: String,
+    },
+    /// The last undo was redone.
+    Redone {
+        turn_id: u64,
+    },
     TurnEnded {
         turn_id: u64,
         status: TurnStatus,

@@ -60,6 +60,8 @@ pub struct App {
     pub history: History,
     pub status: StatusInfo,
     pub approvals: VecDeque<PendingApproval>,
+    /// An undo (`false`) or redo (`true`) whose plan is on screen, waiting for y/n.
+    pub pending_undo: Option<bool>,
     pub pager: Option<Pager>,
     pub popup_selected: usize,
     /// The session picker (/resume without an id) — the other popups derive from the composer.
@@ -137,6 +139,7 @@ impl App {
                 ..StatusInfo::default()
             },
             approvals: VecDeque::new(),
+            pending_undo: None,
             pager: None,
             popup_selected: 0,
             session_picker: None,

@@ -140,7 +140,16 @@ impl App {
             }
             SlashCommand::Model => self.model_command(args),
             SlashCommand::Approvals => self.approvals_command(args),
-            SlashCommand::Undo => self.send(Op::Undo),
+            SlashCommand::Undo => self.send(Op::Undo {
+                redo: false,
+                apply: false,
+                force: false,
+            }),
+            SlashCommand::Redo => self.send(Op::Undo {
+                redo: true,
+                apply: false,
+                force: false,
+            }),
             SlashCommand::Diff => self.send(Op::WorkspaceDiff),
             SlashCommand::Status => self.show_status(),
             SlashCommand::Compact => {

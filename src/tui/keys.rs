@@ -77,6 +77,10 @@ impl App {
             self.approval_key(key);
             return;
         }
+        if let Some(redo) = self.pending_undo.take() {
+            self.undo_confirm_key(key, redo);
+            return;
+        }
         if self.search_input.is_some() {
             self.search_key(key);
             return;
@@ -88,6 +92,24 @@ impl App {
             return;
         }
         self.composer_key(key);
+    }
+
+    /// The answer to "apply this undo?": `y` applies it, any other key cancels.
+    fn undo_confirm_key(&mut self, key: KeyEvent, redo: bool) {
+        let what = if redo { "Redo" } else { "Undo" };
+        if matches!(key.code, KeyCode::Char('y') | KeyCode::Char('Y')) {
+            self.send(Op::Undo {
+                redo,
+                apply: true,
+                force: false,
+            });
+        } else {
+            self.push_notice(
+                super::cell::NoticeLevel::Info,
+                format!("{what} cancelled: no file was changed"),
+                vec![],
+            );
+        }
     }
 
     fn ctrl_c(&mut self) {

@@ -12,6 +12,7 @@ pub enum SlashCommand {
     Model,
     Approvals,
     Undo,
+    Redo,
     Diff,
     Status,
     Compact,
@@ -24,7 +25,7 @@ pub enum SlashCommand {
 
 impl SlashCommand {
     /// Popup order: most used first.
-    pub const ALL: [SlashCommand; 18] = [
+    pub const ALL: [SlashCommand; 19] = [
         SlashCommand::Help,
         SlashCommand::New,
         SlashCommand::Resume,
@@ -35,6 +36,7 @@ impl SlashCommand {
         SlashCommand::Model,
         SlashCommand::Approvals,
         SlashCommand::Undo,
+        SlashCommand::Redo,
         SlashCommand::Diff,
         SlashCommand::Status,
         SlashCommand::Compact,
@@ -57,6 +59,7 @@ impl SlashCommand {
             SlashCommand::Model => "model",
             SlashCommand::Approvals => "approvals",
             SlashCommand::Undo => "undo",
+            SlashCommand::Redo => "redo",
             SlashCommand::Diff => "diff",
             SlashCommand::Status => "status",
             SlashCommand::Compact => "compact",
@@ -91,7 +94,8 @@ impl SlashCommand {
             SlashCommand::Mode => "show the mode (mol, proxy, single)",
             SlashCommand::Model => "show or change the model name (proxy, single)",
             SlashCommand::Approvals => "when tool calls ask first (Shift+Tab cycles)",
-            SlashCommand::Undo => "restore the files from before the last change",
+            SlashCommand::Undo => "revert the last turn's file changes (shows the plan, asks y/n)",
+            SlashCommand::Redo => "revert the last /undo (until the next turn)",
             SlashCommand::Diff => "git diff of the workspace, untracked files included",
             SlashCommand::Status => "endpoint, mode, profile, sandbox, tokens, session",
             SlashCommand::Compact => "summarize the active expert's context now",
@@ -111,6 +115,7 @@ impl SlashCommand {
             SlashCommand::New
                 | SlashCommand::Resume
                 | SlashCommand::Undo
+                | SlashCommand::Redo
                 | SlashCommand::Compact
                 | SlashCommand::Init
                 | SlashCommand::Model

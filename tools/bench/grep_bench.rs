@@ -230,27 +230,36 @@ fn main() {
     }
 }
 
-/// With GREP_BENCH_CHECKPOINT set: what a turn's checkpoint and an undo cost on this tree.
+/// With GREP_BENCH_CHECKPOINT set: what a turn's checkpoint and an undo cost on this tree
+/// (tools/bench/checkpoint.rs measures them on a generated 50k-file tree).
 fn time_checkpoints(root: &Path) {
-    use baton::tool::checkpoint::{checkpoint_in_session, undo};
+    use baton::tool::checkpoint::{self, StoreConfig};
+    let state = tempfile::tempdir().expect("tempdir");
+    let store = StoreConfig::at(state.path().join("checkpoints"), state.path());
+    let mut ids = Vec::new();
     for attempt in ["first (writes blobs)", "second (blobs exist)"] {
         let start = Instant::now();
-        match checkpoint_in_session(root, "grep-bench", attempt) {
-            Ok(_) => println!(
-                "checkpoint, {attempt}: {:.2}s",
-                start.elapsed().as_secs_f64()
-            ),
+        match checkpoint::snapshot(&store, root) {
+            Ok(id) => {
+                println!(
+                    "checkpoint, {attempt}: {:.2}s",
+                    start.elapsed().as_secs_f64()
+                );
+                ids.push(id);
+            }
             Err(e) => println!("checkpoint failed: {e}"),
         }
     }
-    for _ in 0..2 {
+    if let [before, after] = ids.as_slice() {
         let start = Instant::now();
-        match undo(root) {
-            Ok(report) => println!(
+        match checkpoint::plan_revert(&store, root, before, after, false)
+            .and_then(|(s, plan)| checkpoint::apply(&store, &s, &plan))
+        {
+            Ok(done) => println!(
                 "undo (nothing changed): {:.2}s, {} restored, {} removed",
                 start.elapsed().as_secs_f64(),
-                report.restored.len(),
-                report.removed.len()
+                done.applied.restored.len(),
+                done.applied.removed.len()
             ),
             Err(e) => println!("undo failed: {e}"),
         }

@@ -339,14 +339,43 @@ impl App {
                     self.status.phase = Phase::Idle;
                 }
             }
-            Event::UndoCompleted { restored, removed } => {
+            Event::UndoPlanned {
+                redo,
+                lines,
+                actionable,
+            } => {
+                let what = if redo { "Redo" } else { "Undo" };
+                if actionable {
+                    self.pending_undo = Some(redo);
+                    self.push_notice(
+                        NoticeLevel::Warning,
+                        format!("{what} will change these files. Apply? (y/n)"),
+                        lines,
+                    );
+                } else {
+                    self.push_notice(
+                        NoticeLevel::Info,
+                        format!("{what}: nothing to change"),
+                        lines,
+                    );
+                }
+            }
+            Event::UndoCompleted {
+                restored,
+                removed,
+                kept,
+                redo,
+            } => {
+                let what = if redo { "Redo" } else { "Undo" };
+                let changed = !restored.is_empty() || !removed.is_empty();
                 let mut body: Vec<String> =
                     restored.iter().map(|f| format!("restored {f}")).collect();
                 body.extend(removed.iter().map(|f| format!("removed  {f}")));
-                let title = if body.is_empty() {
-                    "Undo: nothing to restore".to_string()
-                } else {
-                    "Undo: files restored to the last checkpoint".to_string()
+                body.extend(kept.iter().map(|f| format!("kept     {f}")));
+                let title = match (changed, redo) {
+                    (false, _) => format!("{what}: nothing to restore"),
+                    (true, false) => "Undo: files restored (/redo reverts this)".to_string(),
+                    (true, true) => "Redo: the undone changes are back".to_string(),
                 };
                 self.push_notice(NoticeLevel::Info, title, body);
             }

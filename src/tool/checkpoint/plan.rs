@@ -1,0 +1,366 @@
+//! What an undo (or redo) will do, worked out from three states before anything is touched:
+//! the snapshot to go back to, the snapshot the change left, and the files now. Only paths the
+//! change itself changed are candidates; each is acted on only when it is still exactly what
+//! the change left, so later edits by the user are kept and a file changed by both is reported.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use git2::Oid;
+
+use super::beneath::{self, Found, PutMode};
+use super::store::{Entry, MAX_CHECKPOINT_FILE_BYTES, Opened, Store};
+use super::{CheckpointError, shown};
+
+/// One step of a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Put the snapshot's version back (the file was changed or deleted).
+    Restore { path: PathBuf, entry: Entry },
+    /// Remove a file the change created (still exactly as the change left it).
+    Remove { path: PathBuf, entry: Entry },
+}
+
+impl Step {
+    pub fn path(&self) -> &Path {
+        match self {
+            Step::Restore { path, .. } | Step::Remove { path, .. } => path,
+        }
+    }
+}
+
+/// Why a path the change touched is left as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kept {
+    /// Changed again since (by the user, or anything else): not clobbered without `--force`.
+    ChangedSince,
+    /// Not in the checkpoint (too large, unreadable, or ignored then): never deleted or
+    /// overwritten.
+    NotSnapshotted,
+    /// What stands there now could not be saved first (too large, unreadable, a folder with
+    /// files in it): even `--force` does not destroy it.
+    Unsaved,
+}
+
+/// The whole plan, shown before it is applied (`--dry-run`, the TUI's question).
+#[derive(Debug)]
+pub struct Plan {
+    pub steps: Vec<Step>,
+    pub kept: Vec<(PathBuf, Kept)>,
+    /// The snapshot of the files as they were when the plan was made: what redo returns to.
+    pub current: String,
+    /// The files of `current`: each step re-checks its file against them right before acting.
+    current_files: BTreeMap<PathBuf, Entry>,
+    /// The folders of the snapshot the plan goes back to (kept when emptied).
+    target_dirs: BTreeSet<PathBuf>,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// The plan as lines for a terminal (every path through the sanitizer).
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for step in &self.steps {
+            match step {
+                Step::Restore { path, .. } => out.push(format!("restore  {}", shown(path))),
+                Step::Remove { path, .. } => out.push(format!("remove   {}", shown(path))),
+            }
+        }
+        for (path, why) in &self.kept {
+            out.push(format!("keep     {}  ({})", shown(path), kept_reason(why)));
+        }
+        out
+    }
+}
+
+pub fn kept_reason(why: &Kept) -> &'static str {
+    match why {
+        Kept::ChangedSince => "changed since; --force to overwrite",
+        Kept::NotSnapshotted => "not in the checkpoint",
+        Kept::Unsaved => "cannot be saved first, so it is not replaced",
+    }
+}
+
+/// Works out how to take the workspace from `left` (what the change left) back to `target`.
+/// A snapshot of the files now is taken first (it is what `Plan::current` names).
+pub fn plan(
+    store: &Store,
+    target_id: &str,
+    left_id: &str,
+    exclude: &[PathBuf],
+    force: bool,
+) -> Result<Plan, CheckpointError> {
+    let target = store.open_snapshot(target_id)?;
+    let left = store.open_snapshot(left_id)?;
+    let current_id = store.snapshot(exclude)?;
+    let now = store.open_snapshot(&current_id)?;
+    // Only what the change changed is a candidate: identical folders are never visited.
+    let mut paths = store.changed_paths(&left, &target)?;
+    paths.extend(left.unknown.iter().cloned());
+    let mut ignored_then = IgnoredIn::new(store, &target);
+    let mut steps = Vec::new();
+    let mut kept = Vec::new();
+    let mut current_files = BTreeMap::new();
+    let mut target_dirs = BTreeSet::new();
+    for path in &paths {
+        for dir in path.ancestors().skip(1) {
+            if !dir.as_os_str().is_empty() && target.is_dir(dir) {
+                target_dirs.insert(dir.to_path_buf());
+            }
+        }
+        if target.is_dir(path) {
+            target_dirs.insert(path.clone());
+        }
+    }
+    for path in paths {
+        let want = target.entry(&path)?;
+        let was = left.entry(&path)?;
+        let left_unknown = left.is_unknown(&path);
+        if want == was && !left_unknown {
+            continue;
+        }
+        if target.is_unknown(&path) {
+            kept.push((path, Kept::NotSnapshotted));
+            continue;
+        }
+        let now_unknown = now.is_unknown(&path);
+        let is = now.entry(&path)?;
+        if let Some(entry) = is {
+            current_files.insert(path.clone(), entry);
+        }
+        if !now_unknown && is == want {
+            continue;
+        }
+        let untouched_since = !left_unknown && !now_unknown && is == was;
+        if want.is_none() && ignored_then.contains(&path) {
+            kept.push((path, Kept::NotSnapshotted));
+            continue;
+        }
+        if !untouched_since {
+            if now_unknown {
+                kept.push((path, Kept::Unsaved));
+                continue;
+            }
+            if !force {
+                kept.push((path, Kept::ChangedSince));
+                continue;
+            }
+        }
+        match (want, is) {
+            (Some(entry), _) => steps.push(Step::Restore { path, entry }),
+            (None, Some(entry)) => steps.push(Step::Remove { path, entry }),
+            (None, None) => {}
+        }
+    }
+    Ok(Plan {
+        steps,
+        kept,
+        current: current_id,
+        current_files,
+        target_dirs,
+    })
+}
+
+/// What applying a plan did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub restored: Vec<String>,
+    pub removed: Vec<String>,
+    /// What was done, by path (`None`: removed), for the snapshot of the result.
+    pub changes: Vec<(PathBuf, Option<Entry>)>,
+    /// Steps not done, with why (the file changed between plan and apply, a symlink or
+    /// file stands where a folder should be, …).
+    pub failed: Vec<String>,
+}
+
+/// Applies `plan` beneath the workspace, never following a symlink, and re-checking each file
+/// right before it is replaced or removed.
+pub fn apply(store: &Store, plan: &Plan) -> Result<Applied, CheckpointError> {
+    let root = beneath::open_root(&store.workspace).map_err(|e| CheckpointError::Io {
+        path: store.workspace.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    let mut done = Applied::default();
+    let mut removals: Vec<(&PathBuf, &Entry)> = Vec::new();
+    let mut restores: Vec<(&PathBuf, &Entry)> = Vec::new();
+    for step in &plan.steps {
+        match step {
+            Step::Remove { path, entry } => removals.push((path, entry)),
+            Step::Restore { path, entry } => restores.push((path, entry)),
+        }
+    }
+    // Deepest first: what the change put inside a folder goes before the folder's own entry.
+    removals.sort_by(|a, b| b.0.cmp(a.0));
+    let mut emptied: BTreeSet<PathBuf> = BTreeSet::new();
+    for (path, entry) in removals {
+        match remove_one(&root, path, entry) {
+            Ok(()) => {
+                done.removed.push(shown(path));
+                done.changes.push((path.clone(), None));
+                emptied.extend(
+                    path.ancestors()
+                        .skip(1)
+                        .filter(|a| !a.as_os_str().is_empty())
+                        .map(Path::to_path_buf),
+                );
+            }
+            Err(why) => done.failed.push(format!("{}: {why}", shown(path))),
+        }
+    }
+    // Folders the change created and that are empty now go too (deepest first).
+    for dir in emptied.iter().rev() {
+        if !plan.target_dirs.contains(dir) {
+            let _ = beneath::remove_empty_dir(&root, dir);
+        }
+    }
+    restores.sort_by(|a, b| a.0.cmp(b.0));
+    for (path, entry) in restores {
+        let was = current_entry(&plan.current_files, path);
+        match restore_one(store, &root, path, entry, was.as_ref(), &plan.target_dirs) {
+            Ok(()) => {
+                done.restored.push(shown(path));
+                done.changes.push((path.clone(), Some(*entry)));
+            }
+            Err(why) => done.failed.push(format!("{}: {why}", shown(path))),
+        }
+    }
+    Ok(done)
+}
+
+fn current_entry(files: &BTreeMap<PathBuf, Entry>, path: &Path) -> Option<Entry> {
+    files.get(path).copied()
+}
+
+fn errno_text(e: nix::errno::Errno) -> String {
+    match e {
+        nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR => {
+            "a symlink or file stands where a folder should be; left alone".into()
+        }
+        nix::errno::Errno::EISDIR | nix::errno::Errno::ENOTEMPTY | nix::errno::Errno::EEXIST => {
+            "a folder stands there; left alone".into()
+        }
+        other => other.desc().to_string(),
+    }
+}
+
+/// Whether what stands on disk is exactly `entry`.
+fn found_is(found: &Found, entry: &Entry) -> bool {
+    match found {
+        Found::File { bytes, executable } if *executable == entry.is_executable() => {
+            !entry.is_link()
+                && Oid::hash_object(git2::ObjectType::Blob, bytes).ok() == Some(entry.id)
+        }
+        Found::Link(target) => {
+            entry.is_link()
+                && Oid::hash_object(git2::ObjectType::Blob, target).ok() == Some(entry.id)
+        }
+        _ => false,
+    }
+}
+
+fn remove_one(root: &OwnedFd, path: &Path, entry: &Entry) -> Result<(), String> {
+    let (dir, name) = beneath::open_parent(root, path, false).map_err(errno_text)?;
+    let found = beneath::read_at(&dir, name, MAX_CHECKPOINT_FILE_BYTES).map_err(errno_text)?;
+    if !found_is(&found, entry) {
+        return Err("changed while undo ran; left alone".into());
+    }
+    beneath::remove_at(&dir, name).map_err(errno_text)
+}
+
+fn restore_one(
+    store: &Store,
+    root: &OwnedFd,
+    path: &Path,
+    entry: &Entry,
+    was: Option<&Entry>,
+    target_dirs: &BTreeSet<PathBuf>,
+) -> Result<(), String> {
+    let (dir, name) = beneath::open_parent(root, path, true).map_err(errno_text)?;
+    let found = beneath::read_at(&dir, name, MAX_CHECKPOINT_FILE_BYTES).map_err(errno_text)?;
+    let still = match (&found, was) {
+        (Found::Missing, None) => true,
+        (found, Some(was)) => found_is(found, was),
+        // An empty folder the change left where a file was: removed, never a full one.
+        (Found::Other, None) if !target_dirs.contains(path) => {
+            beneath::remove_empty_dir(root, path).is_ok()
+        }
+        _ => false,
+    };
+    if !still {
+        return Err("changed while undo ran; left alone".into());
+    }
+    let content = store.content(entry.id).map_err(|e| e.to_string())?;
+    let mode = if entry.is_link() {
+        PutMode::Link
+    } else {
+        PutMode::File {
+            executable: entry.is_executable(),
+        }
+    };
+    beneath::put_at(&dir, name, &content, mode).map_err(errno_text)
+}
+
+/// Paths the target snapshot's own `.gitignore` files ignore: a file the change "created" that
+/// was ignored then may simply not have been visible to the checkpoint, so it is never removed.
+/// Only the `.gitignore` files of folders above the paths asked about are read.
+struct IgnoredIn<'a, 'r> {
+    store: &'a Store,
+    target: &'a Opened<'r>,
+    /// Per folder: its `.gitignore` as a matcher, or `None` when it has none.
+    matchers: BTreeMap<PathBuf, Option<ignore::gitignore::Gitignore>>,
+}
+
+impl<'a, 'r> IgnoredIn<'a, 'r> {
+    fn new(store: &'a Store, target: &'a Opened<'r>) -> Self {
+        IgnoredIn {
+            store,
+            target,
+            matchers: BTreeMap::new(),
+        }
+    }
+
+    fn matcher(&mut self, dir: &Path) -> Option<&ignore::gitignore::Gitignore> {
+        if !self.matchers.contains_key(dir) {
+            let file = dir.join(".gitignore");
+            let matcher = self
+                .target
+                .entry(&file)
+                .ok()
+                .flatten()
+                .filter(|e| !e.is_link())
+                .and_then(|e| self.store.content(e.id).ok())
+                .and_then(|content| {
+                    let mut builder =
+                        ignore::gitignore::GitignoreBuilder::new(self.store.workspace.join(dir));
+                    for line in String::from_utf8_lossy(&content).lines() {
+                        let _ = builder.add_line(None, line);
+                    }
+                    builder.build().ok()
+                });
+            self.matchers.insert(dir.to_path_buf(), matcher);
+        }
+        self.matchers.get(dir).and_then(Option::as_ref)
+    }
+
+    fn contains(&mut self, path: &Path) -> bool {
+        // Deepest folder first: its rules override the ones above it.
+        for dir in path.ancestors().skip(1) {
+            let rel = path.strip_prefix(dir).unwrap_or(path).to_path_buf();
+            let Some(matcher) = self.matcher(dir) else {
+                continue;
+            };
+            let m = matcher.matched_path_or_any_parents(&rel, false);
+            if m.is_ignore() {
+                return true;
+            }
+            if m.is_whitelist() {
+                return false;
+            }
+        }
+        false
+    }
+}
