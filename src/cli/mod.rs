@@ -24,6 +24,12 @@ pub use crate::protocol::exit;
 
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
+    // bubblewrap runs this binary as the sandbox's inner helper: nothing else may run first.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(code) = crate::sandbox::inner::run_if_requested(&argv) {
+        return code;
+    }
+    crate::sandbox::inner::this_binary_is_the_helper();
     let cli = match args::parse() {
         Ok(cli) => cli,
         Err(e) => {

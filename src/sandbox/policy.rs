@@ -5,7 +5,43 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::env::EnvPolicy;
 use crate::protocol::SandboxMode;
+
+/// What builds the sandbox.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// Each command in its own namespaces (bubblewrap), with Landlock and seccomp inside.
+    #[default]
+    Bubblewrap,
+    /// The weaker mode, only when the user names it (`[sandbox] backend = "landlock"`):
+    /// Landlock + seccomp in the user's own namespaces; the terminal, sockets, other
+    /// processes and metadata of outside files are not isolated.
+    Landlock,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Bubblewrap => "bubblewrap",
+            Backend::Landlock => "landlock",
+        }
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "bubblewrap" | "bwrap" => Ok(Backend::Bubblewrap),
+            "landlock" => Ok(Backend::Landlock),
+            other => Err(format!(
+                "unknown sandbox backend `{other}` (expected bubblewrap or landlock)"
+            )),
+        }
+    }
+}
 
 /// Default bound on live processes a sandboxed command may have (fork bombs stop here).
 pub const DEFAULT_MAX_PROCESSES: u32 = 1024;
@@ -25,6 +61,14 @@ pub struct SandboxPolicy {
     /// Bound on processes the command may create (pids cgroup, or RLIMIT_NPROC headroom).
     #[serde(default = "default_max_processes")]
     pub max_processes: u32,
+    /// Bound on the memory the command may use, in bytes (`None`: the default, half of RAM).
+    #[serde(default)]
+    pub max_memory: Option<u64>,
+    #[serde(default)]
+    pub backend: Backend,
+    /// Which of baton's environment variables reach the command.
+    #[serde(default)]
+    pub env: EnvPolicy,
 }
 
 fn default_max_processes() -> u32 {
@@ -40,7 +84,25 @@ impl SandboxPolicy {
             workspace: workspace.into(),
             writable: Vec::new(),
             max_processes: DEFAULT_MAX_PROCESSES,
+            max_memory: None,
+            backend: Backend::default(),
+            env: EnvPolicy::default(),
         }
+    }
+
+    pub fn max_memory(mut self, bytes: Option<u64>) -> Self {
+        self.max_memory = bytes;
+        self
+    }
+
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// The memory bound this policy enforces: `max_memory`, or half of this machine's RAM.
+    pub fn memory_limit(&self) -> u64 {
+        self.max_memory.unwrap_or_else(|| total_memory() / 2)
     }
 
     pub fn network(mut self, allowed: bool) -> Self {
@@ -163,6 +225,18 @@ impl SandboxPolicy {
         }
         dirs
     }
+}
+
+/// This machine's RAM in bytes (`MemTotal`; 8 GiB when /proc/meminfo can't tell).
+fn total_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(8 << 30, |kib| kib * 1024)
 }
 
 /// Character devices every command may write to (writes there change nothing on disk).

@@ -83,6 +83,7 @@ impl ShellConfig {
             .network(self.network)
             .max_processes(self.max_processes);
         p.writable = self.writable.clone();
+        p.env.pass_secrets = self.pass_secret_env;
         p
     }
 }
