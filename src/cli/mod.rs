@@ -196,6 +196,14 @@ fn start(
     frontend: Frontend,
     resume: Option<&str>,
 ) -> Result<(crate::protocol::AgentHandle, crate::protocol::AgentInfo), i32> {
+    if config.sandbox != crate::protocol::SandboxMode::Off
+        && config.sandbox_backend == crate::sandbox::Backend::Landlock
+    {
+        eprintln!(
+            "baton: WEAKER SANDBOX (backend = \"landlock\"): commands are not isolated from \
+             your terminal, unix sockets, other processes or outside files' metadata"
+        );
+    }
     crate::app::start(config, frontend, resume).map_err(|e| {
         eprintln!("baton: {e}");
         exit::USAGE

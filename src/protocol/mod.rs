@@ -518,6 +518,8 @@ pub struct AgentInfo {
     /// The profile folder, or `built-in`.
     pub profile: String,
     pub sandbox: SandboxMode,
+    /// Commands run in the named weaker sandbox (Landlock + seccomp only, no namespaces).
+    pub weaker_sandbox: bool,
     pub approval: ApprovalPolicy,
     pub workspace: std::path::PathBuf,
     pub session_dir: std::path::PathBuf,

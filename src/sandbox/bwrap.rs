@@ -45,6 +45,47 @@ pub fn bwrap_path() -> Result<PathBuf, SandboxError> {
         })
 }
 
+/// Whether bubblewrap can build a world here (checked once per process with a real run of
+/// `true` in fresh namespaces), or exactly why not and how to fix it.
+pub fn check_usable() -> Result<(), SandboxError> {
+    static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
+    RESULT
+        .get_or_init(|| {
+            let bwrap = bwrap_path().map_err(|e| match e {
+                SandboxError::Unsupported(why) => why,
+                other => other.to_string(),
+            })?;
+            let mut b = Bwrap::isolated(false);
+            b.ro_bind(Path::new("/"), Path::new("/"))
+                .dev(Path::new("/dev"))
+                .proc(Path::new("/proc"));
+            let out = Command::new(&bwrap)
+                .args(b.args())
+                .args(["--", "true"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .output()
+                .map_err(|e| format!("running {}: {e}", bwrap.display()))?;
+            if out.status.success() {
+                return Ok(());
+            }
+            Err(format!(
+                "bubblewrap cannot create the sandbox's namespaces ({}: {}); enable unprivileged \
+                 user namespaces: `sysctl -w kernel.unprivileged_userns_clone=1` (Debian/Ubuntu \
+                 kernels), `sysctl -w user.max_user_namespaces=15000`, and on Ubuntu ≥ 23.10 \
+                 allow them for bwrap in AppArmor (`sysctl -w \
+                 kernel.apparmor_restrict_unprivileged_userns=0`, or an AppArmor profile for \
+                 {} with `userns,`); in a container, run it with a seccomp profile that allows \
+                 unshare/clone of namespaces",
+                bwrap.display(),
+                String::from_utf8_lossy(&out.stderr).trim(),
+                bwrap.display()
+            ))
+        })
+        .clone()
+        .map_err(SandboxError::Unsupported)
+}
+
 /// bubblewrap arguments, in the order bubblewrap applies them (later mounts cover earlier).
 #[derive(Debug, Clone, Default)]
 pub struct Bwrap {
@@ -270,6 +311,13 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
         b.bind(&tmp.join("var-tmp"), Path::new("/var/tmp"));
     }
     b.tmpfs(Path::new("/dev/shm"));
+    let home = dirs::home_dir().and_then(|h| h.canonicalize().ok());
+    // A home under the temp dirs (CI, throwaway accounts) stays visible, read-only.
+    if let Some(h) = &home
+        && (h.starts_with("/tmp") || h.starts_with("/var/tmp"))
+    {
+        b.ro_bind(h, h);
+    }
     let roots: Vec<PathBuf> = if policy.mode == SandboxMode::WorkspaceWrite {
         std::iter::once(&policy.workspace)
             .chain(&policy.writable)
@@ -300,7 +348,6 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
             b.ro_bind(resolve, resolve);
         }
     }
-    let home = dirs::home_dir().and_then(|h| h.canonicalize().ok());
     for other in other_homes(home.as_deref()) {
         if !covers(&other, &roots) {
             b.hide(&other);

@@ -106,8 +106,8 @@ impl PreparedSandbox {
         ensure_git_protections_exist(policy);
         let mut env = policy.env.scrub(std::env::vars_os());
         if policy.backend == Backend::Bubblewrap {
+            bwrap::check_usable()?;
             let world = bwrap::world(policy)?;
-            bwrap::bwrap_path()?;
             env.retain(|(k, _)| k != "TMPDIR");
             env.push(("TMPDIR".into(), "/tmp".into()));
             let bound = pids::prepare(policy.max_processes);
