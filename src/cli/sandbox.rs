@@ -30,7 +30,7 @@ pub struct SandboxArgs {
     #[arg(skip)]
     pub workspace: Option<PathBuf>,
     /// The weaker Landlock-only backend (`landlock`) instead of bubblewrap.
-    #[arg(long, value_name = "BACKEND")]
+    #[arg(long = "sandbox-backend", value_name = "BACKEND")]
     pub backend: Option<Backend>,
     /// Memory bound for the command, in MiB (default: half of this machine's RAM).
     #[arg(long, value_name = "MIB")]

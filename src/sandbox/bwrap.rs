@@ -45,45 +45,66 @@ pub fn bwrap_path() -> Result<PathBuf, SandboxError> {
         })
 }
 
-/// Whether bubblewrap can build a world here (checked once per process with a real run of
-/// `true` in fresh namespaces), or exactly why not and how to fix it.
+/// How to enable unprivileged user namespaces, for the refusal and `baton doctor`.
+const USERNS_FIX: &str = "enable unprivileged user namespaces: `sysctl -w \
+     kernel.unprivileged_userns_clone=1` (Debian/Ubuntu kernels), `sysctl -w \
+     user.max_user_namespaces=15000`, and on Ubuntu ≥ 23.10 allow them for bwrap in AppArmor \
+     (`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`, or an AppArmor profile for \
+     bwrap with `userns,`); in a container, use a seccomp profile that allows unshare/clone of \
+     namespaces; or name the weaker mode with `[sandbox] backend = \"landlock\"`";
+
+fn sysctl(name: &str) -> Option<i64> {
+    std::fs::read_to_string(format!("/proc/sys/{name}"))
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Whether bubblewrap can build a world here, judged without running it (cheap enough for
+/// every command): bubblewrap is installed and the kernel settings that refuse user
+/// namespaces are not set. [`check_namespaces`] runs it for real (`baton doctor`).
 pub fn check_usable() -> Result<(), SandboxError> {
-    static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
-    RESULT
-        .get_or_init(|| {
-            let bwrap = bwrap_path().map_err(|e| match e {
-                SandboxError::Unsupported(why) => why,
-                other => other.to_string(),
-            })?;
-            let mut b = Bwrap::isolated(false);
-            b.ro_bind(Path::new("/"), Path::new("/"))
-                .dev(Path::new("/dev"))
-                .proc(Path::new("/proc"));
-            let out = Command::new(&bwrap)
-                .args(b.args())
-                .args(["--", "true"])
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .output()
-                .map_err(|e| format!("running {}: {e}", bwrap.display()))?;
-            if out.status.success() {
-                return Ok(());
-            }
-            Err(format!(
-                "bubblewrap cannot create the sandbox's namespaces ({}: {}); enable unprivileged \
-                 user namespaces: `sysctl -w kernel.unprivileged_userns_clone=1` (Debian/Ubuntu \
-                 kernels), `sysctl -w user.max_user_namespaces=15000`, and on Ubuntu ≥ 23.10 \
-                 allow them for bwrap in AppArmor (`sysctl -w \
-                 kernel.apparmor_restrict_unprivileged_userns=0`, or an AppArmor profile for \
-                 {} with `userns,`); in a container, run it with a seccomp profile that allows \
-                 unshare/clone of namespaces",
-                bwrap.display(),
-                String::from_utf8_lossy(&out.stderr).trim(),
-                bwrap.display()
-            ))
-        })
-        .clone()
-        .map_err(SandboxError::Unsupported)
+    bwrap_path()?;
+    // SAFETY: geteuid has no failure mode.
+    let root = unsafe { libc::geteuid() } == 0;
+    let refused = if sysctl("user/max_user_namespaces") == Some(0) {
+        Some("user.max_user_namespaces is 0")
+    } else if !root && sysctl("kernel/unprivileged_userns_clone") == Some(0) {
+        Some("kernel.unprivileged_userns_clone is 0")
+    } else {
+        None
+    };
+    match refused {
+        Some(why) => Err(SandboxError::Unsupported(format!(
+            "bubblewrap cannot create the sandbox's namespaces ({why}); {USERNS_FIX}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Runs `true` in fresh namespaces through bubblewrap: `Err` says exactly why it failed and
+/// how to fix it.
+pub fn check_namespaces() -> Result<(), SandboxError> {
+    check_usable()?;
+    let bwrap = bwrap_path()?;
+    let mut b = Bwrap::isolated(false);
+    b.ro_bind(Path::new("/"), Path::new("/"))
+        .dev(Path::new("/dev"))
+        .proc(Path::new("/proc"));
+    let out = Command::new(&bwrap)
+        .args(b.args())
+        .args(["--", "true"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .output()
+        .map_err(|e| SandboxError::Setup(format!("running {}: {e}", bwrap.display())))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(SandboxError::Unsupported(format!(
+        "bubblewrap cannot create the sandbox's namespaces ({}: {}); {USERNS_FIX}",
+        bwrap.display(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    )))
 }
 
 /// bubblewrap arguments, in the order bubblewrap applies them (later mounts cover earlier).

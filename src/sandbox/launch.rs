@@ -181,6 +181,14 @@ impl PreparedSandbox {
         self.backend
     }
 
+    /// The bubblewrap world the command will run in, for callers that add mounts of their
+    /// own (an evaluation trial's task folder) before [`PreparedSandbox::command`]; `None`
+    /// with the sandbox off or the landlock backend. Mounts added here come after the
+    /// policy's (they may cover them).
+    pub fn world_mut(&mut self) -> Option<&mut bwrap::Bwrap> {
+        self.wrapper.as_mut().map(|w| &mut w.world)
+    }
+
     /// How the memory bound is enforced (`None` with the sandbox off).
     pub fn memory_bound(&self) -> Option<String> {
         self.memory.as_ref().map(MemoryBound::describe)

@@ -102,6 +102,26 @@ fn own_v1_memory_cgroup() -> Option<PathBuf> {
     })
 }
 
+/// Removes `baton-<pid>-<n>` cgroups left by baton processes that no longer exist.
+fn remove_stale(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("baton-"))
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && !Path::new(&format!("/proc/{pid}")).exists()
+        {
+            let _ = fs::remove_dir(e.path());
+        }
+    }
+}
+
 fn set_limits(dir: &Path, bytes: u64) -> bool {
     if fs::write(dir.join("memory.limit_in_bytes"), bytes.to_string()).is_err() {
         return false;
@@ -127,6 +147,8 @@ fn create_v1(bytes: u64) -> Option<MemCgroup> {
     if !parent.join("memory.limit_in_bytes").exists() {
         return None;
     }
+    static CLEANED: std::sync::Once = std::sync::Once::new();
+    CLEANED.call_once(|| remove_stale(&parent));
     let dir = parent.join(format!(
         "baton-{}-{}",
         std::process::id(),

@@ -23,7 +23,7 @@ pub(crate) mod memory;
 pub(crate) mod pids;
 pub(crate) mod policy;
 pub mod probe;
-pub(crate) mod syscall_filter;
+pub mod syscall_filter;
 
 use std::process::Command;
 use std::sync::Arc;

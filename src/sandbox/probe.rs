@@ -116,6 +116,12 @@ pub fn probe_backend(backend: Backend) -> SandboxSupport {
         return support;
     }
     let _ = std::fs::write(ws.join(".git/config"), b"");
+    if backend == Backend::Bubblewrap
+        && let Err(e) = bwrap::check_namespaces()
+    {
+        support.reason = Some(e.to_string());
+        return support;
+    }
     for mode in [SandboxMode::ReadOnly, SandboxMode::WorkspaceWrite] {
         let policy = SandboxPolicy::new(mode, &ws).backend(backend);
         match run_true(&policy) {

@@ -151,6 +151,8 @@ pub fn build_filter(network: bool) -> Result<BpfProgram, SandboxError> {
     }
     rules.insert(libc::SYS_clone, clone_rules);
     // Pushing keystrokes into a terminal's input queue, and the Linux console's ioctls.
+    // (The request constants are `c_ulong` on glibc, `c_int` on musl: hence the casts.)
+    #[allow(clippy::unnecessary_cast)]
     rules.insert(
         libc::SYS_ioctl,
         vec![
