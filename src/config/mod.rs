@@ -75,7 +75,7 @@ pub struct Config {
     /// Live processes a command may have (`[sandbox] max_processes`).
     pub max_processes: Option<u32>,
     /// What builds the sandbox (`[sandbox] backend`; `landlock` is the named weaker mode).
-    pub sandbox_backend: crate::sandbox::Backend,
+    pub sandbox_backend: crate::protocol::SandboxBackend,
     /// Memory bound of one command in MiB (`[sandbox] max_memory`; default half of RAM).
     pub max_memory: Option<u64>,
     /// Variables passed to commands although named like secrets (`[sandbox] env_keep`).

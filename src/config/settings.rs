@@ -40,7 +40,7 @@ pub struct Settings {
     pub login_shell: Option<bool>,
     pub writable: Option<Vec<PathBuf>>,
     pub max_processes: Option<u32>,
-    pub sandbox_backend: Option<crate::sandbox::Backend>,
+    pub sandbox_backend: Option<crate::protocol::SandboxBackend>,
     /// MiB.
     pub max_memory: Option<u64>,
     pub env_keep: Option<Vec<String>>,

@@ -14,7 +14,8 @@ mod options;
 pub use chat::{ChatMessage, ReasoningEffort, Role, ToolCall, ToolSpec};
 pub use error::{ErrorKind, exit};
 pub use options::{
-    ApprovalPolicy, Choice, DeviceChoice, Mode, RouteConstraint, SandboxMode, UnknownName,
+    ApprovalPolicy, Choice, DeviceChoice, Mode, RouteConstraint, SandboxBackend, SandboxMode,
+    UnknownName,
 };
 
 use serde::{Deserialize, Serialize};

@@ -8,40 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::env::EnvPolicy;
 use crate::protocol::SandboxMode;
 
-/// What builds the sandbox.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Backend {
-    /// Each command in its own namespaces (bubblewrap), with Landlock and seccomp inside.
-    #[default]
-    Bubblewrap,
-    /// The weaker mode, only when the user names it (`[sandbox] backend = "landlock"`):
-    /// Landlock + seccomp in the user's own namespaces; the terminal, sockets, other
-    /// processes and metadata of outside files are not isolated.
-    Landlock,
-}
-
-impl Backend {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Bubblewrap => "bubblewrap",
-            Backend::Landlock => "landlock",
-        }
-    }
-}
-
-impl std::str::FromStr for Backend {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "bubblewrap" | "bwrap" => Ok(Backend::Bubblewrap),
-            "landlock" => Ok(Backend::Landlock),
-            other => Err(format!(
-                "unknown sandbox backend `{other}` (expected bubblewrap or landlock)"
-            )),
-        }
-    }
-}
+/// What builds the sandbox (defined with the other policy choices in `protocol`).
+pub use crate::protocol::SandboxBackend as Backend;
 
 /// Default bound on live processes a sandboxed command may have (fork bombs stop here).
 pub const DEFAULT_MAX_PROCESSES: u32 = 1024;

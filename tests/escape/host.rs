@@ -472,6 +472,7 @@ fn the_users_secret_folders_other_homes_and_run_are_hidden() {
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
         std::fs::write(&path, text).expect("write");
     }
+    let made_name = format!("baton-made-inside-{}", std::process::id());
     let host_tmp = tempfile::Builder::new()
         .prefix("baton-hosttmp")
         .tempfile_in("/tmp")
@@ -480,8 +481,9 @@ fn the_users_secret_folders_other_homes_and_run_are_hidden() {
     let script = format!(
         "cat ~/.ssh/id_ed25519 ~/.aws/credentials ~/.config/baton/config.toml ~/.git-credentials \
          ~/.cargo/credentials.toml {t} 2>/dev/null; ls /run | wc -l; ls /root 2>/dev/null | head -1; \
-         echo made > /tmp/made-inside; echo done",
-        t = host_tmp.path().display()
+         echo made > /tmp/{made}; echo done",
+        t = host_tmp.path().display(),
+        made = made_name
     );
     let out = baton_sandbox(&f, &[], &script)
         .stdin(Stdio::null())
@@ -495,7 +497,7 @@ fn the_users_secret_folders_other_homes_and_run_are_hidden() {
         "/run not empty: {text}"
     );
     assert!(
-        !Path::new("/tmp/made-inside").exists(),
+        !Path::new("/tmp").join(&made_name).exists(),
         "the sandbox's /tmp is the host's"
     );
     if !is_root() {
