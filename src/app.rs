@@ -216,6 +216,10 @@ pub fn tool_registry(config: &Config) -> crate::tool::ToolRegistry {
         network: config.network,
         writable: config.writable.clone(),
         max_processes: config.max_processes.unwrap_or(defaults.max_processes),
+        backend: config.sandbox_backend,
+        max_memory: config.max_memory.map(|m| m << 20),
+        env_keep: config.env_keep.clone(),
+        env_drop: config.env_drop.clone(),
         login: config.login_shell,
         no_color: config.no_color,
         ..defaults
@@ -254,6 +258,8 @@ pub fn start(
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "built-in".into()),
         sandbox: config.sandbox,
+        weaker_sandbox: config.sandbox != crate::protocol::SandboxMode::Off
+            && config.sandbox_backend == crate::sandbox::Backend::Landlock,
         approval: agent.approval,
         workspace: config.workspace.clone(),
         session_dir: config.session_dir.clone(),

@@ -53,6 +53,21 @@ const FOREIGN: &[&str] = &[
     "--textconv",
     "--upload-pack",
     "--work-tree",
+    // bubblewrap's command line (sandbox.md)
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-net",
+    "--new-session",
+    "--die-with-parent",
+    "--disable-userns",
+    "--cap-drop",
+    "--ro-bind",
+    "--bind",
+    "--tmpfs",
+    "--dev",
+    "--proc",
 ];
 
 /// The subcommand a page is about: its flags may be written without `baton <sub>` on the line.

@@ -195,6 +195,22 @@ pub struct SettingArgs {
     #[arg(long, value_name = "N", help_heading = "Workspace")]
     pub max_processes: Option<String>,
 
+    /// What builds the sandbox: bubblewrap, or the weaker landlock (key `sandbox_backend`).
+    #[arg(long, value_name = "BACKEND", help_heading = "Workspace")]
+    pub sandbox_backend: Option<String>,
+
+    /// Memory one command may use, in MiB [default: half of RAM].
+    #[arg(long, value_name = "MIB", help_heading = "Workspace")]
+    pub max_memory: Option<String>,
+
+    /// An environment variable commands get although it looks like a secret (repeatable).
+    #[arg(long, value_name = "NAME", help_heading = "Workspace")]
+    pub env_keep: Vec<String>,
+
+    /// An environment variable commands never get (repeatable).
+    #[arg(long, value_name = "NAME", help_heading = "Workspace")]
+    pub env_drop: Vec<String>,
+
     /// The tools offered to the model, comma-separated (e.g. read_file,list_dir,shell).
     #[arg(long, value_name = "NAMES", help_heading = "Model")]
     pub tools: Option<String>,
@@ -348,6 +364,12 @@ pub fn flag_settings(args: &CommonArgs, more: &SettingArgs) -> Result<Settings, 
     }
     let more_text = [
         ("max_processes", "--max-processes", &more.max_processes),
+        (
+            "sandbox_backend",
+            "--sandbox-backend",
+            &more.sandbox_backend,
+        ),
+        ("max_memory", "--max-memory", &more.max_memory),
         ("tools", "--tools", &more.tools),
         ("system_prompt", "--system-prompt", &more.system_prompt),
         ("temperature", "--temperature", &more.temperature),
@@ -378,6 +400,8 @@ pub fn flag_settings(args: &CommonArgs, more: &SettingArgs) -> Result<Settings, 
     let lists = [
         ("writable", "--write", &more.write),
         ("allow", "--allow", &more.allow),
+        ("env_keep", "--env-keep", &more.env_keep),
+        ("env_drop", "--env-drop", &more.env_drop),
     ];
     for (key, flag, values) in lists {
         if !values.is_empty() {

@@ -111,7 +111,7 @@ pub async fn run(config: &Config, config_problems: &[ConfigLoadError]) -> i32 {
     if config.sandbox == crate::protocol::SandboxMode::Off {
         r.note("sandbox is off: commands run with your full permissions (--sandbox off)");
     } else {
-        let support = crate::sandbox::probe();
+        let support = crate::sandbox::probe::probe_backend(config.sandbox_backend);
         for line in support.report() {
             if support.enforceable {
                 r.ok(&line);

@@ -25,6 +25,12 @@ pub use crate::protocol::exit;
 
 /// Runs the CLI and returns the process exit code.
 pub fn main() -> i32 {
+    // bubblewrap runs this binary as the sandbox's inner helper: nothing else may run first.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(code) = crate::sandbox::inner::run_if_requested(&argv) {
+        return code;
+    }
+    crate::sandbox::inner::this_binary_is_the_helper();
     let cli = match args::parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -202,6 +208,14 @@ fn start(
     frontend: Frontend,
     resume: Option<&str>,
 ) -> Result<(crate::protocol::AgentHandle, crate::protocol::AgentInfo), i32> {
+    if config.sandbox != crate::protocol::SandboxMode::Off
+        && config.sandbox_backend == crate::sandbox::Backend::Landlock
+    {
+        eprintln!(
+            "baton: WEAKER SANDBOX (backend = \"landlock\"): commands are not isolated from \
+             your terminal, unix sockets, other processes or outside files' metadata"
+        );
+    }
     crate::app::start(config, frontend, resume).map_err(|e| {
         eprintln!("baton: {}", crate::protocol::terminal_safe(&e.to_string()));
         exit::USAGE

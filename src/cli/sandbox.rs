@@ -1,12 +1,18 @@
 //! `baton sandbox [--sandbox MODE] [--network] [--write DIR]… -- CMD…`: runs one command in the
-//! same sandbox the shell tool uses, in the current directory as the workspace. Also
-//! `baton sandbox --probe`: what the kernel can enforce.
+//! same sandbox the shell tool uses, in the current directory as the workspace. The command
+//! never gets the caller's terminal: when one of stdin/stdout/stderr is a terminal, it runs on
+//! a new PTY that this process relays (raw mode, window size), so `TIOCSTI` and escape
+//! sequences reach only that PTY. Also `baton sandbox --probe`: what the kernel can enforce.
 
+use std::io::{IsTerminal, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::process::Stdio;
 
 use crate::protocol::SandboxMode;
-use crate::sandbox::{SandboxPolicy, Session, probe, sandboxed_command};
+use crate::sandbox::{Backend, SandboxPolicy, Session, probe, sandboxed_command};
+use crate::tool::shell::pty::{Pty, WindowSize};
 
 /// Arguments of `baton sandbox`.
 #[derive(Debug, Clone, clap::Args)]
@@ -23,6 +29,12 @@ pub struct SandboxArgs {
     /// Workspace root (the global `-C/--cd` flag; default: the current directory).
     #[arg(skip)]
     pub workspace: Option<PathBuf>,
+    /// The weaker Landlock-only backend (`landlock`) instead of bubblewrap.
+    #[arg(long = "sandbox-backend", value_name = "BACKEND")]
+    pub backend: Option<Backend>,
+    /// Memory bound for the command, in MiB (default: half of this machine's RAM).
+    #[arg(long, value_name = "MIB")]
+    pub max_memory: Option<u64>,
     /// Print what the kernel can enforce and exit.
     #[arg(long, conflicts_with = "command")]
     pub probe: bool,
@@ -67,11 +79,30 @@ pub fn run(args: SandboxArgs) -> i32 {
             return 1;
         }
     };
-    let mut policy = SandboxPolicy::new(args.mode, &workspace).network(args.network);
+    let mut policy = SandboxPolicy::new(args.mode, &workspace)
+        .network(args.network)
+        .backend(args.backend.unwrap_or_default())
+        .max_memory(args.max_memory.map(|m| m << 20));
     for w in args.write {
         policy = policy.writable_dir(w);
     }
-    let (mut cmd, guard) = match sandboxed_command(&policy, &args.command, Session::Inherit) {
+    if policy.backend == Backend::Landlock && policy.mode != SandboxMode::Off {
+        eprintln!(
+            "baton sandbox: WEAKER SANDBOX (landlock backend): the terminal, unix sockets, \
+             other processes and outside files' metadata are not isolated"
+        );
+    }
+    let tty = [
+        std::io::stdin().is_terminal(),
+        std::io::stdout().is_terminal(),
+        std::io::stderr().is_terminal(),
+    ];
+    let session = if tty.contains(&true) {
+        Session::PtyLeader
+    } else {
+        Session::NewGroup
+    };
+    let (mut cmd, guard) = match sandboxed_command(&policy, &args.command, session) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("baton sandbox: {e}");
@@ -85,7 +116,12 @@ pub fn run(args: SandboxArgs) -> i32 {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);
     }
-    let status = match cmd.status() {
+    let status = if session == Session::PtyLeader {
+        run_on_pty(cmd, tty)
+    } else {
+        cmd.status()
+    };
+    let status = match status {
         Ok(s) => s,
         Err(e) => {
             eprintln!("baton sandbox: running {:?}: {e}", args.command[0]);
@@ -100,4 +136,145 @@ pub fn run(args: SandboxArgs) -> i32 {
     status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// The caller's window size (from the first terminal among stdin/stdout/stderr).
+fn window_size() -> WindowSize {
+    for fd in 0..3 {
+        // SAFETY: TIOCGWINSZ writes into a zeroed struct we own.
+        let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+        if unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_row > 0 {
+            return WindowSize {
+                rows: ws.ws_row,
+                cols: ws.ws_col,
+            };
+        }
+    }
+    WindowSize { rows: 24, cols: 80 }
+}
+
+/// Restores the caller's terminal mode when dropped.
+struct RawMode {
+    saved: Option<nix::sys::termios::Termios>,
+}
+
+impl RawMode {
+    fn enter() -> RawMode {
+        use nix::sys::termios::{SetArg, cfmakeraw, tcgetattr, tcsetattr};
+        let stdin = std::io::stdin();
+        let Ok(saved) = tcgetattr(&stdin) else {
+            return RawMode { saved: None };
+        };
+        let mut raw = saved.clone();
+        cfmakeraw(&mut raw);
+        let _ = tcsetattr(&stdin, SetArg::TCSANOW, &raw);
+        RawMode { saved: Some(saved) }
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        if let Some(saved) = &self.saved {
+            let _ = nix::sys::termios::tcsetattr(
+                std::io::stdin(),
+                nix::sys::termios::SetArg::TCSANOW,
+                saved,
+            );
+        }
+    }
+}
+
+/// Runs `cmd` with a new PTY in place of each terminal among its stdio, relaying the PTY to
+/// the caller's terminal: keys in (stdin raw), output out, window size followed.
+fn run_on_pty(
+    mut cmd: std::process::Command,
+    tty: [bool; 3],
+) -> std::io::Result<std::process::ExitStatus> {
+    let size = window_size();
+    let pty = Pty::open(size).map_err(std::io::Error::other)?;
+    let slave = |is_tty: bool| -> std::io::Result<Stdio> {
+        Ok(if is_tty {
+            Stdio::from(pty.slave.try_clone()?)
+        } else {
+            Stdio::inherit()
+        })
+    };
+    // The inner helper takes fd 0 as controlling terminal, so fd 0 is always the PTY; a
+    // command whose stdin was not a terminal sees an empty, closed input.
+    cmd.stdin(slave(true)?)
+        .stdout(slave(tty[1])?)
+        .stderr(slave(tty[2])?);
+    let mut child = cmd.spawn()?;
+    drop(cmd);
+    let Pty { master, slave } = pty;
+    drop(slave);
+    let _raw = tty[0].then(RawMode::enter);
+    let mut reader = master.try_clone()?;
+    let mut writer = master;
+    let out_fd = if tty[1] { 1 } else { 2 };
+    let relay_out = std::thread::spawn(move || {
+        let mut buf = [0u8; 16384];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    let mut out: Box<dyn Write> = if out_fd == 1 {
+                        Box::new(std::io::stdout().lock())
+                    } else {
+                        Box::new(std::io::stderr().lock())
+                    };
+                    if out.write_all(&buf[..n]).and_then(|()| out.flush()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    if !tty[0] {
+        // End of input for a command whose stdin was not a terminal.
+        let _ = writer.write_all(&[4]);
+    }
+    let mut last = size;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        let mut fds = [libc::pollfd {
+            fd: 0,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let n = if tty[0] {
+            // SAFETY: poll on one pollfd we own.
+            unsafe { libc::poll(fds.as_mut_ptr(), 1, 50) }
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            0
+        };
+        if n > 0 && fds[0].revents & libc::POLLIN != 0 {
+            let mut buf = [0u8; 4096];
+            // SAFETY: read into a buffer we own.
+            let r = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+            if r > 0 {
+                let _ = writer.write_all(&buf[..r as usize]);
+            }
+        }
+        let now = window_size();
+        if now != last {
+            last = now;
+            // SAFETY: TIOCSWINSZ with a struct we own on the master we own.
+            let ws = libc::winsize {
+                ws_row: now.rows,
+                ws_col: now.cols,
+                ws_xpixel: 0,
+                ws_ypixel: 0,
+            };
+            unsafe { libc::ioctl(writer.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+        }
+    };
+    // The command's last output is still in the PTY: the reader ends at EIO once every
+    // process holding the slave is gone.
+    drop(writer);
+    let _ = relay_out.join();
+    Ok(status)
 }

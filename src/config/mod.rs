@@ -82,6 +82,14 @@ pub struct Config {
     pub writable: Vec<PathBuf>,
     /// Live processes a command may have (`[sandbox] max_processes`).
     pub max_processes: Option<u32>,
+    /// What builds the sandbox (`[sandbox] backend`; `landlock` is the named weaker mode).
+    pub sandbox_backend: crate::protocol::SandboxBackend,
+    /// Memory bound of one command in MiB (`[sandbox] max_memory`; default half of RAM).
+    pub max_memory: Option<u64>,
+    /// Variables passed to commands although named like secrets (`[sandbox] env_keep`).
+    pub env_keep: Vec<String>,
+    /// More variables kept from commands (`[sandbox] env_drop`).
+    pub env_drop: Vec<String>,
     /// Command prefixes that run without asking (`[approval] allow`).
     pub allow: Vec<String>,
     /// The tools offered to the model, by name; `None` = all (small context windows).
@@ -228,7 +236,10 @@ fn key_line(text: &str, flat: &str) -> Option<usize> {
         "sandbox" => vec![("", "sandbox"), ("sandbox", "mode")],
         "approval" => vec![("", "approval"), ("approval", "policy")],
         "allow" => vec![("", "allow"), ("approval", "allow")],
-        "network" | "writable" | "max_processes" => vec![("", flat), ("sandbox", flat)],
+        "sandbox_backend" => vec![("", flat), ("sandbox", "backend")],
+        "network" | "writable" | "max_processes" | "max_memory" | "env_keep" | "env_drop" => {
+            vec![("", flat), ("sandbox", flat)]
+        }
         _ => match flat.split_once('.') {
             Some((section, key)) => vec![(section, key)],
             None => vec![("", flat)],
@@ -267,7 +278,12 @@ fn flatten_sections(table: &toml::Table) -> Vec<(String, toml::Value)> {
                 for (sub, v) in section {
                     let flat = match (key.as_str(), sub.as_str()) {
                         ("sandbox", "mode") => "sandbox".to_string(),
-                        ("sandbox", "network" | "writable" | "max_processes") => sub.clone(),
+                        ("sandbox", "backend") => "sandbox_backend".to_string(),
+                        (
+                            "sandbox",
+                            "network" | "writable" | "max_processes" | "max_memory" | "env_keep"
+                            | "env_drop",
+                        ) => sub.clone(),
                         ("approval", "policy") => "approval".to_string(),
                         ("approval", "allow") => "allow".to_string(),
                         _ => format!("{key}.{sub}"),

@@ -40,6 +40,11 @@ pub struct Settings {
     pub login_shell: Option<bool>,
     pub writable: Option<Vec<PathBuf>>,
     pub max_processes: Option<u32>,
+    pub sandbox_backend: Option<crate::protocol::SandboxBackend>,
+    /// MiB.
+    pub max_memory: Option<u64>,
+    pub env_keep: Option<Vec<String>>,
+    pub env_drop: Option<Vec<String>>,
     pub allow: Option<Vec<String>>,
     pub tools: Option<Vec<String>>,
 }
@@ -101,7 +106,19 @@ fn path(value: &str, base: Option<&Path>) -> PathBuf {
 /// The keys of the `[sandbox]` and `[approval]` sections (`mode` and `policy` stand for the
 /// `sandbox` and `approval` keys).
 pub const SECTIONS: [(&str, &[&str]); 2] = [
-    ("sandbox", &["mode", "network", "writable", "max_processes"]),
+    (
+        "sandbox",
+        &[
+            "mode",
+            "network",
+            "writable",
+            "max_processes",
+            "backend",
+            "max_memory",
+            "env_keep",
+            "env_drop",
+        ],
+    ),
     ("approval", &["policy", "allow"]),
 ];
 
@@ -176,7 +193,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 impl Settings {
     /// Every key, as written in config.toml (the env var is `BATON_` + upper case).
-    pub const KEYS: [&'static str; 30] = [
+    pub const KEYS: [&'static str; 34] = [
         "endpoint",
         "api_key_env",
         "mode",
@@ -205,6 +222,10 @@ impl Settings {
         "login_shell",
         "writable",
         "max_processes",
+        "sandbox_backend",
+        "max_memory",
+        "env_keep",
+        "env_drop",
         "allow",
         "tools",
     ];
@@ -360,6 +381,20 @@ impl Settings {
                 }
                 self.max_processes = Some(n);
             }
+            "sandbox_backend" => {
+                self.sandbox_backend = Some(value.trim().parse().map_err(err)?);
+            }
+            "max_memory" => {
+                let n: u64 = number(value, "a whole number of MiB").map_err(err)?;
+                if n < 64 {
+                    return Err(err(format!(
+                        "{n} MiB is too little for a shell (at least 64)"
+                    )));
+                }
+                self.max_memory = Some(n);
+            }
+            "env_keep" => self.env_keep = Some(split_list(value)),
+            "env_drop" => self.env_drop = Some(split_list(value)),
             "allow" => {
                 let entries = split_list(value);
                 for e in &entries {
@@ -420,6 +455,10 @@ impl Settings {
             login_shell,
             writable,
             max_processes,
+            sandbox_backend,
+            max_memory,
+            env_keep,
+            env_drop,
             allow,
             tools
         );
@@ -469,6 +508,10 @@ impl Settings {
             login_shell: self.login_shell.unwrap_or(false),
             writable: self.writable.unwrap_or_default(),
             max_processes: self.max_processes,
+            sandbox_backend: self.sandbox_backend.unwrap_or_default(),
+            max_memory: self.max_memory,
+            env_keep: self.env_keep.unwrap_or_default(),
+            env_drop: self.env_drop.unwrap_or_default(),
             allow: self.allow.unwrap_or_default(),
             tools: self.tools,
             files: Vec::new(),

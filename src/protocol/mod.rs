@@ -15,7 +15,8 @@ mod terminal_text;
 pub use chat::{ChatMessage, ReasoningEffort, Role, ToolCall, ToolSpec};
 pub use error::{ErrorKind, exit};
 pub use options::{
-    ApprovalPolicy, Choice, DeviceChoice, Mode, RouteConstraint, SandboxMode, UnknownName,
+    ApprovalPolicy, Choice, DeviceChoice, Mode, RouteConstraint, SandboxBackend, SandboxMode,
+    UnknownName,
 };
 pub use terminal_text::{is_spoofing_char, terminal_safe, terminal_safe_line};
 
@@ -537,6 +538,8 @@ pub struct AgentInfo {
     /// The profile folder, or `built-in`.
     pub profile: String,
     pub sandbox: SandboxMode,
+    /// Commands run in the named weaker sandbox (Landlock + seccomp only, no namespaces).
+    pub weaker_sandbox: bool,
     pub approval: ApprovalPolicy,
     pub workspace: std::path::PathBuf,
     pub session_dir: std::path::PathBuf,

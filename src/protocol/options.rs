@@ -150,6 +150,41 @@ impl Choice for ApprovalPolicy {
     }
 }
 
+/// What builds the sandbox.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxBackend {
+    /// Each command in its own namespaces (bubblewrap), with Landlock and seccomp inside.
+    #[default]
+    Bubblewrap,
+    /// The weaker mode, only when the user names it (`[sandbox] backend = "landlock"`):
+    /// Landlock + seccomp in the user's own namespaces; the terminal, sockets, other
+    /// processes and metadata of outside files are not isolated.
+    Landlock,
+}
+
+impl SandboxBackend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxBackend::Bubblewrap => "bubblewrap",
+            SandboxBackend::Landlock => "landlock",
+        }
+    }
+}
+
+impl std::str::FromStr for SandboxBackend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "bubblewrap" | "bwrap" => Ok(SandboxBackend::Bubblewrap),
+            "landlock" => Ok(SandboxBackend::Landlock),
+            other => Err(format!(
+                "unknown sandbox backend `{other}` (expected bubblewrap or landlock)"
+            )),
+        }
+    }
+}
+
 /// How much of the filesystem a command may change.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -1,10 +1,13 @@
-//! Spawning a command inside the sandbox. Everything that allocates or opens files (the Landlock
-//! ruleset, the seccomp program, the cgroup, mount paths) is prepared in the parent; the child's
-//! `pre_exec` hook only issues raw syscalls, which keeps it async-signal-safe in a multithreaded
-//! parent. Order in the child: new session → join cgroup / rlimit → mount namespace with git
-//! protections → no_new_privs → Landlock → seccomp → exec.
+//! Spawning a command inside the sandbox. With the bubblewrap backend the command line becomes
+//! `bwrap WORLD -- baton __sandbox-inner SPEC -- CMD…` (see `bwrap` and `inner`); the
+//! `pre_exec` hook of the outer process only joins the cgroups, sets the rlimits and marks
+//! every inherited descriptor close-on-exec. With the named weaker Landlock backend the hook
+//! applies everything itself: new session → join cgroup / rlimit → mount namespace with git
+//! protections → no_new_privs → Landlock → seccomp → exec. Everything that allocates or opens
+//! files is prepared in the parent; the hook only issues raw syscalls, which keeps it
+//! async-signal-safe in a multithreaded parent.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
@@ -13,9 +16,12 @@ use std::process::Command;
 use std::sync::Arc;
 
 use super::SandboxError;
+use super::bwrap;
 use super::fs_rules;
+use super::inner::{self, InnerSpec};
+use super::memory::{self, MemoryBound};
 use super::pids::{self, PidsCgroup, ProcessBound};
-use super::policy::SandboxPolicy;
+use super::policy::{Backend, SandboxPolicy};
 use super::syscall_filter;
 use crate::protocol::SandboxMode;
 
@@ -43,14 +49,25 @@ struct UserNs {
     gid_map: Vec<u8>,
 }
 
+/// The bubblewrap command line of one command: its world, the helper and what it applies.
+struct Wrapper {
+    world: bwrap::Bwrap,
+    helper: std::path::PathBuf,
+    spec: InnerSpec,
+}
+
 /// Everything the child needs, prepared before fork.
 pub struct PreparedSandbox {
     mode: SandboxMode,
+    backend: Backend,
+    wrapper: Option<Wrapper>,
     landlock: Option<OwnedFd>,
-    seccomp: Vec<seccompiler::sock_filter>,
+    seccomp: Vec<Vec<seccompiler::sock_filter>>,
     mounts: Vec<BindMount>,
     userns: Option<UserNs>,
     bound: ProcessBound,
+    memory: Option<MemoryBound>,
+    env: Vec<(OsString, OsString)>,
     session: Session,
 }
 
@@ -58,7 +75,9 @@ impl std::fmt::Debug for PreparedSandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PreparedSandbox")
             .field("mode", &self.mode)
+            .field("backend", &self.backend)
             .field("mounts", &self.mounts.len())
+            .field("memory", &self.memory)
             .field("bound", &self.bound)
             .field("session", &self.session)
             .finish()
@@ -72,17 +91,52 @@ impl PreparedSandbox {
         if policy.mode == SandboxMode::Off {
             return Ok(PreparedSandbox {
                 mode: SandboxMode::Off,
+                backend: policy.backend,
+                wrapper: None,
                 landlock: None,
                 seccomp: Vec::new(),
                 mounts: Vec::new(),
                 userns: None,
                 bound: ProcessBound::Unenforced("sandbox off".into()),
+                memory: None,
+                env: std::env::vars_os().collect(),
+                session,
+            });
+        }
+        ensure_git_protections_exist(policy);
+        let mut env = policy.env.scrub(std::env::vars_os());
+        if policy.backend == Backend::Bubblewrap {
+            bwrap::check_usable()?;
+            let world = bwrap::world(policy)?;
+            env.retain(|(k, _)| k != "TMPDIR");
+            env.push(("TMPDIR".into(), "/tmp".into()));
+            let bound = pids::prepare(policy.max_processes);
+            let memory = Some(memory::prepare(policy.memory_limit(), v2_dir(&bound)));
+            return Ok(PreparedSandbox {
+                mode: policy.mode,
+                backend: Backend::Bubblewrap,
+                wrapper: Some(Wrapper {
+                    world,
+                    helper: inner::helper_path()?,
+                    spec: InnerSpec {
+                        policy: policy.clone(),
+                        pty: session == Session::PtyLeader,
+                    },
+                }),
+                landlock: None,
+                seccomp: Vec::new(),
+                mounts: Vec::new(),
+                userns: None,
+                bound,
+                memory,
+                env,
                 session,
             });
         }
         let landlock = Some(fs_rules::build_ruleset(policy)?);
-        let seccomp = syscall_filter::build_filter(policy.network)?;
-        ensure_git_protections_exist(policy);
+        let seccomp = syscall_filter::build_filters(policy.network)?
+            .into_iter()
+            .collect();
         let mut mounts = Vec::new();
         for dir in policy.pinned_git_dirs() {
             mounts.push(BindMount {
@@ -102,19 +156,66 @@ impl PreparedSandbox {
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
         });
+        let bound = pids::prepare(policy.max_processes);
+        let memory = Some(memory::prepare(policy.memory_limit(), v2_dir(&bound)));
         Ok(PreparedSandbox {
             mode: policy.mode,
+            backend: Backend::Landlock,
+            wrapper: None,
             landlock,
             seccomp,
             mounts,
             userns,
-            bound: pids::prepare(policy.max_processes),
+            bound,
+            memory,
+            env,
             session,
         })
     }
 
     pub fn mode(&self) -> SandboxMode {
         self.mode
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The bubblewrap world the command will run in, for callers that add mounts of their
+    /// own (an evaluation trial's task folder) before [`PreparedSandbox::command`]; `None`
+    /// with the sandbox off or the landlock backend. Mounts added here come after the
+    /// policy's (they may cover them).
+    pub fn world_mut(&mut self) -> Option<&mut bwrap::Bwrap> {
+        self.wrapper.as_mut().map(|w| &mut w.world)
+    }
+
+    /// How the memory bound is enforced (`None` with the sandbox off).
+    pub fn memory_bound(&self) -> Option<String> {
+        self.memory.as_ref().map(MemoryBound::describe)
+    }
+
+    /// The `Command` that runs `program args…` in this sandbox, with the scrubbed environment
+    /// (the caller may add variables). Call [`PreparedSandbox::install`] on it before spawning.
+    pub fn command(
+        &self,
+        program: impl AsRef<OsStr>,
+        args: impl IntoIterator<Item = impl AsRef<OsStr>>,
+    ) -> Result<Command, SandboxError> {
+        let mut cmd = match &self.wrapper {
+            Some(w) => {
+                let mut argv = vec![program.as_ref().to_owned()];
+                argv.extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+                w.world
+                    .command(&w.helper, inner::helper_args(&w.spec, &argv)?)?
+            }
+            None => {
+                let mut c = Command::new(program);
+                c.args(args);
+                c
+            }
+        };
+        cmd.env_clear().envs(self.env.iter().map(|(k, v)| (k, v)));
+        Ok(cmd)
     }
 
     /// The pids cgroup of this command, if one bounds it.
@@ -153,6 +254,11 @@ impl PreparedSandbox {
                 libc::signal(sig, libc::SIG_DFL);
             }
             match self.session {
+                // bubblewrap's own setsid and the inner helper's TIOCSCTTY give the command
+                // its terminal; the outer process only leaves the caller's session.
+                Session::PtyLeader if self.wrapper.is_some() => {
+                    step(libc::setsid() >= 0, b"setsid")?;
+                }
                 Session::PtyLeader => {
                     step(libc::setsid() >= 0, b"setsid")?;
                     step(libc::ioctl(0, libc::TIOCSCTTY, 0) >= 0, b"TIOCSCTTY")?;
@@ -180,6 +286,30 @@ impl PreparedSandbox {
                 }
                 ProcessBound::Unenforced(_) => {}
             }
+            match &self.memory {
+                Some(MemoryBound::CgroupV1(cg)) => {
+                    let ok = libc::write(cg.procs.as_raw_fd(), b"0".as_ptr().cast(), 1) == 1;
+                    step(ok, b"joining the memory cgroup")?;
+                }
+                Some(MemoryBound::Rlimit(n)) => {
+                    let lim = libc::rlimit {
+                        rlim_cur: *n,
+                        rlim_max: *n,
+                    };
+                    step(libc::setrlimit(libc::RLIMIT_AS, &lim) == 0, b"RLIMIT_AS")?;
+                }
+                Some(MemoryBound::CgroupV2) | None => {}
+            }
+            // Whatever the caller left open (a log on fd 7, a socket) must not reach the
+            // command: every descriptor above stderr goes at exec.
+            const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+            step(
+                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) == 0,
+                b"close_range",
+            )?;
+            if self.wrapper.is_some() {
+                return Ok(());
+            }
             if !self.mounts.is_empty() {
                 self.enter_mount_namespace()?;
             }
@@ -191,17 +321,19 @@ impl PreparedSandbox {
                 let r = libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0);
                 step(r == 0, b"landlock_restrict_self")?;
             }
-            let prog = SockFprog {
-                len: self.seccomp.len() as libc::c_ushort,
-                filter: self.seccomp.as_ptr(),
-            };
-            let r = libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                0,
-                &prog as *const SockFprog,
-            );
-            step(r == 0, b"seccomp")?;
+            for filter in &self.seccomp {
+                let prog = SockFprog {
+                    len: filter.len() as libc::c_ushort,
+                    filter: filter.as_ptr(),
+                };
+                let r = libc::syscall(
+                    libc::SYS_seccomp,
+                    libc::SECCOMP_SET_MODE_FILTER,
+                    0,
+                    &prog as *const SockFprog,
+                );
+                step(r == 0, b"seccomp")?;
+            }
         }
         Ok(())
     }
@@ -247,6 +379,14 @@ impl PreparedSandbox {
             }
         }
         Ok(())
+    }
+}
+
+/// The command's pids cgroup when it is a v2 one (the memory bound can go in it too).
+fn v2_dir(bound: &ProcessBound) -> Option<&Path> {
+    match bound {
+        ProcessBound::Cgroup(c) if !c.dir().starts_with("/sys/fs/cgroup/pids") => Some(c.dir()),
+        _ => None,
     }
 }
 

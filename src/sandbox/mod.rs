@@ -1,9 +1,11 @@
-//! The Linux sandbox every command runs in: Landlock (filesystem writes, TCP, signal scope),
-//! seccomp (sockets other than AF_UNIX when network is off, ptrace, io_uring, …), no_new_privs,
-//! a pids cgroup (or RLIMIT_NPROC) bounding process count, and a private mount namespace that
-//! keeps what git executes or trusts, and `.baton/`, read-only (`git_guard` decides which paths,
-//! and audits what a command planted where nothing could be pinned). All of it is applied
-//! in the child between fork and exec (see `launch`). See docs/sandbox.md for the design.
+//! The Linux sandbox every command runs in: its own namespaces built by bubblewrap (`bwrap`:
+//! the host read-only, only the writable roots writable, own /dev, /proc, /tmp, secrets and
+//! runtime sockets hidden, no capabilities), and inside it baton's helper (`inner`) applies
+//! Landlock, seccomp and no_new_privs; pids and memory cgroups (or rlimits) bound the command.
+//! `git_guard` decides what git executes or trusts (and `.baton/`), bound read-only, and audits
+//! what a command planted where nothing could be pinned.
+//! The older Landlock + seccomp mode in the user's own namespaces stays as a weaker backend
+//! the user must name. See docs/sandbox.md for the design and the threat model.
 //!
 //! ```no_run
 //! use baton::protocol::SandboxMode;
@@ -14,19 +16,24 @@
 //! let status = cmd.status();
 //! ```
 
+pub mod bwrap;
+pub mod env;
 pub(crate) mod fs_rules;
 pub mod git_guard;
+pub mod inner;
 pub(crate) mod launch;
+pub(crate) mod memory;
 pub(crate) mod pids;
 pub(crate) mod policy;
 pub mod probe;
-pub(crate) mod syscall_filter;
+pub mod syscall_filter;
 
 use std::process::Command;
 use std::sync::Arc;
 
+pub use env::EnvPolicy;
 pub use launch::{PreparedSandbox, Session};
-pub use policy::SandboxPolicy;
+pub use policy::{Backend, SandboxPolicy};
 
 use crate::protocol::SandboxMode;
 pub use probe::{SandboxSupport, probe};
@@ -73,8 +80,7 @@ pub fn sandboxed_command(
         return Err(SandboxError::Setup("no command given".into()));
     };
     let prepared = Arc::new(PreparedSandbox::prepare(policy, session)?);
-    let mut cmd = Command::new(program);
-    cmd.args(args);
+    let mut cmd = prepared.command(program, args)?;
     set_sandbox_env(&mut cmd, policy);
     prepared.install(&mut cmd);
     Ok((cmd, prepared))
@@ -83,6 +89,9 @@ pub fn sandboxed_command(
 /// Environment markers commands (and their test suites) can read.
 pub fn set_sandbox_env(cmd: &mut Command, policy: &SandboxPolicy) {
     cmd.env("BATON_SANDBOX", policy.mode.as_str());
+    if policy.mode != SandboxMode::Off {
+        cmd.env("BATON_SANDBOX_BACKEND", policy.backend.as_str());
+    }
     if policy.mode != SandboxMode::Off && !policy.network {
         cmd.env("BATON_SANDBOX_NETWORK_DISABLED", "1");
     } else {

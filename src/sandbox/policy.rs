@@ -5,7 +5,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::env::EnvPolicy;
 use crate::protocol::SandboxMode;
+
+/// What builds the sandbox (defined with the other policy choices in `protocol`).
+pub use crate::protocol::SandboxBackend as Backend;
 
 /// Default bound on live processes a sandboxed command may have (fork bombs stop here).
 pub const DEFAULT_MAX_PROCESSES: u32 = 1024;
@@ -25,6 +29,14 @@ pub struct SandboxPolicy {
     /// Bound on processes the command may create (pids cgroup, or RLIMIT_NPROC headroom).
     #[serde(default = "default_max_processes")]
     pub max_processes: u32,
+    /// Bound on the memory the command may use, in bytes (`None`: the default, half of RAM).
+    #[serde(default)]
+    pub max_memory: Option<u64>,
+    #[serde(default)]
+    pub backend: Backend,
+    /// Which of baton's environment variables reach the command.
+    #[serde(default)]
+    pub env: EnvPolicy,
 }
 
 fn default_max_processes() -> u32 {
@@ -40,7 +52,25 @@ impl SandboxPolicy {
             workspace: workspace.into(),
             writable: Vec::new(),
             max_processes: DEFAULT_MAX_PROCESSES,
+            max_memory: None,
+            backend: Backend::default(),
+            env: EnvPolicy::default(),
         }
+    }
+
+    pub fn max_memory(mut self, bytes: Option<u64>) -> Self {
+        self.max_memory = bytes;
+        self
+    }
+
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// The memory bound this policy enforces: `max_memory`, or half of this machine's RAM.
+    pub fn memory_limit(&self) -> u64 {
+        self.max_memory.unwrap_or_else(|| total_memory() / 2)
     }
 
     pub fn network(mut self, allowed: bool) -> Self {
@@ -137,6 +167,18 @@ impl SandboxPolicy {
     pub fn pinned_git_dirs(&self) -> Vec<PathBuf> {
         super::git_guard::protection(self).pinned
     }
+}
+
+/// This machine's RAM in bytes (`MemTotal`; 8 GiB when /proc/meminfo can't tell).
+fn total_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(8 << 30, |kib| kib * 1024)
 }
 
 /// Character devices every command may write to (writes there change nothing on disk).

@@ -41,6 +41,41 @@ const ALWAYS_DENIED: &[(&str, libc::c_long)] = &[
     ("userfaultfd", libc::SYS_userfaultfd),
     ("open_by_handle_at", libc::SYS_open_by_handle_at),
     ("name_to_handle_at", libc::SYS_name_to_handle_at),
+    // The new mount API: `mount_setattr` would clear the read-only flag of a bind mount.
+    ("mount_setattr", libc::SYS_mount_setattr),
+    ("open_tree", libc::SYS_open_tree),
+    ("move_mount", libc::SYS_move_mount),
+    ("fsopen", libc::SYS_fsopen),
+    ("fsconfig", libc::SYS_fsconfig),
+    ("fsmount", libc::SYS_fsmount),
+    ("fspick", libc::SYS_fspick),
+    // The host's clock, names, kernel log and filesystem-wide watches.
+    ("adjtimex", libc::SYS_adjtimex),
+    ("clock_adjtime", libc::SYS_clock_adjtime),
+    ("clock_settime", libc::SYS_clock_settime),
+    ("settimeofday", libc::SYS_settimeofday),
+    ("sethostname", libc::SYS_sethostname),
+    ("setdomainname", libc::SYS_setdomainname),
+    ("syslog", libc::SYS_syslog),
+    ("fanotify_init", libc::SYS_fanotify_init),
+    ("quotactl", libc::SYS_quotactl),
+    ("acct", libc::SYS_acct),
+    ("vhangup", libc::SYS_vhangup),
+    #[cfg(target_arch = "x86_64")]
+    ("ioperm", libc::SYS_ioperm),
+    #[cfg(target_arch = "x86_64")]
+    ("iopl", libc::SYS_iopl),
+];
+
+/// The namespace flags a `clone` may not ask for (new namespaces are bubblewrap's to make).
+const CLONE_NEW_FLAGS: &[libc::c_int] = &[
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWUTS,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWUSER,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWNET,
+    libc::CLONE_NEWCGROUP,
 ];
 
 fn target_arch() -> Result<TargetArch, SandboxError> {
@@ -57,7 +92,43 @@ fn target_arch() -> Result<TargetArch, SandboxError> {
     }
 }
 
-/// Compiles the filter for a policy. The program is applied in the child with `seccomp(2)`.
+fn err(e: seccompiler::BackendError) -> SandboxError {
+    SandboxError::Setup(format!("seccomp filter: {e}"))
+}
+
+/// A rule matching when `(arg & mask) == value`.
+fn masked(arg: u8, mask: u64, value: u64) -> Result<SeccompRule, SandboxError> {
+    let cond = SeccompCondition::new(
+        arg,
+        SeccompCmpArgLen::Qword,
+        SeccompCmpOp::MaskedEq(mask),
+        value,
+    )
+    .map_err(err)?;
+    SeccompRule::new(vec![cond]).map_err(err)
+}
+
+/// Compiles the filters for a policy, applied in order with `seccomp(2)`: the main one
+/// (listed syscalls fail with EPERM) and one that makes `clone3` fail with ENOSYS — its
+/// flags live in memory a filter can't read, and ENOSYS makes libc fall back to `clone`,
+/// whose flags the main filter checks.
+pub fn build_filters(network: bool) -> Result<Vec<BpfProgram>, SandboxError> {
+    let clone3: BTreeMap<i64, Vec<SeccompRule>> =
+        [(libc::SYS_clone3, Vec::new())].into_iter().collect();
+    let clone3 = SeccompFilter::new(
+        clone3,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        target_arch()?,
+    )
+    .map_err(err)?;
+    Ok(vec![
+        build_filter(network)?,
+        clone3.try_into().map_err(err)?,
+    ])
+}
+
+/// Compiles the main filter for a policy.
 pub fn build_filter(network: bool) -> Result<BpfProgram, SandboxError> {
     build_filter_denying(network, &[])
 }
@@ -68,11 +139,36 @@ pub fn build_filter_denying(
     network: bool,
     extra: &[(&str, libc::c_long)],
 ) -> Result<BpfProgram, SandboxError> {
-    let err = |e: seccompiler::BackendError| SandboxError::Setup(format!("seccomp filter: {e}"));
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     for (_, nr) in ALWAYS_DENIED.iter().chain(extra) {
         rules.insert(*nr, Vec::new());
     }
+    // Character and block devices (a raw disk, /dev/kmsg); fifos and sockets stay allowed.
+    let ifmt = libc::S_IFMT as u64;
+    let devices = |arg| -> Result<Vec<SeccompRule>, SandboxError> {
+        Ok(vec![
+            masked(arg, ifmt, libc::S_IFCHR as u64)?,
+            masked(arg, ifmt, libc::S_IFBLK as u64)?,
+        ])
+    };
+    #[cfg(target_arch = "x86_64")]
+    rules.insert(libc::SYS_mknod, devices(1)?);
+    rules.insert(libc::SYS_mknodat, devices(2)?);
+    let mut clone_rules = Vec::new();
+    for flag in CLONE_NEW_FLAGS {
+        clone_rules.push(masked(0, *flag as u64, *flag as u64)?);
+    }
+    rules.insert(libc::SYS_clone, clone_rules);
+    // Pushing keystrokes into a terminal's input queue, and the Linux console's ioctls.
+    // (The request constants are `c_ulong` on glibc, `c_int` on musl: hence the casts.)
+    #[allow(clippy::unnecessary_cast)]
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![
+            masked(1, 0xffff_ffff, libc::TIOCSTI as u64)?,
+            masked(1, 0xffff_ffff, libc::TIOCLINUX as u64)?,
+        ],
+    );
     if !network {
         let not_unix = SeccompCondition::new(
             0,

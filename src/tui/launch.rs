@@ -45,7 +45,11 @@ fn options_for(info: &AgentInfo, args: &LaunchArgs) -> TuiOptions {
     o.endpoint = info.endpoint.clone().unwrap_or_default();
     o.mode = info.mode.as_str().to_string();
     o.profile = info.profile.clone();
-    o.sandbox = info.sandbox.as_str().to_string();
+    o.sandbox = if info.weaker_sandbox {
+        format!("{} (WEAKER: landlock backend)", info.sandbox.as_str())
+    } else {
+        info.sandbox.as_str().to_string()
+    };
     o.approval = info.approval.as_str().to_string();
     o.model = info.model.clone();
     o.device = info.device.clone();
@@ -94,6 +98,7 @@ mod tests {
             device: Some("cpu (4 threads, avx2+fma, f32)".into()),
             profile: "built-in".into(),
             sandbox: crate::protocol::SandboxMode::default(),
+            weaker_sandbox: false,
             approval: crate::protocol::ApprovalPolicy::AutoEdit,
             workspace: "/w".into(),
             session_dir: "/tmp".into(),

@@ -1,1 +1,506 @@
 //! Escape tests for the sandboxed command against the host: terminal, sockets, capabilities, processes, secrets, git, trials.
+//! Each test plays a hostile command for real (bash and python3 in the sandbox) and checks
+//! the host afterwards. They run as root and, through `setpriv`, as an unprivileged user.
+
+use std::ffi::OsString;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use baton::protocol::SandboxMode;
+use baton::sandbox::{SandboxPolicy, Session, sandboxed_command};
+
+use crate::support::outside;
+
+/// The system python (a pyenv shim under /root is not the unprivileged user's).
+fn python() -> &'static str {
+    if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
+struct Fixture {
+    _root: tempfile::TempDir,
+    ws: PathBuf,
+    outside: PathBuf,
+}
+
+/// A workspace with a `.git` and an outside folder holding `victim.txt`.
+fn fixture() -> Fixture {
+    let root = tempfile::Builder::new()
+        .prefix("baton-host")
+        .tempdir_in(outside::fixture_base())
+        .expect("tempdir");
+    let base = root.path().canonicalize().expect("canon");
+    let ws = base.join("ws");
+    let outside = base.join("outside");
+    std::fs::create_dir_all(ws.join(".git/hooks")).expect("mkdir");
+    std::fs::write(ws.join(".git/config"), "[core]\n").expect("config");
+    std::fs::write(ws.join(".git/HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    std::fs::write(outside.join("victim.txt"), "original\n").expect("victim");
+    Fixture {
+        _root: root,
+        ws,
+        outside,
+    }
+}
+
+/// Runs `bash -c script` sandboxed under `policy` (pipes, like the probe); (exit code, stdout+stderr).
+fn run(policy: &SandboxPolicy, script: &str) -> (i32, String) {
+    let argv = ["bash".to_string(), "-c".to_string(), script.to_string()];
+    let (mut cmd, guard) =
+        sandboxed_command(policy, &argv, Session::NewGroup).expect("sandbox prepares");
+    let out = cmd
+        .current_dir(&policy.workspace)
+        .env("PY", python())
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn");
+    drop(guard);
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), text)
+}
+
+fn ws_policy(f: &Fixture) -> SandboxPolicy {
+    SandboxPolicy::new(SandboxMode::WorkspaceWrite, &f.ws)
+}
+
+/// `baton sandbox -- bash -c script` with a clean environment plus `env`.
+fn baton_sandbox(f: &Fixture, env: &[(&str, &OsString)], script: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_baton"));
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", f.ws.parent().expect("base").join("home"))
+        .env("PY", python());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.args(["sandbox", "--", "bash", "-c", script])
+        .current_dir(&f.ws);
+    c
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no failure mode.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A PTY pair standing in for the user's terminal.
+fn user_terminal() -> (std::fs::File, std::fs::File, PathBuf) {
+    // SAFETY: posix_openpt/grantpt/unlockpt/ptsname_r on a descriptor we own.
+    unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(m >= 0, "posix_openpt");
+        assert_eq!(libc::grantpt(m), 0);
+        assert_eq!(libc::unlockpt(m), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
+        let path = std::ffi::CStr::from_ptr(name.as_ptr())
+            .to_string_lossy()
+            .into_owned();
+        let master = <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(m);
+        let slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(&path)
+            .expect("open slave");
+        (master, slave, PathBuf::from(path))
+    }
+}
+
+/// Whatever is waiting in `f` (non-blocking).
+fn drain(f: &std::fs::File) -> String {
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        let fl = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(f.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
+    }
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: read into a buffer we own.
+        let n = unsafe { libc::read(f.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn command_cannot_write_to_the_users_terminal_found_through_dev_pts_or_proc() {
+    let f = fixture();
+    let (master, _slave, pts) = user_terminal();
+    let (_, out) = run(
+        &ws_policy(&f),
+        &format!(
+            "printf '\\033]0;pwned\\007' > {pts} 2>/dev/null && echo wrote-pts; \
+             ls /dev/pts; \
+             for p in /proc/[0-9]*; do for fd in $p/fd/*; do \
+               case $(readlink $fd 2>/dev/null) in /dev/pts/*) printf '\\033]52;c;cHduZWQ=\\007' > $fd 2>/dev/null && echo wrote-$fd;; esac; \
+             done; done; \
+             printf x > /dev/tty 2>/dev/null && echo wrote-tty; echo done",
+            pts = pts.display()
+        ),
+    );
+    assert!(out.contains("done"), "{out}");
+    assert!(!out.contains("wrote"), "reached a terminal: {out}");
+    assert!(
+        !out.lines().any(|l| l.trim().parse::<u32>().is_ok()),
+        "the host's /dev/pts entries are visible: {out}"
+    );
+    assert_eq!(drain(&master), "", "bytes reached the user's terminal");
+}
+
+/// The CVE-2017-5226 pattern: a command pushes keystrokes into its controlling terminal
+/// with `TIOCSTI`; the user's shell would read and run them after `baton sandbox` exits.
+#[test]
+fn tiocsti_through_baton_sandbox_cannot_push_keys_into_the_callers_terminal() {
+    let f = fixture();
+    let (master, slave, _) = user_terminal();
+    let mut cmd = baton_sandbox(
+        &f,
+        &[],
+        "$PY -c '\nimport fcntl, termios, os\nfor path in (0, \"/dev/tty\"):\n  try:\n    fd = path if path == 0 else os.open(path, os.O_RDWR)\n    for c in b\"echo INJECTED\\n\": fcntl.ioctl(fd, termios.TIOCSTI, bytes([c]))\n    print(\"pushed\", path)\n  except OSError as e:\n    print(\"refused\", path, e.errno)\n'",
+    );
+    for fd in 0..3 {
+        let s = slave.try_clone().expect("dup");
+        match fd {
+            0 => cmd.stdin(s),
+            1 => cmd.stdout(s),
+            _ => cmd.stderr(s),
+        };
+    }
+    // The caller is a shell with this terminal as its controlling terminal.
+    // SAFETY: setsid/ioctl in the child before exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            if libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let status = cmd.status().expect("run baton sandbox");
+    let shown = drain(&master);
+    // What the user's shell would read next from its terminal.
+    let queued = drain(&slave);
+    assert!(status.success(), "{shown}");
+    assert!(
+        !queued.contains("INJECTED"),
+        "keystrokes were pushed into the caller's terminal: {queued:?} (output: {shown})"
+    );
+    assert!(shown.contains("refused 0"), "{shown}");
+}
+
+#[test]
+fn unix_sockets_and_socket_variables_outside_do_not_reach_the_command() {
+    let f = fixture();
+    // A tmux-like server socket under /tmp and an agent socket in the runtime dir.
+    let tmp = tempfile::Builder::new()
+        .prefix("baton-tmux")
+        .tempdir_in("/tmp")
+        .expect("tmp");
+    let tmux_sock = tmp.path().join("default");
+    let runtime = f.outside.join("runtime");
+    std::fs::create_dir_all(&runtime).expect("runtime");
+    std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let agent_sock = runtime.join("agent.sock");
+    let _l1 = std::os::unix::net::UnixListener::bind(&tmux_sock).expect("bind");
+    let _l2 = std::os::unix::net::UnixListener::bind(&agent_sock).expect("bind");
+    let tmux = OsString::from(format!("{},1234,0", tmux_sock.display()));
+    let agent = agent_sock.clone().into_os_string();
+    let rt = runtime.clone().into_os_string();
+    let script = format!(
+        "echo \"TMUX=$TMUX SSH=$SSH_AUTH_SOCK DBUS=$DBUS_SESSION_BUS_ADDRESS RT=$XDG_RUNTIME_DIR\"; \
+         $PY -c '\nimport socket, sys\nfor p in sys.argv[1:]:\n  s = socket.socket(socket.AF_UNIX)\n  try:\n    s.connect(p); print(\"connected\", p)\n  except OSError as e:\n    print(\"refused\", e.errno)\n' {} {}",
+        tmux_sock.display(),
+        agent_sock.display()
+    );
+    let out = baton_sandbox(
+        &f,
+        &[
+            ("TMUX", &tmux),
+            ("TMUX_PANE", &OsString::from("%1")),
+            ("SSH_AUTH_SOCK", &agent),
+            ("XDG_RUNTIME_DIR", &rt),
+            (
+                "DBUS_SESSION_BUS_ADDRESS",
+                &OsString::from(format!("unix:path={}", agent_sock.display())),
+            ),
+        ],
+        &script,
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("TMUX= SSH= DBUS= RT="),
+        "socket variables passed: {text}"
+    );
+    assert!(!text.contains("connected"), "reached a socket: {text}");
+    assert_eq!(text.matches("refused").count(), 2, "{text}");
+}
+
+#[test]
+fn root_capabilities_do_not_reach_the_host_clock_name_log_devices_or_mounts() {
+    let f = fixture();
+    let host_name = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+    let (_, out) = run(
+        &ws_policy(&f),
+        // Setting the clock and the name to what they are: harmless should the sandbox fail.
+        "date -s \"@$(date +%s)\" >/dev/null 2>&1 && echo clock-set; \
+         hostname \"$(cat /proc/sys/kernel/hostname)\" 2>/dev/null && echo name-set; \
+         dmesg >/dev/null 2>&1 && echo log-read; \
+         mknod disk b 8 0 2>/dev/null && echo mknod-block; \
+         mknod kmsg c 1 11 2>/dev/null && echo mknod-char; \
+         mkfifo fifo && echo fifo-ok; \
+         $PY -c '\nimport ctypes, os\nl = ctypes.CDLL(None, use_errno=True)\nprint(\"fanotify\", l.syscall(300, 0, 0), ctypes.get_errno())\nclass A(ctypes.Structure):\n  _fields_ = [(\"set\", ctypes.c_uint64), (\"clr\", ctypes.c_uint64), (\"prop\", ctypes.c_uint64), (\"userns\", ctypes.c_uint64)]\na = A(0, 1, 0, 0)\nr = l.syscall(442, -100, b\".git/hooks\", 0x8000, ctypes.byref(a), 32)\nprint(\"mount_setattr\", r, ctypes.get_errno())\nprint(\"unshare\", l.unshare(0x10000000), ctypes.get_errno())\n'; \
+         echo x > .git/hooks/pre-commit 2>/dev/null && echo hook-written; echo done",
+    );
+    assert!(out.contains("done"), "{out}");
+    for bad in [
+        "clock-set",
+        "name-set",
+        "log-read",
+        "mknod-block",
+        "mknod-char",
+        "hook-written",
+    ] {
+        assert!(!out.contains(bad), "{bad}: {out}");
+    }
+    assert!(out.contains("fifo-ok"), "fifos must stay allowed: {out}");
+    assert!(out.contains("fanotify -1"), "{out}");
+    assert!(out.contains("mount_setattr -1"), "{out}");
+    assert!(out.contains("unshare -1"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname"),
+        host_name
+    );
+    assert!(!f.ws.join(".git/hooks/pre-commit").exists());
+    assert!(!f.ws.join("disk").exists() && !f.ws.join("kmsg").exists());
+}
+
+#[test]
+fn metadata_of_outside_files_cannot_be_changed() {
+    let f = fixture();
+    let victim = f.outside.join("victim.txt");
+    let before = std::fs::metadata(&victim).expect("meta");
+    let dir_mode_before = std::fs::metadata(&f.outside).expect("meta").mode();
+    let (_, out) = run(
+        &ws_policy(&f),
+        &format!(
+            "v={v}; chmod 777 $v 2>/dev/null && echo chmod; chown 1:1 $v 2>/dev/null && echo chown; \
+             touch -d 2001-01-01 $v 2>/dev/null && echo touch; \
+             $PY -c 'import os,sys\ntry:\n  os.setxattr(sys.argv[1], \"user.pwned\", b\"1\"); print(\"xattr\")\nexcept OSError: pass' $v; \
+             chmod 777 {o} 2>/dev/null && echo dirmode; echo done",
+            v = victim.display(),
+            o = f.outside.display()
+        ),
+    );
+    assert!(out.contains("done"), "{out}");
+    for bad in ["chmod", "chown", "touch", "xattr", "dirmode"] {
+        assert!(!out.lines().any(|l| l == bad), "{bad} succeeded: {out}");
+    }
+    let after = std::fs::metadata(&victim).expect("meta");
+    assert_eq!(before.mode(), after.mode());
+    assert_eq!(before.uid(), after.uid());
+    assert_eq!(before.mtime(), after.mtime());
+    assert_eq!(
+        std::fs::metadata(&f.outside).expect("meta").mode(),
+        dir_mode_before
+    );
+}
+
+fn limits_of(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits")
+}
+
+fn nice_of(pid: u32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let after = stat.rsplit_once(')').expect("comm").1;
+    after.split_whitespace().nth(16).unwrap_or("").to_string()
+}
+
+#[test]
+fn prlimit_renice_and_taskset_cannot_reach_outside_processes_or_baton() {
+    let f = fixture();
+    let mut victim = Command::new("sleep").arg("30").spawn().expect("sleep");
+    let vpid = victim.id();
+    let me = std::process::id();
+    let (limits, nice) = (limits_of(vpid), nice_of(vpid));
+    // The attempts are harmless should the sandbox fail (limits and affinity set to what
+    // they allow already), so a broken sandbox fails this test without breaking the others.
+    let my_limits = limits_of(me);
+    let (_, out) = run(
+        &ws_policy(&f),
+        &format!(
+            "for p in {vpid} {me} $PPID; do \
+               prlimit --pid $p --core=0:0 2>/dev/null && echo prlimit-$p; \
+               prlimit --pid $p --nofile 2>/dev/null | grep -q NOFILE && echo nofile-$p; \
+               renice -n 0 -p $p >/dev/null 2>&1 && echo renice-$p; \
+               taskset -p ffffffffffffffff $p >/dev/null 2>&1 && echo taskset-$p; \
+               kill -0 $p 2>/dev/null && echo sees-$p; \
+             done; echo done"
+        ),
+    );
+    assert!(out.contains("done"), "{out}");
+    for pid in [vpid, me] {
+        for what in ["prlimit", "nofile", "renice", "taskset", "sees"] {
+            assert!(
+                !out.contains(&format!("{what}-{pid}")),
+                "{what} reached pid {pid}: {out}"
+            );
+        }
+    }
+    assert_eq!(limits_of(vpid), limits);
+    assert_eq!(nice_of(vpid), nice);
+    assert_eq!(limits_of(me), my_limits);
+    let _ = victim.kill();
+    let _ = victim.wait();
+}
+
+#[test]
+fn secrets_in_the_environment_and_in_proc_environ_do_not_reach_commands() {
+    let f = fixture();
+    let secrets: &[(&str, &str)] = &[
+        ("BATON_API_KEY", "sk-baton-s3cret"),
+        ("DATABASE_URL", "postgres://app:db-s3cret@db/app"),
+        ("GITHUB_PAT", "ghp_pat_s3cret"),
+        ("NPM_AUTH", "npm-auth-s3cret"),
+        ("HTTP_AUTHORIZATION", "Bearer bearer-s3cret"),
+        ("AWS_SECRET_ACCESS_KEY", "aws-s3cret"),
+        ("SENTRY_DSN", "https://dsn-s3cret@o1.ingest.sentry.io/1"),
+        ("UPSTREAM", "https://bob:url-s3cret@example.com/repo.git"),
+    ];
+    let values: Vec<(&str, OsString)> = secrets
+        .iter()
+        .map(|(k, v)| (*k, OsString::from(v)))
+        .collect();
+    let env: Vec<(&str, &OsString)> = values.iter().map(|(k, v)| (*k, v)).collect();
+    let out = baton_sandbox(
+        &f,
+        &env,
+        "env; cat /proc/$PPID/environ /proc/1/environ 2>/dev/null | tr '\\0' '\\n'; \
+         for e in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $e; done 2>/dev/null; echo done",
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("done") && text.contains("PATH="), "{text}");
+    assert!(
+        !text.contains("s3cret"),
+        "a secret reached the command: {text}"
+    );
+}
+
+#[test]
+fn inherited_file_descriptors_do_not_reach_commands() {
+    let f = fixture();
+    let log = f.outside.join("log");
+    let file = std::fs::File::create(&log).expect("log");
+    let raw = file.as_raw_fd();
+    let mut cmd = baton_sandbox(
+        &f,
+        &[],
+        "echo pwned >&7 2>/dev/null && echo wrote-7; ls /proc/self/fd; echo done",
+    );
+    // `baton … 7>>~/outside/log`: fd 7 open, without close-on-exec, in baton.
+    // SAFETY: dup2 in the child before exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(raw, 7) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.stdin(Stdio::null()).output().expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("done"), "{text}");
+    assert!(!text.contains("wrote-7"), "{text}");
+    assert!(
+        !text.lines().any(|l| l.trim() == "7"),
+        "fd 7 is open in the command: {text}"
+    );
+    assert_eq!(std::fs::read_to_string(&log).expect("log"), "");
+    drop(file);
+}
+
+#[test]
+fn a_command_allocating_past_the_memory_bound_fails_instead_of_pushing_the_host_into_oom() {
+    let f = fixture();
+    let policy = ws_policy(&f).max_memory(Some(256 << 20));
+    let (_, out) = run(
+        &policy,
+        "$PY -c '\nb = bytearray(1024 * 1024 * 1024)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint(\"allocated\")\n'; echo done",
+    );
+    assert!(out.contains("done"), "{out}");
+    assert!(
+        !out.lines().any(|l| l == "allocated"),
+        "1 GiB allocated under a 256 MiB bound: {out}"
+    );
+    // A default bound exists whatever the configuration says.
+    let (_, guard) =
+        sandboxed_command(&ws_policy(&f), &["true".into()], Session::NewGroup).expect("prepare");
+    assert!(guard.memory_bound().is_some());
+}
+
+#[test]
+fn the_users_secret_folders_other_homes_and_run_are_hidden() {
+    let f = fixture();
+    let home = f.ws.parent().expect("base").join("home");
+    for (p, text) in [
+        (".ssh/id_ed25519", "ssh-s3cret"),
+        (".aws/credentials", "aws-s3cret"),
+        (".config/baton/config.toml", "baton-s3cret"),
+        (".git-credentials", "git-s3cret"),
+        (".cargo/credentials.toml", "cargo-s3cret"),
+    ] {
+        let path = home.join(p);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, text).expect("write");
+    }
+    let made_name = format!("baton-made-inside-{}", std::process::id());
+    let host_tmp = tempfile::Builder::new()
+        .prefix("baton-hosttmp")
+        .tempfile_in("/tmp")
+        .expect("tmp");
+    std::fs::write(host_tmp.path(), "tmp-s3cret").expect("write");
+    let script = format!(
+        "cat ~/.ssh/id_ed25519 ~/.aws/credentials ~/.config/baton/config.toml ~/.git-credentials \
+         ~/.cargo/credentials.toml {t} 2>/dev/null; ls /run | wc -l; ls /root 2>/dev/null | head -1; \
+         echo made > /tmp/{made}; echo done",
+        t = host_tmp.path().display(),
+        made = made_name
+    );
+    let out = baton_sandbox(&f, &[], &script)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("done"), "{text}");
+    assert!(!text.contains("s3cret"), "a secret was readable: {text}");
+    assert!(
+        text.lines().any(|l| l.trim() == "0"),
+        "/run not empty: {text}"
+    );
+    assert!(
+        !Path::new("/tmp").join(&made_name).exists(),
+        "the sandbox's /tmp is the host's"
+    );
+    if !is_root() {
+        assert!(!text.contains("baton"), "{text}");
+    }
+}

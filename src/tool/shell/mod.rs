@@ -35,6 +35,13 @@ pub struct ShellConfig {
     /// Extra writable directories under `workspace-write`.
     pub writable: Vec<PathBuf>,
     pub max_processes: u32,
+    /// What builds the sandbox (`landlock` is the named weaker mode).
+    pub backend: crate::sandbox::Backend,
+    /// Memory bound of one command in bytes (`None`: half of RAM).
+    pub max_memory: Option<u64>,
+    /// Names passed on although they look like secrets, and more names to drop.
+    pub env_keep: Vec<String>,
+    pub env_drop: Vec<String>,
     /// The shell run with `-c COMMAND` (`-lc` when `login` is set).
     pub shell: String,
     /// Run the shell as a login shell (reads the profile: PATH from version managers etc.).
@@ -65,6 +72,10 @@ impl Default for ShellConfig {
             network: false,
             writable: Vec::new(),
             max_processes: crate::sandbox::policy::DEFAULT_MAX_PROCESSES,
+            backend: crate::sandbox::Backend::default(),
+            max_memory: None,
+            env_keep: Vec::new(),
+            env_drop: Vec::new(),
             shell: "bash".into(),
             login: false,
             default_timeout: Duration::from_secs(120),
@@ -84,6 +95,11 @@ impl ShellConfig {
             .network(self.network)
             .max_processes(self.max_processes);
         p.writable = self.writable.clone();
+        p.env.pass_secrets = self.pass_secret_env;
+        p.env.keep = self.env_keep.clone();
+        p.env.drop = self.env_drop.clone();
+        p.max_memory = self.max_memory;
+        p.backend = self.backend;
         p
     }
 }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -125,10 +125,11 @@ impl ShellSession {
                 .map(Stdio::from)
                 .map_err(|source| terminal("duplicating the PTY fd", source))
         };
-        let mut cmd = Command::new(req.shell);
-        cmd.arg(if req.login { "-lc" } else { "-c" })
-            .arg(req.command)
-            .current_dir(req.cwd)
+        let mut cmd = sandbox.command(
+            req.shell,
+            [if req.login { "-lc" } else { "-c" }, req.command],
+        )?;
+        cmd.current_dir(req.cwd)
             .stdin(stdio(&slave)?)
             .stdout(stdio(&slave)?)
             .stderr(stdio(&slave)?)
@@ -545,10 +546,7 @@ fn sandbox_limits(policy: &SandboxPolicy) -> Option<String> {
 
 /// Environment variable names that usually hold credentials.
 pub fn looks_secret(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    ["KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL"]
-        .iter()
-        .any(|w| upper.contains(w))
+    crate::sandbox::env::looks_secret(name)
 }
 
 /// Turns off output post-processing (`\n` → `\r\n`) on the PTY: nothing renders this

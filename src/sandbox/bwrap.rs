@@ -1,0 +1,412 @@
+//! The world each sandboxed command runs in, built with bubblewrap: its own user, pid, ipc
+//! and uts namespaces (and network, when the network is off), the host filesystem bound
+//! read-only with only the writable roots bound read-write, a fresh `/dev` (own devpts) and
+//! `/proc`, a private `/tmp` per baton process, `/run` and the user's secrets hidden, every
+//! capability dropped. [`Bwrap`] is the argument builder every caller (the shell tool,
+//! `baton sandbox`, evaluation trials) shares; [`world`] is the one for a [`SandboxPolicy`].
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use super::SandboxError;
+use super::policy::SandboxPolicy;
+use crate::protocol::SandboxMode;
+
+/// Where bubblewrap is looked for, in order, before `$PATH`.
+const BWRAP_PATHS: &[&str] = &["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
+
+/// The bubblewrap binary, or why there is none.
+pub fn bwrap_path() -> Result<PathBuf, SandboxError> {
+    static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            BWRAP_PATHS
+                .iter()
+                .map(PathBuf::from)
+                .chain(
+                    std::env::var_os("PATH")
+                        .iter()
+                        .flat_map(std::env::split_paths)
+                        .map(|d| d.join("bwrap")),
+                )
+                .find(|p| p.is_file())
+        })
+        .clone()
+        .ok_or_else(|| {
+            SandboxError::Unsupported(
+                "bubblewrap (`bwrap`) is not installed; install it (`apt install bubblewrap`, \
+                 `dnf install bubblewrap`, `pacman -S bubblewrap`), or name the weaker \
+                 Landlock-only mode with `[sandbox] backend = \"landlock\"`"
+                    .into(),
+            )
+        })
+}
+
+/// How to enable unprivileged user namespaces, for the refusal and `baton doctor`.
+const USERNS_FIX: &str = "enable unprivileged user namespaces: `sysctl -w \
+     kernel.unprivileged_userns_clone=1` (Debian/Ubuntu kernels), `sysctl -w \
+     user.max_user_namespaces=15000`, and on Ubuntu ≥ 23.10 allow them for bwrap in AppArmor \
+     (`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`, or an AppArmor profile for \
+     bwrap with `userns,`); in a container, use a seccomp profile that allows unshare/clone of \
+     namespaces; or name the weaker mode with `[sandbox] backend = \"landlock\"`";
+
+fn sysctl(name: &str) -> Option<i64> {
+    std::fs::read_to_string(format!("/proc/sys/{name}"))
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Whether bubblewrap can build a world here, judged without running it (cheap enough for
+/// every command): bubblewrap is installed and the kernel settings that refuse user
+/// namespaces are not set. [`check_namespaces`] runs it for real (`baton doctor`).
+pub fn check_usable() -> Result<(), SandboxError> {
+    bwrap_path()?;
+    // SAFETY: geteuid has no failure mode.
+    let root = unsafe { libc::geteuid() } == 0;
+    let refused = if sysctl("user/max_user_namespaces") == Some(0) {
+        Some("user.max_user_namespaces is 0")
+    } else if !root && sysctl("kernel/unprivileged_userns_clone") == Some(0) {
+        Some("kernel.unprivileged_userns_clone is 0")
+    } else {
+        None
+    };
+    match refused {
+        Some(why) => Err(SandboxError::Unsupported(format!(
+            "bubblewrap cannot create the sandbox's namespaces ({why}); {USERNS_FIX}"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Runs `true` in fresh namespaces through bubblewrap: `Err` says exactly why it failed and
+/// how to fix it.
+pub fn check_namespaces() -> Result<(), SandboxError> {
+    check_usable()?;
+    let bwrap = bwrap_path()?;
+    let mut b = Bwrap::isolated(false);
+    b.ro_bind(Path::new("/"), Path::new("/"))
+        .dev(Path::new("/dev"))
+        .proc(Path::new("/proc"));
+    let out = Command::new(&bwrap)
+        .args(b.args())
+        .args(["--", "true"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .output()
+        .map_err(|e| SandboxError::Setup(format!("running {}: {e}", bwrap.display())))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(SandboxError::Unsupported(format!(
+        "bubblewrap cannot create the sandbox's namespaces ({}: {}); {USERNS_FIX}",
+        bwrap.display(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    )))
+}
+
+/// bubblewrap arguments, in the order bubblewrap applies them (later mounts cover earlier).
+#[derive(Debug, Clone, Default)]
+pub struct Bwrap {
+    args: Vec<OsString>,
+}
+
+impl Bwrap {
+    /// The namespaces and hardening every sandboxed command gets: user (always, so root keeps
+    /// no host capability), pid, ipc, uts; a new session (no controlling terminal of the
+    /// caller's); killed with its parent; every capability dropped; no nested user namespaces.
+    pub fn isolated(network: bool) -> Self {
+        let mut b = Bwrap::default();
+        for a in [
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--new-session",
+            "--die-with-parent",
+            "--disable-userns",
+            "--cap-drop",
+            "ALL",
+        ] {
+            b.arg(a);
+        }
+        if !network {
+            b.arg("--unshare-net");
+        }
+        b
+    }
+
+    fn arg(&mut self, a: impl AsRef<OsStr>) -> &mut Self {
+        self.args.push(a.as_ref().to_owned());
+        self
+    }
+
+    fn op(&mut self, op: &str, paths: &[&Path]) -> &mut Self {
+        self.arg(op);
+        for p in paths {
+            self.arg(p.as_os_str());
+        }
+        self
+    }
+
+    /// `src` at `dst`, read-only.
+    pub fn ro_bind(&mut self, src: &Path, dst: &Path) -> &mut Self {
+        self.op("--ro-bind", &[src, dst])
+    }
+
+    /// `src` at `dst`, writable.
+    pub fn bind(&mut self, src: &Path, dst: &Path) -> &mut Self {
+        self.op("--bind", &[src, dst])
+    }
+
+    /// An empty tmpfs at `dst`.
+    pub fn tmpfs(&mut self, dst: &Path) -> &mut Self {
+        self.op("--tmpfs", &[dst])
+    }
+
+    /// A fresh `/dev` (null, zero, full, random, urandom, tty, own devpts and ptmx).
+    pub fn dev(&mut self, dst: &Path) -> &mut Self {
+        self.op("--dev", &[dst])
+    }
+
+    /// A fresh procfs showing only the sandbox's own processes.
+    pub fn proc(&mut self, dst: &Path) -> &mut Self {
+        self.op("--proc", &[dst])
+    }
+
+    /// Makes `path` invisible: an empty tmpfs over a directory, `/dev/null` over a file.
+    /// Paths that don't exist are left alone.
+    pub fn hide(&mut self, path: &Path) -> &mut Self {
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => self.tmpfs(path),
+            Ok(_) => self.ro_bind(Path::new("/dev/null"), path),
+            Err(_) => self,
+        }
+    }
+
+    /// The working directory inside.
+    pub fn chdir(&mut self, dir: &Path) -> &mut Self {
+        self.op("--chdir", &[dir])
+    }
+
+    /// Installs the seccomp program (classic BPF) read from `fd`, which must be inheritable.
+    pub fn seccomp_fd(&mut self, fd: i32) -> &mut Self {
+        self.arg("--seccomp").arg(fd.to_string())
+    }
+
+    pub fn args(&self) -> &[OsString] {
+        &self.args
+    }
+
+    /// `bwrap ARGS -- program args…` (the environment is the caller's to set).
+    pub fn command(
+        &self,
+        program: impl AsRef<OsStr>,
+        args: impl IntoIterator<Item = impl AsRef<OsStr>>,
+    ) -> Result<Command, SandboxError> {
+        let mut cmd = Command::new(bwrap_path()?);
+        cmd.args(&self.args).arg("--").arg(program).args(args);
+        Ok(cmd)
+    }
+}
+
+/// The user's secrets, relative to their home: credentials of ssh, gpg, clouds, container and
+/// package registries, git hosts, and baton's own configuration, sessions and state.
+const HOME_SECRETS: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".config/gh",
+    ".config/hub",
+    ".config/git/credentials",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".npmrc",
+    ".yarnrc",
+    ".pypirc",
+    ".gem/credentials",
+    ".password-store",
+    ".local/share/keyrings",
+    ".pgpass",
+    ".my.cnf",
+    ".config/baton",
+    ".local/share/baton",
+    ".local/state/baton",
+    ".cache/baton",
+];
+
+/// The private `/tmp` of this baton process (a 0700 directory of its own, with `tmp/` and
+/// `var-tmp/` inside), shared by its commands so files left in /tmp by one are there for
+/// the next; directories of baton processes that are gone are removed on first use.
+fn private_tmp() -> Result<&'static Path, SandboxError> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let base = std::env::temp_dir();
+        remove_stale_tmp(&base);
+        // SAFETY: getuid has no failure mode.
+        let uid = unsafe { libc::getuid() };
+        let dir = base.join(format!("baton-sandbox-{uid}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .and_then(|()| {
+                let meta = std::fs::symlink_metadata(&dir)?;
+                if !meta.is_dir() || meta.uid() != uid {
+                    return Err(std::io::Error::other("not a directory of ours"));
+                }
+                std::fs::DirBuilder::new()
+                    .mode(0o1777)
+                    .create(dir.join("tmp"))?;
+                std::fs::DirBuilder::new()
+                    .mode(0o1777)
+                    .create(dir.join("var-tmp"))
+            })
+            .map_err(|e| format!("creating the private /tmp {}: {e}", dir.display()))?;
+        Ok(dir)
+    })
+    .as_ref()
+    .map(PathBuf::as_path)
+    .map_err(|e| SandboxError::Setup(e.clone()))
+}
+
+fn remove_stale_tmp(base: &Path) {
+    // SAFETY: getuid has no failure mode.
+    let prefix = format!("baton-sandbox-{}-", unsafe { libc::getuid() });
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// Whether `p` is `root` or above it (hiding it would hide a writable root).
+fn covers(p: &Path, roots: &[PathBuf]) -> bool {
+    roots.iter().any(|r| r.starts_with(p))
+}
+
+/// The home directories of other users (`/home/*` but the caller's, `/root` for non-root).
+fn other_homes(own: Option<&Path>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir("/home")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    out.push(PathBuf::from("/root"));
+    out.retain(|p| {
+        let real = p.canonicalize().unwrap_or_else(|_| p.clone());
+        own.is_none_or(|h| real != h && !h.starts_with(&real))
+    });
+    out
+}
+
+/// The world for `policy`: what bubblewrap mounts before baton's inner helper runs.
+pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
+    let mut b = Bwrap::isolated(policy.network);
+    b.ro_bind(Path::new("/"), Path::new("/"))
+        .dev(Path::new("/dev"))
+        .proc(Path::new("/proc"));
+    let tmp = private_tmp()?;
+    b.bind(&tmp.join("tmp"), Path::new("/tmp"));
+    if Path::new("/var/tmp").is_dir() {
+        b.bind(&tmp.join("var-tmp"), Path::new("/var/tmp"));
+    }
+    b.tmpfs(Path::new("/dev/shm"));
+    let home = dirs::home_dir().and_then(|h| h.canonicalize().ok());
+    // A home under the temp dirs (CI, throwaway accounts) stays visible, read-only.
+    if let Some(h) = &home
+        && (h.starts_with("/tmp") || h.starts_with("/var/tmp"))
+    {
+        b.ro_bind(h, h);
+    }
+    let roots: Vec<PathBuf> = if policy.mode == SandboxMode::WorkspaceWrite {
+        std::iter::once(&policy.workspace)
+            .chain(&policy.writable)
+            .filter_map(|p| p.canonicalize().ok())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // Runtime sockets (D-Bus, docker, nscd, the user's agents) live under /run.
+    let mut hidden: Vec<PathBuf> = vec![PathBuf::from("/run")];
+    if std::fs::symlink_metadata("/var/run").is_ok_and(|m| m.is_dir()) {
+        hidden.push(PathBuf::from("/var/run"));
+    }
+    if let Some(rt) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from)
+        && rt.is_absolute()
+    {
+        hidden.push(rt);
+    }
+    for p in hidden.iter().filter_map(|p| p.canonicalize().ok()) {
+        if !covers(&p, &roots) {
+            b.hide(&p);
+        }
+    }
+    if policy.network {
+        // Name resolution through systemd-resolved's stub needs its resolv.conf.
+        let resolve = Path::new("/run/systemd/resolve");
+        if resolve.is_dir() {
+            b.ro_bind(resolve, resolve);
+        }
+    }
+    for other in other_homes(home.as_deref()) {
+        if !covers(&other, &roots) {
+            b.hide(&other);
+        }
+    }
+    for root in &roots {
+        b.bind(root, root);
+    }
+    for dir in policy.pinned_git_dirs() {
+        b.bind(&dir, &dir);
+    }
+    let mut secrets: Vec<PathBuf> = Vec::new();
+    if let Some(h) = &home {
+        secrets.extend(HOME_SECRETS.iter().map(|s| h.join(s)));
+    }
+    for (var, sub) in [
+        ("XDG_CONFIG_HOME", "baton"),
+        ("XDG_DATA_HOME", "baton"),
+        ("XDG_STATE_HOME", "baton"),
+        ("XDG_CONFIG_HOME", "gh"),
+        ("XDG_CONFIG_HOME", "gcloud"),
+    ] {
+        if let Some(d) = std::env::var_os(var).map(PathBuf::from)
+            && d.is_absolute()
+        {
+            secrets.push(d.join(sub));
+        }
+    }
+    for s in secrets.iter().filter_map(|s| s.canonicalize().ok()) {
+        if !covers(&s, &roots) {
+            b.hide(&s);
+        }
+    }
+    // Last, so no writable bind above can cover them.
+    for p in policy.protected_paths() {
+        if p.exists() {
+            b.ro_bind(&p, &p);
+        }
+    }
+    Ok(b)
+}

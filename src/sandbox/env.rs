@@ -1,0 +1,186 @@
+//! The environment a sandboxed command gets: baton's own minus what looks like a credential
+//! (by name, and URLs carrying `user:password@`) and minus the variables that point at a
+//! socket or agent outside the sandbox (tmux, ssh-agent, D-Bus, Docker, gpg-agent…). One
+//! scrub serves the shell tool, `!cmd`, `baton sandbox` and evaluation trials.
+
+use std::ffi::{OsStr, OsString};
+
+use serde::{Deserialize, Serialize};
+
+/// What to keep or drop beyond the built-in patterns (`[sandbox] env_keep` / `env_drop`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvPolicy {
+    /// Pass variables named like credentials on (the socket variables are dropped anyway).
+    #[serde(default)]
+    pub pass_secrets: bool,
+    /// Names passed on even though a pattern would drop them.
+    #[serde(default)]
+    pub keep: Vec<String>,
+    /// More names to drop.
+    #[serde(default)]
+    pub drop: Vec<String>,
+}
+
+/// Words that, anywhere in a variable's name, mark it as a credential.
+const SECRET_WORDS: &[&str] = &[
+    "KEY",
+    "SECRET",
+    "TOKEN",
+    "PASSWORD",
+    "PASSWD",
+    "CREDENTIAL",
+    "AUTH",
+    "COOKIE",
+    "SESSION_ID",
+    "PRIVATE",
+];
+
+/// Name suffixes and prefixes that mark a credential (`GITHUB_PAT`, `SENTRY_DSN`, `AWS_*`).
+const SECRET_SUFFIXES: &[&str] = &["_PAT", "_DSN", "_PASS", "_PWD"];
+const SECRET_PREFIXES: &[&str] = &["AWS_", "AZURE_", "GOOGLE_APPLICATION_", "VAULT_"];
+/// Whole names that hold credentials without saying so.
+const SECRET_NAMES: &[&str] = &[
+    "DATABASE_URL",
+    "REDIS_URL",
+    "MONGODB_URI",
+    "MONGO_URL",
+    "AMQP_URL",
+    "DSN",
+    "PGPASSFILE",
+    "NETRC",
+];
+
+/// Variables naming a socket, agent or display server outside the sandbox: reaching one
+/// would run code or read secrets with none of the sandbox's limits.
+pub const SOCKET_VARS: &[&str] = &[
+    "TMUX",
+    "TMUX_PANE",
+    "STY",
+    "SSH_AUTH_SOCK",
+    "SSH_AGENT_PID",
+    "SSH_CONNECTION",
+    "SSH_CLIENT",
+    "SSH_TTY",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "DBUS_SYSTEM_BUS_ADDRESS",
+    "DOCKER_HOST",
+    "CONTAINER_HOST",
+    "XDG_RUNTIME_DIR",
+    "GPG_AGENT_INFO",
+    "GNOME_KEYRING_CONTROL",
+    "KRB5CCNAME",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "XAUTHORITY",
+    "PULSE_SERVER",
+    "KITTY_LISTEN_ON",
+    "WEZTERM_UNIX_SOCKET",
+    "NVIM",
+    "NVIM_LISTEN_ADDRESS",
+    "VSCODE_IPC_HOOK_CLI",
+    "BATON_SANDBOX_HELPER",
+];
+
+/// Whether a variable name looks like it holds a credential.
+pub fn looks_secret(name: &str) -> bool {
+    // `GIT_AUTHOR_NAME` and friends are not credentials.
+    let upper = name
+        .to_ascii_uppercase()
+        .replace("AUTHORI", "AUTH")
+        .replace("AUTHOR", "");
+    SECRET_WORDS.iter().any(|w| upper.contains(w))
+        || SECRET_SUFFIXES.iter().any(|s| upper.ends_with(s))
+        || SECRET_PREFIXES.iter().any(|p| upper.starts_with(p))
+        || SECRET_NAMES.contains(&upper.as_str())
+}
+
+/// Whether a value is a URL with a password in it (`scheme://user:pass@host`).
+pub fn carries_password(value: &OsStr) -> bool {
+    let v = value.to_string_lossy();
+    let Some((_, rest)) = v.split_once("://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    authority
+        .rsplit_once('@')
+        .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+}
+
+impl EnvPolicy {
+    /// Whether `name=value` reaches the command.
+    pub fn passes(&self, name: &OsStr, value: &OsStr) -> bool {
+        let Some(name) = name.to_str() else {
+            return false;
+        };
+        if self.drop.iter().any(|d| d == name) || SOCKET_VARS.contains(&name) {
+            return false;
+        }
+        if self.pass_secrets || self.keep.iter().any(|k| k == name) {
+            return true;
+        }
+        !looks_secret(name) && !carries_password(value)
+    }
+
+    /// The variables of `vars` a command gets.
+    pub fn scrub(
+        &self,
+        vars: impl IntoIterator<Item = (OsString, OsString)>,
+    ) -> Vec<(OsString, OsString)> {
+        vars.into_iter()
+            .filter(|(k, v)| self.passes(k, v))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn passes(name: &str, value: &str) -> bool {
+        EnvPolicy::default().passes(OsStr::new(name), OsStr::new(value))
+    }
+
+    #[test]
+    fn credentials_by_name_and_by_value_are_dropped() {
+        for name in [
+            "BATON_API_KEY",
+            "DATABASE_URL",
+            "GITHUB_PAT",
+            "HTTP_AUTHORIZATION",
+            "NPM_AUTH",
+            "AWS_ACCESS_KEY_ID",
+            "AWS_PROFILE",
+            "SENTRY_DSN",
+            "MY_PASSWD",
+        ] {
+            assert!(!passes(name, "x"), "{name} passed");
+        }
+        assert!(!passes("UPSTREAM", "https://bob:hunter2@example.com/x"));
+        assert!(passes("UPSTREAM", "https://example.com/a@b"));
+        assert!(passes("PATH", "/usr/bin"));
+        assert!(passes("GIT_AUTHOR_NAME", "A U Thor"));
+        assert!(passes("HOME", "/home/u"));
+    }
+
+    #[test]
+    fn socket_variables_are_dropped_even_when_secrets_pass() {
+        let p = EnvPolicy {
+            pass_secrets: true,
+            ..EnvPolicy::default()
+        };
+        assert!(!p.passes(OsStr::new("TMUX"), OsStr::new("/tmp/tmux-0/default,1,0")));
+        assert!(!p.passes(OsStr::new("SSH_AUTH_SOCK"), OsStr::new("/tmp/ssh-x/agent")));
+        assert!(p.passes(OsStr::new("GITHUB_TOKEN"), OsStr::new("t")));
+    }
+
+    #[test]
+    fn keep_and_drop_lists_override_the_patterns() {
+        let p = EnvPolicy {
+            pass_secrets: false,
+            keep: vec!["CARGO_REGISTRY_TOKEN".into()],
+            drop: vec!["CORP_PROXY".into()],
+        };
+        assert!(p.passes(OsStr::new("CARGO_REGISTRY_TOKEN"), OsStr::new("t")));
+        assert!(!p.passes(OsStr::new("CORP_PROXY"), OsStr::new("http://p")));
+    }
+}

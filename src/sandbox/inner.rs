@@ -1,0 +1,192 @@
+//! baton's inner helper: the program bubblewrap runs inside the new world
+//! (`baton __sandbox-inner SPEC -- CMD…`). Landlock forbids changing the mount table, so it
+//! can only be applied after bubblewrap's mounts; the helper applies it, takes the command's
+//! PTY as controlling terminal, closes every inherited descriptor above stderr, sets
+//! no_new_privs, installs the seccomp filter last and execs the command.
+
+use std::ffi::{CString, OsString};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use super::SandboxError;
+use super::policy::SandboxPolicy;
+use super::{fs_rules, syscall_filter};
+
+/// The subcommand name bubblewrap runs baton under.
+pub const SUBCOMMAND: &str = "__sandbox-inner";
+
+/// What the inner helper applies.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InnerSpec {
+    pub policy: SandboxPolicy,
+    /// fd 0 is the command's PTY: make it the controlling terminal (after bubblewrap's setsid).
+    pub pty: bool,
+}
+
+static HELPER: OnceLock<PathBuf> = OnceLock::new();
+
+/// Declares the running program to be baton (whose `main` dispatches [`SUBCOMMAND`]): the
+/// sandbox then uses it as its inner helper. The baton binary calls this first thing.
+pub fn this_binary_is_the_helper() {
+    if let Ok(exe) = std::env::current_exe() {
+        let _ = HELPER.set(exe);
+    }
+}
+
+/// The baton binary that serves as inner helper: the running one when it is baton, else
+/// `$BATON_SANDBOX_HELPER`, else a `baton` beside the running program or one folder up
+/// (a test binary in `target/debug/deps/`).
+pub fn helper_path() -> Result<PathBuf, SandboxError> {
+    if let Some(p) = HELPER.get() {
+        return Ok(p.clone());
+    }
+    if let Some(p) = std::env::var_os("BATON_SANDBOX_HELPER") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| SandboxError::Setup(format!("finding the running program: {e}")))?;
+    exe.ancestors()
+        .skip(1)
+        .take(2)
+        .map(|d| d.join("baton"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            SandboxError::Setup(format!(
+                "no baton binary to serve as the sandbox's inner helper beside {} \
+                 (set BATON_SANDBOX_HELPER to its path)",
+                exe.display()
+            ))
+        })
+}
+
+/// The helper's arguments after the program name: `__sandbox-inner SPEC -- program args…`.
+pub fn helper_args(spec: &InnerSpec, argv: &[OsString]) -> Result<Vec<OsString>, SandboxError> {
+    let json = serde_json::to_string(spec)
+        .map_err(|e| SandboxError::Setup(format!("encoding the sandbox spec: {e}")))?;
+    let mut out = vec![
+        OsString::from(SUBCOMMAND),
+        OsString::from(json),
+        "--".into(),
+    ];
+    out.extend(argv.iter().cloned());
+    Ok(out)
+}
+
+/// Runs the inner helper when `args` (the process's, program name first) ask for it;
+/// never returns then. Returns to the caller otherwise.
+pub fn run_if_requested(args: &[OsString]) -> Option<i32> {
+    if args.get(1).map(|a| a.as_bytes()) != Some(SUBCOMMAND.as_bytes()) {
+        return None;
+    }
+    Some(run(&args[2..]))
+}
+
+fn fail(what: &str, e: impl std::fmt::Display) -> i32 {
+    // The PTY may be in raw output mode: end the line explicitly.
+    eprint!("baton sandbox: {what}: {e}\r\n");
+    126
+}
+
+fn run(args: &[OsString]) -> i32 {
+    let (Some(spec), Some(sep)) = (args.first(), args.get(1)) else {
+        return fail("inner helper", "missing spec");
+    };
+    if sep != "--" || args.len() < 3 {
+        return fail("inner helper", "usage: __sandbox-inner SPEC -- CMD…");
+    }
+    let spec: InnerSpec = match serde_json::from_slice(spec.as_bytes()) {
+        Ok(s) => s,
+        Err(e) => return fail("inner helper spec", e),
+    };
+    let argv = &args[2..];
+    if let Err(e) = restrict(&spec) {
+        return fail("setting up the sandbox", e);
+    }
+    let c_args: Result<Vec<CString>, _> = argv
+        .iter()
+        .map(|a| CString::new(a.clone().into_vec()))
+        .collect();
+    let Ok(c_args) = c_args else {
+        return fail("running the command", "an argument contains a NUL byte");
+    };
+    let mut ptrs: Vec<*const libc::c_char> = c_args.iter().map(|c| c.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // SAFETY: a NULL-terminated array of NUL-terminated strings that outlive the call.
+    unsafe { libc::execvp(ptrs[0], ptrs.as_ptr()) };
+    let err = std::io::Error::last_os_error();
+    let code = if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    };
+    eprint!(
+        "baton sandbox: running {}: {err}\r\n",
+        Path::new(&argv[0]).display()
+    );
+    code
+}
+
+/// Everything the helper applies before exec, in order.
+fn restrict(spec: &InnerSpec) -> Result<(), String> {
+    // SAFETY (whole block): plain syscalls on this process's own descriptors and state.
+    unsafe {
+        for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP] {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+        // bubblewrap's setsid makes its pid-1 reaper the session leader, not the command:
+        // the helper starts its own session (no terminal yet) and takes the PTY.
+        if spec.pty && libc::getsid(0) != libc::getpid() {
+            libc::setsid();
+        }
+        if spec.pty && libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+            return Err(format!(
+                "taking the PTY as controlling terminal: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    close_inherited_fds();
+    let ruleset = fs_rules::build_ruleset(&spec.policy).map_err(|e| e.to_string())?;
+    let filters = syscall_filter::build_filters(spec.policy.network).map_err(|e| e.to_string())?;
+    // SAFETY: prctl/landlock/seccomp on this process, with buffers that outlive the calls.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(format!("no_new_privs: {}", std::io::Error::last_os_error()));
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0) != 0 {
+            return Err(format!(
+                "landlock_restrict_self: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    drop(ruleset);
+    for f in &filters {
+        seccompiler::apply_filter(f).map_err(|e| format!("seccomp: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Closes every descriptor above stderr: nothing baton's caller left open (a log file on
+/// fd 7, a socket) reaches the command.
+fn close_inherited_fds() {
+    // SAFETY: close_range on this process's own descriptor table.
+    let r = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    if r != 0 {
+        let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .filter(|fd| *fd > 2)
+            .collect();
+        for fd in fds {
+            // SAFETY: closing descriptors of this process.
+            unsafe { libc::close(fd) };
+        }
+    }
+}

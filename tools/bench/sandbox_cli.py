@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Side-by-side cost of `baton sandbox -- true` for several baton binaries (e.g. main's and a
+branch's release builds) against plain `true`, and of a sandboxed shell round trip
+(`baton sandbox -- bash -c 'echo hi'`), median of N interleaved runs in a throwaway git
+workspace.
+
+    tools/bench/sandbox_cli.py [-n 200] NAME=PATH [NAME=PATH ...]
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+
+
+def timed(argv, cwd):
+    t = time.perf_counter()
+    subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=False)
+    return time.perf_counter() - t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-n", type=int, default=200)
+    ap.add_argument("binaries", nargs="+", help="NAME=PATH of a baton binary")
+    args = ap.parse_args()
+    bins = [b.split("=", 1) for b in args.binaries]
+    with tempfile.TemporaryDirectory() as ws:
+        subprocess.run(["git", "init", "-q", ws], check=True)
+        cases = [("plain `true`", ["true"]), ("plain `bash -c 'echo hi'`", ["bash", "-c", "echo hi"])]
+        for name, path in bins:
+            cases.append((f"{name}: `baton sandbox -- true`", [path, "sandbox", "--", "true"]))
+            cases.append((f"{name}: `baton sandbox -- bash -c 'echo hi'`",
+                          [path, "sandbox", "--", "bash", "-c", "echo hi"]))
+        for _, argv in cases:  # warm the page cache
+            timed(argv, ws)
+        samples = {label: [] for label, _ in cases}
+        for _ in range(args.n):
+            for label, argv in cases:
+                samples[label].append(timed(argv, ws))
+        base = statistics.median(samples[cases[0][0]])
+        base_sh = statistics.median(samples[cases[1][0]])
+        print(f"median of {args.n} interleaved runs")
+        for label, _ in cases:
+            m = statistics.median(samples[label])
+            ref = base_sh if "bash" in label else base
+            print(f"  {label:<55} {m * 1e3:7.2f} ms  (+{(m - ref) * 1e3:.2f} ms)")
+
+
+if __name__ == "__main__":
+    main()
