@@ -360,41 +360,14 @@ impl Store {
     /// Loads snapshot `id` and verifies it: a commit of this store, made for this workspace,
     /// whose every entry is a plain name (no `..`, `/`, `.git`) of a file, symlink or folder.
     pub fn load(&self, id: &str) -> Result<Snapshot, CheckpointError> {
-        let damaged = |why: String| CheckpointError::Damaged {
-            id: id.to_string(),
-            why,
-        };
-        let oid = Oid::from_str(id).map_err(|_| damaged("not an object id".into()))?;
-        let commit = self
-            .repo
-            .find_commit(oid)
-            .map_err(|_| damaged("not in this workspace's checkpoint store".into()))?;
-        let expected = format!("workspace {}", self.workspace.display());
-        if !commit
-            .message()
-            .unwrap_or("")
-            .lines()
-            .any(|l| l == expected)
-        {
-            return Err(damaged("taken of another workspace".into()));
-        }
-        let root = commit.tree()?;
-        let files = root
-            .get_name("files")
-            .filter(|e| e.kind() == Some(ObjectType::Tree))
-            .ok_or_else(|| damaged("no file tree".into()))?;
+        let opened = self.open_snapshot(id)?;
         let mut snapshot = Snapshot::default();
-        let tree = self.repo.find_tree(files.id())?;
-        self.collect(&tree, Path::new(""), &mut snapshot, 0)
-            .map_err(damaged)?;
-        if let Some(entry) = root.get_name("unknown") {
-            let blob = self.repo.find_blob(entry.id())?;
-            for name in blob.content().split(|b| *b == 0).filter(|n| !n.is_empty()) {
-                let path = PathBuf::from(OsStr::from_bytes(name));
-                check_relative(&path).map_err(damaged)?;
-                snapshot.unknown.insert(path);
-            }
-        }
+        self.collect(&opened.files, Path::new(""), &mut snapshot, 0)
+            .map_err(|why| CheckpointError::Damaged {
+                id: id.to_string(),
+                why,
+            })?;
+        snapshot.unknown = opened.unknown;
         Ok(snapshot)
     }
 
