@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use super::gateway::Gateway;
+use crate::sandbox::bwrap::{self, Bwrap};
 
 /// What the user asked for with `--isolation`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,6 +157,9 @@ pub struct Isolation {
     tool_env: BTreeMap<String, String>,
     /// The trials' seccomp program as bwrap reads it (`--seccomp FD`).
     seccomp: Arc<Vec<u8>>,
+    /// The bubblewrap binary the sandbox uses (a bare `bwrap` when none was found, so that
+    /// the probe's spawn says why).
+    bwrap: PathBuf,
 }
 
 /// Why bubblewrap cannot sandbox trials on this machine (found by a probe sandbox).
@@ -270,6 +274,7 @@ impl Isolation {
             shared: shared.into_iter().filter(|p| p.exists()).collect(),
             tool_env: toolchain_env(),
             seccomp: Arc::new(trial_seccomp()?),
+            bwrap: bwrap::bwrap_path().unwrap_or_else(|_| PathBuf::from("bwrap")),
         };
         if choice == IsolationChoice::None {
             iso.kind = IsolationKind::Plain;
@@ -338,9 +343,10 @@ impl Isolation {
         env
     }
 
-    /// The bwrap command of one phase. Beyond the filesystem layout (system folders read-only,
-    /// the trial's folders writable, toolchains read-only without their credentials, `/run`
-    /// and the users' homes absent), it adds, in this order:
+    /// The bwrap command of one phase, built with the sandbox's [`Bwrap`] (the same namespaces
+    /// and hardening as every sandboxed command: [`Bwrap::isolated`]). Beyond the filesystem
+    /// layout (system folders read-only, the trial's folders writable, toolchains read-only
+    /// without their credentials, `/run` and the users' homes absent), it has:
     /// - a user namespace mapping uid/gid 0 inside to the caller outside (`--unshare-user
     ///   --uid 0 --gid 0`): tasks run as root but hold no capability over the host, and
     ///   `--disable-userns` keeps them from making another user namespace;
@@ -355,107 +361,86 @@ impl Isolation {
     ///   pid 1 is visible in the trial) and no inherited descriptor beyond stdio.
     fn bwrap_command(&self, phase: &Phase, program: &str, args: &[String]) -> Command {
         let p = phase.paths;
-        let mut cmd = Command::new("bwrap");
-        // bwrap's own processes (pid 1 of the trial among them) keep the environment they were
-        // started with, readable in the trial's `/proc/1/environ`: give them nothing.
-        cmd.env_clear();
+        let netns = match phase.gateway {
+            Some(g) if !phase.network => g.netns_setup(),
+            _ => None,
+        };
+        // With the gateway, the network namespace is made before bwrap runs (see
+        // `NetnsSetup`): bwrap must not replace it with an empty one.
+        let mut b = Bwrap::isolated(phase.network || netns.is_some());
+        b.user(0, 0).unshare_cgroup();
         for dir in SYSTEM_DIRS {
             let host = Path::new("/").join(dir);
             if host.is_dir() {
-                cmd.arg("--ro-bind").arg(&host).arg(&host);
+                b.ro_bind(&host, &host);
             }
         }
         for link in SYSTEM_LINKS {
             let host = Path::new("/").join(link);
             if let Ok(target) = std::fs::read_link(&host) {
-                cmd.arg("--symlink").arg(target).arg(&host);
+                b.symlink(&target, &host);
             } else if host.is_dir() {
-                cmd.arg("--ro-bind").arg(&host).arg(&host);
+                b.ro_bind(&host, &host);
             }
         }
-        for file in HIDDEN_HOST_FILES {
-            if Path::new(file).is_file() {
-                cmd.args(["--ro-bind", "/dev/null", file]);
+        for file in HIDDEN_HOST_FILES.iter().map(Path::new) {
+            if file.is_file() {
+                b.hide_file(file);
             }
         }
-        hide_ssh_host_keys(&mut cmd);
+        hide_ssh_host_keys(&mut b);
         // `/var/run` is usually a link to the absent `/run`; a real folder holds sockets.
         if std::fs::symlink_metadata("/var/run").is_ok_and(|m| m.is_dir()) {
-            cmd.args(["--tmpfs", "/var/run"]);
+            b.tmpfs(Path::new("/var/run"));
         }
         if phase.network {
             // DNS often lives under /run (systemd-resolved); keep only that file.
             if let Ok(resolv) = std::fs::canonicalize("/etc/resolv.conf")
                 && resolv.starts_with("/run")
             {
-                cmd.arg("--ro-bind").arg(&resolv).arg(&resolv);
+                b.ro_bind(&resolv, &resolv);
             }
         }
-        cmd.args(["--dev", "/dev", "--proc", "/proc"]);
-        cmd.arg("--bind").arg(&p.tmp).arg("/tmp");
-        cmd.arg("--bind").arg(&p.home).arg("/root");
+        b.dev(Path::new("/dev")).proc(Path::new("/proc"));
+        b.bind(&p.tmp, Path::new("/tmp"))
+            .bind(&p.home, Path::new("/root"));
         for host in self.home_toolchains().iter().chain(&self.shared) {
-            cmd.arg("--ro-bind").arg(host).arg(host);
-            hide_credentials(&mut cmd, host);
+            b.ro_bind(host, host);
+            hide_credentials(&mut b, host);
         }
-        cmd.arg("--bind").arg(&p.app).arg("/app");
-        cmd.arg("--bind").arg(&p.agent_logs).arg("/logs/agent");
-        cmd.arg("--bind")
-            .arg(&p.verifier_logs)
-            .arg("/logs/verifier");
-        cmd.arg("--bind").arg(&p.artifacts).arg("/logs/artifacts");
+        b.bind(&p.app, Path::new("/app"))
+            .bind(&p.agent_logs, Path::new("/logs/agent"))
+            .bind(&p.verifier_logs, Path::new("/logs/verifier"))
+            .bind(&p.artifacts, Path::new("/logs/artifacts"));
         if phase.tests {
-            cmd.arg("--bind").arg(&p.tests).arg("/tests");
+            b.bind(&p.tests, Path::new("/tests"));
         }
         if phase.solution {
-            cmd.arg("--bind").arg(&p.solution).arg("/solution");
+            b.bind(&p.solution, Path::new("/solution"));
         }
         if phase.setup {
-            cmd.arg("--ro-bind").arg(&p.setup).arg("/setup");
+            b.ro_bind(&p.setup, Path::new("/setup"));
         }
         if let Some(ctx) = phase.build_context {
-            cmd.arg("--ro-bind").arg(ctx).arg("/environment");
-        }
-        cmd.args([
-            "--unshare-user",
-            "--uid",
-            "0",
-            "--gid",
-            "0",
-            "--disable-userns",
-            "--cap-drop",
-            "ALL",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-        ]);
-        let netns = match phase.gateway {
-            Some(g) if !phase.network => g.netns_setup(),
-            _ => None,
-        };
-        if !phase.network && netns.is_none() {
-            cmd.arg("--unshare-net");
+            b.ro_bind(ctx, Path::new("/environment"));
         }
         let seccomp = seccomp_file(&self.seccomp);
         if seccomp.is_some() {
-            cmd.args(["--seccomp", &SECCOMP_FD.to_string()]);
+            b.seccomp_fd(SECCOMP_FD);
         }
-        cmd.args([
-            "--hostname",
-            "trial",
-            "--die-with-parent",
-            "--new-session",
-            "--chdir",
-            phase.workdir,
-        ]);
-        cmd.arg("--clearenv");
+        b.hostname("trial")
+            .chdir(Path::new(phase.workdir))
+            .clearenv();
         let mut env = self.base_env("/root", "/tmp");
         env.extend(phase.env.clone());
         for (k, v) in &env {
-            cmd.arg("--setenv").arg(k).arg(v);
+            b.setenv(k, v);
         }
-        cmd.arg("--").arg(program).args(args);
+        let mut cmd = Command::new(&self.bwrap);
+        cmd.args(b.args()).arg("--").arg(program).args(args);
+        // bwrap's own processes (pid 1 of the trial among them) keep the environment they were
+        // started with, readable in the trial's `/proc/1/environ`: give them nothing.
+        cmd.env_clear();
         // SAFETY: the closure only makes syscalls (dup2, and the namespace setup, which is
         // async-signal-safe by construction) between fork and exec.
         unsafe {
@@ -547,15 +532,16 @@ impl Isolation {
 }
 
 /// Covers credential files and folders that sit at the top of a folder bound into the trial.
-fn hide_credentials(cmd: &mut Command, dir: &Path) {
+fn hide_credentials(b: &mut Bwrap, dir: &Path) {
     for name in CREDENTIAL_NAMES {
         let path = dir.join(name);
+        // Not `Bwrap::hide`: a link is covered as a file, never followed to its target.
         match std::fs::symlink_metadata(&path) {
             Ok(m) if m.is_dir() => {
-                cmd.arg("--tmpfs").arg(&path);
+                b.tmpfs(&path);
             }
             Ok(_) => {
-                cmd.arg("--ro-bind").arg("/dev/null").arg(&path);
+                b.hide_file(&path);
             }
             Err(_) => {}
         }
@@ -564,14 +550,14 @@ fn hide_credentials(cmd: &mut Command, dir: &Path) {
 
 /// The host's SSH private keys under `/etc/ssh` (readable by the host's root, which is what a
 /// trial run by root is mapped to).
-fn hide_ssh_host_keys(cmd: &mut Command) {
+fn hide_ssh_host_keys(b: &mut Bwrap) {
     let Ok(entries) = std::fs::read_dir("/etc/ssh") else {
         return;
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if name.starts_with("ssh_host_") && name.ends_with("_key") {
-            cmd.arg("--ro-bind").arg("/dev/null").arg(e.path());
+            b.hide_file(&e.path());
         }
     }
 }

@@ -196,6 +196,44 @@ impl Bwrap {
         self.arg("--seccomp").arg(fd.to_string())
     }
 
+    /// A symbolic link at `dst` pointing to `target`.
+    pub fn symlink(&mut self, target: &Path, dst: &Path) -> &mut Self {
+        self.op("--symlink", &[target, dst])
+    }
+
+    /// Covers the file at `path` with an empty one (`/dev/null`, read-only), whatever it is.
+    pub fn hide_file(&mut self, path: &Path) -> &mut Self {
+        self.ro_bind(Path::new("/dev/null"), path)
+    }
+
+    /// The uid and gid the command has inside its user namespace (the caller's outside).
+    pub fn user(&mut self, uid: u32, gid: u32) -> &mut Self {
+        self.arg("--uid")
+            .arg(uid.to_string())
+            .arg("--gid")
+            .arg(gid.to_string())
+    }
+
+    /// A cgroup namespace of its own, where the kernel offers one.
+    pub fn unshare_cgroup(&mut self) -> &mut Self {
+        self.arg("--unshare-cgroup-try")
+    }
+
+    /// The host name inside (the uts namespace is always the command's own).
+    pub fn hostname(&mut self, name: &str) -> &mut Self {
+        self.arg("--hostname").arg(name)
+    }
+
+    /// Starts the command with an empty environment: only what [`Bwrap::setenv`] adds after.
+    pub fn clearenv(&mut self) -> &mut Self {
+        self.arg("--clearenv")
+    }
+
+    /// Sets `key=value` in the command's environment.
+    pub fn setenv(&mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> &mut Self {
+        self.arg("--setenv").arg(key).arg(value)
+    }
+
     pub fn args(&self) -> &[OsString] {
         &self.args
     }
