@@ -713,3 +713,45 @@ async fn read_only_mode_protects_a_workspace_that_sits_in_tmp() {
     );
     r.assert_not_run("read-only mode, workspace in /tmp");
 }
+
+#[test]
+fn baton_sandbox_undoes_a_gitlink_over_a_nested_repo_with_fsmonitor() {
+    if !enforceable() {
+        return;
+    }
+    // The same plant as through the shell tool, run by the user with `baton sandbox -- CMD`:
+    // the index is writable, so only the audit after the command can undo it.
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let script = format!(
+        "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@x GIT_COMMITTER_NAME=a \
+         GIT_COMMITTER_EMAIL=a@x HOME={home}; \
+         git init -q nested && git -C nested commit -q --allow-empty -m x && \
+         git -C nested config core.fsmonitor {evil} && \
+         git update-index --add --cacheinfo 160000,$(git -C nested rev-parse HEAD),nested \
+         && echo planted",
+        home = r.home.display(),
+        evil = evil.display()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["sandbox", "--", "sh", "-c", &script])
+        .current_dir(&r.ws)
+        .env("HOME", &r.home)
+        .env("XDG_CONFIG_HOME", r.home.join(".config"))
+        .env("XDG_DATA_HOME", r.home.join(".local/share"))
+        .env("XDG_STATE_HOME", r.home.join(".local/state"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run baton sandbox");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("planted"), "{stdout}\n{stderr}");
+    r.git(&r.ws, &["status"]);
+    r.git(&r.ws.join("nested"), &["status"]);
+    r.assert_not_run("baton sandbox: gitlink over a nested repo with core.fsmonitor");
+    assert!(
+        stderr.contains("baton sandbox: warning:") && stderr.contains("core.fsmonitor"),
+        "{stderr}"
+    );
+}
