@@ -415,6 +415,44 @@ mod tests {
     }
 
     #[test]
+    fn sandbox_keys_are_withheld_only_when_they_lower_safety() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let folder = dir.path();
+        let mut p = project(
+            "sandbox_backend = landlock\nenv_keep = DEPLOY_TOKEN\nmax_memory = 100000000",
+            folder,
+        );
+        let withheld = withhold_lowering(&mut p, &Settings::default(), folder);
+        assert_eq!(withheld, ["sandbox_backend", "env_keep", "max_memory"]);
+        assert_eq!(
+            (p.sandbox_backend, p.env_keep, p.max_memory),
+            (None, None, None)
+        );
+
+        // The default backend and a tighter memory bound raise or keep safety.
+        let mut p = project("sandbox_backend = bubblewrap\nmax_memory = 64", folder);
+        assert!(withhold_lowering(&mut p, &Settings::default(), folder).is_empty());
+        assert_eq!(p.max_memory, Some(64));
+
+        // What the user already chose is not a lowering.
+        let mut user = Settings::default();
+        for (k, v) in [
+            ("sandbox_backend", "landlock"),
+            ("env_keep", "DEPLOY_TOKEN"),
+            ("max_memory", "2048"),
+        ] {
+            user.set(k, v, "user", None).expect("set");
+        }
+        let mut p = project(
+            "sandbox_backend = landlock\nenv_keep = DEPLOY_TOKEN\nmax_memory = 2048",
+            folder,
+        );
+        assert!(withhold_lowering(&mut p, &user, folder).is_empty());
+        let mut p = project("max_memory = 4096", folder);
+        assert_eq!(withhold_lowering(&mut p, &user, folder), ["max_memory"]);
+    }
+
+    #[test]
     fn what_the_user_already_allows_is_not_a_lowering() {
         let dir = tempfile::tempdir().expect("tempdir");
         let folder = dir.path();
