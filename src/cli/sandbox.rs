@@ -2,7 +2,8 @@
 //! same sandbox the shell tool uses, in the current directory as the workspace. The command
 //! never gets the caller's terminal: when one of stdin/stdout/stderr is a terminal, it runs on
 //! a new PTY that this process relays (raw mode, window size), so `TIOCSTI` and escape
-//! sequences reach only that PTY. Also `baton sandbox --probe`: what the kernel can enforce.
+//! sequences reach only that PTY. Once it ends, what it planted for git (see
+//! `sandbox::git_guard`) is undone, with a warning on stderr. Also `baton sandbox --probe`: what the kernel can enforce.
 
 use std::io::{IsTerminal, Read, Write};
 use std::os::fd::AsRawFd;
@@ -10,8 +11,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
 
-use crate::protocol::SandboxMode;
-use crate::sandbox::{Backend, SandboxPolicy, Session, probe, sandboxed_command};
+use crate::protocol::{SandboxMode, terminal_safe_line};
+use crate::sandbox::{Backend, SandboxPolicy, Session, git_guard, probe, sandboxed_command};
 use crate::tool::shell::pty::{Pty, WindowSize};
 
 /// Arguments of `baton sandbox`.
@@ -102,6 +103,9 @@ pub fn run(args: SandboxArgs) -> i32 {
     } else {
         Session::NewGroup
     };
+    // What git and baton trust before the command, to undo what it plants where no
+    // read-only bind reaches (a repository it creates, a `.baton/` it writes).
+    let git_before = git_guard::snapshot(&policy);
     let (mut cmd, guard) = match sandboxed_command(&policy, &args.command, session) {
         Ok(c) => c,
         Err(e) => {
@@ -133,6 +137,9 @@ pub fn run(args: SandboxArgs) -> i32 {
         }
     };
     drop(guard);
+    for warning in git_guard::audit(&git_before, &policy) {
+        eprintln!("baton sandbox: warning: {}", terminal_safe_line(&warning));
+    }
     status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))

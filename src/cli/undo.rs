@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use crate::protocol::terminal_safe_line;
 use crate::session::{Record, SessionFile, UndoLog};
 use crate::tool::checkpoint::{self, StoreConfig};
 
@@ -32,7 +33,7 @@ pub fn run(workspace: &Path, session_dir: &Path, args: &UndoArgs) -> i32 {
     match run_inner(workspace, session_dir, args) {
         Ok(code) => code,
         Err(message) => {
-            eprintln!("baton undo: {message}");
+            eprintln!("baton undo: {}", terminal_safe_line(&message));
             1
         }
     }
@@ -135,7 +136,7 @@ fn revert(
         );
     }
     for failed in &done.applied.failed {
-        println!("  not done {failed}");
+        println!("  not done {}", terminal_safe_line(failed));
     }
     if done.applied.restored.is_empty() && done.applied.removed.is_empty() {
         println!("  (no file was changed)");

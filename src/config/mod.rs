@@ -178,7 +178,12 @@ pub fn read_file(path: &Path) -> Result<Settings, ConfigLoadError> {
             toml::Value::Integer(i) => i.to_string(),
             toml::Value::Float(f) => f.to_string(),
             toml::Value::Boolean(b) => b.to_string(),
-            toml::Value::Array(items) if matches!(key.as_str(), "writable" | "allow" | "tools") => {
+            toml::Value::Array(items)
+                if matches!(
+                    key.as_str(),
+                    "writable" | "allow" | "tools" | "env_keep" | "env_drop"
+                ) =>
+            {
                 let mut entries = Vec::new();
                 for item in items {
                     match item.as_str() {

@@ -8,16 +8,32 @@ use std::path::{Component, Path, PathBuf};
 
 use super::settings::Settings;
 use super::trust::{TrustList, TrustStatus, folder_config};
-use crate::protocol::{ApprovalPolicy, SandboxMode};
+use crate::protocol::{ApprovalPolicy, SandboxBackend, SandboxMode};
 
 /// The sandbox's own process bound when none is configured (`sandbox::DEFAULT_MAX_PROCESSES`;
 /// settings sit below the sandbox layer and cannot name it).
 const DEFAULT_MAX_PROCESSES: u32 = 1024;
 
+/// The sandbox's own memory bound in MiB when none is configured: half of this machine's RAM
+/// (`SandboxPolicy::memory_limit`, which this layer cannot name), 4 GiB when /proc can't tell.
+fn default_max_memory_mib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(4096, |kib| kib / 1024 / 2)
+}
+
 /// Keys a project file may set only from a trusted folder unless its value is no weaker than
 /// the user's own (see `withhold_lowering`).
-pub const GUARDED_KEYS: [&str; 14] = [
+pub const GUARDED_KEYS: [&str; 17] = [
     "sandbox",
+    "sandbox_backend",
+    "env_keep",
+    "max_memory",
     "approval",
     "network",
     "writable",
@@ -116,6 +132,36 @@ pub fn withhold_lowering(
             .is_some_and(|m| sandbox_rank(m) > sandbox_rank(base_sandbox)),
     ) {
         project.sandbox = None;
+    }
+    // The Landlock backend is the named weaker mode: only the user may choose it.
+    if check(
+        "sandbox_backend",
+        project.sandbox_backend.is_some(),
+        project.sandbox_backend == Some(SandboxBackend::Landlock)
+            && base.sandbox_backend != Some(SandboxBackend::Landlock),
+    ) {
+        project.sandbox_backend = None;
+    }
+    // A kept variable reaches every command although it is named like a secret.
+    let base_keep = base.env_keep.clone().unwrap_or_default();
+    if check(
+        "env_keep",
+        project.env_keep.is_some(),
+        project
+            .env_keep
+            .iter()
+            .flatten()
+            .any(|v| !base_keep.contains(v)),
+    ) {
+        project.env_keep = None;
+    }
+    let memory = base.max_memory.unwrap_or_else(default_max_memory_mib);
+    if check(
+        "max_memory",
+        project.max_memory.is_some(),
+        project.max_memory.is_some_and(|m| m > memory),
+    ) {
+        project.max_memory = None;
     }
     if check(
         "approval",
@@ -233,6 +279,9 @@ pub fn withhold_lowering(
 pub fn sets(settings: &Settings, key: &str) -> bool {
     match key {
         "sandbox" => settings.sandbox.is_some(),
+        "sandbox_backend" => settings.sandbox_backend.is_some(),
+        "env_keep" => settings.env_keep.is_some(),
+        "max_memory" => settings.max_memory.is_some(),
         "approval" => settings.approval.is_some(),
         "network" => settings.network.is_some(),
         "writable" => settings.writable.is_some(),
@@ -363,6 +412,44 @@ mod tests {
         assert!(withhold_lowering(&mut p, &Settings::default(), folder).is_empty());
         assert_eq!(p.sandbox, Some(SandboxMode::ReadOnly));
         assert_eq!(p.max_processes, Some(64));
+    }
+
+    #[test]
+    fn sandbox_keys_are_withheld_only_when_they_lower_safety() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let folder = dir.path();
+        let mut p = project(
+            "sandbox_backend = landlock\nenv_keep = DEPLOY_TOKEN\nmax_memory = 100000000",
+            folder,
+        );
+        let withheld = withhold_lowering(&mut p, &Settings::default(), folder);
+        assert_eq!(withheld, ["sandbox_backend", "env_keep", "max_memory"]);
+        assert_eq!(
+            (p.sandbox_backend, p.env_keep, p.max_memory),
+            (None, None, None)
+        );
+
+        // The default backend and a tighter memory bound raise or keep safety.
+        let mut p = project("sandbox_backend = bubblewrap\nmax_memory = 64", folder);
+        assert!(withhold_lowering(&mut p, &Settings::default(), folder).is_empty());
+        assert_eq!(p.max_memory, Some(64));
+
+        // What the user already chose is not a lowering.
+        let mut user = Settings::default();
+        for (k, v) in [
+            ("sandbox_backend", "landlock"),
+            ("env_keep", "DEPLOY_TOKEN"),
+            ("max_memory", "2048"),
+        ] {
+            user.set(k, v, "user", None).expect("set");
+        }
+        let mut p = project(
+            "sandbox_backend = landlock\nenv_keep = DEPLOY_TOKEN\nmax_memory = 2048",
+            folder,
+        );
+        assert!(withhold_lowering(&mut p, &user, folder).is_empty());
+        let mut p = project("max_memory = 4096", folder);
+        assert_eq!(withhold_lowering(&mut p, &user, folder), ["max_memory"]);
     }
 
     #[test]

@@ -412,11 +412,24 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
             b.hide(&other);
         }
     }
+    if policy.mode != SandboxMode::WorkspaceWrite
+        && let Ok(ws) = policy.workspace.canonicalize()
+    {
+        // A read-only workspace must still be seen, also where the private /tmp or a hidden
+        // directory covers the host's copy of it.
+        b.ro_bind(&ws, &ws);
+    }
     for root in &roots {
         b.bind(root, root);
     }
     for dir in policy.pinned_git_dirs() {
-        b.bind(&dir, &dir);
+        // A pin only has to be a mount point; outside the writable roots (a read-only
+        // workspace under the host's /tmp) it must not become writable by being one.
+        if roots.iter().any(|r| dir.starts_with(r)) {
+            b.bind(&dir, &dir);
+        } else {
+            b.ro_bind(&dir, &dir);
+        }
     }
     let mut secrets: Vec<PathBuf> = Vec::new();
     if let Some(h) = &home {

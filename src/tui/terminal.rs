@@ -84,7 +84,7 @@ pub fn restore() {
 /// Terminal, Ghostty, kitty), then a bell for the others (and for tmux, which flags the window).
 /// Terminals that do not know OSC 9 swallow it whole.
 pub fn notify(text: &str) -> std::io::Result<()> {
-    let clean: String = text.chars().filter(|c| !c.is_control()).collect();
+    let clean = crate::protocol::terminal_safe_line(text);
     let mut out = stdout();
     write!(out, "\x1b]9;{clean}\x07\x07")?;
     out.flush()

@@ -473,11 +473,16 @@ async fn a_yielded_session_dies_at_its_timeout_even_if_nobody_polls() {
         cancel: CancellationToken::new(),
         state: Arc::new(ToolState::default()),
     };
-    let pid_file = ws.join("pid");
+    // The command runs in a pid namespace of its own, so `$$` names nothing on the host: it
+    // proves it is alive by appending to a heartbeat file in the workspace instead.
+    let beat_file = ws.join("beat");
     let r = shell
         .run(
             json!({
-                "command": format!("echo $$ > {}; sleep 60", pid_file.display()),
+                "command": format!(
+                    "while :; do echo x >> {}; sleep 0.1; done",
+                    beat_file.display()
+                ),
                 "timeout_ms": 800,
                 "yield_ms": 200,
             }),
@@ -485,17 +490,20 @@ async fn a_yielded_session_dies_at_its_timeout_even_if_nobody_polls() {
         )
         .await;
     assert_eq!(r.exit_code, None, "yielded: {}", r.content);
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .expect("pid")
-        .trim()
-        .parse()
-        .expect("pid");
-    // Nobody polls. Well past the deadline and the grace period, the group must be gone.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-    // SAFETY: signal 0 only probes for existence.
-    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    let size = |f: &std::path::Path| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0);
     assert!(
-        !alive,
+        size(&beat_file) > 0,
+        "the command never beat: {}",
+        r.content
+    );
+    // Nobody polls. Well past the deadline and the grace period, the heartbeat must have
+    // stopped for good.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let beat = size(&beat_file);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        beat,
+        size(&beat_file),
         "the session outlived its timeout_ms because nobody polled"
     );
     drop(ctx);

@@ -623,6 +623,10 @@ async fn a_git_file_naming_a_planted_gitdir_in_a_temp_dir_is_neutralized() {
     if !enforceable() {
         return;
     }
+    // The command's /tmp is private, so a gitdir planted there is not at the path the
+    // command sees. But the private /tmp is a directory of the host's, and the command can
+    // read where from its own mount table: the `.git` files name the host's path of the
+    // planted gitdir (both readings of the mount root, as /tmp may be its own filesystem).
     let r = repo();
     let evil = r.evil_script(&r.ws.join("evil.sh"));
     let (res, warnings) = r
@@ -630,21 +634,34 @@ async fn a_git_file_naming_a_planted_gitdir_in_a_temp_dir_is_neutralized() {
             &format!(
                 "d=$(mktemp -d) && git init -q --bare \"$d/g\" && \
                  git -C \"$d/g\" config core.fsmonitor {} && git -C \"$d/g\" config core.bare false && \
-                 mkdir sub && echo \"gitdir: $d/g\" > sub/.git && echo \"DIR=$d\"",
+                 root=$(awk '$5==\"/tmp\" {{print $4; exit}}' /proc/self/mountinfo) && \
+                 host=\"$root${{d#/tmp}}\" && mkdir sub1 sub2 && \
+                 echo \"gitdir: $host/g\" > sub1/.git && echo \"gitdir: /tmp$host/g\" > sub2/.git && \
+                 echo \"DIR=$host\"",
                 evil.display()
             ),
             &[],
         )
         .await;
-    let dir = res
+    let host = res
         .content
         .lines()
         .find_map(|l| l.strip_prefix("DIR="))
         .map(PathBuf::from)
         .unwrap_or_else(|| panic!("{}", res.content));
-    let status = r.git_output(&r.ws.join("sub"), &["status"]);
-    let _ = std::fs::remove_dir_all(&dir);
-    let _ = status;
+    let planted = [
+        host.clone(),
+        Path::new("/tmp").join(host.strip_prefix("/").unwrap_or(&host)),
+    ];
+    // The premise: one of the paths really is the planted gitdir on the host.
+    assert!(
+        planted.iter().any(|p| p.join("g/config").is_file()),
+        "the planted gitdir is not on the host at {planted:?}: {}",
+        res.content
+    );
+    for sub in ["sub1", "sub2"] {
+        let _ = r.git_output(&r.ws.join(sub), &["status"]);
+    }
     r.assert_not_run("a .git file naming a gitdir in a temp dir");
     assert!(!warnings.is_empty());
 }
@@ -654,8 +671,9 @@ async fn read_only_mode_protects_a_workspace_that_sits_in_tmp() {
     if !enforceable() {
         return;
     }
-    // Under `read-only` the workspace is still writable when it lies in /tmp: its `.git` must
-    // be protected there too.
+    // Under `read-only` a workspace that lies in the host's /tmp is hidden by the command's
+    // private /tmp unless baton binds it: it must be visible there, and its `.git` (and the
+    // rest of it) must stay unwritable.
     let mut r = repo_at("unused", false);
     let tmp = tempfile::Builder::new()
         .prefix("baton-git-ro")
@@ -666,11 +684,12 @@ async fn read_only_mode_protects_a_workspace_that_sits_in_tmp() {
     r.mode = SandboxMode::ReadOnly;
     r.git(&r.ws, &["init", "-q", "-b", "main"]);
     r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "first"]);
+    std::fs::write(r.ws.join("seen.txt"), "visible-inside\n").expect("write");
     let evil = r.evil_script(&r.ws.join("evil.sh"));
     let (res, _) = r
         .hostile(
             &format!(
-                "git config core.fsmonitor {0}; cp {0} .git/hooks/pre-commit; \
+                "cat seen.txt; git config core.fsmonitor {0}; cp {0} .git/hooks/pre-commit; \
                  git init -q nested && git -C nested config core.fsmonitor {0}; echo done",
                 evil.display()
             ),
@@ -678,11 +697,61 @@ async fn read_only_mode_protects_a_workspace_that_sits_in_tmp() {
         )
         .await;
     assert!(res.content.contains("done"), "{}", res.content);
+    assert!(
+        res.content.contains("visible-inside"),
+        "the workspace is not visible inside the sandbox: {}",
+        res.content
+    );
+    assert!(!r.ws.join("nested").exists(), "{}", res.content);
+    assert!(!r.ws.join(".git/hooks/pre-commit").exists());
+    let config = std::fs::read_to_string(r.ws.join(".git/config")).expect("config");
+    assert!(!config.contains("fsmonitor"), "{config}");
     r.git(&r.ws, &["status"]);
     r.git(
         &r.ws,
         &["commit", "-q", "--allow-empty", "-m", "user's commit"],
     );
-    r.git(&r.ws.join("nested"), &["status"]);
     r.assert_not_run("read-only mode, workspace in /tmp");
+}
+
+#[test]
+fn baton_sandbox_undoes_a_gitlink_over_a_nested_repo_with_fsmonitor() {
+    if !enforceable() {
+        return;
+    }
+    // The same plant as through the shell tool, run by the user with `baton sandbox -- CMD`:
+    // the index is writable, so only the audit after the command can undo it.
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let script = format!(
+        "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@x GIT_COMMITTER_NAME=a \
+         GIT_COMMITTER_EMAIL=a@x HOME={home}; \
+         git init -q nested && git -C nested commit -q --allow-empty -m x && \
+         git -C nested config core.fsmonitor {evil} && \
+         git update-index --add --cacheinfo 160000,$(git -C nested rev-parse HEAD),nested \
+         && echo planted",
+        home = r.home.display(),
+        evil = evil.display()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["sandbox", "--", "sh", "-c", &script])
+        .current_dir(&r.ws)
+        .env("HOME", &r.home)
+        .env("XDG_CONFIG_HOME", r.home.join(".config"))
+        .env("XDG_DATA_HOME", r.home.join(".local/share"))
+        .env("XDG_STATE_HOME", r.home.join(".local/state"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run baton sandbox");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("planted"), "{stdout}\n{stderr}");
+    r.git(&r.ws, &["status"]);
+    r.git(&r.ws.join("nested"), &["status"]);
+    r.assert_not_run("baton sandbox: gitlink over a nested repo with core.fsmonitor");
+    assert!(
+        stderr.contains("baton sandbox: warning:") && stderr.contains("core.fsmonitor"),
+        "{stderr}"
+    );
 }

@@ -406,3 +406,42 @@ fn the_ui_says_which_project_keys_it_ignored_before_anything_runs() {
     assert!(screen.contains("ignored `sandbox`"), "{screen}");
     assert!(screen.contains("baton trust /home/dev/project"), "{screen}");
 }
+
+#[test]
+fn an_untrusted_project_config_cannot_weaken_the_sandbox_keep_secrets_or_lift_the_memory_bound() {
+    let env = Env::new();
+    // The weaker backend, a secret passed through to every command, a memory bound far above
+    // this machine's RAM.
+    env.project_config(
+        "[sandbox]\nbackend = \"landlock\"\nenv_keep = [\"DEPLOY_TOKEN\"]\n\
+         max_memory = 1000000000\n",
+    );
+    let engine = engine_running("echo \"T=${DEPLOY_TOKEN:-scrubbed}\"");
+    let out = env
+        .exec(
+            &engine,
+            "show the token",
+            &["--json", "--approval", "full-auto"],
+        )
+        .env("DEPLOY_TOKEN", "s3cret-deploy-token")
+        .output()
+        .expect("run");
+    let events = events(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains("s3cret-deploy-token"),
+        "the project's env_keep passed the secret to a command: {stdout}"
+    );
+    assert!(
+        stdout.contains("T=scrubbed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let warned = warnings(&events).join("\n");
+    for key in ["sandbox_backend", "env_keep", "max_memory"] {
+        assert!(
+            warned.contains(&format!("`{key}`")),
+            "{key} not reported: {warned}"
+        );
+    }
+}

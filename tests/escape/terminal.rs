@@ -60,14 +60,15 @@ fn hostile_escape_sequences_in_the_answer_and_tool_text_never_reach_exec_plain_o
     let engine = MockEngine::scripted_blocking(
         Script::new()
             .default_route("L2")
-            // A command (declined: --exec never asks), an unknown tool and a missing file:
+            // A command that needs approval (declined: --exec never asks), an unknown tool and
+            // a missing file:
             // their titles, names and paths reach the `tool:` and error lines.
             .answer(
                 "L2",
                 MockReply::tool_call(
                     "c1",
                     "shell",
-                    json!({ "command": format!("echo hi # {HOSTILE}") }).to_string(),
+                    json!({ "command": format!("touch x # {HOSTILE}") }).to_string(),
                 ),
             )
             .answer(
@@ -90,8 +91,8 @@ fn hostile_escape_sequences_in_the_answer_and_tool_text_never_reach_exec_plain_o
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stdout.contains("Finished"), "{stdout}\n{stderr}");
     assert!(stdout.contains("the work."), "{stdout}");
-    assert!(stderr.contains("tool: echo hi"), "{stderr}");
-    assert!(stderr.contains("tool declined: echo hi"), "{stderr}");
+    assert!(stderr.contains("tool: touch x"), "{stderr}");
+    assert!(stderr.contains("tool declined: touch x"), "{stderr}");
     assert!(stderr.contains("tool error:"), "{stderr}");
     if let Some(bad) = active_bytes_or_payload(&out.stdout) {
         panic!("stdout: {bad}");

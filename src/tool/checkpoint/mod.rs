@@ -81,18 +81,15 @@ pub enum CheckpointError {
     Io { path: String, reason: String },
 }
 
-/// A path for the terminal: relative, `/`-separated, control characters made visible.
+/// A path for the terminal: relative, `/`-separated, through the terminal sanitizer, with
+/// newlines, tabs and carriage returns shown as `\n`, `\t`, `\r` (in a file list they would
+/// fake lines of their own, and the name must still read as the file it is).
 pub fn shown(rel: &Path) -> String {
-    let text = crate::tool::path::display_relative(rel);
-    let mut filter = crate::tool::sanitize::OutputFilter::new();
-    let mut clean = filter.feed(text.as_bytes()).model;
-    clean.push_str(&filter.flush());
-    // Newlines and tabs survive the sanitizer (they are text); in a file list they would
-    // fake lines of their own.
-    clean
+    let text = crate::tool::path::display_relative(rel)
         .replace('\n', "\\n")
         .replace('\t', "\\t")
-        .replace('\r', "\\r")
+        .replace('\r', "\\r");
+    crate::protocol::terminal_safe_line(&text).into_owned()
 }
 
 /// Sets where this session's snapshots go (the agent calls this once).
