@@ -82,3 +82,123 @@ fn safe_listed_builtins_cannot_run_code_through_an_array_subscript() {
         );
     }
 }
+
+/// The audit of git configs runs where a shell command ends; a command left running in a
+/// session (it yielded) and killed when baton exits must be audited too, or what it planted
+/// in a repository nothing could pin (a fresh `git init` in a subfolder) stays armed for the
+/// user's next `git status` there.
+#[test]
+fn a_yielded_command_killed_at_exit_is_still_audited() {
+    let env = Env::new();
+    let marker = env.workspace.join("pwned-by-fsmonitor");
+    let command = format!(
+        "git init -q sub && git -C sub config core.fsmonitor 'touch {}' && sleep 600",
+        marker.display()
+    );
+    let script = Script::new().route("L2").answer(
+        "L2",
+        MockReply::tool_call(
+            "call_0",
+            "shell",
+            json!({ "command": command, "yield_ms": 1500 }).to_string(),
+        ),
+    );
+    let engine = MockEngine::scripted_blocking(script.answer("L2", "done."));
+    let out = env
+        .exec(
+            &engine,
+            "look around",
+            &[
+                "--json",
+                "--sandbox",
+                sandbox_flag(),
+                "--ask-for-approval",
+                "full-auto",
+            ],
+        )
+        .output()
+        .expect("run baton");
+    let config = env.workspace.join("sub/.git/config");
+    assert!(config.exists(), "the command ran: {out:?}");
+    let text = std::fs::read_to_string(&config).expect("read config");
+    let armed = std::process::Command::new("git")
+        .args(["config", "--file"])
+        .arg(&config)
+        .args(["--get", "core.fsmonitor"])
+        .output()
+        .expect("git config");
+    assert!(
+        !armed.status.success(),
+        "core.fsmonitor planted by a yielded command survived baton's exit:\n{text}"
+    );
+}
+
+/// git takes a folder that *is* a git directory (`HEAD`, `objects/`, `refs/`, `config`) as a
+/// repository when it runs there, with no `.git` anywhere: a command that lays one out in the
+/// workspace, with `core.bare = false`, a work tree and `core.fsmonitor`, gets code run by
+/// the user's next `git status` in that folder, outside the sandbox.
+#[test]
+fn a_planted_bare_git_directory_is_audited_like_a_dot_git() {
+    let env = Env::new();
+    let marker = env.workspace.join("pwned-by-bare-gitdir");
+    let mut commands = Vec::new();
+    let mut folders = Vec::new();
+    for dir in ["", "vendor"] {
+        let folder = if dir.is_empty() {
+            env.workspace.clone()
+        } else {
+            env.workspace.join(dir)
+        };
+        commands.push(format!(
+            "mkdir -p '{f}' && cd '{f}' && git init -q --bare . && git config core.bare false \
+             && git config core.worktree '{f}' && git config core.fsmonitor 'touch {m}; false'",
+            f = folder.display(),
+            m = marker.display()
+        ));
+        folders.push(folder);
+    }
+    let mut script = Script::new().route("L2");
+    for (i, command) in commands.iter().enumerate() {
+        script = script.answer(
+            "L2",
+            MockReply::tool_call(
+                format!("call_{i}"),
+                "shell",
+                json!({ "command": command }).to_string(),
+            ),
+        );
+    }
+    let engine = MockEngine::scripted_blocking(script.answer("L2", "done."));
+    let out = env
+        .exec(
+            &engine,
+            "look around",
+            &[
+                "--json",
+                "--sandbox",
+                sandbox_flag(),
+                "--ask-for-approval",
+                "full-auto",
+            ],
+        )
+        .output()
+        .expect("run baton");
+    assert!(
+        env.workspace.join("vendor/HEAD").exists(),
+        "the commands ran: {out:?}"
+    );
+    for folder in &folders {
+        // The user's own `git status` there, after baton is gone.
+        let _ = std::process::Command::new("git")
+            .arg("status")
+            .current_dir(folder)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output();
+        assert!(
+            !marker.exists(),
+            "git status in {} ran the planted core.fsmonitor",
+            folder.display()
+        );
+    }
+}
