@@ -202,3 +202,31 @@ fn a_planted_bare_git_directory_is_audited_like_a_dot_git() {
         );
     }
 }
+
+/// Credentials whose names the first patterns missed: `sshpass -e` reads `SSHPASS`, CI
+/// systems hand jobs an identity token as `CI_JOB_JWT`, and a Slack or Discord webhook URL
+/// is itself the credential.
+#[test]
+fn baton_sandbox_scrubs_sshpass_jwts_and_webhook_urls() {
+    let env = Env::new();
+    let secrets = [
+        ("SSHPASS", "hunter2-sshpass"),
+        ("CI_JOB_JWT", "hunter2-jwt"),
+        ("CI_JOB_JWT_V2", "hunter2-jwt2"),
+        (
+            "SLACK_WEBHOOK_URL",
+            "https://hooks.slack.com/services/T/B/hunter2",
+        ),
+    ];
+    let mut cmd = env.session_baton();
+    cmd.args(["sandbox", "--sandbox", sandbox_flag(), "--", "env"]);
+    for (k, v) in secrets {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run baton sandbox");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "env ran: {out:?}");
+    for (k, v) in secrets {
+        assert!(!stdout.contains(v), "{k} reached the command:\n{stdout}");
+    }
+}
