@@ -226,13 +226,39 @@ pub fn in_trusted_folder(policy: &SandboxPolicy, path: &Path) -> bool {
     let writable = writable_dirs(policy);
     let mut tops = project_roots(policy);
     tops.extend(writable_ancestors(policy, &writable));
-    path.ancestors()
+    if !inside_any(path, &writable) {
+        return false;
+    }
+    // git takes a folder holding a `HEAD` for a git directory when it runs there, so a
+    // `HEAD` may not be written, nor what git trusts beside one.
+    if path.file_name().is_some_and(|n| n == "HEAD") {
+        return true;
+    }
+    let beside_head = path
+        .ancestors()
+        .skip(1)
         .take_while(|a| inside_any(a, &writable))
-        .any(|a| match a.file_name() {
-            Some(n) if n == ".baton" => true,
-            Some(n) if n == ".git" => a.parent().is_some_and(|p| !tops.iter().any(|t| t == p)),
-            _ => false,
-        })
+        .any(|a| {
+            a.join("HEAD").is_file()
+                && path
+                    .strip_prefix(a)
+                    .ok()
+                    .and_then(|r| r.iter().next())
+                    .is_some_and(|first| {
+                        ["config", "config.worktree", "commondir", "hooks", "info"]
+                            .iter()
+                            .any(|n| first == *n)
+                    })
+        });
+    beside_head
+        || path
+            .ancestors()
+            .take_while(|a| inside_any(a, &writable))
+            .any(|a| match a.file_name() {
+                Some(n) if n == ".baton" => true,
+                Some(n) if n == ".git" => a.parent().is_some_and(|p| !tops.iter().any(|t| t == p)),
+                _ => false,
+            })
 }
 
 fn protect_gitdir(gitdir: &Path, writable: &[PathBuf], out: &mut Protection, depth: usize) {

@@ -230,3 +230,64 @@ fn baton_sandbox_scrubs_sshpass_jwts_and_webhook_urls() {
         assert!(!stdout.contains(v), "{k} reached the command:\n{stdout}");
     }
 }
+
+/// The file tools' side of the bare git directory: `write_file` lays out `HEAD`, `config`
+/// (with a work tree and `core.fsmonitor`), `objects/` and `refs/` in a folder; the user's
+/// next `git status` there runs the planted command outside the sandbox.
+#[test]
+fn write_file_cannot_lay_out_a_bare_git_directory() {
+    let env = Env::new();
+    let marker = env.workspace.join("pwned-by-written-gitdir");
+    let vendor = env.workspace.join("vendor");
+    let config = format!(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = {}\n\tfsmonitor = touch {}; false\n",
+        vendor.display(),
+        marker.display()
+    );
+    let files = [
+        ("vendor/objects/info/keep", ""),
+        ("vendor/refs/heads/keep", ""),
+        ("vendor/HEAD", "ref: refs/heads/main\n"),
+        ("vendor/config", config.as_str()),
+    ];
+    let mut script = Script::new().route("L2");
+    for (i, (path, content)) in files.iter().enumerate() {
+        script = script.answer(
+            "L2",
+            MockReply::tool_call(
+                format!("call_{i}"),
+                "write_file",
+                json!({ "path": path, "content": content }).to_string(),
+            ),
+        );
+    }
+    let engine = MockEngine::scripted_blocking(script.answer("L2", "done."));
+    let out = env
+        .exec(
+            &engine,
+            "look around",
+            &[
+                "--json",
+                "--sandbox",
+                sandbox_flag(),
+                "--ask-for-approval",
+                "auto-edit",
+            ],
+        )
+        .output()
+        .expect("run baton");
+    assert!(
+        vendor.join("objects/info/keep").exists(),
+        "the tools ran: {out:?}"
+    );
+    let _ = std::process::Command::new("git")
+        .arg("status")
+        .current_dir(&vendor)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output();
+    assert!(
+        !marker.exists(),
+        "git status in vendor/ ran a core.fsmonitor written by write_file"
+    );
+}
