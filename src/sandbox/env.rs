@@ -33,6 +33,8 @@ const SECRET_WORDS: &[&str] = &[
     "COOKIE",
     "SESSION_ID",
     "PRIVATE",
+    "JWT",
+    "WEBHOOK",
 ];
 
 /// Name suffixes and prefixes that mark a credential (`GITHUB_PAT`, `SENTRY_DSN`, `AWS_*`).
@@ -48,6 +50,7 @@ const SECRET_NAMES: &[&str] = &[
     "DSN",
     "PGPASSFILE",
     "NETRC",
+    "SSHPASS",
 ];
 
 /// Variables naming a socket, agent or display server outside the sandbox: reaching one

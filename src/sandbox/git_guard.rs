@@ -226,13 +226,39 @@ pub fn in_trusted_folder(policy: &SandboxPolicy, path: &Path) -> bool {
     let writable = writable_dirs(policy);
     let mut tops = project_roots(policy);
     tops.extend(writable_ancestors(policy, &writable));
-    path.ancestors()
+    if !inside_any(path, &writable) {
+        return false;
+    }
+    // git takes a folder holding a `HEAD` for a git directory when it runs there, so a
+    // `HEAD` may not be written, nor what git trusts beside one.
+    if path.file_name().is_some_and(|n| n == "HEAD") {
+        return true;
+    }
+    let beside_head = path
+        .ancestors()
+        .skip(1)
         .take_while(|a| inside_any(a, &writable))
-        .any(|a| match a.file_name() {
-            Some(n) if n == ".baton" => true,
-            Some(n) if n == ".git" => a.parent().is_some_and(|p| !tops.iter().any(|t| t == p)),
-            _ => false,
-        })
+        .any(|a| {
+            a.join("HEAD").is_file()
+                && path
+                    .strip_prefix(a)
+                    .ok()
+                    .and_then(|r| r.iter().next())
+                    .is_some_and(|first| {
+                        ["config", "config.worktree", "commondir", "hooks", "info"]
+                            .iter()
+                            .any(|n| first == *n)
+                    })
+        });
+    beside_head
+        || path
+            .ancestors()
+            .take_while(|a| inside_any(a, &writable))
+            .any(|a| match a.file_name() {
+                Some(n) if n == ".baton" => true,
+                Some(n) if n == ".git" => a.parent().is_some_and(|p| !tops.iter().any(|t| t == p)),
+                _ => false,
+            })
 }
 
 fn protect_gitdir(gitdir: &Path, writable: &[PathBuf], out: &mut Protection, depth: usize) {
@@ -636,9 +662,18 @@ fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
     let writable = writable_dirs(policy);
     let mut found_git: Vec<PathBuf> = Vec::new();
     let mut found_baton: Vec<PathBuf> = Vec::new();
+    let mut found_bare: Vec<PathBuf> = Vec::new();
     for root in project_roots(policy) {
-        if !walk(&root, &mut found_git, &mut found_baton) {
+        if !walk(&root, &mut found_git, &mut found_baton, &mut found_bare) {
             snap.incomplete = true;
+        }
+    }
+    // git takes a folder that is itself a git directory as a repository when it runs there
+    // (no `.git` needed; with `core.bare = false` and `core.worktree` it even has a work tree
+    // and runs `core.fsmonitor`), so a folder holding a `HEAD` is audited as a gitdir.
+    for gitdir in &found_bare {
+        if inside_any(gitdir, &writable) {
+            snap.track_gitdir(gitdir, &writable, 0);
         }
     }
     for a in writable_ancestors(policy, &writable) {
@@ -673,9 +708,15 @@ fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
     snap
 }
 
-/// Finds every `.git` and `.baton` entry beneath `root` without following symlinks or
-/// entering a `.git` directory. False when it stopped at the entry bound.
-fn walk(root: &Path, git: &mut Vec<PathBuf>, baton: &mut Vec<PathBuf>) -> bool {
+/// Finds every `.git` and `.baton` entry beneath `root`, and every folder holding a `HEAD`
+/// (what a bare git directory looks like), without following symlinks or entering a `.git`
+/// directory. False when it stopped at the entry bound.
+fn walk(
+    root: &Path,
+    git: &mut Vec<PathBuf>,
+    baton: &mut Vec<PathBuf>,
+    bare: &mut Vec<PathBuf>,
+) -> bool {
     let mut stack = vec![root.to_path_buf()];
     let mut seen = 0usize;
     while let Some(dir) = stack.pop() {
@@ -691,6 +732,8 @@ fn walk(root: &Path, git: &mut Vec<PathBuf>, baton: &mut Vec<PathBuf>) -> bool {
             let Ok(ft) = e.file_type() else { continue };
             if name == ".git" {
                 git.push(e.path());
+            } else if name == "HEAD" && !ft.is_dir() {
+                bare.push(dir.clone());
             } else if name == ".baton" {
                 baton.push(e.path());
             } else if ft.is_dir() {

@@ -7,6 +7,7 @@ mod file_tools;
 mod git;
 mod host;
 mod policy;
+mod review;
 mod terminal;
 mod trials;
 mod undo;

@@ -22,7 +22,6 @@ const ANY_ARGUMENTS: &[&str] = &[
     "wc",
     "pwd",
     "echo",
-    "printf",
     "true",
     "false",
     "which",
@@ -48,8 +47,6 @@ const ANY_ARGUMENTS: &[&str] = &[
     "column",
     "rev",
     "seq",
-    "test",
-    "[",
     "type",
     "md5sum",
     "sha1sum",
@@ -98,6 +95,10 @@ fn judge(words: &[Word], output_redirected: bool, depth: usize) -> bool {
         };
     };
     match name {
+        // bash evaluates the array subscript of a variable name these builtins are handed,
+        // and a `$(…)` in it runs: `printf -v 'a[$(cmd)]' x`, `test -v 'a[$(cmd)]'`.
+        "printf" => !literal.iter().any(|a| a.starts_with("-v")),
+        "test" | "[" => !literal.iter().any(|a| matches!(*a, "-v" | "-R")),
         "sort" => {
             !has_short(&literal, 'o') && !has_long(&literal, &["--output", "--compress-program"])
         }

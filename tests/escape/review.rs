@@ -1,0 +1,293 @@
+//! Escape tests found by a hostile review of the bubblewrap design: neighbours of the attacks
+//! the other files cover, each played for real through the binary.
+
+use serde_json::{Value, json};
+
+use crate::support::env::Env;
+use crate::support::{MockEngine, MockReply, Script};
+
+fn sandbox_flag() -> &'static str {
+    if baton::sandbox::probe().enforceable {
+        "workspace-write"
+    } else {
+        "off"
+    }
+}
+
+/// Runs the scripted shell commands through `baton --exec --json` (approval policy `never`,
+/// so only what the safe list vouches for runs) and returns every `tool_end`.
+fn run_commands(env: &Env, commands: &[String]) -> Vec<Value> {
+    let mut script = Script::new().route("L2");
+    for (i, command) in commands.iter().enumerate() {
+        script = script.answer(
+            "L2",
+            MockReply::tool_call(
+                format!("call_{i}"),
+                "shell",
+                json!({ "command": command }).to_string(),
+            ),
+        );
+    }
+    let engine = MockEngine::scripted_blocking(script.answer("L2", "done."));
+    let out = env
+        .exec(
+            &engine,
+            "look around",
+            &[
+                "--json",
+                "--sandbox",
+                sandbox_flag(),
+                "--ask-for-approval",
+                "never",
+            ],
+        )
+        .output()
+        .expect("run baton");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "tool_end")
+        .collect()
+}
+
+/// bash evaluates an array subscript in a variable name it is handed, and a `$(…)` in that
+/// subscript runs: `printf -v 'a[$(cmd)]'`, `test -v 'a[$(cmd)]'` and `[ -v … ]` run `cmd`
+/// although every word is a single-quoted literal.
+#[test]
+fn safe_listed_builtins_cannot_run_code_through_an_array_subscript() {
+    let env = Env::new();
+    let mut commands = Vec::new();
+    let mut markers = Vec::new();
+    for (i, template) in [
+        "printf -v 'x[$(touch {M})]' %s 1",
+        "test -v 'x[$(touch {M})]'",
+        "[ -v 'x[$(touch {M})]' ]",
+        "printf -v 'x[`touch {M}`]' %s 1",
+        "echo -v; printf $_ 'x[$(touch {M})]' %s 1",
+        "printf -vx'[$(touch {M})]' %s 1",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let marker = env.workspace.join(format!("pwned-by-subscript-{i}"));
+        commands.push(template.replace("{M}", &marker.display().to_string()));
+        markers.push(marker);
+    }
+    let ends = run_commands(&env, &commands);
+    assert_eq!(ends.len(), commands.len(), "every call ended: {ends:?}");
+    for (command, marker) in commands.iter().zip(&markers) {
+        assert!(
+            !marker.exists(),
+            "`{command}` ran code without approval: {ends:?}"
+        );
+    }
+}
+
+/// The audit of git configs runs where a shell command ends; a command left running in a
+/// session (it yielded) and killed when baton exits must be audited too, or what it planted
+/// in a repository nothing could pin (a fresh `git init` in a subfolder) stays armed for the
+/// user's next `git status` there.
+#[test]
+fn a_yielded_command_killed_at_exit_is_still_audited() {
+    let env = Env::new();
+    let marker = env.workspace.join("pwned-by-fsmonitor");
+    let command = format!(
+        "git init -q sub && git -C sub config core.fsmonitor 'touch {}' && sleep 600",
+        marker.display()
+    );
+    let script = Script::new().route("L2").answer(
+        "L2",
+        MockReply::tool_call(
+            "call_0",
+            "shell",
+            json!({ "command": command, "yield_ms": 1500 }).to_string(),
+        ),
+    );
+    let engine = MockEngine::scripted_blocking(script.answer("L2", "done."));
+    let out = env
+        .exec(
+            &engine,
+            "look around",
+            &[
+                "--json",
+                "--sandbox",
+                sandbox_flag(),
+                "--ask-for-approval",
+                "full-auto",
+            ],
+        )
+        .output()
+        .expect("run baton");
+    let config = env.workspace.join("sub/.git/config");
+    assert!(config.exists(), "the command ran: {out:?}");
+    let text = std::fs::read_to_string(&config).expect("read config");
+    let armed = std::process::Command::new("git")
+        .args(["config", "--file"])
+        .arg(&config)
+        .args(["--get", "core.fsmonitor"])
+        .output()
+        .expect("git config");
+    assert!(
+        !armed.status.success(),
+        "core.fsmonitor planted by a yielded command survived baton's exit:\n{text}"
+    );
+}
+
+/// git takes a folder that *is* a git directory (`HEAD`, `objects/`, `refs/`, `config`) as a
+/// repository when it runs there, with no `.git` anywhere: a command that lays one out in the
+/// workspace, with `core.bare = false`, a work tree and `core.fsmonitor`, gets code run by
+/// the user's next `git status` in that folder, outside the sandbox.
+#[test]
+fn a_planted_bare_git_directory_is_audited_like_a_dot_git() {
+    let env = Env::new();
+    let marker = env.workspace.join("pwned-by-bare-gitdir");
+    let mut commands = Vec::new();
+    let mut folders = Vec::new();
+    for dir in ["", "vendor"] {
+        let folder = if dir.is_empty() {
+            env.workspace.clone()
+        } else {
+            env.workspace.join(dir)
+        };
+        commands.push(format!(
+            "mkdir -p '{f}' && cd '{f}' && git init -q --bare . && git config core.bare false \
+             && git config core.worktree '{f}' && git config core.fsmonitor 'touch {m}; false'",
+            f = folder.display(),
+            m = marker.display()
+        ));
+        folders.push(folder);
+    }
+    let mut script = Script::new().route("L2");
+    for (i, command) in commands.iter().enumerate() {
+        script = script.answer(
+            "L2",
+            MockReply::tool_call(
+                format!("call_{i}"),
+                "shell",
+                json!({ "command": command }).to_string(),
+            ),
+        );
+    }
+    let engine = MockEngine::scripted_blocking(script.answer("L2", "done."));
+    let out = env
+        .exec(
+            &engine,
+            "look around",
+            &[
+                "--json",
+                "--sandbox",
+                sandbox_flag(),
+                "--ask-for-approval",
+                "full-auto",
+            ],
+        )
+        .output()
+        .expect("run baton");
+    assert!(
+        env.workspace.join("vendor/HEAD").exists(),
+        "the commands ran: {out:?}"
+    );
+    for folder in &folders {
+        // The user's own `git status` there, after baton is gone.
+        let _ = std::process::Command::new("git")
+            .arg("status")
+            .current_dir(folder)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output();
+        assert!(
+            !marker.exists(),
+            "git status in {} ran the planted core.fsmonitor",
+            folder.display()
+        );
+    }
+}
+
+/// Credentials whose names the first patterns missed: `sshpass -e` reads `SSHPASS`, CI
+/// systems hand jobs an identity token as `CI_JOB_JWT`, and a Slack or Discord webhook URL
+/// is itself the credential.
+#[test]
+fn baton_sandbox_scrubs_sshpass_jwts_and_webhook_urls() {
+    let env = Env::new();
+    let secrets = [
+        ("SSHPASS", "hunter2-sshpass"),
+        ("CI_JOB_JWT", "hunter2-jwt"),
+        ("CI_JOB_JWT_V2", "hunter2-jwt2"),
+        (
+            "SLACK_WEBHOOK_URL",
+            "https://hooks.slack.com/services/T/B/hunter2",
+        ),
+    ];
+    let mut cmd = env.session_baton();
+    cmd.args(["sandbox", "--sandbox", sandbox_flag(), "--", "env"]);
+    for (k, v) in secrets {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run baton sandbox");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "env ran: {out:?}");
+    for (k, v) in secrets {
+        assert!(!stdout.contains(v), "{k} reached the command:\n{stdout}");
+    }
+}
+
+/// The file tools' side of the bare git directory: `write_file` lays out `HEAD`, `config`
+/// (with a work tree and `core.fsmonitor`), `objects/` and `refs/` in a folder; the user's
+/// next `git status` there runs the planted command outside the sandbox.
+#[test]
+fn write_file_cannot_lay_out_a_bare_git_directory() {
+    let env = Env::new();
+    let marker = env.workspace.join("pwned-by-written-gitdir");
+    let vendor = env.workspace.join("vendor");
+    let config = format!(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = {}\n\tfsmonitor = touch {}; false\n",
+        vendor.display(),
+        marker.display()
+    );
+    let files = [
+        ("vendor/objects/info/keep", ""),
+        ("vendor/refs/heads/keep", ""),
+        ("vendor/HEAD", "ref: refs/heads/main\n"),
+        ("vendor/config", config.as_str()),
+    ];
+    let mut script = Script::new().route("L2");
+    for (i, (path, content)) in files.iter().enumerate() {
+        script = script.answer(
+            "L2",
+            MockReply::tool_call(
+                format!("call_{i}"),
+                "write_file",
+                json!({ "path": path, "content": content }).to_string(),
+            ),
+        );
+    }
+    let engine = MockEngine::scripted_blocking(script.answer("L2", "done."));
+    let out = env
+        .exec(
+            &engine,
+            "look around",
+            &[
+                "--json",
+                "--sandbox",
+                sandbox_flag(),
+                "--ask-for-approval",
+                "auto-edit",
+            ],
+        )
+        .output()
+        .expect("run baton");
+    assert!(
+        vendor.join("objects/info/keep").exists(),
+        "the tools ran: {out:?}"
+    );
+    let _ = std::process::Command::new("git")
+        .arg("status")
+        .current_dir(&vendor)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output();
+    assert!(
+        !marker.exists(),
+        "git status in vendor/ ran a core.fsmonitor written by write_file"
+    );
+}
