@@ -362,3 +362,33 @@ fn baton_sandbox_subcommand_denies_outside_writes() {
         .expect("run baton");
     assert_eq!(status.code(), Some(0));
 }
+
+/// A baton installed under /tmp (a checkout or download there) still finds its own helper
+/// inside the sandbox, whose private /tmp covers the host's.
+#[test]
+fn a_baton_binary_under_tmp_still_runs_sandboxed_commands() {
+    if !probe().enforceable {
+        return;
+    }
+    let f = fixture();
+    let dir = tempfile::Builder::new()
+        .prefix("baton-bin")
+        .tempdir_in("/tmp")
+        .expect("tempdir in /tmp");
+    let bin = dir.path().join("baton");
+    std::fs::copy(env!("CARGO_BIN_EXE_baton"), &bin).expect("copy baton");
+    let out = Command::new(&bin)
+        .args(["sandbox", "--", "sh", "-c", "echo ran-inside"])
+        .current_dir(&f.ws)
+        .stdin(Stdio::null())
+        .env_remove("BATON_SANDBOX_HELPER")
+        .output()
+        .expect("run baton sandbox");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("ran-inside"),
+        "status {:?}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -107,7 +107,11 @@ impl PreparedSandbox {
         let mut env = policy.env.scrub(std::env::vars_os());
         if policy.backend == Backend::Bubblewrap {
             bwrap::check_usable()?;
-            let world = bwrap::world(policy)?;
+            let mut world = bwrap::world(policy)?;
+            let helper = inner::helper_path()?;
+            // The helper must be reachable inside even where the world hides or replaces its
+            // folder (a checkout under /tmp, where the private /tmp covers it).
+            world.ro_bind(&helper, &helper);
             env.retain(|(k, _)| k != "TMPDIR");
             env.push(("TMPDIR".into(), "/tmp".into()));
             let bound = pids::prepare(policy.max_processes);
@@ -117,7 +121,7 @@ impl PreparedSandbox {
                 backend: Backend::Bubblewrap,
                 wrapper: Some(Wrapper {
                     world,
-                    helper: inner::helper_path()?,
+                    helper,
                     spec: InnerSpec {
                         policy: policy.clone(),
                         pty: session == Session::PtyLeader,
