@@ -283,3 +283,50 @@ fn user_process_count() -> u64 {
     }
     n
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pid no process can have (above the kernel's maximum).
+    const DEAD: i32 = i32::MAX;
+
+    fn fake_cgroup(parent: &Path, name: &str, procs: &str) -> PathBuf {
+        let dir = parent.join(name);
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("cgroup.procs"), procs).unwrap();
+        dir
+    }
+
+    #[test]
+    fn an_empty_cgroup_of_a_dead_baton_is_taken_over() {
+        let parent = tempfile::tempdir().unwrap();
+        let old = fake_cgroup(parent.path(), &format!("baton-{DEAD}-3"), "");
+        let new = parent.path().join("baton-1-0");
+        assert!(adopt_stale(parent.path(), &new));
+        assert!(new.is_dir() && !old.exists());
+    }
+
+    #[test]
+    fn a_cgroup_still_holding_processes_is_left_alone() {
+        let parent = tempfile::tempdir().unwrap();
+        let old = fake_cgroup(parent.path(), &format!("baton-{DEAD}-0"), "4242\n");
+        let new = parent.path().join("baton-1-0");
+        assert!(!adopt_stale(parent.path(), &new));
+        assert!(old.is_dir() && !new.exists());
+    }
+
+    #[test]
+    fn a_cgroup_of_a_live_process_or_of_something_else_is_not_taken() {
+        let parent = tempfile::tempdir().unwrap();
+        let live = fake_cgroup(
+            parent.path(),
+            &format!("baton-{}-0", std::process::id()),
+            "",
+        );
+        let other = fake_cgroup(parent.path(), "user.slice", "");
+        let new = parent.path().join("baton-1-0");
+        assert!(!adopt_stale(parent.path(), &new));
+        assert!(live.is_dir() && other.is_dir() && !new.exists());
+    }
+}
