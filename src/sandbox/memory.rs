@@ -51,6 +51,7 @@ const POOL_SIZE: usize = 8;
 
 impl Drop for MemCgroup {
     fn drop(&mut self) {
+        remove_stale_once();
         let dir = std::mem::take(&mut self.dir);
         let empty = fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|s| s.trim().is_empty());
         if empty && let Ok(procs) = self.procs.try_clone() {
@@ -102,6 +103,18 @@ fn own_v1_memory_cgroup() -> Option<PathBuf> {
     })
 }
 
+/// The memory hierarchy whose leftovers [`remove_stale_once`] removes.
+static STALE_PARENT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Removes the memory cgroups dead baton processes left, once per process, after a command
+/// of ours ended (not before a join: see the pids bound's `remove_stale_once`).
+fn remove_stale_once() {
+    static CLEANED: std::sync::Once = std::sync::Once::new();
+    if let Some(parent) = STALE_PARENT.get() {
+        CLEANED.call_once(|| remove_stale(parent));
+    }
+}
+
 /// Removes `baton-<pid>-<n>` cgroups left by baton processes that no longer exist.
 fn remove_stale(parent: &Path) {
     let Ok(entries) = fs::read_dir(parent) else {
@@ -147,14 +160,18 @@ fn create_v1(bytes: u64) -> Option<MemCgroup> {
     if !parent.join("memory.limit_in_bytes").exists() {
         return None;
     }
-    static CLEANED: std::sync::Once = std::sync::Once::new();
-    CLEANED.call_once(|| remove_stale(&parent));
+    let _ = STALE_PARENT.set(parent.clone());
     let dir = parent.join(format!(
         "baton-{}-{}",
         std::process::id(),
         NEXT_ID.fetch_add(1, Ordering::Relaxed)
     ));
-    fs::create_dir(&dir).ok()?;
+    if super::pids::adopt_stale(&parent, &dir) {
+        // Lowering memsw below the old memory limit fails: raise it first, as for a spare.
+        let _ = fs::write(dir.join("memory.memsw.limit_in_bytes"), "-1");
+    } else {
+        fs::create_dir(&dir).ok()?;
+    }
     let procs = OpenOptions::new()
         .write(true)
         .open(dir.join("cgroup.procs"))
