@@ -1241,10 +1241,31 @@ mod tests {
         assert!(audit(&snapshot(&policy), &policy).is_empty());
     }
 
+    /// A folder no policy makes writable (not under a temp root, where a checkout may live).
+    fn outside_base() -> PathBuf {
+        let temp: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"]
+            .iter()
+            .filter_map(|t| Path::new(t).canonicalize().ok())
+            .collect();
+        [
+            Some(PathBuf::from(env!("CARGO_MANIFEST_DIR"))),
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/baton-tests")),
+            Some(PathBuf::from("/var/cache/baton-tests")),
+        ]
+        .into_iter()
+        .flatten()
+        .find_map(|d| {
+            std::fs::create_dir_all(&d).ok()?;
+            let d = d.canonicalize().ok()?;
+            (!temp.iter().any(|t| d.starts_with(t))).then_some(d)
+        })
+        .expect("a folder outside the temp roots")
+    }
+
     #[test]
     fn the_audit_leaves_a_hooks_folder_outside_the_writable_roots_alone() {
         let (_d, ws) = ws();
-        let outside_hooks = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let outside_hooks = tempfile::tempdir_in(outside_base()).unwrap();
         let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws);
         let before = snapshot(&policy);
         std::fs::create_dir_all(ws.join("n/.git")).unwrap();
