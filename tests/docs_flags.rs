@@ -189,10 +189,19 @@ fn root_parses(root: &clap::Command, flag: &str) -> Result<(), String> {
         };
         argv.push(value);
     }
-    root.clone()
-        .try_get_matches_from(&argv)
-        .map(|_| ())
-        .map_err(|e| format!("{}: {e}", argv.join(" ")))
+    match root.clone().try_get_matches_from(&argv) {
+        Ok(_) => Ok(()),
+        // `--version` and `--help` parse by printing and stopping.
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayVersion | clap::error::ErrorKind::DisplayHelp
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(format!("{}: {e}", argv.join(" "))),
+    }
 }
 
 fn doc_files() -> Vec<(String, String)> {
