@@ -14,17 +14,9 @@ use crate::protocol::{ApprovalPolicy, SandboxBackend, SandboxMode};
 /// settings sit below the sandbox layer and cannot name it).
 const DEFAULT_MAX_PROCESSES: u32 = 1024;
 
-/// The sandbox's own memory bound in MiB when none is configured: half of this machine's RAM
-/// (`SandboxPolicy::memory_limit`, which this layer cannot name), 4 GiB when /proc can't tell.
+/// The sandbox's own memory bound in MiB when none is configured.
 fn default_max_memory_mib() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(4096, |kib| kib / 1024 / 2)
+    crate::protocol::default_memory_bound() >> 20
 }
 
 /// Keys a project file may set only from a trusted folder unless its value is no weaker than

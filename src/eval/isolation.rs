@@ -218,38 +218,11 @@ const CREDENTIAL_NAMES: &[&str] = &[
 /// The fd number bwrap reads the seccomp program from.
 const SECCOMP_FD: i32 = 200;
 
-/// Syscalls a trial may not make on top of what every sandboxed command is denied: the new
-/// mount API (it changes mount flags without `mount(2)`), fanotify, host clock and names,
-/// the kernel log, accounting, quotas and port I/O.
-const TRIAL_DENIED: &[(&str, libc::c_long)] = &[
-    ("mount_setattr", libc::SYS_mount_setattr),
-    ("open_tree", libc::SYS_open_tree),
-    ("move_mount", libc::SYS_move_mount),
-    ("fsopen", libc::SYS_fsopen),
-    ("fsconfig", libc::SYS_fsconfig),
-    ("fsmount", libc::SYS_fsmount),
-    ("fspick", libc::SYS_fspick),
-    ("fanotify_init", libc::SYS_fanotify_init),
-    ("clock_settime", libc::SYS_clock_settime),
-    ("clock_adjtime", libc::SYS_clock_adjtime),
-    ("settimeofday", libc::SYS_settimeofday),
-    ("adjtimex", libc::SYS_adjtimex),
-    ("sethostname", libc::SYS_sethostname),
-    ("setdomainname", libc::SYS_setdomainname),
-    ("syslog", libc::SYS_syslog),
-    ("acct", libc::SYS_acct),
-    ("quotactl", libc::SYS_quotactl),
-    ("vhangup", libc::SYS_vhangup),
-    #[cfg(target_arch = "x86_64")]
-    ("iopl", libc::SYS_iopl),
-    #[cfg(target_arch = "x86_64")]
-    ("ioperm", libc::SYS_ioperm),
-];
-
 /// The trials' seccomp program, serialised as the `struct sock_filter` array bwrap expects.
 fn trial_seccomp() -> Result<Vec<u8>, IsolationError> {
-    // Sockets stay allowed: the network namespace decides what a socket can reach.
-    let program = crate::sandbox::syscall_filter::build_filter_denying(true, TRIAL_DENIED)
+    // The commands' filter (mount API, clock, names, kernel log, devices, namespaces…);
+    // sockets stay allowed: the network namespace decides what a socket can reach.
+    let program = crate::sandbox::syscall_filter::build_filter(true)
         .map_err(|e| IsolationError::Seccomp(e.to_string()))?;
     let mut bytes = Vec::with_capacity(program.len() * 8);
     for insn in &program {

@@ -16,7 +16,7 @@ pub use chat::{ChatMessage, ReasoningEffort, Role, ToolCall, ToolSpec};
 pub use error::{ErrorKind, exit};
 pub use options::{
     ApprovalPolicy, Choice, DeviceChoice, Mode, RouteConstraint, SandboxBackend, SandboxMode,
-    UnknownName,
+    UnknownName, default_memory_bound,
 };
 pub use terminal_text::{is_spoofing_char, terminal_safe, terminal_safe_line};
 

@@ -150,6 +150,20 @@ impl Choice for ApprovalPolicy {
     }
 }
 
+/// The memory bound of a sandboxed command when none is configured, in bytes: half of this
+/// machine's RAM (`MemTotal`), 4 GiB when /proc/meminfo can't tell. Config judges a project's
+/// `max_memory` against it and the sandbox applies it, so both read it here.
+pub fn default_memory_bound() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(4 << 30, |kib| kib * 1024 / 2)
+}
+
 /// What builds the sandbox.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -70,7 +70,8 @@ impl SandboxPolicy {
 
     /// The memory bound this policy enforces: `max_memory`, or half of this machine's RAM.
     pub fn memory_limit(&self) -> u64 {
-        self.max_memory.unwrap_or_else(|| total_memory() / 2)
+        self.max_memory
+            .unwrap_or_else(crate::protocol::default_memory_bound)
     }
 
     pub fn network(mut self, allowed: bool) -> Self {
@@ -167,18 +168,6 @@ impl SandboxPolicy {
     pub fn pinned_git_dirs(&self) -> Vec<PathBuf> {
         super::git_guard::protection(self).pinned
     }
-}
-
-/// This machine's RAM in bytes (`MemTotal`; 8 GiB when /proc/meminfo can't tell).
-fn total_memory() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(8 << 30, |kib| kib * 1024)
 }
 
 /// Character devices every command may write to (writes there change nothing on disk).

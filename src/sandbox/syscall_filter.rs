@@ -128,19 +128,10 @@ pub fn build_filters(network: bool) -> Result<Vec<BpfProgram>, SandboxError> {
     ])
 }
 
-/// Compiles the main filter for a policy.
+/// Compiles the main filter for a policy (also the one evaluation trials load).
 pub fn build_filter(network: bool) -> Result<BpfProgram, SandboxError> {
-    build_filter_denying(network, &[])
-}
-
-/// [`build_filter`] that also denies `extra` (name, number) syscalls, for callers whose
-/// processes must give up more than a command does (evaluation trials).
-pub fn build_filter_denying(
-    network: bool,
-    extra: &[(&str, libc::c_long)],
-) -> Result<BpfProgram, SandboxError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for (_, nr) in ALWAYS_DENIED.iter().chain(extra) {
+    for (_, nr) in ALWAYS_DENIED {
         rules.insert(*nr, Vec::new());
     }
     // Character and block devices (a raw disk, /dev/kmsg); fifos and sockets stay allowed.
