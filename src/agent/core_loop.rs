@@ -291,15 +291,7 @@ async fn undo(shared: &Arc<Shared>, redo: bool, apply: bool, force: bool) {
             actionable,
         }),
         Ok(Ok(Ok(done))) => {
-            let record = if redo {
-                Record::Redone { turn_id }
-            } else {
-                Record::Undone {
-                    turn_id,
-                    before: done.before.clone(),
-                    after: done.after.clone(),
-                }
-            };
+            let record = Record::reverted(turn_id, redo, &done.before, &done.after);
             shared.commit(record);
             shared.events.emit(done.to_event(redo));
         }

@@ -112,15 +112,7 @@ fn revert(
         return Ok(0);
     };
     let done = checkpoint::apply(&config, &store, &plan).map_err(|e| e.to_string())?;
-    let record = if args.redo {
-        Record::Redone { turn_id }
-    } else {
-        Record::Undone {
-            turn_id,
-            before: done.before.clone(),
-            after: done.after.clone(),
-        }
-    };
+    let record = Record::reverted(turn_id, args.redo, &done.before, &done.after);
     file.append(&record).map_err(|e| e.to_string())?;
     println!("{what} of turn {turn_id}:");
     for path in &done.applied.restored {

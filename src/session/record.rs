@@ -120,3 +120,19 @@ pub enum Record {
         answer: Option<String>,
     },
 }
+
+impl Record {
+    /// What an applied undo (or, with `redo`, its redo) of `turn_id` records: an undo keeps the
+    /// files just before and after it, which is what a redo goes back between.
+    pub fn reverted(turn_id: u64, redo: bool, before: &str, after: &str) -> Record {
+        if redo {
+            Record::Redone { turn_id }
+        } else {
+            Record::Undone {
+                turn_id,
+                before: before.to_string(),
+                after: after.to_string(),
+            }
+        }
+    }
+}
