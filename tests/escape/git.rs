@@ -150,6 +150,14 @@ impl Repo {
         (r, warnings)
     }
 
+    /// The user commits in `dir`, as they would after the session (hooks and config run).
+    fn user_commits(&self, dir: &Path) {
+        self.git(
+            dir,
+            &["commit", "-q", "--allow-empty", "-m", "user's commit"],
+        );
+    }
+
     /// The user's next `git status` (and whatever else they run) must not run the planted
     /// program.
     fn assert_not_run(&self, what: &str) {
@@ -181,10 +189,7 @@ async fn a_planted_commondir_does_not_make_the_users_git_run_its_fsmonitor() {
     r.git(&r.ws, &["status"]);
     r.assert_not_run("commondir → a repository with core.fsmonitor");
     assert!(!r.ws.join(".git/commondir").exists());
-    assert!(
-        warnings.iter().any(|w| w.contains("commondir")),
-        "{warnings:?}"
-    );
+    assert_warned(&warnings, "commondir");
 }
 
 #[tokio::test]
@@ -226,10 +231,7 @@ async fn a_submodules_gitdir_config_and_hooks_are_read_only() {
     assert!(res.content.contains("done"), "{}", res.content);
     r.git(&r.ws, &["status"]);
     r.git(&r.ws.join("lib"), &["status"]);
-    r.git(
-        &r.ws.join("lib"),
-        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
-    );
+    r.user_commits(&r.ws.join("lib"));
     // Moving the gitdir (or all of `modules/`) aside to put a writable copy in its place.
     let (res, _) = r
         .hostile(
@@ -272,10 +274,7 @@ async fn a_gitlink_over_a_nested_repo_with_fsmonitor_is_neutralized() {
     r.git(&r.ws, &["status"]);
     r.git(&r.ws.join("nested"), &["status"]);
     r.assert_not_run("gitlink over a nested repo with core.fsmonitor");
-    assert!(
-        warnings.iter().any(|w| w.contains("core.fsmonitor")),
-        "{warnings:?}"
-    );
+    assert_warned(&warnings, "core.fsmonitor");
     // The rest of the nested repository is left as the command made it.
     r.git(&r.ws.join("nested"), &["log", "--oneline"]);
 }
@@ -303,10 +302,7 @@ async fn a_git_symlink_to_a_gitdir_in_the_workspace_is_protected() {
         .await;
     assert!(res.content.contains("done"), "{}", res.content);
     r.git(&r.ws, &["status"]);
-    r.git(
-        &r.ws,
-        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
-    );
+    r.user_commits(&r.ws);
     r.assert_not_run(".git symlink → gitdir in the workspace");
 }
 
@@ -363,10 +359,7 @@ async fn a_separate_gitdir_inside_the_workspace_is_protected() {
         .await;
     assert!(res.content.contains("done"), "{}", res.content);
     r.git(&r.ws, &["status"]);
-    r.git(
-        &r.ws,
-        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
-    );
+    r.user_commits(&r.ws);
     let (res, _) = r
         .hostile(
             &format!(
@@ -404,15 +397,9 @@ async fn git_init_in_a_workspace_without_git_does_not_leave_an_fsmonitor() {
         .await;
     assert!(res.content.contains("done"), "{}", res.content);
     r.git(&r.ws, &["status"]);
-    r.git(
-        &r.ws,
-        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
-    );
+    r.user_commits(&r.ws);
     r.assert_not_run("git init + core.fsmonitor in a workspace without .git");
-    assert!(
-        warnings.iter().any(|w| w.contains("core.fsmonitor")),
-        "{warnings:?}"
-    );
+    assert_warned(&warnings, "core.fsmonitor");
 }
 
 #[tokio::test]
@@ -446,10 +433,7 @@ async fn a_hooks_path_in_the_work_tree_is_read_only_husky() {
         )
         .await;
     assert!(res.content.contains("done"), "{}", res.content);
-    r.git(
-        &r.ws,
-        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
-    );
+    r.user_commits(&r.ws);
     let (res, _) = r
         .hostile(
             &format!(
@@ -518,10 +502,7 @@ async fn a_command_cannot_create_a_baton_config_turning_the_sandbox_off() {
         .await;
     assert!(res.content.contains("done"), "{}", res.content);
     assert_eq!(baton::config::project_config_path(&r.ws), None);
-    assert!(
-        warnings.iter().any(|w| w.contains(".baton")),
-        "{warnings:?}"
-    );
+    assert_warned(&warnings, ".baton");
 }
 
 #[tokio::test]
@@ -707,10 +688,7 @@ async fn read_only_mode_protects_a_workspace_that_sits_in_tmp() {
     let config = std::fs::read_to_string(r.ws.join(".git/config")).expect("config");
     assert!(!config.contains("fsmonitor"), "{config}");
     r.git(&r.ws, &["status"]);
-    r.git(
-        &r.ws,
-        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
-    );
+    r.user_commits(&r.ws);
     r.assert_not_run("read-only mode, workspace in /tmp");
 }
 
@@ -753,5 +731,13 @@ fn baton_sandbox_undoes_a_gitlink_over_a_nested_repo_with_fsmonitor() {
     assert!(
         stderr.contains("baton sandbox: warning:") && stderr.contains("core.fsmonitor"),
         "{stderr}"
+    );
+}
+
+/// The audit told the user: some warning mentions `needle`.
+fn assert_warned(warnings: &[String], needle: &str) {
+    assert!(
+        warnings.iter().any(|w| w.contains(needle)),
+        "no warning mentions {needle}: {warnings:?}"
     );
 }
