@@ -3,6 +3,7 @@
 //! "outside the workspace".
 
 pub mod env;
+pub mod external;
 pub mod golden;
 pub mod mock_engine;
 pub mod outside;
