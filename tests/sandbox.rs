@@ -371,12 +371,74 @@ fn a_baton_binary_under_tmp_still_runs_sandboxed_commands() {
         return;
     }
     let f = fixture();
-    let dir = tempfile::Builder::new()
-        .prefix("baton-bin")
-        .tempdir_in("/tmp")
-        .expect("tempdir in /tmp");
+    // Alone (baton is its own helper) and with the small helper beside it: either one lives
+    // under the private /tmp that hides the host's copy, so it must be bound into the world.
+    for with_helper in [false, true] {
+        let dir = tempfile::Builder::new()
+            .prefix("baton-bin")
+            .tempdir_in("/tmp")
+            .expect("tempdir in /tmp");
+        let bin = dir.path().join("baton");
+        let mut programs = vec![(env!("CARGO_BIN_EXE_baton"), bin.clone())];
+        if with_helper {
+            programs.push((
+                env!("CARGO_BIN_EXE_baton-sandbox-inner"),
+                dir.path().join("baton-sandbox-inner"),
+            ));
+        }
+        for (from, to) in programs {
+            // `cp` in a process of its own: a file this process wrote can be held open by a
+            // child another test thread forks meanwhile, and exec of it fails with ETXTBSY.
+            let status = Command::new("cp").arg(from).arg(&to).status().expect("cp");
+            assert!(status.success());
+        }
+        let out = Command::new(&bin)
+            .args(["sandbox", "--", "sh", "-c", "echo ran-inside"])
+            .current_dir(&f.ws)
+            .stdin(Stdio::null())
+            .env_remove("BATON_SANDBOX_HELPER")
+            .output()
+            .expect("run baton sandbox");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("ran-inside"),
+            "with helper {with_helper}: status {:?}\nstdout: {stdout}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn the_helper_program_beside_baton_is_the_one_bubblewrap_runs() {
+    if !probe().enforceable {
+        return;
+    }
+    let f = fixture();
+    let dir = tempfile::tempdir().expect("tempdir");
     let bin = dir.path().join("baton");
-    std::fs::copy(env!("CARGO_BIN_EXE_baton"), &bin).expect("copy baton");
+    let status = Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_baton"))
+        .arg(&bin)
+        .status()
+        .expect("cp");
+    assert!(status.success());
+    // A stand-in that says it ran, then hands over to the real helper.
+    let helper = dir.path().join("baton-sandbox-inner");
+    std::fs::write(
+        &helper,
+        format!(
+            "#!/bin/sh\necho helper-beside-baton-ran >&2\nexec '{}' \"$@\"\n",
+            env!("CARGO_BIN_EXE_baton-sandbox-inner")
+        ),
+    )
+    .expect("write helper");
+    let status = Command::new("chmod")
+        .arg("755")
+        .arg(&helper)
+        .status()
+        .expect("chmod");
+    assert!(status.success());
     let out = Command::new(&bin)
         .args(["sandbox", "--", "sh", "-c", "echo ran-inside"])
         .current_dir(&f.ws)
@@ -384,11 +446,19 @@ fn a_baton_binary_under_tmp_still_runs_sandboxed_commands() {
         .env_remove("BATON_SANDBOX_HELPER")
         .output()
         .expect("run baton sandbox");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        out.status.success() && stdout.contains("ran-inside"),
-        "status {:?}\nstdout: {stdout}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+        out.status.success()
+            && String::from_utf8_lossy(&out.stdout).contains("ran-inside")
+            && stderr.contains("helper-beside-baton-ran"),
+        "status {:?}\nstderr: {stderr}",
+        out.status
     );
+    // Run by hand, the helper says what it is for instead of running anything.
+    let out = Command::new(env!("CARGO_BIN_EXE_baton-sandbox-inner"))
+        .arg("ls")
+        .output()
+        .expect("run the helper by hand");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not meant to be run by hand"));
 }

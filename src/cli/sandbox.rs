@@ -6,7 +6,7 @@
 //! `sandbox::git_guard`) is undone, with a warning on stderr. Also `baton sandbox --probe`: what the kernel can enforce.
 
 use std::io::{IsTerminal, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -242,29 +242,58 @@ fn run_on_pty(
         let _ = writer.write_all(&[4]);
     }
     let mut last = size;
+    // The child's exit wakes the poll through a pidfd (Linux 5.3+): the command's end is seen
+    // at once, not at the next tick. Without one, the loop ticks as before.
+    // SAFETY: pidfd_open on our own child's pid; the result is checked.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id(), 0) } as i32;
+    let pidfd = (pidfd >= 0).then(|| {
+        // SAFETY: a descriptor pidfd_open just returned, owned from here on.
+        unsafe { std::os::fd::OwnedFd::from_raw_fd(pidfd) }
+    });
+    // A caller's terminal that hangs up stays readable-at-EOF: stop polling it then.
+    let mut stdin_open = tty[0];
     let status = loop {
         if let Some(status) = child.try_wait()? {
             break status;
         }
-        let mut fds = [libc::pollfd {
-            fd: 0,
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        let n = if tty[0] {
-            // SAFETY: poll on one pollfd we own.
-            unsafe { libc::poll(fds.as_mut_ptr(), 1, 50) }
+        let mut fds = [
+            libc::pollfd {
+                fd: if stdin_open { 0 } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: pidfd.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // With a pidfd the timeout only paces the window-size check.
+        let timeout = if pidfd.is_some() {
+            100
+        } else if stdin_open {
+            50
         } else {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            0
+            20
         };
+        // SAFETY: poll on two pollfds we own (a negative fd is skipped).
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
         if n > 0 && fds[0].revents & libc::POLLIN != 0 {
             let mut buf = [0u8; 4096];
             // SAFETY: read into a buffer we own.
             let r = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
             if r > 0 {
                 let _ = writer.write_all(&buf[..r as usize]);
+            } else if r == 0
+                || !matches!(
+                    std::io::Error::last_os_error().kind(),
+                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
+                )
+            {
+                stdin_open = false;
             }
+        } else if n > 0 && fds[0].revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+            stdin_open = false;
         }
         let now = window_size();
         if now != last {

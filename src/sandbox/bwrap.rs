@@ -422,13 +422,15 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
     for root in &roots {
         b.bind(root, root);
     }
-    for dir in policy.pinned_git_dirs() {
+    // One look at the repositories serves the pins and the read-only binds.
+    let protection = super::git_guard::protection(policy);
+    for dir in &protection.pinned {
         // A pin only has to be a mount point; outside the writable roots (a read-only
         // workspace under the host's /tmp) it must not become writable by being one.
         if roots.iter().any(|r| dir.starts_with(r)) {
-            b.bind(&dir, &dir);
+            b.bind(dir, dir);
         } else {
-            b.ro_bind(&dir, &dir);
+            b.ro_bind(dir, dir);
         }
     }
     let mut secrets: Vec<PathBuf> = Vec::new();
@@ -454,9 +456,9 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
         }
     }
     // Last, so no writable bind above can cover them.
-    for p in policy.protected_paths() {
+    for p in &protection.read_only {
         if p.exists() {
-            b.ro_bind(&p, &p);
+            b.ro_bind(p, p);
         }
     }
     Ok(b)

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 /// What to keep or drop beyond the built-in patterns (`[sandbox] env_keep` / `env_drop`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct EnvPolicy {
     /// Pass variables named like credentials on (the socket variables are dropped anyway).
     #[serde(default)]

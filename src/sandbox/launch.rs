@@ -142,16 +142,17 @@ impl PreparedSandbox {
             .into_iter()
             .collect();
         let mut mounts = Vec::new();
-        for dir in policy.pinned_git_dirs() {
+        let protection = super::git_guard::protection(policy);
+        for dir in &protection.pinned {
             mounts.push(BindMount {
-                path: c_path(&dir)?,
+                path: c_path(dir)?,
                 read_only: None,
             });
         }
-        for p in policy.protected_paths() {
+        for p in &protection.read_only {
             mounts.push(BindMount {
-                path: c_path(&p)?,
-                read_only: Some(locked_mount_flags(&p)),
+                path: c_path(p)?,
+                read_only: Some(locked_mount_flags(p)),
             });
         }
         // SAFETY: getuid/getgid/geteuid have no failure modes.

@@ -42,7 +42,7 @@ impl MemoryBound {
 #[derive(Debug)]
 pub struct MemCgroup {
     dir: PathBuf,
-    /// `cgroup.procs`, opened for the child to write "0" into before exec.
+    /// `tasks`, opened for the child to write "0" into before exec (see `pids::join_file`).
     pub procs: File,
 }
 
@@ -174,7 +174,7 @@ fn create_v1(bytes: u64) -> Option<MemCgroup> {
     }
     let procs = OpenOptions::new()
         .write(true)
-        .open(dir.join("cgroup.procs"))
+        .open(super::pids::join_file(&dir))
         .ok()
         .filter(|_| set_limits(&dir, bytes));
     match procs {

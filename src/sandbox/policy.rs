@@ -16,6 +16,7 @@ pub const DEFAULT_MAX_PROCESSES: u32 = 1024;
 
 /// The full policy for one sandboxed command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SandboxPolicy {
     pub mode: SandboxMode,
     /// Allow network sockets (AF_INET, AF_INET6, …). AF_UNIX is always allowed.

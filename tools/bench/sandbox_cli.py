@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Side-by-side cost of `baton sandbox -- true` for several baton binaries (e.g. main's and a
-branch's release builds) against plain `true`, and of a sandboxed shell round trip
-(`baton sandbox -- bash -c 'echo hi'`), median of N interleaved runs in a throwaway git
+branch's release builds) against plain `true`, of a sandboxed shell round trip
+(`baton sandbox -- bash -c 'echo hi'`), and of `baton sandbox -- true` on a terminal (stdio on
+a PTY: baton relays a new PTY to it), median of N interleaved runs in a throwaway git
 workspace.
 
     tools/bench/sandbox_cli.py [-n 200] NAME=PATH [NAME=PATH ...]
@@ -15,11 +16,21 @@ import tempfile
 import time
 
 
-def timed(argv, cwd):
+def timed(argv, cwd, on_tty=False):
+    if not on_tty:
+        t = time.perf_counter()
+        subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=False)
+        return time.perf_counter() - t
+    master, slave = os.openpty()
     t = time.perf_counter()
-    subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - t
+    proc = subprocess.Popen(argv, cwd=cwd, stdin=slave, stdout=slave, stderr=slave,
+                            start_new_session=True)
+    os.close(slave)
+    proc.wait()
+    elapsed = time.perf_counter() - t
+    os.close(master)
+    return elapsed
 
 
 def main():
@@ -30,21 +41,25 @@ def main():
     bins = [b.split("=", 1) for b in args.binaries]
     with tempfile.TemporaryDirectory() as ws:
         subprocess.run(["git", "init", "-q", ws], check=True)
-        cases = [("plain `true`", ["true"]), ("plain `bash -c 'echo hi'`", ["bash", "-c", "echo hi"])]
+        cases = [("plain `true`", ["true"], False),
+                 ("plain `bash -c 'echo hi'`", ["bash", "-c", "echo hi"], False)]
         for name, path in bins:
-            cases.append((f"{name}: `baton sandbox -- true`", [path, "sandbox", "--", "true"]))
+            cases.append((f"{name}: `baton sandbox -- true`", [path, "sandbox", "--", "true"],
+                          False))
             cases.append((f"{name}: `baton sandbox -- bash -c 'echo hi'`",
-                          [path, "sandbox", "--", "bash", "-c", "echo hi"]))
-        for _, argv in cases:  # warm the page cache
-            timed(argv, ws)
-        samples = {label: [] for label, _ in cases}
+                          [path, "sandbox", "--", "bash", "-c", "echo hi"], False))
+            cases.append((f"{name}: `baton sandbox -- true` on a terminal",
+                          [path, "sandbox", "--", "true"], True))
+        for _, argv, on_tty in cases:  # warm the page cache
+            timed(argv, ws, on_tty)
+        samples = {label: [] for label, _, _ in cases}
         for _ in range(args.n):
-            for label, argv in cases:
-                samples[label].append(timed(argv, ws))
+            for label, argv, on_tty in cases:
+                samples[label].append(timed(argv, ws, on_tty))
         base = statistics.median(samples[cases[0][0]])
         base_sh = statistics.median(samples[cases[1][0]])
         print(f"median of {args.n} interleaved runs")
-        for label, _ in cases:
+        for label, _, _ in cases:
             m = statistics.median(samples[label])
             ref = base_sh if "bash" in label else base
             print(f"  {label:<55} {m * 1e3:7.2f} ms  (+{(m - ref) * 1e3:.2f} ms)")
