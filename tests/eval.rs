@@ -467,7 +467,7 @@ EV"#;
         &std::fs::read_to_string(t.trajectory_path.as_ref().unwrap()).unwrap(),
     )
     .unwrap();
-    assert_eq!(traj["schema_version"], "ATIF-v1.4");
+    assert_eq!(traj["schema_version"], "ATIF-v1.7");
     let steps = traj["steps"].as_array().unwrap();
     assert_eq!(steps[0]["source"], "user");
     assert_eq!(steps[1]["tool_calls"][0]["function_name"], "shell");
