@@ -38,8 +38,12 @@ fn engine(req: &RecordedRequest) -> MockReply {
             .usage(420, 9)
             .cached_tokens(380)
     } else {
-        MockReply::tool_call("call_1", "shell", r#"{"command":"echo 42 > answer.txt"}"#)
-            .usage(400, 20)
+        MockReply::tool_call(
+            "call_1",
+            "shell",
+            r#"{"command":"echo 42 > answer.txt && env > seen-env.txt"}"#,
+        )
+        .usage(400, 20)
     }
 }
 
@@ -72,60 +76,99 @@ fn run(cmd: &mut Command) -> std::process::Output {
     out
 }
 
+/// The test venv's Python with `pip install ./tools/harbor` done into a temp folder (from a
+/// copy: the build writes next to its sources, and tests never write into the checkout).
+struct Installed {
+    python: PathBuf,
+    tmp: tempfile::TempDir,
+}
+
+impl Installed {
+    fn new() -> Option<Installed> {
+        let python = external::require(
+            "the harbor package (PyPI harbor, pytest, setuptools)",
+            external::python_with(&["harbor", "pytest", "setuptools"]),
+        )?;
+        let tmp = tempfile::tempdir().unwrap();
+        let i = Installed { python, tmp };
+        copy_tree(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/harbor"),
+            &i.src(),
+        );
+        std::fs::create_dir_all(i.home()).unwrap();
+        let out = run(i
+            .python()
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-deps",
+                "--no-build-isolation",
+            ])
+            .args(["--disable-pip-version-check", "--no-cache-dir", "--target"])
+            .arg(i.site())
+            .arg(i.src()));
+        assert!(out.status.success(), "pip install ./tools/harbor failed");
+        assert!(i.site().join("baton_harbor/__init__.py").is_file());
+        Some(i)
+    }
+
+    fn src(&self) -> PathBuf {
+        self.tmp.path().join("src")
+    }
+
+    fn site(&self) -> PathBuf {
+        self.tmp.path().join("site")
+    }
+
+    fn home(&self) -> PathBuf {
+        self.tmp.path().join("home")
+    }
+
+    /// Python with a clean environment: PATH, a throwaway HOME, and the installed adapter and
+    /// the test double on its path.
+    fn python(&self) -> Command {
+        let mut c = Command::new(&self.python);
+        let path: Vec<PathBuf> = vec![self.site(), self.src().join("tests")];
+        c.current_dir(self.tmp.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.home())
+            .env("PYTHONPATH", std::env::join_paths(path).unwrap())
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        c
+    }
+
+    /// `python()` with the binary and the model server the Python tests use.
+    fn with_baton(&self, engine: &MockEngine) -> Command {
+        let mut c = self.python();
+        c.env("BATON_BIN", env!("CARGO_BIN_EXE_baton"))
+            .env("BATON_VERSION", env!("CARGO_PKG_VERSION"))
+            .env("BATON_TEST_ENDPOINT", engine.url());
+        c
+    }
+}
+
 #[test]
 fn harbor_runs_baton_through_the_adapter() {
-    let Some(python) = external::require(
-        "the harbor package (PyPI harbor, pytest, setuptools)",
-        external::python_with(&["harbor", "pytest", "setuptools"]),
-    ) else {
+    let Some(i) = Installed::new() else {
         return;
     };
     let engine = MockEngine::start_blocking(engine);
-    let tmp = tempfile::tempdir().unwrap();
-    // `pip install ./tools/harbor`, from a copy: the build writes next to its sources, and
-    // tests never write into the checkout.
-    let src = tmp.path().join("src");
-    copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/harbor"),
-        &src,
-    );
-    let site = tmp.path().join("site");
-    let home = tmp.path().join("home");
-    std::fs::create_dir_all(&home).unwrap();
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let out = run(Command::new(&python)
+    let out = run(i
+        .with_baton(&engine)
         .args([
             "-m",
-            "pip",
-            "install",
+            "pytest",
             "-q",
-            "--no-deps",
-            "--no-build-isolation",
+            "--durations=4",
+            "-p",
+            "no:cacheprovider",
+            "-W",
         ])
-        .args(["--disable-pip-version-check", "--no-cache-dir", "--target"])
-        .arg(&site)
-        .arg(&src)
-        .current_dir(tmp.path())
-        .env_clear()
-        .env("PATH", &path)
-        .env("HOME", &home));
-    assert!(out.status.success(), "pip install ./tools/harbor failed");
-    assert!(site.join("baton_harbor/__init__.py").is_file());
-
-    let pythonpath: Vec<PathBuf> = vec![site.clone(), src.join("tests")];
-    let out = run(Command::new(&python)
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-W"])
         .arg("ignore::DeprecationWarning")
-        .arg(src.join("tests"))
-        .current_dir(tmp.path())
-        .env_clear()
-        .env("PATH", &path)
-        .env("HOME", &home)
-        .env("PYTHONPATH", std::env::join_paths(pythonpath).unwrap())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("BATON_BIN", env!("CARGO_BIN_EXE_baton"))
-        .env("BATON_VERSION", env!("CARGO_PKG_VERSION"))
-        .env("BATON_TEST_ENDPOINT", engine.url()));
+        .arg(i.src().join("tests")));
     assert!(out.status.success(), "the adapter's pytest suite failed");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -142,4 +185,20 @@ fn harbor_runs_baton_through_the_adapter() {
             Some(format!("Bearer {KEY}").as_str())
         );
     }
+}
+
+/// The Harbor figure of docs/harbor.md: a trial through the adapter vs `baton --exec` run
+/// directly, in the same test environment against the mock engine.
+#[test]
+#[ignore = "a measurement; run with --ignored --nocapture"]
+fn trial_overhead() {
+    let Some(i) = Installed::new() else {
+        return;
+    };
+    let engine = MockEngine::start_blocking(engine);
+    let out = run(i
+        .with_baton(&engine)
+        .arg(i.src().join("tests/bench_trial.py"))
+        .arg("20"));
+    assert!(out.status.success());
 }

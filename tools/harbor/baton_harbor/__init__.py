@@ -1,6 +1,6 @@
 """baton as a Harbor installed agent.
 
-``harbor run --agent-import-path baton_harbor:BatonAgent`` puts a baton binary into the task's
+``harbor run --agent baton_harbor:BatonAgent`` puts a baton binary into the task's
 environment (``install``), runs one headless turn with ``baton --exec --json`` (``run``), and
 reads its event stream back into Harbor's context (``populate_context_post_run``): tokens per
 hop and per expert, and a cost when prices are given. baton itself writes ``trajectory.json``
@@ -216,7 +216,7 @@ def usage_from_events(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 class BatonAgent(BaseInstalledAgent):
-    """baton in a Harbor trial: ``--agent-import-path baton_harbor:BatonAgent``."""
+    """baton in a Harbor trial: ``--agent baton_harbor:BatonAgent``."""
 
     capabilities: ClassVar[AgentCapabilities] = AgentCapabilities(
         atif=True, reasoning_effort=True

@@ -161,7 +161,9 @@ def test_install_run_and_context_against_the_mock_engine(tmp_path: Path):
     usage = load_model_usage_from_trajectory(logs / "trajectory.json")
     assert usage["baton"].cost_usd == pytest.approx(cost)
 
-    # The key reached baton only through the run's environment: in no file, no command line.
+    # The key reached baton only through the run's environment: in no file (the model's
+    # command wrote its environment to seen-env.txt), no command line.
+    assert "PATH=" in (env.root / "app/seen-env.txt").read_text()
     for path in files_under(tmp_path):
         assert KEY.encode() not in path.read_bytes(), path
     run_cmd = [c for c, _ in env.commands if "--exec" in c]
@@ -238,3 +240,80 @@ def test_populate_survives_missing_and_garbage_logs(tmp_path: Path):
     )
     agent.populate_context_post_run(context)
     assert context.n_input_tokens == 0 and context.n_output_tokens == 0
+
+
+def test_compactions_and_summaries_validate_as_atif(tmp_path: Path):
+    """`baton trajectory` on a stream with a compaction: the handoff and the summary texts come
+    from the session file, the boundary is a system step, and Harbor's models accept it all."""
+    import subprocess
+
+    sid = "01a2-compaction"
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    records = [
+        {"record": "meta", "id": sid, "created": "2026-12-01T00:00:00Z", "mode": "mol",
+         "backend": "http://x/v1", "workspace": "/app", "version": "0.1.0"},
+        {"record": "compacted", "task_id": 1, "summary": "handoff: tests fail in parse.rs",
+         "keep_steps": 4},
+        {"record": "summary", "task_id": 1, "expert": "L2", "text": "fixed parse.rs"},
+    ]
+    (sessions / f"{sid}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    events = [
+        {"type": "session", "session_id": sid, "mode": "mol", "backend": "http://x/v1",
+         "model": "Macaron-V1-Tall", "workspace": "/app", "resumed": False,
+         "session_file": f"/logs/agent/sessions/{sid}.jsonl"},
+        {"type": "turn_started", "turn_id": 1, "text": "fix the tests"},
+        {"type": "hop_started", "turn_id": 1, "hop": "answer", "expert": "L2"},
+        {"type": "message_final", "turn_id": 1, "expert": "L2", "text": "running them"},
+        {"type": "hop_completed", "turn_id": 1, "hop": "answer", "expert": "L2",
+         "latency_ms": 9, "usage": {"prompt_tokens": 900, "completion_tokens": 30}},
+        {"type": "tool_begin", "turn_id": 1, "call_id": "c1", "tool": "shell",
+         "arguments": {"command": "cargo test"}, "title": "cargo test"},
+        {"type": "tool_end", "call_id": "c1", "status": "failed", "exit_code": 101,
+         "duration_ms": 500, "output": "1 failed"},
+        {"type": "hop_started", "turn_id": 1, "hop": "compaction", "expert": "L2"},
+        {"type": "hop_completed", "turn_id": 1, "hop": "compaction", "expert": "L2",
+         "latency_ms": 40, "usage": {"prompt_tokens": 950, "completion_tokens": 25}},
+        {"type": "context_compacted", "expert": "L2", "tokens_before": 1000,
+         "tokens_after": 150, "method": "summary"},
+        {"type": "warning", "message": "answer hop: retrying in 1.2 s"},
+        {"type": "message_final", "turn_id": 1, "expert": "L2", "text": "fixed"},
+        {"type": "hop_completed", "turn_id": 1, "hop": "answer", "expert": "L2",
+         "latency_ms": 9, "usage": {"prompt_tokens": 200, "completion_tokens": 5}},
+        {"type": "turn_completed", "turn_id": 1, "status": "done", "duration_ms": 600,
+         "usage": {"prompt_tokens": 2050, "completion_tokens": 60}},
+        {"type": "hop_completed", "turn_id": 1, "hop": "summary", "expert": "L2",
+         "latency_ms": 5, "usage": {"prompt_tokens": 300, "completion_tokens": 8}},
+        {"type": "summary_recorded", "expert": "L2", "task_id": 1, "latency_ms": 5,
+         "tokens": 8, "empty": False},
+    ]
+    (tmp_path / "baton.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    out = tmp_path / "trajectory.json"
+    subprocess.run(
+        [need("BATON_BIN"), "trajectory", str(tmp_path / "baton.jsonl"), "--session-dir",
+         str(sessions), "--out", str(out)],
+        check=True,
+        env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)},
+    )
+    traj = Trajectory.model_validate_json(out.read_text())
+    assert traj.schema_version == "ATIF-v1.7"
+    assert traj.agent.model_name == "Macaron-V1-Tall"
+    kinds = [(s.source, (s.extra or {}).get("hop")) for s in traj.steps]
+    assert kinds == [
+        ("user", None),
+        ("agent", "answer"),
+        ("agent", "compaction"),
+        ("system", None),
+        ("system", None),
+        ("agent", "answer"),
+        ("agent", "summary"),
+    ]
+    compaction, boundary = traj.steps[2], traj.steps[3]
+    assert compaction.message == "handoff: tests fail in parse.rs"
+    assert compaction.metrics.prompt_tokens == 950
+    assert boundary.extra["context_management"] == {"type": "compaction", "boundary": "replace"}
+    assert "compacted from 1000 to 150" in boundary.message
+    assert traj.steps[1].observation.results[0].extra["exit_code"] == 101
+    assert traj.steps[6].message == "fixed parse.rs"
+    assert traj.final_metrics.total_prompt_tokens == 900 + 950 + 200 + 300
+    assert traj.final_metrics.total_steps == len(traj.steps)
