@@ -317,3 +317,39 @@ def test_compactions_and_summaries_validate_as_atif(tmp_path: Path):
     assert traj.steps[6].message == "fixed parse.rs"
     assert traj.final_metrics.total_prompt_tokens == 900 + 950 + 200 + 300
     assert traj.final_metrics.total_steps == len(traj.steps)
+
+
+def test_install_downloads_a_release_and_checks_its_digest(tmp_path: Path):
+    """The release-URL path: curl in the environment fetches the binary (here from a loopback
+    server), its SHA-256 is checked, and a wrong digest fails the setup."""
+    import hashlib
+    import http.server
+    import threading
+
+    binary = Path(need("BATON_BIN"))
+    digest = hashlib.sha256(binary.read_bytes()).hexdigest()
+
+    class Serve(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(binary.parent), **kwargs)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Serve)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{binary.name}"
+        env = FolderEnvironment(tmp_path / "ok")
+        agent = make_agent(tmp_path / "ok", binary=None, release_url=url, release_sha256=digest)
+        asyncio.run(agent.setup(env))
+        assert agent.version() == need("BATON_VERSION")
+        assert (env.root / "installed-agent/baton").read_bytes() == binary.read_bytes()
+
+        env = FolderEnvironment(tmp_path / "bad")
+        agent = make_agent(tmp_path / "bad", binary=None, release_url=url, release_sha256="0" * 64)
+        with pytest.raises(RuntimeError):
+            asyncio.run(agent.setup(env))
+        assert not (env.root / "installed-agent/baton").exists()
+    finally:
+        server.shutdown()
