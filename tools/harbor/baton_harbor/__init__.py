@@ -355,6 +355,8 @@ class BatonAgent(BaseInstalledAgent):
         events = _events(self.logs_dir / "baton.jsonl")
         if not events:
             return
+        if not (self.logs_dir / "trajectory.json").exists():
+            self._trajectory_on_host()
         u = usage_from_events(events)
         total = u["total"]
         context.n_input_tokens = total["prompt_tokens"]
@@ -380,6 +382,38 @@ class BatonAgent(BaseInstalledAgent):
         }
         if context.cost_usd is not None:
             self._price_trajectory()
+
+    def _trajectory_on_host(self) -> None:
+        """A run Harbor stopped at its timeout never reached `baton trajectory` in the
+        environment: convert its logs here, with the uploaded binary when this machine can run
+        it. Best effort: without one there is no trajectory, as before."""
+        import subprocess
+
+        local = self.baton_options.binary or self._get_env(BINARY_ENV)
+        if not local or not Path(local).expanduser().is_file():
+            return
+        logs = self.logs_dir
+        try:
+            subprocess.run(
+                [
+                    str(Path(local).expanduser()),
+                    "trajectory",
+                    str(logs / "baton.jsonl"),
+                    "--session-dir",
+                    str(logs / "sessions"),
+                    "--instruction-file",
+                    str(logs / "instruction.md"),
+                    "--out",
+                    str(logs / "trajectory.json"),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=120,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            self.logger.debug(f"baton trajectory on the host failed: {exc}")
 
     def _price_trajectory(self) -> None:
         """Adds each step's cost to trajectory.json, so Harbor's per-model usage has one."""

@@ -353,3 +353,18 @@ def test_install_downloads_a_release_and_checks_its_digest(tmp_path: Path):
         assert not (env.root / "installed-agent/baton").exists()
     finally:
         server.shutdown()
+
+
+def test_a_run_stopped_before_its_trajectory_gets_one_on_the_host(tmp_path: Path):
+    """Harbor's timeout stops waiting before `baton trajectory` runs in the environment; the
+    context step converts the downloaded logs with the local binary."""
+    env = FolderEnvironment(tmp_path / "box")
+    agent = make_agent(tmp_path / "box")
+    trial(agent, env, "Write 42 into answer.txt. HARBOR-HAPPY")
+    logs = env.root / "logs/agent"
+    first = Trajectory.model_validate_json((logs / "trajectory.json").read_text())
+    (logs / "trajectory.json").unlink()
+    agent.populate_context_post_run(AgentContext())
+    again = Trajectory.model_validate_json((logs / "trajectory.json").read_text())
+    assert [s.message for s in again.steps] == [s.message for s in first.steps]
+    assert again.steps[-1].message == "Wrote 42 into answer.txt with one shell command."
