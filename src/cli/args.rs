@@ -318,7 +318,9 @@ pub fn command() -> clap::Command {
         .filter(|a| NOT_FOR_SESSIONS.contains(&a.get_id().as_str()))
         .map(|a| a.clone().global(false).hide(true))
         .collect();
-    cmd.mut_subcommand("sessions", |sub| sub.args(hidden))
+    // `baton trajectory` reads a file; only `--session-dir` of the globals matters to it.
+    cmd.mut_subcommand("sessions", |sub| sub.args(hidden.clone()))
+        .mut_subcommand("trajectory", |sub| sub.args(hidden))
 }
 
 /// Parses the process's arguments with `command()`.
