@@ -19,6 +19,8 @@ const FOREIGN: &[&str] = &[
     "--locked",
     "--no-run",
     "--nocapture",
+    "--ignored",
+    "--target",
     // vLLM / SGLang serving the adapters
     "--lora-modules",
     "--lora-paths",
@@ -30,6 +32,12 @@ const FOREIGN: &[&str] = &[
     "--root",
     "--repeats",
     "--agent-import-path",
+    // Harbor's `harbor run` (harbor.md); `--agent` is also `baton eval`'s
+    "--agent",
+    "--ak",
+    "--ae",
+    "--retry-include",
+    "--jobs-dir",
     "--pre",
     "--output",
     "--ext-diff",

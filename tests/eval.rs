@@ -467,12 +467,15 @@ EV"#;
         &std::fs::read_to_string(t.trajectory_path.as_ref().unwrap()).unwrap(),
     )
     .unwrap();
-    assert_eq!(traj["schema_version"], "ATIF-v1.4");
+    assert_eq!(traj["schema_version"], "ATIF-v1.7");
     let steps = traj["steps"].as_array().unwrap();
     assert_eq!(steps[0]["source"], "user");
-    assert_eq!(steps[1]["tool_calls"][0]["function_name"], "shell");
+    // The route hop is L0's step, then the answer hop with its call and result.
+    assert_eq!(steps[1]["extra"]["hop"], "route");
+    assert_eq!(steps[1]["extra"]["expert"], "L0");
+    assert_eq!(steps[2]["tool_calls"][0]["function_name"], "shell");
     assert_eq!(
-        steps[1]["observation"]["results"][0]["source_call_id"],
+        steps[2]["observation"]["results"][0]["source_call_id"],
         "call_1"
     );
     assert_eq!(traj["final_metrics"]["total_prompt_tokens"], 690);

@@ -17,6 +17,7 @@ mod engine_text;
 mod escape;
 mod eval;
 mod exec;
+mod harbor;
 mod remote_backend;
 mod sandbox;
 mod shell_tool;

@@ -1090,6 +1090,7 @@ fn a_resumed_session_shows_the_earlier_conversation() {
         session_id: "0190-abc".into(),
         mode: "mol".into(),
         backend: "http://127.0.0.1:8000/v1".into(),
+        model: Some("baton".into()),
         workspace: "/home/dev/project".into(),
         resumed: true,
         session_file: Some(path.display().to_string()),

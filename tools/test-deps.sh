@@ -11,6 +11,9 @@ mkdir -p "$deps/node"
 npm_packages=(
 )
 pip_packages=(
+    harbor==0.26.0
+    pytest==8.4.2
+    setuptools==80.9.0
 )
 
 if [ ${#npm_packages[@]} -gt 0 ]; then
@@ -18,7 +21,24 @@ if [ ${#npm_packages[@]} -gt 0 ]; then
     (cd "$deps/node" && npm install --no-audit --no-fund --loglevel=error "${npm_packages[@]}")
 fi
 if [ ${#pip_packages[@]} -gt 0 ]; then
-    [ -x "$deps/venv/bin/python" ] || python3 -m venv "$deps/venv"
+    # harbor needs Python 3.12 or later: the newest python3.1x on PATH (pyenv's too).
+    py=""
+    for v in python3.14 python3.13 python3.12; do
+        if "$v" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then py="$v"; break; fi
+    done
+    if [ -z "$py" ] && command -v pyenv >/dev/null; then
+        for d in $(ls -d "$(pyenv root)"/versions/3.1[2-9]* 2>/dev/null | sort -V -r); do
+            if [ -x "$d/bin/python3" ]; then py="$d/bin/python3"; break; fi
+        done
+    fi
+    if [ -z "$py" ]; then
+        echo "test-deps: no Python 3.12+ found (harbor needs it)" >&2
+        exit 1
+    fi
+    if [ -x "$deps/venv/bin/python" ] && ! "$deps/venv/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then
+        rm -rf "$deps/venv"
+    fi
+    [ -x "$deps/venv/bin/python" ] || "$py" -m venv "$deps/venv"
     "$deps/venv/bin/python" -m pip install -q --disable-pip-version-check "${pip_packages[@]}"
 fi
 echo "test deps in $deps"

@@ -122,6 +122,7 @@ fn emit_session(shared: &Shared, resumed: bool, always: bool) {
         session_id: id,
         mode: shared.cfg.mode.as_str().to_string(),
         backend: shared.backend.describe(),
+        model: session_model(shared),
         workspace: shared.cfg.workspace.display().to_string(),
         resumed,
         session_file: Some(path.display().to_string()),
@@ -141,6 +142,15 @@ fn emit_session(shared: &Shared, resumed: bool, always: bool) {
     let usage = shared.state().usage;
     if always || usage != Default::default() {
         shared.events.emit(Event::SessionUsage { usage });
+    }
+}
+
+/// What a harness should name as the model: in `mol` mode the experts are adapters of the
+/// profile's model, so that name; otherwise the model the requests name.
+fn session_model(shared: &Shared) -> Option<String> {
+    match shared.cfg.mode {
+        crate::protocol::Mode::Mol => Some(shared.cfg.profile.model_name.clone()),
+        _ => lock(&shared.model).clone().filter(|m| !m.is_empty()),
     }
 }
 

@@ -263,6 +263,9 @@ pub enum Command {
     Trust(super::trust::TrustArgs),
     /// Run Terminal-Bench / Harbor format tasks with an agent and score them.
     Eval(super::eval::EvalArgs),
+    /// Turn a `baton --exec --json` event stream into an ATIF v1.7 trajectory (what `baton
+    /// eval` writes per trial; Harbor's adapter runs it in the task container).
+    Trajectory(super::trajectory::TrajectoryArgs),
     /// The local engine's tools: generate text, route a request (scripting and debugging).
     Engine(crate::cli::engine::EngineArgs),
     /// Print a shell completion script (e.g. `baton completions bash > /etc/bash_completion.d/baton`).
@@ -315,7 +318,9 @@ pub fn command() -> clap::Command {
         .filter(|a| NOT_FOR_SESSIONS.contains(&a.get_id().as_str()))
         .map(|a| a.clone().global(false).hide(true))
         .collect();
-    cmd.mut_subcommand("sessions", |sub| sub.args(hidden))
+    // `baton trajectory` reads a file; only `--session-dir` of the globals matters to it.
+    cmd.mut_subcommand("sessions", |sub| sub.args(hidden.clone()))
+        .mut_subcommand("trajectory", |sub| sub.args(hidden))
 }
 
 /// Parses the process's arguments with `command()`.

@@ -12,6 +12,7 @@ pub mod eval;
 mod repl;
 pub(crate) mod sandbox;
 mod sessions;
+mod trajectory;
 mod trust;
 pub mod undo;
 
@@ -61,6 +62,10 @@ pub fn main() -> i32 {
         Some(Command::Trust(mut args)) => {
             args.workspace = cli.common.cd.clone();
             return trust::run(args);
+        }
+        Some(Command::Trajectory(mut args)) => {
+            args.session_dir = cli.common.session_dir.clone();
+            return trajectory::run(args);
         }
         Some(Command::Engine(args)) => return run_engine(args, &cli.common),
         Some(Command::Eval(mut args)) => {
@@ -129,7 +134,8 @@ pub fn main() -> i32 {
                 | Command::Sandbox(_)
                 | Command::Trust(_)
                 | Command::Engine(_)
-                | Command::Eval(_),
+                | Command::Eval(_)
+                | Command::Trajectory(_),
             ) => exit::OK,
             None if cli.exec => {
                 let opts = crate::exec::ExecOptions {
@@ -272,6 +278,7 @@ fn prints_a_report(command: Option<&Command>) -> bool {
                 | Command::Engine(_)
                 | Command::Undo(_)
                 | Command::Trust(_)
+                | Command::Trajectory(_)
         )
     )
 }

@@ -772,8 +772,12 @@ fn record_events(
     r.hop_latency = hop_latency;
     r.tool_calls = tool_calls;
     r.turn_status = turn_status;
+    // The summaries' texts are in the session file the agent wrote under its logs.
+    let texts =
+        atif::SessionTexts::find(&paths.agent_logs.join("sessions"), &evs).unwrap_or_default();
     let traj = atif::trajectory(
         &evs,
+        &texts,
         &task.instruction,
         settings.agent.name(),
         env!("CARGO_PKG_VERSION"),

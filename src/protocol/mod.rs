@@ -341,6 +341,10 @@ pub enum Event {
         mode: String,
         /// Endpoint URL, or `local:ROOT` for the in-process engine.
         backend: String,
+        /// The model the session talks to: the profile's public model name in `mol` mode (its
+        /// experts are that model's adapters), the `--model` name in `proxy` and `single`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
         workspace: String,
         resumed: bool,
         /// Path of the session file.
