@@ -53,6 +53,8 @@ pub enum SetupError {
     ProfileFolder(String),
     #[error(transparent)]
     Session(#[from] crate::session::SessionError),
+    #[error("{0} (fix it, or run with --no-hooks)")]
+    Hooks(#[from] crate::hooks::HookError),
 }
 
 impl SetupError {
@@ -179,7 +181,19 @@ pub fn agent_config(config: &Config, frontend: Frontend) -> Result<AgentConfig, 
         max_tokens: config.max_tokens,
         context_window: config.context_window,
         compact_at: config.compact_at,
+        hooks: hooks(config)?,
     })
+}
+
+/// The hooks of this run: the user's file and a trusted project's, none with `--no-hooks`.
+pub fn hooks(config: &Config) -> Result<crate::hooks::Hooks, SetupError> {
+    if config.no_hooks {
+        return Ok(crate::hooks::Hooks::none());
+    }
+    // An unreadable trust list trusts nothing (the config layer has said so already).
+    let trust = crate::config::TrustList::load().unwrap_or_default();
+    let found = crate::hooks::discover(&config.workspace, &trust);
+    Ok(crate::hooks::Hooks::load(&found)?)
 }
 
 /// Creates a new session file, or opens `resume` (an id, a prefix, or `last`) with the state

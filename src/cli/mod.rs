@@ -100,6 +100,7 @@ pub fn main() -> i32 {
         }
     };
     config.no_color = cli.no_color;
+    config.no_hooks = cli.no_hooks;
     let resume = match resume_id(&config, &cli.common) {
         Ok(r) if cli.command.is_none() => r,
         Ok(_) => None,
