@@ -124,7 +124,28 @@ pub fn system_prompt(config: &Config) -> Result<String, SetupError> {
     if !instructions.text.is_empty() {
         prompt = format!("{}\n\n{}", prompt.trim_end(), instructions.text);
     }
+    let skills = skills(config);
+    if !skills.is_empty() {
+        prompt = format!(
+            "{}\n\n{}",
+            prompt.trim_end(),
+            crate::tool::skill::listing(&skills)
+        );
+    }
     Ok(prompt)
+}
+
+/// The skills the experts are offered: none when `tools` leaves out the `skill` tool that
+/// reads them.
+pub fn skills(config: &Config) -> Vec<crate::config::commands::Skill> {
+    if config
+        .tools
+        .as_ref()
+        .is_some_and(|t| !t.iter().any(|n| n == "skill"))
+    {
+        return Vec::new();
+    }
+    crate::config::commands::discover_skills(&config.workspace).0
 }
 
 /// AGENTS.md (or CLAUDE.md) files from the repository root down to the workspace, plus the
@@ -240,6 +261,10 @@ pub fn tool_registry(config: &Config) -> crate::tool::ToolRegistry {
     };
     for tool in crate::tool::shell::shell_tools(shell) {
         registry.register(tool);
+    }
+    let skills = skills(config);
+    if !skills.is_empty() {
+        registry.register(Arc::new(crate::tool::skill::SkillTool::new(skills)));
     }
     match &config.tools {
         Some(names) => registry.only(names),

@@ -255,7 +255,10 @@ pub(crate) async fn fit(
         return req;
     }
     let view = req.messages.clone();
-    let compacted = compact(shared, turn_id, task_id, expert, view, tokens, false, cancel).await;
+    let compacted = compact(
+        shared, turn_id, task_id, expert, view, tokens, false, cancel,
+    )
+    .await;
     let (req, tokens) = redo(compacted, req, tokens);
     // Last resort: the newest output alone does not fit; it shrinks too.
     if tokens > budget.hard_limit() && record_shrink(shared, task_id, 0) {

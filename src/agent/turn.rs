@@ -9,10 +9,10 @@ use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use super::{Shared, context, hooks, lock, summaries, tool_calls};
-use crate::hooks::HookEvent;
-use crate::protocol::ChatMessage;
 use crate::backend::{BackendError, ChatCompletion, ChatDelta, ChatRequest, FinishReason};
+use crate::hooks::HookEvent;
 use crate::mol::{AnswerInput, AnswerOptions, ExpertChoice, Step, modes};
+use crate::protocol::ChatMessage;
 use crate::protocol::{Event, Expert, Hop, TurnStatus};
 use crate::session::Record;
 

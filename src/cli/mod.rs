@@ -146,6 +146,10 @@ pub fn main() -> i32 {
                         return exit::USAGE;
                     }
                 };
+                // `baton --exec "/review src/"` runs a custom command as it would in the UI.
+                let (commands, _) = crate::config::commands::discover_commands(&config.workspace);
+                let text =
+                    crate::config::commands::expand_command(&text, &commands).unwrap_or(text);
                 if let Err(e) = crate::exec::check_output(&opts) {
                     eprintln!("baton: {e}");
                     return exit::USAGE;

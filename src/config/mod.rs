@@ -7,6 +7,7 @@
 //! parsed by the same function, so a bad value reads the same wherever it came from, and each
 //! error names the source (file or variable), the key and the reason.
 
+pub mod commands;
 mod project;
 mod settings;
 mod trust;

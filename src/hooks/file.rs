@@ -184,7 +184,10 @@ pub(crate) fn parse(text: &str, path: &Path) -> Result<Parsed, String> {
             let mut commands = Vec::new();
             for (j, hook) in hooks.iter().enumerate() {
                 let at = format!("{at}.hooks[{j}]");
-                let kind = hook.get("type").and_then(Value::as_str).unwrap_or("command");
+                let kind = hook
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("command");
                 if kind != "command" {
                     out.skipped.push(format!(
                         "{}: {at}: hook type `{kind}` is not supported (only `command`); skipped",

@@ -256,7 +256,10 @@ impl Hooks {
             base.transcript_path.display().to_string().into(),
         );
         input.insert("cwd".into(), base.cwd.display().to_string().into());
-        input.insert("permission_mode".into(), base.permission_mode.clone().into());
+        input.insert(
+            "permission_mode".into(),
+            base.permission_mode.clone().into(),
+        );
         input.insert("hook_event_name".into(), event.name().into());
         input.extend(fields);
         let stdin = Value::Object(input).to_string();

@@ -48,7 +48,11 @@ fn malformed_files_name_the_entry_and_unknown_events_are_skipped() {
     let bad = r#"{"hooks":{"PreToolUse":[{"matcher":"(","hooks":[]}]}}"#;
     assert!(parse(bad, p).unwrap_err().contains("PreToolUse[0].matcher"));
     let bad = r#"{"hooks":{"Stop":[{"hooks":[{"type":"command","command":"x","timeout":-1}]}]}}"#;
-    assert!(parse(bad, p).unwrap_err().contains("Stop[0].hooks[0].timeout"));
+    assert!(
+        parse(bad, p)
+            .unwrap_err()
+            .contains("Stop[0].hooks[0].timeout")
+    );
     let mixed = r#"{"hooks":{"SessionEnd":[{"hooks":[{"command":"x"}]}],
         "Stop":[{"hooks":[{"type":"prompt","prompt":"p"},{"command":"true"}]}]}}"#;
     let parsed = parse(mixed, p).unwrap();
@@ -81,7 +85,12 @@ async fn exit_2_blocks_with_stderr_and_the_input_reaches_stdin() {
     assert_eq!(input["cwd"], dir.path().display().to_string());
     // Another tool does not match.
     let out = hooks
-        .fire(HookEvent::PreToolUse, "read_file", &base(dir.path()), Map::new())
+        .fire(
+            HookEvent::PreToolUse,
+            "read_file",
+            &base(dir.path()),
+            Map::new(),
+        )
         .await;
     assert_eq!(out.ran, 0);
 }
@@ -94,7 +103,12 @@ async fn json_answers_carry_decisions_input_and_context() {
         "additionalContext": "rewritten"}});
     let hooks = hooks_of(&one("PreToolUse", "", &format!("echo '{answer}'"), 10.0));
     let out = hooks
-        .fire(HookEvent::PreToolUse, "shell", &base(dir.path()), Map::new())
+        .fire(
+            HookEvent::PreToolUse,
+            "shell",
+            &base(dir.path()),
+            Map::new(),
+        )
         .await;
     assert_eq!(out.permission, Some(Permission::Allow));
     assert_eq!(out.updated_input, Some(json!({"command": "echo safe"})));
@@ -108,7 +122,12 @@ async fn json_answers_carry_decisions_input_and_context() {
         10.0,
     ));
     let out = hooks
-        .fire(HookEvent::PreToolUse, "shell", &base(dir.path()), Map::new())
+        .fire(
+            HookEvent::PreToolUse,
+            "shell",
+            &base(dir.path()),
+            Map::new(),
+        )
         .await;
     assert_eq!(out.blocked.as_deref(), Some("not today"));
     assert_eq!(out.permission, Some(Permission::Deny));
@@ -141,7 +160,12 @@ async fn plain_stdout_is_context_only_where_the_event_takes_it() {
     assert_eq!(out.context_text().as_deref(), Some("branch: main"));
     let text = one("PostToolUse", "", "echo 'just a log line'", 10.0);
     let out = hooks_of(&text)
-        .fire(HookEvent::PostToolUse, "shell", &base(dir.path()), Map::new())
+        .fire(
+            HookEvent::PostToolUse,
+            "shell",
+            &base(dir.path()),
+            Map::new(),
+        )
         .await;
     assert!(out.context.is_empty() && out.messages.is_empty());
 }
@@ -153,7 +177,11 @@ async fn other_exit_codes_are_messages_and_a_hang_is_killed_with_its_group() {
         .fire(HookEvent::Stop, "", &base(dir.path()), Map::new())
         .await;
     assert!(out.blocked.is_none());
-    assert!(out.messages[0].contains("exit code 1: oops"), "{:?}", out.messages);
+    assert!(
+        out.messages[0].contains("exit code 1: oops"),
+        "{:?}",
+        out.messages
+    );
 
     // The child sleeps in the background too: the whole group must go.
     let marker = dir.path().join("survived");
