@@ -32,8 +32,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "app",
         &[
-            "protocol", "config", "session", "engine", "backend", "sandbox", "hooks", "tool", "mol",
-            "agent",
+            "protocol", "config", "session", "engine", "backend", "sandbox", "hooks", "tool",
+            "mol", "agent",
         ],
     ),
     // Frontends: the protocol, their options, saved sessions; never each other.
