@@ -19,6 +19,9 @@ const FOREIGN: &[&str] = &[
     "--locked",
     "--no-run",
     "--nocapture",
+    // cargo and git in the hook examples (hooks.md)
+    "--quiet",
+    "--show-current",
     // vLLM / SGLang serving the adapters
     "--lora-modules",
     "--lora-paths",

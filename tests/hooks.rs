@@ -505,3 +505,45 @@ fn a_malformed_hooks_file_stops_the_run_naming_the_file() {
         .expect("run");
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
 }
+
+#[test]
+fn doctor_lists_the_hooks_and_checks_their_commands() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(Script::new());
+    user_hooks(
+        &env,
+        &[
+            ("PreToolUse", "shell|write_file", "cat > /dev/null", 5),
+            ("Stop", "", "no-such-program-7781 --now", 60),
+            ("PostToolUse", "*", "if then fi (", 60),
+        ],
+    );
+    write_hooks(
+        &env.workspace.join(".baton/hooks.json"),
+        &[("SessionStart", "", "true", 10)],
+    );
+    let out = env
+        .session_baton()
+        .args(["doctor", "--endpoint", &engine.url()])
+        .output()
+        .expect("doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_ne!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("ok       PreToolUse [shell|write_file] cat > /dev/null (timeout 5s)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("PROBLEM  Stop [*] no-such-program-7781 --now (timeout 60s): `no-such-program-7781` is not on PATH"),
+        "{text}"
+    );
+    assert!(
+        text.contains("PROBLEM  PostToolUse [*] if then fi ( (timeout 60s): sh cannot parse it"),
+        "{text}"
+    );
+    assert!(
+        text.contains("are not run: its folder is not trusted"),
+        "{text}"
+    );
+    assert!(!text.contains("SessionStart [*] true"), "{text}");
+}
