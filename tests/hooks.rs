@@ -547,3 +547,79 @@ fn doctor_lists_the_hooks_and_checks_their_commands() {
     );
     assert!(!text.contains("SessionStart [*] true"), "{text}");
 }
+
+#[test]
+fn ctrl_c_during_a_pre_tool_use_hook_kills_it_and_the_call_does_not_run() {
+    use std::io::{BufRead, BufReader};
+    let env = Env::new();
+    let started = env.home.join("hook-started");
+    user_hooks(
+        &env,
+        &[(
+            "PreToolUse",
+            "*",
+            &format!("echo $$ > {}; sleep 120; true", started.display()),
+            300,
+        )],
+    );
+    let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer(
+        "L2",
+        MockReply::tool_call("c1", "write_file", r#"{"path":"x.txt","content":"x"}"#),
+    ));
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("baton"))
+        .env_clear()
+        .env("HOME", &env.home)
+        .env("XDG_CONFIG_HOME", env.home.join(".config"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(&env.workspace)
+        .arg("--session-dir")
+        .arg(&env.sessions)
+        .args([
+            "--exec",
+            "--json",
+            "--approval",
+            "full-auto",
+            "--endpoint",
+            &engine.url(),
+            "write",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&started).map_or(true, |s| s.trim().is_empty()) {
+        assert!(Instant::now() < deadline, "the hook never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let interrupted_at = Instant::now();
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let stdout = child.stdout.take().expect("stdout");
+    let lines: Vec<String> = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .collect();
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        interrupted_at.elapsed() < Duration::from_secs(10),
+        "waited for the hook"
+    );
+    assert!(!env.workspace.join("x.txt").exists(), "the call ran");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("\"tool_end\"") && l.contains("\"interrupted\"")),
+        "{lines:?}"
+    );
+    // The hook's shell (and its `sleep`, in the same group) went with it.
+    let pid = std::fs::read_to_string(&started).expect("pid");
+    let proc_dir = Path::new("/proc").join(pid.trim());
+    let gone = Instant::now() + Duration::from_secs(5);
+    while proc_dir.exists() && Instant::now() < gone {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!proc_dir.exists(), "the hook outlived the interrupt");
+}

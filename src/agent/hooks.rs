@@ -43,6 +43,26 @@ pub(crate) async fn fire(
     outcome
 }
 
+/// The user interrupted the turn while its hooks ran (they were killed).
+pub(crate) struct Interrupted;
+
+/// `fire` for events inside a turn: an interrupt kills the running hooks at once instead of
+/// waiting for their timeout. The caller must treat `Err` as an interrupt, never as "no hook
+/// objected": a guard hook cut short must not let its call through.
+pub(crate) async fn fire_in_turn(
+    shared: &Shared,
+    event: HookEvent,
+    subject: &str,
+    fields: Map<String, Value>,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<HookOutcome, Interrupted> {
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => Err(Interrupted),
+        out = fire(shared, event, subject, fields) => Ok(out),
+    }
+}
+
 /// The notes of the loaded hooks (a project file not run, entries skipped), once per session.
 pub(crate) fn announce(shared: &Shared) {
     for notice in &shared.cfg.hooks.notices {

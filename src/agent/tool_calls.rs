@@ -39,8 +39,9 @@ pub(crate) async fn execute(
     let tool = shared.tools.get(&call.name).cloned();
     // PreToolUse runs before anything is shown: a rewritten input is what the user sees run.
     let mut pre = HookOutcome::default();
+    let mut interrupted = false;
     if let (Some(_), Ok(input)) = (&tool, &args) {
-        pre = hooks::fire(
+        pre = hooks::fire_in_turn(
             shared,
             HookEvent::PreToolUse,
             &call.name,
@@ -49,8 +50,13 @@ pub(crate) async fn execute(
                 ("tool_input", input.clone()),
                 ("tool_use_id", call.id.clone().into()),
             ]),
+            cancel,
         )
-        .await;
+        .await
+        .unwrap_or_else(|hooks::Interrupted| {
+            interrupted = true;
+            HookOutcome::default()
+        });
         if pre.blocked.is_none()
             && let Some(updated) = pre.updated_input.take()
         {
@@ -80,6 +86,11 @@ pub(crate) async fn execute(
             shared.tools.names().join(", ")
         )),
         (Some(_), Err(e)) => ToolResult::error(e),
+        (Some(_), Ok(_)) if interrupted => ToolResult {
+            content: "Interrupted by the user.".into(),
+            status: ToolStatus::Interrupted,
+            exit_code: None,
+        },
         (Some(_), Ok(_)) if pre.blocked.is_some() || pre.stop.is_some() => ToolResult {
             content: format!(
                 "A PreToolUse hook blocked this call: {}",
@@ -163,7 +174,7 @@ pub(crate) async fn execute(
     if let Some(input) = ran_input
         && result.status != ToolStatus::Interrupted
     {
-        let post = hooks::fire(
+        let post = hooks::fire_in_turn(
             shared,
             HookEvent::PostToolUse,
             &call.name,
@@ -180,8 +191,10 @@ pub(crate) async fn execute(
                 ),
                 ("tool_use_id", call.id.clone().into()),
             ]),
+            cancel,
         )
-        .await;
+        .await
+        .unwrap_or_default();
         // The tool ran already: a block is feedback for the model, not an undo.
         if let Some(why) = &post.blocked {
             notes.push(hooks::for_model(HookEvent::PostToolUse, why));

@@ -158,13 +158,15 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
     let open_owner = shared.state().timeline.open_task().map(|t| t.owner);
     abandon(&shared);
 
-    let prompt = hooks::fire(
+    let prompt = hooks::fire_in_turn(
         &shared,
         HookEvent::UserPromptSubmit,
         "",
         hooks::fields([("prompt", text.into())]),
+        &ctx.cancel,
     )
-    .await;
+    .await
+    .map_err(|hooks::Interrupted| (Stop::Interrupted, None))?;
     if let Some(why) = prompt.blocked.clone().or(prompt.stop.clone()) {
         // The prompt never reaches a model: no task is opened for it.
         return Err((
@@ -256,7 +258,8 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
             message: message.clone(),
         });
         if calls.is_empty() {
-            let stop = hooks::fire(
+            // Interrupted while the Stop hooks run: the answer stands, the turn ends.
+            let stop = hooks::fire_in_turn(
                 &shared,
                 HookEvent::Stop,
                 "",
@@ -264,8 +267,10 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
                     ("stop_hook_active", (stop_continuations > 0).into()),
                     ("last_assistant_message", message.content.clone().into()),
                 ]),
+                &ctx.cancel,
             )
-            .await;
+            .await
+            .unwrap_or_default();
             if let Some(why) = stop.blocked.filter(|_| stop.stop.is_none()) {
                 if stop_continuations < MAX_STOP_CONTINUATIONS {
                     // The hook wants more work: its reason is the next thing the expert reads.

@@ -72,6 +72,16 @@ fn read_small(path: &Path, notes: &mut Vec<String>) -> Option<String> {
     }
 }
 
+/// Whether `path`, links resolved, stays inside `root`: a project's command or skill that is a
+/// link to a file elsewhere (`SKILL.md -> ~/.ssh/…`) is not read, or the model could be handed
+/// a file of the user's through a repository it cloned.
+fn stays_inside(path: &Path, root: &Path) -> bool {
+    match (path.canonicalize(), root.canonicalize()) {
+        (Ok(p), Ok(r)) => p.starts_with(r),
+        _ => false,
+    }
+}
+
 /// A name a command or skill may have: what the slash parser and the skill tool accept.
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
@@ -148,12 +158,13 @@ impl CustomCommand {
 /// name wins), and notes on files skipped.
 pub fn discover_commands(workspace: &Path) -> (Vec<CustomCommand>, Vec<String>) {
     let dirs = [
-        user_dir().map(|d| d.join("commands")),
-        Some(workspace.join(".baton").join("commands")),
+        (user_dir().map(|d| d.join("commands")), false),
+        (Some(workspace.join(".baton").join("commands")), true),
     ];
     let mut notes = Vec::new();
     let mut found: Vec<CustomCommand> = Vec::new();
-    for dir in dirs.into_iter().flatten() {
+    for (dir, project) in dirs {
+        let Some(dir) = dir else { continue };
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
@@ -171,6 +182,13 @@ pub fn discover_commands(workspace: &Path) -> (Vec<CustomCommand>, Vec<String>) 
             if !valid_name(&name) {
                 notes.push(format!(
                     "{}: a command name may hold only letters, digits, - and _; skipped",
+                    path.display()
+                ));
+                continue;
+            }
+            if project && !stays_inside(&path, workspace) {
+                notes.push(format!(
+                    "{}: links outside the workspace; skipped",
                     path.display()
                 ));
                 continue;
@@ -240,13 +258,14 @@ impl Skill {
 /// wins), and notes on folders skipped. Only the front matter is read here.
 pub fn discover_skills(workspace: &Path) -> (Vec<Skill>, Vec<String>) {
     let roots = [
-        user_dir().map(|d| d.join("skills")),
-        Some(workspace.join(".agents").join("skills")),
-        Some(workspace.join(".baton").join("skills")),
+        (user_dir().map(|d| d.join("skills")), false),
+        (Some(workspace.join(".agents").join("skills")), true),
+        (Some(workspace.join(".baton").join("skills")), true),
     ];
     let mut notes = Vec::new();
     let mut found: Vec<Skill> = Vec::new();
-    for root in roots.into_iter().flatten() {
+    for (root, project) in roots {
+        let Some(root) = root else { continue };
         let Ok(entries) = std::fs::read_dir(&root) else {
             continue;
         };
@@ -259,6 +278,13 @@ pub fn discover_skills(workspace: &Path) -> (Vec<Skill>, Vec<String>) {
         for dir in dirs {
             let path = dir.join("SKILL.md");
             if !path.is_file() {
+                continue;
+            }
+            if project && !stays_inside(&path, workspace) {
+                notes.push(format!(
+                    "{}: links outside the workspace; skipped",
+                    path.display()
+                ));
                 continue;
             }
             let Some(text) = read_small(&path, &mut notes) else {
@@ -382,9 +408,26 @@ mod tests {
             )
             .unwrap();
         }
+        // A skill that links to a file outside the workspace is not read.
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(
+            outside.path().join("secret"),
+            "---\nname: leak\ndescription: d\n---\nPRIVATE",
+        )
+        .unwrap();
+        std::fs::create_dir_all(ws.join(".baton/skills/leak")).unwrap();
+        std::os::unix::fs::symlink(
+            outside.path().join("secret"),
+            ws.join(".baton/skills/leak/SKILL.md"),
+        )
+        .unwrap();
         let (skills, notes) = discover_skills(ws);
         let mine: Vec<&Skill> = skills.iter().filter(|s| s.path.starts_with(ws)).collect();
         assert_eq!(mine.len(), 1);
+        assert!(
+            notes.iter().any(|n| n.contains("links outside")),
+            "{notes:?}"
+        );
         assert_eq!(mine[0].name, "pdf");
         assert_eq!(mine[0].body().unwrap(), "SECRET BODY");
         assert!(notes.iter().any(|n| n.contains("nodesc")));
