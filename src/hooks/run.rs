@@ -61,18 +61,30 @@ struct Ran {
     stderr: String,
 }
 
-/// Shortens text for a message to the user.
-fn short(text: &str) -> String {
+/// Shortens text to `max` bytes, saying how much was cut.
+fn cut_to(text: &str, max: usize) -> String {
     let text = text.trim();
-    const MAX: usize = 2000;
-    if text.len() <= MAX {
+    if text.len() <= max {
         return text.to_string();
     }
-    let mut cut = MAX;
+    let mut cut = max;
     while !text.is_char_boundary(cut) {
         cut -= 1;
     }
-    format!("{}… [{} more bytes]", &text[..cut], text.len() - cut)
+    format!("{}… [{} more bytes cut]", &text[..cut], text.len() - cut)
+}
+
+/// Shortens text for a message to the user.
+fn short(text: &str) -> String {
+    cut_to(text, 2000)
+}
+
+/// What one hook may put in front of the model (a reason, context): it is read on every later
+/// request of the task, so a chatty hook must not fill the window.
+const MODEL_TEXT_CAP: usize = 10_000;
+
+fn for_model(text: &str) -> String {
+    cut_to(text, MODEL_TEXT_CAP)
 }
 
 async fn spawn_and_wait(hook: &HookCommand, stdin: &str, cwd: &Path) -> Result<Ran, String> {
@@ -173,7 +185,7 @@ pub(crate) async fn run_command(
             out.blocked = Some(if why.is_empty() {
                 format!("blocked by a {} hook", event.name())
             } else {
-                why.to_string()
+                for_model(why)
             });
         }
         code => {
@@ -210,7 +222,7 @@ fn read_answer(out: &mut HookOutcome, name: &str, stdout: &str, event: HookEvent
     };
     let Some(map) = json else {
         if event.stdout_is_context() && !text.starts_with('{') {
-            out.context.push(text.to_string());
+            out.context.push(for_model(text));
         }
         return;
     };
@@ -226,13 +238,17 @@ fn read_answer(out: &mut HookOutcome, name: &str, stdout: &str, event: HookEvent
 
     if map.get("continue").and_then(Value::as_bool) == Some(false) {
         out.stop = Some(
-            text_of("stopReason").unwrap_or_else(|| format!("stopped by a {} hook", event.name())),
+            text_of("stopReason")
+                .map(|r| short(&r))
+                .unwrap_or_else(|| format!("stopped by a {} hook", event.name())),
         );
     }
     if let Some(msg) = text_of("systemMessage") {
-        out.messages.push(msg);
+        out.messages.push(short(&msg));
     }
-    let reason = text_of("permissionDecisionReason").or_else(|| text_of("reason"));
+    let reason = text_of("permissionDecisionReason")
+        .or_else(|| text_of("reason"))
+        .map(|r| for_model(&r));
     let permission = match field("permissionDecision").and_then(Value::as_str) {
         Some("allow") => Some(Permission::Allow),
         Some("ask") => Some(Permission::Ask),
@@ -269,6 +285,6 @@ fn read_answer(out: &mut HookOutcome, name: &str, stdout: &str, event: HookEvent
         }
     }
     if let Some(ctx) = text_of("additionalContext") {
-        out.context.push(ctx);
+        out.context.push(for_model(&ctx));
     }
 }

@@ -197,6 +197,30 @@ async fn other_exit_codes_are_messages_and_a_hang_is_killed_with_its_group() {
 }
 
 #[tokio::test]
+async fn what_a_hook_gives_the_model_is_capped() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = hooks_of(&one(
+        "UserPromptSubmit",
+        "",
+        "head -c 100000 /dev/zero | tr '\\0' y; head -c 100000 /dev/zero | tr '\\0' z >&2; exit 2",
+        20.0,
+    ))
+    .fire(
+        HookEvent::UserPromptSubmit,
+        "",
+        &base(dir.path()),
+        Map::new(),
+    )
+    .await;
+    let why = out.blocked.unwrap();
+    assert!(
+        why.len() < 10_100 && why.ends_with("more bytes cut]"),
+        "{}",
+        why.len()
+    );
+}
+
+#[tokio::test]
 async fn a_hook_that_ignores_stdin_and_floods_stdout_still_finishes() {
     let dir = tempfile::tempdir().unwrap();
     let out = hooks_of(&one(
