@@ -623,3 +623,31 @@ fn ctrl_c_during_a_pre_tool_use_hook_kills_it_and_the_call_does_not_run() {
     }
     assert!(!proc_dir.exists(), "the hook outlived the interrupt");
 }
+
+#[test]
+fn an_expert_summary_hook_sees_each_recorded_summary() {
+    let env = Env::new();
+    user_hooks(
+        &env,
+        &[(
+            "ExpertSummary",
+            "L2",
+            "cat >> \"$HOME/summaries.log\"; echo >> \"$HOME/summaries.log\"",
+            10,
+        )],
+    );
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", "answered")
+            .summary("L2", "L2 answered the greeting."),
+    );
+    let out = env.exec(&engine, "hello", &[]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let log = std::fs::read_to_string(env.home.join("summaries.log")).expect("hook ran");
+    let first: Value = serde_json::from_str(log.lines().next().expect("line")).expect("json");
+    assert_eq!(first["hook_event_name"], "ExpertSummary");
+    assert_eq!(first["expert"], "L2");
+    assert_eq!(first["task_id"], 1);
+    assert_eq!(first["summary"], "L2 answered the greeting.");
+}
