@@ -946,3 +946,76 @@ async fn compaction_fires_pre_and_post_compact_hooks() {
     assert!(events[1]["tokens_after"].as_u64() < events[1]["tokens_before"].as_u64());
     h.release.notify_one();
 }
+
+#[tokio::test]
+async fn an_approval_question_fires_the_notification_hook_while_it_waits() {
+    let logs = tempfile::tempdir().expect("tempdir");
+    let log = logs.path().join("notify.log");
+    let hooks = crate::hooks::Hooks::from_groups(vec![(
+        crate::hooks::HookEvent::Notification,
+        crate::hooks::HookGroup {
+            matcher: crate::hooks::Matcher::new(None).expect("matcher"),
+            hooks: vec![crate::hooks::HookCommand {
+                command: format!("cat > {}", log.display()),
+                timeout: std::time::Duration::from_secs(10),
+                file: "hooks.json".into(),
+            }],
+        },
+    )]);
+    let mut call = ChatMessage::assistant("");
+    call.tool_calls.push(crate::protocol::ToolCall {
+        id: "c1".into(),
+        name: "write_file".into(),
+        arguments: r#"{"path":"x.txt","content":"x"}"#.into(),
+    });
+    let backend = FakeBackend {
+        labels: Mutex::new(vec!["L2"].into()),
+        release: Arc::new(Notify::new()),
+        hang_answers: false,
+        answers: Mutex::new(vec![call].into()),
+        seen: Mutex::new(Vec::new()),
+        report_usage: false,
+        free_summaries: false,
+    };
+    let (mut h, _) = launch_configured(
+        backend,
+        crate::tool::registry::standard_tools(),
+        None,
+        |cfg| {
+            cfg.headless = false;
+            cfg.approval = ApprovalPolicy::Ask;
+            cfg.hooks = hooks;
+        },
+    );
+    h.handle
+        .ops
+        .send(Op::UserTurn {
+            text: "write".into(),
+        })
+        .expect("send");
+    next_matching(&mut h, |e| matches!(e, Event::ApprovalRequested { .. })).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let input = loop {
+        if let Ok(text) = std::fs::read_to_string(&log)
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+        {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "no notification");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(input["hook_event_name"], "Notification");
+    assert_eq!(input["notification_type"], "permission_prompt");
+    assert_eq!(
+        input["message"],
+        "baton needs your permission to use write_file"
+    );
+    h.handle
+        .ops
+        .send(Op::Approval {
+            call_id: "c1".into(),
+            decision: crate::protocol::ApprovalDecision::Deny,
+        })
+        .expect("send");
+    next_matching(&mut h, |e| matches!(e, Event::ToolEnd { .. })).await;
+}
