@@ -53,6 +53,8 @@ pub enum SetupError {
     ProfileFolder(String),
     #[error(transparent)]
     Session(#[from] crate::session::SessionError),
+    #[error("{0} (fix it, or run with --no-hooks)")]
+    Hooks(#[from] crate::hooks::HookError),
 }
 
 impl SetupError {
@@ -122,7 +124,28 @@ pub fn system_prompt(config: &Config) -> Result<String, SetupError> {
     if !instructions.text.is_empty() {
         prompt = format!("{}\n\n{}", prompt.trim_end(), instructions.text);
     }
+    let skills = skills(config);
+    if !skills.is_empty() {
+        prompt = format!(
+            "{}\n\n{}",
+            prompt.trim_end(),
+            crate::tool::skill::listing(&skills)
+        );
+    }
     Ok(prompt)
+}
+
+/// The skills the experts are offered: none when `tools` leaves out the `skill` tool that
+/// reads them.
+pub fn skills(config: &Config) -> Vec<crate::config::commands::Skill> {
+    if config
+        .tools
+        .as_ref()
+        .is_some_and(|t| !t.iter().any(|n| n == "skill"))
+    {
+        return Vec::new();
+    }
+    crate::config::commands::discover_skills(&config.workspace).0
 }
 
 /// AGENTS.md (or CLAUDE.md) files from the repository root down to the workspace, plus the
@@ -179,7 +202,19 @@ pub fn agent_config(config: &Config, frontend: Frontend) -> Result<AgentConfig, 
         max_tokens: config.max_tokens,
         context_window: config.context_window,
         compact_at: config.compact_at,
+        hooks: hooks(config)?,
     })
+}
+
+/// The hooks of this run: the user's file and a trusted project's, none with `--no-hooks`.
+pub fn hooks(config: &Config) -> Result<crate::hooks::Hooks, SetupError> {
+    if config.no_hooks {
+        return Ok(crate::hooks::Hooks::none());
+    }
+    // An unreadable trust list trusts nothing (the config layer has said so already).
+    let trust = crate::config::TrustList::load().unwrap_or_default();
+    let found = crate::hooks::discover(&config.workspace, &trust);
+    Ok(crate::hooks::Hooks::load(&found)?)
 }
 
 /// Creates a new session file, or opens `resume` (an id, a prefix, or `last`) with the state
@@ -226,6 +261,10 @@ pub fn tool_registry(config: &Config) -> crate::tool::ToolRegistry {
     };
     for tool in crate::tool::shell::shell_tools(shell) {
         registry.register(tool);
+    }
+    let skills = skills(config);
+    if !skills.is_empty() {
+        registry.register(Arc::new(crate::tool::skill::SkillTool::new(skills)));
     }
     match &config.tools {
         Some(names) => registry.only(names),

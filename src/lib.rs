@@ -3,7 +3,7 @@
 //! The layer map is docs/architecture.md (enforced by tests/architecture.rs): `cli` dispatches
 //! to the frontends (`tui`, `exec`, `eval`), which drive an agent built by `app` through the
 //! types of `protocol`; below them `agent` → `mol` → `backend` → `engine`, and `agent` → `tool`
-//! → `sandbox`. Nothing below knows about anything above it.
+//! → `sandbox`, and `agent` → `hooks` (the user's commands at points of a session). Nothing below knows about anything above it.
 
 #![cfg_attr(
     test,
@@ -18,6 +18,7 @@ pub mod config;
 pub mod engine;
 pub mod eval;
 pub(crate) mod exec;
+pub mod hooks;
 pub mod mol;
 pub mod protocol;
 pub mod sandbox;

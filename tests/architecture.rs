@@ -16,19 +16,24 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("config", &["protocol"]),
     ("session", &["protocol"]),
     ("sandbox", &["protocol"]),
+    // The user's hook commands: their files (trust decides the project's) and how they run.
+    ("hooks", &["protocol", "config"]),
     ("backend", &["protocol", "engine"]),
     // Tools never reach a model.
     ("tool", &["protocol", "config", "session", "sandbox"]),
     ("mol", &["protocol", "config", "session", "backend"]),
     (
         "agent",
-        &["protocol", "config", "session", "backend", "mol", "tool"],
+        &[
+            "protocol", "config", "session", "backend", "mol", "tool", "hooks",
+        ],
     ),
     // The one builder.
     (
         "app",
         &[
-            "protocol", "config", "session", "engine", "backend", "sandbox", "tool", "mol", "agent",
+            "protocol", "config", "session", "engine", "backend", "sandbox", "hooks", "tool",
+            "mol", "agent",
         ],
     ),
     // Frontends: the protocol, their options, saved sessions; never each other.
@@ -40,8 +45,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "cli",
         &[
-            "protocol", "engine", "config", "session", "sandbox", "backend", "tool", "mol",
-            "agent", "app", "exec", "tui", "eval",
+            "protocol", "engine", "config", "session", "sandbox", "hooks", "backend", "tool",
+            "mol", "agent", "app", "exec", "tui", "eval",
         ],
     ),
 ];

@@ -21,6 +21,9 @@ const FOREIGN: &[&str] = &[
     "--nocapture",
     "--ignored",
     "--target",
+    // cargo and git in the hook examples (hooks.md)
+    "--quiet",
+    "--show-current",
     // vLLM / SGLang serving the adapters
     "--lora-modules",
     "--lora-paths",

@@ -27,6 +27,7 @@ fn args(tasks: Vec<PathBuf>, agent: &str, out: &Path) -> EvalArgs {
         exclude: Vec::new(),
         baton_bin: None,
         exec_args: Vec::new(),
+        hooks: None,
         pass_env: Vec::new(),
         isolation: IsolationChoice::Auto,
         share: Vec::new(),
@@ -596,6 +597,67 @@ fn scripted_engine_trajectory_through_baton_exec() {
     // The model saw the instruction; the trial's session file landed in the agent logs.
     assert!(engine.requests().iter().any(|r| r.mentions("release day")));
     assert!(t.trial_dir.join("agent/sessions").is_dir());
+}
+
+#[test]
+fn hooks_fire_inside_a_trial() {
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("call_1", "read_file", r#"{"path":"notes.txt"}"#),
+            )
+            .answer("L2", MockReply::text("Friday.")),
+    );
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("hooked");
+    write(
+        &dir.join("task.toml"),
+        "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n[environment]\nallow_internet = false\n",
+    );
+    write(&dir.join("instruction.md"), "Read notes.txt.\n");
+    write(&dir.join("environment/notes.txt"), "release: friday\n");
+    write(
+        &dir.join("tests/test.sh"),
+        "echo 1 > /logs/verifier/reward.txt\n",
+    );
+    let hooks = root.path().join("hooks.json");
+    write(
+        &hooks,
+        r#"{"hooks": {
+            "PostToolUse": [{"matcher": "read_file", "hooks": [{"type": "command", "command": "cat >> \"$HOME/hooks.log\"; echo >> \"$HOME/hooks.log\""}]}],
+            "Stop": [{"hooks": [{"type": "command", "command": "cat >> \"$HOME/hooks.log\"; echo >> \"$HOME/hooks.log\""}]}]
+        }}"#,
+    );
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![dir], "baton", out.path());
+    a.baton_bin = Some(PathBuf::from(env!("CARGO_BIN_EXE_baton")));
+    a.exec_args = vec!["--endpoint".into(), engine.url()];
+    a.hooks = Some(hooks);
+    a.keep_workdirs = true;
+    let report = run(a);
+    let t = &report.trials[0];
+    let stderr = std::fs::read_to_string(t.trial_dir.join("agent/stderr.txt")).unwrap_or_default();
+    assert_eq!(t.agent_exit.exit_code, Some(0), "agent stderr: {stderr}");
+    let log = std::fs::read_to_string(t.trial_dir.join("work/home/hooks.log"))
+        .unwrap_or_else(|e| panic!("no hook log ({e}); agent stderr: {stderr}"));
+    let events: Vec<serde_json::Value> = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["hook_event_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["PostToolUse", "Stop"], "{log}");
+    assert!(
+        events[0]["tool_response"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("release: friday")
+    );
 }
 
 /// The headless contract as the runner sees it: `--max-turns` reached is exit code 3, recorded

@@ -736,3 +736,51 @@ fn a_dead_endpoint_is_reported_at_start_before_any_turn() {
     tmux.cmd(&["send-keys", "-t", "t", "C-c"]);
     tmux.wait_until_dead();
 }
+
+#[test]
+fn a_custom_command_with_arguments_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", MockReply::text("Reviewed it."))
+            .default_summary("Reviewed."),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(workspace.join(".baton/commands")).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    std::fs::write(
+        workspace.join(".baton/commands/review.md"),
+        "---\ndescription: Review a folder for bugs\nargument-hint: [path] [focus]\n---\n\
+         Review $1 and look hard at $2.\n",
+    )
+    .expect("write");
+    let tmux = start_ui(&engine, &workspace, &home, &[]);
+    tmux.wait_for("Ask baton");
+    // The popup lists it with its hint and description.
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "/rev"]);
+    let screen = tmux.wait_for("Review a folder for bugs");
+    assert!(screen.contains("/review [path] [focus]"), "{screen}");
+    tmux.cmd(&["send-keys", "-t", "t", "Tab"]);
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "src/ locking"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("Reviewed it.");
+    let sent = engine.requests_for_hop("answer");
+    assert_eq!(
+        sent[0].last_user_text().as_deref(),
+        Some("Review src/ and look hard at locking.")
+    );
+    // /help lists it too.
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "/help"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    let screen = tmux.wait_for("Custom commands");
+    assert!(screen.contains("/review [path] [focus]"), "{screen}");
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
+    assert_eq!(tmux.exit_code(), "0", "clean exit: {}", tmux.capture());
+}

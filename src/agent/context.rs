@@ -255,7 +255,10 @@ pub(crate) async fn fit(
         return req;
     }
     let view = req.messages.clone();
-    let compacted = compact(shared, turn_id, task_id, expert, view, tokens, cancel).await;
+    let compacted = compact(
+        shared, turn_id, task_id, expert, view, tokens, false, cancel,
+    )
+    .await;
     let (req, tokens) = redo(compacted, req, tokens);
     // Last resort: the newest output alone does not fit; it shrinks too.
     if tokens > budget.hard_limit() && record_shrink(shared, task_id, 0) {
@@ -265,6 +268,8 @@ pub(crate) async fn fit(
 }
 
 /// Compacts a task from `view` (its owner's current view). Returns whether anything changed.
+/// `manual`: asked for with `/compact` (the hooks' `trigger`), else the context was full.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn compact(
     shared: &Shared,
     turn_id: u64,
@@ -272,6 +277,7 @@ pub(crate) async fn compact(
     expert: Expert,
     view: Vec<crate::protocol::ChatMessage>,
     tokens_before: u64,
+    manual: bool,
     cancel: &CancellationToken,
 ) -> bool {
     let can = shared
@@ -282,6 +288,18 @@ pub(crate) async fn compact(
     if !can {
         return false;
     }
+    let trigger = if manual { "manual" } else { "auto" };
+    super::hooks::fire(
+        shared,
+        crate::hooks::HookEvent::PreCompact,
+        trigger,
+        super::hooks::fields([
+            ("trigger", trigger.into()),
+            ("custom_instructions", "".into()),
+            ("expert", expert.label().into()),
+        ]),
+    )
+    .await;
     shared.events.emit(Event::HopStarted {
         turn_id,
         hop: Hop::Compaction,
@@ -340,6 +358,19 @@ pub(crate) async fn compact(
             "summary".into()
         },
     });
+    super::hooks::fire(
+        shared,
+        crate::hooks::HookEvent::PostCompact,
+        trigger,
+        super::hooks::fields([
+            ("trigger", trigger.into()),
+            ("expert", expert.label().into()),
+            ("compact_summary", summary.into()),
+            ("tokens_before", tokens_before.into()),
+            ("tokens_after", after.into()),
+        ]),
+    )
+    .await;
     true
 }
 

@@ -19,6 +19,9 @@ struct Running {
 
 pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, resumed: bool) {
     emit_session(&shared, resumed, false);
+    super::hooks::announce(&shared);
+    // Before the first turn is taken: what these hooks say is context for that turn.
+    session_start(&shared, if resumed { "resume" } else { "startup" }).await;
     // After the session event, so a frontend knows what the warning is about. Nobody watches
     // a headless run before its turn, and that turn reports the same failure.
     if !shared.cfg.headless {
@@ -111,6 +114,24 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
                 return;
             }
         }
+    }
+}
+
+/// Runs the `SessionStart` hooks (`source`: startup, resume or clear, the matcher's subject);
+/// their context waits for the next user turn.
+async fn session_start(shared: &Shared, source: &str) {
+    let out = super::hooks::fire(
+        shared,
+        crate::hooks::HookEvent::SessionStart,
+        source,
+        super::hooks::fields([("source", source.into())]),
+    )
+    .await;
+    if let Some(text) = out.context_text() {
+        lock(&shared.hook_context).push(super::hooks::for_model(
+            crate::hooks::HookEvent::SessionStart,
+            &text,
+        ));
     }
 }
 
@@ -220,6 +241,8 @@ async fn switch_session(shared: &Arc<Shared>, resume: Option<String>) {
         Ok(Some((file, state))) => {
             shared.adopt(file, state);
             emit_session(shared, resume.is_some(), true);
+            lock(&shared.hook_context).clear();
+            session_start(shared, if resume.is_some() { "resume" } else { "clear" }).await;
         }
         Err(e) => shared.events.emit(Event::Error {
             message: e.to_string(),
@@ -248,7 +271,7 @@ async fn compact_last_task(shared: &Arc<Shared>) {
     let tokens = context::view_tokens(shared, owner, view.clone());
     let turn_id = shared.state().next_turn_id.saturating_sub(1);
     let cancel = CancellationToken::new();
-    if !context::compact(shared, turn_id, task_id, owner, view, tokens, &cancel).await {
+    if !context::compact(shared, turn_id, task_id, owner, view, tokens, true, &cancel).await {
         shared.events.emit(Event::Warning {
             message: "the last task is too short to compact".into(),
         });

@@ -11,6 +11,7 @@
 pub(crate) mod approval;
 mod context;
 mod core_loop;
+mod hooks;
 pub(crate) mod instructions;
 mod probe;
 mod summaries;
@@ -62,6 +63,8 @@ pub struct AgentConfig {
     pub context_window: Option<u64>,
     /// Compact when a view passes this fraction of the window (`compact_at`; default 0.85).
     pub compact_at: Option<f64>,
+    /// The user's hook commands (none with `--no-hooks`).
+    pub hooks: crate::hooks::Hooks,
 }
 
 /// State shared by the op loop, the running turn and the background summary tasks.
@@ -86,6 +89,8 @@ pub(crate) struct Shared {
     /// The backend's model list, asked at most once while it answers: the start-up check and
     /// the first turn's context-window lookup share it.
     pub models: tokio::sync::OnceCell<Vec<crate::backend::ModelInfo>>,
+    /// What `SessionStart` hooks gave the model, added to the next user turn.
+    pub hook_context: Mutex<Vec<String>>,
 }
 
 /// A session's state with the file its records go to: one lock, so the order of records in
@@ -260,6 +265,7 @@ fn start(
         summaries: Mutex::new(HashMap::new()),
         context: Mutex::new(context::ContextState::default()),
         models: tokio::sync::OnceCell::new(),
+        hook_context: Mutex::new(Vec::new()),
     });
     probe::report_retries(&shared, shared.events.clone());
     tokio::spawn(core_loop::run(shared.clone(), ops_rx, resumed));

@@ -96,4 +96,15 @@ async fn summarize(shared: &Shared, turn_id: u64, task_id: u64, settle: bool) {
         tokens: outcome.usage.completion_tokens,
         empty: text.trim().is_empty(),
     });
+    super::hooks::fire(
+        shared,
+        crate::hooks::HookEvent::ExpertSummary,
+        task.owner.label(),
+        super::hooks::fields([
+            ("expert", task.owner.label().into()),
+            ("task_id", task_id.into()),
+            ("summary", text.into()),
+        ]),
+    )
+    .await;
 }

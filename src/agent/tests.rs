@@ -190,6 +190,7 @@ fn launch_configured(
         max_tokens: None,
         context_window,
         compact_at: None,
+        hooks: crate::hooks::Hooks::none(),
     };
     configure(&mut cfg);
     std::fs::write(
@@ -885,4 +886,136 @@ async fn a_frontend_cannot_remember_a_wider_prefix_than_the_core_offered() {
         h.handle.ops.send(Op::Shutdown).expect("send");
         next_matching(&mut h, |e| matches!(e, Event::ShutdownComplete)).await;
     }
+}
+
+#[tokio::test]
+async fn compaction_fires_pre_and_post_compact_hooks() {
+    let logs = tempfile::tempdir().expect("tempdir");
+    let log = logs.path().join("compact.log");
+    let hook = |event| {
+        (
+            event,
+            crate::hooks::HookGroup {
+                matcher: crate::hooks::Matcher::new(Some("auto")).expect("matcher"),
+                hooks: vec![crate::hooks::HookCommand {
+                    command: format!("cat >> {0}; echo >> {0}", log.display()),
+                    timeout: std::time::Duration::from_secs(10),
+                    file: "hooks.json".into(),
+                }],
+            },
+        )
+    };
+    let hooks = crate::hooks::Hooks::from_groups(vec![
+        hook(crate::hooks::HookEvent::PreCompact),
+        hook(crate::hooks::HookEvent::PostCompact),
+    ]);
+    let release = Arc::new(Notify::new());
+    let backend = FakeBackend {
+        labels: Mutex::new(vec!["L2"].into()),
+        release: release.clone(),
+        hang_answers: false,
+        answers: Mutex::new(vec![read_big("r1"), read_big("r2"), read_big("r3")].into()),
+        seen: Mutex::new(Vec::new()),
+        report_usage: false,
+        free_summaries: false,
+    };
+    let (mut h, _) = launch_configured(
+        backend,
+        crate::tool::registry::standard_tools(),
+        Some(4096),
+        |cfg| cfg.hooks = hooks,
+    );
+    h.handle
+        .ops
+        .send(Op::UserTurn {
+            text: "read it thrice".into(),
+        })
+        .expect("send");
+    next_matching(&mut h, |e| matches!(e, Event::TurnCompleted { .. })).await;
+    let text = std::fs::read_to_string(&log).expect("the hooks ran");
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    assert!(events.len() >= 2, "{text}");
+    assert_eq!(events[0]["hook_event_name"], "PreCompact");
+    assert_eq!(events[0]["trigger"], "auto");
+    assert_eq!(events[1]["hook_event_name"], "PostCompact");
+    assert_eq!(events[1]["expert"], "L2");
+    assert!(events[1]["tokens_after"].as_u64() < events[1]["tokens_before"].as_u64());
+    h.release.notify_one();
+}
+
+#[tokio::test]
+async fn an_approval_question_fires_the_notification_hook_while_it_waits() {
+    let logs = tempfile::tempdir().expect("tempdir");
+    let log = logs.path().join("notify.log");
+    let hooks = crate::hooks::Hooks::from_groups(vec![(
+        crate::hooks::HookEvent::Notification,
+        crate::hooks::HookGroup {
+            matcher: crate::hooks::Matcher::new(None).expect("matcher"),
+            hooks: vec![crate::hooks::HookCommand {
+                command: format!("cat > {}", log.display()),
+                timeout: std::time::Duration::from_secs(10),
+                file: "hooks.json".into(),
+            }],
+        },
+    )]);
+    let mut call = ChatMessage::assistant("");
+    call.tool_calls.push(crate::protocol::ToolCall {
+        id: "c1".into(),
+        name: "write_file".into(),
+        arguments: r#"{"path":"x.txt","content":"x"}"#.into(),
+    });
+    let backend = FakeBackend {
+        labels: Mutex::new(vec!["L2"].into()),
+        release: Arc::new(Notify::new()),
+        hang_answers: false,
+        answers: Mutex::new(vec![call].into()),
+        seen: Mutex::new(Vec::new()),
+        report_usage: false,
+        free_summaries: false,
+    };
+    let (mut h, _) = launch_configured(
+        backend,
+        crate::tool::registry::standard_tools(),
+        None,
+        |cfg| {
+            cfg.headless = false;
+            cfg.approval = ApprovalPolicy::Ask;
+            cfg.hooks = hooks;
+        },
+    );
+    h.handle
+        .ops
+        .send(Op::UserTurn {
+            text: "write".into(),
+        })
+        .expect("send");
+    next_matching(&mut h, |e| matches!(e, Event::ApprovalRequested { .. })).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let input = loop {
+        if let Ok(text) = std::fs::read_to_string(&log)
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+        {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "no notification");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(input["hook_event_name"], "Notification");
+    assert_eq!(input["notification_type"], "permission_prompt");
+    assert_eq!(
+        input["message"],
+        "baton needs your permission to use write_file"
+    );
+    h.handle
+        .ops
+        .send(Op::Approval {
+            call_id: "c1".into(),
+            decision: crate::protocol::ApprovalDecision::Deny,
+        })
+        .expect("send");
+    next_matching(&mut h, |e| matches!(e, Event::ToolEnd { .. })).await;
 }

@@ -7,10 +7,18 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use super::approval::{self, Verdict};
-use super::{Shared, lock};
+use super::{Shared, hooks, lock};
+use crate::hooks::{HookEvent, HookOutcome, Permission};
 use crate::protocol::{ApprovalDecision, ApprovalRequest, Event, ToolStatus};
 use crate::protocol::{ChatMessage, ToolCall};
 use crate::tool::{ApprovalNeed, ToolContext, ToolResult};
+
+/// What a call's hooks said beyond its result: `continue: false` stops the turn.
+pub(crate) struct Executed {
+    pub message: ChatMessage,
+    /// A hook's `stopReason`: the turn ends after this call.
+    pub stop: Option<String>,
+}
 
 /// Runs one call to its end and returns the tool message that answers it.
 pub(crate) async fn execute(
@@ -18,17 +26,44 @@ pub(crate) async fn execute(
     turn_id: u64,
     call: &ToolCall,
     cancel: &CancellationToken,
-) -> ChatMessage {
+) -> Executed {
     // `duration_ms` is the tool's own time: it restarts when an approval is answered, so the
     // minutes a user spends reading the modal are not counted as the command's.
     let mut started = Instant::now();
-    let args: Result<serde_json::Value, String> = if call.arguments.trim().is_empty() {
+    let mut args: Result<serde_json::Value, String> = if call.arguments.trim().is_empty() {
         Ok(serde_json::json!({}))
     } else {
         serde_json::from_str(&call.arguments)
             .map_err(|e| format!("the arguments are not valid JSON ({e}); send a JSON object"))
     };
     let tool = shared.tools.get(&call.name).cloned();
+    // PreToolUse runs before anything is shown: a rewritten input is what the user sees run.
+    let mut pre = HookOutcome::default();
+    let mut interrupted = false;
+    if let (Some(_), Ok(input)) = (&tool, &args) {
+        pre = hooks::fire_in_turn(
+            shared,
+            HookEvent::PreToolUse,
+            &call.name,
+            hooks::fields([
+                ("tool_name", call.name.clone().into()),
+                ("tool_input", input.clone()),
+                ("tool_use_id", call.id.clone().into()),
+            ]),
+            cancel,
+        )
+        .await
+        .unwrap_or_else(|hooks::Interrupted| {
+            interrupted = true;
+            HookOutcome::default()
+        });
+        if pre.blocked.is_none()
+            && let Some(updated) = pre.updated_input.take()
+        {
+            args = Ok(updated);
+        }
+    }
+    let mut stop = pre.stop.clone();
     let shown_args = args
         .clone()
         .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone()));
@@ -43,13 +78,30 @@ pub(crate) async fn execute(
         arguments: shown_args,
         title,
     });
-    let result = match (tool, args) {
+    let mut ran_input = None;
+    let mut result = match (tool, args) {
         (None, _) => ToolResult::error(format!(
             "There is no tool named `{}`. Available tools: {}.",
             call.name,
             shared.tools.names().join(", ")
         )),
         (Some(_), Err(e)) => ToolResult::error(e),
+        (Some(_), Ok(_)) if interrupted => ToolResult {
+            content: "Interrupted by the user.".into(),
+            status: ToolStatus::Interrupted,
+            exit_code: None,
+        },
+        (Some(_), Ok(_)) if pre.blocked.is_some() || pre.stop.is_some() => ToolResult {
+            content: format!(
+                "A PreToolUse hook blocked this call: {}",
+                pre.blocked
+                    .as_deref()
+                    .or(pre.stop.as_deref())
+                    .unwrap_or_default()
+            ),
+            status: ToolStatus::Declined,
+            exit_code: None,
+        },
         (Some(tool), Ok(args)) => {
             let ctx = ToolContext {
                 workspace: shared.cfg.workspace.clone(),
@@ -61,24 +113,38 @@ pub(crate) async fn execute(
             let need = tool.approval(&args, &ctx);
             let prefixes = lock(&shared.approved_prefixes).clone();
             let policy = *lock(&shared.approval);
-            let verdict = approval::decide(
-                policy,
-                &need,
-                !shared.cfg.headless,
-                &shared.cfg.allowed_commands,
-                &prefixes,
-            );
+            let interactive = !shared.cfg.headless;
+            let verdict = match pre.permission {
+                // The user's own hook allowed it; the sandbox still applies.
+                Some(Permission::Allow) => Verdict::Run,
+                Some(Permission::Ask) if interactive && !matches!(need, ApprovalNeed::None) => {
+                    Verdict::Ask
+                }
+                Some(Permission::Ask) if !interactive => Verdict::Decline(
+                    "A hook asked for the user's approval of this call, and nobody can answer \
+                     in this run."
+                        .into(),
+                ),
+                _ => approval::decide(
+                    policy,
+                    &need,
+                    interactive,
+                    &shared.cfg.allowed_commands,
+                    &prefixes,
+                ),
+            };
             let allowed = match verdict {
                 Verdict::Run => Ok(()),
                 Verdict::Decline(why) => Err(why),
                 Verdict::Ask => {
-                    let answer = ask(shared, &call.id, &need, cancel).await;
+                    let answer = ask(shared, &call.id, &call.name, &need, cancel).await;
                     started = Instant::now();
                     answer
                 }
             };
             match allowed {
                 Ok(()) => {
+                    ran_input = Some(args.clone());
                     tokio::select! {
                         r = tool.run(args, &ctx) => r,
                         _ = cancel.cancelled() => {
@@ -99,20 +165,66 @@ pub(crate) async fn execute(
             }
         }
     };
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let mut notes: Vec<String> = pre
+        .context_text()
+        .map(|c| hooks::for_model(HookEvent::PreToolUse, &c))
+        .into_iter()
+        .collect();
+    if let Some(input) = ran_input
+        && result.status != ToolStatus::Interrupted
+    {
+        let post = hooks::fire_in_turn(
+            shared,
+            HookEvent::PostToolUse,
+            &call.name,
+            hooks::fields([
+                ("tool_name", call.name.clone().into()),
+                ("tool_input", input),
+                (
+                    "tool_response",
+                    serde_json::json!({
+                        "output": result.content,
+                        "status": result.status,
+                        "exit_code": result.exit_code,
+                    }),
+                ),
+                ("tool_use_id", call.id.clone().into()),
+            ]),
+            cancel,
+        )
+        .await
+        .unwrap_or_default();
+        // The tool ran already: a block is feedback for the model, not an undo.
+        if let Some(why) = &post.blocked {
+            notes.push(hooks::for_model(HookEvent::PostToolUse, why));
+        }
+        if let Some(c) = post.context_text() {
+            notes.push(hooks::for_model(HookEvent::PostToolUse, &c));
+        }
+        stop = stop.or(post.stop);
+    }
+    for note in notes {
+        result.content = format!("{}\n\n{note}", result.content.trim_end());
+    }
     shared.events.emit(Event::ToolEnd {
         call_id: call.id.clone(),
         status: result.status,
         exit_code: result.exit_code,
-        duration_ms: started.elapsed().as_millis() as u64,
+        duration_ms,
         output: result.content.clone(),
     });
-    ChatMessage::tool_result(call.id.clone(), result.content)
+    Executed {
+        message: ChatMessage::tool_result(call.id.clone(), result.content),
+        stop,
+    }
 }
 
 /// Asks the frontend and waits for the decision. `Err` carries what the model is told.
 async fn ask(
     shared: &Shared,
     call_id: &str,
+    tool: &str,
     need: &ApprovalNeed,
     cancel: &CancellationToken,
 ) -> Result<(), String> {
@@ -145,15 +257,31 @@ async fn ask(
             remember: None,
         },
     };
-    let (tx, rx) = oneshot::channel();
+    let (tx, mut rx) = oneshot::channel();
     lock(&shared.pending_approvals).insert(call_id.to_string(), tx);
     shared.events.emit(Event::ApprovalRequested {
         call_id: call_id.to_string(),
         request,
     });
-    let decision = tokio::select! {
-        d = rx => d.ok(),
-        _ = cancel.cancelled() => None,
+    // The user's notification hook runs while the question waits, never before it.
+    let message = format!("baton needs your permission to use {tool}");
+    let notify = hooks::fire(
+        shared,
+        HookEvent::Notification,
+        "permission_prompt",
+        hooks::fields([
+            ("message", message.into()),
+            ("notification_type", "permission_prompt".into()),
+        ]),
+    );
+    tokio::pin!(notify);
+    let mut notified = false;
+    let decision = loop {
+        tokio::select! {
+            d = &mut rx => break d.ok(),
+            _ = &mut notify, if !notified => notified = true,
+            _ = cancel.cancelled() => break None,
+        }
     };
     lock(&shared.pending_approvals).remove(call_id);
     match decision {

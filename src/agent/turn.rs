@@ -8,9 +8,11 @@ use std::time::Instant;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::{Shared, context, lock, summaries, tool_calls};
+use super::{Shared, context, hooks, lock, summaries, tool_calls};
 use crate::backend::{BackendError, ChatCompletion, ChatDelta, ChatRequest, FinishReason};
+use crate::hooks::HookEvent;
 use crate::mol::{AnswerInput, AnswerOptions, ExpertChoice, Step, modes};
+use crate::protocol::ChatMessage;
 use crate::protocol::{Event, Expert, Hop, TurnStatus};
 use crate::session::Record;
 
@@ -18,7 +20,13 @@ use crate::session::Record;
 pub(crate) enum Stop {
     Interrupted,
     Failed(BackendError),
+    /// A hook refused the user's prompt; the text is for the user.
+    Blocked(String),
 }
+
+/// How often a Stop hook may send the expert back to work in one turn: a hook that never
+/// checks `stop_hook_active` must not loop for ever.
+const MAX_STOP_CONTINUATIONS: u32 = 8;
 
 struct TurnCtx {
     shared: Arc<Shared>,
@@ -62,6 +70,14 @@ pub(crate) async fn run_turn(
                         message: e.to_string(),
                         kind: e.kind(),
                         hop: Some(e.hop()),
+                    });
+                    (TurnStatus::Error, None, expert)
+                }
+                Stop::Blocked(message) => {
+                    shared.events.emit(Event::Error {
+                        message,
+                        kind: crate::protocol::ErrorKind::Cancelled,
+                        hop: None,
                     });
                     (TurnStatus::Error, None, expert)
                 }
@@ -142,13 +158,40 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
     let open_owner = shared.state().timeline.open_task().map(|t| t.owner);
     abandon(&shared);
 
+    let prompt = hooks::fire_in_turn(
+        &shared,
+        HookEvent::UserPromptSubmit,
+        "",
+        hooks::fields([("prompt", text.into())]),
+        &ctx.cancel,
+    )
+    .await
+    .map_err(|hooks::Interrupted| (Stop::Interrupted, None))?;
+    if let Some(why) = prompt.blocked.clone().or(prompt.stop.clone()) {
+        // The prompt never reaches a model: no task is opened for it.
+        return Err((
+            Stop::Blocked(format!(
+                "the prompt was blocked by a UserPromptSubmit hook: {why}"
+            )),
+            None,
+        ));
+    }
+    // What hooks add goes with the user's text into the task, where every expert sees it.
+    let mut context: Vec<String> = std::mem::take(&mut *lock(&shared.hook_context));
+    context.extend(prompt.context_text());
+    let user_text = if context.is_empty() {
+        text.to_string()
+    } else {
+        format!("{text}\n\n{}", context.join("\n\n"))
+    };
+
     let step = Step::UserTurn { text, open_owner };
     let expert = choose_expert(ctx, step).await.map_err(|s| (s, None))?;
     let task_id = shared.state().timeline.tasks.last().map_or(1, |t| t.id + 1);
     shared.commit(Record::TaskOpened {
         task_id,
         owner: expert,
-        user_text: text.to_string(),
+        user_text,
     });
     if modes::summarizes(shared.cfg.mode) {
         tokio::select! {
@@ -158,6 +201,7 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
     }
 
     let mut round_trips = 0u32;
+    let mut stop_continuations = 0u32;
     loop {
         if let Some(max) = shared.cfg.max_round_trips
             && round_trips >= max
@@ -214,6 +258,36 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
             message: message.clone(),
         });
         if calls.is_empty() {
+            // Interrupted while the Stop hooks run: the answer stands, the turn ends.
+            let stop = hooks::fire_in_turn(
+                &shared,
+                HookEvent::Stop,
+                "",
+                hooks::fields([
+                    ("stop_hook_active", (stop_continuations > 0).into()),
+                    ("last_assistant_message", message.content.clone().into()),
+                ]),
+                &ctx.cancel,
+            )
+            .await
+            .unwrap_or_default();
+            if let Some(why) = stop.blocked.filter(|_| stop.stop.is_none()) {
+                if stop_continuations < MAX_STOP_CONTINUATIONS {
+                    // The hook wants more work: its reason is the next thing the expert reads.
+                    stop_continuations += 1;
+                    shared.commit(Record::Message {
+                        task_id,
+                        message: ChatMessage::user(hooks::for_model(HookEvent::Stop, &why)),
+                    });
+                    continue;
+                }
+                shared.events.emit(Event::Warning {
+                    message: format!(
+                        "a Stop hook blocked the end of the turn {MAX_STOP_CONTINUATIONS} times; \
+                         the turn ends anyway"
+                    ),
+                });
+            }
             shared.commit(Record::TaskClosed { task_id });
             return Ok(Outcome {
                 status: TurnStatus::Done,
@@ -223,13 +297,25 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
             });
         }
         for call in &calls {
-            let result = tool_calls::execute(&shared, ctx.turn_id, call, &ctx.cancel).await;
+            let done = tool_calls::execute(&shared, ctx.turn_id, call, &ctx.cancel).await;
             shared.commit(Record::Message {
                 task_id,
-                message: result,
+                message: done.message,
             });
             if ctx.cancel.is_cancelled() {
                 return Err((Stop::Interrupted, Some(expert)));
+            }
+            if let Some(why) = done.stop {
+                shared.events.emit(Event::Warning {
+                    message: format!("a hook stopped the turn: {why}"),
+                });
+                abandon(&shared);
+                return Ok(Outcome {
+                    status: TurnStatus::Done,
+                    answer: None,
+                    expert: Some(expert),
+                    summarize: None,
+                });
             }
         }
     }

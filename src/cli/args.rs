@@ -67,6 +67,10 @@ pub struct Cli {
     #[arg(long, help_heading = "Interface")]
     pub no_color: bool,
 
+    /// Run no hook command (hooks.json) in this run.
+    #[arg(long)]
+    pub no_hooks: bool,
+
     #[command(flatten)]
     pub common: CommonArgs,
 

@@ -67,6 +67,132 @@ fn trust_report(r: &Report, config: &Config) {
     }
 }
 
+/// The hooks that would run here: each file, each group, and whether each command parses and
+/// names a program that exists.
+fn hooks_report(r: &mut Report, config: &Config) {
+    println!("hooks");
+    if config.no_hooks {
+        r.note("hooks are off for this run (--no-hooks)");
+        return;
+    }
+    let trust = crate::config::TrustList::load().unwrap_or_default();
+    let found = crate::hooks::discover(&config.workspace, &trust);
+    if found.user.is_none() && found.project.is_none() {
+        r.note(&format!(
+            "no hooks file ({} or .baton/hooks.json)",
+            crate::hooks::user_hooks_path()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "hooks.json in the user config folder".into())
+        ));
+        return;
+    }
+    if let Some(notice) = found.notice() {
+        r.note(&notice);
+    }
+    let hooks = match crate::hooks::Hooks::load(&found) {
+        Ok(h) => h,
+        Err(e) => {
+            r.bad(&format!(
+                "{e} (every run stops on it; --no-hooks skips hooks)"
+            ));
+            return;
+        }
+    };
+    for f in &hooks.files {
+        r.ok(&format!("{} is valid", f.display()));
+    }
+    for n in hooks
+        .notices
+        .iter()
+        .filter(|n| Some(*n) != found.notice().as_ref())
+    {
+        r.note(n);
+    }
+    for (event, group) in hooks.groups() {
+        for hook in &group.hooks {
+            let line = format!(
+                "{} [{}] {} (timeout {}s)",
+                event.name(),
+                group.matcher.source(),
+                hook.command,
+                hook.timeout.as_secs_f64()
+            );
+            match check_hook_command(&hook.command, &config.workspace) {
+                Ok(()) => r.ok(&line),
+                Err(why) => r.bad(&format!("{line}: {why}")),
+            }
+        }
+    }
+}
+
+/// Whether `sh` can parse a hook's command and its program exists (a command that starts
+/// with a variable or a shell keyword is only parsed).
+fn check_hook_command(command: &str, workspace: &std::path::Path) -> Result<(), String> {
+    let parsed = std::process::Command::new("/bin/sh")
+        .args(["-n", "-c", command])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run /bin/sh: {e}"))?;
+    if !parsed.status.success() {
+        return Err(format!(
+            "sh cannot parse it: {}",
+            String::from_utf8_lossy(&parsed.stderr).trim()
+        ));
+    }
+    let first = shlex::split(command)
+        .and_then(|w| w.into_iter().next())
+        .unwrap_or_default();
+    const SHELL_WORDS: &[&str] = &[
+        "case", "if", "for", "while", "until", "{", "(", "!", "[", "test", "echo", "printf",
+        "exit", "true", "false", ":", ".", "cd", "read", "set", "export", "exec", "eval",
+        "command", "trap",
+    ];
+    if first.is_empty()
+        || first.contains('$')
+        || first.contains('=')
+        || SHELL_WORDS.contains(&first.as_str())
+    {
+        return Ok(());
+    }
+    if first.contains('/') {
+        let path = workspace.join(&first);
+        return if path.exists() {
+            Ok(())
+        } else {
+            Err(format!("{first} does not exist"))
+        };
+    }
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(&first).is_file()));
+    if on_path {
+        Ok(())
+    } else {
+        Err(format!("`{first}` is not on PATH"))
+    }
+}
+
+/// Custom slash commands and skills found here.
+fn commands_report(r: &Report, config: &Config) {
+    println!("commands and skills");
+    let (commands, notes) = crate::config::commands::discover_commands(&config.workspace);
+    for c in &commands {
+        r.ok(&format!("{} ({})", c.usage(), c.path.display()));
+    }
+    for n in &notes {
+        r.note(n);
+    }
+    let (skills, notes) = crate::config::commands::discover_skills(&config.workspace);
+    for s in &skills {
+        r.ok(&format!("skill {} ({})", s.name, s.path.display()));
+    }
+    for n in &notes {
+        r.note(n);
+    }
+    if commands.is_empty() && skills.is_empty() {
+        r.note("no custom commands (.baton/commands/*.md) or skills (SKILL.md folders)");
+    }
+}
+
 /// Runs every check. `config_problems` are the configuration mistakes found while loading:
 /// the layer each came from was left out of `config`, and the checks run on the rest.
 pub async fn run(config: &Config, config_problems: &[ConfigLoadError]) -> i32 {
@@ -120,6 +246,9 @@ pub async fn run(config: &Config, config_problems: &[ConfigLoadError]) -> i32 {
             }
         }
     }
+
+    hooks_report(&mut r, config);
+    commands_report(&r, config);
 
     println!("profile");
     match (&config.profile, crate::app::profile(config)) {

@@ -48,6 +48,9 @@ pub struct EvalArgs {
     /// One more argument for `baton --exec` (repeatable), e.g. --exec-arg=--endpoint=URL.
     #[arg(long = "exec-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub exec_args: Vec<String>,
+    /// A hooks.json the `baton` agent runs with in every trial (the trial's HOME is fresh).
+    #[arg(long, value_name = "FILE")]
+    pub hooks: Option<PathBuf>,
     /// Host environment variables passed to the agent (BATON_* and OPENAI_* always are).
     #[arg(long, value_name = "NAME")]
     pub pass_env: Vec<String>,
@@ -105,6 +108,17 @@ pub fn run(args: EvalArgs) -> i32 {
             }
         };
     }
+    // Checked once here: a broken hooks file would otherwise fail every trial the same way.
+    if let Some(file) = &args.hooks {
+        let found = crate::hooks::Discovery {
+            user: Some(file.clone()),
+            project: None,
+        };
+        if let Err(e) = crate::hooks::Hooks::load(&found) {
+            eprintln!("baton eval: --hooks: {e}");
+            return 2;
+        }
+    }
     match prepare(&args).and_then(job::run_job) {
         Ok(report) => {
             let mut stdout = std::io::stdout().lock();
@@ -160,6 +174,7 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
             binary: binary.clone(),
             extra_args: exec_args,
             pass_env: args.pass_env.clone(),
+            hooks: args.hooks.clone(),
         },
     )?;
     let (tasks, skipped) = load_tasks(args)?;

@@ -105,6 +105,7 @@ pub fn main() -> i32 {
         }
     };
     config.no_color = cli.no_color;
+    config.no_hooks = cli.no_hooks;
     let resume = match resume_id(&config, &cli.common) {
         Ok(r) if cli.command.is_none() => r,
         Ok(_) => None,
@@ -151,6 +152,10 @@ pub fn main() -> i32 {
                         return exit::USAGE;
                     }
                 };
+                // `baton --exec "/review src/"` runs a custom command as it would in the UI.
+                let (commands, _) = crate::config::commands::discover_commands(&config.workspace);
+                let text =
+                    crate::config::commands::expand_command(&text, &commands).unwrap_or(text);
                 if let Err(e) = crate::exec::check_output(&opts) {
                     eprintln!("baton: {e}");
                     return exit::USAGE;

@@ -7,6 +7,7 @@
 //! parsed by the same function, so a bad value reads the same wherever it came from, and each
 //! error names the source (file or variable), the key and the reason.
 
+pub mod commands;
 mod project;
 mod settings;
 mod trust;
@@ -98,6 +99,8 @@ pub struct Config {
     pub files: Vec<PathBuf>,
     /// `--no-color`: commands get `NO_COLOR=1` as well as the TUI losing its colours.
     pub no_color: bool,
+    /// `--no-hooks`: no hook command runs in this run.
+    pub no_hooks: bool,
     /// What the user must be told about the configuration before anything runs: project
     /// settings withheld because their folder is not trusted, project files not read.
     pub warnings: Vec<String>,

@@ -517,6 +517,8 @@ impl Settings {
             files: Vec::new(),
             // A flag only (`--no-color`); NO_COLOR in the environment reaches commands as is.
             no_color: false,
+            // A flag only (`--no-hooks`).
+            no_hooks: false,
             warnings: Vec::new(),
         })
     }

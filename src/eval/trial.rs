@@ -29,6 +29,8 @@ pub enum AgentKind {
         extra_args: Vec<String>,
         /// Host env vars passed into the sandbox (API keys, endpoints).
         pass_env: Vec<String>,
+        /// A hooks file (`baton eval --hooks`) installed as the trial's user hooks.json.
+        hooks: Option<PathBuf>,
     },
     /// Runs the task's reference solution.
     Oracle,
@@ -46,6 +48,7 @@ impl AgentKind {
                 binary: baton.binary,
                 extra_args: baton.extra_args,
                 pass_env: baton.pass_env,
+                hooks: baton.hooks,
             }),
             "oracle" => Ok(AgentKind::Oracle),
             "nop" => Ok(AgentKind::Nop),
@@ -81,6 +84,7 @@ pub struct BatonOptions {
     pub binary: PathBuf,
     pub extra_args: Vec<String>,
     pub pass_env: Vec<String>,
+    pub hooks: Option<PathBuf>,
 }
 
 /// Settings shared by every trial of a job.
@@ -415,7 +419,24 @@ fn trial_phases(
             binary,
             extra_args,
             pass_env,
+            hooks,
         } => {
+            // The trial's HOME is fresh: the hooks come in as its user's own file, so they
+            // fire in the trial as in any `--exec` run.
+            if let Some(file) = hooks {
+                let dest = paths.home.join(".config/baton/hooks.json");
+                let copied = dest
+                    .parent()
+                    .map_or(Ok(()), std::fs::create_dir_all)
+                    .and_then(|_| std::fs::copy(file, &dest).map(|_| ()));
+                copied.map_err(|e| {
+                    infra(
+                        r,
+                        "AgentSetupError",
+                        format!("cannot install the hooks file {}: {e}", file.display()),
+                    )
+                })?;
+            }
             // Plain folders share the host network: the gateway listens on its loopback then.
             let host_network =
                 task.allow_internet || iso.kind == super::isolation::IsolationKind::Plain;

@@ -30,6 +30,7 @@ pub mod path;
 pub(crate) mod plan;
 pub mod registry;
 pub mod search;
+pub mod skill;
 
 /// What a call needs before it may run, decided by the tool from its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -43,7 +43,7 @@ pub enum Effect {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Popup {
     None,
-    Slash(Vec<super::slash::SlashCommand>),
+    Slash(Vec<super::slash::SlashEntry>),
     Files(Vec<String>),
     Sessions(Vec<SessionEntry>),
 }
@@ -306,11 +306,17 @@ impl App {
                         self.run_slash(cmd, &args);
                     }
                 }
-                Err(name) => self.push_notice(
-                    NoticeLevel::Error,
-                    format!("Unknown command {name}"),
-                    vec!["/help lists the commands.".into()],
-                ),
+                Err(name) => {
+                    match crate::config::commands::expand_command(trimmed, &self.opts.commands) {
+                        Some(_) if self.status.working => self.queue.push_back(text),
+                        Some(prompt) => self.start_turn(trimmed.to_string(), prompt),
+                        None => self.push_notice(
+                            NoticeLevel::Error,
+                            format!("Unknown command {name}"),
+                            vec!["/help lists the commands.".into()],
+                        ),
+                    }
+                }
             }
             return;
         }
@@ -427,7 +433,7 @@ impl App {
             && !rest.contains(char::is_whitespace)
             && !rest.contains('/')
         {
-            let matches = super::slash::matching_commands(rest);
+            let matches = super::slash::matching_entries(rest, &self.opts.commands);
             if !matches.is_empty() {
                 return Popup::Slash(matches);
             }

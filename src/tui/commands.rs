@@ -74,6 +74,20 @@ impl App {
                         format!("{usage:<22} {}", c.description())
                     })
                     .collect();
+                let custom: Vec<String> = self
+                    .opts
+                    .commands
+                    .iter()
+                    .filter(|c| SlashCommand::from_name(&c.name).is_none())
+                    .map(|c| format!("{:<22} {}", c.usage(), c.description))
+                    .collect();
+                if !custom.is_empty() {
+                    body.push(String::new());
+                    body.push(
+                        "Custom commands (.baton/commands, ~/.config/baton/commands):".into(),
+                    );
+                    body.extend(custom);
+                }
                 body.push(String::new());
                 body.extend(KEY_HELP.iter().map(|(k, d)| format!("{k:<22} {d}")));
                 self.push_notice(NoticeLevel::Info, "Commands and keys", body);

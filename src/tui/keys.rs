@@ -372,8 +372,31 @@ impl App {
             KeyCode::Tab | KeyCode::Enter => {
                 let i = self.popup_selected.min(len.saturating_sub(1));
                 match popup {
-                    Popup::Slash(cmds) => {
-                        let cmd = cmds[i];
+                    Popup::Slash(entries) => {
+                        let cmd = match &entries[i] {
+                            super::slash::SlashEntry::Builtin(cmd) => *cmd,
+                            super::slash::SlashEntry::Custom {
+                                name,
+                                takes_arguments,
+                                ..
+                            } => {
+                                let complete = self
+                                    .composer
+                                    .text()
+                                    .trim()
+                                    .strip_prefix('/')
+                                    .is_some_and(|typed| typed == name);
+                                if key.code == KeyCode::Enter && (complete || !takes_arguments) {
+                                    let text = format!("/{name}");
+                                    self.composer.clear();
+                                    self.submit(text);
+                                } else {
+                                    self.composer.set_text(&format!("/{name} "));
+                                }
+                                self.popup_selected = 0;
+                                return true;
+                            }
+                        };
                         // Enter on a command typed in full runs it (arguments are optional
                         // for every command); on a prefix it completes, like Tab.
                         let complete = self

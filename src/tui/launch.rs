@@ -59,6 +59,9 @@ fn options_for(info: &AgentInfo, args: &LaunchArgs) -> TuiOptions {
     o.config_dir = dirs::config_dir().map(|d| d.join("baton"));
     o.no_color = args.no_color;
     o.config_warnings = args.config_warnings.clone();
+    let (commands, notes) = crate::config::commands::discover_commands(&info.workspace);
+    o.commands = commands;
+    o.config_warnings.extend(notes);
     if let Some(after) = std::env::var("BATON_NOTIFY_AFTER")
         .ok()
         .and_then(|v| notify_after(&v))

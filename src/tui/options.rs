@@ -63,6 +63,8 @@ pub struct TuiOptions {
     /// What the configuration withheld or skipped (an untrusted project file), shown as
     /// warning notices before anything else happens.
     pub config_warnings: Vec<String>,
+    /// Custom slash commands (`.baton/commands/*.md`, the user's `commands/*.md`).
+    pub commands: Vec<crate::config::commands::CustomCommand>,
 }
 
 impl TuiOptions {
@@ -88,6 +90,7 @@ impl TuiOptions {
             mouse_capture: true,
             notify_after: Some(std::time::Duration::from_secs(10)),
             config_warnings: Vec::new(),
+            commands: Vec::new(),
         }
     }
 }

@@ -208,16 +208,9 @@ fn draw_popup(app: &App, above: Rect, buf: &mut Buffer) {
     let p = &app.theme.colors;
     let items: Vec<(String, String)> = match app.popup() {
         Popup::None => return,
-        Popup::Slash(cmds) => cmds
+        Popup::Slash(entries) => entries
             .iter()
-            .map(|c| {
-                let name = if c.usage().is_empty() {
-                    format!("/{}", c.name())
-                } else {
-                    c.usage().to_string()
-                };
-                (name, c.description().to_string())
-            })
+            .map(|e| (e.label(), e.description().to_string()))
             .collect(),
         Popup::Files(files) => files.iter().map(|f| (f.clone(), String::new())).collect(),
         Popup::Sessions(list) => list

@@ -152,6 +152,75 @@ pub fn parse_slash(input: &str) -> Option<Result<(SlashCommand, String), String>
     })
 }
 
+/// One line of the slash popup: a built-in command or one of the user's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlashEntry {
+    Builtin(SlashCommand),
+    Custom {
+        name: String,
+        usage: String,
+        description: String,
+        /// It names arguments (`argument-hint`): Enter completes instead of sending.
+        takes_arguments: bool,
+    },
+}
+
+impl SlashEntry {
+    pub fn name(&self) -> &str {
+        match self {
+            SlashEntry::Builtin(c) => c.name(),
+            SlashEntry::Custom { name, .. } => name,
+        }
+    }
+
+    /// `/name` or its usage line, as the popup shows it.
+    pub fn label(&self) -> String {
+        match self {
+            SlashEntry::Builtin(c) if c.usage().is_empty() => format!("/{}", c.name()),
+            SlashEntry::Builtin(c) => c.usage().to_string(),
+            SlashEntry::Custom { usage, .. } => usage.clone(),
+        }
+    }
+
+    pub fn description(&self) -> &str {
+        match self {
+            SlashEntry::Builtin(c) => c.description(),
+            SlashEntry::Custom { description, .. } => description,
+        }
+    }
+}
+
+/// Built-in commands, then the custom ones, whose name starts with (then contains) `prefix`.
+/// A custom command named like a built-in one is not listed: the built-in runs.
+pub fn matching_entries(
+    prefix: &str,
+    custom: &[crate::config::commands::CustomCommand],
+) -> Vec<SlashEntry> {
+    let mut out: Vec<SlashEntry> = matching_commands(prefix)
+        .into_iter()
+        .map(SlashEntry::Builtin)
+        .collect();
+    let lower = prefix.to_ascii_lowercase();
+    let usable = custom
+        .iter()
+        .filter(|c| SlashCommand::from_name(&c.name).is_none());
+    let (starts, contains): (Vec<_>, Vec<_>) = usable
+        .filter(|c| c.name.to_ascii_lowercase().contains(&lower))
+        .partition(|c| c.name.to_ascii_lowercase().starts_with(&lower));
+    out.extend(
+        starts
+            .into_iter()
+            .chain(contains)
+            .map(|c| SlashEntry::Custom {
+                name: c.name.clone(),
+                usage: c.usage(),
+                description: c.description.clone(),
+                takes_arguments: c.argument_hint.is_some(),
+            }),
+    );
+    out
+}
+
 /// Commands whose name starts with (then contains) `prefix`, for the popup.
 pub fn matching_commands(prefix: &str) -> Vec<SlashCommand> {
     let prefix = prefix.to_ascii_lowercase();

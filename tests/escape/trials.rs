@@ -30,6 +30,7 @@ fn args(tasks: Vec<PathBuf>, agent: &str, out: &Path) -> EvalArgs {
         exclude: Vec::new(),
         baton_bin: None,
         exec_args: Vec::new(),
+        hooks: None,
         pass_env: Vec::new(),
         isolation: IsolationChoice::Bwrap,
         share: Vec::new(),

@@ -82,6 +82,7 @@ fn agent_config(dir: &std::path::Path) -> AgentConfig {
         max_tokens: None,
         context_window: None,
         compact_at: None,
+        hooks: baton::hooks::Hooks::none(),
     }
 }
 
