@@ -193,7 +193,7 @@ fn loads_harbor_tb1_and_skips_what_needs_docker() {
     let t = load_ready(&harbor);
     assert_eq!(t.format, TaskFormat::Harbor);
     assert_eq!(t.name, "harbor-one");
-    assert_eq!(t.agent_timeout.as_secs(), 120);
+    assert_eq!(t.agent_timeout.map(|d| d.as_secs()), Some(120));
     assert_eq!(t.verifier_timeout.as_secs(), 30);
     assert!(!t.allow_internet);
     assert_eq!(t.test_entry, "test.sh");
@@ -224,7 +224,7 @@ fn loads_harbor_tb1_and_skips_what_needs_docker() {
         t.instruction,
         "Write 42 into /app/answer.txt.\nNothing else."
     );
-    assert_eq!(t.agent_timeout.as_secs(), 90);
+    assert_eq!(t.agent_timeout.map(|d| d.as_secs()), Some(90));
     assert_eq!(t.verifier_timeout.as_secs(), 20);
     assert_eq!(t.test_entry, "run-tests.sh");
 
@@ -298,8 +298,11 @@ fn loads_harbor_tb1_and_skips_what_needs_docker() {
     // runnable ones and the skipped ones are reported.
     let out = tempfile::tempdir().unwrap();
     let mut listing = args(vec![root.path().to_path_buf()], "oracle", out.path());
-    let (ready, skipped) = baton::cli::eval::load_tasks(&listing).unwrap();
-    assert_eq!((ready.len(), skipped.len()), (3, 3));
+    let set = baton::cli::eval::load_tasks(&listing).unwrap();
+    assert_eq!(
+        (set.tasks.len(), set.skipped.len(), set.failed.len()),
+        (3, 3, 0)
+    );
     listing.list = true;
     assert_eq!(baton::cli::eval::run(listing), 0);
     let report = run(args(vec![root.path().to_path_buf()], "oracle", out.path()));
@@ -647,20 +650,33 @@ fn run_prints_a_summary_and_honours_min_score() {
         &report.tasks,
         &report.score,
         &[],
+        &[],
         report.wall_sec,
         &report.job_dir,
     )
     .unwrap();
     let table = String::from_utf8(table).unwrap();
     assert!(
-        table.contains("score 100.0% ± 0.0 over 2 task(s); 4 passed, 0 failed"),
+        table.contains("score 4 passed / 4 scored (100.0%); 0 errored (0 trial(s) without a reward, 0 task(s) that cannot load); 0 skipped; mean reward 100.0% ± 0.0 over 2 task(s); 0 failed"),
         "{table}"
     );
     assert_eq!(
         report.score.stderr_method,
         "tb: sqrt(sum_t p(1-p)/(n_t-1)) / N"
     );
-    assert!(report.trials.iter().any(|t| t.trial_name == "one__2"));
+    // Harbor's trial names: `<task>__<7 characters>`, one folder each.
+    let ones: Vec<&str> = report
+        .trials
+        .iter()
+        .map(|t| t.trial_name.as_str())
+        .filter(|n| n.starts_with("one__"))
+        .collect();
+    assert_eq!(ones.len(), 2, "{ones:?}");
+    assert!(
+        ones.iter().all(|n| n.len() == "one__".len() + 7
+            && report.job_dir.join(n).join("result.json").is_file())
+    );
+    assert_ne!(ones[0], ones[1]);
 
     let mut bad = args(vec![root.path().join("missing")], "oracle", out.path());
     bad.min_score = None;
