@@ -132,6 +132,9 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, TaskError> {
         if !path.exists() {
             return Err(TaskError::NotFound { path: path.clone() });
         }
+        // Trials run in other folders: a relative task path would point elsewhere there.
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+        let path = &absolute;
         if is_task_dir(path) {
             found.push(path.clone());
             continue;
