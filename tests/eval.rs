@@ -1096,3 +1096,53 @@ fn errored_trials_are_beside_the_score() {
     a.min_score = Some(0.9);
     assert_eq!(baton::cli::eval::run(a), 1);
 }
+
+/// Hostile tasks and agents: an artifact path through a link the agent planted does not read
+/// host files, and a task's env table cannot copy a host credential into its trial.
+#[test]
+fn artifacts_and_env_templates_stay_inside() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = answer_task(root.path(), "sneaky", 60.0, REWARD_TXT);
+    let toml = std::fs::read_to_string(dir.join("task.toml")).unwrap();
+    write(
+        &dir.join("task.toml"),
+        &format!("artifacts = [\"/app/link/etc/hostname\", \"/app/answer.txt\"]\n{toml}"),
+    );
+    write(
+        &dir.join("solution/solve.sh"),
+        "echo 42 > /app/answer.txt\nln -s / /app/link\n",
+    );
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![dir.clone()], "oracle", out.path());
+    a.isolation = IsolationChoice::None;
+    let report = run(a);
+    let t = &report.trials[0];
+    assert_eq!(t.reward, Some(1.0), "{:?}", t.exception_info);
+    let art = t.trial_dir.join("artifacts");
+    assert!(!art.join("hostname").exists());
+    assert_eq!(
+        std::fs::read_to_string(art.join("answer.txt")).unwrap(),
+        "42\n"
+    );
+    let manifest = result_json(&art.join("manifest.json"));
+    assert!(
+        manifest[0]["status"].as_str().unwrap().contains("outside"),
+        "{manifest}"
+    );
+
+    // `${...KEY}` from the host is refused even when set (HOME is set; a secret-like name
+    // is refused by name); the default is taken instead.
+    write(
+        &dir.join("task.toml"),
+        &format!("{toml}[environment.env]\nA = \"${{HOME}}\"\nB = \"${{BATON_API_KEY:-none}}\"\n"),
+    );
+    let t = load_ready(&dir);
+    assert_eq!(t.environment.env["B"], "none");
+    assert!(!t.environment.env["A"].is_empty());
+    write(
+        &dir.join("task.toml"),
+        &format!("{toml}[environment.env]\nB = \"${{SOME_SECRET_TOKEN}}\"\n"),
+    );
+    let err = task::load(&dir).unwrap_err();
+    assert!(err.to_string().contains("SOME_SECRET_TOKEN"), "{err}");
+}

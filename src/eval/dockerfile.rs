@@ -671,6 +671,10 @@ fn expand_dollar(
                     None => return Err(Problem::BadVariable(whole.to_string())),
                     Some('$') if chars.get(k + 1) == Some(&'{') => {
                         depth += 1;
+                        // Each level is a recursion when expanded: keep it shallow.
+                        if depth > 16 {
+                            return Err(Problem::BadVariable(whole.to_string()));
+                        }
                         k += 2;
                     }
                     Some('}') if depth == 0 => break,
@@ -892,9 +896,20 @@ fn read_requirements(
             let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
             for w in install_args(Installer::Pip, &words) {
                 match w {
-                    Wanted::Requirements(nested) if depth < 4 => {
+                    // Nested files stay beside the first one, in the build context.
+                    Wanted::Requirements(nested)
+                        if depth < 4
+                            && !nested.starts_with('/')
+                            && !nested.split('/').any(|c| c == "..") =>
+                    {
                         let base = file.parent().unwrap_or(Path::new("."));
                         read_requirements(&base.join(nested), depth + 1, out)?;
+                    }
+                    Wanted::Requirements(nested) => {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidInput,
+                            format!("nested requirements file {nested}"),
+                        ));
                     }
                     other => out.push(other),
                 }
@@ -973,7 +988,7 @@ fn keep_segment(
     // Leading `VAR=value` assignments and `sudo` are not the command.
     let first = words
         .iter()
-        .position(|w| !(w.contains('=') && !w.starts_with('-')) && w != "sudo")
+        .position(|w| (w.starts_with('-') || !w.contains('=')) && w != "sudo")
         .unwrap_or(words.len());
     let cmd = &words[first..];
     let is_apt = matches!(cmd.first().map(String::as_str), Some("apt-get" | "apt"));

@@ -84,6 +84,8 @@ pub struct Task {
     pub solution_env: BTreeMap<String, String>,
     /// Sandbox paths copied into the trial's `artifacts/` after the verifier (`artifacts`).
     pub artifacts: Vec<Artifact>,
+    /// The task folder's checksum, computed by the first trial that needs it.
+    pub checksum: std::sync::OnceLock<String>,
 }
 
 /// One entry of a Harbor task's `artifacts`.
@@ -239,12 +241,21 @@ fn toml_env(
     for (k, v) in map {
         let value = match v {
             toml::Value::String(s) => {
-                expand_host_vars(s, &|k| std::env::var(k).ok()).map_err(|var| {
+                // Credentials (by name) stay on the host, as for the agent: a task cannot pull
+                // the model key or a token into its trial through its own env table.
+                let host = |k: &str| {
+                    (!super::trial::is_secret_name(k))
+                        .then(|| std::env::var(k).ok())
+                        .flatten()
+                };
+                expand_host_vars(s, &host).map_err(|var| {
                     TaskError::field(
                         file,
                         format!("[{section}].env.{k}"),
                         "resolvable from the host environment",
-                        format!("${{{var}}}, which is not set (use ${{{var}:-default}})"),
+                        format!(
+                            "${{{var}}}, which is not set (or names a credential, which stays on the host; use ${{{var}:-default}})"
+                        ),
                     )
                 })?
             }
@@ -455,11 +466,11 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
     ] {
         match table.and_then(|e| e.get("network_mode")) {
             None => {}
-            Some(toml::Value::String(m)) if m == "public" => {
-                if section == "environment" {
-                    allow_internet = true;
-                }
+            // A phase's `public` does not widen what the environment allows.
+            Some(toml::Value::String(m)) if m == "public" && section == "environment" => {
+                allow_internet = true;
             }
+            Some(toml::Value::String(m)) if m == "public" => {}
             Some(toml::Value::String(m)) if m == "no-network" => allow_internet = false,
             Some(toml::Value::String(m)) if m == "allowlist" => {
                 return skip(format!(
@@ -586,6 +597,7 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
         verifier_env: toml_env(verifier, &toml_path, "verifier")?,
         solution_env: toml_env(solution, &toml_path, "solution")?,
         artifacts,
+        checksum: std::sync::OnceLock::new(),
     })))
 }
 
@@ -696,6 +708,7 @@ fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
         verifier_env,
         solution_env: BTreeMap::new(),
         artifacts: Vec::new(),
+        checksum: std::sync::OnceLock::new(),
     })))
 }
 

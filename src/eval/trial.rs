@@ -330,7 +330,10 @@ pub fn run_trial(
         trial_name: trial_name.to_string(),
         trial_uri: format!("file://{}", trial_dir.display()),
         task_id: serde_json::json!({ "path": task.dir }),
-        task_checksum: task_checksum(&task.dir),
+        task_checksum: task
+            .checksum
+            .get_or_init(|| task_checksum(&task.dir))
+            .clone(),
         config: harbor_trial_config(task, trial_name, trial_dir, settings),
         agent_info: serde_json::json!({
             "name": settings.agent.name(),
@@ -689,7 +692,7 @@ struct BatonAgentSetup {
 }
 
 /// Whether a variable's name says it holds a credential; such variables never enter a trial.
-fn is_secret_name(name: &str) -> bool {
+pub(crate) fn is_secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     [
         "KEY",
@@ -1047,8 +1050,18 @@ fn collect_artifacts(task: &Task, paths: &TrialPaths) {
     let mut manifest = Vec::new();
     for a in &task.artifacts {
         let dest = paths.artifacts.join(&a.destination);
+        // A link the agent planted on the way (`/app/link -> /`) must not lead out.
+        let inside = |p: &Path| {
+            let root = std::fs::canonicalize(&paths.root).unwrap_or_else(|_| paths.root.clone());
+            p.parent()
+                .and_then(|d| std::fs::canonicalize(d).ok())
+                .is_some_and(|d| d.starts_with(&root))
+        };
         let status = match paths.host_path(a.source.trim_end_matches('/')) {
             None => "outside the trial's folders".to_string(),
+            Some(src) if !inside(&src) => {
+                "outside the trial's folders (through a link)".to_string()
+            }
             Some(src) => match std::fs::symlink_metadata(&src) {
                 Err(_) => "missing".to_string(),
                 Ok(m) if m.is_dir() => match copy_tree(&src, &dest, &[]) {
