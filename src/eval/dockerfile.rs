@@ -1011,6 +1011,27 @@ fn keep_segment(
     if seg.starts_with("rm -rf /var/lib/apt/lists") {
         return Ok(false);
     }
+    // Package sources serve the installs, which are all satisfied here (or this RUN fails to
+    // translate): adding a repository or its key would only need the network and /etc.
+    if matches!(
+        cmd.first().map(String::as_str),
+        Some("add-apt-repository" | "apt-key")
+    ) {
+        return Ok(false);
+    }
+    // `update-alternatives --install LINK NAME PATH PRIO` that this machine already has.
+    if cmd.first().is_some_and(|c| c == "update-alternatives")
+        && let Some(at) = cmd.iter().position(|w| w == "--install")
+        && let (Some(link), Some(path)) = (cmd.get(at + 1), cmd.get(at + 3))
+    {
+        let same = std::fs::canonicalize(link)
+            .ok()
+            .zip(std::fs::canonicalize(path).ok())
+            .is_some_and(|(l, p)| l == p);
+        if same {
+            return Ok(false);
+        }
+    }
     let (kind, from) = if is_apt {
         (Installer::Apt, 1)
     } else if let Some(p) = pip_at {
@@ -1387,6 +1408,31 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn repository_setup_and_satisfied_alternatives_are_dropped() {
+        let none = |_: Installer, _: &str| true;
+        let run = "apt-get update && apt-get install -y software-properties-common && add-apt-repository ppa:deadsnakes/ppa && apt-key add k.asc && apt-get update";
+        assert_eq!(
+            strip_satisfied_installs(run, &none, &|_| None),
+            Ok(String::new())
+        );
+        // /bin/sh → itself: already in place; a link to something else is kept.
+        let sh = std::fs::canonicalize("/bin/sh").unwrap();
+        let run = format!(
+            "update-alternatives --install /bin/sh sh {} 1",
+            sh.display()
+        );
+        assert_eq!(
+            strip_satisfied_installs(&run, &none, &|_| None),
+            Ok(String::new())
+        );
+        let run = "update-alternatives --install /bin/sh sh /nonexistent/sh 1";
+        assert_eq!(
+            strip_satisfied_installs(run, &none, &|_| None),
+            Ok(run.to_string())
+        );
     }
 
     #[test]

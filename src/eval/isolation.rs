@@ -354,6 +354,9 @@ impl Isolation {
         env.insert("LANG".into(), "C.UTF-8".into());
         env.insert("TERM".into(), "dumb".into());
         env.insert("USER".into(), "root".into());
+        // Only uid 0 exists in the trial's user namespace: tar running as root would try to
+        // give extracted files their archived owners and fail on every one.
+        env.insert("TAR_OPTIONS".into(), "--no-same-owner".into());
         env.extend(self.tool_env.clone());
         env
     }
