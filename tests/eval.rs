@@ -1146,3 +1146,55 @@ fn artifacts_and_env_templates_stay_inside() {
     let err = task::load(&dir).unwrap_err();
     assert!(err.to_string().contains("SOME_SECRET_TOKEN"), "{err}");
 }
+
+/// Harbor's own models read baton's job folder: every trial's `result.json` as a
+/// `TrialResult`, the job's as a `JobResult`, its `config.json` as a `JobConfig`.
+#[test]
+fn harbor_models_read_baton_job_folders() {
+    let Some(python) = crate::support::external::require(
+        "the harbor package (PyPI) in the test venv",
+        crate::support::external::python_with(&[
+            "harbor.models.trial.result",
+            "harbor.models.job.result",
+            "harbor.models.job.config",
+        ]),
+    ) else {
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(
+        vec![fixture("harbor-layout"), fixture("errored")],
+        "oracle",
+        out.path(),
+    ));
+    assert_eq!(report.trials.len(), 4);
+    let check = r#"
+import pathlib, sys
+from harbor.models.trial.result import TrialResult
+from harbor.models.job.result import JobResult
+from harbor.models.job.config import JobConfig
+job = pathlib.Path(sys.argv[1])
+rewards = sorted(
+    str(TrialResult.model_validate_json(p.read_text()).verifier_result)
+    for p in job.glob("*/result.json")
+)
+r = JobResult.model_validate_json((job / "result.json").read_text())
+c = JobConfig.model_validate_json((job / "config.json").read_text())
+print(rewards, r.n_total_trials, r.stats.n_errored_trials, len(c.tasks), c.agents[0].name)
+"#;
+    let output = std::process::Command::new(python)
+        .args(["-c", check])
+        .arg(&report.job_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        stdout.trim(),
+        "['None', \"rewards={'reward': 1.0}\", \"rewards={'reward': 1.0}\", \"rewards={'reward': 1.0}\"] 4 1 4 oracle"
+    );
+}
