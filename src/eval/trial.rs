@@ -151,7 +151,8 @@ pub fn network_env(vars: impl Iterator<Item = (String, String)>) -> BTreeMap<Str
 }
 
 /// Host files the network variables name (a CA bundle under a home folder): they must be
-/// readable inside the sandbox.
+/// readable inside the sandbox. Files only: a folder named there (`SSL_CERT_DIR=~`) would
+/// bring everything in it along.
 pub fn network_files(env: &BTreeMap<String, String>) -> Vec<PathBuf> {
     env.iter()
         .filter(|(k, _)| {
@@ -159,7 +160,7 @@ pub fn network_files(env: &BTreeMap<String, String>) -> Vec<PathBuf> {
             u.contains("CERT") || u.contains("CA_BUNDLE") || u.ends_with("CAINFO")
         })
         .map(|(_, v)| PathBuf::from(v))
-        .filter(|p| p.is_absolute() && p.exists())
+        .filter(|p| p.is_absolute() && p.is_file())
         .collect()
 }
 
