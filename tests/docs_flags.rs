@@ -64,6 +64,14 @@ const FOREIGN: &[&str] = &[
     "--textconv",
     "--upload-pack",
     "--work-tree",
+    // pip, update-alternatives and tar options a task's Dockerfile uses (eval.md)
+    "--install",
+    "--retries",
+    "--index-url",
+    "--extra-index-url",
+    "--trusted-host",
+    "--target",
+    "--no-same-owner",
     // bubblewrap's command line (sandbox.md)
     "--unshare-user",
     "--unshare-pid",

@@ -194,7 +194,7 @@ fn loads_harbor_tb1_and_skips_what_needs_docker() {
     let t = load_ready(&harbor);
     assert_eq!(t.format, TaskFormat::Harbor);
     assert_eq!(t.name, "harbor-one");
-    assert_eq!(t.agent_timeout.as_secs(), 120);
+    assert_eq!(t.agent_timeout.map(|d| d.as_secs()), Some(120));
     assert_eq!(t.verifier_timeout.as_secs(), 30);
     assert!(!t.allow_internet);
     assert_eq!(t.test_entry, "test.sh");
@@ -225,7 +225,7 @@ fn loads_harbor_tb1_and_skips_what_needs_docker() {
         t.instruction,
         "Write 42 into /app/answer.txt.\nNothing else."
     );
-    assert_eq!(t.agent_timeout.as_secs(), 90);
+    assert_eq!(t.agent_timeout.map(|d| d.as_secs()), Some(90));
     assert_eq!(t.verifier_timeout.as_secs(), 20);
     assert_eq!(t.test_entry, "run-tests.sh");
 
@@ -299,8 +299,11 @@ fn loads_harbor_tb1_and_skips_what_needs_docker() {
     // runnable ones and the skipped ones are reported.
     let out = tempfile::tempdir().unwrap();
     let mut listing = args(vec![root.path().to_path_buf()], "oracle", out.path());
-    let (ready, skipped) = baton::cli::eval::load_tasks(&listing).unwrap();
-    assert_eq!((ready.len(), skipped.len()), (3, 3));
+    let set = baton::cli::eval::load_tasks(&listing).unwrap();
+    assert_eq!(
+        (set.tasks.len(), set.skipped.len(), set.failed.len()),
+        (3, 3, 0)
+    );
     listing.list = true;
     assert_eq!(baton::cli::eval::run(listing), 0);
     let report = run(args(vec![root.path().to_path_buf()], "oracle", out.path()));
@@ -712,20 +715,33 @@ fn run_prints_a_summary_and_honours_min_score() {
         &report.tasks,
         &report.score,
         &[],
+        &[],
         report.wall_sec,
         &report.job_dir,
     )
     .unwrap();
     let table = String::from_utf8(table).unwrap();
     assert!(
-        table.contains("score 100.0% ± 0.0 over 2 task(s); 4 passed, 0 failed"),
+        table.contains("score 4 passed / 4 scored (100.0%); 0 errored (0 trial(s) without a reward, 0 task(s) that cannot load); 0 skipped; mean reward 100.0% ± 0.0 over 2 task(s); 0 failed"),
         "{table}"
     );
     assert_eq!(
         report.score.stderr_method,
         "tb: sqrt(sum_t p(1-p)/(n_t-1)) / N"
     );
-    assert!(report.trials.iter().any(|t| t.trial_name == "one__2"));
+    // Harbor's trial names: `<task>__<7 characters>`, one folder each.
+    let ones: Vec<&str> = report
+        .trials
+        .iter()
+        .map(|t| t.trial_name.as_str())
+        .filter(|n| n.starts_with("one__"))
+        .collect();
+    assert_eq!(ones.len(), 2, "{ones:?}");
+    assert!(
+        ones.iter().all(|n| n.len() == "one__".len() + 7
+            && report.job_dir.join(n).join("result.json").is_file())
+    );
+    assert_ne!(ones[0], ones[1]);
 
     let mut bad = args(vec![root.path().join("missing")], "oracle", out.path());
     bad.min_score = None;
@@ -823,4 +839,427 @@ fn scripted_engine_solves_two_suite_tasks() {
         assert!(t.trajectory_path.is_some());
     }
     assert_eq!(report.score.accuracy, Some(1.0));
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/eval")
+        .join(name)
+}
+
+fn result_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Dockerfile variables: `ENV PATH="${TOOLS}:${PATH}"` keeps bash reachable and puts the
+/// tool folder first; ARG defaults, `${VAR:-d}`, `${VAR:+w}`, single quotes, WORKDIR and COPY
+/// expand; `[environment.env]` takes `${VAR:-default}`.
+#[test]
+fn dockerfile_variables_fixture() {
+    let dir = fixture("docker-vars");
+    let t = load_ready(&dir);
+    let path = &t.environment.env["PATH"];
+    assert!(
+        path.starts_with("/app/bin:") && !path.contains('$'),
+        "{path}"
+    );
+    assert_eq!(t.environment.env["GREETING"], "hello");
+    assert_eq!(t.environment.env["SUFFIX"], "set");
+    assert_eq!(t.environment.env["LITERAL"], "$TOOLS");
+    assert_eq!(t.environment.env["MODE"], "fast");
+    assert_eq!(t.environment.workdir, "/app/work");
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![dir.clone()], "oracle", out.path()));
+    let trial = &report.trials[0];
+    assert_eq!(
+        trial.reward,
+        Some(1.0),
+        "{:?}; see {}",
+        trial.exception_info,
+        trial.trial_dir.display()
+    );
+    let nop = run(args(vec![dir], "nop", out.path()));
+    assert_eq!(
+        nop.trials[0].reward,
+        Some(0.0),
+        "{:?}",
+        nop.trials[0].exception_info
+    );
+}
+
+/// pip options that take values are not package names, `-r`/`-c` files are read from the
+/// build context, and the harness-only tmux/asciinema do not block the task.
+#[test]
+fn pip_options_fixture() {
+    let dir = fixture("pip-options");
+    let t = load_ready(&dir);
+    let script = t.environment.setup_script.as_deref().unwrap();
+    assert!(!script.contains("pip install"), "{script}");
+    assert!(!script.contains("tmux"), "{script}");
+    assert!(
+        script.contains("echo installed > /app/marker.txt"),
+        "{script}"
+    );
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![dir], "oracle", out.path()));
+    assert_eq!(
+        report.trials[0].reward,
+        Some(1.0),
+        "{:?}",
+        report.trials[0].exception_info
+    );
+}
+
+/// A folder that cannot load is an error row, never an aborted job; a multi-step task is a
+/// skipped row; `--exclude` works on names read before loading, so it can leave out a
+/// malformed task.
+#[test]
+fn unloadable_tasks_are_rows_and_filters_come_first() {
+    let dir = fixture("unloadable");
+    let out = tempfile::tempdir().unwrap();
+    let a = args(vec![dir.clone()], "oracle", out.path());
+    let set = baton::cli::eval::load_tasks(&a).unwrap();
+    let names = |v: &[String]| v.join(",");
+    assert_eq!(
+        names(&set.tasks.iter().map(|t| t.name.clone()).collect::<Vec<_>>()),
+        "runs"
+    );
+    assert_eq!(
+        names(
+            &set.skipped
+                .iter()
+                .map(|s| s.name.clone())
+                .collect::<Vec<_>>()
+        ),
+        "multi-step"
+    );
+    assert!(
+        set.skipped[0].reason.contains("multi-step"),
+        "{}",
+        set.skipped[0].reason
+    );
+    let mut failed: Vec<String> = set.failed.iter().map(|e| e.task_name()).collect();
+    failed.sort();
+    assert_eq!(names(&failed), "bad-toml,no-test-sh");
+
+    let report = run(a.clone());
+    assert_eq!(report.trials.len(), 1);
+    assert_eq!(report.trials[0].reward, Some(1.0));
+    assert_eq!(report.load_errors.len(), 2);
+    assert_eq!(report.score.n_load_errors, 2);
+    assert_eq!(report.score.n_skipped, 1);
+    // One of three tasks passed: the gate sees 1/3, the headline says why.
+    assert!((report.score.strict_accuracy.unwrap() - 1.0 / 3.0).abs() < 1e-9);
+    let line = baton::eval::report::headline(&report.score);
+    assert!(
+        line.starts_with("score 1 passed / 1 scored (100.0%); 2 errored (0 trial(s) without a reward, 2 task(s) that cannot load); 1 skipped"),
+        "{line}"
+    );
+    let json = result_json(&report.job_dir.join("result.json"));
+    assert!(
+        json["load_errors"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("invalid TOML")
+            || json["load_errors"][1]["error"]
+                .as_str()
+                .unwrap()
+                .contains("invalid TOML"),
+        "{}",
+        json["load_errors"]
+    );
+
+    let mut only = a.clone();
+    only.exclude = vec![
+        "no-test-sh".into(),
+        "bad-*".into(),
+        "fixtures/multi-*".into(),
+    ];
+    let set = baton::cli::eval::load_tasks(&only).unwrap();
+    assert_eq!(
+        (set.tasks.len(), set.skipped.len(), set.failed.len()),
+        (1, 0, 0)
+    );
+    let mut list = a;
+    list.list = true;
+    assert_eq!(baton::cli::eval::run(list), 0);
+}
+
+/// CA-bundle, proxy and package-index variables reach the setup script, the agent and the
+/// verifier alike; credentials by name do not; loopback is added to NO_PROXY.
+#[test]
+fn network_variables_reach_every_phase() {
+    let host = [
+        ("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt"),
+        ("REQUESTS_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt"),
+        ("PIP_INDEX_URL", "https://pypi.example/simple"),
+        ("UV_INDEX_URL", "https://pypi.example/simple"),
+        ("HTTPS_PROXY", "http://proxy.example:3128"),
+        ("https_proxy", "http://proxy.example:3128"),
+        ("NO_PROXY", "internal.example"),
+        ("PIP_PASSWORD", "hunter2"),
+        ("UV_INDEX_PRIVATE_TOKEN", "hunter2"),
+        ("OPENAI_API_KEY", "sk-x"),
+        ("Https_Proxy", "nobody"),
+    ];
+    let env =
+        baton::eval::trial::network_env(host.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let keys: Vec<&str> = env.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        vec![
+            "HTTPS_PROXY",
+            "NO_PROXY",
+            "PIP_INDEX_URL",
+            "REQUESTS_CA_BUNDLE",
+            "SSL_CERT_FILE",
+            "UV_INDEX_URL",
+            "https_proxy",
+            "no_proxy"
+        ]
+    );
+    assert_eq!(env["NO_PROXY"], "internal.example,127.0.0.1,localhost,::1");
+
+    let out = tempfile::tempdir().unwrap();
+    let mut cfg = prepare(&args(vec![fixture("network-env")], "oracle", out.path())).unwrap();
+    cfg.settings.network_env = env;
+    let report = run_job(cfg).unwrap();
+    let trial = &report.trials[0];
+    assert_eq!(trial.reward, Some(1.0), "{:?}", trial.exception_info);
+    let seen = std::fs::read_to_string(trial.trial_dir.join("verifier/verifier-env.txt")).unwrap();
+    assert!(
+        seen.contains("PIP_INDEX_URL=https://pypi.example/simple"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("https_proxy=http://proxy.example:3128"),
+        "{seen}"
+    );
+    assert!(!seen.contains("hunter2"), "{seen}");
+}
+
+/// Harbor layout: COPY/WORKDIR into `/workspace` and `/data`, artifacts collected with a
+/// manifest, verifier stdout and stderr apart, org-prefixed names that would collide, and
+/// `result.json` / `config.json` in Harbor's schema.
+#[test]
+fn harbor_layout_fixture() {
+    let dir = fixture("harbor-layout");
+    let out = tempfile::tempdir().unwrap();
+    let a = args(vec![dir], "oracle", out.path());
+    let set = baton::cli::eval::load_tasks(&a).unwrap();
+    let mut names: Vec<&str> = set.tasks.iter().map(|t| t.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, vec!["org-a/same", "org-b/same"]);
+    let a_task = set.tasks.iter().find(|t| t.name == "org-a/same").unwrap();
+    assert_eq!(a_task.environment.extra_roots, vec!["/data", "/workspace"]);
+    assert!(!a_task.allow_internet);
+    assert_eq!(a_task.artifacts.len(), 3);
+
+    let report = run(a);
+    assert_eq!(report.trials.len(), 2);
+    for t in &report.trials {
+        assert_eq!(
+            t.reward,
+            Some(1.0),
+            "{}: {:?}",
+            t.trial_name,
+            t.exception_info
+        );
+        assert!(t.trial_name.starts_with("same__"), "{}", t.trial_name);
+    }
+    let t = report
+        .trials
+        .iter()
+        .find(|t| t.task_name == "org-a/same")
+        .unwrap();
+    let art = t.trial_dir.join("artifacts");
+    assert_eq!(
+        std::fs::read_to_string(art.join("result.txt")).unwrap(),
+        "seed\n"
+    );
+    assert!(art.join("data-copy/table.csv").is_file());
+    let manifest = result_json(&art.join("manifest.json"));
+    assert_eq!(manifest[2]["status"], "missing");
+    let v = t.trial_dir.join("verifier");
+    assert_eq!(
+        std::fs::read_to_string(v.join("test-stdout.txt")).unwrap(),
+        "checking result.txt\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(v.join("test-stderr.txt")).unwrap(),
+        "to stderr\n"
+    );
+
+    // The fields Harbor's TrialResult and JobResult models require, with their types.
+    let trial = result_json(&t.trial_dir.join("result.json"));
+    for key in [
+        "id",
+        "task_name",
+        "trial_name",
+        "trial_uri",
+        "task_checksum",
+    ] {
+        assert!(trial[key].is_string(), "{key}: {}", trial[key]);
+    }
+    assert!(trial["task_id"]["path"].is_string());
+    assert!(trial["config"]["task"]["path"].is_string());
+    assert_eq!(trial["agent_info"]["name"], "oracle");
+    assert!(trial["agent_info"]["version"].is_string());
+    assert_eq!(trial["verifier_result"]["rewards"]["reward"], 1.0);
+    assert!(trial["agent_execution"]["started_at"].is_string());
+    assert!(trial["verifier"]["finished_at"].is_string());
+    let job = result_json(&report.job_dir.join("result.json"));
+    assert_eq!(job["n_total_trials"], 2);
+    assert_eq!(job["stats"]["n_completed_trials"], 2);
+    assert_eq!(job["stats"]["evals"]["oracle__adhoc"]["n_trials"], 2);
+    assert!(job["updated_at"].is_string());
+    let config = result_json(&report.job_dir.join("config.json"));
+    assert_eq!(config["n_attempts"], 1);
+    assert_eq!(config["tasks"].as_array().unwrap().len(), 2);
+    assert_eq!(config["agents"][0]["name"], "oracle");
+}
+
+/// A trial that never ran is beside the score, not hidden by it: the headline is
+/// `passed / scored` with the errored count, and `--min-score` counts it as a failure.
+#[test]
+fn errored_trials_are_beside_the_score() {
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![fixture("errored")], "oracle", out.path());
+    let report = run(a.clone());
+    assert_eq!(report.score.accuracy, Some(1.0));
+    assert_eq!(
+        (
+            report.score.n_passed,
+            report.score.n_scored,
+            report.score.n_errors
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!(report.score.strict_accuracy, Some(0.5));
+    let err = report
+        .trials
+        .iter()
+        .find(|t| t.task_name == "setup-fails")
+        .unwrap();
+    let info = err.exception_info.as_ref().unwrap();
+    assert_eq!(info.exception_type, "EnvironmentSetupError");
+    let line = baton::eval::report::headline(&report.score);
+    assert!(
+        line.starts_with(
+            "score 1 passed / 1 scored (100.0%); 1 errored (1 trial(s) without a reward"
+        ),
+        "{line}"
+    );
+    let trial = result_json(&err.trial_dir.join("result.json"));
+    assert!(
+        trial["exception_info"]["exception_message"]
+            .as_str()
+            .unwrap()
+            .contains("setup script")
+    );
+    assert!(trial["verifier_result"].is_null());
+    a.min_score = Some(0.9);
+    assert_eq!(baton::cli::eval::run(a), 1);
+}
+
+/// Hostile tasks and agents: an artifact path through a link the agent planted does not read
+/// host files, and a task's env table cannot copy a host credential into its trial.
+#[test]
+fn artifacts_and_env_templates_stay_inside() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = answer_task(root.path(), "sneaky", 60.0, REWARD_TXT);
+    let toml = std::fs::read_to_string(dir.join("task.toml")).unwrap();
+    write(
+        &dir.join("task.toml"),
+        &format!("artifacts = [\"/app/link/etc/hostname\", \"/app/answer.txt\"]\n{toml}"),
+    );
+    write(
+        &dir.join("solution/solve.sh"),
+        "echo 42 > /app/answer.txt\nln -s / /app/link\n",
+    );
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![dir.clone()], "oracle", out.path());
+    a.isolation = IsolationChoice::None;
+    let report = run(a);
+    let t = &report.trials[0];
+    assert_eq!(t.reward, Some(1.0), "{:?}", t.exception_info);
+    let art = t.trial_dir.join("artifacts");
+    assert!(!art.join("hostname").exists());
+    assert_eq!(
+        std::fs::read_to_string(art.join("answer.txt")).unwrap(),
+        "42\n"
+    );
+    let manifest = result_json(&art.join("manifest.json"));
+    assert!(
+        manifest[0]["status"].as_str().unwrap().contains("outside"),
+        "{manifest}"
+    );
+
+    // `${...KEY}` from the host is refused even when set (HOME is set; a secret-like name
+    // is refused by name); the default is taken instead.
+    write(
+        &dir.join("task.toml"),
+        &format!("{toml}[environment.env]\nA = \"${{HOME}}\"\nB = \"${{BATON_API_KEY:-none}}\"\n"),
+    );
+    let t = load_ready(&dir);
+    assert_eq!(t.environment.env["B"], "none");
+    assert!(!t.environment.env["A"].is_empty());
+    write(
+        &dir.join("task.toml"),
+        &format!("{toml}[environment.env]\nB = \"${{SOME_SECRET_TOKEN}}\"\n"),
+    );
+    let err = task::load(&dir).unwrap_err();
+    assert!(err.to_string().contains("SOME_SECRET_TOKEN"), "{err}");
+}
+
+/// Harbor's own models read baton's job folder: every trial's `result.json` as a
+/// `TrialResult`, the job's as a `JobResult`, its `config.json` as a `JobConfig`.
+#[test]
+fn harbor_models_read_baton_job_folders() {
+    let Some(python) = crate::support::external::require(
+        "the harbor package (PyPI) in the test venv",
+        crate::support::external::python_with(&[
+            "harbor.models.trial.result",
+            "harbor.models.job.result",
+            "harbor.models.job.config",
+        ]),
+    ) else {
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(
+        vec![fixture("harbor-layout"), fixture("errored")],
+        "oracle",
+        out.path(),
+    ));
+    assert_eq!(report.trials.len(), 4);
+    let check = r#"
+import pathlib, sys
+from harbor.models.trial.result import TrialResult
+from harbor.models.job.result import JobResult
+from harbor.models.job.config import JobConfig
+job = pathlib.Path(sys.argv[1])
+rewards = sorted(
+    str(TrialResult.model_validate_json(p.read_text()).verifier_result)
+    for p in job.glob("*/result.json")
+)
+r = JobResult.model_validate_json((job / "result.json").read_text())
+c = JobConfig.model_validate_json((job / "config.json").read_text())
+print(rewards, r.n_total_trials, r.stats.n_errored_trials, len(c.tasks), c.agents[0].name)
+"#;
+    let output = std::process::Command::new(python)
+        .args(["-c", check])
+        .arg(&report.job_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        stdout.trim(),
+        "['None', \"rewards={'reward': 1.0}\", \"rewards={'reward': 1.0}\", \"rewards={'reward': 1.0}\"] 4 1 4 oracle"
+    );
 }

@@ -7,7 +7,7 @@ use crate::eval::error::EvalError;
 use crate::eval::isolation::{Isolation, IsolationChoice, IsolationKind};
 use crate::eval::job::{self, JobConfig, JobReport};
 use crate::eval::report;
-use crate::eval::task::{self, Loaded};
+use crate::eval::task;
 use crate::eval::trial::{AgentKind, BatonOptions, TrialSettings};
 use crate::protocol::terminal_safe_line;
 
@@ -82,24 +82,39 @@ pub struct EvalArgs {
 pub fn run(args: EvalArgs) -> i32 {
     if args.list {
         return match load_tasks(&args) {
-            Ok((tasks, skipped)) => {
-                for t in &tasks {
+            Ok(set) => {
+                for t in &set.tasks {
+                    let agent = t
+                        .agent_timeout
+                        .map_or("none".to_string(), |d| format!("{:.0} s", d.as_secs_f64()));
                     println!(
-                        "{}\t{}\tagent {:.0} s\tverifier {:.0} s\t{}",
+                        "{}\t{}\tagent {agent}\tverifier {:.0} s\t{}",
                         terminal_safe_line(&t.name),
                         t.format.as_str(),
-                        t.agent_timeout.as_secs_f64(),
                         t.verifier_timeout.as_secs_f64(),
-                        t.dir.display()
+                        terminal_safe_line(&t.dir.display().to_string())
                     );
                 }
-                for s in &skipped {
+                for s in &set.skipped {
                     println!(
                         "{}\tskipped\t{}",
                         terminal_safe_line(&s.name),
                         terminal_safe_line(&s.reason)
                     );
                 }
+                for e in &set.failed {
+                    println!(
+                        "{}\terror\t{}",
+                        terminal_safe_line(&e.task_name()),
+                        terminal_safe_line(&e.to_string())
+                    );
+                }
+                eprintln!(
+                    "baton eval: {} runnable, {} skipped, {} cannot load",
+                    set.tasks.len(),
+                    set.skipped.len(),
+                    set.failed.len()
+                );
                 0
             }
             Err(e) => {
@@ -127,11 +142,13 @@ pub fn run(args: EvalArgs) -> i32 {
                 &report.tasks,
                 &report.score,
                 &skipped_of(&report),
+                &report.load_errors,
                 report.wall_sec,
                 &report.job_dir,
             );
+            // Errored trials and tasks that cannot load count as failures for the gate.
             match args.min_score {
-                Some(min) if report.score.accuracy.unwrap_or(0.0) < min => 1,
+                Some(min) if report.score.strict_accuracy.unwrap_or(0.0) < min => 1,
                 _ => 0,
             }
         }
@@ -177,15 +194,24 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
             hooks: args.hooks.clone(),
         },
     )?;
-    let (tasks, skipped) = load_tasks(args)?;
-    for s in &skipped {
+    let set = load_tasks(args)?;
+    for s in &set.skipped {
         eprintln!(
             "baton eval: skipping {}: {}",
             terminal_safe_line(&s.name),
             terminal_safe_line(&s.reason)
         );
     }
+    for e in &set.failed {
+        eprintln!(
+            "baton eval: cannot load {}: {}",
+            terminal_safe_line(&e.task_name()),
+            terminal_safe_line(&e.to_string())
+        );
+    }
+    let network_env = crate::eval::trial::network_env(std::env::vars());
     let mut shared = args.share.clone();
+    shared.extend(crate::eval::trial::network_files(&network_env));
     if matches!(agent, AgentKind::Baton { .. })
         && let Some(dir) = binary.parent()
     {
@@ -200,8 +226,9 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
     }
     let job_dir = job::new_job_dir(&args.out, args.job_name.as_deref())?;
     Ok(JobConfig {
-        tasks,
-        skipped,
+        tasks: set.tasks,
+        skipped: set.skipped,
+        failed: set.failed,
         trials: args.trials,
         concurrency: args.concurrency.max(1),
         job_dir,
@@ -210,44 +237,15 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
             timeout_multiplier: args.timeout_multiplier,
             keep_workdirs: args.keep_workdirs,
             isolation,
+            network_env,
         },
         progress: !args.no_progress,
     })
 }
 
-/// Discovers, loads and filters the tasks; checks that their names are unique.
-pub fn load_tasks(args: &EvalArgs) -> Result<(Vec<task::Task>, Vec<task::Skipped>), EvalError> {
-    let dirs = task::discover(&args.tasks)?;
-    let mut loaded = Vec::new();
-    for dir in &dirs {
-        loaded.push(task::load(dir)?);
-    }
-    let names: Vec<String> = loaded.iter().map(|l| l.name().to_string()).collect();
-    let keep = task::filter_names(&names, &args.include, &args.exclude)?;
-    let mut tasks = Vec::new();
-    let mut skipped = Vec::new();
-    for (l, keep) in loaded.into_iter().zip(keep) {
-        match l {
-            _ if !keep => {}
-            Loaded::Ready(t) => tasks.push(*t),
-            Loaded::Skipped(s) => skipped.push(s),
-        }
-    }
-    let mut seen: std::collections::BTreeMap<&str, &std::path::Path> =
-        std::collections::BTreeMap::new();
-    for t in &tasks {
-        if let Some(other) = seen.insert(&t.name, &t.dir) {
-            return Err(EvalError::DuplicateName {
-                name: t.name.clone(),
-                first: other.to_path_buf(),
-                second: t.dir.clone(),
-            });
-        }
-    }
-    if tasks.is_empty() && skipped.is_empty() {
-        return Err(EvalError::NothingToRun);
-    }
-    Ok((tasks, skipped))
+/// Discovers, filters and loads the tasks ([`task::load_set`]).
+pub fn load_tasks(args: &EvalArgs) -> Result<task::TaskSet, EvalError> {
+    task::load_set(&args.tasks, &args.include, &args.exclude)
 }
 
 #[cfg(test)]

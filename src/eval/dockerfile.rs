@@ -1,13 +1,17 @@
 //! Turns a task's Dockerfile into a local setup script when it only needs what this machine has.
 //!
 //! TB tasks build on generic Debian/Ubuntu/Python images and mostly `COPY` fixtures into `/app`
-//! and `RUN` a few commands. Those run as a setup script inside the trial sandbox, with package
-//! installs dropped when the packages are already installed on the host. Anything else (a
-//! bespoke base image, multi-stage builds, packages missing here) makes the task skipped, with
-//! the reason.
+//! (or a new top-level folder such as `/workspace`) and `RUN` a few commands. Those run as a
+//! setup script inside the trial sandbox, with package installs dropped when the packages are
+//! already installed on the host. Variables follow Dockerfile semantics (`ARG`, `ENV`, `$VAR`,
+//! `${VAR:-default}` …). Anything else (a bespoke base image, multi-stage builds, packages
+//! missing here) makes the task skipped, with the reason.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Base images whose userland a Debian host with python3, git, gcc and cargo stands in for.
 const GENERIC_BASES: &[&str] = &[
@@ -21,12 +25,45 @@ const GENERIC_BASES: &[&str] = &[
     "ghcr.io/laude-institute/t-bench/python-3-13",
 ];
 
+/// Packages every TB1 Dockerfile installs for the harness (its tmux session and recorder), not
+/// for the task: a trial here has no tmux pane, so their absence does not block a task.
+const HARNESS_ONLY: &[&str] = &["tmux", "asciinema"];
+
+/// Top-level folders that come from the host (read-only) or are the trial's own mounts; a
+/// Dockerfile cannot write there. Any other top-level folder (`/workspace`, `/data`, `/home`)
+/// becomes a writable folder of the trial.
+const NOT_A_TRIAL_ROOT: &[&str] = &[
+    "usr",
+    "etc",
+    "opt",
+    "var",
+    "sys",
+    "bin",
+    "sbin",
+    "lib",
+    "lib32",
+    "lib64",
+    "libx32",
+    "dev",
+    "proc",
+    "run",
+    "boot",
+    "logs",
+    "tests",
+    "solution",
+    "setup",
+    "environment",
+];
+
 /// A Dockerfile rewritten as a setup script.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LocalEnv {
     pub script: String,
     pub workdir: String,
     pub env: BTreeMap<String, String>,
+    /// Top-level folders besides `/app`, `/root` and `/tmp` that the Dockerfile writes to
+    /// (`/workspace`): each is a writable folder of the trial.
+    pub extra_roots: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -65,13 +102,17 @@ pub enum Problem {
     /// A base image whose userland this machine does not stand in for.
     #[error("needs the Docker image '{image}', which baton cannot provide")]
     Image { image: String },
-    #[error("WORKDIR {path} is outside /app, the only writable tree")]
+    #[error(
+        "WORKDIR {path} is in a system folder; only /app, /root, /tmp and new top-level folders are writable"
+    )]
     WorkdirOutsideApp { path: String },
     #[error("COPY --from needs a multi-stage Docker build")]
     CopyFromStage,
     #[error("{instruction} needs a source and a destination")]
     CopyArguments { instruction: String },
-    #[error("{instruction} into {dest}, outside /app")]
+    #[error(
+        "{instruction} into {dest}, a system folder; only /app, /root, /tmp and new top-level folders are writable"
+    )]
     CopyOutsideApp { instruction: String, dest: String },
     #[error("{instruction} of a URL ({url}) needs the network at build time")]
     CopyUrl { instruction: String, url: String },
@@ -85,6 +126,12 @@ pub enum Problem {
         installer: Installer,
         packages: Vec<String>,
     },
+    /// `pip install -e .`, a wheel or a URL: what it installs cannot be checked here.
+    #[error("pip installs '{spec}', which baton cannot check or install without Docker")]
+    PipLocalInstall { spec: String },
+    /// `pip install -r FILE` where FILE is not a file of the build context.
+    #[error("pip -r {file}: not a file this Dockerfile copies from its build context")]
+    Requirements { file: String },
     #[error("USER {user}: trials run as root")]
     User { user: String },
     #[error("unsupported instruction {0}")]
@@ -94,24 +141,116 @@ pub enum Problem {
     JsonArray(String),
     #[error("unbalanced quotes in '{0}'")]
     UnbalancedQuotes(String),
+    /// `${VAR}` without its closing brace, or a bad name inside the braces.
+    #[error("bad variable reference in '{0}'")]
+    BadVariable(String),
+    /// `${VAR:?message}` with VAR unset.
+    #[error("{name}: {message}")]
+    UnsetVariable { name: String, message: String },
 }
 
-/// Translates `text`. Build context files are visible at `/environment` while the script runs.
-pub fn translate(text: &str, network: bool) -> DockerPlan {
-    match translate_inner(text, network, &host_has_package) {
+/// Translates `text`, whose build context is `context` (visible at `/environment` while the
+/// script runs). Installed packages are looked up once per process.
+pub fn translate(text: &str, network: bool, context: &Path) -> DockerPlan {
+    match translate_inner(text, network, Some(context), &host_has_package) {
         Ok(local) => DockerPlan::Local(local),
         Err(reason) => DockerPlan::Unsupported(reason),
     }
 }
 
+/// Where a sandbox path lives in a trial.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Root {
+    /// `/app`, `/root`, `/tmp`: the trial's own folders.
+    Trial,
+    /// A new top-level folder, writable in the trial.
+    Extra(String),
+    /// A host system folder or one of the trial's reserved mounts.
+    System,
+}
+
+fn root_of(path: &str) -> Root {
+    let top = path
+        .trim_start_matches('/')
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    match top {
+        "" => Root::System,
+        "app" | "root" | "tmp" => Root::Trial,
+        t if NOT_A_TRIAL_ROOT.contains(&t) || t == "." || t == ".." => Root::System,
+        t => Root::Extra(format!("/{t}")),
+    }
+}
+
+/// `dir` joined with `rel` (when relative), with `.` and `..` resolved lexically.
+fn absolute(dir: &str, rel: &str) -> String {
+    let joined = if rel.starts_with('/') {
+        rel.to_string()
+    } else {
+        format!("{}/{rel}", dir.trim_end_matches('/'))
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for p in joined.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    let mut out = format!("/{}", parts.join("/"));
+    if rel.ends_with('/') && out != "/" {
+        out.push('/');
+    }
+    out
+}
+
+/// The variables a Dockerfile instruction sees: `ENV` over `ARG` over the base image's.
+struct Vars {
+    base: BTreeMap<String, String>,
+    args: BTreeMap<String, String>,
+    env: BTreeMap<String, String>,
+}
+
+impl Vars {
+    fn get(&self, name: &str) -> Option<String> {
+        self.env
+            .get(name)
+            .or_else(|| self.args.get(name))
+            .or_else(|| self.base.get(name))
+            .cloned()
+    }
+}
+
+/// What the base image is assumed to set: its PATH, which trials inherit from this machine.
+fn base_vars() -> BTreeMap<String, String> {
+    let mut base = BTreeMap::new();
+    base.insert(
+        "PATH".to_string(),
+        std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
+    );
+    base
+}
+
 fn translate_inner(
     text: &str,
     network: bool,
+    context: Option<&Path>,
     installed: &dyn Fn(Installer, &str) -> bool,
 ) -> Result<LocalEnv, DockerfileError> {
     let mut script = String::from("set -e\nmkdir -p /app\ncd /app\n");
     let mut workdir = "/app".to_string();
-    let mut env = BTreeMap::new();
+    let mut vars = Vars {
+        base: base_vars(),
+        args: BTreeMap::new(),
+        env: BTreeMap::new(),
+    };
+    // ARGs declared before FROM: usable in FROM, and as defaults of a later bare `ARG NAME`.
+    let mut global_args: BTreeMap<String, String> = BTreeMap::new();
+    let mut extra_roots = BTreeSet::new();
+    let mut copies: Vec<Copied> = Vec::new();
     let mut seen_from = false;
     for (line_no, instruction) in logical_lines(text) {
         let (word, rest) = match instruction.split_once(char::is_whitespace) {
@@ -122,15 +261,24 @@ fn translate_inner(
             line: Some(line_no),
             problem,
         };
+        let lookup = |name: &str| {
+            if seen_from {
+                vars.get(name)
+            } else {
+                global_args.get(name).cloned()
+            }
+        };
         match word.as_str() {
             "FROM" => {
                 if seen_from {
                     return Err(at(Problem::MultiStage));
                 }
+                let words = expand_words(&rest, &lookup).map_err(&at)?;
                 seen_from = true;
-                let image = rest
-                    .split_whitespace()
+                let image = words
+                    .iter()
                     .find(|w| !w.starts_with("--"))
+                    .map(String::as_str)
                     .unwrap_or("");
                 let repo = image.split(['@']).next().unwrap_or("");
                 let repo = match repo.rfind(':') {
@@ -145,20 +293,49 @@ fn translate_inner(
                     }));
                 }
             }
+            "ARG" => {
+                for w in expand_words(&rest, &lookup).map_err(&at)? {
+                    let (name, value) = match w.split_once('=') {
+                        Some((k, v)) => (k.to_string(), Some(v.to_string())),
+                        None => (w.clone(), None),
+                    };
+                    if !seen_from {
+                        if let Some(v) = value {
+                            global_args.insert(name, v);
+                        }
+                        continue;
+                    }
+                    // No build arguments are given: the default, or the global one.
+                    let Some(v) = value.or_else(|| global_args.get(&name).cloned()) else {
+                        continue;
+                    };
+                    if valid_name(&name) {
+                        script.push_str(&format!("export {name}={}\n", sh_quote(&v)));
+                        vars.args.insert(name, v);
+                    }
+                }
+            }
             "WORKDIR" => {
-                let path = if rest.starts_with('/') {
-                    rest.clone()
-                } else {
-                    format!("{}/{}", workdir.trim_end_matches('/'), rest)
-                };
-                if path != "/app" && !path.starts_with("/app/") {
-                    return Err(at(Problem::WorkdirOutsideApp { path }));
+                let path = expand_one(&rest, &lookup).map_err(&at)?;
+                let path = absolute(&workdir, &path);
+                let path = path.trim_end_matches('/').to_string();
+                let path = if path.is_empty() { "/".into() } else { path };
+                match root_of(&path) {
+                    Root::System => return Err(at(Problem::WorkdirOutsideApp { path })),
+                    Root::Extra(top) => {
+                        extra_roots.insert(top);
+                    }
+                    Root::Trial => {}
                 }
                 script.push_str(&format!("mkdir -p {0}\ncd {0}\n", sh_quote(&path)));
                 workdir = path;
             }
             "COPY" | "ADD" => {
-                let words = shell_words(&rest).map_err(&at)?;
+                let words = if rest.trim_start().starts_with('[') {
+                    shell_words(&rest).map_err(&at)?
+                } else {
+                    expand_words(&rest, &lookup).map_err(&at)?
+                };
                 if words.iter().any(|w| w.starts_with("--from")) {
                     return Err(at(Problem::CopyFromStage));
                 }
@@ -167,16 +344,18 @@ fn translate_inner(
                 else {
                     return Err(at(Problem::CopyArguments { instruction: word }));
                 };
-                let dest = if dest.starts_with('/') {
-                    dest.to_string()
-                } else {
-                    format!("{}/{}", workdir.trim_end_matches('/'), dest)
-                };
-                if dest != "/app" && !dest.starts_with("/app/") {
-                    return Err(at(Problem::CopyOutsideApp {
-                        instruction: word,
-                        dest,
-                    }));
+                let dest = absolute(&workdir, dest);
+                match root_of(&dest) {
+                    Root::System => {
+                        return Err(at(Problem::CopyOutsideApp {
+                            instruction: word,
+                            dest,
+                        }));
+                    }
+                    Root::Extra(top) => {
+                        extra_roots.insert(top);
+                    }
+                    Root::Trial => {}
                 }
                 for src in sources {
                     if src.contains("://") {
@@ -185,47 +364,68 @@ fn translate_inner(
                             url: src.to_string(),
                         }));
                     }
-                    let into_dir = dest.ends_with('/') || sources.len() > 1 || src.as_str() == ".";
-                    let from = if src.as_str() == "." {
-                        "/environment/.".to_string()
+                    let rel = src.trim_start_matches("./").trim_end_matches('/');
+                    let rel = if rel.is_empty() { "." } else { rel };
+                    // Docker copies a folder's contents, never the folder itself.
+                    let src_is_dir = rel == "."
+                        || src.ends_with('/')
+                        || context.is_some_and(|c| c.join(rel).is_dir());
+                    let into_dir = dest.ends_with('/') || sources.len() > 1 || src_is_dir;
+                    let from = if rel == "." {
+                        "/environment".to_string()
                     } else {
-                        format!("/environment/{}", src.trim_start_matches("./"))
+                        format!("/environment/{rel}")
                     };
-                    if into_dir {
+                    let dest_dir = dest.trim_end_matches('/');
+                    let dest_dir = if dest_dir.is_empty() { "/" } else { dest_dir };
+                    if src_is_dir {
+                        script.push_str(&format!(
+                            "mkdir -p {0}\ncp -a {1}/. {0}/\n",
+                            sh_quote(dest_dir),
+                            from
+                        ));
+                    } else if into_dir {
                         script.push_str(&format!(
                             "mkdir -p {0}\ncp -a {1} {0}/\n",
-                            sh_quote(dest.trim_end_matches('/')),
+                            sh_quote(dest_dir),
                             from
                         ));
                     } else {
                         script.push_str(&format!(
-                            "mkdir -p \"$(dirname {0})\"\nif [ -d {1} ]; then mkdir -p {0} && cp -a {1}/. {0}/; else cp -a {1} {0}; fi\n",
+                            "mkdir -p \"$(dirname {0})\"\ncp -a {1} {0}\n",
                             sh_quote(&dest),
                             from
                         ));
                     }
+                    if let Some(ctx) = context {
+                        copies.push(Copied {
+                            dest: dest_dir.to_string(),
+                            host: if rel == "." {
+                                ctx.to_path_buf()
+                            } else {
+                                ctx.join(rel)
+                            },
+                            contents: src_is_dir,
+                            into_dir,
+                        });
+                    }
                 }
             }
             "ENV" => {
-                for (k, v) in parse_env(&rest).map_err(&at)? {
+                for (k, v) in parse_env(&rest, &lookup).map_err(&at)? {
+                    if !valid_name(&k) {
+                        continue;
+                    }
                     script.push_str(&format!("export {k}={}\n", sh_quote(&v)));
-                    env.insert(k, v);
-                }
-            }
-            "ARG" => {
-                if let Some((k, v)) = rest.split_once('=') {
-                    script.push_str(&format!(
-                        "{}={}\n",
-                        k.trim(),
-                        sh_quote(v.trim().trim_matches('"'))
-                    ));
+                    vars.env.insert(k, v);
                 }
             }
             "RUN" => {
                 if rest.starts_with('[') {
                     return Err(at(Problem::RunJsonForm));
                 }
-                let kept = strip_satisfied_installs(&rest, installed).map_err(&at)?;
+                let files = |sandbox: &str| host_file(&copies, &absolute(&workdir, sandbox));
+                let kept = strip_satisfied_installs(&rest, installed, &files).map_err(&at)?;
                 if !network && needs_network(&kept) {
                     return Err(at(Problem::RunNeedsNetwork { command: kept }));
                 }
@@ -235,8 +435,10 @@ fn translate_inner(
                 }
             }
             "USER" => {
-                if rest != "root" && rest != "0" {
-                    return Err(at(Problem::User { user: rest }));
+                let user = expand_one(&rest, &lookup).map_err(&at)?;
+                let name = user.split(':').next().unwrap_or_default();
+                if name != "root" && name != "0" {
+                    return Err(at(Problem::User { user }));
                 }
             }
             "CMD" | "ENTRYPOINT" | "LABEL" | "EXPOSE" | "VOLUME" | "SHELL" | "HEALTHCHECK"
@@ -253,8 +455,52 @@ fn translate_inner(
     Ok(LocalEnv {
         script,
         workdir,
-        env,
+        env: vars.env,
+        extra_roots: extra_roots.into_iter().collect(),
     })
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// One source of a `COPY`, for finding which host file a later `RUN` reads.
+struct Copied {
+    /// The destination folder (or file, when neither `into_dir` nor `contents`).
+    dest: String,
+    host: PathBuf,
+    /// A folder whose contents land in `dest`.
+    contents: bool,
+    /// A file that lands in `dest/<its name>`.
+    into_dir: bool,
+}
+
+/// The build-context file that the sandbox path `path` holds after the `COPY`s so far.
+fn host_file(copies: &[Copied], path: &str) -> Option<PathBuf> {
+    for c in copies.iter().rev() {
+        let target = if c.contents {
+            c.dest.clone()
+        } else if c.into_dir {
+            let name = c.host.file_name()?.to_string_lossy().into_owned();
+            format!("{}/{name}", c.dest.trim_end_matches('/'))
+        } else {
+            c.dest.clone()
+        };
+        let found = if path == target {
+            Some(c.host.clone())
+        } else {
+            path.strip_prefix(&format!("{}/", target.trim_end_matches('/')))
+                .map(|rest| c.host.join(rest))
+        };
+        if let Some(f) = found.filter(|f| f.is_file()) {
+            return Some(f);
+        }
+    }
+    None
 }
 
 /// Joins `\`-continued lines and drops comments; yields (first line number, text).
@@ -296,15 +542,196 @@ fn shell_words(s: &str) -> Result<Vec<String>, Problem> {
     shlex::split(s).ok_or_else(|| Problem::UnbalancedQuotes(s.to_string()))
 }
 
-fn parse_env(rest: &str) -> Result<Vec<(String, String)>, Problem> {
-    let words = shell_words(rest)?;
-    if words.first().is_some_and(|w| !w.contains('=')) {
-        // Legacy form: ENV KEY value with spaces
-        let key = words[0].clone();
-        let value = rest.trim_start()[key.len()..].trim().to_string();
-        return Ok(vec![(key, value)]);
+type Lookup<'a> = dyn Fn(&str) -> Option<String> + 'a;
+
+/// Splits `s` into words the way Docker does for ENV, ARG, COPY and WORKDIR: quotes removed,
+/// `\` escapes, and `$VAR`, `${VAR}`, `${VAR:-word}`, `${VAR:+word}`, `${VAR:?message}` (and
+/// the forms without `:`) expanded; single quotes keep `$` literal.
+fn expand_words(s: &str, lookup: &Lookup) -> Result<Vec<String>, Problem> {
+    expand(s, true, lookup)
+}
+
+/// [`expand_words`] without splitting: the whole text is one word.
+fn expand_one(s: &str, lookup: &Lookup) -> Result<String, Problem> {
+    Ok(expand(s, false, lookup)?
+        .into_iter()
+        .next()
+        .unwrap_or_default())
+}
+
+fn expand(s: &str, split: bool, lookup: &Lookup) -> Result<Vec<String>, Problem> {
+    let chars: Vec<char> = s.chars().collect();
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut quote: Option<char> = None;
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match quote {
+            Some('\'') => {
+                if c == '\'' {
+                    quote = None;
+                } else {
+                    cur.push(c);
+                }
+                i += 1;
+            }
+            Some(_) => {
+                if c == '"' {
+                    quote = None;
+                    i += 1;
+                } else if c == '\\' && matches!(chars.get(i + 1), Some('"' | '\\' | '$')) {
+                    cur.push(chars[i + 1]);
+                    i += 2;
+                } else if c == '$' {
+                    i = expand_dollar(&chars, i, &mut cur, lookup, s)?;
+                } else {
+                    cur.push(c);
+                    i += 1;
+                }
+            }
+            None => {
+                if split && c.is_whitespace() {
+                    if in_word {
+                        words.push(std::mem::take(&mut cur));
+                        in_word = false;
+                    }
+                    i += 1;
+                    continue;
+                }
+                in_word = true;
+                match c {
+                    '\'' | '"' => {
+                        quote = Some(c);
+                        i += 1;
+                    }
+                    '\\' if i + 1 < chars.len() => {
+                        cur.push(chars[i + 1]);
+                        i += 2;
+                    }
+                    '$' => i = expand_dollar(&chars, i, &mut cur, lookup, s)?,
+                    _ => {
+                        cur.push(c);
+                        i += 1;
+                    }
+                }
+            }
+        }
     }
-    Ok(words
+    if quote.is_some() {
+        return Err(Problem::UnbalancedQuotes(s.to_string()));
+    }
+    if in_word || !split {
+        words.push(cur);
+    }
+    Ok(words)
+}
+
+/// Expands the reference at `chars[i] == '$'` into `out`; returns the index after it.
+fn expand_dollar(
+    chars: &[char],
+    i: usize,
+    out: &mut String,
+    lookup: &Lookup,
+    whole: &str,
+) -> Result<usize, Problem> {
+    let is_start = |c: char| c.is_ascii_alphabetic() || c == '_';
+    let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    match chars.get(i + 1) {
+        Some('{') => {
+            let mut j = i + 2;
+            let name_start = j;
+            while j < chars.len() && is_name(chars[j]) {
+                j += 1;
+            }
+            let name: String = chars[name_start..j].iter().collect();
+            if name.is_empty()
+                || !chars[name_start].is_ascii_alphabetic() && chars[name_start] != '_'
+            {
+                return Err(Problem::BadVariable(whole.to_string()));
+            }
+            // The operator, then the word up to the matching brace.
+            let colon = chars.get(j) == Some(&':');
+            let op_at = if colon { j + 1 } else { j };
+            let op = match chars.get(op_at) {
+                Some('}') if !colon => None,
+                Some(c @ ('-' | '+' | '?')) => Some(*c),
+                _ => return Err(Problem::BadVariable(whole.to_string())),
+            };
+            let Some(op) = op else {
+                out.push_str(&lookup(&name).unwrap_or_default());
+                return Ok(j + 1);
+            };
+            let word_start = op_at + 1;
+            let mut depth = 0usize;
+            let mut k = word_start;
+            loop {
+                match chars.get(k) {
+                    None => return Err(Problem::BadVariable(whole.to_string())),
+                    Some('$') if chars.get(k + 1) == Some(&'{') => {
+                        depth += 1;
+                        // Each level is a recursion when expanded: keep it shallow.
+                        if depth > 16 {
+                            return Err(Problem::BadVariable(whole.to_string()));
+                        }
+                        k += 2;
+                    }
+                    Some('}') if depth == 0 => break,
+                    Some('}') => {
+                        depth -= 1;
+                        k += 1;
+                    }
+                    Some(_) => k += 1,
+                }
+            }
+            let raw: String = chars[word_start..k].iter().collect();
+            let value = lookup(&name);
+            let set = if colon {
+                value.as_deref().is_some_and(|v| !v.is_empty())
+            } else {
+                value.is_some()
+            };
+            match op {
+                '-' if set => out.push_str(&value.unwrap_or_default()),
+                '-' => out.push_str(&expand_one(&raw, lookup)?),
+                '+' if set => out.push_str(&expand_one(&raw, lookup)?),
+                '+' => {}
+                _ if set => out.push_str(&value.unwrap_or_default()),
+                _ => {
+                    return Err(Problem::UnsetVariable {
+                        name,
+                        message: expand_one(&raw, lookup)?,
+                    });
+                }
+            }
+            Ok(k + 1)
+        }
+        Some(&c) if is_start(c) => {
+            let mut j = i + 1;
+            while j < chars.len() && is_name(chars[j]) {
+                j += 1;
+            }
+            let name: String = chars[i + 1..j].iter().collect();
+            out.push_str(&lookup(&name).unwrap_or_default());
+            Ok(j)
+        }
+        _ => {
+            out.push('$');
+            Ok(i + 1)
+        }
+    }
+}
+
+/// `ENV K=V K2=V2` or the legacy `ENV K value with spaces`; values expanded with the variables
+/// as they were before this instruction.
+fn parse_env(rest: &str, lookup: &Lookup) -> Result<Vec<(String, String)>, Problem> {
+    let first = rest.split_whitespace().next().unwrap_or_default();
+    if !first.contains('=') {
+        let value = rest.trim_start()[first.len()..].trim();
+        return Ok(vec![(first.to_string(), expand_one(value, lookup)?)]);
+    }
+    Ok(expand_words(rest, lookup)?
         .into_iter()
         .filter_map(|w| {
             w.split_once('=')
@@ -329,72 +756,337 @@ impl Installer {
     }
 }
 
+/// pip options that take a value (`--retries 3`, `-r requirements.txt`, `-i URL` …).
+const PIP_VALUE_OPTIONS: &[&str] = &[
+    "-r",
+    "--requirement",
+    "-c",
+    "--constraint",
+    "-e",
+    "--editable",
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "-f",
+    "--find-links",
+    "-t",
+    "--target",
+    "--platform",
+    "--python-version",
+    "--implementation",
+    "--abi",
+    "--root",
+    "--prefix",
+    "--src",
+    "--upgrade-strategy",
+    "-C",
+    "--config-settings",
+    "--global-option",
+    "--build-option",
+    "--no-binary",
+    "--only-binary",
+    "--progress-bar",
+    "--root-user-action",
+    "--report",
+    "--keyring-provider",
+    "--proxy",
+    "--retries",
+    "--timeout",
+    "--exists-action",
+    "--trusted-host",
+    "--cert",
+    "--client-cert",
+    "--cache-dir",
+    "--log",
+    "--log-file",
+    "--python",
+    "--group",
+    "--use-feature",
+    "--use-deprecated",
+    "--resume-retries",
+];
+
+/// apt-get options that take a value.
+const APT_VALUE_OPTIONS: &[&str] = &[
+    "-o",
+    "--option",
+    "-t",
+    "--target-release",
+    "-c",
+    "--config-file",
+];
+
+/// One requirement of an install command.
+#[derive(Debug, PartialEq)]
+enum Wanted {
+    Package(String),
+    /// `-r FILE`.
+    Requirements(String),
+    /// `-e PATH`, `.`, a wheel, a URL.
+    Local(String),
+}
+
+/// The requirements of `install ARGS…`, options and their values left out.
+fn install_args(kind: Installer, args: &[String]) -> Vec<Wanted> {
+    let value_options = match kind {
+        Installer::Apt => APT_VALUE_OPTIONS,
+        Installer::Pip => PIP_VALUE_OPTIONS,
+    };
+    let mut out = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a.starts_with('-') {
+            let (flag, inline) = match a.split_once('=') {
+                Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+                _ => (a.as_str(), None),
+            };
+            // `-rrequirements.txt`: a short option glued to its value.
+            let (flag, inline) = match (inline, flag.len() > 2 && !flag.starts_with("--")) {
+                (None, true) if value_options.contains(&&flag[..2]) => {
+                    (&flag[..2], Some(flag[2..].to_string()))
+                }
+                (inline, _) => (flag, inline),
+            };
+            if !value_options.contains(&flag) {
+                continue;
+            }
+            let Some(value) = inline.or_else(|| it.next().cloned()) else {
+                continue;
+            };
+            match flag {
+                "-r" | "--requirement" => out.push(Wanted::Requirements(value)),
+                "-e" | "--editable" => out.push(Wanted::Local(value)),
+                _ => {}
+            }
+            continue;
+        }
+        if kind == Installer::Pip
+            && (a.starts_with('.')
+                || a.starts_with('/')
+                || a.contains("://")
+                || a.contains(" @ ")
+                || a.ends_with(".whl")
+                || a.ends_with(".tar.gz")
+                || a.ends_with(".zip"))
+        {
+            out.push(Wanted::Local(a.clone()));
+            continue;
+        }
+        let name = package_name(a);
+        if !name.is_empty() {
+            out.push(Wanted::Package(name));
+        }
+    }
+    out
+}
+
+/// The package names a requirements file asks for (following nested `-r`).
+fn read_requirements(
+    file: &Path,
+    depth: usize,
+    out: &mut Vec<Wanted>,
+) -> Result<(), std::io::Error> {
+    let text = std::fs::read_to_string(file)?;
+    for line in text.lines() {
+        let line = line.split(" #").next().unwrap_or_default().trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if line.starts_with('-') {
+            let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+            for w in install_args(Installer::Pip, &words) {
+                match w {
+                    // Nested files stay beside the first one, in the build context.
+                    Wanted::Requirements(nested)
+                        if depth < 4
+                            && !nested.starts_with('/')
+                            && !nested.split('/').any(|c| c == "..") =>
+                    {
+                        let base = file.parent().unwrap_or(Path::new("."));
+                        read_requirements(&base.join(nested), depth + 1, out)?;
+                    }
+                    Wanted::Requirements(nested) => {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidInput,
+                            format!("nested requirements file {nested}"),
+                        ));
+                    }
+                    other => out.push(other),
+                }
+            }
+            continue;
+        }
+        let words = vec![line.to_string()];
+        out.extend(install_args(Installer::Pip, &words));
+    }
+    Ok(())
+}
+
+/// Splits a shell command at `&&`, `||` and `;` outside quotes: (separator before, command).
+fn split_commands(run: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut sep = String::new();
+    let mut cur = String::new();
+    let mut quote: Option<char> = None;
+    let chars: Vec<char> = run.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if let Some(q) = quote {
+            if c == q {
+                quote = None;
+            }
+            cur.push(c);
+            i += 1;
+            continue;
+        }
+        let two: String = chars[i..(i + 2).min(chars.len())].iter().collect();
+        if two == "&&" || two == "||" || c == ';' {
+            out.push((std::mem::take(&mut sep), std::mem::take(&mut cur)));
+            sep = if c == ';' { ";".into() } else { two };
+            i += sep.len();
+            continue;
+        }
+        if c == '\'' || c == '"' {
+            quote = Some(c);
+        }
+        cur.push(c);
+        i += 1;
+    }
+    out.push((sep, cur));
+    out
+}
+
 /// Drops `apt-get update`, installs of packages already present, and apt cache cleanup from a
-/// `&&`-chain. An install of a missing package is an error naming the packages.
+/// `RUN` command. An install of a missing package is an error naming the packages; `files`
+/// finds the host copy of a file the command reads (`pip install -r`).
 fn strip_satisfied_installs(
     run: &str,
     installed: &dyn Fn(Installer, &str) -> bool,
+    files: &dyn Fn(&str) -> Option<PathBuf>,
 ) -> Result<String, Problem> {
-    let mut kept = Vec::new();
-    for segment in run.split("&&") {
+    let mut kept = String::new();
+    for (sep, segment) in split_commands(run) {
         let seg = segment.trim();
-        let words: Vec<&str> = seg.split_whitespace().collect();
-        let first = words
-            .iter()
-            .position(|w| !w.contains('=') || w.starts_with('-'))
-            .unwrap_or(0);
-        let cmd = &words[first.min(words.len())..];
-        let is_apt = matches!(cmd.first(), Some(&"apt-get") | Some(&"apt"));
-        let pip_at = cmd
-            .iter()
-            .position(|w| *w == "pip" || *w == "pip3" || w.ends_with("/pip"));
-        let is_pip = pip_at.is_some() || (cmd.len() > 2 && cmd[1] == "-m" && cmd[2] == "pip");
-        if is_apt
-            && cmd
-                .iter()
-                .any(|w| *w == "update" || *w == "clean" || *w == "autoremove")
-        {
-            continue;
-        }
-        if seg.starts_with("rm -rf /var/lib/apt/lists") {
-            continue;
-        }
-        let installer = if is_apt {
-            Some(Installer::Apt)
-        } else if is_pip {
-            Some(Installer::Pip)
-        } else {
-            None
-        };
-        if let Some(kind) = installer
-            && let Some(at) = cmd.iter().position(|w| *w == "install")
-        {
-            let pkgs: Vec<String> = cmd[at + 1..]
-                .iter()
-                .filter(|w| !w.starts_with('-'))
-                .map(|w| package_name(w))
-                .filter(|w| !w.is_empty())
-                .collect();
-            let missing: Vec<&String> = pkgs.iter().filter(|p| !installed(kind, p)).collect();
-            if missing.is_empty() {
-                continue;
+        if keep_segment(seg, installed, files)? {
+            if !kept.is_empty() {
+                kept.push_str(&format!(" {} ", if sep.is_empty() { "&&" } else { &sep }));
             }
-            return Err(Problem::MissingPackages {
-                installer: kind,
-                packages: missing.into_iter().cloned().collect(),
-            });
+            kept.push_str(seg);
         }
-        kept.push(seg.to_string());
     }
-    Ok(kept.join(" && "))
+    Ok(kept)
 }
 
-/// `pytest==8.4.1` → `pytest`; `git=1:2.39*` → `git`.
+fn keep_segment(
+    seg: &str,
+    installed: &dyn Fn(Installer, &str) -> bool,
+    files: &dyn Fn(&str) -> Option<PathBuf>,
+) -> Result<bool, Problem> {
+    let words: Vec<String> =
+        shlex::split(seg).unwrap_or_else(|| seg.split_whitespace().map(str::to_string).collect());
+    // Leading `VAR=value` assignments and `sudo` are not the command.
+    let first = words
+        .iter()
+        .position(|w| (w.starts_with('-') || !w.contains('=')) && w != "sudo")
+        .unwrap_or(words.len());
+    let cmd = &words[first..];
+    let is_apt = matches!(cmd.first().map(String::as_str), Some("apt-get" | "apt"));
+    let pip_at = cmd
+        .iter()
+        .position(|w| w == "pip" || w == "pip3" || w.ends_with("/pip") || w.ends_with("/pip3"))
+        .or_else(|| {
+            cmd.iter()
+                .position(|w| w == "-m")
+                .filter(|&m| cmd.get(m + 1).is_some_and(|p| p == "pip"))
+                .map(|m| m + 1)
+        });
+    if is_apt
+        && cmd
+            .iter()
+            .any(|w| w == "update" || w == "clean" || w == "autoremove")
+    {
+        return Ok(false);
+    }
+    if seg.starts_with("rm -rf /var/lib/apt/lists") {
+        return Ok(false);
+    }
+    // Package sources serve the installs, which are all satisfied here (or this RUN fails to
+    // translate): adding a repository or its key would only need the network and /etc.
+    if matches!(
+        cmd.first().map(String::as_str),
+        Some("add-apt-repository" | "apt-key")
+    ) {
+        return Ok(false);
+    }
+    // `update-alternatives --install LINK NAME PATH PRIO` that this machine already has.
+    if cmd.first().is_some_and(|c| c == "update-alternatives")
+        && let Some(at) = cmd.iter().position(|w| w == "--install")
+        && let (Some(link), Some(path)) = (cmd.get(at + 1), cmd.get(at + 3))
+    {
+        let same = std::fs::canonicalize(link)
+            .ok()
+            .zip(std::fs::canonicalize(path).ok())
+            .is_some_and(|(l, p)| l == p);
+        if same {
+            return Ok(false);
+        }
+    }
+    let (kind, from) = if is_apt {
+        (Installer::Apt, 1)
+    } else if let Some(p) = pip_at {
+        (Installer::Pip, p + 1)
+    } else {
+        return Ok(true);
+    };
+    let Some(at) = cmd[from.min(cmd.len())..]
+        .iter()
+        .position(|w| w == "install")
+    else {
+        return Ok(true);
+    };
+    let args = &cmd[from + at + 1..];
+    let mut wanted = install_args(kind, args);
+    let mut i = 0;
+    while i < wanted.len() {
+        if let Wanted::Requirements(file) = &wanted[i] {
+            let file = file.clone();
+            let Some(host) = files(&file) else {
+                return Err(Problem::Requirements { file });
+            };
+            let mut nested = Vec::new();
+            read_requirements(&host, 0, &mut nested)
+                .map_err(|_| Problem::Requirements { file: file.clone() })?;
+            wanted.splice(i..=i, nested);
+            continue;
+        }
+        i += 1;
+    }
+    let mut missing = Vec::new();
+    for w in wanted {
+        match w {
+            Wanted::Local(spec) => return Err(Problem::PipLocalInstall { spec }),
+            Wanted::Package(p) if HARNESS_ONLY.contains(&p.as_str()) => {}
+            Wanted::Package(p) if !installed(kind, &p) => missing.push(p),
+            _ => {}
+        }
+    }
+    if missing.is_empty() {
+        return Ok(false);
+    }
+    Err(Problem::MissingPackages {
+        installer: kind,
+        packages: missing,
+    })
+}
+
+/// `pytest==8.4.1` → `pytest`; `git=1:2.39*` → `git`; `libfoo:amd64` → `libfoo`.
 fn package_name(word: &str) -> String {
+    let word = word.trim_matches(['"', '\'']);
     let end = word
-        .find(['=', '<', '>', '~', '[', ';', '!'])
+        .find(['=', '<', '>', '~', '[', ';', '!', ' ', ':'])
         .unwrap_or(word.len());
-    word[..end].trim_matches(['"', '\'']).to_string()
+    word[..end].to_string()
 }
 
 fn needs_network(cmd: &str) -> bool {
@@ -402,21 +1094,78 @@ fn needs_network(cmd: &str) -> bool {
         .any(|w| matches!(w, "curl" | "wget") || w == "clone")
 }
 
+/// How many times this process listed the installed packages (once per package manager).
+static PACKAGE_QUERIES: AtomicUsize = AtomicUsize::new(0);
+
+/// PEP 503: `Foo_Bar.baz` and `foo-bar-baz` are one Python package.
+fn normalize_pip(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut dash = false;
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            dash = true;
+        } else {
+            if dash && !out.is_empty() {
+                out.push('-');
+            }
+            dash = false;
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
+/// The Debian packages installed here, listed once.
+fn apt_installed() -> &'static HashSet<String> {
+    static APT: OnceLock<HashSet<String>> = OnceLock::new();
+    APT.get_or_init(|| {
+        PACKAGE_QUERIES.fetch_add(1, Ordering::Relaxed);
+        let out = Command::new("dpkg-query")
+            .args(["-W", "-f=${Package}\t${Status}\n"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output();
+        let Ok(out) = out else {
+            return HashSet::new();
+        };
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once('\t'))
+            .filter(|(_, status)| status.ends_with("installed") && status.contains(" ok "))
+            .map(|(name, _)| name.split(':').next().unwrap_or(name).to_string())
+            .collect()
+    })
+}
+
+/// The Python distributions `python3` sees here, listed once (normalized names).
+fn pip_installed() -> &'static HashSet<String> {
+    static PIP: OnceLock<HashSet<String>> = OnceLock::new();
+    PIP.get_or_init(|| {
+        PACKAGE_QUERIES.fetch_add(1, Ordering::Relaxed);
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import importlib.metadata as m\nfor d in m.distributions():\n    print(d.metadata['Name'] or '')",
+            ])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output();
+        let Ok(out) = out else {
+            return HashSet::new();
+        };
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(normalize_pip)
+            .filter(|n| !n.is_empty())
+            .collect()
+    })
+}
+
 fn host_has_package(kind: Installer, name: &str) -> bool {
-    let status = match kind {
-        Installer::Apt => Command::new("dpkg-query")
-            .args(["-W", "-f=${Status}", name])
-            .stderr(Stdio::null())
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed")),
-        Installer::Pip => Command::new("python3")
-            .args(["-m", "pip", "show", "-q", name])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .map(|s| s.success()),
-    };
-    status.unwrap_or(false)
+    match kind {
+        Installer::Apt => apt_installed().contains(name),
+        Installer::Pip => pip_installed().contains(&normalize_pip(name)),
+    }
 }
 
 fn sh_quote(s: &str) -> String {
@@ -436,7 +1185,7 @@ mod tests {
     #[test]
     fn generic_base_with_copies_becomes_a_script() {
         let text = "FROM python:3.13-slim-bookworm\nRUN apt-get update && apt-get install -y git \\\n  && rm -rf /var/lib/apt/lists/*\nWORKDIR /app\nCOPY data.csv /app/data.csv\nENV MODE=fast\nRUN echo hi > note.txt\nCMD [\"bash\"]\n";
-        let local = translate_inner(text, false, &only_git).unwrap();
+        let local = translate_inner(text, false, None, &only_git).unwrap();
         assert_eq!(local.workdir, "/app");
         assert_eq!(local.env["MODE"], "fast");
         assert!(local.script.contains("/environment/data.csv"));
@@ -449,6 +1198,7 @@ mod tests {
         let err = translate_inner(
             "FROM ubuntu:24.04\nRUN apt-get install -y nginx git\n",
             true,
+            None,
             &only_git,
         )
         .unwrap_err();
@@ -463,16 +1213,236 @@ mod tests {
             err.to_string(),
             "line 2: needs Debian packages not installed on this machine: nginx"
         );
-        let err = translate_inner("FROM ghcr.io/acme/special:1\n", true, &only_git).unwrap_err();
+        let err =
+            translate_inner("FROM ghcr.io/acme/special:1\n", true, None, &only_git).unwrap_err();
         assert_eq!(err.line, Some(1));
         assert!(err.to_string().contains("ghcr.io/acme/special:1"), "{err}");
-        let err =
-            translate_inner("FROM debian\nRUN curl -fsSL x | sh\n", false, &only_git).unwrap_err();
+        let err = translate_inner(
+            "FROM debian\nRUN curl -fsSL x | sh\n",
+            false,
+            None,
+            &only_git,
+        )
+        .unwrap_err();
         assert!(
             matches!(err.problem, Problem::RunNeedsNetwork { .. }),
             "{err}"
         );
-        let err = translate_inner("RUN true\n", true, &only_git).unwrap_err();
+        let err = translate_inner("RUN true\n", true, None, &only_git).unwrap_err();
         assert_eq!((err.line, err.to_string().as_str()), (None, "no FROM line"));
+    }
+
+    fn lookup_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k: &str| map.get(k).cloned()
+    }
+
+    #[test]
+    fn variable_references_follow_dockerfile_semantics() {
+        let vars = lookup_of(&[("A", "x"), ("EMPTY", "")]);
+        let one = |s: &str| expand_one(s, &vars).unwrap();
+        assert_eq!(one("$A/${A}"), "x/x");
+        assert_eq!(one("${NOPE:-d}|${EMPTY:-d}|${EMPTY-d}|${A:-d}"), "d|d||x");
+        assert_eq!(
+            one("${A:+set}|${NOPE:+set}|${EMPTY:+set}|${EMPTY+set}"),
+            "set|||set"
+        );
+        assert_eq!(one("${NOPE:-${A}y}"), "xy");
+        assert_eq!(one("'$A' \"$A\" \\$A $"), "$A x $A $");
+        assert_eq!(one("cost: 5$"), "cost: 5$");
+        assert!(matches!(
+            expand_one("${NOPE:?must be set}", &vars),
+            Err(Problem::UnsetVariable { name, message }) if name == "NOPE" && message == "must be set"
+        ));
+        assert!(matches!(
+            expand_one("${A", &vars),
+            Err(Problem::BadVariable(_))
+        ));
+        assert_eq!(
+            expand_words("a=\"$A b\" c=${NOPE:-z}", &vars).unwrap(),
+            vec!["a=x b", "c=z"]
+        );
+    }
+
+    #[test]
+    fn env_path_arg_workdir_and_copy_expand() {
+        let text = "ARG BASE=python:3.12-slim\nFROM ${BASE}\nARG APP_DIR=/app/src\nARG NOVAL\nENV PATH=\"/root/.local/bin:${PATH}\" \\\n    HOME_BIN=$APP_DIR/bin\nENV LEGACY value with ${APP_DIR:+spaces}\nENV SAME=1 SAME_TOO=${SAME:-before}\nWORKDIR ${APP_DIR}\nCOPY data.csv ${APP_DIR}/data.csv\nRUN echo \"$APP_DIR\" > where.txt\n";
+        let local = translate_inner(text, false, None, &only_git).unwrap();
+        let host_path =
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
+        assert_eq!(local.env["PATH"], format!("/root/.local/bin:{host_path}"));
+        assert!(!local.env["PATH"].contains('$'));
+        assert_eq!(local.env["HOME_BIN"], "/app/src/bin");
+        assert_eq!(local.env["LEGACY"], "value with spaces");
+        // Both pairs of one ENV see the variables as they were before it.
+        assert_eq!(local.env["SAME_TOO"], "before");
+        assert_eq!(local.workdir, "/app/src");
+        assert!(
+            local.script.contains("export APP_DIR=/app/src\n"),
+            "{}",
+            local.script
+        );
+        assert!(!local.script.contains("NOVAL"));
+        assert!(
+            local
+                .script
+                .contains("cp -a /environment/data.csv /app/src/data.csv"),
+            "{}",
+            local.script
+        );
+        assert!(!local.env.contains_key("APP_DIR"), "ARG is not ENV");
+    }
+
+    #[test]
+    fn pip_options_with_values_are_not_packages() {
+        let pip_only = |kind: Installer, name: &str| {
+            kind == Installer::Pip && matches!(name, "pytest" | "requests" | "numpy")
+        };
+        let ok = [
+            "pip install --retries 3 --timeout 60 pytest",
+            "pip3 install --no-cache-dir -i https://pypi.org/simple --extra-index-url https://x.example/simple requests",
+            "python3 -m pip install --trusted-host pypi.org --index-url=https://pypi.org/simple -c constraints.txt pytest==8.4.1",
+            "pip install --break-system-packages --progress-bar off -U numpy>=1.26 'requests[socks]'",
+            "uv pip install --system --python 3.12 pytest",
+            "pip install -q tmux asciinema pytest",
+        ];
+        for run in ok {
+            assert_eq!(
+                strip_satisfied_installs(run, &pip_only, &|_| None),
+                Ok(String::new()),
+                "{run}"
+            );
+        }
+        assert_eq!(
+            strip_satisfied_installs("pip install --retries 3 flask", &pip_only, &|_| None),
+            Err(Problem::MissingPackages {
+                installer: Installer::Pip,
+                packages: vec!["flask".into()]
+            })
+        );
+        assert_eq!(
+            strip_satisfied_installs("pip install -e .", &pip_only, &|_| None),
+            Err(Problem::PipLocalInstall { spec: ".".into() })
+        );
+        assert_eq!(
+            strip_satisfied_installs("pip install -r requirements.txt", &pip_only, &|_| None),
+            Err(Problem::Requirements {
+                file: "requirements.txt".into()
+            })
+        );
+        // Separators are kept: `;` and `||` are not turned into `&&`.
+        assert_eq!(
+            strip_satisfied_installs(
+                "pip install pytest; echo a || echo b && apt-get update",
+                &pip_only,
+                &|_| None
+            ),
+            Ok("echo a || echo b".to_string())
+        );
+    }
+
+    #[test]
+    fn requirements_files_are_read_from_the_build_context() {
+        let ctx = tempfile::tempdir().unwrap();
+        std::fs::write(
+            ctx.path().join("requirements.txt"),
+            "# pinned\npytest==8.4.1\n-r more.txt\n\nrequests>=2 ; python_version > '3'\n",
+        )
+        .unwrap();
+        std::fs::write(ctx.path().join("more.txt"), "numpy\n").unwrap();
+        let pip_only = |kind: Installer, name: &str| {
+            kind == Installer::Pip && matches!(name, "pytest" | "requests" | "numpy")
+        };
+        let text = "FROM python:3.12\nWORKDIR /app\nCOPY requirements.txt more.txt ./\nRUN pip install --no-cache-dir -r requirements.txt\n";
+        let local = translate_inner(text, false, Some(ctx.path()), &pip_only).unwrap();
+        assert!(!local.script.contains("pip"), "{}", local.script);
+        std::fs::write(ctx.path().join("more.txt"), "numpy\nflask\n").unwrap();
+        let err = translate_inner(text, false, Some(ctx.path()), &pip_only).unwrap_err();
+        assert_eq!(
+            err.problem,
+            Problem::MissingPackages {
+                installer: Installer::Pip,
+                packages: vec!["flask".into()]
+            }
+        );
+        assert_eq!(err.line, Some(4));
+    }
+
+    #[test]
+    fn copies_outside_app_become_trial_roots_and_folders_copy_their_contents() {
+        let ctx = tempfile::tempdir().unwrap();
+        std::fs::create_dir(ctx.path().join("workspace")).unwrap();
+        let text = "FROM ubuntu:24.04\nRUN apt-get update && apt-get install -y tmux asciinema git\nWORKDIR /workspace\nCOPY workspace/ ./\nCOPY seed.txt /data/in/\nCOPY x /root/x\n";
+        let local = translate_inner(text, false, Some(ctx.path()), &only_git).unwrap();
+        assert_eq!(local.extra_roots, vec!["/data", "/workspace"]);
+        assert_eq!(local.workdir, "/workspace");
+        assert!(
+            local
+                .script
+                .contains("cp -a /environment/workspace/. /workspace/"),
+            "{}",
+            local.script
+        );
+        assert!(
+            local
+                .script
+                .contains("cp -a /environment/seed.txt /data/in/"),
+            "{}",
+            local.script
+        );
+        for bad in [
+            "COPY a /usr/local/bin/a\n",
+            "WORKDIR /opt/x\n",
+            "COPY t /tests/t\n",
+        ] {
+            let err = translate_inner(&format!("FROM debian\n{bad}"), false, None, &only_git)
+                .unwrap_err();
+            assert!(
+                matches!(
+                    err.problem,
+                    Problem::CopyOutsideApp { .. } | Problem::WorkdirOutsideApp { .. }
+                ),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn repository_setup_and_satisfied_alternatives_are_dropped() {
+        let none = |_: Installer, _: &str| true;
+        let run = "apt-get update && apt-get install -y software-properties-common && add-apt-repository ppa:deadsnakes/ppa && apt-key add k.asc && apt-get update";
+        assert_eq!(
+            strip_satisfied_installs(run, &none, &|_| None),
+            Ok(String::new())
+        );
+        // /bin/sh → itself: already in place; a link to something else is kept.
+        let sh = std::fs::canonicalize("/bin/sh").unwrap();
+        let run = format!(
+            "update-alternatives --install /bin/sh sh {} 1",
+            sh.display()
+        );
+        assert_eq!(
+            strip_satisfied_installs(&run, &none, &|_| None),
+            Ok(String::new())
+        );
+        let run = "update-alternatives --install /bin/sh sh /nonexistent/sh 1";
+        assert_eq!(
+            strip_satisfied_installs(run, &none, &|_| None),
+            Ok(run.to_string())
+        );
+    }
+
+    #[test]
+    fn installed_packages_are_listed_once_per_process() {
+        for name in ["git", "no-such-package-xyz", "bash", "coreutils"] {
+            let _ = host_has_package(Installer::Apt, name);
+            let _ = host_has_package(Installer::Pip, name);
+        }
+        assert!(PACKAGE_QUERIES.load(Ordering::Relaxed) <= 2);
+        assert!(!host_has_package(Installer::Pip, "no-such-package-xyz"));
+        assert_eq!(normalize_pip("Foo_Bar.baz"), "foo-bar-baz");
     }
 }

@@ -76,6 +76,9 @@ pub struct TrialPaths {
     pub agent_logs: PathBuf,
     pub verifier_logs: PathBuf,
     pub artifacts: PathBuf,
+    /// Writable top-level folders of the environment besides `/app` (`/workspace`), as
+    /// (sandbox path, host folder).
+    pub extra_roots: Vec<(String, PathBuf)>,
 }
 
 impl TrialPaths {
@@ -93,7 +96,39 @@ impl TrialPaths {
             agent_logs: root.join("agent"),
             verifier_logs: root.join("verifier"),
             artifacts: root.join("artifacts"),
+            extra_roots: Vec::new(),
         }
+    }
+
+    /// Adds the environment's extra top-level folders (`/workspace`), kept under `work/roots/`.
+    pub fn with_extra_roots(mut self, roots: &[String]) -> TrialPaths {
+        let base = self.root.join("work").join("roots");
+        self.extra_roots = roots
+            .iter()
+            .filter(|r| r.starts_with('/') && r.len() > 1 && !r[1..].contains('/'))
+            .map(|r| (r.clone(), base.join(&r[1..])))
+            .collect();
+        self
+    }
+
+    /// The host path of a sandbox path inside the trial's folders (`/app/x`, `/root/.cache`,
+    /// `/workspace/y`); `None` for anything else (host system folders).
+    pub fn host_path(&self, sandbox: &str) -> Option<PathBuf> {
+        let mut m = self.mapping(None);
+        m.push(("/root".into(), self.home.clone()));
+        m.push(("/tmp".into(), self.tmp.clone()));
+        for (from, to) in &m {
+            if sandbox == from {
+                return Some(to.clone());
+            }
+            if let Some(rest) = sandbox.strip_prefix(&format!("{from}/")) {
+                if rest.split('/').any(|c| c == "..") {
+                    return None;
+                }
+                return Some(to.join(rest));
+            }
+        }
+        None
     }
 
     pub fn create(&self) -> std::io::Result<()> {
@@ -107,23 +142,30 @@ impl TrialPaths {
         ] {
             std::fs::create_dir_all(d)?;
         }
+        for (_, d) in &self.extra_roots {
+            std::fs::create_dir_all(d)?;
+        }
         Ok(())
     }
 
     /// Sandbox path → host path, longest prefix first.
-    fn mapping(&self, build_context: Option<&Path>) -> Vec<(&'static str, PathBuf)> {
-        let mut m = vec![
-            ("/logs/agent", self.agent_logs.clone()),
-            ("/logs/verifier", self.verifier_logs.clone()),
-            ("/logs/artifacts", self.artifacts.clone()),
-            ("/solution", self.solution.clone()),
-            ("/tests", self.tests.clone()),
-            ("/setup", self.setup.clone()),
-            ("/app", self.app.clone()),
-        ];
+    fn mapping(&self, build_context: Option<&Path>) -> Vec<(String, PathBuf)> {
+        let mut m: Vec<(String, PathBuf)> = [
+            ("/logs/agent", &self.agent_logs),
+            ("/logs/verifier", &self.verifier_logs),
+            ("/logs/artifacts", &self.artifacts),
+            ("/solution", &self.solution),
+            ("/tests", &self.tests),
+            ("/setup", &self.setup),
+            ("/app", &self.app),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
         if let Some(ctx) = build_context {
-            m.push(("/environment", ctx.to_path_buf()));
+            m.push(("/environment".into(), ctx.to_path_buf()));
         }
+        m.extend(self.extra_roots.iter().cloned());
         m
     }
 }
@@ -312,6 +354,9 @@ impl Isolation {
         env.insert("LANG".into(), "C.UTF-8".into());
         env.insert("TERM".into(), "dumb".into());
         env.insert("USER".into(), "root".into());
+        // Only uid 0 exists in the trial's user namespace: tar running as root would try to
+        // give extracted files their archived owners and fail on every one.
+        env.insert("TAR_OPTIONS".into(), "--no-same-owner".into());
         env.extend(self.tool_env.clone());
         env
     }
@@ -380,6 +425,9 @@ impl Isolation {
         for host in self.home_toolchains().iter().chain(&self.shared) {
             b.ro_bind(host, host);
             hide_credentials(&mut b, host);
+        }
+        for (sandbox, host) in &p.extra_roots {
+            b.bind(host, Path::new(sandbox));
         }
         b.bind(&p.app, Path::new("/app"))
             .bind(&p.agent_logs, Path::new("/logs/agent"))
@@ -615,19 +663,38 @@ static SANDBOX_PATH_RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock:
         .expect("escaped alternatives")
 });
 
-/// Replaces sandbox paths (`/app`, `/logs/verifier` …) that start a path in `text`; paths not
-/// in `mapping` are left alone.
-pub fn rewrite_paths(mapping: &[(&str, PathBuf)], text: &str) -> String {
-    SANDBOX_PATH_RE
-        .replace_all(text, |c: &regex::Captures| {
-            let to = mapping
-                .iter()
-                .find(|(from, _)| *from == &c[2])
-                .map(|(_, to)| to.to_string_lossy().into_owned())
-                .unwrap_or_else(|| c[2].to_string());
-            format!("{}{}", &c[1], to)
-        })
-        .into_owned()
+/// Replaces sandbox paths (`/app`, `/logs/verifier`, an extra root such as `/workspace` …)
+/// that start a path in `text`; paths not in `mapping` are left alone.
+pub fn rewrite_paths<S: AsRef<str>>(mapping: &[(S, PathBuf)], text: &str) -> String {
+    let extra: Vec<&str> = mapping
+        .iter()
+        .map(|(k, _)| k.as_ref())
+        .filter(|k| !SANDBOX_PATHS.contains(k))
+        .collect();
+    let custom;
+    let re: &regex::Regex = if extra.is_empty() {
+        &SANDBOX_PATH_RE
+    } else {
+        let mut all: Vec<&str> = SANDBOX_PATHS.iter().copied().chain(extra).collect();
+        all.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        let alternatives: Vec<String> = all.iter().map(|p| regex::escape(p)).collect();
+        match regex::Regex::new(&format!(r"(^|[^\w./~-])({})\b", alternatives.join("|"))) {
+            Ok(r) => {
+                custom = r;
+                &custom
+            }
+            Err(_) => &SANDBOX_PATH_RE,
+        }
+    };
+    re.replace_all(text, |c: &regex::Captures| {
+        let to = mapping
+            .iter()
+            .find(|(from, _)| from.as_ref() == &c[2])
+            .map(|(_, to)| to.to_string_lossy().into_owned())
+            .unwrap_or_else(|| c[2].to_string());
+        format!("{}{}", &c[1], to)
+    })
+    .into_owned()
 }
 
 #[cfg(test)]

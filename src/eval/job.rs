@@ -1,7 +1,7 @@
 //! A job: every (task, trial) pair run by a bounded pool of worker threads into one job folder,
 //! then scored and written to `result.json`.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -9,7 +9,7 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::error::EvalError;
+use super::error::{EvalError, LoadError};
 use super::progress::{Finish, Progress};
 use super::report::{self, Score, TaskScore};
 use super::task::{Skipped, Task};
@@ -19,6 +19,8 @@ use super::trial::{TrialResult, TrialSettings, run_trial};
 pub struct JobConfig {
     pub tasks: Vec<Task>,
     pub skipped: Vec<Skipped>,
+    /// Task folders that cannot be loaded: error rows of the report.
+    pub failed: Vec<LoadError>,
     pub trials: usize,
     pub concurrency: usize,
     /// The job folder (created).
@@ -34,6 +36,14 @@ pub struct SkippedEntry {
     pub reason: String,
 }
 
+/// A task folder that could not be loaded, as the report shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadErrorEntry {
+    pub task: String,
+    pub task_dir: PathBuf,
+    pub error: String,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct IsolationInfo {
     pub kind: &'static str,
@@ -42,10 +52,15 @@ pub struct IsolationInfo {
     pub fallback_reason: Option<String>,
 }
 
-/// The job's `result.json`.
+/// The job's `result.json`: Harbor's `JobResult` fields (`id`, `started_at`, `updated_at`,
+/// `finished_at`, `n_total_trials`, `stats`), then baton's.
 #[derive(Debug, Clone, Serialize)]
 pub struct JobReport {
     pub id: String,
+    pub updated_at: DateTime<Utc>,
+    pub n_total_trials: usize,
+    /// Harbor's `JobStats`.
+    pub stats: serde_json::Value,
     pub job_dir: PathBuf,
     pub agent: &'static str,
     pub baton_version: &'static str,
@@ -59,7 +74,126 @@ pub struct JobReport {
     pub score: Score,
     pub tasks: Vec<TaskScore>,
     pub skipped: Vec<SkippedEntry>,
+    pub load_errors: Vec<LoadErrorEntry>,
     pub trials: Vec<TrialResult>,
+}
+
+/// Harbor's `ShortUUID` alphabet (no 0/1/I/O/l).
+const SHORT_ID_ALPHABET: &[u8] = b"23456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz";
+
+/// A trial's name as Harbor makes it: `<task name, at most 32 characters>__<7 random
+/// characters>`; the org prefix of a name is left out (the folder is named after the trial).
+pub fn trial_name(task: &str, taken: &std::collections::HashSet<String>) -> String {
+    let short = task.rsplit('/').next().unwrap_or(task);
+    let short: String = short
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(32)
+        .collect();
+    let short = short.trim_end_matches(['_', '-']);
+    let short = if short.is_empty() || short.starts_with('.') {
+        "task"
+    } else {
+        short
+    };
+    loop {
+        // The low 62 bits of a v7 UUID are random.
+        let mut n = uuid::Uuid::now_v7().as_u128() & ((1u128 << 62) - 1);
+        let id: String = (0..7)
+            .map(|_| {
+                let c = SHORT_ID_ALPHABET[(n % SHORT_ID_ALPHABET.len() as u128) as usize];
+                n /= SHORT_ID_ALPHABET.len() as u128;
+                c as char
+            })
+            .collect();
+        let name = format!("{short}__{id}");
+        if !taken.contains(&name) {
+            return name;
+        }
+    }
+}
+
+/// Harbor's `JobStats` of these trials: completed and errored counts, and per agent/dataset
+/// the scored trials, errors, mean reward, and which trials got which reward or exception.
+fn harbor_stats(agent: &str, trials: &[TrialResult], score: &Score) -> serde_json::Value {
+    let mut reward_stats: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    let mut exception_stats: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut n_scored = 0;
+    let mut n_errors = 0;
+    for t in trials {
+        if let Some(serde_json::Value::Object(rewards)) =
+            t.verifier_result.as_ref().and_then(|v| v.get("rewards"))
+        {
+            n_scored += 1;
+            for (k, v) in rewards {
+                reward_stats
+                    .entry(k.clone())
+                    .or_default()
+                    .entry(v.to_string())
+                    .or_default()
+                    .push(t.trial_name.clone());
+            }
+        }
+        if let Some(e) = &t.exception_info {
+            n_errors += 1;
+            exception_stats
+                .entry(e.exception_type.clone())
+                .or_default()
+                .push(t.trial_name.clone());
+        }
+    }
+    let mut evals = serde_json::Map::new();
+    evals.insert(
+        format!("{agent}__adhoc"),
+        serde_json::json!({
+            "n_trials": n_scored,
+            "n_errors": n_errors,
+            "metrics": score.accuracy.map(|a| vec![serde_json::json!({ "mean": a })]).unwrap_or_default(),
+            "pass_at_k": {},
+            "reward_stats": reward_stats,
+            "exception_stats": exception_stats,
+        }),
+    );
+    serde_json::json!({
+        "n_completed_trials": trials.len(),
+        "n_errored_trials": n_errors,
+        "n_running_trials": 0,
+        "n_pending_trials": 0,
+        "n_cancelled_trials": 0,
+        "n_retries": 0,
+        "evals": evals,
+        "n_input_tokens": score.tokens.input,
+        "n_cache_tokens": score.tokens.cached,
+        "n_output_tokens": score.tokens.output,
+    })
+}
+
+/// The job's `config.json` (Harbor's `JobConfig` shape: the tasks by path, the agent by name).
+fn write_job_config(cfg: &JobConfig) -> Result<(), EvalError> {
+    let config = serde_json::json!({
+        "job_name": cfg.job_dir.file_name().map(|n| n.to_string_lossy().into_owned()),
+        "jobs_dir": cfg.job_dir.parent(),
+        "n_attempts": cfg.trials,
+        "timeout_multiplier": cfg.settings.timeout_multiplier,
+        "n_concurrent_trials": cfg.concurrency,
+        "agents": [{ "name": cfg.settings.agent.name() }],
+        "tasks": cfg.tasks.iter().map(|t| serde_json::json!({ "path": t.dir })).collect::<Vec<_>>(),
+        "baton": {
+            "version": env!("CARGO_PKG_VERSION"),
+            "isolation": cfg.settings.isolation.kind.as_str(),
+            "skipped": cfg.skipped.iter().map(|s| serde_json::json!({ "task": s.name, "task_dir": s.dir, "reason": s.reason })).collect::<Vec<_>>(),
+            "load_errors": cfg.failed.iter().map(|e| serde_json::json!({ "task": e.task_name(), "task_dir": e.dir, "error": e.to_string() })).collect::<Vec<_>>(),
+        },
+    });
+    let path = cfg.job_dir.join("config.json");
+    let json = serde_json::to_string_pretty(&config).map_err(EvalError::SerializeResult)?;
+    std::fs::write(&path, json).map_err(|source| EvalError::WriteResult { path, source })
 }
 
 /// A fresh folder name under `out`: the UTC time, with a suffix if it is taken.
@@ -93,14 +227,13 @@ pub fn new_job_dir(out: &Path, name: Option<&str>) -> Result<PathBuf, EvalError>
 pub fn run_job(cfg: JobConfig) -> Result<JobReport, EvalError> {
     let started_at = Utc::now();
     let wall = Instant::now();
+    write_job_config(&cfg)?;
     let mut queue = VecDeque::new();
+    let mut taken = std::collections::HashSet::new();
     for (ti, task) in cfg.tasks.iter().enumerate() {
-        for k in 0..cfg.trials {
-            let name = if cfg.trials == 1 {
-                task.name.clone()
-            } else {
-                format!("{}__{}", task.name, k + 1)
-            };
+        for _ in 0..cfg.trials {
+            let name = trial_name(&task.name, &taken);
+            taken.insert(name.clone());
             queue.push_back((ti, name));
         }
     }
@@ -151,9 +284,13 @@ pub fn run_job(cfg: JobConfig) -> Result<JobReport, EvalError> {
     let mut trials = std::mem::take(&mut *results.lock().unwrap_or_else(|p| p.into_inner()));
     trials.sort_by(|a, b| a.trial_name.cmp(&b.trial_name));
     let tasks = report::task_scores(&trials);
-    let score = report::score(&tasks, &trials);
+    let score = report::score(&tasks, &trials, cfg.skipped.len(), cfg.failed.len());
+    let finished_at = Utc::now();
     let report = JobReport {
         id: uuid::Uuid::now_v7().to_string(),
+        updated_at: finished_at,
+        n_total_trials: total,
+        stats: harbor_stats(cfg.settings.agent.name(), &trials, &score),
         job_dir: cfg.job_dir.clone(),
         agent: cfg.settings.agent.name(),
         baton_version: env!("CARGO_PKG_VERSION"),
@@ -165,7 +302,7 @@ pub fn run_job(cfg: JobConfig) -> Result<JobReport, EvalError> {
         concurrency: workers,
         timeout_multiplier: cfg.settings.timeout_multiplier,
         started_at,
-        finished_at: Utc::now(),
+        finished_at,
         wall_sec: wall.elapsed().as_secs_f64(),
         score,
         tasks,
@@ -176,6 +313,15 @@ pub fn run_job(cfg: JobConfig) -> Result<JobReport, EvalError> {
                 task: s.name.clone(),
                 task_dir: s.dir.clone(),
                 reason: s.reason.clone(),
+            })
+            .collect(),
+        load_errors: cfg
+            .failed
+            .iter()
+            .map(|e| LoadErrorEntry {
+                task: e.task_name(),
+                task_dir: e.dir.clone(),
+                error: e.to_string(),
             })
             .collect(),
         trials,

@@ -18,5 +18,5 @@ pub(crate) mod progress;
 pub mod report;
 pub(crate) mod reward;
 pub mod task;
-pub(crate) mod trial;
+pub mod trial;
 pub(crate) mod yaml_lite;

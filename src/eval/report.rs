@@ -35,10 +35,19 @@ pub struct Score {
     /// How `stderr` was computed.
     pub stderr_method: &'static str,
     pub n_tasks_scored: usize,
+    /// Mean over every task the job meant to run (tasks whose trials all errored, and tasks
+    /// that cannot load, count 0; skipped tasks are left out): what `--min-score` checks.
+    pub strict_accuracy: Option<f64>,
     pub n_trials: usize,
+    /// Trials with a reward: the denominator of the headline `passed / scored`.
+    pub n_scored: usize,
     pub n_passed: usize,
     pub n_failed: usize,
     pub n_errors: usize,
+    /// Task folders that cannot be loaded (error rows; no trial ran).
+    pub n_load_errors: usize,
+    /// Tasks baton cannot run here (Docker image, GPU, …).
+    pub n_skipped: usize,
     pub n_timeouts: usize,
     /// Tasks with at least one passing trial, over scored tasks.
     pub pass_at_k: Option<f64>,
@@ -86,7 +95,12 @@ pub fn task_scores(trials: &[TrialResult]) -> Vec<TaskScore> {
         .collect()
 }
 
-pub fn score(tasks: &[TaskScore], trials: &[TrialResult]) -> Score {
+pub fn score(
+    tasks: &[TaskScore],
+    trials: &[TrialResult],
+    n_skipped: usize,
+    n_load_errors: usize,
+) -> Score {
     let scored: Vec<&TaskScore> = tasks.iter().filter(|t| t.mean_reward.is_some()).collect();
     let n = scored.len();
     let p: Vec<f64> = scored.iter().filter_map(|t| t.mean_reward).collect();
@@ -122,12 +136,24 @@ pub fn score(tasks: &[TaskScore], trials: &[TrialResult]) -> Score {
     }
     let n_errors = trials.iter().filter(|t| t.reward.is_none()).count();
     let n_passed = trials.iter().filter(|t| t.passed()).count();
+    let meant = tasks.len() + n_load_errors;
+    let strict_accuracy = (meant > 0).then(|| {
+        tasks
+            .iter()
+            .map(|t| t.mean_reward.unwrap_or(0.0) * t.n_scored as f64 / t.n_trials.max(1) as f64)
+            .sum::<f64>()
+            / meant as f64
+    });
     Score {
         accuracy,
         stderr,
         stderr_method,
         n_tasks_scored: n,
+        strict_accuracy,
         n_trials: trials.len(),
+        n_scored: trials.len() - n_errors,
+        n_load_errors,
+        n_skipped,
         n_passed,
         n_failed: trials.len() - n_errors - n_passed,
         n_errors,
@@ -147,6 +173,37 @@ pub fn score(tasks: &[TaskScore], trials: &[TrialResult]) -> Score {
     }
 }
 
+/// The score line: `passed / scored`, with the errored (trials that never got a reward, and
+/// tasks that cannot load) and skipped counts beside it, always.
+pub fn headline(score: &Score) -> String {
+    let pct = if score.n_scored > 0 {
+        format!(
+            " ({:.1}%)",
+            score.n_passed as f64 * 100.0 / score.n_scored as f64
+        )
+    } else {
+        String::new()
+    };
+    let acc = score
+        .accuracy
+        .map_or("—".to_string(), |a| format!("{:.1}%", a * 100.0));
+    let se = score
+        .stderr
+        .map_or(String::new(), |s| format!(" ± {:.1}", s * 100.0));
+    format!(
+        "score {} passed / {} scored{pct}; {} errored ({} trial(s) without a reward, {} task(s) that cannot load); {} skipped; mean reward {acc}{se} over {} task(s); {} failed, {} timeout(s)",
+        score.n_passed,
+        score.n_scored,
+        score.n_errors + score.n_load_errors,
+        score.n_errors,
+        score.n_load_errors,
+        score.n_skipped,
+        score.n_tasks_scored,
+        score.n_failed,
+        score.n_timeouts
+    )
+}
+
 fn fmt_tokens(n: u64) -> String {
     match n {
         0..1_000 => n.to_string(),
@@ -161,6 +218,7 @@ pub fn print_table(
     tasks: &[TaskScore],
     score: &Score,
     skipped: &[Skipped],
+    load_errors: &[super::job::LoadErrorEntry],
     wall_sec: f64,
     job_dir: &std::path::Path,
 ) -> std::io::Result<()> {
@@ -185,17 +243,7 @@ pub fn print_table(
         )?;
     }
     writeln!(out, "{}", "-".repeat(width + 56))?;
-    let acc = score
-        .accuracy
-        .map_or("—".to_string(), |a| format!("{:.1}%", a * 100.0));
-    let se = score
-        .stderr
-        .map_or(String::new(), |s| format!(" ± {:.1}", s * 100.0));
-    writeln!(
-        out,
-        "score {acc}{se} over {} task(s); {} passed, {} failed, {} infrastructure error(s) (not scored), {} timeout(s)",
-        score.n_tasks_scored, score.n_passed, score.n_failed, score.n_errors, score.n_timeouts
-    )?;
+    writeln!(out, "{}", headline(score))?;
     writeln!(
         out,
         "time {:.1} s wall; tokens {} in ({} cached) / {} out; runner overhead {:.3} s/trial",
@@ -206,7 +254,20 @@ pub fn print_table(
         score.mean_runner_overhead_sec
     )?;
     for s in skipped {
-        writeln!(out, "skipped {}: {}", s.name, s.reason)?;
+        writeln!(
+            out,
+            "skipped {}: {}",
+            crate::protocol::terminal_safe_line(&s.name),
+            crate::protocol::terminal_safe_line(&s.reason)
+        )?;
+    }
+    for e in load_errors {
+        writeln!(
+            out,
+            "error {}: cannot load: {}",
+            crate::protocol::terminal_safe_line(&e.task),
+            crate::protocol::terminal_safe_line(&e.error)
+        )?;
     }
     writeln!(out, "results: {}", job_dir.join("result.json").display())
 }

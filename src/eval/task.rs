@@ -9,10 +9,9 @@ use super::dockerfile::{self, DockerPlan};
 use super::error::{EvalError, LoadError, TaskError};
 use super::yaml_lite;
 
-/// Harbor's default verifier timeout; TB2 tasks usually set their own.
+/// Harbor's defaults (`VerifierConfig.timeout_sec`, `EnvironmentConfig.build_timeout_sec`);
+/// Harbor sets no agent timeout unless the task does.
 const HARBOR_DEFAULT_VERIFIER_SEC: f64 = 600.0;
-/// Harbor has no default agent timeout; 900 s is what most TB2 tasks use.
-const HARBOR_DEFAULT_AGENT_SEC: f64 = 900.0;
 const DEFAULT_SETUP_SEC: f64 = 600.0;
 /// TB1 harness defaults (`max_agent_timeout_sec`, `max_test_timeout_sec`).
 const TB1_DEFAULT_AGENT_SEC: f64 = 360.0;
@@ -51,16 +50,23 @@ pub struct EnvironmentPlan {
     pub workdir: String,
     /// Environment variables of the task's environment (`[environment.env]`, Dockerfile `ENV`).
     pub env: BTreeMap<String, String>,
+    /// Top-level folders besides `/app` the environment writes to (`/workspace`, `/data`):
+    /// each is a writable folder of the trial.
+    pub extra_roots: Vec<String>,
 }
 
 /// One runnable task.
 #[derive(Debug, Clone)]
 pub struct Task {
     pub name: String,
+    /// `[task].name` when it has an org prefix (`org/name`); used as the name when two
+    /// tasks of a job share the short one.
+    pub full_name: Option<String>,
     pub dir: PathBuf,
     pub format: TaskFormat,
     pub instruction: String,
-    pub agent_timeout: Duration,
+    /// `None`: no limit (a Harbor task that sets none).
+    pub agent_timeout: Option<Duration>,
     pub verifier_timeout: Duration,
     pub setup_timeout: Duration,
     pub allow_internet: bool,
@@ -76,6 +82,19 @@ pub struct Task {
     pub test_entry: String,
     pub verifier_env: BTreeMap<String, String>,
     pub solution_env: BTreeMap<String, String>,
+    /// Sandbox paths copied into the trial's `artifacts/` after the verifier (`artifacts`).
+    pub artifacts: Vec<Artifact>,
+    /// The task folder's checksum, computed by the first trial that needs it.
+    pub checksum: std::sync::OnceLock<String>,
+}
+
+/// One entry of a Harbor task's `artifacts`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Artifact {
+    /// A sandbox path (`/app/out.json`).
+    pub source: String,
+    /// Relative path under the trial's `artifacts/`; the source's name when not given.
+    pub destination: String,
 }
 
 /// A task folder baton cannot run here, with the reason.
@@ -115,6 +134,9 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, TaskError> {
         if !path.exists() {
             return Err(TaskError::NotFound { path: path.clone() });
         }
+        // Trials run in other folders: a relative task path would point elsewhere there.
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+        let path = &absolute;
         if is_task_dir(path) {
             found.push(path.clone());
             continue;
@@ -218,7 +240,25 @@ fn toml_env(
     })?;
     for (k, v) in map {
         let value = match v {
-            toml::Value::String(s) => expand_host_vars(s),
+            toml::Value::String(s) => {
+                // Credentials (by name) stay on the host, as for the agent: a task cannot pull
+                // the model key or a token into its trial through its own env table.
+                let host = |k: &str| {
+                    (!super::trial::is_secret_name(k))
+                        .then(|| std::env::var(k).ok())
+                        .flatten()
+                };
+                expand_host_vars(s, &host).map_err(|var| {
+                    TaskError::field(
+                        file,
+                        format!("[{section}].env.{k}"),
+                        "resolvable from the host environment",
+                        format!(
+                            "${{{var}}}, which is not set (or names a credential, which stays on the host; use ${{{var}:-default}})"
+                        ),
+                    )
+                })?
+            }
             toml::Value::Integer(i) => i.to_string(),
             toml::Value::Float(f) => f.to_string(),
             toml::Value::Boolean(b) => b.to_string(),
@@ -236,17 +276,127 @@ fn toml_env(
     Ok(env)
 }
 
-/// Harbor's `${VAR}` templating in env values, resolved from the host environment.
-fn expand_host_vars(value: &str) -> String {
+/// Harbor's templating in env values, resolved from the host environment: `${VAR}` (which
+/// must be set) and `${VAR:-default}` (the default when VAR is unset).
+pub(crate) fn expand_host_vars(
+    value: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, String> {
     #[allow(
         clippy::expect_used,
         reason = "a literal pattern, exercised by the tests"
     )]
-    let re = regex::Regex::new(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}").expect("static regex");
-    re.replace_all(value, |c: &regex::Captures| {
-        std::env::var(&c[1]).unwrap_or_default()
-    })
-    .into_owned()
+    static RE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}").expect("static regex")
+    });
+    let mut missing = None;
+    let out = RE.replace_all(value, |c: &regex::Captures| match lookup(&c[1]) {
+        Some(v) => v,
+        None => match c.get(2) {
+            Some(default) => default.as_str().to_string(),
+            None => {
+                missing.get_or_insert_with(|| c[1].to_string());
+                String::new()
+            }
+        },
+    });
+    match missing {
+        Some(name) => Err(name),
+        None => Ok(out.into_owned()),
+    }
+}
+
+/// The names a filter can match before the task is loaded: the folder's name and, for a
+/// Harbor task, `[task].name` with and without its org prefix. Reads only `task.toml`.
+pub fn peek_names(dir: &Path) -> Vec<String> {
+    let mut names = vec![dir_name(dir)];
+    if let Ok(text) = std::fs::read_to_string(dir.join("task.toml"))
+        && let Ok(doc) = text.parse::<toml::Table>()
+        && let Some(full) = doc
+            .get("task")
+            .and_then(|t| t.get("name"))
+            .and_then(|n| n.as_str())
+    {
+        let short = full.rsplit('/').next().unwrap_or(full);
+        for n in [short, full] {
+            if !n.is_empty() && !names.iter().any(|x| x == n) {
+                names.push(n.to_string());
+            }
+        }
+    }
+    names
+}
+
+/// `artifacts = ["/app/out", { source = "/app/x", destination = "x" }]`.
+fn toml_artifacts(doc: &toml::Value, file: &Path) -> Result<Vec<Artifact>, TaskError> {
+    let Some(list) = doc.get("artifacts") else {
+        return Ok(Vec::new());
+    };
+    let list = list
+        .as_array()
+        .ok_or_else(|| TaskError::field(file, "artifacts", "an array", list.type_str()))?;
+    let mut out = Vec::new();
+    for item in list {
+        let (source, destination) = match item {
+            toml::Value::String(s) => (s.clone(), None),
+            toml::Value::Table(t) => (
+                t.get("source")
+                    .and_then(|v| v.as_str())
+                    .ok_or_else(|| {
+                        TaskError::field(file, "artifacts.source", "a string", "nothing")
+                    })?
+                    .to_string(),
+                t.get("destination")
+                    .and_then(|v| v.as_str())
+                    .filter(|d| !d.is_empty())
+                    .map(str::to_string),
+            ),
+            other => {
+                return Err(TaskError::field(
+                    file,
+                    "artifacts[]",
+                    "a path or a table",
+                    other.type_str(),
+                ));
+            }
+        };
+        // Neither may leave the trial's artifacts folder (nor name its manifest).
+        let escapes = |p: &str| p.split('/').any(|c| c == "..");
+        let destination = destination.unwrap_or_else(|| {
+            source
+                .trim_end_matches('/')
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        });
+        if escapes(&source)
+            || escapes(&destination)
+            || destination.starts_with('/')
+            || destination.is_empty()
+        {
+            return Err(TaskError::field(
+                file,
+                "artifacts[]",
+                "a path without '..' (and a relative destination)",
+                format!("'{source}' -> '{destination}'"),
+            ));
+        }
+        out.push(Artifact {
+            source,
+            destination,
+        });
+    }
+    Ok(out)
+}
+
+/// `[agent].user` / `[verifier].user`: `None` when unset or root.
+fn toml_user(table: Option<&toml::Value>) -> Option<String> {
+    match table.and_then(|t| t.get("user")) {
+        Some(toml::Value::String(u)) if u != "root" && !u.is_empty() => Some(u.clone()),
+        Some(toml::Value::Integer(i)) if *i != 0 => Some(i.to_string()),
+        _ => None,
+    }
 }
 
 fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
@@ -258,13 +408,29 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
             path: toml_path.clone(),
             source: Box::new(e),
         })?;
-    let name = doc
+    let declared = doc
         .get("task")
         .and_then(|t| t.get("name"))
         .and_then(|n| n.as_str())
+        .filter(|n| !n.is_empty());
+    let name = declared
         .map(|n| n.rsplit('/').next().unwrap_or(n).to_string())
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| dir_name(dir));
+    let full_name = declared.filter(|n| n.contains('/')).map(str::to_string);
+    let skip = |reason: String| {
+        Ok(Loaded::Skipped(Skipped {
+            name: name.clone(),
+            dir: dir.to_path_buf(),
+            reason,
+        }))
+    };
+    // Multi-step tasks (`[[steps]]`, `steps/<name>/instruction.md`) run a sequence of agent
+    // and verifier phases in one environment; baton runs one of each.
+    let step_dirs = dir.join("steps").is_dir();
+    if doc.get("steps").is_some() || (step_dirs && !dir.join("instruction.md").is_file()) {
+        return skip("a multi-step task (steps/); baton eval runs single-step tasks only".into());
+    }
     let instruction_path = dir.join("instruction.md");
     let instruction = read_text(&instruction_path)?;
     if instruction.trim().is_empty() {
@@ -276,13 +442,12 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
     let verifier = doc.get("verifier");
     let environment = doc.get("environment");
     let solution = doc.get("solution");
-    let agent_timeout =
-        toml_number(agent, "timeout_sec", &toml_path)?.unwrap_or(HARBOR_DEFAULT_AGENT_SEC);
+    let agent_timeout = toml_number(agent, "timeout_sec", &toml_path)?;
     let verifier_timeout =
         toml_number(verifier, "timeout_sec", &toml_path)?.unwrap_or(HARBOR_DEFAULT_VERIFIER_SEC);
     let setup_timeout =
         toml_number(environment, "build_timeout_sec", &toml_path)?.unwrap_or(DEFAULT_SETUP_SEC);
-    let allow_internet = match environment.and_then(|e| e.get("allow_internet")) {
+    let mut allow_internet = match environment.and_then(|e| e.get("allow_internet")) {
         None => true,
         Some(toml::Value::Boolean(b)) => *b,
         Some(other) => {
@@ -294,14 +459,36 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
             ));
         }
     };
+    for (section, table) in [
+        ("environment", environment),
+        ("agent", agent),
+        ("verifier", verifier),
+    ] {
+        match table.and_then(|e| e.get("network_mode")) {
+            None => {}
+            // A phase's `public` does not widen what the environment allows.
+            Some(toml::Value::String(m)) if m == "public" && section == "environment" => {
+                allow_internet = true;
+            }
+            Some(toml::Value::String(m)) if m == "public" => {}
+            Some(toml::Value::String(m)) if m == "no-network" => allow_internet = false,
+            Some(toml::Value::String(m)) if m == "allowlist" => {
+                return skip(format!(
+                    "[{section}].network_mode = \"allowlist\": baton gives a trial the whole network or none"
+                ));
+            }
+            Some(other) => {
+                return Err(TaskError::field(
+                    &toml_path,
+                    format!("{section}.network_mode"),
+                    "\"public\", \"no-network\" or \"allowlist\"",
+                    other.to_string(),
+                ));
+            }
+        }
+    }
     let env_vars = toml_env(environment, &toml_path, "environment")?;
-    let skip = |reason: String| {
-        Ok(Loaded::Skipped(Skipped {
-            name: name.clone(),
-            dir: dir.to_path_buf(),
-            reason,
-        }))
-    };
+    let artifacts = toml_artifacts(&doc, &toml_path)?;
     let image = environment
         .and_then(|e| e.get("docker_image"))
         .and_then(|v| v.as_str())
@@ -310,6 +497,13 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
     let gpus = toml_number(environment, "gpus", &toml_path)?.unwrap_or(0.0);
     if gpus > 0.0 {
         return skip(format!("needs {gpus} GPU(s) in its environment"));
+    }
+    for (section, table) in [("agent", agent), ("verifier", verifier)] {
+        if let Some(user) = toml_user(table) {
+            return skip(format!(
+                "[{section}].user = \"{user}\": trials run as root (one user per sandbox)"
+            ));
+        }
     }
 
     let env_dir = dir.join("environment");
@@ -329,7 +523,7 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
         // A Dockerfile describes the environment (a pinned `docker_image` is built from it);
         // `setup.sh` without a Dockerfile is the local convention of tools/tbench.
         if dockerfile.is_file() {
-            match dockerfile::translate(&read_text(&dockerfile)?, allow_internet) {
+            match dockerfile::translate(&read_text(&dockerfile)?, allow_internet, &env_dir) {
                 DockerPlan::Unsupported(reason) => {
                     let image = image
                         .map(|i| format!(" (prebuilt image '{i}')"))
@@ -340,7 +534,11 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
                     plan.build_context = Some(env_dir.clone());
                     plan.setup_script = Some(local.script);
                     plan.workdir = local.workdir;
-                    plan.env.extend(local.env);
+                    // `[environment.env]` is applied over the image's ENV, as Harbor does.
+                    let task_env = std::mem::take(&mut plan.env);
+                    plan.env = local.env;
+                    plan.env.extend(task_env);
+                    plan.extra_roots = local.extra_roots;
                 }
             }
         } else if let Some(image) = image {
@@ -359,6 +557,13 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
             "needs the prebuilt Docker image '{image}', which baton cannot provide"
         ));
     }
+    if let Some(workdir) = environment
+        .and_then(|e| e.get("workdir"))
+        .and_then(|w| w.as_str())
+        .filter(|w| w.starts_with('/'))
+    {
+        plan.workdir = workdir.trim_end_matches('/').to_string();
+    }
 
     let solution_dir = dir.join("solution");
     let tests_dir = dir.join("tests");
@@ -370,10 +575,13 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
     }
     Ok(Loaded::Ready(Box::new(Task {
         name,
+        full_name,
         dir: dir.to_path_buf(),
         format: TaskFormat::Harbor,
         instruction,
-        agent_timeout: secs(agent_timeout, &toml_path, "agent.timeout_sec")?,
+        agent_timeout: agent_timeout
+            .map(|t| secs(t, &toml_path, "agent.timeout_sec"))
+            .transpose()?,
         verifier_timeout: secs(verifier_timeout, &toml_path, "verifier.timeout_sec")?,
         setup_timeout: secs(setup_timeout, &toml_path, "environment.build_timeout_sec")?,
         allow_internet,
@@ -388,6 +596,8 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
         test_entry: "test.sh".into(),
         verifier_env: toml_env(verifier, &toml_path, "verifier")?,
         solution_env: toml_env(solution, &toml_path, "solution")?,
+        artifacts,
+        checksum: std::sync::OnceLock::new(),
     })))
 }
 
@@ -442,7 +652,7 @@ fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
     let dockerfile = dir.join("Dockerfile");
     if dockerfile.is_file() {
         // TB1 tasks assume network during the image build; the agent phase is what gets isolated.
-        match dockerfile::translate(&read_text(&dockerfile)?, true) {
+        match dockerfile::translate(&read_text(&dockerfile)?, true, dir) {
             DockerPlan::Unsupported(reason) => {
                 return skip(format!("{}: {reason}", dockerfile.display()));
             }
@@ -451,6 +661,7 @@ fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
                 plan.setup_script = Some(local.script);
                 plan.workdir = local.workdir;
                 plan.env = local.env;
+                plan.extra_roots = local.extra_roots;
             }
         }
     }
@@ -480,10 +691,11 @@ fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
     verifier_env.insert("TEST_DIR".to_string(), "/tests".to_string());
     Ok(Loaded::Ready(Box::new(Task {
         name,
+        full_name: None,
         dir: dir.to_path_buf(),
         format: TaskFormat::Tb1,
         instruction,
-        agent_timeout: secs(agent_timeout, &yaml_path, "max_agent_timeout_sec")?,
+        agent_timeout: Some(secs(agent_timeout, &yaml_path, "max_agent_timeout_sec")?),
         verifier_timeout: secs(test_timeout, &yaml_path, "max_test_timeout_sec")?,
         setup_timeout: Duration::from_secs_f64(DEFAULT_SETUP_SEC),
         allow_internet: true,
@@ -495,6 +707,8 @@ fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
         test_entry: "run-tests.sh".into(),
         verifier_env,
         solution_env: BTreeMap::new(),
+        artifacts: Vec::new(),
+        checksum: std::sync::OnceLock::new(),
     })))
 }
 
@@ -516,6 +730,95 @@ fn count_compose_services(text: &str) -> usize {
         }
     }
     count
+}
+
+/// The tasks of a job: runnable, skipped (with why) and unloadable (with the error).
+#[derive(Debug, Default)]
+pub struct TaskSet {
+    pub tasks: Vec<Task>,
+    pub skipped: Vec<Skipped>,
+    pub failed: Vec<LoadError>,
+}
+
+/// Finds the task folders under `paths`, keeps those whose names pass `include`/`exclude`
+/// (matched before loading, against [`peek_names`]), and loads them. A folder that cannot
+/// load is an entry of `failed`; it never stops the others. Tasks whose names differ only
+/// in an org prefix (`a/foo`, `b/foo`) keep their full names.
+pub fn load_set(
+    paths: &[PathBuf],
+    include: &[String],
+    exclude: &[String],
+) -> Result<TaskSet, EvalError> {
+    let dirs = discover(paths)?;
+    let inc = globs(include)?;
+    let exc = globs(exclude)?;
+    let mut set = TaskSet::default();
+    for dir in dirs {
+        let names = peek_names(&dir);
+        let included = inc
+            .as_ref()
+            .is_none_or(|g| names.iter().any(|n| g.is_match(n)));
+        let excluded = exc
+            .as_ref()
+            .is_some_and(|g| names.iter().any(|n| g.is_match(n)));
+        if !included || excluded {
+            continue;
+        }
+        match load(&dir) {
+            Ok(Loaded::Ready(t)) => set.tasks.push(*t),
+            Ok(Loaded::Skipped(s)) => set.skipped.push(s),
+            Err(e) => set.failed.push(e),
+        }
+    }
+    let mut count: BTreeMap<String, usize> = BTreeMap::new();
+    for t in &set.tasks {
+        *count.entry(t.name.clone()).or_default() += 1;
+    }
+    for t in &mut set.tasks {
+        if count.get(&t.name).is_some_and(|&n| n > 1)
+            && let Some(full) = &t.full_name
+        {
+            t.name = full.clone();
+        }
+    }
+    // Whatever still shares a name (two folders declaring one `org/name`) runs once.
+    let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+    let mut tasks = Vec::with_capacity(set.tasks.len());
+    for t in std::mem::take(&mut set.tasks) {
+        if let Some(first) = seen.get(&t.name) {
+            set.skipped.push(Skipped {
+                name: t.name.clone(),
+                dir: t.dir.clone(),
+                reason: format!(
+                    "another task of this job has the name '{}' ({})",
+                    t.name,
+                    first.display()
+                ),
+            });
+            continue;
+        }
+        seen.insert(t.name.clone(), t.dir.clone());
+        tasks.push(t);
+    }
+    set.tasks = tasks;
+    if set.tasks.is_empty() && set.skipped.is_empty() && set.failed.is_empty() {
+        return Err(EvalError::NothingToRun);
+    }
+    Ok(set)
+}
+
+fn globs(patterns: &[String]) -> Result<Option<globset::GlobSet>, EvalError> {
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    let mut b = globset::GlobSetBuilder::new();
+    for g in patterns {
+        b.add(globset::Glob::new(g).map_err(|source| EvalError::Glob {
+            glob: g.clone(),
+            source,
+        })?);
+    }
+    b.build().map(Some).map_err(EvalError::GlobSet)
 }
 
 /// Keeps the tasks whose name matches any `include` glob (all when empty) and no `exclude` glob.

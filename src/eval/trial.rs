@@ -94,6 +94,78 @@ pub struct TrialSettings {
     pub timeout_multiplier: f64,
     pub keep_workdirs: bool,
     pub isolation: Isolation,
+    /// CA bundles, proxies and package-index settings from the host ([`network_env`]): every
+    /// phase gets them, under the task's own variables.
+    pub network_env: BTreeMap<String, String>,
+}
+
+/// Whether a host variable configures network access (certificates, proxies, package
+/// indexes): such variables reach every phase of a trial, as they do every process on the
+/// host. Credentials (by name) stay out.
+pub fn is_network_var(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    let named = [
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "NODE_EXTRA_CA_CERTS",
+        "GIT_SSL_CAINFO",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "FTP_PROXY",
+        "NO_PROXY",
+    ];
+    // `https_proxy` is as common as `HTTPS_PROXY`; `Https_Proxy` is nobody's.
+    let known =
+        named.contains(&upper.as_str()) && (name == upper || name == name.to_ascii_lowercase());
+    (known || name.starts_with("PIP_") || name.starts_with("UV_")) && !is_secret_name(name)
+}
+
+/// The host's network variables ([`is_network_var`]), from `vars`. When a proxy is set, the
+/// loopback addresses (the model gateway's) are added to `NO_PROXY`/`no_proxy` so that the
+/// agent never sends its model traffic to the proxy.
+pub fn network_env(vars: impl Iterator<Item = (String, String)>) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = vars.filter(|(k, _)| is_network_var(k)).collect();
+    let proxied = env.keys().any(|k| {
+        let u = k.to_ascii_uppercase();
+        u.ends_with("_PROXY") && u != "NO_PROXY"
+    });
+    if proxied {
+        for key in ["NO_PROXY", "no_proxy"] {
+            let mut list: Vec<String> = env
+                .get(key)
+                .map(|v| {
+                    v.split(',')
+                        .map(|s| s.trim().to_string())
+                        .filter(|s| !s.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default();
+            for local in ["127.0.0.1", "localhost", "::1"] {
+                if !list.iter().any(|l| l == local) {
+                    list.push(local.to_string());
+                }
+            }
+            env.insert(key.to_string(), list.join(","));
+        }
+    }
+    env
+}
+
+/// Host files the network variables name (a CA bundle under a home folder): they must be
+/// readable inside the sandbox. Files only: a folder named there (`SSL_CERT_DIR=~`) would
+/// bring everything in it along.
+pub fn network_files(env: &BTreeMap<String, String>) -> Vec<PathBuf> {
+    env.iter()
+        .filter(|(k, _)| {
+            let u = k.to_ascii_uppercase();
+            u.contains("CERT") || u.contains("CA_BUNDLE") || u.ends_with("CAINFO")
+        })
+        .map(|(_, v)| PathBuf::from(v))
+        .filter(|p| p.is_absolute() && p.is_file())
+        .collect()
 }
 
 /// Start and end of one phase.
@@ -143,16 +215,53 @@ pub struct AgentExit {
 #[derive(Debug, Clone, Serialize)]
 pub struct ExceptionInfo {
     pub exception_type: String,
+    #[serde(rename = "exception_message")]
     pub message: String,
+    /// Harbor's field; baton's errors are values, so this holds the message again.
+    pub exception_traceback: String,
     pub occurred_at: DateTime<Utc>,
 }
 
-/// Per-trial record in `result.json`.
+/// Harbor's `TimingInfo`.
+#[derive(Debug, Clone, Serialize)]
+pub struct TimingInfo {
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+}
+
+impl From<&PhaseTiming> for TimingInfo {
+    fn from(p: &PhaseTiming) -> Self {
+        TimingInfo {
+            started_at: p.started_at,
+            finished_at: p.finished_at,
+        }
+    }
+}
+
+/// Per-trial record in `result.json`: Harbor's `TrialResult` fields (so Harbor's viewer and
+/// tools read baton's jobs), then baton's own.
 #[derive(Debug, Clone, Serialize)]
 pub struct TrialResult {
     pub id: String,
     pub task_name: String,
     pub trial_name: String,
+    /// `file://` URI of the trial folder.
+    pub trial_uri: String,
+    /// Harbor's `LocalTaskId`: `{ "path": … }`.
+    pub task_id: serde_json::Value,
+    /// SHA-256 over the task folder's file names and contents.
+    pub task_checksum: String,
+    /// Harbor's `TrialConfig` for this trial.
+    pub config: serde_json::Value,
+    pub agent_info: serde_json::Value,
+    /// Harbor's `AgentContext`: token counts.
+    pub agent_result: serde_json::Value,
+    /// Harbor's `VerifierResult`: `{ "rewards": { "reward": … } }`, absent when unscored.
+    pub verifier_result: Option<serde_json::Value>,
+    pub environment_setup: Option<TimingInfo>,
+    pub agent_setup: Option<TimingInfo>,
+    pub agent_execution: Option<TimingInfo>,
+    pub verifier: Option<TimingInfo>,
     pub trial_dir: PathBuf,
     pub task_dir: PathBuf,
     pub task_format: &'static str,
@@ -196,6 +305,10 @@ impl TrialResult {
     }
 }
 
+/// The agent's limit when the task sets none (Harbor's default): a week, which a run never
+/// reaches but which keeps deadlines representable.
+const NO_AGENT_LIMIT: Duration = Duration::from_secs(7 * 24 * 3600);
+
 fn scaled(d: Duration, multiplier: f64) -> Duration {
     Duration::from_secs_f64((d.as_secs_f64() * multiplier).max(0.001))
 }
@@ -215,11 +328,29 @@ pub fn run_trial(
 ) -> TrialResult {
     let wall = Instant::now();
     let started_at = Utc::now();
-    let paths = TrialPaths::new(trial_dir);
+    let paths = TrialPaths::new(trial_dir).with_extra_roots(&task.environment.extra_roots);
     let mut r = TrialResult {
         id: uuid::Uuid::now_v7().to_string(),
         task_name: task.name.clone(),
         trial_name: trial_name.to_string(),
+        trial_uri: format!("file://{}", trial_dir.display()),
+        task_id: serde_json::json!({ "path": task.dir }),
+        task_checksum: task
+            .checksum
+            .get_or_init(|| task_checksum(&task.dir))
+            .clone(),
+        config: harbor_trial_config(task, trial_name, trial_dir, settings),
+        agent_info: serde_json::json!({
+            "name": settings.agent.name(),
+            "version": env!("CARGO_PKG_VERSION"),
+            "model_info": serde_json::Value::Null,
+        }),
+        agent_result: serde_json::json!({}),
+        verifier_result: None,
+        environment_setup: None,
+        agent_setup: None,
+        agent_execution: None,
+        verifier: None,
         trial_dir: trial_dir.to_path_buf(),
         task_dir: task.dir.clone(),
         task_format: task.format.as_str(),
@@ -248,6 +379,7 @@ pub fn run_trial(
     if let Err((kind, message)) = trial_phases(task, &paths, settings, &mut r, &mut process_time) {
         r.exception_info = Some(ExceptionInfo {
             exception_type: kind.to_string(),
+            exception_traceback: message.clone(),
             message,
             occurred_at: Utc::now(),
         });
@@ -255,6 +387,24 @@ pub fn run_trial(
     if r.infrastructure_error {
         r.reward = None;
     }
+    collect_artifacts(task, &paths);
+    r.environment_setup = r.timings.environment_setup.as_ref().map(TimingInfo::from);
+    r.agent_execution = r.timings.agent_execution.as_ref().map(TimingInfo::from);
+    r.verifier = r.timings.verifier.as_ref().map(TimingInfo::from);
+    r.agent_result = serde_json::json!({
+        "n_input_tokens": r.tokens.input,
+        "n_cache_tokens": r.tokens.cached,
+        "n_output_tokens": r.tokens.output,
+    });
+    r.verifier_result = r.reward.map(|reward| {
+        let mut rewards: serde_json::Map<String, serde_json::Value> = r
+            .verifier_rewards
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+            .collect();
+        rewards.insert("reward".into(), serde_json::json!(reward));
+        serde_json::json!({ "rewards": rewards })
+    });
     if !settings.keep_workdirs {
         let _ = remove_tree(&trial_dir.join("work"));
     }
@@ -297,7 +447,8 @@ fn trial_phases(
         copy_tree(from, &paths.app, &task.environment.exclude)
             .map_err(|e| infra(r, "EnvironmentSetupError", e.to_string()))?;
     }
-    let env = task.environment.env.clone();
+    let mut env = settings.network_env.clone();
+    env.extend(task.environment.env.clone());
     // The agent's view adds keys and the instruction; neither reaches the verifier.
     let mut agent_env = env.clone();
     if let Some(script) = &task.environment.setup_script {
@@ -359,17 +510,16 @@ fn trial_phases(
         }
     }
     // Create the working dir before the agent runs (WORKDIR may be below /app).
-    let workdir_host = iso.rewrite(paths, ctx, &task.environment.workdir);
-    if iso.kind == super::isolation::IsolationKind::Plain {
-        let _ = std::fs::create_dir_all(&workdir_host);
-    } else if let Some(rest) = task.environment.workdir.strip_prefix("/app") {
-        let _ = std::fs::create_dir_all(paths.app.join(rest.trim_start_matches('/')));
+    if let Some(host) = paths.host_path(&task.environment.workdir) {
+        let _ = std::fs::create_dir_all(host);
     }
 
     // Agent.
     let instruction = iso.rewrite(paths, ctx, &task.instruction);
     let _ = std::fs::write(paths.agent_logs.join("instruction.md"), &instruction);
-    let agent_limit = scaled(task.agent_timeout, settings.timeout_multiplier);
+    let agent_limit = task
+        .agent_timeout
+        .map_or(NO_AGENT_LIMIT, |t| scaled(t, settings.timeout_multiplier));
     let stdout_path = paths.agent_logs.join("stdout.txt");
     // Lives until the agent has exited: the agent's only way to its model endpoint.
     let mut gateway: Option<Gateway> = None;
@@ -564,7 +714,7 @@ struct BatonAgentSetup {
 }
 
 /// Whether a variable's name says it holds a credential; such variables never enter a trial.
-fn is_secret_name(name: &str) -> bool {
+pub(crate) fn is_secret_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     [
         "KEY",
@@ -709,13 +859,17 @@ fn run_verifier(
     };
     let cmd = iso.command(&phase, "bash", &[format!("/tests/{}", task.test_entry)]);
     let out_path = paths.verifier_logs.join("test-stdout.txt");
-    let (out, err) = log_files(&out_path).map_err(|e| {
-        infra(
-            r,
-            "VerifierSetupError",
-            format!("cannot create test-stdout.txt: {e}"),
-        )
-    })?;
+    let err_path = paths.verifier_logs.join("test-stderr.txt");
+    let (out, err) = match (File::create(&out_path), File::create(&err_path)) {
+        (Ok(o), Ok(e)) => (o, e),
+        (Err(e), _) | (_, Err(e)) => {
+            return Err(infra(
+                r,
+                "VerifierSetupError",
+                format!("cannot create the verifier's logs: {e}"),
+            ));
+        }
+    };
     let limit = scaled(task.verifier_timeout, settings.timeout_multiplier);
     let outcome = process::run(cmd, limit, out, err);
     *process_time += outcome.duration;
@@ -817,7 +971,7 @@ fn write_config(task: &Task, paths: &TrialPaths, settings: &TrialSettings) {
         "task_dir": task.dir,
         "format": task.format.as_str(),
         "agent": settings.agent.name(),
-        "agent_timeout_sec": task.agent_timeout.as_secs_f64(),
+        "agent_timeout_sec": task.agent_timeout.map(|t| t.as_secs_f64()),
         "verifier_timeout_sec": task.verifier_timeout.as_secs_f64(),
         "timeout_multiplier": settings.timeout_multiplier,
         "allow_internet": task.allow_internet,
@@ -868,4 +1022,98 @@ fn walk_files(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// SHA-256 over the task folder's relative file names and contents, in name order.
+fn task_checksum(dir: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let mut files = walk_files(dir);
+    files.sort();
+    let mut h = Sha256::new();
+    for f in files {
+        let rel = f.strip_prefix(dir).unwrap_or(&f);
+        h.update(rel.to_string_lossy().as_bytes());
+        h.update([0]);
+        if let Ok(bytes) = std::fs::read(&f) {
+            h.update(&bytes);
+        }
+        h.update([0]);
+    }
+    format!("{:x}", h.finalize())
+}
+
+/// Harbor's `TrialConfig` for one trial: the task by path, the timeouts, the agent by name.
+fn harbor_trial_config(
+    task: &Task,
+    trial_name: &str,
+    trial_dir: &Path,
+    settings: &TrialSettings,
+) -> serde_json::Value {
+    serde_json::json!({
+        "task": { "path": task.dir },
+        "trial_name": trial_name,
+        "trials_dir": trial_dir.parent(),
+        "timeout_multiplier": settings.timeout_multiplier,
+        "agent": {
+            "name": settings.agent.name(),
+            "override_timeout_sec": task.agent_timeout.map(|t| t.as_secs_f64()),
+        },
+        "verifier": { "override_timeout_sec": task.verifier_timeout.as_secs_f64() },
+        "artifacts": task.artifacts.iter().map(|a| serde_json::json!({
+            "source": a.source,
+            "destination": a.destination,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Copies the task's `artifacts` out of the trial's folders into `artifacts/`, with a
+/// `manifest.json` saying what was found. Links are not followed; paths outside the trial's
+/// folders are not read.
+fn collect_artifacts(task: &Task, paths: &TrialPaths) {
+    if task.artifacts.is_empty() {
+        return;
+    }
+    let mut manifest = Vec::new();
+    for a in &task.artifacts {
+        let dest = paths.artifacts.join(&a.destination);
+        // A link the agent planted on the way (`/app/link -> /`) must not lead out.
+        let inside = |p: &Path| {
+            let root = std::fs::canonicalize(&paths.root).unwrap_or_else(|_| paths.root.clone());
+            p.parent()
+                .and_then(|d| std::fs::canonicalize(d).ok())
+                .is_some_and(|d| d.starts_with(&root))
+        };
+        let status = match paths.host_path(a.source.trim_end_matches('/')) {
+            None => "outside the trial's folders".to_string(),
+            Some(src) if !inside(&src) => {
+                "outside the trial's folders (through a link)".to_string()
+            }
+            Some(src) => match std::fs::symlink_metadata(&src) {
+                Err(_) => "missing".to_string(),
+                Ok(m) if m.is_dir() => match copy_tree(&src, &dest, &[]) {
+                    Ok(()) => "ok".to_string(),
+                    Err(e) => e.to_string(),
+                },
+                Ok(m) if m.is_file() => {
+                    let copied = dest
+                        .parent()
+                        .map_or(Ok(()), std::fs::create_dir_all)
+                        .and_then(|()| std::fs::copy(&src, &dest).map(|_| ()));
+                    match copied {
+                        Ok(()) => "ok".to_string(),
+                        Err(e) => e.to_string(),
+                    }
+                }
+                Ok(_) => "not a file or folder (links are not followed)".to_string(),
+            },
+        };
+        manifest.push(serde_json::json!({
+            "source": a.source,
+            "destination": a.destination,
+            "status": status,
+        }));
+    }
+    if let Ok(json) = serde_json::to_string_pretty(&manifest) {
+        let _ = std::fs::write(paths.artifacts.join("manifest.json"), json);
+    }
 }

@@ -434,7 +434,9 @@ fn a_credentials_file_under_cargo_home_is_not_visible() {
     assert!(output.status.success(), "{output:?}");
     let mut stdout = String::new();
     for job in std::fs::read_dir(out.path()).unwrap().flatten() {
-        if let Ok(mut f) = std::fs::File::open(job.path().join("creds/agent/stdout.txt")) {
+        if let Ok(mut f) =
+            std::fs::File::open(trial_dir(&job.path(), "creds").join("agent/stdout.txt"))
+        {
             f.read_to_string(&mut stdout).unwrap();
         }
     }
@@ -477,7 +479,7 @@ fn an_inherited_descriptor_does_not_reach_the_trial() {
     assert!(status.success());
     let mut ran = false;
     for job in std::fs::read_dir(out.path()).unwrap().flatten() {
-        ran |= std::fs::read_to_string(job.path().join("fd/agent/stdout.txt"))
+        ran |= std::fs::read_to_string(trial_dir(&job.path(), "fd").join("agent/stdout.txt"))
             .is_ok_and(|s| s.contains("END"));
     }
     assert!(ran, "the agent ran");
@@ -543,4 +545,19 @@ fn plain_folder_trials_reach_the_engine_through_the_gateway() {
         !seen.contains(&engine.url()),
         "the agent was given the engine itself: {seen}"
     );
+}
+
+/// The folder of a job's one trial of `task` (trials are named `<task>__<id>`).
+fn trial_dir(job: &Path, task: &str) -> PathBuf {
+    std::fs::read_dir(job)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{task}__")))
+        })
+        .unwrap_or_else(|| job.join(task))
 }
