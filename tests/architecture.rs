@@ -34,6 +34,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Frontends: the protocol, their options, saved sessions; never each other.
     ("exec", &["protocol", "config", "session"]),
     ("tui", &["protocol", "config", "session"]),
+    // The Agent Client Protocol server (`baton acp`): agents come from the command line.
+    ("acp", &["protocol", "config", "session"]),
     // Trials reuse the sandbox's seccomp filter.
     ("eval", &["protocol", "config", "session", "sandbox"]),
     // The command line parses and dispatches: it may see everything.
@@ -41,7 +43,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "cli",
         &[
             "protocol", "engine", "config", "session", "sandbox", "backend", "tool", "mol",
-            "agent", "app", "exec", "tui", "eval",
+            "agent", "app", "exec", "tui", "eval", "acp",
         ],
     ),
 ];

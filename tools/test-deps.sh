@@ -11,6 +11,7 @@ mkdir -p "$deps/node"
 npm_packages=(
 )
 pip_packages=(
+    agent-client-protocol==0.12.1
 )
 
 if [ ${#npm_packages[@]} -gt 0 ]; then

@@ -263,6 +263,9 @@ pub enum Command {
     Trust(super::trust::TrustArgs),
     /// Run Terminal-Bench / Harbor format tasks with an agent and score them.
     Eval(super::eval::EvalArgs),
+    /// Serve the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim)
+    /// and harnesses (docs/acp.md).
+    Acp,
     /// The local engine's tools: generate text, route a request (scripting and debugging).
     Engine(crate::cli::engine::EngineArgs),
     /// Print a shell completion script (e.g. `baton completions bash > /etc/bash_completion.d/baton`).
