@@ -267,6 +267,59 @@ fn a_command_streams_its_output_into_the_tool_call() {
 }
 
 #[test]
+fn always_allow_remembers_the_offered_prefix_and_the_plan_is_shown() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "p1",
+                    "update_plan",
+                    r#"{"plan":[{"step":"make one","status":"in_progress"},{"step":"make two","status":"pending"}]}"#,
+                ),
+            )
+            .answer(
+                "L2",
+                MockReply::tool_call("t1", "shell", r#"{"command":"touch one.txt"}"#),
+            )
+            .answer(
+                "L2",
+                MockReply::tool_call("t2", "shell", r#"{"command":"touch two.txt"}"#),
+            )
+            .answer("L2", "Both made."),
+    );
+    let mut steps = start(&env);
+    steps.push(json!({"op": "prompt", "text": "make files", "permissions": ["allow_always"]}));
+    let Some(report) = drive(&env, &engine, &["--sandbox", "off"], json!(steps)) else {
+        return;
+    };
+    let prompt = step(&report, 2);
+    assert_eq!(prompt["response"]["stopReason"], "end_turn", "{prompt:#}");
+    let asked = prompt["permissions"].as_array().unwrap();
+    assert_eq!(asked.len(), 1, "the second touch is not asked: {prompt:#}");
+    let always = asked[0]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "allow_always")
+        .expect("an always option");
+    assert!(
+        always["name"].as_str().unwrap().contains("`touch`"),
+        "{always}"
+    );
+    assert!(env.workspace.join("one.txt").exists());
+    assert!(env.workspace.join("two.txt").exists());
+    let plans = updates(prompt, "plan");
+    assert_eq!(plans.len(), 1, "{prompt:#}");
+    let entries = plans[0]["entries"].as_array().unwrap();
+    assert_eq!(entries[0]["content"], "make one");
+    assert_eq!(entries[0]["status"], "in_progress");
+    assert_eq!(entries[1]["status"], "pending");
+}
+
+#[test]
 fn cancel_stops_the_turn_and_the_session_goes_on() {
     let env = Env::new();
     let engine = MockEngine::scripted_blocking(

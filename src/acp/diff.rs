@@ -126,14 +126,15 @@ pub struct Texts {
 }
 
 /// A file was changed already (`Event::FileDiff`): the new text is on disk, the old one is
-/// the diff applied backward. `None` when that cannot be done faithfully.
-pub fn after_change(file: &Path, diff: &str) -> Option<Texts> {
+/// the diff applied backward. `None` when that cannot be done faithfully, or when `file` is
+/// not inside `workspace` (read for display only, and never from outside).
+pub fn after_change(workspace: &Path, file: &Path, diff: &str) -> Option<Texts> {
     let created = diff.lines().any(|l| l == "--- /dev/null");
     let deleted = diff.lines().any(|l| l == "+++ /dev/null");
     let new = if deleted {
         String::new()
     } else {
-        read_text(file)?
+        read_text(workspace, file)?
     };
     if created {
         return Some(Texts { old: None, new });
@@ -146,13 +147,14 @@ pub fn after_change(file: &Path, diff: &str) -> Option<Texts> {
 }
 
 /// A change waits for approval (`ApprovalRequest::Edit`): the old text is on disk, the new one
-/// is the diff applied forward.
-pub fn before_change(file: &Path, diff: &str) -> Option<Texts> {
+/// is the diff applied forward. The path is the model's, not yet checked by the tool: a file
+/// outside `workspace` (or a link that leads out) is not read.
+pub fn before_change(workspace: &Path, file: &Path, diff: &str) -> Option<Texts> {
     let created = diff.lines().any(|l| l == "--- /dev/null");
     let old = if created {
         String::new()
     } else {
-        read_text(file)?
+        read_text(workspace, file)?
     };
     let new = apply(&old, &parse(diff)?, false)?;
     Some(Texts {
@@ -161,12 +163,17 @@ pub fn before_change(file: &Path, diff: &str) -> Option<Texts> {
     })
 }
 
-fn read_text(file: &Path) -> Option<String> {
-    let meta = std::fs::symlink_metadata(file).ok()?;
+fn read_text(workspace: &Path, file: &Path) -> Option<String> {
+    let root = workspace.canonicalize().ok()?;
+    let real = file.canonicalize().ok()?;
+    if !real.starts_with(&root) {
+        return None;
+    }
+    let meta = std::fs::metadata(&real).ok()?;
     if !meta.is_file() || meta.len() > MAX_TEXT_BYTES {
         return None;
     }
-    String::from_utf8(std::fs::read(file).ok()?).ok()
+    String::from_utf8(std::fs::read(&real).ok()?).ok()
 }
 
 #[cfg(test)]
@@ -224,15 +231,33 @@ mod tests {
         let path = dir.path().join("f");
         std::fs::write(&path, "one\ntwo\n").unwrap();
         let diff = unified("one\ntwo\n", "one\n2\n");
-        let before = before_change(&path, &diff).unwrap();
+        let ws = dir.path();
+        let before = before_change(ws, &path, &diff).unwrap();
         assert_eq!(before.old.as_deref(), Some("one\ntwo\n"));
         assert_eq!(before.new, "one\n2\n");
         std::fs::write(&path, "one\n2\n").unwrap();
-        let after = after_change(&path, &diff).unwrap();
+        let after = after_change(ws, &path, &diff).unwrap();
         assert_eq!(after.old.as_deref(), Some("one\ntwo\n"));
         assert_eq!(after.new, "one\n2\n");
         // A file changed again since the diff: no made-up old text.
         std::fs::write(&path, "three\n").unwrap();
-        assert_eq!(after_change(&path, &diff), None);
+        assert_eq!(after_change(ws, &path, &diff), None);
+    }
+
+    #[test]
+    fn nothing_outside_the_workspace_is_read_for_display() {
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("secret");
+        std::fs::write(&secret, "one\ntwo\n").unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let diff = unified("one\ntwo\n", "one\n2\n");
+        assert_eq!(before_change(ws.path(), &secret, &diff), None);
+        let link = ws.path().join("link");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        assert_eq!(before_change(ws.path(), &link, &diff), None);
+        assert_eq!(
+            before_change(ws.path(), &ws.path().join("../x"), &diff),
+            None
+        );
     }
 }

@@ -41,6 +41,10 @@ type Connection = agent_client_protocol::v1::ConnectionTo<Client>;
 /// A line longer than this is dropped (answered as a parse error) instead of buffered.
 const MAX_LINE_BYTES: usize = 64 << 20;
 
+/// Sessions one connection may hold open: each is an agent with its own backend and tools,
+/// and a client that opens them in a loop must not exhaust the machine.
+const MAX_SESSIONS: usize = 32;
+
 /// How long the sessions get to save and stop after the editor closed the connection.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -164,6 +168,18 @@ struct Server {
     pumps: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
+/// A place among the sessions being opened; given back when dropped.
+struct Slot<'a> {
+    server: &'a Server,
+    key: String,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        lock(&self.server.opening).retain(|o| *o != self.key);
+    }
+}
+
 impl Server {
     fn session(&self, id: &str) -> Option<Arc<Session>> {
         lock(&self.sessions).get(id).cloned()
@@ -184,22 +200,43 @@ impl Server {
                 ),
             ));
         }
-        if let Some(id) = &request.load {
+        // A slot is taken under one lock, so sessions started at once cannot pass the limit
+        // together, nor one id be loaded twice: a new session holds an anonymous one.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let slot = match &request.load {
+            Some(id) => id.clone(),
+            None => format!(
+                "\0new-{}",
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ),
+        };
+        {
             let mut opening = lock(&self.opening);
-            if lock(&self.sessions).contains_key(id) || opening.contains(id) {
+            let sessions = lock(&self.sessions);
+            if sessions.contains_key(&slot) || opening.contains(&slot) {
                 return Err(failure(
                     Error::invalid_request(),
-                    format!("session {id} is already open on this connection"),
+                    format!("session {slot} is already open on this connection"),
                 ));
             }
-            opening.push(id.clone());
+            if sessions.len() + opening.len() >= MAX_SESSIONS {
+                return Err(failure(
+                    Error::invalid_request(),
+                    format!(
+                        "{MAX_SESSIONS} sessions are open on this connection: close other threads first"
+                    ),
+                ));
+            }
+            opening.push(slot.clone());
         }
+        // Held until the session is registered (or failed): the slot is freed on every path.
+        let _slot = Slot {
+            server: self,
+            key: slot,
+        };
         let load = request.load.clone();
         let factory = self.factory.clone();
         let started = tokio::task::spawn_blocking(move || factory(request)).await;
-        if let Some(id) = &load {
-            lock(&self.opening).retain(|o| o != id);
-        }
         let started = match started {
             Ok(Ok(s)) => s,
             Ok(Err(message)) => return Err(failure(Error::internal_error(), message)),

@@ -38,7 +38,7 @@ pub fn tool_call(workspace: &Path, call_id: &str, request: &ApprovalRequest) -> 
             })),
         ApprovalRequest::Edit { path, diff } => {
             let file = workspace.join(path);
-            let content = match crate::acp::diff::before_change(&file, diff) {
+            let content = match crate::acp::diff::before_change(workspace, &file, diff) {
                 Some(t) => ToolCallContent::from(Diff::new(file.clone(), t.new).old_text(t.old)),
                 None => ToolCallContent::from(crate::acp::updates::fenced(diff)),
             };

@@ -289,7 +289,7 @@ impl Translator {
                 diff,
             } => {
                 let file = self.workspace.join(path);
-                let texts = crate::acp::diff::after_change(&file, diff);
+                let texts = crate::acp::diff::after_change(&self.workspace, &file, diff);
                 let Some(state) = self.tools.get_mut(call_id) else {
                     return Vec::new();
                 };
