@@ -338,11 +338,17 @@ async fn pump(
     session: Arc<Session>,
     mut tr: Translator,
 ) {
-    while let Some(event) = handle.events.recv().await {
-        if matches!(event, Event::ShutdownComplete) {
-            break;
-        }
-        for out in tr.translate(&event) {
+    let mut tick = tokio::time::interval(updates::OUTPUT_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let outs = tokio::select! {
+            event = handle.events.recv() => match event {
+                None | Some(Event::ShutdownComplete) => break,
+                Some(event) => tr.translate(&event),
+            },
+            _ = tick.tick() => tr.flush(),
+        };
+        for out in outs {
             match out {
                 Out::Update(update) => notify(&cx, &id, tr.expert(), *update),
                 Out::Permission {

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use agent_client_protocol::v1::schema::{
     ContentBlock, ContentChunk, Diff, Meta, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus,
@@ -17,6 +18,10 @@ use crate::protocol::{
 /// How much of a running command's output one update carries: the tail, so a command that
 /// prints megabytes costs the editor a bounded message per chunk.
 const OUTPUT_TAIL_BYTES: usize = 32 * 1024;
+
+/// Output updates of one call are at most this often (the rest is sent by `flush`): a command
+/// printing in thousands of small chunks must not become thousands of 32 KiB messages.
+pub const OUTPUT_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What the frontend does with one event.
 #[derive(Debug)]
@@ -42,6 +47,9 @@ struct ToolState {
     diffs: Vec<Diff>,
     /// A diff that could not be turned into whole texts, shown as the unified diff.
     raw_diffs: Vec<String>,
+    /// When output was last sent, and whether more came since.
+    last_sent: Option<Instant>,
+    unsent: bool,
 }
 
 /// The translation state of one session.
@@ -173,6 +181,34 @@ impl Translator {
         content
     }
 
+    /// The running output of a call, marked sent.
+    fn output_update(&mut self, call_id: &str) -> Option<Out> {
+        let state = self.tools.get_mut(call_id)?;
+        state.unsent = false;
+        state.last_sent = Some(Instant::now());
+        let state = self.tools.get(call_id)?;
+        let fields = ToolCallUpdateFields::new()
+            .status(ToolCallStatus::InProgress)
+            .content(self.content_of(state, None));
+        Some(update(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+            call_id.to_string(),
+            fields,
+        ))))
+    }
+
+    /// Output held back by the interval, now that it has passed.
+    pub fn flush(&mut self) -> Vec<Out> {
+        let due: Vec<String> = self
+            .tools
+            .iter()
+            .filter(|(_, s)| {
+                s.unsent && s.last_sent.is_none_or(|at| at.elapsed() >= OUTPUT_INTERVAL)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        due.iter().filter_map(|id| self.output_update(id)).collect()
+    }
+
     pub fn translate(&mut self, event: &Event) -> Vec<Out> {
         match event {
             Event::TurnStarted { .. } => {
@@ -272,16 +308,14 @@ impl Translator {
                 if state.output.len() > 2 * OUTPUT_TAIL_BYTES {
                     state.output = tail(&state.output, OUTPUT_TAIL_BYTES).to_string();
                 }
-                let Some(state) = self.tools.get(call_id) else {
+                state.unsent = true;
+                let due = state
+                    .last_sent
+                    .is_none_or(|at| at.elapsed() >= OUTPUT_INTERVAL);
+                if !due {
                     return Vec::new();
-                };
-                let fields = ToolCallUpdateFields::new()
-                    .status(ToolCallStatus::InProgress)
-                    .content(self.content_of(state, None));
-                vec![update(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-                    call_id.clone(),
-                    fields,
-                )))]
+                }
+                self.output_update(call_id).into_iter().collect()
             }
             Event::FileDiff {
                 call_id,
@@ -423,16 +457,23 @@ mod tests {
             arguments: serde_json::json!({}),
             title: "yes".into(),
         });
-        let mut last = None;
+        let mut sent = 0;
         for _ in 0..200 {
-            last = t
+            sent += t
                 .translate(&Event::ToolOutput {
                     call_id: "c".into(),
                     chunk: "é".repeat(1000),
                 })
-                .pop();
+                .len();
         }
-        let v = json(&last.unwrap());
+        // The first chunk goes at once, the rest waits for the interval.
+        assert_eq!(sent, 1);
+        assert!(t.flush().is_empty() || OUTPUT_INTERVAL.is_zero());
+        std::thread::sleep(OUTPUT_INTERVAL);
+        let mut flushed = t.flush();
+        assert_eq!(flushed.len(), 1);
+        assert!(t.flush().is_empty(), "sent once");
+        let v = json(&flushed.pop().unwrap());
         let text = v["content"][0]["content"]["text"].as_str().unwrap();
         assert!(text.len() <= OUTPUT_TAIL_BYTES + 16, "{}", text.len());
     }
