@@ -18,6 +18,7 @@ mod updates;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -158,6 +159,9 @@ struct Session {
     ops: mpsc::UnboundedSender<Op>,
     /// The prompt now running: answered when its turn completes.
     prompt: Mutex<Option<Responder<PromptResponse>>>,
+    /// The turn now running. A permission answer that comes after its turn ended is dropped:
+    /// models reuse call ids, and a late "allow" must not approve a later turn's call.
+    turn: std::sync::atomic::AtomicU64,
 }
 
 struct Server {
@@ -280,6 +284,7 @@ impl Server {
         let session = Arc::new(Session {
             ops: handle.ops.clone(),
             prompt: Mutex::new(None),
+            turn: std::sync::atomic::AtomicU64::new(0),
         });
         lock(&self.sessions).insert(id.clone(), session.clone());
         let pump = tokio::spawn(pump(
@@ -344,7 +349,12 @@ async fn pump(
         let outs = tokio::select! {
             event = handle.events.recv() => match event {
                 None | Some(Event::ShutdownComplete) => break,
-                Some(event) => tr.translate(&event),
+                Some(event) => {
+                    if let Event::TurnStarted { turn_id, .. } = &event {
+                        session.turn.store(*turn_id, Ordering::SeqCst);
+                    }
+                    tr.translate(&event)
+                }
             },
             _ = tick.tick() => tr.flush(),
         };
@@ -363,6 +373,8 @@ async fn pump(
                     );
                     let cx = cx.clone();
                     let ops = handle.ops.clone();
+                    let session = session.clone();
+                    let asked_in = session.turn.load(Ordering::SeqCst);
                     // Not awaited here: the answer comes through the dispatch loop while events
                     // keep flowing (a cancel, other output).
                     tokio::spawn(async move {
@@ -373,6 +385,9 @@ async fn pump(
                                 None
                             }
                         };
+                        if session.turn.load(Ordering::SeqCst) != asked_in {
+                            return;
+                        }
                         for op in permission::answer(&call_id, &request, outcome.as_ref()) {
                             let _ = ops.send(op);
                         }
