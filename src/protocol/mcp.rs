@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// One MCP server the client asked the session to use.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "transport", rename_all = "snake_case")]
 pub enum McpServerSpec {
     /// A program to start, speaking MCP on its stdin and stdout.
@@ -37,5 +37,66 @@ impl McpServerSpec {
             | McpServerSpec::Http { name, .. }
             | McpServerSpec::Sse { name, .. } => name,
         }
+    }
+}
+
+/// Names only: environment values and headers carry tokens, and a `{:?}` of a configuration
+/// must not print them.
+impl std::fmt::Debug for McpServerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = |pairs: &[(String, String)]| -> Vec<String> {
+            pairs.iter().map(|(k, _)| format!("{k}=…")).collect()
+        };
+        match self {
+            McpServerSpec::Stdio {
+                name,
+                command,
+                args,
+                env,
+            } => f
+                .debug_struct("Stdio")
+                .field("name", name)
+                .field("command", command)
+                .field("args", args)
+                .field("env", &names(env))
+                .finish(),
+            McpServerSpec::Http { name, url, headers }
+            | McpServerSpec::Sse { name, url, headers } => f
+                .debug_struct(if matches!(self, McpServerSpec::Http { .. }) {
+                    "Http"
+                } else {
+                    "Sse"
+                })
+                .field("name", name)
+                .field("url", url)
+                .field("headers", &names(headers))
+                .finish(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_names_variables_and_headers_without_their_values() {
+        let stdio = McpServerSpec::Stdio {
+            name: "fs".into(),
+            command: "/bin/mcp".into(),
+            args: vec![],
+            env: vec![("TOKEN".into(), "sk-secret-1".into())],
+        };
+        let http = McpServerSpec::Http {
+            name: "web".into(),
+            url: "https://example.test".into(),
+            headers: vec![("Authorization".into(), "Bearer sk-secret-2".into())],
+        };
+        let shown = format!("{stdio:?} {http:?}");
+        assert!(
+            shown.contains("TOKEN=…") && shown.contains("Authorization=…"),
+            "{shown}"
+        );
+        assert!(!shown.contains("sk-secret"), "{shown}");
     }
 }
