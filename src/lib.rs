@@ -10,6 +10,7 @@
     allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)
 )]
 
+pub(crate) mod acp;
 pub mod agent;
 pub mod app;
 pub mod backend;

@@ -39,6 +39,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Frontends: the protocol, their options, saved sessions; never each other.
     ("exec", &["protocol", "config", "session"]),
     ("tui", &["protocol", "config", "session"]),
+    // The Agent Client Protocol server (`baton acp`): agents come from the command line.
+    ("acp", &["protocol", "config", "session"]),
     // Trials reuse the sandbox's seccomp filter.
     ("eval", &["protocol", "config", "session", "sandbox"]),
     // The command line parses and dispatches: it may see everything.
@@ -46,7 +48,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "cli",
         &[
             "protocol", "engine", "config", "session", "sandbox", "hooks", "backend", "tool",
-            "mol", "agent", "app", "exec", "tui", "eval",
+            "mol", "agent", "app", "exec", "tui", "eval", "acp",
         ],
     ),
 ];

@@ -6,6 +6,7 @@
 
 mod support;
 
+mod acp;
 mod architecture;
 mod cli;
 mod cli_config;

@@ -14,6 +14,7 @@ pip_packages=(
     harbor==0.26.0
     pytest==8.4.2
     setuptools==80.9.0
+    agent-client-protocol==0.12.1
 )
 
 if [ ${#npm_packages[@]} -gt 0 ]; then

@@ -270,6 +270,9 @@ pub enum Command {
     /// Turn a `baton --exec --json` event stream into an ATIF v1.7 trajectory (what `baton
     /// eval` writes per trial; Harbor's adapter runs it in the task container).
     Trajectory(super::trajectory::TrajectoryArgs),
+    /// Serve the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim)
+    /// and harnesses (docs/acp.md).
+    Acp,
     /// The local engine's tools: generate text, route a request (scripting and debugging).
     Engine(crate::cli::engine::EngineArgs),
     /// Print a shell completion script (e.g. `baton completions bash > /etc/bash_completion.d/baton`).

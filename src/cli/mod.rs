@@ -130,6 +130,7 @@ pub fn main() -> i32 {
             Some(Command::Sessions(a)) => sessions::run(&config, a, cli.common.all),
             Some(Command::Doctor) => doctor::run(&config, &config_problems).await,
             Some(Command::Undo(a)) => undo::run(&config.workspace, &config.session_dir, a),
+            Some(Command::Acp) => serve_acp(&flags, cli.no_color).await,
             Some(
                 Command::Completions { .. }
                 | Command::Sandbox(_)
@@ -231,6 +232,61 @@ fn start(
         eprintln!("baton: {}", crate::protocol::terminal_safe(&e.to_string()));
         exit::USAGE
     })
+}
+
+/// `baton acp`: every ACP session gets an agent of its own, built by `app::start` with the
+/// configuration of its folder (the editor's `cwd` stands in for `--cd`).
+async fn serve_acp(flags: &crate::config::Settings, no_color: bool) -> i32 {
+    let flags = flags.clone();
+    let factory: crate::acp::SessionFactory =
+        std::sync::Arc::new(move |req: crate::acp::SessionRequest| {
+            let mut flags = flags.clone();
+            flags.workspace = Some(req.cwd.clone());
+            let mut config =
+                crate::config::load(&flags).map_err(|e| format!("configuration error: {e}"))?;
+            config.no_color = no_color;
+            if let Some(id) = &req.load {
+                // Exactly this id: `--resume` also takes prefixes and `last`, an editor's
+                // session id is a name, not a search.
+                let known = crate::session::list(&config.session_dir)
+                    .map_err(|e| e.to_string())?
+                    .iter()
+                    .any(|s| s.id == *id);
+                if !known {
+                    return Err(format!(
+                        "no saved session {id} in {}",
+                        config.session_dir.display()
+                    ));
+                }
+            }
+            let mut warnings = config.warnings.clone();
+            if config.sandbox != crate::protocol::SandboxMode::Off
+                && config.sandbox_backend == crate::sandbox::Backend::Landlock
+            {
+                warnings.push(
+                    "WEAKER SANDBOX (backend = \"landlock\"): commands are not isolated from \
+                     unix sockets, other processes or outside files' metadata"
+                        .into(),
+                );
+            }
+            if !req.mcp_servers.is_empty() {
+                let names: Vec<&str> = req.mcp_servers.iter().map(|s| s.name()).collect();
+                warnings.push(format!(
+                    "the editor's MCP servers ({}) are not connected: this baton has no MCP client",
+                    names.join(", ")
+                ));
+            }
+            config.client_mcp_servers = req.mcp_servers;
+            let (handle, info) =
+                crate::app::start(&config, Frontend::Interactive, req.load.as_deref())
+                    .map_err(|e| e.to_string())?;
+            Ok(crate::acp::StartedSession {
+                handle,
+                info,
+                warnings,
+            })
+        });
+    crate::acp::serve_stdio(factory).await
 }
 
 /// The model and limit flags given to `baton eval`, passed on to every `baton --exec` it runs.

@@ -104,6 +104,10 @@ pub struct Config {
     /// What the user must be told about the configuration before anything runs: project
     /// settings withheld because their folder is not trusted, project files not read.
     pub warnings: Vec<String>,
+    /// The MCP servers an editor gave this session over ACP (`baton acp`); never read from a
+    /// file or a flag. Not connected yet: baton has no MCP client, so the ACP frontend tells
+    /// the editor they are ignored (docs/acp.md).
+    pub client_mcp_servers: Vec<crate::protocol::McpServerSpec>,
 }
 
 impl Config {

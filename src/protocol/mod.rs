@@ -9,11 +9,13 @@
 
 mod chat;
 mod error;
+mod mcp;
 mod options;
 mod terminal_text;
 
 pub use chat::{ChatMessage, ReasoningEffort, Role, ToolCall, ToolSpec};
 pub use error::{ErrorKind, exit};
+pub use mcp::McpServerSpec;
 pub use options::{
     ApprovalPolicy, Choice, DeviceChoice, Mode, RouteConstraint, SandboxBackend, SandboxMode,
     UnknownName, default_memory_bound,
