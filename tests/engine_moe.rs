@@ -391,3 +391,84 @@ fn loader_errors_name_the_file_and_tensor() {
     let e = load_error(&root);
     assert!(e.contains("layers.0.mlp.experts"), "{e}");
 }
+
+/// `baton engine generate|route --local` on the hybrid fixture.
+mod engine_cli {
+    use super::*;
+    use baton::cli::engine::{EngineArgs, EngineCommand, generate_report, route_report};
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> EngineArgs {
+        let argv = ["baton", "engine"].into_iter().chain(args.iter().copied());
+        let cli = baton::cli::Cli::try_parse_from(argv).expect("arguments parse");
+        let Some(baton::cli::Command::Engine(engine)) = cli.command else {
+            panic!("parses as `baton engine`");
+        };
+        let device = cli.common.device.unwrap_or_default();
+        engine
+            .with_globals(cli.common.local, device, cli.common.profile)
+            .expect("--local given")
+    }
+
+    #[test]
+    fn generate_raw_matches_golden_greedy_tokens() {
+        let g = golden();
+        let root = fixture();
+        let text = g.json["prompts"]["chat"]["text"].as_str().expect("text");
+        let argv = [
+            "generate",
+            "--local",
+            root.to_str().expect("utf-8 path"),
+            "--raw",
+            text,
+            "--max-tokens",
+            "16",
+            "--device",
+            "cpu",
+            "--adapter",
+            "L3",
+            "--json",
+        ];
+        let EngineCommand::Generate(args) = parse(&argv).command else {
+            panic!("generate parses as generate");
+        };
+        let mut streamed = String::new();
+        let report = generate_report(&args, &mut |piece| streamed.push_str(piece)).expect("run");
+        assert_eq!(report.prompt_ids, g.ids("chat"));
+        let want = ids(&g.entry("chat", "L3")["greedy"]);
+        // Greedy; an end id would stop it early, so compare what was generated.
+        let got = &report.generated_ids;
+        assert!(!got.is_empty());
+        assert_eq!(got[..], want[..got.len()]);
+    }
+
+    #[test]
+    fn route_returns_a_label_with_its_logprobs() {
+        let root = fixture();
+        let argv = [
+            "route",
+            "--local",
+            root.to_str().expect("utf-8 path"),
+            "Refactor the parser module and run the tests.",
+            "--device",
+            "cpu",
+            "--json",
+        ];
+        let EngineCommand::Route(args) = parse(&argv).command else {
+            panic!("route parses as route");
+        };
+        let report = route_report(&args).expect("route");
+        let logprobs: Vec<(String, f64)> = report
+            .label_logprobs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_f64().expect("number")))
+            .collect();
+        assert_eq!(logprobs.len(), 4);
+        let best = logprobs
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("labels");
+        assert_eq!(report.label, best.0, "greedy choice = most likely label");
+        assert!(logprobs.iter().all(|(_, p)| *p < 0.0));
+    }
+}
