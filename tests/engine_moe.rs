@@ -8,7 +8,9 @@ use crate::support::golden;
 
 use std::path::{Path, PathBuf};
 
-use baton::engine::{Engine, FinishKind, GenerateRequest, SamplingParams};
+use baton::engine::{
+    Engine, EngineOptions, FinishKind, GenerateRequest, SamplingParams, WeightPrecision,
+};
 use baton::protocol::DeviceChoice;
 use golden::{Golden, fixture_named, golden_in, ids};
 
@@ -289,6 +291,59 @@ fn generation_continues_from_the_cached_prompt_and_output() {
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map(|(i, _)| i as u32);
     assert_eq!(second.tokens.first().copied(), argmax);
+}
+
+fn load_with_weights(root: &Path, precision: WeightPrecision) -> Engine {
+    let options = EngineOptions {
+        cpu_weights: Some(precision),
+        ..Default::default()
+    };
+    Engine::load_with(root, DeviceChoice::Cpu, options).expect("load")
+}
+
+#[test]
+fn bf16_resident_and_f32_weights_give_the_reference_logits_and_reuse_alike() {
+    let g = golden();
+    let tokens = g.ids("long");
+    let mut bf16 = load_with_weights(&fixture(), WeightPrecision::Bf16);
+    let mut f32w = load_with_weights(&fixture(), WeightPrecision::F32);
+    assert!(
+        bf16.device_name().contains("bf16"),
+        "{}",
+        bf16.device_name()
+    );
+    assert!(f32w.device_name().contains("f32"), "{}", f32w.device_name());
+    // bf16 checkpoint tensors stay 2 bytes each (A_log and norms are vectors, f32 anyway).
+    let (mb, mf) = (bf16.memory().weights, f32w.memory().weights);
+    assert_eq!(mb * 2, mf, "bf16 {mb} B vs f32 {mf} B");
+    for engine in [&mut bf16, &mut f32w] {
+        for variant in ["base", "L0", "L2"] {
+            let adapter = adapter_of(engine, variant);
+            let cold = engine.logits(&tokens, adapter).expect("cold");
+            let what = format!("long.{variant}.last_logits");
+            assert_close(&what, cold.last().expect("row"), g.tensor(&what));
+            engine.clear_cache();
+            engine
+                .prompt_logits(&tokens[..200], adapter)
+                .expect("prefix");
+            let reused = engine.prompt_logits(&tokens, adapter).expect("reuse");
+            assert_eq!(reused.cached_tokens, 200);
+            assert_close("reuse", &reused.logits, cold.last().expect("row"));
+        }
+    }
+    // The dense model too: same reference logits with either precision.
+    let dense = golden::fixture();
+    let dg = golden::golden();
+    for precision in [WeightPrecision::Bf16, WeightPrecision::F32] {
+        let mut engine = load_with_weights(&dense, precision);
+        let ids = dg.ids("chat");
+        let out = engine.logits(&ids, Some(2)).expect("dense logits");
+        assert_close(
+            "dense chat.L2",
+            out.last().expect("row"),
+            dg.tensor("chat.L2.last_logits"),
+        );
+    }
 }
 
 fn copy_dir(from: &Path, to: &Path) {

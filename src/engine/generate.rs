@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::config::ModelConfig;
 use super::constraint::TokenTrie;
 use super::device::Device;
-use super::device::cpu::CpuDevice;
+use super::device::cpu::{CpuDevice, WeightPrecision};
 use super::error::EngineError;
 use super::hybrid_runner::HybridCore;
 use super::kv::{CacheLimits, CacheStats, KvEntry, PrefixCache};
@@ -22,6 +22,8 @@ use crate::protocol::DeviceChoice;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EngineOptions {
     pub cache: CacheLimits,
+    /// How the CPU device keeps weights; None = `BATON_CPU_WEIGHTS` (bf16 unless "f32").
+    pub cpu_weights: Option<WeightPrecision>,
 }
 
 /// One generation request.
@@ -129,7 +131,7 @@ impl Engine {
                     Some("Qwen3.5-MoE runs on the CPU (no CUDA kernels for it yet)".to_string());
             }
             let runner: Box<dyn Runner> =
-                Box::new(HybridCore::load(CpuDevice::new(), root, options)?);
+                Box::new(HybridCore::load(cpu_device(&options), root, options)?);
             return Ok(Engine {
                 fallback_reason,
                 root: root.to_path_buf(),
@@ -144,7 +146,7 @@ impl Engine {
                 fallback_reason: why,
             } => {
                 fallback_reason = why;
-                Box::new(Core::load(CpuDevice::new(), root, options)?)
+                Box::new(Core::load(cpu_device(&options), root, options)?)
             }
         };
         Ok(Engine {
@@ -221,6 +223,14 @@ impl Engine {
     pub fn memory(&self) -> MemoryReport {
         self.runner.memory()
     }
+}
+
+fn cpu_device(options: &EngineOptions) -> CpuDevice {
+    CpuDevice::with_precision(
+        options
+            .cpu_weights
+            .unwrap_or_else(WeightPrecision::from_env),
+    )
 }
 
 /// The device-independent face of `Core<D>`, so `Engine` need not be generic.

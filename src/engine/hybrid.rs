@@ -9,7 +9,7 @@ use super::device::{AttentionShape, DeltaShape, Device, HybridDevice, KvShape};
 use super::error::EngineError;
 use super::hybrid_lora::{HybridLora, LayerLora, Target};
 use super::lora::LoraPair;
-use super::model::{PREFILL_CHUNK, rope_inverse_frequencies};
+use super::model::{PREFILL_CHUNK, load_matrix, rope_inverse_frequencies};
 use super::weights::WeightFiles;
 
 struct Loader<'a, D: Device> {
@@ -20,9 +20,38 @@ struct Loader<'a, D: Device> {
 
 impl<D: Device> Loader<'_, D> {
     fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<D::Matrix, EngineError> {
+        load_matrix(
+            self.dev,
+            self.w,
+            &format!("{}{name}", self.prefix),
+            rows,
+            cols,
+        )
+    }
+
+    /// A fused `[experts, rows, cols]` stack as one matrix per expert (bf16 kept as bf16).
+    fn stack(
+        &self,
+        name: &str,
+        experts: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Vec<D::Matrix>, EngineError> {
         let name = format!("{}{name}", self.prefix);
-        self.dev
-            .matrix(self.w.load_f32(&name, &[rows, cols])?, rows, cols)
+        let shape = [experts, rows, cols];
+        if self.dev.keeps_bf16()
+            && let Some(bits) = self.w.load_bf16(&name, &shape)?
+        {
+            return bits
+                .chunks_exact(rows * cols)
+                .map(|e| self.dev.matrix_bf16(e.to_vec(), rows, cols))
+                .collect();
+        }
+        self.w
+            .load_f32(&name, &shape)?
+            .chunks_exact(rows * cols)
+            .map(|e| self.dev.matrix(e.to_vec(), rows, cols))
+            .collect()
     }
 
     fn raw(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, EngineError> {
@@ -238,22 +267,13 @@ impl<D: HybridDevice> Qwen35Moe<D> {
                 }
             };
             let m = format!("{p}.mlp");
-            let gate_up_all = ld.raw(
+            let gate_up = ld.stack(
                 &format!("{m}.experts.gate_up_proj"),
-                &[experts, 2 * inter, hidden],
+                experts,
+                2 * inter,
+                hidden,
             )?;
-            let down_all = ld.raw(&format!("{m}.experts.down_proj"), &[experts, hidden, inter])?;
-            let per = 2 * inter * hidden;
-            let gate_up = gate_up_all
-                .chunks_exact(per)
-                .map(|e| dev.matrix(e.to_vec(), 2 * inter, hidden))
-                .collect::<Result<Vec<_>, _>>()?;
-            drop(gate_up_all);
-            let down = down_all
-                .chunks_exact(hidden * inter)
-                .map(|e| dev.matrix(e.to_vec(), hidden, inter))
-                .collect::<Result<Vec<_>, _>>()?;
-            drop(down_all);
+            let down = ld.stack(&format!("{m}.experts.down_proj"), experts, hidden, inter)?;
             let moe = Moe {
                 router: ld.matrix(&format!("{m}.gate.weight"), experts, hidden)?,
                 gate_up,
@@ -289,11 +309,7 @@ impl<D: HybridDevice> Qwen35Moe<D> {
         }
         let norm = ld.norm("norm.weight", hidden)?;
         let lm_head = if !c.tie_word_embeddings || w.contains("lm_head.weight") {
-            Some(dev.matrix(
-                w.load_f32("lm_head.weight", &[c.vocab_size, hidden])?,
-                c.vocab_size,
-                hidden,
-            )?)
+            Some(load_matrix(dev, w, "lm_head.weight", c.vocab_size, hidden)?)
         } else {
             None
         };

@@ -59,6 +59,24 @@ pub trait Device: Send + 'static {
     /// Moves a host matrix `[rows, cols]` to the device.
     fn matrix(&self, data: Vec<f32>, rows: usize, cols: usize)
     -> Result<Self::Matrix, EngineError>;
+    /// Whether bf16 checkpoint tensors should reach `matrix_bf16` as they are stored.
+    fn keeps_bf16(&self) -> bool {
+        false
+    }
+    /// Moves a host matrix of raw bf16 bits to the device; a device without bf16 storage
+    /// widens it to f32.
+    fn matrix_bf16(
+        &self,
+        data: Vec<u16>,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self::Matrix, EngineError> {
+        let wide = data
+            .into_iter()
+            .map(|b| f32::from_bits((b as u32) << 16))
+            .collect();
+        self.matrix(wide, rows, cols)
+    }
     /// Moves a host vector to the device.
     fn vector(&self, data: Vec<f32>) -> Result<Self::Vector, EngineError>;
     /// A zeroed activation buffer of `len` f32.
