@@ -29,6 +29,8 @@ const FOREIGN: &[&str] = &[
     "--path",
     "--root",
     "--repeats",
+    // tools/make_tiny_model.py (the engine fixtures)
+    "--variant",
     "--agent-import-path",
     "--pre",
     "--output",
