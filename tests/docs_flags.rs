@@ -34,6 +34,8 @@ const FOREIGN: &[&str] = &[
     "--path",
     "--root",
     "--repeats",
+    // tools/make_tiny_model.py (the engine fixtures)
+    "--variant",
     "--agent-import-path",
     // Harbor's `harbor run` (harbor.md); `--agent` is also `baton eval`'s
     "--agent",

@@ -353,8 +353,15 @@ fn lru_eviction_keeps_the_cache_within_its_bounds() {
         max_bytes: 2 * per_entry,
         max_entries: 8,
     };
-    let mut engine = Engine::load_with(&fixture(), test_device(), EngineOptions { cache: limits })
-        .expect("load");
+    let mut engine = Engine::load_with(
+        &fixture(),
+        test_device(),
+        EngineOptions {
+            cache: limits,
+            ..Default::default()
+        },
+    )
+    .expect("load");
     for adapter in [None, Some(0), Some(1), Some(2)] {
         engine.prompt_logits(&chat, adapter).expect("run");
         let stats = engine.cache_stats();
@@ -393,6 +400,7 @@ fn lru_eviction_keeps_the_cache_within_its_bounds() {
                 max_bytes: usize::MAX,
                 max_entries: 1,
             },
+            ..Default::default()
         },
     )
     .expect("load");

@@ -718,6 +718,33 @@ fn the_whole_loop_runs_on_the_local_tiny_model() {
     assert_eq!(of_type(&ev, "summary_recorded").len(), 1);
 }
 
+#[test]
+fn the_whole_loop_runs_on_the_local_tiny_moe_model() {
+    // The hybrid Qwen3.5-MoE fixture: route, answer and summary through the same loop.
+    let env = Env::new();
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3-5-moe");
+    let out = env
+        .session_baton()
+        .env("BATON_MAX_TOKENS", "4")
+        .env("BATON_TOOLS", "read_file,list_dir")
+        .args(["--exec", "--json", "--device", "cpu", "--local"])
+        .arg(&model)
+        .arg("hello there")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let ev = events(&out);
+    let route = of_type(&ev, "route_decided");
+    assert_eq!(route.len(), 1);
+    assert_eq!(
+        route[0]["decision"], "model",
+        "the constraint yields a label"
+    );
+    let done = of_type(&ev, "turn_completed");
+    assert_eq!(done[0]["status"], "done");
+    assert_eq!(of_type(&ev, "summary_recorded").len(), 1);
+}
+
 /// `{prompt_tokens, completion_tokens}` of a usage object, for comparing.
 fn tokens(v: &Value) -> (u64, u64) {
     (

@@ -15,6 +15,7 @@ mod context;
 mod cuda_kernels;
 mod docs_flags;
 mod engine_golden;
+mod engine_moe;
 mod engine_text;
 mod escape;
 mod eval;

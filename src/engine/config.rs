@@ -1,5 +1,5 @@
-//! `ModelConfig`: the Qwen3 hyper-parameters read from `config.json`, plus the stop ids of
-//! `generation_config.json`.
+//! `ModelConfig`: the Qwen3 (dense) or Qwen3.5-MoE (hybrid) hyper-parameters read from
+//! `config.json`, plus the stop ids of `generation_config.json`.
 
 use std::path::Path;
 
@@ -10,6 +10,93 @@ use super::error::EngineError;
 /// Architectures this engine implements (the `architectures` / `model_type` of config.json).
 const QWEN3_ARCHITECTURES: &[&str] = &["Qwen3ForCausalLM"];
 const QWEN3_MODEL_TYPES: &[&str] = &["qwen3"];
+/// Qwen3.5-MoE: the multimodal checkpoint class (text config nested under `text_config`) and
+/// the text-only causal-LM class (text config at the top level).
+const HYBRID_ARCHITECTURES: &[&str] = &[
+    "Qwen3_5MoeForConditionalGeneration",
+    "Qwen3_5MoeForCausalLM",
+];
+const HYBRID_MODEL_TYPES: &[&str] = &["qwen3_5_moe", "qwen3_5_moe_text"];
+
+/// The token mixer of one hybrid layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerKind {
+    /// Gated DeltaNet: a recurrent state instead of a KV cache.
+    Linear,
+    /// Gated softmax attention over a KV cache.
+    Full,
+}
+
+/// What a Qwen3.5-MoE model adds to the dense fields of `ModelConfig`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HybridConfig {
+    pub layer_types: Vec<LayerKind>,
+    /// Dimensions of each full-attention head that RoPE rotates (`head_dim · partial_rotary_factor`).
+    pub rotary_dim: usize,
+    pub conv_kernel: usize,
+    pub linear_key_heads: usize,
+    pub linear_value_heads: usize,
+    pub linear_key_head_dim: usize,
+    pub linear_value_head_dim: usize,
+    pub num_experts: usize,
+    pub experts_per_token: usize,
+    pub moe_intermediate_size: usize,
+    pub shared_expert_intermediate_size: usize,
+    /// Where the text weights live: `model.language_model.` (multimodal checkpoints) or `model.`.
+    pub weight_prefix: String,
+}
+
+impl HybridConfig {
+    /// Width of the conv1d input (q, k and v of the linear attention together).
+    pub fn conv_dim(&self) -> usize {
+        2 * self.linear_key_dim() + self.linear_value_dim()
+    }
+
+    pub fn linear_key_dim(&self) -> usize {
+        self.linear_key_heads * self.linear_key_head_dim
+    }
+
+    pub fn linear_value_dim(&self) -> usize {
+        self.linear_value_heads * self.linear_value_head_dim
+    }
+
+    /// Index among the full-attention layers (their KV slot), if layer `l` is one.
+    pub fn kv_slot(&self, l: usize) -> Option<usize> {
+        match self.layer_types.get(l) {
+            Some(LayerKind::Full) => Some(
+                self.layer_types[..l]
+                    .iter()
+                    .filter(|k| **k == LayerKind::Full)
+                    .count(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Index among the linear-attention layers (their recurrent-state slot), if layer `l` is one.
+    pub fn state_slot(&self, l: usize) -> Option<usize> {
+        match self.layer_types.get(l) {
+            Some(LayerKind::Linear) => Some(
+                self.layer_types[..l]
+                    .iter()
+                    .filter(|k| **k == LayerKind::Linear)
+                    .count(),
+            ),
+            _ => None,
+        }
+    }
+
+    pub fn full_layers(&self) -> usize {
+        self.layer_types
+            .iter()
+            .filter(|k| **k == LayerKind::Full)
+            .count()
+    }
+
+    pub fn linear_layers(&self) -> usize {
+        self.layer_types.len() - self.full_layers()
+    }
+}
 
 /// The shape and numerics of a Qwen3 dense model.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +117,8 @@ pub struct ModelConfig {
     pub tie_word_embeddings: bool,
     /// Ids that end a generation: generation_config.json's `eos_token_id` ∪ config.json's.
     pub eos_token_ids: Vec<u32>,
+    /// Set for Qwen3.5-MoE (hybrid linear/full attention with routed experts); None = dense.
+    pub hybrid: Option<HybridConfig>,
 }
 
 impl ModelConfig {
@@ -52,6 +141,9 @@ impl ModelConfig {
 
     /// Parses a config.json value; `path` is only used to name the file in errors.
     pub fn from_json(json: &Value, path: &Path) -> Result<ModelConfig, EngineError> {
+        if is_hybrid(json) {
+            return hybrid_from_json(json, path);
+        }
         let architecture = check_architecture(json, path)?;
         let usize_key = |key: &str| -> Result<usize, EngineError> {
             match json.get(key) {
@@ -122,6 +214,7 @@ impl ModelConfig {
             rms_norm_eps,
             tie_word_embeddings,
             eos_token_ids: eos_ids(json, path)?,
+            hybrid: None,
         })
     }
 
@@ -136,13 +229,241 @@ impl ModelConfig {
     }
 }
 
+fn is_hybrid(json: &Value) -> bool {
+    let arch = json
+        .get("architectures")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+        .and_then(Value::as_str);
+    let model_type = json.get("model_type").and_then(Value::as_str);
+    arch.is_some_and(|a| HYBRID_ARCHITECTURES.contains(&a))
+        || (arch.is_none() && model_type.is_some_and(|t| HYBRID_MODEL_TYPES.contains(&t)))
+}
+
+/// A positive integer under `key` of `json`, or `default` when absent.
+fn positive(
+    json: &Value,
+    key: &str,
+    default: Option<usize>,
+    path: &Path,
+) -> Result<usize, EngineError> {
+    match json.get(key) {
+        None | Some(Value::Null) => {
+            default.ok_or_else(|| EngineError::config(path, format!("missing key {key:?}")))
+        }
+        Some(v) => v
+            .as_u64()
+            .filter(|n| *n > 0 && *n <= u32::MAX as u64)
+            .map(|n| n as usize)
+            .ok_or_else(|| {
+                EngineError::config(
+                    path,
+                    format!("key {key:?} must be a positive integer, found {v}"),
+                )
+            }),
+    }
+}
+
+/// Qwen3.5-MoE: the text config is `text_config` of a multimodal config, or the top level.
+fn hybrid_from_json(json: &Value, path: &Path) -> Result<ModelConfig, EngineError> {
+    let multimodal = json.get("text_config").is_some_and(Value::is_object);
+    let text = if multimodal {
+        &json["text_config"]
+    } else {
+        json
+    };
+    let architecture = json
+        .get("architectures")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+        .and_then(Value::as_str)
+        .unwrap_or(if multimodal {
+            HYBRID_ARCHITECTURES[0]
+        } else {
+            HYBRID_ARCHITECTURES[1]
+        })
+        .to_string();
+    let num_hidden_layers = positive(text, "num_hidden_layers", None, path)?;
+    let layer_types = match text.get("layer_types") {
+        None | Some(Value::Null) => {
+            let interval = positive(text, "full_attention_interval", Some(4), path)?;
+            (0..num_hidden_layers)
+                .map(|i| {
+                    if (i + 1) % interval == 0 {
+                        LayerKind::Full
+                    } else {
+                        LayerKind::Linear
+                    }
+                })
+                .collect()
+        }
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| match v.as_str() {
+                Some("linear_attention") => Ok(LayerKind::Linear),
+                Some("full_attention") => Ok(LayerKind::Full),
+                _ => Err(EngineError::config(
+                    path,
+                    format!(
+                        "layer_types entry {v} is not \"linear_attention\" or \"full_attention\""
+                    ),
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(v) => {
+            return Err(EngineError::config(
+                path,
+                format!("layer_types must be a list, found {v}"),
+            ));
+        }
+    };
+    if layer_types.len() != num_hidden_layers {
+        return Err(EngineError::config(
+            path,
+            format!(
+                "layer_types has {} entries, num_hidden_layers is {num_hidden_layers}",
+                layer_types.len()
+            ),
+        ));
+    }
+    let hidden_size = positive(text, "hidden_size", None, path)?;
+    let num_attention_heads = positive(text, "num_attention_heads", None, path)?;
+    let num_key_value_heads =
+        positive(text, "num_key_value_heads", Some(num_attention_heads), path)?;
+    let head_dim = positive(
+        text,
+        "head_dim",
+        Some(hidden_size / num_attention_heads.max(1)),
+        path,
+    )?;
+    if num_attention_heads % num_key_value_heads != 0 {
+        return Err(EngineError::config(
+            path,
+            format!(
+                "num_attention_heads {num_attention_heads} is not a multiple of num_key_value_heads {num_key_value_heads}"
+            ),
+        ));
+    }
+    reject_unsupported(text, path)?;
+    let factor = text
+        .get("partial_rotary_factor")
+        .or_else(|| {
+            text.get("rope_parameters")
+                .and_then(|p| p.get("partial_rotary_factor"))
+        })
+        .map(|v| {
+            v.as_f64().filter(|f| *f > 0.0 && *f <= 1.0).ok_or_else(|| {
+                EngineError::config(
+                    path,
+                    format!("partial_rotary_factor must be in (0, 1], found {v}"),
+                )
+            })
+        })
+        .transpose()?
+        .unwrap_or(0.25);
+    // HF: int(head_dim * factor), then pairs of dimensions.
+    let rotary_dim = (head_dim as f64 * factor) as usize;
+    if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) {
+        return Err(EngineError::config(
+            path,
+            format!(
+                "rotary dimension {rotary_dim} (head_dim × partial_rotary_factor) must be even and positive"
+            ),
+        ));
+    }
+    let linear_key_heads = positive(text, "linear_num_key_heads", Some(16), path)?;
+    let linear_value_heads = positive(text, "linear_num_value_heads", Some(32), path)?;
+    if linear_value_heads % linear_key_heads != 0 {
+        return Err(EngineError::config(
+            path,
+            format!(
+                "linear_num_value_heads {linear_value_heads} is not a multiple of linear_num_key_heads {linear_key_heads}"
+            ),
+        ));
+    }
+    let num_experts = positive(text, "num_experts", Some(256), path)?;
+    let experts_per_token = positive(text, "num_experts_per_tok", Some(8), path)?;
+    if experts_per_token > num_experts {
+        return Err(EngineError::config(
+            path,
+            format!("num_experts_per_tok {experts_per_token} exceeds num_experts {num_experts}"),
+        ));
+    }
+    let moe_intermediate_size = positive(text, "moe_intermediate_size", Some(512), path)?;
+    let hybrid = HybridConfig {
+        layer_types,
+        rotary_dim,
+        conv_kernel: positive(text, "linear_conv_kernel_dim", Some(4), path)?,
+        linear_key_heads,
+        linear_value_heads,
+        linear_key_head_dim: positive(text, "linear_key_head_dim", Some(128), path)?,
+        linear_value_head_dim: positive(text, "linear_value_head_dim", Some(128), path)?,
+        num_experts,
+        experts_per_token,
+        moe_intermediate_size,
+        shared_expert_intermediate_size: positive(
+            text,
+            "shared_expert_intermediate_size",
+            Some(512),
+            path,
+        )?,
+        weight_prefix: if multimodal {
+            "model.language_model.".into()
+        } else {
+            "model.".into()
+        },
+    };
+    let tie_word_embeddings = match json
+        .get("tie_word_embeddings")
+        .or_else(|| text.get("tie_word_embeddings"))
+    {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => {
+            return Err(EngineError::config(
+                path,
+                format!("key \"tie_word_embeddings\" must be a boolean, found {v}"),
+            ));
+        }
+    };
+    let mut eos_token_ids = eos_ids(text, path)?;
+    for id in eos_ids(json, path)? {
+        if !eos_token_ids.contains(&id) {
+            eos_token_ids.push(id);
+        }
+    }
+    Ok(ModelConfig {
+        architecture,
+        vocab_size: positive(text, "vocab_size", None, path)?,
+        hidden_size,
+        intermediate_size: moe_intermediate_size,
+        num_hidden_layers,
+        num_attention_heads,
+        num_key_value_heads,
+        head_dim,
+        max_position_embeddings: positive(text, "max_position_embeddings", None, path)?,
+        rope_theta: rope_theta(text, path)?,
+        rms_norm_eps: text
+            .get("rms_norm_eps")
+            .and_then(Value::as_f64)
+            .unwrap_or(1e-6),
+        tie_word_embeddings,
+        eos_token_ids,
+        hybrid: Some(hybrid),
+    })
+}
+
 fn read_json(path: &Path) -> Result<Value, EngineError> {
     let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
     serde_json::from_str(&text).map_err(|e| EngineError::config(path, format!("invalid JSON: {e}")))
 }
 
 fn check_architecture(json: &Value, path: &Path) -> Result<String, EngineError> {
-    let expected = || QWEN3_ARCHITECTURES.join(", ");
+    let expected = || {
+        [QWEN3_ARCHITECTURES, HYBRID_ARCHITECTURES]
+            .concat()
+            .join(", ")
+    };
     let model_type = json.get("model_type").and_then(Value::as_str);
     let arch = json
         .get("architectures")

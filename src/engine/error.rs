@@ -17,7 +17,7 @@ pub enum EngineError {
     Config { path: PathBuf, reason: String },
     /// The model's architecture is not one this engine implements.
     #[error(
-        "{path}: unknown architecture {found:?} (this engine runs Qwen3 dense models: {expected})"
+        "{path}: unknown architecture {found:?} (this engine runs Qwen3 dense and Qwen3.5-MoE models: {expected})"
     )]
     UnknownArchitecture {
         path: PathBuf,

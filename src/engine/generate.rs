@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use super::config::ModelConfig;
 use super::constraint::TokenTrie;
 use super::device::Device;
-use super::device::cpu::CpuDevice;
+use super::device::cpu::{CpuDevice, WeightPrecision};
 use super::error::EngineError;
+use super::hybrid_runner::HybridCore;
 use super::kv::{CacheLimits, CacheStats, KvEntry, PrefixCache};
 use super::lora::LoraAdapter;
 use super::model::{PREFILL_CHUNK, Qwen3, Workspace};
@@ -21,6 +22,8 @@ use crate::protocol::DeviceChoice;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EngineOptions {
     pub cache: CacheLimits,
+    /// How the CPU device keeps weights; None = `BATON_CPU_WEIGHTS` (bf16 unless "f32").
+    pub cpu_weights: Option<WeightPrecision>,
 }
 
 /// One generation request.
@@ -111,13 +114,39 @@ impl Engine {
         options: EngineOptions,
     ) -> Result<Engine, EngineError> {
         let mut fallback_reason = None;
+        let base_config = ModelConfig::load(&root.join("base"))?;
+        if base_config.hybrid.is_some() {
+            // The hybrid kernels exist for the CPU device only so far.
+            if device == DeviceChoice::Cuda {
+                return Err(EngineError::Device {
+                    device: "cuda".into(),
+                    reason: format!(
+                        "{} (Qwen3.5-MoE) has no CUDA kernels yet; use --device cpu",
+                        base_config.architecture
+                    ),
+                });
+            }
+            if device == DeviceChoice::Auto {
+                fallback_reason =
+                    Some("Qwen3.5-MoE runs on the CPU (no CUDA kernels for it yet)".to_string());
+            }
+            let runner: Box<dyn Runner> =
+                Box::new(HybridCore::load(cpu_device(&options), root, options)?);
+            return Ok(Engine {
+                fallback_reason,
+                root: root.to_path_buf(),
+                config: runner.config().clone(),
+                adapter_names: runner.adapter_names(),
+                runner,
+            });
+        }
         let runner: Box<dyn Runner> = match super::device::cuda::select(device)? {
             super::device::cuda::Selected::Cuda(dev) => Box::new(Core::load(*dev, root, options)?),
             super::device::cuda::Selected::Cpu {
                 fallback_reason: why,
             } => {
                 fallback_reason = why;
-                Box::new(Core::load(CpuDevice::new(), root, options)?)
+                Box::new(Core::load(cpu_device(&options), root, options)?)
             }
         };
         Ok(Engine {
@@ -196,8 +225,16 @@ impl Engine {
     }
 }
 
+fn cpu_device(options: &EngineOptions) -> CpuDevice {
+    CpuDevice::with_precision(
+        options
+            .cpu_weights
+            .unwrap_or_else(WeightPrecision::from_env),
+    )
+}
+
 /// The device-independent face of `Core<D>`, so `Engine` need not be generic.
-trait Runner: Send {
+pub(super) trait Runner: Send {
     fn config(&self) -> &ModelConfig;
     fn adapter_names(&self) -> Vec<String>;
     fn device_name(&self) -> String;
@@ -275,7 +312,18 @@ impl<D: Device> Core<D> {
     }
 
     fn check(&self, tokens: &[u32], adapter: Option<usize>) -> Result<(), EngineError> {
-        let c = self.model.config();
+        check_request(self.model.config(), self.adapters.len(), tokens, adapter)
+    }
+}
+
+/// Checks a prompt and adapter index against a model.
+pub(super) fn check_request(
+    c: &ModelConfig,
+    adapters: usize,
+    tokens: &[u32],
+    adapter: Option<usize>,
+) -> Result<(), EngineError> {
+    {
         if tokens.is_empty() {
             return Err(EngineError::Request("the prompt has no tokens".into()));
         }
@@ -293,16 +341,17 @@ impl<D: Device> Core<D> {
             )));
         }
         if let Some(a) = adapter
-            && a >= self.adapters.len()
+            && a >= adapters
         {
             return Err(EngineError::Request(format!(
-                "adapter index {a} does not exist ({} loaded)",
-                self.adapters.len()
+                "adapter index {a} does not exist ({adapters} loaded)"
             )));
         }
         Ok(())
     }
+}
 
+impl<D: Device> Core<D> {
     /// Runs `tokens[entry.tokens.len()..]` into `entry` and leaves the last position's logits
     /// in `self.logits`.
     fn prefill(
@@ -365,25 +414,13 @@ impl<D: Device> Core<D> {
         on_token: &mut dyn FnMut(u32) -> bool,
         out: &mut Vec<u32>,
     ) -> Result<FinishKind, EngineError> {
-        let mut sampler = Sampler::new(req.sampling);
         let eos = self.model.config().eos_token_ids.clone();
-        loop {
-            if out.len() >= max_new {
-                return Ok(FinishKind::Length);
-            }
-            let token = sampler.sample(&self.logits);
-            if eos.contains(&token) || req.stop_ids.contains(&token) {
-                return Ok(FinishKind::Stop);
-            }
-            out.push(token);
-            if !on_token(token) {
-                return Ok(FinishKind::Cancelled);
-            }
-            if out.len() >= max_new {
-                return Ok(FinishKind::Length);
-            }
-            self.step(entry, token, req.adapter)?;
-        }
+        let mut s = DenseStepper {
+            core: self,
+            entry,
+            adapter: req.adapter,
+        };
+        decode_loop(&mut s, req, &eos, max_new, on_token, out)
     }
 
     fn choose(
@@ -394,46 +431,151 @@ impl<D: Device> Core<D> {
         on_token: &mut dyn FnMut(u32) -> bool,
         out: &mut Vec<u32>,
     ) -> Result<(FinishKind, Vec<f32>, Option<usize>), EngineError> {
-        let mut sampler = Sampler::new(req.sampling);
-        let options = trie.options();
-        let mut scores = vec![0f32; options.len()];
-        let mut on_path = vec![true; options.len()];
-        let mut allowed = Vec::new();
-        let mut state = trie.root();
-        for depth in 0.. {
-            let log_norm = log_sum_exp(&self.logits);
-            for (o, option) in options.iter().enumerate() {
-                if on_path[o] {
-                    scores[o] += (self.logits[option[depth] as usize] as f64 - log_norm) as f32;
-                }
-            }
-            let token = match trie.forced(state) {
-                Some(t) => t,
-                None => {
-                    allowed.clear();
-                    allowed.extend(trie.allowed(state));
-                    sampler.sample_among(&self.logits, &allowed)
-                }
-            };
-            state = trie.advance(state, token).ok_or_else(|| {
-                EngineError::Request(format!(
-                    "constraint walk chose token {token} outside the trie"
-                ))
-            })?;
-            for (o, option) in options.iter().enumerate() {
-                on_path[o] &= option[depth] == token;
-            }
-            out.push(token);
-            if !on_token(token) {
-                return Ok((FinishKind::Cancelled, scores, None));
-            }
-            if let Some(done) = trie.finished(state) {
-                return Ok((FinishKind::Constraint, scores, Some(done)));
-            }
-            self.step(entry, token, req.adapter)?;
-        }
-        Ok((FinishKind::Constraint, scores, None))
+        let mut s = DenseStepper {
+            core: self,
+            entry,
+            adapter: req.adapter,
+        };
+        choose_loop(&mut s, req, trie, on_token, out)
     }
+}
+
+/// What the sampling loops need from a model: the latest position's logits and one more step.
+pub(super) trait Stepper {
+    fn logits(&self) -> &[f32];
+    /// Runs `token` through the model; its logits become `logits()`.
+    fn step(&mut self, token: u32) -> Result<(), EngineError>;
+}
+
+struct DenseStepper<'a, D: Device> {
+    core: &'a mut Core<D>,
+    entry: &'a mut KvEntry<D>,
+    adapter: Option<usize>,
+}
+
+impl<D: Device> Stepper for DenseStepper<'_, D> {
+    fn logits(&self) -> &[f32] {
+        &self.core.logits
+    }
+
+    fn step(&mut self, token: u32) -> Result<(), EngineError> {
+        self.core.step(self.entry, token, self.adapter)
+    }
+}
+
+/// Samples up to `max_new` tokens, stopping at a stop id or when `on_token` says so.
+pub(super) fn decode_loop(
+    s: &mut dyn Stepper,
+    req: &GenerateRequest,
+    eos: &[u32],
+    max_new: usize,
+    on_token: &mut dyn FnMut(u32) -> bool,
+    out: &mut Vec<u32>,
+) -> Result<FinishKind, EngineError> {
+    let mut sampler = Sampler::new(req.sampling);
+    loop {
+        if out.len() >= max_new {
+            return Ok(FinishKind::Length);
+        }
+        let token = sampler.sample(s.logits());
+        if eos.contains(&token) || req.stop_ids.contains(&token) {
+            return Ok(FinishKind::Stop);
+        }
+        out.push(token);
+        if !on_token(token) {
+            return Ok(FinishKind::Cancelled);
+        }
+        if out.len() >= max_new {
+            return Ok(FinishKind::Length);
+        }
+        s.step(token)?;
+    }
+}
+
+/// Walks the constraint's trie: forced tokens are appended, branches are sampled among the
+/// allowed tokens; returns the finish, each option's summed log-probability and the choice.
+pub(super) fn choose_loop(
+    s: &mut dyn Stepper,
+    req: &GenerateRequest,
+    trie: &TokenTrie,
+    on_token: &mut dyn FnMut(u32) -> bool,
+    out: &mut Vec<u32>,
+) -> Result<(FinishKind, Vec<f32>, Option<usize>), EngineError> {
+    let mut sampler = Sampler::new(req.sampling);
+    let options = trie.options();
+    let mut scores = vec![0f32; options.len()];
+    let mut on_path = vec![true; options.len()];
+    let mut allowed = Vec::new();
+    let mut state = trie.root();
+    for depth in 0.. {
+        let logits = s.logits();
+        let log_norm = log_sum_exp(logits);
+        for (o, option) in options.iter().enumerate() {
+            if on_path[o] {
+                scores[o] += (logits[option[depth] as usize] as f64 - log_norm) as f32;
+            }
+        }
+        let token = match trie.forced(state) {
+            Some(t) => t,
+            None => {
+                allowed.clear();
+                allowed.extend(trie.allowed(state));
+                sampler.sample_among(logits, &allowed)
+            }
+        };
+        state = trie.advance(state, token).ok_or_else(|| {
+            EngineError::Request(format!(
+                "constraint walk chose token {token} outside the trie"
+            ))
+        })?;
+        for (o, option) in options.iter().enumerate() {
+            on_path[o] &= option[depth] == token;
+        }
+        out.push(token);
+        if !on_token(token) {
+            return Ok((FinishKind::Cancelled, scores, None));
+        }
+        if let Some(done) = trie.finished(state) {
+            return Ok((FinishKind::Constraint, scores, Some(done)));
+        }
+        s.step(token)?;
+    }
+    Ok((FinishKind::Constraint, scores, None))
+}
+
+/// The request's constraint trie (checked against the vocabulary) and how many new tokens it
+/// may produce within the context window.
+pub(super) fn plan_request(
+    c: &ModelConfig,
+    req: &GenerateRequest,
+) -> Result<(Option<TokenTrie>, usize), EngineError> {
+    let trie = req.constraint.as_deref().map(TokenTrie::new).transpose()?;
+    if let Some(t) = &trie
+        && let Some(bad) = t
+            .options()
+            .iter()
+            .flatten()
+            .find(|t| **t as usize >= c.vocab_size)
+    {
+        return Err(EngineError::Request(format!(
+            "constraint token id {bad} is outside the vocabulary"
+        )));
+    }
+    let room = c.max_position_embeddings + 1 - req.prompt.len();
+    let max_new = match &trie {
+        Some(t) => {
+            let longest = t.options().iter().map(Vec::len).max().unwrap_or(0);
+            if longest > room {
+                return Err(EngineError::Request(format!(
+                    "a constraint option of {longest} tokens does not fit the context window after {} prompt tokens",
+                    req.prompt.len()
+                )));
+            }
+            longest
+        }
+        None => req.max_tokens.min(room),
+    };
+    Ok((trie, max_new))
 }
 
 fn log_sum_exp(logits: &[f32]) -> f64 {
@@ -465,33 +607,7 @@ impl<D: Device> Runner for Core<D> {
         on_token: &mut dyn FnMut(u32) -> bool,
     ) -> Result<GenerateOutput, EngineError> {
         self.check(&req.prompt, req.adapter)?;
-        let trie = req.constraint.as_deref().map(TokenTrie::new).transpose()?;
-        if let Some(t) = &trie
-            && let Some(bad) = t
-                .options()
-                .iter()
-                .flatten()
-                .find(|t| **t as usize >= self.model.config().vocab_size)
-        {
-            return Err(EngineError::Request(format!(
-                "constraint token id {bad} is outside the vocabulary"
-            )));
-        }
-        let context = self.model.config().max_position_embeddings;
-        let room = context + 1 - req.prompt.len();
-        let max_new = match &trie {
-            Some(t) => {
-                let longest = t.options().iter().map(Vec::len).max().unwrap_or(0);
-                if longest > room {
-                    return Err(EngineError::Request(format!(
-                        "a constraint option of {longest} tokens does not fit the context window after {} prompt tokens",
-                        req.prompt.len()
-                    )));
-                }
-                longest
-            }
-            None => req.max_tokens.min(room),
-        };
+        let (trie, max_new) = plan_request(self.model.config(), req)?;
         let started = Instant::now();
         let shape = self.model.kv_shape();
         let checkout = self.cache.checkout(

@@ -127,7 +127,7 @@ impl<D: Device> LoraAdapter<D> {
         dir: &Path,
         config: &ModelConfig,
     ) -> Result<LoraAdapter<D>, EngineError> {
-        let settings = AdapterSettings::load(&dir.join("adapter_config.json"))?;
+        let settings = AdapterSettings::load(&dir.join("adapter_config.json"), true)?;
         let file = dir.join("adapter_model.safetensors");
         if !file.exists() {
             return Err(EngineError::adapter(&file, "missing adapter weights file"));
@@ -282,19 +282,25 @@ fn parse_key(key: &str) -> Option<ParsedKey> {
 }
 
 /// The parts of adapter_config.json that change the math.
-struct AdapterSettings {
+pub(crate) struct AdapterSettings {
     path: PathBuf,
     r: usize,
     alpha: f64,
     use_rslora: bool,
+    /// The dense model's modules (None for a hybrid model, or a regex / absent list).
     target_modules: Option<Vec<Module>>,
+    /// `target_modules` as written, when it is a list.
+    pub(crate) target_names: Option<Vec<String>>,
+    /// `target_parameters` (PEFT's LoRA on bare parameters, e.g. fused expert tensors).
+    pub(crate) target_parameters: Vec<String>,
     layers_to_transform: Option<Vec<usize>>,
     rank_pattern: Vec<(regex::Regex, usize)>,
     alpha_pattern: Vec<(regex::Regex, f64)>,
 }
 
 impl AdapterSettings {
-    fn load(path: &Path) -> Result<AdapterSettings, EngineError> {
+    /// `dense`: the base is a dense Qwen3, whose seven module names are checked here.
+    pub(crate) fn load(path: &Path, dense: bool) -> Result<AdapterSettings, EngineError> {
         let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
         let json: Value = serde_json::from_str(&text)
             .map_err(|e| EngineError::config(path, format!("invalid JSON: {e}")))?;
@@ -341,7 +347,38 @@ impl AdapterSettings {
             .get("use_rslora")
             .and_then(Value::as_bool)
             .unwrap_or(false);
+        let target_names = match json.get("target_modules") {
+            Some(Value::Array(items)) => Some(
+                items
+                    .iter()
+                    .map(|item| {
+                        item.as_str().map(str::to_string).ok_or_else(|| {
+                            bad(format!("target_modules entry {item} is not a string"))
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+            _ => None,
+        };
+        let target_parameters = match json.get("target_parameters") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|item| {
+                    item.as_str().map(str::to_string).ok_or_else(|| {
+                        bad(format!("target_parameters entry {item} is not a string"))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(v) => return Err(bad(format!("target_parameters must be a list, found {v}"))),
+        };
+        if dense && !target_parameters.is_empty() {
+            return Err(bad(format!(
+                "target_parameters {target_parameters:?} is not supported on a dense Qwen3 base"
+            )));
+        }
         let target_modules = match json.get("target_modules") {
+            _ if !dense => None,
             Some(Value::Array(items)) => {
                 let mut modules = Vec::new();
                 for item in items {
@@ -392,19 +429,21 @@ impl AdapterSettings {
             alpha,
             use_rslora,
             target_modules,
+            target_names,
+            target_parameters,
             layers_to_transform,
             rank_pattern,
             alpha_pattern,
         })
     }
 
-    fn transforms_layer(&self, layer: usize) -> bool {
+    pub(crate) fn transforms_layer(&self, layer: usize) -> bool {
         self.layers_to_transform
             .as_ref()
             .is_none_or(|l| l.contains(&layer))
     }
 
-    fn rank_for(&self, module_path: &str) -> usize {
+    pub(crate) fn rank_for(&self, module_path: &str) -> usize {
         self.rank_pattern
             .iter()
             .find(|(re, _)| re.is_match(module_path))
@@ -412,7 +451,7 @@ impl AdapterSettings {
     }
 
     /// PEFT's scaling: `alpha / r`, or `alpha / √r` with rsLoRA.
-    fn scale_for(&self, module_path: &str, rank: usize) -> f32 {
+    pub(crate) fn scale_for(&self, module_path: &str, rank: usize) -> f32 {
         let alpha = self
             .alpha_pattern
             .iter()

@@ -12,14 +12,20 @@ use super::weights::WeightFiles;
 /// small enough that activations stay a few MB.
 pub const PREFILL_CHUNK: usize = 256;
 
-/// Loads `name` as a device matrix `[rows, cols]`.
-fn load_matrix<D: Device>(
+/// Loads `name` as a device matrix `[rows, cols]`, kept in bf16 when it is stored so and the
+/// device keeps bf16.
+pub(crate) fn load_matrix<D: Device>(
     dev: &D,
     w: &WeightFiles,
     name: &str,
     rows: usize,
     cols: usize,
 ) -> Result<D::Matrix, EngineError> {
+    if dev.keeps_bf16()
+        && let Some(bits) = w.load_bf16(name, &[rows, cols])?
+    {
+        return dev.matrix_bf16(bits, rows, cols);
+    }
     dev.matrix(w.load_f32(name, &[rows, cols])?, rows, cols)
 }
 

@@ -132,6 +132,50 @@ impl WeightFiles {
         }
     }
 
+    /// A bf16 tensor's raw bits, checking its shape; `None` when it is stored in another dtype
+    /// (read it with `load_f32`).
+    pub fn load_bf16(
+        &self,
+        name: &str,
+        expected_shape: &[usize],
+    ) -> Result<Option<Vec<u16>>, EngineError> {
+        let Some(entry) = self.entries.get(name) else {
+            return Err(EngineError::MissingTensor {
+                path: self.label.clone(),
+                tensor: name.to_string(),
+            });
+        };
+        if entry.dtype != Dtype::BF16 {
+            return Ok(None);
+        }
+        let (path, map) = &self.files[entry.file];
+        if entry.shape != expected_shape {
+            return Err(EngineError::TensorShape {
+                path: path.clone(),
+                tensor: name.to_string(),
+                found: entry.shape.clone(),
+                expected: expected_shape.to_vec(),
+            });
+        }
+        let count: usize = entry.shape.iter().product();
+        let bytes = map
+            .get(entry.start..entry.end)
+            .filter(|b| b.len() == count * 2)
+            .ok_or_else(|| EngineError::Safetensors {
+                path: path.clone(),
+                reason: format!(
+                    "tensor {name:?} does not hold the {} bytes its shape needs",
+                    count * 2
+                ),
+            })?;
+        let out = bytes
+            .chunks_exact(2)
+            .map(|p| u16::from_le_bytes([p[0], p[1]]))
+            .collect();
+        release_pages(map, entry.start, entry.end);
+        Ok(Some(out))
+    }
+
     /// Reads a tensor as f32, checking its shape. Pages of the mapping are released after the
     /// copy so that peak memory stays near the f32 copy alone.
     pub fn load_f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>, EngineError> {

@@ -9,10 +9,16 @@ use serde_json::Value;
 /// The fixture; BATON_REPO_ROOT overrides the build-time path so a test binary built on one
 /// machine runs on another (tools/gpu-check.sh with BATON_CUDA_TEST_BIN).
 pub fn fixture() -> PathBuf {
+    fixture_named("tiny-qwen3")
+}
+
+/// `tests/fixtures/NAME`, under BATON_REPO_ROOT like `fixture`.
+pub fn fixture_named(name: &str) -> PathBuf {
     std::env::var_os("BATON_REPO_ROOT")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-        .join("tests/fixtures/tiny-qwen3")
+        .join("tests/fixtures")
+        .join(name)
 }
 
 pub struct Golden {
@@ -23,13 +29,21 @@ pub struct Golden {
 
 /// golden.json alone, for the suites that need no tensors.
 pub fn golden_json() -> Value {
-    let text = std::fs::read_to_string(fixture().join("golden.json")).expect("golden.json");
+    golden_json_in(&fixture())
+}
+
+fn golden_json_in(dir: &std::path::Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("golden.json")).expect("golden.json");
     serde_json::from_str(&text).expect("golden.json parses")
 }
 
 pub fn golden() -> Golden {
-    let dir = fixture();
-    let json = golden_json();
+    golden_in(&fixture())
+}
+
+/// The golden outputs of the fixture in `dir`.
+pub fn golden_in(dir: &std::path::Path) -> Golden {
+    let json = golden_json_in(dir);
     let bytes = std::fs::read(dir.join("golden.safetensors")).expect("golden.safetensors");
     let st = safetensors::SafeTensors::deserialize(&bytes).expect("parse golden.safetensors");
     let tensors = st

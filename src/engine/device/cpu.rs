@@ -1,6 +1,8 @@
-//! The CPU device: f32 weights and activations in host memory; GEMMs through `matrixmultiply`
-//! (threaded), single-row products (decode) through a rayon-parallel GEMV with AVX2/FMA picked
-//! at run time, attention with an online softmax so no kernel allocates.
+//! The CPU device: weights resident in bf16 (as checkpoints store them; widened to f32 in
+//! registers inside the kernels, f32 accumulation) or f32 (`BATON_CPU_WEIGHTS=f32`), f32
+//! activations; GEMMs through `matrixmultiply` (threaded; a bf16 weight is widened one block
+//! of rows at a time), single-row products (decode) through a rayon-parallel GEMV with
+//! AVX2/FMA picked at run time, attention with an online softmax so no kernel allocates.
 
 use rayon::prelude::*;
 
@@ -10,9 +12,32 @@ use crate::engine::error::EngineError;
 /// Fewest output rows per rayon task in the GEMV (scheduling costs more than a few dots).
 const GEMV_MIN_ROWS_PER_TASK: usize = 16;
 
+/// Weight rows widened per GEMM call when a bf16 matrix meets a multi-row input.
+const BF16_GEMM_BLOCK: usize = 128;
+
+/// How the CPU keeps weight matrices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightPrecision {
+    /// bf16 tensors stay bf16 (half the memory and bandwidth of f32); others are f32.
+    Bf16,
+    /// Every weight widened to f32 at load.
+    F32,
+}
+
+impl WeightPrecision {
+    /// `BATON_CPU_WEIGHTS=f32` selects f32; anything else (or unset) bf16.
+    pub fn from_env() -> WeightPrecision {
+        match std::env::var("BATON_CPU_WEIGHTS").as_deref() {
+            Ok("f32") => WeightPrecision::F32,
+            _ => WeightPrecision::Bf16,
+        }
+    }
+}
+
 /// The host CPU.
 pub struct CpuDevice {
     simd: Simd,
+    precision: WeightPrecision,
     /// Attention scores of a prefill chunk (`rows × positions`); grows, never shrinks, so only
     /// the first chunk of a longer prompt allocates.
     scores: std::sync::Mutex<Vec<f32>>,
@@ -27,9 +52,19 @@ enum Simd {
 
 /// A weight matrix `[rows = out, cols = in]`, row-major.
 pub struct CpuMatrix {
-    data: Vec<f32>,
+    data: Storage,
     rows: usize,
     cols: usize,
+}
+
+enum Storage {
+    F32(Vec<f32>),
+    /// Raw bf16 bits (the top half of an f32).
+    Bf16(Vec<u16>),
+}
+
+fn widen(bits: u16) -> f32 {
+    f32::from_bits((bits as u32) << 16)
 }
 
 /// K and V of one sequence: `[layer][position][kv_dim]` each.
@@ -42,6 +77,10 @@ pub struct CpuKv {
 
 impl CpuDevice {
     pub fn new() -> CpuDevice {
+        CpuDevice::with_precision(WeightPrecision::from_env())
+    }
+
+    pub fn with_precision(precision: WeightPrecision) -> CpuDevice {
         #[cfg(target_arch = "x86_64")]
         let simd = if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
         {
@@ -53,7 +92,17 @@ impl CpuDevice {
         let simd = Simd::Portable;
         CpuDevice {
             simd,
+            precision,
             scores: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn dot_bf16(&self, a: &[u16], b: &[f32]) -> f32 {
+        match self.simd {
+            Simd::Portable => a.iter().zip(b).map(|(w, x)| widen(*w) * x).sum(),
+            // SAFETY: the features were detected at run time in `new`.
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2Fma => unsafe { dot_bf16_avx2_fma(a, b) },
         }
     }
 
@@ -79,33 +128,84 @@ impl CpuDevice {
                 .for_each(|(chunk, o)| {
                     let first = chunk * per_task;
                     for (i, slot) in o.iter_mut().enumerate() {
-                        let row = &w.data[(first + i) * k..(first + i + 1) * k];
-                        let d = self.dot(row, x);
+                        let r = first + i;
+                        let d = match &w.data {
+                            Storage::F32(data) => self.dot(&data[r * k..(r + 1) * k], x),
+                            Storage::Bf16(data) => self.dot_bf16(&data[r * k..(r + 1) * k], x),
+                        };
                         *slot = if accumulate { *slot + d } else { d };
                     }
                 });
             return;
         }
-        // SAFETY: the slices were cut to exactly rows·k, n·k and rows·n elements above, and the
-        // strides describe x as [rows, k], wᵀ as [k, n] and out as [rows, n], all in bounds.
-        unsafe {
-            matrixmultiply::sgemm(
-                rows,
-                k,
-                n,
-                1.0,
-                x.as_ptr(),
-                k as isize,
-                1,
-                w.data.as_ptr(),
-                1,
-                k as isize,
-                if accumulate { 1.0 } else { 0.0 },
-                out.as_mut_ptr(),
-                n as isize,
-                1,
-            );
+        match &w.data {
+            Storage::F32(data) => sgemm_block(x, rows, k, data, n, 0, n, out, accumulate),
+            Storage::Bf16(data) => {
+                // Widen a block of weight rows at a time (it stays in cache), then GEMM it
+                // into its columns of `out`.
+                let mut block = vec![0f32; BF16_GEMM_BLOCK.min(n) * k];
+                for first in (0..n).step_by(BF16_GEMM_BLOCK) {
+                    let count = BF16_GEMM_BLOCK.min(n - first);
+                    let src = &data[first * k..(first + count) * k];
+                    block[..count * k]
+                        .par_chunks_mut(k)
+                        .zip(src.par_chunks(k))
+                        .for_each(|(d, s)| {
+                            for (dv, sv) in d.iter_mut().zip(s) {
+                                *dv = widen(*sv);
+                            }
+                        });
+                    sgemm_block(
+                        x,
+                        rows,
+                        k,
+                        &block[..count * k],
+                        count,
+                        first,
+                        n,
+                        out,
+                        accumulate,
+                    );
+                }
+            }
         }
+    }
+}
+
+/// `out[:, first..first+count] (=|+=) x[rows, k] · wᵀ` for `w: [count, k]`, `out: [rows, n]`.
+#[allow(clippy::too_many_arguments)] // a BLAS call
+fn sgemm_block(
+    x: &[f32],
+    rows: usize,
+    k: usize,
+    w: &[f32],
+    count: usize,
+    first: usize,
+    n: usize,
+    out: &mut [f32],
+    accumulate: bool,
+) {
+    assert!(x.len() >= rows * k && w.len() >= count * k && first + count <= n);
+    assert!(out.len() >= rows * n);
+    // SAFETY: checked above: x is [rows, k], wᵀ is [k, count], and the output block starts at
+    // column `first` of a [rows, n] matrix with `first + count <= n`, all in bounds.
+    unsafe {
+        matrixmultiply::sgemm(
+            rows,
+            k,
+            count,
+            1.0,
+            x.as_ptr(),
+            k as isize,
+            1,
+            w.as_ptr(),
+            1,
+            k as isize,
+            if accumulate { 1.0 } else { 0.0 },
+            out.as_mut_ptr().add(first),
+            n as isize,
+            1,
+        );
     }
 }
 
@@ -249,6 +349,38 @@ fn dot_avx2_fma(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + sum
 }
 
+/// Dot product of bf16 weights with f32 activations: 8 weights widened per instruction
+/// (zero-extend to 32 bits, shift into the high half), FMA into 4 accumulators.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn dot_bf16_avx2_fma(a: &[u16], b: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = a.len().min(b.len());
+    let chunks = n / 32;
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for c in 0..chunks {
+        for (j, slot) in acc.iter_mut().enumerate() {
+            let off = c * 32 + j * 8;
+            // SAFETY: off + 8 <= chunks·32 <= n, within both slices; unaligned loads.
+            unsafe {
+                let raw = _mm_loadu_si128(a.as_ptr().add(off).cast());
+                let w = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+                let x = _mm256_loadu_ps(b.as_ptr().add(off));
+                *slot = _mm256_fmadd_ps(w, x, *slot);
+            }
+        }
+    }
+    let mut lanes = [0f32; 8];
+    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    // SAFETY: `lanes` holds 8 f32.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
+    let mut tail = 0f32;
+    for i in chunks * 32..n {
+        tail = widen(a[i]).mul_add(b[i], tail);
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
 fn rms_norm_row(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let mean_square = x.iter().map(|v| (*v as f64) * (*v as f64)).sum::<f64>() / x.len() as f64;
     let inv = 1.0 / (mean_square as f32 + eps).sqrt();
@@ -269,8 +401,12 @@ impl Device for CpuDevice {
             #[cfg(target_arch = "x86_64")]
             Simd::Avx2Fma => "avx2+fma",
         };
+        let weights = match self.precision {
+            WeightPrecision::Bf16 => "bf16 weights",
+            WeightPrecision::F32 => "f32 weights",
+        };
         format!(
-            "cpu ({} threads, {simd}, f32)",
+            "cpu ({} threads, {simd}, {weights})",
             rayon::current_num_threads()
         )
     }
@@ -285,7 +421,40 @@ impl Device for CpuDevice {
                 ),
             });
         }
-        Ok(CpuMatrix { data, rows, cols })
+        Ok(CpuMatrix {
+            data: Storage::F32(data),
+            rows,
+            cols,
+        })
+    }
+
+    fn keeps_bf16(&self) -> bool {
+        self.precision == WeightPrecision::Bf16
+    }
+
+    fn matrix_bf16(
+        &self,
+        data: Vec<u16>,
+        rows: usize,
+        cols: usize,
+    ) -> Result<CpuMatrix, EngineError> {
+        if data.len() != rows * cols {
+            return Err(EngineError::Device {
+                device: "cpu".into(),
+                reason: format!(
+                    "matrix of {} values does not have shape [{rows}, {cols}]",
+                    data.len()
+                ),
+            });
+        }
+        if self.precision == WeightPrecision::F32 {
+            return self.matrix(data.into_iter().map(widen).collect(), rows, cols);
+        }
+        Ok(CpuMatrix {
+            data: Storage::Bf16(data),
+            rows,
+            cols,
+        })
     }
 
     fn vector(&self, data: Vec<f32>) -> Result<Vec<f32>, EngineError> {
@@ -297,15 +466,25 @@ impl Device for CpuDevice {
     }
 
     fn matrix_bytes(&self, m: &CpuMatrix) -> usize {
-        m.data.len() * 4
+        match &m.data {
+            Storage::F32(d) => d.len() * 4,
+            Storage::Bf16(d) => d.len() * 2,
+        }
     }
 
     fn embed(&self, table: &CpuMatrix, tokens: &[u32], out: &mut Vec<f32>) {
         let width = table.cols;
         for (i, &t) in tokens.iter().enumerate() {
             let t = t as usize;
-            out[i * width..(i + 1) * width]
-                .copy_from_slice(&table.data[t * width..(t + 1) * width]);
+            let dst = &mut out[i * width..(i + 1) * width];
+            match &table.data {
+                Storage::F32(d) => dst.copy_from_slice(&d[t * width..(t + 1) * width]),
+                Storage::Bf16(d) => {
+                    for (o, b) in dst.iter_mut().zip(&d[t * width..(t + 1) * width]) {
+                        *o = widen(*b);
+                    }
+                }
+            }
         }
     }
 

@@ -12,6 +12,7 @@
 //! `Result`. Allocation (`matrix`, `buffer`, `kv_*`) fails eagerly.
 
 pub mod cpu;
+mod cpu_hybrid;
 pub mod cuda;
 
 use super::error::EngineError;
@@ -58,6 +59,24 @@ pub trait Device: Send + 'static {
     /// Moves a host matrix `[rows, cols]` to the device.
     fn matrix(&self, data: Vec<f32>, rows: usize, cols: usize)
     -> Result<Self::Matrix, EngineError>;
+    /// Whether bf16 checkpoint tensors should reach `matrix_bf16` as they are stored.
+    fn keeps_bf16(&self) -> bool {
+        false
+    }
+    /// Moves a host matrix of raw bf16 bits to the device; a device without bf16 storage
+    /// widens it to f32.
+    fn matrix_bf16(
+        &self,
+        data: Vec<u16>,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self::Matrix, EngineError> {
+        let wide = data
+            .into_iter()
+            .map(|b| f32::from_bits((b as u32) << 16))
+            .collect();
+        self.matrix(wide, rows, cols)
+    }
     /// Moves a host vector to the device.
     fn vector(&self, data: Vec<f32>) -> Result<Self::Vector, EngineError>;
     /// A zeroed activation buffer of `len` f32.
@@ -160,4 +179,130 @@ pub trait Device: Send + 'static {
         shape: AttentionShape,
         out: &mut Self::Buffer,
     );
+}
+
+/// Geometry of a Gated DeltaNet (linear attention) layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeltaShape {
+    pub key_heads: usize,
+    pub value_heads: usize,
+    pub key_dim: usize,
+    pub value_dim: usize,
+}
+
+impl DeltaShape {
+    /// f32 entries of one layer's recurrent state: `[value_heads, key_dim, value_dim]`.
+    pub fn state_len(&self) -> usize {
+        self.value_heads * self.key_dim * self.value_dim
+    }
+
+    /// Width of the fused q|k|v row the conv1d produces.
+    pub fn qkv_width(&self) -> usize {
+        2 * self.key_heads * self.key_dim + self.value_heads * self.value_dim
+    }
+}
+
+/// The kernels a hybrid Qwen3.5-MoE model needs on top of `Device`: linear attention (conv1d,
+/// gated delta rule, gated norm), the gated full attention's split and partial RoPE, and the
+/// routed experts' gather/scatter. Same conventions as `Device`; the routing indices are host
+/// slices (a GPU device uploads them with the launch).
+pub trait HybridDevice: Device {
+    /// `x: [rows, heads, 2·head_dim]` (each head's query then its gate) into
+    /// `a: [rows, heads·head_dim]` (queries) and `b` (gates).
+    fn split_halves(
+        &self,
+        x: &Self::Buffer,
+        rows: usize,
+        heads: usize,
+        head_dim: usize,
+        a: &mut Self::Buffer,
+        b: &mut Self::Buffer,
+    );
+    /// `x[i] *= sigmoid(gate[i])` for the first `len` entries.
+    fn sigmoid_mul(&self, x: &mut Self::Buffer, gate: &Self::Buffer, len: usize);
+    /// Rotate-half RoPE on the first `rotary_dim` dimensions of each `head_dim`-wide head;
+    /// `inv_freq` has `rotary_dim / 2` entries.
+    #[allow(clippy::too_many_arguments)] // a kernel signature
+    fn rope_partial(
+        &self,
+        x: &mut Self::Buffer,
+        rows: usize,
+        heads: usize,
+        head_dim: usize,
+        rotary_dim: usize,
+        start: usize,
+        inv_freq: &Self::Vector,
+    );
+    /// Causal depthwise conv1d then SiLU: `x: [rows, channels]`, `weight: [channels, kernel]`,
+    /// `state: [channels, kernel − 1]` the previous inputs, oldest first (updated);
+    /// `out: [rows, channels]`. One kernel serves prefill (many rows) and decode (one).
+    #[allow(clippy::too_many_arguments)] // a kernel signature
+    fn conv1d_silu(
+        &self,
+        x: &Self::Buffer,
+        rows: usize,
+        channels: usize,
+        kernel: usize,
+        weight: &Self::Vector,
+        state: &mut Self::Buffer,
+        out: &mut Self::Buffer,
+    );
+    /// The gated delta rule over `rows` tokens: `qkv: [rows, qkv_width]` (conv output),
+    /// `b, a: [rows, value_heads]` (pre-activation beta and decay inputs), `state` the
+    /// recurrent state (updated), `out: [rows, value_heads·value_dim]`. q and k are L2-normed
+    /// (eps added to the sum of squares), q scaled by 1/√key_dim, β = sigmoid(b),
+    /// g = −exp(A_log)·softplus(a + dt_bias).
+    #[allow(clippy::too_many_arguments)] // a kernel signature
+    fn gated_delta_rule(
+        &self,
+        qkv: &Self::Buffer,
+        b: &Self::Buffer,
+        a: &Self::Buffer,
+        rows: usize,
+        shape: DeltaShape,
+        a_log: &Self::Vector,
+        dt_bias: &Self::Vector,
+        state: &mut Self::Buffer,
+        out: &mut Self::Buffer,
+    );
+    /// In place over `rows` rows of `width`: `x ← w · x/rms(x) · silu(z)`.
+    fn gated_rms_norm(
+        &self,
+        x: &mut Self::Buffer,
+        z: &Self::Buffer,
+        w: &Self::Vector,
+        rows: usize,
+        width: usize,
+        eps: f32,
+    );
+    /// `out[i, :] = silu(x[i, ..half]) · x[i, half..]` for `x: [rows, 2·half]` (fused gate|up).
+    fn silu_mul_halves(&self, x: &Self::Buffer, rows: usize, half: usize, out: &mut Self::Buffer);
+    /// `out[i, :] = x[rows[i], :]` over rows of `width`.
+    fn gather_rows(&self, x: &Self::Buffer, width: usize, rows: &[u32], out: &mut Self::Buffer);
+    /// `out[rows[i], :] += weights[i] · y[i, :]` over rows of `width`.
+    fn scatter_add_rows(
+        &self,
+        y: &Self::Buffer,
+        width: usize,
+        rows: &[u32],
+        weights: &[f32],
+        out: &mut Self::Buffer,
+    );
+    /// `out[r, :] += sigmoid(g[r]) · y[r, :]` for `rows` rows of `width` (`g: [rows, 1]`).
+    fn add_sigmoid_scaled(
+        &self,
+        out: &mut Self::Buffer,
+        y: &Self::Buffer,
+        g: &Self::Buffer,
+        rows: usize,
+        width: usize,
+    );
+    /// Sets the first `len` entries to zero.
+    fn zero(&self, x: &mut Self::Buffer, len: usize);
+    /// A new buffer holding a copy of the first `len` entries of `x` (state snapshots).
+    fn duplicate(&self, x: &Self::Buffer, len: usize) -> Result<Self::Buffer, EngineError>;
+    /// Bytes a buffer of `len` f32 occupies on the device.
+    fn buffer_bytes(&self, len: usize) -> usize {
+        len * 4
+    }
 }

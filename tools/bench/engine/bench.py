@@ -123,11 +123,11 @@ def main():
         print(f"{key:34} {b or 0:12.2f} {(r or 0):12.2f} {ratio}")
     overhead = baton["base_decode_tok_s"] / baton["adapter_decode_tok_s"] - 1 if baton.get("adapter_decode_tok_s") else None
     kv = baton["kv_cache_bytes"]
-    budget = baton["weights_f32_bytes"] + baton["adapters_bytes"] + kv
+    budget = baton["weights_bytes"] + baton["adapters_bytes"] + kv
     print("heap allocations per decode step (base, adapter):",
           baton.get("base_decode_allocations_per_token"), baton.get("adapter_decode_allocations_per_token"))
     print(f"\nadapter overhead on decode time: {overhead * 100:.1f}% (target <= 15%)" if overhead is not None else "")
-    print(f"peak RSS {baton['peak_rss_bytes'] / 2**30:.2f} GiB vs f32 weights {baton['weights_f32_bytes'] / 2**30:.2f} GiB"
+    print(f"peak RSS {baton['peak_rss_bytes'] / 2**30:.2f} GiB vs weights {baton['weights_bytes'] / 2**30:.2f} GiB"
           f" + adapters {baton['adapters_bytes'] / 2**30:.2f} GiB + KV {kv / 2**30:.2f} GiB:"
           f" {baton['peak_rss_bytes'] / budget:.2f}x (target <= 1.3x)")
     if ref:

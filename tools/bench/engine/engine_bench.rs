@@ -233,7 +233,7 @@ fn main() {
     let memory = engine.memory();
     let config = engine.config();
     let kv_bytes_per_token = 2 * config.num_hidden_layers * config.kv_dim() * 4;
-    insert("weights_f32_bytes", memory.weights.into());
+    insert("weights_bytes", memory.weights.into());
     insert("adapters_bytes", memory.adapters.into());
     insert("kv_cache_bytes", memory.kv_cache.into());
     insert("kv_bytes_per_token", kv_bytes_per_token.into());
