@@ -21,6 +21,7 @@ pub(crate) mod exec;
 pub mod mol;
 pub mod protocol;
 pub mod sandbox;
+pub mod serve;
 pub mod session;
 pub mod tool;
 pub mod tui;

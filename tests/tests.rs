@@ -19,6 +19,7 @@ mod eval;
 mod exec;
 mod remote_backend;
 mod sandbox;
+mod serve;
 mod shell_tool;
 mod tools_fs;
 mod tools_git;

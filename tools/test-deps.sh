@@ -9,8 +9,10 @@ mkdir -p "$deps/node"
 
 # One package a line (keeps merges clean).
 npm_packages=(
+    @openai/codex@0.171.0
 )
 pip_packages=(
+    openai==2.8.1
 )
 
 if [ ${#npm_packages[@]} -gt 0 ]; then

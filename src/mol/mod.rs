@@ -23,6 +23,7 @@
 pub mod answer;
 pub(crate) mod budget;
 pub(crate) mod compact;
+pub mod conversations;
 pub(crate) mod decide;
 #[cfg(test)]
 mod fake_backend;
@@ -42,6 +43,7 @@ pub use compact::{
     HANDOFF_PROMPT, compaction_request, files_touched, fitted_compaction_request, keep_from_for,
     latest_plan, shrink_output,
 };
+pub use conversations::{ConversationService, Conversations, StoreLimits};
 pub use decide::{ExpertChoice, RouteHop, Step, decide};
 pub use profile::{ExpertDef, Profile, ProfileError, ProfileNames, ROUTE_PREFILL};
 pub use route::{

@@ -10,6 +10,7 @@
 mod chat;
 mod error;
 mod options;
+mod service;
 mod terminal_text;
 
 pub use chat::{ChatMessage, ReasoningEffort, Role, ToolCall, ToolSpec};
@@ -17,6 +18,10 @@ pub use error::{ErrorKind, exit};
 pub use options::{
     ApprovalPolicy, Choice, DeviceChoice, Mode, RouteConstraint, SandboxBackend, SandboxMode,
     UnknownName, default_memory_bound,
+};
+pub use service::{
+    HopSample, MolService, ServiceFuture, ServiceObserver, TurnDone, TurnError, TurnErrorKind,
+    TurnEvent, TurnFinish, TurnHandle, TurnInput, TurnOptions, TurnRouted,
 };
 pub use terminal_text::{is_spoofing_char, terminal_safe, terminal_safe_line};
 
