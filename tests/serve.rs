@@ -961,3 +961,139 @@ fn baton_in_proxy_mode_through_serve_puts_the_mol_wire_on_the_engine() {
         assert_eq!(p, d, "the proxied request differs from the direct one");
     }
 }
+
+const RESPONSES_SCRIPT: &str = r#"
+import json, sys
+import openai
+from openai import OpenAI
+
+url, key, model = sys.argv[1:4]
+c = OpenAI(base_url=url, api_key=key, max_retries=0)
+tools = [{"type": "function", "name": "get_weather", "description": "the weather of a city",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+r1 = c.responses.create(model=model, input="weather in Paris?", tools=tools, instructions="be brief")
+call = [o for o in r1.output if o.type == "function_call"][0]
+r2 = c.responses.create(model=model, previous_response_id=r1.id, tools=tools, instructions="be brief",
+                        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
+# Two forks of the same response: neither sees the other.
+fork_a = c.responses.create(model=model, previous_response_id=r2.id, input="fork A: plan a trip")
+fork_b = c.responses.create(model=model, previous_response_id=r2.id, input="fork B: write a poem")
+events = []
+text = ""
+for ev in c.responses.create(model=model, previous_response_id=fork_a.id, input="stream it", stream=True):
+    events.append(ev.type)
+    if ev.type == "response.output_text.delta":
+        text += ev.delta
+    if ev.type == "response.completed":
+        completed = ev.response
+errors = {}
+try:
+    c.responses.create(model=model, previous_response_id="resp_missing", input="x")
+except openai.NotFoundError as e:
+    errors["missing"] = [e.status_code, e.code]
+try:
+    c.responses.create(model=model, input=[{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}])
+except openai.BadRequestError as e:
+    errors["image"] = [e.status_code, e.code]
+print(json.dumps({
+    "r1_status": r1.status, "call": [call.call_id, call.name, call.arguments],
+    "r2_text": r2.output_text, "r2_previous": r2.previous_response_id,
+    "fork_a": fork_a.output_text, "fork_b": fork_b.output_text,
+    "events": events, "streamed": text, "completed_text": completed.output_text,
+    "completed_id": completed.id, "errors": errors,
+}))
+"#;
+
+#[test]
+fn the_openai_python_sdk_chains_forks_and_streams_responses() {
+    let Some(python) = crate::support::external::require(
+        "the openai Python SDK",
+        crate::support::external::python_with(&["openai"]),
+    ) else {
+        return;
+    };
+    let env = Env::new();
+    let engine = MockEngine::start_blocking(|req: &RecordedRequest| {
+        if req.is_route() {
+            let text = req.messages()[0]["content"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            return MockReply::label(if text.starts_with("fork B") {
+                "L3"
+            } else {
+                "L2"
+            });
+        }
+        if req.is_summary() {
+            return MockReply::text("summary");
+        }
+        let user = req.last_user_text().unwrap_or_default();
+        let tool_result = req.messages().last().and_then(|m| m["role"].as_str()) == Some("tool");
+        if user == "weather in Paris?" && !tool_result {
+            return MockReply::tool_call("call_p", "get_weather", r#"{"city":"Paris"}"#);
+        }
+        // Each answer says which fork texts its view holds.
+        let seen: Vec<&str> = ["fork A", "fork B"]
+            .into_iter()
+            .filter(|f| req.mentions(f))
+            .collect();
+        MockReply::text(format!("answer to '{user}' seeing {seen:?}"))
+    });
+    let server = Server::start(&env, &engine, &[]);
+    let script = env.workspace.join("responses.py");
+    std::fs::write(&script, RESPONSES_SCRIPT).unwrap();
+    let out = Command::new(python)
+        .arg(&script)
+        .args([&server.url, "unused", MODEL])
+        .env("HOME", &env.home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["r1_status"], "completed");
+    assert_eq!(
+        r["call"],
+        json!(["call_p", "get_weather", r#"{"city":"Paris"}"#])
+    );
+    assert_eq!(r["r2_text"], "answer to 'weather in Paris?' seeing []");
+    assert_eq!(
+        r["fork_a"],
+        "answer to 'fork A: plan a trip' seeing [\"fork A\"]"
+    );
+    assert_eq!(
+        r["fork_b"],
+        "answer to 'fork B: write a poem' seeing [\"fork B\"]"
+    );
+    assert_eq!(r["streamed"], "answer to 'stream it' seeing [\"fork A\"]");
+    assert_eq!(r["completed_text"], r["streamed"]);
+    let events: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert_eq!(events.first(), Some(&"response.created"));
+    assert_eq!(events[1], "response.in_progress");
+    assert!(events.contains(&"response.output_text.delta"));
+    assert_eq!(events.last(), Some(&"response.completed"));
+    assert_eq!(
+        r["errors"]["missing"],
+        json!([404, "previous_response_not_found"])
+    );
+    assert_eq!(r["errors"]["image"], json!([400, "unsupported_content"]));
+    // The tool result continued on L2 without a route hop; each fork was routed.
+    let routes = engine
+        .chat_requests()
+        .iter()
+        .filter(|r| r.is_route())
+        .count();
+    assert_eq!(
+        routes, 4,
+        "r1, fork A, fork B, the stream; not the tool result"
+    );
+}

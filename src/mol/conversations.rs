@@ -18,16 +18,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use futures_util::future::{BoxFuture, FutureExt, Shared};
 use sha2::{Digest, Sha256};
 use tokio::sync::{OwnedMutexGuard, mpsc, oneshot};
-use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 
 use crate::backend::{BackendError, ChatBackend, ChatDelta, FinishReason};
 use crate::mol::answer::{AnswerInput, AnswerOptions, answer_hop_request};
 use crate::mol::decide::{Step, decide};
 use crate::mol::profile::Profile;
-use crate::mol::summary::{SummaryOutcome, summarize};
+use crate::mol::summary::summarize;
 use crate::mol::timeline::{Timeline, with_identity};
 use crate::protocol::{
     ChatMessage, ErrorKind, Expert, Hop, HopSample, Mode, MolService, Role, ServiceFuture,
@@ -73,12 +73,14 @@ struct Core {
     digest: Option<String>,
 }
 
+/// A summary hop in flight; shared, so a forked conversation waits for the same hop.
+#[derive(Clone)]
 struct PendingSummary {
     task_id: u64,
-    handle: JoinHandle<SummaryOutcome>,
+    text: Shared<BoxFuture<'static, String>>,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct State {
     core: Core,
     summaries: Vec<PendingSummary>,
@@ -89,11 +91,11 @@ impl State {
     fn collect_finished(&mut self) {
         let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.summaries)
             .into_iter()
-            .partition(|s| s.handle.is_finished());
+            .partition(|s| s.text.peek().is_some());
         self.summaries = running;
         for s in done {
-            if let Some(outcome) = s.handle.now_or_never_outcome() {
-                self.core.timeline.record_summary(s.task_id, outcome.text);
+            if let Some(text) = s.text.peek() {
+                self.core.timeline.record_summary(s.task_id, text.clone());
             }
         }
     }
@@ -105,29 +107,8 @@ impl State {
             .partition(|s| tasks.contains(&s.task_id));
         self.summaries = rest;
         for s in wanted {
-            let text = s.handle.await.map(|o| o.text).unwrap_or_default();
+            let text = s.text.await;
             self.core.timeline.record_summary(s.task_id, text);
-        }
-    }
-}
-
-trait FinishedOutcome {
-    fn now_or_never_outcome(self) -> Option<SummaryOutcome>;
-}
-
-impl FinishedOutcome for JoinHandle<SummaryOutcome> {
-    /// The outcome of a finished summary task (a panicked one gives an empty summary).
-    fn now_or_never_outcome(self) -> Option<SummaryOutcome> {
-        use futures_util::FutureExt;
-        match self.now_or_never() {
-            Some(Ok(outcome)) => Some(outcome),
-            Some(Err(_)) => Some(SummaryOutcome {
-                text: String::new(),
-                latency: Duration::ZERO,
-                usage: TokenUsage::default(),
-                error: Some("the summary task failed".into()),
-            }),
-            None => None,
         }
     }
 }
@@ -135,6 +116,8 @@ impl FinishedOutcome for JoinHandle<SummaryOutcome> {
 struct Conversation {
     id: String,
     client: String,
+    /// A stored response: forked from, never continued in place or found from history.
+    snapshot: bool,
     state: Arc<tokio::sync::Mutex<State>>,
     last_used: Mutex<Instant>,
 }
@@ -348,7 +331,7 @@ impl Conversations {
             Some(id) => store
                 .by_id
                 .get(id)
-                .filter(|c| c.client == input.client)
+                .filter(|c| c.client == input.client && !c.snapshot)
                 .cloned(),
             None => store
                 .by_history
@@ -367,6 +350,7 @@ impl Conversations {
                 let c = Arc::new(Conversation {
                     id: id.clone(),
                     client: input.client.clone(),
+                    snapshot: false,
                     state: Arc::new(tokio::sync::Mutex::new(State::default())),
                     last_used: Mutex::new(now),
                 });
@@ -405,9 +389,68 @@ impl Conversations {
         self.len() == 0
     }
 
+    /// A new conversation holding a copy of the stored response `parent`'s state.
+    async fn fork(
+        &self,
+        input: &TurnInput,
+        parent: &str,
+        split: &Split,
+    ) -> Result<Arc<Conversation>, TurnError> {
+        let found = {
+            let store = lock(&self.store);
+            store
+                .by_id
+                .get(parent)
+                .filter(|c| c.client == input.client && c.snapshot)
+                .cloned()
+        };
+        let parent = found.ok_or_else(|| TurnError {
+            kind: TurnErrorKind::NotFound,
+            code: "previous_response_not_found".into(),
+            message: format!("no stored response '{parent}' (unknown, expired, or not stored)"),
+        })?;
+        *lock(&parent.last_used) = Instant::now();
+        let mut state = {
+            let mut guard = parent.state.lock().await;
+            guard.collect_finished();
+            guard.clone()
+        };
+        // What the client sends besides the new tail is what the parent already holds.
+        state.core.digest = Some(digest(&split.earlier));
+        Ok(Arc::new(Conversation {
+            id: input
+                .snapshot_as
+                .clone()
+                .unwrap_or_else(new_conversation_id),
+            client: input.client.clone(),
+            state: Arc::new(tokio::sync::Mutex::new(state)),
+            last_used: Mutex::new(Instant::now()),
+            snapshot: true,
+        }))
+    }
+
+    /// Keeps `state` as the stored response `id` (a conversation of its own, never found
+    /// from history, only forked from).
+    fn store_snapshot(&self, conversation: &Conversation, id: &str, state: State) {
+        let c = Arc::new(Conversation {
+            id: id.to_string(),
+            client: conversation.client.clone(),
+            state: Arc::new(tokio::sync::Mutex::new(state)),
+            last_used: Mutex::new(Instant::now()),
+            snapshot: true,
+        });
+        let mut store = lock(&self.store);
+        store.by_id.insert(id.to_string(), c);
+        store.evict(&self.limits, Instant::now());
+        self.observer.conversations(store.by_id.len());
+    }
+
     async fn start(self: &Arc<Self>, input: TurnInput) -> Result<TurnHandle, TurnError> {
         let split = split(&input.messages)?;
-        let conversation = self.conversation_for(&input, &split.earlier);
+        let conversation = match &input.fork_from {
+            Some(parent) => self.fork(&input, parent, &split).await?,
+            None => self.conversation_for(&input, &split.earlier),
+        };
         let guard = conversation.state.clone().lock_owned().await;
         let (tx, rx) = mpsc::channel(256);
         let (delivered_tx, delivered_rx) = oneshot::channel();
@@ -475,9 +518,14 @@ impl Conversations {
                     usage: outcome.usage,
                     ok: outcome.error.is_none(),
                 });
-                outcome
+                outcome.text
             });
-            state.summaries.push(PendingSummary { task_id, handle });
+            // A summary task that panicked is an empty summary, never a stuck turn.
+            let text = handle.map(Result::unwrap_or_default).boxed().shared();
+            state.summaries.push(PendingSummary { task_id, text });
+        }
+        if let Some(id) = &input.snapshot_as {
+            self.store_snapshot(&conversation, id, state.clone());
         }
     }
 

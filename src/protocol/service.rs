@@ -40,6 +40,12 @@ pub struct TurnInput {
     pub messages: Vec<ChatMessage>,
     pub tools: Vec<ToolSpec>,
     pub options: TurnOptions,
+    /// Responses API: continue from this stored response's state (a fork: the parent stays
+    /// as it was, and siblings never see each other).
+    pub fork_from: Option<String>,
+    /// Responses API: keep the conversation as this turn leaves it under this id, so a later
+    /// request can fork from it.
+    pub snapshot_as: Option<String>,
 }
 
 /// How the expert of a turn was chosen, as a client is told it.
@@ -114,6 +120,8 @@ pub struct TurnError {
 pub enum TurnErrorKind {
     /// The request itself is wrong (bad tool results, an unknown conversation): 4xx.
     BadRequest,
+    /// What the request continues from does not exist (an unknown or expired response id).
+    NotFound,
     /// The prompt does not fit the model's window.
     ContextOverflow,
     /// The upstream model failed in a way the client cannot fix: 5xx, with the upstream kind.

@@ -227,10 +227,11 @@ pub fn options(
             .map(str::to_string)
             .collect(),
         Some(_) => {
-            return Err(
-                ApiError::bad_request("invalid_request", "stop must be a string or a list")
-                    .param("stop"),
-            );
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "stop must be a string or a list",
+            )
+            .param("stop"));
         }
     };
     let tool_choice = match obj.get("tool_choice") {

@@ -74,6 +74,7 @@ impl From<TurnError> for ApiError {
     fn from(e: TurnError) -> Self {
         let status = match e.kind {
             TurnErrorKind::BadRequest | TurnErrorKind::ContextOverflow => StatusCode::BAD_REQUEST,
+            TurnErrorKind::NotFound => StatusCode::NOT_FOUND,
             TurnErrorKind::Busy => StatusCode::SERVICE_UNAVAILABLE,
             TurnErrorKind::Upstream(ErrorKind::Timeout) => StatusCode::GATEWAY_TIMEOUT,
             TurnErrorKind::Upstream(_) => StatusCode::BAD_GATEWAY,

@@ -11,6 +11,7 @@ pub mod auth;
 mod chat;
 mod errors;
 pub mod metrics;
+mod responses;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -140,6 +141,7 @@ pub fn router(service: Arc<dyn MolService>, metrics: Arc<Metrics>, opts: &ServeO
         .route("/health", get(health))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/responses", post(responses_api))
         .route("/metrics", get(metrics_page))
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
@@ -292,6 +294,23 @@ async fn chat_completions(
     }
 }
 
+async fn responses_api(
+    State(state): Shared,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let started = Instant::now();
+    match responses::handle(&state, &headers, body, started).await {
+        Ok(response) => response,
+        Err(e) => {
+            state
+                .metrics
+                .request("/v1/responses", e.status.as_u16(), started.elapsed());
+            e.into_response()
+        }
+    }
+}
+
 async fn chat_turn(
     state: &Arc<AppState>,
     headers: &HeaderMap,
@@ -309,6 +328,8 @@ async fn chat_turn(
         messages: request.messages,
         tools: request.tools,
         options: request.options,
+        fork_from: None,
+        snapshot_as: None,
     };
     let handle = state.service.start_turn(input).await?;
     if request.stream {
