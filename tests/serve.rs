@@ -1097,3 +1097,113 @@ fn the_openai_python_sdk_chains_forks_and_streams_responses() {
         "r1, fork A, fork B, the stream; not the tool result"
     );
 }
+
+/// The arguments of a command call for whichever shell tool codex offers.
+fn codex_shell_call(req: &RecordedRequest, command: &str) -> Option<(String, String)> {
+    let names = req.tool_names();
+    let pick = |n: &str| names.iter().any(|t| t == n);
+    if pick("shell") {
+        let args = json!({"command": ["bash", "-lc", command]});
+        Some(("shell".into(), args.to_string()))
+    } else if pick("shell_command") {
+        Some((
+            "shell_command".into(),
+            json!({"command": command}).to_string(),
+        ))
+    } else if pick("exec_command") {
+        Some(("exec_command".into(), json!({"cmd": command}).to_string()))
+    } else {
+        None
+    }
+}
+
+/// codex (`@openai/codex`, Responses API) with `baton serve` as a custom model provider: one
+/// scripted turn in which the model runs a command through codex's shell tool.
+#[test]
+fn codex_runs_a_tool_call_turn_through_serve() {
+    let Some(codex) = crate::support::external::require(
+        "codex (@openai/codex)",
+        crate::support::external::node_bin("codex"),
+    ) else {
+        return;
+    };
+    let env = Env::new();
+    let offered = Arc::new(Mutex::new(Vec::new()));
+    let seen = offered.clone();
+    let engine = MockEngine::start_blocking(move |req: &RecordedRequest| {
+        if req.is_route() {
+            return MockReply::label("L2");
+        }
+        if req.is_summary() {
+            return MockReply::text("Wrote out.txt with codex.");
+        }
+        seen.lock().unwrap().push(req.tool_names());
+        let after_tool = req.messages().last().and_then(|m| m["role"].as_str()) == Some("tool");
+        if after_tool {
+            return MockReply::text("CODEX-DONE: the file is written.");
+        }
+        match codex_shell_call(req, "echo CODEX-OK > out.txt") {
+            Some((name, args)) => MockReply::tool_call("call_codex_1", &name, &args),
+            None => MockReply::text("no shell tool offered"),
+        }
+    });
+    let server = Server::start(&env, &engine, &[]);
+    let codex_home = env.home.join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    std::fs::write(
+        codex_home.join("config.toml"),
+        format!(
+            "model = \"{MODEL}\"\nmodel_provider = \"baton\"\n\n[model_providers.baton]\n\
+             name = \"baton serve\"\nbase_url = \"{}\"\nwire_api = \"responses\"\n\
+             env_key = \"BATON_SERVE_KEY\"\n",
+            server.url
+        ),
+    )
+    .unwrap();
+    let git = Command::new("git")
+        .arg("init")
+        .arg("-q")
+        .current_dir(&env.workspace)
+        .status();
+    assert!(git.is_ok_and(|s| s.success()), "git init");
+    let out = Command::new(&codex)
+        .args([
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+        ])
+        .arg("write CODEX-OK into out.txt")
+        .current_dir(&env.workspace)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &env.home)
+        .env("CODEX_HOME", &codex_home)
+        .env("BATON_SERVE_KEY", "unused")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let offered = offered.lock().unwrap().clone();
+    assert!(
+        out.status.success(),
+        "codex failed\nstdout: {stdout}\nstderr: {stderr}\ntools offered: {offered:?}"
+    );
+    let written = std::fs::read_to_string(env.workspace.join("out.txt")).unwrap_or_default();
+    assert_eq!(
+        written.trim(),
+        "CODEX-OK",
+        "the tool call ran\nstdout: {stdout}\nstderr: {stderr}\ntools: {offered:?}"
+    );
+    assert!(
+        stdout.contains("CODEX-DONE") || stderr.contains("CODEX-DONE"),
+        "the final answer reached codex\nstdout: {stdout}\nstderr: {stderr}"
+    );
+    let answers = answers(&engine);
+    assert_eq!(
+        answers.len(),
+        2,
+        "one answer with the call, one after the result"
+    );
+    assert!(answers.iter().all(|a| a.model() == "L2"));
+}

@@ -29,6 +29,8 @@ use crate::protocol::{
 pub struct ResponsesBody {
     pub messages: Vec<ChatMessage>,
     pub tools: Vec<ToolSpec>,
+    /// Tools of kinds this server cannot offer the model, by `type:name`.
+    pub dropped_tools: Vec<String>,
     /// The tools as the client sent them, echoed in the response.
     pub tools_json: Value,
     pub tool_choice_json: Value,
@@ -185,52 +187,63 @@ fn input_messages(body: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiErro
     Ok(out)
 }
 
-fn tools(v: Option<&Value>) -> Result<Vec<ToolSpec>, ApiError> {
+/// The function tools of a request, and what was left out: hosted tools (`web_search`, …) run
+/// on OpenAI's side and namespaced tool groups have no Chat Completions form, so the model
+/// behind this server cannot be offered them. They are named in `metadata.mol_dropped_tools`
+/// rather than failing clients (codex) that always send them.
+fn tools(v: Option<&Value>) -> Result<(Vec<ToolSpec>, Vec<String>), ApiError> {
     let Some(list) = v.filter(|v| !v.is_null()) else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     };
     let list = list.as_array().ok_or_else(|| {
         ApiError::bad_request("invalid_request", "tools must be a list").param("tools")
     })?;
-    list.iter()
-        .map(|t| {
-            let kind = t.get("type").and_then(Value::as_str).unwrap_or("");
-            let name = t
-                .get("name")
-                .and_then(Value::as_str)
-                .filter(|n| !n.is_empty());
-            match (kind, name) {
-                ("function", Some(name)) => {
-                    let parameters = t
-                        .get("parameters")
-                        .filter(|p| !p.is_null())
-                        .cloned()
-                        .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-                    if !parameters.is_object() {
-                        return Err(ApiError::bad_request(
-                            "invalid_request",
-                            format!("tool '{name}': parameters must be an object"),
-                        )
-                        .param("tools"));
-                    }
-                    Ok(ToolSpec {
-                        name: name.to_string(),
-                        description: t
-                            .get("description")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_string(),
-                        parameters,
-                    })
+    let mut specs = Vec::new();
+    let mut dropped = Vec::new();
+    for t in list {
+        let kind = t.get("type").and_then(Value::as_str).unwrap_or("");
+        let name = t
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty());
+        match (kind, name) {
+            ("function", Some(name)) => {
+                let parameters = t
+                    .get("parameters")
+                    .filter(|p| !p.is_null())
+                    .cloned()
+                    .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+                if !parameters.is_object() {
+                    return Err(ApiError::bad_request(
+                        "invalid_request",
+                        format!("tool '{name}': parameters must be an object"),
+                    )
+                    .param("tools"));
                 }
-                _ => Err(ApiError::bad_request(
-                    "unsupported_parameter",
-                    format!("only function tools with a name are supported (got '{kind}')"),
-                )
-                .param("tools")),
+                specs.push(ToolSpec {
+                    name: name.to_string(),
+                    description: t
+                        .get("description")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                    parameters,
+                });
             }
-        })
-        .collect()
+            ("function", None) => {
+                return Err(ApiError::bad_request(
+                    "invalid_request",
+                    "a function tool needs a name",
+                )
+                .param("tools"));
+            }
+            (kind, name) => dropped.push(match name {
+                Some(n) => format!("{kind}:{n}"),
+                None => kind.to_string(),
+            }),
+        }
+    }
+    Ok((specs, dropped))
 }
 
 fn flag(body: &Map<String, Value>, key: &str, default: bool) -> Result<bool, ApiError> {
@@ -256,14 +269,21 @@ pub fn parse(body: &Map<String, Value>, served_model: &str) -> Result<ResponsesB
         )
         .param("model"));
     }
-    if body
-        .get("include")
-        .is_some_and(|v| !v.is_null() && v != &json!([]))
-    {
-        return Err(
-            ApiError::bad_request("unsupported_parameter", "include is not supported")
-                .param("include"),
-        );
+    // Encrypted reasoning is asked for by stateless clients (codex); this server keeps the
+    // model's reasoning itself and returns none, which such clients accept. Anything else
+    // `include` names would be a silent gap, so it is refused.
+    if let Some(include) = body.get("include").filter(|v| !v.is_null()) {
+        let ok = include.as_array().is_some_and(|list| {
+            list.iter()
+                .all(|v| v.as_str() == Some("reasoning.encrypted_content"))
+        });
+        if !ok {
+            return Err(ApiError::bad_request(
+                "unsupported_parameter",
+                "include supports only reasoning.encrypted_content",
+            )
+            .param("include"));
+        }
     }
     let mut options = chat::options(body, &["max_output_tokens"])?;
     options.reasoning = chat::reasoning(
@@ -281,9 +301,11 @@ pub fn parse(body: &Map<String, Value>, served_model: &str) -> Result<ResponsesB
             .param("previous_response_id"));
         }
     };
+    let (tools, dropped_tools) = tools(body.get("tools"))?;
     Ok(ResponsesBody {
         messages: input_messages(body)?,
-        tools: tools(body.get("tools"))?,
+        tools,
+        dropped_tools,
         tools_json: body.get("tools").cloned().unwrap_or_else(|| json!([])),
         tool_choice_json: body
             .get("tool_choice")
@@ -416,6 +438,12 @@ pub fn response_object(
             "total_tokens": u.prompt_tokens.saturating_add(u.completion_tokens),
         })
     });
+    let mut meta = routed
+        .map(|r| metadata(r, done))
+        .unwrap_or_else(|| json!({}));
+    if !shape.request.dropped_tools.is_empty() {
+        meta["mol_dropped_tools"] = json!(shape.request.dropped_tools.join(","));
+    }
     json!({
         "id": shape.id,
         "object": "response",
@@ -431,7 +459,7 @@ pub fn response_object(
         "tools": shape.request.tools_json,
         "store": shape.request.store,
         "usage": usage,
-        "metadata": routed.map(|r| metadata(r, done)).unwrap_or_else(|| json!({})),
+        "metadata": meta,
     })
 }
 
@@ -857,9 +885,17 @@ mod tests {
             "unsupported_content"
         );
         assert_eq!(
-            code(json!({"input": "x", "tools": [{"type": "web_search"}]})),
-            "unsupported_parameter"
+            code(json!({"input": "x", "tools": [{"type": "function"}]})),
+            "invalid_request"
         );
+        let hosted = json!({"input": "x", "tools": [
+            {"type": "web_search"},
+            {"type": "namespace", "name": "agents", "tools": []},
+            {"type": "function", "name": "ls"}
+        ]});
+        let b = parse(hosted.as_object().unwrap(), "M").unwrap();
+        assert_eq!(b.tools.len(), 1);
+        assert_eq!(b.dropped_tools, ["web_search", "namespace:agents"]);
         assert_eq!(code(json!({"input": []})), "invalid_input");
         assert_eq!(
             code(json!({"input": "x", "model": "other"})),
