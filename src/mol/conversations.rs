@@ -277,10 +277,24 @@ fn upstream_error(e: &BackendError) -> TurnError {
         ErrorKind::Cancelled => (TurnErrorKind::Upstream(kind), "cancelled"),
         _ => (TurnErrorKind::Upstream(kind), "upstream_error"),
     };
+    let what = match e {
+        BackendError::Http { status, .. } => format!("the model server answered HTTP {status}"),
+        BackendError::Connect { .. } => "the model server cannot be reached".to_string(),
+        BackendError::Timeout { secs, .. } => {
+            format!("the model server did not answer within {secs} s")
+        }
+        BackendError::ContextOverflow { .. } => {
+            "the prompt does not fit the model's context window".to_string()
+        }
+        BackendError::Protocol { .. } => "the model server's answer was malformed".to_string(),
+        BackendError::Engine { .. } => "the local engine failed".to_string(),
+        BackendError::Cancelled { .. } => "cancelled".to_string(),
+    };
     TurnError {
         kind,
         code: code.to_string(),
-        message: format!("{}: {e}", hop_failed(e.hop())),
+        message: format!("{}: {what}", hop_failed(e.hop())),
+        detail: Some(e.to_string()),
     }
 }
 
@@ -408,6 +422,7 @@ impl Conversations {
             kind: TurnErrorKind::NotFound,
             code: "previous_response_not_found".into(),
             message: format!("no stored response '{parent}' (unknown, expired, or not stored)"),
+            detail: None,
         })?;
         *lock(&parent.last_used) = Instant::now();
         let mut state = {

@@ -112,7 +112,10 @@ pub enum TurnEvent {
 pub struct TurnError {
     pub kind: TurnErrorKind,
     pub code: String,
+    /// What the client is told: never the upstream's address or its raw answer.
     pub message: String,
+    /// The full story for the operator's log (the upstream URL, status and body).
+    pub detail: Option<String>,
 }
 
 /// What a frontend does with a [`TurnError`].
@@ -136,6 +139,7 @@ impl TurnError {
             kind: TurnErrorKind::BadRequest,
             code: code.to_string(),
             message: message.into(),
+            detail: None,
         }
     }
 }

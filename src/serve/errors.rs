@@ -72,6 +72,14 @@ impl ApiError {
 
 impl From<TurnError> for ApiError {
     fn from(e: TurnError) -> Self {
+        if let Some(detail) = &e.detail {
+            // The operator's log gets what the client is not told.
+            eprintln!(
+                "baton serve: {}: {}",
+                e.code,
+                crate::protocol::terminal_safe_line(detail)
+            );
+        }
         let status = match e.kind {
             TurnErrorKind::BadRequest | TurnErrorKind::ContextOverflow => StatusCode::BAD_REQUEST,
             TurnErrorKind::NotFound => StatusCode::NOT_FOUND,
