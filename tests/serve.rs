@@ -1207,3 +1207,28 @@ fn codex_runs_a_tool_call_turn_through_serve() {
     );
     assert!(answers.iter().all(|a| a.model() == "L2"));
 }
+
+/// `baton serve --local ROOT`: the same loop over the in-process engine (the tiny fixture on
+/// the CPU; its random weights say nothing sensible, but every hop runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_the_loop_over_the_local_engine() {
+    let env = Env::new();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3");
+    let server = Server::start_with_env(
+        &env,
+        "http://127.0.0.1:9/v1",
+        &["--local", root.to_str().unwrap(), "--device", "cpu"],
+        &[],
+    );
+    let mut body = chat(json!([{"role": "user", "content": "hello"}]));
+    body["max_tokens"] = json!(4);
+    let response = post(&server, body, None).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        body["metadata"]["mol_decision"], "pure_model_route",
+        "the engine's constrained route gave a label"
+    );
+    assert!(body["usage"]["completion_tokens"].as_u64().unwrap() <= 4);
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
+}

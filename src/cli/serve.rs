@@ -33,6 +33,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME")]
     pub lora_base: Option<String>,
 
+    /// How the route label is constrained upstream: choice (vLLM) or regex (SGLang)
+    /// [default: the config's `route_constraint`, else choice].
+    #[arg(long, value_name = "KIND")]
+    pub route_constraint: Option<crate::protocol::RouteConstraint>,
+
     /// A file of client API keys, one a line (`#` comments); also BATON_SERVE_API_KEYS
     /// (comma-separated).
     #[arg(long, value_name = "FILE")]
@@ -74,6 +79,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = 1800)]
     pub conversation_ttl: u64,
 
+    /// MiB of conversation text held in memory at most (least recently used dropped first).
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    pub max_state_mib: usize,
+
     /// Seconds SIGTERM waits for running turns and summaries.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     pub drain_timeout: u64,
@@ -84,6 +93,9 @@ pub async fn run(config: &Config, args: &ServeArgs) -> i32 {
     let mut config = config.clone();
     // The server runs the MoL loop itself, whatever mode a config file names for the client.
     config.mode = crate::protocol::Mode::Mol;
+    if let Some(kind) = args.route_constraint {
+        config.route_constraint = kind;
+    }
     let keys = match Keys::load(
         args.api_keys_file.as_deref(),
         std::env::var(crate::serve::auth::KEYS_ENV).ok().as_deref(),
@@ -106,6 +118,7 @@ pub async fn run(config: &Config, args: &ServeArgs) -> i32 {
         limits: crate::mol::StoreLimits {
             max_conversations: args.max_conversations.max(1),
             idle_ttl: Duration::from_secs(args.conversation_ttl),
+            max_bytes: args.max_state_mib.saturating_mul(1 << 20),
         },
     };
     let metrics = Arc::new(Metrics::default());

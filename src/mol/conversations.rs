@@ -42,6 +42,9 @@ pub struct StoreLimits {
     pub max_conversations: usize,
     /// A conversation idle this long is forgotten.
     pub idle_ttl: Duration,
+    /// Approximate bytes of text all conversations may hold; beyond, the least recently used
+    /// go first (a client cannot fill memory by opening conversations with huge histories).
+    pub max_bytes: usize,
 }
 
 impl Default for StoreLimits {
@@ -49,6 +52,7 @@ impl Default for StoreLimits {
         StoreLimits {
             max_conversations: 5000,
             idle_ttl: Duration::from_secs(1800),
+            max_bytes: 1 << 30,
         }
     }
 }
@@ -74,6 +78,28 @@ struct Core {
 }
 
 /// A summary hop in flight; shared, so a forked conversation waits for the same hop.
+impl Core {
+    /// The bytes of text this state holds, near enough for a memory budget.
+    fn approx_bytes(&self) -> usize {
+        let message = |m: &ChatMessage| {
+            m.content.len()
+                + m.reasoning.as_ref().map_or(0, String::len)
+                + m.tool_calls
+                    .iter()
+                    .map(|c| c.arguments.len() + c.name.len() + c.id.len())
+                    .sum::<usize>()
+                + 64
+        };
+        let tasks: usize = self
+            .timeline
+            .tasks
+            .iter()
+            .map(|t| t.user_text.len() + t.messages.iter().map(message).sum::<usize>())
+            .sum();
+        tasks + self.context.iter().map(message).sum::<usize>()
+    }
+}
+
 #[derive(Clone)]
 struct PendingSummary {
     task_id: u64,
@@ -118,6 +144,8 @@ struct Conversation {
     client: String,
     /// A stored response: forked from, never continued in place or found from history.
     snapshot: bool,
+    /// Approximate size of its state, as of its last committed turn.
+    bytes: std::sync::atomic::AtomicUsize,
     state: Arc<tokio::sync::Mutex<State>>,
     last_used: Mutex<Instant>,
 }
@@ -151,7 +179,12 @@ impl Store {
         for id in idle {
             self.remove(&id);
         }
-        while self.by_id.len() > limits.max_conversations {
+        let mut bytes: usize = self
+            .by_id
+            .values()
+            .map(|c| c.bytes.load(std::sync::atomic::Ordering::Relaxed))
+            .sum();
+        while self.by_id.len() > limits.max_conversations || bytes > limits.max_bytes {
             let oldest = self
                 .by_id
                 .values()
@@ -159,7 +192,13 @@ impl Store {
                 .min_by_key(|c| *lock(&c.last_used))
                 .map(|c| c.id.clone());
             match oldest {
-                Some(id) => self.remove(&id),
+                Some(id) => {
+                    if let Some(c) = self.by_id.get(&id) {
+                        bytes = bytes
+                            .saturating_sub(c.bytes.load(std::sync::atomic::Ordering::Relaxed));
+                    }
+                    self.remove(&id);
+                }
                 None => break,
             }
         }
@@ -367,6 +406,7 @@ impl Conversations {
                     snapshot: false,
                     state: Arc::new(tokio::sync::Mutex::new(State::default())),
                     last_used: Mutex::new(now),
+                    bytes: Default::default(),
                 });
                 store.by_id.insert(id, c.clone());
                 store.evict(&self.limits, now);
@@ -381,6 +421,7 @@ impl Conversations {
     /// Points the history digest of a committed turn at its conversation.
     fn remember_history(&self, conversation: &Conversation, old: Option<&str>, new: &str) {
         let mut store = lock(&self.store);
+        store.evict(&self.limits, Instant::now());
         if let Some(old) = old {
             store
                 .by_history
@@ -441,6 +482,7 @@ impl Conversations {
             state: Arc::new(tokio::sync::Mutex::new(state)),
             last_used: Mutex::new(Instant::now()),
             snapshot: true,
+            bytes: Default::default(),
         }))
     }
 
@@ -450,6 +492,7 @@ impl Conversations {
         let c = Arc::new(Conversation {
             id: id.to_string(),
             client: conversation.client.clone(),
+            bytes: state.core.approx_bytes().into(),
             state: Arc::new(tokio::sync::Mutex::new(state)),
             last_used: Mutex::new(Instant::now()),
             snapshot: true,
@@ -518,6 +561,10 @@ impl Conversations {
             state.summaries.clear();
         }
         state.core = work;
+        conversation.bytes.store(
+            state.core.approx_bytes(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         self.remember_history(&conversation, old_digest.as_deref(), &new_digest);
         if let Some(task) = closed_task {
             let head = self.view_head(&split.head, &state.core.context);
@@ -840,6 +887,54 @@ mod tests {
             split(&[ChatMessage::assistant("x")]).err().unwrap().code,
             "invalid_messages"
         );
+    }
+
+    fn held(id: &str, bytes: usize, age: Duration) -> Arc<Conversation> {
+        Arc::new(Conversation {
+            id: id.into(),
+            client: "c".into(),
+            snapshot: false,
+            bytes: bytes.into(),
+            state: Default::default(),
+            last_used: Mutex::new(Instant::now() - age),
+        })
+    }
+
+    #[test]
+    fn the_store_drops_the_least_recently_used_past_its_count_bytes_and_ttl() {
+        let limits = StoreLimits {
+            max_conversations: 3,
+            idle_ttl: Duration::from_secs(60),
+            max_bytes: 1000,
+        };
+        let mut store = Store::default();
+        for (id, bytes, age) in [
+            ("old", 400, 30),
+            ("mid", 400, 20),
+            ("new", 400, 10),
+            ("stale", 1, 120),
+        ] {
+            store
+                .by_id
+                .insert(id.into(), held(id, bytes, Duration::from_secs(age)));
+            store.by_history.insert(format!("c\0{id}"), id.into());
+        }
+        store.evict(&limits, Instant::now());
+        let mut left: Vec<&str> = store.by_id.keys().map(String::as_str).collect();
+        left.sort();
+        assert_eq!(left, ["mid", "new"], "stale by TTL, old by bytes");
+        assert!(
+            !store
+                .by_history
+                .values()
+                .any(|v| v == "old" || v == "stale")
+        );
+        // A conversation whose turn is running is never dropped under it.
+        let busy = held("busy", 5000, Duration::from_secs(50));
+        let _guard = busy.state.try_lock().unwrap();
+        store.by_id.insert("busy".into(), busy.clone());
+        store.evict(&limits, Instant::now());
+        assert!(store.by_id.contains_key("busy"));
     }
 
     #[test]

@@ -80,9 +80,12 @@ impl Keys {
         if self.digests.is_empty() {
             return Ok("anonymous".into());
         }
+        // The scheme is case-insensitive (RFC 7235); the key is not.
         let presented = authorization
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
+            .filter(|v| {
+                v.len() > 7 && v.is_char_boundary(7) && v[..7].eq_ignore_ascii_case("bearer ")
+            })
+            .map(|v| v[7..].trim())
             .ok_or(Unauthorized)?;
         let d = digest(presented);
         // Every key is compared, so the time taken does not say which one matched.
@@ -131,6 +134,9 @@ mod tests {
         assert_ne!(a, b);
         assert!(keys.check(Some("Bearer alph")).is_err());
         assert!(keys.check(Some("alpha")).is_err());
+        assert!(keys.check(Some("bearer alpha")).is_ok());
+        assert!(keys.check(Some("Bearer ALPHA")).is_err());
+        assert!(keys.check(Some("Bearerékey")).is_err());
         assert!(keys.check(None).is_err());
         assert!(Keys::default().check(None).is_ok());
     }
