@@ -1232,3 +1232,75 @@ async fn serve_runs_the_loop_over_the_local_engine() {
     assert!(body["usage"]["completion_tokens"].as_u64().unwrap() <= 4);
     assert_eq!(body["choices"][0]["finish_reason"], "length");
 }
+
+/// A hung upstream ends the turn at the idle timeout (504), releases the conversation, and a
+/// retry of the same request gets through; a broken upstream stream is a 502 that names no
+/// upstream address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_and_broken_upstreams_end_the_turn_cleanly() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .answer("L2", MockReply::hang())
+            .answer("L2", MockReply::malformed_sse())
+            .answer("L2", MockReply::text("finally"))
+            .default_summary(MockReply::text("s")),
+    );
+    let server = Server::start(&env, &engine, &["--idle-timeout", "1"]);
+    let request = chat(json!([{"role": "user", "content": "go"}]));
+    let id = "retried-conversation-01";
+    let hung = post(&server, request.clone(), Some(id)).await;
+    assert_eq!(hung.status(), 504);
+    assert_eq!(
+        hung.json::<Value>().await.unwrap()["error"]["code"],
+        "upstream_idle_timeout"
+    );
+    let broken = post(&server, request.clone(), Some(id)).await;
+    assert_eq!(broken.status(), 502);
+    let message = broken.json::<Value>().await.unwrap()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        !message.contains("127.0.0.1"),
+        "the upstream address stays in the log: {message}"
+    );
+    let ok = post(&server, request, Some(id)).await;
+    assert_eq!(ok.status(), 200);
+    let body: Value = ok.json().await.unwrap();
+    assert_eq!(
+        body["metadata"]["mol_convo_completed"], 0,
+        "neither failed turn left a task"
+    );
+}
+
+/// Two requests of one conversation at once (a client's retry) serialize on its lock; both
+/// are answered and the conversation stays consistent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_of_one_conversation_serialize() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer(MockReply::text("answer").after(Duration::from_millis(500)))
+            .default_summary(MockReply::text("s")),
+    );
+    let server = Arc::new(Server::start(&env, &engine, &[]));
+    let request = chat(json!([{"role": "user", "content": "same"}]));
+    let started = Instant::now();
+    let (a, b) = tokio::join!(
+        post(&server, request.clone(), Some("serialized-conversation")),
+        post(&server, request.clone(), Some("serialized-conversation"))
+    );
+    assert_eq!(
+        (a.status(), b.status()),
+        (reqwest::StatusCode::OK, reqwest::StatusCode::OK)
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "the second waited for the first"
+    );
+    let starts: Vec<_> = answers(&engine);
+    assert_eq!(starts.len(), 2);
+}
