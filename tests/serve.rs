@@ -635,7 +635,11 @@ async fn sigterm_drains_running_turns_and_summaries() {
             .unwrap()
             .status()
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // SIGTERM while the answer hop runs (its request has reached the engine).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while engine.chat_requests().len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let code = tokio::task::spawn_blocking(move || {
         let log = server.stderr.clone();
         let code = server.terminate();

@@ -219,6 +219,7 @@ pub struct Conversations {
     limits: StoreLimits,
     store: Mutex<Store>,
     observer: Arc<dyn ServiceObserver>,
+    /// Running turns and summary hops, for a drain to wait on.
     summaries: TaskTracker,
 }
 
@@ -514,7 +515,9 @@ impl Conversations {
         let (delivered_tx, delivered_rx) = oneshot::channel();
         let this = self.clone();
         let conversation_id = conversation.id.clone();
-        tokio::spawn(async move {
+        // Tracked like the summaries: a drain waits for running turns, which start their
+        // summaries before they end.
+        self.summaries.spawn(async move {
             this.run_turn(conversation, guard, input, split, tx, delivered_rx)
                 .await;
         });

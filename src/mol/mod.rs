@@ -17,6 +17,9 @@
 //! - [`summarize`] / [`summary_request`]: the summary hop, never fails (empty on error).
 //! - [`SessionState`]: what a session's records rebuild; `apply` is the one fold, used live
 //!   (`commit`) and on resume ([`resume_session`]).
+//! - [`Conversations`]: the loop as a server runs it (`baton serve`, behind
+//!   `protocol::MolService`): conversations held in memory, one turn per client request,
+//!   committed only once the answer was delivered.
 //! - [`ContextBudget`] / [`TokenEstimator`]: the context budget; `Timeline::shrink_old_tool_outputs`
 //!   and `Timeline::compact` with [`fitted_compaction_request`] keep long tasks within the window.
 

@@ -186,6 +186,7 @@ pub trait MolService: Send + Sync {
     /// Whether the upstream model answers (`/health`).
     fn ready(&self) -> ServiceFuture<'_, bool>;
 
-    /// Waits until every summary hop started so far has been recorded (graceful shutdown).
+    /// Waits until every running turn has ended and every summary hop has been recorded
+    /// (graceful shutdown).
     fn drain(&self) -> ServiceFuture<'_, ()>;
 }
