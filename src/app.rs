@@ -306,3 +306,71 @@ pub fn start(
     let handle = crate::agent::spawn_agent(agent, backend, tool_registry(config), file, restored);
     Ok((handle, info))
 }
+
+/// What `baton serve` asks of the builder besides the configuration.
+#[derive(Debug, Clone, Default)]
+pub struct ServeSetup {
+    /// The public model name; `None` = the profile's.
+    pub served_model_name: Option<String>,
+    /// SGLang's `BASE:ADAPTER` model names; `Some(None)` = take the base from `/v1/models`.
+    pub base_colon_adapter: Option<Option<String>>,
+    /// Requests in flight upstream at most (`None` = no cap).
+    pub upstream_concurrency: Option<usize>,
+    pub limits: crate::mol::StoreLimits,
+}
+
+/// Assembles the MoL loop as a service of conversations over the configured backend, for a
+/// server frontend: the same backend, profile and `mol/` code the agent runs on.
+pub async fn mol_service(
+    config: &Config,
+    setup: &ServeSetup,
+    observer: Arc<dyn crate::protocol::ServiceObserver>,
+) -> Result<Arc<dyn crate::protocol::MolService>, SetupError> {
+    let (backend, _device) = build_backend(config)?;
+    let profile = profile(config)?;
+    let naming = match &setup.base_colon_adapter {
+        None => crate::backend::upstream::AdapterNaming::Adapter,
+        Some(Some(base)) => {
+            crate::backend::upstream::AdapterNaming::BaseColonAdapter { base: base.clone() }
+        }
+        Some(None) => {
+            let models = backend.list_models().await.map_err(|e| {
+                SetupError::Endpoint(format!(
+                    "--lora-name-style base:adapter needs the base model's name: {e} \
+                     (name it with --lora-base NAME)"
+                ))
+            })?;
+            let adapters: Vec<&str> = profile
+                .experts
+                .iter()
+                .map(|e| e.adapter_name.as_str())
+                .collect();
+            let base = models
+                .iter()
+                .map(|m| m.id.clone())
+                .find(|id| !adapters.contains(&id.as_str()))
+                .ok_or_else(|| {
+                    SetupError::Endpoint(
+                        "--lora-name-style base:adapter: the endpoint lists no base model \
+                         (name it with --lora-base NAME)"
+                            .into(),
+                    )
+                })?;
+            crate::backend::upstream::AdapterNaming::BaseColonAdapter { base }
+        }
+    };
+    let upstream: Arc<dyn ChatBackend> = Arc::new(crate::backend::upstream::Upstream::new(
+        backend,
+        setup.upstream_concurrency,
+        naming,
+    ));
+    let served = setup
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| profile.model_name.clone());
+    let conversations =
+        crate::mol::Conversations::new(upstream, profile, served, setup.limits.clone(), observer);
+    Ok(Arc::new(crate::mol::ConversationService(Arc::new(
+        conversations,
+    ))))
+}

@@ -23,6 +23,7 @@ pub mod hooks;
 pub mod mol;
 pub mod protocol;
 pub mod sandbox;
+pub mod serve;
 pub mod session;
 pub mod tool;
 pub mod tui;

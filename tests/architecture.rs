@@ -43,12 +43,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("acp", &["protocol", "config", "session"]),
     // Trials reuse the sandbox's seccomp filter.
     ("eval", &["protocol", "config", "session", "sandbox"]),
+    // The MoL proxy: HTTP over the `MolService` the builder hands it.
+    ("serve", &["protocol", "config", "session"]),
     // The command line parses and dispatches: it may see everything.
     (
         "cli",
         &[
             "protocol", "engine", "config", "session", "sandbox", "hooks", "backend", "tool",
-            "mol", "agent", "app", "exec", "tui", "eval", "acp",
+            "mol", "agent", "app", "exec", "tui", "eval", "acp", "serve",
         ],
     ),
 ];

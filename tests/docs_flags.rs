@@ -30,6 +30,12 @@ const FOREIGN: &[&str] = &[
     "--enable-lora",
     "--max-lora-rank",
     "--max-loras",
+    "--port",
+    "--enable-prefix-caching",
+    "--max-model-len",
+    "--reasoning-parser",
+    "--tool-call-parser",
+    "--enable-auto-tool-choice",
     // cargo install, Python's bench script, Harbor, ripgrep and git (sandbox.md)
     "--path",
     "--root",
@@ -97,6 +103,7 @@ fn page_subcommand(file: &str) -> Option<&'static str> {
         "eval.md" => Some("eval"),
         "engine-cli.md" => Some("engine"),
         "sandbox.md" => Some("sandbox"),
+        "serve.md" => Some("serve"),
         _ => None,
     }
 }

@@ -24,6 +24,7 @@ mod harbor;
 mod hooks;
 mod remote_backend;
 mod sandbox;
+mod serve;
 mod shell_tool;
 mod tools_fs;
 mod tools_git;

@@ -14,30 +14,42 @@ use crate::support::env::Env;
 use crate::support::{MockEngine, MockReply, RecordedRequest, Script};
 
 /// One turn: route → L2, L2 reads notes.txt, L2 answers, then the summary hop.
-struct Turn {
-    env: Env,
-    engine: MockEngine,
+pub(crate) struct Turn {
+    pub(crate) env: Env,
+    pub(crate) engine: MockEngine,
     stdout: String,
 }
 
+/// The prompt of the snapshotted turn.
+pub(crate) const PROMPT: &str = "what is in notes.txt?";
+
+/// The engine's script of the snapshotted turn.
+pub(crate) fn turn_script() -> Script {
+    Script::new()
+        .route_reply(MockReply::label("L2").usage(507, 1))
+        .answer(
+            "L2",
+            MockReply::tool_call("call_1", "read_file", r#"{"path":"notes.txt"}"#).usage(411, 7),
+        )
+        .answer("L2", MockReply::text("The file says 42.").usage(423, 4))
+        .summary("L2", MockReply::text("Read notes.txt.").usage(470, 3))
+}
+
 fn run_turn() -> Turn {
+    run_turn_via(|env, engine| {
+        env.exec(engine, PROMPT, &["--json"])
+            .output()
+            .expect("run baton")
+    })
+}
+
+/// The snapshotted turn, with the client run by `client` (a workspace holding notes.txt and
+/// the scripted engine are ready for it).
+pub(crate) fn run_turn_via(client: impl FnOnce(&Env, &MockEngine) -> std::process::Output) -> Turn {
     let env = Env::new();
     std::fs::write(env.workspace.join("notes.txt"), "FILE-CONTENT-42\n").expect("write");
-    let engine = MockEngine::scripted_blocking(
-        Script::new()
-            .route_reply(MockReply::label("L2").usage(507, 1))
-            .answer(
-                "L2",
-                MockReply::tool_call("call_1", "read_file", r#"{"path":"notes.txt"}"#)
-                    .usage(411, 7),
-            )
-            .answer("L2", MockReply::text("The file says 42.").usage(423, 4))
-            .summary("L2", MockReply::text("Read notes.txt.").usage(470, 3)),
-    );
-    let out = env
-        .exec(&engine, "what is in notes.txt?", &["--json"])
-        .output()
-        .expect("run baton");
+    let engine = MockEngine::scripted_blocking(turn_script());
+    let out = client(&env, &engine);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -63,7 +75,7 @@ impl Turn {
     }
 
     /// `value` with every run-specific string and timing replaced by a placeholder.
-    fn normalize(&self, value: Value) -> Value {
+    pub(crate) fn normalize(&self, value: Value) -> Value {
         let tmp = self
             .env
             .workspace
@@ -107,7 +119,7 @@ fn normalize_value(value: Value, text: &impl Fn(&str) -> String) -> Value {
 
 /// A request as the engine saw it: method, path, the headers a server can act on (not the
 /// host, length or user agent, which say nothing about the format), and the JSON body.
-fn request_view(req: &RecordedRequest) -> Value {
+pub(crate) fn request_view(req: &RecordedRequest) -> Value {
     let headers: Map<String, Value> = req
         .headers
         .iter()

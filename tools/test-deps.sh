@@ -9,12 +9,14 @@ mkdir -p "$deps/node"
 
 # One package a line (keeps merges clean).
 npm_packages=(
+    @openai/codex@0.171.0
 )
 pip_packages=(
     harbor==0.26.0
     pytest==8.4.2
     setuptools==80.9.0
     agent-client-protocol==0.12.1
+    openai==2.8.1
 )
 
 if [ ${#npm_packages[@]} -gt 0 ]; then

@@ -6,6 +6,7 @@
 
 pub mod local;
 pub mod remote;
+pub mod upstream;
 
 pub use remote::{RetryNotice, RetryObserver};
 

@@ -265,6 +265,9 @@ pub enum Command {
     /// Trust a folder's .baton/config.toml to lower safety settings (sandbox, approval,
     /// network, credentials); --list, --remove PATH.
     Trust(super::trust::TrustArgs),
+    /// Serve the MoL loop as an OpenAI-compatible endpoint (a drop-in for the reference
+    /// harness's proxy) in front of --endpoint or --local.
+    Serve(super::serve::ServeArgs),
     /// Run Terminal-Bench / Harbor format tasks with an agent and score them.
     Eval(super::eval::EvalArgs),
     /// Turn a `baton --exec --json` event stream into an ATIF v1.7 trajectory (what `baton

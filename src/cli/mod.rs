@@ -11,6 +11,7 @@ pub mod engine;
 pub mod eval;
 mod repl;
 pub(crate) mod sandbox;
+mod serve;
 mod sessions;
 mod trajectory;
 mod trust;
@@ -129,6 +130,7 @@ pub fn main() -> i32 {
         match &cli.command {
             Some(Command::Sessions(a)) => sessions::run(&config, a, cli.common.all),
             Some(Command::Doctor) => doctor::run(&config, &config_problems).await,
+            Some(Command::Serve(a)) => serve::run(&config, a).await,
             Some(Command::Undo(a)) => undo::run(&config.workspace, &config.session_dir, a),
             Some(Command::Acp) => serve_acp(&flags, cli.no_color).await,
             Some(

@@ -17,12 +17,16 @@
 //! - [`summarize`] / [`summary_request`]: the summary hop, never fails (empty on error).
 //! - [`SessionState`]: what a session's records rebuild; `apply` is the one fold, used live
 //!   (`commit`) and on resume ([`resume_session`]).
+//! - [`Conversations`]: the loop as a server runs it (`baton serve`, behind
+//!   `protocol::MolService`): conversations held in memory, one turn per client request,
+//!   committed only once the answer was delivered.
 //! - [`ContextBudget`] / [`TokenEstimator`]: the context budget; `Timeline::shrink_old_tool_outputs`
 //!   and `Timeline::compact` with [`fitted_compaction_request`] keep long tasks within the window.
 
 pub mod answer;
 pub(crate) mod budget;
 pub(crate) mod compact;
+pub mod conversations;
 pub(crate) mod decide;
 #[cfg(test)]
 mod fake_backend;
@@ -42,6 +46,7 @@ pub use compact::{
     HANDOFF_PROMPT, compaction_request, files_touched, fitted_compaction_request, keep_from_for,
     latest_plan, shrink_output,
 };
+pub use conversations::{ConversationService, Conversations, StoreLimits};
 pub use decide::{ExpertChoice, RouteHop, Step, decide};
 pub use profile::{ExpertDef, Profile, ProfileError, ProfileNames, ROUTE_PREFILL};
 pub use route::{

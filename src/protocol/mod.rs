@@ -11,6 +11,7 @@ mod chat;
 mod error;
 mod mcp;
 mod options;
+mod service;
 mod terminal_text;
 
 pub use chat::{ChatMessage, ReasoningEffort, Role, ToolCall, ToolSpec};
@@ -19,6 +20,10 @@ pub use mcp::McpServerSpec;
 pub use options::{
     ApprovalPolicy, Choice, DeviceChoice, Mode, RouteConstraint, SandboxBackend, SandboxMode,
     UnknownName, default_memory_bound,
+};
+pub use service::{
+    HopSample, MolService, ServiceFuture, ServiceObserver, TurnDone, TurnError, TurnErrorKind,
+    TurnEvent, TurnFinish, TurnHandle, TurnInput, TurnOptions, TurnRouted,
 };
 pub use terminal_text::{is_spoofing_char, terminal_safe, terminal_safe_line};
 

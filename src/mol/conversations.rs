@@ -1,0 +1,955 @@
+//! The MoL loop as a server runs it: conversations held in memory (LRU + idle TTL), each a
+//! timeline of tasks, and one turn per client request — route (or stay on the expert whose
+//! tool calls are being answered) → answer from that expert's own view → summary in the
+//! background, recorded before the conversation's next turn needs it.
+//!
+//! A client resends the whole history (Chat Completions); the conversation's own timeline is
+//! what the experts see. Only the new tail of a request — a user message, or the results of
+//! the pending tool calls — enters the timeline. A request whose earlier history is not the
+//! one this conversation holds (edited, truncated, another client) starts the conversation
+//! over from that history instead of mixing the two. A client that sends no conversation id
+//! is found by a digest of its history, so stock SDKs keep their summaries too.
+//!
+//! A turn works on a copy of the conversation and commits it only when the frontend says the
+//! answer was delivered: a failed turn, or a client that went away, leaves no trace.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::future::{BoxFuture, FutureExt, Shared};
+use sha2::{Digest, Sha256};
+use tokio::sync::{OwnedMutexGuard, mpsc, oneshot};
+use tokio_util::task::TaskTracker;
+
+use crate::backend::{BackendError, ChatBackend, ChatDelta, FinishReason};
+use crate::mol::answer::{AnswerInput, AnswerOptions, answer_hop_request};
+use crate::mol::decide::{Step, decide};
+use crate::mol::profile::Profile;
+use crate::mol::summary::summarize;
+use crate::mol::timeline::{Timeline, with_identity};
+use crate::protocol::{
+    ChatMessage, ErrorKind, Expert, Hop, HopSample, Mode, MolService, Role, ServiceFuture,
+    ServiceObserver, TokenUsage, TurnDone, TurnError, TurnErrorKind, TurnEvent, TurnFinish,
+    TurnHandle, TurnInput, TurnRouted,
+};
+
+/// Limits of the conversation store.
+#[derive(Debug, Clone)]
+pub struct StoreLimits {
+    /// Conversations held at most; the least recently used goes first.
+    pub max_conversations: usize,
+    /// A conversation idle this long is forgotten.
+    pub idle_ttl: Duration,
+    /// Approximate bytes of text all conversations may hold; beyond, the least recently used
+    /// go first (a client cannot fill memory by opening conversations with huge histories).
+    pub max_bytes: usize,
+}
+
+impl Default for StoreLimits {
+    fn default() -> Self {
+        StoreLimits {
+            max_conversations: 5000,
+            idle_ttl: Duration::from_secs(1800),
+            max_bytes: 1 << 30,
+        }
+    }
+}
+
+/// Tool calls of the open task that wait for their results.
+#[derive(Debug, Clone, PartialEq)]
+struct PendingTools {
+    expert: Expert,
+    ids: Vec<String>,
+}
+
+/// What a turn changes, copied at its start and written back on delivery.
+#[derive(Debug, Clone, Default)]
+struct Core {
+    timeline: Timeline,
+    /// History a client brought that this server never saw (a conversation that started
+    /// elsewhere, or before a restart): shown to every expert after the system head.
+    context: Vec<ChatMessage>,
+    pending_tools: Option<PendingTools>,
+    /// Digest of the client-side history (after the system head) as this conversation ends
+    /// now, answer included: the next request's earlier history must match it.
+    digest: Option<String>,
+}
+
+/// A summary hop in flight; shared, so a forked conversation waits for the same hop.
+impl Core {
+    /// The bytes of text this state holds, near enough for a memory budget.
+    fn approx_bytes(&self) -> usize {
+        let message = |m: &ChatMessage| {
+            m.content.len()
+                + m.reasoning.as_ref().map_or(0, String::len)
+                + m.tool_calls
+                    .iter()
+                    .map(|c| c.arguments.len() + c.name.len() + c.id.len())
+                    .sum::<usize>()
+                + 64
+        };
+        let tasks: usize = self
+            .timeline
+            .tasks
+            .iter()
+            .map(|t| t.user_text.len() + t.messages.iter().map(message).sum::<usize>())
+            .sum();
+        tasks + self.context.iter().map(message).sum::<usize>()
+    }
+}
+
+#[derive(Clone)]
+struct PendingSummary {
+    task_id: u64,
+    text: Shared<BoxFuture<'static, String>>,
+}
+
+#[derive(Default, Clone)]
+struct State {
+    core: Core,
+    summaries: Vec<PendingSummary>,
+}
+
+impl State {
+    /// Records every summary that has finished, without waiting.
+    fn collect_finished(&mut self) {
+        let (done, running): (Vec<_>, Vec<_>) = std::mem::take(&mut self.summaries)
+            .into_iter()
+            .partition(|s| s.text.peek().is_some());
+        self.summaries = running;
+        for s in done {
+            if let Some(text) = s.text.peek() {
+                self.core.timeline.record_summary(s.task_id, text.clone());
+            }
+        }
+    }
+
+    /// Waits for the summaries of `tasks` still in flight and records them.
+    async fn await_summaries(&mut self, tasks: &[u64]) {
+        let (wanted, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.summaries)
+            .into_iter()
+            .partition(|s| tasks.contains(&s.task_id));
+        self.summaries = rest;
+        for s in wanted {
+            let text = s.text.await;
+            self.core.timeline.record_summary(s.task_id, text);
+        }
+    }
+}
+
+struct Conversation {
+    id: String,
+    client: String,
+    /// A stored response: forked from, never continued in place or found from history.
+    snapshot: bool,
+    /// Approximate size of its state, as of its last committed turn.
+    bytes: std::sync::atomic::AtomicUsize,
+    state: Arc<tokio::sync::Mutex<State>>,
+    last_used: Mutex<Instant>,
+}
+
+#[derive(Default)]
+struct Store {
+    by_id: HashMap<String, Arc<Conversation>>,
+    /// `client \0 digest` → conversation id: finds a conversation from its history alone.
+    by_history: HashMap<String, String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn history_key(client: &str, digest: &str) -> String {
+    format!("{client}\0{digest}")
+}
+
+impl Store {
+    /// Forgets conversations idle past the TTL, then the least recently used beyond the cap.
+    /// A conversation whose turn is running is never dropped under it.
+    fn evict(&mut self, limits: &StoreLimits, now: Instant) {
+        let idle: Vec<String> = self
+            .by_id
+            .values()
+            .filter(|c| now.duration_since(*lock(&c.last_used)) > limits.idle_ttl)
+            .filter(|c| c.state.try_lock().is_ok())
+            .map(|c| c.id.clone())
+            .collect();
+        for id in idle {
+            self.remove(&id);
+        }
+        let mut bytes: usize = self
+            .by_id
+            .values()
+            .map(|c| c.bytes.load(std::sync::atomic::Ordering::Relaxed))
+            .sum();
+        while self.by_id.len() > limits.max_conversations || bytes > limits.max_bytes {
+            let oldest = self
+                .by_id
+                .values()
+                .filter(|c| c.state.try_lock().is_ok())
+                .min_by_key(|c| *lock(&c.last_used))
+                .map(|c| c.id.clone());
+            match oldest {
+                Some(id) => {
+                    if let Some(c) = self.by_id.get(&id) {
+                        bytes = bytes
+                            .saturating_sub(c.bytes.load(std::sync::atomic::Ordering::Relaxed));
+                    }
+                    self.remove(&id);
+                }
+                None => break,
+            }
+        }
+    }
+
+    fn remove(&mut self, id: &str) {
+        if self.by_id.remove(id).is_some() {
+            self.by_history.retain(|_, v| v != id);
+        }
+    }
+}
+
+/// The MoL loop over one backend, serving many conversations.
+pub struct Conversations {
+    backend: Arc<dyn ChatBackend>,
+    profile: Arc<Profile>,
+    served_model: String,
+    limits: StoreLimits,
+    store: Mutex<Store>,
+    observer: Arc<dyn ServiceObserver>,
+    /// Running turns and summary hops, for a drain to wait on.
+    summaries: TaskTracker,
+}
+
+/// A new conversation id: matches the `X-Conversation-Id` syntax clients echo.
+fn new_conversation_id() -> String {
+    format!("conv_{}", uuid::Uuid::now_v7().simple())
+}
+
+/// The digest of a client history: roles, trimmed texts, tool call ids and names, tool result
+/// ids. Reasoning is left out (clients drop it), and so are the exact argument bytes.
+fn digest(messages: &[ChatMessage]) -> String {
+    let mut h = Sha256::new();
+    for m in messages {
+        let role = match m.role {
+            Role::System => "s",
+            Role::User => "u",
+            Role::Assistant => "a",
+            Role::Tool => "t",
+        };
+        h.update(role.as_bytes());
+        h.update([0]);
+        h.update(m.content.trim().as_bytes());
+        h.update([0]);
+        for c in &m.tool_calls {
+            h.update(c.id.as_bytes());
+            h.update([1]);
+            h.update(c.name.as_bytes());
+            h.update([1]);
+        }
+        if let Some(id) = &m.tool_call_id {
+            h.update(id.as_bytes());
+        }
+        h.update([2]);
+    }
+    let out = h.finalize();
+    out.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+/// A request's messages, split: the leading system messages, the earlier history, and the new
+/// tail (the last user message, or the trailing tool results).
+struct Split {
+    head: Vec<ChatMessage>,
+    earlier: Vec<ChatMessage>,
+    tail: Tail,
+    /// Everything after the head, tail included (for the digest after the answer).
+    after_head: Vec<ChatMessage>,
+}
+
+enum Tail {
+    User(String),
+    ToolResults(Vec<ChatMessage>),
+}
+
+fn split(messages: &[ChatMessage]) -> Result<Split, TurnError> {
+    let head_len = messages
+        .iter()
+        .take_while(|m| m.role == Role::System)
+        .count();
+    let (head, rest) = messages.split_at(head_len);
+    let Some(last) = rest.last() else {
+        return Err(TurnError::bad_request(
+            "invalid_messages",
+            "messages must hold a user message or tool results after the system messages",
+        ));
+    };
+    let (tail, tail_len) = match last.role {
+        Role::User => (Tail::User(last.content.clone()), 1),
+        Role::Tool => {
+            let n = rest
+                .iter()
+                .rev()
+                .take_while(|m| m.role == Role::Tool)
+                .count();
+            (Tail::ToolResults(rest[rest.len() - n..].to_vec()), n)
+        }
+        Role::Assistant | Role::System => {
+            return Err(TurnError::bad_request(
+                "invalid_messages",
+                "the last message must be a user message or tool results",
+            ));
+        }
+    };
+    Ok(Split {
+        head: head.to_vec(),
+        earlier: rest[..rest.len() - tail_len].to_vec(),
+        tail,
+        after_head: rest.to_vec(),
+    })
+}
+
+fn upstream_error(e: &BackendError) -> TurnError {
+    let kind = e.kind();
+    let (kind, code) = match kind {
+        ErrorKind::ContextOverflow => (TurnErrorKind::ContextOverflow, "context_length_exceeded"),
+        ErrorKind::Cancelled => (TurnErrorKind::Upstream(kind), "cancelled"),
+        _ => (TurnErrorKind::Upstream(kind), "upstream_error"),
+    };
+    let what = match e {
+        BackendError::Http { status, .. } => format!("the model server answered HTTP {status}"),
+        BackendError::Connect { .. } => "the model server cannot be reached".to_string(),
+        BackendError::Timeout { secs, .. } => {
+            format!("the model server did not answer within {secs} s")
+        }
+        BackendError::ContextOverflow { .. } => {
+            "the prompt does not fit the model's context window".to_string()
+        }
+        BackendError::Protocol { .. } => "the model server's answer was malformed".to_string(),
+        BackendError::Engine { .. } => "the local engine failed".to_string(),
+        BackendError::Cancelled { .. } => "cancelled".to_string(),
+    };
+    TurnError {
+        kind,
+        code: code.to_string(),
+        message: format!("{}: {what}", hop_failed(e.hop())),
+        detail: Some(e.to_string()),
+    }
+}
+
+fn hop_failed(hop: Hop) -> &'static str {
+    match hop {
+        Hop::Route => "the route hop failed",
+        Hop::Answer => "the answer hop failed",
+        Hop::Summary => "the summary hop failed",
+        Hop::Compaction => "the compaction hop failed",
+    }
+}
+
+fn finish_of(reason: FinishReason) -> TurnFinish {
+    match reason {
+        FinishReason::Length => TurnFinish::Length,
+        FinishReason::ToolCalls => TurnFinish::ToolCalls,
+        FinishReason::ContentFilter => TurnFinish::ContentFilter,
+        FinishReason::Stop | FinishReason::Other => TurnFinish::Stop,
+    }
+}
+
+impl Conversations {
+    pub fn new(
+        backend: Arc<dyn ChatBackend>,
+        profile: Profile,
+        served_model: String,
+        limits: StoreLimits,
+        observer: Arc<dyn ServiceObserver>,
+    ) -> Self {
+        Conversations {
+            backend,
+            profile: Arc::new(profile),
+            served_model,
+            limits,
+            store: Mutex::new(Store::default()),
+            observer,
+            summaries: TaskTracker::new(),
+        }
+    }
+
+    /// The conversation a request belongs to: the one it names, else the one its history
+    /// continues, else a new one.
+    fn conversation_for(&self, input: &TurnInput, earlier: &[ChatMessage]) -> Arc<Conversation> {
+        let now = Instant::now();
+        let mut store = lock(&self.store);
+        store.evict(&self.limits, now);
+        let found = match &input.conversation {
+            Some(id) => store
+                .by_id
+                .get(id)
+                .filter(|c| c.client == input.client && !c.snapshot)
+                .cloned(),
+            None => store
+                .by_history
+                .get(&history_key(&input.client, &digest(earlier)))
+                .and_then(|id| store.by_id.get(id))
+                .cloned(),
+        };
+        let conversation = match found {
+            Some(c) => c,
+            None => {
+                // A named id of another client is not theirs to continue: a fresh one.
+                let id = match &input.conversation {
+                    Some(id) if !store.by_id.contains_key(id) => id.clone(),
+                    _ => new_conversation_id(),
+                };
+                let c = Arc::new(Conversation {
+                    id: id.clone(),
+                    client: input.client.clone(),
+                    snapshot: false,
+                    state: Arc::new(tokio::sync::Mutex::new(State::default())),
+                    last_used: Mutex::new(now),
+                    bytes: Default::default(),
+                });
+                store.by_id.insert(id, c.clone());
+                store.evict(&self.limits, now);
+                c
+            }
+        };
+        *lock(&conversation.last_used) = now;
+        self.observer.conversations(store.by_id.len());
+        conversation
+    }
+
+    /// Points the history digest of a committed turn at its conversation.
+    fn remember_history(&self, conversation: &Conversation, old: Option<&str>, new: &str) {
+        let mut store = lock(&self.store);
+        store.evict(&self.limits, Instant::now());
+        if let Some(old) = old {
+            store
+                .by_history
+                .remove(&history_key(&conversation.client, old));
+        }
+        if store.by_id.contains_key(&conversation.id) {
+            store.by_history.insert(
+                history_key(&conversation.client, new),
+                conversation.id.clone(),
+            );
+        }
+    }
+
+    /// How many conversations are held now.
+    pub fn len(&self) -> usize {
+        lock(&self.store).by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A new conversation holding a copy of the stored response `parent`'s state.
+    async fn fork(
+        &self,
+        input: &TurnInput,
+        parent: &str,
+        split: &Split,
+    ) -> Result<Arc<Conversation>, TurnError> {
+        let found = {
+            let store = lock(&self.store);
+            store
+                .by_id
+                .get(parent)
+                .filter(|c| c.client == input.client && c.snapshot)
+                .cloned()
+        };
+        let parent = found.ok_or_else(|| TurnError {
+            kind: TurnErrorKind::NotFound,
+            code: "previous_response_not_found".into(),
+            message: format!("no stored response '{parent}' (unknown, expired, or not stored)"),
+            detail: None,
+        })?;
+        *lock(&parent.last_used) = Instant::now();
+        let mut state = {
+            let mut guard = parent.state.lock().await;
+            guard.collect_finished();
+            guard.clone()
+        };
+        // What the client sends besides the new tail is what the parent already holds.
+        state.core.digest = Some(digest(&split.earlier));
+        Ok(Arc::new(Conversation {
+            id: input
+                .snapshot_as
+                .clone()
+                .unwrap_or_else(new_conversation_id),
+            client: input.client.clone(),
+            state: Arc::new(tokio::sync::Mutex::new(state)),
+            last_used: Mutex::new(Instant::now()),
+            snapshot: true,
+            bytes: Default::default(),
+        }))
+    }
+
+    /// Keeps `state` as the stored response `id` (a conversation of its own, never found
+    /// from history, only forked from).
+    fn store_snapshot(&self, conversation: &Conversation, id: &str, state: State) {
+        let c = Arc::new(Conversation {
+            id: id.to_string(),
+            client: conversation.client.clone(),
+            bytes: state.core.approx_bytes().into(),
+            state: Arc::new(tokio::sync::Mutex::new(state)),
+            last_used: Mutex::new(Instant::now()),
+            snapshot: true,
+        });
+        let mut store = lock(&self.store);
+        store.by_id.insert(id.to_string(), c);
+        store.evict(&self.limits, Instant::now());
+        self.observer.conversations(store.by_id.len());
+    }
+
+    async fn start(self: &Arc<Self>, input: TurnInput) -> Result<TurnHandle, TurnError> {
+        let split = split(&input.messages)?;
+        let conversation = match &input.fork_from {
+            Some(parent) => self.fork(&input, parent, &split).await?,
+            None => self.conversation_for(&input, &split.earlier),
+        };
+        let guard = conversation.state.clone().lock_owned().await;
+        let (tx, rx) = mpsc::channel(256);
+        let (delivered_tx, delivered_rx) = oneshot::channel();
+        let this = self.clone();
+        let conversation_id = conversation.id.clone();
+        // Tracked like the summaries: a drain waits for running turns, which start their
+        // summaries before they end.
+        self.summaries.spawn(async move {
+            this.run_turn(conversation, guard, input, split, tx, delivered_rx)
+                .await;
+        });
+        Ok(TurnHandle {
+            conversation_id,
+            events: rx,
+            delivered: delivered_tx,
+        })
+    }
+
+    async fn run_turn(
+        self: Arc<Self>,
+        conversation: Arc<Conversation>,
+        mut state: OwnedMutexGuard<State>,
+        input: TurnInput,
+        split: Split,
+        tx: mpsc::Sender<TurnEvent>,
+        delivered: oneshot::Receiver<()>,
+    ) {
+        state.collect_finished();
+        let work = tokio::select! {
+            result = self.turn(&conversation, &mut state, &input, &split, &tx) => result,
+            // The client is gone: nothing to deliver, nothing to keep.
+            _ = tx.closed() => return,
+        };
+        let (work, done, restarted) = match work {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = tx.send(TurnEvent::Error(e)).await;
+                return;
+            }
+        };
+        if tx.send(TurnEvent::Done(done.clone())).await.is_err() || delivered.await.is_err() {
+            return;
+        }
+        let old_digest = state.core.digest.clone();
+        let new_digest = work.digest.clone().unwrap_or_default();
+        let closed_task = done
+            .summary_started
+            .then(|| work.timeline.tasks.last().cloned())
+            .flatten();
+        if restarted {
+            // Started over: the summaries still running belong to the history left behind.
+            state.summaries.clear();
+        }
+        state.core = work;
+        conversation.bytes.store(
+            state.core.approx_bytes(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.remember_history(&conversation, old_digest.as_deref(), &new_digest);
+        if let Some(task) = closed_task {
+            let head = self.view_head(&split.head, &state.core.context);
+            let backend = self.backend.clone();
+            let profile = self.profile.clone();
+            let observer = self.observer.clone();
+            let task_id = task.id;
+            let handle = self.summaries.spawn(async move {
+                let outcome = summarize(backend.as_ref(), &profile, &task, &head).await;
+                observer.hop(HopSample {
+                    hop: Hop::Summary,
+                    latency: outcome.latency,
+                    usage: outcome.usage,
+                    ok: outcome.error.is_none(),
+                });
+                outcome.text
+            });
+            // A summary task that panicked is an empty summary, never a stuck turn.
+            let text = handle.map(Result::unwrap_or_default).boxed().shared();
+            state.summaries.push(PendingSummary { task_id, text });
+        }
+        if let Some(id) = &input.snapshot_as {
+            self.store_snapshot(&conversation, id, state.clone());
+        }
+    }
+
+    /// The system head every hop of a conversation shows: the client's system messages with
+    /// the identity prompt, then history brought from elsewhere.
+    fn view_head(&self, head: &[ChatMessage], context: &[ChatMessage]) -> Vec<ChatMessage> {
+        let mut out = with_identity(head, &self.profile.intro);
+        out.extend(context.iter().cloned());
+        out
+    }
+
+    /// Route and answer on a copy of the conversation; the copy and the answer come back.
+    async fn turn(
+        &self,
+        conversation: &Conversation,
+        state: &mut State,
+        input: &TurnInput,
+        split: &Split,
+        tx: &mpsc::Sender<TurnEvent>,
+    ) -> Result<(Core, TurnDone, bool), TurnError> {
+        let continues = state.core.digest.as_deref() == Some(digest(&split.earlier).as_str());
+        // Not the history this conversation holds: start over from the client's (committed
+        // only with the turn).
+        let mut work = if continues {
+            state.core.clone()
+        } else {
+            Core {
+                context: split.earlier.clone(),
+                ..Core::default()
+            }
+        };
+        let step = match &split.tail {
+            Tail::User(text) => Step::UserTurn {
+                text,
+                open_owner: work.timeline.open_task().map(|t| t.owner),
+            },
+            Tail::ToolResults(results) => {
+                let pending = work.pending_tools.clone().ok_or_else(|| {
+                    TurnError::bad_request(
+                        "orphan_tool_turn",
+                        "tool results, but this conversation has no tool calls waiting for them",
+                    )
+                })?;
+                let given: HashSet<&str> = results
+                    .iter()
+                    .filter_map(|m| m.tool_call_id.as_deref())
+                    .collect();
+                let wanted: HashSet<&str> = pending.ids.iter().map(String::as_str).collect();
+                if given != wanted || given.len() != results.len() {
+                    return Err(TurnError::bad_request(
+                        "invalid_tool_outputs",
+                        format!(
+                            "the tool results must answer exactly the pending calls ({})",
+                            pending.ids.join(", ")
+                        ),
+                    ));
+                }
+                Step::ToolResults {
+                    issuer: pending.expert,
+                }
+            }
+        };
+        let choice = decide(
+            self.backend.as_ref(),
+            &self.profile,
+            Mode::Mol,
+            None,
+            step,
+            || {},
+        )
+        .await;
+        let choice = match choice {
+            Ok(c) => c,
+            Err(e) => {
+                self.observer.hop(HopSample {
+                    hop: Hop::Route,
+                    latency: Duration::ZERO,
+                    usage: TokenUsage::default(),
+                    ok: false,
+                });
+                return Err(upstream_error(&e));
+            }
+        };
+        if let Some(hop) = choice.route_hop {
+            self.observer.hop(HopSample {
+                hop: Hop::Route,
+                latency: hop.latency,
+                usage: hop.usage,
+                ok: choice.reason.is_none(),
+            });
+        }
+        self.observer.route(choice.expert, choice.decision);
+        let expert = choice.expert;
+        // The summaries this expert's view shows must be in before it answers; the route hop
+        // above ran while they were being made.
+        let needed = work.timeline.summaries_needed_by(expert);
+        if !needed.is_empty() {
+            state.await_summaries(&needed).await;
+            for id in needed {
+                if let Some(t) = state.core.timeline.task(id) {
+                    let summary = t.summary.clone();
+                    if let Some(w) = work.timeline.task_mut(id) {
+                        w.summary = summary;
+                    }
+                }
+            }
+        }
+        match &split.tail {
+            Tail::User(text) => {
+                work.timeline.open(expert, text.clone());
+                work.pending_tools = None;
+            }
+            Tail::ToolResults(results) => {
+                for r in results {
+                    work.timeline.push(r.clone());
+                }
+            }
+        }
+        let completed_tasks = work.timeline.tasks.iter().filter(|t| t.closed).count();
+        let _ = tx
+            .send(TurnEvent::Routed(TurnRouted {
+                conversation_id: conversation.id.clone(),
+                expert,
+                decision: choice.decision,
+                fallback_reason: choice.reason.clone(),
+                completed_tasks,
+            }))
+            .await;
+
+        let head = self.view_head(&split.head, &work.context);
+        let o = &input.options;
+        let options = AnswerOptions {
+            temperature: o.temperature,
+            top_p: o.top_p,
+            seed: o.seed,
+            stop: o.stop.clone(),
+            tool_choice: o.tool_choice.clone(),
+            parallel_tool_calls: o.parallel_tool_calls,
+            max_tokens: o.max_tokens,
+            reasoning: o.reasoning,
+        };
+        let request = answer_hop_request(
+            Mode::Mol,
+            &self.profile,
+            AnswerInput {
+                expert,
+                timeline: &work.timeline,
+                head: &head,
+                tools: input.tools.clone(),
+                options,
+                model: None,
+                conversation_id: None,
+            },
+        );
+        let started = Instant::now();
+        let answered = self.answer(request, tx).await;
+        let latency = started.elapsed();
+        let mut done = match answered {
+            Ok(done) => done,
+            Err(e) => {
+                self.observer.hop(HopSample {
+                    hop: Hop::Answer,
+                    latency,
+                    usage: TokenUsage::default(),
+                    ok: false,
+                });
+                return Err(upstream_error(&e));
+            }
+        };
+        let usage = done.usage.unwrap_or_default();
+        self.observer.hop(HopSample {
+            hop: Hop::Answer,
+            latency,
+            usage,
+            ok: true,
+        });
+        let mut finish = finish_of(done.finish_reason);
+        if matches!(finish, TurnFinish::Length | TurnFinish::ContentFilter) {
+            // A call cut off mid-arguments is no call to run.
+            done.message.tool_calls.clear();
+        } else if !done.message.tool_calls.is_empty() {
+            finish = TurnFinish::ToolCalls;
+        }
+        if finish == TurnFinish::ToolCalls && done.message.tool_calls.is_empty() {
+            finish = TurnFinish::Stop;
+        }
+        let message = done.message;
+        work.timeline.push(message.clone());
+        let pending_tool_expert = if message.tool_calls.is_empty() {
+            work.timeline.close(true);
+            work.pending_tools = None;
+            None
+        } else {
+            work.pending_tools = Some(PendingTools {
+                expert,
+                ids: message.tool_calls.iter().map(|c| c.id.clone()).collect(),
+            });
+            Some(expert)
+        };
+        let mut after = split.after_head.clone();
+        after.push(message.clone());
+        work.digest = Some(digest(&after));
+        Ok((
+            work,
+            TurnDone {
+                message,
+                finish,
+                usage,
+                pending_tool_expert,
+                summary_started: pending_tool_expert.is_none(),
+            },
+            !continues,
+        ))
+    }
+
+    /// Streams the answer hop, passing text and reasoning on as they come.
+    async fn answer(
+        &self,
+        request: crate::backend::ChatRequest,
+        tx: &mpsc::Sender<TurnEvent>,
+    ) -> Result<crate::backend::ChatCompletion, BackendError> {
+        let mut stream = self.backend.chat(request).await?;
+        while let Some(item) = stream.next().await {
+            match item? {
+                ChatDelta::Text(t) => {
+                    let _ = tx.send(TurnEvent::Text(t)).await;
+                }
+                ChatDelta::Reasoning(t) => {
+                    let _ = tx.send(TurnEvent::Reasoning(t)).await;
+                }
+                ChatDelta::ToolCallStarted { .. } | ChatDelta::ToolCallArguments { .. } => {}
+                ChatDelta::Completed(done) => return Ok(done),
+            }
+        }
+        Err(BackendError::Protocol {
+            hop: Hop::Answer,
+            url: self.backend.describe(),
+            message: "the response stream ended without a completion".into(),
+        })
+    }
+}
+
+/// The service a frontend holds: the conversations behind an `Arc`, since every turn runs in
+/// a task of its own.
+pub struct ConversationService(pub Arc<Conversations>);
+
+impl MolService for ConversationService {
+    fn served_model(&self) -> &str {
+        &self.0.served_model
+    }
+
+    fn start_turn(&self, input: TurnInput) -> ServiceFuture<'_, Result<TurnHandle, TurnError>> {
+        Box::pin(async move { self.0.start(input).await })
+    }
+
+    fn ready(&self) -> ServiceFuture<'_, bool> {
+        Box::pin(async move {
+            tokio::time::timeout(Duration::from_secs(2), self.0.backend.list_models())
+                .await
+                .is_ok_and(|r| r.is_ok())
+        })
+    }
+
+    fn drain(&self) -> ServiceFuture<'_, ()> {
+        Box::pin(async move {
+            self.0.summaries.close();
+            self.0.summaries.wait().await;
+            self.0.summaries.reopen();
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_split_into_head_history_and_tail() {
+        let msgs = vec![
+            ChatMessage::system("s"),
+            ChatMessage::user("a"),
+            ChatMessage::assistant("b"),
+            ChatMessage::user("c"),
+        ];
+        let s = split(&msgs).unwrap();
+        assert_eq!(s.head.len(), 1);
+        assert_eq!(s.earlier.len(), 2);
+        assert!(matches!(s.tail, Tail::User(ref t) if t == "c"));
+        let mut tools = msgs.clone();
+        tools.push(ChatMessage::tool_result("1", "x"));
+        tools.push(ChatMessage::tool_result("2", "y"));
+        let s = split(&tools).unwrap();
+        assert!(matches!(s.tail, Tail::ToolResults(ref r) if r.len() == 2));
+        assert_eq!(s.earlier.len(), 3);
+        assert!(split(&[ChatMessage::system("s")]).is_err());
+        assert_eq!(
+            split(&[ChatMessage::assistant("x")]).err().unwrap().code,
+            "invalid_messages"
+        );
+    }
+
+    fn held(id: &str, bytes: usize, age: Duration) -> Arc<Conversation> {
+        Arc::new(Conversation {
+            id: id.into(),
+            client: "c".into(),
+            snapshot: false,
+            bytes: bytes.into(),
+            state: Default::default(),
+            last_used: Mutex::new(Instant::now() - age),
+        })
+    }
+
+    #[test]
+    fn the_store_drops_the_least_recently_used_past_its_count_bytes_and_ttl() {
+        let limits = StoreLimits {
+            max_conversations: 3,
+            idle_ttl: Duration::from_secs(60),
+            max_bytes: 1000,
+        };
+        let mut store = Store::default();
+        for (id, bytes, age) in [
+            ("old", 400, 30),
+            ("mid", 400, 20),
+            ("new", 400, 10),
+            ("stale", 1, 120),
+        ] {
+            store
+                .by_id
+                .insert(id.into(), held(id, bytes, Duration::from_secs(age)));
+            store.by_history.insert(format!("c\0{id}"), id.into());
+        }
+        store.evict(&limits, Instant::now());
+        let mut left: Vec<&str> = store.by_id.keys().map(String::as_str).collect();
+        left.sort();
+        assert_eq!(left, ["mid", "new"], "stale by TTL, old by bytes");
+        assert!(
+            !store
+                .by_history
+                .values()
+                .any(|v| v == "old" || v == "stale")
+        );
+        // A conversation whose turn is running is never dropped under it.
+        let busy = held("busy", 5000, Duration::from_secs(50));
+        let _guard = busy.state.try_lock().unwrap();
+        store.by_id.insert("busy".into(), busy.clone());
+        store.evict(&limits, Instant::now());
+        assert!(store.by_id.contains_key("busy"));
+    }
+
+    #[test]
+    fn the_digest_ignores_reasoning_and_whitespace_but_not_text() {
+        let mut a = ChatMessage::assistant("hi ");
+        a.reasoning = Some("thinking".into());
+        let b = ChatMessage::assistant("hi");
+        assert_eq!(digest(&[a]), digest(std::slice::from_ref(&b)));
+        assert_ne!(digest(&[b]), digest(&[ChatMessage::assistant("ho")]));
+        assert_ne!(
+            digest(&[ChatMessage::user("x")]),
+            digest(&[ChatMessage::assistant("x")])
+        );
+    }
+}

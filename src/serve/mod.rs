@@ -1,0 +1,581 @@
+//! `baton serve`: the MoL loop behind an OpenAI-compatible HTTP endpoint. `GET /health`,
+//! `GET /v1/models`, `POST /v1/chat/completions` (stream and non-stream, tools,
+//! `X-Conversation-Id`), `GET /metrics`; bearer keys, a body limit, admission control, an
+//! idle-stream timeout and a graceful drain on SIGTERM.
+//!
+//! This is a frontend: the loop itself (route → answer → summary, views, fallback) is the
+//! `MolService` the builder hands over; here are only HTTP, auth and the wire format.
+
+mod admission;
+pub mod auth;
+mod chat;
+mod errors;
+pub mod metrics;
+mod responses;
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Map, Value, json};
+
+use crate::protocol::{MolService, TurnEvent, TurnHandle, TurnInput, TurnRouted};
+pub use admission::AdmissionLimits;
+use admission::{Admission, Admitted};
+pub use auth::Keys;
+use errors::ApiError;
+pub use metrics::Metrics;
+
+/// The conversation header clients echo.
+const CONVERSATION_HEADER: &str = "x-conversation-id";
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    pub keys: Keys,
+    pub allow_unauthenticated: bool,
+    pub max_body_bytes: usize,
+    pub admission: AdmissionLimits,
+    /// A turn that reports nothing for this long is ended with an error (a stalled upstream).
+    pub idle_timeout: Duration,
+    /// An SSE comment this often keeps proxies from closing a quiet stream.
+    pub keepalive: Duration,
+    /// How long SIGTERM waits for running turns and summaries.
+    pub drain_timeout: Duration,
+}
+
+struct AppState {
+    service: Arc<dyn MolService>,
+    keys: Keys,
+    metrics: Arc<Metrics>,
+    admission: Admission,
+    idle_timeout: Duration,
+    keepalive: Duration,
+}
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("{0}")]
+    Exposure(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Serves until SIGTERM or Ctrl-C, then drains.
+pub async fn run(
+    service: Arc<dyn MolService>,
+    metrics: Arc<Metrics>,
+    opts: ServeOptions,
+) -> Result<(), ServeError> {
+    auth::check_exposure(opts.listen, &opts.keys, opts.allow_unauthenticated)
+        .map_err(ServeError::Exposure)?;
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: opts.listen,
+            source,
+        })?;
+    let addr = listener.local_addr()?;
+    eprintln!(
+        "baton serve: listening on http://{addr}/v1 (model {}, {})",
+        service.served_model(),
+        if opts.keys.is_empty() {
+            "no API keys".to_string()
+        } else {
+            format!("{} API key(s)", opts.keys.len())
+        }
+    );
+    let app = router(service.clone(), metrics, &opts);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    eprintln!("baton serve: draining summaries");
+    let _ = tokio::time::timeout(opts.drain_timeout, service.drain()).await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = term => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    eprintln!("baton serve: shutting down (no new requests; running turns finish)");
+}
+
+/// The HTTP routes over a service.
+pub fn router(service: Arc<dyn MolService>, metrics: Arc<Metrics>, opts: &ServeOptions) -> Router {
+    let state = Arc::new(AppState {
+        service,
+        keys: opts.keys.clone(),
+        admission: Admission::new(opts.admission.clone(), metrics.clone()),
+        metrics,
+        idle_timeout: opts.idle_timeout,
+        keepalive: opts.keepalive,
+    });
+    Router::new()
+        .route("/health", get(health))
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/responses", post(responses_api))
+        .route("/metrics", get(metrics_page))
+        .fallback(not_found)
+        .method_not_allowed_fallback(not_found)
+        .layer(DefaultBodyLimit::max(opts.max_body_bytes))
+        .with_state(state)
+}
+
+type Shared = State<Arc<AppState>>;
+
+fn authorize(state: &AppState, headers: &HeaderMap) -> Result<String, ApiError> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    state.keys.check(value).map_err(|_| {
+        ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_api_key",
+            "missing or wrong API key (Authorization: Bearer KEY)",
+        )
+    })
+}
+
+async fn health(State(state): Shared) -> Response {
+    if state.service.ready().await {
+        (StatusCode::OK, axum::Json(json!({"status": "ok"}))).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "not_ready"})),
+        )
+            .into_response()
+    }
+}
+
+async fn models(State(state): Shared, headers: HeaderMap) -> Response {
+    if let Err(e) = authorize(&state, &headers) {
+        return e.into_response();
+    }
+    axum::Json(json!({
+        "object": "list",
+        "data": [{
+            "id": state.service.served_model(),
+            "object": "model",
+            "created": 0,
+            "owned_by": "baton",
+        }],
+    }))
+    .into_response()
+}
+
+async fn metrics_page(State(state): Shared, headers: HeaderMap) -> Response {
+    if let Err(e) = authorize(&state, &headers) {
+        return e.into_response();
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn not_found(State(state): Shared, headers: HeaderMap) -> Response {
+    if let Err(e) = authorize(&state, &headers) {
+        return e.into_response();
+    }
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "endpoint_not_found",
+        "no such endpoint",
+    )
+    .into_response()
+}
+
+/// The conversation id a request names, checked: 16–128 of `[A-Za-z0-9._~-]`.
+fn conversation_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get(CONVERSATION_HEADER) else {
+        return Ok(None);
+    };
+    let ok = v.to_str().ok().filter(|s| {
+        (16..=128).contains(&s.len())
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._~-".contains(&b))
+    });
+    match ok {
+        Some(s) => Ok(Some(s.to_string())),
+        None => Err(ApiError::bad_request(
+            "invalid_conversation_id",
+            "X-Conversation-Id must be 16 to 128 characters of A-Z a-z 0-9 . _ ~ -",
+        )),
+    }
+}
+
+/// The JSON object of a request body.
+fn json_object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
+    let bytes = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                "the request body is larger than this server accepts",
+            )
+        } else {
+            ApiError::bad_request("invalid_body", e.body_text())
+        }
+    })?;
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(ApiError::bad_request(
+            "invalid_json_body",
+            "the body must be a JSON object",
+        )),
+        Err(e) => Err(ApiError::bad_request(
+            "invalid_json",
+            format!("the body is not JSON: {e}"),
+        )),
+    }
+}
+
+fn new_completion_id() -> String {
+    format!("chatcmpl-{}", uuid::Uuid::now_v7().simple())
+}
+
+fn now_secs() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+fn with_conversation(mut response: Response, id: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(id) {
+        response.headers_mut().insert(CONVERSATION_HEADER, v);
+    }
+    response
+}
+
+async fn chat_completions(
+    State(state): Shared,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let started = Instant::now();
+    let path = "/v1/chat/completions";
+    let result = chat_turn(&state, &headers, body, started).await;
+    match result {
+        Ok(response) => response,
+        Err(e) => {
+            state
+                .metrics
+                .request(path, e.status.as_u16(), started.elapsed());
+            e.into_response()
+        }
+    }
+}
+
+async fn responses_api(
+    State(state): Shared,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let started = Instant::now();
+    match responses::handle(&state, &headers, body, started).await {
+        Ok(response) => response,
+        Err(e) => {
+            state
+                .metrics
+                .request("/v1/responses", e.status.as_u16(), started.elapsed());
+            e.into_response()
+        }
+    }
+}
+
+async fn chat_turn(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    started: Instant,
+) -> Result<Response, ApiError> {
+    let client = authorize(state, headers)?;
+    let body = json_object(body)?;
+    let conversation = conversation_header(headers)?;
+    let request = chat::parse(&body, state.service.served_model())?;
+    let admitted = state.admission.enter().await?;
+    let input = TurnInput {
+        conversation,
+        client,
+        messages: request.messages,
+        tools: request.tools,
+        options: request.options,
+        fork_from: None,
+        snapshot_as: None,
+    };
+    let handle = state.service.start_turn(input).await?;
+    if request.stream {
+        Ok(stream_response(state.clone(), handle, admitted, started))
+    } else {
+        non_stream(state, handle, admitted, started).await
+    }
+}
+
+/// Waits for the next event, ending the turn when it stalls past the idle timeout.
+async fn next_event(handle: &mut TurnHandle, idle: Duration) -> Result<TurnEvent, ApiError> {
+    match tokio::time::timeout(idle, handle.events.recv()).await {
+        Ok(Some(ev)) => Ok(ev),
+        Ok(None) => Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "turn_failed",
+            "the turn ended without an answer",
+        )),
+        Err(_) => Err(ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_idle_timeout",
+            format!("the upstream model sent nothing for {} s", idle.as_secs()),
+        )),
+    }
+}
+
+async fn non_stream(
+    state: &AppState,
+    mut handle: TurnHandle,
+    admitted: Admitted,
+    started: Instant,
+) -> Result<Response, ApiError> {
+    let mut routed: Option<TurnRouted> = None;
+    let done = loop {
+        match next_event(&mut handle, state.idle_timeout).await? {
+            TurnEvent::Routed(r) => routed = Some(r),
+            TurnEvent::Text(_) | TurnEvent::Reasoning(_) => {}
+            TurnEvent::Done(d) => break d,
+            TurnEvent::Error(e) => return Err(e.into()),
+        }
+    };
+    let Some(routed) = routed else {
+        return Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "turn_failed",
+            "the turn answered without routing",
+        ));
+    };
+    let body = chat::completion_body(
+        &new_completion_id(),
+        state.service.served_model(),
+        now_secs(),
+        &routed,
+        &done,
+    );
+    let _ = handle.delivered.send(());
+    drop(admitted);
+    state
+        .metrics
+        .request("/v1/chat/completions", 200, started.elapsed());
+    Ok(with_conversation(
+        axum::Json(body).into_response(),
+        &handle.conversation_id,
+    ))
+}
+
+/// The state of one SSE response while hyper pulls frames from it.
+struct ChatStream {
+    state: Arc<AppState>,
+    handle: TurnHandle,
+    admitted: Option<Admitted>,
+    frames: VecDeque<Bytes>,
+    routed: Option<TurnRouted>,
+    id: String,
+    created: i64,
+    started: Instant,
+    /// The last frame is queued; `Some(true)` when the turn succeeded (commit once sent).
+    finished: Option<bool>,
+    delivered: Option<tokio::sync::oneshot::Sender<()>>,
+    last_event: Instant,
+    ended: bool,
+}
+
+impl Drop for ChatStream {
+    fn drop(&mut self) {
+        if !self.ended {
+            // Hyper dropped the body before its end: the client went away. The turn's
+            // handle goes with it, which rolls the conversation back.
+            self.state
+                .metrics
+                .disconnects
+                .fetch_add(1, Ordering::Relaxed);
+            self.state
+                .metrics
+                .request("/v1/chat/completions", 499, self.started.elapsed());
+        }
+    }
+}
+
+fn sse(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+impl ChatStream {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
+        chat::chunk(
+            &self.id,
+            self.state.service.served_model(),
+            self.created,
+            delta,
+            finish,
+        )
+    }
+
+    fn fail(&mut self, e: ApiError) {
+        self.frames.push_back(sse(&e.body()));
+        self.frames
+            .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+        self.finished = Some(false);
+    }
+
+    fn on_event(&mut self, ev: TurnEvent) {
+        match ev {
+            TurnEvent::Routed(r) => {
+                let mut c = self.chunk(json!({"role": "assistant", "content": ""}), None);
+                c["metadata"] = chat::metadata(&r, None);
+                self.frames.push_back(sse(&c));
+                self.routed = Some(r);
+            }
+            TurnEvent::Text(t) => {
+                let c = self.chunk(json!({"content": t}), None);
+                self.frames.push_back(sse(&c));
+            }
+            TurnEvent::Reasoning(t) => {
+                let c = self.chunk(json!({"reasoning_content": t}), None);
+                self.frames.push_back(sse(&c));
+            }
+            TurnEvent::Done(done) => {
+                let Some(routed) = self.routed.clone() else {
+                    self.fail(ApiError::new(
+                        StatusCode::BAD_GATEWAY,
+                        "turn_failed",
+                        "the turn answered without routing",
+                    ));
+                    return;
+                };
+                if !done.message.tool_calls.is_empty() {
+                    let c = self.chunk(chat::tool_calls_delta(&done.message.tool_calls), None);
+                    self.frames.push_back(sse(&c));
+                }
+                let mut last = self.chunk(json!({}), Some(done.finish.as_str()));
+                last["metadata"] = chat::metadata(&routed, Some(&done));
+                self.frames.push_back(sse(&last));
+                let mut usage = self.chunk(json!({}), None);
+                usage["choices"] = json!([]);
+                usage["usage"] = chat::usage_json(&done);
+                self.frames.push_back(sse(&usage));
+                self.frames
+                    .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+                self.finished = Some(true);
+            }
+            TurnEvent::Error(e) => self.fail(e.into()),
+        }
+    }
+
+    /// The next frame, or `None` at the end (after which the turn is committed).
+    async fn next_frame(&mut self) -> Option<Bytes> {
+        loop {
+            if let Some(f) = self.frames.pop_front() {
+                return Some(f);
+            }
+            if let Some(ok) = self.finished {
+                // Hyper asked for more after the last frame: everything was handed over.
+                if ok && let Some(tx) = self.delivered.take() {
+                    let _ = tx.send(());
+                }
+                self.admitted = None;
+                self.ended = true;
+                let status = if ok { 200 } else { 502 };
+                self.state
+                    .metrics
+                    .request("/v1/chat/completions", status, self.started.elapsed());
+                return None;
+            }
+            let wait = self.state.keepalive;
+            match tokio::time::timeout(wait, self.handle.events.recv()).await {
+                Ok(Some(ev)) => {
+                    self.last_event = Instant::now();
+                    self.on_event(ev);
+                }
+                Ok(None) => self.fail(ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "turn_failed",
+                    "the turn ended without an answer",
+                )),
+                Err(_) if self.last_event.elapsed() >= self.state.idle_timeout => {
+                    self.fail(ApiError::new(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "upstream_idle_timeout",
+                        format!(
+                            "the upstream model sent nothing for {} s",
+                            self.state.idle_timeout.as_secs()
+                        ),
+                    ))
+                }
+                Err(_) => return Some(Bytes::from_static(b": keepalive\n\n")),
+            }
+        }
+    }
+}
+
+fn stream_response(
+    state: Arc<AppState>,
+    mut handle: TurnHandle,
+    admitted: Admitted,
+    started: Instant,
+) -> Response {
+    let conversation = handle.conversation_id.clone();
+    let (placeholder, _) = tokio::sync::oneshot::channel();
+    let delivered = std::mem::replace(&mut handle.delivered, placeholder);
+    let stream = ChatStream {
+        state,
+        handle,
+        admitted: Some(admitted),
+        frames: VecDeque::from([Bytes::from_static(b": keepalive\n\n")]),
+        routed: None,
+        id: new_completion_id(),
+        created: now_secs(),
+        started,
+        finished: None,
+        delivered: Some(delivered),
+        last_event: Instant::now(),
+        ended: false,
+    };
+    let body = futures_util::stream::unfold(stream, |mut s| async move {
+        let frame = s.next_frame().await?;
+        Some((Ok::<Bytes, Infallible>(frame), s))
+    });
+    let response = Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(body));
+    match response {
+        Ok(r) => with_conversation(r, &conversation),
+        Err(e) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            .into_response(),
+    }
+}

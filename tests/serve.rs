@@ -1,0 +1,1310 @@
+//! `baton serve` end to end: the real binary in front of the mock engine, driven over HTTP by
+//! a plain client, by the OpenAI Python SDK, by baton's own `--mode proxy` and by codex.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::env::Env;
+use crate::support::{MockEngine, MockReply, RecordedRequest, Script};
+
+const MODEL: &str = "test-mol";
+
+/// A running `baton serve`; killed when dropped.
+pub struct Server {
+    child: Child,
+    /// `http://127.0.0.1:PORT/v1`
+    pub url: String,
+    stderr: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    pub fn start(env: &Env, engine: &MockEngine, extra: &[&str]) -> Server {
+        Server::start_with_env(env, &engine.url(), extra, &[])
+    }
+
+    pub fn start_with_env(
+        env: &Env,
+        endpoint: &str,
+        extra: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Server {
+        let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("baton"));
+        cmd.env_clear()
+            .env("HOME", &env.home)
+            .env("XDG_CONFIG_HOME", env.home.join(".config"))
+            .env("XDG_DATA_HOME", env.home.join(".local/share"))
+            .current_dir(&env.workspace)
+            .args(["serve", "--listen", "127.0.0.1:0", "--endpoint", endpoint])
+            .args(["--served-model-name", MODEL])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn baton serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let url = rest.split_whitespace().next().unwrap_or("").to_string();
+                    let _ = tx.send(url);
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let url = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(url) => url,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("baton serve did not start: {:?}", lines.lock().unwrap());
+            }
+        };
+        Server {
+            child,
+            url,
+            stderr: lines,
+        }
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> Option<i32> {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+async fn post(server: &Server, body: Value, conversation: Option<&str>) -> reqwest::Response {
+    let mut req = client()
+        .post(format!("{}/chat/completions", server.url))
+        .json(&body);
+    if let Some(id) = conversation {
+        req = req.header("X-Conversation-Id", id);
+    }
+    req.send().await.unwrap()
+}
+
+fn chat(messages: Value) -> Value {
+    json!({"model": MODEL, "messages": messages})
+}
+
+fn answers(engine: &MockEngine) -> Vec<RecordedRequest> {
+    engine
+        .chat_requests()
+        .into_iter()
+        .filter(|r| r.hop_or_answer() == "answer")
+        .collect()
+}
+
+fn hops(engine: &MockEngine) -> Vec<String> {
+    engine
+        .chat_requests()
+        .iter()
+        .map(|r| format!("{}:{}", r.hop_or_answer(), r.model()))
+        .collect()
+}
+
+/// Waits until the engine has seen `n` chat requests (summaries run in the background).
+fn wait_for_requests(engine: &MockEngine, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while engine.chat_requests().len() < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Parses an SSE body into its `data:` payloads (`[DONE]` kept as a string).
+fn sse_events(body: &str) -> Vec<Value> {
+    body.split("\n\n")
+        .filter_map(|frame| frame.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap_or(Value::String(d.to_string())))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_turns_route_answer_and_summarize_with_the_summary_off_the_critical_path() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L1", "L2"])
+            .answer(
+                "L1",
+                MockReply::text("RAW-L1-ANSWER: booked for 7pm.").usage(50, 6),
+            )
+            .summary(
+                "L1",
+                MockReply::text("Booked a table at 7pm.").after(Duration::from_secs(5)),
+            )
+            .answer("L2", MockReply::text("Here is the script."))
+            .summary("L2", MockReply::text("Wrote a script.")),
+    );
+    let server = Server::start(&env, &engine, &[]);
+
+    let started = Instant::now();
+    let first = post(
+        &server,
+        chat(json!([
+            {"role": "system", "content": "You are helpful."},
+            {"role": "user", "content": "book a table"}
+        ])),
+        None,
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(first.status(), 200);
+    let conversation = first
+        .headers()
+        .get("x-conversation-id")
+        .expect("the conversation id is echoed")
+        .to_str()
+        .unwrap()
+        .to_string();
+    let body: Value = first.json().await.unwrap();
+    assert!(
+        took < Duration::from_secs(4),
+        "the answer waited for the 5 s summary: {took:?}"
+    );
+    assert_eq!(body["model"], MODEL);
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "RAW-L1-ANSWER: booked for 7pm."
+    );
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    assert_eq!(body["usage"]["prompt_tokens"], 50);
+    let meta = &body["metadata"];
+    assert_eq!(meta["mol_selected_route"], "L1");
+    assert_eq!(meta["mol_decision"], "pure_model_route");
+    assert_eq!(meta["mol_conversation_id"], conversation.as_str());
+    assert_eq!(meta["mol_summary_recorded"], true);
+    assert_eq!(meta["mol_convo_completed"], 0);
+
+    let second = post(
+        &server,
+        chat(json!([
+            {"role": "system", "content": "You are helpful."},
+            {"role": "user", "content": "book a table"},
+            {"role": "assistant", "content": "RAW-L1-ANSWER: booked for 7pm."},
+            {"role": "user", "content": "now write a script"}
+        ])),
+        Some(&conversation),
+    )
+    .await;
+    assert_eq!(second.status(), 200);
+    assert_eq!(second.headers()["x-conversation-id"], conversation.as_str());
+    let body: Value = second.json().await.unwrap();
+    assert_eq!(body["metadata"]["mol_selected_route"], "L2");
+    assert_eq!(body["metadata"]["mol_convo_completed"], 1);
+
+    wait_for_requests(&engine, 6);
+    assert_eq!(
+        hops(&engine),
+        [
+            "route:L0",
+            "answer:L1",
+            "summary:L1",
+            "route:L0",
+            "answer:L2",
+            "summary:L2"
+        ]
+    );
+    let l2 = &answers(&engine)[1];
+    assert!(
+        l2.mentions("Booked a table at 7pm."),
+        "L2 sees L1's summary: {:?}",
+        l2.transcript()
+    );
+    assert!(
+        !l2.mentions("RAW-L1-ANSWER"),
+        "L2 never sees L1's raw answer"
+    );
+    let system = l2.system_text().unwrap();
+    assert!(system.starts_with("You are helpful."), "{system}");
+    // The route hop classifies only the new user text.
+    let route = &engine.chat_requests()[3];
+    assert!(
+        route.messages()[0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("now write a script\n\n")
+    );
+    // The identity prompt joins the client's system message on answer hops.
+    assert!(system.len() > "You are helpful.".len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_tool_loop_stays_on_its_expert_and_the_stream_has_the_openai_shape() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("call_7", "read_file", r#"{"path":"a.txt"}"#),
+            )
+            .answer("L2", MockReply::text("The file says hi.").usage(30, 5))
+            .summary("L2", MockReply::text("Read a.txt.")),
+    );
+    let server = Server::start(&env, &engine, &[]);
+    let tools = json!([{"type": "function", "function": {
+        "name": "read_file", "description": "read a file",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}
+    }}]);
+    let mut body = chat(json!([{"role": "user", "content": "what is in a.txt?"}]));
+    body["tools"] = tools.clone();
+    body["stream"] = json!(true);
+    let response = post(&server, body, None).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let conversation = response.headers()["x-conversation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let events = sse_events(&response.text().await.unwrap());
+    assert_eq!(events.last().unwrap(), "[DONE]");
+    assert_eq!(events[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(events[0]["metadata"]["mol_selected_route"], "L2");
+    let calls: Vec<&Value> = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["delta"].get("tool_calls"))
+        .collect();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0][0]["id"], "call_7");
+    assert_eq!(calls[0][0]["function"]["name"], "read_file");
+    let finish = events
+        .iter()
+        .find(|e| e["choices"][0]["finish_reason"].is_string())
+        .unwrap();
+    assert_eq!(finish["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(finish["metadata"]["mol_pending_tool_route"], "L2");
+    let usage = &events[events.len() - 2];
+    assert_eq!(usage["choices"], json!([]));
+    assert!(usage["usage"].is_object());
+
+    // The results go back (the SDK way: the whole history, no header needed).
+    let mut body = chat(json!([
+        {"role": "user", "content": "what is in a.txt?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_7", "type": "function",
+            "function": {"name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_7", "content": "hi"}
+    ]));
+    body["tools"] = tools;
+    body["stream"] = json!(true);
+    let response = post(&server, body, None).await;
+    assert_eq!(
+        response.headers()["x-conversation-id"],
+        conversation.as_str(),
+        "found from its history"
+    );
+    let text = response.text().await.unwrap();
+    let events = sse_events(&text);
+    assert_eq!(
+        events[0]["metadata"]["mol_decision"],
+        "sticky_tool_continuation"
+    );
+    let content: String = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(content, "The file says hi.");
+    wait_for_requests(&engine, 4);
+    assert_eq!(
+        hops(&engine),
+        ["route:L0", "answer:L2", "answer:L2", "summary:L2"]
+    );
+    let second = &answers(&engine)[1];
+    let roles: Vec<String> = second.transcript().into_iter().map(|(r, _)| r).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_garbage_route_falls_back_and_a_failed_answer_leaves_no_trace() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["banana", "L1", "L1"])
+            .answer("L2", MockReply::text("fallback answer"))
+            .answer("L1", MockReply::error(400, "engine refused", "bad_request"))
+            .answer("L1", MockReply::text("second try"))
+            .default_summary(MockReply::text("s")),
+    );
+    let server = Server::start(&env, &engine, &["--max-queued", "4"]);
+    let first = post(
+        &server,
+        chat(json!([{"role": "user", "content": "hello"}])),
+        None,
+    )
+    .await;
+    assert_eq!(first.status(), 200);
+    let conversation = first.headers()["x-conversation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let body: Value = first.json().await.unwrap();
+    assert_eq!(body["metadata"]["mol_decision"], "fallback");
+    assert_eq!(body["metadata"]["mol_selected_route"], "L2");
+    assert!(
+        body["metadata"]["mol_fallback_reason"]
+            .as_str()
+            .unwrap()
+            .contains("banana")
+    );
+
+    let history = json!([
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "fallback answer"},
+        {"role": "user", "content": "plan my week"}
+    ]);
+    let failed = post(&server, chat(history.clone()), Some(&conversation)).await;
+    assert_eq!(failed.status(), 502);
+    let error: Value = failed.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "upstream_error");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("answer hop")
+    );
+
+    let retried = post(&server, chat(history), Some(&conversation)).await;
+    assert_eq!(retried.status(), 200);
+    let body: Value = retried.json().await.unwrap();
+    assert_eq!(body["choices"][0]["message"]["content"], "second try");
+    let last = answers(&engine).pop().unwrap();
+    let users: Vec<String> = last
+        .transcript()
+        .into_iter()
+        .filter(|(r, _)| r == "user")
+        .map(|(_, t)| t)
+        .collect();
+    assert_eq!(
+        users,
+        ["hello", "plan my week"],
+        "the failed turn was rolled back"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_mid_stream_rolls_its_turn_back() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L2"])
+            .answer(
+                "L2",
+                MockReply::text("never delivered").after(Duration::from_secs(3)),
+            )
+            .answer("L2", MockReply::text("delivered"))
+            .default_summary(MockReply::text("s")),
+    );
+    let server = Server::start(&env, &engine, &[]);
+    let mut body = chat(json!([{"role": "user", "content": "go"}]));
+    body["stream"] = json!(true);
+    let request = client()
+        .post(format!("{}/chat/completions", server.url))
+        .header("X-Conversation-Id", "conversation-0000001")
+        .json(&body)
+        .timeout(Duration::from_millis(600))
+        .send()
+        .await
+        .unwrap();
+    let cut = request.text().await;
+    assert!(cut.is_err(), "the client gave up before the answer");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    body["stream"] = json!(false);
+    let again = post(&server, body, Some("conversation-0000001")).await;
+    assert_eq!(again.status(), 200);
+    let answer: Value = again.json().await.unwrap();
+    assert_eq!(
+        answer["metadata"]["mol_convo_completed"], 0,
+        "the abandoned turn left nothing"
+    );
+    let last = answers(&engine).pop().unwrap();
+    assert_eq!(
+        last.transcript()
+            .iter()
+            .filter(|(r, _)| r == "user")
+            .count(),
+        1
+    );
+    let metrics = client()
+        .get(format!("{}/metrics", server.url.trim_end_matches("/v1")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("baton_serve_client_disconnects_total 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_use_the_openai_envelope() {
+    let env = Env::new();
+    let engine =
+        MockEngine::scripted_blocking(Script::new().default_route("L2").default_answer("ok"));
+    let server = Server::start(&env, &engine, &["--max-body-bytes", "2000"]);
+    let base = server.url.trim_end_matches("/v1").to_string();
+    let c = client();
+    let wrong_model = post(
+        &server,
+        json!({"model": "L2", "messages": [{"role": "user", "content": "x"}]}),
+        None,
+    )
+    .await;
+    assert_eq!(wrong_model.status(), 404);
+    let e: Value = wrong_model.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "model_not_found");
+    assert_eq!(e["error"]["type"], "not_found_error");
+
+    let bad_json = c
+        .post(format!("{}/chat/completions", server.url))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_json.status(), 400);
+    assert_eq!(
+        bad_json.json::<Value>().await.unwrap()["error"]["code"],
+        "invalid_json"
+    );
+
+    let huge = "x".repeat(5000);
+    let too_big = post(
+        &server,
+        chat(json!([{"role": "user", "content": huge}])),
+        None,
+    )
+    .await;
+    assert_eq!(too_big.status(), 413);
+    assert_eq!(
+        too_big.json::<Value>().await.unwrap()["error"]["code"],
+        "request_too_large"
+    );
+
+    let orphan = post(
+        &server,
+        chat(json!([{"role": "user", "content": "x"}, {"role": "tool", "tool_call_id": "nope", "content": "r"}])),
+        None,
+    )
+    .await;
+    assert_eq!(orphan.status(), 400);
+    assert_eq!(
+        orphan.json::<Value>().await.unwrap()["error"]["code"],
+        "orphan_tool_turn"
+    );
+
+    let bad_id = post(
+        &server,
+        chat(json!([{"role": "user", "content": "x"}])),
+        Some("short"),
+    )
+    .await;
+    assert_eq!(bad_id.status(), 400);
+    assert_eq!(
+        bad_id.json::<Value>().await.unwrap()["error"]["code"],
+        "invalid_conversation_id"
+    );
+
+    let nowhere = c.get(format!("{base}/v1/nothing")).send().await.unwrap();
+    assert_eq!(nowhere.status(), 404);
+    assert_eq!(
+        nowhere.json::<Value>().await.unwrap()["error"]["code"],
+        "endpoint_not_found"
+    );
+
+    let models: Value = c
+        .get(format!("{base}/v1/models"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], MODEL);
+    let health = c.get(format!("{base}/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(health.json::<Value>().await.unwrap()["status"], "ok");
+    // Nothing of the refused requests reached the engine.
+    assert!(engine.chat_requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_required_when_configured_and_exposure_without_them_is_refused() {
+    let env = Env::new();
+    let engine =
+        MockEngine::scripted_blocking(Script::new().default_route("L2").default_answer("ok"));
+    let server = Server::start_with_env(
+        &env,
+        &engine.url(),
+        &[],
+        &[("BATON_SERVE_API_KEYS", "k-one,k-two")],
+    );
+    let c = client();
+    let models = format!("{}/models", server.url);
+    let none = c.get(&models).send().await.unwrap();
+    assert_eq!(none.status(), 401);
+    assert_eq!(none.headers()["www-authenticate"], "Bearer");
+    assert_eq!(
+        none.json::<Value>().await.unwrap()["error"]["code"],
+        "invalid_api_key"
+    );
+    let wrong = c.get(&models).bearer_auth("k-three").send().await.unwrap();
+    assert_eq!(wrong.status(), 401);
+    let right = c.get(&models).bearer_auth("k-two").send().await.unwrap();
+    assert_eq!(right.status(), 200);
+    // /health stays open for load balancers.
+    let health = c
+        .get(format!("{}/health", server.url.trim_end_matches("/v1")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+
+    let out = env
+        .baton()
+        .args([
+            "serve",
+            "--listen",
+            "0.0.0.0:0",
+            "--endpoint",
+            &engine.url(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("without API keys") && stderr.contains("--allow-unauthenticated"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_running_turns_and_summaries() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::text("slow answer").after(Duration::from_millis(800)),
+            )
+            .summary("L2", MockReply::text("s").after(Duration::from_millis(800))),
+    );
+    let server = Server::start(&env, &engine, &[]);
+    let url = format!("{}/chat/completions", server.url);
+    let turn = tokio::spawn(async move {
+        client()
+            .post(url)
+            .json(&chat(json!([{"role": "user", "content": "x"}])))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    // SIGTERM while the answer hop runs (its request has reached the engine).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while engine.chat_requests().len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let code = tokio::task::spawn_blocking(move || {
+        let log = server.stderr.clone();
+        let code = server.terminate();
+        (code, log.lock().unwrap().join("\n"))
+    })
+    .await
+    .unwrap();
+    let (code, log) = code;
+    assert!(log.contains("draining"), "{log}");
+    assert_eq!(turn.await.unwrap(), 200, "the running turn finished");
+    assert_eq!(code, Some(0));
+    assert!(
+        engine.chat_requests().iter().any(|r| r.is_summary()),
+        "the summary ran before exit"
+    );
+}
+
+/// Every conversation's turns route by a marker in the user text and answer with a marker of
+/// their own, so a view holding another conversation's marker is crossed state.
+fn load_engine(route: Duration, answer: Duration, summary: Duration) -> MockEngine {
+    MockEngine::start_blocking(move |req: &RecordedRequest| {
+        if req.is_route() {
+            let text = req.messages()[0]["content"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            let label = ["L0", "L1", "L2", "L3"]
+                .into_iter()
+                .find(|l| text.contains(&format!("use {l}")))
+                .unwrap_or("L2");
+            return MockReply::label(label).after(route);
+        }
+        let user = req.last_user_text().unwrap_or_default();
+        if req.is_summary() {
+            let own = req
+                .transcript()
+                .into_iter()
+                .filter(|(r, _)| r == "user")
+                .nth_back(1)
+                .map(|(_, t)| t)
+                .unwrap_or_default();
+            return MockReply::text(format!("summary of [{own}]")).after(summary);
+        }
+        MockReply::text(format!("answer to [{user}]")).after(answer)
+    })
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// 64 conversations × 5 turns at the reference's hop latencies: no crossed state, and the
+/// per-turn latency stays at route + answer (the summary is off the critical path).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_conversations_keep_their_state_apart() {
+    let env = Env::new();
+    let (route, answer, summary) = (
+        Duration::from_millis(200),
+        Duration::from_millis(1240),
+        Duration::from_millis(320),
+    );
+    let engine = load_engine(route, answer, summary);
+    let server = Arc::new(Server::start(&env, &engine, &[]));
+    let mut tasks = Vec::new();
+    for conv in 0..64 {
+        let server = server.clone();
+        tasks.push(tokio::spawn(async move {
+            let id = format!("load-conversation-{conv:04}");
+            let mut history: Vec<Value> = Vec::new();
+            let mut latencies = Vec::new();
+            for turn in 0..5 {
+                let expert = ["L1", "L2", "L1", "L3", "L2"][turn];
+                let text = format!("c{conv} t{turn} use {expert}");
+                history.push(json!({"role": "user", "content": text}));
+                let started = Instant::now();
+                let response = post(&server, chat(Value::Array(history.clone())), Some(&id)).await;
+                assert_eq!(response.status(), 200);
+                let body: Value = response.json().await.unwrap();
+                latencies.push(started.elapsed());
+                let content = body["choices"][0]["message"]["content"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                assert_eq!(content, format!("answer to [{text}]"));
+                assert_eq!(body["metadata"]["mol_selected_route"], expert);
+                assert_eq!(body["metadata"]["mol_convo_completed"], turn);
+                history.push(json!({"role": "assistant", "content": content}));
+            }
+            latencies
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort();
+    let (p50, p99) = (percentile(&all, 0.5), percentile(&all, 0.99));
+    println!(
+        "serve load: 64 conversations x 5 turns, route 0.20 s + answer 1.24 s: p50 {:.3} s, p99 {:.3} s",
+        p50.as_secs_f64(),
+        p99.as_secs_f64()
+    );
+    // Timing is reported, not asserted: on a loaded test machine it says little; the
+    // benchmark (tools/bench/serve_latency.rs) measures it on a release build.
+    assert!(
+        p50 >= route + answer,
+        "p50 {p50:?} is below the engine's own latency"
+    );
+    // No crossed state: every answer view holds only its own conversation's markers.
+    for req in answers(&engine) {
+        let own = req.last_user_text().unwrap();
+        let conv = own.split_whitespace().next().unwrap().to_string();
+        for (_, text) in req.transcript().iter().skip(1) {
+            for marker in text
+                .split(['[', ' '])
+                .filter(|w| w.starts_with('c') && w[1..].parse::<u32>().is_ok())
+            {
+                assert_eq!(marker, conv, "crossed state in {:?}", req.transcript());
+            }
+        }
+    }
+    // The last turn (L2) sees its own earlier L2 task verbatim and the others as summaries.
+    let last = answers(&engine)
+        .into_iter()
+        .find(|r| r.last_user_text().unwrap() == "c7 t4 use L2")
+        .unwrap();
+    assert!(
+        last.mentions("answer to [c7 t1 use L2]"),
+        "own task verbatim"
+    );
+    assert!(
+        !last.mentions("answer to [c7 t0 use L1]"),
+        "another expert's raw answer"
+    );
+    assert!(
+        last.mentions("summary of [c7 t0 use L1]"),
+        "another expert's summary"
+    );
+    let metrics = client()
+        .get(format!("{}/metrics", server.url.trim_end_matches("/v1")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("baton_serve_conversations 64"),
+        "{metrics}"
+    );
+}
+
+const SDK_SCRIPT: &str = r#"
+import json, sys
+import openai
+from openai import OpenAI
+
+url, key, model = sys.argv[1:4]
+c = OpenAI(base_url=url, api_key=key, max_retries=0)
+tools = [{"type": "function", "function": {
+    "name": "get_weather", "description": "the weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+msgs = [{"role": "user", "content": "weather in Paris?"}]
+raw = c.chat.completions.with_raw_response.create(model=model, messages=msgs, tools=tools)
+conv = raw.headers.get("x-conversation-id")
+r1 = raw.parse()
+call = r1.choices[0].message.tool_calls[0]
+msgs.append(r1.choices[0].message.model_dump(exclude_none=True))
+msgs.append({"role": "tool", "tool_call_id": call.id, "content": "sunny"})
+r2 = c.chat.completions.create(model=model, messages=msgs, tools=tools,
+                               extra_headers={"X-Conversation-Id": conv})
+msgs.append({"role": "assistant", "content": r2.choices[0].message.content})
+msgs.append({"role": "user", "content": "book a table"})
+stream = c.chat.completions.create(model=model, messages=msgs, stream=True,
+                                   stream_options={"include_usage": True},
+                                   extra_headers={"X-Conversation-Id": conv})
+text, usage = "", None
+for chunk in stream:
+    if chunk.choices and chunk.choices[0].delta.content:
+        text += chunk.choices[0].delta.content
+    if chunk.usage:
+        usage = chunk.usage.total_tokens
+errors = {}
+try:
+    c.chat.completions.create(model="L2", messages=msgs)
+except openai.NotFoundError as e:
+    errors["model"] = [e.status_code, e.code]
+try:
+    OpenAI(base_url=url, api_key="wrong", max_retries=0).models.list()
+except openai.AuthenticationError as e:
+    errors["auth"] = [e.status_code, e.code]
+try:
+    c.chat.completions.create(model=model, messages=[{"role": "tool", "tool_call_id": "x", "content": "y"}])
+except openai.BadRequestError as e:
+    errors["orphan"] = [e.status_code, e.code]
+print(json.dumps({
+    "conversation": conv,
+    "first_finish": r1.choices[0].finish_reason,
+    "call": [call.id, call.function.name, call.function.arguments],
+    "second": r2.choices[0].message.content,
+    "second_decision": (r2.model_extra or {}).get("metadata", {}).get("mol_decision"),
+    "streamed": text,
+    "usage": usage,
+    "errors": errors,
+    "models": [m.id for m in c.models.list().data],
+}))
+"#;
+
+#[test]
+fn the_openai_python_sdk_drives_chat_with_tools_streams_and_errors() {
+    let Some(python) = crate::support::external::require(
+        "the openai Python SDK",
+        crate::support::external::python_with(&["openai"]),
+    ) else {
+        return;
+    };
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L1"])
+            .answer(
+                "L2",
+                MockReply::tool_call("call_w", "get_weather", r#"{"city":"Paris"}"#),
+            )
+            .answer("L2", MockReply::text("It is sunny in Paris."))
+            .answer("L1", MockReply::text("Booked for two.").usage(20, 4))
+            .default_summary(MockReply::text("done")),
+    );
+    let server = Server::start_with_env(
+        &env,
+        &engine.url(),
+        &[],
+        &[("BATON_SERVE_API_KEYS", "sdk-key")],
+    );
+    let script = env.workspace.join("sdk.py");
+    std::fs::write(&script, SDK_SCRIPT).unwrap();
+    let out = Command::new(python)
+        .arg(&script)
+        .args([&server.url, "sdk-key", MODEL])
+        .env("HOME", &env.home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["first_finish"], "tool_calls");
+    assert_eq!(
+        r["call"],
+        json!(["call_w", "get_weather", r#"{"city":"Paris"}"#])
+    );
+    assert_eq!(r["second"], "It is sunny in Paris.");
+    assert_eq!(r["second_decision"], "sticky_tool_continuation");
+    assert_eq!(r["streamed"], "Booked for two.");
+    assert_eq!(r["usage"], 24);
+    assert_eq!(r["errors"]["model"], json!([404, "model_not_found"]));
+    assert_eq!(r["errors"]["auth"], json!([401, "invalid_api_key"]));
+    assert_eq!(r["errors"]["orphan"], json!([400, "orphan_tool_turn"]));
+    assert_eq!(r["models"], json!([MODEL]));
+    wait_for_requests(&engine, 7);
+    assert_eq!(
+        hops(&engine),
+        [
+            "route:L0",
+            "answer:L2",
+            "answer:L2",
+            "summary:L2",
+            "route:L0",
+            "answer:L1",
+            "summary:L1"
+        ]
+    );
+    let l1 = answers(&engine).pop().unwrap();
+    assert!(l1.mentions("done"), "L1 sees L2's summary");
+    assert!(
+        !l1.mentions("It is sunny in Paris."),
+        "but not L2's raw answer"
+    );
+}
+
+/// baton's own `--mode proxy` against `baton serve`: the engine behind the server sees the
+/// same route, answer and summary requests, byte for byte, as behind `--mode mol`.
+#[test]
+fn baton_in_proxy_mode_through_serve_puts_the_mol_wire_on_the_engine() {
+    use crate::wire_snapshots::{PROMPT, request_view, run_turn_via};
+    let direct =
+        run_turn_via(|env, engine| env.exec(engine, PROMPT, &["--json"]).output().unwrap());
+    let proxied = run_turn_via(|env, engine| {
+        let server = Server::start(env, engine, &[]);
+        let out = env
+            .session_baton()
+            .args([
+                "--exec",
+                "--json",
+                "--endpoint",
+                &server.url,
+                "--mode",
+                "proxy",
+                "--model",
+                MODEL,
+            ])
+            .arg(PROMPT)
+            .output()
+            .unwrap();
+        wait_for_requests(engine, 4);
+        drop(server);
+        out
+    });
+    let view = |turn: &crate::wire_snapshots::Turn| -> Vec<Value> {
+        turn.engine
+            .chat_requests()
+            .iter()
+            .map(|r| turn.normalize(request_view(r)))
+            .collect()
+    };
+    let (direct_wire, proxied_wire) = (view(&direct), view(&proxied));
+    assert_eq!(direct_wire.len(), 4, "route, answer, answer, summary");
+    assert_eq!(proxied_wire.len(), direct_wire.len());
+    for (d, p) in direct_wire.iter().zip(&proxied_wire) {
+        assert_eq!(p, d, "the proxied request differs from the direct one");
+    }
+}
+
+const RESPONSES_SCRIPT: &str = r#"
+import json, sys
+import openai
+from openai import OpenAI
+
+url, key, model = sys.argv[1:4]
+c = OpenAI(base_url=url, api_key=key, max_retries=0)
+tools = [{"type": "function", "name": "get_weather", "description": "the weather of a city",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+r1 = c.responses.create(model=model, input="weather in Paris?", tools=tools, instructions="be brief")
+call = [o for o in r1.output if o.type == "function_call"][0]
+r2 = c.responses.create(model=model, previous_response_id=r1.id, tools=tools, instructions="be brief",
+                        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
+# Two forks of the same response: neither sees the other.
+fork_a = c.responses.create(model=model, previous_response_id=r2.id, input="fork A: plan a trip")
+fork_b = c.responses.create(model=model, previous_response_id=r2.id, input="fork B: write a poem")
+events = []
+text = ""
+for ev in c.responses.create(model=model, previous_response_id=fork_a.id, input="stream it", stream=True):
+    events.append(ev.type)
+    if ev.type == "response.output_text.delta":
+        text += ev.delta
+    if ev.type == "response.completed":
+        completed = ev.response
+errors = {}
+try:
+    c.responses.create(model=model, previous_response_id="resp_missing", input="x")
+except openai.NotFoundError as e:
+    errors["missing"] = [e.status_code, e.code]
+try:
+    c.responses.create(model=model, input=[{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}])
+except openai.BadRequestError as e:
+    errors["image"] = [e.status_code, e.code]
+print(json.dumps({
+    "r1_status": r1.status, "call": [call.call_id, call.name, call.arguments],
+    "r2_text": r2.output_text, "r2_previous": r2.previous_response_id,
+    "fork_a": fork_a.output_text, "fork_b": fork_b.output_text,
+    "events": events, "streamed": text, "completed_text": completed.output_text,
+    "completed_id": completed.id, "errors": errors,
+}))
+"#;
+
+#[test]
+fn the_openai_python_sdk_chains_forks_and_streams_responses() {
+    let Some(python) = crate::support::external::require(
+        "the openai Python SDK",
+        crate::support::external::python_with(&["openai"]),
+    ) else {
+        return;
+    };
+    let env = Env::new();
+    let engine = MockEngine::start_blocking(|req: &RecordedRequest| {
+        if req.is_route() {
+            let text = req.messages()[0]["content"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            return MockReply::label(if text.starts_with("fork B") {
+                "L3"
+            } else {
+                "L2"
+            });
+        }
+        if req.is_summary() {
+            return MockReply::text("summary");
+        }
+        let user = req.last_user_text().unwrap_or_default();
+        let tool_result = req.messages().last().and_then(|m| m["role"].as_str()) == Some("tool");
+        if user == "weather in Paris?" && !tool_result {
+            return MockReply::tool_call("call_p", "get_weather", r#"{"city":"Paris"}"#);
+        }
+        // Each answer says which fork texts its view holds.
+        let seen: Vec<&str> = ["fork A", "fork B"]
+            .into_iter()
+            .filter(|f| req.mentions(f))
+            .collect();
+        MockReply::text(format!("answer to '{user}' seeing {seen:?}"))
+    });
+    let server = Server::start(&env, &engine, &[]);
+    let script = env.workspace.join("responses.py");
+    std::fs::write(&script, RESPONSES_SCRIPT).unwrap();
+    let out = Command::new(python)
+        .arg(&script)
+        .args([&server.url, "unused", MODEL])
+        .env("HOME", &env.home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["r1_status"], "completed");
+    assert_eq!(
+        r["call"],
+        json!(["call_p", "get_weather", r#"{"city":"Paris"}"#])
+    );
+    assert_eq!(r["r2_text"], "answer to 'weather in Paris?' seeing []");
+    assert_eq!(
+        r["fork_a"],
+        "answer to 'fork A: plan a trip' seeing [\"fork A\"]"
+    );
+    assert_eq!(
+        r["fork_b"],
+        "answer to 'fork B: write a poem' seeing [\"fork B\"]"
+    );
+    assert_eq!(r["streamed"], "answer to 'stream it' seeing [\"fork A\"]");
+    assert_eq!(r["completed_text"], r["streamed"]);
+    let events: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert_eq!(events.first(), Some(&"response.created"));
+    assert_eq!(events[1], "response.in_progress");
+    assert!(events.contains(&"response.output_text.delta"));
+    assert_eq!(events.last(), Some(&"response.completed"));
+    assert_eq!(
+        r["errors"]["missing"],
+        json!([404, "previous_response_not_found"])
+    );
+    assert_eq!(r["errors"]["image"], json!([400, "unsupported_content"]));
+    // The tool result continued on L2 without a route hop; each fork was routed.
+    let routes = engine
+        .chat_requests()
+        .iter()
+        .filter(|r| r.is_route())
+        .count();
+    assert_eq!(
+        routes, 4,
+        "r1, fork A, fork B, the stream; not the tool result"
+    );
+}
+
+/// The arguments of a command call for whichever shell tool codex offers.
+fn codex_shell_call(req: &RecordedRequest, command: &str) -> Option<(String, String)> {
+    let names = req.tool_names();
+    let pick = |n: &str| names.iter().any(|t| t == n);
+    if pick("shell") {
+        let args = json!({"command": ["bash", "-lc", command]});
+        Some(("shell".into(), args.to_string()))
+    } else if pick("shell_command") {
+        Some((
+            "shell_command".into(),
+            json!({"command": command}).to_string(),
+        ))
+    } else if pick("exec_command") {
+        Some(("exec_command".into(), json!({"cmd": command}).to_string()))
+    } else {
+        None
+    }
+}
+
+/// codex (`@openai/codex`, Responses API) with `baton serve` as a custom model provider: one
+/// scripted turn in which the model runs a command through codex's shell tool.
+#[test]
+fn codex_runs_a_tool_call_turn_through_serve() {
+    let Some(codex) = crate::support::external::require(
+        "codex (@openai/codex)",
+        crate::support::external::node_bin("codex"),
+    ) else {
+        return;
+    };
+    let env = Env::new();
+    let offered = Arc::new(Mutex::new(Vec::new()));
+    let seen = offered.clone();
+    let engine = MockEngine::start_blocking(move |req: &RecordedRequest| {
+        if req.is_route() {
+            return MockReply::label("L2");
+        }
+        if req.is_summary() {
+            return MockReply::text("Wrote out.txt with codex.");
+        }
+        seen.lock().unwrap().push(req.tool_names());
+        let after_tool = req.messages().last().and_then(|m| m["role"].as_str()) == Some("tool");
+        if after_tool {
+            return MockReply::text("CODEX-DONE: the file is written.");
+        }
+        match codex_shell_call(req, "echo CODEX-OK > out.txt") {
+            Some((name, args)) => MockReply::tool_call("call_codex_1", &name, &args),
+            None => MockReply::text("no shell tool offered"),
+        }
+    });
+    let server = Server::start(&env, &engine, &[]);
+    let codex_home = env.home.join(".codex");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    std::fs::write(
+        codex_home.join("config.toml"),
+        format!(
+            "model = \"{MODEL}\"\nmodel_provider = \"baton\"\n\n[model_providers.baton]\n\
+             name = \"baton serve\"\nbase_url = \"{}\"\nwire_api = \"responses\"\n\
+             env_key = \"BATON_SERVE_KEY\"\n",
+            server.url
+        ),
+    )
+    .unwrap();
+    let git = Command::new("git")
+        .arg("init")
+        .arg("-q")
+        .current_dir(&env.workspace)
+        .status();
+    assert!(git.is_ok_and(|s| s.success()), "git init");
+    let out = Command::new(&codex)
+        .args([
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+        ])
+        .arg("write CODEX-OK into out.txt")
+        .current_dir(&env.workspace)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &env.home)
+        .env("CODEX_HOME", &codex_home)
+        .env("BATON_SERVE_KEY", "unused")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let offered = offered.lock().unwrap().clone();
+    assert!(
+        out.status.success(),
+        "codex failed\nstdout: {stdout}\nstderr: {stderr}\ntools offered: {offered:?}"
+    );
+    let written = std::fs::read_to_string(env.workspace.join("out.txt")).unwrap_or_default();
+    assert_eq!(
+        written.trim(),
+        "CODEX-OK",
+        "the tool call ran\nstdout: {stdout}\nstderr: {stderr}\ntools: {offered:?}"
+    );
+    assert!(
+        stdout.contains("CODEX-DONE") || stderr.contains("CODEX-DONE"),
+        "the final answer reached codex\nstdout: {stdout}\nstderr: {stderr}"
+    );
+    let answers = answers(&engine);
+    assert_eq!(
+        answers.len(),
+        2,
+        "one answer with the call, one after the result"
+    );
+    assert!(answers.iter().all(|a| a.model() == "L2"));
+}
+
+/// `baton serve --local ROOT`: the same loop over the in-process engine (the tiny fixture on
+/// the CPU; its random weights say nothing sensible, but every hop runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_the_loop_over_the_local_engine() {
+    let env = Env::new();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3");
+    let server = Server::start_with_env(
+        &env,
+        "http://127.0.0.1:9/v1",
+        &["--local", root.to_str().unwrap(), "--device", "cpu"],
+        &[],
+    );
+    let mut body = chat(json!([{"role": "user", "content": "hello"}]));
+    body["max_tokens"] = json!(4);
+    let response = post(&server, body, None).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        body["metadata"]["mol_decision"], "pure_model_route",
+        "the engine's constrained route gave a label"
+    );
+    assert!(body["usage"]["completion_tokens"].as_u64().unwrap() <= 4);
+    assert_eq!(body["choices"][0]["finish_reason"], "length");
+}
+
+/// A hung upstream ends the turn at the idle timeout (504), releases the conversation, and a
+/// retry of the same request gets through; a broken upstream stream is a 502 that names no
+/// upstream address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_and_broken_upstreams_end_the_turn_cleanly() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .answer("L2", MockReply::hang())
+            .answer("L2", MockReply::malformed_sse())
+            .answer("L2", MockReply::text("finally"))
+            .default_summary(MockReply::text("s")),
+    );
+    let server = Server::start(&env, &engine, &["--idle-timeout", "1"]);
+    let request = chat(json!([{"role": "user", "content": "go"}]));
+    let id = "retried-conversation-01";
+    let hung = post(&server, request.clone(), Some(id)).await;
+    assert_eq!(hung.status(), 504);
+    assert_eq!(
+        hung.json::<Value>().await.unwrap()["error"]["code"],
+        "upstream_idle_timeout"
+    );
+    let broken = post(&server, request.clone(), Some(id)).await;
+    assert_eq!(broken.status(), 502);
+    let message = broken.json::<Value>().await.unwrap()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        !message.contains("127.0.0.1"),
+        "the upstream address stays in the log: {message}"
+    );
+    let ok = post(&server, request, Some(id)).await;
+    assert_eq!(ok.status(), 200);
+    let body: Value = ok.json().await.unwrap();
+    assert_eq!(
+        body["metadata"]["mol_convo_completed"], 0,
+        "neither failed turn left a task"
+    );
+}
+
+/// Two requests of one conversation at once (a client's retry) serialize on its lock; both
+/// are answered and the conversation stays consistent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_of_one_conversation_serialize() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer(MockReply::text("answer").after(Duration::from_millis(500)))
+            .default_summary(MockReply::text("s")),
+    );
+    let server = Arc::new(Server::start(&env, &engine, &[]));
+    let request = chat(json!([{"role": "user", "content": "same"}]));
+    let started = Instant::now();
+    let (a, b) = tokio::join!(
+        post(&server, request.clone(), Some("serialized-conversation")),
+        post(&server, request.clone(), Some("serialized-conversation"))
+    );
+    assert_eq!(
+        (a.status(), b.status()),
+        (reqwest::StatusCode::OK, reqwest::StatusCode::OK)
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "the second waited for the first"
+    );
+    let starts: Vec<_> = answers(&engine);
+    assert_eq!(starts.len(), 2);
+}
