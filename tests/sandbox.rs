@@ -462,3 +462,55 @@ fn the_helper_program_beside_baton_is_the_one_bubblewrap_runs() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not meant to be run by hand"));
 }
+
+#[test]
+fn a_sandboxed_command_dies_of_a_closed_pipe_instead_of_printing_broken_pipe() {
+    if !probe().enforceable {
+        return;
+    }
+    let f = fixture();
+    // With the small helper beside baton, and with baton alone (its own helper, whose Rust
+    // runtime ignores SIGPIPE: an ignored signal stays ignored across exec).
+    let alone = tempfile::tempdir().expect("tempdir");
+    let copy = alone.path().join("baton");
+    let status = Command::new("cp")
+        .arg(env!("CARGO_BIN_EXE_baton"))
+        .arg(&copy)
+        .status()
+        .expect("cp");
+    assert!(status.success());
+    for bin in [Path::new(env!("CARGO_BIN_EXE_baton")), copy.as_path()] {
+        let out = Command::new(bin)
+            .args([
+                "sandbox",
+                "--",
+                "bash",
+                "-c",
+                "grep SigIgn /proc/self/status; yes | head -1 >/dev/null; echo \"yes: ${PIPESTATUS[0]}\"",
+            ])
+            .current_dir(&f.ws)
+            .stdin(Stdio::null())
+            .env_remove("BATON_SANDBOX_HELPER")
+            .output()
+            .expect("run baton sandbox");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let ignored = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .unwrap_or_else(|| panic!("{}: no SigIgn line: {stdout}{stderr}", bin.display()));
+        assert_eq!(
+            ignored & (1 << (libc::SIGPIPE - 1)),
+            0,
+            "{}: SIGPIPE ignored: {stdout}",
+            bin.display()
+        );
+        // Killed by SIGPIPE: 128 + 13.
+        assert!(
+            stdout.contains("yes: 141") && !stderr.contains("Broken pipe"),
+            "{}: stdout: {stdout}\nstderr: {stderr}",
+            bin.display()
+        );
+    }
+}

@@ -16,7 +16,7 @@ pip_packages=(
     pytest==8.4.2
     setuptools==80.9.0
     agent-client-protocol==0.12.1
-    openai==2.8.1
+    openai==3.57.0
 )
 
 if [ ${#npm_packages[@]} -gt 0 ]; then

@@ -143,7 +143,16 @@ fn run(args: &[OsString]) -> i32 {
 fn restrict(spec: &InnerSpec) -> Result<(), String> {
     // SAFETY (whole block): plain syscalls on this process's own descriptors and state.
     unsafe {
-        for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP] {
+        // SIGPIPE too: the Rust runtime of this helper ignores it, an ignored signal stays
+        // ignored across exec, and a command must die of a closed pipe (`yes | head -1`)
+        // instead of printing "Broken pipe" errors.
+        for sig in [
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGPIPE,
+        ] {
             libc::signal(sig, libc::SIG_DFL);
         }
         // bubblewrap's setsid makes its pid-1 reaper the session leader, not the command:
