@@ -28,7 +28,7 @@ pub(crate) async fn execute(
         serde_json::from_str(&call.arguments)
             .map_err(|e| format!("the arguments are not valid JSON ({e}); send a JSON object"))
     };
-    let tool = shared.tools.get(&call.name).cloned();
+    let tool = shared.tools.get(&call.name);
     let shown_args = args
         .clone()
         .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone()));
@@ -129,6 +129,23 @@ async fn ask(
             cwd: crate::tool::approval::shown_command(cwd),
             remember: {
                 offered = crate::tool::approval::remember_prefix(command, argv);
+                offered.clone()
+            },
+        },
+        // The tool with its arguments where a command would stand; "don't ask again" keeps
+        // the tool's name, which `[approval] allow` would hold too.
+        ApprovalNeed::Mcp {
+            tool,
+            server,
+            arguments,
+        } => ApprovalRequest::Command {
+            command: crate::tool::approval::shown_command(&format!("{tool} {arguments}")),
+            argv: Vec::new(),
+            cwd: crate::tool::approval::shown_command(&format!(
+                "MCP server `{server}` (outside the sandbox)"
+            )),
+            remember: {
+                offered = Some(vec![tool.clone()]);
                 offered.clone()
             },
         },

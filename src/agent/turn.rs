@@ -11,13 +11,15 @@ use tokio_util::sync::CancellationToken;
 use super::{Shared, context, lock, summaries, tool_calls};
 use crate::backend::{BackendError, ChatCompletion, ChatDelta, ChatRequest, FinishReason};
 use crate::mol::{AnswerInput, AnswerOptions, ExpertChoice, Step, modes};
-use crate::protocol::{Event, Expert, Hop, TurnStatus};
+use crate::protocol::{ErrorKind, Event, Expert, Hop, TurnStatus};
 use crate::session::Record;
 
 /// Why a turn stopped early.
 pub(crate) enum Stop {
     Interrupted,
     Failed(BackendError),
+    /// The turn could not start (a required MCP server is down); the text says why.
+    Refused(String),
 }
 
 struct TurnCtx {
@@ -57,6 +59,14 @@ pub(crate) async fn run_turn(
             abandon(&shared);
             match stop {
                 Stop::Interrupted => (TurnStatus::Interrupted, None, expert),
+                Stop::Refused(message) => {
+                    shared.events.emit(Event::Error {
+                        message,
+                        kind: ErrorKind::Config,
+                        hop: None,
+                    });
+                    (TurnStatus::Error, None, expert)
+                }
                 Stop::Failed(e) => {
                     shared.events.emit(Event::Error {
                         message: e.to_string(),
@@ -138,6 +148,17 @@ fn public_expert(shared: &Shared, expert: Option<Expert>) -> Option<Expert> {
 
 async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<Expert>)> {
     let shared = ctx.shared.clone();
+    // A required MCP server that is still starting is waited for (its start is bounded by
+    // its timeout); one that failed stops the turn before any model call.
+    if let Some(hub) = shared.tools.mcp() {
+        let problem = tokio::select! {
+            p = hub.required_problem() => p,
+            _ = ctx.cancel.cancelled() => return Err((Stop::Interrupted, None)),
+        };
+        if let Some(problem) = problem {
+            return Err((Stop::Refused(problem), None));
+        }
+    }
     // A tool loop left open by an interrupted turn is abandoned; its expert is the fallback.
     let open_owner = shared.state().timeline.open_task().map(|t| t.owner);
     abandon(&shared);

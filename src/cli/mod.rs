@@ -180,6 +180,8 @@ pub fn main() -> i32 {
     });
     // Background work (a hung summary, a stuck tool) must not keep a finished run alive.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    // No MCP server outlives baton, whatever the frontend left running.
+    crate::tool::mcp::stop_all();
     code
 }
 

@@ -518,6 +518,7 @@ impl Settings {
             // A flag only (`--no-color`); NO_COLOR in the environment reaches commands as is.
             no_color: false,
             warnings: Vec::new(),
+            mcp_servers: Vec::new(),
         })
     }
 }

@@ -139,11 +139,24 @@ impl TrustList {
     }
 }
 
-/// SHA-256 (hex) of `folder`'s `.baton/config.toml`; `None` when there is none to read.
+/// SHA-256 (hex) of `folder`'s `.baton/config.toml`, and of its `.mcp.json` when it has one
+/// (the servers it declares run with the user's rights, so trusting the folder trusts that
+/// file as it is now); `None` when there is neither.
 pub fn config_digest(folder: &Path) -> Option<String> {
-    let bytes = std::fs::read(folder_config(folder)).ok()?;
-    let digest = Sha256::digest(&bytes);
-    Some(digest.iter().map(|b| format!("{b:02x}")).collect())
+    let config = std::fs::read(folder_config(folder)).ok();
+    let servers = std::fs::read(folder.join(super::mcp::PROJECT_JSON)).ok();
+    let mut hasher = Sha256::new();
+    match (config, servers) {
+        (None, None) => return None,
+        // Alone, config.toml hashes as it always did: existing trust entries stay valid.
+        (Some(config), None) => hasher.update(&config),
+        (config, Some(servers)) => {
+            hasher.update(config.unwrap_or_default());
+            hasher.update(b"\0.mcp.json\0");
+            hasher.update(&servers);
+        }
+    }
+    Some(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn canonical(folder: &Path) -> PathBuf {

@@ -149,6 +149,13 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
         out.event(&event);
         match &event {
             Event::SessionUsage { usage } => session_usage = Some(*usage),
+            // Only a turn refused before it began has no hop: a required MCP server is down,
+            // a setup problem like any other (exit 2).
+            Event::Error {
+                kind: crate::protocol::ErrorKind::Config,
+                hop: None,
+                ..
+            } if code.is_none() => code = Some(exit::USAGE),
             Event::Session { session_id: id, .. } => {
                 // Right after the session line (the first event a reader expects): what the
                 // configuration withheld, as `warning` events in --json and lines on stderr.

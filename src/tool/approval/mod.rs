@@ -296,6 +296,18 @@ pub fn decide(
             )),
             _ => Decision::Ask,
         },
+        ApprovalNeed::Mcp { tool, .. } => {
+            if policy == ApprovalPolicy::FullAuto || mcp_tool_is_allowed(tool, allowed, session) {
+                return Decision::Allow;
+            }
+            match policy {
+                ApprovalPolicy::Never => Decision::Decline(format!(
+                    "calling the MCP tool `{tool}` needs approval (it is not allowed by name in \
+                     `[approval] allow`) and the approval policy is `never`"
+                )),
+                _ => Decision::Ask,
+            }
+        }
         ApprovalNeed::Command { command, .. } => {
             if policy == ApprovalPolicy::FullAuto {
                 return Decision::Allow;
@@ -312,6 +324,21 @@ pub fn decide(
             }
         }
     }
+}
+
+/// True when an MCP tool is allowed by name, as Claude Code writes it: `mcp__SERVER__TOOL`
+/// for one tool, `mcp__SERVER` for every tool of a server. `allowed` holds the configured
+/// `allow` entries (one word each for these) and `session` what "don't ask again" kept.
+pub fn mcp_tool_is_allowed(tool: &str, allowed: &[Vec<String>], session: &[Vec<String>]) -> bool {
+    allowed.iter().chain(session).any(|entry| match entry.as_slice() {
+        [name] if name.starts_with("mcp__") => {
+            tool == name
+                || tool
+                    .strip_prefix(name.as_str())
+                    .is_some_and(|rest| rest.starts_with("__") && name.matches("__").count() == 1)
+        }
+        _ => false,
+    })
 }
 
 /// True when every simple command of `command` is read-only or matches an allowed prefix.
