@@ -17,6 +17,7 @@ mod engine_text;
 mod escape;
 mod eval;
 mod exec;
+mod mcp;
 mod remote_backend;
 mod sandbox;
 mod shell_tool;

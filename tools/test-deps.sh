@@ -9,8 +9,11 @@ mkdir -p "$deps/node"
 
 # One package a line (keeps merges clean).
 npm_packages=(
+    @modelcontextprotocol/server-everything@2026.8.31
+    @modelcontextprotocol/server-filesystem@2026.8.31
 )
 pip_packages=(
+    mcp==1.30.0
 )
 
 if [ ${#npm_packages[@]} -gt 0 ]; then

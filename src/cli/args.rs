@@ -261,6 +261,8 @@ pub enum Command {
     /// Trust a folder's .baton/config.toml to lower safety settings (sandbox, approval,
     /// network, credentials); --list, --remove PATH.
     Trust(super::trust::TrustArgs),
+    /// MCP servers: list, get NAME, add NAME -- CMD… | add NAME --url URL, remove NAME.
+    Mcp(super::mcp::McpArgs),
     /// Run Terminal-Bench / Harbor format tasks with an agent and score them.
     Eval(super::eval::EvalArgs),
     /// The local engine's tools: generate text, route a request (scripting and debugging).

@@ -7,6 +7,7 @@
 mod args;
 mod choices;
 mod doctor;
+mod mcp;
 pub mod engine;
 pub mod eval;
 mod repl;
@@ -123,6 +124,7 @@ pub fn main() -> i32 {
         match &cli.command {
             Some(Command::Sessions(a)) => sessions::run(&config, a, cli.common.all),
             Some(Command::Doctor) => doctor::run(&config, &config_problems).await,
+            Some(Command::Mcp(a)) => mcp::run(&config, a),
             Some(Command::Undo(a)) => undo::run(&config.workspace, &config.session_dir, a),
             Some(
                 Command::Completions { .. }
@@ -274,6 +276,7 @@ fn prints_a_report(command: Option<&Command>) -> bool {
                 | Command::Engine(_)
                 | Command::Undo(_)
                 | Command::Trust(_)
+                | Command::Mcp(_)
         )
     )
 }

@@ -10,13 +10,32 @@ use std::sync::{Arc, Mutex};
 use rmcp::ServiceExt;
 use rmcp::model::{ClientConfig, Implementation};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use tokio::io::AsyncBufReadExt;
 
 use crate::config::{McpServer, McpTransport};
 
-/// The client side of one connection.
-pub type Service = rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>;
+/// The client side of one connection, with the child process it talks to (killed on drop).
+pub struct Service {
+    running: rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>,
+    _child: Option<Box<dyn process_wrap::tokio::ChildWrapper>>,
+}
+
+impl Service {
+    pub fn peer(&self) -> &rmcp::Peer<rmcp::RoleClient> {
+        self.running.peer()
+    }
+}
+
+/// The longest JSON-RPC line read from a stdio server. rmcp's default (16 MiB) drops a 10 MB
+/// text result that the Python SDK sends twice (as text and as structured content), and a
+/// dropped response leaves its call waiting for `tool_timeout_sec`; the result is capped for
+/// the model anyway.
+const MAX_LINE: usize = 64 << 20;
+
+/// How long a server whose handshake failed is given to exit and finish its stderr.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Variables a stdio server gets from baton's environment without being named (the set Codex
 /// passes): enough to find programs and a home, none of baton's own secrets.
@@ -117,26 +136,52 @@ pub async fn start(
             // Its own group: Ctrl-C in the terminal does not reach it, and stopping it stops
             // whatever it started (`npx` runs node under it).
             wrap.wrap(process_wrap::tokio::ProcessGroup::leader());
-            let (child, err) = TokioChildProcess::builder(wrap)
-                .stderr(Stdio::piped())
+            wrap.command_mut()
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = wrap
                 .spawn()
                 .map_err(|e| format!("cannot start `{command}`: {e}"))?;
             if let Some(pid) = child.id() {
                 on_group(pid as i32);
             }
-            if let Some(err) = err {
+            let (Some(stdout), Some(stdin)) = (
+                child.inner_mut().stdout().take(),
+                child.inner_mut().stdin().take(),
+            ) else {
+                return Err(format!("`{command}`: no pipes to talk to it"));
+            };
+            let mut drained = None;
+            if let Some(err) = child.inner_mut().stderr().take() {
                 let tail = stderr.clone();
-                tokio::spawn(async move {
+                drained = Some(tokio::spawn(async move {
                     let mut lines = tokio::io::BufReader::new(err).lines();
                     while let Ok(Some(line)) = lines.next_line().await {
                         tail.push(&line);
                     }
-                });
+                }));
             }
-            client_info()
-                .serve(child)
-                .await
-                .map_err(|e| format!("`initialize` failed: {}", short(e)))?
+            let transport =
+                AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(MAX_LINE);
+            let running = match client_info().serve(transport).await {
+                Ok(r) => r,
+                Err(e) => {
+                    // A server that died says why on stderr: give it a moment to be read.
+                    let exited = tokio::time::timeout(EXIT_GRACE, child.wait()).await;
+                    if let Some(task) = drained {
+                        let _ = tokio::time::timeout(EXIT_GRACE, task).await;
+                    }
+                    return Err(match exited {
+                        Ok(Ok(status)) => format!("it exited ({status}) before answering `initialize`"),
+                        _ => format!("`initialize` failed: {}", short(e)),
+                    });
+                }
+            };
+            Service {
+                running,
+                _child: Some(child),
+            }
         }
         McpTransport::Http {
             url,
@@ -153,18 +198,34 @@ pub async fn start(
                 config = config.auth_header(token);
             }
             config = config.custom_headers(headers(http_headers, env_http_headers)?);
+            install_crypto();
             let transport = StreamableHttpClientTransport::from_config(config);
-            client_info()
+            let running = client_info()
                 .serve(transport)
                 .await
-                .map_err(|e| format!("`initialize` failed: {}", short(e)))?
+                .map_err(|e| format!("`initialize` failed: {}", short(e)))?;
+            Service {
+                running,
+                _child: None,
+            }
         }
     };
     let tools = service
+        .running
         .list_all_tools()
         .await
         .map_err(|e| format!("`tools/list` failed: {}", short(e)))?;
     Ok((service, tools))
+}
+
+/// The MCP HTTP client's TLS uses ring, as the model backend's does (no second crypto
+/// library to build); rustls needs it named once per process.
+fn install_crypto() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Err: a provider is already installed, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }
 
 fn headers(
