@@ -82,14 +82,23 @@ fn everything_over_stdio_echo_reaches_the_model() {
          args = [\"stdio\"]\nrequired = true\nstartup_timeout_sec = 30\n",
         q(server.display().to_string())
     ));
-    let engine = one_call("mcp__everything__echo", r#"{"message":"hello-from-the-model"}"#);
-    let out = env.exec(&engine, "echo something", &["--json"]).output().unwrap();
+    let engine = one_call(
+        "mcp__everything__echo",
+        r#"{"message":"hello-from-the-model"}"#,
+    );
+    let out = env
+        .exec(&engine, "echo something", &["--json"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     let answers = engine.requests_for_hop("answer");
     assert_eq!(answers.len(), 2);
     // Required: the first request already offers the server's tools, schema included.
     let names = answers[0].tool_names();
-    assert!(names.contains(&"mcp__everything__echo".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"mcp__everything__echo".to_string()),
+        "{names:?}"
+    );
     assert!(names.contains(&"read_file".to_string()), "{names:?}");
     let echo = answers[0].body["tools"]
         .as_array()
@@ -99,8 +108,14 @@ fn everything_over_stdio_echo_reaches_the_model() {
         .unwrap()
         .clone();
     assert_eq!(echo["function"]["parameters"]["type"], "object");
-    assert!(echo["function"]["parameters"]["properties"]["message"].is_object(), "{echo}");
-    assert!(echo["function"]["parameters"].get("$schema").is_none(), "{echo}");
+    assert!(
+        echo["function"]["parameters"]["properties"]["message"].is_object(),
+        "{echo}"
+    );
+    assert!(
+        echo["function"]["parameters"].get("$schema").is_none(),
+        "{echo}"
+    );
     assert_eq!(tool_results(&answers[1]), ["Echo: hello-from-the-model"]);
 }
 
@@ -210,7 +225,10 @@ fn everything_over_streamable_http() {
                 "L2",
                 MockReply::tool_call("c1", "mcp__web__echo", r#"{"message":"over-http"}"#),
             )
-            .answer("L2", MockReply::tool_call("c2", "mcp__web__get-tiny-image", "{}"))
+            .answer(
+                "L2",
+                MockReply::tool_call("c2", "mcp__web__get-tiny-image", "{}"),
+            )
             .answer("L2", "done"),
     );
     let out = env.exec(&engine, "echo", &["--json"]).output().unwrap();
@@ -264,30 +282,63 @@ fn python_sdk_server_structured_images_errors_and_a_10_mb_result() {
     let engine = MockEngine::scripted_blocking(
         Script::new()
             .route("L2")
-            .answer("L2", MockReply::tool_call("c1", "mcp__py__add", r#"{"a":2,"b":3}"#))
+            .answer(
+                "L2",
+                MockReply::tool_call("c1", "mcp__py__add", r#"{"a":2,"b":3}"#),
+            )
             .answer("L2", MockReply::tool_call("c2", "mcp__py__picture", "{}"))
             .answer("L2", MockReply::tool_call("c3", "mcp__py__huge", "{}"))
-            .answer("L2", MockReply::tool_call("c4", "mcp__py__fail", r#"{"reason":"R-42"}"#))
+            .answer(
+                "L2",
+                MockReply::tool_call("c4", "mcp__py__fail", r#"{"reason":"R-42"}"#),
+            )
             .answer("L2", MockReply::tool_call("c5", "mcp__py__add", r#"[1,2]"#))
             .answer("L2", MockReply::tool_call("c6", "mcp__py__nope", "{}"))
             .answer("L2", "done"),
     );
-    let out = env.exec(&engine, "use the tools", &["--json"]).output().unwrap();
+    let out = env
+        .exec(&engine, "use the tools", &["--json"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     let answers = engine.requests_for_hop("answer");
     let results = tool_results(answers.last().unwrap());
     assert_eq!(results.len(), 6, "{results:?}");
     assert!(results[0].contains('5'), "{}", results[0]);
     assert!(results[1].starts_with("a picture:"), "{}", results[1]);
-    assert!(results[1].contains("[image: image/png, 2.9 KiB"), "{}", results[1]);
+    assert!(
+        results[1].contains("[image: image/png, 2.9 KiB"),
+        "{}",
+        results[1]
+    );
     // 10 MB in, the shell's cap out: head and tail kept, the middle counted.
-    assert!(results[2].starts_with("HEAD-MARK"), "{}", &results[2][..100]);
-    assert!(results[2].ends_with("TAIL-MARK"), "{}", &results[2][results[2].len() - 100..]);
+    assert!(
+        results[2].starts_with("HEAD-MARK"),
+        "{}",
+        &results[2][..100]
+    );
+    assert!(
+        results[2].ends_with("TAIL-MARK"),
+        "{}",
+        &results[2][results[2].len() - 100..]
+    );
     assert!(results[2].contains("bytes ("), "{}", &results[2][..200]);
     assert!(results[2].len() < 20 * 1024, "{}", results[2].len());
-    assert!(results[3].contains("failed on purpose: R-42"), "{}", results[3]);
-    assert!(results[4].contains("expected a JSON object"), "{}", results[4]);
-    assert!(results[5].contains("no tool named `mcp__py__nope`"), "{}", results[5]);
+    assert!(
+        results[3].contains("failed on purpose: R-42"),
+        "{}",
+        results[3]
+    );
+    assert!(
+        results[4].contains("expected a JSON object"),
+        "{}",
+        results[4]
+    );
+    assert!(
+        results[5].contains("no tool named `mcp__py__nope`"),
+        "{}",
+        results[5]
+    );
     assert!(results[5].contains("mcp__py__add"), "{}", results[5]);
     let ends: Vec<String> = events(&out)
         .iter()
@@ -336,15 +387,18 @@ startup_timeout_sec = 1
 command = "/nonexistent/mcp-server"
 "#
     ));
-    let engine = MockEngine::scripted_blocking(
-        Script::new()
-            .route("L2")
-            .answer("L2", MockReply::text("plain answer").after(Duration::from_secs(3))),
-    );
+    let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer(
+        "L2",
+        MockReply::text("plain answer").after(Duration::from_secs(3)),
+    ));
     let started = Instant::now();
     let out = env.exec(&engine, "hello", &["--json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
     let warnings = warnings(&out);
     for (name, why) in [
         ("dies", "cannot open the database"),
@@ -383,7 +437,10 @@ fn a_required_server_that_fails_makes_exec_exit_2_before_any_model_call() {
         .collect();
     assert_eq!(errors.len(), 1, "{}", stdout_of(&out));
     let message = errors[0]["message"].as_str().unwrap();
-    assert!(message.contains("required MCP server") && message.contains("`needed`"), "{message}");
+    assert!(
+        message.contains("required MCP server") && message.contains("`needed`"),
+        "{message}"
+    );
     assert_eq!(errors[0]["kind"], "config");
     assert!(engine.requests_for_hop("answer").is_empty());
     assert!(engine.requests_for_hop("route").is_empty());
@@ -405,18 +462,27 @@ fn a_projects_servers_start_only_once_the_folder_is_trusted() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     let w = warnings(&out);
     assert!(
-        w.iter().any(|m| m.contains("not started") && m.contains("proj") && m.contains("baton trust")),
+        w.iter()
+            .any(|m| m.contains("not started") && m.contains("proj") && m.contains("baton trust")),
         "{w:?}"
     );
     let results = tool_results(&engine.requests_for_hop("answer")[1]);
     assert!(results[0].contains("no tool named"), "{results:?}");
 
-    let trust = env.baton().arg("trust").arg(&env.workspace).output().unwrap();
+    let trust = env
+        .baton()
+        .arg("trust")
+        .arg(&env.workspace)
+        .output()
+        .unwrap();
     assert_eq!(trust.status.code(), Some(0), "{}", stderr_of(&trust));
     let engine = one_call("mcp__proj__echo", r#"{"message":"trusted-now"}"#);
     let out = env.exec(&engine, "echo", &["--json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    assert_eq!(tool_results(&engine.requests_for_hop("answer")[1]), ["Echo: trusted-now"]);
+    assert_eq!(
+        tool_results(&engine.requests_for_hop("answer")[1]),
+        ["Echo: trusted-now"]
+    );
 
     // A changed .mcp.json is not trusted until trusted again.
     std::fs::write(
@@ -428,7 +494,10 @@ fn a_projects_servers_start_only_once_the_folder_is_trusted() {
     let engine = one_call("mcp__proj__echo", r#"{"message":"x"}"#);
     let out = env.exec(&engine, "echo", &["--json"]).output().unwrap();
     let w = warnings(&out);
-    assert!(w.iter().any(|m| m.contains("changed since you trusted it")), "{w:?}");
+    assert!(
+        w.iter().any(|m| m.contains("changed since you trusted it")),
+        "{w:?}"
+    );
 }
 
 #[test]
@@ -437,13 +506,32 @@ fn baton_mcp_add_list_get_remove() {
     let path = env.user_config("# my settings\nmodel = \"m\"\n");
     let add = env
         .baton()
-        .args(["mcp", "add", "docs", "--env", "K=V", "--", "npx", "-y", "some-server", "--flag"])
+        .args([
+            "mcp",
+            "add",
+            "docs",
+            "--env",
+            "K=V",
+            "--",
+            "npx",
+            "-y",
+            "some-server",
+            "--flag",
+        ])
         .output()
         .unwrap();
     assert_eq!(add.status.code(), Some(0), "{}", stderr_of(&add));
     let add = env
         .baton()
-        .args(["mcp", "add", "web", "--url", "https://example.test/mcp", "--bearer-token-env-var", "WEB_TOKEN"])
+        .args([
+            "mcp",
+            "add",
+            "web",
+            "--url",
+            "https://example.test/mcp",
+            "--bearer-token-env-var",
+            "WEB_TOKEN",
+        ])
         .output()
         .unwrap();
     assert_eq!(add.status.code(), Some(0), "{}", stderr_of(&add));
@@ -451,22 +539,48 @@ fn baton_mcp_add_list_get_remove() {
     assert!(text.starts_with("# my settings\nmodel = \"m\"\n"), "{text}");
     let list = env.baton().args(["mcp", "list"]).output().unwrap();
     let listed = stdout_of(&list);
-    assert!(listed.contains("docs") && listed.contains("npx -y some-server --flag"), "{listed}");
+    assert!(
+        listed.contains("docs") && listed.contains("npx -y some-server --flag"),
+        "{listed}"
+    );
     assert!(listed.contains("https://example.test/mcp"), "{listed}");
     let get = env.baton().args(["mcp", "get", "web"]).output().unwrap();
     let shown = stdout_of(&get);
-    assert!(shown.contains("WEB_TOKEN") && shown.contains("streamable http"), "{shown}");
+    assert!(
+        shown.contains("WEB_TOKEN") && shown.contains("streamable http"),
+        "{shown}"
+    );
     let get = env.baton().args(["mcp", "get", "docs"]).output().unwrap();
     assert!(stdout_of(&get).contains("env") && !stdout_of(&get).contains("=V"));
-    let bad = env.baton().args(["mcp", "add", "a b", "--", "x"]).output().unwrap();
+    let bad = env
+        .baton()
+        .args(["mcp", "add", "a b", "--", "x"])
+        .output()
+        .unwrap();
     assert_eq!(bad.status.code(), Some(2));
-    let none = env.baton().args(["mcp", "add", "nothing"]).output().unwrap();
+    let none = env
+        .baton()
+        .args(["mcp", "add", "nothing"])
+        .output()
+        .unwrap();
     assert_eq!(none.status.code(), Some(2));
-    let rm = env.baton().args(["mcp", "remove", "docs"]).output().unwrap();
+    let rm = env
+        .baton()
+        .args(["mcp", "remove", "docs"])
+        .output()
+        .unwrap();
     assert_eq!(rm.status.code(), Some(0), "{}", stderr_of(&rm));
-    let rm = env.baton().args(["mcp", "remove", "docs"]).output().unwrap();
+    let rm = env
+        .baton()
+        .args(["mcp", "remove", "docs"])
+        .output()
+        .unwrap();
     assert_eq!(rm.status.code(), Some(2));
-    let list = env.baton().args(["mcp", "list", "--json"]).output().unwrap();
+    let list = env
+        .baton()
+        .args(["mcp", "list", "--json"])
+        .output()
+        .unwrap();
     let lines: Vec<Value> = stdout_of(&list)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -533,7 +647,9 @@ fn figure_startup_and_tool_list_tokens() {
     };
     let none = median("");
     let with = median(&three);
-    println!("FIGURE startup to first request (median of 5): no servers {none:?}, 3 servers (one 5 s slow) {with:?}");
+    println!(
+        "FIGURE startup to first request (median of 5): no servers {none:?}, 3 servers (one 5 s slow) {with:?}"
+    );
 
     let tokenizer = tokenizers::Tokenizer::from_file(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3/base/tokenizer.json"),
@@ -547,9 +663,29 @@ fn figure_startup_and_tool_list_tokens() {
     };
     for (name, config) in [
         ("none", String::new()),
-        ("everything", format!("[mcp_servers.s]\ncommand = {}\nrequired = true\n", q(server.display().to_string()))),
-        ("filesystem", format!("[mcp_servers.s]\ncommand = {}\nargs = [{}]\nrequired = true\n", q(fs.display().to_string()), q(env.home.display().to_string()))),
-        ("python", format!("[mcp_servers.s]\ncommand = {}\nargs = [{}]\nrequired = true\n", q(python.display().to_string()), q(script.display().to_string()))),
+        (
+            "everything",
+            format!(
+                "[mcp_servers.s]\ncommand = {}\nrequired = true\n",
+                q(server.display().to_string())
+            ),
+        ),
+        (
+            "filesystem",
+            format!(
+                "[mcp_servers.s]\ncommand = {}\nargs = [{}]\nrequired = true\n",
+                q(fs.display().to_string()),
+                q(env.home.display().to_string())
+            ),
+        ),
+        (
+            "python",
+            format!(
+                "[mcp_servers.s]\ncommand = {}\nargs = [{}]\nrequired = true\n",
+                q(python.display().to_string()),
+                q(script.display().to_string())
+            ),
+        ),
     ] {
         env.user_config(&config);
         let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "hi"));
@@ -561,7 +697,12 @@ fn figure_startup_and_tool_list_tokens() {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|t| t["function"]["name"].as_str().unwrap_or("").starts_with("mcp__"))
+            .filter(|t| {
+                t["function"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("mcp__")
+            })
             .collect();
         println!(
             "FIGURE tool list {name}: {} tools in all, {} MCP tools, {} tokens of tool list ({} MCP)",
@@ -571,24 +712,4 @@ fn figure_startup_and_tool_list_tokens() {
             tokens(&Value::Array(mcp.into_iter().cloned().collect()))
         );
     }
-}
-
-#[test]
-#[ignore]
-fn scratch_one_call() {
-    let (python, script) = py_server().unwrap();
-    let env = Env::new();
-    env.user_config(&format!(
-        "allow = [\"mcp__py\"]\n[mcp_servers.py]\ncommand = {}\nargs = [{}]\nrequired = true\n\
-         startup_timeout_sec = 30\n",
-        q(python.display().to_string()),
-        q(script.display().to_string())
-    ));
-    let tool = std::env::var("SCRATCH_TOOL").unwrap();
-    let engine = one_call(&tool, &std::env::var("SCRATCH_ARGS").unwrap_or("{}".into()));
-    let started = Instant::now();
-    let out = env.exec(&engine, "use the tools", &["--json"]).env("BATON_LOG", "debug").output().unwrap();
-    println!("took {:?} code {:?}", started.elapsed(), out.status.code());
-    println!("{}", &stderr_of(&out)[..stderr_of(&out).len().min(5000)]);
-    for r in engine.requests_for_hop("answer") { println!("{:?}", tool_results(&r).iter().map(|t| t.chars().take(300).collect::<String>()).collect::<Vec<_>>()); }
 }

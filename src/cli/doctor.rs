@@ -268,7 +268,9 @@ async fn mcp_report(r: &mut Report, config: &Config) {
                 bytes / 4,
                 s.transport
             )),
-            McpServerState::Disabled => r.note(&format!("{}: disabled (`enabled = false`)", s.name)),
+            McpServerState::Disabled => {
+                r.note(&format!("{}: disabled (`enabled = false`)", s.name))
+            }
             McpServerState::Failed | McpServerState::Starting => {
                 let why = s.error.unwrap_or_else(|| "did not start".into());
                 let line = format!("{}: {} — {}", s.name, why, s.transport);

@@ -60,7 +60,14 @@ pub fn run(config: &Config, args: &McpArgs) -> i32 {
             bearer_token_env_var,
             command,
         } => match crate::config::user_config_path() {
-            Some(path) => add(&path, name, url.as_deref(), env, bearer_token_env_var.as_deref(), command),
+            Some(path) => add(
+                &path,
+                name,
+                url.as_deref(),
+                env,
+                bearer_token_env_var.as_deref(),
+                command,
+            ),
             None => fail("no user config folder (set HOME or XDG_CONFIG_HOME)"),
         },
         McpCommand::Remove { name } => match crate::config::user_config_path() {
@@ -116,7 +123,11 @@ fn list(config: &Config, json: bool) -> i32 {
             terminal_safe_line(&s.source)
         );
     }
-    for w in config.warnings.iter().filter(|w| w.starts_with("MCP servers declared")) {
+    for w in config
+        .warnings
+        .iter()
+        .filter(|w| w.starts_with("MCP servers declared"))
+    {
         eprintln!("warning: {}", terminal_safe_line(w));
     }
     exit::OK
@@ -124,7 +135,9 @@ fn list(config: &Config, json: bool) -> i32 {
 
 fn get(config: &Config, name: &str) -> i32 {
     let Some(s) = config.mcp_servers.iter().find(|s| s.name == name) else {
-        return fail(&format!("no MCP server named `{name}` is configured here (`baton mcp list`)"));
+        return fail(&format!(
+            "no MCP server named `{name}` is configured here (`baton mcp list`)"
+        ));
     };
     print!("{}", describe(s));
     exit::OK
@@ -134,7 +147,8 @@ fn get(config: &Config, name: &str) -> i32 {
 /// the variable that holds them, values of `env` and headers by their keys only.
 fn describe(s: &McpServer) -> String {
     let mut out = format!("{}\n", terminal_safe_line(&s.name));
-    let mut line = |k: &str, v: String| out.push_str(&format!("  {k:<20} {}\n", terminal_safe_line(&v)));
+    let mut line =
+        |k: &str, v: String| out.push_str(&format!("  {k:<20} {}\n", terminal_safe_line(&v)));
     match &s.transport {
         McpTransport::Stdio {
             command,
@@ -164,14 +178,21 @@ fn describe(s: &McpServer) -> String {
                 line("bearer_token_env_var", var.clone());
             }
             if !http_headers.is_empty() || !env_http_headers.is_empty() {
-                let names: Vec<String> = http_headers.keys().chain(env_http_headers.keys()).cloned().collect();
+                let names: Vec<String> = http_headers
+                    .keys()
+                    .chain(env_http_headers.keys())
+                    .cloned()
+                    .collect();
                 line("headers", names.join(", "));
             }
         }
     }
     line("enabled", s.enabled.to_string());
     line("required", s.required.to_string());
-    line("startup_timeout_sec", s.startup_timeout.as_secs_f64().to_string());
+    line(
+        "startup_timeout_sec",
+        s.startup_timeout.as_secs_f64().to_string(),
+    );
     line("tool_timeout_sec", s.tool_timeout.as_secs_f64().to_string());
     if let Some(only) = &s.enabled_tools {
         line("enabled_tools", only.join(", "));
@@ -197,11 +218,16 @@ fn read_doc(path: &Path) -> Result<toml_edit::DocumentMut, String> {
 }
 
 fn write_doc(path: &Path, doc: &toml_edit::DocumentMut) -> Result<(), String> {
-    let dir = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    let dir = path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let tmp = tempfile::NamedTempFile::new_in(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let tmp =
+        tempfile::NamedTempFile::new_in(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     std::fs::write(tmp.path(), doc.to_string()).map_err(|e| format!("{}: {e}", path.display()))?;
-    tmp.persist(path).map_err(|e| format!("{}: {}", path.display(), e.error))?;
+    tmp.persist(path)
+        .map_err(|e| format!("{}: {}", path.display(), e.error))?;
     Ok(())
 }
 
@@ -224,7 +250,9 @@ fn add(
     match (url, command.split_first()) {
         (Some(url), None) => {
             if !env.is_empty() {
-                return fail("--env is for command servers; an HTTP server gets headers (docs/mcp.md)");
+                return fail(
+                    "--env is for command servers; an HTTP server gets headers (docs/mcp.md)",
+                );
             }
             table["url"] = toml_edit::value(url);
             if let Some(var) = bearer {
@@ -256,13 +284,11 @@ fn add(
             );
         }
     }
-    let section = doc
-        .entry(SECTION)
-        .or_insert_with(|| {
-            let mut t = toml_edit::Table::new();
-            t.set_implicit(true);
-            toml_edit::Item::Table(t)
-        });
+    let section = doc.entry(SECTION).or_insert_with(|| {
+        let mut t = toml_edit::Table::new();
+        t.set_implicit(true);
+        toml_edit::Item::Table(t)
+    });
     let Some(section) = section.as_table_mut() else {
         return fail(&format!("{}: `{SECTION}` is not a table", path.display()));
     };
@@ -270,9 +296,10 @@ fn add(
     section.insert(name, toml_edit::Item::Table(table));
     // Check the result parses as baton reads it before writing anything.
     let parsed: Result<toml::Table, _> = toml::from_str(&doc.to_string());
-    match parsed.map_err(|e| e.to_string()).and_then(|t| {
-        crate::config::mcp::servers_from_table(&t, path).map_err(|e| e.to_string())
-    }) {
+    match parsed
+        .map_err(|e| e.to_string())
+        .and_then(|t| crate::config::mcp::servers_from_table(&t, path).map_err(|e| e.to_string()))
+    {
         Ok(_) => {}
         Err(e) => return fail(&e),
     }
@@ -304,7 +331,10 @@ fn remove(path: &Path, name: &str, config: &Config) -> i32 {
             .find(|s| s.name == name)
             .map(|s| format!(" (it is declared in {}: edit that file)", s.source))
             .unwrap_or_default();
-        return fail(&format!("no MCP server `{name}` in {}{elsewhere}", path.display()));
+        return fail(&format!(
+            "no MCP server `{name}` in {}{elsewhere}",
+            path.display()
+        ));
     }
     if let Err(e) = write_doc(path, &doc) {
         return fail(&e);

@@ -7,9 +7,9 @@
 mod args;
 mod choices;
 mod doctor;
-mod mcp;
 pub mod engine;
 pub mod eval;
+mod mcp;
 mod repl;
 pub(crate) mod sandbox;
 mod sessions;

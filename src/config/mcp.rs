@@ -86,6 +86,9 @@ struct TomlServer {
     args: Vec<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// Variables passed through from baton's own environment, by name.
+    #[serde(default)]
+    env_vars: Vec<String>,
     cwd: Option<PathBuf>,
     url: Option<String>,
     bearer_token_env_var: Option<String>,
@@ -216,21 +219,35 @@ fn from_toml(name: &str, raw: TomlServer, path: &Path, base: &Path) -> Result<Mc
                 || !raw.env_http_headers.is_empty()
                 || raw.bearer_token_env_var.is_some()
             {
-                return Err("HTTP keys (`http_headers`, `bearer_token_env_var`…) need `url`".into());
+                return Err(
+                    "HTTP keys (`http_headers`, `bearer_token_env_var`…) need `url`".into(),
+                );
             }
             if command.trim().is_empty() {
                 return Err("`command` is empty".into());
             }
+            let mut env = raw.env;
+            for var in &raw.env_vars {
+                if let Ok(value) = std::env::var(var) {
+                    env.entry(var.clone()).or_insert(value);
+                }
+            }
             McpTransport::Stdio {
                 command,
                 args: raw.args,
-                env: raw.env,
-                cwd: raw.cwd.map(|c| if c.is_relative() { base.join(c) } else { c }),
+                env,
+                cwd: raw
+                    .cwd
+                    .map(|c| if c.is_relative() { base.join(c) } else { c }),
             }
         }
         (None, Some(url)) => {
-            if !raw.args.is_empty() || !raw.env.is_empty() || raw.cwd.is_some() {
-                return Err("`args`, `env` and `cwd` are for `command` servers".into());
+            if !raw.args.is_empty()
+                || !raw.env.is_empty()
+                || !raw.env_vars.is_empty()
+                || raw.cwd.is_some()
+            {
+                return Err("`args`, `env`, `env_vars` and `cwd` are for `command` servers".into());
             }
             check_url(&url)?;
             McpTransport::Http {
@@ -268,7 +285,9 @@ fn check_url(url: &str) -> Result<(), String> {
     if url.starts_with("http://") || url.starts_with("https://") {
         Ok(())
     } else {
-        Err(format!("`url` must start with http:// or https:// (got `{url}`)"))
+        Err(format!(
+            "`url` must start with http:// or https:// (got `{url}`)"
+        ))
     }
 }
 
@@ -302,9 +321,7 @@ fn expand(text: &str) -> Result<String, String> {
 }
 
 fn expand_map(map: BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> {
-    map.into_iter()
-        .map(|(k, v)| Ok((k, expand(&v)?)))
-        .collect()
+    map.into_iter().map(|(k, v)| Ok((k, expand(&v)?))).collect()
 }
 
 /// Reads a project's `.mcp.json`. A missing file is no servers.
@@ -331,8 +348,12 @@ pub fn read_json(path: &Path) -> Result<Vec<McpServer>, ConfigLoadError> {
     let mut out = Vec::new();
     for (name, value) in file.mcp_servers {
         check_name(&name).map_err(|e| error(&name, e))?;
-        let raw: JsonServer = serde_json::from_value(value).map_err(|e| error(&name, e.to_string()))?;
-        let kind = raw.kind.as_deref().unwrap_or(if raw.url.is_some() { "http" } else { "stdio" });
+        let raw: JsonServer =
+            serde_json::from_value(value).map_err(|e| error(&name, e.to_string()))?;
+        let kind = raw
+            .kind
+            .as_deref()
+            .unwrap_or(if raw.url.is_some() { "http" } else { "stdio" });
         let transport = match (kind, raw.command, raw.url) {
             ("stdio", Some(command), None) => McpTransport::Stdio {
                 command: expand(&command).map_err(|e| error(&name, e))?,
@@ -343,7 +364,9 @@ pub fn read_json(path: &Path) -> Result<Vec<McpServer>, ConfigLoadError> {
                     .collect::<Result<_, _>>()
                     .map_err(|e| error(&name, e))?,
                 env: expand_map(raw.env).map_err(|e| error(&name, e))?,
-                cwd: raw.cwd.map(|c| if c.is_relative() { base.join(c) } else { c }),
+                cwd: raw
+                    .cwd
+                    .map(|c| if c.is_relative() { base.join(c) } else { c }),
             },
             ("http", None, Some(url)) => {
                 let url = expand(&url).map_err(|e| error(&name, e))?;
@@ -370,7 +393,10 @@ pub fn read_json(path: &Path) -> Result<Vec<McpServer>, ConfigLoadError> {
                 ));
             }
             (other, ..) => {
-                return Err(error(&name, format!("unknown type `{other}` (stdio or http)")));
+                return Err(error(
+                    &name,
+                    format!("unknown type `{other}` (stdio or http)"),
+                ));
             }
         };
         out.push(McpServer {
@@ -450,7 +476,10 @@ startup_timeout_sec = 2.5
         assert_eq!(docs.name, "docs");
         assert_eq!(docs.startup_timeout, Duration::from_secs(10));
         assert_eq!(docs.tool_timeout, Duration::from_secs(5));
-        assert_eq!(docs.enabled_tools.as_deref(), Some(&["search".to_string()][..]));
+        assert_eq!(
+            docs.enabled_tools.as_deref(),
+            Some(&["search".to_string()][..])
+        );
         match &docs.transport {
             McpTransport::Stdio { cwd, env, .. } => {
                 assert_eq!(cwd.as_deref(), Some(Path::new("/p/sub")));
@@ -462,7 +491,9 @@ startup_timeout_sec = 2.5
         let remote = &servers[1];
         assert!(remote.required);
         assert_eq!(remote.startup_timeout, Duration::from_millis(2500));
-        assert!(matches!(&remote.transport, McpTransport::Http { bearer_token_env_var: Some(v), .. } if v == "REMOTE_TOKEN"));
+        assert!(
+            matches!(&remote.transport, McpTransport::Http { bearer_token_env_var: Some(v), .. } if v == "REMOTE_TOKEN")
+        );
     }
 
     #[test]
@@ -470,14 +501,21 @@ startup_timeout_sec = 2.5
         let err = toml_servers("[mcp_servers.a]\ncommand = \"x\"\ncomand = \"y\"\n")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("[mcp_servers.a]") && err.contains("comand"), "{err}");
-        let err = toml_servers("[mcp_servers.a]\nargs = []\n").unwrap_err().to_string();
+        assert!(
+            err.contains("[mcp_servers.a]") && err.contains("comand"),
+            "{err}"
+        );
+        let err = toml_servers("[mcp_servers.a]\nargs = []\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("needs `command`"), "{err}");
         let err = toml_servers("[mcp_servers.\"a b\"]\ncommand = \"x\"\n")
             .unwrap_err()
             .to_string();
         assert!(err.contains("letters, digits"), "{err}");
-        let err = toml_servers("[mcp_servers.a]\nurl = \"ftp://x\"\n").unwrap_err().to_string();
+        let err = toml_servers("[mcp_servers.a]\nurl = \"ftp://x\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("http://"), "{err}");
         let err = toml_servers("[mcp_servers.a]\ncommand = \"x\"\nstartup_timeout_sec = -1\n")
             .unwrap_err()
@@ -510,11 +548,18 @@ startup_timeout_sec = 2.5
             other => panic!("{other:?}"),
         }
         assert!(matches!(servers[1].transport, McpTransport::Http { .. }));
-        std::fs::write(&path, r#"{"mcpServers": {"a": {"command": "${NOPE_UNSET_Y}"}}}"#).unwrap();
+        std::fs::write(
+            &path,
+            r#"{"mcpServers": {"a": {"command": "${NOPE_UNSET_Y}"}}}"#,
+        )
+        .unwrap();
         let err = read_json(&path).unwrap_err().to_string();
         assert!(err.contains("NOPE_UNSET_Y"), "{err}");
-        std::fs::write(&path, r#"{"mcpServers": {"a": {"type": "sse", "url": "http://x"}}}"#)
-            .unwrap();
+        std::fs::write(
+            &path,
+            r#"{"mcpServers": {"a": {"type": "sse", "url": "http://x"}}}"#,
+        )
+        .unwrap();
         assert!(read_json(&path).unwrap_err().to_string().contains("SSE"));
         std::fs::write(&path, "[1,2").unwrap();
         assert!(read_json(&path).is_err());

@@ -399,10 +399,11 @@ fn load_layers(
     );
     // The folder a project's `.mcp.json` is read from: the one whose `.baton/` applies, else
     // the workspace itself.
-    let mcp_folder = lookup
-        .folder
-        .clone()
-        .unwrap_or_else(|| workspace_hint.canonicalize().unwrap_or(workspace_hint.clone()));
+    let mcp_folder = lookup.folder.clone().unwrap_or_else(|| {
+        workspace_hint
+            .canonicalize()
+            .unwrap_or(workspace_hint.clone())
+    });
     let mut project_servers = Vec::new();
     let json = mcp_folder.join(mcp::PROJECT_JSON);
     if json.is_file() {

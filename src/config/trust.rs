@@ -156,7 +156,13 @@ pub fn config_digest(folder: &Path) -> Option<String> {
             hasher.update(&servers);
         }
     }
-    Some(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Some(
+        hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+    )
 }
 
 fn canonical(folder: &Path) -> PathBuf {

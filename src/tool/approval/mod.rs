@@ -330,15 +330,18 @@ pub fn decide(
 /// for one tool, `mcp__SERVER` for every tool of a server. `allowed` holds the configured
 /// `allow` entries (one word each for these) and `session` what "don't ask again" kept.
 pub fn mcp_tool_is_allowed(tool: &str, allowed: &[Vec<String>], session: &[Vec<String>]) -> bool {
-    allowed.iter().chain(session).any(|entry| match entry.as_slice() {
-        [name] if name.starts_with("mcp__") => {
-            tool == name
-                || tool
-                    .strip_prefix(name.as_str())
-                    .is_some_and(|rest| rest.starts_with("__") && name.matches("__").count() == 1)
-        }
-        _ => false,
-    })
+    allowed
+        .iter()
+        .chain(session)
+        .any(|entry| match entry.as_slice() {
+            [name] if name.starts_with("mcp__") => {
+                tool == name
+                    || tool.strip_prefix(name.as_str()).is_some_and(|rest| {
+                        rest.starts_with("__") && name.matches("__").count() == 1
+                    })
+            }
+            _ => false,
+        })
 }
 
 /// True when every simple command of `command` is read-only or matches an allowed prefix.

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::ServiceExt;
 use rmcp::model::{ClientConfig, Implementation};
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use tokio::io::AsyncBufReadExt;
 
 use crate::config::{McpServer, McpTransport};
@@ -173,7 +173,9 @@ pub async fn start(
                         let _ = tokio::time::timeout(EXIT_GRACE, task).await;
                     }
                     return Err(match exited {
-                        Ok(Ok(status)) => format!("it exited ({status}) before answering `initialize`"),
+                        Ok(Ok(status)) => {
+                            format!("it exited ({status}) before answering `initialize`")
+                        }
                         _ => format!("`initialize` failed: {}", short(e)),
                     });
                 }

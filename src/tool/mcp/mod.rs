@@ -44,7 +44,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Ends every server process group this process started: SIGTERM, a short grace, SIGKILL.
 /// Called when baton exits (a server outlives nothing of ours) and when a hub is dropped.
 pub fn stop_all() {
-    let groups: Vec<i32> = std::mem::take(&mut *lock(&LIVE_GROUPS)).into_iter().collect();
+    let groups: Vec<i32> = std::mem::take(&mut *lock(&LIVE_GROUPS))
+        .into_iter()
+        .collect();
     stop_groups(&groups);
 }
 
@@ -114,7 +116,11 @@ impl Server {
             lock(&LIVE_GROUPS).remove(&pgid);
             stop_groups(&[pgid]);
         }
-        let what = if was_ready { "stopped working" } else { "could not start" };
+        let what = if was_ready {
+            "stopped working"
+        } else {
+            "could not start"
+        };
         let required = if self.config.required {
             " It is required (`required = true`): turns are refused until it works."
         } else {
@@ -198,7 +204,9 @@ impl McpHub {
         });
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             for server in &hub.servers {
-                server.state.send_replace(State::Failed("baton started it outside its runtime".into()));
+                server
+                    .state
+                    .send_replace(State::Failed("baton started it outside its runtime".into()));
             }
             return hub;
         };
@@ -234,7 +242,12 @@ impl McpHub {
         self.servers
             .iter()
             .filter_map(|s| match &*s.state.borrow() {
-                State::Ready(live) => Some(live.tools.iter().map(|t| t.spec.clone()).collect::<Vec<_>>()),
+                State::Ready(live) => Some(
+                    live.tools
+                        .iter()
+                        .map(|t| t.spec.clone())
+                        .collect::<Vec<_>>(),
+                ),
                 _ => None,
             })
             .flatten()
@@ -421,7 +434,11 @@ fn entries(config: &McpServer, tools: Vec<rmcp::model::Tool>) -> Vec<Entry> {
             Some(Entry {
                 spec: ToolSpec {
                     name: qualified.clone(),
-                    description: schema::description(&config.name, &t.name, t.description.as_deref()),
+                    description: schema::description(
+                        &config.name,
+                        &t.name,
+                        t.description.as_deref(),
+                    ),
                     parameters: schema::sanitize(&t.input_schema),
                 },
                 qualified,
@@ -441,7 +458,10 @@ struct McpTool {
 }
 
 impl McpTool {
-    fn arguments(&self, args: &serde_json::Value) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    fn arguments(
+        &self,
+        args: &serde_json::Value,
+    ) -> Result<serde_json::Map<String, serde_json::Value>, String> {
         let value = match args {
             serde_json::Value::String(text) if text.trim().is_empty() => serde_json::json!({}),
             serde_json::Value::String(text) => serde_json::from_str(text)
@@ -491,7 +511,11 @@ impl McpTool {
                 if live.tools.is_empty() {
                     "no tools".to_string()
                 } else {
-                    live.tools.iter().map(|t| t.qualified.as_str()).collect::<Vec<_>>().join(", ")
+                    live.tools
+                        .iter()
+                        .map(|t| t.qualified.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 }
             ));
         };
@@ -506,7 +530,9 @@ impl McpTool {
         match outcome {
             Ok(Ok(result)) => match serde_json::to_value(&result) {
                 Ok(value) => result::to_tool_result(&value, OUTPUT_CAP),
-                Err(e) => ToolResult::error(format!("unreadable result from `{}`: {e}", config.name)),
+                Err(e) => {
+                    ToolResult::error(format!("unreadable result from `{}`: {e}", config.name))
+                }
             },
             Ok(Err(rmcp::ServiceError::McpError(e))) => ToolResult::error(format!(
                 "MCP server `{}` answered with an error: {}",
@@ -559,8 +585,8 @@ impl Tool for McpTool {
     }
 
     fn approval(&self, args: &serde_json::Value, _ctx: &ToolContext) -> ApprovalNeed {
-        let trusted_read_only =
-            self.server.config.trust_read_only_hint && self.entry.as_ref().is_some_and(|e| e.read_only);
+        let trusted_read_only = self.server.config.trust_read_only_hint
+            && self.entry.as_ref().is_some_and(|e| e.read_only);
         if trusted_read_only {
             return ApprovalNeed::None;
         }
@@ -575,7 +601,11 @@ impl Tool for McpTool {
         format!("{} {}", self.name, clip(&args.to_string(), 120))
     }
 
-    fn run<'a>(&'a self, args: serde_json::Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolResult> {
+    fn run<'a>(
+        &'a self,
+        args: serde_json::Value,
+        ctx: &'a ToolContext,
+    ) -> BoxFuture<'a, ToolResult> {
         Box::pin(self.call(args, ctx))
     }
 }

@@ -120,9 +120,17 @@ mod tests {
             16 * 1024,
         );
         assert_eq!(r.status, ToolStatus::Ok);
-        assert!(r.content.contains("[image: image/png, 2.9 KiB"), "{}", r.content);
+        assert!(
+            r.content.contains("[image: image/png, 2.9 KiB"),
+            "{}",
+            r.content
+        );
         assert!(!r.content.contains("AAAA"), "{}", r.content);
-        assert!(r.content.contains("application/zip, 3 bytes"), "{}", r.content);
+        assert!(
+            r.content.contains("application/zip, 3 bytes"),
+            "{}",
+            r.content
+        );
         assert!(r.content.contains("[resource file:///b]\nhello"));
     }
 
@@ -134,7 +142,10 @@ mod tests {
         );
         assert_eq!(r.status, ToolStatus::Error);
         assert!(r.content.contains("\"n\": 1"));
-        let r = to_tool_result(&json!({"content": [{"type": "text", "text": "a\u{1b}]0;pwn\u{7}b\u{1b}[31mc"}]}), 1024);
+        let r = to_tool_result(
+            &json!({"content": [{"type": "text", "text": "a\u{1b}]0;pwn\u{7}b\u{1b}[31mc"}]}),
+            1024,
+        );
         assert_eq!(r.content, "abc");
         let r = to_tool_result(&json!({}), 1024);
         assert!(r.content.contains("no content"));
@@ -143,7 +154,10 @@ mod tests {
     #[test]
     fn a_huge_result_is_capped_with_a_note() {
         let big = "line\n".repeat(2_000_000);
-        let r = to_tool_result(&json!({"content": [{"type": "text", "text": big}]}), 16 * 1024);
+        let r = to_tool_result(
+            &json!({"content": [{"type": "text", "text": big}]}),
+            16 * 1024,
+        );
         assert!(r.content.len() < 17 * 1024);
         assert!(r.content.contains("bytes ("), "{}", &r.content[..200]);
     }

@@ -16,14 +16,28 @@ pub const MAX_DESCRIPTION: usize = 1024;
 pub const MAX_SCHEMA_BYTES: usize = 16 * 1024;
 
 /// Keywords the backends' function-parameter validators reject or ignore; dropped everywhere.
-const DROPPED: &[&str] = &["$schema", "$id", "$comment", "examples", "deprecated", "readOnly", "writeOnly"];
+const DROPPED: &[&str] = &[
+    "$schema",
+    "$id",
+    "$comment",
+    "examples",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+];
 
 /// `mcp__SERVER__TOOL`, with characters outside `[A-Za-z0-9_-]` turned into `_` and a long
 /// name shortened with a hash of the full one, so two long names stay apart.
 pub fn qualified_name(server: &str, tool: &str) -> String {
     let clean = |s: &str| -> String {
         s.chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect()
     };
     let name = format!("mcp__{}__{}", clean(server), clean(tool));
@@ -125,12 +139,21 @@ mod tests {
 
     #[test]
     fn names_fit_the_chat_apis() {
-        assert_eq!(qualified_name("everything", "echo"), "mcp__everything__echo");
-        assert_eq!(qualified_name("fs", "read.file/v2"), "mcp__fs__read_file_v2");
+        assert_eq!(
+            qualified_name("everything", "echo"),
+            "mcp__everything__echo"
+        );
+        assert_eq!(
+            qualified_name("fs", "read.file/v2"),
+            "mcp__fs__read_file_v2"
+        );
         let long = qualified_name("server", &"x".repeat(100));
         assert_eq!(long.len(), 64);
         assert_ne!(long, qualified_name("server", &"x".repeat(101)));
-        assert!(long.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
+        assert!(
+            long.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        );
     }
 
     #[test]
@@ -156,7 +179,10 @@ mod tests {
         let bare = sanitize(&Map::new());
         assert_eq!(bare, json!({"type": "object", "properties": {}}));
         let mut huge = Map::new();
-        huge.insert("description".into(), Value::String("x".repeat(MAX_SCHEMA_BYTES)));
+        huge.insert(
+            "description".into(),
+            Value::String("x".repeat(MAX_SCHEMA_BYTES)),
+        );
         assert_eq!(sanitize(&huge), json!({"type": "object", "properties": {}}));
     }
 
