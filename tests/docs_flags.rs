@@ -19,6 +19,7 @@ const FOREIGN: &[&str] = &[
     "--locked",
     "--no-run",
     "--nocapture",
+    "--ignored",
     // vLLM / SGLang serving the adapters
     "--lora-modules",
     "--lora-paths",

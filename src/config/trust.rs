@@ -176,6 +176,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn trusting_a_folder_records_its_mcp_json_too() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let folder = dir.path();
+        std::fs::write(folder.join(".mcp.json"), "{\"mcpServers\": {}}").expect("write");
+        let mut list = TrustList::default();
+        list.trust(folder);
+        assert_eq!(list.status(folder), TrustStatus::Trusted);
+        std::fs::write(folder.join(".mcp.json"), "{\"mcpServers\": {\"x\": {}}}").expect("write");
+        assert_eq!(list.status(folder), TrustStatus::Changed);
+        // config.toml alone hashes as before .mcp.json was read, so old entries stay valid.
+        let other = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(other.path().join(".baton")).expect("mkdir");
+        std::fs::write(folder_config(other.path()), "a = 1\n").expect("write");
+        let plain: String = Sha256::digest(b"a = 1\n")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(config_digest(other.path()), Some(plain));
+    }
+
+    #[test]
     fn a_config_rewritten_after_trust_is_no_longer_trusted() {
         let dir = tempfile::tempdir().expect("tempdir");
         let folder = dir.path();

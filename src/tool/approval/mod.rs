@@ -398,6 +398,44 @@ pub fn matches_prefix(words: &[String], prefix: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mcp_tools_are_allowed_by_exact_name_or_whole_server() {
+        let allowed = vec![
+            vec!["mcp__docs".to_string()],
+            vec!["mcp__fs__read".to_string()],
+        ];
+        assert!(mcp_tool_is_allowed("mcp__docs__search", &allowed, &[]));
+        assert!(mcp_tool_is_allowed("mcp__fs__read", &allowed, &[]));
+        assert!(!mcp_tool_is_allowed("mcp__fs__write", &allowed, &[]));
+        assert!(!mcp_tool_is_allowed("mcp__docsx__search", &allowed, &[]));
+        assert!(!mcp_tool_is_allowed("mcp__fs__read_more", &allowed, &[]));
+        // A command prefix never allows a tool, and a tool name in `allow` no command.
+        let cmd = vec![vec!["mcp__docs".to_string(), "x".to_string()]];
+        assert!(!mcp_tool_is_allowed("mcp__docs__search", &cmd, &[]));
+        let need = ApprovalNeed::Mcp {
+            tool: "mcp__fs__write".into(),
+            server: "fs".into(),
+            arguments: "{}".into(),
+        };
+        assert_eq!(
+            decide(ApprovalPolicy::Ask, &need, &allowed, &[]),
+            Decision::Ask
+        );
+        assert_eq!(
+            decide(ApprovalPolicy::FullAuto, &need, &allowed, &[]),
+            Decision::Allow
+        );
+        assert!(matches!(
+            decide(ApprovalPolicy::Never, &need, &allowed, &[]),
+            Decision::Decline(_)
+        ));
+        let session = vec![vec!["mcp__fs__write".to_string()]];
+        assert_eq!(
+            decide(ApprovalPolicy::Ask, &need, &allowed, &session),
+            Decision::Allow
+        );
+    }
     use ApprovalPolicy::{Ask, AutoEdit, FullAuto, Never};
     use Decision::{Allow, Decline};
 

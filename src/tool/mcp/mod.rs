@@ -31,6 +31,9 @@ use crate::protocol::{Event, EventSink, McpServerState, McpServerStatus, ToolSpe
 const OUTPUT_CAP: usize = 16 * 1024;
 /// How often a ready server's connection is checked for having gone away.
 const LIVENESS_POLL: Duration = Duration::from_millis(500);
+/// The most tools one server may offer; past this its list is cut (each tool costs tokens on
+/// every request, and a server listing thousands would crowd out the conversation).
+const MAX_TOOLS: usize = 128;
 /// How long stopped servers get between SIGTERM and SIGKILL.
 const STOP_GRACE: Duration = Duration::from_millis(300);
 
@@ -106,6 +109,11 @@ struct Server {
 
 impl Server {
     fn fail(&self, hub: &McpHub, why: String) {
+        // The reason may quote the server: no control characters reach a terminal.
+        let why: String = why
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
         let why = match self.stderr.last() {
             Some(line) if !why.contains(&line) => format!("{why} (its last stderr line: {line})"),
             _ => why,
@@ -380,7 +388,16 @@ async fn run_server(hub: std::sync::Weak<McpHub>, server: Arc<Server>, workspace
             return;
         }
     };
-    let entries = entries(&server.config, tools);
+    let offered = tools.len();
+    let mut entries = entries(&server.config, tools);
+    if entries.len() > MAX_TOOLS {
+        entries.truncate(MAX_TOOLS);
+        hub.warn(format!(
+            "MCP server `{}` lists {offered} tools; only the first {MAX_TOOLS} are offered (choose \
+             with `enabled_tools`)",
+            server.config.name
+        ));
+    }
     let peer = service.peer().clone();
     server.state.send_replace(State::Ready(Arc::new(Live {
         peer: peer.clone(),
@@ -537,10 +554,10 @@ impl McpTool {
             Ok(Err(rmcp::ServiceError::McpError(e))) => ToolResult::error(format!(
                 "MCP server `{}` answered with an error: {}",
                 config.name,
-                clip(&e.message, 2000)
+                result::plain(&clip(&e.message, 2000))
             )),
             Ok(Err(e)) => {
-                let why = clip(&e.to_string(), 500);
+                let why = result::plain(&clip(&e.to_string(), 500));
                 if live.peer.is_transport_closed() {
                     ToolResult::error(format!(
                         "MCP server `{}` closed its connection during the call ({why}); its \

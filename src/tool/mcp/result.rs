@@ -68,7 +68,7 @@ fn or_unknown(s: &str) -> &str {
 }
 
 /// Terminal escapes and control characters out, as for command output.
-fn plain(text: &str) -> String {
+pub(super) fn plain(text: &str) -> String {
     let mut filter = OutputFilter::new();
     let mut out = filter.feed(text.as_bytes()).model;
     out.push_str(&filter.flush());
