@@ -415,6 +415,74 @@ pub fn read_json(path: &Path) -> Result<Vec<McpServer>, ConfigLoadError> {
     Ok(out)
 }
 
+/// One server an ACP client declares in `session/new`'s `mcpServers`: stdio as `{name,
+/// command, args, env: [{name, value}]}`, or `{type: "http", name, url, headers: [{name,
+/// value}]}`. `source` says who declared it (shown by `/mcp` and in messages).
+pub fn from_acp(value: &serde_json::Value, source: &str) -> Result<McpServer, String> {
+    #[derive(Deserialize)]
+    struct Pair {
+        name: String,
+        value: String,
+    }
+    #[derive(Deserialize)]
+    struct Acp {
+        name: String,
+        #[serde(rename = "type")]
+        kind: Option<String>,
+        command: Option<String>,
+        #[serde(default)]
+        args: Vec<String>,
+        #[serde(default)]
+        env: Vec<Pair>,
+        url: Option<String>,
+        #[serde(default)]
+        headers: Vec<Pair>,
+    }
+    let raw: Acp = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
+    check_name(&raw.name).map_err(|e| format!("`{}`: {e}", raw.name))?;
+    let transport = match (raw.kind.as_deref(), raw.command, raw.url) {
+        (None | Some("stdio"), Some(command), None) => McpTransport::Stdio {
+            command,
+            args: raw.args,
+            env: raw.env.into_iter().map(|p| (p.name, p.value)).collect(),
+            cwd: None,
+        },
+        (Some("http"), None, Some(url)) => {
+            check_url(&url)?;
+            McpTransport::Http {
+                url,
+                bearer_token_env_var: None,
+                http_headers: raw.headers.into_iter().map(|p| (p.name, p.value)).collect(),
+                env_http_headers: BTreeMap::new(),
+            }
+        }
+        (Some("sse"), ..) => {
+            return Err(format!(
+                "`{}`: the SSE transport is not supported",
+                raw.name
+            ));
+        }
+        _ => {
+            return Err(format!(
+                "`{}`: needs `command` (stdio) or `type: http` with `url`",
+                raw.name
+            ));
+        }
+    };
+    Ok(McpServer {
+        name: raw.name,
+        transport,
+        enabled: true,
+        required: false,
+        startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+        tool_timeout: DEFAULT_TOOL_TIMEOUT,
+        enabled_tools: None,
+        disabled_tools: Vec::new(),
+        trust_read_only_hint: false,
+        source: source.to_string(),
+    })
+}
+
 /// Adds `servers` to `into`, a later one replacing an earlier one of the same name (a project
 /// entry overrides the user's).
 pub fn merge(into: &mut Vec<McpServer>, servers: Vec<McpServer>) {
@@ -522,6 +590,33 @@ startup_timeout_sec = 2.5
             .to_string();
         assert!(err.contains("startup_timeout_sec"), "{err}");
         assert!(toml_servers("mcp_servers = 3\n").is_err());
+    }
+
+    #[test]
+    fn acp_server_declarations() {
+        let stdio = from_acp(
+            &serde_json::json!({"name": "fs", "command": "/bin/srv", "args": ["-x"], "env": [{"name": "A", "value": "1"}]}),
+            "ACP client",
+        )
+        .unwrap();
+        assert!(matches!(&stdio.transport, McpTransport::Stdio { env, .. } if env["A"] == "1"));
+        let http = from_acp(
+            &serde_json::json!({"type": "http", "name": "w", "url": "http://127.0.0.1:1/mcp", "headers": [{"name": "X", "value": "y"}]}),
+            "ACP client",
+        )
+        .unwrap();
+        assert!(
+            matches!(&http.transport, McpTransport::Http { http_headers, .. } if http_headers["X"] == "y")
+        );
+        assert!(
+            from_acp(
+                &serde_json::json!({"type": "sse", "name": "s", "url": "http://x"}),
+                "c"
+            )
+            .is_err()
+        );
+        assert!(from_acp(&serde_json::json!({"name": "a b", "command": "x"}), "c").is_err());
+        assert!(from_acp(&serde_json::json!({"name": "n"}), "c").is_err());
     }
 
     #[test]
