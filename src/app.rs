@@ -242,8 +242,29 @@ pub fn open_session(
     })
 }
 
-/// The tools offered to the model: files, search, outline, git, plan, and the sandboxed shell.
+/// The tools offered to the model: files, search, outline, git, plan, the sandboxed shell,
+/// and the tools of the configured MCP servers (started here, in the background).
 pub fn tool_registry(config: &Config) -> crate::tool::ToolRegistry {
+    let registry = builtin_tools(config);
+    match mcp_servers(config) {
+        Some(hub) => registry.with_mcp(hub),
+        None => registry,
+    }
+}
+
+/// Starts the configured MCP servers (`config.mcp_servers`: the user's, a trusted project's,
+/// and any a frontend added from its client), none when there are none.
+pub fn mcp_servers(config: &Config) -> Option<Arc<crate::tool::mcp::McpHub>> {
+    if config.mcp_servers.is_empty() {
+        return None;
+    }
+    Some(crate::tool::mcp::McpHub::start(
+        config.mcp_servers.clone(),
+        config.workspace.clone(),
+    ))
+}
+
+fn builtin_tools(config: &Config) -> crate::tool::ToolRegistry {
     let mut registry = crate::tool::registry::standard_tools();
     let defaults = crate::tool::shell::ShellConfig::default();
     let shell = crate::tool::shell::ShellConfig {

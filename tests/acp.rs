@@ -590,13 +590,15 @@ fn malformed_lines_get_errors_and_a_closed_stdin_ends_the_process_cleanly() {
     );
     // A session, then the editor goes away in the middle of a turn.
     raw.send(&format!(
-        r#"{{"jsonrpc":"2.0","id":6,"method":"session/new","params":{{"cwd":"{}","mcpServers":[{{"name":"files","command":"/bin/true","args":[],"env":[]}}]}}}}"#,
+        r#"{{"jsonrpc":"2.0","id":6,"method":"session/new","params":{{"cwd":"{}","mcpServers":[{{"name":"files","command":"/bin/true","args":[],"env":[]}},{{"type":"sse","name":"oldsse","url":"http://127.0.0.1:9/sse","headers":[]}}]}}}}"#,
         env.workspace.display()
     ));
     let created = raw.answer(6);
     let warnings = created["result"]["_meta"]["baton"]["warnings"].to_string();
+    // The stdio server is handed to the MCP client (it fails later, as a warning event); the
+    // SSE one is refused at once.
     assert!(
-        warnings.contains("files") && warnings.contains("not connected"),
+        warnings.contains("oldsse") && warnings.contains("SSE") && !warnings.contains("files"),
         "{created}"
     );
     let id = created["result"]["sessionId"].as_str().unwrap().to_string();

@@ -22,6 +22,7 @@ mod eval;
 mod exec;
 mod harbor;
 mod hooks;
+mod mcp;
 mod remote_backend;
 mod sandbox;
 mod serve;

@@ -10,6 +10,8 @@ mkdir -p "$deps/node"
 # One package a line (keeps merges clean).
 npm_packages=(
     @openai/codex@0.171.0
+    @modelcontextprotocol/server-everything@2026.8.31
+    @modelcontextprotocol/server-filesystem@2026.8.31
 )
 pip_packages=(
     harbor==0.26.0
@@ -17,6 +19,7 @@ pip_packages=(
     setuptools==80.9.0
     agent-client-protocol==0.12.1
     openai==3.57.0
+    mcp==1.30.0
 )
 
 if [ ${#npm_packages[@]} -gt 0 ]; then

@@ -55,7 +55,7 @@ pub struct SessionRequest {
     pub cwd: PathBuf,
     /// A saved session's exact id (`session/load`); `None` for `session/new`.
     pub load: Option<String>,
-    /// The editor's MCP servers, for `Config::client_mcp_servers`.
+    /// The editor's MCP servers, started with the session beside the configured ones.
     pub mcp_servers: Vec<McpServerSpec>,
 }
 
@@ -426,7 +426,7 @@ fn initialize_response() -> InitializeResponse {
             AgentCapabilities::new()
                 .load_session(true)
                 .prompt_capabilities(PromptCapabilities::new().embedded_context(true))
-                .mcp_capabilities(McpCapabilities::new()),
+                .mcp_capabilities(McpCapabilities::new().http(true)),
         )
         .agent_info(Implementation::new("baton", env!("CARGO_PKG_VERSION")).title("baton"))
 }

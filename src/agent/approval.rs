@@ -40,6 +40,10 @@ pub fn decide(
                 "typing into session {session} (`{program}`) needs approval: that program may \
                  run what it reads"
             ),
+            ApprovalNeed::Mcp { tool, .. } => format!(
+                "calling the MCP tool `{tool}` needs approval (allow it by name in `[approval] \
+                 allow`)"
+            ),
             ApprovalNeed::None => "this call needs approval".into(),
         },
         Decision::Decline(why) => why,

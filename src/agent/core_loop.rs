@@ -108,6 +108,9 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
                     events.emit(crate::tool::git::workspace_diff_event(&workspace));
                 });
             }
+            Op::McpStatus => shared.events.emit(Event::McpServers {
+                servers: shared.tools.mcp().map(|h| h.status()).unwrap_or_default(),
+            }),
             Op::Shutdown => {
                 shutdown(&shared, running.take()).await;
                 shared.events.emit(Event::ShutdownComplete);
@@ -336,7 +339,7 @@ async fn undo(shared: &Arc<Shared>, redo: bool, apply: bool, force: bool) {
 /// `!cmd` typed by the user: runs through the sandboxed shell tool and is shown like a tool
 /// call. The user typed it, so it needs no approval; the model does not see it.
 async fn user_shell(shared: &Arc<Shared>, command: String) {
-    let Some(tool) = shared.tools.get("shell").cloned() else {
+    let Some(tool) = shared.tools.get("shell") else {
         shared.events.emit(Event::Error {
             message: "no shell tool is configured".into(),
             kind: ErrorKind::Config,

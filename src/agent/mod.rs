@@ -239,6 +239,9 @@ fn start(
     restored: Option<SessionState>,
 ) -> (AgentHandle, Arc<Shared>) {
     let (events, events_rx) = EventSink::channel();
+    if let Some(hub) = tools.mcp() {
+        hub.attach(events.clone());
+    }
     let (ops_tx, ops_rx) = tokio::sync::mpsc::unbounded_channel();
     let resumed = restored.is_some();
     let state = restored.unwrap_or_else(|| SessionState::of_new_file(&session));

@@ -36,7 +36,7 @@ pub(crate) async fn execute(
         serde_json::from_str(&call.arguments)
             .map_err(|e| format!("the arguments are not valid JSON ({e}); send a JSON object"))
     };
-    let tool = shared.tools.get(&call.name).cloned();
+    let tool = shared.tools.get(&call.name);
     // PreToolUse runs before anything is shown: a rewritten input is what the user sees run.
     let mut pre = HookOutcome::default();
     let mut interrupted = false;
@@ -241,6 +241,23 @@ async fn ask(
             cwd: crate::tool::approval::shown_command(cwd),
             remember: {
                 offered = crate::tool::approval::remember_prefix(command, argv);
+                offered.clone()
+            },
+        },
+        // The tool with its arguments where a command would stand; "don't ask again" keeps
+        // the tool's name, which `[approval] allow` would hold too.
+        ApprovalNeed::Mcp {
+            tool,
+            server,
+            arguments,
+        } => ApprovalRequest::Command {
+            command: crate::tool::approval::shown_command(&format!("{tool} {arguments}")),
+            argv: Vec::new(),
+            cwd: crate::tool::approval::shown_command(&format!(
+                "MCP server `{server}` (outside the sandbox)"
+            )),
+            remember: {
+                offered = Some(vec![tool.clone()]);
                 offered.clone()
             },
         },

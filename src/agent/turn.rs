@@ -13,7 +13,7 @@ use crate::backend::{BackendError, ChatCompletion, ChatDelta, ChatRequest, Finis
 use crate::hooks::HookEvent;
 use crate::mol::{AnswerInput, AnswerOptions, ExpertChoice, Step, modes};
 use crate::protocol::ChatMessage;
-use crate::protocol::{Event, Expert, Hop, TurnStatus};
+use crate::protocol::{ErrorKind, Event, Expert, Hop, TurnStatus};
 use crate::session::Record;
 
 /// Why a turn stopped early.
@@ -22,6 +22,8 @@ pub(crate) enum Stop {
     Failed(BackendError),
     /// A hook refused the user's prompt; the text is for the user.
     Blocked(String),
+    /// The turn could not start (a required MCP server is down); the text says why.
+    Refused(String),
 }
 
 /// How often a Stop hook may send the expert back to work in one turn: a hook that never
@@ -65,6 +67,14 @@ pub(crate) async fn run_turn(
             abandon(&shared);
             match stop {
                 Stop::Interrupted => (TurnStatus::Interrupted, None, expert),
+                Stop::Refused(message) => {
+                    shared.events.emit(Event::Error {
+                        message,
+                        kind: ErrorKind::Config,
+                        hop: None,
+                    });
+                    (TurnStatus::Error, None, expert)
+                }
                 Stop::Failed(e) => {
                     shared.events.emit(Event::Error {
                         message: e.to_string(),
@@ -154,6 +164,17 @@ fn public_expert(shared: &Shared, expert: Option<Expert>) -> Option<Expert> {
 
 async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<Expert>)> {
     let shared = ctx.shared.clone();
+    // A required MCP server that is still starting is waited for (its start is bounded by
+    // its timeout); one that failed stops the turn before any model call.
+    if let Some(hub) = shared.tools.mcp() {
+        let problem = tokio::select! {
+            p = hub.required_problem() => p,
+            _ = ctx.cancel.cancelled() => return Err((Stop::Interrupted, None)),
+        };
+        if let Some(problem) = problem {
+            return Err((Stop::Refused(problem), None));
+        }
+    }
     // A tool loop left open by an interrupted turn is abandoned; its expert is the fallback.
     let open_owner = shared.state().timeline.open_task().map(|t| t.owner);
     abandon(&shared);

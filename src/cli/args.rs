@@ -268,6 +268,8 @@ pub enum Command {
     /// Serve the MoL loop as an OpenAI-compatible endpoint (a drop-in for the reference
     /// harness's proxy) in front of --endpoint or --local.
     Serve(super::serve::ServeArgs),
+    /// MCP servers: list, get NAME, add NAME -- CMD… | add NAME --url URL, remove NAME.
+    Mcp(super::mcp::McpArgs),
     /// Run Terminal-Bench / Harbor format tasks with an agent and score them.
     Eval(super::eval::EvalArgs),
     /// Turn a `baton --exec --json` event stream into an ATIF v1.7 trajectory (what `baton

@@ -257,6 +257,8 @@ pub async fn run(config: &Config, config_problems: &[ConfigLoadError]) -> i32 {
         (None, Ok(_)) => r.ok("built-in default profile"),
     }
 
+    mcp_report(&mut r, config).await;
+
     println!("model");
     let backend = match crate::app::build_backend(config).map(|(b, _)| b) {
         Ok(b) => b,
@@ -347,6 +349,68 @@ fn models_probe_error(e: &BackendError) -> String {
         BackendError::Cancelled { .. } => "cancelled".to_string(),
     };
     format!("models probe: {what}")
+}
+
+/// Starts each configured MCP server as a session would, and says which answered, with how
+/// many tools and how large their part of every request is.
+async fn mcp_report(r: &mut Report, config: &Config) {
+    use crate::protocol::McpServerState;
+    let withheld: Vec<&String> = config
+        .warnings
+        .iter()
+        .filter(|w| w.starts_with("MCP servers declared"))
+        .collect();
+    if config.mcp_servers.is_empty() && withheld.is_empty() {
+        return;
+    }
+    println!("mcp servers");
+    for w in withheld {
+        r.note(w);
+    }
+    // A server that exits closes its pipe: writing to it must be an error for the client to
+    // report, not the SIGPIPE that ends a report command (see `end_quietly_on_closed_stdout`).
+    // SAFETY: changing a signal's disposition has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let Some(hub) = crate::app::mcp_servers(config) else {
+        return;
+    };
+    hub.settled().await;
+    let specs = hub.specs();
+    let status = hub.status();
+    hub.stop();
+    drop(hub);
+    // SAFETY: as above; the servers are stopped, so no write to them is left.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    for s in status {
+        let prefix = crate::tool::mcp::schema::qualified_name(&s.name, "");
+        let bytes: usize = specs
+            .iter()
+            .filter(|t| t.name.starts_with(&prefix))
+            .map(|t| serde_json::to_string(t).map_or(0, |j| j.len()))
+            .sum();
+        match s.state {
+            McpServerState::Ready => r.ok(&format!(
+                "{}: ready, {} tools ({} bytes of tool list, about {} tokens per request) — {}",
+                s.name,
+                s.tools.len(),
+                bytes,
+                bytes / 4,
+                s.transport
+            )),
+            McpServerState::Disabled => {
+                r.note(&format!("{}: disabled (`enabled = false`)", s.name))
+            }
+            McpServerState::Failed | McpServerState::Starting => {
+                let why = s.error.unwrap_or_else(|| "did not start".into());
+                let line = format!("{}: {} — {}", s.name, why, s.transport);
+                if s.required {
+                    r.bad(&format!("{line} (required: turns are refused)"));
+                } else {
+                    r.bad(&line);
+                }
+            }
+        }
+    }
 }
 
 fn finish(r: &Report) -> i32 {

@@ -9,6 +9,7 @@ mod choices;
 mod doctor;
 pub mod engine;
 pub mod eval;
+mod mcp;
 mod repl;
 pub(crate) mod sandbox;
 mod serve;
@@ -131,6 +132,7 @@ pub fn main() -> i32 {
             Some(Command::Sessions(a)) => sessions::run(&config, a, cli.common.all),
             Some(Command::Doctor) => doctor::run(&config, &config_problems).await,
             Some(Command::Serve(a)) => serve::run(&config, a).await,
+            Some(Command::Mcp(a)) => mcp::run(&config, a),
             Some(Command::Undo(a)) => undo::run(&config.workspace, &config.session_dir, a),
             Some(Command::Acp) => serve_acp(&flags, cli.no_color).await,
             Some(
@@ -194,6 +196,8 @@ pub fn main() -> i32 {
     });
     // Background work (a hung summary, a stuck tool) must not keep a finished run alive.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    // No MCP server outlives baton, whatever the frontend left running.
+    crate::tool::mcp::stop_all();
     code
 }
 
@@ -271,14 +275,16 @@ async fn serve_acp(flags: &crate::config::Settings, no_color: bool) -> i32 {
                         .into(),
                 );
             }
-            if !req.mcp_servers.is_empty() {
-                let names: Vec<&str> = req.mcp_servers.iter().map(|s| s.name()).collect();
-                warnings.push(format!(
-                    "the editor's MCP servers ({}) are not connected: this baton has no MCP client",
-                    names.join(", ")
-                ));
+            // The editor's servers join the configured ones (an editor's entry replaces a
+            // configured one of the same name) and start like them, with the session.
+            let mut editor_servers = Vec::new();
+            for spec in &req.mcp_servers {
+                match crate::config::mcp::from_client(spec, "the editor (ACP)") {
+                    Ok(server) => editor_servers.push(server),
+                    Err(e) => warnings.push(format!("the editor's MCP server {e}: not used")),
+                }
             }
-            config.client_mcp_servers = req.mcp_servers;
+            crate::config::mcp::merge(&mut config.mcp_servers, editor_servers);
             let (handle, info) =
                 crate::app::start(&config, Frontend::Interactive, req.load.as_deref())
                     .map_err(|e| e.to_string())?;
@@ -342,6 +348,7 @@ fn prints_a_report(command: Option<&Command>) -> bool {
                 | Command::Undo(_)
                 | Command::Trust(_)
                 | Command::Trajectory(_)
+                | Command::Mcp(_)
         )
     )
 }

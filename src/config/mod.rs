@@ -8,10 +8,12 @@
 //! error names the source (file or variable), the key and the reason.
 
 pub mod commands;
+pub mod mcp;
 mod project;
 mod settings;
 mod trust;
 
+pub use mcp::{McpServer, McpTransport};
 pub use project::GUARDED_KEYS;
 pub use settings::{Settings, command_prefix, not_a_folder};
 pub use trust::{
@@ -104,10 +106,8 @@ pub struct Config {
     /// What the user must be told about the configuration before anything runs: project
     /// settings withheld because their folder is not trusted, project files not read.
     pub warnings: Vec<String>,
-    /// The MCP servers an editor gave this session over ACP (`baton acp`); never read from a
-    /// file or a flag. Not connected yet: baton has no MCP client, so the ACP frontend tells
-    /// the editor they are ignored (docs/acp.md).
-    pub client_mcp_servers: Vec<crate::protocol::McpServerSpec>,
+    /// The MCP servers to start: the user's, then those of a trusted project (`mcp`).
+    pub mcp_servers: Vec<McpServer>,
 }
 
 impl Config {
@@ -166,7 +166,13 @@ pub fn read_file(path: &Path) -> Result<Settings, ConfigLoadError> {
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
     let mut settings = Settings::default();
+    // Structured, read by `mcp::servers_from_table`; checked here so a mistake in it stops
+    // the load like any other key's.
+    mcp::servers_from_table(&table, path)?;
     for (key, value) in &flatten_sections(&table) {
+        if key == mcp::SECTION {
+            continue;
+        }
         // `path:line`, so an editor can jump to the key.
         let source = match key_line(&text, key) {
             Some(line) => format!("{}:{line}", path.display()),
@@ -356,10 +362,12 @@ fn load_layers(
     let env = layer(read_env().map_err(ConfigLoadError::from))?;
     let mut files = Vec::new();
 
+    let mut mcp_servers = Vec::new();
     let user = match user_config_path().filter(|p| p.is_file()) {
         Some(p) => {
             let s = read_file(&p);
             if s.is_ok() {
+                mcp::merge(&mut mcp_servers, mcp::read_toml(&p).unwrap_or_default());
                 files.push(p);
             }
             layer(s)?
@@ -392,12 +400,33 @@ fn load_layers(
             .iter()
             .map(|f| project::passed_over_warning(f)),
     );
+    // The folder a project's `.mcp.json` is read from: the one whose `.baton/` applies, else
+    // the workspace itself.
+    let mcp_folder = lookup.folder.clone().unwrap_or_else(|| {
+        workspace_hint
+            .canonicalize()
+            .unwrap_or(workspace_hint.clone())
+    });
+    let mut project_servers = Vec::new();
+    let json = mcp_folder.join(mcp::PROJECT_JSON);
+    if json.is_file() {
+        match mcp::read_json(&json) {
+            Ok(servers) => {
+                files.push(json);
+                mcp::merge(&mut project_servers, servers);
+            }
+            Err(e) => {
+                layer(Err(e))?;
+            }
+        }
+    }
     let project = match lookup.folder {
         Some(folder) => {
             let p = folder_config(&folder);
             let s = read_file(&p);
             if s.is_ok() {
                 files.push(p.clone());
+                mcp::merge(&mut project_servers, mcp::read_toml(&p).unwrap_or_default());
             }
             let mut s = layer(s)?;
             let status = trust.status(&folder);
@@ -418,6 +447,19 @@ fn load_layers(
         }
         None => Settings::default(),
     };
+    if !project_servers.is_empty() {
+        match trust.status(&mcp_folder) {
+            TrustStatus::Trusted => mcp::merge(&mut mcp_servers, project_servers),
+            status => {
+                let names: Vec<String> = project_servers.iter().map(|s| s.name.clone()).collect();
+                warnings.push(mcp::withheld_warning(
+                    &mcp_folder,
+                    &names,
+                    status == TrustStatus::Changed,
+                ));
+            }
+        }
+    }
 
     let mut merged = Settings::default();
     merged.overlay(user);
@@ -435,6 +477,7 @@ fn load_layers(
     };
     config.files = files;
     config.warnings = warnings;
+    config.mcp_servers = mcp_servers;
     Ok(config)
 }
 

@@ -520,7 +520,7 @@ impl Settings {
             // A flag only (`--no-hooks`).
             no_hooks: false,
             warnings: Vec::new(),
-            client_mcp_servers: Vec::new(),
+            mcp_servers: Vec::new(),
         })
     }
 }

@@ -139,11 +139,30 @@ impl TrustList {
     }
 }
 
-/// SHA-256 (hex) of `folder`'s `.baton/config.toml`; `None` when there is none to read.
+/// SHA-256 (hex) of `folder`'s `.baton/config.toml`, and of its `.mcp.json` when it has one
+/// (the servers it declares run with the user's rights, so trusting the folder trusts that
+/// file as it is now); `None` when there is neither.
 pub fn config_digest(folder: &Path) -> Option<String> {
-    let bytes = std::fs::read(folder_config(folder)).ok()?;
-    let digest = Sha256::digest(&bytes);
-    Some(digest.iter().map(|b| format!("{b:02x}")).collect())
+    let config = std::fs::read(folder_config(folder)).ok();
+    let servers = std::fs::read(folder.join(super::mcp::PROJECT_JSON)).ok();
+    let mut hasher = Sha256::new();
+    match (config, servers) {
+        (None, None) => return None,
+        // Alone, config.toml hashes as it always did: existing trust entries stay valid.
+        (Some(config), None) => hasher.update(&config),
+        (config, Some(servers)) => {
+            hasher.update(config.unwrap_or_default());
+            hasher.update(b"\0.mcp.json\0");
+            hasher.update(&servers);
+        }
+    }
+    Some(
+        hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+    )
 }
 
 fn canonical(folder: &Path) -> PathBuf {
@@ -155,6 +174,27 @@ fn canonical(folder: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trusting_a_folder_records_its_mcp_json_too() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let folder = dir.path();
+        std::fs::write(folder.join(".mcp.json"), "{\"mcpServers\": {}}").expect("write");
+        let mut list = TrustList::default();
+        list.trust(folder);
+        assert_eq!(list.status(folder), TrustStatus::Trusted);
+        std::fs::write(folder.join(".mcp.json"), "{\"mcpServers\": {\"x\": {}}}").expect("write");
+        assert_eq!(list.status(folder), TrustStatus::Changed);
+        // config.toml alone hashes as before .mcp.json was read, so old entries stay valid.
+        let other = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(other.path().join(".baton")).expect("mkdir");
+        std::fs::write(folder_config(other.path()), "a = 1\n").expect("write");
+        let plain: String = Sha256::digest(b"a = 1\n")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(config_digest(other.path()), Some(plain));
+    }
 
     #[test]
     fn a_config_rewritten_after_trust_is_no_longer_trusted() {

@@ -102,6 +102,7 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
     let mut titles: HashMap<String, String> = HashMap::new();
     let mut declined: Vec<String> = Vec::new();
     let mut ran = 0usize;
+    let mut refused = false;
     loop {
         let until_deadline = async {
             match deadline {
@@ -149,6 +150,13 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
         out.event(&event);
         match &event {
             Event::SessionUsage { usage } => session_usage = Some(*usage),
+            // Only a turn refused before it began has no hop: a required MCP server is down,
+            // a setup problem like any other (exit 2).
+            Event::Error {
+                kind: crate::protocol::ErrorKind::Config,
+                hop: None,
+                ..
+            } => refused = true,
             Event::Session { session_id: id, .. } => {
                 // Right after the session line (the first event a reader expects): what the
                 // configuration withheld, as `warning` events in --json and lines on stderr.
@@ -201,6 +209,7 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
                     // explanation, and a script must not take it for the work done.
                     TurnStatus::Done if ran == 0 && !declined.is_empty() => exit::DECLINED,
                     TurnStatus::Done => exit::OK,
+                    TurnStatus::Error if refused => exit::USAGE,
                     TurnStatus::Error => exit::AGENT_ERROR,
                     TurnStatus::LimitReached => exit::LIMIT,
                     TurnStatus::Interrupted if timed_out => exit::LIMIT,

@@ -1,6 +1,6 @@
 //! The MCP servers an editor hands to a session (ACP `mcpServers` of `session/new` and
-//! `session/load`), in a form of baton's own: the ACP frontend parses them, the builder is
-//! given them in `Config::client_mcp_servers`.
+//! `session/load`), in a form of baton's own: the ACP frontend parses them and `config::mcp`
+//! turns them into servers the MCP client starts with the session.
 
 use serde::{Deserialize, Serialize};
 

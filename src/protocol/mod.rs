@@ -182,6 +182,8 @@ pub enum Op {
     /// The workspace's changes against HEAD plus untracked files (`/diff`); answered by one
     /// `Event::WorkspaceDiff`, also while a turn runs.
     WorkspaceDiff,
+    /// The MCP servers with their state (`/mcp`); answered by one `Event::McpServers`.
+    McpStatus,
 }
 
 /// What kind of action waits for approval.
@@ -199,6 +201,31 @@ pub enum ApprovalRequest {
     },
     /// A file change, shown as a unified diff.
     Edit { path: String, diff: String },
+}
+
+/// Where an MCP server stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum McpServerState {
+    Starting,
+    Ready,
+    Failed,
+    Disabled,
+}
+
+/// One MCP server as `/mcp` and `baton mcp list` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServerStatus {
+    pub name: String,
+    pub state: McpServerState,
+    /// The command line or URL.
+    pub transport: String,
+    pub required: bool,
+    /// The tools offered, as the model calls them (`mcp__SERVER__TOOL`).
+    pub tools: Vec<String>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Status of one plan item (`update_plan` tool).
@@ -495,6 +522,10 @@ pub enum Event {
     },
     Warning {
         message: String,
+    },
+    /// The answer to `Op::McpStatus`: every configured MCP server.
+    McpServers {
+        servers: Vec<McpServerStatus>,
     },
     /// The approval policy now in force, after an `Op::SetApprovalPolicy`.
     ApprovalPolicyChanged {

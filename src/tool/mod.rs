@@ -3,6 +3,7 @@
 //! as events (`ToolBegin` is emitted by the agent; tools emit output chunks and diffs).
 
 pub(crate) mod approval;
+pub mod mcp;
 pub(crate) mod sanitize;
 pub mod shell;
 
@@ -44,6 +45,15 @@ pub enum ApprovalNeed {
         command: String,
         argv: Vec<String>,
         cwd: String,
+    },
+    /// Calls a tool of an MCP server: another program, outside the sandbox, that may do
+    /// anything its author made it do.
+    Mcp {
+        /// `mcp__SERVER__TOOL`.
+        tool: String,
+        server: String,
+        /// The arguments as JSON (clipped), for the prompt.
+        arguments: String,
     },
     /// Types text into a running session whose program may run it as code (a REPL, an
     /// editor, a pager, a script): always asks, never remembered.
@@ -115,7 +125,7 @@ pub struct FileStamp {
 /// One tool the model may call.
 pub trait Tool: Send + Sync {
     /// The function name the model uses.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &str;
 
     /// JSON-schema'd description for the model.
     fn spec(&self) -> ToolSpec;
@@ -134,10 +144,12 @@ pub trait Tool: Send + Sync {
     ) -> BoxFuture<'a, ToolResult>;
 }
 
-/// The tools offered to the model, by name.
+/// The tools offered to the model, by name: the built-in ones, then those of the MCP servers
+/// that are ready when the list is asked for.
 #[derive(Default, Clone)]
 pub struct ToolRegistry {
-    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+    mcp: Option<Arc<mcp::McpHub>>,
 }
 
 impl ToolRegistry {
@@ -146,24 +158,47 @@ impl ToolRegistry {
     }
 
     pub fn register(&mut self, tool: Arc<dyn Tool>) {
-        self.tools.insert(tool.name(), tool);
+        self.tools.insert(tool.name().to_string(), tool);
     }
 
-    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.get(name)
+    /// Offers the tools of these MCP servers too.
+    pub fn with_mcp(mut self, hub: Arc<mcp::McpHub>) -> Self {
+        self.mcp = Some(hub);
+        self
     }
 
-    pub fn names(&self) -> Vec<&'static str> {
-        self.tools.keys().copied().collect()
+    /// The MCP servers, when there are any.
+    pub fn mcp(&self) -> Option<&Arc<mcp::McpHub>> {
+        self.mcp.as_ref()
     }
 
-    /// The registry restricted to `names` (unknown names are ignored).
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        if let Some(tool) = self.tools.get(name) {
+            return Some(tool.clone());
+        }
+        self.mcp.as_ref().and_then(|hub| hub.tool(name))
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.tools.keys().cloned().collect();
+        if let Some(hub) = &self.mcp {
+            names.extend(hub.names());
+        }
+        names
+    }
+
+    /// The built-in tools restricted to `names` (unknown names are ignored). MCP tools are
+    /// chosen per server (`enabled_tools`, `disabled_tools`).
     pub fn only(mut self, names: &[String]) -> Self {
         self.tools.retain(|name, _| names.iter().any(|n| n == name));
         self
     }
 
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools.values().map(|t| t.spec()).collect()
+        let mut specs: Vec<ToolSpec> = self.tools.values().map(|t| t.spec()).collect();
+        if let Some(hub) = &self.mcp {
+            specs.extend(hub.specs());
+        }
+        specs
     }
 }

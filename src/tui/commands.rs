@@ -165,6 +165,7 @@ impl App {
                 force: false,
             }),
             SlashCommand::Diff => self.send(Op::WorkspaceDiff),
+            SlashCommand::Mcp => self.send(Op::McpStatus),
             SlashCommand::Status => self.show_status(),
             SlashCommand::Compact => {
                 self.send(Op::Compact);

@@ -14,6 +14,7 @@ pub enum SlashCommand {
     Undo,
     Redo,
     Diff,
+    Mcp,
     Status,
     Compact,
     Init,
@@ -25,7 +26,7 @@ pub enum SlashCommand {
 
 impl SlashCommand {
     /// Popup order: most used first.
-    pub const ALL: [SlashCommand; 19] = [
+    pub const ALL: [SlashCommand; 20] = [
         SlashCommand::Help,
         SlashCommand::New,
         SlashCommand::Resume,
@@ -38,6 +39,7 @@ impl SlashCommand {
         SlashCommand::Undo,
         SlashCommand::Redo,
         SlashCommand::Diff,
+        SlashCommand::Mcp,
         SlashCommand::Status,
         SlashCommand::Compact,
         SlashCommand::Init,
@@ -61,6 +63,7 @@ impl SlashCommand {
             SlashCommand::Undo => "undo",
             SlashCommand::Redo => "redo",
             SlashCommand::Diff => "diff",
+            SlashCommand::Mcp => "mcp",
             SlashCommand::Status => "status",
             SlashCommand::Compact => "compact",
             SlashCommand::Init => "init",
@@ -97,6 +100,7 @@ impl SlashCommand {
             SlashCommand::Undo => "revert the last turn's file changes (shows the plan, asks y/n)",
             SlashCommand::Redo => "revert the last /undo (until the next turn)",
             SlashCommand::Diff => "git diff of the workspace, untracked files included",
+            SlashCommand::Mcp => "MCP servers: state, tools, last error",
             SlashCommand::Status => "endpoint, mode, profile, sandbox, tokens, session",
             SlashCommand::Compact => "summarize the active expert's context now",
             SlashCommand::Init => "draft an AGENTS.md for this repository (you approve it)",

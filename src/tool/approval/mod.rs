@@ -296,6 +296,18 @@ pub fn decide(
             )),
             _ => Decision::Ask,
         },
+        ApprovalNeed::Mcp { tool, .. } => {
+            if policy == ApprovalPolicy::FullAuto || mcp_tool_is_allowed(tool, allowed, session) {
+                return Decision::Allow;
+            }
+            match policy {
+                ApprovalPolicy::Never => Decision::Decline(format!(
+                    "calling the MCP tool `{tool}` needs approval (it is not allowed by name in \
+                     `[approval] allow`) and the approval policy is `never`"
+                )),
+                _ => Decision::Ask,
+            }
+        }
         ApprovalNeed::Command { command, .. } => {
             if policy == ApprovalPolicy::FullAuto {
                 return Decision::Allow;
@@ -312,6 +324,24 @@ pub fn decide(
             }
         }
     }
+}
+
+/// True when an MCP tool is allowed by name, as Claude Code writes it: `mcp__SERVER__TOOL`
+/// for one tool, `mcp__SERVER` for every tool of a server. `allowed` holds the configured
+/// `allow` entries (one word each for these) and `session` what "don't ask again" kept.
+pub fn mcp_tool_is_allowed(tool: &str, allowed: &[Vec<String>], session: &[Vec<String>]) -> bool {
+    allowed
+        .iter()
+        .chain(session)
+        .any(|entry| match entry.as_slice() {
+            [name] if name.starts_with("mcp__") => {
+                tool == name
+                    || tool.strip_prefix(name.as_str()).is_some_and(|rest| {
+                        rest.starts_with("__") && name.matches("__").count() == 1
+                    })
+            }
+            _ => false,
+        })
 }
 
 /// True when every simple command of `command` is read-only or matches an allowed prefix.
@@ -368,6 +398,44 @@ pub fn matches_prefix(words: &[String], prefix: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mcp_tools_are_allowed_by_exact_name_or_whole_server() {
+        let allowed = vec![
+            vec!["mcp__docs".to_string()],
+            vec!["mcp__fs__read".to_string()],
+        ];
+        assert!(mcp_tool_is_allowed("mcp__docs__search", &allowed, &[]));
+        assert!(mcp_tool_is_allowed("mcp__fs__read", &allowed, &[]));
+        assert!(!mcp_tool_is_allowed("mcp__fs__write", &allowed, &[]));
+        assert!(!mcp_tool_is_allowed("mcp__docsx__search", &allowed, &[]));
+        assert!(!mcp_tool_is_allowed("mcp__fs__read_more", &allowed, &[]));
+        // A command prefix never allows a tool, and a tool name in `allow` no command.
+        let cmd = vec![vec!["mcp__docs".to_string(), "x".to_string()]];
+        assert!(!mcp_tool_is_allowed("mcp__docs__search", &cmd, &[]));
+        let need = ApprovalNeed::Mcp {
+            tool: "mcp__fs__write".into(),
+            server: "fs".into(),
+            arguments: "{}".into(),
+        };
+        assert_eq!(
+            decide(ApprovalPolicy::Ask, &need, &allowed, &[]),
+            Decision::Ask
+        );
+        assert_eq!(
+            decide(ApprovalPolicy::FullAuto, &need, &allowed, &[]),
+            Decision::Allow
+        );
+        assert!(matches!(
+            decide(ApprovalPolicy::Never, &need, &allowed, &[]),
+            Decision::Decline(_)
+        ));
+        let session = vec![vec!["mcp__fs__write".to_string()]];
+        assert_eq!(
+            decide(ApprovalPolicy::Ask, &need, &allowed, &session),
+            Decision::Allow
+        );
+    }
     use ApprovalPolicy::{Ask, AutoEdit, FullAuto, Never};
     use Decision::{Allow, Decline};
 

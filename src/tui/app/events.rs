@@ -380,6 +380,7 @@ impl App {
                 self.push_notice(NoticeLevel::Info, title, body);
             }
             Event::WorkspaceDiff { diff, error, .. } => self.show_workspace_diff(diff, error),
+            Event::McpServers { servers } => self.show_mcp_servers(&servers),
             Event::Warning { message } => {
                 self.clear_compacting_hint();
                 self.push_notice(NoticeLevel::Warning, message, vec![]);
@@ -495,6 +496,51 @@ impl App {
     }
 
     /// `/diff`'s answer: the pager over the diff, or a notice when there is nothing to page.
+    /// `/mcp`: one line per server (state, tool count, command or URL), its tools and its
+    /// last error below it.
+    fn show_mcp_servers(&mut self, servers: &[crate::protocol::McpServerStatus]) {
+        use crate::protocol::{McpServerState, terminal_safe_line};
+        if servers.is_empty() {
+            self.push_notice(
+                NoticeLevel::Info,
+                "No MCP servers configured (docs/mcp.md; `baton mcp add NAME -- CMD…`)",
+                vec![],
+            );
+            return;
+        }
+        let mut body = Vec::new();
+        for s in servers {
+            let state = match s.state {
+                McpServerState::Starting => "starting",
+                McpServerState::Ready => "ready",
+                McpServerState::Failed => "failed",
+                McpServerState::Disabled => "disabled",
+            };
+            let required = if s.required { ", required" } else { "" };
+            body.push(format!(
+                "{}  {state}{required}  {} tools  {}",
+                terminal_safe_line(&s.name),
+                s.tools.len(),
+                terminal_safe_line(&s.transport)
+            ));
+            if !s.tools.is_empty() {
+                body.push(format!("    {}", terminal_safe_line(&s.tools.join(", "))));
+            }
+            if let Some(e) = &s.error {
+                body.push(format!("    error: {}", terminal_safe_line(e)));
+            }
+        }
+        let ready = servers
+            .iter()
+            .filter(|s| s.state == McpServerState::Ready)
+            .count();
+        self.push_notice(
+            NoticeLevel::Info,
+            format!("MCP servers: {ready} of {} ready", servers.len()),
+            body,
+        );
+    }
+
     fn show_workspace_diff(&mut self, diff: String, error: Option<String>) {
         if let Some(e) = error {
             self.push_notice(NoticeLevel::Error, format!("/diff: {e}"), vec![]);

@@ -1,0 +1,255 @@
+//! Opening one server's connection: the stdio child (own process group, a small fixed
+//! environment plus the configured one, stderr kept as a short tail for error messages) or the
+//! streamable HTTP client, then `initialize` and `tools/list`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use rmcp::ServiceExt;
+use rmcp::model::{ClientConfig, Implementation};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use tokio::io::AsyncBufReadExt;
+
+use crate::config::{McpServer, McpTransport};
+
+/// The client side of one connection, with the child process it talks to (killed on drop).
+pub struct Service {
+    running: rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>,
+    _child: Option<Box<dyn process_wrap::tokio::ChildWrapper>>,
+}
+
+impl Service {
+    pub fn peer(&self) -> &rmcp::Peer<rmcp::RoleClient> {
+        self.running.peer()
+    }
+}
+
+/// The longest JSON-RPC line read from a stdio server. rmcp's default (16 MiB) drops a 10 MB
+/// text result that the Python SDK sends twice (as text and as structured content), and a
+/// dropped response leaves its call waiting for `tool_timeout_sec`; the result is capped for
+/// the model anyway.
+const MAX_LINE: usize = 64 << 20;
+
+/// How long a server whose handshake failed is given to exit and finish its stderr.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Variables a stdio server gets from baton's environment without being named (the set Codex
+/// passes): enough to find programs and a home, none of baton's own secrets.
+const INHERITED: &[&str] = &[
+    "HOME",
+    "LOGNAME",
+    "PATH",
+    "SHELL",
+    "USER",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TERM",
+    "TMPDIR",
+    "TZ",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_RUNTIME_DIR",
+];
+
+const STDERR_LINES: usize = 20;
+const STDERR_LINE_CHARS: usize = 300;
+
+/// The last lines a server wrote to stderr.
+#[derive(Default, Clone)]
+pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
+
+impl StderrTail {
+    fn push(&self, line: &str) {
+        let line: String = line
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(STDERR_LINE_CHARS)
+            .collect();
+        if line.trim().is_empty() {
+            return;
+        }
+        let mut lines = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if lines.len() == STDERR_LINES {
+            lines.pop_front();
+        }
+        lines.push_back(line);
+    }
+
+    /// The last non-empty line, if any.
+    pub fn last(&self) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .back()
+            .cloned()
+    }
+}
+
+fn client_info() -> ClientConfig {
+    let mut info = ClientConfig::default();
+    info.client_info = Implementation::new("baton", env!("CARGO_PKG_VERSION"));
+    info
+}
+
+/// Why `e` happened, on one short line (some rmcp errors print whole messages).
+fn short(e: impl std::fmt::Display) -> String {
+    let text = e.to_string().replace('\n', " ");
+    match text.char_indices().nth(400) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// Starts the server and lists its tools. `on_group` is told the child's process group as
+/// soon as it exists, so it is stopped even when the handshake never finishes.
+pub async fn start(
+    server: &McpServer,
+    workspace: &Path,
+    stderr: &StderrTail,
+    on_group: impl FnOnce(i32),
+) -> Result<(Service, Vec<rmcp::model::Tool>), String> {
+    let service = match &server.transport {
+        McpTransport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(args)
+                .env_clear()
+                .current_dir(cwd.as_deref().unwrap_or(workspace))
+                .kill_on_drop(true);
+            for name in INHERITED {
+                if let Some(value) = std::env::var_os(name) {
+                    cmd.env(name, value);
+                }
+            }
+            cmd.envs(env);
+            let mut wrap = process_wrap::tokio::CommandWrap::from(cmd);
+            // Its own group: Ctrl-C in the terminal does not reach it, and stopping it stops
+            // whatever it started (`npx` runs node under it).
+            wrap.wrap(process_wrap::tokio::ProcessGroup::leader());
+            wrap.command_mut()
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let mut child = wrap
+                .spawn()
+                .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+            if let Some(pid) = child.id() {
+                on_group(pid as i32);
+            }
+            let (Some(stdout), Some(stdin)) = (
+                child.inner_mut().stdout().take(),
+                child.inner_mut().stdin().take(),
+            ) else {
+                return Err(format!("`{command}`: no pipes to talk to it"));
+            };
+            let mut drained = None;
+            if let Some(err) = child.inner_mut().stderr().take() {
+                let tail = stderr.clone();
+                drained = Some(tokio::spawn(async move {
+                    let mut lines = tokio::io::BufReader::new(err).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        tail.push(&line);
+                    }
+                }));
+            }
+            let transport =
+                AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(MAX_LINE);
+            let running = match client_info().serve(transport).await {
+                Ok(r) => r,
+                Err(e) => {
+                    // A server that died says why on stderr: give it a moment to be read.
+                    let exited = tokio::time::timeout(EXIT_GRACE, child.wait()).await;
+                    if let Some(task) = drained {
+                        let _ = tokio::time::timeout(EXIT_GRACE, task).await;
+                    }
+                    return Err(match exited {
+                        Ok(Ok(status)) => {
+                            format!("it exited ({status}) before answering `initialize`")
+                        }
+                        _ => format!("`initialize` failed: {}", short(e)),
+                    });
+                }
+            };
+            Service {
+                running,
+                _child: Some(child),
+            }
+        }
+        McpTransport::Http {
+            url,
+            bearer_token_env_var,
+            http_headers,
+            env_http_headers,
+        } => {
+            let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+            if let Some(var) = bearer_token_env_var {
+                let token = std::env::var(var)
+                    .ok()
+                    .filter(|t| !t.trim().is_empty())
+                    .ok_or_else(|| format!("`bearer_token_env_var`: {var} is not set"))?;
+                config = config.auth_header(token);
+            }
+            config = config.custom_headers(headers(http_headers, env_http_headers)?);
+            install_crypto();
+            let transport = StreamableHttpClientTransport::from_config(config);
+            let running = client_info()
+                .serve(transport)
+                .await
+                .map_err(|e| format!("`initialize` failed: {}", short(e)))?;
+            Service {
+                running,
+                _child: None,
+            }
+        }
+    };
+    let tools = service
+        .running
+        .list_all_tools()
+        .await
+        .map_err(|e| format!("`tools/list` failed: {}", short(e)))?;
+    Ok((service, tools))
+}
+
+/// The MCP HTTP client's TLS uses ring, as the model backend's does (no second crypto
+/// library to build); rustls needs it named once per process.
+fn install_crypto() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Err: a provider is already installed, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+fn headers(
+    fixed: &BTreeMap<String, String>,
+    from_env: &BTreeMap<String, String>,
+) -> Result<HashMap<http::HeaderName, http::HeaderValue>, String> {
+    let mut out = HashMap::new();
+    let mut add = |name: &str, value: &str| -> Result<(), String> {
+        let header = http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("`{name}` is not a valid HTTP header name"))?;
+        let value = http::HeaderValue::from_str(value)
+            .map_err(|_| format!("the value of header `{name}` is not valid in HTTP"))?;
+        out.insert(header, value);
+        Ok(())
+    };
+    for (name, value) in fixed {
+        add(name, value)?;
+    }
+    for (name, var) in from_env {
+        let value = std::env::var(var)
+            .map_err(|_| format!("`env_http_headers`: {var} (for header `{name}`) is not set"))?;
+        add(name, &value)?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,715 @@
+//! The MCP client end to end: the real `baton --exec` against the mock engine, with real MCP
+//! servers (`@modelcontextprotocol/server-everything` over stdio and streamable HTTP,
+//! `@modelcontextprotocol/server-filesystem`, a Python SDK server from tests/fixtures/mcp) and
+//! deliberately broken ones. The mock engine scripts the model's tool call; the assertions
+//! read what the model was sent next.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::support::env::Env;
+use crate::support::external;
+use crate::support::{MockEngine, MockReply, RecordedRequest, Script};
+use serde_json::Value;
+
+fn stdout_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn events(out: &std::process::Output) -> Vec<Value> {
+    stdout_of(out)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn warnings(out: &std::process::Output) -> Vec<String> {
+    events(out)
+        .iter()
+        .filter(|e| e["type"] == "warning")
+        .filter_map(|e| e["message"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// A TOML string literal for a path or word.
+fn q(s: impl AsRef<str>) -> String {
+    toml::Value::String(s.as_ref().to_string()).to_string()
+}
+
+fn everything() -> Option<PathBuf> {
+    external::require(
+        "@modelcontextprotocol/server-everything",
+        external::node_bin("mcp-server-everything"),
+    )
+}
+
+fn py_server() -> Option<(PathBuf, PathBuf)> {
+    let python = external::require("the Python `mcp` SDK", external::python_with(&["mcp"]))?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/py_server.py");
+    Some((python, script))
+}
+
+/// The tool messages of a request, in order.
+fn tool_results(request: &RecordedRequest) -> Vec<String> {
+    request
+        .transcript()
+        .into_iter()
+        .filter(|(role, _)| role == "tool")
+        .map(|(_, text)| text)
+        .collect()
+}
+
+/// One scripted tool call, then a plain answer.
+fn one_call(tool: &str, args: &str) -> MockEngine {
+    MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", MockReply::tool_call("c1", tool, args))
+            .answer("L2", "done"),
+    )
+}
+
+#[test]
+fn everything_over_stdio_echo_reaches_the_model() {
+    let Some(server) = everything() else { return };
+    let env = Env::new();
+    env.user_config(&format!(
+        "allow = [\"mcp__everything__echo\"]\n\n[mcp_servers.everything]\ncommand = {}\n\
+         args = [\"stdio\"]\nrequired = true\nstartup_timeout_sec = 30\n",
+        q(server.display().to_string())
+    ));
+    let engine = one_call(
+        "mcp__everything__echo",
+        r#"{"message":"hello-from-the-model"}"#,
+    );
+    let out = env
+        .exec(&engine, "echo something", &["--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let answers = engine.requests_for_hop("answer");
+    assert_eq!(answers.len(), 2);
+    // Required: the first request already offers the server's tools, schema included.
+    let names = answers[0].tool_names();
+    assert!(
+        names.contains(&"mcp__everything__echo".to_string()),
+        "{names:?}"
+    );
+    assert!(names.contains(&"read_file".to_string()), "{names:?}");
+    let echo = answers[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "mcp__everything__echo")
+        .unwrap()
+        .clone();
+    assert_eq!(echo["function"]["parameters"]["type"], "object");
+    assert!(
+        echo["function"]["parameters"]["properties"]["message"].is_object(),
+        "{echo}"
+    );
+    assert!(
+        echo["function"]["parameters"].get("$schema").is_none(),
+        "{echo}"
+    );
+    assert_eq!(tool_results(&answers[1]), ["Echo: hello-from-the-model"]);
+}
+
+#[test]
+fn an_mcp_tool_not_allowed_is_declined_headless_and_read_only_hint_needs_opt_in() {
+    let Some(server) = everything() else { return };
+    let env = Env::new();
+    let config = |trust: bool| {
+        format!(
+            "[mcp_servers.everything]\ncommand = {}\nrequired = true\n\
+             startup_timeout_sec = 30\ntrust_read_only_hint = {trust}\n",
+            q(server.display().to_string())
+        )
+    };
+    env.user_config(&config(false));
+    let engine = one_call("mcp__everything__echo", r#"{"message":"x"}"#);
+    let out = env.exec(&engine, "echo", &["--json"]).output().unwrap();
+    // Every call declined: exit 4, and the model was told why.
+    assert_eq!(out.status.code(), Some(4), "{}", stderr_of(&out));
+    let results = tool_results(&engine.requests_for_hop("answer")[1]);
+    assert!(results[0].contains("needs approval"), "{results:?}");
+    assert!(results[0].contains("mcp__everything__echo"), "{results:?}");
+
+    // `echo` is marked readOnlyHint; with the opt-in it runs without asking.
+    env.user_config(&config(true));
+    let engine = one_call("mcp__everything__echo", r#"{"message":"trusted-hint"}"#);
+    let out = env.exec(&engine, "echo", &["--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(
+        tool_results(&engine.requests_for_hop("answer")[1]),
+        ["Echo: trusted-hint"]
+    );
+    // A tool marked `readOnlyHint: false` still asks, hence is declined here.
+    let engine = one_call("mcp__everything__toggle-simulated-logging", "{}");
+    let out = env.exec(&engine, "env", &["--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr_of(&out));
+}
+
+#[test]
+fn a_stdio_server_gets_no_secrets_from_batons_environment() {
+    let Some(server) = everything() else { return };
+    let env = Env::new();
+    env.user_config(&format!(
+        "allow = [\"mcp__everything\"]\n[mcp_servers.everything]\ncommand = {}\n\
+         required = true\nstartup_timeout_sec = 30\nenv = {{ GIVEN_VAR = \"given-value\" }}\n",
+        q(server.display().to_string())
+    ));
+    let engine = one_call("mcp__everything__get-env", "{}");
+    let out = env
+        .exec(&engine, "env", &["--json"])
+        .env("BATON_API_KEY", "sk-secret-never-shared")
+        .env("SOME_TOKEN", "tok-never-shared")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let result = tool_results(&engine.requests_for_hop("answer")[1]).join("");
+    assert!(result.contains("given-value"), "{result}");
+    assert!(result.contains("\"PATH\""), "{result}");
+    assert!(!result.contains("sk-secret-never-shared"), "{result}");
+    assert!(!result.contains("tok-never-shared"), "{result}");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Kills the HTTP server when the test ends, however it ends.
+struct Child(std::process::Child);
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn everything_over_streamable_http() {
+    let Some(server) = everything() else { return };
+    let port = free_port();
+    let _child = Child(
+        std::process::Command::new(&server)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the HTTP server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let env = Env::new();
+    env.user_config(&format!(
+        "allow = [\"mcp__web\"]\n[mcp_servers.web]\nurl = \"http://127.0.0.1:{port}/mcp\"\n\
+         required = true\nhttp_headers = {{ \"X-Test\" = \"1\" }}\n"
+    ));
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("c1", "mcp__web__echo", r#"{"message":"over-http"}"#),
+            )
+            .answer(
+                "L2",
+                MockReply::tool_call("c2", "mcp__web__get-tiny-image", "{}"),
+            )
+            .answer("L2", "done"),
+    );
+    let out = env.exec(&engine, "echo", &["--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let answers = engine.requests_for_hop("answer");
+    let results = tool_results(&answers[2]);
+    assert_eq!(results[0], "Echo: over-http");
+    // The image is described by type and size, never pasted as base64.
+    assert!(results[1].contains("[image: image/png,"), "{}", results[1]);
+    assert!(results[1].len() < 500, "{}", results[1]);
+}
+
+#[test]
+fn filesystem_server_reads_a_file() {
+    let Some(server) = external::require(
+        "@modelcontextprotocol/server-filesystem",
+        external::node_bin("mcp-server-filesystem"),
+    ) else {
+        return;
+    };
+    let env = Env::new();
+    let shared = env.home.join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::write(shared.join("note.txt"), "CONTENT-FROM-FS-SERVER").unwrap();
+    env.user_config(&format!(
+        "allow = [\"mcp__fs\"]\n[mcp_servers.fs]\ncommand = {}\nargs = [{}]\nrequired = true\n\
+         startup_timeout_sec = 30\n",
+        q(server.display().to_string()),
+        q(shared.display().to_string())
+    ));
+    let args = serde_json::json!({"path": shared.join("note.txt")}).to_string();
+    let engine = one_call("mcp__fs__read_text_file", &args);
+    let out = env.exec(&engine, "read it", &["--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let results = tool_results(&engine.requests_for_hop("answer")[1]);
+    assert!(results[0].contains("CONTENT-FROM-FS-SERVER"), "{results:?}");
+}
+
+#[test]
+fn python_sdk_server_structured_images_errors_and_a_10_mb_result() {
+    let Some((python, script)) = py_server() else {
+        return;
+    };
+    let env = Env::new();
+    env.user_config(&format!(
+        "allow = [\"mcp__py\"]\n[mcp_servers.py]\ncommand = {}\nargs = [{}]\nrequired = true\n\
+         startup_timeout_sec = 30\n",
+        q(python.display().to_string()),
+        q(script.display().to_string())
+    ));
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("c1", "mcp__py__add", r#"{"a":2,"b":3}"#),
+            )
+            .answer("L2", MockReply::tool_call("c2", "mcp__py__picture", "{}"))
+            .answer("L2", MockReply::tool_call("c3", "mcp__py__huge", "{}"))
+            .answer(
+                "L2",
+                MockReply::tool_call("c4", "mcp__py__fail", r#"{"reason":"R-42"}"#),
+            )
+            .answer("L2", MockReply::tool_call("c5", "mcp__py__add", r#"[1,2]"#))
+            .answer("L2", MockReply::tool_call("c6", "mcp__py__nope", "{}"))
+            .answer("L2", "done"),
+    );
+    let out = env
+        .exec(&engine, "use the tools", &["--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let answers = engine.requests_for_hop("answer");
+    let results = tool_results(answers.last().unwrap());
+    assert_eq!(results.len(), 6, "{results:?}");
+    assert!(results[0].contains('5'), "{}", results[0]);
+    assert!(results[1].starts_with("a picture:"), "{}", results[1]);
+    assert!(
+        results[1].contains("[image: image/png, 2.9 KiB"),
+        "{}",
+        results[1]
+    );
+    // 10 MB in, the shell's cap out: head and tail kept, the middle counted.
+    assert!(
+        results[2].starts_with("HEAD-MARK"),
+        "{}",
+        &results[2][..100]
+    );
+    assert!(
+        results[2].ends_with("TAIL-MARK"),
+        "{}",
+        &results[2][results[2].len() - 100..]
+    );
+    assert!(results[2].contains("bytes ("), "{}", &results[2][..200]);
+    assert!(results[2].len() < 20 * 1024, "{}", results[2].len());
+    assert!(
+        results[3].contains("failed on purpose: R-42"),
+        "{}",
+        results[3]
+    );
+    assert!(
+        results[4].contains("expected a JSON object"),
+        "{}",
+        results[4]
+    );
+    assert!(
+        results[5].contains("no tool named `mcp__py__nope`"),
+        "{}",
+        results[5]
+    );
+    assert!(results[5].contains("mcp__py__add"), "{}", results[5]);
+    let ends: Vec<String> = events(&out)
+        .iter()
+        .filter(|e| e["type"] == "tool_end")
+        .map(|e| e["status"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(ends, ["ok", "ok", "ok", "error", "error", "error"]);
+}
+
+/// Processes whose command line holds `marker`.
+fn processes_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            // Not this test's own process, whose arguments may name the marker.
+            if cmd.contains(marker) && !cmd.contains("--test-threads") && !cmd.contains("tests-") {
+                found.push(cmd);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn broken_servers_are_reported_once_and_never_block_the_turn() {
+    let env = Env::new();
+    let marker = format!("baton-mcp-hang-{}", std::process::id());
+    env.user_config(&format!(
+        r#"
+[mcp_servers.dies]
+command = "sh"
+args = ["-c", "echo 'cannot open the database' >&2; exit 3"]
+
+[mcp_servers.silent]
+command = "sh"
+args = ["-c", "sleep 600 # {marker}"]
+startup_timeout_sec = 1
+
+[mcp_servers.garbage]
+command = "sh"
+args = ["-c", "echo 'this is not json'; echo '{{\"jsonrpc\": 7}}'; sleep 600 # {marker}"]
+startup_timeout_sec = 1
+
+[mcp_servers.missing]
+command = "/nonexistent/mcp-server"
+"#
+    ));
+    let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer(
+        "L2",
+        MockReply::text("plain answer").after(Duration::from_secs(3)),
+    ));
+    let started = Instant::now();
+    let out = env.exec(&engine, "hello", &["--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let warnings = warnings(&out);
+    for (name, why) in [
+        ("dies", "cannot open the database"),
+        ("silent", "within 1 s"),
+        ("garbage", ""),
+        ("missing", "cannot start"),
+    ] {
+        let about: Vec<&String> = warnings
+            .iter()
+            .filter(|w| w.contains(&format!("`{name}`")))
+            .collect();
+        assert_eq!(about.len(), 1, "{name}: {warnings:?}");
+        assert!(about[0].contains(why), "{name}: {}", about[0]);
+    }
+    // Their tools are absent, the turn went on.
+    for r in engine.requests_for_hop("answer") {
+        assert!(r.tool_names().iter().all(|n| !n.starts_with("mcp__")));
+    }
+    // The hung servers' process groups were killed with baton.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(processes_with(&marker), Vec::<String>::new());
+}
+
+#[test]
+fn a_required_server_that_fails_makes_exec_exit_2_before_any_model_call() {
+    let env = Env::new();
+    env.user_config(
+        "[mcp_servers.needed]\ncommand = \"sh\"\nargs = [\"-c\", \"exit 1\"]\nrequired = true\n",
+    );
+    let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "never"));
+    let out = env.exec(&engine, "hello", &["--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stdout_of(&out));
+    let errors: Vec<Value> = events(&out)
+        .into_iter()
+        .filter(|e| e["type"] == "error")
+        .collect();
+    assert_eq!(errors.len(), 1, "{}", stdout_of(&out));
+    let message = errors[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("required MCP server") && message.contains("`needed`"),
+        "{message}"
+    );
+    assert_eq!(errors[0]["kind"], "config");
+    assert!(engine.requests_for_hop("answer").is_empty());
+    assert!(engine.requests_for_hop("route").is_empty());
+}
+
+#[test]
+fn a_projects_servers_start_only_once_the_folder_is_trusted() {
+    let Some(server) = everything() else { return };
+    let env = Env::new();
+    std::fs::write(
+        env.workspace.join(".mcp.json"),
+        serde_json::json!({"mcpServers": {"proj": {"command": server, "args": ["stdio"]}}})
+            .to_string(),
+    )
+    .unwrap();
+    env.user_config("allow = [\"mcp__proj\"]\n");
+    let engine = one_call("mcp__proj__echo", r#"{"message":"x"}"#);
+    let out = env.exec(&engine, "echo", &["--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let w = warnings(&out);
+    assert!(
+        w.iter()
+            .any(|m| m.contains("not started") && m.contains("proj") && m.contains("baton trust")),
+        "{w:?}"
+    );
+    let results = tool_results(&engine.requests_for_hop("answer")[1]);
+    assert!(results[0].contains("no tool named"), "{results:?}");
+
+    let trust = env
+        .baton()
+        .arg("trust")
+        .arg(&env.workspace)
+        .output()
+        .unwrap();
+    assert_eq!(trust.status.code(), Some(0), "{}", stderr_of(&trust));
+    let engine = one_call("mcp__proj__echo", r#"{"message":"trusted-now"}"#);
+    let out = env.exec(&engine, "echo", &["--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(
+        tool_results(&engine.requests_for_hop("answer")[1]),
+        ["Echo: trusted-now"]
+    );
+
+    // A changed .mcp.json is not trusted until trusted again.
+    std::fs::write(
+        env.workspace.join(".mcp.json"),
+        serde_json::json!({"mcpServers": {"proj": {"command": "sh", "args": ["-c", "exit 0"]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let engine = one_call("mcp__proj__echo", r#"{"message":"x"}"#);
+    let out = env.exec(&engine, "echo", &["--json"]).output().unwrap();
+    let w = warnings(&out);
+    assert!(
+        w.iter().any(|m| m.contains("changed since you trusted it")),
+        "{w:?}"
+    );
+}
+
+#[test]
+fn baton_mcp_add_list_get_remove() {
+    let env = Env::new();
+    let path = env.user_config("# my settings\nmodel = \"m\"\n");
+    let add = env
+        .baton()
+        .args([
+            "mcp",
+            "add",
+            "docs",
+            "--env",
+            "K=V",
+            "--",
+            "npx",
+            "-y",
+            "some-server",
+            "--flag",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(add.status.code(), Some(0), "{}", stderr_of(&add));
+    let add = env
+        .baton()
+        .args([
+            "mcp",
+            "add",
+            "web",
+            "--url",
+            "https://example.test/mcp",
+            "--bearer-token-env-var",
+            "WEB_TOKEN",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(add.status.code(), Some(0), "{}", stderr_of(&add));
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with("# my settings\nmodel = \"m\"\n"), "{text}");
+    let list = env.baton().args(["mcp", "list"]).output().unwrap();
+    let listed = stdout_of(&list);
+    assert!(
+        listed.contains("docs") && listed.contains("npx -y some-server --flag"),
+        "{listed}"
+    );
+    assert!(listed.contains("https://example.test/mcp"), "{listed}");
+    let get = env.baton().args(["mcp", "get", "web"]).output().unwrap();
+    let shown = stdout_of(&get);
+    assert!(
+        shown.contains("WEB_TOKEN") && shown.contains("streamable http"),
+        "{shown}"
+    );
+    let get = env.baton().args(["mcp", "get", "docs"]).output().unwrap();
+    assert!(stdout_of(&get).contains("env") && !stdout_of(&get).contains("=V"));
+    let bad = env
+        .baton()
+        .args(["mcp", "add", "a b", "--", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let none = env
+        .baton()
+        .args(["mcp", "add", "nothing"])
+        .output()
+        .unwrap();
+    assert_eq!(none.status.code(), Some(2));
+    let rm = env
+        .baton()
+        .args(["mcp", "remove", "docs"])
+        .output()
+        .unwrap();
+    assert_eq!(rm.status.code(), Some(0), "{}", stderr_of(&rm));
+    let rm = env
+        .baton()
+        .args(["mcp", "remove", "docs"])
+        .output()
+        .unwrap();
+    assert_eq!(rm.status.code(), Some(2));
+    let list = env
+        .baton()
+        .args(["mcp", "list", "--json"])
+        .output()
+        .unwrap();
+    let lines: Vec<Value> = stdout_of(&list)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["name"], "web");
+}
+
+#[test]
+fn doctor_lists_and_checks_servers() {
+    let Some(server) = everything() else { return };
+    let env = Env::new();
+    env.user_config(&format!(
+        "endpoint = \"http://127.0.0.1:9/v1\"\n[mcp_servers.everything]\ncommand = {}\n\
+         startup_timeout_sec = 30\n[mcp_servers.broken]\ncommand = \"sh\"\nargs = [\"-c\", \"exit 1\"]\n",
+        q(server.display().to_string())
+    ));
+    let out = env.session_baton().arg("doctor").output().unwrap();
+    let text = stdout_of(&out);
+    assert!(text.contains("mcp servers"), "{text}");
+    assert!(text.contains("everything: ready,"), "{text}");
+    assert!(text.contains("PROBLEM  broken:"), "{text}");
+}
+
+/// Startup to the first model request, and what each server adds to every request: run with
+/// `cargo test --test tests mcp::figure -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn figure_startup_and_tool_list_tokens() {
+    let Some(server) = everything() else { return };
+    let Some((python, script)) = py_server() else {
+        return;
+    };
+    let fs = external::node_bin("mcp-server-filesystem").unwrap();
+    let env = Env::new();
+    let three = format!(
+        "[mcp_servers.everything]\ncommand = {}\n\
+         [mcp_servers.fs]\ncommand = {}\nargs = [{}]\n\
+         [mcp_servers.slow]\ncommand = {}\nargs = [{}]\nenv = {{ BATON_TEST_SLOW_START = \"5\" }}\n",
+        q(server.display().to_string()),
+        q(fs.display().to_string()),
+        q(env.home.display().to_string()),
+        q(python.display().to_string()),
+        q(script.display().to_string()),
+    );
+    let first_request = |config: &str| -> Duration {
+        env.user_config(config);
+        let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "hi"));
+        let started = Instant::now();
+        let mut cmd = env.exec(&engine, "hello", &["--json"]);
+        let run = std::thread::spawn(move || cmd.output());
+        while !engine.requests().iter().any(|r| r.is_chat()) {
+            assert!(started.elapsed() < Duration::from_secs(30));
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let took = started.elapsed();
+        let _ = run.join();
+        took
+    };
+    let median = |config: &str| {
+        let mut runs: Vec<Duration> = (0..5).map(|_| first_request(config)).collect();
+        runs.sort();
+        runs[2]
+    };
+    let none = median("");
+    let with = median(&three);
+    println!(
+        "FIGURE startup to first request (median of 5): no servers {none:?}, 3 servers (one 5 s slow) {with:?}"
+    );
+
+    let tokenizer = tokenizers::Tokenizer::from_file(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3/base/tokenizer.json"),
+    )
+    .unwrap();
+    let tokens = |tools: &Value| {
+        tokenizer
+            .encode(tools.to_string(), false)
+            .map(|e| e.get_ids().len())
+            .unwrap()
+    };
+    for (name, config) in [
+        ("none", String::new()),
+        (
+            "everything",
+            format!(
+                "[mcp_servers.s]\ncommand = {}\nrequired = true\n",
+                q(server.display().to_string())
+            ),
+        ),
+        (
+            "filesystem",
+            format!(
+                "[mcp_servers.s]\ncommand = {}\nargs = [{}]\nrequired = true\n",
+                q(fs.display().to_string()),
+                q(env.home.display().to_string())
+            ),
+        ),
+        (
+            "python",
+            format!(
+                "[mcp_servers.s]\ncommand = {}\nargs = [{}]\nrequired = true\n",
+                q(python.display().to_string()),
+                q(script.display().to_string())
+            ),
+        ),
+    ] {
+        env.user_config(&config);
+        let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "hi"));
+        let out = env.exec(&engine, "hello", &["--json"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        let request = &engine.requests_for_hop("answer")[0];
+        let tools = &request.body["tools"];
+        let mcp: Vec<&Value> = tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| {
+                t["function"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("mcp__")
+            })
+            .collect();
+        println!(
+            "FIGURE tool list {name}: {} tools in all, {} MCP tools, {} tokens of tool list ({} MCP)",
+            tools.as_array().unwrap().len(),
+            mcp.len(),
+            tokens(tools),
+            tokens(&Value::Array(mcp.into_iter().cloned().collect()))
+        );
+    }
+}
