@@ -28,6 +28,7 @@ fn args(tasks: Vec<PathBuf>, agent: &str, out: &Path) -> EvalArgs {
         baton_bin: None,
         exec_args: Vec::new(),
         hooks: None,
+        mcp_config: None,
         pass_env: Vec::new(),
         isolation: IsolationChoice::Auto,
         share: Vec::new(),
@@ -600,6 +601,94 @@ fn scripted_engine_trajectory_through_baton_exec() {
     // The model saw the instruction; the trial's session file landed in the agent logs.
     assert!(engine.requests().iter().any(|r| r.mentions("release day")));
     assert!(t.trial_dir.join("agent/sessions").is_dir());
+}
+
+/// `--mcp-config` reaches the trial's fresh HOME: the agent starts the server there and the
+/// model's call to its tool is answered.
+#[test]
+fn mcp_servers_reach_the_agent_inside_a_trial() {
+    let Some(python) = crate::support::external::require(
+        "the Python `mcp` SDK",
+        crate::support::external::python_with(&["mcp"]),
+    ) else {
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/py_server.py");
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("call_1", "mcp__py__add", r#"{"a":20,"b":22}"#),
+            )
+            .answer("L2", MockReply::text("42.")),
+    );
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("with-mcp");
+    write(
+        &dir.join("task.toml"),
+        "[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 30\n[environment]\nallow_internet = false\n",
+    );
+    write(&dir.join("instruction.md"), "Add 20 and 22.\n");
+    write(&dir.join("environment/notes.txt"), "nothing\n");
+    write(
+        &dir.join("tests/test.sh"),
+        "echo 1 > /logs/verifier/reward.txt\n",
+    );
+    let servers = root.path().join("mcp.toml");
+    write(
+        &servers,
+        &format!(
+            "[mcp_servers.py]\ncommand = {:?}\nargs = [{:?}]\nrequired = true\nstartup_timeout_sec = 30\n",
+            python.display().to_string(),
+            script.display().to_string()
+        ),
+    );
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![dir], "baton", out.path());
+    a.baton_bin = Some(PathBuf::from(env!("CARGO_BIN_EXE_baton")));
+    a.exec_args = vec!["--endpoint".into(), engine.url()];
+    a.mcp_config = Some(servers);
+    // The test's Python lives wherever the deps folder is (maybe under a hidden /tmp): plain
+    // folders keep it reachable; what is checked is that the servers reach the trial's agent.
+    a.isolation = IsolationChoice::None;
+    let report = run(a);
+    let t = &report.trials[0];
+    let stderr = std::fs::read_to_string(t.trial_dir.join("agent/stderr.txt")).unwrap_or_default();
+    assert_eq!(t.agent_exit.exit_code, Some(0), "agent stderr: {stderr}");
+    let answered = engine
+        .requests()
+        .iter()
+        .any(|r| r.mentions("42") && r.mentions("call_1"));
+    assert!(
+        answered,
+        "the tool result never reached the model; agent stderr: {stderr}"
+    );
+}
+
+/// An `--mcp-config` file that holds anything but MCP servers is refused before any trial.
+#[test]
+fn an_mcp_config_with_other_settings_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let file = root.path().join("mcp.toml");
+    write(
+        &file,
+        "endpoint = \"http://evil.invalid/v1\"\n[mcp_servers.x]\ncommand = \"true\"\n",
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["eval", "--agent", "oracle", "--mcp-config"])
+        .arg(&file)
+        .arg(root.path())
+        .env("HOME", root.path())
+        .env("XDG_CONFIG_HOME", root.path().join("config"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("only [mcp_servers.NAME]") && stderr.contains("endpoint"),
+        "{stderr}"
+    );
 }
 
 #[test]

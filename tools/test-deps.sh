@@ -19,7 +19,7 @@ pip_packages=(
     setuptools==80.9.0
     agent-client-protocol==0.12.1
     openai==3.57.0
-    mcp==1.30.0
+    mcp==2.3.0
 )
 
 if [ ${#npm_packages[@]} -gt 0 ]; then

@@ -51,6 +51,10 @@ pub struct EvalArgs {
     /// A hooks.json the `baton` agent runs with in every trial (the trial's HOME is fresh).
     #[arg(long, value_name = "FILE")]
     pub hooks: Option<PathBuf>,
+    /// A TOML file of `[mcp_servers.NAME]` tables (config.toml's format, nothing else) whose
+    /// servers the `baton` agent starts in every trial.
+    #[arg(long, value_name = "FILE")]
+    pub mcp_config: Option<PathBuf>,
     /// Host environment variables passed to the agent (BATON_* and OPENAI_* always are).
     #[arg(long, value_name = "NAME")]
     pub pass_env: Vec<String>,
@@ -134,6 +138,13 @@ pub fn run(args: EvalArgs) -> i32 {
             return 2;
         }
     }
+    // Checked once here too, and only MCP servers: the file becomes each trial's user config.
+    if let Some(file) = &args.mcp_config {
+        if let Err(e) = check_mcp_config(file) {
+            eprintln!("baton eval: --mcp-config: {e}");
+            return 2;
+        }
+    }
     match prepare(&args).and_then(job::run_job) {
         Ok(report) => {
             let mut stdout = std::io::stdout().lock();
@@ -192,6 +203,7 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
             extra_args: exec_args,
             pass_env: args.pass_env.clone(),
             hooks: args.hooks.clone(),
+            mcp_config: args.mcp_config.clone(),
         },
     )?;
     let set = load_tasks(args)?;
@@ -287,4 +299,27 @@ mod tests {
         assert_eq!(a.trailing_exec_args, vec!["--mode", "mol"]);
         assert_eq!(a.exclude, vec!["perf-*"]);
     }
+}
+
+/// An `--mcp-config` file holds `[mcp_servers.NAME]` tables and nothing else (it is installed
+/// as each trial's user config.toml, which must not change anything else about the agent), and
+/// every entry parses.
+fn check_mcp_config(file: &std::path::Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    if let Some(other) = table
+        .keys()
+        .find(|k| k.as_str() != crate::config::mcp::SECTION)
+    {
+        return Err(format!(
+            "{}: only [{}.NAME] tables belong here, not `{other}`",
+            file.display(),
+            crate::config::mcp::SECTION
+        ));
+    }
+    crate::config::mcp::read_toml(file)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }

@@ -31,6 +31,8 @@ pub enum AgentKind {
         pass_env: Vec<String>,
         /// A hooks file (`baton eval --hooks`) installed as the trial's user hooks.json.
         hooks: Option<PathBuf>,
+        /// MCP servers (`baton eval --mcp-config`) installed as the trial's user config.toml.
+        mcp_config: Option<PathBuf>,
     },
     /// Runs the task's reference solution.
     Oracle,
@@ -49,6 +51,7 @@ impl AgentKind {
                 extra_args: baton.extra_args,
                 pass_env: baton.pass_env,
                 hooks: baton.hooks,
+                mcp_config: baton.mcp_config,
             }),
             "oracle" => Ok(AgentKind::Oracle),
             "nop" => Ok(AgentKind::Nop),
@@ -85,6 +88,7 @@ pub struct BatonOptions {
     pub extra_args: Vec<String>,
     pub pass_env: Vec<String>,
     pub hooks: Option<PathBuf>,
+    pub mcp_config: Option<PathBuf>,
 }
 
 /// Settings shared by every trial of a job.
@@ -570,11 +574,15 @@ fn trial_phases(
             extra_args,
             pass_env,
             hooks,
+            mcp_config,
         } => {
-            // The trial's HOME is fresh: the hooks come in as its user's own file, so they
-            // fire in the trial as in any `--exec` run.
-            if let Some(file) = hooks {
-                let dest = paths.home.join(".config/baton/hooks.json");
+            // The trial's HOME is fresh: the hooks and MCP servers come in as its user's own
+            // files, so they work in the trial as in any `--exec` run.
+            for (file, name) in [(hooks, "hooks.json"), (mcp_config, "config.toml")] {
+                let Some(file) = file else {
+                    continue;
+                };
+                let dest = paths.home.join(".config/baton").join(name);
                 let copied = dest
                     .parent()
                     .map_or(Ok(()), std::fs::create_dir_all)
@@ -583,7 +591,7 @@ fn trial_phases(
                     infra(
                         r,
                         "AgentSetupError",
-                        format!("cannot install the hooks file {}: {e}", file.display()),
+                        format!("cannot install {} as {name}: {e}", file.display()),
                     )
                 })?;
             }

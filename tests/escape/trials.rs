@@ -31,6 +31,7 @@ fn args(tasks: Vec<PathBuf>, agent: &str, out: &Path) -> EvalArgs {
         baton_bin: None,
         exec_args: Vec::new(),
         hooks: None,
+        mcp_config: None,
         pass_env: Vec::new(),
         isolation: IsolationChoice::Bwrap,
         share: Vec::new(),
