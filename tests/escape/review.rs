@@ -291,3 +291,63 @@ fn write_file_cannot_lay_out_a_bare_git_directory() {
         "git status in vendor/ ran a core.fsmonitor written by write_file"
     );
 }
+
+/// A process whose leader thread ends with `exit(2)` while another thread goes on shows as a
+/// zombie (`Z`) in `/proc/PID/stat`; a kill-all that skips zombies to save the wait for exiting
+/// members leaves it running after the command has ended, free to write the workspace long
+/// after baton reported the command done (the landlock backend has no pid namespace whose
+/// end would take it along).
+#[test]
+fn a_process_posing_as_a_zombie_does_not_outlive_its_command() {
+    // A system Python: one under the home folder (pyenv) is hidden inside the sandbox.
+    let Some(python) = crate::support::external::require(
+        "python3 in /usr/bin or /usr/local/bin",
+        ["/usr/bin/python3", "/usr/local/bin/python3"]
+            .into_iter()
+            .map(std::path::PathBuf::from)
+            .find(|p| p.is_file()),
+    ) else {
+        return;
+    };
+    if !baton::sandbox::probe().enforceable {
+        eprintln!("SANDBOX NOT ENFORCEABLE HERE — zombie test skipped");
+        return;
+    }
+    let script = "import os, threading, time, ctypes\n\
+                  if os.fork() == 0:\n    \
+                      def late():\n        \
+                          time.sleep(3)\n        \
+                          open('survived', 'w').write('x')\n    \
+                      threading.Thread(target=late).start()\n    \
+                      time.sleep(0.3)\n    \
+                      ctypes.CDLL(None).syscall(ctypes.c_long(60), 0)\n\
+                  else:\n    \
+                      time.sleep(0.6)\n";
+    if !cfg!(target_arch = "x86_64") {
+        // 60 is SYS_exit on x86_64 only.
+        return;
+    }
+    for backend in ["landlock", "bubblewrap"] {
+        let env = Env::new();
+        let out = env
+            .session_baton()
+            .args([
+                "sandbox",
+                "--sandbox",
+                "workspace-write",
+                "--sandbox-backend",
+                backend,
+            ])
+            .arg("--")
+            .arg(&python)
+            .args(["-c", script])
+            .output()
+            .expect("run baton sandbox");
+        assert!(out.status.success(), "{backend}: {out:?}");
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        assert!(
+            !env.workspace.join("survived").exists(),
+            "{backend}: a thread of a process whose leader had exited outlived the command"
+        );
+    }
+}
