@@ -327,7 +327,14 @@ fn a_process_posing_as_a_zombie_does_not_outlive_its_command() {
         // 60 is SYS_exit on x86_64 only.
         return;
     }
+    // Without a pids cgroup (an unprivileged user on a host that delegates none) the landlock
+    // backend has nothing to find a command's leftovers by; docs/sandbox.md says so.
+    let cgroup = baton::sandbox::probe().process_bound.contains("cgroup");
     for backend in ["landlock", "bubblewrap"] {
+        if backend == "landlock" && !cgroup {
+            eprintln!("no pids cgroup here: the landlock backend's kill-all is not checked");
+            continue;
+        }
         let env = Env::new();
         let out = env
             .session_baton()
