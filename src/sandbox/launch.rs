@@ -372,6 +372,13 @@ impl PreparedSandbox {
             }
             step(libc::unshare(flags) == 0, b"unshare(mount namespace)")?;
             if let Some(ns) = &self.userns {
+                // baton is not dumpable (its environment holds the API key), which makes
+                // /proc/self/* root's: the maps can only be written by a dumpable process.
+                // The copy of baton's memory this child holds is replaced at its exec.
+                step(
+                    libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) == 0,
+                    b"PR_SET_DUMPABLE",
+                )?;
                 write_proc(c"/proc/self/setgroups", b"deny")?;
                 write_proc(c"/proc/self/uid_map", &ns.uid_map)?;
                 write_proc(c"/proc/self/gid_map", &ns.gid_map)?;

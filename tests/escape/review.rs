@@ -358,3 +358,66 @@ fn a_process_posing_as_a_zombie_does_not_outlive_its_command() {
         );
     }
 }
+
+/// With `--sandbox off` (a Harbor trial, say) or the landlock backend there is no pid
+/// namespace: a command of the model's running as the user can read
+/// `/proc/<baton's pid>/environ`, which still holds the API key baton was started with,
+/// although the command's own environment was scrubbed of it.
+#[test]
+fn a_command_cannot_read_the_api_key_from_batons_environ() {
+    // SAFETY: geteuid has no failure modes.
+    if unsafe { libc::geteuid() } == 0 {
+        // Root (with CAP_SYS_PTRACE) reads every process's memory; only the sandbox's pid
+        // namespace hides baton from it.
+        eprintln!("run as root: baton's environ is readable by root's commands by design");
+        return;
+    }
+    let key = "sk-environ-probe-31337";
+    let probe = format!(
+        "for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null | grep -c {key}; true"
+    );
+    let mut backends = vec![("off", "bubblewrap")];
+    if baton::sandbox::probe::probe_backend(baton::sandbox::Backend::Landlock).enforceable {
+        backends.push(("workspace-write", "landlock"));
+    }
+    for (mode, backend) in backends {
+        let env = Env::new();
+        let engine = MockEngine::scripted_blocking(
+            Script::new()
+                .route("L2")
+                .answer(
+                    "L2",
+                    MockReply::tool_call("c1", "shell", json!({ "command": probe }).to_string()),
+                )
+                .answer("L2", "done."),
+        );
+        let out = env
+            .exec(
+                &engine,
+                "look around",
+                &[
+                    "--json",
+                    "--sandbox",
+                    mode,
+                    "--sandbox-backend",
+                    backend,
+                    "--ask-for-approval",
+                    "full-auto",
+                ],
+            )
+            .env("BATON_API_KEY", key)
+            .output()
+            .expect("run baton");
+        let ends: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["type"] == "tool_end")
+            .collect();
+        assert_eq!(ends.len(), 1, "{mode}/{backend}: the probe ran: {out:?}");
+        let output = ends[0]["output"].as_str().unwrap_or_default();
+        assert!(
+            output.trim_start().starts_with('0'),
+            "{mode}/{backend}: the command found the API key in a process's environ:\n{output}"
+        );
+    }
+}
