@@ -421,3 +421,75 @@ fn a_command_cannot_read_the_api_key_from_batons_environ() {
         );
     }
 }
+
+/// A cloned repository ships a harmless skill; the model's command swaps its `SKILL.md` for a
+/// link to a file the sandbox hides (`~/.ssh/…`), then the model calls the skill tool, which
+/// reads in baton's own process, outside the sandbox: the link was checked only when the
+/// session started.
+#[test]
+fn a_skill_swapped_for_a_link_after_start_up_does_not_read_outside() {
+    let env = Env::new();
+    let secret = env.home.join(".ssh/id_test");
+    std::fs::create_dir_all(secret.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&secret, "PRIVATE-KEY-MATERIAL-4242\n").expect("write secret");
+    let skill = env.workspace.join(".agents/skills/notes");
+    std::fs::create_dir_all(&skill).expect("mkdir");
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: notes\ndescription: How to take notes\n---\nWrite short notes.\n",
+    )
+    .expect("write skill");
+    let swap = format!(
+        "ln -sf {} .agents/skills/notes/SKILL.md; ls -l .agents/skills/notes",
+        secret.display()
+    );
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("c1", "shell", json!({ "command": swap }).to_string()),
+            )
+            .answer(
+                "L2",
+                MockReply::tool_call("c2", "skill", json!({ "name": "notes" }).to_string()),
+            )
+            .answer("L2", "done."),
+    );
+    let out = env
+        .exec(
+            &engine,
+            "take notes",
+            &[
+                "--json",
+                "--sandbox",
+                sandbox_flag(),
+                "--ask-for-approval",
+                "full-auto",
+            ],
+        )
+        .output()
+        .expect("run baton");
+    let ends: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "tool_end")
+        .collect();
+    assert_eq!(ends.len(), 2, "both calls ran: {out:?}");
+    assert!(
+        std::fs::symlink_metadata(skill.join("SKILL.md")).is_ok_and(|m| m.file_type().is_symlink()),
+        "the command swapped the skill for a link: {}",
+        ends[0]
+    );
+    let shown = ends[1].to_string();
+    assert!(
+        !shown.contains("PRIVATE-KEY-MATERIAL"),
+        "the skill tool read a file outside the workspace through a swapped link: {shown}"
+    );
+    for r in engine.requests() {
+        assert!(
+            !r.raw_body.contains("PRIVATE-KEY-MATERIAL"),
+            "the secret reached the model"
+        );
+    }
+}
