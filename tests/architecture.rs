@@ -71,11 +71,12 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// The top-level module a file belongs to (`src/agent/turn.rs` → `agent`, `src/app.rs` → `app`).
+/// `src/bin/` holds programs of their own (like `main.rs`), which reach the library as `baton::`.
 fn owner(file: &Path) -> Option<String> {
     let rel = file.strip_prefix(src_dir()).ok()?;
     let first = rel.components().next()?.as_os_str().to_str()?;
     let name = first.strip_suffix(".rs").unwrap_or(first);
-    (!matches!(name, "lib" | "main")).then(|| name.to_string())
+    (!matches!(name, "lib" | "main" | "bin")).then(|| name.to_string())
 }
 
 /// The code of a file without comments and string literals, so doc examples and messages that

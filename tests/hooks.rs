@@ -435,6 +435,69 @@ fn project_hooks_run_only_in_a_trusted_folder() {
     assert!(marker.exists(), "the trusted project's hook did not run");
 }
 
+/// Trust is given to what the user read: a trusted folder whose `.baton/hooks.json` appears
+/// or changes afterwards (a `git pull` of a hostile upstream, a checkout) must not run the new
+/// hooks outside the sandbox until the user trusts the folder again.
+#[test]
+fn a_hooks_file_changed_after_trust_does_not_run() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer("ok")
+            .default_summary("s"),
+    );
+    let hooks = env.workspace.join(".baton/hooks.json");
+    // Trusted with no hooks at all, then a hooks file arrives.
+    let trusted = env
+        .baton()
+        .arg("trust")
+        .arg(&env.workspace)
+        .output()
+        .expect("trust");
+    assert_eq!(trusted.status.code(), Some(0), "{}", stderr_of(&trusted));
+    write_hooks(
+        &hooks,
+        &[("UserPromptSubmit", "", "touch pulled-hook-ran", 10)],
+    );
+    let out = env.exec(&engine, "hi", &["--json"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(
+        !env.workspace.join("pulled-hook-ran").exists(),
+        "a hooks file that appeared after the folder was trusted ran"
+    );
+    let ev = events(&out);
+    assert!(
+        of_type(&ev, "warning").iter().any(|w| w["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("changed since")),
+        "{ev:?}"
+    );
+    // Trusted as it is now, it runs; rewritten afterwards, the new command does not.
+    env.baton()
+        .arg("trust")
+        .arg(&env.workspace)
+        .output()
+        .expect("trust");
+    let out = env.exec(&engine, "hi", &[]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(
+        env.workspace.join("pulled-hook-ran").exists(),
+        "the trusted hook ran"
+    );
+    write_hooks(
+        &hooks,
+        &[("UserPromptSubmit", "", "touch rewritten-hook-ran", 10)],
+    );
+    let out = env.exec(&engine, "hi", &[]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(
+        !env.workspace.join("rewritten-hook-ran").exists(),
+        "a hooks file rewritten after the folder was trusted ran"
+    );
+}
+
 #[test]
 fn a_sandboxed_command_cannot_write_project_hooks() {
     if !probe().enforceable {

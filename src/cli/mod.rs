@@ -34,6 +34,12 @@ pub fn main() -> i32 {
         return code;
     }
     crate::sandbox::inner::this_binary_is_the_helper();
+    // baton's environment holds the API key for as long as it runs, and without a pid
+    // namespace (`--sandbox off`, the landlock backend) a command running as the same user
+    // could read it from /proc/PID/environ (or mem): a process that is not dumpable has
+    // those files owned by root. Programs baton starts are dumpable again after their exec.
+    // SAFETY: prctl(PR_SET_DUMPABLE) on this process only.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     let cli = match args::parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -137,6 +137,9 @@ fn print_list(list: &TrustList) {
             "folder gone"
         } else {
             match list.status(&e.path) {
+                TrustStatus::Trusted if list.hooks_status(&e.path) != TrustStatus::Trusted => {
+                    "hooks.json changed since trusted: its hooks do not run (baton trust it again)"
+                }
                 TrustStatus::Trusted => "trusted",
                 TrustStatus::Changed => {
                     "config changed since trusted: not applied (baton trust it again)"

@@ -29,6 +29,11 @@ pub struct TrustEntry {
     /// SHA-256 (hex) of its `.baton/config.toml` when trusted; `None`: there was no file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_sha256: Option<String>,
+    /// SHA-256 (hex) of its `.baton/hooks.json` when trusted; `None`: there was no file. The
+    /// hooks run outside the sandbox, so a hooks file that appears or changes after the user
+    /// trusted the folder (a `git pull`, a checkout) must not run until it is trusted again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks_sha256: Option<String>,
     /// When the user trusted it (RFC 3339), for `baton trust --list`.
     #[serde(default)]
     pub trusted_at: String,
@@ -117,12 +122,32 @@ impl TrustList {
         }
     }
 
-    /// Trusts `folder` with its config file as it is now (replacing an older entry).
+    /// Whether `folder`'s `.baton/hooks.json` may run now: the folder is trusted and the hooks
+    /// file is byte for byte the one the user trusted (absent then and now counts as the same).
+    pub fn hooks_status(&self, folder: &Path) -> TrustStatus {
+        match self.status(folder) {
+            TrustStatus::Trusted => {
+                let same = self
+                    .entry(folder)
+                    .is_some_and(|e| e.hooks_sha256 == hooks_digest(folder));
+                if same {
+                    TrustStatus::Trusted
+                } else {
+                    TrustStatus::Changed
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Trusts `folder` with its config and hooks files as they are now (replacing an older
+    /// entry).
     pub fn trust(&mut self, folder: &Path) -> TrustEntry {
         let folder = canonical(folder);
         self.entries.retain(|e| e.path != folder);
         let entry = TrustEntry {
             config_sha256: config_digest(&folder),
+            hooks_sha256: hooks_digest(&folder),
             path: folder,
             trusted_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         };
@@ -163,6 +188,13 @@ pub fn config_digest(folder: &Path) -> Option<String> {
             .map(|b| format!("{b:02x}"))
             .collect(),
     )
+}
+
+/// SHA-256 (hex) of `folder`'s `.baton/hooks.json`; `None` when there is none to read.
+pub fn hooks_digest(folder: &Path) -> Option<String> {
+    let bytes = std::fs::read(folder.join(".baton").join("hooks.json")).ok()?;
+    let digest = Sha256::digest(&bytes);
+    Some(digest.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn canonical(folder: &Path) -> PathBuf {
@@ -223,6 +255,32 @@ mod tests {
         std::fs::create_dir_all(dir.path().join(".baton")).expect("mkdir");
         std::fs::write(folder_config(dir.path()), "sandbox = \"off\"\n").expect("write");
         assert_eq!(list.status(dir.path()), TrustStatus::Changed);
+    }
+
+    #[test]
+    fn hooks_that_appear_or_change_after_trust_do_not_run() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let folder = dir.path();
+        let hooks = folder.join(".baton/hooks.json");
+        let mut list = TrustList::default();
+        list.trust(folder);
+        assert_eq!(list.hooks_status(folder), TrustStatus::Trusted);
+        std::fs::create_dir_all(folder.join(".baton")).expect("mkdir");
+        std::fs::write(&hooks, r#"{"hooks":{}}"#).expect("write");
+        assert_eq!(list.hooks_status(folder), TrustStatus::Changed);
+        // The config side is not affected by the hooks file.
+        assert_eq!(list.status(folder), TrustStatus::Trusted);
+        list.trust(folder);
+        assert_eq!(list.hooks_status(folder), TrustStatus::Trusted);
+        std::fs::write(&hooks, r#"{"hooks":{"Stop":[]}}"#).expect("write");
+        assert_eq!(list.hooks_status(folder), TrustStatus::Changed);
+        // An entry written before hooks were pinned does not vouch for a hooks file.
+        let old: TrustList = toml::from_str(&format!(
+            "[[folder]]\npath = {:?}\ntrusted_at = \"\"\n",
+            folder.canonicalize().expect("canonical")
+        ))
+        .expect("old list");
+        assert_eq!(old.hooks_status(folder), TrustStatus::Changed);
     }
 
     #[test]

@@ -398,6 +398,10 @@ impl NetnsSetup {
         unsafe {
             check(libc::unshare(flags))?;
             if !self.root {
+                // baton is not dumpable (its environment holds the API key), which makes
+                // /proc/self/* root's: only a dumpable process may write its maps. This
+                // child's copy of baton's memory is gone at its exec.
+                check(libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0))?;
                 write_file(c"/proc/self/setgroups", b"deny")?;
                 write_file(c"/proc/self/uid_map", &self.uid_map)?;
                 write_file(c"/proc/self/gid_map", &self.gid_map)?;

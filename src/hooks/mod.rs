@@ -36,7 +36,8 @@ pub fn project_hooks_path(folder: &Path) -> PathBuf {
 pub struct Discovery {
     /// The user's file, when it exists.
     pub user: Option<PathBuf>,
-    /// The nearest `.baton/hooks.json` at or above the workspace, with its folder's trust.
+    /// The nearest `.baton/hooks.json` at or above the workspace, with its trust (its folder
+    /// trusted, and the file the one the user trusted).
     pub project: Option<(PathBuf, TrustStatus)>,
 }
 
@@ -61,7 +62,9 @@ impl Discovery {
         let why = match status {
             TrustStatus::Trusted => return None,
             TrustStatus::Untrusted => "its folder is not trusted",
-            TrustStatus::Changed => "its folder's .baton/config.toml changed since it was trusted",
+            TrustStatus::Changed => {
+                "this file or its folder's .baton/config.toml changed since the folder was trusted"
+            }
         };
         Some(format!(
             "project hooks in {} are not run: {why} (`baton trust {}` to run them)",
@@ -80,7 +83,7 @@ pub fn discover(workspace: &Path, trust: &TrustList) -> Discovery {
         .unwrap_or_else(|_| workspace.to_path_buf());
     let project = workspace.ancestors().find_map(|dir| {
         let file = project_hooks_path(dir);
-        file.is_file().then(|| (file, trust.status(dir)))
+        file.is_file().then(|| (file, trust.hooks_status(dir)))
     });
     Discovery { user, project }
 }

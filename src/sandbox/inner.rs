@@ -5,7 +5,7 @@
 //! no_new_privs, installs the seccomp filter last and execs the command.
 
 use std::ffi::{CString, OsString};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -32,11 +32,64 @@ pub struct InnerSpec {
 
 static HELPER: OnceLock<PathBuf> = OnceLock::new();
 
+/// The image the running baton executes, open from its start: while baton runs the kernel
+/// refuses writes to it (ETXTBSY), and renaming it or a folder above it does not change what
+/// the descriptor names, so a command cannot swap it for a program that applies nothing.
+static IMAGE: OnceLock<std::fs::File> = OnceLock::new();
+
 /// Declares the running program to be baton (whose `main` dispatches [`SUBCOMMAND`]): the
 /// sandbox then uses it as its inner helper. The baton binary calls this first thing.
 pub fn this_binary_is_the_helper() {
     if let Ok(exe) = std::env::current_exe() {
         let _ = HELPER.set(exe);
+    }
+    if let Ok(image) = std::fs::File::open("/proc/self/exe") {
+        let _ = IMAGE.set(image);
+    }
+}
+
+/// How bubblewrap reaches the inner helper.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Helper {
+    /// A program at a path no sandboxed command may write.
+    Path(PathBuf),
+    /// The running baton's own image through this descriptor, which bubblewrap inherits and
+    /// executes as `/proc/self/fd/N` inside the world: the helper path lies in a folder the
+    /// sandbox may write, where a command could plant or swap in a program of its own.
+    Image(RawFd),
+}
+
+impl Helper {
+    /// The program bubblewrap executes.
+    pub fn program(&self) -> PathBuf {
+        match self {
+            Helper::Path(p) => p.clone(),
+            Helper::Image(fd) => PathBuf::from(format!("/proc/self/fd/{fd}")),
+        }
+    }
+}
+
+/// The helper for a world whose writable roots (bound read-write from the host, canonical)
+/// are `writable`: [`helper_path`] unless it lies beneath one of them (as written or
+/// resolved), else the running baton's image; an error when there is neither.
+pub fn helper_for(writable: &[PathBuf]) -> Result<Helper, SandboxError> {
+    let path = helper_path()?;
+    let resolved = path.canonicalize().ok();
+    let Some(root) = writable
+        .iter()
+        .find(|r| path.starts_with(r) || resolved.as_ref().is_some_and(|c| c.starts_with(r)))
+    else {
+        return Ok(Helper::Path(path));
+    };
+    match IMAGE.get() {
+        Some(image) => Ok(Helper::Image(image.as_raw_fd())),
+        None => Err(SandboxError::Setup(format!(
+            "the sandbox's inner helper {} lies in {}, which sandboxed commands may write: \
+             a command could replace it and have the next one run unconfined (use a baton \
+             installed outside every writable folder, or set BATON_SANDBOX_HELPER to one)",
+            path.display(),
+            root.display()
+        ))),
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use super::SandboxError;
 use super::bwrap;
 use super::fs_rules;
-use super::inner::{self, InnerSpec};
+use super::inner::{self, Helper, InnerSpec};
 use super::memory::{self, MemoryBound};
 use super::pids::{self, PidsCgroup, ProcessBound};
 use super::policy::{Backend, SandboxPolicy};
@@ -52,7 +52,7 @@ struct UserNs {
 /// The bubblewrap command line of one command: its world, the helper and what it applies.
 struct Wrapper {
     world: bwrap::Bwrap,
-    helper: std::path::PathBuf,
+    helper: Helper,
     spec: InnerSpec,
 }
 
@@ -108,10 +108,22 @@ impl PreparedSandbox {
         if policy.backend == Backend::Bubblewrap {
             bwrap::check_usable()?;
             let mut world = bwrap::world(policy)?;
-            let helper = inner::helper_path()?;
+            // What the world binds read-write from the host: a helper found there could have
+            // been planted or swapped in by an earlier command.
+            let writable: Vec<std::path::PathBuf> = if policy.mode == SandboxMode::WorkspaceWrite {
+                std::iter::once(&policy.workspace)
+                    .chain(&policy.writable)
+                    .filter_map(|p| p.canonicalize().ok())
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let helper = inner::helper_for(&writable)?;
             // The helper must be reachable inside even where the world hides or replaces its
             // folder (a checkout under /tmp, where the private /tmp covers it).
-            world.ro_bind(&helper, &helper);
+            if let Helper::Path(p) = &helper {
+                world.ro_bind(p, p);
+            }
             env.retain(|(k, _)| k != "TMPDIR");
             env.push(("TMPDIR".into(), "/tmp".into()));
             let bound = pids::prepare(policy.max_processes);
@@ -211,7 +223,7 @@ impl PreparedSandbox {
                 let mut argv = vec![program.as_ref().to_owned()];
                 argv.extend(args.into_iter().map(|a| a.as_ref().to_owned()));
                 w.world
-                    .command(&w.helper, inner::helper_args(&w.spec, &argv)?)?
+                    .command(w.helper.program(), inner::helper_args(&w.spec, &argv)?)?
             }
             None => {
                 let mut c = Command::new(program);
@@ -312,7 +324,14 @@ impl PreparedSandbox {
                 libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) == 0,
                 b"close_range",
             )?;
-            if self.wrapper.is_some() {
+            if let Some(w) = &self.wrapper {
+                // The image descriptor alone survives into bubblewrap, which executes it.
+                if let Helper::Image(fd) = w.helper {
+                    step(
+                        libc::fcntl(fd, libc::F_SETFD, 0) == 0,
+                        b"the helper's descriptor",
+                    )?;
+                }
                 return Ok(());
             }
             if !self.mounts.is_empty() {
@@ -353,6 +372,13 @@ impl PreparedSandbox {
             }
             step(libc::unshare(flags) == 0, b"unshare(mount namespace)")?;
             if let Some(ns) = &self.userns {
+                // baton is not dumpable (its environment holds the API key), which makes
+                // /proc/self/* root's: the maps can only be written by a dumpable process.
+                // The copy of baton's memory this child holds is replaced at its exec.
+                step(
+                    libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) == 0,
+                    b"PR_SET_DUMPABLE",
+                )?;
                 write_proc(c"/proc/self/setgroups", b"deny")?;
                 write_proc(c"/proc/self/uid_map", &ns.uid_map)?;
                 write_proc(c"/proc/self/gid_map", &ns.gid_map)?;

@@ -82,15 +82,25 @@ impl PidsCgroup {
     }
 }
 
-/// Whether `pid` is gone or can no longer run: a zombie (`Z`) or dead (`X`) in its stat line.
+/// Whether `pid` is gone or can no longer run: a zombie (`Z`) or dead (`X`) in its stat line,
+/// with no thread left. A leader thread that ended with `exit(2)` while its other threads go
+/// on shows `Z` too, yet the process still runs and forks: its thread count says so.
 fn exiting(pid: i32) -> bool {
     let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return true;
     };
-    // The state follows the command name, which is in parentheses and may contain any byte.
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.trim_start().chars().next())
-        .is_some_and(|state| matches!(state, 'Z' | 'X' | 'x'))
+    // The state follows the command name, which is in parentheses and may contain any byte;
+    // the thread count is the 18th field after the name (state first).
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let mut fields = rest.split_ascii_whitespace();
+    let dead = fields
+        .next()
+        .and_then(|state| state.chars().next())
+        .is_some_and(|state| matches!(state, 'Z' | 'X' | 'x'));
+    let threads: Option<u64> = fields.nth(16).and_then(|n| n.parse().ok());
+    dead && threads.is_some_and(|n| n <= 1)
 }
 
 impl Drop for PidsCgroup {

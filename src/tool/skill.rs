@@ -66,7 +66,7 @@ impl Tool for SkillTool {
     fn run<'a>(
         &'a self,
         args: serde_json::Value,
-        _ctx: &'a ToolContext,
+        ctx: &'a ToolContext,
     ) -> BoxFuture<'a, ToolResult> {
         Box::pin(async move {
             let name = args["name"].as_str().unwrap_or("").trim();
@@ -78,7 +78,8 @@ impl Tool for SkillTool {
                 ));
             };
             let file = skill.clone();
-            let read = tokio::task::spawn_blocking(move || file.body()).await;
+            let workspace = ctx.workspace.clone();
+            let read = tokio::task::spawn_blocking(move || read_body(&file, &workspace)).await;
             match read {
                 Ok(Ok(body)) => {
                     let folder = skill
@@ -97,5 +98,30 @@ impl Tool for SkillTool {
                 Err(e) => ToolResult::error(format!("cannot read the skill: {e}")),
             }
         })
+    }
+}
+
+/// A skill's instructions. A project's `SKILL.md` was checked to stay inside the workspace
+/// when the session started, but a command may have swapped it (or a folder above it) for a
+/// symlink since (`ln -sf ~/.ssh/id_ed25519 .agents/skills/x/SKILL.md`): it is resolved and
+/// read beneath the workspace as `read_file` reads (a link that leads outside is refused). The user's own skills are
+/// read as they are.
+fn read_body(skill: &Skill, workspace: &std::path::Path) -> Result<String, String> {
+    let canonical = workspace.canonicalize().ok();
+    let rel = skill.path.strip_prefix(workspace).ok().or_else(|| {
+        canonical
+            .as_deref()
+            .and_then(|c| skill.path.strip_prefix(c).ok())
+    });
+    let Some(rel) = rel else {
+        return skill.body().map_err(|e| e.to_string());
+    };
+    let shown = rel.display().to_string();
+    let at = crate::tool::path::resolve(workspace, &shown).map_err(|e| e.to_string())?;
+    let beneath = crate::tool::fs::Beneath::new(workspace).map_err(|e| e.to_string())?;
+    match beneath.read_existing(&at.abs, &shown) {
+        Ok(Some(bytes)) => Ok(Skill::body_of(&String::from_utf8_lossy(&bytes))),
+        Ok(None) => Err(format!("{shown} no longer exists")),
+        Err(e) => Err(e.to_string()),
     }
 }

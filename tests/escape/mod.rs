@@ -5,6 +5,7 @@
 mod approval;
 mod file_tools;
 mod git;
+mod helper;
 mod host;
 mod policy;
 mod review;

@@ -291,3 +291,205 @@ fn write_file_cannot_lay_out_a_bare_git_directory() {
         "git status in vendor/ ran a core.fsmonitor written by write_file"
     );
 }
+
+/// A process whose leader thread ends with `exit(2)` while another thread goes on shows as a
+/// zombie (`Z`) in `/proc/PID/stat`; a kill-all that skips zombies to save the wait for exiting
+/// members leaves it running after the command has ended, free to write the workspace long
+/// after baton reported the command done (the landlock backend has no pid namespace whose
+/// end would take it along).
+#[test]
+fn a_process_posing_as_a_zombie_does_not_outlive_its_command() {
+    // A system Python: one under the home folder (pyenv) is hidden inside the sandbox.
+    let Some(python) = crate::support::external::require(
+        "python3 in /usr/bin or /usr/local/bin",
+        ["/usr/bin/python3", "/usr/local/bin/python3"]
+            .into_iter()
+            .map(std::path::PathBuf::from)
+            .find(|p| p.is_file()),
+    ) else {
+        return;
+    };
+    if !baton::sandbox::probe().enforceable {
+        eprintln!("SANDBOX NOT ENFORCEABLE HERE — zombie test skipped");
+        return;
+    }
+    let script = "import os, threading, time, ctypes\n\
+                  if os.fork() == 0:\n    \
+                      def late():\n        \
+                          time.sleep(3)\n        \
+                          open('survived', 'w').write('x')\n    \
+                      threading.Thread(target=late).start()\n    \
+                      time.sleep(0.3)\n    \
+                      ctypes.CDLL(None).syscall(ctypes.c_long(60), 0)\n\
+                  else:\n    \
+                      time.sleep(0.6)\n";
+    if !cfg!(target_arch = "x86_64") {
+        // 60 is SYS_exit on x86_64 only.
+        return;
+    }
+    // Without a pids cgroup (an unprivileged user on a host that delegates none) the landlock
+    // backend has nothing to find a command's leftovers by; docs/sandbox.md says so.
+    let cgroup = baton::sandbox::probe().process_bound.contains("cgroup");
+    for backend in ["landlock", "bubblewrap"] {
+        if backend == "landlock" && !cgroup {
+            eprintln!("no pids cgroup here: the landlock backend's kill-all is not checked");
+            continue;
+        }
+        let env = Env::new();
+        let out = env
+            .session_baton()
+            .args([
+                "sandbox",
+                "--sandbox",
+                "workspace-write",
+                "--sandbox-backend",
+                backend,
+            ])
+            .arg("--")
+            .arg(&python)
+            .args(["-c", script])
+            .output()
+            .expect("run baton sandbox");
+        assert!(out.status.success(), "{backend}: {out:?}");
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        assert!(
+            !env.workspace.join("survived").exists(),
+            "{backend}: a thread of a process whose leader had exited outlived the command"
+        );
+    }
+}
+
+/// With `--sandbox off` (a Harbor trial, say) or the landlock backend there is no pid
+/// namespace: a command of the model's running as the user can read
+/// `/proc/<baton's pid>/environ`, which still holds the API key baton was started with,
+/// although the command's own environment was scrubbed of it.
+#[test]
+fn a_command_cannot_read_the_api_key_from_batons_environ() {
+    // SAFETY: geteuid has no failure modes.
+    if unsafe { libc::geteuid() } == 0 {
+        // Root (with CAP_SYS_PTRACE) reads every process's memory; only the sandbox's pid
+        // namespace hides baton from it.
+        eprintln!("run as root: baton's environ is readable by root's commands by design");
+        return;
+    }
+    let key = "sk-environ-probe-31337";
+    let probe = format!(
+        "for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null | grep -c {key}; true"
+    );
+    let mut backends = vec![("off", "bubblewrap")];
+    if baton::sandbox::probe::probe_backend(baton::sandbox::Backend::Landlock).enforceable {
+        backends.push(("workspace-write", "landlock"));
+    }
+    for (mode, backend) in backends {
+        let env = Env::new();
+        let engine = MockEngine::scripted_blocking(
+            Script::new()
+                .route("L2")
+                .answer(
+                    "L2",
+                    MockReply::tool_call("c1", "shell", json!({ "command": probe }).to_string()),
+                )
+                .answer("L2", "done."),
+        );
+        let out = env
+            .exec(
+                &engine,
+                "look around",
+                &[
+                    "--json",
+                    "--sandbox",
+                    mode,
+                    "--sandbox-backend",
+                    backend,
+                    "--ask-for-approval",
+                    "full-auto",
+                ],
+            )
+            .env("BATON_API_KEY", key)
+            .output()
+            .expect("run baton");
+        let ends: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["type"] == "tool_end")
+            .collect();
+        assert_eq!(ends.len(), 1, "{mode}/{backend}: the probe ran: {out:?}");
+        let output = ends[0]["output"].as_str().unwrap_or_default();
+        assert!(
+            output.trim_start().starts_with('0'),
+            "{mode}/{backend}: the command found the API key in a process's environ:\n{output}"
+        );
+    }
+}
+
+/// A cloned repository ships a harmless skill; the model's command swaps its `SKILL.md` for a
+/// link to a file the sandbox hides (`~/.ssh/…`), then the model calls the skill tool, which
+/// reads in baton's own process, outside the sandbox: the link was checked only when the
+/// session started.
+#[test]
+fn a_skill_swapped_for_a_link_after_start_up_does_not_read_outside() {
+    let env = Env::new();
+    let secret = env.home.join(".ssh/id_test");
+    std::fs::create_dir_all(secret.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&secret, "PRIVATE-KEY-MATERIAL-4242\n").expect("write secret");
+    let skill = env.workspace.join(".agents/skills/notes");
+    std::fs::create_dir_all(&skill).expect("mkdir");
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: notes\ndescription: How to take notes\n---\nWrite short notes.\n",
+    )
+    .expect("write skill");
+    let swap = format!(
+        "ln -sf {} .agents/skills/notes/SKILL.md; ls -l .agents/skills/notes",
+        secret.display()
+    );
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("c1", "shell", json!({ "command": swap }).to_string()),
+            )
+            .answer(
+                "L2",
+                MockReply::tool_call("c2", "skill", json!({ "name": "notes" }).to_string()),
+            )
+            .answer("L2", "done."),
+    );
+    let out = env
+        .exec(
+            &engine,
+            "take notes",
+            &[
+                "--json",
+                "--sandbox",
+                sandbox_flag(),
+                "--ask-for-approval",
+                "full-auto",
+            ],
+        )
+        .output()
+        .expect("run baton");
+    let ends: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "tool_end")
+        .collect();
+    assert_eq!(ends.len(), 2, "both calls ran: {out:?}");
+    assert!(
+        std::fs::symlink_metadata(skill.join("SKILL.md")).is_ok_and(|m| m.file_type().is_symlink()),
+        "the command swapped the skill for a link: {}",
+        ends[0]
+    );
+    let shown = ends[1].to_string();
+    assert!(
+        !shown.contains("PRIVATE-KEY-MATERIAL"),
+        "the skill tool read a file outside the workspace through a swapped link: {shown}"
+    );
+    for r in engine.requests() {
+        assert!(
+            !r.raw_body.contains("PRIVATE-KEY-MATERIAL"),
+            "the secret reached the model"
+        );
+    }
+}
