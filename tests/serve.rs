@@ -841,7 +841,8 @@ print(json.dumps({
     "first_finish": r1.choices[0].finish_reason,
     "call": [call.id, call.function.name, call.function.arguments],
     "second": r2.choices[0].message.content,
-    "second_decision": (r2.model_extra or {}).get("metadata", {}).get("mol_decision"),
+    # `metadata` is a declared field of ChatCompletion in SDK 3.x, an extra one in 2.x.
+    "second_decision": (getattr(r2, "metadata", None) or (r2.model_extra or {}).get("metadata") or {}).get("mol_decision"),
     "streamed": text,
     "usage": usage,
     "errors": errors,

@@ -139,11 +139,11 @@ pub fn run(args: EvalArgs) -> i32 {
         }
     }
     // Checked once here too, and only MCP servers: the file becomes each trial's user config.
-    if let Some(file) = &args.mcp_config {
-        if let Err(e) = check_mcp_config(file) {
-            eprintln!("baton eval: --mcp-config: {e}");
-            return 2;
-        }
+    if let Some(file) = &args.mcp_config
+        && let Err(e) = check_mcp_config(file)
+    {
+        eprintln!("baton eval: --mcp-config: {e}");
+        return 2;
     }
     match prepare(&args).and_then(job::run_job) {
         Ok(report) => {
@@ -260,6 +260,29 @@ pub fn load_tasks(args: &EvalArgs) -> Result<task::TaskSet, EvalError> {
     task::load_set(&args.tasks, &args.include, &args.exclude)
 }
 
+/// An `--mcp-config` file holds `[mcp_servers.NAME]` tables and nothing else (it is installed
+/// as each trial's user config.toml, which must not change anything else about the agent), and
+/// every entry parses.
+fn check_mcp_config(file: &std::path::Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    if let Some(other) = table
+        .keys()
+        .find(|k| k.as_str() != crate::config::mcp::SECTION)
+    {
+        return Err(format!(
+            "{}: only [{}.NAME] tables belong here, not `{other}`",
+            file.display(),
+            crate::config::mcp::SECTION
+        ));
+    }
+    crate::config::mcp::read_toml(file)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,27 +322,4 @@ mod tests {
         assert_eq!(a.trailing_exec_args, vec!["--mode", "mol"]);
         assert_eq!(a.exclude, vec!["perf-*"]);
     }
-}
-
-/// An `--mcp-config` file holds `[mcp_servers.NAME]` tables and nothing else (it is installed
-/// as each trial's user config.toml, which must not change anything else about the agent), and
-/// every entry parses.
-fn check_mcp_config(file: &std::path::Path) -> Result<(), String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e| format!("{}: {e}", file.display()))?;
-    if let Some(other) = table
-        .keys()
-        .find(|k| k.as_str() != crate::config::mcp::SECTION)
-    {
-        return Err(format!(
-            "{}: only [{}.NAME] tables belong here, not `{other}`",
-            file.display(),
-            crate::config::mcp::SECTION
-        ));
-    }
-    crate::config::mcp::read_toml(file)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
 }
