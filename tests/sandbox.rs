@@ -387,10 +387,7 @@ fn a_baton_binary_under_tmp_still_runs_sandboxed_commands() {
             ));
         }
         for (from, to) in programs {
-            // `cp` in a process of its own: a file this process wrote can be held open by a
-            // child another test thread forks meanwhile, and exec of it fails with ETXTBSY.
-            let status = Command::new("cp").arg(from).arg(&to).status().expect("cp");
-            assert!(status.success());
+            copy_program(Path::new(from), &to);
         }
         let out = Command::new(&bin)
             .args(["sandbox", "--", "sh", "-c", "echo ran-inside"])
@@ -417,12 +414,7 @@ fn the_helper_program_beside_baton_is_the_one_bubblewrap_runs() {
     let f = fixture();
     let dir = tempfile::tempdir().expect("tempdir");
     let bin = dir.path().join("baton");
-    let status = Command::new("cp")
-        .arg(env!("CARGO_BIN_EXE_baton"))
-        .arg(&bin)
-        .status()
-        .expect("cp");
-    assert!(status.success());
+    copy_program(Path::new(env!("CARGO_BIN_EXE_baton")), &bin);
     // A stand-in that says it ran, then hands over to the real helper.
     let helper = dir.path().join("baton-sandbox-inner");
     std::fs::write(
@@ -473,12 +465,7 @@ fn a_sandboxed_command_dies_of_a_closed_pipe_instead_of_printing_broken_pipe() {
     // runtime ignores SIGPIPE: an ignored signal stays ignored across exec).
     let alone = tempfile::tempdir().expect("tempdir");
     let copy = alone.path().join("baton");
-    let status = Command::new("cp")
-        .arg(env!("CARGO_BIN_EXE_baton"))
-        .arg(&copy)
-        .status()
-        .expect("cp");
-    assert!(status.success());
+    copy_program(Path::new(env!("CARGO_BIN_EXE_baton")), &copy);
     for bin in [Path::new(env!("CARGO_BIN_EXE_baton")), copy.as_path()] {
         let out = Command::new(bin)
             .args([
@@ -513,4 +500,11 @@ fn a_sandboxed_command_dies_of_a_closed_pipe_instead_of_printing_broken_pipe() {
             bin.display()
         );
     }
+}
+
+/// Copies a program with `cp` in a process of its own: a file this process wrote can be held
+/// open by a child another test thread forks meanwhile, and exec of it fails with ETXTBSY.
+fn copy_program(from: &Path, to: &Path) {
+    let status = Command::new("cp").arg(from).arg(to).status().expect("cp");
+    assert!(status.success(), "cp {} {}", from.display(), to.display());
 }
