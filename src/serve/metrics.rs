@@ -91,6 +91,12 @@ impl Metrics {
         self.tables.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A streamed turn whose client went away before its end (counted as status 499).
+    pub fn client_gone(&self, path: &str, took: Duration) {
+        self.disconnects.fetch_add(1, Ordering::Relaxed);
+        self.request(path, 499, took);
+    }
+
     /// One finished HTTP request.
     pub fn request(&self, path: &str, status: u16, took: Duration) {
         let mut t = self.tables();

@@ -17,7 +17,6 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -420,11 +419,7 @@ impl Drop for ChatStream {
             // handle goes with it, which rolls the conversation back.
             self.state
                 .metrics
-                .disconnects
-                .fetch_add(1, Ordering::Relaxed);
-            self.state
-                .metrics
-                .request("/v1/chat/completions", 499, self.started.elapsed());
+                .client_gone("/v1/chat/completions", self.started.elapsed());
         }
     }
 }

@@ -6,7 +6,6 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
@@ -583,13 +582,7 @@ struct EventStream {
 impl Drop for EventStream {
     fn drop(&mut self) {
         if !self.ended {
-            self.state
-                .metrics
-                .disconnects
-                .fetch_add(1, Ordering::Relaxed);
-            self.state
-                .metrics
-                .request(PATH, 499, self.started.elapsed());
+            self.state.metrics.client_gone(PATH, self.started.elapsed());
         }
     }
 }

@@ -31,7 +31,7 @@ fn shell_call(id: &str, args: Value) -> MockReply {
 }
 
 /// Runs the scripted tool calls through `baton --exec --json` and returns every `tool_end`.
-fn run_calls(env: &Env, calls: Vec<(&str, Value)>, extra: &[&str]) -> Vec<Value> {
+pub(super) fn run_calls(env: &Env, calls: Vec<(&str, Value)>, extra: &[&str]) -> Vec<Value> {
     let mut script = Script::new().route("L2");
     for (i, (tool, args)) in calls.into_iter().enumerate() {
         script = script.answer(

@@ -17,37 +17,11 @@ fn sandbox_flag() -> &'static str {
 /// Runs the scripted shell commands through `baton --exec --json` (approval policy `never`,
 /// so only what the safe list vouches for runs) and returns every `tool_end`.
 fn run_commands(env: &Env, commands: &[String]) -> Vec<Value> {
-    let mut script = Script::new().route("L2");
-    for (i, command) in commands.iter().enumerate() {
-        script = script.answer(
-            "L2",
-            MockReply::tool_call(
-                format!("call_{i}"),
-                "shell",
-                json!({ "command": command }).to_string(),
-            ),
-        );
-    }
-    let engine = MockEngine::scripted_blocking(script.answer("L2", "done."));
-    let out = env
-        .exec(
-            &engine,
-            "look around",
-            &[
-                "--json",
-                "--sandbox",
-                sandbox_flag(),
-                "--ask-for-approval",
-                "never",
-            ],
-        )
-        .output()
-        .expect("run baton");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| e["type"] == "tool_end")
-        .collect()
+    let calls = commands
+        .iter()
+        .map(|command| ("shell", json!({ "command": command })))
+        .collect();
+    super::approval::run_calls(env, calls, &["--ask-for-approval", "never"])
 }
 
 /// bash evaluates an array subscript in a variable name it is handed, and a `$(…)` in that
@@ -157,32 +131,11 @@ fn a_planted_bare_git_directory_is_audited_like_a_dot_git() {
         ));
         folders.push(folder);
     }
-    let mut script = Script::new().route("L2");
-    for (i, command) in commands.iter().enumerate() {
-        script = script.answer(
-            "L2",
-            MockReply::tool_call(
-                format!("call_{i}"),
-                "shell",
-                json!({ "command": command }).to_string(),
-            ),
-        );
-    }
-    let engine = MockEngine::scripted_blocking(script.answer("L2", "done."));
-    let out = env
-        .exec(
-            &engine,
-            "look around",
-            &[
-                "--json",
-                "--sandbox",
-                sandbox_flag(),
-                "--ask-for-approval",
-                "full-auto",
-            ],
-        )
-        .output()
-        .expect("run baton");
+    let calls = commands
+        .iter()
+        .map(|command| ("shell", json!({ "command": command })))
+        .collect();
+    let out = super::approval::run_calls(&env, calls, &["--ask-for-approval", "full-auto"]);
     assert!(
         env.workspace.join("vendor/HEAD").exists(),
         "the commands ran: {out:?}"
@@ -250,32 +203,11 @@ fn write_file_cannot_lay_out_a_bare_git_directory() {
         ("vendor/HEAD", "ref: refs/heads/main\n"),
         ("vendor/config", config.as_str()),
     ];
-    let mut script = Script::new().route("L2");
-    for (i, (path, content)) in files.iter().enumerate() {
-        script = script.answer(
-            "L2",
-            MockReply::tool_call(
-                format!("call_{i}"),
-                "write_file",
-                json!({ "path": path, "content": content }).to_string(),
-            ),
-        );
-    }
-    let engine = MockEngine::scripted_blocking(script.answer("L2", "done."));
-    let out = env
-        .exec(
-            &engine,
-            "look around",
-            &[
-                "--json",
-                "--sandbox",
-                sandbox_flag(),
-                "--ask-for-approval",
-                "auto-edit",
-            ],
-        )
-        .output()
-        .expect("run baton");
+    let calls = files
+        .iter()
+        .map(|(path, content)| ("write_file", json!({ "path": path, "content": content })))
+        .collect();
+    let out = super::approval::run_calls(&env, calls, &["--ask-for-approval", "auto-edit"]);
     assert!(
         vendor.join("objects/info/keep").exists(),
         "the tools ran: {out:?}"
