@@ -263,6 +263,79 @@ fn device_selection_without_cuda_is_an_error_or_a_cpu_fallback() {
     ));
 }
 
+/// Without a driver, `--device cuda` on the hybrid model is a clear error naming what is
+/// missing (library and engine API, `baton engine generate|route` and `--local --exec`), and
+/// `auto` runs it on the CPU with the reason.
+#[test]
+fn hybrid_model_without_cuda_is_a_clear_error_or_a_cpu_fallback() {
+    let test = "hybrid_model_without_cuda_is_a_clear_error_or_a_cpu_fallback";
+    if !cuda::missing_libraries()
+        .iter()
+        .any(|l| l.starts_with("libcuda.so"))
+    {
+        skipped(test, "libcuda loads here");
+        return;
+    }
+    let root = golden::fixture_named("tiny-qwen3-5-moe");
+    let err = match baton::engine::Engine::load(&root, DeviceChoice::Cuda) {
+        Ok(_) => panic!("--device cuda must fail without libcuda"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("libcuda.so") && err.contains("cuda"), "{err}");
+    let engine = baton::engine::Engine::load(&root, DeviceChoice::Auto).expect("auto loads");
+    assert!(
+        engine.device_name().starts_with("cpu"),
+        "{}",
+        engine.device_name()
+    );
+    let why = engine
+        .fallback_reason()
+        .expect("auto says why it is on the CPU");
+    assert!(
+        why.contains("libcuda.so") && why.contains("using the CPU"),
+        "{why}"
+    );
+
+    let env = crate::support::env::Env::new();
+    let root = root.to_str().expect("utf-8 path");
+    for args in [
+        vec![
+            "engine", "generate", "--local", root, "--device", "cuda", "--prompt", "hi",
+        ],
+        vec![
+            "engine",
+            "route",
+            "--local",
+            root,
+            "--device",
+            "cuda",
+            "fix the test",
+        ],
+        vec!["--local", root, "--device", "cuda", "--exec", "hello"],
+    ] {
+        let out = env.baton().args(&args).output().expect("baton runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} must fail without a driver");
+        assert!(
+            stderr.contains("libcuda.so") && !stderr.contains("panicked"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // auto: the CLI runs the model on the CPU and says so.
+    let out = env
+        .baton()
+        .args(["engine", "generate", "--local", root, "--device", "auto"])
+        .args(["--prompt", "hi", "--max-tokens", "2"])
+        .output()
+        .expect("baton runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("cpu") && stderr.contains("libcuda.so"),
+        "{stderr}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // On a GPU.
 
@@ -615,6 +688,9 @@ fn model_on_cuda_matches_the_reference_logits_and_greedy_tokens() {
 // The GPU benchmark (tools/gpu-check.sh runs it with --ignored; prints, asserts nothing timed).
 
 mod bench;
+
+// The hybrid (Qwen3.5-MoE) kernels and model on CUDA.
+mod hybrid;
 
 #[test]
 #[ignore = "a GPU benchmark: run by tools/gpu-check.sh"]

@@ -70,11 +70,11 @@ fn hybrid_config_and_adapters_load() {
     assert!(c.vocab_size > g.json["tokenizer_vocab"].as_u64().expect("vocab") as usize);
     assert_eq!(engine.adapters(), vec!["L0", "L1", "L2", "L3"]);
     assert!(engine.device_name().starts_with("cpu"));
-    let e = Engine::load(&fixture(), DeviceChoice::Cuda)
-        .err()
-        .expect("no CUDA kernels for the hybrid model yet")
-        .to_string();
-    assert!(e.contains("cuda") && e.contains("Qwen3.5-MoE"), "{e}");
+    // On CUDA it loads where a GPU is (tests/cuda_kernels/hybrid.rs), else the error says why.
+    if let Err(e) = Engine::load(&fixture(), DeviceChoice::Cuda) {
+        let e = e.to_string();
+        assert!(e.contains("cuda") && !e.contains("no CUDA kernels"), "{e}");
+    }
 }
 
 #[test]

@@ -142,8 +142,9 @@ fn load_engine(root: &Path, device: DeviceChoice) -> anyhow::Result<Engine> {
     let engine = Engine::load(root, device)
         .with_context(|| format!("cannot load the model under {}", root.display()))?;
     if device == DeviceChoice::Auto && !engine.device_name().to_lowercase().contains("cuda") {
+        let why = engine.fallback_reason().unwrap_or("no CUDA device");
         eprintln!(
-            "baton engine: no CUDA device in use, running on {}",
+            "baton engine: no CUDA device in use, running on {} ({why})",
             engine.device_name()
         );
     }

@@ -113,41 +113,17 @@ impl Engine {
         device: DeviceChoice,
         options: EngineOptions,
     ) -> Result<Engine, EngineError> {
-        let mut fallback_reason = None;
-        let base_config = ModelConfig::load(&root.join("base"))?;
-        if base_config.hybrid.is_some() {
-            // The hybrid kernels exist for the CPU device only so far.
-            if device == DeviceChoice::Cuda {
-                return Err(EngineError::Device {
-                    device: "cuda".into(),
-                    reason: format!(
-                        "{} (Qwen3.5-MoE) has no CUDA kernels yet; use --device cpu",
-                        base_config.architecture
-                    ),
-                });
-            }
-            if device == DeviceChoice::Auto {
-                fallback_reason =
-                    Some("Qwen3.5-MoE runs on the CPU (no CUDA kernels for it yet)".to_string());
-            }
-            let runner: Box<dyn Runner> =
-                Box::new(HybridCore::load(cpu_device(&options), root, options)?);
-            return Ok(Engine {
-                fallback_reason,
-                root: root.to_path_buf(),
-                config: runner.config().clone(),
-                adapter_names: runner.adapter_names(),
-                runner,
-            });
-        }
-        let runner: Box<dyn Runner> = match super::device::cuda::select(device)? {
-            super::device::cuda::Selected::Cuda(dev) => Box::new(Core::load(*dev, root, options)?),
-            super::device::cuda::Selected::Cpu {
-                fallback_reason: why,
-            } => {
-                fallback_reason = why;
-                Box::new(Core::load(cpu_device(&options), root, options)?)
-            }
+        let hybrid = ModelConfig::load(&root.join("base"))?.hybrid.is_some();
+        let (gpu, fallback_reason) = match super::device::cuda::select(device)? {
+            super::device::cuda::Selected::Cuda(dev) => (Some(dev), None),
+            super::device::cuda::Selected::Cpu { fallback_reason } => (None, fallback_reason),
+        };
+        // The dense and the hybrid (Qwen3.5-MoE) model each run on either device.
+        let runner: Box<dyn Runner> = match (gpu, hybrid) {
+            (Some(dev), true) => Box::new(HybridCore::load(*dev, root, options)?),
+            (Some(dev), false) => Box::new(Core::load(*dev, root, options)?),
+            (None, true) => Box::new(HybridCore::load(cpu_device(&options), root, options)?),
+            (None, false) => Box::new(Core::load(cpu_device(&options), root, options)?),
         };
         Ok(Engine {
             fallback_reason,

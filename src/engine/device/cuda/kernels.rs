@@ -13,7 +13,7 @@ use crate::engine::error::EngineError;
 pub const COMMON: &str = include_str!("../../kernels/common.cuh");
 
 /// Every kernel file, by name.
-pub const FILES: [(&str, &str); 4] = [
+pub const FILES: [(&str, &str); 5] = [
     (
         "elementwise.cu",
         include_str!("../../kernels/elementwise.cu"),
@@ -21,10 +21,11 @@ pub const FILES: [(&str, &str); 4] = [
     ("matvec.cu", include_str!("../../kernels/matvec.cu")),
     ("attention.cu", include_str!("../../kernels/attention.cu")),
     ("sample.cu", include_str!("../../kernels/sample.cu")),
+    ("hybrid.cu", include_str!("../../kernels/hybrid.cu")),
 ];
 
 /// Every `extern "C"` entry point the device loads.
-pub const KERNEL_NAMES: [&str; 20] = [
+pub const KERNEL_NAMES: [&str; 31] = [
     "embed_bf16",
     "embed_f32",
     "rms_norm",
@@ -45,6 +46,17 @@ pub const KERNEL_NAMES: [&str; 20] = [
     "attention_merge",
     "argmax_f32",
     "sample_top_p",
+    "split_halves",
+    "sigmoid_mul",
+    "add_sigmoid_scaled",
+    "silu_mul_halves",
+    "rope_partial",
+    "conv1d_silu",
+    "gated_delta_rule",
+    "gated_delta_rule_wide",
+    "gated_rms_norm",
+    "gather_rows",
+    "scatter_add_rows",
 ];
 
 /// One kernel file with the common prelude, as NVRTC compiles it.
@@ -187,6 +199,17 @@ pub struct Kernels {
     pub attention_merge: CudaFunction,
     pub argmax_f32: CudaFunction,
     pub sample_top_p: CudaFunction,
+    pub split_halves: CudaFunction,
+    pub sigmoid_mul: CudaFunction,
+    pub add_sigmoid_scaled: CudaFunction,
+    pub silu_mul_halves: CudaFunction,
+    pub rope_partial: CudaFunction,
+    pub conv1d_silu: CudaFunction,
+    pub gated_delta_rule: CudaFunction,
+    pub gated_delta_rule_wide: CudaFunction,
+    pub gated_rms_norm: CudaFunction,
+    pub gather_rows: CudaFunction,
+    pub scatter_add_rows: CudaFunction,
 }
 
 impl Kernels {
@@ -224,6 +247,17 @@ impl Kernels {
             attention_merge: f("attention_merge")?,
             argmax_f32: f("argmax_f32")?,
             sample_top_p: f("sample_top_p")?,
+            split_halves: f("split_halves")?,
+            sigmoid_mul: f("sigmoid_mul")?,
+            add_sigmoid_scaled: f("add_sigmoid_scaled")?,
+            silu_mul_halves: f("silu_mul_halves")?,
+            rope_partial: f("rope_partial")?,
+            conv1d_silu: f("conv1d_silu")?,
+            gated_delta_rule: f("gated_delta_rule")?,
+            gated_delta_rule_wide: f("gated_delta_rule_wide")?,
+            gated_rms_norm: f("gated_rms_norm")?,
+            gather_rows: f("gather_rows")?,
+            scatter_add_rows: f("scatter_add_rows")?,
         })
     }
 }

@@ -3,6 +3,7 @@
 //! NVRTC-compiled kernels (src/engine/kernels) for everything but large GEMMs, which go through
 //! cuBLAS in bf16 with f32 accumulation. One stream; kernels report errors on the next `read`.
 
+mod hybrid;
 pub mod kernels;
 pub(crate) mod probe;
 
@@ -75,6 +76,9 @@ struct Scratch {
     choice: CudaSlice<i32>,
     /// Split-K attention partials: rows × heads × splits × (head_dim + 2).
     attention_parts: CudaSlice<f32>,
+    /// An expert's token rows and routing weights when too many to pass in the launch.
+    route_rows: CudaSlice<u32>,
+    route_weights: CudaSlice<f32>,
 }
 
 /// One NVIDIA GPU.
@@ -152,6 +156,8 @@ impl CudaDevice {
                 .map_err(|e| alloc("scratch", e))?,
             choice: stream.alloc_zeros(1).map_err(|e| alloc("scratch", e))?,
             attention_parts: stream.alloc_zeros(1).map_err(|e| alloc("scratch", e))?,
+            route_rows: stream.alloc_zeros(1).map_err(|e| alloc("scratch", e))?,
+            route_weights: stream.alloc_zeros(1).map_err(|e| alloc("scratch", e))?,
         };
         Ok(CudaDevice {
             name: format!("cuda:{ordinal} ({gpu}, sm_{major}{minor}, {mem:.0} GiB, bf16 weights)"),
@@ -433,6 +439,37 @@ impl Device for CudaDevice {
         };
         Ok(CudaMatrix {
             data: storage,
+            rows,
+            cols,
+        })
+    }
+
+    fn keeps_bf16(&self) -> bool {
+        true
+    }
+
+    /// bf16 checkpoint tensors go up as they are stored: no f32 copy on the host (a stack of
+    /// 256 experts would otherwise be widened to 2 GB per layer during the load).
+    fn matrix_bf16(
+        &self,
+        data: Vec<u16>,
+        rows: usize,
+        cols: usize,
+    ) -> Result<CudaMatrix, EngineError> {
+        if data.len() != rows * cols {
+            return Err(self.err(format!(
+                "matrix of {} values does not have shape [{rows}, {cols}]",
+                data.len()
+            )));
+        }
+        let stored = self.stream.clone_htod(&data).map_err(|e| {
+            self.err(format!(
+                "uploading a [{rows}, {cols}] bf16 matrix ({:.1} MiB): {e}",
+                (rows * cols * 2) as f64 / (1u64 << 20) as f64
+            ))
+        })?;
+        Ok(CudaMatrix {
+            data: Storage::Bf16(stored),
             rows,
             cols,
         })
