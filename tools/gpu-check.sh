@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # One run on a GPU machine (H200, driver 580 / CUDA 13.0): release build, the CUDA tests
-# (every kernel against the CPU device, the model against the HF+PEFT golden logits and greedy
-# tokens of tests/fixtures/tiny-qwen3), then the benchmark on random Qwen3 0.6B/1.7B/4B with a
+# (every kernel, dense and hybrid, against the CPU device; the dense model against the HF+PEFT
+# golden logits and greedy tokens of tests/fixtures/tiny-qwen3 and the hybrid Qwen3.5-MoE
+# engine against those of tests/fixtures/tiny-qwen3-5-moe: logits, greedy tokens, route,
+# decode = prefill, prefix reuse), then the benchmark on random Qwen3 0.6B/1.7B/4B and a
+# Tall-shaped Qwen3.5-MoE (Macaron-V1-Tall's dimensions, TALL_LAYERS layers, default 8) with a
 # rank-64 adapter beside HF transformers + PEFT, ending in one summary table.
 #
-#   tools/gpu-check.sh                 # everything (well under 10 minutes on an H200)
+#   tools/gpu-check.sh                 # everything (about 15 minutes on an H200, most of it
+#                                      # writing the ~15 GB Tall model and HF's MoE decode)
 #   BATON_BENCH_SIZES="0.6B" tools/gpu-check.sh
+#   BATON_BENCH_SIZES="Tall" TALL_LAYERS=4 tools/gpu-check.sh
 #   BATON_SKIP_BENCH=1 tools/gpu-check.sh
 #
 # Writes its logs to ${OUT:-/tmp/baton-gpu-check}. Exit status: non-zero when a test fails.
@@ -15,7 +20,7 @@ cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/baton-gpu-check}"
 mkdir -p "$out"
 models="${BATON_BENCH_DIR:-/tmp/baton-bench-models}"
-sizes="${BATON_BENCH_SIZES:-0.6B 1.7B 4B}"
+sizes="${BATON_BENCH_SIZES:-0.6B 1.7B 4B Tall}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 step() { printf '\n== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
 
@@ -64,9 +69,9 @@ else
 fi
 status=0
 
-step "CUDA tests: kernels vs CPU device, model vs HF+PEFT golden (tiny-qwen3)"
+step "CUDA tests: kernels vs CPU device, models vs HF+PEFT golden (tiny-qwen3, tiny-qwen3-5-moe)"
 BATON_REQUIRE_CUDA=1 cuda_tests cuda_kernels:: --nocapture --test-threads=1 2>&1 \
-    | tee "$out/tests.txt" | grep -E "^test |SKIPPED|max \||largest|panicked|test result|compute_"
+    | tee "$out/tests.txt" | grep -E "^test |SKIPPED|max \||largest|panicked|test result|compute_|hybrid on"
 grep -q "test result: ok" "$out/tests.txt" || status=1
 # The engine's own golden suite, on CUDA when it honours BATON_TEST_DEVICE (the Engine wiring).
 if [ -z "${BATON_CUDA_TEST_BIN:-}" ] && grep -q BATON_TEST_DEVICE tests/engine_golden.rs 2>/dev/null; then
@@ -78,17 +83,21 @@ fi
 if [ "${BATON_SKIP_BENCH:-0}" != 1 ]; then
     step "random models: $sizes"
     for s in $sizes; do
-        [ -f "$models/$s/base/model.safetensors" ] || python3 tools/bench/cuda/make_models.py "$models" "$s"
+        # The Tall model is remade when TALL_LAYERS changed since it was written.
+        if [ ! -f "$models/$s/base/model.safetensors" ] || { [ "$s" = Tall ] &&
+            ! grep -q "\"num_hidden_layers\": ${TALL_LAYERS:-8}," "$models/Tall/base/config.json"; }; then
+            python3 tools/bench/cuda/make_models.py "$models" "$s"
+        fi
     done
     spec=""; for s in $sizes; do spec="$spec $s=$models/$s"; done
     : > "$out/bench.txt"
 
     step "baton benchmark"
-    BATON_BENCH_MODELS="$spec" timeout 300 bash -c "$(declare -f cuda_tests); cuda_tests cuda_kernels::cuda_benchmark --exact --ignored --nocapture" 2>&1 | tee -a "$out/bench.txt" | grep -E "BENCH|panicked"
+    BATON_BENCH_MODELS="$spec" timeout 600 bash -c "$(declare -f cuda_tests); cuda_tests cuda_kernels::cuda_benchmark --exact --ignored --nocapture" 2>&1 | tee -a "$out/bench.txt" | grep -E "BENCH|panicked"
 
     step "HF transformers + PEFT baseline"
     if python3 -c 'import torch, transformers, peft; assert torch.cuda.is_available()' 2>/dev/null; then
-        timeout 420 python3 tools/bench/cuda/hf_baseline.py $spec 2>&1 | tee -a "$out/bench.txt" | grep -E "BENCH|Error"
+        timeout 600 python3 tools/bench/cuda/hf_baseline.py $spec 2>&1 | tee -a "$out/bench.txt" | grep -E "BENCH|Error"
     else
         echo "torch/transformers/peft with CUDA not importable here: no HF baseline"
     fi

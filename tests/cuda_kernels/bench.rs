@@ -4,7 +4,10 @@
 //! step), and the memory-bandwidth roofline (weight bytes / measured device-to-device copy
 //! bandwidth). One JSON line per model on stdout; tools/gpu-check.sh tabulates them beside the
 //! HF+PEFT baseline. A module of tests/cuda_kernels.rs, run as its #[ignore]d `cuda_benchmark`
-//! test, so tools/gpu-check.sh needs only the one test binary on a GPU machine.
+//! test, so tools/gpu-check.sh needs only the one test binary on a GPU machine. A hybrid
+//! (Qwen3.5-MoE, e.g. the Tall-shaped random model) is measured the same way; its roofline
+//! counts the bytes one token reads: everything but the embedding table and the routed
+//! experts, plus `experts_per_token` of the experts of each layer.
 
 use std::path::Path;
 use std::time::Instant;
@@ -12,6 +15,8 @@ use std::time::Instant;
 use baton::engine::ModelConfig;
 use baton::engine::device::Device;
 use baton::engine::device::cuda::CudaDevice;
+use baton::engine::hybrid::{HybridState, HybridWorkspace, Qwen35Moe};
+use baton::engine::hybrid_lora::HybridLora;
 use baton::engine::lora::LoraAdapter;
 use baton::engine::model::{PREFILL_CHUNK, Qwen3, Workspace};
 use baton::engine::weights::WeightFiles;
@@ -203,6 +208,138 @@ pub fn run_one(
     .to_string())
 }
 
+/// Seconds to prefill `prompt` into a fresh hybrid state (returned) and read the last logits.
+fn hybrid_prefill(
+    dev: &CudaDevice,
+    model: &Qwen35Moe<CudaDevice>,
+    ws: &mut HybridWorkspace<CudaDevice>,
+    prompt: &[u32],
+    room: usize,
+    adapter: Option<&HybridLora<CudaDevice>>,
+    logits: &mut Vec<f32>,
+) -> Result<(f64, HybridState<CudaDevice>), String> {
+    let mut state = model
+        .new_state(dev, prompt.len() + room)
+        .map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    let mut last = 0;
+    for chunk in prompt.chunks(PREFILL_CHUNK) {
+        model
+            .forward(dev, ws, &mut state, chunk, adapter)
+            .map_err(|e| e.to_string())?;
+        last = chunk.len() - 1;
+    }
+    model
+        .logits_of_row(dev, ws, last, logits)
+        .map_err(|e| e.to_string())?;
+    Ok((t.elapsed().as_secs_f64(), state))
+}
+
+/// Greedy decode tokens/s of a hybrid model after `prompt`.
+fn hybrid_decode(
+    dev: &CudaDevice,
+    model: &Qwen35Moe<CudaDevice>,
+    ws: &mut HybridWorkspace<CudaDevice>,
+    prompt: &[u32],
+    adapter: Option<&HybridLora<CudaDevice>>,
+) -> Result<f64, String> {
+    let mut logits = Vec::new();
+    let (_, mut state) = hybrid_prefill(
+        dev,
+        model,
+        ws,
+        prompt,
+        DECODE_STEPS + 1,
+        adapter,
+        &mut logits,
+    )?;
+    let t = Instant::now();
+    for _ in 0..DECODE_STEPS {
+        let next = argmax(&logits);
+        model
+            .forward(dev, ws, &mut state, &[next], adapter)
+            .map_err(|e| e.to_string())?;
+        model
+            .logits_of_row(dev, ws, 0, &mut logits)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(DECODE_STEPS as f64 / t.elapsed().as_secs_f64())
+}
+
+/// Benchmarks a hybrid (Qwen3.5-MoE) model under `root` (base/, and loras/L0 when present).
+pub fn run_hybrid(
+    dev: &CudaDevice,
+    label: &str,
+    root: &Path,
+    config: &ModelConfig,
+    bandwidth: f64,
+) -> Result<String, String> {
+    let Some(h) = config.hybrid.as_ref() else {
+        return Err(format!("{label}: not a hybrid model"));
+    };
+    let base = root.join("base");
+    let t = Instant::now();
+    let weights = WeightFiles::open_dir(&base).map_err(|e| e.to_string())?;
+    let model = Qwen35Moe::load(dev, config, &weights).map_err(|e| e.to_string())?;
+    drop(weights);
+    let lora_dir = root.join("loras").join("L0");
+    let adapter = if lora_dir.is_dir() {
+        Some(HybridLora::load(dev, "L0", &lora_dir, config).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
+    let load_s = t.elapsed().as_secs_f64();
+    let max_rank = adapter.as_ref().map_or(0, HybridLora::max_rank);
+    let mut ws = model.workspace(dev, max_rank).map_err(|e| e.to_string())?;
+    let prompt = tokens(PREFILL_TOKENS, config.vocab_size, 7);
+    let mut logits = Vec::new();
+    // Warm-up (kernel JIT, cuBLAS heuristics), then the measured runs.
+    hybrid_prefill(dev, &model, &mut ws, &prompt[..300], 1, None, &mut logits)?;
+    let (prefill_s, _) = hybrid_prefill(dev, &model, &mut ws, &prompt, 1, None, &mut logits)?;
+    let prefill_lora_s = match &adapter {
+        Some(a) => Some(hybrid_prefill(dev, &model, &mut ws, &prompt, 1, Some(a), &mut logits)?.0),
+        None => None,
+    };
+    let short = &prompt[..32];
+    hybrid_decode(dev, &model, &mut ws, short, None)?; // warm-up of the decode path
+    let decode_base = hybrid_decode(dev, &model, &mut ws, short, None)?;
+    let decode_lora = match &adapter {
+        Some(a) => Some(hybrid_decode(dev, &model, &mut ws, short, Some(a))?),
+        None => None,
+    };
+    // Bytes one decode step reads: all weights but the embedding table (one row) and the
+    // routed experts not chosen (bf16: 2 bytes a weight).
+    let weight_bytes = model.weight_bytes() as f64;
+    let hidden = config.hidden_size as f64;
+    let expert = 3.0 * h.moe_intermediate_size as f64 * hidden * 2.0;
+    let layers = config.num_hidden_layers as f64;
+    let embed = if config.tie_word_embeddings {
+        0.0 // the table is also the head, read whole
+    } else {
+        config.vocab_size as f64 * hidden * 2.0
+    };
+    let unused = layers * (h.num_experts - h.experts_per_token) as f64 * expert;
+    let active_bytes = weight_bytes - embed - unused;
+    Ok(serde_json::json!({
+        "engine": "baton",
+        "model": label,
+        "device": dev.name(),
+        "load_s": load_s,
+        "layers": config.num_hidden_layers,
+        "weight_bytes": weight_bytes,
+        "active_bytes": active_bytes,
+        "lora_bytes": adapter.as_ref().map(|a| a.bytes(dev)),
+        "copy_bandwidth_gbs": bandwidth / 1e9,
+        "roofline_decode_tok_s": bandwidth / active_bytes,
+        "decode_tok_s": decode_base,
+        "decode_lora_tok_s": decode_lora,
+        "prefill_tokens": PREFILL_TOKENS,
+        "prefill_tok_s": PREFILL_TOKENS as f64 / prefill_s,
+        "prefill_lora_tok_s": prefill_lora_s.map(|s| PREFILL_TOKENS as f64 / s),
+    })
+    .to_string())
+}
+
 /// Runs every `label=dir` pair in BATON_BENCH_MODELS (space-separated), printing JSON lines.
 pub fn run() -> Result<(), String> {
     let spec = std::env::var("BATON_BENCH_MODELS")
@@ -213,7 +350,15 @@ pub fn run() -> Result<(), String> {
         let (label, dir) = item
             .split_once('=')
             .ok_or_else(|| format!("BATON_BENCH_MODELS item {item:?} is not label=dir"))?;
-        match run_one(&dev, label, Path::new(dir), bandwidth) {
+        let root = Path::new(dir);
+        let result = match ModelConfig::load(&root.join("base")) {
+            Ok(config) if config.hybrid.is_some() => {
+                run_hybrid(&dev, label, root, &config, bandwidth)
+            }
+            Ok(_) => run_one(&dev, label, root, bandwidth),
+            Err(e) => Err(e.to_string()),
+        };
+        match result {
             Ok(line) => println!("BENCH {line}"),
             Err(e) => println!(
                 "BENCH {}",

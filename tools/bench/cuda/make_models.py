@@ -4,6 +4,12 @@ rank-64 PEFT adapter on all seven linear modules, for the CUDA benchmark. Only t
 library and numpy: nothing big travels to the GPU machine, the files are made there.
 
     make_models.py OUT_DIR 0.6B 1.7B 4B      ->  OUT_DIR/<size>/{base,loras/L0}/...
+    make_models.py OUT_DIR Tall              ->  a Qwen3.5-MoE (qwen3_5_moe_text) with
+        Macaron-V1-Tall's dimensions (Qwen3.6-35B-A3B: hidden 2048, 256 experts top-8 of
+        dim 512 + a shared expert of 512, Gated DeltaNet 16 key / 32 value heads x 128, gated
+        attention 16 / 2 heads x 256 with 64 rotary dims, vocab 248320) but
+        TALL_LAYERS (default 8) layers, 3 of 4 linear attention, ~15 GB; the rank-64 adapter
+        covers attention, linear attention and the shared expert.
 """
 import json
 import os
@@ -33,20 +39,30 @@ def ones_bf16(count):
     return np.full(count, 0x3F80, dtype=np.uint16)
 
 
+def f32_small(count):
+    """f32 values in [-1, 0): an A_log as real checkpoints store it (f32 among bf16)."""
+    return -RNG.random(count, dtype=np.float32)
+
+
 def write_safetensors(path, tensors):
-    """tensors: list of (name, shape, maker) where maker() returns a uint16 bf16 array."""
+    """tensors: list of (name, shape, maker[, dtype]) where maker(n) returns n values: a uint16
+    bf16 array (dtype BF16, the default) or float32 (F32). Written in slices so a 1.6 GB
+    expert stack never sits in memory whole."""
     header, offset = {}, 0
-    for name, shape, _ in tensors:
-        size = int(np.prod(shape)) * 2
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
+    for t in tensors:
+        name, shape, dtype = t[0], t[1], (t[3] if len(t) > 3 else "BF16")
+        size = int(np.prod(shape)) * (4 if dtype == "F32" else 2)
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
         offset += size
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(blob)))
         f.write(blob)
-        for _, shape, maker in tensors:
-            f.write(maker(int(np.prod(shape))).tobytes())
+        for t in tensors:
+            n, maker = int(np.prod(t[1])), t[2]
+            for start in range(0, n, 1 << 26):
+                f.write(maker(min(1 << 26, n - start)).tobytes())
 
 
 def make(out, size):
@@ -98,8 +114,101 @@ def make(out, size):
     print(f"{size}: {os.path.join(out, size)}", flush=True)
 
 
+TALL = dict(hidden=2048, experts=256, top_k=8, expert_dim=512, shared_dim=512, key_heads=16,
+            value_heads=32, linear_dim=128, conv_kernel=4, heads=16, kv_heads=2, head_dim=256,
+            rotary_factor=0.25, vocab=248320)
+
+
+def zeros_bf16(count):
+    """A zero-centred RMSNorm weight of 0: the norm multiplies by 1 + 0."""
+    return np.zeros(count, dtype=np.uint16)
+
+
+def make_tall(out, layers):
+    t = TALL
+    hidden, vocab, hd = t["hidden"], t["vocab"], t["head_dim"]
+    kh, vh, ld = t["key_heads"], t["value_heads"], t["linear_dim"]
+    conv_dim = 2 * kh * ld + vh * ld
+    kinds = ["full_attention" if (l + 1) % 4 == 0 else "linear_attention" for l in range(layers)]
+    base = os.path.join(out, "Tall", "base")
+    lora = os.path.join(out, "Tall", "loras", "L0")
+    os.makedirs(base, exist_ok=True)
+    os.makedirs(lora, exist_ok=True)
+    config = {
+        "architectures": ["Qwen3_5MoeForCausalLM"], "model_type": "qwen3_5_moe_text",
+        "hidden_size": hidden, "num_hidden_layers": layers, "layer_types": kinds,
+        "num_attention_heads": t["heads"], "num_key_value_heads": t["kv_heads"], "head_dim": hd,
+        "linear_num_key_heads": kh, "linear_num_value_heads": vh, "linear_key_head_dim": ld,
+        "linear_value_head_dim": ld, "linear_conv_kernel_dim": t["conv_kernel"],
+        "num_experts": t["experts"], "num_experts_per_tok": t["top_k"],
+        "moe_intermediate_size": t["expert_dim"], "shared_expert_intermediate_size": t["shared_dim"],
+        "vocab_size": vocab, "max_position_embeddings": 262144, "rms_norm_eps": 1e-6,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0,
+                            "partial_rotary_factor": t["rotary_factor"]},
+        "hidden_act": "silu", "attention_bias": False, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "eos_token_id": 248044, "pad_token_id": 248044,
+        "router_aux_loss_coef": 0.001, "output_router_logits": False, "use_cache": True,
+    }
+    with open(os.path.join(base, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    with open(os.path.join(base, "generation_config.json"), "w") as f:
+        json.dump({"eos_token_id": [248044]}, f)
+    e, inter, shared = t["experts"], t["expert_dim"], t["shared_dim"]
+    tensors = [("model.embed_tokens.weight", (vocab, hidden), random_bf16),
+               ("model.norm.weight", (hidden,), zeros_bf16),
+               ("lm_head.weight", (vocab, hidden), random_bf16)]
+    adapted = {}  # module path -> (out, in)
+    for l, kind in enumerate(kinds):
+        p = f"model.layers.{l}"
+        tensors += [(f"{p}.input_layernorm.weight", (hidden,), zeros_bf16),
+                    (f"{p}.post_attention_layernorm.weight", (hidden,), zeros_bf16)]
+        if kind == "full_attention":
+            mods = {"self_attn.q_proj": (2 * t["heads"] * hd, hidden),
+                    "self_attn.k_proj": (t["kv_heads"] * hd, hidden),
+                    "self_attn.v_proj": (t["kv_heads"] * hd, hidden),
+                    "self_attn.o_proj": (hidden, t["heads"] * hd)}
+            tensors += [(f"{p}.self_attn.q_norm.weight", (hd,), zeros_bf16),
+                        (f"{p}.self_attn.k_norm.weight", (hd,), zeros_bf16)]
+        else:
+            a = "linear_attn"
+            mods = {f"{a}.in_proj_qkv": (conv_dim, hidden), f"{a}.in_proj_z": (vh * ld, hidden),
+                    f"{a}.in_proj_b": (vh, hidden), f"{a}.in_proj_a": (vh, hidden),
+                    f"{a}.out_proj": (hidden, vh * ld)}
+            tensors += [(f"{p}.{a}.conv1d.weight", (conv_dim, 1, t["conv_kernel"]), random_bf16),
+                        (f"{p}.{a}.A_log", (vh,), f32_small, "F32"),
+                        (f"{p}.{a}.dt_bias", (vh,), random_bf16),
+                        (f"{p}.{a}.norm.weight", (ld,), ones_bf16)]
+        mods.update({"mlp.shared_expert.gate_proj": (shared, hidden),
+                     "mlp.shared_expert.up_proj": (shared, hidden),
+                     "mlp.shared_expert.down_proj": (hidden, shared)})
+        for m, shape in mods.items():
+            tensors.append((f"{p}.{m}.weight", shape, random_bf16))
+            adapted[f"{p}.{m}"] = shape
+        tensors += [(f"{p}.mlp.gate.weight", (e, hidden), random_bf16),
+                    (f"{p}.mlp.shared_expert_gate.weight", (1, hidden), random_bf16),
+                    (f"{p}.mlp.experts.gate_up_proj", (e, 2 * inter, hidden), random_bf16),
+                    (f"{p}.mlp.experts.down_proj", (e, hidden, inter), random_bf16)]
+    write_safetensors(os.path.join(base, "model.safetensors"), tensors)
+    adapter = []
+    for key, (o, i) in adapted.items():
+        adapter.append((f"base_model.model.{key}.lora_A.weight", (RANK, i), random_bf16))
+        adapter.append((f"base_model.model.{key}.lora_B.weight", (o, RANK), lambda n: random_bf16(n, 0x3A00)))
+    write_safetensors(os.path.join(lora, "adapter_model.safetensors"), adapter)
+    targets = sorted({k.rsplit(".", 1)[1] for k in adapted})
+    with open(os.path.join(lora, "adapter_config.json"), "w") as f:
+        json.dump({"peft_type": "LORA", "r": RANK, "lora_alpha": ALPHA, "use_rslora": False,
+                   "target_modules": targets, "base_model_name_or_path": base,
+                   "task_type": "CAUSAL_LM", "bias": "none", "lora_dropout": 0.0,
+                   "fan_in_fan_out": False, "inference_mode": True}, f, indent=1)
+    print(f"Tall ({layers} layers): {os.path.join(out, 'Tall')}", flush=True)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 3 or any(s not in SHAPES for s in sys.argv[2:]):
-        sys.exit(f"usage: {sys.argv[0]} OUT_DIR SIZE... (sizes: {' '.join(SHAPES)})")
+    known = list(SHAPES) + ["Tall"]
+    if len(sys.argv) < 3 or any(s not in known for s in sys.argv[2:]):
+        sys.exit(f"usage: {sys.argv[0]} OUT_DIR SIZE... (sizes: {' '.join(known)})")
     for s in sys.argv[2:]:
-        make(sys.argv[1], s)
+        if s == "Tall":
+            make_tall(sys.argv[1], int(os.environ.get("TALL_LAYERS", "8")))
+        else:
+            make(sys.argv[1], s)

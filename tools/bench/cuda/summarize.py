@@ -17,7 +17,8 @@ def ratio(a, b):
 
 head = ["model", "decode", "decode+LoRA", "LoRA ovh", "roofline", "%roof", "HF", "HF+PEFT",
         "x HF+PEFT", "prefill 2k", "HF prefill", "route ms"]
-print("\nbatch 1, tokens/s unless noted; roofline = weight bytes / measured D2D copy bandwidth")
+print("\nbatch 1, tokens/s unless noted; roofline = bytes one decode step reads / measured D2D copy"
+      " bandwidth (dense: all weights; hybrid: all but the embedding table and the unchosen experts)")
 print(" | ".join(head))
 print(" | ".join("---" for _ in head))
 for model, e in rows.items():

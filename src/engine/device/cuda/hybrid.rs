@@ -369,7 +369,7 @@ impl HybridDevice for CudaDevice {
         if !self.fits(
             "gather_rows",
             &[
-                (x.len(), (highest + 1) * width),
+                (x.len(), (highest + 1).saturating_mul(width)),
                 (out.len(), rows.len() * width),
             ],
         ) {
@@ -415,7 +415,7 @@ impl HybridDevice for CudaDevice {
             "scatter_add_rows",
             &[
                 (y.len(), rows.len() * width),
-                (out.len(), (highest + 1) * width),
+                (out.len(), (highest + 1).saturating_mul(width)),
             ],
         ) {
             return;
