@@ -5,7 +5,7 @@
 
 use cudarc::driver::{CudaSlice, LaunchConfig};
 
-use super::{CudaDevice, cfg, elementwise_cfg, grid_1d};
+use super::{CudaDevice, Scratch, cfg, elementwise_cfg, grid_1d};
 use crate::engine::device::{DeltaShape, Device, HybridDevice};
 use crate::engine::error::EngineError;
 
@@ -46,8 +46,9 @@ impl CudaDevice {
     }
 
     /// The kernel form of `rows` (and `weights`, if given): inline when short, else uploaded
-    /// into the scratch lists. None when the upload failed (noted).
-    fn row_list(&self, rows: &[u32], weights: Option<&[f32]>) -> Option<RowList> {
+    /// into the scratch lists, which the caller keeps locked until its launch is queued (so
+    /// no other caller's upload lands in between). None when the upload failed (noted).
+    fn row_list(&self, s: &mut Scratch, rows: &[u32], weights: Option<&[f32]>) -> Option<RowList> {
         let mut list = RowList {
             rows: [0; ROWS_INLINE],
             weights: [0.0; ROWS_INLINE],
@@ -61,10 +62,6 @@ impl CudaDevice {
             }
             return Some(list);
         }
-        let Ok(mut s) = self.scratch.lock() else {
-            self.note("routing list", Err::<(), _>("scratch lock poisoned"));
-            return None;
-        };
         self.ensure(&mut s.route_rows, rows.len());
         if s.route_rows.len() < rows.len() {
             return None; // the allocation failure is noted
@@ -375,7 +372,11 @@ impl HybridDevice for CudaDevice {
         ) {
             return;
         }
-        let Some(list) = self.row_list(rows, None) else {
+        let Ok(mut scratch) = self.scratch.lock() else {
+            self.note("gather_rows", Err::<(), _>("scratch lock poisoned"));
+            return;
+        };
+        let Some(list) = self.row_list(&mut scratch, rows, None) else {
             return;
         };
         let (xp, op, count, w) = (
@@ -420,7 +421,11 @@ impl HybridDevice for CudaDevice {
         ) {
             return;
         }
-        let Some(list) = self.row_list(rows, Some(weights)) else {
+        let Ok(mut scratch) = self.scratch.lock() else {
+            self.note("scatter_add_rows", Err::<(), _>("scratch lock poisoned"));
+            return;
+        };
+        let Some(list) = self.row_list(&mut scratch, rows, Some(weights)) else {
             return;
         };
         let (yp, op, count, w) = (
