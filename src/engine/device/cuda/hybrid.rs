@@ -87,6 +87,49 @@ impl CudaDevice {
     }
 }
 
+/// Which delta-rule kernel runs a shape, and its launch geometry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DeltaPlan {
+    /// The global-memory kernel (else the register one).
+    wide: bool,
+    /// Blocks: one per value head.
+    grid: u32,
+    threads: u32,
+    shared_bytes: u32,
+}
+
+fn delta_plan(shape: DeltaShape) -> Result<DeltaPlan, String> {
+    let DeltaShape {
+        key_heads,
+        value_heads,
+        key_dim: dk,
+        value_dim: dv,
+    } = shape;
+    if key_heads == 0 || value_heads % key_heads != 0 || dk == 0 || dv == 0 {
+        return Err(format!("unsupported shape {shape:?}"));
+    }
+    let grid = u32::try_from(value_heads).map_err(|_| format!("{value_heads} value heads"))?;
+    if dk <= GDR_MAX_DK && dv <= GDR_MAX_DV {
+        // A thread per state column; block_sum wants whole warps.
+        return Ok(DeltaPlan {
+            wide: false,
+            grid,
+            threads: (dv.div_ceil(32) * 32) as u32,
+            shared_bytes: 0,
+        });
+    }
+    let shared = 2 * dk * 4;
+    if shared > GDR_WIDE_MAX_SHARED {
+        return Err(format!("key head dimension {dk} is too large"));
+    }
+    Ok(DeltaPlan {
+        wide: true,
+        grid,
+        threads: 256,
+        shared_bytes: shared as u32,
+    })
+}
+
 /// Threads per block for a row-wise reduction over `width` entries.
 fn row_block(width: usize) -> u32 {
     if width <= 128 { 128 } else { 256 }
@@ -234,13 +277,13 @@ impl HybridDevice for CudaDevice {
             key_dim: dk,
             value_dim: dv,
         } = shape;
-        if key_heads == 0 || value_heads % key_heads != 0 || dk == 0 || dv == 0 {
-            self.note(
-                "gated_delta_rule",
-                Err::<(), _>(format!("unsupported shape {shape:?}")),
-            );
-            return;
-        }
+        let plan = match delta_plan(shape) {
+            Ok(plan) => plan,
+            Err(e) => {
+                self.note("gated_delta_rule", Err::<(), _>(e));
+                return;
+            }
+        };
         if !self.fits(
             "gated_delta_rule",
             &[
@@ -273,34 +316,17 @@ impl HybridDevice for CudaDevice {
         );
         let args: [&dyn super::KernelArg; 12] =
             [&qp, &bp, &ap, &r, &kh, &vh, &k32, &v32, &lp, &dp, &sp, &op];
-        if dk <= GDR_MAX_DK && dv <= GDR_MAX_DV {
-            let block = dv.div_ceil(32) as u32 * 32;
-            self.launch(
-                "gated_delta_rule",
-                &self.k.gated_delta_rule,
-                cfg((value_heads as u32, 1, 1), block),
-                &args,
-            );
-            return;
-        }
-        let shared = 2 * dk * 4;
-        if shared > GDR_WIDE_MAX_SHARED {
-            self.note(
-                "gated_delta_rule",
-                Err::<(), _>(format!("key head dimension {dk} is too large")),
-            );
-            return;
-        }
-        self.launch(
-            "gated_delta_rule (wide)",
-            &self.k.gated_delta_rule_wide,
-            LaunchConfig {
-                grid_dim: (value_heads as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: shared as u32,
-            },
-            &args,
-        );
+        let (what, f) = if plan.wide {
+            ("gated_delta_rule (wide)", &self.k.gated_delta_rule_wide)
+        } else {
+            ("gated_delta_rule", &self.k.gated_delta_rule)
+        };
+        let config = LaunchConfig {
+            grid_dim: (plan.grid, 1, 1),
+            block_dim: (plan.threads, 1, 1),
+            shared_mem_bytes: plan.shared_bytes,
+        };
+        self.launch(what, f, config, &args);
     }
 
     fn gated_rms_norm(
@@ -507,5 +533,59 @@ impl HybridDevice for CudaDevice {
         }
         self.failed()?;
         Ok(copy)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(key_heads: usize, value_heads: usize, key_dim: usize, value_dim: usize) -> DeltaShape {
+        DeltaShape {
+            key_heads,
+            value_heads,
+            key_dim,
+            value_dim,
+        }
+    }
+
+    #[test]
+    fn delta_rule_launches_fit_the_tall_shape_and_the_fixture() {
+        // Macaron-V1-Tall: 16 key / 32 value heads × 128: the register kernel, a block per
+        // value head, a thread per state column (128 floats of state each).
+        let tall = delta_plan(shape(16, 32, 128, 128)).expect("tall");
+        assert_eq!(
+            tall,
+            DeltaPlan {
+                wide: false,
+                grid: 32,
+                threads: 128,
+                shared_bytes: 0
+            }
+        );
+        // The fixture: dv 24 rounds up to one warp.
+        let tiny = delta_plan(shape(2, 4, 16, 24)).expect("fixture");
+        assert_eq!((tiny.wide, tiny.grid, tiny.threads), (false, 4, 32));
+        // Past the register kernel: the wide one with q and k in dynamic shared memory.
+        let wide = delta_plan(shape(1, 3, 160, 40)).expect("wide");
+        assert_eq!(
+            (wide.wide, wide.threads, wide.shared_bytes),
+            (true, 256, 1280)
+        );
+        let tall_dv = delta_plan(shape(1, 2, 64, 2048)).expect("wide dv");
+        assert!(tall_dv.wide);
+    }
+
+    #[test]
+    fn delta_rule_refuses_shapes_it_cannot_run() {
+        for bad in [
+            shape(0, 4, 16, 16),
+            shape(3, 4, 16, 16),
+            shape(2, 4, 0, 16),
+            shape(2, 4, 16, 0),
+            shape(1, 1, 8192, 16),
+        ] {
+            assert!(delta_plan(bad).is_err(), "{bad:?}");
+        }
     }
 }
