@@ -138,7 +138,7 @@ int main() {
         launch(std::min((n + 255) / 256, 65535), 256, 0, [&] { sigmoid_mul(ga.data(), gb.data(), n); });
         cmp("sigmoid_mul", ga, ca, n);
     }
-    delta_case({2, 4, 16, 24}, {5, 1, 1, 40});
+    delta_case({2, 4, 16, 24}, {5, 1, 1, 40, 256}); // up to a whole prefill chunk
     delta_case({16, 32, 128, 128}, {6, 1, 1});
     delta_case({1, 3, 160, 40}, {20, 1, 2});
     // Experts.
