@@ -34,6 +34,38 @@ fn required() -> bool {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The hybrid kernels executed on the CPU under tools/cuda-emu (g++ only, no GPU): their index
+// arithmetic, barriers and reductions against a port of the CPU device, at the fixture's and
+// Macaron-V1-Tall's shapes.
+
+#[test]
+fn hybrid_kernels_match_the_cpu_device_under_the_cuda_emulator() {
+    let gxx = std::process::Command::new("g++")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if crate::support::external::require("g++ (for tools/cuda-emu)", gxx.then_some(())).is_none() {
+        return;
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/cuda-emu/run.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .output()
+        .expect("run tools/cuda-emu/run.sh");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "tools/cuda-emu/run.sh failed:\n{text}");
+    let checked = text.lines().filter(|l| l.starts_with("ok ")).count();
+    assert!(
+        checked >= 40 && text.contains("all kernels match"),
+        "the emulator checked {checked} cases, fewer than expected:\n{text}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // NVRTC: every kernel compiles (no GPU needed).
 
 /// Whether libnvrtc loads; prints the skip otherwise.
