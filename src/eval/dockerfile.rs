@@ -64,6 +64,9 @@ pub struct LocalEnv {
     /// Top-level folders besides `/app`, `/root` and `/tmp` that the Dockerfile writes to
     /// (`/workspace`): each is a writable folder of the trial.
     pub extra_roots: Vec<String>,
+    /// The last `USER` (`name`, `uid`, `name:group`): who the agent and verifier run as when
+    /// the task names nobody; `None` for root.
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -132,8 +135,6 @@ pub enum Problem {
     /// `pip install -r FILE` where FILE is not a file of the build context.
     #[error("pip -r {file}: not a file this Dockerfile copies from its build context")]
     Requirements { file: String },
-    #[error("USER {user}: trials run as root")]
-    User { user: String },
     #[error("unsupported instruction {0}")]
     Instruction(String),
     /// An exec-form (`["a", "b"]`) argument list that is not a JSON array of strings.
@@ -252,6 +253,7 @@ fn translate_inner(
     let mut extra_roots = BTreeSet::new();
     let mut copies: Vec<Copied> = Vec::new();
     let mut seen_from = false;
+    let mut last_user: Option<String> = None;
     for (line_no, instruction) in logical_lines(text) {
         let (word, rest) = match instruction.split_once(char::is_whitespace) {
             Some((w, r)) => (w.to_ascii_uppercase(), r.trim().to_string()),
@@ -436,10 +438,10 @@ fn translate_inner(
             }
             "USER" => {
                 let user = expand_one(&rest, &lookup).map_err(&at)?;
-                let name = user.split(':').next().unwrap_or_default();
-                if name != "root" && name != "0" {
-                    return Err(at(Problem::User { user }));
-                }
+                let name = user.split(':').next().unwrap_or_default().to_string();
+                // The RUN lines after it still run as root here (the setup phase has one
+                // user); the agent and verifier phases run as this user.
+                last_user = (name != "root" && name != "0" && !name.is_empty()).then_some(user);
             }
             "CMD" | "ENTRYPOINT" | "LABEL" | "EXPOSE" | "VOLUME" | "SHELL" | "HEALTHCHECK"
             | "STOPSIGNAL" | "MAINTAINER" | "ONBUILD" => {}
@@ -457,6 +459,7 @@ fn translate_inner(
         workdir,
         env: vars.env,
         extra_roots: extra_roots.into_iter().collect(),
+        user: last_user,
     })
 }
 

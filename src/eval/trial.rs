@@ -17,7 +17,7 @@ use super::gateway::{Gateway, GatewayError};
 use super::isolation::{Isolation, Phase, TrialPaths};
 use super::process::{self, Exit, Outcome};
 use super::reward;
-use super::task::{Task, TaskFormat};
+use super::task::{StepReward, Task, TaskFormat};
 
 /// Which agent plays the trial.
 #[derive(Debug, Clone, PartialEq)]
@@ -242,6 +242,26 @@ impl From<&PhaseTiming> for TimingInfo {
     }
 }
 
+/// One step of a multi-step trial: Harbor's `StepResult` fields, then baton's.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepRecord {
+    pub step_name: String,
+    /// Harbor's `AgentContext`: token counts.
+    pub agent_result: serde_json::Value,
+    /// `{ "rewards": … }`, absent when the step was not scored.
+    pub verifier_result: Option<serde_json::Value>,
+    pub exception_info: Option<ExceptionInfo>,
+    pub agent_execution: Option<TimingInfo>,
+    pub verifier: Option<TimingInfo>,
+    pub reward: Option<f64>,
+    pub infrastructure_error: bool,
+    pub agent_exit: AgentExit,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub tests: BTreeMap<String, String>,
+    /// `steps/<name>/` of the trial folder: this step's `agent/`, `verifier/`, `artifacts/`.
+    pub dir: PathBuf,
+}
+
 /// Per-trial record in `result.json`: Harbor's `TrialResult` fields (so Harbor's viewer and
 /// tools read baton's jobs), then baton's own.
 #[derive(Debug, Clone, Serialize)]
@@ -266,6 +286,9 @@ pub struct TrialResult {
     pub agent_setup: Option<TimingInfo>,
     pub agent_execution: Option<TimingInfo>,
     pub verifier: Option<TimingInfo>,
+    /// Harbor's `step_results`: one entry per step run, for a multi-step task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_results: Option<Vec<StepRecord>>,
     pub trial_dir: PathBuf,
     pub task_dir: PathBuf,
     pub task_format: &'static str,
@@ -355,6 +378,7 @@ pub fn run_trial(
         agent_setup: None,
         agent_execution: None,
         verifier: None,
+        step_results: None,
         trial_dir: trial_dir.to_path_buf(),
         task_dir: task.dir.clone(),
         task_format: task.format.as_str(),
@@ -391,7 +415,9 @@ pub fn run_trial(
     if r.infrastructure_error {
         r.reward = None;
     }
-    collect_artifacts(task, &paths);
+    if task.steps.is_empty() {
+        collect_artifacts(&task.artifacts, &paths);
+    }
     r.environment_setup = r.timings.environment_setup.as_ref().map(TimingInfo::from);
     r.agent_execution = r.timings.agent_execution.as_ref().map(TimingInfo::from);
     r.verifier = r.timings.verifier.as_ref().map(TimingInfo::from);
@@ -400,15 +426,7 @@ pub fn run_trial(
         "n_cache_tokens": r.tokens.cached,
         "n_output_tokens": r.tokens.output,
     });
-    r.verifier_result = r.reward.map(|reward| {
-        let mut rewards: serde_json::Map<String, serde_json::Value> = r
-            .verifier_rewards
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::json!(v)))
-            .collect();
-        rewards.insert("reward".into(), serde_json::json!(reward));
-        serde_json::json!({ "rewards": rewards })
-    });
+    r.verifier_result = verifier_result(r.reward, &r.verifier_rewards);
     if !settings.keep_workdirs {
         let _ = remove_tree(&trial_dir.join("work"));
     }
@@ -421,7 +439,36 @@ pub fn run_trial(
     r
 }
 
+/// Harbor's `VerifierResult` of a scored reward: the verifier's keys, `reward` the score.
+fn verifier_result(
+    reward: Option<f64>,
+    rewards: &BTreeMap<String, f64>,
+) -> Option<serde_json::Value> {
+    reward.map(|reward| {
+        let mut map: serde_json::Map<String, serde_json::Value> = rewards
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+            .collect();
+        map.insert("reward".into(), serde_json::json!(reward));
+        serde_json::json!({ "rewards": map })
+    })
+}
+
 type PhaseError = (&'static str, String);
+
+/// What one agent-then-verifier pass runs: the whole task, or one step of a multi-step task.
+struct Pass<'a> {
+    instruction: &'a str,
+    agent_limit: Duration,
+    /// The oracle's folder for this pass.
+    solution_dir: Option<&'a Path>,
+    /// Folders copied to `/tests` in order (later ones over earlier ones).
+    tests: Vec<PathBuf>,
+    verifier_env: BTreeMap<String, String>,
+    verifier_timeout: Duration,
+    agent_user: Option<&'a str>,
+    verifier_user: Option<&'a str>,
+}
 
 fn infra(r: &mut TrialResult, kind: &'static str, message: String) -> PhaseError {
     r.infrastructure_error = true;
@@ -518,19 +565,377 @@ fn trial_phases(
         let _ = std::fs::create_dir_all(host);
     }
 
+    if task.steps.is_empty() {
+        let pass = Pass {
+            instruction: &task.instruction,
+            agent_limit: task
+                .agent_timeout
+                .map_or(NO_AGENT_LIMIT, |t| scaled(t, settings.timeout_multiplier)),
+            solution_dir: task.solution_dir.as_deref(),
+            tests: task.tests_dir.iter().cloned().collect(),
+            verifier_env: task.verifier_env.clone(),
+            verifier_timeout: task.verifier_timeout,
+            agent_user: task.agent_user.as_deref(),
+            verifier_user: task.verifier_user.as_deref(),
+        };
+        return agent_and_verifier(
+            task,
+            paths,
+            settings,
+            &env,
+            agent_env,
+            &pass,
+            r,
+            process_time,
+        );
+    }
+    run_steps(task, paths, settings, &env, &agent_env, r, process_time)
+}
+
+/// Runs the steps of a multi-step task in order in the one environment, as Harbor's
+/// `MultiStepTrial` does: each step's `workdir/` files (and its `setup.sh`), its agent with
+/// its own instruction, and its verifier with the task's tests and the step's over them.
+/// A step that errors without a reward, or whose rewards are below its `min_reward`, ends
+/// the trial. The trial's reward is the steps' mean per key (or the last step's).
+fn run_steps(
+    task: &Task,
+    paths: &TrialPaths,
+    settings: &TrialSettings,
+    env: &BTreeMap<String, String>,
+    agent_env: &BTreeMap<String, String>,
+    r: &mut TrialResult,
+    process_time: &mut Duration,
+) -> Result<(), PhaseError> {
+    let mut records: Vec<StepRecord> = Vec::new();
+    let mut first_error: Option<PhaseError> = None;
+    let mut agent_started = None;
+    let mut agent_finished = None;
+    let mut verifier_started = None;
+    let mut verifier_finished = None;
+    for step in &task.steps {
+        let step_root = paths.root.join("steps").join(&step.name);
+        let step_paths = TrialPaths {
+            agent_logs: step_root.join("agent"),
+            verifier_logs: step_root.join("verifier"),
+            artifacts: step_root.join("artifacts"),
+            ..paths.clone()
+        };
+        // Each step's verifier sees only its own tests, and the next agent none of them.
+        let _ = remove_tree(&paths.tests);
+        let mut sr = r.clone();
+        sr.reward = None;
+        sr.verifier_rewards = BTreeMap::new();
+        sr.reward_source = None;
+        sr.tests = BTreeMap::new();
+        sr.infrastructure_error = false;
+        sr.agent_exit = AgentExit::default();
+        sr.timings = Timings::default();
+        sr.tokens = Tokens::default();
+        sr.trajectory_path = None;
+        let outcome = (|| {
+            for d in [
+                &step_paths.agent_logs,
+                &step_paths.verifier_logs,
+                &step_paths.artifacts,
+            ] {
+                std::fs::create_dir_all(d).map_err(|e| {
+                    infra(
+                        &mut sr,
+                        "EnvironmentSetupError",
+                        format!("{}: cannot create the step's folders: {e}", d.display()),
+                    )
+                })?;
+            }
+            let agent_user = step.agent_user.as_deref().or(task.agent_user.as_deref());
+            step_setup(
+                task,
+                step,
+                &step_paths,
+                settings,
+                env,
+                agent_user,
+                &mut sr,
+                process_time,
+            )?;
+            let pass = Pass {
+                instruction: &step.instruction,
+                agent_limit: step
+                    .agent_timeout
+                    .map_or(NO_AGENT_LIMIT, |t| scaled(t, settings.timeout_multiplier)),
+                solution_dir: step
+                    .solution_dir
+                    .as_deref()
+                    .or(task.solution_dir.as_deref()),
+                tests: task
+                    .tests_dir
+                    .iter()
+                    .cloned()
+                    .chain(Some(step.dir.join("tests")).filter(|t| t.is_dir()))
+                    .collect(),
+                verifier_env: {
+                    let mut e = task.verifier_env.clone();
+                    e.extend(step.verifier_env.clone());
+                    e
+                },
+                verifier_timeout: step.verifier_timeout,
+                agent_user,
+                verifier_user: step
+                    .verifier_user
+                    .as_deref()
+                    .or(task.verifier_user.as_deref()),
+            };
+            agent_and_verifier(
+                task,
+                &step_paths,
+                settings,
+                env,
+                agent_env.clone(),
+                &pass,
+                &mut sr,
+                process_time,
+            )
+        })();
+        let mut artifacts = task.artifacts.clone();
+        artifacts.extend(step.artifacts.iter().cloned());
+        collect_artifacts(&artifacts, &step_paths);
+        if sr.infrastructure_error {
+            sr.reward = None;
+        }
+        let exception_info = outcome.as_ref().err().map(|(kind, message)| ExceptionInfo {
+            exception_type: kind.to_string(),
+            exception_traceback: message.clone(),
+            message: message.clone(),
+            occurred_at: Utc::now(),
+        });
+        if let Err(e) = &outcome {
+            first_error.get_or_insert_with(|| e.clone());
+        }
+        let timing = |t: &Option<PhaseTiming>| t.as_ref().map(TimingInfo::from);
+        if let Some(a) = &sr.timings.agent_execution {
+            agent_started.get_or_insert(a.started_at);
+            agent_finished = Some(a.finished_at);
+        }
+        if let Some(v) = &sr.timings.verifier {
+            verifier_started.get_or_insert(v.started_at);
+            verifier_finished = Some(v.finished_at);
+        }
+        let record = StepRecord {
+            step_name: step.name.clone(),
+            agent_result: serde_json::json!({
+                "n_input_tokens": sr.tokens.input,
+                "n_cache_tokens": sr.tokens.cached,
+                "n_output_tokens": sr.tokens.output,
+            }),
+            verifier_result: verifier_result(sr.reward, &sr.verifier_rewards),
+            exception_info,
+            agent_execution: timing(&sr.timings.agent_execution),
+            verifier: timing(&sr.timings.verifier),
+            reward: sr.reward,
+            infrastructure_error: sr.infrastructure_error,
+            agent_exit: sr.agent_exit.clone(),
+            tests: sr.tests.clone(),
+            dir: step_root,
+        };
+        // The trial's totals are the steps' sums; its environment setup is the first's.
+        r.tokens.input += sr.tokens.input;
+        r.tokens.cached += sr.tokens.cached;
+        r.tokens.output += sr.tokens.output;
+        for (k, v) in &sr.routes {
+            *r.routes.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &sr.route_decisions {
+            *r.route_decisions.entry(k.clone()).or_default() += v;
+        }
+        r.hops = sr.hops.clone();
+        r.hop_latency = sr.hop_latency.clone();
+        r.tool_calls += sr.tool_calls;
+        r.turn_status = sr.turn_status.clone();
+        r.trajectory_path = sr.trajectory_path.clone().or(r.trajectory_path.take());
+        r.agent_exit = sr.agent_exit.clone();
+        if sr.timings.environment_setup.is_some() {
+            r.timings.environment_setup = sr.timings.environment_setup.clone();
+        }
+        let stop = match &record.verifier_result {
+            None => record.exception_info.is_some(),
+            Some(_) => step.min_reward.iter().any(|(key, threshold)| {
+                let actual = if key == "reward" {
+                    record.reward
+                } else {
+                    sr.verifier_rewards.get(key).copied()
+                };
+                actual.is_none_or(|a| a < *threshold)
+            }),
+        };
+        records.push(record);
+        if stop {
+            break;
+        }
+    }
+    let phase = |s: Option<DateTime<Utc>>, f: Option<DateTime<Utc>>| match (s, f) {
+        (Some(started_at), Some(finished_at)) => Some(PhaseTiming {
+            started_at,
+            finished_at,
+            duration_sec: (finished_at - started_at).num_milliseconds() as f64 / 1000.0,
+        }),
+        _ => None,
+    };
+    r.timings.agent_execution = phase(agent_started, agent_finished);
+    r.timings.verifier = phase(verifier_started, verifier_finished);
+    let rewards = step_rewards(task.step_reward, &records);
+    r.reward = rewards
+        .as_ref()
+        .and_then(|m| m.get("reward").or_else(|| m.values().next()).copied());
+    r.verifier_rewards = rewards.unwrap_or_default();
+    r.step_results = Some(records);
+    match first_error {
+        // An error in a step that still left a reward is that step's, as in Harbor; a
+        // trial without any reward is an error of the trial.
+        Some(e) if r.reward.is_none() => {
+            r.infrastructure_error = true;
+            Err(e)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The trial's rewards from its steps' (Harbor's `multi_step_reward_strategy`): per-key means
+/// over the steps that have a verifier result, missing keys counting 0; or the last step's.
+fn step_rewards(strategy: StepReward, steps: &[StepRecord]) -> Option<BTreeMap<String, f64>> {
+    let rewards = |s: &StepRecord| -> Option<BTreeMap<String, f64>> {
+        let map = s.verifier_result.as_ref()?.get("rewards")?.as_object()?;
+        Some(
+            map.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
+                .collect(),
+        )
+    };
+    match strategy {
+        StepReward::Final => steps.last().and_then(rewards),
+        StepReward::Mean => {
+            let scored: Vec<BTreeMap<String, f64>> = steps.iter().filter_map(rewards).collect();
+            if scored.is_empty() {
+                return None;
+            }
+            let keys: std::collections::BTreeSet<&String> =
+                scored.iter().flat_map(|m| m.keys()).collect();
+            let n = scored.len() as f64;
+            Some(
+                keys.into_iter()
+                    .map(|k| {
+                        let sum: f64 = scored
+                            .iter()
+                            .map(|m| m.get(k).copied().unwrap_or(0.0))
+                            .sum();
+                        (k.clone(), sum / n)
+                    })
+                    .collect(),
+            )
+        }
+    }
+}
+
+/// A step's `workdir/` files go into the working dir, and its `workdir/setup.sh` runs there
+/// (as the step's agent user), before the step's agent.
+#[allow(clippy::too_many_arguments)]
+fn step_setup(
+    task: &Task,
+    step: &super::task::Step,
+    paths: &TrialPaths,
+    settings: &TrialSettings,
+    env: &BTreeMap<String, String>,
+    user: Option<&str>,
+    r: &mut TrialResult,
+    process_time: &mut Duration,
+) -> Result<(), PhaseError> {
+    let files = step.dir.join("workdir");
+    if !files.is_dir() {
+        return Ok(());
+    }
+    let workdir = &task.environment.workdir;
+    let Some(host) = paths.host_path(workdir) else {
+        return Err(infra(
+            r,
+            "StepSetupError",
+            format!(
+                "step '{}': the working dir {workdir} is not a folder of the trial",
+                step.name
+            ),
+        ));
+    };
+    copy_tree(&files, &host, &[]).map_err(|e| infra(r, "StepSetupError", e.to_string()))?;
+    if !files.join("setup.sh").is_file() {
+        return Ok(());
+    }
+    let phase = Phase {
+        paths,
+        workdir,
+        network: task.allow_internet,
+        tests: false,
+        solution: false,
+        setup: false,
+        build_context: None,
+        env: env.clone(),
+        gateway: None,
+    };
+    let script = format!("{}/setup.sh", workdir.trim_end_matches('/'));
+    let cmd = settings.isolation.command(&phase, "bash", &[script]);
+    let _ = user;
+    let log = paths.agent_logs.join("setup.log");
+    let (out, err) = log_files(&log).map_err(|e| {
+        infra(
+            r,
+            "StepSetupError",
+            format!("cannot create {}: {e}", log.display()),
+        )
+    })?;
+    let outcome = process::run(
+        cmd,
+        scaled(task.setup_timeout, settings.timeout_multiplier),
+        out,
+        err,
+    );
+    *process_time += outcome.duration;
+    if outcome.exit.success() {
+        return Ok(());
+    }
+    Err(infra(
+        r,
+        "StepSetupError",
+        format!(
+            "step '{}': setup.sh ended with {:?}; see {}",
+            step.name,
+            outcome.exit,
+            log.display()
+        ),
+    ))
+}
+
+/// The agent, then the verifier, of one pass; the agent's failure (timeout, exit code) is
+/// reported after the verifier has run, as Harbor grades such trials too.
+#[allow(clippy::too_many_arguments)]
+fn agent_and_verifier(
+    task: &Task,
+    paths: &TrialPaths,
+    settings: &TrialSettings,
+    env: &BTreeMap<String, String>,
+    mut agent_env: BTreeMap<String, String>,
+    pass: &Pass,
+    r: &mut TrialResult,
+    process_time: &mut Duration,
+) -> Result<(), PhaseError> {
+    let iso = &settings.isolation;
+    let ctx = task.environment.build_context.as_deref();
     // Agent.
-    let instruction = iso.rewrite(paths, ctx, &task.instruction);
+    let instruction = iso.rewrite(paths, ctx, pass.instruction);
     let _ = std::fs::write(paths.agent_logs.join("instruction.md"), &instruction);
-    let agent_limit = task
-        .agent_timeout
-        .map_or(NO_AGENT_LIMIT, |t| scaled(t, settings.timeout_multiplier));
+    let agent_limit = pass.agent_limit;
     let stdout_path = paths.agent_logs.join("stdout.txt");
     // Lives until the agent has exited: the agent's only way to its model endpoint.
     let mut gateway: Option<Gateway> = None;
     let (program, args, network, solution) = match &settings.agent {
         AgentKind::Nop => (None, Vec::new(), task.allow_internet, false),
         AgentKind::Oracle => {
-            let Some(dir) = &task.solution_dir else {
+            let Some(dir) = pass.solution_dir else {
                 return Err(infra(
                     r,
                     "SolutionMissingError",
@@ -661,7 +1066,7 @@ fn trial_phases(
             Exit::TimedOut => r.agent_exit.timed_out = true,
             Exit::SpawnFailed(m) => return Err(infra(r, "AgentSpawnError", m.clone())),
         }
-        record_events(task, paths, settings, r, &stdout_path);
+        record_events(pass.instruction, paths, settings, r, &stdout_path);
     } else {
         let now = Utc::now();
         r.timings.agent_execution = Some(PhaseTiming {
@@ -673,7 +1078,7 @@ fn trial_phases(
     let _ = remove_tree(&paths.solution);
 
     // Verifier: the tests appear only now.
-    let verify = run_verifier(task, paths, settings, &env, process_time, r);
+    let verify = run_verifier(task, pass, paths, settings, env, process_time, r);
     let agent_error = if r.agent_exit.timed_out {
         Some((
             "AgentTimeoutError",
@@ -823,6 +1228,7 @@ fn baton_agent_setup(
 
 fn run_verifier(
     task: &Task,
+    pass: &Pass,
     paths: &TrialPaths,
     settings: &TrialSettings,
     task_env: &BTreeMap<String, String>,
@@ -837,7 +1243,7 @@ fn run_verifier(
             format!("cannot create the tests folder: {e}"),
         )
     })?;
-    if let Some(dir) = &task.tests_dir {
+    for dir in &pass.tests {
         copy_tree(dir, &paths.tests, &[])
             .map_err(|e| infra(r, "VerifierSetupError", e.to_string()))?;
     }
@@ -853,7 +1259,7 @@ fn run_verifier(
     }
     rewrite_text_files(iso, paths, None, &paths.tests);
     let mut env = task_env.clone();
-    env.extend(task.verifier_env.clone());
+    env.extend(pass.verifier_env.clone());
     let phase = Phase {
         paths,
         workdir: &task.environment.workdir,
@@ -878,7 +1284,7 @@ fn run_verifier(
             ));
         }
     };
-    let limit = scaled(task.verifier_timeout, settings.timeout_multiplier);
+    let limit = scaled(pass.verifier_timeout, settings.timeout_multiplier);
     let outcome = process::run(cmd, limit, out, err);
     *process_time += outcome.duration;
     r.timings.verifier = Some(PhaseTiming::from(&outcome));
@@ -927,7 +1333,7 @@ fn run_verifier(
 }
 
 fn record_events(
-    task: &Task,
+    instruction: &str,
     paths: &TrialPaths,
     settings: &TrialSettings,
     r: &mut TrialResult,
@@ -961,7 +1367,7 @@ fn record_events(
     let traj = atif::trajectory(
         &evs,
         &texts,
-        &task.instruction,
+        instruction,
         settings.agent.name(),
         env!("CARGO_PKG_VERSION"),
     );
@@ -1077,12 +1483,12 @@ fn harbor_trial_config(
 /// Copies the task's `artifacts` out of the trial's folders into `artifacts/`, with a
 /// `manifest.json` saying what was found. Links are not followed; paths outside the trial's
 /// folders are not read.
-fn collect_artifacts(task: &Task, paths: &TrialPaths) {
-    if task.artifacts.is_empty() {
+fn collect_artifacts(artifacts: &[super::task::Artifact], paths: &TrialPaths) {
+    if artifacts.is_empty() {
         return;
     }
     let mut manifest = Vec::new();
-    for a in &task.artifacts {
+    for a in artifacts {
         let dest = paths.artifacts.join(&a.destination);
         // A link the agent planted on the way (`/app/link -> /`) must not lead out.
         let inside = |p: &Path| {

@@ -1,0 +1,153 @@
+//! `baton eval` on Harbor's task model beyond one agent and one verifier: multi-step tasks
+//! (`[[steps]]`), agent and verifier `user`s, and Dockerfile `COPY` into system folders.
+
+use std::path::{Path, PathBuf};
+
+use baton::cli::eval::{EvalArgs, prepare};
+use baton::eval::isolation::IsolationChoice;
+use baton::eval::job::{JobReport, run_job};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/eval")
+        .join(name)
+}
+
+fn args(tasks: Vec<PathBuf>, agent: &str, out: &Path) -> EvalArgs {
+    EvalArgs {
+        tasks,
+        agent: agent.to_string(),
+        trials: 1,
+        concurrency: 2,
+        out: out.to_path_buf(),
+        job_name: None,
+        timeout_multiplier: 1.0,
+        include: Vec::new(),
+        exclude: Vec::new(),
+        baton_bin: None,
+        exec_args: Vec::new(),
+        hooks: None,
+        mcp_config: None,
+        pass_env: Vec::new(),
+        isolation: std::env::var("BATON_EVAL_ISOLATION")
+            .ok()
+            .filter(|v| v == "none")
+            .map_or(IsolationChoice::Auto, |_| IsolationChoice::None),
+        share: Vec::new(),
+        keep_workdirs: false,
+        min_score: None,
+        no_progress: true,
+        list: false,
+        trailing_exec_args: Vec::new(),
+    }
+}
+
+fn run(a: EvalArgs) -> JobReport {
+    let cfg = prepare(&a).expect("job config");
+    run_job(cfg).expect("job runs")
+}
+
+fn result_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Harbor's models read a trial folder's `result.json` (`TrialResult`, with `step_results`);
+/// prints what `check` prints.
+fn harbor_reads(trial_dir: &Path, check: &str) -> Option<String> {
+    let python = crate::support::external::require(
+        "the harbor package (PyPI) in the test venv",
+        crate::support::external::python_with(&["harbor.models.trial.result"]),
+    )?;
+    let script = format!(
+        "import pathlib, sys\nfrom harbor.models.trial.result import TrialResult\nr = TrialResult.model_validate_json(pathlib.Path(sys.argv[1]).read_text())\n{check}\n"
+    );
+    let out = std::process::Command::new(python)
+        .args(["-c", &script])
+        .arg(trial_dir.join("result.json"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// A multi-step task runs each step's agent with its own instruction, in order, in one
+/// environment: the step's `workdir/` files and `setup.sh` before its agent, its verifier with
+/// the task's tests and the step's over them (and none of the previous step's), the step's
+/// verifier env over the task's. The trial's reward is the per-key mean of the steps'.
+#[test]
+fn multi_step_tasks_run_every_step_in_one_environment() {
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![fixture("multi-step")], "oracle", out.path()));
+    assert_eq!(report.trials.len(), 1);
+    let t = &report.trials[0];
+    let steps = t.step_results.as_ref().expect("step results");
+    let show = |s: &baton::eval::trial::StepRecord| {
+        format!(
+            "{}: {:?} {:?}; {}",
+            s.step_name,
+            s.reward,
+            s.exception_info,
+            std::fs::read_to_string(s.dir.join("verifier/test-stdout.txt")).unwrap_or_default()
+        )
+    };
+    assert_eq!(
+        steps.len(),
+        2,
+        "{:?}",
+        steps.iter().map(show).collect::<Vec<_>>()
+    );
+    for s in steps {
+        assert_eq!(s.reward, Some(1.0), "{}", show(s));
+    }
+    assert_eq!(t.reward, Some(1.0), "{:?}", t.exception_info);
+    // `style` is only in the second step's rewards: a missing key counts 0 in the mean.
+    assert_eq!(t.verifier_rewards.get("style"), Some(&0.25));
+    assert!(!t.infrastructure_error);
+    // Each step's logs are under steps/<name>/, as Harbor lays out a multi-step trial.
+    let create = t.trial_dir.join("steps/create");
+    let extend = t.trial_dir.join("steps/extend");
+    assert!(create.join("verifier/reward.txt").is_file());
+    assert!(extend.join("verifier/reward.json").is_file());
+    assert_eq!(
+        std::fs::read_to_string(extend.join("artifacts/greeting.txt")).unwrap(),
+        "hello\n7\n"
+    );
+    let json = result_json(&t.trial_dir.join("result.json"));
+    assert_eq!(json["step_results"][0]["step_name"], "create");
+    assert_eq!(
+        json["step_results"][1]["verifier_result"]["rewards"]["style"],
+        0.5
+    );
+    assert_eq!(json["verifier_result"]["rewards"]["reward"], 1.0);
+    if let Some(seen) = harbor_reads(
+        &t.trial_dir,
+        "print([s.step_name for s in r.step_results], r.step_results[1].verifier_result.rewards['style'], r.verifier_result.rewards['reward'])",
+    ) {
+        assert_eq!(seen, "['create', 'extend'] 0.5 1.0");
+    }
+
+    // The agent gets each step's instruction in turn; nothing solved, so the first step's
+    // `min_reward = 1` stops the trial after it.
+    let cmd = "echo \"$INSTRUCTION\" >> /tmp/instructions.txt";
+    let report = run(args(
+        vec![fixture("multi-step")],
+        &format!("cmd:{cmd}"),
+        out.path(),
+    ));
+    let t = &report.trials[0];
+    let steps = t.step_results.as_ref().unwrap();
+    assert_eq!(steps.len(), 1, "min_reward stops the trial");
+    assert_eq!(steps[0].reward, Some(0.0));
+    assert_eq!(t.reward, Some(0.0));
+    assert!(
+        std::fs::read_to_string(t.trial_dir.join("steps/create/agent/instruction.md"))
+            .unwrap()
+            .contains("/app/greeting.txt holding the single line")
+    );
+    assert!(!t.trial_dir.join("steps/extend").exists());
+}
