@@ -151,3 +151,39 @@ fn multi_step_tasks_run_every_step_in_one_environment() {
     );
     assert!(!t.trial_dir.join("steps/extend").exists());
 }
+
+/// `[agent].user` / `[verifier].user` and the Dockerfile's `USER`: those phases run as that
+/// user (its own uid, its name in the trial's `/etc/passwd`, `USER` set), the setup as root,
+/// and the environment's files are the user's to write. Without a sandbox it is an error row.
+#[test]
+fn agent_and_verifier_users() {
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![fixture("users")], "oracle", out.path());
+    if std::env::var("BATON_EVAL_ISOLATION").is_ok_and(|v| v == "none") {
+        return;
+    }
+    let report = run(a.clone());
+    assert_eq!(report.trials.len(), 2);
+    for t in &report.trials {
+        let log = std::fs::read_to_string(t.trial_dir.join("verifier/test-stdout.txt"))
+            .unwrap_or_default();
+        assert_eq!(
+            t.reward,
+            Some(1.0),
+            "{}: {:?} {log}",
+            t.task_name,
+            t.exception_info
+        );
+    }
+    let nop = run(args(vec![fixture("users")], "nop", out.path()));
+    assert!(nop.trials.iter().all(|t| t.reward == Some(0.0)));
+
+    a.isolation = IsolationChoice::None;
+    let plain = run(a);
+    for t in &plain.trials {
+        assert!(t.infrastructure_error, "{}", t.task_name);
+        let e = t.exception_info.as_ref().unwrap();
+        assert_eq!(e.exception_type, "UserSetupError");
+        assert!(e.message.contains("--isolation bwrap"), "{}", e.message);
+    }
+}

@@ -76,6 +76,8 @@ pub struct TrialPaths {
     pub agent_logs: PathBuf,
     pub verifier_logs: PathBuf,
     pub artifacts: PathBuf,
+    /// The trial's `passwd` and `group` (the host's plus the task's users), when it has users.
+    pub identity: PathBuf,
     /// Writable top-level folders of the environment besides `/app` (`/workspace`), as
     /// (sandbox path, host folder).
     pub extra_roots: Vec<(String, PathBuf)>,
@@ -96,6 +98,7 @@ impl TrialPaths {
             agent_logs: root.join("agent"),
             verifier_logs: root.join("verifier"),
             artifacts: root.join("artifacts"),
+            identity: work.join("identity"),
             extra_roots: Vec::new(),
         }
     }
@@ -170,6 +173,16 @@ impl TrialPaths {
     }
 }
 
+/// A non-root user a phase runs as (Harbor's `[agent].user`, `[verifier].user`, Dockerfile
+/// `USER`): its uid and gid inside the trial's user namespace, which maps it to the runner's
+/// own uid outside, as it maps root in the other phases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrialUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
 /// One phase's view of the trial.
 #[derive(Debug, Clone)]
 pub struct Phase<'a> {
@@ -185,6 +198,8 @@ pub struct Phase<'a> {
     /// The agent's model gateway: with `network` off, the phase's own network namespace holds
     /// the gateway's listener and nothing else.
     pub gateway: Option<&'a Gateway>,
+    /// Who the phase runs as; `None` is root.
+    pub user: Option<&'a TrialUser>,
 }
 
 /// How trials are isolated on this machine.
@@ -321,6 +336,7 @@ impl Isolation {
             build_context: None,
             env: BTreeMap::new(),
             gateway: None,
+            user: None,
         };
         let mut cmd = self.command(&phase, "sh", &["-c".into(), "touch /app/.probe".into()]);
         let out = cmd
@@ -386,7 +402,11 @@ impl Isolation {
         // With the gateway, the network namespace is made before bwrap runs (see
         // `NetnsSetup`): bwrap must not replace it with an empty one.
         let mut b = Bwrap::isolated(phase.network || netns.is_some());
-        b.user(0, 0).unshare_cgroup();
+        match phase.user {
+            Some(u) => b.user(u.uid, u.gid),
+            None => b.user(0, 0),
+        };
+        b.unshare_cgroup();
         for dir in SYSTEM_DIRS {
             let host = Path::new("/").join(dir);
             if host.is_dir() {
@@ -404,6 +424,13 @@ impl Isolation {
         for file in HIDDEN_HOST_FILES.iter().map(Path::new) {
             if file.is_file() {
                 b.hide_file(file);
+            }
+        }
+        // The trial's users (when a phase has one) are in its own copy of the user database.
+        for name in ["passwd", "group"] {
+            let ours = p.identity.join(name);
+            if ours.is_file() {
+                b.ro_bind(&ours, &Path::new("/etc").join(name));
             }
         }
         hide_ssh_host_keys(&mut b);
@@ -453,6 +480,10 @@ impl Isolation {
             .chdir(Path::new(phase.workdir))
             .clearenv();
         let mut env = self.base_env("/root", "/tmp");
+        if let Some(u) = phase.user {
+            env.insert("USER".into(), u.name.clone());
+            env.insert("LOGNAME".into(), u.name.clone());
+        }
         env.extend(phase.env.clone());
         for (k, v) in &env {
             b.setenv(k, v);

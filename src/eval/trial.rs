@@ -14,7 +14,7 @@ use super::atif;
 use super::events::{self, EventStats, HopLatency, HopRecord, Tokens};
 use super::fsutil::{copy_tree, remove_tree};
 use super::gateway::{Gateway, GatewayError};
-use super::isolation::{Isolation, Phase, TrialPaths};
+use super::isolation::{Isolation, IsolationKind, Phase, TrialPaths, TrialUser};
 use super::process::{self, Exit, Outcome};
 use super::reward;
 use super::task::{StepReward, Task, TaskFormat};
@@ -466,8 +466,137 @@ struct Pass<'a> {
     tests: Vec<PathBuf>,
     verifier_env: BTreeMap<String, String>,
     verifier_timeout: Duration,
-    agent_user: Option<&'a str>,
-    verifier_user: Option<&'a str>,
+    agent_user: Option<&'a TrialUser>,
+    verifier_user: Option<&'a TrialUser>,
+}
+
+/// Whether a `user` value means root.
+fn is_root(spec: &str) -> bool {
+    matches!(spec.split(':').next(), Some("root" | "0" | ""))
+}
+
+/// The task's users (task, step and Dockerfile `USER` values other than root) with the uids
+/// they get in the trial: a number as written, a name the first uid from 1000 up that the
+/// host's user database does not use (as `useradd` picks in an image), in name order. Their
+/// entries are added to the trial's copy of `/etc/passwd` and `/etc/group`.
+fn trial_users(task: &Task, paths: &TrialPaths) -> Result<BTreeMap<String, TrialUser>, String> {
+    let mut specs: Vec<&str> = [task.agent_user.as_deref(), task.verifier_user.as_deref()]
+        .into_iter()
+        .chain(
+            task.steps
+                .iter()
+                .flat_map(|s| [s.agent_user.as_deref(), s.verifier_user.as_deref()]),
+        )
+        .flatten()
+        .filter(|u| !is_root(u))
+        .collect();
+    specs.sort();
+    specs.dedup();
+    if specs.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    let ids = |db: &str| -> Vec<(String, u32)> {
+        db.lines()
+            .filter_map(|l| {
+                let mut f = l.split(':');
+                let name = f.next()?.to_string();
+                let id = f.nth(1)?.parse().ok()?;
+                Some((name, id))
+            })
+            .collect()
+    };
+    let host_users = ids(&passwd);
+    let host_groups = ids(&group);
+    let valid = |n: &str| {
+        !n.is_empty()
+            && n.len() <= 32
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+            && !n.starts_with('-')
+    };
+    let mut next = 1000u32;
+    let mut fresh = |taken: &dyn Fn(u32) -> bool| {
+        while taken(next) {
+            next += 1;
+        }
+        next += 1;
+        next - 1
+    };
+    let mut users = BTreeMap::new();
+    let mut passwd_extra = String::new();
+    let mut group_extra = String::new();
+    for spec in specs {
+        let (name, group_name) = match spec.split_once(':') {
+            Some((u, g)) => (u, Some(g)),
+            None => (spec, None),
+        };
+        if !valid(name) || group_name.is_some_and(|g| !valid(g)) {
+            return Err(format!(
+                "user '{spec}' is not a user name or uid (letters, digits, '_', '-', '.')"
+            ));
+        }
+        let uid = match name.parse::<u32>() {
+            Ok(n) => n,
+            Err(_) => fresh(&|id| {
+                host_users.iter().any(|(_, u)| *u == id)
+                    || users.values().any(|u: &TrialUser| u.uid == id)
+            }),
+        };
+        let gid = match group_name {
+            None => uid,
+            Some(g) => match g.parse::<u32>() {
+                Ok(n) => n,
+                Err(_) => host_groups
+                    .iter()
+                    .find(|(n, _)| n == g)
+                    .map(|(_, id)| *id)
+                    .unwrap_or(uid),
+            },
+        };
+        let shown = if name.parse::<u32>().is_ok() {
+            format!("u{uid}")
+        } else {
+            name.to_string()
+        };
+        if !host_users.iter().any(|(n, _)| *n == shown) {
+            passwd_extra.push_str(&format!("{shown}:x:{uid}:{gid}::/root:/bin/bash\n"));
+        }
+        if !host_groups.iter().any(|(_, id)| *id == gid) {
+            group_extra.push_str(&format!("{shown}:x:{gid}:\n"));
+        }
+        users.insert(
+            spec.to_string(),
+            TrialUser {
+                name: shown,
+                uid,
+                gid,
+            },
+        );
+    }
+    let with_newline = |s: &str| {
+        if s.is_empty() || s.ends_with('\n') {
+            s.to_string()
+        } else {
+            format!("{s}\n")
+        }
+    };
+    std::fs::create_dir_all(&paths.identity)
+        .and_then(|()| {
+            std::fs::write(
+                paths.identity.join("passwd"),
+                with_newline(&passwd) + &passwd_extra,
+            )
+        })
+        .and_then(|()| {
+            std::fs::write(
+                paths.identity.join("group"),
+                with_newline(&group) + &group_extra,
+            )
+        })
+        .map_err(|e| format!("cannot write the trial's user database: {e}"))?;
+    Ok(users)
 }
 
 fn infra(r: &mut TrialResult, kind: &'static str, message: String) -> PhaseError {
@@ -501,7 +630,7 @@ fn trial_phases(
     let mut env = settings.network_env.clone();
     env.extend(task.environment.env.clone());
     // The agent's view adds keys and the instruction; neither reaches the verifier.
-    let mut agent_env = env.clone();
+    let agent_env = env.clone();
     if let Some(script) = &task.environment.setup_script {
         std::fs::create_dir_all(&paths.setup)
             .and_then(|_| {
@@ -527,6 +656,7 @@ fn trial_phases(
             build_context: ctx,
             env: env.clone(),
             gateway: None,
+            user: None,
         };
         let cmd = iso.command(&phase, "bash", &["/setup/setup.sh".into()]);
         let (out, err) = log_files(&paths.root.join("setup.log")).map_err(|e| {
@@ -565,6 +695,19 @@ fn trial_phases(
         let _ = std::fs::create_dir_all(host);
     }
 
+    let users = trial_users(task, paths).map_err(|e| infra(r, "UserSetupError", e))?;
+    if !users.is_empty() && iso.kind == IsolationKind::Plain {
+        let names: Vec<&str> = users.keys().map(String::as_str).collect();
+        return Err(infra(
+            r,
+            "UserSetupError",
+            format!(
+                "the task runs phases as {} and plain folders (no sandbox) run everything as this process's user; use --isolation bwrap",
+                names.join(", ")
+            ),
+        ));
+    }
+    let user = |spec: Option<&str>| spec.and_then(|s| users.get(s));
     if task.steps.is_empty() {
         let pass = Pass {
             instruction: &task.instruction,
@@ -575,8 +718,8 @@ fn trial_phases(
             tests: task.tests_dir.iter().cloned().collect(),
             verifier_env: task.verifier_env.clone(),
             verifier_timeout: task.verifier_timeout,
-            agent_user: task.agent_user.as_deref(),
-            verifier_user: task.verifier_user.as_deref(),
+            agent_user: user(task.agent_user.as_deref()),
+            verifier_user: user(task.verifier_user.as_deref()),
         };
         return agent_and_verifier(
             task,
@@ -589,7 +732,16 @@ fn trial_phases(
             process_time,
         );
     }
-    run_steps(task, paths, settings, &env, &agent_env, r, process_time)
+    run_steps(
+        task,
+        paths,
+        settings,
+        &env,
+        &agent_env,
+        &users,
+        r,
+        process_time,
+    )
 }
 
 /// Runs the steps of a multi-step task in order in the one environment, as Harbor's
@@ -597,12 +749,14 @@ fn trial_phases(
 /// its own instruction, and its verifier with the task's tests and the step's over them.
 /// A step that errors without a reward, or whose rewards are below its `min_reward`, ends
 /// the trial. The trial's reward is the steps' mean per key (or the last step's).
+#[allow(clippy::too_many_arguments)]
 fn run_steps(
     task: &Task,
     paths: &TrialPaths,
     settings: &TrialSettings,
     env: &BTreeMap<String, String>,
     agent_env: &BTreeMap<String, String>,
+    users: &BTreeMap<String, TrialUser>,
     r: &mut TrialResult,
     process_time: &mut Duration,
 ) -> Result<(), PhaseError> {
@@ -646,7 +800,8 @@ fn run_steps(
                     )
                 })?;
             }
-            let agent_user = step.agent_user.as_deref().or(task.agent_user.as_deref());
+            let user = |spec: Option<&str>| spec.and_then(|s| users.get(s));
+            let agent_user = user(step.agent_user.as_deref().or(task.agent_user.as_deref()));
             step_setup(
                 task,
                 step,
@@ -679,10 +834,11 @@ fn run_steps(
                 },
                 verifier_timeout: step.verifier_timeout,
                 agent_user,
-                verifier_user: step
-                    .verifier_user
-                    .as_deref()
-                    .or(task.verifier_user.as_deref()),
+                verifier_user: user(
+                    step.verifier_user
+                        .as_deref()
+                        .or(task.verifier_user.as_deref()),
+                ),
             };
             agent_and_verifier(
                 task,
@@ -843,7 +999,7 @@ fn step_setup(
     paths: &TrialPaths,
     settings: &TrialSettings,
     env: &BTreeMap<String, String>,
-    user: Option<&str>,
+    user: Option<&TrialUser>,
     r: &mut TrialResult,
     process_time: &mut Duration,
 ) -> Result<(), PhaseError> {
@@ -876,10 +1032,10 @@ fn step_setup(
         build_context: None,
         env: env.clone(),
         gateway: None,
+        user,
     };
     let script = format!("{}/setup.sh", workdir.trim_end_matches('/'));
     let cmd = settings.isolation.command(&phase, "bash", &[script]);
-    let _ = user;
     let log = paths.agent_logs.join("setup.log");
     let (out, err) = log_files(&log).map_err(|e| {
         infra(
@@ -932,6 +1088,7 @@ fn agent_and_verifier(
     let stdout_path = paths.agent_logs.join("stdout.txt");
     // Lives until the agent has exited: the agent's only way to its model endpoint.
     let mut gateway: Option<Gateway> = None;
+    let agent_user = pass.agent_user.cloned();
     let (program, args, network, solution) = match &settings.agent {
         AgentKind::Nop => (None, Vec::new(), task.allow_internet, false),
         AgentKind::Oracle => {
@@ -1042,6 +1199,7 @@ fn agent_and_verifier(
             build_context: None,
             env: agent_env.clone(),
             gateway: gateway.as_ref(),
+            user: agent_user.as_ref(),
         };
         let cmd = iso.command(&phase, &program, &args);
         let out = File::create(&stdout_path);
@@ -1270,6 +1428,7 @@ fn run_verifier(
         build_context: None,
         env,
         gateway: None,
+        user: pass.verifier_user,
     };
     let cmd = iso.command(&phase, "bash", &[format!("/tests/{}", task.test_entry)]);
     let out_path = paths.verifier_logs.join("test-stdout.txt");
