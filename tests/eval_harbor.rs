@@ -187,3 +187,60 @@ fn agent_and_verifier_users() {
         assert!(e.message.contains("--isolation bwrap"), "{}", e.message);
     }
 }
+
+/// Dockerfile `COPY` and `WORKDIR` into system folders: the paths the host lacks
+/// (`/opt/greeter`, `/var/lib/greeter`, `/etc/greeter.conf`) and a file in a folder it has
+/// (`/usr/local/bin/…`) are the trial's own, mounted there in every phase with variables
+/// expanded; the rest of each folder is the host's, read-only, and the host is untouched.
+#[test]
+fn copies_into_system_folders_are_the_trials() {
+    let dir = fixture("copy-system");
+    let task = match baton::eval::task::load(&dir).unwrap() {
+        baton::eval::task::Loaded::Ready(t) => t,
+        baton::eval::task::Loaded::Skipped(s) => panic!("skipped: {}", s.reason),
+    };
+    let mounts: Vec<(String, bool)> = task
+        .environment
+        .system_mounts
+        .iter()
+        .map(|m| (m.path.clone(), m.file))
+        .collect();
+    let expected = [
+        ("/etc/greeter.conf", true),
+        ("/opt/greeter", false),
+        ("/usr/local/bin/baton-fixture-greet", true),
+        ("/var/lib/greeter", false),
+    ];
+    assert_eq!(mounts, expected.map(|(p, f)| (p.to_string(), f)).to_vec());
+    if std::env::var("BATON_EVAL_ISOLATION").is_ok_and(|v| v == "none") {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![dir.clone()], "oracle", out.path());
+    a.isolation = IsolationChoice::Bwrap;
+    a.keep_workdirs = true;
+    let report = run(a);
+    let t = &report.trials[0];
+    assert_eq!(
+        t.reward,
+        Some(1.0),
+        "{:?} {}",
+        t.exception_info,
+        std::fs::read_to_string(t.trial_dir.join("verifier/test-stdout.txt")).unwrap_or_default()
+    );
+    let kept = t.trial_dir.join("work/system");
+    assert_eq!(
+        std::fs::read_to_string(kept.join("var/lib/greeter/message.txt")).unwrap(),
+        "hello from /opt\n"
+    );
+    for (path, _) in expected {
+        assert!(!Path::new(path).exists(), "{path} appeared on the host");
+    }
+    let nop = run(args(vec![dir], "nop", out.path()));
+    assert_eq!(
+        nop.trials[0].reward,
+        Some(0.0),
+        "{:?}",
+        nop.trials[0].exception_info
+    );
+}

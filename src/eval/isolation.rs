@@ -81,6 +81,9 @@ pub struct TrialPaths {
     /// Writable top-level folders of the environment besides `/app` (`/workspace`), as
     /// (sandbox path, host folder).
     pub extra_roots: Vec<(String, PathBuf)>,
+    /// The trial's own folders and files inside system folders (`/opt/tool`), under
+    /// `work/system/`, as (sandbox path, host path, is a file).
+    pub system_mounts: Vec<(String, PathBuf, bool)>,
 }
 
 impl TrialPaths {
@@ -100,6 +103,7 @@ impl TrialPaths {
             artifacts: root.join("artifacts"),
             identity: work.join("identity"),
             extra_roots: Vec::new(),
+            system_mounts: Vec::new(),
         }
     }
 
@@ -110,6 +114,26 @@ impl TrialPaths {
             .iter()
             .filter(|r| r.starts_with('/') && r.len() > 1 && !r[1..].contains('/'))
             .map(|r| (r.clone(), base.join(&r[1..])))
+            .collect();
+        self
+    }
+
+    /// Adds the environment's paths inside system folders, kept under `work/system/`.
+    pub fn with_system_mounts(
+        mut self,
+        mounts: &[crate::eval::dockerfile::SystemMount],
+    ) -> TrialPaths {
+        let base = self.root.join("work").join("system");
+        self.system_mounts = mounts
+            .iter()
+            .filter(|m| m.path.starts_with('/') && !m.path.split('/').any(|c| c == ".."))
+            .map(|m| {
+                (
+                    m.path.clone(),
+                    base.join(m.path.trim_start_matches('/')),
+                    m.file,
+                )
+            })
             .collect();
         self
     }
@@ -148,6 +172,19 @@ impl TrialPaths {
         for (_, d) in &self.extra_roots {
             std::fs::create_dir_all(d)?;
         }
+        for (_, host, file) in &self.system_mounts {
+            if *file {
+                if let Some(parent) = host.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(host)?;
+            } else {
+                std::fs::create_dir_all(host)?;
+            }
+        }
         Ok(())
     }
 
@@ -169,6 +206,11 @@ impl TrialPaths {
             m.push(("/environment".into(), ctx.to_path_buf()));
         }
         m.extend(self.extra_roots.iter().cloned());
+        m.extend(
+            self.system_mounts
+                .iter()
+                .map(|(sandbox, host, _)| (sandbox.clone(), host.clone())),
+        );
         m
     }
 }
@@ -410,7 +452,7 @@ impl Isolation {
         for dir in SYSTEM_DIRS {
             let host = Path::new("/").join(dir);
             if host.is_dir() {
-                b.ro_bind(&host, &host);
+                bind_system_dir(&mut b, &host, &p.system_mounts);
             }
         }
         for link in SYSTEM_LINKS {
@@ -421,8 +463,9 @@ impl Isolation {
                 b.ro_bind(&host, &host);
             }
         }
+        let trial_provides = |f: &Path| p.system_mounts.iter().any(|(m, _, _)| Path::new(m) == f);
         for file in HIDDEN_HOST_FILES.iter().map(Path::new) {
-            if file.is_file() {
+            if file.is_file() && !trial_provides(file) {
                 b.hide_file(file);
             }
         }
@@ -581,6 +624,50 @@ impl Isolation {
         found.dedup();
         found
     }
+}
+
+/// A host system folder, read-only, with the trial's own folders and files mounted where
+/// the environment put them. A folder that holds such a mount is rebuilt entry by entry: a
+/// read-only tmpfs whose entries are the host's (each bound read-only, links as links) and the
+/// trial's mounts; bwrap cannot create a mount point inside a read-only bind.
+fn bind_system_dir(b: &mut Bwrap, dir: &Path, mounts: &[(String, PathBuf, bool)]) {
+    let below = |d: &Path| {
+        mounts
+            .iter()
+            .any(|(m, _, _)| Path::new(m).starts_with(d) && Path::new(m) != d)
+    };
+    if !below(dir) {
+        b.ro_bind(dir, dir);
+        return;
+    }
+    b.tmpfs(dir);
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    entries.sort();
+    for path in entries {
+        if mounts.iter().any(|(m, _, _)| Path::new(m) == path) {
+            continue;
+        }
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if let Ok(target) = std::fs::read_link(&path) {
+                    b.symlink(&target, &path);
+                }
+            }
+            Ok(m) if m.is_dir() && below(&path) => bind_system_dir(b, &path, mounts),
+            Ok(_) => {
+                b.ro_bind(&path, &path);
+            }
+            Err(_) => {}
+        }
+    }
+    for (sandbox, host, _) in mounts {
+        if Path::new(sandbox).parent() == Some(dir) {
+            b.bind(host, Path::new(sandbox));
+        }
+    }
+    b.remount_ro(dir);
 }
 
 /// Covers credential files and folders that sit at the top of a folder bound into the trial.

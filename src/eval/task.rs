@@ -53,6 +53,9 @@ pub struct EnvironmentPlan {
     /// Top-level folders besides `/app` the environment writes to (`/workspace`, `/data`):
     /// each is a writable folder of the trial.
     pub extra_roots: Vec<String>,
+    /// Paths in system folders the environment writes (`/opt/tool`): each is a folder or
+    /// file of the trial mounted over the host's read-only system folder.
+    pub system_mounts: Vec<dockerfile::SystemMount>,
 }
 
 /// One runnable task.
@@ -707,6 +710,7 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
                     plan.env = local.env;
                     plan.env.extend(task_env);
                     plan.extra_roots = local.extra_roots;
+                    plan.system_mounts = local.system_mounts;
                     // Harbor: an unset user is the image's default USER.
                     agent_user = agent_user.or_else(|| local.user.clone());
                     verifier_user = verifier_user.or(local.user);
@@ -845,6 +849,7 @@ fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
                 plan.workdir = local.workdir;
                 plan.env = local.env;
                 plan.extra_roots = local.extra_roots;
+                plan.system_mounts = local.system_mounts;
                 image_user = local.user;
             }
         }

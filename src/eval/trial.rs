@@ -355,7 +355,9 @@ pub fn run_trial(
 ) -> TrialResult {
     let wall = Instant::now();
     let started_at = Utc::now();
-    let paths = TrialPaths::new(trial_dir).with_extra_roots(&task.environment.extra_roots);
+    let paths = TrialPaths::new(trial_dir)
+        .with_extra_roots(&task.environment.extra_roots)
+        .with_system_mounts(&task.environment.system_mounts);
     let mut r = TrialResult {
         id: uuid::Uuid::now_v7().to_string(),
         task_name: task.name.clone(),
