@@ -244,3 +244,86 @@ fn copies_into_system_folders_are_the_trials() {
         nop.trials[0].exception_info
     );
 }
+
+/// Malformed multi-step tasks are error rows that say what is wrong: a step name that is a
+/// path, a step without a test script, a step folder that links out of the task, a bad
+/// `min_reward` or `multi_step_reward_strategy`; a bad `user` is an error row of the trial.
+#[test]
+fn malformed_steps_and_users_are_error_rows() {
+    let root = tempfile::tempdir().unwrap();
+    let task = |name: &str, toml: &str, files: &[(&str, &str)]| {
+        let dir = root.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("task.toml"), toml).unwrap();
+        for (path, text) in files {
+            let p = dir.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        dir
+    };
+    let load_err = |dir: &Path| baton::eval::task::load(dir).unwrap_err().to_string();
+    let step_files = [
+        ("steps/one/instruction.md", "do one"),
+        (
+            "steps/one/tests/test.sh",
+            "echo 1 > /logs/verifier/reward.txt",
+        ),
+    ];
+    let e = load_err(&task(
+        "slash",
+        "[[steps]]\nname = \"../one\"\n",
+        &step_files,
+    ));
+    assert!(e.contains("steps[].name"), "{e}");
+    let e = load_err(&task(
+        "no-test",
+        "[[steps]]\nname = \"one\"\n",
+        &[("steps/one/instruction.md", "do one")],
+    ));
+    assert!(
+        e.contains("step 'one' has no steps/one/tests/test.sh"),
+        "{e}"
+    );
+    let e = load_err(&task(
+        "gate",
+        "[[steps]]\nname = \"one\"\nmin_reward = \"high\"\n",
+        &step_files,
+    ));
+    assert!(e.contains("min_reward"), "{e}");
+    let e = load_err(&task(
+        "strategy",
+        "multi_step_reward_strategy = \"best\"\n[[steps]]\nname = \"one\"\n",
+        &step_files,
+    ));
+    assert!(e.contains("multi_step_reward_strategy"), "{e}");
+    let e = load_err(&task("empty", "steps = []\n", &[]));
+    assert!(e.contains("at least one step"), "{e}");
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("instruction.md"), "from outside").unwrap();
+    let linked = task(
+        "linked",
+        "[[steps]]\nname = \"one\"\n",
+        &[("tests/test.sh", "true")],
+    );
+    std::fs::create_dir_all(linked.join("steps")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), linked.join("steps/one")).unwrap();
+    let e = load_err(&linked);
+    assert!(e.contains("a link out of it"), "{e}");
+
+    let bad_user = task(
+        "bad-user",
+        "[agent]\nuser = \"a b\"\n[environment]\nallow_internet = false\n",
+        &[
+            ("instruction.md", "x"),
+            ("tests/test.sh", "echo 1 > /logs/verifier/reward.txt"),
+        ],
+    );
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![bad_user], "nop", out.path()));
+    let t = &report.trials[0];
+    assert!(t.infrastructure_error);
+    let e = t.exception_info.as_ref().unwrap();
+    assert_eq!(e.exception_type, "UserSetupError");
+    assert!(e.message.contains("'a b'"), "{}", e.message);
+}

@@ -448,6 +448,10 @@ fn toml_user(table: Option<&toml::Value>) -> Option<String> {
     }
 }
 
+fn key_name(step: &str) -> String {
+    format!("steps/{step}")
+}
+
 /// A step name Harbor accepts: one portable folder name.
 fn valid_step_name(name: &str) -> bool {
     !name.trim().is_empty()
@@ -498,6 +502,19 @@ fn toml_steps(
             return Err(TaskError::field(file, "steps[].name", "unique", name));
         }
         let step_dir = dir.join("steps").join(&name);
+        // A step's files are the task's: a link out of the task folder is not followed.
+        let inside = match (std::fs::canonicalize(&step_dir), std::fs::canonicalize(dir)) {
+            (Ok(step), Ok(task)) => step.starts_with(task),
+            _ => true,
+        };
+        if !inside {
+            return Err(TaskError::field(
+                file,
+                key_name(&name),
+                "a folder inside the task",
+                format!("{} (a link out of it)", step_dir.display()),
+            ));
+        }
         let instruction_path = step_dir.join("instruction.md");
         let instruction = read_text(&instruction_path)?;
         if instruction.trim().is_empty() {

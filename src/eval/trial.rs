@@ -540,6 +540,8 @@ fn trial_users(task: &Task, paths: &TrialPaths) -> Result<BTreeMap<String, Trial
             ));
         }
         let uid = match name.parse::<u32>() {
+            // bwrap takes any uid, but (uid_t)-1 and beyond 2^31 are nobody's.
+            Ok(n) if n >= 1 << 31 => return Err(format!("user '{spec}': uid out of range")),
             Ok(n) => n,
             Err(_) => fresh(&|id| {
                 host_users.iter().any(|(_, u)| *u == id)
@@ -549,6 +551,7 @@ fn trial_users(task: &Task, paths: &TrialPaths) -> Result<BTreeMap<String, Trial
         let gid = match group_name {
             None => uid,
             Some(g) => match g.parse::<u32>() {
+                Ok(n) if n >= 1 << 31 => return Err(format!("user '{spec}': gid out of range")),
                 Ok(n) => n,
                 Err(_) => host_groups
                     .iter()
@@ -1690,5 +1693,50 @@ fn collect_artifacts(artifacts: &[super::task::Artifact], paths: &TrialPaths) {
     }
     if let Ok(json) = serde_json::to_string_pretty(&manifest) {
         let _ = std::fs::write(paths.artifacts.join("manifest.json"), json);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(name: &str, rewards: Option<&[(&str, f64)]>) -> StepRecord {
+        let map: BTreeMap<String, f64> = rewards
+            .unwrap_or_default()
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect();
+        StepRecord {
+            step_name: name.into(),
+            agent_result: serde_json::json!({}),
+            verifier_result: rewards.map(|_| serde_json::json!({ "rewards": map })),
+            exception_info: None,
+            agent_execution: None,
+            verifier: None,
+            reward: None,
+            infrastructure_error: false,
+            agent_exit: AgentExit::default(),
+            tests: BTreeMap::new(),
+            dir: PathBuf::new(),
+        }
+    }
+
+    /// Harbor's strategies: `mean` per key over the steps with a verifier result (a missing
+    /// key counts 0, an unscored step is left out); `final` the last step's, even unscored.
+    #[test]
+    fn step_rewards_follow_harbors_strategies() {
+        let steps = [
+            step("a", Some(&[("reward", 1.0), ("style", 1.0)])),
+            step("b", None),
+            step("c", Some(&[("reward", 0.0)])),
+        ];
+        let mean = step_rewards(StepReward::Mean, &steps).unwrap();
+        assert_eq!(mean["reward"], 0.5);
+        assert_eq!(mean["style"], 0.5);
+        let last = step_rewards(StepReward::Final, &steps).unwrap();
+        assert_eq!(last["reward"], 0.0);
+        assert!(!last.contains_key("style"));
+        assert_eq!(step_rewards(StepReward::Final, &steps[..2]), None);
+        assert_eq!(step_rewards(StepReward::Mean, &steps[1..2]), None);
     }
 }
