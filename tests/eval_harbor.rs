@@ -327,3 +327,52 @@ fn malformed_steps_and_users_are_error_rows() {
     assert_eq!(e.exception_type, "UserSetupError");
     assert!(e.message.contains("'a b'"), "{}", e.message);
 }
+
+/// What an agent leaves in its folders cannot make the runner write on the host: a link in
+/// the working dir where the next step's `workdir/` files go, and a link in `/logs/artifacts`
+/// where an artifact is copied, both aimed at a host file.
+#[test]
+fn links_a_hostile_agent_leaves_do_not_lead_the_runner_out() {
+    if std::env::var("BATON_EVAL_ISOLATION").is_ok_and(|v| v == "none") {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let victim = out.path().join("victim.txt");
+    std::fs::write(&victim, "untouched\n").unwrap();
+    let v = victim.display();
+    let cmd = format!(
+        "cmd:case \"$INSTRUCTION\" in *Create*) echo hello > /app/greeting.txt; ln -s {v} /app/data.txt;; *) ln -s {v} /logs/artifacts/greeting.txt;; esac"
+    );
+    let report = run(args(vec![fixture("multi-step")], &cmd, out.path()));
+    let t = &report.trials[0];
+    let steps = t.step_results.as_ref().unwrap();
+    assert_eq!(steps[0].reward, Some(1.0), "{:?}", steps[0].exception_info);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched\n");
+
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("art");
+    std::fs::create_dir_all(dir.join("tests")).unwrap();
+    std::fs::write(
+        dir.join("task.toml"),
+        "artifacts = [\"/app/out.txt\"]\n[environment]\nallow_internet = false\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("instruction.md"), "x").unwrap();
+    std::fs::write(
+        dir.join("tests/test.sh"),
+        "echo 1 > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    let cmd = format!(
+        "cmd:echo pwned > /app/out.txt; ln -s {v} /logs/artifacts/out.txt; ln -s {v} /logs/artifacts/manifest.json"
+    );
+    let report = run(args(vec![dir], &cmd, out.path()));
+    let t = &report.trials[0];
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched\n");
+    let manifest = std::fs::read_to_string(t.trial_dir.join("artifacts/manifest.json")).unwrap();
+    assert!(manifest.contains("\"ok\""), "{manifest}");
+    assert_eq!(
+        std::fs::read_to_string(t.trial_dir.join("artifacts/out.txt")).unwrap(),
+        "pwned\n"
+    );
+}

@@ -1013,34 +1013,33 @@ fn step_setup(
         return Ok(());
     }
     let workdir = &task.environment.workdir;
-    let Some(host) = paths.host_path(workdir) else {
-        return Err(infra(
-            r,
-            "StepSetupError",
-            format!(
-                "step '{}': the working dir {workdir} is not a folder of the trial",
-                step.name
-            ),
-        ));
-    };
-    copy_tree(&files, &host, &[]).map_err(|e| infra(r, "StepSetupError", e.to_string()))?;
-    if !files.join("setup.sh").is_file() {
-        return Ok(());
-    }
+    // The files go in from inside the sandbox: the working dir is the previous agent's, and a
+    // link it left there must resolve in the trial, never on the host.
+    let _ = remove_tree(&paths.setup);
+    copy_tree(&files, &paths.setup, &[]).map_err(|e| infra(r, "StepSetupError", e.to_string()))?;
     let phase = Phase {
         paths,
         workdir,
         network: task.allow_internet,
         tests: false,
         solution: false,
-        setup: false,
+        setup: true,
         build_context: None,
         env: env.clone(),
         gateway: None,
         user,
     };
-    let script = format!("{}/setup.sh", workdir.trim_end_matches('/'));
-    let cmd = settings.isolation.command(&phase, "bash", &[script]);
+    let script = "cp -a --no-preserve=ownership /setup/. \"$1\"/ && if [ -f /setup/setup.sh ]; then bash \"$1/setup.sh\"; fi";
+    let cmd = settings.isolation.command(
+        &phase,
+        "bash",
+        &[
+            "-c".into(),
+            script.into(),
+            "step-setup".into(),
+            workdir.clone(),
+        ],
+    );
     let log = paths.agent_logs.join("setup.log");
     let (out, err) = log_files(&log).map_err(|e| {
         infra(
@@ -1056,6 +1055,7 @@ fn step_setup(
         err,
     );
     *process_time += outcome.duration;
+    let _ = remove_tree(&paths.setup);
     if outcome.exit.success() {
         return Ok(());
     }
@@ -1063,7 +1063,7 @@ fn step_setup(
         r,
         "StepSetupError",
         format!(
-            "step '{}': setup.sh ended with {:?}; see {}",
+            "step '{}': copying workdir/ or its setup.sh ended with {:?}; see {}",
             step.name,
             outcome.exit,
             log.display()
@@ -1537,7 +1537,7 @@ fn record_events(
     );
     let path = paths.agent_logs.join("trajectory.json");
     if let Ok(json) = serde_json::to_string_pretty(&traj)
-        && std::fs::write(&path, json).is_ok()
+        && write_fresh(&path, json.as_bytes()).is_ok()
     {
         r.trajectory_path = Some(path);
     }
@@ -1644,6 +1644,46 @@ fn harbor_trial_config(
     })
 }
 
+/// Writes `bytes` to a new file at `path` in a folder the trial could write: whatever it left
+/// there (a link to a host file) is removed first, never written through.
+fn write_fresh(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => remove_tree(path)?,
+        Ok(_) => std::fs::remove_file(path)?,
+        Err(_) => {}
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?
+        .write_all(bytes)
+}
+
+/// Makes `root/rel` free for a copy: no folder on the way is a link (`Err` then), and
+/// whatever is at it is removed.
+fn clear_destination(root: &Path, rel: &str) -> Result<(), ()> {
+    let mut at = root.to_path_buf();
+    let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
+    for (i, part) in parts.iter().enumerate() {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Err(_) => return Ok(()),
+            Ok(m) if i + 1 == parts.len() => {
+                let removed = if m.is_dir() {
+                    remove_tree(&at)
+                } else {
+                    std::fs::remove_file(&at)
+                };
+                return removed.map_err(|_| ());
+            }
+            Ok(m) if m.file_type().is_symlink() || !m.is_dir() => return Err(()),
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// Copies the task's `artifacts` out of the trial's folders into `artifacts/`, with a
 /// `manifest.json` saying what was found. Links are not followed; paths outside the trial's
 /// folders are not read.
@@ -1662,6 +1702,11 @@ fn collect_artifacts(artifacts: &[super::task::Artifact], paths: &TrialPaths) {
                 .is_some_and(|d| d.starts_with(&root))
         };
         let status = match paths.host_path(a.source.trim_end_matches('/')) {
+            // The artifacts folder is the agent's to write (`/logs/artifacts`): a link it
+            // left on the way to the destination must not lead the copy out.
+            _ if clear_destination(&paths.artifacts, &a.destination).is_err() => {
+                "the destination is a link the trial made".to_string()
+            }
             None => "outside the trial's folders".to_string(),
             Some(src) if !inside(&src) => {
                 "outside the trial's folders (through a link)".to_string()
@@ -1692,7 +1737,7 @@ fn collect_artifacts(artifacts: &[super::task::Artifact], paths: &TrialPaths) {
         }));
     }
     if let Ok(json) = serde_json::to_string_pretty(&manifest) {
-        let _ = std::fs::write(paths.artifacts.join("manifest.json"), json);
+        let _ = write_fresh(&paths.artifacts.join("manifest.json"), json.as_bytes());
     }
 }
 
