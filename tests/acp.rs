@@ -635,3 +635,87 @@ fn malformed_lines_get_errors_and_a_closed_stdin_ends_the_process_cleanly() {
     assert_eq!(status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// An MCP server the client names in `session/new` (`mcpServers`, stdio: the Python `mcp`
+/// SDK's server of tests/fixtures/mcp) is started for the session: the model sees its tools,
+/// its call runs there (the server computes the sum), the result reaches the model on the
+/// wire, and the client sees the call as `tool_call` and `tool_call_update` updates.
+#[test]
+fn an_mcp_server_from_session_new_serves_the_models_tool_call() {
+    let Some(python) = external::require("the Python `mcp` SDK", external::python_with(&["mcp"]))
+    else {
+        return;
+    };
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/py_server.py");
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("m1", "mcp__py__add", r#"{"a":40,"b":2}"#),
+            )
+            .answer("L2", "The server says 42."),
+    );
+    let steps = json!([
+        {"op": "initialize"},
+        {"op": "new_session", "cwd": env.workspace, "mcp_servers": [{
+            "name": "py",
+            "command": python.display().to_string(),
+            "args": [server.display().to_string()],
+            "env": [],
+        }]},
+        {"op": "prompt", "text": "add 40 and 2 with the tool", "permissions": ["allow_once"]},
+    ]);
+    let Some(report) = drive(&env, &engine, &["--sandbox", "off"], steps) else {
+        return;
+    };
+    let prompt = step(&report, 2);
+    assert_eq!(prompt["response"]["stopReason"], "end_turn", "{prompt:#}");
+
+    // The server starts in the background (a call to one still starting waits for it), so
+    // its tools are offered from the request after it is ready: the one after the call.
+    let answers = engine.requests_for_hop("answer");
+    assert_eq!(answers.len(), 2);
+    let offered: Vec<String> = answers[1]
+        .body
+        .get("tools")
+        .and_then(|t| t.as_array())
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(offered.iter().any(|n| n == "mcp__py__add"), "{offered:?}");
+    let results: Vec<String> = answers
+        .last()
+        .unwrap()
+        .transcript()
+        .into_iter()
+        .filter(|(role, _)| role == "tool")
+        .map(|(_, text)| text)
+        .collect();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(results[0].contains("42"), "{results:?}");
+
+    // The client saw the call start and finish, with the server's output.
+    let calls = updates(prompt, "tool_call");
+    assert_eq!(calls.len(), 1, "{prompt:#}");
+    assert_eq!(calls[0]["toolCallId"], "m1", "{prompt:#}");
+    assert!(
+        calls[0]["title"].as_str().unwrap_or("").contains("add") || calls[0]["rawInput"]["a"] == 40,
+        "{prompt:#}"
+    );
+    let progress = updates(prompt, "tool_call_update");
+    let done = progress.last().expect("a tool_call_update");
+    assert_eq!(done["toolCallId"], "m1");
+    assert_eq!(done["status"], "completed", "{prompt:#}");
+    let shown = serde_json::to_string(&progress).unwrap();
+    assert!(shown.contains("42"), "{prompt:#}");
+    assert_eq!(
+        chunk_text(&updates(prompt, "agent_message_chunk")),
+        "The server says 42."
+    );
+}

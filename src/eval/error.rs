@@ -66,6 +66,9 @@ pub enum TaskError {
     /// A file every task of the format needs (`tests/test.sh`, `run-tests.sh`).
     #[error("{}: missing {file}", dir.display())]
     MissingFile { dir: PathBuf, file: &'static str },
+    /// A step of a multi-step task without a test script of its own or the task's.
+    #[error("{}: step '{step}' has no steps/{step}/tests/test.sh and the task no tests/test.sh", dir.display())]
+    MissingStepTest { dir: PathBuf, step: String },
 }
 
 impl TaskError {

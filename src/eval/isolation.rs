@@ -76,9 +76,14 @@ pub struct TrialPaths {
     pub agent_logs: PathBuf,
     pub verifier_logs: PathBuf,
     pub artifacts: PathBuf,
+    /// The trial's `passwd` and `group` (the host's plus the task's users), when it has users.
+    pub identity: PathBuf,
     /// Writable top-level folders of the environment besides `/app` (`/workspace`), as
     /// (sandbox path, host folder).
     pub extra_roots: Vec<(String, PathBuf)>,
+    /// The trial's own folders and files inside system folders (`/opt/tool`), under
+    /// `work/system/`, as (sandbox path, host path, is a file).
+    pub system_mounts: Vec<(String, PathBuf, bool)>,
 }
 
 impl TrialPaths {
@@ -96,7 +101,9 @@ impl TrialPaths {
             agent_logs: root.join("agent"),
             verifier_logs: root.join("verifier"),
             artifacts: root.join("artifacts"),
+            identity: work.join("identity"),
             extra_roots: Vec::new(),
+            system_mounts: Vec::new(),
         }
     }
 
@@ -107,6 +114,26 @@ impl TrialPaths {
             .iter()
             .filter(|r| r.starts_with('/') && r.len() > 1 && !r[1..].contains('/'))
             .map(|r| (r.clone(), base.join(&r[1..])))
+            .collect();
+        self
+    }
+
+    /// Adds the environment's paths inside system folders, kept under `work/system/`.
+    pub fn with_system_mounts(
+        mut self,
+        mounts: &[crate::eval::dockerfile::SystemMount],
+    ) -> TrialPaths {
+        let base = self.root.join("work").join("system");
+        self.system_mounts = mounts
+            .iter()
+            .filter(|m| m.path.starts_with('/') && !m.path.split('/').any(|c| c == ".."))
+            .map(|m| {
+                (
+                    m.path.clone(),
+                    base.join(m.path.trim_start_matches('/')),
+                    m.file,
+                )
+            })
             .collect();
         self
     }
@@ -145,6 +172,19 @@ impl TrialPaths {
         for (_, d) in &self.extra_roots {
             std::fs::create_dir_all(d)?;
         }
+        for (_, host, file) in &self.system_mounts {
+            if *file {
+                if let Some(parent) = host.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(host)?;
+            } else {
+                std::fs::create_dir_all(host)?;
+            }
+        }
         Ok(())
     }
 
@@ -166,8 +206,23 @@ impl TrialPaths {
             m.push(("/environment".into(), ctx.to_path_buf()));
         }
         m.extend(self.extra_roots.iter().cloned());
+        m.extend(
+            self.system_mounts
+                .iter()
+                .map(|(sandbox, host, _)| (sandbox.clone(), host.clone())),
+        );
         m
     }
+}
+
+/// A non-root user a phase runs as (Harbor's `[agent].user`, `[verifier].user`, Dockerfile
+/// `USER`): its uid and gid inside the trial's user namespace, which maps it to the runner's
+/// own uid outside, as it maps root in the other phases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrialUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// One phase's view of the trial.
@@ -185,6 +240,8 @@ pub struct Phase<'a> {
     /// The agent's model gateway: with `network` off, the phase's own network namespace holds
     /// the gateway's listener and nothing else.
     pub gateway: Option<&'a Gateway>,
+    /// Who the phase runs as; `None` is root.
+    pub user: Option<&'a TrialUser>,
 }
 
 /// How trials are isolated on this machine.
@@ -321,6 +378,7 @@ impl Isolation {
             build_context: None,
             env: BTreeMap::new(),
             gateway: None,
+            user: None,
         };
         let mut cmd = self.command(&phase, "sh", &["-c".into(), "touch /app/.probe".into()]);
         let out = cmd
@@ -386,11 +444,15 @@ impl Isolation {
         // With the gateway, the network namespace is made before bwrap runs (see
         // `NetnsSetup`): bwrap must not replace it with an empty one.
         let mut b = Bwrap::isolated(phase.network || netns.is_some());
-        b.user(0, 0).unshare_cgroup();
+        match phase.user {
+            Some(u) => b.user(u.uid, u.gid),
+            None => b.user(0, 0),
+        };
+        b.unshare_cgroup();
         for dir in SYSTEM_DIRS {
             let host = Path::new("/").join(dir);
             if host.is_dir() {
-                b.ro_bind(&host, &host);
+                bind_system_dir(&mut b, &host, &p.system_mounts);
             }
         }
         for link in SYSTEM_LINKS {
@@ -401,9 +463,17 @@ impl Isolation {
                 b.ro_bind(&host, &host);
             }
         }
+        let trial_provides = |f: &Path| p.system_mounts.iter().any(|(m, _, _)| Path::new(m) == f);
         for file in HIDDEN_HOST_FILES.iter().map(Path::new) {
-            if file.is_file() {
+            if file.is_file() && !trial_provides(file) {
                 b.hide_file(file);
+            }
+        }
+        // The trial's users (when a phase has one) are in its own copy of the user database.
+        for name in ["passwd", "group"] {
+            let ours = p.identity.join(name);
+            if ours.is_file() {
+                b.ro_bind(&ours, &Path::new("/etc").join(name));
             }
         }
         hide_ssh_host_keys(&mut b);
@@ -453,6 +523,10 @@ impl Isolation {
             .chdir(Path::new(phase.workdir))
             .clearenv();
         let mut env = self.base_env("/root", "/tmp");
+        if let Some(u) = phase.user {
+            env.insert("USER".into(), u.name.clone());
+            env.insert("LOGNAME".into(), u.name.clone());
+        }
         env.extend(phase.env.clone());
         for (k, v) in &env {
             b.setenv(k, v);
@@ -550,6 +624,50 @@ impl Isolation {
         found.dedup();
         found
     }
+}
+
+/// A host system folder, read-only, with the trial's own folders and files mounted where
+/// the environment put them. A folder that holds such a mount is rebuilt entry by entry: a
+/// read-only tmpfs whose entries are the host's (each bound read-only, links as links) and the
+/// trial's mounts; bwrap cannot create a mount point inside a read-only bind.
+fn bind_system_dir(b: &mut Bwrap, dir: &Path, mounts: &[(String, PathBuf, bool)]) {
+    let below = |d: &Path| {
+        mounts
+            .iter()
+            .any(|(m, _, _)| Path::new(m).starts_with(d) && Path::new(m) != d)
+    };
+    if !below(dir) {
+        b.ro_bind(dir, dir);
+        return;
+    }
+    b.tmpfs(dir);
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    entries.sort();
+    for path in entries {
+        if mounts.iter().any(|(m, _, _)| Path::new(m) == path) {
+            continue;
+        }
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if let Ok(target) = std::fs::read_link(&path) {
+                    b.symlink(&target, &path);
+                }
+            }
+            Ok(m) if m.is_dir() && below(&path) => bind_system_dir(b, &path, mounts),
+            Ok(_) => {
+                b.ro_bind(&path, &path);
+            }
+            Err(_) => {}
+        }
+    }
+    for (sandbox, host, _) in mounts {
+        if Path::new(sandbox).parent() == Some(dir) {
+            b.bind(host, Path::new(sandbox));
+        }
+    }
+    b.remount_ro(dir);
 }
 
 /// Covers credential files and folders that sit at the top of a folder bound into the trial.

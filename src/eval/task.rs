@@ -53,6 +53,9 @@ pub struct EnvironmentPlan {
     /// Top-level folders besides `/app` the environment writes to (`/workspace`, `/data`):
     /// each is a writable folder of the trial.
     pub extra_roots: Vec<String>,
+    /// Paths in system folders the environment writes (`/opt/tool`): each is a folder or
+    /// file of the trial mounted over the host's read-only system folder.
+    pub system_mounts: Vec<dockerfile::SystemMount>,
 }
 
 /// One runnable task.
@@ -86,6 +89,52 @@ pub struct Task {
     pub artifacts: Vec<Artifact>,
     /// The task folder's checksum, computed by the first trial that needs it.
     pub checksum: std::sync::OnceLock<String>,
+    /// Harbor's multi-step tasks (`[[steps]]`): each step's agent and verifier run in order in
+    /// the one trial environment. Empty for a single-step task.
+    pub steps: Vec<Step>,
+    /// How a multi-step trial's reward comes from its steps' (`multi_step_reward_strategy`).
+    pub step_reward: StepReward,
+    /// `[agent].user` (or the Dockerfile's last `USER`): who the agent runs as; `None` is root.
+    pub agent_user: Option<String>,
+    /// `[verifier].user` (or the Dockerfile's last `USER`); `None` is root.
+    pub verifier_user: Option<String>,
+}
+
+/// One step of a multi-step task (`[[steps]]` in task.toml, files under `steps/<name>/`).
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub name: String,
+    /// `steps/<name>/`.
+    pub dir: PathBuf,
+    pub instruction: String,
+    /// The step's `[steps.agent].timeout_sec`, else the task's; `None`: no limit.
+    pub agent_timeout: Option<Duration>,
+    /// The step's `[steps.verifier].timeout_sec`, else the task's.
+    pub verifier_timeout: Duration,
+    /// The step's verifier env, applied over the task's `[verifier].env`.
+    pub verifier_env: BTreeMap<String, String>,
+    /// The test entry point inside `/tests`: the step's `tests/test.sh` when it has one (its
+    /// files are copied over the task's `tests/`), else the task's.
+    pub test_entry_from_step: bool,
+    /// `min_reward`: the remaining steps are not run when a key is below its threshold (or
+    /// missing). A plain number gates on `reward`.
+    pub min_reward: BTreeMap<String, f64>,
+    /// The step's `solution/solve.sh` (the oracle's script for this step) when present.
+    pub solution_dir: Option<PathBuf>,
+    pub agent_user: Option<String>,
+    pub verifier_user: Option<String>,
+    /// Sandbox paths collected after this step besides the task's `artifacts`.
+    pub artifacts: Vec<Artifact>,
+}
+
+/// Harbor's `multi_step_reward_strategy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StepReward {
+    /// Per-key means over the steps that have a verifier result (a missing key counts 0).
+    #[default]
+    Mean,
+    /// The last step's rewards as they are.
+    Final,
 }
 
 /// One entry of a Harbor task's `artifacts`.
@@ -390,13 +439,142 @@ fn toml_artifacts(doc: &toml::Value, file: &Path) -> Result<Vec<Artifact>, TaskE
     Ok(out)
 }
 
-/// `[agent].user` / `[verifier].user`: `None` when unset or root.
+/// `[agent].user` / `[verifier].user` (a name or a uid) as written; `None` when unset.
 fn toml_user(table: Option<&toml::Value>) -> Option<String> {
     match table.and_then(|t| t.get("user")) {
-        Some(toml::Value::String(u)) if u != "root" && !u.is_empty() => Some(u.clone()),
-        Some(toml::Value::Integer(i)) if *i != 0 => Some(i.to_string()),
+        Some(toml::Value::String(u)) if !u.is_empty() => Some(u.clone()),
+        Some(toml::Value::Integer(i)) => Some(i.to_string()),
         _ => None,
     }
+}
+
+fn key_name(step: &str) -> String {
+    format!("steps/{step}")
+}
+
+/// A step name Harbor accepts: one portable folder name.
+fn valid_step_name(name: &str) -> bool {
+    !name.trim().is_empty()
+        && name != "."
+        && name != ".."
+        && !name.ends_with(['.', ' '])
+        && !name.chars().any(|c| {
+            matches!(c, '<' | '>' | ':' | '"' | '/' | '\\' | '|' | '?' | '*') || c.is_control()
+        })
+        && name.len() <= 255
+}
+
+/// `[[steps]]`: each with `name`, optional `[steps.agent]` (`timeout_sec`, `user`),
+/// `[steps.verifier]` (`timeout_sec`, `env`, `user`), `min_reward` and `artifacts`; the files
+/// under `steps/<name>/` (`instruction.md`, optional `tests/`, `solution/`, `workdir/`).
+fn toml_steps(
+    dir: &Path,
+    doc: &toml::Value,
+    file: &Path,
+    agent_timeout: Option<f64>,
+    verifier_timeout: f64,
+) -> Result<Vec<Step>, TaskError> {
+    let Some(list) = doc.get("steps") else {
+        return Ok(Vec::new());
+    };
+    let list = list
+        .as_array()
+        .ok_or_else(|| TaskError::field(file, "steps", "an array of tables", list.type_str()))?;
+    let mut steps: Vec<Step> = Vec::new();
+    for item in list {
+        let name = item
+            .get("name")
+            .and_then(|n| n.as_str())
+            .filter(|n| valid_step_name(n))
+            .ok_or_else(|| {
+                TaskError::field(
+                    file,
+                    "steps[].name",
+                    "a folder name under steps/",
+                    item.get("name").map_or("nothing".into(), |n| n.to_string()),
+                )
+            })?
+            .to_string();
+        if steps
+            .iter()
+            .any(|s| s.name.to_lowercase() == name.to_lowercase())
+        {
+            return Err(TaskError::field(file, "steps[].name", "unique", name));
+        }
+        let step_dir = dir.join("steps").join(&name);
+        // A step's files are the task's: a link out of the task folder is not followed.
+        let inside = match (std::fs::canonicalize(&step_dir), std::fs::canonicalize(dir)) {
+            (Ok(step), Ok(task)) => step.starts_with(task),
+            _ => true,
+        };
+        if !inside {
+            return Err(TaskError::field(
+                file,
+                key_name(&name),
+                "a folder inside the task",
+                format!("{} (a link out of it)", step_dir.display()),
+            ));
+        }
+        let instruction_path = step_dir.join("instruction.md");
+        let instruction = read_text(&instruction_path)?;
+        if instruction.trim().is_empty() {
+            return Err(TaskError::EmptyInstruction {
+                path: instruction_path,
+            });
+        }
+        let agent = item.get("agent");
+        let verifier = item.get("verifier");
+        let key = |k: &str| format!("steps.{name}.{k}");
+        let agent_sec = toml_number(agent, "timeout_sec", file)?.or(agent_timeout);
+        let verifier_sec = toml_number(verifier, "timeout_sec", file)?.unwrap_or(verifier_timeout);
+        let min_reward = match item.get("min_reward") {
+            None => BTreeMap::new(),
+            Some(toml::Value::Integer(i)) => BTreeMap::from([("reward".to_string(), *i as f64)]),
+            Some(toml::Value::Float(f)) => BTreeMap::from([("reward".to_string(), *f)]),
+            Some(toml::Value::Table(t)) => t
+                .iter()
+                .map(|(k, v)| match v {
+                    toml::Value::Integer(i) => Ok((k.clone(), *i as f64)),
+                    toml::Value::Float(f) => Ok((k.clone(), *f)),
+                    other => Err(TaskError::field(
+                        file,
+                        key("min_reward"),
+                        "a number or a table of numbers",
+                        other.type_str(),
+                    )),
+                })
+                .collect::<Result<_, _>>()?,
+            Some(other) => {
+                return Err(TaskError::field(
+                    file,
+                    key("min_reward"),
+                    "a number or a table of numbers",
+                    other.type_str(),
+                ));
+            }
+        };
+        let solution = step_dir.join("solution");
+        steps.push(Step {
+            agent_timeout: agent_sec
+                .map(|t| secs(t, file, &key("agent.timeout_sec")))
+                .transpose()?,
+            verifier_timeout: secs(verifier_sec, file, &key("verifier.timeout_sec"))?,
+            verifier_env: toml_env(verifier, file, &key("verifier"))?,
+            test_entry_from_step: step_dir.join("tests/test.sh").is_file(),
+            min_reward,
+            solution_dir: solution.join("solve.sh").is_file().then_some(solution),
+            agent_user: toml_user(agent),
+            verifier_user: toml_user(verifier),
+            artifacts: toml_artifacts(item, file)?,
+            instruction,
+            dir: step_dir,
+            name,
+        });
+    }
+    if steps.is_empty() {
+        return Err(TaskError::field(file, "steps", "at least one step", "none"));
+    }
+    Ok(steps)
 }
 
 fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
@@ -425,26 +603,41 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
             reason,
         }))
     };
-    // Multi-step tasks (`[[steps]]`, `steps/<name>/instruction.md`) run a sequence of agent
-    // and verifier phases in one environment; baton runs one of each.
-    let step_dirs = dir.join("steps").is_dir();
-    if doc.get("steps").is_some() || (step_dirs && !dir.join("instruction.md").is_file()) {
-        return skip("a multi-step task (steps/); baton eval runs single-step tasks only".into());
-    }
-    let instruction_path = dir.join("instruction.md");
-    let instruction = read_text(&instruction_path)?;
-    if instruction.trim().is_empty() {
-        return Err(TaskError::EmptyInstruction {
-            path: instruction_path,
-        });
-    }
     let agent = doc.get("agent");
     let verifier = doc.get("verifier");
-    let environment = doc.get("environment");
-    let solution = doc.get("solution");
     let agent_timeout = toml_number(agent, "timeout_sec", &toml_path)?;
     let verifier_timeout =
         toml_number(verifier, "timeout_sec", &toml_path)?.unwrap_or(HARBOR_DEFAULT_VERIFIER_SEC);
+    // Multi-step tasks (`[[steps]]`, `steps/<name>/instruction.md`): as in Harbor, the task's
+    // own instruction.md is not used then.
+    let steps = toml_steps(dir, &doc, &toml_path, agent_timeout, verifier_timeout)?;
+    let instruction = if let Some(first) = steps.first() {
+        first.instruction.clone()
+    } else {
+        let instruction_path = dir.join("instruction.md");
+        let instruction = read_text(&instruction_path)?;
+        if instruction.trim().is_empty() {
+            return Err(TaskError::EmptyInstruction {
+                path: instruction_path,
+            });
+        }
+        instruction
+    };
+    let step_reward = match doc.get("multi_step_reward_strategy") {
+        None => StepReward::Mean,
+        Some(toml::Value::String(s)) if s == "mean" => StepReward::Mean,
+        Some(toml::Value::String(s)) if s == "final" => StepReward::Final,
+        Some(other) => {
+            return Err(TaskError::field(
+                &toml_path,
+                "multi_step_reward_strategy",
+                "\"mean\" or \"final\"",
+                other.to_string(),
+            ));
+        }
+    };
+    let environment = doc.get("environment");
+    let solution = doc.get("solution");
     let setup_timeout =
         toml_number(environment, "build_timeout_sec", &toml_path)?.unwrap_or(DEFAULT_SETUP_SEC);
     let mut allow_internet = match environment.and_then(|e| e.get("allow_internet")) {
@@ -498,13 +691,8 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
     if gpus > 0.0 {
         return skip(format!("needs {gpus} GPU(s) in its environment"));
     }
-    for (section, table) in [("agent", agent), ("verifier", verifier)] {
-        if let Some(user) = toml_user(table) {
-            return skip(format!(
-                "[{section}].user = \"{user}\": trials run as root (one user per sandbox)"
-            ));
-        }
-    }
+    let mut agent_user = toml_user(agent);
+    let mut verifier_user = toml_user(verifier);
 
     let env_dir = dir.join("environment");
     let mut plan = EnvironmentPlan {
@@ -539,6 +727,10 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
                     plan.env = local.env;
                     plan.env.extend(task_env);
                     plan.extra_roots = local.extra_roots;
+                    plan.system_mounts = local.system_mounts;
+                    // Harbor: an unset user is the image's default USER.
+                    agent_user = agent_user.or_else(|| local.user.clone());
+                    verifier_user = verifier_user.or(local.user);
                 }
             }
         } else if let Some(image) = image {
@@ -567,10 +759,17 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
 
     let solution_dir = dir.join("solution");
     let tests_dir = dir.join("tests");
-    if !tests_dir.join("test.sh").is_file() {
+    let task_test = tests_dir.join("test.sh").is_file();
+    if steps.is_empty() && !task_test {
         return Err(TaskError::MissingFile {
             dir: dir.to_path_buf(),
             file: "tests/test.sh",
+        });
+    }
+    if let Some(step) = steps.iter().find(|s| !s.test_entry_from_step && !task_test) {
+        return Err(TaskError::MissingStepTest {
+            dir: dir.to_path_buf(),
+            step: step.name.clone(),
         });
     }
     Ok(Loaded::Ready(Box::new(Task {
@@ -598,6 +797,10 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
         solution_env: toml_env(solution, &toml_path, "solution")?,
         artifacts,
         checksum: std::sync::OnceLock::new(),
+        steps,
+        step_reward,
+        agent_user,
+        verifier_user,
     })))
 }
 
@@ -650,6 +853,7 @@ fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
         ..Default::default()
     };
     let dockerfile = dir.join("Dockerfile");
+    let mut image_user = None;
     if dockerfile.is_file() {
         // TB1 tasks assume network during the image build; the agent phase is what gets isolated.
         match dockerfile::translate(&read_text(&dockerfile)?, true, dir) {
@@ -662,6 +866,8 @@ fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
                 plan.workdir = local.workdir;
                 plan.env = local.env;
                 plan.extra_roots = local.extra_roots;
+                plan.system_mounts = local.system_mounts;
+                image_user = local.user;
             }
         }
     }
@@ -709,6 +915,10 @@ fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
         solution_env: BTreeMap::new(),
         artifacts: Vec::new(),
         checksum: std::sync::OnceLock::new(),
+        steps: Vec::new(),
+        step_reward: StepReward::Mean,
+        agent_user: image_user.clone(),
+        verifier_user: image_user,
     })))
 }
 

@@ -14,10 +14,10 @@ use super::atif;
 use super::events::{self, EventStats, HopLatency, HopRecord, Tokens};
 use super::fsutil::{copy_tree, remove_tree};
 use super::gateway::{Gateway, GatewayError};
-use super::isolation::{Isolation, Phase, TrialPaths};
+use super::isolation::{Isolation, IsolationKind, Phase, TrialPaths, TrialUser};
 use super::process::{self, Exit, Outcome};
 use super::reward;
-use super::task::{Task, TaskFormat};
+use super::task::{StepReward, Task, TaskFormat};
 
 /// Which agent plays the trial.
 #[derive(Debug, Clone, PartialEq)]
@@ -242,6 +242,26 @@ impl From<&PhaseTiming> for TimingInfo {
     }
 }
 
+/// One step of a multi-step trial: Harbor's `StepResult` fields, then baton's.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepRecord {
+    pub step_name: String,
+    /// Harbor's `AgentContext`: token counts.
+    pub agent_result: serde_json::Value,
+    /// `{ "rewards": … }`, absent when the step was not scored.
+    pub verifier_result: Option<serde_json::Value>,
+    pub exception_info: Option<ExceptionInfo>,
+    pub agent_execution: Option<TimingInfo>,
+    pub verifier: Option<TimingInfo>,
+    pub reward: Option<f64>,
+    pub infrastructure_error: bool,
+    pub agent_exit: AgentExit,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub tests: BTreeMap<String, String>,
+    /// `steps/<name>/` of the trial folder: this step's `agent/`, `verifier/`, `artifacts/`.
+    pub dir: PathBuf,
+}
+
 /// Per-trial record in `result.json`: Harbor's `TrialResult` fields (so Harbor's viewer and
 /// tools read baton's jobs), then baton's own.
 #[derive(Debug, Clone, Serialize)]
@@ -266,6 +286,9 @@ pub struct TrialResult {
     pub agent_setup: Option<TimingInfo>,
     pub agent_execution: Option<TimingInfo>,
     pub verifier: Option<TimingInfo>,
+    /// Harbor's `step_results`: one entry per step run, for a multi-step task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_results: Option<Vec<StepRecord>>,
     pub trial_dir: PathBuf,
     pub task_dir: PathBuf,
     pub task_format: &'static str,
@@ -332,7 +355,9 @@ pub fn run_trial(
 ) -> TrialResult {
     let wall = Instant::now();
     let started_at = Utc::now();
-    let paths = TrialPaths::new(trial_dir).with_extra_roots(&task.environment.extra_roots);
+    let paths = TrialPaths::new(trial_dir)
+        .with_extra_roots(&task.environment.extra_roots)
+        .with_system_mounts(&task.environment.system_mounts);
     let mut r = TrialResult {
         id: uuid::Uuid::now_v7().to_string(),
         task_name: task.name.clone(),
@@ -355,6 +380,7 @@ pub fn run_trial(
         agent_setup: None,
         agent_execution: None,
         verifier: None,
+        step_results: None,
         trial_dir: trial_dir.to_path_buf(),
         task_dir: task.dir.clone(),
         task_format: task.format.as_str(),
@@ -391,7 +417,9 @@ pub fn run_trial(
     if r.infrastructure_error {
         r.reward = None;
     }
-    collect_artifacts(task, &paths);
+    if task.steps.is_empty() {
+        collect_artifacts(&task.artifacts, &paths);
+    }
     r.environment_setup = r.timings.environment_setup.as_ref().map(TimingInfo::from);
     r.agent_execution = r.timings.agent_execution.as_ref().map(TimingInfo::from);
     r.verifier = r.timings.verifier.as_ref().map(TimingInfo::from);
@@ -400,15 +428,7 @@ pub fn run_trial(
         "n_cache_tokens": r.tokens.cached,
         "n_output_tokens": r.tokens.output,
     });
-    r.verifier_result = r.reward.map(|reward| {
-        let mut rewards: serde_json::Map<String, serde_json::Value> = r
-            .verifier_rewards
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::json!(v)))
-            .collect();
-        rewards.insert("reward".into(), serde_json::json!(reward));
-        serde_json::json!({ "rewards": rewards })
-    });
+    r.verifier_result = verifier_result(r.reward, &r.verifier_rewards);
     if !settings.keep_workdirs {
         let _ = remove_tree(&trial_dir.join("work"));
     }
@@ -421,7 +441,168 @@ pub fn run_trial(
     r
 }
 
+/// Harbor's `VerifierResult` of a scored reward: the verifier's keys, `reward` the score.
+fn verifier_result(
+    reward: Option<f64>,
+    rewards: &BTreeMap<String, f64>,
+) -> Option<serde_json::Value> {
+    reward.map(|reward| {
+        let mut map: serde_json::Map<String, serde_json::Value> = rewards
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+            .collect();
+        map.insert("reward".into(), serde_json::json!(reward));
+        serde_json::json!({ "rewards": map })
+    })
+}
+
 type PhaseError = (&'static str, String);
+
+/// What one agent-then-verifier pass runs: the whole task, or one step of a multi-step task.
+struct Pass<'a> {
+    instruction: &'a str,
+    agent_limit: Duration,
+    /// The oracle's folder for this pass.
+    solution_dir: Option<&'a Path>,
+    /// Folders copied to `/tests` in order (later ones over earlier ones).
+    tests: Vec<PathBuf>,
+    verifier_env: BTreeMap<String, String>,
+    verifier_timeout: Duration,
+    agent_user: Option<&'a TrialUser>,
+    verifier_user: Option<&'a TrialUser>,
+}
+
+/// Whether a `user` value means root.
+fn is_root(spec: &str) -> bool {
+    matches!(spec.split(':').next(), Some("root" | "0" | ""))
+}
+
+/// The task's users (task, step and Dockerfile `USER` values other than root) with the uids
+/// they get in the trial: a number as written, a name the first uid from 1000 up that the
+/// host's user database does not use (as `useradd` picks in an image), in name order. Their
+/// entries are added to the trial's copy of `/etc/passwd` and `/etc/group`.
+fn trial_users(task: &Task, paths: &TrialPaths) -> Result<BTreeMap<String, TrialUser>, String> {
+    let mut specs: Vec<&str> = [task.agent_user.as_deref(), task.verifier_user.as_deref()]
+        .into_iter()
+        .chain(
+            task.steps
+                .iter()
+                .flat_map(|s| [s.agent_user.as_deref(), s.verifier_user.as_deref()]),
+        )
+        .flatten()
+        .filter(|u| !is_root(u))
+        .collect();
+    specs.sort();
+    specs.dedup();
+    if specs.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    let ids = |db: &str| -> Vec<(String, u32)> {
+        db.lines()
+            .filter_map(|l| {
+                let mut f = l.split(':');
+                let name = f.next()?.to_string();
+                let id = f.nth(1)?.parse().ok()?;
+                Some((name, id))
+            })
+            .collect()
+    };
+    let host_users = ids(&passwd);
+    let host_groups = ids(&group);
+    let valid = |n: &str| {
+        !n.is_empty()
+            && n.len() <= 32
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+            && !n.starts_with('-')
+    };
+    let mut next = 1000u32;
+    let mut fresh = |taken: &dyn Fn(u32) -> bool| {
+        while taken(next) {
+            next += 1;
+        }
+        next += 1;
+        next - 1
+    };
+    let mut users = BTreeMap::new();
+    let mut passwd_extra = String::new();
+    let mut group_extra = String::new();
+    for spec in specs {
+        let (name, group_name) = match spec.split_once(':') {
+            Some((u, g)) => (u, Some(g)),
+            None => (spec, None),
+        };
+        if !valid(name) || group_name.is_some_and(|g| !valid(g)) {
+            return Err(format!(
+                "user '{spec}' is not a user name or uid (letters, digits, '_', '-', '.')"
+            ));
+        }
+        let uid = match name.parse::<u32>() {
+            // bwrap takes any uid, but (uid_t)-1 and beyond 2^31 are nobody's.
+            Ok(n) if n >= 1 << 31 => return Err(format!("user '{spec}': uid out of range")),
+            Ok(n) => n,
+            Err(_) => fresh(&|id| {
+                host_users.iter().any(|(_, u)| *u == id)
+                    || users.values().any(|u: &TrialUser| u.uid == id)
+            }),
+        };
+        let gid = match group_name {
+            None => uid,
+            Some(g) => match g.parse::<u32>() {
+                Ok(n) if n >= 1 << 31 => return Err(format!("user '{spec}': gid out of range")),
+                Ok(n) => n,
+                Err(_) => host_groups
+                    .iter()
+                    .find(|(n, _)| n == g)
+                    .map(|(_, id)| *id)
+                    .unwrap_or(uid),
+            },
+        };
+        let shown = if name.parse::<u32>().is_ok() {
+            format!("u{uid}")
+        } else {
+            name.to_string()
+        };
+        if !host_users.iter().any(|(n, _)| *n == shown) {
+            passwd_extra.push_str(&format!("{shown}:x:{uid}:{gid}::/root:/bin/bash\n"));
+        }
+        if !host_groups.iter().any(|(_, id)| *id == gid) {
+            group_extra.push_str(&format!("{shown}:x:{gid}:\n"));
+        }
+        users.insert(
+            spec.to_string(),
+            TrialUser {
+                name: shown,
+                uid,
+                gid,
+            },
+        );
+    }
+    let with_newline = |s: &str| {
+        if s.is_empty() || s.ends_with('\n') {
+            s.to_string()
+        } else {
+            format!("{s}\n")
+        }
+    };
+    std::fs::create_dir_all(&paths.identity)
+        .and_then(|()| {
+            std::fs::write(
+                paths.identity.join("passwd"),
+                with_newline(&passwd) + &passwd_extra,
+            )
+        })
+        .and_then(|()| {
+            std::fs::write(
+                paths.identity.join("group"),
+                with_newline(&group) + &group_extra,
+            )
+        })
+        .map_err(|e| format!("cannot write the trial's user database: {e}"))?;
+    Ok(users)
+}
 
 fn infra(r: &mut TrialResult, kind: &'static str, message: String) -> PhaseError {
     r.infrastructure_error = true;
@@ -454,7 +635,7 @@ fn trial_phases(
     let mut env = settings.network_env.clone();
     env.extend(task.environment.env.clone());
     // The agent's view adds keys and the instruction; neither reaches the verifier.
-    let mut agent_env = env.clone();
+    let agent_env = env.clone();
     if let Some(script) = &task.environment.setup_script {
         std::fs::create_dir_all(&paths.setup)
             .and_then(|_| {
@@ -480,6 +661,7 @@ fn trial_phases(
             build_context: ctx,
             env: env.clone(),
             gateway: None,
+            user: None,
         };
         let cmd = iso.command(&phase, "bash", &["/setup/setup.sh".into()]);
         let (out, err) = log_files(&paths.root.join("setup.log")).map_err(|e| {
@@ -518,19 +700,404 @@ fn trial_phases(
         let _ = std::fs::create_dir_all(host);
     }
 
+    let users = trial_users(task, paths).map_err(|e| infra(r, "UserSetupError", e))?;
+    if !users.is_empty() && iso.kind == IsolationKind::Plain {
+        let names: Vec<&str> = users.keys().map(String::as_str).collect();
+        return Err(infra(
+            r,
+            "UserSetupError",
+            format!(
+                "the task runs phases as {} and plain folders (no sandbox) run everything as this process's user; use --isolation bwrap",
+                names.join(", ")
+            ),
+        ));
+    }
+    let user = |spec: Option<&str>| spec.and_then(|s| users.get(s));
+    if task.steps.is_empty() {
+        let pass = Pass {
+            instruction: &task.instruction,
+            agent_limit: task
+                .agent_timeout
+                .map_or(NO_AGENT_LIMIT, |t| scaled(t, settings.timeout_multiplier)),
+            solution_dir: task.solution_dir.as_deref(),
+            tests: task.tests_dir.iter().cloned().collect(),
+            verifier_env: task.verifier_env.clone(),
+            verifier_timeout: task.verifier_timeout,
+            agent_user: user(task.agent_user.as_deref()),
+            verifier_user: user(task.verifier_user.as_deref()),
+        };
+        return agent_and_verifier(
+            task,
+            paths,
+            settings,
+            &env,
+            agent_env,
+            &pass,
+            r,
+            process_time,
+        );
+    }
+    run_steps(
+        task,
+        paths,
+        settings,
+        &env,
+        &agent_env,
+        &users,
+        r,
+        process_time,
+    )
+}
+
+/// Runs the steps of a multi-step task in order in the one environment, as Harbor's
+/// `MultiStepTrial` does: each step's `workdir/` files (and its `setup.sh`), its agent with
+/// its own instruction, and its verifier with the task's tests and the step's over them.
+/// A step that errors without a reward, or whose rewards are below its `min_reward`, ends
+/// the trial. The trial's reward is the steps' mean per key (or the last step's).
+#[allow(clippy::too_many_arguments)]
+fn run_steps(
+    task: &Task,
+    paths: &TrialPaths,
+    settings: &TrialSettings,
+    env: &BTreeMap<String, String>,
+    agent_env: &BTreeMap<String, String>,
+    users: &BTreeMap<String, TrialUser>,
+    r: &mut TrialResult,
+    process_time: &mut Duration,
+) -> Result<(), PhaseError> {
+    let mut records: Vec<StepRecord> = Vec::new();
+    let mut first_error: Option<PhaseError> = None;
+    let mut agent_started = None;
+    let mut agent_finished = None;
+    let mut verifier_started = None;
+    let mut verifier_finished = None;
+    for step in &task.steps {
+        let step_root = paths.root.join("steps").join(&step.name);
+        let step_paths = TrialPaths {
+            agent_logs: step_root.join("agent"),
+            verifier_logs: step_root.join("verifier"),
+            artifacts: step_root.join("artifacts"),
+            ..paths.clone()
+        };
+        // Each step's verifier sees only its own tests, and the next agent none of them.
+        let _ = remove_tree(&paths.tests);
+        let mut sr = r.clone();
+        sr.reward = None;
+        sr.verifier_rewards = BTreeMap::new();
+        sr.reward_source = None;
+        sr.tests = BTreeMap::new();
+        sr.infrastructure_error = false;
+        sr.agent_exit = AgentExit::default();
+        sr.timings = Timings::default();
+        sr.tokens = Tokens::default();
+        sr.trajectory_path = None;
+        let outcome = (|| {
+            for d in [
+                &step_paths.agent_logs,
+                &step_paths.verifier_logs,
+                &step_paths.artifacts,
+            ] {
+                std::fs::create_dir_all(d).map_err(|e| {
+                    infra(
+                        &mut sr,
+                        "EnvironmentSetupError",
+                        format!("{}: cannot create the step's folders: {e}", d.display()),
+                    )
+                })?;
+            }
+            let user = |spec: Option<&str>| spec.and_then(|s| users.get(s));
+            let agent_user = user(step.agent_user.as_deref().or(task.agent_user.as_deref()));
+            step_setup(
+                task,
+                step,
+                &step_paths,
+                settings,
+                env,
+                agent_user,
+                &mut sr,
+                process_time,
+            )?;
+            let pass = Pass {
+                instruction: &step.instruction,
+                agent_limit: step
+                    .agent_timeout
+                    .map_or(NO_AGENT_LIMIT, |t| scaled(t, settings.timeout_multiplier)),
+                solution_dir: step
+                    .solution_dir
+                    .as_deref()
+                    .or(task.solution_dir.as_deref()),
+                tests: task
+                    .tests_dir
+                    .iter()
+                    .cloned()
+                    .chain(Some(step.dir.join("tests")).filter(|t| t.is_dir()))
+                    .collect(),
+                verifier_env: {
+                    let mut e = task.verifier_env.clone();
+                    e.extend(step.verifier_env.clone());
+                    e
+                },
+                verifier_timeout: step.verifier_timeout,
+                agent_user,
+                verifier_user: user(
+                    step.verifier_user
+                        .as_deref()
+                        .or(task.verifier_user.as_deref()),
+                ),
+            };
+            agent_and_verifier(
+                task,
+                &step_paths,
+                settings,
+                env,
+                agent_env.clone(),
+                &pass,
+                &mut sr,
+                process_time,
+            )
+        })();
+        let mut artifacts = task.artifacts.clone();
+        artifacts.extend(step.artifacts.iter().cloned());
+        collect_artifacts(&artifacts, &step_paths);
+        if sr.infrastructure_error {
+            sr.reward = None;
+        }
+        let exception_info = outcome.as_ref().err().map(|(kind, message)| ExceptionInfo {
+            exception_type: kind.to_string(),
+            exception_traceback: message.clone(),
+            message: message.clone(),
+            occurred_at: Utc::now(),
+        });
+        if let Err(e) = &outcome {
+            first_error.get_or_insert_with(|| e.clone());
+        }
+        let timing = |t: &Option<PhaseTiming>| t.as_ref().map(TimingInfo::from);
+        if let Some(a) = &sr.timings.agent_execution {
+            agent_started.get_or_insert(a.started_at);
+            agent_finished = Some(a.finished_at);
+        }
+        if let Some(v) = &sr.timings.verifier {
+            verifier_started.get_or_insert(v.started_at);
+            verifier_finished = Some(v.finished_at);
+        }
+        let record = StepRecord {
+            step_name: step.name.clone(),
+            agent_result: serde_json::json!({
+                "n_input_tokens": sr.tokens.input,
+                "n_cache_tokens": sr.tokens.cached,
+                "n_output_tokens": sr.tokens.output,
+            }),
+            verifier_result: verifier_result(sr.reward, &sr.verifier_rewards),
+            exception_info,
+            agent_execution: timing(&sr.timings.agent_execution),
+            verifier: timing(&sr.timings.verifier),
+            reward: sr.reward,
+            infrastructure_error: sr.infrastructure_error,
+            agent_exit: sr.agent_exit.clone(),
+            tests: sr.tests.clone(),
+            dir: step_root,
+        };
+        // The trial's totals are the steps' sums; its environment setup is the first's.
+        r.tokens.input += sr.tokens.input;
+        r.tokens.cached += sr.tokens.cached;
+        r.tokens.output += sr.tokens.output;
+        for (k, v) in &sr.routes {
+            *r.routes.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &sr.route_decisions {
+            *r.route_decisions.entry(k.clone()).or_default() += v;
+        }
+        r.hops = sr.hops.clone();
+        r.hop_latency = sr.hop_latency.clone();
+        r.tool_calls += sr.tool_calls;
+        r.turn_status = sr.turn_status.clone();
+        r.trajectory_path = sr.trajectory_path.clone().or(r.trajectory_path.take());
+        r.agent_exit = sr.agent_exit.clone();
+        if sr.timings.environment_setup.is_some() {
+            r.timings.environment_setup = sr.timings.environment_setup.clone();
+        }
+        let stop = match &record.verifier_result {
+            None => record.exception_info.is_some(),
+            Some(_) => step.min_reward.iter().any(|(key, threshold)| {
+                let actual = if key == "reward" {
+                    record.reward
+                } else {
+                    sr.verifier_rewards.get(key).copied()
+                };
+                actual.is_none_or(|a| a < *threshold)
+            }),
+        };
+        records.push(record);
+        if stop {
+            break;
+        }
+    }
+    let phase = |s: Option<DateTime<Utc>>, f: Option<DateTime<Utc>>| match (s, f) {
+        (Some(started_at), Some(finished_at)) => Some(PhaseTiming {
+            started_at,
+            finished_at,
+            duration_sec: (finished_at - started_at).num_milliseconds() as f64 / 1000.0,
+        }),
+        _ => None,
+    };
+    r.timings.agent_execution = phase(agent_started, agent_finished);
+    r.timings.verifier = phase(verifier_started, verifier_finished);
+    let rewards = step_rewards(task.step_reward, &records);
+    r.reward = rewards
+        .as_ref()
+        .and_then(|m| m.get("reward").or_else(|| m.values().next()).copied());
+    r.verifier_rewards = rewards.unwrap_or_default();
+    r.step_results = Some(records);
+    match first_error {
+        // An error in a step that still left a reward is that step's, as in Harbor; a
+        // trial without any reward is an error of the trial.
+        Some(e) if r.reward.is_none() => {
+            r.infrastructure_error = true;
+            Err(e)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The trial's rewards from its steps' (Harbor's `multi_step_reward_strategy`): per-key means
+/// over the steps that have a verifier result, missing keys counting 0; or the last step's.
+fn step_rewards(strategy: StepReward, steps: &[StepRecord]) -> Option<BTreeMap<String, f64>> {
+    let rewards = |s: &StepRecord| -> Option<BTreeMap<String, f64>> {
+        let map = s.verifier_result.as_ref()?.get("rewards")?.as_object()?;
+        Some(
+            map.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
+                .collect(),
+        )
+    };
+    match strategy {
+        StepReward::Final => steps.last().and_then(rewards),
+        StepReward::Mean => {
+            let scored: Vec<BTreeMap<String, f64>> = steps.iter().filter_map(rewards).collect();
+            if scored.is_empty() {
+                return None;
+            }
+            let keys: std::collections::BTreeSet<&String> =
+                scored.iter().flat_map(|m| m.keys()).collect();
+            let n = scored.len() as f64;
+            Some(
+                keys.into_iter()
+                    .map(|k| {
+                        let sum: f64 = scored
+                            .iter()
+                            .map(|m| m.get(k).copied().unwrap_or(0.0))
+                            .sum();
+                        (k.clone(), sum / n)
+                    })
+                    .collect(),
+            )
+        }
+    }
+}
+
+/// A step's `workdir/` files go into the working dir, and its `workdir/setup.sh` runs there
+/// (as the step's agent user), before the step's agent.
+#[allow(clippy::too_many_arguments)]
+fn step_setup(
+    task: &Task,
+    step: &super::task::Step,
+    paths: &TrialPaths,
+    settings: &TrialSettings,
+    env: &BTreeMap<String, String>,
+    user: Option<&TrialUser>,
+    r: &mut TrialResult,
+    process_time: &mut Duration,
+) -> Result<(), PhaseError> {
+    let files = step.dir.join("workdir");
+    if !files.is_dir() {
+        return Ok(());
+    }
+    let workdir = &task.environment.workdir;
+    // The files go in from inside the sandbox: the working dir is the previous agent's, and a
+    // link it left there must resolve in the trial, never on the host.
+    let _ = remove_tree(&paths.setup);
+    copy_tree(&files, &paths.setup, &[]).map_err(|e| infra(r, "StepSetupError", e.to_string()))?;
+    let phase = Phase {
+        paths,
+        workdir,
+        network: task.allow_internet,
+        tests: false,
+        solution: false,
+        setup: true,
+        build_context: None,
+        env: env.clone(),
+        gateway: None,
+        user,
+    };
+    let script = "cp -a --no-preserve=ownership /setup/. \"$1\"/ && if [ -f /setup/setup.sh ]; then bash \"$1/setup.sh\"; fi";
+    let cmd = settings.isolation.command(
+        &phase,
+        "bash",
+        &[
+            "-c".into(),
+            script.into(),
+            "step-setup".into(),
+            workdir.clone(),
+        ],
+    );
+    let log = paths.agent_logs.join("setup.log");
+    let (out, err) = log_files(&log).map_err(|e| {
+        infra(
+            r,
+            "StepSetupError",
+            format!("cannot create {}: {e}", log.display()),
+        )
+    })?;
+    let outcome = process::run(
+        cmd,
+        scaled(task.setup_timeout, settings.timeout_multiplier),
+        out,
+        err,
+    );
+    *process_time += outcome.duration;
+    let _ = remove_tree(&paths.setup);
+    if outcome.exit.success() {
+        return Ok(());
+    }
+    Err(infra(
+        r,
+        "StepSetupError",
+        format!(
+            "step '{}': copying workdir/ or its setup.sh ended with {:?}; see {}",
+            step.name,
+            outcome.exit,
+            log.display()
+        ),
+    ))
+}
+
+/// The agent, then the verifier, of one pass; the agent's failure (timeout, exit code) is
+/// reported after the verifier has run, as Harbor grades such trials too.
+#[allow(clippy::too_many_arguments)]
+fn agent_and_verifier(
+    task: &Task,
+    paths: &TrialPaths,
+    settings: &TrialSettings,
+    env: &BTreeMap<String, String>,
+    mut agent_env: BTreeMap<String, String>,
+    pass: &Pass,
+    r: &mut TrialResult,
+    process_time: &mut Duration,
+) -> Result<(), PhaseError> {
+    let iso = &settings.isolation;
+    let ctx = task.environment.build_context.as_deref();
     // Agent.
-    let instruction = iso.rewrite(paths, ctx, &task.instruction);
+    let instruction = iso.rewrite(paths, ctx, pass.instruction);
     let _ = std::fs::write(paths.agent_logs.join("instruction.md"), &instruction);
-    let agent_limit = task
-        .agent_timeout
-        .map_or(NO_AGENT_LIMIT, |t| scaled(t, settings.timeout_multiplier));
+    let agent_limit = pass.agent_limit;
     let stdout_path = paths.agent_logs.join("stdout.txt");
     // Lives until the agent has exited: the agent's only way to its model endpoint.
     let mut gateway: Option<Gateway> = None;
+    let agent_user = pass.agent_user.cloned();
     let (program, args, network, solution) = match &settings.agent {
         AgentKind::Nop => (None, Vec::new(), task.allow_internet, false),
         AgentKind::Oracle => {
-            let Some(dir) = &task.solution_dir else {
+            let Some(dir) = pass.solution_dir else {
                 return Err(infra(
                     r,
                     "SolutionMissingError",
@@ -637,6 +1204,7 @@ fn trial_phases(
             build_context: None,
             env: agent_env.clone(),
             gateway: gateway.as_ref(),
+            user: agent_user.as_ref(),
         };
         let cmd = iso.command(&phase, &program, &args);
         let out = File::create(&stdout_path);
@@ -661,7 +1229,7 @@ fn trial_phases(
             Exit::TimedOut => r.agent_exit.timed_out = true,
             Exit::SpawnFailed(m) => return Err(infra(r, "AgentSpawnError", m.clone())),
         }
-        record_events(task, paths, settings, r, &stdout_path);
+        record_events(pass.instruction, paths, settings, r, &stdout_path);
     } else {
         let now = Utc::now();
         r.timings.agent_execution = Some(PhaseTiming {
@@ -673,7 +1241,7 @@ fn trial_phases(
     let _ = remove_tree(&paths.solution);
 
     // Verifier: the tests appear only now.
-    let verify = run_verifier(task, paths, settings, &env, process_time, r);
+    let verify = run_verifier(task, pass, paths, settings, env, process_time, r);
     let agent_error = if r.agent_exit.timed_out {
         Some((
             "AgentTimeoutError",
@@ -823,6 +1391,7 @@ fn baton_agent_setup(
 
 fn run_verifier(
     task: &Task,
+    pass: &Pass,
     paths: &TrialPaths,
     settings: &TrialSettings,
     task_env: &BTreeMap<String, String>,
@@ -837,7 +1406,7 @@ fn run_verifier(
             format!("cannot create the tests folder: {e}"),
         )
     })?;
-    if let Some(dir) = &task.tests_dir {
+    for dir in &pass.tests {
         copy_tree(dir, &paths.tests, &[])
             .map_err(|e| infra(r, "VerifierSetupError", e.to_string()))?;
     }
@@ -853,7 +1422,7 @@ fn run_verifier(
     }
     rewrite_text_files(iso, paths, None, &paths.tests);
     let mut env = task_env.clone();
-    env.extend(task.verifier_env.clone());
+    env.extend(pass.verifier_env.clone());
     let phase = Phase {
         paths,
         workdir: &task.environment.workdir,
@@ -864,6 +1433,7 @@ fn run_verifier(
         build_context: None,
         env,
         gateway: None,
+        user: pass.verifier_user,
     };
     let cmd = iso.command(&phase, "bash", &[format!("/tests/{}", task.test_entry)]);
     let out_path = paths.verifier_logs.join("test-stdout.txt");
@@ -878,7 +1448,7 @@ fn run_verifier(
             ));
         }
     };
-    let limit = scaled(task.verifier_timeout, settings.timeout_multiplier);
+    let limit = scaled(pass.verifier_timeout, settings.timeout_multiplier);
     let outcome = process::run(cmd, limit, out, err);
     *process_time += outcome.duration;
     r.timings.verifier = Some(PhaseTiming::from(&outcome));
@@ -927,7 +1497,7 @@ fn run_verifier(
 }
 
 fn record_events(
-    task: &Task,
+    instruction: &str,
     paths: &TrialPaths,
     settings: &TrialSettings,
     r: &mut TrialResult,
@@ -961,13 +1531,13 @@ fn record_events(
     let traj = atif::trajectory(
         &evs,
         &texts,
-        &task.instruction,
+        instruction,
         settings.agent.name(),
         env!("CARGO_PKG_VERSION"),
     );
     let path = paths.agent_logs.join("trajectory.json");
     if let Ok(json) = serde_json::to_string_pretty(&traj)
-        && std::fs::write(&path, json).is_ok()
+        && write_fresh(&path, json.as_bytes()).is_ok()
     {
         r.trajectory_path = Some(path);
     }
@@ -1074,15 +1644,55 @@ fn harbor_trial_config(
     })
 }
 
+/// Writes `bytes` to a new file at `path` in a folder the trial could write: whatever it left
+/// there (a link to a host file) is removed first, never written through.
+fn write_fresh(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => remove_tree(path)?,
+        Ok(_) => std::fs::remove_file(path)?,
+        Err(_) => {}
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?
+        .write_all(bytes)
+}
+
+/// Makes `root/rel` free for a copy: no folder on the way is a link (`Err` then), and
+/// whatever is at it is removed.
+fn clear_destination(root: &Path, rel: &str) -> Result<(), ()> {
+    let mut at = root.to_path_buf();
+    let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
+    for (i, part) in parts.iter().enumerate() {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Err(_) => return Ok(()),
+            Ok(m) if i + 1 == parts.len() => {
+                let removed = if m.is_dir() {
+                    remove_tree(&at)
+                } else {
+                    std::fs::remove_file(&at)
+                };
+                return removed.map_err(|_| ());
+            }
+            Ok(m) if m.file_type().is_symlink() || !m.is_dir() => return Err(()),
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// Copies the task's `artifacts` out of the trial's folders into `artifacts/`, with a
 /// `manifest.json` saying what was found. Links are not followed; paths outside the trial's
 /// folders are not read.
-fn collect_artifacts(task: &Task, paths: &TrialPaths) {
-    if task.artifacts.is_empty() {
+fn collect_artifacts(artifacts: &[super::task::Artifact], paths: &TrialPaths) {
+    if artifacts.is_empty() {
         return;
     }
     let mut manifest = Vec::new();
-    for a in &task.artifacts {
+    for a in artifacts {
         let dest = paths.artifacts.join(&a.destination);
         // A link the agent planted on the way (`/app/link -> /`) must not lead out.
         let inside = |p: &Path| {
@@ -1092,6 +1702,11 @@ fn collect_artifacts(task: &Task, paths: &TrialPaths) {
                 .is_some_and(|d| d.starts_with(&root))
         };
         let status = match paths.host_path(a.source.trim_end_matches('/')) {
+            // The artifacts folder is the agent's to write (`/logs/artifacts`): a link it
+            // left on the way to the destination must not lead the copy out.
+            _ if clear_destination(&paths.artifacts, &a.destination).is_err() => {
+                "the destination is a link the trial made".to_string()
+            }
             None => "outside the trial's folders".to_string(),
             Some(src) if !inside(&src) => {
                 "outside the trial's folders (through a link)".to_string()
@@ -1122,6 +1737,51 @@ fn collect_artifacts(task: &Task, paths: &TrialPaths) {
         }));
     }
     if let Ok(json) = serde_json::to_string_pretty(&manifest) {
-        let _ = std::fs::write(paths.artifacts.join("manifest.json"), json);
+        let _ = write_fresh(&paths.artifacts.join("manifest.json"), json.as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(name: &str, rewards: Option<&[(&str, f64)]>) -> StepRecord {
+        let map: BTreeMap<String, f64> = rewards
+            .unwrap_or_default()
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect();
+        StepRecord {
+            step_name: name.into(),
+            agent_result: serde_json::json!({}),
+            verifier_result: rewards.map(|_| serde_json::json!({ "rewards": map })),
+            exception_info: None,
+            agent_execution: None,
+            verifier: None,
+            reward: None,
+            infrastructure_error: false,
+            agent_exit: AgentExit::default(),
+            tests: BTreeMap::new(),
+            dir: PathBuf::new(),
+        }
+    }
+
+    /// Harbor's strategies: `mean` per key over the steps with a verifier result (a missing
+    /// key counts 0, an unscored step is left out); `final` the last step's, even unscored.
+    #[test]
+    fn step_rewards_follow_harbors_strategies() {
+        let steps = [
+            step("a", Some(&[("reward", 1.0), ("style", 1.0)])),
+            step("b", None),
+            step("c", Some(&[("reward", 0.0)])),
+        ];
+        let mean = step_rewards(StepReward::Mean, &steps).unwrap();
+        assert_eq!(mean["reward"], 0.5);
+        assert_eq!(mean["style"], 0.5);
+        let last = step_rewards(StepReward::Final, &steps).unwrap();
+        assert_eq!(last["reward"], 0.0);
+        assert!(!last.contains_key("style"));
+        assert_eq!(step_rewards(StepReward::Final, &steps[..2]), None);
+        assert_eq!(step_rewards(StepReward::Mean, &steps[1..2]), None);
     }
 }

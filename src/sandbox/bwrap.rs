@@ -166,6 +166,11 @@ impl Bwrap {
         self.op("--tmpfs", &[dst])
     }
 
+    /// Makes the mount at `dst` read-only (the mounts below it keep their own flags).
+    pub fn remount_ro(&mut self, dst: &Path) -> &mut Self {
+        self.op("--remount-ro", &[dst])
+    }
+
     /// A fresh `/dev` (null, zero, full, random, urandom, tty, own devpts and ptmx).
     pub fn dev(&mut self, dst: &Path) -> &mut Self {
         self.op("--dev", &[dst])
