@@ -189,11 +189,6 @@ fn decode<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<(Header, T), 
             header.version
         )));
     }
-    if file_name(&header.id) != name {
-        return Err(Refusal::Corrupt(
-            "its name does not match the id it holds".into(),
-        ));
-    }
     if body.len() as u64 != header.body_bytes {
         return Err(Refusal::Corrupt(format!(
             "body is {} bytes, the header says {} (truncated?)",
@@ -203,6 +198,11 @@ fn decode<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<(Header, T), 
     }
     if hex_sha256(body) != header.sha256 {
         return Err(Refusal::Corrupt("body does not match its checksum".into()));
+    }
+    if file_name(&header.id) != name {
+        return Err(Refusal::Corrupt(
+            "its name does not match the id it holds".into(),
+        ));
     }
     let value: T = serde_json::from_slice(body)
         .map_err(|e| Refusal::Corrupt(format!("unreadable body: {e}")))?;
