@@ -463,7 +463,7 @@ impl Conversations {
 
     /// A new conversation holding a copy of the stored response `parent`'s state.
     async fn fork(
-        &self,
+        self: &Arc<Self>,
         input: &TurnInput,
         parent: &str,
         split: &Split,
@@ -489,6 +489,10 @@ impl Conversations {
         let mut state = {
             let mut guard = parent.state.lock().await;
             guard.collect_finished();
+            // Made once, for the parent: every fork of it shares the hop, and its file gets it.
+            if self.resume_lost_summaries(&mut guard, &split.head) {
+                self.write_again_after_summaries(&parent, &guard);
+            }
             guard.clone()
         };
         // What the client sends besides the new tail is what the parent already holds.
@@ -651,7 +655,13 @@ impl Conversations {
     /// is reported; the state stays in memory, the previous file intact.
     async fn save(self: &Arc<Self>, c: &Arc<Conversation>, state: &State) {
         self.write_entry(c, state).await;
-        if state.summaries.is_empty() {
+        self.write_again_after_summaries(c, state);
+    }
+
+    /// Once the summaries `state` is waiting for are in, writes the entry of `c` again (when
+    /// the store still holds it).
+    fn write_again_after_summaries(self: &Arc<Self>, c: &Arc<Conversation>, state: &State) {
+        if self.disk.is_none() || state.summaries.is_empty() {
             return;
         }
         let pending = state.summaries.clone();
@@ -732,8 +742,10 @@ impl Conversations {
     }
 
     /// Closed tasks still waiting for a summary that no hop is making (the server that
-    /// started it stopped before it was in): made now, while this turn routes.
-    fn resume_lost_summaries(&self, state: &mut State, head: &[ChatMessage]) {
+    /// started it stopped before it was in): made now, while this turn routes. Returns
+    /// whether it started any.
+    fn resume_lost_summaries(&self, state: &mut State, head: &[ChatMessage]) -> bool {
+        let mut started = false;
         for id in state.core.timeline.pending_summaries() {
             if state.summaries.iter().any(|s| s.task_id == id) {
                 continue;
@@ -742,8 +754,10 @@ impl Conversations {
                 let head = self.view_head(head, &state.core.context);
                 let pending = self.spawn_summary(task, head);
                 state.summaries.push(pending);
+                started = true;
             }
         }
+        started
     }
 
     async fn start(self: &Arc<Self>, input: TurnInput) -> Result<TurnHandle, TurnError> {
@@ -780,7 +794,10 @@ impl Conversations {
         delivered: oneshot::Receiver<()>,
     ) {
         state.collect_finished();
-        self.resume_lost_summaries(&mut state, &split.head);
+        if self.resume_lost_summaries(&mut state, &split.head) {
+            // Kept even if this turn fails.
+            self.write_again_after_summaries(&conversation, &state);
+        }
         let work = tokio::select! {
             result = self.turn(&conversation, &mut state, &input, &split, &tx) => result,
             // The client is gone: nothing to deliver, nothing to keep.

@@ -16,7 +16,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
@@ -211,9 +211,22 @@ fn decode<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<(Header, T), 
 
 impl StateDir {
     /// Creates (0700) and locks the folder. A folder another server holds is
-    /// `StateDirError::Busy`, with that server's pid when it wrote one.
+    /// `StateDirError::Busy`, with that server's pid when it wrote one. A folder other users
+    /// may write to is refused: they could swap the lock or the entries for links to files of
+    /// this user's.
     pub fn open(root: &Path) -> Result<StateDir, StateDirError> {
         private_dir(root).map_err(|e| io_error(root, "cannot create", e))?;
+        let meta = std::fs::metadata(root).map_err(|e| io_error(root, "cannot stat", e))?;
+        if meta.mode() & 0o022 != 0 {
+            return Err(StateDirError::Io {
+                path: root.display().to_string(),
+                reason: format!(
+                    "other users may write to it (mode {:o}): `chmod 700` it, or choose a \
+                     folder of your own",
+                    meta.mode() & 0o7777
+                ),
+            });
+        }
         let lock_path = root.join("lock");
         let file = OpenOptions::new()
             .read(true)
@@ -221,6 +234,7 @@ impl StateDir {
             .create(true)
             .truncate(false)
             .mode(PRIVATE_FILE)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&lock_path)
             .map_err(|e| io_error(&lock_path, "cannot open", e))?;
         let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
@@ -241,6 +255,14 @@ impl StateDir {
             .and_then(|_| lock.write_all(std::process::id().to_string().as_bytes()));
         let entries = root.join(ENTRIES);
         private_dir(&entries).map_err(|e| io_error(&entries, "cannot create", e))?;
+        let meta = std::fs::symlink_metadata(&entries)
+            .map_err(|e| io_error(&entries, "cannot stat", e))?;
+        if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() {
+            return Err(StateDirError::Io {
+                path: entries.display().to_string(),
+                reason: "not a folder of this user's (a link, or another owner's)".into(),
+            });
+        }
         // This folder is ours alone, whatever an older run or the umask left.
         std::fs::set_permissions(&entries, std::fs::Permissions::from_mode(PRIVATE_DIR))
             .map_err(|e| io_error(&entries, "cannot make it owner-only", e))?;
@@ -329,8 +351,11 @@ impl StateDir {
                 continue;
             }
             let mut bytes = Vec::new();
-            let read =
-                File::open(&path).and_then(|f| f.take(max_file_bytes + 1).read_to_end(&mut bytes));
+            let read = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+                .and_then(|f| f.take(max_file_bytes + 1).read_to_end(&mut bytes));
             if let Err(e) = read {
                 report.ignored.push(skipped(format!("cannot read: {e}")));
                 continue;
@@ -394,7 +419,11 @@ impl StateDir {
 
     /// Marks the entry `id` used now (its idle time restarts), without rewriting it.
     pub fn touch(&self, id: &str) {
-        if let Ok(f) = OpenOptions::new().write(true).open(self.path_of(id)) {
+        let file = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(self.path_of(id));
+        if let Ok(f) = file {
             let _ = f.set_modified(SystemTime::now());
         }
     }
@@ -486,6 +515,32 @@ mod tests {
             StateDir::open(tmp.path()).is_ok(),
             "released with the first"
         );
+    }
+
+    #[test]
+    fn a_folder_others_may_write_to_or_a_planted_link_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let shared = tmp.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = StateDir::open(&shared).unwrap_err().to_string();
+        assert!(err.contains("other users may write to it"), "{err}");
+        // A lock that is a link to a file of this user's is never followed (or truncated).
+        let mine = tmp.path().join("precious");
+        std::fs::write(&mine, "keep me").unwrap();
+        let planted = tmp.path().join("planted");
+        std::fs::create_dir(&planted).unwrap();
+        std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink(&mine, planted.join("lock")).unwrap();
+        assert!(StateDir::open(&planted).is_err());
+        assert_eq!(std::fs::read_to_string(&mine).unwrap(), "keep me");
+        // Nor is an entries folder that is a link.
+        let linked = tmp.path().join("linked");
+        std::fs::create_dir(&linked).unwrap();
+        std::fs::set_permissions(&linked, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink(tmp.path(), linked.join(ENTRIES)).unwrap();
+        let err = StateDir::open(&linked).unwrap_err().to_string();
+        assert!(err.contains("not a folder of this user's"), "{err}");
     }
 
     #[test]
