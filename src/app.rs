@@ -53,6 +53,8 @@ pub enum SetupError {
     ProfileFolder(String),
     #[error(transparent)]
     Session(#[from] crate::session::SessionError),
+    #[error(transparent)]
+    StateDir(#[from] crate::mol::persist::StateDirError),
     #[error("{0} (fix it, or run with --no-hooks)")]
     Hooks(#[from] crate::hooks::HookError),
 }
@@ -61,7 +63,9 @@ impl SetupError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             SetupError::LocalEngine { .. } => ErrorKind::Engine,
-            SetupError::Session(_) | SetupError::SystemPrompt { .. } => ErrorKind::Io,
+            SetupError::Session(_) | SetupError::SystemPrompt { .. } | SetupError::StateDir(_) => {
+                ErrorKind::Io
+            }
             _ => ErrorKind::Config,
         }
     }
@@ -338,6 +342,8 @@ pub struct ServeSetup {
     /// Requests in flight upstream at most (`None` = no cap).
     pub upstream_concurrency: Option<usize>,
     pub limits: crate::mol::StoreLimits,
+    /// Where conversations and stored responses survive a restart (`None`: memory only).
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Assembles the MoL loop as a service of conversations over the configured backend, for a
@@ -389,9 +395,12 @@ pub async fn mol_service(
         .served_model_name
         .clone()
         .unwrap_or_else(|| profile.model_name.clone());
-    let conversations =
+    let mut conversations =
         crate::mol::Conversations::new(upstream, profile, served, setup.limits.clone(), observer);
-    Ok(Arc::new(crate::mol::ConversationService(Arc::new(
-        conversations,
-    ))))
+    if let Some(dir) = &setup.state_dir {
+        conversations.persist_to(dir)?;
+    }
+    let conversations = Arc::new(conversations);
+    conversations.spawn_sweeper();
+    Ok(Arc::new(crate::mol::ConversationService(conversations)))
 }

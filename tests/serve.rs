@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::support::env::Env;
 use crate::support::{MockEngine, MockReply, RecordedRequest, Script};
 
-const MODEL: &str = "test-mol";
+pub const MODEL: &str = "test-mol";
 
 /// A running `baton serve`; killed when dropped.
 pub struct Server {
@@ -75,6 +75,15 @@ impl Server {
         }
     }
 
+    /// What the server wrote to stderr so far, a line each.
+    pub fn stderr_lines(&self) -> Vec<String> {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(mut self) -> Option<i32> {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
@@ -97,14 +106,14 @@ impl Drop for Server {
     }
 }
 
-fn client() -> reqwest::Client {
+pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
         .build()
         .unwrap()
 }
 
-async fn post(server: &Server, body: Value, conversation: Option<&str>) -> reqwest::Response {
+pub async fn post(server: &Server, body: Value, conversation: Option<&str>) -> reqwest::Response {
     let mut req = client()
         .post(format!("{}/chat/completions", server.url))
         .json(&body);
@@ -114,11 +123,11 @@ async fn post(server: &Server, body: Value, conversation: Option<&str>) -> reqwe
     req.send().await.unwrap()
 }
 
-fn chat(messages: Value) -> Value {
+pub fn chat(messages: Value) -> Value {
     json!({"model": MODEL, "messages": messages})
 }
 
-fn answers(engine: &MockEngine) -> Vec<RecordedRequest> {
+pub fn answers(engine: &MockEngine) -> Vec<RecordedRequest> {
     engine
         .chat_requests()
         .into_iter()
@@ -126,7 +135,7 @@ fn answers(engine: &MockEngine) -> Vec<RecordedRequest> {
         .collect()
 }
 
-fn hops(engine: &MockEngine) -> Vec<String> {
+pub fn hops(engine: &MockEngine) -> Vec<String> {
     engine
         .chat_requests()
         .iter()

@@ -27,6 +27,7 @@ mod mcp;
 mod remote_backend;
 mod sandbox;
 mod serve;
+mod serve_state;
 mod shell_tool;
 mod tools_fs;
 mod tools_git;

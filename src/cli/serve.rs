@@ -83,6 +83,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "MIB", default_value_t = 1024)]
     pub max_state_mib: usize,
 
+    /// Keep conversations and stored responses in this folder (created 0700), so a restarted
+    /// server continues them [default: memory only].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
     /// Seconds SIGTERM waits for running turns and summaries.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     pub drain_timeout: u64,
@@ -120,6 +125,7 @@ pub async fn run(config: &Config, args: &ServeArgs) -> i32 {
             idle_ttl: Duration::from_secs(args.conversation_ttl),
             max_bytes: args.max_state_mib.saturating_mul(1 << 20),
         },
+        state_dir: args.state_dir.clone(),
     };
     let metrics = Arc::new(Metrics::default());
     let service = match crate::app::mol_service(&config, &setup, metrics.clone()).await {

@@ -12,13 +12,20 @@
 //!
 //! A turn works on a copy of the conversation and commits it only when the frontend says the
 //! answer was delivered: a failed turn, or a client that went away, leaves no trace.
+//!
+//! With a state folder ([`Conversations::persist_to`], `baton serve --state-dir`) every
+//! committed turn is written there too (the conversation, and the stored response it made),
+//! again once its summary is in, and deleted when the store drops it; a restart loads it all
+//! back. [`crate::mol::persist`] owns the files.
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::future::{BoxFuture, FutureExt, Shared};
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::{OwnedMutexGuard, mpsc, oneshot};
 use tokio_util::task::TaskTracker;
@@ -26,13 +33,14 @@ use tokio_util::task::TaskTracker;
 use crate::backend::{BackendError, ChatBackend, ChatDelta, FinishReason};
 use crate::mol::answer::{AnswerInput, AnswerOptions, answer_hop_request};
 use crate::mol::decide::{Step, decide};
+use crate::mol::persist::{self, EntryKind, StateDir, StateDirError};
 use crate::mol::profile::Profile;
 use crate::mol::summary::summarize;
-use crate::mol::timeline::{Timeline, with_identity};
+use crate::mol::timeline::{SummaryState, Task, Timeline, with_identity};
 use crate::protocol::{
     ChatMessage, ErrorKind, Expert, Hop, HopSample, Mode, MolService, Role, ServiceFuture,
-    ServiceObserver, TokenUsage, TurnDone, TurnError, TurnErrorKind, TurnEvent, TurnFinish,
-    TurnHandle, TurnInput, TurnRouted,
+    ServiceObserver, StateEvent, TokenUsage, TurnDone, TurnError, TurnErrorKind, TurnEvent,
+    TurnFinish, TurnHandle, TurnInput, TurnRouted,
 };
 
 /// Limits of the conversation store.
@@ -58,14 +66,16 @@ impl Default for StoreLimits {
 }
 
 /// Tool calls of the open task that wait for their results.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct PendingTools {
     expert: Expert,
     ids: Vec<String>,
 }
 
-/// What a turn changes, copied at its start and written back on delivery.
-#[derive(Debug, Clone, Default)]
+/// What a turn changes, copied at its start and written back on delivery; what the state
+/// folder keeps of a conversation.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 struct Core {
     timeline: Timeline,
     /// History a client brought that this server never saw (a conversation that started
@@ -166,9 +176,9 @@ fn history_key(client: &str, digest: &str) -> String {
 }
 
 impl Store {
-    /// Forgets conversations idle past the TTL, then the least recently used beyond the cap.
-    /// A conversation whose turn is running is never dropped under it.
-    fn evict(&mut self, limits: &StoreLimits, now: Instant) {
+    /// Forgets conversations idle past the TTL, then the least recently used beyond the cap;
+    /// returns their ids. A conversation whose turn is running is never dropped under it.
+    fn evict(&mut self, limits: &StoreLimits, now: Instant) -> Vec<String> {
         let idle: Vec<String> = self
             .by_id
             .values()
@@ -176,9 +186,10 @@ impl Store {
             .filter(|c| c.state.try_lock().is_ok())
             .map(|c| c.id.clone())
             .collect();
-        for id in idle {
-            self.remove(&id);
+        for id in &idle {
+            self.remove(id);
         }
+        let mut gone = idle;
         let mut bytes: usize = self
             .by_id
             .values()
@@ -198,10 +209,12 @@ impl Store {
                             .saturating_sub(c.bytes.load(std::sync::atomic::Ordering::Relaxed));
                     }
                     self.remove(&id);
+                    gone.push(id);
                 }
                 None => break,
             }
         }
+        gone
     }
 
     fn remove(&mut self, id: &str) {
@@ -221,6 +234,8 @@ pub struct Conversations {
     observer: Arc<dyn ServiceObserver>,
     /// Running turns and summary hops, for a drain to wait on.
     summaries: TaskTracker,
+    /// Where committed conversations are kept across restarts (`--state-dir`).
+    disk: Option<Arc<StateDir>>,
 }
 
 /// A new conversation id: matches the `X-Conversation-Id` syntax clients echo.
@@ -372,6 +387,7 @@ impl Conversations {
             store: Mutex::new(Store::default()),
             observer,
             summaries: TaskTracker::new(),
+            disk: None,
         }
     }
 
@@ -380,7 +396,7 @@ impl Conversations {
     fn conversation_for(&self, input: &TurnInput, earlier: &[ChatMessage]) -> Arc<Conversation> {
         let now = Instant::now();
         let mut store = lock(&self.store);
-        store.evict(&self.limits, now);
+        self.evict(&mut store, now);
         let found = match &input.conversation {
             Some(id) => store
                 .by_id
@@ -410,7 +426,7 @@ impl Conversations {
                     bytes: Default::default(),
                 });
                 store.by_id.insert(id, c.clone());
-                store.evict(&self.limits, now);
+                self.evict(&mut store, now);
                 c
             }
         };
@@ -422,7 +438,7 @@ impl Conversations {
     /// Points the history digest of a committed turn at its conversation.
     fn remember_history(&self, conversation: &Conversation, old: Option<&str>, new: &str) {
         let mut store = lock(&self.store);
-        store.evict(&self.limits, Instant::now());
+        self.evict(&mut store, Instant::now());
         if let Some(old) = old {
             store
                 .by_history
@@ -447,7 +463,7 @@ impl Conversations {
 
     /// A new conversation holding a copy of the stored response `parent`'s state.
     async fn fork(
-        &self,
+        self: &Arc<Self>,
         input: &TurnInput,
         parent: &str,
         split: &Split,
@@ -467,9 +483,16 @@ impl Conversations {
             detail: None,
         })?;
         *lock(&parent.last_used) = Instant::now();
+        if let Some(disk) = &self.disk {
+            disk.touch(&parent.id);
+        }
         let mut state = {
             let mut guard = parent.state.lock().await;
             guard.collect_finished();
+            // Made once, for the parent: every fork of it shares the hop, and its file gets it.
+            if self.resume_lost_summaries(&mut guard, &split.head) {
+                self.write_again_after_summaries(&parent, &guard);
+            }
             guard.clone()
         };
         // What the client sends besides the new tail is what the parent already holds.
@@ -488,8 +511,14 @@ impl Conversations {
     }
 
     /// Keeps `state` as the stored response `id` (a conversation of its own, never found
-    /// from history, only forked from).
-    fn store_snapshot(&self, conversation: &Conversation, id: &str, state: State) {
+    /// from history, only forked from). Comes back locked, so that until it is written a fork
+    /// of it waits and an eviction passes it by.
+    async fn store_snapshot(
+        &self,
+        conversation: &Conversation,
+        id: &str,
+        state: State,
+    ) -> (Arc<Conversation>, OwnedMutexGuard<State>) {
         let c = Arc::new(Conversation {
             id: id.to_string(),
             client: conversation.client.clone(),
@@ -498,10 +527,237 @@ impl Conversations {
             last_used: Mutex::new(Instant::now()),
             snapshot: true,
         });
+        // Nobody else has seen it yet: this does not wait.
+        let guard = c.state.clone().lock_owned().await;
         let mut store = lock(&self.store);
-        store.by_id.insert(id.to_string(), c);
-        store.evict(&self.limits, Instant::now());
+        store.by_id.insert(id.to_string(), c.clone());
+        self.evict(&mut store, Instant::now());
         self.observer.conversations(store.by_id.len());
+        (c, guard)
+    }
+
+    /// `Store::evict`, and the files of what it dropped deleted with them — under the store's
+    /// lock, so a conversation opened again under the same id is written after, never before.
+    fn evict(&self, store: &mut Store, now: Instant) {
+        let gone = store.evict(&self.limits, now);
+        self.forget_on_disk(&gone);
+    }
+
+    fn forget_on_disk(&self, ids: &[String]) {
+        let Some(disk) = &self.disk else { return };
+        let mut deleted = 0;
+        for id in ids {
+            match disk.remove(id) {
+                Ok(existed) => deleted += usize::from(existed),
+                Err(e) => self.observer.state(StateEvent::WriteFailed {
+                    reason: format!("cannot delete {}: {e}", disk.path_of(id).display()),
+                }),
+            }
+        }
+        if deleted > 0 {
+            self.observer.state(StateEvent::Deleted(deleted));
+        }
+    }
+
+    /// Whether `c` is the conversation the store holds under its id (not one it dropped, nor
+    /// a fork that is never kept as itself).
+    fn holds(&self, c: &Arc<Conversation>) -> bool {
+        lock(&self.store)
+            .by_id
+            .get(&c.id)
+            .is_some_and(|held| Arc::ptr_eq(held, c))
+    }
+
+    /// Keeps conversations and stored responses in `dir` from now on, and loads what an
+    /// earlier run left there. The limits of this run apply to it: entries idle past the TTL
+    /// are deleted, and beyond the count or the byte budget the least recently used go.
+    /// Damaged files are reported through the observer and skipped, never fatal; a folder
+    /// that cannot be created or that another server holds is.
+    pub fn persist_to(&mut self, dir: &Path) -> Result<(), StateDirError> {
+        let disk = StateDir::open(dir)?;
+        // A file is JSON of the text `approx_bytes` counts; one much larger than the whole
+        // budget was not written by this server.
+        let max_file = (self.limits.max_bytes as u64)
+            .saturating_mul(2)
+            .saturating_add(1 << 20);
+        let report = disk.load::<Core>(self.limits.idle_ttl, max_file);
+        for s in report.corrupt {
+            self.observer.state(StateEvent::Corrupt {
+                file: s.file,
+                reason: s.reason,
+            });
+        }
+        for s in report.ignored {
+            self.observer.state(StateEvent::Ignored {
+                file: s.file,
+                reason: s.reason,
+            });
+        }
+        if report.expired > 0 {
+            self.observer.state(StateEvent::Deleted(report.expired));
+        }
+        let now = Instant::now();
+        let loaded = report.entries.len();
+        let (gone, held) = {
+            let store = self.store.get_mut().unwrap_or_else(|p| p.into_inner());
+            for e in report.entries {
+                let snapshot = e.kind == EntryKind::Response;
+                if !snapshot && let Some(d) = &e.body.digest {
+                    store
+                        .by_history
+                        .insert(history_key(&e.client, d), e.id.clone());
+                }
+                let c = Conversation {
+                    id: e.id.clone(),
+                    client: e.client,
+                    snapshot,
+                    bytes: e.body.approx_bytes().into(),
+                    state: Arc::new(tokio::sync::Mutex::new(State {
+                        core: e.body,
+                        summaries: Vec::new(),
+                    })),
+                    // Older than this process's clock can say: as old as it can.
+                    last_used: Mutex::new(now.checked_sub(e.idle).unwrap_or(now)),
+                };
+                store.by_id.insert(e.id, Arc::new(c));
+            }
+            (store.evict(&self.limits, now), store.by_id.len())
+        };
+        self.disk = Some(Arc::new(disk));
+        self.forget_on_disk(&gone);
+        self.observer.state(StateEvent::Loaded(loaded));
+        self.observer.conversations(held);
+        Ok(())
+    }
+
+    /// Forgets idle conversations (and their files) every so often, so the TTL holds while
+    /// no request comes to apply it. Ends with the service.
+    pub fn spawn_sweeper(self: &Arc<Self>) {
+        let every =
+            (self.limits.idle_ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let service = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(this) = service.upgrade() else { break };
+                let mut store = lock(&this.store);
+                this.evict(&mut store, Instant::now());
+                this.observer.conversations(store.by_id.len());
+            }
+        });
+    }
+
+    /// Writes `state` as the entry of `c` — called with `c`'s lock held, so two writes of one
+    /// entry never cross — and once more when the summaries still running are in. A failure
+    /// is reported; the state stays in memory, the previous file intact.
+    async fn save(self: &Arc<Self>, c: &Arc<Conversation>, state: &State) {
+        self.write_entry(c, state).await;
+        self.write_again_after_summaries(c, state);
+    }
+
+    /// Once the summaries `state` is waiting for are in, writes the entry of `c` again (when
+    /// the store still holds it).
+    fn write_again_after_summaries(self: &Arc<Self>, c: &Arc<Conversation>, state: &State) {
+        if self.disk.is_none() || state.summaries.is_empty() {
+            return;
+        }
+        let pending = state.summaries.clone();
+        let this = self.clone();
+        let c = c.clone();
+        self.summaries.spawn(async move {
+            for s in &pending {
+                s.text.clone().await;
+            }
+            let mut state = c.state.lock().await;
+            state.collect_finished();
+            let recorded = pending.iter().all(|s| {
+                state
+                    .core
+                    .timeline
+                    .task(s.task_id)
+                    .is_none_or(|t| t.summary != SummaryState::Pending)
+            });
+            if recorded && this.holds(&c) {
+                this.write_entry(&c, &state).await;
+            }
+        });
+    }
+
+    async fn write_entry(&self, c: &Conversation, state: &State) {
+        let Some(disk) = self.disk.clone() else {
+            return;
+        };
+        let kind = if c.snapshot {
+            EntryKind::Response
+        } else {
+            EntryKind::Conversation
+        };
+        let bytes = match persist::encode(kind, &c.id, &c.client, &state.core) {
+            Ok(b) => b,
+            Err(e) => {
+                self.observer.state(StateEvent::WriteFailed {
+                    reason: format!("cannot encode conversation {}: {e}", c.id),
+                });
+                return;
+            }
+        };
+        let id = c.id.clone();
+        let path = disk.path_of(&id);
+        // fsync takes milliseconds: not on the threads that serve requests.
+        let written = tokio::task::spawn_blocking(move || disk.write(&id, &bytes)).await;
+        match written {
+            Ok(Ok(())) => self.observer.state(StateEvent::Persisted),
+            Ok(Err(e)) => self.observer.state(StateEvent::WriteFailed {
+                reason: format!("cannot write {}: {e}", path.display()),
+            }),
+            Err(e) => self.observer.state(StateEvent::WriteFailed {
+                reason: format!("writing {} failed: {e}", path.display()),
+            }),
+        }
+    }
+
+    /// The summary hop of a closed task, in the background; shared, so the conversation, its
+    /// stored responses and their forks wait for the same hop.
+    fn spawn_summary(&self, task: Task, head: Vec<ChatMessage>) -> PendingSummary {
+        let backend = self.backend.clone();
+        let profile = self.profile.clone();
+        let observer = self.observer.clone();
+        let task_id = task.id;
+        let handle = self.summaries.spawn(async move {
+            let outcome = summarize(backend.as_ref(), &profile, &task, &head).await;
+            observer.hop(HopSample {
+                hop: Hop::Summary,
+                latency: outcome.latency,
+                usage: outcome.usage,
+                ok: outcome.error.is_none(),
+            });
+            outcome.text
+        });
+        // A summary task that panicked is an empty summary, never a stuck turn.
+        let text = handle.map(Result::unwrap_or_default).boxed().shared();
+        PendingSummary { task_id, text }
+    }
+
+    /// Closed tasks still waiting for a summary that no hop is making (the server that
+    /// started it stopped before it was in): made now, while this turn routes. Returns
+    /// whether it started any.
+    fn resume_lost_summaries(&self, state: &mut State, head: &[ChatMessage]) -> bool {
+        let mut started = false;
+        for id in state.core.timeline.pending_summaries() {
+            if state.summaries.iter().any(|s| s.task_id == id) {
+                continue;
+            }
+            if let Some(task) = state.core.timeline.task(id).cloned() {
+                let head = self.view_head(head, &state.core.context);
+                let pending = self.spawn_summary(task, head);
+                state.summaries.push(pending);
+                started = true;
+            }
+        }
+        started
     }
 
     async fn start(self: &Arc<Self>, input: TurnInput) -> Result<TurnHandle, TurnError> {
@@ -538,6 +794,10 @@ impl Conversations {
         delivered: oneshot::Receiver<()>,
     ) {
         state.collect_finished();
+        if self.resume_lost_summaries(&mut state, &split.head) {
+            // Kept even if this turn fails.
+            self.write_again_after_summaries(&conversation, &state);
+        }
         let work = tokio::select! {
             result = self.turn(&conversation, &mut state, &input, &split, &tx) => result,
             // The client is gone: nothing to deliver, nothing to keep.
@@ -571,26 +831,22 @@ impl Conversations {
         self.remember_history(&conversation, old_digest.as_deref(), &new_digest);
         if let Some(task) = closed_task {
             let head = self.view_head(&split.head, &state.core.context);
-            let backend = self.backend.clone();
-            let profile = self.profile.clone();
-            let observer = self.observer.clone();
-            let task_id = task.id;
-            let handle = self.summaries.spawn(async move {
-                let outcome = summarize(backend.as_ref(), &profile, &task, &head).await;
-                observer.hop(HopSample {
-                    hop: Hop::Summary,
-                    latency: outcome.latency,
-                    usage: outcome.usage,
-                    ok: outcome.error.is_none(),
-                });
-                outcome.text
-            });
-            // A summary task that panicked is an empty summary, never a stuck turn.
-            let text = handle.map(Result::unwrap_or_default).boxed().shared();
-            state.summaries.push(PendingSummary { task_id, text });
+            let pending = self.spawn_summary(task, head);
+            state.summaries.push(pending);
         }
-        if let Some(id) = &input.snapshot_as {
-            self.store_snapshot(&conversation, id, state.clone());
+        let snapshot = match &input.snapshot_as {
+            Some(id) => Some(self.store_snapshot(&conversation, id, state.clone()).await),
+            None => None,
+        };
+        if self.disk.is_some() {
+            if !conversation.snapshot && self.holds(&conversation) {
+                self.save(&conversation, &state).await;
+            }
+            if let Some((c, guard)) = &snapshot
+                && self.holds(c)
+            {
+                self.save(c, guard).await;
+            }
         }
     }
 

@@ -19,7 +19,8 @@
 //!   (`commit`) and on resume ([`resume_session`]).
 //! - [`Conversations`]: the loop as a server runs it (`baton serve`, behind
 //!   `protocol::MolService`): conversations held in memory, one turn per client request,
-//!   committed only once the answer was delivered.
+//!   committed only once the answer was delivered; with [`persist`] (`--state-dir`) kept on
+//!   disk across restarts.
 //! - [`ContextBudget`] / [`TokenEstimator`]: the context budget; `Timeline::shrink_old_tool_outputs`
 //!   and `Timeline::compact` with [`fitted_compaction_request`] keep long tasks within the window.
 
@@ -31,6 +32,7 @@ pub(crate) mod decide;
 #[cfg(test)]
 mod fake_backend;
 pub(crate) mod modes;
+pub mod persist;
 pub mod profile;
 pub mod route;
 pub(crate) mod state;

@@ -22,8 +22,8 @@ pub use options::{
     UnknownName, default_memory_bound,
 };
 pub use service::{
-    HopSample, MolService, ServiceFuture, ServiceObserver, TurnDone, TurnError, TurnErrorKind,
-    TurnEvent, TurnFinish, TurnHandle, TurnInput, TurnOptions, TurnRouted,
+    HopSample, MolService, ServiceFuture, ServiceObserver, StateEvent, TurnDone, TurnError,
+    TurnErrorKind, TurnEvent, TurnFinish, TurnHandle, TurnInput, TurnOptions, TurnRouted,
 };
 pub use terminal_text::{is_spoofing_char, terminal_safe, terminal_safe_line};
 

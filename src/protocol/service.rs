@@ -163,12 +163,32 @@ pub struct HopSample {
     pub ok: bool,
 }
 
+/// What happened to the service's state folder (`--state-dir`), for metrics and the operator's
+/// log.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StateEvent {
+    /// A conversation or stored response was written.
+    Persisted,
+    /// Startup read this many entries back.
+    Loaded(usize),
+    /// A file that could not be read back: skipped and moved aside.
+    Corrupt { file: String, reason: String },
+    /// A file left as it is (a newer format, not a regular file, unreadable).
+    Ignored { file: String, reason: String },
+    /// Files deleted because their entries expired or were evicted.
+    Deleted(usize),
+    /// A write or delete failed: the state is still held in memory.
+    WriteFailed { reason: String },
+}
+
 /// What the service tells an observer (metrics) as it works; calls must be cheap.
 pub trait ServiceObserver: Send + Sync {
     fn hop(&self, sample: HopSample);
     fn route(&self, expert: Expert, decision: RouteDecision);
     /// How many conversations are held now.
     fn conversations(&self, _count: usize) {}
+    /// The state folder changed (only with `--state-dir`).
+    fn state(&self, _event: StateEvent) {}
 }
 
 pub type ServiceFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

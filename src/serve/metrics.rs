@@ -1,6 +1,8 @@
 //! What the server counts, and `/metrics` in the Prometheus text format: per-hop latency
 //! histograms and tokens, route decisions and fallbacks, requests by path and status, the
-//! admission queue and the conversations held.
+//! admission queue and the conversations held, and what the state folder (`--state-dir`)
+//! wrote, loaded, skipped and deleted. As the service's observer it is also where a damaged
+//! state file or a failed write reaches the operator's log (stderr).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -8,7 +10,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::protocol::{Expert, HopSample, RouteDecision, ServiceObserver};
+use crate::protocol::{Expert, HopSample, RouteDecision, ServiceObserver, StateEvent};
 
 const BUCKETS: [f64; 12] = [
     0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0,
@@ -74,6 +76,18 @@ pub struct Metrics {
     pub queued: AtomicI64,
     conversations: AtomicU64,
     pub disconnects: AtomicU64,
+    state: StateCounts,
+}
+
+/// The state folder's counters.
+#[derive(Debug, Default)]
+struct StateCounts {
+    persisted: AtomicU64,
+    loaded: AtomicU64,
+    corrupt: AtomicU64,
+    ignored: AtomicU64,
+    deleted: AtomicU64,
+    write_errors: AtomicU64,
 }
 
 fn decision_name(d: RouteDecision) -> &'static str {
@@ -201,6 +215,46 @@ impl Metrics {
              baton_serve_client_disconnects_total {}",
             self.disconnects.load(Ordering::Relaxed)
         );
+        let s = &self.state;
+        let counters = [
+            (
+                "baton_serve_state_persisted_total",
+                "Conversations and stored responses written to the state dir.",
+                &s.persisted,
+            ),
+            (
+                "baton_serve_state_loaded_total",
+                "Entries read back from the state dir at startup.",
+                &s.loaded,
+            ),
+            (
+                "baton_serve_state_corrupt_total",
+                "State files that could not be read back (skipped, moved aside).",
+                &s.corrupt,
+            ),
+            (
+                "baton_serve_state_ignored_total",
+                "State files left alone (a newer format, not a regular file).",
+                &s.ignored,
+            ),
+            (
+                "baton_serve_state_deleted_total",
+                "State files deleted with their expired or evicted entries.",
+                &s.deleted,
+            ),
+            (
+                "baton_serve_state_write_errors_total",
+                "State writes or deletes that failed (the state stayed in memory).",
+                &s.write_errors,
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                value.load(Ordering::Relaxed)
+            );
+        }
         out
     }
 }
@@ -230,6 +284,46 @@ impl ServiceObserver for Metrics {
 
     fn conversations(&self, count: usize) {
         self.conversations.store(count as u64, Ordering::Relaxed);
+    }
+
+    fn state(&self, event: StateEvent) {
+        let s = &self.state;
+        let safe = crate::protocol::terminal_safe;
+        match event {
+            StateEvent::Persisted => {
+                s.persisted.fetch_add(1, Ordering::Relaxed);
+            }
+            StateEvent::Loaded(n) => {
+                s.loaded.fetch_add(n as u64, Ordering::Relaxed);
+                eprintln!("baton serve: state dir: {n} conversations and stored responses loaded");
+            }
+            StateEvent::Corrupt { file, reason } => {
+                s.corrupt.fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "baton serve: state dir: skipped {}: {} (moved aside as .corrupt)",
+                    safe(&file),
+                    safe(&reason)
+                );
+            }
+            StateEvent::Ignored { file, reason } => {
+                s.ignored.fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "baton serve: state dir: left {} alone: {}",
+                    safe(&file),
+                    safe(&reason)
+                );
+            }
+            StateEvent::Deleted(n) => {
+                s.deleted.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            StateEvent::WriteFailed { reason } => {
+                s.write_errors.fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "baton serve: state dir: {} (kept in memory only)",
+                    safe(&reason)
+                );
+            }
+        }
     }
 }
 
