@@ -390,7 +390,8 @@ pub async fn mol_service(
         .clone()
         .unwrap_or_else(|| profile.model_name.clone());
     let conversations =
-        crate::mol::Conversations::new(upstream, profile, served, setup.limits.clone(), observer);
+        crate::mol::Conversations::new(upstream, profile, served, setup.limits.clone(), observer)
+            .speculating(config.speculate);
     Ok(Arc::new(crate::mol::ConversationService(Arc::new(
         conversations,
     ))))
