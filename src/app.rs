@@ -202,6 +202,7 @@ pub fn agent_config(config: &Config, frontend: Frontend) -> Result<AgentConfig, 
         max_tokens: config.max_tokens,
         context_window: config.context_window,
         compact_at: config.compact_at,
+        speculate: config.speculate,
         hooks: hooks(config)?,
     })
 }

@@ -83,6 +83,7 @@ fn agent_config(dir: &std::path::Path) -> AgentConfig {
         context_window: None,
         compact_at: None,
         hooks: baton::hooks::Hooks::none(),
+        speculate: Default::default(),
     }
 }
 
