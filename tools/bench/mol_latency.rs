@@ -29,8 +29,8 @@ use baton::backend::{ChatBackend, ChatRequest, complete};
 use baton::mol::{self, Profile, ProfileNames, Timeline, with_identity};
 use baton::protocol::ApprovalPolicy;
 use baton::protocol::ChatMessage;
-use baton::protocol::{Mode, Speculate};
 use baton::protocol::{Event, Hop, Op};
+use baton::protocol::{Mode, Speculate};
 use baton::session::SessionFile;
 use mock_engine::{MockEngine, MockReply, RecordedRequest};
 

@@ -147,8 +147,9 @@ async fn turn(
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 200);
+    let status = response.status();
     let text = response.text().await.unwrap();
+    assert_eq!(status, 200, "{text}");
     assert!(!stream || text.trim_end().ends_with("data: [DONE]"));
     started.elapsed()
 }
@@ -250,10 +251,10 @@ fn main() {
             );
         }
         let speculating = start_with(&engine, home.path(), &["--speculate", "sticky"]);
-        let off_hit = speculation_case(&client, &server.url, "spec-off-same", false).await;
-        let on_hit = speculation_case(&client, &speculating.url, "spec-on-same", false).await;
-        let off_miss = speculation_case(&client, &server.url, "spec-off-alt", true).await;
-        let on_miss = speculation_case(&client, &speculating.url, "spec-on-alt", true).await;
+        let off_hit = speculation_case(&client, &server.url, "bench-speculation-off-same", false).await;
+        let on_hit = speculation_case(&client, &speculating.url, "bench-speculation-on-same", false).await;
+        let off_miss = speculation_case(&client, &server.url, "bench-speculation-off-alternating", true).await;
+        let on_miss = speculation_case(&client, &speculating.url, "bench-speculation-on-alternating", true).await;
         let metrics = client
             .get(format!("{}/metrics", speculating.url.trim_end_matches("/v1")))
             .send()
