@@ -1505,3 +1505,60 @@ async fn a_speculative_miss_is_cancelled_upstream_and_never_reaches_the_stream()
         + metric(&page, "baton_serve_speculations_total{outcome=\"miss\"}");
     assert_eq!(speculated, 2, "{page}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_during_a_speculated_turn_drops_it_and_leaves_no_trace() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .route_reply(MockReply::label("L2").after(Duration::from_secs(2)))
+            .answer("L2", "FIRST")
+            .answer(
+                "L2",
+                MockReply::text("SPECULATED ".repeat(300))
+                    .chunk_chars(1)
+                    .chunk_delay(Duration::from_millis(10)),
+            )
+            .default_route("L2")
+            .default_answer(MockReply::text("AGAIN"))
+            .default_summary(MockReply::text("did one")),
+    );
+    let server = Server::start(&env, &engine, &["--speculate", "sticky"]);
+    let conversation = "conversation-spec-leaves";
+    let first = post(
+        &server,
+        chat(json!([{"role": "user", "content": "one"}])),
+        Some(conversation),
+    )
+    .await;
+    assert_eq!(first.status(), 200);
+    let _ = first.text().await;
+    let second = chat(json!([
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "FIRST"},
+        {"role": "user", "content": "two"}
+    ]));
+    let gone = client()
+        .post(format!("{}/chat/completions", server.url))
+        .header("X-Conversation-Id", conversation)
+        .json(&second)
+        .timeout(Duration::from_millis(500))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client gave up while the route ran");
+    assert!(
+        engine
+            .wait_for_abandoned_streams(1, Duration::from_secs(10))
+            .await,
+        "the speculative request was dropped with its turn"
+    );
+    let again = post(&server, second, Some(conversation)).await;
+    assert_eq!(again.status(), 200);
+    let body: Value = again.json().await.unwrap();
+    assert_eq!(body["choices"][0]["message"]["content"], "AGAIN");
+    assert_eq!(
+        body["metadata"]["mol_convo_completed"], 1,
+        "the abandoned turn left nothing"
+    );
+}
