@@ -206,6 +206,7 @@ pub fn agent_config(config: &Config, frontend: Frontend) -> Result<AgentConfig, 
         max_tokens: config.max_tokens,
         context_window: config.context_window,
         compact_at: config.compact_at,
+        speculate: config.speculate,
         hooks: hooks(config)?,
     })
 }
@@ -396,7 +397,8 @@ pub async fn mol_service(
         .clone()
         .unwrap_or_else(|| profile.model_name.clone());
     let mut conversations =
-        crate::mol::Conversations::new(upstream, profile, served, setup.limits.clone(), observer);
+        crate::mol::Conversations::new(upstream, profile, served, setup.limits.clone(), observer)
+            .speculating(config.speculate);
     if let Some(dir) = &setup.state_dir {
         conversations.persist_to(dir)?;
     }

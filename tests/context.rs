@@ -175,6 +175,7 @@ fn agent_config(dir: &Path) -> AgentConfig {
         max_tokens: None,
         context_window: None,
         compact_at: None,
+        speculate: Default::default(),
         hooks: baton::hooks::Hooks::none(),
     }
 }

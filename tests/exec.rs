@@ -1043,3 +1043,110 @@ fn each_failure_reaches_the_json_error_event_with_its_kind() {
     let err = error_event(&out);
     assert_eq!(err["kind"], "unreachable", "{err}");
 }
+
+fn index_of(events: &[Value], ty: &str) -> usize {
+    events
+        .iter()
+        .position(|e| e["type"] == ty)
+        .unwrap_or_else(|| panic!("no {ty} event in {events:?}"))
+}
+
+#[test]
+fn a_speculative_hit_keeps_the_answer_sent_with_the_route_hop() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L2"])
+            .answer("L2", "FIRST")
+            .answer("L2", "SECOND-ANSWER"),
+    );
+    let first = env.exec(&engine, "one", &[]).output().expect("run");
+    assert_eq!(first.status.code(), Some(0), "{}", stderr_of(&first));
+    let second = env
+        .exec(
+            &engine,
+            "two",
+            &["--resume", "last", "--speculate", "sticky", "--json"],
+        )
+        .output()
+        .expect("run");
+    assert_eq!(second.status.code(), Some(0), "{}", stderr_of(&second));
+    let events = events(&second);
+    let started = of_type(&events, "speculation_started");
+    assert_eq!(started.len(), 1, "{events:?}");
+    assert_eq!(started[0]["expert"], "L2");
+    let resolved = of_type(&events, "speculation_resolved");
+    assert_eq!(resolved.len(), 1);
+    assert_eq!(resolved[0]["hit"], true);
+    assert_eq!(resolved[0]["wasted_prompt_tokens"], 0);
+    // Sent with the route hop, shown only once the route confirmed it.
+    assert!(index_of(&events, "speculation_started") < index_of(&events, "route_decided"));
+    assert!(index_of(&events, "route_decided") < index_of(&events, "speculation_resolved"));
+    assert!(index_of(&events, "speculation_resolved") < index_of(&events, "message_delta"));
+    let done = of_type(&events, "turn_completed");
+    assert_eq!(done[0]["answer"], "SECOND-ANSWER");
+    // One answer request for the second turn: the speculative one was the turn's.
+    let answers = engine.requests_for_hop("answer");
+    assert_eq!(answers.len(), 2, "{:?}", engine.hop_log());
+    assert_eq!(answers[1].last_user_text().as_deref(), Some("two"));
+    assert!(answers[1].mentions("FIRST"), "L2 sees its own first answer");
+}
+
+#[test]
+fn a_speculative_miss_is_cancelled_and_the_routed_expert_answers() {
+    let env = Env::new();
+    let slow_wrong = MockReply::text("WRONG-EXPERT ".repeat(200))
+        .chunk_chars(1)
+        .chunk_delay(std::time::Duration::from_millis(20));
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .route_reply(MockReply::label("L1").after(std::time::Duration::from_millis(300)))
+            .answer("L2", "FIRST")
+            .answer("L2", slow_wrong)
+            .answer("L1", "RIGHT-EXPERT"),
+    );
+    let first = env.exec(&engine, "one", &[]).output().expect("run");
+    assert_eq!(first.status.code(), Some(0), "{}", stderr_of(&first));
+    let second = env
+        .exec(
+            &engine,
+            "two",
+            &["--resume", "last", "--speculate", "sticky", "--json"],
+        )
+        .output()
+        .expect("run");
+    assert_eq!(second.status.code(), Some(0), "{}", stderr_of(&second));
+    let events = events(&second);
+    let resolved = of_type(&events, "speculation_resolved");
+    assert_eq!(resolved.len(), 1, "{events:?}");
+    assert_eq!(resolved[0]["hit"], false);
+    assert_eq!(resolved[0]["expert"], "L2");
+    assert!(resolved[0]["wasted_prompt_tokens"].as_u64().unwrap() > 0);
+    // Nothing of the cancelled answer reached the user.
+    assert!(!stdout_of(&second).contains("WRONG-EXPERT"));
+    for delta in of_type(&events, "message_delta") {
+        assert!(!delta["delta"].as_str().unwrap().contains("WRONG"));
+    }
+    assert_eq!(
+        of_type(&events, "turn_completed")[0]["answer"],
+        "RIGHT-EXPERT"
+    );
+    let log: Vec<String> = engine
+        .hop_log()
+        .into_iter()
+        .map(|(h, m)| format!("{h}:{m}"))
+        .collect();
+    let second_turn = &log[log.len() - 4..];
+    let mut sorted = second_turn.to_vec();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        ["answer:L1", "answer:L2", "route:L0", "summary:L1"],
+        "{log:?}"
+    );
+    assert!(
+        engine.abandoned_streams() >= 1,
+        "the wrong answer was dropped"
+    );
+}

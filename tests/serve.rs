@@ -1318,3 +1318,256 @@ async fn requests_of_one_conversation_serialize() {
     let starts: Vec<_> = answers(&engine);
     assert_eq!(starts.len(), 2);
 }
+
+/// Two turns of one conversation; the second streamed when `stream`. Returns its body.
+async fn two_turns(server: &Server, conversation: &str, stream: bool) -> String {
+    let first = post(
+        server,
+        chat(json!([{"role": "user", "content": "one"}])),
+        Some(conversation),
+    )
+    .await;
+    assert_eq!(first.status(), 200);
+    let first: Value = first.json().await.unwrap();
+    let said = first["choices"][0]["message"]["content"].clone();
+    let mut body = chat(json!([
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": said},
+        {"role": "user", "content": "two"}
+    ]));
+    body["stream"] = json!(stream);
+    let second = post(server, body, Some(conversation)).await;
+    assert_eq!(second.status(), 200);
+    second.text().await.unwrap()
+}
+
+async fn metrics_page(server: &Server) -> String {
+    client()
+        .get(format!("{}/metrics", server.url.trim_end_matches("/v1")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+fn metric(page: &str, name: &str) -> u64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {page}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_speculative_hit_sends_the_bytes_the_unspeculated_turn_sends() {
+    let script = || {
+        Script::new()
+            .routes(["L2", "L2"])
+            .answer("L2", "FIRST")
+            .answer("L2", "SECOND-ANSWER")
+            .default_summary(MockReply::text("did one"))
+    };
+    let env = Env::new();
+    let (off_engine, on_engine, capped_engine) = (
+        MockEngine::scripted_blocking(script()),
+        MockEngine::scripted_blocking(script()),
+        MockEngine::scripted_blocking(script()),
+    );
+    let off = Server::start(&env, &off_engine, &[]);
+    let on = Server::start(&env, &on_engine, &["--speculate", "sticky"]);
+    // At a cap of one upstream request there is no slot to spare beside the route hop's.
+    let capped = Server::start(
+        &env,
+        &capped_engine,
+        &["--speculate", "sticky", "--upstream-concurrency", "1"],
+    );
+    for server in [&off, &on, &capped] {
+        let body = two_turns(server, "conversation-spec-hit", false).await;
+        assert!(body.contains("SECOND-ANSWER"), "{body}");
+    }
+    let off_answers = answers(&off_engine);
+    for engine in [&on_engine, &capped_engine] {
+        let got = answers(engine);
+        assert_eq!(
+            got.len(),
+            2,
+            "one answer request a turn: {:?}",
+            hops(engine)
+        );
+        assert_eq!(
+            got[1].raw_body, off_answers[1].raw_body,
+            "the speculative request is the one the unspeculated turn sends"
+        );
+    }
+    let page = metrics_page(&on).await;
+    assert_eq!(
+        metric(&page, "baton_serve_speculations_total{outcome=\"hit\"}"),
+        1
+    );
+    assert_eq!(
+        metric(&page, "baton_serve_speculations_total{outcome=\"miss\"}"),
+        0
+    );
+    let page = metrics_page(&capped).await;
+    assert_eq!(
+        metric(&page, "baton_serve_speculations_total{outcome=\"hit\"}"),
+        0
+    );
+    assert_eq!(
+        metric(&page, "baton_serve_speculations_total{outcome=\"no_slot\"}"),
+        1
+    );
+    let page = metrics_page(&off).await;
+    assert_eq!(
+        metric(&page, "baton_serve_speculations_total{outcome=\"hit\"}"),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_speculative_miss_is_cancelled_upstream_and_never_reaches_the_stream() {
+    let script = || {
+        Script::new()
+            .route("L2")
+            .route_reply(MockReply::label("L1").after(Duration::from_millis(300)))
+            .answer("L2", "FIRST")
+            .answer(
+                "L2",
+                MockReply::text("WRONG-EXPERT ".repeat(300))
+                    .chunk_chars(1)
+                    .chunk_delay(Duration::from_millis(10)),
+            )
+            .answer("L1", "RIGHT-EXPERT")
+            .default_route("L1")
+            .default_answer(MockReply::text("later"))
+            .default_summary(MockReply::text("did one"))
+    };
+    let env = Env::new();
+    let (off_engine, on_engine) = (
+        MockEngine::scripted_blocking(script()),
+        MockEngine::scripted_blocking(script()),
+    );
+    let off = Server::start(&env, &off_engine, &[]);
+    let on = Server::start(&env, &on_engine, &["--speculate", "sticky"]);
+    for server in [&off, &on] {
+        let body = two_turns(server, "conversation-spec-miss", true).await;
+        let text: String = sse_events(&body)
+            .iter()
+            .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        assert_eq!(
+            text, "RIGHT-EXPERT",
+            "nothing of the cancelled answer: {body}"
+        );
+        assert_eq!(sse_events(&body).last().unwrap(), "[DONE]");
+    }
+    assert!(
+        on_engine
+            .wait_for_abandoned_streams(1, Duration::from_secs(10))
+            .await,
+        "the engine saw the speculative request dropped"
+    );
+    let l1 = |engine: &MockEngine| {
+        answers(engine)
+            .into_iter()
+            .find(|r| r.model() == "L1")
+            .expect("L1 answered")
+    };
+    assert_eq!(
+        l1(&on_engine).raw_body,
+        l1(&off_engine).raw_body,
+        "after a miss the chosen expert gets the unspeculated request"
+    );
+    assert!(l1(&on_engine).mentions("did one"), "L1 sees L2's summary");
+    let page = metrics_page(&on).await;
+    assert_eq!(
+        metric(&page, "baton_serve_speculations_total{outcome=\"miss\"}"),
+        1
+    );
+    assert_eq!(
+        metric(&page, "baton_serve_speculations_total{outcome=\"hit\"}"),
+        0
+    );
+    assert!(
+        metric(
+            &page,
+            "baton_serve_speculation_wasted_tokens_total{kind=\"prompt\"}"
+        ) > 0
+    );
+
+    // The conversation goes on: the next turn, on L1, bets on L1.
+    let third = post(
+        &on,
+        chat(json!([
+            {"role": "user", "content": "one"},
+            {"role": "assistant", "content": "FIRST"},
+            {"role": "user", "content": "two"},
+            {"role": "assistant", "content": "RIGHT-EXPERT"},
+            {"role": "user", "content": "three"}
+        ])),
+        Some("conversation-spec-miss"),
+    )
+    .await;
+    assert_eq!(third.status(), 200);
+    let page = metrics_page(&on).await;
+    let speculated = metric(&page, "baton_serve_speculations_total{outcome=\"hit\"}")
+        + metric(&page, "baton_serve_speculations_total{outcome=\"miss\"}");
+    assert_eq!(speculated, 2, "{page}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_during_a_speculated_turn_drops_it_and_leaves_no_trace() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .route_reply(MockReply::label("L2").after(Duration::from_secs(2)))
+            .answer("L2", "FIRST")
+            .answer(
+                "L2",
+                MockReply::text("SPECULATED ".repeat(300))
+                    .chunk_chars(1)
+                    .chunk_delay(Duration::from_millis(10)),
+            )
+            .default_route("L2")
+            .default_answer(MockReply::text("AGAIN"))
+            .default_summary(MockReply::text("did one")),
+    );
+    let server = Server::start(&env, &engine, &["--speculate", "sticky"]);
+    let conversation = "conversation-spec-leaves";
+    let first = post(
+        &server,
+        chat(json!([{"role": "user", "content": "one"}])),
+        Some(conversation),
+    )
+    .await;
+    assert_eq!(first.status(), 200);
+    let _ = first.text().await;
+    let second = chat(json!([
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "FIRST"},
+        {"role": "user", "content": "two"}
+    ]));
+    let gone = client()
+        .post(format!("{}/chat/completions", server.url))
+        .header("X-Conversation-Id", conversation)
+        .json(&second)
+        .timeout(Duration::from_millis(500))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client gave up while the route ran");
+    assert!(
+        engine
+            .wait_for_abandoned_streams(1, Duration::from_secs(10))
+            .await,
+        "the speculative request was dropped with its turn"
+    );
+    let again = post(&server, second, Some(conversation)).await;
+    assert_eq!(again.status(), 200);
+    let body: Value = again.json().await.unwrap();
+    assert_eq!(body["choices"][0]["message"]["content"], "AGAIN");
+    assert_eq!(
+        body["metadata"]["mol_convo_completed"], 1,
+        "the abandoned turn left nothing"
+    );
+}

@@ -65,6 +65,8 @@ pub struct AgentConfig {
     pub compact_at: Option<f64>,
     /// The user's hook commands (none with `--no-hooks`).
     pub hooks: crate::hooks::Hooks,
+    /// Whether a new user turn's answer hop is sent with its route hop (`mol` mode).
+    pub speculate: crate::protocol::Speculate,
 }
 
 /// State shared by the op loop, the running turn and the background summary tasks.

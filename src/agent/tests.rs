@@ -190,6 +190,7 @@ fn launch_configured(
         max_tokens: None,
         context_window,
         compact_at: None,
+        speculate: Default::default(),
         hooks: crate::hooks::Hooks::none(),
     };
     configure(&mut cfg);

@@ -11,9 +11,13 @@ use tokio_util::sync::CancellationToken;
 use super::{Shared, context, hooks, lock, summaries, tool_calls};
 use crate::backend::{BackendError, ChatCompletion, ChatDelta, ChatRequest, FinishReason};
 use crate::hooks::HookEvent;
-use crate::mol::{AnswerInput, AnswerOptions, ExpertChoice, Step, modes};
+use crate::mol::{
+    AnswerInput, AnswerOptions, ExpertChoice, Resolved, Speculation, Step, Timeline, modes,
+};
 use crate::protocol::ChatMessage;
-use crate::protocol::{ErrorKind, Event, Expert, Hop, TurnStatus};
+use crate::protocol::{
+    ErrorKind, Event, Expert, Hop, SpeculationOutcome, SpeculationSample, TurnStatus,
+};
 use crate::session::Record;
 
 /// Why a turn stopped early.
@@ -207,7 +211,12 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
     };
 
     let step = Step::UserTurn { text, open_owner };
+    let mut speculation = speculate(ctx, &user_text, open_owner);
     let expert = choose_expert(ctx, step).await.map_err(|s| (s, None))?;
+    // A miss stops at once, before the summaries and the view fitting the turn waits for.
+    if let Some(s) = speculation.take_if(|s| s.expert() != expert) {
+        resolved(ctx, s.expert(), s.cancel());
+    }
     let task_id = shared.state().timeline.tasks.last().map_or(1, |t| t.id + 1);
     shared.commit(Record::TaskOpened {
         task_id,
@@ -251,7 +260,7 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
             answer_request(&shared, expert)
         };
         let shape = context::shape(&request);
-        let mut done = answer_hop(ctx, request, expert)
+        let mut done = answer_hop(ctx, request, expert, speculation.take())
             .await
             .map_err(|s| (s, Some(expert)))?;
         if let Some(usage) = done.usage {
@@ -419,8 +428,57 @@ fn abandon(shared: &Shared) {
     }
 }
 
+/// Sends the answer hop of the expert this turn bets on together with its route hop
+/// (`speculate`): only where the route hop runs here (`mol` mode, no pinned expert) and that
+/// expert's view needs no summary still being made. The request is the one the turn would
+/// send that expert, built over a copy of the timeline with the turn's task opened.
+fn speculate(ctx: &TurnCtx, user_text: &str, open_owner: Option<Expert>) -> Option<Speculation> {
+    let shared = &ctx.shared;
+    if !shared.cfg.mode.routes_client_side() || lock(&shared.pinned).is_some() {
+        return None;
+    }
+    let (expert, bet) = {
+        let state = shared.state();
+        let expert =
+            crate::mol::speculative_expert(shared.cfg.speculate, &state.timeline, open_owner)?;
+        if !crate::mol::view_is_ready(&state.timeline, expert) {
+            return None;
+        }
+        let mut bet = state.timeline.clone();
+        bet.open(expert, user_text);
+        (expert, bet)
+    };
+    let request = answer_request_over(shared, expert, Some(&bet));
+    let speculation = Speculation::start(&shared.backend, expert, request).ok()?;
+    shared.events.emit(Event::SpeculationStarted {
+        turn_id: ctx.turn_id,
+        expert,
+    });
+    Some(speculation)
+}
+
+/// Tells the frontends how a speculative answer hop ended.
+fn resolved(ctx: &TurnCtx, expert: Expert, sample: SpeculationSample) {
+    ctx.shared.events.emit(Event::SpeculationResolved {
+        turn_id: ctx.turn_id,
+        expert,
+        hit: sample.outcome == SpeculationOutcome::Hit,
+        wasted_prompt_tokens: sample.wasted_prompt_tokens,
+        wasted_completion_tokens: sample.wasted_completion_tokens,
+    });
+}
+
 /// The answer request of `expert` from the current timeline, built by `mol` for the mode.
 fn answer_request(shared: &Shared, expert: Expert) -> ChatRequest {
+    answer_request_over(shared, expert, None)
+}
+
+/// The answer request of `expert` over `timeline`, else over the session's.
+fn answer_request_over(
+    shared: &Shared,
+    expert: Expert,
+    timeline: Option<&Timeline>,
+) -> ChatRequest {
     let cfg = &shared.cfg;
     let head = shared.head();
     let tools = shared.tools.specs();
@@ -440,7 +498,7 @@ fn answer_request(shared: &Shared, expert: Expert) -> ChatRequest {
     let conversation_id = state.conversation_id_or_default();
     let input = AnswerInput {
         expert,
-        timeline: &state.timeline,
+        timeline: timeline.unwrap_or(&state.timeline),
         head: &head,
         tools,
         options,
@@ -450,27 +508,47 @@ fn answer_request(shared: &Shared, expert: Expert) -> ChatRequest {
     crate::mol::answer_hop_request(cfg.mode, &cfg.profile, input)
 }
 
-/// Runs one streamed answer hop, turning deltas into events.
+/// Runs one streamed answer hop, turning deltas into events. `speculation`: the answer sent
+/// with the route hop, kept when `request` is the one it sent (its held deltas come first),
+/// else cancelled.
 async fn answer_hop(
     ctx: &mut TurnCtx,
     request: ChatRequest,
     expert: Expert,
+    speculation: Option<Speculation>,
 ) -> Result<ChatCompletion, Stop> {
     let shared = ctx.shared.clone();
     let public = public_expert(&shared, Some(expert));
     let turn_id = ctx.turn_id;
+    let held = match speculation.map(|s| (s.expert(), s.resolve(expert, &request))) {
+        Some((_, Resolved::Hit { stream, started })) => {
+            resolved(ctx, expert, crate::mol::speculate::hit_sample());
+            Some((stream, started))
+        }
+        Some((bet, Resolved::Miss(sample))) => {
+            resolved(ctx, bet, sample);
+            None
+        }
+        None => None,
+    };
     shared.events.emit(Event::HopStarted {
         turn_id,
         hop: Hop::Answer,
         expert: public,
     });
-    let started = Instant::now();
     // Context use when the server reports no usage (the local engine always does).
     let estimated = context::estimate_request(&shared, &request);
     let window = context::reported_window(&shared, &request.model).await;
-    let mut stream = tokio::select! {
-        r = shared.backend.chat(request) => r.map_err(Stop::Failed)?,
-        _ = ctx.cancel.cancelled() => return Err(Stop::Interrupted),
+    let (mut stream, started) = match held {
+        Some(held) => held,
+        None => {
+            let started = Instant::now();
+            let stream = tokio::select! {
+                r = shared.backend.chat(request) => r.map_err(Stop::Failed)?,
+                _ = ctx.cancel.cancelled() => return Err(Stop::Interrupted),
+            };
+            (stream, started)
+        }
     };
     let done = loop {
         let item = tokio::select! {

@@ -228,6 +228,22 @@ impl BackendError {
     }
 }
 
+/// A request slot held for a request not sent yet. A speculative request takes one only when
+/// a backend has one to spare, and never waits for it; dropping the slot frees it.
+pub struct Slot(#[allow(dead_code)] Option<Box<dyn std::any::Any + Send + Sync>>);
+
+impl Slot {
+    /// The slot of a backend without a cap on requests in flight.
+    pub fn unlimited() -> Slot {
+        Slot(None)
+    }
+
+    /// A slot that stays taken while `held` (a semaphore permit) lives.
+    pub fn holding(held: impl std::any::Any + Send + Sync) -> Slot {
+        Slot(Some(Box::new(held)))
+    }
+}
+
 /// A model backend: the remote OpenAI-compatible endpoint or the local engine.
 pub trait ChatBackend: Send + Sync {
     /// Sends one request. The stream yields deltas (when `req.stream`) and ends with
@@ -245,6 +261,24 @@ pub trait ChatBackend: Send + Sync {
     /// correct with the server's reported usage.
     fn count_prompt_tokens(&self, _req: &ChatRequest) -> Option<u64> {
         None
+    }
+
+    /// A slot for a request that must neither wait for one nor take the last one another
+    /// request (the route hop sent next) needs; `None` when there is none to spare. A backend
+    /// without a cap always has one.
+    fn spare_slot(&self) -> Option<Slot> {
+        Some(Slot::unlimited())
+    }
+
+    /// Sends `req` on a slot [`ChatBackend::spare_slot`] gave; the slot is held until the
+    /// response stream ends or is dropped.
+    fn chat_in_slot(
+        &self,
+        req: ChatRequest,
+        slot: Slot,
+    ) -> BoxFuture<'_, Result<ChatStream, BackendError>> {
+        drop(slot);
+        self.chat(req)
     }
 
     /// Calls `observer` before every retry of a failed request, so the person waiting hears

@@ -8,7 +8,7 @@ use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use tokio::sync::Semaphore;
 
-use super::{BackendError, ChatBackend, ChatRequest, ChatStream, ModelInfo};
+use super::{BackendError, ChatBackend, ChatRequest, ChatStream, ModelInfo, Slot};
 
 /// How a request names its adapter on the wire.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -44,30 +44,60 @@ impl Upstream {
     }
 }
 
+impl Upstream {
+    /// Sends `req` holding `permit` (if any) for as long as the response stream lives: a
+    /// request is in flight until its last byte.
+    async fn send(
+        &self,
+        mut req: ChatRequest,
+        permit: Option<Slot>,
+    ) -> Result<ChatStream, BackendError> {
+        if let AdapterNaming::BaseColonAdapter { base } = &self.naming {
+            req.model = format!("{base}:{}", req.model);
+        }
+        let stream = self.inner.chat(req).await?;
+        Ok(Box::pin(stream.map(move |item| {
+            let _held = &permit;
+            item
+        })) as ChatStream)
+    }
+}
+
 impl ChatBackend for Upstream {
-    fn chat(&self, mut req: ChatRequest) -> BoxFuture<'_, Result<ChatStream, BackendError>> {
+    fn chat(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatStream, BackendError>> {
         Box::pin(async move {
-            if let AdapterNaming::BaseColonAdapter { base } = &self.naming {
-                req.model = format!("{base}:{}", req.model);
-            }
             let hop = req.hop;
-            // The permit lives as long as the response stream: a request is in flight until
-            // its last byte.
             let permit = match &self.permits {
-                Some(p) => Some(
+                Some(p) => Some(Slot::holding(
                     p.clone()
                         .acquire_owned()
                         .await
                         .map_err(|_| BackendError::Cancelled { hop })?,
-                ),
+                )),
                 None => None,
             };
-            let stream = self.inner.chat(req).await?;
-            Ok(Box::pin(stream.map(move |item| {
-                let _held = &permit;
-                item
-            })) as ChatStream)
+            self.send(req, permit).await
         })
+    }
+
+    // Two free slots or none: the one taken here must leave one for the route hop sent next,
+    // or at a cap of 1 the route would wait behind the speculative answer.
+    fn spare_slot(&self) -> Option<Slot> {
+        match &self.permits {
+            None => Some(Slot::unlimited()),
+            Some(p) if p.available_permits() >= 2 => {
+                p.clone().try_acquire_owned().ok().map(Slot::holding)
+            }
+            Some(_) => None,
+        }
+    }
+
+    fn chat_in_slot(
+        &self,
+        req: ChatRequest,
+        slot: Slot,
+    ) -> BoxFuture<'_, Result<ChatStream, BackendError>> {
+        Box::pin(self.send(req, Some(slot)))
     }
 
     fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, BackendError>> {
@@ -156,5 +186,28 @@ mod tests {
         }
         assert!(c.peak.load(Ordering::SeqCst) <= 2);
         assert!(c.models.lock().unwrap().iter().all(|m| m == "qwen:L2"));
+    }
+
+    #[tokio::test]
+    async fn a_spare_slot_leaves_one_for_the_next_request_and_is_held_by_its_stream() {
+        let c = Arc::new(Counting::default());
+        let one = Upstream::new(Arc::new(Slow(c.clone())), Some(1), AdapterNaming::Adapter);
+        assert!(one.spare_slot().is_none(), "at a cap of 1 nothing is spare");
+        let two = Upstream::new(Arc::new(Slow(c.clone())), Some(2), AdapterNaming::Adapter);
+        let slot = two.spare_slot().expect("two free: one to spare");
+        assert!(
+            two.spare_slot().is_none(),
+            "the last free slot is not spare"
+        );
+        let req = ChatRequest::new("L2", vec![ChatMessage::user("x")], Hop::Answer);
+        let stream = two.chat_in_slot(req, slot).await.unwrap();
+        assert!(two.spare_slot().is_none(), "the stream holds its slot");
+        drop(stream);
+        assert!(
+            two.spare_slot().is_some(),
+            "a dropped stream frees its slot"
+        );
+        let open = Upstream::new(Arc::new(Slow(c)), None, AdapterNaming::Adapter);
+        assert!(open.spare_slot().is_some() && open.spare_slot().is_some());
     }
 }

@@ -250,6 +250,11 @@ pub struct SettingArgs {
     /// How the route label is constrained: choice (vLLM) or regex (SGLang).
     #[arg(long, value_name = "KIND", help_heading = "Model")]
     pub route_constraint: Option<String>,
+
+    /// Send the answer hop with the route hop, to the expert the route will probably pick:
+    /// off, sticky (the previous turn's expert) or always (sticky, else the default expert).
+    #[arg(long, value_name = "WHEN", help_heading = "Model")]
+    pub speculate: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -400,6 +405,7 @@ pub fn flag_settings(args: &CommonArgs, more: &SettingArgs) -> Result<Settings, 
             "--route-constraint",
             &more.route_constraint,
         ),
+        ("speculate", "--speculate", &more.speculate),
     ];
     for (key, flag, value) in more_text {
         if let Some(v) = value {

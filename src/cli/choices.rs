@@ -1,11 +1,12 @@
 //! The command line's view of the ground floor's named choices: clap value lists built from
-//! `protocol::Choice`, so `--mode`, `--approval`, `--sandbox`, `--device`, `--reasoning` and
-//! `--route-constraint` accept exactly the names config files do.
+//! `protocol::Choice`, so `--mode`, `--approval`, `--sandbox`, `--device`, `--reasoning`,
+//! `--route-constraint` and `--speculate` accept exactly the names config files do.
 
 use clap::builder::PossibleValue;
 
 use crate::protocol::{
     ApprovalPolicy, Choice, DeviceChoice, Mode, ReasoningEffort, RouteConstraint, SandboxMode,
+    Speculate,
 };
 
 macro_rules! value_enum_by_choice {
@@ -30,6 +31,7 @@ value_enum_by_choice!(
     SandboxMode,
     DeviceChoice,
     RouteConstraint,
+    Speculate,
     ReasoningEffort
 );
 

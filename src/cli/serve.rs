@@ -38,6 +38,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "KIND")]
     pub route_constraint: Option<crate::protocol::RouteConstraint>,
 
+    /// Send each new user turn's answer hop with its route hop, to the expert the route will
+    /// probably pick; a miss is cancelled [default: the config's `speculate`, else off].
+    #[arg(long, value_name = "WHEN")]
+    pub speculate: Option<crate::protocol::Speculate>,
+
     /// A file of client API keys, one a line (`#` comments); also BATON_SERVE_API_KEYS
     /// (comma-separated).
     #[arg(long, value_name = "FILE")]
@@ -100,6 +105,9 @@ pub async fn run(config: &Config, args: &ServeArgs) -> i32 {
     config.mode = crate::protocol::Mode::Mol;
     if let Some(kind) = args.route_constraint {
         config.route_constraint = kind;
+    }
+    if let Some(when) = args.speculate {
+        config.speculate = when;
     }
     let keys = match Keys::load(
         args.api_keys_file.as_deref(),

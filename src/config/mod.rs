@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use crate::protocol::{
     ApprovalPolicy, DeviceChoice, Expert, Mode, ReasoningEffort, RouteConstraint, SandboxMode,
+    Speculate,
 };
 
 /// A configuration problem, always naming where it came from.
@@ -72,6 +73,9 @@ pub struct Config {
     pub seed: Option<u64>,
     pub max_tokens: Option<u32>,
     pub route_constraint: RouteConstraint,
+    /// Whether a new user turn's answer hop is sent with its route hop (`mol` mode, and
+    /// `baton serve`).
+    pub speculate: Speculate,
     pub context_window: Option<u64>,
     /// Compaction threshold as a fraction of the context window (`None` = 0.85).
     pub compact_at: Option<f64>,

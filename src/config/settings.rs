@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use super::{Config, ConfigError, default_session_dir};
 use crate::protocol::{
     ApprovalPolicy, Choice, DeviceChoice, Expert, Mode, ReasoningEffort, RouteConstraint,
-    SandboxMode,
+    SandboxMode, Speculate,
 };
 
 /// One layer of settings; `None` = this layer says nothing.
@@ -32,6 +32,8 @@ pub struct Settings {
     pub seed: Option<u64>,
     pub max_tokens: Option<u32>,
     pub route_constraint: Option<RouteConstraint>,
+    /// Send a new user turn's answer hop speculatively, with its route hop.
+    pub speculate: Option<Speculate>,
     pub context_window: Option<u64>,
     /// Compact an expert's view when it would pass this fraction of the window.
     pub compact_at: Option<f64>,
@@ -193,7 +195,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 impl Settings {
     /// Every key, as written in config.toml (the env var is `BATON_` + upper case).
-    pub const KEYS: [&'static str; 34] = [
+    pub const KEYS: [&'static str; 35] = [
         "endpoint",
         "api_key_env",
         "mode",
@@ -215,6 +217,7 @@ impl Settings {
         "seed",
         "max_tokens",
         "route_constraint",
+        "speculate",
         "context_window",
         "compact_at",
         "theme",
@@ -327,6 +330,7 @@ impl Settings {
                 self.max_tokens = Some(n);
             }
             "route_constraint" => self.route_constraint = Some(choice(value).map_err(err)?),
+            "speculate" => self.speculate = Some(choice(value).map_err(err)?),
             "context_window" => {
                 let n: u64 = number(value, "a number of tokens").map_err(err)?;
                 if n < 1024 {
@@ -448,6 +452,7 @@ impl Settings {
             seed,
             max_tokens,
             route_constraint,
+            speculate,
             context_window,
             compact_at,
             theme,
@@ -501,6 +506,7 @@ impl Settings {
             seed: self.seed,
             max_tokens: self.max_tokens,
             route_constraint: self.route_constraint.unwrap_or_default(),
+            speculate: self.speculate.unwrap_or_default(),
             context_window: self.context_window,
             compact_at: self.compact_at,
             theme: self.theme,

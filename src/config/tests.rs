@@ -55,6 +55,21 @@ fn relative_paths_in_a_file_resolve_against_its_folder() {
 }
 
 #[test]
+fn speculate_takes_one_of_its_names_and_lists_them_otherwise() {
+    let mut s = Settings::default();
+    s.set("speculate", "Sticky", "f", None).expect("sticky");
+    assert_eq!(s.speculate, Some(crate::protocol::Speculate::Sticky));
+    let e = s
+        .set("speculate", "sometimes", "env BATON_SPECULATE", None)
+        .expect_err("not a name");
+    let text = e.to_string();
+    assert!(
+        text.contains("speculate") && text.contains("off, sticky, always"),
+        "{text}"
+    );
+}
+
+#[test]
 fn compact_at_takes_a_fraction_or_a_percentage() {
     let mut s = Settings::default();
     s.set("compact_at", "0.7", "f", None).expect("fraction");

@@ -30,16 +30,18 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{OwnedMutexGuard, mpsc, oneshot};
 use tokio_util::task::TaskTracker;
 
-use crate::backend::{BackendError, ChatBackend, ChatDelta, FinishReason};
+use crate::backend::{BackendError, ChatBackend, ChatDelta, ChatRequest, ChatStream, FinishReason};
 use crate::mol::answer::{AnswerInput, AnswerOptions, answer_hop_request};
 use crate::mol::decide::{Step, decide};
 use crate::mol::persist::{self, EntryKind, StateDir, StateDirError};
 use crate::mol::profile::Profile;
+use crate::mol::speculate::{self, Resolved, Speculation};
 use crate::mol::summary::summarize;
 use crate::mol::timeline::{SummaryState, Task, Timeline, with_identity};
 use crate::protocol::{
     ChatMessage, ErrorKind, Expert, Hop, HopSample, Mode, MolService, Role, ServiceFuture,
-    ServiceObserver, StateEvent, TokenUsage, TurnDone, TurnError, TurnErrorKind, TurnEvent,
+    ServiceObserver, Speculate, StateEvent, TokenUsage, TurnDone, TurnError, TurnErrorKind,
+    TurnEvent,
     TurnFinish, TurnHandle, TurnInput, TurnRouted,
 };
 
@@ -236,6 +238,7 @@ pub struct Conversations {
     summaries: TaskTracker,
     /// Where committed conversations are kept across restarts (`--state-dir`).
     disk: Option<Arc<StateDir>>,
+    speculate: Speculate,
 }
 
 /// A new conversation id: matches the `X-Conversation-Id` syntax clients echo.
@@ -388,7 +391,15 @@ impl Conversations {
             observer,
             summaries: TaskTracker::new(),
             disk: None,
+            speculate: Speculate::Off,
         }
+    }
+
+    /// Sends a new user turn's answer hop speculatively, with its route hop (see
+    /// `mol::speculate`).
+    pub fn speculating(mut self, mode: Speculate) -> Self {
+        self.speculate = mode;
+        self
     }
 
     /// The conversation a request belongs to: the one it names, else the one its history
@@ -909,6 +920,10 @@ impl Conversations {
                 }
             }
         };
+        let speculation = match &split.tail {
+            Tail::User(text) => self.speculate(&work, &split.head, input, text),
+            Tail::ToolResults(_) => None,
+        };
         let choice = decide(
             self.backend.as_ref(),
             &self.profile,
@@ -921,6 +936,9 @@ impl Conversations {
         let choice = match choice {
             Ok(c) => c,
             Err(e) => {
+                if let Some(s) = speculation {
+                    self.observer.speculation(s.cancel());
+                }
                 self.observer.hop(HopSample {
                     hop: Hop::Route,
                     latency: Duration::ZERO,
@@ -940,6 +958,14 @@ impl Conversations {
         }
         self.observer.route(choice.expert, choice.decision);
         let expert = choice.expert;
+        // A miss stops at once, before anything else the turn waits for.
+        let speculation = match speculation {
+            Some(s) if s.expert() != expert => {
+                self.observer.speculation(s.cancel());
+                None
+            }
+            other => other,
+        };
         // The summaries this expert's view shows must be in before it answers; the route hop
         // above ran while they were being made.
         let needed = work.timeline.summaries_needed_by(expert);
@@ -976,33 +1002,19 @@ impl Conversations {
             }))
             .await;
 
-        let head = self.view_head(&split.head, &work.context);
-        let o = &input.options;
-        let options = AnswerOptions {
-            temperature: o.temperature,
-            top_p: o.top_p,
-            seed: o.seed,
-            stop: o.stop.clone(),
-            tool_choice: o.tool_choice.clone(),
-            parallel_tool_calls: o.parallel_tool_calls,
-            max_tokens: o.max_tokens,
-            reasoning: o.reasoning,
+        let request = self.answer_request(expert, &work, &split.head, input);
+        let (held, started) = match speculation.map(|s| s.resolve(expert, &request)) {
+            Some(Resolved::Hit { stream, started }) => {
+                self.observer.speculation(speculate::hit_sample());
+                (Some(stream), started)
+            }
+            Some(Resolved::Miss(sample)) => {
+                self.observer.speculation(sample);
+                (None, Instant::now())
+            }
+            None => (None, Instant::now()),
         };
-        let request = answer_hop_request(
-            Mode::Mol,
-            &self.profile,
-            AnswerInput {
-                expert,
-                timeline: &work.timeline,
-                head: &head,
-                tools: input.tools.clone(),
-                options,
-                model: None,
-                conversation_id: None,
-            },
-        );
-        let started = Instant::now();
-        let answered = self.answer(request, tx).await;
+        let answered = self.answer(request, held, tx).await;
         let latency = started.elapsed();
         let mut done = match answered {
             Ok(done) => done,
@@ -1062,13 +1074,75 @@ impl Conversations {
         ))
     }
 
-    /// Streams the answer hop, passing text and reasoning on as they come.
+    /// `expert`'s answer request over `work`, the turn's copy of the conversation.
+    fn answer_request(
+        &self,
+        expert: Expert,
+        work: &Core,
+        head: &[ChatMessage],
+        input: &TurnInput,
+    ) -> ChatRequest {
+        let head = self.view_head(head, &work.context);
+        let o = &input.options;
+        let options = AnswerOptions {
+            temperature: o.temperature,
+            top_p: o.top_p,
+            seed: o.seed,
+            stop: o.stop.clone(),
+            tool_choice: o.tool_choice.clone(),
+            parallel_tool_calls: o.parallel_tool_calls,
+            max_tokens: o.max_tokens,
+            reasoning: o.reasoning,
+        };
+        answer_hop_request(
+            Mode::Mol,
+            &self.profile,
+            AnswerInput {
+                expert,
+                timeline: &work.timeline,
+                head: &head,
+                tools: input.tools.clone(),
+                options,
+                model: None,
+                conversation_id: None,
+            },
+        )
+    }
+
+    /// The speculative answer of a new user turn, sent before its route hop: the request the
+    /// turn would send the expert it bets on, built on a copy with the task opened.
+    fn speculate(
+        &self,
+        work: &Core,
+        head: &[ChatMessage],
+        input: &TurnInput,
+        text: &str,
+    ) -> Option<Speculation> {
+        let open_owner = work.timeline.open_task().map(|t| t.owner);
+        let expert = speculate::speculative_expert(self.speculate, &work.timeline, open_owner)?;
+        if !speculate::view_is_ready(&work.timeline, expert) {
+            return None;
+        }
+        let mut bet = work.clone();
+        bet.timeline.open(expert, text.to_string());
+        let request = self.answer_request(expert, &bet, head, input);
+        Speculation::start(&self.backend, expert, request)
+            .map_err(|skipped| self.observer.speculation(skipped))
+            .ok()
+    }
+
+    /// Streams the answer hop, passing text and reasoning on as they come: from `held`, the
+    /// speculative answer that was a hit, else from a request sent now.
     async fn answer(
         &self,
-        request: crate::backend::ChatRequest,
+        request: ChatRequest,
+        held: Option<ChatStream>,
         tx: &mpsc::Sender<TurnEvent>,
     ) -> Result<crate::backend::ChatCompletion, BackendError> {
-        let mut stream = self.backend.chat(request).await?;
+        let mut stream = match held {
+            Some(stream) => stream,
+            None => self.backend.chat(request).await?,
+        };
         while let Some(item) = stream.next().await {
             match item? {
                 ChatDelta::Text(t) => {

@@ -21,6 +21,9 @@
 //!   `protocol::MolService`): conversations held in memory, one turn per client request,
 //!   committed only once the answer was delivered; with [`persist`] (`--state-dir`) kept on
 //!   disk across restarts.
+//! - [`Speculation`]: the speculative answer — [`speculative_expert`] says who a turn bets
+//!   on, `Speculation::start` sends that expert's answer with the route hop, and
+//!   `resolve` keeps it (a hit) or cancels it once the route has decided.
 //! - [`ContextBudget`] / [`TokenEstimator`]: the context budget; `Timeline::shrink_old_tool_outputs`
 //!   and `Timeline::compact` with [`fitted_compaction_request`] keep long tasks within the window.
 
@@ -35,6 +38,7 @@ pub(crate) mod modes;
 pub mod persist;
 pub mod profile;
 pub mod route;
+pub mod speculate;
 pub(crate) mod state;
 pub mod summary;
 pub mod timeline;
@@ -55,6 +59,7 @@ pub use route::{
     DEFAULT_EXPERT, ROUTER_MAX_TOKENS, RouteOutcome, fallback_expert, label_text, parse_label,
     route, route_request,
 };
+pub use speculate::{Resolved, Speculation, speculative_expert, view_is_ready};
 pub use state::{SessionState, restore, resume_session};
 pub use summary::{SUMMARY_MAX_TOKENS, SummaryOutcome, summarize, summary_request, summary_text};
 pub use timeline::{Compaction, SummaryState, Task, Timeline, summary_message, with_identity};

@@ -19,11 +19,12 @@ pub use error::{ErrorKind, exit};
 pub use mcp::McpServerSpec;
 pub use options::{
     ApprovalPolicy, Choice, DeviceChoice, Mode, RouteConstraint, SandboxBackend, SandboxMode,
-    UnknownName, default_memory_bound,
+    Speculate, UnknownName, default_memory_bound,
 };
 pub use service::{
-    HopSample, MolService, ServiceFuture, ServiceObserver, StateEvent, TurnDone, TurnError,
-    TurnErrorKind, TurnEvent, TurnFinish, TurnHandle, TurnInput, TurnOptions, TurnRouted,
+    HopSample, MolService, ServiceFuture, ServiceObserver, SpeculationOutcome, SpeculationSample,
+    StateEvent, TurnDone, TurnError, TurnErrorKind, TurnEvent, TurnFinish, TurnHandle, TurnInput,
+    TurnOptions, TurnRouted,
 };
 pub use terminal_text::{is_spoofing_char, terminal_safe, terminal_safe_line};
 
@@ -417,6 +418,24 @@ pub enum Event {
         /// Why a fallback happened, or the raw label text.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+    },
+    /// An answer hop was sent speculatively, together with the route hop, to the expert the
+    /// route will probably pick (`speculate = sticky | always`). Its deltas are held back until
+    /// `speculation_resolved` says it was a hit.
+    SpeculationStarted {
+        turn_id: u64,
+        expert: Expert,
+    },
+    /// The route decided about a speculative answer hop. A hit keeps it (its `hop_started` and
+    /// held deltas follow); a miss cancelled it, and the chosen expert's answer hop starts. The
+    /// wasted tokens are what the cancelled request cost: exact when it had finished, else the
+    /// prompt estimated and the completion counted in streamed chunks. Zero on a hit.
+    SpeculationResolved {
+        turn_id: u64,
+        expert: Expert,
+        hit: bool,
+        wasted_prompt_tokens: u64,
+        wasted_completion_tokens: u64,
     },
     ReasoningDelta {
         turn_id: u64,

@@ -296,8 +296,43 @@ impl Choice for RouteConstraint {
     }
 }
 
+/// Whether an answer hop is sent speculatively, at the same time as the route hop, to the
+/// expert the route will probably pick. A hit saves the route hop's latency; a miss is
+/// cancelled and costs the tokens the engine spent on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Speculate {
+    /// Route first, then answer (the reference harness's order).
+    #[default]
+    Off,
+    /// Speculate on the expert that answered the conversation's previous turn.
+    Sticky,
+    /// As `sticky`, and on a conversation's first turn speculate on the route's fallback
+    /// expert (the open task's, else the profile's default, L2).
+    Always,
+}
+
+impl Choice for Speculate {
+    const ALL: &'static [Self] = &[Speculate::Off, Speculate::Sticky, Speculate::Always];
+    fn name(self) -> &'static str {
+        match self {
+            Speculate::Off => "off",
+            Speculate::Sticky => "sticky",
+            Speculate::Always => "always",
+        }
+    }
+    fn help(self) -> &'static str {
+        match self {
+            Speculate::Off => "route, then answer",
+            Speculate::Sticky => "answer on the previous turn's expert while routing",
+            Speculate::Always => "sticky, and the default expert on a first turn",
+        }
+    }
+}
+
 display_by_name!(
     Mode,
+    Speculate,
     ApprovalPolicy,
     SandboxMode,
     DeviceChoice,
@@ -328,6 +363,7 @@ mod tests {
         serde_matches_name::<SandboxMode>();
         serde_matches_name::<DeviceChoice>();
         serde_matches_name::<RouteConstraint>();
+        serde_matches_name::<Speculate>();
         serde_matches_name::<super::super::ReasoningEffort>();
     }
 

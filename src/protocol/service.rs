@@ -181,6 +181,26 @@ pub enum StateEvent {
     WriteFailed { reason: String },
 }
 
+/// How a speculative answer hop ended, for a frontend's metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpeculationOutcome {
+    /// The route picked the expert speculated on; its answer was kept.
+    Hit,
+    /// The route picked another expert (or the view changed); the request was cancelled.
+    Miss,
+    /// Speculation was due but no upstream slot was free beyond the route hop's: not sent.
+    NoSlot,
+}
+
+/// One speculative answer hop, for a frontend's metrics. The wasted tokens are zero but on
+/// a miss: exact when the cancelled request had finished, else estimated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpeculationSample {
+    pub outcome: SpeculationOutcome,
+    pub wasted_prompt_tokens: u64,
+    pub wasted_completion_tokens: u64,
+}
+
 /// What the service tells an observer (metrics) as it works; calls must be cheap.
 pub trait ServiceObserver: Send + Sync {
     fn hop(&self, sample: HopSample);
@@ -189,6 +209,8 @@ pub trait ServiceObserver: Send + Sync {
     fn conversations(&self, _count: usize) {}
     /// The state folder changed (only with `--state-dir`).
     fn state(&self, _event: StateEvent) {}
+    /// A speculative answer hop was decided on (kept, cancelled, or never sent).
+    fn speculation(&self, _sample: SpeculationSample) {}
 }
 
 pub type ServiceFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -10,7 +10,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::protocol::{Expert, HopSample, RouteDecision, ServiceObserver, StateEvent};
+use crate::protocol::{
+    Expert, HopSample, RouteDecision, ServiceObserver, SpeculationOutcome, SpeculationSample,
+    StateEvent,
+};
 
 const BUCKETS: [f64; 12] = [
     0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0,
@@ -77,6 +80,7 @@ pub struct Metrics {
     conversations: AtomicU64,
     pub disconnects: AtomicU64,
     state: StateCounts,
+    speculation: Speculation,
 }
 
 /// The state folder's counters.
@@ -88,6 +92,17 @@ struct StateCounts {
     ignored: AtomicU64,
     deleted: AtomicU64,
     write_errors: AtomicU64,
+}
+
+/// Speculative answer hops: kept, cancelled, never sent for want of a slot, and what the
+/// cancelled ones cost.
+#[derive(Debug, Default)]
+struct Speculation {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    no_slot: AtomicU64,
+    wasted_prompt: AtomicU64,
+    wasted_completion: AtomicU64,
 }
 
 fn decision_name(d: RouteDecision) -> &'static str {
@@ -208,6 +223,39 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
             );
         }
+        let sp = &self.speculation;
+        out.push_str(
+            "# HELP baton_serve_speculations_total Speculative answer hops by outcome: hit (kept), \
+             miss (cancelled), no_slot (not sent: no upstream slot to spare).\n\
+             # TYPE baton_serve_speculations_total counter\n",
+        );
+        for (outcome, n) in [
+            ("hit", &sp.hits),
+            ("miss", &sp.misses),
+            ("no_slot", &sp.no_slot),
+        ] {
+            let _ = writeln!(
+                out,
+                "baton_serve_speculations_total{{outcome=\"{outcome}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
+        out.push_str(
+            "# HELP baton_serve_speculation_wasted_tokens_total Tokens cancelled speculative \
+             answers cost: the prompt, and the completion generated before the cancel (exact when \
+             the answer had finished, else estimated).\n\
+             # TYPE baton_serve_speculation_wasted_tokens_total counter\n",
+        );
+        for (kind, n) in [
+            ("prompt", &sp.wasted_prompt),
+            ("completion", &sp.wasted_completion),
+        ] {
+            let _ = writeln!(
+                out,
+                "baton_serve_speculation_wasted_tokens_total{{kind=\"{kind}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP baton_serve_client_disconnects_total Turns abandoned by their client (rolled back).\n\
@@ -325,6 +373,20 @@ impl ServiceObserver for Metrics {
             }
         }
     }
+
+    fn speculation(&self, sample: SpeculationSample) {
+        let sp = &self.speculation;
+        let counter = match sample.outcome {
+            SpeculationOutcome::Hit => &sp.hits,
+            SpeculationOutcome::Miss => &sp.misses,
+            SpeculationOutcome::NoSlot => &sp.no_slot,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        sp.wasted_prompt
+            .fetch_add(sample.wasted_prompt_tokens, Ordering::Relaxed);
+        sp.wasted_completion
+            .fetch_add(sample.wasted_completion_tokens, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]
@@ -352,6 +414,24 @@ mod tests {
         assert!(page.contains("baton_serve_hop_seconds_bucket{hop=\"route\",le=\"0.1\"} 0"));
         assert!(page.contains("baton_serve_hop_tokens_total{hop=\"route\",kind=\"prompt\"} 10"));
         assert!(page.contains("baton_serve_route_fallbacks_total 1"));
+        m.speculation(SpeculationSample {
+            outcome: SpeculationOutcome::Miss,
+            wasted_prompt_tokens: 120,
+            wasted_completion_tokens: 7,
+        });
+        m.speculation(SpeculationSample {
+            outcome: SpeculationOutcome::Hit,
+            wasted_prompt_tokens: 0,
+            wasted_completion_tokens: 0,
+        });
+        let page = m.render();
+        assert!(page.contains("baton_serve_speculations_total{outcome=\"miss\"} 1"));
+        assert!(page.contains("baton_serve_speculations_total{outcome=\"hit\"} 1"));
+        assert!(page.contains("baton_serve_speculations_total{outcome=\"no_slot\"} 0"));
+        assert!(page.contains("baton_serve_speculation_wasted_tokens_total{kind=\"prompt\"} 120"));
+        assert!(
+            page.contains("baton_serve_speculation_wasted_tokens_total{kind=\"completion\"} 7")
+        );
         assert!(page.contains(
             "baton_serve_requests_total{path=\"/v1/chat/completions\",status=\"200\"} 1"
         ));

@@ -6,7 +6,9 @@
 //!   with the summary hop off the critical path;
 //! - the reference design: route → answer → summary, sequential, as the harness does it.
 //!
-//! and prints both against the ideal route + answer, with ratios. It also measures baton's own
+//! and prints both against the ideal route + answer, with ratios; then baton with
+//! `speculate = off` and `sticky` where the route keeps one expert (a hit) and where it
+//! alternates (a miss), median of turns 2–6. It also measures baton's own
 //! CPU time per turn (the agent's thread only; the mock engine runs on other threads) and the
 //! CPU time and peak RSS of one real `baton --exec` process.
 
@@ -27,8 +29,8 @@ use baton::backend::{ChatBackend, ChatRequest, complete};
 use baton::mol::{self, Profile, ProfileNames, Timeline, with_identity};
 use baton::protocol::ApprovalPolicy;
 use baton::protocol::ChatMessage;
-use baton::protocol::Mode;
 use baton::protocol::{Event, Hop, Op};
+use baton::protocol::{Mode, Speculate};
 use baton::session::SessionFile;
 use mock_engine::{MockEngine, MockReply, RecordedRequest};
 
@@ -52,6 +54,15 @@ fn engine() -> MockEngine {
     })
 }
 
+/// Every route picks L2: a sticky speculation always hits.
+fn engine_same_expert() -> MockEngine {
+    MockEngine::start_blocking(move |req: &RecordedRequest| match req.hop_or_answer() {
+        "route" => MockReply::label("L2").after(ROUTE),
+        "summary" => MockReply::text("Did the thing.").after(SUMMARY),
+        _ => MockReply::text("Here is the answer.").after(ANSWER),
+    })
+}
+
 fn thread_cpu() -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -62,7 +73,7 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-fn agent_config(dir: &std::path::Path) -> AgentConfig {
+fn agent_config(dir: &std::path::Path, speculate: Speculate) -> AgentConfig {
     AgentConfig {
         mode: Mode::Mol,
         model: None,
@@ -83,13 +94,18 @@ fn agent_config(dir: &std::path::Path) -> AgentConfig {
         context_window: None,
         compact_at: None,
         hooks: baton::hooks::Hooks::none(),
+        speculate,
     }
 }
 
 /// baton: per turn, submit → TurnCompleted, and the agent thread's CPU time for the turn.
-async fn baton_turns(url: &str, think: Duration) -> (Vec<Duration>, Vec<Duration>) {
+async fn baton_turns(
+    url: &str,
+    think: Duration,
+    speculate: Speculate,
+) -> (Vec<Duration>, Vec<Duration>) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = agent_config(dir.path());
+    let cfg = agent_config(dir.path(), speculate);
     let backend: Arc<dyn ChatBackend> =
         Arc::new(RemoteBackend::builder(url).build().expect("backend"));
     let session = SessionFile::create(&cfg.session_dir, "mol", url, dir.path()).expect("session");
@@ -215,8 +231,19 @@ fn main() {
     let ideal = ROUTE + ANSWER;
     let reference_model = ROUTE + ANSWER + SUMMARY;
 
-    let (baton_wall, baton_cpu) = runtime.block_on(baton_turns(&url, THINK));
-    let (burst_wall, _) = runtime.block_on(baton_turns(&url, Duration::ZERO));
+    let (baton_wall, baton_cpu) = runtime.block_on(baton_turns(&url, THINK, Speculate::Off));
+    let (burst_wall, _) = runtime.block_on(baton_turns(&url, Duration::ZERO, Speculate::Off));
+    let same = engine_same_expert();
+    let median_later = |mut xs: Vec<Duration>| {
+        xs.remove(0);
+        xs.sort();
+        xs[xs.len() / 2]
+    };
+    let spec = |url: &str, mode| median_later(runtime.block_on(baton_turns(url, THINK, mode)).0);
+    let off_same = spec(&same.url(), Speculate::Off);
+    let hit = spec(&same.url(), Speculate::Sticky);
+    let off_alternating = spec(&url, Speculate::Off);
+    let miss = spec(&url, Speculate::Sticky);
     let reference = runtime.block_on(reference_turns(&url));
     let (exec_cpu, exec_rss_kib) = exec_process(&url);
 
@@ -264,6 +291,15 @@ fn main() {
             .unwrap_or_default()
             .as_secs_f64()
             * 1e3
+    );
+    println!(
+        "  speculation, median of turns 2-{TURNS}: same expert: off {}, sticky (hit) {} = {:.3} x answer alone; alternating: off {}, sticky (miss) {} = {:.3} x off",
+        secs(off_same),
+        secs(hit),
+        hit.as_secs_f64() / ANSWER.as_secs_f64(),
+        secs(off_alternating),
+        secs(miss),
+        miss.as_secs_f64() / off_alternating.as_secs_f64()
     );
     println!(
         "  one `baton --exec` process                  {:.1} ms CPU, peak RSS {:.1} MiB",

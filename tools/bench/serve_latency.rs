@@ -7,7 +7,10 @@
 //!   (`[DONE]`), against route + answer and against the reference design's sequential
 //!   route + answer + summary;
 //! - N conversations × 5 turns at once (N = 64, then more): p50/p99 per turn, requests/s,
-//!   the server's CPU time per turn and its peak RSS.
+//!   the server's CPU time per turn and its peak RSS;
+//! - the speculative answer: one conversation per case on a server with `--speculate off` and
+//!   one with `--speculate sticky`, the median turn (of 8, turn 1 left out) where the route
+//!   keeps the previous turn's expert (a hit) and where it alternates (a miss).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
@@ -59,6 +62,10 @@ impl Drop for Server {
 }
 
 fn start(engine: &MockEngine, home: &std::path::Path) -> Server {
+    start_with(engine, home, &[])
+}
+
+fn start_with(engine: &MockEngine, home: &std::path::Path, extra: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_baton"))
         .env_clear()
         .env("HOME", home)
@@ -77,6 +84,7 @@ fn start(engine: &MockEngine, home: &std::path::Path) -> Server {
             "--max-queued",
             "4096",
         ])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -139,10 +147,39 @@ async fn turn(
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 200);
+    let status = response.status();
     let text = response.text().await.unwrap();
+    assert_eq!(status, 200, "{text}");
     assert!(!stream || text.trim_end().ends_with("data: [DONE]"));
     started.elapsed()
+}
+
+/// The median turn (turn 1 left out) of one conversation whose route keeps one expert
+/// (`alternate` false: every turn "even", L2) or alternates L2 / L1.
+async fn speculation_case(
+    client: &reqwest::Client,
+    url: &str,
+    conv: &str,
+    alternate: bool,
+) -> Duration {
+    let mut history = Vec::new();
+    let mut times = Vec::new();
+    for t in 0..9 {
+        let parity = if alternate && t % 2 == 1 {
+            "odd"
+        } else {
+            "even"
+        };
+        history.push(json!({"role": "user", "content": format!("{conv} turn {t} ({parity})")}));
+        times.push(turn(client, url, conv, &history, false).await);
+        history
+            .push(json!({"role": "assistant", "content": "Here is the answer, in a few words."}));
+        // Reading time: the previous turn's summary is in before the next turn.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+    let mut later = times[1..].to_vec();
+    later.sort();
+    later[later.len() / 2]
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -212,6 +249,33 @@ fn main() {
                 mean.as_secs_f64() / ideal.as_secs_f64(),
                 mean.as_secs_f64() / reference.as_secs_f64()
             );
+        }
+        let speculating = start_with(&engine, home.path(), &["--speculate", "sticky"]);
+        let off_hit = speculation_case(&client, &server.url, "bench-speculation-off-same", false).await;
+        let on_hit = speculation_case(&client, &speculating.url, "bench-speculation-on-same", false).await;
+        let off_miss = speculation_case(&client, &server.url, "bench-speculation-off-alternating", true).await;
+        let on_miss = speculation_case(&client, &speculating.url, "bench-speculation-on-alternating", true).await;
+        let metrics = client
+            .get(format!("{}/metrics", speculating.url.trim_end_matches("/v1")))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        drop(speculating);
+        let answer = ANSWER.as_secs_f64();
+        println!(
+            "speculation, median non-stream turn: same expert: off {:.3} s, sticky (hit) {:.3} s = {:.3} x answer alone; alternating experts: off {:.3} s, sticky (miss) {:.3} s = {:.3} x off",
+            off_hit.as_secs_f64(),
+            on_hit.as_secs_f64(),
+            on_hit.as_secs_f64() / answer,
+            off_miss.as_secs_f64(),
+            on_miss.as_secs_f64(),
+            on_miss.as_secs_f64() / off_miss.as_secs_f64()
+        );
+        for line in metrics.lines().filter(|l| l.starts_with("baton_serve_speculat")) {
+            println!("  {line}");
         }
         let mut baseline_p99 = None;
         for n in [64usize, 256, 1024] {

@@ -259,6 +259,12 @@ struct Plan {
 }
 
 impl ChatBackend for LocalBackend {
+    // The engine runs one request at a time: a speculative answer would hold the route hop
+    // up until it finished.
+    fn spare_slot(&self) -> Option<crate::backend::Slot> {
+        None
+    }
+
     fn chat(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatStream, BackendError>> {
         Box::pin(async move {
             let plan = self.plan(&req)?;

@@ -101,6 +101,9 @@ impl App {
                     self.status.expert = expert;
                 }
             }
+            // The status line follows the hops the turn keeps: a speculative answer shows as
+            // answering once the route has confirmed it (its `hop_started` comes then).
+            Event::SpeculationStarted { .. } | Event::SpeculationResolved { .. } => {}
             Event::HopCompleted {
                 hop,
                 latency_ms,
