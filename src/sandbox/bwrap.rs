@@ -111,6 +111,8 @@ pub fn check_namespaces() -> Result<(), SandboxError> {
 #[derive(Debug, Clone, Default)]
 pub struct Bwrap {
     args: Vec<OsString>,
+    /// Where the mounts and symlinks in `args` land, in order.
+    destinations: Vec<PathBuf>,
 }
 
 impl Bwrap {
@@ -151,29 +153,45 @@ impl Bwrap {
         self
     }
 
+    /// Whether a mount or symlink of this world lands on `path` or a folder above it (the
+    /// host's `/` bound onto `/` aside): what is there inside may not be the host's `path`.
+    pub fn covers(&self, path: &Path) -> bool {
+        self.destinations
+            .iter()
+            .any(|d| d != Path::new("/") && path.starts_with(d))
+    }
+
+    /// An operation that puts something at `dst` (its last path).
+    fn mount_op(&mut self, op: &str, paths: &[&Path]) -> &mut Self {
+        if let Some(dst) = paths.last() {
+            self.destinations.push(dst.to_path_buf());
+        }
+        self.op(op, paths)
+    }
+
     /// `src` at `dst`, read-only.
     pub fn ro_bind(&mut self, src: &Path, dst: &Path) -> &mut Self {
-        self.op("--ro-bind", &[src, dst])
+        self.mount_op("--ro-bind", &[src, dst])
     }
 
     /// `src` at `dst`, writable.
     pub fn bind(&mut self, src: &Path, dst: &Path) -> &mut Self {
-        self.op("--bind", &[src, dst])
+        self.mount_op("--bind", &[src, dst])
     }
 
     /// An empty tmpfs at `dst`.
     pub fn tmpfs(&mut self, dst: &Path) -> &mut Self {
-        self.op("--tmpfs", &[dst])
+        self.mount_op("--tmpfs", &[dst])
     }
 
     /// A fresh `/dev` (null, zero, full, random, urandom, tty, own devpts and ptmx).
     pub fn dev(&mut self, dst: &Path) -> &mut Self {
-        self.op("--dev", &[dst])
+        self.mount_op("--dev", &[dst])
     }
 
     /// A fresh procfs showing only the sandbox's own processes.
     pub fn proc(&mut self, dst: &Path) -> &mut Self {
-        self.op("--proc", &[dst])
+        self.mount_op("--proc", &[dst])
     }
 
     /// Makes `path` invisible: an empty tmpfs over a directory, `/dev/null` over a file.
@@ -198,7 +216,7 @@ impl Bwrap {
 
     /// A symbolic link at `dst` pointing to `target`.
     pub fn symlink(&mut self, target: &Path, dst: &Path) -> &mut Self {
-        self.op("--symlink", &[target, dst])
+        self.mount_op("--symlink", &[target, dst])
     }
 
     /// Covers the file at `path` with an empty one (`/dev/null`, read-only), whatever it is.
@@ -288,7 +306,15 @@ fn private_tmp() -> Result<&'static Path, SandboxError> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     DIR.get_or_init(|| {
         let base = std::env::temp_dir();
-        remove_stale_tmp(&base);
+        // Removing the folders of baton processes that are gone is a handful of directory
+        // removals, each of which waits for the file system's journal (0.1 ms on a quiet disk,
+        // 1–5 ms each behind other writers): a thread does it while the first command runs.
+        // It never touches this process's own folder (its pid is alive); one cut short when
+        // the process exits is finished by the next baton.
+        let stale_base = base.clone();
+        let _ = std::thread::Builder::new()
+            .name("sandbox-tmp-clean".into())
+            .spawn(move || remove_stale_tmp(&stale_base));
         // SAFETY: getuid has no failure mode.
         let uid = unsafe { libc::getuid() };
         let dir = base.join(format!("baton-sandbox-{uid}-{}", std::process::id()));
