@@ -103,6 +103,8 @@ pub fn run(args: SandboxArgs) -> i32 {
     } else {
         Session::NewGroup
     };
+    // Old private /tmp folders are removed while the command runs, not before it starts.
+    crate::sandbox::bwrap::tidy_stale_tmp_later();
     // What git and baton trust before the command, to undo what it plants where no
     // read-only bind reaches (a repository it creates, a `.baton/` it writes).
     let git_before = git_guard::snapshot(&policy);
@@ -123,7 +125,10 @@ pub fn run(args: SandboxArgs) -> i32 {
     let status = if session == Session::PtyLeader {
         run_on_pty(cmd, tty)
     } else {
-        cmd.status()
+        cmd.spawn().and_then(|mut child| {
+            crate::sandbox::bwrap::tidy_stale_tmp();
+            child.wait()
+        })
     };
     let status = match status {
         Ok(s) => s,
@@ -213,6 +218,7 @@ fn run_on_pty(
         .stderr(slave(tty[2])?);
     let mut child = cmd.spawn()?;
     drop(cmd);
+    crate::sandbox::bwrap::tidy_stale_tmp();
     let Pty { master, slave } = pty;
     drop(slave);
     let _raw = tty[0].then(RawMode::enter);

@@ -308,13 +308,18 @@ fn private_tmp() -> Result<&'static Path, SandboxError> {
         let base = std::env::temp_dir();
         // Removing the folders of baton processes that are gone is a handful of directory
         // removals, each of which waits for the file system's journal (0.1 ms on a quiet disk,
-        // 1–5 ms each behind other writers): a thread does it while the first command runs.
-        // It never touches this process's own folder (its pid is alive); one cut short when
-        // the process exits is finished by the next baton.
-        let stale_base = base.clone();
-        let _ = std::thread::Builder::new()
-            .name("sandbox-tmp-clean".into())
-            .spawn(move || remove_stale_tmp(&stale_base));
+        // 1–5 ms each behind other writers): not on the first command's path. A caller that
+        // said it would ([`tidy_stale_tmp_later`]) does it while that command runs, else a
+        // thread. Neither touches this process's own folder (its pid is alive); a removal
+        // cut short by the process's exit is finished by the next baton.
+        if TIDY_BY_CALLER.load(std::sync::atomic::Ordering::Relaxed) {
+            *STALE_TMP_BASE.lock().unwrap_or_else(|p| p.into_inner()) = Some(base.clone());
+        } else {
+            let stale_base = base.clone();
+            let _ = std::thread::Builder::new()
+                .name("sandbox-tmp-clean".into())
+                .spawn(move || remove_stale_tmp(&stale_base));
+        }
         // SAFETY: getuid has no failure mode.
         let uid = unsafe { libc::getuid() };
         let dir = base.join(format!("baton-sandbox-{uid}-{}", std::process::id()));
@@ -340,6 +345,31 @@ fn private_tmp() -> Result<&'static Path, SandboxError> {
     .as_ref()
     .map(PathBuf::as_path)
     .map_err(|e| SandboxError::Setup(e.clone()))
+}
+
+/// Set by [`tidy_stale_tmp_later`].
+static TIDY_BY_CALLER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Where [`tidy_stale_tmp`] has stale private `/tmp` folders to remove.
+static STALE_TMP_BASE: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// Declares that this process will call [`tidy_stale_tmp`] once its first sandboxed command
+/// runs (a single-threaded caller such as `baton sandbox`, for which a thread costs more than
+/// the work), instead of leaving the removal to a thread of its own.
+pub fn tidy_stale_tmp_later() {
+    TIDY_BY_CALLER.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Removes the private `/tmp` folders of baton processes that are gone, when the first
+/// command's world left that to the caller; does nothing otherwise or the second time.
+pub fn tidy_stale_tmp() {
+    let base = STALE_TMP_BASE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    if let Some(base) = base {
+        remove_stale_tmp(&base);
+    }
 }
 
 fn remove_stale_tmp(base: &Path) {
