@@ -533,6 +533,31 @@ mod tests {
                 "{argv:?}"
             );
         }
+        // Where the fast path takes a command line at all, it reads it as the full one does.
+        for argv in [
+            &["baton", "sandbox", "--version"][..],
+            &["baton", "sandbox", "-h", "--", "true"],
+            &["baton", "sandbox", "--", "--help"],
+            &["baton", "sandbox", "-C"],
+            &["baton", "sandbox", "--write"],
+            &["baton", "sandbox", "--all", "--resume", "last", "x"],
+        ] {
+            let os: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
+            let Some((common, fast)) = parse_sandbox(&os) else {
+                continue;
+            };
+            let matches = command().try_get_matches_from(argv.iter()).unwrap();
+            let cli = Cli::from_arg_matches(&matches).unwrap();
+            let Some(Command::Sandbox(full)) = cli.command else {
+                panic!("not a sandbox command: {argv:?}");
+            };
+            assert_eq!(format!("{fast:?}"), format!("{full:?}"), "{argv:?}");
+            assert_eq!(
+                format!("{common:?}"),
+                format!("{:?}", cli.common),
+                "{argv:?}"
+            );
+        }
         // What the full parser reports (help, errors) or another command is left to it.
         for argv in [
             &["baton", "sandbox", "--help"][..],

@@ -218,7 +218,6 @@ fn run_on_pty(
         .stderr(slave(tty[2])?);
     let mut child = cmd.spawn()?;
     drop(cmd);
-    crate::sandbox::bwrap::tidy_stale_tmp();
     let Pty { master, slave } = pty;
     drop(slave);
     let _raw = tty[0].then(RawMode::enter);
@@ -247,6 +246,8 @@ fn run_on_pty(
         // End of input for a command whose stdin was not a terminal.
         let _ = writer.write_all(&[4]);
     }
+    // With its output already relayed: keys wait for this, the command's output does not.
+    crate::sandbox::bwrap::tidy_stale_tmp();
     let mut last = size;
     // The child's exit wakes the poll through a pidfd (Linux 5.3+): the command's end is seen
     // at once, not at the next tick. Without one, the loop ticks as before.
