@@ -340,6 +340,30 @@ pub fn command() -> clap::Command {
         .mut_subcommand("trajectory", |sub| sub.args(hidden))
 }
 
+/// `baton sandbox …` (the subcommand first), parsed by a command that has only its options
+/// and the global ones: building all of `Cli` takes about half a millisecond, paid by every
+/// sandboxed command run this way. `None` for any other command line, and wherever this one
+/// is not a plain success (help, an error): [`parse`] then reads it, so what is printed stays
+/// the same.
+pub fn parse_sandbox(
+    argv: &[std::ffi::OsString],
+) -> Option<(CommonArgs, super::sandbox::SandboxArgs)> {
+    use clap::FromArgMatches;
+    if argv.get(1).is_none_or(|a| a != "sandbox") {
+        return None;
+    }
+    let cmd = CommonArgs::augment_args(clap::Command::new("baton")).subcommand(
+        super::sandbox::SandboxArgs::augment_args(clap::Command::new("sandbox")),
+    );
+    let matches = cmd.try_get_matches_from(argv).ok()?;
+    let ("sandbox", sub) = matches.subcommand()? else {
+        return None;
+    };
+    let common = CommonArgs::from_arg_matches(&matches).ok()?;
+    let args = super::sandbox::SandboxArgs::from_arg_matches(sub).ok()?;
+    Some((common, args))
+}
+
 /// Parses the process's arguments with `command()`.
 pub fn parse() -> Result<Cli, clap::Error> {
     use clap::FromArgMatches;
@@ -447,6 +471,111 @@ mod tests {
     fn settings(argv: &[&str]) -> Result<Settings, ConfigError> {
         let cli = Cli::try_parse_from(argv).unwrap();
         flag_settings(&cli.common, &cli.settings)
+    }
+
+    #[test]
+    fn the_sandbox_fast_path_reads_what_the_full_parser_reads() {
+        use clap::FromArgMatches;
+        let cases: &[&[&str]] = &[
+            &["baton", "sandbox", "--", "true"],
+            &["baton", "sandbox", "true", "-x", "--y"],
+            &[
+                "baton",
+                "sandbox",
+                "--network",
+                "--write",
+                "/a",
+                "--write",
+                "b",
+                "--",
+                "ls",
+            ],
+            &[
+                "baton",
+                "sandbox",
+                "--sandbox",
+                "read-only",
+                "-C",
+                "/tmp",
+                "--",
+                "ls",
+                "-l",
+            ],
+            &[
+                "baton",
+                "sandbox",
+                "--max-memory",
+                "64",
+                "--sandbox-backend",
+                "landlock",
+                "x",
+            ],
+            &["baton", "sandbox", "--probe"],
+            &[
+                "baton",
+                "sandbox",
+                "--model",
+                "m",
+                "--endpoint",
+                "http://h/v1",
+                "--",
+                "echo",
+            ],
+            &["baton", "sandbox"],
+            &["baton", "sandbox", "--bogus", "--", "true"],
+        ];
+        for argv in cases {
+            let os: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
+            let (common, fast) = parse_sandbox(&os).expect("the fast path takes it");
+            let matches = command().try_get_matches_from(argv.iter()).unwrap();
+            let cli = Cli::from_arg_matches(&matches).unwrap();
+            let Some(Command::Sandbox(full)) = cli.command else {
+                panic!("not a sandbox command: {argv:?}");
+            };
+            assert_eq!(format!("{fast:?}"), format!("{full:?}"), "{argv:?}");
+            assert_eq!(
+                format!("{common:?}"),
+                format!("{:?}", cli.common),
+                "{argv:?}"
+            );
+        }
+        // Where the fast path takes a command line at all, it reads it as the full one does.
+        for argv in [
+            &["baton", "sandbox", "--version"][..],
+            &["baton", "sandbox", "-h", "--", "true"],
+            &["baton", "sandbox", "--", "--help"],
+            &["baton", "sandbox", "-C"],
+            &["baton", "sandbox", "--write"],
+            &["baton", "sandbox", "--all", "--resume", "last", "x"],
+        ] {
+            let os: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
+            let Some((common, fast)) = parse_sandbox(&os) else {
+                continue;
+            };
+            let matches = command().try_get_matches_from(argv.iter()).unwrap();
+            let cli = Cli::from_arg_matches(&matches).unwrap();
+            let Some(Command::Sandbox(full)) = cli.command else {
+                panic!("not a sandbox command: {argv:?}");
+            };
+            assert_eq!(format!("{fast:?}"), format!("{full:?}"), "{argv:?}");
+            assert_eq!(
+                format!("{common:?}"),
+                format!("{:?}", cli.common),
+                "{argv:?}"
+            );
+        }
+        // What the full parser reports (help, errors) or another command is left to it.
+        for argv in [
+            &["baton", "sandbox", "--help"][..],
+            &["baton", "sandbox", "--probe", "true"],
+            &["baton", "sandbox", "--sandbox", "nonsense", "--", "true"],
+            &["baton", "--exec", "sandbox"],
+            &["baton", "doctor"],
+            &["baton"],
+        ] {
+            let os: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
+            assert!(parse_sandbox(&os).is_none(), "{argv:?}");
+        }
     }
 
     #[test]

@@ -40,6 +40,12 @@ pub fn main() -> i32 {
     // those files owned by root. Programs baton starts are dumpable again after their exec.
     // SAFETY: prctl(PR_SET_DUMPABLE) on this process only.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    if let Some((common, mut args)) = args::parse_sandbox(&argv) {
+        init_logging();
+        args.mode = common.sandbox.unwrap_or_default();
+        args.workspace = common.cd;
+        return sandbox::run(args);
+    }
     let cli = match args::parse() {
         Ok(cli) => cli,
         Err(e) => {

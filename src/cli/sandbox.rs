@@ -103,6 +103,8 @@ pub fn run(args: SandboxArgs) -> i32 {
     } else {
         Session::NewGroup
     };
+    // Old private /tmp folders are removed while the command runs, not before it starts.
+    crate::sandbox::bwrap::tidy_stale_tmp_later();
     // What git and baton trust before the command, to undo what it plants where no
     // read-only bind reaches (a repository it creates, a `.baton/` it writes).
     let git_before = git_guard::snapshot(&policy);
@@ -123,7 +125,10 @@ pub fn run(args: SandboxArgs) -> i32 {
     let status = if session == Session::PtyLeader {
         run_on_pty(cmd, tty)
     } else {
-        cmd.status()
+        cmd.spawn().and_then(|mut child| {
+            crate::sandbox::bwrap::tidy_stale_tmp();
+            child.wait()
+        })
     };
     let status = match status {
         Ok(s) => s,
@@ -241,6 +246,8 @@ fn run_on_pty(
         // End of input for a command whose stdin was not a terminal.
         let _ = writer.write_all(&[4]);
     }
+    // With its output already relayed: keys wait for this, the command's output does not.
+    crate::sandbox::bwrap::tidy_stale_tmp();
     let mut last = size;
     // The child's exit wakes the poll through a pidfd (Linux 5.3+): the command's end is seen
     // at once, not at the next tick. Without one, the loop ticks as before.

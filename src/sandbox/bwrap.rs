@@ -111,6 +111,8 @@ pub fn check_namespaces() -> Result<(), SandboxError> {
 #[derive(Debug, Clone, Default)]
 pub struct Bwrap {
     args: Vec<OsString>,
+    /// Where the mounts and symlinks in `args` land, in order.
+    destinations: Vec<PathBuf>,
 }
 
 impl Bwrap {
@@ -151,19 +153,35 @@ impl Bwrap {
         self
     }
 
+    /// Whether a mount or symlink of this world lands on `path` or a folder above it (the
+    /// host's `/` bound onto `/` aside): what is there inside may not be the host's `path`.
+    pub fn covers(&self, path: &Path) -> bool {
+        self.destinations
+            .iter()
+            .any(|d| d != Path::new("/") && path.starts_with(d))
+    }
+
+    /// An operation that puts something at `dst` (its last path).
+    fn mount_op(&mut self, op: &str, paths: &[&Path]) -> &mut Self {
+        if let Some(dst) = paths.last() {
+            self.destinations.push(dst.to_path_buf());
+        }
+        self.op(op, paths)
+    }
+
     /// `src` at `dst`, read-only.
     pub fn ro_bind(&mut self, src: &Path, dst: &Path) -> &mut Self {
-        self.op("--ro-bind", &[src, dst])
+        self.mount_op("--ro-bind", &[src, dst])
     }
 
     /// `src` at `dst`, writable.
     pub fn bind(&mut self, src: &Path, dst: &Path) -> &mut Self {
-        self.op("--bind", &[src, dst])
+        self.mount_op("--bind", &[src, dst])
     }
 
     /// An empty tmpfs at `dst`.
     pub fn tmpfs(&mut self, dst: &Path) -> &mut Self {
-        self.op("--tmpfs", &[dst])
+        self.mount_op("--tmpfs", &[dst])
     }
 
     /// Makes the mount at `dst` read-only (the mounts below it keep their own flags).
@@ -173,12 +191,12 @@ impl Bwrap {
 
     /// A fresh `/dev` (null, zero, full, random, urandom, tty, own devpts and ptmx).
     pub fn dev(&mut self, dst: &Path) -> &mut Self {
-        self.op("--dev", &[dst])
+        self.mount_op("--dev", &[dst])
     }
 
     /// A fresh procfs showing only the sandbox's own processes.
     pub fn proc(&mut self, dst: &Path) -> &mut Self {
-        self.op("--proc", &[dst])
+        self.mount_op("--proc", &[dst])
     }
 
     /// Makes `path` invisible: an empty tmpfs over a directory, `/dev/null` over a file.
@@ -203,7 +221,7 @@ impl Bwrap {
 
     /// A symbolic link at `dst` pointing to `target`.
     pub fn symlink(&mut self, target: &Path, dst: &Path) -> &mut Self {
-        self.op("--symlink", &[target, dst])
+        self.mount_op("--symlink", &[target, dst])
     }
 
     /// Covers the file at `path` with an empty one (`/dev/null`, read-only), whatever it is.
@@ -293,7 +311,20 @@ fn private_tmp() -> Result<&'static Path, SandboxError> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     DIR.get_or_init(|| {
         let base = std::env::temp_dir();
-        remove_stale_tmp(&base);
+        // Removing the folders of baton processes that are gone is a handful of directory
+        // removals, each of which waits for the file system's journal (0.1 ms on a quiet disk,
+        // 1–5 ms each behind other writers): not on the first command's path. A caller that
+        // said it would ([`tidy_stale_tmp_later`]) does it while that command runs, else a
+        // thread. Neither touches this process's own folder (its pid is alive); a removal
+        // cut short by the process's exit is finished by the next baton.
+        if TIDY_BY_CALLER.load(std::sync::atomic::Ordering::Relaxed) {
+            *STALE_TMP_BASE.lock().unwrap_or_else(|p| p.into_inner()) = Some(base.clone());
+        } else {
+            let stale_base = base.clone();
+            let _ = std::thread::Builder::new()
+                .name("sandbox-tmp-clean".into())
+                .spawn(move || remove_stale_tmp(&stale_base));
+        }
         // SAFETY: getuid has no failure mode.
         let uid = unsafe { libc::getuid() };
         let dir = base.join(format!("baton-sandbox-{uid}-{}", std::process::id()));
@@ -319,6 +350,31 @@ fn private_tmp() -> Result<&'static Path, SandboxError> {
     .as_ref()
     .map(PathBuf::as_path)
     .map_err(|e| SandboxError::Setup(e.clone()))
+}
+
+/// Set by [`tidy_stale_tmp_later`].
+static TIDY_BY_CALLER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Where [`tidy_stale_tmp`] has stale private `/tmp` folders to remove.
+static STALE_TMP_BASE: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// Declares that this process will call [`tidy_stale_tmp`] once its first sandboxed command
+/// runs (a single-threaded caller such as `baton sandbox`, for which a thread costs more than
+/// the work), instead of leaving the removal to a thread of its own.
+pub fn tidy_stale_tmp_later() {
+    TIDY_BY_CALLER.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Removes the private `/tmp` folders of baton processes that are gone, when the first
+/// command's world left that to the caller; does nothing otherwise or the second time.
+pub fn tidy_stale_tmp() {
+    let base = STALE_TMP_BASE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    if let Some(base) = base {
+        remove_stale_tmp(&base);
+    }
 }
 
 fn remove_stale_tmp(base: &Path) {

@@ -64,7 +64,7 @@ impl Protection {
 /// The writable folders that hold a project (canonical, existing): under `workspace-write`
 /// the workspace and the extra writable directories; under `read-only` the workspace when it
 /// lies in a temp root anyway (a checkout in `/tmp` is writable through `/tmp`).
-fn project_roots(policy: &SandboxPolicy) -> Vec<PathBuf> {
+fn project_roots(policy: &SandboxPolicy, writable: &[PathBuf]) -> Vec<PathBuf> {
     let candidates: Vec<&PathBuf> = match policy.mode {
         SandboxMode::Off => return Vec::new(),
         SandboxMode::WorkspaceWrite => std::iter::once(&policy.workspace)
@@ -72,12 +72,11 @@ fn project_roots(policy: &SandboxPolicy) -> Vec<PathBuf> {
             .collect(),
         SandboxMode::ReadOnly => vec![&policy.workspace],
     };
-    let writable = writable_dirs(policy);
     let mut out = Vec::new();
     for r in candidates {
         if let Ok(c) = r.canonicalize()
             && c.is_dir()
-            && inside_any(&c, &writable)
+            && inside_any(&c, writable)
             && !out.contains(&c)
         {
             out.push(c);
@@ -86,7 +85,8 @@ fn project_roots(policy: &SandboxPolicy) -> Vec<PathBuf> {
     out
 }
 
-/// Writable directories (not devices) of the policy.
+/// Writable directories (not devices) of the policy. Each root costs a `readlink` per path
+/// component and a `stat`: callers compute this once and pass it on.
 fn writable_dirs(policy: &SandboxPolicy) -> Vec<PathBuf> {
     policy
         .writable_roots()
@@ -103,7 +103,7 @@ fn inside_any(p: &Path, roots: &[PathBuf]) -> bool {
 /// config: every project root, every writable directory, and every folder above the workspace
 /// that lies inside one (project config is looked up in the workspace's parents too).
 fn baton_homes(policy: &SandboxPolicy, writable: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = project_roots(policy);
+    let mut out: Vec<PathBuf> = project_roots(policy, writable);
     for w in writable {
         if !out.contains(w) {
             out.push(w.clone());
@@ -181,7 +181,7 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
         return out;
     }
     let writable = writable_dirs(policy);
-    let roots = project_roots(policy);
+    let roots = project_roots(policy, &writable);
     let mut repo_tops: Vec<PathBuf> = roots.clone();
     repo_tops.extend(writable_ancestors(policy, &writable));
     for top in &repo_tops {
@@ -224,7 +224,7 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
 /// above the workspace has finer rules: its refs, objects and index stay writable.)
 pub fn in_trusted_folder(policy: &SandboxPolicy, path: &Path) -> bool {
     let writable = writable_dirs(policy);
-    let mut tops = project_roots(policy);
+    let mut tops = project_roots(policy, &writable);
     tops.extend(writable_ancestors(policy, &writable));
     if !inside_any(path, &writable) {
         return false;
@@ -663,7 +663,7 @@ fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
     let mut found_git: Vec<PathBuf> = Vec::new();
     let mut found_baton: Vec<PathBuf> = Vec::new();
     let mut found_bare: Vec<PathBuf> = Vec::new();
-    for root in project_roots(policy) {
+    for root in project_roots(policy, &writable) {
         if !walk(&root, &mut found_git, &mut found_baton, &mut found_bare) {
             snap.incomplete = true;
         }

@@ -120,9 +120,14 @@ impl PreparedSandbox {
             };
             let helper = inner::helper_for(&writable)?;
             // The helper must be reachable inside even where the world hides or replaces its
-            // folder (a checkout under /tmp, where the private /tmp covers it).
+            // folder (a checkout under /tmp, where the private /tmp covers it). Elsewhere the
+            // read-only host already shows it: one bind fewer for bubblewrap to make (each
+            // read-only bind re-reads the mount table).
             if let Helper::Path(p) = &helper {
-                world.ro_bind(p, p);
+                let resolved = p.canonicalize().ok();
+                if world.covers(p) || resolved.as_deref().is_none_or(|r| world.covers(r)) {
+                    world.ro_bind(p, p);
+                }
             }
             env.retain(|(k, _)| k != "TMPDIR");
             env.push(("TMPDIR".into(), "/tmp".into()));

@@ -83,24 +83,40 @@ impl PidsCgroup {
 }
 
 /// Whether `pid` is gone or can no longer run: a zombie (`Z`) or dead (`X`) in its stat line,
-/// with no thread left. A leader thread that ended with `exit(2)` while its other threads go
-/// on shows `Z` too, yet the process still runs and forks: its thread count says so.
+/// or in the kernel's exit path (`PF_EXITING` in its flags: it never returns to user space,
+/// so it can't fork; a sandbox's pid 1 spends milliseconds there tearing down its mount
+/// namespace), with no thread left. A leader thread that ended with `exit(2)` while its other
+/// threads go on shows `Z` (and `PF_EXITING`) too, yet the process still runs and forks: its
+/// thread count says so.
 fn exiting(pid: i32) -> bool {
     let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return true;
     };
+    stat_says_exiting(&stat)
+}
+
+/// The kernel's `PF_EXITING` task flag (include/linux/sched.h).
+const PF_EXITING: u64 = 0x4;
+
+/// [`exiting`] on the text of a `/proc/PID/stat`.
+fn stat_says_exiting(stat: &str) -> bool {
     // The state follows the command name, which is in parentheses and may contain any byte;
-    // the thread count is the 18th field after the name (state first).
+    // then ppid, pgrp, session, tty, tpgid, flags, …, the thread count 17 fields after the
+    // state.
     let Some((_, rest)) = stat.rsplit_once(')') else {
         return false;
     };
-    let mut fields = rest.split_ascii_whitespace();
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
     let dead = fields
-        .next()
+        .first()
         .and_then(|state| state.chars().next())
         .is_some_and(|state| matches!(state, 'Z' | 'X' | 'x'));
-    let threads: Option<u64> = fields.nth(16).and_then(|n| n.parse().ok());
-    dead && threads.is_some_and(|n| n <= 1)
+    let in_exit = fields
+        .get(6)
+        .and_then(|f| f.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_EXITING != 0);
+    let threads: Option<u64> = fields.get(17).and_then(|n| n.parse().ok());
+    (dead || in_exit) && threads.is_some_and(|n| n <= 1)
 }
 
 impl Drop for PidsCgroup {
@@ -365,6 +381,24 @@ mod tests {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
         assert!(stat.contains(") Z"), "{stat}");
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_task_in_the_exit_path_counts_as_exiting_unless_other_threads_run() {
+        // pid (comm) state ppid pgrp session tty tpgid flags … num_threads (field 20).
+        let line = |state: &str, flags: u64, threads: u64| {
+            format!(
+                "42 (a) b) {state} 1 42 42 0 -1 {flags} 0 0 0 0 0 0 0 0 20 0 {threads} 0 \
+                 1000 0 0"
+            )
+        };
+        assert!(!stat_says_exiting(&line("R", 0x400100, 1)));
+        assert!(!stat_says_exiting(&line("S", 0x400140, 1)));
+        assert!(stat_says_exiting(&line("D", 0x400104, 1)));
+        assert!(stat_says_exiting(&line("Z", 0x400104, 1)));
+        assert!(!stat_says_exiting(&line("Z", 0x400104, 3)));
+        assert!(!stat_says_exiting(&line("D", 0x400104, 2)));
+        assert!(!stat_says_exiting("garbage"));
     }
 
     fn fake_cgroup(parent: &Path, name: &str, procs: &str) -> PathBuf {
