@@ -891,3 +891,27 @@ fn mock_engine_serves_synchronous_tests_too() {
     assert!(answer.contains("\"max_model_len\":262144"), "{answer}");
     assert_eq!(engine.requests()[0].path, "/v1/models");
 }
+
+/// A server that sends one endless SSE line, or a whole body beyond any answer's size, is a
+/// protocol error once the cap is passed, not a process that grows until it is killed.
+#[tokio::test]
+async fn an_endless_sse_event_or_a_huge_body_is_an_error_not_a_memory_sink() {
+    let line = format!("data: {}", "a".repeat(17 << 20));
+    let engine = MockEngine::start(move |_req| MockReply::raw_sse(line.clone())).await;
+    let (_, done) = run(&backend_for(&engine), answer_request("L2", "x")).await;
+    let error = done.unwrap_err();
+    assert!(matches!(error, BackendError::Protocol { .. }), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .contains("an SSE event longer than 16 MiB"),
+        "{error}"
+    );
+
+    let body = "b".repeat(65 << 20);
+    let engine = MockEngine::start(move |_req| MockReply::status(200, body.clone())).await;
+    let mut req = answer_request("L2", "x");
+    req.stream = false;
+    let error = run(&backend_for(&engine), req).await.1.unwrap_err();
+    assert!(error.to_string().contains("larger than 64 MiB"), "{error}");
+}

@@ -1571,3 +1571,195 @@ async fn a_client_that_leaves_during_a_speculated_turn_drops_it_and_leaves_no_tr
         "the abandoned turn left nothing"
     );
 }
+
+/// The `host:port` of a server.
+fn server_addr(server: &Server) -> String {
+    server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_string()
+}
+
+/// Writes `request` on a fresh connection, then reads until the server closes it (or `wait`
+/// passes): what came back, and whether the server closed the connection.
+async fn raw_exchange(addr: &str, request: &[u8], wait: Duration) -> (String, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + wait;
+    let closed = loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break true,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => break false,
+        }
+    };
+    (String::from_utf8_lossy(&got).into_owned(), closed)
+}
+
+/// Slowloris: a client that never finishes its headers is disconnected, one that trickles its
+/// body gets 408, at the read timeout — neither holds a connection for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_finishes_its_request_is_cut_off() {
+    let env = Env::new();
+    let engine =
+        MockEngine::scripted_blocking(Script::new().default_route("L2").default_answer("ok"));
+    let server = Server::start(&env, &engine, &["--read-timeout", "1"]);
+    let addr = server_addr(&server);
+    let started = Instant::now();
+    let (_, closed) = raw_exchange(
+        &addr,
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Half: ",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(closed, "a half-sent head is dropped");
+    assert!(started.elapsed() < Duration::from_secs(8));
+    let started = Instant::now();
+    let (reply, closed) = raw_exchange(
+        &addr,
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(reply.contains("request_timeout"), "{reply}");
+    assert!(closed, "the connection is closed after a 408");
+    assert!(started.elapsed() < Duration::from_secs(8));
+    // A well-behaved client is still served.
+    let ok = post(
+        &server,
+        chat(json!([{"role": "user", "content": "hi"}])),
+        None,
+    )
+    .await;
+    assert_eq!(ok.status(), 200);
+}
+
+/// A client without a key is answered 401 before its body is read (it cannot make the server
+/// buffer megabytes), a declared body over the limit is 413 at once, and a conversation id
+/// sent twice is refused rather than one of them picked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_and_the_size_are_checked_before_the_body_is_read() {
+    let env = Env::new();
+    let engine =
+        MockEngine::scripted_blocking(Script::new().default_route("L2").default_answer("ok"));
+    let server = Server::start_with_env(
+        &env,
+        &engine.url(),
+        &["--max-body-bytes", "1000"],
+        &[("BATON_SERVE_API_KEYS", "k-one")],
+    );
+    let addr = server_addr(&server);
+    let (reply, _) = raw_exchange(
+        &addr,
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 401"), "{reply:?}");
+    let (reply, _) = raw_exchange(
+        &addr,
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k-one\r\nContent-Length: 4000000\r\n\r\n",
+        Duration::from_secs(5),
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply:?}");
+    assert!(reply.contains("request_too_large"), "{reply}");
+    // Chunked, no length declared: refused once the limit is passed.
+    let mut chunked = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k-one\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..3 {
+        chunked.extend_from_slice(b"200\r\n");
+        chunked.extend_from_slice(&[b' '; 0x200]);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    let (reply, _) = raw_exchange(&addr, &chunked, Duration::from_secs(5)).await;
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply:?}");
+    let twice = client()
+        .post(format!("{}/chat/completions", server.url))
+        .bearer_auth("k-one")
+        .header("X-Conversation-Id", "first-conversation-id")
+        .header("X-Conversation-Id", "second-conversation-id")
+        .json(&chat(json!([{"role": "user", "content": "hi"}])))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(twice.status(), 400);
+    assert_eq!(
+        twice.json::<Value>().await.unwrap()["error"]["code"],
+        "invalid_conversation_id"
+    );
+    assert!(
+        engine.chat_requests().is_empty(),
+        "nothing reached the engine"
+    );
+    let metrics = client()
+        .get(format!("http://{addr}/metrics"))
+        .bearer_auth("k-one")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .contains(r#"baton_serve_requests_total{path="/v1/chat/completions",status="401"} 1"#),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("k-one"), "no key in the metrics");
+
+    let out = env
+        .baton()
+        .env("BATON_SERVE_API_KEYS", " , ")
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--endpoint",
+            &engine.url(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("BATON_SERVE_API_KEYS is set but holds no key"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// SIGTERM while a client holds a half-sent request open: the server waits for it only the
+/// drain timeout, then exits 0 saying how many connections it closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_does_not_wait_forever_for_a_half_sent_request() {
+    use tokio::io::AsyncWriteExt;
+    let env = Env::new();
+    let engine =
+        MockEngine::scripted_blocking(Script::new().default_route("L2").default_answer("ok"));
+    // The read timeout (30 s by default) is far off: only the drain timeout ends this.
+    let server = Server::start(&env, &engine, &["--drain-timeout", "1"]);
+    let mut half = tokio::net::TcpStream::connect(server_addr(&server))
+        .await
+        .unwrap();
+    half.write_all(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (code, log) = tokio::task::spawn_blocking(move || {
+        let log = server.stderr.clone();
+        let code = server.terminate();
+        (code, log.lock().unwrap().join("\n"))
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("closed 1 connection(s)"), "{log}");
+    drop(half);
+}

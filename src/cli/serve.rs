@@ -93,9 +93,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
-    /// Seconds SIGTERM waits for running turns and summaries.
+    /// Seconds SIGTERM waits for open requests, then for summaries.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     pub drain_timeout: u64,
+
+    /// Seconds a client has to send a request's headers, and then its body.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub read_timeout: u64,
 }
 
 /// Builds the service from the configuration and serves it until SIGTERM.
@@ -159,6 +163,7 @@ pub async fn run(config: &Config, args: &ServeArgs) -> i32 {
         idle_timeout: Duration::from_secs(args.idle_timeout.max(1)),
         keepalive: Duration::from_secs(10),
         drain_timeout: Duration::from_secs(args.drain_timeout),
+        read_timeout: Duration::from_secs(args.read_timeout.max(1)),
     };
     match crate::serve::run(service, metrics, opts).await {
         Ok(()) => exit::OK,

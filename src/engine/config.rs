@@ -141,9 +141,16 @@ impl ModelConfig {
 
     /// Parses a config.json value; `path` is only used to name the file in errors.
     pub fn from_json(json: &Value, path: &Path) -> Result<ModelConfig, EngineError> {
-        if is_hybrid(json) {
-            return hybrid_from_json(json, path);
-        }
+        let config = if is_hybrid(json) {
+            hybrid_from_json(json, path)?
+        } else {
+            ModelConfig::dense_from_json(json, path)?
+        };
+        check_sizes(&config, path)?;
+        Ok(config)
+    }
+
+    fn dense_from_json(json: &Value, path: &Path) -> Result<ModelConfig, EngineError> {
         let architecture = check_architecture(json, path)?;
         let usize_key = |key: &str| -> Result<usize, EngineError> {
             match json.get(key) {
@@ -229,6 +236,75 @@ impl ModelConfig {
     }
 }
 
+/// Bounds far above any real model. A config past them is broken or hostile, and believing it
+/// would mean allocating terabytes: an abort, or an overflow, instead of an error.
+const MAX_LAYERS: usize = 1024;
+const MAX_WIDTH: usize = 1 << 20;
+const MAX_HEADS: usize = 1 << 14;
+const MAX_VOCAB: usize = 1 << 24;
+const MAX_EXPERTS: usize = 1 << 14;
+
+fn too_big(path: &Path, key: &str, value: usize, max: usize) -> Result<(), EngineError> {
+    if value > max {
+        return Err(EngineError::config(
+            path,
+            format!("key {key:?} is {value}, more than the {max} this engine can load"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_sizes(c: &ModelConfig, path: &Path) -> Result<(), EngineError> {
+    too_big(path, "num_hidden_layers", c.num_hidden_layers, MAX_LAYERS)?;
+    too_big(path, "vocab_size", c.vocab_size, MAX_VOCAB)?;
+    too_big(
+        path,
+        "num_attention_heads",
+        c.num_attention_heads,
+        MAX_HEADS,
+    )?;
+    too_big(
+        path,
+        "num_key_value_heads",
+        c.num_key_value_heads,
+        MAX_HEADS,
+    )?;
+    for (key, value) in [
+        ("hidden_size", c.hidden_size),
+        ("intermediate_size", c.intermediate_size),
+        ("head_dim", c.head_dim),
+    ] {
+        too_big(path, key, value, MAX_WIDTH)?;
+    }
+    // Only now: both factors are bounded, so the product cannot overflow.
+    too_big(path, "num_attention_heads × head_dim", c.q_dim(), MAX_WIDTH)?;
+    if let Some(h) = &c.hybrid {
+        too_big(path, "num_experts", h.num_experts, MAX_EXPERTS)?;
+        too_big(path, "linear_num_key_heads", h.linear_key_heads, MAX_HEADS)?;
+        too_big(
+            path,
+            "linear_num_value_heads",
+            h.linear_value_heads,
+            MAX_HEADS,
+        )?;
+        for (key, value) in [
+            ("linear_key_head_dim", h.linear_key_head_dim),
+            ("linear_value_head_dim", h.linear_value_head_dim),
+            ("linear_conv_kernel_dim", h.conv_kernel),
+            ("moe_intermediate_size", h.moe_intermediate_size),
+            (
+                "shared_expert_intermediate_size",
+                h.shared_expert_intermediate_size,
+            ),
+        ] {
+            too_big(path, key, value, MAX_WIDTH)?;
+        }
+        too_big(path, "linear key width", h.linear_key_dim(), MAX_WIDTH)?;
+        too_big(path, "linear value width", h.linear_value_dim(), MAX_WIDTH)?;
+    }
+    Ok(())
+}
+
 fn is_hybrid(json: &Value) -> bool {
     let arch = json
         .get("architectures")
@@ -284,6 +360,8 @@ fn hybrid_from_json(json: &Value, path: &Path) -> Result<ModelConfig, EngineErro
         })
         .to_string();
     let num_hidden_layers = positive(text, "num_hidden_layers", None, path)?;
+    // Before a list of that many layer kinds is built.
+    too_big(path, "num_hidden_layers", num_hidden_layers, MAX_LAYERS)?;
     let layer_types = match text.get("layer_types") {
         None | Some(Value::Null) => {
             let interval = positive(text, "full_attention_interval", Some(4), path)?;
@@ -587,6 +665,42 @@ mod tests {
 
     fn parse(v: &Value) -> Result<ModelConfig, EngineError> {
         ModelConfig::from_json(v, Path::new("config.json"))
+    }
+
+    #[test]
+    fn absurd_sizes_are_an_error_naming_the_file_not_an_abort() {
+        let huge = 1u64 << 62;
+        for (key, value) in [
+            ("num_hidden_layers", 1_000_000_000_000u64),
+            ("head_dim", huge),
+            ("hidden_size", huge),
+            ("intermediate_size", huge),
+            ("vocab_size", huge),
+            ("num_attention_heads", huge),
+        ] {
+            let mut v = base();
+            v[key] = json!(value);
+            if key == "num_attention_heads" {
+                v["num_key_value_heads"] = json!(value);
+            }
+            let e = parse(&v).unwrap_err().to_string();
+            assert!(
+                e.contains("config.json") && e.contains("more than"),
+                "{key}: {e}"
+            );
+        }
+        // Each factor allowed, their product not.
+        let mut v = base();
+        v["num_attention_heads"] = json!(1 << 14);
+        v["num_key_value_heads"] = json!(1 << 14);
+        v["head_dim"] = json!(1 << 20);
+        let e = parse(&v).unwrap_err().to_string();
+        assert!(e.contains("num_attention_heads × head_dim"), "{e}");
+        // A hybrid config is bounded before its layer list is built.
+        let hybrid = json!({"architectures": ["Qwen3_5MoeForCausalLM"],
+            "num_hidden_layers": 4_000_000_000u64});
+        let e = parse(&hybrid).unwrap_err().to_string();
+        assert!(e.contains("num_hidden_layers"), "{e}");
     }
 
     #[test]

@@ -217,6 +217,9 @@ pub enum Problem {
     /// `${VAR}` without its closing brace, or a bad name inside the braces.
     #[error("bad variable reference in '{0}'")]
     BadVariable(String),
+    /// Variables that multiply each other (`ENV B=$A$A$A…` line after line).
+    #[error("its variables expand to more than {} MiB", MAX_EXPANDED >> 20)]
+    ExpandsTooFar,
     /// `${VAR:?message}` with VAR unset.
     #[error("{name}: {message}")]
     UnsetVariable { name: String, message: String },
@@ -322,6 +325,7 @@ fn translate_inner(
     };
     // ARGs declared before FROM: usable in FROM, and as defaults of a later bare `ARG NAME`.
     let mut global_args: BTreeMap<String, String> = BTreeMap::new();
+    let mut global_bytes = 0usize;
     let mut extra_roots = BTreeSet::new();
     let mut copies: Vec<Copied> = Vec::new();
     let mut seen_from = false;
@@ -377,6 +381,7 @@ fn translate_inner(
                     };
                     if !seen_from {
                         if let Some(v) = value {
+                            global_bytes = global_bytes.saturating_add(v.len());
                             global_args.insert(name, v);
                         }
                         continue;
@@ -581,6 +586,10 @@ fn translate_inner(
             | "STOPSIGNAL" | "MAINTAINER" | "ONBUILD" => {}
             other => return Err(at(Problem::Instruction(other.to_string()))),
         }
+        // The script holds every value the variables took (each ENV and ARG is exported).
+        if script.len().saturating_add(global_bytes) > MAX_EXPANDED {
+            return Err(at(Problem::ExpandsTooFar));
+        }
     }
     if !seen_from {
         return Err(DockerfileError {
@@ -682,6 +691,10 @@ fn shell_words(s: &str) -> Result<Vec<String>, Problem> {
 
 type Lookup<'a> = dyn Fn(&str) -> Option<String> + 'a;
 
+/// The most text a Dockerfile's variables may expand to, on one line or all lines together
+/// (real ones stay in kilobytes; doubling a variable per line reaches gigabytes in 30 lines).
+const MAX_EXPANDED: usize = 4 << 20;
+
 /// Splits `s` into words the way Docker does for ENV, ARG, COPY and WORKDIR: quotes removed,
 /// `\` escapes, and `$VAR`, `${VAR}`, `${VAR:-word}`, `${VAR:+word}`, `${VAR:?message}` (and
 /// the forms without `:`) expanded; single quotes keep `$` literal.
@@ -766,6 +779,14 @@ fn expand(s: &str, split: bool, lookup: &Lookup) -> Result<Vec<String>, Problem>
     Ok(words)
 }
 
+/// `next`, unless `out` grew past what any Dockerfile needs.
+fn bounded(out: &str, next: usize) -> Result<usize, Problem> {
+    if out.len() > MAX_EXPANDED {
+        return Err(Problem::ExpandsTooFar);
+    }
+    Ok(next)
+}
+
 /// Expands the reference at `chars[i] == '$'` into `out`; returns the index after it.
 fn expand_dollar(
     chars: &[char],
@@ -799,7 +820,7 @@ fn expand_dollar(
             };
             let Some(op) = op else {
                 out.push_str(&lookup(&name).unwrap_or_default());
-                return Ok(j + 1);
+                return bounded(out, j + 1);
             };
             let word_start = op_at + 1;
             let mut depth = 0usize;
@@ -843,7 +864,7 @@ fn expand_dollar(
                     });
                 }
             }
-            Ok(k + 1)
+            bounded(out, k + 1)
         }
         Some(&c) if is_start(c) => {
             let mut j = i + 1;
@@ -852,7 +873,7 @@ fn expand_dollar(
             }
             let name: String = chars[i + 1..j].iter().collect();
             out.push_str(&lookup(&name).unwrap_or_default());
-            Ok(j)
+            bounded(out, j)
         }
         _ => {
             out.push('$');
@@ -1376,6 +1397,35 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k: &str| map.get(k).cloned()
+    }
+
+    #[test]
+    fn variables_that_multiply_each_other_are_refused_not_expanded() {
+        // Each line 16 times the last: 2^64 bytes by the end, were it expanded.
+        let mut text = String::from("FROM python:3.13-slim-bookworm\nENV A0=xxxxxxxxxxxxxxxx\n");
+        for i in 1..16 {
+            text.push_str(&format!("ENV A{i}={}\n", format!("$A{}", i - 1).repeat(16)));
+        }
+        text.push_str("WORKDIR /app/${A15}\n");
+        let err = translate_inner(&text, false, None, &only_git).unwrap_err();
+        assert!(matches!(err.problem, Problem::ExpandsTooFar), "{err:?}");
+        assert!(err.line.is_some_and(|l| l <= 8), "{err:?}");
+        // Many lines, each under the cap, add up to it too.
+        let big = "y".repeat(1 << 20);
+        let mut text = String::from("FROM python:3.13-slim-bookworm\n");
+        for i in 0..8 {
+            text.push_str(&format!("ENV V{i}={big}\n"));
+        }
+        let err = translate_inner(&text, false, None, &only_git).unwrap_err();
+        assert!(matches!(err.problem, Problem::ExpandsTooFar), "{err:?}");
+        // ARGs before FROM count as well.
+        let mut text = String::new();
+        for i in 0..8 {
+            text.push_str(&format!("ARG G{i}={big}\n"));
+        }
+        text.push_str("FROM python:3.13-slim-bookworm\n");
+        let err = translate_inner(&text, false, None, &only_git).unwrap_err();
+        assert!(matches!(err.problem, Problem::ExpandsTooFar), "{err:?}");
     }
 
     #[test]

@@ -49,6 +49,7 @@ impl Keys {
             }
         }
         if let Some(value) = env_value {
+            let before = keys.len();
             keys.extend(
                 value
                     .split(',')
@@ -56,6 +57,10 @@ impl Keys {
                     .filter(|k| !k.is_empty())
                     .map(str::to_string),
             );
+            if keys.len() == before {
+                // Set but empty (`KEYS="$UNSET"`): serving without keys is not what was meant.
+                return Err(format!("{KEYS_ENV} is set but holds no key"));
+            }
         }
         if keys.iter().any(|k| k.chars().any(char::is_whitespace)) {
             return Err("an API key contains whitespace".into());
@@ -161,5 +166,20 @@ mod tests {
         assert!(keys.check(Some("Bearer secret-1")).is_ok());
         std::fs::write(&path, "# nothing\n").unwrap();
         assert!(Keys::load(Some(&path), None).is_err());
+    }
+
+    #[test]
+    fn a_keys_variable_that_is_set_but_empty_is_an_error_not_an_open_server() {
+        for value in ["", " ", ",", " , ,"] {
+            let e = Keys::load(None, Some(value)).unwrap_err();
+            assert!(e.contains(KEYS_ENV), "{e}");
+        }
+        assert!(Keys::load(None, None).unwrap().is_empty());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys");
+        std::fs::write(&path, "from-file\r\n").unwrap();
+        assert!(Keys::load(Some(&path), Some(",")).is_err());
+        let keys = Keys::load(Some(&path), None).unwrap();
+        assert!(keys.check(Some("Bearer from-file")).is_ok(), "CRLF trimmed");
     }
 }

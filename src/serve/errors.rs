@@ -51,7 +51,7 @@ impl ApiError {
             401 => "authentication_error",
             403 => "permission_error",
             404 => "not_found_error",
-            413 | 400 | 409 | 422 => "invalid_request_error",
+            400 | 408 | 409 | 413 | 422 => "invalid_request_error",
             429 => "rate_limit_error",
             _ => "server_error",
         }

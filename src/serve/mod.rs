@@ -9,6 +9,7 @@
 mod admission;
 pub mod auth;
 mod chat;
+mod conn;
 mod errors;
 pub mod metrics;
 mod responses;
@@ -50,8 +51,10 @@ pub struct ServeOptions {
     pub idle_timeout: Duration,
     /// An SSE comment this often keeps proxies from closing a quiet stream.
     pub keepalive: Duration,
-    /// How long SIGTERM waits for running turns and summaries.
+    /// How long SIGTERM waits for open requests, and then for summaries.
     pub drain_timeout: Duration,
+    /// How long a client has to send a request's head, and then its body.
+    pub read_timeout: Duration,
 }
 
 struct AppState {
@@ -102,9 +105,20 @@ pub async fn run(
         }
     );
     let app = router(service.clone(), metrics, &opts);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    let cut = conn::serve(
+        listener,
+        app,
+        opts.read_timeout,
+        shutdown_signal(),
+        opts.drain_timeout,
+    )
+    .await;
+    if cut > 0 {
+        eprintln!(
+            "baton serve: closed {cut} connection(s) still open after {} s",
+            opts.drain_timeout.as_secs()
+        );
+    }
     eprintln!("baton serve: draining summaries");
     let _ = tokio::time::timeout(opts.drain_timeout, service.drain()).await;
     Ok(())
@@ -128,6 +142,12 @@ async fn shutdown_signal() {
 
 /// The HTTP routes over a service.
 pub fn router(service: Arc<dyn MolService>, metrics: Arc<Metrics>, opts: &ServeOptions) -> Router {
+    let guard = conn::GuardConfig {
+        keys: opts.keys.clone(),
+        max_body_bytes: opts.max_body_bytes,
+        read_timeout: opts.read_timeout,
+        metrics: metrics.clone(),
+    };
     let state = Arc::new(AppState {
         service,
         keys: opts.keys.clone(),
@@ -145,6 +165,7 @@ pub fn router(service: Arc<dyn MolService>, metrics: Arc<Metrics>, opts: &ServeO
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
         .layer(DefaultBodyLimit::max(opts.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(guard, conn::guard))
         .with_state(state)
 }
 
@@ -154,13 +175,23 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<String, ApiError> 
     let value = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    state.keys.check(value).map_err(|_| {
-        ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid_api_key",
-            "missing or wrong API key (Authorization: Bearer KEY)",
-        )
-    })
+    state.keys.check(value).map_err(|_| unauthorized())
+}
+
+fn unauthorized() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "invalid_api_key",
+        "missing or wrong API key (Authorization: Bearer KEY)",
+    )
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "request_too_large",
+        "the request body is larger than this server accepts",
+    )
 }
 
 async fn health(State(state): Shared) -> Response {
@@ -216,9 +247,17 @@ async fn not_found(State(state): Shared, headers: HeaderMap) -> Response {
 
 /// The conversation id a request names, checked: 16–128 of `[A-Za-z0-9._~-]`.
 fn conversation_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(v) = headers.get(CONVERSATION_HEADER) else {
+    let mut named = headers.get_all(CONVERSATION_HEADER).iter();
+    let Some(v) = named.next() else {
         return Ok(None);
     };
+    if named.next().is_some() {
+        // Two ids (one added by a proxy on the way?): continuing either could be the wrong one.
+        return Err(ApiError::bad_request(
+            "invalid_conversation_id",
+            "X-Conversation-Id was sent more than once",
+        ));
+    }
     let ok = v.to_str().ok().filter(|s| {
         (16..=128).contains(&s.len())
             && s.bytes()
@@ -237,11 +276,7 @@ fn conversation_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> 
 fn json_object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
     let bytes = body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request_too_large",
-                "the request body is larger than this server accepts",
-            )
+            too_large()
         } else {
             ApiError::bad_request("invalid_body", e.body_text())
         }

@@ -295,6 +295,7 @@ impl RemoteBackend {
             started,
             ttft: None,
             conversation_id,
+            received: 0,
         };
         Ok(Box::pin(futures_util::stream::unfold(state, next_item)))
     }
@@ -484,7 +485,18 @@ async fn read_body(
     deadline: Instant,
     limit: Duration,
 ) -> Result<String, BackendError> {
-    match tokio::time::timeout_at(deadline.into(), response.bytes()).await {
+    let read = async {
+        let mut response = response;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await? {
+            if bytes.len().saturating_add(chunk.len()) > MAX_BODY_BYTES {
+                return Ok(None);
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok::<_, reqwest::Error>(Some(bytes))
+    };
+    match tokio::time::timeout_at(deadline.into(), read).await {
         Err(_) => Err(ctx.timeout(
             limit.as_secs(),
             "request timeout: reading the response body",
@@ -493,7 +505,11 @@ async fn read_body(
             "the connection broke while reading the response: {}",
             error_chain(&e)
         ))),
-        Ok(Ok(bytes)) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
+        Ok(Ok(None)) => Err(ctx.protocol(format!(
+            "the response body is larger than {} MiB",
+            MAX_BODY_BYTES >> 20
+        ))),
+        Ok(Ok(Some(bytes))) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
     }
 }
 
@@ -583,7 +599,15 @@ struct StreamState {
     started: Instant,
     ttft: Option<Duration>,
     conversation_id: Option<String>,
+    /// Body bytes read so far.
+    received: usize,
 }
+
+/// The most a streamed answer may send (a 262k-token answer in OpenAI chunks is ~60 MiB).
+const MAX_STREAM_BYTES: usize = 256 << 20;
+
+/// The most a whole (not streamed) response body may hold.
+const MAX_BODY_BYTES: usize = 64 << 20;
 
 async fn next_item(
     mut state: StreamState,
@@ -610,8 +634,30 @@ async fn next_item(
                 state.fail(error);
             }
             Ok(Some(Ok(bytes))) => {
+                state.received = state.received.saturating_add(bytes.len());
                 let events = state.parser.feed(&bytes);
                 state.handle_events(events);
+                // A hostile or broken server must not fill memory: one endless event, or an
+                // answer that never ends.
+                let too_much = if state.ended {
+                    None
+                } else if state.parser.overflowed() {
+                    Some(format!(
+                        "an SSE event longer than {} MiB",
+                        sse::MAX_EVENT_BYTES >> 20
+                    ))
+                } else if state.received > MAX_STREAM_BYTES {
+                    Some(format!(
+                        "the stream passed {} MiB without ending",
+                        MAX_STREAM_BYTES >> 20
+                    ))
+                } else {
+                    None
+                };
+                if let Some(message) = too_much {
+                    let error = state.ctx.protocol(message);
+                    state.fail(error);
+                }
             }
             Ok(None) => {
                 let events = state.parser.finish();

@@ -14,10 +14,18 @@ pub struct SseEvent {
     pub data: String,
 }
 
+/// The most one event may hold (its lines and their data together). A server that sends more
+/// without an event end is broken or hostile, and holding it all would let it fill memory.
+pub const MAX_EVENT_BYTES: usize = 16 << 20;
+
 /// Incremental parser state.
 #[derive(Debug, Default)]
 pub struct SseParser {
     line: Vec<u8>,
+    /// Bytes of the `data:` lines of the event being read.
+    data_bytes: usize,
+    /// An event passed `MAX_EVENT_BYTES`: the parser takes nothing more.
+    overflowed: bool,
     /// The previous byte was `\r`: a following `\n` belongs to the same line end.
     after_cr: bool,
     data_lines: Vec<String>,
@@ -29,10 +37,18 @@ impl SseParser {
         Self::default()
     }
 
+    /// Whether an event grew past `MAX_EVENT_BYTES` (the stream must be abandoned).
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
+    }
+
     /// Feeds the next chunk of the body and returns the events it completed.
     pub fn feed(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
         let mut events = Vec::new();
         for &byte in bytes {
+            if self.overflowed {
+                break;
+            }
             if self.after_cr {
                 self.after_cr = false;
                 if byte == b'\n' {
@@ -45,7 +61,15 @@ impl SseParser {
                     self.after_cr = true;
                     self.end_line(&mut events);
                 }
-                other => self.line.push(other),
+                other => {
+                    if self.line.len() + self.data_bytes >= MAX_EVENT_BYTES {
+                        self.overflowed = true;
+                        self.line = Vec::new();
+                        self.data_lines = Vec::new();
+                        break;
+                    }
+                    self.line.push(other);
+                }
             }
         }
         events
@@ -78,7 +102,10 @@ impl SseParser {
             None => (line.as_str(), ""),
         };
         match field {
-            "data" => self.data_lines.push(value.to_string()),
+            "data" => {
+                self.data_bytes += value.len() + 1;
+                self.data_lines.push(value.to_string());
+            }
             "event" => self.event = Some(value.to_string()),
             // `id` and `retry` only matter to reconnecting browsers.
             _ => {}
@@ -86,6 +113,7 @@ impl SseParser {
     }
 
     fn dispatch(&mut self, events: &mut Vec<SseEvent>) {
+        self.data_bytes = 0;
         if self.data_lines.is_empty() {
             self.event = None;
             return;
@@ -103,6 +131,41 @@ mod tests {
 
     fn data(events: &[SseEvent]) -> Vec<&str> {
         events.iter().map(|e| e.data.as_str()).collect()
+    }
+
+    #[test]
+    fn an_event_without_end_stops_the_parser_instead_of_filling_memory() {
+        let mut p = SseParser::new();
+        assert_eq!(data(&p.feed(b"data: small\n\n")), ["small"]);
+        let block = vec![b'a'; 1 << 20];
+        let mut fed = 0;
+        p.feed(b"data: ");
+        while !p.overflowed() && fed < 2 * MAX_EVENT_BYTES {
+            p.feed(&block);
+            fed += block.len();
+        }
+        assert!(p.overflowed(), "a line longer than the cap overflows");
+        assert!(fed <= MAX_EVENT_BYTES + block.len());
+        assert!(p.feed(b"\n\ndata: x\n\n").is_empty(), "nothing after");
+        // Many short data lines of one event count together.
+        let mut p = SseParser::new();
+        let line = [b"data: ".as_slice(), &vec![b'b'; 1 << 20], b"\n"].concat();
+        for _ in 0..(MAX_EVENT_BYTES >> 20) + 1 {
+            p.feed(&line);
+        }
+        assert!(p.overflowed());
+        // Events at the cap's edge, each ended, are fine.
+        let mut p = SseParser::new();
+        let event = [
+            b"data: ".as_slice(),
+            &vec![b'c'; MAX_EVENT_BYTES / 2],
+            b"\n\n",
+        ]
+        .concat();
+        for _ in 0..4 {
+            assert_eq!(p.feed(&event).len(), 1);
+        }
+        assert!(!p.overflowed());
     }
 
     #[test]

@@ -1,0 +1,185 @@
+//! Connections: the accept loop (HTTP/1 with a deadline on every request head), a body that
+//! must arrive in time and only after the key was checked, and a shutdown that waits for open
+//! requests only as long as the operator allows.
+//!
+//! `axum::serve` reads headers without a deadline and waits for every connection on shutdown,
+//! so one client that sends half a request holds a socket forever and keeps SIGTERM from ever
+//! finishing; hence a loop of our own over hyper.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
+
+use super::auth::Keys;
+use super::errors::ApiError;
+use super::metrics::Metrics;
+
+/// What the request guard needs.
+#[derive(Clone)]
+pub struct GuardConfig {
+    pub keys: Keys,
+    pub max_body_bytes: usize,
+    pub read_timeout: Duration,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The metrics label of a path: only the fixed endpoints, never what a client typed.
+fn path_label(path: &str) -> Option<&'static str> {
+    match path {
+        "/v1/chat/completions" => Some("/v1/chat/completions"),
+        "/v1/responses" => Some("/v1/responses"),
+        _ => None,
+    }
+}
+
+/// Checks the key before a byte of the body is read (a client without one cannot make the
+/// server buffer megabytes), then reads the body whole within the read timeout (a client that
+/// trickles it cannot hold a connection open).
+pub async fn guard(State(cfg): State<GuardConfig>, request: Request, next: Next) -> Response {
+    let label = path_label(request.uri().path());
+    if request.uri().path() == "/health" {
+        return next.run(request).await;
+    }
+    let authorization = request
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if cfg.keys.check(authorization).is_err() {
+        return refuse(&cfg, label, super::unauthorized(), Duration::ZERO);
+    }
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > cfg.max_body_bytes as u64) {
+        return refuse(&cfg, label, super::too_large(), Duration::ZERO);
+    }
+    let (parts, body) = request.into_parts();
+    let started = std::time::Instant::now();
+    let read = read_body(body, cfg.max_body_bytes);
+    let error = match tokio::time::timeout(cfg.read_timeout, read).await {
+        Ok(Ok(bytes)) => {
+            return next
+                .run(Request::from_parts(parts, Body::from(bytes)))
+                .await;
+        }
+        Ok(Err(error)) => error,
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!(
+                "the request body did not arrive within {} s",
+                cfg.read_timeout.as_secs_f64()
+            ),
+        ),
+    };
+    refuse(&cfg, label, error, started.elapsed())
+}
+
+/// An error before the handler ran, counted like the handler's own.
+fn refuse(cfg: &GuardConfig, label: Option<&str>, error: ApiError, took: Duration) -> Response {
+    if let Some(path) = label {
+        cfg.metrics.request(path, error.status.as_u16(), took);
+    }
+    let mut response = error.into_response();
+    // What is left of the body is never read: the connection cannot carry another request.
+    response.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
+}
+
+/// The whole body, refused once it grows past `limit` bytes.
+async fn read_body(body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let mut frames = body.into_data_stream();
+    let mut bytes = Vec::new();
+    while let Some(frame) = frames.next().await {
+        let frame = frame
+            .map_err(|e| ApiError::bad_request("invalid_body", format!("reading the body: {e}")))?;
+        if bytes.len().saturating_add(frame.len()) > limit {
+            return Err(super::too_large());
+        }
+        bytes.extend_from_slice(&frame);
+    }
+    Ok(bytes)
+}
+
+/// Whether an accept error concerns one connection (the next accept may well succeed).
+fn is_connection_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Serves `app` until `shutdown` resolves; then stops accepting, lets open requests finish
+/// for at most `drain`, and returns how many connections it had to close.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    read_timeout: Duration,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) -> usize {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
+    let open = TaskTracker::new();
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) if is_connection_error(&e) => continue,
+            Err(e) => {
+                // Out of descriptors, most likely: wait for connections to close rather than
+                // spin or give up serving.
+                eprintln!("baton serve: accepting a connection failed: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let mut stop = stop_rx.clone();
+        open.spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(read_timeout);
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stop.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    drop(stop_tx);
+    open.close();
+    match tokio::time::timeout(drain, open.wait()).await {
+        Ok(()) => 0,
+        Err(_) => open.len(),
+    }
+}
