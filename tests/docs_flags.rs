@@ -12,6 +12,7 @@ use clap::CommandFactory;
 const FOREIGN: &[&str] = &[
     // cargo
     "--release",
+    "--bin",
     "--bench",
     "--test",
     "--lib",
