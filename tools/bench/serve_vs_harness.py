@@ -706,7 +706,8 @@ def main() -> None:
                    help="a checkout of the reference harness (the folder with mol_harness/)")
     p.add_argument("--baton", required=True, type=Path, help="the baton binary (release)")
     p.add_argument("--profile", type=Path,
-                   help="profile folder [default: HARNESS/mol_harness/Macaron-V1-Tall]")
+                   help="profile folder [default: HARNESS/mol_harness/Macaron-V1-Tall]; the "
+                   "harness takes only the folder names Macaron-V1-Tall and Macaron-V1-Venti")
     p.add_argument("--harness-python", default=sys.executable,
                    help="python with the harness's requirements [default: this one]")
     p.add_argument("--baton-args", default="",
@@ -738,6 +739,12 @@ def main() -> None:
     Conversation.alternate = args.experts == "alternate"
     args.load_at_start = os.getloadavg()[0]
     args.only = {x.strip() for x in args.only.split(",") if x.strip()}
+    if not args.only <= {"harness", "baton"}:
+        p.error("--only: harness, baton or both")
+    try:
+        extra_baton_args = shlex.split(args.baton_args)
+    except ValueError as e:
+        p.error(f"--baton-args: {e}")
     profile = (args.profile or args.harness / "mol_harness" / "Macaron-V1-Tall").resolve()
     for f in ("lora.md", "route.md", "intro.md", "summary.md"):
         if not (profile / f).is_file():
@@ -800,7 +807,7 @@ def main() -> None:
         bcmd = [str(args.baton.resolve()), "serve", "--listen", f"127.0.0.1:{bport}",
                 "--endpoint", f"{fake_url}/v1", "--profile", str(profile),
                 "--max-in-flight", "4096", "--max-queued", "4096",
-                *shlex.split(args.baton_args)]
+                *extra_baton_args]
         baton = Proc("baton serve", bcmd, benv, str(work), work / "baton.log")
         procs.append(baton)
 
