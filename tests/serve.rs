@@ -294,6 +294,8 @@ async fn a_streamed_tool_loop_stays_on_its_expert_and_the_stream_has_the_openai_
     let response = post(&server, body, None).await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "text/event-stream");
+    // Behind nginx a stream without this header arrives in one burst at the end.
+    assert_eq!(response.headers()["x-accel-buffering"], "no");
     let conversation = response.headers()["x-conversation-id"]
         .to_str()
         .unwrap()
@@ -1762,4 +1764,27 @@ async fn sigterm_does_not_wait_forever_for_a_half_sent_request() {
     assert_eq!(code, Some(0), "{log}");
     assert!(log.contains("closed 1 connection(s)"), "{log}");
     drop(half);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responses_stream_tells_reverse_proxies_not_to_buffer_it() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L0")
+            .answer("L0", MockReply::text("Hello."))
+            .summary("L0", MockReply::text("Said hello.")),
+    );
+    let server = Server::start(&env, &engine, &[]);
+    let response = client()
+        .post(format!("{}/responses", server.url))
+        .json(&json!({"model": MODEL, "input": "hi", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    assert_eq!(response.headers()["x-accel-buffering"], "no");
+    let body = response.text().await.unwrap();
+    assert!(body.contains("response.completed"), "{body}");
 }

@@ -463,6 +463,29 @@ impl Conversations {
         }
     }
 
+    /// Points the history a turn is about to deliver at its conversation, ahead of the commit.
+    fn expect_history(&self, conversation: &Conversation, new: &str) {
+        let mut store = lock(&self.store);
+        if store.by_id.contains_key(&conversation.id) {
+            store.by_history.insert(
+                history_key(&conversation.client, new),
+                conversation.id.clone(),
+            );
+        }
+    }
+
+    /// Takes back what `expect_history` pointed, for a turn that was not delivered.
+    fn forget_history(&self, conversation: &Conversation, old: Option<&str>, new: &str) {
+        if old == Some(new) {
+            return;
+        }
+        let mut store = lock(&self.store);
+        let key = history_key(&conversation.client, new);
+        if store.by_history.get(&key) == Some(&conversation.id) {
+            store.by_history.remove(&key);
+        }
+    }
+
     /// How many conversations are held now.
     pub fn len(&self) -> usize {
         lock(&self.store).by_id.len()
@@ -821,11 +844,16 @@ impl Conversations {
                 return;
             }
         };
-        if tx.send(TurnEvent::Done(done.clone())).await.is_err() || delivered.await.is_err() {
-            return;
-        }
         let old_digest = state.core.digest.clone();
         let new_digest = work.digest.clone().unwrap_or_default();
+        // A client that sends no id may send its next request the moment the last byte is
+        // out, before this commit: its history must already lead here (it then waits for this
+        // conversation's lock), not to a new conversation that lacks the turn.
+        self.expect_history(&conversation, &new_digest);
+        if tx.send(TurnEvent::Done(done.clone())).await.is_err() || delivered.await.is_err() {
+            self.forget_history(&conversation, old_digest.as_deref(), &new_digest);
+            return;
+        }
         let closed_task = done
             .summary_started
             .then(|| work.timeline.tasks.last().cloned())
@@ -1196,6 +1224,104 @@ impl MolService for ConversationService {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::protocol::{RouteDecision, TurnOptions};
+
+    struct Quiet;
+    impl ServiceObserver for Quiet {
+        fn hop(&self, _sample: HopSample) {}
+        fn route(&self, _expert: Expert, _decision: RouteDecision) {}
+    }
+
+    fn input(messages: Vec<ChatMessage>) -> TurnInput {
+        TurnInput {
+            conversation: None,
+            client: "client".into(),
+            messages,
+            tools: Vec::new(),
+            options: TurnOptions::default(),
+            fork_from: None,
+            snapshot_as: None,
+        }
+    }
+
+    /// The answer of a turn's handle, once it is done; `delivered` is left to the caller.
+    async fn answer(handle: &mut TurnHandle) -> String {
+        while let Some(ev) = handle.events.recv().await {
+            match ev {
+                TurnEvent::Done(d) => return d.message.content,
+                TurnEvent::Error(e) => panic!("{e}"),
+                _ => {}
+            }
+        }
+        panic!("no Done")
+    }
+
+    #[tokio::test]
+    async fn a_request_that_arrives_before_the_commit_still_continues_its_conversation() {
+        let service = Arc::new(Conversations::new(
+            Arc::new(crate::mol::fake_backend::Router::answering("L2")),
+            Profile::builtin(&Default::default()),
+            "m".into(),
+            StoreLimits::default(),
+            Arc::new(Quiet),
+        ));
+        let mut first = service
+            .start(input(vec![ChatMessage::user("a")]))
+            .await
+            .unwrap();
+        let text = answer(&mut first).await;
+        // The client has the whole answer and sends its next request before the server has
+        // committed the turn (the commit waits for `delivered`).
+        let next = input(vec![
+            ChatMessage::user("a"),
+            ChatMessage::assistant(&text),
+            ChatMessage::user("b"),
+        ]);
+        let waiting = tokio::spawn({
+            let service = service.clone();
+            async move { service.start(next).await.map(|h| h.conversation_id) }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "it waits for the turn before it");
+        let _ = first.delivered.send(());
+        let second = waiting.await.unwrap().unwrap();
+        assert_eq!(second, first.conversation_id);
+        assert_eq!(service.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_turn_not_delivered_leaves_its_history_pointing_nowhere() {
+        let service = Arc::new(Conversations::new(
+            Arc::new(crate::mol::fake_backend::Router::answering("L2")),
+            Profile::builtin(&Default::default()),
+            "m".into(),
+            StoreLimits::default(),
+            Arc::new(Quiet),
+        ));
+        let mut first = service
+            .start(input(vec![ChatMessage::user("a")]))
+            .await
+            .unwrap();
+        let text = answer(&mut first).await;
+        let TurnHandle {
+            conversation_id,
+            events,
+            delivered,
+        } = first;
+        drop((events, delivered));
+        // The rollback runs in the turn's task; give it a moment.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let later = service
+            .start(input(vec![
+                ChatMessage::user("a"),
+                ChatMessage::assistant(&text),
+                ChatMessage::user("b"),
+            ]))
+            .await
+            .unwrap();
+        assert_ne!(later.conversation_id, conversation_id);
+    }
 
     #[test]
     fn requests_split_into_head_history_and_tail() {

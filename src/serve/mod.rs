@@ -602,6 +602,8 @@ fn stream_response(
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
+        // nginx buffers a proxied response unless told not to; a held-back stream is one burst.
+        .header("x-accel-buffering", "no")
         .body(Body::from_stream(body));
     match response {
         Ok(r) => with_conversation(r, &conversation),

@@ -829,6 +829,7 @@ fn stream(
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
         .body(Body::from_stream(body))
     {
         Ok(r) => with_conversation(r, &conversation),
