@@ -1,6 +1,7 @@
 //! Engine benchmark (run by tools/bench/engine/bench.py): prefill and decode speed for the base
-//! model and with an adapter, adapter overhead, memory against the f32 weight bytes + KV, and a
-//! 40-step agent loop with prefix reuse. Prints one JSON object.
+//! model and with an adapter, adapter overhead, memory against the weight bytes + KV (peak during
+//! load and overall), and an agent loop with prefix reuse, on a dense Qwen3 or a Qwen3.5-MoE
+//! root. Prints one JSON object.
 //!
 //! `cargo bench --bench engine -- ROOT [--prefill N] [--decode N] [--steps N] [--dump DIR]`
 //! (`--dump DIR`: write the last-position logits of a 16-token prompt, base and adapter, as raw
@@ -47,15 +48,20 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// Ids the pseudo-random prompts draw from: below 150000 (Qwen's special ids start at
+/// 151643) and inside a smaller vocabulary. Set once from the loaded model.
+static TOKEN_BOUND: AtomicU64 = AtomicU64::new(150_000);
+
 /// Deterministic pseudo-random token ids (xorshift), kept away from the special ids.
 fn tokens(n: usize, seed: u64) -> Vec<u32> {
+    let bound = TOKEN_BOUND.load(Ordering::Relaxed);
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            (x % 150_000) as u32
+            (x % bound) as u32
         })
         .collect()
 }
@@ -96,6 +102,12 @@ fn main() {
     };
     let load_s = started.elapsed().as_secs_f64();
     let rss_after_load = rss_kib("VmRSS:");
+    let peak_rss_load = rss_kib("VmHWM:");
+    // A bound the torch side (bench.py) computes the same way from config.json.
+    TOKEN_BOUND.store(
+        150_000.min(engine.config().vocab_size.saturating_sub(64).max(1)) as u64,
+        Ordering::Relaxed,
+    );
     let adapter = if engine.adapters().is_empty() {
         None
     } else {
@@ -232,12 +244,22 @@ fn main() {
 
     let memory = engine.memory();
     let config = engine.config();
-    let kv_bytes_per_token = 2 * config.num_hidden_layers * config.kv_dim() * 4;
+    // KV lives in the full-attention layers only (all of a dense model's).
+    let kv_layers = config
+        .hybrid
+        .as_ref()
+        .map_or(config.num_hidden_layers, |h| {
+            (0..config.num_hidden_layers)
+                .filter(|l| h.kv_slot(*l).is_some())
+                .count()
+        });
+    let kv_bytes_per_token = 2 * kv_layers * config.kv_dim() * 4;
     insert("weights_bytes", memory.weights.into());
     insert("adapters_bytes", memory.adapters.into());
     insert("kv_cache_bytes", memory.kv_cache.into());
     insert("kv_bytes_per_token", kv_bytes_per_token.into());
     insert("rss_after_load_bytes", (rss_after_load * 1024).into());
+    insert("peak_rss_during_load_bytes", (peak_rss_load * 1024).into());
     insert("peak_rss_bytes", (rss_kib("VmHWM:") * 1024).into());
     println!("{}", serde_json::Value::Object(report));
 }
