@@ -14,7 +14,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use baton::engine::{Engine, GenerateRequest, SamplingParams};
+use baton::engine::device::cpu::CpuDevice;
+use baton::engine::device::{DeltaShape, HybridDevice};
+use baton::engine::{DeltaRuleForm, Engine, GenerateRequest, SamplingParams};
 use baton::protocol::DeviceChoice;
 
 /// Counts heap allocations, to check that a decode step allocates nothing.
@@ -64,6 +66,45 @@ fn tokens(n: usize, seed: u64) -> Vec<u32> {
             (x % bound) as u32
         })
         .collect()
+}
+
+/// Tokens per second of one layer's gated delta rule over a `rows`-token prefill from a zero
+/// state, chunked and recurrent (median of five runs each, alternating), on conv-output-shaped
+/// inputs.
+fn delta_rule_tok_s(shape: DeltaShape, rows: usize) -> (f64, f64) {
+    let noise = |len: usize, seed: u64| -> Vec<f32> {
+        tokens(len, seed)
+            .into_iter()
+            .map(|t| (t % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
+    };
+    let qkv = noise(rows * shape.qkv_width(), 11);
+    let b = noise(rows * shape.value_heads, 12);
+    let a = noise(rows * shape.value_heads, 13);
+    let a_log = noise(shape.value_heads, 14);
+    let dt_bias = noise(shape.value_heads, 15);
+    let mut out = vec![0f32; rows * shape.value_heads * shape.value_dim];
+    let devices = [
+        CpuDevice::new().with_delta_rule(DeltaRuleForm::Chunked),
+        CpuDevice::new().with_delta_rule(DeltaRuleForm::Recurrent),
+    ];
+    let mut times = [Vec::new(), Vec::new()];
+    for _ in 0..5 {
+        for (dev, t) in devices.iter().zip(&mut times) {
+            let mut state = vec![0f32; shape.state_len()];
+            let started = Instant::now();
+            dev.gated_delta_rule(
+                &qkv, &b, &a, rows, shape, &a_log, &dt_bias, &mut state, &mut out,
+            );
+            t.push(started.elapsed().as_secs_f64());
+        }
+    }
+    let median = |t: &mut Vec<f64>| {
+        t.sort_by(f64::total_cmp);
+        rows as f64 / t[t.len() / 2]
+    };
+    let [mut c, mut r] = times;
+    (median(&mut c), median(&mut r))
 }
 
 fn rss_kib(field: &str) -> u64 {
@@ -241,6 +282,20 @@ fn main() {
         (prefilled as f64 / new_tokens.max(1) as f64).into(),
     );
     insert("agent_loop_s", loop_started.elapsed().as_secs_f64().into());
+
+    // The gated delta rule alone at the model's linear-attention shape, both prefill forms
+    // alternately (the whole model's prefill time is mostly the experts' GEMMs).
+    if let Some(h) = engine.config().hybrid.as_ref() {
+        let shape = DeltaShape {
+            key_heads: h.linear_key_heads,
+            value_heads: h.linear_value_heads,
+            key_dim: h.linear_key_head_dim,
+            value_dim: h.linear_value_head_dim,
+        };
+        let (chunked, recurrent) = delta_rule_tok_s(shape, prefill_len);
+        insert("delta_rule_chunked_tok_s", chunked.into());
+        insert("delta_rule_recurrent_tok_s", recurrent.into());
+    }
 
     let memory = engine.memory();
     let config = engine.config();
