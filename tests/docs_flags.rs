@@ -75,6 +75,10 @@ const FOREIGN: &[&str] = &[
     "--path",
     "--root",
     "--repeats",
+    "--moe",
+    "--weights",
+    "--delta-rule",
+    "--steps",
     // tools/make_tiny_model.py (the engine fixtures)
     "--variant",
     "--agent-import-path",

@@ -9,7 +9,8 @@ use crate::support::golden;
 use std::path::{Path, PathBuf};
 
 use baton::engine::{
-    Engine, EngineOptions, FinishKind, GenerateRequest, SamplingParams, WeightPrecision,
+    DeltaRuleForm, Engine, EngineOptions, FinishKind, GenerateRequest, SamplingParams,
+    WeightPrecision,
 };
 use baton::protocol::DeviceChoice;
 use golden::{Golden, fixture_named, golden_in, ids};
@@ -183,6 +184,58 @@ fn constrained_route_matches_reference_label_and_logprobs() {
                 (scores[l] - reference).abs() <= ATOL + RTOL * reference.abs(),
                 "route.{variant}: log p({label}) = {} want {reference}",
                 scores[l]
+            );
+        }
+    }
+}
+
+#[test]
+fn chunked_and_recurrent_delta_rule_prefill_match_the_reference_alike() {
+    // The long prompt's prefill crosses the 64-token chunks of the chunked form (and the
+    // reference's goldens come from its chunked form); the recurrent form must land on the
+    // same logits at every checked position, from a cold start and from a reused prefix that
+    // leaves the chunks unaligned with the prompt.
+    let g = golden();
+    let tokens = g.ids("long");
+    assert!(tokens.len() > 4 * 64, "{} tokens", tokens.len());
+    let positions = ids(&g.json["prompts"]["long"]["logit_positions"]);
+    let load_form = |form| {
+        let options = EngineOptions {
+            cpu_delta_rule: Some(form),
+            ..Default::default()
+        };
+        Engine::load_with(&fixture(), DeviceChoice::Cpu, options).expect("load")
+    };
+    let mut chunked = load_form(DeltaRuleForm::Chunked);
+    let mut recurrent = load_form(DeltaRuleForm::Recurrent);
+    for variant in ["base", "L0", "L2"] {
+        let adapter = adapter_of(&chunked, variant);
+        let what = format!("long.{variant}.sel_logits");
+        let mut cold = Vec::new();
+        for engine in [&mut chunked, &mut recurrent] {
+            let all = engine.logits(&tokens, adapter).expect("logits");
+            let flat: Vec<f32> = positions
+                .iter()
+                .flat_map(|p| all[*p as usize].iter().copied())
+                .collect();
+            assert_close(&what, &flat, g.tensor(&what));
+            cold.push(all);
+        }
+        for (row, (c, r)) in cold[0].iter().zip(&cold[1]).enumerate() {
+            assert_close(&format!("{variant}: chunked vs recurrent at {row}"), c, r);
+        }
+        // Resuming at token 37 puts every later chunk boundary off the 64-token grid.
+        for engine in [&mut chunked, &mut recurrent] {
+            engine.clear_cache();
+            engine
+                .prompt_logits(&tokens[..37], adapter)
+                .expect("prefix");
+            let rest = engine.prompt_logits(&tokens, adapter).expect("rest");
+            assert_eq!(rest.cached_tokens, 37);
+            assert_close(
+                &format!("{variant}: resumed at 37"),
+                &rest.logits,
+                cold[0].last().expect("row"),
             );
         }
     }

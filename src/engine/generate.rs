@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::config::ModelConfig;
 use super::constraint::TokenTrie;
 use super::device::Device;
-use super::device::cpu::{CpuDevice, WeightPrecision};
+use super::device::cpu::{CpuDevice, DeltaRuleForm, WeightPrecision};
 use super::error::EngineError;
 use super::hybrid_runner::HybridCore;
 use super::kv::{CacheLimits, CacheStats, KvEntry, PrefixCache};
@@ -24,6 +24,9 @@ pub struct EngineOptions {
     pub cache: CacheLimits,
     /// How the CPU device keeps weights; None = `BATON_CPU_WEIGHTS` (bf16 unless "f32").
     pub cpu_weights: Option<WeightPrecision>,
+    /// The CPU's prefill form of the gated delta rule; None = `BATON_CPU_DELTA_RULE`
+    /// (chunked unless "recurrent").
+    pub cpu_delta_rule: Option<DeltaRuleForm>,
 }
 
 /// One generation request.
@@ -206,6 +209,11 @@ fn cpu_device(options: &EngineOptions) -> CpuDevice {
         options
             .cpu_weights
             .unwrap_or_else(WeightPrecision::from_env),
+    )
+    .with_delta_rule(
+        options
+            .cpu_delta_rule
+            .unwrap_or_else(DeltaRuleForm::from_env),
     )
 }
 

@@ -40,17 +40,17 @@ impl<D: Device> Loader<'_, D> {
         let name = format!("{}{name}", self.prefix);
         let shape = [experts, rows, cols];
         if self.dev.keeps_bf16()
-            && let Some(bits) = self.w.load_bf16(&name, &shape)?
+            && let Some(parts) = self.w.load_bf16_parts(&name, &shape, experts)?
         {
-            return bits
-                .chunks_exact(rows * cols)
-                .map(|e| self.dev.matrix_bf16(e.to_vec(), rows, cols))
+            return parts
+                .into_iter()
+                .map(|e| self.dev.matrix_bf16(e, rows, cols))
                 .collect();
         }
         self.w
-            .load_f32(&name, &shape)?
-            .chunks_exact(rows * cols)
-            .map(|e| self.dev.matrix(e.to_vec(), rows, cols))
+            .load_f32_parts(&name, &shape, experts)?
+            .into_iter()
+            .map(|e| self.dev.matrix(e, rows, cols))
             .collect()
     }
 

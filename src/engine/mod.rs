@@ -18,7 +18,7 @@ pub mod weights;
 pub mod tokenizer;
 
 pub use config::ModelConfig;
-pub use device::cpu::WeightPrecision;
+pub use device::cpu::{DeltaRuleForm, WeightPrecision};
 pub use error::EngineError;
 pub use generate::{
     Engine, EngineOptions, FinishKind, GenerateOutput, GenerateRequest, MemoryReport, PromptLogits,

@@ -1,5 +1,6 @@
 //! Safetensors reading: one or many memory-mapped shards (with or without
-//! `model.safetensors.index.json`), tensors converted from bf16/f16/f32 to f32 on request.
+//! `model.safetensors.index.json`), tensors converted from bf16/f16/f32 to f32 (or kept as bf16
+//! bits) on request, a few MiB at a time with the mapped pages released behind the copy.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -139,46 +140,104 @@ impl WeightFiles {
         name: &str,
         expected_shape: &[usize],
     ) -> Result<Option<Vec<u16>>, EngineError> {
-        let Some(entry) = self.entries.get(name) else {
-            return Err(EngineError::MissingTensor {
-                path: self.label.clone(),
-                tensor: name.to_string(),
-            });
-        };
+        Ok(self
+            .load_bf16_parts(name, expected_shape, 1)?
+            .and_then(|mut parts| parts.pop()))
+    }
+
+    /// As `load_bf16`, split along the first dimension into `parts` equal tensors (one per
+    /// expert of a fused stack), so the whole is never held twice.
+    pub fn load_bf16_parts(
+        &self,
+        name: &str,
+        expected_shape: &[usize],
+        parts: usize,
+    ) -> Result<Option<Vec<Vec<u16>>>, EngineError> {
+        let (entry, map, bytes, width) = self.checked(name, expected_shape)?;
         if entry.dtype != Dtype::BF16 {
             return Ok(None);
         }
-        let (path, map) = &self.files[entry.file];
-        if entry.shape != expected_shape {
-            return Err(EngineError::TensorShape {
-                path: path.clone(),
-                tensor: name.to_string(),
-                found: entry.shape.clone(),
-                expected: expected_shape.to_vec(),
-            });
+        let part_len = part_len(&entry.shape, parts);
+        let mut out = Vec::with_capacity(parts);
+        for part in 0..parts {
+            let mut bits = vec![0u16; part_len];
+            let first = part * part_len;
+            convert(
+                map,
+                entry.start,
+                bytes,
+                width,
+                first,
+                &mut bits,
+                |p: &[u8]| u16::from_le_bytes([p[0], p[1]]),
+            );
+            out.push(bits);
         }
-        let count: usize = entry.shape.iter().product();
-        let bytes = map
-            .get(entry.start..entry.end)
-            .filter(|b| b.len() == count * 2)
-            .ok_or_else(|| EngineError::Safetensors {
-                path: path.clone(),
-                reason: format!(
-                    "tensor {name:?} does not hold the {} bytes its shape needs",
-                    count * 2
-                ),
-            })?;
-        let out = bytes
-            .chunks_exact(2)
-            .map(|p| u16::from_le_bytes([p[0], p[1]]))
-            .collect();
         release_pages(map, entry.start, entry.end);
         Ok(Some(out))
     }
 
-    /// Reads a tensor as f32, checking its shape. Pages of the mapping are released after the
-    /// copy so that peak memory stays near the f32 copy alone.
+    /// Reads a tensor as f32, checking its shape.
     pub fn load_f32(&self, name: &str, expected_shape: &[usize]) -> Result<Vec<f32>, EngineError> {
+        let mut parts = self.load_f32_parts(name, expected_shape, 1)?;
+        Ok(parts.pop().unwrap_or_default())
+    }
+
+    /// As `load_f32`, split along the first dimension into `parts` equal tensors.
+    pub fn load_f32_parts(
+        &self,
+        name: &str,
+        expected_shape: &[usize],
+        parts: usize,
+    ) -> Result<Vec<Vec<f32>>, EngineError> {
+        let (entry, map, bytes, width) = self.checked(name, expected_shape)?;
+        let part_len = part_len(&entry.shape, parts);
+        let mut out = Vec::with_capacity(parts);
+        for part in 0..parts {
+            let mut values = vec![0f32; part_len];
+            let first = part * part_len;
+            let start = entry.start;
+            match entry.dtype {
+                Dtype::BF16 => convert(
+                    map,
+                    start,
+                    bytes,
+                    width,
+                    first,
+                    &mut values,
+                    |p: &[u8]| f32::from_bits((u16::from_le_bytes([p[0], p[1]]) as u32) << 16),
+                ),
+                Dtype::F16 => convert(
+                    map,
+                    start,
+                    bytes,
+                    width,
+                    first,
+                    &mut values,
+                    |p: &[u8]| half::f16::from_bits(u16::from_le_bytes([p[0], p[1]])).to_f32(),
+                ),
+                _ => convert(
+                    map,
+                    start,
+                    bytes,
+                    width,
+                    first,
+                    &mut values,
+                    |p: &[u8]| f32::from_le_bytes([p[0], p[1], p[2], p[3]]),
+                ),
+            }
+            out.push(values);
+        }
+        release_pages(map, entry.start, entry.end);
+        Ok(out)
+    }
+
+    /// A tensor's entry, mapping and bytes, after checking its shape, dtype and extent.
+    fn checked(
+        &self,
+        name: &str,
+        expected_shape: &[usize],
+    ) -> Result<(&TensorEntry, &Mmap, &[u8], usize), EngineError> {
         let entry = self
             .entries
             .get(name)
@@ -223,36 +282,46 @@ impl WeightFiles {
                 ),
             });
         }
-        let mut out = vec![0f32; count];
-        const CHUNK: usize = 1 << 16;
-        match entry.dtype {
-            Dtype::BF16 => out
-                .par_chunks_mut(CHUNK)
-                .zip(bytes.par_chunks(CHUNK * 2))
-                .for_each(|(o, b)| {
-                    for (v, pair) in o.iter_mut().zip(b.chunks_exact(2)) {
-                        *v = f32::from_bits((u16::from_le_bytes([pair[0], pair[1]]) as u32) << 16);
-                    }
-                }),
-            Dtype::F16 => out
-                .par_chunks_mut(CHUNK)
-                .zip(bytes.par_chunks(CHUNK * 2))
-                .for_each(|(o, b)| {
-                    for (v, pair) in o.iter_mut().zip(b.chunks_exact(2)) {
-                        *v = half::f16::from_bits(u16::from_le_bytes([pair[0], pair[1]])).to_f32();
-                    }
-                }),
-            _ => out
-                .par_chunks_mut(CHUNK)
-                .zip(bytes.par_chunks(CHUNK * 4))
-                .for_each(|(o, b)| {
-                    for (v, quad) in o.iter_mut().zip(b.chunks_exact(4)) {
-                        *v = f32::from_le_bytes([quad[0], quad[1], quad[2], quad[3]]);
-                    }
-                }),
-        }
-        release_pages(map, entry.start, entry.end);
-        Ok(out)
+        Ok((entry, map, bytes, width))
+    }
+}
+
+/// Elements of one of `parts` equal slices along the first dimension (the callers pass a
+/// shape they built with that many rows, so the division is exact).
+fn part_len(shape: &[usize], parts: usize) -> usize {
+    shape.iter().product::<usize>() / parts.max(1)
+}
+
+/// Source bytes converted between two page releases: the mapped pages of a tensor being read
+/// stay resident until released, so a whole-tensor copy would hold the tensor twice.
+const SEGMENT_BYTES: usize = 4 << 20;
+
+/// `out[i] = decode(bytes[(first + i)·width ..][..width])` for the elements
+/// `first..first + out.len()` of a tensor whose bytes begin at `start` in `map`; each
+/// segment's pages are released once converted.
+fn convert<T: Send>(
+    map: &Mmap,
+    start: usize,
+    bytes: &[u8],
+    width: usize,
+    first: usize,
+    out: &mut [T],
+    decode: impl Fn(&[u8]) -> T + Sync,
+) {
+    const TASK: usize = 1 << 16;
+    let per_segment = (SEGMENT_BYTES / width).max(1);
+    for (index, segment) in out.chunks_mut(per_segment).enumerate() {
+        let from = (first + index * per_segment) * width;
+        let src = &bytes[from..from + segment.len() * width];
+        segment
+            .par_chunks_mut(TASK)
+            .zip(src.par_chunks(TASK * width))
+            .for_each(|(o, b)| {
+                for (v, e) in o.iter_mut().zip(b.chunks_exact(width)) {
+                    *v = decode(e);
+                }
+            });
+        release_pages(map, start + from, start + from + src.len());
     }
 }
 

@@ -34,10 +34,31 @@ impl WeightPrecision {
     }
 }
 
+/// Which form of the gated delta rule (Qwen3.5-MoE linear attention) a prefill takes; decode
+/// (one row) is always recurrent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeltaRuleForm {
+    /// 64-token chunks as GEMMs (the reference's prefill form).
+    Chunked,
+    /// One token at a time, as decode.
+    Recurrent,
+}
+
+impl DeltaRuleForm {
+    /// `BATON_CPU_DELTA_RULE=recurrent` selects the recurrent form; anything else chunked.
+    pub fn from_env() -> DeltaRuleForm {
+        match std::env::var("BATON_CPU_DELTA_RULE").as_deref() {
+            Ok("recurrent") => DeltaRuleForm::Recurrent,
+            _ => DeltaRuleForm::Chunked,
+        }
+    }
+}
+
 /// The host CPU.
 pub struct CpuDevice {
     simd: Simd,
     precision: WeightPrecision,
+    pub(super) delta_rule: DeltaRuleForm,
     /// Attention scores of a prefill chunk (`rows × positions`); grows, never shrinks, so only
     /// the first chunk of a longer prompt allocates.
     scores: std::sync::Mutex<Vec<f32>>,
@@ -93,8 +114,15 @@ impl CpuDevice {
         CpuDevice {
             simd,
             precision,
+            delta_rule: DeltaRuleForm::from_env(),
             scores: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// The same device with the delta rule's prefill form fixed.
+    pub fn with_delta_rule(mut self, form: DeltaRuleForm) -> CpuDevice {
+        self.delta_rule = form;
+        self
     }
 
     fn dot_bf16(&self, a: &[u16], b: &[f32]) -> f32 {

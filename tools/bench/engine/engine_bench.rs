@@ -1,6 +1,7 @@
 //! Engine benchmark (run by tools/bench/engine/bench.py): prefill and decode speed for the base
-//! model and with an adapter, adapter overhead, memory against the f32 weight bytes + KV, and a
-//! 40-step agent loop with prefix reuse. Prints one JSON object.
+//! model and with an adapter, adapter overhead, memory against the weight bytes + KV (peak during
+//! load and overall), and an agent loop with prefix reuse, on a dense Qwen3 or a Qwen3.5-MoE
+//! root. Prints one JSON object.
 //!
 //! `cargo bench --bench engine -- ROOT [--prefill N] [--decode N] [--steps N] [--dump DIR]`
 //! (`--dump DIR`: write the last-position logits of a 16-token prompt, base and adapter, as raw
@@ -13,7 +14,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use baton::engine::{Engine, GenerateRequest, SamplingParams};
+use baton::engine::device::cpu::CpuDevice;
+use baton::engine::device::{DeltaShape, HybridDevice};
+use baton::engine::{DeltaRuleForm, Engine, GenerateRequest, SamplingParams};
 use baton::protocol::DeviceChoice;
 
 /// Counts heap allocations, to check that a decode step allocates nothing.
@@ -47,17 +50,61 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// Ids the pseudo-random prompts draw from: below 150000 (Qwen's special ids start at
+/// 151643) and inside a smaller vocabulary. Set once from the loaded model.
+static TOKEN_BOUND: AtomicU64 = AtomicU64::new(150_000);
+
 /// Deterministic pseudo-random token ids (xorshift), kept away from the special ids.
 fn tokens(n: usize, seed: u64) -> Vec<u32> {
+    let bound = TOKEN_BOUND.load(Ordering::Relaxed);
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            (x % 150_000) as u32
+            (x % bound) as u32
         })
         .collect()
+}
+
+/// Tokens per second of one layer's gated delta rule over a `rows`-token prefill from a zero
+/// state, chunked and recurrent (median of five runs each, alternating), on conv-output-shaped
+/// inputs.
+fn delta_rule_tok_s(shape: DeltaShape, rows: usize) -> (f64, f64) {
+    let noise = |len: usize, seed: u64| -> Vec<f32> {
+        tokens(len, seed)
+            .into_iter()
+            .map(|t| (t % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
+    };
+    let qkv = noise(rows * shape.qkv_width(), 11);
+    let b = noise(rows * shape.value_heads, 12);
+    let a = noise(rows * shape.value_heads, 13);
+    let a_log = noise(shape.value_heads, 14);
+    let dt_bias = noise(shape.value_heads, 15);
+    let mut out = vec![0f32; rows * shape.value_heads * shape.value_dim];
+    let devices = [
+        CpuDevice::new().with_delta_rule(DeltaRuleForm::Chunked),
+        CpuDevice::new().with_delta_rule(DeltaRuleForm::Recurrent),
+    ];
+    let mut times = [Vec::new(), Vec::new()];
+    for _ in 0..5 {
+        for (dev, t) in devices.iter().zip(&mut times) {
+            let mut state = vec![0f32; shape.state_len()];
+            let started = Instant::now();
+            dev.gated_delta_rule(
+                &qkv, &b, &a, rows, shape, &a_log, &dt_bias, &mut state, &mut out,
+            );
+            t.push(started.elapsed().as_secs_f64());
+        }
+    }
+    let median = |t: &mut Vec<f64>| {
+        t.sort_by(f64::total_cmp);
+        rows as f64 / t[t.len() / 2]
+    };
+    let [mut c, mut r] = times;
+    (median(&mut c), median(&mut r))
 }
 
 fn rss_kib(field: &str) -> u64 {
@@ -96,6 +143,12 @@ fn main() {
     };
     let load_s = started.elapsed().as_secs_f64();
     let rss_after_load = rss_kib("VmRSS:");
+    let peak_rss_load = rss_kib("VmHWM:");
+    // A bound the torch side (bench.py) computes the same way from config.json.
+    TOKEN_BOUND.store(
+        150_000.min(engine.config().vocab_size.saturating_sub(64).max(1)) as u64,
+        Ordering::Relaxed,
+    );
     let adapter = if engine.adapters().is_empty() {
         None
     } else {
@@ -230,14 +283,38 @@ fn main() {
     );
     insert("agent_loop_s", loop_started.elapsed().as_secs_f64().into());
 
+    // The gated delta rule alone at the model's linear-attention shape, both prefill forms
+    // alternately (the whole model's prefill time is mostly the experts' GEMMs).
+    if let Some(h) = engine.config().hybrid.as_ref() {
+        let shape = DeltaShape {
+            key_heads: h.linear_key_heads,
+            value_heads: h.linear_value_heads,
+            key_dim: h.linear_key_head_dim,
+            value_dim: h.linear_value_head_dim,
+        };
+        let (chunked, recurrent) = delta_rule_tok_s(shape, prefill_len);
+        insert("delta_rule_chunked_tok_s", chunked.into());
+        insert("delta_rule_recurrent_tok_s", recurrent.into());
+    }
+
     let memory = engine.memory();
     let config = engine.config();
-    let kv_bytes_per_token = 2 * config.num_hidden_layers * config.kv_dim() * 4;
+    // KV lives in the full-attention layers only (all of a dense model's).
+    let kv_layers = config
+        .hybrid
+        .as_ref()
+        .map_or(config.num_hidden_layers, |h| {
+            (0..config.num_hidden_layers)
+                .filter(|l| h.kv_slot(*l).is_some())
+                .count()
+        });
+    let kv_bytes_per_token = 2 * kv_layers * config.kv_dim() * 4;
     insert("weights_bytes", memory.weights.into());
     insert("adapters_bytes", memory.adapters.into());
     insert("kv_cache_bytes", memory.kv_cache.into());
     insert("kv_bytes_per_token", kv_bytes_per_token.into());
     insert("rss_after_load_bytes", (rss_after_load * 1024).into());
+    insert("peak_rss_during_load_bytes", (peak_rss_load * 1024).into());
     insert("peak_rss_bytes", (rss_kib("VmHWM:") * 1024).into());
     println!("{}", serde_json::Value::Object(report));
 }
