@@ -57,7 +57,10 @@ fn hybrid_kernels_match_the_cpu_device_under_the_cuda_emulator() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "tools/cuda-emu/run.sh failed:\n{text}");
+    assert!(
+        out.status.success(),
+        "tools/cuda-emu/run.sh failed:\n{text}"
+    );
     let checked = text.lines().filter(|l| l.starts_with("ok ")).count();
     assert!(
         checked >= 40 && text.contains("all kernels match"),

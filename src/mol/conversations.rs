@@ -41,8 +41,7 @@ use crate::mol::timeline::{SummaryState, Task, Timeline, with_identity};
 use crate::protocol::{
     ChatMessage, ErrorKind, Expert, Hop, HopSample, Mode, MolService, Role, ServiceFuture,
     ServiceObserver, Speculate, StateEvent, TokenUsage, TurnDone, TurnError, TurnErrorKind,
-    TurnEvent,
-    TurnFinish, TurnHandle, TurnInput, TurnRouted,
+    TurnEvent, TurnFinish, TurnHandle, TurnInput, TurnRouted,
 };
 
 /// Limits of the conversation store.
