@@ -2,6 +2,7 @@
 //! a plain client, by the OpenAI Python SDK, by baton's own `--mode proxy` and by codex.
 
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -863,10 +864,7 @@ print(json.dumps({
 
 #[test]
 fn the_openai_python_sdk_drives_chat_with_tools_streams_and_errors() {
-    let Some(python) = crate::support::external::require(
-        "the openai Python SDK",
-        crate::support::external::python_with(&["openai"]),
-    ) else {
+    let Some(python) = python_sdk() else {
         return;
     };
     let env = Env::new();
@@ -887,20 +885,7 @@ fn the_openai_python_sdk_drives_chat_with_tools_streams_and_errors() {
         &[],
         &[("BATON_SERVE_API_KEYS", "sdk-key")],
     );
-    let script = env.workspace.join("sdk.py");
-    std::fs::write(&script, SDK_SCRIPT).unwrap();
-    let out = Command::new(python)
-        .arg(&script)
-        .args([&server.url, "sdk-key", MODEL])
-        .env("HOME", &env.home)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = run_script(&python, &env, SDK_SCRIPT, &[&server.url, "sdk-key", MODEL]);
     assert_eq!(r["first_finish"], "tool_calls");
     assert_eq!(
         r["call"],
@@ -1022,10 +1007,7 @@ print(json.dumps({
 
 #[test]
 fn the_openai_python_sdk_chains_forks_and_streams_responses() {
-    let Some(python) = crate::support::external::require(
-        "the openai Python SDK",
-        crate::support::external::python_with(&["openai"]),
-    ) else {
+    let Some(python) = python_sdk() else {
         return;
     };
     let env = Env::new();
@@ -1057,20 +1039,12 @@ fn the_openai_python_sdk_chains_forks_and_streams_responses() {
         MockReply::text(format!("answer to '{user}' seeing {seen:?}"))
     });
     let server = Server::start(&env, &engine, &[]);
-    let script = env.workspace.join("responses.py");
-    std::fs::write(&script, RESPONSES_SCRIPT).unwrap();
-    let out = Command::new(python)
-        .arg(&script)
-        .args([&server.url, "unused", MODEL])
-        .env("HOME", &env.home)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let r = run_script(
+        &python,
+        &env,
+        RESPONSES_SCRIPT,
+        &[&server.url, "unused", MODEL],
     );
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["r1_status"], "completed");
     assert_eq!(
         r["call"],
@@ -1343,7 +1317,7 @@ async fn two_turns(server: &Server, conversation: &str, stream: bool) -> String 
     second.text().await.unwrap()
 }
 
-async fn metrics_page(server: &Server) -> String {
+pub(crate) async fn metrics_page(server: &Server) -> String {
     client()
         .get(format!("{}/metrics", server.url.trim_end_matches("/v1")))
         .send()
@@ -1354,10 +1328,37 @@ async fn metrics_page(server: &Server) -> String {
         .unwrap()
 }
 
-fn metric(page: &str, name: &str) -> u64 {
+/// The value of the metric line `name` (labels included in `name`, if any).
+pub(crate) fn metric(page: &str, name: &str) -> u64 {
     page.lines()
-        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {name} in {page}"))
+}
+
+/// The OpenAI Python SDK in the test venv (a counted skip, or a failure under CI, without it).
+pub(crate) fn python_sdk() -> Option<PathBuf> {
+    crate::support::external::require(
+        "the openai Python SDK",
+        crate::support::external::python_with(&["openai"]),
+    )
+}
+
+/// Runs a Python `script` with `args`; it must succeed and print one JSON value.
+pub(crate) fn run_script(python: &Path, env: &Env, script: &str, args: &[&str]) -> Value {
+    let path = env.workspace.join("sdk_script.py");
+    std::fs::write(&path, script).unwrap();
+    let out = Command::new(python)
+        .arg(&path)
+        .args(args)
+        .env("HOME", &env.home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,12 +5,14 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::serve::{MODEL, Server, answers, chat, client, hops, post};
+use crate::serve::{
+    MODEL, Server, answers, chat, hops, metric, metrics_page as metrics, post, python_sdk,
+    run_script,
+};
 use crate::support::env::Env;
 use crate::support::{MockEngine, MockReply, RecordedRequest, Script};
 
@@ -23,24 +25,6 @@ fn start(env: &Env, engine: &MockEngine, extra: &[&str]) -> Server {
     let mut args = vec!["--state-dir", dir.to_str().unwrap()];
     args.extend_from_slice(extra);
     Server::start(env, engine, &args)
-}
-
-async fn metrics(server: &Server) -> String {
-    client()
-        .get(format!("{}/metrics", server.url.trim_end_matches("/v1")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-/// The value of an unlabelled metric.
-fn metric(page: &str, name: &str) -> u64 {
-    page.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {page}"))
 }
 
 /// Waits until the server has written at least `n` entries.
@@ -122,30 +106,6 @@ else:
         "streamed": text,
     }))
 "#;
-
-fn python_sdk() -> Option<PathBuf> {
-    crate::support::external::require(
-        "the openai Python SDK",
-        crate::support::external::python_with(&["openai"]),
-    )
-}
-
-fn run_script(python: &Path, env: &Env, script: &str, args: &[&str]) -> Value {
-    let path = env.workspace.join("state_script.py");
-    std::fs::write(&path, script).unwrap();
-    let out = Command::new(python)
-        .arg(&path)
-        .args(args)
-        .env("HOME", &env.home)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 /// A chat conversation with a tool call in flight survives SIGKILL: the restarted server
 /// takes the tool result as a continuation of the same expert (no route hop; without the
