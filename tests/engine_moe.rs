@@ -13,7 +13,7 @@ use baton::engine::{
     WeightPrecision,
 };
 use baton::protocol::DeviceChoice;
-use golden::{Golden, fixture_named, golden_in, ids};
+use golden::{Golden, adapter_of, fixture_named, golden_in, ids};
 
 const ATOL: f32 = 2e-3;
 const RTOL: f32 = 2e-3;
@@ -30,10 +30,6 @@ fn golden() -> Golden {
 
 fn load() -> Engine {
     Engine::load(&fixture(), DeviceChoice::Cpu).expect("load tiny-qwen3-5-moe")
-}
-
-fn adapter_of(engine: &Engine, variant: &str) -> Option<usize> {
-    (variant != "base").then(|| engine.adapter_index(variant).expect("adapter loaded"))
 }
 
 /// Largest |a − b|; panics past atol + rtol·|b|.
@@ -157,36 +153,7 @@ fn greedy_tokens_match_reference_until_a_near_tie() {
 fn constrained_route_matches_reference_label_and_logprobs() {
     let g = golden();
     let mut engine = load();
-    let labels = ["L0", "L1", "L2", "L3"];
-    let options: Vec<Vec<u32>> = labels
-        .iter()
-        .map(|l| ids(&g.json["label_token_ids"][l]))
-        .collect();
-    for variant in VARIANTS {
-        let entry = g.entry("route", variant);
-        engine.clear_cache();
-        let req = GenerateRequest {
-            prompt: g.ids("route"),
-            adapter: adapter_of(&engine, variant),
-            sampling: SamplingParams::greedy(),
-            max_tokens: 8,
-            stop_ids: Vec::new(),
-            constraint: Some(options.clone()),
-        };
-        let out = engine.generate(&req, &mut |_| true).expect("route");
-        assert_eq!(out.finish, FinishKind::Constraint);
-        let want = entry["constrained_label"].as_str().expect("label");
-        assert_eq!(labels[out.choice.expect("choice")], want, "route.{variant}");
-        let scores = out.choice_logprobs.expect("log-probabilities");
-        for (l, label) in labels.iter().enumerate() {
-            let reference = entry["label_logprobs"][label].as_f64().expect("lp") as f32;
-            assert!(
-                (scores[l] - reference).abs() <= ATOL + RTOL * reference.abs(),
-                "route.{variant}: log p({label}) = {} want {reference}",
-                scores[l]
-            );
-        }
-    }
+    golden::check_constrained_route(&mut engine, &g, &VARIANTS, ATOL, RTOL);
 }
 
 #[test]

@@ -240,18 +240,14 @@ fn hybrid_kernels_match_the_cpu_device() {
 // ---------------------------------------------------------------------------------------------
 // The whole engine on the hybrid fixture, on CUDA, against the reference.
 
-use crate::support::golden::{Golden, fixture_named, golden_in, ids};
-use baton::engine::{Engine, FinishKind, GenerateRequest, SamplingParams};
+use crate::support::golden::{Golden, adapter_of, fixture_named, golden_in, ids};
+use baton::engine::{Engine, GenerateRequest, SamplingParams};
 use baton::protocol::DeviceChoice;
 
 const VARIANTS: [&str; 5] = ["base", "L0", "L1", "L2", "L3"];
 
 fn hybrid_fixture() -> std::path::PathBuf {
     fixture_named("tiny-qwen3-5-moe")
-}
-
-fn adapter_of(engine: &Engine, variant: &str) -> Option<usize> {
-    (variant != "base").then(|| engine.adapter_index(variant).expect("adapter loaded"))
 }
 
 fn hybrid_engine_on_cuda(test: &str) -> Option<(Engine, Golden)> {
@@ -330,36 +326,13 @@ fn hybrid_model_on_cuda_matches_the_reference() {
         }
     }
     // The constrained route: label and the four label log-probabilities.
-    let labels = ["L0", "L1", "L2", "L3"];
-    let options: Vec<Vec<u32>> = labels
-        .iter()
-        .map(|l| ids(&g.json["label_token_ids"][l]))
-        .collect();
-    for variant in VARIANTS {
-        let entry = g.entry("route", variant);
-        engine.clear_cache();
-        let req = GenerateRequest {
-            prompt: g.ids("route"),
-            adapter: adapter_of(&engine, variant),
-            sampling: SamplingParams::greedy(),
-            max_tokens: 8,
-            stop_ids: Vec::new(),
-            constraint: Some(options.clone()),
-        };
-        let out = engine.generate(&req, &mut |_| true).expect("route");
-        assert_eq!(out.finish, FinishKind::Constraint);
-        let want = entry["constrained_label"].as_str().expect("label");
-        assert_eq!(labels[out.choice.expect("choice")], want, "route.{variant}");
-        let scores = out.choice_logprobs.expect("log-probabilities");
-        for (l, label) in labels.iter().enumerate() {
-            let reference = entry["label_logprobs"][label].as_f64().expect("lp") as f32;
-            assert!(
-                (scores[l] - reference).abs() <= super::ATOL + super::RTOL * reference.abs(),
-                "route.{variant}: log p({label}) = {} want {reference}",
-                scores[l]
-            );
-        }
-    }
+    crate::support::golden::check_constrained_route(
+        &mut engine,
+        &g,
+        &VARIANTS,
+        super::ATOL,
+        super::RTOL,
+    );
     println!(
         "hybrid on {}: largest |logit - reference| = {worst:e}",
         engine.device_name()

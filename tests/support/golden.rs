@@ -83,3 +83,50 @@ pub fn ids(v: &Value) -> Vec<u32> {
         .map(|x| x.as_u64().expect("id") as u32)
         .collect()
 }
+
+/// The adapter a golden variant names (`base`: none).
+pub fn adapter_of(engine: &baton::engine::Engine, variant: &str) -> Option<usize> {
+    (variant != "base").then(|| engine.adapter_index(variant).expect("adapter loaded"))
+}
+
+/// The constrained route of each variant against the reference: the label, and the four label
+/// log-probabilities within `atol + rtol·|reference|`.
+pub fn check_constrained_route(
+    engine: &mut baton::engine::Engine,
+    g: &Golden,
+    variants: &[&str],
+    atol: f32,
+    rtol: f32,
+) {
+    use baton::engine::{FinishKind, GenerateRequest, SamplingParams};
+    let labels = ["L0", "L1", "L2", "L3"];
+    let options: Vec<Vec<u32>> = labels
+        .iter()
+        .map(|l| ids(&g.json["label_token_ids"][l]))
+        .collect();
+    for variant in variants {
+        let entry = g.entry("route", variant);
+        engine.clear_cache();
+        let req = GenerateRequest {
+            prompt: g.ids("route"),
+            adapter: adapter_of(engine, variant),
+            sampling: SamplingParams::greedy(),
+            max_tokens: 8,
+            stop_ids: Vec::new(),
+            constraint: Some(options.clone()),
+        };
+        let out = engine.generate(&req, &mut |_| true).expect("route");
+        assert_eq!(out.finish, FinishKind::Constraint);
+        let want = entry["constrained_label"].as_str().expect("label");
+        assert_eq!(labels[out.choice.expect("choice")], want, "route.{variant}");
+        let scores = out.choice_logprobs.expect("log-probabilities");
+        for (l, label) in labels.iter().enumerate() {
+            let reference = entry["label_logprobs"][label].as_f64().expect("lp") as f32;
+            assert!(
+                (scores[l] - reference).abs() <= atol + rtol * reference.abs(),
+                "route.{variant}: log p({label}) = {} want {reference}",
+                scores[l]
+            );
+        }
+    }
+}
