@@ -296,6 +296,45 @@ fn neighbours_of_the_safe_list_run_nothing_unasked() {
     }
 }
 
+#[test]
+fn wrappers_cannot_smuggle_a_program_past_the_safe_list() {
+    let env = Env::new();
+    // Each ran `sh` with no question asked while the wrappers judged what they wrap by words
+    // that are not what finally runs.
+    let cases = [
+        // `nice` with an unknown first word: the word is the program.
+        ("nice $(echo sh) -c 'touch pwned-by-nice'", "pwned-by-nice"),
+        // `xargs -I R` replaces R inside every argument, so a literal `cat` becomes the
+        // input's `sh` once xargs runs it.
+        (
+            "echo sh | xargs -I cat timeout 5 cat -c 'touch pwned-by-xargs-replace'",
+            "pwned-by-xargs-replace",
+        ),
+        (
+            "echo sh | xargs -Icat env cat -c 'touch pwned-by-xargs-glued'",
+            "pwned-by-xargs-glued",
+        ),
+        // A replace string the rules cannot read could be any word.
+        (
+            "echo sh | xargs -I $(echo cat) nice cat -c 'touch pwned-by-xargs-unknown'",
+            "pwned-by-xargs-unknown",
+        ),
+    ];
+    let calls = cases
+        .iter()
+        .map(|(c, _)| ("shell", json!({ "command": c })))
+        .collect();
+    let ends = run_calls(&env, calls, &[]);
+    assert_eq!(ends.len(), cases.len(), "{ends:?}");
+    let through: Vec<String> = cases
+        .iter()
+        .zip(&ends)
+        .filter(|((_, file), end)| env.workspace.join(file).exists() || end["status"] != "declined")
+        .map(|((command, _), end)| format!("`{command}`: {}", end["status"]))
+        .collect();
+    assert!(through.is_empty(), "ran unasked: {through:#?}");
+}
+
 /// Drives the line REPL: answers each approval in `answers` in turn. When an expected
 /// question does not come (the call ran unasked), input is closed and the run ends.
 fn repl_with_answers(env: &Env, engine: &MockEngine, answers: &[&str]) -> String {

@@ -319,14 +319,19 @@ fn wrapper(name: &str, args: &[Word], output_redirected: bool, depth: usize) -> 
         }
         "nice" => {
             let mut i = 0;
-            match args.first().and_then(Word::literal) {
+            let Some(first) = args.first() else {
+                // Plain `nice` prints the niceness.
+                return true;
+            };
+            // An unknown first word could be the program itself (`nice $(echo sh)`).
+            match first.literal() {
                 Some("-n") => i = 2,
                 Some(a) if a.starts_with("--adjustment=") => i = 1,
                 Some(a) if a.starts_with('-') && a[1..].chars().all(|c| c.is_ascii_digit()) => {
                     i = 1
                 }
                 Some(a) if a.starts_with('-') => return false,
-                None => return true,
+                None => return false,
                 _ => {}
             }
             args.get(i).is_some() && inner(&args[i..])
@@ -350,17 +355,31 @@ fn wrapper(name: &str, args: &[Word], output_redirected: bool, depth: usize) -> 
         }
         "xargs" => {
             let mut i = 0;
+            // `-I R` replaces R inside every word of the command, so a word holding R is not
+            // what runs: a literal `cat` becomes the input's `sh`.
+            let mut replace: Option<String> = None;
             while let Some(a) = args.get(i).and_then(Word::literal) {
                 match a {
+                    "-I" => {
+                        match args.get(i + 1).and_then(Word::literal) {
+                            Some(r) if !r.is_empty() => replace = Some(r.to_string()),
+                            _ => return false,
+                        }
+                        i += 2
+                    }
+                    _ if a.len() > 2 && a.starts_with("-I") => {
+                        replace = Some(a[2..].to_string());
+                        i += 1
+                    }
                     "-0" | "--null" | "-r" | "--no-run-if-empty" | "-t" | "--verbose" | "-x" => {
                         i += 1
                     }
-                    "-n" | "-L" | "-d" | "-P" | "-I" | "-s" | "-E" => i += 2,
+                    "-n" | "-L" | "-d" | "-P" | "-s" | "-E" => i += 2,
                     _ if a.starts_with("--max-args=")
                         || a.starts_with("--max-procs=")
                         || a.starts_with("--delimiter=")
                         || (a.len() > 2
-                            && ["-n", "-L", "-P", "-d", "-s", "-I"]
+                            && ["-n", "-L", "-P", "-d", "-s"]
                                 .iter()
                                 .any(|p| a.starts_with(p))) =>
                     {
@@ -373,7 +392,13 @@ fn wrapper(name: &str, args: &[Word], output_redirected: bool, depth: usize) -> 
             if args.get(i).is_some_and(|w| w.literal().is_none()) {
                 return false;
             }
-            let mut cmd: Vec<Word> = args[i.min(args.len())..].to_vec();
+            let mut cmd: Vec<Word> = args[i.min(args.len())..]
+                .iter()
+                .map(|w| match (w.literal(), &replace) {
+                    (Some(a), Some(r)) if a.contains(r.as_str()) => Word::Dynamic(a.to_string()),
+                    _ => w.clone(),
+                })
+                .collect();
             if cmd.is_empty() {
                 // Plain `xargs` echoes its input.
                 return true;
