@@ -274,8 +274,42 @@ impl Bwrap {
 }
 
 /// The user's secrets, relative to their home: credentials of ssh, gpg, clouds, container and
-/// package registries, git hosts, and baton's own configuration, sessions and state.
+/// package registries, git hosts, other coding agents and model hubs, browsers' cookies and
+/// saved logins, shell and REPL histories (typed tokens and passwords), and baton's own
+/// configuration, sessions and state. Reads are otherwise free, and whatever a command reads
+/// the model can print.
 const HOME_SECRETS: &[&str] = &[
+    ".codex/auth.json",
+    ".claude/.credentials.json",
+    ".cache/huggingface/token",
+    ".huggingface/token",
+    ".vault-token",
+    ".terraform.d/credentials.tfrc.json",
+    ".config/containers/auth.json",
+    ".config/op",
+    ".config/rclone",
+    ".config/glab-cli",
+    ".kaggle",
+    ".s3cfg",
+    ".boto",
+    ".oci",
+    ".m2/settings.xml",
+    ".m2/settings-security.xml",
+    ".gradle/gradle.properties",
+    ".dockercfg",
+    ".mozilla",
+    ".thunderbird",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".config/BraveSoftware",
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
+    ".psql_history",
+    ".mysql_history",
+    ".node_repl_history",
+    ".sqlite_history",
+    ".local/share/fish/fish_history",
     ".ssh",
     ".gnupg",
     ".aws",

@@ -504,3 +504,52 @@ fn the_users_secret_folders_other_homes_and_run_are_hidden() {
         assert!(!text.contains("baton"), "{text}");
     }
 }
+
+#[test]
+fn credentials_of_other_agents_clouds_and_browsers_and_shell_history_are_hidden() {
+    // Reads are free and the model sees what a command prints: every one of these holds a
+    // key, a token or typed passwords, and each was readable next to the hidden ones.
+    let f = fixture();
+    let home = f.ws.parent().expect("base").join("home");
+    let files = [
+        ".codex/auth.json",
+        ".claude/.credentials.json",
+        ".cache/huggingface/token",
+        ".huggingface/token",
+        ".vault-token",
+        ".terraform.d/credentials.tfrc.json",
+        ".config/containers/auth.json",
+        ".config/op/config",
+        ".config/rclone/rclone.conf",
+        ".config/glab-cli/config.yml",
+        ".kaggle/kaggle.json",
+        ".s3cfg",
+        ".boto",
+        ".oci/config",
+        ".m2/settings.xml",
+        ".gradle/gradle.properties",
+        ".dockercfg",
+        ".mozilla/firefox/logins.json",
+        ".config/google-chrome/Default/Cookies",
+        ".config/chromium/Default/Login Data",
+        ".bash_history",
+        ".zsh_history",
+        ".python_history",
+        ".psql_history",
+        ".mysql_history",
+        ".local/share/fish/fish_history",
+    ];
+    for p in files {
+        let path = home.join(p);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, format!("s3cret-in {p}\n")).expect("write");
+    }
+    let script = "for f in \"$@\"; do cat ~/\"$f\" 2>/dev/null; done; echo done";
+    let mut cmd = baton_sandbox(&f, &[], script);
+    cmd.arg("sh").args(files);
+    let out = cmd.stdin(Stdio::null()).output().expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("done"), "{text}");
+    let read: Vec<&str> = text.lines().filter(|l| l.contains("s3cret")).collect();
+    assert!(read.is_empty(), "readable in the sandbox: {read:#?}");
+}
