@@ -204,6 +204,9 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
             if let Some(hooks) = hooks_path(&gitdir, top) {
                 protect_hooks_path(&hooks, &writable, &mut out);
             }
+            for included in included_configs(&gitdir) {
+                protect_included(&included, &writable, &mut out);
+            }
         }
     }
     for home in baton_homes(policy, &writable) {
@@ -340,20 +343,8 @@ fn list_dirs(dir: &Path) -> Vec<PathBuf> {
 /// The `core.hooksPath` in force for a repository (its own config, then the user's global and
 /// the system config), resolved the way git does: `~/` from HOME, relative from the work tree.
 fn hooks_path(gitdir: &Path, work_tree: &Path) -> Option<PathBuf> {
-    let common = commondir_of(gitdir).unwrap_or_else(|| gitdir.to_path_buf());
-    let mut files = vec![common.join("config"), gitdir.join("config.worktree")];
     let home = std::env::var_os("HOME").map(PathBuf::from);
-    if let Some(h) = &home {
-        files.push(h.join(".gitconfig"));
-    }
-    let xdg = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| home.as_ref().map(|h| h.join(".config")));
-    if let Some(x) = xdg {
-        files.push(x.join("git/config"));
-    }
-    files.push(PathBuf::from("/etc/gitconfig"));
-    let value = files.iter().find_map(|f| {
+    let value = repo_configs(gitdir).iter().find_map(|f| {
         let text = read_small(f)?;
         config::parse(&String::from_utf8_lossy(&text))
             .into_iter()
@@ -371,6 +362,89 @@ fn hooks_path(gitdir: &Path, work_tree: &Path) -> Option<PathBuf> {
         work_tree.join(value)
     };
     Some(normalize(&p))
+}
+
+/// The config files git reads for a repository, most specific first: its own config and
+/// `config.worktree`, the user's global ones, the system one.
+fn repo_configs(gitdir: &Path) -> Vec<PathBuf> {
+    let common = commondir_of(gitdir).unwrap_or_else(|| gitdir.to_path_buf());
+    let mut files = vec![common.join("config"), gitdir.join("config.worktree")];
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    if let Some(h) = &home {
+        files.push(h.join(".gitconfig"));
+    }
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| home.as_ref().map(|h| h.join(".config")));
+    if let Some(x) = xdg {
+        files.push(x.join("git/config"));
+    }
+    files.push(PathBuf::from("/etc/gitconfig"));
+    files
+}
+
+/// git follows includes inside included files up to this depth.
+const MAX_INCLUDE_DEPTH: usize = 10;
+
+/// The files the repository's config pulls in with `include.path` and `includeIf.*.path`
+/// (projects share settings with `include.path = ../.gitconfig`), followed through included
+/// files, resolved as git does: `~/` from HOME, a relative path from the including file's
+/// folder. Every `includeIf` counts, whatever its condition: which one holds depends on the
+/// branch checked out and where the repository lies, both of which a command can change.
+fn included_configs(gitdir: &Path) -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut queue: Vec<(PathBuf, usize)> =
+        repo_configs(gitdir).into_iter().map(|f| (f, 0)).collect();
+    while let Some((file, depth)) = queue.pop() {
+        if depth > MAX_INCLUDE_DEPTH {
+            continue;
+        }
+        let Some(text) = read_small(&file) else {
+            continue;
+        };
+        let dir = file.parent().unwrap_or(Path::new("/"));
+        for e in config::parse(&String::from_utf8_lossy(&text)) {
+            if e.key != "path" || !matches!(e.section.as_str(), "include" | "includeif") {
+                continue;
+            }
+            let value = e.value.trim();
+            let target = if value.is_empty() {
+                continue;
+            } else if let Some(rest) = value.strip_prefix("~/") {
+                let Some(h) = &home else { continue };
+                h.join(rest)
+            } else {
+                dir.join(value)
+            };
+            let target = normalize(&target);
+            if !out.contains(&target) {
+                out.push(target.clone());
+                queue.push((target, depth + 1));
+            }
+        }
+    }
+    out
+}
+
+/// An included config inside a writable root is read-only and refused to file tools; the
+/// folders between the root and it are pinned, so it can't be swapped out with its folder.
+/// One that does not exist yet is left to the audit.
+fn protect_included(included: &Path, writable: &[PathBuf], out: &mut Protection) {
+    if !inside_any(included, writable) {
+        return;
+    }
+    out.deny(included.to_path_buf());
+    if !included.exists() {
+        return;
+    }
+    for dir in included.ancestors().skip(1) {
+        if !inside_any(dir, writable) || writable.iter().any(|w| w == dir) {
+            break;
+        }
+        out.pin(dir.to_path_buf());
+    }
+    out.read_only(included.to_path_buf());
 }
 
 /// `a/./b/../c` → `a/c` without touching the filesystem (the target may not exist yet).
@@ -674,6 +748,7 @@ fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
     for gitdir in &found_bare {
         if inside_any(gitdir, &writable) {
             snap.track_gitdir(gitdir, &writable, 0);
+            snap.track_included(gitdir, &writable);
         }
     }
     for a in writable_ancestors(policy, &writable) {
@@ -701,6 +776,7 @@ fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
                 snap.track_dir(&husky, Kind::Hook, &writable);
             }
         }
+        snap.track_included(&gitdir, &writable);
     }
     for b in &found_baton {
         snap.track_tree(b, Kind::Baton, 0);
@@ -838,6 +914,15 @@ impl AuditSnapshot {
             }
         }
         self.track_modules(&gitdir.join("modules"), writable, depth + 1);
+    }
+
+    /// The configs the repository includes that a command could have written or created.
+    fn track_included(&mut self, gitdir: &Path, writable: &[PathBuf]) {
+        for included in included_configs(gitdir) {
+            if inside_any(&included, writable) {
+                self.track(&included, Kind::GitConfig);
+            }
+        }
     }
 
     fn track_modules(&mut self, dir: &Path, writable: &[PathBuf], depth: usize) {

@@ -193,6 +193,65 @@ async fn a_planted_commondir_does_not_make_the_users_git_run_its_fsmonitor() {
 }
 
 #[tokio::test]
+async fn a_config_file_the_repository_includes_from_the_work_tree_is_not_a_way_in() {
+    // Projects share settings with `git config include.path ../.gitconfig` (relative to
+    // `.git/`: the work tree's `.gitconfig`), and many add an optional local file the same
+    // way. git reads both as part of the repository's own config.
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    std::fs::write(r.ws.join(".gitconfig"), "[alias]\n\tst = status\n").expect("shared");
+    std::fs::create_dir_all(r.ws.join("conf")).expect("mkdir");
+    std::fs::write(r.ws.join("conf/git.cfg"), "[alias]\n\tci = commit\n").expect("nested");
+    r.git(&r.ws, &["config", "--add", "include.path", "../.gitconfig"]);
+    r.git(
+        &r.ws,
+        &["config", "--add", "include.path", "../.gitconfig.local"],
+    );
+    r.git(
+        &r.ws,
+        &[
+            "config",
+            "--add",
+            "includeIf.onbranch:main.path",
+            "../conf/git.cfg",
+        ],
+    );
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let plant = |file: &str| {
+        format!(
+            "printf '[core]\\n\\tfsmonitor = {}\\n' >> {file}",
+            evil.display()
+        )
+    };
+    let mut ran = Vec::new();
+    for (what, command) in [
+        ("an included file that exists", plant(".gitconfig")),
+        (
+            "an included file that did not exist",
+            plant(".gitconfig.local"),
+        ),
+        ("an includeIf file", plant("conf/git.cfg")),
+        (
+            "an includeIf file whose folder was swapped",
+            format!("mv conf conf.old; mkdir conf; {}", plant("conf/git.cfg")),
+        ),
+    ] {
+        let _ = r.hostile(&command, &[]).await;
+        let _ = r.git_output(&r.ws, &["status"]);
+        if r.marker.exists() {
+            ran.push(what);
+            std::fs::remove_file(&r.marker).expect("rm marker");
+        }
+    }
+    assert!(
+        ran.is_empty(),
+        "the user's git ran what was planted in: {ran:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_submodules_gitdir_config_and_hooks_are_read_only() {
     if !enforceable() {
         return;
