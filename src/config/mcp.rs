@@ -470,7 +470,7 @@ pub fn merge(into: &mut Vec<McpServer>, servers: Vec<McpServer>) {
 /// The warning for servers a project declares in a folder the user has not trusted.
 pub fn withheld_warning(folder: &Path, names: &[String], changed: bool) -> String {
     let why = if changed {
-        "its configuration changed since you trusted it"
+        "its configuration, or a program of the folder its servers run, changed since you trusted it"
     } else {
         "you have not trusted it"
     };

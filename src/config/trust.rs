@@ -181,6 +181,15 @@ pub fn config_digest(folder: &Path) -> Option<String> {
             hasher.update(&servers);
         }
     }
+    // The servers run outside the sandbox, but their programs in the folder are writable to
+    // the model's commands: trust covers those files as they are now, too.
+    for (path, content) in server_programs(folder) {
+        hasher.update(b"\0program\0");
+        hasher.update(path.as_os_str().as_encoded_bytes());
+        hasher.update(b"\0");
+        hasher.update((content.len() as u64).to_le_bytes());
+        hasher.update(&content);
+    }
     Some(
         hasher
             .finalize()
@@ -188,6 +197,58 @@ pub fn config_digest(folder: &Path) -> Option<String> {
             .map(|b| format!("{b:02x}"))
             .collect(),
     )
+}
+
+/// Program files bigger than this are hashed by size and modification time.
+const MAX_PROGRAM_BYTES: u64 = 64 << 20;
+
+/// The files inside `folder` that its project's stdio MCP servers (`.mcp.json` and
+/// `[mcp_servers]` of `.baton/config.toml`) execute or hand to an interpreter: the program
+/// and every argument naming a regular file there (`./tools/db-mcp`, `node mcp/server.js`),
+/// relative paths read from the server's `cwd` or the folder, with their content. What those
+/// files load in turn is not followed.
+fn server_programs(folder: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut servers =
+        super::mcp::read_json(&folder.join(super::mcp::PROJECT_JSON)).unwrap_or_default();
+    servers.extend(super::mcp::read_toml(&folder_config(folder)).unwrap_or_default());
+    let folder = canonical(folder);
+    let mut out: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    for server in servers {
+        let super::mcp::McpTransport::Stdio {
+            command, args, cwd, ..
+        } = server.transport
+        else {
+            continue;
+        };
+        let base = cwd.map_or_else(|| folder.clone(), |c| folder.join(c));
+        for word in std::iter::once(command).chain(args) {
+            let Ok(real) = base.join(&word).canonicalize() else {
+                continue;
+            };
+            if !real.starts_with(&folder) || out.iter().any(|(p, _)| *p == real) {
+                continue;
+            }
+            let Ok(meta) = std::fs::metadata(&real) else {
+                continue;
+            };
+            if !meta.is_file() {
+                continue;
+            }
+            let content = if meta.len() > MAX_PROGRAM_BYTES {
+                let mtime = meta
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_nanos());
+                format!("{} bytes, modified {mtime}", meta.len()).into_bytes()
+            } else {
+                std::fs::read(&real).unwrap_or_default()
+            };
+            out.push((real, content));
+        }
+    }
+    out.sort();
+    out
 }
 
 /// SHA-256 (hex) of `folder`'s `.baton/hooks.json`; `None` when there is none to read.

@@ -445,3 +445,81 @@ fn an_untrusted_project_config_cannot_weaken_the_sandbox_keep_secrets_or_lift_th
         );
     }
 }
+
+#[test]
+fn a_trusted_projects_mcp_server_program_rewritten_by_a_command_does_not_run() {
+    // The user trusts a project whose `.mcp.json` starts programs of the work tree (as the
+    // documented example does). The servers run outside the sandbox, and the sandbox lets
+    // the model's commands write the work tree: rewriting the program must not carry the
+    // trust over to the next session.
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let outside = outside_dir();
+    let tools = env.workspace.join("tools");
+    std::fs::create_dir_all(&tools).expect("mkdir");
+    for script in ["mcp.sh", "serve.sh"] {
+        let p = tools.join(script);
+        std::fs::write(&p, "#!/bin/sh\nexit 0\n").expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    std::fs::write(
+        env.workspace.join(".mcp.json"),
+        r#"{"mcpServers": {
+            "direct": {"command": "./tools/mcp.sh"},
+            "interpreted": {"command": "sh", "args": ["tools/serve.sh"]}
+        }}"#,
+    )
+    .expect("mcp.json");
+    let trusted = env.baton().arg("trust").output().expect("run baton trust");
+    assert_eq!(
+        trusted.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&trusted.stderr)
+    );
+    let direct = outside.path().join("pwned-direct");
+    let interpreted = outside.path().join("pwned-interpreted");
+    let command = format!(
+        "printf '#!/bin/sh\\ntouch {}\\n' > tools/mcp.sh && printf 'touch {}\\n' > tools/serve.sh",
+        direct.display(),
+        interpreted.display()
+    );
+    let engine = engine_running(&command);
+    let out = env
+        .exec(
+            &engine,
+            "tidy the tools",
+            &["--json", "--approval", "full-auto"],
+        )
+        .output()
+        .expect("run baton");
+    let events = events(&out);
+    assert_eq!(tool_status(&events), "ok", "{events:?}");
+    assert!(
+        std::fs::read_to_string(tools.join("mcp.sh"))
+            .expect("read")
+            .contains("touch"),
+        "the command did not rewrite the server: {events:?}"
+    );
+    // The next session starts the project's servers.
+    let engine = MockEngine::scripted_blocking(Script::new().default_answer("hi."));
+    let out = env
+        .exec(&engine, "hello", &["--json"])
+        .output()
+        .expect("run baton");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let ran: Vec<&Path> = [&direct, &interpreted]
+        .into_iter()
+        .filter(|p| p.exists())
+        .map(PathBuf::as_path)
+        .collect();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        ran.is_empty(),
+        "a server program the model rewrote ran outside the sandbox: {ran:?}\n{stdout}"
+    );
+    assert!(
+        stdout.contains("not started") && stdout.contains("changed since you trusted it"),
+        "no warning says why the servers did not start: {stdout}"
+    );
+}
