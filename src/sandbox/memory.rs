@@ -33,7 +33,11 @@ impl MemoryBound {
                     .unwrap_or_default()
             ),
             MemoryBound::CgroupV2 => "memory cgroup v2 (memory.max)".into(),
-            MemoryBound::Rlimit(n) => format!("RLIMIT_AS ({} MiB)", n >> 20),
+            MemoryBound::Rlimit(n) => format!(
+                "RLIMIT_AS ({} MiB per process: a command's processes together, and what it \
+                 writes to /dev/shm, are not bounded)",
+                n >> 20
+            ),
         }
     }
 }
