@@ -690,3 +690,32 @@ fn workspace_diff_text_is_capped_but_the_file_list_is_complete() {
         &diff[diff.len() - 200..]
     );
 }
+
+#[tokio::test]
+async fn commit_in_a_linked_worktree_writes_the_main_repositorys_gitdir() {
+    // The commit's writes are confined to the work tree and the repository's gitdirs: a
+    // linked worktree's objects and refs live in the main repository, outside the workspace.
+    let r = repo();
+    r.write("a.txt", "one\n");
+    r.commit_all("initial commit");
+    let base = tempfile::tempdir().unwrap();
+    let wt_path = std::fs::canonicalize(base.path()).unwrap().join("wt");
+    r.repo.worktree("wt", &wt_path, None).unwrap();
+    std::fs::write(wt_path.join("a.txt"), "two\n").unwrap();
+    let ctx = ToolContext {
+        workspace: wt_path.clone(),
+        ..r.ctx.clone()
+    };
+    let result = standard_tools()
+        .get("git")
+        .unwrap()
+        .run(
+            json!({"action": "commit", "paths": ["a.txt"], "message": "from the worktree"}),
+            &ctx,
+        )
+        .await;
+    assert!(result.content.contains("committed"), "{}", result.content);
+    let wt_repo = Repository::open(&wt_path).unwrap();
+    let head = wt_repo.head().unwrap().peel_to_commit().unwrap();
+    assert_eq!(head.summary(), Some("from the worktree"));
+}

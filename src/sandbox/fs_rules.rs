@@ -4,10 +4,11 @@
 //! sandbox (ABI 6+). The child only calls `landlock_restrict_self` on the returned fd.
 
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, Scope, path_beneath_rules,
+    RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
 };
 
 use super::SandboxError;
@@ -67,4 +68,31 @@ pub fn build_ruleset(policy: &SandboxPolicy) -> Result<OwnedFd, SandboxError> {
             "Landlock ABI {abi} refused to create a ruleset for this policy"
         ))
     })
+}
+
+/// Confines the writes of the calling thread (and only it) to beneath `roots` with Landlock,
+/// setting no_new_privs for that thread as Landlock requires. For work baton does in its own
+/// process on paths a command could have laid out — a commit writing into `.git`, whose logs,
+/// refs and objects commands may fill with symlinks — so the kernel, not a check made before,
+/// keeps the writes inside. Run the work on a thread of its own that ends with it. Ok(false)
+/// when the kernel has no Landlock (commands are then refused anyway, so none could have
+/// laid anything out, unless the sandbox is off).
+pub fn confine_thread_writes(roots: &[PathBuf]) -> Result<bool, SandboxError> {
+    if kernel_abi() < 1 {
+        return Ok(false);
+    }
+    let err = |e: landlock::RulesetError| SandboxError::Setup(format!("landlock ruleset: {e}"));
+    let write = AccessFs::from_write(TARGET_ABI);
+    let roots: Vec<PathBuf> = roots.iter().filter_map(|r| r.canonicalize().ok()).collect();
+    let status = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(write)
+        .map_err(err)?
+        .create()
+        .map_err(err)?
+        .add_rules(path_beneath_rules(&roots, write))
+        .map_err(err)?
+        .restrict_self()
+        .map_err(err)?;
+    Ok(status.ruleset != RulesetStatus::NotEnforced)
 }

@@ -32,6 +32,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 pub use env::EnvPolicy;
+pub use fs_rules::confine_thread_writes;
 pub use launch::{PreparedSandbox, Session};
 pub use policy::{Backend, SandboxPolicy};
 

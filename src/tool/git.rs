@@ -154,7 +154,12 @@ fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError>
             args.max_count.unwrap_or(LOG_DEFAULT).clamp(1, LOG_MAX),
         ),
         Action::Show => show(&repo, args.rev.as_deref().unwrap_or("HEAD")),
-        Action::Commit => commit(&repo, &pathspecs, args.message.as_deref().unwrap_or("")),
+        Action::Commit => commit_confined(
+            &repo,
+            &workdir,
+            &pathspecs,
+            args.message.as_deref().unwrap_or(""),
+        ),
     }
     .map_err(|e| match e {
         GitFailure::Git(source) => ToolError::Git {
@@ -465,6 +470,38 @@ fn show(repo: &Repository, rev: &str) -> Result<String, GitFailure> {
 
 fn under(path: &Path, spec: &str) -> bool {
     spec.is_empty() || path.starts_with(spec)
+}
+
+/// [`commit`] on a thread of its own whose writes Landlock keeps inside the work tree and the
+/// repository's gitdirs. The commit runs in baton's process, outside the sandbox, and commands
+/// may leave symlinks in `.git` (its logs, refs and objects stay writable to them): libgit2
+/// appends to `logs/HEAD` and creates loose objects through them, which would put a line of
+/// the model's choosing into any file of the user's (a shell's rc file) and files in any
+/// folder.
+fn commit_confined(
+    repo: &Repository,
+    workdir: &Path,
+    pathspecs: &[String],
+    message: &str,
+) -> Result<String, GitFailure> {
+    let gitdir = repo.path().to_path_buf();
+    let roots = vec![
+        workdir.to_path_buf(),
+        gitdir.clone(),
+        repo.commondir().to_path_buf(),
+    ];
+    std::thread::scope(|scope| {
+        let work = scope.spawn(|| {
+            crate::sandbox::confine_thread_writes(&roots)
+                .map_err(|e| GitFailure::Tool(ToolError::Sandbox(e)))?;
+            let repo = Repository::open(&gitdir)?;
+            commit(&repo, pathspecs, message)
+        });
+        work.join()
+            .unwrap_or(Err(GitFailure::Tool(ToolError::Internal {
+                what: "the commit thread panicked",
+            })))
+    })
 }
 
 fn commit(repo: &Repository, pathspecs: &[String], message: &str) -> Result<String, GitFailure> {

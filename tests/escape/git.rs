@@ -800,3 +800,66 @@ fn assert_warned(warnings: &[String], needle: &str) {
         "no warning mentions {needle}: {warnings:?}"
     );
 }
+
+#[test]
+fn the_git_tools_commit_does_not_write_through_symlinks_planted_in_git() {
+    // The git tool commits in baton's own process, outside the sandbox. A command may leave
+    // symlinks in `.git` (refs, logs and objects stay writable): the reflog append and the
+    // loose objects must not follow them out of the workspace.
+    use crate::support::env::Env;
+    let env = Env::new();
+    let outside = tempfile::Builder::new()
+        .prefix("baton-git-outside")
+        .tempdir_in(outside::fixture_base())
+        .expect("tempdir");
+    let victim = outside.path().join("victim-rc");
+    std::fs::write(&victim, "original\n").expect("victim");
+    let objects_out = outside.path().join("objects");
+    std::fs::create_dir_all(&objects_out).expect("mkdir");
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(&env.workspace)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "u")
+            .env("GIT_AUTHOR_EMAIL", "u@example.com")
+            .env("GIT_COMMITTER_NAME", "u")
+            .env("GIT_COMMITTER_EMAIL", "u@example.com")
+            .status()
+            .expect("git")
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["commit", "-q", "--allow-empty", "-m", "first"]);
+    std::fs::write(env.workspace.join("a.txt"), "new\n").expect("write");
+    let plant = format!(
+        "ln -sf {v} .git/logs/HEAD && ln -sf {v} .git/logs/refs/heads/main && \
+         cd .git/objects && for i in 0 1 2 3 4 5 6 7 8 9 a b c d e f; do for j in 0 1 2 3 4 5 6 7 8 9 a b c d e f; do \
+         [ -e $i$j ] || ln -s {o} $i$j; done; done",
+        v = victim.display(),
+        o = objects_out.display()
+    );
+    let ends = super::approval::run_calls(
+        &env,
+        vec![
+            ("shell", json!({ "command": plant })),
+            (
+                "git",
+                json!({"action": "commit", "paths": ["a.txt"], "message": "x; touch pwned"}),
+            ),
+        ],
+        &["--approval", "full-auto"],
+    );
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert_eq!(ends[0]["status"], "ok", "the plant: {}", ends[0]);
+    let victim_now = std::fs::read_to_string(&victim).expect("read victim");
+    let planted_objects = std::fs::read_dir(&objects_out).expect("ls").count();
+    assert!(
+        victim_now == "original\n" && planted_objects == 0,
+        "the git tool wrote outside the workspace: victim now {victim_now:?}, {planted_objects} \
+         objects written outside; the commit: {}",
+        ends[1]
+    );
+}
