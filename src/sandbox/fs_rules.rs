@@ -1,7 +1,7 @@
 //! The Landlock ruleset for a policy, built in the parent: writes are handled (denied) everywhere
 //! except beneath the writable roots; reads stay allowed. With network off, TCP bind/connect are
 //! handled with no allowed port (ABI 4+); signals and abstract UNIX sockets are scoped to the
-//! sandbox (ABI 6+). The child only calls `landlock_restrict_self` on the returned fd.
+//! sandbox (ABI 6+), with the network on too. The child only calls `landlock_restrict_self` on the returned fd.
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -52,11 +52,15 @@ pub fn build_ruleset(policy: &SandboxPolicy) -> Result<OwnedFd, SandboxError> {
     if !policy.network {
         ruleset = ruleset
             .handle_access(AccessNet::from_all(TARGET_ABI))
-            .map_err(err)?
-            .scope(Scope::AbstractUnixSocket)
             .map_err(err)?;
     }
-    ruleset = ruleset.scope(Scope::Signal).map_err(err)?;
+    // Abstract unix sockets are the host's IPC, not the network: with `--network` the command
+    // shares the host's network namespace and would reach an X server's or a container shim's.
+    ruleset = ruleset
+        .scope(Scope::AbstractUnixSocket)
+        .map_err(err)?
+        .scope(Scope::Signal)
+        .map_err(err)?;
     let created = ruleset
         .create()
         .map_err(err)?

@@ -553,3 +553,38 @@ fn credentials_of_other_agents_clouds_and_browsers_and_shell_history_are_hidden(
     let read: Vec<&str> = text.lines().filter(|l| l.contains("s3cret")).collect();
     assert!(read.is_empty(), "readable in the sandbox: {read:#?}");
 }
+
+#[test]
+fn with_the_network_on_host_abstract_unix_sockets_stay_out_of_reach() {
+    // `--network` shares the host's network namespace, and with it the abstract unix sockets
+    // of the user's session (an X server's `@/tmp/.X11-unix/X0` takes keystrokes, a
+    // container shim's takes commands): IPC of the host, not the network the user allowed.
+    use std::os::linux::net::SocketAddrExt;
+    let f = fixture();
+    let name = format!("baton-escape-abstract-{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).expect("addr");
+    let _listener = std::os::unix::net::UnixListener::bind_addr(&addr).expect("bind");
+    let script = format!(
+        "$PY -c '\nimport socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n  s.connect(\"\\0{name}\"); print(\"connected\")\nexcept OSError as e:\n  print(\"refused\", e.errno)\n'"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", f.ws.parent().expect("base").join("home"))
+        .env("PY", python())
+        .args(["sandbox", "--network", "--", "bash", "-c", &script])
+        .current_dir(&f.ws)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("refused"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains("connected"),
+        "reached a host abstract socket: {text}"
+    );
+}
