@@ -202,11 +202,18 @@ pub fn config_digest(folder: &Path) -> Option<String> {
 /// Program files bigger than this are hashed by size and modification time.
 const MAX_PROGRAM_BYTES: u64 = 64 << 20;
 
+/// Extensions of the scripts an interpreter named as `command` runs (`node mcp/server.js`).
+const SCRIPT_EXTENSIONS: &[&str] = &[
+    "js", "mjs", "cjs", "ts", "mts", "cts", "py", "pyz", "sh", "bash", "zsh", "rb", "pl", "php",
+    "lua", "jar", "tcl", "r", "jl", "ps1",
+];
+
 /// The files inside `folder` that its project's stdio MCP servers (`.mcp.json` and
-/// `[mcp_servers]` of `.baton/config.toml`) execute or hand to an interpreter: the program
-/// and every argument naming a regular file there (`./tools/db-mcp`, `node mcp/server.js`),
-/// relative paths read from the server's `cwd` or the folder, with their content. What those
-/// files load in turn is not followed.
+/// `[mcp_servers]` of `.baton/config.toml`) execute or hand to an interpreter: the program,
+/// and every argument naming a regular file there that is executable or a script by its
+/// extension (`./tools/db-mcp`, `node mcp/server.js`; not a database the server keeps
+/// changing), relative paths read from the server's `cwd` or the folder, with their content.
+/// What those files load in turn is not followed.
 fn server_programs(folder: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut servers =
         super::mcp::read_json(&folder.join(super::mcp::PROJECT_JSON)).unwrap_or_default();
@@ -221,7 +228,8 @@ fn server_programs(folder: &Path) -> Vec<(PathBuf, Vec<u8>)> {
             continue;
         };
         let base = cwd.map_or_else(|| folder.clone(), |c| folder.join(c));
-        for word in std::iter::once(command).chain(args) {
+        let words = std::iter::once((command, true)).chain(args.into_iter().map(|a| (a, false)));
+        for (word, is_program) in words {
             let Ok(real) = base.join(&word).canonicalize() else {
                 continue;
             };
@@ -231,7 +239,15 @@ fn server_programs(folder: &Path) -> Vec<(PathBuf, Vec<u8>)> {
             let Ok(meta) = std::fs::metadata(&real) else {
                 continue;
             };
-            if !meta.is_file() {
+            let runnable = {
+                use std::os::unix::fs::PermissionsExt;
+                is_program
+                    || meta.permissions().mode() & 0o111 != 0
+                    || real.extension().is_some_and(|x| {
+                        SCRIPT_EXTENSIONS.contains(&x.to_string_lossy().to_lowercase().as_str())
+                    })
+            };
+            if !meta.is_file() || !runnable {
                 continue;
             }
             let content = if meta.len() > MAX_PROGRAM_BYTES {
@@ -287,6 +303,26 @@ mod tests {
             .map(|b| format!("{b:02x}"))
             .collect();
         assert_eq!(config_digest(other.path()), Some(plain));
+    }
+
+    #[test]
+    fn trust_covers_the_scripts_a_project_server_runs_but_not_its_data() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let folder = dir.path();
+        std::fs::write(
+            folder.join(".mcp.json"),
+            r#"{"mcpServers": {"s": {"command": "node", "args": ["srv/main.js", "--db", "data.db"]}}}"#,
+        )
+        .expect("write");
+        std::fs::create_dir_all(folder.join("srv")).expect("mkdir");
+        std::fs::write(folder.join("srv/main.js"), "serve()\n").expect("write");
+        std::fs::write(folder.join("data.db"), "rows").expect("write");
+        let mut list = TrustList::default();
+        list.trust(folder);
+        std::fs::write(folder.join("data.db"), "more rows").expect("write");
+        assert_eq!(list.status(folder), TrustStatus::Trusted);
+        std::fs::write(folder.join("srv/main.js"), "evil()\n").expect("write");
+        assert_eq!(list.status(folder), TrustStatus::Changed);
     }
 
     #[test]
