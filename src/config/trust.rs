@@ -183,12 +183,11 @@ pub fn config_digest(folder: &Path) -> Option<String> {
     }
     // The servers run outside the sandbox, but their programs in the folder are writable to
     // the model's commands: trust covers those files as they are now, too.
-    for (path, content) in server_programs(folder) {
+    for path in server_programs(folder) {
         hasher.update(b"\0program\0");
         hasher.update(path.as_os_str().as_encoded_bytes());
         hasher.update(b"\0");
-        hasher.update((content.len() as u64).to_le_bytes());
-        hasher.update(&content);
+        hash_program(&mut hasher, &path);
     }
     Some(
         hasher
@@ -214,12 +213,12 @@ const SCRIPT_EXTENSIONS: &[&str] = &[
 /// extension (`./tools/db-mcp`, `node mcp/server.js`; not a database the server keeps
 /// changing), relative paths read from the server's `cwd` or the folder, with their content.
 /// What those files load in turn is not followed.
-fn server_programs(folder: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+fn server_programs(folder: &Path) -> Vec<PathBuf> {
     let mut servers =
         super::mcp::read_json(&folder.join(super::mcp::PROJECT_JSON)).unwrap_or_default();
     servers.extend(super::mcp::read_toml(&folder_config(folder)).unwrap_or_default());
     let folder = canonical(folder);
-    let mut out: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    let mut out: std::collections::BTreeSet<PathBuf> = std::collections::BTreeSet::new();
     for server in servers {
         let super::mcp::McpTransport::Stdio {
             command, args, cwd, ..
@@ -229,11 +228,11 @@ fn server_programs(folder: &Path) -> Vec<(PathBuf, Vec<u8>)> {
         };
         let base = cwd.map_or_else(|| folder.clone(), |c| folder.join(c));
         let words = std::iter::once((command, true)).chain(args.into_iter().map(|a| (a, false)));
-        for (word, is_program) in words {
+        for (word, is_program) in words.take(MAX_PROGRAM_WORDS) {
             let Ok(real) = base.join(&word).canonicalize() else {
                 continue;
             };
-            if !real.starts_with(&folder) || out.iter().any(|(p, _)| *p == real) {
+            if !real.starts_with(&folder) || out.contains(&real) {
                 continue;
             }
             let Ok(meta) = std::fs::metadata(&real) else {
@@ -247,24 +246,73 @@ fn server_programs(folder: &Path) -> Vec<(PathBuf, Vec<u8>)> {
                         SCRIPT_EXTENSIONS.contains(&x.to_string_lossy().to_lowercase().as_str())
                     })
             };
-            if !meta.is_file() || !runnable {
-                continue;
+            if meta.is_file() && runnable {
+                out.insert(real);
             }
-            let content = if meta.len() > MAX_PROGRAM_BYTES {
-                let mtime = meta
-                    .modified()
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_nanos());
-                format!("{} bytes, modified {mtime}", meta.len()).into_bytes()
-            } else {
-                std::fs::read(&real).unwrap_or_default()
-            };
-            out.push((real, content));
         }
     }
-    out.sort();
-    out
+    out.into_iter().collect()
+}
+
+/// At most this many words of each server are looked at (a hostile list could name
+/// thousands).
+const MAX_PROGRAM_WORDS: usize = 64;
+
+/// Feeds `path`'s content to `hasher` in pieces, opened without following a final symlink
+/// and without blocking (a FIFO swapped in since the look must not hang the start): its
+/// size and modification time instead when it is bigger than [`MAX_PROGRAM_BYTES`], a marker
+/// when it is not a regular file any more or cannot be read.
+fn hash_program(hasher: &mut Sha256, path: &Path) {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path);
+    let Ok(mut file) = opened else {
+        hasher.update(b"\0unreadable\0");
+        return;
+    };
+    let Ok(meta) = file.metadata() else {
+        hasher.update(b"\0unreadable\0");
+        return;
+    };
+    if !meta.is_file() {
+        hasher.update(b"\0not a file\0");
+        return;
+    }
+    if meta.len() > MAX_PROGRAM_BYTES {
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        hasher.update(format!("\0{} bytes, modified {mtime}\0", meta.len()));
+        return;
+    }
+    // The length first, so no content can pass for another file's delimiters.
+    hasher.update(meta.len().to_le_bytes());
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut read = 0u64;
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => {
+                if read != meta.len() {
+                    hasher.update(b"\0changed while read\0");
+                }
+                break;
+            }
+            Ok(n) => {
+                read += n as u64;
+                hasher.update(&buf[..n]);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => {
+                hasher.update(b"\0read error\0");
+                break;
+            }
+        }
+    }
 }
 
 /// SHA-256 (hex) of `folder`'s `.baton/hooks.json`; `None` when there is none to read.

@@ -386,6 +386,10 @@ fn repo_configs(gitdir: &Path) -> Vec<PathBuf> {
 /// git follows includes inside included files up to this depth.
 const MAX_INCLUDE_DEPTH: usize = 10;
 
+/// Included files looked at per repository: a planted config naming thousands must not stall
+/// every command (it loses its includes to the audit anyway, `include.*` being code-running).
+const MAX_INCLUDES: usize = 256;
+
 /// The files the repository's config pulls in with `include.path` and `includeIf.*.path`
 /// (projects share settings with `include.path = ../.gitconfig`), followed through included
 /// files, resolved as git does: `~/` from HOME, a relative path from the including file's
@@ -418,6 +422,9 @@ fn included_configs(gitdir: &Path) -> Vec<PathBuf> {
                 dir.join(value)
             };
             let target = normalize(&target);
+            if out.len() >= MAX_INCLUDES {
+                return out;
+            }
             if !out.contains(&target) {
                 out.push(target.clone());
                 queue.push((target, depth + 1));

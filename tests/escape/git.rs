@@ -863,3 +863,27 @@ fn the_git_tools_commit_does_not_write_through_symlinks_planted_in_git() {
         ends[1]
     );
 }
+
+#[tokio::test]
+async fn a_planted_config_naming_thousands_of_includes_does_not_stall_the_audit() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let started = std::time::Instant::now();
+    let (_res, warnings) = r
+        .hostile(
+            "git init -q sub && { printf '[include]\\n'; seq -f 'path = i%g' 1 45000; } \
+             >> sub/.git/config",
+            &[],
+        )
+        .await;
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "the command and its audit took {took:?}"
+    );
+    assert_warned(&warnings, "sub/.git/config");
+    let _ = r.git_output(&r.ws.join("sub"), &["status"]);
+    r.assert_not_run("a nested repository with many includes");
+}
