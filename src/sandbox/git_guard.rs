@@ -745,7 +745,12 @@ fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
     let mut found_baton: Vec<PathBuf> = Vec::new();
     let mut found_bare: Vec<PathBuf> = Vec::new();
     for root in project_roots(policy, &writable) {
-        if !walk(&root, &mut found_git, &mut found_baton, &mut found_bare) {
+        let found = Found {
+            git: &mut found_git,
+            baton: &mut found_baton,
+            bare: &mut found_bare,
+        };
+        if !walk(&root, found, MAX_WALK_ENTRIES) {
             snap.incomplete = true;
         }
     }
@@ -794,12 +799,31 @@ fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
 /// Finds every `.git` and `.baton` entry beneath `root`, and every folder holding a `HEAD`
 /// (what a bare git directory looks like), without following symlinks or entering a `.git`
 /// directory. False when it stopped at the entry bound.
-fn walk(
-    root: &Path,
-    git: &mut Vec<PathBuf>,
-    baton: &mut Vec<PathBuf>,
-    bare: &mut Vec<PathBuf>,
-) -> bool {
+/// Where [`walk`] records what it finds.
+struct Found<'a> {
+    git: &'a mut Vec<PathBuf>,
+    baton: &'a mut Vec<PathBuf>,
+    bare: &'a mut Vec<PathBuf>,
+}
+
+/// Walks `root` for `.git`, `.baton` and bare gitdirs, visiting at most `limit` entries;
+/// false when it stopped there.
+fn walk(root: &Path, found: Found<'_>, limit: usize) -> bool {
+    // The root's own `.git`, `.baton` and `HEAD` are looked up by name before the walk: a top
+    // folder with more entries than the limit must not hide them (git uses them first).
+    let at_root = [".git", ".baton", "HEAD"];
+    for name in at_root {
+        let path = root.join(name);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        match name {
+            ".git" => found.git.push(path),
+            ".baton" => found.baton.push(path),
+            _ if !meta.is_dir() => found.bare.push(root.to_path_buf()),
+            _ => {}
+        }
+    }
     let mut stack = vec![root.to_path_buf()];
     let mut seen = 0usize;
     while let Some(dir) = stack.pop() {
@@ -808,17 +832,25 @@ fn walk(
         };
         for e in rd.flatten() {
             seen += 1;
-            if seen > MAX_WALK_ENTRIES {
+            if seen > limit {
                 return false;
             }
             let name = e.file_name();
+            if dir == root && at_root.iter().any(|n| name == *n) {
+                // Recorded above; `.git`/`.baton` are never descended into, and a `HEAD`
+                // folder is walked like any other.
+                if name == "HEAD" && e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(e.path());
+                }
+                continue;
+            }
             let Ok(ft) = e.file_type() else { continue };
             if name == ".git" {
-                git.push(e.path());
+                found.git.push(e.path());
             } else if name == "HEAD" && !ft.is_dir() {
-                bare.push(dir.clone());
+                found.bare.push(dir.clone());
             } else if name == ".baton" {
-                baton.push(e.path());
+                found.baton.push(e.path());
             } else if ft.is_dir() {
                 stack.push(e.path());
             }
@@ -1258,6 +1290,27 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().canonicalize().unwrap();
         (d, p)
+    }
+
+    #[test]
+    fn a_top_folder_past_the_walk_limit_still_shows_its_own_git_and_baton() {
+        let (_d, ws) = ws();
+        for i in 0..300 {
+            std::fs::write(ws.join(format!("f{i}")), "").unwrap();
+        }
+        std::fs::create_dir(ws.join(".git")).unwrap();
+        std::fs::create_dir(ws.join(".baton")).unwrap();
+        std::fs::write(ws.join("HEAD"), "ref: refs/heads/main").unwrap();
+        let (mut git, mut baton, mut bare) = (Vec::new(), Vec::new(), Vec::new());
+        let found = Found {
+            git: &mut git,
+            baton: &mut baton,
+            bare: &mut bare,
+        };
+        assert!(!walk(&ws, found, 5), "the limit must still stop the walk");
+        assert_eq!(git, [ws.join(".git")]);
+        assert_eq!(baton, [ws.join(".baton")]);
+        assert_eq!(bare, [ws.clone()]);
     }
 
     #[test]
