@@ -185,9 +185,18 @@ impl Bwrap {
     }
 
     /// An empty tmpfs at `dst` anyone may write, as a `/tmp` (mode 1777: files only their
-    /// owner can remove).
-    pub fn tmp_dir(&mut self, dst: &Path) -> &mut Self {
-        self.arg("--perms").arg("1777").tmpfs(dst)
+    /// owner can remove), holding at most `size` bytes.
+    pub fn tmp_dir(&mut self, dst: &Path, size: u64) -> &mut Self {
+        self.arg("--perms")
+            .arg("1777")
+            .arg("--size")
+            .arg(size.to_string())
+            .tmpfs(dst)
+    }
+
+    /// An empty tmpfs at `dst` holding at most `size` bytes.
+    pub fn tmpfs_of_size(&mut self, dst: &Path, size: u64) -> &mut Self {
+        self.arg("--size").arg(size.to_string()).tmpfs(dst)
     }
 
     /// Makes the mount at `dst` read-only (the mounts below it keep their own flags).
@@ -413,11 +422,14 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
     b.ro_bind(Path::new("/"), Path::new("/"))
         .dev(Path::new("/dev"))
         .proc(Path::new("/proc"));
+    // What a command keeps in a tmpfs is memory its memory cgroup counts, but not
+    // RLIMIT_AS, the fallback bound: each tmpfs holds at most the bound.
+    let size = policy.memory_limit();
     let var_tmp = Path::new("/var/tmp").is_dir();
     if TMP_IN_MEMORY.load(std::sync::atomic::Ordering::Relaxed) {
-        b.tmp_dir(Path::new("/tmp"));
+        b.tmp_dir(Path::new("/tmp"), size);
         if var_tmp {
-            b.tmp_dir(Path::new("/var/tmp"));
+            b.tmp_dir(Path::new("/var/tmp"), size);
         }
     } else {
         let tmp = private_tmp()?;
@@ -426,7 +438,7 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
             b.bind(&tmp.join("var-tmp"), Path::new("/var/tmp"));
         }
     }
-    b.tmpfs(Path::new("/dev/shm"));
+    b.tmpfs_of_size(Path::new("/dev/shm"), size);
     let home = dirs::home_dir().and_then(|h| h.canonicalize().ok());
     // A home under the temp dirs (CI, throwaway accounts) stays visible, read-only.
     if let Some(h) = &home
