@@ -4,11 +4,11 @@
 //! hook of the outer process only sets the session, the rlimits and which descriptors survive
 //! the exec. Where there is nothing for such a hook to do (no rlimit, no new session) and no
 //! other thread could inherit those descriptors, bubblewrap is started without forking baton
-//! ([`PreparedSandbox::spawn_alone`]: `posix_spawn`, no copy of baton's page tables). With the named weaker Landlock backend the hook
-//! applies everything itself: new session → join cgroup / rlimit → mount namespace with git
-//! protections → no_new_privs → Landlock → seccomp → exec. Everything that allocates or opens
-//! files is prepared in the parent; the hook only issues raw syscalls, which keeps it
-//! async-signal-safe in a multithreaded parent.
+//! ([`PreparedSandbox::spawn_alone`]: `posix_spawn`, no copy of baton's page tables). With
+//! the named weaker Landlock backend the hook applies everything itself: new session → join
+//! cgroup / rlimit → mount namespace with git protections → no_new_privs → Landlock → seccomp
+//! → exec. Everything that allocates or opens files is prepared in the parent; the hook only
+//! issues raw syscalls, which keeps it async-signal-safe in a multithreaded parent.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
