@@ -132,6 +132,8 @@ const FOREIGN: &[&str] = &[
     "--ro-bind",
     "--bind",
     "--tmpfs",
+    "--perms",
+    "--size",
     "--dev",
     "--proc",
 ];

@@ -506,3 +506,79 @@ fn copy_program(from: &Path, to: &Path) {
     let status = Command::new("cp").arg(from).arg(to).status().expect("cp");
     assert!(status.success(), "cp {} {}", from.display(), to.display());
 }
+
+/// `baton sandbox` starts bubblewrap without forking itself where it can (stdio not a
+/// terminal, no rlimit to set): the inner helper then joins the command's cgroups through
+/// the descriptors bubblewrap inherits, so the command still runs inside the bound baton made
+/// for it. Its /tmp and /var/tmp are tmpfs mounts of its own (mode 1777), not host folders,
+/// and a descriptor the caller left open still does not reach it.
+#[test]
+fn baton_sandbox_runs_its_command_in_its_cgroup_with_a_tmp_of_its_own() {
+    if !probe().enforceable {
+        return;
+    }
+    let env = crate::support::env::Env::new();
+    std::fs::create_dir_all(env.workspace.join(".git/hooks")).expect("mkdir");
+    std::fs::write(env.workspace.join(".git/config"), "[core]\n").expect("config");
+    let marker = format!("left-by-{}", std::process::id());
+    let script = format!(
+        "grep -E ':(pids|memory):' /proc/self/cgroup; stat -c 'mode %a' /tmp /var/tmp; \
+         grep -E ' /(var/)?tmp ' /proc/self/mounts; ls /proc/self/fd | tr '\\n' ' '; echo; \
+         echo x > /tmp/{marker} && echo wrote"
+    );
+    let log = env.workspace.join("caller-log");
+    let file = std::fs::File::create(&log).expect("log");
+    // As `Env::baton` sets it up, on a std `Command` (the caller's descriptor needs a hook).
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_baton"));
+    cmd.env_clear()
+        .env("HOME", &env.home)
+        .env("XDG_CONFIG_HOME", env.home.join(".config"))
+        .env("XDG_DATA_HOME", env.home.join(".local/share"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(&env.workspace)
+        .args(["sandbox", "--", "sh", "-c", &script])
+        .stdin(Stdio::null());
+    // The caller's fd 9, open without close-on-exec.
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+    // SAFETY: dup2 in the child before exec, onto a descriptor number it does not use.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            if libc::dup2(fd, 9) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().expect("run baton sandbox");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("wrote"), "{stdout}\n{stderr}");
+    assert_eq!(stdout.matches("mode 1777").count(), 2, "{stdout}");
+    assert!(
+        stdout.contains("tmpfs /tmp tmpfs") && stdout.contains("tmpfs /var/tmp tmpfs"),
+        "{stdout}"
+    );
+    assert!(!Path::new("/tmp").join(&marker).exists());
+    let fds = stdout
+        .lines()
+        .find(|l| l.starts_with("0 1 2"))
+        .unwrap_or_else(|| panic!("no descriptor list: {stdout}"));
+    assert!(
+        !fds.split_whitespace().any(|n| n == "9"),
+        "fd 9 reached the command: {fds}"
+    );
+    // Where baton can make a pids cgroup for the command (as this test's user, with the same
+    // policy), the command is in it.
+    let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &env.workspace);
+    let (_, guard) =
+        sandboxed_command(&policy, &["true".into()], Session::NewGroup).expect("prepare");
+    if guard.cgroup().is_some() {
+        let pids = stdout
+            .lines()
+            .find(|l| l.contains(":pids:"))
+            .unwrap_or_else(|| panic!("no pids line: {stdout}"));
+        assert!(pids.contains("/baton-"), "not in baton's cgroup: {pids}");
+    }
+    drop(file);
+}

@@ -352,6 +352,26 @@ pub fn parse_sandbox(
     if argv.get(1).is_none_or(|a| a != "sandbox") {
         return None;
     }
+    // `baton sandbox -- CMD…`, the form scripts use: no option to read, nothing for clap to do.
+    if argv.get(2).is_some_and(|a| a == "--") && argv.len() > 3 {
+        let command: Option<Vec<String>> = argv[3..]
+            .iter()
+            .map(|a| a.to_str().map(str::to_owned))
+            .collect();
+        return Some((
+            CommonArgs::default(),
+            super::sandbox::SandboxArgs {
+                mode: SandboxMode::default(),
+                network: false,
+                write: Vec::new(),
+                workspace: None,
+                backend: None,
+                max_memory: None,
+                probe: false,
+                command: command?,
+            },
+        ));
+    }
     let cmd = CommonArgs::augment_args(clap::Command::new("baton")).subcommand(
         super::sandbox::SandboxArgs::augment_args(clap::Command::new("sandbox")),
     );
@@ -478,6 +498,10 @@ mod tests {
         use clap::FromArgMatches;
         let cases: &[&[&str]] = &[
             &["baton", "sandbox", "--", "true"],
+            &[
+                "baton", "sandbox", "--", "sh", "-c", "exit 3", "--", "--help", "-C",
+            ],
+            &["baton", "sandbox", "--", "--version"],
             &["baton", "sandbox", "true", "-x", "--y"],
             &[
                 "baton",

@@ -12,7 +12,9 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 use crate::protocol::{SandboxMode, terminal_safe_line};
-use crate::sandbox::{Backend, SandboxPolicy, Session, git_guard, probe, sandboxed_command};
+use crate::sandbox::{
+    Backend, SandboxPolicy, Session, git_guard, probe, sandboxed_command_to_spawn,
+};
 use crate::tool::shell::pty::{Pty, WindowSize};
 
 /// Arguments of `baton sandbox`.
@@ -103,12 +105,12 @@ pub fn run(args: SandboxArgs) -> i32 {
     } else {
         Session::NewGroup
     };
-    // Old private /tmp folders are removed while the command runs, not before it starts.
-    crate::sandbox::bwrap::tidy_stale_tmp_later();
+    // One command, gone when this process ends: its /tmp needs no folder on the host.
+    crate::sandbox::bwrap::tmp_in_memory();
     // What git and baton trust before the command, to undo what it plants where no
     // read-only bind reaches (a repository it creates, a `.baton/` it writes).
     let git_before = git_guard::snapshot(&policy);
-    let (mut cmd, guard) = match sandboxed_command(&policy, &args.command, session) {
+    let (mut cmd, guard) = match sandboxed_command_to_spawn(&policy, &args.command, session) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("baton sandbox: {e}");
@@ -123,12 +125,13 @@ pub fn run(args: SandboxArgs) -> i32 {
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);
     }
     let status = if session == Session::PtyLeader {
+        guard.install(&mut cmd);
         run_on_pty(cmd, tty)
     } else {
-        cmd.spawn().and_then(|mut child| {
-            crate::sandbox::bwrap::tidy_stale_tmp();
-            child.wait()
-        })
+        // No other thread runs yet: bubblewrap can start without a fork of this process.
+        guard
+            .spawn_alone(&mut cmd)
+            .and_then(|mut child| child.wait())
     };
     let status = match status {
         Ok(s) => s,
@@ -246,8 +249,6 @@ fn run_on_pty(
         // End of input for a command whose stdin was not a terminal.
         let _ = writer.write_all(&[4]);
     }
-    // With its output already relayed: keys wait for this, the command's output does not.
-    crate::sandbox::bwrap::tidy_stale_tmp();
     let mut last = size;
     // The child's exit wakes the poll through a pidfd (Linux 5.3+): the command's end is seen
     // at once, not at the next tick. Without one, the loop ticks as before.

@@ -154,14 +154,19 @@ impl Choice for ApprovalPolicy {
 /// machine's RAM (`MemTotal`), 4 GiB when /proc/meminfo can't tell. Config judges a project's
 /// `max_memory` against it and the sandbox applies it, so both read it here.
 pub fn default_memory_bound() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            m.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(4 << 30, |kib| kib * 1024 / 2)
+    // The machine's memory does not change while baton runs; the sandbox asks several times
+    // per command.
+    static BOUND: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *BOUND.get_or_init(|| {
+        std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|m| {
+                m.lines()
+                    .find_map(|l| l.strip_prefix("MemTotal:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+            .map_or(4 << 30, |kib| kib * 1024 / 2)
+    })
 }
 
 /// What builds the sandbox.

@@ -184,6 +184,21 @@ impl Bwrap {
         self.mount_op("--tmpfs", &[dst])
     }
 
+    /// An empty tmpfs at `dst` anyone may write, as a `/tmp` (mode 1777: files only their
+    /// owner can remove), holding at most `size` bytes.
+    pub fn tmp_dir(&mut self, dst: &Path, size: u64) -> &mut Self {
+        self.arg("--perms")
+            .arg("1777")
+            .arg("--size")
+            .arg(size.to_string())
+            .tmpfs(dst)
+    }
+
+    /// An empty tmpfs at `dst` holding at most `size` bytes.
+    pub fn tmpfs_of_size(&mut self, dst: &Path, size: u64) -> &mut Self {
+        self.arg("--size").arg(size.to_string()).tmpfs(dst)
+    }
+
     /// Makes the mount at `dst` read-only (the mounts below it keep their own flags).
     pub fn remount_ro(&mut self, dst: &Path) -> &mut Self {
         self.op("--remount-ro", &[dst])
@@ -347,18 +362,13 @@ fn private_tmp() -> Result<&'static Path, SandboxError> {
         let base = std::env::temp_dir();
         // Removing the folders of baton processes that are gone is a handful of directory
         // removals, each of which waits for the file system's journal (0.1 ms on a quiet disk,
-        // 1–5 ms each behind other writers): not on the first command's path. A caller that
-        // said it would ([`tidy_stale_tmp_later`]) does it while that command runs, else a
-        // thread. Neither touches this process's own folder (its pid is alive); a removal
-        // cut short by the process's exit is finished by the next baton.
-        if TIDY_BY_CALLER.load(std::sync::atomic::Ordering::Relaxed) {
-            *STALE_TMP_BASE.lock().unwrap_or_else(|p| p.into_inner()) = Some(base.clone());
-        } else {
-            let stale_base = base.clone();
-            let _ = std::thread::Builder::new()
-                .name("sandbox-tmp-clean".into())
-                .spawn(move || remove_stale_tmp(&stale_base));
-        }
+        // 1–5 ms each behind other writers): not on the first command's path. The thread
+        // never touches this process's own folder (its pid is alive); a removal cut short by
+        // the process's exit is finished by the next baton.
+        let stale_base = base.clone();
+        let _ = std::thread::Builder::new()
+            .name("sandbox-tmp-clean".into())
+            .spawn(move || remove_stale_tmp(&stale_base));
         // SAFETY: getuid has no failure mode.
         let uid = unsafe { libc::getuid() };
         let dir = base.join(format!("baton-sandbox-{uid}-{}", std::process::id()));
@@ -386,29 +396,16 @@ fn private_tmp() -> Result<&'static Path, SandboxError> {
     .map_err(|e| SandboxError::Setup(e.clone()))
 }
 
-/// Set by [`tidy_stale_tmp_later`].
-static TIDY_BY_CALLER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Set by [`tmp_in_memory`].
+static TMP_IN_MEMORY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Where [`tidy_stale_tmp`] has stale private `/tmp` folders to remove.
-static STALE_TMP_BASE: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
-
-/// Declares that this process will call [`tidy_stale_tmp`] once its first sandboxed command
-/// runs (a single-threaded caller such as `baton sandbox`, for which a thread costs more than
-/// the work), instead of leaving the removal to a thread of its own.
-pub fn tidy_stale_tmp_later() {
-    TIDY_BY_CALLER.store(true, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Removes the private `/tmp` folders of baton processes that are gone, when the first
-/// command's world left that to the caller; does nothing otherwise or the second time.
-pub fn tidy_stale_tmp() {
-    let base = STALE_TMP_BASE
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take();
-    if let Some(base) = base {
-        remove_stale_tmp(&base);
-    }
+/// Declares that this process runs a single sandboxed command and ends with it (`baton
+/// sandbox`): the command's `/tmp` and `/var/tmp` are then empty tmpfs mounts of its own
+/// world, gone with it, instead of folders on the host that outlive the process (creating
+/// and later removing those costs journal writes on every run). Its files there live in
+/// memory, which the command's memory bound counts.
+pub fn tmp_in_memory() {
+    TMP_IN_MEMORY.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 fn remove_stale_tmp(base: &Path) {
@@ -459,12 +456,23 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
     b.ro_bind(Path::new("/"), Path::new("/"))
         .dev(Path::new("/dev"))
         .proc(Path::new("/proc"));
-    let tmp = private_tmp()?;
-    b.bind(&tmp.join("tmp"), Path::new("/tmp"));
-    if Path::new("/var/tmp").is_dir() {
-        b.bind(&tmp.join("var-tmp"), Path::new("/var/tmp"));
+    // What a command keeps in a tmpfs is memory its memory cgroup counts, but not
+    // RLIMIT_AS, the fallback bound: each tmpfs holds at most the bound.
+    let size = policy.memory_limit();
+    let var_tmp = Path::new("/var/tmp").is_dir();
+    if TMP_IN_MEMORY.load(std::sync::atomic::Ordering::Relaxed) {
+        b.tmp_dir(Path::new("/tmp"), size);
+        if var_tmp {
+            b.tmp_dir(Path::new("/var/tmp"), size);
+        }
+    } else {
+        let tmp = private_tmp()?;
+        b.bind(&tmp.join("tmp"), Path::new("/tmp"));
+        if var_tmp {
+            b.bind(&tmp.join("var-tmp"), Path::new("/var/tmp"));
+        }
     }
-    b.tmpfs(Path::new("/dev/shm"));
+    b.tmpfs_of_size(Path::new("/dev/shm"), size);
     let home = dirs::home_dir().and_then(|h| h.canonicalize().ok());
     // A home under the temp dirs (CI, throwaway accounts) stays visible, read-only.
     if let Some(h) = &home

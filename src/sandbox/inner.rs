@@ -1,8 +1,9 @@
 //! baton's inner helper: the program bubblewrap runs inside the new world
 //! (`baton __sandbox-inner SPEC -- CMD…`). Landlock forbids changing the mount table, so it
-//! can only be applied after bubblewrap's mounts; the helper applies it, takes the command's
-//! PTY as controlling terminal, closes every inherited descriptor above stderr, sets
-//! no_new_privs, installs the seccomp filter last and execs the command.
+//! can only be applied after bubblewrap's mounts; the helper joins the command's cgroups,
+//! applies Landlock, takes the command's PTY as controlling terminal, closes every inherited
+//! descriptor above stderr, sets no_new_privs, installs the seccomp filter last and execs the
+//! command.
 
 use std::ffi::{CString, OsString};
 use std::os::fd::{AsRawFd, RawFd};
@@ -28,6 +29,13 @@ pub struct InnerSpec {
     pub policy: SandboxPolicy,
     /// fd 0 is the command's PTY: make it the controlling terminal (after bubblewrap's setsid).
     pub pty: bool,
+    /// Inherited descriptors of the command's cgroup files (`tasks` or `cgroup.procs`, opened
+    /// by baton outside): the helper writes "0" into each before anything else, so the
+    /// command and everything it starts live in its pids and memory cgroups. Joining here
+    /// rather than in a forked copy of baton lets baton start bubblewrap without forking
+    /// itself (`posix_spawn`); the kernel checks the write against the credentials of the
+    /// process that opened the file.
+    pub join: Vec<RawFd>,
 }
 
 static HELPER: OnceLock<PathBuf> = OnceLock::new();
@@ -207,6 +215,14 @@ fn restrict(spec: &InnerSpec) -> Result<(), String> {
             libc::SIGPIPE,
         ] {
             libc::signal(sig, libc::SIG_DFL);
+        }
+        for &fd in &spec.join {
+            if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(format!(
+                    "joining the command's cgroup (descriptor {fd}): {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
         }
         // bubblewrap's setsid makes its pid-1 reaper the session leader, not the command:
         // the helper starts its own session (no terminal yet) and takes the PTY.

@@ -1,14 +1,17 @@
 //! Spawning a command inside the sandbox. With the bubblewrap backend the command line becomes
-//! `bwrap WORLD -- baton __sandbox-inner SPEC -- CMD…` (see `bwrap` and `inner`); the
-//! `pre_exec` hook of the outer process only joins the cgroups, sets the rlimits and marks
-//! every inherited descriptor close-on-exec. With the named weaker Landlock backend the hook
-//! applies everything itself: new session → join cgroup / rlimit → mount namespace with git
-//! protections → no_new_privs → Landlock → seccomp → exec. Everything that allocates or opens
-//! files is prepared in the parent; the hook only issues raw syscalls, which keeps it
-//! async-signal-safe in a multithreaded parent.
+//! `bwrap WORLD -- baton __sandbox-inner SPEC -- CMD…` (see `bwrap` and `inner`); the helper
+//! joins the command's cgroups through descriptors bubblewrap inherits, and the `pre_exec`
+//! hook of the outer process only sets the session, the rlimits and which descriptors survive
+//! the exec. Where there is nothing for such a hook to do (no rlimit, no new session) and no
+//! other thread could inherit those descriptors, bubblewrap is started without forking baton
+//! ([`PreparedSandbox::spawn_alone`]: `posix_spawn`, no copy of baton's page tables). With
+//! the named weaker Landlock backend the hook applies everything itself: new session → join
+//! cgroup / rlimit → mount namespace with git protections → no_new_privs → Landlock → seccomp
+//! → exec. Everything that allocates or opens files is prepared in the parent; the hook only
+//! issues raw syscalls, which keeps it async-signal-safe in a multithreaded parent.
 
 use std::ffi::{CString, OsStr, OsString};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -54,6 +57,18 @@ struct Wrapper {
     world: bwrap::Bwrap,
     helper: Helper,
     spec: InnerSpec,
+}
+
+impl Wrapper {
+    /// The descriptors bubblewrap must inherit (at most three: no allocation needed in a
+    /// forked child).
+    fn inherited(&self) -> impl Iterator<Item = RawFd> + '_ {
+        let image = match self.helper {
+            Helper::Image(fd) => Some(fd),
+            Helper::Path(_) => None,
+        };
+        image.into_iter().chain(self.spec.join.iter().copied())
+    }
 }
 
 /// Everything the child needs, prepared before fork.
@@ -133,6 +148,13 @@ impl PreparedSandbox {
             env.push(("TMPDIR".into(), "/tmp".into()));
             let bound = pids::prepare(policy.max_processes);
             let memory = Some(memory::prepare(policy.memory_limit(), v2_dir(&bound)));
+            let mut join = Vec::new();
+            if let ProcessBound::Cgroup(cg) = &bound {
+                join.push(cg.procs.as_raw_fd());
+            }
+            if let Some(MemoryBound::CgroupV1(cg)) = &memory {
+                join.push(cg.procs.as_raw_fd());
+            }
             return Ok(PreparedSandbox {
                 mode: policy.mode,
                 backend: Backend::Bubblewrap,
@@ -142,6 +164,7 @@ impl PreparedSandbox {
                     spec: InnerSpec {
                         policy: policy.clone(),
                         pty: session == Session::PtyLeader,
+                        join,
                     },
                 }),
                 landlock: None,
@@ -266,6 +289,46 @@ impl PreparedSandbox {
         }
     }
 
+    /// Spawns `cmd` (made by [`PreparedSandbox::command`], not yet [installed]) for a caller
+    /// whose process runs no other thread, such as `baton sandbox`: where the launch needs no
+    /// code in a forked child (bubblewrap, no new session, no rlimit to set), bubblewrap is
+    /// started with `posix_spawn` (vfork: baton's memory is not copied) and the descriptors
+    /// it must inherit are inheritable only for the duration of the call — which is why no
+    /// other thread may spawn meanwhile. Anywhere else it installs the usual hook and forks.
+    /// Keep `self` alive while the command runs, as for [`PreparedSandbox::install`].
+    ///
+    /// [installed]: PreparedSandbox::install
+    pub fn spawn_alone(
+        self: &Arc<Self>,
+        cmd: &mut Command,
+    ) -> std::io::Result<std::process::Child> {
+        let lean = self.wrapper.as_ref().filter(|_| {
+            self.session != Session::PtyLeader
+                && !matches!(self.bound, ProcessBound::Rlimit(_))
+                && !matches!(self.memory, Some(MemoryBound::Rlimit(_)))
+                && only_thread()
+        });
+        let Some(w) = lean else {
+            self.install(cmd);
+            return cmd.spawn();
+        };
+        if self.session == Session::NewGroup {
+            cmd.process_group(0);
+        }
+        let fds: Vec<RawFd> = w.inherited().collect();
+        for &fd in &fds {
+            // SAFETY: fcntl on descriptors `self` owns.
+            if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+                let err = std::io::Error::last_os_error();
+                restore_cloexec(&fds);
+                return Err(err);
+            }
+        }
+        let child = cmd.spawn();
+        restore_cloexec(&fds);
+        child
+    }
+
     /// Runs in the forked child. Async-signal-safe: no allocation, no locks.
     fn apply_in_child(&self) -> std::io::Result<()> {
         // SAFETY (whole fn): raw syscalls with pointers into `self`, which outlives the call.
@@ -291,11 +354,14 @@ impl PreparedSandbox {
             if self.mode == SandboxMode::Off {
                 return Ok(());
             }
+            // With bubblewrap the inner helper joins the cgroups (see `InnerSpec::join`).
+            let join_here = self.wrapper.is_none();
             match &self.bound {
-                ProcessBound::Cgroup(cg) => {
+                ProcessBound::Cgroup(cg) if join_here => {
                     let ok = libc::write(cg.procs.as_raw_fd(), b"0".as_ptr().cast(), 1) == 1;
                     step(ok, b"joining the pids cgroup")?;
                 }
+                ProcessBound::Cgroup(_) => {}
                 ProcessBound::Rlimit(n) => {
                     let lim = libc::rlimit {
                         rlim_cur: *n,
@@ -309,10 +375,11 @@ impl PreparedSandbox {
                 ProcessBound::Unenforced(_) => {}
             }
             match &self.memory {
-                Some(MemoryBound::CgroupV1(cg)) => {
+                Some(MemoryBound::CgroupV1(cg)) if join_here => {
                     let ok = libc::write(cg.procs.as_raw_fd(), b"0".as_ptr().cast(), 1) == 1;
                     step(ok, b"joining the memory cgroup")?;
                 }
+                Some(MemoryBound::CgroupV1(_)) => {}
                 Some(MemoryBound::Rlimit(n)) => {
                     let lim = libc::rlimit {
                         rlim_cur: *n,
@@ -330,11 +397,12 @@ impl PreparedSandbox {
                 b"close_range",
             )?;
             if let Some(w) = &self.wrapper {
-                // The image descriptor alone survives into bubblewrap, which executes it.
-                if let Helper::Image(fd) = w.helper {
+                // The image descriptor (bubblewrap executes it) and the cgroup files the
+                // helper joins through alone survive into bubblewrap.
+                for fd in w.inherited() {
                     step(
                         libc::fcntl(fd, libc::F_SETFD, 0) == 0,
-                        b"the helper's descriptor",
+                        b"the helper's descriptors",
                     )?;
                 }
                 return Ok(());
@@ -416,6 +484,27 @@ impl PreparedSandbox {
         }
         Ok(())
     }
+}
+
+/// Marks `fds` close-on-exec again.
+fn restore_cloexec(fds: &[RawFd]) {
+    for &fd in fds {
+        // SAFETY: fcntl on descriptors the caller owns.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+}
+
+/// Whether this process runs a single thread (field 20 of `/proc/self/stat`): then nothing
+/// can spawn a program while [`PreparedSandbox::spawn_alone`] has descriptors inheritable.
+fn only_thread() -> bool {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return false;
+    };
+    // The command name (field 2) is in parentheses and may hold spaces; the thread count is
+    // the 18th field after it.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_ascii_whitespace().nth(17))
+        .is_some_and(|n| n == "1")
 }
 
 /// The command's pids cgroup when it is a v2 one (the memory bound can go in it too).

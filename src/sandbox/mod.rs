@@ -77,13 +77,24 @@ pub fn sandboxed_command(
     argv: &[String],
     session: Session,
 ) -> Result<(Command, Arc<PreparedSandbox>), SandboxError> {
+    let (mut cmd, prepared) = sandboxed_command_to_spawn(policy, argv, session)?;
+    prepared.install(&mut cmd);
+    Ok((cmd, prepared))
+}
+
+/// [`sandboxed_command`] without the child-side hook: the caller spawns the command with
+/// [`PreparedSandbox::spawn_alone`] (or installs the hook itself).
+pub fn sandboxed_command_to_spawn(
+    policy: &SandboxPolicy,
+    argv: &[String],
+    session: Session,
+) -> Result<(Command, Arc<PreparedSandbox>), SandboxError> {
     let Some((program, args)) = argv.split_first() else {
         return Err(SandboxError::Setup("no command given".into()));
     };
     let prepared = Arc::new(PreparedSandbox::prepare(policy, session)?);
     let mut cmd = prepared.command(program, args)?;
     set_sandbox_env(&mut cmd, policy);
-    prepared.install(&mut cmd);
     Ok((cmd, prepared))
 }
 
