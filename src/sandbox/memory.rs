@@ -34,8 +34,8 @@ impl MemoryBound {
             ),
             MemoryBound::CgroupV2 => "memory cgroup v2 (memory.max)".into(),
             MemoryBound::Rlimit(n) => format!(
-                "RLIMIT_AS ({} MiB per process: a command's processes together, and what it \
-                 writes to /dev/shm, are not bounded)",
+                "RLIMIT_AS ({} MiB per process: a command's processes together are not \
+                 bounded; its /dev/shm holds one bound more)",
                 n >> 20
             ),
         }
