@@ -154,8 +154,16 @@ impl CpuDevice {
         }
     }
 
-    /// `out[rows, w.rows] (=|+=) x[rows, w.cols] · wᵀ`.
-    fn gemm(&self, x: &[f32], rows: usize, w: &CpuMatrix, out: &mut [f32], accumulate: bool) {
+    /// `out[rows, w.rows] (=|+=) scale · (x[rows, w.cols] · wᵀ)`.
+    fn gemm(
+        &self,
+        x: &[f32],
+        rows: usize,
+        w: &CpuMatrix,
+        scale: f32,
+        out: &mut [f32],
+        accumulate: bool,
+    ) {
         let (n, k) = (w.rows, w.cols);
         let x = &x[..rows * k];
         let out = &mut out[..rows * n];
@@ -172,13 +180,14 @@ impl CpuDevice {
                             Storage::F32(data) => self.dot(&data[r * k..(r + 1) * k], x),
                             Storage::Bf16(data) => self.dot_bf16(&data[r * k..(r + 1) * k], x),
                         };
+                        let d = if scale == 1.0 { d } else { scale * d };
                         *slot = if accumulate { *slot + d } else { d };
                     }
                 });
             return;
         }
         match &w.data {
-            Storage::F32(data) => sgemm_block(x, rows, k, data, n, 0, n, out, accumulate),
+            Storage::F32(data) => sgemm_block(x, rows, k, data, n, 0, n, scale, out, accumulate),
             Storage::Bf16(data) => {
                 // Widen a block of weight rows at a time (it stays in cache), then GEMM it
                 // into its columns of `out`.
@@ -202,6 +211,7 @@ impl CpuDevice {
                         count,
                         first,
                         n,
+                        scale,
                         out,
                         accumulate,
                     );
@@ -211,7 +221,8 @@ impl CpuDevice {
     }
 }
 
-/// `out[:, first..first+count] (=|+=) x[rows, k] · wᵀ` for `w: [count, k]`, `out: [rows, n]`.
+/// `out[:, first..first+count] (=|+=) scale · (x[rows, k] · wᵀ)` for `w: [count, k]`,
+/// `out: [rows, n]`.
 #[allow(clippy::too_many_arguments)] // a BLAS call
 fn sgemm_block(
     x: &[f32],
@@ -221,6 +232,7 @@ fn sgemm_block(
     count: usize,
     first: usize,
     n: usize,
+    scale: f32,
     out: &mut [f32],
     accumulate: bool,
 ) {
@@ -233,7 +245,7 @@ fn sgemm_block(
             rows,
             k,
             count,
-            1.0,
+            scale,
             x.as_ptr(),
             k as isize,
             1,
@@ -600,7 +612,7 @@ impl Device for CpuDevice {
     }
 
     fn matmul(&self, x: &Vec<f32>, rows: usize, w: &CpuMatrix, out: &mut Vec<f32>) {
-        self.gemm(x, rows, w, out, false);
+        self.gemm(x, rows, w, 1.0, out, false);
     }
 
     fn lora_add(
@@ -609,11 +621,12 @@ impl Device for CpuDevice {
         rows: usize,
         a: &CpuMatrix,
         b: &CpuMatrix,
+        scale: f32,
         scratch: &mut Vec<f32>,
         out: &mut Vec<f32>,
     ) {
-        self.gemm(x, rows, a, scratch, false);
-        self.gemm(scratch, rows, b, out, true);
+        self.gemm(x, rows, a, 1.0, scratch, false);
+        self.gemm(scratch, rows, b, scale, out, true);
     }
 
     fn rope(
