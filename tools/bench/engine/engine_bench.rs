@@ -124,6 +124,28 @@ fn delta_rule_tok_s(shape: DeltaShape, rows: usize) -> (f64, f64) {
     (median(&mut c), median(&mut r))
 }
 
+/// CPU seconds this process has used (all threads, user + system): on a machine other jobs
+/// load, tokens per CPU-second compare two runs better than tokens per wall second.
+fn cpu_s() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (ticks(11) + ticks(12)) / hz
+}
+
 fn rss_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -228,6 +250,7 @@ fn main() {
         }
         // Warm-up (page faults, thread pools), then the measured runs.
         let _ = run(&mut engine, &greedy(tokens(16, 1), which, 2));
+        let cpu_before = cpu_s();
         let out = match run(&mut engine, &greedy(tokens(prefill_len, 2), which, 1)) {
             Ok(o) => o,
             Err(e) => {
@@ -243,6 +266,17 @@ fn main() {
             &format!("{label}_prefill_tok_s"),
             (prefill_len as f64 / out.prefill_time.as_secs_f64()).into(),
         );
+        // The whole request's CPU time: the prefill and one lm_head product.
+        insert(
+            &format!("{label}_prefill_tok_per_cpu_s"),
+            (prefill_len as f64 / (cpu_s() - cpu_before).max(1e-9)).into(),
+        );
+        // The decode steps' CPU time: a run to `decode_len + 1` tokens less one that stops
+        // after the prefill of the same prompt.
+        let cpu_before = cpu_s();
+        let _ = run(&mut engine, &greedy(tokens(32, 3), which, 1));
+        let prefill_cpu = cpu_s() - cpu_before;
+        let cpu_before = cpu_s();
         let out = match run(&mut engine, &greedy(tokens(32, 3), which, decode_len + 1)) {
             Ok(o) => o,
             Err(e) => {
@@ -250,6 +284,12 @@ fn main() {
                 std::process::exit(1);
             }
         };
+        insert(
+            &format!("{label}_decode_tok_per_cpu_s"),
+            (out.tokens.len().saturating_sub(1) as f64
+                / (cpu_s() - cpu_before - prefill_cpu).max(1e-9))
+            .into(),
+        );
         // The first new token comes from the prefill's logits; each later one costs one step.
         let steps_run = out.tokens.len().saturating_sub(1).max(1);
         insert(
