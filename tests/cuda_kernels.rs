@@ -470,7 +470,7 @@ fn every_kernel_matches_the_cpu_device() {
             rows * out_dim,
             &format!("matmul {rows}x{in_dim} -> {out_dim} bf16={bf16}"),
         );
-        // LoRA on top: A bf16, B f32 (scale folded in), rank 8.
+        // LoRA on top: A bf16, B f32, rank 8, a scale applied after the product.
         let rank = 8;
         let a = as_bf16(random(rank * in_dim, 3, 0.2));
         let b = random(out_dim * rank, 4, 0.2);
@@ -486,8 +486,8 @@ fn every_kernel_matches_the_cpu_device() {
             c.buffer(rows * rank).expect("cpu"),
             g.buffer(rows * rank).expect("gpu"),
         );
-        c.lora_add(&cx, rows, &ca, &cb, &mut ct, &mut co);
-        g.lora_add(&gx, rows, &ga, &gb, &mut gt, &mut go);
+        c.lora_add(&cx, rows, &ca, &cb, 1.5, &mut ct, &mut co);
+        g.lora_add(&gx, rows, &ga, &gb, 1.5, &mut gt, &mut go);
         p.read(
             &co,
             &go,

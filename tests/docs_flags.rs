@@ -79,6 +79,9 @@ const FOREIGN: &[&str] = &[
     "--weights",
     "--delta-rule",
     "--steps",
+    // the engine benchmark binary (engine.md)
+    "--prefill",
+    "--decode",
     // tools/make_tiny_model.py (the engine fixtures)
     "--variant",
     "--agent-import-path",

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use baton::engine::{
     CacheLimits, Engine, EngineError, EngineOptions, FinishKind, GenerateRequest, SamplingParams,
+    WeightPrecision,
 };
 use baton::protocol::DeviceChoice;
 use golden::{fixture, golden, ids};
@@ -800,6 +801,82 @@ fn rslora_and_alpha_pattern_scale_like_peft() {
             what,
             all.last().expect("rows"),
             g.tensor("plain.L0.last_logits"),
+        );
+    }
+}
+
+/// An adapter file that stores bf16 stays bf16 on bf16 weights (half the bytes, its scale
+/// applied after the product) and gives the logits of the same file on f32 weights, where it
+/// is widened and B takes the scale in f32.
+#[test]
+fn a_bf16_adapter_stays_bf16_and_matches_f32_weights() {
+    let g = golden();
+    let tmp = copy_fixture();
+    // L0 (scale 2, so the scale is not a no-op) rounded to bf16, nearest even.
+    let path = tmp.path().join("loras/L0/adapter_model.safetensors");
+    let bytes = std::fs::read(&path).expect("read");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("parse");
+    let mut values = 0usize;
+    let tensors: Vec<Tensor> = st
+        .iter()
+        .map(|(name, view)| {
+            assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}");
+            let data: Vec<u8> = view
+                .data()
+                .chunks_exact(4)
+                .flat_map(|b| {
+                    let bits = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    let rounded = (bits + 0x7fff + ((bits >> 16) & 1)) >> 16;
+                    (rounded as u16).to_le_bytes()
+                })
+                .collect();
+            values += data.len() / 2;
+            (name.to_string(), view.shape().to_vec(), data)
+        })
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
+        .iter()
+        .map(|(n, s, d)| {
+            let view = safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, s.clone(), d)
+                .expect("view");
+            (n.clone(), view)
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &path).expect("write");
+    let load = |precision| {
+        let options = EngineOptions {
+            cpu_weights: Some(precision),
+            ..Default::default()
+        };
+        Engine::load_with(tmp.path(), DeviceChoice::Cpu, options).expect("load")
+    };
+    let mut bf16 = load(WeightPrecision::Bf16);
+    let mut f32w = load(WeightPrecision::F32);
+    // Only L0 is stored bf16 (the other adapters are f32 files and stay f32 in both).
+    let (ab, af) = (bf16.memory().adapters, f32w.memory().adapters);
+    assert_eq!(af - ab, values * 2, "adapters: bf16 {ab} B, f32 {af} B");
+    for prompt in ["plain", "chat"] {
+        let tokens = g.ids(prompt);
+        let b = bf16.logits(&tokens, Some(0)).expect("bf16 logits");
+        let f = f32w.logits(&tokens, Some(0)).expect("f32 logits");
+        let base = f32w.logits(&tokens, None).expect("base logits");
+        let mut moved = 0f32;
+        for (row, ((b, f), base)) in b.iter().zip(&f).zip(&base).enumerate() {
+            for (i, (x, y)) in b.iter().zip(f).enumerate() {
+                assert!(
+                    (x - y).abs() <= 1e-4 * (1.0 + y.abs()),
+                    "{prompt} row {row} logit {i}: bf16 {x} vs f32 {y}"
+                );
+            }
+            moved = f
+                .iter()
+                .zip(base)
+                .map(|(x, y)| (x - y).abs())
+                .fold(moved, f32::max);
+        }
+        assert!(
+            moved > 1e-2,
+            "{prompt}: L0 moves the logits by {moved} only"
         );
     }
 }

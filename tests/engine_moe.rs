@@ -336,6 +336,10 @@ fn bf16_resident_and_f32_weights_give_the_reference_logits_and_reuse_alike() {
     // bf16 checkpoint tensors stay 2 bytes each (A_log and norms are vectors, f32 anyway).
     let (mb, mf) = (bf16.memory().weights, f32w.memory().weights);
     assert_eq!(mb * 2, mf, "bf16 {mb} B vs f32 {mf} B");
+    // The fixture's adapters are stored bf16, and stay so (their scales applied after the
+    // product), experts included.
+    let (ab, af) = (bf16.memory().adapters, f32w.memory().adapters);
+    assert_eq!(ab * 2, af, "adapters: bf16 {ab} B vs f32 {af} B");
     for engine in [&mut bf16, &mut f32w] {
         for variant in ["base", "L0", "L2"] {
             let adapter = adapter_of(engine, variant);

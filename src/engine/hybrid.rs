@@ -177,7 +177,7 @@ fn linear<D: Device>(
 ) {
     dev.matmul(x, rows, w, out);
     if let Some(p) = lora {
-        dev.lora_add(x, rows, &p.a, &p.b, scratch, out);
+        dev.lora_add(x, rows, &p.a, &p.b, p.scale, scratch, out);
     }
 }
 

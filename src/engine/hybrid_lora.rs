@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use super::config::{HybridConfig, LayerKind, ModelConfig};
 use super::device::Device;
 use super::error::EngineError;
-use super::lora::{AdapterSettings, LoraPair};
+use super::lora::{AdapterSettings, LoraPair, Tensor};
 use super::weights::WeightFiles;
 
 /// A 2-D linear (or bare 2-D parameter) of a hybrid layer that LoRA can adapt.
@@ -325,16 +325,11 @@ impl<D: Device> HybridLora<D> {
                 let path = format!("model.layers.{layer}.{}", t.path());
                 let rank = settings.rank_for(&path);
                 let (fan_in, fan_out) = t.dims(config, h);
-                let a = weights.load_f32(&a_key, &[rank, fan_in])?;
-                let mut b = weights.load_f32(&b_key, &[fan_out, rank])?;
+                let a = Tensor::load(dev, &weights, &a_key, &[rank, fan_in])?;
+                let b = Tensor::load(dev, &weights, &b_key, &[fan_out, rank])?;
                 let scale = settings.scale_for(&path, rank);
-                b.iter_mut().for_each(|v| *v *= scale);
                 max_rank = max_rank.max(rank);
-                slots[t.index()] = Some(LoraPair {
-                    a: dev.matrix(a, rank, fan_in)?,
-                    b: dev.matrix(b, fan_out, rank)?,
-                    rank,
-                });
+                slots[t.index()] = Some(LoraPair::new(dev, a, b, (rank, fan_in, fan_out), scale)?);
             }
             let mut lora = LayerLora {
                 linears: slots,
@@ -391,24 +386,18 @@ impl<D: Device> HybridLora<D> {
                 }
                 let rank = a_shape[0] / e_n;
                 let path = format!("model.layers.{layer}.mlp.experts");
-                let a = weights.load_f32(&a_key, &[rank * e_n, fan_in])?;
-                let b = weights.load_f32(&b_key, &[fan_out, rank * e_n])?;
+                let a = Tensor::load(dev, &weights, &a_key, &[rank * e_n, fan_in])?;
+                let b = Tensor::load(dev, &weights, &b_key, &[fan_out, rank * e_n])?;
                 let scale = settings.scale_for(&path, rank);
                 // PEFT: A rows are expert-major (row e·r + i), B columns rank-major (i·E + e).
                 let mut pairs = Vec::with_capacity(e_n);
                 for e in 0..e_n {
-                    let ae = a[e * rank * fan_in..(e + 1) * rank * fan_in].to_vec();
-                    let mut be = vec![0f32; fan_out * rank];
-                    for o in 0..fan_out {
-                        for i in 0..rank {
-                            be[o * rank + i] = b[o * rank * e_n + i * e_n + e] * scale;
-                        }
-                    }
-                    pairs.push(LoraPair {
-                        a: dev.matrix(ae, rank, fan_in)?,
-                        b: dev.matrix(be, fan_out, rank)?,
-                        rank,
+                    let ae = a.gather(rank * fan_in, |j| e * rank * fan_in + j);
+                    let be = b.gather(fan_out * rank, |j| {
+                        let (o, i) = (j / rank, j % rank);
+                        o * rank * e_n + i * e_n + e
                     });
+                    pairs.push(LoraPair::new(dev, ae, be, (rank, fan_in, fan_out), scale)?);
                 }
                 max_rank = max_rank.max(rank);
                 let dst = match stack {

@@ -1,5 +1,6 @@
 //! PEFT LoRA adapters: reading `adapter_config.json` + `adapter_model.safetensors`, checking them
-//! against the base model, and holding each adapted module's A and (scale-folded) B on a device.
+//! against the base model, and holding each adapted module's A and B on a device (bf16 as the
+//! file stores them where the device keeps bf16, else f32 with the scale folded into B).
 //! Applied unmerged, `y = W·x + s·B·(A·x)`, so all adapters stay resident and switching is free.
 
 use std::path::{Path, PathBuf};
@@ -75,11 +76,78 @@ impl Module {
     }
 }
 
-/// One adapted module: `a: [rank, in]`, `b: [out, rank]` with the scale already multiplied in.
+/// One adapted module: `a: [rank, in]`, `b: [out, rank]`, and the scale still to apply to the
+/// product (1 where it is already multiplied into an f32 `b`).
 pub struct LoraPair<D: Device> {
     pub a: D::Matrix,
     pub b: D::Matrix,
     pub rank: usize,
+    pub scale: f32,
+}
+
+impl<D: Device> LoraPair<D> {
+    /// A pair from host tensors. A bf16 `b` keeps its stored bits, so the scale is applied
+    /// after the product; an f32 one takes the scale in, as PEFT's f32 math would round it.
+    pub(crate) fn new(
+        dev: &D,
+        a: Tensor,
+        b: Tensor,
+        (rank, fan_in, fan_out): (usize, usize, usize),
+        scale: f32,
+    ) -> Result<LoraPair<D>, EngineError> {
+        let a = a.upload(dev, rank, fan_in)?;
+        let (b, scale) = match b {
+            Tensor::Bf16(bits) => (dev.matrix_bf16(bits, fan_out, rank)?, scale),
+            Tensor::F32(mut values) => {
+                values.iter_mut().for_each(|v| *v *= scale);
+                (dev.matrix(values, fan_out, rank)?, 1.0)
+            }
+        };
+        Ok(LoraPair { a, b, rank, scale })
+    }
+}
+
+/// A host tensor as an adapter file stores it: bf16 bits when the file holds bf16 and the
+/// device keeps bf16, else f32.
+pub(crate) enum Tensor {
+    Bf16(Vec<u16>),
+    F32(Vec<f32>),
+}
+
+impl Tensor {
+    pub(crate) fn load<D: Device>(
+        dev: &D,
+        weights: &WeightFiles,
+        name: &str,
+        shape: &[usize],
+    ) -> Result<Tensor, EngineError> {
+        if dev.keeps_bf16()
+            && let Some(bits) = weights.load_bf16(name, shape)?
+        {
+            return Ok(Tensor::Bf16(bits));
+        }
+        Ok(Tensor::F32(weights.load_f32(name, shape)?))
+    }
+
+    fn upload<D: Device>(
+        self,
+        dev: &D,
+        rows: usize,
+        cols: usize,
+    ) -> Result<D::Matrix, EngineError> {
+        match self {
+            Tensor::Bf16(bits) => dev.matrix_bf16(bits, rows, cols),
+            Tensor::F32(values) => dev.matrix(values, rows, cols),
+        }
+    }
+
+    /// `out[i] = self[index(i)]` for `len` entries, in the same precision.
+    pub(crate) fn gather(&self, len: usize, index: impl Fn(usize) -> usize) -> Tensor {
+        match self {
+            Tensor::Bf16(v) => Tensor::Bf16((0..len).map(|i| v[index(i)]).collect()),
+            Tensor::F32(v) => Tensor::F32((0..len).map(|i| v[index(i)]).collect()),
+        }
+    }
 }
 
 /// One adapter, resident on a device.
@@ -223,18 +291,17 @@ impl<D: Device> LoraAdapter<D> {
                     }
                 };
                 let (fan_in, fan_out) = m.dims(config);
-                let a = weights.load_f32(&a_key, &[expected_rank, fan_in])?;
-                let mut b = weights.load_f32(&b_key, &[fan_out, expected_rank])?;
+                let a = Tensor::load(dev, &weights, &a_key, &[expected_rank, fan_in])?;
+                let b = Tensor::load(dev, &weights, &b_key, &[fan_out, expected_rank])?;
                 let scale = settings.scale_for(&module_path, expected_rank);
-                for v in &mut b {
-                    *v *= scale;
-                }
                 max_rank = max_rank.max(expected_rank);
-                slots[m.index()] = Some(LoraPair {
-                    a: dev.matrix(a, expected_rank, fan_in)?,
-                    b: dev.matrix(b, fan_out, expected_rank)?,
-                    rank: expected_rank,
-                });
+                slots[m.index()] = Some(LoraPair::new(
+                    dev,
+                    a,
+                    b,
+                    (expected_rank, fan_in, fan_out),
+                    scale,
+                )?);
             }
             layers.push(slots);
         }

@@ -435,7 +435,7 @@ fn linear<D: Device>(
 ) {
     dev.matmul(x, rows, w, out);
     if let Some(pair) = lora {
-        dev.lora_add(x, rows, &pair.a, &pair.b, scratch, out);
+        dev.lora_add(x, rows, &pair.a, &pair.b, pair.scale, scratch, out);
     }
 }
 

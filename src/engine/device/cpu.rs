@@ -1,8 +1,9 @@
 //! The CPU device: weights resident in bf16 (as checkpoints store them; widened to f32 in
 //! registers inside the kernels, f32 accumulation) or f32 (`BATON_CPU_WEIGHTS=f32`), f32
-//! activations; GEMMs through `matrixmultiply` (threaded; a bf16 weight is widened one block
-//! of rows at a time), single-row products (decode) through a rayon-parallel GEMV with
-//! AVX2/FMA picked at run time, attention with an online softmax so no kernel allocates.
+//! activations; GEMMs through single-threaded `matrixmultiply` calls on column bands spread
+//! over rayon (a bf16 band widened one cache-sized panel at a time), single-row products
+//! (decode) through a rayon-parallel GEMV with AVX2/FMA/AVX-512 picked at run time, attention
+//! with an online softmax so no kernel allocates.
 
 use rayon::prelude::*;
 
@@ -12,8 +13,12 @@ use crate::engine::error::EngineError;
 /// Fewest output rows per rayon task in the GEMV (scheduling costs more than a few dots).
 const GEMV_MIN_ROWS_PER_TASK: usize = 16;
 
-/// Weight rows widened per GEMM call when a bf16 matrix meets a multi-row input.
-const BF16_GEMM_BLOCK: usize = 128;
+/// Fewest output columns per task in a multi-row GEMM.
+const GEMM_MIN_COLS_PER_TASK: usize = 32;
+
+/// f32 entries of one widened bf16 weight panel (4 MiB: the panel is packed from cache, and
+/// the token rows are packed once per panel, so wider panels repack them less often).
+const BF16_PANEL_FLOATS: usize = 1 << 20;
 
 /// How the CPU keeps weight matrices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,8 +64,8 @@ pub struct CpuDevice {
     simd: Simd,
     precision: WeightPrecision,
     pub(super) delta_rule: DeltaRuleForm,
-    /// Attention scores of a prefill chunk (`rows × positions`); grows, never shrinks, so only
-    /// the first chunk of a longer prompt allocates.
+    /// Attention scores of a prefill chunk (`rows × positions` per thread); grows, never
+    /// shrinks, so only the first chunk of a longer prompt allocates.
     scores: std::sync::Mutex<Vec<f32>>,
 }
 
@@ -154,8 +159,16 @@ impl CpuDevice {
         }
     }
 
-    /// `out[rows, w.rows] (=|+=) x[rows, w.cols] · wᵀ`.
-    fn gemm(&self, x: &[f32], rows: usize, w: &CpuMatrix, out: &mut [f32], accumulate: bool) {
+    /// `out[rows, w.rows] (=|+=) scale · (x[rows, w.cols] · wᵀ)`.
+    fn gemm(
+        &self,
+        x: &[f32],
+        rows: usize,
+        w: &CpuMatrix,
+        scale: f32,
+        out: &mut [f32],
+        accumulate: bool,
+    ) {
         let (n, k) = (w.rows, w.cols);
         let x = &x[..rows * k];
         let out = &mut out[..rows * n];
@@ -172,48 +185,82 @@ impl CpuDevice {
                             Storage::F32(data) => self.dot(&data[r * k..(r + 1) * k], x),
                             Storage::Bf16(data) => self.dot_bf16(&data[r * k..(r + 1) * k], x),
                         };
+                        let d = if scale == 1.0 { d } else { scale * d };
                         *slot = if accumulate { *slot + d } else { d };
                     }
                 });
             return;
         }
-        match &w.data {
-            Storage::F32(data) => sgemm_block(x, rows, k, data, n, 0, n, out, accumulate),
-            Storage::Bf16(data) => {
-                // Widen a block of weight rows at a time (it stays in cache), then GEMM it
-                // into its columns of `out`.
-                let mut block = vec![0f32; BF16_GEMM_BLOCK.min(n) * k];
-                for first in (0..n).step_by(BF16_GEMM_BLOCK) {
-                    let count = BF16_GEMM_BLOCK.min(n - first);
-                    let src = &data[first * k..(first + count) * k];
-                    block[..count * k]
-                        .par_chunks_mut(k)
-                        .zip(src.par_chunks(k))
-                        .for_each(|(d, s)| {
-                            for (dv, sv) in d.iter_mut().zip(s) {
-                                *dv = widen(*sv);
-                            }
-                        });
+        // Each task owns a band of output columns (weight rows) and runs a single-threaded
+        // GEMM over it, so the weight packing is parallel too and one thread pool (rayon) does
+        // all the work: two pools on few cores spin against each other. A bf16 band is widened
+        // a panel at a time into the task's own scratch and the panel serves every token row.
+        let threads = rayon::current_num_threads();
+        let per_task = n.div_ceil(2 * threads).max(GEMM_MIN_COLS_PER_TASK);
+        let out_ptr = SharedOut(out.as_mut_ptr());
+        (0..n.div_ceil(per_task)).into_par_iter().for_each(|task| {
+            let first = task * per_task;
+            let count = per_task.min(n - first);
+            let out_ptr = &out_ptr;
+            match &w.data {
+                // SAFETY (both arms): `out` is [rows, n] (sliced above); every task writes only
+                // its own columns first..first+count with first + count <= n, so no two tasks
+                // touch the same element, and `out` outlives the parallel loop.
+                Storage::F32(data) => unsafe {
                     sgemm_block(
                         x,
                         rows,
                         k,
-                        &block[..count * k],
+                        &data[first * k..(first + count) * k],
                         count,
                         first,
                         n,
-                        out,
+                        scale,
+                        out_ptr.0,
                         accumulate,
-                    );
-                }
+                    )
+                },
+                Storage::Bf16(data) => WIDE.with(|wide| {
+                    let mut wide = wide.borrow_mut();
+                    let panel = (BF16_PANEL_FLOATS / k.max(1)).clamp(16, count.max(16));
+                    if wide.len() < panel * k {
+                        wide.resize(panel * k, 0.0);
+                    }
+                    for at in (first..first + count).step_by(panel) {
+                        let len = panel.min(first + count - at);
+                        let dst = &mut wide[..len * k];
+                        for (d, src) in dst.iter_mut().zip(&data[at * k..(at + len) * k]) {
+                            *d = widen(*src);
+                        }
+                        unsafe {
+                            sgemm_block(x, rows, k, dst, len, at, n, scale, out_ptr.0, accumulate)
+                        };
+                    }
+                }),
             }
-        }
+        });
     }
 }
 
-/// `out[:, first..first+count] (=|+=) x[rows, k] · wᵀ` for `w: [count, k]`, `out: [rows, n]`.
+/// The output matrix of a GEMM, shared by tasks that write disjoint columns of it.
+struct SharedOut(*mut f32);
+
+// SAFETY: only handed to tasks that write disjoint elements (see `gemm`).
+unsafe impl Sync for SharedOut {}
+
+thread_local! {
+    /// A widened bf16 weight panel: each rayon worker keeps its own, grown once.
+    static WIDE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `out[:, first..first+count] (=|+=) scale · (x[rows, k] · wᵀ)` for `w: [count, k]`,
+/// `out: [rows, n]`, single-threaded.
+///
+/// # Safety
+/// `out` points to `rows · n` f32 that nothing else reads or writes in columns
+/// `first..first+count` during the call.
 #[allow(clippy::too_many_arguments)] // a BLAS call
-fn sgemm_block(
+unsafe fn sgemm_block(
     x: &[f32],
     rows: usize,
     k: usize,
@@ -221,19 +268,20 @@ fn sgemm_block(
     count: usize,
     first: usize,
     n: usize,
-    out: &mut [f32],
+    scale: f32,
+    out: *mut f32,
     accumulate: bool,
 ) {
     assert!(x.len() >= rows * k && w.len() >= count * k && first + count <= n);
-    assert!(out.len() >= rows * n);
     // SAFETY: checked above: x is [rows, k], wᵀ is [k, count], and the output block starts at
-    // column `first` of a [rows, n] matrix with `first + count <= n`, all in bounds.
+    // column `first` of a [rows, n] matrix with `first + count <= n`, in bounds by the
+    // caller's promise.
     unsafe {
         matrixmultiply::sgemm(
             rows,
             k,
             count,
-            1.0,
+            scale,
             x.as_ptr(),
             k as isize,
             1,
@@ -241,7 +289,7 @@ fn sgemm_block(
             1,
             k as isize,
             if accumulate { 1.0 } else { 0.0 },
-            out.as_mut_ptr().add(first),
+            out.add(first),
             n as isize,
             1,
         );
@@ -276,76 +324,84 @@ impl CpuDevice {
                 && out.len() >= rows * q_dim
                 && keys.len() >= positions * kv_dim
         );
+        // Heads are split over the threads, each with its own score matrix; the GEMMs inside
+        // are single-threaded (see `gemm`).
+        let slots = rayon::current_num_threads().clamp(1, heads.max(1));
         let mut guard = match self.scores.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
-        if guard.len() < rows * positions {
-            guard.resize(rows * positions, 0.0);
+        if guard.len() < slots * rows * positions {
+            guard.resize(slots * rows * positions, 0.0);
         }
-        let scores = &mut guard[..rows * positions];
-        for h in 0..heads {
-            let g = h / group;
-            // SAFETY (both calls): the asserts above bound every index the strides reach —
-            // Q_h [rows, head_dim] at row stride q_dim, K_g/V_g [positions, head_dim] at row
-            // stride kv_dim, S [rows, positions], O_h [rows, head_dim] at row stride q_dim.
-            unsafe {
-                matrixmultiply::sgemm(
-                    rows,
-                    head_dim,
-                    positions,
-                    scale,
-                    q.as_ptr().add(h * head_dim),
-                    q_dim as isize,
-                    1,
-                    keys.as_ptr().add(g * head_dim),
-                    1,
-                    kv_dim as isize,
-                    0.0,
-                    scores.as_mut_ptr(),
-                    positions as isize,
-                    1,
-                );
-            }
-            scores
-                .par_chunks_mut(positions)
-                .enumerate()
-                .for_each(|(i, row)| {
-                    let visible = start + i + 1;
-                    let max = row[..visible]
-                        .iter()
-                        .copied()
-                        .fold(f32::NEG_INFINITY, f32::max);
-                    let mut sum = 0f32;
-                    for v in &mut row[..visible] {
-                        *v = (*v - max).exp();
-                        sum += *v;
+        let out_ptr = SharedOut(out.as_mut_ptr());
+        guard[..slots * rows * positions]
+            .par_chunks_mut(rows * positions)
+            .enumerate()
+            .for_each(|(slot, scores)| {
+                let out_ptr = &out_ptr;
+                for h in (slot..heads).step_by(slots) {
+                    let g = h / group;
+                    // SAFETY: the asserts above bound every index the strides reach — Q_h
+                    // [rows, head_dim] at row stride q_dim, K_g/V_g [positions, head_dim] at
+                    // row stride kv_dim, S [rows, positions] (this slot's own), O_h [rows,
+                    // head_dim] at row stride q_dim: head h's columns, written by this task
+                    // alone.
+                    unsafe {
+                        matrixmultiply::sgemm(
+                            rows,
+                            head_dim,
+                            positions,
+                            scale,
+                            q.as_ptr().add(h * head_dim),
+                            q_dim as isize,
+                            1,
+                            keys.as_ptr().add(g * head_dim),
+                            1,
+                            kv_dim as isize,
+                            0.0,
+                            scores.as_mut_ptr(),
+                            positions as isize,
+                            1,
+                        );
                     }
-                    let inv = 1.0 / sum;
-                    for v in &mut row[..visible] {
-                        *v *= inv;
+                    for (i, row) in scores.chunks_mut(positions).enumerate() {
+                        let visible = start + i + 1;
+                        let max = row[..visible]
+                            .iter()
+                            .copied()
+                            .fold(f32::NEG_INFINITY, f32::max);
+                        let mut sum = 0f32;
+                        for v in &mut row[..visible] {
+                            *v = (*v - max).exp();
+                            sum += *v;
+                        }
+                        let inv = 1.0 / sum;
+                        for v in &mut row[..visible] {
+                            *v *= inv;
+                        }
+                        row[visible..].fill(0.0);
                     }
-                    row[visible..].fill(0.0);
-                });
-            unsafe {
-                matrixmultiply::sgemm(
-                    rows,
-                    positions,
-                    head_dim,
-                    1.0,
-                    scores.as_ptr(),
-                    positions as isize,
-                    1,
-                    values.as_ptr().add(g * head_dim),
-                    kv_dim as isize,
-                    1,
-                    0.0,
-                    out.as_mut_ptr().add(h * head_dim),
-                    q_dim as isize,
-                    1,
-                );
-            }
-        }
+                    unsafe {
+                        matrixmultiply::sgemm(
+                            rows,
+                            positions,
+                            head_dim,
+                            1.0,
+                            scores.as_ptr(),
+                            positions as isize,
+                            1,
+                            values.as_ptr().add(g * head_dim),
+                            kv_dim as isize,
+                            1,
+                            0.0,
+                            out_ptr.0.add(h * head_dim),
+                            q_dim as isize,
+                            1,
+                        );
+                    }
+                }
+            });
     }
 }
 
@@ -600,7 +656,7 @@ impl Device for CpuDevice {
     }
 
     fn matmul(&self, x: &Vec<f32>, rows: usize, w: &CpuMatrix, out: &mut Vec<f32>) {
-        self.gemm(x, rows, w, out, false);
+        self.gemm(x, rows, w, 1.0, out, false);
     }
 
     fn lora_add(
@@ -609,11 +665,12 @@ impl Device for CpuDevice {
         rows: usize,
         a: &CpuMatrix,
         b: &CpuMatrix,
+        scale: f32,
         scratch: &mut Vec<f32>,
         out: &mut Vec<f32>,
     ) {
-        self.gemm(x, rows, a, scratch, false);
-        self.gemm(scratch, rows, b, out, true);
+        self.gemm(x, rows, a, 1.0, scratch, false);
+        self.gemm(scratch, rows, b, scale, out, true);
     }
 
     fn rope(
@@ -802,6 +859,45 @@ impl Device for CpuDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The multi-row GEMM (column bands over threads, bf16 widened a panel at a time) equals
+    /// the plain sum in both precisions, with a scale and accumulating, where the bands and
+    /// panels do not divide the matrix evenly.
+    #[test]
+    fn banded_gemm_matches_the_plain_product() {
+        let (rows, n, k) = (3usize, 100usize, 70_001usize);
+        let mut seed = 0x2545_f491_u32;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32) - 0.5
+        };
+        let bits: Vec<u16> = (0..n * k)
+            .map(|_| (next().to_bits() >> 16) as u16)
+            .collect();
+        let x: Vec<f32> = (0..rows * k).map(|_| next()).collect();
+        let start: Vec<f32> = (0..rows * n).map(|_| next()).collect();
+        for precision in [WeightPrecision::Bf16, WeightPrecision::F32] {
+            let dev = CpuDevice::with_precision(precision);
+            let w = dev.matrix_bf16(bits.clone(), n, k).expect("matrix");
+            let mut out = start.clone();
+            dev.gemm(&x, rows, &w, 0.5, &mut out, true);
+            for r in 0..rows {
+                for j in 0..n {
+                    let dot: f64 = (0..k)
+                        .map(|i| widen(bits[j * k + i]) as f64 * x[r * k + i] as f64)
+                        .sum();
+                    let want = start[r * n + j] as f64 + 0.5 * dot;
+                    let got = out[r * n + j] as f64;
+                    assert!(
+                        (got - want).abs() <= 1e-3 * (1.0 + want.abs()),
+                        "{precision:?} [{r}, {j}]: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
 
     /// Every SIMD form of the bf16 dot this CPU has agrees with the plain sum, at lengths that
     /// leave tails of every size behind the vector loops.

@@ -107,14 +107,17 @@ pub trait Device: Send + 'static {
     );
     /// `out[rows, w.out] = x[rows, w.in] · wᵀ`.
     fn matmul(&self, x: &Self::Buffer, rows: usize, w: &Self::Matrix, out: &mut Self::Buffer);
-    /// LoRA: `out[rows, b.out] += (x[rows, a.in] · aᵀ) · bᵀ`, the adapter scale folded into `b`.
-    /// `scratch` holds at least `rows · rank` f32.
+    /// LoRA: `out[rows, b.out] += scale · ((x[rows, a.in] · aᵀ) · bᵀ)`, the scale applied in
+    /// f32 after the product (PEFT's order), so `a` and `b` can stay as the adapter file stores
+    /// them. `scratch` holds at least `rows · rank` f32.
+    #[allow(clippy::too_many_arguments)] // a kernel signature, like BLAS's
     fn lora_add(
         &self,
         x: &Self::Buffer,
         rows: usize,
         a: &Self::Matrix,
         b: &Self::Matrix,
+        scale: f32,
         scratch: &mut Self::Buffer,
         out: &mut Self::Buffer,
     );

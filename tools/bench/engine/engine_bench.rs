@@ -19,22 +19,39 @@ use baton::engine::device::{DeltaShape, HybridDevice};
 use baton::engine::{DeltaRuleForm, Engine, GenerateRequest, SamplingParams};
 use baton::protocol::DeviceChoice;
 
-/// Counts heap allocations, to check that a decode step allocates nothing.
+/// Counts heap allocations, to check that a decode step allocates nothing, and the bytes live
+/// at once (the heap's share of the peak RSS).
 struct Counting;
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
+static PEAK_BYTES: AtomicU64 = AtomicU64::new(0);
 
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
+fn grew(bytes: usize) {
+    let live = LIVE_BYTES.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+    PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+}
+
+// SAFETY: forwards to the system allocator unchanged; only counts calls and bytes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        grew(layout.size());
         unsafe { System.alloc(layout) }
     }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        grew(layout.size());
+        unsafe { System.alloc_zeroed(layout) }
+    }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        LIVE_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+        grew(new_size);
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -107,6 +124,28 @@ fn delta_rule_tok_s(shape: DeltaShape, rows: usize) -> (f64, f64) {
     (median(&mut c), median(&mut r))
 }
 
+/// CPU seconds this process has used (all threads, user + system): on a machine other jobs
+/// load, tokens per CPU-second compare two runs better than tokens per wall second.
+fn cpu_s() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    (ticks(11) + ticks(12)) / hz
+}
+
 fn rss_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -144,6 +183,9 @@ fn main() {
     let load_s = started.elapsed().as_secs_f64();
     let rss_after_load = rss_kib("VmRSS:");
     let peak_rss_load = rss_kib("VmHWM:");
+    let (anon_after_load, file_after_load) = (rss_kib("RssAnon:"), rss_kib("RssFile:"));
+    let heap_after_load = LIVE_BYTES.load(Ordering::Relaxed);
+    let peak_heap_load = PEAK_BYTES.load(Ordering::Relaxed);
     // A bound the torch side (bench.py) computes the same way from config.json.
     TOKEN_BOUND.store(
         150_000.min(engine.config().vocab_size.saturating_sub(64).max(1)) as u64,
@@ -208,6 +250,7 @@ fn main() {
         }
         // Warm-up (page faults, thread pools), then the measured runs.
         let _ = run(&mut engine, &greedy(tokens(16, 1), which, 2));
+        let cpu_before = cpu_s();
         let out = match run(&mut engine, &greedy(tokens(prefill_len, 2), which, 1)) {
             Ok(o) => o,
             Err(e) => {
@@ -216,9 +259,24 @@ fn main() {
             }
         };
         insert(
+            &format!("{label}_prefill_peak_rss_bytes"),
+            (rss_kib("VmHWM:") * 1024).into(),
+        );
+        insert(
             &format!("{label}_prefill_tok_s"),
             (prefill_len as f64 / out.prefill_time.as_secs_f64()).into(),
         );
+        // The whole request's CPU time: the prefill and one lm_head product.
+        insert(
+            &format!("{label}_prefill_tok_per_cpu_s"),
+            (prefill_len as f64 / (cpu_s() - cpu_before).max(1e-9)).into(),
+        );
+        // The decode steps' CPU time: a run to `decode_len + 1` tokens less one that stops
+        // after the prefill of the same prompt.
+        let cpu_before = cpu_s();
+        let _ = run(&mut engine, &greedy(tokens(32, 3), which, 1));
+        let prefill_cpu = cpu_s() - cpu_before;
+        let cpu_before = cpu_s();
         let out = match run(&mut engine, &greedy(tokens(32, 3), which, decode_len + 1)) {
             Ok(o) => o,
             Err(e) => {
@@ -226,6 +284,12 @@ fn main() {
                 std::process::exit(1);
             }
         };
+        insert(
+            &format!("{label}_decode_tok_per_cpu_s"),
+            (out.tokens.len().saturating_sub(1) as f64
+                / (cpu_s() - cpu_before - prefill_cpu).max(1e-9))
+            .into(),
+        );
         // The first new token comes from the prefill's logits; each later one costs one step.
         let steps_run = out.tokens.len().saturating_sub(1).max(1);
         insert(
@@ -316,5 +380,12 @@ fn main() {
     insert("rss_after_load_bytes", (rss_after_load * 1024).into());
     insert("peak_rss_during_load_bytes", (peak_rss_load * 1024).into());
     insert("peak_rss_bytes", (rss_kib("VmHWM:") * 1024).into());
+    insert("rss_anon_after_load_bytes", (anon_after_load * 1024).into());
+    insert("rss_file_after_load_bytes", (file_after_load * 1024).into());
+    insert("rss_anon_end_bytes", (rss_kib("RssAnon:") * 1024).into());
+    insert("rss_file_end_bytes", (rss_kib("RssFile:") * 1024).into());
+    insert("heap_after_load_bytes", heap_after_load.into());
+    insert("peak_heap_during_load_bytes", peak_heap_load.into());
+    insert("peak_heap_bytes", PEAK_BYTES.load(Ordering::Relaxed).into());
     println!("{}", serde_json::Value::Object(report));
 }

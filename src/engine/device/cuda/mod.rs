@@ -73,6 +73,8 @@ struct Scratch {
     /// All zeros: "every row uses adapter 0" for the stacked LoRA kernels.
     adapter_zero: CudaSlice<i32>,
     scale_one: CudaSlice<f32>,
+    /// The scale of the LoRA product being launched (when it is not 1).
+    scale_call: CudaSlice<f32>,
     choice: CudaSlice<i32>,
     /// Split-K attention partials: rows × heads × splits × (head_dim + 2).
     attention_parts: CudaSlice<f32>,
@@ -154,6 +156,7 @@ impl CudaDevice {
             scale_one: stream
                 .clone_htod(&[1.0f32])
                 .map_err(|e| alloc("scratch", e))?,
+            scale_call: stream.alloc_zeros(1).map_err(|e| alloc("scratch", e))?,
             choice: stream.alloc_zeros(1).map_err(|e| alloc("scratch", e))?,
             attention_parts: stream.alloc_zeros(1).map_err(|e| alloc("scratch", e))?,
             route_rows: stream.alloc_zeros(1).map_err(|e| alloc("scratch", e))?,
@@ -573,6 +576,7 @@ impl Device for CudaDevice {
         rows: usize,
         a: &CudaMatrix,
         b: &CudaMatrix,
+        scale: f32,
         scratch: &mut CudaSlice<f32>,
         out: &mut CudaSlice<f32>,
     ) {
@@ -581,9 +585,19 @@ impl Device for CudaDevice {
             return;
         };
         self.ensure(&mut s.adapter_zero, rows);
+        // Stream-ordered after the previous call's expand, so one slot serves every call.
+        if scale != 1.0 {
+            let r = self.stream.memcpy_htod(&[scale], &mut s.scale_call);
+            self.note("uploading a LoRA scale", r);
+        }
+        let scales = if scale == 1.0 {
+            &s.scale_one
+        } else {
+            &s.scale_call
+        };
         let (xp, tp, op) = (self.ptr(x), self.ptr_mut(scratch), self.ptr_mut(out));
         let (ap, bp) = (self.storage_ptr(&a.data), self.storage_ptr(&b.data));
-        let (idx, scale) = (self.ptr(&s.adapter_zero), self.ptr(&s.scale_one));
+        let (idx, scale) = (self.ptr(&s.adapter_zero), self.ptr(scales));
         let (r, rank, in_dim, out_dim) = (rows as i32, a.rows as i32, a.cols as i32, b.rows as i32);
         let shrink = match a.data {
             Storage::Bf16(_) => &self.k.lora_shrink_bf16,
