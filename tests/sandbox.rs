@@ -271,8 +271,35 @@ fn a_fork_bomb_is_bounded() {
     if !enforceable_or_refusal_checked() {
         return;
     }
+    assert_the_fork_bomb_is_bounded(0);
+}
+
+/// Where RLIMIT_NPROC is the bound (an unprivileged user without a delegated pids cgroup),
+/// baton sets it with headroom for what the user runs when the command is prepared; inside the
+/// command's user namespace only its own tasks count, so processes of the user that end
+/// before the command runs used to widen the bound by their number (72–80 under a bound of 64).
+#[test]
+fn a_fork_bomb_is_bounded_after_other_processes_of_the_user_end() {
+    if !enforceable_or_refusal_checked() {
+        return;
+    }
+    assert_the_fork_bomb_is_bounded(40);
+}
+
+/// Runs the fork bomb under a bound of 64 with `ending` other processes of this user alive
+/// while the command is prepared and gone before it runs.
+fn assert_the_fork_bomb_is_bounded(ending: usize) {
     let f = fixture();
     let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &f.ws).max_processes(64);
+    let mut others: Vec<std::process::Child> = (0..ending)
+        .map(|_| {
+            Command::new("sleep")
+                .arg("30")
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("sleep")
+        })
+        .collect();
     let (mut cmd, guard) = sandboxed_command(
         &policy,
         &["python3".into(), "-c".into(), FORK_BOMB.into()],
@@ -281,6 +308,10 @@ fn a_fork_bomb_is_bounded() {
     .expect("prepare");
     if let Some(why) = guard.unenforced_bound() {
         panic!("process bound not enforceable here: {why}");
+    }
+    for o in &mut others {
+        let _ = o.kill();
+        let _ = o.wait();
     }
     let out = cmd
         .current_dir(&f.ws)
@@ -296,7 +327,8 @@ fn a_fork_bomb_is_bounded() {
         .unwrap_or_else(|| panic!("unexpected output: {text}"));
     assert!(
         started > 0 && started < 64,
-        "{started} processes started with a bound of 64"
+        "{started} processes started with a bound of 64 ({ending} other processes ended \
+         before the command ran)"
     );
     drop(guard);
 }

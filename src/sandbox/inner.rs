@@ -200,6 +200,51 @@ fn run(args: &[OsString]) -> i32 {
     code
 }
 
+/// Lowers RLIMIT_NPROC (never raises it) to `max` processes besides those already running
+/// as this user here. Where RLIMIT_NPROC is the process bound, baton set it before
+/// bubblewrap with headroom for everything the user ran outside at that moment; inside the
+/// command's user namespace only the namespace's own tasks count against it, so without this
+/// a command could start as many more processes as the user had then (72–80 under a bound of
+/// 64 seen in tests). Harmless where a pids cgroup is the bound, and for root, whom the kernel
+/// does not hold to RLIMIT_NPROC.
+fn lower_process_limit(max: u32) -> Result<(), String> {
+    // Includes this helper, which becomes the command: the command's own process counts
+    // against `max`, as it does in a pids cgroup.
+    let running = super::pids::user_process_count().saturating_sub(1);
+    let want = u64::from(max).saturating_add(running);
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on this process with a live struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NPROC, &mut lim) != 0 {
+            return Err(format!(
+                "getrlimit(RLIMIT_NPROC): {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        if lim.rlim_cur != libc::RLIM_INFINITY && lim.rlim_cur <= want {
+            return Ok(());
+        }
+        let lowered = libc::rlimit {
+            rlim_cur: want,
+            rlim_max: if lim.rlim_max == libc::RLIM_INFINITY {
+                want
+            } else {
+                lim.rlim_max.min(want)
+            },
+        };
+        if libc::setrlimit(libc::RLIMIT_NPROC, &lowered) != 0 {
+            return Err(format!(
+                "setrlimit(RLIMIT_NPROC): {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Everything the helper applies before exec, in order.
 fn restrict(spec: &InnerSpec) -> Result<(), String> {
     // SAFETY (whole block): plain syscalls on this process's own descriptors and state.
@@ -224,6 +269,7 @@ fn restrict(spec: &InnerSpec) -> Result<(), String> {
                 ));
             }
         }
+        lower_process_limit(spec.policy.max_processes)?;
         // bubblewrap's setsid makes its pid-1 reaper the session leader, not the command:
         // the helper starts its own session (no terminal yet) and takes the PTY.
         if spec.pty && libc::getsid(0) != libc::getpid() {

@@ -328,7 +328,7 @@ fn create_cgroup(max: u32) -> Result<PidsCgroup, SandboxError> {
 }
 
 /// Processes (threads count too for RLIMIT_NPROC) this real uid runs now.
-fn user_process_count() -> u64 {
+pub(super) fn user_process_count() -> u64 {
     // SAFETY: getuid has no failure mode.
     let uid = unsafe { libc::getuid() };
     let Ok(entries) = fs::read_dir("/proc") else {
