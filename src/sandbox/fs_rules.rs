@@ -1,7 +1,8 @@
 //! The Landlock ruleset for a policy, built in the parent: writes are handled (denied) everywhere
 //! except beneath the writable roots; reads stay allowed. With network off, TCP bind/connect are
 //! handled with no allowed port (ABI 4+); signals and abstract UNIX sockets are scoped to the
-//! sandbox (ABI 6+), with the network on too. The child only calls `landlock_restrict_self` on the returned fd.
+//! sandbox (ABI 6+), with the network on too. The child only calls `landlock_restrict_self`
+//! on the returned fd.
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;

@@ -745,12 +745,14 @@ fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
     let mut found_baton: Vec<PathBuf> = Vec::new();
     let mut found_bare: Vec<PathBuf> = Vec::new();
     for root in project_roots(policy, &writable) {
-        let found = Found {
-            git: &mut found_git,
-            baton: &mut found_baton,
-            bare: &mut found_bare,
-        };
-        if !walk(&root, found, MAX_WALK_ENTRIES) {
+        let limit = MAX_WALK_ENTRIES;
+        if !walk(
+            &root,
+            &mut found_git,
+            &mut found_baton,
+            &mut found_bare,
+            limit,
+        ) {
             snap.incomplete = true;
         }
     }
@@ -798,17 +800,14 @@ fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
 
 /// Finds every `.git` and `.baton` entry beneath `root`, and every folder holding a `HEAD`
 /// (what a bare git directory looks like), without following symlinks or entering a `.git`
-/// directory. False when it stopped at the entry bound.
-/// Where [`walk`] records what it finds.
-struct Found<'a> {
-    git: &'a mut Vec<PathBuf>,
-    baton: &'a mut Vec<PathBuf>,
-    bare: &'a mut Vec<PathBuf>,
-}
-
-/// Walks `root` for `.git`, `.baton` and bare gitdirs, visiting at most `limit` entries;
-/// false when it stopped there.
-fn walk(root: &Path, found: Found<'_>, limit: usize) -> bool {
+/// directory, visiting at most `limit` entries. False when it stopped at that bound.
+fn walk(
+    root: &Path,
+    git: &mut Vec<PathBuf>,
+    baton: &mut Vec<PathBuf>,
+    bare: &mut Vec<PathBuf>,
+    limit: usize,
+) -> bool {
     // The root's own `.git`, `.baton` and `HEAD` are looked up by name before the walk: a top
     // folder with more entries than the limit must not hide them (git uses them first).
     let at_root = [".git", ".baton", "HEAD"];
@@ -818,15 +817,17 @@ fn walk(root: &Path, found: Found<'_>, limit: usize) -> bool {
             continue;
         };
         match name {
-            ".git" => found.git.push(path),
-            ".baton" => found.baton.push(path),
-            _ if !meta.is_dir() => found.bare.push(root.to_path_buf()),
+            ".git" => git.push(path),
+            ".baton" => baton.push(path),
+            _ if !meta.is_dir() => bare.push(root.to_path_buf()),
             _ => {}
         }
     }
     let mut stack = vec![root.to_path_buf()];
     let mut seen = 0usize;
+    let mut top = true;
     while let Some(dir) = stack.pop() {
+        let at_top = std::mem::take(&mut top);
         let Ok(rd) = std::fs::read_dir(&dir) else {
             continue;
         };
@@ -836,7 +837,7 @@ fn walk(root: &Path, found: Found<'_>, limit: usize) -> bool {
                 return false;
             }
             let name = e.file_name();
-            if dir == root && at_root.iter().any(|n| name == *n) {
+            if at_top && at_root.iter().any(|n| name == *n) {
                 // Recorded above; `.git`/`.baton` are never descended into, and a `HEAD`
                 // folder is walked like any other.
                 if name == "HEAD" && e.file_type().is_ok_and(|t| t.is_dir()) {
@@ -846,11 +847,11 @@ fn walk(root: &Path, found: Found<'_>, limit: usize) -> bool {
             }
             let Ok(ft) = e.file_type() else { continue };
             if name == ".git" {
-                found.git.push(e.path());
+                git.push(e.path());
             } else if name == "HEAD" && !ft.is_dir() {
-                found.bare.push(dir.clone());
+                bare.push(dir.clone());
             } else if name == ".baton" {
-                found.baton.push(e.path());
+                baton.push(e.path());
             } else if ft.is_dir() {
                 stack.push(e.path());
             }
@@ -1302,12 +1303,8 @@ mod tests {
         std::fs::create_dir(ws.join(".baton")).unwrap();
         std::fs::write(ws.join("HEAD"), "ref: refs/heads/main").unwrap();
         let (mut git, mut baton, mut bare) = (Vec::new(), Vec::new(), Vec::new());
-        let found = Found {
-            git: &mut git,
-            baton: &mut baton,
-            bare: &mut bare,
-        };
-        assert!(!walk(&ws, found, 5), "the limit must still stop the walk");
+        let stopped = !walk(&ws, &mut git, &mut baton, &mut bare, 5);
+        assert!(stopped, "the limit must still stop the walk");
         assert_eq!(git, [ws.join(".git")]);
         assert_eq!(baton, [ws.join(".baton")]);
         assert_eq!(bare, std::slice::from_ref(&ws));
