@@ -198,7 +198,7 @@ pub fn config_digest(folder: &Path) -> Option<String> {
     )
 }
 
-/// Program files bigger than this are hashed by size and modification time.
+/// Program files bigger than this are hashed by size, inode and change time.
 const MAX_PROGRAM_BYTES: u64 = 64 << 20;
 
 /// Extensions of the scripts an interpreter named as `command` runs (`node mcp/server.js`).
@@ -260,7 +260,7 @@ const MAX_PROGRAM_WORDS: usize = 64;
 
 /// Feeds `path`'s content to `hasher` in pieces, opened without following a final symlink
 /// and without blocking (a FIFO swapped in since the look must not hang the start): its
-/// size and modification time instead when it is bigger than [`MAX_PROGRAM_BYTES`], a marker
+/// size, inode and change time instead when it is bigger than [`MAX_PROGRAM_BYTES`], a marker
 /// when it is not a regular file any more or cannot be read.
 fn hash_program(hasher: &mut Sha256, path: &Path) {
     use std::io::Read;
@@ -282,36 +282,27 @@ fn hash_program(hasher: &mut Sha256, path: &Path) {
         return;
     }
     if meta.len() > MAX_PROGRAM_BYTES {
-        let mtime = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos());
-        hasher.update(format!("\0{} bytes, modified {mtime}\0", meta.len()));
+        // The change time, not the modification time: a command can set the latter back
+        // (`touch -d`), while every write moves the former and nothing can set it.
+        use std::os::unix::fs::MetadataExt;
+        hasher.update(format!(
+            "\0{} bytes, inode {}:{}, changed {}.{}\0",
+            meta.len(),
+            meta.dev(),
+            meta.ino(),
+            meta.ctime(),
+            meta.ctime_nsec()
+        ));
         return;
     }
     // The length first, so no content can pass for another file's delimiters.
     hasher.update(meta.len().to_le_bytes());
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut read = 0u64;
-    loop {
-        match file.read(&mut buf) {
-            Ok(0) => {
-                if read != meta.len() {
-                    hasher.update(b"\0changed while read\0");
-                }
-                break;
-            }
-            Ok(n) => {
-                read += n as u64;
-                hasher.update(&buf[..n]);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => {
-                hasher.update(b"\0read error\0");
-                break;
-            }
-        }
+    // One byte past the size is enough to see that it grew (a writer appending meanwhile
+    // must not keep the read going).
+    match std::io::copy(&mut (&mut file).take(meta.len() + 1), hasher) {
+        Ok(n) if n == meta.len() => {}
+        Ok(_) => hasher.update(b"\0changed while read\0"),
+        Err(_) => hasher.update(b"\0read error\0"),
     }
 }
 
