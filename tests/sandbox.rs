@@ -614,3 +614,41 @@ fn baton_sandbox_runs_its_command_in_its_cgroup_with_a_tmp_of_its_own() {
     }
     drop(file);
 }
+
+#[test]
+fn a_held_command_runs_only_once_its_gate_opens_and_never_when_the_gate_is_dropped() {
+    if !enforceable_or_refusal_checked() {
+        return;
+    }
+    let f = fixture();
+    let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &f.ws);
+    let marker = f.ws.join("ran");
+    let argv: Vec<String> = ["sh", "-c", "echo ran > ran"].map(String::from).into();
+    let spawn = || {
+        let (mut cmd, guard, gate) =
+            baton::sandbox::held_command_to_spawn(&policy, &argv, Session::NewGroup)
+                .expect("sandbox prepares");
+        cmd.current_dir(&f.ws).stdin(Stdio::null());
+        let child = guard.spawn_alone(&mut cmd).expect("spawn");
+        (child, guard, gate.expect("bubblewrap holds the command"))
+    };
+
+    let (mut child, _guard, gate) = spawn();
+    // bubblewrap builds the world in far less than this; the command must still wait.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "gone before the gate opened"
+    );
+    assert!(!marker.exists(), "the command ran before its gate opened");
+    gate.open().expect("open the gate");
+    assert!(child.wait().expect("wait").success());
+    assert!(marker.exists(), "the command did not run once released");
+
+    std::fs::remove_file(&marker).expect("rm marker");
+    let (mut child, _guard, gate) = spawn();
+    drop(gate);
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(126), "{status:?}");
+    assert!(!marker.exists(), "a command whose gate was dropped ran");
+}

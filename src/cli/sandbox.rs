@@ -12,9 +12,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 use crate::protocol::{SandboxMode, terminal_safe_line};
-use crate::sandbox::{
-    Backend, SandboxPolicy, Session, git_guard, probe, sandboxed_command_to_spawn,
-};
+use crate::sandbox::{Backend, SandboxPolicy, Session, git_guard, held_command_to_spawn, probe};
 use crate::tool::shell::pty::{Pty, WindowSize};
 
 /// Arguments of `baton sandbox`.
@@ -107,10 +105,7 @@ pub fn run(args: SandboxArgs) -> i32 {
     };
     // One command, gone when this process ends: its /tmp needs no folder on the host.
     crate::sandbox::bwrap::tmp_in_memory();
-    // What git and baton trust before the command, to undo what it plants where no
-    // read-only bind reaches (a repository it creates, a `.baton/` it writes).
-    let git_before = git_guard::snapshot(&policy);
-    let (mut cmd, guard) = match sandboxed_command_to_spawn(&policy, &args.command, session) {
+    let (mut cmd, guard, gate) = match held_command_to_spawn(&policy, &args.command, session) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("baton sandbox: {e}");
@@ -124,14 +119,27 @@ pub fn run(args: SandboxArgs) -> i32 {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);
     }
+    // What git and baton trust before the command, to undo what it plants where no
+    // read-only bind reaches (a repository it creates, a `.baton/` it writes): looked at
+    // while bubblewrap builds the command's world, which then waits at the gate for it; a
+    // backend that cannot hold the command has it looked at before the spawn.
+    let mut git_before = gate.is_none().then(|| git_guard::snapshot(&policy));
+    let release = || {
+        if let Some(gate) = gate {
+            git_before = Some(git_guard::snapshot(&policy));
+            // An error means the command's setup already failed; its status says so.
+            let _ = gate.open();
+        }
+    };
     let status = if session == Session::PtyLeader {
         guard.install(&mut cmd);
-        run_on_pty(cmd, tty)
+        run_on_pty(cmd, tty, release)
     } else {
         // No other thread runs yet: bubblewrap can start without a fork of this process.
-        guard
-            .spawn_alone(&mut cmd)
-            .and_then(|mut child| child.wait())
+        guard.spawn_alone(&mut cmd).and_then(|mut child| {
+            release();
+            child.wait()
+        })
     };
     let status = match status {
         Ok(s) => s,
@@ -145,7 +153,9 @@ pub fn run(args: SandboxArgs) -> i32 {
         }
     };
     drop(guard);
-    for warning in git_guard::audit(&git_before, &policy) {
+    // The snapshot is taken whenever the command was spawned (and so could have run).
+    let warnings = git_before.map(|before| git_guard::audit(&before, &policy));
+    for warning in warnings.into_iter().flatten() {
         eprintln!("baton sandbox: warning: {}", terminal_safe_line(&warning));
     }
     status
@@ -200,10 +210,12 @@ impl Drop for RawMode {
 }
 
 /// Runs `cmd` with a new PTY in place of each terminal among its stdio, relaying the PTY to
-/// the caller's terminal: keys in (stdin raw), output out, window size followed.
+/// the caller's terminal: keys in (stdin raw), output out, window size followed. `release`
+/// runs once the command is spawned.
 fn run_on_pty(
     mut cmd: std::process::Command,
     tty: [bool; 3],
+    release: impl FnOnce(),
 ) -> std::io::Result<std::process::ExitStatus> {
     let size = window_size();
     let pty = Pty::open(size).map_err(std::io::Error::other)?;
@@ -221,6 +233,7 @@ fn run_on_pty(
         .stderr(slave(tty[2])?);
     let mut child = cmd.spawn()?;
     drop(cmd);
+    release();
     let Pty { master, slave } = pty;
     drop(slave);
     let _raw = tty[0].then(RawMode::enter);

@@ -553,7 +553,13 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
             secrets.push(d.join(sub));
         }
     }
-    for s in secrets.iter().filter_map(|s| s.canonicalize().ok()) {
+    // Most of these don't exist: one `lstat` each rules them out, where resolving the path
+    // costs a `readlink` per component.
+    let present = secrets
+        .iter()
+        .filter(|s| std::fs::symlink_metadata(s).is_ok())
+        .filter_map(|s| s.canonicalize().ok());
+    for s in present {
         if !covers(&s, &roots) {
             b.hide(&s);
         }

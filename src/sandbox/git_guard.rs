@@ -800,7 +800,8 @@ fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
 
 /// Finds every `.git` and `.baton` entry beneath `root`, and every folder holding a `HEAD`
 /// (what a bare git directory looks like), without following symlinks or entering a `.git`
-/// directory, visiting at most `limit` entries. False when it stopped at that bound.
+/// directory, visiting at most `limit` entries (see `tree_index`). False when it stopped at
+/// that bound.
 fn walk(
     root: &Path,
     git: &mut Vec<PathBuf>,
@@ -823,41 +824,13 @@ fn walk(
             _ => {}
         }
     }
-    let mut stack = vec![root.to_path_buf()];
-    let mut seen = 0usize;
-    let mut top = true;
-    while let Some(dir) = stack.pop() {
-        let at_top = std::mem::take(&mut top);
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            seen += 1;
-            if seen > limit {
-                return false;
-            }
-            let name = e.file_name();
-            if at_top && at_root.iter().any(|n| name == *n) {
-                // Recorded above; `.git`/`.baton` are never descended into, and a `HEAD`
-                // folder is walked like any other.
-                if name == "HEAD" && e.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(e.path());
-                }
-                continue;
-            }
-            let Ok(ft) = e.file_type() else { continue };
-            if name == ".git" {
-                git.push(e.path());
-            } else if name == "HEAD" && !ft.is_dir() {
-                bare.push(dir.clone());
-            } else if name == ".baton" {
-                baton.push(e.path());
-            } else if ft.is_dir() {
-                stack.push(e.path());
-            }
-        }
-    }
-    true
+    // Beneath the root: folders unchanged since the last walk are not read again.
+    let mut found = super::tree_index::Found::default();
+    let walked = super::tree_index::scan(root, limit, &mut found);
+    git.append(&mut found.git);
+    baton.append(&mut found.baton);
+    bare.append(&mut found.bare);
+    walked.complete
 }
 
 impl AuditSnapshot {

@@ -1,9 +1,9 @@
 //! baton's inner helper: the program bubblewrap runs inside the new world
 //! (`baton __sandbox-inner SPEC -- CMD…`). Landlock forbids changing the mount table, so it
 //! can only be applied after bubblewrap's mounts; the helper joins the command's cgroups,
-//! applies Landlock, takes the command's PTY as controlling terminal, closes every inherited
-//! descriptor above stderr, sets no_new_privs, installs the seccomp filter last and execs the
-//! command.
+//! takes the command's PTY as controlling terminal, sets no_new_privs, applies Landlock,
+//! installs the seccomp filter, waits at the start gate when baton holds one, closes every
+//! inherited descriptor above stderr and execs the command.
 
 use std::ffi::{CString, OsString};
 use std::os::fd::{AsRawFd, RawFd};
@@ -36,6 +36,9 @@ pub struct InnerSpec {
     /// itself (`posix_spawn`); the kernel checks the write against the credentials of the
     /// process that opened the file.
     pub join: Vec<RawFd>,
+    /// An inherited pipe to read one byte from before the command is executed (baton's
+    /// start gate: see `launch::StartGate`); end-of-file means baton will not release it.
+    pub gate: Option<RawFd>,
 }
 
 static HELPER: OnceLock<PathBuf> = OnceLock::new();
@@ -282,7 +285,6 @@ fn restrict(spec: &InnerSpec) -> Result<(), String> {
             ));
         }
     }
-    close_inherited_fds();
     let ruleset = fs_rules::build_ruleset(&spec.policy).map_err(|e| e.to_string())?;
     let filters = syscall_filter::build_filters(spec.policy.network).map_err(|e| e.to_string())?;
     // SAFETY: prctl/landlock/seccomp on this process, with buffers that outlive the calls.
@@ -301,7 +303,32 @@ fn restrict(spec: &InnerSpec) -> Result<(), String> {
     for f in &filters {
         seccompiler::apply_filter(f).map_err(|e| format!("seccomp: {e}"))?;
     }
+    if let Some(gate) = spec.gate {
+        wait_at_gate(gate)?;
+    }
+    // Last: nothing baton's caller left open reaches the command, and neither do the gate
+    // and the cgroup files (nothing ran between their use and here).
+    close_inherited_fds();
     Ok(())
+}
+
+/// Blocks until baton writes its release byte into `gate`.
+fn wait_at_gate(gate: RawFd) -> Result<(), String> {
+    let mut byte = 0u8;
+    loop {
+        // SAFETY: read(2) of one byte into a local from an inherited descriptor.
+        let n = unsafe { libc::read(gate, (&raw mut byte).cast(), 1) };
+        match n {
+            1 => return Ok(()),
+            0 => return Err("baton did not release the command (start gate closed)".into()),
+            _ => {
+                let err = std::io::Error::last_os_error();
+                if err.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(format!("waiting at the start gate: {err}"));
+                }
+            }
+        }
+    }
 }
 
 /// Closes every descriptor above stderr: nothing baton's caller left open (a log file on

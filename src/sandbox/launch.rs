@@ -9,9 +9,13 @@
 //! cgroup / rlimit → mount namespace with git protections → no_new_privs → Landlock → seccomp
 //! → exec. Everything that allocates or opens files is prepared in the parent; the hook only
 //! issues raw syscalls, which keeps it async-signal-safe in a multithreaded parent.
+//!
+//! A caller with work of its own to do before the command may run (the git audit's snapshot)
+//! holds it at a [`StartGate`]: bubblewrap builds the world meanwhile, and the command is
+//! executed only once the gate is opened.
 
 use std::ffi::{CString, OsStr, OsString};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -52,6 +56,28 @@ struct UserNs {
     gid_map: Vec<u8>,
 }
 
+/// Holds a spawned command back, right before its exec, until [`StartGate::open`]: bubblewrap
+/// builds the world and the inner helper applies every restriction meanwhile, in parallel
+/// with what the caller still has to do first. Dropped unopened, the command is never
+/// executed (the helper reads end-of-file and exits 126).
+#[derive(Debug)]
+pub struct StartGate {
+    write: OwnedFd,
+}
+
+impl StartGate {
+    /// Lets the command run. An error means it is gone already (its setup failed).
+    pub fn open(self) -> std::io::Result<()> {
+        // SAFETY: write(2) of a static byte to a pipe we own.
+        let n = unsafe { libc::write(self.write.as_raw_fd(), b"1".as_ptr().cast(), 1) };
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+}
+
 /// The bubblewrap command line of one command: its world, the helper and what it applies.
 struct Wrapper {
     world: bwrap::Bwrap,
@@ -60,14 +86,17 @@ struct Wrapper {
 }
 
 impl Wrapper {
-    /// The descriptors bubblewrap must inherit (at most three: no allocation needed in a
+    /// The descriptors bubblewrap must inherit (at most four: no allocation needed in a
     /// forked child).
     fn inherited(&self) -> impl Iterator<Item = RawFd> + '_ {
         let image = match self.helper {
             Helper::Image(fd) => Some(fd),
             Helper::Path(_) => None,
         };
-        image.into_iter().chain(self.spec.join.iter().copied())
+        image
+            .into_iter()
+            .chain(self.spec.join.iter().copied())
+            .chain(self.spec.gate)
     }
 }
 
@@ -84,6 +113,9 @@ pub struct PreparedSandbox {
     memory: Option<MemoryBound>,
     env: Vec<(OsString, OsString)>,
     session: Session,
+    /// The read end of the [`StartGate`] pipe, when the caller holds the command (bubblewrap
+    /// inherits it; the helper reads it).
+    gate: Option<OwnedFd>,
 }
 
 impl std::fmt::Debug for PreparedSandbox {
@@ -116,6 +148,7 @@ impl PreparedSandbox {
                 memory: None,
                 env: std::env::vars_os().collect(),
                 session,
+                gate: None,
             });
         }
         ensure_git_protections_exist(policy);
@@ -165,6 +198,7 @@ impl PreparedSandbox {
                         policy: policy.clone(),
                         pty: session == Session::PtyLeader,
                         join,
+                        gate: None,
                     },
                 }),
                 landlock: None,
@@ -175,6 +209,7 @@ impl PreparedSandbox {
                 memory,
                 env,
                 session,
+                gate: None,
             });
         }
         let landlock = Some(fs_rules::build_ruleset(policy)?);
@@ -215,7 +250,32 @@ impl PreparedSandbox {
             memory,
             env,
             session,
+            gate: None,
         })
+    }
+
+    /// Holds the command at a [`StartGate`]: it will not be executed until the gate is
+    /// opened. Call before [`PreparedSandbox::command`] (the helper learns of the gate there).
+    /// `None` without bubblewrap (the sandbox off, the landlock backend): there nothing runs
+    /// between the fork and the exec that could wait, since `Command::spawn` itself waits for
+    /// the exec; whatever must come first has to be done before the spawn.
+    pub fn hold(&mut self) -> Result<Option<StartGate>, SandboxError> {
+        let Some(w) = &mut self.wrapper else {
+            return Ok(None);
+        };
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into the array, owned from here on.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(SandboxError::Setup(format!(
+                "creating the start gate: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        // SAFETY: both descriptors were just created and are not owned elsewhere.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        w.spec.gate = Some(read.as_raw_fd());
+        self.gate = Some(read);
+        Ok(Some(StartGate { write }))
     }
 
     pub fn mode(&self) -> SandboxMode {

@@ -27,13 +27,14 @@ pub(crate) mod pids;
 pub(crate) mod policy;
 pub mod probe;
 pub mod syscall_filter;
+mod tree_index;
 
 use std::process::Command;
 use std::sync::Arc;
 
 pub use env::EnvPolicy;
 pub use fs_rules::confine_thread_writes;
-pub use launch::{PreparedSandbox, Session};
+pub use launch::{PreparedSandbox, Session, StartGate};
 pub use policy::{Backend, SandboxPolicy};
 
 use crate::protocol::SandboxMode;
@@ -77,25 +78,42 @@ pub fn sandboxed_command(
     argv: &[String],
     session: Session,
 ) -> Result<(Command, Arc<PreparedSandbox>), SandboxError> {
-    let (mut cmd, prepared) = sandboxed_command_to_spawn(policy, argv, session)?;
+    let (prepared, mut cmd) = prepared_command(policy, argv, session, |_| Ok(()))?;
+    let prepared = Arc::new(prepared);
     prepared.install(&mut cmd);
     Ok((cmd, prepared))
 }
 
-/// [`sandboxed_command`] without the child-side hook: the caller spawns the command with
-/// [`PreparedSandbox::spawn_alone`] (or installs the hook itself).
-pub fn sandboxed_command_to_spawn(
+/// [`sandboxed_command`] without the child-side hook (the caller spawns the command with
+/// [`PreparedSandbox::spawn_alone`] or installs the hook itself), held at its [`StartGate`]
+/// where the backend can hold it (see [`PreparedSandbox::hold`]).
+pub fn held_command_to_spawn(
     policy: &SandboxPolicy,
     argv: &[String],
     session: Session,
-) -> Result<(Command, Arc<PreparedSandbox>), SandboxError> {
+) -> Result<(Command, Arc<PreparedSandbox>, Option<StartGate>), SandboxError> {
+    let mut gate = None;
+    let (prepared, cmd) = prepared_command(policy, argv, session, |p| {
+        gate = p.hold()?;
+        Ok(())
+    })?;
+    Ok((cmd, Arc::new(prepared), gate))
+}
+
+fn prepared_command(
+    policy: &SandboxPolicy,
+    argv: &[String],
+    session: Session,
+    before_command: impl FnOnce(&mut PreparedSandbox) -> Result<(), SandboxError>,
+) -> Result<(PreparedSandbox, Command), SandboxError> {
     let Some((program, args)) = argv.split_first() else {
         return Err(SandboxError::Setup("no command given".into()));
     };
-    let prepared = Arc::new(PreparedSandbox::prepare(policy, session)?);
+    let mut prepared = PreparedSandbox::prepare(policy, session)?;
+    before_command(&mut prepared)?;
     let mut cmd = prepared.command(program, args)?;
     set_sandbox_env(&mut cmd, policy);
-    Ok((cmd, prepared))
+    Ok((prepared, cmd))
 }
 
 /// Environment markers commands (and their test suites) can read.

@@ -887,3 +887,35 @@ async fn a_planted_config_naming_thousands_of_includes_does_not_stall_the_audit(
     let _ = r.git_output(&r.ws.join("sub"), &["status"]);
     r.assert_not_run("a nested repository with many includes");
 }
+
+#[tokio::test]
+async fn a_repository_planted_deep_in_a_tree_the_audit_remembers_is_still_undone() {
+    if !enforceable() {
+        return;
+    }
+    // The audit remembers each folder's listing between walks and reads again only folders
+    // whose change time moved; here every folder is old enough to be remembered when the
+    // hostile command runs, so only the change time can give the plant away.
+    let r = repo();
+    let deep = r.ws.join("src/a/b/c");
+    std::fs::create_dir_all(&deep).expect("mkdir");
+    std::fs::write(deep.join("lib.rs"), "fn f() {}\n").expect("file");
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    std::thread::sleep(std::time::Duration::from_millis(2300));
+    let (_res, warnings) = r.hostile("true", &[]).await;
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let (_res, warnings) = r
+        .hostile(
+            &format!(
+                "cd src/a/b/c && git init -q nested && git -C nested config core.fsmonitor {} \
+                 && mkdir -p ../d/.baton && echo 'sandbox = \"off\"' > ../d/.baton/config.toml",
+                evil.display()
+            ),
+            &[],
+        )
+        .await;
+    r.git(&deep.join("nested"), &["status"]);
+    r.assert_not_run("a nested repository planted in a remembered tree");
+    assert_warned(&warnings, "core.fsmonitor");
+    assert_warned(&warnings, "src/a/b/d/.baton");
+}

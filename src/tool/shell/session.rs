@@ -114,7 +114,11 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 impl ShellSession {
     /// Starts `shell -lc command` in a fresh PTY under the sandbox.
     pub fn spawn(id: u32, req: SpawnRequest<'_>) -> Result<Arc<ShellSession>, ToolError> {
-        let sandbox = Arc::new(PreparedSandbox::prepare(req.policy, Session::PtyLeader)?);
+        let mut sandbox = PreparedSandbox::prepare(req.policy, Session::PtyLeader)?;
+        // The git audit's snapshot is taken while bubblewrap builds the world; the command
+        // waits at the gate for it (before the spawn where the backend cannot hold it).
+        let gate = sandbox.hold()?;
+        let early = gate.is_none().then(|| git_guard::snapshot(req.policy));
         let Pty { master, slave } = Pty::open(WindowSize {
             rows: 48,
             cols: 160,
@@ -148,18 +152,29 @@ impl ShellSession {
             cmd.env("NO_COLOR", "1");
         }
         crate::sandbox::set_sandbox_env(&mut cmd, req.policy);
+        let sandbox = Arc::new(sandbox);
         sandbox.install(&mut cmd);
         // The reader's own descriptor (close-on-exec, like the original), so it can poll it.
         let reader = master
             .try_clone()
             .map_err(|source| terminal("duplicating the PTY master", source))?;
-        let git_before = git_guard::snapshot(req.policy);
         let mut child = cmd.spawn().map_err(|source| ToolError::Spawn {
             program: req.shell.to_string(),
             mode: req.policy.mode,
             source,
         })?;
         drop(cmd);
+        let git_before = match (early, gate) {
+            (Some(before), _) => before,
+            (None, gate) => {
+                let before = git_guard::snapshot(req.policy);
+                // An error means the command's setup failed already; its status reports it.
+                if let Some(gate) = gate {
+                    let _ = gate.open();
+                }
+                before
+            }
+        };
         drop(slave);
         let pgid = child.id() as i32;
         let state = Arc::new(Mutex::new(State {

@@ -1,0 +1,308 @@
+//! The git audit's walk of a project for `.git`, `.baton` and `HEAD` entries, remembered
+//! between walks: a folder whose inode and change time are what they were when it was last
+//! read has the same entries, so only folders something changed are listed again. The audit
+//! walks every project root before and after each command; a shell session in a 50k-file tree
+//! then pays a `statx` per folder instead of reading every folder twice.
+//!
+//! Why the change time can be trusted: creating, removing or renaming an entry sets the
+//! folder's change time to the current time, and nothing a sandboxed command can do sets it
+//! to anything else (`utimensat` sets the access and modification times and moves the change
+//! time to now; the clock is out of reach). A folder is only reused when its change time lay
+//! [`SETTLE`] or more before the moment it was read, so a change made right after the read,
+//! within the file system's timestamp granularity, cannot carry the same value.
+
+use std::collections::HashMap;
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long before it was read a folder's change time must lie for its listing to be reused.
+const SETTLE: Duration = Duration::from_secs(2);
+
+/// Folders remembered at most; past it the index starts over (a bound on its memory).
+const MAX_FOLDERS: usize = 1_000_000;
+
+/// What the walk found beneath a root (the root's own entries aside: see [`scan`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// `.git` entries of any type.
+    pub git: Vec<PathBuf>,
+    /// `.baton` entries of any type.
+    pub baton: Vec<PathBuf>,
+    /// Folders holding a `HEAD` that is not a folder (what a bare git directory looks like).
+    pub bare: Vec<PathBuf>,
+}
+
+/// How one walk went.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Walked {
+    /// False when the walk stopped at its entry limit.
+    pub complete: bool,
+    /// Folders listed (read from disk).
+    pub listed: usize,
+    /// Folders whose remembered listing was reused.
+    pub reused: usize,
+}
+
+/// The identity of a folder as `statx` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: (u32, u32),
+    ino: u64,
+    ctime: (i64, u32),
+    mtime: (i64, u32),
+}
+
+/// One folder's listing, as far as the walk cares.
+#[derive(Debug, Clone)]
+struct Folder {
+    stamp: Stamp,
+    /// Its change time lay [`SETTLE`] before it was read: the listing may be reused.
+    settled: bool,
+    entries: usize,
+    subdirs: Vec<OsString>,
+    git: bool,
+    baton: bool,
+    head_file: bool,
+}
+
+static INDEX: Mutex<Option<HashMap<PathBuf, Folder>>> = Mutex::new(None);
+
+/// Walks `root` (canonical, a folder) for `.git` and `.baton` entries and folders holding a
+/// `HEAD` file, without following symlinks or entering `.git` and `.baton`, visiting at most
+/// `limit` entries. The root's own `.git`, `.baton` and `HEAD` are not reported (the caller
+/// looks them up by name: a walk stopped by the limit must not hide them); a `HEAD` folder
+/// there is walked like any other.
+pub fn scan(root: &Path, limit: usize, found: &mut Found) -> Walked {
+    scan_settled_after(root, limit, found, SETTLE)
+}
+
+fn scan_settled_after(root: &Path, limit: usize, found: &mut Found, settle: Duration) -> Walked {
+    let mut guard = INDEX.lock().unwrap_or_else(|p| p.into_inner());
+    let index = guard.get_or_insert_with(HashMap::new);
+    if index.len() > MAX_FOLDERS {
+        index.clear();
+    }
+    let mut walked = Walked {
+        complete: true,
+        ..Walked::default()
+    };
+    let mut stack = vec![root.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(dir) = stack.pop() {
+        let Some(stamp) = stamp_of(&dir) else {
+            index.remove(&dir);
+            continue;
+        };
+        let reusable = index
+            .get(&dir)
+            .is_some_and(|f| f.settled && f.stamp == stamp);
+        if reusable {
+            walked.reused += 1;
+        } else {
+            let Some(folder) = list(&dir, stamp, settle) else {
+                index.remove(&dir);
+                continue;
+            };
+            walked.listed += 1;
+            index.insert(dir.clone(), folder);
+        }
+        let Some(folder) = index.get(&dir) else {
+            continue;
+        };
+        seen += folder.entries;
+        if seen > limit {
+            walked.complete = false;
+            return walked;
+        }
+        if dir != root {
+            if folder.git {
+                found.git.push(dir.join(".git"));
+            }
+            if folder.baton {
+                found.baton.push(dir.join(".baton"));
+            }
+            if folder.head_file {
+                found.bare.push(dir.clone());
+            }
+        }
+        stack.extend(folder.subdirs.iter().map(|name| dir.join(name)));
+    }
+    walked
+}
+
+/// The stamp of the folder at `dir` itself (not followed if it is a symlink), None if it is
+/// not a folder.
+fn stamp_of(dir: &Path) -> Option<Stamp> {
+    let path = CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statx fills a zeroed struct we own from a NUL-terminated path.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let mask = libc::STATX_TYPE | libc::STATX_INO | libc::STATX_CTIME | libc::STATX_MTIME;
+    let r = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            mask,
+            &mut stx,
+        )
+    };
+    let needed = libc::STATX_INO | libc::STATX_CTIME | libc::STATX_MTIME;
+    if r != 0 || u32::from(stx.stx_mode) & libc::S_IFMT != libc::S_IFDIR {
+        return None;
+    }
+    // A file system that cannot report the change time gets a stamp that is never settled.
+    let ctime = if stx.stx_mask & needed == needed {
+        (stx.stx_ctime.tv_sec, stx.stx_ctime.tv_nsec)
+    } else {
+        (i64::MAX, 0)
+    };
+    Some(Stamp {
+        dev: (stx.stx_dev_major, stx.stx_dev_minor),
+        ino: stx.stx_ino,
+        ctime,
+        mtime: (stx.stx_mtime.tv_sec, stx.stx_mtime.tv_nsec),
+    })
+}
+
+/// Reads `dir`, whose stamp was taken just before (a change between the two leaves the
+/// remembered stamp older than the folder's: the next walk reads it again).
+fn list(dir: &Path, stamp: Stamp, settle: Duration) -> Option<Folder> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.saturating_sub(settle).as_secs_f64());
+    let ctime = stamp.ctime.0 as f64 + f64::from(stamp.ctime.1) * 1e-9;
+    let rd = std::fs::read_dir(dir).ok()?;
+    let mut folder = Folder {
+        stamp,
+        settled: ctime < now,
+        entries: 0,
+        subdirs: Vec::new(),
+        git: false,
+        baton: false,
+        head_file: false,
+    };
+    for e in rd.flatten() {
+        folder.entries += 1;
+        let name = e.file_name();
+        let Ok(ft) = e.file_type() else { continue };
+        match name.as_bytes() {
+            b".git" => folder.git = true,
+            b".baton" => folder.baton = true,
+            b"HEAD" if !ft.is_dir() => folder.head_file = true,
+            _ if ft.is_dir() => folder.subdirs.push(name),
+            _ => {}
+        }
+    }
+    Some(folder)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Short enough for a test to wait out, longer than any timestamp granularity.
+    const TEST_SETTLE: Duration = Duration::from_millis(60);
+
+    fn scan_now(root: &Path) -> (Found, Walked) {
+        let mut found = Found::default();
+        let walked = scan_settled_after(root, usize::MAX, &mut found, TEST_SETTLE);
+        found.git.sort();
+        found.baton.sort();
+        found.bare.sort();
+        (found, walked)
+    }
+
+    fn settle() {
+        std::thread::sleep(TEST_SETTLE * 2);
+    }
+
+    fn tree() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in ["a/b/c", "a/d", "e", "HEAD/x"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::fs::write(root.join("a/b/file"), "x").unwrap();
+        dir
+    }
+
+    #[test]
+    fn an_unchanged_settled_tree_is_not_listed_again() {
+        let dir = tree();
+        let root = dir.path().canonicalize().unwrap();
+        settle();
+        let (first, walked) = scan_now(&root);
+        assert_eq!(walked.listed, 8, "{walked:?}");
+        let (again, walked) = scan_now(&root);
+        assert_eq!(again, first);
+        assert_eq!((walked.listed, walked.reused), (0, 8), "{walked:?}");
+    }
+
+    #[test]
+    fn a_folder_changed_after_the_walk_is_listed_again_with_what_was_planted() {
+        let dir = tree();
+        let root = dir.path().canonicalize().unwrap();
+        settle();
+        let (before, _) = scan_now(&root);
+        assert!(before.git.is_empty() && before.baton.is_empty() && before.bare.is_empty());
+        // Planted deep in a settled tree, right after the walk: within the same timestamp
+        // tick as nothing else, so only the change time tells.
+        std::fs::create_dir(root.join("a/b/c/.git")).unwrap();
+        std::fs::create_dir_all(root.join("e/new/.baton")).unwrap();
+        std::fs::write(root.join("a/d/HEAD"), "ref: refs/heads/main\n").unwrap();
+        let (after, walked) = scan_now(&root);
+        assert_eq!(after.git, vec![root.join("a/b/c/.git")]);
+        assert_eq!(after.baton, vec![root.join("e/new/.baton")]);
+        assert_eq!(after.bare, vec![root.join("a/d")]);
+        assert!(walked.reused > 0, "{walked:?}");
+    }
+
+    #[test]
+    fn a_settled_folder_moved_into_the_tree_or_swapped_is_read_with_its_contents() {
+        let dir = tree();
+        let root = dir.path().canonicalize().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(outside.path().join("old/deep/.git")).unwrap();
+        settle();
+        scan_now(&root);
+        std::fs::rename(outside.path().join("old"), root.join("a/b/c/moved")).unwrap();
+        let (after, _) = scan_now(&root);
+        assert_eq!(after.git, vec![root.join("a/b/c/moved/deep/.git")]);
+        // Two remembered folders trading places: each path is checked by inode, not name.
+        std::fs::create_dir(root.join("e/.git")).unwrap();
+        settle();
+        scan_now(&root);
+        let tmp = root.join("swap");
+        std::fs::rename(root.join("e"), &tmp).unwrap();
+        std::fs::rename(root.join("a/d"), root.join("e")).unwrap();
+        std::fs::rename(&tmp, root.join("a/d")).unwrap();
+        let (after, _) = scan_now(&root);
+        assert!(after.git.contains(&root.join("a/d/.git")), "{after:?}");
+        assert!(!after.git.contains(&root.join("e/.git")), "{after:?}");
+    }
+
+    #[test]
+    fn a_recent_folder_is_always_listed_again() {
+        let dir = tree();
+        let root = dir.path().canonicalize().unwrap();
+        let mut found = Found::default();
+        // Nothing here is older than an hour: every folder is read on every walk.
+        scan_settled_after(&root, usize::MAX, &mut found, Duration::from_secs(3600));
+        let walked = scan_settled_after(&root, usize::MAX, &mut found, Duration::from_secs(3600));
+        assert_eq!((walked.listed, walked.reused), (8, 0), "{walked:?}");
+    }
+
+    #[test]
+    fn the_entry_limit_stops_a_reused_walk_too() {
+        let dir = tree();
+        let root = dir.path().canonicalize().unwrap();
+        settle();
+        let mut found = Found::default();
+        assert!(scan_settled_after(&root, usize::MAX, &mut found, TEST_SETTLE).complete);
+        let walked = scan_settled_after(&root, 3, &mut found, TEST_SETTLE);
+        assert!(!walked.complete);
+    }
+}
