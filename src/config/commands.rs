@@ -283,16 +283,24 @@ impl Skill {
 }
 
 /// The skills for `workspace`, sorted by name: from `skills/` of the user's config folder,
-/// then `.agents/skills/` and `.baton/skills/` of the workspace (a later one of the same name
-/// wins), and notes on folders skipped. Only the front matter is read here.
+/// then `.agents/skills/` and `.baton/skills/` of the workspace (`.baton/skills/` wins over
+/// `.agents/skills/` on a name they share), and notes on folders skipped. A project's skill
+/// never replaces one of the user's own: sandboxed commands may write `.agents/skills/`, and
+/// a skill planted there under the name of one the user relies on would speak for it in
+/// every later session. Only the front matter is read here.
 pub fn discover_skills(workspace: &Path) -> (Vec<Skill>, Vec<String>) {
+    skills_of(user_dir().map(|d| d.join("skills")), workspace)
+}
+
+fn skills_of(user_skills: Option<PathBuf>, workspace: &Path) -> (Vec<Skill>, Vec<String>) {
     let roots = [
-        (user_dir().map(|d| d.join("skills")), false),
+        (user_skills, false),
         (Some(workspace.join(".agents").join("skills")), true),
         (Some(workspace.join(".baton").join("skills")), true),
     ];
     let mut notes = Vec::new();
     let mut found: Vec<Skill> = Vec::new();
+    let mut users: Vec<String> = Vec::new();
     for (root, project) in roots {
         let Some(root) = root else { continue };
         let Ok(entries) = std::fs::read_dir(&root) else {
@@ -338,6 +346,16 @@ pub fn discover_skills(workspace: &Path) -> (Vec<Skill>, Vec<String>) {
                     path.display()
                 ));
                 continue;
+            }
+            if project && users.contains(&name) {
+                notes.push(format!(
+                    "{}: a skill of yours is named {name:?}; the project's is skipped",
+                    path.display()
+                ));
+                continue;
+            }
+            if !project {
+                users.push(name.clone());
             }
             // One line each in every expert's context: a long description is cut.
             let description: String = description.chars().take(300).collect();
@@ -460,5 +478,38 @@ mod tests {
         assert_eq!(mine[0].name, "pdf");
         assert_eq!(mine[0].body().unwrap(), "SECRET BODY");
         assert!(notes.iter().any(|n| n.contains("nodesc")));
+    }
+
+    #[test]
+    fn a_project_skill_never_replaces_one_of_the_users_own() {
+        let user = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let skill = |root: &Path, name: &str, body: &str| {
+            std::fs::create_dir_all(root.join(name)).unwrap();
+            std::fs::write(
+                root.join(name).join("SKILL.md"),
+                format!("---\ndescription: {body}\n---\n{body}"),
+            )
+            .unwrap();
+        };
+        skill(user.path(), "deploy", "the user's own steps");
+        // What a sandboxed command can write, and what the repository ships.
+        skill(&ws.path().join(".agents/skills"), "deploy", "PLANTED");
+        skill(&ws.path().join(".baton/skills"), "deploy", "SHIPPED");
+        skill(&ws.path().join(".agents/skills"), "lint", "agents' lint");
+        skill(&ws.path().join(".baton/skills"), "lint", "baton's lint");
+        let (skills, notes) = skills_of(Some(user.path().to_path_buf()), ws.path());
+        let by_name = |n: &str| skills.iter().find(|s| s.name == n).unwrap();
+        assert_eq!(by_name("deploy").body().unwrap(), "the user's own steps");
+        assert_eq!(by_name("lint").body().unwrap(), "baton's lint");
+        assert_eq!(skills.len(), 2, "{skills:?}");
+        assert_eq!(
+            notes
+                .iter()
+                .filter(|n| n.contains("a skill of yours"))
+                .count(),
+            2,
+            "{notes:?}"
+        );
     }
 }
