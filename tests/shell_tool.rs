@@ -299,7 +299,9 @@ async fn a_command_ignoring_sigterm_still_dies() {
     let r = h
         .call(
             "shell",
-            json!({"command": format!("trap '' TERM; while true; do date +%s%N > {}; sleep 0.05; done", marker.display()), "timeout_ms": 500}),
+            // Long enough for the first heartbeat on a loaded 2-core machine (the whole
+            // suite in parallel), where setting up the sandbox alone can take 100s of ms.
+            json!({"command": format!("trap '' TERM; while true; do date +%s%N > {}; sleep 0.05; done", marker.display()), "timeout_ms": 1500}),
         )
         .await;
     assert_eq!(r.exit_code, Some(124), "{}", r.content);

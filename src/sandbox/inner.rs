@@ -39,6 +39,11 @@ pub struct InnerSpec {
     /// An inherited pipe to read one byte from before the command is executed (baton's
     /// start gate: see `launch::StartGate`); end-of-file means baton will not release it.
     pub gate: Option<RawFd>,
+    /// The process bound is RLIMIT_NPROC (no pids cgroup could be made): the helper lowers it
+    /// to the bound plus the namespace's own tasks (see `lower_process_limit`). Counting
+    /// those tasks reads `/proc`, a fifth of the helper's time, which a command in a pids
+    /// cgroup does not need.
+    pub rlimit_nproc: bool,
 }
 
 static HELPER: OnceLock<PathBuf> = OnceLock::new();
@@ -208,8 +213,7 @@ fn run(args: &[OsString]) -> i32 {
 /// bubblewrap with headroom for everything the user ran outside at that moment; inside the
 /// command's user namespace only the namespace's own tasks count against it, so without this
 /// a command could start as many more processes as the user had then (72–80 under a bound of
-/// 64 seen in tests). Harmless where a pids cgroup is the bound, and for root, whom the kernel
-/// does not hold to RLIMIT_NPROC.
+/// 64 seen in tests). Only called where RLIMIT_NPROC is the bound.
 fn lower_process_limit(max: u32) -> Result<(), String> {
     // Includes this helper, which becomes the command: the command's own process counts
     // against `max`, as it does in a pids cgroup.
@@ -272,7 +276,9 @@ fn restrict(spec: &InnerSpec) -> Result<(), String> {
                 ));
             }
         }
-        lower_process_limit(spec.policy.max_processes)?;
+        if spec.rlimit_nproc {
+            lower_process_limit(spec.policy.max_processes)?;
+        }
         // bubblewrap's setsid makes its pid-1 reaper the session leader, not the command:
         // the helper starts its own session (no terminal yet) and takes the PTY.
         if spec.pty && libc::getsid(0) != libc::getpid() {

@@ -199,6 +199,7 @@ impl PreparedSandbox {
                         pty: session == Session::PtyLeader,
                         join,
                         gate: None,
+                        rlimit_nproc: matches!(bound, ProcessBound::Rlimit(_)),
                     },
                 }),
                 landlock: None,

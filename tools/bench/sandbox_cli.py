@@ -5,7 +5,11 @@ branch's release builds) against plain `true`, of a sandboxed shell round trip
 a PTY: baton relays a new PTY to it), median of N interleaved runs in a throwaway git
 workspace.
 
-    tools/bench/sandbox_cli.py [-n 200] NAME=PATH [NAME=PATH ...]
+    tools/bench/sandbox_cli.py [-n 200] [--files N] NAME=PATH [NAME=PATH ...]
+
+--files N fills the workspace with N small files, ten to a folder, a hundred folders to a
+parent (what a checkout with a build tree looks like to the audit's walk), and waits until
+every folder is older than the audit's settling time (2 s) before measuring.
 """
 
 import argparse
@@ -36,11 +40,19 @@ def timed(argv, cwd, on_tty=False):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=200)
+    ap.add_argument("--files", type=int, default=0, help="files in the workspace")
     ap.add_argument("binaries", nargs="+", help="NAME=PATH of a baton binary")
     args = ap.parse_args()
     bins = [b.split("=", 1) for b in args.binaries]
     with tempfile.TemporaryDirectory() as ws:
         subprocess.run(["git", "init", "-q", ws], check=True)
+        for i in range(args.files):
+            folder = os.path.join(ws, f"d{i // 1000}", f"s{i // 10 % 100}")
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, f"f{i % 10}.txt"), "w") as f:
+                f.write("x")
+        if args.files:
+            time.sleep(2.5)
         cases = [("plain `true`", ["true"], False),
                  ("plain `bash -c 'echo hi'`", ["bash", "-c", "echo hi"], False)]
         for name, path in bins:
@@ -58,7 +70,8 @@ def main():
                 samples[label].append(timed(argv, ws, on_tty))
         base = statistics.median(samples[cases[0][0]])
         base_sh = statistics.median(samples[cases[1][0]])
-        print(f"median of {args.n} interleaved runs")
+        print(f"median of {args.n} interleaved runs"
+              + (f", workspace of {args.files} files" if args.files else ""))
         for label, _, _ in cases:
             m = statistics.median(samples[label])
             ref = base_sh if "bash" in label else base
