@@ -42,7 +42,7 @@ fn sandbox_mode() -> SandboxMode {
 fn harness_with(config: ShellConfig) -> Harness {
     let dir = tempfile::Builder::new()
         .prefix("baton-shell")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .tempdir_in(crate::support::outside::fixture_base())
         .expect("tempdir");
     let ws = dir.path().canonicalize().expect("canon");
     std::fs::create_dir_all(ws.join("sub")).expect("mkdir");

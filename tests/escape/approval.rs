@@ -488,7 +488,7 @@ fn always_for_a_runners_interpreter_does_not_approve_its_inline_code() {
 async fn a_yielded_session_dies_at_its_timeout_even_if_nobody_polls() {
     let dir = tempfile::Builder::new()
         .prefix("baton-approval")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .tempdir_in(crate::support::outside::fixture_base())
         .expect("tempdir");
     let ws = dir.path().canonicalize().expect("canon");
     git2::Repository::init(&ws).expect("git init");

@@ -16,7 +16,9 @@ pub fn fixture_base() -> std::path::PathBuf {
         Some(std::path::PathBuf::from("/var/cache/baton-tests")),
     ];
     for dir in candidates.into_iter().flatten() {
-        if std::fs::create_dir_all(&dir).is_err() {
+        // Present is not enough: the target dir of a checkout built by root is not writable
+        // to an unprivileged user running the tests.
+        if std::fs::create_dir_all(&dir).is_err() || tempfile::tempdir_in(&dir).is_err() {
             continue;
         }
         let Ok(canon) = dir.canonicalize() else {
