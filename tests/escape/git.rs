@@ -901,7 +901,7 @@ async fn a_repository_planted_deep_in_a_tree_the_audit_remembers_is_still_undone
     std::fs::create_dir_all(&deep).expect("mkdir");
     std::fs::write(deep.join("lib.rs"), "fn f() {}\n").expect("file");
     let evil = r.evil_script(&r.ws.join("evil.sh"));
-    std::thread::sleep(std::time::Duration::from_millis(2300));
+    std::thread::sleep(std::time::Duration::from_millis(3300));
     let (_res, warnings) = r.hostile("true", &[]).await;
     assert!(warnings.is_empty(), "{warnings:?}");
     let (_res, warnings) = r

@@ -282,7 +282,7 @@ fn main() {
         }
     }
     // Older than the audit's settling time: what a checkout looks like between commands.
-    std::thread::sleep(Duration::from_millis(2500));
+    std::thread::sleep(Duration::from_millis(3500));
     let round_trip = |workspace: &std::path::Path| {
         let (events, _rx) = EventSink::channel();
         let ctx = ToolContext {

@@ -9,7 +9,7 @@ workspace.
 
 --files N fills the workspace with N small files, ten to a folder, a hundred folders to a
 parent (what a checkout with a build tree looks like to the audit's walk), and waits until
-every folder is older than the audit's settling time (2 s) before measuring.
+every folder is older than the audit's settling time (3 s) before measuring.
 """
 
 import argparse
@@ -52,7 +52,7 @@ def main():
             with open(os.path.join(folder, f"f{i % 10}.txt"), "w") as f:
                 f.write("x")
         if args.files:
-            time.sleep(2.5)
+            time.sleep(3.5)
         cases = [("plain `true`", ["true"], False),
                  ("plain `bash -c 'echo hi'`", ["bash", "-c", "echo hi"], False)]
         for name, path in bins:
