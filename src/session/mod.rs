@@ -123,11 +123,17 @@ impl SessionFile {
             path: path.display().to_string(),
             reason,
         };
+        // Not through a symlink: where the session folder lies in a folder commands may write
+        // (a `session_dir` in the workspace), one could point the file at a file of the user's.
         let file = OpenOptions::new()
             .read(true)
             .append(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
             .map_err(|e| file_error(format!("cannot open for appending: {e}")))?;
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(file_error("not a regular file".into()));
+        }
         let stem = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
@@ -241,6 +247,7 @@ fn lock(file: File, path: &Path, id: &str) -> Result<(Flock<File>, PathBuf), Ses
                 .create(true)
                 .truncate(true)
                 .mode(PRIVATE_FILE)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
                 .open(&pid_path)
                 .and_then(|mut f| f.write_all(std::process::id().to_string().as_bytes()));
             Ok((locked, pid_path))

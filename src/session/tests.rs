@@ -268,3 +268,32 @@ fn a_learned_token_ratio_survives_the_file_bit_for_bit() {
         bad.first()
     );
 }
+
+#[test]
+fn links_planted_in_a_session_folder_are_not_written_through() {
+    // A session folder configured inside a folder commands may write: a command replaces a
+    // session file, or the pid note beside it, with a link to a file of the user's.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let outside = tempfile::tempdir().expect("tempdir");
+    let victim = outside.path().join("bashrc");
+    std::fs::write(&victim, "user's own\n").expect("victim");
+    let mut f = SessionFile::create(dir.path(), "mol", "x", dir.path()).expect("create");
+    let (id, path) = (f.id.clone(), f.path.clone());
+    f.close();
+    let pid = path.with_extension("pid");
+    std::os::unix::fs::symlink(&victim, &pid).expect("link pid");
+    let (mut resumed, _) = SessionFile::resume(dir.path(), &id, None).expect("resume");
+    resumed.close();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "user's own\n");
+
+    let real = std::fs::read(&path).expect("read");
+    std::fs::remove_file(&path).expect("rm");
+    std::fs::write(outside.path().join("copy.jsonl"), &real).expect("copy");
+    std::os::unix::fs::symlink(outside.path().join("copy.jsonl"), &path).expect("link");
+    let err = SessionFile::resume(dir.path(), &id, None).expect_err("a link is refused");
+    assert!(err.to_string().contains("cannot open"), "{err}");
+    assert_eq!(
+        std::fs::read(outside.path().join("copy.jsonl")).unwrap(),
+        real
+    );
+}
