@@ -547,3 +547,43 @@ async fn a_yielded_session_dies_at_its_timeout_even_if_nobody_polls() {
     );
     drop(ctx);
 }
+
+#[test]
+fn a_here_doc_ended_where_bash_does_not_end_it_hides_the_command_after_it() {
+    // tree-sitter ends a here-doc at a line that only starts with its delimiter (` EOF`),
+    // bash only at the delimiter alone: the lines in between are a second `cat <<'Z'` to
+    // the rules, whose body hides `touch`, and plain here-doc text to bash, which then runs
+    // the `touch` line as a command.
+    let env = Env::new();
+    let cases = [
+        (
+            "pwned-by-heredoc-indent",
+            "cat <<EOF\n EOF\ncat <<'Z'\nEOF\ntouch {m}\nZ\n",
+        ),
+        (
+            "pwned-by-heredoc-suffix",
+            "cat <<\"EOF\"x\nEOF\ncat <<'Z'\nEOFx\ntouch {m}\nZ\n",
+        ),
+        // Nested backticks: bash unescapes `\`` inside a backtick substitution and runs
+        // what it then holds; the rules saw one `echo` with literal words.
+        ("pwned-by-nested-backticks", "echo `echo \\`touch {m}\\``"),
+        ("pwned-by-backtick-dollar", "echo `echo \\$(touch {m})`"),
+    ];
+    let calls = cases
+        .iter()
+        .map(|(file, line)| {
+            let m = env.workspace.join(file);
+            let command = line.replace("{m}", &m.display().to_string());
+            ("shell", json!({ "command": command }))
+        })
+        .collect();
+    let ends = run_calls(&env, calls, &[]);
+    assert_eq!(ends.len(), cases.len(), "{ends:?}");
+    let through: Vec<String> = cases
+        .iter()
+        .zip(&ends)
+        .filter(|((file, _), end)| env.workspace.join(file).exists() || end["status"] != "declined")
+        .map(|((file, _), end)| format!("{file}: {}", end["status"]))
+        .collect();
+    assert!(through.is_empty(), "ran unasked: {through:#?}");
+}

@@ -217,6 +217,10 @@ impl Walk<'_> {
                 })
             }
             "simple_expansion" => Some(Word::Dynamic(text)),
+            // Inside backticks bash first turns `\``, `\$` and `\\` into what they escape and
+            // parses the result again: `echo \`id\`` there runs `id`, where tree-sitter sees
+            // an `echo` of literal words.
+            "command_substitution" if text.starts_with('`') && text.contains('\\') => None,
             "command_substitution" => {
                 for child in named_children(node) {
                     if child.kind() == "file_redirect" {
@@ -288,6 +292,7 @@ impl Walk<'_> {
                 Some(false)
             }
             "heredoc_redirect" => {
+                self.heredoc_ends_where_bash_ends_it(node)?;
                 let mut to_null = false;
                 for child in named_children(node) {
                     match child.kind() {
@@ -321,6 +326,95 @@ impl Walk<'_> {
             _ => None,
         }
     }
+
+    /// Checks that bash ends this here-doc on the line tree-sitter ends it. tree-sitter ends
+    /// one at a line that merely starts with its delimiter (` EOF`), and drops what is glued
+    /// to a quoted delimiter (`"EOF"x`, whose delimiter is `EOFx` to bash): the lines bash
+    /// still reads as text would then be commands to the rules, a second here-doc among them
+    /// whose body hides what bash runs once its own here-doc ends.
+    fn heredoc_ends_where_bash_ends_it(&self, node: Node<'_>) -> Option<()> {
+        let children = all_children(node);
+        let strip_tabs = children.iter().any(|c| self.text(*c) == "<<-");
+        let start = children.iter().find(|c| c.kind() == "heredoc_start")?;
+        let glued = self.src.get(start.end_byte()).copied();
+        if glued.is_some_and(|b| !b" \t\n;&|)<>".contains(&b)) {
+            return None;
+        }
+        let delimiter = heredoc_delimiter(self.text(*start))?;
+        let body = children.iter().find(|c| c.kind() == "heredoc_body");
+        let end = children
+            .iter()
+            .chain(body.map(|b| named_children(*b)).unwrap_or_default().iter())
+            .find(|c| c.kind() == "heredoc_end")
+            .copied()?;
+        let line_start = self.src[..end.start_byte()]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        let line_end = self.src[end.start_byte()..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(self.src.len(), |i| end.start_byte() + i);
+        let is_delimiter = |line: &[u8]| {
+            let line = match strip_tabs {
+                true => &line[line.iter().take_while(|&&b| b == b'\t').count()..],
+                false => line,
+            };
+            line == delimiter.as_bytes()
+        };
+        if !is_delimiter(&self.src[line_start..line_end]) {
+            return None;
+        }
+        // Bash stops at the first line that is the delimiter: none may come before the end.
+        let mut body_start = body.map_or(line_start, |b| b.start_byte());
+        while strip_tabs && body_start > 0 && self.src[body_start - 1] == b'\t' {
+            body_start -= 1;
+        }
+        if body_start > line_start || (body_start > 0 && self.src[body_start - 1] != b'\n') {
+            return None;
+        }
+        match self.src[body_start..line_start]
+            .split(|&b| b == b'\n')
+            .any(is_delimiter)
+        {
+            true => None,
+            false => Some(()),
+        }
+    }
+}
+
+/// A here-doc's delimiter as bash reads it: the word with its quotes removed (bash expands
+/// nothing in it; a `$` or backtick is refused rather than guessed at).
+fn heredoc_delimiter(word: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut chars = word.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '$' | '`' => return None,
+            '\\' => out.push(chars.next()?),
+            '\'' => loop {
+                match chars.next()? {
+                    '\'' => break,
+                    c => out.push(c),
+                }
+            },
+            '"' => loop {
+                match chars.next()? {
+                    '"' => break,
+                    '\\' => {
+                        let n = chars.next()?;
+                        if !matches!(n, '"' | '\\') {
+                            out.push('\\');
+                        }
+                        out.push(n);
+                    }
+                    c => out.push(c),
+                }
+            },
+            c => out.push(c),
+        }
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// The field name under which `child` hangs from `parent`.
@@ -442,6 +536,10 @@ mod tests {
             argvs("cat <<EOF | sh\nrm x\nEOF\n"),
             v(&[&["sh"], &["cat"]])
         );
+        assert_eq!(
+            argvs("cat <<'EOF'\nx\nEOF\ncat <<-\"E F\"\n\tx\n\tE F\nls"),
+            v(&[&["cat"], &["cat"], &["ls"]])
+        );
         assert_eq!(argvs("ls *.rs"), v(&[&["ls", "<*.rs>"]]));
         assert_eq!(argvs("'git' \"status\""), v(&[&["git", "status"]]));
         assert_eq!(argvs("ls 2>&1 > /dev/null < in"), v(&[&["ls"]]));
@@ -474,6 +572,11 @@ mod tests {
             "echo $'\\x41'",
             "[[ -f x ]]",
             "cat <<EOF > out\nx\nEOF\n",
+            // Ends where bash does not: ` EOF`, `EOF ` or a glued quote (`"EOF"x` is `EOFx`).
+            "cat <<EOF\n EOF\ncat <<'Z'\nEOF\nrm x\nZ\n",
+            "cat <<EOF\nEOF \nEOF\n",
+            "cat <<EOF\r\nx\r\nEOF\r\n",
+            "echo `echo \\`rm x\\``",
         ] {
             assert_eq!(argvs(line), None, "{line:?}");
         }
