@@ -587,3 +587,35 @@ fn a_here_doc_ended_where_bash_does_not_end_it_hides_the_command_after_it() {
         .collect();
     assert!(through.is_empty(), "ran unasked: {through:#?}");
 }
+
+#[test]
+fn a_tab_typed_into_an_approved_shell_cannot_swallow_the_comment_the_rules_saw() {
+    // Two Tabs on an empty line make bash ask "Display all N possibilities? (y or n)", and
+    // that question eats every key up to the `n`: the rules saw `ls` and a comment, bash
+    // runs the `touch` after it.
+    let env = Env::new();
+    env.user_config("[approval]\nallow = [\"bash\"]\n");
+    let marker = env.workspace.join("pwned-through-completion");
+    let ends = run_calls(
+        &env,
+        vec![
+            ("shell", json!({"command": "bash --norc", "yield_ms": 1000})),
+            (
+                "write_stdin",
+                json!({"session_id": 1, "chars": format!("ls > /dev/null\n\t\t#ntouch {}\n", marker.display()), "yield_ms": 1500}),
+            ),
+            (
+                "write_stdin",
+                json!({"session_id": 1, "chars": "exit\n", "yield_ms": 1000}),
+            ),
+        ],
+        &[],
+    );
+    assert_eq!(ends.len(), 3, "{ends:?}");
+    assert_ne!(ends[0]["status"], "declined", "{ends:?}");
+    assert!(
+        !marker.exists(),
+        "keys typed into bash ran a command the rules never saw: {ends:?}"
+    );
+    assert_eq!(ends[1]["status"], "declined", "{ends:?}");
+}

@@ -131,7 +131,9 @@ pub fn judge_session_input(session_command: &str, text: &str) -> SessionInput {
 
 /// A line for an interactive shell. Refused as code (asked) when the shell would not run what
 /// the rules see: a partial line (Enter later submits it whole), control keys and escape
-/// sequences (line editing, history recall with the arrow keys), `!` history expansion and
+/// sequences (line editing, history recall with the arrow keys), a Tab (completion inserts
+/// words, and its "Display all N possibilities? (y or n)" eats the keys typed after it up to
+/// the answer: `\t\t#n…` hides a comment's `#` from bash), `!` history expansion and
 /// `^old^new` substitution.
 fn shell_line(text: &str) -> SessionInput {
     let Some(line) = text.strip_suffix('\n').or_else(|| text.strip_suffix('\r')) else {
@@ -140,7 +142,7 @@ fn shell_line(text: &str) -> SessionInput {
     let line = line.strip_suffix('\r').unwrap_or(line);
     if line
         .chars()
-        .any(|c| (c.is_control() && c != '\n' && c != '\t') || c == '!' || c == '\u{7f}')
+        .any(|c| (c.is_control() && c != '\n') || c == '!' || c == '\u{7f}')
         || line.trim_start().starts_with('^')
         || line.trim().is_empty()
     {
@@ -168,6 +170,7 @@ mod tests {
             ("bash", "\u{1b}[A\n", Code),
             ("bash", "\n", Data),
             ("bash", "\u{3}", Data),
+            ("bash", "ls\n\t\t#ntouch x\n", Code),
             ("python3", "print(1)\n", Code),
             ("python3 script.py", "yes\n", Code),
             ("less README.md", "q", Data),
