@@ -619,3 +619,39 @@ fn a_tab_typed_into_an_approved_shell_cannot_swallow_the_comment_the_rules_saw()
     );
     assert_eq!(ends[1]["status"], "declined", "{ends:?}");
 }
+
+#[test]
+fn a_read_redirection_from_dev_tcp_does_not_reach_the_network_unasked() {
+    // bash itself opens `/dev/tcp/HOST/PORT` in a redirection: `cat < /dev/tcp/…` is a `cat`
+    // reading a file to the rules, and a connection (whose host name can carry what
+    // `$(cat secret)` read) once the user allowed the network.
+    use std::net::TcpListener;
+    let env = Env::new();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    let cases = [
+        format!("cat < /dev/tcp/127.0.0.1/{port} > /dev/null"),
+        format!("echo $(< /dev/tcp/127.0.0.1/{port}) > /dev/null"),
+        format!("cat < /dev/$(echo tcp)/127.0.0.1/{port} > /dev/null"),
+        format!("cat < /dev/udp/127.0.0.1/{port} > /dev/null"),
+    ];
+    let calls = cases
+        .iter()
+        .map(|c| ("shell", json!({ "command": c, "timeout_ms": 3000 })))
+        .collect();
+    let ends = run_calls(&env, calls, &["--network"]);
+    let mut connections = 0;
+    while listener.accept().is_ok() {
+        connections += 1;
+    }
+    assert_eq!(ends.len(), cases.len(), "{ends:?}");
+    assert_eq!(connections, 0, "a safe-listed line connected out: {ends:?}");
+    let through: Vec<String> = cases
+        .iter()
+        .zip(&ends)
+        .filter(|(_, end)| end["status"] != "declined")
+        .map(|(c, end)| format!("`{c}`: {}", end["status"]))
+        .collect();
+    assert!(through.is_empty(), "ran unasked: {through:#?}");
+}

@@ -3,7 +3,8 @@
 //! and the pipeline a here-doc feeds — comes out as its words. A line whose meaning depends on
 //! anything the rules cannot see (a parse error, a variable assignment, control flow, a
 //! function, a `${…}` or `$((…))` expansion, a variable or substitution as a command name) is
-//! refused as a whole, and so is any redirection that writes a file.
+//! refused as a whole, and so is any redirection that writes a file or reads one bash opens as
+//! a network connection (`< /dev/tcp/…`).
 
 use tree_sitter::{Node, Parser};
 
@@ -269,8 +270,16 @@ impl Walk<'_> {
                     _ => false,
                 };
                 let null = matches!(words.as_slice(), [Word::Literal(s)] if s == "/dev/null");
+                // bash opens `/dev/tcp/HOST/PORT` and `/dev/udp/…` itself: such a "file" is a
+                // connection, and a word only known when it runs could name one.
+                let from_file = match words.as_slice() {
+                    [Word::Literal(s)] => {
+                        !s.starts_with("/dev/tcp/") && !s.starts_with("/dev/udp/")
+                    }
+                    _ => false,
+                };
                 match op.as_str() {
-                    "<" => Some(false),
+                    "<" if from_file => Some(false),
                     "<&" | ">&" if fd_of(&words) => Some(false),
                     "<&-" | ">&-" => Some(false),
                     ">" | ">>" | "&>" | "&>>" | ">|" | ">&" if null => {
@@ -571,6 +580,8 @@ mod tests {
             "cat 'unterminated",
             "echo $'\\x41'",
             "[[ -f x ]]",
+            "cat < /dev/tcp/127.0.0.1/80",
+            "cat < $f",
             "cat <<EOF > out\nx\nEOF\n",
             // Ends where bash does not: ` EOF`, `EOF ` or a glued quote (`"EOF"x` is `EOFx`).
             "cat <<EOF\n EOF\ncat <<'Z'\nEOF\nrm x\nZ\n",
