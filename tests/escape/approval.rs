@@ -655,3 +655,48 @@ fn a_read_redirection_from_dev_tcp_does_not_reach_the_network_unasked() {
         .collect();
     assert!(through.is_empty(), "ran unasked: {through:#?}");
 }
+
+#[test]
+fn a_line_continuation_bash_and_the_rules_join_apart_hides_a_command() {
+    // bash removes every backslash-newline before it reads words; tree-sitter reads some of
+    // them as a word boundary, a lone `$` or the start of a comment, and takes `\` + CRLF for
+    // a continuation where bash sees an escaped carriage return and the end of the command.
+    let env = Env::new();
+    let cases = [
+        ("pwned-by-glued-comment", "echo a\\\n#; touch {m}"),
+        (
+            "pwned-by-prompt-expansion",
+            "echo $\\\n{x:='$(touch {m})'} $\\\n{x@P}",
+        ),
+        (
+            "pwned-in-heredoc-text",
+            "cat <<EOF\n$\\\n(touch {m})\nEOF\n",
+        ),
+        (
+            "pwned-by-joined-heredoc-end",
+            "cat <<EOF\nx \\\nEOF\ncat <<'Z'\nEOF\ntouch {m}\nZ\n",
+        ),
+        ("pwned-by-crlf", "echo a\\\r\ntouch {m}"),
+        ("pwned-by-blank-crlf", "echo a \\\r\ntouch {m}"),
+    ];
+    let mut calls: Vec<(&str, Value)> = cases
+        .iter()
+        .map(|(file, line)| {
+            let m = env.workspace.join(file);
+            let command = line.replace("{m}", &m.display().to_string());
+            ("shell", json!({ "command": command }))
+        })
+        .collect();
+    // A continuation after a blank, as models write long commands, still runs.
+    calls.push(("shell", json!({ "command": "ls \\\n  -la > /dev/null" })));
+    let ends = run_calls(&env, calls, &[]);
+    assert_eq!(ends.len(), cases.len() + 1, "{ends:?}");
+    let through: Vec<String> = cases
+        .iter()
+        .zip(&ends)
+        .filter(|((file, _), end)| env.workspace.join(file).exists() || end["status"] != "declined")
+        .map(|((file, _), end)| format!("{file}: {}", end["status"]))
+        .collect();
+    assert!(through.is_empty(), "ran unasked: {through:#?}");
+    assert_eq!(ends[cases.len()]["status"], "ok", "{ends:?}");
+}

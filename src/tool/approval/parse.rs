@@ -53,6 +53,9 @@ impl SimpleCommand {
 /// Every simple command `line` would run, or `None` when the line cannot be judged from its
 /// words (see the module docs) or writes a file through a redirection.
 pub fn simple_commands(line: &str) -> Option<Vec<SimpleCommand>> {
+    if !continuations_read_alike(line) {
+        return None;
+    }
     let mut parser = Parser::new();
     parser
         .set_language(&tree_sitter_bash::LANGUAGE.into())
@@ -374,6 +377,14 @@ impl Walk<'_> {
         if !is_delimiter(&self.src[line_start..line_end]) {
             return None;
         }
+        // In a here-doc bash joins a line ending in a backslash to the next one, also where
+        // the next one looks like the end.
+        if self.src[body.map_or(line_start, |b| b.start_byte())..line_start]
+            .windows(2)
+            .any(|w| w == b"\\\n")
+        {
+            return None;
+        }
         // Bash stops at the first line that is the delimiter: none may come before the end.
         let mut body_start = body.map_or(line_start, |b| b.start_byte());
         while strip_tabs && body_start > 0 && self.src[body_start - 1] == b'\t' {
@@ -390,6 +401,22 @@ impl Walk<'_> {
             false => Some(()),
         }
     }
+}
+
+/// Whether bash and tree-sitter join the lines of `line` alike. bash removes every
+/// backslash-newline before it reads words, so `a\⏎#; cmd` is `a#; cmd` to it (no comment)
+/// and `$\⏎{…}` an expansion, where tree-sitter reads a comment or a lone `$`; and to bash
+/// `\␍⏎` is an escaped carriage return and the end of the command, to tree-sitter a line
+/// continuation. So a carriage return refuses the line, and a continuation is taken only
+/// after a plain blank (`cmd \⏎  --flag`), where both read a word boundary.
+fn continuations_read_alike(line: &str) -> bool {
+    let b = line.as_bytes();
+    !b.contains(&b'\r')
+        && (0..b.len()).all(|i| {
+            b[i] != b'\\'
+                || b.get(i + 1) != Some(&b'\n')
+                || (i >= 1 && matches!(b[i - 1], b' ' | b'\t') && (i < 2 || b[i - 2] != b'\\'))
+        })
 }
 
 /// A here-doc's delimiter as bash reads it: the word with its quotes removed (bash expands
@@ -549,6 +576,10 @@ mod tests {
             argvs("cat <<'EOF'\nx\nEOF\ncat <<-\"E F\"\n\tx\n\tE F\nls"),
             v(&[&["cat"], &["cat"], &["ls"]])
         );
+        assert_eq!(
+            argvs("ls \\\n  -la \\\n\t*.rs"),
+            v(&[&["ls", "-la", "<*.rs>"]])
+        );
         assert_eq!(argvs("ls *.rs"), v(&[&["ls", "<*.rs>"]]));
         assert_eq!(argvs("'git' \"status\""), v(&[&["git", "status"]]));
         assert_eq!(argvs("ls 2>&1 > /dev/null < in"), v(&[&["ls"]]));
@@ -582,6 +613,10 @@ mod tests {
             "[[ -f x ]]",
             "cat < /dev/tcp/127.0.0.1/80",
             "cat < $f",
+            "echo a\\\n#; rm x",
+            "echo $\\\n{x:='$(rm x)'} $\\\n{x@P}",
+            "echo a \\\r\nrm x",
+            "cat <<EOF\nx \\\nEOF\nrm x\nEOF\n",
             "cat <<EOF > out\nx\nEOF\n",
             // Ends where bash does not: ` EOF`, `EOF ` or a glued quote (`"EOF"x` is `EOFx`).
             "cat <<EOF\n EOF\ncat <<'Z'\nEOF\nrm x\nZ\n",
