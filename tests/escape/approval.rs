@@ -700,3 +700,52 @@ fn a_line_continuation_bash_and_the_rules_join_apart_hides_a_command() {
     assert!(through.is_empty(), "ran unasked: {through:#?}");
     assert_eq!(ends[cases.len()]["status"], "ok", "{ends:?}");
 }
+
+#[test]
+fn lines_tree_sitter_splits_unlike_bash_hide_a_command() {
+    // Found by feeding both parsers generated lines: each is a `ls`/`echo` (and a comment)
+    // to tree-sitter-bash, and runs `touch` in bash.
+    let env = Env::new();
+    let cases = [
+        // A form feed is a blank to tree-sitter, part of a word to bash: no comment there.
+        ("pwned-by-form-feed", "echo \u{c}#x$(touch {m})"),
+        ("pwned-by-vertical-tab", "echo \u{b}#x;touch {m}"),
+        // An escaped blank, then `#`: one word to bash, a word and a comment to tree-sitter.
+        ("pwned-by-escaped-blank", "ls \\ #&touch {m}"),
+        // A `$` or a backslash that tree-sitter lets run on over the newline.
+        ("pwned-by-dollar-newline", "ls <<<$\ntouch {m}"),
+        ("pwned-by-newline-backslash", "echo \n\\touch {m}"),
+        ("pwned-by-herestring-escaped-blank", "ls <<<\\ \ntouch {m}"),
+        // `=~` outside `[[ … ]]`: an operator to tree-sitter that joins the lines.
+        ("pwned-by-match-operator", "echo =~\n\ntouch {m}"),
+        // A blank kept inside a redirection's word, the rest a comment.
+        ("pwned-by-brace-redirect", "echo ls<} ]#;touch {m}"),
+        // `1#…` is a number to tree-sitter (bash's BASE#DIGITS) whose substitution went
+        // unjudged.
+        ("pwned-by-base-number", "cat 1#$(touch {m})"),
+    ];
+    let mut calls: Vec<(&str, Value)> = cases
+        .iter()
+        .map(|(file, line)| {
+            let m = env.workspace.join(file);
+            let command = line.replace("{m}", &m.display().to_string());
+            ("shell", json!({ "command": command }))
+        })
+        .collect();
+    // What models write keeps running unasked.
+    std::fs::write(env.workspace.join("notes.txt"), "x y\n").expect("write");
+    calls.push((
+        "shell",
+        json!({ "command": "echo 'a b' # done\ngrep -n \"x y\" notes.txt | wc -l > /dev/null" }),
+    ));
+    let ends = run_calls(&env, calls, &[]);
+    assert_eq!(ends.len(), cases.len() + 1, "{ends:?}");
+    let through: Vec<String> = cases
+        .iter()
+        .zip(&ends)
+        .filter(|((file, _), end)| env.workspace.join(file).exists() || end["status"] != "declined")
+        .map(|((file, _), end)| format!("{file}: {}", end["status"]))
+        .collect();
+    assert!(through.is_empty(), "ran unasked: {through:#?}");
+    assert_eq!(ends[cases.len()]["status"], "ok", "{ends:?}");
+}

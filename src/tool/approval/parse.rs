@@ -62,7 +62,7 @@ pub fn simple_commands(line: &str) -> Option<Vec<SimpleCommand>> {
         .ok()?;
     let tree = parser.parse(line, None)?;
     let root = tree.root_node();
-    if root.has_error() || root.is_missing() {
+    if root.has_error() || root.is_missing() || !read_as_bash_reads(root, line.as_bytes()) {
         return None;
     }
     let mut walk = Walk {
@@ -184,6 +184,9 @@ impl Walk<'_> {
     fn word(&mut self, node: Node<'_>) -> Option<Word> {
         let text = self.text(node).to_string();
         match node.kind() {
+            // tree-sitter reads `1#$(cmd)` as a number (bash's BASE#DIGITS) holding the
+            // substitution: a word with parts inside is not one word.
+            "word" | "number" if node.named_child_count() > 0 => None,
             "word" | "number" => Some(unquoted(&text)),
             "raw_string" => Some(Word::Literal(
                 text.strip_prefix('\'')?.strip_suffix('\'')?.to_string(),
@@ -411,12 +414,65 @@ impl Walk<'_> {
 /// after a plain blank (`cmd \⏎  --flag`), where both read a word boundary.
 fn continuations_read_alike(line: &str) -> bool {
     let b = line.as_bytes();
-    !b.contains(&b'\r')
+    // tree-sitter takes vertical tab, form feed and carriage return for blanks, bash for
+    // parts of a word: `echo \x0c#…` is a comment to one and not to the other.
+    !line
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
         && (0..b.len()).all(|i| {
             b[i] != b'\\'
                 || b.get(i + 1) != Some(&b'\n')
                 || (i >= 1 && matches!(b[i - 1], b' ' | b'\t') && (i < 2 || b[i - 2] != b'\\'))
         })
+}
+
+/// Whether tree-sitter's tree splits `src` where bash does. tree-sitter-bash is not bash's
+/// lexer: it starts a comment after an escaped blank (`a\ #; cmd`), lets a word or a `$`
+/// run on over a newline (`$⏎cmd`, `⏎\cmd`, `<<<\ ⏎cmd`), keeps a blank inside a
+/// redirection's word (`<} ]#;cmd`) and takes `=~` outside `[[ … ]]` for an operator that
+/// joins lines. Each
+/// made a command bash runs invisible to the rules, so such a tree is refused: a comment must
+/// start where bash starts one, no word may hold an unescaped blank or newline, and the parts
+/// of a simple command or a redirection may be apart by blanks only.
+fn read_as_bash_reads(node: Node<'_>, src: &[u8]) -> bool {
+    let escaped = |at: usize| src[..at].iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 1;
+    let text = &src[node.start_byte()..node.end_byte()];
+    let ok = match node.kind() {
+        "comment" => match node.start_byte().checked_sub(1) {
+            None => true,
+            Some(i) => match src[i] {
+                b'\n' | b';' | b'&' | b'|' | b'(' | b')' => true,
+                b' ' | b'\t' => !escaped(i),
+                _ => false,
+            },
+        },
+        "word" => text
+            .iter()
+            .enumerate()
+            .all(|(i, b)| !matches!(b, b' ' | b'\t' | b'\n') || escaped(node.start_byte() + i)),
+        "simple_expansion" | "variable_name" | "special_variable_name" => {
+            !text.iter().any(|b| matches!(b, b' ' | b'\t' | b'\n'))
+        }
+        "command" | "file_redirect" | "herestring_redirect" => {
+            let children = all_children(node);
+            children
+                .iter()
+                .all(|c| c.is_named() || node_field(node, *c) != Some("argument"))
+                && children.windows(2).all(|w| {
+                    let gap = &src[w[0].end_byte()..w[1].start_byte()];
+                    gap.iter()
+                        .all(|b| matches!(b, b' ' | b'\t' | b'\\' | b'\n'))
+                        && !gap
+                            .iter()
+                            .enumerate()
+                            .any(|(i, b)| *b == b'\n' && (i == 0 || gap[i - 1] != b'\\'))
+                })
+        }
+        _ => true,
+    };
+    ok && all_children(node)
+        .into_iter()
+        .all(|c| read_as_bash_reads(c, src))
 }
 
 /// A here-doc's delimiter as bash reads it: the word with its quotes removed (bash expands
