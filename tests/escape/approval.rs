@@ -749,3 +749,33 @@ fn lines_tree_sitter_splits_unlike_bash_hide_a_command() {
     assert!(through.is_empty(), "ran unasked: {through:#?}");
     assert_eq!(ends[cases.len()]["status"], "ok", "{ends:?}");
 }
+
+#[test]
+fn keys_typed_into_read_with_readline_are_not_plain_data() {
+    // `read` takes its input as data, but `read -e` reads it with readline, whose
+    // shell-expand-line (Esc Ctrl-E) runs the `$(…)` typed on the line.
+    let env = Env::new();
+    env.user_config("[approval]\nallow = [\"read\"]\n");
+    let marker = env.workspace.join("pwned-through-read-e");
+    let ends = run_calls(
+        &env,
+        vec![
+            (
+                "shell",
+                json!({"command": "read -re x; echo \"got $x\"", "yield_ms": 1000}),
+            ),
+            (
+                "write_stdin",
+                json!({"session_id": 1, "chars": format!("$(touch {})\u{1b}\u{5}\n", marker.display()), "yield_ms": 1500}),
+            ),
+        ],
+        &[],
+    );
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert_ne!(ends[0]["status"], "declined", "{ends:?}");
+    assert!(
+        !marker.exists(),
+        "readline ran what was typed as data: {ends:?}"
+    );
+    assert_eq!(ends[1]["status"], "declined", "{ends:?}");
+}

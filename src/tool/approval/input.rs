@@ -93,6 +93,17 @@ fn is_harmless_keys(text: &str) -> bool {
             .all(|c| matches!(c, '\n' | '\r' | '\u{3}' | '\u{4}' | '\u{1c}'))
 }
 
+/// `read -e` reads its line with readline, whose bindings run what is typed (Esc Ctrl-E,
+/// shell-expand-line, performs the `$(…)` on the line): not a data sink. Any option word
+/// holding an `e`, or one the rules cannot read, counts.
+fn reads_with_readline(cmd: &parse::SimpleCommand) -> bool {
+    cmd.program().map(program_name) == Some("read")
+        && cmd.words[1..].iter().any(|w| match w.literal() {
+            Some(a) => a.starts_with('-') && a.contains('e'),
+            None => true,
+        })
+}
+
 fn program_name(word: &str) -> &str {
     word.rsplit('/').next().unwrap_or(word)
 }
@@ -110,7 +121,7 @@ pub fn judge_session_input(session_command: &str, text: &str) -> SessionInput {
         .filter_map(|c| c.program())
         .map(program_name)
         .collect();
-    if names.len() != cmds.len() {
+    if names.len() != cmds.len() || cmds.iter().any(reads_with_readline) {
         return SessionInput::Code;
     }
     if names.iter().any(|n| SHELLS.contains(n)) {
@@ -162,6 +173,7 @@ mod tests {
             ("cat", "hello\n", Data),
             ("sort | uniq", "b\na\n", Data),
             ("echo ready; read x; echo got $x", "hello\n", Data),
+            ("read -re x", "$(id)\u{1b}\u{5}\n", Code),
             ("read x; eval \"$x\"", "rm -rf ~\n", Code),
             ("bash", "ls -la\n", ShellCommand("ls -la".into())),
             ("bash", "rm -rf x", Code),
