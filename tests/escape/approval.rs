@@ -723,6 +723,8 @@ fn lines_tree_sitter_splits_unlike_bash_hide_a_command() {
         // `1#…` is a number to tree-sitter (bash's BASE#DIGITS) whose substitution went
         // unjudged.
         ("pwned-by-base-number", "cat 1#$(touch {m})"),
+        // An empty backtick pair glued to a word: tree-sitter read on over the newline.
+        ("pwned-by-empty-backticks", "echo a\\' ``\ntouch {m}"),
     ];
     let mut calls: Vec<(&str, Value)> = cases
         .iter()

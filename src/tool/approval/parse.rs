@@ -453,6 +453,15 @@ fn read_as_bash_reads(node: Node<'_>, src: &[u8]) -> bool {
         "simple_expansion" | "variable_name" | "special_variable_name" => {
             !text.iter().any(|b| matches!(b, b' ' | b'\t' | b'\n'))
         }
+        // Bash glues a word's parts with nothing between them (tree-sitter let an empty
+        // backtick pair, "``", swallow the newline after it).
+        "concatenation" => {
+            let children = all_children(node);
+            children.iter().all(|c| c.is_named())
+                && children
+                    .windows(2)
+                    .all(|w| w[0].end_byte() == w[1].start_byte())
+        }
         "command" | "file_redirect" | "herestring_redirect" => {
             let children = all_children(node);
             children
