@@ -274,6 +274,8 @@ fn neighbours_of_the_safe_list_run_nothing_unasked() {
     let cases = [
         // `file -C` compiles a magic file: writes x.mgc.
         ("file -C -m x", "x.mgc"),
+        // After `--`, `-out` is uniq's output file, not an option.
+        ("uniq -- x -pwned-by-uniq", "-pwned-by-uniq"),
         // `-O` bundled behind another short option.
         (
             "git grep -nO'touch pwned-by-bundled-O' needle",
