@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use super::exit;
 use crate::config::mcp::{SECTION, check_name};
 use crate::config::{Config, McpServer, McpTransport};
-use crate::protocol::terminal_safe_line;
+use crate::protocol::{terminal_safe_json, terminal_safe_line};
 
 #[derive(Debug, Clone, Args)]
 pub struct McpArgs {
@@ -93,7 +93,7 @@ fn list(config: &Config, json: bool) -> i32 {
                 "required": s.required,
                 "source": s.source,
             });
-            println!("{line}");
+            println!("{}", terminal_safe_json(&line.to_string()));
         }
         return exit::OK;
     }

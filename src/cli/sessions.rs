@@ -4,7 +4,7 @@
 use super::args::SessionsArgs;
 use super::exit;
 use crate::config::Config;
-use crate::protocol::terminal_safe_line;
+use crate::protocol::{terminal_safe_json, terminal_safe_line};
 use crate::session::SessionInfo;
 
 pub fn run(config: &Config, args: &SessionsArgs, all: bool) -> i32 {
@@ -24,7 +24,8 @@ pub fn run(config: &Config, args: &SessionsArgs, all: bool) -> i32 {
     sessions.truncate(args.limit);
     if args.json {
         let list: Vec<serde_json::Value> = sessions.iter().map(to_json).collect();
-        println!("{}", serde_json::Value::Array(list));
+        let list = serde_json::Value::Array(list).to_string();
+        println!("{}", terminal_safe_json(&list));
         return exit::OK;
     }
     if sessions.is_empty() {

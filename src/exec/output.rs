@@ -8,7 +8,7 @@ use std::io::Write;
 
 use crate::protocol::{
     Event, Hop, RouteDecision, ToolStatus, TurnStatus, UsageTotals, terminal_safe,
-    terminal_safe_line,
+    terminal_safe_json, terminal_safe_line,
 };
 
 pub struct Output {
@@ -87,7 +87,7 @@ impl Output {
         if self.json {
             if let Ok(line) = serde_json::to_string(event) {
                 let mut stdout = std::io::stdout().lock();
-                let _ = writeln!(stdout, "{line}");
+                let _ = writeln!(stdout, "{}", terminal_safe_json(&line));
                 let _ = stdout.flush();
             }
             return;

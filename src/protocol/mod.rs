@@ -26,7 +26,7 @@ pub use service::{
     StateEvent, TurnDone, TurnError, TurnErrorKind, TurnEvent, TurnFinish, TurnHandle, TurnInput,
     TurnOptions, TurnRouted,
 };
-pub use terminal_text::{is_spoofing_char, terminal_safe, terminal_safe_line};
+pub use terminal_text::{is_spoofing_char, terminal_safe, terminal_safe_json, terminal_safe_line};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;

@@ -22,6 +22,29 @@ pub fn terminal_safe_line(text: &str) -> Cow<'_, str> {
     clean(text, true)
 }
 
+/// A line of JSON (as `serde_json` writes it) as it may reach a terminal: every character
+/// `terminal_safe` would drop that JSON leaves raw — C1 controls such as U+009B (CSI) and
+/// U+009D (OSC), DEL, bidi overrides, zero-width characters — written as a `\uXXXX` escape
+/// instead. Outside strings JSON is ASCII, so only string contents change, and a parser reads
+/// them back exactly.
+pub fn terminal_safe_json(json: &str) -> Cow<'_, str> {
+    if !json.chars().any(is_unsafe) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if is_unsafe(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// Characters that change how the text around them reads without showing themselves: bidi
 /// embeddings, overrides, isolates and marks (the "Trojan Source" characters), zero-width
 /// spaces and joiners' look-alikes, word joiners and invisible operators, the byte-order mark,
@@ -113,6 +136,22 @@ fn skip_string(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_keeps_its_meaning_and_loses_what_a_terminal_acts_on() {
+        let value = serde_json::json!({ "a": "x\u{9b}2J\u{7f}\u{202e}\u{E0041}y\n\u{1b}" });
+        let raw = serde_json::to_string(&value).expect("json");
+        let safe = terminal_safe_json(&raw);
+        assert!(safe.chars().all(|c| !is_unsafe(c)), "{safe:?}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&safe).ok(),
+            Some(value)
+        );
+        assert!(matches!(
+            terminal_safe_json("{\"a\":\"é👋\"}"),
+            Cow::Borrowed(_)
+        ));
+    }
 
     #[test]
     fn plain_text_is_borrowed_unchanged() {

@@ -274,6 +274,8 @@ fn neighbours_of_the_safe_list_run_nothing_unasked() {
     let cases = [
         // `file -C` compiles a magic file: writes x.mgc.
         ("file -C -m x", "x.mgc"),
+        // After `--`, `-out` is uniq's output file, not an option.
+        ("uniq -- x -pwned-by-uniq", "-pwned-by-uniq"),
         // `-O` bundled behind another short option.
         (
             "git grep -nO'touch pwned-by-bundled-O' needle",
@@ -546,4 +548,238 @@ async fn a_yielded_session_dies_at_its_timeout_even_if_nobody_polls() {
         "the session outlived its timeout_ms because nobody polled"
     );
     drop(ctx);
+}
+
+#[test]
+fn a_here_doc_ended_where_bash_does_not_end_it_hides_the_command_after_it() {
+    // tree-sitter ends a here-doc at a line that only starts with its delimiter (` EOF`),
+    // bash only at the delimiter alone: the lines in between are a second `cat <<'Z'` to
+    // the rules, whose body hides `touch`, and plain here-doc text to bash, which then runs
+    // the `touch` line as a command.
+    let env = Env::new();
+    let cases = [
+        (
+            "pwned-by-heredoc-indent",
+            "cat <<EOF\n EOF\ncat <<'Z'\nEOF\ntouch {m}\nZ\n",
+        ),
+        (
+            "pwned-by-heredoc-suffix",
+            "cat <<\"EOF\"x\nEOF\ncat <<'Z'\nEOFx\ntouch {m}\nZ\n",
+        ),
+        // Nested backticks: bash unescapes `\`` inside a backtick substitution and runs
+        // what it then holds; the rules saw one `echo` with literal words.
+        ("pwned-by-nested-backticks", "echo `echo \\`touch {m}\\``"),
+        ("pwned-by-backtick-dollar", "echo `echo \\$(touch {m})`"),
+    ];
+    let calls = cases
+        .iter()
+        .map(|(file, line)| {
+            let m = env.workspace.join(file);
+            let command = line.replace("{m}", &m.display().to_string());
+            ("shell", json!({ "command": command }))
+        })
+        .collect();
+    let ends = run_calls(&env, calls, &[]);
+    assert_eq!(ends.len(), cases.len(), "{ends:?}");
+    let through: Vec<String> = cases
+        .iter()
+        .zip(&ends)
+        .filter(|((file, _), end)| env.workspace.join(file).exists() || end["status"] != "declined")
+        .map(|((file, _), end)| format!("{file}: {}", end["status"]))
+        .collect();
+    assert!(through.is_empty(), "ran unasked: {through:#?}");
+}
+
+#[test]
+fn a_tab_typed_into_an_approved_shell_cannot_swallow_the_comment_the_rules_saw() {
+    // Two Tabs on an empty line make bash ask "Display all N possibilities? (y or n)", and
+    // that question eats every key up to the `n`: the rules saw `ls` and a comment, bash
+    // runs the `touch` after it.
+    let env = Env::new();
+    env.user_config("[approval]\nallow = [\"bash\"]\n");
+    let marker = env.workspace.join("pwned-through-completion");
+    let ends = run_calls(
+        &env,
+        vec![
+            ("shell", json!({"command": "bash --norc", "yield_ms": 1000})),
+            (
+                "write_stdin",
+                json!({"session_id": 1, "chars": format!("ls > /dev/null\n\t\t#ntouch {}\n", marker.display()), "yield_ms": 1500}),
+            ),
+            (
+                "write_stdin",
+                json!({"session_id": 1, "chars": "exit\n", "yield_ms": 1000}),
+            ),
+        ],
+        &[],
+    );
+    assert_eq!(ends.len(), 3, "{ends:?}");
+    assert_ne!(ends[0]["status"], "declined", "{ends:?}");
+    assert!(
+        !marker.exists(),
+        "keys typed into bash ran a command the rules never saw: {ends:?}"
+    );
+    assert_eq!(ends[1]["status"], "declined", "{ends:?}");
+}
+
+#[test]
+fn a_read_redirection_from_dev_tcp_does_not_reach_the_network_unasked() {
+    // bash itself opens `/dev/tcp/HOST/PORT` in a redirection: `cat < /dev/tcp/…` is a `cat`
+    // reading a file to the rules, and a connection (whose host name can carry what
+    // `$(cat secret)` read) once the user allowed the network.
+    use std::net::TcpListener;
+    let env = Env::new();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    let cases = [
+        format!("cat < /dev/tcp/127.0.0.1/{port} > /dev/null"),
+        format!("echo $(< /dev/tcp/127.0.0.1/{port}) > /dev/null"),
+        format!("cat < /dev/$(echo tcp)/127.0.0.1/{port} > /dev/null"),
+        format!("cat < /dev/udp/127.0.0.1/{port} > /dev/null"),
+    ];
+    let calls = cases
+        .iter()
+        .map(|c| ("shell", json!({ "command": c, "timeout_ms": 3000 })))
+        .collect();
+    let ends = run_calls(&env, calls, &["--network"]);
+    let mut connections = 0;
+    while listener.accept().is_ok() {
+        connections += 1;
+    }
+    assert_eq!(ends.len(), cases.len(), "{ends:?}");
+    assert_eq!(connections, 0, "a safe-listed line connected out: {ends:?}");
+    let through: Vec<String> = cases
+        .iter()
+        .zip(&ends)
+        .filter(|(_, end)| end["status"] != "declined")
+        .map(|(c, end)| format!("`{c}`: {}", end["status"]))
+        .collect();
+    assert!(through.is_empty(), "ran unasked: {through:#?}");
+}
+
+#[test]
+fn a_line_continuation_bash_and_the_rules_join_apart_hides_a_command() {
+    // bash removes every backslash-newline before it reads words; tree-sitter reads some of
+    // them as a word boundary, a lone `$` or the start of a comment, and takes `\` + CRLF for
+    // a continuation where bash sees an escaped carriage return and the end of the command.
+    let env = Env::new();
+    let cases = [
+        ("pwned-by-glued-comment", "echo a\\\n#; touch {m}"),
+        (
+            "pwned-by-prompt-expansion",
+            "echo $\\\n{x:='$(touch {m})'} $\\\n{x@P}",
+        ),
+        (
+            "pwned-in-heredoc-text",
+            "cat <<EOF\n$\\\n(touch {m})\nEOF\n",
+        ),
+        (
+            "pwned-by-joined-heredoc-end",
+            "cat <<EOF\nx \\\nEOF\ncat <<'Z'\nEOF\ntouch {m}\nZ\n",
+        ),
+        ("pwned-by-crlf", "echo a\\\r\ntouch {m}"),
+        ("pwned-by-blank-crlf", "echo a \\\r\ntouch {m}"),
+    ];
+    let mut calls: Vec<(&str, Value)> = cases
+        .iter()
+        .map(|(file, line)| {
+            let m = env.workspace.join(file);
+            let command = line.replace("{m}", &m.display().to_string());
+            ("shell", json!({ "command": command }))
+        })
+        .collect();
+    // A continuation after a blank, as models write long commands, still runs.
+    calls.push(("shell", json!({ "command": "ls \\\n  -la > /dev/null" })));
+    let ends = run_calls(&env, calls, &[]);
+    assert_eq!(ends.len(), cases.len() + 1, "{ends:?}");
+    let through: Vec<String> = cases
+        .iter()
+        .zip(&ends)
+        .filter(|((file, _), end)| env.workspace.join(file).exists() || end["status"] != "declined")
+        .map(|((file, _), end)| format!("{file}: {}", end["status"]))
+        .collect();
+    assert!(through.is_empty(), "ran unasked: {through:#?}");
+    assert_eq!(ends[cases.len()]["status"], "ok", "{ends:?}");
+}
+
+#[test]
+fn lines_tree_sitter_splits_unlike_bash_hide_a_command() {
+    // Found by feeding both parsers generated lines: each is a `ls`/`echo` (and a comment)
+    // to tree-sitter-bash, and runs `touch` in bash.
+    let env = Env::new();
+    let cases = [
+        // A form feed is a blank to tree-sitter, part of a word to bash: no comment there.
+        ("pwned-by-form-feed", "echo \u{c}#x$(touch {m})"),
+        ("pwned-by-vertical-tab", "echo \u{b}#x;touch {m}"),
+        // An escaped blank, then `#`: one word to bash, a word and a comment to tree-sitter.
+        ("pwned-by-escaped-blank", "ls \\ #&touch {m}"),
+        // A `$` or a backslash that tree-sitter lets run on over the newline.
+        ("pwned-by-dollar-newline", "ls <<<$\ntouch {m}"),
+        ("pwned-by-newline-backslash", "echo \n\\touch {m}"),
+        ("pwned-by-herestring-escaped-blank", "ls <<<\\ \ntouch {m}"),
+        // `=~` outside `[[ … ]]`: an operator to tree-sitter that joins the lines.
+        ("pwned-by-match-operator", "echo =~\n\ntouch {m}"),
+        // A blank kept inside a redirection's word, the rest a comment.
+        ("pwned-by-brace-redirect", "echo ls<} ]#;touch {m}"),
+        // `1#…` is a number to tree-sitter (bash's BASE#DIGITS) whose substitution went
+        // unjudged.
+        ("pwned-by-base-number", "cat 1#$(touch {m})"),
+        // An empty backtick pair glued to a word: tree-sitter read on over the newline.
+        ("pwned-by-empty-backticks", "echo a\\' ``\ntouch {m}"),
+    ];
+    let mut calls: Vec<(&str, Value)> = cases
+        .iter()
+        .map(|(file, line)| {
+            let m = env.workspace.join(file);
+            let command = line.replace("{m}", &m.display().to_string());
+            ("shell", json!({ "command": command }))
+        })
+        .collect();
+    // What models write keeps running unasked.
+    std::fs::write(env.workspace.join("notes.txt"), "x y\n").expect("write");
+    calls.push((
+        "shell",
+        json!({ "command": "echo 'a b' # done\ngrep -n \"x y\" notes.txt | wc -l > /dev/null" }),
+    ));
+    let ends = run_calls(&env, calls, &[]);
+    assert_eq!(ends.len(), cases.len() + 1, "{ends:?}");
+    let through: Vec<String> = cases
+        .iter()
+        .zip(&ends)
+        .filter(|((file, _), end)| env.workspace.join(file).exists() || end["status"] != "declined")
+        .map(|((file, _), end)| format!("{file}: {}", end["status"]))
+        .collect();
+    assert!(through.is_empty(), "ran unasked: {through:#?}");
+    assert_eq!(ends[cases.len()]["status"], "ok", "{ends:?}");
+}
+
+#[test]
+fn keys_typed_into_read_with_readline_are_not_plain_data() {
+    // `read` takes its input as data, but `read -e` reads it with readline, whose
+    // shell-expand-line (Esc Ctrl-E) runs the `$(…)` typed on the line.
+    let env = Env::new();
+    env.user_config("[approval]\nallow = [\"read\"]\n");
+    let marker = env.workspace.join("pwned-through-read-e");
+    let ends = run_calls(
+        &env,
+        vec![
+            (
+                "shell",
+                json!({"command": "read -re x; echo \"got $x\"", "yield_ms": 1000}),
+            ),
+            (
+                "write_stdin",
+                json!({"session_id": 1, "chars": format!("$(touch {})\u{1b}\u{5}\n", marker.display()), "yield_ms": 1500}),
+            ),
+        ],
+        &[],
+    );
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert_ne!(ends[0]["status"], "declined", "{ends:?}");
+    assert!(
+        !marker.exists(),
+        "readline ran what was typed as data: {ends:?}"
+    );
+    assert_eq!(ends[1]["status"], "declined", "{ends:?}");
 }

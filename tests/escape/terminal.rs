@@ -199,3 +199,49 @@ fn hostile_escape_sequences_never_reach_the_transcript_printed_on_exit() {
         panic!("with colours: {bad}");
     }
 }
+
+#[test]
+fn eight_bit_controls_and_bidi_overrides_never_reach_the_terminal_raw_through_exec_json() {
+    // JSON escapes C0 controls only: U+009B (CSI), U+009D (OSC), DEL and U+202E went out as
+    // raw characters, which a UTF-8 terminal showing `--exec --json` acts on (or reorders).
+    // Written as `\uXXXX` escapes they read the same to a JSON parser and nothing to a
+    // terminal.
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "c1",
+                    "read_file",
+                    json!({ "path": format!("notes{HOSTILE}\u{9d}0;title\u{9c}.txt") }).to_string(),
+                ),
+            )
+            .answer("L2", format!("Finished{HOSTILE} the work."))
+            .default_summary("summary"),
+    );
+    let out = env
+        .exec(&engine, "go", &["--json"])
+        .output()
+        .expect("run baton");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(
+        events.iter().any(|e| e.to_string().contains("Finished")),
+        "{stdout}"
+    );
+    // Nothing is lost: the parsed events still hold the characters.
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "turn_completed" && e.to_string().contains('\u{9b}')),
+        "{stdout}"
+    );
+    if let Some(bad) = active_bytes(&out.stdout) {
+        panic!("stdout: {bad}");
+    }
+}

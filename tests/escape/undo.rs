@@ -556,3 +556,32 @@ fn undo_prints_paths_through_the_sanitizer() {
     );
     assert!(!env.workspace.join(evil).exists(), "{text:?}");
 }
+
+#[test]
+fn a_file_named_like_git_cannot_make_the_turn_that_made_it_impossible_to_undo() {
+    // libgit2 refuses index paths it takes for `.git` on some filesystem (`.GIT`, `git~1`,
+    // `.git.`): a turn that wrecks the files and leaves one behind failed its closing snapshot,
+    // recorded no checkpoint, and so could not be undone (nor could any turn after it while
+    // the file stayed).
+    let env = Env::new();
+    repo_with(&env, &[("a.txt", "a\n"), ("src/lib.rs", "fn main() {}\n")]);
+    turn(
+        &env,
+        vec![shell_call(
+            "c1",
+            "echo wrecked > a.txt && rm -r src && touch .GIT 'git~1' && mkdir .Git && echo x > .Git/config",
+        )],
+    );
+    assert_eq!(read(env.workspace.join("a.txt")), "wrecked\n");
+    let (code, text) = undo(&env, &[]);
+    assert_eq!(read(env.workspace.join("a.txt")), "a\n", "{text}");
+    assert_eq!(
+        read(env.workspace.join("src/lib.rs")),
+        "fn main() {}\n",
+        "{text}"
+    );
+    assert_eq!(code, 0, "{text}");
+    // What no snapshot could hold is never touched.
+    assert!(env.workspace.join("git~1").exists(), "{text}");
+    assert!(env.workspace.join(".GIT").exists(), "{text}");
+}

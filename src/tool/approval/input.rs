@@ -93,6 +93,17 @@ fn is_harmless_keys(text: &str) -> bool {
             .all(|c| matches!(c, '\n' | '\r' | '\u{3}' | '\u{4}' | '\u{1c}'))
 }
 
+/// `read -e` reads its line with readline, whose bindings run what is typed (Esc Ctrl-E,
+/// shell-expand-line, performs the `$(…)` on the line): not a data sink. Any option word
+/// holding an `e`, or one the rules cannot read, counts.
+fn reads_with_readline(cmd: &parse::SimpleCommand) -> bool {
+    cmd.program().map(program_name) == Some("read")
+        && cmd.words[1..].iter().any(|w| match w.literal() {
+            Some(a) => a.starts_with('-') && a.contains('e'),
+            None => true,
+        })
+}
+
 fn program_name(word: &str) -> &str {
     word.rsplit('/').next().unwrap_or(word)
 }
@@ -110,7 +121,7 @@ pub fn judge_session_input(session_command: &str, text: &str) -> SessionInput {
         .filter_map(|c| c.program())
         .map(program_name)
         .collect();
-    if names.len() != cmds.len() {
+    if names.len() != cmds.len() || cmds.iter().any(reads_with_readline) {
         return SessionInput::Code;
     }
     if names.iter().any(|n| SHELLS.contains(n)) {
@@ -131,7 +142,9 @@ pub fn judge_session_input(session_command: &str, text: &str) -> SessionInput {
 
 /// A line for an interactive shell. Refused as code (asked) when the shell would not run what
 /// the rules see: a partial line (Enter later submits it whole), control keys and escape
-/// sequences (line editing, history recall with the arrow keys), `!` history expansion and
+/// sequences (line editing, history recall with the arrow keys), a Tab (completion inserts
+/// words, and its "Display all N possibilities? (y or n)" eats the keys typed after it up to
+/// the answer: `\t\t#n…` hides a comment's `#` from bash), `!` history expansion and
 /// `^old^new` substitution.
 fn shell_line(text: &str) -> SessionInput {
     let Some(line) = text.strip_suffix('\n').or_else(|| text.strip_suffix('\r')) else {
@@ -140,7 +153,7 @@ fn shell_line(text: &str) -> SessionInput {
     let line = line.strip_suffix('\r').unwrap_or(line);
     if line
         .chars()
-        .any(|c| (c.is_control() && c != '\n' && c != '\t') || c == '!' || c == '\u{7f}')
+        .any(|c| (c.is_control() && c != '\n') || c == '!' || c == '\u{7f}')
         || line.trim_start().starts_with('^')
         || line.trim().is_empty()
     {
@@ -160,6 +173,7 @@ mod tests {
             ("cat", "hello\n", Data),
             ("sort | uniq", "b\na\n", Data),
             ("echo ready; read x; echo got $x", "hello\n", Data),
+            ("read -re x", "$(id)\u{1b}\u{5}\n", Code),
             ("read x; eval \"$x\"", "rm -rf ~\n", Code),
             ("bash", "ls -la\n", ShellCommand("ls -la".into())),
             ("bash", "rm -rf x", Code),
@@ -168,6 +182,7 @@ mod tests {
             ("bash", "\u{1b}[A\n", Code),
             ("bash", "\n", Data),
             ("bash", "\u{3}", Data),
+            ("bash", "ls\n\t\t#ntouch x\n", Code),
             ("python3", "print(1)\n", Code),
             ("python3 script.py", "yes\n", Code),
             ("less README.md", "q", Data),

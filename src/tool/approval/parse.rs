@@ -3,7 +3,8 @@
 //! and the pipeline a here-doc feeds — comes out as its words. A line whose meaning depends on
 //! anything the rules cannot see (a parse error, a variable assignment, control flow, a
 //! function, a `${…}` or `$((…))` expansion, a variable or substitution as a command name) is
-//! refused as a whole, and so is any redirection that writes a file.
+//! refused as a whole, and so is any redirection that writes a file or reads one bash opens as
+//! a network connection (`< /dev/tcp/…`).
 
 use tree_sitter::{Node, Parser};
 
@@ -52,13 +53,16 @@ impl SimpleCommand {
 /// Every simple command `line` would run, or `None` when the line cannot be judged from its
 /// words (see the module docs) or writes a file through a redirection.
 pub fn simple_commands(line: &str) -> Option<Vec<SimpleCommand>> {
+    if !continuations_read_alike(line) {
+        return None;
+    }
     let mut parser = Parser::new();
     parser
         .set_language(&tree_sitter_bash::LANGUAGE.into())
         .ok()?;
     let tree = parser.parse(line, None)?;
     let root = tree.root_node();
-    if root.has_error() || root.is_missing() {
+    if root.has_error() || root.is_missing() || !read_as_bash_reads(root, line.as_bytes()) {
         return None;
     }
     let mut walk = Walk {
@@ -180,6 +184,9 @@ impl Walk<'_> {
     fn word(&mut self, node: Node<'_>) -> Option<Word> {
         let text = self.text(node).to_string();
         match node.kind() {
+            // tree-sitter reads `1#$(cmd)` as a number (bash's BASE#DIGITS) holding the
+            // substitution: a word with parts inside is not one word.
+            "word" | "number" if node.named_child_count() > 0 => None,
             "word" | "number" => Some(unquoted(&text)),
             "raw_string" => Some(Word::Literal(
                 text.strip_prefix('\'')?.strip_suffix('\'')?.to_string(),
@@ -217,6 +224,10 @@ impl Walk<'_> {
                 })
             }
             "simple_expansion" => Some(Word::Dynamic(text)),
+            // Inside backticks bash first turns `\``, `\$` and `\\` into what they escape and
+            // parses the result again: `echo \`id\`` there runs `id`, where tree-sitter sees
+            // an `echo` of literal words.
+            "command_substitution" if text.starts_with('`') && text.contains('\\') => None,
             "command_substitution" => {
                 for child in named_children(node) {
                     if child.kind() == "file_redirect" {
@@ -265,8 +276,16 @@ impl Walk<'_> {
                     _ => false,
                 };
                 let null = matches!(words.as_slice(), [Word::Literal(s)] if s == "/dev/null");
+                // bash opens `/dev/tcp/HOST/PORT` and `/dev/udp/…` itself: such a "file" is a
+                // connection, and a word only known when it runs could name one.
+                let from_file = match words.as_slice() {
+                    [Word::Literal(s)] => {
+                        !s.starts_with("/dev/tcp/") && !s.starts_with("/dev/udp/")
+                    }
+                    _ => false,
+                };
                 match op.as_str() {
-                    "<" => Some(false),
+                    "<" if from_file => Some(false),
                     "<&" | ">&" if fd_of(&words) => Some(false),
                     "<&-" | ">&-" => Some(false),
                     ">" | ">>" | "&>" | "&>>" | ">|" | ">&" if null => {
@@ -288,6 +307,7 @@ impl Walk<'_> {
                 Some(false)
             }
             "heredoc_redirect" => {
+                self.heredoc_ends_where_bash_ends_it(node)?;
                 let mut to_null = false;
                 for child in named_children(node) {
                     match child.kind() {
@@ -321,6 +341,181 @@ impl Walk<'_> {
             _ => None,
         }
     }
+
+    /// Checks that bash ends this here-doc on the line tree-sitter ends it. tree-sitter ends
+    /// one at a line that merely starts with its delimiter (` EOF`), and drops what is glued
+    /// to a quoted delimiter (`"EOF"x`, whose delimiter is `EOFx` to bash): the lines bash
+    /// still reads as text would then be commands to the rules, a second here-doc among them
+    /// whose body hides what bash runs once its own here-doc ends.
+    fn heredoc_ends_where_bash_ends_it(&self, node: Node<'_>) -> Option<()> {
+        let children = all_children(node);
+        let strip_tabs = children.iter().any(|c| self.text(*c) == "<<-");
+        let start = children.iter().find(|c| c.kind() == "heredoc_start")?;
+        let glued = self.src.get(start.end_byte()).copied();
+        if glued.is_some_and(|b| !b" \t\n;&|)<>".contains(&b)) {
+            return None;
+        }
+        let delimiter = heredoc_delimiter(self.text(*start))?;
+        let body = children.iter().find(|c| c.kind() == "heredoc_body");
+        let end = children
+            .iter()
+            .chain(body.map(|b| named_children(*b)).unwrap_or_default().iter())
+            .find(|c| c.kind() == "heredoc_end")
+            .copied()?;
+        let line_start = self.src[..end.start_byte()]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        let line_end = self.src[end.start_byte()..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(self.src.len(), |i| end.start_byte() + i);
+        let is_delimiter = |line: &[u8]| {
+            let line = match strip_tabs {
+                true => &line[line.iter().take_while(|&&b| b == b'\t').count()..],
+                false => line,
+            };
+            line == delimiter.as_bytes()
+        };
+        if !is_delimiter(&self.src[line_start..line_end]) {
+            return None;
+        }
+        // In a here-doc bash joins a line ending in a backslash to the next one, also where
+        // the next one looks like the end.
+        if self.src[body.map_or(line_start, |b| b.start_byte())..line_start]
+            .windows(2)
+            .any(|w| w == b"\\\n")
+        {
+            return None;
+        }
+        // Bash stops at the first line that is the delimiter: none may come before the end.
+        let mut body_start = body.map_or(line_start, |b| b.start_byte());
+        while strip_tabs && body_start > 0 && self.src[body_start - 1] == b'\t' {
+            body_start -= 1;
+        }
+        if body_start > line_start || (body_start > 0 && self.src[body_start - 1] != b'\n') {
+            return None;
+        }
+        match self.src[body_start..line_start]
+            .split(|&b| b == b'\n')
+            .any(is_delimiter)
+        {
+            true => None,
+            false => Some(()),
+        }
+    }
+}
+
+/// Whether bash and tree-sitter join the lines of `line` alike. bash removes every
+/// backslash-newline before it reads words, so `a\⏎#; cmd` is `a#; cmd` to it (no comment)
+/// and `$\⏎{…}` an expansion, where tree-sitter reads a comment or a lone `$`; and to bash
+/// `\␍⏎` is an escaped carriage return and the end of the command, to tree-sitter a line
+/// continuation. So a carriage return refuses the line, and a continuation is taken only
+/// after a plain blank (`cmd \⏎  --flag`), where both read a word boundary.
+fn continuations_read_alike(line: &str) -> bool {
+    let b = line.as_bytes();
+    // tree-sitter takes vertical tab, form feed and carriage return for blanks, bash for
+    // parts of a word: `echo \x0c#…` is a comment to one and not to the other.
+    !line
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+        && (0..b.len()).all(|i| {
+            b[i] != b'\\'
+                || b.get(i + 1) != Some(&b'\n')
+                || (i >= 1 && matches!(b[i - 1], b' ' | b'\t') && (i < 2 || b[i - 2] != b'\\'))
+        })
+}
+
+/// Whether tree-sitter's tree splits `src` where bash does. tree-sitter-bash is not bash's
+/// lexer: it starts a comment after an escaped blank (`a\ #; cmd`), lets a word or a `$`
+/// run on over a newline (`$⏎cmd`, `⏎\cmd`, `<<<\ ⏎cmd`), keeps a blank inside a
+/// redirection's word (`<} ]#;cmd`) and takes `=~` outside `[[ … ]]` for an operator that
+/// joins lines. Each
+/// made a command bash runs invisible to the rules, so such a tree is refused: a comment must
+/// start where bash starts one, no word may hold an unescaped blank or newline, and the parts
+/// of a simple command or a redirection may be apart by blanks only.
+fn read_as_bash_reads(node: Node<'_>, src: &[u8]) -> bool {
+    let escaped = |at: usize| src[..at].iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 1;
+    let text = &src[node.start_byte()..node.end_byte()];
+    let ok = match node.kind() {
+        "comment" => match node.start_byte().checked_sub(1) {
+            None => true,
+            Some(i) => match src[i] {
+                b'\n' | b';' | b'&' | b'|' | b'(' | b')' => true,
+                b' ' | b'\t' => !escaped(i),
+                _ => false,
+            },
+        },
+        "word" => text
+            .iter()
+            .enumerate()
+            .all(|(i, b)| !matches!(b, b' ' | b'\t' | b'\n') || escaped(node.start_byte() + i)),
+        "simple_expansion" | "variable_name" | "special_variable_name" => {
+            !text.iter().any(|b| matches!(b, b' ' | b'\t' | b'\n'))
+        }
+        // Bash glues a word's parts with nothing between them (tree-sitter let an empty
+        // backtick pair, "``", swallow the newline after it).
+        "concatenation" => {
+            let children = all_children(node);
+            children.iter().all(|c| c.is_named())
+                && children
+                    .windows(2)
+                    .all(|w| w[0].end_byte() == w[1].start_byte())
+        }
+        "command" | "file_redirect" | "herestring_redirect" => {
+            let children = all_children(node);
+            children
+                .iter()
+                .all(|c| c.is_named() || node_field(node, *c) != Some("argument"))
+                && children.windows(2).all(|w| {
+                    let gap = &src[w[0].end_byte()..w[1].start_byte()];
+                    gap.iter()
+                        .all(|b| matches!(b, b' ' | b'\t' | b'\\' | b'\n'))
+                        && !gap
+                            .iter()
+                            .enumerate()
+                            .any(|(i, b)| *b == b'\n' && (i == 0 || gap[i - 1] != b'\\'))
+                })
+        }
+        _ => true,
+    };
+    ok && all_children(node)
+        .into_iter()
+        .all(|c| read_as_bash_reads(c, src))
+}
+
+/// A here-doc's delimiter as bash reads it: the word with its quotes removed (bash expands
+/// nothing in it; a `$` or backtick is refused rather than guessed at).
+fn heredoc_delimiter(word: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut chars = word.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '$' | '`' => return None,
+            '\\' => out.push(chars.next()?),
+            '\'' => loop {
+                match chars.next()? {
+                    '\'' => break,
+                    c => out.push(c),
+                }
+            },
+            '"' => loop {
+                match chars.next()? {
+                    '"' => break,
+                    '\\' => {
+                        let n = chars.next()?;
+                        if !matches!(n, '"' | '\\') {
+                            out.push('\\');
+                        }
+                        out.push(n);
+                    }
+                    c => out.push(c),
+                }
+            },
+            c => out.push(c),
+        }
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// The field name under which `child` hangs from `parent`.
@@ -442,6 +637,14 @@ mod tests {
             argvs("cat <<EOF | sh\nrm x\nEOF\n"),
             v(&[&["sh"], &["cat"]])
         );
+        assert_eq!(
+            argvs("cat <<'EOF'\nx\nEOF\ncat <<-\"E F\"\n\tx\n\tE F\nls"),
+            v(&[&["cat"], &["cat"], &["ls"]])
+        );
+        assert_eq!(
+            argvs("ls \\\n  -la \\\n\t*.rs"),
+            v(&[&["ls", "-la", "<*.rs>"]])
+        );
         assert_eq!(argvs("ls *.rs"), v(&[&["ls", "<*.rs>"]]));
         assert_eq!(argvs("'git' \"status\""), v(&[&["git", "status"]]));
         assert_eq!(argvs("ls 2>&1 > /dev/null < in"), v(&[&["ls"]]));
@@ -473,7 +676,18 @@ mod tests {
             "cat 'unterminated",
             "echo $'\\x41'",
             "[[ -f x ]]",
+            "cat < /dev/tcp/127.0.0.1/80",
+            "cat < $f",
+            "echo a\\\n#; rm x",
+            "echo $\\\n{x:='$(rm x)'} $\\\n{x@P}",
+            "echo a \\\r\nrm x",
+            "cat <<EOF\nx \\\nEOF\nrm x\nEOF\n",
             "cat <<EOF > out\nx\nEOF\n",
+            // Ends where bash does not: ` EOF`, `EOF ` or a glued quote (`"EOF"x` is `EOFx`).
+            "cat <<EOF\n EOF\ncat <<'Z'\nEOF\nrm x\nZ\n",
+            "cat <<EOF\nEOF \nEOF\n",
+            "cat <<EOF\r\nx\r\nEOF\r\n",
+            "echo `echo \\`rm x\\``",
         ] {
             assert_eq!(argvs(line), None, "{line:?}");
         }

@@ -102,7 +102,20 @@ fn judge(words: &[Word], output_redirected: bool, depth: usize) -> bool {
         "sort" => {
             !has_short(&literal, 'o') && !has_long(&literal, &["--output", "--compress-program"])
         }
-        "uniq" => literal.iter().filter(|a| !a.starts_with('-')).count() <= 1,
+        // A second file is the output; after `--` a word starting with `-` is a file too
+        // (`uniq -- in -out` writes `-out`).
+        "uniq" => {
+            let ends = literal
+                .iter()
+                .position(|a| *a == "--")
+                .unwrap_or(literal.len());
+            let files = literal[..ends]
+                .iter()
+                .filter(|a| !a.starts_with('-'))
+                .count()
+                + literal.len().saturating_sub(ends + 1);
+            files <= 1
+        }
         "tree" => {
             !has_short(&literal, 'o')
                 && !has_short(&literal, 'R')

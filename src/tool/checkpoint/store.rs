@@ -200,7 +200,7 @@ impl Store {
                     }
                 }
             };
-            index.add(&IndexEntry {
+            let added = index.add(&IndexEntry {
                 ctime: IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32),
                 mtime: IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32),
                 dev: meta.dev() as u32,
@@ -213,7 +213,14 @@ impl Store {
                 flags: git_path.len().min(0xfff) as u16,
                 flags_extended: 0,
                 path: git_path,
-            })?;
+            });
+            // libgit2 refuses names git itself would take for `.git` on some filesystem
+            // (`.GIT`, `git~1`, `.git.`): such a file, which any command can create, made the
+            // whole snapshot fail, so the turn that created it could not be undone. It is left
+            // out instead, as a file that cannot be read is.
+            if added.is_err() && check_relative(&rel).is_ok() {
+                unknown.insert(rel);
+            }
         }
         let files_tree = index.write_tree_to(&self.repo)?;
         // The cache is written after the tree: a failure here only costs rehashing next time.
@@ -503,7 +510,10 @@ fn walk(
         .follow_links(false)
         .filter_entry(move |e| {
             let name = e.file_name();
-            if name == ".git" || (name == ".baton" && e.path().parent() == Some(root.as_path())) {
+            // `.GIT`, `.Git`: names a snapshot refuses, in any case (see `check_name`).
+            if name.as_encoded_bytes().eq_ignore_ascii_case(b".git")
+                || (name == ".baton" && e.path().parent() == Some(root.as_path()))
+            {
                 return false;
             }
             !exclude.iter().any(|x| e.path() == x)
