@@ -121,12 +121,19 @@ pub fn build_filters(network: bool) -> Result<Vec<BpfProgram>, SandboxError> {
 /// 30 set, same audit arch) — one range check instead of a second copy of the main list, which
 /// would double what the kernel evaluates at install time (~0.13 ms) and on every syscall.
 fn abi_guard() -> Result<BpfProgram, SandboxError> {
+    let mut program = abi_guard_head()?;
+    program.push(seccompiler::sock_filter {
+        code: BPF_RET_K,
+        jt: 0,
+        jf: 0,
+        k: SECCOMP_RET_ALLOW,
+    });
+    Ok(program)
+}
+
+/// [`abi_guard`]'s checks: a syscall they pass goes on to the instruction after them.
+fn abi_guard_head() -> Result<BpfProgram, SandboxError> {
     use seccompiler::sock_filter;
-    const LD_W_ABS: u16 = 0x20;
-    const JEQ_K: u16 = 0x15;
-    const JGE_K: u16 = 0x35;
-    const RET_K: u16 = 0x06;
-    const ALLOW: u32 = 0x7fff_0000;
     const ERRNO: u32 = 0x0005_0000;
     const X32_SYSCALL_BIT: u32 = 0x4000_0000;
     let arch = audit_arch()?;
@@ -134,35 +141,23 @@ fn abi_guard() -> Result<BpfProgram, SandboxError> {
     // matches there (no syscall number reaches bit 30).
     let ins = |code, jt, jf, k| sock_filter { code, jt, jf, k };
     Ok(vec![
-        ins(LD_W_ABS, 0, 0, 4), // seccomp_data.arch
-        ins(JEQ_K, 0, 3, arch), // another arch: the main filter decides
-        ins(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
-        ins(JGE_K, 2, 0, X32_SYSCALL_BIT),
-        ins(JEQ_K, 1, 0, libc::SYS_clone3 as u32),
-        ins(RET_K, 0, 0, ALLOW),
-        ins(RET_K, 0, 0, ERRNO | libc::ENOSYS as u32),
+        ins(BPF_LD_W_ABS, 0, 0, 4), // seccomp_data.arch
+        ins(BPF_JEQ_K, 0, 4, arch), // another arch: the main filter decides
+        ins(BPF_LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        ins(BPF_JGE_K, 1, 0, X32_SYSCALL_BIT),
+        ins(BPF_JEQ_K, 0, 1, libc::SYS_clone3 as u32),
+        ins(BPF_RET_K, 0, 0, ERRNO | libc::ENOSYS as u32),
     ])
 }
 
-/// The main filter for evaluation trials, which bubblewrap loads alone: the commands' list, and
-/// for the x32 ABI a copy of it (bwrap takes one program, so [`abi_guard`]'s range check can't
-/// come along).
+/// The filter for evaluation trials, which bubblewrap loads alone (it takes one program):
+/// [`abi_guard`]'s checks in front of the commands' list. A copy of the list for the x32 ABI
+/// would miss its own numbers (x32 `ioctl` is 514, `kexec_load` 528: TIOCSTI went through), and
+/// without the guard `clone3` would take namespace flags no filter can read.
 pub fn build_filter(network: bool) -> Result<BpfProgram, SandboxError> {
-    let mut rules = native_rules(network);
-    if cfg!(target_arch = "x86_64") {
-        // x32 shares the x86_64 audit arch with syscall numbers offset by bit 30 (and a few
-        // x32-only numbers): deny those too, on kernels that enable x32.
-        const X32: u32 = 0x4000_0000;
-        let native: Vec<(u32, Deny)> = rules.iter().map(|(nr, d)| (*nr, d.clone())).collect();
-        for (nr, d) in native {
-            rules.insert(nr | X32, d);
-        }
-        for x32_only in [521, 539, 540] {
-            // ptrace, process_vm_readv, process_vm_writev
-            rules.insert(x32_only | X32, Deny::Always);
-        }
-    }
-    compile(rules)
+    let mut program = abi_guard_head()?;
+    program.extend(compile(native_rules(network))?);
+    Ok(program)
 }
 
 /// When a listed syscall fails. Every argument these checks read is a 32-bit value (flags, a
@@ -427,14 +422,23 @@ fn native_rules(network: bool) -> DenyList {
             values: vec![libc::TIOCSTI as u32, libc::TIOCLINUX as u32],
         },
     );
-    if !network {
-        let not_unix = Deny::Not {
+    let sockets = if network {
+        // vsock is not confined by the network namespace: it reaches the hypervisor (CID 2)
+        // and the VM's own services, which are no part of what `--network` (or a trial's
+        // internet) allows.
+        Deny::MaskedIn {
+            arg: 0,
+            mask: u32::MAX,
+            values: vec![libc::AF_VSOCK as u32],
+        }
+    } else {
+        Deny::Not {
             arg: 0,
             value: libc::AF_UNIX as u32,
-        };
-        rules.insert(libc::SYS_socket as u32, not_unix.clone());
-        rules.insert(libc::SYS_socketpair as u32, not_unix);
-    }
+        }
+    };
+    rules.insert(libc::SYS_socket as u32, sockets.clone());
+    rules.insert(libc::SYS_socketpair as u32, sockets);
     rules
 }
 
@@ -578,6 +582,7 @@ mod tests {
             [libc::AF_INET as u64, 1, 0, 0, 0, 0],
             [libc::AF_UNIX as u64, 1, 0, 0, 0, 0],
             [libc::AF_UNIX as u64 | (1 << 32), 1, 0, 0, 0, 0],
+            [libc::AF_VSOCK as u64, 1, 0, 0, 0, 0],
             [u64::MAX; 6],
         ];
         for network in [false, true] {
@@ -640,17 +645,64 @@ mod tests {
     }
 
     #[test]
-    fn commands_get_the_native_list_once_and_trials_keep_their_x32_copy() {
-        let commands = build_filters(false).unwrap();
-        let trials = build_filter(false).unwrap();
-        assert_eq!(commands.len(), 2);
-        if cfg!(target_arch = "x86_64") {
-            assert!(
-                commands[0].len() * 3 < trials.len() * 2,
-                "main filter {} vs trials' {} instructions",
-                commands[0].len(),
-                trials.len()
+    fn trials_refuse_clone3_x32_ioctl_and_vsock_as_commands_do() {
+        let arch = audit_arch().unwrap();
+        let enosys = 0x0005_0000 | libc::ENOSYS as u32;
+        #[allow(clippy::unnecessary_cast)]
+        let (namespaces, tiocsti, vsock) = (
+            [
+                (libc::CLONE_NEWNS | libc::CLONE_NEWUSER) as u64,
+                0,
+                0,
+                0,
+                0,
+                0,
+            ],
+            [0, libc::TIOCSTI as u64, 0, 0, 0, 0],
+            [libc::AF_VSOCK as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0],
+        );
+        for network in [false, true] {
+            let trials = build_filter(network).unwrap();
+            let commands = build_filters(network).unwrap();
+            assert_eq!(commands.len(), 2);
+            assert_eq!(
+                eval(&trials, arch, libc::SYS_clone3 as u32, namespaces),
+                enosys
             );
+            if cfg!(target_arch = "x86_64") {
+                // x32's own numbers: `ioctl` is 514 there, `kexec_load` 528.
+                assert_ne!(
+                    eval(&trials, arch, 0x4000_0000 | 514, tiocsti),
+                    SECCOMP_RET_ALLOW
+                );
+                assert_ne!(
+                    eval(&trials, arch, 0x4000_0000 | 528, [0; 6]),
+                    SECCOMP_RET_ALLOW
+                );
+            }
+            for socket in [libc::SYS_socket, libc::SYS_socketpair] {
+                assert_eq!(
+                    eval(&trials, arch, socket as u32, vsock),
+                    SECCOMP_RET_EPERM,
+                    "network {network}"
+                );
+            }
+            // Everything else as the commands' two filters together decide.
+            let numbers = (0..1100u32).chain((0..600).map(|n| n | 0x4000_0000));
+            for nr in numbers {
+                for a in [arch, 0x4000_0003] {
+                    for args in [[0; 6], namespaces, tiocsti, vsock, [u64::MAX; 6]] {
+                        let guard = eval(&commands[1], a, nr, args);
+                        let main = eval(&commands[0], a, nr, args);
+                        let want = if guard == SECCOMP_RET_ALLOW {
+                            main
+                        } else {
+                            guard
+                        };
+                        assert_eq!(eval(&trials, a, nr, args), want, "arch {a:#x} nr {nr}");
+                    }
+                }
+            }
         }
     }
 }

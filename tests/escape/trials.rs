@@ -242,6 +242,37 @@ fn trial_root_cannot_set_the_clock_hostname_or_make_devices() {
     }
 }
 
+/// vsock is not confined by the network namespace (a VM's vsock reaches its hypervisor, CID 2,
+/// and the VM's own services), and `clone3` carries its namespace flags in memory a filter
+/// can't read: a trial's seccomp program refuses both (the old one let both through, and for
+/// x32 it missed the ABI's own `ioctl` number).
+#[test]
+fn a_trial_gets_no_vsock_socket_and_no_clone3() {
+    let script = "python3 -c \"
+import socket, ctypes
+try:
+    socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+    print(chr(86) + str(1))
+except OSError as e:
+    print(chr(86) + str(0), e.errno)
+libc = ctypes.CDLL(None, use_errno=True)
+args = (ctypes.c_uint64 * 11)(0x10000000, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0)
+r = libc.syscall(435, ctypes.byref(args), 88)
+print(chr(67), r, ctypes.get_errno())
+\"; echo END";
+    let root = tempfile::tempdir().unwrap();
+    let t = task(root.path(), "vsock", "Vsock.");
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![t], &format!("cmd:{script}"), out.path()));
+    let stdout = agent_stdout(&report);
+    assert!(stdout.contains("END"), "the script ran: {stdout}");
+    assert!(stdout.contains("V0 1"), "a vsock socket was made: {stdout}");
+    assert!(
+        stdout.contains(&format!("C -1 {}", libc::ENOSYS)),
+        "clone3 reached the kernel: {stdout}"
+    );
+}
+
 /// A listener on the host's loopback is out of reach of the agent's commands (which the old
 /// runner gave the host network because the agent needs its endpoint).
 #[test]
