@@ -212,7 +212,13 @@ fn list(dir: &Path, stamp: Stamp, settle: Option<Duration>) -> Option<Folder> {
         let ctime = stamp.ctime.0 as f64 + f64::from(stamp.ctime.1) * 1e-9;
         ctime < now
     });
-    let rd = std::fs::read_dir(dir).ok()?;
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && readable_again(dir) => {
+            std::fs::read_dir(dir).ok()?
+        }
+        Err(_) => return None,
+    };
     let mut folder = Folder {
         stamp,
         settled,
@@ -235,6 +241,23 @@ fn list(dir: &Path, stamp: Stamp, settle: Option<Duration>) -> Option<Folder> {
         }
     }
     Some(folder)
+}
+
+/// Gives the owner back read and search permission on `dir`, where the running user owns it:
+/// a command runs as that user, so `chmod 111` hides a folder's entries from the walk, while
+/// git, which needs only search permission, still opens a repository planted beneath it by
+/// name (a gitlink's path). True when the permission was changed.
+fn readable_again(dir: &Path) -> bool {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return false;
+    };
+    // SAFETY: geteuid has no preconditions.
+    if !meta.is_dir() || meta.uid() != unsafe { libc::geteuid() } {
+        return false;
+    }
+    let mode = meta.mode() & 0o7777;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o500)).is_ok()
 }
 
 #[cfg(test)]

@@ -919,3 +919,41 @@ async fn a_repository_planted_deep_in_a_tree_the_audit_remembers_is_still_undone
     assert_warned(&warnings, "core.fsmonitor");
     assert_warned(&warnings, "src/a/b/d/.baton");
 }
+
+/// A folder the command leaves without read permission (its owner is the user the command runs
+/// as, so `chmod 111` needs no privilege) could not be listed by the audit, which skipped it:
+/// a nested repository with `core.fsmonitor` beneath it, behind a gitlink, ran on the user's
+/// next `git status`.
+#[tokio::test]
+async fn a_nested_repo_under_a_folder_made_unreadable_is_still_undone() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let (_res, _warnings) = r
+        .hostile(
+            &format!(
+                "mkdir d && git init -q d/nested && git -C d/nested commit -q --allow-empty -m x \
+                 && git -C d/nested config core.fsmonitor {evil} && \
+                 git update-index --add --cacheinfo \
+                 160000,$(git -C d/nested rev-parse HEAD),d/nested && chmod 111 d && echo planted",
+                evil = evil.display()
+            ),
+            &[],
+        )
+        .await;
+    let status = r.git_output(&r.ws, &["status"]);
+    let nested = r.git_output(&r.ws.join("d/nested"), &["status"]);
+    let _ = Command::new("chmod")
+        .arg("755")
+        .arg(r.ws.join("d"))
+        .status();
+    assert!(
+        r.ws.join("d/nested/.git").exists(),
+        "the plant was made: {}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let _ = nested;
+    r.assert_not_run("a nested repository under a folder made unreadable");
+}
