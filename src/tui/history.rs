@@ -66,12 +66,23 @@ impl History {
         if let Some(dir) = path.parent() {
             let _ = crate::session::private_dir(dir);
         }
-        // Prompts can hold anything the user pasted: owner-only, like the session files.
+        // Prompts can hold anything the user pasted: owner-only, like the session files; and
+        // never through a link or into a FIFO, as for them: with the data folder inside a
+        // writable root (baton started in the home folder) a command could point the file at
+        // one of the user's (`~/.bashrc`), which every prompt would then be appended to.
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .mode(crate::session::PRIVATE_FILE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)
+            .and_then(|f| {
+                if f.metadata()?.is_file() {
+                    Ok(f)
+                } else {
+                    Err(std::io::Error::other("not a regular file"))
+                }
+            })
             .and_then(|mut f| writeln!(f, "{line}"))
             .map_err(|e| format!("{}: cannot write history: {e}", path.display()))
     }
@@ -81,6 +92,18 @@ impl History {
 mod tests {
     use super::*;
     use crate::tui::composer::Composer;
+
+    #[test]
+    fn a_history_file_replaced_by_a_link_is_not_written_through() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let victim = dir.path().join("bashrc");
+        std::fs::write(&victim, "user's own\n").expect("victim");
+        let file = dir.path().join("hist.jsonl");
+        std::os::unix::fs::symlink(&victim, &file).expect("link");
+        let (mut h, _) = History::load(Some(&file));
+        assert!(h.push("touch /tmp/x").is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "user's own\n");
+    }
 
     #[test]
     fn history_persists_and_recalls_multiline_entries() {
