@@ -531,6 +531,8 @@ struct Tracked {
 pub struct AuditSnapshot {
     files: BTreeMap<PathBuf, Tracked>,
     incomplete: bool,
+    /// Folders of the user's the walk made readable again to list them.
+    reopened: Vec<PathBuf>,
 }
 
 /// Takes the snapshot the audit after the command compares against.
@@ -559,6 +561,17 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
         if let Some(w) = undo_change(path, then, now) {
             warnings.push(w);
         }
+    }
+    let mut reopened: Vec<&PathBuf> = before.reopened.iter().chain(&after.reopened).collect();
+    reopened.sort();
+    reopened.dedup();
+    for dir in reopened {
+        warnings.push(format!(
+            "{}: could not be listed (no read permission, as `chmod` by a command leaves it); \
+             baton gave its owner read and search permission back to check it for planted \
+             git config",
+            dir.display()
+        ));
     }
     if after.incomplete {
         warnings.push(format!(
@@ -741,21 +754,19 @@ fn replace_with_symlink(path: &Path, target: &Path) -> std::io::Result<()> {
 fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
     let mut snap = AuditSnapshot::default();
     let writable = writable_dirs(policy);
-    let mut found_git: Vec<PathBuf> = Vec::new();
-    let mut found_baton: Vec<PathBuf> = Vec::new();
-    let mut found_bare: Vec<PathBuf> = Vec::new();
+    let mut found = super::tree_index::Found::default();
     for root in project_roots(policy, &writable) {
-        let limit = MAX_WALK_ENTRIES;
-        if !walk(
-            &root,
-            &mut found_git,
-            &mut found_baton,
-            &mut found_bare,
-            limit,
-        ) {
+        if !walk(&root, &mut found, MAX_WALK_ENTRIES) {
             snap.incomplete = true;
         }
     }
+    let super::tree_index::Found {
+        git: mut found_git,
+        baton: mut found_baton,
+        bare: found_bare,
+        reopened,
+    } = found;
+    snap.reopened = reopened;
     // git takes a folder that is itself a git directory as a repository when it runs there
     // (no `.git` needed; with `core.bare = false` and `core.worktree` it even has a work tree
     // and runs `core.fsmonitor`), so a folder holding a `HEAD` is audited as a gitdir.
@@ -802,13 +813,7 @@ fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
 /// (what a bare git directory looks like), without following symlinks or entering a `.git`
 /// directory, visiting at most `limit` entries (see `tree_index`). False when it stopped at
 /// that bound.
-fn walk(
-    root: &Path,
-    git: &mut Vec<PathBuf>,
-    baton: &mut Vec<PathBuf>,
-    bare: &mut Vec<PathBuf>,
-    limit: usize,
-) -> bool {
+fn walk(root: &Path, found: &mut super::tree_index::Found, limit: usize) -> bool {
     // The root's own `.git`, `.baton` and `HEAD` are looked up by name before the walk: a top
     // folder with more entries than the limit must not hide them (git uses them first).
     let at_root = [".git", ".baton", "HEAD"];
@@ -818,19 +823,14 @@ fn walk(
             continue;
         };
         match name {
-            ".git" => git.push(path),
-            ".baton" => baton.push(path),
-            _ if !meta.is_dir() => bare.push(root.to_path_buf()),
+            ".git" => found.git.push(path),
+            ".baton" => found.baton.push(path),
+            _ if !meta.is_dir() => found.bare.push(root.to_path_buf()),
             _ => {}
         }
     }
     // Beneath the root: folders unchanged since the last walk are not read again.
-    let mut found = super::tree_index::Found::default();
-    let walked = super::tree_index::scan(root, limit, &mut found);
-    git.append(&mut found.git);
-    baton.append(&mut found.baton);
-    bare.append(&mut found.bare);
-    walked.complete
+    super::tree_index::scan(root, limit, found).complete
 }
 
 impl AuditSnapshot {
@@ -1275,12 +1275,12 @@ mod tests {
         std::fs::create_dir(ws.join(".git")).unwrap();
         std::fs::create_dir(ws.join(".baton")).unwrap();
         std::fs::write(ws.join("HEAD"), "ref: refs/heads/main").unwrap();
-        let (mut git, mut baton, mut bare) = (Vec::new(), Vec::new(), Vec::new());
-        let stopped = !walk(&ws, &mut git, &mut baton, &mut bare, 5);
+        let mut found = super::super::tree_index::Found::default();
+        let stopped = !walk(&ws, &mut found, 5);
         assert!(stopped, "the limit must still stop the walk");
-        assert_eq!(git, [ws.join(".git")]);
-        assert_eq!(baton, [ws.join(".baton")]);
-        assert_eq!(bare, std::slice::from_ref(&ws));
+        assert_eq!(found.git, [ws.join(".git")]);
+        assert_eq!(found.baton, [ws.join(".baton")]);
+        assert_eq!(found.bare, std::slice::from_ref(&ws));
     }
 
     #[test]

@@ -49,6 +49,9 @@ const ALWAYS_DENIED: &[(&str, libc::c_long)] = &[
     ("fsconfig", libc::SYS_fsconfig),
     ("fsmount", libc::SYS_fsmount),
     ("fspick", libc::SYS_fspick),
+    // open_tree with mount attributes (Linux 6.15; the libc crate has no constant yet). New
+    // syscalls share one number on every architecture.
+    ("open_tree_attr", 467),
     // The host's clock, names, kernel log and filesystem-wide watches.
     ("adjtimex", libc::SYS_adjtimex),
     ("clock_adjtime", libc::SYS_clock_adjtime),

@@ -48,6 +48,8 @@ pub struct Found {
     pub baton: Vec<PathBuf>,
     /// Folders holding a `HEAD` that is not a folder (what a bare git directory looks like).
     pub bare: Vec<PathBuf>,
+    /// Folders of the user's whose read permission the walk gave back to list them.
+    pub reopened: Vec<PathBuf>,
 }
 
 /// How one walk went.
@@ -121,7 +123,8 @@ fn scan_settled_after(root: &Path, limit: usize, found: &mut Found, settle: Dura
             let trusted = *trusted_devs
                 .entry(stamp.dev)
                 .or_insert_with(|| trusted_fs(&dir));
-            let Some(folder) = list(&dir, stamp, if trusted { Some(settle) } else { None }) else {
+            let settle = if trusted { Some(settle) } else { None };
+            let Some(folder) = list(&dir, stamp, settle, &mut found.reopened) else {
                 index.remove(&dir);
                 continue;
             };
@@ -204,7 +207,12 @@ fn trusted_fs(dir: &Path) -> bool {
 /// Reads `dir`, whose stamp was taken just before (a change between the two leaves the
 /// remembered stamp older than the folder's: the next walk reads it again). `settle` is None
 /// where the file system's change times are not trusted: the listing is never reused.
-fn list(dir: &Path, stamp: Stamp, settle: Option<Duration>) -> Option<Folder> {
+fn list(
+    dir: &Path,
+    stamp: Stamp,
+    settle: Option<Duration>,
+    reopened: &mut Vec<PathBuf>,
+) -> Option<Folder> {
     let settled = settle.is_some_and(|settle| {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -215,6 +223,7 @@ fn list(dir: &Path, stamp: Stamp, settle: Option<Duration>) -> Option<Folder> {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && readable_again(dir) => {
+            reopened.push(dir.to_path_buf());
             std::fs::read_dir(dir).ok()?
         }
         Err(_) => return None,
@@ -378,8 +387,12 @@ mod tests {
         let root = dir.path().canonicalize().unwrap();
         settle();
         let stamp = stamp_of(&root).unwrap();
-        assert!(!list(&root, stamp, None).unwrap().settled);
-        assert!(list(&root, stamp, Some(TEST_SETTLE)).unwrap().settled);
+        assert!(!list(&root, stamp, None, &mut Vec::new()).unwrap().settled);
+        assert!(
+            list(&root, stamp, Some(TEST_SETTLE), &mut Vec::new())
+                .unwrap()
+                .settled
+        );
     }
 
     #[test]
