@@ -79,6 +79,8 @@ const FOREIGN: &[&str] = &[
     "--weights",
     "--delta-rule",
     "--steps",
+    // tools/bench/sandbox_cli.py (sandbox.md, "Benchmark")
+    "--files",
     // the engine benchmark binary (engine.md)
     "--prefill",
     "--decode",
