@@ -88,7 +88,7 @@ struct Folder {
 static INDEX: Mutex<Option<HashMap<PathBuf, Folder>>> = Mutex::new(None);
 
 /// Walks `root` (canonical, a folder) for `.git` and `.baton` entries and folders holding a
-/// `HEAD` file, without following symlinks or entering `.git` and `.baton`, visiting at most
+/// `HEAD` file, without following symlinks or entering `.git`, visiting at most
 /// `limit` entries. The root's own `.git`, `.baton` and `HEAD` are not reported (the caller
 /// looks them up by name: a walk stopped by the limit must not hide them); a `HEAD` folder
 /// there is walked like any other.
@@ -243,7 +243,14 @@ fn list(
         let Ok(ft) = e.file_type() else { continue };
         match name.as_bytes() {
             b".git" => folder.git = true,
-            b".baton" => folder.baton = true,
+            // Walked too: git minds no `.baton` in a path, so a gitlink may lead beneath one
+            // deeper than the audit tracks baton's own files there.
+            b".baton" => {
+                folder.baton = true;
+                if ft.is_dir() {
+                    folder.subdirs.push(name);
+                }
+            }
             b"HEAD" if !ft.is_dir() => folder.head_file = true,
             _ if ft.is_dir() => folder.subdirs.push(name),
             _ => {}

@@ -964,3 +964,34 @@ async fn a_nested_repo_under_a_folder_made_unreadable_is_still_undone() {
     }
     assert_warned(&warnings, "core.fsmonitor");
 }
+
+/// The audit's walk does not descend into `.baton` folders (their files are tracked as
+/// baton's config instead, 8 levels deep), and `.baton` is no name git minds: a nested
+/// repository with `core.fsmonitor` planted more than 8 levels beneath a `.baton` folder in
+/// a subfolder, behind a gitlink, ran on the user's next `git status`.
+#[tokio::test]
+async fn a_nested_repo_deep_inside_a_baton_folder_is_still_undone() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let at = "d/.baton/1/2/3/4/5/6/7/8/9/10/nested";
+    let (_res, warnings) = r
+        .hostile(
+            &format!(
+                "mkdir -p {at} && git init -q {at} && git -C {at} commit -q --allow-empty -m x \
+                 && git -C {at} config core.fsmonitor {evil} && \
+                 git update-index --add --cacheinfo 160000,$(git -C {at} rev-parse HEAD),{at} \
+                 && echo planted",
+                evil = evil.display()
+            ),
+            &[],
+        )
+        .await;
+    assert!(r.ws.join(at).join(".git").exists(), "the plant was made");
+    let _ = r.git_output(&r.ws, &["status"]);
+    let _ = r.git_output(&r.ws.join(at), &["status"]);
+    r.assert_not_run("a nested repository deep inside a .baton folder");
+    assert_warned(&warnings, "core.fsmonitor");
+}
