@@ -166,12 +166,58 @@ fn commondir_of(gitdir: &Path) -> Option<PathBuf> {
 
 fn read_small(p: &Path) -> Option<Vec<u8>> {
     use std::io::Read;
-    let f = std::fs::File::open(p).ok()?;
+    let f = open_regular(p)?;
     let mut buf = Vec::new();
     f.take(MAX_TRACKED_BYTES as u64 + 1)
         .read_to_end(&mut buf)
         .ok()?;
     Some(buf)
+}
+
+/// `p` opened to read as git reads it (symlinks followed), when that is a regular file.
+/// Anything else is None, unopened: a FIFO would block the audit for good (and a terminal
+/// hand it the user's keys), a device may act on being opened; and a path through a magic
+/// link (`/proc/self/cwd/…`, `/dev/stdin`) names a different file for each reader, so what
+/// baton would read there is not what git reads.
+fn open_regular(p: &Path) -> Option<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+    // SAFETY: open_how is plain data; all-zero is its documented default.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: openat2 with a NUL-terminated path and an open_how of the size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        // Also where openat2 is missing (before Linux 5.6, older than Landlock): unknown.
+        return None;
+    }
+    // SAFETY: a descriptor openat2 just returned, owned from here on.
+    let located = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    // SAFETY: fstat into a zeroed struct we own, on a descriptor we own.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(located.as_raw_fd(), &mut st) } != 0
+        || st.st_mode & libc::S_IFMT != libc::S_IFREG
+    {
+        return None;
+    }
+    // Reopened through the descriptor: the same inode, whatever the path names by now.
+    let again = format!("/proc/self/fd/{}", located.as_raw_fd());
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(again)
+        .ok()
 }
 
 /// What the launcher pins and the file tools refuse for `policy`.
@@ -520,7 +566,8 @@ enum Kind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Tracked {
     kind: Kind,
-    /// Content (followed through symlinks, as git reads it); None when unreadable or too big.
+    /// Content (followed through symlinks, as git reads it); None when unreadable, not a
+    /// regular file, or reached through a magic link (see [`open_regular`]).
     content: Option<Vec<u8>>,
     /// A symlink's target, when the path itself is one.
     link: Option<PathBuf>,
@@ -586,7 +633,12 @@ fn undo_change(path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<Str
     let shown = path.display();
     match now.kind {
         Kind::GitConfig => {
-            let text = String::from_utf8_lossy(now.content.as_deref()?).into_owned();
+            let Some(now_content) = now.content.as_deref() else {
+                // Not a regular file baton can read as git would (a link through
+                // `/proc/self/cwd`, a FIFO): what git finds there is unknown.
+                return move_unknown_config_aside(path);
+            };
+            let text = String::from_utf8_lossy(now_content).into_owned();
             let old = then
                 .and_then(|t| t.content.as_deref())
                 .map(|c| String::from_utf8_lossy(c).into_owned())
@@ -682,6 +734,26 @@ fn undo_change(path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<Str
             ))
         }
     }
+}
+
+/// Moves a git config whose content the audit cannot know out of git's way (None when it is
+/// gone already).
+fn move_unknown_config_aside(path: &Path) -> Option<String> {
+    std::fs::symlink_metadata(path).ok()?;
+    let shown = path.display();
+    let what = "something baton cannot read as git does (a link through /proc, a FIFO, a device)";
+    let aside = aside_name(path);
+    Some(if std::fs::rename(path, &aside).is_ok() {
+        format!(
+            "baton: a command left the git config {shown} as {what}; it was moved to {}",
+            aside.display()
+        )
+    } else {
+        format!(
+            "baton: a command left the git config {shown} as {what}, and it could not be moved \
+             aside: check it before running git here"
+        )
+    })
 }
 
 fn what_it_does(kind: Kind) -> &'static str {

@@ -995,3 +995,90 @@ async fn a_nested_repo_deep_inside_a_baton_folder_is_still_undone() {
     r.assert_not_run("a nested repository deep inside a .baton folder");
     assert_warned(&warnings, "core.fsmonitor");
 }
+
+/// git reads a config through a symlink in its own context, and `/proc/self/cwd` names the
+/// reader's folder: a nested repository's `.git/config` linked to `/proc/self/cwd/cfg` is
+/// `cfg` in the nested work tree to the user's git (which runs there for a gitlink), while
+/// the audit, reading it from baton's folder, found nothing (or whatever it found there) and
+/// left the link in place: the planted `core.fsmonitor` ran on the user's next `git status`.
+#[tokio::test]
+async fn a_nested_config_linked_through_proc_self_cwd_is_still_undone() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let (_res, warnings) = r
+        .hostile(
+            &format!(
+                "git init -q d/nested && git -C d/nested commit -q --allow-empty -m x && \
+                 git update-index --add --cacheinfo \
+                 160000,$(git -C d/nested rev-parse HEAD),d/nested && \
+                 printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\
+                 \\tfsmonitor = {evil}\\n' > d/nested/cfg && \
+                 ln -sf /proc/self/cwd/cfg d/nested/.git/config && echo planted",
+                evil = evil.display()
+            ),
+            &[],
+        )
+        .await;
+    assert!(
+        std::fs::symlink_metadata(r.ws.join("d/nested/cfg")).is_ok(),
+        "the plant was made"
+    );
+    let _ = r.git_output(&r.ws, &["status"]);
+    let _ = r.git_output(&r.ws.join("d/nested"), &["status"]);
+    r.assert_not_run("a nested config linked through /proc/self/cwd");
+    assert_warned(&warnings, "d/nested/.git/config");
+}
+
+/// The audit read every `.git` entry, config, hook and included file it tracks with a plain
+/// `open`: a FIFO there (or a link to one, or to a terminal) blocked it for good, so nothing
+/// the command planted was undone and baton hung until killed. Here a thread plays the
+/// writer that never comes in practice, and notes whether anyone opened the FIFO to read.
+#[tokio::test]
+async fn a_fifo_named_git_does_not_block_the_audit() {
+    if !enforceable() {
+        return;
+    }
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let r = repo();
+    let fifo = r.ws.join("d/.git");
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let done = Arc::clone(&done);
+        std::thread::spawn(move || {
+            let mut opened = false;
+            while !done.load(Ordering::SeqCst) {
+                // ENXIO while nobody reads it; a success means the audit opened it to read.
+                if std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(&fifo)
+                    .is_ok()
+                {
+                    opened = true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            opened
+        })
+    };
+    let (_res, _warnings) = r
+        .hostile("mkdir d && mkfifo d/.git && echo planted", &[])
+        .await;
+    done.store(true, Ordering::SeqCst);
+    let opened = watcher.join().expect("watcher");
+    assert!(
+        std::fs::symlink_metadata(r.ws.join("d/.git")).is_ok_and(|m| {
+            use std::os::unix::fs::FileTypeExt;
+            m.file_type().is_fifo()
+        }),
+        "the plant was made"
+    );
+    assert!(
+        !opened,
+        "the audit opened a FIFO to read it (and waited for a writer)"
+    );
+}
