@@ -544,8 +544,14 @@ fn husky_dir(hooks: &Path) -> Option<PathBuf> {
 // ---------------------------------------------------------------------------------------------
 // The audit: what a command planted where no bind could pin it.
 
-/// Files bigger than this are tracked by size only (no git config or hook is that big).
+/// Files bigger than this are tracked by their stamp only (no git config or hook is that
+/// big): a config's content past it could not be checked, so a changed one is moved aside.
 const MAX_TRACKED_BYTES: usize = 1 << 20;
+
+/// Content one snapshot keeps at most, all files together; past it files are tracked by their
+/// stamp only. A command can make any number of tracked files (hooks of a nested repository,
+/// links to one big file), and a baton that ran out of memory would undo nothing.
+const MAX_SNAPSHOT_BYTES: usize = 64 << 20;
 
 /// Entries the audit's walk visits at most per root; past it the audit says it is incomplete.
 const MAX_WALK_ENTRIES: usize = 2_000_000;
@@ -567,16 +573,44 @@ enum Kind {
 struct Tracked {
     kind: Kind,
     /// Content (followed through symlinks, as git reads it); None when unreadable, not a
-    /// regular file, or reached through a magic link (see [`open_regular`]).
+    /// regular file, reached through a magic link (see [`open_regular`]), bigger than
+    /// [`MAX_TRACKED_BYTES`] or past the snapshot's [`MAX_SNAPSHOT_BYTES`].
     content: Option<Vec<u8>>,
+    /// The regular file read (or not read) for `content`.
+    stamp: Option<FileStamp>,
     /// A symlink's target, when the path itself is one.
     link: Option<PathBuf>,
+}
+
+/// What tells a file's content apart without reading it: a write moves the inode's change
+/// time to now, which nothing a sandboxed command can do sets back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: i64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Tracked {
+    /// Whether `self` and `other` show git the same thing: the same content where both were
+    /// read, else the same file unchanged.
+    fn same_as(&self, other: &Tracked) -> bool {
+        self.link == other.link
+            && match (&self.content, &other.content) {
+                (Some(a), Some(b)) => a == b,
+                _ => self.stamp == other.stamp,
+            }
+    }
 }
 
 /// The state of every file the audit cares about, taken before a command runs.
 #[derive(Debug, Clone, Default)]
 pub struct AuditSnapshot {
     files: BTreeMap<PathBuf, Tracked>,
+    /// Content bytes `files` holds (at most [`MAX_SNAPSHOT_BYTES`]).
+    held: usize,
     incomplete: bool,
     /// Folders of the user's the walk made readable again to list them.
     reopened: Vec<PathBuf>,
@@ -602,7 +636,7 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
     let mut warnings = Vec::new();
     for (path, now) in &after.files {
         let then = before.files.get(path);
-        if then.is_some_and(|t| t.content == now.content && t.link == now.link) {
+        if then.is_some_and(|t| t.same_as(now)) {
             continue;
         }
         if let Some(w) = undo_change(path, then, now) {
@@ -918,14 +952,51 @@ impl AuditSnapshot {
         if meta.is_dir() || (link.is_some() && path.is_dir()) {
             return;
         }
+        let (stamp, content) = self.read_tracked(path);
         self.files.insert(
             path.to_path_buf(),
             Tracked {
                 kind,
-                content: read_small(path),
+                content,
+                stamp,
                 link,
             },
         );
+    }
+
+    /// The stamp of the regular file git would read at `path`, and its content where it is
+    /// small enough and the snapshot has room for it.
+    fn read_tracked(&mut self, path: &Path) -> (Option<FileStamp>, Option<Vec<u8>>) {
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
+        let Some(f) = open_regular(path) else {
+            return (None, None);
+        };
+        let Ok(meta) = f.metadata() else {
+            return (None, None);
+        };
+        let stamp = FileStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size() as i64,
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        };
+        let size = meta.size() as usize;
+        if size > MAX_TRACKED_BYTES || self.held + size > MAX_SNAPSHOT_BYTES {
+            return (Some(stamp), None);
+        }
+        let mut buf = Vec::new();
+        let read = f
+            .take(MAX_TRACKED_BYTES as u64 + 1)
+            .read_to_end(&mut buf)
+            .is_ok();
+        // A file that grew past the bound while it was read is not known in full.
+        if !read || buf.len() > MAX_TRACKED_BYTES || self.held + buf.len() > MAX_SNAPSHOT_BYTES {
+            return (Some(stamp), None);
+        }
+        self.held += buf.len();
+        (Some(stamp), Some(buf))
     }
 
     /// The regular files (and symlinks) directly in `dir`, when it resolves inside a writable

@@ -1082,3 +1082,100 @@ async fn a_fifo_named_git_does_not_block_the_audit() {
         "the audit opened a FIFO to read it (and waited for a writer)"
     );
 }
+
+/// The audit kept the first MiB of each tracked file and compared only that: a nested
+/// repository's config padded past 1 MiB by one command looked unchanged after the next one
+/// appended `core.fsmonitor` to it, which then ran on the user's next `git status`.
+#[tokio::test]
+async fn a_setting_appended_past_the_first_mib_of_a_nested_config_is_still_undone() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let (res, mut warnings) = r
+        .hostile(
+            "git init -q d/nested && git -C d/nested commit -q --allow-empty -m x && \
+             git update-index --add --cacheinfo \
+             160000,$(git -C d/nested rev-parse HEAD),d/nested && \
+             head -c 1200000 /dev/zero | tr '\\0' '#' >> d/nested/.git/config && \
+             echo >> d/nested/.git/config && echo padded",
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("padded"), "{}", res.content);
+    let (res, more) = r
+        .hostile(
+            &format!(
+                "printf '[core]\\n\\tfsmonitor = {evil}\\n' >> d/nested/.git/config && \
+                 echo appended",
+                evil = evil.display()
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("appended"), "{}", res.content);
+    warnings.extend(more);
+    let _ = r.git_output(&r.ws, &["status"]);
+    let _ = r.git_output(&r.ws.join("d/nested"), &["status"]);
+    r.assert_not_run("a setting appended past the first MiB of a nested config");
+    assert_warned(&warnings, "d/nested/.git/config");
+}
+
+/// The audit kept up to 1 MiB of every file it tracks, and a command decides how many there
+/// are: 2,000 hooks in a nested repository, each a link to one 1 MiB file, made baton hold
+/// 2 GB after the command. Where memory is bounded (here `baton sandbox` under a 1 GiB address
+/// space limit; elsewhere the OOM killer picks the biggest process), baton died before it
+/// undid anything, and the `core.fsmonitor` planted in the same command ran on the user's
+/// next `git status`.
+#[test]
+fn thousands_of_hooks_linked_to_one_big_file_do_not_exhaust_the_audit() {
+    use std::os::unix::process::CommandExt;
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let script = format!(
+        "export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@x GIT_COMMITTER_NAME=a \
+         GIT_COMMITTER_EMAIL=a@x HOME={home}; \
+         git init -q nested && git -C nested commit -q --allow-empty -m x && \
+         git -C nested config core.fsmonitor {evil} && \
+         git update-index --add --cacheinfo 160000,$(git -C nested rev-parse HEAD),nested && \
+         head -c 1040000 /dev/zero > big && \
+         for i in $(seq 2000); do ln -s \"$PWD/big\" nested/.git/hooks/h$i || exit 1; done && \
+         echo planted",
+        home = r.home.display(),
+        evil = evil.display()
+    );
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_baton"));
+    cmd.args(["sandbox", "--max-memory", "512", "--", "sh", "-c", &script])
+        .current_dir(&r.ws)
+        .env("HOME", &r.home)
+        .env("XDG_CONFIG_HOME", r.home.join(".config"))
+        .env("XDG_DATA_HOME", r.home.join(".local/share"))
+        .env("XDG_STATE_HOME", r.home.join(".local/state"))
+        .stdin(std::process::Stdio::null());
+    // SAFETY: setrlimit only, in the child before its exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 1 << 30,
+                rlim_max: 1 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().expect("run baton sandbox");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("planted"), "{stdout}\n{stderr}");
+    let _ = r.git_output(&r.ws, &["status"]);
+    let _ = r.git_output(&r.ws.join("nested"), &["status"]);
+    r.assert_not_run("a nested repository with 2,000 hooks linked to one big file");
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("core.fsmonitor"), "{stderr}");
+}
