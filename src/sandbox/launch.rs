@@ -647,11 +647,36 @@ fn ensure_git_protections_exist(policy: &SandboxPolicy) {
     let mut roots = vec![policy.workspace.clone()];
     roots.extend(policy.writable.iter().cloned());
     for root in roots {
-        let git = root.join(".git");
-        if std::fs::symlink_metadata(&git).is_ok_and(|m| m.is_dir()) {
-            let _ = std::fs::create_dir(git.join("hooks"));
-            if !git.join("config").exists() {
-                let _ = std::fs::write(git.join("config"), b"");
+        let Ok(git) = c_path(&root.join(".git")) else {
+            continue;
+        };
+        // Through a descriptor of the folder itself, never by name: a command still running
+        // (another shell session) may have put links in place of `.git` or `config`, and
+        // this runs outside the sandbox.
+        // SAFETY: open(2) of a NUL-terminated path; the result is checked and owned.
+        let fd = unsafe {
+            libc::open(
+                git.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            continue;
+        }
+        // SAFETY: a descriptor open(2) just returned, owned from here on.
+        let dir = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: mkdirat/openat relative to `dir` with static names; O_EXCL creates only
+        // what does not exist, a dangling link included, and follows nothing.
+        unsafe {
+            libc::mkdirat(dir.as_raw_fd(), c"hooks".as_ptr(), 0o755);
+            let f = libc::openat(
+                dir.as_raw_fd(),
+                c"config".as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o644,
+            );
+            if f >= 0 {
+                libc::close(f);
             }
         }
     }

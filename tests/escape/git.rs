@@ -1179,3 +1179,57 @@ fn thousands_of_hooks_linked_to_one_big_file_do_not_exhaust_the_audit() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stderr.contains("core.fsmonitor"), "{stderr}");
 }
+
+/// Before every command baton gives a workspace's `.git` folder an empty `config` when it has
+/// none (so there is something to bind read-only), and it wrote that file by name: with
+/// `.git/config` a dangling link, planted by a command still running (a second shell
+/// session, another `baton sandbox`), the next command's launch created the link's target
+/// outside the sandbox, as the user.
+#[test]
+fn a_dangling_git_config_link_is_not_written_through_by_the_next_launch() {
+    use std::io::{BufRead, Write};
+    if !enforceable() {
+        return;
+    }
+    let r = repo_at("ws", false);
+    let victim = r.base.join("outside/created-by-baton");
+    let baton = |script: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_baton"));
+        c.args(["sandbox", "--", "sh", "-c", script])
+            .current_dir(&r.ws)
+            .env("HOME", &r.home)
+            .env("XDG_CONFIG_HOME", r.home.join(".config"))
+            .env("XDG_DATA_HOME", r.home.join(".local/share"))
+            .env("XDG_STATE_HOME", r.home.join(".local/state"));
+        c
+    };
+    let mut first = baton(&format!(
+        "mkdir .git && ln -s '{}' .git/config && echo planted && read x",
+        victim.display()
+    ))
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .expect("first command");
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(first.stdout.take().expect("stdout"));
+    out.read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "planted");
+    let second = baton("true")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("second command");
+    let _ = first.stdin.take().expect("stdin").write_all(b"\n");
+    let _ = first.wait();
+    assert!(
+        std::fs::symlink_metadata(&victim).is_err(),
+        "the launch created {} through the planted link",
+        victim.display()
+    );
+    assert!(
+        second.status.success(),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+}
