@@ -678,16 +678,14 @@ fn command_colours_and_failures_in_a_real_terminal() {
     ]);
     tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
     // The command line itself holds `\033[31m`; the output under it must not.
-    let screen = tmux.wait_for("│ RED plain");
+    // The output is drawn before the exit status: wait for the status, the last of the two.
+    let screen = tmux.wait_for("failed · exit 3");
+    assert!(screen.contains("│ RED plain"), "{screen}");
     assert!(
         !screen
             .lines()
             .any(|l| l.contains("│") && l.contains("[31m")),
         "{screen}"
-    );
-    assert!(
-        screen.contains("failed · exit 3"),
-        "a non-zero exit is a failure: {screen}"
     );
     assert!(screen.contains("✗ $ printf"), "{screen}");
     // With escapes: "RED" is drawn in red (palette colour 1), "plain" is not.

@@ -917,8 +917,8 @@ fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
 
 /// Finds every `.git` and `.baton` entry beneath `root`, and every folder holding a `HEAD`
 /// (what a bare git directory looks like), beneath `.baton` folders too, without following
-/// symlinks or entering a `.git` directory, visiting at most `limit` entries (see `tree_index`). False when it stopped at
-/// that bound.
+/// symlinks or entering a `.git` directory, visiting at most `limit` entries (see
+/// `tree_index`). False when it stopped at that bound.
 fn walk(root: &Path, found: &mut super::tree_index::Found, limit: usize) -> bool {
     // The root's own `.git`, `.baton` and `HEAD` are looked up by name before the walk: a top
     // folder with more entries than the limit must not hide them (git uses them first).
