@@ -585,3 +585,38 @@ fn a_file_named_like_git_cannot_make_the_turn_that_made_it_impossible_to_undo() 
     assert!(env.workspace.join("git~1").exists(), "{text}");
     assert!(env.workspace.join(".GIT").exists(), "{text}");
 }
+
+/// A file the user keeps out of git with `.git/info/exclude` or the global excludes file
+/// (`~/.config/git/ignore`) was never in a snapshot. A turn that un-ignores it with a
+/// `.gitignore` whitelist makes it appear in the closing snapshot as if the turn had created it;
+/// undo must still leave it alone: it was there before, and nothing saved it.
+#[test]
+fn a_file_unignored_by_the_turn_is_not_deleted_by_undo() {
+    let env = Env::new();
+    repo_with(&env, &[("a.txt", "a\n")]);
+    std::fs::write(env.workspace.join(".git/info/exclude"), "notes.md\n").unwrap();
+    let global = env.home.join(".config/git");
+    std::fs::create_dir_all(&global).unwrap();
+    std::fs::write(global.join("ignore"), ".env.local\n").unwrap();
+    std::fs::write(env.workspace.join("notes.md"), "the user's notes\n").unwrap();
+    std::fs::write(env.workspace.join(".env.local"), "TOKEN=the user's\n").unwrap();
+    turn(
+        &env,
+        vec![
+            write_call("c1", "a.txt", "changed\n"),
+            write_call("c2", ".gitignore", "!notes.md\n!.env.local\n"),
+        ],
+    );
+    let (_, text) = undo(&env, &[]);
+    assert_eq!(read(env.workspace.join("a.txt")), "a\n", "{text}");
+    assert!(
+        !env.workspace.join(".gitignore").exists(),
+        "the turn's .gitignore stayed: {text}"
+    );
+    for name in ["notes.md", ".env.local"] {
+        assert!(
+            env.workspace.join(name).exists(),
+            "undo deleted {name}, which no snapshot held: {text}"
+        );
+    }
+}

@@ -8,6 +8,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use git2::Oid;
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
 use super::beneath::{self, Found, PutMode};
 use super::store::{Entry, MAX_CHECKPOINT_FILE_BYTES, Opened, Store};
@@ -304,14 +305,45 @@ fn restore_one(
     beneath::put_at(&dir, name, &content, mode).map_err(errno_text)
 }
 
-/// Paths the target snapshot's own `.gitignore` files ignore: a file the change "created" that
-/// was ignored then may simply not have been visible to the checkpoint, so it is never removed.
-/// Only the `.gitignore` files of folders above the paths asked about are read.
+/// Paths the snapshot walk may have left out when the target snapshot was taken: a file the
+/// change "created" that was ignored then may simply not have been visible to the checkpoint
+/// (it was the user's, and nothing saved it), so it is never removed.
+///
+/// The walk ignores by the `.gitignore` files of the workspace (read here from the target
+/// snapshot itself), and also by files no snapshot holds: `.gitignore` files of the folders
+/// above the workspace, a repository's `.git/info/exclude` and the user's global excludes
+/// file. A turn can un-ignore a file those kept out (a `!name` line in a `.gitignore` it
+/// writes), so they are read too, as they are now; of them only an "ignore" counts, never a
+/// whitelist (a folder above the workspace may be one commands can write, like `/tmp`). A
+/// target `.gitignore` that was a symlink or could not be saved leaves its folder's rules
+/// unknown: everything beneath counts as possibly ignored then.
 struct IgnoredIn<'a, 'r> {
     store: &'a Store,
     target: &'a Opened<'r>,
-    /// Per folder: its `.gitignore` as a matcher, or `None` when it has none.
-    matchers: BTreeMap<PathBuf, Option<ignore::gitignore::Gitignore>>,
+    /// Per folder of the workspace: its `.gitignore` as the target holds it (`Known(None)`
+    /// when it has none), or `Unknown`.
+    matchers: BTreeMap<PathBuf, Rules>,
+    /// Per folder of the workspace: the `info/exclude` of a repository there, if any.
+    excludes: BTreeMap<PathBuf, Option<Gitignore>>,
+    /// The `.gitignore` files of the folders above the workspace, nearest first, and the
+    /// global excludes file: read once, when first needed.
+    outside: Option<Vec<Gitignore>>,
+}
+
+enum Rules {
+    Known(Option<Gitignore>),
+    Unknown,
+}
+
+/// The ignore file at `file` as a matcher rooted at `root`; `None` when it is missing or
+/// empty.
+fn ignore_file(root: &Path, file: &Path) -> Option<Gitignore> {
+    if !file.is_file() {
+        return None;
+    }
+    let mut builder = GitignoreBuilder::new(root);
+    let _ = builder.add(file);
+    builder.build().ok().filter(|m| !m.is_empty())
 }
 
 impl<'a, 'r> IgnoredIn<'a, 'r> {
@@ -320,40 +352,81 @@ impl<'a, 'r> IgnoredIn<'a, 'r> {
             store,
             target,
             matchers: BTreeMap::new(),
+            excludes: BTreeMap::new(),
+            outside: None,
         }
     }
 
-    fn matcher(&mut self, dir: &Path) -> Option<&ignore::gitignore::Gitignore> {
+    fn matcher(&mut self, dir: &Path) -> &Rules {
         if !self.matchers.contains_key(dir) {
             let file = dir.join(".gitignore");
-            let matcher = self
-                .target
-                .entry(&file)
-                .ok()
-                .flatten()
-                .filter(|e| !e.is_link())
-                .and_then(|e| self.store.content(e.id).ok())
-                .and_then(|content| {
-                    let mut builder =
-                        ignore::gitignore::GitignoreBuilder::new(self.store.workspace.join(dir));
-                    for line in String::from_utf8_lossy(&content).lines() {
-                        let _ = builder.add_line(None, line);
+            let entry = match self.target.is_unknown(&file) {
+                true => Err(()),
+                false => self.target.entry(&file).map_err(drop),
+            };
+            let rules = match entry {
+                Ok(Some(e)) if e.is_link() => Rules::Unknown,
+                Ok(Some(e)) => match self.store.content(e.id) {
+                    Ok(content) => {
+                        let mut builder = GitignoreBuilder::new(self.store.workspace.join(dir));
+                        for line in String::from_utf8_lossy(&content).lines() {
+                            let _ = builder.add_line(None, line);
+                        }
+                        Rules::Known(builder.build().ok())
                     }
-                    builder.build().ok()
-                });
-            self.matchers.insert(dir.to_path_buf(), matcher);
+                    Err(_) => Rules::Unknown,
+                },
+                Ok(None) => Rules::Known(None),
+                Err(_) => Rules::Unknown,
+            };
+            self.matchers.insert(dir.to_path_buf(), rules);
         }
-        self.matchers.get(dir).and_then(Option::as_ref)
+        &self.matchers[dir]
     }
 
-    fn contains(&mut self, path: &Path) -> bool {
+    /// The `info/exclude` of a repository whose `.git` is in `dir` (of the workspace).
+    fn exclude(&mut self, dir: &Path) -> Option<&Gitignore> {
+        if !self.excludes.contains_key(dir) {
+            let abs = self.store.workspace.join(dir);
+            let matcher = crate::sandbox::git_guard::gitdir_of(&abs.join(".git")).and_then(|g| {
+                // A linked worktree's gitdir names the shared one, where `info/` lives.
+                let common = std::fs::read_to_string(g.join("commondir"))
+                    .ok()
+                    .map(|c| g.join(c.trim()))
+                    .unwrap_or(g);
+                ignore_file(&abs, &common.join("info/exclude"))
+            });
+            self.excludes.insert(dir.to_path_buf(), matcher);
+        }
+        self.excludes.get(dir).and_then(Option::as_ref)
+    }
+
+    fn outside(&mut self) -> &[Gitignore] {
+        let workspace = &self.store.workspace;
+        self.outside.get_or_insert_with(|| {
+            let mut found: Vec<Gitignore> = workspace
+                .ancestors()
+                .skip(1)
+                .filter_map(|dir| ignore_file(dir, &dir.join(".gitignore")))
+                .collect();
+            let (global, _) = GitignoreBuilder::new(workspace).build_global();
+            if !global.is_empty() {
+                found.push(global);
+            }
+            found
+        })
+    }
+
+    /// Whether the walk may have left `path` (a folder when `is_dir`) out then.
+    fn leaves_out(&mut self, path: &Path, is_dir: bool) -> bool {
         // Deepest folder first: its rules override the ones above it.
         for dir in path.ancestors().skip(1) {
             let rel = path.strip_prefix(dir).unwrap_or(path).to_path_buf();
-            let Some(matcher) = self.matcher(dir) else {
-                continue;
+            let m = match self.matcher(dir) {
+                Rules::Unknown => return true,
+                Rules::Known(None) => continue,
+                Rules::Known(Some(matcher)) => matcher.matched(&rel, is_dir),
             };
-            let m = matcher.matched_path_or_any_parents(&rel, false);
             if m.is_ignore() {
                 return true;
             }
@@ -361,6 +434,28 @@ impl<'a, 'r> IgnoredIn<'a, 'r> {
                 return false;
             }
         }
-        false
+        let abs = self.store.workspace.join(path);
+        for dir in path.ancestors().skip(1) {
+            if let Some(exclude) = self.exclude(dir)
+                && exclude.matched(&abs, is_dir).is_ignore()
+            {
+                return true;
+            }
+        }
+        self.outside()
+            .iter()
+            .any(|m| m.matched(&abs, is_dir).is_ignore())
+    }
+
+    /// Whether `path` (a file) or a folder above it may have been left out then: the walk
+    /// does not enter an ignored folder.
+    fn contains(&mut self, path: &Path) -> bool {
+        let folders: Vec<PathBuf> = path
+            .ancestors()
+            .skip(1)
+            .filter(|a| !a.as_os_str().is_empty())
+            .map(Path::to_path_buf)
+            .collect();
+        folders.iter().rev().any(|f| self.leaves_out(f, true)) || self.leaves_out(path, false)
     }
 }
