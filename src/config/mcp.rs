@@ -165,7 +165,10 @@ fn key_error(path: &Path, name: &str, reason: impl std::fmt::Display) -> ConfigL
 
 /// Reads the `[mcp_servers]` tables of a config.toml. A missing file or section is no servers.
 pub fn read_toml(path: &Path) -> Result<Vec<McpServer>, ConfigLoadError> {
-    let text = match std::fs::read_to_string(path) {
+    let read = super::trust::read_project_file(path).and_then(|b| {
+        String::from_utf8(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    });
+    let text = match read {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => {
@@ -327,7 +330,10 @@ fn expand_map(map: BTreeMap<String, String>) -> Result<BTreeMap<String, String>,
 
 /// Reads a project's `.mcp.json`. A missing file is no servers.
 pub fn read_json(path: &Path) -> Result<Vec<McpServer>, ConfigLoadError> {
-    let text = match std::fs::read_to_string(path) {
+    let read = super::trust::read_project_file(path).and_then(|b| {
+        String::from_utf8(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    });
+    let text = match read {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => {

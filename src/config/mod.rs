@@ -148,7 +148,10 @@ pub fn project_config_path(workspace: &Path) -> Option<PathBuf> {
 /// Reads the settings of one TOML file. A missing file is no settings; anything else wrong
 /// with it is an error naming the file, and the line (and column, for TOML syntax) it is on.
 pub fn read_file(path: &Path) -> Result<Settings, ConfigLoadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigLoadError::File {
+    let read = trust::read_project_file(path).and_then(|b| {
+        String::from_utf8(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    });
+    let text = read.map_err(|e| ConfigLoadError::File {
         path: path.display().to_string(),
         reason: format!("cannot read: {e}"),
     })?;

@@ -168,8 +168,8 @@ impl TrustList {
 /// (the servers it declares run with the user's rights, so trusting the folder trusts that
 /// file as it is now); `None` when there is neither.
 pub fn config_digest(folder: &Path) -> Option<String> {
-    let config = std::fs::read(folder_config(folder)).ok();
-    let servers = std::fs::read(folder.join(super::mcp::PROJECT_JSON)).ok();
+    let config = digest_input(&folder_config(folder));
+    let servers = digest_input(&folder.join(super::mcp::PROJECT_JSON));
     let mut hasher = Sha256::new();
     match (config, servers) {
         (None, None) => return None,
@@ -196,6 +196,40 @@ pub fn config_digest(folder: &Path) -> Option<String> {
             .map(|b| format!("{b:02x}"))
             .collect(),
     )
+}
+
+/// What a digest takes of a project file: its content; `None` when it does not exist; for
+/// anything else (a FIFO, a device, a folder, unreadable) a marker, so the folder counts as
+/// changed rather than as having no such file.
+fn digest_input(path: &Path) -> Option<Vec<u8>> {
+    match read_project_file(path) {
+        Ok(bytes) => Some(bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(format!("\0not a readable file: {e}\0").into_bytes()),
+    }
+}
+
+/// Reads a project file (`.baton/config.toml`, `.baton/hooks.json`, `.mcp.json`), symlinks
+/// followed as before, but only when it is a regular file: commands may leave a FIFO (or a
+/// link to one, or to a terminal) there, and opening it for a plain read would wait for a
+/// writer for good, so every later start in the folder hung. Opened `O_NONBLOCK` (which
+/// does not change reads of a regular file) and checked with `fstat` before any read.
+pub(super) fn read_project_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Program files bigger than this are hashed by size, inode and change time.
@@ -308,7 +342,7 @@ fn hash_program(hasher: &mut Sha256, path: &Path) {
 
 /// SHA-256 (hex) of `folder`'s `.baton/hooks.json`; `None` when there is none to read.
 pub fn hooks_digest(folder: &Path) -> Option<String> {
-    let bytes = std::fs::read(folder.join(".baton").join("hooks.json")).ok()?;
+    let bytes = digest_input(&folder.join(".baton").join("hooks.json"))?;
     let digest = Sha256::digest(&bytes);
     Some(digest.iter().map(|b| format!("{b:02x}")).collect())
 }
@@ -322,6 +356,58 @@ fn canonical(folder: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A command may leave a FIFO named `.mcp.json` (or a config or hooks file linked to one)
+    /// in a trusted folder: the next start must not open it, or it waits for a writer for good.
+    #[test]
+    fn a_fifo_in_a_trusted_folder_is_never_opened() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let folder = dir.path();
+        std::fs::create_dir_all(folder.join(".baton")).expect("mkdir");
+        std::fs::write(folder_config(folder), "model = \"m\"\n").expect("write");
+        let mut list = TrustList::default();
+        list.trust(folder);
+        let fifo = folder.join(super::super::mcp::PROJECT_JSON);
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        // A writer that gets through its open only once a reader opened the FIFO; on the old
+        // code that reader was the digest, which then read to the writer's close.
+        // It closes at once (each reader sees an empty file) and waits for the next reader.
+        let opened = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (fifo, opened, stop) = (fifo.clone(), opened.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let f = std::fs::OpenOptions::new().write(true).open(&fifo);
+                    if !stop.load(Ordering::SeqCst) {
+                        opened.store(true, Ordering::SeqCst);
+                    }
+                    drop(f);
+                }
+            })
+        };
+        let status = list.status(folder);
+        let hooks = list.hooks_status(folder);
+        let read_by_start = opened.load(Ordering::SeqCst);
+        stop.store(true, Ordering::SeqCst);
+        // Let the writer go: open the read end ourselves.
+        let _reader = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&fifo)
+                .expect("reader")
+        };
+        writer.join().expect("writer");
+        assert!(!read_by_start, "the trust check opened the FIFO");
+        assert_eq!(status, TrustStatus::Changed);
+        assert_eq!(hooks, TrustStatus::Changed);
+    }
 
     #[test]
     fn trusting_a_folder_records_its_mcp_json_too() {
