@@ -381,7 +381,8 @@ fn read_file_of_a_huge_file_without_newlines_uses_bounded_memory() {
         "the child failed ({status}): {stdout}"
     );
     assert!(
-        stdout.contains("huge.txt (lines 1-1 of 1)"),
+        stdout
+            .contains("huge.txt (lines 1-1 of at least 1: read_file stopped after the first 1 GiB"),
         "unexpected read_file output: {stdout}"
     );
     assert!(
@@ -416,6 +417,46 @@ fn huge_read_child() {
     assert_eq!(result.status, ToolStatus::Ok, "{}", result.content);
     let head: String = result.content.chars().take(200).collect();
     println!("{head}");
+}
+
+/// A sparse terabyte whose first 8 KiB are text and which holds no newline: read to its end,
+/// it kept the turn busy for minutes (the whole line had to be passed to find line 2). The
+/// read stops after its scan bound and says so; a line past that bound is refused with a
+/// pointer to the shell.
+#[tokio::test]
+async fn read_file_of_a_sparse_terabyte_stops_after_its_scan_bound() {
+    let ws = workspace();
+    let path = ws.root.join("tera.txt");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&[b'a'; 8192]).unwrap();
+        if let Err(e) = f.set_len(1 << 40) {
+            println!("SKIPPED: this file system holds no sparse terabyte ({e})");
+            return;
+        }
+    }
+    let first = call(&ws.ctx, "read_file", json!({"path": "tera.txt"})).await;
+    assert_eq!(first.status, ToolStatus::Ok, "{}", first.content);
+    assert!(
+        first
+            .content
+            .starts_with("tera.txt (lines 1-1 of at least 1: read_file stopped after the first 1 GiB of 1099511627776 bytes)"),
+        "{}",
+        first.content.chars().take(300).collect::<String>()
+    );
+    let past = call(
+        &ws.ctx,
+        "read_file",
+        json!({"path": "tera.txt", "offset": 2}),
+    )
+    .await;
+    assert_eq!(past.status, ToolStatus::Error, "{}", past.content);
+    assert!(
+        past.content.contains("line 2 is not in the first 1 GiB") && past.content.contains("shell"),
+        "{}",
+        past.content
+    );
 }
 
 /// Paths the sandbox protects inside the workspace (git hooks and config, and whatever else

@@ -23,6 +23,9 @@ pub const DEFAULT_LINE_LIMIT: usize = 2000;
 pub const OUTPUT_CAP_BYTES: usize = 64 * 1024;
 /// Longer lines are cut (minified files would otherwise fill the cap with one line).
 pub const MAX_LINE_CHARS: usize = 2000;
+/// Bytes of a file one call reads at most, to find the lines asked for and count the rest: a
+/// sparse file of a terabyte with no newline would otherwise keep the turn reading for minutes.
+pub const MAX_SCAN_BYTES: u64 = 1 << 30;
 
 #[derive(Deserialize)]
 struct ReadArgs {
@@ -204,9 +207,15 @@ fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Tool
         open_line: false,
     };
     lines.feed(&sample);
+    let mut scanned = sample.len() as u64;
+    let mut stopped = false;
     loop {
         if ctx.cancel.is_cancelled() {
             return Err(ToolError::rejected(format!("{rel}: reading was cancelled")));
+        }
+        if scanned >= MAX_SCAN_BYTES {
+            stopped = true;
+            break;
         }
         let block = reader
             .fill_buf()
@@ -214,9 +223,10 @@ fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Tool
         if block.is_empty() {
             break;
         }
-        let n = block.len();
-        lines.feed(block);
+        let n = block.len().min((MAX_SCAN_BYTES - scanned) as usize);
+        lines.feed(&block[..n]);
         reader.consume(n);
+        scanned += n as u64;
     }
     lines.finish_line();
     record_stamp(ctx, &target.abs);
@@ -224,28 +234,43 @@ fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Tool
     if total == 0 {
         return Ok(format!("{rel}: (empty file)"));
     }
+    let scan_gib = MAX_SCAN_BYTES >> 30;
+    if first > total && stopped {
+        return Err(ToolError::rejected(format!(
+            "{rel}: line {first} is not in the first {scan_gib} GiB of this {len}-byte file, \
+             which is as far as read_file reads; use the shell for the rest (`tail -c`, `sed -n`)"
+        )));
+    }
     if first > total {
         return Err(ToolError::rejected(format!(
             "{rel}: offset {first} is past the end of the file, which has {total} lines"
         )));
     }
-    let mut header = format!("{rel} (lines {first}-{last_shown} of {total})");
+    let mut header = if stopped {
+        format!(
+            "{rel} (lines {first}-{last_shown} of at least {total}: read_file stopped after the \
+             first {scan_gib} GiB of {len} bytes)"
+        )
+    } else {
+        format!("{rel} (lines {first}-{last_shown} of {total})")
+    };
     if lines.invalid {
         header.push_str(
             " [not valid UTF-8: invalid bytes are shown as U+FFFD and cannot be matched by edit]",
         );
     }
     let mut result = format!("{header}\n{}", lines.out);
+    let more = if stopped { "at least " } else { "" };
     if let Some(last) = lines.capped_at {
         result.push_str(&format!(
-            "[output capped at {} KiB after line {last}; the file has {total} lines ({len} bytes). \
-             Continue with offset={} and a smaller limit.]\n",
+            "[output capped at {} KiB after line {last}; the file has {more}{total} lines ({len} \
+             bytes). Continue with offset={} and a smaller limit.]\n",
             OUTPUT_CAP_BYTES / 1024,
             last + 1
         ));
     } else if last_shown < total {
         result.push_str(&format!(
-            "[{} more lines; continue with offset={}]\n",
+            "[{more}{} more lines; continue with offset={}]\n",
             total - last_shown,
             last_shown + 1
         ));
