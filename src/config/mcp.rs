@@ -165,10 +165,15 @@ fn key_error(path: &Path, name: &str, reason: impl std::fmt::Display) -> ConfigL
 
 /// Reads the `[mcp_servers]` tables of a config.toml. A missing file or section is no servers.
 pub fn read_toml(path: &Path) -> Result<Vec<McpServer>, ConfigLoadError> {
-    let read = super::trust::read_project_file(path).and_then(|b| {
-        String::from_utf8(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-    });
-    let text = match read {
+    parse_toml(path, &super::trust::read_project_file(path))
+}
+
+/// [`read_toml`] of bytes already read from `path` (what a trust check hashed).
+pub fn parse_toml(
+    path: &Path,
+    read: &std::io::Result<Vec<u8>>,
+) -> Result<Vec<McpServer>, ConfigLoadError> {
+    let text = match super::trust::text_of(read) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => {
@@ -178,7 +183,7 @@ pub fn read_toml(path: &Path) -> Result<Vec<McpServer>, ConfigLoadError> {
             });
         }
     };
-    let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigLoadError::File {
+    let table: toml::Table = toml::from_str(text).map_err(|e| ConfigLoadError::File {
         path: path.display().to_string(),
         reason: format!("not valid TOML: {}", e.message().trim_end()),
     })?;
@@ -330,10 +335,15 @@ fn expand_map(map: BTreeMap<String, String>) -> Result<BTreeMap<String, String>,
 
 /// Reads a project's `.mcp.json`. A missing file is no servers.
 pub fn read_json(path: &Path) -> Result<Vec<McpServer>, ConfigLoadError> {
-    let read = super::trust::read_project_file(path).and_then(|b| {
-        String::from_utf8(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-    });
-    let text = match read {
+    parse_json(path, &super::trust::read_project_file(path))
+}
+
+/// [`read_json`] of bytes already read from `path` (what a trust check hashed).
+pub fn parse_json(
+    path: &Path,
+    read: &std::io::Result<Vec<u8>>,
+) -> Result<Vec<McpServer>, ConfigLoadError> {
+    let text = match super::trust::text_of(read) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => {
@@ -343,7 +353,7 @@ pub fn read_json(path: &Path) -> Result<Vec<McpServer>, ConfigLoadError> {
             });
         }
     };
-    let file: JsonFile = serde_json::from_str(&text).map_err(|e| ConfigLoadError::File {
+    let file: JsonFile = serde_json::from_str(text).map_err(|e| ConfigLoadError::File {
         path: path.display().to_string(),
         reason: format!("not an MCP server list (`{{\"mcpServers\": {{…}}}}`): {e}"),
     })?;

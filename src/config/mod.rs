@@ -17,7 +17,7 @@ pub use mcp::{McpServer, McpTransport};
 pub use project::GUARDED_KEYS;
 pub use settings::{Settings, command_prefix, not_a_folder};
 pub use trust::{
-    TrustEntry, TrustList, TrustStatus, config_digest, folder_config, trust_list_path,
+    ProjectFiles, TrustEntry, TrustList, TrustStatus, config_digest, folder_config, trust_list_path,
 };
 
 use std::path::{Path, PathBuf};
@@ -148,18 +148,20 @@ pub fn project_config_path(workspace: &Path) -> Option<PathBuf> {
 /// Reads the settings of one TOML file. A missing file is no settings; anything else wrong
 /// with it is an error naming the file, and the line (and column, for TOML syntax) it is on.
 pub fn read_file(path: &Path) -> Result<Settings, ConfigLoadError> {
-    let read = trust::read_project_file(path).and_then(|b| {
-        String::from_utf8(b).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-    });
-    let text = read.map_err(|e| ConfigLoadError::File {
+    parse_file(path, &trust::read_project_file(path))
+}
+
+/// [`read_file`] of bytes already read from `path` (what a trust check hashed).
+fn parse_file(path: &Path, read: &std::io::Result<Vec<u8>>) -> Result<Settings, ConfigLoadError> {
+    let text = trust::text_of(read).map_err(|e| ConfigLoadError::File {
         path: path.display().to_string(),
         reason: format!("cannot read: {e}"),
     })?;
-    let table: toml::Table = toml::from_str(&text).map_err(|e| {
+    let table: toml::Table = toml::from_str(text).map_err(|e| {
         let at = e
             .span()
             .map(|span| {
-                let (line, column) = line_and_column(&text, span.start);
+                let (line, column) = line_and_column(text, span.start);
                 format!(":{line}:{column}")
             })
             .unwrap_or_default();
@@ -181,7 +183,7 @@ pub fn read_file(path: &Path) -> Result<Settings, ConfigLoadError> {
             continue;
         }
         // `path:line`, so an editor can jump to the key.
-        let source = match key_line(&text, key) {
+        let source = match key_line(text, key) {
             Some(line) => format!("{}:{line}", path.display()),
             None => path.display().to_string(),
         };
@@ -414,10 +416,13 @@ fn load_layers(
             .canonicalize()
             .unwrap_or(workspace_hint.clone())
     });
+    // Read once: the trust check hashes the very bytes parsed below, so a file swapped in
+    // between (by a command still running in another session) is never used as trusted.
+    let project_files = ProjectFiles::read(&mcp_folder);
     let mut project_servers = Vec::new();
     let json = mcp_folder.join(mcp::PROJECT_JSON);
     if json.is_file() {
-        match mcp::read_json(&json) {
+        match mcp::parse_json(&json, &project_files.servers) {
             Ok(servers) => {
                 files.push(json);
                 mcp::merge(&mut project_servers, servers);
@@ -430,13 +435,16 @@ fn load_layers(
     let project = match lookup.folder {
         Some(folder) => {
             let p = folder_config(&folder);
-            let s = read_file(&p);
+            let s = parse_file(&p, &project_files.config);
             if s.is_ok() {
                 files.push(p.clone());
-                mcp::merge(&mut project_servers, mcp::read_toml(&p).unwrap_or_default());
+                mcp::merge(
+                    &mut project_servers,
+                    mcp::parse_toml(&p, &project_files.config).unwrap_or_default(),
+                );
             }
             let mut s = layer(s)?;
-            let status = trust.status(&folder);
+            let status = trust.status_of(&folder, &project_files);
             if status != TrustStatus::Trusted {
                 let mut base = user.clone();
                 base.overlay(env.clone());
@@ -455,7 +463,7 @@ fn load_layers(
         None => Settings::default(),
     };
     if !project_servers.is_empty() {
-        match trust.status(&mcp_folder) {
+        match trust.status_of(&mcp_folder, &project_files) {
             TrustStatus::Trusted => mcp::merge(&mut mcp_servers, project_servers),
             status => {
                 let names: Vec<String> = project_servers.iter().map(|s| s.name.clone()).collect();

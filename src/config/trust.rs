@@ -115,9 +115,15 @@ impl TrustList {
 
     /// Whether `folder`'s config file may lower safety settings now.
     pub fn status(&self, folder: &Path) -> TrustStatus {
+        self.status_of(folder, &ProjectFiles::read(folder))
+    }
+
+    /// [`status`](Self::status) of `folder`'s project files as `files` holds them: the
+    /// bytes the caller goes on to parse and use.
+    pub fn status_of(&self, folder: &Path, files: &ProjectFiles) -> TrustStatus {
         match self.entry(folder) {
             None => TrustStatus::Untrusted,
-            Some(e) if e.config_sha256 == config_digest(folder) => TrustStatus::Trusted,
+            Some(e) if e.config_sha256 == files.digest(folder) => TrustStatus::Trusted,
             Some(_) => TrustStatus::Changed,
         }
     }
@@ -168,8 +174,46 @@ impl TrustList {
 /// (the servers it declares run with the user's rights, so trusting the folder trusts that
 /// file as it is now); `None` when there is neither.
 pub fn config_digest(folder: &Path) -> Option<String> {
-    let config = digest_input(&folder_config(folder));
-    let servers = digest_input(&folder.join(super::mcp::PROJECT_JSON));
+    ProjectFiles::read(folder).digest(folder)
+}
+
+/// A folder's `.baton/config.toml` and `.mcp.json`, each read once. Start-up hashes, parses
+/// and uses these same bytes: reading the files again after the trust check would let a
+/// command still running in another session swap one in between.
+#[derive(Debug)]
+pub struct ProjectFiles {
+    /// `.baton/config.toml` (see [`read_project_file`]).
+    pub config: std::io::Result<Vec<u8>>,
+    /// `.mcp.json`.
+    pub servers: std::io::Result<Vec<u8>>,
+}
+
+impl ProjectFiles {
+    pub fn read(folder: &Path) -> ProjectFiles {
+        ProjectFiles {
+            config: read_project_file(&folder_config(folder)),
+            servers: read_project_file(&folder.join(super::mcp::PROJECT_JSON)),
+        }
+    }
+
+    /// The digest [`config_digest`] gives for these bytes.
+    pub fn digest(&self, folder: &Path) -> Option<String> {
+        digest_files(folder, self)
+    }
+}
+
+/// The text of a project file read by [`read_project_file`].
+pub(super) fn text_of(read: &std::io::Result<Vec<u8>>) -> std::io::Result<&str> {
+    match read {
+        Ok(bytes) => std::str::from_utf8(bytes)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+        Err(e) => Err(std::io::Error::new(e.kind(), e.to_string())),
+    }
+}
+
+fn digest_files(folder: &Path, files: &ProjectFiles) -> Option<String> {
+    let config = digest_input(&files.config);
+    let servers = digest_input(&files.servers);
     let mut hasher = Sha256::new();
     match (config, servers) {
         (None, None) => return None,
@@ -183,7 +227,7 @@ pub fn config_digest(folder: &Path) -> Option<String> {
     }
     // The servers run outside the sandbox, but their programs in the folder are writable to
     // the model's commands: trust covers those files as they are now, too.
-    for path in server_programs(folder) {
+    for path in server_programs(folder, files) {
         hasher.update(b"\0program\0");
         hasher.update(path.as_os_str().as_encoded_bytes());
         hasher.update(b"\0");
@@ -201,9 +245,9 @@ pub fn config_digest(folder: &Path) -> Option<String> {
 /// What a digest takes of a project file: its content; `None` when it does not exist; for
 /// anything else (a FIFO, a device, a folder, unreadable) a marker, so the folder counts as
 /// changed rather than as having no such file.
-fn digest_input(path: &Path) -> Option<Vec<u8>> {
-    match read_project_file(path) {
-        Ok(bytes) => Some(bytes),
+fn digest_input(read: &std::io::Result<Vec<u8>>) -> Option<Vec<u8>> {
+    match read {
+        Ok(bytes) => Some(bytes.clone()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => Some(format!("\0not a readable file: {e}\0").into_bytes()),
     }
@@ -217,15 +261,20 @@ fn digest_input(path: &Path) -> Option<Vec<u8>> {
 pub(super) fn read_project_file(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
+    let not_regular =
+        || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+    // Not even opened when it is no regular file: opening a FIFO's read end, blocking or not,
+    // lets a writer waiting on it through.
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(not_regular());
+    }
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)?;
+    // Swapped in between: refused all the same (and O_NONBLOCK kept the open from waiting).
     if !file.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
+        return Err(not_regular());
     }
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)?;
@@ -247,10 +296,11 @@ const SCRIPT_EXTENSIONS: &[&str] = &[
 /// extension (`./tools/db-mcp`, `node mcp/server.js`; not a database the server keeps
 /// changing), relative paths read from the server's `cwd` or the folder, with their content.
 /// What those files load in turn is not followed.
-fn server_programs(folder: &Path) -> Vec<PathBuf> {
-    let mut servers =
-        super::mcp::read_json(&folder.join(super::mcp::PROJECT_JSON)).unwrap_or_default();
-    servers.extend(super::mcp::read_toml(&folder_config(folder)).unwrap_or_default());
+fn server_programs(folder: &Path, files: &ProjectFiles) -> Vec<PathBuf> {
+    let json = folder.join(super::mcp::PROJECT_JSON);
+    let mut servers = super::mcp::parse_json(&json, &files.servers).unwrap_or_default();
+    servers
+        .extend(super::mcp::parse_toml(&folder_config(folder), &files.config).unwrap_or_default());
     let folder = canonical(folder);
     let mut out: std::collections::BTreeSet<PathBuf> = std::collections::BTreeSet::new();
     for server in servers {
@@ -342,7 +392,9 @@ fn hash_program(hasher: &mut Sha256, path: &Path) {
 
 /// SHA-256 (hex) of `folder`'s `.baton/hooks.json`; `None` when there is none to read.
 pub fn hooks_digest(folder: &Path) -> Option<String> {
-    let bytes = digest_input(&folder.join(".baton").join("hooks.json"))?;
+    let bytes = digest_input(&read_project_file(
+        &folder.join(".baton").join("hooks.json"),
+    ))?;
     let digest = Sha256::digest(&bytes);
     Some(digest.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -523,3 +523,82 @@ fn a_trusted_projects_mcp_server_program_rewritten_by_a_command_does_not_run() {
         "no warning says why the servers did not start: {stdout}"
     );
 }
+
+/// How many of `starts` runs of `baton ARGS` printed `needle` while another thread kept
+/// swapping `file` between `good` (the content the user trusted) and `bad`.
+fn starts_that_used_a_swapped_file(
+    env: &Env,
+    file: &Path,
+    (good, bad): (&str, &str),
+    args: &[&str],
+    needle: &str,
+) -> usize {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (stop, file) = (stop.clone(), file.to_path_buf());
+        let (good, bad) = (good.to_string(), bad.to_string());
+        std::thread::spawn(move || {
+            let (good_tmp, bad_tmp) = (file.with_extension("good"), file.with_extension("bad"));
+            while !stop.load(Ordering::Relaxed) {
+                std::fs::write(&bad_tmp, &bad).expect("write");
+                std::fs::rename(&bad_tmp, &file).expect("swap in");
+                std::fs::write(&good_tmp, &good).expect("write");
+                std::fs::rename(&good_tmp, &file).expect("swap back");
+            }
+        })
+    };
+    let starts = 120;
+    let used = (0..starts)
+        .filter(|_| {
+            let out = env.baton().args(args).output().expect("run baton");
+            String::from_utf8_lossy(&out.stdout).contains(needle)
+        })
+        .count();
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().expect("swapper");
+    println!(
+        "{}: {used} of {starts} starts used the swapped file",
+        file.display()
+    );
+    used
+}
+
+/// A process still running in another session swaps a trusted project file with a hostile
+/// one, over and over. Start-up hashed the file for the trust check and read it again to use
+/// it: a start in which the hash saw the trusted file and the parse the hostile one used the
+/// hostile one as trusted — `.mcp.json` (an ordinary project file, writable to commands) then
+/// starts its server outside the sandbox; `.baton/config.toml` turns the sandbox off.
+#[test]
+fn a_trusted_project_file_swapped_between_the_trust_check_and_the_parse_is_not_used() {
+    let env = Env::new();
+    let good_config = "approval = \"full-auto\"\n";
+    let config = env.project_config(good_config);
+    let good_servers = r#"{"mcpServers": {"linter": {"command": "true"}}}"#;
+    let servers = env.workspace.join(".mcp.json");
+    std::fs::write(&servers, good_servers).expect("write .mcp.json");
+    let trusted = env.baton().arg("trust").output().expect("run baton trust");
+    assert_eq!(trusted.status.code(), Some(0));
+
+    let evil_servers = r#"{"mcpServers": {"evil": {"command": "false"}}}"#;
+    let via_servers = starts_that_used_a_swapped_file(
+        &env,
+        &servers,
+        (good_servers, evil_servers),
+        &["mcp", "list"],
+        "evil",
+    );
+    let via_config = starts_that_used_a_swapped_file(
+        &env,
+        &config,
+        (good_config, HOSTILE),
+        &["doctor", "--endpoint", "http://127.0.0.1:9/v1"],
+        "sandbox is off",
+    );
+    assert_eq!(
+        (via_servers, via_config),
+        (0, 0),
+        "a swapped file was used as the trusted one"
+    );
+}
