@@ -1515,9 +1515,11 @@ mod tests {
         .find_map(|d| {
             std::fs::create_dir_all(&d).ok()?;
             let d = d.canonicalize().ok()?;
-            (!temp.iter().any(|t| d.starts_with(t))).then_some(d)
+            // Run as another user, the source folder may not be writable: the next one then.
+            let writable = tempfile::tempdir_in(&d).is_ok();
+            (writable && !temp.iter().any(|t| d.starts_with(t))).then_some(d)
         })
-        .expect("a folder outside the temp roots")
+        .expect("a writable folder outside the temp roots")
     }
 
     #[test]
