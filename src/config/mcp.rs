@@ -163,6 +163,21 @@ fn key_error(path: &Path, name: &str, reason: impl std::fmt::Display) -> ConfigL
     }
 }
 
+/// The text of a file that declares servers; None when it does not exist (no servers).
+fn text_if_any<'a>(
+    path: &Path,
+    read: &'a std::io::Result<Vec<u8>>,
+) -> Result<Option<&'a str>, ConfigLoadError> {
+    match super::trust::text_of(read) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ConfigLoadError::File {
+            path: path.display().to_string(),
+            reason: format!("cannot read: {e}"),
+        }),
+    }
+}
+
 /// Reads the `[mcp_servers]` tables of a config.toml. A missing file or section is no servers.
 pub fn read_toml(path: &Path) -> Result<Vec<McpServer>, ConfigLoadError> {
     parse_toml(path, &super::trust::read_project_file(path))
@@ -173,15 +188,8 @@ pub fn parse_toml(
     path: &Path,
     read: &std::io::Result<Vec<u8>>,
 ) -> Result<Vec<McpServer>, ConfigLoadError> {
-    let text = match super::trust::text_of(read) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(ConfigLoadError::File {
-                path: path.display().to_string(),
-                reason: format!("cannot read: {e}"),
-            });
-        }
+    let Some(text) = text_if_any(path, read)? else {
+        return Ok(Vec::new());
     };
     let table: toml::Table = toml::from_str(text).map_err(|e| ConfigLoadError::File {
         path: path.display().to_string(),
@@ -343,15 +351,8 @@ pub fn parse_json(
     path: &Path,
     read: &std::io::Result<Vec<u8>>,
 ) -> Result<Vec<McpServer>, ConfigLoadError> {
-    let text = match super::trust::text_of(read) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(ConfigLoadError::File {
-                path: path.display().to_string(),
-                reason: format!("cannot read: {e}"),
-            });
-        }
+    let Some(text) = text_if_any(path, read)? else {
+        return Ok(Vec::new());
     };
     let file: JsonFile = serde_json::from_str(text).map_err(|e| ConfigLoadError::File {
         path: path.display().to_string(),
