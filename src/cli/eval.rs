@@ -224,10 +224,10 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
     let network_env = crate::eval::trial::network_env(std::env::vars());
     let mut shared = args.share.clone();
     shared.extend(crate::eval::trial::network_files(&network_env));
-    if matches!(agent, AgentKind::Baton { .. })
-        && let Some(dir) = binary.parent()
-    {
-        shared.push(dir.to_path_buf());
+    // The binary alone, not its folder: a build folder (`target/debug`) holds every test
+    // binary and build artifact of the host, which a task's commands could then read.
+    if matches!(agent, AgentKind::Baton { .. }) {
+        shared.push(binary.clone());
     }
     let isolation = Isolation::detect(args.isolation, shared).map_err(EvalError::Isolation)?;
     if isolation.kind == IsolationKind::Plain {

@@ -250,7 +250,7 @@ pub struct Isolation {
     pub kind: IsolationKind,
     /// Why bwrap is not used, when it is not.
     pub fallback_reason: Option<String>,
-    /// Extra host paths visible read-only (the agent binary's folder, `--share`).
+    /// Extra host paths visible read-only (the baton agent's binary, `--share`).
     shared: Vec<PathBuf>,
     /// Toolchain env (RUSTUP_HOME …) that keeps host tools working under a fresh HOME.
     tool_env: BTreeMap<String, String>,

@@ -593,3 +593,25 @@ fn trial_dir(job: &Path, task: &str) -> PathBuf {
         })
         .unwrap_or_else(|| job.join(task))
 }
+
+/// The baton agent's binary is mounted into the trial so the agent can run. Its whole folder
+/// was: from a build, `target/debug` with every test binary and build artifact of the host,
+/// which the task's commands could read (a test's own secrets are strings in its binary).
+/// Only the binary itself is there now.
+#[test]
+fn the_agent_binarys_folder_is_not_visible_in_the_trial() {
+    let binary = Path::new(env!("CARGO_BIN_EXE_baton"));
+    let folder = binary.parent().unwrap();
+    let seen = baton_runs(&format!("ls -a {}; echo PROBE_END", folder.display()));
+    assert!(
+        seen.contains("baton\n"),
+        "the agent's binary is there: {seen}"
+    );
+    for sibling in ["deps", "build", "baton-sandbox-inner"] {
+        assert!(
+            !seen.lines().any(|l| l.trim() == sibling),
+            "{sibling} of {} is visible in the trial: {seen}",
+            folder.display()
+        );
+    }
+}
