@@ -5,7 +5,6 @@
 //! when one applies. Both are text for the model and run nothing themselves, so a project's
 //! are read without the trust a project's hooks need.
 
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// Largest command or skill file read; a bigger one is skipped with a note.
@@ -252,27 +251,8 @@ impl Skill {
     /// start-up: a FIFO would block the turn, a huge file exhaust memory. (A project's skill
     /// is read beneath the workspace by the skill tool instead.)
     pub fn body(&self) -> std::io::Result<String> {
-        use std::io::Read;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&self.path)?;
-        let meta = file.metadata()?;
-        if !meta.is_file() {
-            return Err(std::io::Error::other(format!(
-                "{} is no longer a regular file",
-                self.path.display()
-            )));
-        }
-        let mut bytes = Vec::new();
-        file.take(MAX_FILE + 1).read_to_end(&mut bytes)?;
-        if bytes.len() as u64 > MAX_FILE {
-            return Err(std::io::Error::other(format!(
-                "{} is larger than {} KiB",
-                self.path.display(),
-                MAX_FILE / 1024
-            )));
-        }
+        let bytes = super::trust::read_regular(&self.path, MAX_FILE)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", self.path.display())))?;
         Ok(Skill::body_of(&String::from_utf8_lossy(&bytes)))
     }
 

@@ -419,6 +419,9 @@ fn load_layers(
     // Read once: the trust check hashes the very bytes parsed below, so a file swapped in
     // between (by a command still running in another session) is never used as trusted.
     let project_files = ProjectFiles::read(&mcp_folder);
+    // Of `mcp_folder`, which is also the folder whose `.baton/` applies (when one does): the
+    // digest hashes the servers' programs too, so it is taken once.
+    let project_status = trust.status_of(&mcp_folder, &project_files);
     let mut project_servers = Vec::new();
     let json = mcp_folder.join(mcp::PROJECT_JSON);
     if json.is_file() {
@@ -444,7 +447,7 @@ fn load_layers(
                 );
             }
             let mut s = layer(s)?;
-            let status = trust.status_of(&folder, &project_files);
+            let status = project_status;
             if status != TrustStatus::Trusted {
                 let mut base = user.clone();
                 base.overlay(env.clone());
@@ -463,7 +466,7 @@ fn load_layers(
         None => Settings::default(),
     };
     if !project_servers.is_empty() {
-        match trust.status_of(&mcp_folder, &project_files) {
+        match project_status {
             TrustStatus::Trusted => mcp::merge(&mut mcp_servers, project_servers),
             status => {
                 let names: Vec<String> = project_servers.iter().map(|s| s.name.clone()).collect();

@@ -198,7 +198,34 @@ impl ProjectFiles {
 
     /// The digest [`config_digest`] gives for these bytes.
     pub fn digest(&self, folder: &Path) -> Option<String> {
-        digest_files(folder, self)
+        let config = digest_input(&self.config);
+        let servers = digest_input(&self.servers);
+        let mut hasher = Sha256::new();
+        match (config, servers) {
+            (None, None) => return None,
+            // Alone, config.toml hashes as it always did: existing trust entries stay valid.
+            (Some(config), None) => hasher.update(&config),
+            (config, Some(servers)) => {
+                hasher.update(config.unwrap_or_default());
+                hasher.update(b"\0.mcp.json\0");
+                hasher.update(&servers);
+            }
+        }
+        // The servers run outside the sandbox, but their programs in the folder are writable
+        // to the model's commands: trust covers those files as they are now, too.
+        for path in server_programs(folder, self) {
+            hasher.update(b"\0program\0");
+            hasher.update(path.as_os_str().as_encoded_bytes());
+            hasher.update(b"\0");
+            hash_program(&mut hasher, &path);
+        }
+        Some(
+            hasher
+                .finalize()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+        )
     }
 }
 
@@ -211,54 +238,32 @@ pub(super) fn text_of(read: &std::io::Result<Vec<u8>>) -> std::io::Result<&str> 
     }
 }
 
-fn digest_files(folder: &Path, files: &ProjectFiles) -> Option<String> {
-    let config = digest_input(&files.config);
-    let servers = digest_input(&files.servers);
-    let mut hasher = Sha256::new();
-    match (config, servers) {
-        (None, None) => return None,
-        // Alone, config.toml hashes as it always did: existing trust entries stay valid.
-        (Some(config), None) => hasher.update(&config),
-        (config, Some(servers)) => {
-            hasher.update(config.unwrap_or_default());
-            hasher.update(b"\0.mcp.json\0");
-            hasher.update(&servers);
-        }
-    }
-    // The servers run outside the sandbox, but their programs in the folder are writable to
-    // the model's commands: trust covers those files as they are now, too.
-    for path in server_programs(folder, files) {
-        hasher.update(b"\0program\0");
-        hasher.update(path.as_os_str().as_encoded_bytes());
-        hasher.update(b"\0");
-        hash_program(&mut hasher, &path);
-    }
-    Some(
-        hasher
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect(),
-    )
-}
-
 /// What a digest takes of a project file: its content; `None` when it does not exist; for
 /// anything else (a FIFO, a device, a folder, unreadable) a marker, so the folder counts as
 /// changed rather than as having no such file.
-fn digest_input(read: &std::io::Result<Vec<u8>>) -> Option<Vec<u8>> {
+fn digest_input(read: &std::io::Result<Vec<u8>>) -> Option<std::borrow::Cow<'_, [u8]>> {
     match read {
-        Ok(bytes) => Some(bytes.clone()),
+        Ok(bytes) => Some(bytes.into()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => Some(format!("\0not a readable file: {e}\0").into_bytes()),
+        Err(e) => Some(format!("\0not a readable file: {e}\0").into_bytes().into()),
     }
 }
 
+/// Project files bigger than this are refused (a config or server list is a few KiB; a sparse
+/// file of gigabytes a command left would otherwise be read whole into memory at every start).
+const MAX_PROJECT_FILE: u64 = 4 << 20;
+
 /// Reads a project file (`.baton/config.toml`, `.baton/hooks.json`, `.mcp.json`), symlinks
-/// followed as before, but only when it is a regular file: commands may leave a FIFO (or a
-/// link to one, or to a terminal) there, and opening it for a plain read would wait for a
-/// writer for good, so every later start in the folder hung. Opened `O_NONBLOCK` (which
-/// does not change reads of a regular file) and checked with `fstat` before any read.
+/// followed, with [`read_regular`].
 pub(super) fn read_project_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    read_regular(path, MAX_PROJECT_FILE)
+}
+
+/// Reads `path` (symlinks followed) when it is a regular file of at most `max` bytes. Files
+/// of a project may be what its commands left: a FIFO (or a link to one, or to a terminal)
+/// would wait for a writer for good, so it is never opened, and a huge file is refused with
+/// `FileTooLarge` before its bytes are held.
+pub(super) fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let not_regular =
@@ -268,7 +273,7 @@ pub(super) fn read_project_file(path: &Path) -> std::io::Result<Vec<u8>> {
     if !std::fs::metadata(path)?.is_file() {
         return Err(not_regular());
     }
-    let mut file = std::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)?;
@@ -277,7 +282,13 @@ pub(super) fn read_project_file(path: &Path) -> std::io::Result<Vec<u8>> {
         return Err(not_regular());
     }
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("larger than {} KiB", max / 1024),
+        ));
+    }
     Ok(bytes)
 }
 
@@ -392,9 +403,8 @@ fn hash_program(hasher: &mut Sha256, path: &Path) {
 
 /// SHA-256 (hex) of `folder`'s `.baton/hooks.json`; `None` when there is none to read.
 pub fn hooks_digest(folder: &Path) -> Option<String> {
-    let bytes = digest_input(&read_project_file(
-        &folder.join(".baton").join("hooks.json"),
-    ))?;
+    let read = read_project_file(&folder.join(".baton").join("hooks.json"));
+    let bytes = digest_input(&read)?;
     let digest = Sha256::digest(&bytes);
     Some(digest.iter().map(|b| format!("{b:02x}")).collect())
 }
@@ -459,6 +469,19 @@ mod tests {
         assert!(!read_by_start, "the trust check opened the FIFO");
         assert_eq!(status, TrustStatus::Changed);
         assert_eq!(hooks, TrustStatus::Changed);
+    }
+
+    /// A command may leave a sparse `.mcp.json` of gigabytes (read at every start, trusted or
+    /// not): it was read whole into memory; now it is refused after its first 4 MiB.
+    #[test]
+    fn a_huge_project_file_is_refused_not_held() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(super::super::mcp::PROJECT_JSON);
+        let f = std::fs::File::create(&path).expect("create");
+        f.set_len(1 << 30).expect("a sparse GiB");
+        let err = read_project_file(&path).expect_err("refused");
+        assert_eq!(err.kind(), std::io::ErrorKind::FileTooLarge, "{err}");
+        assert!(err.to_string().contains("4096 KiB"), "{err}");
     }
 
     #[test]
