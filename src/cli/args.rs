@@ -130,6 +130,11 @@ pub struct CommonArgs {
     )]
     pub cd: Option<PathBuf>,
 
+    /// Accept a workspace of `/`, your home folder (or a folder above it) or the system's temp
+    /// folder, which are refused otherwise (commands could write your dotfiles and sockets).
+    #[arg(long, global = true, help_heading = "Workspace")]
+    pub allow_broad_workspace: bool,
+
     /// When to ask before tools act [default: ask; never with --exec].
     #[arg(
         long,
@@ -365,6 +370,7 @@ pub fn parse_sandbox(
                 network: false,
                 write: Vec::new(),
                 workspace: None,
+                allow_broad_workspace: false,
                 backend: None,
                 max_memory: None,
                 probe: false,

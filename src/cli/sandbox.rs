@@ -30,6 +30,9 @@ pub struct SandboxArgs {
     /// Workspace root (the global `-C/--cd` flag; default: the current directory).
     #[arg(skip)]
     pub workspace: Option<PathBuf>,
+    /// Accept a broad workspace (the global `--allow-broad-workspace` flag).
+    #[arg(skip)]
+    pub allow_broad_workspace: bool,
     /// The weaker Landlock-only backend (`landlock`) instead of bubblewrap.
     #[arg(long = "sandbox-backend", value_name = "BACKEND")]
     pub backend: Option<Backend>,
@@ -80,6 +83,13 @@ pub fn run(args: SandboxArgs) -> i32 {
             return 1;
         }
     };
+    let sandboxed = args.mode != SandboxMode::Off;
+    if let Err(e) =
+        crate::config::workspace::check(&workspace, sandboxed, args.allow_broad_workspace)
+    {
+        eprintln!("baton sandbox: {e}");
+        return 2;
+    }
     let mut policy = SandboxPolicy::new(args.mode, &workspace)
         .network(args.network)
         .backend(args.backend.unwrap_or_default())

@@ -12,6 +12,7 @@ pub mod mcp;
 mod project;
 mod settings;
 mod trust;
+pub mod workspace;
 
 pub use mcp::{McpServer, McpTransport};
 pub use project::GUARDED_KEYS;

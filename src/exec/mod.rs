@@ -11,7 +11,7 @@ mod prompt;
 
 pub use prompt::InputError;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
@@ -42,28 +42,45 @@ pub fn read_prompt(opts: &ExecOptions) -> Result<String, InputError> {
     prompt::read(opts.prompt.as_deref())
 }
 
-/// Checks that `-o FILE` can be written before the turn runs (and costs a request): an
-/// existing file is opened for appending and left as it is; a new one is created and removed.
-pub fn check_output(opts: &ExecOptions) -> Result<(), InputError> {
+/// Checks that `-o FILE` can be written before the turn runs (and costs a request): its
+/// folder is reached without following a link below the workspace, and a file can be created
+/// there (a temp file, removed again). Nothing is written to FILE itself yet.
+pub fn check_output(opts: &ExecOptions, workspace: &Path) -> Result<(), InputError> {
     let Some(path) = &opts.output else {
         return Ok(());
     };
-    let existed = path.exists();
-    if path.is_dir() {
-        return Err(InputError::OutputIsFolder(path.clone()));
+    let unwritable = |source| InputError::OutputUnwritable {
+        path: path.clone(),
+        source,
+    };
+    let (dir, name) = match crate::untrusted_fs::locate(path, &[workspace]) {
+        Ok(found) => found,
+        Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+            return Err(InputError::OutputIsFolder(path.clone()));
+        }
+        Err(e) => return Err(unwritable(e)),
+    };
+    match dir.lstat(Path::new(&name)).map_err(unwritable)? {
+        Some(meta) if meta.is_dir() => return Err(InputError::OutputIsFolder(path.clone())),
+        // A link is replaced by the answer, never written through; a FIFO or device refused.
+        Some(meta) if !meta.is_file() && !meta.is_symlink() => {
+            return Err(unwritable(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{}, not a regular file",
+                    crate::untrusted_fs::kind_name(meta.kind)
+                ),
+            )));
+        }
+        _ => {}
     }
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(path)
-        .map_err(|source| InputError::OutputUnwritable {
-            path: path.clone(),
-            source,
-        })?;
-    if !existed {
-        let _ = std::fs::remove_file(path);
-    }
-    Ok(())
+    dir.check_writable().map_err(unwritable)
+}
+
+/// Writes `-o FILE`: replaced as a whole (a temp file renamed over the name), so a symlink a
+/// command planted there is replaced, not followed, and a reader never sees half an answer.
+fn write_output(path: &Path, text: &str, workspace: &Path) -> std::io::Result<()> {
+    crate::untrusted_fs::write_file(path, &[workspace], text.as_bytes(), None)
 }
 
 /// What the user is told after a turn in which calls were declined: how to let them run.
@@ -81,7 +98,29 @@ fn declined_hint(count: usize) -> String {
 }
 
 /// Runs one headless turn of `text` on a started agent and returns the exit code.
-pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, config: &Config) -> i32 {
+///
+/// `-o FILE` holds this run's answer, or nothing: a run that ends without one (an error, a
+/// limit, an interrupt) leaves FILE empty, so a script never takes the previous run's answer
+/// for this one's.
+pub async fn run(handle: AgentHandle, text: String, opts: ExecOptions, config: &Config) -> i32 {
+    let mut answered = false;
+    let code = drive(handle, text, &opts, config, &mut answered).await;
+    if !answered && let Some(path) = &opts.output {
+        if let Err(e) = write_output(path, "", &config.workspace) {
+            eprintln!("baton: cannot empty {}: {e}", path.display());
+        }
+    }
+    code
+}
+
+/// The turn itself; `answered` is set once the answer was written to `-o FILE` (or tried).
+async fn drive(
+    mut handle: AgentHandle,
+    text: String,
+    opts: &ExecOptions,
+    config: &Config,
+    answered: &mut bool,
+) -> i32 {
     let out = Output::new(opts.json);
 
     let mut deadline = config
@@ -194,11 +233,12 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
                 session_usage = Some(**total);
                 if let Some(answer) = answer {
                     out.answer(answer);
-                    if let Some(path) = &opts.output
-                        && let Err(e) = std::fs::write(path, answer)
-                    {
-                        eprintln!("baton: cannot write {}: {e}", path.display());
-                        code = Some(exit::AGENT_ERROR);
+                    if let Some(path) = &opts.output {
+                        *answered = true;
+                        if let Err(e) = write_output(path, answer, &config.workspace) {
+                            eprintln!("baton: cannot write {}: {e}", path.display());
+                            code = Some(exit::AGENT_ERROR);
+                        }
                     }
                 }
                 if !declined.is_empty() {

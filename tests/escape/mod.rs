@@ -12,3 +12,4 @@ mod review;
 mod terminal;
 mod trials;
 mod undo;
+mod untrusted_fs;
