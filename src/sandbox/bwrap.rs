@@ -23,16 +23,21 @@ pub fn bwrap_path() -> Result<PathBuf, SandboxError> {
     static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
     FOUND
         .get_or_init(|| {
+            // In PATH, never a folder a command could have written: bubblewrap runs outside
+            // the sandbox (it builds it). This lookup is made once per process, before any
+            // policy is known, so what is left out is every temp root and the folder baton
+            // started in (the workspace, as a rule).
+            let mut roots: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"]
+                .iter()
+                .map(PathBuf::from)
+                .chain(std::env::var_os("TMPDIR").map(PathBuf::from))
+                .collect();
+            roots.extend(std::env::current_dir().ok());
             BWRAP_PATHS
                 .iter()
                 .map(PathBuf::from)
-                .chain(
-                    std::env::var_os("PATH")
-                        .iter()
-                        .flat_map(std::env::split_paths)
-                        .map(|d| d.join("bwrap")),
-                )
                 .find(|p| p.is_file())
+                .or_else(|| crate::protocol::host_programs::find_program("bwrap", &roots))
         })
         .clone()
         .ok_or_else(|| {

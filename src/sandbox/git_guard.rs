@@ -634,12 +634,15 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
     }
     let after = collect(policy);
     let mut warnings = Vec::new();
+    let mut git = None;
     for (path, now) in &after.files {
         let then = before.files.get(path);
         if then.is_some_and(|t| t.same_as(now)) {
             continue;
         }
-        if let Some(w) = undo_change(path, then, now) {
+        // Looked up once per audit, and only when something changed.
+        let git = git.get_or_insert_with(|| audit_git(policy));
+        if let Some(w) = undo_change(path, then, now, git.as_deref()) {
             warnings.push(w);
         }
     }
@@ -663,7 +666,44 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
     warnings
 }
 
-fn undo_change(path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<String> {
+/// The folders a sandboxed command under `policy` may have written programs into, as far as
+/// baton's own lookups are concerned: every writable root, and the workspace and `--write`
+/// folders whatever the mode (a PATH entry there is the project's, never baton's).
+pub fn program_roots(policy: &SandboxPolicy) -> Vec<PathBuf> {
+    let mut roots = policy.writable_roots();
+    for p in std::iter::once(&policy.workspace).chain(&policy.writable) {
+        if !roots.contains(p) {
+            roots.push(p.clone());
+        }
+    }
+    roots
+}
+
+/// The `git` the audit asks for a second opinion: the first in baton's PATH outside
+/// [`program_roots`], by absolute path, looked up once per process and set of roots. A `git`
+/// found first in an activated in-project `.venv/bin` is what a command planted there, and
+/// the audit runs it outside the sandbox.
+fn audit_git(policy: &SandboxPolicy) -> Option<PathBuf> {
+    type Found = (Vec<PathBuf>, Option<PathBuf>);
+    static LAST: std::sync::Mutex<Option<Found>> = std::sync::Mutex::new(None);
+    let roots = program_roots(policy);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((r, git)) = last.as_ref()
+        && *r == roots
+    {
+        return git.clone();
+    }
+    let git = crate::protocol::host_programs::find_program("git", &roots);
+    *last = Some((roots, git.clone()));
+    git
+}
+
+fn undo_change(
+    path: &Path,
+    then: Option<&Tracked>,
+    now: &Tracked,
+    git: Option<&Path>,
+) -> Option<String> {
     let shown = path.display();
     match now.kind {
         Kind::GitConfig => {
@@ -686,13 +726,13 @@ fn undo_change(path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<Str
                 .into_iter()
                 .filter(|e| e.runs_code() && !kept.contains(&(e.name(), e.value.clone())))
                 .collect();
-            if planted.is_empty() && !config::git_sees_new_code(path, &kept) {
+            if planted.is_empty() && !config::git_sees_new_code(git, path, &kept) {
                 return None;
             }
             let names: Vec<String> = planted.iter().map(config::Entry::name).collect();
             let fixed = config::disable(&text, &planted);
             let ok = replace_file(path, fixed.as_bytes()).is_ok()
-                && !config::git_sees_new_code(path, &kept);
+                && !config::git_sees_new_code(git, path, &kept);
             if ok {
                 Some(format!(
                     "baton: a command planted code-running git settings in {shown} ({}); they \
@@ -1327,10 +1367,12 @@ mod config {
         lines.join("\n")
     }
 
-    /// Asks git itself (when installed) whether `path` still holds code-running entries other
-    /// than `kept`: a second opinion on this parser, in case git reads the file differently.
-    pub fn git_sees_new_code(path: &Path, kept: &[(String, String)]) -> bool {
-        let out = std::process::Command::new("git")
+    /// Asks git itself (`git`, when one was found outside the writable roots) whether `path`
+    /// still holds code-running entries other than `kept`: a second opinion on this parser, in
+    /// case git reads the file differently.
+    pub fn git_sees_new_code(git: Option<&Path>, path: &Path, kept: &[(String, String)]) -> bool {
+        let Some(git) = git else { return false };
+        let out = std::process::Command::new(git)
             .args(["config", "--no-includes", "--null", "--list", "--file"])
             .arg(path)
             .current_dir("/")
