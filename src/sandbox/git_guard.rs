@@ -95,6 +95,34 @@ fn writable_dirs(policy: &SandboxPolicy) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The folders on the host a command under `policy` can write, as baton's own process names
+/// them: what the audit tracks and may change. Under bubblewrap a command's `/tmp`,
+/// `/var/tmp` and `/dev/shm` are its own, so the host's temp folders are out of its reach:
+/// what is left is the workspace and the `--write` folders (under `workspace-write`) and the
+/// host folder behind its private `/tmp`. Under the landlock backend commands share the host's
+/// temp folders: every writable directory. A file outside these is the user's (their global
+/// git config, another repository's hooks), however a `.git` of the workspace points at it.
+fn host_writable(policy: &SandboxPolicy, writable: &[PathBuf]) -> Vec<PathBuf> {
+    match policy.backend {
+        super::Backend::Landlock => writable.to_vec(),
+        super::Backend::Bubblewrap => {
+            let mut out: Vec<PathBuf> = Vec::new();
+            if policy.mode == SandboxMode::WorkspaceWrite {
+                for p in std::iter::once(&policy.workspace).chain(&policy.writable) {
+                    if let Ok(c) = p.canonicalize()
+                        && c.is_dir()
+                        && !out.contains(&c)
+                    {
+                        out.push(c);
+                    }
+                }
+            }
+            out.extend(super::bwrap::private_tmp_dir());
+            out
+        }
+    }
+}
+
 fn inside_any(p: &Path, roots: &[PathBuf]) -> bool {
     roots.iter().any(|r| p.starts_with(r))
 }
@@ -633,11 +661,20 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
         return Vec::new();
     }
     let after = collect(policy);
+    let host = host_writable(policy, &writable_dirs(policy));
     let mut warnings = Vec::new();
     let mut git = None;
     for (path, now) in &after.files {
         let then = before.files.get(path);
         if then.is_some_and(|t| t.same_as(now)) {
+            continue;
+        }
+        if !may_change(path, &host) {
+            warnings.push(format!(
+                "baton: {} changed while a command ran, but it lies outside the folders \
+                 commands may write, so baton left it as it is: check it before running git there",
+                path.display()
+            ));
             continue;
         }
         // Looked up once per audit, and only when something changed.
@@ -664,6 +701,16 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
         ));
     }
     warnings
+}
+
+/// Whether the audit may rewrite, rename or create `path`: only inside a folder a command
+/// could write. Every change the audit makes is to an entry of `path`'s folder (a file
+/// renamed over it, it renamed aside), so that folder, resolved, is what must lie inside;
+/// [`collect`] tracks nothing else, and this keeps it so.
+fn may_change(path: &Path, host: &[PathBuf]) -> bool {
+    path.parent()
+        .and_then(|p| p.canonicalize().ok())
+        .is_some_and(|p| inside_any(&p, host))
 }
 
 /// The folders a sandboxed command under `policy` may have written programs into, as far as
@@ -899,7 +946,8 @@ fn replace_with_symlink(path: &Path, target: &Path) -> std::io::Result<()> {
 /// Everything the audit tracks for `policy`, as it is now.
 fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
     let mut snap = AuditSnapshot::default();
-    let writable = writable_dirs(policy);
+    // Only what a command could have written is tracked, and so only that is ever changed.
+    let writable = host_writable(policy, &writable_dirs(policy));
     let mut found = super::tree_index::Found::default();
     for root in project_roots(policy, &writable) {
         if !walk(&root, &mut found, MAX_WALK_ENTRIES) {
@@ -935,9 +983,18 @@ fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
             continue;
         };
         let work_tree = dot_git.parent().unwrap_or(Path::new("/"));
-        // A gitdir outside every writable root is the user's: the command could not write it.
+        // A gitdir outside every writable root is the user's: the command could not write it,
+        // and the audit only reads it. What the command could have written is the pointer: a
+        // new or changed `.git` file or symlink naming such a gitdir (the user's global git
+        // config folder, another repository, another user's) is undone like a `commondir`.
         if inside_any(&gitdir, &writable) {
             snap.track_gitdir(&gitdir, &writable, 0);
+        } else if dot_git
+            .parent()
+            .and_then(|p| p.canonicalize().ok())
+            .is_some_and(|p| inside_any(&p, &writable))
+        {
+            snap.track_pointer(dot_git);
         }
         if let Some(hooks) = hooks_path(&gitdir, work_tree)
             && inside_any(&hooks, &writable)
@@ -1002,6 +1059,26 @@ impl AuditSnapshot {
                 link,
             },
         );
+    }
+
+    /// A `.git` file (by its content) or symlink (by its target), as a redirect.
+    fn track_pointer(&mut self, path: &Path) {
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            return;
+        };
+        if meta.file_type().is_symlink() {
+            self.files.insert(
+                path.to_path_buf(),
+                Tracked {
+                    kind: Kind::Redirect,
+                    content: None,
+                    stamp: None,
+                    link: std::fs::read_link(path).ok(),
+                },
+            );
+        } else if meta.is_file() {
+            self.track(path, Kind::Redirect);
+        }
     }
 
     /// The stamp of the regular file git would read at `path`, and its content where it is
