@@ -495,6 +495,9 @@ fn load_layers(
         (Err(e), None) => return Err(e.into()),
     };
     config.files = files;
+    let mut roots = vec![config.workspace.clone()];
+    roots.extend(config.writable.iter().cloned());
+    warnings.extend(crate::protocol::host_programs::path_warning(&roots));
     config.warnings = warnings;
     config.mcp_servers = mcp_servers;
     Ok(config)

@@ -9,6 +9,7 @@
 
 mod chat;
 mod error;
+pub mod host_programs;
 mod mcp;
 mod options;
 mod service;
