@@ -1347,3 +1347,107 @@ print(rewards, r.n_total_trials, r.stats.n_errored_trials, len(c.tasks), c.agent
         "['None', \"rewards={'reward': 1.0}\", \"rewards={'reward': 1.0}\", \"rewards={'reward': 1.0}\"] 4 1 4 oracle"
     );
 }
+
+/// A task folder is anyone's (a download, a clone): its files are read only where they resolve
+/// inside it. `instruction.md`, `task.toml` and the Dockerfile of a Harbor task, and a TB1
+/// task's `solution.sh`, as links to a host file: the host file's text reaches neither the
+/// agent, the load error, nor the trial.
+#[test]
+fn task_files_are_not_read_through_links_out_of_the_task() {
+    let root = tempfile::tempdir().unwrap();
+    let secret = root.path().join("id_rsa");
+    std::fs::write(&secret, "HOST-SECRET-KEY\n").unwrap();
+    let tasks = root.path().join("tasks");
+    let link = |at: &Path| {
+        let _ = std::fs::remove_file(at);
+        std::os::unix::fs::symlink(&secret, at).unwrap();
+    };
+
+    let instr = answer_task(&tasks, "instr", 60.0, REWARD_TXT);
+    link(&instr.join("instruction.md"));
+    let toml = answer_task(&tasks, "toml", 60.0, REWARD_TXT);
+    link(&toml.join("task.toml"));
+    let docker = answer_task(&tasks, "docker", 60.0, REWARD_TXT);
+    std::fs::remove_dir_all(docker.join("environment")).unwrap();
+    std::fs::create_dir_all(docker.join("environment")).unwrap();
+    link(&docker.join("environment/Dockerfile"));
+    for dir in [&instr, &toml, &docker] {
+        let err = task::load(dir).err().expect("a link out is refused");
+        assert!(
+            err.to_string().contains("link out of the task folder"),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("HOST-SECRET"), "{err}");
+    }
+
+    // A TB1 task whose solution.sh is a link to the host file: the oracle's trial errors, and
+    // nothing of the host file is in the trial's folder.
+    let tb1 = tasks.join("tb1");
+    write(
+        &tb1.join("task.yaml"),
+        "instruction: |\n  Write 42 into /app/answer.txt.\n",
+    );
+    write(
+        &tb1.join("run-tests.sh"),
+        "cat /tests/../solution/solution.sh 2>/dev/null; echo '=== 1 passed in 0.01s ==='\n",
+    );
+    link(&tb1.join("solution.sh"));
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![tb1.clone()], "oracle", out.path());
+    a.keep_workdirs = true;
+    let report = run(a);
+    let t = &report.trials[0];
+    let info = t.exception_info.as_ref().expect("an error");
+    assert_eq!(info.exception_type, "SolutionCopyError", "{info:?}");
+    assert!(
+        info.message.contains("link out of the task folder"),
+        "{info:?}"
+    );
+    let leaked = std::process::Command::new("grep")
+        .args(["-r", "-l", "HOST-SECRET"])
+        .arg(&t.trial_dir)
+        .output()
+        .unwrap();
+    assert!(
+        leaked.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&leaked.stdout)
+    );
+}
+
+/// The summary table prints task names as the task wrote them, but never its escape
+/// sequences: an OSC title or a colour change in `[task].name` does not reach the terminal.
+#[test]
+fn the_summary_table_prints_task_names_without_escapes() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = answer_task(root.path(), "escapes", 60.0, REWARD_TXT);
+    let toml = std::fs::read_to_string(dir.join("task.toml")).unwrap();
+    write(
+        &dir.join("task.toml"),
+        &toml.replace(
+            "name = \"t/escapes\"",
+            "name = \"t/x\\u001b]0;TASKNAME\\u0007y\\u001b[31m\"",
+        ),
+    );
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![dir], "nop", out.path()));
+    let mut table = Vec::new();
+    baton::eval::report::print_table(
+        &mut table,
+        &report.tasks,
+        &report.score,
+        &[],
+        &[],
+        report.wall_sec,
+        &report.job_dir,
+    )
+    .unwrap();
+    let table = String::from_utf8(table).unwrap();
+    // The OSC sequence goes whole (its payload too); the name's own text stays.
+    assert!(table.lines().any(|l| l.starts_with("xy ")), "{table}");
+    assert!(
+        !table.contains('\u{1b}') && !table.contains('\u{7}'),
+        "{table:?}"
+    );
+}
+

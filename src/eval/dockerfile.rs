@@ -1045,7 +1045,19 @@ fn read_requirements(
     depth: usize,
     out: &mut Vec<Wanted>,
 ) -> Result<(), std::io::Error> {
-    let text = std::fs::read_to_string(file)?;
+    // A build-context file: read where it resolves beside the first one, never through a link
+    // out of it (its lines would end up in the skip reason).
+    let root = file.parent().unwrap_or(Path::new("."));
+    read_requirements_in(root, file, depth, out)
+}
+
+fn read_requirements_in(
+    root: &Path,
+    file: &Path,
+    depth: usize,
+    out: &mut Vec<Wanted>,
+) -> Result<(), std::io::Error> {
+    let text = crate::eval::fsutil::read_task_file(root, file)?;
     for line in text.lines() {
         let line = line.split(" #").next().unwrap_or_default().trim();
         if line.is_empty() || line.starts_with('#') {
@@ -1062,7 +1074,7 @@ fn read_requirements(
                             && !nested.split('/').any(|c| c == "..") =>
                     {
                         let base = file.parent().unwrap_or(Path::new("."));
-                        read_requirements(&base.join(nested), depth + 1, out)?;
+                        read_requirements_in(root, &base.join(nested), depth + 1, out)?;
                     }
                     Wanted::Requirements(nested) => {
                         return Err(std::io::Error::new(

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::atif;
 use super::events::{self, EventStats, HopLatency, HopRecord, Tokens};
-use super::fsutil::{copy_tree, remove_tree};
+use super::fsutil::{copy_task_file, copy_tree, remove_tree};
 use super::gateway::{Gateway, GatewayError};
 use super::isolation::{Isolation, IsolationKind, Phase, TrialPaths, TrialUser};
 use super::process::{self, Exit, Outcome};
@@ -1105,15 +1105,16 @@ fn agent_and_verifier(
                 ));
             };
             let copied = if task.format == TaskFormat::Tb1 {
+                // A task file: never through a link out of the task folder.
                 std::fs::create_dir_all(&paths.solution)
                     .and_then(|_| {
-                        std::fs::copy(
-                            dir.join(&task.solution_script),
-                            paths.solution.join(&task.solution_script),
+                        copy_task_file(
+                            &task.dir,
+                            &dir.join(&task.solution_script),
+                            &paths.solution.join(&task.solution_script),
                         )
                     })
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| format!("{}: {e}", dir.join(&task.solution_script).display()))
             } else {
                 copy_tree(dir, &paths.solution, &[]).map_err(|e| e.to_string())
             };
@@ -1412,7 +1413,7 @@ fn run_verifier(
     }
     for file in &task.tests_extra_files {
         let name = file.file_name().map(PathBuf::from).unwrap_or_default();
-        std::fs::copy(file, paths.tests.join(name)).map_err(|e| {
+        copy_task_file(&task.dir, file, &paths.tests.join(name)).map_err(|e| {
             infra(
                 r,
                 "VerifierSetupError",
