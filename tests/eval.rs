@@ -1451,3 +1451,77 @@ fn the_summary_table_prints_task_names_without_escapes() {
     );
 }
 
+/// Docker's `RUN` semantics: each `RUN` is its own `/bin/sh -c` with its own exit status. A
+/// failure inside an `&&` chain fails the build (the next `RUN` never runs, and the error and
+/// setup.log name the line); `RUN false; echo ok` succeeds. Files a `RUN` writes into a new
+/// top-level folder (`/data`) are there for the agent and the verifier. Before: the lines ran
+/// as one `set -e` script (the chain went on, the `;` line failed with an empty log), and
+/// `/data` vanished after setup.
+#[test]
+fn docker_run_semantics_fixture() {
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![fixture("docker-run")], "oracle", out.path()));
+    let by_name = |n: &str| {
+        report
+            .trials
+            .iter()
+            .find(|t| t.task_name == n)
+            .unwrap_or_else(|| panic!("no trial of {n}"))
+    };
+    let chain = by_name("and-chain");
+    let info = chain.exception_info.as_ref().expect("the build fails");
+    assert_eq!(info.exception_type, "EnvironmentSetupError", "{info:?}");
+    assert!(
+        info.message
+            .contains("the Dockerfile's line 2 failed with exit status 1: RUN echo step1 && false"),
+        "{info:?}"
+    );
+    let log = std::fs::read_to_string(chain.trial_dir.join("setup.log")).unwrap();
+    assert!(
+        log.lines().any(|l| l == "step1") && !log.lines().any(|l| l == "never"),
+        "{log}"
+    );
+    assert!(log.contains("line 2 failed"), "{log}");
+    for name in ["semicolon", "toplevel-folder"] {
+        let t = by_name(name);
+        assert_eq!(
+            t.reward,
+            Some(1.0),
+            "{name}: {:?}; see {}",
+            t.exception_info,
+            t.trial_dir.display()
+        );
+    }
+}
+
+/// Public tasks that did not run before: an official image named through a registry mirror
+/// (`public.ecr.aws/docker/library/python`), a multi-step task without a top-level `tests/`,
+/// a TB1 `task.yaml` whose instruction is a plain multi-line scalar. A Dockerfile whose
+/// ENTRYPOINT does something is skipped with the reason, never scored without it.
+#[test]
+fn harbor_compat_fixture() {
+    let dir = fixture("harbor-compat");
+    let reason = skip_reason(&dir.join("entrypoint"));
+    assert!(
+        reason.contains("ENTRYPOINT [\"/entry.sh\"] runs when the container starts"),
+        "{reason}"
+    );
+    let tb1 = load_ready(&dir.join("tb1-plain-yaml"));
+    assert_eq!(
+        tb1.instruction,
+        "Write 42 into /app/answer.txt.\nNothing else."
+    );
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![dir], "oracle", out.path()));
+    assert_eq!(report.trials.len(), 3, "the entrypoint task is skipped");
+    for t in &report.trials {
+        assert_eq!(
+            t.reward,
+            Some(1.0),
+            "{}: {:?}; see {}",
+            t.task_name,
+            t.exception_info,
+            t.trial_dir.display()
+        );
+    }
+}

@@ -818,7 +818,8 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
             .is_file()
             .then_some(solution_dir),
         solution_script: "solve.sh".into(),
-        tests_dir: Some(tests_dir),
+        // Optional, as in Harbor: a multi-step task may keep every test in its steps.
+        tests_dir: tests_dir.is_dir().then_some(tests_dir),
         tests_extra_files: Vec::new(),
         test_entry: "test.sh".into(),
         verifier_env: toml_env(verifier, &toml_path, "verifier")?,

@@ -685,11 +685,15 @@ fn trial_phases(
                 Exit::TimedOut => "timed out".to_string(),
                 other => format!("ended with {other:?}"),
             };
+            // The Dockerfile's failing RUN names its line there.
+            let failed = failed_run_line(&paths.root.join("setup.log"))
+                .map(|l| format!(" ({l})"))
+                .unwrap_or_default();
             return Err(infra(
                 r,
                 "EnvironmentSetupError",
                 format!(
-                    "the setup script {why}; see {}",
+                    "the setup script {why}{failed}; see {}",
                     paths.root.join("setup.log").display()
                 ),
             ));
@@ -747,6 +751,22 @@ fn trial_phases(
         r,
         process_time,
     )
+}
+
+/// The last "the Dockerfile's line N failed" line of a setup log (its last 64 KiB).
+fn failed_run_line(log: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = File::open(log).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(64 << 10))).ok()?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    text.lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("baton: "))
+        .filter(|l| l.starts_with("the Dockerfile's line"))
+        .map(|l| l.chars().take(300).collect())
 }
 
 /// Runs the steps of a multi-step task in order in the one environment, as Harbor's
