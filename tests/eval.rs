@@ -1494,6 +1494,31 @@ fn docker_run_semantics_fixture() {
     }
 }
 
+/// A verifier whose test runner could not be set up (uvx without its Python) scored 0 without
+/// judging anything: an error row, not a failure. A verifier that ran its check after a
+/// harmless failed download is a real 0. Before, both were "failed (reward 0)".
+#[test]
+fn a_verifier_that_never_ran_its_tests_is_an_error_not_a_zero() {
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![fixture("verifier-bootstrap")], "nop", out.path()));
+    let by_name = |n: &str| report.trials.iter().find(|t| t.task_name == n).unwrap();
+    let missing = by_name("runner-missing");
+    assert_eq!(missing.reward, None);
+    assert!(missing.infrastructure_error);
+    let info = missing.exception_info.as_ref().unwrap();
+    assert_eq!(info.exception_type, "VerifierBootstrapError", "{info:?}");
+    assert!(info.message.contains("No interpreter found"), "{info:?}");
+    let zero = by_name("real-zero");
+    assert_eq!(zero.reward, Some(0.0), "{:?}", zero.exception_info);
+    assert!(!zero.infrastructure_error);
+    assert_eq!(
+        (report.score.n_scored, report.score.n_errors),
+        (1, 1),
+        "{:?}",
+        report.score
+    );
+}
+
 /// Public tasks that did not run before: an official image named through a registry mirror
 /// (`public.ecr.aws/docker/library/python`), a multi-step task without a top-level `tests/`,
 /// a TB1 `task.yaml` whose instruction is a plain multi-line scalar. A Dockerfile whose
