@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::atif;
 use super::events::{self, EventStats, HopLatency, HopRecord, Tokens};
-use super::fsutil::{copy_tree, remove_tree};
+use super::fsutil::{copy_task_file, copy_tree, remove_tree};
 use super::gateway::{Gateway, GatewayError};
 use super::isolation::{Isolation, IsolationKind, Phase, TrialPaths, TrialUser};
 use super::process::{self, Exit, Outcome};
@@ -685,11 +685,15 @@ fn trial_phases(
                 Exit::TimedOut => "timed out".to_string(),
                 other => format!("ended with {other:?}"),
             };
+            // The Dockerfile's failing RUN names its line there.
+            let failed = failed_run_line(&paths.root.join("setup.log"))
+                .map(|l| format!(" ({l})"))
+                .unwrap_or_default();
             return Err(infra(
                 r,
                 "EnvironmentSetupError",
                 format!(
-                    "the setup script {why}; see {}",
+                    "the setup script {why}{failed}; see {}",
                     paths.root.join("setup.log").display()
                 ),
             ));
@@ -747,6 +751,22 @@ fn trial_phases(
         r,
         process_time,
     )
+}
+
+/// The last "the Dockerfile's line N failed" line of a setup log (its last 64 KiB).
+fn failed_run_line(log: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = File::open(log).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(64 << 10))).ok()?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    text.lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("baton: "))
+        .filter(|l| l.starts_with("the Dockerfile's line"))
+        .map(|l| l.chars().take(300).collect())
 }
 
 /// Runs the steps of a multi-step task in order in the one environment, as Harbor's
@@ -1105,15 +1125,16 @@ fn agent_and_verifier(
                 ));
             };
             let copied = if task.format == TaskFormat::Tb1 {
+                // A task file: never through a link out of the task folder.
                 std::fs::create_dir_all(&paths.solution)
                     .and_then(|_| {
-                        std::fs::copy(
-                            dir.join(&task.solution_script),
-                            paths.solution.join(&task.solution_script),
+                        copy_task_file(
+                            &task.dir,
+                            &dir.join(&task.solution_script),
+                            &paths.solution.join(&task.solution_script),
                         )
                     })
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| format!("{}: {e}", dir.join(&task.solution_script).display()))
             } else {
                 copy_tree(dir, &paths.solution, &[]).map_err(|e| e.to_string())
             };
@@ -1412,7 +1433,7 @@ fn run_verifier(
     }
     for file in &task.tests_extra_files {
         let name = file.file_name().map(PathBuf::from).unwrap_or_default();
-        std::fs::copy(file, paths.tests.join(name)).map_err(|e| {
+        copy_task_file(&task.dir, file, &paths.tests.join(name)).map_err(|e| {
             infra(
                 r,
                 "VerifierSetupError",
@@ -1472,15 +1493,26 @@ fn run_verifier(
         &output,
         task.format == TaskFormat::Tb1,
     ) {
+        Ok(v) if v.reward == 0.0 && !tests_ran(&v, &output, &paths.verifier_logs) => {
+            let stderr = read_tail(&err_path, 256 << 10);
+            match bootstrap_failure(&output, &stderr) {
+                // Its test runner never started: no verdict on the agent's work.
+                Some(sign) => Err(infra(
+                    r,
+                    "VerifierBootstrapError",
+                    format!(
+                        "the verifier scored 0 without running its tests: its test runner could not be set up (\"{sign}\"); see {}",
+                        err_path.display()
+                    ),
+                )),
+                None => {
+                    record_verdict(r, v);
+                    Ok(())
+                }
+            }
+        }
         Ok(v) => {
-            r.reward = Some(if r.agent_exit.timed_out {
-                0.0
-            } else {
-                v.reward
-            });
-            r.verifier_rewards = v.rewards;
-            r.reward_source = Some(v.source);
-            r.tests = v.tests;
+            record_verdict(r, v);
             Ok(())
         }
         Err(e) => Err(infra(
@@ -1494,6 +1526,77 @@ fn run_verifier(
             ),
         )),
     }
+}
+
+/// Scores the verifier's verdict (0 when the agent timed out).
+fn record_verdict(r: &mut TrialResult, v: reward::Verdict) {
+    r.reward = Some(if r.agent_exit.timed_out {
+        0.0
+    } else {
+        v.reward
+    });
+    r.verifier_rewards = v.rewards;
+    r.reward_source = Some(v.source);
+    r.tests = v.tests;
+}
+
+/// Whether the verifier got as far as running tests: per-test results, a pytest summary line,
+/// or a CTRF / JUnit report in its logs.
+fn tests_ran(v: &reward::Verdict, output: &str, logs: &Path) -> bool {
+    static SUMMARY: std::sync::LazyLock<Option<regex::Regex>> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?m)^=+ .*\b(passed|failed|errors?|no tests ran|skipped)\b.* in [0-9.]+s",
+        )
+        .ok()
+    });
+    !v.tests.is_empty()
+        || SUMMARY.as_ref().is_some_and(|re| re.is_match(output))
+        || ["ctrf.json", "junit.xml", "report.xml"]
+            .iter()
+            .any(|f| logs.join(f).is_file())
+}
+
+/// What test runners print when they cannot be set up (uv/uvx fetching a Python or a package,
+/// pip without an index, the runner missing): a verifier that printed one of these and ran no
+/// test judged nothing of the agent's work. Network errors alone are not on the list: a
+/// verifier's failed `curl` of an installer is common and harmless when the host has the tool.
+const BOOTSTRAP_FAILURES: &[&str] = &[
+    "uvx: command not found",
+    "uv: command not found",
+    "pytest: command not found",
+    "python3: command not found",
+    "pip3: command not found",
+    "pip: command not found",
+    "No module named pytest",
+    "No module named 'pytest'",
+    "No interpreter found for Python",
+    "No download found for request",
+    "Failed to download",
+    "Failed to fetch",
+    "No matching distribution found",
+    "Could not find a version that satisfies the requirement",
+];
+
+fn bootstrap_failure(stdout: &str, stderr: &str) -> Option<&'static str> {
+    BOOTSTRAP_FAILURES
+        .iter()
+        .copied()
+        .find(|s| stdout.contains(s) || stderr.contains(s))
+}
+
+/// The last `max` bytes of a log file, as text.
+fn read_tail(path: &Path, max: u64) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if f.seek(SeekFrom::Start(len.saturating_sub(max))).is_err() {
+        return String::new();
+    }
+    let mut bytes = Vec::new();
+    let _ = f.by_ref().take(max).read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 fn record_events(
