@@ -1150,3 +1150,146 @@ fn a_speculative_miss_is_cancelled_and_the_routed_expert_answers() {
         "the wrong answer was dropped"
     );
 }
+
+/// `baton --exec` as a plain `std` command (its stdio set by the caller), in `env`'s session.
+fn exec_command(env: &Env, engine: &MockEngine, extra: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("baton"));
+    c.env_clear()
+        .env("HOME", &env.home)
+        .env("XDG_CONFIG_HOME", env.home.join(".config"))
+        .env("XDG_DATA_HOME", env.home.join(".local/share"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(&env.workspace)
+        .arg("--session-dir")
+        .arg(&env.sessions)
+        .args(["--exec", "--endpoint", &engine.url()])
+        .args(extra)
+        .stdin(std::process::Stdio::null());
+    c
+}
+
+/// What `baton undo --dry-run` would do in `env`'s workspace.
+fn undo_plan(env: &Env) -> String {
+    let out = env
+        .session_baton()
+        .args(["undo", "--dry-run"])
+        .output()
+        .expect("undo");
+    format!("{}{}", stdout_of(&out), stderr_of(&out))
+}
+
+#[test]
+fn a_closed_stderr_neither_aborts_the_turn_nor_loses_its_checkpoint() {
+    // `baton --exec … 2>&1 | head -3`: the reader is gone, every progress line fails with
+    // EPIPE. On the old code the first one panicked and aborted the process (134) after the
+    // write, before the turn's checkpoint was recorded.
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "c1",
+                    "write_file",
+                    r#"{"path":"AB.md","content":"written by the agent\n"}"#,
+                ),
+            )
+            .answer(
+                "L2",
+                MockReply::tool_call("c2", "shell", r#"{"command":"echo hi"}"#),
+            )
+            .answer("L2", "All done.")
+            .default_summary("Wrote AB.md."),
+    );
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = exec_command(&env, &engine, &["--approval", "full-auto", "fix the code"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(writer)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "status {:?}", out.status);
+    assert_eq!(
+        stdout_of(&out),
+        "All done.\n",
+        "the answer still reaches stdout"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.workspace.join("AB.md")).expect("AB.md"),
+        "written by the agent\n"
+    );
+    let plan = undo_plan(&env);
+    assert!(plan.contains("AB.md"), "undo finds the turn: {plan}");
+}
+
+/// Whether a process whose command line holds `marker` is still running.
+fn process_running(marker: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .expect("proc")
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(marker))
+                .unwrap_or(false)
+        })
+}
+
+#[test]
+fn sigterm_mid_command_kills_it_and_saves_the_session_and_checkpoint() {
+    // `timeout 600 baton --exec …`, a cancelled CI job: SIGTERM while a command runs. On the
+    // old code the process died at once (143) with no checkpoint: `baton undo` had nothing.
+    let env = Env::new();
+    let marker = format!("sleep 30.{}", std::process::id());
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "c1",
+                    "shell",
+                    &serde_json::json!({
+                        "command": format!("echo agent-change >> setup.cfg; {marker}")
+                    })
+                    .to_string(),
+                ),
+            )
+            .default_summary("Changed setup.cfg."),
+    );
+    std::fs::write(env.workspace.join("setup.cfg"), "[metadata]\n").expect("write");
+    let child = exec_command(&env, &engine, &["--approval", "full-auto", "change setup"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !(std::fs::read_to_string(env.workspace.join("setup.cfg"))
+        .unwrap_or_default()
+        .contains("agent-change")
+        && process_running(&marker))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().expect("wait");
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("SIGTERM: stopping the turn"), "{stderr}");
+    assert!(!process_running(&marker), "the command was killed");
+    let saved = std::fs::read_to_string(session_file(&env.sessions)).expect("session");
+    assert!(saved.contains("\"record\":\"turn_ended\""), "{saved}");
+    let plan = undo_plan(&env);
+    assert!(plan.contains("setup.cfg"), "undo finds the turn: {plan}");
+}

@@ -4,6 +4,7 @@
 // product.
 #![allow(clippy::print_stdout)]
 
+use crate::protocol::stdio::eprintln;
 mod args;
 mod choices;
 mod doctor;

@@ -12,6 +12,7 @@ mod error;
 mod mcp;
 mod options;
 mod service;
+pub(crate) mod stdio;
 mod terminal_text;
 
 pub use chat::{ChatMessage, ReasoningEffort, Role, ToolCall, ToolSpec};

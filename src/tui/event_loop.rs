@@ -2,6 +2,7 @@
 //! are drawn only when something changed (at most one per 8 ms); the spinner ticks only while the
 //! agent works, so an idle UI uses no CPU.
 
+use crate::protocol::stdio::eprintln;
 use std::io::stdout;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -3,6 +3,7 @@
 //! terminal.
 
 use super::options::{ExpertNames, TuiOptions};
+use crate::protocol::stdio::eprintln;
 use crate::protocol::{AgentHandle, AgentInfo, exit};
 
 /// What the CLI adds to the configuration for the UI.
