@@ -70,6 +70,12 @@ impl Tmux {
         }
     }
 
+    /// Waits until the approval modal on screen takes keys (it ignores those typed within
+    /// its arming delay, and says so).
+    fn wait_until_armed(&self) {
+        self.wait_for_gone("answer in a moment", Duration::from_secs(30));
+    }
+
     /// baton's exit code as the pane's shell saw it ("143" after SIGTERM).
     fn exit_code(&self) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -251,6 +257,7 @@ fn prompt_answer_undo_and_quit_in_a_real_terminal() {
     // The command writes a file: the approval modal shows it; approve once.
     let screen = tmux.wait_for("echo changed > notes.txt");
     assert!(screen.contains("Yes"), "the modal offers yes: {screen}");
+    tmux.wait_until_armed();
     tmux.cmd(&["send-keys", "-t", "t", "y"]);
     let screen = tmux.wait_for("fix the bug");
     assert!(screen.contains("› make a plan"), "{screen}");
@@ -638,6 +645,7 @@ fn init_drafts_agents_md_through_the_edit_approval_in_a_real_terminal() {
         !workspace.join("AGENTS.md").exists(),
         "nothing written before yes"
     );
+    tmux.wait_until_armed();
     tmux.cmd(&["send-keys", "-t", "t", "y"]);
     tmux.wait_for("AGENTS.md is written.");
     assert_eq!(
@@ -781,4 +789,88 @@ fn a_custom_command_with_arguments_in_a_real_terminal() {
     tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
     tmux.wait_until_dead();
     assert_eq!(tmux.exit_code(), "0", "clean exit: {}", tmux.capture());
+}
+
+#[test]
+fn keys_typed_while_an_approval_opens_do_not_answer_it() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    // The command needing approval arrives while the user is still typing their next message.
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "call_1",
+                    "shell",
+                    r#"{"command":"touch APPROVED_BY_TYPING"}"#,
+                )
+                .after(Duration::from_millis(700)),
+            )
+            .answer("L2", MockReply::text("declined, fine"))
+            .default_route("L2")
+            .default_answer("second answer")
+            .default_summary("The user declined a command."),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let tmux = start_ui(&engine, &workspace, &home, &[]);
+    tmux.wait_for("Ask baton");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "fix the code"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    // Keep typing "yes please " in bursts until the modal has been up for a while: on the old
+    // code its `y`, `a` or `n` answered the modal the moment it opened.
+    let mut bursts = 0;
+    let mut after_modal = 0;
+    while after_modal < 4 {
+        tmux.cmd(&["send-keys", "-t", "t", "-l", "yes please "]);
+        bursts += 1;
+        assert!(
+            !workspace.join("APPROVED_BY_TYPING").exists(),
+            "a typed-ahead key approved the command: {}",
+            tmux.capture()
+        );
+        if tmux.capture().contains("Run this command?") {
+            after_modal += 1;
+        }
+        assert!(
+            bursts < 300,
+            "the approval never opened: {}",
+            tmux.capture()
+        );
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    let screen = tmux.capture();
+    assert!(
+        screen.contains("Run this command?"),
+        "the typing did not answer the modal: {screen}"
+    );
+    assert!(
+        !workspace.join("APPROVED_BY_TYPING").exists(),
+        "a typed-ahead key approved the command: {screen}"
+    );
+    // Once the typing pauses the modal takes keys: decline it deliberately.
+    tmux.wait_until_armed();
+    tmux.cmd(&["send-keys", "-t", "t", "n"]);
+    tmux.wait_for("declined, fine");
+    tmux.wait_for("● ready");
+    assert!(!workspace.join("APPROVED_BY_TYPING").exists());
+    // The composer kept every key typed ahead: sent now, it reaches the model whole.
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("second answer");
+    let typed = vec!["yes please"; bursts].join(" ");
+    let sent = engine
+        .requests_for_hop("answer")
+        .last()
+        .and_then(|r| r.last_user_text())
+        .unwrap_or_default();
+    assert_eq!(sent.trim(), typed, "{bursts} bursts typed");
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
 }
