@@ -874,3 +874,71 @@ fn keys_typed_while_an_approval_opens_do_not_answer_it() {
     tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
     tmux.wait_until_dead();
 }
+
+#[test]
+fn the_model_is_told_of_undo_and_of_shell_commands_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "call_1",
+                    "shell",
+                    r#"{"command":"echo changed > notes.txt"}"#,
+                ),
+            )
+            .answer("L2", MockReply::text("first done"))
+            .default_route("L2")
+            .default_answer("second done")
+            .default_summary("Changed the notes."),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    std::fs::write(workspace.join("notes.txt"), "original\n").expect("write");
+    let tmux = start_ui(
+        &engine,
+        &workspace,
+        &home,
+        &["BATON_APPROVAL=full-auto".into()],
+    );
+    tmux.wait_for("Ask baton");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "change the notes"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("first done");
+    tmux.wait_for("● ready");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "/undo"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("Apply? (y/n)");
+    tmux.cmd(&["send-keys", "-t", "t", "y"]);
+    tmux.wait_for("Undo: files restored");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "!echo shell-marker-$((6*7))"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("shell-marker-42");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "is it fixed now?"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("second done");
+    let sent = engine
+        .requests_for_hop("answer")
+        .last()
+        .and_then(|r| r.last_user_text())
+        .unwrap_or_default();
+    assert!(sent.starts_with("is it fixed now?"), "{sent}");
+    assert!(
+        sent.contains("The user undid turn 1") && sent.contains("Restored: notes.txt"),
+        "the model is told of the undo: {sent}"
+    );
+    assert!(
+        sent.contains("$ echo shell-marker-$((6*7))") && sent.contains("shell-marker-42"),
+        "the model is told of the command and its output: {sent}"
+    );
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
+}
