@@ -958,8 +958,12 @@ fn a_session_open_in_one_baton_process_is_refused_by_a_second() {
 fn a_piped_stdin_is_appended_to_a_prompt_argument_and_binary_is_refused() {
     let env = Env::new();
     let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "LGTM"));
-    let out = env
-        .exec(&engine, "review this", &[])
+    let with_stdin = |prompt: &str| {
+        let mut c = env.session_baton();
+        c.args(["--exec", "--endpoint", &engine.url(), prompt, "-"]);
+        c
+    };
+    let out = with_stdin("review this")
         .write_stdin("diff --git a/x.rs b/x.rs\n+fn x() {}\n")
         .output()
         .expect("run");
@@ -976,8 +980,7 @@ fn a_piped_stdin_is_appended_to_a_prompt_argument_and_binary_is_refused() {
         "{user}"
     );
 
-    let refused = env
-        .exec(&engine, "what is this", &[])
+    let refused = with_stdin("what is this")
         .write_stdin(vec![0x7fu8, b'E', b'L', b'F', 0, 0, 1])
         .output()
         .expect("run");
@@ -1292,4 +1295,61 @@ fn sigterm_mid_command_kills_it_and_saves_the_session_and_checkpoint() {
     assert!(saved.contains("\"record\":\"turn_ended\""), "{saved}");
     let plan = undo_plan(&env);
     assert!(plan.contains("setup.cfg"), "undo finds the turn: {plan}");
+}
+
+#[test]
+fn a_while_read_loop_keeps_its_input_and_each_run_gets_its_own_prompt() {
+    // `while read f; do baton --exec "review $f"; done < list`: a prompt argument alone must
+    // not read stdin. On the old code the first run swallowed the rest of the list: one
+    // iteration, the other names appended as a <stdin> block.
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer("LGTM")
+            .default_summary("Reviewed."),
+    );
+    std::fs::write(env.workspace.join("list"), "a.py\nb.py\nc.py\n").expect("write");
+    let script = format!(
+        "while read f; do \"$BATON\" --session-dir \"$SESSIONS\" --exec --endpoint {} \"review $f\" \
+         || exit 9; done < list",
+        engine.url()
+    );
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .env_clear()
+        .env("HOME", &env.home)
+        .env("XDG_CONFIG_HOME", env.home.join(".config"))
+        .env("XDG_DATA_HOME", env.home.join(".local/share"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("BATON", assert_cmd::cargo::cargo_bin("baton"))
+        .env("SESSIONS", &env.sessions)
+        .current_dir(&env.workspace)
+        .output()
+        .expect("run the loop");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let prompts: Vec<String> = engine
+        .requests_for_hop("answer")
+        .iter()
+        .filter_map(|r| r.last_user_text())
+        .collect();
+    assert_eq!(prompts, ["review a.py", "review b.py", "review c.py"]);
+
+    // A pipe with input nobody asked for is left alone, with a note saying how to append it.
+    let (reader, mut writer) = std::io::pipe().expect("pipe");
+    std::io::Write::write_all(&mut writer, b"not asked for\n").expect("fill the pipe");
+    drop(writer);
+    let out = exec_command(&env, &engine, &["hello"])
+        .stdin(reader)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let last = engine.requests_for_hop("answer").pop().expect("answer");
+    assert_eq!(last.last_user_text().as_deref(), Some("hello"));
+    assert!(
+        stderr_of(&out).contains("stdin was not read"),
+        "{}",
+        stderr_of(&out)
+    );
 }

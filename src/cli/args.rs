@@ -14,6 +14,7 @@ Examples:
   baton                                   interactive session in the current folder
   baton --exec \"fix the failing test\"     one headless turn; answer on stdout
   git diff | baton --exec - --json        prompt from stdin, events as JSON Lines
+  git diff | baton --exec \"review this\" -  the prompt, with stdin appended
   baton --exec --resume last \"and now?\"   continue the newest saved session
   baton doctor                            check endpoint, models, profile and config
 
@@ -40,6 +41,11 @@ pub struct Cli {
     /// The first message (interactive), or the task for --exec ('-' = read stdin).
     #[arg(value_name = "PROMPT")]
     pub prompt: Option<String>,
+
+    /// With --exec after a PROMPT: '-' appends piped stdin to it as a <stdin> block
+    /// (`git diff | baton --exec "review this" -`). Without it stdin is left alone.
+    #[arg(value_name = "-", value_parser = ["-"], requires = "exec", help_heading = "Headless")]
+    pub stdin: Option<String>,
 
     /// Run one turn headless: answer on stdout, progress on stderr, never waits on a terminal.
     #[arg(short = 'e', long, help_heading = "Headless")]

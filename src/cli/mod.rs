@@ -159,6 +159,7 @@ pub fn main() -> i32 {
             None if cli.exec => {
                 let opts = crate::exec::ExecOptions {
                     prompt: cli.prompt.clone(),
+                    append_stdin: cli.stdin.is_some(),
                     json: cli.json,
                     output: cli.output.clone(),
                     resume: resume.clone(),

@@ -32,15 +32,19 @@ const SUMMARY_SAVE_LIMIT: Duration = Duration::from_secs(60);
 pub struct ExecOptions {
     /// The prompt; `None` or `-` = read stdin.
     pub prompt: Option<String>,
+    /// A `-` after the prompt: append piped stdin to it. Without it a prompt argument runs
+    /// alone and stdin is never read (a `while read` loop keeps its input).
+    pub append_stdin: bool,
     pub json: bool,
     /// `-o FILE`: also write the last answer here.
     pub output: Option<PathBuf>,
     pub resume: Option<String>,
 }
 
-/// The prompt of the run: the argument, or piped stdin for `None` or `-`.
+/// The prompt of the run: the argument (with stdin appended when `-` follows it), or piped
+/// stdin for `None` or `-`.
 pub fn read_prompt(opts: &ExecOptions) -> Result<String, InputError> {
-    prompt::read(opts.prompt.as_deref())
+    prompt::read(opts.prompt.as_deref(), opts.append_stdin)
 }
 
 /// Checks that `-o FILE` can be written before the turn runs (and costs a request): an
