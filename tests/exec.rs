@@ -1353,3 +1353,47 @@ fn a_while_read_loop_keeps_its_input_and_each_run_gets_its_own_prompt() {
         stderr_of(&out)
     );
 }
+
+#[test]
+fn an_api_root_other_than_v1_is_accepted_when_it_serves_the_api() {
+    // Gemini's OpenAI-compatible root is `…/v1beta/openai/`: the old `/v1` rule refused it
+    // (exit 2, suggesting `…/v1beta/openai/v1`).
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(Script::new().otherwise("Hello from the root."));
+    let root = format!("http://{}/v1beta/openai/", engine.addr());
+    let out = env
+        .session_baton()
+        .args([
+            "--exec",
+            "--mode",
+            "single",
+            "--model",
+            "L2",
+            "--endpoint",
+            &root,
+        ])
+        .arg("hi")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "Hello from the root.\n");
+    let chat = engine.chat_requests();
+    assert_eq!(chat.len(), 1);
+    assert_eq!(chat[0].path, "/v1beta/openai/chat/completions");
+
+    // The URL of the chat endpoint itself is refused, and the fix is its root.
+    let out = env
+        .session_baton()
+        .args(["--exec", "--mode", "single", "--model", "L2", "--endpoint"])
+        .arg(format!("http://{}/v1/chat/completions", engine.addr()))
+        .arg("hi")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains(&format!("e.g. http://{}/v1", engine.addr()))
+            && !stderr_of(&out).contains("/chat/completions/v1"),
+        "{}",
+        stderr_of(&out)
+    );
+}
