@@ -1006,11 +1006,23 @@ fn error_event(out: &std::process::Output) -> Value {
     errors[0].clone()
 }
 
+/// llama.cpp's server's answer to a prompt longer than its context (`-c`).
+const LLAMA_CPP_OVERFLOW: &str = r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#;
+
 #[test]
 fn each_failure_reaches_the_json_error_event_with_its_kind() {
     let env = Env::new();
     for (reply, kind) in [
         (MockReply::context_overflow(), "context_overflow"),
+        // llama.cpp's server: a 400, or an error frame inside a 200 stream.
+        (
+            MockReply::status(400, LLAMA_CPP_OVERFLOW),
+            "context_overflow",
+        ),
+        (
+            MockReply::raw_sse(format!("data: {LLAMA_CPP_OVERFLOW}\n\n")),
+            "context_overflow",
+        ),
         (MockReply::error(401, "bad key", "invalid_api_key"), "auth"),
         (MockReply::too_many_requests(0), "rate_limit"),
         (MockReply::malformed_sse(), "bad_response"),
@@ -1298,6 +1310,50 @@ fn sigterm_mid_command_kills_it_and_saves_the_session_and_checkpoint() {
 }
 
 #[test]
+fn an_api_root_other_than_v1_is_accepted_when_it_serves_the_api() {
+    // Gemini's OpenAI-compatible root is `…/v1beta/openai/`: the old `/v1` rule refused it
+    // (exit 2, suggesting `…/v1beta/openai/v1`).
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(Script::new().otherwise("Hello from the root."));
+    let root = format!("http://{}/v1beta/openai/", engine.addr());
+    let out = env
+        .session_baton()
+        .args([
+            "--exec",
+            "--mode",
+            "single",
+            "--model",
+            "L2",
+            "--endpoint",
+            &root,
+        ])
+        .arg("hi")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "Hello from the root.\n");
+    let chat = engine.chat_requests();
+    assert_eq!(chat.len(), 1);
+    assert_eq!(chat[0].path, "/v1beta/openai/chat/completions");
+
+    // The URL of the chat endpoint itself is refused, and the fix is its root.
+    let out = env
+        .session_baton()
+        .args(["--exec", "--mode", "single", "--model", "L2", "--endpoint"])
+        .arg(format!("http://{}/v1/chat/completions", engine.addr()))
+        .arg("hi")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains(&format!("e.g. http://{}/v1", engine.addr()))
+            && !stderr_of(&out).contains("/chat/completions/v1"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+#[test]
 fn a_while_read_loop_keeps_its_input_and_each_run_gets_its_own_prompt() {
     // `while read f; do baton --exec "review $f"; done < list`: a prompt argument alone must
     // not read stdin. On the old code the first run swallowed the rest of the list: one
@@ -1349,50 +1405,6 @@ fn a_while_read_loop_keeps_its_input_and_each_run_gets_its_own_prompt() {
     assert_eq!(last.last_user_text().as_deref(), Some("hello"));
     assert!(
         stderr_of(&out).contains("stdin was not read"),
-        "{}",
-        stderr_of(&out)
-    );
-}
-
-#[test]
-fn an_api_root_other_than_v1_is_accepted_when_it_serves_the_api() {
-    // Gemini's OpenAI-compatible root is `…/v1beta/openai/`: the old `/v1` rule refused it
-    // (exit 2, suggesting `…/v1beta/openai/v1`).
-    let env = Env::new();
-    let engine = MockEngine::scripted_blocking(Script::new().otherwise("Hello from the root."));
-    let root = format!("http://{}/v1beta/openai/", engine.addr());
-    let out = env
-        .session_baton()
-        .args([
-            "--exec",
-            "--mode",
-            "single",
-            "--model",
-            "L2",
-            "--endpoint",
-            &root,
-        ])
-        .arg("hi")
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr_of(&out));
-    assert_eq!(stdout_of(&out), "Hello from the root.\n");
-    let chat = engine.chat_requests();
-    assert_eq!(chat.len(), 1);
-    assert_eq!(chat[0].path, "/v1beta/openai/chat/completions");
-
-    // The URL of the chat endpoint itself is refused, and the fix is its root.
-    let out = env
-        .session_baton()
-        .args(["--exec", "--mode", "single", "--model", "L2", "--endpoint"])
-        .arg(format!("http://{}/v1/chat/completions", engine.addr()))
-        .arg("hi")
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr_of(&out));
-    assert!(
-        stderr_of(&out).contains(&format!("e.g. http://{}/v1", engine.addr()))
-            && !stderr_of(&out).contains("/chat/completions/v1"),
         "{}",
         stderr_of(&out)
     );
