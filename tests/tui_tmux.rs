@@ -544,6 +544,14 @@ fn a_local_run_shows_its_device_in_a_real_terminal() {
     let home = root.path().join("home");
     std::fs::create_dir_all(&workspace).expect("mkdir");
     std::fs::create_dir_all(&home).expect("mkdir");
+    // An endpoint in the user's config is not what a --local run talks to: the header must
+    // not show it (it did).
+    std::fs::create_dir_all(home.join(".config/baton")).expect("mkdir");
+    std::fs::write(
+        home.join(".config/baton/config.toml"),
+        "endpoint = \"http://127.0.0.1:47011/v1\"\n",
+    )
+    .expect("write");
     let tmux = start_baton(
         &format!("--local {} --device cpu", model.display()),
         &workspace,
@@ -552,6 +560,10 @@ fn a_local_run_shows_its_device_in_a_real_terminal() {
     );
     let screen = tmux.wait_for("Ask baton");
     assert!(screen.contains("device     cpu ("), "header: {screen}");
+    assert!(
+        !screen.contains("127.0.0.1:47011"),
+        "the unused endpoint is not in the header: {screen}"
+    );
     tmux.cmd(&["send-keys", "-t", "t", "-l", "/status"]);
     tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
     let screen = tmux.wait_for("approval   ");

@@ -215,7 +215,8 @@ fn draw_popup(app: &App, above: Rect, buf: &mut Buffer) {
         Popup::Files(files) => files.iter().map(|f| (f.clone(), String::new())).collect(),
         Popup::Sessions(list) => list
             .iter()
-            .map(|s| super::sessions::describe(s, &app.opts.workspace))
+            .zip(super::sessions::short_ids(&list))
+            .map(|(s, id)| super::sessions::describe(s, &app.opts.workspace, &id))
             .collect(),
     };
     let height = (items.len() as u16).min(10).min(above.height);
