@@ -23,7 +23,8 @@ BATON_* environment variables, then flags (each later one wins). See docs/config
 
 Exit codes: 0 done, 1 model or agent error, 2 usage or config error, 3 a limit was reached
 (--max-turns, --timeout), 4 every tool call was declined (--exec needs --approval
-auto-edit|full-auto to let them run), 130 interrupted.";
+auto-edit|full-auto to let them run), 130 interrupted (143 SIGTERM, 129 SIGHUP: the turn is
+stopped and saved the same way).";
 
 /// baton: a terminal coding agent on a Mixture-of-LoRA model.
 #[derive(Debug, Parser)]
@@ -114,7 +115,8 @@ pub struct CommonArgs {
     #[arg(long, value_name = "LABEL", global = true, help_heading = "Model")]
     pub expert: Option<Expert>,
 
-    /// Reasoning effort of answers.
+    /// Reasoning effort of answers. In mol mode the experts think at one level: none turns
+    /// thinking off, and low and medium are sent as high (docs/modes.md).
     #[arg(long, value_enum, global = true, help_heading = "Model")]
     pub reasoning: Option<ReasoningEffort>,
 
