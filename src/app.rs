@@ -3,6 +3,7 @@
 //! hands the result to a frontend (TUI, line REPL, `--exec`); no frontend assembles an agent.
 //! Every failure here is a setup problem (exit 2) with a message that says what to do.
 
+use crate::protocol::stdio::eprintln;
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -14,6 +14,7 @@ Examples:
   baton                                   interactive session in the current folder
   baton --exec \"fix the failing test\"     one headless turn; answer on stdout
   git diff | baton --exec - --json        prompt from stdin, events as JSON Lines
+  git diff | baton --exec \"review this\" -  the prompt, with stdin appended
   baton --exec --resume last \"and now?\"   continue the newest saved session
   baton doctor                            check endpoint, models, profile and config
 
@@ -22,7 +23,8 @@ BATON_* environment variables, then flags (each later one wins). See docs/config
 
 Exit codes: 0 done, 1 model or agent error, 2 usage or config error, 3 a limit was reached
 (--max-turns, --timeout), 4 every tool call was declined (--exec needs --approval
-auto-edit|full-auto to let them run), 130 interrupted.";
+auto-edit|full-auto to let them run), 130 interrupted (143 SIGTERM, 129 SIGHUP: the turn is
+stopped and saved the same way).";
 
 /// baton: a terminal coding agent on a Mixture-of-LoRA model.
 #[derive(Debug, Parser)]
@@ -40,6 +42,11 @@ pub struct Cli {
     /// The first message (interactive), or the task for --exec ('-' = read stdin).
     #[arg(value_name = "PROMPT")]
     pub prompt: Option<String>,
+
+    /// With --exec after a PROMPT: '-' appends piped stdin to it as a <stdin> block
+    /// (`git diff | baton --exec "review this" -`). Without it stdin is left alone.
+    #[arg(value_name = "-", value_parser = ["-"], requires = "exec", help_heading = "Headless")]
+    pub stdin: Option<String>,
 
     /// Run one turn headless: answer on stdout, progress on stderr, never waits on a terminal.
     #[arg(short = 'e', long, help_heading = "Headless")]
@@ -108,7 +115,8 @@ pub struct CommonArgs {
     #[arg(long, value_name = "LABEL", global = true, help_heading = "Model")]
     pub expert: Option<Expert>,
 
-    /// Reasoning effort of answers.
+    /// Reasoning effort of answers. In mol mode the experts think at one level: none turns
+    /// thinking off, and low and medium are sent as high (docs/modes.md).
     #[arg(long, value_enum, global = true, help_heading = "Model")]
     pub reasoning: Option<ReasoningEffort>,
 

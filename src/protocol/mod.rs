@@ -13,6 +13,7 @@ pub mod host_programs;
 mod mcp;
 mod options;
 mod service;
+pub(crate) mod stdio;
 mod terminal_text;
 
 pub use chat::{ChatMessage, ReasoningEffort, Role, ToolCall, ToolSpec};
