@@ -269,7 +269,7 @@ async fn compact_last_task(shared: &Arc<Shared>) {
         });
         return;
     };
-    let head = shared.head();
+    let head = shared.head(owner);
     let view = shared.state().timeline.view(owner, &head);
     let tokens = context::view_tokens(shared, owner, view.clone());
     let turn_id = shared.state().next_turn_id.saturating_sub(1);

@@ -232,9 +232,41 @@ pub struct SettingArgs {
     #[arg(long, value_name = "NAMES", help_heading = "Model")]
     pub tools: Option<String>,
 
-    /// A file whose text replaces the experts' built-in system prompt.
+    /// A file whose text replaces the built-in system prompt (of every expert without its own).
     #[arg(long, value_name = "FILE", help_heading = "Model")]
     pub system_prompt: Option<String>,
+
+    /// The tools L0 (chat) is offered, comma-separated [default: handoff,mcp].
+    #[arg(long, value_name = "NAMES", help_heading = "Experts")]
+    pub l0_tools: Option<String>,
+
+    /// The tools L1 (long tool-using tasks) is offered [default: all].
+    #[arg(long, value_name = "NAMES", help_heading = "Experts")]
+    pub l1_tools: Option<String>,
+
+    /// The tools L2 (coding) is offered [default: all].
+    #[arg(long, value_name = "NAMES", help_heading = "Experts")]
+    pub l2_tools: Option<String>,
+
+    /// The tools L3 (generative UI) is offered [default: all].
+    #[arg(long, value_name = "NAMES", help_heading = "Experts")]
+    pub l3_tools: Option<String>,
+
+    /// A file whose text is L0's system prompt.
+    #[arg(long, value_name = "FILE", help_heading = "Experts")]
+    pub l0_system_prompt: Option<String>,
+
+    /// A file whose text is L1's system prompt.
+    #[arg(long, value_name = "FILE", help_heading = "Experts")]
+    pub l1_system_prompt: Option<String>,
+
+    /// A file whose text is L2's system prompt.
+    #[arg(long, value_name = "FILE", help_heading = "Experts")]
+    pub l2_system_prompt: Option<String>,
+
+    /// A file whose text is L3's system prompt.
+    #[arg(long, value_name = "FILE", help_heading = "Experts")]
+    pub l3_system_prompt: Option<String>,
 
     /// Answer sampling temperature, 0–2 [default: 0].
     #[arg(long, value_name = "T", help_heading = "Sampling")]
@@ -452,6 +484,30 @@ pub fn flag_settings(args: &CommonArgs, more: &SettingArgs) -> Result<Settings, 
         ("max_memory", "--max-memory", &more.max_memory),
         ("tools", "--tools", &more.tools),
         ("system_prompt", "--system-prompt", &more.system_prompt),
+        ("l0_tools", "--l0-tools", &more.l0_tools),
+        ("l1_tools", "--l1-tools", &more.l1_tools),
+        ("l2_tools", "--l2-tools", &more.l2_tools),
+        ("l3_tools", "--l3-tools", &more.l3_tools),
+        (
+            "l0_system_prompt",
+            "--l0-system-prompt",
+            &more.l0_system_prompt,
+        ),
+        (
+            "l1_system_prompt",
+            "--l1-system-prompt",
+            &more.l1_system_prompt,
+        ),
+        (
+            "l2_system_prompt",
+            "--l2-system-prompt",
+            &more.l2_system_prompt,
+        ),
+        (
+            "l3_system_prompt",
+            "--l3-system-prompt",
+            &more.l3_system_prompt,
+        ),
         ("temperature", "--temperature", &more.temperature),
         ("top_p", "--top-p", &more.top_p),
         ("seed", "--seed", &more.seed),

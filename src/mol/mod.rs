@@ -34,6 +34,7 @@ pub mod conversations;
 pub(crate) mod decide;
 #[cfg(test)]
 mod fake_backend;
+pub mod handoff;
 pub(crate) mod modes;
 pub mod persist;
 pub mod profile;
@@ -54,6 +55,7 @@ pub use compact::{
 };
 pub use conversations::{ConversationService, Conversations, StoreLimits};
 pub use decide::{ExpertChoice, RouteHop, Step, decide};
+pub use handoff::{HANDOFF_TOOL, handed_over, handoff_spec, parse_handoff};
 pub use profile::{ExpertDef, Profile, ProfileError, ProfileNames, ROUTE_PREFILL};
 pub use route::{
     DEFAULT_EXPERT, ROUTER_MAX_TOKENS, RouteOutcome, fallback_expert, label_text, parse_label,

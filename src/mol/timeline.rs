@@ -224,7 +224,9 @@ impl Timeline {
             if task.owner == target && !folded {
                 out.push(ChatMessage::user(task.user_text.clone()));
                 out.extend(crate::mol::compact::own_messages(task));
-            } else if task.closed {
+            } else if task.closed && !crate::mol::handoff::handed_over(task) {
+                // A handed-over task is invisible here: the task it handed to carries the
+                // same request.
                 out.push(ChatMessage::user(task.user_text.clone()));
                 if let Some(summary) = task.summary_text() {
                     out.push(summary_message(task.owner, summary));

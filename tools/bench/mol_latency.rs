@@ -84,6 +84,7 @@ fn agent_config(dir: &std::path::Path, speculate: Speculate) -> AgentConfig {
         headless: true,
         max_round_trips: None,
         system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
+        experts: Default::default(),
         profile: Profile::builtin(&ProfileNames::default()),
         workspace: dir.to_path_buf(),
         session_dir: dir.join("sessions"),
