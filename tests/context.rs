@@ -182,10 +182,19 @@ fn agent_config(dir: &Path) -> AgentConfig {
 }
 
 fn start(dir: &Path, engine: &MockEngine, resume: Option<&str>) -> AgentHandle {
-    let cfg = agent_config(dir);
     let backend = RemoteBackend::builder(engine.url())
         .build()
         .expect("backend");
+    start_on(dir, engine, backend, resume)
+}
+
+fn start_on(
+    dir: &Path,
+    engine: &MockEngine,
+    backend: RemoteBackend,
+    resume: Option<&str>,
+) -> AgentHandle {
+    let cfg = agent_config(dir);
     let (file, restored) = match resume {
         Some(id) => {
             let (f, r) = baton::mol::resume_session(&cfg.session_dir, id, None).expect("resume");
@@ -528,7 +537,13 @@ async fn a_failed_compaction_drops_old_outputs_and_says_so() {
             }
             .usage(prompt, 20)
         });
-    let mut h = start(dir.path(), &engine, None);
+    // Each failed compaction would otherwise be retried with back-off: seconds of waiting per
+    // attempt that the failure path under test does not need.
+    let backend = RemoteBackend::builder(engine.url())
+        .max_retries(0)
+        .build()
+        .expect("backend");
+    let mut h = start_on(dir.path(), &engine, backend, None);
     let events = turn(&mut h, REQUEST).await;
     shutdown(h, &dir.path().join(".sessions")).await;
     assert_eq!(status(&events), Some(TurnStatus::Done));

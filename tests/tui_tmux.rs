@@ -184,17 +184,21 @@ fn start_baton(backend_args: &str, workspace: &Path, home: &Path, extra_env: &[S
     tmux
 }
 
+/// Whether tmux runs here; when it does not, the test `skip`s (a failure under CI).
 fn tmux_available() -> bool {
-    Command::new("tmux")
+    let found = Command::new("tmux")
         .arg("-V")
         .output()
-        .is_ok_and(|o| o.status.success())
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        crate::support::external::skip("tmux is not installed: the terminal end-to-end test");
+    }
+    found
 }
 
 #[test]
 fn prompt_answer_undo_and_quit_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let answer =
@@ -331,7 +335,6 @@ fn prompt_answer_undo_and_quit_in_a_real_terminal() {
 #[test]
 fn editor_diff_pager_and_resize_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let engine = MockEngine::scripted_blocking(
@@ -436,7 +439,6 @@ fn editor_diff_pager_and_resize_in_a_real_terminal() {
 #[test]
 fn sigterm_restores_the_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let engine = MockEngine::scripted_blocking(Script::new());
@@ -471,7 +473,6 @@ fn sigterm_restores_the_terminal() {
 #[test]
 fn approvals_model_and_timed_hints_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let engine = MockEngine::scripted_blocking(
@@ -535,7 +536,6 @@ fn approvals_model_and_timed_hints_in_a_real_terminal() {
 #[test]
 fn a_local_run_shows_its_device_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3");
@@ -580,7 +580,6 @@ fn a_local_run_shows_its_device_in_a_real_terminal() {
 #[test]
 fn a_turn_that_ends_while_unfocused_rings_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let engine = MockEngine::scripted_blocking(
@@ -620,7 +619,6 @@ fn a_turn_that_ends_while_unfocused_rings_in_a_real_terminal() {
 #[test]
 fn init_drafts_agents_md_through_the_edit_approval_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let engine = MockEngine::scripted_blocking(
@@ -677,7 +675,6 @@ fn init_drafts_agents_md_through_the_edit_approval_in_a_real_terminal() {
 #[test]
 fn command_colours_and_failures_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let engine = MockEngine::scripted_blocking(Script::new().default_summary("ok"));
@@ -728,7 +725,6 @@ fn command_colours_and_failures_in_a_real_terminal() {
 #[test]
 fn a_dead_endpoint_is_reported_at_start_before_any_turn() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let port = {
@@ -758,7 +754,6 @@ fn a_dead_endpoint_is_reported_at_start_before_any_turn() {
 #[test]
 fn a_custom_command_with_arguments_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let engine = MockEngine::scripted_blocking(

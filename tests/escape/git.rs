@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use baton::protocol::{Event, EventSink, SandboxMode};
-use baton::sandbox::{SandboxPolicy, probe};
+use baton::sandbox::SandboxPolicy;
 use baton::tool::shell::{ShellConfig, shell_tools};
 use baton::tool::{Tool, ToolContext, ToolResult, ToolState};
 use serde_json::json;
@@ -30,15 +30,7 @@ struct Repo {
 }
 
 fn enforceable() -> bool {
-    let s = probe();
-    if !s.enforceable {
-        eprintln!(
-            "SANDBOX NOT ENFORCEABLE HERE — git escape tests skipped (the refusal is asserted \
-             by the sandbox suite):\n{}",
-            s.report().join("\n")
-        );
-    }
-    s.enforceable
+    crate::support::external::sandbox_enforceable("git escape tests")
 }
 
 /// `ws` under a fresh folder outside the temp roots; `git init` unless `init` is false.
