@@ -139,12 +139,10 @@ fn not_regular(kind: FileType) -> io::Error {
 }
 
 fn too_large(max: u64) -> io::Error {
-    let shown = if max >= 1 << 20 {
-        format!("{} MiB", max >> 20)
-    } else {
-        format!("{} KiB", max / 1024)
-    };
-    io::Error::new(io::ErrorKind::FileTooLarge, format!("larger than {shown}"))
+    io::Error::new(
+        io::ErrorKind::FileTooLarge,
+        format!("larger than {} KiB", max / 1024),
+    )
 }
 
 fn errno(e: Errno) -> io::Error {
@@ -587,6 +585,14 @@ impl Dir {
         Ok(File::from(fd))
     }
 
+    /// The target of the symlink `rel` (its directory reached without following a link).
+    pub fn read_link(&self, rel: &Path) -> io::Result<Vec<u8>> {
+        let (dir, name) = self.parent(rel, None)?;
+        rustix::fs::readlinkat(dir.fd(), name.as_os_str(), Vec::new())
+            .map(|target| target.into_bytes())
+            .map_err(errno)
+    }
+
     /// Removes the file or link `rel` (never a directory, never through a link).
     pub fn remove_file(&self, rel: &Path) -> io::Result<()> {
         let (dir, name) = self.parent(rel, None)?;
@@ -672,6 +678,19 @@ pub fn append_file(path: &Path, anchors: &[&Path], create_mode: Option<u32>) -> 
 pub fn create_new(path: &Path, anchors: &[&Path], mode: u32) -> io::Result<File> {
     let (dir, name) = locate(path, anchors)?;
     dir.append_name(&name, Some(mode), true)
+}
+
+/// Opens the regular file `path` for reading, the last component never followed; see
+/// [`locate`] for how its directory is reached. Its size is the caller's to bound.
+pub fn open_file(path: &Path, anchors: &[&Path]) -> io::Result<(File, Meta)> {
+    let (dir, name) = locate(path, anchors)?;
+    dir.open_name(&name)?.ok_or_else(|| errno(Errno::NOENT))
+}
+
+/// Removes the file or link `path` (never what a link points to); see [`locate`].
+pub fn remove_file(path: &Path, anchors: &[&Path]) -> io::Result<()> {
+    let (dir, name) = locate(path, anchors)?;
+    rustix::fs::unlinkat(dir.fd(), &name, AtFlags::empty()).map_err(errno)
 }
 
 /// Opens the regular file `path` for reading as git and the trust digests read files:

@@ -208,44 +208,9 @@ fn read_small(p: &Path) -> Option<Vec<u8>> {
 /// link (`/proc/self/cwd/…`, `/dev/stdin`) names a different file for each reader, so what
 /// baton would read there is not what git reads.
 fn open_regular(p: &Path) -> Option<std::fs::File> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
-    // SAFETY: open_how is plain data; all-zero is its documented default.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: openat2 with a NUL-terminated path and an open_how of the size passed.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        // Also where openat2 is missing (before Linux 5.6, older than Landlock): unknown.
-        return None;
-    }
-    // SAFETY: a descriptor openat2 just returned, owned from here on.
-    let located = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    // SAFETY: fstat into a zeroed struct we own, on a descriptor we own.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(located.as_raw_fd(), &mut st) } != 0
-        || st.st_mode & libc::S_IFMT != libc::S_IFREG
-    {
-        return None;
-    }
-    // Reopened through the descriptor: the same inode, whatever the path names by now.
-    let again = format!("/proc/self/fd/{}", located.as_raw_fd());
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(again)
+    crate::untrusted_fs::open_following(p)
         .ok()
+        .map(|(file, _)| file)
 }
 
 /// What the launcher pins and the file tools refuse for `policy`.

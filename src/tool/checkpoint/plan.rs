@@ -4,7 +4,6 @@
 //! the change left, so later edits by the user are kept and a file changed by both is reported.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use git2::Oid;
@@ -263,7 +262,7 @@ fn found_is(found: &Found, entry: &Entry) -> bool {
     }
 }
 
-fn remove_one(root: &OwnedFd, path: &Path, entry: &Entry) -> Result<(), String> {
+fn remove_one(root: &crate::untrusted_fs::Dir, path: &Path, entry: &Entry) -> Result<(), String> {
     let (dir, name) = beneath::open_parent(root, path, false).map_err(errno_text)?;
     let found = beneath::read_at(&dir, name, MAX_CHECKPOINT_FILE_BYTES).map_err(errno_text)?;
     if !found_is(&found, entry) {
@@ -274,7 +273,7 @@ fn remove_one(root: &OwnedFd, path: &Path, entry: &Entry) -> Result<(), String> 
 
 fn restore_one(
     store: &Store,
-    root: &OwnedFd,
+    root: &crate::untrusted_fs::Dir,
     path: &Path,
     entry: &Entry,
     was: Option<&Entry>,
