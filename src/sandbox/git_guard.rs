@@ -1207,7 +1207,8 @@ mod config {
             }
         }
 
-        /// Whether git runs a program (or reads more config) because of this entry.
+        /// Whether git may run a program (or read more config) because of this entry: any
+        /// entry but the known-inert ones (see [`runs_code`]).
         pub fn runs_code(&self) -> bool {
             runs_code(
                 &self.section,
@@ -1218,36 +1219,98 @@ mod config {
         }
     }
 
-    /// Keys whose value git executes, reads more config from, or writes to (`man git-config`):
-    /// hooks and fsmonitor, pagers and editors, drivers and filters, helpers, shell aliases,
-    /// includes, transport redirections.
+    /// Whether git may run a program (or read more config, or reach further) because of this
+    /// entry: every key but those known to name no program. An allow-list, because a
+    /// deny-list of git's command-running keys cannot know third-party ones (git-lfs's
+    /// `lfs.extension.*.clean`, `lfs.customtransfer.*.path`, git-annex's `annex.*-command`),
+    /// and `git` runs them all. The keys kept are what `git init`, `git clone`, `git submodule`
+    /// and `git worktree` write and the everyday settings beside them: layout and format
+    /// (`core.*` below, `extensions.*`), where to fetch and push (`remote.*` URLs and
+    /// refspecs: `ext::` URLs stay refused by git's own `protocol.allow` default), branch
+    /// tracking, submodule registration, the author's name and e-mail, and a few behaviour
+    /// switches whose values are words or numbers.
     pub fn runs_code(section: &str, has_sub: bool, key: &str, value: &str) -> bool {
-        let shell_alias = value.trim_start().starts_with('!');
-        match section {
-            "core" => matches!(
+        !inert(section, has_sub, key, value)
+    }
+
+    fn inert(section: &str, has_sub: bool, key: &str, value: &str) -> bool {
+        match (section, has_sub) {
+            ("core", false) => matches!(
                 key,
-                "fsmonitor"
-                    | "hookspath"
-                    | "sshcommand"
-                    | "pager"
-                    | "editor"
-                    | "askpass"
-                    | "gitproxy"
-                    | "alternaterefscommand"
+                "repositoryformatversion"
+                    | "bare"
+                    | "filemode"
+                    | "logallrefupdates"
+                    | "ignorecase"
+                    | "precomposeunicode"
+                    | "symlinks"
+                    | "worktree"
+                    | "autocrlf"
+                    | "eol"
+                    | "safecrlf"
+                    | "quotepath"
+                    | "sparsecheckout"
+                    | "sparsecheckoutcone"
+                    | "checkstat"
+                    | "trustctime"
+                    | "abbrev"
+                    | "compression"
+                    | "longpaths"
+                    | "untrackedcache"
+                    | "splitindex"
+                    | "preloadindex"
+                    | "commitgraph"
+                    | "multipackindex"
+                    | "protecthfs"
+                    | "protectntfs"
+                    | "warnambiguousrefs"
             ),
-            "sequence" => key == "editor",
-            "interactive" => key == "difffilter",
-            "diff" => key == "external" || (has_sub && matches!(key, "command" | "textconv")),
-            "merge" => has_sub && key == "driver",
-            "alias" => shell_alias,
-            "submodule" => key == "update" && shell_alias,
-            "remote" => matches!(key, "uploadpack" | "receivepack" | "vcs"),
-            "uploadpack" => key == "packobjectshook",
-            "gpg" => matches!(key, "program" | "defaultkeycommand"),
-            "imap" => key == "tunnel",
-            "filter" | "difftool" | "mergetool" | "credential" | "include" | "includeif"
-            | "hook" | "pager" | "browser" | "man" | "sendemail" | "trace2" | "protocol"
-            | "url" | "guitool" | "instaweb" => true,
+            ("extensions", false) => matches!(
+                key,
+                "objectformat"
+                    | "refstorage"
+                    | "worktreeconfig"
+                    | "partialclone"
+                    | "preciousobjects"
+                    | "noop"
+            ),
+            ("remote", true) => matches!(
+                key,
+                "url"
+                    | "pushurl"
+                    | "fetch"
+                    | "push"
+                    | "tagopt"
+                    | "prune"
+                    | "prunetags"
+                    | "mirror"
+                    | "promisor"
+                    | "partialclonefilter"
+                    | "skipdefaultupdate"
+                    | "skipfetchall"
+            ),
+            ("branch", true) => matches!(
+                key,
+                "remote" | "merge" | "rebase" | "pushremote" | "description"
+            ),
+            ("submodule", true) => match key {
+                "url" | "active" | "branch" | "fetchrecursesubmodules" | "ignore" | "shallow" => {
+                    true
+                }
+                // `!command` runs it; the named strategies don't.
+                "update" => matches!(value.trim(), "checkout" | "rebase" | "merge" | "none"),
+                _ => false,
+            },
+            ("user", false) => matches!(key, "name" | "email"),
+            ("init", false) => key == "defaultbranch",
+            ("pull", false) => matches!(key, "rebase" | "ff"),
+            ("push", false) => matches!(key, "default" | "autosetupremote"),
+            ("fetch", false) => matches!(key, "prune" | "prunetags"),
+            ("merge", false) => matches!(key, "conflictstyle" | "ff"),
+            ("rerere", false) => key == "enabled",
+            ("index", false) => key == "version",
+            ("gc", false) => matches!(key, "auto" | "autodetach"),
+            ("lfs", false) => key == "repositoryformatversion",
             _ => false,
         }
     }
@@ -1462,6 +1525,8 @@ mod config {
                 [
                     "core.fsmonitor",
                     "diff.pdf.textconv",
+                    // Not only `!` aliases: `st = -c core.pager=X log` runs X too.
+                    "alias.st",
                     "alias.ev",
                     "remote.origin.uploadpack"
                 ]
@@ -1469,6 +1534,65 @@ mod config {
             let e = parse(text);
             let tc = e.iter().find(|e| e.key == "textconv").unwrap();
             assert_eq!((tc.value.as_str(), tc.lines), ("a  b", 2));
+        }
+
+        /// An allow-list: what `git init`, `git clone` and `git submodule` write is kept,
+        /// every other key counts as code, a third party's included (finding 5: git-lfs's
+        /// `lfs.extension.*.clean` ran on the user's `git status`).
+        #[test]
+        fn only_keys_known_to_run_nothing_are_kept() {
+            let text = r#"[core]
+	repositoryformatversion = 0
+	filemode = true
+	bare = false
+	logallrefupdates = true
+	worktree = ../../../lib
+[remote "origin"]
+	url = https://example.com/x.git
+	fetch = +refs/heads/*:refs/remotes/origin/*
+[branch "main"]
+	remote = origin
+	merge = refs/heads/main
+[submodule "lib"]
+	url = ../lib
+	active = true
+	update = rebase
+[user]
+	name = me
+	email = me@example.com
+[lfs]
+	repositoryformatversion = 0
+[lfs "extension.x"]
+	clean = ./c.sh
+	smudge = cat
+[lfs "customtransfer.t"]
+	path = ./t.sh
+[lfs]
+	standalonetransferagent = t
+[annex]
+	freezecontent-command = ./f.sh
+[submodule "evil"]
+	update = !./u.sh
+[core]
+	fsmonitor = ./m.sh
+"#;
+            let names: Vec<String> = parse(text)
+                .iter()
+                .filter(|e| e.runs_code())
+                .map(Entry::name)
+                .collect();
+            assert_eq!(
+                names,
+                [
+                    "lfs.extension.x.clean",
+                    "lfs.extension.x.smudge",
+                    "lfs.customtransfer.t.path",
+                    "lfs.standalonetransferagent",
+                    "annex.freezecontent-command",
+                    "submodule.evil.update",
+                    "core.fsmonitor",
+                ]
+            );
         }
 
         #[test]

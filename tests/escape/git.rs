@@ -1305,3 +1305,57 @@ async fn the_audit_leaves_a_gitdir_outside_the_writable_roots_byte_identical() {
     }
     assert_warned(&warnings, "s/.git");
 }
+
+/// Finding 5: the audit commented out a deny-list of git's own code-running keys, so a
+/// third party's survived: git-lfs runs `lfs.extension.*.clean` (and
+/// `lfs.customtransfer.*.path`) on the user's plain `git status` in a repository with an lfs
+/// filter, git-annex its `annex.*-command` keys. A new nested repository's config now keeps
+/// only keys known to run nothing. No git-lfs needed: what is checked is that git itself no
+/// longer reads those keys from the config. Old code: all three were still set.
+#[tokio::test]
+async fn a_nested_repos_third_party_command_keys_are_neutralized_too() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let (res, warnings) = r
+        .hostile(
+            &format!(
+                "git init -q sub && git -C sub config lfs.extension.x.clean {0} && \
+                 git -C sub config lfs.extension.x.smudge cat && \
+                 git -C sub config lfs.customtransfer.t.path {0} && \
+                 git -C sub config annex.freezecontent-command {0} && \
+                 git -C sub config user.name me && echo done",
+                evil.display()
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    let config = r.ws.join("sub/.git/config");
+    let file = config.display().to_string();
+    let left = r.git_output(
+        &r.ws,
+        &["config", "--file", &file, "--get-regexp", "^(lfs|annex)\\."],
+    );
+    assert!(
+        left.stdout.is_empty(),
+        "still set: {}\n{warnings:?}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+    // What the repository needs, and what runs nothing, is kept.
+    assert_eq!(
+        r.git(&r.ws, &["config", "--file", &file, "user.name"])
+            .trim(),
+        "me"
+    );
+    assert_eq!(
+        r.git(&r.ws, &["config", "--file", &file, "core.bare"])
+            .trim(),
+        "false"
+    );
+    assert_warned(&warnings, "lfs.extension.x.clean");
+    r.git(&r.ws.join("sub"), &["status"]);
+    r.assert_not_run("a nested repo with lfs and annex keys");
+}
