@@ -1550,3 +1550,32 @@ fn harbor_compat_fixture() {
         );
     }
 }
+
+/// As in one container: a server the agent starts and leaves running (`nohup … &`) is still
+/// running when the verifier runs, and is gone when the trial ends. Before, each phase was a
+/// sandbox of its own and the verifier got "Connection refused".
+#[test]
+fn a_server_the_agent_leaves_running_is_there_for_the_verifier() {
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![fixture("services")], "oracle", out.path());
+    a.isolation = IsolationChoice::Bwrap;
+    let report = run(a);
+    let t = &report.trials[0];
+    assert_eq!(t.isolation, "bwrap");
+    assert_eq!(
+        t.reward,
+        Some(1.0),
+        "{:?}; see {}",
+        t.exception_info,
+        t.trial_dir.display()
+    );
+    // Ended with the trial: no process of the host runs the fixture's server any more.
+    let running: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("baton-bg-server-fixture") && c.contains("python3"))
+        .collect();
+    assert!(running.is_empty(), "{running:?}");
+}

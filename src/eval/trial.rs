@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::atif;
+use super::container::{Container, Job};
 use super::events::{self, EventStats, HopLatency, HopRecord, Tokens};
 use super::fsutil::{copy_task_file, copy_tree, remove_tree};
 use super::gateway::{Gateway, GatewayError};
@@ -662,6 +663,7 @@ fn trial_phases(
             env: env.clone(),
             gateway: None,
             user: None,
+            control: None,
         };
         let cmd = iso.command(&phase, "bash", &["/setup/setup.sh".into()]);
         let (out, err) = log_files(&paths.root.join("setup.log")).map_err(|e| {
@@ -1048,6 +1050,7 @@ fn step_setup(
         env: env.clone(),
         gateway: None,
         user,
+        control: None,
     };
     let script = "cp -a --no-preserve=ownership /setup/. \"$1\"/ && if [ -f /setup/setup.sh ]; then bash \"$1/setup.sh\"; fi";
     let cmd = settings.isolation.command(
@@ -1214,7 +1217,38 @@ fn agent_and_verifier(
             )
         }
     };
+    // The agent and the verifier share one sandbox, as they share one container in Docker,
+    // under bwrap: what the agent leaves running (a server it was asked to start) is there for
+    // the verifier, and ends with it.
+    let mut container: Option<Container> = None;
     if let Some(program) = program {
+        let control = paths.root.join("work").join("control");
+        // Root only: the verifier's /tests is made in the sandbox's own root folder when it
+        // starts (the agent never sees one), which only root may write.
+        if iso.kind == IsolationKind::Bwrap
+            && pass.agent_user.is_none()
+            && pass.verifier_user.is_none()
+        {
+            let phase = Phase {
+                paths,
+                workdir: &task.environment.workdir,
+                network,
+                tests: false,
+                solution,
+                setup: false,
+                build_context: None,
+                env: BTreeMap::new(),
+                gateway: gateway.as_ref(),
+                user: agent_user.as_ref(),
+                control: Some(&control),
+            };
+            let log = paths.root.join("work").join("container.log");
+            match Container::start(iso, &phase, &control, &log) {
+                Ok(c) => container = Some(c),
+                // A sandbox per phase then, as before.
+                Err(e) => tracing::warn!("{}: no shared sandbox: {e}", paths.root.display()),
+            }
+        }
         let phase = Phase {
             paths,
             workdir: &task.environment.workdir,
@@ -1226,8 +1260,8 @@ fn agent_and_verifier(
             env: agent_env.clone(),
             gateway: gateway.as_ref(),
             user: agent_user.as_ref(),
+            control: None,
         };
-        let cmd = iso.command(&phase, &program, &args);
         let out = File::create(&stdout_path);
         let err = File::create(paths.agent_logs.join("stderr.txt"));
         let (out, err) = match (out, err) {
@@ -1240,7 +1274,23 @@ fn agent_and_verifier(
                 ));
             }
         };
-        let outcome = process::run(cmd, agent_limit, out, err);
+        let outcome = match container.as_mut() {
+            Some(c) => {
+                drop((out, err));
+                let job_env = iso.sandbox_env(agent_user.as_ref(), &agent_env);
+                let job = Job {
+                    workdir: &task.environment.workdir,
+                    env: &job_env,
+                    prelude: "",
+                    program: &program,
+                    args: &args,
+                    stdout: "/logs/agent/stdout.txt",
+                    stderr: "/logs/agent/stderr.txt",
+                };
+                c.run(&job, agent_limit)
+            }
+            None => process::run(iso.command(&phase, &program, &args), agent_limit, out, err),
+        };
         drop(gateway.take());
         *process_time += outcome.duration;
         r.timings.agent_execution = Some(PhaseTiming::from(&outcome));
@@ -1262,7 +1312,7 @@ fn agent_and_verifier(
     let _ = remove_tree(&paths.solution);
 
     // Verifier: the tests appear only now.
-    let verify = run_verifier(task, pass, paths, settings, env, process_time, r);
+    let verify = run_verifier(task, pass, paths, settings, env, container, process_time, r);
     let agent_error = if r.agent_exit.timed_out {
         Some((
             "AgentTimeoutError",
@@ -1410,17 +1460,33 @@ fn baton_agent_setup(
     })
 }
 
+/// The verifier of one pass: in the agent's sandbox when there is one (`container`, ended
+/// here before anything the trial wrote is read), else in a sandbox of its own.
+#[allow(clippy::too_many_arguments)]
 fn run_verifier(
     task: &Task,
     pass: &Pass,
     paths: &TrialPaths,
     settings: &TrialSettings,
     task_env: &BTreeMap<String, String>,
+    container: Option<Container>,
     process_time: &mut Duration,
     r: &mut TrialResult,
 ) -> Result<(), PhaseError> {
     let iso = &settings.isolation;
-    std::fs::create_dir_all(&paths.tests).map_err(|e| {
+    // A sandbox whose supervisor the agent's commands ended is gone, with their processes.
+    let mut container = container;
+    if container.as_mut().is_some_and(|c| !c.alive()) {
+        container = None;
+    }
+    // With the agent's processes still running, the tests are staged where the trial cannot
+    // write and copied into /tests from inside it: a link a process plants in /tests while
+    // the runner copies must resolve in the trial, never on the host.
+    let tests_dest = match &container {
+        Some(c) => c.staging().join("tests"),
+        None => paths.tests.clone(),
+    };
+    std::fs::create_dir_all(&tests_dest).map_err(|e| {
         infra(
             r,
             "VerifierSetupError",
@@ -1428,12 +1494,12 @@ fn run_verifier(
         )
     })?;
     for dir in &pass.tests {
-        copy_tree(dir, &paths.tests, &[])
+        copy_tree(dir, &tests_dest, &[])
             .map_err(|e| infra(r, "VerifierSetupError", e.to_string()))?;
     }
     for file in &task.tests_extra_files {
         let name = file.file_name().map(PathBuf::from).unwrap_or_default();
-        copy_task_file(&task.dir, file, &paths.tests.join(name)).map_err(|e| {
+        copy_task_file(&task.dir, file, &tests_dest.join(name)).map_err(|e| {
             infra(
                 r,
                 "VerifierSetupError",
@@ -1455,6 +1521,7 @@ fn run_verifier(
         env,
         gateway: None,
         user: pass.verifier_user,
+        control: None,
     };
     let cmd = iso.command(&phase, "bash", &[format!("/tests/{}", task.test_entry)]);
     let out_path = paths.verifier_logs.join("test-stdout.txt");
@@ -1470,7 +1537,29 @@ fn run_verifier(
         }
     };
     let limit = scaled(pass.verifier_timeout, settings.timeout_multiplier);
-    let outcome = process::run(cmd, limit, out, err);
+    let outcome = match container.as_mut() {
+        Some(c) => {
+            drop((out, err));
+            let job_env = iso.sandbox_env(pass.verifier_user, &phase.env);
+            let prelude = format!(
+                "rm -rf /tests && mkdir /tests && cp -a --no-preserve=ownership {}/in/tests/. /tests/ || exit 126",
+                super::container::CONTROL
+            );
+            let job = Job {
+                workdir: &task.environment.workdir,
+                env: &job_env,
+                prelude: &prelude,
+                program: "bash",
+                args: &[format!("/tests/{}", task.test_entry)],
+                stdout: "/logs/verifier/test-stdout.txt",
+                stderr: "/logs/verifier/test-stderr.txt",
+            };
+            c.run(&job, limit)
+        }
+        None => process::run(cmd, limit, out, err),
+    };
+    // The trial ends here: whatever it left running is gone before its results are read.
+    drop(container);
     *process_time += outcome.duration;
     r.timings.verifier = Some(PhaseTiming::from(&outcome));
     match &outcome.exit {
