@@ -17,6 +17,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -127,8 +128,8 @@ impl Container {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Runs `job` for at most `limit`.
-    pub fn run(&mut self, job: &Job, limit: Duration) -> Outcome {
+    /// Runs `job` for at most `limit`, or until `cancel` is set.
+    pub fn run(&mut self, job: &Job, limit: Duration, cancel: &AtomicBool) -> Outcome {
         let started_at = Utc::now();
         let start = Instant::now();
         let id = self.next;
@@ -160,7 +161,8 @@ impl Container {
                 ));
             }
             let now = Instant::now();
-            if now >= deadline {
+            let cancelled = cancel.load(Ordering::SeqCst);
+            if now >= deadline || cancelled {
                 let _ = self.jobs.write_all(format!("kill {id}\n").as_bytes());
                 // The group is gone after the grace (its status file never comes: its wrapper
                 // is in the group).
@@ -168,7 +170,11 @@ impl Container {
                 while Instant::now() < until && read_status(&self.dir_out, &rc_file).is_none() {
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                return done(Exit::TimedOut);
+                return done(if cancelled {
+                    Exit::Cancelled
+                } else {
+                    Exit::TimedOut
+                });
             }
             std::thread::sleep(pause.min(deadline - now));
             pause = (pause * 2).min(Duration::from_millis(20));

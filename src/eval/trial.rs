@@ -102,6 +102,8 @@ pub struct TrialSettings {
     /// CA bundles, proxies and package-index settings from the host ([`network_env`]): every
     /// phase gets them, under the task's own variables.
     pub network_env: BTreeMap<String, String>,
+    /// Set when the job is interrupted: running phases end, the trial is a `CancelledError`.
+    pub cancel: &'static std::sync::atomic::AtomicBool,
 }
 
 /// Whether a host variable configures network access (certificates, proxies, package
@@ -605,6 +607,15 @@ fn trial_users(task: &Task, paths: &TrialPaths) -> Result<BTreeMap<String, Trial
     Ok(users)
 }
 
+/// The job was interrupted while this trial ran: not scored.
+fn cancelled(r: &mut TrialResult) -> PhaseError {
+    infra(
+        r,
+        "CancelledError",
+        "the job was interrupted (SIGINT or SIGTERM) while this trial ran".into(),
+    )
+}
+
 fn infra(r: &mut TrialResult, kind: &'static str, message: String) -> PhaseError {
     r.infrastructure_error = true;
     (kind, message)
@@ -678,9 +689,13 @@ fn trial_phases(
             scaled(task.setup_timeout, settings.timeout_multiplier),
             out,
             err,
+            settings.cancel,
         );
         *process_time += outcome.duration;
         r.timings.environment_setup = Some(PhaseTiming::from(&outcome));
+        if outcome.exit == Exit::Cancelled {
+            return Err(cancelled(r));
+        }
         let _ = remove_tree(&paths.setup);
         if !outcome.exit.success() {
             let why = match &outcome.exit {
@@ -1076,9 +1091,13 @@ fn step_setup(
         scaled(task.setup_timeout, settings.timeout_multiplier),
         out,
         err,
+        settings.cancel,
     );
     *process_time += outcome.duration;
     let _ = remove_tree(&paths.setup);
+    if outcome.exit == Exit::Cancelled {
+        return Err(cancelled(r));
+    }
     if outcome.exit.success() {
         return Ok(());
     }
@@ -1287,9 +1306,15 @@ fn agent_and_verifier(
                     stdout: "/logs/agent/stdout.txt",
                     stderr: "/logs/agent/stderr.txt",
                 };
-                c.run(&job, agent_limit)
+                c.run(&job, agent_limit, settings.cancel)
             }
-            None => process::run(iso.command(&phase, &program, &args), agent_limit, out, err),
+            None => process::run(
+                iso.command(&phase, &program, &args),
+                agent_limit,
+                out,
+                err,
+                settings.cancel,
+            ),
         };
         drop(gateway.take());
         *process_time += outcome.duration;
@@ -1299,6 +1324,7 @@ fn agent_and_verifier(
             Exit::Signal(s) => r.agent_exit.signal = Some(*s),
             Exit::TimedOut => r.agent_exit.timed_out = true,
             Exit::SpawnFailed(m) => return Err(infra(r, "AgentSpawnError", m.clone())),
+            Exit::Cancelled => return Err(cancelled(r)),
         }
         record_events(pass.instruction, paths, settings, r, &stdout_path);
     } else {
@@ -1554,9 +1580,9 @@ fn run_verifier(
                 stdout: "/logs/verifier/test-stdout.txt",
                 stderr: "/logs/verifier/test-stderr.txt",
             };
-            c.run(&job, limit)
+            c.run(&job, limit, settings.cancel)
         }
-        None => process::run(cmd, limit, out, err),
+        None => process::run(cmd, limit, out, err, settings.cancel),
     };
     // The trial ends here: whatever it left running is gone before its results are read.
     drop(container);
@@ -1574,6 +1600,7 @@ fn run_verifier(
             ));
         }
         Exit::SpawnFailed(m) => return Err(infra(r, "VerifierSpawnError", m.clone())),
+        Exit::Cancelled => return Err(cancelled(r)),
         _ => {}
     }
     let output = std::fs::read_to_string(&out_path).unwrap_or_default();
