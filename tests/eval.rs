@@ -1550,3 +1550,116 @@ fn harbor_compat_fixture() {
         );
     }
 }
+
+/// As in one container: a server the agent starts and leaves running (`nohup … &`) is still
+/// running when the verifier runs, and is gone when the trial ends. Before, each phase was a
+/// sandbox of its own and the verifier got "Connection refused".
+#[test]
+fn a_server_the_agent_leaves_running_is_there_for_the_verifier() {
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![fixture("services")], "oracle", out.path());
+    a.isolation = IsolationChoice::Bwrap;
+    let report = run(a);
+    let t = &report.trials[0];
+    assert_eq!(t.isolation, "bwrap");
+    assert_eq!(
+        t.reward,
+        Some(1.0),
+        "{:?}; see {}",
+        t.exception_info,
+        t.trial_dir.display()
+    );
+    // Ended with the trial: no process of the host runs the fixture's server any more.
+    let running: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("baton-bg-server-fixture") && c.contains("python3"))
+        .collect();
+    assert!(running.is_empty(), "{running:?}");
+}
+
+/// Ctrl-C during a job: the running trial is ended and recorded as cancelled, no new trial
+/// starts, and the job's `result.json` holds what ran (Harbor's stats count the cancelled and
+/// pending trials); exit code 130. Progress lines name the whole task, not the 32-character
+/// trial name. Before, SIGINT killed baton at once and left no job `result.json`, and the
+/// progress line of a long-named task read `a-task-with-a-rather-long-name-b__XXXXXXX`.
+#[test]
+fn ctrl_c_writes_the_partial_results_and_progress_names_whole_tasks() {
+    let root = tempfile::tempdir().unwrap();
+    let long = "a-task-with-a-rather-long-name-beyond-thirty-two-characters";
+    answer_task(root.path(), long, 60.0, REWARD_TXT);
+    let slow = answer_task(root.path(), "b-slow", 120.0, REWARD_TXT);
+    write(&slow.join("instruction.md"), "Take your time.\n");
+    answer_task(root.path(), "c-pending", 60.0, REWARD_TXT);
+    let out = tempfile::tempdir().unwrap();
+    let agent = r#"cmd:case "$INSTRUCTION" in *time*) touch /logs/agent/started; sleep 120;; esac"#;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("eval")
+        .arg(root.path())
+        .args([
+            "--agent",
+            agent,
+            "--trials",
+            "1",
+            "--concurrency",
+            "1",
+            "--job-name",
+            "j",
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let job = out.path().join("j");
+    // The slow trial's agent is running (no timed assertion: the wait is only bounded).
+    let started = (0..1200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err);
+            panic!("baton eval ended early ({status}): {err}");
+        }
+        std::fs::read_dir(&job)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                e.file_name().to_string_lossy().starts_with("b-slow__")
+                    && e.path().join("agent/started").exists()
+            })
+    });
+    assert!(started, "the slow trial never started");
+    // SAFETY: kill(2) of the child we started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    let result = result_json(&job.join("result.json"));
+    assert_eq!(result["interrupted"], true);
+    assert_eq!(result["n_pending_trials"], 1);
+    assert_eq!(result["stats"]["n_cancelled_trials"], 1);
+    assert_eq!(result["stats"]["n_pending_trials"], 1);
+    let trials = result["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 2, "{trials:?}");
+    let cancelled = trials.iter().find(|t| t["task_name"] == "b-slow").unwrap();
+    assert_eq!(
+        cancelled["exception_info"]["exception_type"], "CancelledError",
+        "{cancelled}"
+    );
+    assert!(cancelled["reward"].is_null());
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with(&format!("[1/3] {long} (")) && l.contains("failed")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("interrupted: 1 trial(s) never started"),
+        "{stderr}"
+    );
+}

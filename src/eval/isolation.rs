@@ -251,6 +251,9 @@ pub struct Phase<'a> {
     pub gateway: Option<&'a Gateway>,
     /// Who the phase runs as; `None` is root.
     pub user: Option<&'a TrialUser>,
+    /// The host folder of a [`super::container::Container`]'s control files: its `in/` is
+    /// mounted read-only and its `out/` writable under [`super::container::CONTROL`].
+    pub control: Option<&'a Path>,
 }
 
 /// How trials are isolated on this machine.
@@ -426,6 +429,7 @@ impl Isolation {
             env: BTreeMap::new(),
             gateway: None,
             user: None,
+            control: None,
         };
         let mut cmd = self.command(&phase, "sh", &["-c".into(), "touch /app/.probe".into()]);
         let out = cmd
@@ -567,6 +571,11 @@ impl Isolation {
         if let Some(ctx) = phase.build_context {
             b.ro_bind(ctx, Path::new("/environment"));
         }
+        if let Some(control) = phase.control {
+            let at = Path::new(super::container::CONTROL);
+            b.ro_bind(&control.join("in"), &at.join("in"))
+                .bind(&control.join("out"), &at.join("out"));
+        }
         let seccomp = seccomp_file(&self.seccomp);
         if seccomp.is_some() {
             b.seccomp_fd(SECCOMP_FD);
@@ -574,12 +583,7 @@ impl Isolation {
         b.hostname("trial")
             .chdir(Path::new(phase.workdir))
             .clearenv();
-        let mut env = self.base_env("/root", "/tmp");
-        if let Some(u) = phase.user {
-            env.insert("USER".into(), u.name.clone());
-            env.insert("LOGNAME".into(), u.name.clone());
-        }
-        env.extend(phase.env.clone());
+        let env = self.sandbox_env(phase.user, &phase.env);
         for (k, v) in &env {
             b.setenv(k, v);
         }
@@ -609,6 +613,22 @@ impl Isolation {
             });
         }
         cmd
+    }
+
+    /// The environment a command of a bwrap phase gets: the base (PATH, HOME, toolchains…),
+    /// the user's names, then `env`.
+    pub fn sandbox_env(
+        &self,
+        user: Option<&TrialUser>,
+        env: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        let mut all = self.base_env("/root", "/tmp");
+        if let Some(u) = user {
+            all.insert("USER".into(), u.name.clone());
+            all.insert("LOGNAME".into(), u.name.clone());
+        }
+        all.extend(env.clone());
+        all
     }
 
     fn plain_command(&self, phase: &Phase, program: &str, args: &[String]) -> Command {

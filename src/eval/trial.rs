@@ -11,6 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::atif;
+use super::container::{Container, Job};
 use super::events::{self, EventStats, HopLatency, HopRecord, Tokens};
 use super::fsutil::{copy_task_file, copy_tree, remove_tree};
 use super::gateway::{Gateway, GatewayError};
@@ -101,6 +102,8 @@ pub struct TrialSettings {
     /// CA bundles, proxies and package-index settings from the host ([`network_env`]): every
     /// phase gets them, under the task's own variables.
     pub network_env: BTreeMap<String, String>,
+    /// Set when the job is interrupted: running phases end, the trial is a `CancelledError`.
+    pub cancel: &'static std::sync::atomic::AtomicBool,
 }
 
 /// Whether a host variable configures network access (certificates, proxies, package
@@ -604,6 +607,15 @@ fn trial_users(task: &Task, paths: &TrialPaths) -> Result<BTreeMap<String, Trial
     Ok(users)
 }
 
+/// The job was interrupted while this trial ran: not scored.
+fn cancelled(r: &mut TrialResult) -> PhaseError {
+    infra(
+        r,
+        "CancelledError",
+        "the job was interrupted (SIGINT or SIGTERM) while this trial ran".into(),
+    )
+}
+
 fn infra(r: &mut TrialResult, kind: &'static str, message: String) -> PhaseError {
     r.infrastructure_error = true;
     (kind, message)
@@ -662,6 +674,7 @@ fn trial_phases(
             env: env.clone(),
             gateway: None,
             user: None,
+            control: None,
         };
         let cmd = iso.command(&phase, "bash", &["/setup/setup.sh".into()]);
         let (out, err) = log_files(&paths.root.join("setup.log")).map_err(|e| {
@@ -676,9 +689,13 @@ fn trial_phases(
             scaled(task.setup_timeout, settings.timeout_multiplier),
             out,
             err,
+            settings.cancel,
         );
         *process_time += outcome.duration;
         r.timings.environment_setup = Some(PhaseTiming::from(&outcome));
+        if outcome.exit == Exit::Cancelled {
+            return Err(cancelled(r));
+        }
         let _ = remove_tree(&paths.setup);
         if !outcome.exit.success() {
             let why = match &outcome.exit {
@@ -1048,6 +1065,7 @@ fn step_setup(
         env: env.clone(),
         gateway: None,
         user,
+        control: None,
     };
     let script = "cp -a --no-preserve=ownership /setup/. \"$1\"/ && if [ -f /setup/setup.sh ]; then bash \"$1/setup.sh\"; fi";
     let cmd = settings.isolation.command(
@@ -1073,9 +1091,13 @@ fn step_setup(
         scaled(task.setup_timeout, settings.timeout_multiplier),
         out,
         err,
+        settings.cancel,
     );
     *process_time += outcome.duration;
     let _ = remove_tree(&paths.setup);
+    if outcome.exit == Exit::Cancelled {
+        return Err(cancelled(r));
+    }
     if outcome.exit.success() {
         return Ok(());
     }
@@ -1214,7 +1236,38 @@ fn agent_and_verifier(
             )
         }
     };
+    // The agent and the verifier share one sandbox, as they share one container in Docker,
+    // under bwrap: what the agent leaves running (a server it was asked to start) is there for
+    // the verifier, and ends with it.
+    let mut container: Option<Container> = None;
     if let Some(program) = program {
+        let control = paths.root.join("work").join("control");
+        // Root only: the verifier's /tests is made in the sandbox's own root folder when it
+        // starts (the agent never sees one), which only root may write.
+        if iso.kind == IsolationKind::Bwrap
+            && pass.agent_user.is_none()
+            && pass.verifier_user.is_none()
+        {
+            let phase = Phase {
+                paths,
+                workdir: &task.environment.workdir,
+                network,
+                tests: false,
+                solution,
+                setup: false,
+                build_context: None,
+                env: BTreeMap::new(),
+                gateway: gateway.as_ref(),
+                user: agent_user.as_ref(),
+                control: Some(&control),
+            };
+            let log = paths.root.join("work").join("container.log");
+            match Container::start(iso, &phase, &control, &log) {
+                Ok(c) => container = Some(c),
+                // A sandbox per phase then, as before.
+                Err(e) => tracing::warn!("{}: no shared sandbox: {e}", paths.root.display()),
+            }
+        }
         let phase = Phase {
             paths,
             workdir: &task.environment.workdir,
@@ -1226,8 +1279,8 @@ fn agent_and_verifier(
             env: agent_env.clone(),
             gateway: gateway.as_ref(),
             user: agent_user.as_ref(),
+            control: None,
         };
-        let cmd = iso.command(&phase, &program, &args);
         let out = File::create(&stdout_path);
         let err = File::create(paths.agent_logs.join("stderr.txt"));
         let (out, err) = match (out, err) {
@@ -1240,7 +1293,29 @@ fn agent_and_verifier(
                 ));
             }
         };
-        let outcome = process::run(cmd, agent_limit, out, err);
+        let outcome = match container.as_mut() {
+            Some(c) => {
+                drop((out, err));
+                let job_env = iso.sandbox_env(agent_user.as_ref(), &agent_env);
+                let job = Job {
+                    workdir: &task.environment.workdir,
+                    env: &job_env,
+                    prelude: "",
+                    program: &program,
+                    args: &args,
+                    stdout: "/logs/agent/stdout.txt",
+                    stderr: "/logs/agent/stderr.txt",
+                };
+                c.run(&job, agent_limit, settings.cancel)
+            }
+            None => process::run(
+                iso.command(&phase, &program, &args),
+                agent_limit,
+                out,
+                err,
+                settings.cancel,
+            ),
+        };
         drop(gateway.take());
         *process_time += outcome.duration;
         r.timings.agent_execution = Some(PhaseTiming::from(&outcome));
@@ -1249,6 +1324,7 @@ fn agent_and_verifier(
             Exit::Signal(s) => r.agent_exit.signal = Some(*s),
             Exit::TimedOut => r.agent_exit.timed_out = true,
             Exit::SpawnFailed(m) => return Err(infra(r, "AgentSpawnError", m.clone())),
+            Exit::Cancelled => return Err(cancelled(r)),
         }
         record_events(pass.instruction, paths, settings, r, &stdout_path);
     } else {
@@ -1262,7 +1338,7 @@ fn agent_and_verifier(
     let _ = remove_tree(&paths.solution);
 
     // Verifier: the tests appear only now.
-    let verify = run_verifier(task, pass, paths, settings, env, process_time, r);
+    let verify = run_verifier(task, pass, paths, settings, env, container, process_time, r);
     let agent_error = if r.agent_exit.timed_out {
         Some((
             "AgentTimeoutError",
@@ -1410,17 +1486,33 @@ fn baton_agent_setup(
     })
 }
 
+/// The verifier of one pass: in the agent's sandbox when there is one (`container`, ended
+/// here before anything the trial wrote is read), else in a sandbox of its own.
+#[allow(clippy::too_many_arguments)]
 fn run_verifier(
     task: &Task,
     pass: &Pass,
     paths: &TrialPaths,
     settings: &TrialSettings,
     task_env: &BTreeMap<String, String>,
+    container: Option<Container>,
     process_time: &mut Duration,
     r: &mut TrialResult,
 ) -> Result<(), PhaseError> {
     let iso = &settings.isolation;
-    std::fs::create_dir_all(&paths.tests).map_err(|e| {
+    // A sandbox whose supervisor the agent's commands ended is gone, with their processes.
+    let mut container = container;
+    if container.as_mut().is_some_and(|c| !c.alive()) {
+        container = None;
+    }
+    // With the agent's processes still running, the tests are staged where the trial cannot
+    // write and copied into /tests from inside it: a link a process plants in /tests while
+    // the runner copies must resolve in the trial, never on the host.
+    let tests_dest = match &container {
+        Some(c) => c.staging().join("tests"),
+        None => paths.tests.clone(),
+    };
+    std::fs::create_dir_all(&tests_dest).map_err(|e| {
         infra(
             r,
             "VerifierSetupError",
@@ -1428,12 +1520,12 @@ fn run_verifier(
         )
     })?;
     for dir in &pass.tests {
-        copy_tree(dir, &paths.tests, &[])
+        copy_tree(dir, &tests_dest, &[])
             .map_err(|e| infra(r, "VerifierSetupError", e.to_string()))?;
     }
     for file in &task.tests_extra_files {
         let name = file.file_name().map(PathBuf::from).unwrap_or_default();
-        copy_task_file(&task.dir, file, &paths.tests.join(name)).map_err(|e| {
+        copy_task_file(&task.dir, file, &tests_dest.join(name)).map_err(|e| {
             infra(
                 r,
                 "VerifierSetupError",
@@ -1455,6 +1547,7 @@ fn run_verifier(
         env,
         gateway: None,
         user: pass.verifier_user,
+        control: None,
     };
     let cmd = iso.command(&phase, "bash", &[format!("/tests/{}", task.test_entry)]);
     let out_path = paths.verifier_logs.join("test-stdout.txt");
@@ -1470,7 +1563,29 @@ fn run_verifier(
         }
     };
     let limit = scaled(pass.verifier_timeout, settings.timeout_multiplier);
-    let outcome = process::run(cmd, limit, out, err);
+    let outcome = match container.as_mut() {
+        Some(c) => {
+            drop((out, err));
+            let job_env = iso.sandbox_env(pass.verifier_user, &phase.env);
+            let prelude = format!(
+                "rm -rf /tests && mkdir /tests && cp -a --no-preserve=ownership {}/in/tests/. /tests/ || exit 126",
+                super::container::CONTROL
+            );
+            let job = Job {
+                workdir: &task.environment.workdir,
+                env: &job_env,
+                prelude: &prelude,
+                program: "bash",
+                args: &[format!("/tests/{}", task.test_entry)],
+                stdout: "/logs/verifier/test-stdout.txt",
+                stderr: "/logs/verifier/test-stderr.txt",
+            };
+            c.run(&job, limit, settings.cancel)
+        }
+        None => process::run(cmd, limit, out, err, settings.cancel),
+    };
+    // The trial ends here: whatever it left running is gone before its results are read.
+    drop(container);
     *process_time += outcome.duration;
     r.timings.verifier = Some(PhaseTiming::from(&outcome));
     match &outcome.exit {
@@ -1485,6 +1600,7 @@ fn run_verifier(
             ));
         }
         Exit::SpawnFailed(m) => return Err(infra(r, "VerifierSpawnError", m.clone())),
+        Exit::Cancelled => return Err(cancelled(r)),
         _ => {}
     }
     let output = std::fs::read_to_string(&out_path).unwrap_or_default();
