@@ -86,7 +86,28 @@ fn declined_hint(count: usize) -> String {
 }
 
 /// Runs one headless turn of `text` on a started agent and returns the exit code.
-pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, config: &Config) -> i32 {
+pub async fn run(handle: AgentHandle, text: String, opts: ExecOptions, config: &Config) -> i32 {
+    let mut answered = false;
+    let code = run_turn(handle, text, &opts, config, &mut answered).await;
+    // `-o FILE` holds this run's answer or nothing: a failed run must not leave the text of an
+    // earlier one for a CI step to read as this run's.
+    if !answered
+        && let Some(path) = &opts.output
+        && path.is_file()
+        && let Err(e) = std::fs::write(path, "")
+    {
+        eprintln!("baton: cannot empty {}: {e}", path.display());
+    }
+    code
+}
+
+async fn run_turn(
+    mut handle: AgentHandle,
+    text: String,
+    opts: &ExecOptions,
+    config: &Config,
+    answered: &mut bool,
+) -> i32 {
     let out = Output::new(opts.json);
 
     let mut deadline = config
@@ -220,7 +241,7 @@ pub async fn run(mut handle: AgentHandle, text: String, opts: ExecOptions, confi
                 if let Some(answer) = answer {
                     out.answer(answer);
                     if let Some(path) = &opts.output
-                        && let Err(e) = std::fs::write(path, answer)
+                        && let Err(e) = std::fs::write(path, answer).inspect(|_| *answered = true)
                     {
                         eprintln!("baton: cannot write {}: {e}", path.display());
                         code = Some(exit::AGENT_ERROR);
