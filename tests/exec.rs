@@ -1270,7 +1270,7 @@ fn sigterm_mid_command_kills_it_and_saves_the_session_and_checkpoint() {
                 MockReply::tool_call(
                     "c1",
                     "shell",
-                    &serde_json::json!({
+                    serde_json::json!({
                         "command": format!("echo agent-change >> setup.cfg; {marker}")
                     })
                     .to_string(),
