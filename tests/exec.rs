@@ -1270,7 +1270,7 @@ fn sigterm_mid_command_kills_it_and_saves_the_session_and_checkpoint() {
                 MockReply::tool_call(
                     "c1",
                     "shell",
-                    &serde_json::json!({
+                    serde_json::json!({
                         "command": format!("echo agent-change >> setup.cfg; {marker}")
                     })
                     .to_string(),
@@ -1408,4 +1408,23 @@ fn a_while_read_loop_keeps_its_input_and_each_run_gets_its_own_prompt() {
         "{}",
         stderr_of(&out)
     );
+}
+
+#[test]
+fn a_failed_run_leaves_no_stale_answer_in_the_output_file() {
+    // A CI step reading `-o FILE` after a failed run got the answer of an earlier run.
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer(MockReply::error(401, "bad key", "invalid_api_key")),
+    );
+    let file = env.workspace.join("answer.txt");
+    std::fs::write(&file, "OLD ANSWER\n").expect("write");
+    let out = env
+        .exec(&engine, "x", &["-o", file.to_str().expect("utf-8 path")])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    assert_eq!(std::fs::read_to_string(&file).expect("read"), "");
 }

@@ -949,3 +949,49 @@ fn the_model_is_told_of_undo_and_of_shell_commands_in_a_real_terminal() {
     tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
     tmux.wait_until_dead();
 }
+
+#[test]
+fn copy_reaches_tmux_with_set_clipboard_on() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", MockReply::text("copy me please"))
+            .default_summary("Answered."),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let tmux = start_ui(&engine, &workspace, &home, &[]);
+    // What the docs tell a tmux user to set.
+    tmux.cmd(&["set-option", "-g", "set-clipboard", "on"]);
+    tmux.wait_for("Ask baton");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "say something"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("copy me please");
+    tmux.wait_for("● ready");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "/copy"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("sent to the clipboard");
+    // tmux made a paste buffer of it (tmux 3.3 dropped the passthrough-only form baton sent).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let buffer = tmux.cmd(&["show-buffer"]);
+        if buffer.contains("copy me please") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no tmux buffer holds the answer: {buffer:?}; screen:\n{}",
+            tmux.capture()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
+}
