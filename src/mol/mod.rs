@@ -59,7 +59,7 @@ pub use handoff::{HANDOFF_TOOL, handed_over, handoff_spec, parse_handoff};
 pub use profile::{ExpertDef, Profile, ProfileError, ProfileNames, ROUTE_PREFILL};
 pub use route::{
     DEFAULT_EXPERT, ROUTER_MAX_TOKENS, RouteOutcome, fallback_expert, label_text, parse_label,
-    route, route_request,
+    ROUTE_TEXT_CHARS, route, route_excerpt, route_request,
 };
 pub use speculate::{Resolved, Speculation, speculative_expert, view_is_ready};
 pub use state::{SessionState, restore, resume_session};
