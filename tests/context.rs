@@ -175,6 +175,8 @@ fn agent_config(dir: &Path) -> AgentConfig {
         seed: None,
         max_tokens: None,
         context_window: None,
+        sandbox: Default::default(),
+        network: false,
         compact_at: None,
         speculate: Default::default(),
         hooks: baton::hooks::Hooks::none(),
