@@ -11,6 +11,7 @@
 pub(crate) mod approval;
 mod context;
 mod core_loop;
+mod environment;
 mod hooks;
 pub(crate) mod instructions;
 mod probe;
@@ -114,6 +115,10 @@ pub struct AgentConfig {
     pub top_p: Option<f32>,
     pub seed: Option<u64>,
     pub max_tokens: Option<u32>,
+    /// The sandbox commands run in and whether they have the network, as the environment
+    /// block tells the experts.
+    pub sandbox: crate::protocol::SandboxMode,
+    pub network: bool,
     /// The experts' context window in tokens; `None` = ask the server (`/models`).
     pub context_window: Option<u64>,
     /// Compact when a view passes this fraction of the window (`compact_at`; default 0.85).
@@ -148,6 +153,8 @@ pub(crate) struct Shared {
     pub models: tokio::sync::OnceCell<Vec<crate::backend::ModelInfo>>,
     /// What `SessionStart` hooks gave the model, added to the next user turn.
     pub hook_context: Mutex<Vec<String>>,
+    /// The environment block of the system prompt, taken at start.
+    environment: environment::Environment,
 }
 
 /// A session's state with the file its records go to: one lock, so the order of records in
@@ -222,16 +229,13 @@ impl Shared {
             .expert_setup(expert)
             .0
             .unwrap_or(&self.cfg.system_prompt);
-        let mut system = format!(
-            "{}\n\nWorkspace: {}",
+        let system = format!(
+            "{}\n\nWorkspace: {}\n{}",
             prompt.trim_end(),
-            self.cfg.workspace.display()
+            self.cfg.workspace.display(),
+            self.environment
+                .render(*lock(&self.approval), self.cfg.headless)
         );
-        if self.cfg.headless {
-            system.push_str(
-                "\nThis run is headless: nobody can answer questions or approve actions.",
-            );
-        }
         let head = [ChatMessage::system(system)];
         crate::mol::modes::system_head(self.cfg.mode, &self.cfg.profile, &head)
     }
@@ -352,7 +356,9 @@ fn start(
         &tool_state,
         crate::tool::checkpoint::StoreConfig::for_session_dir(&cfg.session_dir),
     );
+    let environment = environment::Environment::take(&cfg.workspace, cfg.sandbox, cfg.network);
     let shared = Arc::new(Shared {
+        environment,
         pinned: Mutex::new(cfg.pinned),
         model: Mutex::new(cfg.model.clone()),
         approval: Mutex::new(cfg.approval),

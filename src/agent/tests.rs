@@ -190,6 +190,8 @@ fn launch_configured(
         seed: None,
         max_tokens: None,
         context_window,
+        sandbox: Default::default(),
+        network: false,
         compact_at: None,
         speculate: Default::default(),
         hooks: crate::hooks::Hooks::none(),

@@ -93,6 +93,8 @@ fn agent_config(dir: &std::path::Path, speculate: Speculate) -> AgentConfig {
         seed: None,
         max_tokens: None,
         context_window: None,
+        sandbox: Default::default(),
+        network: false,
         compact_at: None,
         hooks: baton::hooks::Hooks::none(),
         speculate,
