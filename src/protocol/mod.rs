@@ -13,6 +13,7 @@ mod mcp;
 mod options;
 mod service;
 mod terminal_text;
+mod tls;
 
 pub use chat::{ChatMessage, ReasoningEffort, Role, ToolCall, ToolSpec};
 pub use error::{ErrorKind, exit};
@@ -27,6 +28,7 @@ pub use service::{
     TurnOptions, TurnRouted,
 };
 pub use terminal_text::{is_spoofing_char, terminal_safe, terminal_safe_json, terminal_safe_line};
+pub use tls::install_tls_provider;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
