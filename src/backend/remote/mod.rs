@@ -158,6 +158,7 @@ impl RemoteBackend {
     ) -> Result<Self, RemoteConfigError> {
         config.base_url = config::validate_base_url(&config.base_url)?;
         config.api_key = config::normalize_api_key(config.api_key.take())?;
+        crate::protocol::install_tls_provider();
         let mut client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")));

@@ -253,7 +253,7 @@ pub async fn start(
                 config = config.auth_header(token);
             }
             config = config.custom_headers(headers(http_headers, env_http_headers)?);
-            install_crypto();
+            crate::protocol::install_tls_provider();
             let transport = StreamableHttpClientTransport::from_config(config);
             let running = client_info()
                 .serve(transport)
@@ -271,16 +271,6 @@ pub async fn start(
         .await
         .map_err(|e| format!("`tools/list` failed: {}", short(e)))?;
     Ok((service, tools))
-}
-
-/// The MCP HTTP client's TLS uses ring, as the model backend's does (no second crypto
-/// library to build); rustls needs it named once per process.
-fn install_crypto() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // Err: a provider is already installed, which serves as well.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
 }
 
 fn headers(
