@@ -97,7 +97,7 @@ fn for_model(text: &str) -> String {
 /// command could have written (the home, else `/`). `BATON_PROJECT_DIR` names the workspace
 /// either way.
 fn confine(cmd: &mut tokio::process::Command, workspace: &Path, in_workspace: bool) {
-    let roots = [workspace.to_path_buf()];
+    let roots = host_programs::writable_roots_with(workspace);
     if in_workspace {
         cmd.current_dir(workspace);
     } else {

@@ -5,9 +5,11 @@
 //! out the one value or path the next expert needs. The ledger is not written by a model: the
 //! files the task changed (and whether a commit followed), the commands it ran with their exit
 //! status, the tests it ran last and which of them failed, the plan items still open, the
-//! start of its answer, and the constraints the user stated. It is deterministic (the same
-//! task gives the same bytes, so views stay append-only for prefix caches) and bounded. Only
-//! tasks that called tools get one: a chat answer's facts are the summary's job.
+//! short values it wrote, and the constraints the user stated. It never quotes the expert's
+//! answer: another expert sees a task through its summary, never its raw text. It is
+//! deterministic (the same task gives the same bytes, so views stay append-only for prefix
+//! caches) and bounded. Only tasks that called tools get one: a chat answer's facts are the
+//! summary's job.
 
 use std::collections::HashMap;
 
@@ -23,8 +25,10 @@ pub const LEDGER_MAX_CHARS: usize = 1600;
 const MAX_COMMANDS: usize = 6;
 /// Characters of one command as listed.
 const COMMAND_CHARS: usize = 100;
-/// Characters of the task's answer shown.
-const ANSWER_CHARS: usize = 400;
+/// A write or edit whose new text is at most this long (one line) is listed with its text.
+const VALUE_CHARS: usize = 120;
+/// Short writes listed, the most recent ones.
+const MAX_VALUES: usize = 4;
 /// Failing test names listed.
 const MAX_FAILING: usize = 5;
 
@@ -61,12 +65,6 @@ pub fn ledger(task: &Task) -> String {
         "Ledger (baton's own record of what the {} expert's task did):",
         task.owner
     )];
-    if let Some(answer) = task.answer().map(str::trim).filter(|a| !a.is_empty()) {
-        lines.push(format!(
-            "- answer began: {}",
-            clip(&one_line(answer), ANSWER_CHARS)
-        ));
-    }
     let files = files_touched(task);
     if !files.is_empty() {
         let committed = committed_files(&calls, &results);
@@ -80,6 +78,10 @@ pub fn ledger(task: &Task) -> String {
             parts.push(format!("{} (committed)", join(&done)));
         }
         lines.push(format!("- files changed: {}", parts.join("; ")));
+    }
+    let values = short_values(&calls, &results);
+    if !values.is_empty() {
+        lines.push(format!("- values written: {}", values.join("; ")));
     }
     let ran = commands(&calls, &results);
     if !ran.is_empty() {
@@ -183,6 +185,33 @@ fn empty_task() -> Task {
         compaction: None,
         shrunk_before: 0,
     }
+}
+
+/// The short texts the task wrote that took effect (`write_file` content or an `edit`'s
+/// new text of one line, at most `VALUE_CHARS`), as `path: `text``, the most recent last:
+/// the exact value a later expert would otherwise have to re-read a file to learn.
+fn short_values(calls: &[&ToolCall], results: &HashMap<&str, &str>) -> Vec<String> {
+    let mut values: Vec<String> = calls
+        .iter()
+        .filter(|c| {
+            let result = results.get(c.id.as_str()).copied().unwrap_or("");
+            !result.starts_with("error")
+        })
+        .filter_map(|c| {
+            let args: Value = serde_json::from_str(&c.arguments).ok()?;
+            let text = match c.name.as_str() {
+                "write_file" => args.get("content")?.as_str()?,
+                "edit" => args.get("new_string")?.as_str()?,
+                _ => return None,
+            };
+            let text = text.trim();
+            let path = args.get("path")?.as_str()?;
+            (!text.is_empty() && !text.contains('\n') && text.chars().count() <= VALUE_CHARS)
+                .then(|| format!("{}: `{text}`", clip(path, 100)))
+        })
+        .collect();
+    values.drain(..values.len().saturating_sub(MAX_VALUES));
+    values
 }
 
 /// The shell commands of the task, in order, with their exit status and output.
@@ -382,7 +411,11 @@ mod tests {
         ]);
         let l = ledger(&t);
         assert!(l.starts_with("Ledger (baton's own record of what the L2 expert's task did):"));
-        assert!(l.contains("- answer began: The rate is now 0.0725;"), "{l}");
+        assert!(!l.contains("still fails"), "the answer is not quoted: {l}");
+        assert!(
+            l.contains("- values written: src/rate.py: `RATE = 0.0725`"),
+            "{l}"
+        );
         assert!(
             l.contains("- files changed: NOTES.md (not committed); src/rate.py (committed)"),
             "{l}"

@@ -26,6 +26,47 @@ pub const SEARCH_PATH_VARS: &[&str] = &[
     "LD_LIBRARY_PATH",
 ];
 
+/// Variables whose value makes a program load code named in it (`NODE_OPTIONS="--require
+/// x.js"`, `BASH_ENV` for every `bash -c` a hook runs, `PYTHONSTARTUP`, `LD_PRELOAD`…): dropped
+/// when any path in them lies where a command could have written.
+pub const CODE_OPTION_VARS: &[&str] = &[
+    "NODE_OPTIONS",
+    "BASH_ENV",
+    "ENV",
+    "PYTHONSTARTUP",
+    "PERL5OPT",
+    "RUBYOPT",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "LD_PRELOAD",
+    "LD_AUDIT",
+];
+
+/// The folders besides the workspace that commands may write in this process (`--write`,
+/// `[sandbox] writable`), recorded when the configuration is resolved: hooks and MCP servers
+/// are started far from where the configuration is read, and must skip those folders too.
+static WRITABLE_ROOTS: std::sync::RwLock<Vec<PathBuf>> = std::sync::RwLock::new(Vec::new());
+
+/// Records the folders commands may write (the workspace and the extra writable ones).
+pub fn set_writable_roots(roots: &[PathBuf]) {
+    let mut held = WRITABLE_ROOTS.write().unwrap_or_else(|e| e.into_inner());
+    *held = roots.to_vec();
+}
+
+/// `workspace` and every folder recorded by [`set_writable_roots`]: what a program baton
+/// starts outside the sandbox must not be found in, run in, or load code from.
+pub fn writable_roots_with(workspace: &Path) -> Vec<PathBuf> {
+    let mut roots = vec![workspace.to_path_buf()];
+    let held = WRITABLE_ROOTS.read().unwrap_or_else(|e| e.into_inner());
+    for r in held.iter() {
+        if !roots.contains(r) {
+            roots.push(r.clone());
+        }
+    }
+    roots
+}
+
 /// `p` made absolute and resolved as far as it exists (symlinks of the existing part
 /// followed, `..` and `.` folded), so a folder not created yet is still placed where it would
 /// be. None for a relative path: it names the working directory, wherever that is.
@@ -172,6 +213,14 @@ pub fn scrub_var(name: &str, value: &OsStr, roots: &[PathBuf]) -> Option<OsStrin
     if SEARCH_PATH_VARS.contains(&name) {
         return safe_search_path(value, roots);
     }
+    if CODE_OPTION_VARS.contains(&name) {
+        let text = value.to_string_lossy();
+        let names_writable = text
+            .split(|c: char| c.is_whitespace() || matches!(c, '=' | ':' | ',' | '"' | '\''))
+            .filter(|t| t.contains('/'))
+            .any(|t| entry_is_writable(Path::new(t), roots));
+        return (!names_writable).then(|| value.to_owned());
+    }
     let lower = name.to_ascii_lowercase();
     if lower.starts_with("npm_config_") {
         let p = Path::new(value);
@@ -278,5 +327,50 @@ mod tests {
             scrub_var("NPM_CONFIG_CACHE", base.join("cache").as_os_str(), &roots),
             Some(base.join("cache").into_os_string())
         );
+    }
+
+    /// A hook's `node` loaded `NODE_OPTIONS="--require WS/.pnp.cjs"`, a file a command wrote
+    /// (found by the attack round after the PATH fix); options naming only outside files stay.
+    #[test]
+    fn code_loading_options_naming_a_writable_file_are_dropped() {
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().canonicalize().unwrap();
+        let ws = base.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let roots = vec![ws.clone()];
+        let planted = format!("--require {}", ws.join(".pnp.cjs").display());
+        assert_eq!(
+            scrub_var("NODE_OPTIONS", OsStr::new(&planted), &roots),
+            None
+        );
+        assert_eq!(
+            scrub_var("NODE_OPTIONS", OsStr::new("--require ./x.js"), &roots),
+            None
+        );
+        let env_file = ws.join("env.sh");
+        assert_eq!(scrub_var("BASH_ENV", env_file.as_os_str(), &roots), None);
+        let kept = OsStr::new("--max-old-space-size=4096");
+        assert_eq!(
+            scrub_var("NODE_OPTIONS", kept, &roots),
+            Some(kept.to_owned())
+        );
+        let outside = base.join("outside.js");
+        let other = format!("--require={}", outside.display());
+        assert_eq!(
+            scrub_var("NODE_OPTIONS", OsStr::new(&other), &roots),
+            Some(OsString::from(other.clone()))
+        );
+    }
+
+    /// `--write` folders count as much as the workspace for what baton starts itself.
+    #[test]
+    fn the_recorded_writable_roots_join_the_workspace() {
+        let ws = PathBuf::from("/w/ws");
+        let extra = PathBuf::from("/w/extra");
+        set_writable_roots(&[ws.clone(), extra.clone()]);
+        let roots = writable_roots_with(&ws);
+        assert!(roots.contains(&ws) && roots.contains(&extra), "{roots:?}");
+        assert!(find_in("tool", OsStr::new("/w/extra/bin"), &roots).is_none());
+        set_writable_roots(&[]);
     }
 }

@@ -115,7 +115,7 @@ fn short(e: impl std::fmt::Display) -> String {
 /// the home, else `/`), or in its configured `cwd` when that lies outside the workspace or
 /// the workspace's folder is trusted. A trusted project's own server starts in the workspace.
 fn working_dir(server: &McpServer, cwd: Option<&Path>, workspace: &Path) -> PathBuf {
-    let roots = [workspace.to_path_buf()];
+    let roots = host_programs::writable_roots_with(workspace);
     if server.project {
         return cwd.unwrap_or(workspace).to_path_buf();
     }
@@ -140,7 +140,7 @@ fn child_env(
     configured: &BTreeMap<String, String>,
     workspace: &Path,
 ) -> Vec<(OsString, OsString)> {
-    let roots = [workspace.to_path_buf()];
+    let roots = host_programs::writable_roots_with(workspace);
     let mut vars: BTreeMap<String, OsString> = BTreeMap::new();
     for name in INHERITED {
         if let Some(value) = std::env::var_os(name) {
