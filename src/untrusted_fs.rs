@@ -614,6 +614,19 @@ impl Dir {
     }
 }
 
+/// Whether `path` (made absolute) lies lexically beneath one of `anchors`, as given or with
+/// links resolved: then [`locate`] reaches it without following a link below that anchor.
+pub fn is_beneath(path: &Path, anchors: &[&Path]) -> bool {
+    let Ok(abs) = std::path::absolute(path) else {
+        return false;
+    };
+    anchors.iter().any(|anchor| {
+        std::path::absolute(anchor).is_ok_and(|a| {
+            abs.starts_with(&a) || std::fs::canonicalize(&a).is_ok_and(|r| abs.starts_with(r))
+        })
+    })
+}
+
 /// The directory holding the file `path` and the file's name. The directory is reached from
 /// the first of `anchors` it lies beneath without following any link below that anchor (a
 /// folder in the workspace swapped for a link to `~/.config` is refused); a path beneath none

@@ -290,7 +290,10 @@ fn links_planted_in_a_session_folder_are_not_written_through() {
     std::fs::remove_file(&path).expect("rm");
     std::fs::write(outside.path().join("copy.jsonl"), &real).expect("copy");
     std::os::unix::fs::symlink(outside.path().join("copy.jsonl"), &path).expect("link");
+    // Not even listed (the listing opens no link either); opened by its path, refused.
     let err = SessionFile::resume(dir.path(), &id, None).expect_err("a link is refused");
+    assert!(err.to_string().contains("no session"), "{err}");
+    let err = SessionFile::open(&path).expect_err("a link is refused");
     assert!(err.to_string().contains("cannot open"), "{err}");
     assert_eq!(
         std::fs::read(outside.path().join("copy.jsonl")).unwrap(),
