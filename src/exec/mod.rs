@@ -137,10 +137,11 @@ fn declined_hint(count: usize) -> String {
 pub async fn run(handle: AgentHandle, text: String, opts: ExecOptions, config: &Config) -> i32 {
     let mut answered = false;
     let code = drive(handle, text, &opts, config, &mut answered).await;
-    if !answered && let Some(path) = &opts.output {
-        if let Err(e) = write_output(path, "", config) {
-            eprintln!("baton: cannot empty {}: {e}", path.display());
-        }
+    if !answered
+        && let Some(path) = &opts.output
+        && let Err(e) = write_output(path, "", config)
+    {
+        eprintln!("baton: cannot empty {}: {e}", path.display());
     }
     code
 }
