@@ -300,3 +300,16 @@ fn links_planted_in_a_session_folder_are_not_written_through() {
         real
     );
 }
+
+/// A FIFO named like a session file in the session folder (which may lie where commands
+/// write): `baton sessions` opened it to summarize it and waited for a writer for good.
+#[test]
+fn a_fifo_in_the_session_folder_is_never_opened_by_the_listing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = SessionFile::create(dir.path(), "mol", "x", dir.path()).expect("create");
+    drop(f);
+    let watch = crate::untrusted_fs::fifo_watch::fifo_watch(&dir.path().join("evil.jsonl"));
+    let listed = list(dir.path()).expect("list");
+    assert!(!watch.was_opened(), "the listing opened the FIFO");
+    assert_eq!(listed.len(), 1);
+}
