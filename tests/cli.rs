@@ -12,7 +12,10 @@ fn help_lists_the_main_options_and_exit_codes() {
         predicate::str::contains("--exec")
             .and(predicate::str::contains("--endpoint"))
             .and(predicate::str::contains("--resume"))
-            .and(predicate::str::contains("Exit codes")),
+            .and(predicate::str::contains("Exit codes"))
+            .and(predicate::str::contains("143 SIGTERM"))
+            // In mol mode `--reasoning low` is sent as high: the help says so.
+            .and(predicate::str::contains("low and medium are sent as high")),
     );
 }
 

@@ -166,6 +166,7 @@ fn agent_config(dir: &Path) -> AgentConfig {
         headless: true,
         max_round_trips: None,
         system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
+        experts: Default::default(),
         profile: Profile::builtin(&ProfileNames::default()),
         workspace: dir.to_path_buf(),
         session_dir: dir.join(".sessions"),
@@ -174,6 +175,8 @@ fn agent_config(dir: &Path) -> AgentConfig {
         seed: None,
         max_tokens: None,
         context_window: None,
+        sandbox: Default::default(),
+        network: false,
         compact_at: None,
         speculate: Default::default(),
         hooks: baton::hooks::Hooks::none(),
@@ -181,10 +184,19 @@ fn agent_config(dir: &Path) -> AgentConfig {
 }
 
 fn start(dir: &Path, engine: &MockEngine, resume: Option<&str>) -> AgentHandle {
-    let cfg = agent_config(dir);
     let backend = RemoteBackend::builder(engine.url())
         .build()
         .expect("backend");
+    start_on(dir, engine, backend, resume)
+}
+
+fn start_on(
+    dir: &Path,
+    engine: &MockEngine,
+    backend: RemoteBackend,
+    resume: Option<&str>,
+) -> AgentHandle {
+    let cfg = agent_config(dir);
     let (file, restored) = match resume {
         Some(id) => {
             let (f, r) = baton::mol::resume_session(&cfg.session_dir, id, None).expect("resume");
@@ -527,7 +539,13 @@ async fn a_failed_compaction_drops_old_outputs_and_says_so() {
             }
             .usage(prompt, 20)
         });
-    let mut h = start(dir.path(), &engine, None);
+    // Each failed compaction would otherwise be retried with back-off: seconds of waiting per
+    // attempt that the failure path under test does not need.
+    let backend = RemoteBackend::builder(engine.url())
+        .max_retries(0)
+        .build()
+        .expect("backend");
+    let mut h = start_on(dir.path(), &engine, backend, None);
     let events = turn(&mut h, REQUEST).await;
     shutdown(h, &dir.path().join(".sessions")).await;
     assert_eq!(status(&events), Some(TurnStatus::Done));
@@ -773,4 +791,70 @@ async fn many_short_tasks_of_one_expert_fold_to_their_summaries() {
         .expect("resume")
         .1;
     assert!(!restored.timeline.folded_before.is_empty());
+}
+
+/// A handoff carries what one expert established to the next, through the ledger baton keeps
+/// of the task: a value, a path and a failing test's name reach L1 although L2's summary
+/// names none of them (the real binary, two `--exec` turns, a real shell command).
+#[test]
+fn the_next_expert_receives_the_value_path_and_failing_test_the_summary_left_out() {
+    use crate::support::Script;
+    use crate::support::env::Env;
+    let env = Env::new();
+    std::fs::write(
+        env.workspace.join("test.sh"),
+        "echo 'FAIL: test_rate_rounding (test_rate.T)'\nexit 1\n",
+    )
+    .expect("script");
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L1"])
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "c1",
+                    "write_file",
+                    r#"{"path":"config/rate.toml","content":"rate = 0.0725\n"}"#,
+                ),
+            )
+            .answer(
+                "L2",
+                MockReply::tool_call("c2", "shell", r#"{"command":"sh ./test.sh"}"#),
+            )
+            .answer(
+                "L2",
+                MockReply::text("The new rate is 0.0725; one test still fails."),
+            )
+            .summary("L2", MockReply::text("Worked on the rate."))
+            .answer("L1", MockReply::text("Here is the rollout plan."))
+            .default_summary("Planned."),
+    );
+    let flags = ["--approval", "full-auto", "--sandbox", "off"];
+    env.exec(&engine, "Set the rate and run the checks.", &flags)
+        .assert()
+        .success();
+    let mut second = flags.to_vec();
+    second.extend(["--resume", "last"]);
+    env.exec(&engine, "Plan the rollout.", &second)
+        .assert()
+        .success();
+    let l1 = engine
+        .requests_for_hop("answer")
+        .into_iter()
+        .find(|r| r.model() == "L1")
+        .expect("an L1 answer");
+    let seen: Vec<String> = l1.messages().iter().map(content_text).collect();
+    let handover = seen
+        .iter()
+        .find(|m| m.contains("handled by the L2 expert"))
+        .unwrap_or_else(|| panic!("no handover message: {seen:#?}"));
+    assert!(handover.contains("Summary of its result: Worked on the rate."));
+    for fact in [
+        "0.0725",
+        "config/rate.toml (not committed)",
+        "`sh ./test.sh` → exit 1",
+        "failing: test_rate_rounding",
+    ] {
+        assert!(handover.contains(fact), "{fact} missing from: {handover}");
+    }
 }

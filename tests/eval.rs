@@ -1347,3 +1347,319 @@ print(rewards, r.n_total_trials, r.stats.n_errored_trials, len(c.tasks), c.agent
         "['None', \"rewards={'reward': 1.0}\", \"rewards={'reward': 1.0}\", \"rewards={'reward': 1.0}\"] 4 1 4 oracle"
     );
 }
+
+/// A task folder is anyone's (a download, a clone): its files are read only where they resolve
+/// inside it. `instruction.md`, `task.toml` and the Dockerfile of a Harbor task, and a TB1
+/// task's `solution.sh`, as links to a host file: the host file's text reaches neither the
+/// agent, the load error, nor the trial.
+#[test]
+fn task_files_are_not_read_through_links_out_of_the_task() {
+    let root = tempfile::tempdir().unwrap();
+    let secret = root.path().join("id_rsa");
+    std::fs::write(&secret, "HOST-SECRET-KEY\n").unwrap();
+    let tasks = root.path().join("tasks");
+    let link = |at: &Path| {
+        let _ = std::fs::remove_file(at);
+        std::os::unix::fs::symlink(&secret, at).unwrap();
+    };
+
+    let instr = answer_task(&tasks, "instr", 60.0, REWARD_TXT);
+    link(&instr.join("instruction.md"));
+    let toml = answer_task(&tasks, "toml", 60.0, REWARD_TXT);
+    link(&toml.join("task.toml"));
+    let docker = answer_task(&tasks, "docker", 60.0, REWARD_TXT);
+    std::fs::remove_dir_all(docker.join("environment")).unwrap();
+    std::fs::create_dir_all(docker.join("environment")).unwrap();
+    link(&docker.join("environment/Dockerfile"));
+    for dir in [&instr, &toml, &docker] {
+        let err = task::load(dir).err().expect("a link out is refused");
+        assert!(
+            err.to_string().contains("link out of the task folder"),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("HOST-SECRET"), "{err}");
+    }
+
+    // A TB1 task whose solution.sh is a link to the host file: the oracle's trial errors, and
+    // nothing of the host file is in the trial's folder.
+    let tb1 = tasks.join("tb1");
+    write(
+        &tb1.join("task.yaml"),
+        "instruction: |\n  Write 42 into /app/answer.txt.\n",
+    );
+    write(
+        &tb1.join("run-tests.sh"),
+        "cat /tests/../solution/solution.sh 2>/dev/null; echo '=== 1 passed in 0.01s ==='\n",
+    );
+    link(&tb1.join("solution.sh"));
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![tb1.clone()], "oracle", out.path());
+    a.keep_workdirs = true;
+    let report = run(a);
+    let t = &report.trials[0];
+    let info = t.exception_info.as_ref().expect("an error");
+    assert_eq!(info.exception_type, "SolutionCopyError", "{info:?}");
+    assert!(
+        info.message.contains("link out of the task folder"),
+        "{info:?}"
+    );
+    let leaked = std::process::Command::new("grep")
+        .args(["-r", "-l", "HOST-SECRET"])
+        .arg(&t.trial_dir)
+        .output()
+        .unwrap();
+    assert!(
+        leaked.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&leaked.stdout)
+    );
+}
+
+/// The summary table prints task names as the task wrote them, but never its escape
+/// sequences: an OSC title or a colour change in `[task].name` does not reach the terminal.
+#[test]
+fn the_summary_table_prints_task_names_without_escapes() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = answer_task(root.path(), "escapes", 60.0, REWARD_TXT);
+    let toml = std::fs::read_to_string(dir.join("task.toml")).unwrap();
+    write(
+        &dir.join("task.toml"),
+        &toml.replace(
+            "name = \"t/escapes\"",
+            "name = \"t/x\\u001b]0;TASKNAME\\u0007y\\u001b[31m\"",
+        ),
+    );
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![dir], "nop", out.path()));
+    let mut table = Vec::new();
+    baton::eval::report::print_table(
+        &mut table,
+        &report.tasks,
+        &report.score,
+        &[],
+        &[],
+        report.wall_sec,
+        &report.job_dir,
+    )
+    .unwrap();
+    let table = String::from_utf8(table).unwrap();
+    // The OSC sequence goes whole (its payload too); the name's own text stays.
+    assert!(table.lines().any(|l| l.starts_with("xy ")), "{table}");
+    assert!(
+        !table.contains('\u{1b}') && !table.contains('\u{7}'),
+        "{table:?}"
+    );
+}
+
+/// Docker's `RUN` semantics: each `RUN` is its own `/bin/sh -c` with its own exit status. A
+/// failure inside an `&&` chain fails the build (the next `RUN` never runs, and the error and
+/// setup.log name the line); `RUN false; echo ok` succeeds. Files a `RUN` writes into a new
+/// top-level folder (`/data`) are there for the agent and the verifier. Before: the lines ran
+/// as one `set -e` script (the chain went on, the `;` line failed with an empty log), and
+/// `/data` vanished after setup.
+#[test]
+fn docker_run_semantics_fixture() {
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![fixture("docker-run")], "oracle", out.path()));
+    let by_name = |n: &str| {
+        report
+            .trials
+            .iter()
+            .find(|t| t.task_name == n)
+            .unwrap_or_else(|| panic!("no trial of {n}"))
+    };
+    let chain = by_name("and-chain");
+    let info = chain.exception_info.as_ref().expect("the build fails");
+    assert_eq!(info.exception_type, "EnvironmentSetupError", "{info:?}");
+    assert!(
+        info.message
+            .contains("the Dockerfile's line 2 failed with exit status 1: RUN echo step1 && false"),
+        "{info:?}"
+    );
+    let log = std::fs::read_to_string(chain.trial_dir.join("setup.log")).unwrap();
+    assert!(
+        log.lines().any(|l| l == "step1") && !log.lines().any(|l| l == "never"),
+        "{log}"
+    );
+    assert!(log.contains("line 2 failed"), "{log}");
+    for name in ["semicolon", "toplevel-folder"] {
+        let t = by_name(name);
+        assert_eq!(
+            t.reward,
+            Some(1.0),
+            "{name}: {:?}; see {}",
+            t.exception_info,
+            t.trial_dir.display()
+        );
+    }
+}
+
+/// A verifier whose test runner could not be set up (uvx without its Python) scored 0 without
+/// judging anything: an error row, not a failure. A verifier that ran its check after a
+/// harmless failed download is a real 0. Before, both were "failed (reward 0)".
+#[test]
+fn a_verifier_that_never_ran_its_tests_is_an_error_not_a_zero() {
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![fixture("verifier-bootstrap")], "nop", out.path()));
+    let by_name = |n: &str| report.trials.iter().find(|t| t.task_name == n).unwrap();
+    let missing = by_name("runner-missing");
+    assert_eq!(missing.reward, None);
+    assert!(missing.infrastructure_error);
+    let info = missing.exception_info.as_ref().unwrap();
+    assert_eq!(info.exception_type, "VerifierBootstrapError", "{info:?}");
+    assert!(info.message.contains("No interpreter found"), "{info:?}");
+    let zero = by_name("real-zero");
+    assert_eq!(zero.reward, Some(0.0), "{:?}", zero.exception_info);
+    assert!(!zero.infrastructure_error);
+    assert_eq!(
+        (report.score.n_scored, report.score.n_errors),
+        (1, 1),
+        "{:?}",
+        report.score
+    );
+}
+
+/// Public tasks that did not run before: an official image named through a registry mirror
+/// (`public.ecr.aws/docker/library/python`), a multi-step task without a top-level `tests/`,
+/// a TB1 `task.yaml` whose instruction is a plain multi-line scalar. A Dockerfile whose
+/// ENTRYPOINT does something is skipped with the reason, never scored without it.
+#[test]
+fn harbor_compat_fixture() {
+    let dir = fixture("harbor-compat");
+    let reason = skip_reason(&dir.join("entrypoint"));
+    assert!(
+        reason.contains("ENTRYPOINT [\"/entry.sh\"] runs when the container starts"),
+        "{reason}"
+    );
+    let tb1 = load_ready(&dir.join("tb1-plain-yaml"));
+    assert_eq!(
+        tb1.instruction,
+        "Write 42 into /app/answer.txt.\nNothing else."
+    );
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![dir], "oracle", out.path()));
+    assert_eq!(report.trials.len(), 3, "the entrypoint task is skipped");
+    for t in &report.trials {
+        assert_eq!(
+            t.reward,
+            Some(1.0),
+            "{}: {:?}; see {}",
+            t.task_name,
+            t.exception_info,
+            t.trial_dir.display()
+        );
+    }
+}
+
+/// As in one container: a server the agent starts and leaves running (`nohup … &`) is still
+/// running when the verifier runs, and is gone when the trial ends. Before, each phase was a
+/// sandbox of its own and the verifier got "Connection refused".
+#[test]
+fn a_server_the_agent_leaves_running_is_there_for_the_verifier() {
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![fixture("services")], "oracle", out.path());
+    a.isolation = IsolationChoice::Bwrap;
+    let report = run(a);
+    let t = &report.trials[0];
+    assert_eq!(t.isolation, "bwrap");
+    assert_eq!(
+        t.reward,
+        Some(1.0),
+        "{:?}; see {}",
+        t.exception_info,
+        t.trial_dir.display()
+    );
+    // Ended with the trial: no process of the host runs the fixture's server any more.
+    let running: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("baton-bg-server-fixture") && c.contains("python3"))
+        .collect();
+    assert!(running.is_empty(), "{running:?}");
+}
+
+/// Ctrl-C during a job: the running trial is ended and recorded as cancelled, no new trial
+/// starts, and the job's `result.json` holds what ran (Harbor's stats count the cancelled and
+/// pending trials); exit code 130. Progress lines name the whole task, not the 32-character
+/// trial name. Before, SIGINT killed baton at once and left no job `result.json`, and the
+/// progress line of a long-named task read `a-task-with-a-rather-long-name-b__XXXXXXX`.
+#[test]
+fn ctrl_c_writes_the_partial_results_and_progress_names_whole_tasks() {
+    let root = tempfile::tempdir().unwrap();
+    let long = "a-task-with-a-rather-long-name-beyond-thirty-two-characters";
+    answer_task(root.path(), long, 60.0, REWARD_TXT);
+    let slow = answer_task(root.path(), "b-slow", 120.0, REWARD_TXT);
+    write(&slow.join("instruction.md"), "Take your time.\n");
+    answer_task(root.path(), "c-pending", 60.0, REWARD_TXT);
+    let out = tempfile::tempdir().unwrap();
+    let agent = r#"cmd:case "$INSTRUCTION" in *time*) touch /logs/agent/started; sleep 120;; esac"#;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("eval")
+        .arg(root.path())
+        .args([
+            "--agent",
+            agent,
+            "--trials",
+            "1",
+            "--concurrency",
+            "1",
+            "--job-name",
+            "j",
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let job = out.path().join("j");
+    // The slow trial's agent is running (no timed assertion: the wait is only bounded).
+    let started = (0..1200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err);
+            panic!("baton eval ended early ({status}): {err}");
+        }
+        std::fs::read_dir(&job)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                e.file_name().to_string_lossy().starts_with("b-slow__")
+                    && e.path().join("agent/started").exists()
+            })
+    });
+    assert!(started, "the slow trial never started");
+    // SAFETY: kill(2) of the child we started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    let result = result_json(&job.join("result.json"));
+    assert_eq!(result["interrupted"], true);
+    assert_eq!(result["n_pending_trials"], 1);
+    assert_eq!(result["stats"]["n_cancelled_trials"], 1);
+    assert_eq!(result["stats"]["n_pending_trials"], 1);
+    let trials = result["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 2, "{trials:?}");
+    let cancelled = trials.iter().find(|t| t["task_name"] == "b-slow").unwrap();
+    assert_eq!(
+        cancelled["exception_info"]["exception_type"], "CancelledError",
+        "{cancelled}"
+    );
+    assert!(cancelled["reward"].is_null());
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with(&format!("[1/3] {long} (")) && l.contains("failed")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("interrupted: 1 trial(s) never started"),
+        "{stderr}"
+    );
+}

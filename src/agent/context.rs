@@ -52,7 +52,8 @@ pub(crate) fn view_tokens(
     expert: Expert,
     view: Vec<crate::protocol::ChatMessage>,
 ) -> u64 {
-    let req = crate::mol::view_request(&shared.cfg.profile, expert, view, shared.tools.specs());
+    let req =
+        crate::mol::view_request(&shared.cfg.profile, expert, view, shared.tool_specs(expert));
     prompt_tokens(shared, &req)
 }
 
@@ -344,7 +345,7 @@ pub(crate) async fn compact(
         return false;
     }
     let after = {
-        let head = shared.head();
+        let head = shared.head(expert);
         let view = shared.state().timeline.view(expert, &head);
         view_tokens(shared, expert, view)
     };

@@ -63,7 +63,7 @@ async fn summarize(shared: &Shared, turn_id: u64, task_id: u64, settle: bool) {
         shared.backend.as_ref(),
         &shared.cfg.profile,
         &task,
-        &shared.head(),
+        &shared.head(task.owner),
     )
     .await;
     let latency_ms = outcome.latency.as_millis() as u64;

@@ -6,6 +6,7 @@ use crate::backend::BackendError;
 use crate::config::{Config, ConfigLoadError};
 use crate::protocol::Expert;
 use crate::protocol::Mode;
+use crate::protocol::stdio::println;
 use crate::protocol::terminal_safe;
 
 struct Report {

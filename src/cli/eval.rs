@@ -1,6 +1,7 @@
 //! `baton eval`: arguments, loading and filtering tasks, choosing the isolation, running the
 //! job and printing the summary.
 
+use crate::protocol::stdio::{eprintln, println};
 use std::path::PathBuf;
 
 use crate::eval::error::EvalError;
@@ -145,7 +146,14 @@ pub fn run(args: EvalArgs) -> i32 {
         eprintln!("baton eval: --mcp-config: {e}");
         return 2;
     }
-    match prepare(&args).and_then(job::run_job) {
+    let prepared = prepare(&args).map(|mut cfg| {
+        // Ctrl-C (or SIGTERM) ends the running trials and writes what ran; a second one ends
+        // baton at once.
+        crate::eval::process::on_interrupt();
+        cfg.settings.cancel = &crate::eval::process::INTERRUPTED;
+        cfg
+    });
+    match prepared.and_then(job::run_job) {
         Ok(report) => {
             let mut stdout = std::io::stdout().lock();
             let _ = report::print_table(
@@ -157,6 +165,14 @@ pub fn run(args: EvalArgs) -> i32 {
                 report.wall_sec,
                 &report.job_dir,
             );
+            if report.interrupted {
+                eprintln!(
+                    "baton eval: interrupted: {} trial(s) never started; the partial results are in {}",
+                    report.n_pending_trials,
+                    report.job_dir.join("result.json").display()
+                );
+                return 130;
+            }
             // Errored trials and tasks that cannot load count as failures for the gate.
             match args.min_score {
                 Some(min) if report.score.strict_accuracy.unwrap_or(0.0) < min => 1,
@@ -250,6 +266,7 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
             keep_workdirs: args.keep_workdirs,
             isolation,
             network_env,
+            cancel: &crate::eval::process::NEVER,
         },
         progress: !args.no_progress,
     })

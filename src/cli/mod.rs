@@ -4,6 +4,7 @@
 // product.
 #![allow(clippy::print_stdout)]
 
+use crate::protocol::stdio::eprintln;
 mod args;
 mod choices;
 mod doctor;
@@ -161,6 +162,7 @@ pub fn main() -> i32 {
             None if cli.exec => {
                 let opts = crate::exec::ExecOptions {
                     prompt: cli.prompt.clone(),
+                    append_stdin: cli.stdin.is_some(),
                     json: cli.json,
                     output: cli.output.clone(),
                     resume: resume.clone(),

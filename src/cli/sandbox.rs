@@ -5,6 +5,7 @@
 //! sequences reach only that PTY. Once it ends, what it planted for git (see
 //! `sandbox::git_guard`) is undone, with a warning on stderr. Also `baton sandbox --probe`: what the kernel can enforce.
 
+use crate::protocol::stdio::{eprintln, println};
 use std::io::{IsTerminal, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::process::ExitStatusExt;

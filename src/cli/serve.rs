@@ -1,6 +1,7 @@
 //! `baton serve`: its flags, and the hand-over from the builder's MoL service to the HTTP
 //! frontend.
 
+use crate::protocol::stdio::eprintln;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;

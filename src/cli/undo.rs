@@ -2,6 +2,7 @@
 //! (or redo the last undo, list the turns that can be undone, or only print the plan). The
 //! snapshot ids come from the session file; the outcome is recorded there too.
 
+use crate::protocol::stdio::{eprintln, println};
 use std::path::Path;
 
 use crate::protocol::terminal_safe_line;

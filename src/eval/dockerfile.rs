@@ -191,7 +191,12 @@ pub enum Problem {
     CopyOutsideApp { instruction: String, dest: String },
     #[error("{instruction} of a URL ({url}) needs the network at build time")]
     CopyUrl { instruction: String, url: String },
-    #[error("RUN in JSON form is not supported")]
+    /// An ENTRYPOINT that does something before the container's command.
+    #[error(
+        "ENTRYPOINT {command} runs when the container starts; baton's trials have no container start"
+    )]
+    Entrypoint { command: String },
+    #[error("RUN with an empty JSON array")]
     RunJsonForm,
     /// The trial has no network and the command fetches something.
     #[error("RUN needs the network at build time: {command}")]
@@ -316,7 +321,13 @@ fn translate_inner(
     context: Option<&Path>,
     installed: &dyn Fn(Installer, &str) -> bool,
 ) -> Result<LocalEnv, DockerfileError> {
-    let mut script = String::from("set -e\nmkdir -p /app\ncd /app\n");
+    // Each RUN is its own `/bin/sh -c` (or the SHELL's) with its own exit status, as in a
+    // Docker build: a failure inside an `&&` chain fails the build, `false; echo ok` does not.
+    // The first RUN that fails ends the setup, naming its line in setup.log.
+    let mut script = String::from(
+        "set -e\nbaton_run_failed() { echo \"baton: the Dockerfile's line $1 failed with exit status $2: $3\" >&2; exit \"$2\"; }\nmkdir -p /app\ncd /app\n",
+    );
+    let mut shell: Vec<String> = vec!["/bin/sh".into(), "-c".into()];
     let mut workdir = "/app".to_string();
     let mut vars = Vars {
         base: base_vars(),
@@ -365,8 +376,7 @@ fn translate_inner(
                     Some(colon) if !repo[colon..].contains('/') => &repo[..colon],
                     _ => repo,
                 };
-                let repo = repo.strip_prefix("docker.io/").unwrap_or(repo);
-                let repo = repo.strip_prefix("library/").unwrap_or(repo);
+                let repo = official_image(repo);
                 if !GENERIC_BASES.contains(&repo) {
                     return Err(at(Problem::Image {
                         image: image.to_string(),
@@ -562,8 +572,35 @@ fn translate_inner(
                 }
             }
             "RUN" => {
-                if rest.starts_with('[') {
-                    return Err(at(Problem::RunJsonForm));
+                let shown: String = rest.chars().take(200).collect();
+                let fail = format!(
+                    " || baton_run_failed {line_no} $? {}\n",
+                    sh_quote(&format!("RUN {shown}"))
+                );
+                // The exec form: a JSON array of the words themselves, run with no shell
+                // (anything else starting with `[`, such as `[[ -f x ]]`, is shell form).
+                let exec_form = rest
+                    .starts_with('[')
+                    .then(|| serde_json::from_str::<Vec<String>>(&rest).ok())
+                    .flatten();
+                if let Some(words) = exec_form {
+                    if words.is_empty() {
+                        return Err(at(Problem::RunJsonForm));
+                    }
+                    let command = words.join(" ");
+                    if !network && needs_network(&command) {
+                        return Err(at(Problem::RunNeedsNetwork { command }));
+                    }
+                    for top in run_roots(&command) {
+                        if extra_roots.len() < MAX_RUN_ROOTS || extra_roots.contains(&top) {
+                            extra_roots.insert(top);
+                        }
+                    }
+                    let quoted: Vec<String> = words.iter().map(|w| sh_quote(w)).collect();
+                    script.push_str(&quoted.join(" "));
+                    script.push_str(&fail);
+                    continue_checks(&script, global_bytes).map_err(&at)?;
+                    continue;
                 }
                 let files = |sandbox: &str| host_file(&copies, &absolute(&workdir, sandbox));
                 let kept = strip_satisfied_installs(&rest, installed, &files).map_err(&at)?;
@@ -571,9 +608,26 @@ fn translate_inner(
                     return Err(at(Problem::RunNeedsNetwork { command: kept }));
                 }
                 if !kept.trim().is_empty() {
-                    script.push_str(&kept);
-                    script.push('\n');
+                    // A new top-level folder the command writes (`mkdir /data && … > /data/x`)
+                    // is a folder of the trial, kept for every phase as in the image.
+                    for top in run_roots(&kept) {
+                        if extra_roots.len() < MAX_RUN_ROOTS || extra_roots.contains(&top) {
+                            extra_roots.insert(top);
+                        }
+                    }
+                    let quoted: Vec<String> = shell.iter().map(|w| sh_quote(w)).collect();
+                    script.push_str(&format!("{} {}", quoted.join(" "), sh_quote(&kept)));
+                    script.push_str(&fail);
                 }
+            }
+            "SHELL" => {
+                let words = shell_words(&rest).map_err(&at)?;
+                if !rest.trim_start().starts_with('[') || words.is_empty() {
+                    return Err(at(Problem::JsonArray(format!(
+                        "SHELL needs a JSON array: {rest}"
+                    ))));
+                }
+                shell = words;
             }
             "USER" => {
                 let user = expand_one(&rest, &lookup).map_err(&at)?;
@@ -582,14 +636,24 @@ fn translate_inner(
                 // user); the agent and verifier phases run as this user.
                 last_user = (name != "root" && name != "0" && !name.is_empty()).then_some(user);
             }
-            "CMD" | "ENTRYPOINT" | "LABEL" | "EXPOSE" | "VOLUME" | "SHELL" | "HEALTHCHECK"
-            | "STOPSIGNAL" | "MAINTAINER" | "ONBUILD" => {}
+            "ENTRYPOINT" => {
+                // Harbor starts the container with its own command (`sleep infinity`), so a
+                // CMD never runs; an ENTRYPOINT does, before it: a script that starts a service
+                // or edits /etc/hosts. Trials have no container start: such a task is skipped,
+                // never scored without what its entrypoint set up.
+                let words = shell_words(&rest).map_err(&at)?;
+                if !only_starts_the_command(&words) {
+                    return Err(at(Problem::Entrypoint {
+                        command: rest.chars().take(200).collect(),
+                    }));
+                }
+            }
+            "CMD" | "LABEL" | "EXPOSE" | "VOLUME" | "HEALTHCHECK" | "STOPSIGNAL" | "MAINTAINER"
+            | "ONBUILD" => {}
             other => return Err(at(Problem::Instruction(other.to_string()))),
         }
         // The script holds every value the variables took (each ENV and ARG is exported).
-        if script.len().saturating_add(global_bytes) > MAX_EXPANDED {
-            return Err(at(Problem::ExpandsTooFar));
-        }
+        continue_checks(&script, global_bytes).map_err(&at)?;
     }
     if !seen_from {
         return Err(DockerfileError {
@@ -605,6 +669,96 @@ fn translate_inner(
         system_mounts: outermost(system_mounts),
         user: last_user,
     })
+}
+
+/// Registry hosts that serve Docker Hub's official images under `library/` (or, for ECR's
+/// public gallery, `docker/library/`): `public.ecr.aws/docker/library/python` is `python`.
+const OFFICIAL_MIRRORS: &[&str] = &[
+    "public.ecr.aws/docker/library/",
+    "mirror.gcr.io/library/",
+    "index.docker.io/library/",
+    "registry-1.docker.io/library/",
+    "registry.hub.docker.com/library/",
+    "docker.io/library/",
+    "library/",
+];
+
+/// An image repository without the registry prefixes of Docker Hub's official images.
+fn official_image(repo: &str) -> &str {
+    OFFICIAL_MIRRORS
+        .iter()
+        .find_map(|p| repo.strip_prefix(p))
+        .or_else(|| repo.strip_prefix("docker.io/"))
+        .unwrap_or(repo)
+}
+
+/// Whether an ENTRYPOINT only runs the container's command: none, a shell, or an init that
+/// execs it (`tini --`, `dumb-init`).
+fn only_starts_the_command(words: &[String]) -> bool {
+    let name = |w: &str| w.rsplit('/').next().unwrap_or(w).to_string();
+    match words.first().map(|w| name(w)).as_deref() {
+        None => true,
+        Some("sh" | "bash" | "dash" | "zsh") => words[1..]
+            .iter()
+            .all(|w| matches!(w.as_str(), "-c" | "-l" | "-lc" | "--login" | "-e")),
+        Some("tini" | "tini-static" | "dumb-init") => words[1..].iter().all(|w| w.starts_with('-')),
+        _ => false,
+    }
+}
+
+/// The most top-level folders a Dockerfile's `RUN` lines add to a trial.
+const MAX_RUN_ROOTS: usize = 16;
+
+/// The new top-level folders (`/data`, `/srv`) that absolute paths in a `RUN` command name:
+/// a path starts the command or follows a blank, `=`, `:`, a quote, `(` or `>`; `/usr`, `/app`
+/// and the other folders a trial already has are not new.
+fn run_roots(command: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let chars: Vec<char> = command.chars().collect();
+    for (i, c) in chars.iter().enumerate() {
+        if *c != '/' {
+            continue;
+        }
+        let starts = i == 0
+            || matches!(
+                chars[i - 1],
+                ' ' | '\t' | '\n' | '=' | ':' | '"' | '\'' | '(' | '>' | ';' | '&' | '|'
+            );
+        if !starts {
+            continue;
+        }
+        let name: String = chars[i + 1..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+            .collect();
+        if name.is_empty() || name.starts_with('.') {
+            continue;
+        }
+        // A folder: something inside it is named, or a `mkdir` before makes it (a top-level
+        // file, `> /out.log`, is no folder).
+        let inside = chars.get(i + 1 + name.chars().count()) == Some(&'/');
+        let before: String = chars[..i].iter().collect();
+        let segment = before
+            .rfind(['&', ';', '|', '\n'])
+            .map_or(before.as_str(), |at| &before[at + 1..]);
+        let made = segment.contains("mkdir");
+        if !inside && !made {
+            continue;
+        }
+        let top = format!("/{name}");
+        if matches!(root_of(&top), Root::Extra(_)) && !out.contains(&top) {
+            out.push(top);
+        }
+    }
+    out
+}
+
+/// The bound on what the variables expand to, checked after each instruction.
+fn continue_checks(script: &str, global_bytes: usize) -> Result<(), Problem> {
+    if script.len().saturating_add(global_bytes) > MAX_EXPANDED {
+        return Err(Problem::ExpandsTooFar);
+    }
+    Ok(())
 }
 
 fn valid_name(name: &str) -> bool {
@@ -1045,7 +1199,19 @@ fn read_requirements(
     depth: usize,
     out: &mut Vec<Wanted>,
 ) -> Result<(), std::io::Error> {
-    let text = std::fs::read_to_string(file)?;
+    // A build-context file: read where it resolves beside the first one, never through a link
+    // out of it (its lines would end up in the skip reason).
+    let root = file.parent().unwrap_or(Path::new("."));
+    read_requirements_in(root, file, depth, out)
+}
+
+fn read_requirements_in(
+    root: &Path,
+    file: &Path,
+    depth: usize,
+    out: &mut Vec<Wanted>,
+) -> Result<(), std::io::Error> {
+    let text = crate::eval::fsutil::read_task_file(root, file)?;
     for line in text.lines() {
         let line = line.split(" #").next().unwrap_or_default().trim();
         if line.is_empty() || line.starts_with('#') {
@@ -1062,7 +1228,7 @@ fn read_requirements(
                             && !nested.split('/').any(|c| c == "..") =>
                     {
                         let base = file.parent().unwrap_or(Path::new("."));
-                        read_requirements(&base.join(nested), depth + 1, out)?;
+                        read_requirements_in(root, &base.join(nested), depth + 1, out)?;
                     }
                     Wanted::Requirements(nested) => {
                         return Err(std::io::Error::new(
@@ -1350,6 +1516,42 @@ mod tests {
         assert!(local.script.contains("/environment/data.csv"));
         assert!(local.script.contains("echo hi > note.txt"));
         assert!(!local.script.contains("apt-get"));
+    }
+
+    /// Each RUN is its own shell with its own exit status, named by its line when it fails;
+    /// SHELL and the exec form are honoured; new top-level folders written by RUN are kept.
+    #[test]
+    fn each_run_is_its_own_shell_and_names_its_line() {
+        let text = "FROM debian\nRUN mkdir -p /data && echo hi > /data/a.txt\nSHELL [\"/bin/bash\", \"-c\"]\nRUN [[ -f /data/a.txt ]]\nRUN [\"/bin/touch\", \"/srv/x\"]\nRUN echo https://host/path >/dev/null\n";
+        let local = translate_inner(text, false, None, &only_git).unwrap();
+        assert!(
+            local.script.contains(
+                "/bin/sh -c 'mkdir -p /data && echo hi > /data/a.txt' || baton_run_failed 2 $? "
+            ),
+            "{}",
+            local.script
+        );
+        assert!(
+            local
+                .script
+                .contains("/bin/bash -c '[[ -f /data/a.txt ]]' || baton_run_failed 4 $? "),
+            "{}",
+            local.script
+        );
+        assert!(
+            local
+                .script
+                .contains("/bin/touch /srv/x || baton_run_failed 5 $? "),
+            "{}",
+            local.script
+        );
+        assert_eq!(local.extra_roots, vec!["/data", "/srv"]);
+        assert_eq!(
+            run_roots(
+                "cd /src; mkdir -p /build && PATH=/opt/x:/tools/bin make >/out.log; ls /usr/ /app/ /tmp/ http://h/x"
+            ),
+            vec!["/build", "/tools"]
+        );
     }
 
     #[test]

@@ -125,3 +125,112 @@ fn make_writable(dir: &Path) {
         }
     }
 }
+
+/// The largest task file (`instruction.md`, `task.toml`, a Dockerfile, a requirements file, a
+/// TB1 solution or test script) baton reads on the host.
+pub const MAX_TASK_FILE: u64 = 4 << 20;
+
+/// Reads the task file `path` as text, for a task folder `root` that may be anyone's (a
+/// download, a clone): `path` may be a link only to a file inside `root`, must be a regular file
+/// (a FIFO is never opened) of at most [`MAX_TASK_FILE`] bytes, and is opened with
+/// `O_NOFOLLOW` at the place its links resolved to. A link to `/etc/shadow` or `~/.ssh/id_rsa`
+/// would otherwise hand a host file to the agent, the model endpoint and the job's results.
+///
+/// Local to `eval/`: the shared reader of untrusted files being written elsewhere had not
+/// landed when this was written.
+pub fn read_task_file(root: &Path, path: &Path) -> std::io::Result<String> {
+    let bytes = read_task_bytes(root, path)?;
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
+/// [`read_task_file`]'s bytes.
+pub fn read_task_bytes(root: &Path, path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let root = std::fs::canonicalize(root)?;
+    let real = std::fs::canonicalize(path)?;
+    if !real.starts_with(&root) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "a link out of the task folder (not followed)",
+        ));
+    }
+    let not_regular =
+        || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+    // Not even opened when it is no regular file: opening a FIFO lets a waiting writer in.
+    if !std::fs::symlink_metadata(&real)?.is_file() {
+        return Err(not_regular());
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&real)?;
+    // Swapped for something else in between: refused all the same.
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_TASK_FILE + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_TASK_FILE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("larger than {} MiB", MAX_TASK_FILE >> 20),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Copies the task file `from` (read as [`read_task_bytes`] does) to a new file `to`, keeping
+/// its permission bits.
+pub fn copy_task_file(root: &Path, from: &Path, to: &Path) -> std::io::Result<()> {
+    let bytes = read_task_bytes(root, from)?;
+    let mode = std::fs::metadata(from)?.permissions().mode() & 0o777;
+    if std::fs::symlink_metadata(to).is_ok() {
+        std::fs::remove_file(to)?;
+    }
+    std::fs::write(to, bytes)?;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(mode))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task's files are read only where they resolve inside the task: a link to a host file
+    /// is refused (its bytes never read), a link inside the task is fine, FIFOs and oversized
+    /// files are refused without blocking or holding them.
+    #[test]
+    fn task_files_never_lead_out_of_the_task() {
+        let host = tempfile::tempdir().unwrap();
+        let secret = host.path().join("id_rsa");
+        std::fs::write(&secret, "HOST-SECRET").unwrap();
+        let task = host.path().join("task");
+        std::fs::create_dir_all(task.join("docs")).unwrap();
+        std::fs::write(task.join("docs/text.md"), "inside").unwrap();
+        std::os::unix::fs::symlink(&secret, task.join("instruction.md")).unwrap();
+        std::os::unix::fs::symlink("docs/text.md", task.join("alias.md")).unwrap();
+        let err = read_task_file(&task, &task.join("instruction.md")).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied, "{err}");
+        assert_eq!(
+            read_task_file(&task, &task.join("alias.md")).unwrap(),
+            "inside"
+        );
+        let fifo = task.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo on a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = read_task_file(&task, &fifo).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+        let big = task.join("big");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_TASK_FILE + 1)
+            .unwrap();
+        let err = read_task_file(&task, &big).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::FileTooLarge);
+        let copy = host.path().join("copy");
+        assert!(copy_task_file(&task, &task.join("instruction.md"), &copy).is_err());
+        assert!(!copy.exists());
+    }
+}

@@ -175,6 +175,7 @@ fn serve(
         let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
             return;
         };
+        crate::protocol::install_tls_provider();
         let Ok(client) = reqwest::Client::builder()
             .no_proxy()
             .connect_timeout(std::time::Duration::from_secs(30))
@@ -274,6 +275,16 @@ async fn forward(
         )
         .await;
     };
+    // The key is the user's for the whole provider API: the agent gets the model calls only,
+    // not files, batches, fine-tuning or a server's adapter loading.
+    if !model_call(up, method, &url) {
+        return reply(
+            &mut sock,
+            403,
+            "the gateway forwards only GET /models, POST /chat/completions and POST /responses",
+        )
+        .await;
+    }
     let Ok(method) = reqwest::Method::from_bytes(method.as_bytes()) else {
         return reply(&mut sock, 400, "bad method").await;
     };
@@ -362,6 +373,19 @@ fn forward_url(up: &Upstream, target: &str) -> Option<reqwest::Url> {
         && !lowered.contains("%2e")
         && !lowered.contains("%2f"))
     .then_some(url)
+}
+
+/// Whether `method` on `url` (already inside the endpoint, [`forward_url`]) is one of the calls
+/// a coding agent makes: the model list, chat completions, responses.
+fn model_call(up: &Upstream, method: &str, url: &reqwest::Url) -> bool {
+    let rest = url
+        .path()
+        .strip_prefix(up.base_path.as_str())
+        .unwrap_or_default();
+    matches!(
+        (method, rest.trim_end_matches('/')),
+        ("GET", "/models") | ("POST", "/chat/completions") | ("POST", "/responses")
+    )
 }
 
 async fn reply(sock: &mut tokio::net::TcpStream, status: u16, text: &str) -> io::Result<()> {
@@ -566,6 +590,22 @@ mod tests {
             Some("http://127.0.0.1:9/v1/chat/completions?x=1")
         );
         assert!(ok("/v1").is_some());
+        let call = |m: &str, t: &str| forward_url(&up, t).is_some_and(|u| model_call(&up, m, &u));
+        assert!(call("POST", "/v1/chat/completions"));
+        assert!(call("POST", "/v1/responses"));
+        assert!(call("GET", "/v1/models"));
+        for (m, t) in [
+            ("DELETE", "/v1/files/file-abc"),
+            ("GET", "/v1/files/file-abc"),
+            ("PUT", "/v1/files/file-abc"),
+            ("POST", "/v1/load_lora_adapter"),
+            ("POST", "/v1/fine_tuning/jobs"),
+            ("GET", "/v1/chat/completions"),
+            ("POST", "/v1/models"),
+            ("POST", "/v1"),
+        ] {
+            assert!(!call(m, t), "{m} {t}");
+        }
         for bad in [
             "/v1/../admin",
             "/v1/%2e%2e/admin",

@@ -76,6 +76,8 @@ pub struct TrialPaths {
     pub agent_logs: PathBuf,
     pub verifier_logs: PathBuf,
     pub artifacts: PathBuf,
+    /// The trial's own `/var/tmp` (the host's holds other users' files and sockets).
+    pub var_tmp: PathBuf,
     /// The trial's `passwd` and `group` (the host's plus the task's users), when it has users.
     pub identity: PathBuf,
     /// Writable top-level folders of the environment besides `/app` (`/workspace`), as
@@ -101,6 +103,7 @@ impl TrialPaths {
             agent_logs: root.join("agent"),
             verifier_logs: root.join("verifier"),
             artifacts: root.join("artifacts"),
+            var_tmp: work.join("var-tmp"),
             identity: work.join("identity"),
             extra_roots: Vec::new(),
             system_mounts: Vec::new(),
@@ -172,6 +175,12 @@ impl TrialPaths {
         for (_, d) in &self.extra_roots {
             std::fs::create_dir_all(d)?;
         }
+        // Like any /var/tmp: every user may write, only the owner removes.
+        std::fs::create_dir_all(&self.var_tmp)?;
+        std::fs::set_permissions(
+            &self.var_tmp,
+            std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+        )?;
         for (_, host, file) in &self.system_mounts {
             if *file {
                 if let Some(parent) = host.parent() {
@@ -242,6 +251,9 @@ pub struct Phase<'a> {
     pub gateway: Option<&'a Gateway>,
     /// Who the phase runs as; `None` is root.
     pub user: Option<&'a TrialUser>,
+    /// The host folder of a [`super::container::Container`]'s control files: its `in/` is
+    /// mounted read-only and its `out/` writable under [`super::container::CONTROL`].
+    pub control: Option<&'a Path>,
 }
 
 /// How trials are isolated on this machine.
@@ -259,6 +271,9 @@ pub struct Isolation {
     /// The bubblewrap binary the sandbox uses (a bare `bwrap` when none was found, so that
     /// the probe's spawn says why).
     bwrap: PathBuf,
+    /// Unix sockets in the host's `/etc` and `/opt` when the job started, each covered in the
+    /// trials ([`host_sockets`]).
+    host_sockets: Arc<Vec<PathBuf>>,
 }
 
 /// Why bubblewrap cannot sandbox trials on this machine (found by a probe sandbox).
@@ -282,8 +297,41 @@ pub enum IsolationError {
 }
 
 /// Top-level host folders visible read-only in the sandbox. Not `/home`, `/root`, `/run`,
-/// `/mnt`, `/media`, `/srv`, `/boot`: users' files, service sockets and mounted data.
-const SYSTEM_DIRS: &[&str] = &["usr", "etc", "opt", "var", "sys"];
+/// `/mnt`, `/media`, `/srv`, `/boot`: users' files, service sockets and mounted data. `/var`
+/// is rebuilt from a few of its folders ([`bind_var`]).
+const SYSTEM_DIRS: &[&str] = &["usr", "etc", "opt", "sys"];
+
+/// What of the host's `/var` a trial sees, read-only: the package databases and caches that
+/// `dpkg`, `apt` and Debian's Python and Java read. The rest (`/var/lib/postgresql`, mysql's
+/// socket, lxd's, `/var/tmp`, `/var/spool`) is the host's services' and users', as in an
+/// image where none of it exists.
+const VAR_KEPT: &[&str] = &[
+    "lib/dpkg",
+    "lib/apt",
+    "lib/python",
+    "lib/ucf",
+    "lib/pam",
+    "lib/misc",
+    "lib/dbus",
+    "lib/ca-certificates-java",
+    "lib/sgml-base",
+    "lib/xml-core",
+    "lib/dictionaries-common",
+    "lib/texmf",
+    "lib/shells.state",
+    "cache/apt",
+    "cache/debconf",
+    "cache/fontconfig",
+    "cache/ldconfig",
+];
+
+/// Folders of `/var` every image has, empty in a trial (and read-only, as `/var` was).
+const VAR_EMPTY: &[&str] = &[
+    "lib", "cache", "log", "mail", "spool", "local", "opt", "backups",
+];
+
+/// How many entries of the host's `/etc` and `/opt` are looked through for unix sockets.
+const SOCKET_SCAN_LIMIT: usize = 200_000;
 const SYSTEM_LINKS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
 /// Host files inside the visible system folders that a trial's root (the host's uid) could
@@ -347,12 +395,14 @@ impl Isolation {
             tool_env: toolchain_env(),
             seccomp: Arc::new(trial_seccomp()?),
             bwrap: bwrap::bwrap_path().unwrap_or_else(|_| PathBuf::from("bwrap")),
+            host_sockets: Arc::new(Vec::new()),
         };
         if choice == IsolationChoice::None {
             iso.kind = IsolationKind::Plain;
             iso.fallback_reason = Some("--isolation none was given".into());
             return Ok(iso);
         }
+        iso.host_sockets = Arc::new(host_sockets());
         match iso.probe() {
             Ok(()) => Ok(iso),
             Err(reason) if choice == IsolationChoice::Auto => {
@@ -379,6 +429,7 @@ impl Isolation {
             env: BTreeMap::new(),
             gateway: None,
             user: None,
+            control: None,
         };
         let mut cmd = self.command(&phase, "sh", &["-c".into(), "touch /app/.probe".into()]);
         let out = cmd
@@ -455,6 +506,15 @@ impl Isolation {
                 bind_system_dir(&mut b, &host, &p.system_mounts);
             }
         }
+        bind_var(&mut b, &p.system_mounts, &p.var_tmp);
+        // A service's socket in a visible system folder would be a way out of the sandbox
+        // (a root daemon runs what it is sent): each is covered by an empty file.
+        for socket in self.host_sockets.iter() {
+            b.hide_file(socket);
+        }
+        // `/run` holds the host's service sockets: the trial gets an empty one of its own
+        // (and `/var/run`, a link to it, with it).
+        b.tmpfs(Path::new("/run"));
         for link in SYSTEM_LINKS {
             let host = Path::new("/").join(link);
             if let Ok(target) = std::fs::read_link(&host) {
@@ -477,10 +537,6 @@ impl Isolation {
             }
         }
         hide_ssh_host_keys(&mut b);
-        // `/var/run` is usually a link to the absent `/run`; a real folder holds sockets.
-        if std::fs::symlink_metadata("/var/run").is_ok_and(|m| m.is_dir()) {
-            b.tmpfs(Path::new("/var/run"));
-        }
         if phase.network {
             // DNS often lives under /run (systemd-resolved); keep only that file.
             if let Ok(resolv) = std::fs::canonicalize("/etc/resolv.conf")
@@ -515,6 +571,11 @@ impl Isolation {
         if let Some(ctx) = phase.build_context {
             b.ro_bind(ctx, Path::new("/environment"));
         }
+        if let Some(control) = phase.control {
+            let at = Path::new(super::container::CONTROL);
+            b.ro_bind(&control.join("in"), &at.join("in"))
+                .bind(&control.join("out"), &at.join("out"));
+        }
         let seccomp = seccomp_file(&self.seccomp);
         if seccomp.is_some() {
             b.seccomp_fd(SECCOMP_FD);
@@ -522,12 +583,7 @@ impl Isolation {
         b.hostname("trial")
             .chdir(Path::new(phase.workdir))
             .clearenv();
-        let mut env = self.base_env("/root", "/tmp");
-        if let Some(u) = phase.user {
-            env.insert("USER".into(), u.name.clone());
-            env.insert("LOGNAME".into(), u.name.clone());
-        }
-        env.extend(phase.env.clone());
+        let env = self.sandbox_env(phase.user, &phase.env);
         for (k, v) in &env {
             b.setenv(k, v);
         }
@@ -557,6 +613,22 @@ impl Isolation {
             });
         }
         cmd
+    }
+
+    /// The environment a command of a bwrap phase gets: the base (PATH, HOME, toolchains…),
+    /// the user's names, then `env`.
+    pub fn sandbox_env(
+        &self,
+        user: Option<&TrialUser>,
+        env: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        let mut all = self.base_env("/root", "/tmp");
+        if let Some(u) = user {
+            all.insert("USER".into(), u.name.clone());
+            all.insert("LOGNAME".into(), u.name.clone());
+        }
+        all.extend(env.clone());
+        all
     }
 
     fn plain_command(&self, phase: &Phase, program: &str, args: &[String]) -> Command {
@@ -668,6 +740,89 @@ fn bind_system_dir(b: &mut Bwrap, dir: &Path, mounts: &[(String, PathBuf, bool)]
         }
     }
     b.remount_ro(dir);
+}
+
+/// The trial's `/var`: a read-only tmpfs with the host's links (`run`, `lock`), the empty
+/// folders of an image, the [`VAR_KEPT`] folders of the host read-only, the trial's own
+/// `/var/tmp`, and the trial's mounts the environment put under `/var`.
+fn bind_var(b: &mut Bwrap, mounts: &[(String, PathBuf, bool)], var_tmp: &Path) {
+    let var = Path::new("/var");
+    b.tmpfs(var);
+    if let Ok(rd) = std::fs::read_dir(var) {
+        let mut links: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()))
+            .collect();
+        links.sort();
+        for link in links {
+            if let Ok(target) = std::fs::read_link(&link) {
+                b.symlink(&target, &link);
+            }
+        }
+    }
+    for name in VAR_EMPTY {
+        b.tmpfs(&var.join(name));
+    }
+    let mut kept = Vec::new();
+    for name in VAR_KEPT {
+        let path = var.join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if let Ok(target) = std::fs::read_link(&path) {
+                    b.symlink(&target, &path);
+                }
+            }
+            Ok(m) if m.is_dir() => {
+                bind_system_dir(b, &path, mounts);
+                kept.push(path);
+            }
+            Ok(m) if m.is_file() => {
+                b.ro_bind(&path, &path);
+            }
+            _ => {}
+        }
+    }
+    b.bind(var_tmp, &var.join("tmp"));
+    for (sandbox, host, _) in mounts {
+        let at = Path::new(sandbox);
+        // Those inside a kept folder came with it ([`bind_system_dir`]).
+        if at.starts_with(var) && !kept.iter().any(|k| at.starts_with(k)) {
+            b.bind(host, at);
+        }
+    }
+    for name in VAR_EMPTY {
+        b.remount_ro(&var.join(name));
+    }
+    b.remount_ro(var);
+}
+
+/// The unix sockets in the host's `/etc` and `/opt` (folders trials see), looked for once a
+/// job through at most [`SOCKET_SCAN_LIMIT`] entries, links not followed. `/usr` holds none
+/// (package files only), `/run` and `/var` are not the host's in a trial.
+fn host_sockets() -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut found = Vec::new();
+    let mut seen = 0usize;
+    let mut stack: Vec<PathBuf> = vec![PathBuf::from("/etc"), PathBuf::from("/opt")];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            seen += 1;
+            if seen > SOCKET_SCAN_LIMIT {
+                return found;
+            }
+            match e.file_type() {
+                Ok(t) if t.is_socket() => found.push(e.path()),
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                _ => {}
+            }
+        }
+    }
+    found.sort();
+    found
 }
 
 /// Covers credential files and folders that sit at the top of a folder bound into the trial.

@@ -61,6 +61,10 @@ pub struct JobReport {
     pub n_total_trials: usize,
     /// Harbor's `JobStats`.
     pub stats: serde_json::Value,
+    /// The job was interrupted (SIGINT or SIGTERM): `trials` holds those that ran, the
+    /// running ones as `CancelledError`; `n_pending_trials` never started.
+    pub interrupted: bool,
+    pub n_pending_trials: usize,
     pub job_dir: PathBuf,
     pub agent: &'static str,
     pub baton_version: &'static str,
@@ -121,7 +125,12 @@ pub fn trial_name(task: &str, taken: &std::collections::HashSet<String>) -> Stri
 
 /// Harbor's `JobStats` of these trials: completed and errored counts, and per agent/dataset
 /// the scored trials, errors, mean reward, and which trials got which reward or exception.
-fn harbor_stats(agent: &str, trials: &[TrialResult], score: &Score) -> serde_json::Value {
+fn harbor_stats(
+    agent: &str,
+    trials: &[TrialResult],
+    score: &Score,
+    n_pending: usize,
+) -> serde_json::Value {
     let mut reward_stats: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
     let mut exception_stats: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut n_scored = 0;
@@ -164,8 +173,14 @@ fn harbor_stats(agent: &str, trials: &[TrialResult], score: &Score) -> serde_jso
         "n_completed_trials": trials.len(),
         "n_errored_trials": n_errors,
         "n_running_trials": 0,
-        "n_pending_trials": 0,
-        "n_cancelled_trials": 0,
+        "n_pending_trials": n_pending,
+        "n_cancelled_trials": trials
+            .iter()
+            .filter(|t| t
+                .exception_info
+                .as_ref()
+                .is_some_and(|e| e.exception_type == "CancelledError"))
+            .count(),
         "n_retries": 0,
         "evals": evals,
         "n_input_tokens": score.tokens.input,
@@ -251,6 +266,14 @@ pub fn run_job(cfg: JobConfig) -> Result<JobReport, EvalError> {
             let cfg = &cfg;
             scope.spawn(move || {
                 loop {
+                    // Interrupted: no new trial starts (the queue's rest is left pending).
+                    if cfg
+                        .settings
+                        .cancel
+                        .load(std::sync::atomic::Ordering::SeqCst)
+                    {
+                        break;
+                    }
                     let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
                     let Some((ti, name)) = next else { break };
                     progress.started();
@@ -268,7 +291,10 @@ pub fn run_job(cfg: JobConfig) -> Result<JobReport, EvalError> {
                         }
                         (None, None) => String::new(),
                     };
-                    progress.finished(&name, how, &detail);
+                    // The task's whole name: trial names are cut at 32 characters, and tasks
+                    // of one set often share their first 32.
+                    let label = format!("{} ({name})", task.name);
+                    progress.finished(&label, how, &detail);
                     results
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -281,6 +307,11 @@ pub fn run_job(cfg: JobConfig) -> Result<JobReport, EvalError> {
     if let Some(h) = renderer {
         let _ = h.join();
     }
+    let n_pending = queue.lock().unwrap_or_else(|p| p.into_inner()).len();
+    let interrupted = cfg
+        .settings
+        .cancel
+        .load(std::sync::atomic::Ordering::SeqCst);
     let mut trials = std::mem::take(&mut *results.lock().unwrap_or_else(|p| p.into_inner()));
     trials.sort_by(|a, b| a.trial_name.cmp(&b.trial_name));
     let tasks = report::task_scores(&trials);
@@ -290,7 +321,9 @@ pub fn run_job(cfg: JobConfig) -> Result<JobReport, EvalError> {
         id: uuid::Uuid::now_v7().to_string(),
         updated_at: finished_at,
         n_total_trials: total,
-        stats: harbor_stats(cfg.settings.agent.name(), &trials, &score),
+        stats: harbor_stats(cfg.settings.agent.name(), &trials, &score, n_pending),
+        interrupted,
+        n_pending_trials: n_pending,
         job_dir: cfg.job_dir.clone(),
         agent: cfg.settings.agent.name(),
         baton_version: env!("CARGO_PKG_VERSION"),

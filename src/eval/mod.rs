@@ -1,11 +1,12 @@
 //! `baton eval`: runs Terminal-Bench / Harbor format tasks and scores them.
 //!
 //! A job loads task folders ([`task`]), runs each trial in a fresh sandbox ([`isolation`],
-//! [`trial`]; the agent's model key stays outside, in [`gateway`]) with a bounded worker pool ([`job`]), reads the verifier's reward ([`reward`]),
+//! [`trial`]; the agent and verifier share one, as in one container: [`container`]; the agent's model key stays outside, in [`gateway`]) with a bounded worker pool ([`job`]), reads the verifier's reward ([`reward`]),
 //! turns baton's event stream into figures and an ATIF trajectory ([`events`], [`atif`]) and
 //! prints a summary ([`report`]). Errors are typed values ([`error`]). See docs/eval.md.
 
 pub(crate) mod atif;
+pub(crate) mod container;
 pub(crate) mod dockerfile;
 pub(crate) mod error;
 pub(crate) mod events;

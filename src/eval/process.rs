@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -16,6 +17,8 @@ pub enum Exit {
     TimedOut,
     /// The process could not be started (missing binary, bad cwd): an infrastructure error.
     SpawnFailed(String),
+    /// The job was interrupted (Ctrl-C, SIGTERM) while it ran: it was ended as a timeout is.
+    Cancelled,
 }
 
 impl Exit {
@@ -36,8 +39,40 @@ pub struct Outcome {
 /// How long a process gets between SIGTERM and SIGKILL.
 const KILL_GRACE: Duration = Duration::from_millis(1500);
 
-/// Runs `cmd` with stdin closed and output into the given files, for at most `limit`.
-pub fn run(mut cmd: Command, limit: Duration, stdout: File, stderr: File) -> Outcome {
+/// Set by the first SIGINT or SIGTERM of `baton eval` ([`on_interrupt`]); a second one ends
+/// the process at once.
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Never set: the cancel flag of jobs that no signal interrupts (the library's callers).
+pub static NEVER: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    if INTERRUPTED.swap(true, Ordering::SeqCst) {
+        // SAFETY: _exit is async-signal-safe.
+        unsafe { libc::_exit(130) };
+    }
+}
+
+/// Makes SIGINT and SIGTERM interrupt the job (running trials are ended and recorded as
+/// cancelled, no new one starts, the partial results are written) instead of killing baton.
+pub fn on_interrupt() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only touches an atomic and calls _exit.
+        unsafe {
+            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+/// Runs `cmd` with stdin closed and output into the given files, for at most `limit`, or until
+/// `cancel` is set.
+pub fn run(
+    mut cmd: Command,
+    limit: Duration,
+    stdout: File,
+    stderr: File,
+    cancel: &AtomicBool,
+) -> Outcome {
     let started_at = Utc::now();
     let start = Instant::now();
     cmd.stdin(Stdio::null())
@@ -57,15 +92,19 @@ pub fn run(mut cmd: Command, limit: Duration, stdout: File, stderr: File) -> Out
         }
     };
     let pgid = child.id() as i32;
-    let exit = match wait_until(&mut child, start + limit) {
+    let exit = match wait_until(&mut child, start + limit, cancel) {
         Some(status) => exit_of(status),
         None => {
             signal_group(pgid, libc::SIGTERM);
-            if wait_until(&mut child, Instant::now() + KILL_GRACE).is_none() {
+            if wait_until(&mut child, Instant::now() + KILL_GRACE, &NEVER).is_none() {
                 signal_group(pgid, libc::SIGKILL);
                 let _ = child.wait();
             }
-            Exit::TimedOut
+            if cancel.load(Ordering::SeqCst) {
+                Exit::Cancelled
+            } else {
+                Exit::TimedOut
+            }
         }
     };
     // Whatever the phase left running in the background does not survive it.
@@ -80,7 +119,11 @@ pub fn run(mut cmd: Command, limit: Duration, stdout: File, stderr: File) -> Out
 
 /// Polls with a growing interval: short phases (a nop agent) end within a millisecond or two
 /// of the process, long ones cost at most one wake-up every 20 ms.
-fn wait_until(child: &mut std::process::Child, deadline: Instant) -> Option<ExitStatus> {
+fn wait_until(
+    child: &mut std::process::Child,
+    deadline: Instant,
+    cancel: &AtomicBool,
+) -> Option<ExitStatus> {
     let mut pause = Duration::from_micros(500);
     loop {
         match child.try_wait() {
@@ -89,7 +132,7 @@ fn wait_until(child: &mut std::process::Child, deadline: Instant) -> Option<Exit
             Err(_) => return child.wait().ok(),
         }
         let now = Instant::now();
-        if now >= deadline {
+        if now >= deadline || cancel.load(Ordering::SeqCst) {
             return None;
         }
         std::thread::sleep(pause.min(deadline - now));
@@ -128,16 +171,29 @@ mod tests {
         let mut ok = Command::new("sh");
         ok.args(["-c", "exit 3"]);
         assert_eq!(
-            run(ok, Duration::from_secs(5), devnull(), devnull()).exit,
+            run(ok, Duration::from_secs(5), devnull(), devnull(), &NEVER).exit,
             Exit::Code(3)
         );
         let mut slow = Command::new("sh");
         slow.args(["-c", "sleep 30"]);
-        let out = run(slow, Duration::from_millis(200), devnull(), devnull());
+        let out = run(
+            slow,
+            Duration::from_millis(200),
+            devnull(),
+            devnull(),
+            &NEVER,
+        );
         assert_eq!(out.exit, Exit::TimedOut);
         let missing = Command::new("/nonexistent/binary");
         assert!(matches!(
-            run(missing, Duration::from_secs(1), devnull(), devnull()).exit,
+            run(
+                missing,
+                Duration::from_secs(1),
+                devnull(),
+                devnull(),
+                &NEVER
+            )
+            .exit,
             Exit::SpawnFailed(_)
         ));
     }

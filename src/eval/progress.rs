@@ -89,7 +89,8 @@ impl Progress {
                 Finish::Failed => "failed",
                 Finish::Error => "error",
             };
-            eprintln!("[{}/{}] {trial}: {word} {detail}", c.done, self.total);
+            let line = format!("[{}/{}] {trial}: {word} {detail}", c.done, self.total);
+            eprintln!("{}", crate::protocol::terminal_safe_line(&line));
         }
         cv.notify_all();
     }

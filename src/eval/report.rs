@@ -222,14 +222,24 @@ pub fn print_table(
     wall_sec: f64,
     job_dir: &std::path::Path,
 ) -> std::io::Result<()> {
-    let width = tasks.iter().map(|t| t.task.len()).max().unwrap_or(4).max(4);
+    // A task's name is the task's to choose: escape sequences in it never reach the terminal.
+    let names: Vec<String> = tasks
+        .iter()
+        .map(|t| crate::protocol::terminal_safe_line(&t.task).into_owned())
+        .collect();
+    let width = names
+        .iter()
+        .map(|n| n.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4);
     writeln!(
         out,
         "{:<width$}  {:>6}  {:>6}  {:>6}  {:>8}  {:>8}  {:>9}",
         "task", "trials", "passed", "errors", "reward", "agent s", "tokens"
     )?;
     writeln!(out, "{}", "-".repeat(width + 56))?;
-    for t in tasks {
+    for (t, name) in tasks.iter().zip(&names) {
         let reward = t.mean_reward.map_or("—".to_string(), |r| format!("{r:.3}"));
         let tokens = format!(
             "{}/{}",
@@ -239,7 +249,7 @@ pub fn print_table(
         writeln!(
             out,
             "{:<width$}  {:>6}  {:>6}  {:>6}  {:>8}  {:>8.1}  {:>9}",
-            t.task, t.n_trials, t.n_passed, t.n_errors, reward, t.mean_agent_sec, tokens
+            name, t.n_trials, t.n_passed, t.n_errors, reward, t.mean_agent_sec, tokens
         )?;
     }
     writeln!(out, "{}", "-".repeat(width + 56))?;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::dockerfile::{self, DockerPlan};
 use super::error::{EvalError, LoadError, TaskError};
+use super::fsutil::read_task_file;
 use super::yaml_lite;
 
 /// Harbor's defaults (`VerifierConfig.timeout_sec`, `EnvironmentConfig.build_timeout_sec`);
@@ -245,8 +246,29 @@ pub(crate) fn dir_name(dir: &Path) -> String {
         .unwrap_or_else(|| dir.display().to_string())
 }
 
-fn read_text(path: &Path) -> Result<String, TaskError> {
-    std::fs::read_to_string(path).map_err(|e| TaskError::read(path, e))
+/// `Err` when `sub`, a folder the trial copies or mounts (`environment/`, `tests/`,
+/// `solution/`, a step's), is a link out of the task folder `dir`: `environment -> /` would
+/// put the host's files in the trial.
+fn folder_inside(dir: &Path, sub: &Path, file: &Path, key: &str) -> Result<(), TaskError> {
+    let inside = match (std::fs::canonicalize(sub), std::fs::canonicalize(dir)) {
+        (Ok(sub), Ok(task)) => sub.starts_with(task),
+        // Absent (or unreadable, which loading it reports): nothing is followed.
+        _ => true,
+    };
+    if inside {
+        return Ok(());
+    }
+    Err(TaskError::field(
+        file,
+        key.to_string(),
+        "a folder inside the task",
+        format!("{} (a link out of it)", sub.display()),
+    ))
+}
+
+/// A file of the task folder `dir`, never through a link out of it ([`read_task_file`]).
+fn read_text(dir: &Path, path: &Path) -> Result<String, TaskError> {
+    read_task_file(dir, path).map_err(|e| TaskError::read(path, e))
 }
 
 fn secs(v: f64, file: &Path, key: &str) -> Result<Duration, TaskError> {
@@ -359,7 +381,7 @@ pub(crate) fn expand_host_vars(
 /// Harbor task, `[task].name` with and without its org prefix. Reads only `task.toml`.
 pub fn peek_names(dir: &Path) -> Vec<String> {
     let mut names = vec![dir_name(dir)];
-    if let Ok(text) = std::fs::read_to_string(dir.join("task.toml"))
+    if let Ok(text) = read_task_file(dir, &dir.join("task.toml"))
         && let Ok(doc) = text.parse::<toml::Table>()
         && let Some(full) = doc
             .get("task")
@@ -515,8 +537,11 @@ fn toml_steps(
                 format!("{} (a link out of it)", step_dir.display()),
             ));
         }
+        for sub in ["tests", "solution", "workdir"] {
+            folder_inside(dir, &step_dir.join(sub), file, &key_name(&name))?;
+        }
         let instruction_path = step_dir.join("instruction.md");
-        let instruction = read_text(&instruction_path)?;
+        let instruction = read_text(dir, &instruction_path)?;
         if instruction.trim().is_empty() {
             return Err(TaskError::EmptyInstruction {
                 path: instruction_path,
@@ -579,7 +604,7 @@ fn toml_steps(
 
 fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
     let toml_path = dir.join("task.toml");
-    let doc: toml::Value = read_text(&toml_path)?
+    let doc: toml::Value = read_text(dir, &toml_path)?
         .parse::<toml::Table>()
         .map(toml::Value::Table)
         .map_err(|e| TaskError::Toml {
@@ -615,7 +640,7 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
         first.instruction.clone()
     } else {
         let instruction_path = dir.join("instruction.md");
-        let instruction = read_text(&instruction_path)?;
+        let instruction = read_text(dir, &instruction_path)?;
         if instruction.trim().is_empty() {
             return Err(TaskError::EmptyInstruction {
                 path: instruction_path,
@@ -711,7 +736,7 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
         // A Dockerfile describes the environment (a pinned `docker_image` is built from it);
         // `setup.sh` without a Dockerfile is the local convention of tools/tbench.
         if dockerfile.is_file() {
-            match dockerfile::translate(&read_text(&dockerfile)?, allow_internet, &env_dir) {
+            match dockerfile::translate(&read_text(dir, &dockerfile)?, allow_internet, &env_dir) {
                 DockerPlan::Unsupported(reason) => {
                     let image = image
                         .map(|i| format!(" (prebuilt image '{i}')"))
@@ -740,7 +765,7 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
         } else if setup.is_file() {
             plan.files_from = Some(env_dir.clone());
             plan.exclude = vec!["setup.sh".into()];
-            plan.setup_script = Some(read_text(&setup)?);
+            plan.setup_script = Some(read_text(dir, &setup)?);
         } else {
             plan.files_from = Some(env_dir.clone());
         }
@@ -759,6 +784,9 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
 
     let solution_dir = dir.join("solution");
     let tests_dir = dir.join("tests");
+    for sub in [&env_dir, &solution_dir, &tests_dir] {
+        folder_inside(dir, sub, &toml_path, "task folders")?;
+    }
     let task_test = tests_dir.join("test.sh").is_file();
     if steps.is_empty() && !task_test {
         return Err(TaskError::MissingFile {
@@ -790,7 +818,8 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
             .is_file()
             .then_some(solution_dir),
         solution_script: "solve.sh".into(),
-        tests_dir: Some(tests_dir),
+        // Optional, as in Harbor: a multi-step task may keep every test in its steps.
+        tests_dir: tests_dir.is_dir().then_some(tests_dir),
         tests_extra_files: Vec::new(),
         test_entry: "test.sh".into(),
         verifier_env: toml_env(verifier, &toml_path, "verifier")?,
@@ -806,7 +835,7 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
 
 fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
     let yaml_path = dir.join("task.yaml");
-    let doc = yaml_lite::parse(&read_text(&yaml_path)?).map_err(|source| TaskError::Yaml {
+    let doc = yaml_lite::parse(&read_text(dir, &yaml_path)?).map_err(|source| TaskError::Yaml {
         path: yaml_path.clone(),
         source,
     })?;
@@ -843,7 +872,7 @@ fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
         } else {
             dir.join("docker-compose.yml")
         };
-        let text = read_text(&compose)?;
+        let text = read_text(dir, &compose)?;
         if count_compose_services(&text) > 1 {
             return skip("its docker-compose file defines several containers".into());
         }
@@ -852,11 +881,12 @@ fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
         workdir: "/app".into(),
         ..Default::default()
     };
+    folder_inside(dir, &dir.join("tests"), &yaml_path, "tests")?;
     let dockerfile = dir.join("Dockerfile");
     let mut image_user = None;
     if dockerfile.is_file() {
         // TB1 tasks assume network during the image build; the agent phase is what gets isolated.
-        match dockerfile::translate(&read_text(&dockerfile)?, true, dir) {
+        match dockerfile::translate(&read_text(dir, &dockerfile)?, true, dir) {
             DockerPlan::Unsupported(reason) => {
                 return skip(format!("{}: {reason}", dockerfile.display()));
             }

@@ -11,8 +11,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use super::atif;
+use super::container::{Container, Job};
 use super::events::{self, EventStats, HopLatency, HopRecord, Tokens};
-use super::fsutil::{copy_tree, remove_tree};
+use super::fsutil::{copy_task_file, copy_tree, remove_tree};
 use super::gateway::{Gateway, GatewayError};
 use super::isolation::{Isolation, IsolationKind, Phase, TrialPaths, TrialUser};
 use super::process::{self, Exit, Outcome};
@@ -101,6 +102,8 @@ pub struct TrialSettings {
     /// CA bundles, proxies and package-index settings from the host ([`network_env`]): every
     /// phase gets them, under the task's own variables.
     pub network_env: BTreeMap<String, String>,
+    /// Set when the job is interrupted: running phases end, the trial is a `CancelledError`.
+    pub cancel: &'static std::sync::atomic::AtomicBool,
 }
 
 /// Whether a host variable configures network access (certificates, proxies, package
@@ -604,6 +607,15 @@ fn trial_users(task: &Task, paths: &TrialPaths) -> Result<BTreeMap<String, Trial
     Ok(users)
 }
 
+/// The job was interrupted while this trial ran: not scored.
+fn cancelled(r: &mut TrialResult) -> PhaseError {
+    infra(
+        r,
+        "CancelledError",
+        "the job was interrupted (SIGINT or SIGTERM) while this trial ran".into(),
+    )
+}
+
 fn infra(r: &mut TrialResult, kind: &'static str, message: String) -> PhaseError {
     r.infrastructure_error = true;
     (kind, message)
@@ -662,6 +674,7 @@ fn trial_phases(
             env: env.clone(),
             gateway: None,
             user: None,
+            control: None,
         };
         let cmd = iso.command(&phase, "bash", &["/setup/setup.sh".into()]);
         let (out, err) = log_files(&paths.root.join("setup.log")).map_err(|e| {
@@ -676,20 +689,28 @@ fn trial_phases(
             scaled(task.setup_timeout, settings.timeout_multiplier),
             out,
             err,
+            settings.cancel,
         );
         *process_time += outcome.duration;
         r.timings.environment_setup = Some(PhaseTiming::from(&outcome));
+        if outcome.exit == Exit::Cancelled {
+            return Err(cancelled(r));
+        }
         let _ = remove_tree(&paths.setup);
         if !outcome.exit.success() {
             let why = match &outcome.exit {
                 Exit::TimedOut => "timed out".to_string(),
                 other => format!("ended with {other:?}"),
             };
+            // The Dockerfile's failing RUN names its line there.
+            let failed = failed_run_line(&paths.root.join("setup.log"))
+                .map(|l| format!(" ({l})"))
+                .unwrap_or_default();
             return Err(infra(
                 r,
                 "EnvironmentSetupError",
                 format!(
-                    "the setup script {why}; see {}",
+                    "the setup script {why}{failed}; see {}",
                     paths.root.join("setup.log").display()
                 ),
             ));
@@ -747,6 +768,22 @@ fn trial_phases(
         r,
         process_time,
     )
+}
+
+/// The last "the Dockerfile's line N failed" line of a setup log (its last 64 KiB).
+fn failed_run_line(log: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = File::open(log).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(64 << 10))).ok()?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    text.lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("baton: "))
+        .filter(|l| l.starts_with("the Dockerfile's line"))
+        .map(|l| l.chars().take(300).collect())
 }
 
 /// Runs the steps of a multi-step task in order in the one environment, as Harbor's
@@ -1028,6 +1065,7 @@ fn step_setup(
         env: env.clone(),
         gateway: None,
         user,
+        control: None,
     };
     let script = "cp -a --no-preserve=ownership /setup/. \"$1\"/ && if [ -f /setup/setup.sh ]; then bash \"$1/setup.sh\"; fi";
     let cmd = settings.isolation.command(
@@ -1053,9 +1091,13 @@ fn step_setup(
         scaled(task.setup_timeout, settings.timeout_multiplier),
         out,
         err,
+        settings.cancel,
     );
     *process_time += outcome.duration;
     let _ = remove_tree(&paths.setup);
+    if outcome.exit == Exit::Cancelled {
+        return Err(cancelled(r));
+    }
     if outcome.exit.success() {
         return Ok(());
     }
@@ -1105,15 +1147,16 @@ fn agent_and_verifier(
                 ));
             };
             let copied = if task.format == TaskFormat::Tb1 {
+                // A task file: never through a link out of the task folder.
                 std::fs::create_dir_all(&paths.solution)
                     .and_then(|_| {
-                        std::fs::copy(
-                            dir.join(&task.solution_script),
-                            paths.solution.join(&task.solution_script),
+                        copy_task_file(
+                            &task.dir,
+                            &dir.join(&task.solution_script),
+                            &paths.solution.join(&task.solution_script),
                         )
                     })
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| format!("{}: {e}", dir.join(&task.solution_script).display()))
             } else {
                 copy_tree(dir, &paths.solution, &[]).map_err(|e| e.to_string())
             };
@@ -1193,7 +1236,38 @@ fn agent_and_verifier(
             )
         }
     };
+    // The agent and the verifier share one sandbox, as they share one container in Docker,
+    // under bwrap: what the agent leaves running (a server it was asked to start) is there for
+    // the verifier, and ends with it.
+    let mut container: Option<Container> = None;
     if let Some(program) = program {
+        let control = paths.root.join("work").join("control");
+        // Root only: the verifier's /tests is made in the sandbox's own root folder when it
+        // starts (the agent never sees one), which only root may write.
+        if iso.kind == IsolationKind::Bwrap
+            && pass.agent_user.is_none()
+            && pass.verifier_user.is_none()
+        {
+            let phase = Phase {
+                paths,
+                workdir: &task.environment.workdir,
+                network,
+                tests: false,
+                solution,
+                setup: false,
+                build_context: None,
+                env: BTreeMap::new(),
+                gateway: gateway.as_ref(),
+                user: agent_user.as_ref(),
+                control: Some(&control),
+            };
+            let log = paths.root.join("work").join("container.log");
+            match Container::start(iso, &phase, &control, &log) {
+                Ok(c) => container = Some(c),
+                // A sandbox per phase then, as before.
+                Err(e) => tracing::warn!("{}: no shared sandbox: {e}", paths.root.display()),
+            }
+        }
         let phase = Phase {
             paths,
             workdir: &task.environment.workdir,
@@ -1205,8 +1279,8 @@ fn agent_and_verifier(
             env: agent_env.clone(),
             gateway: gateway.as_ref(),
             user: agent_user.as_ref(),
+            control: None,
         };
-        let cmd = iso.command(&phase, &program, &args);
         let out = File::create(&stdout_path);
         let err = File::create(paths.agent_logs.join("stderr.txt"));
         let (out, err) = match (out, err) {
@@ -1219,7 +1293,29 @@ fn agent_and_verifier(
                 ));
             }
         };
-        let outcome = process::run(cmd, agent_limit, out, err);
+        let outcome = match container.as_mut() {
+            Some(c) => {
+                drop((out, err));
+                let job_env = iso.sandbox_env(agent_user.as_ref(), &agent_env);
+                let job = Job {
+                    workdir: &task.environment.workdir,
+                    env: &job_env,
+                    prelude: "",
+                    program: &program,
+                    args: &args,
+                    stdout: "/logs/agent/stdout.txt",
+                    stderr: "/logs/agent/stderr.txt",
+                };
+                c.run(&job, agent_limit, settings.cancel)
+            }
+            None => process::run(
+                iso.command(&phase, &program, &args),
+                agent_limit,
+                out,
+                err,
+                settings.cancel,
+            ),
+        };
         drop(gateway.take());
         *process_time += outcome.duration;
         r.timings.agent_execution = Some(PhaseTiming::from(&outcome));
@@ -1228,6 +1324,7 @@ fn agent_and_verifier(
             Exit::Signal(s) => r.agent_exit.signal = Some(*s),
             Exit::TimedOut => r.agent_exit.timed_out = true,
             Exit::SpawnFailed(m) => return Err(infra(r, "AgentSpawnError", m.clone())),
+            Exit::Cancelled => return Err(cancelled(r)),
         }
         record_events(pass.instruction, paths, settings, r, &stdout_path);
     } else {
@@ -1241,7 +1338,7 @@ fn agent_and_verifier(
     let _ = remove_tree(&paths.solution);
 
     // Verifier: the tests appear only now.
-    let verify = run_verifier(task, pass, paths, settings, env, process_time, r);
+    let verify = run_verifier(task, pass, paths, settings, env, container, process_time, r);
     let agent_error = if r.agent_exit.timed_out {
         Some((
             "AgentTimeoutError",
@@ -1389,17 +1486,33 @@ fn baton_agent_setup(
     })
 }
 
+/// The verifier of one pass: in the agent's sandbox when there is one (`container`, ended
+/// here before anything the trial wrote is read), else in a sandbox of its own.
+#[allow(clippy::too_many_arguments)]
 fn run_verifier(
     task: &Task,
     pass: &Pass,
     paths: &TrialPaths,
     settings: &TrialSettings,
     task_env: &BTreeMap<String, String>,
+    container: Option<Container>,
     process_time: &mut Duration,
     r: &mut TrialResult,
 ) -> Result<(), PhaseError> {
     let iso = &settings.isolation;
-    std::fs::create_dir_all(&paths.tests).map_err(|e| {
+    // A sandbox whose supervisor the agent's commands ended is gone, with their processes.
+    let mut container = container;
+    if container.as_mut().is_some_and(|c| !c.alive()) {
+        container = None;
+    }
+    // With the agent's processes still running, the tests are staged where the trial cannot
+    // write and copied into /tests from inside it: a link a process plants in /tests while
+    // the runner copies must resolve in the trial, never on the host.
+    let tests_dest = match &container {
+        Some(c) => c.staging().join("tests"),
+        None => paths.tests.clone(),
+    };
+    std::fs::create_dir_all(&tests_dest).map_err(|e| {
         infra(
             r,
             "VerifierSetupError",
@@ -1407,12 +1520,12 @@ fn run_verifier(
         )
     })?;
     for dir in &pass.tests {
-        copy_tree(dir, &paths.tests, &[])
+        copy_tree(dir, &tests_dest, &[])
             .map_err(|e| infra(r, "VerifierSetupError", e.to_string()))?;
     }
     for file in &task.tests_extra_files {
         let name = file.file_name().map(PathBuf::from).unwrap_or_default();
-        std::fs::copy(file, paths.tests.join(name)).map_err(|e| {
+        copy_task_file(&task.dir, file, &tests_dest.join(name)).map_err(|e| {
             infra(
                 r,
                 "VerifierSetupError",
@@ -1434,6 +1547,7 @@ fn run_verifier(
         env,
         gateway: None,
         user: pass.verifier_user,
+        control: None,
     };
     let cmd = iso.command(&phase, "bash", &[format!("/tests/{}", task.test_entry)]);
     let out_path = paths.verifier_logs.join("test-stdout.txt");
@@ -1449,7 +1563,29 @@ fn run_verifier(
         }
     };
     let limit = scaled(pass.verifier_timeout, settings.timeout_multiplier);
-    let outcome = process::run(cmd, limit, out, err);
+    let outcome = match container.as_mut() {
+        Some(c) => {
+            drop((out, err));
+            let job_env = iso.sandbox_env(pass.verifier_user, &phase.env);
+            let prelude = format!(
+                "rm -rf /tests && mkdir /tests && cp -a --no-preserve=ownership {}/in/tests/. /tests/ || exit 126",
+                super::container::CONTROL
+            );
+            let job = Job {
+                workdir: &task.environment.workdir,
+                env: &job_env,
+                prelude: &prelude,
+                program: "bash",
+                args: &[format!("/tests/{}", task.test_entry)],
+                stdout: "/logs/verifier/test-stdout.txt",
+                stderr: "/logs/verifier/test-stderr.txt",
+            };
+            c.run(&job, limit, settings.cancel)
+        }
+        None => process::run(cmd, limit, out, err, settings.cancel),
+    };
+    // The trial ends here: whatever it left running is gone before its results are read.
+    drop(container);
     *process_time += outcome.duration;
     r.timings.verifier = Some(PhaseTiming::from(&outcome));
     match &outcome.exit {
@@ -1464,6 +1600,7 @@ fn run_verifier(
             ));
         }
         Exit::SpawnFailed(m) => return Err(infra(r, "VerifierSpawnError", m.clone())),
+        Exit::Cancelled => return Err(cancelled(r)),
         _ => {}
     }
     let output = std::fs::read_to_string(&out_path).unwrap_or_default();
@@ -1472,15 +1609,26 @@ fn run_verifier(
         &output,
         task.format == TaskFormat::Tb1,
     ) {
+        Ok(v) if v.reward == 0.0 && !tests_ran(&v, &output, &paths.verifier_logs) => {
+            let stderr = read_tail(&err_path, 256 << 10);
+            match bootstrap_failure(&output, &stderr) {
+                // Its test runner never started: no verdict on the agent's work.
+                Some(sign) => Err(infra(
+                    r,
+                    "VerifierBootstrapError",
+                    format!(
+                        "the verifier scored 0 without running its tests: its test runner could not be set up (\"{sign}\"); see {}",
+                        err_path.display()
+                    ),
+                )),
+                None => {
+                    record_verdict(r, v);
+                    Ok(())
+                }
+            }
+        }
         Ok(v) => {
-            r.reward = Some(if r.agent_exit.timed_out {
-                0.0
-            } else {
-                v.reward
-            });
-            r.verifier_rewards = v.rewards;
-            r.reward_source = Some(v.source);
-            r.tests = v.tests;
+            record_verdict(r, v);
             Ok(())
         }
         Err(e) => Err(infra(
@@ -1494,6 +1642,77 @@ fn run_verifier(
             ),
         )),
     }
+}
+
+/// Scores the verifier's verdict (0 when the agent timed out).
+fn record_verdict(r: &mut TrialResult, v: reward::Verdict) {
+    r.reward = Some(if r.agent_exit.timed_out {
+        0.0
+    } else {
+        v.reward
+    });
+    r.verifier_rewards = v.rewards;
+    r.reward_source = Some(v.source);
+    r.tests = v.tests;
+}
+
+/// Whether the verifier got as far as running tests: per-test results, a pytest summary line,
+/// or a CTRF / JUnit report in its logs.
+fn tests_ran(v: &reward::Verdict, output: &str, logs: &Path) -> bool {
+    static SUMMARY: std::sync::LazyLock<Option<regex::Regex>> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?m)^=+ .*\b(passed|failed|errors?|no tests ran|skipped)\b.* in [0-9.]+s",
+        )
+        .ok()
+    });
+    !v.tests.is_empty()
+        || SUMMARY.as_ref().is_some_and(|re| re.is_match(output))
+        || ["ctrf.json", "junit.xml", "report.xml"]
+            .iter()
+            .any(|f| logs.join(f).is_file())
+}
+
+/// What test runners print when they cannot be set up (uv/uvx fetching a Python or a package,
+/// pip without an index, the runner missing): a verifier that printed one of these and ran no
+/// test judged nothing of the agent's work. Network errors alone are not on the list: a
+/// verifier's failed `curl` of an installer is common and harmless when the host has the tool.
+const BOOTSTRAP_FAILURES: &[&str] = &[
+    "uvx: command not found",
+    "uv: command not found",
+    "pytest: command not found",
+    "python3: command not found",
+    "pip3: command not found",
+    "pip: command not found",
+    "No module named pytest",
+    "No module named 'pytest'",
+    "No interpreter found for Python",
+    "No download found for request",
+    "Failed to download",
+    "Failed to fetch",
+    "No matching distribution found",
+    "Could not find a version that satisfies the requirement",
+];
+
+fn bootstrap_failure(stdout: &str, stderr: &str) -> Option<&'static str> {
+    BOOTSTRAP_FAILURES
+        .iter()
+        .copied()
+        .find(|s| stdout.contains(s) || stderr.contains(s))
+}
+
+/// The last `max` bytes of a log file, as text.
+fn read_tail(path: &Path, max: u64) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if f.seek(SeekFrom::Start(len.saturating_sub(max))).is_err() {
+        return String::new();
+    }
+    let mut bytes = Vec::new();
+    let _ = f.by_ref().take(max).read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 fn record_events(

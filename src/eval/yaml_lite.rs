@@ -55,19 +55,79 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, String>, YamlError> {
             }
             out.insert(key, block_scalar(&lines[start..i], folded, chomp));
         } else if rest.is_empty() {
-            // A nested map or a list follows; skip its indented lines.
+            // A nested map or a list follows (skip its indented lines), or a plain scalar
+            // that starts on the next line.
+            let start = i;
             while i < lines.len()
                 && (lines[i].trim().is_empty() || lines[i].starts_with([' ', '\t', '-']))
             {
                 i += 1;
             }
+            let first = lines[start..i]
+                .iter()
+                .map(|l| l.trim())
+                .find(|l| !l.is_empty());
+            if let Some(first) = first
+                && !first.starts_with('-')
+                && !first.starts_with('#')
+                && !looks_like_key(first)
+                && lines[start..i].iter().all(|l| !l.starts_with('-'))
+            {
+                out.insert(key, fold_plain("", &lines[start..i]));
+            }
         } else if rest.starts_with('[') || rest.starts_with('{') {
             continue;
-        } else {
+        } else if rest.starts_with(['"', '\'']) {
             out.insert(key, unquote(rest, i)?);
+        } else {
+            // A plain scalar goes on over the indented lines that follow, folded.
+            let start = i;
+            while i < lines.len()
+                && (lines[i].trim().is_empty() || lines[i].starts_with([' ', '\t']))
+            {
+                i += 1;
+            }
+            out.insert(key, fold_plain(rest, &lines[start..i]));
         }
     }
     Ok(out)
+}
+
+/// `name: …` (a key of a nested map), as opposed to text.
+fn looks_like_key(line: &str) -> bool {
+    match line.split_once(':') {
+        Some((k, v)) => {
+            !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '"' | '\''))
+                && (v.is_empty() || v.starts_with(' '))
+        }
+        None => false,
+    }
+}
+
+/// A multi-line plain scalar: its lines trimmed and joined by a space; an empty line is a
+/// line break. Trailing empty lines are not part of it.
+fn fold_plain(first: &str, more: &[&str]) -> String {
+    let mut out = first.to_string();
+    let mut breaks = 0;
+    for line in more {
+        let text = line.trim();
+        if text.is_empty() {
+            breaks += 1;
+            continue;
+        }
+        if !out.is_empty() {
+            if breaks > 0 {
+                out.push_str(&"\n".repeat(breaks));
+            } else {
+                out.push(' ');
+            }
+        }
+        breaks = 0;
+        out.push_str(strip_comment(text));
+    }
+    out
 }
 
 #[derive(Clone, Copy)]
@@ -192,6 +252,23 @@ mod tests {
         );
         let err = parse("x: 1\n\nname: \"open\n").unwrap_err();
         assert_eq!(err.to_string(), "line 3: unterminated double-quoted string");
+    }
+
+    /// A plain scalar over several lines (as PyYAML reads TB1's mlflow-register), on the key's
+    /// line or starting below it.
+    #[test]
+    fn plain_multi_line_scalars_are_folded() {
+        let doc = parse(
+            "instruction: Register the model\n  in MLflow and\n\n  serve it.\nauthor: x\nother:\n  Train it\n  now.\nmeta:\n  a: 1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            doc["instruction"],
+            "Register the model in MLflow and\nserve it."
+        );
+        assert_eq!(doc["author"], "x");
+        assert_eq!(doc["other"], "Train it now.");
+        assert!(!doc.contains_key("meta"));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! save it in the session before the process exits. The agent comes built from the command
 //! line (after the prompt is read, so a bad prompt fails before anything starts).
 
+use crate::protocol::stdio::eprintln;
 mod output;
 mod prompt;
 
@@ -31,15 +32,19 @@ const SUMMARY_SAVE_LIMIT: Duration = Duration::from_secs(60);
 pub struct ExecOptions {
     /// The prompt; `None` or `-` = read stdin.
     pub prompt: Option<String>,
+    /// A `-` after the prompt: append piped stdin to it. Without it a prompt argument runs
+    /// alone and stdin is never read (a `while read` loop keeps its input).
+    pub append_stdin: bool,
     pub json: bool,
     /// `-o FILE`: also write the last answer here.
     pub output: Option<PathBuf>,
     pub resume: Option<String>,
 }
 
-/// The prompt of the run: the argument, or piped stdin for `None` or `-`.
+/// The prompt of the run: the argument (with stdin appended when `-` follows it), or piped
+/// stdin for `None` or `-`.
 pub fn read_prompt(opts: &ExecOptions) -> Result<String, InputError> {
-    prompt::read(opts.prompt.as_deref())
+    prompt::read(opts.prompt.as_deref(), opts.append_stdin)
 }
 
 /// The folders commands may write (the workspace and `--write` folders): a `-o FILE` beneath
@@ -162,14 +167,15 @@ async fn drive(
     let _ = handle.ops.send(Op::UserTurn { text });
 
     let mut code: Option<i32> = None;
-    let mut interrupted_by_user = false;
     let mut timed_out = false;
     let mut shutting_down = false;
     // The core's session total, last seen (it grows after the answer: the summary hop).
     let mut session_usage = None;
     // The session this run wrote to, for the resume hint at the end.
     let mut session_id: Option<String> = None;
-    let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
+    let mut signals = StopSignals::new();
+    // The signal that is stopping the turn (the first one; a second one leaves at once).
+    let mut stopped_by: Option<StopSignal> = None;
     // The tool calls of the turn: titles by call id, those declined, and how many ran.
     let mut titles: HashMap<String, String> = HashMap::new();
     let mut declined: Vec<String> = Vec::new();
@@ -184,18 +190,37 @@ async fn drive(
         };
         let event = tokio::select! {
             ev = handle.events.recv() => ev,
-            _ = &mut ctrl_c => {
-                if interrupted_by_user || shutting_down {
-                    // A second Ctrl-C, or one while only the summary is being saved: leave now.
-                    return code.unwrap_or(exit::INTERRUPTED);
+            signal = signals.recv() => {
+                if stopped_by.is_some() || shutting_down {
+                    // A second signal, or one while only the summary is being saved: leave now.
+                    return code.unwrap_or(signal.exit_code());
                 }
-                interrupted_by_user = true;
-                out.note("interrupted: stopping the turn and saving the session (Ctrl-C again to quit now)");
+                stopped_by = Some(signal);
+                out.note(&match signal {
+                    StopSignal::Interrupt => "interrupted: stopping the turn and saving the \
+                                              session (Ctrl-C again to quit now)"
+                        .to_string(),
+                    _ => format!(
+                        "{}: stopping the turn and saving the session",
+                        signal.name()
+                    ),
+                });
                 let _ = handle.ops.send(Op::Interrupt);
-                ctrl_c = Box::pin(tokio::signal::ctrl_c());
+                // Ctrl-C waits for the user; SIGTERM and SIGHUP come from a supervisor (timeout,
+                // CI, a closed terminal) that will not wait long: the turn gets a bounded grace.
+                if signal != StopSignal::Interrupt {
+                    let by = Instant::now() + STOP_GRACE;
+                    deadline = Some(deadline.map_or(by, |d| d.min(by)));
+                }
                 continue;
             }
             _ = until_deadline => {
+                if let Some(signal) = stopped_by
+                    && !shutting_down
+                {
+                    out.note("the turn did not stop in time; exiting");
+                    return signal.exit_code();
+                }
                 if shutting_down {
                     // The answer is out; an unsaved summary is made by the next turn that needs it.
                     out.note("timeout while saving the summary; the next turn will make it");
@@ -286,7 +311,9 @@ async fn drive(
                     TurnStatus::Error => exit::AGENT_ERROR,
                     TurnStatus::LimitReached => exit::LIMIT,
                     TurnStatus::Interrupted if timed_out => exit::LIMIT,
-                    TurnStatus::Interrupted => exit::INTERRUPTED,
+                    TurnStatus::Interrupted => {
+                        stopped_by.map_or(exit::INTERRUPTED, StopSignal::exit_code)
+                    }
                 }));
                 shutting_down = true;
                 let _ = handle.ops.send(Op::Shutdown);
@@ -304,6 +331,71 @@ async fn drive(
                 return code.unwrap_or(exit::AGENT_ERROR);
             }
             _ => {}
+        }
+    }
+}
+
+/// A signal that ends the turn the way Ctrl-C does: the running command is killed, the turn's
+/// checkpoint and the session are saved, then the process exits with 128 + the signal's number
+/// (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP; docs/events.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopSignal {
+    Interrupt,
+    Terminate,
+    Hangup,
+}
+
+impl StopSignal {
+    fn name(self) -> &'static str {
+        match self {
+            StopSignal::Interrupt => "interrupted",
+            StopSignal::Terminate => "SIGTERM",
+            StopSignal::Hangup => "SIGHUP",
+        }
+    }
+
+    fn exit_code(self) -> i32 {
+        match self {
+            StopSignal::Interrupt => exit::INTERRUPTED,
+            StopSignal::Terminate => 128 + libc::SIGTERM,
+            StopSignal::Hangup => 128 + libc::SIGHUP,
+        }
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP as one stream. A signal whose handler cannot be installed keeps
+/// its default action (the process ends at once), as before.
+struct StopSignals {
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
+    hangup: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn new() -> StopSignals {
+        use tokio::signal::unix::{SignalKind, signal};
+        StopSignals {
+            interrupt: signal(SignalKind::interrupt()).ok(),
+            terminate: signal(SignalKind::terminate()).ok(),
+            hangup: signal(SignalKind::hangup()).ok(),
+        }
+    }
+
+    async fn recv(&mut self) -> StopSignal {
+        async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    if s.recv().await.is_none() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            _ = next(&mut self.interrupt) => StopSignal::Interrupt,
+            _ = next(&mut self.terminate) => StopSignal::Terminate,
+            _ = next(&mut self.hangup) => StopSignal::Hangup,
         }
     }
 }

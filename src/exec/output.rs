@@ -3,6 +3,7 @@
 //! core's (`turn_completed` for the turn, `session_usage` for the session): nothing is counted
 //! here.
 
+use crate::protocol::stdio::eprintln;
 use std::cell::RefCell;
 use std::io::Write;
 

@@ -123,10 +123,12 @@ impl App {
             }
             SlashCommand::Sessions => match self.list_saved_sessions() {
                 Some(Ok(list)) if !list.is_empty() => {
+                    let ids = super::sessions::short_ids(&list);
                     let body = list
                         .iter()
-                        .map(|s| {
-                            let (about, detail) = describe(s, &self.opts.workspace);
+                        .zip(&ids)
+                        .map(|(s, id)| {
+                            let (about, detail) = describe(s, &self.opts.workspace, id);
                             format!("{}  {about}  ({detail})", s.id)
                         })
                         .collect();

@@ -73,9 +73,15 @@ impl App {
             self.pager_key(key);
             return;
         }
-        if !self.approvals.is_empty() {
-            self.approval_key(key);
-            return;
+        if let Some(a) = self.approvals.front_mut() {
+            if a.is_armed(self.now) {
+                self.approval_key(key);
+                return;
+            }
+            // Typed ahead, before the modal could be read: the key goes where it would have
+            // gone without the modal (the composer keeps the words), and the modal waits for
+            // the typing to pause.
+            a.typed_at = Some(self.now);
         }
         if let Some(redo) = self.pending_undo.take() {
             self.undo_confirm_key(key, redo);

@@ -9,6 +9,7 @@ mod helper;
 mod host;
 mod policy;
 mod review;
+mod spawn;
 mod terminal;
 mod trials;
 mod undo;

@@ -526,8 +526,9 @@ fn an_inherited_descriptor_does_not_reach_the_trial() {
 /// hashes are not part of a trial's world.
 #[test]
 fn host_homes_run_sockets_and_password_hashes_are_not_in_the_trial() {
-    let script = "for p in /home /run /mnt /media /srv /boot; do test -e $p && echo PRESENT:$p; done; \
+    let script = "for p in /home /mnt /media /srv /boot; do test -e $p && echo PRESENT:$p; done; \
         test -s /etc/shadow && echo PRESENT:/etc/shadow; \
+        ls -A /run/ 2>/dev/null | grep -q . && echo PRESENT:/run; \
         ls /var/run/ 2>/dev/null | grep -q . && echo PRESENT:/var/run; \
         test -d /usr/bin && echo SYSTEM_OK; echo END";
     let root = tempfile::tempdir().unwrap();
@@ -614,4 +615,34 @@ fn the_agent_binarys_folder_is_not_visible_in_the_trial() {
             folder.display()
         );
     }
+}
+
+/// A pathname unix socket of a host service in a system folder a trial sees (`/var/tmp` here,
+/// as lxd's under `/var/snap` or mysql's under `/var/lib`): an offline trial cannot connect to
+/// it, and the host's `/var/tmp` is not the trial's. Before, a trial reached such a socket and
+/// a root daemon behind it ran what it was sent.
+#[test]
+fn a_trial_cannot_reach_a_host_pathname_socket_under_var() {
+    let dir = tempfile::Builder::new()
+        .prefix("baton-trial-escape-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let path = dir.path().join("daemon.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let script = format!(
+        "test -e {0} && echo SEEN_HOST_VAR_TMP; python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{1}'); s.send(b'x'); print('PATH_SOCKET_REACHED')\" 2>/dev/null || echo PATH_SOCKET_BLOCKED; echo END",
+        dir.path().display(),
+        path.display()
+    );
+    let root = tempfile::tempdir().unwrap();
+    let t = task(root.path(), "var-socket", "Look around.");
+    let out = tempfile::tempdir().unwrap();
+    let report = run(args(vec![t], &format!("cmd:{script}"), out.path()));
+    let stdout = agent_stdout(&report);
+    let reached = listener.accept().is_ok();
+    assert!(stdout.contains("END"), "the probe ran: {stdout}");
+    assert!(stdout.contains("PATH_SOCKET_BLOCKED"), "{stdout}");
+    assert!(!stdout.contains("SEEN_HOST_VAR_TMP"), "{stdout}");
+    assert!(!reached, "a trial connected to a host pathname socket");
 }

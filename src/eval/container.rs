@@ -1,0 +1,242 @@
+//! One sandbox for a trial's agent and verifier, as one container is in Docker: what the agent
+//! leaves running (a server it was asked to start with `nohup … &`) is still running when the
+//! verifier runs, and everything ends with the trial.
+//!
+//! The sandbox (the agent phase's bwrap, with `/tests` and `/solution` mounted from the start)
+//! runs a small supervisor: a bash loop reading job ids from a FIFO the runner writes. A job is
+//! a script the runner wrote into a folder the sandbox sees read-only; it runs in a session of
+//! its own, and its exit status comes back as a file in a folder the sandbox may write. A job
+//! past its limit has its process group killed (SIGTERM, then SIGKILL); what it started in
+//! other sessions lives on, as in a container. Dropping the [`Container`] kills the sandbox and
+//! with it every process of the trial.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+
+use super::isolation::{Isolation, Phase};
+use super::process::{Exit, Outcome};
+
+/// Where the runner's control folders appear in the sandbox: `in/` (read-only: the FIFO, the
+/// job scripts, the staged tests) and `out/` (the jobs' exit statuses).
+pub const CONTROL: &str = "/.baton-trial";
+
+/// How long a job's process group gets between SIGTERM and SIGKILL (as [`super::process`]).
+const KILL_GRACE: Duration = Duration::from_millis(1500);
+
+/// The supervisor: `run ID` starts `in/ID.sh` in a new session (its wrapper records its pid,
+/// the session's, then the exit status); `kill ID` signals that session's process group.
+const SUPERVISOR: &str = r#"exec 3<>/.baton-trial/in/jobs || exit 111
+while IFS= read -r line <&3; do
+  case "$line" in
+    run\ *)
+      id=${line#run }
+      setsid /bin/bash -c 'echo $$ > "/.baton-trial/out/$1.pid"; /bin/bash "/.baton-trial/in/$1.sh"; echo $? > "/.baton-trial/out/$1.part"; mv -f "/.baton-trial/out/$1.part" "/.baton-trial/out/$1.rc"' job "$id" </dev/null >/dev/null 2>&1 &
+      ;;
+    kill\ *)
+      id=${line#kill }
+      pid=
+      read -r pid < "/.baton-trial/out/$id.pid"
+      case "$pid" in ''|*[!0-9]*) continue ;; esac
+      kill -TERM -- "-$pid" 2>/dev/null
+      ( sleep 1.5; kill -KILL -- "-$pid" 2>/dev/null ) &
+      ;;
+  esac
+done
+"#;
+
+/// One command for the sandbox: run in `workdir` with exactly `env`, stdin closed, output into
+/// the sandbox paths `stdout` and `stderr`, after the shell lines of `prelude`.
+pub struct Job<'a> {
+    pub workdir: &'a str,
+    pub env: &'a BTreeMap<String, String>,
+    pub prelude: &'a str,
+    pub program: &'a str,
+    pub args: &'a [String],
+    pub stdout: &'a str,
+    pub stderr: &'a str,
+}
+
+/// A trial's long-lived sandbox.
+pub struct Container {
+    child: Child,
+    jobs: File,
+    dir_in: PathBuf,
+    dir_out: PathBuf,
+    next: u32,
+}
+
+impl Container {
+    /// Starts the sandbox of `phase` (whose `control` names `control`, the host folder of
+    /// `in/` and `out/`), its supervisor's own output going to `log`.
+    pub fn start(
+        iso: &Isolation,
+        phase: &Phase,
+        control: &Path,
+        log: &Path,
+    ) -> std::io::Result<Container> {
+        let dir_in = control.join("in");
+        let dir_out = control.join("out");
+        std::fs::create_dir_all(&dir_in)?;
+        std::fs::create_dir_all(&dir_out)?;
+        let fifo = dir_in.join("jobs");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        // SAFETY: mkfifo on a NUL-terminated path.
+        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // Read and write: opening never waits for the supervisor, and writes never fail
+        // because it has not opened its end yet.
+        let jobs = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&fifo)?;
+        let out = File::create(log)?;
+        let err = out.try_clone()?;
+        let mut cmd = iso.command(phase, "bash", &["-c".into(), SUPERVISOR.into()]);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .process_group(0);
+        let child = cmd.spawn()?;
+        Ok(Container {
+            child,
+            jobs,
+            dir_in,
+            dir_out,
+            next: 1,
+        })
+    }
+
+    /// The host folder the sandbox sees read-only at `CONTROL/in`, for staging files.
+    pub fn staging(&self) -> &Path {
+        &self.dir_in
+    }
+
+    /// Whether the sandbox still runs (a trial's commands can end its supervisor).
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Runs `job` for at most `limit`, or until `cancel` is set.
+    pub fn run(&mut self, job: &Job, limit: Duration, cancel: &AtomicBool) -> Outcome {
+        let started_at = Utc::now();
+        let start = Instant::now();
+        let id = self.next;
+        self.next += 1;
+        let done = |exit| Outcome {
+            exit,
+            started_at,
+            finished_at: Utc::now(),
+            duration: start.elapsed(),
+        };
+        let script = job_script(job);
+        let sent = std::fs::write(self.dir_in.join(format!("{id}.sh")), script)
+            .and_then(|()| self.jobs.write_all(format!("run {id}\n").as_bytes()));
+        if let Err(e) = sent {
+            return done(Exit::SpawnFailed(format!(
+                "cannot hand the trial's sandbox a job: {e}"
+            )));
+        }
+        let rc_file = self.dir_out.join(format!("{id}.rc"));
+        let deadline = start + limit;
+        let mut pause = Duration::from_micros(500);
+        loop {
+            if let Some(rc) = read_status(&self.dir_out, &rc_file) {
+                return done(exit_of(rc));
+            }
+            if !self.alive() {
+                return done(Exit::SpawnFailed(
+                    "the trial's sandbox ended (its commands ended its supervisor)".into(),
+                ));
+            }
+            let now = Instant::now();
+            let cancelled = cancel.load(Ordering::SeqCst);
+            if now >= deadline || cancelled {
+                let _ = self.jobs.write_all(format!("kill {id}\n").as_bytes());
+                // The group is gone after the grace (its status file never comes: its wrapper
+                // is in the group).
+                let until = Instant::now() + KILL_GRACE + Duration::from_millis(200);
+                while Instant::now() < until && read_status(&self.dir_out, &rc_file).is_none() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                return done(if cancelled {
+                    Exit::Cancelled
+                } else {
+                    Exit::TimedOut
+                });
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let pgid = self.child.id() as i32;
+        // SAFETY: kill(2) of the sandbox's process group (bwrap, whose death takes its PID
+        // namespace, and every process of the trial, with it).
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// The job's script: its working dir, the prelude, then the command with exactly its env.
+fn job_script(job: &Job) -> String {
+    let q = |s: &str| {
+        shlex::try_quote(s)
+            .map(|c| c.into_owned())
+            .unwrap_or_else(|_| "''".to_string())
+    };
+    let mut s = format!("cd -- {} || exit 127\n", q(job.workdir));
+    if !job.prelude.is_empty() {
+        s.push_str(job.prelude);
+        s.push('\n');
+    }
+    s.push_str("exec /usr/bin/env -i");
+    for (k, v) in job.env {
+        s.push(' ');
+        s.push_str(&q(&format!("{k}={v}")));
+    }
+    // `env` would read a program named like an assignment as one: `--` cannot stop that,
+    // but no program path contains `=` here.
+    s.push(' ');
+    s.push_str(&q(job.program));
+    for a in job.args {
+        s.push(' ');
+        s.push_str(&q(a));
+    }
+    s.push_str(&format!(
+        " </dev/null >{} 2>{}\n",
+        q(job.stdout),
+        q(job.stderr)
+    ));
+    s
+}
+
+/// A job's exit status file, read without following a link the trial put there.
+fn read_status(dir: &Path, file: &Path) -> Option<i32> {
+    let bytes = super::fsutil::read_task_bytes(dir, file).ok()?;
+    String::from_utf8_lossy(&bytes).trim().parse().ok()
+}
+
+/// bash's status: 128 + N for a command ended by signal N.
+fn exit_of(rc: i32) -> Exit {
+    match rc {
+        129..=192 => Exit::Signal(rc - 128),
+        rc => Exit::Code(rc),
+    }
+}
