@@ -614,6 +614,19 @@ impl Dir {
     }
 }
 
+/// Whether `path` (made absolute) lies lexically beneath one of `anchors`, as given or with
+/// links resolved: then [`locate`] reaches it without following a link below that anchor.
+pub fn is_beneath(path: &Path, anchors: &[&Path]) -> bool {
+    let Ok(abs) = std::path::absolute(path) else {
+        return false;
+    };
+    anchors.iter().any(|anchor| {
+        std::path::absolute(anchor).is_ok_and(|a| {
+            abs.starts_with(&a) || std::fs::canonicalize(&a).is_ok_and(|r| abs.starts_with(r))
+        })
+    })
+}
+
 /// The directory holding the file `path` and the file's name. The directory is reached from
 /// the first of `anchors` it lies beneath without following any link below that anchor (a
 /// folder in the workspace swapped for a link to `~/.config` is refused); a path beneath none
@@ -819,6 +832,69 @@ fn open_following_walk(path: &Path) -> io::Result<(File, Meta)> {
 pub fn read_following(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     let (mut file, meta) = open_following(path)?;
     read_bounded(&mut file, meta.len, max)
+}
+
+/// For tests of readers: did a reader open this FIFO? Without hanging either way.
+#[cfg(test)]
+pub(crate) mod fifo_watch {
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A FIFO with a writer waiting on it: the writer's open returns only once some reader
+    /// opened the read end, and closes at once (that reader sees an empty file, so a reader
+    /// that opens it does not hang either), then waits for the next reader.
+    pub struct FifoWatch {
+        path: PathBuf,
+        opened: Arc<AtomicBool>,
+        stop: Arc<AtomicBool>,
+        writer: Option<std::thread::JoinHandle<()>>,
+    }
+
+    pub fn fifo_watch(path: &Path) -> FifoWatch {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let opened = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (path, opened, stop) = (path.to_path_buf(), opened.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let f = std::fs::OpenOptions::new().write(true).open(&path);
+                    if !stop.load(Ordering::SeqCst) {
+                        opened.store(true, Ordering::SeqCst);
+                    }
+                    drop(f);
+                }
+            })
+        };
+        FifoWatch {
+            path: path.to_path_buf(),
+            opened,
+            stop,
+            writer: Some(writer),
+        }
+    }
+
+    impl FifoWatch {
+        /// Whether any reader opened the FIFO so far; stops the writer.
+        pub fn was_opened(mut self) -> bool {
+            use std::os::unix::fs::OpenOptionsExt;
+            let opened = self.opened.load(Ordering::SeqCst);
+            self.stop.store(true, Ordering::SeqCst);
+            // Let the writer's pending open through: open the read end ourselves.
+            let _reader = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&self.path);
+            if let Some(w) = self.writer.take() {
+                let _ = w.join();
+            }
+            opened
+        }
+    }
 }
 
 #[cfg(test)]

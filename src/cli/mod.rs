@@ -178,7 +178,7 @@ pub fn main() -> i32 {
                 let (commands, _) = crate::config::commands::discover_commands(&config.workspace);
                 let text =
                     crate::config::commands::expand_command(&text, &commands).unwrap_or(text);
-                if let Err(e) = crate::exec::check_output(&opts, &config.workspace) {
+                if let Err(e) = crate::exec::check_output(&opts, &config) {
                     eprintln!("baton: {e}");
                     return exit::USAGE;
                 }

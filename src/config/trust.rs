@@ -66,8 +66,8 @@ impl TrustList {
     }
 
     pub fn load_from(path: &Path) -> Result<TrustList, ConfigLoadError> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
+        let text = match crate::untrusted_fs::read_following(path, MAX_PROJECT_FILE) {
+            Ok(t) => String::from_utf8_lossy(&t).into_owned(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(TrustList::default()),
             Err(e) => {
                 return Err(ConfigLoadError::File {
@@ -101,10 +101,8 @@ impl TrustList {
              # approval, network, credentials…). Managed with `baton trust`; a config file\n\
              # changed since it was trusted is not trusted until `baton trust` is run again.\n\n{body}"
         );
-        let tmp = tempfile::NamedTempFile::new_in(dir)?;
-        std::fs::write(tmp.path(), text)?;
-        tmp.persist(path).map_err(|e| e.error)?;
-        Ok(())
+        // Owner-only, as before; a link at the name is replaced, not written through.
+        crate::untrusted_fs::write_file(path, &[], text.as_bytes(), Some(0o600))
     }
 
     /// The entry for a folder (canonical path), if any.

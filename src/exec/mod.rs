@@ -47,10 +47,20 @@ pub fn read_prompt(opts: &ExecOptions) -> Result<String, InputError> {
     prompt::read(opts.prompt.as_deref(), opts.append_stdin)
 }
 
-/// Checks that `-o FILE` can be written before the turn runs (and costs a request): its
-/// folder is reached without following a link below the workspace, and a file can be created
-/// there (a temp file, removed again). Nothing is written to FILE itself yet.
-pub fn check_output(opts: &ExecOptions, workspace: &Path) -> Result<(), InputError> {
+/// The folders commands may write (the workspace and `--write` folders): a `-o FILE` beneath
+/// them may be a link a command planted, one elsewhere is the user's own to name.
+fn writable_roots(config: &Config) -> Vec<&Path> {
+    std::iter::once(config.workspace.as_path())
+        .chain(config.writable.iter().map(PathBuf::as_path))
+        .collect()
+}
+
+/// Checks that `-o FILE` can be written before the turn runs (and costs a request). Beneath a
+/// folder commands may write, FILE's folder is reached without following a link and a temp
+/// file is created there and removed; FILE itself is not touched. Elsewhere (`/dev/stdout`, a
+/// file of the user's), FILE is opened for appending as the user named it, and a new one is
+/// removed again.
+pub fn check_output(opts: &ExecOptions, config: &Config) -> Result<(), InputError> {
     let Some(path) = &opts.output else {
         return Ok(());
     };
@@ -58,7 +68,23 @@ pub fn check_output(opts: &ExecOptions, workspace: &Path) -> Result<(), InputErr
         path: path.clone(),
         source,
     };
-    let (dir, name) = match crate::untrusted_fs::locate(path, &[workspace]) {
+    let roots = writable_roots(config);
+    if !crate::untrusted_fs::is_beneath(path, &roots) {
+        let existed = path.exists();
+        if path.is_dir() {
+            return Err(InputError::OutputIsFolder(path.clone()));
+        }
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .map_err(unwritable)?;
+        if !existed {
+            let _ = std::fs::remove_file(path);
+        }
+        return Ok(());
+    }
+    let (dir, name) = match crate::untrusted_fs::locate(path, &roots) {
         Ok(found) => found,
         Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
             return Err(InputError::OutputIsFolder(path.clone()));
@@ -82,10 +108,16 @@ pub fn check_output(opts: &ExecOptions, workspace: &Path) -> Result<(), InputErr
     dir.check_writable().map_err(unwritable)
 }
 
-/// Writes `-o FILE`: replaced as a whole (a temp file renamed over the name), so a symlink a
-/// command planted there is replaced, not followed, and a reader never sees half an answer.
-fn write_output(path: &Path, text: &str, workspace: &Path) -> std::io::Result<()> {
-    crate::untrusted_fs::write_file(path, &[workspace], text.as_bytes(), None)
+/// Writes `-o FILE`. Beneath a folder commands may write it is replaced as a whole (a temp
+/// file renamed over the name), so a symlink a command planted there is replaced, not
+/// followed; elsewhere it is written as the user named it (`/dev/stdout` stays a device).
+fn write_output(path: &Path, text: &str, config: &Config) -> std::io::Result<()> {
+    let roots = writable_roots(config);
+    if crate::untrusted_fs::is_beneath(path, &roots) {
+        crate::untrusted_fs::write_file(path, &roots, text.as_bytes(), None)
+    } else {
+        std::fs::write(path, text)
+    }
 }
 
 /// What the user is told after a turn in which calls were declined: how to let them run.
@@ -110,10 +142,11 @@ fn declined_hint(count: usize) -> String {
 pub async fn run(handle: AgentHandle, text: String, opts: ExecOptions, config: &Config) -> i32 {
     let mut answered = false;
     let code = drive(handle, text, &opts, config, &mut answered).await;
-    if !answered && let Some(path) = &opts.output {
-        if let Err(e) = write_output(path, "", &config.workspace) {
-            eprintln!("baton: cannot empty {}: {e}", path.display());
-        }
+    if !answered
+        && let Some(path) = &opts.output
+        && let Err(e) = write_output(path, "", config)
+    {
+        eprintln!("baton: cannot empty {}: {e}", path.display());
     }
     code
 }
@@ -260,7 +293,7 @@ async fn drive(
                     out.answer(answer);
                     if let Some(path) = &opts.output {
                         *answered = true;
-                        if let Err(e) = write_output(path, answer, &config.workspace) {
+                        if let Err(e) = write_output(path, answer, config) {
                             eprintln!("baton: cannot write {}: {e}", path.display());
                             code = Some(exit::AGENT_ERROR);
                         }

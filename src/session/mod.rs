@@ -315,7 +315,8 @@ pub fn list(dir: &Path) -> Result<Vec<SessionInfo>, SessionError> {
 }
 
 fn summarize(path: &Path) -> Option<SessionInfo> {
-    let file = File::open(path).ok()?;
+    // Never a FIFO or a link: the session folder may lie where commands write.
+    let (file, _) = crate::untrusted_fs::open_file(path, &[]).ok()?;
     let modified = file.metadata().and_then(|m| m.modified()).ok()?;
     let mut info = SessionInfo {
         id: String::new(),
@@ -359,7 +360,7 @@ fn summarize(path: &Path) -> Option<SessionInfo> {
 /// may be open in this very process), for showing what it holds. Lines that do not parse are
 /// skipped, so a file cut off by a crash still shows what it has.
 pub fn read_records(path: &Path) -> Result<Vec<Record>, SessionError> {
-    let file = File::open(path).map_err(|e| SessionError::File {
+    let (file, _) = crate::untrusted_fs::open_file(path, &[]).map_err(|e| SessionError::File {
         path: path.display().to_string(),
         reason: format!("cannot open: {e}"),
     })?;

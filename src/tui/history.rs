@@ -86,6 +86,19 @@ mod tests {
     use super::*;
     use crate::tui::composer::Composer;
 
+    /// The history file in a data folder commands can reach, replaced by a FIFO: loading it
+    /// (std::fs::read_to_string) waited for a writer for good before the UI came up.
+    #[test]
+    fn a_history_file_replaced_by_a_fifo_is_never_opened() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("hist.jsonl");
+        let watch = crate::untrusted_fs::fifo_watch::fifo_watch(&file);
+        let (mut h, warning) = History::load(Some(&file));
+        assert!(h.push("ls").is_err());
+        assert!(!watch.was_opened(), "the history opened the FIFO");
+        assert!(warning.is_some_and(|w| w.contains("not a regular file")));
+    }
+
     #[test]
     fn a_history_file_replaced_by_a_link_is_not_written_through() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -76,6 +76,21 @@ fn the_answer_file_replaces_a_planted_link_and_never_writes_its_target() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert!(!config.exists(), "the link's target was created");
     assert_eq!(std::fs::read_to_string(&out_file).unwrap(), HOSTILE);
+
+    // Outside the folders commands may write, FILE is the user's to name: a device stays one.
+    let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "ok"));
+    let out = env
+        .exec(&engine, "fix the code", &["-o", "/dev/null"])
+        .output()
+        .expect("run baton");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_char_device()
+    );
 }
 
 /// A folder of the workspace swapped for a link to `~/.config/baton`: `-o sub/config.toml`
@@ -194,4 +209,40 @@ fn a_broad_workspace_is_refused_by_exec_the_interactive_start_and_baton_sandbox(
     assert!(Path::new(&env.workspace).is_dir());
     let out = env.exec(&engine, "hello", &[]).output().expect("run baton");
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+}
+
+/// Red team finding 17: root's `baton serve --state-dir DIR` took a folder owned by `nobody`
+/// (who could swap its entries for links); a folder of another user is refused now. Needs
+/// root to make a folder another user owns; elsewhere nothing to test.
+#[test]
+fn serve_refuses_a_state_dir_another_user_owns() {
+    if nix::unistd::geteuid().as_raw() != 0 {
+        eprintln!("not root: cannot make a folder another user owns; skipped");
+        return;
+    }
+    let env = Env::new();
+    let dir = env.home.join("state-of-nobody");
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let out = env
+        .baton()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--endpoint",
+            "http://127.0.0.1:9/v1",
+        ])
+        .arg("--state-dir")
+        .arg(&dir)
+        .timeout(std::time::Duration::from_secs(20))
+        .output()
+        .expect("run baton serve");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("owned by uid 65534"),
+        "{}",
+        stderr_of(&out)
+    );
 }

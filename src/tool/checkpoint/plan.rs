@@ -389,9 +389,10 @@ impl<'a, 'r> IgnoredIn<'a, 'r> {
             let abs = self.store.workspace.join(dir);
             let matcher = crate::sandbox::git_guard::gitdir_of(&abs.join(".git")).and_then(|g| {
                 // A linked worktree's gitdir names the shared one, where `info/` lives.
-                let common = std::fs::read_to_string(g.join("commondir"))
+                // In the workspace's `.git`: a command may have left a FIFO there.
+                let common = crate::untrusted_fs::read_following(&g.join("commondir"), 4096)
                     .ok()
-                    .map(|c| g.join(c.trim()))
+                    .map(|c| g.join(String::from_utf8_lossy(&c).trim()))
                     .unwrap_or(g);
                 ignore_file(&abs, &common.join("info/exclude"))
             });

@@ -121,7 +121,12 @@ impl Store {
                 crate::session::private_dir(root).map_err(|e| io_error(root, e))?;
                 let repo = Repository::init_bare(&dir)?;
                 // For a person looking in the folder: which workspace this store is of.
-                let _ = std::fs::write(dir.join("workspace"), workspace.as_os_str().as_bytes());
+                let _ = crate::untrusted_fs::write_file(
+                    &dir.join("workspace"),
+                    &[],
+                    workspace.as_os_str().as_bytes(),
+                    None,
+                );
                 let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
                 repo
             }
