@@ -95,34 +95,6 @@ fn writable_dirs(policy: &SandboxPolicy) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The folders on the host a command under `policy` can write, as baton's own process names
-/// them: what the audit tracks and may change. Under bubblewrap a command's `/tmp`,
-/// `/var/tmp` and `/dev/shm` are its own, so the host's temp folders are out of its reach:
-/// what is left is the workspace and the `--write` folders (under `workspace-write`) and the
-/// host folder behind its private `/tmp`. Under the landlock backend commands share the host's
-/// temp folders: every writable directory. A file outside these is the user's (their global
-/// git config, another repository's hooks), however a `.git` of the workspace points at it.
-fn host_writable(policy: &SandboxPolicy, writable: &[PathBuf]) -> Vec<PathBuf> {
-    match policy.backend {
-        super::Backend::Landlock => writable.to_vec(),
-        super::Backend::Bubblewrap => {
-            let mut out: Vec<PathBuf> = Vec::new();
-            if policy.mode == SandboxMode::WorkspaceWrite {
-                for p in std::iter::once(&policy.workspace).chain(&policy.writable) {
-                    if let Ok(c) = p.canonicalize()
-                        && c.is_dir()
-                        && !out.contains(&c)
-                    {
-                        out.push(c);
-                    }
-                }
-            }
-            out.extend(super::bwrap::private_tmp_dir());
-            out
-        }
-    }
-}
-
 fn inside_any(p: &Path, roots: &[PathBuf]) -> bool {
     roots.iter().any(|r| p.starts_with(r))
 }
@@ -680,7 +652,7 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
         return Vec::new();
     }
     let after = collect(policy);
-    let host = host_writable(policy, &writable_dirs(policy));
+    let host = policy.write_rules().command_roots();
     let mut warnings = Vec::new();
     let mut git = None;
     for (path, now) in &after.files {
@@ -966,7 +938,7 @@ fn replace_with_symlink(path: &Path, target: &Path) -> std::io::Result<()> {
 fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
     let mut snap = AuditSnapshot::default();
     // Only what a command could have written is tracked, and so only that is ever changed.
-    let writable = host_writable(policy, &writable_dirs(policy));
+    let writable = policy.write_rules().command_roots();
     let mut found = super::tree_index::Found::default();
     for root in project_roots(policy, &writable) {
         if !walk(&root, &mut found, MAX_WALK_ENTRIES) {

@@ -84,11 +84,45 @@ impl WriteRules {
         !self.roots().iter().any(|r| real.starts_with(r))
     }
 
-    /// Whether a command under the policy can write `path` (absolute) in its world: it lies
-    /// beneath a folder bound read-write (under bubblewrap the workspace and `--write` folders
-    /// of `workspace-write`; the command's temp folders are its own, not the host's; under the
-    /// landlock backend every root) and beneath no read-only bind. What the audit undoes
-    /// afterwards is not counted here.
+    /// The folders on the host a command can write, as baton's own process names them: under
+    /// bubblewrap a command's `/tmp`, `/var/tmp` and `/dev/shm` are its own, so the host's
+    /// temp folders are out of its reach, and what is left is the workspace and the `--write`
+    /// folders (under `workspace-write`) and the host folder behind its private `/tmp`; under
+    /// the landlock backend commands share the host's temp folders: every root that is a
+    /// directory. What the audit tracks and may change.
+    pub fn command_roots(&self) -> Vec<PathBuf> {
+        let policy = &self.policy;
+        if policy.mode == SandboxMode::Off {
+            return Vec::new();
+        }
+        match policy.backend {
+            super::Backend::Landlock => self
+                .roots()
+                .iter()
+                .filter(|p| p.is_dir() && !p.starts_with("/dev/pts"))
+                .cloned()
+                .collect(),
+            super::Backend::Bubblewrap => {
+                let mut out: Vec<PathBuf> = Vec::new();
+                if policy.mode == SandboxMode::WorkspaceWrite {
+                    for p in std::iter::once(&policy.workspace).chain(&policy.writable) {
+                        if let Ok(c) = p.canonicalize()
+                            && c.is_dir()
+                            && !out.contains(&c)
+                        {
+                            out.push(c);
+                        }
+                    }
+                }
+                out.extend(super::bwrap::private_tmp_dir());
+                out
+            }
+        }
+    }
+
+    /// Whether a command under the policy can write `path` (absolute, as baton's process
+    /// names it): it lies in one of [`WriteRules::command_roots`] and beneath no read-only
+    /// bind. What the audit undoes afterwards is not counted here.
     pub fn commands_may_write(&self, path: &Path) -> bool {
         if self.policy.mode == SandboxMode::Off {
             return true;
@@ -96,17 +130,7 @@ impl WriteRules {
         let Some(real) = resolved(path) else {
             return false;
         };
-        let bound: Vec<PathBuf> = match self.policy.backend {
-            super::Backend::Landlock => self.roots().to_vec(),
-            super::Backend::Bubblewrap if self.policy.mode == SandboxMode::WorkspaceWrite => {
-                std::iter::once(&self.policy.workspace)
-                    .chain(&self.policy.writable)
-                    .filter_map(|p| p.canonicalize().ok())
-                    .collect()
-            }
-            super::Backend::Bubblewrap => Vec::new(),
-        };
-        bound.iter().any(|r| real.starts_with(r))
+        self.command_roots().iter().any(|r| real.starts_with(r))
             && !self.read_only().iter().any(|p| real.starts_with(p))
     }
 
