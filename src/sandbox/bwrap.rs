@@ -542,8 +542,8 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
         b.bind(root, root);
     }
     // One look at the repositories serves the pins and the read-only binds.
-    let protection = super::git_guard::protection(policy);
-    for dir in &protection.pinned {
+    let rules = policy.write_rules();
+    for dir in rules.pinned() {
         // A pin only has to be a mount point; outside the writable roots (a read-only
         // workspace under the host's /tmp) it must not become writable by being one.
         if roots.iter().any(|r| dir.starts_with(r)) {
@@ -581,7 +581,7 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
         }
     }
     // Last, so no writable bind above can cover them.
-    for p in &protection.read_only {
+    for p in rules.read_only() {
         if p.exists() {
             b.ro_bind(p, p);
         }

@@ -95,34 +95,6 @@ fn writable_dirs(policy: &SandboxPolicy) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The folders on the host a command under `policy` can write, as baton's own process names
-/// them: what the audit tracks and may change. Under bubblewrap a command's `/tmp`,
-/// `/var/tmp` and `/dev/shm` are its own, so the host's temp folders are out of its reach:
-/// what is left is the workspace and the `--write` folders (under `workspace-write`) and the
-/// host folder behind its private `/tmp`. Under the landlock backend commands share the host's
-/// temp folders: every writable directory. A file outside these is the user's (their global
-/// git config, another repository's hooks), however a `.git` of the workspace points at it.
-fn host_writable(policy: &SandboxPolicy, writable: &[PathBuf]) -> Vec<PathBuf> {
-    match policy.backend {
-        super::Backend::Landlock => writable.to_vec(),
-        super::Backend::Bubblewrap => {
-            let mut out: Vec<PathBuf> = Vec::new();
-            if policy.mode == SandboxMode::WorkspaceWrite {
-                for p in std::iter::once(&policy.workspace).chain(&policy.writable) {
-                    if let Ok(c) = p.canonicalize()
-                        && c.is_dir()
-                        && !out.contains(&c)
-                    {
-                        out.push(c);
-                    }
-                }
-            }
-            out.extend(super::bwrap::private_tmp_dir());
-            out
-        }
-    }
-}
-
 fn inside_any(p: &Path, roots: &[PathBuf]) -> bool {
     roots.iter().any(|r| p.starts_with(r))
 }
@@ -260,47 +232,66 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
     out
 }
 
-/// Whether `path` (absolute, resolved) lies in a `.baton` folder, or in a nested repository's
-/// `.git`, inside a writable root: a session started in that folder, or the user's git run
-/// there, would trust it. (The `.git` of the workspace, of a `--write` root or of a folder
-/// above the workspace has finer rules: its refs, objects and index stay writable.)
-pub fn in_trusted_folder(policy: &SandboxPolicy, path: &Path) -> bool {
-    let writable = writable_dirs(policy);
-    let mut tops = project_roots(policy, &writable);
-    tops.extend(writable_ancestors(policy, &writable));
-    if !inside_any(path, &writable) {
-        return false;
+/// What decides whether a path lies in a folder a later session or the user's git would
+/// trust (see [`TrustedFolders::holds`]): the writable directories and the repository tops,
+/// resolved once.
+#[derive(Debug, Clone, Default)]
+pub struct TrustedFolders {
+    writable: Vec<PathBuf>,
+    tops: Vec<PathBuf>,
+}
+
+impl TrustedFolders {
+    pub fn of(policy: &SandboxPolicy) -> TrustedFolders {
+        let writable = writable_dirs(policy);
+        let mut tops = project_roots(policy, &writable);
+        tops.extend(writable_ancestors(policy, &writable));
+        TrustedFolders { writable, tops }
     }
-    // git takes a folder holding a `HEAD` for a git directory when it runs there, so a
-    // `HEAD` may not be written, nor what git trusts beside one.
-    if path.file_name().is_some_and(|n| n == "HEAD") {
-        return true;
-    }
-    let beside_head = path
-        .ancestors()
-        .skip(1)
-        .take_while(|a| inside_any(a, &writable))
-        .any(|a| {
-            a.join("HEAD").is_file()
-                && path
-                    .strip_prefix(a)
-                    .ok()
-                    .and_then(|r| r.iter().next())
-                    .is_some_and(|first| {
-                        ["config", "config.worktree", "commondir", "hooks", "info"]
-                            .iter()
-                            .any(|n| first == *n)
-                    })
-        });
-    beside_head
-        || path
+
+    /// Whether `path` (absolute, resolved) lies in a `.baton` folder, or in a nested
+    /// repository's `.git`, inside a writable root: a session started in that folder, or the
+    /// user's git run there, would trust it. (The `.git` of the workspace, of a `--write` root
+    /// or of a folder above the workspace has finer rules: its refs, objects and index stay
+    /// writable.)
+    pub fn holds(&self, path: &Path) -> bool {
+        let (writable, tops) = (&self.writable, &self.tops);
+        if !inside_any(path, writable) {
+            return false;
+        }
+        // git takes a folder holding a `HEAD` for a git directory when it runs there, so a
+        // `HEAD` may not be written, nor what git trusts beside one.
+        if path.file_name().is_some_and(|n| n == "HEAD") {
+            return true;
+        }
+        let beside_head = path
             .ancestors()
-            .take_while(|a| inside_any(a, &writable))
-            .any(|a| match a.file_name() {
-                Some(n) if n == ".baton" => true,
-                Some(n) if n == ".git" => a.parent().is_some_and(|p| !tops.iter().any(|t| t == p)),
-                _ => false,
-            })
+            .skip(1)
+            .take_while(|a| inside_any(a, writable))
+            .any(|a| {
+                a.join("HEAD").is_file()
+                    && path
+                        .strip_prefix(a)
+                        .ok()
+                        .and_then(|r| r.iter().next())
+                        .is_some_and(|first| {
+                            ["config", "config.worktree", "commondir", "hooks", "info"]
+                                .iter()
+                                .any(|n| first == *n)
+                        })
+            });
+        beside_head
+            || path
+                .ancestors()
+                .take_while(|a| inside_any(a, writable))
+                .any(|a| match a.file_name() {
+                    Some(n) if n == ".baton" => true,
+                    Some(n) if n == ".git" => {
+                        a.parent().is_some_and(|p| !tops.iter().any(|t| t == p))
+                    }
+                    _ => false,
+                })
+    }
 }
 
 fn protect_gitdir(gitdir: &Path, writable: &[PathBuf], out: &mut Protection, depth: usize) {
@@ -626,7 +617,7 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
         return Vec::new();
     }
     let after = collect(policy);
-    let host = host_writable(policy, &writable_dirs(policy));
+    let host = policy.write_rules().command_roots();
     let mut warnings = Vec::new();
     let mut git = None;
     for (path, now) in &after.files {
@@ -912,7 +903,7 @@ fn replace_with_symlink(path: &Path, target: &Path) -> std::io::Result<()> {
 fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
     let mut snap = AuditSnapshot::default();
     // Only what a command could have written is tracked, and so only that is ever changed.
-    let writable = host_writable(policy, &writable_dirs(policy));
+    let writable = policy.write_rules().command_roots();
     let mut found = super::tree_index::Found::default();
     for root in project_roots(policy, &writable) {
         if !walk(&root, &mut found, MAX_WALK_ENTRIES) {

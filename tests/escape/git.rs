@@ -1359,3 +1359,82 @@ async fn a_nested_repos_third_party_command_keys_are_neutralized_too() {
     r.git(&r.ws.join("sub"), &["status"]);
     r.assert_not_run("a nested repo with lfs and annex keys");
 }
+
+/// Architecture review F1: "may this path be written" was decided by eight functions in five
+/// files, and the file tools and a command's binds answered differently for the same path.
+/// Both now read one `WriteRules` value. This table checks, path by path, that the value
+/// predicts what the real consumers do — the file tools' `resolve_for_write` and a real
+/// sandboxed `sh` appending to the path — and states, in the table, the two places where the
+/// answers differ on purpose: git's own state in the workspace's `.git` (commands commit; file
+/// tools leave git to the git tool) and a nested repository's gitdir (it cannot be pinned
+/// before the command runs without walking the tree; the audit undoes what a command left).
+#[test]
+fn one_write_rules_value_answers_for_the_file_tools_and_the_commands_binds() {
+    use baton::sandbox::{Session, sandboxed_command};
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    r.git(&r.ws, &["init", "-q", "sub"]);
+    for (rel, text) in [
+        ("a.txt", "a\n"),
+        (".baton/config.toml", "model = \"m\"\n"),
+        (".git/hooks/pre-commit", "#!/bin/sh\n"),
+        ("vendor/.husky/x", "x\n"),
+    ] {
+        let p = r.ws.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, text).expect("write");
+    }
+    let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &r.ws);
+    let rules = policy.write_rules();
+    let outside = r.base.join("outside/file");
+    // (path, file tools may write it, a command may write it)
+    let table: Vec<(PathBuf, bool, bool)> = vec![
+        (r.ws.join("a.txt"), true, true),
+        (r.ws.join("new.txt"), true, true),
+        (r.ws.join("vendor/.husky/x"), true, true),
+        (r.ws.join(".git/config"), false, false),
+        (r.ws.join(".git/hooks/pre-commit"), false, false),
+        (r.ws.join(".git/info/exclude"), false, false),
+        (r.ws.join(".baton/config.toml"), false, false),
+        (r.ws.join(".baton/new.toml"), false, false),
+        (outside.clone(), false, false),
+        // On purpose: git's state (commands run `git commit`).
+        (r.ws.join(".git/HEAD"), false, true),
+        // On purpose: not pinned; the audit undoes it after the command.
+        (r.ws.join("sub/.git/config"), false, true),
+    ];
+    let mut wrong = Vec::new();
+    for (path, files, commands) in &table {
+        let root = r.ws.canonicalize().expect("canon");
+        let shown = path.display().to_string();
+        let tool = baton::tool::path::resolve_for_write(&r.ws, &shown).is_ok();
+        let argv: Vec<String> = ["sh", "-c", "printf '' >> \"$1\"", "sh", &shown]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let (mut cmd, _guard) =
+            sandboxed_command(&policy, &argv, Session::NewGroup).expect("sandbox");
+        let ran = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run")
+            .success();
+        let said = (
+            !rules.file_tools_deny(&root, path),
+            rules.commands_may_write(path),
+        );
+        if (tool, ran) != (*files, *commands) || said != (*files, *commands) {
+            wrong.push(format!(
+                "{shown}: want files={files} commands={commands}; file tools={tool}, \
+                 command={ran}; the rules said files={} commands={}",
+                said.0, said.1
+            ));
+        }
+    }
+    // The appends changed nothing; a new file may have been made.
+    let _ = std::fs::remove_file(r.ws.join("new.txt"));
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

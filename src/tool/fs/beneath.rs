@@ -112,11 +112,12 @@ impl Beneath {
             return Ok(());
         };
         let target = real.join(name);
-        let in_git = target
-            .strip_prefix(self.root.path())
-            .map(|rel| rel.components().any(|c| c.as_os_str() == ".git"))
-            .unwrap_or(true);
-        if in_git || self.policy.denies_write(&target) {
+        // The same write rules as the sandbox's binds and `tool::path` (sandbox::WriteRules).
+        if self
+            .policy
+            .write_rules()
+            .file_tools_deny(self.root.path(), &target)
+        {
             return Err(ToolError::rejected(format!(
                 "{shown}: this path is protected (git internals, baton's own config, or outside \
                  the workspace); file tools do not write there"
