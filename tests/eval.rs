@@ -1372,7 +1372,7 @@ fn task_files_are_not_read_through_links_out_of_the_task() {
     std::fs::create_dir_all(docker.join("environment")).unwrap();
     link(&docker.join("environment/Dockerfile"));
     for dir in [&instr, &toml, &docker] {
-        let err = task::load(dir).err().expect("a link out is refused");
+        let err = task::load(dir).expect_err("a link out is refused");
         assert!(
             err.to_string().contains("link out of the task folder"),
             "{err}"
