@@ -1663,3 +1663,22 @@ fn ctrl_c_writes_the_partial_results_and_progress_names_whole_tasks() {
         "{stderr}"
     );
 }
+
+/// `/var/log` (and `/var/tmp`, `/var/spool` …) is the trial's own and writable, and what the
+/// build and the agent wrote there is there for the verifier. Before, `/var` was the host's,
+/// read-only: `RUN mkdir /var/log/app` failed the setup, and a server's `>/var/log/x` failed.
+#[test]
+fn var_log_is_writable_and_kept_across_phases() {
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![fixture("var-log")], "oracle", out.path());
+    a.isolation = IsolationChoice::Bwrap;
+    let report = run(a);
+    let t = &report.trials[0];
+    assert_eq!(
+        t.reward,
+        Some(1.0),
+        "{:?}; see {}",
+        t.exception_info,
+        t.trial_dir.display()
+    );
+}
