@@ -22,6 +22,7 @@ fn args(tasks: Vec<PathBuf>, agent: &str, out: &Path) -> EvalArgs {
         concurrency: 2,
         out: out.to_path_buf(),
         job_name: None,
+        resume: false,
         timeout_multiplier: 1.0,
         include: Vec::new(),
         exclude: Vec::new(),
@@ -332,7 +333,7 @@ fn loads_harbor_tb1_and_skips_what_needs_docker() {
         .iter()
         .find(|t| t.task_name == "tb1-one")
         .unwrap();
-    assert_eq!(tb1_trial.reward_source, Some("pytest"));
+    assert_eq!(tb1_trial.reward_source.as_deref(), Some("pytest"));
     assert_eq!(
         tb1_trial.tests.get("test_answer").map(String::as_str),
         Some("PASSED")
@@ -392,11 +393,11 @@ fn reward_files_pytest_output_and_missing_rewards() {
     let j = by("json-reward");
     assert_eq!(j.reward, Some(1.0));
     assert_eq!(j.verifier_rewards.get("style"), Some(&0.5));
-    assert_eq!(j.reward_source, Some("reward.json"));
+    assert_eq!(j.reward_source.as_deref(), Some("reward.json"));
 
     let p = by("pytest-only");
     assert_eq!(p.reward, Some(1.0));
-    assert_eq!(p.reward_source, Some("pytest"));
+    assert_eq!(p.reward_source.as_deref(), Some("pytest"));
 
     for (name, kind) in [
         ("no-reward", "RewardFileNotFoundError"),
@@ -1681,4 +1682,53 @@ fn var_log_is_writable_and_kept_across_phases() {
         t.exception_info,
         t.trial_dir.display()
     );
+}
+
+/// `--resume` continues a stopped job as `harbor jobs resume` does: the trials that finished
+/// are kept (not run again), a trial without a result (running when the job was killed) is
+/// removed and runs again, and the job's result.json holds them all.
+#[test]
+fn resume_keeps_finished_trials_and_reruns_the_rest() {
+    let root = tempfile::tempdir().unwrap();
+    answer_task(root.path(), "one", 60.0, REWARD_TXT);
+    answer_task(root.path(), "two", 60.0, REWARD_TXT);
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![root.path().to_path_buf()], "oracle", out.path());
+    a.job_name = Some("j".into());
+    let first = run(a.clone());
+    assert_eq!(first.trials.len(), 2);
+    let one = first.trials.iter().find(|t| t.task_name == "one").unwrap();
+    let two = first.trials.iter().find(|t| t.task_name == "two").unwrap();
+    // As if killed while `two` ran: no job result, no result for `two`.
+    std::fs::remove_file(first.job_dir.join("result.json")).unwrap();
+    std::fs::remove_file(two.trial_dir.join("result.json")).unwrap();
+
+    a.resume = true;
+    let resumed = run(a.clone());
+    assert_eq!(resumed.job_dir, first.job_dir);
+    assert_eq!(resumed.trials.len(), 2);
+    assert_eq!(resumed.n_total_trials, 2);
+    let kept = resumed
+        .trials
+        .iter()
+        .find(|t| t.task_name == "one")
+        .unwrap();
+    assert_eq!((&kept.id, &kept.trial_name), (&one.id, &one.trial_name));
+    let rerun = resumed
+        .trials
+        .iter()
+        .find(|t| t.task_name == "two")
+        .unwrap();
+    assert_ne!(rerun.trial_name, two.trial_name);
+    assert_eq!(rerun.reward, Some(1.0));
+    assert!(
+        !two.trial_dir.exists(),
+        "the unfinished trial's folder is removed"
+    );
+    assert_eq!(resumed.score.n_passed, 2);
+    assert!(first.job_dir.join("result.json").is_file());
+
+    // Nothing to resume: a job folder that does not exist.
+    a.job_name = Some("missing".into());
+    assert!(prepare(&a).is_err());
 }

@@ -33,6 +33,10 @@ pub struct EvalArgs {
     /// Name of the job folder (default: the UTC time).
     #[arg(long)]
     pub job_name: Option<String>,
+    /// Continue the stopped job `--out/--job-name` (killed, or interrupted with Ctrl-C): its
+    /// finished trials are kept, the others run; give the tasks and agent of the first run.
+    #[arg(long, requires = "job_name")]
+    pub resume: bool,
     /// Scales every task's agent, verifier and setup timeouts (leaderboards require 1).
     #[arg(long, default_value_t = 1.0)]
     pub timeout_multiplier: f64,
@@ -251,7 +255,20 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
             isolation.fallback_reason.as_deref().unwrap_or("no sandbox")
         );
     }
-    let job_dir = job::new_job_dir(&args.out, args.job_name.as_deref())?;
+    let job_dir = match (args.resume, args.job_name.as_deref()) {
+        (true, Some(name)) => {
+            let dir = args.out.join(name);
+            if !dir.join("config.json").is_file() {
+                return Err(EvalError::Resume(format!(
+                    "{} holds no job (no config.json)",
+                    dir.display()
+                )));
+            }
+            dir
+        }
+        (true, None) => return Err(EvalError::Resume("name the job with --job-name".into())),
+        (false, name) => job::new_job_dir(&args.out, name)?,
+    };
     Ok(JobConfig {
         tasks: set.tasks,
         skipped: set.skipped,
@@ -268,6 +285,7 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
             cancel: &crate::eval::process::NEVER,
         },
         progress: !args.no_progress,
+        resume: args.resume,
     })
 }
 
