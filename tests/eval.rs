@@ -22,7 +22,7 @@ fn args(tasks: Vec<PathBuf>, agent: &str, out: &Path) -> EvalArgs {
         concurrency: 2,
         out: out.to_path_buf(),
         job_name: None,
-        resume: false,
+        resume_job: None,
         timeout_multiplier: 1.0,
         include: Vec::new(),
         exclude: Vec::new(),
@@ -1703,7 +1703,8 @@ fn resume_keeps_finished_trials_and_reruns_the_rest() {
     std::fs::remove_file(first.job_dir.join("result.json")).unwrap();
     std::fs::remove_file(two.trial_dir.join("result.json")).unwrap();
 
-    a.resume = true;
+    a.job_name = None;
+    a.resume_job = Some("j".into());
     let resumed = run(a.clone());
     assert_eq!(resumed.job_dir, first.job_dir);
     assert_eq!(resumed.trials.len(), 2);
@@ -1729,6 +1730,6 @@ fn resume_keeps_finished_trials_and_reruns_the_rest() {
     assert!(first.job_dir.join("result.json").is_file());
 
     // Nothing to resume: a job folder that does not exist.
-    a.job_name = Some("missing".into());
+    a.resume_job = Some("missing".into());
     assert!(prepare(&a).is_err());
 }

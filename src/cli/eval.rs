@@ -33,10 +33,11 @@ pub struct EvalArgs {
     /// Name of the job folder (default: the UTC time).
     #[arg(long)]
     pub job_name: Option<String>,
-    /// Continue the stopped job `--out/--job-name` (killed, or interrupted with Ctrl-C): its
+    /// Continue the stopped job NAME under --out (killed, or interrupted with Ctrl-C): its
     /// finished trials are kept, the others run; give the tasks and agent of the first run.
-    #[arg(long, requires = "job_name")]
-    pub resume: bool,
+    /// (`--resume` is baton's, for sessions.)
+    #[arg(long, value_name = "NAME", conflicts_with = "job_name")]
+    pub resume_job: Option<String>,
     /// Scales every task's agent, verifier and setup timeouts (leaderboards require 1).
     #[arg(long, default_value_t = 1.0)]
     pub timeout_multiplier: f64,
@@ -255,8 +256,8 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
             isolation.fallback_reason.as_deref().unwrap_or("no sandbox")
         );
     }
-    let job_dir = match (args.resume, args.job_name.as_deref()) {
-        (true, Some(name)) => {
+    let job_dir = match args.resume_job.as_deref() {
+        Some(name) => {
             let dir = args.out.join(name);
             if !dir.join("config.json").is_file() {
                 return Err(EvalError::Resume(format!(
@@ -266,8 +267,7 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
             }
             dir
         }
-        (true, None) => return Err(EvalError::Resume("name the job with --job-name".into())),
-        (false, name) => job::new_job_dir(&args.out, name)?,
+        None => job::new_job_dir(&args.out, args.job_name.as_deref())?,
     };
     Ok(JobConfig {
         tasks: set.tasks,
@@ -285,7 +285,7 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
             cancel: &crate::eval::process::NEVER,
         },
         progress: !args.no_progress,
-        resume: args.resume,
+        resume: args.resume_job.is_some(),
     })
 }
 
