@@ -418,9 +418,13 @@ impl Isolation {
             iso.fallback_reason = Some("--isolation none was given".into());
             return Ok(iso);
         }
-        iso.host_sockets = Arc::new(host_sockets());
+        // After the probe: a socket that goes away in between must not make bwrap fail there
+        // (it cannot make the mount point in a read-only folder).
         match iso.probe() {
-            Ok(()) => Ok(iso),
+            Ok(()) => {
+                iso.host_sockets = Arc::new(host_sockets());
+                Ok(iso)
+            }
             Err(reason) if choice == IsolationChoice::Auto => {
                 iso.kind = IsolationKind::Plain;
                 iso.fallback_reason = Some(reason.to_string());
@@ -526,7 +530,12 @@ impl Isolation {
         // A service's socket in a visible system folder would be a way out of the sandbox
         // (a root daemon runs what it is sent): each is covered by an empty file.
         for socket in self.host_sockets.iter() {
-            b.hide_file(socket);
+            // Gone since the job started: nothing to cover, and no mount point for bwrap.
+            let still = std::fs::symlink_metadata(socket)
+                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
+            if still {
+                b.hide_file(socket);
+            }
         }
         // `/run` holds the host's service sockets: the trial gets an empty one of its own
         // (and `/var/run`, a link to it, with it).
