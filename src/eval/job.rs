@@ -240,10 +240,9 @@ fn finished_trials(job_dir: &Path, tasks: &[Task]) -> Vec<(usize, TrialResult)> 
         });
         match (result, task) {
             (Some(r), Some(ti))
-                if !r
-                    .exception_info
+                if r.exception_info
                     .as_ref()
-                    .is_some_and(|e| e.exception_type == "CancelledError") =>
+                    .is_none_or(|e| e.exception_type != "CancelledError") =>
             {
                 kept.push((ti, r));
             }
