@@ -22,6 +22,7 @@ fn args(tasks: Vec<PathBuf>, agent: &str, out: &Path) -> EvalArgs {
         concurrency: 2,
         out: out.to_path_buf(),
         job_name: None,
+        resume_job: None,
         timeout_multiplier: 1.0,
         include: Vec::new(),
         exclude: Vec::new(),
@@ -332,7 +333,7 @@ fn loads_harbor_tb1_and_skips_what_needs_docker() {
         .iter()
         .find(|t| t.task_name == "tb1-one")
         .unwrap();
-    assert_eq!(tb1_trial.reward_source, Some("pytest"));
+    assert_eq!(tb1_trial.reward_source.as_deref(), Some("pytest"));
     assert_eq!(
         tb1_trial.tests.get("test_answer").map(String::as_str),
         Some("PASSED")
@@ -392,11 +393,11 @@ fn reward_files_pytest_output_and_missing_rewards() {
     let j = by("json-reward");
     assert_eq!(j.reward, Some(1.0));
     assert_eq!(j.verifier_rewards.get("style"), Some(&0.5));
-    assert_eq!(j.reward_source, Some("reward.json"));
+    assert_eq!(j.reward_source.as_deref(), Some("reward.json"));
 
     let p = by("pytest-only");
     assert_eq!(p.reward, Some(1.0));
-    assert_eq!(p.reward_source, Some("pytest"));
+    assert_eq!(p.reward_source.as_deref(), Some("pytest"));
 
     for (name, kind) in [
         ("no-reward", "RewardFileNotFoundError"),
@@ -1372,7 +1373,7 @@ fn task_files_are_not_read_through_links_out_of_the_task() {
     std::fs::create_dir_all(docker.join("environment")).unwrap();
     link(&docker.join("environment/Dockerfile"));
     for dir in [&instr, &toml, &docker] {
-        let err = task::load(dir).err().expect("a link out is refused");
+        let err = task::load(dir).expect_err("a link out is refused");
         assert!(
             err.to_string().contains("link out of the task folder"),
             "{err}"
@@ -1662,4 +1663,73 @@ fn ctrl_c_writes_the_partial_results_and_progress_names_whole_tasks() {
         stderr.contains("interrupted: 1 trial(s) never started"),
         "{stderr}"
     );
+}
+
+/// `/var/log` (and `/var/tmp`, `/var/spool` …) is the trial's own and writable, and what the
+/// build and the agent wrote there is there for the verifier. Before, `/var` was the host's,
+/// read-only: `RUN mkdir /var/log/app` failed the setup, and a server's `>/var/log/x` failed.
+#[test]
+fn var_log_is_writable_and_kept_across_phases() {
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![fixture("var-log")], "oracle", out.path());
+    a.isolation = IsolationChoice::Bwrap;
+    let report = run(a);
+    let t = &report.trials[0];
+    assert_eq!(
+        t.reward,
+        Some(1.0),
+        "{:?}; see {}",
+        t.exception_info,
+        t.trial_dir.display()
+    );
+}
+
+/// `--resume` continues a stopped job as `harbor jobs resume` does: the trials that finished
+/// are kept (not run again), a trial without a result (running when the job was killed) is
+/// removed and runs again, and the job's result.json holds them all.
+#[test]
+fn resume_keeps_finished_trials_and_reruns_the_rest() {
+    let root = tempfile::tempdir().unwrap();
+    answer_task(root.path(), "one", 60.0, REWARD_TXT);
+    answer_task(root.path(), "two", 60.0, REWARD_TXT);
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![root.path().to_path_buf()], "oracle", out.path());
+    a.job_name = Some("j".into());
+    let first = run(a.clone());
+    assert_eq!(first.trials.len(), 2);
+    let one = first.trials.iter().find(|t| t.task_name == "one").unwrap();
+    let two = first.trials.iter().find(|t| t.task_name == "two").unwrap();
+    // As if killed while `two` ran: no job result, no result for `two`.
+    std::fs::remove_file(first.job_dir.join("result.json")).unwrap();
+    std::fs::remove_file(two.trial_dir.join("result.json")).unwrap();
+
+    a.job_name = None;
+    a.resume_job = Some("j".into());
+    let resumed = run(a.clone());
+    assert_eq!(resumed.job_dir, first.job_dir);
+    assert_eq!(resumed.trials.len(), 2);
+    assert_eq!(resumed.n_total_trials, 2);
+    let kept = resumed
+        .trials
+        .iter()
+        .find(|t| t.task_name == "one")
+        .unwrap();
+    assert_eq!((&kept.id, &kept.trial_name), (&one.id, &one.trial_name));
+    let rerun = resumed
+        .trials
+        .iter()
+        .find(|t| t.task_name == "two")
+        .unwrap();
+    assert_ne!(rerun.trial_name, two.trial_name);
+    assert_eq!(rerun.reward, Some(1.0));
+    assert!(
+        !two.trial_dir.exists(),
+        "the unfinished trial's folder is removed"
+    );
+    assert_eq!(resumed.score.n_passed, 2);
+    assert!(first.job_dir.join("result.json").is_file());
+
+    // Nothing to resume: a job folder that does not exist.
+    a.resume_job = Some("missing".into());
+    assert!(prepare(&a).is_err());
 }

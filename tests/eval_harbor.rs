@@ -21,6 +21,7 @@ fn args(tasks: Vec<PathBuf>, agent: &str, out: &Path) -> EvalArgs {
         concurrency: 2,
         out: out.to_path_buf(),
         job_name: None,
+        resume_job: None,
         timeout_multiplier: 1.0,
         include: Vec::new(),
         exclude: Vec::new(),

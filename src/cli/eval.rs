@@ -34,6 +34,11 @@ pub struct EvalArgs {
     /// Name of the job folder (default: the UTC time).
     #[arg(long)]
     pub job_name: Option<String>,
+    /// Continue the stopped job NAME under --out (killed, or interrupted with Ctrl-C): its
+    /// finished trials are kept, the others run; give the tasks and agent of the first run.
+    /// (`--resume` is baton's, for sessions.)
+    #[arg(long, value_name = "NAME", conflicts_with = "job_name")]
+    pub resume_job: Option<String>,
     /// Scales every task's agent, verifier and setup timeouts (leaderboards require 1).
     #[arg(long, default_value_t = 1.0)]
     pub timeout_multiplier: f64,
@@ -252,7 +257,19 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
             isolation.fallback_reason.as_deref().unwrap_or("no sandbox")
         );
     }
-    let job_dir = job::new_job_dir(&args.out, args.job_name.as_deref())?;
+    let job_dir = match args.resume_job.as_deref() {
+        Some(name) => {
+            let dir = args.out.join(name);
+            if !dir.join("config.json").is_file() {
+                return Err(EvalError::Resume(format!(
+                    "{} holds no job (no config.json)",
+                    dir.display()
+                )));
+            }
+            dir
+        }
+        None => job::new_job_dir(&args.out, args.job_name.as_deref())?,
+    };
     Ok(JobConfig {
         tasks: set.tasks,
         skipped: set.skipped,
@@ -269,6 +286,7 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
             cancel: &crate::eval::process::NEVER,
         },
         progress: !args.no_progress,
+        resume: args.resume_job.is_some(),
     })
 }
 

@@ -171,6 +171,9 @@ pub enum EvalError {
     /// Every candidate job folder name is taken.
     #[error("{}: no free job folder name for '{name}'", out.display())]
     NoFreeJobName { out: PathBuf, name: String },
+    /// `--resume-job` of a folder that holds no job.
+    #[error("--resume-job: {0}")]
+    Resume(String),
     #[error("cannot serialize the job result: {0}")]
     SerializeResult(#[source] serde_json::Error),
     #[error("{}: cannot write: {source}", path.display())]

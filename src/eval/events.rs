@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 /// Token totals of a trial.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Tokens {
     pub input: u64,
     pub cached: u64,
@@ -16,7 +16,7 @@ pub struct Tokens {
 }
 
 /// Latency figures of one hop kind (`route`, `answer` …).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct HopLatency {
     pub count: usize,
     pub mean_ms: f64,
@@ -25,7 +25,7 @@ pub struct HopLatency {
 }
 
 /// One completed hop.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct HopRecord {
     pub hop: String,
     pub expert: Option<String>,

@@ -76,8 +76,9 @@ pub struct TrialPaths {
     pub agent_logs: PathBuf,
     pub verifier_logs: PathBuf,
     pub artifacts: PathBuf,
-    /// The trial's own `/var/tmp` (the host's holds other users' files and sockets).
-    pub var_tmp: PathBuf,
+    /// The trial's own writable folders of `/var` ([`VAR_TRIAL`]: `log`, `tmp` …), kept for
+    /// every phase; the host's hold other users' files and sockets.
+    pub var: PathBuf,
     /// The trial's `passwd` and `group` (the host's plus the task's users), when it has users.
     pub identity: PathBuf,
     /// Writable top-level folders of the environment besides `/app` (`/workspace`), as
@@ -103,7 +104,7 @@ impl TrialPaths {
             agent_logs: root.join("agent"),
             verifier_logs: root.join("verifier"),
             artifacts: root.join("artifacts"),
-            var_tmp: work.join("var-tmp"),
+            var: work.join("var"),
             identity: work.join("identity"),
             extra_roots: Vec::new(),
             system_mounts: Vec::new(),
@@ -130,6 +131,12 @@ impl TrialPaths {
         self.system_mounts = mounts
             .iter()
             .filter(|m| m.path.starts_with('/') && !m.path.split('/').any(|c| c == ".."))
+            // The trial's own /var folders take what the environment copies there.
+            .filter(|m| {
+                !VAR_TRIAL
+                    .iter()
+                    .any(|t| Path::new(&m.path).starts_with(Path::new("/var").join(t)))
+            })
             .map(|m| {
                 (
                     m.path.clone(),
@@ -175,10 +182,12 @@ impl TrialPaths {
         for (_, d) in &self.extra_roots {
             std::fs::create_dir_all(d)?;
         }
+        for name in VAR_TRIAL {
+            std::fs::create_dir_all(self.var.join(name))?;
+        }
         // Like any /var/tmp: every user may write, only the owner removes.
-        std::fs::create_dir_all(&self.var_tmp)?;
         std::fs::set_permissions(
-            &self.var_tmp,
+            self.var.join("tmp"),
             std::os::unix::fs::PermissionsExt::from_mode(0o1777),
         )?;
         for (_, host, file) in &self.system_mounts {
@@ -214,6 +223,11 @@ impl TrialPaths {
         if let Some(ctx) = build_context {
             m.push(("/environment".into(), ctx.to_path_buf()));
         }
+        m.extend(
+            VAR_TRIAL
+                .iter()
+                .map(|t| (format!("/var/{t}"), self.var.join(t))),
+        );
         m.extend(self.extra_roots.iter().cloned());
         m.extend(
             self.system_mounts
@@ -325,10 +339,12 @@ const VAR_KEPT: &[&str] = &[
     "cache/ldconfig",
 ];
 
-/// Folders of `/var` every image has, empty in a trial (and read-only, as `/var` was).
-const VAR_EMPTY: &[&str] = &[
-    "lib", "cache", "log", "mail", "spool", "local", "opt", "backups",
-];
+/// Folders of `/var` that hold only the [`VAR_KEPT`] entries of the host, read-only.
+const VAR_READ_ONLY: &[&str] = &["lib", "cache"];
+
+/// Folders of `/var` that are the trial's own, writable and kept from the setup to the
+/// verifier (`RUN mkdir /var/log/app`, a server's `>/var/log/server.log`).
+pub const VAR_TRIAL: &[&str] = &["log", "tmp", "mail", "spool", "local", "opt", "backups"];
 
 /// How many entries of the host's `/etc` and `/opt` are looked through for unix sockets.
 const SOCKET_SCAN_LIMIT: usize = 200_000;
@@ -402,9 +418,13 @@ impl Isolation {
             iso.fallback_reason = Some("--isolation none was given".into());
             return Ok(iso);
         }
-        iso.host_sockets = Arc::new(host_sockets());
+        // After the probe: a socket that goes away in between must not make bwrap fail there
+        // (it cannot make the mount point in a read-only folder).
         match iso.probe() {
-            Ok(()) => Ok(iso),
+            Ok(()) => {
+                iso.host_sockets = Arc::new(host_sockets());
+                Ok(iso)
+            }
             Err(reason) if choice == IsolationChoice::Auto => {
                 iso.kind = IsolationKind::Plain;
                 iso.fallback_reason = Some(reason.to_string());
@@ -506,11 +526,16 @@ impl Isolation {
                 bind_system_dir(&mut b, &host, &p.system_mounts);
             }
         }
-        bind_var(&mut b, &p.system_mounts, &p.var_tmp);
+        bind_var(&mut b, &p.system_mounts, &p.var);
         // A service's socket in a visible system folder would be a way out of the sandbox
         // (a root daemon runs what it is sent): each is covered by an empty file.
         for socket in self.host_sockets.iter() {
-            b.hide_file(socket);
+            // Gone since the job started: nothing to cover, and no mount point for bwrap.
+            let still = std::fs::symlink_metadata(socket)
+                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
+            if still {
+                b.hide_file(socket);
+            }
         }
         // `/run` holds the host's service sockets: the trial gets an empty one of its own
         // (and `/var/run`, a link to it, with it).
@@ -742,10 +767,11 @@ fn bind_system_dir(b: &mut Bwrap, dir: &Path, mounts: &[(String, PathBuf, bool)]
     b.remount_ro(dir);
 }
 
-/// The trial's `/var`: a read-only tmpfs with the host's links (`run`, `lock`), the empty
-/// folders of an image, the [`VAR_KEPT`] folders of the host read-only, the trial's own
-/// `/var/tmp`, and the trial's mounts the environment put under `/var`.
-fn bind_var(b: &mut Bwrap, mounts: &[(String, PathBuf, bool)], var_tmp: &Path) {
+/// The trial's `/var`: a read-only tmpfs with the host's links (`run`, `lock`), the
+/// [`VAR_KEPT`] folders of the host read-only, the trial's own writable [`VAR_TRIAL`] folders,
+/// and the trial's mounts the environment put elsewhere under `/var` (`/var/www`). No mount
+/// lands inside a folder the trial can write: bwrap would follow a link planted there.
+fn bind_var(b: &mut Bwrap, mounts: &[(String, PathBuf, bool)], trial_var: &Path) {
     let var = Path::new("/var");
     b.tmpfs(var);
     if let Ok(rd) = std::fs::read_dir(var) {
@@ -761,7 +787,7 @@ fn bind_var(b: &mut Bwrap, mounts: &[(String, PathBuf, bool)], var_tmp: &Path) {
             }
         }
     }
-    for name in VAR_EMPTY {
+    for name in VAR_READ_ONLY {
         b.tmpfs(&var.join(name));
     }
     let mut kept = Vec::new();
@@ -783,7 +809,9 @@ fn bind_var(b: &mut Bwrap, mounts: &[(String, PathBuf, bool)], var_tmp: &Path) {
             _ => {}
         }
     }
-    b.bind(var_tmp, &var.join("tmp"));
+    for name in VAR_TRIAL {
+        b.bind(&trial_var.join(name), &var.join(name));
+    }
     for (sandbox, host, _) in mounts {
         let at = Path::new(sandbox);
         // Those inside a kept folder came with it ([`bind_system_dir`]).
@@ -791,7 +819,7 @@ fn bind_var(b: &mut Bwrap, mounts: &[(String, PathBuf, bool)], var_tmp: &Path) {
             b.bind(host, at);
         }
     }
-    for name in VAR_EMPTY {
+    for name in VAR_READ_ONLY {
         b.remount_ro(&var.join(name));
     }
     b.remount_ro(var);

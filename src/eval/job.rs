@@ -27,6 +27,8 @@ pub struct JobConfig {
     pub job_dir: PathBuf,
     pub settings: TrialSettings,
     pub progress: bool,
+    /// `job_dir` is a job that was stopped: its finished trials are kept, the rest run.
+    pub resume: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -212,6 +214,46 @@ fn write_job_config(cfg: &JobConfig) -> Result<(), EvalError> {
 }
 
 /// A fresh folder name under `out`: the UTC time, with a suffix if it is taken.
+/// The trials of a stopped job (`--resume`) to keep: each trial folder whose `result.json`
+/// reads and names one of `tasks` (by folder), unless the trial was cancelled. The other
+/// trial folders (a trial running when the job was killed, a cancelled one) are removed:
+/// their trials run again, as `harbor jobs resume` does.
+fn finished_trials(job_dir: &Path, tasks: &[Task]) -> Vec<(usize, TrialResult)> {
+    let mut kept = Vec::new();
+    let Ok(entries) = std::fs::read_dir(job_dir) else {
+        return kept;
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        let result = super::fsutil::read_task_bytes(&dir, &dir.join("result.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<TrialResult>(&b).ok());
+        let task = result.as_ref().and_then(|r| {
+            tasks
+                .iter()
+                .position(|t| t.dir == r.task_dir && t.name == r.task_name)
+        });
+        match (result, task) {
+            (Some(r), Some(ti))
+                if r.exception_info
+                    .as_ref()
+                    .is_none_or(|e| e.exception_type != "CancelledError") =>
+            {
+                kept.push((ti, r));
+            }
+            _ => {
+                let _ = super::fsutil::remove_tree(&dir);
+            }
+        }
+    }
+    kept
+}
+
 pub fn new_job_dir(out: &Path, name: Option<&str>) -> Result<PathBuf, EvalError> {
     let base = name
         .map(str::to_string)
@@ -245,8 +287,19 @@ pub fn run_job(cfg: JobConfig) -> Result<JobReport, EvalError> {
     write_job_config(&cfg)?;
     let mut queue = VecDeque::new();
     let mut taken = std::collections::HashSet::new();
+    let kept = if cfg.resume {
+        finished_trials(&cfg.job_dir, &cfg.tasks)
+    } else {
+        Vec::new()
+    };
     for (ti, task) in cfg.tasks.iter().enumerate() {
-        for _ in 0..cfg.trials {
+        let done = kept.iter().filter(|(i, _)| *i == ti).count();
+        taken.extend(
+            kept.iter()
+                .filter(|(i, _)| *i == ti)
+                .map(|(_, t)| t.trial_name.clone()),
+        );
+        for _ in done.min(cfg.trials)..cfg.trials {
             let name = trial_name(&task.name, &taken);
             taken.insert(name.clone());
             queue.push_back((ti, name));
@@ -256,7 +309,9 @@ pub fn run_job(cfg: JobConfig) -> Result<JobReport, EvalError> {
     let progress = Progress::new(total, cfg.progress);
     let renderer = progress.spawn_renderer();
     let queue = Arc::new(Mutex::new(queue));
-    let results: Arc<Mutex<Vec<TrialResult>>> = Arc::new(Mutex::new(Vec::with_capacity(total)));
+    let n_kept = kept.len();
+    let results: Arc<Mutex<Vec<TrialResult>>> =
+        Arc::new(Mutex::new(kept.into_iter().map(|(_, t)| t).collect()));
     let workers = cfg.concurrency.max(1).min(total.max(1));
     std::thread::scope(|scope| {
         for _ in 0..workers {
@@ -320,7 +375,7 @@ pub fn run_job(cfg: JobConfig) -> Result<JobReport, EvalError> {
     let report = JobReport {
         id: uuid::Uuid::now_v7().to_string(),
         updated_at: finished_at,
-        n_total_trials: total,
+        n_total_trials: total + n_kept,
         stats: harbor_stats(cfg.settings.agent.name(), &trials, &score, n_pending),
         interrupted,
         n_pending_trials: n_pending,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::atif;
 use super::container::{Container, Job};
@@ -176,7 +176,7 @@ pub fn network_files(env: &BTreeMap<String, String>) -> Vec<PathBuf> {
 }
 
 /// Start and end of one phase.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PhaseTiming {
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
@@ -193,7 +193,7 @@ impl From<&Outcome> for PhaseTiming {
     }
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Timings {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub environment_setup: Option<PhaseTiming>,
@@ -209,7 +209,7 @@ pub struct Timings {
 }
 
 /// How the agent process ended.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct AgentExit {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
@@ -219,7 +219,7 @@ pub struct AgentExit {
 }
 
 /// Harbor's `exception_info`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExceptionInfo {
     pub exception_type: String,
     #[serde(rename = "exception_message")]
@@ -230,7 +230,7 @@ pub struct ExceptionInfo {
 }
 
 /// Harbor's `TimingInfo`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TimingInfo {
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
@@ -246,7 +246,7 @@ impl From<&PhaseTiming> for TimingInfo {
 }
 
 /// One step of a multi-step trial: Harbor's `StepResult` fields, then baton's.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepRecord {
     pub step_name: String,
     /// Harbor's `AgentContext`: token counts.
@@ -259,7 +259,7 @@ pub struct StepRecord {
     pub reward: Option<f64>,
     pub infrastructure_error: bool,
     pub agent_exit: AgentExit,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tests: BTreeMap<String, String>,
     /// `steps/<name>/` of the trial folder: this step's `agent/`, `verifier/`, `artifacts/`.
     pub dir: PathBuf,
@@ -267,7 +267,7 @@ pub struct StepRecord {
 
 /// Per-trial record in `result.json`: Harbor's `TrialResult` fields (so Harbor's viewer and
 /// tools read baton's jobs), then baton's own.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrialResult {
     pub id: String,
     pub task_name: String,
@@ -294,16 +294,16 @@ pub struct TrialResult {
     pub step_results: Option<Vec<StepRecord>>,
     pub trial_dir: PathBuf,
     pub task_dir: PathBuf,
-    pub task_format: &'static str,
-    pub agent: &'static str,
-    pub isolation: &'static str,
+    pub task_format: String,
+    pub agent: String,
+    pub isolation: String,
     /// The scored reward; `None` for an infrastructure error (not scored).
     pub reward: Option<f64>,
     /// What the verifier said, even when the scored reward is 0 because the agent timed out.
     pub verifier_rewards: BTreeMap<String, f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reward_source: Option<&'static str>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub reward_source: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tests: BTreeMap<String, String>,
     /// True when the trial is excluded from the score.
     pub infrastructure_error: bool,
@@ -386,9 +386,9 @@ pub fn run_trial(
         step_results: None,
         trial_dir: trial_dir.to_path_buf(),
         task_dir: task.dir.clone(),
-        task_format: task.format.as_str(),
-        agent: settings.agent.name(),
-        isolation: settings.isolation.kind.as_str(),
+        task_format: task.format.as_str().to_string(),
+        agent: settings.agent.name().to_string(),
+        isolation: settings.isolation.kind.as_str().to_string(),
         reward: None,
         verifier_rewards: BTreeMap::new(),
         reward_source: None,
@@ -1652,7 +1652,7 @@ fn record_verdict(r: &mut TrialResult, v: reward::Verdict) {
         v.reward
     });
     r.verifier_rewards = v.rewards;
-    r.reward_source = Some(v.source);
+    r.reward_source = Some(v.source.to_string());
     r.tests = v.tests;
 }
 

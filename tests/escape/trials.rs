@@ -25,6 +25,7 @@ fn args(tasks: Vec<PathBuf>, agent: &str, out: &Path) -> EvalArgs {
         concurrency: 2,
         out: out.to_path_buf(),
         job_name: None,
+        resume_job: None,
         timeout_multiplier: 1.0,
         include: Vec::new(),
         exclude: Vec::new(),
@@ -645,4 +646,49 @@ fn a_trial_cannot_reach_a_host_pathname_socket_under_var() {
     assert!(stdout.contains("PATH_SOCKET_BLOCKED"), "{stdout}");
     assert!(!stdout.contains("SEEN_HOST_VAR_TMP"), "{stdout}");
     assert!(!reached, "a trial connected to a host pathname socket");
+}
+
+/// A service socket in the host's `/opt` (or `/etc`) is covered in the trial: a trial cannot
+/// connect to it. One that goes away after the job started does not break the trials (bwrap
+/// would fail making a mount point for it in the read-only folder). Needs root (it writes
+/// `/opt`); it says so and is counted otherwise.
+#[test]
+fn a_host_socket_in_opt_is_covered_and_one_that_goes_away_is_harmless() {
+    // SAFETY: geteuid has no preconditions.
+    let root_user = unsafe { libc::geteuid() } == 0;
+    if crate::support::external::require("root (to put a socket in /opt)", root_user.then_some(()))
+        .is_none()
+    {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("baton-trial-escape-")
+        .tempdir_in("/opt")
+        .unwrap();
+    let stays = dir.path().join("stays.sock");
+    let goes = dir.path().join("goes.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&stays).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let gone = std::os::unix::net::UnixListener::bind(&goes).unwrap();
+    let script = format!(
+        "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{}'); s.send(b'x'); print('OPT_SOCKET_REACHED')\" 2>/dev/null || echo OPT_SOCKET_BLOCKED; echo END",
+        stays.display()
+    );
+    let root = tempfile::tempdir().unwrap();
+    let t = task(root.path(), "opt-socket", "Look around.");
+    let out = tempfile::tempdir().unwrap();
+    let cfg = prepare(&args(vec![t], &format!("cmd:{script}"), out.path())).unwrap();
+    // Gone after the job's start (its scan of /opt).
+    drop(gone);
+    std::fs::remove_file(&goes).unwrap();
+    let report = run_job(cfg).unwrap();
+    let stdout = agent_stdout(&report);
+    let reached = listener.accept().is_ok();
+    assert!(
+        stdout.contains("END"),
+        "the probe ran: {stdout}; {:?}",
+        report.trials[0].exception_info
+    );
+    assert!(stdout.contains("OPT_SOCKET_BLOCKED"), "{stdout}");
+    assert!(!reached, "a trial connected to a host socket in /opt");
 }
