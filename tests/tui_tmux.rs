@@ -1000,3 +1000,38 @@ fn copy_reaches_tmux_with_set_clipboard_on() {
     tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
     tmux.wait_until_dead();
 }
+
+#[test]
+fn quit_typed_while_scrolled_up_quits_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let long: String = (1..=120)
+        .map(|i| format!("line {i} of a long answer\n\n"))
+        .collect();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", MockReply::text(long))
+            .default_summary("Answered."),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let tmux = start_ui(&engine, &workspace, &home, &[]);
+    tmux.wait_for("Ask baton");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "write a lot"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("line 120 of a long answer");
+    tmux.wait_for("● ready");
+    tmux.cmd(&["send-keys", "-t", "t", "PPage"]);
+    tmux.wait_for_gone("line 120 of a long answer", Duration::from_secs(30));
+    // On the old code this opened a search for "quit" and stayed.
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "/quit"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_until_dead();
+    assert_eq!(tmux.exit_code(), "0", "clean exit: {}", tmux.capture());
+}
