@@ -1035,3 +1035,52 @@ fn quit_typed_while_scrolled_up_quits_in_a_real_terminal() {
     tmux.wait_until_dead();
     assert_eq!(tmux.exit_code(), "0", "clean exit: {}", tmux.capture());
 }
+
+#[test]
+fn a_resumed_session_replays_its_tool_calls_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("call_1", "shell", r#"{"command":"echo hi > f.txt"}"#),
+            )
+            .answer("L2", MockReply::text("wrote f.txt"))
+            .default_summary("Wrote f.txt."),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let env = ["BATON_APPROVAL=full-auto".to_string()];
+    {
+        let tmux = start_ui(&engine, &workspace, &home, &env);
+        tmux.wait_for("Ask baton");
+        tmux.cmd(&["send-keys", "-t", "t", "-l", "write the file"]);
+        tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+        tmux.wait_for("wrote f.txt");
+        tmux.wait_for("● ready");
+        tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+        tmux.wait_until_dead();
+    }
+    let tmux = start_baton(
+        &format!("--endpoint {} --resume last", engine.url()),
+        &workspace,
+        &home,
+        &env,
+    );
+    let screen = tmux.wait_for("End of the earlier conversation");
+    // On the old code the replay showed the prompt and the answer only.
+    assert!(
+        screen.contains("1 tool call") && screen.contains("$ echo hi > f.txt"),
+        "{screen}"
+    );
+    assert!(!screen.contains("interrupted"), "{screen}");
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
+}

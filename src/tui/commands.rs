@@ -297,8 +297,9 @@ impl App {
         self.send(Op::SetApprovalPolicy { policy });
     }
 
-    /// `/new`: the last turn's expert, route and timings belong to the old session.
-    fn forget_last_turn(&mut self) {
+    /// `/new` and `/resume`: the last turn's expert, route and timings belong to the old
+    /// session.
+    pub(super) fn forget_last_turn(&mut self) {
         let s = &mut self.status;
         s.hops = Default::default();
         s.last_turn_ms = None;
