@@ -1467,3 +1467,42 @@ fn a_call_blocked_by_a_hook_is_not_blamed_on_the_approval_policy() {
         "the advice is not an approval flag: {stderr}"
     );
 }
+
+#[test]
+fn undo_list_names_each_turn_by_its_prompt() {
+    // `baton undo --list` printed only "turn 1  can be undone".
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "c1",
+                    "write_file",
+                    r#"{"path":"notes.md","content":"agent notes\n"}"#,
+                ),
+            )
+            .answer("L2", "Written.")
+            .default_summary("Wrote notes.md."),
+    );
+    let out = env
+        .exec(
+            &engine,
+            "write the release notes",
+            &["--approval", "full-auto"],
+        )
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let listed = env
+        .session_baton()
+        .args(["undo", "--list"])
+        .output()
+        .expect("undo --list");
+    let text = stdout_of(&listed);
+    assert!(
+        text.contains("turn 1  can be undone  write the release notes"),
+        "{text}"
+    );
+}
