@@ -1766,6 +1766,7 @@ fn a_call_waiting_for_approval_says_so_until_answered() {
         "{waiting}"
     );
     assert!(!waiting.contains("git push  running"), "{waiting}");
+    modal_read(&mut app);
     app.handle_key(key(KeyCode::Char('y')));
     let running = screen(&app, 80, 30);
     assert!(running.contains("$ git push  running"), "{running}");
