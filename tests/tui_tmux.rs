@@ -572,6 +572,8 @@ fn a_local_run_shows_its_device_in_a_real_terminal() {
         2,
         "header and /status: {screen}"
     );
+    // mol mode has no one model: it said "(server default)".
+    assert!(screen.contains("model      L0–L3"), "{screen}");
     tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
     tmux.wait_until_dead();
     assert_eq!(tmux.exit_code(), "0", "clean exit: {}", tmux.capture());

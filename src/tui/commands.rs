@@ -463,7 +463,12 @@ impl App {
             format!("profile    {}", o.profile),
             format!(
                 "model      {}",
-                o.model.clone().unwrap_or_else(|| "(server default)".into())
+                o.model.clone().unwrap_or_else(|| if o.mode == "mol" {
+                    // In mol mode each hop names its expert as the model.
+                    "L0–L3 (each hop asks for its expert by name)".into()
+                } else {
+                    "(server default)".into()
+                })
             ),
             format!("sandbox    {}", or_unset(&o.sandbox)),
             format!(
