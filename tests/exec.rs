@@ -1428,3 +1428,81 @@ fn a_failed_run_leaves_no_stale_answer_in_the_output_file() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
     assert_eq!(std::fs::read_to_string(&file).expect("read"), "");
 }
+
+#[test]
+fn a_call_blocked_by_a_hook_is_not_blamed_on_the_approval_policy() {
+    // `--approval full-auto` with a PreToolUse hook that blocks `rm -rf`: stderr told the user
+    // to pass --approval full-auto, which they had.
+    let env = Env::new();
+    let hooks = env.home.join(".config/baton/hooks.json");
+    std::fs::create_dir_all(hooks.parent().expect("parent")).expect("mkdir");
+    std::fs::write(
+        &hooks,
+        serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "shell", "hooks": [{
+            "type": "command",
+            "command": "echo 'rm -rf is not allowed here' >&2; exit 2",
+            "timeout": 10
+        }]}]}})
+        .to_string(),
+    )
+    .expect("write hooks");
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("c1", "shell", r#"{"command":"rm -rf build"}"#),
+            )
+            .answer("L2", "It was blocked.")
+            .default_summary("Blocked."),
+    );
+    let out = env
+        .exec(&engine, "clean up", &["--approval", "full-auto"])
+        .output()
+        .expect("run");
+    let stderr = stderr_of(&out);
+    assert!(stderr.contains("blocked by a hook"), "{stderr}");
+    assert!(
+        !stderr.contains("pass --approval"),
+        "the advice is not an approval flag: {stderr}"
+    );
+}
+
+#[test]
+fn undo_list_names_each_turn_by_its_prompt() {
+    // `baton undo --list` printed only "turn 1  can be undone".
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "c1",
+                    "write_file",
+                    r#"{"path":"notes.md","content":"agent notes\n"}"#,
+                ),
+            )
+            .answer("L2", "Written.")
+            .default_summary("Wrote notes.md."),
+    );
+    let out = env
+        .exec(
+            &engine,
+            "write the release notes",
+            &["--approval", "full-auto"],
+        )
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let listed = env
+        .session_baton()
+        .args(["undo", "--list"])
+        .output()
+        .expect("undo --list");
+    let text = stdout_of(&listed);
+    assert!(
+        text.contains("turn 1  can be undone  write the release notes"),
+        "{text}"
+    );
+}

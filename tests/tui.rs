@@ -1766,6 +1766,7 @@ fn a_call_waiting_for_approval_says_so_until_answered() {
         "{waiting}"
     );
     assert!(!waiting.contains("git push  running"), "{waiting}");
+    modal_read(&mut app);
     app.handle_key(key(KeyCode::Char('y')));
     let running = screen(&app, 80, 30);
     assert!(running.contains("$ git push  running"), "{running}");
@@ -1836,4 +1837,31 @@ fn undo_shows_its_plan_and_applies_only_after_y() {
             force: false,
         }]
     );
+}
+
+#[test]
+fn slash_while_scrolled_up_runs_a_command_by_its_name_and_searches_anything_else() {
+    let mut app = app();
+    for i in 0..200 {
+        app.handle_event(Event::MessageFinal {
+            turn_id: i,
+            expert: None,
+            text: format!("answer number {i}, quit early"),
+        });
+    }
+    draw(&app, 80, 20);
+    app.handle_key(key(KeyCode::PageUp));
+    assert!(app.transcript.scroll > 0);
+    // A word that is no command: searched, as before.
+    type_text(&mut app, "/number");
+    assert_eq!(app.search_input.as_deref(), Some("number"));
+    app.handle_key(key(KeyCode::Enter));
+    assert!(app.shutdown_started.is_none());
+    app.handle_key(key(KeyCode::Esc));
+    // `/quit` from habit (the transcript says "quit" too): the command runs.
+    type_text(&mut app, "/quit");
+    app.handle_key(key(KeyCode::Enter));
+    assert!(app.search_input.is_none());
+    assert!(app.shutdown_started.is_some(), "/quit quits");
+    assert!(ops(&mut app).contains(&Op::Shutdown));
 }

@@ -120,18 +120,89 @@ fn write_output(path: &Path, text: &str, config: &Config) -> std::io::Result<()>
     }
 }
 
-/// What the user is told after a turn in which calls were declined: how to let them run.
-fn declined_hint(count: usize) -> String {
-    let calls = if count == 1 {
+/// Why a call of the turn did not run, for what the user is told to do about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Declined {
+    /// It needed approval and nobody can give it in --exec: `--approval`, `--allow`.
+    Approval,
+    /// A tool of MCP server `0`: `--allow mcp__SERVER`.
+    Mcp(String),
+    /// A hook (hooks.json) blocked it or asked for a human: no approval flag overrides it.
+    Hook,
+}
+
+impl Declined {
+    /// The cause of a declined call, from its tool's name and the result the model was given
+    /// (the agent's own wording for hook blocks, src/agent/tool_calls.rs).
+    fn of(tool: &str, output: &str) -> Declined {
+        if output.starts_with("A PreToolUse hook blocked this call")
+            || output.starts_with("A hook asked for the user's approval")
+        {
+            Declined::Hook
+        } else if let Some(rest) = tool.strip_prefix("mcp__") {
+            Declined::Mcp(rest.split("__").next().unwrap_or(rest).to_string())
+        } else {
+            Declined::Approval
+        }
+    }
+}
+
+/// "1 tool call was" / "3 tool calls were".
+fn calls(count: usize) -> String {
+    if count == 1 {
         "1 tool call was".to_string()
     } else {
         format!("{count} tool calls were")
-    };
-    format!(
-        "{calls} declined: --exec never asks, so whatever needs approval is declined. To let \
-         them run, pass --approval auto-edit (file edits) or --approval full-auto (edits and \
-         commands), or allow command prefixes with --allow \"PREFIX\" ([approval] allow)"
-    )
+    }
+}
+
+/// What the user is told after a turn in which calls were declined: how to let them run, by
+/// cause (a hook's block is not an approval matter, an MCP tool is allowed by its server).
+fn declined_hint(declined: &[Declined]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let approval = declined
+        .iter()
+        .filter(|d| **d == Declined::Approval)
+        .count();
+    if approval > 0 {
+        lines.push(format!(
+            "{} declined: --exec never asks, so whatever needs approval is declined. To let \
+             them run, pass --approval auto-edit (file edits) or --approval full-auto (edits and \
+             commands), or allow command prefixes with --allow \"PREFIX\" ([approval] allow)",
+            calls(approval)
+        ));
+    }
+    let mut servers: Vec<&str> = declined
+        .iter()
+        .filter_map(|d| match d {
+            Declined::Mcp(s) => Some(s.as_str()),
+            _ => None,
+        })
+        .collect();
+    if !servers.is_empty() {
+        let count = servers.len();
+        servers.sort_unstable();
+        servers.dedup();
+        let flags: Vec<String> = servers
+            .iter()
+            .map(|s| format!("--allow mcp__{s}"))
+            .collect();
+        lines.push(format!(
+            "{} declined (MCP tools): they run outside the sandbox, so --exec runs them only \
+             when allowed by name: pass {}",
+            calls(count),
+            flags.join(" ")
+        ));
+    }
+    let hooks = declined.iter().filter(|d| **d == Declined::Hook).count();
+    if hooks > 0 {
+        lines.push(format!(
+            "{} blocked by a hook (hooks.json), not for want of approval: no --approval \
+             setting overrides it; change the hook, or run without hooks (--no-hooks)",
+            calls(hooks)
+        ));
+    }
+    lines
 }
 
 /// Runs one headless turn of `text` on a started agent and returns the exit code.
@@ -177,8 +248,8 @@ async fn drive(
     // The signal that is stopping the turn (the first one; a second one leaves at once).
     let mut stopped_by: Option<StopSignal> = None;
     // The tool calls of the turn: titles by call id, those declined, and how many ran.
-    let mut titles: HashMap<String, String> = HashMap::new();
-    let mut declined: Vec<String> = Vec::new();
+    let mut titles: HashMap<String, (String, String)> = HashMap::new();
+    let mut declined: Vec<Declined> = Vec::new();
     let mut ran = 0usize;
     let mut refused = false;
     loop {
@@ -266,17 +337,26 @@ async fn drive(
                 }
                 session_id = Some(id.clone());
             }
-            Event::ToolBegin { call_id, title, .. } => {
-                titles.insert(call_id.clone(), title.clone());
+            Event::ToolBegin {
+                call_id,
+                tool,
+                title,
+                ..
+            } => {
+                titles.insert(call_id.clone(), (tool.clone(), title.clone()));
             }
             Event::ToolEnd {
                 call_id,
                 status: ToolStatus::Declined,
+                output,
                 ..
             } => {
-                let title = titles.remove(call_id).unwrap_or_else(|| call_id.clone());
-                out.declined(&title);
-                declined.push(title);
+                let (tool, title) = titles
+                    .remove(call_id)
+                    .unwrap_or_else(|| (String::new(), call_id.clone()));
+                let cause = Declined::of(&tool, output);
+                out.declined(&title, &cause);
+                declined.push(cause);
             }
             Event::ToolEnd { call_id, .. } => {
                 titles.remove(call_id);
@@ -299,8 +379,8 @@ async fn drive(
                         }
                     }
                 }
-                if !declined.is_empty() {
-                    out.note(&declined_hint(declined.len()));
+                for line in declined_hint(&declined) {
+                    out.note(&line);
                 }
                 code = code.or(Some(match status {
                     // Every tool call the task needed was declined: the answer is only an
@@ -397,5 +477,36 @@ impl StopSignals {
             _ = next(&mut self.terminate) => StopSignal::Terminate,
             _ = next(&mut self.hangup) => StopSignal::Hangup,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_cause_of_a_decline_gets_its_own_advice() {
+        let hook = Declined::of(
+            "shell",
+            "A PreToolUse hook blocked this call: rm -rf is not allowed",
+        );
+        let mcp = Declined::of("mcp__everything__echo", "needs approval");
+        let plain = Declined::of("shell", "needs approval");
+        assert_eq!(hook, Declined::Hook);
+        assert_eq!(mcp, Declined::Mcp("everything".into()));
+        assert_eq!(plain, Declined::Approval);
+        let only_hook = declined_hint(std::slice::from_ref(&hook)).join("\n");
+        assert!(only_hook.contains("blocked by a hook"), "{only_hook}");
+        assert!(!only_hook.contains("--approval full-auto"), "{only_hook}");
+        let all = declined_hint(&[plain, mcp.clone(), mcp, hook]).join("\n");
+        assert!(
+            all.contains("1 tool call was declined: --exec never asks"),
+            "{all}"
+        );
+        assert!(
+            all.contains("2 tool calls were declined (MCP tools)"),
+            "{all}"
+        );
+        assert!(all.contains("pass --allow mcp__everything"), "{all}");
     }
 }

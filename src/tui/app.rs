@@ -70,6 +70,9 @@ pub struct App {
     pub file_matches: Vec<String>,
     /// The Ctrl+F search bar's text while it is open.
     pub search_input: Option<String>,
+    /// The search bar was opened by `/` while scrolled up: Enter on the name of a command
+    /// runs it (`/quit` typed from habit) instead of searching for the word.
+    pub search_from_slash: bool,
     /// Messages typed while a turn runs, sent one by one as turns complete.
     pub queue: VecDeque<String>,
     pub effects: Vec<Effect>,
@@ -146,6 +149,7 @@ impl App {
             file_index: None,
             file_matches: Vec::new(),
             search_input: None,
+            search_from_slash: false,
             queue: VecDeque::new(),
             effects: Vec::new(),
             now,

@@ -265,10 +265,21 @@ impl App {
                 ));
             }
         };
+        let command = format!("/{}", query.trim());
         match key.code {
             KeyCode::Esc => {
                 self.search_input = None;
                 self.transcript.search = None;
+            }
+            // `/quit` typed while scrolled up: the user meant the command, not a search.
+            KeyCode::Enter
+                if self.search_from_slash
+                    && matches!(super::slash::parse_slash(&command), Some(Ok(_))) =>
+            {
+                self.search_input = None;
+                self.transcript.search = None;
+                self.transcript.scroll = 0;
+                self.submit(command);
             }
             KeyCode::Enter | KeyCode::Up => step(self, true),
             KeyCode::Char('f') | KeyCode::Char('p') if ctrl => step(self, true),
@@ -308,6 +319,7 @@ impl App {
             KeyCode::Char('o') if ctrl => self.toggle_expanded(),
             KeyCode::Char('f') if ctrl => {
                 self.search_input = Some(String::new());
+                self.search_from_slash = false;
                 self.hint =
                     Some("search: type, Enter for older matches, Ctrl+N newer, Esc closes".into());
             }
@@ -337,6 +349,7 @@ impl App {
             KeyCode::Char('/') if self.composer.is_empty() && self.transcript.scroll > 0 => {
                 // While reading scrolled-up history, `/` searches (as in a pager).
                 self.search_input = Some(String::new());
+                self.search_from_slash = true;
             }
             KeyCode::Esc => {
                 if self.session_picker.is_some() {
