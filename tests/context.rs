@@ -858,3 +858,100 @@ fn the_next_expert_receives_the_value_path_and_failing_test_the_summary_left_out
         assert!(handover.contains(fact), "{fact} missing from: {handover}");
     }
 }
+
+/// The bench's token estimate (tools/bench/mol_tokens.rs): characters of contents, calls and
+/// tools / 3.6, plus 4 per message.
+fn bench_tokens(req: &RecordedRequest) -> u64 {
+    let mut chars = 0usize;
+    for m in req.messages() {
+        chars += content_text(m).chars().count();
+        for call in m
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let f = &call["function"];
+            chars += f["name"].as_str().map_or(0, |s| s.chars().count());
+            chars += f["arguments"].as_str().map_or(0, |s| s.chars().count());
+        }
+    }
+    if let Some(tools) = req.body.get("tools") {
+        chars += tools.to_string().chars().count();
+    }
+    (chars as f64 / 3.6).round() as u64 + 4 * req.messages().len() as u64
+}
+
+/// Hysteresis: with an 8k window, reading seven 8 KB files one at a time compacted at almost
+/// every step (5 compactions: each kept two large outputs and landed above the threshold
+/// again). A compaction now keeps only the newest step when two would take over a quarter of
+/// the window, so the next read fits (3 compactions), and the file just read is in full in
+/// the answer hop after it.
+#[test]
+fn a_small_window_read_loop_does_not_compact_at_every_step() {
+    use crate::support::Script;
+    use crate::support::env::Env;
+    let env = Env::new();
+    let words = [
+        "harbor", "lantern", "meadow", "ledger", "orbit", "sable", "stone", "fable",
+    ];
+    for n in 1..=7usize {
+        let mut text = format!("Chapter {n}. The key number is {}.\n", 1000 + n * 37);
+        let mut k = n;
+        while text.len() < 8 * 1024 {
+            let line: Vec<&str> = (0..9).map(|j| words[(k * 7 + j * 3) % 8]).collect();
+            text.push_str(&line.join(" "));
+            text.push_str(".\n");
+            k += 1;
+        }
+        std::fs::create_dir_all(env.workspace.join("ch")).expect("mkdir");
+        std::fs::write(env.workspace.join(format!("ch/{n}.txt")), text).expect("write");
+    }
+    let mut script = Script::new();
+    for n in 1..=7 {
+        script = script.answer(
+            "L2",
+            MockReply::tool_call(
+                format!("r{n}"),
+                "read_file",
+                format!(r#"{{"path":"ch/{n}.txt"}}"#),
+            ),
+        );
+    }
+    let script = script
+        .answer("L2", MockReply::text("Read them all."))
+        .default_summary("Read seven chapters.");
+    script.set_default(
+        "compaction",
+        None,
+        "Goal: read the chapters. Next: the next one.",
+    );
+    let models: Vec<(&str, Option<u64>)> = ["L0", "L1", "L2", "L3"]
+        .into_iter()
+        .map(|m| (m, Some(8192)))
+        .collect();
+    let engine = MockEngine::builder()
+        .models(models)
+        .start_blocking(move |req| script.reply(req).usage(bench_tokens(req), 40));
+    env.exec(
+        &engine,
+        "Read ch/1.txt to ch/7.txt one at a time.",
+        &["--expert", "L2", "--context-window", "8192"],
+    )
+    .assert()
+    .success();
+    let compactions = engine.requests_for_hop("compaction").len();
+    assert!(compactions <= 3, "{compactions} compactions");
+    // The newest file is in full (its last line) in the answer hop that follows its read.
+    let answers = engine.requests_for_hop("answer");
+    let last_read = answers.last().expect("the final answer hop");
+    let seven = std::fs::read_to_string(env.workspace.join("ch/7.txt")).expect("read");
+    let tail = seven.lines().last().expect("a last line");
+    assert!(
+        last_read
+            .messages()
+            .iter()
+            .any(|m| content_text(m).contains(tail)),
+        "ch/7.txt is not in full in the answer hop after it was read"
+    );
+}

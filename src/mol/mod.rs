@@ -65,7 +65,10 @@ pub use route::{
 };
 pub use speculate::{Resolved, Speculation, speculative_expert, view_is_ready};
 pub use state::{SessionState, restore, resume_session};
-pub use summary::{SUMMARY_MAX_TOKENS, SummaryOutcome, summarize, summary_request, summary_text};
+pub use summary::{
+    SUMMARY_MAX_TOKENS, SummaryOutcome, summarize, summary_request, summary_request_extending,
+    summary_request_for, summary_text,
+};
 pub use timeline::{
     Compaction, SummaryState, Task, Timeline, handover_message, summary_message, with_identity,
 };

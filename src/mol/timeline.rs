@@ -241,9 +241,15 @@ impl Timeline {
     /// verbatim and other experts' closed tasks as user text + summary. Another expert's task
     /// without a usable summary contributes only its user text (nothing empty is injected).
     pub fn view(&self, target: Expert, head: &[ChatMessage]) -> Vec<ChatMessage> {
+        self.view_until(target, head, u64::MAX)
+    }
+
+    /// `view` as it was while task `last` was the newest: tasks after it left out (the
+    /// summary of `last`, sent once it closed, extends the view its answer hops saw).
+    pub fn view_until(&self, target: Expert, head: &[ChatMessage], last: u64) -> Vec<ChatMessage> {
         let mut out = head.to_vec();
         let folded_before = self.folded_before.get(&target).copied().unwrap_or(0);
-        for task in &self.tasks {
+        for task in self.tasks.iter().take_while(|t| t.id <= last) {
             let folded = task.closed && task.id < folded_before && task.summary_text().is_some();
             if task.owner == target && !folded {
                 out.push(ChatMessage::user(task.user_text.clone()));

@@ -19,7 +19,10 @@
 //! Output: one line per hop kind and scenario (requests, total, largest), and per scenario the
 //! answer hops' tokens in order. `MOL_TOKENS_BASELINE=/path/to/another/baton` runs the same
 //! scenarios against that binary too (e.g. a build of an older commit) and prints both, side by
-//! side. `MOL_TOKENS_VERBOSE=1` also prints every request's hop, model and size.
+//! side. `MOL_TOKENS_VERBOSE=1` also prints every request's hop, model and size. For summary and
+//! compaction hops it prints how many of their tokens are a prefix shared with the same
+//! adapter's previous answer request (identical leading messages and tools): what an engine's
+//! prefix cache does not prefill again.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
@@ -57,32 +60,72 @@ fn tokens(req: &RecordedRequest) -> u64 {
     (chars as f64 / 3.6).round() as u64 + 4 * req.messages().len() as u64
 }
 
-/// One scenario's hops, as the engine received them: (hop, model, tokens).
+/// The tokens a request shares, as a prefix, with `before` (the same model's previous answer
+/// request): its leading messages that are identical, and the tools when they are the same.
+/// With templates that render tools in the system block (GLM, Qwen) different tools share
+/// nothing, so then the count is 0.
+fn shared_prefix(req: &RecordedRequest, before: &RecordedRequest) -> u64 {
+    if req.body.get("tools") != before.body.get("tools") {
+        return 0;
+    }
+    let n = req
+        .messages()
+        .iter()
+        .zip(before.messages())
+        .take_while(|(a, b)| a == b)
+        .count();
+    if n == 0 {
+        return 0;
+    }
+    let mut prefix = req.clone();
+    if let Some(messages) = prefix
+        .body
+        .get_mut("messages")
+        .and_then(Value::as_array_mut)
+    {
+        messages.truncate(n);
+    }
+    tokens(&prefix)
+}
+
+/// One scenario's hops, as the engine received them: (hop, model, tokens, tokens shared as a
+/// prefix with the same model's previous answer request).
 struct Run {
-    hops: Vec<(String, String, u64)>,
+    hops: Vec<(String, String, u64, u64)>,
 }
 
 impl Run {
     fn of(engine: &MockEngine) -> Run {
-        Run {
-            hops: engine
-                .chat_requests()
+        let requests = engine.chat_requests();
+        let mut hops = Vec::new();
+        for (i, r) in requests.iter().enumerate() {
+            let shared = requests[..i]
                 .iter()
-                .map(|r| {
-                    (
-                        r.hop_or_answer().to_string(),
-                        r.model().to_string(),
-                        tokens(r),
-                    )
-                })
-                .collect(),
+                .rev()
+                .find(|b| b.hop_or_answer() == "answer" && b.model() == r.model())
+                .map_or(0, |b| shared_prefix(r, b));
+            hops.push((
+                r.hop_or_answer().to_string(),
+                r.model().to_string(),
+                tokens(r),
+                shared,
+            ));
         }
+        Run { hops }
+    }
+
+    /// Summary and compaction hops: (total tokens, tokens shared with the answer before).
+    fn side_hops_shared(&self) -> (u64, u64) {
+        self.hops
+            .iter()
+            .filter(|h| h.0 == "summary" || h.0 == "compaction")
+            .fold((0, 0), |(t, s), h| (t + h.2, s + h.3))
     }
 
     /// Per hop kind: (requests, total tokens, largest request).
     fn by_hop(&self) -> BTreeMap<String, (usize, u64, u64)> {
         let mut out: BTreeMap<String, (usize, u64, u64)> = BTreeMap::new();
-        for (hop, _, t) in &self.hops {
+        for (hop, _, t, _) in &self.hops {
             let e = out.entry(hop.clone()).or_default();
             e.0 += 1;
             e.1 += t;
@@ -434,7 +477,10 @@ const SCENARIOS: [(&str, Scenario); 5] = [
 
 fn main() {
     let this = PathBuf::from(env!("CARGO_BIN_EXE_baton"));
-    let baseline = std::env::var_os("MOL_TOKENS_BASELINE").map(PathBuf::from);
+    // Absolute: each run starts in its own workspace folder.
+    let baseline = std::env::var_os("MOL_TOKENS_BASELINE")
+        .map(PathBuf::from)
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p));
     let verbose = std::env::var_os("MOL_TOKENS_VERBOSE").is_some();
     let mut builds = vec![("this build", this)];
     if let Some(b) = baseline {
@@ -460,9 +506,20 @@ fn main() {
                 hops.join(" | ")
             );
             println!("  {:<10}  answer hops: {:?}", "", run.answers());
+            let (side, shared) = run.side_hops_shared();
+            if side > 0 {
+                println!(
+                    "  {:<10}  summary+compaction: {shared} of {side} tokens shared as a prefix with the answer hop before ({:.0}%)",
+                    "",
+                    100.0 * shared as f64 / side as f64
+                );
+            }
             if verbose {
-                for (hop, model, t) in &run.hops {
-                    println!("  {:<10}    {hop:<10} {model:<3} {t}", "");
+                for (hop, model, t, shared) in &run.hops {
+                    println!(
+                        "  {:<10}    {hop:<10} {model:<3} {t} (prefix shared {shared})",
+                        ""
+                    );
                 }
             }
         }
