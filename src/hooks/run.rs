@@ -103,17 +103,11 @@ fn confine(cmd: &mut tokio::process::Command, workspace: &Path, in_workspace: bo
     } else {
         cmd.current_dir(host_programs::neutral_dir(&roots));
     }
-    for (name, value) in std::env::vars_os() {
-        let Some(text) = name.to_str() else { continue };
-        match host_programs::scrub_var(text, &value, &roots) {
-            Some(kept) if kept == value => {}
-            Some(kept) => {
-                cmd.env(&name, kept);
-            }
-            None => {
-                cmd.env_remove(&name);
-            }
-        }
+    for (name, change) in host_programs::env_changes(&roots) {
+        match change {
+            Some(kept) => cmd.env(&name, kept),
+            None => cmd.env_remove(&name),
+        };
     }
 }
 

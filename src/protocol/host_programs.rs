@@ -205,6 +205,20 @@ pub fn neutral_dir(roots: &[PathBuf]) -> PathBuf {
     }
 }
 
+/// What baton's own environment must lose before it reaches a program baton starts outside
+/// the sandbox: each variable to set to a scrubbed value (`Some`) or to remove (`None`).
+pub fn env_changes(roots: &[PathBuf]) -> Vec<(OsString, Option<OsString>)> {
+    std::env::vars_os()
+        .filter_map(|(name, value)| {
+            let text = name.to_str()?;
+            match scrub_var(text, &value, roots) {
+                Some(kept) if kept == value => None,
+                kept => Some((name, kept)),
+            }
+        })
+        .collect()
+}
+
 /// Whether an environment variable may reach a program baton starts outside the sandbox as it
 /// is: the search paths come back without their entries in `roots` (`None`: drop the
 /// variable), npm's `npm_config_*` folders (a prefix, a cache, a userconfig) are dropped when

@@ -223,7 +223,7 @@ async fn run_effects(
             Effect::OpenEditor(text) => {
                 reader.pause();
                 terminal::restore();
-                let edited = edit_in_editor(&text).await;
+                let edited = edit_in_editor(&text, &app.opts.workspace).await;
                 terminal::enter(app.mouse_capture)?;
                 reader.resume();
                 term.clear()?;
@@ -240,8 +240,12 @@ async fn run_effects(
     Ok(())
 }
 
-/// Opens `$VISUAL` / `$EDITOR` (default `vi`) on a temp file holding `text`.
-async fn edit_in_editor(text: &str) -> Result<String, String> {
+/// Opens `$VISUAL` / `$EDITOR` (default `vi`) on a temp file holding `text`. The editor runs
+/// outside the sandbox, so it is looked up as every program baton starts itself: never from a
+/// PATH entry a command could have written (an activated `.venv/bin` in the workspace), with
+/// such entries and code-loading variables scrubbed from its environment, and started in a
+/// folder no command could have written.
+async fn edit_in_editor(text: &str, workspace: &std::path::Path) -> Result<String, String> {
     let editor = std::env::var("VISUAL")
         .or_else(|_| std::env::var("EDITOR"))
         .unwrap_or_else(|_| "vi".into());
@@ -255,9 +259,25 @@ async fn edit_in_editor(text: &str) -> Result<String, String> {
         .map_err(|e| format!("cannot create a temp file for the editor: {e}"))?;
     let path: PathBuf = file.path().to_path_buf();
     std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let status = tokio::process::Command::new(&argv[0])
-        .args(&argv[1..])
+    use crate::protocol::host_programs;
+    let roots = host_programs::writable_roots_with(workspace);
+    let program = host_programs::find_program(&argv[0], &roots).ok_or_else(|| {
+        format!(
+            "editor '{}' was not found in PATH outside the folders commands may write",
+            argv[0]
+        )
+    })?;
+    let mut cmd = tokio::process::Command::new(&program);
+    cmd.args(&argv[1..])
         .arg(&path)
+        .current_dir(host_programs::neutral_dir(&roots));
+    for (name, change) in host_programs::env_changes(&roots) {
+        match change {
+            Some(kept) => cmd.env(&name, kept),
+            None => cmd.env_remove(&name),
+        };
+    }
+    let status = cmd
         .status()
         .await
         .map_err(|e| format!("cannot start editor '{}': {e}", argv[0]))?;

@@ -282,7 +282,7 @@ fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Tool
 /// `bytes` as the largest binary unit that divides it: "1 GiB", "64 MiB", "1000 bytes".
 fn binary_size(bytes: u64) -> String {
     for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
             return format!("{} {unit}", bytes >> shift);
         }
     }
