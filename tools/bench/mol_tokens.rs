@@ -500,9 +500,11 @@ fn main() {
                         .map(|(n, total, max)| format!("{h} {n}x {total} (max {max})"))
                 })
                 .collect();
+            let shared: u64 = run.hops.iter().map(|h| h.3).sum();
             println!(
-                "  {label:<10}  total {:>7}  {}",
+                "  {label:<10}  total {:>7} (to prefill with a prefix cache: {:>7})  {}",
                 run.total(),
+                run.total() - shared,
                 hops.join(" | ")
             );
             println!("  {:<10}  answer hops: {:?}", "", run.answers());
