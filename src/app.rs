@@ -3,6 +3,7 @@
 //! hands the result to a frontend (TUI, line REPL, `--exec`); no frontend assembles an agent.
 //! Every failure here is a setup problem (exit 2) with a message that says what to do.
 
+use crate::protocol::stdio::eprintln;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -117,13 +118,47 @@ pub fn build_backend(
 /// The experts' system prompt: the configured file, else the built-in one; then the project
 /// instructions (AGENTS.md files) for the workspace.
 pub fn system_prompt(config: &Config) -> Result<String, SetupError> {
-    let mut prompt = match &config.system_prompt {
-        Some(path) => std::fs::read_to_string(path).map_err(|source| SetupError::SystemPrompt {
-            path: path.clone(),
-            source,
-        })?,
+    let prompt = match &config.system_prompt {
+        Some(path) => read_prompt(path)?,
         None => DEFAULT_SYSTEM_PROMPT.to_string(),
     };
+    Ok(with_project_context(config, prompt))
+}
+
+fn read_prompt(path: &std::path::Path) -> Result<String, SetupError> {
+    std::fs::read_to_string(path).map_err(|source| SetupError::SystemPrompt {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Each expert's prompt and tools (`mol` mode). Prompt: its `lN_system_prompt` file, else the
+/// profile's `experts/LN.md`, else the `system_prompt` file when one is set (it then stands for
+/// every expert), else baton's built-in prompt for that expert; then the project instructions
+/// and skills, as for the one prompt. Tools: `lN_tools`, else baton's default for the expert.
+pub fn expert_setup(
+    config: &Config,
+    profile: &Profile,
+) -> Result<crate::agent::ExpertSetup, SetupError> {
+    let defaults = crate::agent::ExpertSetup::default();
+    let mut setup = defaults.clone();
+    for i in 0..4 {
+        let own = match (&config.expert_system_prompt[i], &profile.expert_prompts[i]) {
+            (Some(path), _) => Some(read_prompt(path)?),
+            (None, Some(text)) => Some(text.clone()),
+            (None, None) if config.system_prompt.is_some() => None,
+            (None, None) => defaults.prompts[i].clone(),
+        };
+        setup.prompts[i] = own.map(|p| with_project_context(config, p));
+        if let Some(tools) = &config.expert_tools[i] {
+            setup.tools[i] = Some(tools.clone());
+        }
+    }
+    Ok(setup)
+}
+
+/// `prompt` with the project instructions (AGENTS.md files) and the skills listing appended.
+fn with_project_context(config: &Config, mut prompt: String) -> String {
     let instructions = project_instructions(config);
     if !instructions.text.is_empty() {
         prompt = format!("{}\n\n{}", prompt.trim_end(), instructions.text);
@@ -136,7 +171,7 @@ pub fn system_prompt(config: &Config) -> Result<String, SetupError> {
             crate::tool::skill::listing(&skills)
         );
     }
-    Ok(prompt)
+    prompt
 }
 
 /// The skills the experts are offered: none when `tools` leaves out the `skill` tool that
@@ -183,6 +218,7 @@ pub fn approval_policy(config: &Config, frontend: Frontend) -> ApprovalPolicy {
 }
 
 pub fn agent_config(config: &Config, frontend: Frontend) -> Result<AgentConfig, SetupError> {
+    let profile = profile(config)?;
     Ok(AgentConfig {
         mode: config.mode,
         model: config.model.clone(),
@@ -197,7 +233,8 @@ pub fn agent_config(config: &Config, frontend: Frontend) -> Result<AgentConfig, 
         headless: frontend == Frontend::Headless,
         max_round_trips: config.max_turns,
         system_prompt: system_prompt(config)?,
-        profile: profile(config)?,
+        experts: expert_setup(config, &profile)?,
+        profile,
         workspace: config.workspace.clone(),
         session_dir: config.session_dir.clone(),
         temperature: config.temperature,
@@ -205,6 +242,8 @@ pub fn agent_config(config: &Config, frontend: Frontend) -> Result<AgentConfig, 
         seed: config.seed,
         max_tokens: config.max_tokens,
         context_window: config.context_window,
+        sandbox: config.sandbox,
+        network: config.network,
         compact_at: config.compact_at,
         speculate: config.speculate,
         hooks: hooks(config)?,

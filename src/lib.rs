@@ -27,3 +27,4 @@ pub mod serve;
 pub mod session;
 pub mod tool;
 pub mod tui;
+pub mod untrusted_fs;

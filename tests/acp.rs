@@ -636,6 +636,35 @@ fn malformed_lines_get_errors_and_a_closed_stdin_ends_the_process_cleanly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// Red team round 3, finding 6 for ACP: an editor passing the home folder (or `/`) as `cwd`
+/// got a session whose commands could write the user's dotfiles. `session/new` now fails for
+/// it, as `-C` does on the command line; a project folder still opens.
+#[test]
+fn a_broad_cwd_is_refused_by_session_new() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "hi"));
+    let mut raw = Raw::start(&env, &engine);
+    raw.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#);
+    raw.answer(1);
+    let new_session = |id: i64, cwd: &Path| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "session/new",
+               "params": {"cwd": cwd, "mcpServers": []}})
+        .to_string()
+    };
+    raw.send(&new_session(2, &env.home));
+    raw.send(&new_session(3, Path::new("/")));
+    raw.send(&new_session(4, &env.workspace));
+    for id in [2, 3] {
+        let refused = raw.answer(id);
+        let message = refused["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("--allow-broad-workspace"), "{refused}");
+    }
+    let opened = raw.answer(4);
+    assert!(opened["result"]["sessionId"].is_string(), "{opened}");
+    drop(raw.child.stdin.take());
+    let _ = raw.child.wait();
+}
+
 /// An MCP server the client names in `session/new` (`mcpServers`, stdio: the Python `mcp`
 /// SDK's server of tests/fixtures/mcp) is started for the session: the model sees its tools,
 /// its call runs there (the server computes the sum), the result reaches the model on the

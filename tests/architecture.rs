@@ -11,46 +11,89 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, &[&str])] = &[
     // The ground floor: types only.
     ("protocol", &[]),
+    // The one reader/writer of files a command or a repository may have touched: every layer
+    // reads and writes those through it; it sees nothing of baton.
+    ("untrusted_fs", &[]),
     // The engine is self-contained; from the ground floor it takes the device choice.
-    ("engine", &["protocol"]),
-    ("config", &["protocol"]),
-    ("session", &["protocol"]),
-    ("sandbox", &["protocol"]),
+    ("engine", &["protocol", "untrusted_fs"]),
+    ("config", &["protocol", "untrusted_fs"]),
+    ("session", &["protocol", "untrusted_fs"]),
+    ("sandbox", &["protocol", "untrusted_fs"]),
     // The user's hook commands: their files (trust decides the project's) and how they run.
-    ("hooks", &["protocol", "config"]),
-    ("backend", &["protocol", "engine"]),
+    ("hooks", &["protocol", "untrusted_fs", "config"]),
+    ("backend", &["protocol", "untrusted_fs", "engine"]),
     // Tools never reach a model.
-    ("tool", &["protocol", "config", "session", "sandbox"]),
-    ("mol", &["protocol", "config", "session", "backend"]),
+    (
+        "tool",
+        &["protocol", "untrusted_fs", "config", "session", "sandbox"],
+    ),
+    (
+        "mol",
+        &["protocol", "untrusted_fs", "config", "session", "backend"],
+    ),
     (
         "agent",
         &[
-            "protocol", "config", "session", "backend", "mol", "tool", "hooks",
+            "protocol",
+            "untrusted_fs",
+            "config",
+            "session",
+            "backend",
+            "mol",
+            "tool",
+            "hooks",
         ],
     ),
     // The one builder.
     (
         "app",
         &[
-            "protocol", "config", "session", "engine", "backend", "sandbox", "hooks", "tool",
-            "mol", "agent",
+            "protocol",
+            "untrusted_fs",
+            "config",
+            "session",
+            "engine",
+            "backend",
+            "sandbox",
+            "hooks",
+            "tool",
+            "mol",
+            "agent",
         ],
     ),
     // Frontends: the protocol, their options, saved sessions; never each other.
-    ("exec", &["protocol", "config", "session"]),
-    ("tui", &["protocol", "config", "session"]),
+    ("exec", &["protocol", "untrusted_fs", "config", "session"]),
+    ("tui", &["protocol", "untrusted_fs", "config", "session"]),
     // The Agent Client Protocol server (`baton acp`): agents come from the command line.
-    ("acp", &["protocol", "config", "session"]),
+    ("acp", &["protocol", "untrusted_fs", "config", "session"]),
     // Trials reuse the sandbox's seccomp filter.
-    ("eval", &["protocol", "config", "session", "sandbox"]),
+    (
+        "eval",
+        &["protocol", "untrusted_fs", "config", "session", "sandbox"],
+    ),
     // The MoL proxy: HTTP over the `MolService` the builder hands it.
-    ("serve", &["protocol", "config", "session"]),
+    ("serve", &["protocol", "untrusted_fs", "config", "session"]),
     // The command line parses and dispatches: it may see everything.
     (
         "cli",
         &[
-            "protocol", "engine", "config", "session", "sandbox", "hooks", "backend", "tool",
-            "mol", "agent", "app", "exec", "tui", "eval", "acp", "serve",
+            "protocol",
+            "untrusted_fs",
+            "engine",
+            "config",
+            "session",
+            "sandbox",
+            "hooks",
+            "backend",
+            "tool",
+            "mol",
+            "agent",
+            "app",
+            "exec",
+            "tui",
+            "eval",
+            "acp",
+            "serve",
         ],
     ),
 ];

@@ -12,7 +12,10 @@ fn help_lists_the_main_options_and_exit_codes() {
         predicate::str::contains("--exec")
             .and(predicate::str::contains("--endpoint"))
             .and(predicate::str::contains("--resume"))
-            .and(predicate::str::contains("Exit codes")),
+            .and(predicate::str::contains("Exit codes"))
+            .and(predicate::str::contains("143 SIGTERM"))
+            // In mol mode `--reasoning low` is sent as high: the help says so.
+            .and(predicate::str::contains("low and medium are sent as high")),
     );
 }
 
@@ -609,5 +612,40 @@ fn an_interactive_session_asks_for_the_model_list_once() {
     assert_eq!(
         listings, 1,
         "one /models request for the check and the window"
+    );
+}
+
+#[test]
+fn doctor_expands_a_tilde_in_hook_commands_as_sh_does() {
+    // The docs' example hook is `~/.config/baton/hooks/no-rm-rf.sh`: it runs (sh expands `~`),
+    // and doctor called it a PROBLEM ("does not exist") with exit 1.
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(Script::new());
+    let script = env.home.join("bin/guard.sh");
+    std::fs::create_dir_all(script.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").expect("write");
+    let hooks = env.home.join(".config/baton/hooks.json");
+    std::fs::create_dir_all(hooks.parent().expect("parent")).expect("mkdir");
+    std::fs::write(
+        &hooks,
+        r#"{"hooks":{"PreToolUse":[{"matcher":"shell","hooks":[
+            {"type":"command","command":"~/bin/guard.sh","timeout":5},
+            {"type":"command","command":"~/bin/missing.sh","timeout":5}]}]}}"#,
+    )
+    .expect("write hooks");
+    let out = env
+        .baton()
+        .args(["doctor", "--endpoint", &engine.url()])
+        .output()
+        .expect("doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("ok       PreToolUse [shell] ~/bin/guard.sh (timeout 5s)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("PROBLEM  PreToolUse [shell] ~/bin/missing.sh (timeout 5s):")
+            && text.contains("bin/missing.sh does not exist"),
+        "{text}"
     );
 }

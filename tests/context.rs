@@ -166,6 +166,7 @@ fn agent_config(dir: &Path) -> AgentConfig {
         headless: true,
         max_round_trips: None,
         system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
+        experts: Default::default(),
         profile: Profile::builtin(&ProfileNames::default()),
         workspace: dir.to_path_buf(),
         session_dir: dir.join(".sessions"),
@@ -174,6 +175,8 @@ fn agent_config(dir: &Path) -> AgentConfig {
         seed: None,
         max_tokens: None,
         context_window: None,
+        sandbox: Default::default(),
+        network: false,
         compact_at: None,
         speculate: Default::default(),
         hooks: baton::hooks::Hooks::none(),
@@ -181,10 +184,19 @@ fn agent_config(dir: &Path) -> AgentConfig {
 }
 
 fn start(dir: &Path, engine: &MockEngine, resume: Option<&str>) -> AgentHandle {
-    let cfg = agent_config(dir);
     let backend = RemoteBackend::builder(engine.url())
         .build()
         .expect("backend");
+    start_on(dir, engine, backend, resume)
+}
+
+fn start_on(
+    dir: &Path,
+    engine: &MockEngine,
+    backend: RemoteBackend,
+    resume: Option<&str>,
+) -> AgentHandle {
+    let cfg = agent_config(dir);
     let (file, restored) = match resume {
         Some(id) => {
             let (f, r) = baton::mol::resume_session(&cfg.session_dir, id, None).expect("resume");
@@ -527,7 +539,13 @@ async fn a_failed_compaction_drops_old_outputs_and_says_so() {
             }
             .usage(prompt, 20)
         });
-    let mut h = start(dir.path(), &engine, None);
+    // Each failed compaction would otherwise be retried with back-off: seconds of waiting per
+    // attempt that the failure path under test does not need.
+    let backend = RemoteBackend::builder(engine.url())
+        .max_retries(0)
+        .build()
+        .expect("backend");
+    let mut h = start_on(dir.path(), &engine, backend, None);
     let events = turn(&mut h, REQUEST).await;
     shutdown(h, &dir.path().join(".sessions")).await;
     assert_eq!(status(&events), Some(TurnStatus::Done));
@@ -773,4 +791,167 @@ async fn many_short_tasks_of_one_expert_fold_to_their_summaries() {
         .expect("resume")
         .1;
     assert!(!restored.timeline.folded_before.is_empty());
+}
+
+/// A handoff carries what one expert established to the next, through the ledger baton keeps
+/// of the task: a value, a path and a failing test's name reach L1 although L2's summary
+/// names none of them (the real binary, two `--exec` turns, a real shell command).
+#[test]
+fn the_next_expert_receives_the_value_path_and_failing_test_the_summary_left_out() {
+    use crate::support::Script;
+    use crate::support::env::Env;
+    let env = Env::new();
+    std::fs::write(
+        env.workspace.join("test.sh"),
+        "echo 'FAIL: test_rate_rounding (test_rate.T)'\nexit 1\n",
+    )
+    .expect("script");
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L1"])
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "c1",
+                    "write_file",
+                    r#"{"path":"config/rate.toml","content":"rate = 0.0725\n"}"#,
+                ),
+            )
+            .answer(
+                "L2",
+                MockReply::tool_call("c2", "shell", r#"{"command":"sh ./test.sh"}"#),
+            )
+            .answer(
+                "L2",
+                MockReply::text("The new rate is 0.0725; one test still fails."),
+            )
+            .summary("L2", MockReply::text("Worked on the rate."))
+            .answer("L1", MockReply::text("Here is the rollout plan."))
+            .default_summary("Planned."),
+    );
+    let flags = ["--approval", "full-auto", "--sandbox", "off"];
+    env.exec(&engine, "Set the rate and run the checks.", &flags)
+        .assert()
+        .success();
+    let mut second = flags.to_vec();
+    second.extend(["--resume", "last"]);
+    env.exec(&engine, "Plan the rollout.", &second)
+        .assert()
+        .success();
+    let l1 = engine
+        .requests_for_hop("answer")
+        .into_iter()
+        .find(|r| r.model() == "L1")
+        .expect("an L1 answer");
+    let seen: Vec<String> = l1.messages().iter().map(content_text).collect();
+    let handover = seen
+        .iter()
+        .find(|m| m.contains("handled by the L2 expert"))
+        .unwrap_or_else(|| panic!("no handover message: {seen:#?}"));
+    assert!(handover.contains("Summary of its result: Worked on the rate."));
+    for fact in [
+        "0.0725",
+        "config/rate.toml (not committed)",
+        "`sh ./test.sh` → exit 1",
+        "failing: test_rate_rounding",
+    ] {
+        assert!(handover.contains(fact), "{fact} missing from: {handover}");
+    }
+}
+
+/// The bench's token estimate (tools/bench/mol_tokens.rs): characters of contents, calls and
+/// tools / 3.6, plus 4 per message.
+fn bench_tokens(req: &RecordedRequest) -> u64 {
+    let mut chars = 0usize;
+    for m in req.messages() {
+        chars += content_text(m).chars().count();
+        for call in m
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let f = &call["function"];
+            chars += f["name"].as_str().map_or(0, |s| s.chars().count());
+            chars += f["arguments"].as_str().map_or(0, |s| s.chars().count());
+        }
+    }
+    if let Some(tools) = req.body.get("tools") {
+        chars += tools.to_string().chars().count();
+    }
+    (chars as f64 / 3.6).round() as u64 + 4 * req.messages().len() as u64
+}
+
+/// Hysteresis: with an 8k window, reading seven 8 KB files one at a time compacted at almost
+/// every step (5 compactions: each kept two large outputs and landed above the threshold
+/// again). A compaction now keeps only the newest step when two would take over a quarter of
+/// the window, so the next read fits (3 compactions), and the file just read is in full in
+/// the answer hop after it.
+#[test]
+fn a_small_window_read_loop_does_not_compact_at_every_step() {
+    use crate::support::Script;
+    use crate::support::env::Env;
+    let env = Env::new();
+    let words = [
+        "harbor", "lantern", "meadow", "ledger", "orbit", "sable", "stone", "fable",
+    ];
+    for n in 1..=7usize {
+        let mut text = format!("Chapter {n}. The key number is {}.\n", 1000 + n * 37);
+        let mut k = n;
+        while text.len() < 8 * 1024 {
+            let line: Vec<&str> = (0..9).map(|j| words[(k * 7 + j * 3) % 8]).collect();
+            text.push_str(&line.join(" "));
+            text.push_str(".\n");
+            k += 1;
+        }
+        std::fs::create_dir_all(env.workspace.join("ch")).expect("mkdir");
+        std::fs::write(env.workspace.join(format!("ch/{n}.txt")), text).expect("write");
+    }
+    let mut script = Script::new();
+    for n in 1..=7 {
+        script = script.answer(
+            "L2",
+            MockReply::tool_call(
+                format!("r{n}"),
+                "read_file",
+                format!(r#"{{"path":"ch/{n}.txt"}}"#),
+            ),
+        );
+    }
+    let script = script
+        .answer("L2", MockReply::text("Read them all."))
+        .default_summary("Read seven chapters.");
+    script.set_default(
+        "compaction",
+        None,
+        "Goal: read the chapters. Next: the next one.",
+    );
+    let models: Vec<(&str, Option<u64>)> = ["L0", "L1", "L2", "L3"]
+        .into_iter()
+        .map(|m| (m, Some(8192)))
+        .collect();
+    let engine = MockEngine::builder()
+        .models(models)
+        .start_blocking(move |req| script.reply(req).usage(bench_tokens(req), 40));
+    env.exec(
+        &engine,
+        "Read ch/1.txt to ch/7.txt one at a time.",
+        &["--expert", "L2", "--context-window", "8192"],
+    )
+    .assert()
+    .success();
+    let compactions = engine.requests_for_hop("compaction").len();
+    assert!(compactions <= 3, "{compactions} compactions");
+    // The newest file is in full (its last line) in the answer hop that follows its read.
+    let answers = engine.requests_for_hop("answer");
+    let last_read = answers.last().expect("the final answer hop");
+    let seven = std::fs::read_to_string(env.workspace.join("ch/7.txt")).expect("read");
+    let tail = seven.lines().last().expect("a last line");
+    assert!(
+        last_read
+            .messages()
+            .iter()
+            .any(|m| content_text(m).contains(tail)),
+        "ch/7.txt is not in full in the answer hop after it was read"
+    );
 }

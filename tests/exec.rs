@@ -78,7 +78,10 @@ fn a_turn_routes_answers_on_the_routed_adapter_and_summarizes_off_stdout() {
     assert_eq!(s.model(), "L1");
     assert_eq!(s.body["max_tokens"], 192);
     assert_eq!(s.body["chat_template_kwargs"]["enable_thinking"], false);
-    assert!(s.body.get("tools").is_none());
+    // The summary extends the answer request (same tools, text only), so it hits the
+    // engine's prefix cache.
+    assert_eq!(s.body.get("tools"), answers[0].body.get("tools"));
+    assert_eq!(s.body["tool_choice"], "none");
     let st = s.transcript();
     assert_eq!(st.last().map(|m| m.0.as_str()), Some("user"));
     assert!(
@@ -958,8 +961,12 @@ fn a_session_open_in_one_baton_process_is_refused_by_a_second() {
 fn a_piped_stdin_is_appended_to_a_prompt_argument_and_binary_is_refused() {
     let env = Env::new();
     let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "LGTM"));
-    let out = env
-        .exec(&engine, "review this", &[])
+    let with_stdin = |prompt: &str| {
+        let mut c = env.session_baton();
+        c.args(["--exec", "--endpoint", &engine.url(), prompt, "-"]);
+        c
+    };
+    let out = with_stdin("review this")
         .write_stdin("diff --git a/x.rs b/x.rs\n+fn x() {}\n")
         .output()
         .expect("run");
@@ -976,8 +983,7 @@ fn a_piped_stdin_is_appended_to_a_prompt_argument_and_binary_is_refused() {
         "{user}"
     );
 
-    let refused = env
-        .exec(&engine, "what is this", &[])
+    let refused = with_stdin("what is this")
         .write_stdin(vec![0x7fu8, b'E', b'L', b'F', 0, 0, 1])
         .output()
         .expect("run");
@@ -1003,11 +1009,23 @@ fn error_event(out: &std::process::Output) -> Value {
     errors[0].clone()
 }
 
+/// llama.cpp's server's answer to a prompt longer than its context (`-c`).
+const LLAMA_CPP_OVERFLOW: &str = r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#;
+
 #[test]
 fn each_failure_reaches_the_json_error_event_with_its_kind() {
     let env = Env::new();
     for (reply, kind) in [
         (MockReply::context_overflow(), "context_overflow"),
+        // llama.cpp's server: a 400, or an error frame inside a 200 stream.
+        (
+            MockReply::status(400, LLAMA_CPP_OVERFLOW),
+            "context_overflow",
+        ),
+        (
+            MockReply::raw_sse(format!("data: {LLAMA_CPP_OVERFLOW}\n\n")),
+            "context_overflow",
+        ),
         (MockReply::error(401, "bad key", "invalid_api_key"), "auth"),
         (MockReply::too_many_requests(0), "rate_limit"),
         (MockReply::malformed_sse(), "bad_response"),
@@ -1148,5 +1166,346 @@ fn a_speculative_miss_is_cancelled_and_the_routed_expert_answers() {
     assert!(
         engine.abandoned_streams() >= 1,
         "the wrong answer was dropped"
+    );
+}
+
+/// `baton --exec` as a plain `std` command (its stdio set by the caller), in `env`'s session.
+fn exec_command(env: &Env, engine: &MockEngine, extra: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("baton"));
+    c.env_clear()
+        .env("HOME", &env.home)
+        .env("XDG_CONFIG_HOME", env.home.join(".config"))
+        .env("XDG_DATA_HOME", env.home.join(".local/share"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .current_dir(&env.workspace)
+        .arg("--session-dir")
+        .arg(&env.sessions)
+        .args(["--exec", "--endpoint", &engine.url()])
+        .args(extra)
+        .stdin(std::process::Stdio::null());
+    c
+}
+
+/// What `baton undo --dry-run` would do in `env`'s workspace.
+fn undo_plan(env: &Env) -> String {
+    let out = env
+        .session_baton()
+        .args(["undo", "--dry-run"])
+        .output()
+        .expect("undo");
+    format!("{}{}", stdout_of(&out), stderr_of(&out))
+}
+
+#[test]
+fn a_closed_stderr_neither_aborts_the_turn_nor_loses_its_checkpoint() {
+    // `baton --exec … 2>&1 | head -3`: the reader is gone, every progress line fails with
+    // EPIPE. On the old code the first one panicked and aborted the process (134) after the
+    // write, before the turn's checkpoint was recorded.
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "c1",
+                    "write_file",
+                    r#"{"path":"AB.md","content":"written by the agent\n"}"#,
+                ),
+            )
+            .answer(
+                "L2",
+                MockReply::tool_call("c2", "shell", r#"{"command":"echo hi"}"#),
+            )
+            .answer("L2", "All done.")
+            .default_summary("Wrote AB.md."),
+    );
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = exec_command(&env, &engine, &["--approval", "full-auto", "fix the code"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(writer)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "status {:?}", out.status);
+    assert_eq!(
+        stdout_of(&out),
+        "All done.\n",
+        "the answer still reaches stdout"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.workspace.join("AB.md")).expect("AB.md"),
+        "written by the agent\n"
+    );
+    let plan = undo_plan(&env);
+    assert!(plan.contains("AB.md"), "undo finds the turn: {plan}");
+}
+
+/// Whether a process whose command line holds `marker` is still running.
+fn process_running(marker: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .expect("proc")
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(marker))
+                .unwrap_or(false)
+        })
+}
+
+#[test]
+fn sigterm_mid_command_kills_it_and_saves_the_session_and_checkpoint() {
+    // `timeout 600 baton --exec …`, a cancelled CI job: SIGTERM while a command runs. On the
+    // old code the process died at once (143) with no checkpoint: `baton undo` had nothing.
+    let env = Env::new();
+    let marker = format!("sleep 30.{}", std::process::id());
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "c1",
+                    "shell",
+                    serde_json::json!({
+                        "command": format!("echo agent-change >> setup.cfg; {marker}")
+                    })
+                    .to_string(),
+                ),
+            )
+            .default_summary("Changed setup.cfg."),
+    );
+    std::fs::write(env.workspace.join("setup.cfg"), "[metadata]\n").expect("write");
+    let child = exec_command(&env, &engine, &["--approval", "full-auto", "change setup"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !(std::fs::read_to_string(env.workspace.join("setup.cfg"))
+        .unwrap_or_default()
+        .contains("agent-change")
+        && process_running(&marker))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().expect("wait");
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("SIGTERM: stopping the turn"), "{stderr}");
+    assert!(!process_running(&marker), "the command was killed");
+    let saved = std::fs::read_to_string(session_file(&env.sessions)).expect("session");
+    assert!(saved.contains("\"record\":\"turn_ended\""), "{saved}");
+    let plan = undo_plan(&env);
+    assert!(plan.contains("setup.cfg"), "undo finds the turn: {plan}");
+}
+
+#[test]
+fn an_api_root_other_than_v1_is_accepted_when_it_serves_the_api() {
+    // Gemini's OpenAI-compatible root is `…/v1beta/openai/`: the old `/v1` rule refused it
+    // (exit 2, suggesting `…/v1beta/openai/v1`).
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(Script::new().otherwise("Hello from the root."));
+    let root = format!("http://{}/v1beta/openai/", engine.addr());
+    let out = env
+        .session_baton()
+        .args([
+            "--exec",
+            "--mode",
+            "single",
+            "--model",
+            "L2",
+            "--endpoint",
+            &root,
+        ])
+        .arg("hi")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr_of(&out));
+    assert_eq!(stdout_of(&out), "Hello from the root.\n");
+    let chat = engine.chat_requests();
+    assert_eq!(chat.len(), 1);
+    assert_eq!(chat[0].path, "/v1beta/openai/chat/completions");
+
+    // The URL of the chat endpoint itself is refused, and the fix is its root.
+    let out = env
+        .session_baton()
+        .args(["--exec", "--mode", "single", "--model", "L2", "--endpoint"])
+        .arg(format!("http://{}/v1/chat/completions", engine.addr()))
+        .arg("hi")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains(&format!("e.g. http://{}/v1", engine.addr()))
+            && !stderr_of(&out).contains("/chat/completions/v1"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+#[test]
+fn a_while_read_loop_keeps_its_input_and_each_run_gets_its_own_prompt() {
+    // `while read f; do baton --exec "review $f"; done < list`: a prompt argument alone must
+    // not read stdin. On the old code the first run swallowed the rest of the list: one
+    // iteration, the other names appended as a <stdin> block.
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer("LGTM")
+            .default_summary("Reviewed."),
+    );
+    std::fs::write(env.workspace.join("list"), "a.py\nb.py\nc.py\n").expect("write");
+    let script = format!(
+        "while read f; do \"$BATON\" --session-dir \"$SESSIONS\" --exec --endpoint {} \"review $f\" \
+         || exit 9; done < list",
+        engine.url()
+    );
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .env_clear()
+        .env("HOME", &env.home)
+        .env("XDG_CONFIG_HOME", env.home.join(".config"))
+        .env("XDG_DATA_HOME", env.home.join(".local/share"))
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("BATON", assert_cmd::cargo::cargo_bin("baton"))
+        .env("SESSIONS", &env.sessions)
+        .current_dir(&env.workspace)
+        .output()
+        .expect("run the loop");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let prompts: Vec<String> = engine
+        .requests_for_hop("answer")
+        .iter()
+        .filter_map(|r| r.last_user_text())
+        .collect();
+    assert_eq!(prompts, ["review a.py", "review b.py", "review c.py"]);
+
+    // A pipe with input nobody asked for is left alone, with a note saying how to append it.
+    let (reader, mut writer) = std::io::pipe().expect("pipe");
+    std::io::Write::write_all(&mut writer, b"not asked for\n").expect("fill the pipe");
+    drop(writer);
+    let out = exec_command(&env, &engine, &["hello"])
+        .stdin(reader)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let last = engine.requests_for_hop("answer").pop().expect("answer");
+    assert_eq!(last.last_user_text().as_deref(), Some("hello"));
+    assert!(
+        stderr_of(&out).contains("stdin was not read"),
+        "{}",
+        stderr_of(&out)
+    );
+}
+
+#[test]
+fn a_failed_run_leaves_no_stale_answer_in_the_output_file() {
+    // A CI step reading `-o FILE` after a failed run got the answer of an earlier run.
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer(MockReply::error(401, "bad key", "invalid_api_key")),
+    );
+    let file = env.workspace.join("answer.txt");
+    std::fs::write(&file, "OLD ANSWER\n").expect("write");
+    let out = env
+        .exec(&engine, "x", &["-o", file.to_str().expect("utf-8 path")])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    assert_eq!(std::fs::read_to_string(&file).expect("read"), "");
+}
+
+#[test]
+fn a_call_blocked_by_a_hook_is_not_blamed_on_the_approval_policy() {
+    // `--approval full-auto` with a PreToolUse hook that blocks `rm -rf`: stderr told the user
+    // to pass --approval full-auto, which they had.
+    let env = Env::new();
+    let hooks = env.home.join(".config/baton/hooks.json");
+    std::fs::create_dir_all(hooks.parent().expect("parent")).expect("mkdir");
+    std::fs::write(
+        &hooks,
+        serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "shell", "hooks": [{
+            "type": "command",
+            "command": "echo 'rm -rf is not allowed here' >&2; exit 2",
+            "timeout": 10
+        }]}]}})
+        .to_string(),
+    )
+    .expect("write hooks");
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("c1", "shell", r#"{"command":"rm -rf build"}"#),
+            )
+            .answer("L2", "It was blocked.")
+            .default_summary("Blocked."),
+    );
+    let out = env
+        .exec(&engine, "clean up", &["--approval", "full-auto"])
+        .output()
+        .expect("run");
+    let stderr = stderr_of(&out);
+    assert!(stderr.contains("blocked by a hook"), "{stderr}");
+    assert!(
+        !stderr.contains("pass --approval"),
+        "the advice is not an approval flag: {stderr}"
+    );
+}
+
+#[test]
+fn undo_list_names_each_turn_by_its_prompt() {
+    // `baton undo --list` printed only "turn 1  can be undone".
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "c1",
+                    "write_file",
+                    r#"{"path":"notes.md","content":"agent notes\n"}"#,
+                ),
+            )
+            .answer("L2", "Written.")
+            .default_summary("Wrote notes.md."),
+    );
+    let out = env
+        .exec(
+            &engine,
+            "write the release notes",
+            &["--approval", "full-auto"],
+        )
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let listed = env
+        .session_baton()
+        .args(["undo", "--list"])
+        .output()
+        .expect("undo --list");
+    let text = stdout_of(&listed);
+    assert!(
+        text.contains("turn 1  can be undone  write the release notes"),
+        "{text}"
     );
 }

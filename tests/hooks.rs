@@ -500,8 +500,7 @@ fn a_hooks_file_changed_after_trust_does_not_run() {
 
 #[test]
 fn a_sandboxed_command_cannot_write_project_hooks() {
-    if !probe().enforceable {
-        eprintln!("SKIPPED: the sandbox is not enforceable here; nothing to check");
+    if !crate::support::external::sandbox_enforceable("project hooks") {
         return;
     }
     let env = Env::new();

@@ -777,12 +777,18 @@ async fn dropping_the_stream_aborts_the_request() {
 
 #[test]
 fn bad_endpoints_are_rejected_with_a_reason() {
-    let error = RemoteBackend::builder("http://127.0.0.1:8000")
+    let error = RemoteBackend::builder("http://127.0.0.1:8000/v1/chat/completions")
         .build()
         .err()
         .unwrap()
         .to_string();
-    assert!(error.contains("must end in /v1"), "{error}");
+    assert!(error.contains("e.g. http://127.0.0.1:8000/v1"), "{error}");
+    // Any API root is accepted: Gemini's, or a server's bare root.
+    assert!(
+        RemoteBackend::builder("https://generativelanguage.googleapis.com/v1beta/openai/")
+            .build()
+            .is_ok()
+    );
     assert!(RemoteBackend::builder("127.0.0.1:8000/v1").build().is_err());
 }
 

@@ -108,6 +108,7 @@ impl Drop for Server {
 }
 
 pub fn client() -> reqwest::Client {
+    baton::protocol::install_tls_provider();
     reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
         .build()
@@ -1788,4 +1789,51 @@ async fn a_responses_stream_tells_reverse_proxies_not_to_buffer_it() {
     assert_eq!(response.headers()["x-accel-buffering"], "no");
     let body = response.text().await.unwrap();
     assert!(body.contains("response.completed"), "{body}");
+}
+
+/// Chat Completions and Responses read a message of several text parts the same way: the two
+/// APIs joined them with "\n" and with "" (the same conversation reached the model as
+/// "PARTONE\nPARTTWO" through one and "PARTONEPARTTWO" through the other).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_apis_join_text_parts_alike() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L0", "L0"])
+            .answer("L0", MockReply::text("One."))
+            .answer("L0", MockReply::text("Two."))
+            .summary("L0", MockReply::text("Answered.")),
+    );
+    let server = Server::start(&env, &engine, &[]);
+    let parts = json!([
+        {"type": "text", "text": "PARTONE"},
+        {"type": "text", "text": "PARTTWO"}
+    ]);
+    let chat = post(
+        &server,
+        chat(json!([{"role": "user", "content": parts}])),
+        None,
+    )
+    .await;
+    assert_eq!(chat.status(), 200);
+    let input_parts = json!([
+        {"type": "input_text", "text": "PARTONE"},
+        {"type": "input_text", "text": "PARTTWO"}
+    ]);
+    let responses = client()
+        .post(format!("{}/responses", server.url))
+        .json(&json!({"model": MODEL, "input": [{"role": "user", "content": input_parts}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(responses.status(), 200);
+    let answers: Vec<_> = engine
+        .requests()
+        .into_iter()
+        .filter(|r| !r.is_route() && r.mentions("PARTONE"))
+        .collect();
+    assert!(answers.len() >= 2, "{} answer hops", answers.len());
+    for r in &answers {
+        assert!(r.mentions("PARTONE\nPARTTWO"), "{:?}", r.messages());
+    }
 }

@@ -56,6 +56,13 @@ fn type_text(app: &mut App, text: &str) {
     }
 }
 
+/// The approval modal as the event loop leaves it once drawn and read: on screen, and armed
+/// (keys answer it only `ARMING_DELAY` after it was first drawn).
+fn modal_read(app: &mut App) {
+    let shown = app.now - Duration::from_millis(500);
+    app.frame_drawn(shown);
+}
+
 fn ops(app: &mut App) -> Vec<Op> {
     app.take_effects()
         .into_iter()
@@ -372,6 +379,7 @@ fn approval_modal_for_a_command_and_answers() {
         call_id: "c9".into(),
         request: request.clone(),
     });
+    modal_read(&mut app);
     insta::assert_snapshot!("approval_command", screen(&app, 80, 20));
 
     app.handle_key(key(KeyCode::Char('a')));
@@ -389,6 +397,7 @@ fn approval_modal_for_a_command_and_answers() {
         call_id: "c10".into(),
         request,
     });
+    modal_read(&mut app);
     app.handle_key(key(KeyCode::Char('r')));
     type_text(&mut app, "use a PR");
     insta::assert_snapshot!("approval_reason", screen(&app, 80, 20));
@@ -406,6 +415,48 @@ fn approval_modal_for_a_command_and_answers() {
 }
 
 #[test]
+fn keys_typed_ahead_of_an_approval_go_to_the_composer_not_the_modal() {
+    let mut app = app();
+    start_turn(&mut app, "fix the code");
+    ops(&mut app);
+    type_text(&mut app, "yes p");
+    app.handle_event(Event::ApprovalRequested {
+        call_id: "c1".into(),
+        request: ApprovalRequest::Command {
+            command: "touch APPROVED".into(),
+            argv: vec!["touch".into(), "APPROVED".into()],
+            cwd: "/home/dev/project".into(),
+            remember: Some(vec!["touch".into()]),
+        },
+    });
+    // Not drawn yet, then drawn: the typing goes on, one key every 120 ms.
+    type_text(&mut app, "l");
+    app.frame_drawn(app.now);
+    for c in "ease and then stop".chars() {
+        app.now += Duration::from_millis(120);
+        app.handle_key(key(KeyCode::Char(c)));
+    }
+    assert_eq!(ops(&mut app), vec![], "no key answered the modal");
+    assert_eq!(app.approvals.len(), 1);
+    assert!(
+        screen(&app, 80, 24).contains("keys typed now go to your message"),
+        "the modal says it is not taking keys yet"
+    );
+    assert_eq!(app.composer.text(), "yes please and then stop");
+    // Once the typing pauses, the modal takes keys.
+    app.now += Duration::from_millis(450);
+    app.handle_key(key(KeyCode::Char('n')));
+    assert_eq!(
+        ops(&mut app),
+        vec![Op::Approval {
+            call_id: "c1".into(),
+            decision: ApprovalDecision::Deny
+        }]
+    );
+    assert_eq!(app.composer.text(), "yes please and then stop");
+}
+
+#[test]
 fn approval_modal_for_an_edit() {
     let mut app = app();
     app.handle_event(Event::ApprovalRequested {
@@ -415,6 +466,7 @@ fn approval_modal_for_an_edit() {
             diff: DIFF.into(),
         },
     });
+    modal_read(&mut app);
     insta::assert_snapshot!(screen(&app, 80, 24));
     app.handle_key(key(KeyCode::Char('y')));
     assert_eq!(
@@ -1714,6 +1766,7 @@ fn a_call_waiting_for_approval_says_so_until_answered() {
         "{waiting}"
     );
     assert!(!waiting.contains("git push  running"), "{waiting}");
+    modal_read(&mut app);
     app.handle_key(key(KeyCode::Char('y')));
     let running = screen(&app, 80, 30);
     assert!(running.contains("$ git push  running"), "{running}");
@@ -1784,4 +1837,31 @@ fn undo_shows_its_plan_and_applies_only_after_y() {
             force: false,
         }]
     );
+}
+
+#[test]
+fn slash_while_scrolled_up_runs_a_command_by_its_name_and_searches_anything_else() {
+    let mut app = app();
+    for i in 0..200 {
+        app.handle_event(Event::MessageFinal {
+            turn_id: i,
+            expert: None,
+            text: format!("answer number {i}, quit early"),
+        });
+    }
+    draw(&app, 80, 20);
+    app.handle_key(key(KeyCode::PageUp));
+    assert!(app.transcript.scroll > 0);
+    // A word that is no command: searched, as before.
+    type_text(&mut app, "/number");
+    assert_eq!(app.search_input.as_deref(), Some("number"));
+    app.handle_key(key(KeyCode::Enter));
+    assert!(app.shutdown_started.is_none());
+    app.handle_key(key(KeyCode::Esc));
+    // `/quit` from habit (the transcript says "quit" too): the command runs.
+    type_text(&mut app, "/quit");
+    app.handle_key(key(KeyCode::Enter));
+    assert!(app.search_input.is_none());
+    assert!(app.shutdown_started.is_some(), "/quit quits");
+    assert!(ops(&mut app).contains(&Op::Shutdown));
 }

@@ -70,6 +70,12 @@ impl Tmux {
         }
     }
 
+    /// Waits until the approval modal on screen takes keys (it ignores those typed within
+    /// its arming delay, and says so).
+    fn wait_until_armed(&self) {
+        self.wait_for_gone("answer in a moment", Duration::from_secs(30));
+    }
+
     /// baton's exit code as the pane's shell saw it ("143" after SIGTERM).
     fn exit_code(&self) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -178,17 +184,21 @@ fn start_baton(backend_args: &str, workspace: &Path, home: &Path, extra_env: &[S
     tmux
 }
 
+/// Whether tmux runs here; when it does not, the test `skip`s (a failure under CI).
 fn tmux_available() -> bool {
-    Command::new("tmux")
+    let found = Command::new("tmux")
         .arg("-V")
         .output()
-        .is_ok_and(|o| o.status.success())
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        crate::support::external::skip("tmux is not installed: the terminal end-to-end test");
+    }
+    found
 }
 
 #[test]
 fn prompt_answer_undo_and_quit_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let answer =
@@ -251,6 +261,7 @@ fn prompt_answer_undo_and_quit_in_a_real_terminal() {
     // The command writes a file: the approval modal shows it; approve once.
     let screen = tmux.wait_for("echo changed > notes.txt");
     assert!(screen.contains("Yes"), "the modal offers yes: {screen}");
+    tmux.wait_until_armed();
     tmux.cmd(&["send-keys", "-t", "t", "y"]);
     let screen = tmux.wait_for("fix the bug");
     assert!(screen.contains("› make a plan"), "{screen}");
@@ -324,7 +335,6 @@ fn prompt_answer_undo_and_quit_in_a_real_terminal() {
 #[test]
 fn editor_diff_pager_and_resize_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let engine = MockEngine::scripted_blocking(
@@ -429,7 +439,6 @@ fn editor_diff_pager_and_resize_in_a_real_terminal() {
 #[test]
 fn sigterm_restores_the_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let engine = MockEngine::scripted_blocking(Script::new());
@@ -464,7 +473,6 @@ fn sigterm_restores_the_terminal() {
 #[test]
 fn approvals_model_and_timed_hints_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let engine = MockEngine::scripted_blocking(
@@ -528,7 +536,6 @@ fn approvals_model_and_timed_hints_in_a_real_terminal() {
 #[test]
 fn a_local_run_shows_its_device_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-qwen3");
@@ -537,6 +544,14 @@ fn a_local_run_shows_its_device_in_a_real_terminal() {
     let home = root.path().join("home");
     std::fs::create_dir_all(&workspace).expect("mkdir");
     std::fs::create_dir_all(&home).expect("mkdir");
+    // An endpoint in the user's config is not what a --local run talks to: the header must
+    // not show it (it did).
+    std::fs::create_dir_all(home.join(".config/baton")).expect("mkdir");
+    std::fs::write(
+        home.join(".config/baton/config.toml"),
+        "endpoint = \"http://127.0.0.1:47011/v1\"\n",
+    )
+    .expect("write");
     let tmux = start_baton(
         &format!("--local {} --device cpu", model.display()),
         &workspace,
@@ -545,6 +560,10 @@ fn a_local_run_shows_its_device_in_a_real_terminal() {
     );
     let screen = tmux.wait_for("Ask baton");
     assert!(screen.contains("device     cpu ("), "header: {screen}");
+    assert!(
+        !screen.contains("127.0.0.1:47011"),
+        "the unused endpoint is not in the header: {screen}"
+    );
     tmux.cmd(&["send-keys", "-t", "t", "-l", "/status"]);
     tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
     let screen = tmux.wait_for("approval   ");
@@ -553,6 +572,8 @@ fn a_local_run_shows_its_device_in_a_real_terminal() {
         2,
         "header and /status: {screen}"
     );
+    // mol mode has no one model: it said "(server default)".
+    assert!(screen.contains("model      L0–L3"), "{screen}");
     tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
     tmux.wait_until_dead();
     assert_eq!(tmux.exit_code(), "0", "clean exit: {}", tmux.capture());
@@ -561,7 +582,6 @@ fn a_local_run_shows_its_device_in_a_real_terminal() {
 #[test]
 fn a_turn_that_ends_while_unfocused_rings_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let engine = MockEngine::scripted_blocking(
@@ -601,7 +621,6 @@ fn a_turn_that_ends_while_unfocused_rings_in_a_real_terminal() {
 #[test]
 fn init_drafts_agents_md_through_the_edit_approval_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let engine = MockEngine::scripted_blocking(
@@ -638,6 +657,7 @@ fn init_drafts_agents_md_through_the_edit_approval_in_a_real_terminal() {
         !workspace.join("AGENTS.md").exists(),
         "nothing written before yes"
     );
+    tmux.wait_until_armed();
     tmux.cmd(&["send-keys", "-t", "t", "y"]);
     tmux.wait_for("AGENTS.md is written.");
     assert_eq!(
@@ -657,7 +677,6 @@ fn init_drafts_agents_md_through_the_edit_approval_in_a_real_terminal() {
 #[test]
 fn command_colours_and_failures_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let engine = MockEngine::scripted_blocking(Script::new().default_summary("ok"));
@@ -708,7 +727,6 @@ fn command_colours_and_failures_in_a_real_terminal() {
 #[test]
 fn a_dead_endpoint_is_reported_at_start_before_any_turn() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let port = {
@@ -738,7 +756,6 @@ fn a_dead_endpoint_is_reported_at_start_before_any_turn() {
 #[test]
 fn a_custom_command_with_arguments_in_a_real_terminal() {
     if !tmux_available() {
-        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
         return;
     }
     let engine = MockEngine::scripted_blocking(
@@ -781,4 +798,288 @@ fn a_custom_command_with_arguments_in_a_real_terminal() {
     tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
     tmux.wait_until_dead();
     assert_eq!(tmux.exit_code(), "0", "clean exit: {}", tmux.capture());
+}
+
+#[test]
+fn keys_typed_while_an_approval_opens_do_not_answer_it() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    // The command needing approval arrives while the user is still typing their next message.
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "call_1",
+                    "shell",
+                    r#"{"command":"touch APPROVED_BY_TYPING"}"#,
+                )
+                .after(Duration::from_millis(700)),
+            )
+            .answer("L2", MockReply::text("declined, fine"))
+            .default_route("L2")
+            .default_answer("second answer")
+            .default_summary("The user declined a command."),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let tmux = start_ui(&engine, &workspace, &home, &[]);
+    tmux.wait_for("Ask baton");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "fix the code"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    // Keep typing "yes please " in bursts until the modal has been up for a while: on the old
+    // code its `y`, `a` or `n` answered the modal the moment it opened.
+    let mut bursts = 0;
+    let mut after_modal = 0;
+    // Two bursts once the modal is seen: the first is the one the old code answered; each gap
+    // between bursts must stay under the arming delay (400 ms), so there are few of them.
+    while after_modal < 2 {
+        tmux.cmd(&["send-keys", "-t", "t", "-l", "yes please "]);
+        bursts += 1;
+        assert!(
+            !workspace.join("APPROVED_BY_TYPING").exists(),
+            "a typed-ahead key approved the command: {}",
+            tmux.capture()
+        );
+        if tmux.capture().contains("Run this command?") {
+            after_modal += 1;
+        }
+        assert!(
+            bursts < 300,
+            "the approval never opened: {}",
+            tmux.capture()
+        );
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let screen = tmux.capture();
+    assert!(
+        screen.contains("Run this command?"),
+        "the typing did not answer the modal: {screen}"
+    );
+    assert!(
+        !workspace.join("APPROVED_BY_TYPING").exists(),
+        "a typed-ahead key approved the command: {screen}"
+    );
+    // Once the typing pauses the modal takes keys: decline it deliberately.
+    tmux.wait_until_armed();
+    tmux.cmd(&["send-keys", "-t", "t", "n"]);
+    tmux.wait_for("declined, fine");
+    tmux.wait_for("● ready");
+    assert!(!workspace.join("APPROVED_BY_TYPING").exists());
+    // The composer kept every key typed ahead: sent now, it reaches the model whole.
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("second answer");
+    let typed = vec!["yes please"; bursts].join(" ");
+    let sent = engine
+        .requests_for_hop("answer")
+        .last()
+        .and_then(|r| r.last_user_text())
+        .unwrap_or_default();
+    assert_eq!(sent.trim(), typed, "{bursts} bursts typed");
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
+}
+
+#[test]
+fn the_model_is_told_of_undo_and_of_shell_commands_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "call_1",
+                    "shell",
+                    r#"{"command":"echo changed > notes.txt"}"#,
+                ),
+            )
+            .answer("L2", MockReply::text("first done"))
+            .default_route("L2")
+            .default_answer("second done")
+            .default_summary("Changed the notes."),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    std::fs::write(workspace.join("notes.txt"), "original\n").expect("write");
+    let tmux = start_ui(
+        &engine,
+        &workspace,
+        &home,
+        &["BATON_APPROVAL=full-auto".into()],
+    );
+    tmux.wait_for("Ask baton");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "change the notes"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("first done");
+    tmux.wait_for("● ready");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "/undo"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("Apply? (y/n)");
+    tmux.cmd(&["send-keys", "-t", "t", "y"]);
+    tmux.wait_for("Undo: files restored");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "!echo shell-marker-$((6*7))"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("shell-marker-42");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "is it fixed now?"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("second done");
+    let sent = engine
+        .requests_for_hop("answer")
+        .last()
+        .and_then(|r| r.last_user_text())
+        .unwrap_or_default();
+    assert!(sent.starts_with("is it fixed now?"), "{sent}");
+    assert!(
+        sent.contains("The user undid turn 1") && sent.contains("Restored: notes.txt"),
+        "the model is told of the undo: {sent}"
+    );
+    assert!(
+        sent.contains("$ echo shell-marker-$((6*7))") && sent.contains("shell-marker-42"),
+        "the model is told of the command and its output: {sent}"
+    );
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
+}
+
+#[test]
+fn copy_reaches_tmux_with_set_clipboard_on() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", MockReply::text("copy me please"))
+            .default_summary("Answered."),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let tmux = start_ui(&engine, &workspace, &home, &[]);
+    // What the docs tell a tmux user to set.
+    tmux.cmd(&["set-option", "-g", "set-clipboard", "on"]);
+    tmux.wait_for("Ask baton");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "say something"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("copy me please");
+    tmux.wait_for("● ready");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "/copy"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("sent to the clipboard");
+    // tmux made a paste buffer of it (tmux 3.3 dropped the passthrough-only form baton sent).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let buffer = tmux.cmd(&["show-buffer"]);
+        if buffer.contains("copy me please") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no tmux buffer holds the answer: {buffer:?}; screen:\n{}",
+            tmux.capture()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
+}
+
+#[test]
+fn quit_typed_while_scrolled_up_quits_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let long: String = (1..=120)
+        .map(|i| format!("line {i} of a long answer\n\n"))
+        .collect();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer("L2", MockReply::text(long))
+            .default_summary("Answered."),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let tmux = start_ui(&engine, &workspace, &home, &[]);
+    tmux.wait_for("Ask baton");
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "write a lot"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_for("line 120 of a long answer");
+    tmux.wait_for("● ready");
+    tmux.cmd(&["send-keys", "-t", "t", "PPage"]);
+    tmux.wait_for_gone("line 120 of a long answer", Duration::from_secs(30));
+    // On the old code this opened a search for "quit" and stayed.
+    tmux.cmd(&["send-keys", "-t", "t", "-l", "/quit"]);
+    tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+    tmux.wait_until_dead();
+    assert_eq!(tmux.exit_code(), "0", "clean exit: {}", tmux.capture());
+}
+
+#[test]
+fn a_resumed_session_replays_its_tool_calls_in_a_real_terminal() {
+    if !tmux_available() {
+        eprintln!("tmux is not installed: skipping the terminal end-to-end test");
+        return;
+    }
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("call_1", "shell", r#"{"command":"echo hi > f.txt"}"#),
+            )
+            .answer("L2", MockReply::text("wrote f.txt"))
+            .default_summary("Wrote f.txt."),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let workspace = root.path().join("ws");
+    let home = root.path().join("home");
+    std::fs::create_dir_all(&workspace).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let env = ["BATON_APPROVAL=full-auto".to_string()];
+    {
+        let tmux = start_ui(&engine, &workspace, &home, &env);
+        tmux.wait_for("Ask baton");
+        tmux.cmd(&["send-keys", "-t", "t", "-l", "write the file"]);
+        tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
+        tmux.wait_for("wrote f.txt");
+        tmux.wait_for("● ready");
+        tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+        tmux.wait_until_dead();
+    }
+    let tmux = start_baton(
+        &format!("--endpoint {} --resume last", engine.url()),
+        &workspace,
+        &home,
+        &env,
+    );
+    let screen = tmux.wait_for("End of the earlier conversation");
+    // On the old code the replay showed the prompt and the answer only.
+    assert!(
+        screen.contains("1 tool call") && screen.contains("$ echo hi > f.txt"),
+        "{screen}"
+    );
+    assert!(!screen.contains("interrupted"), "{screen}");
+    tmux.cmd(&["send-keys", "-t", "t", "C-c", "C-c"]);
+    tmux.wait_until_dead();
 }

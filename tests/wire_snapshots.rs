@@ -4,7 +4,8 @@
 //! shows up here for review (`cargo insta review`) instead of slipping through.
 //!
 //! What varies between runs is replaced before snapshotting: the session id, the temp folder
-//! (workspace, session file), the engine's port, and every `*_ms` timing. Token counts are
+//! (workspace, session file), the engine's port, every `*_ms` timing, and the environment
+//! block's date and OS. Token counts are
 //! fixed by the script (the mock would otherwise estimate them from text that holds the temp
 //! path), so `usage` and `context_used` are checked as they are.
 
@@ -85,12 +86,28 @@ impl Turn {
             .to_string();
         let engine = self.engine.addr().to_string();
         let session = self.session_id();
+        let os = format!("OS: {} ({})", std::env::consts::OS, std::env::consts::ARCH);
         let text = |s: &str| {
-            s.replace(&tmp, "[TMP]")
-                .replace(&engine, "[ENGINE]")
-                .replace(&session, "[SESSION_ID]")
+            undated(
+                &s.replace(&tmp, "[TMP]")
+                    .replace(&engine, "[ENGINE]")
+                    .replace(&session, "[SESSION_ID]")
+                    .replace(&os, "OS: [OS]"),
+            )
         };
         normalize_value(value, &text)
+    }
+}
+
+/// The environment block's date (`- date: 2026-12-03`) as `[DATE]`.
+fn undated(s: &str) -> String {
+    const MARK: &str = "- date: ";
+    match s.find(MARK) {
+        Some(i) if s.len() >= i + MARK.len() + 10 => {
+            let end = i + MARK.len() + 10;
+            format!("{}[DATE]{}", &s[..i + MARK.len()], &s[end..])
+        }
+        _ => s.to_string(),
     }
 }
 

@@ -11,6 +11,7 @@
 //! real stdout to a private descriptor and points descriptor 1 at stderr, so a stray print or
 //! a child process that inherits stdout cannot corrupt the stream.
 
+use crate::protocol::stdio::eprintln;
 mod diff;
 mod permission;
 mod replay;

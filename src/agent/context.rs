@@ -52,7 +52,8 @@ pub(crate) fn view_tokens(
     expert: Expert,
     view: Vec<crate::protocol::ChatMessage>,
 ) -> u64 {
-    let req = crate::mol::view_request(&shared.cfg.profile, expert, view, shared.tools.specs());
+    let req =
+        crate::mol::view_request(&shared.cfg.profile, expert, view, shared.tool_specs(expert));
     prompt_tokens(shared, &req)
 }
 
@@ -267,6 +268,24 @@ pub(crate) async fn fit(
     req
 }
 
+/// How many recent steps a compaction keeps verbatim: `KEEP_STEPS`, or only the newest when
+/// those steps alone take more than a quarter of the window. Keeping two large outputs in a
+/// small window left the view above the threshold right after compacting, so every following
+/// step compacted again (5 compactions in 7 reads of 8 KB files in an 8k window); with only
+/// the newest kept, the view lands well below the threshold and the next steps fit.
+fn steps_to_keep(shared: &Shared, task_id: u64, window: u64) -> usize {
+    let estimator = estimator(shared);
+    let state = shared.state();
+    let Some(task) = state.timeline.task(task_id) else {
+        return KEEP_STEPS;
+    };
+    let Some(from) = crate::mol::keep_from_for(task, KEEP_STEPS) else {
+        return KEEP_STEPS;
+    };
+    let kept = estimator.estimate(&task.messages[from..], &[]);
+    if kept > window / 4 { 1 } else { KEEP_STEPS }
+}
+
 /// Compacts a task from `view` (its owner's current view). Returns whether anything changed.
 /// `manual`: asked for with `/compact` (the hooks' `trigger`), else the context was full.
 #[allow(clippy::too_many_arguments)]
@@ -280,11 +299,13 @@ pub(crate) async fn compact(
     manual: bool,
     cancel: &CancellationToken,
 ) -> bool {
+    let window_now = window(shared, shared.cfg.profile.adapter(expert)).await;
+    let keep_steps = steps_to_keep(shared, task_id, window_now);
     let can = shared
         .state()
         .timeline
         .task(task_id)
-        .is_some_and(|t| crate::mol::keep_from_for(t, KEEP_STEPS).is_some());
+        .is_some_and(|t| crate::mol::keep_from_for(t, keep_steps).is_some());
     if !can {
         return false;
     }
@@ -338,13 +359,13 @@ pub(crate) async fn compact(
     let changed = shared.commit_change(Record::Compacted {
         task_id,
         summary: summary.clone(),
-        keep_steps: KEEP_STEPS,
+        keep_steps,
     });
     if !changed {
         return false;
     }
     let after = {
-        let head = shared.head();
+        let head = shared.head(expert);
         let view = shared.state().timeline.view(expert, &head);
         view_tokens(shared, expert, view)
     };

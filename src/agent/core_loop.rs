@@ -269,7 +269,7 @@ async fn compact_last_task(shared: &Arc<Shared>) {
         });
         return;
     };
-    let head = shared.head();
+    let head = shared.head(owner);
     let view = shared.state().timeline.view(owner, &head);
     let tokens = context::view_tokens(shared, owner, view.clone());
     let turn_id = shared.state().next_turn_id.saturating_sub(1);
@@ -329,6 +329,7 @@ async fn undo(shared: &Arc<Shared>, redo: bool, apply: bool, force: bool) {
         Ok(Ok(Ok(done))) => {
             let record = Record::reverted(turn_id, redo, &done.before, &done.after);
             shared.commit(record);
+            note_for_model(shared, undo_note(turn_id, redo, &done.applied));
             shared.events.emit(done.to_event(redo));
         }
         Ok(Err(e)) => shared.events.emit(fail(e.to_string())),
@@ -336,8 +337,73 @@ async fn undo(shared: &Arc<Shared>, redo: bool, apply: bool, force: bool) {
     }
 }
 
+/// How much of a note (an undo's file list, a `!cmd`'s output) the next request carries.
+const NOTE_LIMIT: usize = 4000;
+
+/// Something the user did outside a turn that the model must know to reason about the files:
+/// it goes with the next user turn's text (as the hooks' context does), bounded.
+fn note_for_model(shared: &Shared, note: String) {
+    lock(&shared.hook_context).push(bounded(note, NOTE_LIMIT));
+}
+
+/// `text` cut to about `limit` bytes, keeping its head and tail (a command's error is at its
+/// end), with the cut said.
+fn bounded(text: String, limit: usize) -> String {
+    if text.len() <= limit {
+        return text;
+    }
+    let half = limit / 2;
+    let mut head_end = half;
+    while !text.is_char_boundary(head_end) {
+        head_end -= 1;
+    }
+    let mut tail_start = text.len() - half;
+    while !text.is_char_boundary(tail_start) {
+        tail_start += 1;
+    }
+    let cut = tail_start - head_end;
+    format!(
+        "{}\n[… {cut} bytes cut …]\n{}",
+        &text[..head_end],
+        &text[tail_start..]
+    )
+}
+
+/// The note of an applied undo (or redo): what the files are now, so the model does not build
+/// on edits that are gone.
+fn undo_note(turn_id: u64, redo: bool, applied: &crate::tool::checkpoint::Applied) -> String {
+    let mut lines = vec![if redo {
+        format!(
+            "[note from baton] The user redid turn {turn_id} (/redo): its file changes are back."
+        )
+    } else {
+        format!(
+            "[note from baton] The user undid turn {turn_id} (/undo): the files it changed are \
+             as they were before it, so the edits of that turn are no longer in the workspace."
+        )
+    }];
+    if !applied.restored.is_empty() {
+        lines.push(format!("Restored: {}", applied.restored.join(", ")));
+    }
+    if !applied.removed.is_empty() {
+        lines.push(format!("Removed: {}", applied.removed.join(", ")));
+    }
+    lines.join("\n")
+}
+
+/// The note of a `!cmd`: the command, its exit code and its output (already capped and
+/// stripped of control sequences by the shell tool).
+fn shell_note(command: &str, exit_code: Option<i32>, output: &str) -> String {
+    let status = exit_code.map_or_else(|| "no exit code".to_string(), |c| format!("exit {c}"));
+    format!(
+        "[note from baton] The user ran a command in the workspace (`!` in the UI):\n$ {command}\n({status})\n{}",
+        output.trim_end()
+    )
+}
+
 /// `!cmd` typed by the user: runs through the sandboxed shell tool and is shown like a tool
-/// call. The user typed it, so it needs no approval; the model does not see it.
+/// call. The user typed it, so it needs no approval; the model is told of it (command and
+/// output) with the next turn.
 async fn user_shell(shared: &Arc<Shared>, command: String) {
     let Some(tool) = shared.tools.get("shell") else {
         shared.events.emit(Event::Error {
@@ -366,6 +432,10 @@ async fn user_shell(shared: &Arc<Shared>, command: String) {
     });
     let started = std::time::Instant::now();
     let result = tool.run(args, &ctx).await;
+    note_for_model(
+        shared,
+        shell_note(&command, result.exit_code, &result.content),
+    );
     shared.events.emit(Event::ToolEnd {
         call_id,
         status: result.status,

@@ -1,11 +1,15 @@
 //! Project instructions: AGENTS.md files from the repository root down to the working directory,
 //! plus a user-level one in the config dir, given to every expert's view (capped). CLAUDE.md is
-//! read in a directory that has no AGENTS.md.
+//! read in a directory that has no AGENTS.md. A project's files are read as any file a
+//! command or a cloned repository may have planted: never through a link, never a FIFO, bounded
+//! (an `AGENTS.md` linked to `~/.ssh/id_rsa` would otherwise put the key in every request).
 
 use std::path::{Path, PathBuf};
 
 /// Total size cap of all instruction text given to the model.
 pub const INSTRUCTIONS_CAP: usize = 32 * 1024;
+/// The largest instruction file read at all (its first `INSTRUCTIONS_CAP` bytes are used).
+const FILE_MAX_BYTES: u64 = 1 << 20;
 
 const PRIMARY: &str = "AGENTS.md";
 const SECONDARY: &str = "CLAUDE.md";
@@ -30,7 +34,8 @@ pub fn discover(cwd: &Path, user_dir: Option<&Path>) -> ProjectInstructions {
     if let Some(dir) = user_dir
         && let Some(file) = pick_file(dir)
     {
-        files.push(file);
+        // The user's own file: it may be a link into their dotfiles.
+        files.push((file, None));
     }
     let root = repo_root(cwd).unwrap_or_else(|| cwd.to_path_buf());
     let mut chain: Vec<PathBuf> = cwd
@@ -39,15 +44,31 @@ pub fn discover(cwd: &Path, user_dir: Option<&Path>) -> ProjectInstructions {
         .map(Path::to_path_buf)
         .collect();
     chain.reverse();
-    files.extend(chain.iter().filter_map(|dir| pick_file(dir)));
+    files.extend(
+        chain
+            .iter()
+            .filter_map(|dir| pick_file(dir))
+            .map(|file| (file, Some(root.clone()))),
+    );
     assemble(files)
 }
 
+/// The instruction file of `dir`: AGENTS.md, else CLAUDE.md, whatever they are (a link or a
+/// FIFO is refused when read, not skipped for the other name).
 fn pick_file(dir: &Path) -> Option<PathBuf> {
     [PRIMARY, SECONDARY]
         .iter()
         .map(|name| dir.join(name))
-        .find(|p| p.is_file())
+        .find(|p| p.symlink_metadata().is_ok())
+}
+
+/// The bytes of an instruction file: a project's (`anchor` is its repository root) through the
+/// untrusted-file reader, the user's own as it is.
+fn read_instructions(path: &Path, anchor: Option<&Path>) -> Option<Vec<u8>> {
+    match anchor {
+        Some(root) => crate::untrusted_fs::read_file(path, &[root], FILE_MAX_BYTES).ok(),
+        None => crate::untrusted_fs::read_following(path, FILE_MAX_BYTES).ok(),
+    }
 }
 
 fn repo_root(cwd: &Path) -> Option<PathBuf> {
@@ -56,10 +77,10 @@ fn repo_root(cwd: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
-fn assemble(candidates: Vec<PathBuf>) -> ProjectInstructions {
+fn assemble(candidates: Vec<(PathBuf, Option<PathBuf>)>) -> ProjectInstructions {
     let mut out = ProjectInstructions::default();
-    for path in candidates {
-        let Ok(bytes) = std::fs::read(&path) else {
+    for (path, anchor) in candidates {
+        let Some(bytes) = read_instructions(&path, anchor.as_deref()) else {
             continue;
         };
         let content = String::from_utf8_lossy(&bytes);
@@ -93,6 +114,22 @@ fn assemble(candidates: Vec<PathBuf>) -> ProjectInstructions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A project's AGENTS.md linked to a secret of the user's is not read (the attack round
+    /// after #27: the key reached the model in every request, from a cloned repository alone).
+    #[test]
+    fn a_project_file_linked_anywhere_is_not_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("repo");
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        let secret = tmp.path().join("id_rsa");
+        std::fs::write(&secret, "SSH-PRIVATE-KEY").unwrap();
+        std::os::unix::fs::symlink(&secret, root.join("AGENTS.md")).unwrap();
+        std::fs::write(root.join("CLAUDE.md"), "not reached: AGENTS.md stands here").unwrap();
+        let found = discover(&root, None);
+        assert!(!found.text.contains("SSH-PRIVATE-KEY"), "{}", found.text);
+        assert!(found.files.is_empty(), "{:?}", found.files);
+    }
 
     #[test]
     fn discovers_from_root_down_with_claude_md_fallback_and_user_file_first() {

@@ -11,6 +11,7 @@
 pub(crate) mod approval;
 mod context;
 mod core_loop;
+mod environment;
 mod hooks;
 pub(crate) mod instructions;
 mod probe;
@@ -28,12 +29,65 @@ use crate::backend::ChatBackend;
 use crate::mol::{Profile, SessionState};
 use crate::protocol::{AgentHandle, ApprovalDecision, Event, EventSink, Expert, Hop, TokenUsage};
 use crate::protocol::{ApprovalPolicy, Mode};
-use crate::protocol::{ChatMessage, ReasoningEffort};
+use crate::protocol::{ChatMessage, ReasoningEffort, ToolSpec};
 use crate::session::{Record, SessionFile};
 use crate::tool::{ToolRegistry, ToolState};
 
-/// The experts' built-in system prompt (overridable with `system_prompt` in config).
+/// The built-in system prompt of the coding expert (L2), and of the one model of `proxy` and
+/// `single` modes (overridable with `system_prompt` in config).
 pub const DEFAULT_SYSTEM_PROMPT: &str = include_str!("prompts/system.md");
+
+/// baton's built-in prompts of the other experts: L0 chat, L1 long tool-using tasks, L3
+/// generative UI (TSX components).
+pub const DEFAULT_EXPERT_PROMPTS: [&str; 4] = [
+    include_str!("prompts/L0.md"),
+    include_str!("prompts/L1.md"),
+    DEFAULT_SYSTEM_PROMPT,
+    include_str!("prompts/L3.md"),
+];
+
+/// The entry of an expert's tool list that stands for every MCP server's tools.
+pub const MCP_TOOLS: &str = "mcp";
+
+/// What each expert of `mol` mode is given: its own system prompt and its own tool set.
+/// Outside `mol` mode there are no experts: `AgentConfig::system_prompt` and every tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpertSetup {
+    /// Per expert (index = L0..L3): its system prompt; `None` = `AgentConfig::system_prompt`.
+    pub prompts: [Option<String>; 4],
+    /// Per expert: the names of the tools it is offered (built-in names, `handoff`, and `mcp`
+    /// for every MCP tool); `None` = every tool of the registry.
+    pub tools: [Option<Vec<String>>; 4],
+}
+
+impl Default for ExpertSetup {
+    /// baton's defaults: each expert its own prompt; L0 (chat) no workspace tools, only
+    /// `handoff` (and MCP tools, its "simple lookup"); L1–L3 every tool.
+    fn default() -> Self {
+        ExpertSetup {
+            prompts: DEFAULT_EXPERT_PROMPTS.map(|p| Some(p.to_string())),
+            tools: [
+                Some(vec![
+                    crate::mol::HANDOFF_TOOL.to_string(),
+                    MCP_TOOLS.to_string(),
+                ]),
+                None,
+                None,
+                None,
+            ],
+        }
+    }
+}
+
+impl ExpertSetup {
+    /// One prompt and every tool for all experts (the behaviour before per-expert setups).
+    pub fn uniform() -> Self {
+        ExpertSetup {
+            prompts: [None, None, None, None],
+            tools: [None, None, None, None],
+        }
+    }
+}
 
 /// Everything the core needs to know about how to run turns.
 #[derive(Debug, Clone)]
@@ -52,6 +106,8 @@ pub struct AgentConfig {
     /// Model round trips allowed per user turn (`--max-turns`).
     pub max_round_trips: Option<u32>,
     pub system_prompt: String,
+    /// Each expert's own prompt and tools (`mol` mode).
+    pub experts: ExpertSetup,
     pub profile: Profile,
     pub workspace: PathBuf,
     pub session_dir: PathBuf,
@@ -59,6 +115,10 @@ pub struct AgentConfig {
     pub top_p: Option<f32>,
     pub seed: Option<u64>,
     pub max_tokens: Option<u32>,
+    /// The sandbox commands run in and whether they have the network, as the environment
+    /// block tells the experts.
+    pub sandbox: crate::protocol::SandboxMode,
+    pub network: bool,
     /// The experts' context window in tokens; `None` = ask the server (`/models`).
     pub context_window: Option<u64>,
     /// Compact when a view passes this fraction of the window (`compact_at`; default 0.85).
@@ -93,6 +153,8 @@ pub(crate) struct Shared {
     pub models: tokio::sync::OnceCell<Vec<crate::backend::ModelInfo>>,
     /// What `SessionStart` hooks gave the model, added to the next user turn.
     pub hook_context: Mutex<Vec<String>>,
+    /// The environment block of the system prompt, taken at start.
+    environment: environment::Environment,
 }
 
 /// A session's state with the file its records go to: one lock, so the order of records in
@@ -119,19 +181,61 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    /// The system head of every answer and summary request: the experts' system prompt, with
-    /// the profile's identity prompt appended in `mol` mode.
-    pub fn head(&self) -> Vec<ChatMessage> {
-        let mut system = format!(
-            "{}\n\nWorkspace: {}",
-            self.cfg.system_prompt.trim_end(),
-            self.cfg.workspace.display()
-        );
-        if self.cfg.headless {
-            system.push_str(
-                "\nThis run is headless: nobody can answer questions or approve actions.",
-            );
+    /// The expert's own setup, in `mol` mode (none outside it: one prompt, every tool).
+    fn expert_setup(&self, expert: Expert) -> (Option<&str>, Option<&[String]>) {
+        if self.cfg.mode != Mode::Mol {
+            return (None, None);
         }
+        let i = expert.index();
+        (
+            self.cfg.experts.prompts[i].as_deref(),
+            self.cfg.experts.tools[i].as_deref(),
+        )
+    }
+
+    /// The tools `expert` is offered: its list (built-in names, `handoff`, `mcp` for every MCP
+    /// tool), else every tool of the registry.
+    pub fn tool_specs(&self, expert: Expert) -> Vec<ToolSpec> {
+        let (_, list) = self.expert_setup(expert);
+        let Some(list) = list else {
+            return self.tools.specs();
+        };
+        let mcp = list.iter().any(|n| n == MCP_TOOLS);
+        let mut specs: Vec<ToolSpec> = self
+            .tools
+            .specs()
+            .into_iter()
+            .filter(|s| list.contains(&s.name) || (mcp && s.name.starts_with("mcp__")))
+            .collect();
+        if list.iter().any(|n| n == crate::mol::HANDOFF_TOOL) {
+            specs.push(crate::mol::handoff_spec());
+        }
+        specs
+    }
+
+    /// Whether `expert` is offered the tool `name` (a call of any other is answered as a
+    /// tool that does not exist).
+    pub fn offers(&self, expert: Expert, name: &str) -> bool {
+        match self.expert_setup(expert).1 {
+            None => self.tools.get(name).is_some(),
+            Some(_) => self.tool_specs(expert).iter().any(|s| s.name == name),
+        }
+    }
+
+    /// The system head of `expert`'s answer and summary requests: its system prompt, the
+    /// workspace, with the profile's identity prompt appended in `mol` mode.
+    pub fn head(&self, expert: Expert) -> Vec<ChatMessage> {
+        let prompt = self
+            .expert_setup(expert)
+            .0
+            .unwrap_or(&self.cfg.system_prompt);
+        let system = format!(
+            "{}\n\nWorkspace: {}\n{}",
+            prompt.trim_end(),
+            self.cfg.workspace.display(),
+            self.environment
+                .render(*lock(&self.approval), self.cfg.headless)
+        );
         let head = [ChatMessage::system(system)];
         crate::mol::modes::system_head(self.cfg.mode, &self.cfg.profile, &head)
     }
@@ -252,7 +356,9 @@ fn start(
         &tool_state,
         crate::tool::checkpoint::StoreConfig::for_session_dir(&cfg.session_dir),
     );
+    let environment = environment::Environment::take(&cfg.workspace, cfg.sandbox, cfg.network);
     let shared = Arc::new(Shared {
+        environment,
         pinned: Mutex::new(cfg.pinned),
         model: Mutex::new(cfg.model.clone()),
         approval: Mutex::new(cfg.approval),

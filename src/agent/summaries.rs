@@ -59,13 +59,22 @@ async fn summarize(shared: &Shared, turn_id: u64, task_id: u64, settle: bool) {
         hop: Hop::Summary,
         expert,
     });
-    let outcome = crate::mol::summarize(
-        shared.backend.as_ref(),
-        &shared.cfg.profile,
-        &task,
-        &shared.head(),
-    )
-    .await;
+    // The owner's last answer request plus the summary prompt: the engine has all of it but
+    // the prompt cached (same adapter, same head, same tools, same messages).
+    let request = {
+        let head = shared.head(task.owner);
+        let tools = shared.tool_specs(task.owner);
+        let state = shared.state();
+        crate::mol::summary_request_for(
+            shared.backend.as_ref(),
+            &shared.cfg.profile,
+            &state.timeline,
+            &task,
+            &head,
+            tools,
+        )
+    };
+    let outcome = crate::mol::summary::run(shared.backend.as_ref(), request).await;
     let latency_ms = outcome.latency.as_millis() as u64;
     if let Some(error) = &outcome.error {
         shared.events.emit(Event::Warning {

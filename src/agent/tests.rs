@@ -181,6 +181,7 @@ fn launch_configured(
         headless: true,
         max_round_trips: None,
         system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
+        experts: Default::default(),
         profile: Profile::builtin(&crate::mol::ProfileNames::default()),
         workspace: dir.path().to_path_buf(),
         session_dir: dir.path().join("sessions"),
@@ -189,6 +190,8 @@ fn launch_configured(
         seed: None,
         max_tokens: None,
         context_window,
+        sandbox: Default::default(),
+        network: false,
         compact_at: None,
         speculate: Default::default(),
         hooks: crate::hooks::Hooks::none(),
@@ -729,7 +732,7 @@ async fn a_replayed_session_file_rebuilds_the_live_state_exactly() {
     assert_eq!(replayed.timeline.tasks, live.timeline.tasks);
     assert_eq!(replayed.timeline.folded_before, live.timeline.folded_before);
     assert_eq!(replayed.timeline.token_ratio, live.timeline.token_ratio);
-    let head = shared.head();
+    let head = shared.head(Expert::L2);
     for expert in Expert::ALL {
         assert_eq!(
             replayed.timeline.view(expert, &head),
@@ -1019,4 +1022,123 @@ async fn an_approval_question_fires_the_notification_hook_while_it_waits() {
         })
         .expect("send");
     next_matching(&mut h, |e| matches!(e, Event::ToolEnd { .. })).await;
+}
+
+fn handoff_call(id: &str, args: &str) -> ChatMessage {
+    let mut m = ChatMessage::assistant("");
+    m.tool_calls.push(crate::protocol::ToolCall {
+        id: id.into(),
+        name: crate::mol::HANDOFF_TOOL.into(),
+        arguments: args.into(),
+    });
+    m
+}
+
+fn tool_names(req: &ChatRequest) -> Vec<String> {
+    req.tools.iter().map(|t| t.name.clone()).collect()
+}
+
+#[tokio::test]
+async fn each_expert_gets_its_own_prompt_and_tool_set() {
+    // Turn 1 → L0, which tries a workspace tool it is not offered; turn 2 → L2.
+    let mut h = start_with(
+        vec!["L0", "L2"],
+        false,
+        vec![read_big("c1")],
+        crate::tool::registry::standard_tools(),
+    );
+    let mut events = Vec::new();
+    run_turn_to_end(&mut h, "what is a monad?", &mut events).await;
+    h.release.notify_one();
+    run_turn_to_end(&mut h, "fix the build", &mut events).await;
+    let seen = lock(&h.backend.seen).clone();
+    let answers: Vec<&ChatRequest> = seen.iter().filter(|r| r.hop == Hop::Answer).collect();
+    let l0 = answers
+        .iter()
+        .find(|r| r.model == "L0")
+        .expect("an L0 answer");
+    let l2 = answers
+        .iter()
+        .find(|r| r.model == "L2")
+        .expect("an L2 answer");
+    assert_eq!(tool_names(l0), vec!["handoff"]);
+    assert!(
+        l0.messages[0]
+            .content
+            .starts_with("You are baton's conversation expert")
+    );
+    assert!(tool_names(l2).len() >= 10, "{:?}", tool_names(l2));
+    assert!(!tool_names(l2).contains(&"handoff".to_string()));
+    assert!(
+        l2.messages[0]
+            .content
+            .starts_with("You are baton, a coding agent")
+    );
+    // L0's read_file call was answered as a tool that does not exist for it.
+    let refused = answers
+        .iter()
+        .filter(|r| r.model == "L0")
+        .flat_map(|r| r.messages.iter())
+        .find(|m| m.tool_call_id.as_deref() == Some("c1"))
+        .expect("the call's result");
+    assert!(
+        refused
+            .content
+            .starts_with("There is no tool named `read_file`. Available tools: handoff."),
+        "{}",
+        refused.content
+    );
+    // The whole L0 question costs little: no tool schemas but the handoff's.
+    let tokens = crate::mol::prompt_chars(&l0.messages, &l0.tools) as f64 / 3.6;
+    assert!(tokens < 1200.0, "{tokens}");
+}
+
+#[tokio::test]
+async fn l0_hands_a_request_that_needs_tools_to_another_expert_in_the_same_turn() {
+    let mut h = start_with(
+        vec!["L0"],
+        false,
+        vec![handoff_call(
+            "h1",
+            r#"{"expert":"L1","reason":"needs the files"}"#,
+        )],
+        crate::tool::registry::standard_tools(),
+    );
+    let mut events = Vec::new();
+    let done = run_turn_to_end(&mut h, "tidy my notes folder", &mut events).await;
+    let Event::TurnCompleted { answer, expert, .. } = done else {
+        unreachable!()
+    };
+    assert_eq!(answer.as_deref(), Some("answer by L1"));
+    assert_eq!(expert, Some(Expert::L1));
+    assert!(events.iter().any(|e| matches!(
+        e,
+        Event::RouteDecided { expert: Expert::L1, reason: Some(r), .. } if r.contains("handoff from L0: needs the files")
+    )));
+    let seen = lock(&h.backend.seen).clone();
+    // (The summary hop of L1's task may follow, after the turn.)
+    let models: Vec<(Hop, String)> = seen
+        .iter()
+        .take(3)
+        .map(|r| (r.hop, r.model.clone()))
+        .collect();
+    assert_eq!(
+        models,
+        vec![
+            (Hop::Route, "L0".to_string()),
+            (Hop::Answer, "L0".to_string()),
+            (Hop::Answer, "L1".to_string()),
+        ]
+    );
+    // L1 sees the request once, as its own task, and nothing of L0's handoff.
+    let l1 = &seen[2];
+    let users: Vec<&str> = l1
+        .messages
+        .iter()
+        .filter(|m| m.role == crate::protocol::Role::User)
+        .map(|m| m.content.as_str())
+        .collect();
+    assert_eq!(users, vec!["tidy my notes folder"]);
+    assert!(l1.messages.iter().all(|m| m.tool_calls.is_empty()));
+    assert!(tool_names(l1).contains(&"read_file".to_string()));
 }

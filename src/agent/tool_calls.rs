@@ -10,7 +10,7 @@ use super::approval::{self, Verdict};
 use super::{Shared, hooks, lock};
 use crate::hooks::{HookEvent, HookOutcome, Permission};
 use crate::protocol::{ApprovalDecision, ApprovalRequest, Event, ToolStatus};
-use crate::protocol::{ChatMessage, ToolCall};
+use crate::protocol::{ChatMessage, Expert, ToolCall};
 use crate::tool::{ApprovalNeed, ToolContext, ToolResult};
 
 /// What a call's hooks said beyond its result: `continue: false` stops the turn.
@@ -24,6 +24,7 @@ pub(crate) struct Executed {
 pub(crate) async fn execute(
     shared: &Shared,
     turn_id: u64,
+    expert: Expert,
     call: &ToolCall,
     cancel: &CancellationToken,
 ) -> Executed {
@@ -36,7 +37,11 @@ pub(crate) async fn execute(
         serde_json::from_str(&call.arguments)
             .map_err(|e| format!("the arguments are not valid JSON ({e}); send a JSON object"))
     };
-    let tool = shared.tools.get(&call.name);
+    // A tool this expert is not offered does not exist for it, whatever the registry holds.
+    let tool = shared
+        .tools
+        .get(&call.name)
+        .filter(|_| shared.offers(expert, &call.name));
     // PreToolUse runs before anything is shown: a rewritten input is what the user sees run.
     let mut pre = HookOutcome::default();
     let mut interrupted = false;
@@ -83,7 +88,7 @@ pub(crate) async fn execute(
         (None, _) => ToolResult::error(format!(
             "There is no tool named `{}`. Available tools: {}.",
             call.name,
-            shared.tools.names().join(", ")
+            available(shared, expert)
         )),
         (Some(_), Err(e)) => ToolResult::error(e),
         (Some(_), Ok(_)) if interrupted => ToolResult {
@@ -320,5 +325,19 @@ async fn ask(
             Err(format!("The user declined this call: {reason}"))
         }
         None => Err("Interrupted before the user decided.".into()),
+    }
+}
+
+/// The tools `expert` may call, for the model's "no such tool" message.
+fn available(shared: &Shared, expert: Expert) -> String {
+    let names: Vec<String> = shared
+        .tool_specs(expert)
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
     }
 }

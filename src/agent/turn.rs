@@ -212,16 +212,16 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
 
     let step = Step::UserTurn { text, open_owner };
     let mut speculation = speculate(ctx, &user_text, open_owner);
-    let expert = choose_expert(ctx, step).await.map_err(|s| (s, None))?;
+    let mut expert = choose_expert(ctx, step).await.map_err(|s| (s, None))?;
     // A miss stops at once, before the summaries and the view fitting the turn waits for.
     if let Some(s) = speculation.take_if(|s| s.expert() != expert) {
         resolved(ctx, s.expert(), s.cancel());
     }
-    let task_id = shared.state().timeline.tasks.last().map_or(1, |t| t.id + 1);
+    let mut task_id = shared.state().timeline.tasks.last().map_or(1, |t| t.id + 1);
     shared.commit(Record::TaskOpened {
         task_id,
         owner: expert,
-        user_text,
+        user_text: user_text.clone(),
     });
     if modes::summarizes(shared.cfg.mode) {
         tokio::select! {
@@ -232,6 +232,7 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
 
     let mut round_trips = 0u32;
     let mut stop_continuations = 0u32;
+    let mut handoffs = 0u32;
     loop {
         if let Some(max) = shared.cfg.max_round_trips
             && round_trips >= max
@@ -326,8 +327,25 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
                 summarize: modes::summarizes(shared.cfg.mode).then_some(task_id),
             });
         }
+        if let Some(to) = handoff(ctx, task_id, expert, &calls, &mut handoffs) {
+            // The same request, now the other expert's task: it answers in this turn.
+            expert = to;
+            task_id = shared.state().timeline.tasks.last().map_or(1, |t| t.id + 1);
+            shared.commit(Record::TaskOpened {
+                task_id,
+                owner: expert,
+                user_text: user_text.clone(),
+            });
+            if modes::summarizes(shared.cfg.mode) {
+                tokio::select! {
+                    _ = summaries::ensure_for(&shared, ctx.turn_id, expert) => {}
+                    _ = ctx.cancel.cancelled() => return Err((Stop::Interrupted, Some(expert))),
+                }
+            }
+            continue;
+        }
         for call in &calls {
-            let done = tool_calls::execute(&shared, ctx.turn_id, call, &ctx.cancel).await;
+            let done = tool_calls::execute(&shared, ctx.turn_id, expert, call, &ctx.cancel).await;
             shared.commit(Record::Message {
                 task_id,
                 message: done.message,
@@ -349,6 +367,69 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
             }
         }
     }
+}
+
+/// Handoffs allowed in one turn: an expert configured with `handoff` that hands back and
+/// forth must not loop.
+const MAX_HANDOFFS: u32 = 2;
+
+/// When `calls` hand the request over (`handoff`, offered to `expert`): answers every call,
+/// abandons `expert`'s task (kept, invisible to the others: `mol::handed_over`), announces
+/// the new expert and returns it. `None`: no handoff, or the turn's handoffs are used up (the
+/// call is then answered as refused and the expert continues).
+fn handoff(
+    ctx: &TurnCtx,
+    task_id: u64,
+    expert: Expert,
+    calls: &[crate::protocol::ToolCall],
+    handoffs: &mut u32,
+) -> Option<Expert> {
+    let shared = &ctx.shared;
+    let call = calls
+        .iter()
+        .find(|c| c.name == crate::mol::HANDOFF_TOOL && shared.offers(expert, &c.name))?;
+    if *handoffs >= MAX_HANDOFFS {
+        shared.commit(Record::Message {
+            task_id,
+            message: ChatMessage::tool_result(
+                &call.id,
+                "No more handoffs in this turn: answer the request yourself.",
+            ),
+        });
+        for other in calls.iter().filter(|c| c.id != call.id) {
+            shared.commit(Record::Message {
+                task_id,
+                message: ChatMessage::tool_result(&other.id, "Not run: send it again."),
+            });
+        }
+        return None;
+    }
+    *handoffs += 1;
+    let (to, reason) = crate::mol::parse_handoff(&call.arguments, expert);
+    for c in calls {
+        let text = if c.id == call.id {
+            format!("Handed over to {to}.")
+        } else {
+            format!("Not run: the request was handed over to {to}.")
+        };
+        shared.commit(Record::Message {
+            task_id,
+            message: ChatMessage::tool_result(&c.id, text),
+        });
+    }
+    shared.commit(Record::TaskAbandoned { task_id });
+    shared.events.emit(Event::RouteDecided {
+        turn_id: ctx.turn_id,
+        expert: to,
+        decision: crate::protocol::RouteDecision::Model,
+        latency_ms: 0,
+        reason: Some(if reason.is_empty() {
+            format!("handoff from {expert}")
+        } else {
+            format!("handoff from {expert}: {reason}")
+        }),
+    });
+    Some(to)
 }
 
 /// Asks `mol` who answers a new user turn, announces it and records it in the session.
@@ -480,8 +561,8 @@ fn answer_request_over(
     timeline: Option<&Timeline>,
 ) -> ChatRequest {
     let cfg = &shared.cfg;
-    let head = shared.head();
-    let tools = shared.tools.specs();
+    let head = shared.head(expert);
+    let tools = shared.tool_specs(expert);
     // Taken first: the session state is never held while taking another lock.
     let model = lock(&shared.model).clone();
     let options = AnswerOptions {

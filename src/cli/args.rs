@@ -14,6 +14,7 @@ Examples:
   baton                                   interactive session in the current folder
   baton --exec \"fix the failing test\"     one headless turn; answer on stdout
   git diff | baton --exec - --json        prompt from stdin, events as JSON Lines
+  git diff | baton --exec \"review this\" -  the prompt, with stdin appended
   baton --exec --resume last \"and now?\"   continue the newest saved session
   baton doctor                            check endpoint, models, profile and config
 
@@ -22,7 +23,8 @@ BATON_* environment variables, then flags (each later one wins). See docs/config
 
 Exit codes: 0 done, 1 model or agent error, 2 usage or config error, 3 a limit was reached
 (--max-turns, --timeout), 4 every tool call was declined (--exec needs --approval
-auto-edit|full-auto to let them run), 130 interrupted.";
+auto-edit|full-auto to let them run), 130 interrupted (143 SIGTERM, 129 SIGHUP: the turn is
+stopped and saved the same way).";
 
 /// baton: a terminal coding agent on a Mixture-of-LoRA model.
 #[derive(Debug, Parser)]
@@ -40,6 +42,11 @@ pub struct Cli {
     /// The first message (interactive), or the task for --exec ('-' = read stdin).
     #[arg(value_name = "PROMPT")]
     pub prompt: Option<String>,
+
+    /// With --exec after a PROMPT: '-' appends piped stdin to it as a <stdin> block
+    /// (`git diff | baton --exec "review this" -`). Without it stdin is left alone.
+    #[arg(value_name = "-", value_parser = ["-"], requires = "exec", help_heading = "Headless")]
+    pub stdin: Option<String>,
 
     /// Run one turn headless: answer on stdout, progress on stderr, never waits on a terminal.
     #[arg(short = 'e', long, help_heading = "Headless")]
@@ -108,7 +115,8 @@ pub struct CommonArgs {
     #[arg(long, value_name = "LABEL", global = true, help_heading = "Model")]
     pub expert: Option<Expert>,
 
-    /// Reasoning effort of answers.
+    /// Reasoning effort of answers. In mol mode the experts think at one level: none turns
+    /// thinking off, and low and medium are sent as high (docs/modes.md).
     #[arg(long, value_enum, global = true, help_heading = "Model")]
     pub reasoning: Option<ReasoningEffort>,
 
@@ -129,6 +137,11 @@ pub struct CommonArgs {
         help_heading = "Workspace"
     )]
     pub cd: Option<PathBuf>,
+
+    /// Accept a workspace of `/`, your home folder (or a folder above it) or the system's temp
+    /// folder, which are refused otherwise (commands could write your dotfiles and sockets).
+    #[arg(long, global = true, help_heading = "Workspace")]
+    pub allow_broad_workspace: bool,
 
     /// When to ask before tools act [default: ask; never with --exec].
     #[arg(
@@ -219,9 +232,41 @@ pub struct SettingArgs {
     #[arg(long, value_name = "NAMES", help_heading = "Model")]
     pub tools: Option<String>,
 
-    /// A file whose text replaces the experts' built-in system prompt.
+    /// A file whose text replaces the built-in system prompt (of every expert without its own).
     #[arg(long, value_name = "FILE", help_heading = "Model")]
     pub system_prompt: Option<String>,
+
+    /// The tools L0 (chat) is offered, comma-separated [default: handoff,mcp].
+    #[arg(long, value_name = "NAMES", help_heading = "Experts")]
+    pub l0_tools: Option<String>,
+
+    /// The tools L1 (long tool-using tasks) is offered [default: all].
+    #[arg(long, value_name = "NAMES", help_heading = "Experts")]
+    pub l1_tools: Option<String>,
+
+    /// The tools L2 (coding) is offered [default: all].
+    #[arg(long, value_name = "NAMES", help_heading = "Experts")]
+    pub l2_tools: Option<String>,
+
+    /// The tools L3 (generative UI) is offered [default: all].
+    #[arg(long, value_name = "NAMES", help_heading = "Experts")]
+    pub l3_tools: Option<String>,
+
+    /// A file whose text is L0's system prompt.
+    #[arg(long, value_name = "FILE", help_heading = "Experts")]
+    pub l0_system_prompt: Option<String>,
+
+    /// A file whose text is L1's system prompt.
+    #[arg(long, value_name = "FILE", help_heading = "Experts")]
+    pub l1_system_prompt: Option<String>,
+
+    /// A file whose text is L2's system prompt.
+    #[arg(long, value_name = "FILE", help_heading = "Experts")]
+    pub l2_system_prompt: Option<String>,
+
+    /// A file whose text is L3's system prompt.
+    #[arg(long, value_name = "FILE", help_heading = "Experts")]
+    pub l3_system_prompt: Option<String>,
 
     /// Answer sampling temperature, 0–2 [default: 0].
     #[arg(long, value_name = "T", help_heading = "Sampling")]
@@ -365,6 +410,7 @@ pub fn parse_sandbox(
                 network: false,
                 write: Vec::new(),
                 workspace: None,
+                allow_broad_workspace: false,
                 backend: None,
                 max_memory: None,
                 probe: false,
@@ -438,6 +484,30 @@ pub fn flag_settings(args: &CommonArgs, more: &SettingArgs) -> Result<Settings, 
         ("max_memory", "--max-memory", &more.max_memory),
         ("tools", "--tools", &more.tools),
         ("system_prompt", "--system-prompt", &more.system_prompt),
+        ("l0_tools", "--l0-tools", &more.l0_tools),
+        ("l1_tools", "--l1-tools", &more.l1_tools),
+        ("l2_tools", "--l2-tools", &more.l2_tools),
+        ("l3_tools", "--l3-tools", &more.l3_tools),
+        (
+            "l0_system_prompt",
+            "--l0-system-prompt",
+            &more.l0_system_prompt,
+        ),
+        (
+            "l1_system_prompt",
+            "--l1-system-prompt",
+            &more.l1_system_prompt,
+        ),
+        (
+            "l2_system_prompt",
+            "--l2-system-prompt",
+            &more.l2_system_prompt,
+        ),
+        (
+            "l3_system_prompt",
+            "--l3-system-prompt",
+            &more.l3_system_prompt,
+        ),
         ("temperature", "--temperature", &more.temperature),
         ("top_p", "--top-p", &more.top_p),
         ("seed", "--seed", &more.seed),

@@ -6,6 +6,7 @@ use crate::backend::BackendError;
 use crate::config::{Config, ConfigLoadError};
 use crate::protocol::Expert;
 use crate::protocol::Mode;
+use crate::protocol::stdio::println;
 use crate::protocol::terminal_safe;
 
 struct Report {
@@ -154,6 +155,13 @@ fn check_hook_command(command: &str, workspace: &std::path::Path) -> Result<(), 
     {
         return Ok(());
     }
+    // `sh` expands a leading `~` (the docs' own example is `~/.config/baton/hooks/…`);
+    // `~user/…` is left to the shell.
+    let first = match (first.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => std::path::Path::new(&home).join(rest).display().to_string(),
+        _ if first.starts_with('~') => return Ok(()),
+        _ => first,
+    };
     if first.contains('/') {
         let path = workspace.join(&first);
         return if path.exists() {

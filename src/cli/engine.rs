@@ -3,6 +3,7 @@
 //! adapter; `route` runs the MoL route hop exactly as the agent sends it and shows how the label
 //! was decided.
 
+use crate::protocol::stdio::{eprintln, println};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -1,6 +1,7 @@
 //! `baton eval`: arguments, loading and filtering tasks, choosing the isolation, running the
 //! job and printing the summary.
 
+use crate::protocol::stdio::{eprintln, println};
 use std::path::PathBuf;
 
 use crate::eval::error::EvalError;

@@ -2,6 +2,7 @@
 //! user's config.toml (`-- CMD…` for a stdio server, `--url` for streamable HTTP), remove one.
 //! Edits keep the rest of the file as written (comments, order).
 
+use crate::protocol::stdio::{eprintln, print, println};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};

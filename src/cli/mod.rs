@@ -4,6 +4,7 @@
 // product.
 #![allow(clippy::print_stdout)]
 
+use crate::protocol::stdio::eprintln;
 mod args;
 mod choices;
 mod doctor;
@@ -44,6 +45,7 @@ pub fn main() -> i32 {
         init_logging();
         args.mode = common.sandbox.unwrap_or_default();
         args.workspace = common.cd;
+        args.allow_broad_workspace = common.allow_broad_workspace;
         return sandbox::run(args);
     }
     let cli = match args::parse() {
@@ -71,6 +73,7 @@ pub fn main() -> i32 {
         Some(Command::Sandbox(mut args)) => {
             args.mode = cli.common.sandbox.unwrap_or_default();
             args.workspace = cli.common.cd.clone();
+            args.allow_broad_workspace = cli.common.allow_broad_workspace;
             return sandbox::run(args);
         }
         Some(Command::Trust(mut args)) => {
@@ -139,6 +142,7 @@ pub fn main() -> i32 {
             return exit::AGENT_ERROR;
         }
     };
+    let allow_broad = cli.common.allow_broad_workspace;
     let code = runtime.block_on(async {
         match &cli.command {
             Some(Command::Sessions(a)) => sessions::run(&config, a, cli.common.all),
@@ -146,7 +150,7 @@ pub fn main() -> i32 {
             Some(Command::Serve(a)) => serve::run(&config, a).await,
             Some(Command::Mcp(a)) => mcp::run(&config, a),
             Some(Command::Undo(a)) => undo::run(&config.workspace, &config.session_dir, a),
-            Some(Command::Acp) => serve_acp(&flags, cli.no_color).await,
+            Some(Command::Acp) => serve_acp(&flags, cli.no_color, allow_broad).await,
             Some(
                 Command::Completions { .. }
                 | Command::Sandbox(_)
@@ -158,6 +162,7 @@ pub fn main() -> i32 {
             None if cli.exec => {
                 let opts = crate::exec::ExecOptions {
                     prompt: cli.prompt.clone(),
+                    append_stdin: cli.stdin.is_some(),
                     json: cli.json,
                     output: cli.output.clone(),
                     resume: resume.clone(),
@@ -173,11 +178,16 @@ pub fn main() -> i32 {
                 let (commands, _) = crate::config::commands::discover_commands(&config.workspace);
                 let text =
                     crate::config::commands::expand_command(&text, &commands).unwrap_or(text);
-                if let Err(e) = crate::exec::check_output(&opts) {
+                if let Err(e) = crate::exec::check_output(&opts, &config) {
                     eprintln!("baton: {e}");
                     return exit::USAGE;
                 }
-                match start(&config, Frontend::Headless, opts.resume.as_deref()) {
+                match start(
+                    &config,
+                    Frontend::Headless,
+                    opts.resume.as_deref(),
+                    allow_broad,
+                ) {
                     Ok((handle, _info)) => crate::exec::run(handle, text, opts, &config).await,
                     Err(code) => code,
                 }
@@ -190,12 +200,22 @@ pub fn main() -> i32 {
                     no_color: cli.no_color,
                     config_warnings: config.warnings.clone(),
                 };
-                match start(&config, Frontend::Interactive, args.resume.as_deref()) {
+                match start(
+                    &config,
+                    Frontend::Interactive,
+                    args.resume.as_deref(),
+                    allow_broad,
+                ) {
                     Ok((handle, info)) => crate::tui::launch(handle, info, args).await,
                     Err(code) => code,
                 }
             }
-            None => match start(&config, Frontend::Interactive, resume.as_deref()) {
+            None => match start(
+                &config,
+                Frontend::Interactive,
+                resume.as_deref(),
+                allow_broad,
+            ) {
                 Ok((handle, _info)) => {
                     for w in &config.warnings {
                         eprintln!("warning: {}", crate::protocol::terminal_safe(w));
@@ -237,7 +257,12 @@ fn start(
     config: &crate::config::Config,
     frontend: Frontend,
     resume: Option<&str>,
+    allow_broad: bool,
 ) -> Result<(crate::protocol::AgentHandle, crate::protocol::AgentInfo), i32> {
+    if let Err(e) = check_workspace(config, allow_broad) {
+        eprintln!("baton: {e}");
+        return Err(exit::USAGE);
+    }
     if config.sandbox != crate::protocol::SandboxMode::Off
         && config.sandbox_backend == crate::sandbox::Backend::Landlock
     {
@@ -252,9 +277,19 @@ fn start(
     })
 }
 
+/// Refuses a workspace too broad to be one (`/`, the home folder, the temp folder) unless
+/// `--allow-broad-workspace`; the one decision is `config::workspace::check`.
+fn check_workspace(
+    config: &crate::config::Config,
+    allow_broad: bool,
+) -> Result<(), crate::config::workspace::BroadWorkspace> {
+    let sandboxed = config.sandbox != crate::protocol::SandboxMode::Off;
+    crate::config::workspace::check(&config.workspace, sandboxed, allow_broad)
+}
+
 /// `baton acp`: every ACP session gets an agent of its own, built by `app::start` with the
 /// configuration of its folder (the editor's `cwd` stands in for `--cd`).
-async fn serve_acp(flags: &crate::config::Settings, no_color: bool) -> i32 {
+async fn serve_acp(flags: &crate::config::Settings, no_color: bool, allow_broad: bool) -> i32 {
     let flags = flags.clone();
     let factory: crate::acp::SessionFactory =
         std::sync::Arc::new(move |req: crate::acp::SessionRequest| {
@@ -263,6 +298,9 @@ async fn serve_acp(flags: &crate::config::Settings, no_color: bool) -> i32 {
             let mut config =
                 crate::config::load(&flags).map_err(|e| format!("configuration error: {e}"))?;
             config.no_color = no_color;
+            // The editor's `cwd` is the workspace: `/` or the home folder is refused as on
+            // the command line.
+            check_workspace(&config, allow_broad).map_err(|e| e.to_string())?;
             if let Some(id) = &req.load {
                 // Exactly this id: `--resume` also takes prefixes and `last`, an editor's
                 // session id is a name, not a search.

@@ -3,6 +3,7 @@
 //! Answers stream to stdout; progress, approvals and errors go to stderr. Turns typed while one
 //! runs are queued; `/quit` and the end of input both finish the queued turns before leaving.
 
+use crate::protocol::stdio::{eprint, eprintln, print, println};
 use std::io::Write;
 
 use tokio::io::{AsyncBufReadExt, BufReader};

@@ -5,6 +5,7 @@
 //! sequences reach only that PTY. Once it ends, what it planted for git (see
 //! `sandbox::git_guard`) is undone, with a warning on stderr. Also `baton sandbox --probe`: what the kernel can enforce.
 
+use crate::protocol::stdio::{eprintln, println};
 use std::io::{IsTerminal, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::process::ExitStatusExt;
@@ -30,6 +31,9 @@ pub struct SandboxArgs {
     /// Workspace root (the global `-C/--cd` flag; default: the current directory).
     #[arg(skip)]
     pub workspace: Option<PathBuf>,
+    /// Accept a broad workspace (the global `--allow-broad-workspace` flag).
+    #[arg(skip)]
+    pub allow_broad_workspace: bool,
     /// The weaker Landlock-only backend (`landlock`) instead of bubblewrap.
     #[arg(long = "sandbox-backend", value_name = "BACKEND")]
     pub backend: Option<Backend>,
@@ -80,6 +84,13 @@ pub fn run(args: SandboxArgs) -> i32 {
             return 1;
         }
     };
+    let sandboxed = args.mode != SandboxMode::Off;
+    if let Err(e) =
+        crate::config::workspace::check(&workspace, sandboxed, args.allow_broad_workspace)
+    {
+        eprintln!("baton sandbox: {e}");
+        return 2;
+    }
     let mut policy = SandboxPolicy::new(args.mode, &workspace)
         .network(args.network)
         .backend(args.backend.unwrap_or_default())

@@ -1,6 +1,7 @@
 //! `baton serve`: its flags, and the hand-over from the builder's MoL service to the HTTP
 //! frontend.
 
+use crate::protocol::stdio::eprintln;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -123,6 +124,12 @@ pub async fn run(config: &Config, args: &ServeArgs) -> i32 {
             return exit::USAGE;
         }
     };
+    if let Some(dir) = &args.state_dir
+        && let Err(why) = check_state_dir_owner(dir)
+    {
+        eprintln!("baton serve: --state-dir {}: {why}", dir.display());
+        return exit::USAGE;
+    }
     if !(args.queue_timeout.is_finite() && args.queue_timeout >= 0.0) {
         eprintln!("baton serve: --queue-timeout must be a number of seconds");
         return exit::USAGE;
@@ -174,5 +181,29 @@ pub async fn run(config: &Config, args: &ServeArgs) -> i32 {
                 _ => exit::AGENT_ERROR,
             }
         }
+    }
+}
+
+/// Red team finding 17: a `--state-dir` another user owns is refused. Its owner can rename
+/// and replace what is in it under the server (even at mode 0700, and root's server reached
+/// a folder chosen by nobody), so only a folder of the server's own user is taken. A missing
+/// one is created, owner-only, by the state store.
+fn check_state_dir_owner(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(dir) {
+        Ok(meta) => {
+            let me = nix::unistd::geteuid().as_raw();
+            if meta.uid() == me {
+                Ok(())
+            } else {
+                Err(format!(
+                    "owned by uid {}, not by this server's user (uid {me}): choose a folder of \
+                     your own",
+                    meta.uid()
+                ))
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("cannot stat: {e}")),
     }
 }

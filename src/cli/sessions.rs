@@ -4,6 +4,7 @@
 use super::args::SessionsArgs;
 use super::exit;
 use crate::config::Config;
+use crate::protocol::stdio::{eprintln, println};
 use crate::protocol::{terminal_safe_json, terminal_safe_line};
 use crate::session::SessionInfo;
 

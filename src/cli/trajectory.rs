@@ -2,6 +2,7 @@
 //! trajectory `baton eval` writes for each trial, for harnesses that run baton themselves
 //! (Harbor's installed agent runs it in the task's container after the agent's turn).
 
+use crate::protocol::stdio::eprintln;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 

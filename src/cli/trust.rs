@@ -1,6 +1,7 @@
 //! `baton trust`: the user's list of folders whose `.baton/config.toml` may lower safety
 //! settings — add one (as its config file is now), list them, remove one.
 
+use crate::protocol::stdio::{eprintln, println};
 use std::path::{Path, PathBuf};
 
 use clap::Args;

@@ -2,6 +2,7 @@
 //! (or redo the last undo, list the turns that can be undone, or only print the plan). The
 //! snapshot ids come from the session file; the outcome is recorded there too.
 
+use crate::protocol::stdio::{eprintln, println};
 use std::path::Path;
 
 use crate::protocol::terminal_safe_line;
@@ -47,7 +48,7 @@ fn run_inner(workspace: &Path, session_dir: &Path, args: &UndoArgs) -> Result<i3
         let records = crate::session::read_records(&path).map_err(|e| e.to_string())?;
         let log = UndoLog::of(&records);
         if args.list {
-            list(&log);
+            list(&log, &records);
             return Ok(0);
         }
         return revert(workspace, session_dir, &log, args, None);
@@ -64,18 +65,39 @@ fn run_inner(workspace: &Path, session_dir: &Path, args: &UndoArgs) -> Result<i3
     revert(workspace, session_dir, &log, args, Some(&mut file))
 }
 
-fn list(log: &UndoLog) {
+/// The turns that changed files, newest first, each with the first line of its prompt so the
+/// user can tell which is which.
+fn list(log: &UndoLog, records: &[crate::session::Record]) {
     if log.turns.is_empty() {
         println!("no turn of this session changed files");
         return;
     }
+    let prompt = |turn_id: u64| {
+        records.iter().find_map(|r| match r {
+            crate::session::Record::Turn {
+                turn_id: id, text, ..
+            } if *id == turn_id => {
+                let line = text.lines().next().unwrap_or_default();
+                Some(match line.char_indices().nth(60) {
+                    Some((cut, _)) => format!("{}…", &line[..cut]),
+                    None => line.to_string(),
+                })
+            }
+            _ => None,
+        })
+    };
     for turn in log.turns.iter().rev() {
         let state = if turn.undone {
-            "undone"
+            "undone       "
         } else {
             "can be undone"
         };
-        println!("turn {}  {state}", turn.turn_id);
+        let about = prompt(turn.turn_id).unwrap_or_default();
+        println!(
+            "turn {}  {state}  {}",
+            turn.turn_id,
+            terminal_safe_line(&about)
+        );
     }
 }
 

@@ -50,21 +50,20 @@ fn field<'a>(fields: &'a [(String, String)], key: &str) -> Option<&'a str> {
         .filter(|v| !v.is_empty())
 }
 
+/// A command or skill file of a project, read as the trust digests read project files
+/// (links followed, never a FIFO or device: a command could leave one where a `.md` was).
 fn read_small(path: &Path, notes: &mut Vec<String>) -> Option<String> {
-    match std::fs::metadata(path) {
-        Ok(m) if m.len() > MAX_FILE => {
+    match crate::untrusted_fs::read_following(path, MAX_FILE) {
+        Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
             notes.push(format!(
                 "{}: larger than {} KiB, skipped",
                 path.display(),
                 MAX_FILE / 1024
             ));
-            return None;
+            None
         }
-        Ok(_) => {}
-        Err(_) => return None,
-    }
-    match std::fs::read(path) {
-        Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => {
             notes.push(format!("{}: cannot read: {e}", path.display()));
             None

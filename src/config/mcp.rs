@@ -40,6 +40,28 @@ pub struct McpServer {
     pub trust_read_only_hint: bool,
     /// Where it was declared (a file path), for `baton mcp get` and messages.
     pub source: String,
+    /// Declared by a project (`.mcp.json`, a project's `.baton/config.toml`), kept only from a
+    /// trusted folder: it starts in the workspace. The user's own servers and an editor's
+    /// start in a folder outside it (see `tool::mcp::connect`).
+    pub project: bool,
+}
+
+/// Whether the user trusted the workspace or a folder above it (`baton trust`, unchanged
+/// since): what baton starts outside the sandbox (a user's MCP server with a `cwd` there,
+/// hooks) may then run in the workspace. An unreadable trust list trusts nothing.
+pub fn workspace_trusted(workspace: &Path) -> bool {
+    let trust = super::TrustList::load().unwrap_or_default();
+    workspace
+        .ancestors()
+        .any(|dir| trust.entry(dir).is_some() && trust.status(dir) == super::TrustStatus::Trusted)
+}
+
+/// Whether the config file at `path` is a project's `.baton/config.toml` (the user's is
+/// `…/baton/config.toml`, never under a `.baton` folder).
+fn is_project_file(path: &Path) -> bool {
+    path.parent()
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == ".baton")
 }
 
 /// How baton reaches a server.
@@ -295,6 +317,7 @@ fn from_toml(name: &str, raw: TomlServer, path: &Path, base: &Path) -> Result<Mc
         disabled_tools: raw.disabled_tools,
         trust_read_only_hint: raw.trust_read_only_hint.unwrap_or(false),
         source: path.display().to_string(),
+        project: is_project_file(path),
     })
 }
 
@@ -428,6 +451,7 @@ pub fn parse_json(
             disabled_tools: Vec::new(),
             trust_read_only_hint: false,
             source: path.display().to_string(),
+            project: true,
         });
     }
     Ok(out)
@@ -472,6 +496,7 @@ pub fn from_client(spec: &McpServerSpec, source: &str) -> Result<McpServer, Stri
         disabled_tools: Vec::new(),
         trust_read_only_hint: false,
         source: source.to_string(),
+        project: false,
     })
 }
 

@@ -12,6 +12,7 @@ pub mod mcp;
 mod project;
 mod settings;
 mod trust;
+pub mod workspace;
 
 pub use mcp::{McpServer, McpTransport};
 pub use project::GUARDED_KEYS;
@@ -101,6 +102,10 @@ pub struct Config {
     pub allow: Vec<String>,
     /// The tools offered to the model, by name; `None` = all (small context windows).
     pub tools: Option<Vec<String>>,
+    /// Per expert (L0..L3): the tools it is offered (`l0_tools` …); `None` = baton's default.
+    pub expert_tools: [Option<Vec<String>>; 4],
+    /// Per expert: a file whose text is its system prompt (`l0_system_prompt` …).
+    pub expert_system_prompt: [Option<PathBuf>; 4],
     /// The files that were read, in order of increasing precedence (for `doctor`).
     pub files: Vec<PathBuf>,
     /// `--no-color`: commands get `NO_COLOR=1` as well as the TUI losing its colours.
@@ -494,6 +499,10 @@ fn load_layers(
         (Err(e), None) => return Err(e.into()),
     };
     config.files = files;
+    let mut roots = vec![config.workspace.clone()];
+    roots.extend(config.writable.iter().cloned());
+    warnings.extend(crate::protocol::host_programs::path_warning(&roots));
+    crate::protocol::host_programs::set_writable_roots(&roots);
     config.warnings = warnings;
     config.mcp_servers = mcp_servers;
     Ok(config)

@@ -21,7 +21,7 @@ fn default_max_memory_mib() -> u64 {
 
 /// Keys a project file may set only from a trusted folder unless its value is no weaker than
 /// the user's own (see `withhold_lowering`).
-pub const GUARDED_KEYS: [&str; 17] = [
+pub const GUARDED_KEYS: [&str; 21] = [
     "sandbox",
     "sandbox_backend",
     "env_keep",
@@ -39,6 +39,10 @@ pub const GUARDED_KEYS: [&str; 17] = [
     "system_prompt",
     "profile",
     "local",
+    "l0_system_prompt",
+    "l1_system_prompt",
+    "l2_system_prompt",
+    "l3_system_prompt",
 ];
 
 /// The project file that applies to `workspace`, and those passed over: `.baton/config.toml`
@@ -263,6 +267,20 @@ pub fn withhold_lowering(
     if check("local", project.local.is_some(), outside(&project.local)) {
         project.local = None;
     }
+    for (i, key) in [
+        "l0_system_prompt",
+        "l1_system_prompt",
+        "l2_system_prompt",
+        "l3_system_prompt",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let file = project.expert_system_prompt[i].clone();
+        if check(key, file.is_some(), outside(&file)) {
+            project.expert_system_prompt[i] = None;
+        }
+    }
     withheld
 }
 
@@ -287,7 +305,9 @@ pub fn sets(settings: &Settings, key: &str) -> bool {
         "system_prompt" => settings.system_prompt.is_some(),
         "profile" => settings.profile.is_some(),
         "local" => settings.local.is_some(),
-        _ => false,
+        k => super::settings::expert_key(k).is_some_and(|(i, name)| {
+            name == "system_prompt" && settings.expert_system_prompt[i].is_some()
+        }),
     }
 }
 

@@ -49,6 +49,19 @@ pub struct Settings {
     pub env_drop: Option<Vec<String>>,
     pub allow: Option<Vec<String>>,
     pub tools: Option<Vec<String>>,
+    /// Per expert (L0..L3, `l0_tools` …): the tools it is offered.
+    pub expert_tools: [Option<Vec<String>>; 4],
+    /// Per expert (`l0_system_prompt` …): a file whose text is its system prompt.
+    pub expert_system_prompt: [Option<PathBuf>; 4],
+}
+
+/// The expert a per-expert key (`l2_tools`, `l0_system_prompt`) is about, and the rest of its
+/// name (`tools`, `system_prompt`).
+pub fn expert_key(key: &str) -> Option<(usize, &str)> {
+    let rest = key.strip_prefix('l')?;
+    let (digit, name) = rest.split_once('_')?;
+    let i: usize = digit.parse().ok()?;
+    (i < 4 && digit.len() == 1).then_some((i, name))
 }
 
 fn choice<T: Choice>(value: &str) -> Result<T, String> {
@@ -195,7 +208,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 impl Settings {
     /// Every key, as written in config.toml (the env var is `BATON_` + upper case).
-    pub const KEYS: [&'static str; 35] = [
+    pub const KEYS: [&'static str; 43] = [
         "endpoint",
         "api_key_env",
         "mode",
@@ -231,6 +244,14 @@ impl Settings {
         "env_drop",
         "allow",
         "tools",
+        "l0_tools",
+        "l1_tools",
+        "l2_tools",
+        "l3_tools",
+        "l0_system_prompt",
+        "l1_system_prompt",
+        "l2_system_prompt",
+        "l3_system_prompt",
     ];
 
     /// Sets one key from its text form. `base` resolves relative paths (a file's folder).
@@ -411,6 +432,16 @@ impl Settings {
                 self.allow = Some(entries);
             }
             "tools" => self.tools = Some(split_list(value)),
+            k if expert_key(k).is_some_and(|(_, name)| name == "tools") => {
+                if let Some((i, _)) = expert_key(k) {
+                    self.expert_tools[i] = Some(split_list(value));
+                }
+            }
+            k if expert_key(k).is_some_and(|(_, name)| name == "system_prompt") => {
+                if let Some((i, _)) = expert_key(k) {
+                    self.expert_system_prompt[i] = Some(path(value, base));
+                }
+            }
             "theme" => {
                 let v = value.trim();
                 if v.is_empty() {
@@ -467,6 +498,20 @@ impl Settings {
             allow,
             tools
         );
+        for (mine, theirs) in self.expert_tools.iter_mut().zip(top.expert_tools) {
+            if theirs.is_some() {
+                *mine = theirs;
+            }
+        }
+        for (mine, theirs) in self
+            .expert_system_prompt
+            .iter_mut()
+            .zip(top.expert_system_prompt)
+        {
+            if theirs.is_some() {
+                *mine = theirs;
+            }
+        }
     }
 
     /// Fills defaults and checks what only makes sense across keys.
@@ -519,6 +564,8 @@ impl Settings {
             env_keep: self.env_keep.unwrap_or_default(),
             env_drop: self.env_drop.unwrap_or_default(),
             allow: self.allow.unwrap_or_default(),
+            expert_tools: self.expert_tools,
+            expert_system_prompt: self.expert_system_prompt,
             tools: self.tools,
             files: Vec::new(),
             // A flag only (`--no-color`); NO_COLOR in the environment reaches commands as is.

@@ -164,3 +164,29 @@ fn a_missing_workspace_names_its_source() {
         "{text}"
     );
 }
+
+#[test]
+fn per_expert_keys_set_one_expert_and_overlay_key_by_key() {
+    let mut base = Settings::default();
+    base.set("l0_tools", "read_file,handoff", "x", None)
+        .expect("l0_tools");
+    base.set("l3_system_prompt", "/p/ui.md", "x", None)
+        .expect("l3_system_prompt");
+    assert_eq!(
+        base.expert_tools,
+        [
+            Some(vec!["read_file".to_string(), "handoff".to_string()]),
+            None,
+            None,
+            None
+        ]
+    );
+    assert_eq!(base.expert_system_prompt[3], Some("/p/ui.md".into()));
+    let mut top = Settings::default();
+    top.set("l2_tools", "shell", "y", None).expect("l2_tools");
+    base.overlay(top);
+    assert!(base.expert_tools[0].is_some() && base.expert_tools[2].is_some());
+    // Not an expert: an unknown key, not a silent no-op.
+    assert!(base.set("l4_tools", "shell", "z", None).is_err());
+    assert!(base.set("l0_colour", "red", "z", None).is_err());
+}

@@ -66,8 +66,8 @@ impl TrustList {
     }
 
     pub fn load_from(path: &Path) -> Result<TrustList, ConfigLoadError> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
+        let text = match crate::untrusted_fs::read_following(path, MAX_PROJECT_FILE) {
+            Ok(t) => String::from_utf8_lossy(&t).into_owned(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(TrustList::default()),
             Err(e) => {
                 return Err(ConfigLoadError::File {
@@ -101,10 +101,8 @@ impl TrustList {
              # approval, network, credentials…). Managed with `baton trust`; a config file\n\
              # changed since it was trusted is not trusted until `baton trust` is run again.\n\n{body}"
         );
-        let tmp = tempfile::NamedTempFile::new_in(dir)?;
-        std::fs::write(tmp.path(), text)?;
-        tmp.persist(path).map_err(|e| e.error)?;
-        Ok(())
+        // Owner-only, as before; a link at the name is replaced, not written through.
+        crate::untrusted_fs::write_file(path, &[], text.as_bytes(), Some(0o600))
     }
 
     /// The entry for a folder (canonical path), if any.
@@ -264,32 +262,7 @@ pub(super) fn read_project_file(path: &Path) -> std::io::Result<Vec<u8>> {
 /// would wait for a writer for good, so it is never opened, and a huge file is refused with
 /// `FileTooLarge` before its bytes are held.
 pub(super) fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let not_regular =
-        || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
-    // Not even opened when it is no regular file: opening a FIFO's read end, blocking or not,
-    // lets a writer waiting on it through.
-    if !std::fs::metadata(path)?.is_file() {
-        return Err(not_regular());
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)?;
-    // Swapped in between: refused all the same (and O_NONBLOCK kept the open from waiting).
-    if !file.metadata()?.is_file() {
-        return Err(not_regular());
-    }
-    let mut bytes = Vec::new();
-    file.take(max + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::FileTooLarge,
-            format!("larger than {} KiB", max / 1024),
-        ));
-    }
-    Ok(bytes)
+    crate::untrusted_fs::read_following(path, max)
 }
 
 /// Program files bigger than this are hashed by size, inode and change time.
@@ -359,43 +332,32 @@ const MAX_PROGRAM_WORDS: usize = 64;
 /// when it is not a regular file any more or cannot be read.
 fn hash_program(hasher: &mut Sha256, path: &Path) {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path);
-    let Ok(mut file) = opened else {
-        hasher.update(b"\0unreadable\0");
-        return;
+    let (mut file, meta) = match crate::untrusted_fs::open_file(path, &[]) {
+        Ok(opened) => opened,
+        Err(e) if crate::untrusted_fs::not_regular_kind(&e).is_some() => {
+            hasher.update(b"\0not a file\0");
+            return;
+        }
+        Err(_) => {
+            hasher.update(b"\0unreadable\0");
+            return;
+        }
     };
-    let Ok(meta) = file.metadata() else {
-        hasher.update(b"\0unreadable\0");
-        return;
-    };
-    if !meta.is_file() {
-        hasher.update(b"\0not a file\0");
-        return;
-    }
-    if meta.len() > MAX_PROGRAM_BYTES {
+    if meta.len > MAX_PROGRAM_BYTES {
         // The change time, not the modification time: a command can set the latter back
         // (`touch -d`), while every write moves the former and nothing can set it.
-        use std::os::unix::fs::MetadataExt;
         hasher.update(format!(
             "\0{} bytes, inode {}:{}, changed {}.{}\0",
-            meta.len(),
-            meta.dev(),
-            meta.ino(),
-            meta.ctime(),
-            meta.ctime_nsec()
+            meta.len, meta.dev, meta.ino, meta.ctime, meta.ctime_nsec
         ));
         return;
     }
     // The length first, so no content can pass for another file's delimiters.
-    hasher.update(meta.len().to_le_bytes());
+    hasher.update(meta.len.to_le_bytes());
     // One byte past the size is enough to see that it grew (a writer appending meanwhile
     // must not keep the read going).
-    match std::io::copy(&mut (&mut file).take(meta.len() + 1), hasher) {
-        Ok(n) if n == meta.len() => {}
+    match std::io::copy(&mut (&mut file).take(meta.len + 1), hasher) {
+        Ok(n) if n == meta.len => {}
         Ok(_) => hasher.update(b"\0changed while read\0"),
         Err(_) => hasher.update(b"\0read error\0"),
     }

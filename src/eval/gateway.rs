@@ -175,6 +175,7 @@ fn serve(
         let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
             return;
         };
+        crate::protocol::install_tls_provider();
         let Ok(client) = reqwest::Client::builder()
             .no_proxy()
             .connect_timeout(std::time::Duration::from_secs(30))

@@ -3,6 +3,7 @@
 //! core's (`turn_completed` for the turn, `session_usage` for the session): nothing is counted
 //! here.
 
+use crate::protocol::stdio::eprintln;
 use std::cell::RefCell;
 use std::io::Write;
 
@@ -52,14 +53,17 @@ impl Output {
         let _ = stdout.flush();
     }
 
-    /// A call declined because nobody can approve it (plain mode; `--json` has the event).
-    pub fn declined(&self, title: &str) {
-        if !self.json {
-            eprintln!(
-                "tool declined: {} (needs approval; nobody can approve in --exec)",
-                terminal_safe_line(title)
-            );
+    /// A call that did not run, and why (plain mode; `--json` has the event).
+    pub fn declined(&self, title: &str, cause: &super::Declined) {
+        if self.json {
+            return;
         }
+        let why = match cause {
+            super::Declined::Hook => "blocked by a hook",
+            super::Declined::Mcp(_) => "an MCP tool not allowed by --allow",
+            super::Declined::Approval => "needs approval; nobody can approve in --exec",
+        };
+        eprintln!("tool declined: {} ({why})", terminal_safe_line(title));
     }
 
     /// The session's tokens, once, when the run ends (the summary hop included): a stderr

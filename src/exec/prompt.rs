@@ -1,8 +1,15 @@
 //! The `--exec` prompt: from argv, or from piped stdin (`-` or no prompt). Never reads a terminal.
-//! With a prompt argument AND a piped stdin (`git diff | baton --exec "review this"`), stdin is
-//! the material the prompt is about: it is appended as a delimited `<stdin>` block, capped.
+//!
+//! Stdin is read only when asked for. A prompt argument followed by `-`
+//! (`git diff | baton --exec "review this" -`) takes stdin as the material the prompt is
+//! about: it is appended as a delimited `<stdin>` block, capped. A prompt argument alone
+//! leaves stdin alone: `while read f; do baton --exec "review $f"; done < list` keeps the rest
+//! of its list, and a CI step whose stdin stays open does not wait for its end. When a pipe
+//! holds input that was not asked for, a note on stderr says how to append it.
 
 use std::io::{IsTerminal, Read};
+
+use crate::protocol::stdio::eprintln;
 
 /// The most of a piped stdin appended to a prompt argument; the rest is cut with a note.
 pub const STDIN_CAP: usize = 1024 * 1024;
@@ -36,11 +43,18 @@ pub enum InputError {
     },
 }
 
-pub fn read(arg: Option<&str>) -> Result<String, InputError> {
+pub fn read(arg: Option<&str>, append_stdin: bool) -> Result<String, InputError> {
     let text = match arg {
         Some(p) if p != "-" => {
             let mut text = p.to_string();
-            if let Some(block) = piped_stdin_block()? {
+            if !append_stdin {
+                if pipe_holds_input() {
+                    eprintln!(
+                        "baton: stdin was not read; to append it to the prompt, put - after \
+                         it: … | baton --exec \"PROMPT\" -"
+                    );
+                }
+            } else if let Some(block) = piped_stdin_block()? {
                 text.push_str("\n\n");
                 text.push_str(&block);
             }
@@ -66,6 +80,29 @@ pub fn read(arg: Option<&str>) -> Result<String, InputError> {
         return Err(InputError::EmptyPrompt);
     }
     Ok(text)
+}
+
+/// Whether stdin is a pipe with bytes waiting in it now (`git diff | baton --exec "…"`
+/// without the `-`). A file (the list of a `while read` loop), a terminal or an empty pipe
+/// is not: nothing is said for those.
+fn pipe_holds_input() -> bool {
+    use std::os::fd::AsFd;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileTypeExt;
+    let stdin = std::io::stdin();
+    let fd = stdin.as_fd();
+    let is_fifo = fd
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .and_then(|f| f.metadata())
+        .is_ok_and(|m| m.file_type().is_fifo());
+    if !is_fifo {
+        return false;
+    }
+    let mut waiting: libc::c_int = 0;
+    // SAFETY: FIONREAD on our own stdin writes one int; nothing is read from the pipe.
+    let ok = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut waiting) } == 0;
+    ok && waiting > 0
 }
 
 /// Stdin as a `<stdin>` block when something is piped or redirected from a file into it. A

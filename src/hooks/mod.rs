@@ -97,6 +97,8 @@ pub struct Hooks {
     pub files: Vec<PathBuf>,
     /// What the user must be told once the session starts (a project file not run).
     pub notices: Vec<String>,
+    /// Whether hooks run in the workspace (its folder is trusted), decided at the first event.
+    in_workspace: Arc<std::sync::OnceLock<bool>>,
 }
 
 /// What every event's input carries besides its own fields.
@@ -196,6 +198,7 @@ impl Hooks {
             groups: Arc::new(groups),
             files,
             notices,
+            in_workspace: Arc::default(),
         })
     }
 
@@ -266,9 +269,12 @@ impl Hooks {
         input.insert("hook_event_name".into(), event.name().into());
         input.extend(fields);
         let stdin = Value::Object(input).to_string();
+        let in_workspace = *self
+            .in_workspace
+            .get_or_init(|| crate::config::mcp::workspace_trusted(&base.cwd));
         let runs = commands
             .iter()
-            .map(|c| run::run_command(c, &stdin, &base.cwd, event));
+            .map(|c| run::run_command(c, &stdin, &base.cwd, in_workspace, event));
         let mut outcome = HookOutcome::default();
         for one in futures_util::future::join_all(runs).await {
             outcome.merge(one);

@@ -1,5 +1,6 @@
 //! Running one hook command and reading its answer: `sh -c COMMAND` in its own process group,
-//! in the workspace, outside the sandbox (hooks are the user's programs), the event's JSON on
+//! outside the sandbox (hooks are the user's programs) — in the workspace only when its folder
+//! is trusted, with no PATH or module search path into it (see `confine`) — the event's JSON on
 //! stdin; killed with its whole group at its timeout or when the caller gives up on it.
 
 use std::path::Path;
@@ -10,6 +11,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::{HookCommand, HookEvent, HookOutcome, Permission};
+use crate::protocol::host_programs;
 
 /// What is kept of each of a hook's output streams; the rest is read and dropped, so a hook
 /// that prints without end neither blocks on a full pipe nor fills memory.
@@ -87,11 +89,44 @@ fn for_model(text: &str) -> String {
     cut_to(text, MODEL_TEXT_CAP)
 }
 
-async fn spawn_and_wait(hook: &HookCommand, stdin: &str, cwd: &Path) -> Result<Ran, String> {
+/// Where a hook runs and what it finds by name. Hooks run outside the sandbox, and `sh`
+/// looks programs up in PATH, interpreters load modules from the working directory
+/// (`python -m`, `npx`) and their search paths: PATH and those search paths never keep a
+/// folder in the workspace (an activated `.venv/bin` holds what commands put there), and
+/// the working directory is the workspace only when its folder is trusted, else a folder no
+/// command could have written (the home, else `/`). `BATON_PROJECT_DIR` names the workspace
+/// either way.
+fn confine(cmd: &mut tokio::process::Command, workspace: &Path, in_workspace: bool) {
+    let roots = host_programs::writable_roots_with(workspace);
+    if in_workspace {
+        cmd.current_dir(workspace);
+    } else {
+        cmd.current_dir(host_programs::neutral_dir(&roots));
+    }
+    for (name, value) in std::env::vars_os() {
+        let Some(text) = name.to_str() else { continue };
+        match host_programs::scrub_var(text, &value, &roots) {
+            Some(kept) if kept == value => {}
+            Some(kept) => {
+                cmd.env(&name, kept);
+            }
+            None => {
+                cmd.env_remove(&name);
+            }
+        }
+    }
+}
+
+async fn spawn_and_wait(
+    hook: &HookCommand,
+    stdin: &str,
+    cwd: &Path,
+    in_workspace: bool,
+) -> Result<Ran, String> {
     let mut cmd = tokio::process::Command::new("/bin/sh");
+    confine(&mut cmd, cwd, in_workspace);
     cmd.arg("-c")
         .arg(&hook.command)
-        .current_dir(cwd)
         // Scripts written for Claude Code find the project through this variable.
         .env("BATON_PROJECT_DIR", cwd)
         .env("CLAUDE_PROJECT_DIR", cwd)
@@ -164,6 +199,7 @@ pub(crate) async fn run_command(
     hook: &HookCommand,
     stdin: &str,
     cwd: &Path,
+    in_workspace: bool,
     event: HookEvent,
 ) -> HookOutcome {
     let mut out = HookOutcome {
@@ -171,7 +207,7 @@ pub(crate) async fn run_command(
         ..HookOutcome::default()
     };
     let name = format!("{} hook `{}`", event.name(), short(&hook.command));
-    let ran = match spawn_and_wait(hook, stdin, cwd).await {
+    let ran = match spawn_and_wait(hook, stdin, cwd, in_workspace).await {
         Ok(r) => r,
         Err(why) => {
             out.messages.push(format!("{name} {why}"));

@@ -66,7 +66,7 @@ async fn exit_2_blocks_with_stderr_and_the_input_reaches_stdin() {
     let hooks = hooks_of(&one(
         "PreToolUse",
         "shell",
-        "cat > input.json; echo 'no rm -rf here' >&2; exit 2",
+        "cat > \"$BATON_PROJECT_DIR/input.json\"; echo 'no rm -rf here' >&2; exit 2",
         10.0,
     ));
     let mut fields = Map::new();

@@ -36,7 +36,6 @@ use crate::mol::decide::{Step, decide};
 use crate::mol::persist::{self, EntryKind, StateDir, StateDirError};
 use crate::mol::profile::Profile;
 use crate::mol::speculate::{self, Resolved, Speculation};
-use crate::mol::summary::summarize;
 use crate::mol::timeline::{SummaryState, Task, Timeline, with_identity};
 use crate::protocol::{
     ChatMessage, ErrorKind, Expert, Hop, HopSample, Mode, MolService, Role, ServiceFuture,
@@ -754,13 +753,13 @@ impl Conversations {
 
     /// The summary hop of a closed task, in the background; shared, so the conversation, its
     /// stored responses and their forks wait for the same hop.
-    fn spawn_summary(&self, task: Task, head: Vec<ChatMessage>) -> PendingSummary {
+    /// `request`: the summary request of task `task_id` (`summary_request_extending`: the
+    /// owner's last answer request, with its tools, plus the summary prompt).
+    fn spawn_summary(&self, task_id: u64, request: ChatRequest) -> PendingSummary {
         let backend = self.backend.clone();
-        let profile = self.profile.clone();
         let observer = self.observer.clone();
-        let task_id = task.id;
         let handle = self.summaries.spawn(async move {
-            let outcome = summarize(backend.as_ref(), &profile, &task, &head).await;
+            let outcome = crate::mol::summary::run(backend.as_ref(), request).await;
             observer.hop(HopSample {
                 hop: Hop::Summary,
                 latency: outcome.latency,
@@ -783,9 +782,11 @@ impl Conversations {
             if state.summaries.iter().any(|s| s.task_id == id) {
                 continue;
             }
-            if let Some(task) = state.core.timeline.task(id).cloned() {
+            if let Some(task) = state.core.timeline.task(id) {
                 let head = self.view_head(head, &state.core.context);
-                let pending = self.spawn_summary(task, head);
+                // The tools the answer hops offered are not kept across a restart.
+                let request = self.summary_request(&state.core.timeline, task, &head, Vec::new());
+                let pending = self.spawn_summary(id, request);
                 state.summaries.push(pending);
                 started = true;
             }
@@ -869,7 +870,9 @@ impl Conversations {
         self.remember_history(&conversation, old_digest.as_deref(), &new_digest);
         if let Some(task) = closed_task {
             let head = self.view_head(&split.head, &state.core.context);
-            let pending = self.spawn_summary(task, head);
+            let request =
+                self.summary_request(&state.core.timeline, &task, &head, input.tools.clone());
+            let pending = self.spawn_summary(task.id, request);
             state.summaries.push(pending);
         }
         let snapshot = match &input.snapshot_as {
@@ -886,6 +889,26 @@ impl Conversations {
                 self.save(c, guard).await;
             }
         }
+    }
+
+    /// The summary request of a closed `task`: its owner's view up to it (as the last answer
+    /// hop saw it, `tools` included) plus the summary prompt, so the engine's prefix cache
+    /// holds all but the prompt. The agent sends the same (`agent::summaries`).
+    fn summary_request(
+        &self,
+        timeline: &Timeline,
+        task: &Task,
+        head: &[ChatMessage],
+        tools: Vec<crate::protocol::ToolSpec>,
+    ) -> ChatRequest {
+        crate::mol::summary_request_for(
+            self.backend.as_ref(),
+            &self.profile,
+            timeline,
+            task,
+            head,
+            tools,
+        )
     }
 
     /// The system head every hop of a conversation shows: the client's system messages with

@@ -34,6 +34,8 @@ pub mod conversations;
 pub(crate) mod decide;
 #[cfg(test)]
 mod fake_backend;
+pub mod handoff;
+pub mod ledger;
 pub(crate) mod modes;
 pub mod persist;
 pub mod profile;
@@ -54,12 +56,19 @@ pub use compact::{
 };
 pub use conversations::{ConversationService, Conversations, StoreLimits};
 pub use decide::{ExpertChoice, RouteHop, Step, decide};
+pub use handoff::{HANDOFF_TOOL, handed_over, handoff_spec, parse_handoff};
+pub use ledger::ledger;
 pub use profile::{ExpertDef, Profile, ProfileError, ProfileNames, ROUTE_PREFILL};
 pub use route::{
-    DEFAULT_EXPERT, ROUTER_MAX_TOKENS, RouteOutcome, fallback_expert, label_text, parse_label,
-    route, route_request,
+    DEFAULT_EXPERT, ROUTE_TEXT_CHARS, ROUTER_MAX_TOKENS, RouteOutcome, fallback_expert, label_text,
+    parse_label, route, route_excerpt, route_request,
 };
 pub use speculate::{Resolved, Speculation, speculative_expert, view_is_ready};
 pub use state::{SessionState, restore, resume_session};
-pub use summary::{SUMMARY_MAX_TOKENS, SummaryOutcome, summarize, summary_request, summary_text};
-pub use timeline::{Compaction, SummaryState, Task, Timeline, summary_message, with_identity};
+pub use summary::{
+    SUMMARY_MAX_TOKENS, SummaryOutcome, summarize, summary_request, summary_request_extending,
+    summary_request_for, summary_text,
+};
+pub use timeline::{
+    Compaction, SummaryState, Task, Timeline, handover_message, summary_message, with_identity,
+};

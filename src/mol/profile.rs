@@ -45,6 +45,10 @@ pub struct Profile {
     pub intro: String,
     /// summary.md: the final user message of the summary hop.
     pub summary_prompt: String,
+    /// Optional per-expert system prompts (`experts/L0.md` … in the folder, placeholders
+    /// rendered): where a profile defines one, that expert answers with it instead of baton's
+    /// built-in prompt for it. The reference profiles define none.
+    pub expert_prompts: [Option<String>; 4],
 }
 
 /// Why a profile could not be loaded. Every message names the file and what is wrong.
@@ -106,7 +110,27 @@ impl Profile {
                 .map(|(_, base)| base.to_string())
                 .unwrap_or_else(|| "an open base model".to_string())
         });
-        Profile::from_texts(&dir.display().to_string(), &texts, model_name, base_model)
+        let mut profile =
+            Profile::from_texts(&dir.display().to_string(), &texts, model_name, base_model)?;
+        for expert in Expert::ALL {
+            let file = dir.join("experts").join(format!("{expert}.md"));
+            // Optional: a missing file is baton's default prompt; an unreadable one is an error.
+            match std::fs::read_to_string(&file) {
+                Ok(text) if !text.trim().is_empty() => {
+                    profile.expert_prompts[expert.index()] = Some(profile.render(text.trim()));
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(ProfileError::Read {
+                        dir: dir.to_path_buf(),
+                        file: "experts/Lx.md",
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(profile)
     }
 
     /// baton's own default profile, written by this project (src/mol/default_profile/).
@@ -186,7 +210,14 @@ impl Profile {
             base_model,
             experts,
             route_instruction,
+            expert_prompts: [None, None, None, None],
         })
+    }
+
+    /// `text` with `{{MODEL_NAME}}` and `{{BASE_MODEL}}` replaced.
+    fn render(&self, text: &str) -> String {
+        text.replace("{{MODEL_NAME}}", &self.model_name)
+            .replace("{{BASE_MODEL}}", &self.base_model)
     }
 
     /// The adapter (engine model name) of an expert.

@@ -16,11 +16,102 @@ pub const ROUTER_MAX_TOKENS: u32 = 24;
 /// The expert chosen when nothing else decides: the profile's rule for ambiguous requests.
 pub const DEFAULT_EXPERT: Expert = Expert::L2;
 
-/// Builds the route hop request exactly as the reference sends it: one user message (request
-/// text, blank line, rendered instruction without its `model_id=` stem) and the assistant
-/// prefill `model_id=`, continued; greedy, 24 tokens, thinking off, a choice constraint.
+/// The most characters of the user's text a route hop carries (about 1.7k tokens at 3.6
+/// characters a token, under 2k even at 3): a classifier needs the request, not a 440 KB log
+/// piped with it. The answer hop still gets everything.
+pub const ROUTE_TEXT_CHARS: usize = 6000;
+
+/// Of a text over the budget, how much of the budget goes to its head (the rest to its tail).
+const ROUTE_HEAD_SHARE: f64 = 0.7;
+
+/// The user's text as the router sees it: every `<stdin>` block replaced by a one-line
+/// description, then, when still over `ROUTE_TEXT_CHARS`, its head and tail (cut at line
+/// ends where there is one near) with a line saying how much was left out.
+pub fn route_excerpt(user_text: &str) -> String {
+    let text = describe_blocks(user_text.trim());
+    let total = text.chars().count();
+    if total <= ROUTE_TEXT_CHARS {
+        return text;
+    }
+    let head_chars = (ROUTE_TEXT_CHARS as f64 * ROUTE_HEAD_SHARE) as usize;
+    let tail_chars = ROUTE_TEXT_CHARS - head_chars;
+    let head_end = line_cut(&text, char_offset(&text, head_chars), false);
+    let tail_start = line_cut(&text, char_offset(&text, total - tail_chars), true);
+    let (head, tail) = (&text[..head_end], &text[tail_start..]);
+    let omitted = text[head_end..tail_start].chars().count();
+    format!(
+        "{}\n[… {omitted} characters of the request left out here …]\n{}",
+        head.trim_end(),
+        tail.trim_start()
+    )
+}
+
+/// The byte offset of the `n`th character.
+fn char_offset(text: &str, n: usize) -> usize {
+    text.char_indices().nth(n).map_or(text.len(), |(i, _)| i)
+}
+
+/// `at` moved to a line boundary within 200 bytes (backwards for a head's end, forwards for a
+/// tail's start), else left where it is.
+fn line_cut(text: &str, at: usize, forward: bool) -> usize {
+    const NEAR: usize = 200;
+    if forward {
+        let end = (at + NEAR).min(text.len());
+        text.get(at..end)
+            .and_then(|w| w.find('\n'))
+            .map_or(at, |i| at + i + 1)
+    } else {
+        let start = at.saturating_sub(NEAR);
+        (start..=at)
+            .rev()
+            .find(|&i| text.is_char_boundary(i) && text[..i].ends_with('\n'))
+            .unwrap_or(at)
+    }
+}
+
+/// Every `<stdin>…</stdin>` block (what `--exec` appends for piped input) as one line.
+fn describe_blocks(text: &str) -> String {
+    const OPEN: &str = "<stdin>\n";
+    const CLOSE: &str = "</stdin>";
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find(OPEN) {
+        let body = &rest[start + OPEN.len()..];
+        let Some(end) = body.find(CLOSE) else { break };
+        let block = &body[..end];
+        out.push_str(&rest[..start]);
+        out.push_str(&format!(
+            "[stdin: {} lines, {} KB of piped input, given to the expert, not shown here; it starts: {}]",
+            block.lines().count(),
+            block.len().div_ceil(1024),
+            first_line(block)
+        ));
+        rest = &body[end + CLOSE.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The first non-empty line of `text`, at most 120 characters.
+fn first_line(text: &str) -> String {
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let mut s: String = line.trim().chars().take(120).collect();
+    if s.len() < line.trim().len() {
+        s.push('…');
+    }
+    s
+}
+
+/// Builds the route hop request as the reference sends it: one user message (request text,
+/// blank line, rendered instruction without its `model_id=` stem) and the assistant prefill
+/// `model_id=`, continued; greedy, 24 tokens, thinking off, a choice constraint. The request
+/// text is `route_excerpt`: bounded, whatever the user sent.
 pub fn route_request(profile: &Profile, user_text: &str) -> ChatRequest {
-    let content = format!("{}\n\n{}", user_text.trim(), profile.route_instruction);
+    let content = format!(
+        "{}\n\n{}",
+        route_excerpt(user_text),
+        profile.route_instruction
+    );
     let mut req = ChatRequest::new(
         profile.adapter(Expert::L0),
         vec![
@@ -177,6 +268,46 @@ mod tests {
                 options: vec!["L0".into(), "L1".into(), "L2".into(), "L3".into()]
             })
         );
+    }
+
+    #[test]
+    fn the_route_hop_is_bounded_whatever_the_input() {
+        let p = Profile::builtin(&ProfileNames::default());
+        let log: String = (0..12_000)
+            .map(|i| format!("2026-03-01 INFO worker-{i} harbor lantern meadow\n"))
+            .collect();
+        assert!(log.len() > 440_000);
+        let text = format!("What is the most frequent word in this log?\n\n<stdin>\n{log}</stdin>");
+        let req = route_request(&p, &text);
+        let content = &req.messages[0].content;
+        // About 2.5k tokens at most (3.6 characters a token), with the instruction.
+        assert!(content.len() < 9000, "{}", content.len());
+        assert!(
+            content.starts_with(
+                "What is the most frequent word in this log?\n\n[stdin: 12000 lines, "
+            )
+        );
+        assert!(content.contains("it starts: 2026-03-01 INFO worker-0 harbor lantern meadow]"));
+        assert!(content.contains("The text above is a request"));
+
+        // Long text without a block: its head and tail, cut at line ends.
+        let long: String = (0..2000).map(|i| format!("line {i}\n")).collect();
+        let excerpt = route_excerpt(&long);
+        assert!(
+            excerpt.chars().count() <= ROUTE_TEXT_CHARS + 80,
+            "{}",
+            excerpt.len()
+        );
+        assert!(excerpt.starts_with("line 0\nline 1\n"));
+        assert!(excerpt.ends_with("line 1999"));
+        assert!(excerpt.contains("characters of the request left out here"));
+        assert!(
+            excerpt
+                .lines()
+                .all(|l| l.starts_with("line ") || l.starts_with("[…"))
+        );
+        // A short request is sent as it is.
+        assert_eq!(route_excerpt("  fix the build \n"), "fix the build");
     }
 
     #[test]

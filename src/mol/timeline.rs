@@ -87,6 +87,30 @@ pub fn summary_message(owner: Expert, summary: &str) -> ChatMessage {
     ))
 }
 
+/// The one assistant message that stands for another expert's closed task in a view: its
+/// summary, then the ledger baton keeps of it (`mol::ledger`: files, commands, tests, plan,
+/// answer). `None` when there is neither. A summary still pending shows nothing yet (a turn
+/// that needs it waits for it), so the message never changes once shown.
+pub fn handover_message(task: &Task) -> Option<ChatMessage> {
+    if task.summary == SummaryState::Pending {
+        return None;
+    }
+    let ledger = crate::mol::ledger::ledger(task);
+    let mut message = match task.summary_text() {
+        Some(summary) => summary_message(task.owner, summary),
+        None if ledger.is_empty() => return None,
+        None => ChatMessage::assistant(format!(
+            "(This request was handled by the {} expert.)",
+            task.owner
+        )),
+    };
+    if !ledger.is_empty() {
+        message.content.push_str("\n\n");
+        message.content.push_str(&ledger);
+    }
+    Some(message)
+}
+
 /// Appends the identity prompt to the first system message of the leading system run, or
 /// inserts it as a new system message at the front. Already present ⇒ unchanged.
 pub fn with_identity(head: &[ChatMessage], intro: &str) -> Vec<ChatMessage> {
@@ -217,17 +241,25 @@ impl Timeline {
     /// verbatim and other experts' closed tasks as user text + summary. Another expert's task
     /// without a usable summary contributes only its user text (nothing empty is injected).
     pub fn view(&self, target: Expert, head: &[ChatMessage]) -> Vec<ChatMessage> {
+        self.view_until(target, head, u64::MAX)
+    }
+
+    /// `view` as it was while task `last` was the newest: tasks after it left out (the
+    /// summary of `last`, sent once it closed, extends the view its answer hops saw).
+    pub fn view_until(&self, target: Expert, head: &[ChatMessage], last: u64) -> Vec<ChatMessage> {
         let mut out = head.to_vec();
         let folded_before = self.folded_before.get(&target).copied().unwrap_or(0);
-        for task in &self.tasks {
+        for task in self.tasks.iter().take_while(|t| t.id <= last) {
             let folded = task.closed && task.id < folded_before && task.summary_text().is_some();
             if task.owner == target && !folded {
                 out.push(ChatMessage::user(task.user_text.clone()));
                 out.extend(crate::mol::compact::own_messages(task));
-            } else if task.closed {
+            } else if task.closed && !crate::mol::handoff::handed_over(task) {
+                // A handed-over task is invisible here: the task it handed to carries the
+                // same request.
                 out.push(ChatMessage::user(task.user_text.clone()));
-                if let Some(summary) = task.summary_text() {
-                    out.push(summary_message(task.owner, summary));
+                if let Some(message) = handover_message(task) {
+                    out.push(message);
                 }
             }
         }

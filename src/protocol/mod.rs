@@ -9,10 +9,13 @@
 
 mod chat;
 mod error;
+pub mod host_programs;
 mod mcp;
 mod options;
 mod service;
+pub(crate) mod stdio;
 mod terminal_text;
+mod tls;
 
 pub use chat::{ChatMessage, ReasoningEffort, Role, ToolCall, ToolSpec};
 pub use error::{ErrorKind, exit};
@@ -27,6 +30,7 @@ pub use service::{
     TurnOptions, TurnRouted,
 };
 pub use terminal_text::{is_spoofing_char, terminal_safe, terminal_safe_json, terminal_safe_line};
+pub use tls::install_tls_provider;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;

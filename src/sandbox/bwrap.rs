@@ -23,16 +23,21 @@ pub fn bwrap_path() -> Result<PathBuf, SandboxError> {
     static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
     FOUND
         .get_or_init(|| {
+            // In PATH, never a folder a command could have written: bubblewrap runs outside
+            // the sandbox (it builds it). This lookup is made once per process, before any
+            // policy is known, so what is left out is every temp root and the folder baton
+            // started in (the workspace, as a rule).
+            let mut roots: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"]
+                .iter()
+                .map(PathBuf::from)
+                .chain(std::env::var_os("TMPDIR").map(PathBuf::from))
+                .collect();
+            roots.extend(std::env::current_dir().ok());
             BWRAP_PATHS
                 .iter()
                 .map(PathBuf::from)
-                .chain(
-                    std::env::var_os("PATH")
-                        .iter()
-                        .flat_map(std::env::split_paths)
-                        .map(|d| d.join("bwrap")),
-                )
                 .find(|p| p.is_file())
+                .or_else(|| crate::protocol::host_programs::find_program("bwrap", &roots))
         })
         .clone()
         .ok_or_else(|| {
@@ -353,47 +358,58 @@ const HOME_SECRETS: &[&str] = &[
     ".cache/baton",
 ];
 
+/// Set by [`private_tmp`].
+static PRIVATE_TMP: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+
+/// The host folder behind the commands' private `/tmp` and `/var/tmp`, once one was made:
+/// the one place outside the workspace and `--write` folders that a command under bubblewrap
+/// can write (and name, from its mount table).
+pub(crate) fn private_tmp_dir() -> Option<PathBuf> {
+    let dir = PRIVATE_TMP.get()?.as_ref().ok()?;
+    dir.canonicalize().ok()
+}
+
 /// The private `/tmp` of this baton process (a 0700 directory of its own, with `tmp/` and
 /// `var-tmp/` inside), shared by its commands so files left in /tmp by one are there for
 /// the next; directories of baton processes that are gone are removed on first use.
 fn private_tmp() -> Result<&'static Path, SandboxError> {
-    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let base = std::env::temp_dir();
-        // Removing the folders of baton processes that are gone is a handful of directory
-        // removals, each of which waits for the file system's journal (0.1 ms on a quiet disk,
-        // 1–5 ms each behind other writers): not on the first command's path. The thread
-        // never touches this process's own folder (its pid is alive); a removal cut short by
-        // the process's exit is finished by the next baton.
-        let stale_base = base.clone();
-        let _ = std::thread::Builder::new()
-            .name("sandbox-tmp-clean".into())
-            .spawn(move || remove_stale_tmp(&stale_base));
-        // SAFETY: getuid has no failure mode.
-        let uid = unsafe { libc::getuid() };
-        let dir = base.join(format!("baton-sandbox-{uid}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .and_then(|()| {
-                let meta = std::fs::symlink_metadata(&dir)?;
-                if !meta.is_dir() || meta.uid() != uid {
-                    return Err(std::io::Error::other("not a directory of ours"));
-                }
-                std::fs::DirBuilder::new()
-                    .mode(0o1777)
-                    .create(dir.join("tmp"))?;
-                std::fs::DirBuilder::new()
-                    .mode(0o1777)
-                    .create(dir.join("var-tmp"))
-            })
-            .map_err(|e| format!("creating the private /tmp {}: {e}", dir.display()))?;
-        Ok(dir)
-    })
-    .as_ref()
-    .map(PathBuf::as_path)
-    .map_err(|e| SandboxError::Setup(e.clone()))
+    PRIVATE_TMP
+        .get_or_init(|| {
+            let base = std::env::temp_dir();
+            // Removing the folders of baton processes that are gone is a handful of directory
+            // removals, each of which waits for the file system's journal (0.1 ms on a quiet disk,
+            // 1–5 ms each behind other writers): not on the first command's path. The thread
+            // never touches this process's own folder (its pid is alive); a removal cut short by
+            // the process's exit is finished by the next baton.
+            let stale_base = base.clone();
+            let _ = std::thread::Builder::new()
+                .name("sandbox-tmp-clean".into())
+                .spawn(move || remove_stale_tmp(&stale_base));
+            // SAFETY: getuid has no failure mode.
+            let uid = unsafe { libc::getuid() };
+            let dir = base.join(format!("baton-sandbox-{uid}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&dir)
+                .and_then(|()| {
+                    let meta = std::fs::symlink_metadata(&dir)?;
+                    if !meta.is_dir() || meta.uid() != uid {
+                        return Err(std::io::Error::other("not a directory of ours"));
+                    }
+                    std::fs::DirBuilder::new()
+                        .mode(0o1777)
+                        .create(dir.join("tmp"))?;
+                    std::fs::DirBuilder::new()
+                        .mode(0o1777)
+                        .create(dir.join("var-tmp"))
+                })
+                .map_err(|e| format!("creating the private /tmp {}: {e}", dir.display()))?;
+            Ok(dir)
+        })
+        .as_ref()
+        .map(PathBuf::as_path)
+        .map_err(|e| SandboxError::Setup(e.clone()))
 }
 
 /// Set by [`tmp_in_memory`].
@@ -526,8 +542,8 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
         b.bind(root, root);
     }
     // One look at the repositories serves the pins and the read-only binds.
-    let protection = super::git_guard::protection(policy);
-    for dir in &protection.pinned {
+    let rules = policy.write_rules();
+    for dir in rules.pinned() {
         // A pin only has to be a mount point; outside the writable roots (a read-only
         // workspace under the host's /tmp) it must not become writable by being one.
         if roots.iter().any(|r| dir.starts_with(r)) {
@@ -565,7 +581,7 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
         }
     }
     // Last, so no writable bind above can cover them.
-    for p in &protection.read_only {
+    for p in rules.read_only() {
         if p.exists() {
             b.ro_bind(p, p);
         }

@@ -65,7 +65,7 @@ pub fn build_ruleset(policy: &SandboxPolicy) -> Result<OwnedFd, SandboxError> {
     let created = ruleset
         .create()
         .map_err(err)?
-        .add_rules(path_beneath_rules(policy.writable_roots(), write))
+        .add_rules(path_beneath_rules(policy.write_rules().roots(), write))
         .map_err(err)?;
     let fd: Option<OwnedFd> = created.into();
     fd.ok_or_else(|| {

@@ -180,44 +180,9 @@ fn read_small(p: &Path) -> Option<Vec<u8>> {
 /// link (`/proc/self/cwd/…`, `/dev/stdin`) names a different file for each reader, so what
 /// baton would read there is not what git reads.
 fn open_regular(p: &Path) -> Option<std::fs::File> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
-    // SAFETY: open_how is plain data; all-zero is its documented default.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: openat2 with a NUL-terminated path and an open_how of the size passed.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        // Also where openat2 is missing (before Linux 5.6, older than Landlock): unknown.
-        return None;
-    }
-    // SAFETY: a descriptor openat2 just returned, owned from here on.
-    let located = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    // SAFETY: fstat into a zeroed struct we own, on a descriptor we own.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(located.as_raw_fd(), &mut st) } != 0
-        || st.st_mode & libc::S_IFMT != libc::S_IFREG
-    {
-        return None;
-    }
-    // Reopened through the descriptor: the same inode, whatever the path names by now.
-    let again = format!("/proc/self/fd/{}", located.as_raw_fd());
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(again)
+    crate::untrusted_fs::open_following(p)
         .ok()
+        .map(|(file, _)| file)
 }
 
 /// What the launcher pins and the file tools refuse for `policy`.
@@ -267,47 +232,66 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
     out
 }
 
-/// Whether `path` (absolute, resolved) lies in a `.baton` folder, or in a nested repository's
-/// `.git`, inside a writable root: a session started in that folder, or the user's git run
-/// there, would trust it. (The `.git` of the workspace, of a `--write` root or of a folder
-/// above the workspace has finer rules: its refs, objects and index stay writable.)
-pub fn in_trusted_folder(policy: &SandboxPolicy, path: &Path) -> bool {
-    let writable = writable_dirs(policy);
-    let mut tops = project_roots(policy, &writable);
-    tops.extend(writable_ancestors(policy, &writable));
-    if !inside_any(path, &writable) {
-        return false;
+/// What decides whether a path lies in a folder a later session or the user's git would
+/// trust (see [`TrustedFolders::holds`]): the writable directories and the repository tops,
+/// resolved once.
+#[derive(Debug, Clone, Default)]
+pub struct TrustedFolders {
+    writable: Vec<PathBuf>,
+    tops: Vec<PathBuf>,
+}
+
+impl TrustedFolders {
+    pub fn of(policy: &SandboxPolicy) -> TrustedFolders {
+        let writable = writable_dirs(policy);
+        let mut tops = project_roots(policy, &writable);
+        tops.extend(writable_ancestors(policy, &writable));
+        TrustedFolders { writable, tops }
     }
-    // git takes a folder holding a `HEAD` for a git directory when it runs there, so a
-    // `HEAD` may not be written, nor what git trusts beside one.
-    if path.file_name().is_some_and(|n| n == "HEAD") {
-        return true;
-    }
-    let beside_head = path
-        .ancestors()
-        .skip(1)
-        .take_while(|a| inside_any(a, &writable))
-        .any(|a| {
-            a.join("HEAD").is_file()
-                && path
-                    .strip_prefix(a)
-                    .ok()
-                    .and_then(|r| r.iter().next())
-                    .is_some_and(|first| {
-                        ["config", "config.worktree", "commondir", "hooks", "info"]
-                            .iter()
-                            .any(|n| first == *n)
-                    })
-        });
-    beside_head
-        || path
+
+    /// Whether `path` (absolute, resolved) lies in a `.baton` folder, or in a nested
+    /// repository's `.git`, inside a writable root: a session started in that folder, or the
+    /// user's git run there, would trust it. (The `.git` of the workspace, of a `--write` root
+    /// or of a folder above the workspace has finer rules: its refs, objects and index stay
+    /// writable.)
+    pub fn holds(&self, path: &Path) -> bool {
+        let (writable, tops) = (&self.writable, &self.tops);
+        if !inside_any(path, writable) {
+            return false;
+        }
+        // git takes a folder holding a `HEAD` for a git directory when it runs there, so a
+        // `HEAD` may not be written, nor what git trusts beside one.
+        if path.file_name().is_some_and(|n| n == "HEAD") {
+            return true;
+        }
+        let beside_head = path
             .ancestors()
-            .take_while(|a| inside_any(a, &writable))
-            .any(|a| match a.file_name() {
-                Some(n) if n == ".baton" => true,
-                Some(n) if n == ".git" => a.parent().is_some_and(|p| !tops.iter().any(|t| t == p)),
-                _ => false,
-            })
+            .skip(1)
+            .take_while(|a| inside_any(a, writable))
+            .any(|a| {
+                a.join("HEAD").is_file()
+                    && path
+                        .strip_prefix(a)
+                        .ok()
+                        .and_then(|r| r.iter().next())
+                        .is_some_and(|first| {
+                            ["config", "config.worktree", "commondir", "hooks", "info"]
+                                .iter()
+                                .any(|n| first == *n)
+                        })
+            });
+        beside_head
+            || path
+                .ancestors()
+                .take_while(|a| inside_any(a, writable))
+                .any(|a| match a.file_name() {
+                    Some(n) if n == ".baton" => true,
+                    Some(n) if n == ".git" => {
+                        a.parent().is_some_and(|p| !tops.iter().any(|t| t == p))
+                    }
+                    _ => false,
+                })
+    }
 }
 
 fn protect_gitdir(gitdir: &Path, writable: &[PathBuf], out: &mut Protection, depth: usize) {
@@ -633,13 +617,25 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
         return Vec::new();
     }
     let after = collect(policy);
+    let host = policy.write_rules().command_roots();
     let mut warnings = Vec::new();
+    let mut git = None;
     for (path, now) in &after.files {
         let then = before.files.get(path);
         if then.is_some_and(|t| t.same_as(now)) {
             continue;
         }
-        if let Some(w) = undo_change(path, then, now) {
+        if !may_change(path, &host) {
+            warnings.push(format!(
+                "baton: {} changed while a command ran, but it lies outside the folders \
+                 commands may write, so baton left it as it is: check it before running git there",
+                path.display()
+            ));
+            continue;
+        }
+        // Looked up once per audit, and only when something changed.
+        let git = git.get_or_insert_with(|| audit_git(policy));
+        if let Some(w) = undo_change(path, then, now, git.as_deref()) {
             warnings.push(w);
         }
     }
@@ -663,7 +659,54 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
     warnings
 }
 
-fn undo_change(path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<String> {
+/// Whether the audit may rewrite, rename or create `path`: only inside a folder a command
+/// could write. Every change the audit makes is to an entry of `path`'s folder (a file
+/// renamed over it, it renamed aside), so that folder, resolved, is what must lie inside;
+/// [`collect`] tracks nothing else, and this keeps it so.
+fn may_change(path: &Path, host: &[PathBuf]) -> bool {
+    path.parent()
+        .and_then(|p| p.canonicalize().ok())
+        .is_some_and(|p| inside_any(&p, host))
+}
+
+/// The folders a sandboxed command under `policy` may have written programs into, as far as
+/// baton's own lookups are concerned: every writable root, and the workspace and `--write`
+/// folders whatever the mode (a PATH entry there is the project's, never baton's).
+pub fn program_roots(policy: &SandboxPolicy) -> Vec<PathBuf> {
+    let mut roots = policy.writable_roots();
+    for p in std::iter::once(&policy.workspace).chain(&policy.writable) {
+        if !roots.contains(p) {
+            roots.push(p.clone());
+        }
+    }
+    roots
+}
+
+/// The `git` the audit asks for a second opinion: the first in baton's PATH outside
+/// [`program_roots`], by absolute path, looked up once per process and set of roots. A `git`
+/// found first in an activated in-project `.venv/bin` is what a command planted there, and
+/// the audit runs it outside the sandbox.
+fn audit_git(policy: &SandboxPolicy) -> Option<PathBuf> {
+    type Found = (Vec<PathBuf>, Option<PathBuf>);
+    static LAST: std::sync::Mutex<Option<Found>> = std::sync::Mutex::new(None);
+    let roots = program_roots(policy);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((r, git)) = last.as_ref()
+        && *r == roots
+    {
+        return git.clone();
+    }
+    let git = crate::protocol::host_programs::find_program("git", &roots);
+    *last = Some((roots, git.clone()));
+    git
+}
+
+fn undo_change(
+    path: &Path,
+    then: Option<&Tracked>,
+    now: &Tracked,
+    git: Option<&Path>,
+) -> Option<String> {
     let shown = path.display();
     match now.kind {
         Kind::GitConfig => {
@@ -686,13 +729,13 @@ fn undo_change(path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<Str
                 .into_iter()
                 .filter(|e| e.runs_code() && !kept.contains(&(e.name(), e.value.clone())))
                 .collect();
-            if planted.is_empty() && !config::git_sees_new_code(path, &kept) {
+            if planted.is_empty() && !config::git_sees_new_code(git, path, &kept) {
                 return None;
             }
             let names: Vec<String> = planted.iter().map(config::Entry::name).collect();
             let fixed = config::disable(&text, &planted);
             let ok = replace_file(path, fixed.as_bytes()).is_ok()
-                && !config::git_sees_new_code(path, &kept);
+                && !config::git_sees_new_code(git, path, &kept);
             if ok {
                 Some(format!(
                     "baton: a command planted code-running git settings in {shown} ({}); they \
@@ -859,7 +902,8 @@ fn replace_with_symlink(path: &Path, target: &Path) -> std::io::Result<()> {
 /// Everything the audit tracks for `policy`, as it is now.
 fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
     let mut snap = AuditSnapshot::default();
-    let writable = writable_dirs(policy);
+    // Only what a command could have written is tracked, and so only that is ever changed.
+    let writable = policy.write_rules().command_roots();
     let mut found = super::tree_index::Found::default();
     for root in project_roots(policy, &writable) {
         if !walk(&root, &mut found, MAX_WALK_ENTRIES) {
@@ -895,9 +939,18 @@ fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
             continue;
         };
         let work_tree = dot_git.parent().unwrap_or(Path::new("/"));
-        // A gitdir outside every writable root is the user's: the command could not write it.
+        // A gitdir outside every writable root is the user's: the command could not write it,
+        // and the audit only reads it. What the command could have written is the pointer: a
+        // new or changed `.git` file or symlink naming such a gitdir (the user's global git
+        // config folder, another repository, another user's) is undone like a `commondir`.
         if inside_any(&gitdir, &writable) {
             snap.track_gitdir(&gitdir, &writable, 0);
+        } else if dot_git
+            .parent()
+            .and_then(|p| p.canonicalize().ok())
+            .is_some_and(|p| inside_any(&p, &writable))
+        {
+            snap.track_pointer(dot_git);
         }
         if let Some(hooks) = hooks_path(&gitdir, work_tree)
             && inside_any(&hooks, &writable)
@@ -962,6 +1015,26 @@ impl AuditSnapshot {
                 link,
             },
         );
+    }
+
+    /// A `.git` file (by its content) or symlink (by its target), as a redirect.
+    fn track_pointer(&mut self, path: &Path) {
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            return;
+        };
+        if meta.file_type().is_symlink() {
+            self.files.insert(
+                path.to_path_buf(),
+                Tracked {
+                    kind: Kind::Redirect,
+                    content: None,
+                    stamp: None,
+                    link: std::fs::read_link(path).ok(),
+                },
+            );
+        } else if meta.is_file() {
+            self.track(path, Kind::Redirect);
+        }
     }
 
     /// The stamp of the regular file git would read at `path`, and its content where it is
@@ -1125,7 +1198,8 @@ mod config {
             }
         }
 
-        /// Whether git runs a program (or reads more config) because of this entry.
+        /// Whether git may run a program (or read more config) because of this entry: any
+        /// entry but the known-inert ones (see [`runs_code`]).
         pub fn runs_code(&self) -> bool {
             runs_code(
                 &self.section,
@@ -1136,36 +1210,98 @@ mod config {
         }
     }
 
-    /// Keys whose value git executes, reads more config from, or writes to (`man git-config`):
-    /// hooks and fsmonitor, pagers and editors, drivers and filters, helpers, shell aliases,
-    /// includes, transport redirections.
+    /// Whether git may run a program (or read more config, or reach further) because of this
+    /// entry: every key but those known to name no program. An allow-list, because a
+    /// deny-list of git's command-running keys cannot know third-party ones (git-lfs's
+    /// `lfs.extension.*.clean`, `lfs.customtransfer.*.path`, git-annex's `annex.*-command`),
+    /// and `git` runs them all. The keys kept are what `git init`, `git clone`, `git submodule`
+    /// and `git worktree` write and the everyday settings beside them: layout and format
+    /// (`core.*` below, `extensions.*`), where to fetch and push (`remote.*` URLs and
+    /// refspecs: `ext::` URLs stay refused by git's own `protocol.allow` default), branch
+    /// tracking, submodule registration, the author's name and e-mail, and a few behaviour
+    /// switches whose values are words or numbers.
     pub fn runs_code(section: &str, has_sub: bool, key: &str, value: &str) -> bool {
-        let shell_alias = value.trim_start().starts_with('!');
-        match section {
-            "core" => matches!(
+        !inert(section, has_sub, key, value)
+    }
+
+    fn inert(section: &str, has_sub: bool, key: &str, value: &str) -> bool {
+        match (section, has_sub) {
+            ("core", false) => matches!(
                 key,
-                "fsmonitor"
-                    | "hookspath"
-                    | "sshcommand"
-                    | "pager"
-                    | "editor"
-                    | "askpass"
-                    | "gitproxy"
-                    | "alternaterefscommand"
+                "repositoryformatversion"
+                    | "bare"
+                    | "filemode"
+                    | "logallrefupdates"
+                    | "ignorecase"
+                    | "precomposeunicode"
+                    | "symlinks"
+                    | "worktree"
+                    | "autocrlf"
+                    | "eol"
+                    | "safecrlf"
+                    | "quotepath"
+                    | "sparsecheckout"
+                    | "sparsecheckoutcone"
+                    | "checkstat"
+                    | "trustctime"
+                    | "abbrev"
+                    | "compression"
+                    | "longpaths"
+                    | "untrackedcache"
+                    | "splitindex"
+                    | "preloadindex"
+                    | "commitgraph"
+                    | "multipackindex"
+                    | "protecthfs"
+                    | "protectntfs"
+                    | "warnambiguousrefs"
             ),
-            "sequence" => key == "editor",
-            "interactive" => key == "difffilter",
-            "diff" => key == "external" || (has_sub && matches!(key, "command" | "textconv")),
-            "merge" => has_sub && key == "driver",
-            "alias" => shell_alias,
-            "submodule" => key == "update" && shell_alias,
-            "remote" => matches!(key, "uploadpack" | "receivepack" | "vcs"),
-            "uploadpack" => key == "packobjectshook",
-            "gpg" => matches!(key, "program" | "defaultkeycommand"),
-            "imap" => key == "tunnel",
-            "filter" | "difftool" | "mergetool" | "credential" | "include" | "includeif"
-            | "hook" | "pager" | "browser" | "man" | "sendemail" | "trace2" | "protocol"
-            | "url" | "guitool" | "instaweb" => true,
+            ("extensions", false) => matches!(
+                key,
+                "objectformat"
+                    | "refstorage"
+                    | "worktreeconfig"
+                    | "partialclone"
+                    | "preciousobjects"
+                    | "noop"
+            ),
+            ("remote", true) => matches!(
+                key,
+                "url"
+                    | "pushurl"
+                    | "fetch"
+                    | "push"
+                    | "tagopt"
+                    | "prune"
+                    | "prunetags"
+                    | "mirror"
+                    | "promisor"
+                    | "partialclonefilter"
+                    | "skipdefaultupdate"
+                    | "skipfetchall"
+            ),
+            ("branch", true) => matches!(
+                key,
+                "remote" | "merge" | "rebase" | "pushremote" | "description"
+            ),
+            ("submodule", true) => match key {
+                "url" | "active" | "branch" | "fetchrecursesubmodules" | "ignore" | "shallow" => {
+                    true
+                }
+                // `!command` runs it; the named strategies don't.
+                "update" => matches!(value.trim(), "checkout" | "rebase" | "merge" | "none"),
+                _ => false,
+            },
+            ("user", false) => matches!(key, "name" | "email"),
+            ("init", false) => key == "defaultbranch",
+            ("pull", false) => matches!(key, "rebase" | "ff"),
+            ("push", false) => matches!(key, "default" | "autosetupremote"),
+            ("fetch", false) => matches!(key, "prune" | "prunetags"),
+            ("merge", false) => matches!(key, "conflictstyle" | "ff"),
+            ("rerere", false) => key == "enabled",
+            ("index", false) => key == "version",
+            ("gc", false) => matches!(key, "auto" | "autodetach"),
+            ("lfs", false) => key == "repositoryformatversion",
             _ => false,
         }
     }
@@ -1327,10 +1463,12 @@ mod config {
         lines.join("\n")
     }
 
-    /// Asks git itself (when installed) whether `path` still holds code-running entries other
-    /// than `kept`: a second opinion on this parser, in case git reads the file differently.
-    pub fn git_sees_new_code(path: &Path, kept: &[(String, String)]) -> bool {
-        let out = std::process::Command::new("git")
+    /// Asks git itself (`git`, when one was found outside the writable roots) whether `path`
+    /// still holds code-running entries other than `kept`: a second opinion on this parser, in
+    /// case git reads the file differently.
+    pub fn git_sees_new_code(git: Option<&Path>, path: &Path, kept: &[(String, String)]) -> bool {
+        let Some(git) = git else { return false };
+        let out = std::process::Command::new(git)
             .args(["config", "--no-includes", "--null", "--list", "--file"])
             .arg(path)
             .current_dir("/")
@@ -1378,6 +1516,8 @@ mod config {
                 [
                     "core.fsmonitor",
                     "diff.pdf.textconv",
+                    // Not only `!` aliases: `st = -c core.pager=X log` runs X too.
+                    "alias.st",
                     "alias.ev",
                     "remote.origin.uploadpack"
                 ]
@@ -1385,6 +1525,65 @@ mod config {
             let e = parse(text);
             let tc = e.iter().find(|e| e.key == "textconv").unwrap();
             assert_eq!((tc.value.as_str(), tc.lines), ("a  b", 2));
+        }
+
+        /// An allow-list: what `git init`, `git clone` and `git submodule` write is kept,
+        /// every other key counts as code, a third party's included (finding 5: git-lfs's
+        /// `lfs.extension.*.clean` ran on the user's `git status`).
+        #[test]
+        fn only_keys_known_to_run_nothing_are_kept() {
+            let text = r#"[core]
+	repositoryformatversion = 0
+	filemode = true
+	bare = false
+	logallrefupdates = true
+	worktree = ../../../lib
+[remote "origin"]
+	url = https://example.com/x.git
+	fetch = +refs/heads/*:refs/remotes/origin/*
+[branch "main"]
+	remote = origin
+	merge = refs/heads/main
+[submodule "lib"]
+	url = ../lib
+	active = true
+	update = rebase
+[user]
+	name = me
+	email = me@example.com
+[lfs]
+	repositoryformatversion = 0
+[lfs "extension.x"]
+	clean = ./c.sh
+	smudge = cat
+[lfs "customtransfer.t"]
+	path = ./t.sh
+[lfs]
+	standalonetransferagent = t
+[annex]
+	freezecontent-command = ./f.sh
+[submodule "evil"]
+	update = !./u.sh
+[core]
+	fsmonitor = ./m.sh
+"#;
+            let names: Vec<String> = parse(text)
+                .iter()
+                .filter(|e| e.runs_code())
+                .map(Entry::name)
+                .collect();
+            assert_eq!(
+                names,
+                [
+                    "lfs.extension.x.clean",
+                    "lfs.extension.x.smudge",
+                    "lfs.customtransfer.t.path",
+                    "lfs.standalonetransferagent",
+                    "annex.freezecontent-command",
+                    "submodule.evil.update",
+                    "core.fsmonitor",
+                ]
+            );
         }
 
         #[test]

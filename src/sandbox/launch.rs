@@ -218,14 +218,14 @@ impl PreparedSandbox {
             .into_iter()
             .collect();
         let mut mounts = Vec::new();
-        let protection = super::git_guard::protection(policy);
-        for dir in &protection.pinned {
+        let rules = policy.write_rules();
+        for dir in rules.pinned() {
             mounts.push(BindMount {
                 path: c_path(dir)?,
                 read_only: None,
             });
         }
-        for p in &protection.read_only {
+        for p in rules.read_only() {
             mounts.push(BindMount {
                 path: c_path(p)?,
                 read_only: Some(locked_mount_flags(p)),

@@ -28,6 +28,7 @@ pub(crate) mod policy;
 pub mod probe;
 pub mod syscall_filter;
 mod tree_index;
+pub mod write_rules;
 
 use std::process::Command;
 use std::sync::Arc;
@@ -36,6 +37,7 @@ pub use env::EnvPolicy;
 pub use fs_rules::confine_thread_writes;
 pub use launch::{PreparedSandbox, Session, StartGate};
 pub use policy::{Backend, SandboxPolicy};
+pub use write_rules::WriteRules;
 
 use crate::protocol::SandboxMode;
 pub use probe::{SandboxSupport, probe};

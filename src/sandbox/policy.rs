@@ -124,35 +124,13 @@ impl SandboxPolicy {
     /// not), or one inside a `.baton` folder or a nested repository's `.git` is. A path that
     /// does not exist yet is judged by its nearest existing parent.
     pub fn denies_write(&self, path: &Path) -> bool {
-        if self.mode == SandboxMode::Off {
-            return false;
-        }
-        let mut existing = path;
-        let mut missing = Vec::new();
-        while !existing.exists() {
-            match (existing.parent(), existing.file_name()) {
-                (Some(parent), Some(name)) => {
-                    missing.push(name.to_owned());
-                    existing = parent;
-                }
-                _ => return false,
-            }
-        }
-        let Ok(mut real) = existing.canonicalize() else {
-            return false;
-        };
-        for name in missing.iter().rev() {
-            real.push(name);
-        }
-        if super::git_guard::in_trusted_folder(self, &real)
-            || super::git_guard::protection(self)
-                .denied
-                .iter()
-                .any(|p| real.starts_with(p))
-        {
-            return true;
-        }
-        !self.writable_roots().iter().any(|r| real.starts_with(r))
+        self.write_rules().denies(path)
+    }
+
+    /// The write rules of this policy as the disk is now: the one value the binds, Landlock
+    /// and the file tools read (see `write_rules`).
+    pub fn write_rules(&self) -> super::write_rules::WriteRules {
+        super::write_rules::WriteRules::of(self)
     }
 
     /// Existing paths inside writable roots that commands may not write (bound read-only,

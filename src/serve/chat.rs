@@ -18,7 +18,10 @@ pub struct ChatBody {
     pub stream: bool,
 }
 
-fn text_of(content: &Value, param: &str) -> Result<String, ApiError> {
+/// The text of a message's `content` on either API: a string, or text parts (`text`,
+/// `input_text`, `output_text`) joined with "\n" as vLLM joins them for a chat template. Chat
+/// Completions and Responses read one message the same way through this one function.
+pub(super) fn text_of(content: &Value, param: &str) -> Result<String, ApiError> {
     match content {
         Value::Null => Ok(String::new()),
         Value::String(s) => Ok(s.clone()),

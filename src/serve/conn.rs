@@ -6,6 +6,7 @@
 //! so one client that sends half a request holds a socket forever and keeps SIGTERM from ever
 //! finishing; hence a loop of our own over hyper.
 
+use crate::protocol::stdio::eprintln;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! OpenAI error envelopes: `{"error": {message, type, code, param}}` with the status a client
 //! library maps to its exception classes.
 
+use crate::protocol::stdio::eprintln;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;

@@ -4,6 +4,7 @@
 //! wrote, loaded, skipped and deleted. As the service's observer it is also where a damaged
 //! state file or a failed write reaches the operator's log (stderr).
 
+use crate::protocol::stdio::eprintln;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;

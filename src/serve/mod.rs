@@ -6,6 +6,7 @@
 //! This is a frontend: the loop itself (route → answer → summary, views, fallback) is the
 //! `MolService` the builder hands over; here are only HTTP, auth and the wire format.
 
+use crate::protocol::stdio::eprintln;
 mod admission;
 pub mod auth;
 mod chat;

@@ -39,31 +39,6 @@ pub struct ResponsesBody {
     pub previous: Option<String>,
 }
 
-fn parts_text(content: &Value, param: &str) -> Result<String, ApiError> {
-    match content {
-        Value::String(s) => Ok(s.clone()),
-        Value::Null => Ok(String::new()),
-        Value::Array(parts) => {
-            let mut out = String::new();
-            for p in parts {
-                let kind = p.get("type").and_then(Value::as_str).unwrap_or("");
-                match (kind, p.get("text").and_then(Value::as_str)) {
-                    ("input_text" | "output_text" | "text", Some(t)) => out.push_str(t),
-                    _ => {
-                        return Err(ApiError::bad_request(
-                            "unsupported_content",
-                            format!("only text input is supported (got '{kind}')"),
-                        )
-                        .param(param));
-                    }
-                }
-            }
-            Ok(out)
-        }
-        _ => Err(ApiError::bad_request("invalid_input", "content must be text").param(param)),
-    }
-}
-
 /// The input items as chat messages: assistant text and function calls in a row become one
 /// assistant message, function call outputs tool messages; reasoning items are dropped (the
 /// stored state keeps the model's own).
@@ -107,7 +82,8 @@ fn input_messages(body: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiErro
         match kind {
             "message" => {
                 let role = item.get("role").and_then(Value::as_str).unwrap_or("");
-                let text = parts_text(item.get("content").unwrap_or(&Value::Null), &param)?;
+                let text =
+                    super::chat::text_of(item.get("content").unwrap_or(&Value::Null), &param)?;
                 match role {
                     "assistant" => {
                         let m = open_assistant.get_or_insert_with(|| ChatMessage::assistant(""));
@@ -165,7 +141,7 @@ fn input_messages(body: &Map<String, Value>) -> Result<Vec<ChatMessage>, ApiErro
                 };
                 let output = match item.get("output") {
                     Some(Value::String(s)) => s.clone(),
-                    Some(v @ Value::Array(_)) => parts_text(v, &param)?,
+                    Some(v @ Value::Array(_)) => super::chat::text_of(v, &param)?,
                     _ => String::new(),
                 };
                 out.push(ChatMessage::tool_result(call_id, output));

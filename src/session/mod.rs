@@ -17,9 +17,9 @@ mod record;
 pub use checkpoints::{TurnSnapshots, UndoLog, UndoneChange};
 pub use record::Record;
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -76,15 +76,12 @@ impl SessionFile {
         })?;
         let id = uuid::Uuid::now_v7().to_string();
         let path = dir.join(format!("{id}.jsonl"));
-        let file = OpenOptions::new()
-            .create_new(true)
-            .append(true)
-            .mode(PRIVATE_FILE)
-            .open(&path)
-            .map_err(|e| SessionError::File {
+        let file = crate::untrusted_fs::create_new(&path, &[], PRIVATE_FILE).map_err(|e| {
+            SessionError::File {
                 path: path.display().to_string(),
                 reason: format!("cannot create: {e}"),
-            })?;
+            }
+        })?;
         let header = Record::Meta {
             id: id.clone(),
             created: chrono::Utc::now().to_rfc3339(),
@@ -125,15 +122,8 @@ impl SessionFile {
         };
         // Not through a symlink: where the session folder lies in a folder commands may write
         // (a `session_dir` in the workspace), one could point the file at a file of the user's.
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(path)
+        let file = crate::untrusted_fs::append_file(path, &[], None)
             .map_err(|e| file_error(format!("cannot open for appending: {e}")))?;
-        if !file.metadata().is_ok_and(|m| m.is_file()) {
-            return Err(file_error("not a regular file".into()));
-        }
         let stem = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
@@ -207,7 +197,7 @@ impl SessionFile {
         if self.file.is_some() {
             // The pid note goes first, while the lock is still held: removed after, it could
             // be the note of the next process that took the lock.
-            let _ = std::fs::remove_file(&self.pid_path);
+            let _ = crate::untrusted_fs::remove_file(&self.pid_path, &[]);
             // The lock itself goes with the file.
             self.file = None;
         }
@@ -242,20 +232,15 @@ fn lock(file: File, path: &Path, id: &str) -> Result<(Flock<File>, PathBuf), Ses
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(locked) => {
             // Best effort: the pid only improves the message another process shows.
-            let _ = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(PRIVATE_FILE)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                .open(&pid_path)
-                .and_then(|mut f| f.write_all(std::process::id().to_string().as_bytes()));
+            let pid = std::process::id().to_string();
+            let _ =
+                crate::untrusted_fs::write_file(&pid_path, &[], pid.as_bytes(), Some(PRIVATE_FILE));
             Ok((locked, pid_path))
         }
         Err((_, e)) if e == Errno::EWOULDBLOCK => {
-            let pid = std::fs::read_to_string(&pid_path)
+            let pid = crate::untrusted_fs::read_file(&pid_path, &[], 64)
                 .ok()
-                .and_then(|s| s.trim().parse().ok());
+                .and_then(|b| String::from_utf8_lossy(&b).trim().parse().ok());
             Err(SessionError::Busy {
                 id: id.to_string(),
                 pid,
@@ -330,7 +315,8 @@ pub fn list(dir: &Path) -> Result<Vec<SessionInfo>, SessionError> {
 }
 
 fn summarize(path: &Path) -> Option<SessionInfo> {
-    let file = File::open(path).ok()?;
+    // Never a FIFO or a link: the session folder may lie where commands write.
+    let (file, _) = crate::untrusted_fs::open_file(path, &[]).ok()?;
     let modified = file.metadata().and_then(|m| m.modified()).ok()?;
     let mut info = SessionInfo {
         id: String::new(),
@@ -374,7 +360,7 @@ fn summarize(path: &Path) -> Option<SessionInfo> {
 /// may be open in this very process), for showing what it holds. Lines that do not parse are
 /// skipped, so a file cut off by a crash still shows what it has.
 pub fn read_records(path: &Path) -> Result<Vec<Record>, SessionError> {
-    let file = File::open(path).map_err(|e| SessionError::File {
+    let (file, _) = crate::untrusted_fs::open_file(path, &[]).map_err(|e| SessionError::File {
         path: path.display().to_string(),
         reason: format!("cannot open: {e}"),
     })?;

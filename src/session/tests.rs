@@ -290,10 +290,26 @@ fn links_planted_in_a_session_folder_are_not_written_through() {
     std::fs::remove_file(&path).expect("rm");
     std::fs::write(outside.path().join("copy.jsonl"), &real).expect("copy");
     std::os::unix::fs::symlink(outside.path().join("copy.jsonl"), &path).expect("link");
+    // Not even listed (the listing opens no link either); opened by its path, refused.
     let err = SessionFile::resume(dir.path(), &id, None).expect_err("a link is refused");
+    assert!(err.to_string().contains("no session"), "{err}");
+    let err = SessionFile::open(&path).expect_err("a link is refused");
     assert!(err.to_string().contains("cannot open"), "{err}");
     assert_eq!(
         std::fs::read(outside.path().join("copy.jsonl")).unwrap(),
         real
     );
+}
+
+/// A FIFO named like a session file in the session folder (which may lie where commands
+/// write): `baton sessions` opened it to summarize it and waited for a writer for good.
+#[test]
+fn a_fifo_in_the_session_folder_is_never_opened_by_the_listing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let f = SessionFile::create(dir.path(), "mol", "x", dir.path()).expect("create");
+    drop(f);
+    let watch = crate::untrusted_fs::fifo_watch::fifo_watch(&dir.path().join("evil.jsonl"));
+    let listed = list(dir.path()).expect("list");
+    assert!(!watch.was_opened(), "the listing opened the FIFO");
+    assert_eq!(listed.len(), 1);
 }

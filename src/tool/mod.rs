@@ -113,6 +113,23 @@ pub struct ToolState {
     pub plan: std::sync::Mutex<Vec<PlanItem>>,
     /// Checkpoints taken before file changes (one per turn), for undo.
     pub checkpoints: std::sync::Mutex<checkpoint::CheckpointState>,
+    /// The tools' bounds: the product's defaults, which tests lower to prove them cheaply.
+    pub limits: ToolLimits,
+}
+
+/// Bounds the tools hold to whatever the model asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolLimits {
+    /// Bytes of a file one `read_file` call reads at most.
+    pub read_scan_bytes: u64,
+}
+
+impl Default for ToolLimits {
+    fn default() -> Self {
+        ToolLimits {
+            read_scan_bytes: fs::MAX_SCAN_BYTES,
+        }
+    }
 }
 
 /// What a file looked like when the model last read it.

@@ -386,34 +386,45 @@ impl Tool for OutlineTool {
     }
 }
 
-fn outline_file(abs: &Path, rel: &str) -> Result<String, ToolError> {
+/// Outlines the file `abs` (a real path beneath the workspace `anchor`), opened by the one
+/// untrusted-file reader: a link, FIFO or device swapped in after the check is refused, not
+/// followed or waited on.
+fn outline_file(
+    anchor: &crate::untrusted_fs::Dir,
+    abs: &Path,
+    rel: &str,
+) -> Result<String, ToolError> {
     let language = Language::of_path(abs).ok_or_else(|| ToolError::UnsupportedLanguage {
         path: rel.to_string(),
     })?;
-    let meta = std::fs::metadata(abs).map_err(|e| ToolError::io(IoOp::Inspect, rel, e))?;
-    if meta.len() > OUTLINE_MAX_FILE_BYTES {
+    let inside = anchor.relative(abs).ok_or(ToolError::Internal {
+        what: "a checked path is not beneath the workspace root",
+    })?;
+    let (file, meta) = match anchor.open_regular(inside) {
+        Ok(Some(opened)) => opened,
+        Ok(None) => {
+            return Err(ToolError::NotFound {
+                path: rel.to_string(),
+                what: "no such file or directory",
+            });
+        }
+        Err(e) if crate::untrusted_fs::not_regular_kind(&e).is_some() => {
+            return Err(ToolError::rejected(format!(
+                "{rel} is not a regular file; outline reads regular files only"
+            )));
+        }
+        Err(e) => return Err(ToolError::io(IoOp::Open, rel, e)),
+    };
+    if meta.len > OUTLINE_MAX_FILE_BYTES {
         return Err(ToolError::TooLargeToOutline {
             path: rel.to_string(),
-            bytes: meta.len(),
+            bytes: meta.len,
         });
     }
-    if !meta.is_file() {
-        return Err(ToolError::rejected(format!(
-            "{rel} is not a regular file; outline reads regular files only"
-        )));
-    }
-    // O_NONBLOCK: a FIFO swapped in after the check must not hang the turn.
     let source = {
         use std::io::Read;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(abs)
-            .map_err(|e| ToolError::io(IoOp::Open, rel, e))?;
         let mut data = Vec::new();
-        (&mut file)
-            .take(OUTLINE_MAX_FILE_BYTES + 1)
+        file.take(OUTLINE_MAX_FILE_BYTES + 1)
             .read_to_end(&mut data)
             .map_err(|e| ToolError::io(IoOp::Read, rel, e))?;
         data
@@ -431,8 +442,10 @@ fn outline_file(abs: &Path, rel: &str) -> Result<String, ToolError> {
 fn outline(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: OutlineArgs = parse_args("outline", args)?;
     let target = resolve(&ctx.workspace, &args.path)?;
+    let anchor = crate::untrusted_fs::Dir::open(&ctx.workspace)
+        .map_err(|e| ToolError::io(IoOp::Open, ctx.workspace.display().to_string(), e))?;
     if target.abs.is_file() {
-        return outline_file(&target.abs, &target.rel);
+        return outline_file(&anchor, &target.abs, &target.rel);
     }
     if !target.abs.is_dir() {
         return Err(ToolError::NotFound {
@@ -456,7 +469,7 @@ fn outline(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolEr
     let mut out = String::new();
     for file in files.iter().take(OUTLINE_MAX_FILES) {
         let rel = display_relative(file.strip_prefix(&root).unwrap_or(file));
-        match outline_file(file, &rel) {
+        match outline_file(&anchor, file, &rel) {
             Ok(text) => out.push_str(&text),
             Err(e) => out.push_str(&format!("{e}\n")),
         }

@@ -96,9 +96,10 @@ pub fn resolve_for_write(workspace: &Path, input: &str) -> Result<WorkspacePath,
         return Err(PathError::GitDirectory(input.trim().to_string()));
     }
     // The protections of the workspace-write policy hold for file tools whatever the
-    // session's sandbox mode. Checked again on the opened directory when writing.
-    let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, workspace);
-    if policy.denies_write(&resolved.abs) {
+    // session's sandbox mode: the same write rules the sandbox binds. Checked again on the
+    // opened directory when writing.
+    let rules = SandboxPolicy::new(SandboxMode::WorkspaceWrite, workspace).write_rules();
+    if rules.denies(&resolved.abs) {
         return Err(PathError::Protected(input.trim().to_string()));
     }
     Ok(resolved)

@@ -351,6 +351,20 @@ pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, Too
     let files_searched = AtomicUsize::new(0);
     let binary_skipped = AtomicUsize::new(0);
     let single_file = root.is_file();
+    // Every file is opened beneath this folder, held open: a folder swapped for a link while
+    // the walk runs is not followed out of the workspace.
+    let anchor_path = if single_file {
+        root.parent().unwrap_or(root)
+    } else {
+        root
+    };
+    let anchor = crate::untrusted_fs::Dir::open(anchor_path).map_err(|e| {
+        ToolError::io(
+            crate::tool::IoOp::Open,
+            anchor_path.display().to_string(),
+            e,
+        )
+    })?;
     walker(root, options.hidden)
         .threads(std::thread::available_parallelism().map_or(4, |n| n.get().min(12)))
         .build_parallel()
@@ -361,6 +375,7 @@ pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, Too
             let (total_lines, files_matched) = (&total_lines, &files_matched);
             let (files_searched, binary_skipped) = (&files_searched, &binary_skipped);
             let cancel = options.cancel.as_ref();
+            let (anchor, anchor_path) = (&anchor, anchor_path);
             Box::new(move |entry| {
                 if cancel.is_some_and(|c| c.is_cancelled()) {
                     return ignore::WalkState::Quit;
@@ -384,7 +399,7 @@ pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, Too
                         return ignore::WalkState::Continue;
                     }
                 }
-                let Some(data) = read_searchable(entry.path()) else {
+                let Some(data) = read_searchable(anchor, anchor_path, entry.path()) else {
                     return ignore::WalkState::Continue;
                 };
                 files_searched.fetch_add(1, Ordering::Relaxed);
@@ -431,27 +446,16 @@ pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, Too
     })
 }
 
-/// The content of a file to search, `None` when unreadable or over the size cap. One open and
-/// one fstat per file: the walk already costs a syscall per entry.
-///
-/// Opened `O_NOFOLLOW | O_NONBLOCK`: a file the walk saw that is swapped for a symlink or a FIFO
-/// before the open is skipped rather than followed or waited on.
-fn read_searchable(path: &Path) -> Option<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .ok()?;
-    let meta = file.metadata().ok()?;
-    let len = meta.len();
-    if !meta.is_file() || len > GREP_MAX_FILE_BYTES {
-        return None;
-    }
-    let mut data = Vec::with_capacity(len as usize + 1);
-    file.read_to_end(&mut data).ok()?;
-    Some(data)
+/// The content of a file to search, `None` when unreadable, not a regular file (a link or
+/// FIFO swapped in after the walk saw it is skipped, not followed or waited on) or over the
+/// size cap. Opened beneath `anchor` by the one untrusted-file reader.
+fn read_searchable(
+    anchor: &crate::untrusted_fs::Dir,
+    anchor_path: &Path,
+    path: &Path,
+) -> Option<Vec<u8>> {
+    let rel = path.strip_prefix(anchor_path).ok()?;
+    anchor.read(rel, GREP_MAX_FILE_BYTES).ok()?
 }
 
 /// Matching lines of one file (at most `cap` kept) and how many lines matched in all.

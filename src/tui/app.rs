@@ -70,6 +70,9 @@ pub struct App {
     pub file_matches: Vec<String>,
     /// The Ctrl+F search bar's text while it is open.
     pub search_input: Option<String>,
+    /// The search bar was opened by `/` while scrolled up: Enter on the name of a command
+    /// runs it (`/quit` typed from habit) instead of searching for the word.
+    pub search_from_slash: bool,
     /// Messages typed while a turn runs, sent one by one as turns complete.
     pub queue: VecDeque<String>,
     pub effects: Vec<Effect>,
@@ -146,6 +149,7 @@ impl App {
             file_index: None,
             file_matches: Vec::new(),
             search_input: None,
+            search_from_slash: false,
             queue: VecDeque::new(),
             effects: Vec::new(),
             now,
@@ -379,9 +383,29 @@ impl App {
         self.hint_until = Some((until, text.to_string()));
     }
 
-    /// When the UI must wake to take a hint down, if one is timed.
+    /// When the UI must wake: to take a timed hint down, or to redraw an approval modal the
+    /// moment it starts taking keys.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.hint_until.as_ref().map(|(t, _)| *t)
+        let hint = self.hint_until.as_ref().map(|(t, _)| *t);
+        let arming = self
+            .approvals
+            .front()
+            .and_then(|a| a.armed_at())
+            .filter(|at| *at > self.now);
+        match (hint, arming) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Called after each frame: the approval on screen counts as shown from now (its keys arm
+    /// `ARMING_DELAY` later).
+    pub fn frame_drawn(&mut self, now: Instant) {
+        if let Some(a) = self.approvals.front_mut()
+            && a.shown_at.is_none()
+        {
+            a.shown_at = Some(now);
+        }
     }
 
     /// Takes down a timed hint whose time is up (it stays if another hint replaced it).

@@ -1,7 +1,19 @@
 //! The approval modal: what waits (a command or a diff), the four answers, and the reason input of
 //! "no, and tell the model why".
+//!
+//! A modal that opens while the user is typing must not take the keys of the words in flight
+//! (the `a` of "please" once approved an unseen command for the whole session): it is armed
+//! only once it has been on screen for `ARMING_DELAY` with no key typed meanwhile. Keys before
+//! that go where they would have gone without the modal, the composer.
+
+use std::time::{Duration, Instant};
 
 use crate::protocol::{ApprovalDecision, ApprovalRequest};
+
+/// How long the modal must have been on screen, and the keyboard quiet, before keys answer it.
+/// Long enough to cover the gap between two keys of fast typing (≈100–250 ms), short enough
+/// not to be noticed by someone who reads the modal before answering.
+pub const ARMING_DELAY: Duration = Duration::from_millis(400);
 
 pub struct PendingApproval {
     pub call_id: String,
@@ -10,6 +22,10 @@ pub struct PendingApproval {
     pub reason: Option<String>,
     /// Scroll offset of a long diff.
     pub scroll: usize,
+    /// When the modal was first drawn (`None`: not yet on screen, so no key can answer it).
+    pub shown_at: Option<Instant>,
+    /// The last key that arrived while the modal was not armed (it went to the composer).
+    pub typed_at: Option<Instant>,
 }
 
 impl PendingApproval {
@@ -19,7 +35,21 @@ impl PendingApproval {
             request,
             reason: None,
             scroll: 0,
+            shown_at: None,
+            typed_at: None,
         }
+    }
+
+    /// When keys start answering the modal: `ARMING_DELAY` after it was drawn and after the
+    /// last key typed ahead, whichever is later (`None` while it has not been drawn).
+    pub fn armed_at(&self) -> Option<Instant> {
+        let shown = self.shown_at?;
+        let quiet_since = self.typed_at.map_or(shown, |t| t.max(shown));
+        Some(quiet_since + ARMING_DELAY)
+    }
+
+    pub fn is_armed(&self, now: Instant) -> bool {
+        self.armed_at().is_some_and(|at| now >= at)
     }
 
     /// The prefix "yes, and don't ask again" remembers, as the core offered it (`None`: the
@@ -52,6 +82,24 @@ impl PendingApproval {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_modal_arms_after_it_was_shown_and_typing_paused() {
+        let req = ApprovalRequest::Edit {
+            path: "a".into(),
+            diff: String::new(),
+        };
+        let mut p = PendingApproval::new("c".into(), req);
+        let t0 = Instant::now();
+        assert!(!p.is_armed(t0 + Duration::from_secs(60)), "never drawn");
+        p.shown_at = Some(t0);
+        assert!(!p.is_armed(t0 + ARMING_DELAY / 2));
+        assert!(p.is_armed(t0 + ARMING_DELAY));
+        // A key typed ahead at +300 ms pushes arming to +700 ms.
+        p.typed_at = Some(t0 + Duration::from_millis(300));
+        assert!(!p.is_armed(t0 + ARMING_DELAY));
+        assert!(p.is_armed(t0 + Duration::from_millis(300) + ARMING_DELAY));
+    }
 
     fn argv(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()

@@ -24,11 +24,14 @@ pub fn base64(data: &[u8]) -> String {
     out
 }
 
-/// The escape sequence; inside tmux it is wrapped in a DCS passthrough.
+/// The escape sequence. Inside tmux it is sent twice: plain, which tmux takes into its paste
+/// buffer and forwards to the outer terminal with `set -g set-clipboard on` (tmux 3.3 drops
+/// the passthrough form unless `allow-passthrough on`), then wrapped in a DCS passthrough for
+/// setups that allow passthrough but not set-clipboard. Both carry the same text.
 pub fn osc52_sequence(text: &str, in_tmux: bool) -> String {
     let seq = format!("\x1b]52;c;{}\x07", base64(text.as_bytes()));
     if in_tmux {
-        format!("\x1bPtmux;\x1b{seq}\x1b\\")
+        format!("{seq}\x1bPtmux;\x1b{seq}\x1b\\")
     } else {
         seq
     }
@@ -54,5 +57,9 @@ mod tests {
         assert_eq!(base64(b"fo"), "Zm8=");
         assert_eq!(base64(b"foobar"), "Zm9vYmFy");
         assert_eq!(osc52_sequence("hi", false), "\x1b]52;c;aGk=\x07");
+        assert_eq!(
+            osc52_sequence("hi", true),
+            "\x1b]52;c;aGk=\x07\x1bPtmux;\x1b\x1b]52;c;aGk=\x07\x1b\\"
+        );
     }
 }

@@ -123,10 +123,12 @@ impl App {
             }
             SlashCommand::Sessions => match self.list_saved_sessions() {
                 Some(Ok(list)) if !list.is_empty() => {
+                    let ids = super::sessions::short_ids(&list);
                     let body = list
                         .iter()
-                        .map(|s| {
-                            let (about, detail) = describe(s, &self.opts.workspace);
+                        .zip(&ids)
+                        .map(|(s, id)| {
+                            let (about, detail) = describe(s, &self.opts.workspace, id);
                             format!("{}  {about}  ({detail})", s.id)
                         })
                         .collect();
@@ -295,8 +297,9 @@ impl App {
         self.send(Op::SetApprovalPolicy { policy });
     }
 
-    /// `/new`: the last turn's expert, route and timings belong to the old session.
-    fn forget_last_turn(&mut self) {
+    /// `/new` and `/resume`: the last turn's expert, route and timings belong to the old
+    /// session.
+    pub(super) fn forget_last_turn(&mut self) {
         let s = &mut self.status;
         s.hops = Default::default();
         s.last_turn_ms = None;
@@ -460,7 +463,12 @@ impl App {
             format!("profile    {}", o.profile),
             format!(
                 "model      {}",
-                o.model.clone().unwrap_or_else(|| "(server default)".into())
+                o.model.clone().unwrap_or_else(|| if o.mode == "mol" {
+                    // In mol mode each hop names its expert as the model.
+                    "L0–L3 (each hop asks for its expert by name)".into()
+                } else {
+                    "(server default)".into()
+                })
             ),
             format!("sandbox    {}", or_unset(&o.sandbox)),
             format!(

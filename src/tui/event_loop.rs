@@ -2,6 +2,7 @@
 //! are drawn only when something changed (at most one per 8 ms); the spinner ticks only while the
 //! agent works, so an idle UI uses no CPU.
 
+use crate::protocol::stdio::eprintln;
 use std::io::stdout;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -78,6 +79,7 @@ async fn run_loop(
         if dirty && now.duration_since(last_draw) >= MIN_FRAME {
             app.now = now;
             term.draw(|f| render::render(app, f))?;
+            app.frame_drawn(now);
             last_draw = now;
             dirty = false;
         }
@@ -153,7 +155,10 @@ async fn run_loop(
                 input_gone = true;
             }
             _ = tokio::time::sleep(wait) => {
-                if animating || app.expire_hint(Instant::now()) {
+                let now = Instant::now();
+                // An approval that just armed is redrawn with its answers.
+                let arming = app.next_deadline().is_some_and(|at| at <= now);
+                if animating || app.expire_hint(now) || arming {
                     dirty = true;
                 }
             }

@@ -1,10 +1,14 @@
 //! Prompt history, persisted as one JSON string per line (multi-line prompts survive), newest last.
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 const MAX_ENTRIES: usize = 1000;
+
+/// Largest history file read (it only grows; the newest `MAX_ENTRIES` are kept from it). The
+/// file lies in the data folder, which a command could reach when that is inside a writable
+/// root: a FIFO or a sparse file of gigabytes there must not hang or fill the UI.
+const MAX_FILE_BYTES: u64 = 64 << 20;
 
 #[derive(Debug, Default)]
 pub struct History {
@@ -23,8 +27,9 @@ impl History {
         let Some(path) = file else {
             return (history, None);
         };
-        match std::fs::read_to_string(path) {
-            Ok(text) => {
+        match crate::untrusted_fs::read_file(path, &[], MAX_FILE_BYTES) {
+            Ok(bytes) => {
+                let text = String::from_utf8_lossy(&bytes);
                 history.entries = text
                     .lines()
                     .filter_map(|l| serde_json::from_str::<String>(l).ok())
@@ -70,19 +75,7 @@ impl History {
         // never through a link or into a FIFO, as for them: with the data folder inside a
         // writable root (baton started in the home folder) a command could point the file at
         // one of the user's (`~/.bashrc`), which every prompt would then be appended to.
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(crate::session::PRIVATE_FILE)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(path)
-            .and_then(|f| {
-                if f.metadata()?.is_file() {
-                    Ok(f)
-                } else {
-                    Err(std::io::Error::other("not a regular file"))
-                }
-            })
+        crate::untrusted_fs::append_file(path, &[], Some(crate::session::PRIVATE_FILE))
             .and_then(|mut f| writeln!(f, "{line}"))
             .map_err(|e| format!("{}: cannot write history: {e}", path.display()))
     }
@@ -92,6 +85,19 @@ impl History {
 mod tests {
     use super::*;
     use crate::tui::composer::Composer;
+
+    /// The history file in a data folder commands can reach, replaced by a FIFO: loading it
+    /// (std::fs::read_to_string) waited for a writer for good before the UI came up.
+    #[test]
+    fn a_history_file_replaced_by_a_fifo_is_never_opened() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("hist.jsonl");
+        let watch = crate::untrusted_fs::fifo_watch::fifo_watch(&file);
+        let (mut h, warning) = History::load(Some(&file));
+        assert!(h.push("ls").is_err());
+        assert!(!watch.was_opened(), "the history opened the FIFO");
+        assert!(warning.is_some_and(|w| w.contains("not a regular file")));
+    }
 
     #[test]
     fn a_history_file_replaced_by_a_link_is_not_written_through() {

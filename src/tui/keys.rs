@@ -73,9 +73,15 @@ impl App {
             self.pager_key(key);
             return;
         }
-        if !self.approvals.is_empty() {
-            self.approval_key(key);
-            return;
+        if let Some(a) = self.approvals.front_mut() {
+            if a.is_armed(self.now) {
+                self.approval_key(key);
+                return;
+            }
+            // Typed ahead, before the modal could be read: the key goes where it would have
+            // gone without the modal (the composer keeps the words), and the modal waits for
+            // the typing to pause.
+            a.typed_at = Some(self.now);
         }
         if let Some(redo) = self.pending_undo.take() {
             self.undo_confirm_key(key, redo);
@@ -259,10 +265,21 @@ impl App {
                 ));
             }
         };
+        let command = format!("/{}", query.trim());
         match key.code {
             KeyCode::Esc => {
                 self.search_input = None;
                 self.transcript.search = None;
+            }
+            // `/quit` typed while scrolled up: the user meant the command, not a search.
+            KeyCode::Enter
+                if self.search_from_slash
+                    && matches!(super::slash::parse_slash(&command), Some(Ok(_))) =>
+            {
+                self.search_input = None;
+                self.transcript.search = None;
+                self.transcript.scroll = 0;
+                self.submit(command);
             }
             KeyCode::Enter | KeyCode::Up => step(self, true),
             KeyCode::Char('f') | KeyCode::Char('p') if ctrl => step(self, true),
@@ -302,6 +319,7 @@ impl App {
             KeyCode::Char('o') if ctrl => self.toggle_expanded(),
             KeyCode::Char('f') if ctrl => {
                 self.search_input = Some(String::new());
+                self.search_from_slash = false;
                 self.hint =
                     Some("search: type, Enter for older matches, Ctrl+N newer, Esc closes".into());
             }
@@ -331,6 +349,7 @@ impl App {
             KeyCode::Char('/') if self.composer.is_empty() && self.transcript.scroll > 0 => {
                 // While reading scrolled-up history, `/` searches (as in a pager).
                 self.search_input = Some(String::new());
+                self.search_from_slash = true;
             }
             KeyCode::Esc => {
                 if self.session_picker.is_some() {

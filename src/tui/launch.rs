@@ -3,6 +3,7 @@
 //! terminal.
 
 use super::options::{ExpertNames, TuiOptions};
+use crate::protocol::stdio::eprintln;
 use crate::protocol::{AgentHandle, AgentInfo, exit};
 
 /// What the CLI adds to the configuration for the UI.
@@ -42,7 +43,12 @@ fn options_for(info: &AgentInfo, args: &LaunchArgs) -> TuiOptions {
         })
         .unwrap_or_else(|| "dark".into());
     o.experts = ExpertNames::defaults();
-    o.endpoint = info.endpoint.clone().unwrap_or_default();
+    // A --local run talks to its in-process engine: an endpoint from the config is unused.
+    o.endpoint = if info.backend.starts_with("local:") {
+        String::new()
+    } else {
+        info.endpoint.clone().unwrap_or_default()
+    };
     o.mode = info.mode.as_str().to_string();
     o.profile = info.profile.clone();
     o.sandbox = if info.weaker_sandbox {

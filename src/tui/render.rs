@@ -215,7 +215,8 @@ fn draw_popup(app: &App, above: Rect, buf: &mut Buffer) {
         Popup::Files(files) => files.iter().map(|f| (f.clone(), String::new())).collect(),
         Popup::Sessions(list) => list
             .iter()
-            .map(|s| super::sessions::describe(s, &app.opts.workspace))
+            .zip(super::sessions::short_ids(&list))
+            .map(|(s, id)| super::sessions::describe(s, &app.opts.workspace, &id))
             .collect(),
     };
     let height = (items.len() as u16).min(10).min(above.height);
@@ -344,6 +345,19 @@ fn draw_approval(app: &App, approval: &PendingApproval, area: Rect, buf: &mut Bu
         }
         options.push(key("n", "No (Esc)".into()));
         options.push(key("r", "No, and tell the model why".into()));
+        if !approval.is_armed(app.now) {
+            // Typed-ahead keys go to the composer until the modal arms: say so, and dim the
+            // answers that do not work yet.
+            for line in &mut options {
+                for span in &mut line.spans {
+                    span.style = Style::new().fg(p.dim);
+                }
+            }
+            options.push(Line::from(Span::styled(
+                "(keys typed now go to your message; answer in a moment)",
+                Style::new().fg(p.dim),
+            )));
+        }
     }
     let max_body = (area.height as usize)
         .saturating_sub(options.len() + 5)

@@ -1,10 +1,11 @@
-//! After `/resume` (or `--resume`), the earlier conversation is shown again: the user turns and
-//! final answers of the session's records (read by the session module), so a resumed session is
-//! not a blank screen.
+//! After `/resume` (or `--resume`), the earlier conversation is shown again: the user turns, the
+//! tool calls the model made, and the final answers of the session's records (read by the
+//! session module), so a resumed session is not a blank screen. A turn that did not finish
+//! says so.
 
 use std::path::Path;
 
-use crate::protocol::Expert;
+use crate::protocol::{Expert, Role, TurnStatus};
 use crate::session::Record;
 
 /// One exchange of a saved session.
@@ -13,6 +14,27 @@ pub struct PastTurn {
     pub user: String,
     pub expert: Option<Expert>,
     pub answer: Option<String>,
+    /// One line per tool call of the turn (`$ cargo test`, `read_file src/main.rs`).
+    pub tools: Vec<String>,
+    /// How the turn ended; `None`: its process died before it ended.
+    pub ended: Option<TurnStatus>,
+}
+
+/// A tool call as one line: the command of a shell call, else the tool and its path.
+fn call_line(name: &str, arguments: &str) -> String {
+    let args: serde_json::Value = serde_json::from_str(arguments).unwrap_or_default();
+    let field = |k: &str| args.get(k).and_then(|v| v.as_str()).map(str::to_string);
+    let line = match (field("command"), field("path")) {
+        (Some(command), _) => format!("$ {command}"),
+        (None, Some(path)) => format!("{name} {path}"),
+        (None, None) => name.to_string(),
+    };
+    // One line, and not a screenful.
+    let line = line.lines().next().unwrap_or_default().to_string();
+    match line.char_indices().nth(100) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line,
+    }
 }
 
 /// At most this many earlier turns are shown (the newest ones).
@@ -29,15 +51,28 @@ pub fn past_turns(path: &Path) -> Result<Vec<PastTurn>, String> {
                 user: text,
                 expert: None,
                 answer: None,
+                tools: Vec::new(),
+                ended: None,
             }),
+            Record::Message { message, .. } if message.role == Role::Assistant => {
+                if let Some(t) = turns.last_mut() {
+                    t.tools.extend(
+                        message
+                            .tool_calls
+                            .iter()
+                            .map(|c| call_line(&c.name, &c.arguments)),
+                    );
+                }
+            }
             Record::Route { expert, .. } => {
                 if let Some(t) = turns.last_mut() {
                     t.expert = Some(expert);
                 }
             }
-            Record::TurnEnded { answer, .. } => {
+            Record::TurnEnded { answer, status, .. } => {
                 if let Some(t) = turns.last_mut() {
                     t.answer = answer.filter(|a| !a.trim().is_empty());
+                    t.ended = Some(status);
                 }
             }
             _ => {}
@@ -69,6 +104,27 @@ mod tests {
                 reason: None,
                 latency_ms: 5,
             },
+            Record::Message {
+                task_id: 1,
+                message: crate::protocol::ChatMessage {
+                    role: Role::Assistant,
+                    content: String::new(),
+                    reasoning: None,
+                    tool_calls: vec![
+                        crate::protocol::ToolCall {
+                            id: "c1".into(),
+                            name: "shell".into(),
+                            arguments: r#"{"command":"cargo test\nsecond line"}"#.into(),
+                        },
+                        crate::protocol::ToolCall {
+                            id: "c2".into(),
+                            name: "read_file".into(),
+                            arguments: r#"{"path":"src/main.rs"}"#.into(),
+                        },
+                    ],
+                    tool_call_id: None,
+                },
+            },
             Record::TurnEnded {
                 turn_id: 1,
                 status: TurnStatus::Done,
@@ -93,10 +149,13 @@ mod tests {
             PastTurn {
                 user: "hi".into(),
                 expert: Some(Expert::L0),
-                answer: Some("hello!".into())
+                answer: Some("hello!".into()),
+                tools: vec!["$ cargo test".into(), "read_file src/main.rs".into()],
+                ended: Some(TurnStatus::Done),
             }
         );
         assert_eq!(turns[1].answer, None);
+        assert_eq!(turns[1].ended, None, "cut off: it never ended");
         assert!(past_turns(&dir.path().join("missing.jsonl")).is_err());
     }
 }

@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 
 use baton::protocol::{Event, EventSink, SandboxMode};
-use baton::sandbox::{SandboxPolicy, probe};
+use baton::sandbox::SandboxPolicy;
 use baton::tool::shell::{ShellConfig, shell_tools};
 use baton::tool::{Tool, ToolContext, ToolResult, ToolState};
 use serde_json::json;
@@ -30,15 +30,7 @@ struct Repo {
 }
 
 fn enforceable() -> bool {
-    let s = probe();
-    if !s.enforceable {
-        eprintln!(
-            "SANDBOX NOT ENFORCEABLE HERE — git escape tests skipped (the refusal is asserted \
-             by the sandbox suite):\n{}",
-            s.report().join("\n")
-        );
-    }
-    s.enforceable
+    crate::support::external::sandbox_enforceable("git escape tests")
 }
 
 /// `ws` under a fresh folder outside the temp roots; `git init` unless `init` is false.
@@ -1232,4 +1224,217 @@ fn a_dangling_git_config_link_is_not_written_through_by_the_next_launch() {
         "{}",
         String::from_utf8_lossy(&second.stderr)
     );
+}
+
+/// Every file beneath `dir` with its bytes (links by their target), for a before/after check.
+fn tree_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(&d)
+            .expect("list")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            let meta = std::fs::symlink_metadata(&p).expect("stat");
+            if meta.is_dir() {
+                out.push((p.clone(), b"<dir>".to_vec()));
+                stack.push(p);
+            } else if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&p).expect("link");
+                out.push((p, target.into_os_string().into_encoded_bytes()));
+            } else {
+                out.push((p.clone(), std::fs::read(&p).expect("read")));
+            }
+        }
+    }
+    out
+}
+
+/// Finding 4: a `.git` file or symlink the command writes can name any gitdir, and the audit
+/// applied its fixes wherever that led. With the user's home in the host's /tmp (CI, a scratch
+/// home), which the landlock-era rules counted as writable, it commented out
+/// `credential.helper` and `core.pager` in the user's other repository (or global git config)
+/// and renamed its `pre-commit` hook. Under bubblewrap a command's /tmp is its own, so that
+/// folder is out of its reach: the audit must leave it byte for byte as it was, and undo the
+/// pointer instead. Old code: the config got `# disabled by baton:` lines and the hook was
+/// renamed `pre-commit.disabled-by-baton`.
+#[tokio::test]
+async fn the_audit_leaves_a_gitdir_outside_the_writable_roots_byte_identical() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let other = tempfile::Builder::new()
+        .prefix("baton-users-other-repo")
+        .tempdir_in(std::env::temp_dir())
+        .expect("tempdir");
+    let gitdir = other.path().canonicalize().expect("canon").join("repo.git");
+    std::fs::create_dir_all(gitdir.join("hooks")).expect("mkdir");
+    std::fs::write(gitdir.join("HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+    std::fs::write(
+        gitdir.join("config"),
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tpager = less -R\n\
+         [credential]\n\thelper = store\n",
+    )
+    .expect("config");
+    r.evil_script(&gitdir.join("hooks/pre-commit"));
+    let before = tree_bytes(other.path());
+    let (res, warnings) = r
+        .hostile(
+            &format!(
+                "mkdir s t && echo 'gitdir: {0}' > s/.git && ln -s '{0}' t/.git && echo done",
+                gitdir.display()
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    assert_eq!(
+        tree_bytes(other.path()),
+        before,
+        "the audit changed a folder outside the writable roots: {warnings:?}"
+    );
+    // What the command did write, the pointers, are undone.
+    for sub in ["s", "t"] {
+        assert!(
+            std::fs::symlink_metadata(r.ws.join(sub).join(".git")).is_err(),
+            "{sub}/.git is still there: {warnings:?}"
+        );
+    }
+    assert_warned(&warnings, "s/.git");
+}
+
+/// Finding 5: the audit commented out a deny-list of git's own code-running keys, so a
+/// third party's survived: git-lfs runs `lfs.extension.*.clean` (and
+/// `lfs.customtransfer.*.path`) on the user's plain `git status` in a repository with an lfs
+/// filter, git-annex its `annex.*-command` keys. A new nested repository's config now keeps
+/// only keys known to run nothing. No git-lfs needed: what is checked is that git itself no
+/// longer reads those keys from the config. Old code: all three were still set.
+#[tokio::test]
+async fn a_nested_repos_third_party_command_keys_are_neutralized_too() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let (res, warnings) = r
+        .hostile(
+            &format!(
+                "git init -q sub && git -C sub config lfs.extension.x.clean {0} && \
+                 git -C sub config lfs.extension.x.smudge cat && \
+                 git -C sub config lfs.customtransfer.t.path {0} && \
+                 git -C sub config annex.freezecontent-command {0} && \
+                 git -C sub config user.name me && echo done",
+                evil.display()
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    let config = r.ws.join("sub/.git/config");
+    let file = config.display().to_string();
+    let left = r.git_output(
+        &r.ws,
+        &["config", "--file", &file, "--get-regexp", "^(lfs|annex)\\."],
+    );
+    assert!(
+        left.stdout.is_empty(),
+        "still set: {}\n{warnings:?}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+    // What the repository needs, and what runs nothing, is kept.
+    assert_eq!(
+        r.git(&r.ws, &["config", "--file", &file, "user.name"])
+            .trim(),
+        "me"
+    );
+    assert_eq!(
+        r.git(&r.ws, &["config", "--file", &file, "core.bare"])
+            .trim(),
+        "false"
+    );
+    assert_warned(&warnings, "lfs.extension.x.clean");
+    r.git(&r.ws.join("sub"), &["status"]);
+    r.assert_not_run("a nested repo with lfs and annex keys");
+}
+
+/// Architecture review F1: "may this path be written" was decided by eight functions in five
+/// files, and the file tools and a command's binds answered differently for the same path.
+/// Both now read one `WriteRules` value. This table checks, path by path, that the value
+/// predicts what the real consumers do — the file tools' `resolve_for_write` and a real
+/// sandboxed `sh` appending to the path — and states, in the table, the two places where the
+/// answers differ on purpose: git's own state in the workspace's `.git` (commands commit; file
+/// tools leave git to the git tool) and a nested repository's gitdir (it cannot be pinned
+/// before the command runs without walking the tree; the audit undoes what a command left).
+#[test]
+fn one_write_rules_value_answers_for_the_file_tools_and_the_commands_binds() {
+    use baton::sandbox::{Session, sandboxed_command};
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    r.git(&r.ws, &["init", "-q", "sub"]);
+    for (rel, text) in [
+        ("a.txt", "a\n"),
+        (".baton/config.toml", "model = \"m\"\n"),
+        (".git/hooks/pre-commit", "#!/bin/sh\n"),
+        ("vendor/.husky/x", "x\n"),
+    ] {
+        let p = r.ws.join(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, text).expect("write");
+    }
+    let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &r.ws);
+    let rules = policy.write_rules();
+    let outside = r.base.join("outside/file");
+    // (path, file tools may write it, a command may write it)
+    let table: Vec<(PathBuf, bool, bool)> = vec![
+        (r.ws.join("a.txt"), true, true),
+        (r.ws.join("new.txt"), true, true),
+        (r.ws.join("vendor/.husky/x"), true, true),
+        (r.ws.join(".git/config"), false, false),
+        (r.ws.join(".git/hooks/pre-commit"), false, false),
+        (r.ws.join(".git/info/exclude"), false, false),
+        (r.ws.join(".baton/config.toml"), false, false),
+        (r.ws.join(".baton/new.toml"), false, false),
+        (outside.clone(), false, false),
+        // On purpose: git's state (commands run `git commit`).
+        (r.ws.join(".git/HEAD"), false, true),
+        // On purpose: not pinned; the audit undoes it after the command.
+        (r.ws.join("sub/.git/config"), false, true),
+    ];
+    let mut wrong = Vec::new();
+    for (path, files, commands) in &table {
+        let root = r.ws.canonicalize().expect("canon");
+        let shown = path.display().to_string();
+        let tool = baton::tool::path::resolve_for_write(&r.ws, &shown).is_ok();
+        let argv: Vec<String> = ["sh", "-c", "printf '' >> \"$1\"", "sh", &shown]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let (mut cmd, _guard) =
+            sandboxed_command(&policy, &argv, Session::NewGroup).expect("sandbox");
+        let ran = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run")
+            .success();
+        let said = (
+            !rules.file_tools_deny(&root, path),
+            rules.commands_may_write(path),
+        );
+        if (tool, ran) != (*files, *commands) || said != (*files, *commands) {
+            wrong.push(format!(
+                "{shown}: want files={files} commands={commands}; file tools={tool}, \
+                 command={ran}; the rules said files={} commands={}",
+                said.0, said.1
+            ));
+        }
+    }
+    // The appends changed nothing; a new file may have been made.
+    let _ = std::fs::remove_file(r.ws.join("new.txt"));
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

@@ -44,8 +44,7 @@ fn assert_confined(out: &str, what: &str) {
 /// second shows whether it still runs under seccomp and no_new_privs.
 #[test]
 fn a_command_cannot_plant_the_sandbox_helper_beside_a_baton_in_the_workspace() {
-    if !baton::sandbox::probe().enforceable {
-        eprintln!("SANDBOX NOT ENFORCEABLE HERE — helper escape test skipped");
+    if !crate::support::external::sandbox_enforceable("helper escape test") {
         return;
     }
     let env = Env::new();
@@ -100,8 +99,7 @@ fn a_command_cannot_plant_the_sandbox_helper_beside_a_baton_in_the_workspace() {
 /// from, the next run of that baton must still confine its command.
 #[test]
 fn baton_sandbox_ignores_a_helper_planted_beside_it() {
-    if !baton::sandbox::probe().enforceable {
-        eprintln!("SANDBOX NOT ENFORCEABLE HERE — helper escape test skipped");
+    if !crate::support::external::sandbox_enforceable("helper escape test") {
         return;
     }
     let env = Env::new();

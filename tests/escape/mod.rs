@@ -9,6 +9,8 @@ mod helper;
 mod host;
 mod policy;
 mod review;
+mod spawn;
 mod terminal;
 mod trials;
 mod undo;
+mod untrusted_fs;

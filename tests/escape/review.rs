@@ -241,8 +241,7 @@ fn a_process_posing_as_a_zombie_does_not_outlive_its_command() {
     ) else {
         return;
     };
-    if !baton::sandbox::probe().enforceable {
-        eprintln!("SANDBOX NOT ENFORCEABLE HERE — zombie test skipped");
+    if !crate::support::external::sandbox_enforceable("zombie test") {
         return;
     }
     let script = "import os, threading, time, ctypes\n\

@@ -45,20 +45,31 @@ pub fn python_with(modules: &[&str]) -> Option<PathBuf> {
     ok.then_some(python)
 }
 
-/// Returns `Some(value)` when the dependency is present. When it is missing: under CI (`CI`
-/// set) the test fails, since `.ci/run` installs everything; elsewhere the skip is printed and
-/// appended to `skipped-external.log` in the deps folder, so a local run shows what it did not
-/// test.
+/// Returns `Some(value)` when the dependency is present; otherwise `skip`s (a failure under CI).
 pub fn require<T>(what: &str, found: Option<T>) -> Option<T> {
-    if found.is_some() {
-        return found;
+    if found.is_none() {
+        skip(&format!(
+            "{what} is not installed (run tools/test-deps.sh; deps folder {})",
+            deps_dir().display()
+        ));
     }
-    let line = format!(
-        "SKIPPED: {what} is not installed (run tools/test-deps.sh; deps folder {})",
-        deps_dir().display()
-    );
-    assert!(std::env::var_os("CI").is_none(), "{line}");
-    eprintln!("{line}");
+    found
+}
+
+/// Whether this run is CI's: `.ci/run` exports `CI`, and installs everything the tests need.
+pub fn under_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// The one way a test skips for something missing (a tool, an enforceable sandbox, a file
+/// system feature). Under CI that is a failure, so a green CI run proves every test ran;
+/// elsewhere the skip is printed straight to stderr (libtest captures only the print macros)
+/// and appended to `skipped-external.log` in the deps folder, so a local run shows what it
+/// did not test.
+pub fn skip(reason: &str) {
+    let line = format!("SKIPPED: {reason}");
+    assert!(!under_ci(), "{line} (a skip is a failure under CI)");
+    let _ = writeln!(std::io::stderr(), "{line}");
     let _ = std::fs::create_dir_all(deps_dir());
     if let Ok(mut log) = std::fs::OpenOptions::new()
         .create(true)
@@ -67,5 +78,17 @@ pub fn require<T>(what: &str, found: Option<T>) -> Option<T> {
     {
         let _ = writeln!(log, "{line}");
     }
-    None
+}
+
+/// Whether this kernel enforces baton's sandbox; when it does not, the test `skip`s (a failure
+/// under CI, whose machine enforces it).
+pub fn sandbox_enforceable(test: &str) -> bool {
+    let support = baton::sandbox::probe();
+    if !support.enforceable {
+        skip(&format!(
+            "{test}: the sandbox is not enforceable here:\n{}",
+            support.report().join("\n")
+        ));
+    }
+    support.enforceable
 }

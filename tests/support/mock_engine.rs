@@ -80,7 +80,7 @@ impl RecordedRequest {
     }
 
     pub fn is_chat(&self) -> bool {
-        self.method == "POST" && self.path == "/v1/chat/completions"
+        self.method == "POST" && self.path.ends_with("/chat/completions")
     }
 
     /// A route hop: marked by the hop header, or (for clients that do not send it) shaped like
@@ -1010,6 +1010,12 @@ async fn serve_request(shared: Arc<Shared>, req: Request) -> Response {
         .push(recorded.clone());
 
     let path = recorded.path.trim_end_matches('/');
+    // The same API under Gemini's OpenAI-compatible root, for endpoints that are not `…/v1`.
+    let path = match path.strip_prefix("/v1beta/openai") {
+        Some(rest) => format!("/v1{rest}"),
+        None => path.to_string(),
+    };
+    let path = path.as_str();
     let reply = if recorded.method == "GET" && path == "/v1/models" {
         match &shared.models_reply {
             Some(reply) => reply.clone(),

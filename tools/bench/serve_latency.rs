@@ -226,6 +226,7 @@ fn main() {
         reference.as_secs_f64()
     );
     runtime.block_on(async {
+        baton::protocol::install_tls_provider();
         let client = reqwest::Client::builder().pool_max_idle_per_host(4096).build().unwrap();
         for stream in [false, true] {
             let conv = format!("bench-single-{}", if stream { "stream" } else { "whole" });

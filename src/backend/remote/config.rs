@@ -8,7 +8,7 @@ use crate::protocol::RouteConstraint;
 /// Everything the remote backend needs. Build it with `RemoteBackend::builder`.
 #[derive(Clone)]
 pub struct RemoteConfig {
-    /// Base URL ending in `/v1` (no trailing slash once validated).
+    /// The API root, usually ending in `/v1` (no trailing slash once validated).
     pub base_url: String,
     /// Sent as `Authorization: Bearer …`; never logged, never in an error message.
     pub api_key: Option<String>,
@@ -105,12 +105,33 @@ pub fn validate_base_url(url: &str) -> Result<String, RemoteConfigError> {
         ));
     }
     let trimmed = parsed.as_str().trim_end_matches('/').to_string();
-    if !parsed.path().trim_end_matches('/').ends_with("/v1") {
+    // Any API root is accepted (`/v1` for most servers, `/v1beta/openai` for Gemini, a proxy's
+    // own prefix): what is checked is that it answers `/models` (`baton doctor`, and the hint
+    // of a 404). Only the URL of one endpoint under the root is refused, with the root to use.
+    let path = parsed.path().trim_end_matches('/');
+    if let Some(suffix) = ENDPOINT_SUFFIXES.iter().find(|s| path.ends_with(*s)) {
+        let root = &trimmed[..trimmed.len() - suffix.len()];
         return Err(invalid(format!(
-            "the base URL must end in /v1 (the OpenAI-compatible API root), e.g. {trimmed}/v1"
+            "that is the URL of one endpoint ({suffix}); give the API root it is under, e.g. \
+             {root}"
         )));
     }
     Ok(trimmed)
+}
+
+/// Paths of the endpoints under an OpenAI-compatible root, which a base URL must not include.
+const ENDPOINT_SUFFIXES: &[&str] = &[
+    "/chat/completions",
+    "/completions",
+    "/responses",
+    "/models",
+    "/embeddings",
+];
+
+/// Whether the (validated) base URL is not the usual `…/v1` root: when it does not answer,
+/// the hint says that most servers serve their API under `/v1`.
+pub fn is_unusual_root(base_url: &str) -> bool {
+    !base_url.trim_end_matches('/').ends_with("/v1")
 }
 
 /// Whether the (validated) endpoint is on this machine.
@@ -160,12 +181,28 @@ mod tests {
     }
 
     #[test]
+    fn any_api_root_is_accepted() {
+        // Gemini's OpenAI-compatible root, a bare server, a proxy prefix.
+        assert_eq!(
+            validate_base_url("https://generativelanguage.googleapis.com/v1beta/openai/").unwrap(),
+            "https://generativelanguage.googleapis.com/v1beta/openai"
+        );
+        assert_eq!(
+            validate_base_url("http://127.0.0.1:8000").unwrap(),
+            "http://127.0.0.1:8000"
+        );
+        assert!(is_unusual_root("http://127.0.0.1:8000"));
+        assert!(!is_unusual_root("http://127.0.0.1:8000/v1"));
+    }
+
+    #[test]
     fn rejects_with_a_reason() {
-        let err = validate_base_url("http://127.0.0.1:8000")
+        // The URL of the chat endpoint: the fix is its root, not one more /v1.
+        let err = validate_base_url("http://127.0.0.1:8000/v1/chat/completions")
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("must end in /v1") && err.contains("http://127.0.0.1:8000/v1"),
+            err.contains("/chat/completions") && err.ends_with("e.g. http://127.0.0.1:8000/v1"),
             "{err}"
         );
         assert!(validate_base_url("localhost:8000/v1").is_err());

@@ -10,12 +10,17 @@ use crate::protocol::Hop;
 /// How much of a server's answer goes into an error message.
 const BODY_LIMIT: usize = 500;
 
-/// The phrases vLLM, SGLang and OpenAI use for a prompt that does not fit.
-const OVERFLOW_PHRASES: [&str; 5] = [
+/// The phrases vLLM, SGLang, llama.cpp and OpenAI use for a prompt that does not fit.
+const OVERFLOW_PHRASES: [&str; 9] = [
     "maximum context length",
     "maximum sequence length",
     "longer than the model's context length",
+    "longer than the maximum model length",
     "exceeds the context length",
+    "exceeds the context window",
+    // llama.cpp's server: HTTP 400, or an error frame inside a 200 stream.
+    "exceeds the available context size",
+    "exceed_context_size_error",
     "context_length_exceeded",
 ];
 
@@ -216,6 +221,19 @@ mod tests {
         ));
         assert!(matches!(
             ctx().server_error("too long", Some("context_length_exceeded")),
+            BackendError::ContextOverflow { .. }
+        ));
+        // llama.cpp's server, as an HTTP 400 and as a stream frame with a numeric code.
+        let llama = r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#;
+        assert!(matches!(
+            ctx().http(400, llama),
+            BackendError::ContextOverflow { .. }
+        ));
+        assert!(matches!(
+            ctx().server_error(
+                "the request exceeds the available context size, try increasing it",
+                Some("400")
+            ),
             BackendError::ContextOverflow { .. }
         ));
     }

@@ -158,6 +158,7 @@ impl RemoteBackend {
     ) -> Result<Self, RemoteConfigError> {
         config.base_url = config::validate_base_url(&config.base_url)?;
         config.api_key = config::normalize_api_key(config.api_key.take())?;
+        crate::protocol::install_tls_provider();
         let mut client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
             .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")));
@@ -252,6 +253,12 @@ impl RemoteBackend {
                 // serve: say which names it does, so the fix is one look away.
                 let body = match inner.served_models().await {
                     Some(names) => format!("{body} (the server serves: {names})"),
+                    // Neither answers: the API root itself is likely wrong.
+                    None if config::is_unusual_root(&inner.config.base_url) => format!(
+                        "{body} ({} does not answer either: most servers serve their API \
+                         under /v1, e.g. {}/v1)",
+                        inner.models_url, inner.config.base_url
+                    ),
                     None => body,
                 };
                 return Err(BackendError::Http {

@@ -1,17 +1,21 @@
-//! File operations beneath the workspace that never follow a symlink: every path is walked
-//! component by component from a directory fd with `O_NOFOLLOW`, so a directory swapped for a
-//! symlink (to anywhere) stops the walk instead of redirecting a write or a delete outside.
+//! File operations beneath the workspace that never follow a symlink, for undo: the one
+//! untrusted-file reader/writer (`crate::untrusted_fs`) reaches every directory beneath the
+//! root without following a link (`openat2` or an `O_NOFOLLOW` walk), so a directory swapped
+//! for a symlink (to anywhere) stops the operation instead of redirecting a write or a delete
+//! outside. This file adds what undo needs on top: what stands at a name (file, link, other)
+//! and putting a file or link back.
 
 use std::ffi::OsStr;
-use std::io::{Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, openat, readlinkat, renameat};
-use nix::sys::stat::{FileStat, Mode, SFlag, fstatat, mkdirat};
+use nix::fcntl::renameat;
+use nix::sys::stat::{FileStat, SFlag, fstatat};
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
+
+use crate::untrusted_fs::{Dir, not_regular_kind};
 
 /// What stands at a path, read without following symlinks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,13 +30,19 @@ pub enum Found {
     Other,
 }
 
-fn dir_flags() -> OFlag {
-    OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY
+/// The errno an `untrusted_fs` error stands for (a refusal of a non-regular file has none).
+fn to_errno(e: io::Error) -> Errno {
+    match (e.raw_os_error(), not_regular_kind(&e)) {
+        (Some(raw), _) => Errno::from_raw(raw),
+        (None, Some("a directory")) => Errno::EISDIR,
+        (None, Some("a symlink")) => Errno::ELOOP,
+        _ => Errno::EINVAL,
+    }
 }
 
 /// Opens the workspace root itself (the one path resolved by name: the user chose it).
-pub fn open_root(root: &Path) -> Result<OwnedFd, Errno> {
-    nix::fcntl::open(root, dir_flags(), Mode::empty())
+pub fn open_root(root: &Path) -> Result<Dir, Errno> {
+    Dir::open(root).map_err(to_errno)
 }
 
 /// The normal components of `rel`; `None` when it has any other kind (`..`, `/`, `.`).
@@ -48,34 +58,19 @@ fn components(rel: &Path) -> Option<Vec<&OsStr>> {
 }
 
 /// Opens the directory holding `rel`'s last component, creating missing directories when
-/// `create` is set. Returns the fd and the last component's name. A symlink, file or anything
-/// else standing where a directory should be fails with `ENOTDIR`/`ELOOP`.
-pub fn open_parent<'a>(
-    root: &OwnedFd,
-    rel: &'a Path,
-    create: bool,
-) -> Result<(OwnedFd, &'a OsStr), Errno> {
+/// `create` is set. Returns the directory and the last component's name. A symlink, file or
+/// anything else standing where a directory should be fails with `ENOTDIR`/`ELOOP`.
+pub fn open_parent<'a>(root: &Dir, rel: &'a Path, create: bool) -> Result<(Dir, &'a OsStr), Errno> {
     let parts = components(rel).ok_or(Errno::EINVAL)?;
-    let (last, dirs) = parts.split_last().ok_or(Errno::EINVAL)?;
-    let mut fd = root.try_clone().map_err(|_| Errno::EBADF)?;
-    for name in dirs {
-        let next = match openat(fd.as_fd(), *name, dir_flags(), Mode::empty()) {
-            Err(Errno::ENOENT) if create => {
-                match mkdirat(fd.as_fd(), *name, Mode::from_bits_truncate(0o755)) {
-                    Ok(()) | Err(Errno::EEXIST) => {}
-                    Err(e) => return Err(e),
-                }
-                openat(fd.as_fd(), *name, dir_flags(), Mode::empty())?
-            }
-            other => other?,
-        };
-        fd = next;
-    }
-    Ok((fd, last))
+    let last = *parts.last().ok_or(Errno::EINVAL)?;
+    let (dir, _) = root
+        .parent(rel, create.then_some(0o755))
+        .map_err(to_errno)?;
+    Ok((dir, last))
 }
 
-fn stat_at(dir: &OwnedFd, name: &OsStr) -> Result<Option<FileStat>, Errno> {
-    match fstatat(dir.as_fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+fn stat_at(dir: &Dir, name: &OsStr) -> Result<Option<FileStat>, Errno> {
+    match fstatat(dir.fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => Ok(Some(st)),
         Err(Errno::ENOENT) => Ok(None),
         Err(e) => Err(e),
@@ -87,48 +82,39 @@ fn kind(st: &FileStat) -> SFlag {
 }
 
 /// Reads what stands at `name` in `dir`. Files over `max_bytes` read as `Other`.
-pub fn read_at(dir: &OwnedFd, name: &OsStr, max_bytes: u64) -> Result<Found, Errno> {
-    let Some(st) = stat_at(dir, name)? else {
+pub fn read_at(dir: &Dir, name: &OsStr, max_bytes: u64) -> Result<Found, Errno> {
+    let at = Path::new(name);
+    let Some(meta) = dir.lstat(at).map_err(to_errno)? else {
         return Ok(Found::Missing);
     };
-    let k = kind(&st);
-    if k == SFlag::S_IFLNK {
-        return Ok(Found::Link(
-            readlinkat(dir.as_fd(), name)?.as_bytes().to_vec(),
-        ));
+    if meta.is_symlink() {
+        return Ok(Found::Link(dir.read_link(at).map_err(to_errno)?));
     }
-    if k != SFlag::S_IFREG || st.st_size as u64 > max_bytes {
+    if !meta.is_file() || meta.len > max_bytes {
         return Ok(Found::Other);
     }
-    let fd = match openat(
-        dir.as_fd(),
-        name,
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
-        Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(Errno::EACCES) | Err(Errno::EPERM) => return Ok(Found::Other),
-        Err(e) => return Err(e),
-    };
-    let mut file = std::fs::File::from(fd);
-    let mut bytes = Vec::new();
-    if Read::by_ref(&mut file)
-        .take(max_bytes + 1)
-        .read_to_end(&mut bytes)
-        .is_err()
-        || bytes.len() as u64 > max_bytes
-    {
-        return Ok(Found::Other);
+    match dir.read(at, max_bytes) {
+        Ok(Some(bytes)) => Ok(Found::File {
+            bytes,
+            executable: meta.perm & 0o111 != 0,
+        }),
+        Ok(None) => Ok(Found::Missing),
+        // Unreadable, swapped for something else, or grown past the bound: not comparable.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                None | Some(libc::EACCES) | Some(libc::EPERM)
+            ) || e.kind() == io::ErrorKind::FileTooLarge =>
+        {
+            Ok(Found::Other)
+        }
+        Err(e) => Err(to_errno(e)),
     }
-    Ok(Found::File {
-        bytes,
-        executable: st.st_mode & 0o111 != 0,
-    })
 }
 
 /// Reads what stands at `rel` beneath the root; a path through a symlink or non-directory
 /// reads as `Missing` (nothing stands at that path without following a link).
-pub fn read_path(root: &OwnedFd, rel: &Path, max_bytes: u64) -> Result<Found, Errno> {
+pub fn read_path(root: &Dir, rel: &Path, max_bytes: u64) -> Result<Found, Errno> {
     match open_parent(root, rel, false) {
         Ok((dir, name)) => read_at(&dir, name, max_bytes),
         Err(Errno::ENOENT) | Err(Errno::ENOTDIR) | Err(Errno::ELOOP) => Ok(Found::Missing),
@@ -137,41 +123,24 @@ pub fn read_path(root: &OwnedFd, rel: &Path, max_bytes: u64) -> Result<Found, Er
 }
 
 /// Puts a file or symlink at `name` in `dir`: written under a temporary name beside it, then
-/// renamed over. A directory standing there is not replaced (the rename fails).
-pub fn put_at(dir: &OwnedFd, name: &OsStr, content: &[u8], mode: PutMode) -> Result<(), Errno> {
-    let temp = format!(".baton-undo-{}", uuid::Uuid::now_v7().simple());
+/// renamed over (a link standing there is replaced, never written through). A directory
+/// standing there is not replaced.
+pub fn put_at(dir: &Dir, name: &OsStr, content: &[u8], mode: PutMode) -> Result<(), Errno> {
     match mode {
-        PutMode::Link => symlinkat(OsStr::from_bytes(content), dir.as_fd(), temp.as_str())?,
         PutMode::File { executable } => {
-            let fd = openat(
-                dir.as_fd(),
-                temp.as_str(),
-                OFlag::O_WRONLY
-                    | OFlag::O_CREAT
-                    | OFlag::O_EXCL
-                    | OFlag::O_NOFOLLOW
-                    | OFlag::O_CLOEXEC,
-                Mode::from_bits_truncate(0o600),
-            )?;
             let bits = if executable { 0o755 } else { 0o644 };
-            let mut file = std::fs::File::from(fd);
-            let written = file
-                .write_all(content)
-                .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
-                .and_then(|()| {
-                    nix::sys::stat::fchmod(file.as_fd(), Mode::from_bits_truncate(bits))
-                });
-            if let Err(e) = written {
-                let _ = unlinkat(dir.as_fd(), temp.as_str(), UnlinkatFlags::NoRemoveDir);
+            dir.replace(name, content, Some(bits)).map_err(to_errno)
+        }
+        PutMode::Link => {
+            let temp = format!(".baton-undo-{}", uuid::Uuid::now_v7().simple());
+            symlinkat(OsStr::from_bytes(content), dir.fd(), temp.as_str())?;
+            if let Err(e) = renameat(dir.fd(), temp.as_str(), dir.fd(), name) {
+                let _ = unlinkat(dir.fd(), temp.as_str(), UnlinkatFlags::NoRemoveDir);
                 return Err(e);
             }
+            Ok(())
         }
     }
-    if let Err(e) = renameat(dir.as_fd(), temp.as_str(), dir.as_fd(), name) {
-        let _ = unlinkat(dir.as_fd(), temp.as_str(), UnlinkatFlags::NoRemoveDir);
-        return Err(e);
-    }
-    Ok(())
 }
 
 /// How `put_at` creates the entry.
@@ -182,16 +151,16 @@ pub enum PutMode {
 }
 
 /// Removes the file or symlink `name` (never a directory, never through a link).
-pub fn remove_at(dir: &OwnedFd, name: &OsStr) -> Result<(), Errno> {
-    unlinkat(dir.as_fd(), name, UnlinkatFlags::NoRemoveDir)
+pub fn remove_at(dir: &Dir, name: &OsStr) -> Result<(), Errno> {
+    unlinkat(dir.fd(), name, UnlinkatFlags::NoRemoveDir)
 }
 
 /// Removes the directory `rel` when it is empty (a symlink is not removed).
-pub fn remove_empty_dir(root: &OwnedFd, rel: &Path) -> Result<(), Errno> {
+pub fn remove_empty_dir(root: &Dir, rel: &Path) -> Result<(), Errno> {
     let (dir, name) = open_parent(root, rel, false)?;
     match stat_at(&dir, name)? {
         Some(st) if kind(&st) == SFlag::S_IFDIR => {
-            unlinkat(dir.as_fd(), name, UnlinkatFlags::RemoveDir)
+            unlinkat(dir.fd(), name, UnlinkatFlags::RemoveDir)
         }
         _ => Err(Errno::ENOTDIR),
     }

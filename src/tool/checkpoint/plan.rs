@@ -4,7 +4,6 @@
 //! the change left, so later edits by the user are kept and a file changed by both is reported.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use git2::Oid;
@@ -263,7 +262,7 @@ fn found_is(found: &Found, entry: &Entry) -> bool {
     }
 }
 
-fn remove_one(root: &OwnedFd, path: &Path, entry: &Entry) -> Result<(), String> {
+fn remove_one(root: &crate::untrusted_fs::Dir, path: &Path, entry: &Entry) -> Result<(), String> {
     let (dir, name) = beneath::open_parent(root, path, false).map_err(errno_text)?;
     let found = beneath::read_at(&dir, name, MAX_CHECKPOINT_FILE_BYTES).map_err(errno_text)?;
     if !found_is(&found, entry) {
@@ -274,7 +273,7 @@ fn remove_one(root: &OwnedFd, path: &Path, entry: &Entry) -> Result<(), String> 
 
 fn restore_one(
     store: &Store,
-    root: &OwnedFd,
+    root: &crate::untrusted_fs::Dir,
     path: &Path,
     entry: &Entry,
     was: Option<&Entry>,
@@ -390,9 +389,10 @@ impl<'a, 'r> IgnoredIn<'a, 'r> {
             let abs = self.store.workspace.join(dir);
             let matcher = crate::sandbox::git_guard::gitdir_of(&abs.join(".git")).and_then(|g| {
                 // A linked worktree's gitdir names the shared one, where `info/` lives.
-                let common = std::fs::read_to_string(g.join("commondir"))
+                // In the workspace's `.git`: a command may have left a FIFO there.
+                let common = crate::untrusted_fs::read_following(&g.join("commondir"), 4096)
                     .ok()
-                    .map(|c| g.join(c.trim()))
+                    .map(|c| g.join(String::from_utf8_lossy(&c).trim()))
                     .unwrap_or(g);
                 ignore_file(&abs, &common.join("info/exclude"))
             });

@@ -121,7 +121,12 @@ impl Store {
                 crate::session::private_dir(root).map_err(|e| io_error(root, e))?;
                 let repo = Repository::init_bare(&dir)?;
                 // For a person looking in the folder: which workspace this store is of.
-                let _ = std::fs::write(dir.join("workspace"), workspace.as_os_str().as_bytes());
+                let _ = crate::untrusted_fs::write_file(
+                    &dir.join("workspace"),
+                    &[],
+                    workspace.as_os_str().as_bytes(),
+                    None,
+                );
                 let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
                 repo
             }
@@ -153,9 +158,12 @@ impl Store {
         let mut files = walk(&self.workspace, exclude, &mut unknown);
         files.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let odb = self.repo.odb()?;
+        // Files are read beneath the workspace held open: a folder a command swaps for a link
+        // while the snapshot runs is not followed out of it.
+        let anchor = crate::untrusted_fs::Dir::open(&self.workspace)
+            .map_err(|e| io_error(&self.workspace, e))?;
         for (rel, meta) in files {
             let git_path = rel.as_os_str().as_bytes().to_vec();
-            let abs = self.workspace.join(&rel);
             let is_link = meta.file_type().is_symlink();
             if !is_link && meta.len() > MAX_CHECKPOINT_FILE_BYTES {
                 unknown.insert(rel);
@@ -186,9 +194,11 @@ impl Store {
                 Some(id) => id,
                 None => {
                     let read = if is_link {
-                        std::fs::read_link(&abs).map(|t| t.as_os_str().as_bytes().to_vec())
+                        anchor.read_link(&rel)
                     } else {
-                        read_no_follow(&abs)
+                        anchor
+                            .read(&rel, MAX_CHECKPOINT_FILE_BYTES)
+                            .and_then(|found| found.ok_or(std::io::ErrorKind::NotFound.into()))
                     };
                     match read {
                         Ok(bytes) => self.repo.blob(&bytes)?,
@@ -449,23 +459,6 @@ fn check_relative(path: &Path) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-fn read_no_follow(abs: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(abs)?;
-    let mut bytes = Vec::new();
-    file.by_ref()
-        .take(MAX_CHECKPOINT_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_CHECKPOINT_FILE_BYTES {
-        return Err(std::io::Error::other("grew past the size cap"));
-    }
-    Ok(bytes)
 }
 
 pub(super) fn io_error(path: &Path, e: std::io::Error) -> CheckpointError {

@@ -9,7 +9,7 @@ mod write;
 
 pub use beneath::Beneath;
 pub use edit::EditTool;
-pub use read::ReadFileTool;
+pub use read::{MAX_SCAN_BYTES, ReadFileTool};
 pub use write::WriteFileTool;
 
 use std::path::Path;

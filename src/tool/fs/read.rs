@@ -209,11 +209,12 @@ fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Tool
     lines.feed(&sample);
     let mut scanned = sample.len() as u64;
     let mut stopped = false;
+    let scan_bound = ctx.state.limits.read_scan_bytes.max(1);
     loop {
         if ctx.cancel.is_cancelled() {
             return Err(ToolError::rejected(format!("{rel}: reading was cancelled")));
         }
-        if scanned >= MAX_SCAN_BYTES {
+        if scanned >= scan_bound {
             stopped = true;
             break;
         }
@@ -223,7 +224,7 @@ fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Tool
         if block.is_empty() {
             break;
         }
-        let n = block.len().min((MAX_SCAN_BYTES - scanned) as usize);
+        let n = block.len().min((scan_bound - scanned) as usize);
         lines.feed(&block[..n]);
         reader.consume(n);
         scanned += n as u64;
@@ -234,10 +235,10 @@ fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Tool
     if total == 0 {
         return Ok(format!("{rel}: (empty file)"));
     }
-    let scan_gib = MAX_SCAN_BYTES >> 30;
+    let scanned_size = binary_size(scan_bound);
     if first > total && stopped {
         return Err(ToolError::rejected(format!(
-            "{rel}: line {first} is not in the first {scan_gib} GiB of this {len}-byte file, \
+            "{rel}: line {first} is not in the first {scanned_size} of this {len}-byte file, \
              which is as far as read_file reads; use the shell for the rest (`tail -c`, `sed -n`)"
         )));
     }
@@ -249,7 +250,7 @@ fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Tool
     let mut header = if stopped {
         format!(
             "{rel} (lines {first}-{last_shown} of at least {total}: read_file stopped after the \
-             first {scan_gib} GiB of {len} bytes)"
+             first {scanned_size} of {len} bytes)"
         )
     } else {
         format!("{rel} (lines {first}-{last_shown} of {total})")
@@ -276,4 +277,27 @@ fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Tool
         ));
     }
     Ok(result)
+}
+
+/// `bytes` as the largest binary unit that divides it: "1 GiB", "64 MiB", "1000 bytes".
+fn binary_size(bytes: u64) -> String {
+    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+            return format!("{} {unit}", bytes >> shift);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_SCAN_BYTES, binary_size};
+
+    #[test]
+    fn the_scan_bound_is_told_in_its_largest_whole_unit() {
+        assert_eq!(binary_size(MAX_SCAN_BYTES), "1 GiB");
+        assert_eq!(binary_size(64 << 20), "64 MiB");
+        assert_eq!(binary_size(1536 << 20), "1536 MiB");
+        assert_eq!(binary_size(1000), "1000 bytes");
+    }
 }

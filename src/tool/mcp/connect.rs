@@ -3,7 +3,8 @@
 //! streamable HTTP client, then `initialize` and `tools/list`.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::Path;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
@@ -15,6 +16,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use tokio::io::AsyncBufReadExt;
 
 use crate::config::{McpServer, McpTransport};
+use crate::protocol::host_programs;
 
 /// The client side of one connection, with the child process it talks to (killed on drop).
 pub struct Service {
@@ -106,6 +108,60 @@ fn short(e: impl std::fmt::Display) -> String {
     }
 }
 
+/// The folder a stdio server starts in. It runs outside the sandbox, and interpreters load
+/// code from their working directory (`python -m mod` imports `./mod.py`, `npx -y pkg` runs
+/// `./node_modules/.bin/pkg`, `uv run` reads `./pyproject.toml`): a user's or an editor's
+/// server starts in a folder no command could have written ([`host_programs::neutral_dir`]:
+/// the home, else `/`), or in its configured `cwd` when that lies outside the workspace or
+/// the workspace's folder is trusted. A trusted project's own server starts in the workspace.
+fn working_dir(server: &McpServer, cwd: Option<&Path>, workspace: &Path) -> PathBuf {
+    let roots = host_programs::writable_roots_with(workspace);
+    if server.project {
+        return cwd.unwrap_or(workspace).to_path_buf();
+    }
+    match cwd {
+        Some(c)
+            if !host_programs::entry_is_writable(c, &roots)
+                || crate::config::mcp::workspace_trusted(workspace) =>
+        {
+            c.to_path_buf()
+        }
+        _ => host_programs::neutral_dir(&roots),
+    }
+}
+
+/// A stdio server's environment: the [`INHERITED`] variables of baton's and the configured
+/// ones, with PATH never naming a folder in the workspace (the program is looked up in the
+/// server's PATH, and an activated `.venv/bin` holds what commands put there). A user's or an
+/// editor's server also loses the workspace entries of interpreters' search paths
+/// (`PYTHONPATH`, `NODE_PATH`…) and npm folders that lie there.
+fn child_env(
+    server: &McpServer,
+    configured: &BTreeMap<String, String>,
+    workspace: &Path,
+) -> Vec<(OsString, OsString)> {
+    let roots = host_programs::writable_roots_with(workspace);
+    let mut vars: BTreeMap<String, OsString> = BTreeMap::new();
+    for name in INHERITED {
+        if let Some(value) = std::env::var_os(name) {
+            vars.insert(name.to_string(), value);
+        }
+    }
+    for (name, value) in configured {
+        vars.insert(name.clone(), value.into());
+    }
+    vars.into_iter()
+        .filter_map(|(name, value)| {
+            let kept = if server.project && name != "PATH" {
+                Some(value)
+            } else {
+                host_programs::scrub_var(&name, &value, &roots)
+            };
+            kept.map(|v| (OsString::from(name), v))
+        })
+        .collect()
+}
+
 /// Starts the server and lists its tools. `on_group` is told the child's process group as
 /// soon as it exists, so it is stopped even when the handshake never finishes.
 pub async fn start(
@@ -124,14 +180,11 @@ pub async fn start(
             let mut cmd = tokio::process::Command::new(command);
             cmd.args(args)
                 .env_clear()
-                .current_dir(cwd.as_deref().unwrap_or(workspace))
+                .current_dir(working_dir(server, cwd.as_deref(), workspace))
                 .kill_on_drop(true);
-            for name in INHERITED {
-                if let Some(value) = std::env::var_os(name) {
-                    cmd.env(name, value);
-                }
+            for (name, value) in child_env(server, env, workspace) {
+                cmd.env(name, value);
             }
-            cmd.envs(env);
             let mut wrap = process_wrap::tokio::CommandWrap::from(cmd);
             // Its own group: Ctrl-C in the terminal does not reach it, and stopping it stops
             // whatever it started (`npx` runs node under it).
@@ -200,7 +253,7 @@ pub async fn start(
                 config = config.auth_header(token);
             }
             config = config.custom_headers(headers(http_headers, env_http_headers)?);
-            install_crypto();
+            crate::protocol::install_tls_provider();
             let transport = StreamableHttpClientTransport::from_config(config);
             let running = client_info()
                 .serve(transport)
@@ -218,16 +271,6 @@ pub async fn start(
         .await
         .map_err(|e| format!("`tools/list` failed: {}", short(e)))?;
     Ok((service, tools))
-}
-
-/// The MCP HTTP client's TLS uses ring, as the model backend's does (no second crypto
-/// library to build); rustls needs it named once per process.
-fn install_crypto() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // Err: a provider is already installed, which serves as well.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
 }
 
 fn headers(

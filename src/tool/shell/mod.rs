@@ -355,6 +355,21 @@ async fn wait_and_render(
     )
 }
 
+/// Where a command runs, as the model is told: true for every mode (with the sandbox off
+/// nothing is confined, the network included).
+fn where_it_runs(config: &ShellConfig) -> String {
+    match config.sandbox {
+        SandboxMode::Off => {
+            "directly on this machine, with no sandbox (sandbox: off; network not restricted)"
+                .into()
+        }
+        mode => format!(
+            "inside the sandbox (sandbox: {mode}; network {})",
+            if config.network { "allowed" } else { "blocked" }
+        ),
+    }
+}
+
 impl Tool for ShellTool {
     fn name(&self) -> &'static str {
         "shell"
@@ -364,8 +379,8 @@ impl Tool for ShellTool {
         ToolSpec {
             name: "shell".into(),
             description: format!(
-                "Run a shell command line with `{} {}` in a terminal (PTY) inside the sandbox \
-                 (sandbox: {}; network {}). Runs in the workspace root unless `workdir` names a \
+                "Run a shell command line with `{} {}` in a terminal (PTY) {}. Runs in the \
+                 workspace root unless `workdir` names a \
                  directory inside it. Output is plain text with control sequences removed; long \
                  output keeps the start and the end with a line saying what was omitted. If the \
                  command is still running after `yield_ms`, you get its output so far and a \
@@ -373,12 +388,7 @@ impl Tool for ShellTool {
                  `timeout_ms` the whole process group is killed and the exit code is 124.",
                 self.config.shell,
                 if self.config.login { "-lc" } else { "-c" },
-                self.config.sandbox,
-                if self.config.network {
-                    "allowed"
-                } else {
-                    "blocked"
-                },
+                where_it_runs(&self.config),
             ),
             parameters: json!({
                 "type": "object",
@@ -710,5 +720,32 @@ mod tests {
         std::os::unix::fs::symlink("/tmp", root.join("out")).unwrap();
         let err = resolve_workdir(&root, Some("out")).unwrap_err();
         assert!(matches!(err, WorkdirError::SymlinkEscape { .. }), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod description_tests {
+    use super::*;
+
+    #[test]
+    fn the_description_says_what_confines_a_command() {
+        let off = ShellConfig {
+            sandbox: SandboxMode::Off,
+            ..ShellConfig::default()
+        };
+        let text = ShellTool {
+            config: Arc::new(off),
+        }
+        .spec()
+        .description;
+        // With the sandbox off nothing blocks the network: the model must not be told it does.
+        assert!(!text.contains("blocked"), "{text}");
+        assert!(text.contains("no sandbox (sandbox: off; network not restricted)"));
+        let on = ShellTool {
+            config: Arc::new(ShellConfig::default()),
+        }
+        .spec()
+        .description;
+        assert!(on.contains("inside the sandbox (sandbox: workspace-write; network blocked)"));
     }
 }

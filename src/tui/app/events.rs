@@ -62,6 +62,10 @@ impl App {
                     self.session_file = Some(f);
                 }
                 if resumed {
+                    // The last turn's expert, route and timings were the other session's.
+                    if self.session_id.is_some() {
+                        self.forget_last_turn();
+                    }
                     self.show_resumed(&session_id);
                 } else if self.session_id.is_some() {
                     self.push_notice(
@@ -574,6 +578,30 @@ impl App {
                         text: t.user,
                         shell: false,
                     }));
+                    if !t.tools.is_empty() {
+                        let n = t.tools.len();
+                        self.push_notice(
+                            NoticeLevel::Info,
+                            format!("{n} tool call{}", if n == 1 { "" } else { "s" }),
+                            t.tools,
+                        );
+                    }
+                    match t.ended {
+                        Some(TurnStatus::Done) => {}
+                        Some(TurnStatus::Interrupted) | None => self.push_notice(
+                            NoticeLevel::Warning,
+                            "(this turn was interrupted)",
+                            vec![],
+                        ),
+                        Some(TurnStatus::LimitReached) => self.push_notice(
+                            NoticeLevel::Warning,
+                            "(this turn stopped at a limit)",
+                            vec![],
+                        ),
+                        Some(TurnStatus::Error) => {
+                            self.push_notice(NoticeLevel::Warning, "(this turn failed)", vec![])
+                        }
+                    }
                     if let Some(answer) = t.answer {
                         let mut cell = AssistantCell::new(t.expert, false);
                         cell.text = answer.clone();

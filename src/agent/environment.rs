@@ -1,0 +1,123 @@
+//! The environment block of the experts' system prompt: the date, the OS, the shell commands
+//! run with, the workspace's git state, the approval policy and the sandbox — what a model
+//! would otherwise learn by running `date` or from a declined call.
+//!
+//! It is taken once, when the session starts, and then kept byte for byte (only the approval
+//! policy, which the user may change mid-session, is read when a request is built): a block
+//! that changed from one request to the next would break the engine's prefix cache at the
+//! system message, the very start of every request.
+
+use std::path::Path;
+
+use crate::protocol::{ApprovalPolicy, SandboxMode};
+
+/// What does not change during a session, rendered once.
+#[derive(Debug, Clone)]
+pub(crate) struct Environment {
+    fixed: String,
+}
+
+impl Environment {
+    /// Takes the date, OS and git state now.
+    pub fn take(workspace: &Path, sandbox: SandboxMode, network: bool) -> Environment {
+        let date = chrono::Local::now().format("%Y-%m-%d");
+        let sandbox = match sandbox {
+            SandboxMode::Off => {
+                "off: commands run directly on this machine; the network is not restricted"
+                    .to_string()
+            }
+            mode => format!(
+                "{mode}; network {}",
+                if network { "allowed" } else { "blocked" }
+            ),
+        };
+        let fixed = format!(
+            "Environment (taken at session start):\n\
+             - date: {date}; OS: {} ({}); commands run with bash\n\
+             - git: {}\n\
+             - sandbox: {sandbox}",
+            std::env::consts::OS,
+            std::env::consts::ARCH,
+            git_state(workspace),
+        );
+        Environment { fixed }
+    }
+
+    /// The block, with the approval policy in force.
+    pub fn render(&self, approval: ApprovalPolicy, headless: bool) -> String {
+        let approval = match approval {
+            ApprovalPolicy::Ask => {
+                "ask: edits and commands that are not read-only wait for the user's approval"
+            }
+            ApprovalPolicy::AutoEdit => {
+                "auto-edit: edits run; commands that are not read-only wait for approval"
+            }
+            ApprovalPolicy::FullAuto => "full-auto: edits and commands run without asking",
+            ApprovalPolicy::Never => "never: whatever would need approval is declined",
+        };
+        let headless = if headless {
+            "; this run is headless: nobody can answer questions or approve actions"
+        } else {
+            ""
+        };
+        format!("{}\n- approval: {approval}{headless}", self.fixed)
+    }
+}
+
+/// `branch NAME, clean` / `branch NAME, N changed files` / `not a git repository`.
+fn git_state(workspace: &Path) -> String {
+    let Ok(repo) = git2::Repository::discover(workspace) else {
+        return "the workspace is not in a git repository".into();
+    };
+    let branch = match repo.head() {
+        Ok(head) => head
+            .shorthand()
+            .map(|b| format!("branch {b}"))
+            .unwrap_or_else(|| "detached HEAD".into()),
+        Err(_) => "no commits yet".into(),
+    };
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true).include_ignored(false);
+    let changed = repo.statuses(Some(&mut opts)).map(|s| s.len());
+    match changed {
+        Ok(0) => format!("{branch}, no uncommitted changes"),
+        Ok(n) => format!("{branch}, {n} files with uncommitted changes"),
+        Err(_) => branch,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_block_says_the_truth_about_the_sandbox_and_git() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = Environment::take(dir.path(), SandboxMode::Off, false);
+        let text = env.render(ApprovalPolicy::Never, true);
+        assert!(
+            text.contains(
+                "sandbox: off: commands run directly on this machine; the network is not restricted"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("not in a git repository"), "{text}");
+        assert!(text.contains("approval: never"), "{text}");
+        assert!(text.contains("headless"), "{text}");
+        let repo = git2::Repository::init(dir.path()).expect("init");
+        std::fs::write(dir.path().join("a.txt"), "x").expect("write");
+        drop(repo);
+        let env = Environment::take(dir.path(), SandboxMode::WorkspaceWrite, false);
+        let text = env.render(ApprovalPolicy::Ask, false);
+        assert!(
+            text.contains("git: no commits yet, 1 files with uncommitted changes"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sandbox: workspace-write; network blocked"),
+            "{text}"
+        );
+        // Stable: rendering again gives the same bytes.
+        assert_eq!(text, env.render(ApprovalPolicy::Ask, false));
+    }
+}

@@ -1,0 +1,376 @@
+//! What baton itself starts outside the sandbox (the audit's `git`, bubblewrap, MCP servers,
+//! hooks) and the one rule for it: never a program, working directory or interpreter search
+//! path that a sandboxed command could have written. A PATH entry inside the workspace (an
+//! activated `.venv/bin`, direnv's `PATH_add bin`, `node_modules/.bin`) holds whatever a command
+//! put there, so such entries, and relative ones (which name the working directory), are
+//! dropped before baton looks a program up or hands PATH to a child; the same goes for the
+//! module search paths of interpreters (`PYTHONPATH`, `NODE_PATH`…) and npm's folders. The
+//! "writable roots" each caller passes are host paths a command may write (the workspace,
+//! `--write` folders…). Pure functions over paths and variables: every layer that starts a
+//! program calls them.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Component, Path, PathBuf};
+
+/// Variables holding `:`-separated folders where an interpreter or tool looks up code.
+pub const SEARCH_PATH_VARS: &[&str] = &[
+    "PATH",
+    "PYTHONPATH",
+    "NODE_PATH",
+    "PERL5LIB",
+    "PERLLIB",
+    "RUBYLIB",
+    "GEM_PATH",
+    "GEM_HOME",
+    "CLASSPATH",
+    "LD_LIBRARY_PATH",
+];
+
+/// Variables whose value makes a program load code named in it (`NODE_OPTIONS="--require
+/// x.js"`, `BASH_ENV` for every `bash -c` a hook runs, `PYTHONSTARTUP`, `LD_PRELOAD`…): dropped
+/// when any path in them lies where a command could have written.
+pub const CODE_OPTION_VARS: &[&str] = &[
+    "NODE_OPTIONS",
+    "BASH_ENV",
+    "ENV",
+    "PYTHONSTARTUP",
+    "PERL5OPT",
+    "RUBYOPT",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "LD_PRELOAD",
+    "LD_AUDIT",
+];
+
+/// The folders besides the workspace that commands may write in this process (`--write`,
+/// `[sandbox] writable`), recorded when the configuration is resolved: hooks and MCP servers
+/// are started far from where the configuration is read, and must skip those folders too.
+static WRITABLE_ROOTS: std::sync::RwLock<Vec<PathBuf>> = std::sync::RwLock::new(Vec::new());
+
+/// Records the folders commands may write (the workspace and the extra writable ones).
+pub fn set_writable_roots(roots: &[PathBuf]) {
+    let mut held = WRITABLE_ROOTS.write().unwrap_or_else(|e| e.into_inner());
+    *held = roots.to_vec();
+}
+
+/// `workspace` and every folder recorded by [`set_writable_roots`]: what a program baton
+/// starts outside the sandbox must not be found in, run in, or load code from.
+pub fn writable_roots_with(workspace: &Path) -> Vec<PathBuf> {
+    let mut roots = vec![workspace.to_path_buf()];
+    let held = WRITABLE_ROOTS.read().unwrap_or_else(|e| e.into_inner());
+    for r in held.iter() {
+        if !roots.contains(r) {
+            roots.push(r.clone());
+        }
+    }
+    roots
+}
+
+/// `p` made absolute and resolved as far as it exists (symlinks of the existing part
+/// followed, `..` and `.` folded), so a folder not created yet is still placed where it would
+/// be. None for a relative path: it names the working directory, wherever that is.
+fn placed(p: &Path) -> Option<PathBuf> {
+    if !p.is_absolute() {
+        return None;
+    }
+    let mut lexical = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                lexical.pop();
+            }
+            Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    let mut missing = Vec::new();
+    let mut existing = lexical.as_path();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            let mut out = real;
+            for name in missing.iter().rev() {
+                out.push(name);
+            }
+            return Some(out);
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return Some(lexical),
+        }
+    }
+}
+
+/// The writable roots as they lie on disk (symlinks resolved), for comparisons.
+fn placed_roots(roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for r in roots {
+        for p in [Some(r.clone()), placed(r)].into_iter().flatten() {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Whether a command could have written what `entry` names: it is relative or empty (the
+/// working directory), or it lies in one of `roots` as written or once resolved.
+pub fn entry_is_writable(entry: &Path, roots: &[PathBuf]) -> bool {
+    let roots = placed_roots(roots);
+    writable_against(entry, &roots)
+}
+
+fn writable_against(entry: &Path, placed_roots: &[PathBuf]) -> bool {
+    if entry.as_os_str().is_empty() {
+        return true;
+    }
+    let Some(real) = placed(entry) else {
+        return true;
+    };
+    placed_roots
+        .iter()
+        .any(|r| real.starts_with(r) || entry.starts_with(r))
+}
+
+/// The entries of a `:`-separated search path that lie outside `roots`, in order.
+pub fn safe_entries(value: &OsStr, roots: &[PathBuf]) -> Vec<PathBuf> {
+    let roots = placed_roots(roots);
+    std::env::split_paths(value)
+        .filter(|e| !writable_against(e, &roots))
+        .collect()
+}
+
+/// The entries of a search path a command could have written (for the start-up warning).
+pub fn writable_entries(value: &OsStr, roots: &[PathBuf]) -> Vec<PathBuf> {
+    let roots = placed_roots(roots);
+    std::env::split_paths(value)
+        .filter(|e| !e.as_os_str().is_empty() && writable_against(e, &roots))
+        .collect()
+}
+
+/// `value` without its entries inside `roots` (None when nothing is left).
+pub fn safe_search_path(value: &OsStr, roots: &[PathBuf]) -> Option<OsString> {
+    let kept = safe_entries(value, roots);
+    if kept.is_empty() {
+        return None;
+    }
+    std::env::join_paths(kept).ok()
+}
+
+/// The program `name` (a bare name) as the first executable file in baton's PATH outside
+/// `roots`, with its absolute path; a name holding a `/` is taken as given when it is
+/// absolute and outside `roots`. None when there is none.
+pub fn find_program(name: &str, roots: &[PathBuf]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    find_in(name, &path, roots)
+}
+
+/// [`find_program`] over the search path `path`.
+pub fn find_in(name: &str, path: &OsStr, roots: &[PathBuf]) -> Option<PathBuf> {
+    if name.is_empty() {
+        return None;
+    }
+    if name.contains('/') {
+        let p = Path::new(name);
+        return (p.is_absolute() && !entry_is_writable(p, roots) && is_executable(p))
+            .then(|| p.to_path_buf());
+    }
+    safe_entries(path, roots)
+        .into_iter()
+        .map(|dir| dir.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// A working directory for a program baton starts outside the sandbox that no command could
+/// have written: the user's home when it lies outside `roots` (a workspace inside the home
+/// is fine; the home inside a root, or a root itself, is not), else `/`. A module or package an interpreter finds "in the current folder"
+/// (`python -m`, `npx`, `uv run`, pyenv's `.python-version`) is then the user's own.
+pub fn neutral_dir(roots: &[PathBuf]) -> PathBuf {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute() && h.is_dir())
+        .and_then(|h| h.canonicalize().ok());
+    match home {
+        Some(h) if !entry_is_writable(&h, roots) => h,
+        _ => PathBuf::from("/"),
+    }
+}
+
+/// Whether an environment variable may reach a program baton starts outside the sandbox as it
+/// is: the search paths come back without their entries in `roots` (`None`: drop the
+/// variable), npm's `npm_config_*` folders (a prefix, a cache, a userconfig) are dropped when
+/// they lie in `roots`. Anything else is kept unchanged.
+pub fn scrub_var(name: &str, value: &OsStr, roots: &[PathBuf]) -> Option<OsString> {
+    if SEARCH_PATH_VARS.contains(&name) {
+        return safe_search_path(value, roots);
+    }
+    if CODE_OPTION_VARS.contains(&name) {
+        let text = value.to_string_lossy();
+        let names_writable = text
+            .split(|c: char| c.is_whitespace() || matches!(c, '=' | ':' | ',' | '"' | '\''))
+            .filter(|t| t.contains('/'))
+            .any(|t| entry_is_writable(Path::new(t), roots));
+        return (!names_writable).then(|| value.to_owned());
+    }
+    let lower = name.to_ascii_lowercase();
+    if lower.starts_with("npm_config_") {
+        let p = Path::new(value);
+        // Only a value naming a folder or file can point into the workspace; `true`, a URL
+        // or a number cannot.
+        let names_path = p.is_absolute()
+            || value.to_string_lossy().starts_with('.')
+            || value.to_string_lossy().contains('/');
+        if names_path && entry_is_writable(p, roots) {
+            return None;
+        }
+    }
+    Some(value.to_owned())
+}
+
+/// The warning for a PATH with entries a command could write, once at start-up: baton itself
+/// skips them, but the user's own shell does not.
+pub fn path_warning(roots: &[PathBuf]) -> Option<String> {
+    let path = std::env::var_os("PATH")?;
+    let entries = writable_entries(&path, roots);
+    if entries.is_empty() {
+        return None;
+    }
+    let shown: Vec<String> = entries.iter().map(|e| e.display().to_string()).collect();
+    Some(format!(
+        "PATH has entries inside the workspace, which sandboxed commands may write ({}): baton \
+         does not run programs from them itself (git, MCP servers, hooks), but your own shell \
+         will run whatever a command left there",
+        shown.join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exe(p: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn a_program_in_a_workspace_path_entry_is_skipped_for_one_outside() {
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().canonicalize().unwrap();
+        let ws = base.join("ws");
+        exe(&ws.join(".venv/bin/git"));
+        exe(&base.join("usr/bin/git"));
+        let path = std::env::join_paths([
+            ws.join(".venv/bin"),
+            PathBuf::from("rel/bin"),
+            PathBuf::new(),
+            base.join("usr/bin"),
+        ])
+        .unwrap();
+        let roots = vec![ws.clone()];
+        assert_eq!(
+            find_in("git", &path, &roots),
+            Some(base.join("usr/bin/git"))
+        );
+        // No root: the first one wins (what a plain PATH lookup does).
+        assert_eq!(find_in("git", &path, &[]), Some(ws.join(".venv/bin/git")));
+        // A symlink to the workspace, or `..` out of and back into it, is still inside.
+        std::os::unix::fs::symlink(&ws, base.join("link")).unwrap();
+        for sneaky in [
+            base.join("link/.venv/bin"),
+            base.join("usr/../ws/.venv/bin"),
+        ] {
+            assert!(entry_is_writable(&sneaky, &roots), "{}", sneaky.display());
+        }
+        // A folder not created yet is placed where it would be.
+        assert!(entry_is_writable(&ws.join("later/bin"), &roots));
+        assert!(!entry_is_writable(&base.join("usr/bin"), &roots));
+        assert_eq!(
+            writable_entries(&path, &roots),
+            [ws.join(".venv/bin"), PathBuf::from("rel/bin")]
+        );
+    }
+
+    #[test]
+    fn search_paths_and_npm_folders_lose_what_lies_in_the_workspace() {
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().canonicalize().unwrap();
+        let ws = base.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let roots = vec![ws.clone()];
+        let pp = std::env::join_paths([ws.join("lib"), base.join("tools")]).unwrap();
+        assert_eq!(
+            scrub_var("PYTHONPATH", &pp, &roots),
+            Some(base.join("tools").into_os_string())
+        );
+        assert_eq!(
+            scrub_var("NODE_PATH", ws.join("node_modules").as_os_str(), &roots),
+            None
+        );
+        assert_eq!(scrub_var("npm_config_prefix", ws.as_os_str(), &roots), None);
+        assert_eq!(
+            scrub_var("npm_config_offline", OsStr::new("true"), &roots),
+            Some(OsString::from("true"))
+        );
+        assert_eq!(
+            scrub_var("NPM_CONFIG_CACHE", base.join("cache").as_os_str(), &roots),
+            Some(base.join("cache").into_os_string())
+        );
+    }
+
+    /// A hook's `node` loaded `NODE_OPTIONS="--require WS/.pnp.cjs"`, a file a command wrote
+    /// (found by the attack round after the PATH fix); options naming only outside files stay.
+    #[test]
+    fn code_loading_options_naming_a_writable_file_are_dropped() {
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().canonicalize().unwrap();
+        let ws = base.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let roots = vec![ws.clone()];
+        let planted = format!("--require {}", ws.join(".pnp.cjs").display());
+        assert_eq!(
+            scrub_var("NODE_OPTIONS", OsStr::new(&planted), &roots),
+            None
+        );
+        assert_eq!(
+            scrub_var("NODE_OPTIONS", OsStr::new("--require ./x.js"), &roots),
+            None
+        );
+        let env_file = ws.join("env.sh");
+        assert_eq!(scrub_var("BASH_ENV", env_file.as_os_str(), &roots), None);
+        let kept = OsStr::new("--max-old-space-size=4096");
+        assert_eq!(
+            scrub_var("NODE_OPTIONS", kept, &roots),
+            Some(kept.to_owned())
+        );
+        let outside = base.join("outside.js");
+        let other = format!("--require={}", outside.display());
+        assert_eq!(
+            scrub_var("NODE_OPTIONS", OsStr::new(&other), &roots),
+            Some(OsString::from(other.clone()))
+        );
+    }
+
+    /// `--write` folders count as much as the workspace for what baton starts itself.
+    #[test]
+    fn the_recorded_writable_roots_join_the_workspace() {
+        let ws = PathBuf::from("/w/ws");
+        let extra = PathBuf::from("/w/extra");
+        set_writable_roots(&[ws.clone(), extra.clone()]);
+        let roots = writable_roots_with(&ws);
+        assert!(roots.contains(&ws) && roots.contains(&extra), "{roots:?}");
+        assert!(find_in("tool", OsStr::new("/w/extra/bin"), &roots).is_none());
+        set_writable_roots(&[]);
+    }
+}

@@ -1,0 +1,168 @@
+//! One answer to "may this path be written", per policy: the writable roots, and within them
+//! what is read-only (git's config, hooks and redirects, `.baton/`, included configs — see
+//! `git_guard`). Every consumer reads the same value: the bubblewrap binds and the landlock
+//! backend's mounts (`read_only`, `pinned`), Landlock (`roots`), the file tools (`denies`,
+//! `file_tools_deny`) and the shell tool's reading of a denial. It is computed from the disk
+//! as it is when asked (a `git init` by the last command adds a gitdir to protect), once per
+//! launch or per file-tool write, never kept across commands.
+//!
+//! Where commands and file tools are meant to differ, it says so here: file tools never write
+//! inside a `.git` of the workspace (refs, objects and the index stay writable to commands:
+//! agents run `git add` and `git commit`), and what cannot be pinned before a command runs
+//! (a nested repository's gitdir, a new `.baton/`, a `HEAD` laid out as a bare gitdir) is
+//! refused to file tools and undone after a command by the audit.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use super::git_guard::{self, Protection};
+use super::policy::SandboxPolicy;
+use crate::protocol::SandboxMode;
+
+/// The write rules of one policy, as the disk is now. Each part is worked out the first time
+/// a consumer asks for it (a launch needs the binds, a file tool the answer for one path), and
+/// then kept for as long as the value lives.
+#[derive(Debug, Clone)]
+pub struct WriteRules {
+    policy: SandboxPolicy,
+    /// Folders (and devices) beneath which writing is allowed; canonical, existing.
+    roots: OnceLock<Vec<PathBuf>>,
+    protection: OnceLock<Protection>,
+    /// What [`git_guard::TrustedFolders::holds`] needs.
+    trusted: OnceLock<git_guard::TrustedFolders>,
+}
+
+impl WriteRules {
+    /// The rules of `policy`.
+    pub fn of(policy: &SandboxPolicy) -> WriteRules {
+        WriteRules {
+            policy: policy.clone(),
+            roots: OnceLock::new(),
+            protection: OnceLock::new(),
+            trusted: OnceLock::new(),
+        }
+    }
+
+    /// The writable roots (Landlock's rules; bubblewrap binds the workspace and `--write`
+    /// folders among them read-write, and gives the command temp folders of its own).
+    pub fn roots(&self) -> &[PathBuf] {
+        self.roots.get_or_init(|| self.policy.writable_roots())
+    }
+
+    fn protection(&self) -> &Protection {
+        self.protection
+            .get_or_init(|| git_guard::protection(&self.policy))
+    }
+
+    /// Existing paths inside the roots bound read-only for commands.
+    pub fn read_only(&self) -> &[PathBuf] {
+        &self.protection().read_only
+    }
+
+    /// Directories bound onto themselves before the read-only binds (parents first).
+    pub fn pinned(&self) -> &[PathBuf] {
+        &self.protection().pinned
+    }
+
+    /// Whether `path` (absolute) may not be written: nothing is forbidden with the sandbox
+    /// off; otherwise a path outside every root, a protected one (existing or not), or one
+    /// inside a `.baton` folder or a nested repository's `.git` is. A path that does not
+    /// exist yet is judged by its nearest existing parent, resolved.
+    pub fn denies(&self, path: &Path) -> bool {
+        if self.policy.mode == SandboxMode::Off {
+            return false;
+        }
+        let Some(real) = resolved(path) else {
+            return false;
+        };
+        let trusted = self
+            .trusted
+            .get_or_init(|| git_guard::TrustedFolders::of(&self.policy));
+        if trusted.holds(&real) || self.protection().denied.iter().any(|p| real.starts_with(p)) {
+            return true;
+        }
+        !self.roots().iter().any(|r| real.starts_with(r))
+    }
+
+    /// The folders on the host a command can write, as baton's own process names them: under
+    /// bubblewrap a command's `/tmp`, `/var/tmp` and `/dev/shm` are its own, so the host's
+    /// temp folders are out of its reach, and what is left is the workspace and the `--write`
+    /// folders (under `workspace-write`) and the host folder behind its private `/tmp`; under
+    /// the landlock backend commands share the host's temp folders: every root that is a
+    /// directory. What the audit tracks and may change.
+    pub fn command_roots(&self) -> Vec<PathBuf> {
+        let policy = &self.policy;
+        if policy.mode == SandboxMode::Off {
+            return Vec::new();
+        }
+        match policy.backend {
+            super::Backend::Landlock => self
+                .roots()
+                .iter()
+                .filter(|p| p.is_dir() && !p.starts_with("/dev/pts"))
+                .cloned()
+                .collect(),
+            super::Backend::Bubblewrap => {
+                let mut out: Vec<PathBuf> = Vec::new();
+                if policy.mode == SandboxMode::WorkspaceWrite {
+                    for p in std::iter::once(&policy.workspace).chain(&policy.writable) {
+                        if let Ok(c) = p.canonicalize()
+                            && c.is_dir()
+                            && !out.contains(&c)
+                        {
+                            out.push(c);
+                        }
+                    }
+                }
+                out.extend(super::bwrap::private_tmp_dir());
+                out
+            }
+        }
+    }
+
+    /// Whether a command under the policy can write `path` (absolute, as baton's process
+    /// names it): it lies in one of [`WriteRules::command_roots`] and beneath no read-only
+    /// bind. What the audit undoes afterwards is not counted here.
+    pub fn commands_may_write(&self, path: &Path) -> bool {
+        if self.policy.mode == SandboxMode::Off {
+            return true;
+        }
+        let Some(real) = resolved(path) else {
+            return false;
+        };
+        self.command_roots().iter().any(|r| real.starts_with(r))
+            && !self.read_only().iter().any(|p| real.starts_with(p))
+    }
+
+    /// What the file tools refuse for `path` (absolute, as resolved) in the workspace
+    /// `root` (canonical): anything [`WriteRules::denies`], and anything inside a `.git` of
+    /// the workspace (the git tool commits; file tools never touch git's internals).
+    pub fn file_tools_deny(&self, root: &Path, path: &Path) -> bool {
+        let in_git = path
+            .strip_prefix(root)
+            .map(|rel| rel.components().any(|c| c.as_os_str() == ".git"))
+            .unwrap_or(true);
+        in_git || self.denies(path)
+    }
+}
+
+/// `path` with its existing part resolved (symlinks followed) and the rest appended: where a
+/// write to it would land. None when no part of it exists or resolves.
+fn resolved(path: &Path) -> Option<PathBuf> {
+    let mut existing = path;
+    let mut missing = Vec::new();
+    while !existing.exists() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return None,
+        }
+    }
+    let mut real = existing.canonicalize().ok()?;
+    for name in missing.iter().rev() {
+        real.push(name);
+    }
+    Some(real)
+}

@@ -1,0 +1,309 @@
+//! What baton itself starts outside the sandbox must not be something the workspace chose: the
+//! audit's `git` found first in an activated in-project `.venv/bin`, a user's MCP server that
+//! imports `./mod.py` (`python -m`) or runs `./node_modules/.bin/pkg` (`npx -y`), a user's hook
+//! that does either. Each test plants the program or module where a command could have, then
+//! checks that it never ran (it would append to a marker outside the workspace) while the
+//! user's own one did.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::support::env::Env;
+use crate::support::{MockEngine, Script, external, outside};
+
+/// An executable script at `at` (folders created).
+fn script(at: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(at.parent().expect("parent")).expect("mkdir");
+    std::fs::write(at, text).expect("write");
+    std::fs::set_permissions(at, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// A Python module that appends `line` to `marker` when imported.
+fn module(at: &Path, marker: &Path, line: &str) {
+    std::fs::create_dir_all(at.parent().expect("parent")).expect("mkdir");
+    std::fs::write(
+        at,
+        format!(
+            "open({:?}, 'a').write({:?} + '\\n')\n",
+            marker.display().to_string(),
+            line
+        ),
+    )
+    .expect("write");
+}
+
+/// The first `name` in the tests' PATH.
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// The Python interpreter itself (not a pyenv shim, which needs the tester's home).
+fn python() -> Option<PathBuf> {
+    let python3 = on_path("python3")?;
+    let out = Command::new(python3)
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .ok()?;
+    let exe = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    exe.is_file().then_some(exe)
+}
+
+/// PATH with `first` in front of the tests' own.
+fn path_with(first: &[&Path]) -> OsString {
+    let mut dirs: Vec<PathBuf> = first.iter().map(|p| p.to_path_buf()).collect();
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(dirs).expect("join PATH")
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+/// Finding 2: with the workspace's `.venv/bin` first in PATH (an activated venv, direnv), the
+/// audit's second opinion ran the `git` a command put there, as the user, unsandboxed, in the
+/// same turn. Old code: the marker held `config --no-includes --null --list --file …`.
+#[test]
+fn the_audit_never_runs_a_git_planted_in_a_workspace_path_entry() {
+    if !baton::sandbox::probe().enforceable {
+        eprintln!("SANDBOX NOT ENFORCEABLE HERE — skipped (the refusal is asserted elsewhere)");
+        return;
+    }
+    let Some(real_git) = on_path("git") else {
+        panic!("git is needed for the sandbox suite");
+    };
+    let root = tempfile::Builder::new()
+        .prefix("baton-spawn")
+        .tempdir_in(outside::fixture_base())
+        .expect("tempdir");
+    let base = root.path().canonicalize().expect("canon");
+    let ws = base.join("ws");
+    let home = base.join("home");
+    let marker = base.join("outside/marker");
+    for d in [&ws, &home, &base.join("outside")] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    // What a command left in the activated venv: a `git` that notes who ran it, then does the
+    // real thing (inside the sandbox the marker's folder is read-only, so only a run outside
+    // leaves a line).
+    script(
+        &ws.join(".venv/bin/git"),
+        &format!(
+            "#!/bin/sh\n{{ echo \"ran: $*\" >> '{}'; }} 2>/dev/null\nexec '{}' \"$@\"\n",
+            marker.display(),
+            real_git.display()
+        ),
+    );
+    let venv = ws.join(".venv/bin");
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args([
+            "sandbox",
+            "--",
+            "sh",
+            "-c",
+            "git init -q sub && git -C sub config core.fsmonitor /nowhere && echo planted",
+        ])
+        .current_dir(&ws)
+        .env("PATH", path_with(&[&venv]))
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run baton sandbox");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("planted"), "{stdout}\n{stderr}");
+    assert!(
+        !marker.exists(),
+        "baton ran the git planted in the workspace's PATH entry: {}",
+        read(&marker)
+    );
+    // The audit still did its work, with the real git.
+    assert!(
+        stderr.contains("core.fsmonitor") && stderr.contains("commented out"),
+        "{stderr}"
+    );
+    let config = read(&ws.join("sub/.git/config"));
+    assert!(config.contains("# disabled by baton"), "{config}");
+}
+
+/// A user config naming `server` (TOML for one `[mcp_servers.helper]` table), endpoint unused.
+fn user_server(env: &Env, server: &str) {
+    env.user_config(&format!(
+        "endpoint = \"http://127.0.0.1:9/v1\"\n[mcp_servers.helper]\n{server}\
+         startup_timeout_sec = 30\n"
+    ));
+}
+
+fn q(s: impl AsRef<str>) -> String {
+    toml::Value::String(s.as_ref().to_string()).to_string()
+}
+
+/// Finding 3, Python: the user's own server, `python3 -m mymcp` with its module in a folder of
+/// theirs (PYTHONPATH), started in the workspace, imported a `mymcp.py` one `write_file` put
+/// there (`-m` puts the working directory first on `sys.path`). No trust is asked for the
+/// user's servers, so a cloned repository was enough. Old code: the planted module ran.
+#[test]
+fn a_users_python_m_server_imports_no_module_planted_in_the_workspace() {
+    let Some(python) = external::require("python3", python()) else {
+        return;
+    };
+    let env = Env::new();
+    let outside = env.home.parent().expect("root").join("markers");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    let (pwned, ran) = (outside.join("pwned"), outside.join("user-server-ran"));
+    let tools = env.home.join("tools");
+    module(&tools.join("mymcp.py"), &ran, "the user's module");
+    module(&env.workspace.join("mymcp.py"), &pwned, "planted");
+    user_server(
+        &env,
+        &format!(
+            "command = {}\nargs = [\"-m\", \"mymcp\"]\nenv = {{ PYTHONPATH = {} }}\n",
+            q(python.display().to_string()),
+            q(tools.display().to_string())
+        ),
+    );
+    let out = env.session_baton().arg("doctor").output().expect("doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("helper"), "{text}");
+    assert!(
+        !pwned.exists(),
+        "the user's server imported the workspace's module: {}\n{text}",
+        read(&pwned)
+    );
+    assert!(ran.exists(), "the user's own module did not run: {text}");
+}
+
+/// Finding 3, npm: `npx -y PKG` (the docs' own example) prefers a package of the project it
+/// runs in: started in the workspace, it ran a `node_modules/PKG` a command planted. Offline,
+/// so no registry is asked; the server then fails to start, which is fine here.
+#[test]
+fn a_users_npx_server_runs_no_package_planted_in_the_workspace() {
+    let Some(npx) = external::require("npx", on_path("npx")) else {
+        return;
+    };
+    let env = Env::new();
+    let pwned = env.home.parent().expect("root").join("pwned");
+    let ws = &env.workspace;
+    std::fs::write(
+        ws.join("package.json"),
+        json!({"name": "ws", "version": "1.0.0",
+               "dependencies": {"planted-mcp-server": "1.0.0"}})
+        .to_string(),
+    )
+    .expect("package.json");
+    let pkg = ws.join("node_modules/planted-mcp-server");
+    std::fs::create_dir_all(&pkg).expect("mkdir");
+    std::fs::write(
+        pkg.join("package.json"),
+        json!({"name": "planted-mcp-server", "version": "1.0.0",
+               "bin": {"planted-mcp-server": "x.js"}})
+        .to_string(),
+    )
+    .expect("package.json");
+    script(
+        &pkg.join("x.js"),
+        &format!(
+            "#!/usr/bin/env node\nrequire('fs').appendFileSync({:?}, 'planted\\n');\n",
+            pwned.display().to_string()
+        ),
+    );
+    std::fs::create_dir_all(ws.join("node_modules/.bin")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        "../planted-mcp-server/x.js",
+        ws.join("node_modules/.bin/planted-mcp-server"),
+    )
+    .expect("link");
+    user_server(
+        &env,
+        &format!(
+            "command = {}\nargs = [\"-y\", \"planted-mcp-server\"]\n\
+             env = {{ npm_config_offline = \"true\", npm_config_update_notifier = \"false\" }}\n",
+            q(npx.display().to_string())
+        ),
+    );
+    let out = env.session_baton().arg("doctor").output().expect("doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("helper"), "{text}");
+    assert!(
+        !pwned.exists(),
+        "the user's npx server ran the workspace's package: {}\n{text}",
+        read(&pwned)
+    );
+}
+
+/// Hooks run outside the sandbox too: a user's hook naming a program (`hooktool`) or a module
+/// (`python -m hookmod`) ran the copy in the workspace — an activated `bin/` first in PATH, the
+/// working directory first on `sys.path` — in a folder the user never trusted. Old code: both
+/// planted copies ran. baton also says, once, that PATH has entries in the workspace.
+#[test]
+fn a_users_hook_runs_no_program_or_module_planted_in_the_workspace() {
+    let Some(python) = external::require("python3", python()) else {
+        return;
+    };
+    let env = Env::new();
+    let outside = env.home.parent().expect("root").join("markers");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    let (pwned, ran) = (outside.join("pwned"), outside.join("user-hook-ran"));
+    let tools = env.home.join("tools");
+    let ws_bin = env.workspace.join("bin");
+    for (dir, marker, who) in [(&tools, &ran, "user"), (&env.workspace, &pwned, "planted")] {
+        module(&dir.join("hookmod.py"), marker, &format!("{who} module"));
+    }
+    for (dir, marker, who) in [
+        (tools.join("bin"), &ran, "user"),
+        (ws_bin.clone(), &pwned, "planted"),
+    ] {
+        script(
+            &dir.join("hooktool"),
+            &format!("#!/bin/sh\necho '{who} tool' >> '{}'\n", marker.display()),
+        );
+    }
+    let hooks = json!({"hooks": {"UserPromptSubmit": [{"hooks": [
+        {"type": "command", "command": "hooktool; \"$PY\" -m hookmod", "timeout": 30}
+    ]}]}});
+    std::fs::create_dir_all(env.home.join(".config/baton")).expect("mkdir");
+    std::fs::write(env.home.join(".config/baton/hooks.json"), hooks.to_string()).expect("hooks");
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer("ok")
+            .default_summary("s"),
+    );
+    let out = env
+        .exec(&engine, "hi", &["--json"])
+        .env("PATH", path_with(&[&ws_bin, &tools.join("bin")]))
+        .env("PY", &python)
+        .env("PYTHONPATH", &tools)
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        !pwned.exists(),
+        "the hook ran what the workspace planted: {}",
+        read(&pwned)
+    );
+    assert_eq!(read(&ran), "user tool\nuser module\n", "{stdout}");
+    let warned = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "warning")
+        .any(|e| {
+            e["message"].as_str().is_some_and(|m| {
+                m.contains("PATH has entries inside the workspace")
+                    && m.contains(&ws_bin.display().to_string())
+            })
+        });
+    assert!(warned, "no start-up warning about PATH: {stdout}");
+}
