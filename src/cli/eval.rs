@@ -356,5 +356,15 @@ mod tests {
         assert_eq!(a.exec_args, vec!["--max-turns=40"]);
         assert_eq!(a.trailing_exec_args, vec!["--mode", "mol"]);
         assert_eq!(a.exclude, vec!["perf-*"]);
+        // The root's own options read back too: an eval option with a global one's id (a
+        // bool `resume` beside baton's `--resume ID`) made clap panic in every baton run.
+        crate::cli::Cli::from_arg_matches(&m).expect("root args");
+        let m = crate::cli::Cli::command()
+            .try_get_matches_from(["baton", "eval", "t", "--resume-job", "j1"])
+            .expect("parses");
+        crate::cli::Cli::from_arg_matches(&m).expect("root args");
+        let (_, sub) = m.subcommand().expect("eval");
+        let a = EvalArgs::from_arg_matches(sub).expect("eval args");
+        assert_eq!(a.resume_job.as_deref(), Some("j1"));
     }
 }
