@@ -284,7 +284,7 @@ fn check_workspace(
     allow_broad: bool,
 ) -> Result<(), crate::config::workspace::BroadWorkspace> {
     let sandboxed = config.sandbox != crate::protocol::SandboxMode::Off;
-    crate::config::workspace::check(&config.workspace, sandboxed, allow_broad)
+    crate::config::workspace::check(&config.workspace, &config.writable, sandboxed, allow_broad)
 }
 
 /// `baton acp`: every ACP session gets an agent of its own, built by `app::start` with the

@@ -85,9 +85,12 @@ pub fn run(args: SandboxArgs) -> i32 {
         }
     };
     let sandboxed = args.mode != SandboxMode::Off;
-    if let Err(e) =
-        crate::config::workspace::check(&workspace, sandboxed, args.allow_broad_workspace)
-    {
+    if let Err(e) = crate::config::workspace::check(
+        &workspace,
+        &args.write,
+        sandboxed,
+        args.allow_broad_workspace,
+    ) {
         eprintln!("baton sandbox: {e}");
         return 2;
     }

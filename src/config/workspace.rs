@@ -25,9 +25,17 @@ pub struct BroadWorkspace {
 /// folders and the user's runtime folder (sockets of the session: agents, X11, D-Bus).
 fn guarded() -> Vec<(PathBuf, &'static str, &'static str)> {
     let mut out = Vec::new();
-    if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+    // $HOME, and the account's home where HOME is unset or names another folder: the sandbox
+    // hides the latter too, and a user's dotfiles are there either way.
+    let homes = [
+        std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from),
+        dirs::home_dir(),
+    ];
+    for home in homes.into_iter().flatten() {
         out.push((
-            PathBuf::from(home),
+            home,
             "your home folder",
             "your dotfiles (~/.bashrc, ~/.config, git's global config)",
         ));
@@ -54,8 +62,29 @@ fn guarded() -> Vec<(PathBuf, &'static str, &'static str)> {
     out
 }
 
+/// System folders no workspace may be or lie in: the machine's configuration, programs,
+/// devices and runtime state (as root, a command could plant a cron job or a service).
+const SYSTEM_TREES: [&str; 11] = [
+    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/dev", "/proc", "/sys", "/run",
+];
+/// Folders that hold other people's and programs' folders: refused themselves, while a
+/// project folder inside them is fine.
+const SYSTEM_PARENTS: [&str; 9] = [
+    "/var", "/var/lib", "/var/log", "/home", "/opt", "/srv", "/mnt", "/media", "/root",
+];
+
+/// The same folder, also when one is a bind mount of the other (`mount --bind /tmp dir`).
+fn same_folder(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
 /// Why `workspace` is too broad to be one, when it is. Both sides are compared as they really
-/// are (links resolved), so `-C ~/..` or a link to `/tmp` is seen for what it is.
+/// are (links resolved, bind mounts seen by their inode), so `-C ~/..`, a link to `/tmp` or a
+/// bind mount of it is seen for what it is.
 pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
     let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     let ws = real(workspace);
@@ -68,7 +97,7 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
     }
     for (place, name, what) in guarded() {
         let place = real(&place);
-        if place == ws {
+        if place == ws || same_folder(&place, &ws) {
             return Some(BroadWorkspace {
                 path: ws,
                 why: name,
@@ -87,20 +116,43 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
             });
         }
     }
+    let system = |p: &str| {
+        let place = real(Path::new(p));
+        place == ws || same_folder(&place, &ws)
+    };
+    if SYSTEM_TREES
+        .iter()
+        .any(|t| system(t) || ws.starts_with(real(Path::new(t))))
+        || SYSTEM_PARENTS.iter().any(|p| system(p))
+    {
+        return Some(BroadWorkspace {
+            path: ws,
+            why: "a system folder",
+            what: "the machine's configuration, programs or other users' files",
+        });
+    }
     None
 }
 
-/// Refuses a workspace that is too broad unless `allow` (the flag) says it is meant. With
-/// the sandbox off nothing is refused: commands may write anywhere then, whatever the
+/// Refuses a workspace, or an extra writable folder (`--write`, `[sandbox] writable`), that
+/// is too broad unless `allow` (the flag) says it is meant: commands may write both alike.
+/// With the sandbox off nothing is refused: commands may write anywhere then, whatever the
 /// workspace.
-pub fn check(workspace: &Path, sandboxed: bool, allow: bool) -> Result<(), BroadWorkspace> {
+pub fn check(
+    workspace: &Path,
+    writable: &[PathBuf],
+    sandboxed: bool,
+    allow: bool,
+) -> Result<(), BroadWorkspace> {
     if allow || !sandboxed {
         return Ok(());
     }
-    match too_broad(workspace) {
-        Some(refused) => Err(refused),
-        None => Ok(()),
+    for folder in std::iter::once(workspace).chain(writable.iter().map(PathBuf::as_path)) {
+        if let Some(refused) = too_broad(folder) {
+            return Err(refused);
+        }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -121,9 +173,29 @@ mod tests {
         }
         let project = tempfile::tempdir().unwrap();
         assert_eq!(too_broad(project.path()), None);
-        assert!(check(Path::new("/"), true, true).is_ok());
-        assert!(check(Path::new("/"), false, false).is_ok());
-        let e = check(Path::new("/"), true, false).unwrap_err();
+        assert!(check(Path::new("/"), &[], true, true).is_ok());
+        assert!(check(Path::new("/"), &[], false, false).is_ok());
+        let e = check(Path::new("/"), &[], true, false).unwrap_err();
         assert!(e.to_string().contains(ALLOW_FLAG), "{e}");
+    }
+
+    /// Found by the attack round after #27: `--write /tmp` beside a project workspace, `-C
+    /// /etc` as root (a cron job was planted), and a bind mount of /tmp were all accepted.
+    #[test]
+    fn writable_folders_system_folders_and_bind_mounts_are_judged_too() {
+        let project = tempfile::tempdir().unwrap();
+        let e = check(project.path(), &[PathBuf::from("/tmp")], true, false).unwrap_err();
+        assert_eq!(e.why, "the system's temp folder");
+        for system in ["/etc", "/etc/cron.d", "/usr", "/run", "/var/lib", "/home"] {
+            if Path::new(system).is_dir() {
+                assert!(too_broad(Path::new(system)).is_some(), "{system}");
+            }
+        }
+        assert!(check(project.path(), &[project.path().join("out")], true, false).is_ok());
+        // The same folder under another name: only a mount makes one, so compare the test
+        // folder with itself through a link.
+        let link = project.path().join("link");
+        std::os::unix::fs::symlink(std::env::temp_dir(), &link).unwrap();
+        assert!(too_broad(&link).is_some());
     }
 }
