@@ -131,13 +131,11 @@ fn make_writable(dir: &Path) {
 pub const MAX_TASK_FILE: u64 = 4 << 20;
 
 /// Reads the task file `path` as text, for a task folder `root` that may be anyone's (a
-/// download, a clone): `path` may be a link only to a file inside `root`, must be a regular file
-/// (a FIFO is never opened) of at most [`MAX_TASK_FILE`] bytes, and is opened with
-/// `O_NOFOLLOW` at the place its links resolved to. A link to `/etc/shadow` or `~/.ssh/id_rsa`
-/// would otherwise hand a host file to the agent, the model endpoint and the job's results.
-///
-/// Local to `eval/`: the shared reader of untrusted files being written elsewhere had not
-/// landed when this was written.
+/// download, a clone): through the shared untrusted-file reader ([`crate::untrusted_fs`]), so
+/// no link below `root` is followed (the file itself or a folder on the way), only a regular
+/// file is opened (a FIFO never) and at most [`MAX_TASK_FILE`] bytes are read. A link to
+/// `/etc/shadow` or `~/.ssh/id_rsa` would otherwise hand a host file to the agent, the model
+/// endpoint and the job's results.
 pub fn read_task_file(root: &Path, path: &Path) -> std::io::Result<String> {
     let bytes = read_task_bytes(root, path)?;
     String::from_utf8(bytes)
@@ -146,39 +144,16 @@ pub fn read_task_file(root: &Path, path: &Path) -> std::io::Result<String> {
 
 /// [`read_task_file`]'s bytes.
 pub fn read_task_bytes(root: &Path, path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let root = std::fs::canonicalize(root)?;
-    let real = std::fs::canonicalize(path)?;
-    if !real.starts_with(&root) {
+    // Named for what it is in the error: a link that leads out of the task.
+    if let (Ok(r), Ok(p)) = (std::fs::canonicalize(root), std::fs::canonicalize(path))
+        && !p.starts_with(&r)
+    {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             "a link out of the task folder (not followed)",
         ));
     }
-    let not_regular =
-        || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
-    // Not even opened when it is no regular file: opening a FIFO lets a waiting writer in.
-    if !std::fs::symlink_metadata(&real)?.is_file() {
-        return Err(not_regular());
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(&real)?;
-    // Swapped for something else in between: refused all the same.
-    if !file.metadata()?.is_file() {
-        return Err(not_regular());
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_TASK_FILE + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_TASK_FILE {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::FileTooLarge,
-            format!("larger than {} MiB", MAX_TASK_FILE >> 20),
-        ));
-    }
-    Ok(bytes)
+    crate::untrusted_fs::read_file(path, &[root], MAX_TASK_FILE)
 }
 
 /// Copies the task file `from` (read as [`read_task_bytes`] does) to a new file `to`, keeping
@@ -197,9 +172,9 @@ pub fn copy_task_file(root: &Path, from: &Path, to: &Path) -> std::io::Result<()
 mod tests {
     use super::*;
 
-    /// A task's files are read only where they resolve inside the task: a link to a host file
-    /// is refused (its bytes never read), a link inside the task is fine, FIFOs and oversized
-    /// files are refused without blocking or holding them.
+    /// A task's files are read only inside the task and never through a link: a link to a host
+    /// file is refused (its bytes never read), FIFOs and oversized files are refused without
+    /// blocking or holding them.
     #[test]
     fn task_files_never_lead_out_of_the_task() {
         let host = tempfile::tempdir().unwrap();
@@ -212,8 +187,10 @@ mod tests {
         std::os::unix::fs::symlink("docs/text.md", task.join("alias.md")).unwrap();
         let err = read_task_file(&task, &task.join("instruction.md")).unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::PermissionDenied, "{err}");
+        // No link is followed, not even one inside the task (the shared reader's rule).
+        assert!(read_task_file(&task, &task.join("alias.md")).is_err());
         assert_eq!(
-            read_task_file(&task, &task.join("alias.md")).unwrap(),
+            read_task_file(&task, &task.join("docs/text.md")).unwrap(),
             "inside"
         );
         let fifo = task.join("fifo");
