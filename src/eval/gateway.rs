@@ -210,22 +210,24 @@ fn serve(
     });
 }
 
-/// Headers never forwarded upstream: hop-by-hop ones, the client's own idea of the host, and
-/// any credential the trial made up.
+/// Whether a trial's request header is kept off the upstream request. The user's key goes with
+/// every request, so only what a model call needs passes: the body's type and encoding, what
+/// the client accepts, its user agent, and the conversation and idempotency headers OpenAI
+/// clients and MoL routers use. Everything else is dropped: hop-by-hop headers, the client's
+/// own host and credentials, and headers that would steer the upstream on the user's account
+/// (`x-http-method-override`, `x-forwarded-host`, `openai-organization`, found by the attack
+/// round after #27).
 fn dropped_request_header(name: &str) -> bool {
-    matches!(
+    !matches!(
         name.to_ascii_lowercase().as_str(),
-        "host"
-            | "authorization"
-            | "proxy-authorization"
-            | "connection"
-            | "keep-alive"
-            | "content-length"
-            | "transfer-encoding"
-            | "te"
-            | "trailer"
-            | "upgrade"
-            | "proxy-connection"
+        "content-type"
+            | "content-encoding"
+            | "accept"
+            | "accept-encoding"
+            | "user-agent"
+            | "x-conversation-id"
+            | "x-request-id"
+            | "idempotency-key"
     )
 }
 
@@ -571,6 +573,16 @@ mod tests {
         assert!(dropped_request_header("Authorization"));
         assert!(dropped_request_header("host"));
         assert!(!dropped_request_header("content-type"));
+        assert!(!dropped_request_header("X-Conversation-Id"));
+        for steering in [
+            "x-http-method-override",
+            "x-forwarded-host",
+            "openai-organization",
+            "openai-project",
+            "cookie",
+        ] {
+            assert!(dropped_request_header(steering), "{steering}");
+        }
         assert!(matches!(
             Gateway::start("unix:/x", None, true),
             Err(GatewayError::BadEndpoint(_))
