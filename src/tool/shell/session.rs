@@ -50,6 +50,9 @@ struct State {
     exited_at: Option<Instant>,
     eof: bool,
     ending: Option<Ending>,
+    /// Why a kill under way was started: a command that dies of the kill's SIGTERM ends for
+    /// that reason (a timeout is 124), not with the 143 its exit status says.
+    killing: Option<Ending>,
 }
 
 /// One running (or finished, not yet collected) command.
@@ -187,6 +190,7 @@ impl ShellSession {
             exited_at: None,
             eof: false,
             ending: None,
+            killing: None,
         }));
         let (tx, rx) = watch::channel(0u64);
         let tx = Arc::new(tx);
@@ -238,6 +242,7 @@ impl ShellSession {
         if self.is_finished() {
             return;
         }
+        lock(&self.state).killing.get_or_insert(why);
         self.signal_all(libc::SIGTERM);
         self.signal_all(libc::SIGCONT);
         let until = Instant::now() + self.kill_grace;
@@ -357,7 +362,10 @@ impl ShellSession {
         }
         st.ending = Some(match forced {
             Some(e) => e,
-            None => Ending::Exited(st.exit_code.unwrap_or(-1)),
+            None => match st.killing {
+                Some(why) => why,
+                None => Ending::Exited(st.exit_code.unwrap_or(-1)),
+            },
         });
         drop(st);
         self.signal_all(libc::SIGKILL);
@@ -394,6 +402,7 @@ impl ShellSession {
         if self.is_finished() {
             return;
         }
+        lock(&self.state).killing.get_or_insert(why);
         self.signal_all(libc::SIGTERM);
         self.signal_all(libc::SIGCONT);
         let mut changed = self.changed.clone();
