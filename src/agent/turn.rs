@@ -217,18 +217,7 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
     if let Some(s) = speculation.take_if(|s| s.expert() != expert) {
         resolved(ctx, s.expert(), s.cancel());
     }
-    let mut task_id = shared.state().timeline.tasks.last().map_or(1, |t| t.id + 1);
-    shared.commit(Record::TaskOpened {
-        task_id,
-        owner: expert,
-        user_text: user_text.clone(),
-    });
-    if modes::summarizes(shared.cfg.mode) {
-        tokio::select! {
-            _ = summaries::ensure_for(&shared, ctx.turn_id, expert) => {}
-            _ = ctx.cancel.cancelled() => return Err((Stop::Interrupted, Some(expert))),
-        }
-    }
+    let mut task_id = open_task(ctx, expert, &user_text).await?;
 
     let mut round_trips = 0u32;
     let mut stop_continuations = 0u32;
@@ -330,18 +319,7 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
         if let Some(to) = handoff(ctx, task_id, expert, &calls, &mut handoffs) {
             // The same request, now the other expert's task: it answers in this turn.
             expert = to;
-            task_id = shared.state().timeline.tasks.last().map_or(1, |t| t.id + 1);
-            shared.commit(Record::TaskOpened {
-                task_id,
-                owner: expert,
-                user_text: user_text.clone(),
-            });
-            if modes::summarizes(shared.cfg.mode) {
-                tokio::select! {
-                    _ = summaries::ensure_for(&shared, ctx.turn_id, expert) => {}
-                    _ = ctx.cancel.cancelled() => return Err((Stop::Interrupted, Some(expert))),
-                }
-            }
+            task_id = open_task(ctx, expert, &user_text).await?;
             continue;
         }
         for call in &calls {
@@ -377,6 +355,29 @@ const MAX_HANDOFFS: u32 = 2;
 /// abandons `expert`'s task (kept, invisible to the others: `mol::handed_over`), announces
 /// the new expert and returns it. `None`: no handoff, or the turn's handoffs are used up (the
 /// call is then answered as refused and the expert continues).
+/// Opens `expert`'s task for `user_text` (the turn's, or the same request handed over) and
+/// waits for the summaries its view needs; returns the task's id.
+async fn open_task(
+    ctx: &TurnCtx,
+    expert: Expert,
+    user_text: &str,
+) -> Result<u64, (Stop, Option<Expert>)> {
+    let shared = &ctx.shared;
+    let task_id = shared.state().timeline.tasks.last().map_or(1, |t| t.id + 1);
+    shared.commit(Record::TaskOpened {
+        task_id,
+        owner: expert,
+        user_text: user_text.to_string(),
+    });
+    if modes::summarizes(shared.cfg.mode) {
+        tokio::select! {
+            _ = summaries::ensure_for(shared, ctx.turn_id, expert) => {}
+            _ = ctx.cancel.cancelled() => return Err((Stop::Interrupted, Some(expert))),
+        }
+    }
+    Ok(task_id)
+}
+
 fn handoff(
     ctx: &TurnCtx,
     task_id: u64,
