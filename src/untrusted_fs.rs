@@ -631,9 +631,19 @@ pub fn is_beneath(path: &Path, anchors: &[&Path]) -> bool {
 /// the first of `anchors` it lies beneath without following any link below that anchor (a
 /// folder in the workspace swapped for a link to `~/.config` is refused); a path beneath none
 /// of them is reached by name (the user named it). A relative `path` is taken from the
-/// current directory.
+/// current directory, and `..` is folded by name first: `sub/../x` is `x` beside `sub`, never
+/// the parent of wherever a link named `sub` points (a command could make `sub` that link).
 pub fn locate(path: &Path, anchors: &[&Path]) -> io::Result<(Dir, OsString)> {
-    let abs = std::path::absolute(path)?;
+    let mut abs = PathBuf::new();
+    for c in std::path::absolute(path)?.components() {
+        match c {
+            Component::ParentDir => {
+                abs.pop();
+            }
+            Component::CurDir => {}
+            other => abs.push(other),
+        }
+    }
     let name = match abs.components().next_back() {
         Some(Component::Normal(name)) => name.to_os_string(),
         _ => return Err(errno(Errno::ISDIR)),
@@ -909,6 +919,22 @@ mod tests {
 
     fn anchors(root: &Path) -> [Dir; 2] {
         [Dir::open(root).unwrap(), Dir::open(root).unwrap().walking()]
+    }
+
+    /// `-o sub/../last.md` once a command made `sub` a link: the kernel would take the link's
+    /// parent; the name is folded first, so the file lands beside `sub` (the attack round
+    /// after #27 wrote outside the workspace this way).
+    #[test]
+    fn a_dot_dot_after_a_planted_link_is_folded_by_name() {
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root = ws.path().canonicalize().unwrap();
+        let deep = outside.path().join("victim/deep");
+        std::fs::create_dir_all(&deep).unwrap();
+        std::os::unix::fs::symlink(&deep, root.join("sub")).unwrap();
+        write_file(&root.join("sub/../last.md"), &[&root], b"answer", None).unwrap();
+        assert_eq!(std::fs::read(root.join("last.md")).unwrap(), b"answer");
+        assert!(!outside.path().join("victim/last.md").exists());
     }
 
     #[test]
