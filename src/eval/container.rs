@@ -35,6 +35,7 @@ const KILL_GRACE: Duration = Duration::from_millis(1500);
 /// The supervisor: `run ID` starts `in/ID.sh` in a new session (its wrapper records its pid,
 /// the session's, then the exit status); `kill ID` signals that session's process group.
 const SUPERVISOR: &str = r#"exec 3<>/.baton-trial/in/jobs || exit 111
+: > /.baton-trial/out/ready
 while IFS= read -r line <&3; do
   case "$line" in
     run\ *)
@@ -71,6 +72,7 @@ pub struct Container {
     jobs: File,
     dir_in: PathBuf,
     dir_out: PathBuf,
+    log: PathBuf,
     next: u32,
 }
 
@@ -101,21 +103,54 @@ impl Container {
             .write(true)
             .custom_flags(libc::O_CLOEXEC)
             .open(&fifo)?;
-        let out = File::create(log)?;
-        let err = out.try_clone()?;
-        let mut cmd = iso.command(phase, "bash", &["-c".into(), SUPERVISOR.into()]);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .process_group(0);
-        let child = cmd.spawn()?;
-        Ok(Container {
-            child,
-            jobs,
-            dir_in,
-            dir_out,
-            next: 1,
-        })
+        let mut tries = 0;
+        loop {
+            let out = File::create(log)?;
+            let err = out.try_clone()?;
+            let mut cmd = iso.command(phase, "bash", &["-c".into(), SUPERVISOR.into()]);
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::from(out))
+                .stderr(Stdio::from(err))
+                .process_group(0);
+            let mut container = Container {
+                child: cmd.spawn()?,
+                jobs: jobs.try_clone()?,
+                dir_in: dir_in.clone(),
+                dir_out: dir_out.clone(),
+                log: log.to_path_buf(),
+                next: 1,
+            };
+            tries += 1;
+            // A sandbox that never started because a host socket's cover was lost (see
+            // `Isolation::lost_a_socket_cover`) is started again; any other end shows at the
+            // first job.
+            let started = container.wait_ready();
+            let lost = !started
+                && tries < 3
+                && std::fs::read(log).is_ok_and(|l| iso.lost_a_socket_cover(&l));
+            if !lost {
+                return Ok(container);
+            }
+        }
+    }
+
+    /// Waits (30 s at most) for the supervisor to say it reads jobs; false if the sandbox
+    /// ended first.
+    fn wait_ready(&mut self) -> bool {
+        let ready = self.dir_out.join("ready");
+        let until = Instant::now() + Duration::from_secs(30);
+        let mut pause = Duration::from_micros(500);
+        while Instant::now() < until {
+            if std::fs::symlink_metadata(&ready).is_ok() {
+                return true;
+            }
+            if !self.alive() {
+                return false;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+        true
     }
 
     /// The host folder the sandbox sees read-only at `CONTROL/in`, for staging files.
@@ -126,6 +161,20 @@ impl Container {
     /// Whether the sandbox still runs (a trial's commands can end its supervisor).
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// How the sandbox ended, with the end of its supervisor's log.
+    fn ended(&mut self) -> String {
+        let status = match self.child.try_wait() {
+            Ok(Some(s)) => s.to_string(),
+            _ => "unknown status".into(),
+        };
+        let log = std::fs::read(&self.log).unwrap_or_default();
+        let tail = String::from_utf8_lossy(&log[log.len().saturating_sub(400)..]).into_owned();
+        format!(
+            "the trial's sandbox ended ({status}; its commands can end its supervisor): {}",
+            tail.trim()
+        )
     }
 
     /// Runs `job` for at most `limit`, or until `cancel` is set.
@@ -156,9 +205,8 @@ impl Container {
                 return done(exit_of(rc));
             }
             if !self.alive() {
-                return done(Exit::SpawnFailed(
-                    "the trial's sandbox ended (its commands ended its supervisor)".into(),
-                ));
+                let why = self.ended();
+                return done(Exit::SpawnFailed(why));
             }
             let now = Instant::now();
             let cancelled = cancel.load(Ordering::SeqCst);
@@ -184,6 +232,10 @@ impl Container {
 
 impl Drop for Container {
     fn drop(&mut self) {
+        // Reaped already (it ended): its pid may be another process's by now.
+        if !self.alive() {
+            return;
+        }
         let pgid = self.child.id() as i32;
         // SAFETY: kill(2) of the sandbox's process group (bwrap, whose death takes its PID
         // namespace, and every process of the trial, with it).

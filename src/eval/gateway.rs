@@ -155,16 +155,13 @@ fn serve(
     upstream: Arc<Upstream>,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) {
-    let listener = match source {
-        ListenerSource::Ready(l) => l,
+    let (first, handoff) = match source {
+        ListenerSource::Ready(l) => (l, None),
         ListenerSource::Handoff(parent) => match receive_fd(&parent) {
-            Some(fd) => TcpListener::from(fd),
-            None => return,
+            Ok(Some(fd)) => (TcpListener::from(fd), Some(parent)),
+            _ => return,
         },
     };
-    if listener.set_nonblocking(true).is_err() {
-        return;
-    }
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -172,9 +169,13 @@ fn serve(
         return;
     };
     rt.block_on(async move {
-        let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+        let Some(mut listener) = async_listener(first) else {
             return;
         };
+        let mut handoff = handoff.and_then(|p| {
+            p.set_nonblocking(true).ok()?;
+            tokio::net::UnixStream::from_std(p).ok()
+        });
         crate::protocol::install_tls_provider();
         let Ok(client) = reqwest::Client::builder()
             .no_proxy()
@@ -191,7 +192,16 @@ fn serve(
                 let Ok(permit) = permits.clone().acquire_owned().await else {
                     return;
                 };
-                let Ok((sock, _)) = listener.accept().await else {
+                let accepted = tokio::select! {
+                    a = listener.accept() => a,
+                    // A sandbox started again (its first start lost a host socket's cover)
+                    // is a new network namespace: its agent reaches the newest listener.
+                    newer = next_listener(&mut handoff) => {
+                        listener = newer;
+                        continue;
+                    }
+                };
+                let Ok((sock, _)) = accepted else {
                     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                     continue;
                 };
@@ -208,6 +218,33 @@ fn serve(
             _ = accept => {}
         }
     });
+}
+
+fn async_listener(l: TcpListener) -> Option<tokio::net::TcpListener> {
+    l.set_nonblocking(true).ok()?;
+    tokio::net::TcpListener::from_std(l).ok()
+}
+
+/// The next listener a restarted trial sends; never resolves once the runner's end is closed.
+async fn next_listener(handoff: &mut Option<tokio::net::UnixStream>) -> tokio::net::TcpListener {
+    if let Some(h) = handoff.as_ref() {
+        loop {
+            if h.readable().await.is_err() {
+                break;
+            }
+            let got = h.try_io(tokio::io::Interest::READABLE, || receive_fd(h));
+            match got {
+                Ok(Some(l)) => match async_listener(TcpListener::from(l)) {
+                    Some(l) => return l,
+                    None => continue,
+                },
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                _ => break,
+            }
+        }
+    }
+    *handoff = None;
+    std::future::pending().await
 }
 
 /// Whether a trial's request header is kept off the upstream request. The user's key goes with
@@ -533,8 +570,9 @@ unsafe fn send_fd(sock: RawFd, fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-/// Waits for the listener the trial's setup sends; `None` when the trial never started.
-fn receive_fd(sock: &UnixStream) -> Option<OwnedFd> {
+/// Receives a listener the trial's setup sends: `Ok(None)` when the trial's end is closed
+/// (it never started, or the gateway stops).
+fn receive_fd(sock: &impl AsRawFd) -> io::Result<Option<OwnedFd>> {
     // SAFETY: as in `send_fd`; the received descriptor is owned from here on.
     unsafe {
         let mut byte = [0u8; 1];
@@ -549,18 +587,21 @@ fn receive_fd(sock: &UnixStream) -> Option<OwnedFd> {
         msg.msg_control = control.as_mut_ptr().cast();
         msg.msg_controllen = control.len() as _;
         let n = libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
-        if n <= 0 {
-            return None;
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Ok(None);
         }
         let cmsg = libc::CMSG_FIRSTHDR(&msg);
         if cmsg.is_null()
             || (*cmsg).cmsg_level != libc::SOL_SOCKET
             || (*cmsg).cmsg_type != libc::SCM_RIGHTS
         {
-            return None;
+            return Ok(None);
         }
         let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
-        (fd >= 0).then(|| OwnedFd::from_raw_fd(fd))
+        Ok((fd >= 0).then(|| OwnedFd::from_raw_fd(fd)))
     }
 }
 
@@ -629,5 +670,28 @@ mod tests {
         ] {
             assert_eq!(ok(bad), None, "{bad}");
         }
+    }
+
+    /// A trial's sandbox started a second time sends a second listener (a new network
+    /// namespace): the gateway serves the newest, or the agent's requests wait unanswered.
+    #[test]
+    fn the_newest_listener_a_restarted_trial_sends_is_served() {
+        use std::io::{Read, Write};
+        let g = Gateway::start("http://127.0.0.1:9/v1", None, false).unwrap();
+        let setup = g.netns_setup().unwrap();
+        let first = TcpListener::bind("127.0.0.1:0").unwrap();
+        let second = TcpListener::bind("127.0.0.1:0").unwrap();
+        for l in [&first, &second] {
+            // SAFETY: both descriptors are open; send_fd copies them into the message.
+            unsafe { send_fd(setup.send_fd, l.as_raw_fd()).unwrap() };
+        }
+        let mut c = std::net::TcpStream::connect(second.local_addr().unwrap()).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        c.write_all(b"GET /admin HTTP/1.1\r\nhost: x\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        let _ = c.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer:?}");
     }
 }

@@ -434,6 +434,20 @@ impl Isolation {
         }
     }
 
+    /// Whether a phase that failed never started: bwrap could not make the mount point of the
+    /// cover of a host socket that went away between the phase's check and bwrap's mount (a
+    /// read-only folder takes no new file). `output` is what the phase printed; running it
+    /// again is safe, as nothing of it ran, and its command checks the sockets afresh.
+    pub fn lost_a_socket_cover(&self, output: &[u8]) -> bool {
+        let text = String::from_utf8_lossy(&output[..output.len().min(4096)]);
+        // bwrap's setup error names the cover's path (inside its new root) in words that
+        // depend on where the mount failed; the socket, or a folder on the way to it, is gone.
+        text.trim_start().starts_with("bwrap: ")
+            && self.host_sockets.iter().any(|s| {
+                text.contains(&*s.to_string_lossy()) && std::fs::symlink_metadata(s).is_err()
+            })
+    }
+
     fn probe(&self) -> Result<(), IsolationError> {
         let dir = tempfile::tempdir().map_err(IsolationError::ProbeDir)?;
         let paths = TrialPaths::new(dir.path());

@@ -349,6 +349,31 @@ fn log_files(path: &Path) -> std::io::Result<(File, File)> {
     Ok((f, g))
 }
 
+/// Runs the phase command `command` makes with its output into the files `logs` opens (stderr
+/// into `stderr`), once more (twice at most) when it never started because bwrap lost the
+/// cover of a host socket that went away meanwhile ([`Isolation::lost_a_socket_cover`]).
+fn run_phase(
+    iso: &Isolation,
+    command: impl Fn() -> std::process::Command,
+    logs: impl Fn() -> std::io::Result<(File, File)>,
+    stderr: &Path,
+    limit: Duration,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> std::io::Result<Outcome> {
+    let mut tries = 0;
+    loop {
+        let (out, err) = logs()?;
+        let outcome = process::run(command(), limit, out, err, cancel);
+        tries += 1;
+        let lost = outcome.exit == Exit::Code(1)
+            && tries < 3
+            && std::fs::read(stderr).is_ok_and(|e| iso.lost_a_socket_cover(&e));
+        if !lost {
+            return Ok(outcome);
+        }
+    }
+}
+
 /// Runs one trial into `trial_dir` and returns its record (also written as `result.json`).
 pub fn run_trial(
     task: &Task,
@@ -676,21 +701,22 @@ fn trial_phases(
             user: None,
             control: None,
         };
-        let cmd = iso.command(&phase, "bash", &["/setup/setup.sh".into()]);
-        let (out, err) = log_files(&paths.root.join("setup.log")).map_err(|e| {
+        let log = paths.root.join("setup.log");
+        let outcome = run_phase(
+            iso,
+            || iso.command(&phase, "bash", &["/setup/setup.sh".into()]),
+            || log_files(&log),
+            &log,
+            scaled(task.setup_timeout, settings.timeout_multiplier),
+            settings.cancel,
+        )
+        .map_err(|e| {
             infra(
                 r,
                 "EnvironmentSetupError",
                 format!("cannot create setup.log: {e}"),
             )
         })?;
-        let outcome = process::run(
-            cmd,
-            scaled(task.setup_timeout, settings.timeout_multiplier),
-            out,
-            err,
-            settings.cancel,
-        );
         *process_time += outcome.duration;
         r.timings.environment_setup = Some(PhaseTiming::from(&outcome));
         if outcome.exit == Exit::Cancelled {
@@ -1068,31 +1094,28 @@ fn step_setup(
         control: None,
     };
     let script = "cp -a --no-preserve=ownership /setup/. \"$1\"/ && if [ -f /setup/setup.sh ]; then bash \"$1/setup.sh\"; fi";
-    let cmd = settings.isolation.command(
-        &phase,
-        "bash",
-        &[
-            "-c".into(),
-            script.into(),
-            "step-setup".into(),
-            workdir.clone(),
-        ],
-    );
+    let args = [
+        "-c".into(),
+        script.into(),
+        "step-setup".into(),
+        workdir.clone(),
+    ];
     let log = paths.agent_logs.join("setup.log");
-    let (out, err) = log_files(&log).map_err(|e| {
+    let outcome = run_phase(
+        &settings.isolation,
+        || settings.isolation.command(&phase, "bash", &args),
+        || log_files(&log),
+        &log,
+        scaled(task.setup_timeout, settings.timeout_multiplier),
+        settings.cancel,
+    )
+    .map_err(|e| {
         infra(
             r,
             "StepSetupError",
             format!("cannot create {}: {e}", log.display()),
         )
     })?;
-    let outcome = process::run(
-        cmd,
-        scaled(task.setup_timeout, settings.timeout_multiplier),
-        out,
-        err,
-        settings.cancel,
-    );
     *process_time += outcome.duration;
     let _ = remove_tree(&paths.setup);
     if outcome.exit == Exit::Cancelled {
@@ -1281,21 +1304,17 @@ fn agent_and_verifier(
             user: agent_user.as_ref(),
             control: None,
         };
-        let out = File::create(&stdout_path);
-        let err = File::create(paths.agent_logs.join("stderr.txt"));
-        let (out, err) = match (out, err) {
-            (Ok(o), Ok(e)) => (o, e),
-            (Err(e), _) | (_, Err(e)) => {
-                return Err(infra(
-                    r,
-                    "AgentSetupError",
-                    format!("cannot create agent logs: {e}"),
-                ));
-            }
-        };
+        let stderr_path = paths.agent_logs.join("stderr.txt");
+        let logs = || Ok((File::create(&stdout_path)?, File::create(&stderr_path)?));
+        if let Err(e) = logs() {
+            return Err(infra(
+                r,
+                "AgentSetupError",
+                format!("cannot create agent logs: {e}"),
+            ));
+        }
         let outcome = match container.as_mut() {
             Some(c) => {
-                drop((out, err));
                 let job_env = iso.sandbox_env(agent_user.as_ref(), &agent_env);
                 let job = Job {
                     workdir: &task.environment.workdir,
@@ -1308,13 +1327,23 @@ fn agent_and_verifier(
                 };
                 c.run(&job, agent_limit, settings.cancel)
             }
-            None => process::run(
-                iso.command(&phase, &program, &args),
+            None => match run_phase(
+                iso,
+                || iso.command(&phase, &program, &args),
+                logs,
+                &stderr_path,
                 agent_limit,
-                out,
-                err,
                 settings.cancel,
-            ),
+            ) {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    return Err(infra(
+                        r,
+                        "AgentSetupError",
+                        format!("cannot create agent logs: {e}"),
+                    ));
+                }
+            },
         };
         drop(gateway.take());
         *process_time += outcome.duration;
@@ -1549,23 +1578,23 @@ fn run_verifier(
         user: pass.verifier_user,
         control: None,
     };
-    let cmd = iso.command(&phase, "bash", &[format!("/tests/{}", task.test_entry)]);
+    let test_args = [format!("/tests/{}", task.test_entry)];
     let out_path = paths.verifier_logs.join("test-stdout.txt");
     let err_path = paths.verifier_logs.join("test-stderr.txt");
-    let (out, err) = match (File::create(&out_path), File::create(&err_path)) {
-        (Ok(o), Ok(e)) => (o, e),
-        (Err(e), _) | (_, Err(e)) => {
-            return Err(infra(
-                r,
-                "VerifierSetupError",
-                format!("cannot create the verifier's logs: {e}"),
-            ));
-        }
+    let logs = || Ok((File::create(&out_path)?, File::create(&err_path)?));
+    let setup_error = |r: &mut TrialResult, e: std::io::Error| {
+        infra(
+            r,
+            "VerifierSetupError",
+            format!("cannot create the verifier's logs: {e}"),
+        )
     };
+    if let Err(e) = logs() {
+        return Err(setup_error(r, e));
+    }
     let limit = scaled(pass.verifier_timeout, settings.timeout_multiplier);
     let outcome = match container.as_mut() {
         Some(c) => {
-            drop((out, err));
             let job_env = iso.sandbox_env(pass.verifier_user, &phase.env);
             let prelude = format!(
                 "rm -rf /tests && mkdir /tests && cp -a --no-preserve=ownership {}/in/tests/. /tests/ || exit 126",
@@ -1582,7 +1611,17 @@ fn run_verifier(
             };
             c.run(&job, limit, settings.cancel)
         }
-        None => process::run(cmd, limit, out, err, settings.cancel),
+        None => match run_phase(
+            iso,
+            || iso.command(&phase, "bash", &test_args),
+            logs,
+            &err_path,
+            limit,
+            settings.cancel,
+        ) {
+            Ok(outcome) => outcome,
+            Err(e) => return Err(setup_error(r, e)),
+        },
     };
     // The trial ends here: whatever it left running is gone before its results are read.
     drop(container);

@@ -150,7 +150,11 @@ fn baton_runs_in(command: &str, internet: bool) -> String {
     assert_eq!(
         trial.agent_exit.exit_code,
         Some(0),
-        "the agent must reach its engine; stderr: {stderr}"
+        "the agent must reach its engine; exit {:?}, exception {:?}, stderr: {stderr}; stdout: {}; requests: {}",
+        trial.agent_exit,
+        trial.exception_info.as_ref().map(|e| &e.message),
+        std::fs::read_to_string(trial.trial_dir.join("agent/stdout.txt")).unwrap_or_default(),
+        engine.requests().len(),
     );
     tool_outputs(&engine, "PROBE_END")
 }
