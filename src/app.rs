@@ -18,6 +18,14 @@ use crate::session::SessionFile;
 /// Shown when there is nothing to talk to; `{config}` is the user config file as this process
 /// would read it (`$XDG_CONFIG_HOME` honoured), so the advice points at the right file.
 fn no_backend_help(user_config: Option<&std::path::Path>) -> String {
+    format!(
+        "{} `baton doctor` checks the result.",
+        no_backend_advice(user_config)
+    )
+}
+
+/// [`no_backend_help`] without the pointer to `baton doctor` (which doctor itself prints).
+pub fn no_backend_advice(user_config: Option<&std::path::Path>) -> String {
     let config = match user_config {
         Some(p) => format!("`endpoint = \"…\"` in {}", p.display()),
         None => "`endpoint = \"…\"` in the user config file".to_string(),
@@ -28,7 +36,7 @@ fn no_backend_help(user_config: Option<&std::path::Path>) -> String {
 BATON_ENDPOINT); the API key is read from $BATON_API_KEY. A MoL engine serving L0–L3 works as
 is (--mode mol); for a routing proxy use --mode proxy --model NAME, for any other model
 --mode single --model NAME. To run a local model instead, use --local ROOT (a folder with
-base/ and loras/L0..L3). `baton doctor` checks the result."
+base/ and loras/L0..L3)."
     )
 }
 
@@ -107,9 +115,21 @@ pub fn build_backend(
     if config.mode != Mode::Mol && config.model.is_none() {
         return Err(SetupError::ModelNameNeeded(config.mode));
     }
-    crate::backend::remote::RemoteBackend::builder(endpoint.clone())
+    let mut builder = crate::backend::remote::RemoteBackend::builder(endpoint.clone())
         .api_key(config.api_key())
-        .dialect(config.route_constraint)
+        .dialect(config.route_constraint);
+    let secs = std::time::Duration::from_secs;
+    let t = config.backend_timeouts;
+    if let Some(n) = t.connect {
+        builder = builder.connect_timeout(secs(n));
+    }
+    if let Some(n) = t.request {
+        builder = builder.request_timeout(secs(n));
+    }
+    if let Some(n) = t.idle {
+        builder = builder.idle_timeout(secs(n));
+    }
+    builder
         .build()
         .map(|b| (Arc::new(b) as Arc<dyn ChatBackend>, None))
         .map_err(|e| SetupError::Endpoint(e.to_string()))
@@ -246,6 +266,7 @@ pub fn agent_config(config: &Config, frontend: Frontend) -> Result<AgentConfig, 
         network: config.network,
         compact_at: config.compact_at,
         speculate: config.speculate,
+        defer_summaries: config.defer_summary,
         hooks: hooks(config)?,
     })
 }

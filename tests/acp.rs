@@ -361,6 +361,7 @@ fn a_loaded_session_replays_its_history_and_keeps_its_routing_state() {
     let engine = MockEngine::scripted_blocking(
         Script::new()
             .routes(["L3", "L1"])
+            .answer("L3", MockReply::tool_call("c0", "no_such_tool", "{}"))
             .answer(
                 "L3",
                 MockReply::tool_call("c1", "read_file", r#"{"path":"notes.txt"}"#),
@@ -401,6 +402,8 @@ fn a_loaded_session_replays_its_history_and_keeps_its_routing_state() {
             "user_message_chunk",
             "tool_call",
             "tool_call_update",
+            "tool_call",
+            "tool_call_update",
             "agent_message_chunk"
         ],
         "{load:#}"
@@ -408,10 +411,13 @@ fn a_loaded_session_replays_its_history_and_keeps_its_routing_state() {
     let user = &load["updates"][0];
     assert_eq!(user["content"]["text"], "read the notes");
     assert!(user["_meta"].is_null(), "{user}");
-    let answer = &load["updates"][3];
+    let answer = &load["updates"][5];
     assert_eq!(answer["content"]["text"], "The notes say 42.");
     assert_eq!(answer["_meta"]["baton"]["expert"], "L3", "{answer}");
-    let result = &load["updates"][2];
+    // Each call replays with the status it ended with: the unknown tool failed, as it did live.
+    assert_eq!(load["updates"][2]["status"], "failed", "{load:#}");
+    assert_eq!(load["updates"][4]["status"], "completed", "{load:#}");
+    let result = &load["updates"][4];
     assert!(
         result["content"][0]["content"]["text"]
             .as_str()

@@ -175,6 +175,64 @@ fn doctor_lists_a_config_error_and_still_runs_the_other_checks() {
     assert!(stdout.contains("1 problem(s) found"), "{stdout}");
 }
 
+/// One misspelt key leaves only that key out: the endpoint two lines above it still counts,
+/// so doctor does not also report "no model to talk to" (it did, dropping the whole file).
+/// A bad `BATON_*` variable leaves out only itself too.
+#[test]
+fn doctor_leaves_out_only_the_key_with_a_mistake() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(Script::new());
+    let path = env.user_config(&format!(
+        "endpoint = \"{}\"\nmodle = \"x\"\ntemperature = 9\n",
+        engine.url()
+    ));
+    let out = env
+        .baton()
+        .env("BATON_MAX_TURNS", "none")
+        .env("BATON_SEED", "7")
+        .arg("doctor")
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&format!("PROBLEM  {}:2: key `modle`", path.display())),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("PROBLEM  {}:3: key `temperature`", path.display())),
+        "{stdout}"
+    );
+    assert!(stdout.contains("BATON_MAX_TURNS"), "{stdout}");
+    assert!(!stdout.contains("no model to talk to"), "{stdout}");
+    assert!(stdout.contains("L0–L3 are served"), "{stdout}");
+    assert!(stdout.contains("3 problem(s) found"), "{stdout}");
+    // A run still refuses the file as a whole: nothing runs on a half-read configuration.
+    let run = env.baton().args(["--exec", "x"]).output().expect("run");
+    assert_eq!(run.status.code(), Some(2));
+}
+
+/// Without an endpoint doctor gives the advice indented under its PROBLEM line, without
+/// pointing at itself.
+#[test]
+fn doctor_without_an_endpoint_indents_its_advice() {
+    let env = Env::new();
+    let out = env.baton().arg("doctor").output().expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("  PROBLEM  no model to talk to."),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\n           `--endpoint http://HOST:PORT/v1`"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("`baton doctor` checks the result"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn doctor_names_the_models_probe_and_a_missing_profile_folder() {
     let env = Env::new();

@@ -577,6 +577,63 @@ fn a_summary_missing_from_a_session_is_made_by_the_next_turn_that_needs_it() {
     assert!(answer.mentions("summary by L2"));
 }
 
+/// `--defer-summary` (what `baton eval` passes its agent) ends the run without a summary hop;
+/// a resumed turn of another expert makes the summary it needs, as after a lost one.
+#[test]
+fn a_deferred_summary_is_made_by_the_next_turn_that_needs_it() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L2", "L1"])
+            .answer("L2", "first")
+            .answer("L2", "again")
+            .summary("L2", "LATE-SUMMARY")
+            .answer("L1", "second"),
+    );
+    let first = env
+        .exec(&engine, "one", &["--defer-summary"])
+        .output()
+        .expect("run");
+    assert_eq!(first.status.code(), Some(0), "{}", stderr_of(&first));
+    assert!(engine.requests_for_hop("summary").is_empty());
+    let saved = std::fs::read_to_string(session_file(&env.sessions)).expect("read");
+    assert!(!saved.contains("\"record\":\"summary\""));
+    // The same expert reads its own task verbatim: no summary is needed yet.
+    let again = env
+        .exec(&engine, "more", &["--resume", "last", "--defer-summary"])
+        .output()
+        .expect("run");
+    assert_eq!(again.status.code(), Some(0), "{}", stderr_of(&again));
+    assert!(engine.requests_for_hop("summary").is_empty());
+    let second = env
+        .exec(&engine, "two", &["--resume", "last"])
+        .output()
+        .expect("run");
+    assert_eq!(second.status.code(), Some(0), "{}", stderr_of(&second));
+    // L2's two tasks summarized for L1's view first; L1's own, as usual, after its answer.
+    let summaries: Vec<String> = engine
+        .requests_for_hop("summary")
+        .iter()
+        .map(|s| s.model().to_string())
+        .collect();
+    assert_eq!(summaries, ["L2", "L2", "L1"], "{:?}", engine.hop_log());
+    let answer = engine
+        .requests_for_hop("answer")
+        .into_iter()
+        .find(|r| r.model() == "L1")
+        .expect("L1 answer");
+    assert!(
+        answer.mentions("LATE-SUMMARY"),
+        "the L1 view shows the summary"
+    );
+    let out = env
+        .baton()
+        .args(["--defer-summary", "x"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "--defer-summary needs --exec");
+}
+
 #[test]
 fn ctrl_c_stops_the_turn_saves_the_session_and_exits_130() {
     use std::io::{BufRead, BufReader};
@@ -700,6 +757,9 @@ fn the_whole_loop_runs_on_the_local_tiny_model() {
         .args(["--exec", "--json", "--device", "cpu", "--local"])
         .arg(&model)
         .arg("hello there")
+        // CPU-bound in a debug build: with the suite's other threads on 2 cores, a minute
+        // was not always enough.
+        .timeout(std::time::Duration::from_secs(300))
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -733,6 +793,9 @@ fn the_whole_loop_runs_on_the_local_tiny_moe_model() {
         .args(["--exec", "--json", "--device", "cpu", "--local"])
         .arg(&model)
         .arg("hello there")
+        // CPU-bound in a debug build: with the suite's other threads on 2 cores, a minute
+        // was not always enough.
+        .timeout(std::time::Duration::from_secs(300))
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -1163,6 +1226,11 @@ fn a_speculative_miss_is_cancelled_and_the_routed_expert_answers() {
         ["answer:L1", "answer:L2", "route:L0", "summary:L1"],
         "{log:?}"
     );
+    // The engine notices the dropped stream at its next write: give a loaded machine time.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while engine.abandoned_streams() == 0 && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     assert!(
         engine.abandoned_streams() >= 1,
         "the wrong answer was dropped"
@@ -1507,5 +1575,51 @@ fn undo_list_names_each_turn_by_its_prompt() {
     assert!(
         text.contains("turn 1  can be undone  write the release notes"),
         "{text}"
+    );
+}
+
+/// The endpoint timeouts are settings like any other: `idle_timeout` from config.toml and
+/// `--request-timeout` as a flag reach the backend, and the error names the limit that ended
+/// the hop (the defaults, 180 s and 600 s, would hold this test for minutes).
+#[test]
+fn endpoint_timeouts_are_settings_that_end_a_stalled_hop() {
+    let env = Env::new();
+    env.user_config("idle_timeout = 1\n");
+    let silent = MockEngine::scripted_blocking(Script::new().route("L2").answer(
+        "L2",
+        MockReply::text("first words, then nothing").hang_after(3),
+    ));
+    let out = env.exec(&silent, "go", &[]).output().expect("run");
+    let err = stderr_of(&out);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("within 1 s") && err.contains("idle timeout"),
+        "{err}"
+    );
+
+    let env = Env::new();
+    let hung =
+        MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", MockReply::hang()));
+    let out = env
+        .exec(&hung, "go", &["--request-timeout", "1"])
+        .output()
+        .expect("run");
+    let err = stderr_of(&out);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("within 1 s") && err.contains("request timeout"),
+        "{err}"
+    );
+
+    let out = env
+        .baton()
+        .args(["--idle-timeout", "0", "--exec", "x"])
+        .output()
+        .expect("run");
+    assert!(
+        stderr_of(&out)
+            .contains("flag --idle-timeout: key `idle_timeout`: must be at least 1 second"),
+        "{}",
+        stderr_of(&out)
     );
 }

@@ -27,6 +27,33 @@ fn of_type<'a>(events: &'a [Value], ty: &str) -> Vec<&'a Value> {
 }
 
 /// Writes the user's hooks.json: `(event, matcher, command, timeout)`.
+/// A settings file written for Claude Code often has `SessionEnd`: baton never fires it, and
+/// says so in doctor, not as a warning on every run.
+#[test]
+fn an_event_baton_never_fires_is_a_doctor_note_not_a_warning_on_every_run() {
+    let env = Env::new();
+    let engine =
+        MockEngine::scripted_blocking(Script::new().default_route("L2").default_answer("done"));
+    user_hooks(&env, &[("SessionEnd", "", "true", 5)]);
+    let out = env.exec(&engine, "hi", &[]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(
+        !stderr_of(&out).contains("SessionEnd"),
+        "{}",
+        stderr_of(&out)
+    );
+    let out = env
+        .session_baton()
+        .args(["doctor", "--endpoint", &engine.url()])
+        .output()
+        .expect("doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("note") && text.contains("event `SessionEnd` is not one baton fires"),
+        "{text}"
+    );
+}
+
 fn user_hooks(env: &Env, hooks: &[(&str, &str, &str, u64)]) -> PathBuf {
     write_hooks(&env.home.join(".config/baton/hooks.json"), hooks)
 }

@@ -921,6 +921,104 @@ fn the_openai_python_sdk_drives_chat_with_tools_streams_and_errors() {
     );
 }
 
+const FORWARD_SCRIPT: &str = r#"
+import json, sys
+import openai
+from openai import OpenAI
+
+url, key, model = sys.argv[1:4]
+c = OpenAI(base_url=url, api_key=key, max_retries=0)
+schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+r = c.chat.completions.create(
+    model=model, messages=[{"role": "user", "content": "FORMAT-CHAT"}],
+    response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema}},
+    presence_penalty=0.5, frequency_penalty=0.25, n=1, logprobs=False,
+    extra_body={"top_k": 7, "min_p": 0.1, "repetition_penalty": 1.1})
+rr = c.responses.create(model=model, input="FORMAT-RESPONSES",
+                        text={"format": {"type": "json_schema", "name": "city", "schema": schema, "strict": True}})
+errors = {}
+for name, extra in [("n", {"n": 2}), ("logprobs", {"logprobs": True}), ("top_logprobs", {"top_logprobs": 3})]:
+    try:
+        c.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}], **extra)
+    except openai.BadRequestError as e:
+        errors[name] = [e.status_code, e.code, e.param]
+print(json.dumps({"chat": r.choices[0].message.content, "responses": rr.output_text, "errors": errors}))
+"#;
+
+/// What a client sets that changes its answer reaches the answer hop as sent (Chat
+/// `response_format`, penalties, vLLM extras; Responses `text.format` as `response_format`),
+/// never the route or summary hop; what this server cannot give back (`n` > 1, log-probs) is
+/// refused by name instead of dropped with a 200.
+#[test]
+fn structured_output_and_sampling_fields_reach_the_answer_hop() {
+    let Some(python) = python_sdk() else {
+        return;
+    };
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer(MockReply::text(r#"{"city":"Paris"}"#))
+            .default_summary(MockReply::text("done")),
+    );
+    let server = Server::start_with_env(
+        &env,
+        &engine.url(),
+        &[],
+        &[("BATON_SERVE_API_KEYS", "sdk-key")],
+    );
+    let r = run_script(
+        &python,
+        &env,
+        FORWARD_SCRIPT,
+        &[&server.url, "sdk-key", MODEL],
+    );
+    assert_eq!(r["chat"], r#"{"city":"Paris"}"#);
+    assert_eq!(r["responses"], r#"{"city":"Paris"}"#);
+    assert_eq!(r["errors"]["n"], json!([400, "unsupported_parameter", "n"]));
+    assert_eq!(
+        r["errors"]["logprobs"],
+        json!([400, "unsupported_parameter", "logprobs"])
+    );
+    assert_eq!(
+        r["errors"]["top_logprobs"],
+        json!([400, "unsupported_parameter", "top_logprobs"])
+    );
+    wait_for_requests(&engine, 6);
+    let answers = answers(&engine);
+    let chat = answers.iter().find(|a| a.mentions("FORMAT-CHAT")).unwrap();
+    let b = &chat.body;
+    assert_eq!(b["response_format"]["json_schema"]["name"], "city");
+    assert_eq!(b["presence_penalty"], 0.5);
+    assert_eq!(b["frequency_penalty"], 0.25);
+    assert_eq!(b["top_k"], 7);
+    assert_eq!(b["min_p"], 0.1);
+    assert_eq!(b["repetition_penalty"], 1.1);
+    assert!(b.get("n").is_none() && b.get("logprobs").is_none());
+    let responses = answers
+        .iter()
+        .find(|a| a.mentions("FORMAT-RESPONSES"))
+        .unwrap();
+    assert_eq!(
+        responses.body["response_format"],
+        json!({"type": "json_schema", "json_schema": {"name": "city", "strict": true,
+            "schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}})
+    );
+    for other in engine
+        .chat_requests()
+        .iter()
+        .filter(|r| r.hop_or_answer() != "answer")
+    {
+        assert!(
+            other.body.get("response_format").is_none()
+                && other.body.get("presence_penalty").is_none(),
+            "{} hop: {}",
+            other.hop_or_answer(),
+            other.body
+        );
+    }
+}
+
 /// baton's own `--mode proxy` against `baton serve`: the engine behind the server sees the
 /// same route, answer and summary requests, byte for byte, as behind `--mode mol`.
 #[test]

@@ -535,6 +535,49 @@ async fn grep_respects_gitignore_skips_binaries_and_caps() {
     assert!(err(&bad).contains("invalid regex"));
 }
 
+/// `context` shows the lines around each match the way ripgrep does: `path-N-` for context,
+/// overlapping groups merged, `--` between groups that skip lines and between files.
+#[tokio::test]
+async fn grep_context_shows_the_lines_around_each_match() {
+    let ws = workspace();
+    let lines: Vec<String> = (1..=12).map(|i| format!("line {i}")).collect();
+    let mut text = lines.join("\n") + "\n";
+    text = text
+        .replace("line 3\n", "line 3 HIT\n")
+        .replace("line 5\n", "line 5 HIT\n");
+    text = text.replace("line 11\n", "line 11 HIT\n");
+    ws.write("a.txt", text.as_bytes());
+    ws.write("b.txt", "HIT first\r\nafter\n");
+    let result = ws
+        .call("grep", json!({"pattern": "HIT", "context": 1}))
+        .await;
+    assert_eq!(
+        ok(&result),
+        "a.txt-2-line 2\na.txt:3:line 3 HIT\na.txt-4-line 4\na.txt:5:line 5 HIT\n\
+         a.txt-6-line 6\n--\na.txt-10-line 10\na.txt:11:line 11 HIT\na.txt-12-line 12\n\
+         --\nb.txt:1:HIT first\nb.txt-2-after\n"
+    );
+    // The cap counts matches; the context of a match left out is left out with it.
+    let capped = ws
+        .call(
+            "grep",
+            json!({"pattern": "HIT", "path": "a.txt", "context": 1, "max_results": 1}),
+        )
+        .await;
+    let text = ok(&capped);
+    assert!(
+        text.starts_with("a.txt-2-line 2\na.txt:3:line 3 HIT\na.txt-4-line 4\n["),
+        "{text}"
+    );
+    let too_wide = ws
+        .call(
+            "grep",
+            json!({"pattern": "HIT", "path": "b.txt", "context": 1000}),
+        )
+        .await;
+    assert_eq!(ok(&too_wide), "b.txt:1:HIT first\nb.txt-2-after\n");
+}
+
 #[tokio::test]
 async fn list_dir_and_glob_respect_gitignore() {
     let ws = workspace();

@@ -719,3 +719,76 @@ async fn commit_in_a_linked_worktree_writes_the_main_repositorys_gitdir() {
     let head = wt_repo.head().unwrap().peel_to_commit().unwrap();
     assert_eq!(head.summary(), Some("from the worktree"));
 }
+
+/// Terminal-Bench tasks keep the repository in a subfolder: `repo` names it. A `.git` file a
+/// command planted in a subfolder, pointing at a repository outside the workspace, is refused
+/// rather than read or committed to.
+#[tokio::test]
+async fn the_repo_argument_names_a_repository_in_a_subfolder_but_not_one_outside() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(dir.path()).unwrap();
+    let app = ws.join("app");
+    let inner = Repository::init(&app).unwrap();
+    let mut config = inner.config().unwrap();
+    config.set_str("user.name", "Test User").unwrap();
+    config.set_str("user.email", "test@example.com").unwrap();
+    std::fs::write(app.join("x.txt"), "x\n").unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let outside = Repository::init(elsewhere.path()).unwrap();
+    std::fs::create_dir(ws.join("planted")).unwrap();
+    std::fs::write(
+        ws.join("planted/.git"),
+        format!("gitdir: {}\n", outside.path().display()),
+    )
+    .unwrap();
+    let ctx = ToolContext {
+        workspace: ws.clone(),
+        call_id: "call-1".into(),
+        events: EventSink::discard(),
+        cancel: Default::default(),
+        state: Arc::new(ToolState::default()),
+    };
+    let git = |args: Value| {
+        let ctx = ctx.clone();
+        async move { standard_tools().get("git").unwrap().run(args, &ctx).await }
+    };
+    let plain = git(json!({"action": "status"})).await;
+    assert!(
+        plain.content.contains("not a git repository"),
+        "{}",
+        plain.content
+    );
+    let status = git(json!({"action": "status", "repo": "app"})).await;
+    ok(&status);
+    assert!(status.content.contains("?? x.txt"), "{}", status.content);
+    let commit = git(json!({"action": "commit", "repo": "app", "paths": ["app/x.txt"], "message": "in the subfolder"})).await;
+    ok(&commit);
+    let head = inner.head().unwrap().peel_to_commit().unwrap();
+    assert_eq!(head.summary(), Some("in the subfolder"));
+
+    for action in ["status", "log"] {
+        let refused = git(json!({"action": action, "repo": "planted"})).await;
+        assert_eq!(refused.status, ToolStatus::Error);
+        assert!(
+            refused.content.contains("outside the workspace"),
+            "{}",
+            refused.content
+        );
+    }
+    let refused =
+        git(json!({"action": "commit", "repo": "planted", "paths": ["planted"], "message": "m"}))
+            .await;
+    assert_eq!(refused.status, ToolStatus::Error);
+    assert!(
+        outside.head().is_err(),
+        "nothing was committed to the outside repository"
+    );
+    let escape = git(json!({"action": "status", "repo": "../"})).await;
+    assert_eq!(escape.status, ToolStatus::Error, "{}", escape.content);
+    let missing = git(json!({"action": "status", "repo": "nope"})).await;
+    assert!(
+        missing.content.contains("no such folder"),
+        "{}",
+        missing.content
+    );
+}

@@ -9,7 +9,7 @@ use agent_client_protocol::v1::schema::{
 };
 
 use crate::acp::updates::{fenced, locations, text_chunk, tool_kind};
-use crate::protocol::{Expert, Role};
+use crate::protocol::{Expert, Role, ToolStatus};
 use crate::session::Record;
 
 /// A tool result longer than this is replayed as its tail.
@@ -37,6 +37,26 @@ fn tail_chars(text: &str, max: usize) -> String {
 pub fn updates(workspace: &Path, records: &[Record]) -> Vec<(Option<Expert>, SessionUpdate)> {
     let mut out = Vec::new();
     let mut owners: HashMap<u64, Expert> = HashMap::new();
+    // How each call ended and its live title. A file that records them has one for every call
+    // that ran: a result without one was written for a call that never ran (an interrupted
+    // turn). Older files record none: their calls replay as completed.
+    let ended: HashMap<&str, (ToolStatus, &str)> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::ToolEnded {
+                call_id,
+                status,
+                title,
+            } => Some((call_id.as_str(), (*status, title.as_str()))),
+            _ => None,
+        })
+        .collect();
+    let status_of = |call_id: &str| match ended.get(call_id) {
+        Some((ToolStatus::Ok, _)) => ToolCallStatus::Completed,
+        Some(_) => ToolCallStatus::Failed,
+        None if ended.is_empty() => ToolCallStatus::Completed,
+        None => ToolCallStatus::Failed,
+    };
     for record in records {
         match record {
             Record::Turn { text, .. } => {
@@ -73,12 +93,15 @@ pub fn updates(workspace: &Path, records: &[Record]) -> Vec<(Option<Expert>, Ses
                                 .unwrap_or_else(|_| {
                                     serde_json::Value::String(call.arguments.clone())
                                 });
-                            let tool_call =
-                                ToolCall::new(call.id.clone(), title(&call.name, &args))
-                                    .kind(tool_kind(&call.name))
-                                    .status(ToolCallStatus::InProgress)
-                                    .locations(locations(workspace, &args))
-                                    .raw_input(args);
+                            let shown = match ended.get(call.id.as_str()) {
+                                Some((_, live)) => live.to_string(),
+                                None => title(&call.name, &args),
+                            };
+                            let tool_call = ToolCall::new(call.id.clone(), shown)
+                                .kind(tool_kind(&call.name))
+                                .status(ToolCallStatus::InProgress)
+                                .locations(locations(workspace, &args))
+                                .raw_input(args);
                             out.push((expert, SessionUpdate::ToolCall(tool_call)));
                         }
                     }
@@ -88,7 +111,7 @@ pub fn updates(workspace: &Path, records: &[Record]) -> Vec<(Option<Expert>, Ses
                         };
                         let text = tail_chars(&message.content, RESULT_TAIL_CHARS);
                         let fields = ToolCallUpdateFields::new()
-                            .status(ToolCallStatus::Completed)
+                            .status(status_of(call_id))
                             .content(vec![ToolCallContent::from(fenced(&text))]);
                         out.push((
                             expert,
@@ -164,5 +187,74 @@ mod tests {
         let v = serde_json::to_value(&out[1].1).unwrap();
         assert_eq!(v["title"], "read_file: a.txt");
         assert_eq!(v["locations"][0]["path"], "/ws/a.txt");
+    }
+
+    /// A declined, an interrupted and a never-run call replay as `failed`, as they ended live,
+    /// under the title they were shown with; without `ToolEnded` records (older files) calls
+    /// replay as completed.
+    #[test]
+    fn calls_replay_with_the_status_and_title_they_ended_with() {
+        let calls = ["ok", "declined", "cut", "never"];
+        let mut ask = ChatMessage::assistant("");
+        ask.tool_calls = calls
+            .iter()
+            .map(|id| Call {
+                id: (*id).into(),
+                name: "shell".into(),
+                arguments: r#"{"command":"sed -n 1p a"}"#.into(),
+            })
+            .collect();
+        let mut records = vec![
+            Record::TaskOpened {
+                task_id: 1,
+                owner: Expert::L2,
+                user_text: "go".into(),
+            },
+            Record::Message {
+                task_id: 1,
+                message: ask,
+            },
+        ];
+        for (id, status) in [
+            ("ok", Some(ToolStatus::Ok)),
+            ("declined", Some(ToolStatus::Declined)),
+            ("cut", Some(ToolStatus::Interrupted)),
+            ("never", None),
+        ] {
+            records.push(Record::Message {
+                task_id: 1,
+                message: ChatMessage::tool_result(id, "text"),
+            });
+            if let Some(status) = status {
+                records.push(Record::ToolEnded {
+                    call_id: id.into(),
+                    status,
+                    title: "sed -n 1p a".into(),
+                });
+            }
+        }
+        let replayed = |records: &[Record]| -> Vec<(String, String)> {
+            updates(Path::new("/ws"), records)
+                .iter()
+                .map(|(_, u)| serde_json::to_value(u).unwrap())
+                .map(|v| {
+                    let label = v["title"].as_str().unwrap_or("update").to_string();
+                    (label, v["status"].as_str().unwrap_or_default().to_string())
+                })
+                .collect()
+        };
+        let statuses: Vec<String> = replayed(&records)[4..]
+            .iter()
+            .map(|(_, s)| s.clone())
+            .collect();
+        assert_eq!(statuses, ["completed", "failed", "failed", "failed"]);
+        assert_eq!(replayed(&records)[0].0, "sed -n 1p a", "the live title");
+        let old: Vec<Record> = records
+            .into_iter()
+            .filter(|r| !matches!(r, Record::ToolEnded { .. }))
+            .collect();
+        let statuses: Vec<String> = replayed(&old)[4..].iter().map(|(_, s)| s.clone()).collect();
+        assert_eq!(statuses, ["completed"; 4]);
+        assert_eq!(replayed(&old)[0].0, "shell: sed -n 1p a");
     }
 }

@@ -127,6 +127,9 @@ pub struct AgentConfig {
     pub hooks: crate::hooks::Hooks,
     /// Whether a new user turn's answer hop is sent with its route hop (`mol` mode).
     pub speculate: crate::protocol::Speculate,
+    /// No summary hop when a task closes: a later turn that needs the summary makes it
+    /// (`--defer-summary`).
+    pub defer_summaries: bool,
 }
 
 /// State shared by the op loop, the running turn and the background summary tasks.

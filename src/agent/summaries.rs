@@ -9,6 +9,14 @@ use crate::mol::SummaryState;
 use crate::protocol::{Event, Hop};
 use crate::session::Record;
 
+/// Whether a task closed now gets its summary hop at once. A `--defer-summary` run ends after
+/// its turn: its summary is made by the first turn that needs it (a later turn of another
+/// expert, [`ensure_for`]). Every other run makes it now, in the background: other experts
+/// read it, and so does the same expert once its older tasks fold.
+pub(crate) fn read_in_this_process(shared: &Shared) -> bool {
+    !shared.cfg.defer_summaries
+}
+
 /// Starts the summary hop of a closed task in the background.
 pub(crate) fn spawn(shared: &Arc<Shared>, turn_id: u64, task_id: u64) {
     let s = shared.clone();

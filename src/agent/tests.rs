@@ -194,6 +194,7 @@ fn launch_configured(
         network: false,
         compact_at: None,
         speculate: Default::default(),
+        defer_summaries: false,
         hooks: crate::hooks::Hooks::none(),
     };
     configure(&mut cfg);

@@ -16,6 +16,9 @@ use crate::tool::{ApprovalNeed, ToolContext, ToolResult};
 /// What a call's hooks said beyond its result: `continue: false` stops the turn.
 pub(crate) struct Executed {
     pub message: ChatMessage,
+    /// How the call ended and its title, for the session (`Record::ToolEnded`).
+    pub status: ToolStatus,
+    pub title: String,
     /// A hook's `stopReason`: the turn ends after this call.
     pub stop: Option<String>,
 }
@@ -81,7 +84,7 @@ pub(crate) async fn execute(
         call_id: call.id.clone(),
         tool: call.name.clone(),
         arguments: shown_args,
-        title,
+        title: title.clone(),
     });
     let mut ran_input = None;
     let mut result = match (tool, args) {
@@ -221,6 +224,8 @@ pub(crate) async fn execute(
     });
     Executed {
         message: ChatMessage::tool_result(call.id.clone(), result.content),
+        status: result.status,
+        title,
         stop,
     }
 }

@@ -125,7 +125,9 @@ pub(crate) async fn run_turn(
     });
     // Started after the turn is reported, so the turn's numbers never depend on how fast the
     // summary is: its tokens go to the session total.
-    if let Some(task_id) = summary_task {
+    if let Some(task_id) = summary_task
+        && summaries::read_in_this_process(&shared)
+    {
         summaries::spawn(&shared, turn_id, task_id);
     }
 }
@@ -327,6 +329,11 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
             shared.commit(Record::Message {
                 task_id,
                 message: done.message,
+            });
+            shared.commit(Record::ToolEnded {
+                call_id: call.id.clone(),
+                status: done.status,
+                title: done.title,
             });
             if ctx.cancel.is_cancelled() {
                 return Err((Stop::Interrupted, Some(expert)));
@@ -575,6 +582,7 @@ fn answer_request_over(
         parallel_tool_calls: None,
         max_tokens: cfg.max_tokens,
         reasoning: cfg.reasoning,
+        extra: Default::default(),
     };
     let state = shared.state();
     let conversation_id = state.conversation_id_or_default();

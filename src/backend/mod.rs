@@ -76,6 +76,11 @@ pub struct ChatRequest {
     /// `proxy` mode: sent as `X-Conversation-Id`.
     #[serde(default)]
     pub conversation_id: Option<String>,
+    /// Fields of the body sent as they are, where baton sets no field of that name
+    /// (`baton serve` forwards a client's `response_format`, penalties …). The remote backend
+    /// sends them; the local engine has no use for them.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 fn default_true() -> bool {
@@ -101,6 +106,7 @@ impl ChatRequest {
             stream: true,
             hop,
             conversation_id: None,
+            extra: serde_json::Map::new(),
         }
     }
 }

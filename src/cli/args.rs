@@ -56,6 +56,11 @@ pub struct Cli {
     #[arg(long, requires = "exec", help_heading = "Headless")]
     pub json: bool,
 
+    /// With --exec: end without the summary hop (a later turn that needs the summary makes
+    /// it); for runs nobody resumes, such as eval trials.
+    #[arg(long, requires = "exec", help_heading = "Headless")]
+    pub defer_summary: bool,
+
     /// With --exec: also write the last answer to FILE.
     #[arg(
         short = 'o',
@@ -292,6 +297,18 @@ pub struct SettingArgs {
     #[arg(long, value_name = "FRACTION", help_heading = "Context")]
     pub compact_at: Option<String>,
 
+    /// Seconds to establish the connection to the endpoint [default: 10].
+    #[arg(long, value_name = "SECS", help_heading = "Model")]
+    pub connect_timeout: Option<String>,
+
+    /// Seconds an endpoint may take to start answering a hop [default: 600].
+    #[arg(long, value_name = "SECS", help_heading = "Model")]
+    pub request_timeout: Option<String>,
+
+    /// Longest silence, in seconds, inside a streamed answer [default: 180].
+    #[arg(long, value_name = "SECS", help_heading = "Model")]
+    pub idle_timeout: Option<String>,
+
     /// How the route label is constrained: choice (vLLM) or regex (SGLang).
     #[arg(long, value_name = "KIND", help_heading = "Model")]
     pub route_constraint: Option<String>,
@@ -513,6 +530,17 @@ pub fn flag_settings(args: &CommonArgs, more: &SettingArgs) -> Result<Settings, 
         ("seed", "--seed", &more.seed),
         ("max_tokens", "--max-tokens", &more.max_tokens),
         ("context_window", "--context-window", &more.context_window),
+        (
+            "connect_timeout",
+            "--connect-timeout",
+            &more.connect_timeout,
+        ),
+        (
+            "request_timeout",
+            "--request-timeout",
+            &more.request_timeout,
+        ),
+        ("idle_timeout", "--idle-timeout", &more.idle_timeout),
         ("compact_at", "--compact-at", &more.compact_at),
         (
             "route_constraint",

@@ -7,7 +7,6 @@ use crate::config::{Config, ConfigLoadError};
 use crate::protocol::Expert;
 use crate::protocol::Mode;
 use crate::protocol::stdio::println;
-use crate::protocol::terminal_safe;
 
 struct Report {
     problems: usize,
@@ -17,15 +16,28 @@ struct Report {
 // passes the terminal sanitizer.
 impl Report {
     fn ok(&self, what: &str) {
-        println!("  ok       {}", terminal_safe(what));
+        println!("{}", report_line("ok", what));
     }
     fn bad(&mut self, what: &str) {
         self.problems += 1;
-        println!("  PROBLEM  {}", terminal_safe(what));
+        println!("{}", report_line("PROBLEM", what));
     }
     fn note(&self, what: &str) {
-        println!("  note     {}", terminal_safe(what));
+        println!("{}", report_line("note", what));
     }
+}
+
+/// `  TAG      text`, the text's further lines indented under its first.
+fn report_line(tag: &str, what: &str) -> String {
+    let mut out = format!("  {tag:<9}");
+    for (i, line) in what.lines().enumerate() {
+        if i > 0 {
+            out.push('\n');
+            out.push_str(&" ".repeat(11));
+        }
+        out.push_str(&crate::protocol::terminal_safe_line(line));
+    }
+    out
 }
 
 /// Whether the project file in use may lower safety settings, and why not.
@@ -105,6 +117,7 @@ fn hooks_report(r: &mut Report, config: &Config) {
     for n in hooks
         .notices
         .iter()
+        .chain(&hooks.unfired)
         .filter(|n| Some(*n) != found.notice().as_ref())
     {
         r.note(n);
@@ -270,6 +283,10 @@ pub async fn run(config: &Config, config_problems: &[ConfigLoadError]) -> i32 {
     println!("model");
     let backend = match crate::app::build_backend(config).map(|(b, _)| b) {
         Ok(b) => b,
+        Err(crate::app::SetupError::NoBackend { user_config }) => {
+            r.bad(&crate::app::no_backend_advice(user_config.as_deref()));
+            return finish(&r);
+        }
         Err(e) => {
             r.bad(&e.to_string());
             return finish(&r);

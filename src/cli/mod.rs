@@ -123,6 +123,7 @@ pub fn main() -> i32 {
     };
     config.no_color = cli.no_color;
     config.no_hooks = cli.no_hooks;
+    config.defer_summary = cli.defer_summary;
     let resume = match resume_id(&config, &cli.common) {
         Ok(r) if cli.command.is_none() => r,
         Ok(_) => None,

@@ -47,6 +47,15 @@ pub enum ConfigLoadError {
     Key(#[from] ConfigError),
 }
 
+/// The remote backend's timeouts in seconds (`connect_timeout`, `request_timeout`,
+/// `idle_timeout`); `None` keeps the backend's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackendTimeouts {
+    pub connect: Option<u64>,
+    pub request: Option<u64>,
+    pub idle: Option<u64>,
+}
+
 /// The fully resolved configuration the rest of baton runs on.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -67,6 +76,7 @@ pub struct Config {
     pub device: DeviceChoice,
     pub max_turns: Option<u32>,
     pub timeout_secs: Option<u64>,
+    pub backend_timeouts: BackendTimeouts,
     /// A file whose text replaces the built-in system prompt of the experts.
     pub system_prompt: Option<PathBuf>,
     pub temperature: Option<f32>,
@@ -112,6 +122,8 @@ pub struct Config {
     pub no_color: bool,
     /// `--no-hooks`: no hook command runs in this run.
     pub no_hooks: bool,
+    /// `--defer-summary` (with `--exec`): the run ends without its summary hop.
+    pub defer_summary: bool,
     /// What the user must be told about the configuration before anything runs: project
     /// settings withheld because their folder is not trusted, project files not read.
     pub warnings: Vec<String>,
@@ -153,11 +165,25 @@ pub fn project_config_path(workspace: &Path) -> Option<PathBuf> {
 /// Reads the settings of one TOML file. A missing file is no settings; anything else wrong
 /// with it is an error naming the file, and the line (and column, for TOML syntax) it is on.
 pub fn read_file(path: &Path) -> Result<Settings, ConfigLoadError> {
-    parse_file(path, &trust::read_project_file(path))
+    all_or_first_error(parse_file(path, &trust::read_project_file(path)))
 }
 
-/// [`read_file`] of bytes already read from `path` (what a trust check hashed).
-fn parse_file(path: &Path, read: &std::io::Result<Vec<u8>>) -> Result<Settings, ConfigLoadError> {
+/// Settings, and the mistakes of the keys left out of them.
+type Partial = (Settings, Vec<ConfigLoadError>);
+
+/// The settings when no key was wrong, else the first mistake.
+fn all_or_first_error(read: Result<Partial, ConfigLoadError>) -> Result<Settings, ConfigLoadError> {
+    let (settings, mistakes) = read?;
+    match mistakes.into_iter().next() {
+        Some(first) => Err(first),
+        None => Ok(settings),
+    }
+}
+
+/// The settings of bytes already read from `path` (what a trust check hashed): an error when
+/// the file cannot be used at all (unreadable, not TOML, a bad `[mcp_servers]`), else every
+/// good key, with the mistake of each key left out.
+fn parse_file(path: &Path, read: &std::io::Result<Vec<u8>>) -> Result<Partial, ConfigLoadError> {
     let text = trust::text_of(read).map_err(|e| ConfigLoadError::File {
         path: path.display().to_string(),
         reason: format!("cannot read: {e}"),
@@ -180,12 +206,30 @@ fn parse_file(path: &Path, read: &std::io::Result<Vec<u8>>) -> Result<Settings, 
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
     let mut settings = Settings::default();
+    let mut mistakes = Vec::new();
     // Structured, read by `mcp::servers_from_table`; checked here so a mistake in it stops
     // the load like any other key's.
     mcp::servers_from_table(&table, path)?;
     for (key, value) in &flatten_sections(&table) {
+        if let Err(e) = parse_key(&mut settings, key, value, text, path, &base) {
+            mistakes.push(e);
+        }
+    }
+    Ok((settings, mistakes))
+}
+
+/// One key of a config file into `settings`.
+fn parse_key(
+    settings: &mut Settings,
+    key: &String,
+    value: &toml::Value,
+    text: &str,
+    path: &Path,
+    base: &Path,
+) -> Result<(), ConfigLoadError> {
+    {
         if key == mcp::SECTION {
-            continue;
+            return Ok(());
         }
         // `path:line`, so an editor can jump to the key.
         let source = match key_line(text, key) {
@@ -236,9 +280,9 @@ fn parse_file(path: &Path, read: &std::io::Result<Vec<u8>>) -> Result<Settings, 
                 .into());
             }
         };
-        settings.set(key, &text, &source, Some(&base))?;
+        settings.set(key, &text, &source, Some(base))?;
     }
-    Ok(settings)
+    Ok(())
 }
 
 /// The 1-based line and column (in characters) of a byte offset.
@@ -332,17 +376,30 @@ fn flatten_sections(table: &toml::Table) -> Vec<(String, toml::Value)> {
 /// Reads every `BATON_*` variable that names a setting. Other `BATON_*` variables (the API key,
 /// `BATON_LOG`) are left alone.
 pub fn read_env() -> Result<Settings, ConfigError> {
+    let (settings, mistakes) = env_settings();
+    match mistakes.into_iter().next() {
+        Some(first) => Err(first),
+        None => Ok(settings),
+    }
+}
+
+/// Every good `BATON_*` variable, and the mistake of each one left out.
+fn env_settings() -> (Settings, Vec<ConfigError>) {
     let mut settings = Settings::default();
+    let mut mistakes = Vec::new();
     for key in Settings::KEYS {
         let var = format!("BATON_{}", key.to_ascii_uppercase());
         if let Ok(value) = std::env::var(&var) {
             if value.is_empty() {
                 continue;
             }
-            settings.set(key, &value, &format!("environment variable {var}"), None)?;
+            if let Err(e) = settings.set(key, &value, &format!("environment variable {var}"), None)
+            {
+                mistakes.push(e);
+            }
         }
     }
-    Ok(settings)
+    (settings, mistakes)
 }
 
 /// Resolves the configuration from all layers. `flags` holds what was given on the command line.
@@ -350,9 +407,10 @@ pub fn load(flags: &Settings) -> Result<Config, ConfigLoadError> {
     load_layers(flags, None)
 }
 
-/// `load` for `baton doctor`: a layer with a mistake is left out and its error added to
-/// `problems`, so the other checks still run on what is left (a workspace that is not a folder
-/// falls back to the current one). Fails only when not even that resolves.
+/// `load` for `baton doctor`: a key with a mistake (or a file that cannot be read as TOML) is
+/// left out and its error added to `problems`, so the other checks still run on what is left
+/// (a workspace that is not a folder falls back to the current one). Fails only when not even
+/// that resolves.
 pub fn load_reporting(
     flags: &Settings,
     problems: &mut Vec<ConfigLoadError>,
@@ -364,22 +422,30 @@ fn load_layers(
     flags: &Settings,
     mut problems: Option<&mut Vec<ConfigLoadError>>,
 ) -> Result<Config, ConfigLoadError> {
-    // A failed layer: an error for `load`, a listed problem and no settings for `doctor`.
-    let mut layer = |result: Result<Settings, ConfigLoadError>| match (result, problems.as_mut()) {
-        (Ok(s), _) => Ok(s),
+    // A mistake: an error for `load`; for `doctor` a listed problem, and the layer without
+    // the key (or without the whole file, when it could not be parsed).
+    let mut layer = |result: Result<Partial, ConfigLoadError>| match (result, problems.as_mut()) {
+        (Ok((s, mistakes)), Some(list)) => {
+            list.extend(mistakes);
+            Ok(s)
+        }
+        (result, None) => all_or_first_error(result),
         (Err(e), Some(list)) => {
             list.push(e);
             Ok(Settings::default())
         }
-        (Err(e), None) => Err(e),
     };
-    let env = layer(read_env().map_err(ConfigLoadError::from))?;
+    let (env, env_mistakes) = env_settings();
+    let env = layer(Ok((
+        env,
+        env_mistakes.into_iter().map(Into::into).collect(),
+    )))?;
     let mut files = Vec::new();
 
     let mut mcp_servers = Vec::new();
     let user = match user_config_path().filter(|p| p.is_file()) {
         Some(p) => {
-            let s = read_file(&p);
+            let s = parse_file(&p, &trust::read_project_file(&p));
             if s.is_ok() {
                 mcp::merge(&mut mcp_servers, mcp::read_toml(&p).unwrap_or_default());
                 files.push(p);

@@ -26,6 +26,8 @@ pub struct Settings {
     pub device: Option<DeviceChoice>,
     pub max_turns: Option<u32>,
     pub timeout: Option<u64>,
+    /// Seconds, for the remote backend.
+    pub backend_timeouts: super::BackendTimeouts,
     pub system_prompt: Option<PathBuf>,
     pub temperature: Option<f32>,
     pub top_p: Option<f32>,
@@ -208,7 +210,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 impl Settings {
     /// Every key, as written in config.toml (the env var is `BATON_` + upper case).
-    pub const KEYS: [&'static str; 43] = [
+    pub const KEYS: [&'static str; 46] = [
         "endpoint",
         "api_key_env",
         "mode",
@@ -224,6 +226,9 @@ impl Settings {
         "device",
         "max_turns",
         "timeout",
+        "connect_timeout",
+        "request_timeout",
+        "idle_timeout",
         "system_prompt",
         "temperature",
         "top_p",
@@ -326,6 +331,18 @@ impl Settings {
                     return Err(err("must be at least 1 second".into()));
                 }
                 self.timeout = Some(n);
+            }
+            "connect_timeout" | "request_timeout" | "idle_timeout" => {
+                let n: u64 = number(value, "a number of seconds").map_err(err)?;
+                if n == 0 {
+                    return Err(err("must be at least 1 second".into()));
+                }
+                let t = &mut self.backend_timeouts;
+                *match key {
+                    "connect_timeout" => &mut t.connect,
+                    "request_timeout" => &mut t.request,
+                    _ => &mut t.idle,
+                } = Some(n);
             }
             "system_prompt" => self.system_prompt = Some(path(value, base)),
             "temperature" => {
@@ -498,6 +515,16 @@ impl Settings {
             allow,
             tools
         );
+        let (mine, theirs) = (&mut self.backend_timeouts, top.backend_timeouts);
+        for (m, t) in [
+            (&mut mine.connect, theirs.connect),
+            (&mut mine.request, theirs.request),
+            (&mut mine.idle, theirs.idle),
+        ] {
+            if t.is_some() {
+                *m = t;
+            }
+        }
         for (mine, theirs) in self.expert_tools.iter_mut().zip(top.expert_tools) {
             if theirs.is_some() {
                 *mine = theirs;
@@ -545,6 +572,7 @@ impl Settings {
             device: self.device.unwrap_or_default(),
             max_turns: self.max_turns,
             timeout_secs: self.timeout,
+            backend_timeouts: self.backend_timeouts,
             system_prompt: self.system_prompt,
             temperature: self.temperature,
             top_p: self.top_p,
@@ -572,6 +600,8 @@ impl Settings {
             no_color: false,
             // A flag only (`--no-hooks`).
             no_hooks: false,
+            // A flag only (`--defer-summary`).
+            defer_summary: false,
             warnings: Vec::new(),
             mcp_servers: Vec::new(),
         })

@@ -1246,6 +1246,8 @@ fn agent_and_verifier(
                 task.environment.workdir.clone(),
                 "--session-dir".into(),
                 "/logs/agent/sessions".into(),
+                // Nobody resumes a trial's session: its summary hop would only delay the end.
+                "--defer-summary".into(),
             ];
             args.extend(agent.extra_args);
             // After `--` the instruction is the prompt even when it starts with a dash.

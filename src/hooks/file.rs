@@ -131,6 +131,8 @@ const MAX_TIMEOUT_SECS: f64 = 3600.0;
 pub(crate) struct Parsed {
     pub groups: Vec<(HookEvent, HookGroup)>,
     pub skipped: Vec<String>,
+    /// Notes on events baton never fires (their hooks never run).
+    pub unfired: Vec<String>,
 }
 
 /// Reads one hooks file.
@@ -154,10 +156,11 @@ pub(crate) fn parse(text: &str, path: &Path) -> Result<Parsed, String> {
     let mut out = Parsed {
         groups: Vec::new(),
         skipped: Vec::new(),
+        unfired: Vec::new(),
     };
     for (name, groups) in events {
         let Some(event) = HookEvent::parse(name) else {
-            out.skipped.push(format!(
+            out.unfired.push(format!(
                 "{}: event `{name}` is not one baton fires; its hooks never run",
                 path.display()
             ));

@@ -97,6 +97,9 @@ pub struct Hooks {
     pub files: Vec<PathBuf>,
     /// What the user must be told once the session starts (a project file not run).
     pub notices: Vec<String>,
+    /// Events of other agents' files (Claude Code's `SessionEnd`, …) that baton never fires:
+    /// shown by `doctor`, not on every run.
+    pub unfired: Vec<String>,
     /// Whether hooks run in the workspace (its folder is trusted), decided at the first event.
     in_workspace: Arc<std::sync::OnceLock<bool>>,
 }
@@ -188,16 +191,19 @@ impl Hooks {
     pub fn load(discovery: &Discovery) -> Result<Hooks, HookError> {
         let mut groups = Vec::new();
         let mut notices: Vec<String> = discovery.notice().into_iter().collect();
+        let mut unfired = Vec::new();
         let files = discovery.files();
         for path in &files {
             let parsed = file::read(path)?;
             groups.extend(parsed.groups);
             notices.extend(parsed.skipped);
+            unfired.extend(parsed.unfired);
         }
         Ok(Hooks {
             groups: Arc::new(groups),
             files,
             notices,
+            unfired,
             in_workspace: Arc::default(),
         })
     }

@@ -22,6 +22,9 @@ pub struct AnswerOptions {
     pub parallel_tool_calls: Option<bool>,
     pub max_tokens: Option<u32>,
     pub reasoning: Option<ReasoningEffort>,
+    /// Fields sent as given (`ChatRequest::extra`).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// How reasoning is controlled on the wire.
@@ -52,6 +55,7 @@ pub fn answer_request(
     req.tool_choice = opts.tool_choice.clone();
     req.parallel_tool_calls = opts.parallel_tool_calls;
     req.max_tokens = opts.max_tokens;
+    req.extra = opts.extra.clone();
     apply_reasoning(&mut req, opts.reasoning, wire);
     req
 }

@@ -163,8 +163,10 @@ struct Conversation {
 #[derive(Default)]
 struct Store {
     by_id: HashMap<String, Arc<Conversation>>,
-    /// `client \0 digest` → conversation id: finds a conversation from its history alone.
-    by_history: HashMap<String, String>,
+    /// `client \0 digest` → the ids of the conversations at that history, oldest first: finds
+    /// a conversation from its history alone. Two clients whose first turns were identical
+    /// hold two conversations at one history, and each continues one of them.
+    by_history: HashMap<String, Vec<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -219,8 +221,44 @@ impl Store {
 
     fn remove(&mut self, id: &str) {
         if self.by_id.remove(id).is_some() {
-            self.by_history.retain(|_, v| v != id);
+            self.by_history.retain(|_, ids| {
+                ids.retain(|v| v != id);
+                !ids.is_empty()
+            });
         }
+    }
+
+    /// Records that conversation `id` is at history `key`.
+    fn point(&mut self, key: String, id: &str) {
+        let ids = self.by_history.entry(key).or_default();
+        if !ids.iter().any(|v| v == id) {
+            ids.push(id.to_string());
+        }
+    }
+
+    /// Takes back that conversation `id` is at history `key`.
+    fn unpoint(&mut self, key: &str, id: &str) {
+        if let Some(ids) = self.by_history.get_mut(key) {
+            ids.retain(|v| v != id);
+            if ids.is_empty() {
+                self.by_history.remove(key);
+            }
+        }
+    }
+
+    /// A conversation at history `key`: one whose turn is not running if there is one (a turn
+    /// in flight moves it past this history), else the oldest.
+    fn at_history(&self, key: &str) -> Option<Arc<Conversation>> {
+        let held: Vec<&Arc<Conversation>> = self
+            .by_history
+            .get(key)?
+            .iter()
+            .filter_map(|id| self.by_id.get(id))
+            .collect();
+        held.iter()
+            .find(|c| c.state.try_lock().is_ok())
+            .or(held.first())
+            .map(|c| (*c).clone())
     }
 }
 
@@ -412,11 +450,7 @@ impl Conversations {
                 .get(id)
                 .filter(|c| c.client == input.client && !c.snapshot)
                 .cloned(),
-            None => store
-                .by_history
-                .get(&history_key(&input.client, &digest(earlier)))
-                .and_then(|id| store.by_id.get(id))
-                .cloned(),
+            None => store.at_history(&history_key(&input.client, &digest(earlier))),
         };
         let conversation = match found {
             Some(c) => c,
@@ -449,15 +483,10 @@ impl Conversations {
         let mut store = lock(&self.store);
         self.evict(&mut store, Instant::now());
         if let Some(old) = old {
-            store
-                .by_history
-                .remove(&history_key(&conversation.client, old));
+            store.unpoint(&history_key(&conversation.client, old), &conversation.id);
         }
         if store.by_id.contains_key(&conversation.id) {
-            store.by_history.insert(
-                history_key(&conversation.client, new),
-                conversation.id.clone(),
-            );
+            store.point(history_key(&conversation.client, new), &conversation.id);
         }
     }
 
@@ -465,10 +494,7 @@ impl Conversations {
     fn expect_history(&self, conversation: &Conversation, new: &str) {
         let mut store = lock(&self.store);
         if store.by_id.contains_key(&conversation.id) {
-            store.by_history.insert(
-                history_key(&conversation.client, new),
-                conversation.id.clone(),
-            );
+            store.point(history_key(&conversation.client, new), &conversation.id);
         }
     }
 
@@ -478,10 +504,7 @@ impl Conversations {
             return;
         }
         let mut store = lock(&self.store);
-        let key = history_key(&conversation.client, new);
-        if store.by_history.get(&key) == Some(&conversation.id) {
-            store.by_history.remove(&key);
-        }
+        store.unpoint(&history_key(&conversation.client, new), &conversation.id);
     }
 
     /// How many conversations are held now.
@@ -635,9 +658,7 @@ impl Conversations {
             for e in report.entries {
                 let snapshot = e.kind == EntryKind::Response;
                 if !snapshot && let Some(d) = &e.body.digest {
-                    store
-                        .by_history
-                        .insert(history_key(&e.client, d), e.id.clone());
+                    store.point(history_key(&e.client, d), &e.id);
                 }
                 let c = Conversation {
                     id: e.id.clone(),
@@ -1143,6 +1164,7 @@ impl Conversations {
             parallel_tool_calls: o.parallel_tool_calls,
             max_tokens: o.max_tokens,
             reasoning: o.reasoning,
+            extra: o.extra.clone(),
         };
         answer_hop_request(
             Mode::Mol,
@@ -1312,6 +1334,55 @@ mod tests {
         assert_eq!(service.len(), 1);
     }
 
+    /// Two clients whose first turns were identical (k trials of one task at temperature 0)
+    /// each continue a conversation of their own: the second's turn 2 is not left without one
+    /// because the first's turn 2 moved "the" conversation at that history on.
+    #[tokio::test]
+    async fn identical_first_turns_of_two_clients_keep_two_conversations() {
+        let service = Arc::new(Conversations::new(
+            Arc::new(crate::mol::fake_backend::Router::answering("L2")),
+            Profile::builtin(&Default::default()),
+            "m".into(),
+            StoreLimits::default(),
+            Arc::new(Quiet),
+        ));
+        let mut firsts = Vec::new();
+        for _ in 0..2 {
+            let mut h = service
+                .start(input(vec![ChatMessage::user("a")]))
+                .await
+                .unwrap();
+            let text = answer(&mut h).await;
+            let _ = h.delivered.send(());
+            firsts.push((h.conversation_id, text));
+        }
+        assert_ne!(firsts[0].0, firsts[1].0);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut seconds = Vec::new();
+        for next in ["from A", "from B"] {
+            let mut h = service
+                .start(input(vec![
+                    ChatMessage::user("a"),
+                    ChatMessage::assistant(&firsts[0].1),
+                    ChatMessage::user(next),
+                ]))
+                .await
+                .unwrap();
+            answer(&mut h).await;
+            let _ = h.delivered.send(());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            seconds.push(h.conversation_id);
+        }
+        assert_ne!(seconds[0], seconds[1], "each continues its own");
+        for id in &seconds {
+            assert!(
+                firsts.iter().any(|(f, _)| f == id),
+                "{id} is a continuation"
+            );
+        }
+        assert_eq!(service.len(), 2);
+    }
+
     #[tokio::test]
     async fn a_turn_not_delivered_leaves_its_history_pointing_nowhere() {
         let service = Arc::new(Conversations::new(
@@ -1398,7 +1469,7 @@ mod tests {
             store
                 .by_id
                 .insert(id.into(), held(id, bytes, Duration::from_secs(age)));
-            store.by_history.insert(format!("c\0{id}"), id.into());
+            store.point(format!("c\0{id}"), id);
         }
         store.evict(&limits, Instant::now());
         let mut left: Vec<&str> = store.by_id.keys().map(String::as_str).collect();
@@ -1408,6 +1479,7 @@ mod tests {
             !store
                 .by_history
                 .values()
+                .flatten()
                 .any(|v| v == "old" || v == "stale")
         );
         // A conversation whose turn is running is never dropped under it.

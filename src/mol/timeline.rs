@@ -320,6 +320,7 @@ impl Timeline {
             | Record::Checkpoint { .. }
             | Record::Undone { .. }
             | Record::Redone { .. }
+            | Record::ToolEnded { .. }
             | Record::TurnEnded { .. } => false,
         }
     }

@@ -25,6 +25,9 @@ pub struct TurnOptions {
     pub parallel_tool_calls: Option<bool>,
     pub max_tokens: Option<u32>,
     pub reasoning: Option<ReasoningEffort>,
+    /// Answer-hop fields sent upstream as the client gave them (structured output, penalties,
+    /// engine sampling extras); never on the route or summary hop.
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 /// One client request to a conversation: the client's messages as sent (the whole history on

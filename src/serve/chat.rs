@@ -276,7 +276,69 @@ pub fn options(
         parallel_tool_calls: boolean(obj, "parallel_tool_calls")?,
         max_tokens,
         reasoning: None,
+        extra: Map::new(),
     })
+}
+
+/// Chat Completions fields sent on to the answer hop as the client gave them: structured
+/// output, penalties and the sampling extras vLLM and SGLang take.
+pub const FORWARDED: [&str; 7] = [
+    "response_format",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+];
+
+/// The [`FORWARDED`] fields of a Chat body, each checked for its JSON type. Fields whose
+/// answer this server cannot give back are refused by name rather than dropped: `n` above 1
+/// (a MoL turn makes one answer) and `logprobs` (the loop keeps no token log-probabilities).
+pub fn forwarded(obj: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
+    let unsupported = |param: &str, why: &str| {
+        Err(ApiError::bad_request("unsupported_parameter", why.to_string()).param(param))
+    };
+    match obj.get("n") {
+        None | Some(Value::Null) => {}
+        Some(v) if v.as_u64() == Some(1) => {}
+        Some(_) => return unsupported("n", "n must be 1: a MoL turn makes one answer"),
+    }
+    if obj
+        .get("logprobs")
+        .is_some_and(|v| v.as_bool() == Some(true))
+    {
+        return unsupported(
+            "logprobs",
+            "logprobs are not supported: the MoL loop keeps no token log-probabilities",
+        );
+    }
+    if obj
+        .get("top_logprobs")
+        .is_some_and(|v| !v.is_null() && v.as_u64() != Some(0))
+    {
+        return unsupported("top_logprobs", "top_logprobs are not supported");
+    }
+    let mut out = Map::new();
+    for key in FORWARDED {
+        let Some(value) = obj.get(key).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let fits = match key {
+            "response_format" | "logit_bias" => value.is_object(),
+            "top_k" => value.is_i64(),
+            _ => value.is_number(),
+        };
+        if !fits {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!("{key} has the wrong type"),
+            )
+            .param(key));
+        }
+        out.insert(key.to_string(), value.clone());
+    }
+    Ok(out)
 }
 
 /// Reads and checks a Chat Completions request body.
@@ -310,6 +372,7 @@ pub fn parse(body: &Map<String, Value>, served_model: &str) -> Result<ChatBody, 
         .collect::<Result<Vec<_>, _>>()?;
     let mut options = options(body, &["max_completion_tokens", "max_tokens"])?;
     options.reasoning = reasoning(body.get("reasoning_effort"), "reasoning_effort")?;
+    options.extra = forwarded(body)?;
     let tools = tools(body.get("tools"))?;
     if options.tool_choice.as_deref() == Some("required") && tools.is_empty() {
         return Err(ApiError::bad_request(

@@ -265,6 +265,19 @@ pub fn parse(body: &Map<String, Value>, served_model: &str) -> Result<ResponsesB
         body.get("reasoning").and_then(|r| r.get("effort")),
         "reasoning.effort",
     )?;
+    if let Some(format) = response_format(body)? {
+        options.extra.insert("response_format".into(), format);
+    }
+    if body
+        .get("top_logprobs")
+        .is_some_and(|v| !v.is_null() && v.as_u64() != Some(0))
+    {
+        return Err(ApiError::bad_request(
+            "unsupported_parameter",
+            "top_logprobs are not supported: the MoL loop keeps no token log-probabilities",
+        )
+        .param("top_logprobs"));
+    }
     let previous = match body.get("previous_response_id") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
@@ -291,6 +304,46 @@ pub fn parse(body: &Map<String, Value>, served_model: &str) -> Result<ResponsesB
         store: flag(body, "store", true)?,
         previous,
     })
+}
+
+/// `text.format` as the Chat Completions `response_format` the answer hop carries: `None` for
+/// plain text.
+fn response_format(body: &Map<String, Value>) -> Result<Option<Value>, ApiError> {
+    let Some(format) = body
+        .get("text")
+        .and_then(|t| t.get("format"))
+        .filter(|f| !f.is_null())
+    else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        Err(ApiError::bad_request("invalid_request", why.to_string()).param("text.format"))
+    };
+    match format.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(json!({"type": "json_object"}))),
+        Some("json_schema") => {
+            let Some(schema) = format.get("schema").filter(|s| s.is_object()) else {
+                return bad("text.format json_schema needs a schema object");
+            };
+            let mut spec = Map::new();
+            spec.insert(
+                "name".into(),
+                format
+                    .get("name")
+                    .cloned()
+                    .unwrap_or_else(|| json!("response")),
+            );
+            spec.insert("schema".into(), schema.clone());
+            for key in ["strict", "description"] {
+                if let Some(v) = format.get(key).filter(|v| !v.is_null()) {
+                    spec.insert(key.into(), v.clone());
+                }
+            }
+            Ok(Some(json!({"type": "json_schema", "json_schema": spec})))
+        }
+        _ => bad("text.format type must be text, json_object or json_schema"),
+    }
 }
 
 /// Ids of the output items, derived from the response id so a response reads the same when

@@ -52,6 +52,13 @@ pub enum Record {
     TaskClosed {
         task_id: u64,
     },
+    /// How a tool call ended (its result is the `Message` before this record) and the title
+    /// it was shown with, for a client that replays the session (ACP `session/load`).
+    ToolEnded {
+        call_id: String,
+        status: crate::protocol::ToolStatus,
+        title: String,
+    },
     /// A task abandoned by an interrupt or a new turn: closed, never summarized.
     TaskAbandoned {
         task_id: u64,

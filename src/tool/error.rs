@@ -119,6 +119,9 @@ pub enum ToolError {
     /// The workspace is not inside a git repository.
     #[error("{path}: not a git repository")]
     NotARepository { path: String },
+    /// A repository named by the `git` tool's `repo` keeps its git data outside the workspace.
+    #[error("{path}: the repository's git data ({gitdir}) is outside the workspace")]
+    RepositoryOutsideWorkspace { path: String, gitdir: String },
     /// The repository has no working tree.
     #[error("{path}: the repository is bare (no working tree)")]
     BareRepository { path: String },

@@ -48,6 +48,8 @@ struct GitArgs {
     max_count: Option<usize>,
     #[serde(default)]
     message: Option<String>,
+    #[serde(default)]
+    repo: Option<String>,
 }
 
 pub struct GitTool;
@@ -71,8 +73,9 @@ impl Tool for GitTool {
                 revision ('HEAD:src/lib.rs').\n\
                 - commit: commit the current content of `paths` (files or directories, \
                 required) with `message`; other staged changes stay staged. Hooks do not run.\n\
-                Paths are relative to the workspace. Pushing, resetting and other force \
-                operations are not available."
+                `repo` names the repository's folder when it is not the workspace (e.g. a \
+                clone in a subfolder). Paths are relative to the workspace. Pushing, resetting \
+                and other force operations are not available."
                 .into(),
             parameters: json!({
                 "type": "object",
@@ -82,7 +85,8 @@ impl Tool for GitTool {
                     "rev": {"type": "string", "description": "diff/log/show: a revision (commit id, branch, tag, HEAD~2, HEAD:path)."},
                     "paths": {"type": "array", "items": {"type": "string"}, "description": "diff/log: limit to these paths; commit: the paths to commit."},
                     "max_count": {"type": "integer", "minimum": 1, "maximum": LOG_MAX, "description": "log: number of commits (default 20)."},
-                    "message": {"type": "string", "description": "commit: the commit message."}
+                    "message": {"type": "string", "description": "commit: the commit message."},
+                    "repo": {"type": "string", "description": "The repository's folder, relative to the workspace (default: the workspace's repository)."}
                 },
                 "required": ["action"],
                 "additionalProperties": false
@@ -132,9 +136,37 @@ impl Tool for GitTool {
 
 fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: GitArgs = parse_args("git", args)?;
-    let shown = || ctx.workspace.display().to_string();
-    let repo = Repository::discover(&ctx.workspace)
-        .map_err(|_| ToolError::NotARepository { path: shown() })?;
+    let (start, shown) = match &args.repo {
+        Some(folder) => {
+            let r = resolve(&ctx.workspace, folder)?;
+            if !r.abs.is_dir() {
+                return Err(ToolError::NotFound {
+                    path: r.rel,
+                    what: "no such folder",
+                });
+            }
+            (r.abs, r.rel)
+        }
+        None => (ctx.workspace.clone(), ctx.workspace.display().to_string()),
+    };
+    let shown = || shown.clone();
+    let repo =
+        Repository::discover(&start).map_err(|_| ToolError::NotARepository { path: shown() })?;
+    // A `.git` file a command left in a subfolder may point at any repository of the user's:
+    // one named by `repo` is used only when its git data is inside the workspace.
+    let the_workspaces =
+        || Repository::discover(&ctx.workspace).is_ok_and(|w| w.path() == repo.path());
+    if args.repo.is_some() && !the_workspaces() {
+        for dir in [repo.path(), repo.commondir()] {
+            let inside = std::fs::canonicalize(dir).is_ok_and(|d| d.starts_with(&ctx.workspace));
+            if !inside {
+                return Err(ToolError::RepositoryOutsideWorkspace {
+                    path: shown(),
+                    gitdir: dir.display().to_string(),
+                });
+            }
+        }
+    }
     let workdir = repo
         .workdir()
         .and_then(|w| std::fs::canonicalize(w).ok())

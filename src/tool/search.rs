@@ -282,6 +282,8 @@ pub struct GrepOptions {
     pub glob: Option<String>,
     pub hidden: bool,
     pub max_results: usize,
+    /// Lines shown before and after each matching line (0: none).
+    pub context: usize,
     /// Stops the walk early (the turn was interrupted); the report then covers what was seen.
     pub cancel: Option<tokio_util::sync::CancellationToken>,
 }
@@ -300,6 +302,8 @@ pub struct LineHit {
 pub struct FileHits {
     pub path: PathBuf,
     pub lines: Vec<LineHit>,
+    /// With `context`: the lines around the kept matches that are not matches themselves.
+    pub context: Vec<LineHit>,
 }
 
 /// What a search found: the first `max_results` matching lines in path order, grouped by
@@ -412,9 +416,11 @@ pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, Too
                 if count > 0 {
                     total_lines.fetch_add(count, Ordering::Relaxed);
                     files_matched.fetch_add(1, Ordering::Relaxed);
+                    let context = context_lines(&data, &lines, options.context);
                     let found = FileHits {
                         path: entry.into_path(),
                         lines,
+                        context,
                     };
                     if let Ok(mut all) = hits.lock() {
                         all.push(found);
@@ -432,6 +438,9 @@ pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, Too
             break;
         }
         file.lines.truncate(options.max_results - shown_lines);
+        let (lines, reach) = (&file.lines, options.context);
+        file.context
+            .retain(|c| lines.iter().any(|m| m.line.abs_diff(c.line) <= reach));
         shown_lines += file.lines.len();
         keep += 1;
     }
@@ -456,6 +465,38 @@ fn read_searchable(
 ) -> Option<Vec<u8>> {
     let rel = path.strip_prefix(anchor_path).ok()?;
     anchor.read(rel, GREP_MAX_FILE_BYTES).ok()?
+}
+
+/// The lines within `reach` of a match in `hits` that are not matches, in order.
+fn context_lines(data: &[u8], hits: &[LineHit], reach: usize) -> Vec<LineHit> {
+    if reach == 0 || hits.is_empty() {
+        return Vec::new();
+    }
+    let last_wanted = hits.last().map_or(0, |h| h.line + reach);
+    let mut wanted = hits
+        .iter()
+        .flat_map(|h| h.line.saturating_sub(reach).max(1)..=h.line + reach);
+    let mut next = wanted.next();
+    let mut out: Vec<LineHit> = Vec::new();
+    let is_hit = |n: usize| hits.binary_search_by_key(&n, |h| h.line).is_ok();
+    let text = data.strip_suffix(b"\n").unwrap_or(data);
+    for (i, line) in text.split(|&b| b == b'\n').enumerate() {
+        let n = i + 1;
+        if n > last_wanted {
+            break;
+        }
+        while next.is_some_and(|w| w < n) {
+            next = wanted.next();
+        }
+        if next == Some(n) && !is_hit(n) && out.last().is_none_or(|l| l.line < n) {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            out.push(LineHit {
+                line: n,
+                text: clip_line(&String::from_utf8_lossy(line), 300),
+            });
+        }
+    }
+    out
 }
 
 /// Matching lines of one file (at most `cap` kept) and how many lines matched in all.
@@ -532,7 +573,12 @@ struct GrepArgs {
     files_only: bool,
     #[serde(default)]
     max_results: Option<usize>,
+    #[serde(default)]
+    context: Option<usize>,
 }
+
+/// The most context lines grep shows on each side of a match.
+pub const GREP_MAX_CONTEXT: usize = 10;
 
 pub struct GrepTool;
 
@@ -550,7 +596,9 @@ impl Tool for GrepTool {
                  matching line, sorted by path. Respects .gitignore; skips hidden files unless \
                  `hidden`, binary files and files over {} MiB. Returns at most `max_results` \
                  lines (default {GREP_DEFAULT_RESULTS}, at most {GREP_MAX_RESULTS}) and says how \
-                 many were left out. Use `glob` (e.g. '*.py') to restrict the files searched.",
+                 many were left out. Use `glob` (e.g. '*.py') to restrict the files searched; \
+                 `context` N adds N lines before and after each match, as `path-line-text`, \
+                 with `--` between groups that are not adjacent.",
                 GREP_MAX_FILE_BYTES >> 20
             ),
             parameters: json!({
@@ -563,7 +611,8 @@ impl Tool for GrepTool {
                     "literal": {"type": "boolean", "description": "Treat pattern as literal text, not a regex (default false)."},
                     "hidden": {"type": "boolean", "description": "Also search hidden files (default false)."},
                     "files_only": {"type": "boolean", "description": "Return only the paths of matching files (default false)."},
-                    "max_results": {"type": "integer", "minimum": 1, "maximum": GREP_MAX_RESULTS, "description": "Most lines (or files) to return."}
+                    "max_results": {"type": "integer", "minimum": 1, "maximum": GREP_MAX_RESULTS, "description": "Most lines (or files) to return."},
+                    "context": {"type": "integer", "minimum": 0, "maximum": GREP_MAX_CONTEXT, "description": "Lines to show before and after each match (default 0)."}
                 },
                 "required": ["pattern"],
                 "additionalProperties": false
@@ -616,6 +665,11 @@ fn grep(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError
         } else {
             max_results
         },
+        context: if args.files_only {
+            0
+        } else {
+            args.context.unwrap_or(0).min(GREP_MAX_CONTEXT)
+        },
         cancel: Some(ctx.cancel.clone()),
     };
     let report = grep_search(&target.abs, &options)?;
@@ -647,11 +701,29 @@ fn grep(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError
         }
         return Ok(out);
     }
+    let mut previous_file = false;
     for file in &report.files {
         let path = shown(&root, &file.path);
-        for hit in &file.lines {
-            out.push_str(&format!("{path}:{}:{}\n", hit.line, hit.text));
+        if options.context == 0 {
+            for hit in &file.lines {
+                out.push_str(&format!("{path}:{}:{}\n", hit.line, hit.text));
+            }
+            continue;
         }
+        // ripgrep's layout: matches `path:N:`, context `path-N-`, `--` where lines skip.
+        let mut shown_to: Option<usize> = None;
+        let mut lines: Vec<(&LineHit, char)> = file.lines.iter().map(|h| (h, ':')).collect();
+        lines.extend(file.context.iter().map(|h| (h, '-')));
+        lines.sort_by_key(|(h, _)| h.line);
+        for (hit, sep) in lines {
+            let gap = shown_to.map_or(previous_file, |to| hit.line > to + 1);
+            if gap {
+                out.push_str("--\n");
+            }
+            out.push_str(&format!("{path}{sep}{}{sep}{}\n", hit.line, hit.text));
+            shown_to = Some(hit.line);
+        }
+        previous_file = true;
     }
     let dropped = report.total_lines - report.shown_lines;
     if dropped > 0 {

@@ -135,6 +135,7 @@ fn run_baton(root: &Path, pattern: &str) -> Result<(Duration, usize), String> {
         hidden: false,
         // Keep every hit, as rg prints every line: no advantage from the cap.
         max_results: usize::MAX,
+        context: 0,
         cancel: None,
     };
     let start = Instant::now();

@@ -98,6 +98,7 @@ fn agent_config(dir: &std::path::Path, speculate: Speculate) -> AgentConfig {
         compact_at: None,
         hooks: baton::hooks::Hooks::none(),
         speculate,
+        defer_summaries: false,
     }
 }
 

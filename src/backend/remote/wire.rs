@@ -87,6 +87,11 @@ pub fn request_body(req: &ChatRequest, dialect: RouteConstraint) -> Value {
     if let Some(effort) = req.reasoning_effort {
         body.insert("reasoning_effort".into(), json!(effort_name(effort)));
     }
+    for (key, value) in &req.extra {
+        if !body.contains_key(key) {
+            body.insert(key.clone(), value.clone());
+        }
+    }
     if let Some(Constraint::Choice { options }) = &req.constraint {
         match dialect {
             RouteConstraint::Choice => {
