@@ -119,6 +119,37 @@ fn everything_over_stdio_echo_reaches_the_model() {
     assert_eq!(tool_results(&answers[1]), ["Echo: hello-from-the-model"]);
 }
 
+/// A server that is not `required` but still starting when the turn begins is waited for,
+/// with a notice: the first request offers its tools (it used to go without them, so
+/// `--exec "use the echo tool"` failed at random under load).
+#[test]
+fn a_server_still_starting_is_waited_for_and_its_tools_are_in_the_first_request() {
+    let Some(server) = everything() else { return };
+    let env = Env::new();
+    env.user_config(&format!(
+        "[mcp_servers.slowstart]\ncommand = \"sh\"\n\
+         args = [\"-c\", \"sleep 2; exec \\\"$0\\\" stdio\", {}]\nstartup_timeout_sec = 30\n",
+        q(server.display().to_string())
+    ));
+    let engine =
+        MockEngine::scripted_blocking(Script::new().default_route("L2").default_answer("done"));
+    let out = env
+        .exec(&engine, "use the echo tool", &[])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("waiting for MCP server `slowstart`"),
+        "{}",
+        stderr_of(&out)
+    );
+    let names = engine.requests_for_hop("answer")[0].tool_names();
+    assert!(
+        names.contains(&"mcp__slowstart__echo".to_string()),
+        "{names:?}"
+    );
+}
+
 #[test]
 fn an_mcp_tool_not_allowed_is_declined_headless_and_read_only_hint_needs_opt_in() {
     let Some(server) = everything() else { return };
@@ -409,6 +440,7 @@ command = "/nonexistent/mcp-server"
         let about: Vec<&String> = warnings
             .iter()
             .filter(|w| w.contains(&format!("`{name}`")))
+            .filter(|w| !w.starts_with("waiting for MCP server"))
             .collect();
         assert_eq!(about.len(), 1, "{name}: {warnings:?}");
         assert!(about[0].contains(why), "{name}: {}", about[0]);
@@ -512,6 +544,7 @@ fn baton_mcp_add_list_get_remove() {
             "docs",
             "--env",
             "K=V",
+            "--no-check",
             "--",
             "npx",
             "-y",
@@ -587,6 +620,62 @@ fn baton_mcp_add_list_get_remove() {
         .collect();
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0]["name"], "web");
+}
+
+/// `baton mcp add` starts a command server once: a package runner fetches its package then,
+/// not at the first turn under the 10 s start limit. A server that does not start is named,
+/// with exit 1, and stays configured; one that times out under `npx` says why a first start
+/// takes long.
+#[test]
+fn mcp_add_starts_the_server_once_and_a_slow_npx_is_explained() {
+    let Some(server) = everything() else { return };
+    let env = Env::new();
+    let add = env
+        .session_baton()
+        .args(["mcp", "add", "everything", "--"])
+        .arg(&server)
+        .output()
+        .unwrap();
+    assert_eq!(add.status.code(), Some(0), "{}", stderr_of(&add));
+    let out = stdout_of(&add);
+    assert!(
+        out.contains("`everything` is ready:") && out.contains("tools"),
+        "{out}"
+    );
+    let broken = env
+        .session_baton()
+        .args(["mcp", "add", "broken", "--", "sh", "-c", "exit 1"])
+        .output()
+        .unwrap();
+    assert_eq!(broken.status.code(), Some(1), "{}", stdout_of(&broken));
+    assert!(
+        stderr_of(&broken).contains("`broken` was added but did not start"),
+        "{}",
+        stderr_of(&broken)
+    );
+    let list = env.baton().args(["mcp", "list"]).output().unwrap();
+    assert!(stdout_of(&list).contains("broken"));
+
+    // A package runner slower than its start limit: the error says what a first run does.
+    let bin = env.home.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let npx = bin.join("npx");
+    std::fs::write(&npx, "#!/bin/sh\nsleep 30\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&npx, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let env = Env::new();
+    env.user_config(&format!(
+        "endpoint = \"http://127.0.0.1:9/v1\"\n[mcp_servers.slow]\ncommand = {}\n\
+         args = [\"-y\", \"some-server\"]\nstartup_timeout_sec = 0.5\n",
+        q(npx.display().to_string())
+    ));
+    let doctor = env.baton().arg("doctor").output().unwrap();
+    let text = stdout_of(&doctor);
+    assert!(
+        text.contains("within 0.5 s")
+            && text.contains("`npx` downloads the package on its first run"),
+        "{text}"
+    );
 }
 
 #[test]

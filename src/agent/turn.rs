@@ -170,11 +170,25 @@ fn public_expert(shared: &Shared, expert: Option<Expert>) -> Option<Expert> {
 
 async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<Expert>)> {
     let shared = ctx.shared.clone();
-    // A required MCP server that is still starting is waited for (its start is bounded by
-    // its timeout); one that failed stops the turn before any model call.
+    // Servers still starting are waited for, so the first request offers their tools (each
+    // start is bounded by its timeout); a required one that failed stops the turn before any
+    // model call.
     if let Some(hub) = shared.tools.mcp() {
+        let starting = hub.starting();
+        if !starting.is_empty() {
+            let names: Vec<String> = starting
+                .iter()
+                .map(|(name, limit)| format!("`{name}` (up to {} s)", limit.as_secs_f64()))
+                .collect();
+            shared.events.emit(Event::Warning {
+                message: format!("waiting for MCP server {} to start", names.join(", ")),
+            });
+        }
         let problem = tokio::select! {
-            p = hub.required_problem() => p,
+            p = async {
+                hub.settled().await;
+                hub.required_problem().await
+            } => p,
             _ = ctx.cancel.cancelled() => return Err((Stop::Interrupted, None)),
         };
         if let Some(problem) = problem {

@@ -376,6 +376,33 @@ fn models_probe_error(e: &BackendError) -> String {
     format!("models probe: {what}")
 }
 
+/// Starts `servers`, waits until none is starting (each bounded by its startup timeout), stops
+/// them, and returns their tools and states: what `doctor` and `baton mcp add` report.
+pub(crate) async fn start_once(
+    servers: Vec<crate::config::McpServer>,
+    workspace: std::path::PathBuf,
+) -> (
+    Vec<crate::protocol::ToolSpec>,
+    Vec<crate::protocol::McpServerStatus>,
+) {
+    if servers.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    // A server that exits closes its pipe: writing to it must be an error for the client to
+    // report, not the SIGPIPE that ends a report command (see `end_quietly_on_closed_stdout`).
+    // SAFETY: changing a signal's disposition has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let hub = crate::tool::mcp::McpHub::start(servers, workspace);
+    hub.settled().await;
+    let specs = hub.specs();
+    let status = hub.status();
+    hub.stop();
+    drop(hub);
+    // SAFETY: as above; the servers are stopped, so no write to them is left.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    (specs, status)
+}
+
 /// Starts each configured MCP server as a session would, and says which answered, with how
 /// many tools and how large their part of every request is.
 async fn mcp_report(r: &mut Report, config: &Config) {
@@ -392,20 +419,7 @@ async fn mcp_report(r: &mut Report, config: &Config) {
     for w in withheld {
         r.note(w);
     }
-    // A server that exits closes its pipe: writing to it must be an error for the client to
-    // report, not the SIGPIPE that ends a report command (see `end_quietly_on_closed_stdout`).
-    // SAFETY: changing a signal's disposition has no preconditions.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    let Some(hub) = crate::app::mcp_servers(config) else {
-        return;
-    };
-    hub.settled().await;
-    let specs = hub.specs();
-    let status = hub.status();
-    hub.stop();
-    drop(hub);
-    // SAFETY: as above; the servers are stopped, so no write to them is left.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let (specs, status) = start_once(config.mcp_servers.clone(), config.workspace.clone()).await;
     for s in status {
         let prefix = crate::tool::mcp::schema::qualified_name(&s.name, "");
         let bytes: usize = specs

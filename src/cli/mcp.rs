@@ -41,6 +41,10 @@ pub enum McpCommand {
         /// The variable holding an HTTP server's bearer token.
         #[arg(long, value_name = "VAR", requires = "url")]
         bearer_token_env_var: Option<String>,
+        /// Do not start a command server once to check it (and let `npx`, `uvx` … fetch
+        /// its package, which a first start needs time for).
+        #[arg(long)]
+        no_check: bool,
         /// The command and its arguments, after `--`.
         #[arg(last = true, value_name = "CMD")]
         command: Vec<String>,
@@ -50,7 +54,7 @@ pub enum McpCommand {
 }
 
 /// Runs `baton mcp …`; returns the exit code.
-pub fn run(config: &Config, args: &McpArgs) -> i32 {
+pub async fn run(config: &Config, args: &McpArgs) -> i32 {
     match &args.command {
         McpCommand::List { json } => list(config, *json),
         McpCommand::Get { name } => get(config, name),
@@ -59,16 +63,23 @@ pub fn run(config: &Config, args: &McpArgs) -> i32 {
             url,
             env,
             bearer_token_env_var,
+            no_check,
             command,
         } => match crate::config::user_config_path() {
-            Some(path) => add(
-                &path,
-                name,
-                url.as_deref(),
-                env,
-                bearer_token_env_var.as_deref(),
-                command,
-            ),
+            Some(path) => {
+                let code = add(
+                    &path,
+                    name,
+                    url.as_deref(),
+                    env,
+                    bearer_token_env_var.as_deref(),
+                    command,
+                );
+                if code != exit::OK || *no_check || command.is_empty() {
+                    return code;
+                }
+                first_start(&path, name, config).await
+            }
             None => fail("no user config folder (set HOME or XDG_CONFIG_HOME)"),
         },
         McpCommand::Remove { name } => match crate::config::user_config_path() {
@@ -313,6 +324,47 @@ fn add(
         path.display()
     );
     exit::OK
+}
+
+/// How long the check after `add` lets a server take: a package runner's first start
+/// downloads the package.
+const FIRST_START_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Starts the command server `name` just added to `path` once, so a package runner fetches
+/// its package now rather than at the first turn, and says whether it answered.
+async fn first_start(path: &Path, name: &str, config: &Config) -> i32 {
+    let server = crate::config::mcp::read_toml(path)
+        .ok()
+        .and_then(|list| list.into_iter().find(|s| s.name == name));
+    let Some(mut server) = server else {
+        return fail(&format!(
+            "`{name}` is not in {} after writing it",
+            path.display()
+        ));
+    };
+    server.startup_timeout = server.startup_timeout.max(FIRST_START_LIMIT);
+    server.enabled = true;
+    eprintln!(
+        "starting `{name}` once to check it (a first `npx`/`uvx` run fetches the package; up \
+         to {} s; --no-check skips this)",
+        FIRST_START_LIMIT.as_secs()
+    );
+    let (_, status) = super::doctor::start_once(vec![server], config.workspace.clone()).await;
+    match status.first() {
+        Some(s) if s.state == crate::protocol::McpServerState::Ready => {
+            println!("`{name}` is ready: {} tools", s.tools.len());
+            exit::OK
+        }
+        Some(s) => {
+            eprintln!(
+                "baton mcp: `{name}` was added but did not start: {}",
+                terminal_safe_line(s.error.as_deref().unwrap_or("unknown error"))
+            );
+            eprintln!("fix its command, then check it with `baton doctor`");
+            exit::AGENT_ERROR
+        }
+        None => exit::OK,
+    }
 }
 
 fn remove(path: &Path, name: &str, config: &Config) -> i32 {

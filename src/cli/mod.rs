@@ -149,7 +149,7 @@ pub fn main() -> i32 {
             Some(Command::Sessions(a)) => sessions::run(&config, a, cli.common.all),
             Some(Command::Doctor) => doctor::run(&config, &config_problems).await,
             Some(Command::Serve(a)) => serve::run(&config, a).await,
-            Some(Command::Mcp(a)) => mcp::run(&config, a),
+            Some(Command::Mcp(a)) => mcp::run(&config, a).await,
             Some(Command::Undo(a)) => undo::run(&config.workspace, &config.session_dir, a),
             Some(Command::Acp) => serve_acp(&flags, cli.no_color, allow_broad).await,
             Some(

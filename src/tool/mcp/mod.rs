@@ -25,6 +25,7 @@ use tokio::sync::watch;
 
 use super::{ApprovalNeed, Tool, ToolContext, ToolResult};
 use crate::config::McpServer;
+use crate::config::McpTransport;
 use crate::protocol::{Event, EventSink, McpServerState, McpServerStatus, ToolSpec};
 
 /// The most text one call gives the model: the shell tool's default output cap.
@@ -173,6 +174,25 @@ impl Server {
                 return State::Failed("the MCP client stopped".into());
             }
         }
+    }
+}
+
+/// For a server run by a package runner, why its first start may take longer than the timeout.
+fn first_run_hint(transport: &McpTransport) -> String {
+    let McpTransport::Stdio { command, .. } = transport else {
+        return String::new();
+    };
+    let program = std::path::Path::new(command)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or(command);
+    if matches!(program, "npx" | "uvx" | "bunx" | "pnpx" | "pipx") {
+        format!(
+            "; `{program}` downloads the package on its first run: `baton mcp add` starts the \
+             server once to fetch it, or raise `startup_timeout_sec`"
+        )
+    } else {
+        String::new()
     }
 }
 
@@ -326,6 +346,15 @@ impl McpHub {
         })
     }
 
+    /// The servers still starting, each with its startup timeout.
+    pub fn starting(&self) -> Vec<(String, Duration)> {
+        self.servers
+            .iter()
+            .filter(|s| matches!(&*s.state.borrow(), State::Starting))
+            .map(|s| (s.config.name.clone(), s.config.startup_timeout))
+            .collect()
+    }
+
     /// Waits until no server is starting (for `baton doctor`).
     pub async fn settled(&self) {
         for server in &self.servers {
@@ -381,8 +410,9 @@ async fn run_server(hub: std::sync::Weak<McpHub>, server: Arc<Server>, workspace
                 &hub,
                 format!(
                     "it did not finish `initialize` and `tools/list` within {} s \
-                     (`startup_timeout_sec`)",
-                    server.config.startup_timeout.as_secs_f64()
+                     (`startup_timeout_sec`){}",
+                    server.config.startup_timeout.as_secs_f64(),
+                    first_run_hint(&server.config.transport)
                 ),
             );
             return;
