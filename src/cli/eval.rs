@@ -138,6 +138,7 @@ pub fn run(args: EvalArgs) -> i32 {
         let found = crate::hooks::Discovery {
             user: Some(file.clone()),
             project: None,
+            project_bytes: None,
         };
         if let Err(e) = crate::hooks::Hooks::load(&found) {
             eprintln!("baton eval: --hooks: {e}");

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::exit;
-use crate::config::{TrustList, TrustStatus, folder_config};
+use crate::config::{TrustEntry, TrustList, TrustStatus, TrustedFiles, folder_config};
 use crate::protocol::{terminal_safe, terminal_safe_line};
 
 #[derive(Debug, Clone, Args)]
@@ -67,7 +67,10 @@ pub fn run(args: TrustArgs) -> i32 {
             return exit::USAGE;
         }
     };
-    let entry = list.trust(&folder);
+    // Read once: what is shown is what the entry's digests cover.
+    let files = TrustedFiles::read(&folder);
+    let previous = list.entry(&folder).cloned();
+    let entry = list.trust_files(&folder, &files);
     let saved = match list.save() {
         Ok(p) => p,
         Err(e) => {
@@ -75,26 +78,113 @@ pub fn run(args: TrustArgs) -> i32 {
             return exit::AGENT_ERROR;
         }
     };
-    let file = folder_config(&entry.path);
     println!("trusted {}", shown(&entry.path.display().to_string()));
-    match std::fs::read_to_string(&file) {
-        Ok(text) => {
-            // What the user just trusted, as it is now: a later change needs a new `baton trust`.
+    show_trusted(&entry.path, &files);
+    if let Some(previous) = previous {
+        show_changes(&previous, &entry);
+    }
+    println!("(list: {})", shown(&saved.display().to_string()));
+    exit::OK
+}
+
+/// What trusting `folder` lets apply or run outside the sandbox, from the bytes trusted.
+fn show_trusted(folder: &Path, files: &TrustedFiles) {
+    let config = folder_config(folder);
+    match std::str::from_utf8(files.project.config.as_deref().unwrap_or_default()) {
+        Ok(text) if files.project.config.is_ok() => {
             println!(
                 "its {} may now lower safety settings; as trusted:",
-                shown(&file.display().to_string())
+                shown(&config.display().to_string())
             );
             for line in text.lines() {
                 println!("    {}", terminal_safe_line(line));
             }
         }
-        Err(_) => println!(
+        _ => println!(
             "it has no .baton/config.toml yet; one written later is not trusted until you run \
              baton trust again"
         ),
     }
-    println!("(list: {})", shown(&saved.display().to_string()));
-    exit::OK
+    let hooks_path = crate::config::hooks_path(folder);
+    if let Ok(bytes) = &files.hooks {
+        println!(
+            "hooks it lets run outside the sandbox ({}):",
+            shown(&hooks_path.display().to_string())
+        );
+        match crate::hooks::describe(bytes, &hooks_path) {
+            Ok(hooks) if hooks.is_empty() => println!("    (none)"),
+            Ok(hooks) => {
+                for h in hooks {
+                    println!("    {}", terminal_safe_line(&h));
+                }
+            }
+            Err(e) => println!(
+                "    {} (no hook runs until it parses)",
+                terminal_safe_line(&e.to_string())
+            ),
+        }
+    }
+    let json = folder.join(crate::config::mcp::PROJECT_JSON);
+    let mut servers =
+        crate::config::mcp::parse_json(&json, &files.project.servers).unwrap_or_default();
+    servers
+        .extend(crate::config::mcp::parse_toml(&config, &files.project.config).unwrap_or_default());
+    if !servers.is_empty() {
+        println!("MCP servers it lets start outside the sandbox:");
+        for s in servers {
+            println!(
+                "    {}: {}",
+                terminal_safe_line(&s.name),
+                terminal_safe_line(&s.transport.describe())
+            );
+        }
+    }
+}
+
+/// What changed in the folder's files since `before` was trusted, as unified diffs.
+fn show_changes(before: &TrustEntry, now: &TrustEntry) {
+    if before.config_sha256 == now.config_sha256 && before.hooks_sha256 == now.hooks_sha256 {
+        println!(
+            "nothing changed since you trusted it ({})",
+            shown(&before.trusted_at)
+        );
+        return;
+    }
+    println!(
+        "changed since you trusted it ({}):",
+        shown(&before.trusted_at)
+    );
+    if before.texts.is_empty() {
+        println!("    (that trust kept no copy of the files to compare with)");
+        return;
+    }
+    let pairs = [
+        (
+            ".baton/config.toml",
+            &before.texts.config,
+            &now.texts.config,
+        ),
+        (".baton/hooks.json", &before.texts.hooks, &now.texts.hooks),
+        (".mcp.json", &before.texts.mcp_json, &now.texts.mcp_json),
+    ];
+    for (name, old, new) in pairs {
+        if old == new {
+            continue;
+        }
+        let (old, new) = (old.as_deref().unwrap_or(""), new.as_deref().unwrap_or(""));
+        let diff = similar::TextDiff::from_lines(old, new);
+        let text = diff
+            .unified_diff()
+            .context_radius(2)
+            .header(
+                &format!("{name} (trusted before)"),
+                &format!("{name} (now)"),
+            )
+            .to_string();
+        for line in text.lines() {
+            println!("    {}", terminal_safe_line(line));
+        }
+    }
 }
 
 fn shown(text: &str) -> String {

@@ -18,7 +18,8 @@ pub use mcp::{McpServer, McpTransport};
 pub use project::GUARDED_KEYS;
 pub use settings::{Settings, command_prefix, not_a_folder};
 pub use trust::{
-    ProjectFiles, TrustEntry, TrustList, TrustStatus, config_digest, folder_config, trust_list_path,
+    ProjectFiles, TrustEntry, TrustList, TrustStatus, TrustedFiles, TrustedTexts, config_digest,
+    folder_config, hooks_path, read_hooks_file, trust_list_path,
 };
 
 use std::path::{Path, PathBuf};

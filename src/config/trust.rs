@@ -37,6 +37,63 @@ pub struct TrustEntry {
     /// When the user trusted it (RFC 3339), for `baton trust --list`.
     #[serde(default)]
     pub trusted_at: String,
+    /// The files' text as the user saw it when trusting, so the next `baton trust` shows what
+    /// changed since (each kept up to [`KEPT_TEXT_BYTES`]).
+    #[serde(default, skip_serializing_if = "TrustedTexts::is_empty")]
+    pub texts: TrustedTexts,
+}
+
+/// The text of a trusted folder's project files; `None`: no such file, or too large to keep.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrustedTexts {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_json: Option<String>,
+}
+
+impl TrustedTexts {
+    pub fn is_empty(&self) -> bool {
+        self.config.is_none() && self.hooks.is_none() && self.mcp_json.is_none()
+    }
+}
+
+/// The most text of one file a trust entry keeps for the next diff.
+pub const KEPT_TEXT_BYTES: usize = 64 * 1024;
+
+/// A folder's project files as `baton trust` shows and hashes them: each read once, so what
+/// the user is shown is what the entry's digests cover.
+#[derive(Debug)]
+pub struct TrustedFiles {
+    pub project: ProjectFiles,
+    /// `.baton/hooks.json`.
+    pub hooks: std::io::Result<Vec<u8>>,
+}
+
+impl TrustedFiles {
+    pub fn read(folder: &Path) -> TrustedFiles {
+        TrustedFiles {
+            project: ProjectFiles::read(folder),
+            hooks: read_project_file(&hooks_path(folder)),
+        }
+    }
+
+    /// The files' text, each when it is text of at most [`KEPT_TEXT_BYTES`].
+    pub fn texts(&self) -> TrustedTexts {
+        let kept = |read: &std::io::Result<Vec<u8>>| {
+            text_of(read)
+                .ok()
+                .filter(|t| t.len() <= KEPT_TEXT_BYTES)
+                .map(str::to_string)
+        };
+        TrustedTexts {
+            config: kept(&self.project.config),
+            hooks: kept(&self.hooks),
+            mcp_json: kept(&self.project.servers),
+        }
+    }
 }
 
 /// What the list says of one folder's config file.
@@ -129,11 +186,17 @@ impl TrustList {
     /// Whether `folder`'s `.baton/hooks.json` may run now: the folder is trusted and the hooks
     /// file is byte for byte the one the user trusted (absent then and now counts as the same).
     pub fn hooks_status(&self, folder: &Path) -> TrustStatus {
+        self.hooks_status_of(folder, &read_hooks_file(folder))
+    }
+
+    /// [`hooks_status`](Self::hooks_status) of the hooks file's bytes as `hooks` holds them:
+    /// the bytes the caller goes on to parse and run.
+    pub fn hooks_status_of(&self, folder: &Path, hooks: &std::io::Result<Vec<u8>>) -> TrustStatus {
         match self.status(folder) {
             TrustStatus::Trusted => {
                 let same = self
                     .entry(folder)
-                    .is_some_and(|e| e.hooks_sha256 == hooks_digest(folder));
+                    .is_some_and(|e| e.hooks_sha256 == hooks_digest_of(hooks));
                 if same {
                     TrustStatus::Trusted
                 } else {
@@ -147,11 +210,18 @@ impl TrustList {
     /// Trusts `folder` with its config and hooks files as they are now (replacing an older
     /// entry).
     pub fn trust(&mut self, folder: &Path) -> TrustEntry {
+        let files = TrustedFiles::read(folder);
+        self.trust_files(folder, &files)
+    }
+
+    /// [`trust`](Self::trust) of the files as `files` holds them: what the user was shown.
+    pub fn trust_files(&mut self, folder: &Path, files: &TrustedFiles) -> TrustEntry {
         let folder = canonical(folder);
         self.entries.retain(|e| e.path != folder);
         let entry = TrustEntry {
-            config_sha256: config_digest(&folder),
-            hooks_sha256: hooks_digest(&folder),
+            config_sha256: files.project.digest(&folder),
+            hooks_sha256: hooks_digest_of(&files.hooks),
+            texts: files.texts(),
             path: folder,
             trusted_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         };
@@ -363,12 +433,21 @@ fn hash_program(hasher: &mut Sha256, path: &Path) {
     }
 }
 
-/// SHA-256 (hex) of `folder`'s `.baton/hooks.json`; `None` when there is none to read.
-pub fn hooks_digest(folder: &Path) -> Option<String> {
-    let read = read_project_file(&folder.join(".baton").join("hooks.json"));
-    let bytes = digest_input(&read)?;
+/// SHA-256 (hex) of a `.baton/hooks.json` as read; `None` when there is none to read.
+fn hooks_digest_of(read: &std::io::Result<Vec<u8>>) -> Option<String> {
+    let bytes = digest_input(read)?;
     let digest = Sha256::digest(&bytes);
     Some(digest.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A folder's `.baton/hooks.json`.
+pub fn hooks_path(folder: &Path) -> PathBuf {
+    folder.join(".baton").join("hooks.json")
+}
+
+/// Reads a folder's `.baton/hooks.json` as every project file is read ([`read_project_file`]).
+pub fn read_hooks_file(folder: &Path) -> std::io::Result<Vec<u8>> {
+    read_project_file(&hooks_path(folder))
 }
 
 fn canonical(folder: &Path) -> PathBuf {

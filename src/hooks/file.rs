@@ -141,8 +141,23 @@ pub(crate) fn read(path: &Path) -> Result<Parsed, HookError> {
         path: path.display().to_string(),
         reason,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read: {e}")))?;
-    parse(&text, path).map_err(fail)
+    // A FIFO or a huge file at the name is refused, not waited on or read whole.
+    let bytes = crate::untrusted_fs::read_following(path, MAX_FILE_BYTES)
+        .map_err(|e| fail(format!("cannot read: {e}")))?;
+    parse_bytes(&bytes, path)
+}
+
+/// The most a hooks file may hold.
+const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// Parses a hooks file's bytes, read already.
+pub(crate) fn parse_bytes(bytes: &[u8], path: &Path) -> Result<Parsed, HookError> {
+    let fail = |reason: String| HookError {
+        path: path.display().to_string(),
+        reason,
+    };
+    let text = std::str::from_utf8(bytes).map_err(|e| fail(format!("not UTF-8: {e}")))?;
+    parse(text, path).map_err(fail)
 }
 
 pub(crate) fn parse(text: &str, path: &Path) -> Result<Parsed, String> {

@@ -39,6 +39,9 @@ pub struct Discovery {
     /// The nearest `.baton/hooks.json` at or above the workspace, with its trust (its folder
     /// trusted, and the file the one the user trusted).
     pub project: Option<(PathBuf, TrustStatus)>,
+    /// That file's bytes as its trust was judged on them: what [`Hooks::load`] parses, so a
+    /// file swapped after the check (by a command of another session) is never the one run.
+    pub project_bytes: Option<Vec<u8>>,
 }
 
 impl Discovery {
@@ -74,6 +77,27 @@ impl Discovery {
     }
 }
 
+/// Each hook of a hooks file's bytes as `EVENT [MATCHER] COMMAND (timeout Ns)`: what
+/// `baton trust` shows before it lets a project's hooks run.
+pub fn describe(bytes: &[u8], path: &Path) -> Result<Vec<String>, HookError> {
+    let parsed = file::parse_bytes(bytes, path)?;
+    Ok(parsed
+        .groups
+        .iter()
+        .flat_map(|(event, group)| {
+            group.hooks.iter().map(move |h| {
+                format!(
+                    "{} [{}] {} (timeout {}s)",
+                    event.name(),
+                    group.matcher.source(),
+                    h.command,
+                    h.timeout.as_secs_f64()
+                )
+            })
+        })
+        .collect())
+}
+
 /// Finds the hooks files for `workspace`: the user's, and the nearest `.baton/hooks.json` in
 /// the workspace or a folder above it.
 pub fn discover(workspace: &Path, trust: &TrustList) -> Discovery {
@@ -81,11 +105,24 @@ pub fn discover(workspace: &Path, trust: &TrustList) -> Discovery {
     let workspace = workspace
         .canonicalize()
         .unwrap_or_else(|_| workspace.to_path_buf());
-    let project = workspace.ancestors().find_map(|dir| {
+    let found = workspace.ancestors().find_map(|dir| {
         let file = project_hooks_path(dir);
-        file.is_file().then(|| (file, trust.hooks_status(dir)))
+        if !file.is_file() {
+            return None;
+        }
+        let read = crate::config::read_hooks_file(dir);
+        let status = trust.hooks_status_of(dir, &read);
+        Some((file, status, read.ok()))
     });
-    Discovery { user, project }
+    let (project, project_bytes) = match found {
+        Some((file, status, bytes)) => (Some((file, status)), bytes),
+        None => (None, None),
+    };
+    Discovery {
+        user,
+        project,
+        project_bytes,
+    }
 }
 
 /// The hooks of a run: every group of every file that applies, by event. Empty = none
@@ -193,8 +230,15 @@ impl Hooks {
         let mut notices: Vec<String> = discovery.notice().into_iter().collect();
         let mut unfired = Vec::new();
         let files = discovery.files();
+        let trusted_project = match &discovery.project {
+            Some((path, TrustStatus::Trusted)) => Some(path),
+            _ => None,
+        };
         for path in &files {
-            let parsed = file::read(path)?;
+            let parsed = match (trusted_project, &discovery.project_bytes) {
+                (Some(project), Some(bytes)) if project == path => file::parse_bytes(bytes, path)?,
+                _ => file::read(path)?,
+            };
             groups.extend(parsed.groups);
             notices.extend(parsed.skipped);
             unfired.extend(parsed.unfired);

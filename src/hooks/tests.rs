@@ -241,3 +241,27 @@ async fn a_hook_that_ignores_stdin_and_floods_stdout_still_finishes() {
     assert_eq!(out.ran, 1);
     assert!(out.messages.is_empty(), "{:?}", out.messages);
 }
+
+/// The project hooks file is read once: the bytes its trust was judged on are the ones
+/// loaded, so a file swapped between the check and the load (by a command of another session
+/// still running) is never run.
+#[test]
+fn project_hooks_load_the_bytes_their_trust_was_judged_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(folder.join(".baton")).unwrap();
+    let file = folder.join(".baton/hooks.json");
+    std::fs::write(&file, one("Stop", "", "echo trusted", 5.0)).unwrap();
+    let mut trust = crate::config::TrustList::default();
+    trust.trust(&folder);
+    let found = discover(&folder, &trust);
+    assert!(matches!(found.project, Some((_, TrustStatus::Trusted))));
+    std::fs::write(&file, one("Stop", "", "echo swapped-in", 5.0)).unwrap();
+    let hooks = Hooks::load(&found).unwrap();
+    let commands: Vec<&str> = hooks
+        .groups()
+        .iter()
+        .flat_map(|(_, g)| g.hooks.iter().map(|h| h.command.as_str()))
+        .collect();
+    assert_eq!(commands, ["echo trusted"]);
+}
