@@ -194,16 +194,23 @@ def usage_from_events(events: list[dict[str, Any]]) -> dict[str, Any]:
                 hops.append(("turn", p, c, o))
     session = next((e for e in events if e.get("type") == "session"), {})
     last_turn = next((e for e in reversed(events) if e.get("type") == "turn_completed"), {})
+    # A turn's route decision per expert; a tool continuation (`decision: sticky`) stays on
+    # its expert without a route hop and is counted apart.
     routes: dict[str, int] = {}
+    continuations = 0
     for ev in events:
         if ev.get("type") == "route_decided" and isinstance(ev.get("expert"), str):
-            routes[ev["expert"]] = routes.get(ev["expert"], 0) + 1
+            if ev.get("decision") == "sticky":
+                continuations += 1
+            else:
+                routes[ev["expert"]] = routes.get(ev["expert"], 0) + 1
     return {
         "total": total,
         "by_hop": by_hop,
         "by_expert": by_expert,
         "hops": hops,
         "routes": routes,
+        "continuations": continuations,
         "model": session.get("model") if isinstance(session.get("model"), str) else None,
         "session_id": session.get("session_id"),
         "turn_status": last_turn.get("status"),
@@ -376,6 +383,7 @@ class BatonAgent(BaseInstalledAgent):
             "tokens_by_hop": u["by_hop"],
             "tokens_by_expert": u["by_expert"],
             "routes": u["routes"],
+            "continuations": u["continuations"],
             "session_id": u["session_id"],
             "turn_status": u["turn_status"],
             "errors": u["errors"],

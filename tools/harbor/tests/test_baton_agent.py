@@ -126,7 +126,9 @@ def test_install_run_and_context_against_the_mock_engine(tmp_path: Path):
     assert hops["answer"]["prompt_tokens"] == 820
     assert hops["summary"]["completion_tokens"] == 12
     assert context.metadata["tokens_by_expert"]["L2"]["prompt_tokens"] == 1120
-    assert context.metadata["routes"] == {"L2": 2}
+    # One route hop; the answer after the shell call continued on L2 without one.
+    assert context.metadata["routes"] == {"L2": 1}
+    assert context.metadata["continuations"] == 1
     assert context.metadata["turn_status"] == "done"
     cost = ((60 + 400 + 40 + 300) * 2.0 + 380 * 0.5 + 42 * 8.0) / 1e6
     assert context.cost_usd == pytest.approx(cost)
