@@ -1623,3 +1623,52 @@ fn endpoint_timeouts_are_settings_that_end_a_stalled_hop() {
         stderr_of(&out)
     );
 }
+
+/// A server that streams no usage (llama.cpp builds that ignore `stream_options`) gets
+/// baton's own count, marked `estimated`, in the hop, the turn and the plain summary line.
+#[test]
+fn a_server_that_reports_no_usage_gets_an_estimate_marked_as_such() {
+    let env = Env::new();
+    let body = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"twelve chars\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: [DONE]\n\n"
+    );
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer(MockReply::raw_sse(body)),
+    );
+    let out = env
+        .exec(&engine, "hi", &["--json", "--defer-summary"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let ev = events(&out);
+    let answer = of_type(&ev, "hop_completed")
+        .into_iter()
+        .find(|e| e["hop"] == "answer")
+        .expect("the answer hop")
+        .clone();
+    assert_eq!(answer["usage"]["estimated"], true, "{answer}");
+    assert_eq!(answer["usage"]["completion_tokens"], 3, "12 characters");
+    let route = of_type(&ev, "hop_completed")
+        .into_iter()
+        .find(|e| e["hop"] == "route")
+        .expect("the route hop")
+        .clone();
+    assert!(route["usage"].get("estimated").is_none(), "{route}");
+    assert_eq!(
+        of_type(&ev, "turn_completed")[0]["usage"]["estimated"],
+        true
+    );
+    let plain = env
+        .exec(&engine, "again", &["--defer-summary"])
+        .output()
+        .expect("run");
+    assert!(
+        stderr_of(&plain).contains("session: about "),
+        "{}",
+        stderr_of(&plain)
+    );
+}

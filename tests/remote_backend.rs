@@ -318,7 +318,11 @@ async fn raw_sse_with_crlf_multiline_data_and_comments_is_understood() {
     assert_eq!(deltas, [ChatDelta::Text("aé".into())]);
     let done = done.unwrap();
     assert_eq!(done.finish_reason, FinishReason::Length);
-    assert!(done.usage.is_none());
+    // No usage in the stream: baton counts it from the text and says so.
+    let usage = done.usage.expect("an estimated usage");
+    assert!(usage.estimated, "{usage:?}");
+    assert_eq!(usage.completion_tokens, 1, "2 characters");
+    assert!(usage.prompt_tokens >= 1);
 }
 
 #[tokio::test]

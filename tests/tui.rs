@@ -119,6 +119,7 @@ fn finish_turn(app: &mut App) {
             prompt_tokens: 1200,
             completion_tokens: 350,
             cached_tokens: None,
+            estimated: false,
         },
     });
     // The core's session total after that hop (the status line shows it).
@@ -129,6 +130,7 @@ fn finish_turn(app: &mut App) {
             prompt_tokens: 1200,
             completion_tokens: 350,
             cached_tokens: None,
+            estimated: false,
         },
     );
     app.handle_event(Event::SessionUsage { usage: session });
@@ -138,6 +140,7 @@ fn finish_turn(app: &mut App) {
             prompt_tokens: 1200,
             completion_tokens: 350,
             cached_tokens: None,
+            estimated: false,
         },
         context_used: Some(12_400),
         context_window: Some(32_768),

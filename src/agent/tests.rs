@@ -55,6 +55,7 @@ impl ChatBackend for FakeBackend {
                 prompt_tokens: crate::mol::prompt_chars(&req.messages, &req.tools) / 4,
                 completion_tokens: 2 + req.messages.len() as u64,
                 cached_tokens: None,
+                estimated: false,
             });
             let scripted = if req.hop == Hop::Answer {
                 lock(&self.answers).pop_front()

@@ -269,7 +269,8 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
         let mut done = answer_hop(ctx, request, expert, speculation.take())
             .await
             .map_err(|s| (s, Some(expert)))?;
-        if let Some(usage) = done.usage {
+        // Only a server's count calibrates the estimator (not baton's own estimate).
+        if let Some(usage) = done.usage.filter(|u| !u.estimated) {
             context::observe(&shared, shape, usage.prompt_tokens);
         }
         if let Some(id) = done.conversation_id.clone()
@@ -699,6 +700,7 @@ async fn answer_hop(
         usage,
         context_used: Some(
             done.usage
+                .filter(|u| !u.estimated)
                 .map_or(estimated, |u| u.prompt_tokens + u.completion_tokens),
         ),
         context_window: window,

@@ -111,6 +111,42 @@ impl ChatRequest {
     }
 }
 
+/// Characters a token is taken to hold when a server reports no usage: English text and code
+/// under common BPE vocabularies average 3.5–4.5.
+const CHARS_PER_TOKEN_GUESS: usize = 4;
+
+/// The text of a request, in characters, for [`estimated_usage`].
+pub fn request_chars(req: &ChatRequest) -> usize {
+    let messages: usize = req.messages.iter().map(message_chars).sum();
+    let tools: usize = req
+        .tools
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
+        .sum();
+    messages + tools
+}
+
+fn message_chars(m: &ChatMessage) -> usize {
+    m.content.chars().count()
+        + m.reasoning.as_deref().map_or(0, |r| r.chars().count())
+        + m.tool_calls
+            .iter()
+            .map(|c| c.name.len() + c.arguments.chars().count())
+            .sum::<usize>()
+}
+
+/// The usage of a hop whose server reported none, counted from the request's text and the
+/// answer's: marked `estimated`.
+pub fn estimated_usage(request_chars: usize, answer: &ChatMessage) -> TokenUsage {
+    let tokens = |chars: usize| chars.div_ceil(CHARS_PER_TOKEN_GUESS) as u64;
+    TokenUsage {
+        prompt_tokens: tokens(request_chars),
+        completion_tokens: tokens(message_chars(answer)),
+        cached_tokens: None,
+        estimated: true,
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {

@@ -125,7 +125,8 @@ fn session_line(usage: &UsageTotals) -> String {
         })
         .collect();
     format!(
-        "session: {} prompt + {} completion tokens ({})",
+        "session: {}{} prompt + {} completion tokens ({})",
+        if usage.total.estimated { "about " } else { "" },
         usage.total.prompt_tokens,
         usage.total.completion_tokens,
         if hops.is_empty() {
@@ -265,6 +266,7 @@ mod tests {
             prompt_tokens: p,
             completion_tokens: c,
             cached_tokens: None,
+            estimated: false,
         };
         u.add(Hop::Route, &tokens(10, 1));
         u.add(Hop::Answer, &tokens(100, 20));
@@ -274,6 +276,18 @@ mod tests {
             "session: 160 prompt + 26 completion tokens (route 11, answer 120, summary 55)"
         );
         assert!(session_line(&UsageTotals::default()).ends_with("(none reported)"));
+        u.add(
+            Hop::Answer,
+            &TokenUsage {
+                estimated: true,
+                ..tokens(10, 1)
+            },
+        );
+        assert!(
+            session_line(&u).starts_with("session: about 170 prompt"),
+            "{}",
+            session_line(&u)
+        );
     }
 
     fn completed(status: TurnStatus) -> Event {

@@ -197,7 +197,7 @@ impl Speculation {
             .usage
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let (prompt, completion) = match usage {
+        let (prompt, completion) = match usage.filter(|u| !u.estimated) {
             Some(u) => (u.prompt_tokens, u.completion_tokens),
             None => (
                 self.prompt_estimate,
@@ -262,6 +262,7 @@ mod tests {
                                     prompt_tokens: 40,
                                     completion_tokens: 3,
                                     cached_tokens: None,
+                                    estimated: false,
                                 }),
                                 ttft: None,
                                 latency: Duration::ZERO,

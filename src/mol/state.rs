@@ -262,6 +262,7 @@ mod tests {
             prompt_tokens: p,
             completion_tokens: c,
             cached_tokens: None,
+            estimated: false,
         };
         let records = [
             Record::Turn {

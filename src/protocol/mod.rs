@@ -286,6 +286,10 @@ pub struct TokenUsage {
     /// Prompt tokens served from a prefix cache, when the server reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_tokens: Option<u64>,
+    /// Counted by baton from the text (about four characters a token) because the server
+    /// reported no usage; a sum is estimated when any of its parts is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 impl TokenUsage {
@@ -300,6 +304,7 @@ impl TokenUsage {
             let cached = self.cached_tokens.get_or_insert(0);
             *cached = cached.saturating_add(c);
         }
+        self.estimated |= other.estimated;
     }
 
     pub fn is_zero(&self) -> bool {
@@ -650,6 +655,7 @@ mod tests {
             prompt_tokens: u64::MAX,
             completion_tokens: u64::MAX - 1,
             cached_tokens: Some(u64::MAX),
+            estimated: false,
         };
         let mut totals = UsageTotals::default();
         totals.add(Hop::Answer, &huge);

@@ -405,6 +405,7 @@ mod tests {
                 prompt_tokens: 10,
                 completion_tokens: 1,
                 cached_tokens: None,
+                estimated: false,
             },
             ok: true,
         });

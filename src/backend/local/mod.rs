@@ -388,6 +388,7 @@ fn run_generation(
             prompt_tokens: output.prompt_tokens as u64,
             completion_tokens: output.tokens.len() as u64,
             cached_tokens: Some(output.cached_tokens as u64),
+            estimated: false,
         }),
         ttft: first_token,
         latency: started.elapsed(),

@@ -222,6 +222,7 @@ impl RemoteBackend {
         let inner = self.inner.clone();
         let started = Instant::now();
         let ctx = inner.error_context(req.hop, &inner.chat_url);
+        let request_chars = crate::backend::request_chars(&req);
         let body = wire::request_body(&req, inner.config.dialect);
         let body = Bytes::from(body.to_string());
         tracing::debug!(hop = %req.hop, model = %req.model, url = %inner.chat_url, stream = req.stream, "chat request");
@@ -283,7 +284,13 @@ impl RemoteBackend {
             .is_some_and(|t| t.starts_with("application/json"));
         if !req.stream || answered_json {
             let body = read_body(response, &ctx, deadline, inner.config.request_timeout).await?;
-            let completion = parse_full_body(&body, &ctx, started, conversation_id)?;
+            let mut completion = parse_full_body(&body, &ctx, started, conversation_id)?;
+            completion.usage = completion.usage.or_else(|| {
+                Some(crate::backend::estimated_usage(
+                    request_chars,
+                    &completion.message,
+                ))
+            });
             let mut items: Vec<Result<ChatDelta, BackendError>> = Vec::new();
             if req.stream {
                 items.extend(replayed_deltas(&completion).into_iter().map(Ok));
@@ -303,6 +310,7 @@ impl RemoteBackend {
             ttft: None,
             conversation_id,
             received: 0,
+            request_chars,
         };
         Ok(Box::pin(futures_util::stream::unfold(state, next_item)))
     }
@@ -608,6 +616,8 @@ struct StreamState {
     conversation_id: Option<String>,
     /// Body bytes read so far.
     received: usize,
+    /// The request's text, to estimate a usage the server does not report.
+    request_chars: usize,
 }
 
 /// The most a streamed answer may send (a 262k-token answer in OpenAI chunks is ~60 MiB).
@@ -761,9 +771,14 @@ impl StreamState {
             Ok(done) => {
                 self.pending
                     .push_back(Ok(ChatDelta::Completed(ChatCompletion {
+                        usage: done.usage.or_else(|| {
+                            Some(crate::backend::estimated_usage(
+                                self.request_chars,
+                                &done.message,
+                            ))
+                        }),
                         message: done.message,
                         finish_reason: done.finish_reason,
-                        usage: done.usage,
                         ttft: self.ttft,
                         latency: self.started.elapsed(),
                         conversation_id: self.conversation_id.take(),

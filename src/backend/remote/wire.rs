@@ -215,6 +215,7 @@ pub fn usage(value: &Value) -> Option<TokenUsage> {
         cached_tokens: value
             .pointer("/prompt_tokens_details/cached_tokens")
             .and_then(Value::as_u64),
+        estimated: false,
     })
 }
 
@@ -509,7 +510,8 @@ mod tests {
             Some(TokenUsage {
                 prompt_tokens: 10,
                 completion_tokens: 1,
-                cached_tokens: Some(4)
+                cached_tokens: Some(4),
+                estimated: false,
             })
         );
     }
