@@ -880,13 +880,7 @@ fn the_openai_python_sdk_drives_chat_with_tools_streams_and_errors() {
             .answer("L1", MockReply::text("Booked for two.").usage(20, 4))
             .default_summary(MockReply::text("done")),
     );
-    let server = Server::start_with_env(
-        &env,
-        &engine.url(),
-        &[],
-        &[("BATON_SERVE_API_KEYS", "sdk-key")],
-    );
-    let r = run_script(&python, &env, SDK_SCRIPT, &[&server.url, "sdk-key", MODEL]);
+    let (_server, r) = run_sdk_script(&python, &env, &engine, SDK_SCRIPT);
     assert_eq!(r["first_finish"], "tool_calls");
     assert_eq!(
         r["call"],
@@ -961,18 +955,7 @@ fn structured_output_and_sampling_fields_reach_the_answer_hop() {
             .default_answer(MockReply::text(r#"{"city":"Paris"}"#))
             .default_summary(MockReply::text("done")),
     );
-    let server = Server::start_with_env(
-        &env,
-        &engine.url(),
-        &[],
-        &[("BATON_SERVE_API_KEYS", "sdk-key")],
-    );
-    let r = run_script(
-        &python,
-        &env,
-        FORWARD_SCRIPT,
-        &[&server.url, "sdk-key", MODEL],
-    );
+    let (_server, r) = run_sdk_script(&python, &env, &engine, FORWARD_SCRIPT);
     assert_eq!(r["chat"], r#"{"city":"Paris"}"#);
     assert_eq!(r["responses"], r#"{"city":"Paris"}"#);
     assert_eq!(r["errors"]["n"], json!([400, "unsupported_parameter", "n"]));
@@ -1440,6 +1423,20 @@ pub(crate) fn python_sdk() -> Option<PathBuf> {
         "the openai Python SDK",
         crate::support::external::python_with(&["openai"]),
     )
+}
+
+/// Runs a Python `script` against `baton serve` in front of `engine` (the API key `sdk-key`),
+/// with the server URL, the key and the model name as its arguments. The server is returned
+/// running: it still makes the summaries of the last turns.
+fn run_sdk_script(python: &Path, env: &Env, engine: &MockEngine, script: &str) -> (Server, Value) {
+    let server = Server::start_with_env(
+        env,
+        &engine.url(),
+        &[],
+        &[("BATON_SERVE_API_KEYS", "sdk-key")],
+    );
+    let out = run_script(python, env, script, &[&server.url, "sdk-key", MODEL]);
+    (server, out)
 }
 
 /// Runs a Python `script` with `args`; it must succeed and print one JSON value.

@@ -25,6 +25,17 @@ struct Repo {
     store: StoreConfig,
 }
 
+/// A tool context for `workspace`, with its own tool state.
+fn tool_context(workspace: &Path) -> ToolContext {
+    ToolContext {
+        workspace: workspace.to_path_buf(),
+        call_id: "call-1".into(),
+        events: EventSink::discard(),
+        cancel: Default::default(),
+        state: Arc::new(ToolState::default()),
+    }
+}
+
 fn repo() -> Repo {
     let dir = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap();
@@ -32,13 +43,7 @@ fn repo() -> Repo {
     let mut config = repo.config().unwrap();
     config.set_str("user.name", "Test User").unwrap();
     config.set_str("user.email", "test@example.com").unwrap();
-    let ctx = ToolContext {
-        workspace: root.clone(),
-        call_id: "call-1".into(),
-        events: EventSink::discard(),
-        cancel: Default::default(),
-        state: Arc::new(ToolState::default()),
-    };
+    let ctx = tool_context(&root);
     let state = tempfile::tempdir().unwrap();
     let store = StoreConfig::at(state.path().join("checkpoints"), state.path());
     checkpoint::configure(&ctx.state, store.clone());
@@ -741,13 +746,7 @@ async fn the_repo_argument_names_a_repository_in_a_subfolder_but_not_one_outside
         format!("gitdir: {}\n", outside.path().display()),
     )
     .unwrap();
-    let ctx = ToolContext {
-        workspace: ws.clone(),
-        call_id: "call-1".into(),
-        events: EventSink::discard(),
-        cancel: Default::default(),
-        state: Arc::new(ToolState::default()),
-    };
+    let ctx = tool_context(&ws);
     let git = |args: Value| {
         let ctx = ctx.clone();
         async move { standard_tools().get("git").unwrap().run(args, &ctx).await }

@@ -1289,6 +1289,17 @@ mod tests {
         }
     }
 
+    /// A service whose every answer comes from L2.
+    fn l2_service() -> Arc<Conversations> {
+        Arc::new(Conversations::new(
+            Arc::new(crate::mol::fake_backend::Router::answering("L2")),
+            Profile::builtin(&Default::default()),
+            "m".into(),
+            StoreLimits::default(),
+            Arc::new(Quiet),
+        ))
+    }
+
     /// The answer of a turn's handle, once it is done; `delivered` is left to the caller.
     async fn answer(handle: &mut TurnHandle) -> String {
         while let Some(ev) = handle.events.recv().await {
@@ -1303,13 +1314,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_that_arrives_before_the_commit_still_continues_its_conversation() {
-        let service = Arc::new(Conversations::new(
-            Arc::new(crate::mol::fake_backend::Router::answering("L2")),
-            Profile::builtin(&Default::default()),
-            "m".into(),
-            StoreLimits::default(),
-            Arc::new(Quiet),
-        ));
+        let service = l2_service();
         let mut first = service
             .start(input(vec![ChatMessage::user("a")]))
             .await
@@ -1339,13 +1344,7 @@ mod tests {
     /// because the first's turn 2 moved "the" conversation at that history on.
     #[tokio::test]
     async fn identical_first_turns_of_two_clients_keep_two_conversations() {
-        let service = Arc::new(Conversations::new(
-            Arc::new(crate::mol::fake_backend::Router::answering("L2")),
-            Profile::builtin(&Default::default()),
-            "m".into(),
-            StoreLimits::default(),
-            Arc::new(Quiet),
-        ));
+        let service = l2_service();
         let mut firsts = Vec::new();
         for _ in 0..2 {
             let mut h = service
@@ -1385,13 +1384,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_turn_not_delivered_leaves_its_history_pointing_nowhere() {
-        let service = Arc::new(Conversations::new(
-            Arc::new(crate::mol::fake_backend::Router::answering("L2")),
-            Profile::builtin(&Default::default()),
-            "m".into(),
-            StoreLimits::default(),
-            Arc::new(Quiet),
-        ));
+        let service = l2_service();
         let mut first = service
             .start(input(vec![ChatMessage::user("a")]))
             .await
