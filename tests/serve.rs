@@ -936,7 +936,17 @@ for name, extra in [("n", {"n": 2}), ("logprobs", {"logprobs": True}), ("top_log
         c.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}], **extra)
     except openai.BadRequestError as e:
         errors[name] = [e.status_code, e.code, e.param]
-print(json.dumps({"chat": r.choices[0].message.content, "responses": rr.output_text, "errors": errors}))
+summary, kinds = "", []
+for ev in c.responses.create(model=model, input="SUMMARY-STREAM", reasoning={"summary": "auto"}, stream=True):
+    kinds.append(ev.type)
+    if ev.type == "response.reasoning_summary_text.delta":
+        summary += ev.delta
+whole = c.responses.create(model=model, input="SUMMARY-WHOLE", reasoning={"summary": "detailed"})
+plain = c.responses.create(model=model, input="NO-SUMMARY")
+print(json.dumps({"chat": r.choices[0].message.content, "responses": rr.output_text, "errors": errors,
+                  "summary_streamed": summary, "kinds": kinds,
+                  "summary_whole": [s.text for o in whole.output if o.type == "reasoning" for s in o.summary],
+                  "summary_plain": [s.text for o in plain.output if o.type == "reasoning" for s in o.summary]}))
 "#;
 
 /// What a client sets that changes its answer reaches the answer hop as sent (Chat
@@ -952,11 +962,28 @@ fn structured_output_and_sampling_fields_reach_the_answer_hop() {
     let engine = MockEngine::scripted_blocking(
         Script::new()
             .default_route("L2")
-            .default_answer(MockReply::text(r#"{"city":"Paris"}"#))
+            .default_answer(MockReply::text(r#"{"city":"Paris"}"#).with_reasoning("CITY-IS-PARIS"))
             .default_summary(MockReply::text("done")),
     );
     let (_server, r) = run_sdk_script(&python, &env, &engine, FORWARD_SCRIPT);
     assert_eq!(r["chat"], r#"{"city":"Paris"}"#);
+    // `reasoning.summary` (Codex asks for it): the reasoning is the summary too.
+    assert_eq!(r["summary_streamed"], "CITY-IS-PARIS");
+    let kinds: Vec<&str> = r["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for kind in [
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+    ] {
+        assert!(kinds.contains(&kind), "{kind}: {kinds:?}");
+    }
+    assert_eq!(r["summary_whole"], json!(["CITY-IS-PARIS"]));
+    assert_eq!(r["summary_plain"], json!([]));
     assert_eq!(r["responses"], r#"{"city":"Paris"}"#);
     assert_eq!(r["errors"]["n"], json!([400, "unsupported_parameter", "n"]));
     assert_eq!(

@@ -37,6 +37,10 @@ pub struct ResponsesBody {
     pub stream: bool,
     pub store: bool,
     pub previous: Option<String>,
+    /// `reasoning.summary` asked for one (`auto`, `concise`, `detailed`): the model's
+    /// reasoning is also sent as the reasoning item's summary, which clients such as Codex
+    /// show where they do not show raw reasoning.
+    pub reasoning_summary: bool,
 }
 
 /// The input items as chat messages: assistant text and function calls in a row become one
@@ -303,6 +307,11 @@ pub fn parse(body: &Map<String, Value>, served_model: &str) -> Result<ResponsesB
         stream: flag(body, "stream", false)?,
         store: flag(body, "store", true)?,
         previous,
+        reasoning_summary: body
+            .get("reasoning")
+            .and_then(|r| r.get("summary"))
+            .and_then(Value::as_str)
+            .is_some_and(|s| matches!(s, "auto" | "concise" | "detailed")),
     })
 }
 
@@ -367,11 +376,16 @@ impl ItemIds {
     }
 }
 
-pub fn reasoning_item(id: &str, text: &str, done: bool) -> Value {
+pub fn reasoning_item(id: &str, text: &str, done: bool, summary: bool) -> Value {
+    let summary = if done && summary {
+        json!([{"type": "summary_text", "text": text}])
+    } else {
+        json!([])
+    };
     json!({
         "type": "reasoning",
         "id": id,
-        "summary": [],
+        "summary": summary,
         "content": if done { json!([{"type": "reasoning_text", "text": text}]) } else { json!([]) },
         "status": if done { "completed" } else { "in_progress" },
     })
@@ -402,10 +416,10 @@ pub fn call_item(id: &str, call: &ToolCall, done: bool) -> Value {
 }
 
 /// The output items of a finished answer.
-pub fn output(ids: &ItemIds, message: &ChatMessage) -> Vec<Value> {
+pub fn output(ids: &ItemIds, message: &ChatMessage, summary: bool) -> Vec<Value> {
     let mut items = Vec::new();
     if let Some(r) = message.reasoning.as_deref().filter(|r| !r.is_empty()) {
-        items.push(reasoning_item(&ids.reasoning, r, true));
+        items.push(reasoning_item(&ids.reasoning, r, true, summary));
     }
     if !message.content.is_empty() || message.tool_calls.is_empty() {
         items.push(message_item(&ids.message, Some(&message.content)));
@@ -481,7 +495,9 @@ pub fn response_object(
         "error": null,
         "incomplete_details": incomplete,
         "previous_response_id": shape.request.previous,
-        "output": done.map(|d| output(&ids, &d.message)).unwrap_or_default(),
+        "output": done
+            .map(|d| output(&ids, &d.message, shape.request.reasoning_summary))
+            .unwrap_or_default(),
         "parallel_tool_calls": shape.request.options.parallel_tool_calls.unwrap_or(true),
         "tool_choice": shape.request.tool_choice_json,
         "tools": shape.request.tools_json,
@@ -662,8 +678,15 @@ impl EventStream {
                     self.reasoning = Some((index, String::new()));
                     self.emit(
                         "response.output_item.added",
-                        json!({"output_index": index, "item": reasoning_item(&ids.reasoning, "", false)}),
+                        json!({"output_index": index, "item": reasoning_item(&ids.reasoning, "", false, false)}),
                     );
+                    if self.request.reasoning_summary {
+                        self.emit(
+                            "response.reasoning_summary_part.added",
+                            json!({"item_id": ids.reasoning, "output_index": index, "summary_index": 0,
+                                   "part": {"type": "summary_text", "text": ""}}),
+                        );
+                    }
                 }
                 if let Some((index, text)) = &mut self.reasoning {
                     text.push_str(&t);
@@ -672,6 +695,12 @@ impl EventStream {
                         "response.reasoning_text.delta",
                         json!({"item_id": ids.reasoning, "output_index": index, "content_index": 0, "delta": t}),
                     );
+                    if self.request.reasoning_summary {
+                        self.emit(
+                            "response.reasoning_summary_text.delta",
+                            json!({"item_id": ids.reasoning, "output_index": index, "summary_index": 0, "delta": t}),
+                        );
+                    }
                 }
             }
             TurnEvent::Text(t) => {
@@ -707,13 +736,25 @@ impl EventStream {
     fn finish(&mut self, done: TurnDone) {
         let ids = self.ids();
         if let Some((index, text)) = self.reasoning.take() {
+            let summary = self.request.reasoning_summary;
             self.emit(
                 "response.reasoning_text.done",
                 json!({"item_id": ids.reasoning, "output_index": index, "content_index": 0, "text": text}),
             );
+            if summary {
+                self.emit(
+                    "response.reasoning_summary_text.done",
+                    json!({"item_id": ids.reasoning, "output_index": index, "summary_index": 0, "text": text}),
+                );
+                self.emit(
+                    "response.reasoning_summary_part.done",
+                    json!({"item_id": ids.reasoning, "output_index": index, "summary_index": 0,
+                           "part": {"type": "summary_text", "text": text}}),
+                );
+            }
             self.emit(
                 "response.output_item.done",
-                json!({"output_index": index, "item": reasoning_item(&ids.reasoning, &text, true)}),
+                json!({"output_index": index, "item": reasoning_item(&ids.reasoning, &text, true, summary)}),
             );
         }
         let message = &done.message;
