@@ -365,6 +365,54 @@ fn a_hanging_server_hits_the_timeout_with_exit_3() {
     assert!(stderr_of(&out).contains("--timeout"));
 }
 
+/// A command cut short by `--timeout` is reported to the model as the time limit's doing, not
+/// the user's: the resumed turn's request carries why the call stopped.
+#[test]
+fn a_call_stopped_by_the_timeout_tells_the_model_so() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L2"])
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "c1",
+                    "shell",
+                    r#"{"command":"sleep 30","timeout_ms":60000,"yield_ms":60000}"#,
+                ),
+            )
+            .answer("L2", "resumed"),
+    );
+    let out = env
+        .exec(
+            &engine,
+            "wait",
+            &[
+                "--timeout",
+                "2",
+                "--sandbox",
+                "off",
+                "--approval",
+                "full-auto",
+            ],
+        )
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_of(&out));
+    let again = env
+        .exec(&engine, "go on", &["--resume", "last", "--sandbox", "off"])
+        .output()
+        .expect("run");
+    assert_eq!(again.status.code(), Some(0), "{}", stderr_of(&again));
+    let last = engine.requests_for_hop("answer").pop().expect("an answer");
+    assert!(
+        last.mentions("Interrupted: the run's time limit (--timeout 2 s) was reached."),
+        "{:?}",
+        last.messages()
+    );
+    assert!(!last.mentions("Interrupted by the user."));
+}
+
 #[test]
 fn a_failing_answer_hop_exits_1_naming_the_hop() {
     let env = Env::new();

@@ -62,9 +62,13 @@ pub(crate) async fn run(shared: Arc<Shared>, mut ops: UnboundedReceiver<Op>, res
         };
         match op {
             Op::UserTurn { text } => queue.push_back(text),
-            Op::Interrupt => {
+            Op::Interrupt | Op::InterruptFor { .. } => {
                 queue.clear();
                 if let Some(r) = &running {
+                    *lock(&shared.stop_reason) = match op {
+                        Op::InterruptFor { reason } => Some(reason),
+                        _ => None,
+                    };
                     r.cancel.cancel();
                 }
             }

@@ -143,6 +143,8 @@ pub(crate) struct Shared {
     /// The session's state and its file, changed only by `commit`.
     session: Mutex<Store>,
     pub pinned: Mutex<Option<Expert>>,
+    /// Why the running turn is being stopped, for the model (`None`: by the user).
+    pub stop_reason: Mutex<Option<String>>,
     pub model: Mutex<Option<String>>,
     /// The approval policy in force: `cfg.approval` at start, changed by
     /// `Op::SetApprovalPolicy` while the session runs.
@@ -363,6 +365,7 @@ fn start(
     let shared = Arc::new(Shared {
         environment,
         pinned: Mutex::new(cfg.pinned),
+        stop_reason: Mutex::new(None),
         model: Mutex::new(cfg.model.clone()),
         approval: Mutex::new(cfg.approval),
         cfg,

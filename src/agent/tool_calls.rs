@@ -95,7 +95,7 @@ pub(crate) async fn execute(
         )),
         (Some(_), Err(e)) => ToolResult::error(e),
         (Some(_), Ok(_)) if interrupted => ToolResult {
-            content: "Interrupted by the user.".into(),
+            content: stopped_text(shared),
             status: ToolStatus::Interrupted,
             exit_code: None,
         },
@@ -158,7 +158,7 @@ pub(crate) async fn execute(
                         _ = cancel.cancelled() => {
                             ctx.cancel.cancel();
                             ToolResult {
-                                content: "Interrupted by the user.".into(),
+                                content: stopped_text(shared),
                                 status: ToolStatus::Interrupted,
                                 exit_code: None,
                             }
@@ -227,6 +227,14 @@ pub(crate) async fn execute(
         status: result.status,
         title,
         stop,
+    }
+}
+
+/// What the model is told of a call the turn's stop cut short: who or what stopped it.
+fn stopped_text(shared: &Shared) -> String {
+    match &*lock(&shared.stop_reason) {
+        Some(reason) => format!("Interrupted: {reason}."),
+        None => "Interrupted by the user.".into(),
     }
 }
 

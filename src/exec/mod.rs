@@ -276,7 +276,12 @@ async fn drive(
                         signal.name()
                     ),
                 });
-                let _ = handle.ops.send(Op::Interrupt);
+                let _ = handle.ops.send(match signal {
+                    StopSignal::Interrupt => Op::Interrupt,
+                    _ => Op::InterruptFor {
+                        reason: format!("baton received {}", signal.name()),
+                    },
+                });
                 // Ctrl-C waits for the user; SIGTERM and SIGHUP come from a supervisor (timeout,
                 // CI, a closed terminal) that will not wait long: the turn gets a bounded grace.
                 if signal != StopSignal::Interrupt {
@@ -306,7 +311,12 @@ async fn drive(
                     "--timeout {} s reached: stopping the turn",
                     config.timeout_secs.unwrap_or(0)
                 ));
-                let _ = handle.ops.send(Op::Interrupt);
+                let _ = handle.ops.send(Op::InterruptFor {
+                    reason: format!(
+                        "the run's time limit (--timeout {} s) was reached",
+                        config.timeout_secs.unwrap_or(0)
+                    ),
+                });
                 // Grace for the turn to stop and the session to be saved.
                 deadline = Some(Instant::now() + STOP_GRACE);
                 continue;

@@ -157,6 +157,9 @@ pub enum Op {
     },
     /// Stop the running turn; the session stays usable.
     Interrupt,
+    /// [`Op::Interrupt`] for a reason other than the user's: what the model is told of the
+    /// calls it stops ("the run's time limit (--timeout) was reached").
+    InterruptFor { reason: String },
     /// Undo the last turn's file changes (or redo the last undo). With `apply: false` only
     /// the plan is worked out and shown (`Event::UndoPlanned`): the TUI asks before applying.
     Undo {
