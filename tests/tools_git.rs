@@ -511,7 +511,7 @@ fn workspace_diff_shows_staged_unstaged_deleted_binary_and_untracked_changes() {
     r.write("edit.txt", "new line\n");
     r.write("staged.txt", "after\n");
     std::fs::remove_file(r.root.join("gone.txt")).unwrap();
-    r.write("blob.bin", [0u8, 9, 9, 9, 0, 255]);
+    r.write("blob.bin", [0u8, 9, 9, 9, 0, 255, 7]);
     r.write("fresh/new.txt", "brand new\n");
     r.write("fresh/pic.bin", [0u8, 0, 7]);
     r.write("noise.log", "ignored\n");
@@ -633,11 +633,13 @@ fn workspace_diff_prints_what_the_git_command_line_prints() {
     );
     r.write("no_newline.txt", "no newline");
     r.commit_all("base");
-    r.write("edit.txt", "new line\nctx\n");
+    // Every change alters the size: within the second the index was written, git trusts a
+    // same-size file's stat data and would not see the change (racy git), libgit2 would.
+    r.write("edit.txt", "newer line\nctx\n");
     r.write("no_newline.txt", "no newline either");
     r.write("staged.txt", "after\n");
     std::fs::remove_file(r.root.join("gone.txt")).unwrap();
-    r.write("blob.bin", [0u8, 9, 9, 9, 0, 255]);
+    r.write("blob.bin", [0u8, 9, 9, 9, 0, 255, 7]);
     r.write("fresh/new.txt", "brand new\n");
     r.write("fresh/pic.bin", [0u8, 0, 7]);
     std::fs::rename(r.root.join("moved_from.txt"), r.root.join("moved_to.txt")).unwrap();
