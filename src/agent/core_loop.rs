@@ -184,6 +184,8 @@ fn session_model(shared: &Shared) -> Option<String> {
 
 fn start_turn(shared: &Arc<Shared>, text: String) -> Running {
     crate::tool::checkpoint::begin_turn(&shared.tool_state);
+    // A reason given to stop an earlier turn is not this one's.
+    *lock(&shared.stop_reason) = None;
     let cancel = CancellationToken::new();
     // The turn's id is taken and recorded here, before the turn runs: nothing that happens
     // meanwhile (`/compact`, `!cmd`) can see a stale id.

@@ -115,17 +115,6 @@ impl ChatRequest {
 /// under common BPE vocabularies average 3.5–4.5.
 const CHARS_PER_TOKEN_GUESS: usize = 4;
 
-/// The text of a request, in characters, for [`estimated_usage`].
-pub fn request_chars(req: &ChatRequest) -> usize {
-    let messages: usize = req.messages.iter().map(message_chars).sum();
-    let tools: usize = req
-        .tools
-        .iter()
-        .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
-        .sum();
-    messages + tools
-}
-
 fn message_chars(m: &ChatMessage) -> usize {
     m.content.chars().count()
         + m.reasoning.as_deref().map_or(0, |r| r.chars().count())
@@ -135,12 +124,12 @@ fn message_chars(m: &ChatMessage) -> usize {
             .sum::<usize>()
 }
 
-/// The usage of a hop whose server reported none, counted from the request's text and the
-/// answer's: marked `estimated`.
-pub fn estimated_usage(request_chars: usize, answer: &ChatMessage) -> TokenUsage {
+/// The usage of a hop whose server reported none, counted from the request's size (its body
+/// as sent) and the answer's text: marked `estimated`.
+pub fn estimated_usage(request_bytes: usize, answer: &ChatMessage) -> TokenUsage {
     let tokens = |chars: usize| chars.div_ceil(CHARS_PER_TOKEN_GUESS) as u64;
     TokenUsage {
-        prompt_tokens: tokens(request_chars),
+        prompt_tokens: tokens(request_bytes),
         completion_tokens: tokens(message_chars(answer)),
         cached_tokens: None,
         estimated: true,

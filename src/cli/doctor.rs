@@ -124,13 +124,7 @@ fn hooks_report(r: &mut Report, config: &Config) {
     }
     for (event, group) in hooks.groups() {
         for hook in &group.hooks {
-            let line = format!(
-                "{} [{}] {} (timeout {}s)",
-                event.name(),
-                group.matcher.source(),
-                hook.command,
-                hook.timeout.as_secs_f64()
-            );
+            let line = crate::hooks::hook_line(*event, group, hook);
             match check_hook_command(&hook.command, &config.workspace) {
                 Ok(()) => r.ok(&line),
                 Err(why) => r.bad(&format!("{line}: {why}")),

@@ -84,18 +84,19 @@ pub fn describe(bytes: &[u8], path: &Path) -> Result<Vec<String>, HookError> {
     Ok(parsed
         .groups
         .iter()
-        .flat_map(|(event, group)| {
-            group.hooks.iter().map(move |h| {
-                format!(
-                    "{} [{}] {} (timeout {}s)",
-                    event.name(),
-                    group.matcher.source(),
-                    h.command,
-                    h.timeout.as_secs_f64()
-                )
-            })
-        })
+        .flat_map(|(event, group)| group.hooks.iter().map(move |h| hook_line(*event, group, h)))
         .collect())
+}
+
+/// One hook as `doctor` and `baton trust` show it: `EVENT [MATCHER] COMMAND (timeout Ns)`.
+pub fn hook_line(event: HookEvent, group: &HookGroup, hook: &HookCommand) -> String {
+    format!(
+        "{} [{}] {} (timeout {}s)",
+        event.name(),
+        group.matcher.source(),
+        hook.command,
+        hook.timeout.as_secs_f64()
+    )
 }
 
 /// Finds the hooks files for `workspace`: the user's, and the nearest `.baton/hooks.json` in

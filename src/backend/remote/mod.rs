@@ -222,9 +222,10 @@ impl RemoteBackend {
         let inner = self.inner.clone();
         let started = Instant::now();
         let ctx = inner.error_context(req.hop, &inner.chat_url);
-        let request_chars = crate::backend::request_chars(&req);
         let body = wire::request_body(&req, inner.config.dialect);
         let body = Bytes::from(body.to_string());
+        // The body as sent stands for the request's text when a usage must be estimated.
+        let request_bytes = body.len();
         tracing::debug!(hop = %req.hop, model = %req.model, url = %inner.chat_url, stream = req.stream, "chat request");
         let sent = inner
             .send_with_retries(&ctx, || {
@@ -287,7 +288,7 @@ impl RemoteBackend {
             let mut completion = parse_full_body(&body, &ctx, started, conversation_id)?;
             completion.usage = completion.usage.or_else(|| {
                 Some(crate::backend::estimated_usage(
-                    request_chars,
+                    request_bytes,
                     &completion.message,
                 ))
             });
@@ -310,7 +311,7 @@ impl RemoteBackend {
             ttft: None,
             conversation_id,
             received: 0,
-            request_chars,
+            request_bytes,
         };
         Ok(Box::pin(futures_util::stream::unfold(state, next_item)))
     }
@@ -616,8 +617,8 @@ struct StreamState {
     conversation_id: Option<String>,
     /// Body bytes read so far.
     received: usize,
-    /// The request's text, to estimate a usage the server does not report.
-    request_chars: usize,
+    /// The request body's size, to estimate a usage the server does not report.
+    request_bytes: usize,
 }
 
 /// The most a streamed answer may send (a 262k-token answer in OpenAI chunks is ~60 MiB).
@@ -773,7 +774,7 @@ impl StreamState {
                     .push_back(Ok(ChatDelta::Completed(ChatCompletion {
                         usage: done.usage.or_else(|| {
                             Some(crate::backend::estimated_usage(
-                                self.request_chars,
+                                self.request_bytes,
                                 &done.message,
                             ))
                         }),
