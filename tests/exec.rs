@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::support::env::Env;
-use crate::support::{MockEngine, MockReply, Script};
+use crate::support::{MockEngine, MockReply, RecordedRequest, Script};
 use serde_json::Value;
+use std::time::Duration;
 
 fn stdout_of(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -411,6 +412,109 @@ fn a_call_stopped_by_the_timeout_tells_the_model_so() {
         last.messages()
     );
     assert!(!last.mentions("Interrupted by the user."));
+}
+
+/// No two user messages in a row anywhere in a request's messages.
+fn assert_turns_alternate(request: &RecordedRequest) {
+    let roles: Vec<(String, String)> = request.transcript();
+    for pair in roles.windows(2) {
+        assert!(
+            !(pair[0].0 == "user" && pair[1].0 == "user"),
+            "two user messages in a row: {roles:?}"
+        );
+    }
+}
+
+/// An answer cut short mid-stream is in the next request as the model wrote it, marked as
+/// incomplete and saying why (before, it was dropped and nothing said the turn was cut off).
+#[test]
+fn an_answer_cut_short_reaches_the_next_request_marked_incomplete() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L2"])
+            .answer(
+                "L2",
+                MockReply::text("First part of the answer, and then the rest of it")
+                    .chunk_chars(10)
+                    .hang_after(3),
+            )
+            .answer("L2", "resumed"),
+    );
+    let out = env
+        .exec(&engine, "explain", &["--timeout", "2"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(3), "{}", stderr_of(&out));
+    let again = env
+        .exec(&engine, "go on", &["--resume", "last"])
+        .output()
+        .expect("run");
+    assert_eq!(again.status.code(), Some(0), "{}", stderr_of(&again));
+    let last = engine.requests_for_hop("answer").pop().expect("an answer");
+    let cut = last
+        .transcript()
+        .into_iter()
+        .find(|(role, text)| role == "assistant" && text.contains("First part"))
+        .unwrap_or_else(|| panic!("the partial answer is kept: {:?}", last.transcript()));
+    assert!(
+        cut.1.ends_with(
+            "[Interrupted: the run's time limit (--timeout 2 s) was reached. The answer above \
+             is incomplete.]"
+        ),
+        "{cut:?}"
+    );
+    assert_turns_alternate(&last);
+}
+
+/// A turn killed outright (SIGKILL, no chance to record anything) leaves an open task; on
+/// resume the model sees it ended without an answer instead of two user messages in a row.
+#[test]
+fn a_killed_turn_is_marked_for_the_model_on_resume() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L2", "L2"])
+            .answer("L2", MockReply::hang())
+            .answer("L2", "resumed"),
+    );
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("baton"))
+        .env_clear()
+        .env("HOME", &env.home)
+        .env("XDG_CONFIG_HOME", env.home.join(".config"))
+        .current_dir(&env.workspace)
+        .arg("--session-dir")
+        .arg(&env.sessions)
+        .args([
+            "--exec",
+            "--endpoint",
+            &engine.url(),
+            "third, will be killed",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while engine.requests_for_hop("answer").is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no answer hop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+    let again = env
+        .exec(&engine, "fourth after kill", &["--resume", "last"])
+        .output()
+        .expect("run");
+    assert_eq!(again.status.code(), Some(0), "{}", stderr_of(&again));
+    let last = engine.requests_for_hop("answer").pop().expect("an answer");
+    assert!(
+        last.mentions("(Interrupted: the session ended before this request was finished.)"),
+        "{:?}",
+        last.transcript()
+    );
+    assert_turns_alternate(&last);
 }
 
 #[test]

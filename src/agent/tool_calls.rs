@@ -231,7 +231,7 @@ pub(crate) async fn execute(
 }
 
 /// What the model is told of a call the turn's stop cut short: who or what stopped it.
-fn stopped_text(shared: &Shared) -> String {
+pub(super) fn stopped_text(shared: &Shared) -> String {
     match &*lock(&shared.stop_reason) {
         Some(reason) => format!("Interrupted: {reason}."),
         None => "Interrupted by the user.".into(),

@@ -68,7 +68,7 @@ pub(crate) async fn run_turn(
             (status, answer, expert)
         }
         Err((stop, expert)) => {
-            abandon(&shared);
+            abandon(&shared, Some(stop.note(&shared)));
             match stop {
                 Stop::Interrupted => (TurnStatus::Interrupted, None, expert),
                 Stop::Refused(message) => {
@@ -197,7 +197,10 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
     }
     // A tool loop left open by an interrupted turn is abandoned; its expert is the fallback.
     let open_owner = shared.state().timeline.open_task().map(|t| t.owner);
-    abandon(&shared);
+    abandon(
+        &shared,
+        Some("Interrupted: a new request came before this one was finished.".into()),
+    );
 
     let prompt = hooks::fire_in_turn(
         &shared,
@@ -245,7 +248,13 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
             shared.events.emit(Event::Warning {
                 message: format!("--max-turns {max} reached before the model finished"),
             });
-            abandon(&shared);
+            abandon(
+                &shared,
+                Some(format!(
+                    "Stopped: the turn's limit of {max} model calls (--max-turns) was reached \
+                     before an answer."
+                )),
+            );
             return Ok(Outcome {
                 status: TurnStatus::LimitReached,
                 answer: None,
@@ -266,7 +275,7 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
             answer_request(&shared, expert)
         };
         let shape = context::shape(&request);
-        let mut done = answer_hop(ctx, request, expert, speculation.take())
+        let mut done = answer_hop(ctx, request, task_id, expert, speculation.take())
             .await
             .map_err(|s| (s, Some(expert)))?;
         // Only a server's count calibrates the estimator (not baton's own estimate).
@@ -357,7 +366,7 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
                 shared.events.emit(Event::Warning {
                     message: format!("a hook stopped the turn: {why}"),
                 });
-                abandon(&shared);
+                abandon(&shared, Some(format!("Stopped by a hook: {why}")));
                 return Ok(Outcome {
                     status: TurnStatus::Done,
                     answer: None,
@@ -440,7 +449,10 @@ fn handoff(
             message: ChatMessage::tool_result(&c.id, text),
         });
     }
-    shared.commit(Record::TaskAbandoned { task_id });
+    shared.commit(Record::TaskAbandoned {
+        task_id,
+        note: None,
+    });
     shared.events.emit(Event::RouteDecided {
         turn_id: ctx.turn_id,
         expert: to,
@@ -524,11 +536,23 @@ fn announce(ctx: &TurnCtx, choice: &ExpertChoice) {
     }
 }
 
-/// Closes the open task, if any, without a summary, and records that.
-fn abandon(shared: &Shared) {
+/// Closes the open task, if any, without a summary, and records that. `note`: why, which the
+/// owner's view shows where the task has no answer.
+fn abandon(shared: &Shared, note: Option<String>) {
     let open = shared.state().timeline.open_task().map(|t| t.id);
     if let Some(task_id) = open {
-        shared.commit(Record::TaskAbandoned { task_id });
+        shared.commit(Record::TaskAbandoned { task_id, note });
+    }
+}
+
+impl Stop {
+    /// What the model is told of a task this stop ended without an answer.
+    fn note(&self, shared: &Shared) -> String {
+        match self {
+            Stop::Interrupted => super::tool_calls::stopped_text(shared),
+            Stop::Failed(e) => format!("The turn ended with an error: {e}"),
+            Stop::Refused(why) | Stop::Blocked(why) => format!("The turn was stopped: {why}"),
+        }
     }
 }
 
@@ -619,6 +643,7 @@ fn answer_request_over(
 async fn answer_hop(
     ctx: &mut TurnCtx,
     request: ChatRequest,
+    task_id: u64,
     expert: Expert,
     speculation: Option<Speculation>,
 ) -> Result<ChatCompletion, Stop> {
@@ -655,29 +680,53 @@ async fn answer_hop(
             (stream, started)
         }
     };
+    // The text shown so far: an answer cut short stays in the task, marked as cut short.
+    let mut partial = String::new();
     let done = loop {
         let item = tokio::select! {
             item = stream.next() => item,
-            _ = ctx.cancel.cancelled() => return Err(Stop::Interrupted),
+            _ = ctx.cancel.cancelled() => {
+                let why = super::tool_calls::stopped_text(&shared);
+                keep_partial_answer(&shared, task_id, &partial, &why);
+                return Err(Stop::Interrupted);
+            }
         };
         match item {
-            Some(Ok(ChatDelta::Text(delta))) => shared.events.emit(Event::MessageDelta {
-                turn_id,
-                expert: public,
-                delta,
-            }),
+            Some(Ok(ChatDelta::Text(delta))) => {
+                partial.push_str(&delta);
+                shared.events.emit(Event::MessageDelta {
+                    turn_id,
+                    expert: public,
+                    delta,
+                })
+            }
             Some(Ok(ChatDelta::Reasoning(delta))) => {
                 shared.events.emit(Event::ReasoningDelta { turn_id, delta })
             }
             Some(Ok(ChatDelta::ToolCallStarted { .. } | ChatDelta::ToolCallArguments { .. })) => {}
             Some(Ok(ChatDelta::Completed(done))) => break done,
-            Some(Err(e)) => return Err(Stop::Failed(e)),
+            Some(Err(e)) => {
+                keep_partial_answer(
+                    &shared,
+                    task_id,
+                    &partial,
+                    &format!("Cut off by an error: {e}"),
+                );
+                return Err(Stop::Failed(e));
+            }
             None => {
-                return Err(Stop::Failed(BackendError::Protocol {
+                let e = BackendError::Protocol {
                     hop: Hop::Answer,
                     url: shared.backend.describe(),
                     message: "the response stream ended without a completion".into(),
-                }));
+                };
+                keep_partial_answer(
+                    &shared,
+                    task_id,
+                    &partial,
+                    &format!("Cut off by an error: {e}"),
+                );
+                return Err(Stop::Failed(e));
             }
         }
     };
@@ -706,4 +755,18 @@ async fn answer_hop(
         context_window: window,
     });
     Ok(done)
+}
+
+/// Records the text an answer hop streamed before it was cut short, marked as cut short (the
+/// user saw it; the model's next request must show it, and that it is incomplete).
+fn keep_partial_answer(shared: &Shared, task_id: u64, partial: &str, why: &str) {
+    if partial.trim().is_empty() {
+        return;
+    }
+    shared.commit(Record::Message {
+        task_id,
+        message: ChatMessage::assistant(format!(
+            "{partial}\n\n[{why} The answer above is incomplete.]"
+        )),
+    });
 }

@@ -175,7 +175,8 @@ pub fn restore(
 ) -> Result<(SessionFile, SessionState), SessionError> {
     let mut state = SessionState::from_records(records);
     if let Some(task_id) = state.timeline.open_task().map(|t| t.id) {
-        state.commit(&mut file, Record::TaskAbandoned { task_id })?;
+        let note = Some("Interrupted: the session ended before this request was finished.".into());
+        state.commit(&mut file, Record::TaskAbandoned { task_id, note })?;
     }
     Ok((file, state))
 }
@@ -239,16 +240,24 @@ mod tests {
             }
         );
         assert_eq!(t.tasks[0].messages.len(), 3);
-        // The task the crash left open is abandoned, its dangling call answered...
+        // The task the crash left open is abandoned, its dangling call answered and the
+        // model told why it ended...
         assert!(t.tasks[1].closed);
         assert_eq!(t.tasks[1].summary, SummaryState::Skipped);
-        let last = t.tasks[1].messages.last().expect("messages");
-        assert_eq!(last.role, Role::Tool);
-        assert_eq!(last.tool_call_id.as_deref(), Some("c2"));
+        let [.., result, note] = t.tasks[1].messages.as_slice() else {
+            panic!("messages: {:?}", t.tasks[1].messages)
+        };
+        assert_eq!(result.role, Role::Tool);
+        assert_eq!(result.tool_call_id.as_deref(), Some("c2"));
+        assert_eq!(note.role, Role::Assistant);
+        assert!(note.content.contains("the session ended"));
         // ...and that is recorded, so the file replays to exactly this state.
         drop(file);
         let text = std::fs::read_to_string(&path).expect("read");
-        assert!(text.ends_with("{\"record\":\"task_abandoned\",\"task_id\":2}\n"));
+        assert!(text.ends_with(
+            "{\"record\":\"task_abandoned\",\"task_id\":2,\"note\":\"Interrupted: the session \
+             ended before this request was finished.\"}\n"
+        ));
         let (_file, records) = SessionFile::open(&path).expect("open");
         assert_eq!(SessionState::from_records(&records), state);
         // L1's view shows L2's task through its summary.
@@ -320,11 +329,11 @@ mod tests {
         }
         t.push(call);
         t.push(ChatMessage::tool_result("a", "done"));
-        assert_eq!(t.abandon_open_task(), Some(1));
+        assert_eq!(t.abandon_open_task(None), Some(1));
         let msgs = &t.tasks[0].messages;
         assert_eq!(msgs.len(), 3);
         assert_eq!(msgs[2].tool_call_id.as_deref(), Some("b"));
-        assert_eq!(t.abandon_open_task(), None);
+        assert_eq!(t.abandon_open_task(None), None);
     }
 
     #[test]

@@ -89,8 +89,10 @@ pub fn summary_message(owner: Expert, summary: &str) -> ChatMessage {
 
 /// The one assistant message that stands for another expert's closed task in a view: its
 /// summary, then the ledger baton keeps of it (`mol::ledger`: files, commands, tests, plan,
-/// answer). `None` when there is neither. A summary still pending shows nothing yet (a turn
-/// that needs it waits for it), so the message never changes once shown.
+/// values). A task without a usable summary still gets a line saying who handled it (and that
+/// it was cut short, when it was abandoned), so a view never has two user messages in a row.
+/// `None` while the summary is pending (a turn that needs it waits for it), so the message
+/// never changes once shown.
 pub fn handover_message(task: &Task) -> Option<ChatMessage> {
     if task.summary == SummaryState::Pending {
         return None;
@@ -98,7 +100,11 @@ pub fn handover_message(task: &Task) -> Option<ChatMessage> {
     let ledger = crate::mol::ledger::ledger(task);
     let mut message = match task.summary_text() {
         Some(summary) => summary_message(task.owner, summary),
-        None if ledger.is_empty() => return None,
+        None if task.summary == SummaryState::Skipped => ChatMessage::assistant(format!(
+            "(This request was handled by the {} expert; it was cut short before it \
+             finished.)",
+            task.owner
+        )),
         None => ChatMessage::assistant(format!(
             "(This request was handled by the {} expert.)",
             task.owner
@@ -280,7 +286,7 @@ impl Timeline {
             }
             Record::Message { message, .. } => self.push(message.clone()),
             Record::TaskClosed { .. } => self.close(summarize_on_close).is_some(),
-            Record::TaskAbandoned { .. } => self.abandon_open_task().is_some(),
+            Record::TaskAbandoned { note, .. } => self.abandon_open_task(note.as_deref()).is_some(),
             Record::Summary { task_id, text, .. } => {
                 let known = self.task(*task_id).is_some();
                 self.record_summary(*task_id, text.clone());
@@ -326,9 +332,11 @@ impl Timeline {
     }
 
     /// Closes the open task without a summary. Tool calls it left without results (an
-    /// interrupt, a crash) get a result saying so, so the owner's view stays a valid
-    /// conversation. Returns the task's id, or `None` when no task was open.
-    pub fn abandon_open_task(&mut self) -> Option<u64> {
+    /// interrupt, a crash) get a result saying so, and a task that ends without an answer gets
+    /// `note` as its last assistant message, so the owner's view stays a valid conversation
+    /// (never two user messages in a row) and says why nothing came. Returns the task's id, or
+    /// `None` when no task was open.
+    pub fn abandon_open_task(&mut self, note: Option<&str>) -> Option<u64> {
         let task = self.open_task_mut()?;
         let mut unanswered: Vec<String> = Vec::new();
         for m in &task.messages {
@@ -343,6 +351,14 @@ impl Timeline {
                 id,
                 "Not run: the turn was interrupted before this call.",
             ));
+        }
+        let answered = task
+            .messages
+            .last()
+            .is_some_and(|m| m.role == Role::Assistant && m.tool_calls.is_empty());
+        if let Some(note) = note.filter(|_| !answered) {
+            task.messages
+                .push(ChatMessage::assistant(format!("({note})")));
         }
         self.close(false)
     }
@@ -424,7 +440,7 @@ mod tests {
     }
 
     #[test]
-    fn empty_summaries_are_not_injected_and_abandoned_loops_are_skipped() {
+    fn tasks_without_a_summary_still_answer_their_user_text_in_other_views() {
         let mut t = Timeline::new();
         t.open(Expert::L1, "book a table");
         t.push(ChatMessage::assistant("done"));
@@ -434,8 +450,57 @@ mod tests {
         let second = t.open(Expert::L2, "next");
         assert_eq!(t.task(second - 1).unwrap().summary, SummaryState::Skipped);
         let view = t.view(Expert::L2, &[]);
-        assert_eq!(view.len(), 3); // user, user, user: no empty wrapper
-        assert!(view.iter().all(|m| m.role == Role::User));
+        let roles: Vec<Role> = view.iter().map(|m| m.role).collect();
+        assert_eq!(
+            roles,
+            [
+                Role::User,
+                Role::Assistant,
+                Role::User,
+                Role::Assistant,
+                Role::User
+            ]
+        );
+        // No summary text is made up: the empty one says who answered, the abandoned one
+        // that it was cut short.
+        assert_eq!(
+            view[1].content,
+            "(This request was handled by the L1 expert.)"
+        );
+        assert!(view[3].content.contains("L3 expert; it was cut short"));
+    }
+
+    #[test]
+    fn an_abandoned_task_without_an_answer_ends_with_its_note() {
+        let mut t = Timeline::new();
+        t.open(Expert::L2, "run it");
+        let mut call = ChatMessage::assistant("");
+        call.tool_calls.push(ToolCall {
+            id: "c1".into(),
+            name: "shell".into(),
+            arguments: "{}".into(),
+        });
+        t.push(call);
+        t.abandon_open_task(Some("Interrupted by the user."));
+        let own = t.view(Expert::L2, &[]);
+        let last = own.last().unwrap();
+        assert_eq!(last.role, Role::Assistant);
+        assert_eq!(last.content, "(Interrupted by the user.)");
+        // The unanswered call got its result before the note: a valid conversation.
+        assert_eq!(own[own.len() - 2].role, Role::Tool);
+
+        // A partial answer already kept ends the task: no second assistant message.
+        t.open(Expert::L2, "explain");
+        t.push(ChatMessage::assistant("half an answer [cut short]"));
+        t.abandon_open_task(Some("Interrupted by the user."));
+        let own = t.view(Expert::L2, &[]);
+        assert_eq!(own.last().unwrap().content, "half an answer [cut short]");
+
+        // Without a note (a handoff: its call result says it all) nothing is added.
+        t.open(Expert::L0, "fix it");
+        t.push(ChatMessage::user("hook says: go on"));
+        t.abandon_open_task(None);
+        assert_eq!(t.tasks.last().unwrap().messages.len(), 1);
     }
 
     #[test]

@@ -59,9 +59,13 @@ pub enum Record {
         status: crate::protocol::ToolStatus,
         title: String,
     },
-    /// A task abandoned by an interrupt or a new turn: closed, never summarized.
+    /// A task abandoned by an interrupt, an error, a limit or a new turn: closed, never
+    /// summarized. `note`: why, told to the model where the task ended without an answer
+    /// (none for a handoff, whose call result says it all).
     TaskAbandoned {
         task_id: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
     },
     Summary {
         task_id: u64,

@@ -41,8 +41,11 @@ fn a_last_line_without_its_newline_is_kept_and_ended() {
     std::fs::write(&path, text).expect("write");
     let (mut file, records) = SessionFile::open(&path).expect("open");
     assert_eq!(records.len(), 2);
-    file.append(&Record::TaskAbandoned { task_id: 2 })
-        .expect("append");
+    file.append(&Record::TaskAbandoned {
+        task_id: 2,
+        note: None,
+    })
+    .expect("append");
     drop(file);
     let (_file, records) = SessionFile::open(&path).expect("open again");
     assert_eq!(records.len(), 3, "{records:?}");
