@@ -1959,3 +1959,69 @@ async fn both_apis_join_text_parts_alike() {
         assert!(r.mentions("PARTONE\nPARTTWO"), "{:?}", r.messages());
     }
 }
+
+/// An engine that streams no usage gets baton's estimate, and the client is told it is one:
+/// `"estimated": true` in the usage of both APIs; an exact count keeps OpenAI's shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_the_engine_never_sent_is_marked_estimated_on_both_apis() {
+    let env = Env::new();
+    let no_usage = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"twelve chars\"},\"finish_reason\":null}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: [DONE]\n\n"
+    );
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L0", "L0", "L0"])
+            .answer("L0", MockReply::raw_sse(no_usage))
+            .answer("L0", MockReply::raw_sse(no_usage))
+            .answer("L0", MockReply::text("Exact.").usage(30, 2))
+            .summary("L0", MockReply::text("Answered.")),
+    );
+    let server = Server::start(&env, &engine, &[]);
+    let chat_body: Value = post(
+        &server,
+        chat(json!([{"role": "user", "content": "hi"}])),
+        None,
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let usage = &chat_body["usage"];
+    assert_eq!(usage["estimated"], true, "{usage}");
+    assert!(usage["prompt_tokens"].as_u64().unwrap() > 0, "{usage}");
+    assert_eq!(
+        usage["completion_tokens"], 3,
+        "twelve chars ≈ 3 tokens: {usage}"
+    );
+
+    let responses: Value = client()
+        .post(format!("{}/responses", server.url))
+        .json(&json!({"model": MODEL, "input": "hello"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let usage = &responses["usage"];
+    assert_eq!(usage["estimated"], true, "{usage}");
+    assert!(usage["input_tokens"].as_u64().unwrap() > 0, "{usage}");
+
+    let exact: Value = post(
+        &server,
+        chat(json!([{"role": "user", "content": "once more"}])),
+        None,
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(exact["usage"]["prompt_tokens"], 30);
+    assert!(
+        exact["usage"].get("estimated").is_none(),
+        "{}",
+        exact["usage"]
+    );
+}

@@ -422,12 +422,23 @@ pub fn metadata(routed: &TurnRouted, done: Option<&TurnDone>) -> Value {
 
 pub fn usage_json(done: &TurnDone) -> Value {
     let u = &done.usage;
-    json!({
+    let mut usage = json!({
         "prompt_tokens": u.prompt_tokens,
         "completion_tokens": u.completion_tokens,
         "total_tokens": u.prompt_tokens.saturating_add(u.completion_tokens),
         "prompt_tokens_details": {"cached_tokens": u.cached_tokens.unwrap_or(0)},
-    })
+    });
+    mark_estimated(&mut usage, u);
+    usage
+}
+
+/// Adds `"estimated": true` to a usage object whose counts are baton's own estimate (the
+/// engine reported none): a client must not bill or calibrate on them as exact. Exact counts
+/// keep OpenAI's shape unchanged.
+pub fn mark_estimated(usage: &mut Value, counts: &crate::protocol::TokenUsage) {
+    if counts.estimated {
+        usage["estimated"] = json!(true);
+    }
 }
 
 fn tool_calls_json(calls: &[ToolCall]) -> Value {

@@ -472,13 +472,15 @@ pub fn response_object(
     };
     let usage = done.map(|d| {
         let u = &d.usage;
-        json!({
+        let mut usage = json!({
             "input_tokens": u.prompt_tokens,
             "input_tokens_details": {"cached_tokens": u.cached_tokens.unwrap_or(0)},
             "output_tokens": u.completion_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": u.prompt_tokens.saturating_add(u.completion_tokens),
-        })
+        });
+        super::chat::mark_estimated(&mut usage, u);
+        usage
     });
     let mut meta = routed
         .map(|r| metadata(r, done))
