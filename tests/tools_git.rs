@@ -423,6 +423,7 @@ fn undo_cli_reverts_the_turn_its_session_file_names() {
         turn_id: 1,
         before,
         after,
+        head: None,
     })
     .unwrap();
     drop(file);
@@ -456,7 +457,16 @@ fn undo_is_scoped_to_the_workspace_subdirectory() {
     r.write("outer.txt", "outer changed by the user\n");
     r.write("pkg/inner.txt", "inner changed\n");
     let after = checkpoint::snapshot(&r.store, &pkg).unwrap();
-    let report = r.undo_in(&pkg, &TurnCheckpoint { before, after }).applied;
+    let report = r
+        .undo_in(
+            &pkg,
+            &TurnCheckpoint {
+                before,
+                after,
+                head: None,
+            },
+        )
+        .applied;
     assert_eq!(report.restored, ["inner.txt"]);
     assert_eq!(std::fs::read(pkg.join("inner.txt")).unwrap(), b"inner\n");
     assert_eq!(
@@ -482,7 +492,11 @@ fn undo_keeps_ignored_files_even_when_the_turn_changed_gitignore() {
     std::fs::remove_dir_all(r.root.join("dir")).unwrap();
     r.write("dir", "now a file\n");
     let after = checkpoint::snapshot(&r.store, &r.root).unwrap();
-    let done = r.undo(&TurnCheckpoint { before, after });
+    let done = r.undo(&TurnCheckpoint {
+        before,
+        after,
+        head: None,
+    });
     assert_eq!(done.applied.removed, ["dir"], "{done:?}");
     assert_eq!(r.snapshot(), before_files);
 }
@@ -792,4 +806,81 @@ async fn the_repo_argument_names_a_repository_in_a_subfolder_but_not_one_outside
         "{}",
         missing.content
     );
+}
+
+/// The agent commits its edit (`git commit` in a sandboxed command): undo restores the file
+/// and says the commit stays, with the command that takes it back, in the CLI, its dry run,
+/// and (through the agent core) the model's next note. Before, undo said nothing of it and the
+/// user was left with HEAD at the agent's commit and its change reversed in the worktree.
+#[test]
+fn undo_after_an_agent_commit_says_the_commit_stays_and_how_to_drop_it() {
+    use crate::support::{MockEngine, MockReply, Script};
+    let env = crate::support::env::Env::new();
+    let ws = std::fs::canonicalize(&env.workspace).unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .current_dir(&ws)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    git(&["init", "-q"]);
+    std::fs::write(ws.join("setup.py"), "base\n").unwrap();
+    git(&["add", "setup.py"]);
+    git(&["commit", "-qm", "base"]);
+    let base = git(&["rev-parse", "HEAD"]);
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "c1",
+                    "shell",
+                    r#"{"command":"echo change >> setup.py && git add setup.py && git -c user.name=a -c user.email=a@a -c commit.gpgsign=false commit -qm agent-commit"}"#,
+                ),
+            )
+            .answer("L2", "Committed."),
+    );
+    let out = env
+        .exec(&engine, "change and commit", &["--approval", "full-auto"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let agent = git(&["rev-parse", "HEAD"]);
+    assert_ne!(agent, base, "the agent's command committed");
+    let undo = |args: &[&str]| {
+        let out = env.session_baton().arg("undo").args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let note = format!(
+        "also moved the git HEAD from {} to {}",
+        &base[..12],
+        &agent[..12]
+    );
+    let dry = undo(&["--dry-run"]);
+    assert!(dry.contains(&note), "{dry}");
+    let done = undo(&[]);
+    assert!(done.contains("restored setup.py"), "{done}");
+    assert!(done.contains(&note), "{done}");
+    assert!(
+        done.contains(&format!("`git reset {}`", &base[..12])),
+        "{done}"
+    );
+    // The files are back; the commit is the user's to drop, and the command given does it.
+    assert_eq!(std::fs::read(ws.join("setup.py")).unwrap(), b"base\n");
+    assert_eq!(git(&["rev-parse", "HEAD"]), agent);
+    git(&["reset", "-q", &base[..12]]);
+    assert_eq!(git(&["status", "--porcelain"]), "");
 }

@@ -942,7 +942,7 @@ fn the_model_is_told_of_undo_and_of_shell_commands_in_a_real_terminal() {
                 MockReply::tool_call(
                     "call_1",
                     "shell",
-                    r#"{"command":"echo changed > notes.txt"}"#,
+                    r#"{"command":"echo changed > notes.txt && git -c user.name=a -c user.email=a@a -c commit.gpgsign=false commit -qam agent-commit"}"#,
                 ),
             )
             .answer("L2", MockReply::text("first done"))
@@ -956,6 +956,29 @@ fn the_model_is_told_of_undo_and_of_shell_commands_in_a_real_terminal() {
     std::fs::create_dir_all(&workspace).expect("mkdir");
     std::fs::create_dir_all(&home).expect("mkdir");
     std::fs::write(workspace.join("notes.txt"), "original\n").expect("write");
+    // A repository, so the turn's commit moves HEAD: undo restores the file, not the commit,
+    // and says so to the user and the model.
+    for args in [
+        &["init", "-q"][..],
+        &["add", "notes.txt"],
+        &["commit", "-qm", "base"],
+    ] {
+        let ok = std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .current_dir(&workspace)
+            .status()
+            .expect("git")
+            .success();
+        assert!(ok, "git {args:?}");
+    }
     let tmux = start_ui(
         &engine,
         &workspace,
@@ -972,6 +995,7 @@ fn the_model_is_told_of_undo_and_of_shell_commands_in_a_real_terminal() {
     tmux.wait_for("Apply? (y/n)");
     tmux.cmd(&["send-keys", "-t", "t", "y"]);
     tmux.wait_for("Undo: files restored");
+    tmux.wait_for("also moved the git HEAD");
     tmux.cmd(&["send-keys", "-t", "t", "-l", "!echo shell-marker-$((6*7))"]);
     tmux.cmd(&["send-keys", "-t", "t", "Enter"]);
     tmux.wait_for("shell-marker-42");
@@ -987,6 +1011,10 @@ fn the_model_is_told_of_undo_and_of_shell_commands_in_a_real_terminal() {
     assert!(
         sent.contains("The user undid turn 1") && sent.contains("Restored: notes.txt"),
         "the model is told of the undo: {sent}"
+    );
+    assert!(
+        sent.contains("Git: turn 1 also moved the git HEAD"),
+        "the model is told the commit stays: {sent}"
     );
     assert!(
         sent.contains("$ echo shell-marker-$((6*7))") && sent.contains("shell-marker-42"),

@@ -295,12 +295,12 @@ async fn undo(shared: &Arc<Shared>, redo: bool, apply: bool, force: bool) {
     let log = shared.state().undo.clone();
     let target = if redo {
         log.next_redo()
-            .map(|u| (u.turn_id, u.before.clone(), u.after.clone()))
+            .map(|u| (u.turn_id, u.before.clone(), u.after.clone(), None))
     } else {
         log.next_undo()
-            .map(|t| (t.turn_id, t.before.clone(), t.after.clone()))
+            .map(|t| (t.turn_id, t.before.clone(), t.after.clone(), t.head.clone()))
     };
-    let Some((turn_id, back_to, left)) = target else {
+    let Some((turn_id, back_to, left, head)) = target else {
         shared.events.emit(Event::Warning {
             message: if redo {
                 "nothing to redo (only an undo since the last turn can be redone)".into()
@@ -335,8 +335,15 @@ async fn undo(shared: &Arc<Shared>, redo: bool, apply: bool, force: bool) {
         Ok(Ok(Ok(done))) => {
             let record = Record::reverted(turn_id, redo, &done.before, &done.after);
             shared.commit(record);
-            note_for_model(shared, undo_note(turn_id, redo, &done.applied));
+            let head_note = head.map(|h| h.undo_note(turn_id));
+            note_for_model(
+                shared,
+                undo_note(turn_id, redo, &done.applied, head_note.as_deref()),
+            );
             shared.events.emit(done.to_event(redo));
+            if let Some(message) = head_note {
+                shared.events.emit(Event::Warning { message });
+            }
         }
         Ok(Err(e)) => shared.events.emit(fail(e.to_string())),
         Err(e) => shared.events.emit(fail(format!("undo failed: {e}"))),
@@ -377,7 +384,12 @@ fn bounded(text: String, limit: usize) -> String {
 
 /// The note of an applied undo (or redo): what the files are now, so the model does not build
 /// on edits that are gone.
-fn undo_note(turn_id: u64, redo: bool, applied: &crate::tool::checkpoint::Applied) -> String {
+fn undo_note(
+    turn_id: u64,
+    redo: bool,
+    applied: &crate::tool::checkpoint::Applied,
+    head: Option<&str>,
+) -> String {
     let mut lines = vec![if redo {
         format!(
             "[note from baton] The user redid turn {turn_id} (/redo): its file changes are back."
@@ -394,6 +406,7 @@ fn undo_note(turn_id: u64, redo: bool, applied: &crate::tool::checkpoint::Applie
     if !applied.removed.is_empty() {
         lines.push(format!("Removed: {}", applied.removed.join(", ")));
     }
+    lines.extend(head.map(|h| format!("Git: {h}.")));
     lines.join("\n")
 }
 

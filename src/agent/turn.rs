@@ -156,6 +156,7 @@ async fn end_checkpoint(shared: &Arc<Shared>, turn_id: u64) {
             turn_id,
             before: cp.before,
             after: cp.after,
+            head: cp.head,
         }),
         Some(Err(e)) => shared.events.emit(Event::Warning {
             message: format!("checkpoint failed, undo will not cover this turn: {e}"),

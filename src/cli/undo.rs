@@ -108,17 +108,18 @@ fn revert(
     args: &UndoArgs,
     file: Option<&mut SessionFile>,
 ) -> Result<i32, String> {
-    let (turn_id, back_to, left) = if args.redo {
+    let (turn_id, back_to, left, head) = if args.redo {
         let u = log.next_redo().ok_or(
             "nothing to redo (only an undo since the last turn can be redone)".to_string(),
         )?;
-        (u.turn_id, u.before.clone(), u.after.clone())
+        (u.turn_id, u.before.clone(), u.after.clone(), None)
     } else {
         let t = log
             .next_undo()
             .ok_or("nothing to undo: no turn of this session changed files".to_string())?;
-        (t.turn_id, t.before.clone(), t.after.clone())
+        (t.turn_id, t.before.clone(), t.after.clone(), t.head.clone())
     };
+    let head_note = head.map(|h| format!("note: {}", h.undo_note(turn_id)));
     let what = if args.redo { "redo" } else { "undo" };
     let config = StoreConfig::for_session_dir(session_dir);
     let (store, plan) = checkpoint::plan_revert(&config, workspace, &back_to, &left, args.force)
@@ -130,6 +131,9 @@ fn revert(
         }
         if plan.is_empty() {
             println!("  (change nothing)");
+        }
+        if let Some(note) = &head_note {
+            println!("{note}");
         }
         return Ok(0);
     };
@@ -154,6 +158,9 @@ fn revert(
     }
     if done.applied.restored.is_empty() && done.applied.removed.is_empty() {
         println!("  (no file was changed)");
+    }
+    if let Some(note) = &head_note {
+        println!("{note}");
     }
     if !args.redo {
         println!("(`baton undo --redo` reverts this until the next turn)");

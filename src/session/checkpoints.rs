@@ -11,6 +11,8 @@ pub struct TurnSnapshots {
     pub before: String,
     pub after: String,
     pub undone: bool,
+    /// The repository's HEAD moved during the turn.
+    pub head: Option<super::HeadMove>,
 }
 
 /// An undo that redo can revert.
@@ -46,6 +48,7 @@ impl UndoLog {
                 turn_id,
                 before,
                 after,
+                head,
             } => {
                 // A new change: what was undone before it can no longer be redone.
                 self.redoable.clear();
@@ -54,6 +57,7 @@ impl UndoLog {
                     before: before.clone(),
                     after: after.clone(),
                     undone: false,
+                    head: head.clone(),
                 });
                 true
             }
@@ -110,6 +114,7 @@ mod tests {
             turn_id,
             before: format!("b{turn_id}"),
             after: format!("a{turn_id}"),
+            head: None,
         }
     }
 

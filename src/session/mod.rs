@@ -15,7 +15,7 @@ mod read;
 mod record;
 
 pub use checkpoints::{TurnSnapshots, UndoLog, UndoneChange};
-pub use record::Record;
+pub use record::{HeadMove, Record};
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};

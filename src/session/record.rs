@@ -112,6 +112,10 @@ pub enum Record {
         turn_id: u64,
         before: String,
         after: String,
+        /// The workspace repository's HEAD moved during the turn (a commit, a reset): undo
+        /// restores files, never commits, and says so.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        head: Option<HeadMove>,
     },
     /// The turn's changes were undone; `before`/`after` are the files just before and after
     /// the undo (what redo reverts between).
@@ -144,6 +148,36 @@ impl Record {
                 before: before.to_string(),
                 after: after.to_string(),
             }
+        }
+    }
+}
+
+/// How the workspace repository's HEAD moved during a turn: the commit before (none: no
+/// commit yet) and after.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadMove {
+    pub from: Option<String>,
+    pub to: String,
+}
+
+impl HeadMove {
+    /// What undo tells the user and the model of a turn whose HEAD moved: files are restored,
+    /// the commits stay (rewriting history is the user's call, with the command to do it).
+    pub fn undo_note(&self, turn_id: u64) -> String {
+        let short = |id: &str| id.chars().take(12).collect::<String>();
+        let to = short(&self.to);
+        match &self.from {
+            Some(from) => format!(
+                "turn {turn_id} also moved the git HEAD from {} to {to} (a commit or reset): undo \
+                 restored the files, not the commits. `git reset {}` takes the commits back too \
+                 (it leaves the files as undo left them)",
+                short(from),
+                short(from)
+            ),
+            None => format!(
+                "turn {turn_id} also made the repository's first commit ({to}): undo restored \
+                 the files, not the commit"
+            ),
         }
     }
 }

@@ -5,6 +5,7 @@
 //! (see `plan`), beneath the workspace without following symlinks (see `beneath`).
 
 pub mod beneath;
+pub mod head;
 pub mod plan;
 pub mod store;
 
@@ -24,6 +25,8 @@ pub struct CheckpointState {
     in_turn: bool,
     /// The snapshot taken before the running turn's first change.
     before: Option<String>,
+    /// The repository's HEAD when that snapshot was taken.
+    head_before: Option<String>,
     warned_unavailable: bool,
 }
 
@@ -60,11 +63,12 @@ impl StoreConfig {
     }
 }
 
-/// The two snapshots of a turn that changed files.
+/// The two snapshots of a turn that changed files, and how the repository's HEAD moved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnCheckpoint {
     pub before: String,
     pub after: String,
+    pub head: Option<crate::session::HeadMove>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +108,7 @@ pub fn begin_turn(state: &ToolState) {
     if let Ok(mut cp) = state.checkpoints.lock() {
         cp.in_turn = true;
         cp.before = None;
+        cp.head_before = None;
     }
 }
 
@@ -129,7 +134,10 @@ pub fn before_change(ctx: &ToolContext) {
         .open(&ctx.workspace)
         .and_then(|store| store.snapshot(&config.exclude))
     {
-        Ok(id) => cp.before = Some(id),
+        Ok(id) => {
+            cp.before = Some(id);
+            cp.head_before = head::head_commit(&ctx.workspace);
+        }
         Err(e) => {
             // Marked taken anyway: one warning per turn, not one per tool call.
             cp.before = Some(String::new());
@@ -146,17 +154,28 @@ pub fn end_turn(
     state: &ToolState,
     workspace: &Path,
 ) -> Option<Result<TurnCheckpoint, CheckpointError>> {
-    let (before, config) = {
+    let (before, head_before, config) = {
         let mut cp = state.checkpoints.lock().ok()?;
         cp.in_turn = false;
+        let head_before = cp.head_before.take();
         let before = cp.before.take().filter(|b| !b.is_empty())?;
-        (before, cp.config.clone()?)
+        (before, head_before, cp.config.clone()?)
     };
+    let head = head::head_commit(workspace)
+        .filter(|now| head_before.as_ref() != Some(now))
+        .map(|to| crate::session::HeadMove {
+            from: head_before,
+            to,
+        });
     Some(
         config
             .open(workspace)
             .and_then(|store| store.snapshot(&config.exclude))
-            .map(|after| TurnCheckpoint { before, after }),
+            .map(|after| TurnCheckpoint {
+                before,
+                after,
+                head,
+            }),
     )
 }
 
