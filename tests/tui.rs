@@ -338,6 +338,37 @@ fn tool_cell_collapsed_and_expanded() {
     insta::assert_snapshot!("tool_expanded", screen(&app, 80, 30));
 }
 
+/// An MCP tool's title already names the tool: the cell shows it once
+/// (`mcp__everything__echo {…}`), not `mcp__everything__echo: mcp__everything__echo {…}`.
+#[test]
+fn an_mcp_tool_cell_names_its_tool_once() {
+    let mut app = app();
+    start_turn(&mut app, "echo");
+    app.handle_event(Event::ToolBegin {
+        turn_id: 1,
+        call_id: "c1".into(),
+        tool: "mcp__everything__echo".into(),
+        arguments: serde_json::json!({"message": "one"}),
+        title: r#"mcp__everything__echo {"message":"one"}"#.into(),
+    });
+    let s = screen(&app, 100, 12);
+    let cell = s.lines().find(|l| l.contains('⋯')).expect("the tool cell");
+    assert_eq!(cell.matches("mcp__everything__echo").count(), 1, "{s}");
+    assert!(
+        cell.contains(r#"mcp__everything__echo {"message":"one"}"#),
+        "{s}"
+    );
+    // Other tools keep their name as the prefix.
+    app.handle_event(Event::ToolBegin {
+        turn_id: 1,
+        call_id: "c2".into(),
+        tool: "read_file".into(),
+        arguments: serde_json::json!({"path": "a.txt"}),
+        title: "read a.txt".into(),
+    });
+    assert!(screen(&app, 100, 12).contains("read_file: read a.txt"));
+}
+
 const DIFF: &str = "--- a/src/parse.rs\n+++ b/src/parse.rs\n@@ -10,4 +10,5 @@ fn parse_line\n     let fields = s\n-        .split(',')\n-        .filter(|f| !f.is_empty())\n+        .split(',')\n+        // keep empty fields\n+        .map(str::trim)\n         .collect();\n";
 
 #[test]

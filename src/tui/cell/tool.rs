@@ -88,6 +88,9 @@ impl ToolCell {
         };
         let shown_title = if self.tool == "shell" || self.tool == "user_shell" {
             format!("$ {title}")
+        } else if title.starts_with(&self.tool) {
+            // A title that names its tool already (an MCP tool's) is not prefixed again.
+            title
         } else {
             format!("{}: {title}", self.tool)
         };
