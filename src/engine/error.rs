@@ -73,6 +73,24 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// One line for a notice that CUDA was not used: the missing libraries by file name only
+    /// (where to get each is what `--device cuda` prints in full), anything else as is.
+    pub fn brief(&self) -> String {
+        match self {
+            EngineError::CudaLibraries { libraries } => {
+                let names: Vec<&str> = libraries
+                    .iter()
+                    .map(|l| l.split(" (").next().unwrap_or(l))
+                    .collect();
+                format!(
+                    "no CUDA: cannot load {} (`--device cuda` says how to get them)",
+                    names.join(", ")
+                )
+            }
+            other => other.to_string(),
+        }
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         EngineError::Io {
             path: path.into(),
@@ -100,5 +118,31 @@ impl EngineError {
             path: path.into(),
             reason: reason.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_brief_cuda_notice_names_the_libraries_on_one_short_line() {
+        let e = EngineError::CudaLibraries {
+            libraries: vec![
+                "libcuda.so (the NVIDIA driver; no driver, or not an NVIDIA machine)".into(),
+                "libnvrtc.so.13 (CUDA 13 NVRTC: /usr/local/cuda/lib64 or `pip install \
+                 nvidia-cuda-nvrtc==13.0.*`, on LD_LIBRARY_PATH)"
+                    .into(),
+            ],
+        };
+        let brief = e.brief();
+        assert_eq!(
+            brief,
+            "no CUDA: cannot load libcuda.so, libnvrtc.so.13 (`--device cuda` says how to get them)"
+        );
+        assert!(
+            e.to_string().contains("pip install"),
+            "the full error keeps the how-to"
+        );
     }
 }

@@ -68,7 +68,7 @@ pub fn select(choice: DeviceChoice) -> Result<Selected, EngineError> {
         DeviceChoice::Auto => Ok(match open(0) {
             Ok(d) => Selected::Cuda(Box::new(d)),
             Err(e) => Selected::Cpu {
-                fallback_reason: Some(format!("{e}; using the CPU")),
+                fallback_reason: Some(format!("{}; using the CPU", e.brief())),
             },
         }),
     }
