@@ -367,6 +367,88 @@ async fn truncated_stream_is_an_error_not_a_silent_truncation() {
     assert!(error.to_string().contains("without [DONE]"), "{error}");
 }
 
+/// llama-cpp-python's function-calling format cannot stream `tool_choice: auto`: it sends a
+/// `: ping` and closes the stream. The same request unstreamed is answered, replayed as deltas;
+/// later requests go unstreamed at once, and the frontends are told once. Before, the user got
+/// "stream ended before finish_reason: truncated response" after the server's delay.
+#[tokio::test]
+async fn a_server_that_cannot_stream_a_request_gets_it_unstreamed() {
+    let engine = MockEngine::start(|req| {
+        if req.is_stream() {
+            MockReply::raw_sse(": ping\n\n")
+        } else {
+            MockReply::text("")
+                .with_tool_call("c1", "list_dir", "{}")
+                .usage(12, 4)
+        }
+    })
+    .await;
+    let (seen, observer) = notices();
+    let backend = builder_for(&engine).on_retry(observer).build().unwrap();
+    let (deltas, done) = run(&backend, answer_request("L2", "x")).await;
+    let done = done.expect("answered unstreamed");
+    assert_eq!(done.message.tool_calls[0].name, "list_dir");
+    assert_eq!(
+        done.usage.unwrap().prompt_tokens,
+        12,
+        "the server's own count"
+    );
+    assert!(
+        deltas
+            .iter()
+            .any(|d| matches!(d, ChatDelta::ToolCallStarted { .. })),
+        "replayed as deltas: {deltas:?}"
+    );
+    let streamed: Vec<bool> = engine
+        .chat_requests()
+        .iter()
+        .map(|r| r.is_stream())
+        .collect();
+    assert_eq!(streamed, [true, false]);
+    let second = engine.chat_requests()[1].body.clone();
+    assert!(second.get("stream_options").is_none(), "{second}");
+
+    let (_, again) = run(&backend, answer_request("L2", "y")).await;
+    assert!(again.is_ok());
+    let streamed: Vec<bool> = engine
+        .chat_requests()
+        .iter()
+        .map(|r| r.is_stream())
+        .collect();
+    assert_eq!(
+        streamed,
+        [true, false, false],
+        "later requests go unstreamed at once"
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1, "told once: {seen:?}");
+    assert!(
+        seen[0].reason.contains("unstreamed from now on"),
+        "{seen:?}"
+    );
+}
+
+/// A stream that ends empty and whose unstreamed retry fails reports the retry's error with
+/// its kind (here a context overflow, as llama-cpp-python sends it), not a truncated stream.
+#[tokio::test]
+async fn an_empty_stream_whose_retry_fails_keeps_the_servers_error() {
+    let engine = MockEngine::start(|req| {
+        if req.is_stream() {
+            MockReply::raw_sse(": ping\n\n")
+        } else {
+            MockReply::context_overflow()
+        }
+    })
+    .await;
+    let (_, done) = run(&backend_for(&engine), answer_request("L2", "x")).await;
+    let error = done.unwrap_err();
+    assert_eq!(
+        error.kind(),
+        baton::protocol::ErrorKind::ContextOverflow,
+        "{error}"
+    );
+}
+
 #[tokio::test]
 async fn server_error_then_success_is_retried() {
     let engine = MockEngine::start(sequence(vec![

@@ -128,6 +128,11 @@ struct Inner {
     models_url: String,
     /// Everyone told of a retry: the builder's observer and those added later (the agent's).
     observers: RwLock<Vec<RetryObserver>>,
+    /// The server ended a stream without one data event and answered the same request
+    /// whole: it cannot stream these requests (llama-cpp-python refuses to stream tool calls
+    /// with `tool_choice: auto` and closes the stream), so requests are sent unstreamed and
+    /// replayed as deltas from then on.
+    streams_unusable: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for RemoteBackend {
@@ -176,6 +181,7 @@ impl RemoteBackend {
                 config,
                 client,
                 observers: RwLock::new(on_retry.into_iter().collect()),
+                streams_unusable: Default::default(),
             }),
         })
     }
@@ -218,15 +224,49 @@ impl RemoteBackend {
         wire::parse_models(&json).map_err(|m| ctx.protocol(m.to_string()))
     }
 
-    async fn start_chat(&self, req: ChatRequest) -> Result<ChatStream, BackendError> {
-        let inner = self.inner.clone();
+    /// Sends `req`; `whole`: asks for one JSON body even when `req` streams (its deltas are
+    /// then replayed from the completion).
+    async fn start_chat(&self, req: ChatRequest, whole: bool) -> Result<ChatStream, BackendError> {
+        let streamed = req.stream && !whole;
+        let sent = self.send_chat(&req, streamed).await?;
+        // Some servers ignore `stream: true` and answer with one JSON body: replay it as deltas.
+        if !streamed || sent.answered_json {
+            let items = self.whole_answer(sent, req.stream).await?;
+            return Ok(Box::pin(futures_util::stream::iter(items)));
+        }
+        let state = StreamState {
+            body: Box::pin(sent.response.bytes_stream()),
+            parser: SseParser::new(),
+            assembler: Some(StreamAssembler::new()),
+            pending: VecDeque::new(),
+            ended: false,
+            ctx: sent.ctx,
+            idle: self.inner.config.idle_timeout,
+            started: sent.started,
+            ttft: None,
+            conversation_id: sent.conversation_id,
+            received: 0,
+            request_bytes: sent.request_bytes,
+            data_events: 0,
+            unstreamed_retry: Some((self.clone(), req)),
+        };
+        Ok(Box::pin(futures_util::stream::unfold(state, next_item)))
+    }
+
+    /// Sends `req` (as a stream or not, whatever `req.stream` says) until a 2xx arrives.
+    async fn send_chat(&self, req: &ChatRequest, streamed: bool) -> Result<Sent, BackendError> {
+        let inner = &self.inner;
         let started = Instant::now();
         let ctx = inner.error_context(req.hop, &inner.chat_url);
-        let body = wire::request_body(&req, inner.config.dialect);
+        let mut body = wire::request_body(req, inner.config.dialect);
+        if !streamed && let Some(fields) = body.as_object_mut() {
+            fields.insert("stream".into(), Value::Bool(false));
+            fields.remove("stream_options");
+        }
         let body = Bytes::from(body.to_string());
         // The body as sent stands for the request's text when a usage must be estimated.
         let request_bytes = body.len();
-        tracing::debug!(hop = %req.hop, model = %req.model, url = %inner.chat_url, stream = req.stream, "chat request");
+        tracing::debug!(hop = %req.hop, model = %req.model, url = %inner.chat_url, stream = streamed, "chat request");
         let sent = inner
             .send_with_retries(&ctx, || {
                 let mut builder = inner
@@ -235,7 +275,7 @@ impl RemoteBackend {
                     .header(reqwest::header::CONTENT_TYPE, "application/json")
                     .header(HOP_HEADER, req.hop.as_str())
                     .body(body.clone());
-                if req.stream {
+                if streamed {
                     builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
                 }
                 if let Some(id) = &req.conversation_id {
@@ -277,44 +317,56 @@ impl RemoteBackend {
             .get(CONVERSATION_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
-        // Some servers ignore `stream: true` and answer with one JSON body: replay it as deltas.
         let answered_json = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|t| t.starts_with("application/json"));
-        if !req.stream || answered_json {
-            let body = read_body(response, &ctx, deadline, inner.config.request_timeout).await?;
-            let mut completion = parse_full_body(&body, &ctx, started, conversation_id)?;
-            completion.usage = completion.usage.or_else(|| {
-                Some(crate::backend::estimated_usage(
-                    request_bytes,
-                    &completion.message,
-                ))
-            });
-            let mut items: Vec<Result<ChatDelta, BackendError>> = Vec::new();
-            if req.stream {
-                items.extend(replayed_deltas(&completion).into_iter().map(Ok));
-            }
-            items.push(Ok(ChatDelta::Completed(completion)));
-            return Ok(Box::pin(futures_util::stream::iter(items)));
-        }
-        let state = StreamState {
-            body: Box::pin(response.bytes_stream()),
-            parser: SseParser::new(),
-            assembler: Some(StreamAssembler::new()),
-            pending: VecDeque::new(),
-            ended: false,
+        Ok(Sent {
+            response,
+            deadline,
             ctx,
-            idle: inner.config.idle_timeout,
             started,
-            ttft: None,
-            conversation_id,
-            received: 0,
             request_bytes,
-        };
-        Ok(Box::pin(futures_util::stream::unfold(state, next_item)))
+            conversation_id,
+            answered_json,
+        })
     }
+
+    /// Reads a whole (not streamed) answer: its deltas replayed when `replay`, then the
+    /// completion, with a usage estimated where the server reported none.
+    async fn whole_answer(
+        &self,
+        sent: Sent,
+        replay: bool,
+    ) -> Result<Vec<Result<ChatDelta, BackendError>>, BackendError> {
+        let timeout = self.inner.config.request_timeout;
+        let body = read_body(sent.response, &sent.ctx, sent.deadline, timeout).await?;
+        let mut completion = parse_full_body(&body, &sent.ctx, sent.started, sent.conversation_id)?;
+        completion.usage = completion.usage.or_else(|| {
+            Some(crate::backend::estimated_usage(
+                sent.request_bytes,
+                &completion.message,
+            ))
+        });
+        let mut items: Vec<Result<ChatDelta, BackendError>> = Vec::new();
+        if replay {
+            items.extend(replayed_deltas(&completion).into_iter().map(Ok));
+        }
+        items.push(Ok(ChatDelta::Completed(completion)));
+        Ok(items)
+    }
+}
+
+/// A chat request the server accepted: its response, not read yet.
+struct Sent {
+    response: reqwest::Response,
+    deadline: Instant,
+    ctx: ErrorContext,
+    started: Instant,
+    request_bytes: usize,
+    conversation_id: Option<String>,
+    answered_json: bool,
 }
 
 impl Inner {
@@ -619,6 +671,10 @@ struct StreamState {
     received: usize,
     /// The request body's size, to estimate a usage the server does not report.
     request_bytes: usize,
+    /// SSE events with data seen so far (comments and keepalives not counted).
+    data_events: usize,
+    /// The request, to send again unstreamed if the stream ends without one data event.
+    unstreamed_retry: Option<(RemoteBackend, ChatRequest)>,
 }
 
 /// The most a streamed answer may send (a 262k-token answer in OpenAI chunks is ~60 MiB).
@@ -680,6 +736,19 @@ async fn next_item(
             Ok(None) => {
                 let events = state.parser.finish();
                 state.handle_events(events);
+                if !state.ended
+                    && state.data_events == 0
+                    && let Some((backend, req)) = state.unstreamed_retry.take()
+                {
+                    // Nothing at all came (a server that cannot stream this request closes
+                    // the stream): the same request, unstreamed, says what it can do.
+                    state.ended = true;
+                    match backend.answer_unstreamed(req, &state.ctx).await {
+                        Ok(items) => state.pending.extend(items),
+                        Err(error) => state.pending.push_back(Err(error)),
+                    }
+                    continue;
+                }
                 if !state.ended {
                     let message = match &state.assembler {
                         Some(asm) if asm.has_finish() => {
@@ -716,6 +785,7 @@ impl StreamState {
         if data.is_empty() {
             return;
         }
+        self.data_events += 1;
         if data == "[DONE]" {
             self.complete();
             return;
@@ -794,9 +864,53 @@ impl StreamState {
     }
 }
 
+impl RemoteBackend {
+    /// Sends `req` again unstreamed after its stream ended empty, and returns every item of the
+    /// answer. When that works, the server cannot stream such requests: later ones are sent
+    /// unstreamed, and the frontends are told once (as a retry notice).
+    async fn answer_unstreamed(
+        &self,
+        req: ChatRequest,
+        ctx: &ErrorContext,
+    ) -> Result<Vec<Result<ChatDelta, BackendError>>, BackendError> {
+        use std::sync::atomic::Ordering;
+        let again = async {
+            let sent = self.send_chat(&req, false).await?;
+            self.whole_answer(sent, true).await
+        };
+        // Its error as it is: a context overflow or an auth error keeps its kind.
+        let items = again.await?;
+        if !self.inner.streams_unusable.swap(true, Ordering::Relaxed) {
+            let notice = RetryNotice {
+                hop: ctx.hop,
+                what: format!("{} hop", ctx.hop),
+                retry: 1,
+                max_retries: 1,
+                delay: Duration::ZERO,
+                reason: "the server ended the stream without sending anything and answered \
+                         the same request unstreamed: baton asks it unstreamed from now on"
+                    .into(),
+            };
+            tracing::warn!(hop = %ctx.hop, "streams unusable: {}", notice.reason);
+            let observers = self
+                .inner
+                .observers
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            for observer in &observers {
+                observer(&notice);
+            }
+        }
+        Ok(items)
+    }
+}
+
 impl ChatBackend for RemoteBackend {
     fn chat(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatStream, BackendError>> {
-        Box::pin(self.start_chat(req))
+        use std::sync::atomic::Ordering;
+        let whole = self.inner.streams_unusable.load(Ordering::Relaxed);
+        Box::pin(self.start_chat(req, whole))
     }
 
     fn list_models(&self) -> BoxFuture<'_, Result<Vec<ModelInfo>, BackendError>> {
