@@ -129,10 +129,11 @@ struct Inner {
     /// Everyone told of a retry: the builder's observer and those added later (the agent's).
     observers: RwLock<Vec<RetryObserver>>,
     /// The server ended a stream without one data event and answered the same request
-    /// whole: it cannot stream these requests (llama-cpp-python refuses to stream tool calls
-    /// with `tool_choice: auto` and closes the stream), so requests are sent unstreamed and
-    /// replayed as deltas from then on.
-    streams_unusable: std::sync::atomic::AtomicBool,
+    /// whole: it cannot stream such requests (llama-cpp-python refuses to stream tool calls
+    /// with `tool_choice: auto` and closes the stream), so they are sent unstreamed and
+    /// replayed as deltas from then on. Indexed by whether the request offers tools: a server
+    /// that cannot stream tool calls still streams plain answers.
+    streams_unusable: [std::sync::atomic::AtomicBool; 2],
 }
 
 impl std::fmt::Debug for RemoteBackend {
@@ -880,16 +881,23 @@ impl RemoteBackend {
         };
         // Its error as it is: a context overflow or an auth error keeps its kind.
         let items = again.await?;
-        if !self.inner.streams_unusable.swap(true, Ordering::Relaxed) {
+        let kind = &self.inner.streams_unusable[usize::from(!req.tools.is_empty())];
+        if !kind.swap(true, Ordering::Relaxed) {
             let notice = RetryNotice {
                 hop: ctx.hop,
                 what: format!("{} hop", ctx.hop),
                 retry: 1,
                 max_retries: 1,
                 delay: Duration::ZERO,
-                reason: "the server ended the stream without sending anything and answered \
-                         the same request unstreamed: baton asks it unstreamed from now on"
-                    .into(),
+                reason: format!(
+                    "the server ended the stream without sending anything and answered the \
+                     same request unstreamed: baton sends requests {} tools unstreamed from now on",
+                    if req.tools.is_empty() {
+                        "without"
+                    } else {
+                        "with"
+                    }
+                ),
             };
             tracing::warn!(hop = %ctx.hop, "streams unusable: {}", notice.reason);
             let observers = self
@@ -909,7 +917,8 @@ impl RemoteBackend {
 impl ChatBackend for RemoteBackend {
     fn chat(&self, req: ChatRequest) -> BoxFuture<'_, Result<ChatStream, BackendError>> {
         use std::sync::atomic::Ordering;
-        let whole = self.inner.streams_unusable.load(Ordering::Relaxed);
+        let whole =
+            self.inner.streams_unusable[usize::from(!req.tools.is_empty())].load(Ordering::Relaxed);
         Box::pin(self.start_chat(req, whole))
     }
 
