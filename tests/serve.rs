@@ -2025,3 +2025,28 @@ async fn usage_the_engine_never_sent_is_marked_estimated_on_both_apis() {
         exact["usage"]
     );
 }
+
+/// The client's reasoning effort reaches the engine as sent (the report: `low` became `high`),
+/// with thinking switched as the adapters were trained: on for `low`, off for `minimal`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_clients_reasoning_effort_is_forwarded_with_thinking_switched() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L0")
+            .default_answer(MockReply::text("Fine."))
+            .default_summary("Answered."),
+    );
+    let server = Server::start(&env, &engine, &[]);
+    for (effort, sent, thinking) in [("low", "low", true), ("minimal", "none", false)] {
+        let mut body = chat(json!([{"role": "user", "content": format!("effort {effort}")}]));
+        body["reasoning_effort"] = json!(effort);
+        assert_eq!(post(&server, body, None).await.status(), 200);
+        let answer = answers(&engine).pop().expect("an answer hop");
+        assert_eq!(answer.body["reasoning_effort"], sent, "{effort}");
+        assert_eq!(
+            answer.body["chat_template_kwargs"]["enable_thinking"], thinking,
+            "{effort}"
+        );
+    }
+}

@@ -120,8 +120,8 @@ pub struct CommonArgs {
     #[arg(long, value_name = "LABEL", global = true, help_heading = "Model")]
     pub expert: Option<Expert>,
 
-    /// Reasoning effort of answers. In mol mode the experts think at one level: none turns
-    /// thinking off, and low and medium are sent as high (docs/modes.md).
+    /// Reasoning effort of answers. In mol mode none turns thinking off; any other value is
+    /// sent as asked, with thinking on (docs/modes.md).
     #[arg(long, value_enum, global = true, help_heading = "Model")]
     pub reasoning: Option<ReasoningEffort>,
 

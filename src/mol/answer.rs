@@ -30,8 +30,11 @@ pub struct AnswerOptions {
 /// How reasoning is controlled on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReasoningWire {
-    /// `mol` mode, talking to the engine: the harness's mapping (none → effort "none" and
-    /// thinking off; anything else, or nothing, → effort "high" and thinking on).
+    /// `mol` mode, talking to the engine: thinking as the adapters were trained (none →
+    /// effort "none" and thinking off; anything else, or nothing, → thinking on), and the
+    /// effort the user or client asked for (nothing → "high", as the harness sends). The
+    /// harness sends "high" for low and medium too; chat templates that read only
+    /// `enable_thinking` see no difference, and those that read the effort get what was asked.
     HarnessMapping,
     /// `proxy` and `single` modes: send the effort as given, nothing when unset.
     PassThrough,
@@ -139,13 +142,9 @@ pub fn apply_reasoning(
 ) {
     match wire {
         ReasoningWire::HarnessMapping => {
-            let thinking = !matches!(effort, Some(ReasoningEffort::None));
-            req.reasoning_effort = Some(if thinking {
-                ReasoningEffort::High
-            } else {
-                ReasoningEffort::None
-            });
-            req.enable_thinking = Some(thinking);
+            let effort = effort.unwrap_or(ReasoningEffort::High);
+            req.reasoning_effort = Some(effort);
+            req.enable_thinking = Some(effort != ReasoningEffort::None);
         }
         ReasoningWire::PassThrough => {
             req.reasoning_effort = effort;
@@ -167,9 +166,11 @@ mod tests {
         assert_eq!(req.sampling.temperature, Some(0.0));
         assert!(req.stream);
 
+        // What was asked is sent, with thinking on (the harness sent "high").
         opts.reasoning = Some(ReasoningEffort::Low);
         let req = answer_request("L2", vec![], vec![], &opts, ReasoningWire::HarnessMapping);
-        assert_eq!(req.reasoning_effort, Some(ReasoningEffort::High));
+        assert_eq!(req.reasoning_effort, Some(ReasoningEffort::Low));
+        assert_eq!(req.enable_thinking, Some(true));
 
         opts.reasoning = Some(ReasoningEffort::None);
         let req = answer_request("L2", vec![], vec![], &opts, ReasoningWire::HarnessMapping);
@@ -230,7 +231,8 @@ mod tests {
         // L0's task is closed without a summary yet: L2 sees its user text, not its answer.
         assert!(req.messages.iter().all(|m| m.content != "Hi there."));
         assert_eq!(req.tool_choice.as_deref(), Some("auto"));
-        assert_eq!(req.reasoning_effort, Some(ReasoningEffort::High));
+        assert_eq!(req.reasoning_effort, Some(ReasoningEffort::Low));
+        assert_eq!(req.enable_thinking, Some(true));
         assert_eq!(req.conversation_id, None);
     }
 
