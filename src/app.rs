@@ -266,6 +266,7 @@ pub fn agent_config(config: &Config, frontend: Frontend) -> Result<AgentConfig, 
         network: config.network,
         compact_at: config.compact_at,
         speculate: config.speculate,
+        follow_ups: config.follow_ups,
         defer_summaries: config.defer_summary,
         hooks: hooks(config)?,
     })
@@ -458,7 +459,8 @@ pub async fn mol_service(
         .unwrap_or_else(|| profile.model_name.clone());
     let mut conversations =
         crate::mol::Conversations::new(upstream, profile, served, setup.limits.clone(), observer)
-            .speculating(config.speculate);
+            .speculating(config.speculate)
+            .following_up(config.follow_ups);
     if let Some(dir) = &setup.state_dir {
         conversations.persist_to(dir)?;
     }

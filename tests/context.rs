@@ -179,6 +179,7 @@ fn agent_config(dir: &Path) -> AgentConfig {
         network: false,
         compact_at: None,
         speculate: Default::default(),
+        follow_ups: Default::default(),
         defer_summaries: false,
         hooks: baton::hooks::Hooks::none(),
     }

@@ -517,6 +517,48 @@ fn a_killed_turn_is_marked_for_the_model_on_resume() {
     assert_turns_alternate(&last);
 }
 
+/// "Do the same for February" after an L1 task stays with L1 without a route hop (the route
+/// hop sees only that one line, with nothing to say what "the same" is); `--follow-ups route`
+/// routes it as the reference harness does.
+#[test]
+fn a_short_follow_up_stays_with_the_previous_expert_without_a_route_hop() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L1", "L2"])
+            .default_answer("Done.")
+            .default_summary("Made the January report."),
+    );
+    let run = |prompt: &str, extra: &[&str]| {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(extra);
+        let out = env.exec(&engine, prompt, &args).output().expect("run");
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        events(&out)
+    };
+    run("make the January sales report", &[]);
+    let ev = run("do the same for February", &["--resume", "last"]);
+    let route = &of_type(&ev, "route_decided")[0];
+    assert_eq!(route["decision"], "follow_up", "{route}");
+    assert_eq!(route["expert"], "L1");
+    assert_eq!(
+        engine.requests_for_hop("route").len(),
+        1,
+        "no second route hop"
+    );
+    assert_eq!(
+        engine.requests_for_hop("answer").last().unwrap().model(),
+        "L1"
+    );
+    // A new request is routed; with `--follow-ups route` a follow-up is too.
+    let ev = run(
+        "do the same for March",
+        &["--resume", "last", "--follow-ups", "route"],
+    );
+    assert_eq!(of_type(&ev, "route_decided")[0]["decision"], "model");
+    assert_eq!(engine.requests_for_hop("route").len(), 2);
+}
+
 #[test]
 fn a_failing_answer_hop_exits_1_naming_the_hop() {
     let env = Env::new();

@@ -1147,7 +1147,7 @@ fn the_openai_python_sdk_chains_forks_and_streams_responses() {
             .collect();
         MockReply::text(format!("answer to '{user}' seeing {seen:?}"))
     });
-    let server = Server::start(&env, &engine, &[]);
+    let server = Server::start(&env, &engine, &["--follow-ups", "route"]);
     let r = run_script(
         &python,
         &env,
@@ -2049,4 +2049,53 @@ async fn the_clients_reasoning_effort_is_forwarded_with_thinking_switched() {
             "{effort}"
         );
     }
+}
+
+/// Through `baton serve` too: a short follow-up stays on the previous turn's expert without a
+/// route hop, named `sticky_follow_up` in the metadata and counted in /metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_stays_on_its_expert_through_serve() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L1")
+            .default_answer(MockReply::text("Done."))
+            .default_summary("Made the report."),
+    );
+    let server = Server::start(&env, &engine, &[]);
+    let first = post(
+        &server,
+        chat(json!([{"role": "user", "content": "make the January sales report"}])),
+        None,
+    )
+    .await;
+    let conversation = first.headers()["x-conversation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let second: Value = post(
+        &server,
+        chat(json!([
+            {"role": "user", "content": "make the January sales report"},
+            {"role": "assistant", "content": "Done."},
+            {"role": "user", "content": "do the same for February"}
+        ])),
+        Some(&conversation),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(second["metadata"]["mol_selected_route"], "L1");
+    assert_eq!(second["metadata"]["mol_decision"], "sticky_follow_up");
+    assert_eq!(engine.requests_for_hop("route").len(), 1);
+    let metrics = client()
+        .get(format!("{}/metrics", server.url.trim_end_matches("/v1")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("decision=\"follow_up\""), "{metrics}");
 }

@@ -227,6 +227,7 @@ impl Translator {
                 let why = match decision {
                     RouteDecision::Model => "routed by L0".to_string(),
                     RouteDecision::Pinned => "pinned".to_string(),
+                    RouteDecision::FollowUp => "follow-up of its previous request".to_string(),
                     RouteDecision::Fallback => format!(
                         "fallback: {}",
                         reason.as_deref().unwrap_or("the route hop failed")

@@ -127,6 +127,8 @@ pub struct AgentConfig {
     pub hooks: crate::hooks::Hooks,
     /// Whether a new user turn's answer hop is sent with its route hop (`mol` mode).
     pub speculate: crate::protocol::Speculate,
+    /// Whether a short follow-up stays with the previous expert (`mol::follow_up`).
+    pub follow_ups: crate::protocol::FollowUps,
     /// No summary hop when a task closes: a later turn that needs the summary makes it
     /// (`--defer-summary`).
     pub defer_summaries: bool,

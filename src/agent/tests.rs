@@ -195,6 +195,7 @@ fn launch_configured(
         network: false,
         compact_at: None,
         speculate: Default::default(),
+        follow_ups: Default::default(),
         defer_summaries: false,
         hooks: crate::hooks::Hooks::none(),
     };

@@ -230,7 +230,13 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
         format!("{text}\n\n{}", context.join("\n\n"))
     };
 
-    let step = Step::UserTurn { text, open_owner };
+    let follow_up =
+        crate::mol::follow_up_expert(shared.cfg.follow_ups, &shared.state().timeline, text);
+    let step = Step::UserTurn {
+        text,
+        open_owner,
+        follow_up,
+    };
     let mut speculation = speculate(ctx, &user_text, open_owner);
     let mut expert = choose_expert(ctx, step).await.map_err(|s| (s, None))?;
     // A miss stops at once, before the summaries and the view fitting the turn waits for.

@@ -317,6 +317,11 @@ pub struct SettingArgs {
     /// off, sticky (the previous turn's expert) or always (sticky, else the default expert).
     #[arg(long, value_name = "WHEN", help_heading = "Model")]
     pub speculate: Option<String>,
+
+    /// A short follow-up ("do the same for February") stays with the expert that answered the
+    /// previous request, without a route hop (sticky, the default), or is routed (route).
+    #[arg(long, value_name = "HOW", help_heading = "Model")]
+    pub follow_ups: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -548,6 +553,7 @@ pub fn flag_settings(args: &CommonArgs, more: &SettingArgs) -> Result<Settings, 
             &more.route_constraint,
         ),
         ("speculate", "--speculate", &more.speculate),
+        ("follow_ups", "--follow-ups", &more.follow_ups),
     ];
     for (key, flag, value) in more_text {
         if let Some(v) = value {

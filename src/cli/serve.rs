@@ -44,6 +44,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "WHEN")]
     pub speculate: Option<crate::protocol::Speculate>,
 
+    /// A short follow-up stays on the previous turn's expert without a route hop (sticky), or
+    /// is routed (route) [default: the config's `follow_ups`, else sticky].
+    #[arg(long, value_name = "HOW")]
+    pub follow_ups: Option<crate::protocol::FollowUps>,
+
     /// A file of client API keys, one a line (`#` comments); also BATON_SERVE_API_KEYS
     /// (comma-separated).
     #[arg(long, value_name = "FILE")]
@@ -113,6 +118,9 @@ pub async fn run(config: &Config, args: &ServeArgs) -> i32 {
     }
     if let Some(when) = args.speculate {
         config.speculate = when;
+    }
+    if let Some(how) = args.follow_ups {
+        config.follow_ups = how;
     }
     let keys = match Keys::load(
         args.api_keys_file.as_deref(),

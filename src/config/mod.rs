@@ -88,6 +88,8 @@ pub struct Config {
     /// Whether a new user turn's answer hop is sent with its route hop (`mol` mode, and
     /// `baton serve`).
     pub speculate: Speculate,
+    /// Whether a short follow-up stays with the previous expert (`mol` mode, `baton serve`).
+    pub follow_ups: crate::protocol::FollowUps,
     pub context_window: Option<u64>,
     /// Compaction threshold as a fraction of the context window (`None` = 0.85).
     pub compact_at: Option<f64>,

@@ -36,6 +36,8 @@ pub struct Settings {
     pub route_constraint: Option<RouteConstraint>,
     /// Send a new user turn's answer hop speculatively, with its route hop.
     pub speculate: Option<Speculate>,
+    /// A short follow-up stays with the previous expert (`sticky`) or is routed (`route`).
+    pub follow_ups: Option<crate::protocol::FollowUps>,
     pub context_window: Option<u64>,
     /// Compact an expert's view when it would pass this fraction of the window.
     pub compact_at: Option<f64>,
@@ -210,7 +212,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 impl Settings {
     /// Every key, as written in config.toml (the env var is `BATON_` + upper case).
-    pub const KEYS: [&'static str; 46] = [
+    pub const KEYS: [&'static str; 47] = [
         "endpoint",
         "api_key_env",
         "mode",
@@ -236,6 +238,7 @@ impl Settings {
         "max_tokens",
         "route_constraint",
         "speculate",
+        "follow_ups",
         "context_window",
         "compact_at",
         "theme",
@@ -369,6 +372,7 @@ impl Settings {
             }
             "route_constraint" => self.route_constraint = Some(choice(value).map_err(err)?),
             "speculate" => self.speculate = Some(choice(value).map_err(err)?),
+            "follow_ups" => self.follow_ups = Some(choice(value).map_err(err)?),
             "context_window" => {
                 let n: u64 = number(value, "a number of tokens").map_err(err)?;
                 if n < 1024 {
@@ -501,6 +505,7 @@ impl Settings {
             max_tokens,
             route_constraint,
             speculate,
+            follow_ups,
             context_window,
             compact_at,
             theme,
@@ -580,6 +585,7 @@ impl Settings {
             max_tokens: self.max_tokens,
             route_constraint: self.route_constraint.unwrap_or_default(),
             speculate: self.speculate.unwrap_or_default(),
+            follow_ups: self.follow_ups.unwrap_or_default(),
             context_window: self.context_window,
             compact_at: self.compact_at,
             theme: self.theme,

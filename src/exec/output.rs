@@ -161,6 +161,7 @@ fn progress_line(event: &Event, server: &Server) -> Option<String> {
             RouteDecision::Sticky | RouteDecision::None => return None,
             RouteDecision::Model => format!("route: {expert} ({latency_ms} ms)"),
             RouteDecision::Pinned => format!("route: {expert} (pinned)"),
+            RouteDecision::FollowUp => format!("route: {expert} (follow-up, no route hop)"),
             RouteDecision::Fallback => format!(
                 "route: {expert} (fallback: {})",
                 terminal_safe_line(reason.as_deref().unwrap_or("no label"))

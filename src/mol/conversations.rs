@@ -275,6 +275,8 @@ pub struct Conversations {
     /// Where committed conversations are kept across restarts (`--state-dir`).
     disk: Option<Arc<StateDir>>,
     speculate: Speculate,
+    /// Whether short follow-ups stay with the previous expert (`mol::follow_up`).
+    follow_ups: crate::protocol::FollowUps,
 }
 
 /// A new conversation id: matches the `X-Conversation-Id` syntax clients echo.
@@ -428,7 +430,14 @@ impl Conversations {
             summaries: TaskTracker::new(),
             disk: None,
             speculate: Speculate::Off,
+            follow_ups: Default::default(),
         }
+    }
+
+    /// Sets whether short follow-ups stay with the previous expert.
+    pub fn following_up(mut self, policy: crate::protocol::FollowUps) -> Self {
+        self.follow_ups = policy;
+        self
     }
 
     /// Sends a new user turn's answer hop speculatively, with its route hop (see
@@ -964,6 +973,7 @@ impl Conversations {
             Tail::User(text) => Step::UserTurn {
                 text,
                 open_owner: work.timeline.open_task().map(|t| t.owner),
+                follow_up: crate::mol::follow_up_expert(self.follow_ups, &work.timeline, text),
             },
             Tail::ToolResults(results) => {
                 let pending = work.pending_tools.clone().ok_or_else(|| {

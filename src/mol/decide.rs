@@ -19,10 +19,12 @@ use crate::protocol::{ErrorKind, Expert, Mode, RouteDecision, TokenUsage};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step<'a> {
     /// A new user turn. `open_owner` owns the task an interrupted turn left open: the expert
-    /// a failed route falls back to.
+    /// a failed route falls back to. `follow_up`: the expert a short follow-up stays with
+    /// (`mol::follow_up_expert`), which then answers without a route hop.
     UserTurn {
         text: &'a str,
         open_owner: Option<Expert>,
+        follow_up: Option<Expert>,
     },
     /// Tool results go back to the model: they continue on `issuer`, the expert that made the
     /// calls, because only its view holds them.
@@ -88,14 +90,21 @@ pub async fn decide(
             RouteDecision::None,
         ));
     }
-    let (text, open_owner) = match step {
+    let (text, open_owner, follow_up) = match step {
         Step::ToolResults { issuer } => {
             return Ok(ExpertChoice::without_hop(issuer, RouteDecision::Sticky));
         }
-        Step::UserTurn { text, open_owner } => (text, open_owner),
+        Step::UserTurn {
+            text,
+            open_owner,
+            follow_up,
+        } => (text, open_owner, follow_up),
     };
     if let Some(expert) = pinned {
         return Ok(ExpertChoice::without_hop(expert, RouteDecision::Pinned));
+    }
+    if let Some(expert) = follow_up {
+        return Ok(ExpertChoice::without_hop(expert, RouteDecision::FollowUp));
     }
     before_route_hop();
     let outcome = route(backend, profile, text, open_owner).await;
@@ -133,7 +142,27 @@ mod tests {
         Step::UserTurn {
             text: "fix the build",
             open_owner,
+            follow_up: None,
         }
+    }
+
+    #[tokio::test]
+    async fn a_follow_up_stays_with_its_expert_without_a_route_hop() {
+        let backend = Router::answering("L0");
+        let step = Step::UserTurn {
+            text: "do the same for February",
+            open_owner: None,
+            follow_up: Some(Expert::L1),
+        };
+        let (choice, announced) = decide_counting(&backend, Mode::Mol, None, step).await;
+        assert_eq!(choice.expert, Expert::L1);
+        assert_eq!(choice.decision, RouteDecision::FollowUp);
+        assert!(choice.route_hop.is_none());
+        assert_eq!(announced, 0, "no route hop");
+        assert!(choice.is_announced());
+        // A pinned expert still wins.
+        let (pinned, _) = decide_counting(&backend, Mode::Mol, Some(Expert::L3), step).await;
+        assert_eq!(pinned.expert, Expert::L3);
     }
 
     /// Decides and counts how often the hook before the route hop ran.

@@ -34,6 +34,7 @@ pub mod conversations;
 pub(crate) mod decide;
 #[cfg(test)]
 mod fake_backend;
+pub mod follow_up;
 pub mod handoff;
 pub mod ledger;
 pub(crate) mod modes;
@@ -56,6 +57,7 @@ pub use compact::{
 };
 pub use conversations::{ConversationService, Conversations, StoreLimits};
 pub use decide::{ExpertChoice, RouteHop, Step, decide};
+pub use follow_up::follow_up_expert;
 pub use handoff::{HANDOFF_TOOL, handed_over, handoff_spec, parse_handoff};
 pub use ledger::ledger;
 pub use profile::{ExpertDef, Profile, ProfileError, ProfileNames, ROUTE_PREFILL};

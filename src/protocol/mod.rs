@@ -21,8 +21,8 @@ pub use chat::{ChatMessage, ReasoningEffort, Role, ToolCall, ToolSpec};
 pub use error::{ErrorKind, exit};
 pub use mcp::McpServerSpec;
 pub use options::{
-    ApprovalPolicy, Choice, DeviceChoice, Mode, RouteConstraint, SandboxBackend, SandboxMode,
-    Speculate, UnknownName, default_memory_bound,
+    ApprovalPolicy, Choice, DeviceChoice, FollowUps, Mode, RouteConstraint, SandboxBackend,
+    SandboxMode, Speculate, UnknownName, default_memory_bound,
 };
 pub use service::{
     HopSample, MolService, ServiceFuture, ServiceObserver, SpeculationOutcome, SpeculationSample,
@@ -124,6 +124,9 @@ pub enum RouteDecision {
     Pinned,
     /// A tool result continued on the expert that issued the call: no route hop.
     Sticky,
+    /// A short follow-up stayed with the expert that answered the previous request: no route
+    /// hop (`follow_ups = "sticky"`).
+    FollowUp,
     /// `single` or `proxy` mode: there is no client-side routing.
     None,
 }

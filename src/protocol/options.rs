@@ -335,9 +335,39 @@ impl Choice for Speculate {
     }
 }
 
+/// Whether a short follow-up ("do the same for February") stays with the expert that answered
+/// the previous request, without a route hop. The route hop sees only the newest user text,
+/// so it cannot tell what "the same" refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FollowUps {
+    /// A short follow-up that refers back stays with the previous expert (not after L0).
+    #[default]
+    Sticky,
+    /// Every request is routed (the reference harness's behaviour).
+    Route,
+}
+
+impl Choice for FollowUps {
+    const ALL: &'static [Self] = &[FollowUps::Sticky, FollowUps::Route];
+    fn name(self) -> &'static str {
+        match self {
+            FollowUps::Sticky => "sticky",
+            FollowUps::Route => "route",
+        }
+    }
+    fn help(self) -> &'static str {
+        match self {
+            FollowUps::Sticky => "a short follow-up stays with the previous expert",
+            FollowUps::Route => "route every request",
+        }
+    }
+}
+
 display_by_name!(
     Mode,
     Speculate,
+    FollowUps,
     ApprovalPolicy,
     SandboxMode,
     DeviceChoice,

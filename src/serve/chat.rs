@@ -394,6 +394,7 @@ pub fn decision_name(d: RouteDecision) -> &'static str {
     match d {
         RouteDecision::Model => "pure_model_route",
         RouteDecision::Sticky => "sticky_tool_continuation",
+        RouteDecision::FollowUp => "sticky_follow_up",
         RouteDecision::Fallback => "fallback",
         RouteDecision::Pinned => "pinned",
         RouteDecision::None => "none",

@@ -112,6 +112,7 @@ fn decision_name(d: RouteDecision) -> &'static str {
         RouteDecision::Fallback => "fallback",
         RouteDecision::Pinned => "pinned",
         RouteDecision::Sticky => "sticky",
+        RouteDecision::FollowUp => "follow_up",
         RouteDecision::None => "none",
     }
 }

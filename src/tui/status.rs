@@ -110,6 +110,7 @@ pub fn decision_word(d: RouteDecision) -> &'static str {
         RouteDecision::Fallback => "fallback",
         RouteDecision::Pinned => "pinned",
         RouteDecision::Sticky => "sticky",
+        RouteDecision::FollowUp => "follow-up",
         RouteDecision::None => "direct",
     }
 }
