@@ -98,6 +98,8 @@ fn agent_config(dir: &std::path::Path, speculate: Speculate) -> AgentConfig {
         compact_at: None,
         hooks: baton::hooks::Hooks::none(),
         speculate,
+        // Every turn routed: the bench measures what speculation saves on the route hop.
+        follow_ups: baton::protocol::FollowUps::Route,
         defer_summaries: false,
     }
 }
