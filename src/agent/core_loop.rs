@@ -333,13 +333,15 @@ async fn undo(shared: &Arc<Shared>, redo: bool, apply: bool, force: bool) {
             actionable,
         }),
         Ok(Ok(Ok(done))) => {
-            let record = Record::reverted(turn_id, redo, &done.before, &done.after);
-            shared.commit(record);
             let head_note = head.map(|h| h.undo_note(turn_id));
-            note_for_model(
-                shared,
-                undo_note(turn_id, redo, &done.applied, head_note.as_deref()),
-            );
+            // An undo that did nothing is not recorded and the model is not told of it.
+            if done.is_recorded() {
+                shared.commit(Record::reverted(turn_id, redo, &done.before, &done.after));
+                note_for_model(
+                    shared,
+                    undo_note(turn_id, redo, &done.applied, head_note.as_deref()),
+                );
+            }
             shared.events.emit(done.to_event(redo));
             if let Some(message) = head_note {
                 shared.events.emit(Event::Warning { message });

@@ -138,8 +138,10 @@ fn revert(
         return Ok(0);
     };
     let done = checkpoint::apply(&config, &store, &plan).map_err(|e| e.to_string())?;
-    let record = Record::reverted(turn_id, args.redo, &done.before, &done.after);
-    file.append(&record).map_err(|e| e.to_string())?;
+    if done.is_recorded() {
+        let record = Record::reverted(turn_id, args.redo, &done.before, &done.after);
+        file.append(&record).map_err(|e| e.to_string())?;
+    }
     println!("{what} of turn {turn_id}:");
     for path in &done.applied.restored {
         println!("  restored {path}");
@@ -162,7 +164,9 @@ fn revert(
     if let Some(note) = &head_note {
         println!("{note}");
     }
-    if !args.redo {
+    if !done.is_recorded() {
+        println!("(nothing was done, so turn {turn_id} can still be undone once this is fixed)");
+    } else if !args.redo {
         println!("(`baton undo --redo` reverts this until the next turn)");
     }
     Ok(if done.applied.failed.is_empty() { 0 } else { 1 })

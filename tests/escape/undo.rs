@@ -620,3 +620,50 @@ fn a_file_unignored_by_the_turn_is_not_deleted_by_undo() {
         );
     }
 }
+
+/// Red team finding 14: a turn that replaces a file, or a folder, with a FIFO defeated undo
+/// ("changed while undo ran", "(no file was changed)") and used the turn up, so after the FIFO
+/// was gone `baton undo` said "nothing to undo" while the content sat in the store. A FIFO,
+/// socket or device node holds no data: undo replaces it. Non-git workspace, as reported.
+#[test]
+fn files_and_folders_replaced_by_fifos_are_restored_by_undo() {
+    let env = Env::new();
+    std::fs::write(env.workspace.join("notes.txt"), "precious user notes\n").unwrap();
+    std::fs::create_dir(env.workspace.join("d")).unwrap();
+    std::fs::write(env.workspace.join("d/b.txt"), "b\n").unwrap();
+    turn(
+        &env,
+        vec![shell_call(
+            "c1",
+            "rm notes.txt && mkfifo notes.txt && rm -r d && mkfifo d",
+        )],
+    );
+    let (code, text) = undo(&env, &[]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(
+        read(env.workspace.join("notes.txt")),
+        "precious user notes\n",
+        "{text}"
+    );
+    assert_eq!(read(env.workspace.join("d/b.txt")), "b\n", "{text}");
+}
+
+/// An undo that could do nothing (the user's file with data stands where the turn removed a
+/// folder, which undo never overwrites) is not recorded: once the user moves the file away,
+/// the same undo works.
+#[test]
+fn an_undo_that_did_nothing_does_not_use_up_the_turn() {
+    let env = Env::new();
+    std::fs::create_dir(env.workspace.join("d")).unwrap();
+    std::fs::write(env.workspace.join("d/b.txt"), "b\n").unwrap();
+    turn(&env, vec![shell_call("c1", "rm -r d")]);
+    std::fs::write(env.workspace.join("d"), "data\n").unwrap();
+    let (code, text) = undo(&env, &[]);
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("can still be undone"), "{text}");
+    std::fs::rename(env.workspace.join("d"), env.workspace.join("d.mine")).unwrap();
+    let (code, text) = undo(&env, &[]);
+    assert_eq!(code, 0, "{text}");
+    assert_eq!(read(env.workspace.join("d/b.txt")), "b\n", "{text}");
+    assert_eq!(read(env.workspace.join("d.mine")), "data\n");
+}

@@ -26,7 +26,9 @@ pub enum Found {
         executable: bool,
     },
     Link(Vec<u8>),
-    /// A directory, device, FIFO, socket, or a file too large or unreadable to compare.
+    /// A FIFO, socket or device node: it holds no data, so undo may replace it.
+    Special,
+    /// A directory, or a file too large or unreadable to compare.
     Other,
 }
 
@@ -89,6 +91,9 @@ pub fn read_at(dir: &Dir, name: &OsStr, max_bytes: u64) -> Result<Found, Errno> 
     };
     if meta.is_symlink() {
         return Ok(Found::Link(dir.read_link(at).map_err(to_errno)?));
+    }
+    if !meta.is_file() && !meta.is_dir() {
+        return Ok(Found::Special);
     }
     if !meta.is_file() || meta.len > max_bytes {
         return Ok(Found::Other);

@@ -209,6 +209,15 @@ pub struct Reverted {
 }
 
 impl Reverted {
+    /// Whether the undo or redo is recorded: not when it changed nothing because steps failed
+    /// or files were kept (recording it would use up the turn: a later undo once what blocked
+    /// it is gone, or with `--force`, would find nothing to undo). An undo with nothing left to
+    /// do (the files are as before the turn already) is recorded.
+    pub fn is_recorded(&self) -> bool {
+        let did_something = !self.applied.restored.is_empty() || !self.applied.removed.is_empty();
+        did_something || (self.applied.failed.is_empty() && self.kept.is_empty())
+    }
+
     /// The event frontends show.
     pub fn to_event(&self, redo: bool) -> Event {
         Event::UndoCompleted {

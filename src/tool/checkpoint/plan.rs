@@ -262,6 +262,29 @@ fn found_is(found: &Found, entry: &Entry) -> bool {
     }
 }
 
+/// Removes FIFOs, sockets and device nodes standing where `path`'s folders should be (they
+/// hold no data; a command put them there to block the restore). Returns whether one went.
+fn clear_special_ancestors(root: &crate::untrusted_fs::Dir, path: &Path) -> bool {
+    let mut cleared = false;
+    let mut ancestors: Vec<&Path> = path
+        .ancestors()
+        .skip(1)
+        .filter(|a| !a.as_os_str().is_empty())
+        .collect();
+    ancestors.reverse();
+    for folder in ancestors {
+        let Ok((dir, name)) = beneath::open_parent(root, folder, false) else {
+            break;
+        };
+        match beneath::read_at(&dir, name, 0) {
+            Ok(Found::Special) => cleared |= beneath::remove_at(&dir, name).is_ok(),
+            Ok(Found::Other) => continue,
+            _ => break,
+        }
+    }
+    cleared
+}
+
 fn remove_one(root: &crate::untrusted_fs::Dir, path: &Path, entry: &Entry) -> Result<(), String> {
     let (dir, name) = beneath::open_parent(root, path, false).map_err(errno_text)?;
     let found = beneath::read_at(&dir, name, MAX_CHECKPOINT_FILE_BYTES).map_err(errno_text)?;
@@ -279,10 +302,18 @@ fn restore_one(
     was: Option<&Entry>,
     target_dirs: &BTreeSet<PathBuf>,
 ) -> Result<(), String> {
-    let (dir, name) = beneath::open_parent(root, path, true).map_err(errno_text)?;
+    let (dir, name) = match beneath::open_parent(root, path, true) {
+        Err(nix::errno::Errno::ENOTDIR) if clear_special_ancestors(root, path) => {
+            beneath::open_parent(root, path, true).map_err(errno_text)?
+        }
+        other => other.map_err(errno_text)?,
+    };
     let found = beneath::read_at(&dir, name, MAX_CHECKPOINT_FILE_BYTES).map_err(errno_text)?;
     let still = match (&found, was) {
         (Found::Missing, None) => true,
+        // A FIFO, socket or device node a command left holds no data: it goes, and the file
+        // takes its place (the writer never writes onto one).
+        (Found::Special, _) => beneath::remove_at(&dir, name).is_ok(),
         (found, Some(was)) => found_is(found, was),
         // An empty folder the change left where a file was: removed, never a full one.
         (Found::Other, None) if !target_dirs.contains(path) => {
