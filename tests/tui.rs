@@ -398,6 +398,34 @@ fn diff_and_plan_cells() {
     insta::assert_snapshot!(screen(&app, 80, 24));
 }
 
+/// Red team finding 20: `git status`, 60 newlines, then `touch …` showed `$ git status`, blank
+/// `$` rows and "(31 more lines: Up/Down scroll)" with the second command below the fold. A run
+/// of blank lines is one line saying how many, so the whole command is on screen.
+#[test]
+fn blank_lines_cannot_push_a_command_below_the_approval_fold() {
+    let mut app = app();
+    start_turn(&mut app, "check");
+    ops(&mut app);
+    let command = format!(
+        "git status{}touch /tmp/HIDDEN_SECOND_COMMAND",
+        "\n".repeat(61)
+    );
+    app.handle_event(Event::ApprovalRequested {
+        call_id: "c1".into(),
+        request: ApprovalRequest::Command {
+            command,
+            argv: vec![],
+            cwd: "/home/dev/project".into(),
+            remember: None,
+        },
+    });
+    modal_read(&mut app);
+    let s = screen(&app, 80, 20);
+    assert!(s.contains("HIDDEN_SECOND_COMMAND"), "{s}");
+    assert!(s.contains("(60 blank lines)"), "{s}");
+    assert!(!s.contains("more lines"), "{s}");
+}
+
 #[test]
 fn approval_modal_for_a_command_and_answers() {
     let mut app = app();

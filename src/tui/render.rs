@@ -281,7 +281,26 @@ fn draw_approval(app: &App, approval: &PendingApproval, area: Rect, buf: &mut Bu
     let mut body: Vec<Line<'static>> = Vec::new();
     let title = match &approval.request {
         ApprovalRequest::Command { command, cwd, .. } => {
+            // A run of blank lines is one line saying how many: padding must not push the
+            // rest of the command below the fold ("git status" + 60 newlines + "touch …").
+            let mut blanks = 0usize;
+            let flush_blanks = |blanks: &mut usize, body: &mut Vec<Line<'static>>| {
+                if *blanks > 1 {
+                    body.push(Line::from(Span::styled(
+                        format!("  ({blanks} blank lines)"),
+                        Style::new().fg(p.dim),
+                    )));
+                } else if *blanks == 1 {
+                    body.push(Line::from(Span::styled("$ ", Style::new().fg(p.accent))));
+                }
+                *blanks = 0;
+            };
             for l in command.lines() {
+                if l.trim().is_empty() {
+                    blanks += 1;
+                    continue;
+                }
+                flush_blanks(&mut blanks, &mut body);
                 body.extend(hard_wrap(
                     Line::from(vec![
                         Span::styled("$ ", Style::new().fg(p.accent)),
@@ -294,6 +313,7 @@ fn draw_approval(app: &App, approval: &PendingApproval, area: Rect, buf: &mut Bu
                     &[Span::raw("  ")],
                 ));
             }
+            flush_blanks(&mut blanks, &mut body);
             body.push(Line::from(Span::styled(
                 format!("in {cwd}"),
                 Style::new().fg(p.dim),
