@@ -155,6 +155,29 @@ fn precedence_is_flag_then_env_then_project_then_user() {
     );
 }
 
+/// Red team finding 15: an untrusted `.baton/config.toml` with `local = "wts"` switched a run
+/// the user pointed at an endpoint to the repository's own weights (parsed by the unsandboxed
+/// process). `local` is the user's choice only, like `endpoint`: the run goes to the endpoint
+/// and the key is named as ignored.
+#[test]
+fn an_untrusted_project_cannot_switch_the_run_to_its_own_weights() {
+    let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "hi"));
+    let env = Env::new();
+    let wts = env.workspace.join(".baton/wts");
+    std::fs::create_dir_all(wts.join("base")).expect("mkdir");
+    env.project_config("local = \"wts\"\n");
+    let out = env
+        .session_baton()
+        .args(["--endpoint", &engine.url(), "--exec", "hi"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("local engine"), "{stderr}");
+    assert!(stderr.contains("ignored `local`"), "{stderr}");
+    assert!(!engine.chat_requests().is_empty(), "the endpoint answered");
+}
+
 #[test]
 fn sessions_lists_saved_sessions() {
     let engine = MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", "hi"));
