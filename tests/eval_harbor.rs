@@ -131,6 +131,28 @@ fn multi_step_tasks_run_every_step_in_one_environment() {
     ) {
         assert_eq!(seen, "['create', 'extend'] 0.5 1.0");
     }
+    // The trial's config.json is a Harbor `TrialConfig` (the task by path, the trial's name).
+    if let Some(python) = crate::support::external::require(
+        "the harbor package (PyPI) in the test venv",
+        crate::support::external::python_with(&["harbor.models.trial.config"]),
+    ) {
+        let out = std::process::Command::new(python)
+            .args([
+                "-c",
+                "import pathlib, sys\nfrom harbor.models.trial.config import TrialConfig\n\
+                 c = TrialConfig.model_validate_json(pathlib.Path(sys.argv[1]).read_text())\n\
+                 print(c.task.path.name, c.trial_name == pathlib.Path(sys.argv[1]).parent.name, \
+                 c.agent.name, c.timeout_multiplier)",
+            ])
+            .arg(t.trial_dir.join("config.json"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "steps True oracle 1.0"
+        );
+    }
 
     // The agent gets each step's instruction in turn; nothing solved, so the first step's
     // `min_reward = 1` stops the trial after it.

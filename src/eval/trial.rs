@@ -1803,18 +1803,26 @@ fn record_events(
     }
 }
 
+/// The trial's `config.json`, in Harbor's `TrialConfig` shape (the task by path, the trial's
+/// name and folder, the agent by name, the timeout multiplier), which Harbor's own model
+/// reads; what only baton knows is under `baton`.
 fn write_config(task: &Task, paths: &TrialPaths, settings: &TrialSettings) {
     let config = serde_json::json!({
-        "task": task.name,
-        "task_dir": task.dir,
-        "format": task.format.as_str(),
-        "agent": settings.agent.name(),
-        "agent_timeout_sec": task.agent_timeout.map(|t| t.as_secs_f64()),
-        "verifier_timeout_sec": task.verifier_timeout.as_secs_f64(),
+        "schema_version": 1,
+        "task": { "path": task.dir },
+        "trial_name": paths.root.file_name().map(|n| n.to_string_lossy().into_owned()),
+        "trials_dir": paths.root.parent(),
         "timeout_multiplier": settings.timeout_multiplier,
-        "allow_internet": task.allow_internet,
-        "workdir": task.environment.workdir,
-        "isolation": settings.isolation.kind.as_str(),
+        "agent": { "name": settings.agent.name() },
+        "baton": {
+            "task": task.name,
+            "format": task.format.as_str(),
+            "agent_timeout_sec": task.agent_timeout.map(|t| t.as_secs_f64()),
+            "verifier_timeout_sec": task.verifier_timeout.as_secs_f64(),
+            "allow_internet": task.allow_internet,
+            "workdir": task.environment.workdir,
+            "isolation": settings.isolation.kind.as_str(),
+        },
     });
     if let Ok(json) = serde_json::to_string_pretty(&config) {
         let _ = std::fs::write(paths.root.join("config.json"), json);
