@@ -478,20 +478,8 @@ fn a_killed_turn_is_marked_for_the_model_on_resume() {
             .answer("L2", MockReply::hang())
             .answer("L2", "resumed"),
     );
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("baton"))
-        .env_clear()
-        .env("HOME", &env.home)
-        .env("XDG_CONFIG_HOME", env.home.join(".config"))
-        .current_dir(&env.workspace)
-        .arg("--session-dir")
-        .arg(&env.sessions)
-        .args([
-            "--exec",
-            "--endpoint",
-            &engine.url(),
-            "third, will be killed",
-        ])
-        .stdin(std::process::Stdio::null())
+    let mut child = env
+        .exec_child(&engine, "third, will be killed", &[])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -834,21 +822,8 @@ fn ctrl_c_stops_the_turn_saves_the_session_and_exits_130() {
     let env = Env::new();
     let engine =
         MockEngine::scripted_blocking(Script::new().route("L2").answer("L2", MockReply::hang()));
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("baton"))
-        .env_clear()
-        .env("HOME", &env.home)
-        .env("XDG_CONFIG_HOME", env.home.join(".config"))
-        .current_dir(&env.workspace)
-        .arg("--session-dir")
-        .arg(&env.sessions)
-        .args([
-            "--exec",
-            "--json",
-            "--endpoint",
-            &engine.url(),
-            "wait forever",
-        ])
-        .stdin(std::process::Stdio::null())
+    let mut child = env
+        .exec_child(&engine, "wait forever", &["--json"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()

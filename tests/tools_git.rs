@@ -817,23 +817,7 @@ fn undo_after_an_agent_commit_says_the_commit_stays_and_how_to_drop_it() {
     use crate::support::{MockEngine, MockReply, Script};
     let env = crate::support::env::Env::new();
     let ws = std::fs::canonicalize(&env.workspace).unwrap();
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args([
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "-c",
-                "commit.gpgsign=false",
-            ])
-            .args(args)
-            .current_dir(&ws)
-            .output()
-            .expect("git");
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    };
+    let git = |args: &[&str]| env.git(args);
     git(&["init", "-q"]);
     std::fs::write(ws.join("setup.py"), "base\n").unwrap();
     git(&["add", "setup.py"]);

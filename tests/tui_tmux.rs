@@ -963,21 +963,7 @@ fn the_model_is_told_of_undo_and_of_shell_commands_in_a_real_terminal() {
         &["add", "notes.txt"],
         &["commit", "-qm", "base"],
     ] {
-        let ok = std::process::Command::new("git")
-            .args([
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "-c",
-                "commit.gpgsign=false",
-            ])
-            .args(args)
-            .current_dir(&workspace)
-            .status()
-            .expect("git")
-            .success();
-        assert!(ok, "git {args:?}");
+        crate::support::env::git_in(&workspace, args);
     }
     let tmux = start_ui(
         &engine,

@@ -64,6 +64,35 @@ impl Env {
         c
     }
 
+    /// `exec` as a plain `std::process::Command` (stdin closed), for a run the test signals or
+    /// kills mid-turn.
+    pub fn exec_child(
+        &self,
+        engine: &MockEngine,
+        prompt: &str,
+        extra: &[&str],
+    ) -> std::process::Command {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("baton"));
+        c.env_clear()
+            .env("HOME", &self.home)
+            .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .env("XDG_DATA_HOME", self.home.join(".local/share"))
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .current_dir(&self.workspace)
+            .arg("--session-dir")
+            .arg(&self.sessions)
+            .args(["--exec", "--endpoint", &engine.url()])
+            .args(extra)
+            .arg(prompt)
+            .stdin(std::process::Stdio::null());
+        c
+    }
+
+    /// `git ARGS` in the workspace with a fixed identity and no signing; its stdout, trimmed.
+    pub fn git(&self, args: &[&str]) -> String {
+        git_in(&self.workspace, args)
+    }
+
     pub fn user_config(&self, text: &str) -> PathBuf {
         let dir = self.home.join(".config/baton");
         std::fs::create_dir_all(&dir).expect("mkdir");
@@ -79,4 +108,27 @@ impl Env {
         std::fs::write(&path, text).expect("write");
         path
     }
+}
+
+/// `git ARGS` in `dir` with a fixed identity and no signing; its stdout, trimmed. Panics with
+/// git's output when it fails.
+pub fn git_in(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .trim()
+        .to_string()
 }
