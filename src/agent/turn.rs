@@ -237,7 +237,11 @@ async fn drive(ctx: &mut TurnCtx, text: &str) -> Result<Outcome, (Stop, Option<E
         open_owner,
         follow_up,
     };
-    let mut speculation = speculate(ctx, &user_text, open_owner);
+    // A follow-up needs no route hop, so there is nothing to speculate past.
+    let mut speculation = match follow_up {
+        Some(_) => None,
+        None => speculate(ctx, &user_text, open_owner),
+    };
     let mut expert = choose_expert(ctx, step).await.map_err(|s| (s, None))?;
     // A miss stops at once, before the summaries and the view fitting the turn waits for.
     if let Some(s) = speculation.take_if(|s| s.expert() != expert) {

@@ -1001,9 +1001,16 @@ impl Conversations {
                 }
             }
         };
-        let speculation = match &split.tail {
-            Tail::User(text) => self.speculate(&work, &split.head, input, text),
-            Tail::ToolResults(_) => None,
+        let speculation = match (&split.tail, step) {
+            // A follow-up needs no route hop, so there is nothing to speculate past.
+            (
+                _,
+                Step::UserTurn {
+                    follow_up: Some(_), ..
+                },
+            ) => None,
+            (Tail::User(text), _) => self.speculate(&work, &split.head, input, text),
+            (Tail::ToolResults(_), _) => None,
         };
         let choice = decide(
             self.backend.as_ref(),
