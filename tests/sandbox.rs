@@ -533,12 +533,7 @@ fn a_sandboxed_command_dies_of_a_closed_pipe_instead_of_printing_broken_pipe() {
     }
 }
 
-/// Copies a program with `cp` in a process of its own: a file this process wrote can be held
-/// open by a child another test thread forks meanwhile, and exec of it fails with ETXTBSY.
-fn copy_program(from: &Path, to: &Path) {
-    let status = Command::new("cp").arg(from).arg(to).status().expect("cp");
-    assert!(status.success(), "cp {} {}", from.display(), to.display());
-}
+use crate::support::env::copy_program;
 
 /// `baton sandbox` starts bubblewrap without forking itself where it can (stdio not a
 /// terminal, no rlimit to set): the inner helper then joins the command's cgroups through

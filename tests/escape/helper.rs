@@ -23,8 +23,10 @@ fn baton_in(dir: &Path) -> std::path::PathBuf {
     std::fs::create_dir_all(dir).expect("mkdir");
     let from = assert_cmd::cargo::cargo_bin("baton");
     let to = dir.join("baton");
+    // Not linked (another user's binary, as for nobody): copied by `cp`, never by this
+    // process (ETXTBSY, see `copy_program`).
     if std::fs::hard_link(&from, &to).is_err() {
-        std::fs::copy(&from, &to).expect("copy baton");
+        crate::support::env::copy_program(&from, &to);
     }
     to
 }

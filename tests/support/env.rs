@@ -132,3 +132,14 @@ pub fn git_in(dir: &std::path::Path, args: &[&str]) -> String {
         .trim()
         .to_string()
 }
+
+/// Copies a program with `cp` in a process of its own: a file this process wrote can be held
+/// open by a child another test thread forks meanwhile, and exec of it fails with ETXTBSY.
+pub fn copy_program(from: &std::path::Path, to: &std::path::Path) {
+    let status = std::process::Command::new("cp")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("cp");
+    assert!(status.success(), "cp {} {}", from.display(), to.display());
+}
