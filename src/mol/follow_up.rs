@@ -14,8 +14,9 @@ const MAX_WORDS: usize = 12;
 /// Characters at most in a follow-up.
 const MAX_CHARS: usize = 120;
 
-/// Words that refer back to what was just done.
-const BACK_REFERENCES: [&str; 17] = [
+/// Words that ask for more of the same kind of work. A pronoun alone ("turn that plan into
+/// code") refers to the previous result but may need another expert: it is routed.
+const BACK_REFERENCES: [&str; 10] = [
     "same",
     "again",
     "also",
@@ -24,13 +25,6 @@ const BACK_REFERENCES: [&str; 17] = [
     "another",
     "rest",
     "continue",
-    "it",
-    "that",
-    "this",
-    "those",
-    "these",
-    "them",
-    "there",
     "likewise",
     "similarly",
 ];
@@ -116,6 +110,8 @@ mod tests {
             "what is git?",
             "now book a table",
             "and now?",
+            "Now turn that plan into a Python dict in plan.py.",
+            "implement it",
             "please refactor the parser so that it handles quoted fields, escaped quotes and \
              multi-line records, then add tests for all of them",
             "do the same\nfor these three files",
