@@ -104,6 +104,9 @@ pub struct LoadReport<T> {
 pub struct StateDir {
     root: PathBuf,
     entries: PathBuf,
+    /// The entries folder, held open: every entry is opened, written, renamed and removed
+    /// beneath it (`untrusted_fs`), never by a path that could have been swapped.
+    dir: crate::untrusted_fs::Dir,
     /// Held for the life of the server: the lock goes with the file.
     _lock: Flock<File>,
     temp_seq: AtomicU64,
@@ -263,12 +266,23 @@ impl StateDir {
                 reason: "not a folder of this user's (a link, or another owner's)".into(),
             });
         }
+        let dir = crate::untrusted_fs::Dir::open(&entries)
+            .map_err(|e| io_error(&entries, "cannot open", e))?;
+        // The folder opened is the one checked (not one swapped in between).
+        let held = rustix::fs::fstat(dir.fd()).map_err(|e| io_error(&entries, "cannot stat", e))?;
+        if held.st_dev != meta.dev() || held.st_ino != meta.ino() {
+            return Err(StateDirError::Io {
+                path: entries.display().to_string(),
+                reason: "it changed while it was opened".into(),
+            });
+        }
         // This folder is ours alone, whatever an older run or the umask left.
         std::fs::set_permissions(&entries, std::fs::Permissions::from_mode(PRIVATE_DIR))
             .map_err(|e| io_error(&entries, "cannot make it owner-only", e))?;
         Ok(StateDir {
             root: root.to_path_buf(),
             entries,
+            dir,
             _lock: lock,
             temp_seq: AtomicU64::new(0),
         })
@@ -293,8 +307,8 @@ impl StateDir {
             ignored: Vec::new(),
             expired: 0,
         };
-        let dir = match std::fs::read_dir(&self.entries) {
-            Ok(d) => d,
+        let names = match self.names() {
+            Ok(names) => names,
             Err(e) => {
                 report.ignored.push(Skipped {
                     file: self.entries.display().to_string(),
@@ -304,59 +318,55 @@ impl StateDir {
             }
         };
         let now = SystemTime::now();
-        for item in dir {
-            let Ok(item) = item else { continue };
-            let path = item.path();
-            let name = item.file_name().to_string_lossy().into_owned();
+        for name in names {
+            let at = Path::new(&name);
             if name.starts_with(TEMP_PREFIX) {
                 // A write the last run did not finish: the entry it was replacing is intact.
-                let _ = std::fs::remove_file(&path);
+                let _ = self.dir.remove_file(at);
                 continue;
             }
             if !is_entry_name(&name) {
                 continue;
             }
             let skipped = |reason: String| Skipped {
-                file: path.display().to_string(),
+                file: self.entries.join(&name).display().to_string(),
                 reason,
             };
-            let meta = match std::fs::symlink_metadata(&path) {
-                Ok(m) => m,
+            // Never a link, FIFO or device, and never blocked by one swapped in.
+            let (file, meta) = match self.dir.open_regular(at) {
+                Ok(Some(found)) => found,
+                Ok(None) => continue,
+                Err(e) if crate::untrusted_fs::not_regular_kind(&e).is_some() => {
+                    report.ignored.push(skipped("not a regular file".into()));
+                    continue;
+                }
                 Err(e) => {
-                    report.ignored.push(skipped(format!("cannot stat: {e}")));
+                    report.ignored.push(skipped(format!("cannot open: {e}")));
                     continue;
                 }
             };
-            if !meta.file_type().is_file() {
-                report.ignored.push(skipped("not a regular file".into()));
-                continue;
-            }
-            let idle = meta
-                .modified()
+            let idle = file
+                .metadata()
+                .and_then(|m| m.modified())
                 .ok()
                 .and_then(|m| now.duration_since(m).ok())
                 .unwrap_or_default();
             if idle > ttl {
-                if std::fs::remove_file(&path).is_ok() {
+                if self.dir.remove_file(at).is_ok() {
                     report.expired += 1;
                 }
                 continue;
             }
-            if meta.len() > max_file_bytes {
+            if meta.len > max_file_bytes {
                 report.corrupt.push(skipped(format!(
                     "{} bytes, more than the state budget allows ({max_file_bytes})",
-                    meta.len()
+                    meta.len
                 )));
-                self.move_aside(&path);
+                self.move_aside(&name);
                 continue;
             }
             let mut bytes = Vec::new();
-            let read = OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path)
-                .and_then(|f| f.take(max_file_bytes + 1).read_to_end(&mut bytes));
-            if let Err(e) = read {
+            if let Err(e) = file.take(max_file_bytes + 1).read_to_end(&mut bytes) {
                 report.ignored.push(skipped(format!("cannot read: {e}")));
                 continue;
             }
@@ -370,7 +380,7 @@ impl StateDir {
                 }),
                 Err(Refusal::Corrupt(reason)) => {
                     report.corrupt.push(skipped(reason));
-                    self.move_aside(&path);
+                    self.move_aside(&name);
                 }
                 Err(Refusal::Ignored(reason)) => report.ignored.push(skipped(reason)),
             }
@@ -378,11 +388,36 @@ impl StateDir {
         report
     }
 
+    /// The names in the entries folder, listed through the held descriptor.
+    fn names(&self) -> std::io::Result<Vec<String>> {
+        let listing = self.readable()?;
+        let mut names = Vec::new();
+        for entry in rustix::fs::Dir::read_from(&listing)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name != "." && name != ".." {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+
+    /// The entries folder opened for reading (listing, fsync): the held descriptor is a path
+    /// descriptor, which can do neither.
+    fn readable(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        use rustix::fs::OFlags;
+        Ok(rustix::fs::openat(
+            self.dir.fd(),
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?)
+    }
+
     /// Kept for the operator to look at, out of the way of the next load.
-    fn move_aside(&self, path: &Path) {
-        let mut aside = path.as_os_str().to_owned();
-        aside.push(CORRUPT_SUFFIX);
-        let _ = std::fs::rename(path, PathBuf::from(aside));
+    fn move_aside(&self, name: &str) {
+        let aside = format!("{name}{CORRUPT_SUFFIX}");
+        let _ = rustix::fs::renameat(self.dir.fd(), name, self.dir.fd(), aside.as_str());
     }
 
     /// Replaces the entry `id` with `contents` atomically and durably: temp file, fsync,
@@ -390,27 +425,24 @@ impl StateDir {
     pub fn write(&self, id: &str, contents: &[u8]) -> std::io::Result<()> {
         let name = file_name(id);
         let seq = self.temp_seq.fetch_add(1, Ordering::Relaxed);
-        let temp = self.entries.join(format!("{TEMP_PREFIX}{name}.{seq}"));
+        let temp = format!("{TEMP_PREFIX}{name}.{seq}");
         let written = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(PRIVATE_FILE)
-                .open(&temp)?;
+            let mut f = self.dir.create_new(Path::new(&temp), PRIVATE_FILE)?;
             f.write_all(contents)?;
             f.sync_all()?;
-            std::fs::rename(&temp, self.entries.join(&name))
+            rustix::fs::renameat(self.dir.fd(), temp.as_str(), self.dir.fd(), name.as_str())?;
+            Ok::<(), std::io::Error>(())
         })();
         if let Err(e) = written {
-            let _ = std::fs::remove_file(&temp);
+            let _ = self.dir.remove_file(Path::new(&temp));
             return Err(e);
         }
-        File::open(&self.entries)?.sync_all()
+        Ok(rustix::fs::fsync(self.readable()?)?)
     }
 
     /// Deletes the entry `id`; whether there was a file (one never written is no error).
     pub fn remove(&self, id: &str) -> std::io::Result<bool> {
-        match std::fs::remove_file(self.path_of(id)) {
+        match self.dir.remove_file(Path::new(&file_name(id))) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(e),
@@ -419,12 +451,8 @@ impl StateDir {
 
     /// Marks the entry `id` used now (its idle time restarts), without rewriting it.
     pub fn touch(&self, id: &str) {
-        let file = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(self.path_of(id));
-        if let Ok(f) = file {
-            let _ = f.set_modified(SystemTime::now());
+        if let Ok(Some((file, _))) = self.dir.open_regular(Path::new(&file_name(id))) {
+            let _ = file.set_modified(SystemTime::now());
         }
     }
 }
@@ -606,6 +634,39 @@ mod tests {
             5
         );
         assert!(!names.iter().any(|n| n.starts_with(TEMP_PREFIX)));
+    }
+
+    /// Entries are opened beneath the held folder: a FIFO or a link where an entry should be is
+    /// reported and never opened (a FIFO's open would block startup), and an entries folder
+    /// swapped for a link after the server opened it changes nothing it writes.
+    #[test]
+    fn fifos_and_links_among_the_entries_are_never_opened_or_written_through() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::open(tmp.path()).unwrap();
+        save(&dir, EntryKind::Conversation, "good", "fine");
+        let fifo = dir.path_of("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "do not read").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path_of("link")).unwrap();
+        let report = dir.load::<Body>(DAY, 1 << 20);
+        assert_eq!(report.entries.len(), 1);
+        assert_eq!(report.ignored.len(), 2, "{:?}", report.ignored);
+        assert!(
+            report
+                .ignored
+                .iter()
+                .all(|s| s.reason == "not a regular file")
+        );
+
+        // The entries folder swapped for a link: the held descriptor still writes the real one.
+        let entries = tmp.path().join(ENTRIES);
+        std::fs::rename(&entries, tmp.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), &entries).unwrap();
+        save(&dir, EntryKind::Conversation, "after", "written");
+        assert!(!outside.path().join(file_name("after")).exists());
+        assert!(tmp.path().join("moved").join(file_name("after")).is_file());
     }
 
     #[test]
