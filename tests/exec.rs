@@ -547,6 +547,61 @@ fn a_short_follow_up_stays_with_the_previous_expert_without_a_route_hop() {
     assert_eq!(engine.requests_for_hop("route").len(), 2);
 }
 
+/// Piped stdin is also saved in the workspace (`.baton/stdin/<id>.txt`, a folder that ignores
+/// itself), named after the `<stdin>` block, and the model's `read_file` of that path reads
+/// it; `git status` stays clean.
+#[test]
+fn piped_stdin_is_saved_as_a_file_the_tools_can_read() {
+    let env = Env::new();
+    env.git(&["init", "-q"]);
+    let log: String = (0..2000)
+        .map(|i| format!("line {i}: ok\n"))
+        .chain(std::iter::once("line 2000: ERROR disk full\n".to_string()))
+        .collect();
+    let engine = MockEngine::start_blocking(|req| {
+        if req.is_route() {
+            return MockReply::label("L2");
+        }
+        if req.is_summary() {
+            return MockReply::text("Read the log.");
+        }
+        let saved = req.messages().iter().find_map(|m| {
+            let text = crate::support::mock_engine::content_text(m);
+            let at = text.find("saved in the workspace as ")?;
+            let rest = &text[at + "saved in the workspace as ".len()..];
+            Some(rest[..rest.find(':')?].to_string())
+        });
+        match (saved, req.transcript().iter().any(|(r, _)| r == "tool")) {
+            (Some(path), false) => MockReply::tool_call(
+                "r1",
+                "read_file",
+                serde_json::json!({"path": path, "offset": 2000}).to_string(),
+            ),
+            _ => MockReply::text("The disk is full."),
+        }
+    });
+    let out = env
+        .session_baton()
+        .args(["--exec", "--endpoint", &engine.url(), "find the error", "-"])
+        .write_stdin(log)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let last = engine.requests_for_hop("answer").pop().expect("an answer");
+    let result = last
+        .transcript()
+        .into_iter()
+        .find(|(role, _)| role == "tool")
+        .map(|(_, text)| text)
+        .expect("the read_file result");
+    assert!(result.contains("ERROR disk full"), "{result}");
+    assert_eq!(
+        env.git(&["status", "--porcelain"]),
+        "",
+        "the folder ignores itself"
+    );
+}
+
 #[test]
 fn a_failing_answer_hop_exits_1_naming_the_hop() {
     let env = Env::new();

@@ -9,6 +9,7 @@
 use crate::protocol::stdio::eprintln;
 mod output;
 mod prompt;
+mod stdin_file;
 
 pub use prompt::InputError;
 
@@ -235,6 +236,16 @@ async fn drive(
     let mut deadline = config
         .timeout_secs
         .map(|s| Instant::now() + Duration::from_secs(s));
+    let mut text = text;
+    // Said after the session line, with the configuration's warnings.
+    let stdin_warning = stdin_file::save(&mut text, &config.workspace)
+        .err()
+        .map(|e| {
+            format!(
+                "piped stdin was not saved under {} ({e}); it is in the prompt only",
+                stdin_file::STDIN_FOLDER
+            )
+        });
     let _ = handle.ops.send(Op::UserTurn { text });
 
     let mut code: Option<i32> = None;
@@ -339,7 +350,7 @@ async fn drive(
                 // Right after the session line (the first event a reader expects): what the
                 // configuration withheld, as `warning` events in --json and lines on stderr.
                 if session_id.is_none() {
-                    for message in &config.warnings {
+                    for message in config.warnings.iter().chain(stdin_warning.iter()) {
                         out.event(&Event::Warning {
                             message: message.clone(),
                         });
