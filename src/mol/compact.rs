@@ -80,18 +80,43 @@ pub fn handoff_message(c: &Compaction) -> ChatMessage {
     ChatMessage::user(text)
 }
 
-/// Head and tail of a long tool output, with a pointer to what was cut.
+/// Head and tail of a long tool output, with a pointer to what was cut. The cuts fall on line
+/// boundaries where a line ends within reach (half the kept size), so no line is shown in
+/// part, and the pointer says which lines are missing and how to see them again.
 pub fn shrink_output(content: &str, step: usize) -> String {
     if content.len() <= SHRINK_ABOVE {
         return content.to_string();
     }
-    let head_end = floor_char_boundary(content, SHRINK_KEEP);
-    let tail_start = ceil_char_boundary(content, content.len() - SHRINK_KEEP);
+    let mut head_end = floor_char_boundary(content, SHRINK_KEEP);
+    if let Some(nl) = content[..head_end]
+        .rfind('\n')
+        .filter(|&nl| nl >= SHRINK_KEEP / 2)
+    {
+        head_end = nl + 1;
+    }
+    let mut tail_start = ceil_char_boundary(content, content.len() - SHRINK_KEEP);
+    if let Some(nl) = content[tail_start..]
+        .find('\n')
+        .filter(|&nl| nl < SHRINK_KEEP / 2 && tail_start + nl + 1 < content.len())
+    {
+        tail_start += nl + 1;
+    }
+    let head = &content[..head_end];
+    let tail = &content[tail_start..];
+    let first = head.matches('\n').count() + 1;
+    let last = first + content[head_end..tail_start].matches('\n').count();
+    let lines = if head.ends_with('\n') && content[..tail_start].ends_with('\n') && last > first {
+        format!("lines {first}–{} ", last - 1)
+    } else {
+        String::new()
+    };
     format!(
-        "{}\n[… output of step {step}, {}, truncated …]\n{}",
-        &content[..head_end],
+        "{}{}[… output of step {step}, {}, truncated: {lines}left out; read the file again \
+         (read_file with an offset) or re-run the command to see them …]\n{}",
+        head,
+        if head.ends_with('\n') { "" } else { "\n" },
         human_size(content.len()),
-        &content[tail_start..]
+        tail
     )
 }
 
@@ -459,7 +484,7 @@ mod tests {
         assert!(
             tools[2]
                 .content
-                .contains("[… output of step 3, 3 KB, truncated …]")
+                .contains("[… output of step 3, 3 KB, truncated: ")
         );
         assert_eq!(tools[4].content.len(), 4000);
         assert_eq!(tools[5].content.len(), 4000);
@@ -505,6 +530,21 @@ mod tests {
                 .any(|m| m.content.contains("3 KB cut for this summary request"))
         );
         assert!(t.tasks[0].messages.iter().any(|m| m.content.len() == 4000));
+    }
+
+    #[test]
+    fn shrunk_outputs_are_cut_at_line_boundaries_and_say_which_lines_are_missing() {
+        let content: String = (1..=200).map(|i| format!("line {i:03}\n")).collect();
+        let out = shrink_output(&content, 4);
+        let (head, rest) = out.split_once("[…").unwrap();
+        let (pointer, tail) = rest.split_once("…]\n").unwrap();
+        assert!(head.ends_with("line 056\n"), "whole lines only: {head:?}");
+        assert!(
+            tail.starts_with("line 145\n") && tail.ends_with("line 200\n"),
+            "{tail:?}"
+        );
+        assert!(pointer.contains("lines 57–144 left out"), "{pointer}");
+        assert!(pointer.contains("read_file with an offset"), "{pointer}");
     }
 
     #[test]
