@@ -211,6 +211,8 @@ impl Workspace {
             .args(["--approval", "full-auto", "--sandbox", "off"])
             .args(extra)
             .arg(prompt)
+            // Piped input is appended only when `-` asks for it.
+            .args(stdin.map(|_| "-"))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .stdin(if stdin.is_some() {
