@@ -524,6 +524,25 @@ async fn client_errors_are_not_retried() {
     );
 }
 
+/// Red team finding 18: a 307/308 from the upstream re-POSTed the whole prompt to the origin it
+/// named. A redirect is never followed: it is an HTTP error, and the other origin gets nothing.
+#[tokio::test]
+async fn an_upstream_redirect_is_not_followed() {
+    let elsewhere = MockEngine::start(|_req| MockReply::text("stolen")).await;
+    let target = format!("{}/chat/completions", elsewhere.url());
+    let engine =
+        MockEngine::start(move |_req| MockReply::status(307, "").header("location", &target)).await;
+    let error = run(&backend_for(&engine), answer_request("L2", "secret prompt"))
+        .await
+        .1
+        .unwrap_err();
+    assert!(error.to_string().contains("HTTP 307"), "{error}");
+    assert!(
+        elsewhere.chat_requests().is_empty(),
+        "the prompt went elsewhere"
+    );
+}
+
 #[tokio::test]
 async fn context_overflow_is_classified() {
     let engine = MockEngine::start(|_req| MockReply::context_overflow()).await;

@@ -504,6 +504,7 @@ async fn errors_use_the_openai_envelope() {
 
     let bad_json = c
         .post(format!("{}/chat/completions", server.url))
+        .header("content-type", "application/json")
         .body("{not json")
         .send()
         .await
@@ -2098,4 +2099,49 @@ async fn a_follow_up_stays_on_its_expert_through_serve() {
         .await
         .unwrap();
     assert!(metrics.contains("decision=\"follow_up\""), "{metrics}");
+}
+
+/// Red team finding 11: a web page could drive a key-less loopback server with a `text/plain`
+/// POST (a CORS "simple request", no preflight) or through DNS rebinding. A request with an
+/// `Origin` header (every browser request names its page) is refused with 403 before anything
+/// is read, and a POST body not declared JSON with 415; SDK clients (JSON, no Origin) are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_from_web_pages_and_non_json_bodies_are_refused() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L0")
+            .default_answer(MockReply::text("Hi."))
+            .default_summary("Greeted."),
+    );
+    let server = Server::start(&env, &engine, &[]);
+    let body = chat(json!([{"role": "user", "content": "hi"}])).to_string();
+    let send = |content_type: &'static str, origin: Option<&'static str>| {
+        let mut req = client()
+            .post(format!("{}/chat/completions", server.url))
+            .header("content-type", content_type)
+            .body(body.clone());
+        if let Some(origin) = origin {
+            req = req.header("origin", origin);
+        }
+        req.send()
+    };
+    let plain = send("text/plain", None).await.unwrap();
+    assert_eq!(plain.status(), 415);
+    let text: Value = plain.json().await.unwrap();
+    assert_eq!(text["error"]["code"], "unsupported_media_type", "{text}");
+    let page = send("application/json", Some("http://evil.example"))
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 403);
+    let page = send("text/plain", Some("http://evil.example"))
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 403);
+    assert!(
+        engine.chat_requests().is_empty(),
+        "nothing reached the engine"
+    );
+    let sdk = send("application/json; charset=utf-8", None).await.unwrap();
+    assert_eq!(sdk.status(), 200);
 }

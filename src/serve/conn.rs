@@ -60,6 +60,12 @@ pub async fn guard(State(cfg): State<GuardConfig>, request: Request, next: Next)
     if cfg.keys.check(authorization).is_err() {
         return refuse(&cfg, label, super::unauthorized(), Duration::ZERO);
     }
+    // A web page's request (a browser always names its page's origin, and a DNS-rebinding
+    // page is "same-origin" only to the browser): refused before anything is read, so no page
+    // a user visits can drive a server on their loopback.
+    if request.headers().contains_key(axum::http::header::ORIGIN) {
+        return refuse(&cfg, label, from_a_web_page(), Duration::ZERO);
+    }
     let declared = request
         .headers()
         .get(axum::http::header::CONTENT_LENGTH)
@@ -72,6 +78,11 @@ pub async fn guard(State(cfg): State<GuardConfig>, request: Request, next: Next)
     let started = std::time::Instant::now();
     let read = read_body(body, cfg.max_body_bytes);
     let error = match tokio::time::timeout(cfg.read_timeout, read).await {
+        // A body that is not declared JSON is refused: a browser sends `text/plain` and form
+        // bodies cross-origin without asking first (a "simple request").
+        Ok(Ok(_)) if parts.method == axum::http::Method::POST && !declared_json(&parts.headers) => {
+            not_json()
+        }
         Ok(Ok(bytes)) => {
             return next
                 .run(Request::from_parts(parts, Body::from(bytes)))
@@ -91,6 +102,32 @@ pub async fn guard(State(cfg): State<GuardConfig>, request: Request, next: Next)
 }
 
 /// An error before the handler ran, counted like the handler's own.
+/// Whether the request's `Content-Type` is JSON (`application/json`, any parameters).
+fn declared_json(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+}
+
+fn not_json() -> ApiError {
+    ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        "send the body as JSON with `Content-Type: application/json`",
+    )
+}
+
+fn from_a_web_page() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "cross_origin_request",
+        "requests from web pages (with an Origin header) are refused: baton serve is an API \
+         for programs, not browsers",
+    )
+}
+
 fn refuse(cfg: &GuardConfig, label: Option<&str>, error: ApiError, took: Duration) -> Response {
     if let Some(path) = label {
         cfg.metrics.request(path, error.status.as_u16(), took);

@@ -165,7 +165,10 @@ impl RemoteBackend {
         config.base_url = config::validate_base_url(&config.base_url)?;
         config.api_key = config::normalize_api_key(config.api_key.take())?;
         crate::protocol::install_tls_provider();
+        // A redirect is never followed: a 307/308 would re-send the whole prompt to the origin
+        // the server names (a hostile or misconfigured proxy's choice). It is an HTTP error.
         let mut client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(config.connect_timeout)
             .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")));
         // A local engine must not be sent through an HTTP(S)_PROXY from the environment.
