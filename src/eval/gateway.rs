@@ -177,7 +177,9 @@ fn serve(
             tokio::net::UnixStream::from_std(p).ok()
         });
         crate::protocol::install_tls_provider();
+        // A redirect is relayed to the agent, never followed with the trial's request body.
         let Ok(client) = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .connect_timeout(std::time::Duration::from_secs(30))
             .build()
