@@ -674,6 +674,53 @@ mod tests {
         }
     }
 
+    /// An upstream that answers 307 to another origin gets its redirect relayed to the agent:
+    /// the trial's request (its whole prompt) is never sent to the origin named.
+    #[test]
+    fn an_upstream_redirect_is_relayed_not_followed() {
+        use std::io::{Read, Write};
+        let elsewhere = TcpListener::bind("127.0.0.1:0").unwrap();
+        elsewhere.set_nonblocking(true).unwrap();
+        let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+        let location = format!(
+            "http://{}/v1/chat/completions",
+            elsewhere.local_addr().unwrap()
+        );
+        let up_addr = upstream.local_addr().unwrap();
+        std::thread::spawn(move || {
+            if let Ok((mut s, _)) = upstream.accept() {
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                );
+            }
+        });
+        let g = Gateway::start(&format!("http://{up_addr}/v1"), None, true).unwrap();
+        let trial = g
+            .trial_url()
+            .trim_start_matches("http://")
+            .trim_end_matches("/v1");
+        let mut c = std::net::TcpStream::connect(trial).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        let body = r#"{"model":"L2","messages":[{"role":"user","content":"secret prompt"}]}"#;
+        write!(
+            c,
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut answer = String::new();
+        let _ = c.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 307"), "{answer:?}");
+        assert!(
+            elsewhere.accept().is_err(),
+            "the request was sent to the origin the redirect named"
+        );
+    }
+
     /// A trial's sandbox started a second time sends a second listener (a new network
     /// namespace): the gateway serves the newest, or the agent's requests wait unanswered.
     #[test]
