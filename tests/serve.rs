@@ -2145,3 +2145,62 @@ async fn requests_from_web_pages_and_non_json_bodies_are_refused() {
     let sdk = send("application/json; charset=utf-8", None).await.unwrap();
     assert_eq!(sdk.status(), 200);
 }
+
+/// Red team finding 16: at the common soft limit of 1024 descriptors, about 1,100 idle
+/// connections (each holds one before its key can be checked) locked every client out.
+/// `baton serve` raises its soft limit to the hard one at start.
+#[test]
+fn serve_raises_its_open_file_limit_to_the_hard_limit() {
+    use std::os::unix::process::CommandExt;
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(Script::new());
+    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("baton"));
+    cmd.env_clear()
+        .env("HOME", &env.home)
+        .current_dir(&env.workspace)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--endpoint",
+            &engine.url(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; it only lowers the child's soft limit.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+            lim.rlim_cur = lim.rlim_cur.min(256);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn baton serve");
+    let stderr = child.stderr.take().expect("stderr");
+    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+        if line.contains("listening on") {
+            break;
+        }
+    }
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("the limit");
+    let numbers: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+    assert_eq!(numbers[0], numbers[1], "soft raised to hard: {line}");
+    let hard = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .unwrap()
+        .1;
+    if hard > 256 {
+        assert_ne!(numbers[0], "256", "{line}");
+    }
+}
