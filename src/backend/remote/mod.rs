@@ -424,6 +424,19 @@ impl Inner {
         }
     }
 
+    /// Tells every observer of `notice`.
+    fn notify(&self, notice: &RetryNotice) {
+        // Cloned out so no observer runs under the lock.
+        let observers = self
+            .observers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for observer in &observers {
+            observer(notice);
+        }
+    }
+
     /// Sends until a 2xx arrives; returns it with the deadline of that attempt (the request
     /// timeout counts per attempt). Retries connect errors, 429 and 5xx; everything happens
     /// before a single byte of output reached the caller, so a retry can never duplicate text.
@@ -503,15 +516,7 @@ impl Inner {
                 delay,
                 reason: failure,
             };
-            // Cloned out so no observer runs under the lock.
-            let observers = self
-                .observers
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            for observer in &observers {
-                observer(&notice);
-            }
+            self.notify(&notice);
             tokio::time::sleep(delay).await;
         }
     }
@@ -903,15 +908,7 @@ impl RemoteBackend {
                 ),
             };
             tracing::warn!(hop = %ctx.hop, "streams unusable: {}", notice.reason);
-            let observers = self
-                .inner
-                .observers
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            for observer in &observers {
-                observer(&notice);
-            }
+            self.inner.notify(&notice);
         }
         Ok(items)
     }
