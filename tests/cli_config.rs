@@ -212,6 +212,38 @@ fn doctor_leaves_out_only_the_key_with_a_mistake() {
     assert_eq!(run.status.code(), Some(2));
 }
 
+/// `baton doctor` says what set each key in effect and to what, from every layer, and a list
+/// key written as a TOML array (`l2_tools`, which was refused as "found array") reads.
+#[test]
+fn doctor_names_the_value_and_source_of_every_key_set() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(Script::new());
+    let user = env.user_config(&format!(
+        "endpoint = \"{}\"\nmodel = \"from-user\"\nl2_tools = [\"read_file\", \"shell\"]\n",
+        engine.url()
+    ));
+    let project = env.project_config("[sandbox]\nmode = \"read-only\"\n");
+    let out = env
+        .baton()
+        .env("BATON_MAX_TURNS", "8")
+        .args(["--follow-ups", "route", "doctor", "--model", "from-flag"])
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    for line in [
+        format!("set      endpoint = {} ({})", engine.url(), user.display()),
+        "set      model = from-flag (flag --model)".to_string(),
+        format!("set      sandbox = read-only ({})", project.display()),
+        "set      max_turns = 8 (environment variable BATON_MAX_TURNS)".to_string(),
+        "set      follow_ups = route (flag --follow-ups)".to_string(),
+        format!("set      l2_tools = read_file, shell ({})", user.display()),
+    ] {
+        assert!(stdout.contains(&line), "missing {line:?} in\n{stdout}");
+    }
+    assert!(!stdout.contains("PROBLEM"), "{stdout}");
+}
+
 /// Without an endpoint doctor gives the advice indented under its PROBLEM line, without
 /// pointing at itself.
 #[test]

@@ -4,7 +4,7 @@
 //! them for real; every config key is a root flag too, as docs/configuration.md promises.
 
 use baton::cli::Cli;
-use baton::config::Settings;
+use baton::config::defs;
 use clap::CommandFactory;
 
 /// Flags of other programs that the docs quote (cargo, vLLM / SGLang, git, the PyTorch bench
@@ -374,23 +374,108 @@ fn the_flags_the_docs_promised_parse_with_their_values() {
 }
 
 #[test]
-fn every_config_key_is_a_root_flag() {
+fn every_setting_is_a_flag_of_the_commands_its_definition_names() {
     let mut root = Cli::command();
     root.build();
-    let missing: Vec<String> = Settings::KEYS
-        .iter()
-        .map(|key| match *key {
-            // docs/configuration.md: `workspace` is `-C/--cd`.
-            "workspace" => "--cd".to_string(),
-            "writable" => "--writable".to_string(),
-            k => format!("--{}", k.replace('_', "-")),
-        })
-        .filter(|flag| !defines(&root, flag))
-        .collect();
+    let serve = root.find_subcommand("serve").expect("baton serve").clone();
+    let doctor = root
+        .find_subcommand("doctor")
+        .expect("baton doctor")
+        .clone();
+    let mut missing = Vec::new();
+    for def in defs::DEFS {
+        let Some(flag) = def.flag else {
+            missing.push(format!("{}: no flag", def.key));
+            continue;
+        };
+        let long = format!("--{}", flag.long);
+        let mut on = vec![("baton", &root)];
+        if flag.serve {
+            on.push(("baton serve", &serve));
+        }
+        if flag.global {
+            on.push(("baton doctor", &doctor));
+        }
+        for (name, cmd) in on {
+            if !defines(cmd, &long) {
+                missing.push(format!("{name} {long} ({})", def.key));
+            }
+        }
+    }
     assert!(
         missing.is_empty(),
-        "config keys without a flag: {missing:?}"
+        "settings without their flag: {missing:?}"
     );
+    // A setting flag given to `baton serve` is parsed by the config parser, as at the root.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["serve", "--follow-ups", "sometimes"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("sometimes") && err.contains("sticky"), "{err}");
+}
+
+#[test]
+fn the_keys_table_in_the_docs_is_the_settings_definitions() {
+    let docs = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md"),
+    )
+    .unwrap();
+    let start = docs
+        .find("| key | values | default | meaning |")
+        .expect("the keys table");
+    let table: String = docs[start..]
+        .lines()
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let want = defs::docs_table();
+    if table != want {
+        let diff: Vec<String> = want
+            .lines()
+            .zip(table.lines().chain(std::iter::repeat("(missing)")))
+            .filter(|(w, t)| w != t)
+            .map(|(w, t)| format!("docs:  {t}\nwants: {w}"))
+            .collect();
+        panic!(
+            "docs/configuration.md's keys table is not the definitions' (config::defs::docs_table):\n{}",
+            diff.join("\n")
+        );
+    }
+    // The trust table names every guarded key, and no other.
+    let trust_start = docs
+        .find("| key | an untrusted project file may set it to… |")
+        .expect("the trust table");
+    let trust_rows: String = docs[trust_start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| l.split('|').nth(1))
+        .collect();
+    let named = |key: &str| {
+        trust_rows.contains(&format!("`{key}`"))
+            || def_section(key).is_some_and(|(s, n)| trust_rows.contains(&format!("`[{s}] {n}`")))
+    };
+    for def in defs::DEFS {
+        let l_family = def.key.starts_with('l') && def.key.ends_with("_system_prompt");
+        assert_eq!(
+            named(def.key) || (l_family && trust_rows.contains("l3_system_prompt")),
+            def.guarded,
+            "`{}` is {}guarded but the trust table {} it",
+            def.key,
+            if def.guarded { "" } else { "not " },
+            if def.guarded {
+                "does not name"
+            } else {
+                "names"
+            }
+        );
+    }
+}
+
+fn def_section(key: &str) -> Option<(&'static str, &'static str)> {
+    defs::find(key).and_then(|d| d.section)
 }
 
 #[test]

@@ -788,12 +788,13 @@ mod engine_cli {
     fn parse(args: &[&str]) -> EngineArgs {
         let argv = ["baton", "engine"].into_iter().chain(args.iter().copied());
         let cli = baton::cli::Cli::try_parse_from(argv).expect("arguments parse");
+        let flags = cli.flag_settings().expect("flags parse");
         let Some(baton::cli::Command::Engine(engine)) = cli.command else {
             panic!("parses as `baton engine`");
         };
-        let device = cli.common.device.unwrap_or_default();
+        let device = flags.device.unwrap_or_default();
         engine
-            .with_globals(cli.common.local, device, cli.common.profile)
+            .with_globals(flags.local, device, flags.profile)
             .expect("--local given")
     }
 

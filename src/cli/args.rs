@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{ConfigError, Settings};
-use crate::protocol::{ApprovalPolicy, DeviceChoice, Expert, Mode, ReasoningEffort, SandboxMode};
+use crate::config::{ConfigError, Settings, defs};
+use crate::protocol::SandboxMode;
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -71,10 +71,6 @@ pub struct Cli {
     )]
     pub output: Option<PathBuf>,
 
-    /// Colour theme of the interactive UI: dark, light, high-contrast, or a user theme name.
-    #[arg(long, value_name = "NAME", help_heading = "Interface")]
-    pub theme: Option<String>,
-
     /// No colours in the interactive UI, and NO_COLOR=1 for commands (also when NO_COLOR is set).
     #[arg(long, help_heading = "Interface")]
     pub no_color: bool,
@@ -87,84 +83,35 @@ pub struct Cli {
     pub common: CommonArgs,
 
     #[command(flatten)]
-    pub settings: SettingArgs,
+    pub settings: SettingFlags<ROOT>,
 
     #[command(subcommand)]
     pub command: Option<Command>,
 }
 
+impl Cli {
+    /// The settings layer the flags given make: the global ones, the root command's own and a
+    /// subcommand's (`baton serve --speculate …`).
+    pub fn flag_settings(&self) -> Result<Settings, ConfigError> {
+        let sub: &[(&'static str, String)] = match &self.command {
+            Some(Command::Serve(a)) => &a.settings.given,
+            _ => &[],
+        };
+        flag_settings(&[&self.common.settings.given, &self.settings.given, sub])
+    }
+}
+
 /// Options shared by the root command and the subcommands that talk to a backend.
 #[derive(Debug, Clone, Default, Args)]
 pub struct CommonArgs {
-    /// OpenAI-compatible base URL, ending in /v1 (e.g. http://127.0.0.1:8000/v1).
-    #[arg(long, value_name = "URL", global = true, help_heading = "Model")]
-    pub endpoint: Option<String>,
-
-    /// Name of the environment variable holding the API key [default: BATON_API_KEY].
-    #[arg(long, value_name = "VAR", global = true, help_heading = "Model")]
-    pub api_key_env: Option<String>,
-
-    /// mol: route between L0–L3 here; proxy: a server that routes; single: one plain model.
-    #[arg(long, value_enum, global = true, help_heading = "Model")]
-    pub mode: Option<Mode>,
-
-    /// Model name (proxy and single modes).
-    #[arg(long, value_name = "NAME", global = true, help_heading = "Model")]
-    pub model: Option<String>,
-
-    /// MoL profile folder (lora.md, route.md, intro.md, summary.md) [default: built in].
-    #[arg(long, value_name = "DIR", global = true, help_heading = "Model")]
-    pub profile: Option<PathBuf>,
-
-    /// Pin an expert (L0, L1, L2 or L3): skip routing.
-    #[arg(long, value_name = "LABEL", global = true, help_heading = "Model")]
-    pub expert: Option<Expert>,
-
-    /// Reasoning effort of answers. In mol mode none turns thinking off; any other value is
-    /// sent as asked, with thinking on (docs/modes.md).
-    #[arg(long, value_enum, global = true, help_heading = "Model")]
-    pub reasoning: Option<ReasoningEffort>,
-
-    /// Run the local engine on the model folder ROOT (base/ and loras/L0..L3) instead of an endpoint.
-    #[arg(long, value_name = "ROOT", global = true, help_heading = "Model")]
-    pub local: Option<PathBuf>,
-
-    /// Device of the local engine.
-    #[arg(long, value_enum, global = true, help_heading = "Model")]
-    pub device: Option<DeviceChoice>,
-
-    /// Workspace folder [default: the current folder].
-    #[arg(
-        short = 'C',
-        long = "cd",
-        value_name = "DIR",
-        global = true,
-        help_heading = "Workspace"
-    )]
-    pub cd: Option<PathBuf>,
+    /// The settings every command takes (`--endpoint`, `-C/--cd`, `--sandbox`, …).
+    #[command(flatten)]
+    pub settings: SettingFlags<GLOBAL>,
 
     /// Accept a workspace of `/`, your home folder (or a folder above it) or the system's temp
     /// folder, which are refused otherwise (commands could write your dotfiles and sockets).
     #[arg(long, global = true, help_heading = "Workspace")]
     pub allow_broad_workspace: bool,
-
-    /// When to ask before tools act [default: ask; never with --exec].
-    #[arg(
-        long,
-        visible_alias = "ask-for-approval",
-        value_enum,
-        global = true,
-        help_heading = "Workspace"
-    )]
-    pub approval: Option<ApprovalPolicy>,
-
-    /// What commands may touch [default: workspace-write].
-    #[arg(long, value_enum, global = true, help_heading = "Workspace")]
-    pub sandbox: Option<SandboxMode>,
-
-    /// Where session files go [default: ~/.local/share/baton/sessions].
-    #[arg(long, value_name = "DIR", global = true, help_heading = "Sessions")]
-    pub session_dir: Option<PathBuf>,
 
     /// Continue a saved session: its id (or a unique prefix), or `last` (the newest of this
     /// workspace).
@@ -175,153 +122,124 @@ pub struct CommonArgs {
     /// sessions` lists all.
     #[arg(long, global = true, help_heading = "Sessions")]
     pub all: bool,
-
-    /// Model round trips allowed per turn (exit 3 when reached).
-    #[arg(long, value_name = "N", global = true, help_heading = "Limits")]
-    pub max_turns: Option<String>,
-
-    /// Seconds allowed for the whole --exec run (exit 3 when reached).
-    #[arg(long, value_name = "SECS", global = true, help_heading = "Limits")]
-    pub timeout: Option<String>,
 }
 
-/// The settings that are flags of the root command only: `--network`, `--write`, the sampling
-/// options, … (the config keys that had no flag). Not `global`: `baton sandbox` and
-/// `baton engine generate` have flags of the same names that mean the same thing there.
-/// Numbers and lists stay text here and go through the config parser in `flag_settings`, so a
-/// bad value reads the same as in config.toml.
-#[derive(Debug, Clone, Default, Args)]
-pub struct SettingArgs {
-    /// Commands may use the network (key `network`, `[sandbox] network`).
-    #[arg(long, help_heading = "Workspace")]
-    pub network: bool,
+/// [`SettingFlags`] of the flags every command has (`global`).
+pub const GLOBAL: u8 = 0;
+/// [`SettingFlags`] of the root command's own flags.
+pub const ROOT: u8 = 1;
+/// [`SettingFlags`] of `baton serve`.
+pub const SERVE: u8 = 2;
 
-    /// Run commands in a login shell (`bash -lc`: reads the shell profile; key `login_shell`).
-    #[arg(long, help_heading = "Workspace")]
-    pub login_shell: bool,
+/// The setting flags of one command (`WHICH`: [`GLOBAL`], [`ROOT`] or [`SERVE`]), made from
+/// the settings' definitions (`config::defs`). Values stay text here and go through the config
+/// parser in [`flag_settings`], so a bad value reads the same as in config.toml.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SettingFlags<const WHICH: u8> {
+    /// The settings given, in the order of the definitions: (key, value as text).
+    pub given: Vec<(&'static str, String)>,
+}
 
-    /// Another folder commands may write under workspace-write (repeatable; key `writable`).
-    #[arg(
-        long = "write",
-        visible_alias = "writable",
-        value_name = "DIR",
-        help_heading = "Workspace"
-    )]
-    pub write: Vec<String>,
+impl<const WHICH: u8> SettingFlags<WHICH> {
+    fn defs() -> impl Iterator<Item = (&'static defs::Def, defs::Flag)> {
+        defs::DEFS.iter().filter_map(|d| {
+            let flag = d.flag?;
+            let here = match WHICH {
+                GLOBAL => flag.global,
+                ROOT => !flag.global,
+                _ => flag.serve,
+            };
+            here.then_some((d, flag))
+        })
+    }
 
-    /// A command prefix that runs without asking, e.g. "cargo test" (repeatable; key `allow`).
-    #[arg(long, value_name = "PREFIX", help_heading = "Workspace")]
-    pub allow: Vec<String>,
+    /// The value given for `key`, if any.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.given
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
 
-    /// Live processes one command may have [default: 1024].
-    #[arg(long, value_name = "N", help_heading = "Workspace")]
-    pub max_processes: Option<String>,
+impl<const WHICH: u8> clap::FromArgMatches for SettingFlags<WHICH> {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut given = Vec::new();
+        for (def, _) in Self::defs() {
+            // `try_`: a command that lacks the argument (a hidden local copy) is not an error.
+            let text = match def.kind {
+                defs::Kind::Switch => match matches.try_get_one::<bool>(def.key) {
+                    Ok(Some(true)) => "true".to_string(),
+                    _ => continue,
+                },
+                kind => {
+                    let values: Vec<&String> = match matches.try_get_many::<String>(def.key) {
+                        Ok(Some(values)) => values.collect(),
+                        _ => continue,
+                    };
+                    match kind {
+                        // Newline-ended lines, as TOML arrays travel, so a comma inside one
+                        // value (a folder name, a quoted prefix) is not taken for a separator.
+                        defs::Kind::Lines => values.iter().map(|v| format!("{v}\n")).collect(),
+                        defs::Kind::Names => values
+                            .iter()
+                            .map(|v| v.as_str())
+                            .collect::<Vec<_>>()
+                            .join(","),
+                        _ => values.last().map(|v| v.to_string()).unwrap_or_default(),
+                    }
+                }
+            };
+            given.push((def.key, text));
+        }
+        Ok(SettingFlags { given })
+    }
 
-    /// What builds the sandbox: bubblewrap, or the weaker landlock (key `sandbox_backend`).
-    #[arg(long, value_name = "BACKEND", help_heading = "Workspace")]
-    pub sandbox_backend: Option<String>,
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
 
-    /// Memory one command may use, in MiB [default: half of RAM].
-    #[arg(long, value_name = "MIB", help_heading = "Workspace")]
-    pub max_memory: Option<String>,
+impl<const WHICH: u8> Args for SettingFlags<WHICH> {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        use clap::ArgAction;
+        use clap::builder::{PossibleValue, PossibleValuesParser};
+        cmd.args(Self::defs().map(|(def, flag)| {
+            let mut arg = clap::Arg::new(def.key)
+                .long(flag.long)
+                .help(def.help())
+                .help_heading(flag.heading)
+                .global(flag.global && WHICH == GLOBAL);
+            if let Some(c) = flag.short {
+                arg = arg.short(c);
+            }
+            if let Some(alias) = flag.alias {
+                arg = arg.visible_alias(alias);
+            }
+            arg = match def.kind {
+                defs::Kind::Switch => arg.action(ArgAction::SetTrue),
+                defs::Kind::One => arg.action(ArgAction::Set).value_name(flag.value_name),
+                defs::Kind::Lines | defs::Kind::Names => {
+                    arg.action(ArgAction::Append).value_name(flag.value_name)
+                }
+            };
+            if let Some(choices) = def.choices {
+                let values = choices().into_iter().map(|(name, help)| match help {
+                    "" => PossibleValue::new(name),
+                    help => PossibleValue::new(name).help(help),
+                });
+                arg = arg
+                    .value_parser(PossibleValuesParser::new(values))
+                    .ignore_case(true);
+            }
+            arg
+        }))
+    }
 
-    /// An environment variable commands get although it looks like a secret (repeatable).
-    #[arg(long, value_name = "NAME", help_heading = "Workspace")]
-    pub env_keep: Vec<String>,
-
-    /// An environment variable commands never get (repeatable).
-    #[arg(long, value_name = "NAME", help_heading = "Workspace")]
-    pub env_drop: Vec<String>,
-
-    /// The tools offered to the model, comma-separated (e.g. read_file,list_dir,shell).
-    #[arg(long, value_name = "NAMES", help_heading = "Model")]
-    pub tools: Option<String>,
-
-    /// A file whose text replaces the built-in system prompt (of every expert without its own).
-    #[arg(long, value_name = "FILE", help_heading = "Model")]
-    pub system_prompt: Option<String>,
-
-    /// The tools L0 (chat) is offered, comma-separated [default: handoff,mcp].
-    #[arg(long, value_name = "NAMES", help_heading = "Experts")]
-    pub l0_tools: Option<String>,
-
-    /// The tools L1 (long tool-using tasks) is offered [default: all].
-    #[arg(long, value_name = "NAMES", help_heading = "Experts")]
-    pub l1_tools: Option<String>,
-
-    /// The tools L2 (coding) is offered [default: all].
-    #[arg(long, value_name = "NAMES", help_heading = "Experts")]
-    pub l2_tools: Option<String>,
-
-    /// The tools L3 (generative UI) is offered [default: all].
-    #[arg(long, value_name = "NAMES", help_heading = "Experts")]
-    pub l3_tools: Option<String>,
-
-    /// A file whose text is L0's system prompt.
-    #[arg(long, value_name = "FILE", help_heading = "Experts")]
-    pub l0_system_prompt: Option<String>,
-
-    /// A file whose text is L1's system prompt.
-    #[arg(long, value_name = "FILE", help_heading = "Experts")]
-    pub l1_system_prompt: Option<String>,
-
-    /// A file whose text is L2's system prompt.
-    #[arg(long, value_name = "FILE", help_heading = "Experts")]
-    pub l2_system_prompt: Option<String>,
-
-    /// A file whose text is L3's system prompt.
-    #[arg(long, value_name = "FILE", help_heading = "Experts")]
-    pub l3_system_prompt: Option<String>,
-
-    /// Answer sampling temperature, 0–2 [default: 0].
-    #[arg(long, value_name = "T", help_heading = "Sampling")]
-    pub temperature: Option<String>,
-
-    /// Answer nucleus sampling, (0, 1] [default: the server's].
-    #[arg(long, value_name = "P", help_heading = "Sampling")]
-    pub top_p: Option<String>,
-
-    /// Answer sampling seed.
-    #[arg(long, value_name = "N", help_heading = "Sampling")]
-    pub seed: Option<String>,
-
-    /// Answer length limit in tokens [default: the server's].
-    #[arg(long, value_name = "N", help_heading = "Sampling")]
-    pub max_tokens: Option<String>,
-
-    /// The experts' context window in tokens [default: what /models reports, else 131072].
-    #[arg(long, value_name = "TOKENS", help_heading = "Context")]
-    pub context_window: Option<String>,
-
-    /// Compact an expert's view past this fraction of the window (0.85 or 85%).
-    #[arg(long, value_name = "FRACTION", help_heading = "Context")]
-    pub compact_at: Option<String>,
-
-    /// Seconds to establish the connection to the endpoint [default: 10].
-    #[arg(long, value_name = "SECS", help_heading = "Model")]
-    pub connect_timeout: Option<String>,
-
-    /// Seconds an endpoint may take to start answering a hop [default: 600].
-    #[arg(long, value_name = "SECS", help_heading = "Model")]
-    pub request_timeout: Option<String>,
-
-    /// Longest silence, in seconds, inside a streamed answer [default: 180].
-    #[arg(long, value_name = "SECS", help_heading = "Model")]
-    pub idle_timeout: Option<String>,
-
-    /// How the route label is constrained: choice (vLLM) or regex (SGLang).
-    #[arg(long, value_name = "KIND", help_heading = "Model")]
-    pub route_constraint: Option<String>,
-
-    /// Send the answer hop with the route hop, to the expert the route will probably pick:
-    /// off, sticky (the previous turn's expert) or always (sticky, else the default expert).
-    #[arg(long, value_name = "WHEN", help_heading = "Model")]
-    pub speculate: Option<String>,
-
-    /// A short follow-up ("do the same for February") stays with the expert that answered the
-    /// previous request, without a route hop (sticky, the default), or is routed (route).
-    #[arg(long, value_name = "HOW", help_heading = "Model")]
-    pub follow_ups: Option<String>,
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -460,129 +378,15 @@ pub fn parse() -> Result<Cli, clap::Error> {
     Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
 }
 
-/// The settings layer the flags make. Flag values go through the same parser as config values.
-pub fn flag_settings(args: &CommonArgs, more: &SettingArgs) -> Result<Settings, ConfigError> {
-    let mut s = Settings {
-        mode: args.mode,
-        profile: args.profile.clone(),
-        expert: args.expert,
-        reasoning: args.reasoning,
-        local: args.local.clone(),
-        device: args.device,
-        workspace: args.cd.clone(),
-        approval: args.approval,
-        sandbox: args.sandbox,
-        session_dir: args.session_dir.clone(),
-        ..Settings::default()
-    };
-    if let Some(dir) = &args.cd
-        && let Some(reason) = crate::config::not_a_folder(dir)
-    {
-        return Err(ConfigError {
-            source_name: "flag -C/--cd".into(),
-            key: "workspace".into(),
-            reason,
-        });
-    }
-    let text = [
-        ("endpoint", "--endpoint", &args.endpoint),
-        ("api_key_env", "--api-key-env", &args.api_key_env),
-        ("model", "--model", &args.model),
-        ("max_turns", "--max-turns", &args.max_turns),
-        ("timeout", "--timeout", &args.timeout),
-    ];
-    for (key, flag, value) in text {
-        if let Some(v) = value {
-            s.set(key, v, &format!("flag {flag}"), None)?;
-        }
-    }
-    let more_text = [
-        ("max_processes", "--max-processes", &more.max_processes),
-        (
-            "sandbox_backend",
-            "--sandbox-backend",
-            &more.sandbox_backend,
-        ),
-        ("max_memory", "--max-memory", &more.max_memory),
-        ("tools", "--tools", &more.tools),
-        ("system_prompt", "--system-prompt", &more.system_prompt),
-        ("l0_tools", "--l0-tools", &more.l0_tools),
-        ("l1_tools", "--l1-tools", &more.l1_tools),
-        ("l2_tools", "--l2-tools", &more.l2_tools),
-        ("l3_tools", "--l3-tools", &more.l3_tools),
-        (
-            "l0_system_prompt",
-            "--l0-system-prompt",
-            &more.l0_system_prompt,
-        ),
-        (
-            "l1_system_prompt",
-            "--l1-system-prompt",
-            &more.l1_system_prompt,
-        ),
-        (
-            "l2_system_prompt",
-            "--l2-system-prompt",
-            &more.l2_system_prompt,
-        ),
-        (
-            "l3_system_prompt",
-            "--l3-system-prompt",
-            &more.l3_system_prompt,
-        ),
-        ("temperature", "--temperature", &more.temperature),
-        ("top_p", "--top-p", &more.top_p),
-        ("seed", "--seed", &more.seed),
-        ("max_tokens", "--max-tokens", &more.max_tokens),
-        ("context_window", "--context-window", &more.context_window),
-        (
-            "connect_timeout",
-            "--connect-timeout",
-            &more.connect_timeout,
-        ),
-        (
-            "request_timeout",
-            "--request-timeout",
-            &more.request_timeout,
-        ),
-        ("idle_timeout", "--idle-timeout", &more.idle_timeout),
-        ("compact_at", "--compact-at", &more.compact_at),
-        (
-            "route_constraint",
-            "--route-constraint",
-            &more.route_constraint,
-        ),
-        ("speculate", "--speculate", &more.speculate),
-        ("follow_ups", "--follow-ups", &more.follow_ups),
-    ];
-    for (key, flag, value) in more_text {
-        if let Some(v) = value {
-            s.set(key, v, &format!("flag {flag}"), None)?;
-        }
-    }
-    if more.network {
-        s.set("network", "true", "flag --network", None)?;
-    }
-    if more.login_shell {
-        s.set("login_shell", "true", "flag --login-shell", None)?;
-    }
-    // Lists travel as newline-ended lines, as TOML arrays do, so a comma inside one value
-    // (a folder name, a quoted prefix) is not taken for a separator.
-    let lists = [
-        ("writable", "--write", &more.write),
-        ("allow", "--allow", &more.allow),
-        ("env_keep", "--env-keep", &more.env_keep),
-        ("env_drop", "--env-drop", &more.env_drop),
-    ];
-    for (key, flag, values) in lists {
-        if !values.is_empty() {
-            s.set(
-                key,
-                &format!("{}\n", values.join("\n")),
-                &format!("flag {flag}"),
-                None,
-            )?;
-        }
+/// The settings layer the flags make, from each command's setting flags. Flag values go
+/// through the same parser as config values.
+pub fn flag_settings(given: &[&[(&'static str, String)]]) -> Result<Settings, ConfigError> {
+    let mut s = Settings::default();
+    for (key, value) in given.iter().copied().flatten() {
+        let flag = defs::find(key)
+            .and_then(defs::Def::flag_name)
+            .unwrap_or_else(|| format!("--{key}"));
+        s.set(key, value, &format!("flag {flag}"), None)?;
     }
     Ok(s)
 }
@@ -593,8 +397,7 @@ mod tests {
     use std::path::Path;
 
     fn settings(argv: &[&str]) -> Result<Settings, ConfigError> {
-        let cli = Cli::try_parse_from(argv).unwrap();
-        flag_settings(&cli.common, &cli.settings)
+        Cli::try_parse_from(argv).unwrap().flag_settings()
     }
 
     #[test]
@@ -747,7 +550,7 @@ mod tests {
             ])
         );
         assert_eq!(s.allow, Some(vec!["cargo test".to_string()]));
-        assert_eq!(s.approval, Some(ApprovalPolicy::FullAuto));
+        assert_eq!(s.approval, Some(crate::protocol::ApprovalPolicy::FullAuto));
         assert_eq!(s.max_tokens, Some(64));
         assert_eq!(s.temperature, Some(0.2));
         assert_eq!(s.top_p, Some(0.9));

@@ -25,6 +25,9 @@ impl Report {
     fn note(&self, what: &str) {
         println!("{}", report_line("note", what));
     }
+    fn setting(&self, what: &str) {
+        println!("{}", report_line("set", what));
+    }
 }
 
 /// `  TAG      text`, the text's further lines indented under its first.
@@ -220,7 +223,18 @@ pub async fn run(config: &Config, config_problems: &[ConfigLoadError]) -> i32 {
         r.note("no config file found (flags, BATON_* variables and defaults only)");
     }
     for f in &config.files {
-        r.ok(&format!("{} is valid", f.display()));
+        // A file with a mistake was still read (without that key): the problem says so.
+        let path = f.display().to_string();
+        if !config_problems
+            .iter()
+            .any(|e| e.to_string().starts_with(&format!("{path}:")))
+        {
+            r.ok(&format!("{path} is valid"));
+        }
+    }
+    // Every key something sets, and what set it: the answer to "why is it doing that?".
+    for o in &config.origins {
+        r.setting(&format!("{} = {} ({})", o.key, o.value, o.source));
     }
     for w in &config.warnings {
         r.note(w);

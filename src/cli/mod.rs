@@ -43,8 +43,15 @@ pub fn main() -> i32 {
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     if let Some((common, mut args)) = args::parse_sandbox(&argv) {
         init_logging();
-        args.mode = common.sandbox.unwrap_or_default();
-        args.workspace = common.cd;
+        let flags = match args::flag_settings(&[&common.settings.given]) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("baton: {e}");
+                return exit::USAGE;
+            }
+        };
+        args.mode = flags.sandbox.unwrap_or_default();
+        args.workspace = flags.workspace;
         args.allow_broad_workspace = common.allow_broad_workspace;
         return sandbox::run(args);
     }
@@ -63,38 +70,10 @@ pub fn main() -> i32 {
     if prints_a_report(cli.command.as_ref()) {
         end_quietly_on_closed_stdout();
     }
-    // Subcommands that need neither the configuration nor the async runtime.
-    match cli.command {
-        Some(Command::Completions { shell }) => {
-            let mut cmd = Cli::command();
-            clap_complete::generate(shell, &mut cmd, "baton", &mut std::io::stdout());
-            return exit::OK;
-        }
-        Some(Command::Sandbox(mut args)) => {
-            args.mode = cli.common.sandbox.unwrap_or_default();
-            args.workspace = cli.common.cd.clone();
-            args.allow_broad_workspace = cli.common.allow_broad_workspace;
-            return sandbox::run(args);
-        }
-        Some(Command::Trust(mut args)) => {
-            args.workspace = cli.common.cd.clone();
-            return trust::run(args);
-        }
-        Some(Command::Trajectory(mut args)) => {
-            args.session_dir = cli.common.session_dir.clone();
-            return trajectory::run(args);
-        }
-        Some(Command::Engine(args)) => return run_engine(args, &cli.common),
-        Some(Command::Eval(mut args)) => {
-            args.exec_args.extend(model_flags(&cli.common));
-            return eval::run(args);
-        }
-        _ => {}
-    }
     // `doctor` lists configuration mistakes among its checks instead of stopping at the first.
     let doctor = matches!(cli.command, Some(Command::Doctor));
     let mut config_problems = Vec::new();
-    let flags = match args::flag_settings(&cli.common, &cli.settings) {
+    let flags = match cli.flag_settings() {
         Ok(f) => f,
         Err(e) if doctor => {
             config_problems.push(e.into());
@@ -105,6 +84,34 @@ pub fn main() -> i32 {
             return exit::USAGE;
         }
     };
+    // Subcommands that need neither the configuration nor the async runtime.
+    match cli.command {
+        Some(Command::Completions { shell }) => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "baton", &mut std::io::stdout());
+            return exit::OK;
+        }
+        Some(Command::Sandbox(mut args)) => {
+            args.mode = flags.sandbox.unwrap_or_default();
+            args.workspace = flags.workspace.clone();
+            args.allow_broad_workspace = cli.common.allow_broad_workspace;
+            return sandbox::run(args);
+        }
+        Some(Command::Trust(mut args)) => {
+            args.workspace = flags.workspace.clone();
+            return trust::run(args);
+        }
+        Some(Command::Trajectory(mut args)) => {
+            args.session_dir = flags.session_dir.clone();
+            return trajectory::run(args);
+        }
+        Some(Command::Engine(args)) => return run_engine(args, &flags),
+        Some(Command::Eval(mut args)) => {
+            args.exec_args.extend(trial_flags(&cli.common));
+            return eval::run(args);
+        }
+        _ => {}
+    }
     let loaded = if doctor {
         crate::config::load_reporting(&flags, &mut config_problems)
     } else {
@@ -197,7 +204,7 @@ pub fn main() -> i32 {
                 let args = crate::tui::LaunchArgs {
                     prompt: cli.prompt.clone(),
                     resume: resume.clone(),
-                    theme: cli.theme.clone().or_else(|| config.theme.clone()),
+                    theme: config.theme.clone(),
                     no_color: cli.no_color,
                     config_warnings: config.warnings.clone(),
                 };
@@ -348,35 +355,24 @@ async fn serve_acp(flags: &crate::config::Settings, no_color: bool, allow_broad:
     crate::acp::serve_stdio(factory).await
 }
 
-/// The model and limit flags given to `baton eval`, passed on to every `baton --exec` it runs.
-fn model_flags(common: &CommonArgs) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut add = |flag: &str, value: Option<String>| {
-        if let Some(v) = value {
-            out.push(format!("--{flag}={v}"));
-        }
-    };
-    add("endpoint", common.endpoint.clone());
-    add("api-key-env", common.api_key_env.clone());
-    add("mode", common.mode.map(|m| m.as_str().to_string()));
-    add("model", common.model.clone());
-    add(
-        "profile",
-        common.profile.as_ref().map(|p| p.display().to_string()),
-    );
-    add("expert", common.expert.map(|e| e.to_string()));
-    add(
-        "local",
-        common.local.as_ref().map(|p| p.display().to_string()),
-    );
-    add("max-turns", common.max_turns.clone());
-    out
+/// The model and limit flags given to `baton eval`, passed on to every `baton --exec` it runs
+/// (the settings whose flag is marked `to_trials`).
+fn trial_flags(common: &CommonArgs) -> Vec<String> {
+    common
+        .settings
+        .given
+        .iter()
+        .filter_map(|(key, value)| {
+            let flag = crate::config::defs::find(key)?.flag?;
+            flag.to_trials.then(|| format!("--{}={value}", flag.long))
+        })
+        .collect()
 }
 
 /// `baton engine …` with the global `--local`, `--device` and `--profile` flags filled in.
-fn run_engine(args: engine::EngineArgs, common: &CommonArgs) -> i32 {
-    let device = common.device.unwrap_or_default();
-    match args.with_globals(common.local.clone(), device, common.profile.clone()) {
+fn run_engine(args: engine::EngineArgs, flags: &crate::config::Settings) -> i32 {
+    let device = flags.device.unwrap_or_default();
+    match args.with_globals(flags.local.clone(), device, flags.profile.clone()) {
         Ok(args) => engine::run(args),
         Err(e) => {
             eprintln!("{e}");

@@ -34,20 +34,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME")]
     pub lora_base: Option<String>,
 
-    /// How the route label is constrained upstream: choice (vLLM) or regex (SGLang)
-    /// [default: the config's `route_constraint`, else choice].
-    #[arg(long, value_name = "KIND")]
-    pub route_constraint: Option<crate::protocol::RouteConstraint>,
-
-    /// Send each new user turn's answer hop with its route hop, to the expert the route will
-    /// probably pick; a miss is cancelled [default: the config's `speculate`, else off].
-    #[arg(long, value_name = "WHEN")]
-    pub speculate: Option<crate::protocol::Speculate>,
-
-    /// A short follow-up stays on the previous turn's expert without a route hop (sticky), or
-    /// is routed (route) [default: the config's `follow_ups`, else sticky].
-    #[arg(long, value_name = "HOW")]
-    pub follow_ups: Option<crate::protocol::FollowUps>,
+    /// The settings that are also flags of `baton serve` (`--route-constraint`,
+    /// `--speculate`, `--follow-ups`); they override the configuration as root flags do.
+    #[command(flatten)]
+    pub settings: super::args::SettingFlags<{ super::args::SERVE }>,
 
     /// A file of client API keys, one a line (`#` comments); also BATON_SERVE_API_KEYS
     /// (comma-separated).
@@ -113,15 +103,6 @@ pub async fn run(config: &Config, args: &ServeArgs) -> i32 {
     let mut config = config.clone();
     // The server runs the MoL loop itself, whatever mode a config file names for the client.
     config.mode = crate::protocol::Mode::Mol;
-    if let Some(kind) = args.route_constraint {
-        config.route_constraint = kind;
-    }
-    if let Some(when) = args.speculate {
-        config.speculate = when;
-    }
-    if let Some(how) = args.follow_ups {
-        config.follow_ups = how;
-    }
     let keys = match Keys::load(
         args.api_keys_file.as_deref(),
         std::env::var(crate::serve::auth::KEYS_ENV).ok().as_deref(),

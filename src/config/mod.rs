@@ -8,6 +8,7 @@
 //! error names the source (file or variable), the key and the reason.
 
 pub mod commands;
+pub mod defs;
 pub mod mcp;
 mod project;
 mod settings;
@@ -15,7 +16,6 @@ mod trust;
 pub mod workspace;
 
 pub use mcp::{McpServer, McpTransport};
-pub use project::GUARDED_KEYS;
 pub use settings::{Settings, command_prefix, not_a_folder};
 pub use trust::{
     ProjectFiles, TrustEntry, TrustList, TrustStatus, TrustedFiles, TrustedTexts, config_digest,
@@ -23,6 +23,8 @@ pub use trust::{
 };
 
 use std::path::{Path, PathBuf};
+
+use defs::Kind;
 
 use crate::protocol::{
     ApprovalPolicy, DeviceChoice, Expert, Mode, ReasoningEffort, RouteConstraint, SandboxMode,
@@ -121,6 +123,8 @@ pub struct Config {
     pub expert_system_prompt: [Option<PathBuf>; 4],
     /// The files that were read, in order of increasing precedence (for `doctor`).
     pub files: Vec<PathBuf>,
+    /// The keys some layer sets, each with its value and where it came from (for `doctor`).
+    pub origins: Vec<Origin>,
     /// `--no-color`: commands get `NO_COLOR=1` as well as the TUI losing its colours.
     pub no_color: bool,
     /// `--no-hooks`: no hook command runs in this run.
@@ -253,15 +257,16 @@ fn parse_key(
             toml::Value::Float(f) => f.to_string(),
             toml::Value::Boolean(b) => b.to_string(),
             toml::Value::Array(items)
-                if matches!(
-                    key.as_str(),
-                    "writable" | "allow" | "tools" | "env_keep" | "env_drop"
-                ) =>
+                if defs::find(key).is_some_and(|d| matches!(d.kind, Kind::Lines | Kind::Names)) =>
             {
-                let mut entries = Vec::new();
+                let mut entries = String::new();
                 for item in items {
                     match item.as_str() {
-                        Some(s) if !s.contains('\n') => entries.push(s.to_string()),
+                        // Each entry ends its line, so one entry holding a comma stays one.
+                        Some(s) if !s.contains('\n') => {
+                            entries.push_str(s);
+                            entries.push('\n');
+                        }
                         _ => {
                             return Err(ConfigError {
                                 source_name: source.clone(),
@@ -272,7 +277,7 @@ fn parse_key(
                         }
                     }
                 }
-                entries.join("\n")
+                entries
             }
             other => {
                 return Err(ConfigError {
@@ -311,19 +316,11 @@ fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
 /// dotted `section.key =`. `None` when it cannot tell (the message then names the file only).
 fn key_line(text: &str, flat: &str) -> Option<usize> {
     // The names the key may be written as: (section, key in it).
-    let written: Vec<(&str, &str)> = match flat {
-        "sandbox" => vec![("", "sandbox"), ("sandbox", "mode")],
-        "approval" => vec![("", "approval"), ("approval", "policy")],
-        "allow" => vec![("", "allow"), ("approval", "allow")],
-        "sandbox_backend" => vec![("", flat), ("sandbox", "backend")],
-        "network" | "writable" | "max_processes" | "max_memory" | "env_keep" | "env_drop" => {
-            vec![("", flat), ("sandbox", flat)]
-        }
-        _ => match flat.split_once('.') {
-            Some((section, key)) => vec![(section, key)],
-            None => vec![("", flat)],
-        },
+    let mut written: Vec<(&str, &str)> = match flat.split_once('.') {
+        Some((section, key)) => vec![(section, key)],
+        None => vec![("", flat)],
     };
+    written.extend(defs::find(flat).and_then(|d| d.section));
     let mut section = String::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -346,26 +343,20 @@ fn key_line(text: &str, flat: &str) -> Option<usize> {
     None
 }
 
-/// The `[sandbox]` and `[approval]` tables as the flat keys they stand for:
-/// `[sandbox] mode/network/writable/max_processes` and `[approval] policy/allow`. A table key
-/// that is not one of these keeps a dotted name, so the error names it.
+/// The section tables (`[sandbox]`, `[approval]`) as the flat keys their entries stand for
+/// (`[sandbox] mode` is `sandbox`). An entry that stands for none keeps a dotted name, so the
+/// error names it.
 fn flatten_sections(table: &toml::Table) -> Vec<(String, toml::Value)> {
     let mut out = Vec::new();
     for (key, value) in table {
         match (key.as_str(), value) {
-            ("sandbox" | "approval", toml::Value::Table(section)) => {
+            (name, toml::Value::Table(section))
+                if defs::sections().iter().any(|(s, _)| *s == name) =>
+            {
                 for (sub, v) in section {
-                    let flat = match (key.as_str(), sub.as_str()) {
-                        ("sandbox", "mode") => "sandbox".to_string(),
-                        ("sandbox", "backend") => "sandbox_backend".to_string(),
-                        (
-                            "sandbox",
-                            "network" | "writable" | "max_processes" | "max_memory" | "env_keep"
-                            | "env_drop",
-                        ) => sub.clone(),
-                        ("approval", "policy") => "approval".to_string(),
-                        ("approval", "allow") => "allow".to_string(),
-                        _ => format!("{key}.{sub}"),
+                    let flat = match defs::flat_key(key, sub) {
+                        Some(flat) => flat.to_string(),
+                        None => format!("{key}.{sub}"),
                     };
                     out.push((flat, v.clone()));
                 }
@@ -390,14 +381,14 @@ pub fn read_env() -> Result<Settings, ConfigError> {
 fn env_settings() -> (Settings, Vec<ConfigError>) {
     let mut settings = Settings::default();
     let mut mistakes = Vec::new();
-    for key in Settings::KEYS {
-        let var = format!("BATON_{}", key.to_ascii_uppercase());
+    for def in defs::DEFS {
+        let var = def.env();
         if let Ok(value) = std::env::var(&var) {
             if value.is_empty() {
                 continue;
             }
-            if let Err(e) = settings.set(key, &value, &format!("environment variable {var}"), None)
-            {
+            let source = format!("environment variable {var}");
+            if let Err(e) = settings.set(def.key, &value, &source, None) {
                 mistakes.push(e);
             }
         }
@@ -419,6 +410,43 @@ pub fn load_reporting(
     problems: &mut Vec<ConfigLoadError>,
 ) -> Result<Config, ConfigLoadError> {
     load_layers(flags, Some(problems))
+}
+
+/// Where a setting in effect came from (`baton doctor` lists them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Origin {
+    pub key: &'static str,
+    pub value: String,
+    /// `flag --x`, `environment variable BATON_X` or the file's path.
+    pub source: String,
+}
+
+/// A settings layer, for naming where a value came from.
+enum Layer<'a> {
+    Flags,
+    Env,
+    File(Option<&'a Path>),
+}
+
+/// Each key some layer sets, with the value and the source of the layer that wins (`layers`
+/// from the highest precedence down).
+fn origins(layers: &[(&Settings, Layer)]) -> Vec<Origin> {
+    defs::DEFS
+        .iter()
+        .filter_map(|def| {
+            let (settings, layer) = layers.iter().find(|(s, _)| (def.slot.is_set)(s))?;
+            let source = match layer {
+                Layer::Flags => format!("flag {}", def.flag_name().unwrap_or_default()),
+                Layer::Env => format!("environment variable {}", def.env()),
+                Layer::File(path) => path.map(|p| p.display().to_string()).unwrap_or_default(),
+            };
+            Some(Origin {
+                key: def.key,
+                value: (def.slot.show)(settings).unwrap_or_default(),
+                source,
+            })
+        })
+        .collect()
 }
 
 fn load_layers(
@@ -446,12 +474,13 @@ fn load_layers(
     let mut files = Vec::new();
 
     let mut mcp_servers = Vec::new();
-    let user = match user_config_path().filter(|p| p.is_file()) {
+    let user_path = user_config_path().filter(|p| p.is_file());
+    let user = match &user_path {
         Some(p) => {
-            let s = parse_file(&p, &trust::read_project_file(&p));
+            let s = parse_file(p, &trust::read_project_file(p));
             if s.is_ok() {
-                mcp::merge(&mut mcp_servers, mcp::read_toml(&p).unwrap_or_default());
-                files.push(p);
+                mcp::merge(&mut mcp_servers, mcp::read_toml(p).unwrap_or_default());
+                files.push(p.clone());
             }
             layer(s)?
         }
@@ -509,6 +538,7 @@ fn load_layers(
             }
         }
     }
+    let project_path = lookup.folder.as_deref().map(folder_config);
     let project = match lookup.folder {
         Some(folder) => {
             let p = folder_config(&folder);
@@ -553,6 +583,12 @@ fn load_layers(
         }
     }
 
+    let origins = origins(&[
+        (flags, Layer::Flags),
+        (&env, Layer::Env),
+        (&project, Layer::File(project_path.as_deref())),
+        (&user, Layer::File(user_path.as_deref())),
+    ]);
     let mut merged = Settings::default();
     merged.overlay(user);
     merged.overlay(project);
@@ -568,6 +604,7 @@ fn load_layers(
         (Err(e), None) => return Err(e.into()),
     };
     config.files = files;
+    config.origins = origins;
     let mut roots = vec![config.workspace.clone()];
     roots.extend(config.writable.iter().cloned());
     warnings.extend(crate::protocol::host_programs::path_warning(&roots));

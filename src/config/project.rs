@@ -6,6 +6,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use super::defs;
 use super::settings::Settings;
 use super::trust::{TrustList, TrustStatus, folder_config};
 use crate::protocol::{ApprovalPolicy, SandboxBackend, SandboxMode};
@@ -18,32 +19,6 @@ const DEFAULT_MAX_PROCESSES: u32 = 1024;
 fn default_max_memory_mib() -> u64 {
     crate::protocol::default_memory_bound() >> 20
 }
-
-/// Keys a project file may set only from a trusted folder unless its value is no weaker than
-/// the user's own (see `withhold_lowering`).
-pub const GUARDED_KEYS: [&str; 21] = [
-    "sandbox",
-    "sandbox_backend",
-    "env_keep",
-    "max_memory",
-    "approval",
-    "network",
-    "writable",
-    "login_shell",
-    "allow",
-    "max_processes",
-    "endpoint",
-    "api_key_env",
-    "session_dir",
-    "workspace",
-    "system_prompt",
-    "profile",
-    "local",
-    "l0_system_prompt",
-    "l1_system_prompt",
-    "l2_system_prompt",
-    "l3_system_prompt",
-];
 
 /// The project file that applies to `workspace`, and those passed over: `.baton/config.toml`
 /// in the workspace or the nearest folder above it that holds one, looking above the workspace
@@ -113,209 +88,81 @@ pub fn withhold_lowering(
     folder: &Path,
 ) -> Vec<&'static str> {
     let mut withheld = Vec::new();
-    let mut check = |key: &'static str, set: bool, weaker: bool| {
-        if set && weaker {
-            withheld.push(key);
-        }
-        set && weaker
-    };
-    let base_sandbox = base.sandbox.unwrap_or_default();
-    if check(
-        "sandbox",
-        project.sandbox.is_some(),
-        project
-            .sandbox
-            .is_some_and(|m| sandbox_rank(m) > sandbox_rank(base_sandbox)),
-    ) {
-        project.sandbox = None;
-    }
-    // The Landlock backend is the named weaker mode: only the user may choose it.
-    if check(
-        "sandbox_backend",
-        project.sandbox_backend.is_some(),
-        project.sandbox_backend == Some(SandboxBackend::Landlock)
-            && base.sandbox_backend != Some(SandboxBackend::Landlock),
-    ) {
-        project.sandbox_backend = None;
-    }
-    // A kept variable reaches every command although it is named like a secret.
-    let base_keep = base.env_keep.clone().unwrap_or_default();
-    if check(
-        "env_keep",
-        project.env_keep.is_some(),
-        project
-            .env_keep
-            .iter()
-            .flatten()
-            .any(|v| !base_keep.contains(v)),
-    ) {
-        project.env_keep = None;
-    }
-    let memory = base.max_memory.unwrap_or_else(default_max_memory_mib);
-    if check(
-        "max_memory",
-        project.max_memory.is_some(),
-        project.max_memory.is_some_and(|m| m > memory),
-    ) {
-        project.max_memory = None;
-    }
-    if check(
-        "approval",
-        project.approval.is_some(),
-        approval_rank(project.approval) > approval_rank(base.approval),
-    ) {
-        project.approval = None;
-    }
-    if check(
-        "network",
-        project.network.is_some(),
-        project.network == Some(true) && base.network != Some(true),
-    ) {
-        project.network = None;
-    }
-    if check(
-        "login_shell",
-        project.login_shell.is_some(),
-        project.login_shell == Some(true) && base.login_shell != Some(true),
-    ) {
-        project.login_shell = None;
-    }
-    let base_writable = base.writable.clone().unwrap_or_default();
-    if check(
-        "writable",
-        project.writable.is_some(),
-        project
-            .writable
-            .iter()
-            .flatten()
-            .any(|w| !base_writable.contains(w)),
-    ) {
-        project.writable = None;
-    }
-    let base_allow = base.allow.clone().unwrap_or_default();
-    if check(
-        "allow",
-        project.allow.is_some(),
-        project
-            .allow
-            .iter()
-            .flatten()
-            .any(|a| !base_allow.contains(a)),
-    ) {
-        project.allow = None;
-    }
-    let bound = base.max_processes.unwrap_or(DEFAULT_MAX_PROCESSES);
-    if check(
-        "max_processes",
-        project.max_processes.is_some(),
-        project.max_processes.is_some_and(|n| n > bound),
-    ) {
-        project.max_processes = None;
-    }
-    // Where requests go and which variable's secret they carry: only the user's own choice.
-    if check(
-        "endpoint",
-        project.endpoint.is_some(),
-        project.endpoint != base.endpoint,
-    ) {
-        project.endpoint = None;
-    }
-    let base_key = base.api_key_env.as_deref().unwrap_or("BATON_API_KEY");
-    if check(
-        "api_key_env",
-        project.api_key_env.is_some(),
-        project.api_key_env.as_deref() != Some(base_key),
-    ) {
-        project.api_key_env = None;
-    }
-    // Session files (which undo trusts) must stay where commands cannot write; the workspace
-    // decides what commands may write.
-    if check(
-        "session_dir",
-        project.session_dir.is_some(),
-        project.session_dir != base.session_dir,
-    ) {
-        project.session_dir = None;
-    }
-    if check(
-        "workspace",
-        project.workspace.is_some(),
-        project
-            .workspace
-            .as_deref()
-            .is_some_and(|w| !same_folder(w, folder)),
-    ) {
-        project.workspace = None;
-    }
-    // Files baton reads and hands to the model: a file outside the folder would be read
-    // on the model's behalf (a key, a password store).
-    let outside = |p: &Option<PathBuf>| p.as_deref().is_some_and(|p| !inside(p, folder));
-    if check(
-        "system_prompt",
-        project.system_prompt.is_some(),
-        outside(&project.system_prompt),
-    ) {
-        project.system_prompt = None;
-    }
-    if check(
-        "profile",
-        project.profile.is_some(),
-        outside(&project.profile),
-    ) {
-        project.profile = None;
-    }
-    // Which model drives the agent, and whose weights the unsandboxed process parses: only
-    // the user's own choice, like `endpoint` (a repository's `local = "wts"` switched a run
-    // the user pointed at an endpoint to the repository's weights).
-    if check(
-        "local",
-        project.local.is_some(),
-        project.local != base.local,
-    ) {
-        project.local = None;
-    }
-    for (i, key) in [
-        "l0_system_prompt",
-        "l1_system_prompt",
-        "l2_system_prompt",
-        "l3_system_prompt",
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let file = project.expert_system_prompt[i].clone();
-        if check(key, file.is_some(), outside(&file)) {
-            project.expert_system_prompt[i] = None;
+    for def in defs::DEFS.iter().filter(|d| d.guarded) {
+        if (def.slot.is_set)(project) && weaker(def.key, project, base, folder) {
+            (def.slot.clear)(project);
+            withheld.push(def.key);
         }
     }
     withheld
 }
 
+/// Whether the project's value of the guarded `key` is weaker than what `base` gives. A
+/// guarded key without a rule here is weaker whatever its value: only the user sets it.
+fn weaker(key: &str, project: &Settings, base: &Settings, folder: &Path) -> bool {
+    // Files baton reads and hands to the model: a file outside the folder would be read on
+    // the model's behalf (a key, a password store).
+    let outside = |p: &Option<PathBuf>| p.as_deref().is_some_and(|p| !inside(p, folder));
+    let not_in = |mine: &Option<Vec<String>>, theirs: &Option<Vec<String>>| {
+        let theirs = theirs.clone().unwrap_or_default();
+        mine.iter().flatten().any(|v| !theirs.contains(v))
+    };
+    match key {
+        "sandbox" => project
+            .sandbox
+            .is_some_and(|m| sandbox_rank(m) > sandbox_rank(base.sandbox.unwrap_or_default())),
+        // The Landlock backend is the named weaker mode: only the user may choose it.
+        "sandbox_backend" => {
+            project.sandbox_backend == Some(SandboxBackend::Landlock)
+                && base.sandbox_backend != Some(SandboxBackend::Landlock)
+        }
+        // A kept variable reaches every command although it is named like a secret.
+        "env_keep" => not_in(&project.env_keep, &base.env_keep),
+        "max_memory" => project
+            .max_memory
+            .is_some_and(|m| m > base.max_memory.unwrap_or_else(default_max_memory_mib)),
+        "approval" => approval_rank(project.approval) > approval_rank(base.approval),
+        "network" => project.network == Some(true) && base.network != Some(true),
+        "login_shell" => project.login_shell == Some(true) && base.login_shell != Some(true),
+        "writable" => {
+            let mine = base.writable.clone().unwrap_or_default();
+            project.writable.iter().flatten().any(|w| !mine.contains(w))
+        }
+        "allow" => not_in(&project.allow, &base.allow),
+        "max_processes" => project
+            .max_processes
+            .is_some_and(|n| n > base.max_processes.unwrap_or(DEFAULT_MAX_PROCESSES)),
+        // Where requests go and which variable's secret they carry: only the user's own choice.
+        "endpoint" => project.endpoint != base.endpoint,
+        "api_key_env" => {
+            project.api_key_env.as_deref()
+                != Some(base.api_key_env.as_deref().unwrap_or("BATON_API_KEY"))
+        }
+        // Session files (which undo trusts) must stay where commands cannot write; the
+        // workspace decides what commands may write.
+        "session_dir" => project.session_dir != base.session_dir,
+        "workspace" => project
+            .workspace
+            .as_deref()
+            .is_some_and(|w| !same_folder(w, folder)),
+        "system_prompt" => outside(&project.system_prompt),
+        "profile" => outside(&project.profile),
+        "l0_system_prompt" => outside(&project.expert_system_prompt[0]),
+        "l1_system_prompt" => outside(&project.expert_system_prompt[1]),
+        "l2_system_prompt" => outside(&project.expert_system_prompt[2]),
+        "l3_system_prompt" => outside(&project.expert_system_prompt[3]),
+        // Which model drives the agent, and whose weights the unsandboxed process parses:
+        // only the user's own choice, like `endpoint` (a repository's `local = "wts"`
+        // switched a run the user pointed at an endpoint to the repository's weights).
+        "local" => project.local != base.local,
+        _ => true,
+    }
+}
+
 /// Whether a later layer (the environment, a flag) sets `key`, so the project's value would
 /// not have applied anyway.
 pub fn sets(settings: &Settings, key: &str) -> bool {
-    match key {
-        "sandbox" => settings.sandbox.is_some(),
-        "sandbox_backend" => settings.sandbox_backend.is_some(),
-        "env_keep" => settings.env_keep.is_some(),
-        "max_memory" => settings.max_memory.is_some(),
-        "approval" => settings.approval.is_some(),
-        "network" => settings.network.is_some(),
-        "writable" => settings.writable.is_some(),
-        "login_shell" => settings.login_shell.is_some(),
-        "allow" => settings.allow.is_some(),
-        "max_processes" => settings.max_processes.is_some(),
-        "endpoint" => settings.endpoint.is_some(),
-        "api_key_env" => settings.api_key_env.is_some(),
-        "session_dir" => settings.session_dir.is_some(),
-        "workspace" => settings.workspace.is_some(),
-        "system_prompt" => settings.system_prompt.is_some(),
-        "profile" => settings.profile.is_some(),
-        "local" => settings.local.is_some(),
-        k => super::settings::expert_key(k).is_some_and(|(i, name)| {
-            name == "system_prompt" && settings.expert_system_prompt[i].is_some()
-        }),
-    }
+    defs::find(key).is_some_and(|d| (d.slot.is_set)(settings))
 }
 
 /// The warning for a project file whose guarded keys were withheld.
@@ -409,14 +256,14 @@ mod tests {
         assert_eq!(
             withheld,
             [
-                "sandbox",
+                "endpoint",
+                "api_key_env",
                 "approval",
+                "sandbox",
+                "local",
                 "network",
                 "login_shell",
                 "max_processes",
-                "endpoint",
-                "api_key_env",
-                "local"
             ]
         );
         assert_eq!(p.sandbox, None);
@@ -443,7 +290,7 @@ mod tests {
             folder,
         );
         let withheld = withhold_lowering(&mut p, &Settings::default(), folder);
-        assert_eq!(withheld, ["sandbox_backend", "env_keep", "max_memory"]);
+        assert_eq!(withheld, ["sandbox_backend", "max_memory", "env_keep"]);
         assert_eq!(
             (p.sandbox_backend, p.env_keep, p.max_memory),
             (None, None, None)

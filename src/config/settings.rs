@@ -2,10 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Config, ConfigError, default_session_dir};
+use super::{Config, ConfigError, default_session_dir, defs};
 use crate::protocol::{
-    ApprovalPolicy, Choice, DeviceChoice, Expert, Mode, ReasoningEffort, RouteConstraint,
-    SandboxMode, Speculate,
+    ApprovalPolicy, DeviceChoice, Expert, Mode, ReasoningEffort, RouteConstraint, SandboxMode,
+    Speculate,
 };
 
 /// One layer of settings; `None` = this layer says nothing.
@@ -59,42 +59,10 @@ pub struct Settings {
     pub expert_system_prompt: [Option<PathBuf>; 4],
 }
 
-/// The expert a per-expert key (`l2_tools`, `l0_system_prompt`) is about, and the rest of its
-/// name (`tools`, `system_prompt`).
-pub fn expert_key(key: &str) -> Option<(usize, &str)> {
-    let rest = key.strip_prefix('l')?;
-    let (digit, name) = rest.split_once('_')?;
-    let i: usize = digit.parse().ok()?;
-    (i < 4 && digit.len() == 1).then_some((i, name))
-}
-
-fn choice<T: Choice>(value: &str) -> Result<T, String> {
-    T::parse_or_list(value).map_err(|e| e.to_string())
-}
-
 /// Parses a configured command prefix such as `"cargo test"` into words (shell quoting
 /// allowed). `None` for an empty or unparsable prefix.
 pub fn command_prefix(prefix: &str) -> Option<Vec<String>> {
     shlex::split(prefix).filter(|w| !w.is_empty())
-}
-
-fn number<T: std::str::FromStr>(value: &str, what: &str) -> Result<T, String> {
-    value
-        .trim()
-        .parse::<T>()
-        .map_err(|_| format!("'{value}' is not {what}"))
-}
-
-/// A list value as text: entries separated by newlines (TOML arrays are joined that way) or,
-/// in environment variables, by commas.
-fn split_list(value: &str) -> Vec<String> {
-    let sep = if value.contains('\n') { '\n' } else { ',' };
-    value
-        .split(sep)
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .map(str::to_string)
-        .collect()
 }
 
 /// Why `dir` cannot be a workspace, or `None` when it is a folder.
@@ -108,44 +76,12 @@ pub fn not_a_folder(dir: &Path) -> Option<String> {
     }
 }
 
-fn path(value: &str, base: Option<&Path>) -> PathBuf {
-    let p = if let Some(rest) = value.strip_prefix("~/") {
-        dirs::home_dir()
-            .map(|h| h.join(rest))
-            .unwrap_or_else(|| PathBuf::from(value))
-    } else {
-        PathBuf::from(value)
-    };
-    match base {
-        Some(b) if p.is_relative() => b.join(p),
-        _ => p,
-    }
-}
-
-/// The keys of the `[sandbox]` and `[approval]` sections (`mode` and `policy` stand for the
-/// `sandbox` and `approval` keys).
-pub const SECTIONS: [(&str, &[&str]); 2] = [
-    (
-        "sandbox",
-        &[
-            "mode",
-            "network",
-            "writable",
-            "max_processes",
-            "backend",
-            "max_memory",
-            "env_keep",
-            "env_drop",
-        ],
-    ),
-    ("approval", &["policy", "allow"]),
-];
-
 /// Why `key` (flat, or `section.key` as a config file writes it) is not a setting, with the
 /// nearest known name when one is a typo away; `None` for a known key.
 pub fn unknown_key(key: &str) -> Option<String> {
     if let Some((section, sub)) = key.split_once('.') {
-        let Some((_, keys)) = SECTIONS.iter().find(|(s, _)| *s == section) else {
+        let sections = defs::sections();
+        let Some((_, keys)) = sections.iter().find(|(s, _)| *s == section) else {
             return unknown_key(section);
         };
         if keys.contains(&sub) {
@@ -159,14 +95,19 @@ pub fn unknown_key(key: &str) -> Option<String> {
             keys.join(", ")
         ));
     }
-    if Settings::KEYS.contains(&key) {
+    if defs::find(key).is_some() {
         return None;
     }
-    Some(match nearest(key, Settings::KEYS.iter().copied()) {
+    let sections: Vec<String> = defs::sections()
+        .iter()
+        .map(|(s, _)| format!("[{s}]"))
+        .collect();
+    Some(match nearest(key, defs::keys()) {
         Some(k) => format!("unknown key, did you mean `{k}`?"),
         None => format!(
-            "unknown key (known keys: {}; sections [sandbox] and [approval])",
-            Settings::KEYS.join(", ")
+            "unknown key (known keys: {}; sections {})",
+            defs::keys().collect::<Vec<_>>().join(", "),
+            sections.join(" and ")
         ),
     })
 }
@@ -211,57 +152,6 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 impl Settings {
-    /// Every key, as written in config.toml (the env var is `BATON_` + upper case).
-    pub const KEYS: [&'static str; 47] = [
-        "endpoint",
-        "api_key_env",
-        "mode",
-        "model",
-        "profile",
-        "expert",
-        "workspace",
-        "reasoning",
-        "approval",
-        "sandbox",
-        "session_dir",
-        "local",
-        "device",
-        "max_turns",
-        "timeout",
-        "connect_timeout",
-        "request_timeout",
-        "idle_timeout",
-        "system_prompt",
-        "temperature",
-        "top_p",
-        "seed",
-        "max_tokens",
-        "route_constraint",
-        "speculate",
-        "follow_ups",
-        "context_window",
-        "compact_at",
-        "theme",
-        "network",
-        "login_shell",
-        "writable",
-        "max_processes",
-        "sandbox_backend",
-        "max_memory",
-        "env_keep",
-        "env_drop",
-        "allow",
-        "tools",
-        "l0_tools",
-        "l1_tools",
-        "l2_tools",
-        "l3_tools",
-        "l0_system_prompt",
-        "l1_system_prompt",
-        "l2_system_prompt",
-        "l3_system_prompt",
-    ];
-
     /// Sets one key from its text form. `base` resolves relative paths (a file's folder).
     pub fn set(
         &mut self,
@@ -275,274 +165,15 @@ impl Settings {
             key: key.to_string(),
             reason,
         };
-        match key {
-            "endpoint" => {
-                let v = value.trim().trim_end_matches('/');
-                if !(v.starts_with("http://") || v.starts_with("https://")) {
-                    return Err(err(format!(
-                        "'{value}' is not an http(s) URL (expected e.g. http://127.0.0.1:8000/v1)"
-                    )));
-                }
-                self.endpoint = Some(v.to_string());
-            }
-            "api_key_env" => {
-                let v = value.trim();
-                if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                    return Err(err(format!(
-                        "'{value}' is not an environment variable name (the key itself never goes in config)"
-                    )));
-                }
-                self.api_key_env = Some(v.to_string());
-            }
-            "mode" => self.mode = Some(choice(value).map_err(err)?),
-            "model" => {
-                if value.trim().is_empty() {
-                    return Err(err("the model name is empty".into()));
-                }
-                self.model = Some(value.trim().to_string());
-            }
-            "profile" => self.profile = Some(path(value, base)),
-            "expert" => self.expert = Some(value.parse::<Expert>().map_err(err)?),
-            "workspace" => {
-                let dir = path(value, base);
-                // Checked here, not only when resolving, so the error names its source.
-                let at = match std::env::current_dir() {
-                    Ok(cwd) => cwd.join(&dir),
-                    Err(_) => dir.clone(),
-                };
-                if let Some(why) = not_a_folder(&at) {
-                    return Err(err(why));
-                }
-                self.workspace = Some(dir);
-            }
-            "reasoning" => self.reasoning = Some(choice(value).map_err(err)?),
-            "approval" => self.approval = Some(choice(value).map_err(err)?),
-            "sandbox" => self.sandbox = Some(choice(value).map_err(err)?),
-            "session_dir" => self.session_dir = Some(path(value, base)),
-            "local" => self.local = Some(path(value, base)),
-            "device" => self.device = Some(choice(value).map_err(err)?),
-            "max_turns" => {
-                let n: u32 = number(value, "a positive whole number").map_err(err)?;
-                if n == 0 {
-                    return Err(err("must be at least 1".into()));
-                }
-                self.max_turns = Some(n);
-            }
-            "timeout" => {
-                let n: u64 = number(value, "a number of seconds").map_err(err)?;
-                if n == 0 {
-                    return Err(err("must be at least 1 second".into()));
-                }
-                self.timeout = Some(n);
-            }
-            "connect_timeout" | "request_timeout" | "idle_timeout" => {
-                let n: u64 = number(value, "a number of seconds").map_err(err)?;
-                if n == 0 {
-                    return Err(err("must be at least 1 second".into()));
-                }
-                let t = &mut self.backend_timeouts;
-                *match key {
-                    "connect_timeout" => &mut t.connect,
-                    "request_timeout" => &mut t.request,
-                    _ => &mut t.idle,
-                } = Some(n);
-            }
-            "system_prompt" => self.system_prompt = Some(path(value, base)),
-            "temperature" => {
-                let t: f32 = number(value, "a number").map_err(err)?;
-                if !(0.0..=2.0).contains(&t) {
-                    return Err(err(format!("{t} is outside 0..2")));
-                }
-                self.temperature = Some(t);
-            }
-            "top_p" => {
-                let t: f32 = number(value, "a number").map_err(err)?;
-                if !(t > 0.0 && t <= 1.0) {
-                    return Err(err(format!("{t} is outside (0, 1]")));
-                }
-                self.top_p = Some(t);
-            }
-            "seed" => self.seed = Some(number(value, "a whole number").map_err(err)?),
-            "max_tokens" => {
-                let n: u32 = number(value, "a positive whole number").map_err(err)?;
-                if n == 0 {
-                    return Err(err("must be at least 1".into()));
-                }
-                self.max_tokens = Some(n);
-            }
-            "route_constraint" => self.route_constraint = Some(choice(value).map_err(err)?),
-            "speculate" => self.speculate = Some(choice(value).map_err(err)?),
-            "follow_ups" => self.follow_ups = Some(choice(value).map_err(err)?),
-            "context_window" => {
-                let n: u64 = number(value, "a number of tokens").map_err(err)?;
-                if n < 1024 {
-                    return Err(err(format!("{n} tokens is too small (at least 1024)")));
-                }
-                self.context_window = Some(n);
-            }
-            "compact_at" => {
-                let text = value.trim();
-                let (number_text, scale) = match text.strip_suffix('%') {
-                    Some(p) => (p.trim(), 100.0),
-                    None => (text, 1.0),
-                };
-                let f: f64 =
-                    number(number_text, "a fraction of the window (0.85 or 85%)").map_err(err)?;
-                let f = f / scale;
-                if !(0.2..=0.98).contains(&f) {
-                    return Err(err(format!(
-                        "{text} is outside 0.2..0.98 of the window (20%..98%)"
-                    )));
-                }
-                self.compact_at = Some(f);
-            }
-            // Only the two TOML spellings: `"yes"` or `1` read as true in one place and as a
-            // typo in another would be a surprise in a security setting.
-            "network" => {
-                self.network = Some(match value.trim() {
-                    "true" => true,
-                    "false" => false,
-                    _ => return Err(err(format!("'{value}' is not true or false"))),
-                })
-            }
-            "login_shell" => {
-                self.login_shell = Some(match value.trim() {
-                    "true" => true,
-                    "false" => false,
-                    _ => return Err(err(format!("'{value}' is not true or false"))),
-                })
-            }
-            "writable" => {
-                self.writable = Some(
-                    split_list(value)
-                        .into_iter()
-                        .map(|v| path(&v, base))
-                        .collect(),
-                )
-            }
-            "max_processes" => {
-                let n: u32 = number(value, "a positive whole number").map_err(err)?;
-                if n < 16 {
-                    return Err(err(format!("{n} is too few for a shell (at least 16)")));
-                }
-                self.max_processes = Some(n);
-            }
-            "sandbox_backend" => {
-                self.sandbox_backend = Some(value.trim().parse().map_err(err)?);
-            }
-            "max_memory" => {
-                let n: u64 = number(value, "a whole number of MiB").map_err(err)?;
-                if n < 64 {
-                    return Err(err(format!(
-                        "{n} MiB is too little for a shell (at least 64)"
-                    )));
-                }
-                self.max_memory = Some(n);
-            }
-            "env_keep" => self.env_keep = Some(split_list(value)),
-            "env_drop" => self.env_drop = Some(split_list(value)),
-            "allow" => {
-                let entries = split_list(value);
-                for e in &entries {
-                    if command_prefix(e).is_none() {
-                        return Err(err(format!(
-                            "allow entry {e:?} is empty or has unbalanced quotes"
-                        )));
-                    }
-                }
-                self.allow = Some(entries);
-            }
-            "tools" => self.tools = Some(split_list(value)),
-            k if expert_key(k).is_some_and(|(_, name)| name == "tools") => {
-                if let Some((i, _)) = expert_key(k) {
-                    self.expert_tools[i] = Some(split_list(value));
-                }
-            }
-            k if expert_key(k).is_some_and(|(_, name)| name == "system_prompt") => {
-                if let Some((i, _)) = expert_key(k) {
-                    self.expert_system_prompt[i] = Some(path(value, base));
-                }
-            }
-            "theme" => {
-                let v = value.trim();
-                if v.is_empty() {
-                    return Err(err("the theme name is empty".into()));
-                }
-                self.theme = Some(v.to_string());
-            }
-            _ => {
-                return Err(err(unknown_key(key).unwrap_or_else(|| "unknown key".into())));
-            }
-        }
-        Ok(())
+        let def = defs::find(key)
+            .ok_or_else(|| err(unknown_key(key).unwrap_or_else(|| "unknown key".into())))?;
+        (def.slot.set)(self, value, base).map_err(err)
     }
 
     /// Lays `top` over `self`: every key `top` sets wins.
     pub fn overlay(&mut self, top: Settings) {
-        macro_rules! take {
-            ($($f:ident),*) => { $( if top.$f.is_some() { self.$f = top.$f; } )* };
-        }
-        take!(
-            endpoint,
-            api_key_env,
-            mode,
-            model,
-            profile,
-            expert,
-            workspace,
-            reasoning,
-            approval,
-            sandbox,
-            session_dir,
-            local,
-            device,
-            max_turns,
-            timeout,
-            system_prompt,
-            temperature,
-            top_p,
-            seed,
-            max_tokens,
-            route_constraint,
-            speculate,
-            follow_ups,
-            context_window,
-            compact_at,
-            theme,
-            network,
-            login_shell,
-            writable,
-            max_processes,
-            sandbox_backend,
-            max_memory,
-            env_keep,
-            env_drop,
-            allow,
-            tools
-        );
-        let (mine, theirs) = (&mut self.backend_timeouts, top.backend_timeouts);
-        for (m, t) in [
-            (&mut mine.connect, theirs.connect),
-            (&mut mine.request, theirs.request),
-            (&mut mine.idle, theirs.idle),
-        ] {
-            if t.is_some() {
-                *m = t;
-            }
-        }
-        for (mine, theirs) in self.expert_tools.iter_mut().zip(top.expert_tools) {
-            if theirs.is_some() {
-                *mine = theirs;
-            }
-        }
-        for (mine, theirs) in self
-            .expert_system_prompt
-            .iter_mut()
-            .zip(top.expert_system_prompt)
-        {
-            if theirs.is_some() {
-                *mine = theirs;
-            }
+        for def in defs::DEFS {
+            (def.slot.take)(self, &top);
         }
     }
 
@@ -602,6 +233,7 @@ impl Settings {
             expert_system_prompt: self.expert_system_prompt,
             tools: self.tools,
             files: Vec::new(),
+            origins: Vec::new(),
             // A flag only (`--no-color`); NO_COLOR in the environment reaches commands as is.
             no_color: false,
             // A flag only (`--no-hooks`).

@@ -190,3 +190,69 @@ fn per_expert_keys_set_one_expert_and_overlay_key_by_key() {
     assert!(base.set("l4_tools", "shell", "z", None).is_err());
     assert!(base.set("l0_colour", "red", "z", None).is_err());
 }
+
+#[test]
+fn every_list_key_reads_a_toml_array_and_one_entry_may_hold_a_comma() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    // `l2_tools` was refused as "expected a string or number, found array" while the docs
+    // showed it as a list; `writable` split one folder holding a comma in two.
+    let text = "l2_tools = [\"read_file\", \"shell\"]\nwritable = [\"/tmp/a,b\"]\n\
+                [sandbox]\nenv_keep = [\"GH_TOKEN\"]\n";
+    let (s, mistakes) = parse_file(&path, &Ok(text.as_bytes().to_vec())).unwrap();
+    assert!(mistakes.is_empty(), "{mistakes:?}");
+    assert_eq!(
+        s.expert_tools[2],
+        Some(vec!["read_file".to_string(), "shell".to_string()])
+    );
+    assert_eq!(s.writable, Some(vec![PathBuf::from("/tmp/a,b")]));
+    assert_eq!(s.env_keep, Some(vec!["GH_TOKEN".to_string()]));
+    for def in defs::DEFS {
+        let value = if matches!(def.kind, Kind::Lines | Kind::Names) {
+            "[\"cargo test\"]"
+        } else {
+            continue;
+        };
+        let text = format!("{} = {value}\n", def.key);
+        let (s, mistakes) = parse_file(&path, &Ok(text.into_bytes())).unwrap();
+        assert!(mistakes.is_empty(), "{}: {mistakes:?}", def.key);
+        assert!((def.slot.is_set)(&s), "{}", def.key);
+    }
+}
+
+#[test]
+fn origins_name_the_layer_that_wins_each_key() {
+    let user = Path::new("/home/u/.config/baton/config.toml");
+    let project = Path::new("/src/app/.baton/config.toml");
+    let mut u = Settings::default();
+    u.set("model", "from-user", "u", None).unwrap();
+    u.set("timeout", "5", "u", None).unwrap();
+    let mut p = Settings::default();
+    p.set("timeout", "9", "p", None).unwrap();
+    p.set("sandbox", "read-only", "p", None).unwrap();
+    let mut e = Settings::default();
+    e.set("max_turns", "8", "e", None).unwrap();
+    let mut f = Settings::default();
+    f.set("model", "from-flag", "f", None).unwrap();
+    f.set("workspace", "/", "f", None).unwrap();
+    let got = origins(&[
+        (&f, Layer::Flags),
+        (&e, Layer::Env),
+        (&p, Layer::File(Some(project))),
+        (&u, Layer::File(Some(user))),
+    ]);
+    let lines: Vec<String> = got
+        .iter()
+        .map(|o| format!("{} = {} ({})", o.key, o.value, o.source))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "model = from-flag (flag --model)",
+            "workspace = / (flag -C/--cd)",
+            "sandbox = read-only (/src/app/.baton/config.toml)",
+            "max_turns = 8 (environment variable BATON_MAX_TURNS)",
+            "timeout = 9 (/src/app/.baton/config.toml)",
+        ]
+    );
+}
