@@ -2146,6 +2146,75 @@ async fn requests_from_web_pages_and_non_json_bodies_are_refused() {
     assert_eq!(sdk.status(), 200);
 }
 
+/// Red team finding 12: a 7.8 MiB body of 225,000 one-character messages took the server from
+/// 16 to 463 MiB (59×, kept afterwards). Every array of a body is bounded while it is parsed
+/// (`--max-messages`, 10,000 by default): past it the request gets a 413 before it becomes
+/// objects, on both APIs, and nothing reaches the engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_of_more_messages_than_the_bound_is_refused_while_parsing() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L0")
+            .default_answer(MockReply::text("Hi."))
+            .default_summary("Greeted."),
+    );
+    let server = Server::start(&env, &engine, &["--max-messages", "3"]);
+    let messages = |n: usize| {
+        Value::Array(
+            (0..n)
+                .map(|_| json!({"role": "user", "content": "a"}))
+                .collect(),
+        )
+    };
+    let too_many = client()
+        .post(format!("{}/chat/completions", server.url))
+        .json(&chat(messages(4)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(too_many.status(), 413);
+    let error: Value = too_many.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "too_many_messages", "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-messages"),
+        "{error}"
+    );
+    // The Responses API's `input`, and an array nested in a message, have the same bound.
+    let input = client()
+        .post(format!("{}/responses", server.url))
+        .json(&json!({"model": "baton", "input": messages(4)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(input.status(), 413);
+    let parts = json!([{"role": "user", "content": [
+        {"type": "text", "text": "a"}, {"type": "text", "text": "b"},
+        {"type": "text", "text": "c"}, {"type": "text", "text": "d"}
+    ]}]);
+    let nested = client()
+        .post(format!("{}/chat/completions", server.url))
+        .json(&chat(parts))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(nested.status(), 413);
+    assert!(
+        engine.chat_requests().is_empty(),
+        "nothing reached the engine"
+    );
+    let within = client()
+        .post(format!("{}/chat/completions", server.url))
+        .json(&chat(messages(3)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(within.status(), 200);
+}
+
 /// Red team finding 16: at the common soft limit of 1024 descriptors, about 1,100 idle
 /// connections (each holds one before its key can be checked) locked every client out.
 /// `baton serve` raises its soft limit to the hard one at start.
@@ -2203,4 +2272,101 @@ fn serve_raises_its_open_file_limit_to_the_hard_limit() {
     if hard > 256 {
         assert_ne!(numbers[0], "256", "{line}");
     }
+}
+
+/// Red team finding 16, in full: with the descriptors all taken by connections that sent half
+/// a request line and nothing more, a client with a key still gets its answer. The server
+/// closes the oldest connections that never showed a key to make room (before, everyone
+/// waited for the idle ones' read timeout: here 600 s).
+#[test]
+fn connections_that_never_showed_a_key_make_room_for_a_client_that_has_one() {
+    use std::io::{Read, Write};
+    use std::os::unix::process::CommandExt;
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(Script::new());
+    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("baton"));
+    cmd.env_clear()
+        .env("HOME", &env.home)
+        .env("BATON_SERVE_API_KEYS", "k-one")
+        .current_dir(&env.workspace)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--endpoint",
+            &engine.url(),
+            "--read-timeout",
+            "600",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; it only lowers the child's own limits.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 128,
+                rlim_max: 128,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn baton serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+    let addr = lines
+        .find_map(|l| {
+            l.split("http://")
+                .nth(1)
+                .and_then(|rest| rest.split('/').next())
+                .map(str::to_string)
+        })
+        .expect("listening line");
+    std::thread::spawn(move || lines.for_each(drop));
+    let idle: Vec<std::net::TcpStream> = (0..200)
+        .filter_map(|_| {
+            let mut s = std::net::TcpStream::connect(&addr).ok()?;
+            s.write_all(b"GET /v1/models HTTP/1.1\r\n").ok()?;
+            Some(s)
+        })
+        .collect();
+    assert_eq!(
+        idle.len(),
+        200,
+        "the kernel queues what the server cannot take"
+    );
+    let mut client = std::net::TcpStream::connect(&addr).expect("connect");
+    client
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    client
+        .write_all(
+            b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k-one\r\n\
+              Connection: close\r\n\r\n",
+        )
+        .unwrap();
+    let mut answer = String::new();
+    let read = client.read_to_string(&mut answer);
+    // Closed by the server: end of stream or a reset; an open one times out.
+    let closed = idle
+        .iter()
+        .filter(|s| {
+            let _ = s.set_read_timeout(Some(Duration::from_millis(20)));
+            let mut reader: &std::net::TcpStream = s;
+            match reader.read(&mut [0u8; 1]) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            }
+        })
+        .count();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        read.is_ok(),
+        "the client with a key got no answer: {read:?}"
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(closed > 0, "no idle connection was closed to make room");
 }

@@ -52,6 +52,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 8 << 20)]
     pub max_body_bytes: usize,
 
+    /// Most messages in one request, and items in any other array of it (Responses `input`,
+    /// content parts, tools); checked while the body is parsed.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub max_messages: usize,
+
     /// Turns running at once.
     #[arg(long, value_name = "N", default_value_t = 256)]
     pub max_in_flight: usize,
@@ -151,6 +156,7 @@ pub async fn run(config: &Config, args: &ServeArgs) -> i32 {
         keys,
         allow_unauthenticated: args.allow_unauthenticated,
         max_body_bytes: args.max_body_bytes,
+        max_messages: args.max_messages.max(1),
         admission: AdmissionLimits {
             max_in_flight: args.max_in_flight.max(1),
             max_queued: args.max_queued,

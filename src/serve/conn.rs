@@ -1,14 +1,17 @@
-//! Connections: the accept loop (HTTP/1 with a deadline on every request head), a body that
-//! must arrive in time and only after the key was checked, and a shutdown that waits for open
-//! requests only as long as the operator allows.
+//! Connections: the accept loop (HTTP/1 with a deadline on every request head, and room made
+//! by closing connections that never showed a key), a body that must arrive in time and only
+//! after the key was checked, and a shutdown that waits for open requests only as long as the
+//! operator allows.
 //!
 //! `axum::serve` reads headers without a deadline and waits for every connection on shutdown,
 //! so one client that sends half a request holds a socket forever and keeps SIGTERM from ever
 //! finishing; hence a loop of our own over hyper.
 
 use crate::protocol::stdio::eprintln;
+use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -59,6 +62,9 @@ pub async fn guard(State(cfg): State<GuardConfig>, request: Request, next: Next)
         .and_then(|v| v.to_str().ok());
     if cfg.keys.check(authorization).is_err() {
         return refuse(&cfg, label, super::unauthorized(), Duration::ZERO);
+    }
+    if let Some(connection) = request.extensions().get::<Connection>() {
+        connection.proven();
     }
     // A web page's request (a browser always names its page's origin, and a DNS-rebinding
     // page is "same-origin" only to the browser): refused before anything is read, so no page
@@ -166,6 +172,71 @@ fn is_connection_error(e: &std::io::Error) -> bool {
     )
 }
 
+/// The connections that have not yet sent a request with a valid key, oldest first. A server
+/// out of descriptors closes the oldest of them to take new connections: otherwise anyone who
+/// can reach the port locks every client out by opening connections and sending nothing.
+#[derive(Default)]
+struct Unproven {
+    next_id: AtomicU64,
+    waiting: Mutex<VecDeque<(u64, Arc<tokio::sync::Notify>)>>,
+}
+
+/// Connections closed per accept that failed for want of descriptors.
+const EVICTED_AT_ONCE: usize = 16;
+
+impl Unproven {
+    /// A new connection, unproven until its first request with a valid key.
+    fn enter(self: &Arc<Self>) -> (Connection, Arc<tokio::sync::Notify>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let evict = Arc::new(tokio::sync::Notify::new());
+        if let Ok(mut waiting) = self.waiting.lock() {
+            waiting.push_back((id, evict.clone()));
+        }
+        let connection = Connection {
+            id,
+            unproven: self.clone(),
+        };
+        (connection, evict)
+    }
+
+    fn leave(&self, id: u64) {
+        if let Ok(mut waiting) = self.waiting.lock() {
+            waiting.retain(|(i, _)| *i != id);
+        }
+    }
+
+    /// Closes up to `n` of the oldest unproven connections; how many it closed.
+    fn evict(&self, n: usize) -> usize {
+        let Ok(mut waiting) = self.waiting.lock() else {
+            return 0;
+        };
+        let n = n.min(waiting.len());
+        for (_, evict) in waiting.drain(..n) {
+            // A stored permit: the connection's task sees it even if it is not waiting yet.
+            evict.notify_one();
+        }
+        n
+    }
+}
+
+/// One connection, as a request's extension: the guard marks it proven once a request shows
+/// a valid key.
+#[derive(Clone)]
+struct Connection {
+    id: u64,
+    unproven: Arc<Unproven>,
+}
+
+impl Connection {
+    fn proven(&self) {
+        self.unproven.leave(self.id);
+    }
+
+    fn closed(&self) {
+        self.unproven.leave(self.id);
+    }
+}
+
 /// Serves `app` until `shutdown` resolves; then stops accepting, lets open requests finish
 /// for at most `drain`, and returns how many connections it had to close.
 pub async fn serve(
@@ -177,6 +248,7 @@ pub async fn serve(
 ) -> usize {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
     let open = TaskTracker::new();
+    let unproven = Arc::new(Unproven::default());
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -187,15 +259,24 @@ pub async fn serve(
             Ok((stream, _)) => stream,
             Err(e) if is_connection_error(&e) => continue,
             Err(e) => {
-                // Out of descriptors, most likely: wait for connections to close rather than
-                // spin or give up serving.
-                eprintln!("baton serve: accepting a connection failed: {e}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                // Out of descriptors, most likely: make room by closing connections that never
+                // showed a key; else wait for connections to close rather than spin.
+                let closed = unproven.evict(EVICTED_AT_ONCE);
+                if closed == 0 {
+                    eprintln!("baton serve: accepting a connection failed: {e}");
+                }
+                tokio::time::sleep(Duration::from_millis(if closed > 0 { 5 } else { 200 })).await;
                 continue;
             }
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        let (connection, evict) = unproven.enter();
+        let app = TowerToHyperService::new(app.clone());
+        let mark = connection.clone();
+        let service = hyper::service::service_fn(move |mut request: Request<_>| {
+            request.extensions_mut().insert(mark.clone());
+            hyper::service::Service::call(&app, request)
+        });
         let mut stop = stop_rx.clone();
         open.spawn(async move {
             let mut builder = hyper::server::conn::http1::Builder::new();
@@ -210,7 +291,10 @@ pub async fn serve(
                     conn.as_mut().graceful_shutdown();
                     let _ = conn.await;
                 }
+                // Dropping the connection closes its socket.
+                () = evict.notified() => {}
             }
+            connection.closed();
         });
     }
     drop(listener);

@@ -12,6 +12,7 @@ pub mod auth;
 mod chat;
 mod conn;
 mod errors;
+mod json_body;
 pub mod metrics;
 mod responses;
 
@@ -47,6 +48,8 @@ pub struct ServeOptions {
     pub keys: Keys,
     pub allow_unauthenticated: bool,
     pub max_body_bytes: usize,
+    /// Most items in any array of a request body (`messages`, `input`, parts, tools).
+    pub max_messages: usize,
     pub admission: AdmissionLimits,
     /// A turn that reports nothing for this long is ended with an error (a stalled upstream).
     pub idle_timeout: Duration,
@@ -63,6 +66,7 @@ struct AppState {
     keys: Keys,
     metrics: Arc<Metrics>,
     admission: Admission,
+    max_messages: usize,
     idle_timeout: Duration,
     keepalive: Duration,
 }
@@ -168,6 +172,7 @@ pub fn router(service: Arc<dyn MolService>, metrics: Arc<Metrics>, opts: &ServeO
         keys: opts.keys.clone(),
         admission: Admission::new(opts.admission.clone(), metrics.clone()),
         metrics,
+        max_messages: opts.max_messages,
         idle_timeout: opts.idle_timeout,
         keepalive: opts.keepalive,
     });
@@ -287,8 +292,40 @@ fn conversation_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> 
     }
 }
 
-/// The JSON object of a request body.
-fn json_object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
+/// A request read from its body by `read`, through the JSON object of the body (its arrays
+/// bounded by `--max-messages`). The body and the object are gone when this returns, and after
+/// a large body the allocator gives the freed memory back: a turn may run for minutes, and
+/// the raw text and the object tree are several times the request's own size.
+fn read_request<T>(
+    state: &AppState,
+    body: Result<Bytes, BytesRejection>,
+    read: impl FnOnce(&Map<String, Value>) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    let large = body.as_ref().is_ok_and(|b| b.len() >= LARGE_BODY);
+    let request = json_object(body, state.max_messages).and_then(|object| read(&object));
+    if large {
+        give_back_freed_memory();
+    }
+    request
+}
+
+/// A body this large (bytes) is followed by handing freed memory back to the system.
+const LARGE_BODY: usize = 1 << 20;
+
+/// Returns the heap's free pages to the system (glibc keeps them otherwise).
+fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// The JSON object of a request body, its arrays bounded by `max_messages`.
+fn json_object(
+    body: Result<Bytes, BytesRejection>,
+    max_messages: usize,
+) -> Result<Map<String, Value>, ApiError> {
     let bytes = body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             too_large()
@@ -296,17 +333,22 @@ fn json_object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>
             ApiError::bad_request("invalid_body", e.body_text())
         }
     })?;
-    match serde_json::from_slice::<Value>(&bytes) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(ApiError::bad_request(
-            "invalid_json_body",
-            "the body must be a JSON object",
-        )),
-        Err(e) => Err(ApiError::bad_request(
-            "invalid_json",
-            format!("the body is not JSON: {e}"),
-        )),
-    }
+    json_body::parse_object(&bytes, max_messages).map_err(|e| match e {
+        json_body::BodyError::TooManyItems(n) => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_many_messages",
+            format!(
+                "the request has more than {n} messages (or items in another array); this \
+                 server takes at most {n} (baton serve --max-messages)"
+            ),
+        ),
+        json_body::BodyError::NotAnObject => {
+            ApiError::bad_request("invalid_json_body", "the body must be a JSON object")
+        }
+        json_body::BodyError::NotJson(e) => {
+            ApiError::bad_request("invalid_json", format!("the body is not JSON: {e}"))
+        }
+    })
 }
 
 fn new_completion_id() -> String {
@@ -367,10 +409,12 @@ async fn chat_turn(
     started: Instant,
 ) -> Result<Response, ApiError> {
     let client = authorize(state, headers)?;
-    let body = json_object(body)?;
     let conversation = conversation_header(headers)?;
-    let request = chat::parse(&body, state.service.served_model())?;
+    // Admitted first: the objects a body becomes are bounded by the turns let in at once.
     let admitted = state.admission.enter().await?;
+    let request = read_request(state, body, |b| {
+        chat::parse(b, state.service.served_model())
+    })?;
     let input = TurnInput {
         conversation,
         client,

@@ -533,9 +533,10 @@ pub(super) async fn handle(
     started: Instant,
 ) -> Result<Response, ApiError> {
     let client = super::authorize(state, headers)?;
-    let body = super::json_object(body)?;
     let conversation = super::conversation_header(headers)?;
-    let request = parse(&body, state.service.served_model())?;
+    // Admitted first: the objects a body becomes are bounded by the turns let in at once.
+    let admitted = state.admission.enter().await?;
+    let mut request = super::read_request(state, body, |b| parse(b, state.service.served_model()))?;
     if !ends_in_user_or_tool(&request.messages) {
         return Err(ApiError::bad_request(
             "invalid_input",
@@ -543,12 +544,12 @@ pub(super) async fn handle(
         )
         .param("input"));
     }
-    let admitted = state.admission.enter().await?;
     let id = new_response_id();
     let input = TurnInput {
         conversation,
         client,
-        messages: request.messages.clone(),
+        // Taken, not copied: only the turn reads the messages.
+        messages: std::mem::take(&mut request.messages),
         tools: request.tools.clone(),
         options: request.options.clone(),
         fork_from: request.previous.clone(),
