@@ -365,8 +365,12 @@ fn server_programs(folder: &Path, files: &ProjectFiles) -> Vec<PathBuf> {
             continue;
         };
         let base = cwd.map_or_else(|| folder.clone(), |c| folder.join(c));
-        let words = std::iter::once((command, true)).chain(args.into_iter().map(|a| (a, false)));
-        for (word, is_program) in words.take(MAX_PROGRAM_WORDS) {
+        let loaded = loaded_from_the_folder(&command, &args);
+        let words = std::iter::once((command, true))
+            .chain(args.into_iter().map(|a| (a, false)))
+            .take(MAX_PROGRAM_WORDS)
+            .chain(loaded.into_iter().map(|path| (path, true)));
+        for (word, is_program) in words {
             let Ok(real) = base.join(&word).canonicalize() else {
                 continue;
             };
@@ -390,6 +394,40 @@ fn server_programs(folder: &Path, files: &ProjectFiles) -> Vec<PathBuf> {
         }
     }
     out.into_iter().collect()
+}
+
+/// The files an interpreter loads by name rather than by path, relative to the folder it starts
+/// in: `python3 -m pkg.mod` imports `pkg/mod.py` (or the package's `__init__.py` and
+/// `__main__.py`), `npx -y pkg` runs `node_modules/.bin/pkg` when the folder has one.
+fn loaded_from_the_folder(command: &str, args: &[String]) -> Vec<String> {
+    let program = Path::new(command)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    if program.starts_with("python")
+        && let Some(module) = args
+            .iter()
+            .position(|a| a == "-m")
+            .and_then(|i| args.get(i + 1))
+    {
+        let path = module.replace('.', "/");
+        out.push(format!("{path}.py"));
+        out.push(format!("{path}/__init__.py"));
+        out.push(format!("{path}/__main__.py"));
+    }
+    if matches!(program.as_str(), "npx" | "bunx" | "pnpx")
+        && let Some(package) = args.iter().find(|a| !a.starts_with('-'))
+    {
+        // `@scope/name@1.2` runs the bin `name`.
+        let unversioned = match package.rfind('@') {
+            Some(at) if at > 0 => &package[..at],
+            _ => package.as_str(),
+        };
+        let bin = unversioned.rsplit('/').next().unwrap_or(unversioned);
+        out.push(format!("node_modules/.bin/{bin}"));
+    }
+    out
 }
 
 /// At most this many words of each server are looked at (a hostile list could name
@@ -563,6 +601,42 @@ mod tests {
         std::fs::write(folder.join("data.db"), "more rows").expect("write");
         assert_eq!(list.status(folder), TrustStatus::Trusted);
         std::fs::write(folder.join("srv/main.js"), "evil()\n").expect("write");
+        assert_eq!(list.status(folder), TrustStatus::Changed);
+    }
+
+    /// `python3 -m mod` imports `./mod.py` and `npx -y pkg` runs `./node_modules/.bin/pkg`:
+    /// code the trusted servers run although no argument names the file.
+    #[test]
+    fn trust_covers_modules_and_packages_an_interpreter_loads_by_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let folder = dir.path();
+        std::fs::write(
+            folder.join(".mcp.json"),
+            r#"{"mcpServers": {
+                "py": {"command": "python3", "args": ["-m", "tools.mcp"]},
+                "js": {"command": "npx", "args": ["-y", "@acme/mcp-server@1.2"]}
+            }}"#,
+        )
+        .expect("write");
+        std::fs::create_dir_all(folder.join("tools/mcp")).expect("mkdir");
+        std::fs::write(folder.join("tools/mcp/__main__.py"), "serve()\n").expect("write");
+        std::fs::create_dir_all(folder.join("node_modules/.bin")).expect("mkdir");
+        std::fs::write(folder.join("node_modules/.bin/mcp-server"), "#!/bin/sh\n").expect("write");
+        let mut list = TrustList::default();
+        list.trust(folder);
+        assert_eq!(list.status(folder), TrustStatus::Trusted);
+        std::fs::write(folder.join("tools/mcp/__main__.py"), "evil()\n").expect("write");
+        assert_eq!(list.status(folder), TrustStatus::Changed);
+        list.trust(folder);
+        std::fs::write(
+            folder.join("node_modules/.bin/mcp-server"),
+            "#!/bin/sh\nevil\n",
+        )
+        .expect("write");
+        assert_eq!(list.status(folder), TrustStatus::Changed);
+        // A module file that appears after trust is a change too (it was absent when hashed).
+        list.trust(folder);
+        std::fs::write(folder.join("tools/mcp.py"), "evil()\n").expect("write");
         assert_eq!(list.status(folder), TrustStatus::Changed);
     }
 
