@@ -259,6 +259,60 @@ fn a_pinned_expert_skips_routing() {
     assert_eq!(engine.requests_for_hop("answer")[0].model(), "L3");
 }
 
+/// In a small window the tool schemas are sent lean (first sentence, no parameter
+/// descriptions): an 8k window spent half its tokens on the coding expert's full schemas, and
+/// every file read then compacted. A window with room gets them in full.
+#[test]
+fn a_small_window_gets_lean_tool_schemas() {
+    let env = Env::new();
+    let tools_of = |window: &str| {
+        let engine = MockEngine::scripted_blocking(Script::new().answer("L2", "ok"));
+        let out = env
+            .exec(
+                &engine,
+                "x",
+                &["--expert", "L2", "--context-window", window],
+            )
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        engine.requests_for_hop("answer")[0].body["tools"].clone()
+    };
+    let full = tools_of("131072");
+    let lean = tools_of("8192");
+    let names = |tools: &serde_json::Value| -> Vec<String> {
+        tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(&full), names(&lean), "the same tools");
+    assert!(
+        lean.to_string().len() * 2 < full.to_string().len(),
+        "lean {} bytes, full {} bytes",
+        lean.to_string().len(),
+        full.to_string().len()
+    );
+    let read_file = |tools: &serde_json::Value| {
+        tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["function"]["name"] == "read_file")
+            .unwrap()["function"]
+            .clone()
+    };
+    let (full_read, lean_read) = (read_file(&full), read_file(&lean));
+    assert!(full_read["parameters"]["properties"]["path"]["description"].is_string());
+    assert!(lean_read["parameters"]["properties"]["path"]["description"].is_null());
+    assert_eq!(
+        lean_read["parameters"]["required"],
+        full_read["parameters"]["required"]
+    );
+}
+
 #[test]
 fn proxy_mode_echoes_the_conversation_id() {
     let env = Env::new();

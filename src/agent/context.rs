@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Shared, lock};
 use crate::backend::{ChatRequest, complete};
 use crate::mol::{ContextBudget, SummaryState, TokenEstimator, prompt_chars};
-use crate::protocol::{Event, Expert, Hop};
+use crate::protocol::{Event, Expert, Hop, ToolSpec};
 use crate::session::Record;
 
 /// Tool results kept at full length when old ones shrink.
@@ -52,8 +52,8 @@ pub(crate) fn view_tokens(
     expert: Expert,
     view: Vec<crate::protocol::ChatMessage>,
 ) -> u64 {
-    let req =
-        crate::mol::view_request(&shared.cfg.profile, expert, view, shared.tool_specs(expert));
+    let tools = fitting_tools(shared, shared.tool_specs(expert));
+    let req = crate::mol::view_request(&shared.cfg.profile, expert, view, tools);
     prompt_tokens(shared, &req)
 }
 
@@ -109,6 +109,32 @@ pub(crate) async fn reported_window(shared: &Shared, model: &str) -> Option<u64>
     };
     lock(&shared.context).window = Some(found);
     found
+}
+
+/// The window as far as it is known without asking: the configured one, else the one
+/// `/models` reported when it was asked.
+fn known_window(shared: &Shared) -> Option<u64> {
+    shared
+        .cfg
+        .context_window
+        .or_else(|| lock(&shared.context).window.flatten())
+}
+
+/// The share of the window tool schemas may take before they are sent lean.
+const TOOLS_SHARE: f64 = 0.25;
+
+/// The tools as offered, or lean (`ToolSpec::lean`) when their schemas would take more than a
+/// quarter of a known window: in an 8k window a coding expert's full schemas are half of it,
+/// and every file read then pushed the view into compaction.
+pub(crate) fn fitting_tools(shared: &Shared, tools: Vec<ToolSpec>) -> Vec<ToolSpec> {
+    let Some(window) = known_window(shared) else {
+        return tools;
+    };
+    let tokens = estimator(shared).estimate(&[], &tools);
+    if tokens as f64 <= window as f64 * TOOLS_SHARE {
+        return tools;
+    }
+    tools.iter().map(ToolSpec::lean).collect()
 }
 
 /// The window to budget against: the reported one, else a conservative default.
@@ -216,8 +242,11 @@ pub(crate) async fn fit(
     cancel: &CancellationToken,
     build: impl Fn() -> ChatRequest,
 ) -> ChatRequest {
+    let known = known_window(shared).is_some();
     let req = build();
     let budget = budget(shared, window(shared, &req.model).await);
+    // Built again once the window is known: the tools it offers depend on it.
+    let req = if known { req } else { build() };
     let tokens = prompt_tokens(shared, &req);
     // The request again after the timeline's view changed, else the same one (counting an
     // exact prompt means tokenizing it: done only when something changed).
@@ -301,13 +330,19 @@ pub(crate) async fn compact(
 ) -> bool {
     let window_now = window(shared, shared.cfg.profile.adapter(expert)).await;
     let keep_steps = steps_to_keep(shared, task_id, window_now);
-    let can = shared
-        .state()
-        .timeline
-        .task(task_id)
-        .is_some_and(|t| crate::mol::keep_from_for(t, keep_steps).is_some());
-    if !can {
+    // The steps kept verbatim are not summarized: the request is the view before them (the
+    // previous answer hop's prompt, near enough, plus one message), smaller and mostly
+    // cached.
+    let kept_messages =
+        shared.state().timeline.task(task_id).and_then(|t| {
+            crate::mol::keep_from_for(t, keep_steps).map(|from| t.messages.len() - from)
+        });
+    let Some(kept_messages) = kept_messages else {
         return false;
+    };
+    let mut view = view;
+    if kept_messages < view.len() {
+        view.truncate(view.len() - kept_messages);
     }
     let trigger = if manual { "manual" } else { "auto" };
     super::hooks::fire(
@@ -329,9 +364,11 @@ pub(crate) async fn compact(
     let started = std::time::Instant::now();
     let profile = &shared.cfg.profile;
     let window = window(shared, profile.adapter(expert)).await;
-    let request = crate::mol::fitted_compaction_request(profile, expert, view, window, |r| {
-        prompt_tokens(shared, r)
-    });
+    let tools = fitting_tools(shared, shared.tool_specs(expert));
+    let request =
+        crate::mol::fitted_compaction_request(profile, expert, view, tools, window, |r| {
+            prompt_tokens(shared, r)
+        });
     let result = tokio::select! {
         r = complete(shared.backend.as_ref(), request) => r,
         _ = cancel.cancelled() => return false,

@@ -71,7 +71,7 @@ async fn summarize(shared: &Shared, turn_id: u64, task_id: u64, settle: bool) {
     // the prompt cached (same adapter, same head, same tools, same messages).
     let request = {
         let head = shared.head(task.owner);
-        let tools = shared.tool_specs(task.owner);
+        let tools = super::context::fitting_tools(shared, shared.tool_specs(task.owner));
         let state = shared.state();
         crate::mol::summary_request_for(
             shared.backend.as_ref(),

@@ -620,7 +620,7 @@ fn answer_request_over(
 ) -> ChatRequest {
     let cfg = &shared.cfg;
     let head = shared.head(expert);
-    let tools = shared.tool_specs(expert);
+    let tools = super::context::fitting_tools(shared, shared.tool_specs(expert));
     // Taken first: the session state is never held while taking another lock.
     let model = lock(&shared.model).clone();
     let options = AnswerOptions {

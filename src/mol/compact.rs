@@ -7,7 +7,7 @@
 use crate::backend::ChatRequest;
 use crate::mol::profile::Profile;
 use crate::mol::timeline::{Compaction, Task, Timeline};
-use crate::protocol::{ChatMessage, Role};
+use crate::protocol::{ChatMessage, Role, ToolSpec};
 use crate::protocol::{Expert, Hop};
 
 /// Tokens the handoff summary may take.
@@ -236,10 +236,21 @@ pub fn keep_from_for(task: &Task, steps: usize) -> Option<usize> {
 
 /// The compaction request: the owner's current view (tool outputs shrunk) and the handoff
 /// prompt. Greedy, not streamed, no tools, thinking off.
-pub fn compaction_request(profile: &Profile, owner: Expert, view: Vec<ChatMessage>) -> ChatRequest {
+pub fn compaction_request(
+    profile: &Profile,
+    owner: Expert,
+    view: Vec<ChatMessage>,
+    tools: Vec<ToolSpec>,
+) -> ChatRequest {
     let mut messages = view;
     messages.push(ChatMessage::user(HANDOFF_PROMPT));
     let mut req = ChatRequest::new(profile.adapter(owner), messages, Hop::Compaction);
+    // The answer hop's tools, not to be called: the request is then the answer hop's prefix
+    // plus one message, which an engine's prefix cache does not prefill again.
+    if !tools.is_empty() {
+        req.tool_choice = Some("none".into());
+    }
+    req.tools = tools;
     req.sampling.temperature = Some(0.0);
     req.stream = false;
     req.max_tokens = Some(HANDOFF_MAX_TOKENS);
@@ -247,20 +258,27 @@ pub fn compaction_request(profile: &Profile, owner: Expert, view: Vec<ChatMessag
     req
 }
 
-/// The compaction request of `owner`'s `view`, sized so the summary fits next to its prompt in
-/// `window` (`prompt_tokens` counts a request the way the window is measured): a small window
-/// gets a shorter handoff, and a view whose newest output is too large is sent with its long
-/// outputs cut.
+/// The compaction request of `owner`'s `view` (with `tools`, its answer hops' tools), sized so
+/// the summary fits next to its prompt in `window` (`prompt_tokens` counts a request the way
+/// the window is measured): a small window gets a shorter handoff, and a view whose newest
+/// output is too large is sent with its long outputs cut, and then without the tools.
 pub fn fitted_compaction_request(
     profile: &Profile,
     owner: Expert,
     view: Vec<ChatMessage>,
+    tools: Vec<ToolSpec>,
     window: u64,
     prompt_tokens: impl Fn(&ChatRequest) -> u64,
 ) -> ChatRequest {
-    let mut request = compaction_request(profile, owner, view);
-    if prompt_tokens(&request) + HANDOFF_MIN_TOKENS + HANDOFF_MARGIN > window {
+    let mut request = compaction_request(profile, owner, view, tools);
+    let too_large =
+        |r: &ChatRequest| prompt_tokens(r) + HANDOFF_MIN_TOKENS + HANDOFF_MARGIN > window;
+    if too_large(&request) {
         request.messages = shrink_all_outputs(request.messages);
+    }
+    if too_large(&request) {
+        request.tools.clear();
+        request.tool_choice = None;
     }
     let room = window
         .saturating_sub(prompt_tokens(&request) + HANDOFF_MARGIN)
@@ -386,8 +404,14 @@ mod tests {
             call("a", "shell", "{}"),
             ChatMessage::tool_result("a", "x".repeat(8000)),
         ];
-        let roomy =
-            fitted_compaction_request(&profile, Expert::L2, view.clone(), 100_000, quarter_bytes);
+        let roomy = fitted_compaction_request(
+            &profile,
+            Expert::L2,
+            view.clone(),
+            vec![],
+            100_000,
+            quarter_bytes,
+        );
         assert_eq!(roomy.model, profile.adapter(Expert::L2));
         assert_eq!(roomy.max_tokens, Some(HANDOFF_MAX_TOKENS));
         assert_eq!(roomy.messages[2].content.len(), 8000);
@@ -398,7 +422,8 @@ mod tests {
 
         // 2000 tokens of output in a 700-token window: the outputs are cut, and the handoff
         // gets what is left after the margin.
-        let tight = fitted_compaction_request(&profile, Expert::L2, view, 700, quarter_bytes);
+        let tight =
+            fitted_compaction_request(&profile, Expert::L2, view, vec![], 700, quarter_bytes);
         assert!(tight.messages[2].content.len() < 8000);
         assert!(
             tight.messages[2]
@@ -409,7 +434,8 @@ mod tests {
         assert!(room < HANDOFF_MAX_TOKENS as u64);
         assert_eq!(tight.max_tokens, Some(room as u32));
 
-        let tiny = fitted_compaction_request(&profile, Expert::L2, vec![], 10, quarter_bytes);
+        let tiny =
+            fitted_compaction_request(&profile, Expert::L2, vec![], vec![], 10, quarter_bytes);
         assert_eq!(tiny.max_tokens, Some(HANDOFF_MIN_TOKENS as u32));
     }
 
@@ -557,11 +583,20 @@ mod tests {
     #[test]
     fn compaction_request_shape() {
         let p = Profile::builtin(&Default::default());
-        let req = compaction_request(&p, Expert::L1, vec![ChatMessage::user("u")]);
+        let req = compaction_request(&p, Expert::L1, vec![ChatMessage::user("u")], vec![]);
         assert_eq!(req.model, "L1");
         assert_eq!(req.hop, Hop::Compaction);
         assert_eq!(req.messages.last().unwrap().content, HANDOFF_PROMPT);
-        assert!(!req.stream && req.tools.is_empty());
+        assert!(!req.stream && req.tools.is_empty() && req.tool_choice.is_none());
         assert_eq!(req.max_tokens, Some(HANDOFF_MAX_TOKENS));
+        // With the answer hop's tools: the same tools, never called.
+        let tools = vec![ToolSpec {
+            name: "read_file".into(),
+            description: "Reads a file.".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }];
+        let req = compaction_request(&p, Expert::L1, vec![ChatMessage::user("u")], tools.clone());
+        assert_eq!(req.tools, tools);
+        assert_eq!(req.tool_choice.as_deref(), Some("none"));
     }
 }

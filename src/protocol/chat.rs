@@ -84,6 +84,46 @@ pub struct ToolSpec {
     pub parameters: serde_json::Value,
 }
 
+impl ToolSpec {
+    /// The same tool in fewer tokens, for a small context window: the description's first
+    /// sentence, and the parameters without their descriptions (names, types, enums and what
+    /// is required stay).
+    pub fn lean(&self) -> ToolSpec {
+        let first_line = self.description.lines().next().unwrap_or("");
+        let sentence = match first_line.find(". ") {
+            Some(end) => &first_line[..=end],
+            None => first_line,
+        };
+        let mut parameters = self.parameters.clone();
+        strip_descriptions(&mut parameters);
+        ToolSpec {
+            name: self.name.clone(),
+            description: sentence.trim().to_string(),
+            parameters,
+        }
+    }
+}
+
+/// Removes `description` from a JSON schema and the schemas inside it (properties, items,
+/// alternatives); a property that is itself named `description` stays.
+fn strip_descriptions(schema: &mut serde_json::Value) {
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    object.remove("description");
+    if let Some(properties) = object.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        properties.values_mut().for_each(strip_descriptions);
+    }
+    if let Some(items) = object.get_mut("items") {
+        strip_descriptions(items);
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(list) = object.get_mut(key).and_then(|l| l.as_array_mut()) {
+            list.iter_mut().for_each(strip_descriptions);
+        }
+    }
+}
+
 /// Reasoning effort as the harness maps it (`--reasoning`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -108,5 +148,52 @@ impl Choice for ReasoningEffort {
             ReasoningEffort::Medium => "medium",
             ReasoningEffort::High => "high",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_lean_tool_keeps_names_types_and_what_is_required() {
+        let spec = ToolSpec {
+            name: "grep".into(),
+            description: "Searches files for a pattern. Long explanation follows.\nMore.".into(),
+            parameters: json!({
+                "type": "object",
+                "description": "the arguments",
+                "properties": {
+                    "pattern": {"type": "string", "description": "a regular expression"},
+                    "description": {"type": "string", "description": "a field named so"},
+                    "paths": {"type": "array", "items": {"type": "string", "description": "a path"}},
+                    "mode": {"anyOf": [{"type": "string", "enum": ["a", "b"], "description": "x"}]}
+                },
+                "required": ["pattern"]
+            }),
+        };
+        let lean = spec.lean();
+        assert_eq!(lean.name, "grep");
+        assert_eq!(lean.description, "Searches files for a pattern.");
+        assert_eq!(
+            lean.parameters,
+            json!({
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string"},
+                    "description": {"type": "string"},
+                    "paths": {"type": "array", "items": {"type": "string"}},
+                    "mode": {"anyOf": [{"type": "string", "enum": ["a", "b"]}]}
+                },
+                "required": ["pattern"]
+            })
+        );
+        // A one-sentence description stays whole.
+        let short = ToolSpec {
+            description: "Lists a folder".into(),
+            ..spec
+        };
+        assert_eq!(short.lean().description, "Lists a folder");
     }
 }
