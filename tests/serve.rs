@@ -2215,14 +2215,18 @@ async fn a_body_of_more_messages_than_the_bound_is_refused_while_parsing() {
     assert_eq!(within.status(), 200);
 }
 
-/// Red team finding 16: at the common soft limit of 1024 descriptors, about 1,100 idle
-/// connections (each holds one before its key can be checked) locked every client out.
-/// `baton serve` raises its soft limit to the hard one at start.
-#[test]
-fn serve_raises_its_open_file_limit_to_the_hard_limit() {
+/// `baton serve` on a loopback port with its open-file limit set before it starts: the soft
+/// limit lowered to at most `soft`, and the hard one to `hard` when given. Returns the server
+/// and its address, once it listens (what it prints later is drained).
+fn serve_with_file_limit(
+    env: &Env,
+    engine: &MockEngine,
+    keys: Option<&str>,
+    args: &[&str],
+    soft: u64,
+    hard: Option<u64>,
+) -> (Child, String) {
     use std::os::unix::process::CommandExt;
-    let env = Env::new();
-    let engine = MockEngine::scripted_blocking(Script::new());
     let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("baton"));
     cmd.env_clear()
         .env("HOME", &env.home)
@@ -2234,29 +2238,51 @@ fn serve_raises_its_open_file_limit_to_the_hard_limit() {
             "--endpoint",
             &engine.url(),
         ])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe; it only lowers the child's soft limit.
+    if let Some(keys) = keys {
+        cmd.env("BATON_SERVE_API_KEYS", keys);
+    }
+    // SAFETY: getrlimit and setrlimit are async-signal-safe; they only lower the child's own
+    // limits.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             let mut lim = libc::rlimit {
                 rlim_cur: 0,
                 rlim_max: 0,
             };
             libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-            lim.rlim_cur = lim.rlim_cur.min(256);
+            lim.rlim_max = hard.unwrap_or(lim.rlim_max);
+            lim.rlim_cur = lim.rlim_cur.min(soft).min(lim.rlim_max);
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
             Ok(())
         });
     }
     let mut child = cmd.spawn().expect("spawn baton serve");
     let stderr = child.stderr.take().expect("stderr");
-    for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-        if line.contains("listening on") {
-            break;
-        }
-    }
+    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
+    let addr = lines
+        .find_map(|l| {
+            l.split("listening on http://")
+                .nth(1)
+                .and_then(|rest| rest.split('/').next())
+                .map(str::to_string)
+        })
+        .expect("listening line");
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, addr)
+}
+
+/// Red team finding 16: at the common soft limit of 1024 descriptors, about 1,100 idle
+/// connections (each holds one before its key can be checked) locked every client out.
+/// `baton serve` raises its soft limit to the hard one at start.
+#[test]
+fn serve_raises_its_open_file_limit_to_the_hard_limit() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(Script::new());
+    let (mut child, _) = serve_with_file_limit(&env, &engine, None, &[], 256, None);
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
     let _ = child.kill();
     let _ = child.wait();
@@ -2281,49 +2307,16 @@ fn serve_raises_its_open_file_limit_to_the_hard_limit() {
 #[test]
 fn connections_that_never_showed_a_key_make_room_for_a_client_that_has_one() {
     use std::io::{Read, Write};
-    use std::os::unix::process::CommandExt;
     let env = Env::new();
     let engine = MockEngine::scripted_blocking(Script::new());
-    let mut cmd = Command::new(assert_cmd::cargo::cargo_bin("baton"));
-    cmd.env_clear()
-        .env("HOME", &env.home)
-        .env("BATON_SERVE_API_KEYS", "k-one")
-        .current_dir(&env.workspace)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--endpoint",
-            &engine.url(),
-            "--read-timeout",
-            "600",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe; it only lowers the child's own limits.
-    unsafe {
-        cmd.pre_exec(|| {
-            let lim = libc::rlimit {
-                rlim_cur: 128,
-                rlim_max: 128,
-            };
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().expect("spawn baton serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines().map_while(Result::ok);
-    let addr = lines
-        .find_map(|l| {
-            l.split("http://")
-                .nth(1)
-                .and_then(|rest| rest.split('/').next())
-                .map(str::to_string)
-        })
-        .expect("listening line");
-    std::thread::spawn(move || lines.for_each(drop));
+    let (mut child, addr) = serve_with_file_limit(
+        &env,
+        &engine,
+        Some("k-one"),
+        &["--read-timeout", "600"],
+        128,
+        Some(128),
+    );
     let idle: Vec<std::net::TcpStream> = (0..200)
         .filter_map(|_| {
             let mut s = std::net::TcpStream::connect(&addr).ok()?;
