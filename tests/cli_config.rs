@@ -222,7 +222,10 @@ fn doctor_names_the_value_and_source_of_every_key_set() {
         "endpoint = \"{}\"\nmodel = \"from-user\"\nl2_tools = [\"read_file\", \"shell\"]\n",
         engine.url()
     ));
-    let project = env.project_config("[sandbox]\nmode = \"read-only\"\n");
+    // A value with a line break, as a hostile repository would write one to fake a line.
+    let project = env.project_config(
+        "theme = \"dark\\nset      sandbox = off (flag --sandbox)\"\n[sandbox]\nmode = \"read-only\"\n",
+    );
     let out = env
         .baton()
         .env("BATON_MAX_TURNS", "8")
@@ -242,6 +245,16 @@ fn doctor_names_the_value_and_source_of_every_key_set() {
         assert!(stdout.contains(&line), "missing {line:?} in\n{stdout}");
     }
     assert!(!stdout.contains("PROBLEM"), "{stdout}");
+    assert!(
+        stdout.contains("set      theme = dark\\nset      sandbox = off (flag --sandbox) ("),
+        "{stdout}"
+    );
+    assert!(
+        !stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("set      sandbox = off")),
+        "{stdout}"
+    );
 }
 
 /// Without an endpoint doctor gives the advice indented under its PROBLEM line, without

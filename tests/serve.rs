@@ -2363,3 +2363,72 @@ fn connections_that_never_showed_a_key_make_room_for_a_client_that_has_one() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(closed > 0, "no idle connection was closed to make room");
 }
+
+/// Red team (today's round): while a flood kept the server out of descriptors, a client with a
+/// key that paused before sending its request was closed with the flood's connections (oldest
+/// first reached it). The connections closed are taken from the address holding the most, so
+/// a flood from one address closes its own.
+#[test]
+fn a_flood_from_one_address_does_not_close_a_slow_client_from_another() {
+    use std::io::{Read, Write};
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(Script::new());
+    let (mut child, addr) = serve_with_file_limit(
+        &env,
+        &engine,
+        Some("k-one"),
+        &["--read-timeout", "600"],
+        128,
+        Some(128),
+    );
+    let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
+    // The flood comes from 127.0.0.2 and keeps coming while the client pauses.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let mut held = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+                let target = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+                if let Ok(Ok(mut s)) = rt.block_on(async {
+                    tokio::time::timeout(Duration::from_millis(200), socket.connect(target)).await
+                }) {
+                    let _ = rt.block_on(async {
+                        use tokio::io::AsyncWriteExt;
+                        s.write_all(b"GET /v1/models HTTP/1.1\r\n").await
+                    });
+                    held.push(s);
+                }
+                if held.len() > 2000 {
+                    held.drain(..1000);
+                }
+            }
+            held.len()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let mut client = std::net::TcpStream::connect(&addr).expect("connect");
+    client
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    // Longer than the flood needs to cycle every unproven connection of the server.
+    std::thread::sleep(Duration::from_millis(1500));
+    let sent = client.write_all(
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k-one\r\n\
+          Connection: close\r\n\r\n",
+    );
+    let mut answer = String::new();
+    let read = client.read_to_string(&mut answer);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = flood.join();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(sent.is_ok() && read.is_ok(), "closed: {sent:?} {read:?}");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+}

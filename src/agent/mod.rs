@@ -67,10 +67,11 @@ impl Default for ExpertSetup {
         ExpertSetup {
             prompts: DEFAULT_EXPERT_PROMPTS.map(|p| Some(p.to_string())),
             tools: [
-                Some(vec![
-                    crate::mol::HANDOFF_TOOL.to_string(),
-                    MCP_TOOLS.to_string(),
-                ]),
+                Some(
+                    crate::protocol::L0_DEFAULT_TOOLS
+                        .map(str::to_string)
+                        .to_vec(),
+                ),
                 None,
                 None,
                 None,

@@ -1145,3 +1145,11 @@ async fn l0_hands_a_request_that_needs_tools_to_another_expert_in_the_same_turn(
     assert!(l1.messages.iter().all(|m| m.tool_calls.is_empty()));
     assert!(tool_names(l1).contains(&"read_file".to_string()));
 }
+
+#[test]
+fn l0s_default_tools_name_the_handoff_and_every_mcp_tool() {
+    assert_eq!(
+        crate::protocol::L0_DEFAULT_TOOLS,
+        [crate::mol::HANDOFF_TOOL, MCP_TOOLS]
+    );
+}

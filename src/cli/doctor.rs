@@ -233,8 +233,16 @@ pub async fn run(config: &Config, config_problems: &[ConfigLoadError]) -> i32 {
         }
     }
     // Every key something sets, and what set it: the answer to "why is it doing that?".
+    // A value from a project file is the repository's to write: a line break in it must not
+    // print as a line of its own (a made-up `set` line).
+    let one_line = |text: &str| text.replace('\n', "\\n");
     for o in &config.origins {
-        r.setting(&format!("{} = {} ({})", o.key, o.value, o.source));
+        r.setting(&format!(
+            "{} = {} ({})",
+            o.key,
+            one_line(&o.value),
+            one_line(&o.source)
+        ));
     }
     for w in &config.warnings {
         r.note(w);

@@ -841,7 +841,7 @@ pub static DEFS: &[Def] = &[
             Flag::new("l0-tools", "NAMES", EXPERTS)
                 .help("The tools L0 (chat) is offered, comma-separated."),
         ),
-        guarded: false,
+        guarded: true,
         values: "list of tool names",
         default: "`[\"handoff\", \"mcp\"]`",
         meaning: EXPERT_TOOLS_MEANING,
@@ -856,7 +856,7 @@ pub static DEFS: &[Def] = &[
             Flag::new("l1-tools", "NAMES", EXPERTS)
                 .help("The tools L1 (long tool-using tasks) is offered."),
         ),
-        guarded: false,
+        guarded: true,
         values: "list of tool names",
         default: "all",
         meaning: EXPERT_TOOLS_MEANING,
@@ -870,7 +870,7 @@ pub static DEFS: &[Def] = &[
         flag: Some(
             Flag::new("l2-tools", "NAMES", EXPERTS).help("The tools L2 (coding) is offered."),
         ),
-        guarded: false,
+        guarded: true,
         values: "list of tool names",
         default: "all",
         meaning: EXPERT_TOOLS_MEANING,
@@ -885,7 +885,7 @@ pub static DEFS: &[Def] = &[
             Flag::new("l3-tools", "NAMES", EXPERTS)
                 .help("The tools L3 (generative UI) is offered."),
         ),
-        guarded: false,
+        guarded: true,
         values: "list of tool names",
         default: "all",
         meaning: EXPERT_TOOLS_MEANING,
@@ -1162,7 +1162,7 @@ pub static DEFS: &[Def] = &[
             Flag::new("env-drop", "NAME", WORKSPACE)
                 .help("An environment variable commands never get (repeatable)."),
         ),
-        guarded: false,
+        guarded: true,
         values: "list of variable names",
         default: "—",
         meaning: "more variables commands never get",
@@ -1192,7 +1192,7 @@ pub static DEFS: &[Def] = &[
             Flag::new("tools", "NAMES", MODEL)
                 .help("The tools offered to the model, comma-separated (e.g. read_file,list_dir,shell)."),
         ),
-        guarded: false,
+        guarded: true,
         values: "list of tool names",
         default: "all",
         meaning: "the tools offered to the model (for models with small context windows), e.g. \

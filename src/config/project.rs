@@ -9,7 +9,7 @@ use std::path::{Component, Path, PathBuf};
 use super::defs;
 use super::settings::Settings;
 use super::trust::{TrustList, TrustStatus, folder_config};
-use crate::protocol::{ApprovalPolicy, SandboxBackend, SandboxMode};
+use crate::protocol::{ApprovalPolicy, L0_DEFAULT_TOOLS, SandboxBackend, SandboxMode};
 
 /// The sandbox's own process bound when none is configured (`sandbox::DEFAULT_MAX_PROCESSES`;
 /// settings sit below the sandbox layer and cannot name it).
@@ -129,6 +129,21 @@ fn weaker(key: &str, project: &Settings, base: &Settings, folder: &Path) -> bool
             project.writable.iter().flatten().any(|w| !mine.contains(w))
         }
         "allow" => not_in(&project.allow, &base.allow),
+        // A dropped variable stays dropped: the project may add names, not remove the user's.
+        "env_drop" => base
+            .env_drop
+            .iter()
+            .flatten()
+            .any(|v| !project.env_drop.iter().flatten().any(|p| p == v)),
+        // More tools than the user offers (shell, write_file) is more the model may do. The
+        // user's "all" (no list) is never exceeded; L0's default list is `handoff`, `mcp`.
+        "tools" => base.tools.is_some() && not_in(&project.tools, &base.tools),
+        "l0_tools" | "l1_tools" | "l2_tools" | "l3_tools" => {
+            let i = usize::from(key.as_bytes()[1] - b'0');
+            let default = (i == 0).then(|| L0_DEFAULT_TOOLS.map(str::to_string).to_vec());
+            let mine = base.expert_tools[i].clone().or(default);
+            mine.is_some() && not_in(&project.expert_tools[i], &mine)
+        }
         "max_processes" => project
             .max_processes
             .is_some_and(|n| n > base.max_processes.unwrap_or(DEFAULT_MAX_PROCESSES)),
@@ -335,6 +350,31 @@ mod tests {
         assert!(withhold_lowering(&mut p, &user, folder).is_empty());
         let mut p = project("allow = curl", folder);
         assert_eq!(withhold_lowering(&mut p, &user, folder), ["allow"]);
+    }
+
+    /// Red team (today's round): a project replaced the user's `env_drop` (a dropped variable
+    /// reached commands again) and offered tools the user had not (`tools`, `lN_tools`).
+    #[test]
+    fn a_project_cannot_undrop_variables_or_offer_more_tools() {
+        let folder = Path::new("/src/app");
+        let mut user = Settings::default();
+        user.set("env_drop", "PLAINVAR", "u", None).unwrap();
+        user.set("tools", "read_file,list_dir", "u", None).unwrap();
+        let mut p = project(
+            "env_drop = NOTHING\ntools = shell,write_file\nl0_tools = handoff,shell\n\
+             l2_tools = shell",
+            folder,
+        );
+        let withheld = withhold_lowering(&mut p, &user, folder);
+        assert_eq!(withheld, ["l0_tools", "env_drop", "tools"]);
+        // l2_tools: the user offers L2 every tool, so a list is a narrowing.
+        assert_eq!(p.expert_tools[2], Some(vec!["shell".to_string()]));
+        // Dropping more, offering less: kept.
+        let mut p = project(
+            "env_drop = PLAINVAR,MORE\ntools = read_file\nl0_tools = handoff",
+            folder,
+        );
+        assert!(withhold_lowering(&mut p, &user, folder).is_empty());
     }
 
     #[test]

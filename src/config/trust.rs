@@ -359,15 +359,24 @@ fn server_programs(folder: &Path, files: &ProjectFiles) -> Vec<PathBuf> {
     let mut out: std::collections::BTreeSet<PathBuf> = std::collections::BTreeSet::new();
     for server in servers {
         let super::mcp::McpTransport::Stdio {
-            command, args, cwd, ..
+            command,
+            args,
+            cwd,
+            env,
         } = server.transport
         else {
             continue;
         };
         let base = cwd.map_or_else(|| folder.clone(), |c| folder.join(c));
-        let loaded = loaded_from_the_folder(&command, &args);
+        let loaded = loaded_from_the_folder(&command, &args, &env);
+        // A `--flag=value` word is looked at as its value too (`--require=./hook.js`).
+        let values: Vec<String> = args
+            .iter()
+            .filter_map(|a| a.split_once('=').map(|(_, value)| value.to_string()))
+            .collect();
         let words = std::iter::once((command, true))
             .chain(args.into_iter().map(|a| (a, false)))
+            .chain(values.into_iter().map(|v| (v, false)))
             .take(MAX_PROGRAM_WORDS)
             .chain(loaded.into_iter().map(|path| (path, true)));
         for (word, is_program) in words {
@@ -397,37 +406,111 @@ fn server_programs(folder: &Path, files: &ProjectFiles) -> Vec<PathBuf> {
 }
 
 /// The files an interpreter loads by name rather than by path, relative to the folder it starts
-/// in: `python3 -m pkg.mod` imports `pkg/mod.py` (or the package's `__init__.py` and
-/// `__main__.py`), `npx -y pkg` runs `node_modules/.bin/pkg` when the folder has one.
-fn loaded_from_the_folder(command: &str, args: &[String]) -> Vec<String> {
-    let program = Path::new(command)
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let mut out = Vec::new();
-    if program.starts_with("python")
-        && let Some(module) = args
-            .iter()
-            .position(|a| a == "-m")
-            .and_then(|i| args.get(i + 1))
-    {
-        let path = module.replace('.', "/");
-        out.push(format!("{path}.py"));
-        out.push(format!("{path}/__init__.py"));
-        out.push(format!("{path}/__main__.py"));
-    }
-    if matches!(program.as_str(), "npx" | "bunx" | "pnpx")
-        && let Some(package) = args.iter().find(|a| !a.starts_with('-'))
-    {
-        // `@scope/name@1.2` runs the bin `name`.
-        let unversioned = match package.rfind('@') {
-            Some(at) if at > 0 => &package[..at],
-            _ => package.as_str(),
+/// in (and to the `PYTHONPATH` entries its `env` names): `python3 -m pkg.mod` (also `-mpkg.mod`,
+/// through `env` or `uv run`) imports `pkg/__init__.py`, then `pkg/mod.py` or the package
+/// `pkg/mod/` (`__init__.py`, `__main__.py`); `npx -y pkg` runs `node_modules/.bin/pkg`, and
+/// `npx -p pkg bin` runs `node_modules/.bin/bin`.
+fn loaded_from_the_folder(
+    command: &str,
+    args: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut words: Vec<&str> = std::iter::once(command)
+        .chain(args.iter().map(String::as_str))
+        .collect();
+    // Launchers that run the next program: `/usr/bin/env python3 …`, `uv run python …`.
+    loop {
+        let program = program_name(words.first().copied().unwrap_or(""));
+        let skip = match program.as_str() {
+            "env" => {
+                1 + words[1..]
+                    .iter()
+                    .take_while(|w| w.starts_with('-') || w.contains('='))
+                    .count()
+            }
+            "uv" | "poetry" | "pipenv" | "pdm" | "hatch" if words.get(1) == Some(&"run") => 2,
+            _ => break,
         };
-        let bin = unversioned.rsplit('/').next().unwrap_or(unversioned);
-        out.push(format!("node_modules/.bin/{bin}"));
+        if skip >= words.len() {
+            break;
+        }
+        words.drain(..skip);
+    }
+    let program = program_name(words.first().copied().unwrap_or(""));
+    // `uv run -m mod` leaves `-m mod`: the interpreter's options with no interpreter word.
+    let (python, rest): (bool, &[&str]) = if words.first() == Some(&"-m") {
+        (true, &words[..])
+    } else {
+        (program.starts_with("python"), words.get(1..).unwrap_or(&[]))
+    };
+    let mut out = Vec::new();
+    let module = rest
+        .iter()
+        .enumerate()
+        .find_map(|(i, w)| match w.strip_prefix("-m") {
+            Some("") => rest.get(i + 1).copied(),
+            Some(joined) if !joined.starts_with('-') => Some(joined),
+            _ => None,
+        });
+    if let Some(module) = module.filter(|_| python) {
+        let mut roots = vec![String::new()];
+        if let Some(path) = env.get("PYTHONPATH") {
+            roots.extend(
+                path.split(':')
+                    .filter(|p| !p.is_empty())
+                    .map(|p| format!("{}/", p.trim_end_matches('/'))),
+            );
+        }
+        let parts: Vec<&str> = module.split('.').collect();
+        for root in &roots {
+            for depth in 1..parts.len() {
+                out.push(format!("{root}{}/__init__.py", parts[..depth].join("/")));
+            }
+            let path = format!("{root}{}", parts.join("/"));
+            out.push(format!("{path}.py"));
+            out.push(format!("{path}/__init__.py"));
+            out.push(format!("{path}/__main__.py"));
+        }
+    }
+    if matches!(program.as_str(), "npx" | "bunx" | "pnpx") {
+        let mut i = 0;
+        let mut bin = None;
+        while i < rest.len() {
+            let w = rest[i];
+            if matches!(w, "-p" | "--package") {
+                i += 2;
+                continue;
+            }
+            if !w.starts_with('-') {
+                bin = Some(w);
+                break;
+            }
+            i += 1;
+        }
+        let packages = rest
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| matches!(**w, "-p" | "--package"))
+            .filter_map(|(i, _)| rest.get(i + 1).copied());
+        for name in bin.into_iter().chain(packages) {
+            // `@scope/name@1.2` runs the bin `name`.
+            let unversioned = match name.rfind('@') {
+                Some(at) if at > 0 => &name[..at],
+                _ => name,
+            };
+            let bin = unversioned.rsplit('/').next().unwrap_or(unversioned);
+            out.push(format!("node_modules/.bin/{bin}"));
+        }
     }
     out
+}
+
+/// The file name of a program word (`/usr/bin/python3.12` → `python3.12`).
+fn program_name(word: &str) -> String {
+    Path::new(word)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// At most this many words of each server are looked at (a hostile list could name
@@ -638,6 +721,75 @@ mod tests {
         list.trust(folder);
         std::fs::write(folder.join("tools/mcp.py"), "evil()\n").expect("write");
         assert_eq!(list.status(folder), TrustStatus::Changed);
+    }
+
+    /// The red team's spellings of "loaded by name": each server's loaded file, edited after
+    /// trust, makes the trust "changed".
+    #[test]
+    fn every_spelling_of_a_module_or_package_run_by_name_is_covered() {
+        let cases: &[(&str, &str)] = &[
+            // The package's own __init__.py runs first.
+            (
+                r#""command": "python3", "args": ["-m", "tools.mcp"]"#,
+                "tools/__init__.py",
+            ),
+            (
+                r#""command": "python3", "args": ["-mtools.mcp"]"#,
+                "tools/mcp/__main__.py",
+            ),
+            (
+                r#""command": "python3", "args": ["-m", "srv"], "env": {"PYTHONPATH": "src"}"#,
+                "src/srv.py",
+            ),
+            (
+                r#""command": "/usr/bin/env", "args": ["python3", "-m", "srv"]"#,
+                "srv.py",
+            ),
+            (r#""command": "uv", "args": ["run", "-m", "srv"]"#, "srv.py"),
+            (
+                r#""command": "uv", "args": ["run", "python", "-m", "srv"]"#,
+                "srv.py",
+            ),
+            (
+                r#""command": "npx", "args": ["-y", "-p", "@acme/tools", "acme-mcp"]"#,
+                "node_modules/.bin/acme-mcp",
+            ),
+            (
+                r#""command": "node", "args": ["--require=./hook.js", "server.js"]"#,
+                "hook.js",
+            ),
+        ];
+        for (server, loaded) in cases {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let folder = dir.path();
+            std::fs::write(
+                folder.join(".mcp.json"),
+                format!(r#"{{"mcpServers": {{"s": {{{server}}}}}}}"#),
+            )
+            .expect("write");
+            for file in [
+                "tools/__init__.py",
+                "tools/mcp/__main__.py",
+                "src/srv.py",
+                "srv.py",
+                "node_modules/.bin/acme-mcp",
+                "hook.js",
+                "server.js",
+            ] {
+                let path = folder.join(file);
+                std::fs::create_dir_all(path.parent().unwrap()).expect("mkdir");
+                std::fs::write(&path, "ok\n").expect("write");
+            }
+            let mut list = TrustList::default();
+            list.trust(folder);
+            assert_eq!(list.status(folder), TrustStatus::Trusted, "{server}");
+            std::fs::write(folder.join(loaded), "evil()\n").expect("write");
+            assert_eq!(
+                list.status(folder),
+                TrustStatus::Changed,
+                "{server}: {loaded}"
+            );
+        }
     }
 
     #[test]

@@ -77,6 +77,9 @@ pub enum ProfileError {
     },
 }
 
+/// A profile file larger than this is refused: prompts are a few KiB.
+const MAX_PROFILE_FILE_BYTES: u64 = 1 << 20;
+
 /// Names the profile's `{{MODEL_NAME}}` and `{{BASE_MODEL}}` stand for.
 #[derive(Debug, Clone, Default)]
 pub struct ProfileNames {
@@ -88,14 +91,29 @@ impl Profile {
     /// Loads a profile folder. The model name defaults to the folder's name and the base model to
     /// the reference's table for its shipped profiles (else "an open base model").
     pub fn load(dir: &Path, names: &ProfileNames) -> Result<Profile, ProfileError> {
+        let read_error = |file: &'static str, source: std::io::Error| ProfileError::Read {
+            dir: dir.to_path_buf(),
+            file,
+            source,
+        };
+        // The folder may be a repository's (a project file's `profile`): its files are read
+        // beneath it, never through a link (one pointing at `~/.aws/credentials` would hand
+        // that file to the model as a prompt), a FIFO or a device, and bounded in size.
+        let root = crate::untrusted_fs::Dir::open(dir).map_err(|e| read_error("the folder", e))?;
+        let read = |rel: &str| -> std::io::Result<Option<String>> {
+            root.read(Path::new(rel), MAX_PROFILE_FILE_BYTES)?
+                .map(|bytes| {
+                    String::from_utf8(bytes).map_err(|_| {
+                        std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text")
+                    })
+                })
+                .transpose()
+        };
         let mut texts = BTreeMap::new();
         for file in PROFILE_FILES {
-            let text =
-                std::fs::read_to_string(dir.join(file)).map_err(|source| ProfileError::Read {
-                    dir: dir.to_path_buf(),
-                    file,
-                    source,
-                })?;
+            let text = read(file)
+                .and_then(|t| t.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound)))
+                .map_err(|e| read_error(file, e))?;
             texts.insert(file, text);
         }
         let folder = dir
@@ -113,21 +131,13 @@ impl Profile {
         let mut profile =
             Profile::from_texts(&dir.display().to_string(), &texts, model_name, base_model)?;
         for expert in Expert::ALL {
-            let file = dir.join("experts").join(format!("{expert}.md"));
             // Optional: a missing file is baton's default prompt; an unreadable one is an error.
-            match std::fs::read_to_string(&file) {
-                Ok(text) if !text.trim().is_empty() => {
+            match read(&format!("experts/{expert}.md")) {
+                Ok(Some(text)) if !text.trim().is_empty() => {
                     profile.expert_prompts[expert.index()] = Some(profile.render(text.trim()));
                 }
                 Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(ProfileError::Read {
-                        dir: dir.to_path_buf(),
-                        file: "experts/Lx.md",
-                        source,
-                    });
-                }
+                Err(source) => return Err(read_error("experts/Lx.md", source)),
             }
         }
         Ok(profile)
@@ -482,6 +492,43 @@ mod tests {
         assert!(e.to_string().contains("summary.md is empty"), "{e}");
 
         let e = Profile::load(&dir.path().join("nope"), &ProfileNames::default()).unwrap_err();
-        assert!(e.to_string().contains("lora.md"), "{e}");
+        assert!(e.to_string().contains("cannot read the folder"), "{e}");
+        std::fs::remove_file(dir.path().join("lora.md")).unwrap();
+        let e = Profile::load(dir.path(), &ProfileNames::default()).unwrap_err();
+        assert!(e.to_string().contains("cannot read lora.md"), "{e}");
+    }
+
+    /// Red team (today's round): a repository's profile folder passed the "inside the project"
+    /// rule while its `experts/L2.md` linked to `~/.aws/credentials`, which then went to the
+    /// model as L2's system prompt. Profile files are read beneath the folder, never through a
+    /// link.
+    #[test]
+    fn a_profile_file_that_is_a_link_is_refused_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("credentials");
+        std::fs::write(&secret, "AKIASECRET").unwrap();
+        let profile = dir.path().join("prof");
+        std::fs::create_dir_all(profile.join("experts")).unwrap();
+        write_profile(&profile, LORA, "{{LORA_DESCRIPTIONS}} {{ROUTE_LABELS}}");
+        std::os::unix::fs::symlink(&secret, profile.join("experts/L2.md")).unwrap();
+        let e = Profile::load(&profile, &ProfileNames::default()).unwrap_err();
+        assert!(e.to_string().contains("experts/Lx.md"), "{e}");
+        assert!(!e.to_string().contains("AKIA"), "{e}");
+        // The same for a required file, and for a link to a folder on the way.
+        std::fs::remove_file(profile.join("experts/L2.md")).unwrap();
+        std::fs::remove_file(profile.join("intro.md")).unwrap();
+        std::os::unix::fs::symlink(&secret, profile.join("intro.md")).unwrap();
+        assert!(Profile::load(&profile, &ProfileNames::default()).is_err());
+        std::fs::remove_file(profile.join("intro.md")).unwrap();
+        std::fs::write(profile.join("intro.md"), "Hi.").unwrap();
+        std::fs::remove_dir(profile.join("experts")).unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("L2.md"), "AKIASECRET").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, profile.join("experts")).unwrap();
+        assert!(Profile::load(&profile, &ProfileNames::default()).is_err());
+        // A plain profile folder still loads.
+        std::fs::remove_file(profile.join("experts")).unwrap();
+        assert!(Profile::load(&profile, &ProfileNames::default()).is_ok());
     }
 }

@@ -35,6 +35,11 @@ pub use tls::install_tls_provider;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+/// The tools L0 (chat) is offered unless configured (`l0_tools`): `handoff` (pass the turn to
+/// another expert) and `mcp` (every MCP tool); L1–L3 are offered every tool. Here so the agent
+/// and the project-trust rules read one list.
+pub const L0_DEFAULT_TOOLS: [&str; 2] = ["handoff", "mcp"];
+
 /// One of the four LoRA experts of a MoL model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Expert {

@@ -173,24 +173,36 @@ fn is_connection_error(e: &std::io::Error) -> bool {
 }
 
 /// The connections that have not yet sent a request with a valid key, oldest first. A server
-/// out of descriptors closes the oldest of them to take new connections: otherwise anyone who
-/// can reach the port locks every client out by opening connections and sending nothing.
+/// out of descriptors closes some of them to take new connections: otherwise anyone who can
+/// reach the port locks every client out by opening connections and sending nothing. They are
+/// taken from the address holding the most, oldest first, so a flood from one address closes
+/// its own connections rather than a client's that is still sending its request.
 #[derive(Default)]
 struct Unproven {
     next_id: AtomicU64,
-    waiting: Mutex<VecDeque<(u64, Arc<tokio::sync::Notify>)>>,
+    waiting: Mutex<VecDeque<Waiting>>,
+}
+
+struct Waiting {
+    id: u64,
+    peer: std::net::IpAddr,
+    evict: Arc<tokio::sync::Notify>,
 }
 
 /// Connections closed per accept that failed for want of descriptors.
 const EVICTED_AT_ONCE: usize = 16;
 
 impl Unproven {
-    /// A new connection, unproven until its first request with a valid key.
-    fn enter(self: &Arc<Self>) -> (Connection, Arc<tokio::sync::Notify>) {
+    /// A new connection from `peer`, unproven until its first request with a valid key.
+    fn enter(self: &Arc<Self>, peer: std::net::IpAddr) -> (Connection, Arc<tokio::sync::Notify>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let evict = Arc::new(tokio::sync::Notify::new());
         if let Ok(mut waiting) = self.waiting.lock() {
-            waiting.push_back((id, evict.clone()));
+            waiting.push_back(Waiting {
+                id,
+                peer,
+                evict: evict.clone(),
+            });
         }
         let connection = Connection {
             id,
@@ -201,21 +213,44 @@ impl Unproven {
 
     fn leave(&self, id: u64) {
         if let Ok(mut waiting) = self.waiting.lock() {
-            waiting.retain(|(i, _)| *i != id);
+            waiting.retain(|w| w.id != id);
         }
     }
 
-    /// Closes up to `n` of the oldest unproven connections; how many it closed.
+    /// Closes up to `n` unproven connections, each the oldest of the address that holds the
+    /// most; how many it closed.
     fn evict(&self, n: usize) -> usize {
         let Ok(mut waiting) = self.waiting.lock() else {
             return 0;
         };
-        let n = n.min(waiting.len());
-        for (_, evict) in waiting.drain(..n) {
-            // A stored permit: the connection's task sees it even if it is not waiting yet.
-            evict.notify_one();
+        let mut per_peer: std::collections::HashMap<std::net::IpAddr, usize> =
+            std::collections::HashMap::new();
+        for w in waiting.iter() {
+            *per_peer.entry(w.peer).or_default() += 1;
         }
-        n
+        let mut closed = 0;
+        while closed < n {
+            let Some((&busiest, _)) = per_peer.iter().max_by_key(|(_, count)| **count) else {
+                break;
+            };
+            let Some(w) = waiting
+                .iter()
+                .position(|w| w.peer == busiest)
+                .and_then(|at| waiting.remove(at))
+            else {
+                break;
+            };
+            // A stored permit: the connection's task sees it even if it is not waiting yet.
+            w.evict.notify_one();
+            closed += 1;
+            match per_peer.get_mut(&busiest) {
+                Some(count) if *count > 1 => *count -= 1,
+                _ => {
+                    per_peer.remove(&busiest);
+                }
+            }
+        }
+        closed
     }
 }
 
@@ -255,8 +290,8 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok((stream, peer)) => (stream, peer.ip()),
             Err(e) if is_connection_error(&e) => continue,
             Err(e) => {
                 // Out of descriptors, most likely: make room by closing connections that never
@@ -270,7 +305,7 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        let (connection, evict) = unproven.enter();
+        let (connection, evict) = unproven.enter(peer);
         let app = TowerToHyperService::new(app.clone());
         let mark = connection.clone();
         let service = hyper::service::service_fn(move |mut request: Request<_>| {

@@ -309,6 +309,10 @@ fn read_request<T>(
     request
 }
 
+/// The values a body may hold in all, per message of `--max-messages`: a message with tool
+/// calls and content parts is a few dozen; tools' schemas share the rest.
+const VALUES_PER_MESSAGE: usize = 20;
+
 /// A body this large (bytes) is followed by handing freed memory back to the system.
 const LARGE_BODY: usize = 1 << 20;
 
@@ -333,20 +337,30 @@ fn json_object(
             ApiError::bad_request("invalid_body", e.body_text())
         }
     })?;
-    json_body::parse_object(&bytes, max_messages).map_err(|e| match e {
-        json_body::BodyError::TooManyItems(n) => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_many_messages",
-            format!(
-                "the request has more than {n} messages (or items in another array); this \
+    json_body::parse_object(&bytes, max_messages, max_messages * VALUES_PER_MESSAGE).map_err(|e| {
+        match e {
+            json_body::BodyError::TooManyItems(n) => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_many_messages",
+                format!(
+                    "the request has more than {n} messages (or items in another array); this \
                  server takes at most {n} (baton serve --max-messages)"
+                ),
             ),
-        ),
-        json_body::BodyError::NotAnObject => {
-            ApiError::bad_request("invalid_json_body", "the body must be a JSON object")
-        }
-        json_body::BodyError::NotJson(e) => {
-            ApiError::bad_request("invalid_json", format!("the body is not JSON: {e}"))
+            json_body::BodyError::TooManyValues(n) => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_many_values",
+                format!(
+                    "the request holds more than {n} JSON values; this server takes at most \
+                 {VALUES_PER_MESSAGE} per message it accepts (baton serve --max-messages)"
+                ),
+            ),
+            json_body::BodyError::NotAnObject => {
+                ApiError::bad_request("invalid_json_body", "the body must be a JSON object")
+            }
+            json_body::BodyError::NotJson(e) => {
+                ApiError::bad_request("invalid_json", format!("the body is not JSON: {e}"))
+            }
         }
     })
 }
