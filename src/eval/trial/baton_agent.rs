@@ -1,0 +1,148 @@
+//! What the `baton` agent gets instead of the host's key and endpoint: a gateway that holds them.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::is_secret_name;
+use crate::eval::gateway::{Gateway, GatewayError};
+use crate::eval::isolation::TrialPaths;
+
+/// What the `baton` agent is given instead of the host's key and endpoint.
+pub(super) struct BatonAgentSetup {
+    /// `BATON_*` variables without any that holds a credential, and the `--pass-env` ones; the
+    /// endpoint, when it came from the environment, points at the gateway.
+    pub(super) env: BTreeMap<String, String>,
+    /// The extra arguments, with `--endpoint` pointing at the gateway.
+    pub(super) extra_args: Vec<String>,
+    pub(super) gateway: Option<Gateway>,
+}
+
+/// The value of `--flag V` or `--flag=V` in `args` (the last one wins, as in clap).
+fn flag_value<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    let mut found = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == flag {
+            found = it.next().map(String::as_str);
+        } else if let Some(v) = a.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+            found = Some(v);
+        }
+    }
+    found
+}
+
+/// `args` with every `--flag` value replaced by `value`.
+fn replace_flag(args: &[String], flag: &str, value: &str) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == flag {
+            out.push(a.clone());
+            if it.next().is_some() {
+                out.push(value.to_string());
+            }
+        } else if a.starts_with(&format!("{flag}=")) {
+            out.push(format!("{flag}={value}"));
+        } else {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+/// Finds the endpoint and key the agent would use (flags first, then `BATON_*`), starts a
+/// gateway that holds the key, and gives the agent the gateway's URL and no credential.
+pub(super) fn baton_agent_setup(
+    extra_args: &[String],
+    pass_env: &[String],
+    host_network: bool,
+) -> Result<BatonAgentSetup, GatewayError> {
+    let key_var = flag_value(extra_args, "--api-key-env")
+        .map(str::to_string)
+        .or_else(|| std::env::var("BATON_API_KEY_ENV").ok())
+        .unwrap_or_else(|| "BATON_API_KEY".into());
+    let key = std::env::var(&key_var)
+        .ok()
+        .filter(|k| !k.trim().is_empty());
+    let mut env = BTreeMap::new();
+    for (k, v) in std::env::vars() {
+        // `--pass-env` names are the user's explicit choice; the automatic `BATON_*` set
+        // leaves out anything that looks like a credential.
+        let wanted = pass_env.contains(&k) || (k.starts_with("BATON_") && !is_secret_name(&k));
+        if wanted && k != key_var && k != "BATON_API_KEY" {
+            env.insert(k, v);
+        }
+    }
+    let from_args = flag_value(extra_args, "--endpoint").map(str::to_string);
+    let endpoint = from_args
+        .clone()
+        .or_else(|| env.get("BATON_ENDPOINT").cloned());
+    let Some(endpoint) = endpoint else {
+        return Ok(BatonAgentSetup {
+            env,
+            extra_args: extra_args.to_vec(),
+            gateway: None,
+        });
+    };
+    let gateway = Gateway::start(&endpoint, key, host_network)?;
+    let url = gateway.trial_url().to_string();
+    if env.contains_key("BATON_ENDPOINT") {
+        env.insert("BATON_ENDPOINT".into(), url.clone());
+    }
+    let extra_args = if from_args.is_some() {
+        replace_flag(extra_args, "--endpoint", &url)
+    } else {
+        extra_args.to_vec()
+    };
+    Ok(BatonAgentSetup {
+        env,
+        extra_args,
+        gateway: Some(gateway),
+    })
+}
+
+/// Installs the `--hooks` and `--mcp-config` files as the trial user's own: the trial's HOME is
+/// fresh, and so they work in the trial as in any `--exec` run.
+pub(super) fn install_user_config(
+    paths: &TrialPaths,
+    hooks: &Option<PathBuf>,
+    mcp_config: &Option<PathBuf>,
+) -> Result<(), String> {
+    for (file, name) in [(hooks, "hooks.json"), (mcp_config, "config.toml")] {
+        let Some(file) = file else {
+            continue;
+        };
+        let dest = paths.home.join(".config/baton").join(name);
+        let copied = dest
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| std::fs::copy(file, &dest).map(|_| ()));
+        copied.map_err(|e| format!("cannot install {} as {name}: {e}", file.display()))?;
+    }
+    Ok(())
+}
+
+/// The `baton` agent's command line: `--exec --json` in `workdir` with no sandbox or approval
+/// of its own (the trial is both), its session under the agent's logs, `extra_args`, then the
+/// instruction.
+pub(super) fn baton_args(workdir: &str, extra_args: Vec<String>, instruction: &str) -> Vec<String> {
+    let mut args = vec![
+        "--exec".to_string(),
+        "--json".into(),
+        "--sandbox".into(),
+        "off".into(),
+        "--approval".into(),
+        "full-auto".into(),
+        "-C".into(),
+        workdir.to_string(),
+        "--session-dir".into(),
+        "/logs/agent/sessions".into(),
+        // Nobody resumes a trial's session: its summary hop would only delay the end.
+        "--defer-summary".into(),
+    ];
+    args.extend(extra_args);
+    // After `--` the instruction is the prompt even when it starts with a dash.
+    args.push("--".into());
+    args.push(instruction.to_string());
+    args
+}

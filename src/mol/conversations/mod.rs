@@ -1,0 +1,284 @@
+//! The MoL loop as a server runs it: conversations held in memory (LRU + idle TTL), each a
+//! timeline of tasks, and one turn per client request — route (or stay on the expert whose
+//! tool calls are being answered) → answer from that expert's own view → summary in the
+//! background, recorded before the conversation's next turn needs it.
+//!
+//! A client resends the whole history (Chat Completions); the conversation's own timeline is
+//! what the experts see. Only the new tail of a request — a user message, or the results of
+//! the pending tool calls — enters the timeline. A request whose earlier history is not the
+//! one this conversation holds (edited, truncated, another client) starts the conversation
+//! over from that history instead of mixing the two. A client that sends no conversation id
+//! is found by a digest of its history, so stock SDKs keep their summaries too.
+//!
+//! A turn works on a copy of the conversation and commits it only when the frontend says the
+//! answer was delivered: a failed turn, or a client that went away, leaves no trace.
+//!
+//! With a state folder ([`Conversations::persist_to`], `baton serve --state-dir`) every
+//! committed turn is written there too (the conversation, and the stored response it made),
+//! again once its summary is in, and deleted when the store drops it; a restart loads it all
+//! back. [`crate::mol::persist`] owns the files.
+//!
+//! `store` holds the conversations (and finds the one a request belongs to), `turn` runs a
+//! turn on a copy of one (`request` reads the request, `state` is what a turn changes,
+//! `outcome` what the backend's answer becomes), `summaries` makes the summary hops in the
+//! background, `disk` keeps it all in the state folder.
+
+mod disk;
+mod outcome;
+mod request;
+mod state;
+mod store;
+mod summaries;
+mod turn;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::task::TaskTracker;
+
+use crate::backend::ChatBackend;
+use crate::mol::persist::StateDir;
+use crate::mol::profile::Profile;
+use crate::protocol::{
+    MolService, ServiceFuture, ServiceObserver, Speculate, TurnError, TurnHandle, TurnInput,
+};
+
+pub use store::StoreLimits;
+use store::{Store, lock};
+
+/// The MoL loop over one backend, serving many conversations.
+pub struct Conversations {
+    backend: Arc<dyn ChatBackend>,
+    profile: Arc<Profile>,
+    served_model: String,
+    limits: StoreLimits,
+    store: Mutex<Store>,
+    observer: Arc<dyn ServiceObserver>,
+    /// Running turns and summary hops, for a drain to wait on.
+    summaries: TaskTracker,
+    /// Where committed conversations are kept across restarts (`--state-dir`).
+    disk: Option<Arc<StateDir>>,
+    speculate: Speculate,
+    /// Whether short follow-ups stay with the previous expert (`mol::follow_up`).
+    follow_ups: crate::protocol::FollowUps,
+}
+
+impl Conversations {
+    pub fn new(
+        backend: Arc<dyn ChatBackend>,
+        profile: Profile,
+        served_model: String,
+        limits: StoreLimits,
+        observer: Arc<dyn ServiceObserver>,
+    ) -> Self {
+        Conversations {
+            backend,
+            profile: Arc::new(profile),
+            served_model,
+            limits,
+            store: Mutex::new(Store::default()),
+            observer,
+            summaries: TaskTracker::new(),
+            disk: None,
+            speculate: Speculate::Off,
+            follow_ups: Default::default(),
+        }
+    }
+
+    /// Sets whether short follow-ups stay with the previous expert.
+    pub fn following_up(mut self, policy: crate::protocol::FollowUps) -> Self {
+        self.follow_ups = policy;
+        self
+    }
+
+    /// Sends a new user turn's answer hop speculatively, with its route hop (see
+    /// `mol::speculate`).
+    pub fn speculating(mut self, mode: Speculate) -> Self {
+        self.speculate = mode;
+        self
+    }
+
+    /// How many conversations are held now.
+    pub fn len(&self) -> usize {
+        lock(&self.store).by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The service a frontend holds: the conversations behind an `Arc`, since every turn runs in
+/// a task of its own.
+pub struct ConversationService(pub Arc<Conversations>);
+
+impl MolService for ConversationService {
+    fn served_model(&self) -> &str {
+        &self.0.served_model
+    }
+
+    fn start_turn(&self, input: TurnInput) -> ServiceFuture<'_, Result<TurnHandle, TurnError>> {
+        Box::pin(async move { self.0.start(input).await })
+    }
+
+    fn ready(&self) -> ServiceFuture<'_, bool> {
+        Box::pin(async move {
+            tokio::time::timeout(Duration::from_secs(2), self.0.backend.list_models())
+                .await
+                .is_ok_and(|r| r.is_ok())
+        })
+    }
+
+    fn drain(&self) -> ServiceFuture<'_, ()> {
+        Box::pin(async move {
+            self.0.summaries.close();
+            self.0.summaries.wait().await;
+            self.0.summaries.reopen();
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::protocol::{ChatMessage, Expert, HopSample, RouteDecision, TurnEvent, TurnOptions};
+
+    struct Quiet;
+    impl ServiceObserver for Quiet {
+        fn hop(&self, _sample: HopSample) {}
+        fn route(&self, _expert: Expert, _decision: RouteDecision) {}
+    }
+
+    fn input(messages: Vec<ChatMessage>) -> TurnInput {
+        TurnInput {
+            conversation: None,
+            client: "client".into(),
+            messages,
+            tools: Vec::new(),
+            options: TurnOptions::default(),
+            fork_from: None,
+            snapshot_as: None,
+        }
+    }
+
+    /// A service whose every answer comes from L2.
+    fn l2_service() -> Arc<Conversations> {
+        Arc::new(Conversations::new(
+            Arc::new(crate::mol::fake_backend::Router::answering("L2")),
+            Profile::builtin(&Default::default()),
+            "m".into(),
+            StoreLimits::default(),
+            Arc::new(Quiet),
+        ))
+    }
+
+    /// The answer of a turn's handle, once it is done; `delivered` is left to the caller.
+    async fn answer(handle: &mut TurnHandle) -> String {
+        while let Some(ev) = handle.events.recv().await {
+            match ev {
+                TurnEvent::Done(d) => return d.message.content,
+                TurnEvent::Error(e) => panic!("{e}"),
+                _ => {}
+            }
+        }
+        panic!("no Done")
+    }
+
+    #[tokio::test]
+    async fn a_request_that_arrives_before_the_commit_still_continues_its_conversation() {
+        let service = l2_service();
+        let mut first = service
+            .start(input(vec![ChatMessage::user("a")]))
+            .await
+            .unwrap();
+        let text = answer(&mut first).await;
+        // The client has the whole answer and sends its next request before the server has
+        // committed the turn (the commit waits for `delivered`).
+        let next = input(vec![
+            ChatMessage::user("a"),
+            ChatMessage::assistant(&text),
+            ChatMessage::user("b"),
+        ]);
+        let waiting = tokio::spawn({
+            let service = service.clone();
+            async move { service.start(next).await.map(|h| h.conversation_id) }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "it waits for the turn before it");
+        let _ = first.delivered.send(());
+        let second = waiting.await.unwrap().unwrap();
+        assert_eq!(second, first.conversation_id);
+        assert_eq!(service.len(), 1);
+    }
+
+    /// Two clients whose first turns were identical (k trials of one task at temperature 0)
+    /// each continue a conversation of their own: the second's turn 2 is not left without one
+    /// because the first's turn 2 moved "the" conversation at that history on.
+    #[tokio::test]
+    async fn identical_first_turns_of_two_clients_keep_two_conversations() {
+        let service = l2_service();
+        let mut firsts = Vec::new();
+        for _ in 0..2 {
+            let mut h = service
+                .start(input(vec![ChatMessage::user("a")]))
+                .await
+                .unwrap();
+            let text = answer(&mut h).await;
+            let _ = h.delivered.send(());
+            firsts.push((h.conversation_id, text));
+        }
+        assert_ne!(firsts[0].0, firsts[1].0);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut seconds = Vec::new();
+        for next in ["from A", "from B"] {
+            let mut h = service
+                .start(input(vec![
+                    ChatMessage::user("a"),
+                    ChatMessage::assistant(&firsts[0].1),
+                    ChatMessage::user(next),
+                ]))
+                .await
+                .unwrap();
+            answer(&mut h).await;
+            let _ = h.delivered.send(());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            seconds.push(h.conversation_id);
+        }
+        assert_ne!(seconds[0], seconds[1], "each continues its own");
+        for id in &seconds {
+            assert!(
+                firsts.iter().any(|(f, _)| f == id),
+                "{id} is a continuation"
+            );
+        }
+        assert_eq!(service.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_turn_not_delivered_leaves_its_history_pointing_nowhere() {
+        let service = l2_service();
+        let mut first = service
+            .start(input(vec![ChatMessage::user("a")]))
+            .await
+            .unwrap();
+        let text = answer(&mut first).await;
+        let TurnHandle {
+            conversation_id,
+            events,
+            delivered,
+        } = first;
+        drop((events, delivered));
+        // The rollback runs in the turn's task; give it a moment.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let later = service
+            .start(input(vec![
+                ChatMessage::user("a"),
+                ChatMessage::assistant(&text),
+                ChatMessage::user("b"),
+            ]))
+            .await
+            .unwrap();
+        assert_ne!(later.conversation_id, conversation_id);
+    }
+}

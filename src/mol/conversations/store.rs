@@ -1,0 +1,397 @@
+//! The conversations held in memory: found by id or history, forked, evicted by LRU and TTL.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::OwnedMutexGuard;
+
+use super::Conversations;
+use super::request::{Split, digest};
+use super::state::State;
+use crate::protocol::{ChatMessage, TurnError, TurnErrorKind, TurnInput};
+
+/// Limits of the conversation store.
+#[derive(Debug, Clone)]
+pub struct StoreLimits {
+    /// Conversations held at most; the least recently used goes first.
+    pub max_conversations: usize,
+    /// A conversation idle this long is forgotten.
+    pub idle_ttl: Duration,
+    /// Approximate bytes of text all conversations may hold; beyond, the least recently used
+    /// go first (a client cannot fill memory by opening conversations with huge histories).
+    pub max_bytes: usize,
+}
+
+impl Default for StoreLimits {
+    fn default() -> Self {
+        StoreLimits {
+            max_conversations: 5000,
+            idle_ttl: Duration::from_secs(1800),
+            max_bytes: 1 << 30,
+        }
+    }
+}
+
+pub(super) struct Conversation {
+    pub(super) id: String,
+    pub(super) client: String,
+    /// A stored response: forked from, never continued in place or found from history.
+    pub(super) snapshot: bool,
+    /// Approximate size of its state, as of its last committed turn.
+    pub(super) bytes: std::sync::atomic::AtomicUsize,
+    pub(super) state: Arc<tokio::sync::Mutex<State>>,
+    pub(super) last_used: Mutex<Instant>,
+}
+
+#[derive(Default)]
+pub(super) struct Store {
+    pub(super) by_id: HashMap<String, Arc<Conversation>>,
+    /// `client \0 digest` → the ids of the conversations at that history, oldest first: finds
+    /// a conversation from its history alone. Two clients whose first turns were identical
+    /// hold two conversations at one history, and each continues one of them.
+    pub(super) by_history: HashMap<String, Vec<String>>,
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub(super) fn history_key(client: &str, digest: &str) -> String {
+    format!("{client}\0{digest}")
+}
+
+impl Store {
+    /// Forgets conversations idle past the TTL, then the least recently used beyond the cap;
+    /// returns their ids. A conversation whose turn is running is never dropped under it.
+    pub(super) fn evict(&mut self, limits: &StoreLimits, now: Instant) -> Vec<String> {
+        let idle: Vec<String> = self
+            .by_id
+            .values()
+            .filter(|c| now.duration_since(*lock(&c.last_used)) > limits.idle_ttl)
+            .filter(|c| c.state.try_lock().is_ok())
+            .map(|c| c.id.clone())
+            .collect();
+        for id in &idle {
+            self.remove(id);
+        }
+        let mut gone = idle;
+        let mut bytes: usize = self
+            .by_id
+            .values()
+            .map(|c| c.bytes.load(std::sync::atomic::Ordering::Relaxed))
+            .sum();
+        while self.by_id.len() > limits.max_conversations || bytes > limits.max_bytes {
+            let oldest = self
+                .by_id
+                .values()
+                .filter(|c| c.state.try_lock().is_ok())
+                .min_by_key(|c| *lock(&c.last_used))
+                .map(|c| c.id.clone());
+            match oldest {
+                Some(id) => {
+                    if let Some(c) = self.by_id.get(&id) {
+                        bytes = bytes
+                            .saturating_sub(c.bytes.load(std::sync::atomic::Ordering::Relaxed));
+                    }
+                    self.remove(&id);
+                    gone.push(id);
+                }
+                None => break,
+            }
+        }
+        gone
+    }
+
+    fn remove(&mut self, id: &str) {
+        if self.by_id.remove(id).is_some() {
+            self.by_history.retain(|_, ids| {
+                ids.retain(|v| v != id);
+                !ids.is_empty()
+            });
+        }
+    }
+
+    /// Records that conversation `id` is at history `key`.
+    pub(super) fn point(&mut self, key: String, id: &str) {
+        let ids = self.by_history.entry(key).or_default();
+        if !ids.iter().any(|v| v == id) {
+            ids.push(id.to_string());
+        }
+    }
+
+    /// Takes back that conversation `id` is at history `key`.
+    fn unpoint(&mut self, key: &str, id: &str) {
+        if let Some(ids) = self.by_history.get_mut(key) {
+            ids.retain(|v| v != id);
+            if ids.is_empty() {
+                self.by_history.remove(key);
+            }
+        }
+    }
+
+    /// A conversation at history `key`: one whose turn is not running if there is one (a turn
+    /// in flight moves it past this history), else the oldest.
+    fn at_history(&self, key: &str) -> Option<Arc<Conversation>> {
+        let held: Vec<&Arc<Conversation>> = self
+            .by_history
+            .get(key)?
+            .iter()
+            .filter_map(|id| self.by_id.get(id))
+            .collect();
+        held.iter()
+            .find(|c| c.state.try_lock().is_ok())
+            .or(held.first())
+            .map(|c| (*c).clone())
+    }
+}
+
+/// A new conversation id: matches the `X-Conversation-Id` syntax clients echo.
+pub(super) fn new_conversation_id() -> String {
+    format!("conv_{}", uuid::Uuid::now_v7().simple())
+}
+
+impl Conversations {
+    /// The conversation a request belongs to: the one it names, else the one its history
+    /// continues, else a new one.
+    pub(super) fn conversation_for(
+        &self,
+        input: &TurnInput,
+        earlier: &[ChatMessage],
+    ) -> Arc<Conversation> {
+        let now = Instant::now();
+        let mut store = lock(&self.store);
+        self.evict(&mut store, now);
+        let found = match &input.conversation {
+            Some(id) => store
+                .by_id
+                .get(id)
+                .filter(|c| c.client == input.client && !c.snapshot)
+                .cloned(),
+            None => store.at_history(&history_key(&input.client, &digest(earlier))),
+        };
+        let conversation = match found {
+            Some(c) => c,
+            None => {
+                // A named id of another client is not theirs to continue: a fresh one.
+                let id = match &input.conversation {
+                    Some(id) if !store.by_id.contains_key(id) => id.clone(),
+                    _ => new_conversation_id(),
+                };
+                let c = Arc::new(Conversation {
+                    id: id.clone(),
+                    client: input.client.clone(),
+                    snapshot: false,
+                    state: Arc::new(tokio::sync::Mutex::new(State::default())),
+                    last_used: Mutex::new(now),
+                    bytes: Default::default(),
+                });
+                store.by_id.insert(id, c.clone());
+                self.evict(&mut store, now);
+                c
+            }
+        };
+        *lock(&conversation.last_used) = now;
+        self.observer.conversations(store.by_id.len());
+        conversation
+    }
+
+    /// Points the history digest of a committed turn at its conversation.
+    pub(super) fn remember_history(
+        &self,
+        conversation: &Conversation,
+        old: Option<&str>,
+        new: &str,
+    ) {
+        let mut store = lock(&self.store);
+        self.evict(&mut store, Instant::now());
+        if let Some(old) = old {
+            store.unpoint(&history_key(&conversation.client, old), &conversation.id);
+        }
+        if store.by_id.contains_key(&conversation.id) {
+            store.point(history_key(&conversation.client, new), &conversation.id);
+        }
+    }
+
+    /// Points the history a turn is about to deliver at its conversation, ahead of the commit.
+    pub(super) fn expect_history(&self, conversation: &Conversation, new: &str) {
+        let mut store = lock(&self.store);
+        if store.by_id.contains_key(&conversation.id) {
+            store.point(history_key(&conversation.client, new), &conversation.id);
+        }
+    }
+
+    /// Takes back what `expect_history` pointed, for a turn that was not delivered.
+    pub(super) fn forget_history(&self, conversation: &Conversation, old: Option<&str>, new: &str) {
+        if old == Some(new) {
+            return;
+        }
+        let mut store = lock(&self.store);
+        store.unpoint(&history_key(&conversation.client, new), &conversation.id);
+    }
+
+    /// A new conversation holding a copy of the stored response `parent`'s state.
+    pub(super) async fn fork(
+        self: &Arc<Self>,
+        input: &TurnInput,
+        parent: &str,
+        split: &Split,
+    ) -> Result<Arc<Conversation>, TurnError> {
+        let found = {
+            let store = lock(&self.store);
+            store
+                .by_id
+                .get(parent)
+                .filter(|c| c.client == input.client && c.snapshot)
+                .cloned()
+        };
+        let parent = found.ok_or_else(|| TurnError {
+            kind: TurnErrorKind::NotFound,
+            code: "previous_response_not_found".into(),
+            message: format!("no stored response '{parent}' (unknown, expired, or not stored)"),
+            detail: None,
+        })?;
+        *lock(&parent.last_used) = Instant::now();
+        if let Some(disk) = &self.disk {
+            disk.touch(&parent.id);
+        }
+        let mut state = {
+            let mut guard = parent.state.lock().await;
+            guard.collect_finished();
+            // Made once, for the parent: every fork of it shares the hop, and its file gets it.
+            if self.resume_lost_summaries(&mut guard, &split.head) {
+                self.write_again_after_summaries(&parent, &guard);
+            }
+            guard.clone()
+        };
+        // What the client sends besides the new tail is what the parent already holds.
+        state.core.digest = Some(digest(&split.earlier));
+        Ok(Arc::new(Conversation {
+            id: input
+                .snapshot_as
+                .clone()
+                .unwrap_or_else(new_conversation_id),
+            client: input.client.clone(),
+            state: Arc::new(tokio::sync::Mutex::new(state)),
+            last_used: Mutex::new(Instant::now()),
+            snapshot: true,
+            bytes: Default::default(),
+        }))
+    }
+
+    /// Keeps `state` as the stored response `id` (a conversation of its own, never found
+    /// from history, only forked from). Comes back locked, so that until it is written a fork
+    /// of it waits and an eviction passes it by.
+    pub(super) async fn store_snapshot(
+        &self,
+        conversation: &Conversation,
+        id: &str,
+        state: State,
+    ) -> (Arc<Conversation>, OwnedMutexGuard<State>) {
+        let c = Arc::new(Conversation {
+            id: id.to_string(),
+            client: conversation.client.clone(),
+            bytes: state.core.approx_bytes().into(),
+            state: Arc::new(tokio::sync::Mutex::new(state)),
+            last_used: Mutex::new(Instant::now()),
+            snapshot: true,
+        });
+        // Nobody else has seen it yet: this does not wait.
+        let guard = c.state.clone().lock_owned().await;
+        let mut store = lock(&self.store);
+        store.by_id.insert(id.to_string(), c.clone());
+        self.evict(&mut store, Instant::now());
+        self.observer.conversations(store.by_id.len());
+        (c, guard)
+    }
+
+    /// `Store::evict`, and the files of what it dropped deleted with them — under the store's
+    /// lock, so a conversation opened again under the same id is written after, never before.
+    fn evict(&self, store: &mut Store, now: Instant) {
+        let gone = store.evict(&self.limits, now);
+        self.forget_on_disk(&gone);
+    }
+
+    /// Whether `c` is the conversation the store holds under its id (not one it dropped, nor
+    /// a fork that is never kept as itself).
+    pub(super) fn holds(&self, c: &Arc<Conversation>) -> bool {
+        lock(&self.store)
+            .by_id
+            .get(&c.id)
+            .is_some_and(|held| Arc::ptr_eq(held, c))
+    }
+
+    /// Forgets idle conversations (and their files) every so often, so the TTL holds while
+    /// no request comes to apply it. Ends with the service.
+    pub fn spawn_sweeper(self: &Arc<Self>) {
+        let every =
+            (self.limits.idle_ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let service = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(this) = service.upgrade() else { break };
+                let mut store = lock(&this.store);
+                this.evict(&mut store, Instant::now());
+                this.observer.conversations(store.by_id.len());
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(id: &str, bytes: usize, age: Duration) -> Arc<Conversation> {
+        Arc::new(Conversation {
+            id: id.into(),
+            client: "c".into(),
+            snapshot: false,
+            bytes: bytes.into(),
+            state: Default::default(),
+            last_used: Mutex::new(Instant::now() - age),
+        })
+    }
+
+    #[test]
+    fn the_store_drops_the_least_recently_used_past_its_count_bytes_and_ttl() {
+        let limits = StoreLimits {
+            max_conversations: 3,
+            idle_ttl: Duration::from_secs(60),
+            max_bytes: 1000,
+        };
+        let mut store = Store::default();
+        for (id, bytes, age) in [
+            ("old", 400, 30),
+            ("mid", 400, 20),
+            ("new", 400, 10),
+            ("stale", 1, 120),
+        ] {
+            store
+                .by_id
+                .insert(id.into(), held(id, bytes, Duration::from_secs(age)));
+            store.point(format!("c\0{id}"), id);
+        }
+        store.evict(&limits, Instant::now());
+        let mut left: Vec<&str> = store.by_id.keys().map(String::as_str).collect();
+        left.sort();
+        assert_eq!(left, ["mid", "new"], "stale by TTL, old by bytes");
+        assert!(
+            !store
+                .by_history
+                .values()
+                .flatten()
+                .any(|v| v == "old" || v == "stale")
+        );
+        // A conversation whose turn is running is never dropped under it.
+        let busy = held("busy", 5000, Duration::from_secs(50));
+        let _guard = busy.state.try_lock().unwrap();
+        store.by_id.insert("busy".into(), busy.clone());
+        store.evict(&limits, Instant::now());
+        assert!(store.by_id.contains_key("busy"));
+    }
+}

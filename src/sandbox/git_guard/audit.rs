@@ -1,0 +1,402 @@
+//! The audit after a command: what it planted where nothing could be pinned, undone and told.
+
+use std::path::{Path, PathBuf};
+
+use super::config;
+use super::gitdirs::commondir_of;
+use super::roots::{inside_any, program_roots};
+use super::snapshot::{AuditSnapshot, Kind, MAX_WALK_ENTRIES, Tracked, collect};
+use crate::protocol::SandboxMode;
+use crate::sandbox::policy::SandboxPolicy;
+
+/// Compares the files git and baton trust with `before`, undoes what the command planted
+/// (code-running config entries commented out, new hooks renamed aside, redirects put back
+/// or removed, `.baton/` files put back or renamed aside) and returns one warning per change,
+/// for the user. Run it once the command's processes are gone.
+pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
+    if policy.mode == SandboxMode::Off {
+        return Vec::new();
+    }
+    let after = collect(policy);
+    let host = policy.write_rules().command_roots();
+    let mut warnings = Vec::new();
+    let mut git = None;
+    for (path, now) in &after.files {
+        let then = before.files.get(path);
+        if then.is_some_and(|t| t.same_as(now)) {
+            continue;
+        }
+        if !may_change(path, &host) {
+            warnings.push(format!(
+                "baton: {} changed while a command ran, but it lies outside the folders \
+                 commands may write, so baton left it as it is: check it before running git there",
+                path.display()
+            ));
+            continue;
+        }
+        // Looked up once per audit, and only when something changed.
+        let git = git.get_or_insert_with(|| audit_git(policy));
+        if let Some(w) = undo_change(path, then, now, git.as_deref()) {
+            warnings.push(w);
+        }
+    }
+    let mut reopened: Vec<&PathBuf> = before.reopened.iter().chain(&after.reopened).collect();
+    reopened.sort();
+    reopened.dedup();
+    for dir in reopened {
+        warnings.push(format!(
+            "{}: could not be listed (no read permission, as `chmod` by a command leaves it); \
+             baton gave its owner read and search permission back to check it for planted \
+             git config",
+            dir.display()
+        ));
+    }
+    if after.incomplete {
+        warnings.push(format!(
+            "baton: the check for planted git config and hooks stopped after {MAX_WALK_ENTRIES} \
+             entries; run `git config --list --show-origin` before trusting this workspace"
+        ));
+    }
+    warnings
+}
+
+/// Whether the audit may rewrite, rename or create `path`: only inside a folder a command
+/// could write. Every change the audit makes is to an entry of `path`'s folder (a file
+/// renamed over it, it renamed aside), so that folder, resolved, is what must lie inside;
+/// [`collect`] tracks nothing else, and this keeps it so.
+fn may_change(path: &Path, host: &[PathBuf]) -> bool {
+    path.parent()
+        .and_then(|p| p.canonicalize().ok())
+        .is_some_and(|p| inside_any(&p, host))
+}
+
+/// The `git` the audit asks for a second opinion: the first in baton's PATH outside
+/// [`program_roots`], by absolute path, looked up once per process and set of roots. A `git`
+/// found first in an activated in-project `.venv/bin` is what a command planted there, and
+/// the audit runs it outside the sandbox.
+fn audit_git(policy: &SandboxPolicy) -> Option<PathBuf> {
+    type Found = (Vec<PathBuf>, Option<PathBuf>);
+    static LAST: std::sync::Mutex<Option<Found>> = std::sync::Mutex::new(None);
+    let roots = program_roots(policy);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((r, git)) = last.as_ref()
+        && *r == roots
+    {
+        return git.clone();
+    }
+    let git = crate::protocol::host_programs::find_program("git", &roots);
+    *last = Some((roots, git.clone()));
+    git
+}
+
+/// Undoes the change a command made to the tracked file `path` (`then` before, `now` after),
+/// as its kind calls for; the warning for the user, or `None` when nothing needed undoing.
+fn undo_change(
+    path: &Path,
+    then: Option<&Tracked>,
+    now: &Tracked,
+    git: Option<&Path>,
+) -> Option<String> {
+    match now.kind {
+        Kind::GitConfig => undo_config_change(path, then, now, git),
+        Kind::Redirect | Kind::Baton => put_back(path, then, now),
+        Kind::Hook => move_hook_aside(path, then),
+    }
+}
+
+/// A git config: the code-running entries it did not hold before are commented out (checked
+/// with `git` when there is one); the file is moved aside when that fails.
+fn undo_config_change(
+    path: &Path,
+    then: Option<&Tracked>,
+    now: &Tracked,
+    git: Option<&Path>,
+) -> Option<String> {
+    let shown = path.display();
+    let Some(now_content) = now.content.as_deref() else {
+        // Not a regular file baton can read as git would (a link through
+        // `/proc/self/cwd`, a FIFO): what git finds there is unknown.
+        return move_unknown_config_aside(path);
+    };
+    let text = String::from_utf8_lossy(now_content).into_owned();
+    let old = then
+        .and_then(|t| t.content.as_deref())
+        .map(|c| String::from_utf8_lossy(c).into_owned())
+        .unwrap_or_default();
+    let kept: Vec<(String, String)> = config::parse(&old)
+        .into_iter()
+        .filter(config::Entry::runs_code)
+        .map(|e| (e.name(), e.value))
+        .collect();
+    let planted: Vec<config::Entry> = config::parse(&text)
+        .into_iter()
+        .filter(|e| e.runs_code() && !kept.contains(&(e.name(), e.value.clone())))
+        .collect();
+    if planted.is_empty() && !config::git_sees_new_code(git, path, &kept) {
+        return None;
+    }
+    let names: Vec<String> = planted.iter().map(config::Entry::name).collect();
+    let fixed = config::disable(&text, &planted);
+    let ok = replace_file(path, fixed.as_bytes()).is_ok()
+        && !config::git_sees_new_code(git, path, &kept);
+    if ok {
+        Some(format!(
+            "baton: a command planted code-running git settings in {shown} ({}); they \
+             were commented out",
+            names.join(", ")
+        ))
+    } else {
+        let aside = aside_name(path);
+        let moved = std::fs::rename(path, &aside).is_ok();
+        Some(format!(
+            "baton: a command planted code-running git settings in {shown}; {}",
+            if moved {
+                format!("the file was moved to {}", aside.display())
+            } else {
+                "it could not be neutralized: check it before running git here".into()
+            }
+        ))
+    }
+}
+
+/// A redirect or a `.baton/` file: a changed one is put back, a new one moved aside (a new
+/// `commondir` that redirects nowhere new is left).
+fn put_back(path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<String> {
+    let shown = path.display();
+    let restored = match then {
+        Some(Tracked {
+            link: Some(target), ..
+        }) => replace_with_symlink(path, target).is_ok(),
+        Some(Tracked {
+            content: Some(c), ..
+        }) => replace_file(path, c).is_ok(),
+        Some(_) => false,
+        None => {
+            if now.kind == Kind::Redirect && redirect_is_harmless(path) {
+                return None;
+            }
+            let aside = aside_name(path);
+            return Some(if std::fs::rename(path, &aside).is_ok() {
+                format!(
+                    "baton: a command created {shown}, which {}; it was moved to {}",
+                    what_it_does(now.kind),
+                    aside.display()
+                )
+            } else {
+                format!(
+                    "baton: a command created {shown}, which {}; it could not be \
+                     moved aside: remove it before running baton or git here",
+                    what_it_does(now.kind)
+                )
+            });
+        }
+    };
+    Some(if restored {
+        format!(
+            "baton: a command changed {shown}, which {}; it was put back",
+            what_it_does(now.kind)
+        )
+    } else {
+        format!(
+            "baton: a command changed {shown}, which {}; it could not be put back: \
+             check it before running baton or git here",
+            what_it_does(now.kind)
+        )
+    })
+}
+
+/// A hook, new or changed, is renamed aside so that it never runs.
+fn move_hook_aside(path: &Path, then: Option<&Tracked>) -> Option<String> {
+    let shown = path.display();
+    let aside = aside_name(path);
+    let moved = std::fs::rename(path, &aside).is_ok();
+    Some(format!(
+        "baton: a command {} the git hook {shown}; {}",
+        if then.is_some() { "changed" } else { "created" },
+        if moved {
+            format!("it was moved to {} and will not run", aside.display())
+        } else {
+            "it could not be moved aside: remove it before running git here".into()
+        }
+    ))
+}
+
+/// Moves a git config whose content the audit cannot know out of git's way (None when it is
+/// gone already).
+fn move_unknown_config_aside(path: &Path) -> Option<String> {
+    std::fs::symlink_metadata(path).ok()?;
+    let shown = path.display();
+    let what = "something baton cannot read as git does (a link through /proc, a FIFO, a device)";
+    let aside = aside_name(path);
+    Some(if std::fs::rename(path, &aside).is_ok() {
+        format!(
+            "baton: a command left the git config {shown} as {what}; it was moved to {}",
+            aside.display()
+        )
+    } else {
+        format!(
+            "baton: a command left the git config {shown} as {what}, and it could not be moved \
+             aside: check it before running git here"
+        )
+    })
+}
+
+fn what_it_does(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Redirect => "points git at another repository's config and hooks",
+        Kind::Baton => "is baton's project configuration",
+        Kind::GitConfig | Kind::Hook => "git runs",
+    }
+}
+
+/// A new `commondir` that names its own gitdir's owner (what `git worktree add` writes into
+/// `.git/worktrees/NAME/`) redirects nowhere new.
+fn redirect_is_harmless(path: &Path) -> bool {
+    let Some(dir) = path.parent() else {
+        return false;
+    };
+    if path.file_name().is_some_and(|n| n == "commondir") {
+        let owner = dir.parent().and_then(Path::parent);
+        let is_worktree = dir
+            .parent()
+            .is_some_and(|p| p.file_name().is_some_and(|n| n == "worktrees"));
+        return is_worktree && commondir_of(dir).is_some_and(|c| owner.is_some_and(|o| c == o));
+    }
+    false
+}
+
+fn aside_name(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".disabled-by-baton");
+    let mut aside = path.with_file_name(&name);
+    let mut n = 1;
+    while std::fs::symlink_metadata(&aside).is_ok() {
+        let mut numbered = name.clone();
+        numbered.push(format!(".{n}"));
+        aside = path.with_file_name(numbered);
+        n += 1;
+    }
+    aside
+}
+
+/// Writes `bytes` to a new file beside `path` and renames it over `path`: a symlink at `path`
+/// is replaced, never written through.
+fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = aside_name(&path.with_extension("baton-tmp"));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    let written = f.write_all(bytes).and_then(|_| f.sync_all());
+    if let Err(e) = written.and_then(|_| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    Ok(())
+}
+
+fn replace_with_symlink(path: &Path, target: &Path) -> std::io::Result<()> {
+    let tmp = aside_name(&path.with_extension("baton-tmp"));
+    std::os::unix::fs::symlink(target, &tmp)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::git_guard::snapshot;
+
+    fn ws() -> (tempfile::TempDir, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().canonicalize().unwrap();
+        (d, p)
+    }
+
+    #[test]
+    fn the_audit_comments_out_planted_settings_and_keeps_the_rest() {
+        let (_d, ws) = ws();
+        let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws);
+        let before = snapshot(&policy);
+        let sub = ws.join("vendor/x/.git");
+        std::fs::create_dir_all(sub.join("hooks")).unwrap();
+        std::fs::write(
+            sub.join("config"),
+            "[core]\n\tfsmonitor = /evil\n[user]\n\tname = me\n",
+        )
+        .unwrap();
+        std::fs::write(sub.join("hooks/pre-commit"), "#!/bin/sh\n").unwrap();
+        std::fs::write(sub.join("hooks/pre-commit.sample"), "#!/bin/sh\n").unwrap();
+        let warnings = audit(&before, &policy);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        let text = std::fs::read_to_string(sub.join("config")).unwrap();
+        assert!(
+            config::parse(&text).iter().all(|e| !e.runs_code()),
+            "{text}"
+        );
+        assert!(text.contains("name = me"));
+        assert!(!sub.join("hooks/pre-commit").exists());
+        assert!(sub.join("hooks/pre-commit.sample").exists());
+        // Nothing changed since: nothing to say.
+        assert!(audit(&snapshot(&policy), &policy).is_empty());
+    }
+
+    /// A folder no policy makes writable (not under a temp root, where a checkout may live).
+    fn outside_base() -> PathBuf {
+        let temp: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"]
+            .iter()
+            .filter_map(|t| Path::new(t).canonicalize().ok())
+            .collect();
+        [
+            Some(PathBuf::from(env!("CARGO_MANIFEST_DIR"))),
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/baton-tests")),
+            Some(PathBuf::from("/var/cache/baton-tests")),
+        ]
+        .into_iter()
+        .flatten()
+        .find_map(|d| {
+            std::fs::create_dir_all(&d).ok()?;
+            let d = d.canonicalize().ok()?;
+            // Run as another user, the source folder may not be writable: the next one then.
+            let writable = tempfile::tempdir_in(&d).is_ok();
+            (writable && !temp.iter().any(|t| d.starts_with(t))).then_some(d)
+        })
+        .expect("a writable folder outside the temp roots")
+    }
+
+    #[test]
+    fn the_audit_leaves_a_hooks_folder_outside_the_writable_roots_alone() {
+        let (_d, ws) = ws();
+        let outside_hooks = tempfile::tempdir_in(outside_base()).unwrap();
+        let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws);
+        let before = snapshot(&policy);
+        std::fs::create_dir_all(ws.join("n/.git")).unwrap();
+        std::fs::write(ws.join("n/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(outside_hooks.path().join("pre-commit"), "#!/bin/sh\n").unwrap();
+        std::os::unix::fs::symlink(outside_hooks.path(), ws.join("n/.git/hooks")).unwrap();
+        let w = audit(&before, &policy);
+        assert!(w.is_empty(), "{w:?}");
+        assert!(outside_hooks.path().join("pre-commit").exists());
+    }
+
+    #[test]
+    fn the_audit_puts_back_a_changed_baton_config() {
+        let (_d, ws) = ws();
+        std::fs::create_dir_all(ws.join(".baton")).unwrap();
+        std::fs::write(ws.join(".baton/config.toml"), "model = \"m\"\n").unwrap();
+        let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws);
+        let before = snapshot(&policy);
+        std::fs::write(ws.join(".baton/config.toml"), "sandbox = \"off\"\n").unwrap();
+        let w = audit(&before, &policy);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(
+            std::fs::read_to_string(ws.join(".baton/config.toml")).unwrap(),
+            "model = \"m\"\n"
+        );
+    }
+}

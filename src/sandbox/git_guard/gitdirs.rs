@@ -1,0 +1,190 @@
+//! Where git looks: gitdirs and their common dirs, hooks paths, and the configs it reads.
+
+use std::path::{Component, Path, PathBuf};
+
+use super::config;
+use super::snapshot::MAX_TRACKED_BYTES;
+
+/// How deep submodule gitdirs (`modules/a/modules/b/…`, names with `/`) are followed.
+pub(super) const MAX_GITDIR_DEPTH: usize = 8;
+
+/// The gitdir a `.git` entry names: the directory itself, the target of a symlink, or the
+/// `gitdir:` line of a file (relative to the file's folder). None when absent or unreadable.
+pub fn gitdir_of(dot_git: &Path) -> Option<PathBuf> {
+    let meta = std::fs::symlink_metadata(dot_git).ok()?;
+    if meta.is_dir() {
+        return Some(dot_git.to_path_buf());
+    }
+    if meta.file_type().is_symlink() {
+        return dot_git.canonicalize().ok().filter(|p| p.is_dir());
+    }
+    let text = read_small(dot_git)?;
+    let named = String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|l| l.strip_prefix("gitdir:").map(|r| r.trim().to_string()))?;
+    let base = dot_git.parent()?;
+    let p = base.join(named);
+    Some(p.canonicalize().unwrap_or(p))
+}
+
+/// The common dir a gitdir's `commondir` file names, when it has one.
+pub(super) fn commondir_of(gitdir: &Path) -> Option<PathBuf> {
+    let text = read_small(&gitdir.join("commondir"))?;
+    let named = String::from_utf8_lossy(&text).trim().to_string();
+    if named.is_empty() {
+        return None;
+    }
+    let p = gitdir.join(named);
+    Some(p.canonicalize().unwrap_or(p))
+}
+
+pub(super) fn read_small(p: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let f = open_regular(p)?;
+    let mut buf = Vec::new();
+    f.take(MAX_TRACKED_BYTES as u64 + 1)
+        .read_to_end(&mut buf)
+        .ok()?;
+    Some(buf)
+}
+
+/// `p` opened to read as git reads it (symlinks followed), when that is a regular file.
+/// Anything else is None, unopened: a FIFO would block the audit for good (and a terminal
+/// hand it the user's keys), a device may act on being opened; and a path through a magic
+/// link (`/proc/self/cwd/…`, `/dev/stdin`) names a different file for each reader, so what
+/// baton would read there is not what git reads.
+pub(super) fn open_regular(p: &Path) -> Option<std::fs::File> {
+    crate::untrusted_fs::open_following(p)
+        .ok()
+        .map(|(file, _)| file)
+}
+
+pub(super) fn list_dirs(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut v: Vec<PathBuf> = rd
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The `core.hooksPath` in force for a repository (its own config, then the user's global and
+/// the system config), resolved the way git does: `~/` from HOME, relative from the work tree.
+pub(super) fn hooks_path(gitdir: &Path, work_tree: &Path) -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let value = repo_configs(gitdir).iter().find_map(|f| {
+        let text = read_small(f)?;
+        config::parse(&String::from_utf8_lossy(&text))
+            .into_iter()
+            .rev()
+            .find(|e| e.name() == "core.hookspath")
+            .map(|e| e.value)
+    })?;
+    let value = value.trim();
+    if value.is_empty() {
+        return None;
+    }
+    let p = if let Some(rest) = value.strip_prefix("~/") {
+        home?.join(rest)
+    } else {
+        work_tree.join(value)
+    };
+    Some(normalize(&p))
+}
+
+/// The config files git reads for a repository, most specific first: its own config and
+/// `config.worktree`, the user's global ones, the system one.
+fn repo_configs(gitdir: &Path) -> Vec<PathBuf> {
+    let common = commondir_of(gitdir).unwrap_or_else(|| gitdir.to_path_buf());
+    let mut files = vec![common.join("config"), gitdir.join("config.worktree")];
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    if let Some(h) = &home {
+        files.push(h.join(".gitconfig"));
+    }
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| home.as_ref().map(|h| h.join(".config")));
+    if let Some(x) = xdg {
+        files.push(x.join("git/config"));
+    }
+    files.push(PathBuf::from("/etc/gitconfig"));
+    files
+}
+
+/// git follows includes inside included files up to this depth.
+const MAX_INCLUDE_DEPTH: usize = 10;
+
+/// Included files looked at per repository: a planted config naming thousands must not stall
+/// every command (it loses its includes to the audit anyway, `include.*` being code-running).
+const MAX_INCLUDES: usize = 256;
+
+/// The files the repository's config pulls in with `include.path` and `includeIf.*.path`
+/// (projects share settings with `include.path = ../.gitconfig`), followed through included
+/// files, resolved as git does: `~/` from HOME, a relative path from the including file's
+/// folder. Every `includeIf` counts, whatever its condition: which one holds depends on the
+/// branch checked out and where the repository lies, both of which a command can change.
+pub(super) fn included_configs(gitdir: &Path) -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut queue: Vec<(PathBuf, usize)> =
+        repo_configs(gitdir).into_iter().map(|f| (f, 0)).collect();
+    while let Some((file, depth)) = queue.pop() {
+        if depth > MAX_INCLUDE_DEPTH {
+            continue;
+        }
+        let Some(text) = read_small(&file) else {
+            continue;
+        };
+        let dir = file.parent().unwrap_or(Path::new("/"));
+        for e in config::parse(&String::from_utf8_lossy(&text)) {
+            if e.key != "path" || !matches!(e.section.as_str(), "include" | "includeif") {
+                continue;
+            }
+            let value = e.value.trim();
+            let target = if value.is_empty() {
+                continue;
+            } else if let Some(rest) = value.strip_prefix("~/") {
+                let Some(h) = &home else { continue };
+                h.join(rest)
+            } else {
+                dir.join(value)
+            };
+            let target = normalize(&target);
+            if out.len() >= MAX_INCLUDES {
+                return out;
+            }
+            if !out.contains(&target) {
+                out.push(target.clone());
+                queue.push((target, depth + 1));
+            }
+        }
+    }
+    out
+}
+
+/// `a/./b/../c` → `a/c` without touching the filesystem (the target may not exist yet).
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out.canonicalize().unwrap_or(out)
+}
+
+pub(super) fn husky_dir(hooks: &Path) -> Option<PathBuf> {
+    hooks
+        .ancestors()
+        .take(2)
+        .find(|a| a.file_name().is_some_and(|n| n == ".husky"))
+        .map(Path::to_path_buf)
+}

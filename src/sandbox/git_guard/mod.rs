@@ -1,0 +1,26 @@
+//! Git and `.baton/` as code-execution paths: which paths a sandboxed command may not write
+//! (pinned read-only before it starts), and the audit that neutralizes what it planted where
+//! nothing could be pinned (a new repository, a new nested repo behind a gitlink, a new
+//! `.baton/`). Git runs programs named in its config (`core.fsmonitor`, `core.hooksPath`,
+//! filters, aliases…), runs hooks, and follows `commondir` and `.git` files to other gitdirs;
+//! anything a command leaves there runs later, outside the sandbox, when the user runs git.
+//!
+//! Before a command runs, [`protection`] says what is pinned and refused, [`TrustedFolders`]
+//! answers the file tools and [`snapshot`] records what the audit compares; after it,
+//! [`audit`] undoes what it planted. Beneath them: `roots` (the folders a command may write),
+//! `gitdirs` (where git looks) and `config` (git's config format).
+
+mod audit;
+mod config;
+mod gitdirs;
+mod protection;
+mod roots;
+mod snapshot;
+mod trusted;
+
+pub use audit::audit;
+pub use gitdirs::gitdir_of;
+pub use protection::{Protection, protection};
+pub use roots::program_roots;
+pub use snapshot::{AuditSnapshot, snapshot};
+pub use trusted::TrustedFolders;
