@@ -312,11 +312,7 @@ mod tests {
     use super::*;
     use crate::sandbox::git_guard::snapshot;
 
-    fn ws() -> (tempfile::TempDir, PathBuf) {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().canonicalize().unwrap();
-        (d, p)
-    }
+    use crate::sandbox::git_guard::ws;
 
     #[test]
     fn the_audit_comments_out_planted_settings_and_keeps_the_rest() {

@@ -24,3 +24,11 @@ pub use protection::{Protection, protection};
 pub use roots::program_roots;
 pub use snapshot::{AuditSnapshot, snapshot};
 pub use trusted::TrustedFolders;
+
+/// A temporary workspace and its canonical path, for the tests of every part.
+#[cfg(test)]
+fn ws() -> (tempfile::TempDir, std::path::PathBuf) {
+    let d = tempfile::tempdir().expect("tempdir");
+    let p = d.path().canonicalize().expect("canonical");
+    (d, p)
+}

@@ -200,11 +200,7 @@ fn protect_hooks_path(hooks: &Path, writable: &[PathBuf], out: &mut Protection) 
 mod tests {
     use super::*;
 
-    fn ws() -> (tempfile::TempDir, PathBuf) {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().canonicalize().unwrap();
-        (d, p)
-    }
+    use crate::sandbox::git_guard::ws;
 
     #[test]
     fn submodule_and_worktree_gitdirs_are_protected_and_pinned() {

@@ -372,11 +372,7 @@ impl AuditSnapshot {
 mod tests {
     use super::*;
 
-    fn ws() -> (tempfile::TempDir, PathBuf) {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().canonicalize().unwrap();
-        (d, p)
-    }
+    use crate::sandbox::git_guard::ws;
 
     #[test]
     fn a_top_folder_past_the_walk_limit_still_shows_its_own_git_and_baton() {
