@@ -7,7 +7,7 @@
 
 use crate::protocol::stdio::{eprintln, println};
 use std::io::{IsTerminal, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -279,12 +279,12 @@ fn run_on_pty(
     let mut last = size;
     // The child's exit wakes the poll through a pidfd (Linux 5.3+): the command's end is seen
     // at once, not at the next tick. Without one, the loop ticks as before.
-    // SAFETY: pidfd_open on our own child's pid; the result is checked.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id(), 0) } as i32;
-    let pidfd = (pidfd >= 0).then(|| {
-        // SAFETY: a descriptor pidfd_open just returned, owned from here on.
-        unsafe { std::os::fd::OwnedFd::from_raw_fd(pidfd) }
-    });
+    let pidfd = i32::try_from(child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .and_then(|pid| {
+            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+        });
     // A caller's terminal that hangs up stays readable-at-EOF: stop polling it then.
     let mut stdin_open = tty[0];
     let status = loop {
