@@ -185,6 +185,66 @@ mod tests {
         panic!("no Done")
     }
 
+    /// The Responses API's race (seen once in CI through the OpenAI SDK): the client has a
+    /// stored response and forks it before the server has committed the turn. The fork waits
+    /// for the commit instead of finding no such response; a turn not delivered leaves none.
+    #[tokio::test]
+    async fn a_fork_asked_for_before_the_commit_waits_for_the_stored_response() {
+        let service = l2_service();
+        let stored = |messages, id: &str| TurnInput {
+            snapshot_as: Some(id.to_string()),
+            ..input(messages)
+        };
+        let mut first = service
+            .start(stored(vec![ChatMessage::user("a")], "resp_first"))
+            .await
+            .unwrap();
+        answer(&mut first).await;
+        let fork = TurnInput {
+            fork_from: Some("resp_first".into()),
+            ..input(vec![ChatMessage::user("b")])
+        };
+        let waiting = tokio::spawn({
+            let service = service.clone();
+            async move {
+                match service.start(fork).await {
+                    Ok(mut h) => {
+                        let text = answer(&mut h).await;
+                        let _ = h.delivered.send(());
+                        Ok(text)
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "it waits for the turn before it");
+        let _ = first.delivered.send(());
+        assert!(
+            waiting.await.unwrap().is_ok(),
+            "the fork found the stored response"
+        );
+
+        // Not delivered: the reserved response is gone, and a fork waiting on it is told so.
+        let mut lost = service
+            .start(stored(vec![ChatMessage::user("c")], "resp_lost"))
+            .await
+            .unwrap();
+        answer(&mut lost).await;
+        let fork = TurnInput {
+            fork_from: Some("resp_lost".into()),
+            ..input(vec![ChatMessage::user("d")])
+        };
+        let waiting = tokio::spawn({
+            let service = service.clone();
+            async move { service.start(fork).await.map(|h| h.conversation_id) }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(lost);
+        let err = waiting.await.unwrap().unwrap_err();
+        assert_eq!(err.code, "previous_response_not_found", "{err}");
+    }
+
     #[tokio::test]
     async fn a_request_that_arrives_before_the_commit_still_continues_its_conversation() {
         let service = l2_service();

@@ -103,7 +103,7 @@ impl Store {
         gone
     }
 
-    fn remove(&mut self, id: &str) {
+    pub(super) fn remove(&mut self, id: &str) {
         if self.by_id.remove(id).is_some() {
             self.by_history.retain(|_, ids| {
                 ids.retain(|v| v != id);
@@ -257,6 +257,15 @@ impl Conversations {
         }
         let mut state = {
             let mut guard = parent.state.lock().await;
+            // A reserved response whose turn was not delivered after all.
+            if !self.holds(&parent) {
+                return Err(TurnError {
+                    kind: TurnErrorKind::NotFound,
+                    code: "previous_response_not_found".into(),
+                    message: format!("no stored response '{}' (its turn failed)", parent.id),
+                    detail: None,
+                });
+            }
             guard.collect_finished();
             // Made once, for the parent: every fork of it shares the hop, and its file gets it.
             if self.resume_lost_summaries(&mut guard, &split.head) {
@@ -279,20 +288,20 @@ impl Conversations {
         }))
     }
 
-    /// Keeps `state` as the stored response `id` (a conversation of its own, never found
-    /// from history, only forked from). Comes back locked, so that until it is written a fork
-    /// of it waits and an eviction passes it by.
-    pub(super) async fn store_snapshot(
+    /// Holds the stored response `id` (a conversation of its own, never found from history,
+    /// only forked from) before its turn is delivered: empty, and locked until the commit
+    /// fills it, so a fork asked for the moment the client has the response waits for it (and
+    /// an eviction passes it by).
+    pub(super) async fn reserve_snapshot(
         &self,
         conversation: &Conversation,
         id: &str,
-        state: State,
     ) -> (Arc<Conversation>, OwnedMutexGuard<State>) {
         let c = Arc::new(Conversation {
             id: id.to_string(),
             client: conversation.client.clone(),
-            bytes: state.core.approx_bytes().into(),
-            state: Arc::new(tokio::sync::Mutex::new(state)),
+            bytes: Default::default(),
+            state: Arc::new(tokio::sync::Mutex::new(State::default())),
             last_used: Mutex::new(Instant::now()),
             snapshot: true,
         });
@@ -303,6 +312,19 @@ impl Conversations {
         self.evict(&mut store, Instant::now());
         self.observer.conversations(store.by_id.len());
         (c, guard)
+    }
+
+    /// Takes back a reserved stored response whose turn was not delivered.
+    pub(super) fn forget_snapshot(&self, c: &Arc<Conversation>) {
+        let mut store = lock(&self.store);
+        if store
+            .by_id
+            .get(&c.id)
+            .is_some_and(|held| Arc::ptr_eq(held, c))
+        {
+            store.remove(&c.id);
+        }
+        self.observer.conversations(store.by_id.len());
     }
 
     /// `Store::evict`, and the files of what it dropped deleted with them — under the store's

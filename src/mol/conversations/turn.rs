@@ -78,8 +78,17 @@ impl Conversations {
         // out, before this commit: its history must already lead here (it then waits for this
         // conversation's lock), not to a new conversation that lacks the turn.
         self.expect_history(&conversation, &new_digest);
+        // The same for a response stored under an id: a fork of it asked for the moment the
+        // client has it finds it, and waits for this commit to fill it.
+        let reserved = match &input.snapshot_as {
+            Some(id) => Some(self.reserve_snapshot(&conversation, id).await),
+            None => None,
+        };
         if tx.send(TurnEvent::Done(done.clone())).await.is_err() || delivered.await.is_err() {
             self.forget_history(&conversation, old_digest.as_deref(), &new_digest);
+            if let Some((c, _)) = &reserved {
+                self.forget_snapshot(c);
+            }
             return;
         }
         let closed_task = done
@@ -103,10 +112,14 @@ impl Conversations {
             let pending = self.spawn_summary(task.id, request);
             state.summaries.push(pending);
         }
-        let snapshot = match &input.snapshot_as {
-            Some(id) => Some(self.store_snapshot(&conversation, id, state.clone()).await),
-            None => None,
-        };
+        let snapshot = reserved.map(|(c, mut guard)| {
+            *guard = state.clone();
+            c.bytes.store(
+                guard.core.approx_bytes(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            (c, guard)
+        });
         if self.disk.is_some() {
             if !conversation.snapshot && self.holds(&conversation) {
                 self.save(&conversation, &state).await;
