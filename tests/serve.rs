@@ -2329,18 +2329,7 @@ fn connections_that_never_showed_a_key_make_room_for_a_client_that_has_one() {
         200,
         "the kernel queues what the server cannot take"
     );
-    let mut client = std::net::TcpStream::connect(&addr).expect("connect");
-    client
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    client
-        .write_all(
-            b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k-one\r\n\
-              Connection: close\r\n\r\n",
-        )
-        .unwrap();
-    let mut answer = String::new();
-    let read = client.read_to_string(&mut answer);
+    let answer = models_with_key(&addr, "k-one", Duration::ZERO);
     // Closed by the server: end of stream or a reset; an open one times out.
     let closed = idle
         .iter()
@@ -2356,10 +2345,7 @@ fn connections_that_never_showed_a_key_make_room_for_a_client_that_has_one() {
         .count();
     let _ = child.kill();
     let _ = child.wait();
-    assert!(
-        read.is_ok(),
-        "the client with a key got no answer: {read:?}"
-    );
+    let answer = answer.expect("the client with a key got no answer");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(closed > 0, "no idle connection was closed to make room");
 }
@@ -2370,7 +2356,6 @@ fn connections_that_never_showed_a_key_make_room_for_a_client_that_has_one() {
 /// a flood from one address closes its own.
 #[test]
 fn a_flood_from_one_address_does_not_close_a_slow_client_from_another() {
-    use std::io::{Read, Write};
     let env = Env::new();
     let engine = MockEngine::scripted_blocking(Script::new());
     let (mut child, addr) = serve_with_file_limit(
@@ -2413,22 +2398,31 @@ fn a_flood_from_one_address_does_not_close_a_slow_client_from_another() {
         })
     };
     std::thread::sleep(Duration::from_millis(500));
-    let mut client = std::net::TcpStream::connect(&addr).expect("connect");
-    client
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
     // Longer than the flood needs to cycle every unproven connection of the server.
-    std::thread::sleep(Duration::from_millis(1500));
-    let sent = client.write_all(
-        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k-one\r\n\
-          Connection: close\r\n\r\n",
-    );
-    let mut answer = String::new();
-    let read = client.read_to_string(&mut answer);
+    let answer = models_with_key(&addr, "k-one", Duration::from_millis(1500));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = flood.join();
     let _ = child.kill();
     let _ = child.wait();
-    assert!(sent.is_ok() && read.is_ok(), "closed: {sent:?} {read:?}");
+    let answer = answer.expect("the client with a key was closed");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+}
+
+/// `GET /v1/models` with `key` on a raw connection to `addr`, its head sent `pause` after
+/// connecting; the whole answer as the server closes it.
+fn models_with_key(addr: &str, key: &str, pause: Duration) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut client = std::net::TcpStream::connect(addr)?;
+    client.set_read_timeout(Some(Duration::from_secs(30)))?;
+    std::thread::sleep(pause);
+    client.write_all(
+        format!(
+            "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+             Connection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )?;
+    let mut answer = String::new();
+    client.read_to_string(&mut answer)?;
+    Ok(answer)
 }
