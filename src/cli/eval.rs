@@ -64,8 +64,10 @@ pub struct EvalArgs {
     /// Host environment variables passed to the agent (BATON_* and OPENAI_* always are).
     #[arg(long, value_name = "NAME")]
     pub pass_env: Vec<String>,
-    /// How trials are isolated.
-    #[arg(long, value_enum, default_value = "auto")]
+    /// Where trials run: the trial emulator under bubblewrap (`bwrap`; `auto` falls back to
+    /// plain folders where bwrap cannot work), plain folders (`none`), or a container of the
+    /// task's image built by `podman` or `docker`.
+    #[arg(long = "env", visible_alias = "isolation", value_enum, default_value = "auto")]
     pub isolation: IsolationChoice,
     /// Host paths made visible read-only inside the sandbox.
     #[arg(long, value_name = "PATH")]
@@ -293,7 +295,11 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
 
 /// Discovers, filters and loads the tasks ([`task::load_set`]).
 pub fn load_tasks(args: &EvalArgs) -> Result<task::TaskSet, EvalError> {
-    task::load_set(&args.tasks, &args.include, &args.exclude)
+    let envs = match args.isolation {
+        IsolationChoice::Podman | IsolationChoice::Docker => task::Environments::Images,
+        _ => task::Environments::Emulated,
+    };
+    task::load_set(&args.tasks, &args.include, &args.exclude, envs)
 }
 
 /// An `--mcp-config` file holds `[mcp_servers.NAME]` tables and nothing else (it is installed

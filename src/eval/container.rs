@@ -17,6 +17,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,7 @@ use chrono::Utc;
 
 use super::isolation::{Isolation, Phase};
 use super::process::{Exit, Outcome};
+use super::runtime::Runtime;
 
 /// Where the runner's control folders appear in the sandbox: `in/` (read-only: the FIFO, the
 /// job scripts, the staged tests) and `out/` (the jobs' exit statuses).
@@ -74,6 +76,33 @@ pub struct Container {
     dir_out: PathBuf,
     log: PathBuf,
     next: u32,
+    end: End,
+}
+
+/// What a trial's sandbox is, which says how it ends and what its jobs inherit.
+enum End {
+    /// bwrap's PID namespace: killing bwrap's process group ends everything in it. Jobs start
+    /// from an empty environment (the host's is not theirs).
+    Namespace,
+    /// A container of a runtime (`--env podman|docker`), ended by the runtime. Jobs inherit the
+    /// container's environment (the image's ENV), as `docker exec` does.
+    Runtime {
+        runtime: Arc<Runtime>,
+        name: String,
+    },
+}
+
+/// A trial's container under a runtime: its image, name, network and mounts.
+pub struct ContainerRun<'a> {
+    pub image: &'a str,
+    /// Unique on the host (`baton-trial-…`).
+    pub name: &'a str,
+    /// The host's network (`--network host`), else none but loopback.
+    pub host_network: bool,
+    /// The working dir the container starts in.
+    pub workdir: &'a str,
+    /// (host path, container path, read-only) bind mounts.
+    pub mounts: Vec<(PathBuf, String, bool)>,
 }
 
 impl Container {
@@ -84,6 +113,75 @@ impl Container {
         phase: &Phase,
         control: &Path,
         log: &Path,
+    ) -> std::io::Result<Container> {
+        let command = || iso.command(phase, "bash", &["-c".into(), SUPERVISOR.into()]);
+        // A sandbox that never started because a host socket's cover was lost (see
+        // `Isolation::lost_a_socket_cover`) is started again; any other end shows at the
+        // first job.
+        let retry = |log: &[u8]| iso.lost_a_socket_cover(log);
+        Container::launch(control, log, command, retry, || End::Namespace)
+    }
+
+    /// Starts a trial's container of `runtime` (see [`ContainerRun`]), its supervisor run by
+    /// the image's shell as the command (after the image's ENTRYPOINT, as Harbor runs its
+    /// `sleep infinity`).
+    pub fn start_in(
+        runtime: &Arc<Runtime>,
+        run: &ContainerRun,
+        control: &Path,
+        log: &Path,
+    ) -> std::io::Result<Container> {
+        let mut mounts = run.mounts.clone();
+        mounts.push((control.join("in"), format!("{CONTROL}/in"), true));
+        mounts.push((control.join("out"), format!("{CONTROL}/out"), false));
+        // One mount per destination (the runtime refuses two): the first named wins.
+        let mut seen = std::collections::BTreeSet::new();
+        mounts.retain(|(_, inside, _)| seen.insert(inside.clone()));
+        for (host, _, _) in &mounts {
+            // The runtime's mount syntax separates its fields with these.
+            let text = host.to_string_lossy();
+            if text.contains(',') || text.contains(':') {
+                return Err(std::io::Error::other(format!(
+                    "{text}: a folder whose path holds ',' or ':' cannot be mounted into a container; choose another --out"
+                )));
+            }
+        }
+        let command = || {
+            let mut cmd = runtime.command();
+            cmd.args(["run", "--rm", "--name", run.name, "--label", "baton.trial=1"]);
+            cmd.args(["--network", if run.host_network { "host" } else { "none" }]);
+            cmd.args(["--workdir", run.workdir]);
+            for (host, inside, read_only) in &mounts {
+                let mut spec = format!(
+                    "type=bind,source={},destination={inside}",
+                    host.to_string_lossy()
+                );
+                if *read_only {
+                    spec.push_str(",readonly");
+                }
+                cmd.arg("--mount").arg(spec);
+            }
+            // The verifier's tests are copied in only at its turn; a mount point the agent
+            // cannot replace with a link.
+            cmd.args(["--mount", "type=tmpfs,destination=/tests,tmpfs-mode=1777"]);
+            cmd.args([run.image, "bash", "-c", SUPERVISOR]);
+            cmd
+        };
+        let end = || End::Runtime {
+            runtime: runtime.clone(),
+            name: run.name.to_string(),
+        };
+        Container::launch(control, log, command, |_| false, end)
+    }
+
+    /// Makes the control folders and the FIFO, then starts the supervisor `command` runs,
+    /// again while `retry` says its log shows a start that never happened (twice at most).
+    fn launch(
+        control: &Path,
+        log: &Path,
+        command: impl Fn() -> std::process::Command,
+        retry: impl Fn(&[u8]) -> bool,
+        end: impl Fn() -> End,
     ) -> std::io::Result<Container> {
         let dir_in = control.join("in");
         let dir_out = control.join("out");
@@ -107,7 +205,7 @@ impl Container {
         loop {
             let out = File::create(log)?;
             let err = out.try_clone()?;
-            let mut cmd = iso.command(phase, "bash", &["-c".into(), SUPERVISOR.into()]);
+            let mut cmd = command();
             cmd.stdin(Stdio::null())
                 .stdout(Stdio::from(out))
                 .stderr(Stdio::from(err))
@@ -119,19 +217,26 @@ impl Container {
                 dir_out: dir_out.clone(),
                 log: log.to_path_buf(),
                 next: 1,
+                end: end(),
             };
             tries += 1;
-            // A sandbox that never started because a host socket's cover was lost (see
-            // `Isolation::lost_a_socket_cover`) is started again; any other end shows at the
-            // first job.
             let started = container.wait_ready();
-            let lost = !started
-                && tries < 3
-                && std::fs::read(log).is_ok_and(|l| iso.lost_a_socket_cover(&l));
-            if !lost {
+            let again = !started && tries < 3 && std::fs::read(log).is_ok_and(|l| retry(&l));
+            if !again {
                 return Ok(container);
             }
         }
+    }
+
+    /// The command that copies the staged tests into `/tests` before the verifier runs: bwrap's
+    /// `/tests` is made afresh (whatever the agent put there, a link included, goes); a
+    /// container's is its own mount point, emptied.
+    pub fn tests_prelude(&self) -> String {
+        let fresh = match self.end {
+            End::Namespace => "rm -rf /tests && mkdir /tests",
+            End::Runtime { .. } => "find /tests -mindepth 1 -delete",
+        };
+        format!("{fresh} && cp -a --no-preserve=ownership {CONTROL}/in/tests/. /tests/ || exit 126")
     }
 
     /// Waits (30 s at most) for the supervisor to say it reads jobs; false if the sandbox
@@ -189,7 +294,7 @@ impl Container {
             finished_at: Utc::now(),
             duration: start.elapsed(),
         };
-        let script = job_script(job);
+        let script = job_script(job, matches!(self.end, End::Runtime { .. }));
         let sent = std::fs::write(self.dir_in.join(format!("{id}.sh")), script)
             .and_then(|()| self.jobs.write_all(format!("run {id}\n").as_bytes()));
         if let Err(e) = sent {
@@ -232,6 +337,13 @@ impl Container {
 
 impl Drop for Container {
     fn drop(&mut self) {
+        if let End::Runtime { runtime, name } = &self.end {
+            // The runtime's client is not the container: killing it would leave it running.
+            runtime.remove(name);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            return;
+        }
         // Reaped already (it ended): its pid may be another process's by now.
         if !self.alive() {
             return;
@@ -276,8 +388,9 @@ fn wait_for_exit(pidfd: &std::os::fd::OwnedFd, limit: Duration) {
     let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(millis));
 }
 
-/// The job's script: its working dir, the prelude, then the command with exactly its env.
-fn job_script(job: &Job) -> String {
+/// The job's script: its working dir, the prelude, then the command with exactly its env, or
+/// with its env over the container's (`inherit`).
+fn job_script(job: &Job, inherit: bool) -> String {
     let q = |s: &str| {
         shlex::try_quote(s)
             .map(|c| c.into_owned())
@@ -288,7 +401,11 @@ fn job_script(job: &Job) -> String {
         s.push_str(job.prelude);
         s.push('\n');
     }
-    s.push_str("exec /usr/bin/env -i");
+    s.push_str(if inherit {
+        "exec /usr/bin/env"
+    } else {
+        "exec /usr/bin/env -i"
+    });
     for (k, v) in job.env {
         s.push(' ');
         s.push_str(&q(&format!("{k}={v}")));

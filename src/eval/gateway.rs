@@ -123,6 +123,29 @@ impl Gateway {
         })
     }
 
+    /// Puts the gateway's listener into a network namespace that exists already (a container's,
+    /// `netns` its `/proc/PID/ns/net`): a thread of its own joins it, binds there and hands
+    /// the socket over, so no process of the trial ever holds it. Needs the privilege to join
+    /// that namespace (root, for a rootful container runtime).
+    pub fn listen_in(&self, netns: std::fs::File) -> io::Result<()> {
+        let Some(child) = self.child_end.as_ref() else {
+            return Err(io::Error::other("the gateway listens on the host"));
+        };
+        let send = child.try_clone()?;
+        let joined = std::thread::Builder::new()
+            .name("eval-gateway-netns".into())
+            .spawn(move || -> io::Result<()> {
+                // Only this thread changes namespace; it ends right after.
+                nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(io::Error::from)?;
+                let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, TRIAL_PORT))?;
+                // SAFETY: both descriptors are open for the duration of the call.
+                unsafe { send_fd(send.as_raw_fd(), listener.as_raw_fd()) }
+            })?
+            .join();
+        joined.unwrap_or_else(|_| Err(io::Error::other("the namespace thread panicked")))
+    }
+
     /// Whether requests go to the host named in the endpoint, for messages.
     pub fn upstream_origin(&self) -> &str {
         &self.upstream.origin

@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use super::gateway::Gateway;
+use super::runtime::{Runtime, RuntimeKind};
 use crate::sandbox::bwrap::{self, Bwrap};
 
 /// What the user asked for with `--isolation`.
@@ -24,6 +25,10 @@ pub enum IsolationChoice {
     Bwrap,
     /// Plain per-trial folders: no filesystem, network or process isolation.
     None,
+    /// The task's image built and run by Podman.
+    Podman,
+    /// The task's image built and run by Docker.
+    Docker,
 }
 
 impl crate::protocol::Choice for IsolationChoice {
@@ -31,12 +36,16 @@ impl crate::protocol::Choice for IsolationChoice {
         IsolationChoice::Auto,
         IsolationChoice::Bwrap,
         IsolationChoice::None,
+        IsolationChoice::Podman,
+        IsolationChoice::Docker,
     ];
     fn name(self) -> &'static str {
         match self {
             IsolationChoice::Auto => "auto",
             IsolationChoice::Bwrap => "bwrap",
             IsolationChoice::None => "none",
+            IsolationChoice::Podman => "podman",
+            IsolationChoice::Docker => "docker",
         }
     }
     fn help(self) -> &'static str {
@@ -44,6 +53,8 @@ impl crate::protocol::Choice for IsolationChoice {
             IsolationChoice::Auto => "bubblewrap when it works here, else plain folders",
             IsolationChoice::Bwrap => "bubblewrap or fail",
             IsolationChoice::None => "plain per-trial folders: no isolation",
+            IsolationChoice::Podman => "build each task's image from its Dockerfile and run the trial in a Podman container",
+            IsolationChoice::Docker => "build each task's image from its Dockerfile and run the trial in a Docker container",
         }
     }
 }
@@ -52,6 +63,9 @@ impl crate::protocol::Choice for IsolationChoice {
 pub enum IsolationKind {
     Bwrap,
     Plain,
+    /// A container of the runtime in [`Isolation::runtime`].
+    Podman,
+    Docker,
 }
 
 impl IsolationKind {
@@ -59,7 +73,15 @@ impl IsolationKind {
         match self {
             IsolationKind::Bwrap => "bwrap",
             IsolationKind::Plain => "plain",
+            IsolationKind::Podman => "podman",
+            IsolationKind::Docker => "docker",
         }
+    }
+
+    /// Whether trials run in a container runtime's containers, every phase in the one
+    /// container of the trial.
+    pub fn is_runtime(self) -> bool {
+        matches!(self, IsolationKind::Podman | IsolationKind::Docker)
     }
 }
 
@@ -288,6 +310,8 @@ pub struct Isolation {
     /// Unix sockets in the host's `/etc` and `/opt` when the job started, each covered in the
     /// trials ([`host_sockets`]).
     host_sockets: Arc<Vec<PathBuf>>,
+    /// The container runtime, for `--env podman|docker`.
+    pub runtime: Option<Arc<Runtime>>,
 }
 
 /// Why bubblewrap cannot sandbox trials on this machine (found by a probe sandbox).
@@ -308,6 +332,9 @@ pub enum IsolationError {
     /// The seccomp program for trials could not be compiled.
     #[error("cannot build the trials' seccomp filter: {0}")]
     Seccomp(String),
+    /// `--env podman|docker` and that runtime cannot be used here.
+    #[error("--env {kind}: {why}")]
+    Runtime { kind: &'static str, why: String },
 }
 
 /// Top-level host folders visible read-only in the sandbox. Not `/home`, `/root`, `/run`,
@@ -412,7 +439,22 @@ impl Isolation {
             seccomp: Arc::new(trial_seccomp()?),
             bwrap: bwrap::bwrap_path().unwrap_or_else(|_| PathBuf::from("bwrap")),
             host_sockets: Arc::new(Vec::new()),
+            runtime: None,
         };
+        let runtime = match choice {
+            IsolationChoice::Podman => Some((RuntimeKind::Podman, IsolationKind::Podman)),
+            IsolationChoice::Docker => Some((RuntimeKind::Docker, IsolationKind::Docker)),
+            _ => None,
+        };
+        if let Some((runtime, kind)) = runtime {
+            let found = Runtime::find(runtime).map_err(|why| IsolationError::Runtime {
+                kind: runtime.name(),
+                why,
+            })?;
+            iso.kind = kind;
+            iso.runtime = Some(Arc::new(found));
+            return Ok(iso);
+        }
         if choice == IsolationChoice::None {
             iso.kind = IsolationKind::Plain;
             iso.fallback_reason = Some("--isolation none was given".into());
@@ -483,7 +525,18 @@ impl Isolation {
         match self.kind {
             IsolationKind::Bwrap => self.bwrap_command(phase, program, args),
             IsolationKind::Plain => self.plain_command(phase, program, args),
+            // Every phase runs in the trial's container (`Container::start_in`); nothing is
+            // ever run on the host in its place. A program that does not exist says so.
+            IsolationKind::Podman | IsolationKind::Docker => {
+                Command::new("/nonexistent/baton-container-trials-run-every-phase-in-the-container")
+            }
         }
+    }
+
+    /// The host paths shared read-only with every trial (the baton agent's binary, `--share`,
+    /// the network variables' files).
+    pub fn shared(&self) -> &[PathBuf] {
+        &self.shared
     }
 
     fn base_env(&self, home: &str, tmp: &str) -> BTreeMap<String, String> {
@@ -661,6 +714,10 @@ impl Isolation {
         user: Option<&TrialUser>,
         env: &BTreeMap<String, String>,
     ) -> BTreeMap<String, String> {
+        // A container's jobs inherit its own environment (the image's ENV) under `env`.
+        if self.kind.is_runtime() {
+            return env.clone();
+        }
         let mut all = self.base_env("/root", "/tmp");
         if let Some(u) = user {
             all.insert("USER".into(), u.name.clone());
@@ -689,7 +746,7 @@ impl Isolation {
 
     /// In plain mode, sandbox paths in a script or instruction point at the trial's folders.
     pub fn rewrite(&self, paths: &TrialPaths, build_context: Option<&Path>, text: &str) -> String {
-        if self.kind == IsolationKind::Bwrap {
+        if self.kind != IsolationKind::Plain {
             return text.to_string();
         }
         rewrite_paths(&paths.mapping(build_context), text)

@@ -57,6 +57,19 @@ pub struct EnvironmentPlan {
     /// Paths in system folders the environment writes (`/opt/tool`): each is a folder or
     /// file of the trial mounted over the host's read-only system folder.
     pub system_mounts: Vec<dockerfile::SystemMount>,
+    /// Under a container runtime (`--env podman|docker`): the image the trial runs in. The
+    /// fields above that translate a Dockerfile are unused then, and an empty `workdir` is
+    /// the image's own.
+    pub image: Option<ImageSource>,
+}
+
+/// Where a task's image comes from under a container runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageSource {
+    /// Built from the task's Dockerfile with `context` as the build context.
+    Dockerfile { file: PathBuf, context: PathBuf },
+    /// A prebuilt image (`[environment].docker_image` without a Dockerfile).
+    Prebuilt(String),
 }
 
 /// One runnable task.
@@ -221,13 +234,27 @@ fn list_dirs(path: &Path) -> Result<Vec<PathBuf>, TaskError> {
     Ok(dirs)
 }
 
+/// Loads one task folder for the trial emulator ([`load_for`]).
+pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
+    load_for(dir, Environments::Emulated)
+}
+
+/// How a job makes its tasks' environments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Environments {
+    /// The trial emulator: a Dockerfile is translated into a setup script run under bwrap.
+    Emulated,
+    /// A container runtime builds the Dockerfile (or runs the prebuilt image) as it is.
+    Images,
+}
+
 /// Loads one task folder. `Err` is a malformed task (bad TOML, missing instruction); a task
 /// that is well-formed but needs something baton can't provide is `Ok(Loaded::Skipped)`.
-pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
+pub fn load_for(dir: &Path, envs: Environments) -> Result<Loaded, LoadError> {
     let loaded = if dir.join("task.toml").is_file() {
-        load_harbor(dir)
+        load_harbor(dir, envs)
     } else if dir.join("task.yaml").is_file() {
-        load_tb1(dir)
+        load_tb1(dir, envs)
     } else {
         Err(TaskError::NoTaskFile {
             dir: dir.to_path_buf(),
@@ -602,7 +629,7 @@ fn toml_steps(
     Ok(steps)
 }
 
-fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
+fn load_harbor(dir: &Path, envs: Environments) -> Result<Loaded, TaskError> {
     let toml_path = dir.join("task.toml");
     let doc: toml::Value = read_text(dir, &toml_path)?
         .parse::<toml::Table>()
@@ -725,12 +752,29 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
         env: env_vars,
         ..Default::default()
     };
-    if env_dir.is_dir() {
-        if env_dir.join("docker-compose.yaml").is_file()
-            || env_dir.join("docker-compose.yml").is_file()
-        {
-            return skip("its environment is a docker-compose file (several containers)".into());
+    if env_dir.join("docker-compose.yaml").is_file() || env_dir.join("docker-compose.yml").is_file()
+    {
+        return skip("its environment is a docker-compose file (several containers)".into());
+    }
+    if envs == Environments::Images {
+        let dockerfile = env_dir.join("Dockerfile");
+        plan.image = Some(if dockerfile.is_file() {
+            ImageSource::Dockerfile {
+                file: dockerfile,
+                context: env_dir.clone(),
+            }
+        } else if let Some(image) = image {
+            ImageSource::Prebuilt(image)
+        } else {
+            return skip(
+                "its environment has no Dockerfile or docker_image for a container runtime to run; use --env bwrap".into(),
+            );
+        });
+        plan.workdir = String::new();
+        if let Some(reason) = images_cannot_run(&steps, &agent_user, &verifier_user) {
+            return skip(reason);
         }
+    } else if env_dir.is_dir() {
         let setup = env_dir.join("setup.sh");
         let dockerfile = env_dir.join("Dockerfile");
         // A Dockerfile describes the environment (a pinned `docker_image` is built from it);
@@ -833,7 +877,7 @@ fn load_harbor(dir: &Path) -> Result<Loaded, TaskError> {
     })))
 }
 
-fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
+fn load_tb1(dir: &Path, envs: Environments) -> Result<Loaded, TaskError> {
     let yaml_path = dir.join("task.yaml");
     let doc = yaml_lite::parse(&read_text(dir, &yaml_path)?).map_err(|source| TaskError::Yaml {
         path: yaml_path.clone(),
@@ -884,7 +928,16 @@ fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
     folder_inside(dir, &dir.join("tests"), &yaml_path, "tests")?;
     let dockerfile = dir.join("Dockerfile");
     let mut image_user = None;
-    if dockerfile.is_file() {
+    if envs == Environments::Images {
+        if !dockerfile.is_file() {
+            return skip("it has no Dockerfile for a container runtime to build; use --env bwrap".into());
+        }
+        plan.image = Some(ImageSource::Dockerfile {
+            file: dockerfile,
+            context: dir.to_path_buf(),
+        });
+        plan.workdir = String::new();
+    } else if dockerfile.is_file() {
         // TB1 tasks assume network during the image build; the agent phase is what gets isolated.
         match dockerfile::translate(&read_text(dir, &dockerfile)?, true, dir) {
             DockerPlan::Unsupported(reason) => {
@@ -952,6 +1005,26 @@ fn load_tb1(dir: &Path) -> Result<Loaded, TaskError> {
     })))
 }
 
+/// Why a container runtime cannot run a task baton loaded, if it cannot: its trial runs every
+/// phase as the image's user in one container, one pass.
+fn images_cannot_run(
+    steps: &[Step],
+    agent_user: &Option<String>,
+    verifier_user: &Option<String>,
+) -> Option<String> {
+    if !steps.is_empty() {
+        return Some(
+            "a multi-step task runs under --env bwrap only; a container runtime runs one pass".into(),
+        );
+    }
+    if agent_user.is_some() || verifier_user.is_some() {
+        return Some(
+            "[agent].user and [verifier].user are honoured under --env bwrap only; a container runtime runs every phase as the image's USER".into(),
+        );
+    }
+    None
+}
+
 /// Number of entries under the top-level `services:` key of a compose file.
 fn count_compose_services(text: &str) -> usize {
     let mut in_services = false;
@@ -988,6 +1061,7 @@ pub fn load_set(
     paths: &[PathBuf],
     include: &[String],
     exclude: &[String],
+    envs: Environments,
 ) -> Result<TaskSet, EvalError> {
     let dirs = discover(paths)?;
     let inc = globs(include)?;
@@ -1004,7 +1078,7 @@ pub fn load_set(
         if !included || excluded {
             continue;
         }
-        match load(&dir) {
+        match load_for(&dir, envs) {
             Ok(Loaded::Ready(t)) => set.tasks.push(*t),
             Ok(Loaded::Skipped(s)) => set.skipped.push(s),
             Err(e) => set.failed.push(e),

@@ -12,7 +12,7 @@ use super::phase::{Pass, PhaseError, cancelled, infra, run_phase};
 use super::trajectory::record_events;
 use super::verifier::run_verifier;
 use super::{AgentKind, PhaseTiming, TrialResult, TrialSettings};
-use crate::eval::container::{Container, Job};
+use crate::eval::container::{Container, ContainerRun, Job};
 use crate::eval::fsutil::{copy_task_file, copy_tree, remove_tree};
 use crate::eval::gateway::Gateway;
 use crate::eval::isolation::{IsolationKind, Phase, TrialPaths};
@@ -195,6 +195,23 @@ fn run_agent(
         solution,
         mut gateway,
     } = command;
+    let control = paths.root.join("work").join("control");
+    // Under a container runtime every phase runs in the trial's one container, the `nop`
+    // agent's verifier too.
+    let mut container: Option<Container> = match pass.image {
+        Some(image) => Some(start_container(
+            task,
+            paths,
+            iso,
+            image,
+            network,
+            solution,
+            gateway.as_ref(),
+            &control,
+            r,
+        )?),
+        None => None,
+    };
     let Some(program) = program else {
         let now = Utc::now();
         r.timings.agent_execution = Some(PhaseTiming {
@@ -202,16 +219,17 @@ fn run_agent(
             finished_at: now,
             duration_sec: 0.0,
         });
-        return Ok(None);
+        return Ok(container);
     };
     // The agent and the verifier share one sandbox, as they share one container in Docker,
     // under bwrap: what the agent leaves running (a server it was asked to start) is there for
     // the verifier, and ends with it.
-    let mut container: Option<Container> = None;
-    let control = paths.root.join("work").join("control");
     // Root only: the verifier's /tests is made in the sandbox's own root folder when it
     // starts (the agent never sees one), which only root may write.
-    if iso.kind == IsolationKind::Bwrap && pass.agent_user.is_none() && pass.verifier_user.is_none()
+    if iso.kind == IsolationKind::Bwrap
+        && pass.agent_user.is_none()
+        && pass.verifier_user.is_none()
+        && container.is_none()
     {
         let phase = Phase {
             paths,
@@ -292,6 +310,82 @@ fn run_agent(
     r.timings.agent_execution = Some(PhaseTiming::from(&outcome));
     record_agent_exit(r, &outcome.exit)?;
     record_events(pass.instruction, paths, settings, r, &stdout_path);
+    Ok(container)
+}
+
+/// Starts the trial's container of `image` under the runtime: the trial's log folders, the
+/// oracle's `/solution` and the shared host paths (the baton agent's binary) mounted as in the
+/// bwrap sandbox, and the model gateway's listener put into its network namespace.
+#[allow(clippy::too_many_arguments)]
+fn start_container(
+    task: &Task,
+    paths: &TrialPaths,
+    iso: &crate::eval::isolation::Isolation,
+    image: &str,
+    network: bool,
+    solution: bool,
+    gateway: Option<&Gateway>,
+    control: &std::path::Path,
+    r: &mut TrialResult,
+) -> Result<Container, PhaseError> {
+    let Some(runtime) = &iso.runtime else {
+        return Err(infra(r, "AgentSetupError", "no container runtime".into()));
+    };
+    let mut mounts = vec![
+        (paths.agent_logs.clone(), "/logs/agent".to_string(), false),
+        (paths.verifier_logs.clone(), "/logs/verifier".to_string(), false),
+        (paths.artifacts.clone(), "/logs/artifacts".to_string(), false),
+    ];
+    if solution {
+        mounts.push((paths.solution.clone(), "/solution".to_string(), true));
+    }
+    let user_config = paths.home.join(".config/baton");
+    if user_config.is_dir() {
+        mounts.push((user_config, "/root/.config/baton".to_string(), true));
+    }
+    for shared in iso.shared() {
+        mounts.push((shared.clone(), shared.to_string_lossy().into_owned(), true));
+    }
+    let name = format!("baton-trial-{}", r.id);
+    let run = ContainerRun {
+        image,
+        name: &name,
+        host_network: network,
+        workdir: &task.environment.workdir,
+        mounts,
+    };
+    let log = paths.root.join("work").join("container.log");
+    let mut container = Container::start_in(runtime, &run, control, &log).map_err(|e| {
+        infra(
+            r,
+            "EnvironmentStartError",
+            format!("cannot start the trial's container: {e}"),
+        )
+    })?;
+    if !container.alive() {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        return Err(infra(
+            r,
+            "EnvironmentStartError",
+            format!("the trial's container did not start: {}", log.trim()),
+        ));
+    }
+    // The agent reaches its model only through the gateway, on the container's loopback.
+    if let Some(gateway) = gateway.filter(|_| !network) {
+        let joined = runtime
+            .init_pid(&name)
+            .and_then(|pid| {
+                std::fs::File::open(format!("/proc/{pid}/ns/net")).map_err(|e| e.to_string())
+            })
+            .and_then(|netns| gateway.listen_in(netns).map_err(|e| e.to_string()));
+        joined.map_err(|e| {
+            infra(
+                r,
+                "AgentSetupError",
+                format!("cannot put the model gateway into the trial's container: {e}"),
+            )
+        })?;
+    }
     Ok(container)
 }
 

@@ -13,7 +13,7 @@ pub(super) fn rewrite_text_files(
     ctx: Option<&Path>,
     dir: &Path,
 ) {
-    if iso.kind == IsolationKind::Bwrap {
+    if iso.kind != IsolationKind::Plain {
         return;
     }
     for entry in walk_files(dir) {

@@ -120,7 +120,8 @@ pub fn run_trial(
     if r.infrastructure_error {
         r.reward = None;
     }
-    if task.steps.is_empty() {
+    // A container's artifacts were copied out before it ended (the verifier's phase).
+    if task.steps.is_empty() && !settings.isolation.kind.is_runtime() {
         collect_artifacts(&task.artifacts, &paths);
     }
     r.environment_setup = r.timings.environment_setup.as_ref().map(TimingInfo::from);
@@ -162,6 +163,34 @@ fn trial_phases(
         )
     })?;
     write_config(task, paths, settings);
+    if let Some(runtime) = &iso.runtime {
+        let (task, image) = task_image(task, paths, settings, runtime, r)?;
+        let mut env = settings.network_env.clone();
+        env.extend(task.environment.env.clone());
+        let pass = Pass {
+            instruction: &task.instruction,
+            agent_limit: task
+                .agent_timeout
+                .map_or(NO_AGENT_LIMIT, |t| scaled(t, settings.timeout_multiplier)),
+            solution_dir: task.solution_dir.as_deref(),
+            tests: task.tests_dir.iter().cloned().collect(),
+            verifier_env: task.verifier_env.clone(),
+            verifier_timeout: task.verifier_timeout,
+            agent_user: None,
+            verifier_user: None,
+            image: Some(&image),
+        };
+        return agent_and_verifier(
+            &task,
+            paths,
+            settings,
+            &env,
+            env.clone(),
+            &pass,
+            r,
+            process_time,
+        );
+    }
 
     // Environment: fixture files, then the setup script inside the sandbox.
     if let Some(from) = &task.environment.files_from {
@@ -205,6 +234,7 @@ fn trial_phases(
             verifier_timeout: task.verifier_timeout,
             agent_user: user(task.agent_user.as_deref()),
             verifier_user: user(task.verifier_user.as_deref()),
+            image: None,
         };
         return agent_and_verifier(
             task,
@@ -227,4 +257,53 @@ fn trial_phases(
         r,
         process_time,
     )
+}
+
+/// The environment under a container runtime: the task's image, built (or pulled) unless the
+/// runtime has it, as the trial's environment setup; the task as the trial runs it (its
+/// working dir the image's WORKDIR unless the task names one), and the image's tag.
+fn task_image(
+    task: &Task,
+    paths: &TrialPaths,
+    settings: &TrialSettings,
+    runtime: &crate::eval::runtime::Runtime,
+    r: &mut TrialResult,
+) -> Result<(Task, String), PhaseError> {
+    let started_at = Utc::now();
+    let checksum = task
+        .checksum
+        .get_or_init(|| task_checksum(&task.dir))
+        .clone();
+    let image = runtime.image(
+        task,
+        &checksum,
+        &paths.root.join("setup.log"),
+        scaled(task.setup_timeout, settings.timeout_multiplier),
+        settings.cancel,
+    );
+    let finished_at = Utc::now();
+    r.timings.environment_setup = Some(PhaseTiming {
+        started_at,
+        finished_at,
+        duration_sec: (finished_at - started_at).as_seconds_f64(),
+    });
+    if settings.cancel.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(phase::cancelled(r));
+    }
+    let image = image.map_err(|e| infra(r, "EnvironmentSetupError", e))?;
+    if !image.runs_as_root() {
+        return Err(infra(
+            r,
+            "UserSetupError",
+            format!(
+                "the image {} runs as USER {}; baton's container trials run every phase as root for now (use --env bwrap)",
+                image.tag, image.user
+            ),
+        ));
+    }
+    let mut task = task.clone();
+    if task.environment.workdir.is_empty() {
+        task.environment.workdir = image.workdir.clone();
+    }
+    Ok((task, image.tag))
 }

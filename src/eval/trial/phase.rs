@@ -62,6 +62,8 @@ pub(super) struct Pass<'a> {
     pub(super) verifier_timeout: Duration,
     pub(super) agent_user: Option<&'a TrialUser>,
     pub(super) verifier_user: Option<&'a TrialUser>,
+    /// Under a container runtime: the image the trial's container runs.
+    pub(super) image: Option<&'a str>,
 }
 
 /// The job was interrupted while this trial ran: not scored.

@@ -204,6 +204,7 @@ fn run_step(
                 .as_deref()
                 .or(task.verifier_user.as_deref()),
         ),
+        image: None,
     };
     agent_and_verifier(
         task,

@@ -34,6 +34,13 @@ pub(super) fn run_verifier(
     if container.as_mut().is_some_and(|c| !c.alive()) {
         container = None;
     }
+    if container.is_none() && iso.kind.is_runtime() {
+        return Err(infra(
+            r,
+            "VerifierSetupError",
+            "the trial's container ended before its verifier could run (its commands can end its first process)".into(),
+        ));
+    }
     stage_tests(task, pass, paths, container.as_ref(), r)?;
     rewrite_text_files(iso, paths, None, &paths.tests);
     let mut env = task_env.clone();
@@ -69,10 +76,7 @@ pub(super) fn run_verifier(
     let outcome = match container.as_mut() {
         Some(c) => {
             let job_env = iso.sandbox_env(pass.verifier_user, &phase.env);
-            let prelude = format!(
-                "rm -rf /tests && mkdir /tests && cp -a --no-preserve=ownership {}/in/tests/. /tests/ || exit 126",
-                crate::eval::container::CONTROL
-            );
+            let prelude = c.tests_prelude();
             let job = Job {
                 workdir: &task.environment.workdir,
                 env: &job_env,
@@ -96,6 +100,9 @@ pub(super) fn run_verifier(
             Err(e) => return Err(setup_error(r, e)),
         },
     };
+    if let Some(c) = container.as_mut().filter(|_| iso.kind.is_runtime()) {
+        copy_artifacts_out(c, &task.artifacts, paths, settings);
+    }
     // The trial ends here: whatever it left running is gone before its results are read.
     drop(container);
     *process_time += outcome.duration;
@@ -277,4 +284,54 @@ fn read_tail(path: &Path, max: u64) -> String {
     let mut bytes = Vec::new();
     let _ = f.by_ref().take(max).read_to_end(&mut bytes);
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Under a container runtime: copies the task's `artifacts` out of the container, through the
+/// trial's `/logs/artifacts` mount, from inside it (a link in the container resolves there,
+/// never on the host), with a `manifest.json` saying what was found.
+fn copy_artifacts_out(
+    c: &mut Container,
+    artifacts: &[crate::eval::task::Artifact],
+    paths: &TrialPaths,
+    settings: &TrialSettings,
+) {
+    if artifacts.is_empty() {
+        return;
+    }
+    const COPY: &str = r#"test -e "$1" || exit 3; mkdir -p "$(dirname "$2")" && rm -rf "$2" && cp -a "$1" "$2""#;
+    let mut manifest = Vec::new();
+    let env = BTreeMap::new();
+    for a in artifacts {
+        let dest = format!("/logs/artifacts/{}", a.destination.trim_start_matches('/'));
+        let args = [
+            "-c".to_string(),
+            COPY.to_string(),
+            "copy".to_string(),
+            a.source.trim_end_matches('/').to_string(),
+            dest,
+        ];
+        let job = Job {
+            workdir: "/",
+            env: &env,
+            prelude: "",
+            program: "sh",
+            args: &args,
+            stdout: "/dev/null",
+            stderr: "/dev/null",
+        };
+        let outcome = c.run(&job, Duration::from_secs(300), settings.cancel);
+        let status = match outcome.exit {
+            Exit::Code(0) => "ok".to_string(),
+            Exit::Code(3) => "missing".to_string(),
+            other => format!("the copy failed ({other:?})"),
+        };
+        manifest.push(serde_json::json!({
+            "source": a.source,
+            "destination": a.destination,
+            "status": status,
+        }));
+    }
+    if let Ok(json) = serde_json::to_string_pretty(&manifest) {
+        let _ = super::files::write_fresh(&paths.artifacts.join("manifest.json"), json.as_bytes());
+    }
 }

@@ -1,0 +1,301 @@
+//! A real container runtime for trials (`--env podman|docker`): the task's image is built from
+//! its Dockerfile once per task and kept (tagged by the task's checksum), and each trial runs
+//! in one container of it, as Harbor runs a trial in Docker. The runtime is whatever the user
+//! configured (`containers.conf`, the Docker daemon); baton only asks it to build, run, kill
+//! and remove.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::process::{self, Exit};
+use super::task::{ImageSource, Task};
+
+/// The container runtimes `--env` can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeKind {
+    Podman,
+    Docker,
+}
+
+impl RuntimeKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RuntimeKind::Podman => "podman",
+            RuntimeKind::Docker => "docker",
+        }
+    }
+}
+
+/// How long the runtime's own quick commands (inspect, kill, rm) may take.
+const QUICK: Duration = Duration::from_secs(120);
+
+/// A container runtime found on this machine.
+#[derive(Debug)]
+pub struct Runtime {
+    pub kind: RuntimeKind,
+    program: PathBuf,
+    /// One entry per image tag: the first trial of a task builds it, the others wait for it.
+    images: Mutex<BTreeMap<String, Arc<OnceLock<Result<Image, String>>>>>,
+}
+
+/// A task's image, ready to run.
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub tag: String,
+    /// The image's WORKDIR (`/` when it sets none, as in Docker).
+    pub workdir: String,
+    /// The image's USER (empty: root).
+    pub user: String,
+    /// Whether this job built (or pulled) it; false when the runtime had it already.
+    pub made_now: bool,
+    /// How long building or pulling took.
+    pub seconds: f64,
+}
+
+impl Image {
+    /// Whether the image's processes run as root (no USER, or USER root / 0).
+    pub fn runs_as_root(&self) -> bool {
+        let user = self.user.split(':').next().unwrap_or("");
+        matches!(user, "" | "root" | "0")
+    }
+}
+
+impl Runtime {
+    /// The runtime's program, from a PATH entry no trial can write (it runs outside every
+    /// trial), checked by listing its images: `Err` says why it cannot be used.
+    pub fn find(kind: RuntimeKind) -> Result<Runtime, String> {
+        let mut roots: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"]
+            .iter()
+            .map(PathBuf::from)
+            .chain(std::env::var_os("TMPDIR").map(PathBuf::from))
+            .collect();
+        roots.extend(std::env::current_dir().ok());
+        let name = kind.name();
+        let program = crate::protocol::host_programs::find_program(name, &roots)
+            .ok_or_else(|| format!("`{name}` is not installed (no `{name}` on PATH)"))?;
+        let rt = Runtime {
+            kind,
+            program,
+            images: Mutex::new(BTreeMap::new()),
+        };
+        let listed = rt.quick(&["images", "-q"])?;
+        if !listed.status_ok {
+            return Err(format!(
+                "`{name} images` failed, so {name} cannot run trials here: {}",
+                listed.text.trim()
+            ));
+        }
+        Ok(rt)
+    }
+
+    /// The runtime's command, run from `/` (never from a folder a trial could write).
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.current_dir("/");
+        cmd
+    }
+
+    /// Runs a quick runtime command; its output (stdout then stderr) as text.
+    fn quick(&self, args: &[&str]) -> Result<Quick, String> {
+        let mut cmd = self.command();
+        cmd.args(args).stdin(Stdio::null());
+        let out = cmd
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
+        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&out.stderr));
+        Ok(Quick {
+            status_ok: out.status.success(),
+            text,
+        })
+    }
+
+    /// The task's image, built from its Dockerfile (or pulled) unless the runtime has it:
+    /// `log` gets the build's output. Two trials of one task build once; the second waits.
+    pub fn image(
+        &self,
+        task: &Task,
+        checksum: &str,
+        log: &Path,
+        limit: Duration,
+        cancel: &AtomicBool,
+    ) -> Result<Image, String> {
+        let Some(source) = &task.environment.image else {
+            return Err(format!("{}: the task names no image", task.dir.display()));
+        };
+        let tag = match source {
+            ImageSource::Dockerfile { .. } => image_tag(&task.name, checksum),
+            ImageSource::Prebuilt(name) => name.clone(),
+        };
+        let slot = {
+            let mut images = self.images.lock().unwrap_or_else(|e| e.into_inner());
+            images.entry(tag.clone()).or_default().clone()
+        };
+        let mut made_here = false;
+        let image = slot.get_or_init(|| {
+            made_here = true;
+            self.make_image(source, &tag, log, limit, cancel)
+        });
+        // Only the trial that built it built it; the others found it ready.
+        image.clone().map(|mut image| {
+            image.made_now &= made_here;
+            if !made_here {
+                image.seconds = 0.0;
+            }
+            image
+        })
+    }
+
+    fn make_image(
+        &self,
+        source: &ImageSource,
+        tag: &str,
+        log: &Path,
+        limit: Duration,
+        cancel: &AtomicBool,
+    ) -> Result<Image, String> {
+        let start = Instant::now();
+        let have = self.quick(&["image", "inspect", "--format", "{{.Id}}", tag])?;
+        let mut made_now = false;
+        if !have.status_ok {
+            let mut cmd = self.command();
+            match source {
+                ImageSource::Dockerfile { file, context } => {
+                    cmd.arg("build").arg("-f").arg(file).arg("-t").arg(tag);
+                    cmd.arg(context);
+                }
+                ImageSource::Prebuilt(name) => {
+                    cmd.arg("pull").arg(name);
+                }
+            }
+            let out = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+            let err = out.try_clone().map_err(|e| e.to_string())?;
+            let outcome = process::run(cmd, limit, out, err, cancel);
+            match outcome.exit {
+                Exit::Code(0) => made_now = true,
+                Exit::TimedOut => {
+                    return Err(format!(
+                        "building the image {tag} took longer than {:.0} s; see {}",
+                        limit.as_secs_f64(),
+                        log.display()
+                    ));
+                }
+                other => {
+                    return Err(format!(
+                        "{} {tag} failed ({other:?}): {}",
+                        match source {
+                            ImageSource::Dockerfile { .. } => "building the image",
+                            ImageSource::Prebuilt(_) => "pulling the image",
+                        },
+                        log_tail(log)
+                    ));
+                }
+            }
+        }
+        let config = self.quick(&["image", "inspect", "--format", "{{json .Config}}", tag])?;
+        if !config.status_ok {
+            return Err(format!(
+                "cannot inspect the image {tag}: {}",
+                config.text.trim()
+            ));
+        }
+        let config = serde_json::from_str::<serde_json::Value>(config.text.trim()).ok();
+        let field = |key: &str| {
+            config
+                .as_ref()
+                .and_then(|c| c.get(key)?.as_str().map(str::to_string))
+        };
+        let workdir = field("WorkingDir")
+            .filter(|w| w.starts_with('/'))
+            .unwrap_or_else(|| "/".to_string());
+        Ok(Image {
+            tag: tag.to_string(),
+            workdir,
+            user: field("User").unwrap_or_default(),
+            made_now,
+            seconds: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// The process id, on this host, of the container's first process (for its namespaces).
+    pub fn init_pid(&self, name: &str) -> Result<u32, String> {
+        let out = self.quick(&["inspect", "--format", "{{.State.Pid}}", name])?;
+        out.text
+            .trim()
+            .parse()
+            .ok()
+            .filter(|&p: &u32| p > 0 && out.status_ok)
+            .ok_or_else(|| format!("cannot find the container's process: {}", out.text.trim()))
+    }
+
+    /// Ends container `name` at once (SIGKILL to all of it) and removes it.
+    pub fn remove(&self, name: &str) {
+        let _ = self.quick_bounded(&["kill", name]);
+        let _ = self.quick_bounded(&["rm", "-f", name]);
+    }
+
+    fn quick_bounded(&self, args: &[&str]) -> Exit {
+        let mut cmd = self.command();
+        cmd.args(args);
+        let (Ok(out), Ok(err)) = (File::create("/dev/null"), File::create("/dev/null")) else {
+            return Exit::SpawnFailed("/dev/null".into());
+        };
+        process::run(cmd, QUICK, out, err, &process::NEVER).exit
+    }
+}
+
+struct Quick {
+    status_ok: bool,
+    text: String,
+}
+
+/// The tag of a task's image: its name made a valid repository name, and its checksum.
+pub fn image_tag(task: &str, checksum: &str) -> String {
+    let mut name: String = task
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '-',
+        })
+        .collect();
+    name = name.trim_matches('-').to_string();
+    if name.is_empty() {
+        name = "task".into();
+    }
+    name.truncate(100);
+    let version: String = checksum
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(16)
+        .collect();
+    format!(
+        "localhost/baton-task-{name}:{}",
+        if version.is_empty() { "latest" } else { &version }
+    )
+}
+
+fn log_tail(log: &Path) -> String {
+    let text = std::fs::read(log).unwrap_or_default();
+    let tail = String::from_utf8_lossy(&text[text.len().saturating_sub(600)..]).into_owned();
+    tail.trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_tag_is_a_valid_repository_name_with_the_checksum_as_version() {
+        assert_eq!(
+            image_tag("Org/Fix Git_Repo", "ab12cd34ef56ab78cd90xyz"),
+            "localhost/baton-task-org-fix-git-repo:ab12cd34ef56ab78"
+        );
+        assert_eq!(image_tag("...", ""), "localhost/baton-task-task:latest");
+    }
+}
