@@ -20,6 +20,7 @@ mod engine_text;
 mod escape;
 mod eval;
 mod eval_harbor;
+mod eval_runtime;
 mod exec;
 mod harbor;
 mod hooks;

@@ -67,7 +67,12 @@ pub struct EvalArgs {
     /// Where trials run: the trial emulator under bubblewrap (`bwrap`; `auto` falls back to
     /// plain folders where bwrap cannot work), plain folders (`none`), or a container of the
     /// task's image built by `podman` or `docker`.
-    #[arg(long = "env", visible_alias = "isolation", value_enum, default_value = "auto")]
+    #[arg(
+        long = "env",
+        visible_alias = "isolation",
+        value_enum,
+        default_value = "auto"
+    )]
     pub isolation: IsolationChoice,
     /// Host paths made visible read-only inside the sandbox.
     #[arg(long, value_name = "PATH")]

@@ -86,10 +86,7 @@ enum End {
     Namespace,
     /// A container of a runtime (`--env podman|docker`), ended by the runtime. Jobs inherit the
     /// container's environment (the image's ENV), as `docker exec` does.
-    Runtime {
-        runtime: Arc<Runtime>,
-        name: String,
-    },
+    Runtime { runtime: Arc<Runtime>, name: String },
 }
 
 /// A trial's container under a runtime: its image, name, network and mounts.
@@ -131,7 +128,16 @@ impl Container {
         control: &Path,
         log: &Path,
     ) -> std::io::Result<Container> {
-        let mut mounts = run.mounts.clone();
+        // The runtime resolves a relative source against its own working dir, not ours.
+        let mut mounts: Vec<(PathBuf, String, bool)> = run
+            .mounts
+            .iter()
+            .map(|(host, inside, ro)| {
+                let host = std::path::absolute(host).unwrap_or_else(|_| host.clone());
+                (host, inside.clone(), *ro)
+            })
+            .collect();
+        let control = std::path::absolute(control)?;
         mounts.push((control.join("in"), format!("{CONTROL}/in"), true));
         mounts.push((control.join("out"), format!("{CONTROL}/out"), false));
         // One mount per destination (the runtime refuses two): the first named wins.
@@ -148,7 +154,14 @@ impl Container {
         }
         let command = || {
             let mut cmd = runtime.command();
-            cmd.args(["run", "--rm", "--name", run.name, "--label", "baton.trial=1"]);
+            cmd.args([
+                "run",
+                "--rm",
+                "--name",
+                run.name,
+                "--label",
+                "baton.trial=1",
+            ]);
             cmd.args(["--network", if run.host_network { "host" } else { "none" }]);
             cmd.args(["--workdir", run.workdir]);
             for (host, inside, read_only) in &mounts {
@@ -171,7 +184,7 @@ impl Container {
             runtime: runtime.clone(),
             name: run.name.to_string(),
         };
-        Container::launch(control, log, command, |_| false, end)
+        Container::launch(&control, log, command, |_| false, end)
     }
 
     /// Makes the control folders and the FIFO, then starts the supervisor `command` runs,

@@ -53,8 +53,12 @@ impl crate::protocol::Choice for IsolationChoice {
             IsolationChoice::Auto => "bubblewrap when it works here, else plain folders",
             IsolationChoice::Bwrap => "bubblewrap or fail",
             IsolationChoice::None => "plain per-trial folders: no isolation",
-            IsolationChoice::Podman => "build each task's image from its Dockerfile and run the trial in a Podman container",
-            IsolationChoice::Docker => "build each task's image from its Dockerfile and run the trial in a Docker container",
+            IsolationChoice::Podman => {
+                "build each task's image from its Dockerfile and run the trial in a Podman container"
+            }
+            IsolationChoice::Docker => {
+                "build each task's image from its Dockerfile and run the trial in a Docker container"
+            }
         }
     }
 }

@@ -276,7 +276,11 @@ pub fn image_tag(task: &str, checksum: &str) -> String {
         .collect();
     format!(
         "localhost/baton-task-{name}:{}",
-        if version.is_empty() { "latest" } else { &version }
+        if version.is_empty() {
+            "latest"
+        } else {
+            &version
+        }
     )
 }
 

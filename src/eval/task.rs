@@ -930,7 +930,9 @@ fn load_tb1(dir: &Path, envs: Environments) -> Result<Loaded, TaskError> {
     let mut image_user = None;
     if envs == Environments::Images {
         if !dockerfile.is_file() {
-            return skip("it has no Dockerfile for a container runtime to build; use --env bwrap".into());
+            return skip(
+                "it has no Dockerfile for a container runtime to build; use --env bwrap".into(),
+            );
         }
         plan.image = Some(ImageSource::Dockerfile {
             file: dockerfile,
@@ -1014,7 +1016,8 @@ fn images_cannot_run(
 ) -> Option<String> {
     if !steps.is_empty() {
         return Some(
-            "a multi-step task runs under --env bwrap only; a container runtime runs one pass".into(),
+            "a multi-step task runs under --env bwrap only; a container runtime runs one pass"
+                .into(),
         );
     }
     if agent_user.is_some() || verifier_user.is_some() {

@@ -333,8 +333,16 @@ fn start_container(
     };
     let mut mounts = vec![
         (paths.agent_logs.clone(), "/logs/agent".to_string(), false),
-        (paths.verifier_logs.clone(), "/logs/verifier".to_string(), false),
-        (paths.artifacts.clone(), "/logs/artifacts".to_string(), false),
+        (
+            paths.verifier_logs.clone(),
+            "/logs/verifier".to_string(),
+            false,
+        ),
+        (
+            paths.artifacts.clone(),
+            "/logs/artifacts".to_string(),
+            false,
+        ),
     ];
     if solution {
         mounts.push((paths.solution.clone(), "/solution".to_string(), true));

@@ -298,7 +298,8 @@ fn copy_artifacts_out(
     if artifacts.is_empty() {
         return;
     }
-    const COPY: &str = r#"test -e "$1" || exit 3; mkdir -p "$(dirname "$2")" && rm -rf "$2" && cp -a "$1" "$2""#;
+    const COPY: &str =
+        r#"test -e "$1" || exit 3; mkdir -p "$(dirname "$2")" && rm -rf "$2" && cp -a "$1" "$2""#;
     let mut manifest = Vec::new();
     let env = BTreeMap::new();
     for a in artifacts {

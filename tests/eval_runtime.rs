@@ -1,0 +1,330 @@
+//! `baton eval --env podman` end to end, through the CLI: the task's image built from its
+//! Dockerfile and cached, one container per trial that every phase runs in (Docker's `RUN`,
+//! filesystem and process semantics for free), the baton agent reaching its model only through
+//! the gateway inside a container without network, and no container left behind; `--env
+//! docker` the same through the Docker CLI talking to Podman's Docker-compatible API. No
+//! registry is reachable here, so the tasks build on a small base image made from this host's
+//! own programs (tests/support/base-image.sh).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use crate::support::external::skip;
+use crate::support::{MockEngine, MockReply, Script};
+
+const BASE: &str = "localhost/baton-test-base:1";
+
+/// What the container tests need: root (rootful podman), podman, and the base image.
+struct Podman {
+    /// A containers.conf for this machine, handed to podman through `CONTAINERS_CONF`.
+    conf: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// The runtime, ready, or `None` after a skip (a failure under CI) saying what is missing.
+fn podman() -> Option<&'static Podman> {
+    static READY: OnceLock<Result<Podman, String>> = OnceLock::new();
+    let ready = READY.get_or_init(prepare_podman);
+    match ready {
+        Ok(p) => Some(p),
+        Err(why) => {
+            skip(why);
+            None
+        }
+    }
+}
+
+fn prepare_podman() -> Result<Podman, String> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("the container-runtime tests need root (rootful podman)".into());
+    }
+    let found = Command::new("podman").arg("--version").output();
+    if !found.is_ok_and(|o| o.status.success()) {
+        return Err("podman is not installed (apt-get install podman runc)".into());
+    }
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let conf = dir.path().join("containers.conf");
+    std::fs::write(&conf, containers_conf()).map_err(|e| e.to_string())?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/base-image.sh");
+    let built = Command::new("bash")
+        .arg(&script)
+        .args(["podman", BASE, env!("CARGO_BIN_EXE_baton")])
+        .env("CONTAINERS_CONF", &conf)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !built.status.success() {
+        return Err(format!(
+            "cannot build the test base image: {}",
+            String::from_utf8_lossy(&built.stderr)
+        ));
+    }
+    Ok(Podman { conf, _dir: dir })
+}
+
+/// This machine's container settings: containers get the open-file limit the tests run under
+/// (a container may not raise it), and `runc` where it is installed (crun refuses hosts whose
+/// cgroups are mounted in hybrid mode, as the CI machines' are).
+fn containers_conf() -> String {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the struct it is given.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    let mut conf = format!(
+        "[containers]\ndefault_ulimits = [\"nofile={0}:{0}\", \"nproc=4096:4096\"]\n",
+        limit.rlim_max.min(1 << 20)
+    );
+    if Command::new("runc").arg("--version").output().is_ok() {
+        conf.push_str("[engine]\nruntime = \"runc\"\n");
+    }
+    conf
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// A Harbor task whose Dockerfile is `dockerfile` and whose verifier passes on `check` (a
+/// shell condition).
+fn task(root: &Path, name: &str, dockerfile: &str, solve: &str, check: &str) -> PathBuf {
+    let dir = root.join(name);
+    write(
+        &dir.join("task.toml"),
+        &format!(
+            "[task]\nname = \"t/{name}\"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\n[environment]\nallow_internet = false\n"
+        ),
+    );
+    write(
+        &dir.join("instruction.md"),
+        "Write 42 into /app/answer.txt.\n",
+    );
+    write(&dir.join("environment/Dockerfile"), dockerfile);
+    write(&dir.join("environment/seed.txt"), "seed\n");
+    write(&dir.join("solution/solve.sh"), solve);
+    write(
+        &dir.join("tests/test.sh"),
+        &format!("if {check}; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"),
+    );
+    dir
+}
+
+/// Runs `baton eval` with `args` under podman's settings; returns the job's result.json.
+fn eval(p: &Podman, out: &Path, args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_baton"));
+    cmd.arg("eval")
+        .arg("--out")
+        .arg(out)
+        .arg("--no-progress")
+        .args(args)
+        .env("CONTAINERS_CONF", &p.conf)
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let output = cmd.output().expect("baton eval runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let job = stdout
+        .lines()
+        .chain(stderr.lines())
+        .find_map(|l| l.strip_prefix("results: "))
+        .unwrap_or_else(|| panic!("no results line; stdout: {stdout}\nstderr: {stderr}"))
+        .trim()
+        .to_string();
+    serde_json::from_str(&std::fs::read_to_string(&job).expect("result.json")).expect("json")
+}
+
+/// The trials of a job's result, each its own result.json.
+fn trials(job: &serde_json::Value) -> Vec<serde_json::Value> {
+    let dir = Path::new(job["job_dir"].as_str().expect("job_dir"));
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("job dir").flatten() {
+        let result = entry.path().join("result.json");
+        if let Ok(text) = std::fs::read_to_string(&result) {
+            found.push(serde_json::from_str(&text).expect("trial json"));
+        }
+    }
+    found
+}
+
+/// Containers of baton's trials still on the machine.
+fn leftover_containers(p: &Podman) -> String {
+    let out = Command::new("podman")
+        .args([
+            "ps",
+            "-a",
+            "--filter",
+            "label=baton.trial",
+            "--format",
+            "{{.Names}}",
+        ])
+        .env("CONTAINERS_CONF", &p.conf)
+        .output()
+        .expect("podman ps");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Docker's semantics come from the container: each `RUN` its own shell (a failure before `;`
+/// does not fail it), files a `RUN` writes in a new top-level folder, writable `/usr`, `/etc`
+/// and `/var`, the image's `ENV` and `WORKDIR`, and a server the agent leaves running still
+/// there for the verifier. The oracle scores 1 and nop 0; the image is built once and reused;
+/// no container is left.
+#[test]
+fn podman_trials_run_the_tasks_image_as_docker_would() {
+    let Some(p) = podman() else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    // A label no earlier run had: this image is built here, not found from an earlier run.
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dockerfile = format!(
+        "FROM {BASE}\nLABEL baton.test.nonce={nonce}\nENV GREETING=hello\nRUN false; echo 'not the last command: the RUN goes on'\nRUN mkdir -p /data && echo seeded > /data/seed.txt\nWORKDIR /srv/work\nCOPY seed.txt ./\n"
+    );
+    let solve = "echo 42 > /app/answer.txt\necho \"$GREETING\" > /usr/local/share-greeting\necho tool > /etc/baton-tool.conf\nmkdir -p /var/log/svc && echo up > /var/log/svc/log\npwd > /tmp/agent-pwd\nnohup sleep 600 >/dev/null 2>&1 &\necho $! > /tmp/server.pid\n";
+    let check = "[ \"$(cat /app/answer.txt)\" = 42 ] && [ \"$(cat /data/seed.txt)\" = seeded ] && [ \"$(cat /usr/local/share-greeting)\" = hello ] && [ -f /etc/baton-tool.conf ] && [ -f /var/log/svc/log ] && [ \"$(cat /tmp/agent-pwd)\" = /srv/work ] && [ -f /srv/work/seed.txt ] && kill -0 \"$(cat /tmp/server.pid)\"";
+    let dir = task(root.path(), "docker-semantics", &dockerfile, solve, check);
+    let out = tempfile::tempdir().unwrap();
+    let d = dir.to_str().unwrap();
+
+    let oracle = eval(
+        p,
+        out.path(),
+        &[d, "--agent", "oracle", "--env", "podman"],
+        &[],
+    );
+    let t = &trials(&oracle)[0];
+    assert_eq!(t["reward"], 1.0, "{t:#}");
+    assert_eq!(t["isolation"], "podman");
+    let trial_dir = Path::new(t["trial_dir"].as_str().unwrap());
+    let log = std::fs::read_to_string(trial_dir.join("setup.log")).unwrap_or_default();
+    assert!(log.contains("RUN mkdir -p /data"), "the build log: {log}");
+
+    let nop = eval(
+        p,
+        out.path(),
+        &[d, "--agent", "nop", "--env", "podman"],
+        &[],
+    );
+    let t = &trials(&nop)[0];
+    assert_eq!(t["reward"], 0.0, "{t:#}");
+    // Built by the first job: the second found the image and built nothing.
+    let trial_dir = Path::new(t["trial_dir"].as_str().unwrap());
+    assert!(!trial_dir.join("setup.log").exists());
+    assert_eq!(leftover_containers(p), "");
+}
+
+/// A `RUN` whose last command fails fails the image build: the trial is an environment error
+/// (no reward, not a 0) and its setup.log names the step.
+#[test]
+fn a_failing_run_line_is_an_environment_error_naming_the_step() {
+    let Some(p) = podman() else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let dockerfile = format!("FROM {BASE}\nRUN true && false\nRUN echo never\n");
+    let dir = task(root.path(), "failing-run", &dockerfile, "true\n", "true");
+    let out = tempfile::tempdir().unwrap();
+    let job = eval(
+        p,
+        out.path(),
+        &[
+            dir.to_str().unwrap(),
+            "--agent",
+            "oracle",
+            "--env",
+            "podman",
+        ],
+        &[],
+    );
+    let t = &trials(&job)[0];
+    assert!(t["reward"].is_null(), "{t:#}");
+    assert_eq!(
+        t["exception_info"]["exception_type"], "EnvironmentSetupError",
+        "{t:#}"
+    );
+    let message = t["exception_info"]["exception_message"].as_str().unwrap();
+    assert!(message.contains("building the image"), "{message}");
+    let trial_dir = Path::new(t["trial_dir"].as_str().unwrap());
+    let log = std::fs::read_to_string(trial_dir.join("setup.log")).unwrap();
+    assert!(log.contains("RUN true && false"), "{log}");
+    assert!(!log.contains("RUN echo never"), "{log}");
+}
+
+/// The baton agent in a container without network: its model requests reach the engine only
+/// through the runner's gateway, whose listener is on the container's own loopback; the key
+/// never enters the container (the agent's environment, dumped by its shell command, lacks it).
+#[test]
+fn the_baton_agent_reaches_its_model_only_through_the_gateway_in_the_container() {
+    let Some(p) = podman() else {
+        return;
+    };
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "call_1",
+                    "shell",
+                    r#"{"command":"env > /logs/agent/agent-env.txt; echo 42 > /app/answer.txt"}"#,
+                ),
+            )
+            .answer("L2", MockReply::text("Done.")),
+    );
+    let root = tempfile::tempdir().unwrap();
+    let dockerfile = format!("FROM {BASE}\nWORKDIR /app\n");
+    let dir = task(
+        root.path(),
+        "agent-in-container",
+        &dockerfile,
+        "true\n",
+        "[ \"$(cat /app/answer.txt)\" = 42 ]",
+    );
+    let out = tempfile::tempdir().unwrap();
+    let url = engine.url();
+    let job = eval(
+        p,
+        out.path(),
+        &[
+            dir.to_str().unwrap(),
+            "--agent",
+            "baton",
+            "--env",
+            "podman",
+            "--baton-bin",
+            env!("CARGO_BIN_EXE_baton"),
+            "--",
+            "--endpoint",
+            &url,
+        ],
+        &[("BATON_API_KEY", "sk-secret-of-the-host")],
+    );
+    let t = &trials(&job)[0];
+    let trial_dir = Path::new(t["trial_dir"].as_str().unwrap());
+    let stderr = std::fs::read_to_string(trial_dir.join("agent/stderr.txt")).unwrap_or_default();
+    assert_eq!(t["reward"], 1.0, "{t:#}; agent stderr: {stderr}");
+    let env = std::fs::read_to_string(trial_dir.join("agent/agent-env.txt")).unwrap();
+    assert!(!env.contains("sk-secret-of-the-host"), "{env}");
+    assert!(env.contains("BATON_") || env.contains("PATH="), "{env}");
+    // The engine got the key from the gateway, on the host.
+    let requests = engine.requests();
+    assert!(!requests.is_empty());
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.header("authorization") == Some("Bearer sk-secret-of-the-host")),
+        "{:?}",
+        requests
+            .iter()
+            .map(|r| r.header("authorization"))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(leftover_containers(p), "");
+}
