@@ -151,8 +151,8 @@ fn trials(job: &serde_json::Value) -> Vec<serde_json::Value> {
     found
 }
 
-/// Containers of baton's trials still on the machine.
-fn leftover_containers(p: &Podman) -> String {
+/// The containers of `job`'s trials still on the machine (other tests' may run meanwhile).
+fn leftover_containers(p: &Podman, job: &serde_json::Value) -> String {
     let out = Command::new("podman")
         .args([
             "ps",
@@ -165,7 +165,16 @@ fn leftover_containers(p: &Podman) -> String {
         .env("CONTAINERS_CONF", &p.conf)
         .output()
         .expect("podman ps");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    let running = String::from_utf8_lossy(&out.stdout).into_owned();
+    let ours: Vec<String> = trials(job)
+        .iter()
+        .map(|t| format!("baton-trial-{}", t["id"].as_str().unwrap_or("?")))
+        .collect();
+    running
+        .lines()
+        .filter(|name| ours.iter().any(|o| o == name))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Docker's semantics come from the container: each `RUN` its own shell (a failure before `;`
@@ -217,7 +226,8 @@ fn podman_trials_run_the_tasks_image_as_docker_would() {
     // Built by the first job: the second found the image and built nothing.
     let trial_dir = Path::new(t["trial_dir"].as_str().unwrap());
     assert!(!trial_dir.join("setup.log").exists());
-    assert_eq!(leftover_containers(p), "");
+    assert_eq!(leftover_containers(p, &oracle), "");
+    assert_eq!(leftover_containers(p, &nop), "");
 }
 
 /// A `RUN` whose last command fails fails the image build: the trial is an environment error
@@ -326,5 +336,133 @@ fn the_baton_agent_reaches_its_model_only_through_the_gateway_in_the_container()
             .map(|r| r.header("authorization"))
             .collect::<Vec<_>>()
     );
-    assert_eq!(leftover_containers(p), "");
+    assert_eq!(leftover_containers(p, &job), "");
+}
+
+/// Podman's Docker-compatible API on a socket of its own, for the Docker CLI; stopped on drop.
+struct DockerApi {
+    child: std::process::Child,
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl DockerApi {
+    fn start(p: &Podman) -> Option<DockerApi> {
+        let cli = Command::new("docker").arg("--version").output();
+        if !cli.is_ok_and(|o| o.status.success()) {
+            skip("the docker CLI is not installed");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("docker.sock");
+        let child = Command::new("podman")
+            .args(["system", "service", "--time=0"])
+            .arg(format!("unix://{}", socket.display()))
+            .env("CONTAINERS_CONF", &p.conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("podman system service");
+        let api = DockerApi {
+            child,
+            socket,
+            _dir: dir,
+        };
+        for _ in 0..200 {
+            let up = Command::new("docker")
+                .arg("version")
+                .env("DOCKER_HOST", api.host())
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if up {
+                return Some(api);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("podman's Docker API did not come up");
+    }
+
+    fn host(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+}
+
+impl Drop for DockerApi {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `--env docker` drives the Docker CLI (here against Podman's Docker-compatible API): the
+/// image is built, the oracle scores 1, and the baton agent reaches its model through the
+/// gateway inside the container.
+#[test]
+fn docker_trials_build_and_run_through_the_docker_cli() {
+    let Some(p) = podman() else {
+        return;
+    };
+    let Some(api) = DockerApi::start(p) else {
+        return;
+    };
+    let host = api.host();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "call_1",
+                    "shell",
+                    r#"{"command":"echo 42 > /app/answer.txt"}"#,
+                ),
+            )
+            .answer("L2", MockReply::text("Done.")),
+    );
+    let root = tempfile::tempdir().unwrap();
+    let dockerfile =
+        format!("FROM {BASE}\nRUN mkdir -p /data && echo docker > /data/by\nWORKDIR /app\n");
+    let dir = task(
+        root.path(),
+        "docker-cli",
+        &dockerfile,
+        "echo 42 > /app/answer.txt\n",
+        "[ \"$(cat /app/answer.txt)\" = 42 ] && [ \"$(cat /data/by)\" = docker ]",
+    );
+    let out = tempfile::tempdir().unwrap();
+    let d = dir.to_str().unwrap();
+    let env = [("DOCKER_HOST", host.as_str()), ("DOCKER_BUILDKIT", "0")];
+    let oracle = eval(
+        p,
+        out.path(),
+        &[d, "--agent", "oracle", "--env", "docker"],
+        &env,
+    );
+    let t = &trials(&oracle)[0];
+    assert_eq!(t["reward"], 1.0, "{t:#}");
+    assert_eq!(t["isolation"], "docker");
+    let url = engine.url();
+    let agent = eval(
+        p,
+        out.path(),
+        &[
+            d,
+            "--agent",
+            "baton",
+            "--env",
+            "docker",
+            "--baton-bin",
+            env!("CARGO_BIN_EXE_baton"),
+            "--",
+            "--endpoint",
+            &url,
+        ],
+        &env,
+    );
+    let t = &trials(&agent)[0];
+    assert_eq!(t["reward"], 1.0, "{t:#}");
+    assert!(!engine.requests().is_empty());
+    assert_eq!(leftover_containers(p, &oracle), "");
+    assert_eq!(leftover_containers(p, &agent), "");
 }
