@@ -2426,3 +2426,127 @@ fn models_with_key(addr: &str, key: &str, pause: Duration) -> std::io::Result<St
     client.read_to_string(&mut answer)?;
     Ok(answer)
 }
+
+/// An engine that routes every turn to L2 and answers `answer to [USER TEXT]`: what an answer
+/// hop's prompt holds shows whose history reached it.
+pub fn echo_engine() -> MockEngine {
+    MockEngine::start_blocking(|req: &RecordedRequest| {
+        if req.is_route() {
+            return MockReply::label("L2");
+        }
+        if req.is_summary() {
+            return MockReply::text("summary");
+        }
+        let user = req.last_user_text().unwrap_or_default();
+        MockReply::text(format!("answer to [{user}]"))
+    })
+}
+
+/// A chat turn sent with the API key `key`, naming the conversation `id`, of the user texts
+/// `users` (each earlier one followed by the echo engine's answer to it): the id the server
+/// echoed and the body.
+pub async fn chat_as(server: &Server, key: &str, id: &str, users: &[&str]) -> (String, Value) {
+    let mut messages = Vec::new();
+    for (i, text) in users.iter().enumerate() {
+        messages.push(json!({"role": "user", "content": text}));
+        if i + 1 < users.len() {
+            messages.push(json!({"role": "assistant", "content": format!("answer to [{text}]")}));
+        }
+    }
+    let response = client()
+        .post(format!("{}/chat/completions", server.url))
+        .bearer_auth(key)
+        .header("X-Conversation-Id", id)
+        .json(&chat(Value::Array(messages)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let echoed = response.headers()["x-conversation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    (echoed, response.json().await.unwrap())
+}
+
+/// Red-team finding 21: with keys, a named conversation id was echoed when free and replaced
+/// when another key held it — an oracle of which ids exist. Each key has ids of its own: B
+/// naming A's id gets it back and a conversation of its own (nothing of A's reaches B's
+/// prompt), A goes on in its own, and a response A stored is a 404 to B exactly like an id
+/// that never existed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_naming_another_keys_id_gets_its_own_and_learns_nothing() {
+    let env = Env::new();
+    let engine = echo_engine();
+    let server = Server::start_with_env(
+        &env,
+        &engine.url(),
+        &[],
+        &[("BATON_SERVE_API_KEYS", "k-alice,k-bob")],
+    );
+    let id = "abc-conversation-0001";
+    let (echoed, _) = chat_as(&server, "k-alice", id, &["alice: the secret plan"]).await;
+    assert_eq!(echoed, id);
+    let (echoed, body) = chat_as(&server, "k-bob", id, &["bob: hello"]).await;
+    assert_eq!(echoed, id, "echoed as a free id is");
+    assert_eq!(body["metadata"]["mol_convo_completed"], 0, "a fresh one");
+    assert!(!answers(&engine).pop().unwrap().mentions("secret plan"));
+
+    let (echoed, body) = chat_as(
+        &server,
+        "k-alice",
+        id,
+        &["alice: the secret plan", "alice: and then?"],
+    )
+    .await;
+    assert_eq!(echoed, id);
+    assert_eq!(
+        body["metadata"]["mol_convo_completed"], 1,
+        "A's own goes on"
+    );
+    let prompt = answers(&engine).pop().unwrap();
+    assert!(prompt.mentions("secret plan") && !prompt.mentions("bob"));
+    let (_, body) = chat_as(&server, "k-bob", id, &["bob: hello", "bob: again"]).await;
+    assert_eq!(body["metadata"]["mol_convo_completed"], 1);
+    assert!(!answers(&engine).pop().unwrap().mentions("alice"));
+
+    // A stored response of A's is to B what an id nobody ever had is: the same 404.
+    let respond = |key: &'static str, body: Value| {
+        client()
+            .post(format!("{}/responses", server.url))
+            .bearer_auth(key)
+            .json(&body)
+            .send()
+    };
+    let stored: Value = respond("k-alice", json!({"model": MODEL, "input": "keep this"}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let theirs = stored["id"].as_str().unwrap().to_string();
+    let nobodys = format!("resp_{}", "0".repeat(32));
+    let mut refusals = Vec::new();
+    for parent in [&theirs, &nobodys] {
+        let r = respond(
+            "k-bob",
+            json!({"model": MODEL, "input": "more", "previous_response_id": parent}),
+        )
+        .await
+        .unwrap();
+        let status = r.status().as_u16();
+        refusals.push((
+            status,
+            r.text().await.unwrap().replace(parent.as_str(), "ID"),
+        ));
+    }
+    assert_eq!(refusals[0].0, 404, "{refusals:?}");
+    assert_eq!(refusals[0], refusals[1]);
+    let own = respond(
+        "k-alice",
+        json!({"model": MODEL, "input": "more", "previous_response_id": theirs}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(own.status(), 200);
+}

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::serve::{
-    MODEL, Server, answers, chat, hops, metric, metrics_page as metrics, post, python_sdk,
-    run_script,
+    MODEL, Server, answers, chat, chat_as, echo_engine, hops, metric, metrics_page as metrics,
+    post, python_sdk, run_script,
 };
 use crate::support::env::Env;
 use crate::support::{MockEngine, MockReply, RecordedRequest, Script};
@@ -559,4 +559,95 @@ async fn the_limits_apply_to_the_files_too() {
         0,
         "gone from memory too"
     );
+}
+
+/// Red-team finding 21 across a restart: two keys' conversations of one id are two files, and
+/// after the restart each key continues its own, nothing of the other's in its prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_keys_conversations_of_one_id_stay_apart_across_a_restart() {
+    let env = Env::new();
+    let engine = echo_engine();
+    let dir = state_dir(&env);
+    let args = ["--state-dir", dir.to_str().unwrap()];
+    let keys = [("BATON_SERVE_API_KEYS", "k-alice,k-bob")];
+    let server = Server::start_with_env(&env, &engine.url(), &args, &keys);
+    let id = "abc-conversation-0001";
+    for (key, text) in [
+        ("k-alice", "alice: the secret plan"),
+        ("k-bob", "bob: hello"),
+    ] {
+        let (echoed, _) = chat_as(&server, key, id, &[text]).await;
+        assert_eq!(echoed, id);
+    }
+    // A graceful stop: every turn and summary is written by then.
+    assert_eq!(server.terminate(), Some(0));
+    assert_eq!(entries(&env).len(), 2, "a file each");
+
+    let server = Server::start_with_env(&env, &engine.url(), &args, &keys);
+    let (echoed, body) = chat_as(
+        &server,
+        "k-alice",
+        id,
+        &["alice: the secret plan", "alice: and then?"],
+    )
+    .await;
+    assert_eq!(echoed, id);
+    assert_eq!(body["metadata"]["mol_convo_completed"], 1, "A's own, kept");
+    let prompt = answers(&engine).pop().unwrap();
+    assert!(prompt.mentions("secret plan") && !prompt.mentions("bob"));
+    let (echoed, body) = chat_as(&server, "k-bob", id, &["bob: hello", "bob: again"]).await;
+    assert_eq!(echoed, id);
+    assert_eq!(body["metadata"]["mol_convo_completed"], 1, "B's own, kept");
+    assert!(!answers(&engine).pop().unwrap().mentions("alice"));
+}
+
+/// A state folder an older baton wrote (version 1: each file named after its id alone, one
+/// namespace for every client) still loads after the upgrade: its conversation continues,
+/// and its file moves to this version's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_folder_of_the_older_layout_loads_and_moves() {
+    use sha2::Digest;
+    let env = Env::new();
+    let engine = echo_engine();
+    let server = start(&env, &engine, &[]);
+    let id = "older-layout-conversation";
+    let first = json!([{"role": "user", "content": "from before"}]);
+    assert_eq!(post(&server, chat(first), Some(id)).await.status(), 200);
+    assert_eq!(server.terminate(), Some(0));
+
+    // The file as version 1 wrote it: the same body, its header saying version 1, its name a
+    // digest of the id alone.
+    let files = entries(&env);
+    assert_eq!(files.len(), 1);
+    let bytes = std::fs::read(&files[0]).unwrap();
+    let newline = bytes.iter().position(|b| *b == b'\n').unwrap();
+    let mut header: Value = serde_json::from_slice(&bytes[..newline]).unwrap();
+    assert_eq!(header["version"], 2);
+    header["version"] = json!(1);
+    let mut old = serde_json::to_vec(&header).unwrap();
+    old.extend_from_slice(&bytes[newline..]);
+    let digest = sha2::Sha256::digest([b"baton-serve-state\0".as_slice(), id.as_bytes()].concat());
+    let name: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    let legacy = state_dir(&env)
+        .join("conversations")
+        .join(format!("{name}.json"));
+    std::fs::remove_file(&files[0]).unwrap();
+    std::fs::write(&legacy, old).unwrap();
+
+    let server = start(&env, &engine, &[]);
+    let next = json!([
+        {"role": "user", "content": "from before"},
+        {"role": "assistant", "content": "answer to [from before]"},
+        {"role": "user", "content": "and now"}
+    ]);
+    let body: Value = post(&server, chat(next), Some(id))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["metadata"]["mol_convo_completed"], 1, "kept: {body}");
+    assert_eq!(entries(&env), files, "moved to this version's name");
+    let page = metrics(&server).await;
+    assert_eq!(metric(&page, "baton_serve_state_loaded_total"), 1);
+    assert_eq!(metric(&page, "baton_serve_state_ignored_total"), 0);
 }

@@ -3,17 +3,24 @@
 //! off the same folder.
 //!
 //! Layout: `DIR/lock` (an advisory `flock` held while the server runs, with its pid inside) and
-//! `DIR/conversations/<hash>.json`, where `<hash>` is derived from the entry's id — never the
-//! id itself, which a client chose. A file is a header line (format, version, kind, id, owner,
-//! the body's SHA-256 and length) and the body, one JSON document. Every write goes to a temp
-//! file in the same folder, is fsynced and renamed over the old one, and the folder is fsynced:
-//! a crash leaves the old file or the new one, never half of either. A file whose header, hash
-//! or body does not check out is reported and moved aside (`<hash>.json.corrupt`), never
-//! loaded. The folder is created owner-only (0700) and every file is 0600: they hold prompts.
+//! `DIR/conversations/<hash>.json`, where `<hash>` is derived from the entry's owner and id —
+//! never the id itself, which a client chose. Each owner (client) has ids of its own: two
+//! clients' entries of one id are two files. A file is a header line (format, version, kind,
+//! id, owner, the body's SHA-256 and length) and the body, one JSON document. Every write goes
+//! to a temp file in the same folder, is fsynced and renamed over the old one, and the folder
+//! is fsynced: a crash leaves the old file or the new one, never half of either. A file whose
+//! header, hash or body does not check out is reported and moved aside (`<hash>.json.corrupt`),
+//! never loaded. The folder is created owner-only (0700) and every file is 0600: they hold
+//! prompts.
 //!
 //! What the body holds is the caller's business (`T: Serialize`); the file's modification time
 //! is when the entry was last used, so the idle TTL survives a restart.
+//!
+//! Files of version 1 were named after their id alone (one namespace for every client): the
+//! load rewrites each under its owner's name (version 2, same body, same last use) and removes
+//! the old one, so an upgrade keeps them.
 
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -31,8 +38,12 @@ use crate::session::{PRIVATE_DIR, PRIVATE_FILE, private_dir};
 
 /// What the header's `format` says: not some other JSON file that landed in the folder.
 const FORMAT: &str = "baton-serve-state";
-/// The body layout this build writes and reads.
-const VERSION: u32 = 1;
+/// The layout this build writes: version 2 names a file after its owner and id. The body is
+/// the same in both; version 1's files are renamed at load (an older baton leaves version 2's
+/// alone, as any newer format).
+const VERSION: u32 = 2;
+/// Files of this version and older are named after their id alone.
+const UNSCOPED: u32 = 1;
 const ENTRIES: &str = "conversations";
 const TEMP_PREFIX: &str = ".tmp.";
 const CORRUPT_SUFFIX: &str = ".corrupt";
@@ -119,13 +130,31 @@ fn io_error(path: &Path, what: &str, e: impl std::fmt::Display) -> StateDirError
     }
 }
 
-/// The file name of an entry: a digest of its id, so no id (a client's `X-Conversation-Id`, a
-/// `previous_response_id`) can name a path of its own choosing.
-pub fn file_name(id: &str) -> String {
+/// The file name of the entry `id` of the owner `client`: a digest of both, so no id (a
+/// client's `X-Conversation-Id`, a `previous_response_id`) can name a path of its own choosing,
+/// and one client's id never names another client's file.
+pub fn file_name(client: &str, id: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(FORMAT.as_bytes());
+    // Not version 1's 0: no owner and id hash to the name some id alone had.
+    h.update([2]);
+    // Its length first: ("ab", "c") and ("a", "bc") are two names.
+    h.update((client.len() as u64).to_le_bytes());
+    h.update(client.as_bytes());
+    h.update(id.as_bytes());
+    entry_name(h)
+}
+
+/// The name version 1 gave the entry `id`, whoever owned it.
+fn unscoped_file_name(id: &str) -> String {
     let mut h = Sha256::new();
     h.update(FORMAT.as_bytes());
     h.update([0]);
     h.update(id.as_bytes());
+    entry_name(h)
+}
+
+fn entry_name(h: Sha256) -> String {
     let digest = h.finalize();
     let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
     format!("{hex}.json")
@@ -150,19 +179,28 @@ pub fn encode<T: Serialize>(
     client: &str,
     body: &T,
 ) -> Result<Vec<u8>, serde_json::Error> {
-    let body = serde_json::to_vec(body)?;
+    encode_body(kind, id, client, &serde_json::to_vec(body)?)
+}
+
+/// An entry's file contents around a body already encoded.
+fn encode_body(
+    kind: EntryKind,
+    id: &str,
+    client: &str,
+    body: &[u8],
+) -> Result<Vec<u8>, serde_json::Error> {
     let header = Header {
         format: FORMAT.to_string(),
         version: VERSION,
         kind,
         id: id.to_string(),
         client: client.to_string(),
-        sha256: hex_sha256(&body),
+        sha256: hex_sha256(body),
         body_bytes: body.len() as u64,
     };
     let mut out = serde_json::to_vec(&header)?;
     out.push(b'\n');
-    out.extend_from_slice(&body);
+    out.extend_from_slice(body);
     Ok(out)
 }
 
@@ -172,7 +210,11 @@ enum Refusal {
     Ignored(String),
 }
 
-fn decode<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<(Header, T), Refusal> {
+/// A file's header and body, checked, with the body's bytes as they are (for a rename).
+fn decode<'a, T: DeserializeOwned>(
+    name: &str,
+    bytes: &'a [u8],
+) -> Result<(Header, T, &'a [u8]), Refusal> {
     let Some(newline) = bytes.iter().position(|b| *b == b'\n') else {
         return Err(Refusal::Corrupt("no header line (truncated?)".into()));
     };
@@ -202,14 +244,19 @@ fn decode<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<(Header, T), 
     if hex_sha256(body) != header.sha256 {
         return Err(Refusal::Corrupt("body does not match its checksum".into()));
     }
-    if file_name(&header.id) != name {
+    let expected = if header.version <= UNSCOPED {
+        unscoped_file_name(&header.id)
+    } else {
+        file_name(&header.client, &header.id)
+    };
+    if expected != name {
         return Err(Refusal::Corrupt(
-            "its name does not match the id it holds".into(),
+            "its name does not match the id it holds (and its owner)".into(),
         ));
     }
     let value: T = serde_json::from_slice(body)
         .map_err(|e| Refusal::Corrupt(format!("unreadable body: {e}")))?;
-    Ok((header, value))
+    Ok((header, value, body))
 }
 
 impl StateDir {
@@ -292,9 +339,9 @@ impl StateDir {
         &self.root
     }
 
-    /// The path the entry `id` is kept at.
-    pub fn path_of(&self, id: &str) -> PathBuf {
-        self.entries.join(file_name(id))
+    /// The path the entry `id` of the owner `client` is kept at.
+    pub fn path_of(&self, client: &str, id: &str) -> PathBuf {
+        self.entries.join(file_name(client, id))
     }
 
     /// Reads every entry back. Files idle past `ttl` are deleted; damaged ones (or larger than
@@ -317,6 +364,7 @@ impl StateDir {
                 return report;
             }
         };
+        let listed: HashSet<String> = names.iter().cloned().collect();
         let now = SystemTime::now();
         for name in names {
             let at = Path::new(&name);
@@ -345,10 +393,8 @@ impl StateDir {
                     continue;
                 }
             };
-            let idle = file
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
+            let modified = file.metadata().and_then(|m| m.modified()).ok();
+            let idle = modified
                 .and_then(|m| now.duration_since(m).ok())
                 .unwrap_or_default();
             if idle > ttl {
@@ -371,13 +417,23 @@ impl StateDir {
                 continue;
             }
             match decode::<T>(&name, &bytes) {
-                Ok((header, body)) => report.entries.push(Loaded {
-                    id: header.id,
-                    kind: header.kind,
-                    client: header.client,
-                    idle,
-                    body,
-                }),
+                Ok((header, body, raw)) => {
+                    // A version-1 file moves to its new name first; that name was not in the
+                    // listing, so the entry is loaded once, here.
+                    if header.version <= UNSCOPED
+                        && let Err(reason) = self.upgrade(&name, &header, raw, modified, &listed)
+                    {
+                        report.ignored.push(skipped(reason));
+                        continue;
+                    }
+                    report.entries.push(Loaded {
+                        id: header.id,
+                        kind: header.kind,
+                        client: header.client,
+                        idle,
+                        body,
+                    })
+                }
                 Err(Refusal::Corrupt(reason)) => {
                     report.corrupt.push(skipped(reason));
                     self.move_aside(&name);
@@ -420,17 +476,30 @@ impl StateDir {
         let _ = rustix::fs::renameat(self.dir.fd(), name, self.dir.fd(), aside.as_str());
     }
 
-    /// Replaces the entry `id` with `contents` atomically and durably: temp file, fsync,
-    /// rename, fsync of the folder. On error the previous file is untouched.
-    pub fn write(&self, id: &str, contents: &[u8]) -> std::io::Result<()> {
-        let name = file_name(id);
+    /// Replaces the entry `id` of the owner `client` with `contents` atomically and durably:
+    /// temp file, fsync, rename, fsync of the folder. On error the previous file is untouched.
+    pub fn write(&self, client: &str, id: &str, contents: &[u8]) -> std::io::Result<()> {
+        self.write_named(&file_name(client, id), contents, None)
+    }
+
+    /// `write` to the file `name`, its modification time (the entry's last use) set to
+    /// `modified` when given.
+    fn write_named(
+        &self,
+        name: &str,
+        contents: &[u8],
+        modified: Option<SystemTime>,
+    ) -> std::io::Result<()> {
         let seq = self.temp_seq.fetch_add(1, Ordering::Relaxed);
         let temp = format!("{TEMP_PREFIX}{name}.{seq}");
         let written = (|| {
             let mut f = self.dir.create_new(Path::new(&temp), PRIVATE_FILE)?;
             f.write_all(contents)?;
+            if let Some(at) = modified {
+                f.set_modified(at)?;
+            }
             f.sync_all()?;
-            rustix::fs::renameat(self.dir.fd(), temp.as_str(), self.dir.fd(), name.as_str())?;
+            rustix::fs::renameat(self.dir.fd(), temp.as_str(), self.dir.fd(), name)?;
             Ok::<(), std::io::Error>(())
         })();
         if let Err(e) = written {
@@ -440,18 +509,50 @@ impl StateDir {
         Ok(rustix::fs::fsync(self.readable()?)?)
     }
 
-    /// Deletes the entry `id`; whether there was a file (one never written is no error).
-    pub fn remove(&self, id: &str) -> std::io::Result<bool> {
-        match self.dir.remove_file(Path::new(&file_name(id))) {
+    /// Moves a version-1 entry, read from the file `name` (named after its id alone), to the
+    /// name of its owner and id: written anew as version 2 with the same body and last use,
+    /// then the old file removed. Not done — the old file stays for the operator, and the
+    /// reason is returned — when its new name is taken (a file of the same entry written since)
+    /// or the write fails.
+    fn upgrade(
+        &self,
+        name: &str,
+        header: &Header,
+        body: &[u8],
+        modified: Option<SystemTime>,
+        listed: &HashSet<String>,
+    ) -> Result<(), String> {
+        let new = file_name(&header.client, &header.id);
+        if listed.contains(&new) {
+            return Err(format!(
+                "written by an older baton, and {new} holds the same entry in this version's \
+                 layout (that one is loaded; delete this file when you have checked it)"
+            ));
+        }
+        let contents = encode_body(header.kind, &header.id, &header.client, body)
+            .map_err(|e| format!("cannot move it to this version's layout: {e}"))?;
+        self.write_named(&new, &contents, modified)
+            .map_err(|e| format!("cannot move it to this version's layout ({new}): {e}"))?;
+        // Left behind, the next load reports it as an older copy and loads the new file: the
+        // entry is not lost either way.
+        let _ = self.dir.remove_file(Path::new(name));
+        Ok(())
+    }
+
+    /// Deletes the entry `id` of the owner `client`; whether there was a file (one never
+    /// written is no error).
+    pub fn remove(&self, client: &str, id: &str) -> std::io::Result<bool> {
+        match self.dir.remove_file(Path::new(&file_name(client, id))) {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(e),
         }
     }
 
-    /// Marks the entry `id` used now (its idle time restarts), without rewriting it.
-    pub fn touch(&self, id: &str) {
-        if let Ok(Some((file, _))) = self.dir.open_regular(Path::new(&file_name(id))) {
+    /// Marks the entry `id` of the owner `client` used now (its idle time restarts), without
+    /// rewriting it.
+    pub fn touch(&self, client: &str, id: &str) {
+        if let Ok(Some((file, _))) = self.dir.open_regular(Path::new(&file_name(client, id))) {
             let _ = file.set_modified(SystemTime::now());
         }
     }
@@ -475,7 +576,7 @@ mod tests {
 
     fn save(dir: &StateDir, kind: EntryKind, id: &str, text: &str) {
         let bytes = encode(kind, id, "client", &body(text)).unwrap();
-        dir.write(id, &bytes).unwrap();
+        dir.write("client", id, &bytes).unwrap();
     }
 
     #[test]
@@ -522,10 +623,108 @@ mod tests {
         let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
         assert_eq!(mode(&root), 0o700);
         assert_eq!(mode(&root.join(ENTRIES)), 0o700);
-        assert_eq!(mode(&dir.path_of("resp_1")), 0o600);
+        assert_eq!(mode(&dir.path_of("client", "resp_1")), 0o600);
         assert_eq!(mode(&root.join("lock")), 0o600);
         // Nothing but the two entries: no temp file survives a write.
         assert_eq!(std::fs::read_dir(root.join(ENTRIES)).unwrap().count(), 2);
+    }
+
+    /// Each owner has ids of its own: one id of two owners is two files, two entries, and
+    /// removing one leaves the other.
+    #[test]
+    fn one_id_of_two_owners_is_two_entries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::open(tmp.path()).unwrap();
+        for (client, text) in [("alice", "a's"), ("bob", "b's")] {
+            let bytes = encode(EntryKind::Conversation, "shared-id", client, &body(text)).unwrap();
+            dir.write(client, "shared-id", &bytes).unwrap();
+        }
+        let mut got: Vec<(String, String)> = dir
+            .load::<Body>(DAY, 1 << 20)
+            .entries
+            .into_iter()
+            .map(|e| (e.client, e.body.text))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("alice".to_string(), "a's".to_string()),
+                ("bob".to_string(), "b's".to_string())
+            ]
+        );
+        assert!(dir.remove("bob", "shared-id").unwrap());
+        let left = dir.load::<Body>(DAY, 1 << 20).entries;
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].client, "alice");
+    }
+
+    /// A file of version 1 (named after its id alone: every client's ids were one namespace)
+    /// loads, and moves to its owner's name with its last use kept. An older copy found beside
+    /// the entry's new file is reported and left alone, never loaded over it.
+    #[test]
+    fn version_one_files_move_to_their_owners_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::open(tmp.path()).unwrap();
+        let v1 = |text: &str| {
+            let body = serde_json::to_vec(&body(text)).unwrap();
+            let header = Header {
+                format: FORMAT.into(),
+                version: 1,
+                kind: EntryKind::Conversation,
+                id: "kept-conversation".into(),
+                client: "anonymous".into(),
+                sha256: hex_sha256(&body),
+                body_bytes: body.len() as u64,
+            };
+            let mut bytes = serde_json::to_vec(&header).unwrap();
+            bytes.push(b'\n');
+            bytes.extend_from_slice(&body);
+            let path = tmp
+                .path()
+                .join(ENTRIES)
+                .join(unscoped_file_name("kept-conversation"));
+            std::fs::write(&path, bytes).unwrap();
+            path
+        };
+        let old = v1("from before");
+        let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        File::options()
+            .write(true)
+            .open(&old)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+        let report = dir.load::<Body>(DAY, 1 << 20);
+        assert!(report.corrupt.is_empty(), "{:?}", report.corrupt);
+        assert!(report.ignored.is_empty(), "{:?}", report.ignored);
+        assert_eq!(report.entries.len(), 1);
+        let e = &report.entries[0];
+        assert_eq!(
+            (e.id.as_str(), e.client.as_str(), &e.body),
+            ("kept-conversation", "anonymous", &body("from before"))
+        );
+        assert!(e.idle >= Duration::from_secs(3599), "{:?}", e.idle);
+        assert!(!old.exists(), "moved");
+        let new = dir.path_of("anonymous", "kept-conversation");
+        assert_eq!(std::fs::metadata(&new).unwrap().mode() & 0o777, 0o600);
+        let kept = std::fs::metadata(&new).unwrap().modified().unwrap();
+        assert!(
+            kept.duration_since(hour_ago).unwrap_or_default() < Duration::from_secs(1),
+            "its last use kept"
+        );
+        // Read back as this version's file, from its new name.
+        let again = dir.load::<Body>(DAY, 1 << 20);
+        assert_eq!(again.entries.len(), 1);
+        assert!(again.ignored.is_empty() && again.corrupt.is_empty());
+
+        let stale = v1("an older copy");
+        let report = dir.load::<Body>(DAY, 1 << 20);
+        assert_eq!(report.entries.len(), 1);
+        assert_eq!(report.entries[0].body, body("from before"));
+        assert_eq!(report.ignored.len(), 1, "{:?}", report.ignored);
+        assert!(report.ignored[0].reason.contains("older baton"));
+        assert!(stale.exists(), "left for the operator");
     }
 
     #[test]
@@ -574,10 +773,13 @@ mod tests {
     #[test]
     fn ids_never_name_paths() {
         for id in ["../../etc/passwd", "/abs", "a/b", "..", "x\0y", ""] {
-            let name = file_name(id);
+            let name = file_name("client", id);
             assert!(is_entry_name(&name), "{id:?} → {name}");
         }
-        assert_ne!(file_name("a"), file_name("b"));
+        assert_ne!(file_name("c", "a"), file_name("c", "b"));
+        // Each owner has ids of its own, and no split of one string is another's.
+        assert_ne!(file_name("c", "a"), file_name("d", "a"));
+        assert_ne!(file_name("ab", "c"), file_name("a", "bc"));
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("s");
         let dir = StateDir::open(&root).unwrap();
@@ -595,7 +797,7 @@ mod tests {
         for id in ["torn", "flipped", "renamed", "garbage", "huge"] {
             save(&dir, EntryKind::Conversation, id, "some text to damage");
         }
-        let path = |id: &str| dir.path_of(id);
+        let path = |id: &str| dir.path_of("client", id);
         let bytes = std::fs::read(path("torn")).unwrap();
         std::fs::write(path("torn"), &bytes[..bytes.len() - 5]).unwrap();
         let mut bytes = std::fs::read(path("flipped")).unwrap();
@@ -644,12 +846,13 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = StateDir::open(tmp.path()).unwrap();
         save(&dir, EntryKind::Conversation, "good", "fine");
-        let fifo = dir.path_of("fifo");
+        let fifo = dir.path_of("client", "fifo");
         let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret"), "do not read").unwrap();
-        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path_of("link")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path_of("client", "link"))
+            .unwrap();
         let report = dir.load::<Body>(DAY, 1 << 20);
         assert_eq!(report.entries.len(), 1);
         assert_eq!(report.ignored.len(), 2, "{:?}", report.ignored);
@@ -665,8 +868,13 @@ mod tests {
         std::fs::rename(&entries, tmp.path().join("moved")).unwrap();
         std::os::unix::fs::symlink(outside.path(), &entries).unwrap();
         save(&dir, EntryKind::Conversation, "after", "written");
-        assert!(!outside.path().join(file_name("after")).exists());
-        assert!(tmp.path().join("moved").join(file_name("after")).is_file());
+        assert!(!outside.path().join(file_name("client", "after")).exists());
+        assert!(
+            tmp.path()
+                .join("moved")
+                .join(file_name("client", "after"))
+                .is_file()
+        );
     }
 
     #[test]
@@ -679,18 +887,18 @@ mod tests {
         for id in ["old", "renewed"] {
             let f = OpenOptions::new()
                 .write(true)
-                .open(dir.path_of(id))
+                .open(dir.path_of("client", id))
                 .unwrap();
             f.set_modified(hour_ago).unwrap();
         }
-        dir.touch("renewed");
+        dir.touch("client", "renewed");
         let report = dir.load::<Body>(Duration::from_secs(60), 1 << 20);
         assert_eq!(report.expired, 1);
         assert_eq!(report.entries.len(), 1);
         assert_eq!(report.entries[0].id, "renewed");
-        assert!(!dir.path_of("old").exists(), "deleted");
-        assert!(dir.remove("renewed").unwrap());
-        assert!(!dir.remove("never-written").unwrap());
+        assert!(!dir.path_of("client", "old").exists(), "deleted");
+        assert!(dir.remove("client", "renewed").unwrap());
+        assert!(!dir.remove("client", "never-written").unwrap());
         assert!(dir.load::<Body>(DAY, 1 << 20).entries.is_empty());
     }
 
@@ -711,12 +919,12 @@ mod tests {
         let mut bytes = serde_json::to_vec(&header).unwrap();
         bytes.push(b'\n');
         bytes.extend_from_slice(body);
-        dir.write("future", &bytes).unwrap();
+        dir.write("client", "future", &bytes).unwrap();
         let report = dir.load::<Body>(DAY, 1 << 20);
         assert!(report.corrupt.is_empty());
         assert_eq!(report.ignored.len(), 1);
         assert!(
-            dir.path_of("future").exists(),
+            dir.path_of("client", "future").exists(),
             "not moved: a newer baton reads it"
         );
     }

@@ -176,7 +176,7 @@ pub enum StateEvent {
     Loaded(usize),
     /// A file that could not be read back: skipped and moved aside.
     Corrupt { file: String, reason: String },
-    /// A file left as it is (a newer format, not a regular file, unreadable).
+    /// A file left as it is (a newer format, not a regular file, unreadable, an older copy).
     Ignored { file: String, reason: String },
     /// Files deleted because their entries expired or were evicted.
     Deleted(usize),

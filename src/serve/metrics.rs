@@ -284,7 +284,7 @@ impl Metrics {
             ),
             (
                 "baton_serve_state_ignored_total",
-                "State files left alone (a newer format, not a regular file).",
+                "State files left alone (a newer format, not a regular file, an older copy of an entry).",
                 &s.ignored,
             ),
             (

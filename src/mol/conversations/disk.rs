@@ -6,20 +6,23 @@ use std::time::Instant;
 
 use super::Conversations;
 use super::state::{Core, State};
-use super::store::{Conversation, history_key};
+use super::store::{Conversation, Key, history_key};
 use crate::mol::persist::{self, EntryKind, StateDir, StateDirError};
 use crate::mol::timeline::SummaryState;
 use crate::protocol::StateEvent;
 
 impl Conversations {
-    pub(super) fn forget_on_disk(&self, ids: &[String]) {
+    pub(super) fn forget_on_disk(&self, keys: &[Key]) {
         let Some(disk) = &self.disk else { return };
         let mut deleted = 0;
-        for id in ids {
-            match disk.remove(id) {
+        for k in keys {
+            match disk.remove(&k.client, &k.id) {
                 Ok(existed) => deleted += usize::from(existed),
                 Err(e) => self.observer.state(StateEvent::WriteFailed {
-                    reason: format!("cannot delete {}: {e}", disk.path_of(id).display()),
+                    reason: format!(
+                        "cannot delete {}: {e}",
+                        disk.path_of(&k.client, &k.id).display()
+                    ),
                 }),
             }
         }
@@ -62,12 +65,16 @@ impl Conversations {
             let store = self.store.get_mut().unwrap_or_else(|p| p.into_inner());
             for e in report.entries {
                 let snapshot = e.kind == EntryKind::Response;
+                // Held under its owner, as it was written: a restart keeps clients apart.
+                let key = Key {
+                    client: e.client,
+                    id: e.id,
+                };
                 if !snapshot && let Some(d) = &e.body.digest {
-                    store.point(history_key(&e.client, d), &e.id);
+                    store.point(history_key(&key.client, d), &key);
                 }
                 let c = Conversation {
-                    id: e.id.clone(),
-                    client: e.client,
+                    key: key.clone(),
                     snapshot,
                     bytes: e.body.approx_bytes().into(),
                     state: Arc::new(tokio::sync::Mutex::new(State {
@@ -77,7 +84,7 @@ impl Conversations {
                     // Older than this process's clock can say: as old as it can.
                     last_used: Mutex::new(now.checked_sub(e.idle).unwrap_or(now)),
                 };
-                store.by_id.insert(e.id, Arc::new(c));
+                store.by_id.insert(key, Arc::new(c));
             }
             (store.evict(&self.limits, now), store.by_id.len())
         };
@@ -137,19 +144,19 @@ impl Conversations {
         } else {
             EntryKind::Conversation
         };
-        let bytes = match persist::encode(kind, &c.id, &c.client, &state.core) {
+        let Key { client, id } = c.key.clone();
+        let bytes = match persist::encode(kind, &id, &client, &state.core) {
             Ok(b) => b,
             Err(e) => {
                 self.observer.state(StateEvent::WriteFailed {
-                    reason: format!("cannot encode conversation {}: {e}", c.id),
+                    reason: format!("cannot encode conversation {id}: {e}"),
                 });
                 return;
             }
         };
-        let id = c.id.clone();
-        let path = disk.path_of(&id);
+        let path = disk.path_of(&client, &id);
         // fsync takes milliseconds: not on the threads that serve requests.
-        let written = tokio::task::spawn_blocking(move || disk.write(&id, &bytes)).await;
+        let written = tokio::task::spawn_blocking(move || disk.write(&client, &id, &bytes)).await;
         match written {
             Ok(Ok(())) => self.observer.state(StateEvent::Persisted),
             Ok(Err(e)) => self.observer.state(StateEvent::WriteFailed {

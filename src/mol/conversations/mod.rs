@@ -13,6 +13,11 @@
 //! A turn works on a copy of the conversation and commits it only when the frontend says the
 //! answer was delivered: a failed turn, or a client that went away, leaves no trace.
 //!
+//! Every id is a client's own: each client (`TurnInput::client`, a digest of its API key) has
+//! a namespace of conversation and stored-response ids, in memory and in the state folder's
+//! file names. Another client's id is neither found nor refused — it is this client's own,
+//! fresh — so no request can tell whether another client holds an id.
+//!
 //! With a state folder ([`Conversations::persist_to`], `baton serve --state-dir`) every
 //! committed turn is written there too (the conversation, and the stored response it made),
 //! again once its summary is in, and deleted when the store drops it; a restart loads it all
@@ -243,6 +248,92 @@ mod tests {
         drop(lost);
         let err = waiting.await.unwrap().unwrap_err();
         assert_eq!(err.code, "previous_response_not_found", "{err}");
+    }
+
+    /// A delivered turn of `client`: the conversation id it got and how many tasks its
+    /// conversation had closed before it.
+    async fn delivered_turn(
+        service: &Arc<Conversations>,
+        client: &str,
+        turn: TurnInput,
+    ) -> Result<(String, usize), TurnError> {
+        let mut h = service
+            .start(TurnInput {
+                client: client.into(),
+                ..turn
+            })
+            .await?;
+        let mut completed = None;
+        while let Some(ev) = h.events.recv().await {
+            match ev {
+                TurnEvent::Routed(r) => completed = Some(r.completed_tasks),
+                TurnEvent::Done(_) => break,
+                TurnEvent::Error(e) => return Err(e),
+                _ => {}
+            }
+        }
+        let _ = h.delivered.send(());
+        // The commit runs in the turn's task.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        Ok((h.conversation_id, completed.expect("routed")))
+    }
+
+    /// Red-team finding 21: a named id was echoed when free and replaced when another client
+    /// held it, which told that client it existed. Each client has ids of its own now: B naming
+    /// A's id gets it back with a fresh conversation, A goes on in its own, and A's stored
+    /// response is to B what an id that never existed is.
+    #[tokio::test]
+    async fn two_clients_naming_one_id_hold_a_conversation_each() {
+        let service = l2_service();
+        let named = |messages| TurnInput {
+            conversation: Some("shared-conversation-0001".into()),
+            ..input(messages)
+        };
+        let a1 = delivered_turn(&service, "a", named(vec![ChatMessage::user("a1")])).await;
+        assert_eq!(a1.unwrap(), ("shared-conversation-0001".into(), 0));
+        let b1 = delivered_turn(&service, "b", named(vec![ChatMessage::user("b1")])).await;
+        assert_eq!(
+            b1.unwrap(),
+            ("shared-conversation-0001".into(), 0),
+            "echoed as if free, and fresh"
+        );
+        for client in ["a", "b"] {
+            let next = named(vec![
+                ChatMessage::user(format!("{client}1")),
+                ChatMessage::assistant("L2"),
+                ChatMessage::user(format!("{client}2")),
+            ]);
+            let (id, completed) = delivered_turn(&service, client, next).await.unwrap();
+            assert_eq!(id, "shared-conversation-0001");
+            assert_eq!(completed, 1, "{client} continued its own conversation");
+        }
+        assert_eq!(service.len(), 2);
+
+        let stored = TurnInput {
+            snapshot_as: Some("resp_of_a".into()),
+            ..input(vec![ChatMessage::user("kept")])
+        };
+        delivered_turn(&service, "a", stored).await.unwrap();
+        let fork = |parent: &str| TurnInput {
+            fork_from: Some(parent.into()),
+            ..input(vec![ChatMessage::user("more")])
+        };
+        let theirs = delivered_turn(&service, "b", fork("resp_of_a"))
+            .await
+            .unwrap_err();
+        let none = delivered_turn(&service, "b", fork("resp_of_nobody"))
+            .await
+            .unwrap_err();
+        assert_eq!(theirs.code, "previous_response_not_found");
+        assert_eq!(
+            (theirs.kind, theirs.message.replace("resp_of_a", "ID")),
+            (none.kind, none.message.replace("resp_of_nobody", "ID"))
+        );
+        assert!(
+            delivered_turn(&service, "a", fork("resp_of_a"))
+                .await
+                .is_ok()
+        );
     }
 
     #[tokio::test]

@@ -1,4 +1,6 @@
 //! The conversations held in memory: found by id or history, forked, evicted by LRU and TTL.
+//! Every id is a client's own ([`Key`]): what one client names never finds, replaces or
+//! reveals another's.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,9 +35,27 @@ impl Default for StoreLimits {
     }
 }
 
-pub(super) struct Conversation {
-    pub(super) id: String,
+/// Where a conversation or stored response is held: its id among its client's own. Each client
+/// (API key; all of them one without keys) has a namespace of ids, so two clients naming one
+/// id hold two conversations, and neither can tell whether the other has one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Key {
+    /// The client: a digest of its API key (`serve::auth`), never the key.
     pub(super) client: String,
+    pub(super) id: String,
+}
+
+impl Key {
+    pub(super) fn new(client: &str, id: &str) -> Key {
+        Key {
+            client: client.to_string(),
+            id: id.to_string(),
+        }
+    }
+}
+
+pub(super) struct Conversation {
+    pub(super) key: Key,
     /// A stored response: forked from, never continued in place or found from history.
     pub(super) snapshot: bool,
     /// Approximate size of its state, as of its last committed turn.
@@ -46,11 +66,11 @@ pub(super) struct Conversation {
 
 #[derive(Default)]
 pub(super) struct Store {
-    pub(super) by_id: HashMap<String, Arc<Conversation>>,
-    /// `client \0 digest` → the ids of the conversations at that history, oldest first: finds
-    /// a conversation from its history alone. Two clients whose first turns were identical
+    pub(super) by_id: HashMap<Key, Arc<Conversation>>,
+    /// `client \0 digest` → the conversations at that history, oldest first: finds a
+    /// conversation from its history alone. Two clients whose first turns were identical
     /// hold two conversations at one history, and each continues one of them.
-    pub(super) by_history: HashMap<String, Vec<String>>,
+    pub(super) by_history: HashMap<String, Vec<Key>>,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -63,17 +83,17 @@ pub(super) fn history_key(client: &str, digest: &str) -> String {
 
 impl Store {
     /// Forgets conversations idle past the TTL, then the least recently used beyond the cap;
-    /// returns their ids. A conversation whose turn is running is never dropped under it.
-    pub(super) fn evict(&mut self, limits: &StoreLimits, now: Instant) -> Vec<String> {
-        let idle: Vec<String> = self
+    /// returns their keys. A conversation whose turn is running is never dropped under it.
+    pub(super) fn evict(&mut self, limits: &StoreLimits, now: Instant) -> Vec<Key> {
+        let idle: Vec<Key> = self
             .by_id
             .values()
             .filter(|c| now.duration_since(*lock(&c.last_used)) > limits.idle_ttl)
             .filter(|c| c.state.try_lock().is_ok())
-            .map(|c| c.id.clone())
+            .map(|c| c.key.clone())
             .collect();
-        for id in &idle {
-            self.remove(id);
+        for key in &idle {
+            self.remove(key);
         }
         let mut gone = idle;
         let mut bytes: usize = self
@@ -87,15 +107,15 @@ impl Store {
                 .values()
                 .filter(|c| c.state.try_lock().is_ok())
                 .min_by_key(|c| *lock(&c.last_used))
-                .map(|c| c.id.clone());
+                .map(|c| c.key.clone());
             match oldest {
-                Some(id) => {
-                    if let Some(c) = self.by_id.get(&id) {
+                Some(key) => {
+                    if let Some(c) = self.by_id.get(&key) {
                         bytes = bytes
                             .saturating_sub(c.bytes.load(std::sync::atomic::Ordering::Relaxed));
                     }
-                    self.remove(&id);
-                    gone.push(id);
+                    self.remove(&key);
+                    gone.push(key);
                 }
                 None => break,
             }
@@ -103,29 +123,29 @@ impl Store {
         gone
     }
 
-    pub(super) fn remove(&mut self, id: &str) {
-        if self.by_id.remove(id).is_some() {
-            self.by_history.retain(|_, ids| {
-                ids.retain(|v| v != id);
-                !ids.is_empty()
+    pub(super) fn remove(&mut self, key: &Key) {
+        if self.by_id.remove(key).is_some() {
+            self.by_history.retain(|_, held| {
+                held.retain(|v| v != key);
+                !held.is_empty()
             });
         }
     }
 
-    /// Records that conversation `id` is at history `key`.
-    pub(super) fn point(&mut self, key: String, id: &str) {
-        let ids = self.by_history.entry(key).or_default();
-        if !ids.iter().any(|v| v == id) {
-            ids.push(id.to_string());
+    /// Records that the conversation `key` is at history `history`.
+    pub(super) fn point(&mut self, history: String, key: &Key) {
+        let held = self.by_history.entry(history).or_default();
+        if !held.contains(key) {
+            held.push(key.clone());
         }
     }
 
-    /// Takes back that conversation `id` is at history `key`.
-    fn unpoint(&mut self, key: &str, id: &str) {
-        if let Some(ids) = self.by_history.get_mut(key) {
-            ids.retain(|v| v != id);
-            if ids.is_empty() {
-                self.by_history.remove(key);
+    /// Takes back that the conversation `key` is at history `history`.
+    fn unpoint(&mut self, history: &str, key: &Key) {
+        if let Some(held) = self.by_history.get_mut(history) {
+            held.retain(|v| v != key);
+            if held.is_empty() {
+                self.by_history.remove(history);
             }
         }
     }
@@ -137,7 +157,7 @@ impl Store {
             .by_history
             .get(key)?
             .iter()
-            .filter_map(|id| self.by_id.get(id))
+            .filter_map(|k| self.by_id.get(k))
             .collect();
         held.iter()
             .find(|c| c.state.try_lock().is_ok())
@@ -153,7 +173,7 @@ pub(super) fn new_conversation_id() -> String {
 
 impl Conversations {
     /// The conversation a request belongs to: the one it names, else the one its history
-    /// continues, else a new one.
+    /// continues, else a new one — always among the client's own.
     pub(super) fn conversation_for(
         &self,
         input: &TurnInput,
@@ -162,31 +182,33 @@ impl Conversations {
         let now = Instant::now();
         let mut store = lock(&self.store);
         self.evict(&mut store, now);
-        let found = match &input.conversation {
-            Some(id) => store
-                .by_id
-                .get(id)
-                .filter(|c| c.client == input.client && !c.snapshot)
-                .cloned(),
+        let named = input
+            .conversation
+            .as_deref()
+            .map(|id| Key::new(&input.client, id));
+        let found = match &named {
+            Some(key) => store.by_id.get(key).filter(|c| !c.snapshot).cloned(),
             None => store.at_history(&history_key(&input.client, &digest(earlier))),
         };
         let conversation = match found {
             Some(c) => c,
             None => {
-                // A named id of another client is not theirs to continue: a fresh one.
-                let id = match &input.conversation {
-                    Some(id) if !store.by_id.contains_key(id) => id.clone(),
-                    _ => new_conversation_id(),
+                // A named id is looked up among the client's own ids only, so whether another
+                // client holds it changes nothing here: it is echoed, a fresh conversation.
+                // Only the client's own stored response can hold it already (never continued
+                // in place): that one gets a new id.
+                let key = match named {
+                    Some(key) if !store.by_id.contains_key(&key) => key,
+                    _ => Key::new(&input.client, &new_conversation_id()),
                 };
                 let c = Arc::new(Conversation {
-                    id: id.clone(),
-                    client: input.client.clone(),
+                    key: key.clone(),
                     snapshot: false,
                     state: Arc::new(tokio::sync::Mutex::new(State::default())),
                     last_used: Mutex::new(now),
                     bytes: Default::default(),
                 });
-                store.by_id.insert(id, c.clone());
+                store.by_id.insert(key, c.clone());
                 self.evict(&mut store, now);
                 c
             }
@@ -205,19 +227,21 @@ impl Conversations {
     ) {
         let mut store = lock(&self.store);
         self.evict(&mut store, Instant::now());
+        let key = &conversation.key;
         if let Some(old) = old {
-            store.unpoint(&history_key(&conversation.client, old), &conversation.id);
+            store.unpoint(&history_key(&key.client, old), key);
         }
-        if store.by_id.contains_key(&conversation.id) {
-            store.point(history_key(&conversation.client, new), &conversation.id);
+        if store.by_id.contains_key(key) {
+            store.point(history_key(&key.client, new), key);
         }
     }
 
     /// Points the history a turn is about to deliver at its conversation, ahead of the commit.
     pub(super) fn expect_history(&self, conversation: &Conversation, new: &str) {
         let mut store = lock(&self.store);
-        if store.by_id.contains_key(&conversation.id) {
-            store.point(history_key(&conversation.client, new), &conversation.id);
+        let key = &conversation.key;
+        if store.by_id.contains_key(key) {
+            store.point(history_key(&key.client, new), key);
         }
     }
 
@@ -227,10 +251,13 @@ impl Conversations {
             return;
         }
         let mut store = lock(&self.store);
-        store.unpoint(&history_key(&conversation.client, new), &conversation.id);
+        let key = &conversation.key;
+        store.unpoint(&history_key(&key.client, new), key);
     }
 
-    /// A new conversation holding a copy of the stored response `parent`'s state.
+    /// A new conversation holding a copy of the stored response `parent`'s state. Another
+    /// client's response id is looked up among this client's and not found, like one that
+    /// never existed: the same error, by the same path.
     pub(super) async fn fork(
         self: &Arc<Self>,
         input: &TurnInput,
@@ -241,8 +268,8 @@ impl Conversations {
             let store = lock(&self.store);
             store
                 .by_id
-                .get(parent)
-                .filter(|c| c.client == input.client && c.snapshot)
+                .get(&Key::new(&input.client, parent))
+                .filter(|c| c.snapshot)
                 .cloned()
         };
         let parent = found.ok_or_else(|| TurnError {
@@ -253,7 +280,7 @@ impl Conversations {
         })?;
         *lock(&parent.last_used) = Instant::now();
         if let Some(disk) = &self.disk {
-            disk.touch(&parent.id);
+            disk.touch(&parent.key.client, &parent.key.id);
         }
         let mut state = {
             let mut guard = parent.state.lock().await;
@@ -262,7 +289,7 @@ impl Conversations {
                 return Err(TurnError {
                     kind: TurnErrorKind::NotFound,
                     code: "previous_response_not_found".into(),
-                    message: format!("no stored response '{}' (its turn failed)", parent.id),
+                    message: format!("no stored response '{}' (its turn failed)", parent.key.id),
                     detail: None,
                 });
             }
@@ -275,12 +302,12 @@ impl Conversations {
         };
         // What the client sends besides the new tail is what the parent already holds.
         state.core.digest = Some(digest(&split.earlier));
+        let id = input
+            .snapshot_as
+            .clone()
+            .unwrap_or_else(new_conversation_id);
         Ok(Arc::new(Conversation {
-            id: input
-                .snapshot_as
-                .clone()
-                .unwrap_or_else(new_conversation_id),
-            client: input.client.clone(),
+            key: Key::new(&input.client, &id),
             state: Arc::new(tokio::sync::Mutex::new(state)),
             last_used: Mutex::new(Instant::now()),
             snapshot: true,
@@ -298,8 +325,7 @@ impl Conversations {
         id: &str,
     ) -> (Arc<Conversation>, OwnedMutexGuard<State>) {
         let c = Arc::new(Conversation {
-            id: id.to_string(),
-            client: conversation.client.clone(),
+            key: Key::new(&conversation.key.client, id),
             bytes: Default::default(),
             state: Arc::new(tokio::sync::Mutex::new(State::default())),
             last_used: Mutex::new(Instant::now()),
@@ -308,7 +334,7 @@ impl Conversations {
         // Nobody else has seen it yet: this does not wait.
         let guard = c.state.clone().lock_owned().await;
         let mut store = lock(&self.store);
-        store.by_id.insert(id.to_string(), c.clone());
+        store.by_id.insert(c.key.clone(), c.clone());
         self.evict(&mut store, Instant::now());
         self.observer.conversations(store.by_id.len());
         (c, guard)
@@ -319,10 +345,10 @@ impl Conversations {
         let mut store = lock(&self.store);
         if store
             .by_id
-            .get(&c.id)
+            .get(&c.key)
             .is_some_and(|held| Arc::ptr_eq(held, c))
         {
-            store.remove(&c.id);
+            store.remove(&c.key);
         }
         self.observer.conversations(store.by_id.len());
     }
@@ -334,12 +360,12 @@ impl Conversations {
         self.forget_on_disk(&gone);
     }
 
-    /// Whether `c` is the conversation the store holds under its id (not one it dropped, nor
+    /// Whether `c` is the conversation the store holds under its key (not one it dropped, nor
     /// a fork that is never kept as itself).
     pub(super) fn holds(&self, c: &Arc<Conversation>) -> bool {
         lock(&self.store)
             .by_id
-            .get(&c.id)
+            .get(&c.key)
             .is_some_and(|held| Arc::ptr_eq(held, c))
     }
 
@@ -369,14 +395,35 @@ mod tests {
     use super::*;
 
     fn held(id: &str, bytes: usize, age: Duration) -> Arc<Conversation> {
+        held_by("c", id, bytes, age)
+    }
+
+    fn held_by(client: &str, id: &str, bytes: usize, age: Duration) -> Arc<Conversation> {
         Arc::new(Conversation {
-            id: id.into(),
-            client: "c".into(),
+            key: Key::new(client, id),
             snapshot: false,
             bytes: bytes.into(),
             state: Default::default(),
             last_used: Mutex::new(Instant::now() - age),
         })
+    }
+
+    /// Two clients' conversations of one id are two entries: dropping one leaves the other,
+    /// and the other's history still finds it.
+    #[test]
+    fn dropping_one_clients_conversation_leaves_anothers_of_the_same_id() {
+        let mut store = Store::default();
+        for client in ["a", "b"] {
+            let key = Key::new(client, "same-id");
+            store
+                .by_id
+                .insert(key.clone(), held_by(client, "same-id", 1, Duration::ZERO));
+            store.point(history_key(client, "digest"), &key);
+        }
+        store.remove(&Key::new("a", "same-id"));
+        assert!(store.at_history(&history_key("a", "digest")).is_none());
+        assert!(store.by_id.contains_key(&Key::new("b", "same-id")));
+        assert!(store.at_history(&history_key("b", "digest")).is_some());
     }
 
     #[test]
@@ -395,11 +442,11 @@ mod tests {
         ] {
             store
                 .by_id
-                .insert(id.into(), held(id, bytes, Duration::from_secs(age)));
-            store.point(format!("c\0{id}"), id);
+                .insert(Key::new("c", id), held(id, bytes, Duration::from_secs(age)));
+            store.point(format!("c\0{id}"), &Key::new("c", id));
         }
         store.evict(&limits, Instant::now());
-        let mut left: Vec<&str> = store.by_id.keys().map(String::as_str).collect();
+        let mut left: Vec<&str> = store.by_id.keys().map(|k| k.id.as_str()).collect();
         left.sort();
         assert_eq!(left, ["mid", "new"], "stale by TTL, old by bytes");
         assert!(
@@ -407,13 +454,13 @@ mod tests {
                 .by_history
                 .values()
                 .flatten()
-                .any(|v| v == "old" || v == "stale")
+                .any(|v| v.id == "old" || v.id == "stale")
         );
         // A conversation whose turn is running is never dropped under it.
         let busy = held("busy", 5000, Duration::from_secs(50));
         let _guard = busy.state.try_lock().unwrap();
-        store.by_id.insert("busy".into(), busy.clone());
+        store.by_id.insert(busy.key.clone(), busy.clone());
         store.evict(&limits, Instant::now());
-        assert!(store.by_id.contains_key("busy"));
+        assert!(store.by_id.contains_key(&busy.key));
     }
 }

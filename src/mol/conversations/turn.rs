@@ -32,7 +32,7 @@ impl Conversations {
         let (tx, rx) = mpsc::channel(256);
         let (delivered_tx, delivered_rx) = oneshot::channel();
         let this = self.clone();
-        let conversation_id = conversation.id.clone();
+        let conversation_id = conversation.key.id.clone();
         // Tracked like the summaries: a drain waits for running turns, which start their
         // summaries before they end.
         self.summaries.spawn(async move {
@@ -183,7 +183,7 @@ impl Conversations {
         let completed_tasks = work.timeline.tasks.iter().filter(|t| t.closed).count();
         let _ = tx
             .send(TurnEvent::Routed(TurnRouted {
-                conversation_id: conversation.id.clone(),
+                conversation_id: conversation.key.id.clone(),
                 expert,
                 decision: choice.decision,
                 fallback_reason: choice.reason.clone(),
