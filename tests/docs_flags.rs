@@ -25,6 +25,9 @@ const FOREIGN: &[&str] = &[
     // cargo and git in the hook examples (hooks.md)
     "--quiet",
     "--show-current",
+    // podman and docker (eval.md's container runtimes)
+    "--filter",
+    "--network",
     // vLLM / SGLang serving the adapters
     "--lora-modules",
     "--lora-paths",

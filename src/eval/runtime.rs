@@ -40,8 +40,11 @@ pub struct Runtime {
     pub kind: RuntimeKind,
     program: PathBuf,
     /// One entry per image tag: the first trial of a task builds it, the others wait for it.
-    images: Mutex<BTreeMap<String, Arc<OnceLock<Result<Image, String>>>>>,
+    images: Mutex<BTreeMap<String, Arc<ImageSlot>>>,
 }
+
+/// A task image being made, or made (or why it could not be).
+type ImageSlot = OnceLock<Result<Image, String>>;
 
 /// A task's image, ready to run.
 #[derive(Debug, Clone)]
