@@ -1738,3 +1738,81 @@ fn resume_keeps_finished_trials_and_reruns_the_rest() {
     a.resume_job = Some("missing".into());
     assert!(prepare(&a).is_err());
 }
+
+/// What a trial writes where the runner reads it back is a trial's, not the host's: a reward
+/// file or an agent log left as a FIFO must not block the runner (the job used to hang for
+/// ever on the first), and a reward file left as a link to a host file must not be read (its
+/// `1` used to become the trial's reward). A well-behaved task beside them still scores.
+#[test]
+fn trial_outputs_are_never_read_through_links_or_fifos() {
+    let root = tempfile::tempdir().unwrap();
+    let host_reward = root.path().join("host-reward.txt");
+    write(&host_reward, "1\n");
+    let fifo_reward = answer_task(
+        root.path(),
+        "fifo-reward",
+        30.0,
+        "mkfifo /logs/verifier/reward.txt\n",
+    );
+    let link_reward = answer_task(
+        root.path(),
+        "link-reward",
+        30.0,
+        &format!(
+            "ln -s {} /logs/verifier/reward.txt\n",
+            host_reward.display()
+        ),
+    );
+    let honest = answer_task(root.path(), "honest", 30.0, REWARD_TXT);
+    let out = tempfile::tempdir().unwrap();
+    // Every agent leaves its own log as a FIFO, and solves the task.
+    let agent = "cmd:rm -f /logs/agent/stdout.txt && mkfifo /logs/agent/stdout.txt && echo 42 > /app/answer.txt";
+    // A hung runner ignores SIGTERM (it waits on its trials): KILL follows.
+    let run = std::process::Command::new("timeout")
+        .args(["-k", "5", "120"])
+        .arg(env!("CARGO_BIN_EXE_baton"))
+        .args([
+            "eval",
+            "--agent",
+            agent,
+            "--env",
+            "bwrap",
+            "--no-progress",
+            "--out",
+        ])
+        .arg(out.path())
+        .args([&fifo_reward, &link_reward, &honest])
+        .output()
+        .expect("baton eval");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_ne!(run.status.code(), Some(124), "the job hung: {stderr}");
+    let job = std::fs::read_dir(out.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("result.json").is_file())
+        .unwrap_or_else(|| panic!("no job result: {stderr}"));
+    let mut rewards = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(&job).unwrap().flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path().join("result.json")) else {
+            continue;
+        };
+        let t: serde_json::Value = serde_json::from_str(&text).unwrap();
+        rewards.insert(
+            t["task_name"].as_str().unwrap().to_string(),
+            (
+                t["reward"].clone(),
+                t["exception_info"]["exception_type"].clone(),
+            ),
+        );
+    }
+    assert_eq!(rewards["honest"].0, 1.0, "{rewards:?}");
+    for name in ["fifo-reward", "link-reward"] {
+        let (reward, error) = &rewards[name];
+        assert!(reward.is_null(), "{name}: {rewards:?}");
+        assert!(
+            error.as_str().is_some_and(|e| e.starts_with("Reward")),
+            "{name}: {rewards:?}"
+        );
+    }
+}

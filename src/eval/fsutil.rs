@@ -156,6 +156,52 @@ pub fn read_task_bytes(root: &Path, path: &Path) -> std::io::Result<Vec<u8>> {
     crate::untrusted_fs::read_file(path, &[root], MAX_TASK_FILE)
 }
 
+/// The most of a trial's output baton reads (the agent's event stream, the verifier's stdout).
+pub const MAX_TRIAL_OUTPUT: u64 = 256 << 20;
+
+/// Opens a file a trial wrote in `dir`, a host folder it could write (its `/logs/...`):
+/// through the shared untrusted-file reader, so a link the trial left (the file, or a folder on
+/// the way) is never followed and only a regular file is opened: a FIFO would block the runner
+/// for ever, a link or a device node would hand it a host file. `None` when it does not exist.
+pub fn open_trial_output(dir: &Path, file: &Path) -> std::io::Result<Option<std::fs::File>> {
+    let rel = file.strip_prefix(dir).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is not in {}", file.display(), dir.display()),
+        )
+    })?;
+    Ok(crate::untrusted_fs::Dir::open(dir)?
+        .open_regular(rel)?
+        .map(|(f, _)| f))
+}
+
+/// The text of a trial's output file ([`open_trial_output`]), at most `max` bytes of it (the
+/// start), invalid UTF-8 replaced; empty when it does not exist.
+pub fn read_trial_output(dir: &Path, file: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    let Some(f) = open_trial_output(dir, file)? else {
+        return Ok(String::new());
+    };
+    let mut bytes = Vec::new();
+    f.take(max).read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The last `max` bytes of a trial's output file ([`open_trial_output`]), as text.
+pub fn read_trial_tail(dir: &Path, file: &Path, max: u64) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(Some(mut f)) = open_trial_output(dir, file) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if f.seek(SeekFrom::Start(len.saturating_sub(max))).is_err() {
+        return String::new();
+    }
+    let mut bytes = Vec::new();
+    let _ = f.take(max).read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// Copies the task file `from` (read as [`read_task_bytes`] does) to a new file `to`, keeping
 /// its permission bits.
 pub fn copy_task_file(root: &Path, from: &Path, to: &Path) -> std::io::Result<()> {

@@ -53,9 +53,7 @@ pub fn read(
         return Ok(v);
     }
     let txt = verifier_dir.join("reward.txt");
-    if txt.is_file() {
-        let text = std::fs::read_to_string(&txt)
-            .map_err(|e| RewardError::Invalid(format!("{}: cannot read: {e}", txt.display())))?;
+    if let Some(text) = reward_file(verifier_dir, &txt)? {
         let reward = parse_reward_text(&text)
             .map_err(|e| RewardError::Invalid(format!("{}: {e}", txt.display())))?;
         return Ok(Verdict {
@@ -66,9 +64,7 @@ pub fn read(
         });
     }
     let json = verifier_dir.join("reward.json");
-    if json.is_file() {
-        let text = std::fs::read_to_string(&json)
-            .map_err(|e| RewardError::Invalid(format!("{}: cannot read: {e}", json.display())))?;
+    if let Some(text) = reward_file(verifier_dir, &json)? {
         let rewards = parse_reward_json(&text)
             .map_err(|e| RewardError::Invalid(format!("{}: {e}", json.display())))?;
         let reward = scored_reward(&rewards);
@@ -84,6 +80,26 @@ pub fn read(
             "the verifier wrote no /logs/verifier/reward.txt or reward.json and printed no pytest summary".to_string(),
         )
     })
+}
+
+/// The largest reward file read.
+const MAX_REWARD_FILE: u64 = 1 << 20;
+
+/// A reward file the verifier wrote, read as a trial's output
+/// ([`crate::eval::fsutil::open_trial_output`]: never through a link, never a FIFO); `None`
+/// when there is none.
+fn reward_file(dir: &Path, file: &Path) -> Result<Option<String>, RewardError> {
+    use std::io::Read;
+    let cannot =
+        |e: std::io::Error| RewardError::Invalid(format!("{}: cannot read: {e}", file.display()));
+    let Some(f) = crate::eval::fsutil::open_trial_output(dir, file).map_err(cannot)? else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    f.take(MAX_REWARD_FILE)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
 }
 
 fn pytest_verdict(tests: &Option<BTreeMap<String, String>>) -> Option<Verdict> {

@@ -6,6 +6,7 @@ use super::files::write_fresh;
 use super::{TrialResult, TrialSettings};
 use crate::eval::atif;
 use crate::eval::events::{self, EventStats};
+use crate::eval::fsutil::{MAX_TRIAL_OUTPUT, read_trial_output};
 use crate::eval::isolation::TrialPaths;
 
 pub(super) fn record_events(
@@ -15,7 +16,7 @@ pub(super) fn record_events(
     r: &mut TrialResult,
     stdout: &Path,
 ) {
-    let text = std::fs::read_to_string(stdout).unwrap_or_default();
+    let text = read_trial_output(&paths.agent_logs, stdout, MAX_TRIAL_OUTPUT).unwrap_or_default();
     let evs = events::parse_lines(&text);
     if evs.is_empty() {
         return;

@@ -9,7 +9,9 @@ use super::files::rewrite_text_files;
 use super::phase::{Pass, PhaseError, cancelled, infra, run_phase, scaled};
 use super::{PhaseTiming, TrialResult, TrialSettings};
 use crate::eval::container::{Container, Job};
-use crate::eval::fsutil::{copy_task_file, copy_tree};
+use crate::eval::fsutil::{
+    MAX_TRIAL_OUTPUT, copy_task_file, copy_tree, read_trial_output, read_trial_tail,
+};
 use crate::eval::isolation::{Phase, TrialPaths};
 use crate::eval::process::Exit;
 use crate::eval::reward;
@@ -174,14 +176,15 @@ fn score(
     err_path: &Path,
     r: &mut TrialResult,
 ) -> Result<(), PhaseError> {
-    let output = std::fs::read_to_string(out_path).unwrap_or_default();
+    let logs = &paths.verifier_logs;
+    let output = read_trial_output(logs, out_path, MAX_TRIAL_OUTPUT).unwrap_or_default();
     match reward::read(
         &paths.verifier_logs,
         &output,
         task.format == TaskFormat::Tb1,
     ) {
         Ok(v) if v.reward == 0.0 && !tests_ran(&v, &output, &paths.verifier_logs) => {
-            let stderr = read_tail(err_path, 256 << 10);
+            let stderr = read_trial_tail(logs, err_path, 256 << 10);
             match bootstrap_failure(&output, &stderr) {
                 // Its test runner never started: no verdict on the agent's work.
                 Some(sign) => Err(infra(
@@ -238,9 +241,10 @@ fn tests_ran(v: &reward::Verdict, output: &str, logs: &Path) -> bool {
     });
     !v.tests.is_empty()
         || SUMMARY.as_ref().is_some_and(|re| re.is_match(output))
-        || ["ctrf.json", "junit.xml", "report.xml"]
-            .iter()
-            .any(|f| logs.join(f).is_file())
+        || ["ctrf.json", "junit.xml", "report.xml"].iter().any(|f| {
+            // The file itself, never what a link the trial left points at.
+            std::fs::symlink_metadata(logs.join(f)).is_ok_and(|m| m.is_file())
+        })
 }
 
 /// What test runners print when they cannot be set up (uv/uvx fetching a Python or a package,
@@ -269,21 +273,6 @@ fn bootstrap_failure(stdout: &str, stderr: &str) -> Option<&'static str> {
         .iter()
         .copied()
         .find(|s| stdout.contains(s) || stderr.contains(s))
-}
-
-/// The last `max` bytes of a log file, as text.
-fn read_tail(path: &Path, max: u64) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = File::open(path) else {
-        return String::new();
-    };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    if f.seek(SeekFrom::Start(len.saturating_sub(max))).is_err() {
-        return String::new();
-    }
-    let mut bytes = Vec::new();
-    let _ = f.by_ref().take(max).read_to_end(&mut bytes);
-    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// Under a container runtime: copies the task's `artifacts` out of the container, through the
