@@ -1816,3 +1816,29 @@ fn trial_outputs_are_never_read_through_links_or_fifos() {
         );
     }
 }
+
+/// The agent can write the verifier's log folder before the verifier runs (they share one
+/// sandbox, as in one container): a link it leaves where the runner creates the verifier's
+/// output files must be replaced, not written through (the host file it points at used to be
+/// truncated by the runner).
+#[test]
+fn a_link_the_agent_leaves_for_the_verifiers_logs_is_not_written_through() {
+    let root = tempfile::tempdir().unwrap();
+    let precious = root.path().join("precious.txt");
+    write(&precious, "the user's data\n");
+    let task = answer_task(root.path(), "plant", 30.0, REWARD_TXT);
+    let out = tempfile::tempdir().unwrap();
+    let agent = format!(
+        "cmd:mkdir -p /logs/verifier && ln -sf {0} /logs/verifier/test-stdout.txt && ln -sf {0} /logs/verifier/test-stderr.txt && ln -sf {0} /logs/agent/instruction.md; echo 42 > /app/answer.txt",
+        precious.display()
+    );
+    let report = run(args(vec![task], &agent, out.path()));
+    assert_eq!(
+        std::fs::read_to_string(&precious).unwrap(),
+        "the user's data\n"
+    );
+    let t = &report.trials[0];
+    assert_eq!(t.reward, Some(1.0), "{:?}", t.exception_info);
+    let logs = t.trial_dir.join("verifier/test-stdout.txt");
+    assert!(!std::fs::symlink_metadata(&logs).unwrap().is_symlink());
+}

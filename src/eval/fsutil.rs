@@ -164,15 +164,42 @@ pub const MAX_TRIAL_OUTPUT: u64 = 256 << 20;
 /// the way) is never followed and only a regular file is opened: a FIFO would block the runner
 /// for ever, a link or a device node would hand it a host file. `None` when it does not exist.
 pub fn open_trial_output(dir: &Path, file: &Path) -> std::io::Result<Option<std::fs::File>> {
-    let rel = file.strip_prefix(dir).map_err(|_| {
+    let rel = relative_in(dir, file)?;
+    Ok(crate::untrusted_fs::Dir::open(dir)?
+        .open_regular(rel)?
+        .map(|(f, _)| f))
+}
+
+/// Creates the output file `file` afresh in `dir`, a host folder a trial could write (the
+/// runner's end of a phase's stdout and stderr, a trajectory, a manifest): whatever the trial
+/// left at that name (a link to a host file, a FIFO, a file) is removed, never written through
+/// or opened, and the new file is made with `O_EXCL`, so a link planted again meanwhile (the
+/// trial's background processes live on) makes it fail instead of being followed.
+pub fn create_trial_output(dir: &Path, file: &Path) -> std::io::Result<std::fs::File> {
+    let rel = relative_in(dir, file)?;
+    let dir = crate::untrusted_fs::Dir::open(dir)?;
+    match dir.lstat(rel)? {
+        Some(m) if m.is_dir() => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{}: the trial made a folder there", file.display()),
+            ));
+        }
+        Some(_) => dir.remove_file(rel)?,
+        None => {}
+    }
+    let created = dir.create_new(rel, 0o644)?;
+    // `create_new` opens for appending; the caller writes from the start of a new file anyway.
+    Ok(created)
+}
+
+fn relative_in<'a>(dir: &Path, file: &'a Path) -> std::io::Result<&'a Path> {
+    file.strip_prefix(dir).map_err(|_| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!("{} is not in {}", file.display(), dir.display()),
         )
-    })?;
-    Ok(crate::untrusted_fs::Dir::open(dir)?
-        .open_regular(rel)?
-        .map(|(f, _)| f))
+    })
 }
 
 /// The text of a trial's output file ([`open_trial_output`]), at most `max` bytes of it (the

@@ -1,19 +1,18 @@
 //! The agent's phase: the command each kind of agent runs, and its run in the trial's sandbox.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::time::Duration;
 
 use chrono::Utc;
 
 use super::baton_agent::{baton_agent_setup, baton_args, install_user_config};
-use super::files::rewrite_text_files;
+use super::files::{rewrite_text_files, write_fresh};
 use super::phase::{Pass, PhaseError, cancelled, infra, run_phase};
 use super::trajectory::record_events;
 use super::verifier::run_verifier;
 use super::{AgentKind, PhaseTiming, TrialResult, TrialSettings};
 use crate::eval::container::{Container, ContainerRun, Job};
-use crate::eval::fsutil::{copy_task_file, copy_tree, remove_tree};
+use crate::eval::fsutil::{copy_task_file, copy_tree, create_trial_output, remove_tree};
 use crate::eval::gateway::Gateway;
 use crate::eval::isolation::{IsolationKind, Phase, TrialPaths};
 use crate::eval::process::Exit;
@@ -36,7 +35,10 @@ pub(super) fn agent_and_verifier(
     let ctx = task.environment.build_context.as_deref();
     // Agent.
     let instruction = iso.rewrite(paths, ctx, pass.instruction);
-    let _ = std::fs::write(paths.agent_logs.join("instruction.md"), &instruction);
+    let _ = write_fresh(
+        &paths.agent_logs.join("instruction.md"),
+        instruction.as_bytes(),
+    );
     let agent_limit = pass.agent_limit;
     let command = agent_command(task, paths, settings, pass, &instruction, &mut agent_env, r)?;
     let container = run_agent(
@@ -265,7 +267,13 @@ fn run_agent(
         control: None,
     };
     let stderr_path = paths.agent_logs.join("stderr.txt");
-    let logs = || Ok((File::create(&stdout_path)?, File::create(&stderr_path)?));
+    let dir = &paths.agent_logs;
+    let logs = || {
+        Ok((
+            create_trial_output(dir, &stdout_path)?,
+            create_trial_output(dir, &stderr_path)?,
+        ))
+    };
     if let Err(e) = logs() {
         return Err(infra(
             r,

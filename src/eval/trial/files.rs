@@ -2,7 +2,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::eval::fsutil::remove_tree;
 use crate::eval::isolation::{Isolation, IsolationKind, TrialPaths};
 
 /// Plain mode only: scripts copied into the trial refer to `/app`, `/tests` …; point them at
@@ -55,14 +54,6 @@ pub(super) fn walk_files(dir: &Path) -> Vec<PathBuf> {
 /// there (a link to a host file) is removed first, never written through.
 pub(super) fn write_fresh(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write as _;
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => remove_tree(path)?,
-        Ok(_) => std::fs::remove_file(path)?,
-        Err(_) => {}
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)?
-        .write_all(bytes)
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    crate::eval::fsutil::create_trial_output(dir, path)?.write_all(bytes)
 }

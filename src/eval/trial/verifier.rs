@@ -1,7 +1,6 @@
 //! The verifier's phase: the tests copied in only now, the test run, and the reward it gives.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -10,7 +9,8 @@ use super::phase::{Pass, PhaseError, cancelled, infra, run_phase, scaled};
 use super::{PhaseTiming, TrialResult, TrialSettings};
 use crate::eval::container::{Container, Job};
 use crate::eval::fsutil::{
-    MAX_TRIAL_OUTPUT, copy_task_file, copy_tree, read_trial_output, read_trial_tail,
+    MAX_TRIAL_OUTPUT, copy_task_file, copy_tree, create_trial_output, read_trial_output,
+    read_trial_tail,
 };
 use crate::eval::isolation::{Phase, TrialPaths};
 use crate::eval::process::Exit;
@@ -63,7 +63,13 @@ pub(super) fn run_verifier(
     let test_args = [format!("/tests/{}", task.test_entry)];
     let out_path = paths.verifier_logs.join("test-stdout.txt");
     let err_path = paths.verifier_logs.join("test-stderr.txt");
-    let logs = || Ok((File::create(&out_path)?, File::create(&err_path)?));
+    let dir = &paths.verifier_logs;
+    let logs = || {
+        Ok((
+            create_trial_output(dir, &out_path)?,
+            create_trial_output(dir, &err_path)?,
+        ))
+    };
     let setup_error = |r: &mut TrialResult, e: std::io::Error| {
         infra(
             r,
