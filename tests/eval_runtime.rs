@@ -214,6 +214,10 @@ fn podman_trials_run_the_tasks_image_as_docker_would() {
     let trial_dir = Path::new(t["trial_dir"].as_str().unwrap());
     let log = std::fs::read_to_string(trial_dir.join("setup.log")).unwrap_or_default();
     assert!(log.contains("RUN mkdir -p /data"), "the build log: {log}");
+    // The container's root writes the mounted folders as the host's root: out of others' reach.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(trial_dir).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
 
     let nop = eval(
         p,

@@ -133,7 +133,12 @@ impl Runtime {
         };
         let tag = match source {
             ImageSource::Dockerfile { .. } => image_tag(&task.name, checksum),
-            ImageSource::Prebuilt(name) => name.clone(),
+            ImageSource::Prebuilt(name) if is_image_reference(name) => name.clone(),
+            ImageSource::Prebuilt(name) => {
+                return Err(format!(
+                    "'{name}' is not an image reference (letters, digits and . _ - / : @, not starting with -)"
+                ));
+            }
         };
         let slot = {
             let mut images = self.images.lock().unwrap_or_else(|e| e.into_inner());
@@ -287,6 +292,17 @@ pub fn image_tag(task: &str, checksum: &str) -> String {
     )
 }
 
+/// Whether a task's `docker_image` is an image reference and nothing else: it is passed to the
+/// runtime as an argument, where a leading `-` would make it an option.
+fn is_image_reference(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 512
+        && !name.starts_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-/:@".contains(c))
+}
+
 fn log_tail(log: &Path) -> String {
     let text = std::fs::read(log).unwrap_or_default();
     let tail = String::from_utf8_lossy(&text[text.len().saturating_sub(600)..]).into_owned();
@@ -304,5 +320,14 @@ mod tests {
             "localhost/baton-task-org-fix-git-repo:ab12cd34ef56ab78"
         );
         assert_eq!(image_tag("...", ""), "localhost/baton-task-task:latest");
+    }
+
+    #[test]
+    fn a_prebuilt_image_name_cannot_be_an_option() {
+        assert!(is_image_reference("python:3.13-slim-bookworm"));
+        assert!(is_image_reference("ghcr.io/org/img@sha256:abc123"));
+        assert!(!is_image_reference("--authfile=/etc/shadow"));
+        assert!(!is_image_reference("img --privileged"));
+        assert!(!is_image_reference(""));
     }
 }

@@ -164,6 +164,18 @@ fn trial_phases(
     })?;
     write_config(task, paths, settings);
     if let Some(runtime) = &iso.runtime {
+        // The container's root is the host's root on the trial's mounted folders: a setuid
+        // file or a device node it leaves there must be out of other users' reach.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&paths.root, std::fs::Permissions::from_mode(0o700)).map_err(
+            |e| {
+                infra(
+                    r,
+                    "EnvironmentSetupError",
+                    format!("{}: {e}", paths.root.display()),
+                )
+            },
+        )?;
         let (task, image) = task_image(task, paths, settings, runtime, r)?;
         let mut env = settings.network_env.clone();
         env.extend(task.environment.env.clone());
