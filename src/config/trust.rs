@@ -547,10 +547,27 @@ fn hash_program(hasher: &mut Sha256, path: &Path) {
     hasher.update(meta.len.to_le_bytes());
     // One byte past the size is enough to see that it grew (a writer appending meanwhile
     // must not keep the read going).
-    match std::io::copy(&mut (&mut file).take(meta.len + 1), hasher) {
+    match hash_reader(&mut (&mut file).take(meta.len + 1), hasher) {
         Ok(n) if n == meta.len => {}
         Ok(_) => hasher.update(b"\0changed while read\0"),
         Err(_) => hasher.update(b"\0read error\0"),
+    }
+}
+
+/// Feeds everything `reader` gives to `hasher`; how many bytes that was.
+fn hash_reader(reader: &mut impl std::io::Read, hasher: &mut Sha256) -> std::io::Result<u64> {
+    let mut buf = [0u8; 64 * 1024];
+    let mut total = 0u64;
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => return Ok(total),
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+                total += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -48,7 +48,7 @@ pub(super) fn task_checksum(dir: &Path) -> String {
         }
         h.update([0]);
     }
-    format!("{:x}", h.finalize())
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Harbor's `TrialConfig` for one trial: the task by path, the timeouts, the agent by name.
