@@ -48,7 +48,9 @@ impl SessionTexts {
     /// there is no such file.
     pub fn find(sessions_dir: &Path, events: &[Value]) -> Option<SessionTexts> {
         let path = session_file_in(sessions_dir, events)?;
-        crate::session::read_records(&path)
+        // The trial wrote that folder: nothing in it, nor the folder, is followed as a link.
+        let anchor = sessions_dir.parent().unwrap_or(sessions_dir);
+        crate::session::read_records_beneath(&path, &[anchor])
             .ok()
             .map(|records| SessionTexts::from_records(&records))
     }
@@ -71,7 +73,9 @@ pub fn session_file_in(sessions_dir: &Path, events: &[Value]) -> Option<PathBuf>
                 .then(|| format!("{id}.jsonl").into())
         })?;
     let path = sessions_dir.join(name);
-    path.is_file().then_some(path)
+    std::fs::symlink_metadata(&path)
+        .is_ok_and(|m| m.is_file())
+        .then_some(path)
 }
 
 /// Builds the trajectory. `instruction` is used when the stream has no `turn_started`.
@@ -708,5 +712,30 @@ mod tests {
             ),
             None
         );
+    }
+
+    /// The trial writes its sessions folder: a folder or a file there that is a link (to the
+    /// user's own sessions, say) is not read; the trial's own file is.
+    #[test]
+    fn a_session_file_or_folder_left_as_a_link_is_not_read() {
+        let host = tempfile::tempdir().unwrap();
+        let users = host.path().join("users-sessions");
+        std::fs::create_dir_all(&users).unwrap();
+        std::fs::write(users.join("s1.jsonl"), "").unwrap();
+        let logs = host.path().join("agent");
+        std::fs::create_dir_all(&logs).unwrap();
+        let events = vec![json!({"type":"session","session_id":"s1"})];
+        // The folder is a link.
+        std::os::unix::fs::symlink(&users, logs.join("sessions")).unwrap();
+        assert!(SessionTexts::find(&logs.join("sessions"), &events).is_none());
+        // The file is a link.
+        std::fs::remove_file(logs.join("sessions")).unwrap();
+        std::fs::create_dir_all(logs.join("sessions")).unwrap();
+        std::os::unix::fs::symlink(users.join("s1.jsonl"), logs.join("sessions/s1.jsonl")).unwrap();
+        assert!(SessionTexts::find(&logs.join("sessions"), &events).is_none());
+        // The trial's own file.
+        std::fs::remove_file(logs.join("sessions/s1.jsonl")).unwrap();
+        std::fs::write(logs.join("sessions/s1.jsonl"), "").unwrap();
+        assert!(SessionTexts::find(&logs.join("sessions"), &events).is_some());
     }
 }

@@ -360,10 +360,17 @@ fn summarize(path: &Path) -> Option<SessionInfo> {
 /// may be open in this very process), for showing what it holds. Lines that do not parse are
 /// skipped, so a file cut off by a crash still shows what it has.
 pub fn read_records(path: &Path) -> Result<Vec<Record>, SessionError> {
-    let (file, _) = crate::untrusted_fs::open_file(path, &[]).map_err(|e| SessionError::File {
-        path: path.display().to_string(),
-        reason: format!("cannot open: {e}"),
-    })?;
+    read_records_beneath(path, &[])
+}
+
+/// [`read_records`] of a session file below one of `anchors`, a folder someone else could
+/// write (a trial's `/logs/agent/sessions`): no link below the anchor is followed either.
+pub fn read_records_beneath(path: &Path, anchors: &[&Path]) -> Result<Vec<Record>, SessionError> {
+    let (file, _) =
+        crate::untrusted_fs::open_file(path, anchors).map_err(|e| SessionError::File {
+            path: path.display().to_string(),
+            reason: format!("cannot open: {e}"),
+        })?;
     Ok(BufReader::new(file)
         .lines()
         .map_while(Result::ok)
