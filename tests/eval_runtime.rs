@@ -470,3 +470,58 @@ fn docker_trials_build_and_run_through_the_docker_cli() {
     assert_eq!(leftover_containers(p, &oracle), "");
     assert_eq!(leftover_containers(p, &agent), "");
 }
+
+/// A runner that dies without ending its trials (a second Ctrl-C, SIGKILL) leaves no
+/// container behind: each trial's watchdog removes its container when the runner's end of its
+/// pipe closes.
+#[test]
+fn a_killed_runner_leaves_no_container() {
+    let Some(p) = podman() else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let dockerfile = format!("FROM {BASE}\nWORKDIR /app\n");
+    let dir = task(root.path(), "killed-runner", &dockerfile, "true\n", "true");
+    let out = tempfile::tempdir().unwrap();
+    let mut runner = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args([
+            "eval",
+            "--agent",
+            "cmd:sleep 300",
+            "--env",
+            "podman",
+            "--no-progress",
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .arg(&dir)
+        .env("CONTAINERS_CONF", &p.conf)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("baton eval");
+    let ours = || {
+        let listed = Command::new("podman")
+            .args(["ps", "-a", "--format", "{{.Names}} {{.Labels}}"])
+            .env("CONTAINERS_CONF", &p.conf)
+            .output()
+            .expect("podman ps");
+        String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .filter(|l| l.contains(&out.path().display().to_string()))
+            .count()
+    };
+    let started = (0..600).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        ours() == 1
+    });
+    assert!(started, "the trial's container never started");
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    let gone = (0..300).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        ours() == 0
+    });
+    assert!(gone, "the container outlived its runner");
+}

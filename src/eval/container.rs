@@ -86,7 +86,12 @@ enum End {
     Namespace,
     /// A container of a runtime (`--env podman|docker`), ended by the runtime. Jobs inherit the
     /// container's environment (the image's ENV), as `docker exec` does.
-    Runtime { runtime: Arc<Runtime>, name: String },
+    Runtime {
+        runtime: Arc<Runtime>,
+        name: String,
+        /// Removes the container if baton ends without doing so ([`Runtime::watchdog`]).
+        watchdog: Option<Child>,
+    },
 }
 
 /// A trial's container under a runtime: its image, name, network and mounts.
@@ -94,6 +99,9 @@ pub struct ContainerRun<'a> {
     pub image: &'a str,
     /// Unique on the host (`baton-trial-…`).
     pub name: &'a str,
+    /// The trial's folder, as the container's `baton.trial.dir` label: which job a container
+    /// belongs to.
+    pub trial_dir: &'a Path,
     /// The host's network (`--network host`), else none but loopback.
     pub host_network: bool,
     /// The working dir the container starts in.
@@ -162,6 +170,8 @@ impl Container {
                 "--label",
                 "baton.trial=1",
             ]);
+            cmd.arg("--label")
+                .arg(format!("baton.trial.dir={}", run.trial_dir.display()));
             cmd.args(["--network", if run.host_network { "host" } else { "none" }]);
             cmd.args(["--workdir", run.workdir]);
             for (host, inside, read_only) in &mounts {
@@ -183,6 +193,7 @@ impl Container {
         let end = || End::Runtime {
             runtime: runtime.clone(),
             name: run.name.to_string(),
+            watchdog: runtime.watchdog(run.name).ok(),
         };
         Container::launch(&control, log, command, |_| false, end)
     }
@@ -350,11 +361,22 @@ impl Container {
 
 impl Drop for Container {
     fn drop(&mut self) {
-        if let End::Runtime { runtime, name } = &self.end {
+        if let End::Runtime {
+            runtime,
+            name,
+            watchdog,
+        } = &mut self.end
+        {
             // The runtime's client is not the container: killing it would leave it running.
             runtime.remove(name);
             let _ = self.child.kill();
             let _ = self.child.wait();
+            if let Some(mut watchdog) = watchdog.take() {
+                if let Some(mut pipe) = watchdog.stdin.take() {
+                    let _ = pipe.write_all(b"done\n");
+                }
+                let _ = watchdog.wait();
+            }
             return;
         }
         // Reaped already (it ended): its pid may be another process's by now.

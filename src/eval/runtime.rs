@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
@@ -239,6 +240,26 @@ impl Runtime {
             .ok()
             .filter(|&p: &u32| p > 0 && out.status_ok)
             .ok_or_else(|| format!("cannot find the container's process: {}", out.text.trim()))
+    }
+
+    /// Starts a watchdog for container `name`: a shell in a process group of its own that
+    /// waits on a pipe whose other end only baton holds. When baton ends without saying
+    /// `done` (a second Ctrl-C, SIGKILL, a crash), the pipe closes and the watchdog removes
+    /// the container, which would otherwise outlive the job.
+    pub fn watchdog(&self, name: &str) -> std::io::Result<std::process::Child> {
+        Command::new("/bin/sh")
+            .args([
+                "-c",
+                r#"read -r line; [ "$line" = done ] && exit 0; "$0" kill "$1"; exec "$0" rm -f "$1""#,
+            ])
+            .arg(&self.program)
+            .arg(name)
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
     }
 
     /// Ends container `name` at once (SIGKILL to all of it) and removes it.

@@ -366,6 +366,7 @@ fn start_container(
     let run = ContainerRun {
         image,
         name: &name,
+        trial_dir: &paths.root,
         host_network: network,
         workdir: &task.environment.workdir,
         mounts,
