@@ -1841,4 +1841,57 @@ fn a_link_the_agent_leaves_for_the_verifiers_logs_is_not_written_through() {
     assert_eq!(t.reward, Some(1.0), "{:?}", t.exception_info);
     let logs = t.trial_dir.join("verifier/test-stdout.txt");
     assert!(!std::fs::symlink_metadata(&logs).unwrap().is_symlink());
+    // The trial's root may be the host's root on these folders (a runner run as root): what
+    // it leaves (a setuid file) is out of other users' reach.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&t.trial_dir)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700);
+}
+
+/// The environment's setup writes the trial's HOME and `/app`: links it leaves there are
+/// never followed by the runner, which installs the `--hooks` file into that HOME (it used to
+/// overwrite the host file a planted `hooks.json` link pointed at) and creates the working
+/// dir (it used to create it in the host folder a planted link pointed at).
+#[test]
+fn links_the_setup_leaves_are_not_followed_by_the_runner() {
+    let root = tempfile::tempdir().unwrap();
+    let victim = root.path().join("victim.conf");
+    write(&victim, "the user's config\n");
+    let host_dir = root.path().join("host-dir");
+    std::fs::create_dir_all(&host_dir).unwrap();
+    let dir = root.path().join("planted");
+    write(
+        &dir.join("task.toml"),
+        "[agent]\ntimeout_sec = 30\n[verifier]\ntimeout_sec = 30\n[environment]\nallow_internet = false\nworkdir = \"/app/x/made-by-baton\"\n",
+    );
+    write(&dir.join("instruction.md"), "Nothing to do.\n");
+    write(
+        &dir.join("environment/setup.sh"),
+        &format!(
+            "mkdir -p /root/.config/baton && ln -s {} /root/.config/baton/hooks.json\nln -s {} /app/x\n",
+            victim.display(),
+            host_dir.display()
+        ),
+    );
+    write(
+        &dir.join("tests/test.sh"),
+        "echo 1 > /logs/verifier/reward.txt\n",
+    );
+    let hooks = root.path().join("hooks.json");
+    write(&hooks, r#"{"hooks": {}}"#);
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![dir], "baton", out.path());
+    a.baton_bin = Some(PathBuf::from(env!("CARGO_BIN_EXE_baton")));
+    a.exec_args = vec!["--endpoint".into(), "http://127.0.0.1:9/v1".into()];
+    a.hooks = Some(hooks);
+    a.isolation = IsolationChoice::Bwrap;
+    let _ = run(a);
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "the user's config\n"
+    );
+    assert!(!host_dir.join("made-by-baton").exists());
 }

@@ -15,6 +15,16 @@ pub struct Tokens {
     pub output: u64,
 }
 
+impl Tokens {
+    /// Adds `other` in, saturating: the counts come from the agent's own stream, which a
+    /// hostile trial writes, and must never overflow.
+    pub fn add(&mut self, other: Tokens) {
+        self.input = self.input.saturating_add(other.input);
+        self.cached = self.cached.saturating_add(other.cached);
+        self.output = self.output.saturating_add(other.output);
+    }
+}
+
 /// Latency figures of one hop kind (`route`, `answer` …).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct HopLatency {
@@ -101,9 +111,7 @@ pub fn stats(events: &[Value]) -> EventStats {
             }
             "hop_completed" => {
                 let t = usage_tokens(ev);
-                hop_tokens.input += t.input;
-                hop_tokens.cached += t.cached;
-                hop_tokens.output += t.output;
+                hop_tokens.add(t);
                 s.hops.push(HopRecord {
                     hop: str_at(ev, "hop").unwrap_or_else(|| "unknown".into()),
                     expert: str_at(ev, "expert"),
@@ -114,9 +122,7 @@ pub fn stats(events: &[Value]) -> EventStats {
             "tool_begin" => s.tool_calls += 1,
             "turn_completed" => {
                 let t = usage_tokens(ev);
-                turn_tokens.input += t.input;
-                turn_tokens.cached += t.cached;
-                turn_tokens.output += t.output;
+                turn_tokens.add(t);
                 s.turn_status = str_at(ev, "status");
             }
             "error" => s.errors.push(str_at(ev, "message").unwrap_or_default()),
@@ -140,7 +146,7 @@ pub fn stats(events: &[Value]) -> EventStats {
             hop,
             HopLatency {
                 count: n,
-                mean_ms: lat.iter().sum::<u64>() as f64 / n as f64,
+                mean_ms: lat.iter().map(|&l| l as f64).sum::<f64>() / n as f64,
                 p50_ms: lat[(n - 1) / 2],
                 max_ms: lat[n - 1],
             },
@@ -152,6 +158,17 @@ pub fn stats(events: &[Value]) -> EventStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_a_hostile_stream_writes_saturate_instead_of_overflowing() {
+        let line = r#"{"type":"hop_completed","hop":"answer","expert":"L2","latency_ms":18446744073709551615,"usage":{"prompt_tokens":18446744073709551615,"completion_tokens":18446744073709551615}}"#;
+        let s = stats(&parse_lines(&format!("{line}\n{line}\n")));
+        assert_eq!(s.tokens.input, u64::MAX);
+        assert_eq!(s.tokens.output, u64::MAX);
+        let mut total = s.tokens;
+        total.add(s.tokens);
+        assert_eq!(total.input, u64::MAX);
+    }
 
     #[test]
     fn sums_hops_routes_and_tokens() {

@@ -66,9 +66,7 @@ pub fn task_scores(trials: &[TrialResult]) -> Vec<TaskScore> {
             let scored: Vec<f64> = ts.iter().filter_map(|t| t.reward).collect();
             let mut tokens = Tokens::default();
             for t in &ts {
-                tokens.input += t.tokens.input;
-                tokens.cached += t.tokens.cached;
-                tokens.output += t.tokens.output;
+                tokens.add(t.tokens);
             }
             let agent_secs: f64 = ts
                 .iter()
@@ -130,9 +128,7 @@ pub fn score(
     };
     let mut tokens = Tokens::default();
     for t in tasks {
-        tokens.input += t.tokens.input;
-        tokens.cached += t.tokens.cached;
-        tokens.output += t.tokens.output;
+        tokens.add(t.tokens);
     }
     let n_errors = trials.iter().filter(|t| t.reward.is_none()).count();
     let n_passed = trials.iter().filter(|t| t.passed()).count();

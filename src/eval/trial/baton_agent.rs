@@ -1,7 +1,7 @@
 //! What the `baton` agent gets instead of the host's key and endpoint: a gateway that holds them.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::is_secret_name;
 use crate::eval::gateway::{Gateway, GatewayError};
@@ -112,11 +112,13 @@ pub(super) fn install_user_config(
         let Some(file) = file else {
             continue;
         };
-        let dest = paths.home.join(".config/baton").join(name);
-        let copied = dest
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|_| std::fs::copy(file, &dest).map(|_| ()));
+        // The trial's setup (a Dockerfile's RUN) wrote its HOME: a link it left on the way
+        // (`.config`, `baton`, the file) is never followed, nor written through.
+        let copied = std::fs::read(file).and_then(|bytes| {
+            let home = crate::untrusted_fs::Dir::open(&paths.home)?;
+            let dir = home.dir(Path::new(".config/baton"), Some(0o755))?;
+            dir.replace(std::ffi::OsStr::new(name), &bytes, Some(0o644))
+        });
         copied.map_err(|e| format!("cannot install {} as {name}: {e}", file.display()))?;
     }
     Ok(())

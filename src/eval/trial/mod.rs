@@ -162,20 +162,22 @@ fn trial_phases(
             format!("{}: cannot create trial folders: {e}", paths.root.display()),
         )
     })?;
+    // A trial's root is the runner's user on the folders it writes (a container's root, or
+    // bwrap's when the runner is root, is the host's root there): a setuid file or a device
+    // node it leaves must be out of other users' reach.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let private = std::fs::Permissions::from_mode(0o700);
+        std::fs::set_permissions(&paths.root, private).map_err(|e| {
+            infra(
+                r,
+                "EnvironmentSetupError",
+                format!("{}: {e}", paths.root.display()),
+            )
+        })?;
+    }
     write_config(task, paths, settings);
     if let Some(runtime) = &iso.runtime {
-        // The container's root is the host's root on the trial's mounted folders: a setuid
-        // file or a device node it leaves there must be out of other users' reach.
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&paths.root, std::fs::Permissions::from_mode(0o700)).map_err(
-            |e| {
-                infra(
-                    r,
-                    "EnvironmentSetupError",
-                    format!("{}: {e}", paths.root.display()),
-                )
-            },
-        )?;
         let (task, image) = task_image(task, paths, settings, runtime, r)?;
         let mut env = settings.network_env.clone();
         env.extend(task.environment.env.clone());
@@ -217,8 +219,12 @@ fn trial_phases(
         run_setup_script(task, paths, settings, script, &env, r, process_time)?;
     }
     // Create the working dir before the agent runs (WORKDIR may be below /app).
-    if let Some(host) = paths.host_path(&task.environment.workdir) {
-        let _ = std::fs::create_dir_all(host);
+    // The setup wrote those folders: a link it left on the way is never followed out.
+    if let Some(rel) = paths
+        .host_path(&task.environment.workdir)
+        .and_then(|host| host.strip_prefix(&paths.root).ok().map(Path::to_path_buf))
+    {
+        let _ = crate::untrusted_fs::Dir::open(&paths.root).and_then(|d| d.dir(&rel, Some(0o755)));
     }
 
     let users = trial_users(task, paths).map_err(|e| infra(r, "UserSetupError", e))?;
