@@ -1895,3 +1895,65 @@ fn links_the_setup_leaves_are_not_followed_by_the_runner() {
     );
     assert!(!host_dir.join("made-by-baton").exists());
 }
+
+/// The agent shares its sandbox with the verifier and can reach the supervisor's control
+/// folders: jamming the job FIFO (the runner used to block for ever on it, leaving the job
+/// without results) is an error of that trial; a job status written in advance for every job
+/// script it can see, with a reward of its own in the verifier's logs (which used to end the
+/// verifier at once and score the agent's 1), finds no job script to name, and the verifier
+/// starts from an empty log folder.
+#[test]
+fn the_agent_cannot_jam_the_supervisor_or_forge_the_verifiers_status() {
+    let root = tempfile::tempdir().unwrap();
+    let jam = answer_task(root.path(), "jam", 30.0, REWARD_TXT);
+    write(&jam.join("instruction.md"), "jam\n");
+    let forge = answer_task(
+        root.path(),
+        "forge",
+        30.0,
+        "sleep 2; echo 0 > /logs/verifier/reward.txt\n",
+    );
+    write(&forge.join("instruction.md"), "forge\n");
+    let out = tempfile::tempdir().unwrap();
+    let agent = r#"cmd:case "$INSTRUCTION" in
+jam*) mkfifo /.baton-trial/out/99.pid; echo "kill 99" > /.baton-trial/in/jobs; setsid bash -c 'cat /dev/zero > /.baton-trial/in/jobs' </dev/null >/dev/null 2>&1 & ;;
+forge*) echo 1 > /logs/verifier/reward.txt; setsid bash -c 'while :; do for f in /.baton-trial/in/*.sh; do id=${f##*/}; echo 0 > "/.baton-trial/out/${id%.sh}.rc"; done; echo 1 > /logs/verifier/reward.json; sleep 0.05; done' </dev/null >/dev/null 2>&1 & ;;
+esac"#;
+    let run = std::process::Command::new("timeout")
+        .args(["-k", "5", "120"])
+        .arg(env!("CARGO_BIN_EXE_baton"))
+        .args([
+            "eval",
+            "--agent",
+            agent,
+            "--env",
+            "bwrap",
+            "--no-progress",
+            "--out",
+        ])
+        .arg(out.path())
+        .args([&jam, &forge])
+        .output()
+        .expect("baton eval");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_ne!(run.status.code(), Some(124), "the job hung: {stderr}");
+    let job = std::fs::read_dir(out.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("result.json").is_file())
+        .unwrap_or_else(|| panic!("no job result: {stderr}"));
+    let mut trials = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(&job).unwrap().flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path().join("result.json")) else {
+            continue;
+        };
+        let t: serde_json::Value = serde_json::from_str(&text).unwrap();
+        trials.insert(t["task_name"].as_str().unwrap().to_string(), t);
+    }
+    let jam = &trials["jam"];
+    assert!(jam["reward"].is_null(), "{jam:#}");
+    assert!(jam["infrastructure_error"].as_bool().unwrap(), "{jam:#}");
+    let forge = &trials["forge"];
+    assert_eq!(forge["reward"], 0.0, "{forge:#}");
+}

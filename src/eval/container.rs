@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -30,6 +30,9 @@ use super::runtime::Runtime;
 /// Where the runner's control folders appear in the sandbox: `in/` (read-only: the FIFO, the
 /// job scripts, the staged tests) and `out/` (the jobs' exit statuses).
 pub const CONTROL: &str = "/.baton-trial";
+
+/// How long the runner waits to hand the supervisor a job (it reads at once when healthy).
+const SEND_LIMIT: Duration = Duration::from_secs(10);
 
 /// How long a job's process group gets between SIGTERM and SIGKILL (as [`super::process`]).
 const KILL_GRACE: Duration = Duration::from_millis(1500);
@@ -75,7 +78,6 @@ pub struct Container {
     dir_in: PathBuf,
     dir_out: PathBuf,
     log: PathBuf,
-    next: u32,
     end: End,
 }
 
@@ -220,11 +222,16 @@ impl Container {
         }
         // Read and write: opening never waits for the supervisor, and writes never fail
         // because it has not opened its end yet.
+        // Non-blocking: the trial can open the FIFO too and fill it, which must never stall
+        // the runner ([`Container::send`]).
         let jobs = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .custom_flags(libc::O_CLOEXEC)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK)
             .open(&fifo)?;
+        // The trial may not list the staged job scripts (their names are the jobs' ids, which
+        // it must not learn); the runner and the supervisor open them by name.
+        std::fs::set_permissions(&dir_in, std::fs::Permissions::from_mode(0o311))?;
         let mut tries = 0;
         loop {
             let out = File::create(log)?;
@@ -240,7 +247,6 @@ impl Container {
                 dir_in: dir_in.clone(),
                 dir_out: dir_out.clone(),
                 log: log.to_path_buf(),
-                next: 1,
                 end: end(),
             };
             tries += 1;
@@ -306,12 +312,36 @@ impl Container {
         )
     }
 
+    /// Writes `line` to the supervisor's FIFO by `until`: a FIFO the trial filled (it can
+    /// open it too) is an error then, never a runner waiting for ever.
+    fn send(&mut self, line: &str, until: Instant) -> std::io::Result<()> {
+        let mut rest = line.as_bytes();
+        while !rest.is_empty() {
+            match self.jobs.write(rest) {
+                Ok(n) => rest = &rest[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= until {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "the supervisor's job FIFO stayed full (something in the trial jams it)",
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     /// Runs `job` for at most `limit`, or until `cancel` is set.
     pub fn run(&mut self, job: &Job, limit: Duration, cancel: &AtomicBool) -> Outcome {
         let started_at = Utc::now();
         let start = Instant::now();
-        let id = self.next;
-        self.next += 1;
+        // Unguessable: the trial can write the status folder, and a status it wrote in advance
+        // for a job of a known id would end that job at once.
+        let id = uuid::Uuid::new_v4().simple().to_string();
         let done = |exit| Outcome {
             exit,
             started_at,
@@ -320,7 +350,7 @@ impl Container {
         };
         let script = job_script(job, matches!(self.end, End::Runtime { .. }));
         let sent = std::fs::write(self.dir_in.join(format!("{id}.sh")), script)
-            .and_then(|()| self.jobs.write_all(format!("run {id}\n").as_bytes()));
+            .and_then(|()| self.send(&format!("run {id}\n"), start + limit.min(SEND_LIMIT)));
         if let Err(e) = sent {
             return done(Exit::SpawnFailed(format!(
                 "cannot hand the trial's sandbox a job: {e}"
@@ -340,7 +370,7 @@ impl Container {
             let now = Instant::now();
             let cancelled = cancel.load(Ordering::SeqCst);
             if now >= deadline || cancelled {
-                let _ = self.jobs.write_all(format!("kill {id}\n").as_bytes());
+                let _ = self.send(&format!("kill {id}\n"), Instant::now() + KILL_GRACE);
                 // The group is gone after the grace (its status file never comes: its wrapper
                 // is in the group).
                 let until = Instant::now() + KILL_GRACE + Duration::from_millis(200);

@@ -170,6 +170,21 @@ pub fn open_trial_output(dir: &Path, file: &Path) -> std::io::Result<Option<std:
         .map(|(f, _)| f))
 }
 
+/// Empties `dir`, a host folder a trial could write, following nothing in it: what an earlier
+/// phase left there (a reward file the agent wrote into the verifier's logs) is gone before
+/// the next phase starts.
+pub fn empty_trial_folder(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => remove_tree(&path)?,
+            Ok(_) => std::fs::remove_file(&path)?,
+            Err(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// Creates the output file `file` afresh in `dir`, a host folder a trial could write (the
 /// runner's end of a phase's stdout and stderr, a trajectory, a manifest): whatever the trial
 /// left at that name (a link to a host file, a FIFO, a file) is removed, never written through

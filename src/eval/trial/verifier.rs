@@ -9,8 +9,8 @@ use super::phase::{Pass, PhaseError, cancelled, infra, run_phase, scaled};
 use super::{PhaseTiming, TrialResult, TrialSettings};
 use crate::eval::container::{Container, Job};
 use crate::eval::fsutil::{
-    MAX_TRIAL_OUTPUT, copy_task_file, copy_tree, create_trial_output, read_trial_output,
-    read_trial_tail,
+    MAX_TRIAL_OUTPUT, copy_task_file, copy_tree, create_trial_output, empty_trial_folder,
+    read_trial_output, read_trial_tail,
 };
 use crate::eval::isolation::{Phase, TrialPaths};
 use crate::eval::process::Exit;
@@ -64,6 +64,14 @@ pub(super) fn run_verifier(
     let out_path = paths.verifier_logs.join("test-stdout.txt");
     let err_path = paths.verifier_logs.join("test-stderr.txt");
     let dir = &paths.verifier_logs;
+    // The agent could write here (a reward of its own): the verifier starts from nothing.
+    if let Err(e) = empty_trial_folder(dir) {
+        return Err(infra(
+            r,
+            "VerifierSetupError",
+            format!("cannot empty {}: {e}", dir.display()),
+        ));
+    }
     let logs = || {
         Ok((
             create_trial_output(dir, &out_path)?,
