@@ -525,3 +525,36 @@ fn a_killed_runner_leaves_no_container() {
     });
     assert!(gone, "the container outlived its runner");
 }
+
+/// In a container the agent is root with the runtime's usual capabilities: it can list the
+/// staged job scripts, write the supervisor's status folder and jam its FIFO. The job status
+/// comes from the runtime's `exec`, which it cannot forge: a status written in advance and a
+/// reward of its own do not end or score the verifier, and a jammed FIFO stalls nothing.
+#[test]
+fn a_container_agent_cannot_forge_the_verifiers_status_or_jam_the_runner() {
+    let Some(p) = podman() else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let dockerfile = format!("FROM {BASE}\nWORKDIR /app\n");
+    let dir = task(
+        root.path(),
+        "forge-in-container",
+        &dockerfile,
+        "true\n",
+        "sleep 2; false",
+    );
+    let out = tempfile::tempdir().unwrap();
+    let agent = r#"cmd:echo 1 > /logs/verifier/reward.txt; mkfifo /.baton-trial/out/99.pid; echo "kill 99" > /.baton-trial/in/jobs; setsid bash -c 'cat /dev/zero > /.baton-trial/in/jobs' </dev/null >/dev/null 2>&1 & setsid bash -c 'while :; do for f in /.baton-trial/in/*.sh; do id=${f##*/}; echo 0 > "/.baton-trial/out/${id%.sh}.rc"; done; echo 1 > /logs/verifier/reward.json; sleep 0.05; done' </dev/null >/dev/null 2>&1 &"#;
+    let job = eval(
+        p,
+        out.path(),
+        &[dir.to_str().unwrap(), "--agent", agent, "--env", "podman"],
+        &[],
+    );
+    let t = &trials(&job)[0];
+    assert_eq!(t["reward"], 0.0, "{t:#}");
+    let verifier_secs = t["timings"]["verifier"]["duration_sec"].as_f64().unwrap();
+    assert!(verifier_secs >= 2.0, "{t:#}");
+    assert_eq!(leftover_containers(p, &job), "");
+}

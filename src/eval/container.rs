@@ -349,6 +349,24 @@ impl Container {
             duration: start.elapsed(),
         };
         let script = job_script(job, matches!(self.end, End::Runtime { .. }));
+        if let End::Runtime { runtime, name, .. } = &self.end {
+            let wrote = std::fs::write(self.dir_in.join(format!("{id}.sh")), script);
+            if let Err(e) = wrote {
+                return done(Exit::SpawnFailed(format!(
+                    "cannot hand the trial's container a job: {e}"
+                )));
+            }
+            let exit = exec_job(runtime, name, &id, limit, cancel);
+            // The runtime's own failure (its container is gone) is not the job's status.
+            if !self.alive() {
+                let why = self.ended();
+                return done(Exit::SpawnFailed(why));
+            }
+            return done(match exit {
+                Exit::Code(rc) => exit_of(rc),
+                other => other,
+            });
+        }
         let sent = std::fs::write(self.dir_in.join(format!("{id}.sh")), script)
             .and_then(|()| self.send(&format!("run {id}\n"), start + limit.min(SEND_LIMIT)));
         if let Err(e) = sent {
@@ -428,6 +446,33 @@ impl Drop for Container {
             wait_for_exit(&init, NAMESPACE_TEARDOWN);
         }
     }
+}
+
+/// Runs the staged job `id` in a runtime's container through the runtime's own `exec`, in a
+/// session of its own: its status is the one `exec` reports, which nothing in the container can
+/// forge (the status files of the supervisor's jobs are the trial's to write). Past `limit`, or
+/// when `cancel` is set, the job's session is ended (SIGTERM, then SIGKILL).
+fn exec_job(runtime: &Runtime, name: &str, id: &str, limit: Duration, cancel: &AtomicBool) -> Exit {
+    let pid_file = format!("{CONTROL}/out/{id}.pid");
+    let script = format!("{CONTROL}/in/{id}.sh");
+    let mut cmd = runtime.command();
+    cmd.args(["exec", name, "setsid", "-w", "/bin/bash", "-c"])
+        .arg(r#"echo $$ > "$0"; exec /bin/bash "$1""#)
+        .args([&pid_file, &script]);
+    let (Ok(out), Ok(err)) = (File::create("/dev/null"), File::create("/dev/null")) else {
+        return Exit::SpawnFailed("cannot open /dev/null".into());
+    };
+    let outcome = super::process::run(cmd, limit, out, err, cancel);
+    if matches!(outcome.exit, Exit::TimedOut | Exit::Cancelled) {
+        let mut kill = runtime.command();
+        kill.args(["exec", name, "/bin/bash", "-c"])
+            .arg(r#"read -r s < "$0" || exit 0; kill -TERM -- "-$s"; sleep 1.5; kill -KILL -- "-$s""#)
+            .arg(&pid_file);
+        if let (Ok(out), Ok(err)) = (File::create("/dev/null"), File::create("/dev/null")) {
+            let _ = super::process::run(kill, KILL_GRACE * 4, out, err, &super::process::NEVER);
+        }
+    }
+    outcome.exit
 }
 
 /// The longest a trial's end waits for its PID namespace to empty.
