@@ -279,6 +279,13 @@ fn the_baton_agent_reaches_its_model_only_through_the_gateway_in_the_container()
     let Some(p) = podman() else {
         return;
     };
+    // A listener on the host's loopback only: a container with the network must not reach it.
+    let host_only = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = host_only.local_addr().unwrap().port();
+    let reach_host = serde_json::json!({
+        "command": format!("(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached > /logs/agent/reach.txt; echo 42 > /app/answer.txt")
+    })
+    .to_string();
     let engine = MockEngine::scripted_blocking(
         Script::new()
             .default_route("L2")
@@ -289,6 +296,11 @@ fn the_baton_agent_reaches_its_model_only_through_the_gateway_in_the_container()
                     "shell",
                     r#"{"command":"env > /logs/agent/agent-env.txt; echo 42 > /app/answer.txt"}"#,
                 ),
+            )
+            .answer("L2", MockReply::text("Done."))
+            .answer(
+                "L2",
+                MockReply::tool_call("call_2", "shell", &reach_host),
             )
             .answer("L2", MockReply::text("Done.")),
     );
@@ -341,6 +353,36 @@ fn the_baton_agent_reaches_its_model_only_through_the_gateway_in_the_container()
             .collect::<Vec<_>>()
     );
     assert_eq!(leftover_containers(p, &job), "");
+
+    // With the network, the container has the runtime's own network: the gateway still
+    // answers on its loopback, and the host's loopback is out of reach.
+    let toml = std::fs::read_to_string(dir.join("task.toml")).unwrap();
+    write(
+        &dir.join("task.toml"),
+        &toml.replace("allow_internet = false", "allow_internet = true"),
+    );
+    let job = eval(
+        p,
+        out.path(),
+        &[
+            dir.to_str().unwrap(),
+            "--agent",
+            "baton",
+            "--env",
+            "podman",
+            "--baton-bin",
+            env!("CARGO_BIN_EXE_baton"),
+            "--",
+            "--endpoint",
+            &url,
+        ],
+        &[("BATON_API_KEY", "sk-secret-of-the-host")],
+    );
+    let t = &trials(&job)[0];
+    assert_eq!(t["reward"], 1.0, "{t:#}");
+    let trial_dir = Path::new(t["trial_dir"].as_str().unwrap());
+    assert!(!trial_dir.join("agent/reach.txt").exists());
+    drop(host_only);
 }
 
 /// Podman's Docker-compatible API on a socket of its own, for the Docker CLI; stopped on drop.

@@ -105,7 +105,7 @@ pub struct ContainerRun<'a> {
     /// belongs to.
     pub trial_dir: &'a Path,
     /// The host's network (`--network host`), else none but loopback.
-    pub host_network: bool,
+    pub network: bool,
     /// The working dir the container starts in.
     pub workdir: &'a str,
     /// (host path, container path, read-only) bind mounts.
@@ -174,7 +174,11 @@ impl Container {
             ]);
             cmd.arg("--label")
                 .arg(format!("baton.trial.dir={}", run.trial_dir.display()));
-            cmd.args(["--network", if run.host_network { "host" } else { "none" }]);
+            // With the network: the runtime's default one (its own namespace, the host's
+            // loopback out of reach), as Docker gives a container.
+            if !run.network {
+                cmd.args(["--network", "none"]);
+            }
             cmd.args(["--workdir", run.workdir]);
             for (host, inside, read_only) in &mounts {
                 let mut spec = format!(

@@ -150,7 +150,9 @@ fn agent_command(
             install_user_config(paths, hooks, mcp_config)
                 .map_err(|e| infra(r, "AgentSetupError", e))?;
             // Plain folders share the host network: the gateway listens on its loopback then.
-            let host_network = task.allow_internet || iso.kind == IsolationKind::Plain;
+            // A container has a namespace of its own either way: the gateway's listener goes there.
+            let host_network = (task.allow_internet && !iso.kind.is_runtime())
+                || iso.kind == IsolationKind::Plain;
             let agent = baton_agent_setup(extra_args, pass_env, host_network)
                 .map_err(|e| infra(r, "AgentSetupError", e.to_string()))?;
             agent_env.extend(agent.env);
@@ -367,7 +369,7 @@ fn start_container(
         image,
         name: &name,
         trial_dir: &paths.root,
-        host_network: network,
+        network,
         workdir: &task.environment.workdir,
         mounts,
     };
@@ -388,7 +390,7 @@ fn start_container(
         ));
     }
     // The agent reaches its model only through the gateway, on the container's loopback.
-    if let Some(gateway) = gateway.filter(|_| !network) {
+    if let Some(gateway) = gateway {
         let joined = runtime
             .init_pid(&name)
             .and_then(|pid| {
