@@ -298,10 +298,7 @@ fn the_baton_agent_reaches_its_model_only_through_the_gateway_in_the_container()
                 ),
             )
             .answer("L2", MockReply::text("Done."))
-            .answer(
-                "L2",
-                MockReply::tool_call("call_2", "shell", &reach_host),
-            )
+            .answer("L2", MockReply::tool_call("call_2", "shell", &reach_host))
             .answer("L2", MockReply::text("Done.")),
     );
     let root = tempfile::tempdir().unwrap();

@@ -40,6 +40,10 @@ struct Upstream {
     /// The endpoint's path without a trailing slash (`/v1`), which every request must start with.
     base_path: String,
     key: Option<String>,
+    /// A listener on the host's loopback can be reached by every local user: it answers only
+    /// requests whose path starts with `/` and this secret (the agent's URL holds it, and the
+    /// agent gets that URL in its environment, which only its own user may read).
+    secret: Option<String>,
 }
 
 /// A running gateway for one agent phase. Dropping it stops the proxy.
@@ -69,10 +73,12 @@ impl Gateway {
             .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
             .ok_or_else(|| GatewayError::BadEndpoint(endpoint.to_string()))?;
         let base_path = url.path().trim_end_matches('/').to_string();
+        let secret = host_network.then(|| uuid::Uuid::new_v4().simple().to_string());
         let upstream = Arc::new(Upstream {
             origin: url.origin().ascii_serialization(),
             base_path,
             key,
+            secret,
         });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let (source, child_end, waker, port) = if host_network {
@@ -89,7 +95,15 @@ impl Gateway {
                 TRIAL_PORT,
             )
         };
-        let trial_url = format!("http://127.0.0.1:{port}{}", upstream.base_path);
+        let secret_prefix = upstream
+            .secret
+            .as_ref()
+            .map(|s| format!("/{s}"))
+            .unwrap_or_default();
+        let trial_url = format!(
+            "http://127.0.0.1:{port}{secret_prefix}{}",
+            upstream.base_path
+        );
         let up = upstream.clone();
         let thread = std::thread::Builder::new()
             .name("eval-gateway".into())
@@ -331,6 +345,18 @@ async fn forward(
     );
     // Only paths of the configured endpoint, judged after `..` and `%2e` are resolved: the
     // gateway is no open proxy to other hosts or to the rest of the endpoint's server.
+    // A listener on the host's loopback: only the agent knows the path.
+    let target = match &up.secret {
+        Some(secret) => match target
+            .strip_prefix('/')
+            .and_then(|t| t.strip_prefix(secret.as_str()))
+            .filter(|rest| rest.starts_with('/'))
+        {
+            Some(rest) => rest,
+            None => return reply(&mut sock, 404, "not found").await,
+        },
+        None => target,
+    };
     let Some(url) = forward_url(up, target) else {
         return reply(
             &mut sock,
@@ -661,6 +687,7 @@ mod tests {
             origin: "http://127.0.0.1:9".into(),
             base_path: "/v1".into(),
             key: None,
+            secret: None,
         };
         let ok = |t: &str| forward_url(&up, t).map(|u| u.to_string());
         assert_eq!(
@@ -721,17 +748,15 @@ mod tests {
             }
         });
         let g = Gateway::start(&format!("http://{up_addr}/v1"), None, true).unwrap();
-        let trial = g
-            .trial_url()
-            .trim_start_matches("http://")
-            .trim_end_matches("/v1");
-        let mut c = std::net::TcpStream::connect(trial).unwrap();
+        let url = reqwest::Url::parse(g.trial_url()).unwrap();
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", url.port().unwrap())).unwrap();
         c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
             .unwrap();
         let body = r#"{"model":"L2","messages":[{"role":"user","content":"secret prompt"}]}"#;
         write!(
             c,
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            "POST {}/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            url.path(),
             body.len()
         )
         .unwrap();
@@ -765,5 +790,32 @@ mod tests {
         let mut answer = String::new();
         let _ = c.read_to_string(&mut answer);
         assert!(answer.starts_with("HTTP/1.1 403"), "{answer:?}");
+    }
+
+    /// A gateway on the host's loopback answers only the path its agent was given: another
+    /// local user who finds the port gets a 404, never the key's upstream.
+    #[test]
+    fn a_host_loopback_gateway_answers_only_its_agents_secret_path() {
+        use std::io::{Read, Write};
+        let g = Gateway::start("http://127.0.0.1:9/v1", Some("k".into()), true).unwrap();
+        let url = reqwest::Url::parse(g.trial_url()).unwrap();
+        let port = url.port().unwrap();
+        let secret_path = url.path().to_string();
+        assert!(secret_path.len() > "/v1".len() + 16, "{secret_path}");
+        let status = |path: &str| {
+            let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            write!(sock, "GET {path}/models HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+            let mut answer = String::new();
+            let _ = sock.read_to_string(&mut answer);
+            answer.lines().next().unwrap_or_default().to_string()
+        };
+        assert!(
+            status("/v1").starts_with("HTTP/1.1 404"),
+            "{}",
+            status("/v1")
+        );
+        // The agent's path reaches the upstream (unreachable here: 502).
+        let agents = status(&secret_path);
+        assert!(agents.starts_with("HTTP/1.1 502"), "{agents}");
     }
 }

@@ -151,8 +151,8 @@ fn agent_command(
                 .map_err(|e| infra(r, "AgentSetupError", e))?;
             // Plain folders share the host network: the gateway listens on its loopback then.
             // A container has a namespace of its own either way: the gateway's listener goes there.
-            let host_network = (task.allow_internet && !iso.kind.is_runtime())
-                || iso.kind == IsolationKind::Plain;
+            let host_network =
+                (task.allow_internet && !iso.kind.is_runtime()) || iso.kind == IsolationKind::Plain;
             let agent = baton_agent_setup(extra_args, pass_env, host_network)
                 .map_err(|e| infra(r, "AgentSetupError", e.to_string()))?;
             agent_env.extend(agent.env);

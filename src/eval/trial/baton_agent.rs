@@ -50,6 +50,20 @@ fn replace_flag(args: &[String], flag: &str, value: &str) -> Vec<String> {
     out
 }
 
+/// `args` without any `--flag V` or `--flag=V`.
+fn remove_flag(args: &[String], flag: &str) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == flag {
+            it.next();
+        } else if !a.starts_with(&format!("{flag}=")) {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
 /// Finds the endpoint and key the agent would use (flags first, then `BATON_*`), starts a
 /// gateway that holds the key, and gives the agent the gateway's URL and no credential.
 pub(super) fn baton_agent_setup(
@@ -86,13 +100,16 @@ pub(super) fn baton_agent_setup(
     };
     let gateway = Gateway::start(&endpoint, key, host_network)?;
     let url = gateway.trial_url().to_string();
-    if env.contains_key("BATON_ENDPOINT") {
+    // On the host's loopback the URL holds the gateway's secret path: it goes in the agent's
+    // environment, which only its own user may read, never on its command line, which every
+    // local user can.
+    if env.contains_key("BATON_ENDPOINT") || (host_network && from_args.is_some()) {
         env.insert("BATON_ENDPOINT".into(), url.clone());
     }
-    let extra_args = if from_args.is_some() {
-        replace_flag(extra_args, "--endpoint", &url)
-    } else {
-        extra_args.to_vec()
+    let extra_args = match from_args {
+        Some(_) if host_network => remove_flag(extra_args, "--endpoint"),
+        Some(_) => replace_flag(extra_args, "--endpoint", &url),
+        None => extra_args.to_vec(),
     };
     Ok(BatonAgentSetup {
         env,
@@ -147,4 +164,31 @@ pub(super) fn baton_args(workdir: &str, extra_args: Vec<String>, instruction: &s
     args.push("--".into());
     args.push(instruction.to_string());
     args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gateway on the host's loopback: its secret URL reaches the agent in its environment,
+    /// never on its command line (`/proc/PID/cmdline` is every local user's to read).
+    #[test]
+    fn a_host_gateways_url_is_never_on_the_agents_command_line() {
+        let args = vec![
+            "--mode".to_string(),
+            "mol".into(),
+            "--endpoint".into(),
+            "http://127.0.0.1:9/v1".into(),
+            "--endpoint=http://127.0.0.1:9/v1".into(),
+        ];
+        let setup = baton_agent_setup(&args, &[], true).unwrap();
+        assert_eq!(setup.extra_args, vec!["--mode".to_string(), "mol".into()]);
+        let url = &setup.env["BATON_ENDPOINT"];
+        let gateway = setup.gateway.as_ref().unwrap();
+        assert_eq!(url, gateway.trial_url());
+        assert!(url.ends_with("/v1") && url.len() > "http://127.0.0.1:1/v1".len() + 32);
+        // In a namespace of its own the URL is no secret: it stays a flag.
+        let setup = baton_agent_setup(&args, &[], false).unwrap();
+        assert!(setup.extra_args.iter().any(|a| a.starts_with("--endpoint")));
+    }
 }
