@@ -597,3 +597,42 @@ fn a_container_agent_cannot_forge_the_verifiers_status_or_jam_the_runner() {
     assert!(verifier_secs >= 2.0, "{t:#}");
     assert_eq!(leftover_containers(p, &job), "");
 }
+
+/// A runtime that cannot run containers (a Docker CLI without a daemon) stops the job before
+/// any trial, with the runtime's own reason and exit code 2.
+#[test]
+fn a_runtime_without_its_daemon_is_a_clear_error() {
+    let cli = Command::new("docker").arg("--version").output();
+    if !cli.is_ok_and(|o| o.status.success()) {
+        skip("the docker CLI is not installed");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let dir = task(root.path(), "no-daemon", "FROM scratch\n", "true\n", "true");
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args([
+            "eval",
+            "--agent",
+            "oracle",
+            "--env",
+            "docker",
+            "--no-progress",
+        ])
+        .arg("--out")
+        .arg(out.path())
+        .arg(&dir)
+        .env(
+            "DOCKER_HOST",
+            format!("unix://{}", root.path().join("no.sock").display()),
+        )
+        .output()
+        .expect("baton eval");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--env docker: `docker images` failed"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
+}

@@ -158,8 +158,9 @@ pub enum EvalError {
     },
     #[error("no task left to run after --include/--exclude")]
     NothingToRun,
-    /// `--isolation bwrap` was asked for and bubblewrap cannot sandbox trials here.
-    #[error("--isolation bwrap: {0}")]
+    /// The environment `--env` asked for cannot run trials here (bubblewrap cannot sandbox,
+    /// the container runtime is missing or not working); the error names which.
+    #[error("{0}")]
     Isolation(#[source] IsolationError),
     /// The job folder (or the folder above it) cannot be created.
     #[error("{}: cannot create: {source}", path.display())]
