@@ -1767,45 +1767,14 @@ fn trial_outputs_are_never_read_through_links_or_fifos() {
     let out = tempfile::tempdir().unwrap();
     // Every agent leaves its own log as a FIFO, and solves the task.
     let agent = "cmd:rm -f /logs/agent/stdout.txt && mkfifo /logs/agent/stdout.txt && echo 42 > /app/answer.txt";
-    // A hung runner ignores SIGTERM (it waits on its trials): KILL follows.
-    let run = std::process::Command::new("timeout")
-        .args(["-k", "5", "120"])
-        .arg(env!("CARGO_BIN_EXE_baton"))
-        .args([
-            "eval",
-            "--agent",
-            agent,
-            "--env",
-            "bwrap",
-            "--no-progress",
-            "--out",
-        ])
-        .arg(out.path())
-        .args([&fifo_reward, &link_reward, &honest])
-        .output()
-        .expect("baton eval");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert_ne!(run.status.code(), Some(124), "the job hung: {stderr}");
-    let job = std::fs::read_dir(out.path())
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.join("result.json").is_file())
-        .unwrap_or_else(|| panic!("no job result: {stderr}"));
-    let mut rewards = std::collections::BTreeMap::new();
-    for entry in std::fs::read_dir(&job).unwrap().flatten() {
-        let Ok(text) = std::fs::read_to_string(entry.path().join("result.json")) else {
-            continue;
-        };
-        let t: serde_json::Value = serde_json::from_str(&text).unwrap();
-        rewards.insert(
-            t["task_name"].as_str().unwrap().to_string(),
-            (
-                t["reward"].clone(),
-                t["exception_info"]["exception_type"].clone(),
-            ),
-        );
-    }
+    let trials = eval_bounded(agent, out.path(), &[&fifo_reward, &link_reward, &honest]);
+    let rewards: std::collections::BTreeMap<_, _> = trials
+        .iter()
+        .map(|(name, t)| {
+            let error = t["exception_info"]["exception_type"].clone();
+            (name.clone(), (t["reward"].clone(), error))
+        })
+        .collect();
     assert_eq!(rewards["honest"].0, 1.0, "{rewards:?}");
     for name in ["fifo-reward", "link-reward"] {
         let (reward, error) = &rewards[name];
@@ -1919,6 +1888,22 @@ fn the_agent_cannot_jam_the_supervisor_or_forge_the_verifiers_status() {
 jam*) mkfifo /.baton-trial/out/99.pid; echo "kill 99" > /.baton-trial/in/jobs; setsid bash -c 'cat /dev/zero > /.baton-trial/in/jobs' </dev/null >/dev/null 2>&1 & ;;
 forge*) echo 1 > /logs/verifier/reward.txt; setsid bash -c 'while :; do for f in /.baton-trial/in/*.sh; do id=${f##*/}; echo 0 > "/.baton-trial/out/${id%.sh}.rc"; done; echo 1 > /logs/verifier/reward.json; sleep 0.05; done' </dev/null >/dev/null 2>&1 & ;;
 esac"#;
+    let trials = eval_bounded(agent, out.path(), &[&jam, &forge]);
+    let jam = &trials["jam"];
+    assert!(jam["reward"].is_null(), "{jam:#}");
+    assert!(jam["infrastructure_error"].as_bool().unwrap(), "{jam:#}");
+    let forge = &trials["forge"];
+    assert_eq!(forge["reward"], 0.0, "{forge:#}");
+}
+
+/// Runs `baton eval` under bwrap with `agent` on `tasks`, killed if it runs past 2 minutes (a
+/// hung runner is the failure some tests look for); the trials' results by task name.
+fn eval_bounded(
+    agent: &str,
+    out: &Path,
+    tasks: &[&Path],
+) -> std::collections::BTreeMap<String, serde_json::Value> {
+    // A hung runner ignores SIGTERM (it waits on its trials): KILL follows.
     let run = std::process::Command::new("timeout")
         .args(["-k", "5", "120"])
         .arg(env!("CARGO_BIN_EXE_baton"))
@@ -1931,13 +1916,13 @@ esac"#;
             "--no-progress",
             "--out",
         ])
-        .arg(out.path())
-        .args([&jam, &forge])
+        .arg(out)
+        .args(tasks)
         .output()
         .expect("baton eval");
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_ne!(run.status.code(), Some(124), "the job hung: {stderr}");
-    let job = std::fs::read_dir(out.path())
+    let job = std::fs::read_dir(out)
         .unwrap()
         .flatten()
         .map(|e| e.path())
@@ -1951,9 +1936,5 @@ esac"#;
         let t: serde_json::Value = serde_json::from_str(&text).unwrap();
         trials.insert(t["task_name"].as_str().unwrap().to_string(), t);
     }
-    let jam = &trials["jam"];
-    assert!(jam["reward"].is_null(), "{jam:#}");
-    assert!(jam["infrastructure_error"].as_bool().unwrap(), "{jam:#}");
-    let forge = &trials["forge"];
-    assert_eq!(forge["reward"], 0.0, "{forge:#}");
+    trials
 }

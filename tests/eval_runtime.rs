@@ -312,21 +312,12 @@ fn the_baton_agent_reaches_its_model_only_through_the_gateway_in_the_container()
     );
     let out = tempfile::tempdir().unwrap();
     let url = engine.url();
-    let job = eval(
+    let job = eval_baton(
         p,
         out.path(),
-        &[
-            dir.to_str().unwrap(),
-            "--agent",
-            "baton",
-            "--env",
-            "podman",
-            "--baton-bin",
-            env!("CARGO_BIN_EXE_baton"),
-            "--",
-            "--endpoint",
-            &url,
-        ],
+        dir.to_str().unwrap(),
+        "podman",
+        &url,
         &[("BATON_API_KEY", "sk-secret-of-the-host")],
     );
     let t = &trials(&job)[0];
@@ -358,21 +349,12 @@ fn the_baton_agent_reaches_its_model_only_through_the_gateway_in_the_container()
         &dir.join("task.toml"),
         &toml.replace("allow_internet = false", "allow_internet = true"),
     );
-    let job = eval(
+    let job = eval_baton(
         p,
         out.path(),
-        &[
-            dir.to_str().unwrap(),
-            "--agent",
-            "baton",
-            "--env",
-            "podman",
-            "--baton-bin",
-            env!("CARGO_BIN_EXE_baton"),
-            "--",
-            "--endpoint",
-            &url,
-        ],
+        dir.to_str().unwrap(),
+        "podman",
+        &url,
         &[("BATON_API_KEY", "sk-secret-of-the-host")],
     );
     let t = &trials(&job)[0];
@@ -486,23 +468,7 @@ fn docker_trials_build_and_run_through_the_docker_cli() {
     assert_eq!(t["reward"], 1.0, "{t:#}");
     assert_eq!(t["isolation"], "docker");
     let url = engine.url();
-    let agent = eval(
-        p,
-        out.path(),
-        &[
-            d,
-            "--agent",
-            "baton",
-            "--env",
-            "docker",
-            "--baton-bin",
-            env!("CARGO_BIN_EXE_baton"),
-            "--",
-            "--endpoint",
-            &url,
-        ],
-        &env,
-    );
+    let agent = eval_baton(p, out.path(), d, "docker", &url, &env);
     let t = &trials(&agent)[0];
     assert_eq!(t["reward"], 1.0, "{t:#}");
     assert!(!engine.requests().is_empty());
@@ -635,4 +601,30 @@ fn a_runtime_without_its_daemon_is_a_clear_error() {
         "{stderr}"
     );
     assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
+}
+
+/// Runs `baton eval` with the baton agent on the task folder `dir` under `env`, the model at
+/// `url`; the job's result.json.
+fn eval_baton(
+    p: &Podman,
+    out: &Path,
+    dir: &str,
+    runtime: &str,
+    url: &str,
+    vars: &[(&str, &str)],
+) -> serde_json::Value {
+    let bin = env!("CARGO_BIN_EXE_baton");
+    let args = [
+        dir,
+        "--agent",
+        "baton",
+        "--env",
+        runtime,
+        "--baton-bin",
+        bin,
+        "--",
+        "--endpoint",
+        url,
+    ];
+    eval(p, out, &args, vars)
 }

@@ -73,12 +73,7 @@ impl Runtime {
     /// The runtime's program, from a PATH entry no trial can write (it runs outside every
     /// trial), checked by listing its images: `Err` says why it cannot be used.
     pub fn find(kind: RuntimeKind) -> Result<Runtime, String> {
-        let mut roots: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"]
-            .iter()
-            .map(PathBuf::from)
-            .chain(std::env::var_os("TMPDIR").map(PathBuf::from))
-            .collect();
-        roots.extend(std::env::current_dir().ok());
+        let roots = crate::protocol::host_programs::startup_roots();
         let name = kind.name();
         let program = crate::protocol::host_programs::find_program(name, &roots)
             .ok_or_else(|| format!("`{name}` is not installed (no `{name}` on PATH)"))?;

@@ -161,6 +161,18 @@ pub fn safe_search_path(value: &OsStr, roots: &[PathBuf]) -> Option<OsString> {
     std::env::join_paths(kept).ok()
 }
 
+/// The folders a program baton looks up before any workspace policy is known must not come
+/// from: every temp root and the folder baton started in (the workspace, as a rule).
+pub fn startup_roots() -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"]
+        .iter()
+        .map(PathBuf::from)
+        .chain(std::env::var_os("TMPDIR").map(PathBuf::from))
+        .collect();
+    roots.extend(std::env::current_dir().ok());
+    roots
+}
+
 /// The program `name` (a bare name) as the first executable file in baton's PATH outside
 /// `roots`, with its absolute path; a name holding a `/` is taken as given when it is
 /// absolute and outside `roots`. None when there is none.

@@ -25,14 +25,8 @@ pub fn bwrap_path() -> Result<PathBuf, SandboxError> {
         .get_or_init(|| {
             // In PATH, never a folder a command could have written: bubblewrap runs outside
             // the sandbox (it builds it). This lookup is made once per process, before any
-            // policy is known, so what is left out is every temp root and the folder baton
-            // started in (the workspace, as a rule).
-            let mut roots: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"]
-                .iter()
-                .map(PathBuf::from)
-                .chain(std::env::var_os("TMPDIR").map(PathBuf::from))
-                .collect();
-            roots.extend(std::env::current_dir().ok());
+            // policy is known.
+            let roots = crate::protocol::host_programs::startup_roots();
             BWRAP_PATHS
                 .iter()
                 .map(PathBuf::from)

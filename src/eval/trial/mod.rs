@@ -36,7 +36,7 @@ use super::task::Task;
 use agent::agent_and_verifier;
 use artifacts::collect_artifacts;
 use config::{harbor_trial_config, task_checksum, write_config};
-use phase::{NO_AGENT_LIMIT, Pass, PhaseError, infra, scaled};
+use phase::{Pass, PhaseError, infra, scaled};
 use result::verifier_result;
 use setup::run_setup_script;
 use steps::run_steps;
@@ -181,19 +181,12 @@ fn trial_phases(
         let (task, image) = task_image(task, paths, settings, runtime, r)?;
         let mut env = settings.network_env.clone();
         env.extend(task.environment.env.clone());
-        let pass = Pass {
-            instruction: &task.instruction,
-            agent_limit: task
-                .agent_timeout
-                .map_or(NO_AGENT_LIMIT, |t| scaled(t, settings.timeout_multiplier)),
-            solution_dir: task.solution_dir.as_deref(),
-            tests: task.tests_dir.iter().cloned().collect(),
-            verifier_env: task.verifier_env.clone(),
-            verifier_timeout: task.verifier_timeout,
-            agent_user: None,
-            verifier_user: None,
-            image: Some(&image),
-        };
+        let pass = Pass::whole_task(
+            &task,
+            settings.timeout_multiplier,
+            (None, None),
+            Some(&image),
+        );
         return agent_and_verifier(
             &task,
             paths,
@@ -241,19 +234,15 @@ fn trial_phases(
     }
     let user = |spec: Option<&str>| spec.and_then(|s| users.get(s));
     if task.steps.is_empty() {
-        let pass = Pass {
-            instruction: &task.instruction,
-            agent_limit: task
-                .agent_timeout
-                .map_or(NO_AGENT_LIMIT, |t| scaled(t, settings.timeout_multiplier)),
-            solution_dir: task.solution_dir.as_deref(),
-            tests: task.tests_dir.iter().cloned().collect(),
-            verifier_env: task.verifier_env.clone(),
-            verifier_timeout: task.verifier_timeout,
-            agent_user: user(task.agent_user.as_deref()),
-            verifier_user: user(task.verifier_user.as_deref()),
-            image: None,
-        };
+        let pass = Pass::whole_task(
+            task,
+            settings.timeout_multiplier,
+            (
+                user(task.agent_user.as_deref()),
+                user(task.verifier_user.as_deref()),
+            ),
+            None,
+        );
         return agent_and_verifier(
             task,
             paths,

@@ -66,6 +66,31 @@ pub(super) struct Pass<'a> {
     pub(super) image: Option<&'a str>,
 }
 
+impl<'a> Pass<'a> {
+    /// The one pass of a single-step task, its agent and verifier run as the users given (and,
+    /// under a container runtime, in `image`).
+    pub(super) fn whole_task(
+        task: &'a crate::eval::task::Task,
+        timeout_multiplier: f64,
+        users: (Option<&'a TrialUser>, Option<&'a TrialUser>),
+        image: Option<&'a str>,
+    ) -> Pass<'a> {
+        Pass {
+            instruction: &task.instruction,
+            agent_limit: task
+                .agent_timeout
+                .map_or(NO_AGENT_LIMIT, |t| scaled(t, timeout_multiplier)),
+            solution_dir: task.solution_dir.as_deref(),
+            tests: task.tests_dir.iter().cloned().collect(),
+            verifier_env: task.verifier_env.clone(),
+            verifier_timeout: task.verifier_timeout,
+            agent_user: users.0,
+            verifier_user: users.1,
+            image,
+        }
+    }
+}
+
 /// The job was interrupted while this trial ran: not scored.
 pub(super) fn cancelled(r: &mut TrialResult) -> PhaseError {
     infra(
