@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::process::{self, Exit};
 use super::task::{ImageSource, Task};
@@ -55,10 +55,6 @@ pub struct Image {
     pub workdir: String,
     /// The image's USER (empty: root).
     pub user: String,
-    /// Whether this job built (or pulled) it; false when the runtime had it already.
-    pub made_now: bool,
-    /// How long building or pulling took.
-    pub seconds: f64,
 }
 
 impl Image {
@@ -99,19 +95,38 @@ impl Runtime {
         cmd
     }
 
-    /// Runs a quick runtime command; its output (stdout then stderr) as text.
+    /// Runs a quick runtime command, for [`QUICK`] at most (a runtime stuck on its storage
+    /// lock must not stall the job); its output (stdout and stderr) as text.
     fn quick(&self, args: &[&str]) -> Result<Quick, String> {
+        use std::io::{Read, Seek};
         let mut cmd = self.command();
-        cmd.args(args).stdin(Stdio::null());
-        let out = cmd
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
-        let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.push_str(&String::from_utf8_lossy(&out.stderr));
-        Ok(Quick {
-            status_ok: out.status.success(),
-            text,
-        })
+        cmd.args(args);
+        let cannot = |e: std::io::Error| format!("cannot run {}: {e}", self.program.display());
+        let mut out = tempfile::tempfile().map_err(cannot)?;
+        let err = out.try_clone().map_err(cannot)?;
+        let outcome = process::run(
+            cmd,
+            QUICK,
+            out.try_clone().map_err(cannot)?,
+            err,
+            &process::NEVER,
+        );
+        let mut text = String::new();
+        out.rewind().map_err(cannot)?;
+        let _ = out.take(1 << 20).read_to_string(&mut text);
+        match outcome.exit {
+            Exit::SpawnFailed(why) => Err(why),
+            Exit::TimedOut => Err(format!(
+                "`{} {}` did not finish within {} s",
+                self.kind.name(),
+                args.join(" "),
+                QUICK.as_secs()
+            )),
+            exit => Ok(Quick {
+                status_ok: exit.success(),
+                text,
+            }),
+        }
     }
 
     /// The task's image, built from its Dockerfile (or pulled) unless the runtime has it:
@@ -140,19 +155,8 @@ impl Runtime {
             let mut images = self.images.lock().unwrap_or_else(|e| e.into_inner());
             images.entry(tag.clone()).or_default().clone()
         };
-        let mut made_here = false;
-        let image = slot.get_or_init(|| {
-            made_here = true;
-            self.make_image(source, &tag, log, limit, cancel)
-        });
-        // Only the trial that built it built it; the others found it ready.
-        image.clone().map(|mut image| {
-            image.made_now &= made_here;
-            if !made_here {
-                image.seconds = 0.0;
-            }
-            image
-        })
+        slot.get_or_init(|| self.make_image(source, &tag, log, limit, cancel))
+            .clone()
     }
 
     fn make_image(
@@ -163,9 +167,7 @@ impl Runtime {
         limit: Duration,
         cancel: &AtomicBool,
     ) -> Result<Image, String> {
-        let start = Instant::now();
         let have = self.quick(&["image", "inspect", "--format", "{{.Id}}", tag])?;
-        let mut made_now = false;
         if !have.status_ok {
             let mut cmd = self.command();
             match source {
@@ -181,7 +183,7 @@ impl Runtime {
             let err = out.try_clone().map_err(|e| e.to_string())?;
             let outcome = process::run(cmd, limit, out, err, cancel);
             match outcome.exit {
-                Exit::Code(0) => made_now = true,
+                Exit::Code(0) => {}
                 Exit::TimedOut => {
                     return Err(format!(
                         "building the image {tag} took longer than {:.0} s; see {}",
@@ -221,8 +223,6 @@ impl Runtime {
             tag: tag.to_string(),
             workdir,
             user: field("User").unwrap_or_default(),
-            made_now,
-            seconds: start.elapsed().as_secs_f64(),
         })
     }
 
@@ -259,17 +259,8 @@ impl Runtime {
 
     /// Ends container `name` at once (SIGKILL to all of it) and removes it.
     pub fn remove(&self, name: &str) {
-        let _ = self.quick_bounded(&["kill", name]);
-        let _ = self.quick_bounded(&["rm", "-f", name]);
-    }
-
-    fn quick_bounded(&self, args: &[&str]) -> Exit {
-        let mut cmd = self.command();
-        cmd.args(args);
-        let (Ok(out), Ok(err)) = (File::create("/dev/null"), File::create("/dev/null")) else {
-            return Exit::SpawnFailed("/dev/null".into());
-        };
-        process::run(cmd, QUICK, out, err, &process::NEVER).exit
+        let _ = self.quick(&["kill", name]);
+        let _ = self.quick(&["rm", "-f", name]);
     }
 }
 
