@@ -23,6 +23,7 @@ pub mod git_guard;
 pub mod inner;
 pub(crate) mod launch;
 pub(crate) mod memory;
+pub(crate) mod pidns;
 pub(crate) mod pids;
 pub(crate) mod policy;
 pub mod probe;

@@ -398,10 +398,14 @@ impl ShellSession {
     }
 
     /// SIGTERM to the process group, then SIGKILL after the grace period if anything is left.
+    /// Returns once the command's processes are gone, those in its sandbox's PID namespace
+    /// too (the kernel ends them a moment after bwrap).
     pub async fn kill(&self, why: Ending) {
         if self.is_finished() {
             return;
         }
+        // Found while bwrap still runs: its child is the namespace's init.
+        let init = crate::sandbox::pidns::namespace_init(self.pgid as u32);
         lock(&self.state).killing.get_or_insert(why);
         self.signal_all(libc::SIGTERM);
         self.signal_all(libc::SIGCONT);
@@ -421,6 +425,12 @@ impl ShellSession {
                 _ = changed.changed() => {}
                 _ = tokio::time::sleep(Duration::from_millis(10)) => {}
             }
+        }
+        if let Some(init) = init {
+            let waited = tokio::task::spawn_blocking(move || {
+                crate::sandbox::pidns::wait_for_exit(&init, Duration::from_secs(2))
+            });
+            let _ = waited.await;
         }
     }
 
