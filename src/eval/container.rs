@@ -31,8 +31,9 @@ use super::runtime::Runtime;
 /// job scripts, the staged tests) and `out/` (the jobs' exit statuses).
 pub const CONTROL: &str = "/.baton-trial";
 
-/// How long the runner waits to hand the supervisor a job (it reads at once when healthy).
-const SEND_LIMIT: Duration = Duration::from_secs(10);
+/// How long the runner waits to hand the supervisor a job: the FIFO holds 64 KiB of job lines,
+/// so a write waits only when something in the trial has filled it.
+const SEND_LIMIT: Duration = Duration::from_secs(2);
 
 /// How long a job's process group gets between SIGTERM and SIGKILL (as [`super::process`]).
 const KILL_GRACE: Duration = Duration::from_millis(1500);
