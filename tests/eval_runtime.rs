@@ -199,6 +199,11 @@ fn podman_trials_run_the_tasks_image_as_docker_would() {
     let solve = "echo 42 > /app/answer.txt\necho \"$GREETING\" > /usr/local/share-greeting\necho tool > /etc/baton-tool.conf\nmkdir -p /var/log/svc && echo up > /var/log/svc/log\npwd > /tmp/agent-pwd\nnohup sleep 600 >/dev/null 2>&1 &\necho $! > /tmp/server.pid\n";
     let check = "[ \"$(cat /app/answer.txt)\" = 42 ] && [ \"$(cat /data/seed.txt)\" = seeded ] && [ \"$(cat /usr/local/share-greeting)\" = hello ] && [ -f /etc/baton-tool.conf ] && [ -f /var/log/svc/log ] && [ \"$(cat /tmp/agent-pwd)\" = /srv/work ] && [ -f /srv/work/seed.txt ] && kill -0 \"$(cat /tmp/server.pid)\"";
     let dir = task(root.path(), "docker-semantics", &dockerfile, solve, check);
+    let toml = std::fs::read_to_string(dir.join("task.toml")).unwrap();
+    write(
+        &dir.join("task.toml"),
+        &format!("artifacts = [\"/app/answer.txt\", \"/app/missing.txt\"]\n{toml}"),
+    );
     let out = tempfile::tempdir().unwrap();
     let d = dir.to_str().unwrap();
 
@@ -218,6 +223,13 @@ fn podman_trials_run_the_tasks_image_as_docker_would() {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(trial_dir).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700);
+    // Artifacts are copied out of the container, from inside it.
+    let copied = std::fs::read_to_string(trial_dir.join("artifacts/answer.txt")).unwrap();
+    assert_eq!(copied.trim(), "42");
+    let manifest = std::fs::read_to_string(trial_dir.join("artifacts/manifest.json")).unwrap();
+    let manifest: serde_json::Value = serde_json::from_str(&manifest).unwrap();
+    assert_eq!(manifest[0]["status"], "ok", "{manifest:#}");
+    assert_eq!(manifest[1]["status"], "missing", "{manifest:#}");
 
     let nop = eval(
         p,

@@ -1,10 +1,13 @@
-//! The task's artifacts, copied out of the trial's folders without following a link out.
+//! The task's artifacts, copied out of the trial's folders without following a link out, or
+//! out of a runtime's container from inside it.
 
 use std::path::Path;
 
 use super::files::write_fresh;
+use crate::eval::container::{Container, Job};
 use crate::eval::fsutil::{copy_tree, remove_tree};
 use crate::eval::isolation::TrialPaths;
+use crate::eval::process::Exit;
 
 /// Makes `root/rel` free for a copy: no folder on the way is a link (`Err` then), and
 /// whatever is at it is removed.
@@ -76,13 +79,68 @@ pub(super) fn collect_artifacts(artifacts: &[crate::eval::task::Artifact], paths
                 Ok(_) => "not a file or folder (links are not followed)".to_string(),
             },
         };
-        manifest.push(serde_json::json!({
-            "source": a.source,
-            "destination": a.destination,
-            "status": status,
-        }));
+        manifest.push(manifest_entry(a, status));
     }
-    if let Ok(json) = serde_json::to_string_pretty(&manifest) {
+    write_manifest(paths, &manifest);
+}
+
+/// One line of `manifest.json`: what was asked for and what became of it.
+fn manifest_entry(a: &crate::eval::task::Artifact, status: String) -> serde_json::Value {
+    serde_json::json!({
+        "source": a.source,
+        "destination": a.destination,
+        "status": status,
+    })
+}
+
+/// Writes `artifacts/manifest.json` afresh (the trial could have left something there).
+fn write_manifest(paths: &TrialPaths, manifest: &[serde_json::Value]) {
+    if let Ok(json) = serde_json::to_string_pretty(manifest) {
         let _ = write_fresh(&paths.artifacts.join("manifest.json"), json.as_bytes());
     }
+}
+
+/// Under a container runtime: copies the task's `artifacts` out of the container, through the
+/// trial's `/logs/artifacts` mount, from inside it (a link in the container resolves there,
+/// never on the host), with a `manifest.json` saying what was found.
+pub(super) fn copy_artifacts_out(
+    c: &mut Container,
+    artifacts: &[crate::eval::task::Artifact],
+    paths: &TrialPaths,
+    cancel: &std::sync::atomic::AtomicBool,
+) {
+    if artifacts.is_empty() {
+        return;
+    }
+    const COPY: &str =
+        r#"test -e "$1" || exit 3; mkdir -p "$(dirname "$2")" && rm -rf "$2" && cp -a "$1" "$2""#;
+    let mut manifest = Vec::new();
+    let env = std::collections::BTreeMap::new();
+    for a in artifacts {
+        let dest = format!("/logs/artifacts/{}", a.destination.trim_start_matches('/'));
+        let args = [
+            "-c".to_string(),
+            COPY.to_string(),
+            "copy".to_string(),
+            a.source.trim_end_matches('/').to_string(),
+            dest,
+        ];
+        let job = Job {
+            workdir: "/",
+            env: &env,
+            prelude: "",
+            program: "sh",
+            args: &args,
+            stdout: "/dev/null",
+            stderr: "/dev/null",
+        };
+        let outcome = c.run(&job, std::time::Duration::from_secs(300), cancel);
+        let status = match outcome.exit {
+            Exit::Code(0) => "ok".to_string(),
+            Exit::Code(3) => "missing".to_string(),
+            other => format!("the copy failed ({other:?})"),
+        };
+        manifest.push(manifest_entry(a, status));
+    }
+    write_manifest(paths, &manifest);
 }

@@ -117,7 +117,7 @@ pub(super) fn run_verifier(
         },
     };
     if let Some(c) = container.as_mut().filter(|_| iso.kind.is_runtime()) {
-        copy_artifacts_out(c, &task.artifacts, paths, settings);
+        super::artifacts::copy_artifacts_out(c, &task.artifacts, paths, settings.cancel);
     }
     // The trial ends here: whatever it left running is gone before its results are read.
     drop(container);
@@ -287,55 +287,4 @@ fn bootstrap_failure(stdout: &str, stderr: &str) -> Option<&'static str> {
         .iter()
         .copied()
         .find(|s| stdout.contains(s) || stderr.contains(s))
-}
-
-/// Under a container runtime: copies the task's `artifacts` out of the container, through the
-/// trial's `/logs/artifacts` mount, from inside it (a link in the container resolves there,
-/// never on the host), with a `manifest.json` saying what was found.
-fn copy_artifacts_out(
-    c: &mut Container,
-    artifacts: &[crate::eval::task::Artifact],
-    paths: &TrialPaths,
-    settings: &TrialSettings,
-) {
-    if artifacts.is_empty() {
-        return;
-    }
-    const COPY: &str =
-        r#"test -e "$1" || exit 3; mkdir -p "$(dirname "$2")" && rm -rf "$2" && cp -a "$1" "$2""#;
-    let mut manifest = Vec::new();
-    let env = BTreeMap::new();
-    for a in artifacts {
-        let dest = format!("/logs/artifacts/{}", a.destination.trim_start_matches('/'));
-        let args = [
-            "-c".to_string(),
-            COPY.to_string(),
-            "copy".to_string(),
-            a.source.trim_end_matches('/').to_string(),
-            dest,
-        ];
-        let job = Job {
-            workdir: "/",
-            env: &env,
-            prelude: "",
-            program: "sh",
-            args: &args,
-            stdout: "/dev/null",
-            stderr: "/dev/null",
-        };
-        let outcome = c.run(&job, Duration::from_secs(300), settings.cancel);
-        let status = match outcome.exit {
-            Exit::Code(0) => "ok".to_string(),
-            Exit::Code(3) => "missing".to_string(),
-            other => format!("the copy failed ({other:?})"),
-        };
-        manifest.push(serde_json::json!({
-            "source": a.source,
-            "destination": a.destination,
-            "status": status,
-        }));
-    }
-    if let Ok(json) = serde_json::to_string_pretty(&manifest) {
-        let _ = super::files::write_fresh(&paths.artifacts.join("manifest.json"), json.as_bytes());
-    }
 }
