@@ -337,6 +337,8 @@ fn builtin_tools(config: &Config) -> crate::tool::ToolRegistry {
         sandbox: config.sandbox,
         network: config.network,
         writable: config.writable.clone(),
+        readable: config.readable.clone(),
+        unix_sockets: config.unix_sockets.clone(),
         max_processes: config.max_processes.unwrap_or(defaults.max_processes),
         backend: config.sandbox_backend,
         max_memory: config.max_memory.map(|m| m << 20),

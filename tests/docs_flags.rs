@@ -146,6 +146,7 @@ const FOREIGN: &[&str] = &[
     "--size",
     "--dev",
     "--proc",
+    "--remount-ro",
 ];
 
 /// The subcommand a page is about: its flags may be written without `baton <sub>` on the line.

@@ -349,6 +349,8 @@ pub fn parse_sandbox(
                 mode: SandboxMode::default(),
                 network: false,
                 write: Vec::new(),
+                read: Vec::new(),
+                allow_unix_socket: Vec::new(),
                 workspace: None,
                 allow_broad_workspace: false,
                 backend: None,

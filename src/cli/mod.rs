@@ -50,9 +50,7 @@ pub fn main() -> i32 {
                 return exit::USAGE;
             }
         };
-        args.mode = flags.sandbox.unwrap_or_default();
-        args.workspace = flags.workspace;
-        args.allow_broad_workspace = common.allow_broad_workspace;
+        sandbox::take_global_flags(&mut args, flags, common.allow_broad_workspace);
         return sandbox::run(args);
     }
     let cli = match args::parse() {
@@ -92,9 +90,7 @@ pub fn main() -> i32 {
             return exit::OK;
         }
         Some(Command::Sandbox(mut args)) => {
-            args.mode = flags.sandbox.unwrap_or_default();
-            args.workspace = flags.workspace.clone();
-            args.allow_broad_workspace = cli.common.allow_broad_workspace;
+            sandbox::take_global_flags(&mut args, flags, cli.common.allow_broad_workspace);
             return sandbox::run(args);
         }
         Some(Command::Trust(mut args)) => {

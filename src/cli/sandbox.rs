@@ -28,6 +28,12 @@ pub struct SandboxArgs {
     /// Another writable directory (repeatable).
     #[arg(long = "write", value_name = "DIR")]
     pub write: Vec<PathBuf>,
+    /// A path of your home commands may read besides its toolchains (repeatable).
+    #[arg(long = "read", value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+    /// A host unix socket, or a folder of them, the command may connect to (repeatable).
+    #[arg(long = "allow-unix-socket", value_name = "PATH")]
+    pub allow_unix_socket: Vec<PathBuf>,
     /// Workspace root (the global `-C/--cd` flag; default: the current directory).
     #[arg(skip)]
     pub workspace: Option<PathBuf>,
@@ -50,6 +56,23 @@ pub struct SandboxArgs {
         value_name = "CMD"
     )]
     pub command: Vec<String>,
+}
+
+/// What the global flags (`baton --write DIR sandbox …`) say for `baton sandbox`: the mode,
+/// the workspace, the network, the folders and sockets it may reach, added to its own flags.
+pub fn take_global_flags(
+    args: &mut SandboxArgs,
+    flags: crate::config::Settings,
+    allow_broad_workspace: bool,
+) {
+    args.mode = flags.sandbox.unwrap_or_default();
+    args.workspace = flags.workspace;
+    args.allow_broad_workspace = allow_broad_workspace;
+    args.network |= flags.network == Some(true);
+    args.write.extend(flags.writable.unwrap_or_default());
+    args.read.extend(flags.readable.unwrap_or_default());
+    args.allow_unix_socket
+        .extend(flags.unix_sockets.unwrap_or_default());
 }
 
 /// Runs `baton sandbox`; returns the command's exit code (128+N when killed by signal N),
@@ -101,6 +124,8 @@ pub fn run(args: SandboxArgs) -> i32 {
     for w in args.write {
         policy = policy.writable_dir(w);
     }
+    policy.readable = args.read;
+    policy.unix_sockets = args.allow_unix_socket;
     if policy.backend == Backend::Landlock && policy.mode != SandboxMode::Off {
         eprintln!(
             "baton sandbox: WEAKER SANDBOX (landlock backend): the terminal, unix sockets, \

@@ -1083,6 +1083,37 @@ pub static DEFS: &[Def] = &[
         slot: slot!(writable, folders),
     },
     Def {
+        key: "readable",
+        section: Some(("sandbox", "readable")),
+        kind: Kind::Lines,
+        choices: None,
+        flag: Some(Flag::new("read", "PATH", WORKSPACE).help(
+            "A path of your home commands may read besides its toolchains (repeatable).",
+        )),
+        guarded: true,
+        values: "list of paths",
+        default: "—",
+        meaning: "paths of your home commands may read: under bubblewrap the home is empty \
+                  but for toolchain folders ([sandbox.md](sandbox.md#your-home)); naming a \
+                  hidden credential shows it",
+        slot: slot!(readable, folders),
+    },
+    Def {
+        key: "unix_sockets",
+        section: Some(("sandbox", "allow_unix_sockets")),
+        kind: Kind::Lines,
+        choices: None,
+        flag: Some(Flag::new("allow-unix-socket", "PATH", WORKSPACE).help(
+            "A unix socket of the host (or a folder of them) commands may connect to (repeatable).",
+        )),
+        guarded: true,
+        values: "list of paths",
+        default: "—",
+        meaning: "host unix sockets (or folders of them) commands may connect to; the others \
+                  a daemon listens on are masked ([sandbox.md](sandbox.md#host-sockets))",
+        slot: slot!(unix_sockets, folders),
+    },
+    Def {
         key: "max_processes",
         section: Some(("sandbox", "max_processes")),
         kind: Kind::One,

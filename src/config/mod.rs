@@ -103,6 +103,11 @@ pub struct Config {
     pub login_shell: bool,
     /// Extra writable folders for commands (`[sandbox] writable`).
     pub writable: Vec<PathBuf>,
+    /// Paths of the home commands may read besides its toolchains (`[sandbox] readable`).
+    pub readable: Vec<PathBuf>,
+    /// Host unix sockets (or their folders) commands may connect to
+    /// (`[sandbox] allow_unix_sockets`).
+    pub unix_sockets: Vec<PathBuf>,
     /// Live processes a command may have (`[sandbox] max_processes`).
     pub max_processes: Option<u32>,
     /// What builds the sandbox (`[sandbox] backend`; `landlock` is the named weaker mode).

@@ -128,6 +128,19 @@ fn weaker(key: &str, project: &Settings, base: &Settings, folder: &Path) -> bool
             let mine = base.writable.clone().unwrap_or_default();
             project.writable.iter().flatten().any(|w| !mine.contains(w))
         }
+        // More of the home, or a daemon's socket, within a command's reach.
+        "readable" => {
+            let mine = base.readable.clone().unwrap_or_default();
+            project.readable.iter().flatten().any(|r| !mine.contains(r))
+        }
+        "unix_sockets" => {
+            let mine = base.unix_sockets.clone().unwrap_or_default();
+            project
+                .unix_sockets
+                .iter()
+                .flatten()
+                .any(|r| !mine.contains(r))
+        }
         "allow" => not_in(&project.allow, &base.allow),
         // A dropped variable stays dropped: the project may add names, not remove the user's.
         "env_drop" => base
@@ -332,6 +345,25 @@ mod tests {
         assert!(withhold_lowering(&mut p, &user, folder).is_empty());
         let mut p = project("max_memory = 4096", folder);
         assert_eq!(withhold_lowering(&mut p, &user, folder), ["max_memory"]);
+    }
+
+    #[test]
+    fn a_project_cannot_show_more_of_the_home_or_a_host_socket() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let folder = dir.path();
+        let text = "readable = /home/me/.ssh\nunix_sockets = /var/run/docker.sock";
+        let mut p = project(text, folder);
+        let withheld = withhold_lowering(&mut p, &Settings::default(), folder);
+        assert_eq!(withheld, ["readable", "unix_sockets"]);
+        assert_eq!((p.readable, p.unix_sockets), (None, None));
+        // Entries the user gave already are theirs.
+        let mut user = Settings::default();
+        user.set("readable", "/home/me/.ssh", "user", None)
+            .expect("set");
+        user.set("unix_sockets", "/var/run/docker.sock", "user", None)
+            .expect("set");
+        let mut p = project(text, folder);
+        assert!(withhold_lowering(&mut p, &user, folder).is_empty());
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub struct Settings {
     pub network: Option<bool>,
     pub login_shell: Option<bool>,
     pub writable: Option<Vec<PathBuf>>,
+    pub readable: Option<Vec<PathBuf>>,
+    pub unix_sockets: Option<Vec<PathBuf>>,
     pub max_processes: Option<u32>,
     pub sandbox_backend: Option<crate::protocol::SandboxBackend>,
     /// MiB.
@@ -223,6 +225,8 @@ impl Settings {
             network: self.network.unwrap_or(false),
             login_shell: self.login_shell.unwrap_or(false),
             writable: self.writable.unwrap_or_default(),
+            readable: self.readable.unwrap_or_default(),
+            unix_sockets: self.unix_sockets.unwrap_or_default(),
             max_processes: self.max_processes,
             sandbox_backend: self.sandbox_backend.unwrap_or_default(),
             max_memory: self.max_memory,

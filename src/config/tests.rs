@@ -125,7 +125,7 @@ fn an_unknown_key_in_a_section_lists_that_sections_keys() {
     assert!(
         e.contains(
             "config.toml:2: key `sandbox.netwrk`: unknown key in [sandbox], did you mean \
-             `network`? ([sandbox] keys: mode, network, writable, max_processes, backend, max_memory, env_keep, env_drop)"
+             `network`? ([sandbox] keys: mode, network, writable, readable, allow_unix_sockets, max_processes, backend, max_memory, env_keep, env_drop)"
         ),
         "{e}"
     );

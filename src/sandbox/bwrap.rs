@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 
 use super::SandboxError;
 use super::policy::SandboxPolicy;
+use super::visibility;
 use crate::protocol::SandboxMode;
 
 /// Where bubblewrap is looked for, in order, before `$PATH`.
@@ -110,8 +111,9 @@ pub fn check_namespaces() -> Result<(), SandboxError> {
 #[derive(Debug, Clone, Default)]
 pub struct Bwrap {
     args: Vec<OsString>,
-    /// Where the mounts and symlinks in `args` land, in order.
-    destinations: Vec<PathBuf>,
+    /// Where the mounts and symlinks in `args` land, in order, and whether each shows the
+    /// host's own file there (a bind of a path onto itself).
+    destinations: Vec<(PathBuf, bool)>,
 }
 
 impl Bwrap {
@@ -157,30 +159,41 @@ impl Bwrap {
     pub fn covers(&self, path: &Path) -> bool {
         self.destinations
             .iter()
-            .any(|d| d != Path::new("/") && path.starts_with(d))
+            .any(|(d, _)| d != Path::new("/") && path.starts_with(d))
     }
 
-    /// An operation that puts something at `dst` (its last path).
-    fn mount_op(&mut self, op: &str, paths: &[&Path]) -> &mut Self {
+    /// Whether `path` inside is the host's `path`: the last mount landing on it or above it
+    /// binds the host's own path there (not a tmpfs, a symlink or another file).
+    pub fn shows_host(&self, path: &Path) -> bool {
+        self.destinations
+            .iter()
+            .rev()
+            .find(|(d, _)| path.starts_with(d))
+            .is_some_and(|(_, host)| *host)
+    }
+
+    /// An operation that puts something at `dst` (its last path); `host`: the host's own
+    /// `dst` (a bind of `dst` onto itself).
+    fn mount_op(&mut self, op: &str, paths: &[&Path], host: bool) -> &mut Self {
         if let Some(dst) = paths.last() {
-            self.destinations.push(dst.to_path_buf());
+            self.destinations.push((dst.to_path_buf(), host));
         }
         self.op(op, paths)
     }
 
     /// `src` at `dst`, read-only.
     pub fn ro_bind(&mut self, src: &Path, dst: &Path) -> &mut Self {
-        self.mount_op("--ro-bind", &[src, dst])
+        self.mount_op("--ro-bind", &[src, dst], src == dst)
     }
 
     /// `src` at `dst`, writable.
     pub fn bind(&mut self, src: &Path, dst: &Path) -> &mut Self {
-        self.mount_op("--bind", &[src, dst])
+        self.mount_op("--bind", &[src, dst], src == dst)
     }
 
     /// An empty tmpfs at `dst`.
     pub fn tmpfs(&mut self, dst: &Path) -> &mut Self {
-        self.mount_op("--tmpfs", &[dst])
+        self.mount_op("--tmpfs", &[dst], false)
     }
 
     /// An empty tmpfs at `dst` anyone may write, as a `/tmp` (mode 1777: files only their
@@ -205,12 +218,12 @@ impl Bwrap {
 
     /// A fresh `/dev` (null, zero, full, random, urandom, tty, own devpts and ptmx).
     pub fn dev(&mut self, dst: &Path) -> &mut Self {
-        self.mount_op("--dev", &[dst])
+        self.mount_op("--dev", &[dst], false)
     }
 
     /// A fresh procfs showing only the sandbox's own processes.
     pub fn proc(&mut self, dst: &Path) -> &mut Self {
-        self.mount_op("--proc", &[dst])
+        self.mount_op("--proc", &[dst], false)
     }
 
     /// Makes `path` invisible: an empty tmpfs over a directory, `/dev/null` over a file.
@@ -235,7 +248,7 @@ impl Bwrap {
 
     /// A symbolic link at `dst` pointing to `target`.
     pub fn symlink(&mut self, target: &Path, dst: &Path) -> &mut Self {
-        self.mount_op("--symlink", &[target, dst])
+        self.mount_op("--symlink", &[target, dst], false)
     }
 
     /// Covers the file at `path` with an empty one (`/dev/null`, read-only), whatever it is.
@@ -286,71 +299,6 @@ impl Bwrap {
         Ok(cmd)
     }
 }
-
-/// The user's secrets, relative to their home: credentials of ssh, gpg, clouds, container and
-/// package registries, git hosts, other coding agents and model hubs, browsers' cookies and
-/// saved logins, shell and REPL histories (typed tokens and passwords), and baton's own
-/// configuration, sessions and state. Reads are otherwise free, and whatever a command reads
-/// the model can print.
-const HOME_SECRETS: &[&str] = &[
-    ".codex/auth.json",
-    ".claude/.credentials.json",
-    ".cache/huggingface/token",
-    ".huggingface/token",
-    ".vault-token",
-    ".terraform.d/credentials.tfrc.json",
-    ".config/containers/auth.json",
-    ".config/op",
-    ".config/rclone",
-    ".config/glab-cli",
-    ".kaggle",
-    ".s3cfg",
-    ".boto",
-    ".oci",
-    ".m2/settings.xml",
-    ".m2/settings-security.xml",
-    ".gradle/gradle.properties",
-    ".dockercfg",
-    ".mozilla",
-    ".thunderbird",
-    ".config/google-chrome",
-    ".config/chromium",
-    ".config/BraveSoftware",
-    ".bash_history",
-    ".zsh_history",
-    ".python_history",
-    ".psql_history",
-    ".mysql_history",
-    ".node_repl_history",
-    ".sqlite_history",
-    ".local/share/fish/fish_history",
-    ".ssh",
-    ".gnupg",
-    ".aws",
-    ".azure",
-    ".config/gcloud",
-    ".kube",
-    ".docker",
-    ".netrc",
-    ".git-credentials",
-    ".config/gh",
-    ".config/hub",
-    ".config/git/credentials",
-    ".cargo/credentials",
-    ".cargo/credentials.toml",
-    ".npmrc",
-    ".yarnrc",
-    ".pypirc",
-    ".gem/credentials",
-    ".password-store",
-    ".local/share/keyrings",
-    ".pgpass",
-    ".my.cnf",
-    ".config/baton",
-    ".local/share/baton",
-    ".local/state/baton",
-    ".cache/baton",
-];
 
 /// Set by [`private_tmp`].
 static PRIVATE_TMP: OnceLock<Result<PathBuf, String>> = OnceLock::new();
@@ -484,12 +432,6 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
     }
     b.tmpfs_of_size(Path::new("/dev/shm"), size);
     let home = dirs::home_dir().and_then(|h| h.canonicalize().ok());
-    // A home under the temp dirs (CI, throwaway accounts) stays visible, read-only.
-    if let Some(h) = &home
-        && (h.starts_with("/tmp") || h.starts_with("/var/tmp"))
-    {
-        b.ro_bind(h, h);
-    }
     let roots: Vec<PathBuf> = if policy.mode == SandboxMode::WorkspaceWrite {
         std::iter::once(&policy.workspace)
             .chain(&policy.writable)
@@ -498,6 +440,21 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
     } else {
         Vec::new()
     };
+    let readable: Vec<PathBuf> = policy
+        .readable
+        .iter()
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+        .collect();
+    // The home as an allow-list view, unless the user made the home (or a folder above it)
+    // the workspace or writable: then all of it is theirs to show. A home under the temp
+    // dirs (CI, throwaway accounts) gets the view too, inside the private /tmp.
+    let workspace = policy.workspace.canonicalize().ok();
+    let view_home = home
+        .as_deref()
+        .filter(|h| !roots.iter().chain(&workspace).any(|r| h.starts_with(r)));
+    if let Some(h) = view_home {
+        visibility::home_view(&mut b, h, &readable);
+    }
     // Runtime sockets (D-Bus, docker, nscd, the user's agents) live under /run.
     let mut hidden: Vec<PathBuf> = vec![PathBuf::from("/run")];
     if std::fs::symlink_metadata("/var/run").is_ok_and(|m| m.is_dir()) {
@@ -548,7 +505,7 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
     }
     let mut secrets: Vec<PathBuf> = Vec::new();
     if let Some(h) = &home {
-        secrets.extend(HOME_SECRETS.iter().map(|s| h.join(s)));
+        secrets.extend(visibility::HOME_SECRETS.iter().map(|s| h.join(s)));
     }
     for (var, sub) in [
         ("XDG_CONFIG_HOME", "baton"),
@@ -570,15 +527,24 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
         .filter(|s| std::fs::symlink_metadata(s).is_ok())
         .filter_map(|s| s.canonicalize().ok());
     for s in present {
-        if !covers(&s, &roots) {
+        if !covers(&s, &roots) && b.shows_host(&s) && !visibility::named_by_user(&s, &readable) {
             b.hide(&s);
         }
     }
+    visibility::mask_sockets(
+        &mut b,
+        &visibility::host_sockets(),
+        &roots,
+        &policy.unix_sockets,
+    );
     // Last, so no writable bind above can cover them.
     for p in rules.read_only() {
         if p.exists() {
             b.ro_bind(p, p);
         }
+    }
+    if let Some(h) = view_home {
+        visibility::seal_home(&mut b, h);
     }
     Ok(b)
 }

@@ -29,6 +29,7 @@ pub(crate) mod policy;
 pub mod probe;
 pub mod syscall_filter;
 mod tree_index;
+pub mod visibility;
 pub mod write_rules;
 
 use std::process::Command;

@@ -27,6 +27,14 @@ pub struct SandboxPolicy {
     /// Extra writable directories (`--write DIR`, `[sandbox] writable = [...]`).
     #[serde(default)]
     pub writable: Vec<PathBuf>,
+    /// Paths of the user's home commands may read besides the toolchain folders
+    /// (`--read PATH`, `[sandbox] readable = [...]`); one naming a hidden credential shows it.
+    #[serde(default)]
+    pub readable: Vec<PathBuf>,
+    /// Pathname unix sockets (or folders of them) of the host commands may connect to
+    /// (`--allow-unix-socket PATH`, `[sandbox] allow_unix_sockets = [...]`).
+    #[serde(default)]
+    pub unix_sockets: Vec<PathBuf>,
     /// Bound on processes the command may create (pids cgroup, or RLIMIT_NPROC headroom).
     #[serde(default = "default_max_processes")]
     pub max_processes: u32,
@@ -52,6 +60,8 @@ impl SandboxPolicy {
             network: false,
             workspace: workspace.into(),
             writable: Vec::new(),
+            readable: Vec::new(),
+            unix_sockets: Vec::new(),
             max_processes: DEFAULT_MAX_PROCESSES,
             max_memory: None,
             backend: Backend::default(),

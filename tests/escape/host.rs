@@ -73,15 +73,24 @@ fn ws_policy(f: &Fixture) -> SandboxPolicy {
 
 /// `baton sandbox -- bash -c script` with a clean environment plus `env`.
 fn baton_sandbox(f: &Fixture, env: &[(&str, &OsString)], script: &str) -> Command {
+    let mut c = baton_sandbox_with(f, &[], script);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
+/// `baton sandbox FLAGS… -- bash -c script` with a clean environment, the home in the
+/// fixture's base.
+fn baton_sandbox_with(f: &Fixture, flags: &[&std::ffi::OsStr], script: &str) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_baton"));
     c.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", f.ws.parent().expect("base").join("home"))
-        .env("PY", python());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.args(["sandbox", "--", "bash", "-c", script])
+        .env("PY", python())
+        .arg("sandbox")
+        .args(flags)
+        .args(["--", "bash", "-c", script])
         .current_dir(&f.ws);
     c
 }
@@ -587,4 +596,183 @@ fn with_the_network_on_host_abstract_unix_sockets_stay_out_of_reach() {
         !text.contains("connected"),
         "reached a host abstract socket: {text}"
     );
+}
+
+/// The 35 credential files the last red team read through the deny-list: other agents' keys,
+/// package registries' and clouds' auth, histories, browsers of snap and Flatpak, editors'
+/// state.
+const CREDENTIALS_THE_DENY_LIST_MISSED: &[&str] = &[
+    ".aider.conf.yml",
+    ".bundle/config",
+    ".cloudflared/cert.pem",
+    ".composer/auth.json",
+    ".config/composer/auth.json",
+    ".config/Code/User/globalStorage/state.vscdb",
+    ".config/Slack/Cookies",
+    ".config/discord/Local_Storage",
+    ".config/microsoft-edge/Default/Cookies",
+    ".config/atuin/key",
+    ".config/doctl/config.yaml",
+    ".config/github-copilot/hosts.json",
+    ".config/goose/config.yaml",
+    ".config/hcloud/cli.toml",
+    ".config/helm/registry/config.json",
+    ".config/io.datasette.llm/keys.json",
+    ".config/pip/pip.conf",
+    ".config/sops/age/keys.txt",
+    ".continue/config.json",
+    ".databrickscfg",
+    ".dbt/profiles.yml",
+    ".env",
+    ".fly/config.yml",
+    ".gemini/oauth_creds.json",
+    ".histfile",
+    ".irb_history",
+    ".local/share/nvim/shada/main.shada",
+    ".local/share/opencode/auth.json",
+    ".ollama/id_ed25519",
+    ".sentryclirc",
+    ".viminfo",
+    ".wrangler/config/default.toml",
+    ".yarnrc.yml",
+    "snap/firefox/common/.mozilla/firefox/p/logins.json",
+    ".var/app/org.mozilla.firefox/.mozilla/firefox/p/cookies.sqlite",
+];
+
+#[test]
+fn the_home_shows_only_toolchains_and_what_the_user_names() {
+    // A deny-list of credential files is never complete: the home is an allow-list view.
+    let f = fixture();
+    let home = f.ws.parent().expect("base").join("home");
+    let put = |p: &str, text: &str| {
+        let path = home.join(p);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, text).expect("write");
+    };
+    for p in CREDENTIALS_THE_DENY_LIST_MISSED {
+        put(p, &format!("s3cret-in {p}\n"));
+    }
+    put("notes/plans.txt", "s3cret-in notes\n");
+    put(".cargo/bin/cargo-hello", "toolchain-visible\n");
+    put(".cargo/credentials.toml", "s3cret-in cargo credentials\n");
+    put(".gitconfig", "[user]\n\tname = Visible Identity\n");
+    put(".aws/credentials", "s3cret-in aws\n");
+    // A second workspace inside the home: writable, with the home around it read-only.
+    let project = home.join("src/project");
+    std::fs::create_dir_all(&project).expect("mkdir");
+    let script = "for f in \"$@\"; do cat ~/\"$f\" 2>/dev/null; done; \
+                  cat ~/notes/plans.txt ~/.cargo/bin/cargo-hello ~/.cargo/credentials.toml \
+                  ~/.aws/credentials 2>/dev/null; git config --global user.name; \
+                  touch ~/planted 2>/dev/null && echo home-writable; \
+                  echo made > made.txt && echo workspace-writable";
+    let mut cmd = baton_sandbox(&f, &[], script);
+    cmd.arg("sh")
+        .args(CREDENTIALS_THE_DENY_LIST_MISSED)
+        .current_dir(&project);
+    let out = cmd.stdin(Stdio::null()).output().expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let read: Vec<&str> = text.lines().filter(|l| l.contains("s3cret")).collect();
+    assert!(read.is_empty(), "readable in the sandbox: {read:#?}");
+    assert!(text.contains("toolchain-visible"), "{text}");
+    assert!(text.contains("Visible Identity"), "{text}");
+    assert!(!text.contains("home-writable"), "{text}");
+    assert!(!home.join("planted").exists());
+    assert!(text.contains("workspace-writable"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(project.join("made.txt")).expect("made"),
+        "made\n"
+    );
+
+    // What the user names is shown: a folder, and a credential only where named itself.
+    let script = "cat ~/notes/plans.txt ~/.aws/credentials ~/.gemini/oauth_creds.json \
+                  2>/dev/null; echo done";
+    let mut named = baton_sandbox_with(
+        &f,
+        &[
+            "--read".as_ref(),
+            home.join("notes").as_os_str(),
+            "--read".as_ref(),
+            home.join(".aws").as_os_str(),
+        ],
+        script,
+    );
+    named.current_dir(&project);
+    let out = named.stdin(Stdio::null()).output().expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("s3cret-in notes"), "{text}");
+    assert!(text.contains("s3cret-in aws"), "{text}");
+    assert!(!text.contains("gemini"), "{text}");
+}
+
+#[test]
+fn pathname_unix_sockets_of_the_host_are_masked_unless_allowed() {
+    // A daemon listening on a socket in a folder the sandbox shows (say a database under
+    // /var/lib, or a dev server's socket elsewhere on disk): a command connecting to it
+    // reached the host's daemon from inside the sandbox.
+    let f = fixture();
+    let host_sock = f.outside.join("daemon.sock");
+    let _daemon = std::os::unix::net::UnixListener::bind(&host_sock).expect("bind");
+    // A daemon's socket has been there a while (a socket bound within the last seconds is
+    // left uncovered: it may be gone by the time bubblewrap would mount its cover).
+    let now = std::time::UNIX_EPOCH.elapsed().expect("clock").as_secs();
+    let hour_ago = libc::timespec {
+        tv_sec: now.saturating_sub(3600) as libc::time_t,
+        tv_nsec: 0,
+    };
+    let c_path = std::ffi::CString::new(host_sock.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: a NUL-terminated path and two valid timespecs.
+    let set =
+        unsafe { libc::utimensat(libc::AT_FDCWD, c_path.as_ptr(), [hour_ago; 2].as_ptr(), 0) };
+    assert_eq!(set, 0, "{}", std::io::Error::last_os_error());
+    let own_sock = f.ws.join("own.sock");
+    let _own = std::os::unix::net::UnixListener::bind(&own_sock).expect("bind");
+    let script = format!(
+        "$PY -c '\nimport socket, sys\nfor p in sys.argv[1:]:\n  s = socket.socket(socket.AF_UNIX)\n  try:\n    s.connect(p); print(\"connected\", p)\n  except OSError as e:\n    print(\"refused\", p, e.errno)\n' {} {}",
+        host_sock.display(),
+        own_sock.display()
+    );
+    for network in [false, true] {
+        let flags: &[&std::ffi::OsStr] = if network {
+            &["--network".as_ref()]
+        } else {
+            &[]
+        };
+        let out = baton_sandbox_with(&f, flags, &script)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains(&format!("refused {}", host_sock.display())),
+            "network {network}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // A socket in the workspace is the command's own business.
+        assert!(
+            text.contains(&format!("connected {}", own_sock.display())),
+            "network {network}: {text}"
+        );
+    }
+    // The user may allow one.
+    let out = baton_sandbox_with(
+        &f,
+        &["--allow-unix-socket".as_ref(), host_sock.as_os_str()],
+        &script,
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("connected {}", host_sock.display())),
+        "{text}"
+    );
+    // A command of a test running beside this one may have listed the socket and be about to
+    // cover it: its path stays (a plain file now, not covered by the next ones) a moment
+    // before the fixture goes.
+    let plain = f.outside.join("plain");
+    std::fs::write(&plain, "").expect("plain");
+    std::fs::rename(&plain, &host_sock).expect("rename");
+    drop(_daemon);
+    std::thread::sleep(std::time::Duration::from_millis(200));
 }

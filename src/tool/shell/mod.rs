@@ -34,6 +34,10 @@ pub struct ShellConfig {
     pub network: bool,
     /// Extra writable directories under `workspace-write`.
     pub writable: Vec<PathBuf>,
+    /// Paths of the home commands may read besides its toolchains.
+    pub readable: Vec<PathBuf>,
+    /// Host unix sockets (or folders of them) commands may connect to.
+    pub unix_sockets: Vec<PathBuf>,
     pub max_processes: u32,
     /// What builds the sandbox (`landlock` is the named weaker mode).
     pub backend: crate::sandbox::Backend,
@@ -71,6 +75,8 @@ impl Default for ShellConfig {
             sandbox: SandboxMode::WorkspaceWrite,
             network: false,
             writable: Vec::new(),
+            readable: Vec::new(),
+            unix_sockets: Vec::new(),
             max_processes: crate::sandbox::policy::DEFAULT_MAX_PROCESSES,
             backend: crate::sandbox::Backend::default(),
             max_memory: None,
@@ -95,6 +101,17 @@ impl ShellConfig {
             .network(self.network)
             .max_processes(self.max_processes);
         p.writable = self.writable.clone();
+        p.readable = self.readable.clone();
+        if self.login {
+            // A login shell reads its profile: the one reason to show these start-up files.
+            let home = dirs::home_dir();
+            let profiles = crate::sandbox::visibility::LOGIN_PROFILES.iter();
+            p.readable.extend(
+                home.iter()
+                    .flat_map(|h| profiles.clone().map(|f| h.join(f))),
+            );
+        }
+        p.unix_sockets = self.unix_sockets.clone();
         p.env.pass_secrets = self.pass_secret_env;
         p.env.keep = self.env_keep.clone();
         p.env.drop = self.env_drop.clone();

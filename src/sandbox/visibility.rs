@@ -1,0 +1,247 @@
+//! What of the host a sandboxed command sees besides its workspace: the user's home as an
+//! allow-list view (toolchains and what the user names are visible, the rest is an empty
+//! read-only folder), the credentials hidden on top of that, and the host's pathname unix
+//! sockets masked so a command cannot connect to a daemon of the host.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use super::bwrap::Bwrap;
+
+/// What commands see of the home, read-only, relative to it: toolchains and version managers
+/// (their programs and the package caches an offline build needs) and git's own settings
+/// (the identity a commit needs). Whatever else the home holds (documents, keys, the
+/// configuration of every other program) is out of sight unless the user names it.
+pub const HOME_TOOLCHAINS: &[&str] = &[
+    ".cargo",
+    ".rustup",
+    ".local/bin",
+    ".local/lib",
+    ".local/share/uv",
+    ".local/share/pnpm",
+    ".local/share/fnm",
+    ".local/share/mise",
+    ".cache/uv",
+    ".cache/pip",
+    ".npm",
+    ".npm-global",
+    ".nvm",
+    ".volta",
+    ".bun",
+    ".deno",
+    ".pyenv",
+    ".rye",
+    ".rbenv",
+    ".gem",
+    ".sdkman",
+    ".gradle",
+    ".m2",
+    ".dotnet",
+    ".ghcup",
+    ".cabal",
+    ".opam",
+    ".juliaup",
+    ".julia",
+    ".elan",
+    ".nix-profile",
+    "go",
+    ".gitconfig",
+    ".config/git",
+];
+
+/// The start-up files a login shell reads (`[sandbox] login_shell`): shown only then, since
+/// they often export tokens.
+pub const LOGIN_PROFILES: &[&str] = &[".profile", ".bash_profile", ".bash_login", ".bashrc"];
+
+/// The user's secrets, relative to their home: credentials of ssh, gpg, clouds, container and
+/// package registries, git hosts, other coding agents and model hubs, browsers' cookies and
+/// saved logins, shell and REPL histories (typed tokens and passwords), and baton's own
+/// configuration, sessions and state: hidden wherever they are visible (the home view shows
+/// toolchain folders, whose credential files are among these; `--read` may show more).
+pub(super) const HOME_SECRETS: &[&str] = &[
+    ".codex/auth.json",
+    ".claude/.credentials.json",
+    ".cache/huggingface/token",
+    ".huggingface/token",
+    ".vault-token",
+    ".terraform.d/credentials.tfrc.json",
+    ".config/containers/auth.json",
+    ".config/op",
+    ".config/rclone",
+    ".config/glab-cli",
+    ".kaggle",
+    ".s3cfg",
+    ".boto",
+    ".oci",
+    ".m2/settings.xml",
+    ".m2/settings-security.xml",
+    ".gradle/gradle.properties",
+    ".dockercfg",
+    ".mozilla",
+    ".thunderbird",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".config/BraveSoftware",
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
+    ".psql_history",
+    ".mysql_history",
+    ".node_repl_history",
+    ".sqlite_history",
+    ".local/share/fish/fish_history",
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".config/gh",
+    ".config/hub",
+    ".config/git/credentials",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".npmrc",
+    ".yarnrc",
+    ".pypirc",
+    ".gem/credentials",
+    ".password-store",
+    ".local/share/keyrings",
+    ".pgpass",
+    ".my.cnf",
+    ".config/baton",
+    ".local/share/baton",
+    ".local/state/baton",
+    ".cache/baton",
+];
+
+/// Replaces the home (`home`, canonical) with an empty tmpfs showing, read-only, the
+/// toolchain folders and `readable` paths inside it that exist. The caller binds the
+/// writable roots afterwards (a workspace in the home stays writable) and ends with
+/// [`seal_home`].
+pub(super) fn home_view(b: &mut Bwrap, home: &Path, readable: &[PathBuf]) {
+    b.tmpfs(home);
+    let named = HOME_TOOLCHAINS
+        .iter()
+        .map(|e| home.join(e))
+        .chain(readable.iter().filter(|p| p.starts_with(home)).cloned());
+    // One `lstat` rules out what is not there; bubblewrap resolves the links of the rest
+    // (a `~/.cargo` linked elsewhere shows as a folder with the link's contents).
+    let mut shown: Vec<PathBuf> = Vec::new();
+    for entry in named {
+        if std::fs::symlink_metadata(&entry).is_err() || shown.iter().any(|s| entry.starts_with(s))
+        {
+            continue;
+        }
+        if std::fs::metadata(&entry).is_ok() {
+            b.ro_bind(&entry, &entry);
+            shown.push(entry);
+        }
+    }
+}
+
+/// Makes the home's tmpfs read-only, after every mount inside it was made (the mounts inside
+/// keep their own flags): commands write their home nowhere but in a writable root.
+pub(super) fn seal_home(b: &mut Bwrap, home: &Path) {
+    b.remount_ro(home);
+}
+
+/// Whether the user's `readable` list names `secret` or something inside it: the one way to
+/// show a hidden credential.
+pub(super) fn named_by_user(secret: &Path, readable: &[PathBuf]) -> bool {
+    readable.iter().any(|r| r.starts_with(secret))
+}
+
+/// The pathname unix sockets bound in this network namespace (`/proc/net/unix`): the daemons
+/// of the host (a database, a container engine, an agent) that a command must not reach.
+/// Sockets bound in other network namespaces are not listed.
+pub(super) fn host_sockets() -> BTreeSet<PathBuf> {
+    std::fs::read_to_string("/proc/net/unix")
+        .map(|table| parse_unix_table(&table))
+        .unwrap_or_default()
+}
+
+/// The paths of a `/proc/net/unix` table (`Num RefCount Protocol Flags Type St Inode Path`):
+/// abstract names (`@…`) and unbound sockets left out.
+fn parse_unix_table(table: &str) -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    for line in table.lines().skip(1) {
+        let mut rest = line.trim_start();
+        // Seven fields, separated by runs of spaces, before the path (which may hold spaces).
+        for _ in 0..7 {
+            let end = rest.find(' ').unwrap_or(rest.len());
+            rest = rest[end..].trim_start_matches(' ');
+        }
+        if rest.starts_with('/') {
+            out.insert(PathBuf::from(rest));
+        }
+    }
+    out
+}
+
+/// How long a socket must have been there before it is covered. bubblewrap fails the whole
+/// command when a cover's mount point has gone (a read-only folder takes no new file), and
+/// the sockets that come and go within seconds are a test's or a short-lived tool's, where a
+/// daemon's stays.
+pub const SOCKET_SETTLE: Duration = Duration::from_secs(10);
+
+/// Covers each socket of `sockets` that the command would see as the host's (outside its
+/// writable `roots` and the user's `allowed` sockets or folders, bound more than
+/// [`SOCKET_SETTLE`] ago) with an empty file: `connect` there is refused. A path that is no
+/// longer a socket is left alone.
+pub(super) fn mask_sockets(
+    b: &mut Bwrap,
+    sockets: &BTreeSet<PathBuf>,
+    roots: &[PathBuf],
+    allowed: &[PathBuf],
+) {
+    let settled = SystemTime::now() - SOCKET_SETTLE;
+    for path in sockets {
+        let mine = roots.iter().chain(allowed).any(|r| path.starts_with(r));
+        if mine || !b.shows_host(path) {
+            continue;
+        }
+        let cover = std::fs::symlink_metadata(path)
+            .is_ok_and(|m| m.file_type().is_socket() && m.modified().is_ok_and(|t| t <= settled));
+        if cover {
+            b.hide_file(path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unix_table_yields_bound_paths_only() {
+        let table = "Num       RefCount Protocol Flags    Type St Inode Path\n\
+            0000000000000000: 00000002 00000000 00010000 0001 01 5623607 /var/lib/db/my sock\n\
+            0000000000000000: 00000003 00000000 00000000 0001 03    12 /run/a.sock\n\
+            0000000000000000: 00000002 00000000 00010000 0001 01 33 @/tmp/.X11-unix/X0\n\
+            0000000000000000: 00000002 00000000 00000000 0002 01 34\n\
+            0000000000000000: 00000003 00000000 00000000 0001 03 35 /run/a.sock\n";
+        let paths: Vec<PathBuf> = parse_unix_table(table).into_iter().collect();
+        assert_eq!(
+            paths,
+            [
+                PathBuf::from("/run/a.sock"),
+                PathBuf::from("/var/lib/db/my sock")
+            ]
+        );
+    }
+
+    #[test]
+    fn only_a_readable_entry_at_or_inside_a_secret_shows_it() {
+        let aws = Path::new("/h/.aws");
+        assert!(named_by_user(aws, &[PathBuf::from("/h/.aws")]));
+        assert!(named_by_user(aws, &[PathBuf::from("/h/.aws/config")]));
+        assert!(!named_by_user(aws, &[PathBuf::from("/h")]));
+        assert!(!named_by_user(aws, &[]));
+    }
+}
