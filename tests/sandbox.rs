@@ -621,15 +621,15 @@ fn a_held_command_runs_only_once_its_gate_opens_and_never_when_the_gate_is_dropp
     let marker = f.ws.join("ran");
     let argv: Vec<String> = ["sh", "-c", "echo ran > ran"].map(String::from).into();
     let spawn = || {
-        let (mut cmd, guard, gate) =
-            baton::sandbox::held_command_to_spawn(&policy, &argv, Session::NewGroup)
+        let (mut cmd, guard, watch) =
+            baton::sandbox::watched_command(&policy, &argv, Session::NewGroup)
                 .expect("sandbox prepares");
         cmd.current_dir(&f.ws).stdin(Stdio::null());
         let child = guard.spawn_alone(&mut cmd).expect("spawn");
-        (child, guard, gate.expect("bubblewrap holds the command"))
+        (child, guard, watch)
     };
 
-    let (mut child, _guard, gate) = spawn();
+    let (mut child, _guard, mut watch) = spawn();
     // bubblewrap builds the world in far less than this; the command must still wait.
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert!(
@@ -637,13 +637,14 @@ fn a_held_command_runs_only_once_its_gate_opens_and_never_when_the_gate_is_dropp
         "gone before the gate opened"
     );
     assert!(!marker.exists(), "the command ran before its gate opened");
-    gate.open().expect("open the gate");
+    watch.started();
     assert!(child.wait().expect("wait").success());
     assert!(marker.exists(), "the command did not run once released");
+    assert!(watch.audit().is_empty(), "{:?}", watch.audit());
 
     std::fs::remove_file(&marker).expect("rm marker");
-    let (mut child, _guard, gate) = spawn();
-    drop(gate);
+    let (mut child, _guard, watch) = spawn();
+    drop(watch);
     let status = child.wait().expect("wait");
     assert_eq!(status.code(), Some(126), "{status:?}");
     assert!(!marker.exists(), "a command whose gate was dropped ran");

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 use crate::protocol::{SandboxMode, terminal_safe_line};
-use crate::sandbox::{Backend, SandboxPolicy, Session, git_guard, held_command_to_spawn, probe};
+use crate::sandbox::{Backend, SandboxPolicy, Session, probe, watched_command};
 use crate::tool::shell::pty::{Pty, WindowSize};
 
 /// Arguments of `baton sandbox`.
@@ -144,7 +144,7 @@ pub fn run(args: SandboxArgs) -> i32 {
     };
     // One command, gone when this process ends: its /tmp needs no folder on the host.
     crate::sandbox::bwrap::tmp_in_memory();
-    let (mut cmd, guard, gate) = match held_command_to_spawn(&policy, &args.command, session) {
+    let (mut cmd, guard, mut watch) = match watched_command(&policy, &args.command, session) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("baton sandbox: {e}");
@@ -158,25 +158,13 @@ pub fn run(args: SandboxArgs) -> i32 {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);
     }
-    // What git and baton trust before the command, to undo what it plants where no
-    // read-only bind reaches (a repository it creates, a `.baton/` it writes): looked at
-    // while bubblewrap builds the command's world, which then waits at the gate for it; a
-    // backend that cannot hold the command has it looked at before the spawn.
-    let mut git_before = gate.is_none().then(|| git_guard::snapshot(&policy));
-    let release = || {
-        if let Some(gate) = gate {
-            git_before = Some(git_guard::snapshot(&policy));
-            // An error means the command's setup already failed; its status says so.
-            let _ = gate.open();
-        }
-    };
     let status = if session == Session::PtyLeader {
         guard.install(&mut cmd);
-        run_on_pty(cmd, tty, release)
+        run_on_pty(cmd, tty, || watch.started())
     } else {
         // No other thread runs yet: bubblewrap can start without a fork of this process.
         guard.spawn_alone(&mut cmd).and_then(|mut child| {
-            release();
+            watch.started();
             child.wait()
         })
     };
@@ -192,9 +180,7 @@ pub fn run(args: SandboxArgs) -> i32 {
         }
     };
     drop(guard);
-    // The snapshot is taken whenever the command was spawned (and so could have run).
-    let warnings = git_before.map(|before| git_guard::audit(&before, &policy));
-    for warning in warnings.into_iter().flatten() {
+    for warning in watch.audit() {
         eprintln!("baton sandbox: warning: {}", terminal_safe_line(&warning));
     }
     status

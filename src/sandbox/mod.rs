@@ -30,6 +30,7 @@ pub mod probe;
 pub mod syscall_filter;
 mod tree_index;
 pub mod visibility;
+mod watched;
 pub mod write_rules;
 
 use std::process::Command;
@@ -39,6 +40,7 @@ pub use env::EnvPolicy;
 pub use fs_rules::confine_thread_writes;
 pub use launch::{PreparedSandbox, Session, StartGate};
 pub use policy::{Backend, SandboxPolicy};
+pub use watched::{GitWatch, watched_command};
 pub use write_rules::WriteRules;
 
 use crate::protocol::SandboxMode;
@@ -88,23 +90,7 @@ pub fn sandboxed_command(
     Ok((cmd, prepared))
 }
 
-/// [`sandboxed_command`] without the child-side hook (the caller spawns the command with
-/// [`PreparedSandbox::spawn_alone`] or installs the hook itself), held at its [`StartGate`]
-/// where the backend can hold it (see [`PreparedSandbox::hold`]).
-pub fn held_command_to_spawn(
-    policy: &SandboxPolicy,
-    argv: &[String],
-    session: Session,
-) -> Result<(Command, Arc<PreparedSandbox>, Option<StartGate>), SandboxError> {
-    let mut gate = None;
-    let (prepared, cmd) = prepared_command(policy, argv, session, |p| {
-        gate = p.hold()?;
-        Ok(())
-    })?;
-    Ok((cmd, Arc::new(prepared), gate))
-}
-
-fn prepared_command(
+pub(crate) fn prepared_command(
     policy: &SandboxPolicy,
     argv: &[String],
     session: Session,

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::output::OutputStream;
 use super::pty::{Pty, WindowSize};
 use crate::protocol::{Event, EventSink};
-use crate::sandbox::{PreparedSandbox, SandboxPolicy, Session, git_guard};
+use crate::sandbox::{GitWatch, PreparedSandbox, SandboxPolicy, Session, watched_command};
 use crate::tool::ToolError;
 
 /// Most sessions alive at once.
@@ -79,7 +79,7 @@ pub struct ShellSession {
     pub cwd: std::path::PathBuf,
     kill_grace: Duration,
     /// Git config, hooks and `.baton/` files before the command, audited when it ends.
-    git_before: git_guard::AuditSnapshot,
+    git_watch: GitWatch,
 }
 
 /// Everything needed to start a session.
@@ -117,11 +117,14 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 impl ShellSession {
     /// Starts `shell -lc command` in a fresh PTY under the sandbox.
     pub fn spawn(id: u32, req: SpawnRequest<'_>) -> Result<Arc<ShellSession>, ToolError> {
-        let mut sandbox = PreparedSandbox::prepare(req.policy, Session::PtyLeader)?;
-        // The git audit's snapshot is taken while bubblewrap builds the world; the command
-        // waits at the gate for it (before the spawn where the backend cannot hold it).
-        let gate = sandbox.hold()?;
-        let early = gate.is_none().then(|| git_guard::snapshot(req.policy));
+        let flag = if req.login { "-lc" } else { "-c" };
+        let argv = [
+            req.shell.to_string(),
+            flag.to_string(),
+            req.command.to_string(),
+        ];
+        let (mut cmd, sandbox, mut git_watch) =
+            watched_command(req.policy, &argv, Session::PtyLeader)?;
         let Pty { master, slave } = Pty::open(WindowSize {
             rows: 48,
             cols: 160,
@@ -132,10 +135,6 @@ impl ShellSession {
                 .map(Stdio::from)
                 .map_err(|source| terminal("duplicating the PTY fd", source))
         };
-        let mut cmd = sandbox.command(
-            req.shell,
-            [if req.login { "-lc" } else { "-c" }, req.command],
-        )?;
         cmd.current_dir(req.cwd)
             .stdin(stdio(&slave)?)
             .stdout(stdio(&slave)?)
@@ -154,8 +153,6 @@ impl ShellSession {
         if req.no_color {
             cmd.env("NO_COLOR", "1");
         }
-        crate::sandbox::set_sandbox_env(&mut cmd, req.policy);
-        let sandbox = Arc::new(sandbox);
         sandbox.install(&mut cmd);
         // The reader's own descriptor (close-on-exec, like the original), so it can poll it.
         let reader = master
@@ -167,17 +164,7 @@ impl ShellSession {
             source,
         })?;
         drop(cmd);
-        let git_before = match (early, gate) {
-            (Some(before), _) => before,
-            (None, gate) => {
-                let before = git_guard::snapshot(req.policy);
-                // An error means the command's setup failed already; its status reports it.
-                if let Some(gate) = gate {
-                    let _ = gate.open();
-                }
-                before
-            }
-        };
+        git_watch.started();
         drop(slave);
         let pgid = child.id() as i32;
         let state = Arc::new(Mutex::new(State {
@@ -231,7 +218,7 @@ impl ShellSession {
             policy: req.policy.clone(),
             cwd: req.cwd.to_path_buf(),
             kill_grace: req.kill_grace,
-            git_before,
+            git_watch,
         });
         spawn_watchdog(&session)?;
         Ok(session)
@@ -380,7 +367,7 @@ impl ShellSession {
         while Instant::now() < until && unsafe { libc::kill(-self.pgid, 0) } == 0 {
             std::thread::sleep(Duration::from_millis(2));
         }
-        let warnings = git_guard::audit(&self.git_before, &self.policy);
+        let warnings = self.git_watch.audit();
         let st = lock(&self.state);
         for message in warnings {
             st.ui.events.emit(Event::Warning { message });

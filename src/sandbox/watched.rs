@@ -1,0 +1,65 @@
+//! The one way baton starts a command in the sandbox with what git trusts watched: the
+//! command is prepared and held at its [`StartGate`] while bubblewrap builds its world, what
+//! git and baton trust is looked at meanwhile (before the spawn where the backend cannot hold
+//! it), and once the command has ended, what it planted where no read-only bind reached is
+//! undone ([`GitWatch::audit`]). The shell tools and `baton sandbox` both start commands here.
+
+use std::process::Command;
+use std::sync::Arc;
+
+use super::git_guard::{self, AuditSnapshot};
+use super::launch::{PreparedSandbox, Session, StartGate};
+use super::policy::SandboxPolicy;
+use super::{SandboxError, prepared_command};
+
+/// What git trusted before one command, and the gate that holds it until that is known.
+pub struct GitWatch {
+    policy: SandboxPolicy,
+    gate: Option<StartGate>,
+    before: Option<AuditSnapshot>,
+}
+
+/// `argv` prepared under `policy`, held at its gate where the backend can hold it. The caller
+/// spawns the command (installing the sandbox's hook, or with
+/// [`PreparedSandbox::spawn_alone`]), then calls [`GitWatch::started`] at once, and
+/// [`GitWatch::audit`] once it has ended.
+pub fn watched_command(
+    policy: &SandboxPolicy,
+    argv: &[String],
+    session: Session,
+) -> Result<(Command, Arc<PreparedSandbox>, GitWatch), SandboxError> {
+    let mut gate = None;
+    let (prepared, cmd) = prepared_command(policy, argv, session, |p| {
+        gate = p.hold()?;
+        Ok(())
+    })?;
+    // A backend that cannot hold the command has what git trusts looked at before the spawn.
+    let before = gate.is_none().then(|| git_guard::snapshot(policy));
+    let watch = GitWatch {
+        policy: policy.clone(),
+        gate,
+        before,
+    };
+    Ok((cmd, Arc::new(prepared), watch))
+}
+
+impl GitWatch {
+    /// Right after the spawn: looks at what git trusts while bubblewrap builds the world, then
+    /// lets the command run. A command whose setup failed already is reported by its status.
+    pub fn started(&mut self) {
+        if let Some(gate) = self.gate.take() {
+            self.before = Some(git_guard::snapshot(&self.policy));
+            let _ = gate.open();
+        }
+    }
+
+    /// Once nothing of the command can write any more: undoes git config, hooks and
+    /// `.baton/` files it planted, one warning for the user each. Nothing when it was never
+    /// started.
+    pub fn audit(&self) -> Vec<String> {
+        match &self.before {
+            Some(before) => git_guard::audit(before, &self.policy),
+            None => Vec::new(),
+        }
+    }
+}
