@@ -1438,3 +1438,39 @@ fn one_write_rules_value_answers_for_the_file_tools_and_the_commands_binds() {
     let _ = std::fs::remove_file(r.ws.join("new.txt"));
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+#[tokio::test]
+async fn exec_lines_planted_in_a_rebase_in_progress_do_not_run_when_the_user_continues_it() {
+    // A rebase the command leaves stopped (`break`, a conflict) is continued by the user,
+    // outside the sandbox: every `exec` line of its todo list runs with their rights.
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let stop = "git commit -q --allow-empty -m two && \
+                GIT_SEQUENCE_EDITOR=\"sed -i '1i break'\" git rebase -q -i HEAD~1";
+    let (_res, warnings) = r
+        .hostile(
+            &format!(
+                "{stop} && printf 'exec %s\\n' {} >> .git/rebase-merge/git-rebase-todo",
+                evil.display()
+            ),
+            &[],
+        )
+        .await;
+    assert_warned(&warnings, "git-rebase-todo");
+    let continued = r.git_output(&r.ws, &["rebase", "--continue"]);
+    r.assert_not_run("git rebase --continue");
+    // The user's way out is the one the warning names.
+    if !continued.status.success() {
+        r.git(&r.ws, &["rebase", "--abort"]);
+    }
+
+    // A rebase stopped with no command of the command's own in it is the model's work in
+    // progress: it is left for the next command (or the user) to continue.
+    let (_res, warnings) = r.hostile(stop, &[]).await;
+    assert!(!warnings.iter().any(|w| w.contains("todo")), "{warnings:?}");
+    assert!(r.ws.join(".git/rebase-merge/git-rebase-todo").exists());
+    r.git(&r.ws, &["rebase", "--continue"]);
+}

@@ -101,7 +101,51 @@ fn undo_change(
         Kind::GitConfig => undo_config_change(path, then, now, git),
         Kind::Redirect | Kind::Baton => put_back(path, then, now),
         Kind::Hook => move_hook_aside(path, then),
+        Kind::Todo => disarm_todo(path, then, now),
     }
+}
+
+/// A todo list with `exec` lines it did not have before the command is renamed aside:
+/// continuing the rebase outside the sandbox would run them with the user's rights. One
+/// without new commands (a rebase the model stopped on a conflict) is left as it is.
+fn disarm_todo(path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<String> {
+    let before = then
+        .and_then(|t| t.content.as_deref())
+        .map(exec_lines)
+        .unwrap_or_default();
+    let added = match &now.content {
+        Some(c) => exec_lines(c).into_iter().find(|l| !before.contains(l)),
+        // Content baton could not read as git would: it may hold anything.
+        None => Some("(unreadable)".to_string()),
+    };
+    let line = added?;
+    let shown = path.display();
+    let aside = aside_name(path);
+    let line = crate::protocol::terminal_safe_line(&line);
+    Some(if std::fs::rename(path, &aside).is_ok() {
+        format!(
+            "baton: a command left {shown}, the todo list of a rebase or cherry-pick in \
+             progress, with commands git would run when you continue it, outside the sandbox \
+             (`{line}`); it was moved to {} (`git rebase --abort` ends that rebase)",
+            aside.display()
+        )
+    } else {
+        format!(
+            "baton: a command left {shown}, the todo list of a rebase or cherry-pick in \
+             progress, with commands git would run when you continue it (`{line}`), and it \
+             could not be moved aside: run `git rebase --abort` before continuing"
+        )
+    })
+}
+
+/// The `exec` (`x`) lines of a todo list, as git reads its commands.
+fn exec_lines(todo: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(todo)
+        .lines()
+        .map(str::trim)
+        .filter(|l| matches!(l.split_whitespace().next(), Some("exec" | "x")))
+        .map(str::to_string)
+        .collect()
 }
 
 /// A git config: the code-running entries it did not hold before are commented out (checked
@@ -245,7 +289,7 @@ fn what_it_does(kind: Kind) -> &'static str {
     match kind {
         Kind::Redirect => "points git at another repository's config and hooks",
         Kind::Baton => "is baton's project configuration",
-        Kind::GitConfig | Kind::Hook => "git runs",
+        Kind::GitConfig | Kind::Hook | Kind::Todo => "git runs",
     }
 }
 

@@ -42,7 +42,14 @@ pub(super) enum Kind {
     Hook,
     /// A file under `.baton/`: put back, or renamed aside when new.
     Baton,
+    /// The todo list of a rebase or cherry-pick in progress: one with new `exec` lines (which
+    /// git runs when the operation is continued, outside the sandbox too) is renamed aside.
+    Todo,
 }
+
+/// The todo lists of operations in progress, relative to a gitdir (a worktree's own
+/// included): what `git rebase --continue` or `git cherry-pick --continue` reads next.
+const TODO_LISTS: &[&str] = &["rebase-merge/git-rebase-todo", "sequencer/todo"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Tracked {
@@ -330,6 +337,9 @@ impl AuditSnapshot {
         self.track(&gitdir.join("config.worktree"), Kind::GitConfig);
         self.track(&gitdir.join("commondir"), Kind::Redirect);
         self.track_dir(&gitdir.join("hooks"), Kind::Hook, writable);
+        for todo in TODO_LISTS {
+            self.track(&gitdir.join(todo), Kind::Todo);
+        }
         if depth == 0
             && let Some(common) = commondir_of(gitdir)
             && common != gitdir
@@ -340,6 +350,9 @@ impl AuditSnapshot {
         for wt in list_dirs(&gitdir.join("worktrees")) {
             for (name, kind) in WORKTREE_AUDITED {
                 self.track(&wt.join(name), *kind);
+            }
+            for todo in TODO_LISTS {
+                self.track(&wt.join(todo), Kind::Todo);
             }
         }
         self.track_modules(&gitdir.join("modules"), writable, depth + 1);
