@@ -1070,6 +1070,19 @@ async fn each_expert_gets_its_own_prompt_and_tool_set() {
             .content
             .starts_with("You are baton's conversation expert")
     );
+    // L0 runs nothing on the machine: the date and OS, no workspace, git, sandbox or approval.
+    let l0_system = &l0.messages[0].content;
+    assert!(l0_system.contains("Environment: date: "), "{l0_system}");
+    for absent in ["Workspace:", "git:", "sandbox:", "approval:"] {
+        assert!(!l0_system.contains(absent), "{absent} in {l0_system}");
+    }
+    let l2_system = &l2.messages[0].content;
+    for present in ["Workspace:", "- date: ", "git:", "sandbox:", "approval:"] {
+        assert!(
+            l2_system.contains(present),
+            "{present} missing from {l2_system}"
+        );
+    }
     assert!(tool_names(l2).len() >= 10, "{:?}", tool_names(l2));
     assert!(!tool_names(l2).contains(&"handoff".to_string()));
     assert!(
