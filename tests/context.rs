@@ -873,6 +873,108 @@ fn the_next_expert_receives_the_value_path_and_failing_test_the_summary_left_out
     }
 }
 
+/// A question to L0 (the bench's `l0-question` scenario, tools/bench/mol_tokens.rs) costs at
+/// most 1,200 prompt tokens over the whole turn, by the bench's estimate: a route hop and one
+/// answer hop, and no summary hop, the short answer being its own summary (it cost 1,817 with
+/// one: route 597, answer 550, summary 670).
+#[test]
+fn an_l0_question_costs_at_most_1200_prompt_tokens_with_no_summary_hop() {
+    use crate::support::Script;
+    use crate::support::env::Env;
+    let env = Env::new();
+    let script = Script::new()
+        .route("L0")
+        .answer(
+            "L0",
+            "ISO 8601 weeks start on Monday; week 1 holds the first Thursday. Of 2024-2030 \
+             only 2026 has a week 53.",
+        )
+        .default_summary("Answered the question; nothing left open.");
+    let engine = MockEngine::builder()
+        .models([("L0", None), ("L1", None), ("L2", None), ("L3", None)])
+        .start_blocking(move |req| script.reply(req).usage(bench_tokens(req), 40));
+    env.exec(
+        &engine,
+        "Quick question: how exactly are ISO 8601 week numbers defined, and which years from \
+         2024 to 2030 have a week 53?",
+        &["--approval", "full-auto", "--sandbox", "off"],
+    )
+    .assert()
+    .success();
+    let hops: Vec<String> = engine
+        .chat_requests()
+        .iter()
+        .map(|r| r.hop_or_answer().to_string())
+        .collect();
+    assert_eq!(hops, ["route", "answer"]);
+    let total: u64 = engine.chat_requests().iter().map(bench_tokens).sum();
+    assert!(total <= 1200, "the L0 question cost {total} prompt tokens");
+}
+
+/// A short L0 answer is its own summary: no summary hop is sent for it, and the next expert
+/// reads the answer where it would have read the summary. A long one (over 576 characters,
+/// what a 192-token summary may hold at 3 a token) still gets the summary hop.
+#[test]
+fn the_next_expert_reads_a_short_l0_answer_where_its_summary_would_be() {
+    use crate::support::Script;
+    use crate::support::env::Env;
+    let env = Env::new();
+    let short = "Week 1 is the week with the year's first Thursday; 2026 has a week 53.";
+    let long = format!(
+        "Long answer. {}",
+        "Every week starts on Monday. ".repeat(25)
+    );
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L0", "L0", "L2"])
+            .answer("L0", short)
+            .answer("L0", long.as_str())
+            .summary("L0", "Explained that ISO weeks start on Monday.")
+            .answer("L2", "Wrote weeks.py.")
+            .default_summary("Wrote weeks.py."),
+    );
+    let flags = ["--approval", "full-auto", "--sandbox", "off"];
+    env.exec(&engine, "How are ISO weeks numbered?", &flags)
+        .assert()
+        .success();
+    let mut resume = flags.to_vec();
+    resume.extend(["--resume", "last"]);
+    env.exec(&engine, "And on which day do they start?", &resume)
+        .assert()
+        .success();
+    env.exec(
+        &engine,
+        "Write weeks.py that prints week 53 years.",
+        &resume,
+    )
+    .assert()
+    .success();
+    let summaries = engine.requests_for_hop("summary");
+    let owners: Vec<&str> = summaries.iter().map(|r| r.model()).collect();
+    // The long L0 answer and the L2 task: the short answer had none.
+    assert_eq!(owners, ["L0", "L2"]);
+    assert!(summaries[0].mentions("Long answer."));
+    let l2 = engine
+        .requests_for_hop("answer")
+        .into_iter()
+        .find(|r| r.model() == "L2")
+        .expect("an L2 answer");
+    let seen: Vec<String> = l2.messages().iter().map(content_text).collect();
+    let expected =
+        format!("(This request was handled by the L0 expert. Summary of its result: {short})");
+    assert!(seen.contains(&expected), "{seen:#?}");
+    assert!(
+        seen.iter().any(|m| m.contains(
+            "handled by the L0 expert. Summary of its result: Explained that ISO weeks start on Monday."
+        )),
+        "{seen:#?}"
+    );
+    assert!(
+        !seen.iter().any(|m| m.contains("Long answer.")),
+        "{seen:#?}"
+    );
+}
+
 /// The bench's token estimate (tools/bench/mol_tokens.rs): characters of contents, calls and
 /// tools / 3.6, plus 4 per message.
 fn bench_tokens(req: &RecordedRequest) -> u64 {

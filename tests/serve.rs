@@ -161,6 +161,62 @@ fn sse_events(body: &str) -> Vec<Value> {
         .collect()
 }
 
+/// A short L0 answer is its own summary in `baton serve` too (one MoL turn step): no summary
+/// hop is sent for it, and the next expert reads it where the summary would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_l0_answer_is_its_own_summary_and_the_next_expert_reads_it() {
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .routes(["L0", "L2"])
+            .answer("L0", MockReply::text("Paris is the capital of France."))
+            .answer("L2", MockReply::text("Here is the script."))
+            .default_summary(MockReply::text("Wrote a script.")),
+    );
+    let server = Server::start(&env, &engine, &[]);
+    let first = post(
+        &server,
+        chat(json!([{"role": "user", "content": "capital of France?"}])),
+        None,
+    )
+    .await;
+    assert_eq!(first.status(), 200);
+    let conversation = first.headers()["x-conversation-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let second = post(
+        &server,
+        chat(json!([
+            {"role": "user", "content": "capital of France?"},
+            {"role": "assistant", "content": "Paris is the capital of France."},
+            {"role": "user", "content": "now write a script"}
+        ])),
+        Some(&conversation),
+    )
+    .await;
+    assert_eq!(second.status(), 200);
+    wait_for_requests(&engine, 5);
+    assert_eq!(
+        hops(&engine),
+        [
+            "route:L0",
+            "answer:L0",
+            "route:L0",
+            "answer:L2",
+            "summary:L2"
+        ]
+    );
+    let l2 = &answers(&engine)[1];
+    let expected = "(This request was handled by the L0 expert. Summary of its result: \
+                    Paris is the capital of France.)";
+    assert!(
+        l2.transcript().iter().any(|(_, text)| text == expected),
+        "{:?}",
+        l2.transcript()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_turns_route_answer_and_summarize_with_the_summary_off_the_critical_path() {
     let env = Env::new();

@@ -15,6 +15,20 @@ use crate::protocol::{ApprovalPolicy, SandboxMode};
 #[derive(Debug, Clone)]
 pub(crate) struct Environment {
     fixed: String,
+    /// The date and OS line alone: all an expert with no workspace tool is told.
+    date_os: String,
+}
+
+/// What an expert's tools reach, which decides what of the environment concerns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// Workspace tools (shell, files, git…): the whole block.
+    Workspace,
+    /// No workspace tool, but tools that may need approval (MCP tools): the date, the OS and
+    /// the approval policy.
+    Approved,
+    /// Nothing that touches the machine (L0's default: only `handoff`): the date and the OS.
+    Nothing,
 }
 
 impl Environment {
@@ -31,37 +45,61 @@ impl Environment {
                 if network { "allowed" } else { "blocked" }
             ),
         };
+        let date_os = format!(
+            "date: {date}; OS: {} ({})",
+            std::env::consts::OS,
+            std::env::consts::ARCH
+        );
         let fixed = format!(
             "Environment (taken at session start):\n\
-             - date: {date}; OS: {} ({}); commands run with bash\n\
+             - {date_os}; commands run with bash\n\
              - git: {}\n\
              - sandbox: {sandbox}",
-            std::env::consts::OS,
-            std::env::consts::ARCH,
             git_state(workspace),
         );
-        Environment { fixed }
+        Environment { fixed, date_os }
     }
 
-    /// The block, with the approval policy in force.
-    pub fn render(&self, approval: ApprovalPolicy, headless: bool) -> String {
-        let approval = match approval {
-            ApprovalPolicy::Ask => {
-                "ask: edits and commands that are not read-only wait for the user's approval"
-            }
-            ApprovalPolicy::AutoEdit => {
-                "auto-edit: edits run; commands that are not read-only wait for approval"
-            }
-            ApprovalPolicy::FullAuto => "full-auto: edits and commands run without asking",
-            ApprovalPolicy::Never => "never: whatever would need approval is declined",
-        };
-        let headless = if headless {
-            "; this run is headless: nobody can answer questions or approve actions"
-        } else {
-            ""
-        };
-        format!("{}\n- approval: {approval}{headless}", self.fixed)
+    /// The block for an expert whose tools reach `reach`, with the approval policy in force.
+    /// An expert with no workspace tool is told neither the workspace's git state nor the
+    /// sandbox its commands would run in (it runs none): for L0 answering a question, that
+    /// was a third of its system prompt.
+    pub fn render_for(&self, reach: Reach, approval: ApprovalPolicy, headless: bool) -> String {
+        match reach {
+            Reach::Workspace => self.render(approval, headless),
+            Reach::Approved => format!(
+                "Environment (taken at session start):\n- {}\n{}",
+                self.date_os,
+                approval_line(approval, headless)
+            ),
+            Reach::Nothing => format!("Environment: {}", self.date_os),
+        }
     }
+
+    /// The whole block, with the approval policy in force.
+    pub fn render(&self, approval: ApprovalPolicy, headless: bool) -> String {
+        format!("{}\n{}", self.fixed, approval_line(approval, headless))
+    }
+}
+
+/// `- approval: …`, and whether anyone can answer.
+fn approval_line(approval: ApprovalPolicy, headless: bool) -> String {
+    let approval = match approval {
+        ApprovalPolicy::Ask => {
+            "ask: edits and commands that are not read-only wait for the user's approval"
+        }
+        ApprovalPolicy::AutoEdit => {
+            "auto-edit: edits run; commands that are not read-only wait for approval"
+        }
+        ApprovalPolicy::FullAuto => "full-auto: edits and commands run without asking",
+        ApprovalPolicy::Never => "never: whatever would need approval is declined",
+    };
+    let headless = if headless {
+        "; this run is headless: nobody can answer questions or approve actions"
+    } else {
+        ""
+    };
+    format!("- approval: {approval}{headless}")
 }
 
 /// `branch NAME, clean` / `branch NAME, N changed files` / `not a git repository`.
@@ -119,5 +157,28 @@ mod tests {
         );
         // Stable: rendering again gives the same bytes.
         assert_eq!(text, env.render(ApprovalPolicy::Ask, false));
+    }
+
+    #[test]
+    fn an_expert_is_told_only_what_its_tools_reach() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = Environment::take(dir.path(), SandboxMode::Off, false);
+        let whole = env.render(ApprovalPolicy::Never, true);
+        assert_eq!(
+            env.render_for(Reach::Workspace, ApprovalPolicy::Never, true),
+            whole
+        );
+        let nothing = env.render_for(Reach::Nothing, ApprovalPolicy::Never, true);
+        assert!(nothing.starts_with("Environment: date: "), "{nothing}");
+        assert!(nothing.contains(std::env::consts::OS), "{nothing}");
+        assert!(!nothing.contains('\n'), "{nothing}");
+        let approved = env.render_for(Reach::Approved, ApprovalPolicy::Never, true);
+        assert!(approved.contains("approval: never"), "{approved}");
+        assert!(approved.contains("headless"), "{approved}");
+        for block in [&nothing, &approved] {
+            for absent in ["git:", "sandbox:", "commands run with"] {
+                assert!(!block.contains(absent), "{absent} in {block}");
+            }
+        }
     }
 }

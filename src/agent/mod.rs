@@ -230,20 +230,45 @@ impl Shared {
         }
     }
 
+    /// What `expert`'s tools reach: the workspace (any built-in tool), else what may need
+    /// approval (MCP tools), else nothing (`handoff` alone).
+    fn reach(&self, expert: Expert) -> environment::Reach {
+        let tools = self.tool_specs(expert);
+        let names = || {
+            tools
+                .iter()
+                .map(|t| t.name.as_str())
+                .filter(|n| *n != crate::mol::HANDOFF_TOOL)
+        };
+        if names().any(|n| !n.starts_with("mcp__")) {
+            environment::Reach::Workspace
+        } else if names().next().is_some() {
+            environment::Reach::Approved
+        } else {
+            environment::Reach::Nothing
+        }
+    }
+
     /// The system head of `expert`'s answer and summary requests: its system prompt, the
-    /// workspace, with the profile's identity prompt appended in `mol` mode.
+    /// workspace and the environment as far as its tools reach (`environment::Reach`), with
+    /// the profile's identity prompt appended in `mol` mode.
     pub fn head(&self, expert: Expert) -> Vec<ChatMessage> {
         let prompt = self
             .expert_setup(expert)
             .0
             .unwrap_or(&self.cfg.system_prompt);
-        let system = format!(
-            "{}\n\nWorkspace: {}\n{}",
-            prompt.trim_end(),
-            self.cfg.workspace.display(),
+        let reach = self.reach(expert);
+        let environment =
             self.environment
-                .render(*lock(&self.approval), self.cfg.headless)
-        );
+                .render_for(reach, *lock(&self.approval), self.cfg.headless);
+        let system = match reach {
+            environment::Reach::Workspace => format!(
+                "{}\n\nWorkspace: {}\n{environment}",
+                prompt.trim_end(),
+                self.cfg.workspace.display(),
+            ),
+            _ => format!("{}\n\n{environment}", prompt.trim_end()),
+        };
         let head = [ChatMessage::system(system)];
         crate::mol::modes::system_head(self.cfg.mode, &self.cfg.profile, &head)
     }

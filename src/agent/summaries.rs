@@ -61,6 +61,12 @@ pub(crate) async fn wait_all(shared: &Shared) {
 async fn summarize(shared: &Shared, turn_id: u64, task_id: u64, settle: bool) {
     let task = shared.state().timeline.task(task_id).cloned();
     let Some(task) = task else { return };
+    // A short L0 answer is its own summary: recorded as one, with no hop to wait for.
+    if let Some(answer) = crate::mol::answer_as_summary(&task) {
+        let answer = answer.to_string();
+        record(shared, &task, answer, 0, 0).await;
+        return;
+    }
     let expert = Some(task.owner);
     shared.events.emit(Event::HopStarted {
         turn_id,
@@ -100,7 +106,25 @@ async fn summarize(shared: &Shared, turn_id: u64, task_id: u64, settle: bool) {
         None,
         outcome.usage,
     );
-    let text = outcome.text;
+    record(
+        shared,
+        &task,
+        outcome.text,
+        latency_ms,
+        outcome.usage.completion_tokens,
+    )
+    .await;
+}
+
+/// Saves `text` as the summary of `task`, says so, and runs the `ExpertSummary` hooks.
+async fn record(
+    shared: &Shared,
+    task: &crate::mol::Task,
+    text: String,
+    latency_ms: u64,
+    tokens: u64,
+) {
+    let task_id = task.id;
     shared.commit(Record::Summary {
         task_id,
         expert: task.owner,
@@ -110,7 +134,7 @@ async fn summarize(shared: &Shared, turn_id: u64, task_id: u64, settle: bool) {
         expert: task.owner,
         task_id,
         latency_ms,
-        tokens: outcome.usage.completion_tokens,
+        tokens,
         empty: text.trim().is_empty(),
     });
     super::hooks::fire(

@@ -1070,6 +1070,19 @@ async fn each_expert_gets_its_own_prompt_and_tool_set() {
             .content
             .starts_with("You are baton's conversation expert")
     );
+    // L0 runs nothing on the machine: the date and OS, no workspace, git, sandbox or approval.
+    let l0_system = &l0.messages[0].content;
+    assert!(l0_system.contains("Environment: date: "), "{l0_system}");
+    for absent in ["Workspace:", "git:", "sandbox:", "approval:"] {
+        assert!(!l0_system.contains(absent), "{absent} in {l0_system}");
+    }
+    let l2_system = &l2.messages[0].content;
+    for present in ["Workspace:", "- date: ", "git:", "sandbox:", "approval:"] {
+        assert!(
+            l2_system.contains(present),
+            "{present} missing from {l2_system}"
+        );
+    }
     assert!(tool_names(l2).len() >= 10, "{:?}", tool_names(l2));
     assert!(!tool_names(l2).contains(&"handoff".to_string()));
     assert!(
@@ -1152,4 +1165,65 @@ fn l0s_default_tools_name_the_handoff_and_every_mcp_tool() {
         crate::protocol::L0_DEFAULT_TOOLS,
         [crate::mol::HANDOFF_TOOL, MCP_TOOLS]
     );
+}
+
+/// Stands for a tool an MCP server offers (the registry names those `mcp__server__tool`).
+struct McpClock;
+
+impl crate::tool::Tool for McpClock {
+    fn name(&self) -> &'static str {
+        "mcp__clock__now"
+    }
+    fn spec(&self) -> crate::protocol::ToolSpec {
+        crate::protocol::ToolSpec {
+            name: "mcp__clock__now".into(),
+            description: "the time".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }
+    }
+    fn approval(
+        &self,
+        _args: &serde_json::Value,
+        _ctx: &crate::tool::ToolContext,
+    ) -> crate::tool::ApprovalNeed {
+        crate::tool::ApprovalNeed::None
+    }
+    fn title(&self, _args: &serde_json::Value) -> String {
+        "now".into()
+    }
+    fn run<'a>(
+        &'a self,
+        _args: serde_json::Value,
+        _ctx: &'a crate::tool::ToolContext,
+    ) -> BoxFuture<'a, crate::tool::ToolResult> {
+        Box::pin(async move { crate::tool::ToolResult::ok("12:00") })
+    }
+}
+
+/// What an expert is told of the environment follows its tools: L0 with an MCP tool is told
+/// the approval policy (such calls may need approval), still no workspace, git or sandbox;
+/// L2 gets the whole block.
+#[tokio::test]
+async fn l0_with_an_mcp_tool_is_told_the_approval_policy_but_not_the_workspace() {
+    let mut tools = crate::tool::registry::standard_tools();
+    tools.register(Arc::new(McpClock));
+    let backend = FakeBackend {
+        labels: Mutex::new(Vec::new().into()),
+        release: Arc::new(Notify::new()),
+        hang_answers: false,
+        answers: Mutex::new(Vec::new().into()),
+        seen: Mutex::new(Vec::new()),
+        report_usage: false,
+        free_summaries: false,
+    };
+    let (_h, shared) = launch(backend, tools, None);
+    let l0 = shared.head(Expert::L0)[0].content.clone();
+    assert!(l0.contains("- approval: "), "{l0}");
+    for absent in ["Workspace:", "git:", "sandbox:", "commands run with"] {
+        assert!(!l0.contains(absent), "{absent} in {l0}");
+    }
+    let l2 = shared.head(Expert::L2)[0].content.clone();
+    for present in ["Workspace:", "git:", "sandbox:", "- approval: "] {
+        assert!(l2.contains(present), "{present} missing from {l2}");
+    }
 }

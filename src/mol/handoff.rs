@@ -22,15 +22,15 @@ pub const HANDOFF_DEFAULT: Expert = Expert::L2;
 pub fn handoff_spec() -> ToolSpec {
     ToolSpec {
         name: HANDOFF_TOOL.into(),
-        description: "Pass this request to the expert that has the tools it needs; it \
-                      continues the turn at once and you stop here."
+        description: "Hand this request to an expert with the tools it needs; it answers \
+                      in your place."
             .into(),
         parameters: json!({
             "type": "object",
             "properties": {
                 "expert": {"type": "string", "enum": ["L1", "L2", "L3"],
-                           "description": "L2 software/terminal, L1 long tool-using tasks, L3 generative UI"},
-                "reason": {"type": "string", "description": "One line: what the request needs."}
+                           "description": "L2 code/terminal, L1 long tool-using tasks, L3 generative UI"},
+                "reason": {"type": "string", "description": "What it needs, in one line"}
             },
             "required": ["expert"],
             "additionalProperties": false
@@ -93,9 +93,9 @@ mod tests {
 
     #[test]
     fn the_schema_is_small() {
-        // L0 pays for it on every answer: keep it well under 200 tokens.
+        // L0 pays for it on every answer: keep it near 100 tokens.
         let spec = handoff_spec();
         let chars = spec.description.len() + spec.parameters.to_string().len();
-        assert!(chars < 600, "{chars}");
+        assert!(chars < 400, "{chars}");
     }
 }

@@ -14,7 +14,8 @@
 //! - [`with_identity`]: the system head with the identity prompt.
 //! - [`answer_hop_request`]: a turn's answer request for the mode (adapter and view, or model
 //!   name and full history); [`answer_request`] the options and the reasoning mapping.
-//! - [`summarize`] / [`summary_request`]: the summary hop, never fails (empty on error).
+//! - [`summarize`] / [`summary_request`]: the summary hop, never fails (empty on error);
+//!   [`answer_as_summary`]: the short L0 answer that is its own summary (no hop).
 //! - [`SessionState`]: what a session's records rebuild; `apply` is the one fold, used live
 //!   (`commit`) and on resume ([`resume_session`]).
 //! - [`Conversations`]: the loop as a server runs it (`baton serve`, behind
@@ -68,8 +69,8 @@ pub use route::{
 pub use speculate::{Resolved, Speculation, speculative_expert, view_is_ready};
 pub use state::{SessionState, restore, resume_session};
 pub use summary::{
-    SUMMARY_MAX_TOKENS, SummaryOutcome, summarize, summary_request, summary_request_extending,
-    summary_request_for, summary_text,
+    ANSWER_AS_SUMMARY_CHARS, SUMMARY_MAX_TOKENS, SummaryOutcome, answer_as_summary, summarize,
+    summary_request, summary_request_extending, summary_request_for, summary_text,
 };
 pub use timeline::{
     Compaction, SummaryState, Task, Timeline, handover_message, summary_message, with_identity,

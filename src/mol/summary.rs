@@ -15,6 +15,33 @@ pub const SUMMARY_MAX_TOKENS: u32 = 192;
 /// When the content is empty, this much of the reasoning stands in for the summary.
 const REASONING_FALLBACK_CHARS: usize = 160;
 
+/// The longest answer that is its own summary: what a summary hop may write (192 tokens) at 3
+/// characters a token, a low ratio, so the answer is never longer than the summary could be.
+pub const ANSWER_AS_SUMMARY_CHARS: usize = 3 * SUMMARY_MAX_TOKENS as usize;
+
+/// The summary of a closed task that needs no summary hop: an L0 (chat) task that is one
+/// answer — no tool call, no compaction, no hook's continuation — of at most
+/// [`ANSWER_AS_SUMMARY_CHARS`] characters. That answer is recorded as the task's summary, so
+/// the next expert reads it exactly where it would have read the summary (`handover_message`),
+/// and the hop, which for an L0 question cost more prompt tokens than the route and answer
+/// hops (670 of 1,817, `cargo test --bench mol_tokens`), is not sent. Only L0: its tasks are
+/// short answers by design, and the reference harness's Chat path never summarizes L0 at all,
+/// so its adapters are used to reading L0's own words; tasks of the other experts keep the
+/// profile's summary hop.
+pub fn answer_as_summary(task: &Task) -> Option<&str> {
+    if task.owner != crate::protocol::Expert::L0 || !task.closed || task.compaction.is_some() {
+        return None;
+    }
+    let [answer] = task.messages.as_slice() else {
+        return None;
+    };
+    if answer.role != crate::protocol::Role::Assistant || !answer.tool_calls.is_empty() {
+        return None;
+    }
+    let text = answer.content.trim();
+    (!text.is_empty() && text.chars().count() <= ANSWER_AS_SUMMARY_CHARS).then_some(text)
+}
+
 /// The summary request: the owner's adapter, `head` (system messages with identity), the task's
 /// user text and own messages, then the profile's summary prompt as the last user message.
 /// Greedy, not streamed, 192 tokens, thinking off, no tools.
@@ -169,6 +196,65 @@ mod tests {
         assert_eq!(req.tool_choice.as_deref(), Some("none"));
         assert_eq!((req.hop, req.max_tokens), (Hop::Summary, Some(192)));
         assert!(!req.stream);
+    }
+
+    #[test]
+    fn a_short_l0_answer_is_its_own_summary_and_nothing_else_is() {
+        let closed = |owner: Expert, messages: Vec<ChatMessage>| {
+            let mut t = Timeline::new();
+            t.open(owner, "question");
+            for m in messages {
+                t.push(m);
+            }
+            t.close(true);
+            t.tasks[0].clone()
+        };
+        let short = ChatMessage::assistant(" Week 1 holds the first Thursday. ");
+        assert_eq!(
+            answer_as_summary(&closed(Expert::L0, vec![short.clone()])),
+            Some("Week 1 holds the first Thursday.")
+        );
+        // Another expert's task keeps its summary hop.
+        assert_eq!(
+            answer_as_summary(&closed(Expert::L2, vec![short.clone()])),
+            None
+        );
+        // Longer than a summary may be: summarized.
+        let long = ChatMessage::assistant("x".repeat(ANSWER_AS_SUMMARY_CHARS + 1));
+        assert_eq!(answer_as_summary(&closed(Expert::L0, vec![long])), None);
+        let fits = ChatMessage::assistant("x".repeat(ANSWER_AS_SUMMARY_CHARS));
+        assert!(answer_as_summary(&closed(Expert::L0, vec![fits])).is_some());
+        // A task with more than its answer (a tool round, a hook's continuation): summarized.
+        let call = ChatMessage {
+            tool_calls: vec![crate::protocol::ToolCall {
+                id: "c1".into(),
+                name: "mcp__time__now".into(),
+                arguments: "{}".into(),
+            }],
+            ..ChatMessage::assistant("")
+        };
+        let result = ChatMessage::tool_result("c1", "12:00");
+        assert_eq!(
+            answer_as_summary(&closed(Expert::L0, vec![call, result, short.clone()])),
+            None
+        );
+        let hook = ChatMessage::user("A Stop hook asks for more.");
+        assert_eq!(
+            answer_as_summary(&closed(
+                Expert::L0,
+                vec![short.clone(), hook, short.clone()]
+            )),
+            None
+        );
+        // Empty, or still open: nothing.
+        assert_eq!(
+            answer_as_summary(&closed(Expert::L0, vec![ChatMessage::assistant("  ")])),
+            None
+        );
+        let mut open = Timeline::new();
+        open.open(Expert::L0, "question");
+        open.push(short);
+        assert_eq!(answer_as_summary(&open.tasks[0]), None);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What a turn works on: a conversation's timeline and pending tool calls, and its summaries.
 
-use futures_util::future::{BoxFuture, Shared};
+use futures_util::future::{BoxFuture, FutureExt, Shared};
 use serde::{Deserialize, Serialize};
 
 use crate::mol::timeline::Timeline;
@@ -55,6 +55,16 @@ impl Core {
 pub(super) struct PendingSummary {
     pub(super) task_id: u64,
     pub(super) text: Shared<BoxFuture<'static, String>>,
+}
+
+impl PendingSummary {
+    /// A summary known without a hop (`answer_as_summary`).
+    pub(super) fn ready(task_id: u64, text: String) -> PendingSummary {
+        PendingSummary {
+            task_id,
+            text: futures_util::future::ready(text).boxed().shared(),
+        }
+    }
 }
 
 #[derive(Default, Clone)]

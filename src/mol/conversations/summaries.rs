@@ -41,10 +41,16 @@ impl Conversations {
                 continue;
             }
             if let Some(task) = state.core.timeline.task(id) {
-                let head = self.view_head(head, &state.core.context);
-                // The tools the answer hops offered are not kept across a restart.
-                let request = self.summary_request(&state.core.timeline, task, &head, Vec::new());
-                let pending = self.spawn_summary(id, request);
+                let pending = match crate::mol::answer_as_summary(task) {
+                    Some(answer) => PendingSummary::ready(id, answer.to_string()),
+                    None => {
+                        let head = self.view_head(head, &state.core.context);
+                        // The tools the answer hops offered are not kept across a restart.
+                        let request =
+                            self.summary_request(&state.core.timeline, task, &head, Vec::new());
+                        self.spawn_summary(id, request)
+                    }
+                };
                 state.summaries.push(pending);
                 started = true;
             }

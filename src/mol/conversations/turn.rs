@@ -10,7 +10,7 @@ use tokio::sync::{OwnedMutexGuard, mpsc, oneshot};
 use super::Conversations;
 use super::outcome::{finish_of, upstream_error};
 use super::request::{Split, Tail, digest, split};
-use super::state::{Core, PendingTools, State};
+use super::state::{Core, PendingSummary, PendingTools, State};
 use super::store::Conversation;
 use crate::backend::{BackendError, ChatCompletion, ChatDelta, ChatRequest, ChatStream};
 use crate::mol::answer::{AnswerInput, AnswerOptions, answer_hop_request};
@@ -106,10 +106,20 @@ impl Conversations {
         );
         self.remember_history(&conversation, old_digest.as_deref(), &new_digest);
         if let Some(task) = closed_task {
-            let head = self.view_head(&split.head, &state.core.context);
-            let request =
-                self.summary_request(&state.core.timeline, &task, &head, input.tools.clone());
-            let pending = self.spawn_summary(task.id, request);
+            let pending = match crate::mol::answer_as_summary(&task) {
+                // A short L0 answer is its own summary: no hop (as the agent does).
+                Some(answer) => PendingSummary::ready(task.id, answer.to_string()),
+                None => {
+                    let head = self.view_head(&split.head, &state.core.context);
+                    let request = self.summary_request(
+                        &state.core.timeline,
+                        &task,
+                        &head,
+                        input.tools.clone(),
+                    );
+                    self.spawn_summary(task.id, request)
+                }
+            };
             state.summaries.push(pending);
         }
         let snapshot = reserved.map(|(c, mut guard)| {
