@@ -541,6 +541,41 @@ fn approval_modal_for_an_edit() {
 }
 
 #[test]
+fn a_short_l0_answer_saved_as_its_summary_shows_no_summary_time() {
+    // No summary hop ran: "summary 0 ms" would say one did.
+    let mut app = app();
+    app.handle_event(Event::TurnStarted {
+        turn_id: 1,
+        text: "hello".into(),
+    });
+    finish_turn(&mut app);
+    app.handle_event(Event::SummaryRecorded {
+        expert: Expert::L0,
+        task_id: 1,
+        latency_ms: 0,
+        tokens: 0,
+        empty: false,
+    });
+    let shown = |app: &App| -> String {
+        status_line(&app.status, &app.opts.experts, &app.theme, app.now, 120)
+            .spans
+            .iter()
+            .map(|s| s.content.to_string())
+            .collect()
+    };
+    assert!(!shown(&app).contains("summary"), "{}", shown(&app));
+    // A real hop's summary is shown.
+    app.handle_event(Event::SummaryRecorded {
+        expert: Expert::L2,
+        task_id: 2,
+        latency_ms: 310,
+        tokens: 30,
+        empty: false,
+    });
+    assert!(shown(&app).contains("summary"), "{}", shown(&app));
+}
+
+#[test]
 fn status_line_during_each_mol_phase() {
     let mut app = app();
     let line = |app: &App, width: usize| -> String {

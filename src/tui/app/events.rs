@@ -74,7 +74,9 @@ impl App {
             Event::ApprovalRequested { call_id, request } => {
                 self.on_approval_requested(call_id, request)
             }
-            Event::SummaryRecorded { latency_ms, .. } => self.on_summary_recorded(latency_ms),
+            Event::SummaryRecorded {
+                latency_ms, tokens, ..
+            } => self.on_summary_recorded(latency_ms, tokens),
             Event::SessionUsage { usage } => self.status.usage = usage,
             Event::Usage {
                 context_used,
@@ -239,8 +241,11 @@ impl App {
         }
     }
 
-    fn on_summary_recorded(&mut self, latency_ms: u64) {
-        self.status.hops.summary_ms = Some(latency_ms);
+    fn on_summary_recorded(&mut self, latency_ms: u64, tokens: u64) {
+        // A short L0 answer that is its own summary took no hop: no summary time to show.
+        if latency_ms > 0 || tokens > 0 {
+            self.status.hops.summary_ms = Some(latency_ms);
+        }
         if !self.status.working && matches!(self.status.phase, Phase::Summarizing) {
             self.status.phase = Phase::Idle;
         }
