@@ -75,27 +75,37 @@ pub fn build_ruleset(policy: &SandboxPolicy) -> Result<OwnedFd, SandboxError> {
     })
 }
 
-/// Confines the writes of the calling thread (and only it) to beneath `roots` with Landlock,
-/// setting no_new_privs for that thread as Landlock requires. For work baton does in its own
-/// process on paths a command could have laid out — a commit writing into `.git`, whose logs,
-/// refs and objects commands may fill with symlinks — so the kernel, not a check made before,
-/// keeps the writes inside. Run the work on a thread of its own that ends with it. Ok(false)
-/// when the kernel has no Landlock (commands are then refused anyway, so none could have
-/// laid anything out, unless the sandbox is off).
-pub fn confine_thread_writes(roots: &[PathBuf]) -> Result<bool, SandboxError> {
+/// Confines what the calling thread (and only it) reads and writes with Landlock: reads to
+/// beneath `read` and `write` (a file there, or a folder), writes to beneath `write`, setting
+/// no_new_privs for that thread as Landlock requires. For work baton does in its own process
+/// on paths a command or a cloned repository could have laid out — the `git` tool reading a
+/// repository whose objects, refs or work tree may be links to anywhere, a commit writing into
+/// `.git`, whose logs, refs and objects commands may fill with symlinks — so the kernel, not a
+/// check made before, keeps it inside. Run the work on a thread of its own that ends with it.
+/// Ok(false) when the kernel has no Landlock (commands are then refused anyway, so none could
+/// have laid anything out, unless the sandbox is off).
+pub fn confine_thread(read: &[PathBuf], write: &[PathBuf]) -> Result<bool, SandboxError> {
     if kernel_abi() < 1 {
         return Ok(false);
     }
     let err = |e: landlock::RulesetError| SandboxError::Setup(format!("landlock ruleset: {e}"));
-    let write = AccessFs::from_write(TARGET_ABI);
-    let roots: Vec<PathBuf> = roots.iter().filter_map(|r| r.canonicalize().ok()).collect();
+    let write_access = AccessFs::from_write(TARGET_ABI);
+    let read_access = AccessFs::ReadFile | AccessFs::ReadDir;
+    let existing = |paths: &[PathBuf]| -> Vec<PathBuf> {
+        paths.iter().filter_map(|r| r.canonicalize().ok()).collect()
+    };
     let status = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(write)
+        .handle_access(write_access | read_access)
         .map_err(err)?
         .create()
         .map_err(err)?
-        .add_rules(path_beneath_rules(&roots, write))
+        .add_rules(path_beneath_rules(existing(read), read_access))
+        .map_err(err)?
+        .add_rules(path_beneath_rules(
+            existing(write),
+            write_access | read_access,
+        ))
         .map_err(err)?
         .restrict_self()
         .map_err(err)?;

@@ -37,7 +37,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 pub use env::EnvPolicy;
-pub use fs_rules::confine_thread_writes;
+pub use fs_rules::confine_thread;
 pub use launch::{PreparedSandbox, Session, StartGate};
 pub use policy::{Backend, SandboxPolicy};
 pub use watched::{GitWatch, watched_command};

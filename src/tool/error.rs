@@ -122,6 +122,12 @@ pub enum ToolError {
     /// A repository named by the `git` tool's `repo` keeps its git data outside the workspace.
     #[error("{path}: the repository's git data ({gitdir}) is outside the workspace")]
     RepositoryOutsideWorkspace { path: String, gitdir: String },
+    /// The repository's work tree (its folder, or where `core.worktree` points) lies outside
+    /// the workspace.
+    #[error(
+        "{path}: the repository's work tree ({worktree}) is outside the workspace; the git tool works on repositories inside it (git in the shell runs sandboxed)"
+    )]
+    WorkTreeOutsideWorkspace { path: String, worktree: String },
     /// The repository has no working tree.
     #[error("{path}: the repository is bare (no working tree)")]
     BareRepository { path: String },

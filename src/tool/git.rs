@@ -167,32 +167,24 @@ fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError>
             }
         }
     }
-    let workdir = repo
-        .workdir()
-        .and_then(|w| std::fs::canonicalize(w).ok())
-        .ok_or_else(|| ToolError::BareRepository { path: shown() })?;
+    let workdir = work_tree_inside(&repo, &ctx.workspace, &shown())?;
     let pathspecs = args
         .paths
         .iter()
         .map(|p| repo_path(ctx, &workdir, p))
         .collect::<Result<Vec<_>, _>>()?;
-    let out = match args.action {
-        Action::Status => status(&repo),
-        Action::Diff => diff(&repo, args.staged, args.rev.as_deref(), &pathspecs),
+    let out = confined(&repo, &workdir, |repo| match args.action {
+        Action::Status => status(repo),
+        Action::Diff => diff(repo, args.staged, args.rev.as_deref(), &pathspecs),
         Action::Log => log(
-            &repo,
+            repo,
             args.rev.as_deref(),
             &pathspecs,
             args.max_count.unwrap_or(LOG_DEFAULT).clamp(1, LOG_MAX),
         ),
-        Action::Show => show(&repo, args.rev.as_deref().unwrap_or("HEAD")),
-        Action::Commit => commit_confined(
-            &repo,
-            &workdir,
-            &pathspecs,
-            args.message.as_deref().unwrap_or(""),
-        ),
-    }
+        Action::Show => show(repo, args.rev.as_deref().unwrap_or("HEAD")),
+        Action::Commit => commit(repo, &pathspecs, args.message.as_deref().unwrap_or("")),
+    })
     .map_err(|e| match e {
         GitFailure::Git(source) => ToolError::Git {
             action: action_name(&args.action),
@@ -504,36 +496,92 @@ fn under(path: &Path, spec: &str) -> bool {
     spec.is_empty() || path.starts_with(spec)
 }
 
-/// [`commit`] on a thread of its own whose writes Landlock keeps inside the work tree and the
-/// repository's gitdirs. The commit runs in baton's process, outside the sandbox, and commands
-/// may leave symlinks in `.git` (its logs, refs and objects stay writable to them): libgit2
-/// appends to `logs/HEAD` and creates loose objects through them, which would put a line of
-/// the model's choosing into any file of the user's (a shell's rc file) and files in any
-/// folder.
-fn commit_confined(
+/// The repository's work tree, which the tool reads (status, diffs): one in the workspace, or
+/// the repository the workspace is a folder of, laid out as git lays it out (the work tree
+/// holds its `.git`). A `core.worktree` that a cloned repository or a command set would
+/// otherwise show the model any folder of the user's (`~/.ssh`).
+fn work_tree_inside(
+    repo: &Repository,
+    workspace: &Path,
+    shown: &str,
+) -> Result<PathBuf, ToolError> {
+    let workdir = repo
+        .workdir()
+        .and_then(|w| std::fs::canonicalize(w).ok())
+        .ok_or_else(|| ToolError::BareRepository {
+            path: shown.to_string(),
+        })?;
+    let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    let holds_its_gitdir =
+        || std::fs::canonicalize(repo.path()).is_ok_and(|g| g == workdir.join(".git"));
+    if !workdir.starts_with(&workspace) && !(workspace.starts_with(&workdir) && holds_its_gitdir())
+    {
+        return Err(ToolError::WorkTreeOutsideWorkspace {
+            path: shown.to_string(),
+            worktree: workdir.display().to_string(),
+        });
+    }
+    Ok(workdir)
+}
+
+/// Runs `work` on the repository, opened afresh on a thread of its own whose reads and writes
+/// Landlock keeps inside the work tree and the repository's gitdirs (and reads of git's own
+/// settings). The tool runs in baton's process, outside the sandbox, and a repository is laid
+/// out by whoever wrote it: objects, alternates and refs may be links to another repository
+/// of the user's, a work-tree file a link that git reads through (`core.symlinks = false`),
+/// and libgit2 appends to `logs/HEAD` and creates loose objects through links in `.git`,
+/// which would put a line of the model's choosing into any file of the user's.
+fn confined<T: Send>(
     repo: &Repository,
     workdir: &Path,
-    pathspecs: &[String],
-    message: &str,
-) -> Result<String, GitFailure> {
+    work: impl FnOnce(&Repository) -> Result<T, GitFailure> + Send,
+) -> Result<T, GitFailure> {
     let gitdir = repo.path().to_path_buf();
     let roots = vec![
         workdir.to_path_buf(),
         gitdir.clone(),
         repo.commondir().to_path_buf(),
     ];
+    let settings = git_settings_files();
     std::thread::scope(|scope| {
-        let work = scope.spawn(|| {
-            crate::sandbox::confine_thread_writes(&roots)
+        let thread = scope.spawn(|| {
+            crate::sandbox::confine_thread(&settings, &roots)
                 .map_err(|e| GitFailure::Tool(ToolError::Sandbox(e)))?;
             let repo = Repository::open(&gitdir)?;
-            commit(&repo, pathspecs, message)
+            work(&repo)
         });
-        work.join()
+        thread
+            .join()
             .unwrap_or(Err(GitFailure::Tool(ToolError::Internal {
-                what: "the commit thread panicked",
+                what: "the git thread panicked",
             })))
     })
+}
+
+/// The user's and the system's git settings, and the ignore and attributes files they name:
+/// what libgit2 reads besides the repository.
+fn git_settings_files() -> Vec<PathBuf> {
+    let mut files = vec![
+        PathBuf::from("/etc/gitconfig"),
+        PathBuf::from("/etc/gitattributes"),
+    ];
+    if let Some(home) = dirs::home_dir() {
+        files.push(home.join(".gitconfig"));
+        files.push(home.join(".config/git"));
+    }
+    if let Some(xdg) = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from)
+        && xdg.is_absolute()
+    {
+        files.push(xdg.join("git"));
+    }
+    if let Ok(config) = git2::Config::open_default() {
+        for key in ["core.excludesfile", "core.attributesfile"] {
+            if let Ok(p) = config.get_path(key) {
+                files.push(p);
+            }
+        }
+    }
+    files
 }
 
 fn commit(repo: &Repository, pathspecs: &[String], message: &str) -> Result<String, GitFailure> {
@@ -618,15 +666,23 @@ pub fn workspace_diff(workspace: &Path) -> Result<(Vec<ChangedFile>, String), To
     let shown = || workspace.display().to_string();
     let repo =
         Repository::discover(workspace).map_err(|_| ToolError::NotARepository { path: shown() })?;
-    if repo.is_bare() {
-        return Err(ToolError::BareRepository { path: shown() });
-    }
+    let workdir = work_tree_inside(&repo, workspace, &shown())?;
+    confined(&repo, &workdir, |repo| Ok(diff_of_workspace(repo))).map_err(|e| match e {
+        GitFailure::Git(source) => ToolError::Git {
+            action: "diff",
+            source,
+        },
+        GitFailure::Tool(e) => e,
+    })?
+}
+
+fn diff_of_workspace(repo: &Repository) -> Result<(Vec<ChangedFile>, String), ToolError> {
     let failed = |source: git2::Error| ToolError::Git {
         action: "diff",
         source,
     };
     let mut tracked = repo
-        .diff_tree_to_workdir_with_index(head_tree(&repo).as_ref(), None)
+        .diff_tree_to_workdir_with_index(head_tree(repo).as_ref(), None)
         .map_err(failed)?;
     tracked
         .find_similar(Some(DiffFindOptions::new().renames(true)))

@@ -1474,3 +1474,118 @@ async fn exec_lines_planted_in_a_rebase_in_progress_do_not_run_when_the_user_con
     assert!(r.ws.join(".git/rebase-merge/git-rebase-todo").exists());
     r.git(&r.ws, &["rebase", "--continue"]);
 }
+
+impl Repo {
+    /// The model's `git` tool on this workspace.
+    async fn git_tool(&self, args: serde_json::Value) -> ToolResult {
+        let (events, _rx) = EventSink::channel();
+        let ctx = ToolContext {
+            workspace: self.ws.clone(),
+            call_id: "call-git".into(),
+            events,
+            cancel: CancellationToken::new(),
+            state: Arc::new(ToolState::default()),
+        };
+        baton::tool::registry::standard_tools()
+            .get("git")
+            .expect("the git tool")
+            .run(args, &ctx)
+            .await
+    }
+
+    /// A secret outside the workspace, where the sandbox would never show it.
+    fn secret(&self) -> PathBuf {
+        let dir = self.base.join("outside/secrets");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(dir.join("id_rsa"), "FAKE-PRIVATE-KEY\n").expect("secret");
+        dir
+    }
+}
+
+#[tokio::test]
+async fn the_git_tool_never_reads_a_work_tree_outside_the_workspace() {
+    // A cloned repository holds a folder laid out as a git repository whose config points
+    // its work tree at a folder of the user's: the git tool, in baton's own process, listed
+    // and printed it (red team: `git diff repo=b` printed ~/.ssh/id_rsa, no approval asked).
+    let r = repo();
+    let secrets = r.secret();
+    let b = r.ws.join("b");
+    for d in ["objects/info", "refs/heads"] {
+        std::fs::create_dir_all(b.join(d)).expect("mkdir");
+    }
+    std::fs::write(b.join("HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+    std::fs::write(
+        b.join("config"),
+        format!(
+            "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = {}\n",
+            secrets.display()
+        ),
+    )
+    .expect("config");
+    for action in ["diff", "status"] {
+        let res = r.git_tool(json!({"action": action, "repo": "b"})).await;
+        assert!(!res.content.contains("FAKE-PRIVATE-KEY"), "{}", res.content);
+        assert!(!res.content.contains("id_rsa"), "{}", res.content);
+        assert!(
+            res.content.contains("outside the workspace"),
+            "{}",
+            res.content
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_git_tool_does_not_read_through_links_a_repository_holds() {
+    // A nested repository with `core.symlinks = false` makes git read a work-tree link as a
+    // file: its target's content; alternates and a linked ref make `git show` read another
+    // repository of the user's (a password store). The tool runs outside the sandbox.
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let secrets = r.secret();
+    let r2 = r.ws.join("r2");
+    std::fs::create_dir_all(&r2).expect("mkdir");
+    r.git(&r2, &["init", "-q", "-b", "main"]);
+    r.git(&r2, &["config", "core.symlinks", "false"]);
+    std::os::unix::fs::symlink(secrets.join("id_rsa"), r2.join("k")).expect("link");
+    for args in [
+        json!({"action": "diff", "repo": "r2"}),
+        json!({"action": "status", "repo": "r2"}),
+    ] {
+        let res = r.git_tool(args).await;
+        assert!(!res.content.contains("FAKE-PRIVATE-KEY"), "{}", res.content);
+    }
+
+    // Another repository of the user's, outside the workspace, with a secret committed.
+    let store = r.base.join("outside/store");
+    std::fs::create_dir_all(&store).expect("mkdir");
+    r.git(&store, &["init", "-q", "-b", "main"]);
+    std::fs::write(store.join("email.gpg"), "STORE-SECRET\n").expect("secret");
+    r.git(&store, &["add", "email.gpg"]);
+    r.git(&store, &["commit", "-q", "-m", "store"]);
+    std::fs::write(
+        r.ws.join(".git/objects/info/alternates"),
+        format!("{}\n", store.join(".git/objects").display()),
+    )
+    .expect("alternates");
+    std::os::unix::fs::symlink(
+        store.join(".git/refs/heads/main"),
+        r.ws.join(".git/refs/heads/steal"),
+    )
+    .expect("ref link");
+    for args in [
+        json!({"action": "show", "rev": "steal:email.gpg"}),
+        json!({"action": "log", "rev": "steal"}),
+    ] {
+        let res = r.git_tool(args).await;
+        assert!(!res.content.contains("STORE-SECRET"), "{}", res.content);
+        assert!(!res.content.contains("store"), "{}", res.content);
+    }
+    // Reading there is denied, so the planted alternates fail the repository as a whole
+    // until they go; the workspace's own history then reads as before.
+    std::fs::remove_file(r.ws.join(".git/objects/info/alternates")).expect("rm");
+    std::fs::remove_file(r.ws.join(".git/refs/heads/steal")).expect("rm");
+    let res = r.git_tool(json!({"action": "log"})).await;
+    assert!(res.content.contains("first"), "{}", res.content);
+}
