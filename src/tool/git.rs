@@ -514,8 +514,9 @@ fn work_tree_inside(
     let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
     let holds_its_gitdir =
         || std::fs::canonicalize(repo.path()).is_ok_and(|g| g == workdir.join(".git"));
-    if !workdir.starts_with(&workspace) && !(workspace.starts_with(&workdir) && holds_its_gitdir())
-    {
+    let inside = workdir.starts_with(&workspace);
+    let holds_the_workspace = workspace.starts_with(&workdir) && holds_its_gitdir();
+    if !inside && !holds_the_workspace {
         return Err(ToolError::WorkTreeOutsideWorkspace {
             path: shown.to_string(),
             worktree: workdir.display().to_string(),
