@@ -343,7 +343,13 @@ fn builtin_tools(config: &Config) -> crate::tool::ToolRegistry {
         backend: config.sandbox_backend,
         max_memory: config.max_memory.map(|m| m << 20),
         env_keep: config.env_keep.clone(),
-        env_drop: config.env_drop.clone(),
+        // The variable holding baton's API key, whatever its name (`--api-key-env`).
+        env_drop: config
+            .env_drop
+            .iter()
+            .cloned()
+            .chain(std::iter::once(config.api_key_env.clone()))
+            .collect(),
         login: config.login_shell,
         no_color: config.no_color,
         ..defaults

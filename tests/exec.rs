@@ -986,6 +986,39 @@ fn the_api_key_is_sent_but_never_printed_or_saved() {
 }
 
 #[test]
+fn the_api_key_never_reaches_a_command_whatever_its_variable_is_named() {
+    // `--api-key-env LLM_ACCESS`: a name the credential patterns do not match, so commands
+    // got baton's key (second red team).
+    let env = Env::new();
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call("c1", "shell", r#"{"command":"env; echo listed"}"#),
+            )
+            .answer("L2", "done"),
+    );
+    let out = env
+        .exec(
+            &engine,
+            "hi",
+            &["--api-key-env", "LLM_ACCESS", "--approval", "full-auto"],
+        )
+        .env("LLM_ACCESS", "sk-named-oddly-123")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let last = engine.requests_for_hop("answer").pop().expect("an answer");
+    assert!(last.mentions("listed"), "{:?}", last.messages());
+    assert!(!last.mentions("sk-named-oddly"), "{:?}", last.messages());
+    assert_eq!(
+        last.header("authorization"),
+        Some("Bearer sk-named-oddly-123")
+    );
+}
+
+#[test]
 fn project_instructions_reach_the_experts() {
     let env = Env::new();
     std::fs::write(env.workspace.join("AGENTS.md"), "Always run cargo fmt.").expect("write");

@@ -505,7 +505,7 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
     }
     let mut secrets: Vec<PathBuf> = Vec::new();
     if let Some(h) = &home {
-        secrets.extend(visibility::HOME_SECRETS.iter().map(|s| h.join(s)));
+        secrets.extend(visibility::home_secrets(h));
     }
     for (var, sub) in [
         ("XDG_CONFIG_HOME", "baton"),

@@ -36,11 +36,20 @@ const SECRET_WORDS: &[&str] = &[
     "PRIVATE",
     "JWT",
     "WEBHOOK",
+    "PASSPHRASE",
+    "CREDS",
 ];
 
 /// Name suffixes and prefixes that mark a credential (`GITHUB_PAT`, `SENTRY_DSN`, `AWS_*`).
-const SECRET_SUFFIXES: &[&str] = &["_PAT", "_DSN", "_PASS", "_PWD"];
-const SECRET_PREFIXES: &[&str] = &["AWS_", "AZURE_", "GOOGLE_APPLICATION_", "VAULT_"];
+const SECRET_SUFFIXES: &[&str] = &["_PAT", "_DSN", "_PASS", "_PWD", "_PEM", "_SESSION"];
+/// `OP_SESSION_*`: 1Password's unlocked session.
+const SECRET_PREFIXES: &[&str] = &[
+    "AWS_",
+    "AZURE_",
+    "GOOGLE_APPLICATION_",
+    "VAULT_",
+    "OP_SESSION_",
+];
 /// Whole names that hold credentials without saying so.
 const SECRET_NAMES: &[&str] = &[
     "DATABASE_URL",
@@ -98,9 +107,15 @@ pub fn looks_secret(name: &str) -> bool {
         || SECRET_NAMES.contains(&upper.as_str())
 }
 
-/// Whether a value is a URL with a password in it (`scheme://user:pass@host`).
+/// Whether a value is a URL with a password in it (`scheme://user:pass@host`, or a
+/// connection string's `password=` as JDBC writes it).
 pub fn carries_password(value: &OsStr) -> bool {
     let v = value.to_string_lossy();
+    let lower = v.to_ascii_lowercase();
+    let connection_string = lower.contains("://") || lower.starts_with("jdbc:");
+    if connection_string && (lower.contains("password=") || lower.contains("pwd=")) {
+        return true;
+    }
     let Some((_, rest)) = v.split_once("://") else {
         return false;
     };
@@ -156,9 +171,19 @@ mod tests {
             "AWS_PROFILE",
             "SENTRY_DSN",
             "MY_PASSWD",
+            // The names the second red team passed through.
+            "BW_SESSION",
+            "OP_SESSION_my_team",
+            "GPG_PASSPHRASE",
+            "DEPLOY_CREDS",
+            "TLS_CLIENT_PEM",
         ] {
             assert!(!passes(name, "x"), "{name} passed");
         }
+        assert!(!passes(
+            "REPORTS_DB",
+            "jdbc:postgresql://db:5432/r?user=app&password=hunter2"
+        ));
         assert!(!passes("UPSTREAM", "https://bob:hunter2@example.com/x"));
         assert!(passes("UPSTREAM", "https://example.com/a@b"));
         assert!(passes("PATH", "/usr/bin"));

@@ -10,6 +10,24 @@ use std::time::{Duration, SystemTime};
 
 use super::bwrap::Bwrap;
 
+/// Credentials one folder down a toolchain's tree (`*` is any one name): npm's global
+/// configuration of every Node version nvm installed, Julia's package-server tokens.
+const HOME_SECRETS_PER_VERSION: &[(&str, &str)] = &[
+    (".nvm/versions/node", "etc/npmrc"),
+    (".julia/servers", "auth.toml"),
+];
+
+/// The credential paths of `home` ([`HOME_SECRETS`], and [`HOME_SECRETS_PER_VERSION`] for
+/// each version present).
+pub(super) fn home_secrets(home: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = HOME_SECRETS.iter().map(|s| home.join(s)).collect();
+    for (parent, inside) in HOME_SECRETS_PER_VERSION {
+        let versions = std::fs::read_dir(home.join(parent)).into_iter().flatten();
+        out.extend(versions.flatten().map(|v| v.path().join(inside)));
+    }
+    out
+}
+
 /// What commands see of the home, read-only, relative to it: toolchains and version managers
 /// (their programs and the package caches an offline build needs) and git's own settings
 /// (the identity a commit needs). Whatever else the home holds (documents, keys, the
@@ -60,7 +78,7 @@ pub const LOGIN_PROFILES: &[&str] = &[".profile", ".bash_profile", ".bash_login"
 /// saved logins, shell and REPL histories (typed tokens and passwords), and baton's own
 /// configuration, sessions and state: hidden wherever they are visible (the home view shows
 /// toolchain folders, whose credential files are among these; `--read` may show more).
-pub(super) const HOME_SECRETS: &[&str] = &[
+const HOME_SECRETS: &[&str] = &[
     ".codex/auth.json",
     ".claude/.credentials.json",
     ".cache/huggingface/token",
@@ -106,6 +124,15 @@ pub(super) const HOME_SECRETS: &[&str] = &[
     ".config/git/credentials",
     ".cargo/credentials",
     ".cargo/credentials.toml",
+    // Registry tokens in the configuration of toolchains the home view shows.
+    ".cargo/config",
+    ".cargo/config.toml",
+    ".npm-global/etc/npmrc",
+    ".rye/credentials",
+    ".local/share/uv/credentials",
+    ".cabal/config",
+    ".gradle/init.gradle",
+    ".gradle/init.d",
     ".npmrc",
     ".yarnrc",
     ".pypirc",

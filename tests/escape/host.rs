@@ -639,6 +639,19 @@ const CREDENTIALS_THE_DENY_LIST_MISSED: &[&str] = &[
     ".var/app/org.mozilla.firefox/.mozilla/firefox/p/cookies.sqlite",
 ];
 
+/// Credentials inside toolchain folders the home view shows (the second red team read them).
+const CREDENTIALS_INSIDE_TOOLCHAINS: &[&str] = &[
+    ".npm-global/etc/npmrc",
+    ".nvm/versions/node/v20.11.0/etc/npmrc",
+    ".rye/credentials",
+    ".local/share/uv/credentials/credentials.toml",
+    ".cabal/config",
+    ".julia/servers/pkg.julialang.org/auth.toml",
+    ".cargo/config.toml",
+    ".cargo/config",
+    ".gradle/init.gradle",
+];
+
 #[test]
 fn the_home_shows_only_toolchains_and_what_the_user_names() {
     // A deny-list of credential files is never complete: the home is an allow-list view.
@@ -649,9 +662,16 @@ fn the_home_shows_only_toolchains_and_what_the_user_names() {
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
         std::fs::write(&path, text).expect("write");
     };
-    for p in CREDENTIALS_THE_DENY_LIST_MISSED {
+    for p in CREDENTIALS_THE_DENY_LIST_MISSED
+        .iter()
+        .chain(CREDENTIALS_INSIDE_TOOLCHAINS)
+    {
         put(p, &format!("s3cret-in {p}\n"));
     }
+    put(
+        ".nvm/versions/node/v20.11.0/bin/node-marker",
+        "toolchain-visible\n",
+    );
     put("notes/plans.txt", "s3cret-in notes\n");
     put(".cargo/bin/cargo-hello", "toolchain-visible\n");
     put(".cargo/credentials.toml", "s3cret-in cargo credentials\n");
@@ -668,6 +688,8 @@ fn the_home_shows_only_toolchains_and_what_the_user_names() {
     let mut cmd = baton_sandbox(&f, &[], script);
     cmd.arg("sh")
         .args(CREDENTIALS_THE_DENY_LIST_MISSED)
+        .args(CREDENTIALS_INSIDE_TOOLCHAINS)
+        .arg(".nvm/versions/node/v20.11.0/bin/node-marker")
         .current_dir(&project);
     let out = cmd.stdin(Stdio::null()).output().expect("run");
     let text = String::from_utf8_lossy(&out.stdout);
