@@ -1,5 +1,6 @@
 //! The audit after a command: what it planted where nothing could be pinned, undone and told.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use super::config;
@@ -19,6 +20,7 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
     }
     let after = collect(policy);
     let host = policy.write_rules().command_roots();
+    let fix = Fixer { roots: &host };
     let mut warnings = Vec::new();
     let mut git = None;
     for (path, now) in &after.files {
@@ -36,7 +38,7 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
         }
         // Looked up once per audit, and only when something changed.
         let git = git.get_or_insert_with(|| audit_git(policy));
-        if let Some(w) = undo_change(path, then, now, git.as_deref()) {
+        if let Some(w) = undo_change(&fix, path, then, now, git.as_deref()) {
             warnings.push(w);
         }
     }
@@ -92,23 +94,24 @@ fn audit_git(policy: &SandboxPolicy) -> Option<PathBuf> {
 /// Undoes the change a command made to the tracked file `path` (`then` before, `now` after),
 /// as its kind calls for; the warning for the user, or `None` when nothing needed undoing.
 fn undo_change(
+    fix: &Fixer,
     path: &Path,
     then: Option<&Tracked>,
     now: &Tracked,
     git: Option<&Path>,
 ) -> Option<String> {
     match now.kind {
-        Kind::GitConfig => undo_config_change(path, then, now, git),
-        Kind::Redirect | Kind::Baton => put_back(path, then, now),
-        Kind::Hook => move_hook_aside(path, then),
-        Kind::Todo => disarm_todo(path, then, now),
+        Kind::GitConfig => undo_config_change(fix, path, then, now, git),
+        Kind::Redirect | Kind::Baton => put_back(fix, path, then, now),
+        Kind::Hook => move_hook_aside(fix, path, then),
+        Kind::Todo => disarm_todo(fix, path, then, now),
     }
 }
 
 /// A todo list with `exec` lines it did not have before the command is renamed aside:
 /// continuing the rebase outside the sandbox would run them with the user's rights. One
 /// without new commands (a rebase the model stopped on a conflict) is left as it is.
-fn disarm_todo(path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<String> {
+fn disarm_todo(fix: &Fixer, path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<String> {
     let before = then
         .and_then(|t| t.content.as_deref())
         .map(exec_lines)
@@ -122,7 +125,7 @@ fn disarm_todo(path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<Str
     let shown = path.display();
     let aside = aside_name(path);
     let line = crate::protocol::terminal_safe_line(&line);
-    Some(if std::fs::rename(path, &aside).is_ok() {
+    Some(if fix.rename(path, &aside).is_ok() {
         format!(
             "baton: a command left {shown}, the todo list of a rebase or cherry-pick in \
              progress, with commands git would run when you continue it, outside the sandbox \
@@ -151,6 +154,7 @@ fn exec_lines(todo: &[u8]) -> Vec<String> {
 /// A git config: the code-running entries it did not hold before are commented out (checked
 /// with `git` when there is one); the file is moved aside when that fails.
 fn undo_config_change(
+    fix: &Fixer,
     path: &Path,
     then: Option<&Tracked>,
     now: &Tracked,
@@ -160,7 +164,7 @@ fn undo_config_change(
     let Some(now_content) = now.content.as_deref() else {
         // Not a regular file baton can read as git would (a link through
         // `/proc/self/cwd`, a FIFO): what git finds there is unknown.
-        return move_unknown_config_aside(path);
+        return move_unknown_config_aside(fix, path);
     };
     let text = String::from_utf8_lossy(now_content).into_owned();
     let old = then
@@ -181,7 +185,7 @@ fn undo_config_change(
     }
     let names: Vec<String> = planted.iter().map(config::Entry::name).collect();
     let fixed = config::disable(&text, &planted);
-    let ok = replace_file(path, fixed.as_bytes()).is_ok()
+    let ok = fix.replace_file(path, fixed.as_bytes()).is_ok()
         && !config::git_sees_new_code(git, path, &kept);
     if ok {
         Some(format!(
@@ -191,7 +195,7 @@ fn undo_config_change(
         ))
     } else {
         let aside = aside_name(path);
-        let moved = std::fs::rename(path, &aside).is_ok();
+        let moved = fix.rename(path, &aside).is_ok();
         Some(format!(
             "baton: a command planted code-running git settings in {shown}; {}",
             if moved {
@@ -205,22 +209,22 @@ fn undo_config_change(
 
 /// A redirect or a `.baton/` file: a changed one is put back, a new one moved aside (a new
 /// `commondir` that redirects nowhere new is left).
-fn put_back(path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<String> {
+fn put_back(fix: &Fixer, path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<String> {
     let shown = path.display();
     let restored = match then {
         Some(Tracked {
             link: Some(target), ..
-        }) => replace_with_symlink(path, target).is_ok(),
+        }) => fix.replace_with_symlink(path, target).is_ok(),
         Some(Tracked {
             content: Some(c), ..
-        }) => replace_file(path, c).is_ok(),
+        }) => fix.replace_file(path, c).is_ok(),
         Some(_) => false,
         None => {
             if now.kind == Kind::Redirect && redirect_is_harmless(path) {
                 return None;
             }
             let aside = aside_name(path);
-            return Some(if std::fs::rename(path, &aside).is_ok() {
+            return Some(if fix.rename(path, &aside).is_ok() {
                 format!(
                     "baton: a command created {shown}, which {}; it was moved to {}",
                     what_it_does(now.kind),
@@ -250,10 +254,10 @@ fn put_back(path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<String
 }
 
 /// A hook, new or changed, is renamed aside so that it never runs.
-fn move_hook_aside(path: &Path, then: Option<&Tracked>) -> Option<String> {
+fn move_hook_aside(fix: &Fixer, path: &Path, then: Option<&Tracked>) -> Option<String> {
     let shown = path.display();
     let aside = aside_name(path);
-    let moved = std::fs::rename(path, &aside).is_ok();
+    let moved = fix.rename(path, &aside).is_ok();
     Some(format!(
         "baton: a command {} the git hook {shown}; {}",
         if then.is_some() { "changed" } else { "created" },
@@ -267,12 +271,12 @@ fn move_hook_aside(path: &Path, then: Option<&Tracked>) -> Option<String> {
 
 /// Moves a git config whose content the audit cannot know out of git's way (None when it is
 /// gone already).
-fn move_unknown_config_aside(path: &Path) -> Option<String> {
+fn move_unknown_config_aside(fix: &Fixer, path: &Path) -> Option<String> {
     std::fs::symlink_metadata(path).ok()?;
     let shown = path.display();
     let what = "something baton cannot read as git does (a link through /proc, a FIFO, a device)";
     let aside = aside_name(path);
-    Some(if std::fs::rename(path, &aside).is_ok() {
+    Some(if fix.rename(path, &aside).is_ok() {
         format!(
             "baton: a command left the git config {shown} as {what}; it was moved to {}",
             aside.display()
@@ -323,32 +327,59 @@ fn aside_name(path: &Path) -> PathBuf {
     aside
 }
 
-/// Writes `bytes` to a new file beside `path` and renames it over `path`: a symlink at `path`
-/// is replaced, never written through.
-fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = aside_name(&path.with_extension("baton-tmp"));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)?;
-    let written = f.write_all(bytes).and_then(|_| f.sync_all());
-    if let Err(e) = written.and_then(|_| std::fs::rename(&tmp, path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    Ok(())
+/// Where the audit changes files: only beneath the folders commands may write (`roots`), and
+/// there only through the folder's descriptor, reached from its root without following a
+/// link. A command still running (a session sent to the background) may swap a folder on the
+/// way for a link to anywhere between the check and the change; by descriptor, the change
+/// lands in the folder that was checked or fails.
+struct Fixer<'a> {
+    roots: &'a [PathBuf],
 }
 
-fn replace_with_symlink(path: &Path, target: &Path) -> std::io::Result<()> {
-    let tmp = aside_name(&path.with_extension("baton-tmp"));
-    std::os::unix::fs::symlink(target, &tmp)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+impl Fixer<'_> {
+    fn folder_of(&self, path: &Path) -> std::io::Result<(crate::untrusted_fs::Dir, OsString)> {
+        let anchors: Vec<&Path> = self.roots.iter().map(PathBuf::as_path).collect();
+        let parent = path.parent().unwrap_or(Path::new("/"));
+        if !crate::untrusted_fs::is_beneath(parent, &anchors) {
+            return Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        }
+        crate::untrusted_fs::locate(path, &anchors)
+    }
+
+    /// Renames `path` to `aside` (a name in the same folder), never over an existing file.
+    fn rename(&self, path: &Path, aside: &Path) -> std::io::Result<()> {
+        let (dir, name) = self.folder_of(path)?;
+        let to = aside
+            .file_name()
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        rustix::fs::renameat_with(
+            dir.fd(),
+            &name,
+            dir.fd(),
+            to,
+            rustix::fs::RenameFlags::NOREPLACE,
+        )
+        .map_err(std::io::Error::from)
+    }
+
+    /// Puts `bytes` at `path` by a new file renamed over it: a link there is replaced, never
+    /// written through.
+    fn replace_file(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let (dir, name) = self.folder_of(path)?;
+        dir.replace(&name, bytes, Some(0o644))
+    }
+
+    fn replace_with_symlink(&self, path: &Path, target: &Path) -> std::io::Result<()> {
+        let (dir, name) = self.folder_of(path)?;
+        let mut temp = name.clone();
+        temp.push(format!(".baton-tmp-{}", std::process::id()));
+        rustix::fs::symlinkat(target, dir.fd(), &temp).map_err(std::io::Error::from)?;
+        rustix::fs::renameat(dir.fd(), &temp, dir.fd(), &name)
+            .map_err(std::io::Error::from)
+            .inspect_err(|_| {
+                let _ = rustix::fs::unlinkat(dir.fd(), &temp, rustix::fs::AtFlags::empty());
+            })
+    }
 }
 
 #[cfg(test)]
@@ -357,6 +388,44 @@ mod tests {
     use crate::sandbox::git_guard::snapshot;
 
     use crate::sandbox::git_guard::ws;
+
+    #[test]
+    fn the_audits_changes_never_go_through_a_folder_swapped_for_a_link() {
+        // A command still running swaps a workspace folder for a link to another repository
+        // of the user's between the audit's check and its change (second red team: the
+        // victim's config was moved aside, once overwritten).
+        let (_d, base) = ws();
+        let ws = base.join("ws");
+        let victim = base.join("victim/.git");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::create_dir_all(&victim).unwrap();
+        std::fs::write(victim.join("config"), "[core]\n\tbare = false\n").unwrap();
+        std::os::unix::fs::symlink(base.join("victim"), ws.join("sub")).unwrap();
+        let roots = vec![ws.clone()];
+        let fix = Fixer { roots: &roots };
+        let through = ws.join("sub/.git/config");
+        assert!(fix.rename(&through, &aside_name(&through)).is_err());
+        assert!(
+            fix.replace_file(&through, b"[core]\n\tfsmonitor = x\n")
+                .is_err()
+        );
+        assert!(fix.replace_with_symlink(&through, Path::new("/x")).is_err());
+        assert_eq!(
+            std::fs::read_to_string(victim.join("config")).unwrap(),
+            "[core]\n\tbare = false\n"
+        );
+        assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 1);
+        // The same changes in a real folder of the workspace are made.
+        let own = ws.join("own/.git");
+        std::fs::create_dir_all(&own).unwrap();
+        std::fs::write(own.join("config"), "x").unwrap();
+        let config = own.join("config");
+        fix.replace_file(&config, b"y").unwrap();
+        assert_eq!(std::fs::read_to_string(&config).unwrap(), "y");
+        let aside = aside_name(&config);
+        fix.rename(&config, &aside).unwrap();
+        assert!(aside.exists() && !config.exists());
+    }
 
     #[test]
     fn the_audit_comments_out_planted_settings_and_keeps_the_rest() {
