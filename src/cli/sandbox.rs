@@ -190,17 +190,11 @@ pub fn run(args: SandboxArgs) -> i32 {
 
 /// The caller's window size (from the first terminal among stdin/stdout/stderr).
 fn window_size() -> WindowSize {
-    for fd in 0..3 {
-        // SAFETY: TIOCGWINSZ writes into a zeroed struct we own.
-        let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-        if unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) } == 0 && ws.ws_row > 0 {
-            return WindowSize {
-                rows: ws.ws_row,
-                cols: ws.ws_col,
-            };
-        }
-    }
-    WindowSize { rows: 24, cols: 80 }
+    use std::os::fd::AsFd;
+    crate::tool::shell::pty::window_size_of(std::io::stdin().as_fd())
+        .or_else(|| crate::tool::shell::pty::window_size_of(std::io::stdout().as_fd()))
+        .or_else(|| crate::tool::shell::pty::window_size_of(std::io::stderr().as_fd()))
+        .unwrap_or(WindowSize { rows: 24, cols: 80 })
 }
 
 /// Restores the caller's terminal mode when dropped.
@@ -344,14 +338,7 @@ fn run_on_pty(
         let now = window_size();
         if now != last {
             last = now;
-            // SAFETY: TIOCSWINSZ with a struct we own on the master we own.
-            let ws = libc::winsize {
-                ws_row: now.rows,
-                ws_col: now.cols,
-                ws_xpixel: 0,
-                ws_ypixel: 0,
-            };
-            unsafe { libc::ioctl(writer.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+            let _ = crate::tool::shell::pty::set_window_size(&writer, now);
         }
     };
     // The command's last output is still in the PTY: the reader ends at EIO once every

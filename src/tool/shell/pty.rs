@@ -5,7 +5,7 @@
 //! (`Session::PtyLeader` in the sandbox launcher).
 
 use std::fs::File;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use nix::fcntl::OFlag;
@@ -54,22 +54,29 @@ impl Pty {
 
     /// Sets the window size (TIOCSWINSZ); the command's foreground group gets SIGWINCH.
     pub fn set_window_size(&self, size: WindowSize) -> Result<(), ToolError> {
-        let ws = libc::winsize {
-            ws_row: size.rows,
-            ws_col: size.cols,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        // SAFETY: TIOCSWINSZ reads one `winsize` from the pointer, which outlives the call.
-        let r = unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
-        if r != 0 {
-            return Err(failed(
-                "setting the PTY window size",
-                std::io::Error::last_os_error(),
-            ));
-        }
-        Ok(())
+        set_window_size(&self.master, size)
+            .map_err(|e| failed("setting the PTY window size", e))
     }
+}
+
+/// Sets the window size of the terminal `fd` (a PTY's master).
+pub fn set_window_size(fd: impl AsFd, size: WindowSize) -> std::io::Result<()> {
+    let ws = rustix::termios::Winsize {
+        ws_row: size.rows,
+        ws_col: size.cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    rustix::termios::tcsetwinsize(fd, ws).map_err(std::io::Error::from)
+}
+
+/// The window size of the terminal `fd`, when it is one and has a size.
+pub fn window_size_of(fd: impl AsFd) -> Option<WindowSize> {
+    let ws = rustix::termios::tcgetwinsize(fd).ok()?;
+    (ws.ws_row > 0).then_some(WindowSize {
+        rows: ws.ws_row,
+        cols: ws.ws_col,
+    })
 }
 
 fn failed(step: &str, source: std::io::Error) -> ToolError {
@@ -85,22 +92,12 @@ mod tests {
     use std::io::{Read, Write};
 
     fn cloexec(f: &File) -> bool {
-        // SAFETY: F_GETFD on an fd we own.
-        let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFD) };
-        flags >= 0 && flags & libc::FD_CLOEXEC != 0
+        rustix::io::fcntl_getfd(f).is_ok_and(|flags| flags.contains(rustix::io::FdFlags::CLOEXEC))
     }
 
     fn window_size(f: &File) -> (u16, u16) {
-        let mut ws = libc::winsize {
-            ws_row: 0,
-            ws_col: 0,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        // SAFETY: TIOCGWINSZ writes one `winsize` into memory we own.
-        let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) };
-        assert_eq!(r, 0, "TIOCGWINSZ");
-        (ws.ws_row, ws.ws_col)
+        let size = window_size_of(f).expect("TIOCGWINSZ");
+        (size.rows, size.cols)
     }
 
     #[test]

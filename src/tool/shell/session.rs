@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -230,8 +231,8 @@ impl ShellSession {
             return;
         }
         lock(&self.state).killing.get_or_insert(why);
-        self.signal_all(libc::SIGTERM);
-        self.signal_all(libc::SIGCONT);
+        self.signal_all(Signal::SIGTERM);
+        self.signal_all(Signal::SIGCONT);
         let until = Instant::now() + self.kill_grace;
         while Instant::now() < until && !self.group_gone() {
             std::thread::sleep(Duration::from_millis(20));
@@ -355,7 +356,7 @@ impl ShellSession {
             },
         });
         drop(st);
-        self.signal_all(libc::SIGKILL);
+        self.signal_all(Signal::SIGKILL);
         self.audit_git();
     }
 
@@ -363,8 +364,7 @@ impl ShellSession {
     /// can write any more, and warns the user about each.
     fn audit_git(&self) {
         let until = Instant::now() + Duration::from_millis(200);
-        // SAFETY: signal 0 only checks for existence.
-        while Instant::now() < until && unsafe { libc::kill(-self.pgid, 0) } == 0 {
+        while Instant::now() < until && self.group_alive() {
             std::thread::sleep(Duration::from_millis(2));
         }
         let warnings = self.git_watch.audit();
@@ -374,10 +374,9 @@ impl ShellSession {
         }
     }
 
-    fn signal_all(&self, sig: i32) {
-        // SAFETY: kill(2) of our own child's process group.
-        unsafe { libc::kill(-self.pgid, sig) };
-        if sig == libc::SIGKILL
+    fn signal_all(&self, sig: Signal) {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(self.pgid), sig);
+        if sig == Signal::SIGKILL
             && let Some(cg) = self.sandbox.cgroup()
         {
             cg.kill_all();
@@ -394,8 +393,8 @@ impl ShellSession {
         // Found while bwrap still runs: its child is the namespace's init.
         let init = crate::sandbox::pidns::namespace_init(self.pgid as u32);
         lock(&self.state).killing.get_or_insert(why);
-        self.signal_all(libc::SIGTERM);
-        self.signal_all(libc::SIGCONT);
+        self.signal_all(Signal::SIGTERM);
+        self.signal_all(Signal::SIGCONT);
         let mut changed = self.changed.clone();
         let until = Instant::now() + self.kill_grace;
         while Instant::now() < until && !self.group_gone() {
@@ -424,8 +423,12 @@ impl ShellSession {
     /// True when the leader was reaped and no process of its group is left.
     fn group_gone(&self) -> bool {
         let exited = lock(&self.state).exit_code.is_some();
-        // SAFETY: signal 0 only checks for existence.
-        exited && unsafe { libc::kill(-self.pgid, 0) } != 0
+        exited && !self.group_alive()
+    }
+
+    /// Whether a process of the command's group is left (signal 0 only checks).
+    fn group_alive(&self) -> bool {
+        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(self.pgid), None).is_ok()
     }
 
     /// Immediate SIGKILL of everything (Drop, program end).
@@ -479,14 +482,13 @@ fn spawn_watchdog(session: &Arc<ShellSession>) -> Result<(), ToolError> {
 
 /// Whether `file` has data to read right now.
 fn readable_now(file: &std::fs::File) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut pfd = libc::pollfd {
-        fd: file.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: poll on one pollfd we own, zero timeout.
-    unsafe { libc::poll(&mut pfd, 1, 0) == 1 && pfd.revents & libc::POLLIN != 0 }
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(file.as_fd(), PollFlags::POLLIN)];
+    poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n == 1)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLIN))
 }
 
 fn spawn_reader(mut reader: std::fs::File, state: Arc<Mutex<State>>, tx: Arc<watch::Sender<u64>>) {
