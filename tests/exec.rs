@@ -1684,6 +1684,12 @@ fn sigterm_mid_command_kills_it_and_saves_the_session_and_checkpoint() {
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(143), "{stderr}");
     assert!(stderr.contains("SIGTERM: stopping the turn"), "{stderr}");
+    // Killed: gone a moment after (the kernel ends its PID namespace after bwrap; a `sleep 30`
+    // that survived would still be there long after this).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while process_running(&marker) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert!(!process_running(&marker), "the command was killed");
     let saved = std::fs::read_to_string(session_file(&env.sessions)).expect("session");
     assert!(saved.contains("\"record\":\"turn_ended\""), "{saved}");

@@ -124,7 +124,7 @@ fn writes_outside_the_workspace_fail_closed() {
         "ln -s ../outside/victim.txt l2 && echo pwned > l2".to_string(),
         format!("ln {v} hardlink && echo pwned > hardlink"),
         "echo pwned > /proc/self/cwd/../outside/victim.txt".to_string(),
-        format!("rm -f {v}"),
+        format!("rm {v}"),
         format!("mv {v} ./stolen.txt"),
         format!("truncate -s 0 {v}"),
         format!("echo new > {}/created.txt", f.outside.display()),

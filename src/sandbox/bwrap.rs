@@ -494,12 +494,15 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
     }
     // One look at the repositories serves the pins and the read-only binds.
     let rules = policy.write_rules();
+    let in_roots = |p: &Path| roots.iter().any(|r| p.starts_with(r));
     for dir in rules.pinned() {
         // A pin only has to be a mount point; outside the writable roots (a read-only
-        // workspace under the host's /tmp) it must not become writable by being one.
-        if roots.iter().any(|r| dir.starts_with(r)) {
+        // workspace under the host's /tmp) it must not become writable by being one, and
+        // where the command does not see the host's folder (a `.git` file or `commondir`
+        // naming a folder of the hidden home) it must not show it.
+        if in_roots(dir) {
             b.bind(dir, dir);
-        } else {
+        } else if b.shows_host(dir) {
             b.ro_bind(dir, dir);
         }
     }
@@ -531,15 +534,18 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
             b.hide(&s);
         }
     }
-    visibility::mask_sockets(
-        &mut b,
-        &visibility::host_sockets(),
-        &roots,
-        &policy.unix_sockets,
-    );
-    // Last, so no writable bind above can cover them.
+    let allowed: Vec<PathBuf> = policy
+        .unix_sockets
+        .iter()
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+        .collect();
+    visibility::mask_sockets(&mut b, &visibility::host_sockets(), &roots, &allowed);
+    // Last, so no writable bind above can cover them. Only what a command could write needs
+    // one (outside the writable roots everything is read-only already), and never through a
+    // link out of them: a bind shows what it names, hidden or not.
     for p in rules.read_only() {
-        if p.exists() {
+        let real = p.canonicalize();
+        if in_roots(p) && real.is_ok_and(|r| in_roots(&r) && b.shows_host(&r)) {
             b.ro_bind(p, p);
         }
     }

@@ -38,10 +38,14 @@ const SECRET_WORDS: &[&str] = &[
     "WEBHOOK",
     "PASSPHRASE",
     "CREDS",
+    "MNEMONIC",
+    "BEARER",
 ];
 
 /// Name suffixes and prefixes that mark a credential (`GITHUB_PAT`, `SENTRY_DSN`, `AWS_*`).
-const SECRET_SUFFIXES: &[&str] = &["_PAT", "_DSN", "_PASS", "_PWD", "_PEM", "_SESSION"];
+const SECRET_SUFFIXES: &[&str] = &[
+    "_PAT", "_DSN", "_PASS", "_PWD", "_PW", "_PEM", "_SESSION", "HOOK_URL",
+];
 /// `OP_SESSION_*`: 1Password's unlocked session.
 const SECRET_PREFIXES: &[&str] = &[
     "AWS_",
@@ -49,6 +53,9 @@ const SECRET_PREFIXES: &[&str] = &[
     "GOOGLE_APPLICATION_",
     "VAULT_",
     "OP_SESSION_",
+    // git's configuration from the environment: CI puts `http.extraheader` tokens there.
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_VALUE_",
 ];
 /// Whole names that hold credentials without saying so.
 const SECRET_NAMES: &[&str] = &[
@@ -61,6 +68,8 @@ const SECRET_NAMES: &[&str] = &[
     "PGPASSFILE",
     "NETRC",
     "SSHPASS",
+    "PASS",
+    "PGPASS",
 ];
 
 /// Variables naming a socket, agent or display server outside the sandbox: reaching one
@@ -116,13 +125,18 @@ pub fn carries_password(value: &OsStr) -> bool {
     if connection_string && (lower.contains("password=") || lower.contains("pwd=")) {
         return true;
     }
+    // An ODBC or ADO connection string: `Server=…;Uid=…;Pwd=…`.
+    if lower.contains(";pwd=") || lower.contains(";password=") {
+        return true;
+    }
     let Some((_, rest)) = v.split_once("://") else {
         return false;
     };
+    // Any user part is a credential: `user:password@`, or a token alone (`https://TOKEN@host`).
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     authority
         .rsplit_once('@')
-        .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+        .is_some_and(|(userinfo, _)| !userinfo.is_empty())
 }
 
 impl EnvPolicy {
@@ -184,6 +198,20 @@ mod tests {
             "REPORTS_DB",
             "jdbc:postgresql://db:5432/r?user=app&password=hunter2"
         ));
+        for name in [
+            "GIT_CONFIG_PARAMETERS",
+            "GIT_CONFIG_VALUE_0",
+            "PGPASS",
+            "MY_PW",
+            "PASS",
+        ] {
+            assert!(!passes(name, "x"), "{name} passed");
+        }
+        for name in ["SLACK_HOOK_URL", "WALLET_MNEMONIC", "API_BEARER"] {
+            assert!(!passes(name, "x"), "{name} passed");
+        }
+        assert!(!passes("REMOTE", "https://ghp_token@github.com/x.git"));
+        assert!(!passes("ODBC", "Driver=x;Server=db;Uid=app;Pwd=hunter2"));
         assert!(!passes("UPSTREAM", "https://bob:hunter2@example.com/x"));
         assert!(passes("UPSTREAM", "https://example.com/a@b"));
         assert!(passes("PATH", "/usr/bin"));

@@ -378,8 +378,18 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "child never exited");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        assert!(stat.contains(") Z"), "{stat}");
+        // `exiting` is true from the moment the kernel marks it exiting (PF_EXITING), a moment
+        // before it is a zombie.
+        let zombie = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z"))
+        };
+        while !zombie() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "child never became a zombie"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         child.wait().unwrap();
     }
 

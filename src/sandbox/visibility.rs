@@ -14,6 +14,12 @@ use super::bwrap::Bwrap;
 /// configuration of every Node version nvm installed, Julia's package-server tokens.
 const HOME_SECRETS_PER_VERSION: &[(&str, &str)] = &[
     (".nvm/versions/node", "etc/npmrc"),
+    (".nvm/versions/io.js", "etc/npmrc"),
+    (".volta/tools/image/node", "etc/npmrc"),
+    (".local/share/fnm/node-versions", "installation/etc/npmrc"),
+    (".local/share/mise/installs/node", "etc/npmrc"),
+    (".local/share/mise/installs/python", "pip.conf"),
+    (".pyenv/versions", "pip.conf"),
     (".julia/servers", "auth.toml"),
 ];
 
@@ -132,7 +138,14 @@ const HOME_SECRETS: &[&str] = &[
     ".local/share/uv/credentials",
     ".cabal/config",
     ".gradle/init.gradle",
+    ".gradle/init.gradle.kts",
     ".gradle/init.d",
+    ".gradle/develocity",
+    ".gradle/enterprise",
+    ".rye/config.toml",
+    ".rye/self/pip.conf",
+    ".m2/settings.xml.bak",
+    ".cargo/config.toml.bak",
     ".npmrc",
     ".yarnrc",
     ".pypirc",
@@ -170,6 +183,30 @@ pub(super) fn home_view(b: &mut Bwrap, home: &Path, readable: &[PathBuf]) {
             shown.push(entry);
         }
     }
+}
+
+/// Whether `path` (absolute) lies in the user's home where the bubblewrap sandbox of `policy`
+/// does not show it: outside the toolchain folders, what the user named and the writable
+/// roots. For telling a command's "No such file or directory" apart from a missing file.
+pub fn hidden_in_home(path: &Path, policy: &super::SandboxPolicy) -> bool {
+    let Some(home) = dirs::home_dir().and_then(|h| h.canonicalize().ok()) else {
+        return false;
+    };
+    let mut roots = policy.writable_roots();
+    roots.extend(policy.workspace.canonicalize());
+    if policy.backend != super::Backend::Bubblewrap
+        || !path.starts_with(&home)
+        || roots
+            .iter()
+            .any(|r| home.starts_with(r) || path.starts_with(r))
+    {
+        return false;
+    }
+    let shown = HOME_TOOLCHAINS
+        .iter()
+        .map(|e| home.join(e))
+        .chain(policy.readable.iter().cloned());
+    !shown.into_iter().any(|s| path.starts_with(s))
 }
 
 /// Makes the home's tmpfs read-only, after every mount inside it was made (the mounts inside
@@ -229,14 +266,19 @@ pub(super) fn mask_sockets(
 ) {
     let settled = SystemTime::now() - SOCKET_SETTLE;
     for path in sockets {
-        let mine = roots.iter().chain(allowed).any(|r| path.starts_with(r));
-        if mine || !b.shows_host(path) {
+        // A socket bound through a link (`current/app.sock`, `current` a link to a release)
+        // is covered where it really is: bubblewrap cannot make a mount point through a link.
+        let Ok(real) = path.canonicalize() else {
+            continue;
+        };
+        let mine = roots.iter().chain(allowed).any(|r| real.starts_with(r));
+        if mine || !b.shows_host(&real) {
             continue;
         }
-        let cover = std::fs::symlink_metadata(path)
+        let cover = std::fs::symlink_metadata(&real)
             .is_ok_and(|m| m.file_type().is_socket() && m.modified().is_ok_and(|t| t <= settled));
         if cover {
-            b.hide_file(path);
+            b.hide_file(&real);
         }
     }
 }

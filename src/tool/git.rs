@@ -154,19 +154,7 @@ fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError>
         Repository::discover(&start).map_err(|_| ToolError::NotARepository { path: shown() })?;
     // A `.git` file a command left in a subfolder may point at any repository of the user's:
     // one named by `repo` is used only when its git data is inside the workspace.
-    let the_workspaces =
-        || Repository::discover(&ctx.workspace).is_ok_and(|w| w.path() == repo.path());
-    if args.repo.is_some() && !the_workspaces() {
-        for dir in [repo.path(), repo.commondir()] {
-            let inside = std::fs::canonicalize(dir).is_ok_and(|d| d.starts_with(&ctx.workspace));
-            if !inside {
-                return Err(ToolError::RepositoryOutsideWorkspace {
-                    path: shown(),
-                    gitdir: dir.display().to_string(),
-                });
-            }
-        }
-    }
+    git_data_inside(&repo, &ctx.workspace, &shown())?;
     let workdir = work_tree_inside(&repo, &ctx.workspace, &shown())?;
     let pathspecs = args
         .paths
@@ -496,6 +484,46 @@ fn under(path: &Path, spec: &str) -> bool {
     spec.is_empty() || path.starts_with(spec)
 }
 
+/// The repository's git data (its gitdir and the common dir holding objects, refs and config),
+/// which the tool reads and a commit writes: inside the workspace, or, for a linked worktree
+/// (`git worktree add`), the main repository's own, which names this work tree back. A
+/// `.git` file or a `commondir` a cloned repository or a command left may name any repository
+/// of the user's.
+fn git_data_inside(repo: &Repository, workspace: &Path, shown: &str) -> Result<(), ToolError> {
+    let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    let real = |d: &Path| std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf());
+    let (gitdir, common) = (real(repo.path()), real(repo.commondir()));
+    if gitdir.starts_with(&workspace) && common.starts_with(&workspace) {
+        return Ok(());
+    }
+    // A linked worktree: its gitdir is `COMMON/worktrees/NAME`, whose `gitdir` file names the
+    // `.git` file of a work tree in the workspace.
+    let named_back = std::fs::read_to_string(gitdir.join("gitdir"))
+        .ok()
+        .map(|t| real(Path::new(t.trim())))
+        .is_some_and(|dot_git| dot_git.starts_with(&workspace));
+    let linked = gitdir.parent() == Some(&common.join("worktrees")) && named_back;
+    // The repository the workspace is a folder of, laid out as git lays it out: its `.git`
+    // folder in its work tree, no `commondir` elsewhere.
+    let work_tree = repo.workdir().map(real);
+    let holds_the_workspace = common == gitdir
+        && gitdir
+            .parent()
+            .is_some_and(|w| work_tree.as_deref() == Some(w) && workspace.starts_with(w));
+    if linked || holds_the_workspace {
+        return Ok(());
+    }
+    let outside = if gitdir.starts_with(&workspace) {
+        common
+    } else {
+        gitdir
+    };
+    Err(ToolError::RepositoryOutsideWorkspace {
+        path: shown.to_string(),
+        gitdir: outside.display().to_string(),
+    })
+}
+
 /// The repository's work tree, which the tool reads (status, diffs): one in the workspace, or
 /// the repository the workspace is a folder of, laid out as git lays it out (the work tree
 /// holds its `.git`). A `core.worktree` that a cloned repository or a command set would
@@ -566,14 +594,17 @@ fn git_settings_files() -> Vec<PathBuf> {
         PathBuf::from("/etc/gitconfig"),
         PathBuf::from("/etc/gitattributes"),
     ];
+    // Git's own files of the XDG folder, not the folder: it holds `credentials` too.
+    let xdg_git =
+        |dir: PathBuf| ["config", "ignore", "attributes"].map(|f| dir.join("git").join(f));
     if let Some(home) = dirs::home_dir() {
         files.push(home.join(".gitconfig"));
-        files.push(home.join(".config/git"));
+        files.extend(xdg_git(home.join(".config")));
     }
     if let Some(xdg) = std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from)
         && xdg.is_absolute()
     {
-        files.push(xdg.join("git"));
+        files.extend(xdg_git(xdg));
     }
     if let Ok(config) = git2::Config::open_default() {
         for key in ["core.excludesfile", "core.attributesfile"] {
@@ -667,6 +698,7 @@ pub fn workspace_diff(workspace: &Path) -> Result<(Vec<ChangedFile>, String), To
     let shown = || workspace.display().to_string();
     let repo =
         Repository::discover(workspace).map_err(|_| ToolError::NotARepository { path: shown() })?;
+    git_data_inside(&repo, workspace, &shown())?;
     let workdir = work_tree_inside(&repo, workspace, &shown())?;
     confined(&repo, &workdir, |repo| Ok(diff_of_workspace(repo))).map_err(|e| match e {
         GitFailure::Git(source) => ToolError::Git {
@@ -773,5 +805,25 @@ pub fn workspace_diff_event(workspace: &Path) -> Event {
             diff: String::new(),
             error: Some(e.to_string()),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_git_thread_reads_gits_own_settings_not_the_folder_with_its_credentials() {
+        let files = super::git_settings_files();
+        let home = dirs::home_dir().expect("home");
+        assert!(
+            files.contains(&home.join(".config/git/config")),
+            "{files:?}"
+        );
+        assert!(!files.contains(&home.join(".config/git")), "{files:?}");
+        assert!(
+            files
+                .iter()
+                .all(|f| f.file_name() != Some(std::ffi::OsStr::new("credentials"))),
+            "{files:?}"
+        );
     }
 }

@@ -1589,3 +1589,41 @@ async fn the_git_tool_does_not_read_through_links_a_repository_holds() {
     let res = r.git_tool(json!({"action": "log"})).await;
     assert!(res.content.contains("first"), "{}", res.content);
 }
+
+#[tokio::test]
+async fn the_git_tool_does_not_follow_the_workspaces_commondir_to_another_repository() {
+    // The workspace's own repository was trusted whatever its `commondir` named: the tool
+    // then read another repository of the user's and committed into it (second red team).
+    let r = repo();
+    let victim = r.base.join("outside/victim");
+    std::fs::create_dir_all(&victim).expect("mkdir");
+    r.git(&victim, &["init", "-q", "-b", "main"]);
+    std::fs::write(victim.join("secret.txt"), "VICTIM-SECRET\n").expect("secret");
+    r.git(&victim, &["add", "secret.txt"]);
+    r.git(&victim, &["commit", "-q", "-m", "victim"]);
+    let before = r.git(&victim, &["rev-parse", "HEAD"]);
+    std::fs::write(
+        r.ws.join(".git/commondir"),
+        format!("{}\n", victim.join(".git").display()),
+    )
+    .expect("commondir");
+    std::fs::write(r.ws.join("planted.txt"), "P\n").expect("planted");
+    let show = r
+        .git_tool(json!({"action": "show", "rev": "HEAD:secret.txt"}))
+        .await;
+    assert!(!show.content.contains("VICTIM-SECRET"), "{}", show.content);
+    assert!(
+        show.content.contains("outside the workspace"),
+        "{}",
+        show.content
+    );
+    let commit = r
+        .git_tool(json!({"action": "commit", "paths": ["planted.txt"], "message": "attacker"}))
+        .await;
+    assert!(
+        commit.content.contains("outside the workspace"),
+        "{}",
+        commit.content
+    );
+    assert_eq!(r.git(&victim, &["rev-parse", "HEAD"]), before);
+}

@@ -734,6 +734,14 @@ fn pathname_unix_sockets_of_the_host_are_masked_unless_allowed() {
     let f = fixture();
     let host_sock = f.outside.join("daemon.sock");
     let _daemon = std::os::unix::net::UnixListener::bind(&host_sock).expect("bind");
+    let own_sock = f.ws.join("own.sock");
+    let _own = std::os::unix::net::UnixListener::bind(&own_sock).expect("bind");
+    // A daemon that binds through a link (`current` → a release folder): bubblewrap cannot
+    // make a mount point through the link, and every command failed to start.
+    std::fs::create_dir_all(f.outside.join("release")).expect("mkdir");
+    std::os::unix::fs::symlink(f.outside.join("release"), f.outside.join("current")).expect("link");
+    let linked_sock = f.outside.join("current/app.sock");
+    let _linked = std::os::unix::net::UnixListener::bind(&linked_sock).expect("bind");
     // A daemon's socket has been there a while (a socket bound within the last seconds is
     // left uncovered: it may be gone by the time bubblewrap would mount its cover).
     let now = std::time::UNIX_EPOCH.elapsed().expect("clock").as_secs();
@@ -741,17 +749,18 @@ fn pathname_unix_sockets_of_the_host_are_masked_unless_allowed() {
         tv_sec: now.saturating_sub(3600) as libc::time_t,
         tv_nsec: 0,
     };
-    let c_path = std::ffi::CString::new(host_sock.as_os_str().as_encoded_bytes()).expect("path");
-    // SAFETY: a NUL-terminated path and two valid timespecs.
-    let set =
-        unsafe { libc::utimensat(libc::AT_FDCWD, c_path.as_ptr(), [hour_ago; 2].as_ptr(), 0) };
-    assert_eq!(set, 0, "{}", std::io::Error::last_os_error());
-    let own_sock = f.ws.join("own.sock");
-    let _own = std::os::unix::net::UnixListener::bind(&own_sock).expect("bind");
+    for sock in [&host_sock, &linked_sock] {
+        let c_path = std::ffi::CString::new(sock.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: a NUL-terminated path and two valid timespecs.
+        let set =
+            unsafe { libc::utimensat(libc::AT_FDCWD, c_path.as_ptr(), [hour_ago; 2].as_ptr(), 0) };
+        assert_eq!(set, 0, "{}", std::io::Error::last_os_error());
+    }
     let script = format!(
-        "$PY -c '\nimport socket, sys\nfor p in sys.argv[1:]:\n  s = socket.socket(socket.AF_UNIX)\n  try:\n    s.connect(p); print(\"connected\", p)\n  except OSError as e:\n    print(\"refused\", p, e.errno)\n' {} {}",
+        "$PY -c '\nimport socket, sys\nfor p in sys.argv[1:]:\n  s = socket.socket(socket.AF_UNIX)\n  try:\n    s.connect(p); print(\"connected\", p)\n  except OSError as e:\n    print(\"refused\", p, e.errno)\n' {} {} {}",
         host_sock.display(),
-        own_sock.display()
+        own_sock.display(),
+        linked_sock.display()
     );
     for network in [false, true] {
         let flags: &[&std::ffi::OsStr] = if network {
@@ -774,6 +783,10 @@ fn pathname_unix_sockets_of_the_host_are_masked_unless_allowed() {
             text.contains(&format!("connected {}", own_sock.display())),
             "network {network}: {text}"
         );
+        assert!(
+            text.contains(&format!("refused {}", linked_sock.display())),
+            "network {network}: {text}"
+        );
     }
     // The user may allow one.
     let out = baton_sandbox_with(
@@ -792,9 +805,68 @@ fn pathname_unix_sockets_of_the_host_are_masked_unless_allowed() {
     // A command of a test running beside this one may have listed the socket and be about to
     // cover it: its path stays (a plain file now, not covered by the next ones) a moment
     // before the fixture goes.
-    let plain = f.outside.join("plain");
-    std::fs::write(&plain, "").expect("plain");
-    std::fs::rename(&plain, &host_sock).expect("rename");
+    for (sock, plain) in [
+        (&host_sock, f.outside.join("plain")),
+        (
+            &f.outside.join("release/app.sock"),
+            f.outside.join("release/plain"),
+        ),
+    ] {
+        std::fs::write(&plain, "").expect("plain");
+        std::fs::rename(&plain, sock).expect("rename");
+    }
     drop(_daemon);
+    drop(_linked);
     std::thread::sleep(std::time::Duration::from_millis(200));
+}
+
+#[test]
+fn a_git_file_or_commondir_naming_a_hidden_folder_does_not_show_it() {
+    // The sandbox pins the gitdir a `.git` file or a `commondir` names; bound read-only where
+    // it pointed, it showed the hidden home (and ~/.kube, ~/.aws) to every command after.
+    let f = fixture();
+    let home = f.ws.parent().expect("base").join("home");
+    for (p, text) in [
+        (".kube/config", "s3cret-kube"),
+        ("notes/private.txt", "s3cret-notes"),
+    ] {
+        let path = home.join(p);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, text).expect("write");
+    }
+    let script = format!(
+        "cat {h}/.kube/config {h}/notes/private.txt {h}/config 2>/dev/null; echo done",
+        h = home.display()
+    );
+    // The fixture's workspace has a `.git` folder: its `commondir` names the home.
+    std::fs::write(f.ws.join(".git/commondir"), format!("{}\n", home.display())).expect("w");
+    let out = baton_sandbox(&f, &[], &script)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("done"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("s3cret"), "{text}");
+    // A `.git` file naming ~/.kube.
+    std::fs::remove_dir_all(f.ws.join(".git")).expect("rm");
+    std::fs::write(
+        f.ws.join(".git"),
+        format!("gitdir: {}\n", home.join(".kube").display()),
+    )
+    .expect("w");
+    let out = baton_sandbox(&f, &[], &script)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("done"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("s3cret"), "{text}");
 }

@@ -234,6 +234,14 @@ fn denied_by_policy(output: &str, policy: &SandboxPolicy, cwd: &Path) -> bool {
         if !policy.network && network_error {
             return true;
         }
+        if lower.contains("no such file or directory")
+            && denied_subjects(line).iter().any(|s| {
+                let path = Path::new(s);
+                path.is_absolute() && crate::sandbox::visibility::hidden_in_home(path, policy)
+            })
+        {
+            return true;
+        }
         if !DENIALS.iter().any(|d| lower.contains(d)) {
             continue;
         }
@@ -266,6 +274,7 @@ fn denied_subjects(line: &str) -> Vec<String> {
         "permission denied",
         "operation not permitted",
         "read-only file system",
+        "no such file or directory",
     ] {
         let Some(at) = lower.find(denial) else {
             continue;

@@ -54,8 +54,7 @@ impl Pty {
 
     /// Sets the window size (TIOCSWINSZ); the command's foreground group gets SIGWINCH.
     pub fn set_window_size(&self, size: WindowSize) -> Result<(), ToolError> {
-        set_window_size(&self.master, size)
-            .map_err(|e| failed("setting the PTY window size", e))
+        set_window_size(&self.master, size).map_err(|e| failed("setting the PTY window size", e))
     }
 }
 

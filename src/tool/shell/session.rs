@@ -561,8 +561,13 @@ fn sandbox_limits(policy: &SandboxPolicy) -> Option<String> {
     } else {
         "; network access is off"
     };
+    let home = if policy.backend == crate::sandbox::Backend::Bubblewrap {
+        "; the home shows only toolchain folders (more with --read)"
+    } else {
+        ""
+    };
     Some(format!(
-        "sandbox ({}): {writes}{net}; ptrace and io_uring are denied",
+        "sandbox ({}): {writes}{net}{home}; ptrace and io_uring are denied",
         policy.mode
     ))
 }
