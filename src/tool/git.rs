@@ -154,8 +154,8 @@ fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError>
         Repository::discover(&start).map_err(|_| ToolError::NotARepository { path: shown() })?;
     // A `.git` file a command left in a subfolder may point at any repository of the user's:
     // one named by `repo` is used only when its git data is inside the workspace.
-    git_data_inside(&repo, &ctx.workspace, &shown())?;
-    let workdir = work_tree_inside(&repo, &ctx.workspace, &shown())?;
+    git_data_inside(&repo, &ctx.workspace, &shown(), false)?;
+    let workdir = work_tree_inside(&repo, &ctx.workspace, &shown(), false)?;
     let pathspecs = args
         .paths
         .iter()
@@ -486,10 +486,16 @@ fn under(path: &Path, spec: &str) -> bool {
 
 /// The repository's git data (its gitdir and the common dir holding objects, refs and config),
 /// which the tool reads and a commit writes: inside the workspace, or, for a linked worktree
-/// (`git worktree add`), the main repository's own, which names this work tree back. A
+/// (`git worktree add`), the main repository's own, which names this work tree back (and,
+/// when `enclosing`, the repository the workspace is a folder of). A
 /// `.git` file or a `commondir` a cloned repository or a command left may name any repository
 /// of the user's.
-fn git_data_inside(repo: &Repository, workspace: &Path, shown: &str) -> Result<(), ToolError> {
+fn git_data_inside(
+    repo: &Repository,
+    workspace: &Path,
+    shown: &str,
+    enclosing: bool,
+) -> Result<(), ToolError> {
     let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
     let real = |d: &Path| std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf());
     let (gitdir, common) = (real(repo.path()), real(repo.commondir()));
@@ -506,7 +512,8 @@ fn git_data_inside(repo: &Repository, workspace: &Path, shown: &str) -> Result<(
     // The repository the workspace is a folder of, laid out as git lays it out: its `.git`
     // folder in its work tree, no `commondir` elsewhere.
     let work_tree = repo.workdir().map(real);
-    let holds_the_workspace = common == gitdir
+    let holds_the_workspace = enclosing
+        && common == gitdir
         && gitdir
             .parent()
             .is_some_and(|w| work_tree.as_deref() == Some(w) && workspace.starts_with(w));
@@ -524,14 +531,16 @@ fn git_data_inside(repo: &Repository, workspace: &Path, shown: &str) -> Result<(
     })
 }
 
-/// The repository's work tree, which the tool reads (status, diffs): one in the workspace, or
-/// the repository the workspace is a folder of, laid out as git lays it out (the work tree
-/// holds its `.git`). A `core.worktree` that a cloned repository or a command set would
-/// otherwise show the model any folder of the user's (`~/.ssh`).
+/// The repository's work tree, which the tool reads (status, diffs): one in the workspace, or,
+/// when `enclosing` (what `/diff` shows the user), the repository the workspace is a folder
+/// of, laid out as git lays it out (the work tree holds its `.git`). A `core.worktree` that a
+/// cloned repository or a command set would otherwise show the model any folder of the
+/// user's (`~/.ssh`); a repository at `~` holding the workspace, the whole home.
 fn work_tree_inside(
     repo: &Repository,
     workspace: &Path,
     shown: &str,
+    enclosing: bool,
 ) -> Result<PathBuf, ToolError> {
     let workdir = repo
         .workdir()
@@ -543,7 +552,7 @@ fn work_tree_inside(
     let holds_its_gitdir =
         || std::fs::canonicalize(repo.path()).is_ok_and(|g| g == workdir.join(".git"));
     let inside = workdir.starts_with(&workspace);
-    let holds_the_workspace = workspace.starts_with(&workdir) && holds_its_gitdir();
+    let holds_the_workspace = enclosing && workspace.starts_with(&workdir) && holds_its_gitdir();
     if !inside && !holds_the_workspace {
         return Err(ToolError::WorkTreeOutsideWorkspace {
             path: shown.to_string(),
@@ -698,8 +707,10 @@ pub fn workspace_diff(workspace: &Path) -> Result<(Vec<ChangedFile>, String), To
     let shown = || workspace.display().to_string();
     let repo =
         Repository::discover(workspace).map_err(|_| ToolError::NotARepository { path: shown() })?;
-    git_data_inside(&repo, workspace, &shown())?;
-    let workdir = work_tree_inside(&repo, workspace, &shown())?;
+    // What `/diff` shows goes to the user, not to the model: the repository the workspace
+    // is a folder of is shown whole, as `git diff` there would.
+    git_data_inside(&repo, workspace, &shown(), true)?;
+    let workdir = work_tree_inside(&repo, workspace, &shown(), true)?;
     confined(&repo, &workdir, |repo| Ok(diff_of_workspace(repo))).map_err(|e| match e {
         GitFailure::Git(source) => ToolError::Git {
             action: "diff",

@@ -1627,3 +1627,61 @@ async fn the_git_tool_does_not_follow_the_workspaces_commondir_to_another_reposi
     );
     assert_eq!(r.git(&victim, &["rev-parse", "HEAD"]), before);
 }
+
+#[tokio::test]
+async fn the_git_tool_does_not_show_a_repository_that_holds_the_workspace() {
+    // A dotfiles repository at `~` holds a workspace `~/proj` that has no repository of its
+    // own: `git diff` listed and printed every untracked file of the home (third red team).
+    let r = repo_at("dotfiles", false);
+    r.git(&r.ws, &["init", "-q", "-b", "main"]);
+    r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "dotfiles"]);
+    std::fs::create_dir_all(r.ws.join(".ssh")).expect("mkdir");
+    std::fs::write(r.ws.join(".ssh/id_rsa"), "HOME-SECRET\n").expect("secret");
+    let proj = r.ws.join("proj");
+    std::fs::create_dir_all(&proj).expect("mkdir");
+    std::fs::write(proj.join("main.rs"), "fn main() {}\n").expect("file");
+    let (events, _rx) = EventSink::channel();
+    let ctx = ToolContext {
+        workspace: proj.clone(),
+        call_id: "call-git".into(),
+        events,
+        cancel: CancellationToken::new(),
+        state: Arc::new(ToolState::default()),
+    };
+    let git = baton::tool::registry::standard_tools();
+    let git = git.get("git").expect("the git tool");
+    for action in ["diff", "status"] {
+        let res = git.run(json!({ "action": action }), &ctx).await;
+        assert!(!res.content.contains("HOME-SECRET"), "{}", res.content);
+        assert!(!res.content.contains("id_rsa"), "{}", res.content);
+        assert!(
+            res.content.contains("outside the workspace"),
+            "{}",
+            res.content
+        );
+    }
+    // What `/diff` shows the user is that repository's diff, as before.
+    assert!(baton::tool::git::workspace_diff(&proj).is_ok());
+}
+
+#[tokio::test]
+async fn a_work_tree_a_command_points_at_the_home_is_undone() {
+    // `git init` and `core.worktree = ~` in a repository the command made: the user's next
+    // `git add -A` would stage the home (third red team).
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let (_res, warnings) = r
+        .hostile(
+            &format!(
+                "git init -q sub && git -C sub config core.worktree {}",
+                r.home.display()
+            ),
+            &[],
+        )
+        .await;
+    assert_warned(&warnings, "core.worktree");
+    let status = r.git_output(&r.ws.join("sub"), &["config", "--get", "core.worktree"]);
+    assert!(!status.status.success(), "still set: {status:?}");
+}

@@ -171,14 +171,25 @@ fn undo_config_change(
         .and_then(|t| t.content.as_deref())
         .map(|c| String::from_utf8_lossy(c).into_owned())
         .unwrap_or_default();
+    // A `core.worktree` naming a folder commands may not write (`~`): the user's own git would
+    // then stage and commit that folder. Submodules' and separate gitdirs' stay inside.
+    let gitdir = path.parent().unwrap_or(Path::new("/"));
+    let worktree_outside = |e: &config::Entry| {
+        e.section == "core" && e.subsection.is_none() && e.key == "worktree" && {
+            let named = gitdir.join(&e.value);
+            let real = named.canonicalize().unwrap_or(named);
+            !fix.roots.iter().any(|r| real.starts_with(r))
+        }
+    };
+    let guarded = |e: &config::Entry| e.runs_code() || worktree_outside(e);
     let kept: Vec<(String, String)> = config::parse(&old)
         .into_iter()
-        .filter(config::Entry::runs_code)
+        .filter(guarded)
         .map(|e| (e.name(), e.value))
         .collect();
     let planted: Vec<config::Entry> = config::parse(&text)
         .into_iter()
-        .filter(|e| e.runs_code() && !kept.contains(&(e.name(), e.value.clone())))
+        .filter(|e| guarded(e) && !kept.contains(&(e.name(), e.value.clone())))
         .collect();
     if planted.is_empty() && !config::git_sees_new_code(git, path, &kept) {
         return None;
