@@ -272,7 +272,8 @@ fn start(
     {
         eprintln!(
             "baton: WEAKER SANDBOX (backend = \"landlock\"): commands are not isolated from \
-             your terminal, unix sockets, other processes or outside files' metadata"
+             your terminal, unix sockets, other processes, your home's secrets or outside \
+             files' metadata"
         );
     }
     crate::app::start(config, frontend, resume).map_err(|e| {
@@ -325,7 +326,8 @@ async fn serve_acp(flags: &crate::config::Settings, no_color: bool, allow_broad:
             {
                 warnings.push(
                     "WEAKER SANDBOX (backend = \"landlock\"): commands are not isolated from \
-                     unix sockets, other processes or outside files' metadata"
+                     unix sockets, other processes, your home's secrets or outside files' \
+                     metadata"
                         .into(),
                 );
             }

@@ -129,7 +129,7 @@ pub fn run(args: SandboxArgs) -> i32 {
     if policy.backend == Backend::Landlock && policy.mode != SandboxMode::Off {
         eprintln!(
             "baton sandbox: WEAKER SANDBOX (landlock backend): the terminal, unix sockets, \
-             other processes and outside files' metadata are not isolated"
+             other processes, your home's secrets and outside files' metadata are not isolated"
         );
     }
     let tty = [

@@ -69,6 +69,7 @@ const SECRET_NAMES: &[&str] = &[
     "NETRC",
     "SSHPASS",
     "PASS",
+    "PAT",
     "PGPASS",
 ];
 
@@ -114,6 +115,8 @@ pub fn looks_secret(name: &str) -> bool {
         || SECRET_SUFFIXES.iter().any(|s| upper.ends_with(s))
         || SECRET_PREFIXES.iter().any(|p| upper.starts_with(p))
         || SECRET_NAMES.contains(&upper.as_str())
+        // Bundler's per-host credentials: `BUNDLE_GITHUB__COM=user:token`.
+        || (upper.starts_with("BUNDLE_") && upper.contains("__"))
 }
 
 /// Whether a value is a URL with a password in it (`scheme://user:pass@host`, or a
@@ -191,6 +194,9 @@ mod tests {
             "GPG_PASSPHRASE",
             "DEPLOY_CREDS",
             "TLS_CLIENT_PEM",
+            // And the third's.
+            "PAT",
+            "BUNDLE_GITHUB__COM",
         ] {
             assert!(!passes(name, "x"), "{name} passed");
         }
@@ -215,6 +221,7 @@ mod tests {
         assert!(!passes("UPSTREAM", "https://bob:hunter2@example.com/x"));
         assert!(passes("UPSTREAM", "https://example.com/a@b"));
         assert!(passes("PATH", "/usr/bin"));
+        assert!(passes("BUNDLE_PATH", "vendor/bundle"));
         assert!(passes("GIT_AUTHOR_NAME", "A U Thor"));
         assert!(passes("HOME", "/home/u"));
     }

@@ -49,7 +49,8 @@ impl SandboxSupport {
                         "enforced (bubblewrap namespaces + Landlock + seccomp + no_new_privs)",
                     (true, _) =>
                         "WEAKER MODE (landlock backend: Landlock + seccomp only; the terminal, \
-                         sockets, other processes and outside files' metadata are not isolated)",
+                         sockets, other processes, the home's secrets and outside files' metadata \
+                         are not isolated)",
                     (false, _) => "NOT AVAILABLE: commands are refused unless --sandbox off",
                 }
             ),
