@@ -621,8 +621,32 @@ fn git_settings_files() -> Vec<PathBuf> {
                 files.push(p);
             }
         }
+        if let Some(home) = dirs::home_dir() {
+            files.extend(included_settings(&config, &home));
+        }
     }
     files
+}
+
+/// The files the user's and the system's git settings include (`include.path`,
+/// `includeIf.*.path`: a `~/.gitconfig.local` of machine-specific settings): libgit2 reads
+/// them when it opens a repository. Relative paths are taken from the home, where the user's
+/// `~/.gitconfig` lies.
+fn included_settings(config: &git2::Config, home: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(mut entries) = config.entries(Some(r"^include(if\..*)?\.path$")) else {
+        return out;
+    };
+    while let Some(Ok(entry)) = entries.next() {
+        let Some(value) = entry.value() else {
+            continue;
+        };
+        out.push(match value.strip_prefix("~/") {
+            Some(rest) => home.join(rest),
+            None => home.join(value),
+        });
+    }
+    out
 }
 
 fn commit(repo: &Repository, pathspecs: &[String], message: &str) -> Result<String, GitFailure> {
@@ -821,6 +845,22 @@ pub fn workspace_diff_event(workspace: &Path) -> Event {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn files_the_users_git_settings_include_are_read_too() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("gitconfig");
+        std::fs::write(
+            &file,
+            "[include]\n\tpath = ~/.gitconfig.local\n[includeIf \"gitdir:~/work/\"]\n\tpath = work.inc\n",
+        )
+        .expect("config");
+        let config = git2::Config::open(&file).expect("open");
+        let home = std::path::Path::new("/home/u");
+        let files = super::included_settings(&config, home);
+        assert!(files.contains(&home.join(".gitconfig.local")), "{files:?}");
+        assert!(files.contains(&home.join("work.inc")), "{files:?}");
+    }
+
     #[test]
     fn the_git_thread_reads_gits_own_settings_not_the_folder_with_its_credentials() {
         let files = super::git_settings_files();
