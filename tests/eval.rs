@@ -1891,7 +1891,14 @@ esac"#;
     let trials = eval_bounded(agent, out.path(), &[&jam, &forge]);
     let jam = &trials["jam"];
     assert!(jam["reward"].is_null(), "{jam:#}");
-    assert!(jam["infrastructure_error"].as_bool().unwrap(), "{jam:#}");
+    // The send fails after its 2 s (an infrastructure error) or, when the FIFO had room at
+    // that moment, the supervisor reading the flood never starts the verifier in time: either
+    // way an error of that trial, never a hung job or a score.
+    let timed_out = jam["exception_info"]["exception_type"] == "VerifierTimeoutError";
+    assert!(
+        jam["infrastructure_error"].as_bool().unwrap() || timed_out,
+        "{jam:#}"
+    );
     let forge = &trials["forge"];
     assert_eq!(forge["reward"], 0.0, "{forge:#}");
 }
