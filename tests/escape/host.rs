@@ -95,6 +95,13 @@ fn baton_sandbox_with(f: &Fixture, flags: &[&std::ffi::OsStr], script: &str) -> 
     c
 }
 
+/// Writes `text` to `rel` under `home` (the fixture's home), making its folders.
+fn plant(home: &Path, rel: &str, text: &str) {
+    let path = home.join(rel);
+    std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&path, text).expect("write");
+}
+
 fn is_root() -> bool {
     // SAFETY: geteuid has no failure mode.
     unsafe { libc::geteuid() == 0 }
@@ -477,9 +484,7 @@ fn the_users_secret_folders_other_homes_and_run_are_hidden() {
         (".git-credentials", "git-s3cret"),
         (".cargo/credentials.toml", "cargo-s3cret"),
     ] {
-        let path = home.join(p);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&path, text).expect("write");
+        plant(&home, p, text);
     }
     let made_name = format!("baton-made-inside-{}", std::process::id());
     let host_tmp = tempfile::Builder::new()
@@ -549,9 +554,7 @@ fn credentials_of_other_agents_clouds_and_browsers_and_shell_history_are_hidden(
         ".local/share/fish/fish_history",
     ];
     for p in files {
-        let path = home.join(p);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&path, format!("s3cret-in {p}\n")).expect("write");
+        plant(&home, p, &format!("s3cret-in {p}\n"));
     }
     let script = "for f in \"$@\"; do cat ~/\"$f\" 2>/dev/null; done; echo done";
     let mut cmd = baton_sandbox(&f, &[], script);
@@ -657,11 +660,7 @@ fn the_home_shows_only_toolchains_and_what_the_user_names() {
     // A deny-list of credential files is never complete: the home is an allow-list view.
     let f = fixture();
     let home = f.ws.parent().expect("base").join("home");
-    let put = |p: &str, text: &str| {
-        let path = home.join(p);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&path, text).expect("write");
-    };
+    let put = |p: &str, text: &str| plant(&home, p, text);
     for p in CREDENTIALS_THE_DENY_LIST_MISSED
         .iter()
         .chain(CREDENTIALS_INSIDE_TOOLCHAINS)
@@ -831,9 +830,7 @@ fn a_git_file_or_commondir_naming_a_hidden_folder_does_not_show_it() {
         (".kube/config", "s3cret-kube"),
         ("notes/private.txt", "s3cret-notes"),
     ] {
-        let path = home.join(p);
-        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&path, text).expect("write");
+        plant(&home, p, text);
     }
     let script = format!(
         "cat {h}/.kube/config {h}/notes/private.txt {h}/config 2>/dev/null; echo done",
