@@ -1689,6 +1689,48 @@ fn var_log_is_writable_and_kept_across_phases() {
     );
 }
 
+/// `RUN` lines, the agent and the verifier write into `/opt`, `/etc` and `/usr/local` as in an
+/// image, each phase seeing what the earlier ones wrote, when the runner is root: the trial's
+/// own layers over the host's folders, which never change. Not root: those folders stay
+/// read-only and the setup error says why and what to do. Before, both failed the setup with
+/// a bare "Read-only file system" (2 of 56 public tasks).
+#[test]
+fn system_folders_are_writable_layers_of_the_trial_when_the_runner_is_root() {
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![fixture("system-layers")], "oracle", out.path());
+    a.isolation = IsolationChoice::Bwrap;
+    let report = run(a);
+    let t = &report.trials[0];
+    if nix::unistd::geteuid().is_root() {
+        assert_eq!(
+            t.reward,
+            Some(1.0),
+            "{:?} {}",
+            t.exception_info,
+            std::fs::read_to_string(t.trial_dir.join("verifier/test-stdout.txt"))
+                .unwrap_or_default()
+        );
+    } else {
+        let e = t.exception_info.as_ref().expect("the setup fails");
+        assert_eq!(e.exception_type, "EnvironmentSetupError", "{e:?}");
+        assert!(e.message.contains("line 2 failed"), "{}", e.message);
+        assert!(
+            e.message
+                .contains("read-only in these trials (the runner is not root)"),
+            "{}",
+            e.message
+        );
+    }
+    for host in [
+        "/opt/baton-fixture-baked.txt",
+        "/etc/baton-fixture.conf",
+        "/usr/local/share/baton-fixture",
+        "/usr/local/bin/baton-fixture-made",
+    ] {
+        assert!(!Path::new(host).exists(), "{host} appeared on the host");
+    }
+}
+
 /// `--resume` continues a stopped job as `harbor jobs resume` does: the trials that finished
 /// are kept (not run again), a trial without a result (running when the job was killed) is
 /// removed and runs again, and the job's result.json holds them all.

@@ -214,7 +214,7 @@ fn agent_and_verifier_users() {
 /// Dockerfile `COPY` and `WORKDIR` into system folders: the paths the host lacks
 /// (`/opt/greeter`, `/var/lib/greeter`, `/etc/greeter.conf`) and a file in a folder it has
 /// (`/usr/local/bin/…`) are the trial's own, mounted there in every phase with variables
-/// expanded; the rest of each folder is the host's, read-only, and the host is untouched.
+/// expanded; the rest of each folder is the host's (under a layer of the trial's own when the runner is root), and the host is untouched.
 #[test]
 fn copies_into_system_folders_are_the_trials() {
     let dir = fixture("copy-system");

@@ -113,6 +113,9 @@ pub struct TrialPaths {
     /// The trial's own folders and files inside system folders (`/opt/tool`), under
     /// `work/system/`, as (sandbox path, host path, is a file).
     pub system_mounts: Vec<(String, PathBuf, bool)>,
+    /// The trial's layers over the host's `/usr`, `/etc` and `/opt` when the runner is root
+    /// ([`super::overlay`]), kept for every phase.
+    pub overlay: PathBuf,
 }
 
 impl TrialPaths {
@@ -134,6 +137,7 @@ impl TrialPaths {
             identity: work.join("identity"),
             extra_roots: Vec::new(),
             system_mounts: Vec::new(),
+            overlay: work.join("overlay"),
         }
     }
 
@@ -316,6 +320,9 @@ pub struct Isolation {
     host_sockets: Arc<Vec<PathBuf>>,
     /// The container runtime, for `--env podman|docker`.
     pub runtime: Option<Arc<Runtime>>,
+    /// Whether each trial gets writable layers over `/usr`, `/etc` and `/opt`
+    /// ([`super::overlay`]); why not, when it does not.
+    pub system_overlay: Result<(), String>,
 }
 
 /// Why bubblewrap cannot sandbox trials on this machine (found by a probe sandbox).
@@ -444,6 +451,7 @@ impl Isolation {
             bwrap: bwrap::bwrap_path().unwrap_or_else(|_| PathBuf::from("bwrap")),
             host_sockets: Arc::new(Vec::new()),
             runtime: None,
+            system_overlay: Err("not probed".into()),
         };
         let runtime = match choice {
             IsolationChoice::Podman => Some((RuntimeKind::Podman, IsolationKind::Podman)),
@@ -468,6 +476,7 @@ impl Isolation {
         // (it cannot make the mount point in a read-only folder).
         match iso.probe() {
             Ok(()) => {
+                iso.system_overlay = iso.probe_overlay();
                 iso.host_sockets = Arc::new(host_sockets());
                 Ok(iso)
             }
@@ -498,6 +507,49 @@ impl Isolation {
         let dir = tempfile::tempdir().map_err(IsolationError::ProbeDir)?;
         let paths = TrialPaths::new(dir.path());
         paths.create().map_err(IsolationError::ProbeFolders)?;
+        let out = self.probe_run(&paths, "touch /app/.probe")?;
+        if !out.status.success() || !paths.app.join(".probe").exists() {
+            return Err(IsolationError::SandboxRefused {
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether trials can have writable layers over the host's system folders: the runner is
+    /// root and a probe sandbox writes into `/opt` (or `/usr`) through one.
+    fn probe_overlay(&mut self) -> Result<(), String> {
+        if !nix::unistd::geteuid().is_root() {
+            return Err("the runner is not root".into());
+        }
+        self.system_overlay = Ok(());
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let paths = TrialPaths::new(dir.path());
+        paths.create().map_err(|e| e.to_string())?;
+        let name = super::overlay::OVERLAID
+            .iter()
+            .find(|d| Path::new("/").join(d).is_dir())
+            .ok_or("the host has no /usr, /etc or /opt")?;
+        let out = self
+            .probe_run(&paths, &format!("touch /{name}/.baton-probe"))
+            .map_err(|e| e.to_string())?;
+        let written =
+            super::overlay::SystemOverlay::upper(&paths.overlay, name).join(".baton-probe");
+        if out.status.success() && written.is_file() {
+            Ok(())
+        } else {
+            Err(format!(
+                "an overlay over /{name} could not be made: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    }
+
+    fn probe_run(
+        &self,
+        paths: &TrialPaths,
+        script: &str,
+    ) -> Result<std::process::Output, IsolationError> {
         let phase = Phase {
             paths: &paths,
             workdir: "/app",
@@ -511,17 +563,10 @@ impl Isolation {
             user: None,
             control: None,
         };
-        let mut cmd = self.command(&phase, "sh", &["-c".into(), "touch /app/.probe".into()]);
-        let out = cmd
+        self.command(&phase, "sh", &["-c".into(), script.into()])
             .stdin(Stdio::null())
             .output()
-            .map_err(IsolationError::BwrapMissing)?;
-        if !out.status.success() || !paths.app.join(".probe").exists() {
-            return Err(IsolationError::SandboxRefused {
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        Ok(())
+            .map_err(IsolationError::BwrapMissing)
     }
 
     /// The command that runs `program args` for `phase`.
@@ -591,9 +636,30 @@ impl Isolation {
             None => b.user(0, 0),
         };
         b.unshare_cgroup();
+        let overlay = self
+            .system_overlay
+            .is_ok()
+            .then(|| super::overlay::SystemOverlay::prepare(&p.overlay));
+        let overlaid =
+            |dir: &str| matches!(overlay, Some(Ok(_))) && super::overlay::OVERLAID.contains(&dir);
         for dir in SYSTEM_DIRS {
             let host = Path::new("/").join(dir);
-            if host.is_dir() {
+            if !host.is_dir() {
+                continue;
+            }
+            if overlaid(dir) {
+                b.bind(&host, &host);
+                // bwrap follows a link on the way to a mount point, and the trial writes this
+                // folder. Its mounts are the same in every phase, so a phase cannot remove or
+                // rename one (it is a mount point there) nor a folder above it (the host's
+                // layer's, which `redirect_dir=off` keeps from being renamed) to leave a link
+                // in its place for the next phase's bwrap.
+                for (sandbox, ours, _) in &p.system_mounts {
+                    if Path::new(sandbox).starts_with(&host) {
+                        b.bind(ours, Path::new(sandbox));
+                    }
+                }
+            } else {
                 bind_system_dir(&mut b, &host, &p.system_mounts);
             }
         }
@@ -700,6 +766,16 @@ impl Isolation {
                     }
                     // No program file: refuse to start rather than run unfiltered.
                     None => return Err(std::io::Error::from_raw_os_error(libc::ENOMEM)),
+                }
+                match &overlay {
+                    Some(Ok(layers)) => layers.mount()?,
+                    // The trial would see read-only folders it was promised writable.
+                    Some(Err(e)) => {
+                        return Err(std::io::Error::from_raw_os_error(
+                            e.raw_os_error().unwrap_or(libc::EIO),
+                        ));
+                    }
+                    None => {}
                 }
                 if let Some(setup) = &netns {
                     setup.run()?;

@@ -17,6 +17,7 @@ pub(crate) mod fsutil;
 pub(crate) mod gateway;
 pub mod isolation;
 pub mod job;
+mod overlay;
 pub(crate) mod process;
 pub(crate) mod progress;
 pub mod report;

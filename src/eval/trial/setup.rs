@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::phase::{PhaseError, cancelled, infra, log_files, run_phase, scaled};
 use super::{PhaseTiming, TrialResult, TrialSettings};
 use crate::eval::fsutil::remove_tree;
-use crate::eval::isolation::{Phase, TrialPaths};
+use crate::eval::isolation::{IsolationKind, Phase, TrialPaths};
 use crate::eval::process::Exit;
 use crate::eval::task::Task;
 
@@ -79,15 +79,26 @@ pub(super) fn run_setup_script(
             Exit::TimedOut => "timed out".to_string(),
             other => format!("ended with {other:?}"),
         };
+        let tail = log_tail(&paths.root.join("setup.log")).unwrap_or_default();
         // The Dockerfile's failing RUN names its line there.
-        let failed = failed_run_line(&paths.root.join("setup.log"))
+        let failed = failed_run_line(&tail)
             .map(|l| format!(" ({l})"))
             .unwrap_or_default();
+        let read_only = match &iso.system_overlay {
+            Err(why)
+                if iso.kind == IsolationKind::Bwrap && tail.contains("Read-only file system") =>
+            {
+                format!(
+                    "; /usr, /etc and /opt are read-only in these trials ({why}): writable layers need baton eval run as root, or --env podman|docker"
+                )
+            }
+            _ => String::new(),
+        };
         return Err(infra(
             r,
             "EnvironmentSetupError",
             format!(
-                "the setup script {why}{failed}; see {}",
+                "the setup script {why}{failed}; see {}{read_only}",
                 paths.root.join("setup.log").display()
             ),
         ));
@@ -95,16 +106,20 @@ pub(super) fn run_setup_script(
     Ok(())
 }
 
-/// The last "the Dockerfile's line N failed" line of a setup log (its last 64 KiB).
-fn failed_run_line(log: &Path) -> Option<String> {
+/// The last 64 KiB of a setup log.
+fn log_tail(log: &Path) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
     let mut f = File::open(log).ok()?;
     let len = f.metadata().ok()?.len();
     f.seek(SeekFrom::Start(len.saturating_sub(64 << 10))).ok()?;
     let mut bytes = Vec::new();
     f.read_to_end(&mut bytes).ok()?;
-    let text = String::from_utf8_lossy(&bytes);
-    text.lines()
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// The last "the Dockerfile's line N failed" line of a setup log's tail.
+fn failed_run_line(tail: &str) -> Option<String> {
+    tail.lines()
         .rev()
         .find_map(|l| l.strip_prefix("baton: "))
         .filter(|l| l.starts_with("the Dockerfile's line"))
