@@ -1689,9 +1689,10 @@ fn var_log_is_writable_and_kept_across_phases() {
     );
 }
 
-/// `RUN` lines, the agent and the verifier write into `/opt`, `/etc` and `/usr/local` as in an
-/// image, each phase seeing what the earlier ones wrote, when the runner is root: the trial's
-/// own layers over the host's folders, which never change. Not root: those folders stay
+/// `RUN` lines, the agent and the verifier write into `/opt`, `/etc`, `/usr/local` and where
+/// pip installs (a pyenv Python's folder under the host's HOME here) as in an image, each
+/// phase seeing what the earlier ones wrote, when the runner is root: the trial's own layers
+/// over the host's folders, which never change. Not root: those folders stay
 /// read-only and the setup error says why and what to do. Before, both failed the setup with
 /// a bare "Read-only file system" (2 of 56 public tasks).
 #[test]
@@ -1729,6 +1730,20 @@ fn system_folders_are_writable_layers_of_the_trial_when_the_runner_is_root() {
     ] {
         assert!(!Path::new(host).exists(), "{host} appeared on the host");
     }
+    let purelib = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .unwrap();
+    let module =
+        Path::new(String::from_utf8_lossy(&purelib.stdout).trim()).join("baton_fixture_layer.py");
+    assert!(
+        !module.exists(),
+        "{} appeared on the host",
+        module.display()
+    );
 }
 
 /// `--resume` continues a stopped job as `harbor jobs resume` does: the trials that finished

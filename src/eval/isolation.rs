@@ -534,7 +534,8 @@ impl Isolation {
             .probe_run(&paths, &format!("touch /{name}/.baton-probe"))
             .map_err(|e| e.to_string())?;
         let written =
-            super::overlay::SystemOverlay::upper(&paths.overlay, name).join(".baton-probe");
+            super::overlay::SystemOverlay::upper(&paths.overlay, &Path::new("/").join(name))
+                .join(".baton-probe");
         if out.status.success() && written.is_file() {
             Ok(())
         } else {
@@ -636,18 +637,21 @@ impl Isolation {
             None => b.user(0, 0),
         };
         b.unshare_cgroup();
-        let overlay = self
-            .system_overlay
-            .is_ok()
-            .then(|| super::overlay::SystemOverlay::prepare(&p.overlay));
-        let overlaid =
-            |dir: &str| matches!(overlay, Some(Ok(_))) && super::overlay::OVERLAID.contains(&dir);
+        let toolchains = self.home_toolchains();
+        let overlay = self.system_overlay.is_ok().then(|| {
+            let system = super::overlay::OVERLAID
+                .iter()
+                .map(|d| Path::new("/").join(d));
+            let folders: Vec<PathBuf> = system.chain(toolchains.iter().cloned()).collect();
+            super::overlay::SystemOverlay::prepare(&p.overlay, &folders)
+        });
+        let overlaid = |host: &Path| matches!(&overlay, Some(Ok(o)) if o.covers(host));
         for dir in SYSTEM_DIRS {
             let host = Path::new("/").join(dir);
             if !host.is_dir() {
                 continue;
             }
-            if overlaid(dir) {
+            if overlaid(&host) {
                 b.bind(&host, &host);
                 // bwrap follows a link on the way to a mount point, and the trial writes this
                 // folder. Its mounts are the same in every phase, so a phase cannot remove or
@@ -710,8 +714,14 @@ impl Isolation {
         b.dev(Path::new("/dev")).proc(Path::new("/proc"));
         b.bind(&p.tmp, Path::new("/tmp"))
             .bind(&p.home, Path::new("/root"));
-        for host in self.home_toolchains().iter().chain(&self.shared) {
-            b.ro_bind(host, host);
+        for host in toolchains.iter().chain(&self.shared) {
+            // A toolchain is layered as the system folders are: `pip install` into a pyenv
+            // Python, `cargo install` into ~/.cargo/bin.
+            if overlaid(host) {
+                b.bind(host, host);
+            } else {
+                b.ro_bind(host, host);
+            }
             hide_credentials(&mut b, host);
         }
         for (sandbox, host) in &p.extra_roots {

@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use nix::mount::{MsFlags, mount};
 use nix::sched::{CloneFlags, unshare};
 
-/// The host folders a trial gets a writable layer over.
+/// The host system folders a trial gets a writable layer over (and the toolchains under the
+/// host's HOME that it sees).
 pub const OVERLAID: &[&str] = &["usr", "etc", "opt"];
 
 /// The options every layer is mounted with. `redirect_dir=off`: a folder of the host's layer
@@ -33,27 +34,34 @@ pub struct SystemOverlay {
     /// The trial's `work/overlay`: the layers' options name their folders relative to it, so
     /// no character of the trial's path (a `,` or `:`) can change what they say.
     base: CString,
-    /// (mount point, the overlay's options) per folder of [`OVERLAID`] the host has.
-    layers: Vec<(CString, CString)>,
+    /// The host folders layered, each with its mount point and the overlay's options.
+    layers: Vec<(PathBuf, CString, CString)>,
 }
 
 impl SystemOverlay {
-    /// Makes the trial's layer folders under `base` (kept between phases) and the mounts' words.
-    pub fn prepare(base: &Path) -> io::Result<SystemOverlay> {
+    /// Makes the trial's layer folders under `base` (kept between phases) for each of
+    /// `folders` (absolute host folders), and the mounts' words. A folder that is a link or
+    /// missing stays as the host has it, as does one whose path an overlay's options cannot
+    /// carry (a `,` `:` `=` or `\\` in it).
+    pub fn prepare(base: &Path, folders: &[PathBuf]) -> io::Result<SystemOverlay> {
         let mut layers = Vec::new();
-        for name in OVERLAID {
-            let host = Path::new("/").join(name);
-            // A link (`/opt` → elsewhere) or a missing folder stays as the host has it.
-            if !std::fs::symlink_metadata(&host).is_ok_and(|m| m.is_dir()) {
+        for host in folders {
+            let text = host.to_string_lossy();
+            if !host.is_absolute()
+                || text.contains([',', ':', '=', '\\'])
+                || !std::fs::symlink_metadata(host).is_ok_and(|m| m.is_dir())
+            {
                 continue;
             }
+            let name = layer_name(host);
             for part in ["upper", "work"] {
-                std::fs::create_dir_all(base.join(name).join(part))?;
+                std::fs::create_dir_all(base.join(&name).join(part))?;
             }
             let options = format!(
-                "lowerdir=/{name},upperdir={name}/upper,workdir={name}/work,{LAYER_OPTIONS}"
+                "lowerdir={text},upperdir={name}/upper,workdir={name}/work,{LAYER_OPTIONS}"
             );
             layers.push((
+                host.clone(),
                 c_string(host.as_os_str().as_bytes())?,
                 c_string(options.as_bytes())?,
             ));
@@ -65,9 +73,14 @@ impl SystemOverlay {
         })
     }
 
-    /// The folder whose layers hold what the trial wrote into `/usr`, `/etc` and `/opt`.
-    pub fn upper(base: &Path, name: &str) -> PathBuf {
-        base.join(name).join("upper")
+    /// Whether `host` is one of the folders layered.
+    pub fn covers(&self, host: &Path) -> bool {
+        self.layers.iter().any(|(h, _, _)| h == host)
+    }
+
+    /// The folder that holds what the trial wrote into the host folder `host`.
+    pub fn upper(base: &Path, host: &Path) -> PathBuf {
+        base.join(layer_name(host)).join("upper")
     }
 
     /// In the child, between fork and exec of bwrap: a mount namespace of its own (nothing
@@ -83,7 +96,7 @@ impl SystemOverlay {
             None::<&str>,
         )?;
         nix::unistd::chdir(self.base.as_c_str())?;
-        for (at, options) in &self.layers {
+        for (_, at, options) in &self.layers {
             mount(
                 Some(c"overlay"),
                 at.as_c_str(),
@@ -95,6 +108,14 @@ impl SystemOverlay {
         nix::unistd::chdir(c"/")?;
         Ok(())
     }
+}
+
+/// One folder name per host path: `/usr` → `usr`, `/root/.pyenv` → `root%2F.pyenv`.
+fn layer_name(host: &Path) -> String {
+    host.to_string_lossy()
+        .trim_start_matches('/')
+        .replace('%', "%25")
+        .replace('/', "%2F")
 }
 
 fn c_string(bytes: &[u8]) -> io::Result<CString> {
@@ -109,15 +130,24 @@ mod tests {
     fn layers_name_their_folders_relative_to_the_trial() {
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path().join("a,b:c").join("overlay");
-        let o = SystemOverlay::prepare(&base).unwrap();
-        assert!(!o.layers.is_empty());
-        for (at, options) in &o.layers {
+        let tool = dir.path().join("tool");
+        std::fs::create_dir(&tool).unwrap();
+        let folders = [PathBuf::from("/usr"), tool.clone(), dir.path().join("x,y")];
+        let o = SystemOverlay::prepare(&base, &folders).unwrap();
+        assert!(o.covers(Path::new("/usr")) && o.covers(&tool));
+        assert_eq!(o.layers.len(), 2, "a missing folder is not layered");
+        for (host, _, options) in &o.layers {
             let options = options.to_str().unwrap();
-            let name = at.to_str().unwrap().trim_start_matches('/');
-            assert!(options.starts_with(&format!("lowerdir=/{name},upperdir={name}/upper,")));
+            let name = layer_name(host);
+            assert!(options.starts_with(&format!(
+                "lowerdir={},upperdir={name}/upper,",
+                host.display()
+            )));
             assert!(options.contains("redirect_dir=off"));
-            assert!(!options.contains("a,b:c"));
-            assert!(SystemOverlay::upper(&base, name).is_dir());
+            assert!(SystemOverlay::upper(&base, host).is_dir());
         }
+        assert_eq!(layer_name(Path::new("/usr")), "usr");
+        assert_eq!(layer_name(Path::new("/a/b%c")), "a%2Fb%25c");
+        assert_ne!(layer_name(Path::new("/a_b")), layer_name(Path::new("/a/b")));
     }
 }
