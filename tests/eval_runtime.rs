@@ -246,6 +246,43 @@ fn podman_trials_run_the_tasks_image_as_docker_would() {
     assert_eq!(leftover_containers(p, &nop), "");
 }
 
+/// Phases run as Docker runs them: as the image's `USER` unless the task names a user for the
+/// phase (`[agent].user`, `[verifier].user`), through `exec --user`; the agent's logs are
+/// written as that user. Before, an image with a non-root USER was a `UserSetupError` and a
+/// task naming a user was skipped under a runtime.
+#[test]
+fn container_phases_run_as_the_images_user_or_the_tasks() {
+    let Some(p) = podman() else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let dockerfile = format!(
+        "FROM {BASE}\nRUN mkdir -p /app && chmod 777 /app && echo 'app:x:1000:1000::/app:/bin/bash' >> /etc/passwd && id -u > /setup-uid\nWORKDIR /app\nUSER app\n"
+    );
+    let solve = "id -un > /app/who\nid -u >> /app/who\necho 'as app' >&2\n";
+    let check = "[ \"$(sed -n 1p /app/who)\" = app ] && [ \"$(sed -n 2p /app/who)\" = 1000 ] && [ \"$(cat /setup-uid)\" = 0 ] && [ \"$(id -u)\" = 0 ]";
+    let dir = task(root.path(), "image-user", &dockerfile, solve, check);
+    let toml = std::fs::read_to_string(dir.join("task.toml")).unwrap();
+    write(
+        &dir.join("task.toml"),
+        &toml.replace("[verifier]\n", "[verifier]\nuser = \"root\"\n"),
+    );
+    let out = tempfile::tempdir().unwrap();
+    let d = dir.to_str().unwrap();
+    let job = eval(
+        p,
+        out.path(),
+        &[d, "--agent", "oracle", "--env", "podman"],
+        &[],
+    );
+    let t = &trials(&job)[0];
+    assert_eq!(t["reward"], 1.0, "{t:#}");
+    let trial_dir = Path::new(t["trial_dir"].as_str().unwrap());
+    let stderr = std::fs::read_to_string(trial_dir.join("agent/stderr.txt")).unwrap();
+    assert_eq!(stderr.trim(), "as app");
+    assert_eq!(leftover_containers(p, &job), "");
+}
+
 /// A `RUN` whose last command fails fails the image build: the trial is an environment error
 /// (no reward, not a 0) and its setup.log names the step.
 #[test]

@@ -63,6 +63,10 @@ done
 /// One command for the sandbox: run in `workdir` with exactly `env`, stdin closed, output into
 /// the sandbox paths `stdout` and `stderr`, after the shell lines of `prelude`.
 pub struct Job<'a> {
+    /// Who the job runs as in a runtime's container (`docker exec --user`: a name or
+    /// `uid[:gid]` of the image's user database); `None` is root. bwrap's shared sandbox runs
+    /// only root's phases: a phase as another user gets a sandbox of its own.
+    pub user: Option<&'a str>,
     pub workdir: &'a str,
     pub env: &'a BTreeMap<String, String>,
     pub prelude: &'a str,
@@ -111,6 +115,8 @@ pub struct ContainerRun<'a> {
     pub workdir: &'a str,
     /// (host path, container path, read-only) bind mounts.
     pub mounts: Vec<(PathBuf, String, bool)>,
+    /// Some job runs as a user other than root: the status folder takes its session's pid.
+    pub non_root_jobs: bool,
 }
 
 impl Container {
@@ -180,7 +186,9 @@ impl Container {
             if !run.network {
                 cmd.args(["--network", "none"]);
             }
-            cmd.args(["--workdir", run.workdir]);
+            // The supervisor is root whatever the image's USER: the runner's control files
+            // are root's. Each phase names its user to `exec`.
+            cmd.args(["--workdir", run.workdir, "--user", "0:0"]);
             for (host, inside, read_only) in &mounts {
                 let mut spec = format!(
                     "type=bind,source={},destination={inside}",
@@ -202,7 +210,12 @@ impl Container {
             name: run.name.to_string(),
             watchdog: runtime.watchdog(run.name).ok(),
         };
-        Container::launch(&control, log, command, |_| false, end)
+        let container = Container::launch(&control, log, command, |_| false, end)?;
+        if run.non_root_jobs {
+            // Sticky, as /tmp: a job writes its own session's pid file, not another's.
+            std::fs::set_permissions(&container.dir_out, std::fs::Permissions::from_mode(0o1777))?;
+        }
+        Ok(container)
     }
 
     /// Makes the control folders and the FIFO, then starts the supervisor `command` runs,
@@ -361,7 +374,7 @@ impl Container {
                     "cannot hand the trial's container a job: {e}"
                 )));
             }
-            let exit = exec_job(runtime, name, &id, limit, cancel);
+            let exit = exec_job(runtime, name, &id, job.user, limit, cancel);
             // The runtime's own failure (its container is gone) is not the job's status.
             if !self.alive() {
                 let why = self.ended();
@@ -457,11 +470,22 @@ impl Drop for Container {
 /// session of its own: its status is the one `exec` reports, which nothing in the container can
 /// forge (the status files of the supervisor's jobs are the trial's to write). Past `limit`, or
 /// when `cancel` is set, the job's session is ended (SIGTERM, then SIGKILL).
-fn exec_job(runtime: &Runtime, name: &str, id: &str, limit: Duration, cancel: &AtomicBool) -> Exit {
+fn exec_job(
+    runtime: &Runtime,
+    name: &str,
+    id: &str,
+    user: Option<&str>,
+    limit: Duration,
+    cancel: &AtomicBool,
+) -> Exit {
     let pid_file = format!("{CONTROL}/out/{id}.pid");
     let script = format!("{CONTROL}/in/{id}.sh");
     let mut cmd = runtime.command();
-    cmd.args(["exec", name, "setsid", "-w", "/bin/bash", "-c"])
+    cmd.arg("exec");
+    if let Some(user) = user {
+        cmd.args(["--user", user]);
+    }
+    cmd.args([name, "setsid", "-w", "/bin/bash", "-c"])
         .arg(r#"echo $$ > "$0"; exec /bin/bash "$1""#)
         .args([&pid_file, &script]);
     let (Ok(out), Ok(err)) = (File::create("/dev/null"), File::create("/dev/null")) else {
@@ -495,6 +519,15 @@ fn job_script(job: &Job, inherit: bool) -> String {
     if !job.prelude.is_empty() {
         s.push_str(job.prelude);
         s.push('\n');
+    }
+    // The runner made the output files, root's: a job of another user writes new ones in
+    // their place (their folders are open to it).
+    if job.user.is_some() {
+        for out in [job.stdout, job.stderr] {
+            if out.starts_with("/logs/") {
+                s.push_str(&format!("rm -f -- {}\n", q(out)));
+            }
+        }
     }
     s.push_str(if inherit {
         "exec /usr/bin/env"

@@ -771,8 +771,11 @@ fn load_harbor(dir: &Path, envs: Environments) -> Result<Loaded, TaskError> {
             );
         });
         plan.workdir = String::new();
-        if let Some(reason) = images_cannot_run(&steps, &agent_user, &verifier_user) {
-            return skip(reason);
+        if !steps.is_empty() {
+            return skip(
+                "a multi-step task runs under --env bwrap only; a container runtime runs one pass"
+                    .into(),
+            );
         }
     } else if env_dir.is_dir() {
         let setup = env_dir.join("setup.sh");
@@ -1005,27 +1008,6 @@ fn load_tb1(dir: &Path, envs: Environments) -> Result<Loaded, TaskError> {
         agent_user: image_user.clone(),
         verifier_user: image_user,
     })))
-}
-
-/// Why a container runtime cannot run a task baton loaded, if it cannot: its trial runs every
-/// phase as the image's user in one container, one pass.
-fn images_cannot_run(
-    steps: &[Step],
-    agent_user: &Option<String>,
-    verifier_user: &Option<String>,
-) -> Option<String> {
-    if !steps.is_empty() {
-        return Some(
-            "a multi-step task runs under --env bwrap only; a container runtime runs one pass"
-                .into(),
-        );
-    }
-    if agent_user.is_some() || verifier_user.is_some() {
-        return Some(
-            "[agent].user and [verifier].user are honoured under --env bwrap only; a container runtime runs every phase as the image's USER".into(),
-        );
-    }
-    None
 }
 
 /// Number of entries under the top-level `services:` key of a compose file.

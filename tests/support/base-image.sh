@@ -43,6 +43,8 @@ for d in bin lib lib64 sbin; do
 done
 mkdir -p "$root/etc" "$root/root" "$root/tmp" "$root/app" "$root/var/tmp" "$root/usr/local/bin"
 chmod 1777 "$root/tmp" "$root/var/tmp"
+# mktemp made the root 0700: users other than root could not reach anything in the image.
+chmod 755 "$root"
 echo 'root:x:0:0:root:/root:/bin/bash' >"$root/etc/passwd"
 echo 'root:x:0:' >"$root/etc/group"
 tar -C "$root" -cf "$root.tar" .

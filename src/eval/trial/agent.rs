@@ -210,6 +210,7 @@ fn run_agent(
             image,
             network,
             solution,
+            pass.agent_user.is_some() || pass.verifier_user.is_some(),
             gateway.as_ref(),
             &control,
             r,
@@ -287,6 +288,7 @@ fn run_agent(
         Some(c) => {
             let job_env = iso.sandbox_env(agent_user.as_ref(), agent_env);
             let job = Job {
+                user: agent_user.as_ref().map(|u| u.name.as_str()),
                 workdir: &task.environment.workdir,
                 env: &job_env,
                 prelude: "",
@@ -334,6 +336,7 @@ fn start_container(
     image: &str,
     network: bool,
     solution: bool,
+    non_root_jobs: bool,
     gateway: Option<&Gateway>,
     control: &std::path::Path,
     r: &mut TrialResult,
@@ -341,6 +344,20 @@ fn start_container(
     let Some(runtime) = &iso.runtime else {
         return Err(infra(r, "AgentSetupError", "no container runtime".into()));
     };
+    if non_root_jobs {
+        // A phase of another user writes its logs there, as root's do. The trial's folder
+        // above is the runner's alone.
+        use std::os::unix::fs::PermissionsExt;
+        for dir in [&paths.agent_logs, &paths.verifier_logs, &paths.artifacts] {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).map_err(|e| {
+                infra(
+                    r,
+                    "EnvironmentStartError",
+                    format!("{}: {e}", dir.display()),
+                )
+            })?;
+        }
+    }
     let mut mounts = vec![
         (paths.agent_logs.clone(), "/logs/agent".to_string(), false),
         (
@@ -372,6 +389,7 @@ fn start_container(
         network,
         workdir: &task.environment.workdir,
         mounts,
+        non_root_jobs,
     };
     let log = paths.root.join("work").join("container.log");
     let mut container = Container::start_in(runtime, &run, control, &log).map_err(|e| {

@@ -126,6 +126,7 @@ pub(super) fn copy_artifacts_out(
             dest,
         ];
         let job = Job {
+            user: None,
             workdir: "/",
             env: &env,
             prelude: "",

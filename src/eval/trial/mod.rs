@@ -30,7 +30,7 @@ use chrono::Utc;
 
 use super::events::Tokens;
 use super::fsutil::{copy_tree, remove_tree};
-use super::isolation::{IsolationKind, TrialPaths};
+use super::isolation::{IsolationKind, TrialPaths, TrialUser};
 use super::task::Task;
 
 use agent::agent_and_verifier;
@@ -178,13 +178,26 @@ fn trial_phases(
     }
     write_config(task, paths, settings);
     if let Some(runtime) = &iso.runtime {
-        let (task, image) = task_image(task, paths, settings, runtime, r)?;
+        let (task, image, image_user) = task_image(task, paths, settings, runtime, r)?;
         let mut env = settings.network_env.clone();
         env.extend(task.environment.env.clone());
+        // As `docker exec`: a phase runs as the task's user for it, else as the image's USER.
+        // The image's user database resolves the name.
+        let in_image = |spec: Option<&String>| {
+            spec.or(image_user.as_ref())
+                .filter(|s| !users::is_root(s))
+                .map(|s| TrialUser {
+                    name: s.clone(),
+                    uid: 0,
+                    gid: 0,
+                })
+        };
+        let agent_user = in_image(task.agent_user.as_ref());
+        let verifier_user = in_image(task.verifier_user.as_ref());
         let pass = Pass::whole_task(
             &task,
             settings.timeout_multiplier,
-            (None, None),
+            (agent_user.as_ref(), verifier_user.as_ref()),
             Some(&image),
         );
         return agent_and_verifier(
@@ -275,7 +288,7 @@ fn task_image(
     settings: &TrialSettings,
     runtime: &crate::eval::runtime::Runtime,
     r: &mut TrialResult,
-) -> Result<(Task, String), PhaseError> {
+) -> Result<(Task, String, Option<String>), PhaseError> {
     let started_at = Utc::now();
     let checksum = task
         .checksum
@@ -298,19 +311,10 @@ fn task_image(
         return Err(phase::cancelled(r));
     }
     let image = image.map_err(|e| infra(r, "EnvironmentSetupError", e))?;
-    if !image.runs_as_root() {
-        return Err(infra(
-            r,
-            "UserSetupError",
-            format!(
-                "the image {} runs as USER {}; baton's container trials run every phase as root for now (use --env bwrap)",
-                image.tag, image.user
-            ),
-        ));
-    }
     let mut task = task.clone();
     if task.environment.workdir.is_empty() {
         task.environment.workdir = image.workdir.clone();
     }
-    Ok((task, image.tag))
+    let user = (!image.runs_as_root()).then(|| image.user.clone());
+    Ok((task, image.tag, user))
 }

@@ -6,7 +6,7 @@ use crate::eval::isolation::{TrialPaths, TrialUser};
 use crate::eval::task::Task;
 
 /// Whether a `user` value means root.
-fn is_root(spec: &str) -> bool {
+pub(super) fn is_root(spec: &str) -> bool {
     matches!(spec.split(':').next(), Some("root" | "0" | ""))
 }
 

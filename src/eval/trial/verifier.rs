@@ -94,6 +94,7 @@ pub(super) fn run_verifier(
             let job_env = iso.sandbox_env(pass.verifier_user, &phase.env);
             let prelude = c.tests_prelude();
             let job = Job {
+                user: pass.verifier_user.map(|u| u.name.as_str()),
                 workdir: &task.environment.workdir,
                 env: &job_env,
                 prelude: &prelude,
