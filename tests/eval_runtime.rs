@@ -283,6 +283,65 @@ fn container_phases_run_as_the_images_user_or_the_tasks() {
     assert_eq!(leftover_containers(p, &job), "");
 }
 
+/// A multi-step task under a runtime: every step's agent and verifier run in a container
+/// that starts from the files the step before left (the step's `workdir/` files and its
+/// `setup.sh` go in first), each step's verifier sees only its tests, and the step images
+/// are gone with the trial. Before, such a task was skipped under a runtime.
+#[test]
+fn multi_step_tasks_run_each_step_on_what_the_last_one_left() {
+    let Some(p) = podman() else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("steps");
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/eval/multi-step/steps");
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(&fixture)
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    write(
+        &dir.join("environment/Dockerfile"),
+        &format!("FROM {BASE}\nWORKDIR /app\nCOPY base.txt /app/\n"),
+    );
+    let out = tempfile::tempdir().unwrap();
+    let d = dir.to_str().unwrap();
+    let job = eval(
+        p,
+        out.path(),
+        &[d, "--agent", "oracle", "--env", "podman"],
+        &[],
+    );
+    let t = &trials(&job)[0];
+    assert_eq!(t["reward"], 1.0, "{t:#}");
+    let steps = t["step_results"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{t:#}");
+    assert_eq!(
+        steps[1]["verifier_result"]["rewards"]["style"], 0.5,
+        "{t:#}"
+    );
+    let trial_dir = Path::new(t["trial_dir"].as_str().unwrap());
+    assert!(trial_dir.join("steps/extend/agent/setup.log").is_file());
+    let images = Command::new("podman")
+        .args(["images", "--format", "{{.Repository}}"])
+        .env("CONTAINERS_CONF", &p.conf)
+        .output()
+        .unwrap();
+    let images = String::from_utf8_lossy(&images.stdout);
+    assert!(!images.contains("baton-step-"), "{images}");
+    assert_eq!(leftover_containers(p, &job), "");
+    let nop = eval(
+        p,
+        out.path(),
+        &[d, "--agent", "nop", "--env", "podman"],
+        &[],
+    );
+    assert_eq!(trials(&nop)[0]["reward"], 0.0, "{:#}", trials(&nop)[0]);
+}
+
 /// A `RUN` whose last command fails fails the image build: the trial is an environment error
 /// (no reward, not a 0) and its setup.log names the step.
 #[test]

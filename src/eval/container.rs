@@ -279,6 +279,15 @@ impl Container {
     /// The command that copies the staged tests into `/tests` before the verifier runs: bwrap's
     /// `/tests` is made afresh (whatever the agent put there, a link included, goes); a
     /// container's is its own mount point, emptied.
+    /// Under a runtime, saves the container's files as image `tag`; `Ok(false)` under bwrap,
+    /// whose trial's files are host folders already.
+    pub fn commit(&self, tag: &str) -> Result<bool, String> {
+        match &self.end {
+            End::Runtime { runtime, name, .. } => runtime.commit(name, tag).map(|()| true),
+            End::Namespace => Ok(false),
+        }
+    }
+
     pub fn tests_prelude(&self) -> String {
         let fresh = match self.end {
             End::Namespace => "rm -rf /tests && mkdir /tests",

@@ -552,7 +552,7 @@ impl Isolation {
         script: &str,
     ) -> Result<std::process::Output, IsolationError> {
         let phase = Phase {
-            paths: &paths,
+            paths,
             workdir: "/app",
             network: false,
             tests: false,

@@ -78,7 +78,16 @@ impl Runtime {
             program,
             images: Mutex::new(BTreeMap::new()),
         };
-        let listed = rt.quick(&["images", "-q"])?;
+        let mut listed = rt.quick(&["images", "-q"])?;
+        // An image removed while the list is read (another job's) fails the listing: that
+        // says nothing about this runtime.
+        for _ in 0..3 {
+            if listed.status_ok || !listed.text.contains("image not known") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            listed = rt.quick(&["images", "-q"])?;
+        }
         if !listed.status_ok {
             return Err(format!(
                 "`{name} images` failed, so {name} cannot run trials here: {}",
@@ -255,6 +264,26 @@ impl Runtime {
             .stderr(Stdio::null())
             .process_group(0)
             .spawn()
+    }
+
+    /// Saves container `name`'s files as image `tag` (`commit`): the next step of a
+    /// multi-step trial starts from what this one left.
+    pub fn commit(&self, name: &str, tag: &str) -> Result<(), String> {
+        let q = self.quick(&["commit", name, tag])?;
+        if q.status_ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "`{} commit` failed: {}",
+                self.kind.name(),
+                q.text.trim()
+            ))
+        }
+    }
+
+    /// Removes image `tag` (a step's, once its trial is over).
+    pub fn remove_image(&self, tag: &str) {
+        let _ = self.quick(&["rmi", "-f", tag]);
     }
 
     /// Ends container `name` at once (SIGKILL to all of it) and removes it.

@@ -771,12 +771,6 @@ fn load_harbor(dir: &Path, envs: Environments) -> Result<Loaded, TaskError> {
             );
         });
         plan.workdir = String::new();
-        if !steps.is_empty() {
-            return skip(
-                "a multi-step task runs under --env bwrap only; a container runtime runs one pass"
-                    .into(),
-            );
-        }
     } else if env_dir.is_dir() {
         let setup = env_dir.join("setup.sh");
         let dockerfile = env_dir.join("Dockerfile");

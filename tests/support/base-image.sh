@@ -11,7 +11,7 @@ shift 2
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 programs=(bash sh env cat cp mkdir rm mv ls ln sleep echo find setsid dirname basename test
-    true false grep sed head tail wc touch chmod id sort kill nohup stat readlink uname mkfifo)
+    true false grep sed head tail wc touch chmod id sort kill nohup stat readlink uname mkfifo paste)
 copy() {
     local src=$1
     mkdir -p "$root$(dirname "$src")"

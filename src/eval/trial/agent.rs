@@ -200,6 +200,8 @@ fn run_agent(
         mut gateway,
     } = command;
     let control = paths.root.join("work").join("control");
+    // A step before this one left its sandbox's control files (its FIFO among them).
+    let _ = remove_tree(&control);
     // Under a container runtime every phase runs in the trial's one container, the `nop`
     // agent's verifier too.
     let mut container: Option<Container> = match pass.image {
@@ -217,6 +219,17 @@ fn run_agent(
         )?),
         None => None,
     };
+    if let (Some(c), Some(files)) = (container.as_mut(), pass.step.and_then(|s| s.files)) {
+        step_setup_in(
+            c,
+            task,
+            settings,
+            files,
+            agent_user.as_ref(),
+            r,
+            process_time,
+        )?;
+    }
     let Some(program) = program else {
         let now = Utc::now();
         r.timings.agent_execution = Some(PhaseTiming {
@@ -323,6 +336,63 @@ fn run_agent(
     record_agent_exit(r, &outcome.exit)?;
     record_events(pass.instruction, paths, settings, r, &stdout_path);
     Ok(container)
+}
+
+/// A step's `workdir/` files copied into the working dir in the trial's container, and its
+/// `setup.sh` run there as the step's agent user, as the bwrap trial does it
+/// (`steps::step_setup`); the output goes to the step's `agent/setup.log`.
+#[allow(clippy::too_many_arguments)]
+fn step_setup_in(
+    c: &mut Container,
+    task: &Task,
+    settings: &TrialSettings,
+    files: &std::path::Path,
+    user: Option<&crate::eval::isolation::TrialUser>,
+    r: &mut TrialResult,
+    process_time: &mut Duration,
+) -> Result<(), PhaseError> {
+    let staged = c.staging().join("step");
+    let _ = remove_tree(&staged);
+    copy_tree(files, &staged, &[]).map_err(|e| infra(r, "StepSetupError", e.to_string()))?;
+    let from = format!("{}/in/step", crate::eval::container::CONTROL);
+    let script = format!(
+        "exec 2>&1; cp -a --no-preserve=ownership {from}/. \"$1\"/ && if [ -f {from}/setup.sh ]; then bash \"$1/setup.sh\"; fi"
+    );
+    let args = [
+        "-c".to_string(),
+        script,
+        "step-setup".to_string(),
+        task.environment.workdir.clone(),
+    ];
+    let env = BTreeMap::new();
+    let job = Job {
+        user: user.map(|u| u.name.as_str()),
+        workdir: &task.environment.workdir,
+        env: &env,
+        prelude: "",
+        program: "bash",
+        args: &args,
+        stdout: "/logs/agent/setup.log",
+        stderr: "/dev/null",
+    };
+    let outcome = c.run(
+        &job,
+        super::phase::scaled(task.setup_timeout, settings.timeout_multiplier),
+        settings.cancel,
+    );
+    *process_time += outcome.duration;
+    let _ = remove_tree(&staged);
+    match outcome.exit {
+        Exit::Cancelled => Err(super::phase::cancelled(r)),
+        e if e.success() => Ok(()),
+        e => Err(infra(
+            r,
+            "StepSetupError",
+            format!(
+                "copying the step's workdir/ or its setup.sh ended with {e:?}; see agent/setup.log"
+            ),
+        )),
+    }
 }
 
 /// Starts the trial's container of `image` under the runtime: the trial's log folders, the

@@ -182,7 +182,7 @@ fn trial_phases(
         let mut env = settings.network_env.clone();
         env.extend(task.environment.env.clone());
         // As `docker exec`: a phase runs as the task's user for it, else as the image's USER.
-        // The image's user database resolves the name.
+        // The image's user database resolves the name: uid and gid are the runtime's.
         let in_image = |spec: Option<&String>| {
             spec.or(image_user.as_ref())
                 .filter(|s| !users::is_root(s))
@@ -192,6 +192,34 @@ fn trial_phases(
                     gid: 0,
                 })
         };
+        if !task.steps.is_empty() {
+            let specs = task
+                .steps
+                .iter()
+                .flat_map(|s| [&s.agent_user, &s.verifier_user]);
+            let users: BTreeMap<String, TrialUser> = [&task.agent_user, &task.verifier_user]
+                .into_iter()
+                .chain(specs)
+                .chain([&image_user])
+                .filter_map(|spec| in_image(spec.as_ref()))
+                .map(|u| (u.name.clone(), u))
+                .collect();
+            let run = steps::ImageRun {
+                tag: image,
+                default_user: image_user.clone(),
+            };
+            return run_steps(
+                &task,
+                paths,
+                settings,
+                &env,
+                &env,
+                &users,
+                Some(&run),
+                r,
+                process_time,
+            );
+        }
         let agent_user = in_image(task.agent_user.as_ref());
         let verifier_user = in_image(task.verifier_user.as_ref());
         let pass = Pass::whole_task(
@@ -274,6 +302,7 @@ fn trial_phases(
         &env,
         &agent_env,
         &users,
+        None,
         r,
         process_time,
     )

@@ -64,6 +64,18 @@ pub(super) struct Pass<'a> {
     pub(super) verifier_user: Option<&'a TrialUser>,
     /// Under a container runtime: the image the trial's container runs.
     pub(super) image: Option<&'a str>,
+    /// Under a container runtime, for a step of a multi-step task: its `workdir/` files,
+    /// copied into the working dir (and its `setup.sh` run there) in the container before
+    /// the agent, and the image the container's files are saved as after the verifier, which
+    /// the next step starts from.
+    pub(super) step: Option<ContainerStep<'a>>,
+}
+
+/// What a step of a multi-step task adds to a pass in a runtime's container.
+#[derive(Clone, Copy)]
+pub(super) struct ContainerStep<'a> {
+    pub(super) files: Option<&'a Path>,
+    pub(super) save_as: &'a str,
 }
 
 impl<'a> Pass<'a> {
@@ -87,6 +99,7 @@ impl<'a> Pass<'a> {
             agent_user: users.0,
             verifier_user: users.1,
             image,
+            step: None,
         }
     }
 }

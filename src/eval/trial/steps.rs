@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::agent::agent_and_verifier;
 use super::artifacts::collect_artifacts;
 use super::phase::{
-    NO_AGENT_LIMIT, Pass, PhaseError, cancelled, infra, log_files, run_phase, scaled,
+    ContainerStep, NO_AGENT_LIMIT, Pass, PhaseError, cancelled, infra, log_files, run_phase, scaled,
 };
 use super::result::verifier_result;
 use super::{
@@ -35,16 +35,21 @@ pub(super) fn run_steps(
     env: &BTreeMap<String, String>,
     agent_env: &BTreeMap<String, String>,
     users: &BTreeMap<String, TrialUser>,
+    image: Option<&ImageRun>,
     r: &mut TrialResult,
     process_time: &mut Duration,
 ) -> Result<(), PhaseError> {
+    // Under a runtime each step's container starts from the image the step before left.
+    let saved: Vec<String> = (0..task.steps.len())
+        .map(|i| format!("localhost/baton-step-{}:{}", r.id.replace('-', ""), i + 1))
+        .collect();
     let mut records: Vec<StepRecord> = Vec::new();
     let mut first_error: Option<PhaseError> = None;
     let mut agent_started = None;
     let mut agent_finished = None;
     let mut verifier_started = None;
     let mut verifier_finished = None;
-    for step in &task.steps {
+    for (i, step) in task.steps.iter().enumerate() {
         let step_root = paths.root.join("steps").join(&step.name);
         let step_paths = TrialPaths {
             agent_logs: step_root.join("agent"),
@@ -55,6 +60,11 @@ pub(super) fn run_steps(
         // Each step's verifier sees only its own tests, and the next agent none of them.
         let _ = remove_tree(&paths.tests);
         let mut sr = fresh_step_result(r);
+        let in_image = image.map(|im| StepImage {
+            start: if i == 0 { &im.tag } else { &saved[i - 1] },
+            save_as: &saved[i],
+            default_user: im.default_user.as_deref(),
+        });
         let outcome = run_step(
             task,
             step,
@@ -63,6 +73,7 @@ pub(super) fn run_steps(
             env,
             agent_env,
             users,
+            in_image,
             &mut sr,
             process_time,
         );
@@ -95,6 +106,11 @@ pub(super) fn run_steps(
         records.push(record);
         if stop {
             break;
+        }
+    }
+    if let Some(runtime) = image.and(settings.isolation.runtime.as_ref()) {
+        for tag in &saved {
+            runtime.remove_image(tag);
         }
     }
     let phase = |s: Option<DateTime<Utc>>, f: Option<DateTime<Utc>>| match (s, f) {
@@ -149,6 +165,7 @@ fn run_step(
     env: &BTreeMap<String, String>,
     agent_env: &BTreeMap<String, String>,
     users: &BTreeMap<String, TrialUser>,
+    image: Option<StepImage>,
     sr: &mut TrialResult,
     process_time: &mut Duration,
 ) -> Result<(), PhaseError> {
@@ -165,18 +182,22 @@ fn run_step(
             )
         })?;
     }
-    let user = |spec: Option<&str>| spec.and_then(|s| users.get(s));
+    let default_user = image.and_then(|i| i.default_user);
+    let user = |spec: Option<&str>| spec.or(default_user).and_then(|s| users.get(s));
     let agent_user = user(step.agent_user.as_deref().or(task.agent_user.as_deref()));
-    step_setup(
-        task,
-        step,
-        step_paths,
-        settings,
-        env,
-        agent_user,
-        sr,
-        process_time,
-    )?;
+    let files = step.dir.join("workdir");
+    if image.is_none() {
+        step_setup(
+            task,
+            step,
+            step_paths,
+            settings,
+            env,
+            agent_user,
+            sr,
+            process_time,
+        )?;
+    }
     let pass = Pass {
         instruction: &step.instruction,
         agent_limit: step
@@ -204,7 +225,11 @@ fn run_step(
                 .as_deref()
                 .or(task.verifier_user.as_deref()),
         ),
-        image: None,
+        image: image.map(|i| i.start),
+        step: image.map(|i| ContainerStep {
+            files: Some(files.as_path()).filter(|f| f.is_dir()),
+            save_as: i.save_as,
+        }),
     };
     agent_and_verifier(
         task,
@@ -216,6 +241,21 @@ fn run_step(
         sr,
         process_time,
     )
+}
+
+/// A multi-step trial's image under a container runtime, and whom its phases run as when the
+/// task names nobody (the image's USER).
+pub(super) struct ImageRun {
+    pub(super) tag: String,
+    pub(super) default_user: Option<String>,
+}
+
+/// Where one step's container starts from and what it is saved as.
+#[derive(Clone, Copy)]
+struct StepImage<'a> {
+    start: &'a str,
+    save_as: &'a str,
+    default_user: Option<&'a str>,
 }
 
 /// The `step_results` entry of a step that ran into `sr`.

@@ -120,6 +120,12 @@ pub(super) fn run_verifier(
     if let Some(c) = container.as_mut().filter(|_| iso.kind.is_runtime()) {
         super::artifacts::copy_artifacts_out(c, &task.artifacts, paths, settings.cancel);
     }
+    // The next step of a multi-step trial starts from the files this one left.
+    if let (Some(c), Some(step)) = (container.as_ref(), pass.step)
+        && let Err(e) = c.commit(step.save_as)
+    {
+        tracing::warn!("cannot save the step's container for the next step: {e}");
+    }
     // The trial ends here: whatever it left running is gone before its results are read.
     drop(container);
     *process_time += outcome.duration;
