@@ -154,14 +154,19 @@ fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError>
         Repository::discover(&start).map_err(|_| ToolError::NotARepository { path: shown() })?;
     // A `.git` file a command left in a subfolder may point at any repository of the user's:
     // one named by `repo` is used only when its git data is inside the workspace.
-    git_data_inside(&repo, &ctx.workspace, &shown(), false)?;
-    let workdir = work_tree_inside(&repo, &ctx.workspace, &shown(), false)?;
+    let found = Found {
+        start: &start,
+        workspace: &ctx.workspace,
+        shown: &shown(),
+        enclosing: false,
+    };
+    let (workdir, outside) = found.check(&repo)?;
     let pathspecs = args
         .paths
         .iter()
         .map(|p| repo_path(ctx, &workdir, p))
         .collect::<Result<Vec<_>, _>>()?;
-    let out = confined(&repo, &workdir, |repo| match args.action {
+    let out = confined(&found, outside, |repo| match args.action {
         Action::Status => status(repo),
         Action::Diff => diff(repo, args.staged, args.rev.as_deref(), &pathspecs),
         Action::Log => log(
@@ -495,12 +500,12 @@ fn git_data_inside(
     workspace: &Path,
     shown: &str,
     enclosing: bool,
-) -> Result<(), ToolError> {
+) -> Result<Vec<PathBuf>, ToolError> {
     let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
     let real = |d: &Path| std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf());
     let (gitdir, common) = (real(repo.path()), real(repo.commondir()));
     if gitdir.starts_with(&workspace) && common.starts_with(&workspace) {
-        return Ok(());
+        return Ok(Vec::new());
     }
     // A linked worktree: its gitdir is `COMMON/worktrees/NAME`, whose `gitdir` file names the
     // `.git` file of a work tree in the workspace.
@@ -518,7 +523,10 @@ fn git_data_inside(
             .parent()
             .is_some_and(|w| work_tree.as_deref() == Some(w) && workspace.starts_with(w));
     if linked || holds_the_workspace {
-        return Ok(());
+        return Ok([gitdir, common]
+            .into_iter()
+            .filter(|d| !d.starts_with(&workspace))
+            .collect());
     }
     let outside = if gitdir.starts_with(&workspace) {
         common
@@ -562,30 +570,62 @@ fn work_tree_inside(
     Ok(workdir)
 }
 
+/// Where an action's repository was found, and how it is checked.
+struct Found<'a> {
+    /// The folder the repository was discovered from.
+    start: &'a Path,
+    workspace: &'a Path,
+    shown: &'a str,
+    /// Whether the repository the workspace is a folder of may be used (`/diff`).
+    enclosing: bool,
+}
+
+impl Found<'_> {
+    /// The repository's work tree, and the folders of its git data outside the workspace
+    /// that the checks allow, or why it may not be used.
+    fn check(&self, repo: &Repository) -> Result<(PathBuf, Vec<PathBuf>), ToolError> {
+        let mut outside = git_data_inside(repo, self.workspace, self.shown, self.enclosing)?;
+        let workdir = work_tree_inside(repo, self.workspace, self.shown, self.enclosing)?;
+        let workspace =
+            std::fs::canonicalize(self.workspace).unwrap_or_else(|_| self.workspace.to_path_buf());
+        if !workdir.starts_with(&workspace) {
+            outside.push(workdir.clone());
+        }
+        Ok((workdir, outside))
+    }
+}
+
 /// Runs `work` on the repository, opened afresh on a thread of its own whose reads and writes
-/// Landlock keeps inside the work tree and the repository's gitdirs (and reads of git's own
-/// settings). The tool runs in baton's process, outside the sandbox, and a repository is laid
-/// out by whoever wrote it: objects, alternates and refs may be links to another repository
-/// of the user's, a work-tree file a link that git reads through (`core.symlinks = false`),
-/// and libgit2 appends to `logs/HEAD` and creates loose objects through links in `.git`,
-/// which would put a line of the model's choosing into any file of the user's.
+/// Landlock keeps inside the workspace, the folders outside it that the checks allowed
+/// (`outside`: a linked worktree's main repository, the repository the workspace is a folder
+/// of), and git's own settings files. The tool runs in baton's process, outside the sandbox,
+/// and a repository is laid out by whoever wrote it: objects, alternates and refs may be links
+/// to another repository of the user's, a work-tree file a link that git reads through
+/// (`core.symlinks = false`), and libgit2 appends to `logs/HEAD` and creates loose objects
+/// through links in `.git`, which would put a line of the model's choosing into any file of
+/// the user's. A command may also swap a `.git` for a link to another repository between the
+/// checks and the opening: the thread opens and checks the repository again, and the rules
+/// never name a folder the swap chose.
 fn confined<T: Send>(
-    repo: &Repository,
-    workdir: &Path,
+    found: &Found,
+    outside: Vec<PathBuf>,
     work: impl FnOnce(&Repository) -> Result<T, GitFailure> + Send,
 ) -> Result<T, GitFailure> {
-    let gitdir = repo.path().to_path_buf();
-    let roots = vec![
-        workdir.to_path_buf(),
-        gitdir.clone(),
-        repo.commondir().to_path_buf(),
-    ];
+    let workspace =
+        std::fs::canonicalize(found.workspace).unwrap_or_else(|_| found.workspace.to_path_buf());
+    let mut roots = vec![workspace];
+    roots.extend(outside);
     let settings = git_settings_files();
     std::thread::scope(|scope| {
         let thread = scope.spawn(|| {
             crate::sandbox::confine_thread(&settings, &roots)
                 .map_err(|e| GitFailure::Tool(ToolError::Sandbox(e)))?;
-            let repo = Repository::open(&gitdir)?;
+            let repo = Repository::discover(found.start).map_err(|_| {
+                GitFailure::Tool(ToolError::NotARepository {
+                    path: found.shown.to_string(),
+                })
+            })?;
+            found.check(&repo)?;
             work(&repo)
         });
         thread
@@ -733,9 +773,14 @@ pub fn workspace_diff(workspace: &Path) -> Result<(Vec<ChangedFile>, String), To
         Repository::discover(workspace).map_err(|_| ToolError::NotARepository { path: shown() })?;
     // What `/diff` shows goes to the user, not to the model: the repository the workspace
     // is a folder of is shown whole, as `git diff` there would.
-    git_data_inside(&repo, workspace, &shown(), true)?;
-    let workdir = work_tree_inside(&repo, workspace, &shown(), true)?;
-    confined(&repo, &workdir, |repo| Ok(diff_of_workspace(repo))).map_err(|e| match e {
+    let found = Found {
+        start: workspace,
+        workspace,
+        shown: &shown(),
+        enclosing: true,
+    };
+    let (_, outside) = found.check(&repo)?;
+    confined(&found, outside, |repo| Ok(diff_of_workspace(repo))).map_err(|e| match e {
         GitFailure::Git(source) => ToolError::Git {
             action: "diff",
             source,

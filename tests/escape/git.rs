@@ -1475,6 +1475,135 @@ async fn exec_lines_planted_in_a_rebase_in_progress_do_not_run_when_the_user_con
     r.git(&r.ws, &["rebase", "--continue"]);
 }
 
+#[tokio::test]
+async fn a_merge_strategy_planted_in_a_rebase_in_progress_does_not_run_when_the_user_continues_it()
+{
+    // git runs a rebase's merge strategy as the program `git-merge-NAME`: a NAME with `..`
+    // in it is a path into the work tree (round 4 of the red team, F1).
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    r.evil_script(&r.ws.join("x"));
+    let diverge = "git checkout -qb side && echo b > g && git add g && git commit -qm b && \
+                   git checkout -q main && echo c > h && git add h && git commit -qm c && \
+                   git checkout -q side && \
+                   (GIT_SEQUENCE_EDITOR=\"sed -i 1ibreak\" git rebase -qi main >/dev/null 2>&1 || true)";
+    let (_res, warnings) = r
+        .hostile(
+            &format!(
+                "{diverge} && echo ../../x > .git/rebase-merge/strategy && mkdir -p git-merge-.."
+            ),
+            &[],
+        )
+        .await;
+    assert_warned(&warnings, "merge strategy ../../x");
+    let continued = r.git_output(&r.ws, &["rebase", "--continue"]);
+    r.assert_not_run("git rebase --continue");
+    if !continued.status.success() {
+        r.git(&r.ws, &["rebase", "--abort"]);
+    }
+}
+
+#[tokio::test]
+async fn a_git_file_or_commondir_ending_in_a_blank_is_read_as_git_reads_it() {
+    // git keeps a trailing blank of a `.git` file's path (and of a `commondir`); the audit
+    // used to trim it, audited a folder that does not exist, and missed the one git then
+    // used: a repository inside `.git/` with `core.fsmonitor` (red team round 4, F4, F4b).
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let fsmonitor = format!(
+        "printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tfsmonitor = {}\\n'",
+        evil.display()
+    );
+    let (_res, warnings) = r
+        .hostile(
+            &format!(
+                "G='.git/evil ' && mkdir -p \"$G/objects\" \"$G/refs/heads\" && \
+                 echo 'ref: refs/heads/main' > \"$G/HEAD\" && {fsmonitor} > \"$G/config\" && \
+                 mkdir sub && echo hi > sub/file && printf 'gitdir: ../.git/evil \\n' > sub/.git"
+            ),
+            &[],
+        )
+        .await;
+    let _ = r.git_output(&r.ws.join("sub"), &["status", "--short"]);
+    r.assert_not_run("a .git file naming a gitdir that ends in a blank");
+    assert_warned(&warnings, "fsmonitor");
+
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let fsmonitor = format!(
+        "printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tfsmonitor = {}\\n'",
+        evil.display()
+    );
+    let (_res, warnings) = r
+        .hostile(
+            &format!(
+                "git worktree add -q wt -b wt && W=.git/worktrees/wt && \
+                 printf '../.. ' > $W/commondir && C=\"$W/../.. \" && mkdir -p \"$C\" && \
+                 cp -r .git/objects .git/refs .git/HEAD \"$C/\" && {fsmonitor} > \"$C/config\""
+            ),
+            &[],
+        )
+        .await;
+    let _ = r.git_output(&r.ws.join("wt"), &["status", "--short"]);
+    r.assert_not_run("a commondir that ends in a blank");
+    assert!(!warnings.is_empty(), "no warning");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_git_folder_swapped_for_a_link_during_a_git_tool_call_shows_nothing_outside() {
+    // The git tool checked the repository a folder names, then opened it again on a thread
+    // Landlock confined to the folders it named afresh: a command swapping `sub/.git` for a
+    // link to another repository of the user's in between got that repository read (12 of 150
+    // calls, red team round 4, F2). The thread's rules name the workspace, not what the
+    // swap chose, and it checks what it opened.
+    let r = repo();
+    let private = r.base.join("outside/private");
+    std::fs::create_dir_all(&private).expect("mkdir");
+    r.git(&private, &["init", "-q", "-b", "main"]);
+    std::fs::write(private.join("secret.txt"), "TOP-SECRET\n").expect("secret");
+    r.git(&private, &["add", "secret.txt"]);
+    r.git(&private, &["commit", "-q", "-m", "secret"]);
+    let sub = r.ws.join("sub");
+    std::fs::create_dir_all(&sub).expect("mkdir");
+    r.git(&sub, &["init", "-q", "-b", "main"]);
+    std::fs::write(sub.join("secret.txt"), "inside\n").expect("file");
+    r.git(&sub, &["add", "secret.txt"]);
+    r.git(&sub, &["commit", "-q", "-m", "inside"]);
+    std::os::unix::fs::symlink(private.join(".git"), sub.join("swap")).expect("link");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (stop, sub) = (stop.clone(), sub.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = nix::fcntl::renameat2(
+                    nix::fcntl::AT_FDCWD,
+                    &sub.join(".git"),
+                    nix::fcntl::AT_FDCWD,
+                    &sub.join("swap"),
+                    nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+                );
+            }
+        })
+    };
+    let mut leaked = 0;
+    for _ in 0..300 {
+        let res = r
+            .git_tool(json!({"action": "show", "repo": "sub", "rev": "HEAD:secret.txt"}))
+            .await;
+        if res.content.contains("TOP-SECRET") {
+            leaked += 1;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().expect("swapper");
+    assert_eq!(leaked, 0, "the private repository's file reached the model");
+}
+
 impl Repo {
     /// The model's `git` tool on this workspace.
     async fn git_tool(&self, args: serde_json::Value) -> ToolResult {

@@ -114,10 +114,12 @@ fn undo_change(
 fn disarm_todo(fix: &Fixer, path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<String> {
     let before = then
         .and_then(|t| t.content.as_deref())
-        .map(exec_lines)
+        .map(|c| exec_lines(path, c))
         .unwrap_or_default();
     let added = match &now.content {
-        Some(c) => exec_lines(c).into_iter().find(|l| !before.contains(l)),
+        Some(c) => exec_lines(path, c)
+            .into_iter()
+            .find(|l| !before.contains(l)),
         // Content baton could not read as git would: it may hold anything.
         None => Some("(unreadable)".to_string()),
     };
@@ -141,15 +143,41 @@ fn disarm_todo(fix: &Fixer, path: &Path, then: Option<&Tracked>, now: &Tracked) 
     })
 }
 
-/// The `exec` (`x`) lines of a todo list, as git reads its commands.
-fn exec_lines(todo: &[u8]) -> Vec<String> {
-    String::from_utf8_lossy(todo)
-        .lines()
-        .map(str::trim)
-        .filter(|l| matches!(l.split_whitespace().next(), Some("exec" | "x")))
-        .map(str::to_string)
+/// What an operation's state file makes git run when the operation is continued: the
+/// `exec` (`x`) lines of a todo list, as git reads its commands; a merge strategy other than
+/// git's own (`rebase-merge/strategy` holds the name alone, `sequencer/opts` is a git config
+/// whose `strategy` key names it), which git runs as the program `git-merge-NAME`.
+fn exec_lines(path: &Path, state: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(state);
+    let lines = text.lines().map(str::trim);
+    let strategies: Vec<String> = match path.file_name().and_then(|n| n.to_str()) {
+        Some("strategy") => vec![text.trim_end_matches(['\n', '\r']).to_string()],
+        Some("opts") => lines
+            .filter(|l| !l.starts_with(['#', ';', '[']))
+            .filter_map(|l| {
+                let (key, value) = l.split_once('=')?;
+                // `strategy-option` passes options to the strategy, and runs nothing.
+                let key = key.trim().to_ascii_lowercase();
+                (key.contains("strategy") && key != "strategy-option")
+                    .then(|| value.trim().trim_matches('"').to_string())
+            })
+            .collect(),
+        _ => {
+            return lines
+                .filter(|l| matches!(l.split_whitespace().next(), Some("exec" | "x")))
+                .map(str::to_string)
+                .collect();
+        }
+    };
+    strategies
+        .into_iter()
+        .filter(|name| !GIT_STRATEGIES.contains(&name.as_str()))
+        .map(|name| format!("merge strategy {name}"))
         .collect()
 }
+
+/// The merge strategies git carries itself; any other runs a program `git-merge-NAME`.
+const GIT_STRATEGIES: &[&str] = &["ort", "recursive", "resolve", "octopus", "ours", "subtree"];
 
 /// A git config: the code-running entries it did not hold before are commented out (checked
 /// with `git` when there is one); the file is moved aside when that fails.
@@ -502,6 +530,27 @@ mod tests {
         let w = audit(&before, &policy);
         assert!(w.is_empty(), "{w:?}");
         assert!(outside_hooks.path().join("pre-commit").exists());
+    }
+
+    #[test]
+    fn merge_strategies_other_than_gits_own_are_what_an_operation_runs() {
+        let opts = b"[options]\n\tstrategy = ../../x\n\tstrategy-option = theirs\n";
+        assert_eq!(
+            exec_lines(Path::new("sequencer/opts"), opts),
+            ["merge strategy ../../x"]
+        );
+        let ours = b"[options]\n\tstrategy = ort\n\tstrategy-option = theirs\n";
+        assert!(exec_lines(Path::new("sequencer/opts"), ours).is_empty());
+        assert!(exec_lines(Path::new("rebase-merge/strategy"), b"recursive\n").is_empty());
+        assert_eq!(
+            exec_lines(Path::new("rebase-merge/strategy"), b"custom\n"),
+            ["merge strategy custom"]
+        );
+        let todo = b"pick 123 two\nexec make\nx ./evil\n";
+        assert_eq!(
+            exec_lines(Path::new("rebase-merge/git-rebase-todo"), todo),
+            ["exec make", "x ./evil"]
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Where git looks: gitdirs and their common dirs, hooks paths, and the configs it reads.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use super::config;
@@ -19,22 +20,40 @@ pub fn gitdir_of(dot_git: &Path) -> Option<PathBuf> {
         return dot_git.canonicalize().ok().filter(|p| p.is_dir());
     }
     let text = read_small(dot_git)?;
-    let named = String::from_utf8_lossy(&text)
-        .lines()
-        .find_map(|l| l.strip_prefix("gitdir:").map(|r| r.trim().to_string()))?;
+    let named = gitfile_target(&text)?;
     let base = dot_git.parent()?;
     let p = base.join(named);
     Some(p.canonicalize().unwrap_or(p))
 }
 
-/// The common dir a gitdir's `commondir` file names, when it has one.
+/// The path a `.git` file names, read as git reads it (`read_gitfile_gently`): the file
+/// starts with `gitdir: `, and the path is the rest, less trailing line ends only. A blank
+/// at its end, or a second line, is part of the path for git: reading it any other way
+/// would audit another folder than the one git then uses.
+fn gitfile_target(text: &[u8]) -> Option<PathBuf> {
+    let rest = text.strip_prefix(b"gitdir: ")?;
+    let named = trim_line_ends(rest);
+    (!named.is_empty()).then(|| PathBuf::from(std::ffi::OsStr::from_bytes(named)))
+}
+
+/// `bytes` without the `\n` and `\r` at their end, as git trims the files that name a path.
+fn trim_line_ends(bytes: &[u8]) -> &[u8] {
+    let end = bytes
+        .iter()
+        .rposition(|b| *b != b'\n' && *b != b'\r')
+        .map_or(0, |i| i + 1);
+    &bytes[..end]
+}
+
+/// The common dir a gitdir's `commondir` file names, when it has one (git trims only the
+/// line ends of it too).
 pub(super) fn commondir_of(gitdir: &Path) -> Option<PathBuf> {
     let text = read_small(&gitdir.join("commondir"))?;
-    let named = String::from_utf8_lossy(&text).trim().to_string();
+    let named = trim_line_ends(&text);
     if named.is_empty() {
         return None;
     }
-    let p = gitdir.join(named);
+    let p = gitdir.join(std::ffi::OsStr::from_bytes(named));
     Some(p.canonicalize().unwrap_or(p))
 }
 

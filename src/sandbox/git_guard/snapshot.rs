@@ -42,14 +42,22 @@ pub(super) enum Kind {
     Hook,
     /// A file under `.baton/`: put back, or renamed aside when new.
     Baton,
-    /// The todo list of a rebase or cherry-pick in progress: one with new `exec` lines (which
-    /// git runs when the operation is continued, outside the sandbox too) is renamed aside.
+    /// The state of a rebase or cherry-pick in progress that names what git runs when the
+    /// operation is continued, outside the sandbox too (its todo list's `exec` lines, a merge
+    /// strategy other than git's own): one that names something new is renamed aside.
     Todo,
 }
 
-/// The todo lists of operations in progress, relative to a gitdir (a worktree's own
-/// included): what `git rebase --continue` or `git cherry-pick --continue` reads next.
-const TODO_LISTS: &[&str] = &["rebase-merge/git-rebase-todo", "sequencer/todo"];
+/// The state files of operations in progress, relative to a gitdir (a worktree's own
+/// included), that `git rebase --continue` or `git cherry-pick --continue` runs something
+/// from: the todo lists, and the merge strategy (`git-merge-NAME`, found on the exec path or
+/// PATH, or through `..` in NAME).
+pub(super) const TODO_LISTS: &[&str] = &[
+    "rebase-merge/git-rebase-todo",
+    "sequencer/todo",
+    "rebase-merge/strategy",
+    "sequencer/opts",
+];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Tracked {
