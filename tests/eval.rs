@@ -1746,6 +1746,55 @@ fn system_folders_are_writable_layers_of_the_trial_when_the_runner_is_root() {
     );
 }
 
+/// The trial's layers are mounted on folders of its own and bound at `/usr` in its world:
+/// bwrap, its loader and libraries always come from the host's `/usr` and `/etc`. Before,
+/// the layers were mounted over the host's folders in the namespace bwrap was started in, so
+/// a `RUN` line that swapped `/usr/bin/bwrap` in the layer had the next phase run its program
+/// as the runner (root) with every capability (red team round 5, critical). And a relative
+/// `--out` works as root too (the layers' mounts left bwrap in `/`).
+#[test]
+fn a_trials_layer_never_supplies_the_programs_the_runner_starts() {
+    let root = tempfile::tempdir().unwrap();
+    let marker = root.path().join("ran-as-the-runner");
+    let task = answer_task(root.path(), "trojan", 30.0, REWARD_TXT);
+    write(
+        &task.join("environment/Dockerfile"),
+        &format!(
+            "FROM debian:bookworm\nRUN B=$(command -v bwrap) && cp $B $B.real && printf '#!/bin/sh\\necho ran > {}\\nexec %s.real \"$@\"\\n' $B > $B.new && chmod 755 $B.new && mv $B.new $B\nWORKDIR /app\n",
+            marker.display()
+        ),
+    );
+    let eval = |out: &Path| {
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+            .current_dir(root.path())
+            .args([
+                "eval",
+                "--agent",
+                "oracle",
+                "--env",
+                "bwrap",
+                "--no-progress",
+                "--out",
+            ])
+            .arg(out)
+            .arg(&task)
+            .output()
+            .expect("baton eval");
+        let said = String::from_utf8_lossy(&run.stdout).into_owned();
+        said + &String::from_utf8_lossy(&run.stderr)
+    };
+    let said = eval(&root.path().join("absolute"));
+    assert!(
+        !marker.exists(),
+        "the trial's bwrap ran outside the sandbox"
+    );
+    if nix::unistd::geteuid().is_root() {
+        assert!(said.contains("score 1 passed / 1 scored"), "{said}");
+        let said = eval(Path::new("relative"));
+        assert!(said.contains("score 1 passed / 1 scored"), "{said}");
+    }
+}
+
 /// `--resume` continues a stopped job as `harbor jobs resume` does: the trials that finished
 /// are kept (not run again), a trial without a result (running when the job was killed) is
 /// removed and runs again, and the job's result.json holds them all.

@@ -645,14 +645,17 @@ impl Isolation {
             let folders: Vec<PathBuf> = system.chain(toolchains.iter().cloned()).collect();
             super::overlay::SystemOverlay::prepare(&p.overlay, &folders)
         });
-        let overlaid = |host: &Path| matches!(&overlay, Some(Ok(o)) if o.covers(host));
+        let overlaid = |host: &Path| match &overlay {
+            Some(Ok(o)) => o.merged(host).map(Path::to_path_buf),
+            _ => None,
+        };
         for dir in SYSTEM_DIRS {
             let host = Path::new("/").join(dir);
             if !host.is_dir() {
                 continue;
             }
-            if overlaid(&host) {
-                b.bind(&host, &host);
+            if let Some(merged) = overlaid(&host) {
+                b.bind(&merged, &host);
                 // bwrap follows a link on the way to a mount point, and the trial writes this
                 // folder. Its mounts are the same in every phase, so a phase cannot remove or
                 // rename one (it is a mount point there) nor a folder above it (the host's
@@ -717,8 +720,8 @@ impl Isolation {
         for host in toolchains.iter().chain(&self.shared) {
             // A toolchain is layered as the system folders are: `pip install` into a pyenv
             // Python, `cargo install` into ~/.cargo/bin.
-            if overlaid(host) {
-                b.bind(host, host);
+            if let Some(merged) = overlaid(host) {
+                b.bind(&merged, host);
             } else {
                 b.ro_bind(host, host);
             }

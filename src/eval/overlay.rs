@@ -29,13 +29,28 @@ const LAYER_OPTIONS: &str = "redirect_dir=off,index=off,metacopy=off";
 
 /// The overlays of one phase, prepared before the fork: between fork and exec only syscalls
 /// run, on these buffers.
+///
+/// Each overlay is mounted on a folder of the trial's own (`work/overlay/usr/merged`), never
+/// over the host's folder itself: bwrap, its loader and its libraries, which run as the
+/// runner (root), come from the host's `/usr` and `/etc`, not from a layer a trial wrote (a
+/// `/usr/bin/bwrap` of its own, an `/etc/ld.so.preload`). bwrap then binds the merged folder
+/// at `/usr` in the trial's world.
 #[derive(Debug)]
 pub struct SystemOverlay {
     /// The trial's `work/overlay`: the layers' options name their folders relative to it, so
     /// no character of the trial's path (a `,` or `:`) can change what they say.
     base: CString,
-    /// The host folders layered, each with its mount point and the overlay's options.
-    layers: Vec<(PathBuf, CString, CString)>,
+    /// Per host folder layered: the merged folder (absolute, what bwrap binds), its mount
+    /// point relative to `base`, and the overlay's options.
+    layers: Vec<Layer>,
+}
+
+#[derive(Debug)]
+struct Layer {
+    host: PathBuf,
+    merged: PathBuf,
+    mount_point: CString,
+    options: CString,
 }
 
 impl SystemOverlay {
@@ -54,28 +69,38 @@ impl SystemOverlay {
                 continue;
             }
             let name = layer_name(host);
-            for part in ["upper", "work"] {
+            for part in ["upper", "work", "merged"] {
                 std::fs::create_dir_all(base.join(&name).join(part))?;
             }
             let options = format!(
                 "lowerdir={text},upperdir={name}/upper,workdir={name}/work,{LAYER_OPTIONS}"
             );
-            layers.push((
-                host.clone(),
-                c_string(host.as_os_str().as_bytes())?,
-                c_string(options.as_bytes())?,
-            ));
+            layers.push(Layer {
+                host: host.clone(),
+                merged: PathBuf::from(&name).join("merged"),
+                mount_point: c_string(format!("{name}/merged").as_bytes())?,
+                options: c_string(options.as_bytes())?,
+            });
         }
+        // Absolute: the runner's `--out` may be relative, and bwrap resolves a relative
+        // source against its own working dir.
         let base = std::fs::canonicalize(base)?;
+        for layer in &mut layers {
+            layer.merged = base.join(&layer.merged);
+        }
         Ok(SystemOverlay {
             base: c_string(base.as_os_str().as_bytes())?,
             layers,
         })
     }
 
-    /// Whether `host` is one of the folders layered.
-    pub fn covers(&self, host: &Path) -> bool {
-        self.layers.iter().any(|(h, _, _)| h == host)
+    /// The folder bwrap binds at `host` in the trial's world (the overlay's merged view, once
+    /// [`Self::mount`] ran), when `host` is one of the folders layered.
+    pub fn merged(&self, host: &Path) -> Option<&Path> {
+        self.layers
+            .iter()
+            .find(|l| l.host == host)
+            .map(|l| l.merged.as_path())
     }
 
     /// The folder that holds what the trial wrote into the host folder `host`.
@@ -84,8 +109,8 @@ impl SystemOverlay {
     }
 
     /// In the child, between fork and exec of bwrap: a mount namespace of its own (nothing
-    /// propagates back to the host's), the overlays mounted over the host's folders. bwrap
-    /// builds the trial's world from this namespace, so its binds of `/usr` … are the overlays.
+    /// propagates back to the host's), each overlay mounted on its merged folder. The working
+    /// dir is the child's again afterwards.
     pub fn mount(&self) -> io::Result<()> {
         unshare(CloneFlags::CLONE_NEWNS)?;
         mount(
@@ -95,17 +120,24 @@ impl SystemOverlay {
             MsFlags::MS_REC | MsFlags::MS_PRIVATE,
             None::<&str>,
         )?;
+        let cwd = nix::fcntl::open(
+            c".",
+            nix::fcntl::OFlag::O_PATH
+                | nix::fcntl::OFlag::O_DIRECTORY
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )?;
         nix::unistd::chdir(self.base.as_c_str())?;
-        for (_, at, options) in &self.layers {
+        for layer in &self.layers {
             mount(
                 Some(c"overlay"),
-                at.as_c_str(),
+                layer.mount_point.as_c_str(),
                 Some(c"overlay"),
                 MsFlags::empty(),
-                Some(options.as_c_str()),
+                Some(layer.options.as_c_str()),
             )?;
         }
-        nix::unistd::chdir(c"/")?;
+        nix::unistd::fchdir(&cwd)?;
         Ok(())
     }
 }
@@ -134,9 +166,13 @@ mod tests {
         std::fs::create_dir(&tool).unwrap();
         let folders = [PathBuf::from("/usr"), tool.clone(), dir.path().join("x,y")];
         let o = SystemOverlay::prepare(&base, &folders).unwrap();
-        assert!(o.covers(Path::new("/usr")) && o.covers(&tool));
+        assert!(o.merged(Path::new("/usr")).is_some_and(Path::is_absolute));
+        assert!(
+            o.merged(&tool)
+                .is_some_and(|m| m.ends_with("merged") && m.is_dir())
+        );
         assert_eq!(o.layers.len(), 2, "a missing folder is not layered");
-        for (host, _, options) in &o.layers {
+        for Layer { host, options, .. } in &o.layers {
             let options = options.to_str().unwrap();
             let name = layer_name(host);
             assert!(options.starts_with(&format!(

@@ -151,16 +151,17 @@ fn exec_lines(path: &Path, state: &[u8]) -> Vec<String> {
     let text = String::from_utf8_lossy(state);
     let lines = text.lines().map(str::trim);
     let strategies: Vec<String> = match path.file_name().and_then(|n| n.to_str()) {
-        Some("strategy") => vec![text.trim_end_matches(['\n', '\r']).to_string()],
-        Some("opts") => lines
-            .filter(|l| !l.starts_with(['#', ';', '[']))
-            .filter_map(|l| {
-                let (key, value) = l.split_once('=')?;
-                // `strategy-option` passes options to the strategy, and runs nothing.
-                let key = key.trim().to_ascii_lowercase();
-                (key.contains("strategy") && key != "strategy-option")
-                    .then(|| value.trim().trim_matches('"').to_string())
-            })
+        // As git's `read_oneliner`: one line end off, nothing else (`ort\r\r\n` is `ort\r`).
+        Some("strategy") => {
+            let name = text.strip_suffix('\n').unwrap_or(&text);
+            vec![name.strip_suffix('\r').unwrap_or(name).to_string()]
+        }
+        // Read with the audit's config reader (a key on its section's line, quotes,
+        // continuations); `strategy-option` passes options to the strategy and runs nothing.
+        Some("opts") => super::config::parse(&text)
+            .into_iter()
+            .filter(|e| e.key.contains("strategy") && e.key != "strategy-option")
+            .map(|e| e.value)
             .collect(),
         _ => {
             return lines
@@ -542,9 +543,19 @@ mod tests {
         let ours = b"[options]\n\tstrategy = ort\n\tstrategy-option = theirs\n";
         assert!(exec_lines(Path::new("sequencer/opts"), ours).is_empty());
         assert!(exec_lines(Path::new("rebase-merge/strategy"), b"recursive\n").is_empty());
+        assert!(exec_lines(Path::new("rebase-merge/strategy"), b"ort\r\n").is_empty());
+        assert_eq!(
+            exec_lines(Path::new("rebase-merge/strategy"), b"ort\r\r\n"),
+            ["merge strategy ort\r"]
+        );
         assert_eq!(
             exec_lines(Path::new("rebase-merge/strategy"), b"custom\n"),
             ["merge strategy custom"]
+        );
+        let header_line = b"[options] strategy = ../../x\n";
+        assert_eq!(
+            exec_lines(Path::new("sequencer/opts"), header_line),
+            ["merge strategy ../../x"]
         );
         let todo = b"pick 123 two\nexec make\nx ./evil\n";
         assert_eq!(
