@@ -581,19 +581,11 @@ fn confined<T: Send>(
         repo.commondir().to_path_buf(),
     ];
     let settings = git_settings_files();
-    std::thread::scope(|scope| {
-        let thread = scope.spawn(|| {
-            crate::sandbox::confine_thread(&settings, &roots)
-                .map_err(|e| GitFailure::Tool(ToolError::Sandbox(e)))?;
-            let repo = Repository::open(&gitdir)?;
-            work(&repo)
-        });
-        thread
-            .join()
-            .unwrap_or(Err(GitFailure::Tool(ToolError::Internal {
-                what: "the git thread panicked",
-            })))
+    crate::tool::confined::run_confined(&settings, &roots, || {
+        let repo = Repository::open(&gitdir)?;
+        work(&repo)
     })
+    .map_err(GitFailure::Tool)?
 }
 
 /// The user's and the system's git settings, and the ignore and attributes files they name:
