@@ -616,24 +616,16 @@ fn confined<T: Send>(
     let mut roots = vec![workspace];
     roots.extend(outside);
     let settings = git_settings_files();
-    std::thread::scope(|scope| {
-        let thread = scope.spawn(|| {
-            crate::sandbox::confine_thread(&settings, &roots)
-                .map_err(|e| GitFailure::Tool(ToolError::Sandbox(e)))?;
-            let repo = Repository::discover(found.start).map_err(|_| {
-                GitFailure::Tool(ToolError::NotARepository {
-                    path: found.shown.to_string(),
-                })
-            })?;
-            found.check(&repo)?;
-            work(&repo)
-        });
-        thread
-            .join()
-            .unwrap_or(Err(GitFailure::Tool(ToolError::Internal {
-                what: "the git thread panicked",
-            })))
+    crate::tool::confined::run_confined(&settings, &roots, || {
+        let repo = Repository::discover(found.start).map_err(|_| {
+            GitFailure::Tool(ToolError::NotARepository {
+                path: found.shown.to_string(),
+            })
+        })?;
+        found.check(&repo)?;
+        work(&repo)
     })
+    .map_err(GitFailure::Tool)?
 }
 
 /// The user's and the system's git settings, and the ignore and attributes files they name:

@@ -21,6 +21,7 @@ pub use error::{IoOp, ToolError};
 
 pub(crate) mod call;
 pub mod checkpoint;
+pub(crate) mod confined;
 pub(crate) mod diff;
 pub(crate) mod error;
 pub(crate) mod fs;

@@ -11,7 +11,7 @@ use tree_sitter::{Node, Parser};
 
 use crate::protocol::ToolSpec;
 use crate::tool::call::{cap_text, into_result, parse_args, run_blocking};
-use crate::tool::path::{display_relative, resolve};
+use crate::tool::path::{WorkspacePath, display_relative, resolve};
 use crate::tool::{ApprovalNeed, IoOp, Tool, ToolContext, ToolError, ToolResult};
 
 /// Most files outlined when `path` is a directory.
@@ -442,18 +442,26 @@ fn outline_file(
 fn outline(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: OutlineArgs = parse_args("outline", args)?;
     let target = resolve(&ctx.workspace, &args.path)?;
-    let anchor = crate::untrusted_fs::Dir::open(&ctx.workspace)
-        .map_err(|e| ToolError::io(IoOp::Open, ctx.workspace.display().to_string(), e))?;
+    // A folder's outline walks it by path: on a thread the kernel keeps to the workspace.
+    crate::tool::confined::walk_confined(&ctx.workspace, || {
+        outline_target(&target, &ctx.workspace)
+    })?
+}
+
+/// The outline of the checked path `target`: one file, or the supported files of a folder.
+fn outline_target(target: &WorkspacePath, workspace: &Path) -> Result<String, ToolError> {
+    let anchor = crate::untrusted_fs::Dir::open(workspace)
+        .map_err(|e| ToolError::io(IoOp::Open, workspace.display().to_string(), e))?;
     if target.abs.is_file() {
         return outline_file(&anchor, &target.abs, &target.rel);
     }
     if !target.abs.is_dir() {
         return Err(ToolError::NotFound {
-            path: target.rel,
+            path: target.rel.clone(),
             what: "no such file or directory",
         });
     }
-    let root = std::fs::canonicalize(&ctx.workspace).unwrap_or_else(|_| ctx.workspace.clone());
+    let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
     let mut files: Vec<_> = ignore::WalkBuilder::new(&target.abs)
         .require_git(false)
         .build()

@@ -116,11 +116,18 @@ fn list_dir(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolE
         )));
     }
     let depth = args.depth.unwrap_or(2).clamp(1, 8);
-    let walk = walker(&target.abs, args.hidden)
+    crate::tool::confined::walk_confined(&ctx.workspace, || {
+        list_tree(&target.abs, &target.rel, depth, args.hidden)
+    })
+}
+
+/// The indented tree under `abs` (shown as `rel`), `depth` levels deep.
+fn list_tree(abs: &Path, rel: &str, depth: usize, hidden: bool) -> String {
+    let walk = walker(abs, hidden)
         .max_depth(Some(depth))
         .sort_by_file_name(|a, b| a.cmp(b))
         .build();
-    let mut out = format!("{}/\n", target.rel);
+    let mut out = format!("{rel}/\n");
     let mut shown_entries = 0usize;
     let mut dropped = 0usize;
     for entry in walk.flatten() {
@@ -153,7 +160,7 @@ fn list_dir(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolE
             "[{dropped} more entries not shown; list a subdirectory or lower depth]\n"
         ));
     }
-    Ok(out)
+    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -232,23 +239,26 @@ fn glob_files(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Too
         })?
         .compile_matcher();
     let root = workspace_root(ctx);
-    let mut found = Vec::new();
-    for entry in walker(&target.abs, false).build().flatten() {
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            continue;
+    let mut found = crate::tool::confined::walk_confined(&ctx.workspace, || {
+        let mut found = Vec::new();
+        for entry in walker(&target.abs, false).build().flatten() {
+            if !entry.file_type().is_some_and(|t| t.is_file()) {
+                continue;
+            }
+            let Ok(rel) = entry.path().strip_prefix(&target.abs) else {
+                continue;
+            };
+            let hit = if by_name {
+                matcher.is_match(entry.file_name())
+            } else {
+                matcher.is_match(rel)
+            };
+            if hit {
+                found.push(shown(&root, entry.path()));
+            }
         }
-        let Ok(rel) = entry.path().strip_prefix(&target.abs) else {
-            continue;
-        };
-        let hit = if by_name {
-            matcher.is_match(entry.file_name())
-        } else {
-            matcher.is_match(rel)
-        };
-        if hit {
-            found.push(shown(&root, entry.path()));
-        }
-    }
+        found
+    })?;
     found.sort();
     let total = found.len();
     if total == 0 {
@@ -321,6 +331,22 @@ pub struct GrepReport {
 
 /// Searches every non-ignored, non-binary file under `root` in parallel.
 pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, ToolError> {
+    grep_search_on(root, options, search_threads())
+}
+
+/// How many threads grep's walk uses: the CPUs this process may use, at most 12. Decided
+/// before the walk is confined, since the cgroup's CPU quota is read from `/proc` and `/sys`,
+/// which the confined walk may not read.
+fn search_threads() -> usize {
+    std::thread::available_parallelism().map_or(4, |n| n.get().min(12))
+}
+
+/// [`grep_search`] with `threads` walker threads.
+fn grep_search_on(
+    root: &Path,
+    options: &GrepOptions,
+    threads: usize,
+) -> Result<GrepReport, ToolError> {
     let source = if options.literal {
         regex::escape(&options.pattern)
     } else {
@@ -370,7 +396,7 @@ pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, Too
         )
     })?;
     walker(root, options.hidden)
-        .threads(std::thread::available_parallelism().map_or(4, |n| n.get().min(12)))
+        .threads(threads)
         .build_parallel()
         .run(|| {
             let regex = &regex;
@@ -672,7 +698,10 @@ fn grep(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError
         },
         cancel: Some(ctx.cancel.clone()),
     };
-    let report = grep_search(&target.abs, &options)?;
+    let threads = search_threads();
+    let report = crate::tool::confined::walk_confined(&ctx.workspace, || {
+        grep_search_on(&target.abs, &options, threads)
+    })??;
     let root = workspace_root(ctx);
     if report.total_lines == 0 {
         let mut text = format!("no matches for '{}' in {}", args.pattern, target.rel);
@@ -739,6 +768,61 @@ fn grep(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn grep_options(pattern: &str) -> GrepOptions {
+        GrepOptions {
+            pattern: pattern.into(),
+            case_insensitive: false,
+            literal: true,
+            glob: None,
+            hidden: false,
+            max_results: 100,
+            context: 0,
+            cancel: None,
+        }
+    }
+
+    /// What a walk that a swapped folder led out of the workspace would reach, made
+    /// deterministic: the walks start at `out/.`, a path through a link to a folder outside.
+    /// Unconfined (the old code) the walkers list its names and grep reads its lines; on the
+    /// confined thread the kernel refuses the folder, whatever the walker's own checks.
+    #[test]
+    fn a_confined_walk_that_a_link_leads_outside_reads_nothing_there() {
+        if !crate::tool::confined::landlock_here() {
+            eprintln!("no Landlock on this kernel: the confinement is not checked");
+            return;
+        }
+        let ws = tempfile::tempdir().unwrap();
+        let ws = std::fs::canonicalize(ws.path()).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret-name.txt"), "SECRET-LINE\n").unwrap();
+        std::fs::write(ws.join("inside.txt"), "SECRET-LINE inside\n").unwrap();
+        std::os::unix::fs::symlink(outside.path(), ws.join("out")).unwrap();
+        let through = ws.join("out/.");
+        let names = || list_tree(&through, "out", 3, true);
+        let search = |root: &Path| grep_search_on(root, &grep_options("SECRET-LINE"), 4).unwrap();
+
+        // The control: unconfined, both walks reach the outside folder.
+        assert!(names().contains("secret-name.txt"), "{}", names());
+        let report = search(&through);
+        assert_eq!((report.files_searched, report.files_matched), (1, 1));
+
+        let confined = |work: &(dyn Fn() -> String + Sync)| {
+            crate::tool::confined::walk_confined(&ws, work).unwrap()
+        };
+        let listed = confined(&names);
+        assert!(!listed.contains("secret-name"), "{listed}");
+        let report = crate::tool::confined::walk_confined(&ws, || search(&through)).unwrap();
+        assert_eq!(
+            (report.files_searched, report.total_lines),
+            (0, 0),
+            "{report:?}"
+        );
+        // The workspace itself is searched as before (the link is not followed).
+        let report = crate::tool::confined::walk_confined(&ws, || search(&ws)).unwrap();
+        let found: Vec<_> = report.files.iter().map(|f| f.path.clone()).collect();
+        assert_eq!(found, [ws.join("inside.txt")]);
+    }
 
     #[test]
     fn search_bytes_reports_each_line_once_with_numbers() {

@@ -622,3 +622,277 @@ async fn hostile_offsets_names_and_binary_files_get_answers_not_panics() {
     assert_eq!(read.status, ToolStatus::Error, "{}", read.content);
     assert!(read.content.contains("binary"), "{}", read.content);
 }
+
+/// Whether Landlock confines a thread here: without it the walks run unconfined, as before,
+/// and the tests of their confinement are skipped, loudly.
+fn landlock_here() -> bool {
+    std::thread::spawn(|| baton::sandbox::confine_thread(&[], &[]))
+        .join()
+        .is_ok_and(|r| r.is_ok_and(|enforced| enforced))
+}
+
+/// Counts the opens (inotify `IN_OPEN`) of a folder and of the files in it: whether a walk
+/// reached the folder, whatever its output shows.
+struct OpenWatch {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl OpenWatch {
+    fn new(dir: &Path) -> OpenWatch {
+        use std::os::fd::FromRawFd;
+        // SAFETY: no pointer is passed; the descriptor returned is owned here.
+        let raw = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        assert!(
+            raw >= 0,
+            "inotify_init1: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: `raw` was just returned by inotify_init1 and nothing else owns it.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        // SAFETY: a valid NUL-terminated path and a descriptor we own.
+        let wd = unsafe { libc::inotify_add_watch(raw, cstring(dir).as_ptr(), libc::IN_OPEN) };
+        assert!(
+            wd >= 0,
+            "inotify_add_watch: {}",
+            std::io::Error::last_os_error()
+        );
+        OpenWatch { fd }
+    }
+
+    /// The opens seen since the last call.
+    fn opens(&self) -> usize {
+        use std::os::fd::AsRawFd;
+        let mut opens = 0;
+        let mut buf = [0u8; 8192];
+        loop {
+            // SAFETY: `buf` is valid for writes of its length.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            let Ok(n) = usize::try_from(n) else {
+                return opens;
+            };
+            let mut at = 0;
+            while at + 16 <= n {
+                // struct inotify_event: wd, mask, cookie, len, then `len` bytes of name.
+                let mask = u32::from_ne_bytes(buf[at + 4..at + 8].try_into().unwrap());
+                let len = u32::from_ne_bytes(buf[at + 12..at + 16].try_into().unwrap());
+                if mask & libc::IN_OPEN != 0 {
+                    opens += 1;
+                }
+                at += 16 + len as usize;
+            }
+        }
+    }
+}
+
+/// The write end of the FIFO `path`, once a reader has opened it (at most 10 s): that reader
+/// then waits in its first read until the end is dropped, when it reads an empty file.
+fn fifo_reader_waiting(path: &Path) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path);
+        match opened {
+            Ok(writer) => return Some(writer),
+            // ENXIO: no reader yet.
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                if std::time::Instant::now() > deadline {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => panic!("opening the FIFO for writing: {e}"),
+        }
+    }
+}
+
+fn exchange(a: &Path, b: &Path) {
+    // SAFETY: both paths are valid NUL-terminated strings that outlive the call.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            cstring(a).as_ptr(),
+            libc::AT_FDCWD,
+            cstring(b).as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(rc, 0, "exchange: {}", std::io::Error::last_os_error());
+}
+
+/// A name outside the workspace, and a line of a file there, that no tool may show.
+const OUTSIDE_MARK: &str = "7f3a";
+
+/// A pattern for the outside line that does not itself hold [`OUTSIDE_MARK`] (grep's answer
+/// repeats it).
+const GREP_OUTSIDE: &str = "SECRET-7f3[a]";
+
+/// The outside folder a swapped folder leads to: a source file whose name and lines carry
+/// [`OUTSIDE_MARK`].
+fn outside_with_a_secret(prefix: &str) -> tempfile::TempDir {
+    let outside = outside_dir(prefix);
+    std::fs::write(
+        outside.path().join(format!("outside-{OUTSIDE_MARK}.rs")),
+        format!("fn outside_{OUTSIDE_MARK}() {{}}\n// SECRET-{OUTSIDE_MARK}\n"),
+    )
+    .unwrap();
+    outside
+}
+
+/// A folder of the workspace swapped for a link to an outside folder in the middle of a walk,
+/// made deterministic: the walk is held at a FIFO `.gitignore` (the `ignore` walker reads it
+/// with a blocking open when it enters the folder) after it listed the folder holding the
+/// targets and before it descends into them; the targets are swapped for links then, and the
+/// walk let go. Before the walks were confined, `list_dir`, `glob` and `outline` listed the
+/// outside file's name and all four opened the outside folder. Each of `list_dir`, `glob`,
+/// `grep` and `outline` must neither show it nor open anything there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_swapped_for_a_link_mid_walk_is_not_walked() {
+    if !landlock_here() {
+        eprintln!("no Landlock on this kernel: the walks run unconfined; not checked");
+        return;
+    }
+    let ws = workspace();
+    let outside = outside_with_a_secret("walk-outside-");
+    let stash = ws.root.join("stash");
+    std::fs::create_dir(&stash).unwrap();
+    for name in ["a", "b", "c", "d"] {
+        std::fs::create_dir(ws.root.join(name)).unwrap();
+        std::fs::write(ws.root.join(name).join("inside.rs"), "fn inside() {}\n").unwrap();
+    }
+    // The held folder: the first of them in the order the walkers read the workspace, so the
+    // others come after it (the sequential walkers read a folder's entries at once, then
+    // descend by path). Its own subfolder `t` serves the walkers that descend from the
+    // entries they listed before they read the folder's ignore files (the sorted one of
+    // `list_dir`, grep's parallel one).
+    let held = std::fs::read_dir(&ws.root)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n != "stash")
+        .unwrap();
+    let fifo = ws.root.join(&held).join(".gitignore");
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(cstring(&fifo).as_ptr(), 0o644) }, 0);
+    std::fs::create_dir(ws.root.join(&held).join("t")).unwrap();
+    let mut targets = vec![ws.root.join(&held).join("t")];
+    targets.extend(
+        ["a", "b", "c", "d"]
+            .iter()
+            .filter(|n| **n != held)
+            .map(|n| ws.root.join(n)),
+    );
+    let links: Vec<PathBuf> = (0..targets.len())
+        .map(|i| {
+            let link = stash.join(format!("l{i}"));
+            std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+            link
+        })
+        .collect();
+    let watch = OpenWatch::new(outside.path());
+
+    let calls = [
+        ("list_dir", json!({"path": ".", "depth": 4})),
+        ("glob", json!({"pattern": "*.rs"})),
+        ("grep", json!({"pattern": GREP_OUTSIDE})),
+        ("outline", json!({"path": "."})),
+    ];
+    let mut failures = Vec::new();
+    for (tool, args) in calls {
+        let ctx = ws.ctx.clone();
+        let run = tokio::spawn(async move { call(&ctx, tool, args).await });
+        let fifo = fifo.clone();
+        let writer = tokio::task::spawn_blocking(move || fifo_reader_waiting(&fifo))
+            .await
+            .unwrap();
+        let Some(writer) = writer else {
+            panic!(
+                "{tool} never opened the FIFO .gitignore in {held}: this test's way of holding \
+                 the walk is gone; hold it some other way"
+            );
+        };
+        for (target, link) in targets.iter().zip(&links) {
+            exchange(target, link);
+        }
+        drop(writer);
+        let result = tokio::time::timeout(Duration::from_secs(20), run)
+            .await
+            .unwrap_or_else(|_| panic!("{tool} hung"))
+            .unwrap();
+        for (target, link) in targets.iter().zip(&links) {
+            exchange(target, link);
+        }
+        let opens = watch.opens();
+        println!(
+            "{tool}: {opens} opens outside; {}",
+            result.content.replace('\n', " | ")
+        );
+        if result.content.contains(OUTSIDE_MARK) {
+            failures.push(format!(
+                "{tool} showed the outside file: {}",
+                result.content
+            ));
+        }
+        if opens > 0 {
+            failures.push(format!("{tool} opened the outside folder {opens} times"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The same swap raced for real: a folder and a link to an outside folder swap names in a
+/// tight loop for about 2 s while the model lists, globs, greps and outlines the workspace.
+/// Nothing outside may be shown or opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_symlink_swap_race_cannot_list_or_search_outside() {
+    if !landlock_here() {
+        eprintln!("no Landlock on this kernel: the walks run unconfined; not checked");
+        return;
+    }
+    let ws = workspace();
+    let outside = outside_with_a_secret("walk-race-outside-");
+    let d = ws.root.join("d");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::write(d.join("inside.rs"), "fn inside() {}\n").unwrap();
+    std::os::unix::fs::symlink(outside.path(), ws.root.join("l")).unwrap();
+    let watch = OpenWatch::new(outside.path());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let attacker = swap_forever(d.clone(), ws.root.join("l"), stop.clone());
+    let calls = [
+        ("list_dir", json!({"path": ".", "depth": 3})),
+        ("list_dir", json!({"path": "d"})),
+        ("glob", json!({"pattern": "*.rs"})),
+        ("grep", json!({"pattern": GREP_OUTSIDE})),
+        ("outline", json!({"path": "."})),
+    ];
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    let (mut rounds, mut leaks) = (0usize, Vec::new());
+    while std::time::Instant::now() < deadline {
+        for (tool, args) in &calls {
+            let result = call(&ws.ctx, tool, args.clone()).await;
+            if result.content.contains(OUTSIDE_MARK) {
+                leaks.push(format!("{tool} {args}: {}", result.content));
+            }
+        }
+        rounds += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = attacker.join().unwrap();
+    let opens = watch.opens();
+    println!(
+        "walk race: {swaps} swaps, {rounds} rounds of {} calls, {} leaks, {opens} opens outside",
+        calls.len(),
+        leaks.len()
+    );
+    assert!(swaps > 0, "the attacker never swapped");
+    assert!(
+        leaks.is_empty(),
+        "{} results showed the outside folder:\n{}",
+        leaks.len(),
+        leaks.join("\n")
+    );
+    assert_eq!(opens, 0, "the walks opened the outside folder");
+}
