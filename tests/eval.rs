@@ -1795,6 +1795,40 @@ fn a_trials_layer_never_supplies_the_programs_the_runner_starts() {
     }
 }
 
+/// bwrap, running as the runner, follows links on the way to a mount point. The toolchains
+/// under a HOME of `/root` are mounted inside the trial's own `/root`: a `RUN` line that
+/// renamed `/root/.cargo` and left a link to a host folder in its place had the next phase's
+/// bwrap make `bin/` and `registry/` there, as root (red team round 5, medium). The runner
+/// now makes the folders on the way plain folders before each phase.
+#[test]
+fn a_link_a_trial_leaves_on_the_way_to_a_toolchain_leads_bwrap_nowhere() {
+    let root = tempfile::tempdir().unwrap();
+    let host = root.path().join("host-folder");
+    std::fs::create_dir(&host).unwrap();
+    let task = answer_task(root.path(), "toolchain-link", 30.0, REWARD_TXT);
+    write(
+        &task.join("environment/Dockerfile"),
+        &format!(
+            "FROM debian:bookworm\nRUN (mv /root/.cargo /root/.cargo-moved || true) && ln -s /oldroot{} /root/.cargo\nWORKDIR /app\n",
+            host.display()
+        ),
+    );
+    let out = tempfile::tempdir().unwrap();
+    let mut a = args(vec![task], "oracle", out.path());
+    a.isolation = IsolationChoice::Bwrap;
+    let report = run(a);
+    let made: Vec<_> = std::fs::read_dir(&host)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(made.is_empty(), "bwrap made {made:?} on the host");
+    if nix::unistd::geteuid().is_root() {
+        let t = &report.trials[0];
+        assert_eq!(t.reward, Some(1.0), "{:?}", t.exception_info);
+    }
+}
+
 /// `--resume` continues a stopped job as `harbor jobs resume` does: the trials that finished
 /// are kept (not run again), a trial without a result (running when the job was killed) is
 /// removed and runs again, and the job's result.json holds them all.

@@ -236,6 +236,29 @@ impl TrialPaths {
         Ok(())
     }
 
+    /// Makes the folders on the way to the mount point `at` plain folders where they lie in a
+    /// folder the trial writes and keeps (`/root`, `/tmp`, `/app`, its own top-level folders):
+    /// bwrap, running as the runner, follows links on the way to a mount point, and a trial
+    /// could have renamed `/root/.cargo` and left a link to any host folder in its place for
+    /// the next phase's bwrap to make folders or files in. A link or file in the way is
+    /// removed; nothing of the trial runs between its phases. False when that failed: the
+    /// mount must not be made.
+    fn mount_point_is_safe(&self, at: &Path) -> bool {
+        let kept = [
+            ("/root", &self.home),
+            ("/tmp", &self.tmp),
+            ("/app", &self.app),
+        ];
+        let extra = self.extra_roots.iter().map(|(s, h)| (s.as_str(), h));
+        for (inside, host) in kept.into_iter().chain(extra) {
+            let Ok(rel) = at.strip_prefix(inside) else {
+                continue;
+            };
+            return plain_folders_to(host, rel).is_ok();
+        }
+        true
+    }
+
     /// Sandbox path → host path, longest prefix first.
     fn mapping(&self, build_context: Option<&Path>) -> Vec<(String, PathBuf)> {
         let mut m: Vec<(String, PathBuf)> = [
@@ -718,6 +741,13 @@ impl Isolation {
         b.bind(&p.tmp, Path::new("/tmp"))
             .bind(&p.home, Path::new("/root"));
         for host in toolchains.iter().chain(&self.shared) {
+            if !p.mount_point_is_safe(host) {
+                tracing::warn!(
+                    "{}: not shown to the trial: the folders on the way to it in the trial's own are not plain folders",
+                    host.display()
+                );
+                continue;
+            }
             // A toolchain is layered as the system folders are: `pip install` into a pyenv
             // Python, `cargo install` into ~/.cargo/bin.
             if let Some(merged) = overlaid(host) {
@@ -885,6 +915,30 @@ impl Isolation {
         found.dedup();
         found
     }
+}
+
+/// Makes every folder on the way to `rel` beneath `root` a plain folder (a link or a file in
+/// the way is removed, nothing is followed), and removes a link at `rel` itself.
+fn plain_folders_to(root: &Path, rel: &Path) -> std::io::Result<()> {
+    let mut dir = crate::untrusted_fs::Dir::open(root)?;
+    let parts: Vec<_> = rel.components().collect();
+    let Some((last, folders)) = parts.split_last() else {
+        return Ok(());
+    };
+    for part in folders {
+        let name = Path::new(part.as_os_str());
+        match dir.lstat(name)? {
+            Some(m) if m.is_dir() => {}
+            Some(_) => dir.remove_file(name)?,
+            None => {}
+        }
+        dir = dir.dir(name, Some(0o755))?;
+    }
+    let name = Path::new(last.as_os_str());
+    if dir.lstat(name)?.is_some_and(|m| m.is_symlink()) {
+        dir.remove_file(name)?;
+    }
+    Ok(())
 }
 
 /// A host system folder, read-only, with the trial's own folders and files mounted where
