@@ -1813,8 +1813,23 @@ fn a_link_a_trial_leaves_on_the_way_to_a_toolchain_leads_bwrap_nowhere() {
             host.display()
         ),
     );
+    // The user database is bound into the trial's /etc from the agent's phase on, when the
+    // task has users: the setup could leave a link there in its layer (red team round 6).
+    let users = answer_task(root.path(), "passwd-link", 30.0, REWARD_TXT);
+    let toml = std::fs::read_to_string(users.join("task.toml")).unwrap();
+    write(
+        &users.join("task.toml"),
+        &toml.replace("[agent]\n", "[agent]\nuser = \"agentu\"\n"),
+    );
+    write(
+        &users.join("environment/Dockerfile"),
+        &format!(
+            "FROM debian:bookworm\nRUN (rm -f /etc/passwd && ln -s /oldroot{} /etc/passwd) || true\nWORKDIR /app\nRUN chmod 777 /app\n",
+            host.join("passwd").display()
+        ),
+    );
     let out = tempfile::tempdir().unwrap();
-    let mut a = args(vec![task], "oracle", out.path());
+    let mut a = args(vec![task, users], "oracle", out.path());
     a.isolation = IsolationChoice::Bwrap;
     let report = run(a);
     let made: Vec<_> = std::fs::read_dir(&host)
@@ -1824,8 +1839,15 @@ fn a_link_a_trial_leaves_on_the_way_to_a_toolchain_leads_bwrap_nowhere() {
         .collect();
     assert!(made.is_empty(), "bwrap made {made:?} on the host");
     if nix::unistd::geteuid().is_root() {
-        let t = &report.trials[0];
-        assert_eq!(t.reward, Some(1.0), "{:?}", t.exception_info);
+        for t in &report.trials {
+            assert_eq!(
+                t.reward,
+                Some(1.0),
+                "{}: {:?}",
+                t.task_name,
+                t.exception_info
+            );
+        }
     }
 }
 

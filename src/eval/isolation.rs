@@ -236,27 +236,52 @@ impl TrialPaths {
         Ok(())
     }
 
-    /// Makes the folders on the way to the mount point `at` plain folders where they lie in a
-    /// folder the trial writes and keeps (`/root`, `/tmp`, `/app`, its own top-level folders):
-    /// bwrap, running as the runner, follows links on the way to a mount point, and a trial
-    /// could have renamed `/root/.cargo` and left a link to any host folder in its place for
-    /// the next phase's bwrap to make folders or files in. A link or file in the way is
-    /// removed; nothing of the trial runs between its phases. False when that failed: the
-    /// mount must not be made.
-    fn mount_point_is_safe(&self, at: &Path) -> bool {
-        let kept = [
-            ("/root", &self.home),
-            ("/tmp", &self.tmp),
-            ("/app", &self.app),
+    /// Makes the way to each mount point of `b` free of links where it lies in something a
+    /// trial writes and keeps between its phases: bwrap, running as the runner, follows links
+    /// on the way to a mount point, and a trial could have renamed `/root/.cargo` (or put a
+    /// link at `/etc/passwd` in its layer, before the phase that binds its user database
+    /// there) for the next phase's bwrap to make folders or files on the host. In the
+    /// trial's own folders (`/root`, `/tmp`, `/app`, `/logs/…`, its top-level folders) the
+    /// folders on the way are made plain folders; in a layer (`work/overlay/…/upper`) a link,
+    /// file or whiteout on the way is removed, so the host's folder below shows again.
+    /// Nothing of the trial runs between its phases. False when that failed: the phase must
+    /// not start.
+    fn mount_points_are_safe(&self, b: &Bwrap, layers: &[(PathBuf, PathBuf)]) -> bool {
+        let own = [
+            (Path::new("/root"), &self.home),
+            (Path::new("/tmp"), &self.tmp),
+            (Path::new("/app"), &self.app),
+            (Path::new("/logs/agent"), &self.agent_logs),
+            (Path::new("/logs/verifier"), &self.verifier_logs),
+            (Path::new("/logs/artifacts"), &self.artifacts),
         ];
-        let extra = self.extra_roots.iter().map(|(s, h)| (s.as_str(), h));
-        for (inside, host) in kept.into_iter().chain(extra) {
-            let Ok(rel) = at.strip_prefix(inside) else {
-                continue;
+        let kept: Vec<(&Path, &PathBuf, bool)> = own
+            .into_iter()
+            .map(|(s, h)| (s, h, false))
+            .chain(
+                self.extra_roots
+                    .iter()
+                    .map(|(s, h)| (Path::new(s), h, false)),
+            )
+            .chain(layers.iter().map(|(s, h)| (s.as_path(), h, true)))
+            .collect();
+        b.destinations().all(|at| {
+            // The innermost such folder holding the mount point decides.
+            let holder = kept
+                .iter()
+                .filter(|(inside, _, _)| at != *inside && at.starts_with(inside))
+                .max_by_key(|(inside, _, _)| inside.as_os_str().len());
+            let Some((inside, host, layer)) = holder else {
+                return true;
             };
-            return plain_folders_to(host, rel).is_ok();
-        }
-        true
+            let rel = at.strip_prefix(inside).unwrap_or(at);
+            let cleared = if *layer {
+                clear_way_in_layer(host, rel)
+            } else {
+                plain_folders_to(host, rel)
+            };
+            cleared.is_ok()
+        })
     }
 
     /// Sandbox path → host path, longest prefix first.
@@ -741,13 +766,6 @@ impl Isolation {
         b.bind(&p.tmp, Path::new("/tmp"))
             .bind(&p.home, Path::new("/root"));
         for host in toolchains.iter().chain(&self.shared) {
-            if !p.mount_point_is_safe(host) {
-                tracing::warn!(
-                    "{}: not shown to the trial: the folders on the way to it in the trial's own are not plain folders",
-                    host.display()
-                );
-                continue;
-            }
             // A toolchain is layered as the system folders are: `pip install` into a pyenv
             // Python, `cargo install` into ~/.cargo/bin.
             if let Some(merged) = overlaid(host) {
@@ -781,6 +799,17 @@ impl Isolation {
             b.ro_bind(&control.join("in"), &at.join("in"))
                 .bind(&control.join("out"), &at.join("out"));
         }
+        let uppers = match &overlay {
+            Some(Ok(o)) => o.uppers(),
+            _ => Vec::new(),
+        };
+        let safe = p.mount_points_are_safe(&b, &uppers);
+        if !safe {
+            tracing::warn!(
+                "{}: a link the trial left on the way to a mount point could not be removed: the phase does not start",
+                p.root.display()
+            );
+        }
         let seccomp = seccomp_file(&self.seccomp);
         if seccomp.is_some() {
             b.seccomp_fd(SECCOMP_FD);
@@ -809,6 +838,9 @@ impl Isolation {
                     }
                     // No program file: refuse to start rather than run unfiltered.
                     None => return Err(std::io::Error::from_raw_os_error(libc::ENOMEM)),
+                }
+                if !safe {
+                    return Err(std::io::Error::from_raw_os_error(libc::EPERM));
                 }
                 match &overlay {
                     Some(Ok(layers)) => layers.mount()?,
@@ -933,6 +965,30 @@ fn plain_folders_to(root: &Path, rel: &Path) -> std::io::Result<()> {
             None => {}
         }
         dir = dir.dir(name, Some(0o755))?;
+    }
+    let name = Path::new(last.as_os_str());
+    if dir.lstat(name)?.is_some_and(|m| m.is_symlink()) {
+        dir.remove_file(name)?;
+    }
+    Ok(())
+}
+
+/// Removes from a layer's upper folder `upper` whatever stands on the way to `rel` that is not
+/// a folder (a link, a file, a whiteout), and a link at `rel` itself: the host's folder below
+/// shows there again. A part of the way the layer does not hold is the host's.
+fn clear_way_in_layer(upper: &Path, rel: &Path) -> std::io::Result<()> {
+    let mut dir = crate::untrusted_fs::Dir::open(upper)?;
+    let parts: Vec<_> = rel.components().collect();
+    let Some((last, folders)) = parts.split_last() else {
+        return Ok(());
+    };
+    for part in folders {
+        let name = Path::new(part.as_os_str());
+        match dir.lstat(name)? {
+            Some(m) if m.is_dir() => dir = dir.dir(name, None)?,
+            Some(_) => return dir.remove_file(name),
+            None => return Ok(()),
+        }
     }
     let name = Path::new(last.as_os_str());
     if dir.lstat(name)?.is_some_and(|m| m.is_symlink()) {

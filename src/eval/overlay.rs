@@ -108,6 +108,14 @@ impl SystemOverlay {
         base.join(layer_name(host)).join("upper")
     }
 
+    /// Each host folder layered, with the upper folder that holds what the trial wrote there.
+    pub fn uppers(&self) -> Vec<(PathBuf, PathBuf)> {
+        self.layers
+            .iter()
+            .filter_map(|l| Some((l.host.clone(), l.merged.parent()?.join("upper"))))
+            .collect()
+    }
+
     /// In the child, between fork and exec of bwrap: a mount namespace of its own (nothing
     /// propagates back to the host's), each overlay mounted on its merged folder. The working
     /// dir is the child's again afterwards.

@@ -162,6 +162,11 @@ impl Bwrap {
             .any(|(d, _)| d != Path::new("/") && path.starts_with(d))
     }
 
+    /// Where the mounts and symlinks land, in order.
+    pub fn destinations(&self) -> impl Iterator<Item = &Path> {
+        self.destinations.iter().map(|(d, _)| d.as_path())
+    }
+
     /// Whether `path` inside is the host's `path`: the last mount landing on it or above it
     /// binds the host's own path there (not a tmpfs, a symlink or another file).
     pub fn shows_host(&self, path: &Path) -> bool {

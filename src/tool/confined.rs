@@ -69,7 +69,33 @@ fn walk_readable(workspace: &Path) -> Vec<PathBuf> {
         read.extend(git_exclude_files(dir));
     }
     read.extend(global_ignore_files());
-    read
+    // What lies in the workspace its own rule covers: a rule of its own would be made on what
+    // a link a command planted there points at (`.git/info/exclude` → `~/.ssh`). What lies
+    // outside is read only where it is a plain file that no link leads to.
+    let (mut kept, mut outside): (Vec<PathBuf>, Vec<PathBuf>) =
+        read.into_iter().partition(|p| p == &root);
+    outside.retain(|p| !p.starts_with(&root) && plain_file(p));
+    kept.append(&mut outside);
+    kept
+}
+
+/// A regular file at `path`, reached without a link on the way: its canonical path is the
+/// path itself, `..` taken lexically (a `..` after a link would lead elsewhere).
+fn plain_file(path: &Path) -> bool {
+    use std::path::Component;
+    let mut lexical = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::ParentDir => {
+                lexical.pop();
+            }
+            Component::CurDir => {}
+            other => lexical.push(other),
+        }
+    }
+    path.is_absolute()
+        && std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file())
+        && std::fs::canonicalize(path).is_ok_and(|c| c == lexical)
 }
 
 /// The files the walker reads to find the `info/exclude` of the repository whose `.git` is in
@@ -236,5 +262,32 @@ mod tests {
         let readable = walk_readable(&ws);
         assert!(readable.contains(&top.join(".gitignore")), "{readable:?}");
         assert!(!readable.contains(&top), "{readable:?}");
+    }
+
+    /// A command may make the workspace's `.git/info/exclude` a link to `~/.ssh`: the rules
+    /// of the walk were made on what the link points at, and a folder swapped mid-walk then
+    /// showed `~/.ssh` (red team round 6). What lies in the workspace gets no rule of its own.
+    #[test]
+    fn a_link_in_the_workspace_never_widens_what_a_walk_may_read() {
+        let top = tempfile::tempdir().unwrap();
+        let top = std::fs::canonicalize(top.path()).unwrap();
+        let secrets = top.join("home/.ssh");
+        std::fs::create_dir_all(&secrets).unwrap();
+        std::fs::write(secrets.join("id_rsa"), "SECRETKEY").unwrap();
+        let ws = top.join("ws");
+        std::fs::create_dir_all(ws.join(".git/info")).unwrap();
+        std::os::unix::fs::symlink(&secrets, ws.join(".git/info/exclude")).unwrap();
+        std::os::unix::fs::symlink(secrets.join("id_rsa"), ws.join(".gitignore")).unwrap();
+        let readable = walk_readable(&ws);
+        assert!(
+            readable
+                .iter()
+                .all(|p| !p.starts_with(&secrets) && !p.starts_with(&ws) || p == &ws),
+            "{readable:?}"
+        );
+        if landlock_here() {
+            let read = walk_confined(&ws, || std::fs::read(secrets.join("id_rsa"))).unwrap();
+            assert!(read.is_err(), "the walk read the key");
+        }
     }
 }

@@ -1563,17 +1563,9 @@ async fn a_git_folder_swapped_for_a_link_during_a_git_tool_call_shows_nothing_ou
     // swap chose, and it checks what it opened.
     let r = repo();
     let private = r.base.join("outside/private");
-    std::fs::create_dir_all(&private).expect("mkdir");
-    r.git(&private, &["init", "-q", "-b", "main"]);
-    std::fs::write(private.join("secret.txt"), "TOP-SECRET\n").expect("secret");
-    r.git(&private, &["add", "secret.txt"]);
-    r.git(&private, &["commit", "-q", "-m", "secret"]);
+    r.repo_with(&private, "secret.txt", "TOP-SECRET\n");
     let sub = r.ws.join("sub");
-    std::fs::create_dir_all(&sub).expect("mkdir");
-    r.git(&sub, &["init", "-q", "-b", "main"]);
-    std::fs::write(sub.join("secret.txt"), "inside\n").expect("file");
-    r.git(&sub, &["add", "secret.txt"]);
-    r.git(&sub, &["commit", "-q", "-m", "inside"]);
+    r.repo_with(&sub, "secret.txt", "inside\n");
     std::os::unix::fs::symlink(private.join(".git"), sub.join("swap")).expect("link");
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let swapper = {
@@ -1605,6 +1597,15 @@ async fn a_git_folder_swapped_for_a_link_during_a_git_tool_call_shows_nothing_ou
 }
 
 impl Repo {
+    /// A new repository at `dir` whose one commit holds `file` with `text`.
+    fn repo_with(&self, dir: &Path, file: &str, text: &str) {
+        std::fs::create_dir_all(dir).expect("mkdir");
+        self.git(dir, &["init", "-q", "-b", "main"]);
+        std::fs::write(dir.join(file), text).expect("file");
+        self.git(dir, &["add", file]);
+        self.git(dir, &["commit", "-q", "-m", file]);
+    }
+
     /// The model's `git` tool on this workspace.
     async fn git_tool(&self, args: serde_json::Value) -> ToolResult {
         let (events, _rx) = EventSink::channel();
@@ -1688,11 +1689,7 @@ async fn the_git_tool_does_not_read_through_links_a_repository_holds() {
 
     // Another repository of the user's, outside the workspace, with a secret committed.
     let store = r.base.join("outside/store");
-    std::fs::create_dir_all(&store).expect("mkdir");
-    r.git(&store, &["init", "-q", "-b", "main"]);
-    std::fs::write(store.join("email.gpg"), "STORE-SECRET\n").expect("secret");
-    r.git(&store, &["add", "email.gpg"]);
-    r.git(&store, &["commit", "-q", "-m", "store"]);
+    r.repo_with(&store, "email.gpg", "STORE-SECRET\n");
     std::fs::write(
         r.ws.join(".git/objects/info/alternates"),
         format!("{}\n", store.join(".git/objects").display()),
@@ -1725,11 +1722,7 @@ async fn the_git_tool_does_not_follow_the_workspaces_commondir_to_another_reposi
     // then read another repository of the user's and committed into it (second red team).
     let r = repo();
     let victim = r.base.join("outside/victim");
-    std::fs::create_dir_all(&victim).expect("mkdir");
-    r.git(&victim, &["init", "-q", "-b", "main"]);
-    std::fs::write(victim.join("secret.txt"), "VICTIM-SECRET\n").expect("secret");
-    r.git(&victim, &["add", "secret.txt"]);
-    r.git(&victim, &["commit", "-q", "-m", "victim"]);
+    r.repo_with(&victim, "secret.txt", "VICTIM-SECRET\n");
     let before = r.git(&victim, &["rev-parse", "HEAD"]);
     std::fs::write(
         r.ws.join(".git/commondir"),
