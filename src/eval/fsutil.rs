@@ -104,24 +104,62 @@ fn copy_entry(from: &Path, to: &Path) -> Result<(), CopyError> {
 }
 
 /// Removes `dir` and everything in it; folders a task chmod-ed read-only are opened first.
+/// A trial's processes may still run (the agent's, while its verifier's folder is emptied)
+/// and swap a folder for a link meanwhile: nothing here follows one. `remove_dir_all` does not,
+/// and the folders are opened for their mode through descriptors, a link never.
 pub fn remove_tree(dir: &Path) -> std::io::Result<()> {
-    if !dir.exists() {
+    if std::fs::symlink_metadata(dir).is_err() {
         return Ok(());
     }
     if std::fs::remove_dir_all(dir).is_ok() {
         return Ok(());
     }
-    make_writable(dir);
+    if let Ok(top) = rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    ) {
+        make_writable(top, 0);
+    }
     std::fs::remove_dir_all(dir)
 }
 
-fn make_writable(dir: &Path) {
-    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                make_writable(&e.path());
-            }
+/// How deep [`make_writable`] goes: a trial's folders are not deeper.
+const MAX_WRITABLE_DEPTH: usize = 256;
+
+/// Gives the folder `fd` and the folders below it the mode `0700`, through descriptors opened
+/// without following a link.
+fn make_writable(fd: std::os::fd::OwnedFd, depth: usize) {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700));
+    if depth >= MAX_WRITABLE_DEPTH {
+        return;
+    }
+    let Ok(names) = rustix::fs::Dir::read_from(&fd) else {
+        return;
+    };
+    let names: Vec<std::ffi::CString> = names
+        .flatten()
+        .filter(|e| e.file_type() == FileType::Directory)
+        .map(|e| e.file_name().to_owned())
+        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
+        .collect();
+    for name in names {
+        let is_dir = rustix::fs::statat(&fd, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
+        if !is_dir {
+            continue;
+        }
+        if let Ok(child) = rustix::fs::openat(
+            &fd,
+            name.as_c_str(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            make_writable(child, depth + 1);
         }
     }
 }
@@ -259,6 +297,80 @@ pub fn copy_task_file(root: &Path, from: &Path, to: &Path) -> std::io::Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Emptying a trial's folder while its processes still run: what it left keeps the
+    /// removal failing (here an immutable file; in the attack, new files arriving), and a
+    /// process swaps a folder in it for a link to a host folder. The fallback that opens
+    /// read-only folders used to chmod by path, between its listing and the chmod, and made
+    /// the host folder 0755 (sixth red team: 3 runs of 4). It goes through descriptors now.
+    /// Needs root and `chattr` for the immutable file; skipped (said) where it cannot make one.
+    #[test]
+    fn removing_a_tree_a_trial_still_changes_never_touches_what_a_link_names() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let top = tempfile::tempdir().unwrap();
+        let victim = top.path().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let x = top.path().join("x");
+        std::fs::create_dir_all(x.join("d")).unwrap();
+        // Folders the removal cannot empty either, which the fallback goes through before or
+        // after the swapped one: they widen the moment between its listing and its chmod.
+        let mut stuck = vec![x.join("d/stuck")];
+        for n in 0..100 {
+            std::fs::create_dir(x.join(format!("p{n}"))).unwrap();
+            stuck.push(x.join(format!("p{n}/stuck")));
+        }
+        for f in &stuck {
+            std::fs::write(f, "").unwrap();
+        }
+        let chattr = |flag: &str, paths: &[PathBuf]| {
+            std::process::Command::new("chattr")
+                .args(["-R", flag])
+                .args(paths)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !chattr("+i", &stuck) {
+            eprintln!("skipped: no immutable file here (needs root and chattr)");
+            return;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (stop, x, victim) = (stop.clone(), x.clone(), victim.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = std::os::unix::fs::symlink(&victim, x.join("l"));
+                    let _ = nix::fcntl::renameat2(
+                        nix::fcntl::AT_FDCWD,
+                        &x.join("d"),
+                        nix::fcntl::AT_FDCWD,
+                        &x.join("l"),
+                        nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+                    );
+                }
+            })
+        };
+        let mut changed = 0;
+        for _ in 0..200 {
+            assert!(remove_tree(&x).is_err(), "the immutable file was removed");
+            let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777;
+            if mode != 0o700 {
+                changed += 1;
+                std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o700)).unwrap();
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        let _ = std::fs::remove_file(x.join("l"));
+        let _ = std::fs::remove_file(x.join("d"));
+        chattr("-i", std::slice::from_ref(&x));
+        assert_eq!(
+            changed, 0,
+            "the host folder's mode was changed through the link"
+        );
+    }
 
     /// A task's files are read only inside the task and never through a link: a link to a host
     /// file is refused (its bytes never read), FIFOs and oversized files are refused without
