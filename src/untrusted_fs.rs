@@ -614,6 +614,22 @@ impl Dir {
     }
 }
 
+/// `path` with `.` and `..` folded by name (`a/./b/../c` → `a/c`), without touching the
+/// filesystem: what the path says, not where a link on the way would lead.
+pub fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 /// Whether `path` (made absolute) lies lexically beneath one of `anchors`, as given or with
 /// links resolved: then [`locate`] reaches it without following a link below that anchor.
 pub fn is_beneath(path: &Path, anchors: &[&Path]) -> bool {

@@ -4,7 +4,7 @@
 //! approvals, network, writable roots or the shell, or that would send the user's key or files
 //! somewhere else, are withheld and the user is told which.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use super::defs;
 use super::settings::Settings;
@@ -243,17 +243,7 @@ fn inside(path: &Path, folder: &Path) -> bool {
 
 /// `..` and `.` resolved by name.
 fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
+    crate::untrusted_fs::lexical(path)
 }
 
 #[cfg(test)]

@@ -82,17 +82,7 @@ fn walk_readable(workspace: &Path) -> Vec<PathBuf> {
 /// A regular file at `path`, reached without a link on the way: its canonical path is the
 /// path itself, `..` taken lexically (a `..` after a link would lead elsewhere).
 fn plain_file(path: &Path) -> bool {
-    use std::path::Component;
-    let mut lexical = PathBuf::new();
-    for part in path.components() {
-        match part {
-            Component::ParentDir => {
-                lexical.pop();
-            }
-            Component::CurDir => {}
-            other => lexical.push(other),
-        }
-    }
+    let lexical = crate::untrusted_fs::lexical(path);
     path.is_absolute()
         && std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file())
         && std::fs::canonicalize(path).is_ok_and(|c| c == lexical)

@@ -1,7 +1,7 @@
 //! Where git looks: gitdirs and their common dirs, hooks paths, and the configs it reads.
 
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use super::config;
 use super::snapshot::MAX_TRACKED_BYTES;
@@ -187,16 +187,7 @@ pub(super) fn included_configs(gitdir: &Path) -> Vec<PathBuf> {
 
 /// `a/./b/../c` → `a/c` without touching the filesystem (the target may not exist yet).
 fn normalize(p: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
+    let out = crate::untrusted_fs::lexical(p);
     out.canonicalize().unwrap_or(out)
 }
 

@@ -8,7 +8,7 @@ pub(crate) mod output;
 pub mod pty;
 pub(crate) mod session;
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -179,17 +179,7 @@ pub fn resolve_workdir(workspace: &Path, workdir: Option<&str>) -> Result<PathBu
     let Some(w) = workdir.filter(|w| !w.is_empty()) else {
         return Ok(workspace.to_path_buf());
     };
-    let joined = workspace.join(w);
-    let mut lexical = PathBuf::new();
-    for c in joined.components() {
-        match c {
-            Component::ParentDir => {
-                lexical.pop();
-            }
-            Component::CurDir => {}
-            other => lexical.push(other),
-        }
-    }
+    let lexical = crate::untrusted_fs::lexical(&workspace.join(w));
     let real = lexical
         .canonicalize()
         .map_err(|source| WorkdirError::Unresolvable {
