@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the hybrid CUDA kernels (src/engine/kernels/hybrid.cu) on the CPU under a small
-# emulation of the CUDA execution model (emu.h: a block's threads are std::threads with real
+# emulation of the CUDA execution model (emu.h: a block's threads are fibers with real
 # __syncthreads and warp-shuffle barriers) and compares every kernel with a port of the CPU
 # device (harness.cpp), at the fixture's sizes and Macaron-V1-Tall's. No GPU, driver or CUDA
 # toolkit: g++ with C++20 only. It checks the kernels' index arithmetic, barriers and
