@@ -6,10 +6,13 @@
 //! `baton sandbox`, evaluation trials) shares; [`world`] is the one for a [`SandboxPolicy`].
 
 use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+
+use serde::{Deserialize, Serialize};
 
 use super::SandboxError;
 use super::policy::SandboxPolicy;
@@ -114,6 +117,37 @@ pub struct Bwrap {
     /// Where the mounts and symlinks in `args` land, in order, and whether each shows the
     /// host's own file there (a bind of a path onto itself).
     destinations: Vec<(PathBuf, bool)>,
+    /// The descriptors the `--bind-fd`/`--ro-bind-fd` operations name (bubblewrap inherits
+    /// them), and where each must be found inside once the world is built.
+    held: Vec<(Arc<OwnedFd>, HeldMount)>,
+}
+
+/// A bind of a file baton opened itself: inside the world, `path` must be that file (its
+/// device and inode), or a command swapped something on the way while bubblewrap mounted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldMount {
+    pub path: PathBuf,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl HeldMount {
+    /// Whether `path` is, without following a link, the file that was bound there.
+    pub fn check(&self) -> Result<(), String> {
+        let swapped = || {
+            format!(
+                "{} is not what baton bound there (the workspace changed while the command \
+                 started); run it again",
+                self.path.display()
+            )
+        };
+        let meta = std::fs::symlink_metadata(&self.path).map_err(|_| swapped())?;
+        if meta.dev() == self.dev && meta.ino() == self.ino {
+            Ok(())
+        } else {
+            Err(swapped())
+        }
+    }
 }
 
 impl Bwrap {
@@ -194,6 +228,48 @@ impl Bwrap {
     /// `src` at `dst`, writable.
     pub fn bind(&mut self, src: &Path, dst: &Path) -> &mut Self {
         self.mount_op("--bind", &[src, dst], src == dst)
+    }
+
+    /// The file `fd` (opened by the caller, an `O_PATH` descriptor will do) bound onto its own
+    /// path `dst`, writable or not. bubblewrap turns the descriptor into a name again before
+    /// it mounts (`realpath` of `/proc/self/fd/N`), so a swap in between can still redirect
+    /// the mount: the inner helper checks that `dst` is the file `fd` named (device and
+    /// inode, no link followed) before the command runs.
+    pub fn bind_held(
+        &mut self,
+        fd: OwnedFd,
+        dst: &Path,
+        writable: bool,
+    ) -> Result<&mut Self, SandboxError> {
+        let stat = rustix::fs::fstat(&fd)
+            .map_err(|e| SandboxError::Setup(format!("looking at {}: {e}", dst.display())))?;
+        let op = if writable {
+            "--bind-fd"
+        } else {
+            "--ro-bind-fd"
+        };
+        let number = fd.as_raw_fd().to_string();
+        self.held.push((
+            Arc::new(fd),
+            HeldMount {
+                path: dst.to_path_buf(),
+                dev: stat.st_dev,
+                ino: stat.st_ino,
+            },
+        ));
+        self.destinations.push((dst.to_path_buf(), true));
+        self.arg(op).arg(number).arg(dst.as_os_str());
+        Ok(self)
+    }
+
+    /// The descriptors bubblewrap must inherit for the held binds.
+    pub fn held_fds(&self) -> impl Iterator<Item = RawFd> + '_ {
+        self.held.iter().map(|(fd, _)| fd.as_raw_fd())
+    }
+
+    /// Where the held binds land, and what must be there.
+    pub fn held_mounts(&self) -> Vec<HeldMount> {
+        self.held.iter().map(|(_, m)| m.clone()).collect()
     }
 
     /// An empty tmpfs at `dst`.
@@ -397,6 +473,56 @@ fn covers(p: &Path, roots: &[PathBuf]) -> bool {
     roots.iter().any(|r| r.starts_with(p))
 }
 
+/// Opens what the world binds from the writable roots: beneath the outermost root that holds
+/// it with no link followed at any component (`untrusted_fs`), or, outside every root, by its
+/// name with no link as its last component (commands cannot change the folders above it).
+struct HeldOpener<'a> {
+    roots: &'a [PathBuf],
+    anchors: Vec<(PathBuf, crate::untrusted_fs::Dir)>,
+}
+
+impl<'a> HeldOpener<'a> {
+    fn new(roots: &'a [PathBuf]) -> Self {
+        HeldOpener {
+            roots,
+            anchors: Vec::new(),
+        }
+    }
+
+    fn open(&mut self, path: &Path, dir: bool) -> Result<OwnedFd, SandboxError> {
+        use rustix::fs::OFlags;
+        let mut flags = OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        if dir {
+            flags |= OFlags::DIRECTORY;
+        }
+        let changed = |e: &dyn std::fmt::Display| {
+            SandboxError::Setup(format!(
+                "opening {} to bind it into the sandbox: {e} (a command may have replaced it \
+                 while this one started; run it again)",
+                path.display()
+            ))
+        };
+        let outermost = self
+            .roots
+            .iter()
+            .filter(|r| path.starts_with(r) && path != r.as_path())
+            .min_by_key(|r| r.as_os_str().len());
+        let Some(root) = outermost else {
+            return rustix::fs::open(path, flags, rustix::fs::Mode::empty())
+                .map_err(|e| changed(&e));
+        };
+        if !self.anchors.iter().any(|(p, _)| p == root) {
+            let anchor = crate::untrusted_fs::Dir::open(root).map_err(|e| changed(&e))?;
+            self.anchors.push((root.clone(), anchor));
+        }
+        let Some((_, anchor)) = self.anchors.iter().find(|(p, _)| p == root) else {
+            return Err(changed(&"no anchor"));
+        };
+        let rel = path.strip_prefix(root).map_err(|e| changed(&e))?;
+        anchor.open_beneath(rel, flags, 0).map_err(|e| changed(&e))
+    }
+}
+
 /// The home directories of other users (`/home/*` but the caller's, `/root` for non-root).
 fn other_homes(own: Option<&Path>) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = std::fs::read_dir("/home")
@@ -494,8 +620,12 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
         // directory covers the host's copy of it.
         b.ro_bind(&ws, &ws);
     }
+    // Every bind of a path a command could rename (a writable root, what lies in one) names a
+    // descriptor baton opened without following links, and the helper checks that what landed
+    // is that file: a command still running could swap a folder for a link in between.
+    let mut opener = HeldOpener::new(&roots);
     for root in &roots {
-        b.bind(root, root);
+        b.bind_held(opener.open(root, true)?, root, true)?;
     }
     // One look at the repositories serves the pins and the read-only binds.
     let rules = policy.write_rules();
@@ -505,10 +635,13 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
         // workspace under the host's /tmp) it must not become writable by being one, and
         // where the command does not see the host's folder (a `.git` file or `commondir`
         // naming a folder of the hidden home) it must not show it.
-        if in_roots(dir) {
-            b.bind(dir, dir);
-        } else if b.shows_host(dir) {
-            b.ro_bind(dir, dir);
+        let Ok(real) = dir.canonicalize() else {
+            continue;
+        };
+        if in_roots(&real) {
+            b.bind_held(opener.open(&real, true)?, &real, true)?;
+        } else if b.shows_host(&real) {
+            b.bind_held(opener.open(&real, true)?, &real, false)?;
         }
     }
     let mut secrets: Vec<PathBuf> = Vec::new();
@@ -549,13 +682,77 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
     // one (outside the writable roots everything is read-only already), and never through a
     // link out of them: a bind shows what it names, hidden or not.
     for p in rules.read_only() {
-        let real = p.canonicalize();
-        if in_roots(p) && real.is_ok_and(|r| in_roots(&r) && b.shows_host(&r)) {
-            b.ro_bind(p, p);
+        let Ok(real) = p.canonicalize() else {
+            continue;
+        };
+        if in_roots(p) && in_roots(&real) && b.shows_host(&real) {
+            let dir = real.is_dir();
+            b.bind_held(opener.open(&real, dir)?, &real, false)?;
         }
     }
     if let Some(h) = view_home {
         visibility::seal_home(&mut b, h);
     }
     Ok(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A workspace repository (only the world's arguments are looked at: no command runs).
+    fn repo() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = dir.path().canonicalize().expect("canon");
+        std::fs::create_dir_all(ws.join(".git/hooks")).expect("mkdir");
+        std::fs::write(ws.join(".git/config"), "[core]\n").expect("config");
+        std::fs::write(ws.join(".git/HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+        (dir, ws)
+    }
+
+    #[test]
+    fn nothing_in_a_writable_root_is_bound_by_a_name_bubblewrap_resolves() {
+        let (_dir, ws) = repo();
+        let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws);
+        let b = world(&policy).expect("world");
+        let args: Vec<&OsStr> = b.args().iter().map(OsString::as_os_str).collect();
+        for pair in args.windows(2) {
+            if pair[0] == "--bind" || pair[0] == "--ro-bind" {
+                assert!(
+                    !Path::new(pair[1]).starts_with(&ws),
+                    "{:?} {:?} names a path a command could swap",
+                    pair[0],
+                    pair[1]
+                );
+            }
+        }
+        let held: Vec<PathBuf> = b.held_mounts().into_iter().map(|m| m.path).collect();
+        for p in [ws.clone(), ws.join(".git"), ws.join(".git/config")] {
+            assert!(
+                held.contains(&p),
+                "{} is not a held bind: {held:?}",
+                p.display()
+            );
+        }
+        assert_eq!(b.held_fds().count(), held.len());
+    }
+
+    #[test]
+    fn a_held_mount_is_the_file_that_was_opened_or_the_check_fails() {
+        let (_dir, ws) = repo();
+        let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws);
+        let b = world(&policy).expect("world");
+        let mounts = b.held_mounts();
+        for m in &mounts {
+            m.check().expect("nothing changed");
+        }
+        let config = mounts
+            .iter()
+            .find(|m| m.path == ws.join(".git/config"))
+            .expect("config held");
+        std::fs::rename(ws.join(".git/config"), ws.join("moved")).expect("mv");
+        std::os::unix::fs::symlink(ws.join("moved"), ws.join(".git/config")).expect("link");
+        let err = config.check().expect_err("a link is not the file");
+        assert!(err.contains("is not what baton bound there"), "{err}");
+    }
 }

@@ -44,6 +44,10 @@ pub struct InnerSpec {
     /// those tasks reads `/proc`, a fifth of the helper's time, which a command in a pids
     /// cgroup does not need.
     pub rlimit_nproc: bool,
+    /// The binds bubblewrap made from descriptors baton opened: before anything else runs,
+    /// each destination must be the very file baton opened (see `bwrap::HeldMount`).
+    #[serde(default)]
+    pub held: Vec<super::bwrap::HeldMount>,
 }
 
 static HELPER: OnceLock<PathBuf> = OnceLock::new();
@@ -267,6 +271,9 @@ fn restrict(spec: &InnerSpec) -> Result<(), String> {
             libc::SIGPIPE,
         ] {
             libc::signal(sig, libc::SIG_DFL);
+        }
+        for mount in &spec.held {
+            mount.check()?;
         }
         for &fd in &spec.join {
             if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {

@@ -86,8 +86,8 @@ struct Wrapper {
 }
 
 impl Wrapper {
-    /// The descriptors bubblewrap must inherit (at most four: no allocation needed in a
-    /// forked child).
+    /// The descriptors bubblewrap must inherit (iterated without allocating: this runs in a
+    /// forked child too).
     fn inherited(&self) -> impl Iterator<Item = RawFd> + '_ {
         let image = match self.helper {
             Helper::Image(fd) => Some(fd),
@@ -97,6 +97,7 @@ impl Wrapper {
             .into_iter()
             .chain(self.spec.join.iter().copied())
             .chain(self.spec.gate)
+            .chain(self.world.held_fds())
     }
 }
 
@@ -181,6 +182,7 @@ impl PreparedSandbox {
             env.push(("TMPDIR".into(), "/tmp".into()));
             let bound = pids::prepare(policy.max_processes);
             let memory = Some(memory::prepare(policy.memory_limit(), v2_dir(&bound)));
+            let held = world.held_mounts();
             let mut join = Vec::new();
             if let ProcessBound::Cgroup(cg) = &bound {
                 join.push(cg.procs.as_raw_fd());
@@ -200,6 +202,7 @@ impl PreparedSandbox {
                         join,
                         gate: None,
                         rlimit_nproc: matches!(bound, ProcessBound::Rlimit(_)),
+                        held,
                     },
                 }),
                 landlock: None,

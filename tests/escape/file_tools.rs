@@ -85,7 +85,11 @@ fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
 
 /// The attacker: swaps the names `a` and `b` with `renameat2(RENAME_EXCHANGE)` as fast as it can
 /// until `stop` is set. Returns how many swaps it made.
-fn swap_forever(a: PathBuf, b: PathBuf, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
+pub(super) fn swap_forever(
+    a: PathBuf,
+    b: PathBuf,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
     std::thread::spawn(move || {
         let (a, b) = (cstring(&a), cstring(&b));
         let mut swaps = 0usize;

@@ -861,3 +861,94 @@ fn a_git_file_or_commondir_naming_a_hidden_folder_does_not_show_it() {
     .expect("w");
     shows_no_secret();
 }
+
+/// A folder the sandbox binds from the workspace (`.git`, pinned read-write, with its config
+/// and hooks read-only on top) swapped with a link to another repository's gitdir while
+/// commands start, as a command still running could: bubblewrap mounts what baton opened,
+/// never a name it resolves again, and the helper refuses a world where a swap landed anyway,
+/// so no command writes the other repository (seventh red team, critical: a running command
+/// won this race within 5–93 starts and planted `commondir` there).
+#[test]
+fn a_bound_folder_swapped_for_a_link_while_commands_start_lets_nothing_write_outside() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let f = fixture();
+    let victim = f.outside.join("repo/.git");
+    std::fs::create_dir_all(victim.join("hooks")).expect("mkdir");
+    std::fs::write(victim.join("HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+    std::fs::write(victim.join("config"), "[core]\n").expect("config");
+    std::os::unix::fs::symlink(&victim, f.ws.join("gl")).expect("link");
+    let stop = Arc::new(AtomicBool::new(false));
+    // The attacker swaps `.git` and `gl` as fast as it can and puts things back as they were
+    // whenever the audit after a command moved a link aside (`.git.disabled-by-baton`).
+    let attacker = {
+        let (ws, victim, stop) = (f.ws.clone(), victim.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (git, gl) = (ws.join(".git"), ws.join("gl"));
+            let mut swaps = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let a = std::ffi::CString::new(git.as_os_str().as_encoded_bytes()).expect("c");
+                let b = std::ffi::CString::new(gl.as_os_str().as_encoded_bytes()).expect("c");
+                // SAFETY: two valid NUL-terminated paths that outlive the call.
+                let rc = unsafe {
+                    libc::renameat2(
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+                if rc == 0 {
+                    swaps += 1;
+                    continue;
+                }
+                for entry in std::fs::read_dir(&ws).into_iter().flatten().flatten() {
+                    if entry.file_name().to_string_lossy().contains("baton") {
+                        let _ = std::fs::remove_file(entry.path());
+                    }
+                }
+                if git.is_symlink() {
+                    let _ = std::fs::remove_file(&git);
+                }
+                if !git.exists() && gl.is_dir() && !gl.is_symlink() {
+                    let _ = std::fs::rename(&gl, &git);
+                }
+                if !gl.exists() && !gl.is_symlink() {
+                    let _ = std::os::unix::fs::symlink(&victim, &gl);
+                }
+            }
+            swaps
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let (mut ran, mut refused) = (0, 0);
+    while Instant::now() < deadline && !victim.join("planted").exists() {
+        let status = baton_sandbox(
+            &f,
+            &[],
+            "for d in .git gl; do [ -e $d/HEAD ] && echo planted > $d/planted; done 2>/dev/null; true",
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run baton sandbox");
+        if status.success() {
+            ran += 1;
+        } else {
+            refused += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = attacker.join().expect("attacker");
+    eprintln!("bind race: {swaps} swaps, {ran} commands ran, {refused} refused");
+    assert!(swaps > 0, "the attacker never swapped");
+    assert!(ran > 0, "no command ran: the race proves nothing");
+    assert!(
+        !victim.join("planted").exists(),
+        "a sandboxed command wrote another repository's gitdir after {ran} commands \
+         ({refused} refused, {swaps} swaps)"
+    );
+}
