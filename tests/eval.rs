@@ -1297,6 +1297,92 @@ fn artifacts_and_env_templates_stay_inside() {
     assert!(err.to_string().contains("SOME_SECRET_TOKEN"), "{err}");
 }
 
+/// Red team round 7, finding 03: a task's `${VAR}` copied the model's API key into its trial
+/// when the key's variable has no credential word in its name (`--api-key-env LLM`). The key
+/// variable the runner knows of (`--api-key-env`, `BATON_API_KEY_ENV`) and any variable that
+/// holds the key count as unset: `${VAR}` makes the task an error row, `${VAR:-d}` gives `d`.
+#[test]
+fn the_model_key_never_reaches_a_tasks_env_table() {
+    let root = tempfile::tempdir().unwrap();
+    let tasks = root.path().join("tasks");
+    let key = "sk-live-rt7-0123456789";
+    for (name, value) in [
+        ("byflag", "${LLM}"),
+        ("byenv", "${MYLLM}"),
+        ("copy", "${COPY}"),
+        ("inurl", "${URL}"),
+        ("plain", "${PLAIN}"),
+        ("fallback", "${LLM:-none}"),
+    ] {
+        let dir = answer_task(&tasks, name, 60.0, REWARD_TXT);
+        let toml = std::fs::read_to_string(dir.join("task.toml")).unwrap();
+        write(
+            &dir.join("task.toml"),
+            &format!("{toml}[verifier.env]\nV = \"{value}\"\n"),
+        );
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .env_clear()
+        .args(["eval", "--list"])
+        .arg(&tasks)
+        .args(["--", "--api-key-env", "LLM", "--mode", "single"])
+        .env("HOME", root.path())
+        .env("XDG_CONFIG_HOME", root.path().join("config"))
+        .env("LLM", key)
+        .env("BATON_API_KEY_ENV", "MYLLM")
+        .env("MYLLM", "sk-other-9876543210")
+        .env("COPY", key)
+        .env("URL", format!("https://u:{key}@example.invalid/v1"))
+        .env("PLAIN", "harmless")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    // `--list` prints a task that loads as `NAME<TAB>harbor…`, one that cannot as `NAME<TAB>error…`.
+    let row = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.split('\t').next() == Some(name))
+            .unwrap_or_default()
+            .to_string()
+    };
+    for name in ["plain", "fallback"] {
+        assert!(row(name).contains("\tharbor\t"), "{stdout}{stderr}");
+    }
+    for (name, var) in [
+        ("byflag", "LLM"),
+        ("byenv", "MYLLM"),
+        ("copy", "COPY"),
+        ("inurl", "URL"),
+    ] {
+        let line = row(name);
+        assert!(
+            line.contains("\terror\t") && line.contains(&format!("${{{var}}}")),
+            "{name}: the task loaded with the key in its env: {stdout}{stderr}"
+        );
+    }
+    assert!(!stderr.contains(key) && !stdout.contains(key), "{stderr}");
+
+    // In a job's own loading, a default is taken instead (HOME, set in every test run,
+    // stands for the key's variable here).
+    let only = tasks.join("fallback");
+    write(
+        &only.join("task.toml"),
+        "[task]\nname = \"fallback\"\n[verifier.env]\nV = \"${HOME:-none}\"\nW = \"${HOME:-}x\"\n",
+    );
+    let mut a = args(vec![only.clone()], "oracle", root.path());
+    a.trailing_exec_args = vec!["--api-key-env".into(), "HOME".into()];
+    let set = baton::cli::eval::load_tasks(&a).unwrap();
+    assert_eq!(set.tasks.len(), 1, "{:?}", set.failed);
+    assert_eq!(set.tasks[0].verifier_env["V"], "none");
+    assert_eq!(set.tasks[0].verifier_env["W"], "x");
+    a.trailing_exec_args.clear();
+    let set = baton::cli::eval::load_tasks(&a).unwrap();
+    assert_ne!(set.tasks[0].verifier_env["V"], "none");
+}
+
 /// Harbor's own models read baton's job folder: every trial's `result.json` as a
 /// `TrialResult`, the job's as a `JobResult`, its `config.json` as a `JobConfig`.
 #[test]

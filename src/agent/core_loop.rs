@@ -343,6 +343,11 @@ async fn undo(shared: &Arc<Shared>, redo: bool, apply: bool, force: bool) {
                 );
             }
             shared.events.emit(done.to_event(redo));
+            for message in &done.audit {
+                shared.events.emit(Event::Warning {
+                    message: message.clone(),
+                });
+            }
             if let Some(message) = head_note {
                 shared.events.emit(Event::Warning { message });
             }

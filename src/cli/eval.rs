@@ -304,7 +304,16 @@ pub fn load_tasks(args: &EvalArgs) -> Result<task::TaskSet, EvalError> {
         IsolationChoice::Podman | IsolationChoice::Docker => task::Environments::Images,
         _ => task::Environments::Emulated,
     };
-    task::load_set(&args.tasks, &args.include, &args.exclude, envs)
+    // The key the `baton` agent's gateway reads is hidden from the tasks' `${VAR}` (named by
+    // these arguments even for another agent: hiding one variable too many is harmless).
+    let agent_args: Vec<String> = args
+        .exec_args
+        .iter()
+        .chain(&args.trailing_exec_args)
+        .cloned()
+        .collect();
+    let host = task::HostVars::for_agent(&agent_args);
+    task::load_set(&args.tasks, &args.include, &args.exclude, envs, &host)
 }
 
 /// An `--mcp-config` file holds `[mcp_servers.NAME]` tables and nothing else (it is installed

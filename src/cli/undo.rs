@@ -150,10 +150,11 @@ fn revert(
         println!("  removed  {path}");
     }
     for (path, why) in &done.kept {
-        println!(
-            "  kept     {path}  ({})",
-            checkpoint::plan::kept_reason(why)
-        );
+        let verb = match why {
+            checkpoint::Kept::Protected => "refused ",
+            _ => "kept    ",
+        };
+        println!("  {verb} {path}  ({})", checkpoint::plan::kept_reason(why));
     }
     for failed in &done.applied.failed {
         println!("  not done {}", terminal_safe_line(failed));
@@ -164,10 +165,18 @@ fn revert(
     if let Some(note) = &head_note {
         println!("{note}");
     }
+    for warning in &done.audit {
+        eprintln!("baton undo: warning: {}", terminal_safe_line(warning));
+    }
     if !done.is_recorded() {
         println!("(nothing was done, so turn {turn_id} can still be undone once this is fixed)");
     } else if !args.redo {
         println!("(`baton undo --redo` reverts this until the next turn)");
     }
-    Ok(if done.applied.failed.is_empty() { 0 } else { 1 })
+    // A step refused by the write rules is not done either: the exit status says so.
+    Ok(if done.applied.failed.is_empty() && done.refused() == 0 {
+        0
+    } else {
+        1
+    })
 }

@@ -114,17 +114,38 @@ pub fn remove_tree(dir: &Path) -> std::io::Result<()> {
     if std::fs::remove_dir_all(dir).is_ok() {
         return Ok(());
     }
-    if let Ok(top) = rustix::fs::open(
-        dir,
-        rustix::fs::OFlags::RDONLY
-            | rustix::fs::OFlags::DIRECTORY
-            | rustix::fs::OFlags::NOFOLLOW
-            | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    ) {
+    if let Some(top) = open_dir_for_chmod(rustix::fs::CWD, dir) {
         make_writable(top, 0);
     }
     std::fs::remove_dir_all(dir)
+}
+
+/// Opens the folder `name` in `at` without following a link, gives it the mode `0700` and
+/// returns it opened for listing. A folder its owner may not read (the runner's
+/// `work/control/in`, `0311`; a task's `chmod 0`) cannot be opened for that, so it is opened
+/// as a path first (`O_PATH`, a link never) and chmod-ed through `/proc/self/fd`, which names
+/// that very folder, then opened for listing through that descriptor.
+fn open_dir_for_chmod<Fd: rustix::fd::AsFd, P: rustix::path::Arg>(
+    at: Fd,
+    name: P,
+) -> Option<std::os::fd::OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let path = rustix::fs::openat(
+        at,
+        name,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()?;
+    let by_fd = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&path));
+    let _ = rustix::fs::chmod(by_fd.as_str(), Mode::from_raw_mode(0o700));
+    rustix::fs::openat(
+        &path,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .ok()
 }
 
 /// How deep [`make_writable`] goes: a trial's folders are not deeper.
@@ -133,7 +154,7 @@ const MAX_WRITABLE_DEPTH: usize = 256;
 /// Gives the folder `fd` and the folders below it the mode `0700`, through descriptors opened
 /// without following a link.
 fn make_writable(fd: std::os::fd::OwnedFd, depth: usize) {
-    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    use rustix::fs::{AtFlags, FileType, Mode};
     let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700));
     if depth >= MAX_WRITABLE_DEPTH {
         return;
@@ -153,12 +174,7 @@ fn make_writable(fd: std::os::fd::OwnedFd, depth: usize) {
         if !is_dir {
             continue;
         }
-        if let Ok(child) = rustix::fs::openat(
-            &fd,
-            name.as_c_str(),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
+        if let Some(child) = open_dir_for_chmod(&fd, name.as_c_str()) {
             make_writable(child, depth + 1);
         }
     }

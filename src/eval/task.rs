@@ -234,9 +234,10 @@ fn list_dirs(path: &Path) -> Result<Vec<PathBuf>, TaskError> {
     Ok(dirs)
 }
 
-/// Loads one task folder for the trial emulator ([`load_for`]).
+/// Loads one task folder for the trial emulator ([`load_for`]), for an agent without
+/// arguments (the API key the environment names stays hidden, see [`HostVars`]).
 pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
-    load_for(dir, Environments::Emulated)
+    load_for(dir, Environments::Emulated, &HostVars::for_agent(&[]))
 }
 
 /// How a job makes its tasks' environments.
@@ -250,9 +251,9 @@ pub enum Environments {
 
 /// Loads one task folder. `Err` is a malformed task (bad TOML, missing instruction); a task
 /// that is well-formed but needs something baton can't provide is `Ok(Loaded::Skipped)`.
-pub fn load_for(dir: &Path, envs: Environments) -> Result<Loaded, LoadError> {
+pub fn load_for(dir: &Path, envs: Environments, host: &HostVars) -> Result<Loaded, LoadError> {
     let loaded = if dir.join("task.toml").is_file() {
-        load_harbor(dir, envs)
+        load_harbor(dir, envs, host)
     } else if dir.join("task.yaml").is_file() {
         load_tb1(dir, envs)
     } else {
@@ -324,10 +325,68 @@ fn toml_number(
     }
 }
 
+/// The host variables a task's `env` tables may template (`${VAR}`), for one job. A task is
+/// untrusted input, so credentials stay on the host: a variable whose name says it holds one
+/// (KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL, AUTH), the variable holding the model's API key
+/// (`--api-key-env` among the agent's arguments, else `BATON_API_KEY_ENV`, else
+/// `BATON_API_KEY`; whatever its name), and any variable whose value is that key or holds it
+/// (a URL with the key in it) all count as unset.
+#[derive(Debug, Clone, Default)]
+pub struct HostVars {
+    /// The API-key variables, by name.
+    key_names: Vec<String>,
+    /// Their values (non-empty).
+    key_values: Vec<String>,
+}
+
+/// A key shorter than this is only matched whole, never inside another value.
+const MIN_KEY_INSIDE: usize = 8;
+
+impl HostVars {
+    /// The host variables of a job whose `baton` agent gets `agent_args` (empty for other
+    /// agents: the key the environment names is hidden all the same).
+    pub fn for_agent(agent_args: &[String]) -> HostVars {
+        let mut key_names = vec![super::trial::api_key_var(agent_args)];
+        for name in std::env::var("BATON_API_KEY_ENV")
+            .ok()
+            .into_iter()
+            .chain(["BATON_API_KEY".to_string()])
+        {
+            if !name.is_empty() && !key_names.contains(&name) {
+                key_names.push(name);
+            }
+        }
+        let key_values = key_names
+            .iter()
+            .filter_map(|n| std::env::var(n).ok())
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+            .collect();
+        HostVars {
+            key_names,
+            key_values,
+        }
+    }
+
+    /// The value of the host variable `name` for a task's `${name}`: `None` when it is unset
+    /// or holds a credential (see [`HostVars`]).
+    pub fn get(&self, name: &str) -> Option<String> {
+        if super::trial::is_secret_name(name) || self.key_names.iter().any(|k| k == name) {
+            return None;
+        }
+        let value = std::env::var(name).ok()?;
+        let holds_key = self.key_values.iter().any(|key| {
+            value.trim() == key || (key.len() >= MIN_KEY_INSIDE && value.contains(key.as_str()))
+        });
+        (!holds_key).then_some(value)
+    }
+}
+
 fn toml_env(
     table: Option<&toml::Value>,
     file: &Path,
     section: &str,
+    host: &HostVars,
 ) -> Result<BTreeMap<String, String>, TaskError> {
     let mut env = BTreeMap::new();
     let Some(map) = table.and_then(|t| t.get("env")) else {
@@ -339,20 +398,16 @@ fn toml_env(
     for (k, v) in map {
         let value = match v {
             toml::Value::String(s) => {
-                // Credentials (by name) stay on the host, as for the agent: a task cannot pull
-                // the model key or a token into its trial through its own env table.
-                let host = |k: &str| {
-                    (!super::trial::is_secret_name(k))
-                        .then(|| std::env::var(k).ok())
-                        .flatten()
-                };
-                expand_host_vars(s, &host).map_err(|var| {
+                // Credentials stay on the host, as for the agent: a task cannot pull the model
+                // key or a token into its trial through its own env table.
+                let lookup = |k: &str| host.get(k);
+                expand_host_vars(s, &lookup).map_err(|var| {
                     TaskError::field(
                         file,
                         format!("[{section}].env.{k}"),
                         "resolvable from the host environment",
                         format!(
-                            "${{{var}}}, which is not set (or names a credential, which stays on the host; use ${{{var}:-default}})"
+                            "${{{var}}}, which is not set (or holds a credential or the model's API key, which stay on the host; use ${{{var}:-default}})"
                         ),
                     )
                 })?
@@ -522,6 +577,7 @@ fn toml_steps(
     file: &Path,
     agent_timeout: Option<f64>,
     verifier_timeout: f64,
+    host: &HostVars,
 ) -> Result<Vec<Step>, TaskError> {
     let Some(list) = doc.get("steps") else {
         return Ok(Vec::new());
@@ -611,7 +667,7 @@ fn toml_steps(
                 .map(|t| secs(t, file, &key("agent.timeout_sec")))
                 .transpose()?,
             verifier_timeout: secs(verifier_sec, file, &key("verifier.timeout_sec"))?,
-            verifier_env: toml_env(verifier, file, &key("verifier"))?,
+            verifier_env: toml_env(verifier, file, &key("verifier"), host)?,
             test_entry_from_step: step_dir.join("tests/test.sh").is_file(),
             min_reward,
             solution_dir: solution.join("solve.sh").is_file().then_some(solution),
@@ -629,7 +685,7 @@ fn toml_steps(
     Ok(steps)
 }
 
-fn load_harbor(dir: &Path, envs: Environments) -> Result<Loaded, TaskError> {
+fn load_harbor(dir: &Path, envs: Environments, host: &HostVars) -> Result<Loaded, TaskError> {
     let toml_path = dir.join("task.toml");
     let doc: toml::Value = read_text(dir, &toml_path)?
         .parse::<toml::Table>()
@@ -662,7 +718,7 @@ fn load_harbor(dir: &Path, envs: Environments) -> Result<Loaded, TaskError> {
         toml_number(verifier, "timeout_sec", &toml_path)?.unwrap_or(HARBOR_DEFAULT_VERIFIER_SEC);
     // Multi-step tasks (`[[steps]]`, `steps/<name>/instruction.md`): as in Harbor, the task's
     // own instruction.md is not used then.
-    let steps = toml_steps(dir, &doc, &toml_path, agent_timeout, verifier_timeout)?;
+    let steps = toml_steps(dir, &doc, &toml_path, agent_timeout, verifier_timeout, host)?;
     let instruction = if let Some(first) = steps.first() {
         first.instruction.clone()
     } else {
@@ -732,7 +788,7 @@ fn load_harbor(dir: &Path, envs: Environments) -> Result<Loaded, TaskError> {
             }
         }
     }
-    let env_vars = toml_env(environment, &toml_path, "environment")?;
+    let env_vars = toml_env(environment, &toml_path, "environment", host)?;
     let artifacts = toml_artifacts(&doc, &toml_path)?;
     let image = environment
         .and_then(|e| e.get("docker_image"))
@@ -863,8 +919,8 @@ fn load_harbor(dir: &Path, envs: Environments) -> Result<Loaded, TaskError> {
         tests_dir: tests_dir.is_dir().then_some(tests_dir),
         tests_extra_files: Vec::new(),
         test_entry: "test.sh".into(),
-        verifier_env: toml_env(verifier, &toml_path, "verifier")?,
-        solution_env: toml_env(solution, &toml_path, "solution")?,
+        verifier_env: toml_env(verifier, &toml_path, "verifier", host)?,
+        solution_env: toml_env(solution, &toml_path, "solution", host)?,
         artifacts,
         checksum: std::sync::OnceLock::new(),
         steps,
@@ -1041,6 +1097,7 @@ pub fn load_set(
     include: &[String],
     exclude: &[String],
     envs: Environments,
+    host: &HostVars,
 ) -> Result<TaskSet, EvalError> {
     let dirs = discover(paths)?;
     let inc = globs(include)?;
@@ -1057,7 +1114,7 @@ pub fn load_set(
         if !included || excluded {
             continue;
         }
-        match load_for(&dir, envs) {
+        match load_for(&dir, envs, host) {
             Ok(Loaded::Ready(t)) => set.tasks.push(*t),
             Ok(Loaded::Skipped(s)) => set.skipped.push(s),
             Err(e) => set.failed.push(e),

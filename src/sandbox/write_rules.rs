@@ -2,9 +2,10 @@
 //! what is read-only (git's config, hooks and redirects, `.baton/`, included configs — see
 //! `git_guard`). Every consumer reads the same value: the bubblewrap binds and the landlock
 //! backend's mounts (`read_only`, `pinned`), Landlock (`roots`), the file tools (`denies`,
-//! `file_tools_deny`) and the shell tool's reading of a denial. It is computed from the disk
-//! as it is when asked (a `git init` by the last command adds a gitdir to protect), once per
-//! launch or per file-tool write, never kept across commands.
+//! `file_tools_deny`), undo and redo (`undo_denies`) and the shell tool's reading of a
+//! denial. It is computed from the disk as it is when asked (a `git init` by the last command
+//! adds a gitdir to protect), once per launch, per file-tool write or per undo, never kept
+//! across commands.
 //!
 //! Where commands and file tools are meant to differ, it says so here: file tools never write
 //! inside a `.git` of the workspace (refs, objects and the index stay writable to commands:
@@ -28,6 +29,8 @@ pub struct WriteRules {
     /// Folders (and devices) beneath which writing is allowed; canonical, existing.
     roots: OnceLock<Vec<PathBuf>>,
     protection: OnceLock<Protection>,
+    /// [`WriteRules::denied_as_named`].
+    denied_real: OnceLock<Vec<PathBuf>>,
     /// What [`git_guard::TrustedFolders::holds`] needs.
     trusted: OnceLock<git_guard::TrustedFolders>,
 }
@@ -39,6 +42,7 @@ impl WriteRules {
             policy: policy.clone(),
             roots: OnceLock::new(),
             protection: OnceLock::new(),
+            denied_real: OnceLock::new(),
             trusted: OnceLock::new(),
         }
     }
@@ -132,6 +136,53 @@ impl WriteRules {
         };
         self.command_roots().iter().any(|r| real.starts_with(r))
             && !self.read_only().iter().any(|p| real.starts_with(p))
+    }
+
+    /// The protected subtrees (refused to file tools), each as named and, when a link on the
+    /// way leads elsewhere, where it leads.
+    fn denied_as_named(&self) -> &[PathBuf] {
+        self.denied_real.get_or_init(|| {
+            let mut out: Vec<PathBuf> = Vec::new();
+            for p in &self.protection().denied {
+                for q in std::iter::once(p.clone()).chain(resolved(p)) {
+                    if !out.contains(&q) {
+                        out.push(q);
+                    }
+                }
+            }
+            out
+        })
+    }
+
+    /// What undo and redo refuse for `path` (absolute, in the workspace `root`, canonical):
+    /// what the file tools refuse there, judged on the path as named, without resolving it.
+    /// Undo reaches every folder beneath the workspace without following a link and replaces
+    /// the last component (a link standing there is replaced, never written through), so the
+    /// path it names is where the write lands: `root` joined with the step's relative path
+    /// when planning, the real path of the folder it opened (read back from the descriptor)
+    /// and the name when writing. A protected folder reached through a link of its own
+    /// (`.githooks` linking to `scripts/hooks`) is judged by where the link leads as well.
+    pub fn undo_denies(&self, root: &Path, path: &Path) -> bool {
+        let in_git = path
+            .strip_prefix(root)
+            .map(|rel| rel.components().any(|c| c.as_os_str() == ".git"))
+            .unwrap_or(true);
+        if in_git {
+            return true;
+        }
+        if self.policy.mode == SandboxMode::Off {
+            return false;
+        }
+        let trusted = self
+            .trusted
+            .get_or_init(|| git_guard::TrustedFolders::of(&self.policy));
+        if trusted.holds(path) {
+            return true;
+        }
+        if self.denied_as_named().iter().any(|p| path.starts_with(p)) {
+            return true;
+        }
+        !self.roots().iter().any(|r| path.starts_with(r))
     }
 
     /// What the file tools refuse for `path` (absolute, as resolved) in the workspace

@@ -667,3 +667,74 @@ fn an_undo_that_did_nothing_does_not_use_up_the_turn() {
     assert_eq!(read(env.workspace.join("d/b.txt")), "b\n", "{text}");
     assert_eq!(read(env.workspace.join("d.mine")), "data\n");
 }
+
+/// Red team round 7, finding 02: undo wrote, in baton's own unsandboxed process, a hook into
+/// the `core.hooksPath` folder of the user's global git config, which git then ran on the
+/// next commit. Undo and redo obey the write rules the file tools obey, worked out when undo
+/// applies: here the hooks folder is only named (in `~/.gitconfig`) after the turn, so the
+/// snapshots hold `.githooks/pre-commit` as an ordinary file. The step is refused and said to
+/// be, in the dry run and when applied (with `--force` too); the rest of the turn is undone.
+#[test]
+fn undo_never_restores_a_hook_into_the_hooks_folder_git_runs() {
+    let env = Env::new();
+    repo_with(&env, &[("a.txt", "a\n")]);
+    let hooks = env.workspace.join(".githooks");
+    std::fs::create_dir(&hooks).unwrap();
+    let hook = hooks.join("pre-commit");
+    std::fs::write(&hook, "#!/bin/sh\ntouch \"$(pwd)/HOOK_RAN\"\n").unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    turn(
+        &env,
+        vec![
+            write_call("c1", "a.txt", "changed\n"),
+            shell_call("c2", "rm .githooks/pre-commit"),
+        ],
+    );
+    assert!(!hook.exists(), "the turn removed the hook");
+    // The user's global git config names the hooks folder (relative: of the work tree).
+    std::fs::write(
+        env.home.join(".gitconfig"),
+        "[user]\n\tname = t\n\temail = t@t\n[core]\n\thooksPath = .githooks\n",
+    )
+    .unwrap();
+
+    let (_, plan) = undo(&env, &["--dry-run"]);
+    let line = plan
+        .lines()
+        .find(|l| l.contains(".githooks/pre-commit"))
+        .unwrap_or_else(|| panic!("the dry run does not mention the hook: {plan}"));
+    assert!(line.trim_start().starts_with("refuse"), "{plan}");
+    assert!(line.contains("protected"), "{plan}");
+
+    let (code, text) = undo(&env, &[]);
+    assert!(
+        !hook.exists(),
+        "undo wrote a hook into the folder git runs hooks from: {text}"
+    );
+    let line = text
+        .lines()
+        .find(|l| l.contains(".githooks/pre-commit"))
+        .unwrap_or_else(|| panic!("undo does not report the hook: {text}"));
+    assert!(line.contains("refused"), "{text}");
+    assert_eq!(code, 1, "a refused step is not done: {text}");
+    assert_eq!(read(env.workspace.join("a.txt")), "a\n", "{text}");
+
+    // Nor with --force, nor by a redo and a second undo.
+    let (_, text) = undo(&env, &["--force"]);
+    assert!(!hook.exists(), "{text}");
+    let (_, text) = undo(&env, &["--redo"]);
+    assert!(!hook.exists(), "{text}");
+    let (_, text) = undo(&env, &["--force"]);
+    assert!(!hook.exists(), "{text}");
+
+    // git, as the user runs it, finds no hook to run.
+    let out = Std::new("git")
+        .args(["commit", "-q", "--allow-empty", "-m", "t"])
+        .current_dir(&env.workspace)
+        .env("HOME", &env.home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "{out:?}");
+    assert!(!env.workspace.join("HOOK_RAN").exists());
+}

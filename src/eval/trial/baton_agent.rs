@@ -64,6 +64,16 @@ fn remove_flag(args: &[String], flag: &str) -> Vec<String> {
     out
 }
 
+/// The variable holding the model's API key for a `baton` agent given `extra_args`: what
+/// `--api-key-env` names, else `BATON_API_KEY_ENV`, else `BATON_API_KEY` (what the gateway
+/// reads, and what a task's `${VAR}` templating must not copy into a trial).
+pub(crate) fn api_key_var(extra_args: &[String]) -> String {
+    flag_value(extra_args, "--api-key-env")
+        .map(str::to_string)
+        .or_else(|| std::env::var("BATON_API_KEY_ENV").ok())
+        .unwrap_or_else(|| "BATON_API_KEY".into())
+}
+
 /// Finds the endpoint and key the agent would use (flags first, then `BATON_*`), starts a
 /// gateway that holds the key, and gives the agent the gateway's URL and no credential.
 pub(super) fn baton_agent_setup(
@@ -71,10 +81,7 @@ pub(super) fn baton_agent_setup(
     pass_env: &[String],
     host_network: bool,
 ) -> Result<BatonAgentSetup, GatewayError> {
-    let key_var = flag_value(extra_args, "--api-key-env")
-        .map(str::to_string)
-        .or_else(|| std::env::var("BATON_API_KEY_ENV").ok())
-        .unwrap_or_else(|| "BATON_API_KEY".into());
+    let key_var = api_key_var(extra_args);
     let key = std::env::var(&key_var)
         .ok()
         .filter(|k| !k.trim().is_empty());

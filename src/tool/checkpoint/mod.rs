@@ -15,7 +15,8 @@ pub use plan::{Applied, Kept, Plan, Step};
 pub use store::{MAX_CHECKPOINT_FILE_BYTES, Store};
 
 use super::{ToolContext, ToolState};
-use crate::protocol::Event;
+use crate::protocol::{Event, SandboxMode};
+use crate::sandbox::{SandboxPolicy, git_guard};
 
 /// Per-session checkpoint bookkeeping kept in `ToolState`.
 #[derive(Debug, Default)]
@@ -206,6 +207,9 @@ pub struct Reverted {
     /// The files just before (what a redo of this undo goes back to) and just after.
     pub before: String,
     pub after: String,
+    /// What the git/.baton audit undid after the undo wrote (as after a sandboxed command),
+    /// one line each for the user.
+    pub audit: Vec<String>,
 }
 
 impl Reverted {
@@ -216,6 +220,16 @@ impl Reverted {
     pub fn is_recorded(&self) -> bool {
         let did_something = !self.applied.restored.is_empty() || !self.applied.removed.is_empty();
         did_something || (self.applied.failed.is_empty() && self.kept.is_empty())
+    }
+
+    /// Steps the write rules refused (planned and applied): each is reported, none written.
+    pub fn refused(&self) -> usize {
+        let planned = self
+            .kept
+            .iter()
+            .filter(|(_, k)| *k == Kept::Protected)
+            .count();
+        planned + self.applied.refused
     }
 
     /// The event frontends show.
@@ -234,13 +248,19 @@ impl Reverted {
     }
 }
 
-/// Applies a plan and records the result as a snapshot.
+/// Applies a plan and records the result as a snapshot. What git and baton trust is looked at
+/// before and audited after, as around a sandboxed command: a config, hook or `.baton/` file
+/// that changed meanwhile (undo itself writes none: the write rules refuse those steps) is
+/// undone and reported.
 pub fn apply(
     config: &StoreConfig,
     store: &Store,
     plan: &Plan,
 ) -> Result<Reverted, CheckpointError> {
+    let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &store.workspace);
+    let trusted_before = git_guard::snapshot(&policy);
     let applied = plan::apply(store, plan)?;
+    let audit = git_guard::audit(&trusted_before, &policy);
     // The files now are the plan's snapshot plus what was just done: no second walk, unless
     // the trees cannot be updated that way (then the workspace is walked again).
     let after = match store.derive(&plan.current, &applied.changes) {
@@ -256,6 +276,7 @@ pub fn apply(
             .collect(),
         before: plan.current.clone(),
         after,
+        audit,
     })
 }
 

@@ -12,6 +12,8 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use super::beneath::{self, Found, PutMode};
 use super::store::{Entry, MAX_CHECKPOINT_FILE_BYTES, Opened, Store};
 use super::{CheckpointError, shown};
+use crate::protocol::SandboxMode;
+use crate::sandbox::{SandboxPolicy, WriteRules};
 
 /// One step of a plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +43,10 @@ pub enum Kept {
     /// What stands there now could not be saved first (too large, unreadable, a folder with
     /// files in it): even `--force` does not destroy it.
     Unsaved,
+    /// The write rules protect the path now (git's hooks, config and redirects, `.baton/`,
+    /// what the file tools refuse: `sandbox::WriteRules::undo_denies`): undo never writes or
+    /// removes it, whatever the snapshot holds, even with `--force`.
+    Protected,
 }
 
 /// The whole plan, shown before it is applied (`--dry-run`, the TUI's question).
@@ -71,7 +77,11 @@ impl Plan {
             }
         }
         for (path, why) in &self.kept {
-            out.push(format!("keep     {}  ({})", shown(path), kept_reason(why)));
+            let verb = match why {
+                Kept::Protected => "refuse ",
+                _ => "keep   ",
+            };
+            out.push(format!("{verb}  {}  ({})", shown(path), kept_reason(why)));
         }
         out
     }
@@ -82,6 +92,9 @@ pub fn kept_reason(why: &Kept) -> &'static str {
         Kept::ChangedSince => "changed since; --force to overwrite",
         Kept::NotSnapshotted => "not in the checkpoint",
         Kept::Unsaved => "cannot be saved first, so it is not replaced",
+        Kept::Protected => {
+            "protected: git hooks, git config or baton's own files; undo does not write there"
+        }
     }
 }
 
@@ -102,6 +115,9 @@ pub fn plan(
     let mut paths = store.changed_paths(&left, &target)?;
     paths.extend(left.unknown.iter().cloned());
     let mut ignored_then = IgnoredIn::new(store, &target);
+    // The write rules as the disk is now, not as it was when the snapshots were taken: a
+    // hooks folder named since (`core.hooksPath` in the user's git config) is protected too.
+    let rules = undo_rules(&store.workspace);
     let mut steps = Vec::new();
     let mut kept = Vec::new();
     let mut current_files = BTreeMap::new();
@@ -140,6 +156,10 @@ pub fn plan(
             kept.push((path, Kept::NotSnapshotted));
             continue;
         }
+        if rules.undo_denies(&store.workspace, &store.workspace.join(&path)) {
+            kept.push((path, Kept::Protected));
+            continue;
+        }
         if !untouched_since {
             if now_unknown {
                 kept.push((path, Kept::Unsaved));
@@ -173,17 +193,57 @@ pub struct Applied {
     /// What was done, by path (`None`: removed), for the snapshot of the result.
     pub changes: Vec<(PathBuf, Option<Entry>)>,
     /// Steps not done, with why (the file changed between plan and apply, a symlink or
-    /// file stands where a folder should be, …).
+    /// file stands where a folder should be, the write rules refuse the path, …).
     pub failed: Vec<String>,
+    /// How many of `failed` the write rules refused.
+    pub refused: usize,
+}
+
+/// The write rules undo and redo obey in `workspace` (canonical): those of the
+/// workspace-write policy, whatever the session's sandbox mode, as for the file tools
+/// (`tool::path::resolve_for_write`), worked out from the disk as it is now.
+fn undo_rules(workspace: &Path) -> WriteRules {
+    SandboxPolicy::new(SandboxMode::WorkspaceWrite, workspace).write_rules()
+}
+
+/// How a step the write rules refused is reported.
+const REFUSED: &str = "refused: ";
+
+/// Where writing `name` in the folder `dir` lands: the folder's real path, read back from its
+/// descriptor (so a rename after it was opened does not matter), and the name. `None` without
+/// `/proc`.
+fn landing(dir: &crate::untrusted_fs::Dir, name: &std::ffi::OsStr) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    let link = PathBuf::from(format!("/proc/self/fd/{}", dir.fd().as_raw_fd()));
+    std::fs::read_link(link).ok().map(|real| real.join(name))
+}
+
+/// Refuses a change to `name` in `dir` (opened for the step `path`) that the write rules
+/// protect: judged where it lands, or by the step's path where that cannot be read back.
+fn check_allowed(
+    rules: &WriteRules,
+    workspace: &Path,
+    dir: &crate::untrusted_fs::Dir,
+    name: &std::ffi::OsStr,
+    path: &Path,
+) -> Result<(), String> {
+    let target = landing(dir, name).unwrap_or_else(|| workspace.join(path));
+    if rules.undo_denies(workspace, &target) {
+        return Err(format!("{REFUSED}{}", kept_reason(&Kept::Protected)));
+    }
+    Ok(())
 }
 
 /// Applies `plan` beneath the workspace, never following a symlink, and re-checking each file
-/// right before it is replaced or removed.
+/// right before it is replaced or removed. The write rules are worked out again here, when
+/// the plan is applied: a step whose path they protect is refused (reported, never written).
 pub fn apply(store: &Store, plan: &Plan) -> Result<Applied, CheckpointError> {
     let root = beneath::open_root(&store.workspace).map_err(|e| CheckpointError::Io {
         path: store.workspace.display().to_string(),
         reason: e.to_string(),
     })?;
+    let rules = undo_rules(&store.workspace);
+    let ws = store.workspace.as_path();
     let mut done = Applied::default();
     let mut removals: Vec<(&PathBuf, &Entry)> = Vec::new();
     let mut restores: Vec<(&PathBuf, &Entry)> = Vec::new();
@@ -196,8 +256,26 @@ pub fn apply(store: &Store, plan: &Plan) -> Result<Applied, CheckpointError> {
     // Deepest first: what the change put inside a folder goes before the folder's own entry.
     removals.sort_by(|a, b| b.0.cmp(a.0));
     let mut emptied: BTreeSet<PathBuf> = BTreeSet::new();
+    // Judged by name before anything on the way is opened or created (a protected folder
+    // that does not exist yet is not made either), and again where each change lands.
+    let refused = |path: &Path| {
+        rules.undo_denies(ws, &ws.join(path)).then(|| {
+            format!(
+                "{}: {REFUSED}{}",
+                shown(path),
+                kept_reason(&Kept::Protected)
+            )
+        })
+    };
     for (path, entry) in removals {
-        match remove_one(&root, path, entry) {
+        if let Some(why) = refused(path) {
+            done.failed.push(why);
+            done.refused += 1;
+            continue;
+        }
+        match remove_one(&root, path, entry, &|dir, name| {
+            check_allowed(&rules, ws, dir, name, path)
+        }) {
             Ok(()) => {
                 done.removed.push(shown(path));
                 done.changes.push((path.clone(), None));
@@ -208,24 +286,46 @@ pub fn apply(store: &Store, plan: &Plan) -> Result<Applied, CheckpointError> {
                         .map(Path::to_path_buf),
                 );
             }
-            Err(why) => done.failed.push(format!("{}: {why}", shown(path))),
+            Err(why) => {
+                done.refused += usize::from(why.starts_with(REFUSED));
+                done.failed.push(format!("{}: {why}", shown(path)));
+            }
         }
     }
     // Folders the change created and that are empty now go too (deepest first).
     for dir in emptied.iter().rev() {
-        if !plan.target_dirs.contains(dir) {
+        if !plan.target_dirs.contains(dir) && !rules.undo_denies(ws, &ws.join(dir)) {
             let _ = beneath::remove_empty_dir(&root, dir);
         }
     }
     restores.sort_by(|a, b| a.0.cmp(b.0));
     for (path, entry) in restores {
+        if let Some(why) = refused(path) {
+            done.failed.push(why);
+            done.refused += 1;
+            continue;
+        }
         let was = current_entry(&plan.current_files, path);
-        match restore_one(store, &root, path, entry, was.as_ref(), &plan.target_dirs) {
+        let allowed = |dir: &crate::untrusted_fs::Dir, name: &std::ffi::OsStr| {
+            check_allowed(&rules, ws, dir, name, path)
+        };
+        match restore_one(
+            store,
+            &root,
+            path,
+            entry,
+            was.as_ref(),
+            &plan.target_dirs,
+            &allowed,
+        ) {
             Ok(()) => {
                 done.restored.push(shown(path));
                 done.changes.push((path.clone(), Some(*entry)));
             }
-            Err(why) => done.failed.push(format!("{}: {why}", shown(path))),
+            Err(why) => {
+                done.refused += usize::from(why.starts_with(REFUSED));
+                done.failed.push(format!("{}: {why}", shown(path)));
+            }
         }
     }
     Ok(done)
@@ -285,8 +385,17 @@ fn clear_special_ancestors(root: &crate::untrusted_fs::Dir, path: &Path) -> bool
     cleared
 }
 
-fn remove_one(root: &crate::untrusted_fs::Dir, path: &Path, entry: &Entry) -> Result<(), String> {
+/// Whether the write rules allow changing a name in a folder undo opened.
+type Allowed<'a> = dyn Fn(&crate::untrusted_fs::Dir, &std::ffi::OsStr) -> Result<(), String> + 'a;
+
+fn remove_one(
+    root: &crate::untrusted_fs::Dir,
+    path: &Path,
+    entry: &Entry,
+    allowed: &Allowed<'_>,
+) -> Result<(), String> {
     let (dir, name) = beneath::open_parent(root, path, false).map_err(errno_text)?;
+    allowed(&dir, name)?;
     let found = beneath::read_at(&dir, name, MAX_CHECKPOINT_FILE_BYTES).map_err(errno_text)?;
     if !found_is(&found, entry) {
         return Err("changed while undo ran; left alone".into());
@@ -301,6 +410,7 @@ fn restore_one(
     entry: &Entry,
     was: Option<&Entry>,
     target_dirs: &BTreeSet<PathBuf>,
+    allowed: &Allowed<'_>,
 ) -> Result<(), String> {
     let (dir, name) = match beneath::open_parent(root, path, true) {
         Err(nix::errno::Errno::ENOTDIR) if clear_special_ancestors(root, path) => {
@@ -308,6 +418,7 @@ fn restore_one(
         }
         other => other.map_err(errno_text)?,
     };
+    allowed(&dir, name)?;
     let found = beneath::read_at(&dir, name, MAX_CHECKPOINT_FILE_BYTES).map_err(errno_text)?;
     let still = match (&found, was) {
         (Found::Missing, None) => true,
