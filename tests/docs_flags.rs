@@ -142,6 +142,8 @@ const FOREIGN: &[&str] = &[
     "--disable-userns",
     "--cap-drop",
     "--ro-bind",
+    "--ro-bind-fd",
+    "--bind-fd",
     "--bind",
     "--tmpfs",
     "--perms",
