@@ -1,7 +1,7 @@
 //! Which folders may be a workspace. The workspace is what sandboxed commands and the file
-//! tools may write; a workspace of `/`, the home folder (or a folder above it) or the system's
-//! temp folder would hand them the user's dotfiles, other programs' sockets and every other
-//! project. Every entry point (`--exec`, the interactive UI, `baton sandbox -C`, ACP's
+//! tools may write; a workspace of `/`, the home folder (or a folder above it), the system's
+//! temp folder or a folder holding baton's own configuration (`~/.config`) would hand them the
+//! user's dotfiles, other programs' sockets, baton's hooks and every other project. Every entry point (`--exec`, the interactive UI, `baton sandbox -C`, ACP's
 //! `session/new` `cwd`) asks [`check`] before it starts anything.
 
 use std::path::{Path, PathBuf};
@@ -62,6 +62,58 @@ fn guarded() -> Vec<(PathBuf, &'static str, &'static str)> {
     out
 }
 
+/// Where baton keeps its own configuration (`hooks.json`, `config.toml`, the trust list), data
+/// (sessions, history, undo's snapshots), state and cache: each XDG folder's `baton`, and the
+/// home's defaults. The sandbox hides the same folders from commands
+/// (`sandbox::visibility::baton_dirs`, which `tests/escape/hidden.rs` compares with this).
+pub fn own_dirs() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let xdg = [
+        dirs::config_dir(),
+        dirs::data_dir(),
+        dirs::state_dir(),
+        dirs::cache_dir(),
+    ];
+    let home = dirs::home_dir()
+        .into_iter()
+        .flat_map(|h| [".config", ".local/share", ".local/state", ".cache"].map(|d| h.join(d)));
+    for dir in xdg
+        .into_iter()
+        .flatten()
+        .chain(home)
+        .map(|d| d.join("baton"))
+    {
+        if dir.is_absolute() && !out.contains(&dir) {
+            out.push(dir);
+        }
+    }
+    out
+}
+
+/// `path` with its existing part resolved (links followed) and the rest appended: where a
+/// folder that may not exist yet would be.
+fn real_or_planned(path: &Path) -> PathBuf {
+    let lexical = crate::untrusted_fs::lexical(path);
+    let mut existing = lexical.as_path();
+    let mut missing = Vec::new();
+    while std::fs::symlink_metadata(existing).is_err() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return lexical,
+        }
+    }
+    let mut real = existing
+        .canonicalize()
+        .unwrap_or_else(|_| existing.to_path_buf());
+    for name in missing.iter().rev() {
+        real.push(name);
+    }
+    real
+}
+
 /// System folders no workspace may be or lie in: the machine's configuration, programs,
 /// devices and runtime state (as root, a command could plant a cron job or a service).
 const SYSTEM_TREES: [&str; 11] = [
@@ -116,6 +168,25 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
             });
         }
     }
+    // baton's own configuration and state: a hook or setting written there runs or counts
+    // outside the sandbox in every later session. A folder holding one (`~/.config`,
+    // `~/.local`) or inside one is refused, whether the folder exists yet or not.
+    for own in own_dirs() {
+        let own = real_or_planned(&own);
+        if own.starts_with(&ws) || ws.starts_with(&own) || same_folder(&own, &ws) {
+            let why = if ws.starts_with(&own) {
+                "inside baton's own configuration or state folder"
+            } else {
+                "a folder holding baton's own configuration or state"
+            };
+            return Some(BroadWorkspace {
+                path: ws,
+                why,
+                what: "baton's hooks, settings and trust list (~/.config/baton), which act \
+                       outside the sandbox in every later session",
+            });
+        }
+    }
     let system = |p: &str| {
         let place = real(Path::new(p));
         place == ws || same_folder(&place, &ws)
@@ -144,15 +215,41 @@ pub fn check(
     sandboxed: bool,
     allow: bool,
 ) -> Result<(), BroadWorkspace> {
-    if allow || !sandboxed {
+    if !sandboxed {
         return Ok(());
     }
-    for folder in std::iter::once(workspace).chain(writable.iter().map(PathBuf::as_path)) {
+    let folders = || std::iter::once(workspace).chain(writable.iter().map(PathBuf::as_path));
+    if allow {
+        for folder in folders() {
+            make_own_dirs_hideable(folder);
+        }
+        return Ok(());
+    }
+    for folder in folders() {
         if let Some(refused) = too_broad(folder) {
             return Err(refused);
         }
     }
     Ok(())
+}
+
+/// Creates (0700) each of baton's own folders that lie in `folder` and do not exist yet: the
+/// sandbox hides what exists (an empty folder over it), so a broad workspace accepted by the
+/// flag cannot have a command create `~/.config/baton/hooks.json` where nothing was hidden.
+fn make_own_dirs_hideable(folder: &Path) {
+    use std::os::unix::fs::DirBuilderExt;
+    let ws = folder
+        .canonicalize()
+        .unwrap_or_else(|_| folder.to_path_buf());
+    for own in own_dirs() {
+        let own = real_or_planned(&own);
+        if own.starts_with(&ws) && own != ws && std::fs::symlink_metadata(&own).is_err() {
+            let _ = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&own);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -177,6 +274,21 @@ mod tests {
         assert!(check(Path::new("/"), &[], false, false).is_ok());
         let e = check(Path::new("/"), &[], true, false).unwrap_err();
         assert!(e.to_string().contains(ALLOW_FLAG), "{e}");
+    }
+
+    /// Red team round 7, finding 04: `-C ~/.config` was accepted, and the model planted
+    /// `~/.config/baton/hooks.json`. A folder holding baton's own folders, or inside one, is
+    /// broad whether they exist or not (nothing is created here).
+    #[test]
+    fn a_folder_holding_or_inside_batons_own_is_too_broad() {
+        for own in own_dirs() {
+            let parent = own.parent().unwrap();
+            assert!(too_broad(parent).is_some(), "{}", parent.display());
+            assert!(too_broad(&own).is_some(), "{}", own.display());
+            assert!(too_broad(&own.join("sessions")).is_some());
+        }
+        let project = tempfile::tempdir().unwrap();
+        assert_eq!(too_broad(project.path()), None);
     }
 
     /// Found by the attack round after #27: `--write /tmp` beside a project workspace, `-C

@@ -267,6 +267,12 @@ impl Bwrap {
         self.held.iter().map(|(fd, _)| fd.as_raw_fd())
     }
 
+    /// Closes the held binds' descriptors, for a world that is only looked at (what it shows
+    /// where), never started.
+    pub fn close_held(&mut self) {
+        self.held.clear();
+    }
+
     /// Where the held binds land, and what must be there.
     pub fn held_mounts(&self) -> Vec<HeldMount> {
         self.held.iter().map(|(_, m)| m.clone()).collect()

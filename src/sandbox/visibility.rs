@@ -24,14 +24,175 @@ const HOME_SECRETS_PER_VERSION: &[(&str, &str)] = &[
 ];
 
 /// The credential paths of `home` ([`HOME_SECRETS`], and [`HOME_SECRETS_PER_VERSION`] for
-/// each version present).
+/// each version present), and baton's own folders where the XDG variables put them
+/// ([`baton_dirs`]).
 pub(super) fn home_secrets(home: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = HOME_SECRETS.iter().map(|s| home.join(s)).collect();
     for (parent, inside) in HOME_SECRETS_PER_VERSION {
         let versions = std::fs::read_dir(home.join(parent)).into_iter().flatten();
         out.extend(versions.flatten().map(|v| v.path().join(inside)));
     }
+    for own in baton_dirs() {
+        if !out.contains(&own) {
+            out.push(own);
+        }
+    }
     out
+}
+
+/// baton's own folders in the home: configuration (`config.toml`, `hooks.json`, the trust
+/// list), data (sessions, history, undo's snapshots), state and cache.
+const BATON_HOME_DIRS: [&str; 4] = [
+    ".config/baton",
+    ".local/share/baton",
+    ".local/state/baton",
+    ".cache/baton",
+];
+
+/// Where baton keeps its own configuration, data, state and cache, as it finds them now: the
+/// XDG folders' `baton` (`$XDG_CONFIG_HOME/baton`, …, which is where baton reads `hooks.json`
+/// and `config.toml`) and the home's defaults. What is written there runs outside the sandbox
+/// (hooks) or changes what the sandbox allows (settings, the trust list): commands never see
+/// these folders and the file tools never read or write them, whatever the workspace, and a
+/// workspace or `--write` folder holding one is a broad workspace (`config::workspace`).
+pub fn baton_dirs() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let xdg = [
+        dirs::config_dir(),
+        dirs::data_dir(),
+        dirs::state_dir(),
+        dirs::cache_dir(),
+    ];
+    let home = dirs::home_dir()
+        .into_iter()
+        .flat_map(|h| BATON_HOME_DIRS.map(|d| h.join(d)));
+    for dir in xdg
+        .into_iter()
+        .flatten()
+        .map(|d| d.join("baton"))
+        .chain(home)
+    {
+        if dir.is_absolute() && !out.contains(&dir) {
+            out.push(dir);
+        }
+    }
+    out
+}
+
+/// `path` with its existing part resolved (links followed) and the rest appended, `..` and
+/// `.` folded first: where something at `path` would really be.
+fn real_or_planned(path: &Path) -> PathBuf {
+    let lexical = crate::untrusted_fs::lexical(path);
+    let mut existing = lexical.as_path();
+    let mut missing = Vec::new();
+    while std::fs::symlink_metadata(existing).is_err() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return lexical,
+        }
+    }
+    let mut real = existing
+        .canonicalize()
+        .unwrap_or_else(|_| existing.to_path_buf());
+    for name in missing.iter().rev() {
+        real.push(name);
+    }
+    real
+}
+
+/// Why the file tools may not touch a path ([`Hidden::hides`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hiding {
+    /// In one of [`baton_dirs`]: baton's own configuration and state.
+    BatonOwn,
+    /// The bubblewrap world of the policy does not show it to commands: a credential of the
+    /// deny-list, the part of the home the view leaves out, another user's home, the host's
+    /// `/tmp`, `/run`, `/proc`.
+    Sandbox,
+}
+
+impl Hiding {
+    /// For the model: why, and what it can do instead.
+    pub fn explain(self) -> &'static str {
+        match self {
+            Hiding::BatonOwn => {
+                "it is baton's own configuration or state (hooks, settings, the trust list, \
+                 sessions), which the model may neither read nor change"
+            }
+            Hiding::Sandbox => {
+                "the sandbox hides it from commands (a credential, another user's files or \
+                 a host folder outside the workspace's view), and the file tools show the \
+                 model no more than commands see"
+            }
+        }
+    }
+}
+
+/// What the sandbox hides from commands, as one value the file tools consult: the world
+/// bubblewrap builds for the policy ([`super::bwrap::world`], the same function a launch
+/// calls) says, for each path, whether a command sees the host's file there; baton's own
+/// folders ([`baton_dirs`]) are hidden on top, whatever the workspace.
+#[derive(Debug, Clone)]
+pub struct Hidden {
+    /// The world, or why it could not be made (then the deny-list alone is consulted).
+    world: Result<super::bwrap::Bwrap, Vec<PathBuf>>,
+    /// [`baton_dirs`], resolved.
+    own: Vec<PathBuf>,
+}
+
+impl Hidden {
+    /// The answer for `policy`, as the disk is now (a credential created later is judged by
+    /// the next value, as the next command's world would be).
+    pub fn of(policy: &super::SandboxPolicy) -> Hidden {
+        let own: Vec<PathBuf> = baton_dirs().iter().map(|d| real_or_planned(d)).collect();
+        let world = super::bwrap::world(policy).map(|mut w| {
+            w.close_held();
+            w
+        });
+        let world = world.map_err(|_| {
+            // The world cannot be made (its private /tmp): commands cannot start either; the
+            // file tools still keep to the deny-list.
+            let roots: Vec<PathBuf> = std::iter::once(&policy.workspace)
+                .chain(&policy.writable)
+                .filter_map(|p| p.canonicalize().ok())
+                .collect();
+            dirs::home_dir()
+                .map(|h| home_secrets(&h))
+                .unwrap_or_default()
+                .iter()
+                .filter(|s| std::fs::symlink_metadata(s).is_ok())
+                .filter_map(|s| s.canonicalize().ok())
+                .filter(|s| !roots.iter().any(|r| r.starts_with(s)))
+                .collect()
+        });
+        Hidden { world, own }
+    }
+
+    /// A value that hides nothing, for tests of what else a walk skips.
+    #[cfg(test)]
+    pub fn nothing() -> Hidden {
+        Hidden {
+            world: Err(Vec::new()),
+            own: Vec::new(),
+        }
+    }
+
+    /// Whether, and why, `path` (absolute, links resolved: where a command would find it) is
+    /// out of the model's sight: commands don't see the host's file there, or it is baton's
+    /// own.
+    pub fn hides(&self, path: &Path) -> Option<Hiding> {
+        if self.own.iter().any(|d| path.starts_with(d)) {
+            return Some(Hiding::BatonOwn);
+        }
+        let hidden = match &self.world {
+            Ok(world) => !world.shows_host(path),
+            Err(secrets) => secrets.iter().any(|s| path.starts_with(s)),
+        };
+        hidden.then_some(Hiding::Sandbox)
+    }
 }
 
 /// What commands see of the home, read-only, relative to it: toolchains and version managers
@@ -217,8 +378,13 @@ pub(super) fn seal_home(b: &mut Bwrap, home: &Path) {
 
 /// Whether the user's `readable` list names `secret` or something inside it: the one way to
 /// show a hidden credential.
+/// baton's own folders are never shown ([`baton_dirs`]).
 pub(super) fn named_by_user(secret: &Path, readable: &[PathBuf]) -> bool {
-    readable.iter().any(|r| r.starts_with(secret))
+    let own = baton_dirs()
+        .iter()
+        .map(|d| real_or_planned(d))
+        .any(|d| secret.starts_with(&d));
+    !own && readable.iter().any(|r| r.starts_with(secret))
 }
 
 /// The pathname unix sockets bound in this network namespace (`/proc/net/unix`): the daemons

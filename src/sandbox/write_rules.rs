@@ -12,12 +12,22 @@
 //! agents run `git add` and `git commit`), and what cannot be pinned before a command runs
 //! (a nested repository's gitdir, a new `.baton/`, a `HEAD` laid out as a bare gitdir) is
 //! refused to file tools and undone after a command by the audit.
+//!
+//! It also answers "may the model see this path" (`hides`): what the bubblewrap world of the
+//! policy does not show to commands (the credentials of the deny-list, the home outside its
+//! view, …), read from that world itself, and baton's own configuration and state. The file
+//! tools refuse to read or write such a path and their walks skip it. Where they differ:
+//! baton's own folders are refused to the file tools even where the world would show them
+//! (a `--read` naming them is ignored by both; a workspace inside one is a broad workspace),
+//! and the tools judge with the workspace-write policy of the workspace alone, so a `--read`
+//! that shows a credential to commands does not show it to the tools.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use super::git_guard::{self, Protection};
 use super::policy::SandboxPolicy;
+use super::visibility::{Hidden, Hiding};
 use crate::protocol::SandboxMode;
 
 /// The write rules of one policy, as the disk is now. Each part is worked out the first time
@@ -33,6 +43,8 @@ pub struct WriteRules {
     denied_real: OnceLock<Vec<PathBuf>>,
     /// What [`git_guard::TrustedFolders::holds`] needs.
     trusted: OnceLock<git_guard::TrustedFolders>,
+    /// What commands do not see ([`WriteRules::hides`]).
+    hidden: OnceLock<Hidden>,
 }
 
 impl WriteRules {
@@ -44,6 +56,7 @@ impl WriteRules {
             protection: OnceLock::new(),
             denied_real: OnceLock::new(),
             trusted: OnceLock::new(),
+            hidden: OnceLock::new(),
         }
     }
 
@@ -182,18 +195,39 @@ impl WriteRules {
         if self.denied_as_named().iter().any(|p| path.starts_with(p)) {
             return true;
         }
+        // A file the model may not see (baton's own hooks, a credential) is not restored
+        // either: a command could have planted it while the turn's snapshot was taken.
+        if self.hides(path).is_some() {
+            return true;
+        }
         !self.roots().iter().any(|r| path.starts_with(r))
     }
 
-    /// What the file tools refuse for `path` (absolute, as resolved) in the workspace
-    /// `root` (canonical): anything [`WriteRules::denies`], and anything inside a `.git` of
-    /// the workspace (the git tool commits; file tools never touch git's internals).
+    /// What commands under the policy's bubblewrap world do not see (credentials of the
+    /// deny-list, the home outside its view, other users' homes, the host's `/tmp`, `/run`,
+    /// `/proc`), and baton's own configuration and state whatever the policy: the paths the
+    /// file tools neither read nor write, and their walks skip. `path` is absolute, links
+    /// resolved. The world is built by the function a launch calls (`bwrap::world`), so
+    /// the same path gets the same answer for commands and file tools.
+    pub fn hides(&self, path: &Path) -> Option<Hiding> {
+        self.hidden().hides(path)
+    }
+
+    /// The value behind [`WriteRules::hides`], to hand to a walk's filter.
+    pub fn hidden(&self) -> &Hidden {
+        self.hidden.get_or_init(|| Hidden::of(&self.policy))
+    }
+
+    /// What the file tools refuse to write for `path` (absolute, as resolved) in the
+    /// workspace `root` (canonical): anything [`WriteRules::denies`] or
+    /// [`WriteRules::hides`], and anything inside a `.git` of the workspace (the git tool
+    /// commits; file tools never touch git's internals).
     pub fn file_tools_deny(&self, root: &Path, path: &Path) -> bool {
         let in_git = path
             .strip_prefix(root)
             .map(|rel| rel.components().any(|c| c.as_os_str() == ".git"))
             .unwrap_or(true);
-        in_git || self.denies(path)
+        in_git || self.denies(path) || self.hides(path).is_some()
     }
 }
 

@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::protocol::{ChangedFile, Event, FileChange, ToolSpec};
+use crate::sandbox::visibility::Hidden;
 use crate::tool::call::{cap_text, into_result, parse_args, run_blocking};
 use crate::tool::path::resolve;
 use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolError, ToolResult};
@@ -166,9 +167,14 @@ fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError>
         .iter()
         .map(|p| repo_path(ctx, &workdir, p))
         .collect::<Result<Vec<_>, _>>()?;
+    // Worked out before the confined thread starts: the sandbox's world reads the home, /run.
+    let skip = crate::tool::path::tool_rules(&ctx.workspace)
+        .hidden()
+        .clone();
+    let skip = &skip;
     let out = confined(&found, outside, |repo| match args.action {
         Action::Status => status(repo),
-        Action::Diff => diff(repo, args.staged, args.rev.as_deref(), &pathspecs),
+        Action::Diff => diff(repo, args.staged, args.rev.as_deref(), &pathspecs, skip),
         Action::Log => log(
             repo,
             args.rev.as_deref(),
@@ -176,7 +182,12 @@ fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError>
             args.max_count.unwrap_or(LOG_DEFAULT).clamp(1, LOG_MAX),
         ),
         Action::Show => show(repo, args.rev.as_deref().unwrap_or("HEAD")),
-        Action::Commit => commit(repo, &pathspecs, args.message.as_deref().unwrap_or("")),
+        Action::Commit => commit(
+            repo,
+            &pathspecs,
+            args.message.as_deref().unwrap_or(""),
+            skip,
+        ),
     })
     .map_err(|e| match e {
         GitFailure::Git(source) => ToolError::Git {
@@ -328,7 +339,9 @@ fn diff_options(pathspecs: &[String]) -> DiffOptions {
     options
 }
 
-fn render_diff(diff: &git2::Diff) -> Result<String, GitFailure> {
+/// The patch of `diff`, leaving out the files for which `left_out` (a path relative to the
+/// work tree) says so.
+fn render_diff(diff: &git2::Diff, left_out: &dyn Fn(&Path) -> bool) -> Result<String, GitFailure> {
     let stats = diff.stats()?;
     let mut out = format!(
         "{} files changed, {} insertions(+), {} deletions(-)\n",
@@ -336,7 +349,11 @@ fn render_diff(diff: &git2::Diff) -> Result<String, GitFailure> {
         stats.insertions(),
         stats.deletions()
     );
-    diff.print(DiffFormat::Patch, |_delta, _hunk, line| {
+    diff.print(DiffFormat::Patch, |delta, _hunk, line| {
+        let paths = [delta.new_file().path(), delta.old_file().path()];
+        if paths.into_iter().flatten().any(left_out) {
+            return true;
+        }
         let content = String::from_utf8_lossy(line.content());
         match line.origin() {
             origin @ ('+' | '-' | ' ') => {
@@ -354,12 +371,23 @@ fn head_tree(repo: &Repository) -> Option<git2::Tree<'_>> {
     repo.head().ok().and_then(|h| h.peel_to_tree().ok())
 }
 
+/// Work-tree files the model may not see (`WriteRules::hides`: what the sandbox hides from
+/// commands, baton's own configuration) are left out of what reads the work tree: the diffs
+/// against it, and what a commit stages. What is already in git's objects is not: commands
+/// read those too.
 fn diff(
     repo: &Repository,
     staged: bool,
     rev: Option<&str>,
     pathspecs: &[String],
+    skip: &Hidden,
 ) -> Result<String, GitFailure> {
+    let workdir = repo.workdir().map(Path::to_path_buf);
+    let hidden = |rel: &Path| {
+        workdir
+            .as_ref()
+            .is_some_and(|w| skip.hides(&w.join(rel)).is_some())
+    };
     let mut options = diff_options(pathspecs);
     let diff = if staged {
         repo.diff_tree_to_index(head_tree(repo).as_ref(), None, Some(&mut options))?
@@ -382,7 +410,11 @@ fn diff(
     if diff.deltas().len() == 0 {
         return Ok("no differences\n".into());
     }
-    render_diff(&diff)
+    if staged {
+        render_diff(&diff, &|_| false)
+    } else {
+        render_diff(&diff, &hidden)
+    }
 }
 
 fn format_time(time: git2::Time) -> String {
@@ -481,7 +513,7 @@ fn show(repo: &Repository, rev: &str) -> Result<String, GitFailure> {
     let tree = commit.tree()?;
     let parent_tree = commit.parent(0).ok().and_then(|p| p.tree().ok());
     let diff = repo.diff_tree_to_tree(parent_tree.as_ref(), Some(&tree), None)?;
-    out.push_str(&render_diff(&diff)?);
+    out.push_str(&render_diff(&diff, &|_| false)?);
     Ok(out)
 }
 
@@ -681,7 +713,12 @@ fn included_settings(config: &git2::Config, home: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn commit(repo: &Repository, pathspecs: &[String], message: &str) -> Result<String, GitFailure> {
+fn commit(
+    repo: &Repository,
+    pathspecs: &[String],
+    message: &str,
+    skip: &Hidden,
+) -> Result<String, GitFailure> {
     if message.trim().is_empty() {
         return Err(ToolError::invalid_argument("commit needs a non-empty message").into());
     }
@@ -697,8 +734,24 @@ fn commit(repo: &Repository, pathspecs: &[String], message: &str) -> Result<Stri
         .map(|s| if s.is_empty() { "*" } else { s.as_str() })
         .collect();
     let mut index = repo.index()?;
-    index.add_all(specs.iter(), IndexAddOption::DEFAULT, None)?;
-    index.update_all(specs.iter(), None)?;
+    // A work-tree file the model may not see is not staged, new or changed (0 stages, 1
+    // skips).
+    let workdir = repo.workdir().map(Path::to_path_buf);
+    let mut not_hidden = |path: &Path, _spec: &[u8]| -> i32 {
+        let hidden = workdir
+            .as_ref()
+            .is_some_and(|w| skip.hides(&w.join(path)).is_some());
+        i32::from(hidden)
+    };
+    index.add_all(
+        specs.iter(),
+        IndexAddOption::DEFAULT,
+        Some(&mut not_hidden as &mut git2::IndexMatchedPath),
+    )?;
+    index.update_all(
+        specs.iter(),
+        Some(&mut not_hidden as &mut git2::IndexMatchedPath),
+    )?;
     index.write()?;
     // … and build the commit from HEAD plus only those paths, like `git commit -- paths`.
     let head = repo.head().ok().and_then(|h| h.peel_to_commit().ok());

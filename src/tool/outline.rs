@@ -11,7 +11,7 @@ use tree_sitter::{Node, Parser};
 
 use crate::protocol::ToolSpec;
 use crate::tool::call::{cap_text, into_result, parse_args, run_blocking};
-use crate::tool::path::{WorkspacePath, display_relative, resolve};
+use crate::tool::path::{WorkspacePath, display_relative};
 use crate::tool::{ApprovalNeed, IoOp, Tool, ToolContext, ToolError, ToolResult};
 
 /// Most files outlined when `path` is a directory.
@@ -441,15 +441,23 @@ fn outline_file(
 
 fn outline(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: OutlineArgs = parse_args("outline", args)?;
-    let target = resolve(&ctx.workspace, &args.path)?;
+    let rules = crate::tool::path::tool_rules(&ctx.workspace);
+    let target = crate::tool::path::resolve_visible(&ctx.workspace, &args.path, &rules)?;
+    let skip = rules.hidden().clone();
     // A folder's outline walks it by path: on a thread the kernel keeps to the workspace.
     crate::tool::confined::walk_confined(&ctx.workspace, || {
-        outline_target(&target, &ctx.workspace)
+        outline_target(&target, &ctx.workspace, skip)
     })?
 }
 
 /// The outline of the checked path `target`: one file, or the supported files of a folder.
-fn outline_target(target: &WorkspacePath, workspace: &Path) -> Result<String, ToolError> {
+/// What `skip` hides (credentials the sandbox hides from commands, baton's own configuration)
+/// is left out of a folder's walk.
+fn outline_target(
+    target: &WorkspacePath,
+    workspace: &Path,
+    skip: crate::sandbox::visibility::Hidden,
+) -> Result<String, ToolError> {
     let anchor = crate::untrusted_fs::Dir::open(workspace)
         .map_err(|e| ToolError::io(IoOp::Open, workspace.display().to_string(), e))?;
     if target.abs.is_file() {
@@ -464,6 +472,7 @@ fn outline_target(target: &WorkspacePath, workspace: &Path) -> Result<String, To
     let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
     let mut files: Vec<_> = ignore::WalkBuilder::new(&target.abs)
         .require_git(false)
+        .filter_entry(move |e| skip.hides(e.path()).is_none())
         .build()
         .flatten()
         .filter(|e| e.file_type().is_some_and(|t| t.is_file()))

@@ -1,13 +1,14 @@
 //! Workspace path resolution: every path a tool receives goes through `resolve` (or
 //! `resolve_for_write`), which refuses `..`, absolute paths outside the workspace, symlinks
-//! that lead outside and (for writes) paths the sandbox protects, and names the offending
-//! path in the error. It decides which file is meant; `tool::fs::Beneath` then opens it.
+//! that lead outside, paths the sandbox hides from commands (credentials, baton's own
+//! configuration) and (for writes) paths the sandbox protects, and names the offending path in
+//! the error. It decides which file is meant; `tool::fs::Beneath` then opens it.
 
 use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
 use crate::protocol::SandboxMode;
-use crate::sandbox::SandboxPolicy;
+use crate::sandbox::{SandboxPolicy, WriteRules};
 
 /// A path checked to lie inside the workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +36,10 @@ pub enum PathError {
         "path '{0}' is protected by the sandbox (git internals, baton's own config); tools do not write there"
     )]
     Protected(String),
+    #[error(
+        "path '{path}' is out of the model's sight: {why}; file tools neither read nor write it"
+    )]
+    Hidden { path: String, why: &'static str },
     #[error("path '{path}': cannot inspect '{at}': {reason}")]
     Io {
         path: String,
@@ -48,8 +53,37 @@ pub enum PathError {
 /// The most symlinks followed while resolving one path (loops end here).
 const MAX_SYMLINK_HOPS: usize = 40;
 
-/// Resolves `input` (relative to `workspace`, or absolute inside it) for reading.
+/// The rules the file tools keep to in `workspace`, whatever the session's sandbox mode: the
+/// workspace-write policy's (`sandbox::WriteRules`: what may be written, what commands do
+/// not see).
+pub fn tool_rules(workspace: &Path) -> WriteRules {
+    SandboxPolicy::new(SandboxMode::WorkspaceWrite, workspace).write_rules()
+}
+
+/// Resolves `input` (relative to `workspace`, or absolute inside it) for reading; a path the
+/// sandbox hides from commands, or baton's own configuration, is refused.
 pub fn resolve(workspace: &Path, input: &str) -> Result<WorkspacePath, PathError> {
+    resolve_visible(workspace, input, &tool_rules(workspace))
+}
+
+/// [`resolve`] with the rules already at hand.
+pub fn resolve_visible(
+    workspace: &Path,
+    input: &str,
+    rules: &WriteRules,
+) -> Result<WorkspacePath, PathError> {
+    let resolved = resolve_unchecked(workspace, input)?;
+    if let Some(why) = rules.hides(&resolved.abs) {
+        return Err(PathError::Hidden {
+            path: input.trim().to_string(),
+            why: why.explain(),
+        });
+    }
+    Ok(resolved)
+}
+
+/// Resolves `input` to the file it names inside `workspace`, whatever the sandbox shows.
+fn resolve_unchecked(workspace: &Path, input: &str) -> Result<WorkspacePath, PathError> {
     let trimmed = input.trim();
     if trimmed.is_empty() {
         return Err(PathError::Empty);
@@ -88,7 +122,8 @@ pub fn resolve(workspace: &Path, input: &str) -> Result<WorkspacePath, PathError
 
 /// Like `resolve`, and also refuses paths inside a `.git` directory (hooks, config).
 pub fn resolve_for_write(workspace: &Path, input: &str) -> Result<WorkspacePath, PathError> {
-    let resolved = resolve(workspace, input)?;
+    let rules = tool_rules(workspace);
+    let resolved = resolve_visible(workspace, input, &rules)?;
     let in_git_dir = Path::new(&resolved.rel)
         .components()
         .any(|c| c.as_os_str() == ".git");
@@ -98,7 +133,6 @@ pub fn resolve_for_write(workspace: &Path, input: &str) -> Result<WorkspacePath,
     // The protections of the workspace-write policy hold for file tools whatever the
     // session's sandbox mode: the same write rules the sandbox binds. Checked again on the
     // opened directory when writing.
-    let rules = SandboxPolicy::new(SandboxMode::WorkspaceWrite, workspace).write_rules();
     if rules.denies(&resolved.abs) {
         return Err(PathError::Protected(input.trim().to_string()));
     }

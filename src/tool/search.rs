@@ -11,8 +11,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::protocol::ToolSpec;
+use crate::sandbox::visibility::Hidden;
 use crate::tool::call::{clip_line, into_result, parse_args, run_blocking};
-use crate::tool::path::{display_relative, resolve};
+use crate::tool::path::{display_relative, resolve_visible, tool_rules};
 use crate::tool::{ApprovalNeed, Tool, ToolContext, ToolError, ToolResult};
 
 /// Most entries `list_dir` shows.
@@ -29,13 +30,16 @@ fn default_dot() -> String {
     ".".into()
 }
 
-fn walker(root: &Path, hidden: bool) -> ignore::WalkBuilder {
+/// A walk of `root` that leaves out `.git` and what `skip` hides (credentials the sandbox
+/// hides from commands, baton's own configuration): those are neither listed nor read.
+/// `hidden`: also dot-files.
+fn walker(root: &Path, hidden: bool, skip: Hidden) -> ignore::WalkBuilder {
     let mut builder = ignore::WalkBuilder::new(root);
     builder
         .hidden(!hidden)
         .require_git(false)
         .follow_links(false)
-        .filter_entry(|e| e.file_name() != ".git");
+        .filter_entry(move |e| e.file_name() != ".git" && skip.hides(e.path()).is_none());
     builder
 }
 
@@ -108,7 +112,8 @@ impl Tool for ListDirTool {
 
 fn list_dir(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: ListArgs = parse_args("list_dir", args)?;
-    let target = resolve(&ctx.workspace, &args.path)?;
+    let rules = tool_rules(&ctx.workspace);
+    let target = resolve_visible(&ctx.workspace, &args.path, &rules)?;
     if !target.abs.is_dir() {
         return Err(ToolError::rejected(format!(
             "{} is not a directory",
@@ -116,14 +121,15 @@ fn list_dir(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolE
         )));
     }
     let depth = args.depth.unwrap_or(2).clamp(1, 8);
+    let skip = rules.hidden().clone();
     crate::tool::confined::walk_confined(&ctx.workspace, || {
-        list_tree(&target.abs, &target.rel, depth, args.hidden)
+        list_tree(&target.abs, &target.rel, depth, args.hidden, skip)
     })
 }
 
 /// The indented tree under `abs` (shown as `rel`), `depth` levels deep.
-fn list_tree(abs: &Path, rel: &str, depth: usize, hidden: bool) -> String {
-    let walk = walker(abs, hidden)
+fn list_tree(abs: &Path, rel: &str, depth: usize, hidden: bool, skip: Hidden) -> String {
+    let walk = walker(abs, hidden, skip)
         .max_depth(Some(depth))
         .sort_by_file_name(|a, b| a.cmp(b))
         .build();
@@ -221,7 +227,9 @@ impl Tool for GlobTool {
 
 fn glob_files(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: GlobArgs = parse_args("glob", args)?;
-    let target = resolve(&ctx.workspace, &args.path)?;
+    let rules = tool_rules(&ctx.workspace);
+    let target = resolve_visible(&ctx.workspace, &args.path, &rules)?;
+    let skip = rules.hidden().clone();
     if !target.abs.is_dir() {
         return Err(ToolError::rejected(format!(
             "{} is not a directory",
@@ -241,7 +249,7 @@ fn glob_files(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Too
     let root = workspace_root(ctx);
     let mut found = crate::tool::confined::walk_confined(&ctx.workspace, || {
         let mut found = Vec::new();
-        for entry in walker(&target.abs, false).build().flatten() {
+        for entry in walker(&target.abs, false, skip).build().flatten() {
             if !entry.file_type().is_some_and(|t| t.is_file()) {
                 continue;
             }
@@ -330,8 +338,11 @@ pub struct GrepReport {
 }
 
 /// Searches every non-ignored, non-binary file under `root` in parallel.
+/// What the sandbox hides from commands under `root` (the file tools' rules of that folder)
+/// is left out.
 pub fn grep_search(root: &Path, options: &GrepOptions) -> Result<GrepReport, ToolError> {
-    grep_search_on(root, options, search_threads())
+    let skip = tool_rules(root).hidden().clone();
+    grep_search_on(root, options, search_threads(), skip)
 }
 
 /// How many threads grep's walk uses: the CPUs this process may use, at most 12. Decided
@@ -346,6 +357,7 @@ fn grep_search_on(
     root: &Path,
     options: &GrepOptions,
     threads: usize,
+    skip: Hidden,
 ) -> Result<GrepReport, ToolError> {
     let source = if options.literal {
         regex::escape(&options.pattern)
@@ -395,7 +407,7 @@ fn grep_search_on(
             e,
         )
     })?;
-    walker(root, options.hidden)
+    walker(root, options.hidden, skip)
         .threads(threads)
         .build_parallel()
         .run(|| {
@@ -669,7 +681,9 @@ impl Tool for GrepTool {
 
 fn grep(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: GrepArgs = parse_args("grep", args)?;
-    let target = resolve(&ctx.workspace, &args.path)?;
+    let rules = tool_rules(&ctx.workspace);
+    let target = resolve_visible(&ctx.workspace, &args.path, &rules)?;
+    let skip = rules.hidden().clone();
     if !target.abs.exists() {
         return Err(ToolError::NotFound {
             path: target.rel,
@@ -700,7 +714,7 @@ fn grep(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError
     };
     let threads = search_threads();
     let report = crate::tool::confined::walk_confined(&ctx.workspace, || {
-        grep_search_on(&target.abs, &options, threads)
+        grep_search_on(&target.abs, &options, threads, skip)
     })??;
     let root = workspace_root(ctx);
     if report.total_lines == 0 {
@@ -799,8 +813,10 @@ mod tests {
         std::fs::write(ws.join("inside.txt"), "SECRET-LINE inside\n").unwrap();
         std::os::unix::fs::symlink(outside.path(), ws.join("out")).unwrap();
         let through = ws.join("out/.");
-        let names = || list_tree(&through, "out", 3, true);
-        let search = |root: &Path| grep_search_on(root, &grep_options("SECRET-LINE"), 4).unwrap();
+        let names = || list_tree(&through, "out", 3, true, Hidden::nothing());
+        let search = |root: &Path| {
+            grep_search_on(root, &grep_options("SECRET-LINE"), 4, Hidden::nothing()).unwrap()
+        };
 
         // The control: unconfined, both walks reach the outside folder.
         assert!(names().contains("secret-name.txt"), "{}", names());

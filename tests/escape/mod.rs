@@ -6,6 +6,7 @@ mod approval;
 mod file_tools;
 mod git;
 mod helper;
+mod hidden;
 mod host;
 mod policy;
 mod review;

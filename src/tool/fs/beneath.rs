@@ -18,8 +18,7 @@ use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::protocol::SandboxMode;
-use crate::sandbox::SandboxPolicy;
+use crate::sandbox::WriteRules;
 use crate::tool::{IoOp, ToolError};
 use crate::untrusted_fs::{Dir, Meta, not_regular_kind};
 
@@ -30,7 +29,8 @@ pub const MAX_EDIT_BYTES: u64 = 64 * 1024 * 1024;
 /// The workspace root, held open; every path below is relative to it.
 pub struct Beneath {
     root: Dir,
-    policy: SandboxPolicy,
+    /// The file tools' rules for this workspace (`tool::path::tool_rules`), worked out once.
+    rules: WriteRules,
 }
 
 impl Beneath {
@@ -41,8 +41,14 @@ impl Beneath {
             .map_err(|e| ToolError::io(IoOp::Open, workspace.display().to_string(), e))?;
         // File tools are confined to the workspace whatever the sandbox mode, so they honour
         // the protections of the workspace-write policy (git hooks and config, …) always.
-        let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, root.path());
-        Ok(Beneath { root, policy })
+        let rules = crate::tool::path::tool_rules(root.path());
+        Ok(Beneath { root, rules })
+    }
+
+    /// The file tools' rules for this workspace (what may be written, what the model may
+    /// not see).
+    pub fn rules(&self) -> &WriteRules {
+        &self.rules
     }
 
     /// The same root, opening by the `O_NOFOLLOW` walk only (what kernels without `openat2`
@@ -112,12 +118,9 @@ impl Beneath {
             return Ok(());
         };
         let target = real.join(name);
+        self.check_visible(&target, shown)?;
         // The same write rules as the sandbox's binds and `tool::path` (sandbox::WriteRules).
-        if self
-            .policy
-            .write_rules()
-            .file_tools_deny(self.root.path(), &target)
-        {
+        if self.rules.file_tools_deny(self.root.path(), &target) {
             return Err(ToolError::rejected(format!(
                 "{shown}: this path is protected (git internals, baton's own config, or outside \
                  the workspace); file tools do not write there"
@@ -126,14 +129,35 @@ impl Beneath {
         Ok(())
     }
 
+    /// Refuses `real` (where an open descriptor really is) when the sandbox hides it from
+    /// commands or it is baton's own configuration (`WriteRules::hides`).
+    fn check_visible(&self, real: &Path, shown: &str) -> Result<(), ToolError> {
+        match self.rules.hides(real) {
+            Some(why) => Err(ToolError::rejected(format!(
+                "{shown} is out of the model's sight: {}; file tools neither read nor write it",
+                why.explain()
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Opens the regular file `abs` for reading: `Ok(None)` when it does not exist. FIFOs,
     /// sockets and devices are refused without blocking.
     pub fn open_regular(&self, abs: &Path, shown: &str) -> Result<Option<(File, u64)>, ToolError> {
         let rel = self.relative(abs)?;
-        match self.root.open_regular(rel) {
-            Ok(found) => Ok(found.map(|(file, meta)| (file, meta.len))),
-            Err(e) => Err(self.explain(IoOp::Open, shown, e)),
-        }
+        let found = match self.root.open_regular(rel) {
+            Ok(found) => found,
+            Err(e) => return Err(self.explain(IoOp::Open, shown, e)),
+        };
+        let Some((file, meta)) = found else {
+            return Ok(None);
+        };
+        // Judged where the descriptor really is: `tool::path` judged the path as resolved
+        // before the open.
+        let link = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        let real = std::fs::read_link(&link).unwrap_or_else(|_| abs.to_path_buf());
+        self.check_visible(&real, shown)?;
+        Ok(Some((file, meta.len)))
     }
 
     /// The content of the regular file `abs`, `Ok(None)` when it does not exist; files over

@@ -11,7 +11,7 @@ use serde_json::json;
 use super::{BINARY_SAMPLE, Beneath, invalid_utf8_bytes, looks_binary, record_stamp};
 use crate::protocol::ToolSpec;
 use crate::tool::call::{clip_line, into_result, parse_args, run_blocking};
-use crate::tool::path::resolve;
+use crate::tool::path::resolve_visible;
 use crate::tool::{ApprovalNeed, IoOp, Tool, ToolContext, ToolError, ToolResult};
 
 /// Bytes of one line kept to show it: enough for `MAX_LINE_CHARS` characters of any width.
@@ -172,9 +172,9 @@ impl Collector {
 
 fn read_file(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
     let args: ReadArgs = parse_args("read_file", args)?;
-    let target = resolve(&ctx.workspace, &args.path)?;
-    let rel = &target.rel;
     let beneath = Beneath::new(&ctx.workspace)?;
+    let target = resolve_visible(&ctx.workspace, &args.path, beneath.rules())?;
+    let rel = &target.rel;
     let (file, len) =
         beneath
             .open_regular(&target.abs, rel)?
