@@ -162,7 +162,7 @@ impl PreparedSandbox {
             let writable: Vec<std::path::PathBuf> = if policy.mode == SandboxMode::WorkspaceWrite {
                 std::iter::once(&policy.workspace)
                     .chain(&policy.writable)
-                    .filter_map(|p| p.canonicalize().ok())
+                    .filter_map(|p| super::policy::resolved_once(p))
                     .collect()
             } else {
                 Vec::new()

@@ -325,25 +325,39 @@ const HOME_SECRETS: &[&str] = &[
 /// toolchain folders and `readable` paths inside it that exist. The caller binds the
 /// writable roots afterwards (a workspace in the home stays writable) and ends with
 /// [`seal_home`].
-pub(super) fn home_view(b: &mut Bwrap, home: &Path, readable: &[PathBuf]) {
+pub(super) fn home_view(
+    b: &mut Bwrap,
+    home: &Path,
+    readable: &[PathBuf],
+    roots: &[PathBuf],
+    opener: &mut super::bwrap::HeldOpener,
+) -> Result<(), super::SandboxError> {
     b.tmpfs(home);
     let named = HOME_TOOLCHAINS
         .iter()
         .map(|e| home.join(e))
         .chain(readable.iter().filter(|p| p.starts_with(home)).cloned());
-    // One `lstat` rules out what is not there; bubblewrap resolves the links of the rest
-    // (a `~/.cargo` linked elsewhere shows as a folder with the link's contents).
+    // One `lstat` rules out what is not there. A `~/.cargo` linked elsewhere shows as a folder
+    // with the link's contents: what it led to the first time is bound (by descriptor, like
+    // every bind of what a command could rename: the home may hold another session's
+    // workspace).
     let mut shown: Vec<PathBuf> = Vec::new();
     for entry in named {
-        if std::fs::symlink_metadata(&entry).is_err() || shown.iter().any(|s| entry.starts_with(s))
+        // What lies in a writable root is bound with it, later (and would cover this bind).
+        if std::fs::symlink_metadata(&entry).is_err()
+            || shown.iter().any(|s| entry.starts_with(s))
+            || roots.iter().any(|r| entry.starts_with(r))
         {
             continue;
         }
-        if std::fs::metadata(&entry).is_ok() {
-            b.ro_bind(&entry, &entry);
-            shown.push(entry);
-        }
+        let Some(real) = super::policy::resolved_once(&entry) else {
+            continue;
+        };
+        let dir = real.is_dir();
+        b.bind_held(opener.open(&real, dir)?, &entry, false)?;
+        shown.push(entry);
     }
+    Ok(())
 }
 
 /// Whether `path` (absolute) lies in the user's home where the bubblewrap sandbox of `policy`

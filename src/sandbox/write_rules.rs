@@ -123,7 +123,7 @@ impl WriteRules {
                 let mut out: Vec<PathBuf> = Vec::new();
                 if policy.mode == SandboxMode::WorkspaceWrite {
                     for p in std::iter::once(&policy.workspace).chain(&policy.writable) {
-                        if let Ok(c) = p.canonicalize()
+                        if let Some(c) = super::policy::resolved_once(p)
                             && c.is_dir()
                             && !out.contains(&c)
                         {

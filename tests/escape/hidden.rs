@@ -282,7 +282,12 @@ fn hidden_table_child() {
 /// One `baton --exec` session in `dir` (full-auto: nothing waits for approval) whose model
 /// makes `calls`; returns the `tool_end` events and every request the engine received, as
 /// text.
-fn session(env: &Env, dir: &Path, calls: &[(&str, Value)], extra: &[&str]) -> (Vec<Value>, String) {
+pub(super) fn session(
+    env: &Env,
+    dir: &Path,
+    calls: &[(&str, Value)],
+    extra: &[&str],
+) -> (Vec<Value>, String) {
     let mut script = Script::new().route("L2");
     for (i, (tool, args)) in calls.iter().enumerate() {
         script = script.answer(

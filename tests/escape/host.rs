@@ -953,3 +953,76 @@ fn a_bound_folder_swapped_for_a_link_while_commands_start_lets_nothing_write_out
          ({refused} refused, {swaps} swaps)"
     );
 }
+
+/// A writable root inside another (`--write ~/code`, the workspace `~/code/team/proj`): a
+/// command renames `team` and leaves a link in its place to a folder whose `proj` links to
+/// `~/.ssh`. A session's roots are the paths it resolved first, opened with no link followed,
+/// so its next command is refused instead of getting `~/.ssh` read-write as its workspace
+/// (eighth red team, high: the old code read the key and wrote `authorized_keys`).
+#[test]
+fn a_root_whose_path_a_command_redirected_is_not_bound_where_it_now_leads() {
+    use serde_json::json;
+    let env = crate::support::env::Env::new();
+    let code = env.home.join("code");
+    let proj = code.join("team/proj");
+    std::fs::create_dir_all(&proj).expect("mkdir");
+    std::fs::create_dir_all(env.home.join(".ssh")).expect("mkdir");
+    std::fs::write(env.home.join(".ssh/id_ed25519"), "PRIVATE_KEY_SECRET\n").expect("key");
+    let calls = [
+        (
+            "shell",
+            json!({"command": "cd ~/code && mkdir x && ln -s ~/.ssh x/proj && mv team team.real && ln -s x team && echo swapped"}),
+        ),
+        (
+            "shell",
+            json!({"command": "cat ~/.ssh/id_ed25519; echo 'ssh-ed25519 AAAA attacker' >> ~/.ssh/authorized_keys; echo appended=$?"}),
+        ),
+    ];
+    let code_arg = code.display().to_string();
+    let (ends, sent) = super::hidden::session(&env, &proj, &calls, &["--write", &code_arg]);
+    let first = ends.first().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        first.contains("swapped"),
+        "the attack's first step did not run: {first}"
+    );
+    assert!(
+        !sent.contains("PRIVATE_KEY_SECRET"),
+        "the key reached the model: {ends:?}"
+    );
+    assert!(
+        !env.home.join(".ssh/authorized_keys").exists(),
+        "a command wrote ~/.ssh"
+    );
+}
+
+/// `core.hooksPath` set in a file the repository's config includes (a tracked `.gitconfig`
+/// pulled in with `include.path = ../.gitconfig`, as projects share settings): the hooks
+/// folder it names is read-only to commands like one set in `.git/config` (eighth red team,
+/// high: the old code looked for the key only in the config files themselves, and a command
+/// planted a hook the user's next `git commit` ran).
+#[test]
+fn a_hooks_path_set_in_an_included_config_is_read_only_to_commands() {
+    let f = fixture();
+    std::fs::write(
+        f.ws.join(".git/config"),
+        "[core]\n[include]\n\tpath = ../.gitconfig\n",
+    )
+    .expect("config");
+    std::fs::write(f.ws.join(".gitconfig"), "[core]\n\thooksPath = .githooks\n").expect("inc");
+    std::fs::create_dir_all(f.ws.join(".githooks")).expect("mkdir");
+    let out = baton_sandbox(
+        &f,
+        &[],
+        "printf '#!/bin/sh\\ntouch /tmp/ran\\n' > .githooks/pre-commit && chmod +x .githooks/pre-commit && echo planted",
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run baton sandbox");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("planted"), "{text}");
+    assert!(!f.ws.join(".githooks/pre-commit").exists(), "{text}");
+}

@@ -91,28 +91,42 @@ pub(super) fn list_dirs(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// The `core.hooksPath` in force for a repository (its own config, then the user's global and
-/// the system config), resolved the way git does: `~/` from HOME, relative from the work tree.
-pub(super) fn hooks_path(gitdir: &Path, work_tree: &Path) -> Option<PathBuf> {
+/// Every `core.hooksPath` a repository's git could use: the values in its own config, the
+/// user's global and the system config, and every file those include (`include.path`,
+/// `includeIf.*.path`, whatever the condition: a command can change which holds), resolved the
+/// way git does: `~/` from HOME, relative from the work tree. All of them, not only the one in
+/// force now: a hooks folder named in an included, tracked `.gitconfig` was left writable.
+pub(super) fn hooks_paths(gitdir: &Path, work_tree: &Path) -> Vec<PathBuf> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
-    let value = repo_configs(gitdir).iter().find_map(|f| {
-        let text = read_small(f)?;
-        config::parse(&String::from_utf8_lossy(&text))
-            .into_iter()
-            .rev()
-            .find(|e| e.name() == "core.hookspath")
-            .map(|e| e.value)
-    })?;
-    let value = value.trim();
-    if value.is_empty() {
-        return None;
+    let mut out: Vec<PathBuf> = Vec::new();
+    for file in repo_configs(gitdir)
+        .into_iter()
+        .chain(included_configs(gitdir))
+    {
+        let Some(text) = read_small(&file) else {
+            continue;
+        };
+        for e in config::parse(&String::from_utf8_lossy(&text)) {
+            if e.name() != "core.hookspath" {
+                continue;
+            }
+            let value = e.value.trim();
+            if value.is_empty() {
+                continue;
+            }
+            let p = if let Some(rest) = value.strip_prefix("~/") {
+                let Some(h) = &home else { continue };
+                h.join(rest)
+            } else {
+                work_tree.join(value)
+            };
+            let p = normalize(&p);
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
     }
-    let p = if let Some(rest) = value.strip_prefix("~/") {
-        home?.join(rest)
-    } else {
-        work_tree.join(value)
-    };
-    Some(normalize(&p))
+    out
 }
 
 /// The config files git reads for a repository, most specific first: its own config and
@@ -131,6 +145,14 @@ fn repo_configs(gitdir: &Path) -> Vec<PathBuf> {
         files.push(x.join("git/config"));
     }
     files.push(PathBuf::from("/etc/gitconfig"));
+    // Where the user's git is pointed at other files, it reads those.
+    for var in ["GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"] {
+        if let Some(f) = std::env::var_os(var).map(PathBuf::from)
+            && f.is_absolute()
+        {
+            files.push(f);
+        }
+    }
     files
 }
 

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::gitdirs::{
-    MAX_GITDIR_DEPTH, commondir_of, gitdir_of, hooks_path, husky_dir, included_configs, list_dirs,
+    MAX_GITDIR_DEPTH, commondir_of, gitdir_of, hooks_paths, husky_dir, included_configs, list_dirs,
 };
 use super::roots::{baton_homes, inside_any, project_roots, writable_ancestors, writable_dirs};
 use crate::protocol::SandboxMode;
@@ -75,7 +75,7 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
         }
         if let Some(gitdir) = gitdir_of(&dot_git) {
             protect_gitdir(&gitdir, &writable, &mut out, 0);
-            if let Some(hooks) = hooks_path(&gitdir, top) {
+            for hooks in hooks_paths(&gitdir, top) {
                 protect_hooks_path(&hooks, &writable, &mut out);
             }
             for included in included_configs(&gitdir) {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::gitdirs::{
-    MAX_GITDIR_DEPTH, commondir_of, gitdir_of, hooks_path, husky_dir, included_configs, list_dirs,
+    MAX_GITDIR_DEPTH, commondir_of, gitdir_of, hooks_paths, husky_dir, included_configs, list_dirs,
     open_regular,
 };
 use super::roots::{baton_homes, inside_any, project_roots, writable_ancestors};
@@ -167,9 +167,10 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
         {
             snap.track_pointer(dot_git);
         }
-        if let Some(hooks) = hooks_path(&gitdir, work_tree)
-            && inside_any(&hooks, &writable)
-        {
+        for hooks in hooks_paths(&gitdir, work_tree) {
+            if !inside_any(&hooks, &writable) {
+                continue;
+            }
             snap.track_dir(&hooks, Kind::Hook, &writable);
             if let Some(husky) = husky_dir(&hooks) {
                 snap.track_dir(&husky, Kind::Hook, &writable);
