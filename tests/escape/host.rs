@@ -1026,3 +1026,40 @@ fn a_hooks_path_set_in_an_included_config_is_read_only_to_commands() {
     assert!(!text.contains("planted"), "{text}");
     assert!(!f.ws.join(".githooks/pre-commit").exists(), "{text}");
 }
+
+/// A program your git settings name inside the work tree (`core.fsmonitor = scripts/fsmon` in
+/// `~/.gitconfig`, a filter's `clean`): commands cannot rewrite it for your next `git status`
+/// (eighth red team, low: the old code left it an ordinary workspace file).
+#[test]
+fn a_program_git_settings_name_in_the_work_tree_is_read_only_to_commands() {
+    let f = fixture();
+    let home = f.ws.parent().expect("base").join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::write(
+        home.join(".gitconfig"),
+        "[core]\n\tfsmonitor = scripts/fsmon\n[filter \"x\"]\n\tclean = ./scripts/clean --in\n",
+    )
+    .expect("gitconfig");
+    std::fs::create_dir_all(f.ws.join("scripts")).expect("mkdir");
+    for name in ["fsmon", "clean"] {
+        std::fs::write(f.ws.join("scripts").join(name), "#!/bin/sh\nexit 0\n").expect("w");
+    }
+    let out = baton_sandbox(
+        &f,
+        &[],
+        "for p in scripts/fsmon scripts/clean; do echo 'touch /tmp/ran' >> $p && echo rewrote $p; done; true",
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run baton sandbox");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("rewrote"), "{text}");
+    for name in ["fsmon", "clean"] {
+        let body = std::fs::read_to_string(f.ws.join("scripts").join(name)).expect("read");
+        assert_eq!(body, "#!/bin/sh\nexit 0\n", "{name} changed: {text}");
+    }
+}

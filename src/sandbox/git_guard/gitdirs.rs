@@ -129,6 +129,43 @@ pub(super) fn hooks_paths(gitdir: &Path, work_tree: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The files of the work tree that git's settings name as a program to run: an entry that
+/// may run code (`core.fsmonitor = scripts/fsmon`, a filter's `clean`, a diff's `textconv`,
+/// an alias `!scripts/x`) whose program, the value's first word, is an existing file there
+/// (relative paths from the work tree, as git runs them). The settings themselves are the
+/// user's (a command cannot add one: the configs are protected), but the program they name
+/// would be an ordinary workspace file a command could rewrite for the user's next `git`.
+pub(super) fn program_files(gitdir: &Path, work_tree: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for file in repo_configs(gitdir)
+        .into_iter()
+        .chain(included_configs(gitdir))
+    {
+        let Some(text) = read_small(&file) else {
+            continue;
+        };
+        for e in config::parse(&String::from_utf8_lossy(&text)) {
+            if !e.runs_code() {
+                continue;
+            }
+            let Some(first) = e.value.split_whitespace().next() else {
+                continue;
+            };
+            let word = first
+                .trim_start_matches('!')
+                .trim_matches(|c| c == '"' || c == '\'');
+            if word.is_empty() || word.starts_with('~') || !word.contains('/') {
+                continue;
+            }
+            let path = normalize(&work_tree.join(word));
+            if path.is_file() && !out.contains(&path) {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
 /// The config files git reads for a repository, most specific first: its own config and
 /// `config.worktree`, the user's global ones, the system one.
 fn repo_configs(gitdir: &Path) -> Vec<PathBuf> {

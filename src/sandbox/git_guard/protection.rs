@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use super::gitdirs::{
     MAX_GITDIR_DEPTH, commondir_of, gitdir_of, hooks_paths, husky_dir, included_configs, list_dirs,
+    program_files,
 };
 use super::roots::{baton_homes, inside_any, project_roots, writable_ancestors, writable_dirs};
 use crate::protocol::SandboxMode;
@@ -80,6 +81,10 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
             }
             for included in included_configs(&gitdir) {
                 protect_included(&included, &writable, &mut out);
+            }
+            // A program git's settings name in the work tree: protected like an included file.
+            for program in program_files(&gitdir, top) {
+                protect_included(&program, &writable, &mut out);
             }
         }
     }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::gitdirs::{
     MAX_GITDIR_DEPTH, commondir_of, gitdir_of, hooks_paths, husky_dir, included_configs, list_dirs,
-    open_regular,
+    open_regular, program_files,
 };
 use super::roots::{baton_homes, inside_any, project_roots, writable_ancestors};
 use crate::protocol::SandboxMode;
@@ -177,6 +177,11 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
             }
         }
         snap.track_included(&gitdir, &writable);
+        for program in program_files(&gitdir, work_tree) {
+            if inside_any(&program, &writable) {
+                snap.track(&program, Kind::Hook);
+            }
+        }
     }
     for b in &found_baton {
         snap.track_tree(b, Kind::Baton, 0);
