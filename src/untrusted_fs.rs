@@ -614,6 +614,30 @@ impl Dir {
     }
 }
 
+/// `path` with `.` and `..` folded by name, its existing part resolved (links followed) and
+/// the rest appended: where something at `path` would really be, also before it exists.
+pub fn real_or_planned(path: &Path) -> PathBuf {
+    let lexical = lexical(path);
+    let mut existing = lexical.as_path();
+    let mut missing = Vec::new();
+    while std::fs::symlink_metadata(existing).is_err() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return lexical,
+        }
+    }
+    let mut real = existing
+        .canonicalize()
+        .unwrap_or_else(|_| existing.to_path_buf());
+    for name in missing.iter().rev() {
+        real.push(name);
+    }
+    real
+}
+
 /// `path` with `.` and `..` folded by name (`a/./b/../c` → `a/c`), without touching the
 /// filesystem: what the path says, not where a link on the way would lead.
 pub fn lexical(path: &Path) -> PathBuf {

@@ -62,56 +62,9 @@ fn guarded() -> Vec<(PathBuf, &'static str, &'static str)> {
     out
 }
 
-/// Where baton keeps its own configuration (`hooks.json`, `config.toml`, the trust list), data
-/// (sessions, history, undo's snapshots), state and cache: each XDG folder's `baton`, and the
-/// home's defaults. The sandbox hides the same folders from commands
-/// (`sandbox::visibility::baton_dirs`, which `tests/escape/hidden.rs` compares with this).
+/// baton's own folders (`protocol::baton_own_dirs`, the list the sandbox hides too).
 pub fn own_dirs() -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    let xdg = [
-        dirs::config_dir(),
-        dirs::data_dir(),
-        dirs::state_dir(),
-        dirs::cache_dir(),
-    ];
-    let home = dirs::home_dir()
-        .into_iter()
-        .flat_map(|h| [".config", ".local/share", ".local/state", ".cache"].map(|d| h.join(d)));
-    for dir in xdg
-        .into_iter()
-        .flatten()
-        .chain(home)
-        .map(|d| d.join("baton"))
-    {
-        if dir.is_absolute() && !out.contains(&dir) {
-            out.push(dir);
-        }
-    }
-    out
-}
-
-/// `path` with its existing part resolved (links followed) and the rest appended: where a
-/// folder that may not exist yet would be.
-fn real_or_planned(path: &Path) -> PathBuf {
-    let lexical = crate::untrusted_fs::lexical(path);
-    let mut existing = lexical.as_path();
-    let mut missing = Vec::new();
-    while std::fs::symlink_metadata(existing).is_err() {
-        match (existing.parent(), existing.file_name()) {
-            (Some(parent), Some(name)) => {
-                missing.push(name.to_owned());
-                existing = parent;
-            }
-            _ => return lexical,
-        }
-    }
-    let mut real = existing
-        .canonicalize()
-        .unwrap_or_else(|_| existing.to_path_buf());
-    for name in missing.iter().rev() {
-        real.push(name);
-    }
-    real
+    crate::protocol::baton_own_dirs()
 }
 
 /// System folders no workspace may be or lie in: the machine's configuration, programs,
@@ -172,7 +125,7 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
     // outside the sandbox in every later session. A folder holding one (`~/.config`,
     // `~/.local`) or inside one is refused, whether the folder exists yet or not.
     for own in own_dirs() {
-        let own = real_or_planned(&own);
+        let own = crate::untrusted_fs::real_or_planned(&own);
         if own.starts_with(&ws) || ws.starts_with(&own) || same_folder(&own, &ws) {
             let why = if ws.starts_with(&own) {
                 "inside baton's own configuration or state folder"
@@ -242,7 +195,7 @@ fn make_own_dirs_hideable(folder: &Path) {
         .canonicalize()
         .unwrap_or_else(|_| folder.to_path_buf());
     for own in own_dirs() {
-        let own = real_or_planned(&own);
+        let own = crate::untrusted_fs::real_or_planned(&own);
         if own.starts_with(&ws) && own != ws && std::fs::symlink_metadata(&own).is_err() {
             let _ = std::fs::DirBuilder::new()
                 .recursive(true)

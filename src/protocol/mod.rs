@@ -656,6 +656,36 @@ impl EventSink {
     }
 }
 
+/// Where baton keeps its own configuration (`hooks.json`, `config.toml`, the trust list), data
+/// (sessions, history, undo's snapshots), state and cache: each XDG folder's `baton` and the
+/// home's defaults. What is written there runs outside the sandbox (hooks) or changes what
+/// the sandbox allows, so commands never see these folders, the file tools never touch them
+/// and a workspace holding one is a broad workspace (the sandbox and the configuration both
+/// ask this one list).
+pub fn baton_own_dirs() -> Vec<std::path::PathBuf> {
+    let mut out: Vec<std::path::PathBuf> = Vec::new();
+    let xdg = [
+        dirs::config_dir(),
+        dirs::data_dir(),
+        dirs::state_dir(),
+        dirs::cache_dir(),
+    ];
+    let home = dirs::home_dir()
+        .into_iter()
+        .flat_map(|h| [".config", ".local/share", ".local/state", ".cache"].map(|d| h.join(d)));
+    for dir in xdg
+        .into_iter()
+        .flatten()
+        .chain(home)
+        .map(|d| d.join("baton"))
+    {
+        if dir.is_absolute() && !out.contains(&dir) {
+            out.push(dir);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -40,67 +40,10 @@ pub(super) fn home_secrets(home: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// baton's own folders in the home: configuration (`config.toml`, `hooks.json`, the trust
-/// list), data (sessions, history, undo's snapshots), state and cache.
-const BATON_HOME_DIRS: [&str; 4] = [
-    ".config/baton",
-    ".local/share/baton",
-    ".local/state/baton",
-    ".cache/baton",
-];
-
-/// Where baton keeps its own configuration, data, state and cache, as it finds them now: the
-/// XDG folders' `baton` (`$XDG_CONFIG_HOME/baton`, …, which is where baton reads `hooks.json`
-/// and `config.toml`) and the home's defaults. What is written there runs outside the sandbox
-/// (hooks) or changes what the sandbox allows (settings, the trust list): commands never see
-/// these folders and the file tools never read or write them, whatever the workspace, and a
-/// workspace or `--write` folder holding one is a broad workspace (`config::workspace`).
+/// baton's own folders (`protocol::baton_own_dirs`, the list the configuration asks too):
+/// commands never see them and the file tools never touch them.
 pub fn baton_dirs() -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    let xdg = [
-        dirs::config_dir(),
-        dirs::data_dir(),
-        dirs::state_dir(),
-        dirs::cache_dir(),
-    ];
-    let home = dirs::home_dir()
-        .into_iter()
-        .flat_map(|h| BATON_HOME_DIRS.map(|d| h.join(d)));
-    for dir in xdg
-        .into_iter()
-        .flatten()
-        .map(|d| d.join("baton"))
-        .chain(home)
-    {
-        if dir.is_absolute() && !out.contains(&dir) {
-            out.push(dir);
-        }
-    }
-    out
-}
-
-/// `path` with its existing part resolved (links followed) and the rest appended, `..` and
-/// `.` folded first: where something at `path` would really be.
-fn real_or_planned(path: &Path) -> PathBuf {
-    let lexical = crate::untrusted_fs::lexical(path);
-    let mut existing = lexical.as_path();
-    let mut missing = Vec::new();
-    while std::fs::symlink_metadata(existing).is_err() {
-        match (existing.parent(), existing.file_name()) {
-            (Some(parent), Some(name)) => {
-                missing.push(name.to_owned());
-                existing = parent;
-            }
-            _ => return lexical,
-        }
-    }
-    let mut real = existing
-        .canonicalize()
-        .unwrap_or_else(|_| existing.to_path_buf());
-    for name in missing.iter().rev() {
-        real.push(name);
-    }
-    real
+    crate::protocol::baton_own_dirs()
 }
 
 /// Why the file tools may not touch a path ([`Hidden::hides`]).
@@ -147,7 +90,10 @@ impl Hidden {
     /// The answer for `policy`, as the disk is now (a credential created later is judged by
     /// the next value, as the next command's world would be).
     pub fn of(policy: &super::SandboxPolicy) -> Hidden {
-        let own: Vec<PathBuf> = baton_dirs().iter().map(|d| real_or_planned(d)).collect();
+        let own: Vec<PathBuf> = baton_dirs()
+            .iter()
+            .map(|d| crate::untrusted_fs::real_or_planned(d))
+            .collect();
         let world = super::bwrap::world(policy).map(|mut w| {
             w.close_held();
             w
@@ -396,7 +342,7 @@ pub(super) fn seal_home(b: &mut Bwrap, home: &Path) {
 pub(super) fn named_by_user(secret: &Path, readable: &[PathBuf]) -> bool {
     let own = baton_dirs()
         .iter()
-        .map(|d| real_or_planned(d))
+        .map(|d| crate::untrusted_fs::real_or_planned(d))
         .any(|d| secret.starts_with(&d));
     !own && readable.iter().any(|r| r.starts_with(secret))
 }
