@@ -95,6 +95,19 @@ fn baton_sandbox_with(f: &Fixture, flags: &[&std::ffi::OsStr], script: &str) -> 
     c
 }
 
+/// What `baton sandbox -- bash -c script` printed (stdout, then stderr; stdin closed).
+fn sandbox_output(f: &Fixture, script: &str) -> String {
+    let out = baton_sandbox(f, &[], script)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run baton sandbox");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// Writes `text` to `rel` under `home` (the fixture's home), making its folders.
 fn plant(home: &Path, rel: &str, text: &str) {
     let path = home.join(rel);
@@ -1010,18 +1023,9 @@ fn a_hooks_path_set_in_an_included_config_is_read_only_to_commands() {
     .expect("config");
     std::fs::write(f.ws.join(".gitconfig"), "[core]\n\thooksPath = .githooks\n").expect("inc");
     std::fs::create_dir_all(f.ws.join(".githooks")).expect("mkdir");
-    let out = baton_sandbox(
+    let text = sandbox_output(
         &f,
-        &[],
         "printf '#!/bin/sh\\ntouch /tmp/ran\\n' > .githooks/pre-commit && chmod +x .githooks/pre-commit && echo planted",
-    )
-    .stdin(Stdio::null())
-    .output()
-    .expect("run baton sandbox");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
     );
     assert!(!text.contains("planted"), "{text}");
     assert!(!f.ws.join(".githooks/pre-commit").exists(), "{text}");
@@ -1044,18 +1048,9 @@ fn a_program_git_settings_name_in_the_work_tree_is_read_only_to_commands() {
     for name in ["fsmon", "clean"] {
         std::fs::write(f.ws.join("scripts").join(name), "#!/bin/sh\nexit 0\n").expect("w");
     }
-    let out = baton_sandbox(
+    let text = sandbox_output(
         &f,
-        &[],
         "for p in scripts/fsmon scripts/clean; do echo 'touch /tmp/ran' >> $p && echo rewrote $p; done; true",
-    )
-    .stdin(Stdio::null())
-    .output()
-    .expect("run baton sandbox");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
     );
     assert!(!text.contains("rewrote"), "{text}");
     for name in ["fsmon", "clean"] {

@@ -99,31 +99,23 @@ pub(super) fn list_dirs(dir: &Path) -> Vec<PathBuf> {
 pub(super) fn hooks_paths(gitdir: &Path, work_tree: &Path) -> Vec<PathBuf> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut out: Vec<PathBuf> = Vec::new();
-    for file in repo_configs(gitdir)
-        .into_iter()
-        .chain(included_configs(gitdir))
-    {
-        let Some(text) = read_small(&file) else {
+    for e in every_config_entry(gitdir) {
+        if e.name() != "core.hookspath" {
             continue;
+        }
+        let value = e.value.trim();
+        if value.is_empty() {
+            continue;
+        }
+        let p = if let Some(rest) = value.strip_prefix("~/") {
+            let Some(h) = &home else { continue };
+            h.join(rest)
+        } else {
+            work_tree.join(value)
         };
-        for e in config::parse(&String::from_utf8_lossy(&text)) {
-            if e.name() != "core.hookspath" {
-                continue;
-            }
-            let value = e.value.trim();
-            if value.is_empty() {
-                continue;
-            }
-            let p = if let Some(rest) = value.strip_prefix("~/") {
-                let Some(h) = &home else { continue };
-                h.join(rest)
-            } else {
-                work_tree.join(value)
-            };
-            let p = normalize(&p);
-            if !out.contains(&p) {
-                out.push(p);
-            }
+        let p = normalize(&p);
+        if !out.contains(&p) {
+            out.push(p);
         }
     }
     out
@@ -137,33 +129,36 @@ pub(super) fn hooks_paths(gitdir: &Path, work_tree: &Path) -> Vec<PathBuf> {
 /// would be an ordinary workspace file a command could rewrite for the user's next `git`.
 pub(super) fn program_files(gitdir: &Path, work_tree: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
-    for file in repo_configs(gitdir)
-        .into_iter()
-        .chain(included_configs(gitdir))
-    {
-        let Some(text) = read_small(&file) else {
+    for e in every_config_entry(gitdir) {
+        if !e.runs_code() {
+            continue;
+        }
+        let Some(first) = e.value.split_whitespace().next() else {
             continue;
         };
-        for e in config::parse(&String::from_utf8_lossy(&text)) {
-            if !e.runs_code() {
-                continue;
-            }
-            let Some(first) = e.value.split_whitespace().next() else {
-                continue;
-            };
-            let word = first
-                .trim_start_matches('!')
-                .trim_matches(|c| c == '"' || c == '\'');
-            if word.is_empty() || word.starts_with('~') || !word.contains('/') {
-                continue;
-            }
-            let path = normalize(&work_tree.join(word));
-            if path.is_file() && !out.contains(&path) {
-                out.push(path);
-            }
+        let word = first
+            .trim_start_matches('!')
+            .trim_matches(|c| c == '"' || c == '\'');
+        if word.is_empty() || word.starts_with('~') || !word.contains('/') {
+            continue;
+        }
+        let path = normalize(&work_tree.join(word));
+        if path.is_file() && !out.contains(&path) {
+            out.push(path);
         }
     }
     out
+}
+
+/// Every entry of every config file git could read for a repository: its own, the user's
+/// and the system's, and every file they include.
+fn every_config_entry(gitdir: &Path) -> Vec<config::Entry> {
+    repo_configs(gitdir)
+        .into_iter()
+        .chain(included_configs(gitdir))
+        .filter_map(|file| read_small(&file))
+        .flat_map(|text| config::parse(&String::from_utf8_lossy(&text)))
+        .collect()
 }
 
 /// The config files git reads for a repository, most specific first: its own config and
