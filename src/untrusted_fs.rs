@@ -614,6 +614,29 @@ impl Dir {
     }
 }
 
+/// The canonical form of `path` as this process first resolved it: the workspace, a `--write`
+/// or `--read` folder, a toolchain the sandbox binds. A command that later renames a folder on
+/// the way, or swaps one for a link (to `~/.ssh`, say), does not move it: callers open the
+/// remembered path with no link followed, so a path that changed fails instead of leading
+/// elsewhere. A path missing the first time is remembered where it would be
+/// ([`real_or_planned`]) and answered once it exists there. `None` while nothing is there.
+/// The configuration resolves its folders through here when it loads, before any command.
+pub fn resolved_once(path: &Path) -> Option<PathBuf> {
+    static SEEN: std::sync::Mutex<Vec<(PathBuf, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut seen = SEEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let real = match seen.iter().find(|(named, _)| named == path) {
+        Some((_, real)) => real.clone(),
+        None => {
+            let real = std::fs::canonicalize(path).unwrap_or_else(|_| real_or_planned(path));
+            seen.push((path.to_path_buf(), real.clone()));
+            real
+        }
+    };
+    std::fs::symlink_metadata(&real).is_ok().then_some(real)
+}
+
 /// `path` with `.` and `..` folded by name, its existing part resolved (links followed) and
 /// the rest appended: where something at `path` would really be, also before it exists.
 pub fn real_or_planned(path: &Path) -> PathBuf {

@@ -193,7 +193,14 @@ impl Settings {
                 reason: format!("{} is not a folder", workspace.display()),
             });
         }
-        let workspace = workspace.canonicalize().unwrap_or(workspace);
+        // The folders commands get are remembered as they resolve now, before any command
+        // could rename one on the way (the sandbox binds what is remembered).
+        let workspace = crate::untrusted_fs::resolved_once(&workspace).unwrap_or(workspace);
+        for folder in self.writable.iter().chain(&self.readable).flatten() {
+            if folder.is_absolute() {
+                crate::untrusted_fs::resolved_once(folder);
+            }
+        }
         Ok(Config {
             endpoint: self.endpoint,
             api_key_env: self.api_key_env.unwrap_or_else(|| "BATON_API_KEY".into()),

@@ -140,6 +140,21 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
             });
         }
     }
+    // A credential folder (`~/.ssh`, `~/.aws`, `~/.gnupg`…) or a folder inside one: the
+    // sandbox hides them from commands, and a workspace there would hand them over (a path a
+    // command planted a link on, `~/code/team/proj` leading to `~/.ssh`, resolves there).
+    if let Some(home) = dirs::home_dir() {
+        for credential in crate::protocol::HOME_CREDENTIALS {
+            let place = real(&home.join(credential));
+            if ws.starts_with(&place) || same_folder(&place, &ws) {
+                return Some(BroadWorkspace {
+                    path: ws,
+                    why: "a folder of your credentials (hidden from commands)",
+                    what: "keys and tokens the sandbox keeps from commands",
+                });
+            }
+        }
+    }
     let system = |p: &str| {
         let place = real(Path::new(p));
         place == ws || same_folder(&place, &ws)

@@ -619,11 +619,11 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
         }
     }
     if policy.mode != SandboxMode::WorkspaceWrite
-        && let Ok(ws) = policy.workspace.canonicalize()
+        && let Some(ws) = resolved_once(&policy.workspace)
     {
         // A read-only workspace must still be seen, also where the private /tmp or a hidden
         // directory covers the host's copy of it.
-        b.ro_bind(&ws, &ws);
+        b.bind_held(opener.open(&ws, true)?, &ws, false)?;
     }
     // Every bind of a path a command could rename (a writable root, what lies in one) names a
     // descriptor baton opened without following links, and the helper checks that what landed
@@ -667,10 +667,22 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
     }
     // Most of these don't exist: one `lstat` each rules them out, where resolving the path
     // costs a `readlink` per component.
-    let present = secrets
+    // Each is hidden where it really is and where it is named: a toolchain folder that is a
+    // link (`~/.cargo -> /data/cargo`) is shown at its name, and its credentials with it.
+    let mut present: Vec<PathBuf> = Vec::new();
+    for s in secrets
         .iter()
         .filter(|s| std::fs::symlink_metadata(s).is_ok())
-        .filter_map(|s| s.canonicalize().ok());
+    {
+        for at in [Some(s.clone()), s.canonicalize().ok()]
+            .into_iter()
+            .flatten()
+        {
+            if !present.contains(&at) {
+                present.push(at);
+            }
+        }
+    }
     for s in present {
         if !covers(&s, &roots) && b.shows_host(&s) && !visibility::named_by_user(&s, &readable) {
             b.hide(&s);
@@ -739,6 +751,22 @@ mod tests {
             );
         }
         assert!(b.held_fds().count() >= held.len());
+    }
+
+    #[test]
+    fn a_read_only_workspace_is_bound_by_descriptor_too() {
+        let (_dir, ws) = repo();
+        let policy = SandboxPolicy::new(SandboxMode::ReadOnly, &ws);
+        let b = world(&policy).expect("world");
+        assert!(
+            !b.args()
+                .windows(2)
+                .any(|p| p[0] == "--ro-bind" && Path::new(&p[1]) == ws),
+            "{:?}",
+            b.args()
+        );
+        let held: Vec<PathBuf> = b.held_mounts().into_iter().map(|m| m.path).collect();
+        assert!(held.contains(&ws), "{held:?}");
     }
 
     #[test]

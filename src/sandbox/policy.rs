@@ -105,7 +105,10 @@ impl SandboxPolicy {
     pub fn writable_roots(&self) -> Vec<PathBuf> {
         let mut roots: Vec<PathBuf> = Vec::new();
         let mut push = |p: &Path| {
+            // Landlock opens its rules' paths following links: only a root whose remembered
+            // path still has no link on the way gets one.
             if let Some(c) = resolved_once(p)
+                && c.canonicalize().is_ok_and(|now| now == c)
                 && !roots.contains(&c)
             {
                 roots.push(c);
@@ -171,24 +174,8 @@ pub const WRITABLE_DEVICES: &[&str] = &[
     "/dev/urandom",
 ];
 
-/// The canonical form of `path` as it was the first time this process resolved it. A command
-/// that later renames a folder on the way, or swaps one for a link (to `~/.ssh`, say), does not
-/// move a writable root, a `--read` path or a toolchain the sandbox binds: the binds open the
-/// remembered path with no link followed (`bwrap::world`), so a path that changed fails the
-/// command instead of leading somewhere else. The first resolution happens before the first
-/// command runs (the workspace when the configuration resolves).
-pub fn resolved_once(path: &Path) -> Option<PathBuf> {
-    static SEEN: std::sync::Mutex<Vec<(PathBuf, PathBuf)>> = std::sync::Mutex::new(Vec::new());
-    let mut seen = SEEN
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((_, real)) = seen.iter().find(|(named, _)| named == path) {
-        return Some(real.clone());
-    }
-    let real = path.canonicalize().ok()?;
-    seen.push((path.to_path_buf(), real.clone()));
-    Some(real)
-}
+/// The path as this process first resolved it ([`crate::untrusted_fs::resolved_once`]).
+pub use crate::untrusted_fs::resolved_once;
 
 #[cfg(test)]
 mod tests {

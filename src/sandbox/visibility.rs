@@ -23,11 +23,14 @@ const HOME_SECRETS_PER_VERSION: &[(&str, &str)] = &[
     (".julia/servers", "auth.toml"),
 ];
 
-/// The credential paths of `home` ([`HOME_SECRETS`], and [`HOME_SECRETS_PER_VERSION`] for
+/// The credential paths of `home` ([`crate::protocol::HOME_CREDENTIALS`], and [`HOME_SECRETS_PER_VERSION`] for
 /// each version present), and baton's own folders where the XDG variables put them
 /// ([`baton_dirs`]).
 pub(super) fn home_secrets(home: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = HOME_SECRETS.iter().map(|s| home.join(s)).collect();
+    let mut out: Vec<PathBuf> = crate::protocol::HOME_CREDENTIALS
+        .iter()
+        .map(|s| home.join(s))
+        .collect();
     for (parent, inside) in HOME_SECRETS_PER_VERSION {
         let versions = std::fs::read_dir(home.join(parent)).into_iter().flatten();
         out.extend(versions.flatten().map(|v| v.path().join(inside)));
@@ -185,87 +188,6 @@ pub const HOME_TOOLCHAINS: &[&str] = &[
 /// The start-up files a login shell reads (`[sandbox] login_shell`): shown only then, since
 /// they often export tokens.
 pub const LOGIN_PROFILES: &[&str] = &[".profile", ".bash_profile", ".bash_login", ".bashrc"];
-
-/// The user's secrets, relative to their home: credentials of ssh, gpg, clouds, container and
-/// package registries, git hosts, other coding agents and model hubs, browsers' cookies and
-/// saved logins, shell and REPL histories (typed tokens and passwords), and baton's own
-/// configuration, sessions and state: hidden wherever they are visible (the home view shows
-/// toolchain folders, whose credential files are among these; `--read` may show more).
-const HOME_SECRETS: &[&str] = &[
-    ".codex/auth.json",
-    ".claude/.credentials.json",
-    ".cache/huggingface/token",
-    ".huggingface/token",
-    ".vault-token",
-    ".terraform.d/credentials.tfrc.json",
-    ".config/containers/auth.json",
-    ".config/op",
-    ".config/rclone",
-    ".config/glab-cli",
-    ".kaggle",
-    ".s3cfg",
-    ".boto",
-    ".oci",
-    ".m2/settings.xml",
-    ".m2/settings-security.xml",
-    ".gradle/gradle.properties",
-    ".dockercfg",
-    ".mozilla",
-    ".thunderbird",
-    ".config/google-chrome",
-    ".config/chromium",
-    ".config/BraveSoftware",
-    ".bash_history",
-    ".zsh_history",
-    ".python_history",
-    ".psql_history",
-    ".mysql_history",
-    ".node_repl_history",
-    ".sqlite_history",
-    ".local/share/fish/fish_history",
-    ".ssh",
-    ".gnupg",
-    ".aws",
-    ".azure",
-    ".config/gcloud",
-    ".kube",
-    ".docker",
-    ".netrc",
-    ".git-credentials",
-    ".config/gh",
-    ".config/hub",
-    ".config/git/credentials",
-    ".cargo/credentials",
-    ".cargo/credentials.toml",
-    // Registry tokens in the configuration of toolchains the home view shows.
-    ".cargo/config",
-    ".cargo/config.toml",
-    ".npm-global/etc/npmrc",
-    ".rye/credentials",
-    ".local/share/uv/credentials",
-    ".cabal/config",
-    ".gradle/init.gradle",
-    ".gradle/init.gradle.kts",
-    ".gradle/init.d",
-    ".gradle/develocity",
-    ".gradle/enterprise",
-    ".rye/config.toml",
-    ".rye/self/pip.conf",
-    ".m2/settings.xml.bak",
-    ".cargo/config.toml.bak",
-    ".npmrc",
-    ".yarnrc",
-    ".pypirc",
-    ".gem/credentials",
-    ".password-store",
-    ".local/share/keyrings",
-    ".pgpass",
-    ".my.cnf",
-    ".config/baton",
-    ".local/share/baton",
-    ".local/state/baton",
-    ".cache/baton",
-];
 
 /// Replaces the home (`home`, canonical) with an empty tmpfs showing, read-only, the
 /// toolchain folders and `readable` paths inside it that exist. The caller binds the

@@ -153,12 +153,63 @@ pub(super) fn program_files(gitdir: &Path, work_tree: &Path) -> Vec<PathBuf> {
 /// Every entry of every config file git could read for a repository: its own, the user's
 /// and the system's, and every file they include.
 fn every_config_entry(gitdir: &Path) -> Vec<config::Entry> {
-    repo_configs(gitdir)
+    let mut out: Vec<config::Entry> = repo_configs(gitdir)
         .into_iter()
         .chain(included_configs(gitdir))
         .filter_map(|file| read_small(&file))
         .flat_map(|text| config::parse(&String::from_utf8_lossy(&text)))
-        .collect()
+        .collect();
+    out.extend(config::parse(&environment_config()));
+    out
+}
+
+/// The settings git takes from baton's environment, which the user's git has too
+/// (`GIT_CONFIG_COUNT` with `GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n`, and the `-c` pairs of
+/// `GIT_CONFIG_PARAMETERS`), written as config text.
+fn environment_config() -> String {
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    let count: usize = std::env::var("GIT_CONFIG_COUNT")
+        .ok()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    for i in 0..count.min(1024) {
+        if let (Ok(key), Ok(value)) = (
+            std::env::var(format!("GIT_CONFIG_KEY_{i}")),
+            std::env::var(format!("GIT_CONFIG_VALUE_{i}")),
+        ) {
+            pairs.push((key, value));
+        }
+    }
+    // `'core.hooksPath'='x' 'a.b'='c'`: single-quoted words, `'\''` for a quote inside.
+    if let Ok(params) = std::env::var("GIT_CONFIG_PARAMETERS") {
+        let words: Vec<String> = params
+            .split("' '")
+            .map(|w| w.trim().trim_matches('\'').replace("'\\''", "'"))
+            .collect();
+        for w in words {
+            if let Some((k, v)) = w.split_once("'='") {
+                pairs.push((k.to_string(), v.to_string()));
+            } else if let Some((k, v)) = w.split_once('=') {
+                pairs.push((k.to_string(), v.to_string()));
+            }
+        }
+    }
+    let mut text = String::new();
+    for (key, value) in pairs {
+        let Some((section, name)) = key.rsplit_once('.') else {
+            continue;
+        };
+        let header = match section.split_once('.') {
+            Some((s, sub)) => format!(
+                "[{s} \"{}\"]",
+                sub.replace('\\', "\\\\").replace('"', "\\\"")
+            ),
+            None => format!("[{section}]"),
+        };
+        let value = value.replace('\\', "\\\\").replace('"', "\\\"");
+        text.push_str(&format!("{header}\n\t{name} = \"{value}\"\n"));
+    }
+    text
 }
 
 /// The config files git reads for a repository, most specific first: its own config and
