@@ -525,3 +525,39 @@ fn a_workspace_holding_batons_config_is_a_broad_workspace() {
     );
     assert!(inside.is_dir(), "~/.config/baton was not made");
 }
+
+/// With the home as a broad workspace, a turn's undo snapshots leave out what the sandbox
+/// hides (eleventh red team, low: the store kept `~/.ssh`'s key and `gh`'s token, every
+/// version a turn saw).
+#[test]
+fn undo_snapshots_leave_out_what_the_sandbox_hides() {
+    let env = Env::new();
+    let home = env.home.clone();
+    std::fs::create_dir_all(home.join(".ssh")).expect("mkdir");
+    std::fs::write(home.join(".ssh/id_ed25519"), "PRIVKEY_IN_STORE\n").expect("key");
+    std::fs::write(home.join("notes.txt"), "x\n").expect("notes");
+    let calls = [("shell", json!({"command": "echo y >> notes.txt"}))];
+    let (ends, _) = session(&env, &home, &calls, &["--allow-broad-workspace"]);
+    assert_eq!(ends.len(), 1, "{ends:?}");
+    let stores: Vec<PathBuf> = std::fs::read_dir(home.join(".local/share/baton/checkpoints"))
+        .expect("a checkpoint store")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(!stores.is_empty());
+    for store in stores {
+        let out = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&store)
+            .args(["cat-file", "--batch-all-objects", "--batch"])
+            .output()
+            .expect("git cat-file");
+        let objects = String::from_utf8_lossy(&out.stdout);
+        assert!(objects.contains("notes.txt"), "the turn was not snapshot");
+        assert!(
+            !objects.contains("PRIVKEY_IN_STORE"),
+            "the key is in {}",
+            store.display()
+        );
+    }
+}

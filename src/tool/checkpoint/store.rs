@@ -155,7 +155,16 @@ impl Store {
         let mut index = Index::open(&index_path)?;
         index.clear()?;
         let mut unknown: BTreeSet<PathBuf> = BTreeSet::new();
-        let mut files = walk(&self.workspace, exclude, &mut unknown);
+        // What the sandbox hides from commands (a credential of a broad workspace) is not
+        // copied into the store either: the model never sees it, undo never restores it.
+        let hidden = crate::sandbox::SandboxPolicy::new(
+            crate::protocol::SandboxMode::WorkspaceWrite,
+            &self.workspace,
+        )
+        .write_rules()
+        .hidden()
+        .clone();
+        let mut files = walk(&self.workspace, exclude, hidden, &mut unknown);
         files.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let odb = self.repo.odb()?;
         // Files are read beneath the workspace held open: a folder a command swaps for a link
@@ -480,11 +489,12 @@ fn error_path(e: &ignore::Error) -> Option<&Path> {
 }
 
 /// Regular files and symlinks of the workspace as snapshots see them: .gitignore respected,
-/// `.git` and `.baton` skipped, `exclude` (baton's own folders) skipped, no symlink followed.
-/// Folders that cannot be read go into `unknown`.
+/// `.git` and `.baton` skipped, `exclude` (baton's own folders) and what `hidden` hides
+/// skipped, no symlink followed. Folders that cannot be read go into `unknown`.
 fn walk(
     workspace: &Path,
     exclude: &[PathBuf],
+    hidden: crate::sandbox::visibility::Hidden,
     unknown: &mut BTreeSet<PathBuf>,
 ) -> Vec<(PathBuf, std::fs::Metadata)> {
     let exclude: Vec<PathBuf> = exclude
@@ -509,7 +519,7 @@ fn walk(
             {
                 return false;
             }
-            !exclude.iter().any(|x| e.path() == x)
+            !exclude.iter().any(|x| e.path() == x) && hidden.hides(e.path()).is_none()
         })
         .build();
     let mut files = Vec::new();
