@@ -652,13 +652,9 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
     if let Some(h) = &home {
         secrets.extend(visibility::home_secrets(h));
     }
-    for (var, sub) in [
-        ("XDG_CONFIG_HOME", "baton"),
-        ("XDG_DATA_HOME", "baton"),
-        ("XDG_STATE_HOME", "baton"),
-        ("XDG_CONFIG_HOME", "gh"),
-        ("XDG_CONFIG_HOME", "gcloud"),
-    ] {
+    // baton's own folders are among `home_secrets` wherever XDG puts them; other programs'
+    // credentials moved by XDG are added here.
+    for (var, sub) in [("XDG_CONFIG_HOME", "gh"), ("XDG_CONFIG_HOME", "gcloud")] {
         if let Some(d) = std::env::var_os(var).map(PathBuf::from)
             && d.is_absolute()
         {
