@@ -90,6 +90,17 @@ pub(super) fn swap_forever(
     b: PathBuf,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<usize> {
+    swap_forever_repairing(a, b, stop, || {})
+}
+
+/// [`swap_forever`], calling `repair` after each swap that failed (to put back what the
+/// defender moved aside).
+pub(super) fn swap_forever_repairing(
+    a: PathBuf,
+    b: PathBuf,
+    stop: Arc<AtomicBool>,
+    repair: impl Fn() + Send + 'static,
+) -> std::thread::JoinHandle<usize> {
     std::thread::spawn(move || {
         let (a, b) = (cstring(&a), cstring(&b));
         let mut swaps = 0usize;
@@ -106,6 +117,8 @@ pub(super) fn swap_forever(
             };
             if rc == 0 {
                 swaps += 1;
+            } else {
+                repair();
             }
         }
         swaps

@@ -896,44 +896,30 @@ fn a_bound_folder_swapped_for_a_link_while_commands_start_lets_nothing_write_out
     // The attacker swaps `.git` and `gl` as fast as it can and puts things back as they were
     // whenever the audit after a command moved a link aside (`.git.disabled-by-baton`).
     let attacker = {
-        let (ws, victim, stop) = (f.ws.clone(), victim.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let (git, gl) = (ws.join(".git"), ws.join("gl"));
-            let mut swaps = 0usize;
-            while !stop.load(Ordering::Relaxed) {
-                let a = std::ffi::CString::new(git.as_os_str().as_encoded_bytes()).expect("c");
-                let b = std::ffi::CString::new(gl.as_os_str().as_encoded_bytes()).expect("c");
-                // SAFETY: two valid NUL-terminated paths that outlive the call.
-                let rc = unsafe {
-                    libc::renameat2(
-                        libc::AT_FDCWD,
-                        a.as_ptr(),
-                        libc::AT_FDCWD,
-                        b.as_ptr(),
-                        libc::RENAME_EXCHANGE,
-                    )
-                };
-                if rc == 0 {
-                    swaps += 1;
-                    continue;
-                }
-                for entry in std::fs::read_dir(&ws).into_iter().flatten().flatten() {
-                    if entry.file_name().to_string_lossy().contains("baton") {
-                        let _ = std::fs::remove_file(entry.path());
-                    }
-                }
-                if git.is_symlink() {
-                    let _ = std::fs::remove_file(&git);
-                }
-                if !git.exists() && gl.is_dir() && !gl.is_symlink() {
-                    let _ = std::fs::rename(&gl, &git);
-                }
-                if !gl.exists() && !gl.is_symlink() {
-                    let _ = std::os::unix::fs::symlink(&victim, &gl);
+        let (ws, victim) = (f.ws.clone(), victim.clone());
+        let (git, gl) = (ws.join(".git"), ws.join("gl"));
+        let repair = move || {
+            for entry in std::fs::read_dir(&ws).into_iter().flatten().flatten() {
+                if entry.file_name().to_string_lossy().contains("baton") {
+                    let _ = std::fs::remove_file(entry.path());
                 }
             }
-            swaps
-        })
+            if git.is_symlink() {
+                let _ = std::fs::remove_file(&git);
+            }
+            if !git.exists() && gl.is_dir() && !gl.is_symlink() {
+                let _ = std::fs::rename(&gl, &git);
+            }
+            if !gl.exists() && !gl.is_symlink() {
+                let _ = std::os::unix::fs::symlink(&victim, &gl);
+            }
+        };
+        super::file_tools::swap_forever_repairing(
+            f.ws.join(".git"),
+            f.ws.join("gl"),
+            stop.clone(),
+            repair,
+        )
     };
     // The old code was written within 6 and 27 starts; the attacker takes a core meanwhile.
     let deadline = Instant::now() + Duration::from_secs(5);
