@@ -78,97 +78,114 @@ const SYSTEM_PARENTS: [&str; 9] = [
     "/var", "/var/lib", "/var/log", "/home", "/opt", "/srv", "/mnt", "/media", "/root",
 ];
 
-/// The same folder, also when one is a bind mount of the other (`mount --bind /tmp dir`).
-fn same_folder(a: &Path, b: &Path) -> bool {
+/// A folder's identity, links followed: its device and inode (a bind mount of a folder has
+/// the folder's).
+type FolderId = (u64, u64);
+
+fn folder_id(p: &Path) -> Option<FolderId> {
     use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
-    }
+    std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
 }
 
-/// Why `workspace` is too broad to be one, when it is. Both sides are compared as they really
-/// are (links resolved, bind mounts seen by their inode), so `-C ~/..`, a link to `/tmp` or a
-/// bind mount of it is seen for what it is.
-pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
-    let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    let ws = real(workspace);
-    if ws.parent().is_none() {
-        return Some(BroadWorkspace {
-            path: ws,
-            why: "the root folder",
-            what: "the whole machine",
-        });
-    }
-    for (place, name, what) in guarded() {
-        let place = real(&place);
-        if place == ws || same_folder(&place, &ws) {
-            return Some(BroadWorkspace {
-                path: ws,
-                why: name,
-                what,
-            });
+/// The identities of `folder` and of every folder above it as the kernel resolves them (each
+/// step is `..` of the real folder, so links and bind mounts on the way count for what they
+/// are), nearest first; empty when `folder` does not exist. One `stat` a level, where
+/// comparing resolved names would cost a `readlink` per component of every name.
+fn lineage(folder: &Path) -> Vec<FolderId> {
+    let mut out: Vec<FolderId> = Vec::new();
+    let mut step = folder.to_path_buf();
+    // `/..` is `/`: the walk ends where a level is its own parent.
+    while let Some(id) = folder_id(&step) {
+        if out.last() == Some(&id) || out.len() > 4096 {
+            break;
         }
-        if place.starts_with(&ws) {
-            return Some(BroadWorkspace {
-                path: ws,
-                why: match name {
-                    "your home folder" => "a folder above your home folder",
-                    "your runtime folder" => "a folder above your runtime folder",
-                    _ => "a folder above the system's temp folder",
-                },
-                what,
-            });
+        out.push(id);
+        step.push("..");
+    }
+    out
+}
+
+/// Why `workspace` is too broad to be one, when it is. Folders are compared by identity (links
+/// resolved, bind mounts seen by their inode), so `-C ~/..`, a link to `/tmp` or a bind mount
+/// of it is seen for what it is.
+pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
+    let ws = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let refuse = |why, what| {
+        Some(BroadWorkspace {
+            path: ws.clone(),
+            why,
+            what,
+        })
+    };
+    // The workspace and the folders above it: a place among them holds the workspace.
+    let above_ws = lineage(&ws);
+    let ws_id = above_ws.first().copied();
+    if ws.parent().is_none() || (ws_id.is_some() && ws_id == folder_id(Path::new("/"))) {
+        return refuse("the root folder", "the whole machine");
+    }
+    let is_ws = |id: Option<FolderId>| id.is_some() && id == ws_id;
+    let holds_ws = |id: Option<FolderId>| id.is_some_and(|id| above_ws.contains(&id));
+    for (place, name, what) in guarded() {
+        let place_and_above = lineage(&place);
+        if is_ws(place_and_above.first().copied()) {
+            return refuse(name, what);
+        }
+        let ws_above_place = match ws_id {
+            Some(id) if !place_and_above.is_empty() => place_and_above.contains(&id),
+            // A place that does not exist (a HOME not made yet) is judged by its name.
+            _ => crate::untrusted_fs::real_or_planned(&place).starts_with(&ws),
+        };
+        if ws_above_place {
+            let why = match name {
+                "your home folder" => "a folder above your home folder",
+                "your runtime folder" => "a folder above your runtime folder",
+                _ => "a folder above the system's temp folder",
+            };
+            return refuse(why, what);
         }
     }
     // baton's own configuration and state: a hook or setting written there runs or counts
     // outside the sandbox in every later session. A folder holding one (`~/.config`,
     // `~/.local`) or inside one is refused, whether the folder exists yet or not.
     for own in own_dirs() {
-        let own = crate::untrusted_fs::real_or_planned(&own);
-        if own.starts_with(&ws) || ws.starts_with(&own) || same_folder(&own, &ws) {
-            let why = if ws.starts_with(&own) {
+        let planned = crate::untrusted_fs::real_or_planned(&own);
+        let own_id = folder_id(&planned);
+        let inside = ws.starts_with(&planned) || (!is_ws(own_id) && holds_ws(own_id));
+        if planned.starts_with(&ws) || inside || is_ws(own_id) {
+            let why = if inside {
                 "inside baton's own configuration or state folder"
             } else {
                 "a folder holding baton's own configuration or state"
             };
-            return Some(BroadWorkspace {
-                path: ws,
+            return refuse(
                 why,
-                what: "baton's hooks, settings and trust list (~/.config/baton), which act \
-                       outside the sandbox in every later session",
-            });
+                "baton's hooks, settings and trust list (~/.config/baton), which act \
+                 outside the sandbox in every later session",
+            );
         }
     }
     // A credential folder (`~/.ssh`, `~/.aws`, `~/.gnupg`…) or a folder inside one: the
     // sandbox hides them from commands, and a workspace there would hand them over (a path a
     // command planted a link on, `~/code/team/proj` leading to `~/.ssh`, resolves there).
-    if let Some(home) = dirs::home_dir() {
-        for credential in crate::protocol::HOME_CREDENTIALS {
-            let place = real(&home.join(credential));
-            if ws.starts_with(&place) || same_folder(&place, &ws) {
-                return Some(BroadWorkspace {
-                    path: ws,
-                    why: "a folder of your credentials (hidden from commands)",
-                    what: "keys and tokens the sandbox keeps from commands",
-                });
-            }
-        }
-    }
-    let system = |p: &str| {
-        let place = real(Path::new(p));
-        place == ws || same_folder(&place, &ws)
-    };
-    if SYSTEM_TREES
-        .iter()
-        .any(|t| system(t) || ws.starts_with(real(Path::new(t))))
-        || SYSTEM_PARENTS.iter().any(|p| system(p))
+    if let Some(home) = dirs::home_dir()
+        && crate::protocol::HOME_CREDENTIALS
+            .iter()
+            .any(|credential| holds_ws(folder_id(&home.join(credential))))
     {
-        return Some(BroadWorkspace {
-            path: ws,
-            why: "a system folder",
-            what: "the machine's configuration, programs or other users' files",
-        });
+        return refuse(
+            "a folder of your credentials (hidden from commands)",
+            "keys and tokens the sandbox keeps from commands",
+        );
+    }
+    let system_tree = |t: &&str| holds_ws(folder_id(Path::new(t)));
+    let system_parent = |p: &&str| is_ws(folder_id(Path::new(p)));
+    if SYSTEM_TREES.iter().any(system_tree) || SYSTEM_PARENTS.iter().any(system_parent) {
+        return refuse(
+            "a system folder",
+            "the machine's configuration, programs or other users' files",
+        );
     }
     None
 }
