@@ -91,76 +91,88 @@ pub(super) fn list_dirs(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// Every `core.hooksPath` a repository's git could use: the values in its own config, the
-/// user's global and the system config, and every file those include (`include.path`,
-/// `includeIf.*.path`, whatever the condition: a command can change which holds), resolved the
-/// way git does: `~/` from HOME, relative from the work tree. All of them, not only the one in
-/// force now: a hooks folder named in an included, tracked `.gitconfig` was left writable.
-pub(super) fn hooks_paths(gitdir: &Path, work_tree: &Path) -> Vec<PathBuf> {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let mut out: Vec<PathBuf> = Vec::new();
-    for e in every_config_entry(gitdir) {
-        if e.name() != "core.hookspath" {
-            continue;
-        }
-        let value = e.value.trim();
-        if value.is_empty() {
-            continue;
-        }
-        let p = if let Some(rest) = value.strip_prefix("~/") {
-            let Some(h) = &home else { continue };
-            h.join(rest)
-        } else {
-            work_tree.join(value)
-        };
-        let p = normalize(&p);
-        if !out.contains(&p) {
-            out.push(p);
-        }
-    }
-    out
+/// What git's config files say for one repository, each file read once: the files its git
+/// could read (its own config and `config.worktree`, the user's global ones, the system one,
+/// and every file they include) and every entry in them and in baton's environment.
+pub(super) struct GitConfigs {
+    included: Vec<PathBuf>,
+    entries: Vec<config::Entry>,
 }
 
-/// The files of the work tree that git's settings name as a program to run: an entry that
-/// may run code (`core.fsmonitor = scripts/fsmon`, a filter's `clean`, a diff's `textconv`,
-/// an alias `!scripts/x`) whose program, the value's first word, is an existing file there
-/// (relative paths from the work tree, as git runs them). The settings themselves are the
-/// user's (a command cannot add one: the configs are protected), but the program they name
-/// would be an ordinary workspace file a command could rewrite for the user's next `git`.
-pub(super) fn program_files(gitdir: &Path, work_tree: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    for e in every_config_entry(gitdir) {
-        if !e.runs_code() {
-            continue;
-        }
-        let Some(first) = e.value.split_whitespace().next() else {
-            continue;
-        };
-        let word = first
-            .trim_start_matches('!')
-            .trim_matches(|c| c == '"' || c == '\'');
-        if word.is_empty() || word.starts_with('~') || !word.contains('/') {
-            continue;
-        }
-        let path = normalize(&work_tree.join(word));
-        if path.is_file() && !out.contains(&path) {
-            out.push(path);
-        }
+impl GitConfigs {
+    pub(super) fn read(gitdir: &Path) -> Self {
+        let (included, mut entries) = walk_configs(gitdir);
+        entries.extend(config::parse(&environment_config()));
+        GitConfigs { included, entries }
     }
-    out
-}
 
-/// Every entry of every config file git could read for a repository: its own, the user's
-/// and the system's, and every file they include.
-fn every_config_entry(gitdir: &Path) -> Vec<config::Entry> {
-    let mut out: Vec<config::Entry> = repo_configs(gitdir)
-        .into_iter()
-        .chain(included_configs(gitdir))
-        .filter_map(|file| read_small(&file))
-        .flat_map(|text| config::parse(&String::from_utf8_lossy(&text)))
-        .collect();
-    out.extend(config::parse(&environment_config()));
-    out
+    /// The files the repository's config pulls in with `include.path` and `includeIf.*.path`
+    /// (projects share settings with `include.path = ../.gitconfig`), followed through
+    /// included files, resolved as git does: `~/` from HOME, a relative path from the
+    /// including file's folder. Every `includeIf` counts, whatever its condition: which one
+    /// holds depends on the branch checked out and where the repository lies, both of which
+    /// a command can change.
+    pub(super) fn included(&self) -> &[PathBuf] {
+        &self.included
+    }
+
+    /// Every `core.hooksPath` the repository's git could use, in any of its files, in force
+    /// now or not (a hooks folder named in an included, tracked `.gitconfig` was left
+    /// writable), resolved the way git does: `~/` from HOME, relative from the work tree.
+    pub(super) fn hooks_paths(&self, work_tree: &Path) -> Vec<PathBuf> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let mut out: Vec<PathBuf> = Vec::new();
+        for e in &self.entries {
+            if e.name() != "core.hookspath" {
+                continue;
+            }
+            let value = e.value.trim();
+            if value.is_empty() {
+                continue;
+            }
+            let p = if let Some(rest) = value.strip_prefix("~/") {
+                let Some(h) = &home else { continue };
+                h.join(rest)
+            } else {
+                work_tree.join(value)
+            };
+            let p = normalize(&p);
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    /// The files of the work tree that git's settings name as a program to run: an entry
+    /// that may run code (`core.fsmonitor = scripts/fsmon`, a filter's `clean`, a diff's
+    /// `textconv`, an alias `!scripts/x`) whose program, the value's first word, is an
+    /// existing file there (relative paths from the work tree, as git runs them). The
+    /// settings themselves are the user's (a command cannot add one: the configs are
+    /// protected), but the program they name would be an ordinary workspace file a command
+    /// could rewrite for the user's next `git`.
+    pub(super) fn program_files(&self, work_tree: &Path) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = Vec::new();
+        for e in &self.entries {
+            if !e.runs_code() {
+                continue;
+            }
+            let Some(first) = e.value.split_whitespace().next() else {
+                continue;
+            };
+            let word = first
+                .trim_start_matches('!')
+                .trim_matches(|c| c == '"' || c == '\'');
+            if word.is_empty() || word.starts_with('~') || !word.contains('/') {
+                continue;
+            }
+            let path = normalize(&work_tree.join(word));
+            if path.is_file() && !out.contains(&path) {
+                out.push(path);
+            }
+        }
+        out
+    }
 }
 
 /// The settings git takes from baton's environment, which the user's git has too
@@ -246,26 +258,32 @@ const MAX_INCLUDE_DEPTH: usize = 10;
 /// every command (it loses its includes to the audit anyway, `include.*` being code-running).
 const MAX_INCLUDES: usize = 256;
 
-/// The files the repository's config pulls in with `include.path` and `includeIf.*.path`
-/// (projects share settings with `include.path = ../.gitconfig`), followed through included
-/// files, resolved as git does: `~/` from HOME, a relative path from the including file's
-/// folder. Every `includeIf` counts, whatever its condition: which one holds depends on the
-/// branch checked out and where the repository lies, both of which a command can change.
-pub(super) fn included_configs(gitdir: &Path) -> Vec<PathBuf> {
+/// Reads the repository's config files and, through them, every file they include: the
+/// included files (see [`GitConfigs::included`]) and the entries of every file git could
+/// read, each file read once.
+fn walk_configs(gitdir: &Path) -> (Vec<PathBuf>, Vec<config::Entry>) {
     let home = std::env::var_os("HOME").map(PathBuf::from);
-    let mut out: Vec<PathBuf> = Vec::new();
+    let mut included: Vec<PathBuf> = Vec::new();
+    let mut entries: Vec<config::Entry> = Vec::new();
+    let mut read: Vec<PathBuf> = Vec::new();
     let mut queue: Vec<(PathBuf, usize)> =
         repo_configs(gitdir).into_iter().map(|f| (f, 0)).collect();
-    while let Some((file, depth)) = queue.pop() {
-        if depth > MAX_INCLUDE_DEPTH {
-            continue;
-        }
-        let Some(text) = read_small(&file) else {
+    let parse = |file: &Path, read: &mut Vec<PathBuf>| -> Option<Vec<config::Entry>> {
+        read.push(file.to_path_buf());
+        let text = read_small(file)?;
+        Some(config::parse(&String::from_utf8_lossy(&text)))
+    };
+    'walk: while let Some((file, depth)) = queue.pop() {
+        let Some(file_entries) = parse(&file, &mut read) else {
             continue;
         };
         let dir = file.parent().unwrap_or(Path::new("/"));
-        for e in config::parse(&String::from_utf8_lossy(&text)) {
-            if e.key != "path" || !matches!(e.section.as_str(), "include" | "includeif") {
+        for e in &file_entries {
+            // git stops following includes this deep; what the file says still counts.
+            if depth > MAX_INCLUDE_DEPTH
+                || e.key != "path"
+                || !matches!(e.section.as_str(), "include" | "includeif")
+            {
                 continue;
             }
             let value = e.value.trim();
@@ -278,16 +296,26 @@ pub(super) fn included_configs(gitdir: &Path) -> Vec<PathBuf> {
                 dir.join(value)
             };
             let target = normalize(&target);
-            if out.len() >= MAX_INCLUDES {
-                return out;
+            if included.len() >= MAX_INCLUDES {
+                entries.extend(file_entries);
+                break 'walk;
             }
-            if !out.contains(&target) {
-                out.push(target.clone());
+            if !included.contains(&target) {
+                included.push(target.clone());
                 queue.push((target, depth + 1));
             }
         }
+        entries.extend(file_entries);
     }
-    out
+    // Files named but not walked (past the limit) still count for what they say.
+    for file in &included {
+        if !read.contains(file)
+            && let Some(more) = parse(file, &mut read)
+        {
+            entries.extend(more);
+        }
+    }
+    (included, entries)
 }
 
 /// `a/./b/../c` → `a/c` without touching the filesystem (the target may not exist yet).

@@ -2,10 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::gitdirs::{
-    MAX_GITDIR_DEPTH, commondir_of, gitdir_of, hooks_paths, husky_dir, included_configs, list_dirs,
-    program_files,
-};
+use super::gitdirs::{GitConfigs, MAX_GITDIR_DEPTH, commondir_of, gitdir_of, husky_dir, list_dirs};
 use super::roots::{baton_homes, inside_any, project_roots, writable_ancestors, writable_dirs};
 use crate::protocol::SandboxMode;
 use crate::sandbox::policy::SandboxPolicy;
@@ -76,14 +73,15 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
         }
         if let Some(gitdir) = gitdir_of(&dot_git) {
             protect_gitdir(&gitdir, &writable, &mut out, 0);
-            for hooks in hooks_paths(&gitdir, top) {
+            let configs = GitConfigs::read(&gitdir);
+            for hooks in configs.hooks_paths(top) {
                 protect_hooks_path(&hooks, &writable, &mut out);
             }
-            for included in included_configs(&gitdir) {
-                protect_included(&included, &writable, &mut out);
+            for included in configs.included() {
+                protect_included(included, &writable, &mut out);
             }
             // A program git's settings name in the work tree: protected like an included file.
-            for program in program_files(&gitdir, top) {
+            for program in configs.program_files(top) {
                 protect_included(&program, &writable, &mut out);
             }
         }

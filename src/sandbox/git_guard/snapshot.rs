@@ -4,8 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::gitdirs::{
-    MAX_GITDIR_DEPTH, commondir_of, gitdir_of, hooks_paths, husky_dir, included_configs, list_dirs,
-    open_regular, program_files,
+    GitConfigs, MAX_GITDIR_DEPTH, commondir_of, gitdir_of, husky_dir, list_dirs, open_regular,
 };
 use super::roots::{baton_homes, inside_any, project_roots, writable_ancestors};
 use crate::protocol::SandboxMode;
@@ -138,7 +137,7 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
     for gitdir in &found_bare {
         if inside_any(gitdir, &writable) {
             snap.track_gitdir(gitdir, &writable, 0);
-            snap.track_included(gitdir, &writable);
+            snap.track_included(&GitConfigs::read(gitdir), &writable);
         }
     }
     for a in writable_ancestors(policy, &writable) {
@@ -167,7 +166,8 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
         {
             snap.track_pointer(dot_git);
         }
-        for hooks in hooks_paths(&gitdir, work_tree) {
+        let configs = GitConfigs::read(&gitdir);
+        for hooks in configs.hooks_paths(work_tree) {
             if !inside_any(&hooks, &writable) {
                 continue;
             }
@@ -176,8 +176,8 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
                 snap.track_dir(&husky, Kind::Hook, &writable);
             }
         }
-        snap.track_included(&gitdir, &writable);
-        for program in program_files(&gitdir, work_tree) {
+        snap.track_included(&configs, &writable);
+        for program in configs.program_files(work_tree) {
             if inside_any(&program, &writable) {
                 snap.track(&program, Kind::Hook);
             }
@@ -373,10 +373,10 @@ impl AuditSnapshot {
     }
 
     /// The configs the repository includes that a command could have written or created.
-    fn track_included(&mut self, gitdir: &Path, writable: &[PathBuf]) {
-        for included in included_configs(gitdir) {
-            if inside_any(&included, writable) {
-                self.track(&included, Kind::GitConfig);
+    fn track_included(&mut self, configs: &GitConfigs, writable: &[PathBuf]) {
+        for included in configs.included() {
+            if inside_any(included, writable) {
+                self.track(included, Kind::GitConfig);
             }
         }
     }
