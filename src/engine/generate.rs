@@ -260,25 +260,10 @@ impl<D: Device> Core<D> {
         let weights = WeightFiles::open_dir(&base)?;
         let model = Qwen3::load(&dev, &config, &weights)?;
         drop(weights);
-        let mut adapters = Vec::new();
-        let loras = root.join("loras");
-        if loras.is_dir() {
-            let mut dirs = Vec::new();
-            for entry in std::fs::read_dir(&loras).map_err(|e| EngineError::io(&loras, e))? {
-                let path = entry.map_err(|e| EngineError::io(&loras, e))?.path();
-                if path.is_dir() {
-                    dirs.push(path);
-                }
-            }
-            dirs.sort();
-            for dir in dirs {
-                let name = dir
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                adapters.push(LoraAdapter::load(&dev, &name, &dir, &config)?);
-            }
-        }
+        let adapters = adapter_dirs(root)?
+            .iter()
+            .map(|(name, dir)| LoraAdapter::load(&dev, name, dir, &config))
+            .collect::<Result<Vec<_>, _>>()?;
         let max_rank = adapters
             .iter()
             .map(LoraAdapter::max_rank)
@@ -389,38 +374,45 @@ impl<D: Device> Core<D> {
         entry.tokens.push(token);
         model.logits_of_row(dev, ws, 0, logits)
     }
+}
 
-    fn decode(
-        &mut self,
-        entry: &mut KvEntry<D>,
-        req: &GenerateRequest,
-        max_new: usize,
-        on_token: &mut dyn FnMut(u32) -> bool,
-        out: &mut Vec<u32>,
-    ) -> Result<FinishKind, EngineError> {
-        let eos = self.model.config().eos_token_ids.clone();
-        let mut s = DenseStepper {
-            core: self,
-            entry,
-            adapter: req.adapter,
-        };
-        decode_loop(&mut s, req, &eos, max_new, on_token, out)
+/// The adapters of a model folder: its `loras/NAME/` folders, by name.
+pub(super) fn adapter_dirs(root: &Path) -> Result<Vec<(String, PathBuf)>, EngineError> {
+    let loras = root.join("loras");
+    if !loras.is_dir() {
+        return Ok(Vec::new());
     }
+    let mut dirs = Vec::new();
+    for entry in std::fs::read_dir(&loras).map_err(|e| EngineError::io(&loras, e))? {
+        let path = entry.map_err(|e| EngineError::io(&loras, e))?.path();
+        if path.is_dir() {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            dirs.push((name, path));
+        }
+    }
+    dirs.sort();
+    Ok(dirs)
+}
 
-    fn choose(
-        &mut self,
-        entry: &mut KvEntry<D>,
-        req: &GenerateRequest,
-        trie: &TokenTrie,
-        on_token: &mut dyn FnMut(u32) -> bool,
-        out: &mut Vec<u32>,
-    ) -> Result<(FinishKind, Vec<f32>, Option<usize>), EngineError> {
-        let mut s = DenseStepper {
-            core: self,
-            entry,
-            adapter: req.adapter,
-        };
-        choose_loop(&mut s, req, trie, on_token, out)
+/// What both runners do once a prompt is in: a constrained choice among `trie`'s answers,
+/// nothing (`max_new` 0), or free sampling; the finish, the choice's log-probabilities and
+/// the choice.
+pub(super) fn sample(
+    s: &mut dyn Stepper,
+    req: &GenerateRequest,
+    trie: Option<&TokenTrie>,
+    eos: &[u32],
+    max_new: usize,
+    on_token: &mut dyn FnMut(u32) -> bool,
+    out: &mut Vec<u32>,
+) -> Result<(FinishKind, Option<Vec<f32>>, Option<usize>), EngineError> {
+    match trie {
+        Some(t) => choose_loop(s, req, t, on_token, out).map(|(f, sc, c)| (f, Some(sc), c)),
+        None if max_new == 0 => Ok((FinishKind::Length, None, None)),
+        None => decode_loop(s, req, eos, max_new, on_token, out).map(|f| (f, None, None)),
     }
 }
 
@@ -606,14 +598,22 @@ impl<D: Device> Runner for Core<D> {
         let prefill_time = started.elapsed();
         let decode_started = Instant::now();
         let mut tokens = Vec::with_capacity(max_new);
-        let outcome = result.and_then(|()| match &trie {
-            Some(t) => self
-                .choose(&mut entry, req, t, on_token, &mut tokens)
-                .map(|(f, s, c)| (f, Some(s), c)),
-            None if max_new == 0 => Ok((FinishKind::Length, None, None)),
-            None => self
-                .decode(&mut entry, req, max_new, on_token, &mut tokens)
-                .map(|f| (f, None, None)),
+        let eos = self.model.config().eos_token_ids.clone();
+        let outcome = result.and_then(|()| {
+            let mut s = DenseStepper {
+                core: self,
+                entry: &mut entry,
+                adapter: req.adapter,
+            };
+            sample(
+                &mut s,
+                req,
+                trie.as_ref(),
+                &eos,
+                max_new,
+                on_token,
+                &mut tokens,
+            )
         });
         let decode_time = decode_started.elapsed();
         match outcome {

@@ -11,8 +11,8 @@ use super::config::ModelConfig;
 use super::device::HybridDevice;
 use super::error::EngineError;
 use super::generate::{
-    EngineOptions, FinishKind, GenerateOutput, GenerateRequest, MemoryReport, PromptLogits, Runner,
-    Stepper, check_request, choose_loop, decode_loop, plan_request,
+    EngineOptions, GenerateOutput, GenerateRequest, MemoryReport, PromptLogits, Runner, Stepper,
+    adapter_dirs, check_request, plan_request, sample,
 };
 use super::hybrid::{HybridState, HybridWorkspace, Qwen35Moe};
 use super::hybrid_lora::HybridLora;
@@ -62,25 +62,10 @@ impl<D: HybridDevice> HybridCore<D> {
         let weights = WeightFiles::open_dir(&base)?;
         let model = Qwen35Moe::load(&dev, &config, &weights)?;
         drop(weights);
-        let mut adapters = Vec::new();
-        let loras = root.join("loras");
-        if loras.is_dir() {
-            let mut dirs = Vec::new();
-            for entry in std::fs::read_dir(&loras).map_err(|e| EngineError::io(&loras, e))? {
-                let path = entry.map_err(|e| EngineError::io(&loras, e))?.path();
-                if path.is_dir() {
-                    dirs.push(path);
-                }
-            }
-            dirs.sort();
-            for dir in dirs {
-                let name = dir
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                adapters.push(HybridLora::load(&dev, &name, &dir, &config)?);
-            }
-        }
+        let adapters = adapter_dirs(root)?
+            .iter()
+            .map(|(name, dir)| HybridLora::load(&dev, name, dir, &config))
+            .collect::<Result<Vec<_>, _>>()?;
         let max_rank = adapters.iter().map(HybridLora::max_rank).max().unwrap_or(0);
         let ws = model.workspace(&dev, max_rank)?;
         Ok(HybridCore {
@@ -270,13 +255,15 @@ impl<D: HybridDevice> Runner for HybridCore<D> {
                 state: &mut state,
                 adapter: req.adapter,
             };
-            match &trie {
-                Some(t) => choose_loop(&mut s, req, t, on_token, &mut tokens)
-                    .map(|(f, sc, c)| (f, Some(sc), c)),
-                None if max_new == 0 => Ok((FinishKind::Length, None, None)),
-                None => decode_loop(&mut s, req, &eos, max_new, on_token, &mut tokens)
-                    .map(|f| (f, None, None)),
-            }
+            sample(
+                &mut s,
+                req,
+                trie.as_ref(),
+                &eos,
+                max_new,
+                on_token,
+                &mut tokens,
+            )
         });
         let decode_time = decode_started.elapsed();
         // A failed run leaves its state unknown: it is dropped, not cached.
