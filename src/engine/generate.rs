@@ -397,9 +397,12 @@ pub(super) fn adapter_dirs(root: &Path) -> Result<Vec<(String, PathBuf)>, Engine
     Ok(dirs)
 }
 
+/// How a request's sampling ended: the finish, and for a constrained choice the answers'
+/// log-probabilities and the one chosen.
+pub(super) type Sampled = (FinishKind, Option<Vec<f32>>, Option<usize>);
+
 /// What both runners do once a prompt is in: a constrained choice among `trie`'s answers,
-/// nothing (`max_new` 0), or free sampling; the finish, the choice's log-probabilities and
-/// the choice.
+/// nothing (`max_new` 0), or free sampling.
 pub(super) fn sample(
     s: &mut dyn Stepper,
     req: &GenerateRequest,
@@ -408,7 +411,7 @@ pub(super) fn sample(
     max_new: usize,
     on_token: &mut dyn FnMut(u32) -> bool,
     out: &mut Vec<u32>,
-) -> Result<(FinishKind, Option<Vec<f32>>, Option<usize>), EngineError> {
+) -> Result<Sampled, EngineError> {
     match trie {
         Some(t) => choose_loop(s, req, t, on_token, out).map(|(f, sc, c)| (f, Some(sc), c)),
         None if max_new == 0 => Ok((FinishKind::Length, None, None)),
