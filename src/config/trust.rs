@@ -368,7 +368,7 @@ fn server_programs(folder: &Path, files: &ProjectFiles) -> Vec<PathBuf> {
             continue;
         };
         let base = cwd.map_or_else(|| folder.clone(), |c| folder.join(c));
-        let loaded = loaded_from_the_folder(&command, &args, &env);
+        let loaded = loaded_from_the_folder(&command, &args, &env, &base);
         // A `--flag=value` word is looked at as its value too (`--require=./hook.js`).
         let values: Vec<String> = args
             .iter()
@@ -389,15 +389,7 @@ fn server_programs(folder: &Path, files: &ProjectFiles) -> Vec<PathBuf> {
             let Ok(meta) = std::fs::metadata(&real) else {
                 continue;
             };
-            let runnable = {
-                use std::os::unix::fs::PermissionsExt;
-                is_program
-                    || meta.permissions().mode() & 0o111 != 0
-                    || real.extension().is_some_and(|x| {
-                        SCRIPT_EXTENSIONS.contains(&x.to_string_lossy().to_lowercase().as_str())
-                    })
-            };
-            if meta.is_file() && runnable {
+            if meta.is_file() && (is_program || runs_as_script(&real)) {
                 out.insert(real);
             }
         }
@@ -409,11 +401,14 @@ fn server_programs(folder: &Path, files: &ProjectFiles) -> Vec<PathBuf> {
 /// in (and to the `PYTHONPATH` entries its `env` names): `python3 -m pkg.mod` (also `-mpkg.mod`,
 /// through `env` or `uv run`) imports `pkg/__init__.py`, then `pkg/mod.py` or the package
 /// `pkg/mod/` (`__init__.py`, `__main__.py`); `npx -y pkg` runs `node_modules/.bin/pkg`, and
-/// `npx -p pkg bin` runs `node_modules/.bin/bin`.
+/// `npx -p pkg bin` runs `node_modules/.bin/bin`; an interpreter handed a folder runs what the
+/// folder names ([`run_from_folder`]); a package manager's script runner runs what
+/// `package.json` says ([`package_scripts`]). `base` is the folder the server starts in.
 fn loaded_from_the_folder(
     command: &str,
     args: &[String],
     env: &std::collections::BTreeMap<String, String>,
+    base: &Path,
 ) -> Vec<String> {
     let mut words: Vec<&str> = std::iter::once(command)
         .chain(args.iter().map(String::as_str))
@@ -502,7 +497,140 @@ fn loaded_from_the_folder(
             out.push(format!("node_modules/.bin/{bin}"));
         }
     }
+    let positional = || rest.iter().copied().filter(|w| !w.starts_with('-'));
+    let interpreter = if python {
+        Some(Interpreter::Python)
+    } else if matches!(program.as_str(), "node" | "nodejs" | "bun") {
+        Some(Interpreter::Node)
+    } else {
+        None
+    };
+    if let Some(kind) = interpreter {
+        for word in positional().filter(|w| base.join(w).is_dir()) {
+            out.extend(run_from_folder(kind, word, base));
+        }
+    }
+    if matches!(program.as_str(), "npm" | "pnpm" | "yarn" | "bun") {
+        out.extend(package_scripts(
+            &program,
+            &positional().collect::<Vec<_>>(),
+            base,
+        ));
+    }
     out
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Interpreter {
+    Python,
+    Node,
+}
+
+/// What an interpreter runs when handed the folder `dir` (relative to `base`): `python3 DIR`
+/// its `__main__.py`; `node DIR` (`node .`) the file its `package.json` names as `main` (with
+/// the extensions and `index` files node tries), else its `index.js`; the `package.json`
+/// itself, since it decides.
+fn run_from_folder(kind: Interpreter, dir: &str, base: &Path) -> Vec<String> {
+    let dir = dir.trim_end_matches('/');
+    match kind {
+        Interpreter::Python => vec![format!("{dir}/__main__.py")],
+        Interpreter::Node => {
+            let manifest = package_json(&base.join(dir));
+            let mut out = vec![format!("{dir}/package.json")];
+            let main = manifest
+                .as_ref()
+                .and_then(|m| m.get("main"))
+                .and_then(|m| m.as_str())
+                .map(|m| m.trim_start_matches("./").trim_end_matches('/').to_string());
+            for stem in main.into_iter().chain([String::from("index")]) {
+                out.push(format!("{dir}/{stem}"));
+                for ext in NODE_EXTENSIONS {
+                    out.push(format!("{dir}/{stem}.{ext}"));
+                    out.push(format!("{dir}/{stem}/index.{ext}"));
+                }
+            }
+            out
+        }
+    }
+}
+
+/// The extensions node tries for a module named without one.
+const NODE_EXTENSIONS: &[&str] = &["js", "mjs", "cjs", "json", "node"];
+
+/// A folder's `package.json`, read as a project file (bounded, never a FIFO).
+fn package_json(dir: &Path) -> Option<serde_json::Value> {
+    let bytes = read_project_file(&dir.join("package.json")).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// What `npm run NAME` (`npm start`, `npm test`, `yarn NAME`, `pnpm NAME`, `bun run NAME`)
+/// runs in `base`: `package.json`, which holds the scripts, and the files the script and its
+/// `pre`/`post` scripts name (their words relative to `base`, and each command word's
+/// `node_modules/.bin/` program); `npm start` without a script runs `server.js`.
+fn package_scripts(program: &str, words: &[&str], base: &Path) -> Vec<String> {
+    const SUBCOMMANDS: &[&str] = &[
+        "install", "i", "ci", "add", "remove", "exec", "x", "dlx", "init", "create", "publish",
+        "pack", "link", "update", "upgrade", "audit", "outdated", "ls", "list", "config",
+    ];
+    let script = match words {
+        ["run" | "run-script" | "rr", name, ..] => Some(*name),
+        [name @ ("start" | "test" | "restart" | "stop"), ..] => Some(*name),
+        // `yarn NAME`, `pnpm NAME`, `bun NAME` run a script of that name.
+        [name, ..] if program != "npm" && !SUBCOMMANDS.contains(name) => Some(*name),
+        _ => None,
+    };
+    let Some(script) = script else {
+        return Vec::new();
+    };
+    let mut out = vec![String::from("package.json")];
+    let scripts = package_json(base)
+        .and_then(|m| m.get("scripts").cloned())
+        .unwrap_or_default();
+    if script == "start" && scripts.get("start").is_none() {
+        out.push(String::from("server.js"));
+    }
+    for name in [
+        format!("pre{script}"),
+        script.to_string(),
+        format!("post{script}"),
+    ] {
+        let Some(line) = scripts.get(&name).and_then(|l| l.as_str()) else {
+            continue;
+        };
+        let commands = line.split([';', '&', '|', '(', ')', '\n']);
+        for command in commands.take(MAX_PROGRAM_WORDS) {
+            let mut command_word = true;
+            for word in command.split_whitespace().take(MAX_PROGRAM_WORDS) {
+                let word = word.trim_matches(|c| c == '"' || c == '\'');
+                if command_word && !word.contains('=') {
+                    // The program itself, found where the script runner looks first.
+                    out.push(format!("node_modules/.bin/{word}"));
+                    out.push(word.to_string());
+                    command_word = false;
+                    continue;
+                }
+                // Its arguments count as the server's own do: scripts, not data.
+                let value = word.split_once('=').map_or(word, |(_, value)| value);
+                if runs_as_script(&base.join(value)) {
+                    out.push(value.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether `path` is a file an interpreter would run: executable, or a script by its
+/// extension.
+fn runs_as_script(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|meta| {
+        meta.is_file()
+            && (meta.permissions().mode() & 0o111 != 0
+                || path.extension().is_some_and(|x| {
+                    SCRIPT_EXTENSIONS.contains(&x.to_string_lossy().to_lowercase().as_str())
+                }))
+    })
 }
 
 /// The file name of a program word (`/usr/bin/python3.12` → `python3.12`).
@@ -738,6 +866,70 @@ mod tests {
         list.trust(folder);
         std::fs::write(folder.join("tools/mcp.py"), "evil()\n").expect("write");
         assert_eq!(list.status(folder), TrustStatus::Changed);
+    }
+
+    /// Twelfth red team, high: `node .`, `npm run mcp` and `python3 srv` run files no argument
+    /// names (`package.json`, its `main`, a script's program, `srv/__main__.py`); a command
+    /// edited them and the next start ran the edit outside the sandbox, trust unchanged.
+    #[test]
+    fn an_interpreter_handed_a_folder_or_a_script_runner_is_covered() {
+        let package = r#"{"main": "lib/main.js", "scripts": {"mcp": "node srv/run.js --db data.db", "premcp": "./prep.sh"}}"#;
+        let cases: &[(&str, &str)] = &[
+            (r#""command": "node", "args": ["."]"#, "lib/main.js"),
+            (r#""command": "node", "args": ["."]"#, "package.json"),
+            (r#""command": "node", "args": ["web"]"#, "web/index.js"),
+            (
+                r#""command": "npm", "args": ["run", "mcp"]"#,
+                "package.json",
+            ),
+            (r#""command": "npm", "args": ["run", "mcp"]"#, "srv/run.js"),
+            (r#""command": "npm", "args": ["run", "mcp"]"#, "prep.sh"),
+            (r#""command": "yarn", "args": ["mcp"]"#, "srv/run.js"),
+            (r#""command": "npm", "args": ["start"]"#, "server.js"),
+            (
+                r#""command": "python3", "args": ["srv"]"#,
+                "srv/__main__.py",
+            ),
+            (
+                r#""command": "python3", "args": ["-u", "srv/"]"#,
+                "srv/__main__.py",
+            ),
+        ];
+        for (server, loaded) in cases {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let folder = dir.path();
+            std::fs::write(
+                folder.join(".mcp.json"),
+                format!(r#"{{"mcpServers": {{"s": {{{server}}}}}}}"#),
+            )
+            .expect("write");
+            std::fs::write(folder.join("package.json"), package).expect("write");
+            for file in [
+                "lib/main.js",
+                "web/index.js",
+                "srv/run.js",
+                "srv/__main__.py",
+                "server.js",
+                "prep.sh",
+                "data.db",
+            ] {
+                let path = folder.join(file);
+                std::fs::create_dir_all(path.parent().unwrap()).expect("mkdir");
+                std::fs::write(&path, "ok\n").expect("write");
+            }
+            let mut list = TrustList::default();
+            list.trust(folder);
+            assert_eq!(list.status(folder), TrustStatus::Trusted, "{server}");
+            // The data a server keeps changing is not code: trust holds.
+            std::fs::write(folder.join("data.db"), "rows\n").expect("write");
+            assert_eq!(list.status(folder), TrustStatus::Trusted, "{server}");
+            std::fs::write(folder.join(loaded), "evil()\n").expect("write");
+            assert_eq!(
+                list.status(folder),
+                TrustStatus::Changed,
+                "{server}: {loaded}"
+            );
+        }
     }
 
     /// The red team's spellings of "loaded by name": each server's loaded file, edited after

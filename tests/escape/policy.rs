@@ -452,24 +452,65 @@ fn a_trusted_projects_mcp_server_program_rewritten_by_a_command_does_not_run() {
     // documented example does). The servers run outside the sandbox, and the sandbox lets
     // the model's commands write the work tree: rewriting the program must not carry the
     // trust over to the next session.
-    use std::os::unix::fs::PermissionsExt;
-    let env = Env::new();
     let outside = outside_dir();
-    let tools = env.workspace.join("tools");
-    std::fs::create_dir_all(&tools).expect("mkdir");
-    for script in ["mcp.sh", "serve.sh"] {
-        let p = tools.join(script);
-        std::fs::write(&p, "#!/bin/sh\nexit 0\n").expect("write");
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
-    std::fs::write(
-        env.workspace.join(".mcp.json"),
+    let (direct, interpreted) = (
+        outside.path().join("pwned-direct"),
+        outside.path().join("pwned-interpreted"),
+    );
+    servers_rewritten_after_trust_do_not_run(
         r#"{"mcpServers": {
             "direct": {"command": "./tools/mcp.sh"},
             "interpreted": {"command": "sh", "args": ["tools/serve.sh"]}
         }}"#,
-    )
-    .expect("mcp.json");
+        &[
+            ("tools/mcp.sh", "#!/bin/sh\nexit 0\n"),
+            ("tools/serve.sh", "#!/bin/sh\nexit 0\n"),
+        ],
+        &format!(
+            "printf '#!/bin/sh\\ntouch {}\\n' > tools/mcp.sh && printf 'touch {}\\n' > tools/serve.sh",
+            direct.display(),
+            interpreted.display()
+        ),
+        &[&direct, &interpreted],
+    );
+}
+
+/// Twelfth red team, high: `python3 srv` runs `srv/__main__.py`, which no argument names (as
+/// `node .` runs the `main` of `package.json` and `npm run mcp` its script); a command edited
+/// it, and the next start ran the edit outside the sandbox with the trust unchanged.
+#[test]
+fn a_trusted_projects_server_run_from_a_folder_does_not_run_its_rewritten_entry_point() {
+    let outside = outside_dir();
+    let marker = outside.path().join("pwned-folder");
+    servers_rewritten_after_trust_do_not_run(
+        r#"{"mcpServers": {"folder": {"command": "python3", "args": ["srv"]}}}"#,
+        &[("srv/__main__.py", "import sys\n")],
+        &format!(
+            "printf 'open(\"{}\", \"w\")\\n' > srv/__main__.py",
+            marker.display()
+        ),
+        &[&marker],
+    );
+}
+
+/// Writes `files` (executable) and `mcp_json` in a workspace, trusts it, lets the model's
+/// sandboxed `command` rewrite them, starts the next session and asserts that none of the
+/// `markers` the rewritten servers would create exists, and that baton said why.
+fn servers_rewritten_after_trust_do_not_run(
+    mcp_json: &str,
+    files: &[(&str, &str)],
+    command: &str,
+    markers: &[&Path],
+) {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    for (name, text) in files {
+        let p = env.workspace.join(name);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, text).expect("write");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    std::fs::write(env.workspace.join(".mcp.json"), mcp_json).expect("mcp.json");
     let trusted = env.baton().arg("trust").output().expect("run baton trust");
     assert_eq!(
         trusted.status.code(),
@@ -477,14 +518,7 @@ fn a_trusted_projects_mcp_server_program_rewritten_by_a_command_does_not_run() {
         "{}",
         String::from_utf8_lossy(&trusted.stderr)
     );
-    let direct = outside.path().join("pwned-direct");
-    let interpreted = outside.path().join("pwned-interpreted");
-    let command = format!(
-        "printf '#!/bin/sh\\ntouch {}\\n' > tools/mcp.sh && printf 'touch {}\\n' > tools/serve.sh",
-        direct.display(),
-        interpreted.display()
-    );
-    let engine = engine_running(&command);
+    let engine = engine_running(command);
     let out = env
         .exec(
             &engine,
@@ -495,12 +529,10 @@ fn a_trusted_projects_mcp_server_program_rewritten_by_a_command_does_not_run() {
         .expect("run baton");
     let events = events(&out);
     assert_eq!(tool_status(&events), "ok", "{events:?}");
-    assert!(
-        std::fs::read_to_string(tools.join("mcp.sh"))
-            .expect("read")
-            .contains("touch"),
-        "the command did not rewrite the server: {events:?}"
-    );
+    for (name, text) in files {
+        let now = std::fs::read_to_string(env.workspace.join(name)).expect("read");
+        assert_ne!(&now, text, "the command did not rewrite {name}: {events:?}");
+    }
     // The next session starts the project's servers.
     let engine = MockEngine::scripted_blocking(Script::new().default_answer("hi."));
     let out = env
@@ -508,11 +540,7 @@ fn a_trusted_projects_mcp_server_program_rewritten_by_a_command_does_not_run() {
         .output()
         .expect("run baton");
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let ran: Vec<&Path> = [&direct, &interpreted]
-        .into_iter()
-        .filter(|p| p.exists())
-        .map(PathBuf::as_path)
-        .collect();
+    let ran: Vec<&&Path> = markers.iter().filter(|p| p.exists()).collect();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         ran.is_empty(),
