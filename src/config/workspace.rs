@@ -109,9 +109,10 @@ fn lineage(folder: &Path) -> Vec<FolderId> {
 /// resolved, bind mounts seen by their inode), so `-C ~/..`, a link to `/tmp` or a bind mount
 /// of it is seen for what it is.
 pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
+    // A `--write` folder may not exist yet: it is judged where it would be.
     let ws = workspace
         .canonicalize()
-        .unwrap_or_else(|_| workspace.to_path_buf());
+        .unwrap_or_else(|_| crate::untrusted_fs::real_or_planned(workspace));
     let refuse = |why, what| {
         Some(BroadWorkspace {
             path: ws.clone(),
@@ -119,9 +120,14 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
             what,
         })
     };
-    // The workspace and the folders above it: a place among them holds the workspace.
-    let above_ws = lineage(&ws);
-    let ws_id = above_ws.first().copied();
+    // The workspace (or the folder it would be made in) and the folders above it: a place
+    // among them holds the workspace.
+    let existing = ws
+        .ancestors()
+        .find(|a| a.exists())
+        .unwrap_or(Path::new("/"));
+    let above_ws = lineage(existing);
+    let ws_id = above_ws.first().copied().filter(|_| existing == ws);
     if ws.parent().is_none() || (ws_id.is_some() && ws_id == folder_id(Path::new("/"))) {
         return refuse("the root folder", "the whole machine");
     }
@@ -289,6 +295,10 @@ mod tests {
             }
         }
         assert!(check(project.path(), &[project.path().join("out")], true, false).is_ok());
+        // A folder that does not exist yet is judged where it would be made.
+        let planned = PathBuf::from("/etc/baton-test-not-made/cron.d");
+        let e = check(project.path(), &[planned], true, false).unwrap_err();
+        assert_eq!(e.why, "a system folder");
         // The same folder under another name: only a mount makes one, so compare the test
         // folder with itself through a link.
         let link = project.path().join("link");

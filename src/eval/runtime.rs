@@ -80,9 +80,11 @@ impl Runtime {
         };
         let mut listed = rt.quick(&["images", "-q"])?;
         // An image removed while the list is read (another job's) fails the listing: that
-        // says nothing about this runtime.
+        // says nothing about this runtime. Podman words it "image not known", or, caught
+        // halfway through the removal, "retrieving parent of image … file does not exist".
+        const REMOVED_MEANWHILE: [&str; 2] = ["image not known", "retrieving parent of image"];
         for _ in 0..3 {
-            if listed.status_ok || !listed.text.contains("image not known") {
+            if listed.status_ok || !REMOVED_MEANWHILE.iter().any(|m| listed.text.contains(m)) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(300));
