@@ -545,6 +545,22 @@ fn other_homes(own: Option<&Path>) -> Vec<PathBuf> {
 
 /// The world for `policy`: what bubblewrap mounts before baton's inner helper runs.
 pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
+    build_world(
+        policy,
+        TMP_IN_MEMORY.load(std::sync::atomic::Ordering::Relaxed),
+    )
+}
+
+/// The world for `policy` as a value to ask what it shows ([`Bwrap::shows_host`]), never to
+/// launch: the same mounts, with `/tmp` a tmpfs, so asking makes no private `/tmp` folder
+/// on the host (the file tools ask with the sandbox off too).
+pub(super) fn world_to_inspect(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
+    let mut world = build_world(policy, true)?;
+    world.close_held();
+    Ok(world)
+}
+
+fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, SandboxError> {
     let mut b = Bwrap::isolated(policy.network);
     b.ro_bind(Path::new("/"), Path::new("/"))
         .dev(Path::new("/dev"))
@@ -553,7 +569,7 @@ pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
     // RLIMIT_AS, the fallback bound: each tmpfs holds at most the bound.
     let size = policy.memory_limit();
     let var_tmp = Path::new("/var/tmp").is_dir();
-    if TMP_IN_MEMORY.load(std::sync::atomic::Ordering::Relaxed) {
+    if tmp_in_memory {
         b.tmp_dir(Path::new("/tmp"), size);
         if var_tmp {
             b.tmp_dir(Path::new("/var/tmp"), size);

@@ -97,13 +97,9 @@ impl Hidden {
             .iter()
             .map(|d| crate::untrusted_fs::real_or_planned(d))
             .collect();
-        let world = super::bwrap::world(policy).map(|mut w| {
-            w.close_held();
-            w
-        });
-        let world = world.map_err(|_| {
-            // The world cannot be made (its private /tmp): commands cannot start either; the
-            // file tools still keep to the deny-list.
+        let world = super::bwrap::world_to_inspect(policy).map_err(|_| {
+            // The world cannot be made (a writable root cannot be opened): commands cannot
+            // start either; the file tools still keep to the deny-list.
             let roots: Vec<PathBuf> = std::iter::once(&policy.workspace)
                 .chain(&policy.writable)
                 .filter_map(|p| p.canonicalize().ok())

@@ -335,6 +335,50 @@ pub(super) fn session(
     (ends, sent)
 }
 
+/// The file tools ask what a command's world would show: asking made that world's private
+/// `/tmp` folder on the host (`$TMPDIR/baton-sandbox-UID-PID`, left behind), even with the
+/// sandbox off, where no command ever uses it.
+#[test]
+fn file_tools_leave_no_private_tmp_folder_behind() {
+    let env = Env::new();
+    std::fs::write(env.workspace.join("notes.txt"), "hello\n").expect("write");
+    let tmpdir = tempfile::tempdir().expect("tempdir");
+    let script = Script::new()
+        .route("L2")
+        .answer(
+            "L2",
+            MockReply::tool_call("c0", "read_file", json!({"path": "notes.txt"}).to_string()),
+        )
+        .answer(
+            "L2",
+            MockReply::tool_call("c1", "list_dir", json!({"path": "."}).to_string()),
+        )
+        .answer("L2", "done.");
+    let engine = MockEngine::scripted_blocking(script);
+    let out = env
+        .exec(
+            &engine,
+            "look",
+            &["--json", "--sandbox", "off", "--approval", "full-auto"],
+        )
+        .env("TMPDIR", tmpdir.path())
+        .output()
+        .expect("run baton");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("hello"),
+        "the file tool did not run: {stdout}"
+    );
+    let left: Vec<String> = std::fs::read_dir(tmpdir.path())
+        .expect("read tmpdir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("baton-sandbox-"))
+        .collect();
+    assert!(left.is_empty(), "private /tmp folders left: {left:?}");
+}
+
 /// The reproducer of finding 04 through the real binary: with `~/.config` as the workspace
 /// (accepted with the flag), `read_file`, `grep`, `glob`, `list_dir` and `outline` never
 /// hand `gh/hosts.yml` to the model, and `write_file`, `edit` and `apply_patch` never create
