@@ -896,15 +896,7 @@ mod tests {
             ),
         ];
         for (server, loaded) in cases {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let folder = dir.path();
-            std::fs::write(
-                folder.join(".mcp.json"),
-                format!(r#"{{"mcpServers": {{"s": {{{server}}}}}}}"#),
-            )
-            .expect("write");
-            std::fs::write(folder.join("package.json"), package).expect("write");
-            for file in [
+            let files = [
                 "lib/main.js",
                 "web/index.js",
                 "srv/run.js",
@@ -912,24 +904,39 @@ mod tests {
                 "server.js",
                 "prep.sh",
                 "data.db",
-            ] {
-                let path = folder.join(file);
-                std::fs::create_dir_all(path.parent().unwrap()).expect("mkdir");
-                std::fs::write(&path, "ok\n").expect("write");
-            }
-            let mut list = TrustList::default();
-            list.trust(folder);
-            assert_eq!(list.status(folder), TrustStatus::Trusted, "{server}");
+            ];
+            let dir = one_server_folder(server, &files);
+            std::fs::write(dir.path().join("package.json"), package).expect("write");
             // The data a server keeps changing is not code: trust holds.
-            std::fs::write(folder.join("data.db"), "rows\n").expect("write");
-            assert_eq!(list.status(folder), TrustStatus::Trusted, "{server}");
-            std::fs::write(folder.join(loaded), "evil()\n").expect("write");
-            assert_eq!(
-                list.status(folder),
-                TrustStatus::Changed,
-                "{server}: {loaded}"
-            );
+            edit_after_trust(dir.path(), server, "data.db", TrustStatus::Trusted);
+            edit_after_trust(dir.path(), server, loaded, TrustStatus::Changed);
         }
+    }
+
+    /// A folder whose `.mcp.json` declares one server (`server`: the inside of its JSON
+    /// object) and holding `files`, each "ok".
+    fn one_server_folder(server: &str, files: &[&str]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join(".mcp.json"),
+            format!(r#"{{"mcpServers": {{"s": {{{server}}}}}}}"#),
+        )
+        .expect("write");
+        for file in files {
+            let path = dir.path().join(file);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&path, "ok\n").expect("write");
+        }
+        dir
+    }
+
+    /// Trusts `folder`, rewrites `file` in it and asserts the trust is then `expected`.
+    fn edit_after_trust(folder: &Path, server: &str, file: &str, expected: TrustStatus) {
+        let mut list = TrustList::default();
+        list.trust(folder);
+        assert_eq!(list.status(folder), TrustStatus::Trusted, "{server}");
+        std::fs::write(folder.join(file), "edited()\n").expect("write");
+        assert_eq!(list.status(folder), expected, "{server}: {file}");
     }
 
     /// The red team's spellings of "loaded by name": each server's loaded file, edited after
@@ -969,14 +976,7 @@ mod tests {
             ),
         ];
         for (server, loaded) in cases {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let folder = dir.path();
-            std::fs::write(
-                folder.join(".mcp.json"),
-                format!(r#"{{"mcpServers": {{"s": {{{server}}}}}}}"#),
-            )
-            .expect("write");
-            for file in [
+            let files = [
                 "tools/__init__.py",
                 "tools/mcp/__main__.py",
                 "src/srv.py",
@@ -984,20 +984,9 @@ mod tests {
                 "node_modules/.bin/acme-mcp",
                 "hook.js",
                 "server.js",
-            ] {
-                let path = folder.join(file);
-                std::fs::create_dir_all(path.parent().unwrap()).expect("mkdir");
-                std::fs::write(&path, "ok\n").expect("write");
-            }
-            let mut list = TrustList::default();
-            list.trust(folder);
-            assert_eq!(list.status(folder), TrustStatus::Trusted, "{server}");
-            std::fs::write(folder.join(loaded), "evil()\n").expect("write");
-            assert_eq!(
-                list.status(folder),
-                TrustStatus::Changed,
-                "{server}: {loaded}"
-            );
+            ];
+            let dir = one_server_folder(server, &files);
+            edit_after_trust(dir.path(), server, loaded, TrustStatus::Changed);
         }
     }
 
