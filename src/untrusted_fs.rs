@@ -925,10 +925,12 @@ pub(crate) mod fifo_watch {
     }
 
     pub fn fifo_watch(path: &Path) -> FifoWatch {
-        use std::os::unix::ffi::OsStrExt;
-        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::Mode::from_raw_mode(0o644),
+        )
+        .unwrap();
         let opened = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let writer = {
@@ -975,9 +977,7 @@ mod tests {
     use super::*;
 
     fn mkfifo(path: &Path) {
-        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        rustix::fs::mkfifoat(rustix::fs::CWD, path, Mode::from_raw_mode(0o644)).unwrap();
     }
 
     fn anchors(root: &Path) -> [Dir; 2] {

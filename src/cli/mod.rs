@@ -39,8 +39,8 @@ pub fn main() -> i32 {
     // namespace (`--sandbox off`, the landlock backend) a command running as the same user
     // could read it from /proc/PID/environ (or mem): a process that is not dumpable has
     // those files owned by root. Programs baton starts are dumpable again after their exec.
-    // SAFETY: prctl(PR_SET_DUMPABLE) on this process only.
-    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    // prctl(PR_SET_DUMPABLE) on this process only.
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable);
     if let Some((common, mut args)) = args::parse_sandbox(&argv) {
         init_logging();
         let flags = match args::flag_settings(&[&common.settings.given]) {

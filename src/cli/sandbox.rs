@@ -7,7 +7,6 @@
 
 use crate::protocol::stdio::{eprintln, println};
 use std::io::{IsTerminal, Read, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -292,47 +291,51 @@ fn run_on_pty(
         });
     // A caller's terminal that hangs up stays readable-at-EOF: stop polling it then.
     let mut stdin_open = tty[0];
+    let stdin = std::io::stdin();
     let status = loop {
+        use rustix::event::{PollFd, PollFlags, Timespec};
         if let Some(status) = child.try_wait()? {
             break status;
         }
-        let mut fds = [
-            libc::pollfd {
-                fd: if stdin_open { 0 } else { -1 },
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: pidfd.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
+        // Stdin (while open) first, then the pidfd (where there is one).
+        let mut fds = Vec::with_capacity(2);
+        if stdin_open {
+            fds.push(PollFd::new(&stdin, PollFlags::IN));
+        }
+        if let Some(fd) = &pidfd {
+            fds.push(PollFd::new(fd, PollFlags::IN));
+        }
         // With a pidfd the timeout only paces the window-size check.
-        let timeout = if pidfd.is_some() {
+        let timeout_ms = if pidfd.is_some() {
             100
         } else if stdin_open {
             50
         } else {
             20
         };
-        // SAFETY: poll on two pollfds we own (a negative fd is skipped).
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
-        if n > 0 && fds[0].revents & libc::POLLIN != 0 {
+        let timeout = Timespec {
+            tv_sec: 0,
+            tv_nsec: timeout_ms * 1_000_000,
+        };
+        // An error (EINTR) is a tick like a timeout.
+        let n = rustix::event::poll(&mut fds, Some(&timeout)).unwrap_or(0);
+        let stdin_events = match fds.first() {
+            Some(fd) if stdin_open => fd.revents(),
+            _ => PollFlags::empty(),
+        };
+        drop(fds);
+        if n > 0 && stdin_events.contains(PollFlags::IN) {
             let mut buf = [0u8; 4096];
-            // SAFETY: read into a buffer we own.
-            let r = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
-            if r > 0 {
-                let _ = writer.write_all(&buf[..r as usize]);
-            } else if r == 0
-                || !matches!(
-                    std::io::Error::last_os_error().kind(),
-                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
-                )
-            {
-                stdin_open = false;
+            match rustix::io::read(&stdin, &mut buf) {
+                Ok(r) if r > 0 => {
+                    let _ = writer.write_all(&buf[..r]);
+                }
+                Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+                _ => stdin_open = false,
             }
-        } else if n > 0 && fds[0].revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+        } else if n > 0
+            && stdin_events.intersects(PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL)
+        {
             stdin_open = false;
         }
         let now = window_size();

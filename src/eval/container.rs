@@ -232,12 +232,12 @@ impl Container {
         std::fs::create_dir_all(&dir_in)?;
         std::fs::create_dir_all(&dir_out)?;
         let fifo = dir_in.join("jobs");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes())
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-        // SAFETY: mkfifo on a NUL-terminated path.
-        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        // A path with a NUL in it is EINVAL: ErrorKind::InvalidInput, as before.
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )?;
         // Read and write: opening never waits for the supervisor, and writes never fail
         // because it has not opened its end yet.
         // Non-blocking: the trial can open the FIFO too and fill it, which must never stall
@@ -458,13 +458,11 @@ impl Drop for Container {
         if !self.alive() {
             return;
         }
-        let pgid = self.child.id() as i32;
+        let pgid = rustix::process::Pid::from_child(&self.child);
         let init = crate::sandbox::pidns::namespace_init(self.child.id());
-        // SAFETY: kill(2) of the sandbox's process group (bwrap, whose death takes its PID
-        // namespace, and every process of the trial, with it).
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
+        // The sandbox's process group (bwrap, whose death takes its PID namespace, and every
+        // process of the trial, with it).
+        let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
         let _ = self.child.wait();
         // The kernel ends the namespace's processes after bwrap is gone, a moment later: the
         // trial is over only when they are (a server the agent left would otherwise still

@@ -6,7 +6,7 @@
 
 use std::io;
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -127,8 +127,8 @@ impl Gateway {
     /// holds the gateway's listener; `None` when the gateway listens on the host.
     pub fn netns_setup(&self) -> Option<NetnsSetup> {
         let child = self.child_end.as_ref()?;
-        // SAFETY: getuid/getgid cannot fail and touch no memory.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let uid = rustix::process::getuid().as_raw();
+        let gid = rustix::process::getgid().as_raw();
         Some(NetnsSetup {
             send_fd: child.as_raw_fd(),
             root: uid == 0,
@@ -153,8 +153,7 @@ impl Gateway {
                 nix::sched::setns(&netns, nix::sched::CloneFlags::CLONE_NEWNET)
                     .map_err(io::Error::from)?;
                 let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, TRIAL_PORT))?;
-                // SAFETY: both descriptors are open for the duration of the call.
-                unsafe { send_fd(send.as_raw_fd(), listener.as_raw_fd()) }
+                send_fd(&send, &listener)
             })?
             .join();
         joined.unwrap_or_else(|_| Err(io::Error::other("the namespace thread panicked")))
@@ -503,157 +502,122 @@ impl NetnsSetup {
     /// # Safety
     /// Call only in a freshly forked child (it changes the calling process's namespaces).
     pub unsafe fn run(&self) -> io::Result<()> {
+        use rustix::net::{AddressFamily, SocketFlags, SocketType};
+        use rustix::thread::UnshareFlags;
         let flags = if self.root {
-            libc::CLONE_NEWNET
+            UnshareFlags::NEWNET
         } else {
-            libc::CLONE_NEWUSER | libc::CLONE_NEWNET
+            UnshareFlags::NEWUSER | UnshareFlags::NEWNET
         };
-        // SAFETY: plain syscalls on buffers owned by `self` or the stack.
-        unsafe {
-            check(libc::unshare(flags))?;
-            if !self.root {
-                // baton is not dumpable (its environment holds the API key), which makes
-                // /proc/self/* root's: only a dumpable process may write its maps. This
-                // child's copy of baton's memory is gone at its exec.
-                check(libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0))?;
-                write_file(c"/proc/self/setgroups", b"deny")?;
-                write_file(c"/proc/self/uid_map", &self.uid_map)?;
-                write_file(c"/proc/self/gid_map", &self.gid_map)?;
-            }
-            loopback_up()?;
-            let l = check(libc::socket(
-                libc::AF_INET,
-                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-                0,
-            ))?;
-            let addr = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: TRIAL_PORT.to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
-                },
-                sin_zero: [0; 8],
-            };
-            check(libc::bind(
-                l,
-                (&raw const addr).cast(),
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            ))?;
-            check(libc::listen(l, 64))?;
-            let sent = send_fd(self.send_fd, l);
-            libc::close(l);
-            sent
+        // SAFETY: no FILES flag: the descriptor table stays the one this process has.
+        unsafe { rustix::thread::unshare_unsafe(flags) }?;
+        if !self.root {
+            // baton is not dumpable (its environment holds the API key), which makes
+            // /proc/self/* root's: only a dumpable process may write its maps. This
+            // child's copy of baton's memory is gone at its exec.
+            rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::Dumpable)?;
+            write_file(c"/proc/self/setgroups", b"deny")?;
+            write_file(c"/proc/self/uid_map", &self.uid_map)?;
+            write_file(c"/proc/self/gid_map", &self.gid_map)?;
         }
+        loopback_up()?;
+        let l = rustix::net::socket_with(
+            AddressFamily::INET,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        let addr = std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, TRIAL_PORT);
+        rustix::net::bind(&l, &addr)?;
+        rustix::net::listen(&l, 64)?;
+        // SAFETY: the runner's end of the socket pair, open in this child (it is closed only
+        // when the gateway is dropped, in the runner).
+        let sock = unsafe { BorrowedFd::borrow_raw(self.send_fd) };
+        send_fd(sock, &l)
     }
 }
 
-fn check(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
+/// Writes `data` to the file at `path` in one write(2); no allocation (it runs between fork
+/// and exec).
+fn write_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+    let n = rustix::io::write(&fd, data)?;
+    if n != data.len() {
+        // A short write of a map: the kernel took only part of it.
+        return Err(io::Error::from(rustix::io::Errno::IO));
     }
+    Ok(())
 }
 
-unsafe fn write_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
-    // SAFETY: `path` is NUL-terminated, `data` is a live buffer.
+fn loopback_up() -> io::Result<()> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    let s = rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    // SAFETY: an ifreq on the stack, passed to the two interface-flag ioctls on a socket we
+    // own (rustix has no wrapper for the interface flags).
     unsafe {
-        let fd = check(libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC))?;
-        let n = libc::write(fd, data.as_ptr().cast(), data.len());
-        libc::close(fd);
-        if n != data.len() as isize {
+        let mut req: libc::ifreq = std::mem::zeroed();
+        req.ifr_name[0] = b'l' as libc::c_char;
+        req.ifr_name[1] = b'o' as libc::c_char;
+        if libc::ioctl(s.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        if libc::ioctl(s.as_raw_fd(), libc::SIOCSIFFLAGS, &req) < 0 {
             return Err(io::Error::last_os_error());
         }
     }
     Ok(())
 }
 
-unsafe fn loopback_up() -> io::Result<()> {
-    // SAFETY: an ifreq on the stack, passed to the two interface-flag ioctls.
-    unsafe {
-        let s = check(libc::socket(
-            libc::AF_INET,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-            0,
-        ))?;
-        let mut req: libc::ifreq = std::mem::zeroed();
-        req.ifr_name[0] = b'l' as libc::c_char;
-        req.ifr_name[1] = b'o' as libc::c_char;
-        let r = libc::ioctl(s, libc::SIOCGIFFLAGS, &mut req);
-        if r < 0 {
-            libc::close(s);
-            return Err(io::Error::last_os_error());
-        }
-        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-        let r = libc::ioctl(s, libc::SIOCSIFFLAGS, &req);
-        libc::close(s);
-        check(r).map(|_| ())
+/// Sends `fd` over the Unix socket `sock` (SCM_RIGHTS, one byte of data). Everything is on the
+/// stack: it runs between fork and exec.
+fn send_fd(sock: impl AsFd, fd: impl AsFd) -> io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [fd.as_fd()];
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-}
-
-unsafe fn send_fd(sock: RawFd, fd: RawFd) -> io::Result<()> {
-    // SAFETY: msghdr, iovec and a control buffer sized with CMSG_SPACE, all on the stack.
-    unsafe {
-        let mut byte = [0u8; 1];
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut control = [0u8; 64];
-        let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null() {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
-        if libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
+    let byte = [0u8; 1];
+    rustix::net::sendmsg(
+        sock,
+        &[io::IoSlice::new(&byte)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
     Ok(())
 }
 
 /// Receives a listener the trial's setup sends: `Ok(None)` when the trial's end is closed
 /// (it never started, or the gateway stops).
-fn receive_fd(sock: &impl AsRawFd) -> io::Result<Option<OwnedFd>> {
-    // SAFETY: as in `send_fd`; the received descriptor is owned from here on.
-    unsafe {
-        let mut byte = [0u8; 1];
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        let mut control = [0u8; 64];
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = control.len() as _;
-        let n = libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if n == 0 {
-            return Ok(None);
-        }
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        if cmsg.is_null()
-            || (*cmsg).cmsg_level != libc::SOL_SOCKET
-            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
-        {
-            return Ok(None);
-        }
-        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
-        Ok((fd >= 0).then(|| OwnedFd::from_raw_fd(fd)))
+fn receive_fd(sock: &impl AsFd) -> io::Result<Option<OwnedFd>> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut byte = [0u8; 1];
+    let mut space = [std::mem::MaybeUninit::uninit(); 64];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let got = rustix::net::recvmsg(
+        sock,
+        &mut [io::IoSliceMut::new(&mut byte)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )?;
+    if got.bytes == 0 {
+        return Ok(None);
     }
+    // The first control message, if it carries descriptors: its first one (any other is
+    // closed when the buffer is dropped).
+    let first = control.drain().next();
+    Ok(match first {
+        Some(RecvAncillaryMessage::ScmRights(mut fds)) => fds.next(),
+        _ => None,
+    })
 }
 
 #[cfg(test)]
@@ -779,8 +743,9 @@ mod tests {
         let first = TcpListener::bind("127.0.0.1:0").unwrap();
         let second = TcpListener::bind("127.0.0.1:0").unwrap();
         for l in [&first, &second] {
-            // SAFETY: both descriptors are open; send_fd copies them into the message.
-            unsafe { send_fd(setup.send_fd, l.as_raw_fd()).unwrap() };
+            // SAFETY: the runner's end of the socket pair, open while `g` lives.
+            let sock = unsafe { BorrowedFd::borrow_raw(setup.send_fd) };
+            send_fd(sock, l).unwrap();
         }
         let mut c = std::net::TcpStream::connect(second.local_addr().unwrap()).unwrap();
         c.set_read_timeout(Some(std::time::Duration::from_secs(20)))

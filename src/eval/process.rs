@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use rustix::process::Signal;
 
 /// How the process ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,9 +96,9 @@ pub fn run(
     let exit = match wait_until(&mut child, start + limit, cancel) {
         Some(status) => exit_of(status),
         None => {
-            signal_group(pgid, libc::SIGTERM);
+            signal_group(pgid, Signal::TERM);
             if wait_until(&mut child, Instant::now() + KILL_GRACE, &NEVER).is_none() {
-                signal_group(pgid, libc::SIGKILL);
+                signal_group(pgid, Signal::KILL);
                 let _ = child.wait();
             }
             if cancel.load(Ordering::SeqCst) {
@@ -108,7 +109,7 @@ pub fn run(
         }
     };
     // Whatever the phase left running in the background does not survive it.
-    signal_group(pgid, libc::SIGKILL);
+    signal_group(pgid, Signal::KILL);
     Outcome {
         exit,
         started_at,
@@ -149,12 +150,12 @@ fn exit_of(status: ExitStatus) -> Exit {
     }
 }
 
-fn signal_group(pgid: i32, signal: i32) {
-    if pgid > 0 {
-        // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
-        unsafe {
-            libc::kill(-pgid, signal);
-        }
+fn signal_group(pgid: i32, signal: Signal) {
+    // Only a positive id names a group: 0 would be our own.
+    if pgid > 0
+        && let Some(pgid) = rustix::process::Pid::from_raw(pgid)
+    {
+        let _ = rustix::process::kill_process_group(pgid, signal);
     }
 }
 

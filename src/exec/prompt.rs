@@ -87,7 +87,6 @@ pub fn read(arg: Option<&str>, append_stdin: bool) -> Result<String, InputError>
 /// is not: nothing is said for those.
 fn pipe_holds_input() -> bool {
     use std::os::fd::AsFd;
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileTypeExt;
     let stdin = std::io::stdin();
     let fd = stdin.as_fd();
@@ -99,10 +98,8 @@ fn pipe_holds_input() -> bool {
     if !is_fifo {
         return false;
     }
-    let mut waiting: libc::c_int = 0;
-    // SAFETY: FIONREAD on our own stdin writes one int; nothing is read from the pipe.
-    let ok = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut waiting) } == 0;
-    ok && waiting > 0
+    // FIONREAD on our own stdin: nothing is read from the pipe.
+    rustix::io::ioctl_fionread(fd).is_ok_and(|waiting| waiting > 0)
 }
 
 /// Stdin as a `<stdin>` block when something is piped or redirected from a file into it. A

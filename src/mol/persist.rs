@@ -847,8 +847,12 @@ mod tests {
         let dir = StateDir::open(tmp.path()).unwrap();
         save(&dir, EntryKind::Conversation, "good", "fine");
         let fifo = dir.path_of("client", "fifo");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("secret"), "do not read").unwrap();
         std::os::unix::fs::symlink(outside.path().join("secret"), dir.path_of("client", "link"))

@@ -15,7 +15,7 @@
 //! executed only once the gate is opened.
 
 use std::ffi::{CString, OsStr, OsString};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -68,12 +68,10 @@ pub struct StartGate {
 impl StartGate {
     /// Lets the command run. An error means it is gone already (its setup failed).
     pub fn open(self) -> std::io::Result<()> {
-        // SAFETY: write(2) of a static byte to a pipe we own.
-        let n = unsafe { libc::write(self.write.as_raw_fd(), b"1".as_ptr().cast(), 1) };
-        if n == 1 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
+        match rustix::io::write(&self.write, b"1") {
+            Ok(1) => Ok(()),
+            Ok(_) => Err(std::io::ErrorKind::WriteZero.into()),
+            Err(e) => Err(e.into()),
         }
     }
 }
@@ -234,12 +232,13 @@ impl PreparedSandbox {
                 read_only: Some(locked_mount_flags(p)),
             });
         }
-        // SAFETY: getuid/getgid/geteuid have no failure modes.
-        let (uid, gid, euid) = unsafe { (libc::getuid(), libc::getgid(), libc::geteuid()) };
-        let userns = (!mounts.is_empty() && euid != 0).then(|| UserNs {
-            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
-            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
-        });
+        let uid = rustix::process::getuid().as_raw();
+        let gid = rustix::process::getgid().as_raw();
+        let userns =
+            (!mounts.is_empty() && !rustix::process::geteuid().is_root()).then(|| UserNs {
+                uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+                gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            });
         let bound = pids::prepare(policy.max_processes);
         let memory = Some(memory::prepare(policy.memory_limit(), v2_dir(&bound)));
         Ok(PreparedSandbox {
@@ -267,16 +266,13 @@ impl PreparedSandbox {
         let Some(w) = &mut self.wrapper else {
             return Ok(None);
         };
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 writes two descriptors into the array, owned from here on.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(SandboxError::Setup(format!(
-                "creating the start gate: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        // SAFETY: both descriptors were just created and are not owned elsewhere.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (read, write) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| {
+                SandboxError::Setup(format!(
+                    "creating the start gate: {}",
+                    std::io::Error::from(e)
+                ))
+            })?;
         w.spec.gate = Some(read.as_raw_fd());
         self.gate = Some(read);
         Ok(Some(StartGate { write }))
@@ -619,22 +615,21 @@ fn c_path(p: &Path) -> Result<CString, SandboxError> {
 
 /// Mount flags a remount inside a user namespace must keep (the kernel locks them).
 fn locked_mount_flags(p: &Path) -> libc::c_ulong {
-    let Ok(c) = c_path(p) else { return 0 };
-    // SAFETY: statvfs writes into a zeroed struct we own.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+    use rustix::fs::StatVfsMountFlags as St;
+    // A path with a NUL byte is EINVAL: no flags, as for any other failure.
+    let Ok(st) = rustix::fs::statvfs(p) else {
         return 0;
-    }
+    };
     let mut f = 0;
     for (st_flag, ms_flag) in [
-        (libc::ST_NOSUID, libc::MS_NOSUID),
-        (libc::ST_NODEV, libc::MS_NODEV),
-        (libc::ST_NOEXEC, libc::MS_NOEXEC),
-        (libc::ST_NOATIME, libc::MS_NOATIME),
-        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
-        (libc::ST_RELATIME, libc::MS_RELATIME),
+        (St::NOSUID, libc::MS_NOSUID),
+        (St::NODEV, libc::MS_NODEV),
+        (St::NOEXEC, libc::MS_NOEXEC),
+        (St::NOATIME, libc::MS_NOATIME),
+        (St::NODIRATIME, libc::MS_NODIRATIME),
+        (St::RELATIME, libc::MS_RELATIME),
     ] {
-        if st.f_flag & st_flag != 0 {
+        if st.f_flag.contains(st_flag) {
             f |= ms_flag;
         }
     }
@@ -650,37 +645,25 @@ fn ensure_git_protections_exist(policy: &SandboxPolicy) {
     let mut roots = vec![policy.workspace.clone()];
     roots.extend(policy.writable.iter().cloned());
     for root in roots {
-        let Ok(git) = c_path(&root.join(".git")) else {
-            continue;
-        };
+        use rustix::fs::{Mode, OFlags};
         // Through a descriptor of the folder itself, never by name: a command still running
         // (another shell session) may have put links in place of `.git` or `config`, and
-        // this runs outside the sandbox.
-        // SAFETY: open(2) of a NUL-terminated path; the result is checked and owned.
-        let fd = unsafe {
-            libc::open(
-                git.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
+        // this runs outside the sandbox. A path with a NUL byte fails (EINVAL): skipped.
+        let Ok(dir) = rustix::fs::open(
+            root.join(".git"),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
             continue;
-        }
-        // SAFETY: a descriptor open(2) just returned, owned from here on.
-        let dir = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: mkdirat/openat relative to `dir` with static names; O_EXCL creates only
-        // what does not exist, a dangling link included, and follows nothing.
-        unsafe {
-            libc::mkdirat(dir.as_raw_fd(), c"hooks".as_ptr(), 0o755);
-            let f = libc::openat(
-                dir.as_raw_fd(),
-                c"config".as_ptr(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o644,
-            );
-            if f >= 0 {
-                libc::close(f);
-            }
-        }
+        };
+        // Relative to `dir` with static names; O_EXCL creates only what does not exist, a
+        // dangling link included, and follows nothing. Failures (it exists) are fine.
+        let _ = rustix::fs::mkdirat(&dir, c"hooks", Mode::from_raw_mode(0o755));
+        let _ = rustix::fs::openat(
+            &dir,
+            c"config",
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        );
     }
 }

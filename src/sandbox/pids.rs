@@ -72,9 +72,10 @@ impl PidsCgroup {
             if live.is_empty() {
                 return;
             }
-            for pid in live {
-                // SAFETY: plain kill(2) of a pid read from our own cgroup.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+            // A pid read from our own cgroup (0, a process outside our pid namespace, is skipped:
+            // kill(0) would hit our own group); one that is gone answers ESRCH.
+            for pid in live.into_iter().filter_map(rustix::process::Pid::from_raw) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(std::time::Duration::from_millis(2));
@@ -240,8 +241,7 @@ pub fn prepare(max: u32) -> ProcessBound {
     match create_cgroup(max) {
         Ok(cg) => ProcessBound::Cgroup(cg),
         Err(why) => {
-            // SAFETY: geteuid has no failure mode.
-            if unsafe { libc::geteuid() } == 0 {
+            if rustix::process::geteuid().is_root() {
                 ProcessBound::Unenforced(format!(
                     "running as root (RLIMIT_NPROC does not apply) and no pids cgroup: {why}"
                 ))
@@ -329,8 +329,7 @@ fn create_cgroup(max: u32) -> Result<PidsCgroup, SandboxError> {
 
 /// Processes (threads count too for RLIMIT_NPROC) this real uid runs now.
 pub(super) fn user_process_count() -> u64 {
-    // SAFETY: getuid has no failure mode.
-    let uid = unsafe { libc::getuid() };
+    let uid = rustix::process::getuid().as_raw();
     let Ok(entries) = fs::read_dir("/proc") else {
         return 0;
     };

@@ -14,7 +14,7 @@
 //! whatever change time it likes): elsewhere every folder is read on every walk.
 
 use std::collections::HashMap;
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -158,21 +158,11 @@ fn scan_settled_after(root: &Path, limit: usize, found: &mut Found, settle: Dura
 /// The stamp of the folder at `dir` itself (not followed if it is a symlink), None if it is
 /// not a folder.
 fn stamp_of(dir: &Path) -> Option<Stamp> {
-    let path = CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statx fills a zeroed struct we own from a NUL-terminated path.
-    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
-    let mask = libc::STATX_TYPE | libc::STATX_INO | libc::STATX_CTIME | libc::STATX_MTIME;
-    let r = unsafe {
-        libc::statx(
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-            mask,
-            &mut stx,
-        )
-    };
-    let needed = libc::STATX_INO | libc::STATX_CTIME | libc::STATX_MTIME;
-    if r != 0 || u32::from(stx.stx_mode) & libc::S_IFMT != libc::S_IFDIR {
+    use rustix::fs::{AtFlags, FileType, StatxFlags};
+    let mask = StatxFlags::TYPE | StatxFlags::INO | StatxFlags::CTIME | StatxFlags::MTIME;
+    let stx = rustix::fs::statx(rustix::fs::CWD, dir, AtFlags::SYMLINK_NOFOLLOW, mask).ok()?;
+    let needed = (StatxFlags::INO | StatxFlags::CTIME | StatxFlags::MTIME).bits();
+    if FileType::from_raw_mode(u32::from(stx.stx_mode)) != FileType::Directory {
         return None;
     }
     // A file system that cannot report the change time gets a stamp that is never settled.
@@ -191,14 +181,9 @@ fn stamp_of(dir: &Path) -> Option<Stamp> {
 
 /// Whether the file system holding `dir` is one whose change times can be trusted.
 fn trusted_fs(dir: &Path) -> bool {
-    let Ok(path) = CString::new(dir.as_os_str().as_bytes()) else {
+    let Ok(st) = rustix::fs::statfs(dir) else {
         return false;
     };
-    // SAFETY: statfs fills a zeroed struct we own from a NUL-terminated path.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(path.as_ptr(), &mut st) } != 0 {
-        return false;
-    }
     #[allow(clippy::unnecessary_cast)] // f_type's width differs between targets
     let magic = st.f_type as i64;
     TRUSTED_FS.contains(&magic)
@@ -268,8 +253,7 @@ fn readable_again(dir: &Path) -> bool {
     let Ok(meta) = std::fs::symlink_metadata(dir) else {
         return false;
     };
-    // SAFETY: geteuid has no preconditions.
-    if !meta.is_dir() || meta.uid() != unsafe { libc::geteuid() } {
+    if !meta.is_dir() || meta.uid() != rustix::process::geteuid().as_raw() {
         return false;
     }
     let mode = meta.mode() & 0o7777;

@@ -152,12 +152,12 @@ fn the_listing_has_what_the_pickers_show_and_the_latest_name() {
 #[test]
 fn session_files_and_their_folder_are_owner_only() {
     use std::os::unix::fs::PermissionsExt;
-    // SAFETY: umask only changes the mode of files created from here on; 022 is the usual one.
-    let old = unsafe { libc::umask(0o022) };
+    // umask only changes the mode of files created from here on; 022 is the usual one.
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     let root = tempfile::tempdir().expect("tempdir");
     let dir = root.path().join("data/sessions");
     let f = SessionFile::create(&dir, "mol", "x", root.path()).expect("create");
-    unsafe { libc::umask(old) };
+    rustix::process::umask(old);
     let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
     assert_eq!(mode(&f.path), 0o600);
     assert_eq!(mode(&f.path.with_extension("pid")), 0o600);

@@ -139,13 +139,13 @@ mod tests {
     #[test]
     fn the_history_file_is_owner_only() {
         use std::os::unix::fs::PermissionsExt;
-        // SAFETY: umask only changes the mode of files created from here on; 022 is the usual.
-        let old = unsafe { libc::umask(0o022) };
+        // umask only changes the mode of files created from here on; 022 is the usual.
+        let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
         let root = tempfile::tempdir().expect("tempdir");
         let file = root.path().join("state/baton/history.jsonl");
         let (mut h, _) = History::load(Some(&file));
         let pushed = h.push("a secret token");
-        unsafe { libc::umask(old) };
+        rustix::process::umask(old);
         pushed.expect("push");
         let mode = |p: &Path| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
         assert_eq!(mode(&file), 0o600);

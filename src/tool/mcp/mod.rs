@@ -55,23 +55,25 @@ pub fn stop_all() {
 }
 
 fn stop_groups(groups: &[i32]) {
+    use rustix::process::{Pid, Signal, kill_process_group, test_kill_process_group};
+    // A group id is a server's pid (it leads its own group); 0 would mean our own group.
+    let groups: Vec<Pid> = groups.iter().filter_map(|&g| Pid::from_raw(g)).collect();
     if groups.is_empty() {
         return;
     }
-    for &pgid in groups {
-        // SAFETY: killpg only sends a signal; a group that is gone answers ESRCH.
-        unsafe { libc::killpg(pgid, libc::SIGTERM) };
+    // A group that is gone answers ESRCH: nothing to stop.
+    for &pgid in &groups {
+        let _ = kill_process_group(pgid, Signal::TERM);
     }
     let until = std::time::Instant::now() + STOP_GRACE;
-    // SAFETY: signal 0 only checks that the group exists.
+    // Signal 0 only checks that the group exists.
     while std::time::Instant::now() < until
-        && groups.iter().any(|&g| unsafe { libc::killpg(g, 0) } == 0)
+        && groups.iter().any(|&g| test_kill_process_group(g).is_ok())
     {
         std::thread::sleep(Duration::from_millis(20));
     }
-    for &pgid in groups {
-        // SAFETY: as above.
-        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    for &pgid in &groups {
+        let _ = kill_process_group(pgid, Signal::KILL);
     }
 }
 
