@@ -112,7 +112,7 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
     // A `--write` folder may not exist yet: it is judged where it would be.
     let ws = workspace
         .canonicalize()
-        .unwrap_or_else(|_| crate::untrusted_fs::real_or_planned(workspace));
+        .unwrap_or_else(|_| where_it_would_be(workspace));
     let refuse = |why, what| {
         Some(BroadWorkspace {
             path: ws.clone(),
@@ -133,6 +133,12 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
     }
     let is_ws = |id: Option<FolderId>| id.is_some() && id == ws_id;
     let holds_ws = |id: Option<FolderId>| id.is_some_and(|id| above_ws.contains(&id));
+    // A place that does not exist cannot hold a workspace that does; one not made yet may
+    // lie in a place not made yet either (`--write ~/.aws` before `aws configure`).
+    let place_holds_ws = |place: &Path| {
+        holds_ws(folder_id(place))
+            || (ws_id.is_none() && ws.starts_with(crate::untrusted_fs::real_or_planned(place)))
+    };
     for (place, name, what) in guarded() {
         let place_and_above = lineage(&place);
         if is_ws(place_and_above.first().copied()) {
@@ -178,14 +184,14 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
     if let Some(home) = dirs::home_dir()
         && crate::protocol::HOME_CREDENTIALS
             .iter()
-            .any(|credential| holds_ws(folder_id(&home.join(credential))))
+            .any(|credential| place_holds_ws(&home.join(credential)))
     {
         return refuse(
             "a folder of your credentials (hidden from commands)",
             "keys and tokens the sandbox keeps from commands",
         );
     }
-    let system_tree = |t: &&str| holds_ws(folder_id(Path::new(t)));
+    let system_tree = |t: &&str| place_holds_ws(Path::new(t));
     let system_parent = |p: &&str| is_ws(folder_id(Path::new(p)));
     if SYSTEM_TREES.iter().any(system_tree) || SYSTEM_PARENTS.iter().any(system_parent) {
         return refuse(
@@ -194,6 +200,29 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
         );
     }
     None
+}
+
+/// Where a folder that does not exist yet would be made: its nearest existing ancestor as the
+/// kernel resolves it (`DIR/link/..` is the link target's parent, not `DIR`), and the missing
+/// names after it.
+fn where_it_would_be(path: &Path) -> PathBuf {
+    let mut missing = Vec::new();
+    let mut existing = path;
+    while std::fs::symlink_metadata(existing).is_err() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name);
+                existing = parent;
+            }
+            // `missing/..`: nothing can be made there; judged by its name.
+            _ => return crate::untrusted_fs::real_or_planned(path),
+        }
+    }
+    let mut out = existing
+        .canonicalize()
+        .unwrap_or_else(|_| crate::untrusted_fs::real_or_planned(existing));
+    out.extend(missing.iter().rev());
+    out
 }
 
 /// Refuses a workspace, or an extra writable folder (`--write`, `[sandbox] writable`), that
@@ -295,10 +324,25 @@ mod tests {
             }
         }
         assert!(check(project.path(), &[project.path().join("out")], true, false).is_ok());
-        // A folder that does not exist yet is judged where it would be made.
+        // A folder that does not exist yet is judged where it would be made: in a system
+        // folder, in a credential folder (made or not), or through a link and `..`.
         let planned = PathBuf::from("/etc/baton-test-not-made/cron.d");
         let e = check(project.path(), &[planned], true, false).unwrap_err();
         assert_eq!(e.why, "a system folder");
+        if let Some(home) = dirs::home_dir() {
+            for credential in [
+                ".aws",
+                ".aws/sub",
+                ".config/gh/x",
+                ".baton-test-no-such/../.ssh",
+            ] {
+                let e = check(project.path(), &[home.join(credential)], true, false);
+                assert!(e.is_err(), "--write ~/{credential} was accepted");
+            }
+        }
+        std::os::unix::fs::symlink("/etc", project.path().join("to-etc")).unwrap();
+        let through = project.path().join("to-etc/baton-test-not-made/../new");
+        assert!(check(project.path(), &[through], true, false).is_err());
         // The same folder under another name: only a mount makes one, so compare the test
         // folder with itself through a link.
         let link = project.path().join("link");
