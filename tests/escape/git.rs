@@ -785,6 +785,71 @@ fn baton_sandbox_undoes_a_gitlink_over_a_nested_repo_with_fsmonitor() {
     );
 }
 
+/// Thirteenth red team, medium: the user's global git config lying in the workspace (a
+/// `~/.gitconfig` linked into the dotfiles repository being worked on, or `GIT_CONFIG_GLOBAL`
+/// naming a file there) was neither read-only to commands nor audited: a planted
+/// `core.fsmonitor` ran in the user's next `git status` in any other repository.
+#[test]
+fn the_users_global_git_config_in_the_workspace_is_not_a_way_out() {
+    if !enforceable() {
+        return;
+    }
+    for global_by_env in [false, true] {
+        let r = repo();
+        // A command line, not a program file: the audit disables a program a setting names.
+        std::fs::write(
+            r.ws.join("plant"),
+            format!(
+                "[core]\n\tfsmonitor = \"echo pwned >> '{}'; false\"\n",
+                r.marker.display()
+            ),
+        )
+        .expect("write");
+        let config = r.ws.join("gitconfig");
+        std::fs::write(&config, "[user]\n\tname = u\n").expect("write");
+        let other = r.base.join("other");
+        std::fs::create_dir_all(&other).expect("mkdir");
+        r.git(&other, &["init", "-q"]);
+        std::fs::write(other.join("file"), "x\n").expect("write");
+        r.git(&other, &["add", "file"]);
+        r.git(&other, &["commit", "-q", "-m", "x"]);
+        let global: Vec<(&str, &Path)> = if global_by_env {
+            vec![("GIT_CONFIG_GLOBAL", config.as_path())]
+        } else {
+            std::os::unix::fs::symlink(&config, r.home.join(".gitconfig")).expect("link");
+            Vec::new()
+        };
+        let plant = "cat plant >> gitconfig; echo tried";
+        let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .args(["sandbox", "--", "sh", "-c", plant])
+            .current_dir(&r.ws)
+            .env("HOME", &r.home)
+            .env("XDG_CONFIG_HOME", r.home.join(".config"))
+            .env("XDG_DATA_HOME", r.home.join(".local/share"))
+            .envs(global.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run baton sandbox");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("tried"), "{stdout}");
+        let status = Command::new("git")
+            .args(["status"])
+            .current_dir(&other)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &r.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CEILING_DIRECTORIES", &r.base)
+            .envs(global.iter().copied())
+            .output()
+            .expect("git status");
+        assert!(status.status.success(), "{status:?}");
+        r.assert_not_run(&format!(
+            "global config in the workspace (by GIT_CONFIG_GLOBAL: {global_by_env})"
+        ));
+    }
+}
+
 /// The audit told the user: some warning mentions `needle`.
 fn assert_warned(warnings: &[String], needle: &str) {
     assert!(

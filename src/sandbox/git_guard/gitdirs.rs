@@ -101,9 +101,25 @@ pub(super) struct GitConfigs {
 
 impl GitConfigs {
     pub(super) fn read(gitdir: &Path) -> Self {
-        let (included, mut entries) = walk_configs(gitdir);
+        let (included, mut entries) = walk_configs(repo_configs(gitdir));
         entries.extend(config::parse(&environment_config()));
         GitConfigs { included, entries }
+    }
+
+    /// Every file git reads in any repository, links resolved: the user's global configs and
+    /// the system's ([`user_configs`]) and what they include. One of them in a writable root
+    /// (a `~/.gitconfig` linked into a dotfiles repository, `GIT_CONFIG_GLOBAL` there) would
+    /// let a command plant a setting that runs a program in the user's every repository.
+    pub(super) fn user_files() -> Vec<PathBuf> {
+        let starts = user_configs();
+        let (included, _) = walk_configs(starts.clone());
+        let mut files: Vec<PathBuf> = starts.iter().map(|f| normalize(f)).collect();
+        for f in included {
+            if !files.contains(&f) {
+                files.push(f);
+            }
+        }
+        files
     }
 
     /// The files the repository's config pulls in with `include.path` and `includeIf.*.path`
@@ -229,6 +245,14 @@ fn environment_config() -> String {
 fn repo_configs(gitdir: &Path) -> Vec<PathBuf> {
     let common = commondir_of(gitdir).unwrap_or_else(|| gitdir.to_path_buf());
     let mut files = vec![common.join("config"), gitdir.join("config.worktree")];
+    files.extend(user_configs());
+    files
+}
+
+/// The config files git reads in every repository: the user's global ones, the system one,
+/// and those `GIT_CONFIG_GLOBAL`/`GIT_CONFIG_SYSTEM` name instead.
+pub(super) fn user_configs() -> Vec<PathBuf> {
+    let mut files = Vec::new();
     let home = std::env::var_os("HOME").map(PathBuf::from);
     if let Some(h) = &home {
         files.push(h.join(".gitconfig"));
@@ -261,13 +285,12 @@ const MAX_INCLUDES: usize = 256;
 /// Reads the repository's config files and, through them, every file they include: the
 /// included files (see [`GitConfigs::included`]) and the entries of every file git could
 /// read, each file read once.
-fn walk_configs(gitdir: &Path) -> (Vec<PathBuf>, Vec<config::Entry>) {
+fn walk_configs(starts: Vec<PathBuf>) -> (Vec<PathBuf>, Vec<config::Entry>) {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut included: Vec<PathBuf> = Vec::new();
     let mut entries: Vec<config::Entry> = Vec::new();
     let mut read: Vec<PathBuf> = Vec::new();
-    let mut queue: Vec<(PathBuf, usize)> =
-        repo_configs(gitdir).into_iter().map(|f| (f, 0)).collect();
+    let mut queue: Vec<(PathBuf, usize)> = starts.into_iter().map(|f| (f, 0)).collect();
     let parse = |file: &Path, read: &mut Vec<PathBuf>| -> Option<Vec<config::Entry>> {
         read.push(file.to_path_buf());
         let text = read_small(file)?;

@@ -56,6 +56,11 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
     let roots = project_roots(policy, &writable);
     let mut repo_tops: Vec<PathBuf> = roots.clone();
     repo_tops.extend(writable_ancestors(policy, &writable));
+    // The user's own git settings, where they lie in a writable root: read-only like an
+    // included file, whether or not a repository is in sight.
+    for file in GitConfigs::user_files() {
+        protect_included(&file, &writable, &mut out);
+    }
     for top in &repo_tops {
         let dot_git = top.join(".git");
         for name in GITDIR_TRUSTED.iter().chain(GITDIR_NESTED) {

@@ -140,6 +140,11 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
             snap.track_included(&GitConfigs::read(gitdir), &writable);
         }
     }
+    for file in GitConfigs::user_files() {
+        if inside_any(&file, &writable) {
+            snap.track(&file, Kind::GitConfig);
+        }
+    }
     for a in writable_ancestors(policy, &writable) {
         found_git.push(a.join(".git"));
     }
