@@ -327,7 +327,19 @@ pub fn mcp_servers(config: &Config) -> Option<Arc<crate::tool::mcp::McpHub>> {
     Some(crate::tool::mcp::McpHub::start(
         config.mcp_servers.clone(),
         config.workspace.clone(),
+        project_sandbox(config),
     ))
+}
+
+/// The sandbox a trusted project's stdio MCP servers run in: the session's, read-only.
+pub fn project_sandbox(config: &Config) -> crate::tool::mcp::ProjectSandbox {
+    crate::tool::mcp::ProjectSandbox {
+        mode: config.sandbox,
+        backend: config.sandbox_backend,
+        readable: config.readable.clone(),
+        unix_sockets: config.unix_sockets.clone(),
+        env_keep: config.env_keep.clone(),
+    }
 }
 
 fn builtin_tools(config: &Config) -> crate::tool::ToolRegistry {

@@ -480,16 +480,30 @@ fn a_required_server_that_fails_makes_exec_exit_2_before_any_model_call() {
 
 #[test]
 fn a_projects_servers_start_only_once_the_folder_is_trusted() {
-    let Some(server) = everything() else { return };
+    if !external::sandbox_enforceable("a project's server in the sandbox") {
+        return;
+    }
     let env = Env::new();
+    // The server runs in the sandbox: a program of the workspace (and python3) it sees.
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp");
+    std::fs::copy(
+        fixture.join("stdlib_server.py"),
+        env.workspace.join("srv.py"),
+    )
+    .unwrap();
+    std::fs::write(
+        env.workspace.join("helper.py"),
+        "def greeting():\n    return 'trusted-now'\n",
+    )
+    .unwrap();
     std::fs::write(
         env.workspace.join(".mcp.json"),
-        serde_json::json!({"mcpServers": {"proj": {"command": server, "args": ["stdio"]}}})
+        serde_json::json!({"mcpServers": {"proj": {"command": "python3", "args": ["srv.py"]}}})
             .to_string(),
     )
     .unwrap();
     env.user_config("allow = [\"mcp__proj\"]\n");
-    let engine = one_call("mcp__proj__echo", r#"{"message":"x"}"#);
+    let engine = one_call("mcp__proj__greet", "{}");
     let out = env.exec(&engine, "echo", &["--json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     let w = warnings(&out);
@@ -508,12 +522,12 @@ fn a_projects_servers_start_only_once_the_folder_is_trusted() {
         .output()
         .unwrap();
     assert_eq!(trust.status.code(), Some(0), "{}", stderr_of(&trust));
-    let engine = one_call("mcp__proj__echo", r#"{"message":"trusted-now"}"#);
+    let engine = one_call("mcp__proj__greet", "{}");
     let out = env.exec(&engine, "echo", &["--json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert_eq!(
         tool_results(&engine.requests_for_hop("answer")[1]),
-        ["Echo: trusted-now"]
+        ["trusted-now"]
     );
 
     // A changed .mcp.json is not trusted until trusted again.
@@ -529,6 +543,88 @@ fn a_projects_servers_start_only_once_the_folder_is_trusted() {
     assert!(
         w.iter().any(|m| m.contains("changed since you trusted it")),
         "{w:?}"
+    );
+}
+
+/// A trusted project's server is code of the workspace, and the model's commands may edit what
+/// it imports, which no trust record lists (here `helper.py`, imported by the server
+/// `srv.py`): the server runs in the session's sandbox, so the edit reaches nothing outside
+/// the workspace, and the server still serves its tools.
+#[test]
+fn a_trusted_projects_server_runs_in_the_sandbox_where_an_edit_of_its_imports_stays() {
+    if !external::sandbox_enforceable("a project's server in the sandbox") {
+        return;
+    }
+    let env = Env::new();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp");
+    std::fs::copy(
+        fixture.join("stdlib_server.py"),
+        env.workspace.join("srv.py"),
+    )
+    .unwrap();
+    std::fs::write(
+        env.workspace.join("helper.py"),
+        "def greeting():\n    return 'hello from the project'\n",
+    )
+    .unwrap();
+    std::fs::write(
+        env.workspace.join(".mcp.json"),
+        serde_json::json!({"mcpServers": {"proj": {"command": "python3", "args": ["srv.py"]}}})
+            .to_string(),
+    )
+    .unwrap();
+    env.user_config("allow = [\"mcp__proj\"]\n");
+    let trust = env.baton().arg("trust").output().unwrap();
+    assert_eq!(trust.status.code(), Some(0), "{}", stderr_of(&trust));
+    // The model's command rewrites the import: on the server's next start it writes outside.
+    let outside = tempfile::Builder::new()
+        .prefix("baton-mcp-outside")
+        .tempdir_in(crate::support::outside::fixture_base())
+        .unwrap();
+    let marker = outside.path().join("pwned");
+    let edit = format!(
+        "printf 'try:\\n    open(\"{}\", \"w\")\\nexcept OSError:\\n    pass\\n\
+         def greeting():\\n    return \"hello after the edit\"\\n' > helper.py",
+        marker.display()
+    );
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .route("L2")
+            .answer(
+                "L2",
+                MockReply::tool_call(
+                    "c1",
+                    "shell",
+                    serde_json::json!({"command": edit}).to_string(),
+                ),
+            )
+            .answer("L2", "done"),
+    );
+    let out = env
+        .exec(&engine, "tidy", &["--json", "--approval", "full-auto"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(
+        std::fs::read_to_string(env.workspace.join("helper.py"))
+            .unwrap()
+            .contains("after the edit"),
+        "the command did not edit the import: {}",
+        stdout_of(&out)
+    );
+    // The next session starts the server, and the model calls it.
+    let engine = one_call("mcp__proj__greet", "{}");
+    let out = env.exec(&engine, "greet", &["--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(
+        tool_results(&engine.requests_for_hop("answer")[1]),
+        ["hello after the edit"],
+        "{:?}",
+        warnings(&out)
+    );
+    assert!(
+        !marker.exists(),
+        "the project's server wrote outside the workspace: it ran outside the sandbox"
     );
 }
 

@@ -353,6 +353,7 @@ pub fn parse_sandbox(
                 allow_unix_socket: Vec::new(),
                 workspace: None,
                 allow_broad_workspace: false,
+                env_keep: Vec::new(),
                 backend: None,
                 max_memory: None,
                 probe: false,

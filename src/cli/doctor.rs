@@ -396,7 +396,7 @@ fn models_probe_error(e: &BackendError) -> String {
 /// them, and returns their tools and states: what `doctor` and `baton mcp add` report.
 pub(crate) async fn start_once(
     servers: Vec<crate::config::McpServer>,
-    workspace: std::path::PathBuf,
+    config: &crate::config::Config,
 ) -> (
     Vec<crate::protocol::ToolSpec>,
     Vec<crate::protocol::McpServerStatus>,
@@ -408,7 +408,11 @@ pub(crate) async fn start_once(
     // report, not the SIGPIPE that ends a report command (see `end_quietly_on_closed_stdout`).
     // SAFETY: changing a signal's disposition has no preconditions.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    let hub = crate::tool::mcp::McpHub::start(servers, workspace);
+    let hub = crate::tool::mcp::McpHub::start(
+        servers,
+        config.workspace.clone(),
+        crate::app::project_sandbox(config),
+    );
     hub.settled().await;
     let specs = hub.specs();
     let status = hub.status();
@@ -435,7 +439,7 @@ async fn mcp_report(r: &mut Report, config: &Config) {
     for w in withheld {
         r.note(w);
     }
-    let (specs, status) = start_once(config.mcp_servers.clone(), config.workspace.clone()).await;
+    let (specs, status) = start_once(config.mcp_servers.clone(), config).await;
     for s in status {
         let prefix = crate::tool::mcp::schema::qualified_name(&s.name, "");
         let bytes: usize = specs

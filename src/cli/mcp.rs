@@ -349,7 +349,7 @@ async fn first_start(path: &Path, name: &str, config: &Config) -> i32 {
          to {} s; --no-check skips this)",
         FIRST_START_LIMIT.as_secs()
     );
-    let (_, status) = super::doctor::start_once(vec![server], config.workspace.clone()).await;
+    let (_, status) = super::doctor::start_once(vec![server], config).await;
     match status.first() {
         Some(s) if s.state == crate::protocol::McpServerState::Ready => {
             println!("`{name}` is ready: {} tools", s.tools.len());

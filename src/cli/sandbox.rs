@@ -39,6 +39,10 @@ pub struct SandboxArgs {
     /// Accept a broad workspace (the global `--allow-broad-workspace` flag).
     #[arg(skip)]
     pub allow_broad_workspace: bool,
+    /// Variables passed to the command although named like secrets (the global
+    /// `--env-keep` flag).
+    #[arg(skip)]
+    pub env_keep: Vec<String>,
     /// The weaker Landlock-only backend (`landlock`) instead of bubblewrap.
     #[arg(long = "sandbox-backend", value_name = "BACKEND")]
     pub backend: Option<Backend>,
@@ -72,6 +76,7 @@ pub fn take_global_flags(
     args.read.extend(flags.readable.unwrap_or_default());
     args.allow_unix_socket
         .extend(flags.unix_sockets.unwrap_or_default());
+    args.env_keep.extend(flags.env_keep.unwrap_or_default());
 }
 
 /// Runs `baton sandbox`; returns the command's exit code (128+N when killed by signal N),
@@ -125,6 +130,7 @@ pub fn run(args: SandboxArgs) -> i32 {
     }
     policy.readable = args.read;
     policy.unix_sockets = args.allow_unix_socket;
+    policy.env.keep.extend(args.env_keep);
     if policy.backend == Backend::Landlock && policy.mode != SandboxMode::Off {
         eprintln!(
             "baton sandbox: WEAKER SANDBOX (landlock backend): the terminal, unix sockets, \

@@ -1,7 +1,8 @@
 //! The MCP servers baton may start: `[mcp_servers.NAME]` tables in config.toml (Codex's keys,
 //! so a user's existing entries copy over) and a project's `.mcp.json` (Claude Code's format).
-//! A server a project declares runs outside the sandbox with the user's rights, so it is kept
-//! only when the user trusted that folder; otherwise it is withheld with a warning.
+//! A server a project declares is kept only when the user trusted that folder (it then runs
+//! in the sandbox, read-only, with the network: see `tool::mcp::connect`); otherwise it is
+//! withheld with a warning.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -517,8 +518,8 @@ pub fn withheld_warning(folder: &Path, names: &[String], changed: bool) -> Strin
         "you have not trusted it"
     };
     format!(
-        "MCP servers declared by {} not started ({}): {} — they would run outside the sandbox \
-         with your rights. Review them, then run `baton trust {}`",
+        "MCP servers declared by {} not started ({}): {} — they would run programs of the \
+         project, with the network. Review them, then run `baton trust {}`",
         folder.display(),
         why,
         names.join(", "),

@@ -449,7 +449,7 @@ fn an_untrusted_project_config_cannot_weaken_the_sandbox_keep_secrets_or_lift_th
 #[test]
 fn a_trusted_projects_mcp_server_program_rewritten_by_a_command_does_not_run() {
     // The user trusts a project whose `.mcp.json` starts programs of the work tree (as the
-    // documented example does). The servers run outside the sandbox, and the sandbox lets
+    // documented example does). Trust records those programs, and the sandbox lets
     // the model's commands write the work tree: rewriting the program must not carry the
     // trust over to the next session.
     let outside = outside_dir();

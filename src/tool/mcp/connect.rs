@@ -16,7 +16,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use tokio::io::AsyncBufReadExt;
 
 use crate::config::{McpServer, McpTransport};
-use crate::protocol::host_programs;
+use crate::protocol::{SandboxBackend, SandboxMode, host_programs};
 
 /// The client side of one connection, with the child process it talks to (killed on drop).
 pub struct Service {
@@ -113,7 +113,8 @@ fn short(e: impl std::fmt::Display) -> String {
 /// `./node_modules/.bin/pkg`, `uv run` reads `./pyproject.toml`): a user's or an editor's
 /// server starts in a folder no command could have written ([`host_programs::neutral_dir`]:
 /// the home, else `/`), or in its configured `cwd` when that lies outside the workspace or
-/// the workspace's folder is trusted. A trusted project's own server starts in the workspace.
+/// the workspace's folder is trusted. A trusted project's own server starts in the workspace
+/// (in the sandbox: [`ProjectSandbox`]).
 fn working_dir(server: &McpServer, cwd: Option<&Path>, workspace: &Path) -> PathBuf {
     let roots = host_programs::writable_roots_with(workspace);
     if server.project {
@@ -162,11 +163,65 @@ fn child_env(
         .collect()
 }
 
+/// The sandbox a project's stdio servers run in: the session's (its backend, the paths and
+/// sockets it lets commands reach, the variables it keeps), read-only, with the network on.
+/// A trusted project's server is still code of the workspace, which the model's commands may
+/// edit (its imports, its `package.json`, a `__pycache__`…): no record of its files could be
+/// complete, so it runs where such an edit can reach nothing: it reads the workspace and
+/// writes only its own `/tmp`. With the session's sandbox off (`mode` `Off`), it runs as the
+/// session's commands do: outside.
+#[derive(Debug, Clone, Default)]
+pub struct ProjectSandbox {
+    pub mode: SandboxMode,
+    pub backend: SandboxBackend,
+    pub readable: Vec<PathBuf>,
+    pub unix_sockets: Vec<PathBuf>,
+    pub env_keep: Vec<String>,
+}
+
+impl ProjectSandbox {
+    /// `command args` as `baton sandbox` runs it in `workspace`: the program is this very
+    /// binary (`/proc/self/exe`, whatever has since been written at its path), and the
+    /// server's own variables (`kept`) pass the sandbox's credential filter.
+    fn wrap(
+        &self,
+        workspace: &Path,
+        command: &str,
+        args: &[String],
+        kept: impl Iterator<Item = String>,
+    ) -> (PathBuf, Vec<OsString>) {
+        let mut out: Vec<OsString> = Vec::new();
+        for name in self.env_keep.iter().cloned().chain(kept) {
+            out.extend(["--env-keep".into(), name.into()]);
+        }
+        out.extend(["sandbox".into(), "-C".into(), workspace.into()]);
+        // Read-only: the server writes nothing a later `git` or baton would act on, so it
+        // needs no audit after it ends, which for a server lasting the whole session would
+        // judge the user's own edits of that time as its doing.
+        out.extend(["--sandbox".into(), SandboxMode::ReadOnly.as_str().into()]);
+        out.extend(["--sandbox-backend".into(), self.backend.as_str().into()]);
+        out.push("--network".into());
+        for (flag, paths) in [
+            ("--read", &self.readable),
+            ("--allow-unix-socket", &self.unix_sockets),
+        ] {
+            for p in paths {
+                out.extend([flag.into(), p.into()]);
+            }
+        }
+        out.push("--".into());
+        out.push(command.into());
+        out.extend(args.iter().map(OsString::from));
+        (PathBuf::from("/proc/self/exe"), out)
+    }
+}
+
 /// Starts the server and lists its tools. `on_group` is told the child's process group as
 /// soon as it exists, so it is stopped even when the handshake never finishes.
 pub async fn start(
     server: &McpServer,
     workspace: &Path,
+    sandbox: &ProjectSandbox,
     stderr: &StderrTail,
     on_group: impl FnOnce(i32),
 ) -> Result<(Service, Vec<rmcp::model::Tool>), String> {
@@ -177,9 +232,18 @@ pub async fn start(
             env,
             cwd,
         } => {
-            let mut cmd = tokio::process::Command::new(command);
-            cmd.args(args)
-                .env_clear()
+            let mut cmd = if server.project && sandbox.mode != SandboxMode::Off {
+                let (program, wrapped) =
+                    sandbox.wrap(workspace, command, args, env.keys().cloned());
+                let mut cmd = tokio::process::Command::new(program);
+                cmd.args(wrapped);
+                cmd
+            } else {
+                let mut cmd = tokio::process::Command::new(command);
+                cmd.args(args);
+                cmd
+            };
+            cmd.env_clear()
                 .current_dir(working_dir(server, cwd.as_deref(), workspace))
                 .kill_on_drop(true);
             for (name, value) in child_env(server, env, workspace) {

@@ -10,6 +10,8 @@
 //! passes those the same way.
 
 mod connect;
+
+pub use connect::ProjectSandbox;
 mod result;
 pub(crate) mod schema;
 
@@ -210,7 +212,11 @@ pub struct McpHub {
 impl McpHub {
     /// Starts every enabled server in the background and returns at once. Must be called
     /// inside a tokio runtime.
-    pub fn start(servers: Vec<McpServer>, workspace: PathBuf) -> Arc<McpHub> {
+    pub fn start(
+        servers: Vec<McpServer>,
+        workspace: PathBuf,
+        sandbox: connect::ProjectSandbox,
+    ) -> Arc<McpHub> {
         let hub = Arc::new(McpHub {
             servers: servers
                 .into_iter()
@@ -246,6 +252,7 @@ impl McpHub {
                     Arc::downgrade(&hub),
                     server.clone(),
                     workspace.clone(),
+                    sandbox.clone(),
                 ));
             }
         }
@@ -391,11 +398,22 @@ impl Drop for McpHub {
 }
 
 /// Connects one server, then watches that it stays up.
-async fn run_server(hub: std::sync::Weak<McpHub>, server: Arc<Server>, workspace: PathBuf) {
-    let started = connect::start(&server.config, &workspace, &server.stderr, |pgid| {
-        lock(&LIVE_GROUPS).insert(pgid);
-        *lock(&server.pgid) = Some(pgid);
-    });
+async fn run_server(
+    hub: std::sync::Weak<McpHub>,
+    server: Arc<Server>,
+    workspace: PathBuf,
+    sandbox: connect::ProjectSandbox,
+) {
+    let started = connect::start(
+        &server.config,
+        &workspace,
+        &sandbox,
+        &server.stderr,
+        |pgid| {
+            lock(&LIVE_GROUPS).insert(pgid);
+            *lock(&server.pgid) = Some(pgid);
+        },
+    );
     let outcome = tokio::time::timeout(server.config.startup_timeout, started).await;
     let weak_hub = hub;
     let Some(hub) = weak_hub.upgrade() else {
