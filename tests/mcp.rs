@@ -483,26 +483,7 @@ fn a_projects_servers_start_only_once_the_folder_is_trusted() {
     if !external::sandbox_enforceable("a project's server in the sandbox") {
         return;
     }
-    let env = Env::new();
-    // The server runs in the sandbox: a program of the workspace (and python3) it sees.
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp");
-    std::fs::copy(
-        fixture.join("stdlib_server.py"),
-        env.workspace.join("srv.py"),
-    )
-    .unwrap();
-    std::fs::write(
-        env.workspace.join("helper.py"),
-        "def greeting():\n    return 'trusted-now'\n",
-    )
-    .unwrap();
-    std::fs::write(
-        env.workspace.join(".mcp.json"),
-        serde_json::json!({"mcpServers": {"proj": {"command": "python3", "args": ["srv.py"]}}})
-            .to_string(),
-    )
-    .unwrap();
-    env.user_config("allow = [\"mcp__proj\"]\n");
+    let env = project_with_stdlib_server("trusted-now");
     let engine = one_call("mcp__proj__greet", "{}");
     let out = env.exec(&engine, "echo", &["--json"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -546,15 +527,10 @@ fn a_projects_servers_start_only_once_the_folder_is_trusted() {
     );
 }
 
-/// A trusted project's server is code of the workspace, and the model's commands may edit what
-/// it imports, which no trust record lists (here `helper.py`, imported by the server
-/// `srv.py`): the server runs in the session's sandbox, so the edit reaches nothing outside
-/// the workspace, and the server still serves its tools.
-#[test]
-fn a_trusted_projects_server_runs_in_the_sandbox_where_an_edit_of_its_imports_stays() {
-    if !external::sandbox_enforceable("a project's server in the sandbox") {
-        return;
-    }
+/// A workspace whose `.mcp.json` declares `proj`, the standard-library server of the
+/// fixtures (`srv.py`) whose one tool, `greet`, answers `greeting` (from `helper.py`, its
+/// import), allowed to run without asking.
+fn project_with_stdlib_server(greeting: &str) -> Env {
     let env = Env::new();
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp");
     std::fs::copy(
@@ -564,7 +540,7 @@ fn a_trusted_projects_server_runs_in_the_sandbox_where_an_edit_of_its_imports_st
     .unwrap();
     std::fs::write(
         env.workspace.join("helper.py"),
-        "def greeting():\n    return 'hello from the project'\n",
+        format!("def greeting():\n    return '{greeting}'\n"),
     )
     .unwrap();
     std::fs::write(
@@ -574,6 +550,19 @@ fn a_trusted_projects_server_runs_in_the_sandbox_where_an_edit_of_its_imports_st
     )
     .unwrap();
     env.user_config("allow = [\"mcp__proj\"]\n");
+    env
+}
+
+/// A trusted project's server is code of the workspace, and the model's commands may edit what
+/// it imports, which no trust record lists (here `helper.py`, imported by the server
+/// `srv.py`): the server runs in the session's sandbox, so the edit reaches nothing outside
+/// the workspace, and the server still serves its tools.
+#[test]
+fn a_trusted_projects_server_runs_in_the_sandbox_where_an_edit_of_its_imports_stays() {
+    if !external::sandbox_enforceable("a project's server in the sandbox") {
+        return;
+    }
+    let env = project_with_stdlib_server("hello from the project");
     let trust = env.baton().arg("trust").output().unwrap();
     assert_eq!(trust.status.code(), Some(0), "{}", stderr_of(&trust));
     // The model's command rewrites the import: on the server's next start it writes outside.
