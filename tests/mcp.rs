@@ -553,6 +553,40 @@ fn project_with_stdlib_server(greeting: &str) -> Env {
     env
 }
 
+/// A project's server with its own `cwd` starts there inside the sandbox too (`baton sandbox`
+/// starts a command at the workspace's top): `python3 srv.py` finds `tools/srv.py`.
+#[test]
+fn a_trusted_projects_server_starts_in_its_own_folder_in_the_sandbox() {
+    if !external::sandbox_enforceable("a project's server in the sandbox") {
+        return;
+    }
+    let env = project_with_stdlib_server("from tools");
+    let tools = env.workspace.join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    for file in ["srv.py", "helper.py"] {
+        std::fs::rename(env.workspace.join(file), tools.join(file)).unwrap();
+    }
+    std::fs::write(
+        env.workspace.join(".mcp.json"),
+        serde_json::json!({"mcpServers": {"proj": {
+            "command": "python3", "args": ["srv.py"], "cwd": "tools"
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let trust = env.baton().arg("trust").output().unwrap();
+    assert_eq!(trust.status.code(), Some(0), "{}", stderr_of(&trust));
+    let engine = one_call("mcp__proj__greet", "{}");
+    let out = env.exec(&engine, "greet", &["--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(
+        tool_results(&engine.requests_for_hop("answer")[1]),
+        ["from tools"],
+        "{:?}",
+        warnings(&out)
+    );
+}
+
 /// A trusted project's server is code of the workspace, and the model's commands may edit what
 /// it imports, which no trust record lists (here `helper.py`, imported by the server
 /// `srv.py`): the server runs in the session's sandbox, so the edit reaches nothing outside

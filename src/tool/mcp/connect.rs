@@ -180,12 +180,14 @@ pub struct ProjectSandbox {
 }
 
 impl ProjectSandbox {
-    /// `command args` as `baton sandbox` runs it in `workspace`: the program is this very
-    /// binary (`/proc/self/exe`, whatever has since been written at its path), and the
-    /// server's own variables (`kept`) pass the sandbox's credential filter.
+    /// `command args` as `baton sandbox` runs it with `workspace` as its workspace, started in
+    /// `dir` (the server's `cwd`; `baton sandbox` starts its command at the workspace's top):
+    /// the program is this very binary (`/proc/self/exe`, whatever has since been written at
+    /// its path), and the server's own variables (`kept`) pass the sandbox's credential filter.
     fn wrap(
         &self,
         workspace: &Path,
+        dir: &Path,
         command: &str,
         args: &[String],
         kept: impl Iterator<Item = String>,
@@ -210,6 +212,15 @@ impl ProjectSandbox {
             }
         }
         out.push("--".into());
+        if dir != workspace {
+            out.extend([
+                "/bin/sh".into(),
+                "-c".into(),
+                r#"cd -- "$1" && shift && exec "$@""#.into(),
+                "sh".into(),
+                dir.into(),
+            ]);
+        }
         out.push(command.into());
         out.extend(args.iter().map(OsString::from));
         (PathBuf::from("/proc/self/exe"), out)
@@ -232,9 +243,10 @@ pub async fn start(
             env,
             cwd,
         } => {
+            let dir = working_dir(server, cwd.as_deref(), workspace);
             let mut cmd = if server.project && sandbox.mode != SandboxMode::Off {
                 let (program, wrapped) =
-                    sandbox.wrap(workspace, command, args, env.keys().cloned());
+                    sandbox.wrap(workspace, &dir, command, args, env.keys().cloned());
                 let mut cmd = tokio::process::Command::new(program);
                 cmd.args(wrapped);
                 cmd
@@ -243,9 +255,7 @@ pub async fn start(
                 cmd.args(args);
                 cmd
             };
-            cmd.env_clear()
-                .current_dir(working_dir(server, cwd.as_deref(), workspace))
-                .kill_on_drop(true);
+            cmd.env_clear().current_dir(&dir).kill_on_drop(true);
             for (name, value) in child_env(server, env, workspace) {
                 cmd.env(name, value);
             }
@@ -359,4 +369,48 @@ fn headers(
         add(name, &value)?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A project's server is started by `baton sandbox` with the session's settings, in its
+    /// own `cwd` when that is not the workspace's top.
+    #[test]
+    fn a_project_server_is_wrapped_in_baton_sandbox_in_its_own_folder() {
+        let sandbox = ProjectSandbox {
+            mode: SandboxMode::WorkspaceWrite,
+            backend: SandboxBackend::Bubblewrap,
+            readable: vec![PathBuf::from("/r")],
+            unix_sockets: Vec::new(),
+            env_keep: vec!["A_TOKEN".into()],
+        };
+        let words = |dir: &str| {
+            let (program, args) = sandbox.wrap(
+                Path::new("/ws"),
+                Path::new(dir),
+                "python3",
+                &["srv.py".into()],
+                ["B_KEY".to_string()].into_iter(),
+            );
+            assert_eq!(program, Path::new("/proc/self/exe"));
+            args.iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(
+            words("/ws"),
+            "--env-keep A_TOKEN --env-keep B_KEY sandbox -C /ws --sandbox read-only \
+             --sandbox-backend bubblewrap --network --read /r -- python3 srv.py"
+        );
+        let in_tools = words("/ws/tools");
+        assert!(
+            in_tools.ends_with(
+                r#"-- /bin/sh -c cd -- "$1" && shift && exec "$@" sh /ws/tools python3 srv.py"#
+            ),
+            "{in_tools}"
+        );
+    }
 }
