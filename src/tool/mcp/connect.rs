@@ -227,6 +227,31 @@ impl ProjectSandbox {
     }
 }
 
+/// The variables glibc ignores in a program started with more rights than its caller (its
+/// "unsecure" list, `LD_*` as a whole) and baton's own: they make the dynamic loader or libc
+/// load code or files they name (`LD_PRELOAD=./evil.so`, `GCONV_PATH`), or change what baton
+/// does. A project's server gets none of them from its `env`: baton and bubblewrap, which
+/// start it from outside the sandbox, would act on them first.
+fn acts_on_the_launcher(name: &OsString) -> bool {
+    const UNSECURE: &[&str] = &[
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "MALLOC_TRACE",
+        "NIS_PATH",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "RES_OPTIONS",
+        "TMPDIR",
+        "TZDIR",
+    ];
+    let name = name.to_string_lossy();
+    name.starts_with("LD_") || name.starts_with("BATON_") || UNSECURE.contains(&name.as_ref())
+}
+
 /// Starts the server and lists its tools. `on_group` is told the child's process group as
 /// soon as it exists, so it is stopped even when the handshake never finishes.
 pub async fn start(
@@ -244,7 +269,8 @@ pub async fn start(
             cwd,
         } => {
             let dir = working_dir(server, cwd.as_deref(), workspace);
-            let mut cmd = if server.project && sandbox.mode != SandboxMode::Off {
+            let sandboxed = server.project && sandbox.mode != SandboxMode::Off;
+            let mut cmd = if sandboxed {
                 let (program, wrapped) =
                     sandbox.wrap(workspace, &dir, command, args, env.keys().cloned());
                 let mut cmd = tokio::process::Command::new(program);
@@ -257,6 +283,11 @@ pub async fn start(
             };
             cmd.env_clear().current_dir(&dir).kill_on_drop(true);
             for (name, value) in child_env(server, env, workspace) {
+                // baton and bubblewrap start a sandboxed server from outside the sandbox, in
+                // the server's environment: what a project names must not act on them.
+                if sandboxed && acts_on_the_launcher(&name) {
+                    continue;
+                }
                 cmd.env(name, value);
             }
             let mut wrap = process_wrap::tokio::CommandWrap::from(cmd);
@@ -405,6 +436,18 @@ mod tests {
             "--env-keep A_TOKEN --env-keep B_KEY sandbox -C /ws --sandbox read-only \
              --sandbox-backend bubblewrap --network --read /r -- python3 srv.py"
         );
+        for name in [
+            "LD_PRELOAD",
+            "LD_AUDIT",
+            "LD_LIBRARY_PATH",
+            "GCONV_PATH",
+            "BATON_SANDBOX",
+        ] {
+            assert!(acts_on_the_launcher(&name.into()), "{name}");
+        }
+        for name in ["GITHUB_TOKEN", "PYTHONPATH", "NODE_ENV"] {
+            assert!(!acts_on_the_launcher(&name.into()), "{name}");
+        }
         let in_tools = words("/ws/tools");
         assert!(
             in_tools.ends_with(
