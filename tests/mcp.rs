@@ -527,6 +527,22 @@ fn a_projects_servers_start_only_once_the_folder_is_trusted() {
     );
 }
 
+/// `baton trust` of the workspace.
+fn trust(env: &Env) {
+    let out = env.baton().arg("trust").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+}
+
+/// A session whose model calls `proj`'s `greet`: what the tool answered.
+fn greet(env: &Env) -> Vec<String> {
+    let engine = one_call("mcp__proj__greet", "{}");
+    let out = env.exec(&engine, "greet", &["--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let results = tool_results(&engine.requests_for_hop("answer")[1]);
+    assert!(!results.is_empty(), "{:?}", warnings(&out));
+    results
+}
+
 /// A workspace whose `.mcp.json` declares `proj`, the standard-library server of the
 /// fixtures (`srv.py`) whose one tool, `greet`, answers `greeting` (from `helper.py`, its
 /// import), allowed to run without asking.
@@ -574,17 +590,8 @@ fn a_trusted_projects_server_starts_in_its_own_folder_in_the_sandbox() {
         .to_string(),
     )
     .unwrap();
-    let trust = env.baton().arg("trust").output().unwrap();
-    assert_eq!(trust.status.code(), Some(0), "{}", stderr_of(&trust));
-    let engine = one_call("mcp__proj__greet", "{}");
-    let out = env.exec(&engine, "greet", &["--json"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    assert_eq!(
-        tool_results(&engine.requests_for_hop("answer")[1]),
-        ["from tools"],
-        "{:?}",
-        warnings(&out)
-    );
+    trust(&env);
+    assert_eq!(greet(&env), ["from tools"]);
 }
 
 /// Fourteenth red team, critical: the server's `env` reached the launcher, baton and
@@ -634,15 +641,8 @@ fn a_project_servers_env_does_not_load_code_into_its_launcher() {
         .to_string(),
     )
     .unwrap();
-    let trust = env.baton().arg("trust").output().unwrap();
-    assert_eq!(trust.status.code(), Some(0), "{}", stderr_of(&trust));
-    let engine = one_call("mcp__proj__greet", "{}");
-    let out = env.exec(&engine, "greet", &["--json"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    assert_eq!(
-        tool_results(&engine.requests_for_hop("answer")[1]),
-        ["hello"]
-    );
+    trust(&env);
+    assert_eq!(greet(&env), ["hello"]);
     assert!(
         !marker.exists(),
         "a library the project's env named was loaded outside the sandbox"
@@ -659,8 +659,7 @@ fn a_trusted_projects_server_runs_in_the_sandbox_where_an_edit_of_its_imports_st
         return;
     }
     let env = project_with_stdlib_server("hello from the project");
-    let trust = env.baton().arg("trust").output().unwrap();
-    assert_eq!(trust.status.code(), Some(0), "{}", stderr_of(&trust));
+    trust(&env);
     // The model's command rewrites the import: on the server's next start it writes outside.
     let outside = tempfile::Builder::new()
         .prefix("baton-mcp-outside")
@@ -698,15 +697,7 @@ fn a_trusted_projects_server_runs_in_the_sandbox_where_an_edit_of_its_imports_st
         stdout_of(&out)
     );
     // The next session starts the server, and the model calls it.
-    let engine = one_call("mcp__proj__greet", "{}");
-    let out = env.exec(&engine, "greet", &["--json"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    assert_eq!(
-        tool_results(&engine.requests_for_hop("answer")[1]),
-        ["hello after the edit"],
-        "{:?}",
-        warnings(&out)
-    );
+    assert_eq!(greet(&env), ["hello after the edit"]);
     assert!(
         !marker.exists(),
         "the project's server wrote outside the workspace: it ran outside the sandbox"
