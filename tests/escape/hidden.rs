@@ -83,14 +83,28 @@ fn context(workspace: &Path) -> ToolContext {
 /// What `cat PATH` prints inside the sandbox of `policy`.
 fn cat_in_sandbox(policy: &SandboxPolicy, path: &Path) -> String {
     let argv = vec!["cat".to_string(), path.display().to_string()];
-    let (mut cmd, _guard) =
-        sandboxed_command(policy, &argv, Session::NewGroup).expect("sandbox prepares");
-    let out = cmd
-        .current_dir(&policy.workspace)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("spawn");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    // A command the sandbox could not start (under the suite's load another test's socket
+    // the world covers can vanish between the look and the mount, a documented way for one
+    // command to fail) is tried again; `cat`'s own answer is not.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let (mut cmd, _guard) =
+            sandboxed_command(policy, &argv, Session::NewGroup).expect("sandbox prepares");
+        let out = cmd
+            .current_dir(&policy.workspace)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("spawn");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || stderr.starts_with("cat:") || attempts == 3 {
+            return String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        println!(
+            "the sandbox could not start `cat` ({}), again",
+            stderr.trim()
+        );
+    }
 }
 
 /// Commands and the file tools get the same answer for each path of [`TABLE`]: a command's
