@@ -641,24 +641,25 @@ pub fn resolved_once(path: &Path) -> Option<PathBuf> {
 /// the rest appended: where something at `path` would really be, also before it exists.
 pub fn real_or_planned(path: &Path) -> PathBuf {
     let lexical = lexical(path);
-    let mut existing = lexical.as_path();
+    planned(&lexical).unwrap_or(lexical)
+}
+
+/// Where something at `path` would be made, `..` taken as the kernel takes it: its nearest
+/// existing ancestor resolved (links followed, so `DIR/link/..` is the link target's parent),
+/// and the missing names after it. `None` when no ancestor exists, or a `..` follows a
+/// missing name (nothing can be made there).
+pub fn planned(path: &Path) -> Option<PathBuf> {
+    let mut existing = path;
     let mut missing = Vec::new();
     while std::fs::symlink_metadata(existing).is_err() {
-        match (existing.parent(), existing.file_name()) {
-            (Some(parent), Some(name)) => {
-                missing.push(name.to_owned());
-                existing = parent;
-            }
-            _ => return lexical,
-        }
+        missing.push(existing.file_name()?);
+        existing = existing.parent()?;
     }
     let mut real = existing
         .canonicalize()
         .unwrap_or_else(|_| existing.to_path_buf());
-    for name in missing.iter().rev() {
-        real.push(name);
-    }
-    real
+    real.extend(missing.iter().rev());
+    Some(real)
 }
 
 /// `path` with `.` and `..` folded by name (`a/./b/../c` → `a/c`), without touching the

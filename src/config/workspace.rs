@@ -110,9 +110,10 @@ fn lineage(folder: &Path) -> Vec<FolderId> {
 /// of it is seen for what it is.
 pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
     // A `--write` folder may not exist yet: it is judged where it would be.
-    let ws = workspace
-        .canonicalize()
-        .unwrap_or_else(|_| where_it_would_be(workspace));
+    let ws = workspace.canonicalize().unwrap_or_else(|_| {
+        crate::untrusted_fs::planned(workspace)
+            .unwrap_or_else(|| crate::untrusted_fs::real_or_planned(workspace))
+    });
     let refuse = |why, what| {
         Some(BroadWorkspace {
             path: ws.clone(),
@@ -200,29 +201,6 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
         );
     }
     None
-}
-
-/// Where a folder that does not exist yet would be made: its nearest existing ancestor as the
-/// kernel resolves it (`DIR/link/..` is the link target's parent, not `DIR`), and the missing
-/// names after it.
-fn where_it_would_be(path: &Path) -> PathBuf {
-    let mut missing = Vec::new();
-    let mut existing = path;
-    while std::fs::symlink_metadata(existing).is_err() {
-        match (existing.parent(), existing.file_name()) {
-            (Some(parent), Some(name)) => {
-                missing.push(name);
-                existing = parent;
-            }
-            // `missing/..`: nothing can be made there; judged by its name.
-            _ => return crate::untrusted_fs::real_or_planned(path),
-        }
-    }
-    let mut out = existing
-        .canonicalize()
-        .unwrap_or_else(|_| crate::untrusted_fs::real_or_planned(existing));
-    out.extend(missing.iter().rev());
-    out
 }
 
 /// Refuses a workspace, or an extra writable folder (`--write`, `[sandbox] writable`), that
