@@ -426,6 +426,161 @@ pub(super) trait Stepper {
     fn step(&mut self, token: u32) -> Result<(), EngineError>;
 }
 
+/// What a runner keeps per sequence and how it runs one, around the generate loop both
+/// runners share ([`generate_with`]): the dense runner keeps a KV cache, the hybrid one a
+/// recurrent state; checking the request, timing, sampling and keeping the sequence for the
+/// next request that extends it are the same.
+pub(super) trait Sequences {
+    /// One sequence's state, taken from the runner's cache for a request and given back after.
+    type Seq;
+    fn model_config(&self) -> &ModelConfig;
+    fn adapter_count(&self) -> usize;
+    /// The cached sequence `prompt` extends (or a fresh one), with room for `capacity`
+    /// tokens, and how many of the prompt's tokens it holds already.
+    fn take_sequence(
+        &mut self,
+        adapter: Option<usize>,
+        prompt: &[u32],
+        capacity: usize,
+    ) -> Result<(Self::Seq, usize), EngineError>;
+    /// Runs the prompt's tokens beyond what `seq` holds; the last position's logits become
+    /// [`Sequences::last_logits`].
+    fn run_prompt(
+        &mut self,
+        seq: &mut Self::Seq,
+        prompt: &[u32],
+        adapter: Option<usize>,
+    ) -> Result<(), EngineError>;
+    fn stepper<'a>(
+        &'a mut self,
+        seq: &'a mut Self::Seq,
+        adapter: Option<usize>,
+    ) -> impl Stepper + 'a;
+    fn last_logits(&self) -> &[f32];
+    /// Keeps a finished sequence for a later request that extends it.
+    fn keep_sequence(&mut self, adapter: Option<usize>, seq: Self::Seq);
+}
+
+/// One request through a runner: prefill what its cache does not hold, then sample.
+pub(super) fn generate_with<S: Sequences>(
+    s: &mut S,
+    req: &GenerateRequest,
+    on_token: &mut dyn FnMut(u32) -> bool,
+) -> Result<GenerateOutput, EngineError> {
+    check_request(
+        s.model_config(),
+        s.adapter_count(),
+        &req.prompt,
+        req.adapter,
+    )?;
+    let (trie, max_new) = plan_request(s.model_config(), req)?;
+    let started = Instant::now();
+    let (mut seq, cached_tokens) =
+        s.take_sequence(req.adapter, &req.prompt, req.prompt.len() + max_new)?;
+    let result = s.run_prompt(&mut seq, &req.prompt, req.adapter);
+    let prefill_time = started.elapsed();
+    let decode_started = Instant::now();
+    let mut tokens = Vec::with_capacity(max_new);
+    let eos = s.model_config().eos_token_ids.clone();
+    let outcome = result.and_then(|()| {
+        let mut stepper = s.stepper(&mut seq, req.adapter);
+        sample(
+            &mut stepper,
+            req,
+            trie.as_ref(),
+            &eos,
+            max_new,
+            on_token,
+            &mut tokens,
+        )
+    });
+    let decode_time = decode_started.elapsed();
+    // A failed run leaves its sequence in an unknown state: it is dropped, not kept.
+    let (finish, choice_logprobs, choice) = outcome?;
+    s.keep_sequence(req.adapter, seq);
+    Ok(GenerateOutput {
+        tokens,
+        finish,
+        prompt_tokens: req.prompt.len(),
+        cached_tokens,
+        prefill_time,
+        decode_time,
+        choice_logprobs,
+        choice,
+    })
+}
+
+/// The last position's logits of `tokens` through a runner's cache, and how much it reused.
+pub(super) fn prompt_logits_with<S: Sequences>(
+    s: &mut S,
+    tokens: &[u32],
+    adapter: Option<usize>,
+) -> Result<PromptLogits, EngineError> {
+    check_request(s.model_config(), s.adapter_count(), tokens, adapter)?;
+    let (mut seq, cached) = s.take_sequence(adapter, tokens, tokens.len())?;
+    s.run_prompt(&mut seq, tokens, adapter)?;
+    s.keep_sequence(adapter, seq);
+    Ok(PromptLogits {
+        logits: s.last_logits().to_vec(),
+        cached_tokens: cached,
+        prefilled_tokens: tokens.len() - cached,
+    })
+}
+
+impl<D: Device> Sequences for Core<D> {
+    type Seq = KvEntry<D>;
+
+    fn model_config(&self) -> &ModelConfig {
+        self.model.config()
+    }
+
+    fn adapter_count(&self) -> usize {
+        self.adapters.len()
+    }
+
+    fn take_sequence(
+        &mut self,
+        adapter: Option<usize>,
+        prompt: &[u32],
+        capacity: usize,
+    ) -> Result<(KvEntry<D>, usize), EngineError> {
+        let shape = self.model.kv_shape();
+        let checkout = self
+            .cache
+            .checkout(&self.dev, shape, adapter, prompt, capacity)?;
+        Ok((checkout.entry, checkout.reused))
+    }
+
+    fn run_prompt(
+        &mut self,
+        seq: &mut KvEntry<D>,
+        prompt: &[u32],
+        adapter: Option<usize>,
+    ) -> Result<(), EngineError> {
+        self.prefill(seq, prompt, adapter)
+    }
+
+    fn stepper<'a>(
+        &'a mut self,
+        seq: &'a mut KvEntry<D>,
+        adapter: Option<usize>,
+    ) -> impl Stepper + 'a {
+        DenseStepper {
+            core: self,
+            entry: seq,
+            adapter,
+        }
+    }
+
+    fn last_logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    fn keep_sequence(&mut self, _adapter: Option<usize>, seq: KvEntry<D>) {
+        self.cache.checkin(&self.dev, seq);
+    }
+}
+
 struct DenseStepper<'a, D: Device> {
     core: &'a mut Core<D>,
     entry: &'a mut KvEntry<D>,
@@ -585,57 +740,7 @@ impl<D: Device> Runner for Core<D> {
         req: &GenerateRequest,
         on_token: &mut dyn FnMut(u32) -> bool,
     ) -> Result<GenerateOutput, EngineError> {
-        self.check(&req.prompt, req.adapter)?;
-        let (trie, max_new) = plan_request(self.model.config(), req)?;
-        let started = Instant::now();
-        let shape = self.model.kv_shape();
-        let checkout = self.cache.checkout(
-            &self.dev,
-            shape,
-            req.adapter,
-            &req.prompt,
-            req.prompt.len() + max_new,
-        )?;
-        let (mut entry, cached_tokens) = (checkout.entry, checkout.reused);
-        let result = self.prefill(&mut entry, &req.prompt, req.adapter);
-        let prefill_time = started.elapsed();
-        let decode_started = Instant::now();
-        let mut tokens = Vec::with_capacity(max_new);
-        let eos = self.model.config().eos_token_ids.clone();
-        let outcome = result.and_then(|()| {
-            let mut s = DenseStepper {
-                core: self,
-                entry: &mut entry,
-                adapter: req.adapter,
-            };
-            sample(
-                &mut s,
-                req,
-                trie.as_ref(),
-                &eos,
-                max_new,
-                on_token,
-                &mut tokens,
-            )
-        });
-        let decode_time = decode_started.elapsed();
-        match outcome {
-            Ok((finish, choice_logprobs, choice)) => {
-                self.cache.checkin(&self.dev, entry);
-                Ok(GenerateOutput {
-                    tokens,
-                    finish,
-                    prompt_tokens: req.prompt.len(),
-                    cached_tokens,
-                    prefill_time,
-                    decode_time,
-                    choice_logprobs,
-                    choice,
-                })
-            }
-            // A failed run leaves its KV in an unknown state: do not keep it.
-            Err(e) => Err(e),
-        }
+        generate_with(self, req, on_token)
     }
 
     fn logits(
@@ -666,19 +771,7 @@ impl<D: Device> Runner for Core<D> {
         tokens: &[u32],
         adapter: Option<usize>,
     ) -> Result<PromptLogits, EngineError> {
-        self.check(tokens, adapter)?;
-        let shape = self.model.kv_shape();
-        let checkout = self
-            .cache
-            .checkout(&self.dev, shape, adapter, tokens, tokens.len())?;
-        let (mut entry, cached) = (checkout.entry, checkout.reused);
-        self.prefill(&mut entry, tokens, adapter)?;
-        self.cache.checkin(&self.dev, entry);
-        Ok(PromptLogits {
-            logits: self.logits.clone(),
-            cached_tokens: cached,
-            prefilled_tokens: tokens.len() - cached,
-        })
+        prompt_logits_with(self, tokens, adapter)
     }
 
     fn cache_stats(&self) -> CacheStats {

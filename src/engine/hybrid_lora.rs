@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use super::config::{HybridConfig, LayerKind, ModelConfig};
 use super::device::Device;
 use super::error::EngineError;
-use super::lora::{AdapterSettings, LoraPair, Tensor};
-use super::weights::WeightFiles;
+use super::lora::{AdapterSettings, LoraPair, Tensor, adapter_weights};
 
 /// A 2-D linear (or bare 2-D parameter) of a hybrid layer that LoRA can adapt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -207,11 +206,7 @@ impl<D: Device> HybridLora<D> {
             ));
         };
         let settings = AdapterSettings::load(&dir.join("adapter_config.json"), false)?;
-        let file = dir.join("adapter_model.safetensors");
-        if !file.exists() {
-            return Err(EngineError::adapter(&file, "missing adapter weights file"));
-        }
-        let weights = WeightFiles::open(file.clone(), std::slice::from_ref(&file))?;
+        let (file, weights) = adapter_weights(dir)?;
         let layers_n = config.num_hidden_layers;
         // (A key, B key) per layer and target; expert wrappers by depth.
         type Slot = (Option<String>, Option<String>);

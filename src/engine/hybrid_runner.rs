@@ -5,14 +5,13 @@
 //! that extends all of its tokens; a prompt equal to them reuses the stored last logits.
 
 use std::path::Path;
-use std::time::Instant;
 
 use super::config::ModelConfig;
 use super::device::HybridDevice;
 use super::error::EngineError;
 use super::generate::{
-    EngineOptions, GenerateOutput, GenerateRequest, MemoryReport, PromptLogits, Runner, Stepper,
-    adapter_dirs, check_request, plan_request, sample,
+    EngineOptions, GenerateOutput, GenerateRequest, MemoryReport, PromptLogits, Runner, Sequences,
+    Stepper, adapter_dirs, check_request, generate_with, prompt_logits_with,
 };
 use super::hybrid::{HybridState, HybridWorkspace, Qwen35Moe};
 use super::hybrid_lora::HybridLora;
@@ -43,9 +42,12 @@ pub(super) struct HybridCore<D: HybridDevice> {
     logits: Vec<f32>,
 }
 
-/// A state taken from the cache (or fresh), the positions it already holds, and the logits
-/// after its last token when it came from the cache.
-type Checkout<D> = (HybridState<D>, usize, Option<Vec<f32>>);
+/// A state taken from the cache (or fresh), with the logits after its last token when it came
+/// from the cache (a prompt it holds whole needs no step to have them).
+pub(super) struct Taken<D: HybridDevice> {
+    state: HybridState<D>,
+    cached_logits: Option<Vec<f32>>,
+}
 
 fn round_capacity(n: usize) -> usize {
     n.div_ceil(CAPACITY_STEP).max(1) * CAPACITY_STEP
@@ -81,13 +83,14 @@ impl<D: HybridDevice> HybridCore<D> {
         })
     }
 
-    /// The longest cached state the prompt extends (taken out of the cache), or a fresh one.
+    /// The longest cached state the prompt extends (taken out of the cache), or a fresh one,
+    /// and the positions it already holds.
     fn checkout(
         &mut self,
         adapter: Option<usize>,
         prompt: &[u32],
         capacity: usize,
-    ) -> Result<Checkout<D>, EngineError> {
+    ) -> Result<(Taken<D>, usize), EngineError> {
         let best = self
             .cache
             .iter()
@@ -106,13 +109,26 @@ impl<D: HybridDevice> HybridCore<D> {
                 self.model
                     .reserve(&self.dev, &mut state, round_capacity(capacity))?;
                 let reused = state.tokens.len();
-                Ok((state, reused, Some(e.last_logits)))
+                let cached_logits = Some(e.last_logits);
+                Ok((
+                    Taken {
+                        state,
+                        cached_logits,
+                    },
+                    reused,
+                ))
             }
-            None => Ok((
-                self.model.new_state(&self.dev, round_capacity(capacity))?,
-                0,
-                None,
-            )),
+            None => {
+                let state = self.model.new_state(&self.dev, round_capacity(capacity))?;
+                let cached_logits = None;
+                Ok((
+                    Taken {
+                        state,
+                        cached_logits,
+                    },
+                    0,
+                ))
+            }
         }
     }
 
@@ -155,14 +171,14 @@ impl<D: HybridDevice> HybridCore<D> {
     /// `self.logits` (or the cached ones when nothing is left to run).
     fn prefill(
         &mut self,
-        state: &mut HybridState<D>,
+        taken: &mut Taken<D>,
         prompt: &[u32],
         adapter: Option<usize>,
-        cached_logits: Option<Vec<f32>>,
     ) -> Result<(), EngineError> {
+        let state = &mut taken.state;
         let start = state.tokens.len();
         if start == prompt.len()
-            && let Some(l) = cached_logits
+            && let Some(l) = taken.cached_logits.take()
         {
             self.logits = l;
             return Ok(());
@@ -216,6 +232,56 @@ impl<D: HybridDevice> Stepper for HybridStepper<'_, D> {
     }
 }
 
+impl<D: HybridDevice> Sequences for HybridCore<D> {
+    type Seq = Taken<D>;
+
+    fn model_config(&self) -> &ModelConfig {
+        self.model.config()
+    }
+
+    fn adapter_count(&self) -> usize {
+        self.adapters.len()
+    }
+
+    fn take_sequence(
+        &mut self,
+        adapter: Option<usize>,
+        prompt: &[u32],
+        capacity: usize,
+    ) -> Result<(Taken<D>, usize), EngineError> {
+        self.checkout(adapter, prompt, capacity)
+    }
+
+    fn run_prompt(
+        &mut self,
+        seq: &mut Taken<D>,
+        prompt: &[u32],
+        adapter: Option<usize>,
+    ) -> Result<(), EngineError> {
+        self.prefill(seq, prompt, adapter)
+    }
+
+    fn stepper<'a>(
+        &'a mut self,
+        seq: &'a mut Taken<D>,
+        adapter: Option<usize>,
+    ) -> impl Stepper + 'a {
+        HybridStepper {
+            core: self,
+            state: &mut seq.state,
+            adapter,
+        }
+    }
+
+    fn last_logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    fn keep_sequence(&mut self, adapter: Option<usize>, seq: Taken<D>) {
+        self.checkin(adapter, seq.state);
+    }
+}
+
 impl<D: HybridDevice> Runner for HybridCore<D> {
     fn config(&self) -> &ModelConfig {
         self.model.config()
@@ -234,51 +300,7 @@ impl<D: HybridDevice> Runner for HybridCore<D> {
         req: &GenerateRequest,
         on_token: &mut dyn FnMut(u32) -> bool,
     ) -> Result<GenerateOutput, EngineError> {
-        check_request(
-            self.model.config(),
-            self.adapters.len(),
-            &req.prompt,
-            req.adapter,
-        )?;
-        let (trie, max_new) = plan_request(self.model.config(), req)?;
-        let started = Instant::now();
-        let (mut state, cached_tokens, cached_logits) =
-            self.checkout(req.adapter, &req.prompt, req.prompt.len() + max_new)?;
-        let result = self.prefill(&mut state, &req.prompt, req.adapter, cached_logits);
-        let prefill_time = started.elapsed();
-        let decode_started = Instant::now();
-        let mut tokens = Vec::with_capacity(max_new);
-        let eos = self.model.config().eos_token_ids.clone();
-        let outcome = result.and_then(|()| {
-            let mut s = HybridStepper {
-                core: self,
-                state: &mut state,
-                adapter: req.adapter,
-            };
-            sample(
-                &mut s,
-                req,
-                trie.as_ref(),
-                &eos,
-                max_new,
-                on_token,
-                &mut tokens,
-            )
-        });
-        let decode_time = decode_started.elapsed();
-        // A failed run leaves its state unknown: it is dropped, not cached.
-        let (finish, choice_logprobs, choice) = outcome?;
-        self.checkin(req.adapter, state);
-        Ok(GenerateOutput {
-            tokens,
-            finish,
-            prompt_tokens: req.prompt.len(),
-            cached_tokens,
-            prefill_time,
-            decode_time,
-            choice_logprobs,
-            choice,
-        })
+        generate_with(self, req, on_token)
     }
 
     fn logits(
@@ -309,15 +331,7 @@ impl<D: HybridDevice> Runner for HybridCore<D> {
         tokens: &[u32],
         adapter: Option<usize>,
     ) -> Result<PromptLogits, EngineError> {
-        check_request(self.model.config(), self.adapters.len(), tokens, adapter)?;
-        let (mut state, cached, cached_logits) = self.checkout(adapter, tokens, tokens.len())?;
-        self.prefill(&mut state, tokens, adapter, cached_logits)?;
-        self.checkin(adapter, state);
-        Ok(PromptLogits {
-            logits: self.logits.clone(),
-            cached_tokens: cached,
-            prefilled_tokens: tokens.len() - cached,
-        })
+        prompt_logits_with(self, tokens, adapter)
     }
 
     fn cache_stats(&self) -> CacheStats {

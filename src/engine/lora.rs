@@ -196,11 +196,7 @@ impl<D: Device> LoraAdapter<D> {
         config: &ModelConfig,
     ) -> Result<LoraAdapter<D>, EngineError> {
         let settings = AdapterSettings::load(&dir.join("adapter_config.json"), true)?;
-        let file = dir.join("adapter_model.safetensors");
-        if !file.exists() {
-            return Err(EngineError::adapter(&file, "missing adapter weights file"));
-        }
-        let weights = WeightFiles::open(file.clone(), std::slice::from_ref(&file))?;
+        let (file, weights) = adapter_weights(dir)?;
 
         // Which (layer, module) pairs the file holds, from its tensor names.
         let mut found: Vec<[Option<(String, String)>; 7]> = (0..config.num_hidden_layers)
@@ -346,6 +342,16 @@ fn parse_key(key: &str) -> Option<ParsedKey> {
         module,
         is_a,
     })
+}
+
+/// The weights file of the PEFT adapter in `dir`, opened, and its path (for errors).
+pub(crate) fn adapter_weights(dir: &Path) -> Result<(PathBuf, WeightFiles), EngineError> {
+    let file = dir.join("adapter_model.safetensors");
+    if !file.exists() {
+        return Err(EngineError::adapter(&file, "missing adapter weights file"));
+    }
+    let weights = WeightFiles::open(file.clone(), std::slice::from_ref(&file))?;
+    Ok((file, weights))
 }
 
 /// The parts of adapter_config.json that change the math.
