@@ -6,7 +6,7 @@
 //! inherited descriptor above stderr and execs the command.
 
 use std::ffi::{CString, OsString};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -195,11 +195,8 @@ fn run(args: &[OsString]) -> i32 {
     let Ok(c_args) = c_args else {
         return fail("running the command", "an argument contains a NUL byte");
     };
-    let mut ptrs: Vec<*const libc::c_char> = c_args.iter().map(|c| c.as_ptr()).collect();
-    ptrs.push(std::ptr::null());
-    // SAFETY: a NULL-terminated array of NUL-terminated strings that outlive the call.
-    unsafe { libc::execvp(ptrs[0], ptrs.as_ptr()) };
-    let err = std::io::Error::last_os_error();
+    let Err(errno) = nix::unistd::execvp(&c_args[0], &c_args);
+    let err = std::io::Error::from(errno);
     let code = if err.kind() == std::io::ErrorKind::NotFound {
         127
     } else {
@@ -223,94 +220,79 @@ fn lower_process_limit(max: u32) -> Result<(), String> {
     // against `max`, as it does in a pids cgroup.
     let running = super::pids::user_process_count().saturating_sub(1);
     let want = u64::from(max).saturating_add(running);
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit on this process with a live struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NPROC, &mut lim) != 0 {
-            return Err(format!(
-                "getrlimit(RLIMIT_NPROC): {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-        if lim.rlim_cur != libc::RLIM_INFINITY && lim.rlim_cur <= want {
-            return Ok(());
-        }
-        let lowered = libc::rlimit {
-            rlim_cur: want,
-            rlim_max: if lim.rlim_max == libc::RLIM_INFINITY {
-                want
-            } else {
-                lim.rlim_max.min(want)
-            },
-        };
-        if libc::setrlimit(libc::RLIMIT_NPROC, &lowered) != 0 {
-            return Err(format!(
-                "setrlimit(RLIMIT_NPROC): {}",
-                std::io::Error::last_os_error()
-            ));
-        }
+    use nix::sys::resource::{RLIM_INFINITY, Resource};
+    let (cur, max) = nix::sys::resource::getrlimit(Resource::RLIMIT_NPROC)
+        .map_err(|e| format!("getrlimit(RLIMIT_NPROC): {}", std::io::Error::from(e)))?;
+    if cur != RLIM_INFINITY && cur <= want {
+        return Ok(());
     }
-    Ok(())
+    let hard = if max == RLIM_INFINITY {
+        want
+    } else {
+        max.min(want)
+    };
+    nix::sys::resource::setrlimit(Resource::RLIMIT_NPROC, want, hard)
+        .map_err(|e| format!("setrlimit(RLIMIT_NPROC): {}", std::io::Error::from(e)))
 }
 
 /// Everything the helper applies before exec, in order.
 fn restrict(spec: &InnerSpec) -> Result<(), String> {
-    // SAFETY (whole block): plain syscalls on this process's own descriptors and state.
-    unsafe {
-        // SIGPIPE too: the Rust runtime of this helper ignores it, an ignored signal stays
-        // ignored across exec, and a command must die of a closed pipe (`yes | head -1`)
-        // instead of printing "Broken pipe" errors.
-        for sig in [
-            libc::SIGINT,
-            libc::SIGQUIT,
-            libc::SIGTERM,
-            libc::SIGHUP,
-            libc::SIGPIPE,
-        ] {
-            libc::signal(sig, libc::SIG_DFL);
-        }
-        for mount in &spec.held {
-            mount.check()?;
-        }
-        for &fd in &spec.join {
-            if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                return Err(format!(
-                    "joining the command's cgroup (descriptor {fd}): {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
-        }
-        if spec.rlimit_nproc {
-            lower_process_limit(spec.policy.max_processes)?;
-        }
-        // bubblewrap's setsid makes its pid-1 reaper the session leader, not the command:
-        // the helper starts its own session (no terminal yet) and takes the PTY.
-        if spec.pty && libc::getsid(0) != libc::getpid() {
-            libc::setsid();
-        }
-        if spec.pty && libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
-            return Err(format!(
+    use nix::sys::signal::{SigHandler, Signal};
+    // SIGPIPE too: the Rust runtime of this helper ignores it, an ignored signal stays
+    // ignored across exec, and a command must die of a closed pipe (`yes | head -1`)
+    // instead of printing "Broken pipe" errors.
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGQUIT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGPIPE,
+    ] {
+        // SAFETY: restoring the default disposition installs no handler.
+        let _ = unsafe { nix::sys::signal::signal(sig, SigHandler::SigDfl) };
+    }
+    for mount in &spec.held {
+        mount.check()?;
+    }
+    for &fd in &spec.join {
+        // SAFETY: baton opened these cgroup files for bubblewrap to pass on; nothing in the
+        // helper closes them before `close_inherited_fds`.
+        let err = match rustix::io::write(unsafe { BorrowedFd::borrow_raw(fd) }, b"0") {
+            Ok(1) => continue,
+            Ok(_) => std::io::ErrorKind::WriteZero.into(),
+            Err(e) => std::io::Error::from(e),
+        };
+        return Err(format!(
+            "joining the command's cgroup (descriptor {fd}): {err}"
+        ));
+    }
+    if spec.rlimit_nproc {
+        lower_process_limit(spec.policy.max_processes)?;
+    }
+    // bubblewrap's setsid makes its pid-1 reaper the session leader, not the command: the
+    // helper starts its own session (no terminal yet) and takes the PTY.
+    if spec.pty && rustix::process::getsid(None) != Ok(rustix::process::getpid()) {
+        let _ = rustix::process::setsid();
+    }
+    if spec.pty {
+        rustix::process::ioctl_tiocsctty(rustix::stdio::stdin()).map_err(|e| {
+            format!(
                 "taking the PTY as controlling terminal: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
+                std::io::Error::from(e)
+            )
+        })?;
     }
     let ruleset = fs_rules::build_ruleset(&spec.policy).map_err(|e| e.to_string())?;
     let filters = syscall_filter::build_filters(spec.policy.network).map_err(|e| e.to_string())?;
-    // SAFETY: prctl/landlock/seccomp on this process, with buffers that outlive the calls.
-    unsafe {
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-            return Err(format!("no_new_privs: {}", std::io::Error::last_os_error()));
-        }
-        if libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0) != 0 {
-            return Err(format!(
-                "landlock_restrict_self: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
+    rustix::thread::set_no_new_privs(true)
+        .map_err(|e| format!("no_new_privs: {}", std::io::Error::from(e)))?;
+    // SAFETY: landlock_restrict_self on a ruleset descriptor this function owns. Raw:
+    // neither rustix nor nix has Landlock calls.
+    if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0) } != 0 {
+        return Err(format!(
+            "landlock_restrict_self: {}",
+            std::io::Error::last_os_error()
+        ));
     }
     drop(ruleset);
     for f in &filters {
@@ -327,27 +309,25 @@ fn restrict(spec: &InnerSpec) -> Result<(), String> {
 
 /// Blocks until baton writes its release byte into `gate`.
 fn wait_at_gate(gate: RawFd) -> Result<(), String> {
-    let mut byte = 0u8;
-    loop {
-        // SAFETY: read(2) of one byte into a local from an inherited descriptor.
-        let n = unsafe { libc::read(gate, (&raw mut byte).cast(), 1) };
-        match n {
-            1 => return Ok(()),
-            0 => return Err("baton did not release the command (start gate closed)".into()),
-            _ => {
-                let err = std::io::Error::last_os_error();
-                if err.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(format!("waiting at the start gate: {err}"));
-                }
-            }
-        }
+    // SAFETY: the gate is baton's pipe, inherited through bubblewrap and closed only by
+    // `close_inherited_fds`, after this.
+    let gate = unsafe { BorrowedFd::borrow_raw(gate) };
+    let mut byte = [0u8];
+    match rustix::io::retry_on_intr(|| rustix::io::read(gate, &mut byte)) {
+        Ok(0) => Err("baton did not release the command (start gate closed)".into()),
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!(
+            "waiting at the start gate: {}",
+            std::io::Error::from(e)
+        )),
     }
 }
 
 /// Closes every descriptor above stderr: nothing baton's caller left open (a log file on
 /// fd 7, a socket) reaches the command.
 fn close_inherited_fds() {
-    // SAFETY: close_range on this process's own descriptor table.
+    // SAFETY: close_range on this process's own descriptor table, which nothing in the
+    // helper uses past this point. Raw: neither rustix nor nix wraps close_range.
     let r = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
     if r != 0 {
         let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
@@ -358,8 +338,8 @@ fn close_inherited_fds() {
             .filter(|fd| *fd > 2)
             .collect();
         for fd in fds {
-            // SAFETY: closing descriptors of this process.
-            unsafe { libc::close(fd) };
+            // SAFETY: as for close_range above.
+            unsafe { rustix::io::close(fd) };
         }
     }
 }

@@ -14,13 +14,17 @@
 //! holds it at a [`StartGate`]: bubblewrap builds the world meanwhile, and the command is
 //! executed only once the gate is opened.
 
-use std::ffi::{CString, OsStr, OsString};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::ffi::{CStr, CString, OsStr, OsString};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
+
+use nix::mount::MsFlags;
+use nix::sys::signal::{SigHandler, Signal};
+use rustix::io::FdFlags;
 
 use super::SandboxError;
 use super::bwrap;
@@ -47,7 +51,7 @@ pub enum Session {
 struct BindMount {
     path: CString,
     /// Remount read-only with these flags (locked flags of the source mount kept).
-    read_only: Option<libc::c_ulong>,
+    read_only: Option<MsFlags>,
 }
 
 /// User-namespace maps for a non-root caller (mounts need CAP_SYS_ADMIN in some namespace).
@@ -86,7 +90,7 @@ struct Wrapper {
 impl Wrapper {
     /// The descriptors bubblewrap must inherit (iterated without allocating: this runs in a
     /// forked child too).
-    fn inherited(&self) -> impl Iterator<Item = RawFd> + '_ {
+    fn inherited(&self) -> impl Iterator<Item = BorrowedFd<'_>> + '_ {
         let image = match self.helper {
             Helper::Image(fd) => Some(fd),
             Helper::Path(_) => None,
@@ -96,6 +100,10 @@ impl Wrapper {
             .chain(self.spec.join.iter().copied())
             .chain(self.spec.gate)
             .chain(self.world.held_fds())
+            // SAFETY: the image is baton's own, open for the life of the process; the cgroup
+            // files and the gate are owned by the `PreparedSandbox` that holds this wrapper,
+            // the held binds' descriptors by `world`: all outlive the borrow of `self`.
+            .map(|fd| unsafe { BorrowedFd::borrow_raw(fd) })
     }
 }
 
@@ -375,13 +383,11 @@ impl PreparedSandbox {
         if self.session == Session::NewGroup {
             cmd.process_group(0);
         }
-        let fds: Vec<RawFd> = w.inherited().collect();
+        let fds: Vec<BorrowedFd<'_>> = w.inherited().collect();
         for &fd in &fds {
-            // SAFETY: fcntl on descriptors `self` owns.
-            if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
-                let err = std::io::Error::last_os_error();
+            if let Err(e) = rustix::io::fcntl_setfd(fd, FdFlags::empty()) {
                 restore_cloexec(&fds);
-                return Err(err);
+                return Err(e.into());
             }
         }
         let child = cmd.spawn();
@@ -389,157 +395,159 @@ impl PreparedSandbox {
         child
     }
 
-    /// Runs in the forked child. Async-signal-safe: no allocation, no locks.
+    /// Runs in the forked child. Async-signal-safe: no allocation, no locks. Path arguments
+    /// are `CStr`s made before the fork (rustix and nix copy any other path into a buffer,
+    /// on the heap when it is long), and every error is an errno (`io::Error` holds it
+    /// without allocating).
     fn apply_in_child(&self) -> std::io::Result<()> {
-        // SAFETY (whole fn): raw syscalls with pointers into `self`, which outlives the call.
-        unsafe {
-            // The parent may ignore these (`baton sandbox` does while it waits); the
-            // command must not inherit that.
-            for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP] {
-                libc::signal(sig, libc::SIG_DFL);
+        // The parent may ignore these (`baton sandbox` does while it waits); the command
+        // must not inherit that.
+        for sig in [
+            Signal::SIGINT,
+            Signal::SIGQUIT,
+            Signal::SIGTERM,
+            Signal::SIGHUP,
+        ] {
+            // SAFETY: restoring the default disposition installs no handler.
+            let _ = unsafe { nix::sys::signal::signal(sig, SigHandler::SigDfl) };
+        }
+        match self.session {
+            // bubblewrap's own setsid and the inner helper's TIOCSCTTY give the command its
+            // terminal; the outer process only leaves the caller's session.
+            Session::PtyLeader if self.wrapper.is_some() => {
+                step(rustix::process::setsid(), b"setsid")?;
             }
-            match self.session {
-                // bubblewrap's own setsid and the inner helper's TIOCSCTTY give the command
-                // its terminal; the outer process only leaves the caller's session.
-                Session::PtyLeader if self.wrapper.is_some() => {
-                    step(libc::setsid() >= 0, b"setsid")?;
-                }
-                Session::PtyLeader => {
-                    step(libc::setsid() >= 0, b"setsid")?;
-                    step(libc::ioctl(0, libc::TIOCSCTTY, 0) >= 0, b"TIOCSCTTY")?;
-                }
-                Session::NewGroup => step(libc::setpgid(0, 0) == 0, b"setpgid")?,
-                Session::Inherit => {}
+            Session::PtyLeader => {
+                step(rustix::process::setsid(), b"setsid")?;
+                step(
+                    rustix::process::ioctl_tiocsctty(rustix::stdio::stdin()),
+                    b"TIOCSCTTY",
+                )?;
             }
-            if self.mode == SandboxMode::Off {
-                return Ok(());
+            Session::NewGroup => step(rustix::process::setpgid(None, None), b"setpgid")?,
+            Session::Inherit => {}
+        }
+        if self.mode == SandboxMode::Off {
+            return Ok(());
+        }
+        // With bubblewrap the inner helper joins the cgroups (see `InnerSpec::join`).
+        let join_here = self.wrapper.is_none();
+        match &self.bound {
+            ProcessBound::Cgroup(cg) if join_here => {
+                step(join_cgroup(&cg.procs), b"joining the pids cgroup")?;
             }
-            // With bubblewrap the inner helper joins the cgroups (see `InnerSpec::join`).
-            let join_here = self.wrapper.is_none();
-            match &self.bound {
-                ProcessBound::Cgroup(cg) if join_here => {
-                    let ok = libc::write(cg.procs.as_raw_fd(), b"0".as_ptr().cast(), 1) == 1;
-                    step(ok, b"joining the pids cgroup")?;
-                }
-                ProcessBound::Cgroup(_) => {}
-                ProcessBound::Rlimit(n) => {
-                    let lim = libc::rlimit {
-                        rlim_cur: *n,
-                        rlim_max: *n,
-                    };
-                    step(
-                        libc::setrlimit(libc::RLIMIT_NPROC, &lim) == 0,
-                        b"RLIMIT_NPROC",
-                    )?;
-                }
-                ProcessBound::Unenforced(_) => {}
+            ProcessBound::Cgroup(_) => {}
+            ProcessBound::Rlimit(n) => {
+                step(
+                    set_rlimit(rustix::process::Resource::Nproc, *n),
+                    b"RLIMIT_NPROC",
+                )?;
             }
-            match &self.memory {
-                Some(MemoryBound::CgroupV1(cg)) if join_here => {
-                    let ok = libc::write(cg.procs.as_raw_fd(), b"0".as_ptr().cast(), 1) == 1;
-                    step(ok, b"joining the memory cgroup")?;
-                }
-                Some(MemoryBound::CgroupV1(_)) => {}
-                Some(MemoryBound::Rlimit(n)) => {
-                    let lim = libc::rlimit {
-                        rlim_cur: *n,
-                        rlim_max: *n,
-                    };
-                    step(libc::setrlimit(libc::RLIMIT_AS, &lim) == 0, b"RLIMIT_AS")?;
-                }
-                Some(MemoryBound::CgroupV2) | None => {}
+            ProcessBound::Unenforced(_) => {}
+        }
+        match &self.memory {
+            Some(MemoryBound::CgroupV1(cg)) if join_here => {
+                step(join_cgroup(&cg.procs), b"joining the memory cgroup")?;
             }
-            // Whatever the caller left open (a log on fd 7, a socket) must not reach the
-            // command: every descriptor above stderr goes at exec.
-            const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-            step(
-                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) == 0,
-                b"close_range",
-            )?;
-            if let Some(w) = &self.wrapper {
-                // The image descriptor (bubblewrap executes it) and the cgroup files the
-                // helper joins through alone survive into bubblewrap.
-                for fd in w.inherited() {
-                    step(
-                        libc::fcntl(fd, libc::F_SETFD, 0) == 0,
-                        b"the helper's descriptors",
-                    )?;
-                }
-                return Ok(());
+            Some(MemoryBound::CgroupV1(_)) => {}
+            Some(MemoryBound::Rlimit(n)) => {
+                step(set_rlimit(rustix::process::Resource::As, *n), b"RLIMIT_AS")?;
             }
-            if !self.mounts.is_empty() {
-                self.enter_mount_namespace()?;
+            Some(MemoryBound::CgroupV2) | None => {}
+        }
+        // Whatever the caller left open (a log on fd 7, a socket) must not reach the
+        // command: every descriptor above stderr goes at exec.
+        const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+        // SAFETY: close_range only marks descriptors close-on-exec. Raw: neither rustix nor
+        // nix wraps close_range.
+        let r =
+            unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) };
+        step(syscall_result(r), b"close_range")?;
+        if let Some(w) = &self.wrapper {
+            // The image descriptor (bubblewrap executes it) and the cgroup files the helper
+            // joins through alone survive into bubblewrap.
+            for fd in w.inherited() {
+                step(
+                    rustix::io::fcntl_setfd(fd, FdFlags::empty()),
+                    b"the helper's descriptors",
+                )?;
             }
-            step(
-                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0,
-                b"no_new_privs",
-            )?;
-            if let Some(fd) = &self.landlock {
-                let r = libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0);
-                step(r == 0, b"landlock_restrict_self")?;
-            }
-            for filter in &self.seccomp {
-                let prog = SockFprog {
-                    len: filter.len() as libc::c_ushort,
-                    filter: filter.as_ptr(),
-                };
-                let r = libc::syscall(
+            return Ok(());
+        }
+        if !self.mounts.is_empty() {
+            self.enter_mount_namespace()?;
+        }
+        step(rustix::thread::set_no_new_privs(true), b"no_new_privs")?;
+        if let Some(fd) = &self.landlock {
+            // SAFETY: landlock_restrict_self on a ruleset descriptor `self` owns. Raw:
+            // neither rustix nor nix has Landlock calls.
+            let r = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0) };
+            step(syscall_result(r), b"landlock_restrict_self")?;
+        }
+        for filter in &self.seccomp {
+            let prog = SockFprog {
+                len: filter.len() as libc::c_ushort,
+                filter: filter.as_ptr(),
+            };
+            // SAFETY: `prog` points into `filter`, which outlives the call. Raw: neither
+            // rustix nor nix installs seccomp filters.
+            let r = unsafe {
+                libc::syscall(
                     libc::SYS_seccomp,
                     libc::SECCOMP_SET_MODE_FILTER,
                     0,
                     &prog as *const SockFprog,
-                );
-                step(r == 0, b"seccomp")?;
-            }
+                )
+            };
+            step(syscall_result(r), b"seccomp")?;
         }
         Ok(())
     }
 
     /// A private mount namespace where `.git` is pinned and hooks/config are read-only.
-    unsafe fn enter_mount_namespace(&self) -> std::io::Result<()> {
-        // SAFETY: raw syscalls on NUL-terminated paths owned by `self`.
-        unsafe {
-            let mut flags = libc::CLONE_NEWNS;
-            if self.userns.is_some() {
-                flags |= libc::CLONE_NEWUSER;
-            }
-            step(libc::unshare(flags) == 0, b"unshare(mount namespace)")?;
-            if let Some(ns) = &self.userns {
-                // baton is not dumpable (its environment holds the API key), which makes
-                // /proc/self/* root's: the maps can only be written by a dumpable process.
-                // The copy of baton's memory this child holds is replaced at its exec.
-                step(
-                    libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) == 0,
-                    b"PR_SET_DUMPABLE",
-                )?;
-                write_proc(c"/proc/self/setgroups", b"deny")?;
-                write_proc(c"/proc/self/uid_map", &ns.uid_map)?;
-                write_proc(c"/proc/self/gid_map", &ns.gid_map)?;
-            }
-            let none = std::ptr::null::<libc::c_char>();
+    fn enter_mount_namespace(&self) -> std::io::Result<()> {
+        use nix::sched::CloneFlags;
+        let mut flags = CloneFlags::CLONE_NEWNS;
+        if self.userns.is_some() {
+            flags |= CloneFlags::CLONE_NEWUSER;
+        }
+        step(nix::sched::unshare(flags), b"unshare(mount namespace)")?;
+        if let Some(ns) = &self.userns {
+            // baton is not dumpable (its environment holds the API key), which makes
+            // /proc/self/* root's: the maps can only be written by a dumpable process. The
+            // copy of baton's memory this child holds is replaced at its exec.
             step(
-                libc::mount(
-                    none,
-                    c"/".as_ptr(),
-                    none,
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ) == 0,
-                b"making mounts private",
+                rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::Dumpable),
+                b"PR_SET_DUMPABLE",
             )?;
-            for m in &self.mounts {
-                let p = m.path.as_ptr();
+            write_proc(c"/proc/self/setgroups", b"deny")?;
+            write_proc(c"/proc/self/uid_map", &ns.uid_map)?;
+            write_proc(c"/proc/self/gid_map", &ns.gid_map)?;
+        }
+        // nix rather than rustix: rustix's remount cannot pass a NULL data argument.
+        const NONE: Option<&CStr> = None;
+        step(
+            nix::mount::mount(
+                NONE,
+                c"/",
+                NONE,
+                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                NONE,
+            ),
+            b"making mounts private",
+        )?;
+        for m in &self.mounts {
+            let p = m.path.as_c_str();
+            step(
+                nix::mount::mount(Some(p), p, NONE, MsFlags::MS_BIND, NONE),
+                b"bind-mounting a protected git path",
+            )?;
+            if let Some(locked) = m.read_only {
+                let f = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | locked;
                 step(
-                    libc::mount(p, p, none, libc::MS_BIND, std::ptr::null()) == 0,
-                    b"bind-mounting a protected git path",
+                    nix::mount::mount(NONE, p, NONE, f, NONE),
+                    b"remounting a git path read-only",
                 )?;
-                if let Some(locked) = m.read_only {
-                    let f = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | locked;
-                    step(
-                        libc::mount(none, p, none, f, std::ptr::null()) == 0,
-                        b"remounting a git path read-only",
-                    )?;
-                }
             }
         }
         Ok(())
@@ -547,10 +555,9 @@ impl PreparedSandbox {
 }
 
 /// Marks `fds` close-on-exec again.
-fn restore_cloexec(fds: &[RawFd]) {
+fn restore_cloexec(fds: &[BorrowedFd<'_>]) {
     for &fd in fds {
-        // SAFETY: fcntl on descriptors the caller owns.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        let _ = rustix::io::fcntl_setfd(fd, FdFlags::CLOEXEC);
     }
 }
 
@@ -581,31 +588,58 @@ struct SockFprog {
     filter: *const seccompiler::sock_filter,
 }
 
-/// Turns a failed child step into an error, after telling the terminal which step failed.
-fn step(ok: bool, what: &'static [u8]) -> std::io::Result<()> {
-    if ok {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
-    let prefix: &[u8] = b"baton sandbox: setup failed at ";
-    // SAFETY: write(2) of static buffers to stderr.
-    unsafe {
-        libc::write(2, prefix.as_ptr().cast(), prefix.len());
-        libc::write(2, what.as_ptr().cast(), what.len());
-        libc::write(2, b"\r\n".as_ptr().cast(), 2);
-    }
-    Err(err)
+/// Passes a child step's result on, after telling the terminal which step failed.
+fn step<T, E: Into<std::io::Error>>(r: Result<T, E>, what: &'static [u8]) -> std::io::Result<T> {
+    r.map_err(|e| {
+        // Converted first: an errno, which the writes below must not replace.
+        let err = e.into();
+        let stderr = rustix::stdio::stderr();
+        let _ = rustix::io::write(stderr, b"baton sandbox: setup failed at ");
+        let _ = rustix::io::write(stderr, what);
+        let _ = rustix::io::write(stderr, b"\r\n");
+        err
+    })
 }
 
-unsafe fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> std::io::Result<()> {
-    // SAFETY: open/write/close on a static path and a prepared buffer.
-    unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        step(fd >= 0, b"opening a /proc/self map")?;
-        let n = libc::write(fd, data.as_ptr().cast(), data.len());
-        libc::close(fd);
-        step(n == data.len() as isize, b"writing a /proc/self map")
+/// The result of a raw `syscall` that returns 0 on success.
+fn syscall_result(r: libc::c_long) -> std::io::Result<()> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
+}
+
+/// Moves this process into the cgroup whose `tasks` or `cgroup.procs` file `procs` is.
+fn join_cgroup(procs: &std::fs::File) -> std::io::Result<()> {
+    match rustix::io::write(procs, b"0") {
+        Ok(1) => Ok(()),
+        Ok(_) => Err(std::io::ErrorKind::WriteZero.into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn set_rlimit(resource: rustix::process::Resource, n: u64) -> rustix::io::Result<()> {
+    let lim = rustix::process::Rlimit {
+        current: Some(n),
+        maximum: Some(n),
+    };
+    rustix::process::setrlimit(resource, lim)
+}
+
+fn write_proc(path: &CStr, data: &[u8]) -> std::io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = step(
+        rustix::fs::open(path, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty()),
+        b"opening a /proc/self map",
+    )?;
+    let written = match rustix::io::write(&fd, data) {
+        Ok(n) if n == data.len() => Ok(()),
+        Ok(_) => Err(std::io::ErrorKind::WriteZero.into()),
+        Err(e) => Err(std::io::Error::from(e)),
+    };
+    drop(fd);
+    step(written, b"writing a /proc/self map")
 }
 
 fn c_path(p: &Path) -> Result<CString, SandboxError> {
@@ -614,20 +648,20 @@ fn c_path(p: &Path) -> Result<CString, SandboxError> {
 }
 
 /// Mount flags a remount inside a user namespace must keep (the kernel locks them).
-fn locked_mount_flags(p: &Path) -> libc::c_ulong {
+fn locked_mount_flags(p: &Path) -> MsFlags {
     use rustix::fs::StatVfsMountFlags as St;
     // A path with a NUL byte is EINVAL: no flags, as for any other failure.
     let Ok(st) = rustix::fs::statvfs(p) else {
-        return 0;
+        return MsFlags::empty();
     };
-    let mut f = 0;
+    let mut f = MsFlags::empty();
     for (st_flag, ms_flag) in [
-        (St::NOSUID, libc::MS_NOSUID),
-        (St::NODEV, libc::MS_NODEV),
-        (St::NOEXEC, libc::MS_NOEXEC),
-        (St::NOATIME, libc::MS_NOATIME),
-        (St::NODIRATIME, libc::MS_NODIRATIME),
-        (St::RELATIME, libc::MS_RELATIME),
+        (St::NOSUID, MsFlags::MS_NOSUID),
+        (St::NODEV, MsFlags::MS_NODEV),
+        (St::NOEXEC, MsFlags::MS_NOEXEC),
+        (St::NOATIME, MsFlags::MS_NOATIME),
+        (St::NODIRATIME, MsFlags::MS_NODIRATIME),
+        (St::RELATIME, MsFlags::MS_RELATIME),
     ] {
         if st.f_flag.contains(st_flag) {
             f |= ms_flag;
