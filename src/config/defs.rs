@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::input::{Input, Number, wrong_type};
 use super::settings::{Settings, command_prefix, not_a_folder};
 use crate::protocol::{
     ApprovalPolicy, Choice, DeviceChoice, Expert, FollowUps, Mode, ReasoningEffort,
@@ -86,9 +87,9 @@ impl Flag {
 /// Reads and writes one setting's field of a [`Settings`] layer.
 #[derive(Clone, Copy)]
 pub struct Slot {
-    /// Parses the text form (`base` resolves relative paths: a config file's folder) and sets
-    /// the field; the error is the reason alone.
-    pub set: fn(&mut Settings, &str, Option<&Path>) -> Result<(), String>,
+    /// Parses a value (`base` resolves relative paths: a config file's folder) and sets the
+    /// field; the error is the reason alone.
+    pub set: fn(&mut Settings, Input, Option<&Path>) -> Result<(), String>,
     pub is_set: fn(&Settings) -> bool,
     /// Takes the field from the second layer when it sets it.
     pub take: fn(&mut Settings, &Settings),
@@ -251,12 +252,12 @@ impl<T: Show> Show for Vec<T> {
 }
 
 /// The [`Slot`] of a field of `Settings` (`endpoint`, `backend_timeouts.idle`,
-/// `expert_tools[2]`), whose text is read by `parse(text, base)`.
+/// `expert_tools[2]`), whose value is read by `parse(input, base)`.
 macro_rules! slot {
     ($($field:ident).+ $([$i:literal])?, $parse:expr) => {
         Slot {
-            set: |s, text, base| {
-                s.$($field).+$([$i])? = Some(($parse)(text, base)?);
+            set: |s, input, base| {
+                s.$($field).+$([$i])? = Some(($parse)(input, base)?);
                 Ok(())
             },
             is_set: |s| s.$($field).+$([$i])?.is_some(),
@@ -271,81 +272,76 @@ macro_rules! slot {
     };
 }
 
-// Parsers: text (and the folder relative paths are relative to) to a value, or the reason.
+// Parsers: a value (and the folder relative paths are relative to) to a setting's value, or
+// the reason. Each takes from a file only the TOML types [`Input`]'s methods allow it.
 
-fn choice<T: Choice>(text: &str, _: Option<&Path>) -> Result<T, String> {
+fn choice<T: Choice>(input: Input, _: Option<&Path>) -> Result<T, String> {
+    let names: Vec<&str> = T::ALL.iter().map(|v| v.name()).collect();
+    let text = input.text(&format!("one of {}", names.join(", ")))?;
     T::parse_or_list(text).map_err(|e| e.to_string())
 }
 
-fn number<T: std::str::FromStr>(text: &str, what: &str) -> Result<T, String> {
-    text.trim()
-        .parse::<T>()
-        .map_err(|_| format!("'{text}' is not {what}"))
-}
-
-fn at_least<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
-    text: &str,
+fn at_least<T: Number + PartialOrd + std::fmt::Display>(
+    input: Input,
     what: &str,
     least: T,
     why: &str,
 ) -> Result<T, String> {
-    let n: T = number(text, what)?;
+    let n: T = input.number(what)?;
     if n < least {
         return Err(format!("{n} is {why} (at least {least})"));
     }
     Ok(n)
 }
 
-fn seconds(text: &str, _: Option<&Path>) -> Result<u64, String> {
-    let n: u64 = number(text, "a number of seconds")?;
+fn seconds(input: Input, _: Option<&Path>) -> Result<u64, String> {
+    let n: u64 = input.number("a number of seconds")?;
     if n == 0 {
         return Err("must be at least 1 second".into());
     }
     Ok(n)
 }
 
-fn positive_u32(text: &str, _: Option<&Path>) -> Result<u32, String> {
-    let n: u32 = number(text, "a positive whole number")?;
+fn positive_u32(input: Input, _: Option<&Path>) -> Result<u32, String> {
+    let n: u32 = input.number("a positive whole number")?;
     if n == 0 {
         return Err("must be at least 1".into());
     }
     Ok(n)
 }
 
-fn non_empty(text: &str, what: &str) -> Result<String, String> {
-    let v = text.trim();
+fn non_empty(input: Input, what: &str) -> Result<String, String> {
+    let v = input.text(&format!("a {what}"))?.trim();
     if v.is_empty() {
         return Err(format!("the {what} is empty"));
     }
     Ok(v.to_string())
 }
 
-/// Only the two TOML spellings: `"yes"` or `1` read as true in one place and as a typo in
-/// another would be a surprise in a security setting.
-fn strict_bool(text: &str, _: Option<&Path>) -> Result<bool, String> {
-    match text.trim() {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err(format!("'{text}' is not true or false")),
-    }
+fn strict_bool(input: Input, _: Option<&Path>) -> Result<bool, String> {
+    input.boolean()
 }
 
 /// A path; `~/` is the home folder and a relative one is relative to `base` (a file's folder).
-fn path(text: &str, base: Option<&Path>) -> Result<PathBuf, String> {
+fn path(input: Input, base: Option<&Path>) -> Result<PathBuf, String> {
+    Ok(path_of(input.text("a path")?, base))
+}
+
+fn path_of(text: &str, base: Option<&Path>) -> PathBuf {
     let p = match text.strip_prefix("~/") {
         Some(rest) => dirs::home_dir()
             .map(|h| h.join(rest))
             .unwrap_or_else(|| PathBuf::from(text)),
         None => PathBuf::from(text),
     };
-    Ok(match base {
+    match base {
         Some(b) if p.is_relative() => b.join(p),
         _ => p,
-    })
+    }
 }
 
-/// A list value as text: entries separated by newlines (TOML arrays and repeated flags are
-/// joined that way) or, in environment variables and name lists, by commas.
+/// A list value as text: entries separated by newlines (repeated flags are joined that way)
+/// or, in environment variables and name lists, by commas.
 pub fn split_list(text: &str) -> Vec<String> {
     let sep = if text.contains('\n') { '\n' } else { ',' };
     text.split(sep)
@@ -355,11 +351,12 @@ pub fn split_list(text: &str) -> Vec<String> {
         .collect()
 }
 
-fn names(text: &str, _: Option<&Path>) -> Result<Vec<String>, String> {
-    Ok(split_list(text))
+fn names(input: Input, _: Option<&Path>) -> Result<Vec<String>, String> {
+    input.entries()
 }
 
-fn endpoint(text: &str, _: Option<&Path>) -> Result<String, String> {
+fn endpoint(input: Input, _: Option<&Path>) -> Result<String, String> {
+    let text = input.text("a URL")?;
     let v = text.trim().trim_end_matches('/');
     if !(v.starts_with("http://") || v.starts_with("https://")) {
         return Err(format!(
@@ -369,7 +366,8 @@ fn endpoint(text: &str, _: Option<&Path>) -> Result<String, String> {
     Ok(v.to_string())
 }
 
-fn variable_name(text: &str, _: Option<&Path>) -> Result<String, String> {
+fn variable_name(input: Input, _: Option<&Path>) -> Result<String, String> {
+    let text = input.text("a variable name")?;
     let v = text.trim();
     if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(format!(
@@ -380,8 +378,8 @@ fn variable_name(text: &str, _: Option<&Path>) -> Result<String, String> {
 }
 
 /// A folder that exists, checked here (not only when resolving) so the error names its source.
-fn workspace(text: &str, base: Option<&Path>) -> Result<PathBuf, String> {
-    let dir = path(text, base)?;
+fn workspace(input: Input, base: Option<&Path>) -> Result<PathBuf, String> {
+    let dir = path(input, base)?;
     let at = match std::env::current_dir() {
         Ok(cwd) => cwd.join(&dir),
         Err(_) => dir.clone(),
@@ -392,40 +390,55 @@ fn workspace(text: &str, base: Option<&Path>) -> Result<PathBuf, String> {
     }
 }
 
-fn fraction_of_window(text: &str, _: Option<&Path>) -> Result<f64, String> {
-    let text = text.trim();
-    let (number_text, scale) = match text.strip_suffix('%') {
-        Some(p) => (p.trim(), 100.0),
-        None => (text, 1.0),
+fn fraction_of_window(input: Input, _: Option<&Path>) -> Result<f64, String> {
+    const WHAT: &str = "a fraction of the window (0.85 or 85%)";
+    // A percentage is text; in a file that is a TOML string, and a string must be one.
+    let text = match input {
+        Input::Text(text) => Some(text.trim()),
+        Input::Toml(toml::Value::String(s)) if s.trim().ends_with('%') => Some(s.trim()),
+        Input::Toml(value @ toml::Value::String(_)) => {
+            return Err(wrong_type(
+                "a fraction (0.85) or a percentage (\"85%\")",
+                value,
+                |s| s.trim().parse::<f64>().is_ok(),
+            ));
+        }
+        Input::Toml(_) => None,
     };
-    let f: f64 = number(number_text, "a fraction of the window (0.85 or 85%)")?;
-    let f = f / scale;
+    let f = match text {
+        Some(text) => match text.strip_suffix('%') {
+            Some(p) => Input::Text(p.trim()).number::<f64>(WHAT)? / 100.0,
+            None => Input::Text(text).number(WHAT)?,
+        },
+        None => input.number(WHAT)?,
+    };
     if !(0.2..=0.98).contains(&f) {
+        let shown = text.map_or_else(|| f.to_string(), str::to_string);
         return Err(format!(
-            "{text} is outside 0.2..0.98 of the window (20%..98%)"
+            "{shown} is outside 0.2..0.98 of the window (20%..98%)"
         ));
     }
     Ok(f)
 }
 
-fn temperature(text: &str, _: Option<&Path>) -> Result<f32, String> {
-    let t: f32 = number(text, "a number")?;
+fn temperature(input: Input, _: Option<&Path>) -> Result<f32, String> {
+    let t: f32 = input.number("a number")?;
     if !(0.0..=2.0).contains(&t) {
         return Err(format!("{t} is outside 0..2"));
     }
     Ok(t)
 }
 
-fn top_p(text: &str, _: Option<&Path>) -> Result<f32, String> {
-    let t: f32 = number(text, "a number")?;
+fn top_p(input: Input, _: Option<&Path>) -> Result<f32, String> {
+    let t: f32 = input.number("a number")?;
     if !(t > 0.0 && t <= 1.0) {
         return Err(format!("{t} is outside (0, 1]"));
     }
     Ok(t)
 }
 
-fn allow_list(text: &str, _: Option<&Path>) -> Result<Vec<String>, String> {
-    let entries = split_list(text);
+fn allow_list(input: Input, _: Option<&Path>) -> Result<Vec<String>, String> {
+    let entries = input.entries()?;
     if let Some(bad) = entries.iter().find(|e| command_prefix(e).is_none()) {
         return Err(format!(
             "allow entry {bad:?} is empty or has unbalanced quotes"
@@ -434,8 +447,8 @@ fn allow_list(text: &str, _: Option<&Path>) -> Result<Vec<String>, String> {
     Ok(entries)
 }
 
-fn folders(text: &str, base: Option<&Path>) -> Result<Vec<PathBuf>, String> {
-    split_list(text).iter().map(|v| path(v, base)).collect()
+fn folders(input: Input, base: Option<&Path>) -> Result<Vec<PathBuf>, String> {
+    Ok(input.entries()?.iter().map(|v| path_of(v, base)).collect())
 }
 
 const MODEL: &str = "Model";
@@ -522,7 +535,7 @@ pub static DEFS: &[Def] = &[
         values: "name",
         default: "—",
         meaning: "model name in `proxy` and `single` mode (required there)",
-        slot: slot!(model, |t: &str, _| non_empty(t, "model name")),
+        slot: slot!(model, |v: Input, _| non_empty(v, "model name")),
     },
     Def {
         key: "profile",
@@ -556,7 +569,9 @@ pub static DEFS: &[Def] = &[
         values: "`L0`–`L3`",
         default: "—",
         meaning: "pin one expert, skip routing",
-        slot: slot!(expert, |t: &str, _| t.parse::<Expert>()),
+        slot: slot!(expert, |v: Input, _| v
+            .text("an expert label (L0, L1, L2 or L3)")?
+            .parse::<Expert>()),
     },
     Def {
         key: "reasoning",
@@ -921,8 +936,8 @@ pub static DEFS: &[Def] = &[
         default: "what `/models` reports, else 131072",
         meaning: "the experts' context window: long tool loops shrink old outputs, then \
                   compact, to stay inside it",
-        slot: slot!(context_window, |t: &str, _| at_least(
-            t,
+        slot: slot!(context_window, |v: Input, _| at_least(
+            v,
             "a number of tokens",
             1024u64,
             "tokens, too small"
@@ -1022,7 +1037,7 @@ pub static DEFS: &[Def] = &[
         values: "whole number",
         default: "—",
         meaning: "answer sampling",
-        slot: slot!(seed, |t: &str, _| number::<u64>(t, "a whole number")),
+        slot: slot!(seed, |v: Input, _| v.number::<u64>("a whole number")),
     },
     Def {
         key: "max_tokens",
@@ -1126,8 +1141,8 @@ pub static DEFS: &[Def] = &[
         values: "whole number ≥ 16",
         default: "1024",
         meaning: "live processes one command may have (fork bombs stop there)",
-        slot: slot!(max_processes, |t: &str, _| at_least(
-            t,
+        slot: slot!(max_processes, |v: Input, _| at_least(
+            v,
             "a positive whole number",
             16u32,
             "too few for a shell"
@@ -1148,7 +1163,10 @@ pub static DEFS: &[Def] = &[
         default: "`bubblewrap`",
         meaning: "what builds the sandbox; `landlock` is the named weaker mode \
                   ([sandbox.md](sandbox.md))",
-        slot: slot!(sandbox_backend, |t: &str, _| t.trim().parse::<SandboxBackend>()),
+        slot: slot!(sandbox_backend, |v: Input, _| v
+            .text("bubblewrap or landlock")?
+            .trim()
+            .parse::<SandboxBackend>()),
     },
     Def {
         key: "max_memory",
@@ -1162,8 +1180,8 @@ pub static DEFS: &[Def] = &[
         values: "MiB ≥ 64",
         default: "half of RAM",
         meaning: "memory one command may use",
-        slot: slot!(max_memory, |t: &str, _| at_least(
-            t,
+        slot: slot!(max_memory, |v: Input, _| at_least(
+            v,
             "a whole number of MiB",
             64u64,
             "MiB, too little for a shell"
@@ -1242,7 +1260,7 @@ pub static DEFS: &[Def] = &[
         values: "`dark` \\| `light` \\| `high-contrast` \\| a user theme",
         default: "`dark`",
         meaning: "colours of the interactive UI (`--no-color` or `NO_COLOR` for none)",
-        slot: slot!(theme, |t: &str, _| non_empty(t, "theme name")),
+        slot: slot!(theme, |v: Input, _| non_empty(v, "theme name")),
     },
 ];
 
@@ -1281,16 +1299,16 @@ mod tests {
             let Some(choices) = d.choices else { continue };
             for (name, _) in choices() {
                 let mut s = Settings::default();
-                (d.slot.set)(&mut s, name, None)
+                (d.slot.set)(&mut s, Input::Text(name), None)
                     .unwrap_or_else(|e| panic!("{} = {name}: {e}", d.key));
                 assert_eq!((d.slot.show)(&s).as_deref(), Some(name), "{}", d.key);
             }
         }
     }
 
-    #[test]
-    fn a_slot_sets_takes_shows_and_clears_its_own_field_only() {
-        let samples = |d: &Def| match d.kind {
+    /// A good value of each setting, as text.
+    fn sample(d: &Def) -> String {
+        match d.kind {
             Kind::Switch => "true".to_string(),
             _ if d.choices.is_some() => d.choices.map(|c| c()[0].0).unwrap_or("").to_string(),
             _ => match d.key {
@@ -1303,12 +1321,53 @@ mod tests {
                 "allow" => "cargo test".into(),
                 "sandbox_backend" => "landlock".into(),
                 "model" | "theme" | "api_key_env" => "X".into(),
+                "profile" | "session_dir" | "local" => "/p".into(),
+                k if k.ends_with("system_prompt") => "/p/prompt.md".into(),
                 _ => "4096".into(),
             },
-        };
+        }
+    }
+
+    /// The same value as a config file writes it.
+    fn toml_sample(d: &Def) -> toml::Value {
+        let text = sample(d);
+        match d.kind {
+            Kind::Switch => toml::Value::Boolean(text == "true"),
+            Kind::Lines | Kind::Names => toml::Value::Array(vec![toml::Value::String(text)]),
+            Kind::One => match (text.parse::<i64>(), text.parse::<f64>()) {
+                (Ok(i), _) => toml::Value::Integer(i),
+                (_, Ok(f)) => toml::Value::Float(f),
+                _ => toml::Value::String(text),
+            },
+        }
+    }
+
+    #[test]
+    fn a_files_typed_value_sets_what_its_text_sets_and_a_quoted_number_is_refused() {
+        for d in DEFS {
+            let (mut from_text, mut from_toml) = (Settings::default(), Settings::default());
+            (d.slot.set)(&mut from_text, Input::Text(&sample(d)), None)
+                .unwrap_or_else(|e| panic!("{}: {e}", d.key));
+            let value = toml_sample(d);
+            (d.slot.set)(&mut from_toml, Input::Toml(&value), None)
+                .unwrap_or_else(|e| panic!("{} = {value}: {e}", d.key));
+            assert_eq!(from_toml, from_text, "{}", d.key);
+            if !value.is_str() {
+                // `temperature = "1"`, `network = "true"`, `tools = "x"`: the wrong type.
+                let quoted = toml::Value::String(sample(d));
+                let e = (d.slot.set)(&mut Settings::default(), Input::Toml(&quoted), None)
+                    .expect_err(d.key);
+                assert!(e.contains("found string"), "{}: {e}", d.key);
+            }
+        }
+    }
+
+    #[test]
+    fn a_slot_sets_takes_shows_and_clears_its_own_field_only() {
         for d in DEFS {
             let mut s = Settings::default();
-            (d.slot.set)(&mut s, &samples(d), None).unwrap_or_else(|e| panic!("{}: {e}", d.key));
+            (d.slot.set)(&mut s, Input::Text(&sample(d)), None)
+                .unwrap_or_else(|e| panic!("{}: {e}", d.key));
             for other in DEFS {
                 assert_eq!(
                     (other.slot.is_set)(&s),

@@ -5,16 +5,19 @@
 //! Every setting has one name used everywhere: the config key (`api_key_env`), the env var
 //! (`BATON_API_KEY_ENV`) and the long flag (`--api-key-env`). Values from every source are
 //! parsed by the same function, so a bad value reads the same wherever it came from, and each
-//! error names the source (file or variable), the key and the reason.
+//! error names the source (file or variable), the key and the reason. A file's value reaches
+//! it with its TOML type (`Input`): a number there is written as a number, not as a string.
 
 pub mod commands;
 pub mod defs;
+mod input;
 pub mod mcp;
 mod project;
 mod settings;
 mod trust;
 pub mod workspace;
 
+pub use input::Input;
 pub use mcp::{McpServer, McpTransport};
 pub use settings::{Settings, command_prefix, not_a_folder};
 pub use trust::{
@@ -23,8 +26,6 @@ pub use trust::{
 };
 
 use std::path::{Path, PathBuf};
-
-use defs::Kind;
 
 use crate::protocol::{
     ApprovalPolicy, DeviceChoice, Expert, Mode, ReasoningEffort, RouteConstraint, SandboxMode,
@@ -230,7 +231,8 @@ fn parse_file(path: &Path, read: &std::io::Result<Vec<u8>>) -> Result<Partial, C
     Ok((settings, mistakes))
 }
 
-/// One key of a config file into `settings`.
+/// One key of a config file into `settings`. Its value reaches the setting's parser with its
+/// TOML type, so `temperature = "0.5"` (a string) is not taken for a number.
 fn parse_key(
     settings: &mut Settings,
     key: &String,
@@ -239,62 +241,23 @@ fn parse_key(
     path: &Path,
     base: &Path,
 ) -> Result<(), ConfigLoadError> {
-    {
-        if key == mcp::SECTION {
-            return Ok(());
-        }
-        // `path:line`, so an editor can jump to the key.
-        let source = match key_line(text, key) {
-            Some(line) => format!("{}:{line}", path.display()),
-            None => path.display().to_string(),
-        };
-        if let Some(reason) = settings::unknown_key(key) {
-            return Err(ConfigError {
-                source_name: source,
-                key: key.clone(),
-                reason,
-            }
-            .into());
-        }
-        let text = match value {
-            toml::Value::String(s) => s.clone(),
-            toml::Value::Integer(i) => i.to_string(),
-            toml::Value::Float(f) => f.to_string(),
-            toml::Value::Boolean(b) => b.to_string(),
-            toml::Value::Array(items)
-                if defs::find(key).is_some_and(|d| matches!(d.kind, Kind::Lines | Kind::Names)) =>
-            {
-                let mut entries = String::new();
-                for item in items {
-                    match item.as_str() {
-                        // Each entry ends its line, so one entry holding a comma stays one.
-                        Some(s) if !s.contains('\n') => {
-                            entries.push_str(s);
-                            entries.push('\n');
-                        }
-                        _ => {
-                            return Err(ConfigError {
-                                source_name: source.clone(),
-                                key: key.clone(),
-                                reason: "expected a list of one-line strings".into(),
-                            }
-                            .into());
-                        }
-                    }
-                }
-                entries
-            }
-            other => {
-                return Err(ConfigError {
-                    source_name: source.clone(),
-                    key: key.clone(),
-                    reason: format!("expected a string or number, found {}", other.type_str()),
-                }
-                .into());
-            }
-        };
-        settings.set(key, &text, &source, Some(base))?;
+    if key == mcp::SECTION {
+        return Ok(());
     }
+    // `path:line`, so an editor can jump to the key.
+    let source = match key_line(text, key) {
+        Some(line) => format!("{}:{line}", path.display()),
+        None => path.display().to_string(),
+    };
+    if let Some(reason) = settings::unknown_key(key) {
+        return Err(ConfigError {
+            source_name: source,
+            key: key.clone(),
+            reason,
+        }
+        .into());
+    }
+    settings.set_input(key, Input::Toml(value), &source, Some(base))?;
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{Config, ConfigError, default_session_dir, defs};
+use super::{Config, ConfigError, Input, default_session_dir, defs};
 use crate::protocol::{
     ApprovalPolicy, DeviceChoice, Expert, Mode, ReasoningEffort, RouteConstraint, SandboxMode,
     Speculate,
@@ -154,11 +154,23 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 impl Settings {
-    /// Sets one key from its text form. `base` resolves relative paths (a file's folder).
+    /// Sets one key from its text form (a flag, a variable). `base` resolves relative paths.
     pub fn set(
         &mut self,
         key: &str,
         value: &str,
+        source: &str,
+        base: Option<&Path>,
+    ) -> Result<(), ConfigError> {
+        self.set_input(key, Input::Text(value), source, base)
+    }
+
+    /// Sets one key from a value as its source gives it (a config file's typed TOML value).
+    /// `base` resolves relative paths (a file's folder).
+    pub fn set_input(
+        &mut self,
+        key: &str,
+        value: Input,
         source: &str,
         base: Option<&Path>,
     ) -> Result<(), ConfigError> {

@@ -1,6 +1,7 @@
 //! Settings layers: parsing, errors naming source and key, overlay precedence.
 
 use super::*;
+use defs::Kind;
 
 #[test]
 fn values_from_any_source_parse_the_same_way() {
@@ -144,7 +145,11 @@ fn network_is_only_true_or_false() {
     assert_eq!(s.network, Some(true));
     s.set("network", "false", "f", None).expect("false");
     assert_eq!(s.network, Some(false));
-    assert!(file_error("network = \"yes\"\n").contains("is not true or false"));
+    let e = file_error("network = \"yes\"\n");
+    assert!(
+        e.contains("key `network`: expected a boolean (true or false), found string"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -253,6 +258,111 @@ fn origins_name_the_layer_that_wins_each_key() {
             "sandbox = read-only (/src/app/.baton/config.toml)",
             "max_turns = 8 (environment variable BATON_MAX_TURNS)",
             "timeout = 9 (/src/app/.baton/config.toml)",
+        ]
+    );
+}
+
+/// The settings of a config file's text, and the mistakes of its keys in line order.
+fn file_settings(text: &str) -> (Settings, Vec<String>) {
+    let path = Path::new("/nowhere/config.toml");
+    let (s, mistakes) = parse_file(path, &Ok(text.as_bytes().to_vec())).expect("TOML");
+    let mut mistakes: Vec<String> = mistakes.iter().map(ToString::to_string).collect();
+    mistakes.sort();
+    (s, mistakes)
+}
+
+#[test]
+fn a_number_or_a_boolean_written_as_a_string_is_refused_saying_how_to_write_it() {
+    // While file values went through text, `"0.5"` and `0.5` were one value.
+    let (_, mistakes) = file_settings("temperature = \"0.5\"\n");
+    assert_eq!(
+        mistakes,
+        [
+            "/nowhere/config.toml:1: key `temperature`: expected a number, found string \
+          (write it without quotes: 0.5)"
+        ]
+    );
+    let (_, mistakes) = file_settings("[sandbox]\nnetwork = \"true\"\nmax_memory = \"512\"\n");
+    assert_eq!(
+        mistakes,
+        [
+            "/nowhere/config.toml:2: key `network`: expected a boolean (true or false), \
+             found string (write it without quotes: true)",
+            "/nowhere/config.toml:3: key `max_memory`: expected a whole number, found string \
+             (write it without quotes: 512)",
+        ]
+    );
+    // Not a number even without quotes: no advice to drop them.
+    let (_, mistakes) = file_settings("timeout = \"soon\"\n");
+    assert_eq!(
+        mistakes,
+        ["/nowhere/config.toml:1: key `timeout`: expected a whole number, found string"]
+    );
+}
+
+#[test]
+fn each_kind_of_setting_takes_its_own_toml_types() {
+    let (s, mistakes) = file_settings(
+        "temperature = 1\ntop_p = 0.5\ntimeout = 30\nnetwork = true\nmode = \"single\"\n\
+         compact_at = \"80%\"\n",
+    );
+    assert!(mistakes.is_empty(), "{mistakes:?}");
+    assert_eq!(
+        (
+            s.temperature,
+            s.top_p,
+            s.timeout,
+            s.network,
+            s.mode,
+            s.compact_at
+        ),
+        (
+            Some(1.0),
+            Some(0.5),
+            Some(30),
+            Some(true),
+            Some(Mode::Single),
+            Some(0.8)
+        )
+    );
+    let (_, mistakes) = file_settings(
+        "timeout = 30.0\nmode = 1\nmodel = false\ncompact_at = \"0.7\"\nmax_turns = -1\n",
+    );
+    assert_eq!(
+        mistakes,
+        [
+            "/nowhere/config.toml:1: key `timeout`: expected a whole number, found float",
+            "/nowhere/config.toml:2: key `mode`: expected one of mol, proxy, single, found integer",
+            "/nowhere/config.toml:3: key `model`: expected a model name, found boolean",
+            "/nowhere/config.toml:4: key `compact_at`: expected a fraction (0.85) or a \
+             percentage (\"85%\"), found string (write it without quotes: 0.7)",
+            "/nowhere/config.toml:5: key `max_turns`: -1 is not a positive whole number",
+        ]
+    );
+}
+
+#[test]
+fn a_list_is_a_toml_array_of_strings_each_entry_whole() {
+    let (s, mistakes) =
+        file_settings("env_keep = [\"A,B\"]\nallow = [\"git log --format=%h,%s\", \" \"]\n");
+    assert!(mistakes.is_empty(), "{mistakes:?}");
+    assert_eq!(s.env_keep, Some(vec!["A,B".to_string()]));
+    // An empty entry is dropped, as it is from a variable.
+    assert_eq!(s.allow, Some(vec!["git log --format=%h,%s".to_string()]));
+    let (_, mistakes) = file_settings(
+        "tools = \"read_file,shell\"\nwritable = 5\nl2_tools = [\"shell\", 1]\n\
+         readable = [\"~/notes\\nrm\"]\n",
+    );
+    assert_eq!(
+        mistakes,
+        [
+            "/nowhere/config.toml:1: key `tools`: expected a list of strings ([\"…\", \"…\"]), \
+             found string",
+            "/nowhere/config.toml:2: key `writable`: expected a list of strings ([\"…\", \"…\"]), \
+             found integer",
+            "/nowhere/config.toml:3: key `l2_tools`: expected a list of strings, found integer \
+             in the list",
+            "/nowhere/config.toml:4: key `readable`: list entry \"~/notes\\nrm\" holds a line break",
         ]
     );
 }
