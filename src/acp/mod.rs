@@ -603,19 +603,10 @@ async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(
 /// Takes stdout for the protocol: the real stdout moves to a private descriptor (closed in
 /// children), and descriptor 1 becomes a copy of stderr.
 fn take_stdout() -> std::io::Result<std::fs::File> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: fcntl on descriptor 1 has no memory-safety preconditions; a failure is -1.
-    let fd = unsafe { libc::fcntl(libc::STDOUT_FILENO, libc::F_DUPFD_CLOEXEC, 3) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by fcntl and is owned by nothing else.
-    let file = unsafe { std::fs::File::from_raw_fd(fd) };
-    // SAFETY: dup2 between two open descriptors; 1 is replaced atomically.
-    if unsafe { libc::dup2(libc::STDERR_FILENO, libc::STDOUT_FILENO) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(file)
+    let private = rustix::io::fcntl_dupfd_cloexec(rustix::stdio::stdout(), 3)?;
+    // Descriptor 1 is replaced atomically.
+    rustix::stdio::dup2_stdout(rustix::stdio::stderr())?;
+    Ok(std::fs::File::from(private))
 }
 
 /// Serves ACP on this process's stdin and stdout (`baton acp`).

@@ -1172,8 +1172,9 @@ fn close_inherited_fds() {
         if r != 0 {
             // Kernels before 5.11: the descriptors a process usually has.
             for fd in first..last.min(4096) {
-                // SAFETY: fcntl on a descriptor number that may be unused (EBADF is fine).
-                unsafe { libc::fcntl(fd as i32, libc::F_SETFD, libc::FD_CLOEXEC) };
+                // SAFETY: only borrowed for the call; a number that is not open gives EBADF.
+                let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd as i32) };
+                let _ = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC);
             }
         }
     }

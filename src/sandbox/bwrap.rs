@@ -67,8 +67,7 @@ fn sysctl(name: &str) -> Option<i64> {
 /// namespaces are not set. [`check_namespaces`] runs it for real (`baton doctor`).
 pub fn check_usable() -> Result<(), SandboxError> {
     bwrap_path()?;
-    // SAFETY: geteuid has no failure mode.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().is_root();
     let refused = if sysctl("user/max_user_namespaces") == Some(0) {
         Some("user.max_user_namespaces is 0")
     } else if !root && sysctl("kernel/unprivileged_userns_clone") == Some(0) {
@@ -423,8 +422,7 @@ fn private_tmp() -> Result<&'static Path, SandboxError> {
             let _ = std::thread::Builder::new()
                 .name("sandbox-tmp-clean".into())
                 .spawn(move || remove_stale_tmp(&stale_base));
-            // SAFETY: getuid has no failure mode.
-            let uid = unsafe { libc::getuid() };
+            let uid = rustix::process::getuid().as_raw();
             let dir = base.join(format!("baton-sandbox-{uid}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::DirBuilder::new()
@@ -463,8 +461,7 @@ pub fn tmp_in_memory() {
 }
 
 fn remove_stale_tmp(base: &Path) {
-    // SAFETY: getuid has no failure mode.
-    let prefix = format!("baton-sandbox-{}-", unsafe { libc::getuid() });
+    let prefix = format!("baton-sandbox-{}-", rustix::process::getuid().as_raw());
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };

@@ -47,10 +47,8 @@ mod tests {
         // Still running: the wait ends at its limit.
         wait_for_exit(&init, Duration::from_millis(50));
         assert!(std::path::Path::new(&format!("/proc/{child}")).exists());
-        // SAFETY: kill(2) of the child this test started.
-        unsafe {
-            libc::kill(child, libc::SIGKILL);
-        }
+        let child_pid = rustix::process::Pid::from_raw(child).expect("a child's pid");
+        let _ = rustix::process::kill_process(child_pid, rustix::process::Signal::KILL);
         wait_for_exit(&init, Duration::from_secs(10));
         let _ = parent.wait();
         // Exited (and reaped by its parent, or a zombie for a moment): not running.
