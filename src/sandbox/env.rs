@@ -4,6 +4,7 @@
 //! scrub serves the shell tool, `!cmd`, `baton sandbox` and evaluation trials.
 
 use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 
 use serde::{Deserialize, Serialize};
 
@@ -104,6 +105,33 @@ pub const SOCKET_VARS: &[&str] = &[
     "BATON_SANDBOX_HELPER",
 ];
 
+/// The prefix of a variable meant for the sandboxed command alone: `BATON_COMMAND_ENV_NAME=value`
+/// in the environment of whatever starts the sandbox reaches the command as `NAME=value`
+/// ([`command_only_unwrapped`], applied by the sandbox helper right before its `exec`). Nothing
+/// on the way — baton, bubblewrap, the dynamic loader, libc — reads it under that name, so
+/// what a project's MCP server sets (`LD_PRELOAD`, `HOME`, `XDG_CONFIG_HOME`…) acts inside the
+/// sandbox only. Such a variable was named on purpose: the credential filter passes it.
+pub const COMMAND_ONLY_PREFIX: &str = "BATON_COMMAND_ENV_";
+
+/// `vars` with each command-only variable ([`COMMAND_ONLY_PREFIX`]) under its own name, where
+/// it replaces one of that name.
+pub fn command_only_unwrapped(
+    vars: impl IntoIterator<Item = (OsString, OsString)>,
+) -> Vec<(OsString, OsString)> {
+    let mut plain: Vec<(OsString, OsString)> = Vec::new();
+    let mut own: Vec<(OsString, OsString)> = Vec::new();
+    for (name, value) in vars {
+        match name.as_bytes().strip_prefix(COMMAND_ONLY_PREFIX.as_bytes()) {
+            Some(rest) if !rest.is_empty() => own.push((OsStr::from_bytes(rest).into(), value)),
+            Some(_) => {}
+            None => plain.push((name, value)),
+        }
+    }
+    plain.retain(|(name, _)| !own.iter().any(|(n, _)| n == name));
+    plain.extend(own);
+    plain
+}
+
 /// Whether a variable name looks like it holds a credential.
 pub fn looks_secret(name: &str) -> bool {
     // `GIT_AUTHOR_NAME` and friends are not credentials.
@@ -163,7 +191,9 @@ impl EnvPolicy {
         vars: impl IntoIterator<Item = (OsString, OsString)>,
     ) -> Vec<(OsString, OsString)> {
         vars.into_iter()
-            .filter(|(k, v)| self.passes(k, v))
+            .filter(|(k, v)| {
+                k.as_bytes().starts_with(COMMAND_ONLY_PREFIX.as_bytes()) || self.passes(k, v)
+            })
             .collect()
     }
 }
@@ -224,6 +254,37 @@ mod tests {
         assert!(passes("BUNDLE_PATH", "vendor/bundle"));
         assert!(passes("GIT_AUTHOR_NAME", "A U Thor"));
         assert!(passes("HOME", "/home/u"));
+    }
+
+    #[test]
+    fn command_only_variables_pass_the_filter_and_take_their_names_last() {
+        let os = |(k, v): (&str, &str)| (OsString::from(k), OsString::from(v));
+        let vars: Vec<(OsString, OsString)> = [
+            ("HOME", "/home/u"),
+            ("BATON_COMMAND_ENV_HOME", "/var/empty"),
+            ("BATON_COMMAND_ENV_GITHUB_TOKEN", "t"),
+            ("BATON_COMMAND_ENV_", "nameless"),
+            ("PATH", "/usr/bin"),
+        ]
+        .into_iter()
+        .map(os)
+        .collect();
+        let scrubbed = EnvPolicy::default().scrub(vars);
+        assert_eq!(
+            scrubbed.len(),
+            5,
+            "the filter passes what was named on purpose"
+        );
+        let unwrapped = command_only_unwrapped(scrubbed);
+        let expected: Vec<(OsString, OsString)> = [
+            ("PATH", "/usr/bin"),
+            ("HOME", "/var/empty"),
+            ("GITHUB_TOKEN", "t"),
+        ]
+        .into_iter()
+        .map(os)
+        .collect();
+        assert_eq!(unwrapped, expected);
     }
 
     #[test]

@@ -195,7 +195,20 @@ fn run(args: &[OsString]) -> i32 {
     let Ok(c_args) = c_args else {
         return fail("running the command", "an argument contains a NUL byte");
     };
-    let Err(errno) = nix::unistd::execvp(&c_args[0], &c_args);
+    // The command's own variables take their names only now, for its `exec` alone.
+    let c_env: Result<Vec<CString>, _> = super::env::command_only_unwrapped(std::env::vars_os())
+        .into_iter()
+        .map(|(name, value)| {
+            let mut entry = name.into_vec();
+            entry.push(b'=');
+            entry.extend(value.into_vec());
+            CString::new(entry)
+        })
+        .collect();
+    let Ok(c_env) = c_env else {
+        return fail("running the command", "a variable contains a NUL byte");
+    };
+    let Err(errno) = nix::unistd::execvpe(&c_args[0], &c_args, &c_env);
     let err = std::io::Error::from(errno);
     let code = if err.kind() == std::io::ErrorKind::NotFound {
         127

@@ -153,7 +153,7 @@ impl PreparedSandbox {
                 userns: None,
                 bound: ProcessBound::Unenforced("sandbox off".into()),
                 memory: None,
-                env: std::env::vars_os().collect(),
+                env: super::env::command_only_unwrapped(std::env::vars_os()),
                 session,
                 gate: None,
             });
@@ -222,6 +222,9 @@ impl PreparedSandbox {
                 gate: None,
             });
         }
+        // No helper runs inside: the command's own variables take their names now, in the
+        // environment handed to its `exec` alone.
+        let env = super::env::command_only_unwrapped(env);
         let landlock = Some(fs_rules::build_ruleset(policy)?);
         let seccomp = syscall_filter::build_filters(policy.network)?
             .into_iter()

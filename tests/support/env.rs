@@ -19,7 +19,16 @@ pub struct Env {
 
 impl Env {
     pub fn new() -> Env {
-        let root = tempfile::tempdir().expect("tempdir");
+        Env::in_root(tempfile::tempdir().expect("tempdir"))
+    }
+
+    /// As [`Env::new`], in a folder outside the temp dirs ([`super::outside::fixture_base`]):
+    /// a home there is the host's as a sandbox sees it, not one its private /tmp covers.
+    pub fn outside_tmp() -> Env {
+        Env::in_root(tempfile::tempdir_in(super::outside::fixture_base()).expect("tempdir"))
+    }
+
+    fn in_root(root: tempfile::TempDir) -> Env {
         let home = root.path().join("home");
         let workspace = root.path().join("ws");
         let sessions = root.path().join("sessions");

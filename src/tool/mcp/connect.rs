@@ -17,6 +17,7 @@ use tokio::io::AsyncBufReadExt;
 
 use crate::config::{McpServer, McpTransport};
 use crate::protocol::{SandboxBackend, SandboxMode, host_programs};
+use crate::sandbox::env::COMMAND_ONLY_PREFIX;
 
 /// The client side of one connection, with the child process it talks to (killed on drop).
 pub struct Service {
@@ -135,11 +136,15 @@ fn working_dir(server: &McpServer, cwd: Option<&Path>, workspace: &Path) -> Path
 /// ones, with PATH never naming a folder in the workspace (the program is looked up in the
 /// server's PATH, and an activated `.venv/bin` holds what commands put there). A user's or an
 /// editor's server also loses the workspace entries of interpreters' search paths
-/// (`PYTHONPATH`, `NODE_PATH`…) and npm folders that lie there.
+/// (`PYTHONPATH`, `NODE_PATH`…) and npm folders that lie there. A server in the sandbox
+/// (`sandboxed`) gets its configured variables but PATH as command-only ones
+/// ([`COMMAND_ONLY_PREFIX`]): baton and bubblewrap start it from outside the sandbox, and what a
+/// project names (`LD_PRELOAD`, `HOME`, `XDG_CONFIG_HOME`…) must reach the server alone.
 fn child_env(
-    server: &McpServer,
+    project: bool,
     configured: &BTreeMap<String, String>,
     workspace: &Path,
+    sandboxed: bool,
 ) -> Vec<(OsString, OsString)> {
     let roots = host_programs::writable_roots_with(workspace);
     let mut vars: BTreeMap<String, OsString> = BTreeMap::new();
@@ -148,18 +153,24 @@ fn child_env(
             vars.insert(name.to_string(), value);
         }
     }
+    let mut command_only: Vec<(OsString, OsString)> = Vec::new();
     for (name, value) in configured {
-        vars.insert(name.clone(), value.into());
+        if sandboxed && name != "PATH" {
+            command_only.push((format!("{COMMAND_ONLY_PREFIX}{name}").into(), value.into()));
+        } else {
+            vars.insert(name.clone(), value.into());
+        }
     }
     vars.into_iter()
         .filter_map(|(name, value)| {
-            let kept = if server.project && name != "PATH" {
+            let kept = if project && name != "PATH" {
                 Some(value)
             } else {
                 host_programs::scrub_var(&name, &value, &roots)
             };
             kept.map(|v| (OsString::from(name), v))
         })
+        .chain(command_only)
         .collect()
 }
 
@@ -183,17 +194,16 @@ impl ProjectSandbox {
     /// `command args` as `baton sandbox` runs it with `workspace` as its workspace, started in
     /// `dir` (the server's `cwd`; `baton sandbox` starts its command at the workspace's top):
     /// the program is this very binary (`/proc/self/exe`, whatever has since been written at
-    /// its path), and the server's own variables (`kept`) pass the sandbox's credential filter.
+    /// its path). The server's own variables travel as command-only ones ([`child_env`]).
     fn wrap(
         &self,
         workspace: &Path,
         dir: &Path,
         command: &str,
         args: &[String],
-        kept: impl Iterator<Item = String>,
     ) -> (PathBuf, Vec<OsString>) {
         let mut out: Vec<OsString> = Vec::new();
-        for name in self.env_keep.iter().cloned().chain(kept) {
+        for name in &self.env_keep {
             out.extend(["--env-keep".into(), name.into()]);
         }
         out.extend(["sandbox".into(), "-C".into(), workspace.into()]);
@@ -227,31 +237,6 @@ impl ProjectSandbox {
     }
 }
 
-/// The variables glibc ignores in a program started with more rights than its caller (its
-/// "unsecure" list, `LD_*` as a whole) and baton's own: they make the dynamic loader or libc
-/// load code or files they name (`LD_PRELOAD=./evil.so`, `GCONV_PATH`), or change what baton
-/// does. A project's server gets none of them from its `env`: baton and bubblewrap, which
-/// start it from outside the sandbox, would act on them first.
-fn acts_on_the_launcher(name: &OsString) -> bool {
-    const UNSECURE: &[&str] = &[
-        "GCONV_PATH",
-        "GETCONF_DIR",
-        "GLIBC_TUNABLES",
-        "HOSTALIASES",
-        "LOCALDOMAIN",
-        "LOCPATH",
-        "MALLOC_TRACE",
-        "NIS_PATH",
-        "NLSPATH",
-        "RESOLV_HOST_CONF",
-        "RES_OPTIONS",
-        "TMPDIR",
-        "TZDIR",
-    ];
-    let name = name.to_string_lossy();
-    name.starts_with("LD_") || name.starts_with("BATON_") || UNSECURE.contains(&name.as_ref())
-}
-
 /// Starts the server and lists its tools. `on_group` is told the child's process group as
 /// soon as it exists, so it is stopped even when the handshake never finishes.
 pub async fn start(
@@ -271,8 +256,7 @@ pub async fn start(
             let dir = working_dir(server, cwd.as_deref(), workspace);
             let sandboxed = server.project && sandbox.mode != SandboxMode::Off;
             let mut cmd = if sandboxed {
-                let (program, wrapped) =
-                    sandbox.wrap(workspace, &dir, command, args, env.keys().cloned());
+                let (program, wrapped) = sandbox.wrap(workspace, &dir, command, args);
                 let mut cmd = tokio::process::Command::new(program);
                 cmd.args(wrapped);
                 cmd
@@ -282,12 +266,7 @@ pub async fn start(
                 cmd
             };
             cmd.env_clear().current_dir(&dir).kill_on_drop(true);
-            for (name, value) in child_env(server, env, workspace) {
-                // baton and bubblewrap start a sandboxed server from outside the sandbox, in
-                // the server's environment: what a project names must not act on them.
-                if sandboxed && acts_on_the_launcher(&name) {
-                    continue;
-                }
+            for (name, value) in child_env(server.project, env, workspace, sandboxed) {
                 cmd.env(name, value);
             }
             let mut wrap = process_wrap::tokio::CommandWrap::from(cmd);
@@ -423,7 +402,6 @@ mod tests {
                 Path::new(dir),
                 "python3",
                 &["srv.py".into()],
-                ["B_KEY".to_string()].into_iter(),
             );
             assert_eq!(program, Path::new("/proc/self/exe"));
             args.iter()
@@ -433,27 +411,55 @@ mod tests {
         };
         assert_eq!(
             words("/ws"),
-            "--env-keep A_TOKEN --env-keep B_KEY sandbox -C /ws --sandbox read-only \
+            "--env-keep A_TOKEN sandbox -C /ws --sandbox read-only \
              --sandbox-backend bubblewrap --network --read /r -- python3 srv.py"
         );
-        for name in [
-            "LD_PRELOAD",
-            "LD_AUDIT",
-            "LD_LIBRARY_PATH",
-            "GCONV_PATH",
-            "BATON_SANDBOX",
-        ] {
-            assert!(acts_on_the_launcher(&name.into()), "{name}");
-        }
-        for name in ["GITHUB_TOKEN", "PYTHONPATH", "NODE_ENV"] {
-            assert!(!acts_on_the_launcher(&name.into()), "{name}");
-        }
         let in_tools = words("/ws/tools");
         assert!(
             in_tools.ends_with(
                 r#"-- /bin/sh -c cd -- "$1" && shift && exec "$@" sh /ws/tools python3 srv.py"#
             ),
             "{in_tools}"
+        );
+    }
+
+    /// What a project's server sets reaches the launcher (baton, bubblewrap, which start it
+    /// from outside the sandbox) only under a name nothing there reads; PATH, which finds the
+    /// program, stays a plain, scrubbed variable.
+    #[test]
+    fn a_sandboxed_servers_own_variables_are_command_only() {
+        let configured: BTreeMap<String, String> = [
+            ("HOME", "/var/empty"),
+            ("LD_PRELOAD", "./evil.so"),
+            ("GITHUB_TOKEN", "t"),
+            ("PATH", "/opt/node/bin"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let env = child_env(true, &configured, Path::new("/ws"), true);
+        let value = |name: &str| {
+            env.iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        for name in ["LD_PRELOAD", "GITHUB_TOKEN"] {
+            assert_eq!(value(name), None, "{name} reached the launcher");
+        }
+        assert_ne!(value("HOME").as_deref(), Some("/var/empty"));
+        assert_eq!(
+            value("BATON_COMMAND_ENV_HOME").as_deref(),
+            Some("/var/empty")
+        );
+        let preload = value("BATON_COMMAND_ENV_LD_PRELOAD");
+        assert_eq!(preload.as_deref(), Some("./evil.so"));
+        assert_eq!(value("PATH").as_deref(), Some("/opt/node/bin"));
+        // Outside the sandbox (`--sandbox off`) the server gets them under their own names.
+        let outside = child_env(true, &configured, Path::new("/ws"), false);
+        assert!(
+            outside
+                .iter()
+                .any(|(k, v)| k == "HOME" && v == "/var/empty")
         );
     }
 }
