@@ -339,7 +339,19 @@ pub fn project_sandbox(config: &Config) -> crate::tool::mcp::ProjectSandbox {
         readable: config.readable.clone(),
         unix_sockets: config.unix_sockets.clone(),
         env_keep: config.env_keep.clone(),
+        env_drop: commands_env_drop(config),
     }
+}
+
+/// What the sandbox drops from commands' environment besides its patterns: `env_drop`, and
+/// the variable holding baton's API key, whatever its name (`--api-key-env`).
+fn commands_env_drop(config: &Config) -> Vec<String> {
+    config
+        .env_drop
+        .iter()
+        .cloned()
+        .chain(std::iter::once(config.api_key_env.clone()))
+        .collect()
 }
 
 fn builtin_tools(config: &Config) -> crate::tool::ToolRegistry {
@@ -355,13 +367,7 @@ fn builtin_tools(config: &Config) -> crate::tool::ToolRegistry {
         backend: config.sandbox_backend,
         max_memory: config.max_memory.map(|m| m << 20),
         env_keep: config.env_keep.clone(),
-        // The variable holding baton's API key, whatever its name (`--api-key-env`).
-        env_drop: config
-            .env_drop
-            .iter()
-            .cloned()
-            .chain(std::iter::once(config.api_key_env.clone()))
-            .collect(),
+        env_drop: commands_env_drop(config),
         login: config.login_shell,
         no_color: config.no_color,
         ..defaults

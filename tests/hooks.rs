@@ -78,7 +78,7 @@ fn trust_shows_the_hooks_and_servers_it_lets_run_and_what_changed() {
         "{first}"
     );
     assert!(
-        first.contains("MCP servers it lets start outside the sandbox:"),
+        first.contains("MCP servers it lets start (stdio ones in the sandbox"),
         "{first}"
     );
     assert!(first.contains("    db: node mcp/db.js"), "{first}");

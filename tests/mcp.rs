@@ -692,6 +692,60 @@ fn a_project_servers_env_does_not_change_what_its_sandbox_hides() {
     assert_eq!(greet(&env), ["/var/empty hidden"]);
 }
 
+/// A project's server gets from baton's environment only what the sandbox gives commands: a
+/// credential its `.mcp.json` takes with `${VAR}` would reach code of the workspace, which the
+/// model's commands may edit and which has the network, so the server does not start and
+/// baton says why (fifteenth red team, medium: a token sent on by an edited import). Kept for
+/// commands (`[sandbox] env_keep`), it is the server's too.
+#[test]
+fn a_project_server_gets_no_credential_of_batons_environment_that_commands_do_not() {
+    if !external::sandbox_enforceable("a project's server in the sandbox") {
+        return;
+    }
+    let helper =
+        "import os\n\ndef greeting():\n    return os.environ.get('SERVICE_TOKEN', 'none')\n";
+    let env = stdlib_server_in(Env::new(), helper);
+    std::fs::write(
+        env.workspace.join(".mcp.json"),
+        serde_json::json!({"mcpServers": {"proj": {
+            "command": "python3", "args": ["srv.py"],
+            "env": {"SERVICE_TOKEN": "${BATON_TEST_SERVICE_TOKEN:-unset}"}
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    trust(&env);
+    let engine = one_call("mcp__proj__greet", "{}");
+    let out = env
+        .exec(&engine, "greet", &["--json"])
+        .env("BATON_TEST_SERVICE_TOKEN", "s3cret-value")
+        .output()
+        .unwrap();
+    let said = warnings(&out).join("\n");
+    assert!(
+        said.contains("BATON_TEST_SERVICE_TOKEN") && said.contains("env_keep"),
+        "{said}"
+    );
+    let answers = engine.requests_for_hop("answer");
+    let results: Vec<String> = answers.iter().flat_map(tool_results).collect();
+    assert!(
+        !results.iter().any(|r| r.contains("s3cret-value")),
+        "{results:?}"
+    );
+    env.user_config(
+        "allow = [\"mcp__proj\"]\n[sandbox]\nenv_keep = [\"BATON_TEST_SERVICE_TOKEN\"]\n",
+    );
+    let engine = one_call("mcp__proj__greet", "{}");
+    let out = env
+        .exec(&engine, "greet", &["--json"])
+        .env("BATON_TEST_SERVICE_TOKEN", "s3cret-value")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let results = tool_results(&engine.requests_for_hop("answer")[1]);
+    assert_eq!(results, ["s3cret-value"], "{:?}", warnings(&out));
+}
+
 /// A trusted project's server is code of the workspace, and the model's commands may edit what
 /// it imports, which no trust record lists (here `helper.py`, imported by the server
 /// `srv.py`): the server runs in the session's sandbox, so the edit reaches nothing outside

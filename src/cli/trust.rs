@@ -130,13 +130,28 @@ fn show_trusted(folder: &Path, files: &TrustedFiles) {
     servers
         .extend(crate::config::mcp::parse_toml(&config, &files.project.config).unwrap_or_default());
     if !servers.is_empty() {
-        println!("MCP servers it lets start outside the sandbox:");
+        println!(
+            "MCP servers it lets start (stdio ones in the sandbox, read-only, with the network; \
+             outside it with --sandbox off; http ones are sent what their entry names):"
+        );
         for s in servers {
             println!(
                 "    {}: {}",
                 terminal_safe_line(&s.name),
                 terminal_safe_line(&s.transport.describe())
             );
+            if let crate::config::McpTransport::Stdio { env, .. } = &s.transport
+                && !env.is_empty()
+            {
+                let names: Vec<&str> = env.keys().map(String::as_str).collect();
+                println!("      env: {}", terminal_safe_line(&names.join(", ")));
+            }
+            if !s.reads_env.is_empty() {
+                println!(
+                    "      takes from your environment: {}",
+                    terminal_safe_line(&s.reads_env.join(", "))
+                );
+            }
         }
     }
 }

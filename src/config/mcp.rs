@@ -45,6 +45,10 @@ pub struct McpServer {
     /// trusted folder: it starts in the workspace. The user's own servers and an editor's
     /// start in a folder outside it (see `tool::mcp::connect`).
     pub project: bool,
+    /// The variables of baton's environment a stdio server's command, arguments or `env` took
+    /// values from (`${VAR}`, `env_vars`): a project's server, which runs code of the
+    /// workspace, gets them only where the sandbox would give them to a command.
+    pub reads_env: Vec<String>,
 }
 
 /// Whether the user trusted the workspace or a folder above it (`baton trust`, unchanged
@@ -249,6 +253,7 @@ pub fn servers_from_table(
 }
 
 fn from_toml(name: &str, raw: TomlServer, path: &Path, base: &Path) -> Result<McpServer, String> {
+    let mut reads_env = Vec::new();
     let transport = match (raw.command, raw.url) {
         (Some(_), Some(_)) => return Err("set `command` or `url`, not both".into()),
         (None, None) => {
@@ -266,10 +271,14 @@ fn from_toml(name: &str, raw: TomlServer, path: &Path, base: &Path) -> Result<Mc
             if command.trim().is_empty() {
                 return Err("`command` is empty".into());
             }
+            check_env_names(&raw.env)?;
             let mut env = raw.env;
             for var in &raw.env_vars {
-                if let Ok(value) = std::env::var(var) {
-                    env.entry(var.clone()).or_insert(value);
+                if let Ok(value) = std::env::var(var)
+                    && !env.contains_key(var)
+                {
+                    env.insert(var.clone(), value);
+                    reads_env.push(var.clone());
                 }
             }
             McpTransport::Stdio {
@@ -319,7 +328,19 @@ fn from_toml(name: &str, raw: TomlServer, path: &Path, base: &Path) -> Result<Mc
         trust_read_only_hint: raw.trust_read_only_hint.unwrap_or(false),
         source: path.display().to_string(),
         project: is_project_file(path),
+        reads_env,
     })
+}
+
+/// A variable's name as `env` may give it: not empty, no `=` (which would end the name and
+/// start the value in the server's environment) and no NUL.
+fn check_env_names(env: &BTreeMap<String, String>) -> Result<(), String> {
+    match env.keys().find(|k| k.is_empty() || k.contains(['=', '\0'])) {
+        Some(bad) => Err(format!(
+            "`env`: {bad:?} is not a variable name (empty, or holding `=` or NUL)"
+        )),
+        None => Ok(()),
+    }
 }
 
 fn check_url(url: &str) -> Result<(), String> {
@@ -334,7 +355,7 @@ fn check_url(url: &str) -> Result<(), String> {
 
 /// `${VAR}` and `${VAR:-default}` replaced from the environment, as Claude Code does in
 /// `.mcp.json`. An unset variable without a default is an error naming it.
-fn expand(text: &str) -> Result<String, String> {
+fn expand(text: &str, read: &mut Vec<String>) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {
@@ -349,7 +370,12 @@ fn expand(text: &str) -> Result<String, String> {
             None => (inner, None),
         };
         match (std::env::var(var).ok().filter(|v| !v.is_empty()), default) {
-            (Some(value), _) => out.push_str(&value),
+            (Some(value), _) => {
+                out.push_str(&value);
+                if !read.iter().any(|r| r == var) {
+                    read.push(var.to_string());
+                }
+            }
             (None, Some(d)) => out.push_str(d),
             (None, None) => {
                 return Err(format!("environment variable {var} is not set"));
@@ -361,8 +387,13 @@ fn expand(text: &str) -> Result<String, String> {
     Ok(out)
 }
 
-fn expand_map(map: BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> {
-    map.into_iter().map(|(k, v)| Ok((k, expand(&v)?))).collect()
+fn expand_map(
+    map: BTreeMap<String, String>,
+    read: &mut Vec<String>,
+) -> Result<BTreeMap<String, String>, String> {
+    map.into_iter()
+        .map(|(k, v)| Ok((k, expand(&v, read)?)))
+        .collect()
 }
 
 /// Reads a project's `.mcp.json`. A missing file is no servers.
@@ -396,27 +427,32 @@ pub fn parse_json(
             .kind
             .as_deref()
             .unwrap_or(if raw.url.is_some() { "http" } else { "stdio" });
+        check_env_names(&raw.env).map_err(|e| error(&name, e))?;
+        let mut reads_env = Vec::new();
         let transport = match (kind, raw.command, raw.url) {
             ("stdio", Some(command), None) => McpTransport::Stdio {
-                command: expand(&command).map_err(|e| error(&name, e))?,
+                command: expand(&command, &mut reads_env).map_err(|e| error(&name, e))?,
                 args: raw
                     .args
                     .iter()
-                    .map(|a| expand(a))
+                    .map(|a| expand(a, &mut reads_env))
                     .collect::<Result<_, _>>()
                     .map_err(|e| error(&name, e))?,
-                env: expand_map(raw.env).map_err(|e| error(&name, e))?,
+                env: expand_map(raw.env, &mut reads_env).map_err(|e| error(&name, e))?,
                 cwd: raw
                     .cwd
                     .map(|c| if c.is_relative() { base.join(c) } else { c }),
             },
             ("http", None, Some(url)) => {
-                let url = expand(&url).map_err(|e| error(&name, e))?;
+                // What an HTTP server is sent goes to the address the trusted file names.
+                let mut sent = Vec::new();
+                let url = expand(&url, &mut sent).map_err(|e| error(&name, e))?;
                 check_url(&url).map_err(|e| error(&name, e))?;
                 McpTransport::Http {
                     url,
                     bearer_token_env_var: None,
-                    http_headers: expand_map(raw.headers).map_err(|e| error(&name, e))?,
+                    http_headers: expand_map(raw.headers, &mut sent)
+                        .map_err(|e| error(&name, e))?,
                     env_http_headers: BTreeMap::new(),
                 }
             }
@@ -453,6 +489,7 @@ pub fn parse_json(
             trust_read_only_hint: false,
             source: path.display().to_string(),
             project: true,
+            reads_env,
         });
     }
     Ok(out)
@@ -498,6 +535,7 @@ pub fn from_client(spec: &McpServerSpec, source: &str) -> Result<McpServer, Stri
         trust_read_only_hint: false,
         source: source.to_string(),
         project: false,
+        reads_env: Vec::new(),
     })
 }
 

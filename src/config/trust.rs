@@ -279,8 +279,9 @@ impl ProjectFiles {
                 hasher.update(&servers);
             }
         }
-        // The servers run outside the sandbox, but their programs in the folder are writable
-        // to the model's commands: trust covers those files as they are now, too.
+        // The servers' programs in the folder are writable to the model's commands: trust
+        // covers those files as they are now, too (the servers run in the sandbox, but with
+        // `--sandbox off` outside it).
         for path in server_programs(folder, self) {
             hasher.update(b"\0program\0");
             hasher.update(path.as_os_str().as_encoded_bytes());

@@ -188,9 +188,41 @@ pub struct ProjectSandbox {
     pub readable: Vec<PathBuf>,
     pub unix_sockets: Vec<PathBuf>,
     pub env_keep: Vec<String>,
+    /// Dropped from commands besides the sandbox's patterns (baton's API key variable).
+    pub env_drop: Vec<String>,
 }
 
 impl ProjectSandbox {
+    /// Why a project's server may not start with the values it takes from baton's
+    /// environment (`reads_env`): one the sandbox would not give a command (a credential by
+    /// name or value, the API key's variable) goes to no code of the workspace either, which
+    /// the model's commands may edit and which has the network. `None`: it may.
+    fn refuses(&self, server: &McpServer) -> Option<String> {
+        let policy = crate::sandbox::env::EnvPolicy {
+            pass_secrets: false,
+            keep: self.env_keep.clone(),
+            drop: self.env_drop.clone(),
+        };
+        let withheld: Vec<&str> = server
+            .reads_env
+            .iter()
+            .filter(|name| {
+                let value = std::env::var_os(name).unwrap_or_default();
+                !policy.passes(std::ffi::OsStr::new(name), &value)
+            })
+            .map(String::as_str)
+            .collect();
+        (!withheld.is_empty()).then(|| {
+            format!(
+                "it takes {} from baton's environment, which the sandbox keeps from commands: \
+                 a project's server is code of the workspace, which the model's commands may \
+                 edit, and it has the network. Pass it to commands too (`[sandbox] env_keep`) \
+                 or declare the server in your own config",
+                withheld.join(", ")
+            )
+        })
+    }
+
     /// `command args` as `baton sandbox` runs it with `workspace` as its workspace, started in
     /// `dir` (the server's `cwd`; `baton sandbox` starts its command at the workspace's top):
     /// the program is this very binary (`/proc/self/exe`, whatever has since been written at
@@ -255,6 +287,9 @@ pub async fn start(
         } => {
             let dir = working_dir(server, cwd.as_deref(), workspace);
             let sandboxed = server.project && sandbox.mode != SandboxMode::Off;
+            if sandboxed && let Some(why) = sandbox.refuses(server) {
+                return Err(why);
+            }
             let mut cmd = if sandboxed {
                 let (program, wrapped) = sandbox.wrap(workspace, &dir, command, args);
                 let mut cmd = tokio::process::Command::new(program);
@@ -395,6 +430,7 @@ mod tests {
             readable: vec![PathBuf::from("/r")],
             unix_sockets: Vec::new(),
             env_keep: vec!["A_TOKEN".into()],
+            env_drop: Vec::new(),
         };
         let words = |dir: &str| {
             let (program, args) = sandbox.wrap(
