@@ -1,7 +1,8 @@
 //! The seccomp filter, compiled in the parent: default allow, listed syscalls fail with EPERM.
 //! Always denied: tracing other processes, io_uring (it bypasses the other syscall checks),
 //! kernel-module/kexec/bpf/perf, mount-namespace and keyring changes, and handle-based opens.
-//! With network off, `socket`/`socketpair` fail for every family but AF_UNIX.
+//! With network off, `socket`/`socketpair` fail for every family but AF_UNIX. Commands (not
+//! trials) may not give a file the set-user-ID or set-group-ID bit.
 
 use std::collections::BTreeMap;
 
@@ -115,7 +116,7 @@ fn masked(arg: u8, mask: u64, value: u64) -> Result<SeccompRule, SandboxError> {
 /// main one (listed syscalls fail with EPERM) and [`abi_guard`]. The kernel runs every filter
 /// on each syscall and keeps the strictest answer.
 pub fn build_filters(network: bool) -> Result<Vec<BpfProgram>, SandboxError> {
-    Ok(vec![compile(native_rules(network))?, abi_guard()?])
+    Ok(vec![compile(command_rules(network))?, abi_guard()?])
 }
 
 /// A hand-assembled filter of seven instructions: `clone3` fails with ENOSYS (its flags live in
@@ -392,6 +393,35 @@ fn search(nums: &[u32]) -> Option<Vec<seccompiler::sock_filter>> {
 }
 
 /// The denied syscalls of the native ABI, with the argument checks some of them get.
+/// The file mode bits that run a program with its owner's or its group's rights.
+const SET_ID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
+
+/// [`native_rules`] and what only commands are refused: a mode with [`SET_ID_BITS`] in
+/// `chmod` and its kin, and in the mode a file is created with. The bit is stored on disk,
+/// where the workspace is no `nosuid` mount: outside the sandbox, anyone who can reach the
+/// file would run it with the rights of baton's user (root's, when baton runs as root). A file
+/// created with the bit loses it at its first write (the command has no `CAP_FSETID`), so
+/// `openat2`, whose mode a filter cannot read, makes at most an empty one. Trials keep the
+/// bits: a task's setup installs `sudo`, in files of the trial's own.
+fn command_rules(network: bool) -> DenyList {
+    let mut rules = native_rules(network);
+    let set_id = |arg| Deny::AnyBit {
+        arg,
+        mask: SET_ID_BITS,
+    };
+    #[cfg(target_arch = "x86_64")]
+    {
+        rules.insert(libc::SYS_chmod as u32, set_id(1));
+        rules.insert(libc::SYS_creat as u32, set_id(1));
+        rules.insert(libc::SYS_open as u32, set_id(2));
+    }
+    rules.insert(libc::SYS_fchmod as u32, set_id(1));
+    rules.insert(libc::SYS_fchmodat as u32, set_id(2));
+    rules.insert(libc::SYS_fchmodat2 as u32, set_id(2));
+    rules.insert(libc::SYS_openat as u32, set_id(3));
+    rules
+}
+
 fn native_rules(network: bool) -> DenyList {
     let mut rules = DenyList::new();
     for (_, nr) in ALWAYS_DENIED {
@@ -586,11 +616,15 @@ mod tests {
             [libc::AF_UNIX as u64, 1, 0, 0, 0, 0],
             [libc::AF_UNIX as u64 | (1 << 32), 1, 0, 0, 0, 0],
             [libc::AF_VSOCK as u64, 1, 0, 0, 0, 0],
+            // File modes with and without the set-ID bits, in each argument a mode may be.
+            [0, 0o4755, 0o2755, 0o755, 0, 0],
+            [0, 0o755, 0o644, 0o6755, 0, 0],
+            [0, 0o644 | (1 << 40), 0o755, 0o1777, 0, 0],
             [u64::MAX; 6],
         ];
         for network in [false, true] {
-            for list in [native_rules(network), {
-                let mut r = native_rules(network);
+            for list in [native_rules(network), command_rules(network), {
+                let mut r = command_rules(network);
                 r.insert(libc::SYS_getpid as u32 | 0x4000_0000, Deny::Always);
                 r.insert(
                     libc::SYS_ioctl as u32 | 0x4000_0000,
@@ -643,7 +677,32 @@ mod tests {
         // What the commands get is the compact one.
         assert_eq!(
             build_filters(false).unwrap()[0],
-            compact(&native_rules(false), arch).unwrap()
+            compact(&command_rules(false), arch).unwrap()
+        );
+    }
+
+    #[test]
+    fn commands_may_not_set_the_set_id_bits_and_trials_may() {
+        let arch = audit_arch().unwrap();
+        let commands = &build_filters(false).unwrap()[0];
+        let trials = build_filter(false).unwrap();
+        let fchmodat = libc::SYS_fchmodat as u32;
+        let openat = libc::SYS_openat as u32;
+        for (nr, args) in [
+            (libc::SYS_fchmod as u32, [3, 0o4755, 0, 0, 0, 0]),
+            (fchmodat, [0, 0, 0o2755, 0, 0, 0]),
+            (libc::SYS_fchmodat2 as u32, [0, 0, 0o6755, 0, 0, 0]),
+            (openat, [0, 0, 0o101, 0o4755, 0, 0]),
+        ] {
+            assert_eq!(eval(commands, arch, nr, args), SECCOMP_RET_EPERM, "{nr}");
+            assert_eq!(eval(&trials, arch, nr, args), SECCOMP_RET_ALLOW, "{nr}");
+        }
+        for args in [[0, 0, 0o755, 0, 0, 0], [0, 0, 0o1777, 0, 0, 0]] {
+            assert_eq!(eval(commands, arch, fchmodat, args), SECCOMP_RET_ALLOW);
+        }
+        assert_eq!(
+            eval(commands, arch, openat, [0, 0, 0o101, 0o644, 0, 0]),
+            SECCOMP_RET_ALLOW
         );
     }
 
@@ -690,13 +749,24 @@ mod tests {
                     "network {network}"
                 );
             }
-            // Everything else as the commands' two filters together decide.
+            // Everything else as the commands' two filters together decide, but the set-ID
+            // bits, which only commands are refused.
+            let set_id_calls: Vec<u32> = command_rules(network)
+                .keys()
+                .filter(|nr| !native_rules(network).contains_key(nr))
+                .copied()
+                .collect();
+            let native = compile(native_rules(network)).unwrap();
             let numbers = (0..1100u32).chain((0..600).map(|n| n | 0x4000_0000));
             for nr in numbers {
                 for a in [arch, 0x4000_0003] {
                     for args in [[0; 6], namespaces, tiocsti, vsock, [u64::MAX; 6]] {
                         let guard = eval(&commands[1], a, nr, args);
-                        let main = eval(&commands[0], a, nr, args);
+                        let main = if set_id_calls.contains(&nr) {
+                            eval(&native, a, nr, args)
+                        } else {
+                            eval(&commands[0], a, nr, args)
+                        };
                         let want = if guard == SECCOMP_RET_ALLOW {
                             main
                         } else {

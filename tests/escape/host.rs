@@ -1135,3 +1135,49 @@ fn a_write_folder_that_appears_as_a_link_is_not_bound_where_it_leads() {
     let rc = std::fs::read_to_string(env.home.join(".bashrc")).expect("rc");
     assert_eq!(rc, "# rc\n", "{ends:?}");
 }
+
+/// A command may not leave a program that runs with the user's rights for whoever starts it:
+/// the set-user-ID and set-group-ID bits are stored on disk, where the workspace is no `nosuid`
+/// mount, so a shell copied there and `chmod 4755`ed ran as baton's user (as root, for root)
+/// for any local account that could reach it (fifteenth red team, medium). `chmod` and its kin
+/// refuse those bits; other modes, the sticky bit included, are set as before.
+#[test]
+fn a_command_cannot_leave_a_set_id_program_in_the_workspace() {
+    if !crate::support::external::sandbox_enforceable("set-ID bits in the workspace") {
+        return;
+    }
+    let f = fixture();
+    for (backend, flags) in [
+        ("bubblewrap", Vec::new()),
+        (
+            "landlock",
+            vec![
+                std::ffi::OsStr::new("--sandbox-backend"),
+                "landlock".as_ref(),
+            ],
+        ),
+    ] {
+        let script = "cp /bin/sh tool; chmod 755 tool; chmod 4755 tool; chmod g+s tool; \
+                      $PY -c 'import os; os.chmod(\"tool\", 0o6755)'; stat -c %a tool";
+        let out = baton_sandbox_with(&f, &flags, script)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run baton sandbox");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mode = std::fs::metadata(f.ws.join("tool")).expect("tool").mode() & 0o7777;
+        assert_eq!(mode, 0o755, "{backend}: {text}");
+        // Other modes are the command's to set.
+        let out = baton_sandbox_with(&f, &flags, "mkdir -p d; chmod 1777 d; chmod 700 tool")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run baton sandbox");
+        assert!(out.status.success(), "{backend}");
+        let mode_of = |p: &str| std::fs::metadata(f.ws.join(p)).expect("stat").mode() & 0o7777;
+        assert_eq!(
+            (mode_of("tool"), mode_of("d")),
+            (0o700, 0o1777),
+            "{backend}"
+        );
+        std::fs::remove_file(f.ws.join("tool")).expect("rm");
+    }
+}
