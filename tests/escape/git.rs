@@ -1872,3 +1872,71 @@ async fn a_work_tree_a_command_points_at_the_home_is_undone() {
     let status = r.git_output(&r.ws.join("sub"), &["config", "--get", "core.worktree"]);
     assert!(!status.status.success(), "still set: {status:?}");
 }
+
+/// A command that made a repository, planted a hook and an fsmonitor in it, then took the
+/// write permission of `.git` and `.git/hooks` away (`chmod 555`) kept both: the audit, run
+/// by the same user, could neither rename the hook nor rewrite the config, warned once and
+/// left them for the user's next `git status` (fifteenth red team, medium; root is not
+/// stopped by a mode). The audit gives the folder's owner write permission back, as the walk
+/// gives read permission back to list one. Run as an unprivileged user, the case it is about
+/// (switching to `nobody` when the tests run as root).
+#[test]
+fn a_repository_its_command_made_unwritable_is_still_undone() {
+    if !enforceable() {
+        return;
+    }
+    let root = rustix::process::geteuid().is_root();
+    let base = tempfile::Builder::new()
+        .prefix("baton-unwritable")
+        .tempdir_in("/var/tmp")
+        .expect("tempdir");
+    let ws = base.path().join("ws");
+    let home = base.path().join("home");
+    for d in [&ws, &home] {
+        std::fs::create_dir_all(d).expect("mkdir");
+    }
+    let open = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    std::fs::set_permissions(base.path(), open).expect("755");
+    if root {
+        for d in [&ws, &home] {
+            std::os::unix::fs::chown(d, Some(65534), Some(65534)).expect("chown");
+        }
+    }
+    let script = "git init -q && git config core.fsmonitor /bin/planted-fsmonitor && \
+                  printf '#!/bin/sh\\necho planted\\n' > .git/hooks/pre-commit && \
+                  chmod 755 .git/hooks/pre-commit && chmod 555 .git/hooks .git && echo done";
+    let mut c = Command::new(env!("CARGO_BIN_EXE_baton"));
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .args(["sandbox", "--", "sh", "-c", script])
+        .current_dir(&ws)
+        .stdin(std::process::Stdio::null());
+    if root {
+        std::os::unix::process::CommandExt::uid(&mut c, 65534);
+        std::os::unix::process::CommandExt::gid(&mut c, 65534);
+    }
+    let out = c.output().expect("baton sandbox");
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("done"),
+        "{said}"
+    );
+    assert!(
+        !ws.join(".git/hooks/pre-commit").exists(),
+        "the planted hook is still armed: {said}"
+    );
+    let config = std::fs::read_to_string(ws.join(".git/config")).expect("config");
+    assert!(
+        !config
+            .lines()
+            .any(|l| l.trim_start().starts_with("fsmonitor")),
+        "{config}\n{said}"
+    );
+    // The fixture's owner removes it whatever modes the command left.
+    let _ = Command::new("chmod")
+        .arg("-R")
+        .arg("u+rwx")
+        .arg(&ws)
+        .status();
+}

@@ -1,6 +1,7 @@
 //! The audit after a command: what it planted where nothing could be pinned, undone and told.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use super::config;
@@ -386,40 +387,74 @@ impl Fixer<'_> {
         crate::untrusted_fs::locate(path, &anchors)
     }
 
+    /// Runs `change` on `path`'s folder and name. A folder its owner (this user) made
+    /// unwritable (`chmod 555 .git/hooks`, which a command may do to keep what it planted
+    /// there) gets write and search permission back for its owner, as the walk gives read
+    /// permission back, and the change is tried once more.
+    fn in_folder<T>(
+        &self,
+        path: &Path,
+        change: impl Fn(&crate::untrusted_fs::Dir, &OsStr) -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let (dir, name) = self.folder_of(path)?;
+        match change(&dir, &name) {
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                give_write_back(&dir)?;
+                change(&dir, &name)
+            }
+            other => other,
+        }
+    }
+
     /// Renames `path` to `aside` (a name in the same folder), never over an existing file.
     fn rename(&self, path: &Path, aside: &Path) -> std::io::Result<()> {
-        let (dir, name) = self.folder_of(path)?;
         let to = aside
             .file_name()
             .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-        rustix::fs::renameat_with(
-            dir.fd(),
-            &name,
-            dir.fd(),
-            to,
-            rustix::fs::RenameFlags::NOREPLACE,
-        )
-        .map_err(std::io::Error::from)
+        self.in_folder(path, |dir, name| {
+            rustix::fs::renameat_with(
+                dir.fd(),
+                name,
+                dir.fd(),
+                to,
+                rustix::fs::RenameFlags::NOREPLACE,
+            )
+            .map_err(std::io::Error::from)
+        })
     }
 
     /// Puts `bytes` at `path` by a new file renamed over it: a link there is replaced, never
     /// written through.
     fn replace_file(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-        let (dir, name) = self.folder_of(path)?;
-        dir.replace(&name, bytes, Some(0o644))
+        self.in_folder(path, |dir, name| dir.replace(name, bytes, Some(0o644)))
     }
 
     fn replace_with_symlink(&self, path: &Path, target: &Path) -> std::io::Result<()> {
-        let (dir, name) = self.folder_of(path)?;
-        let mut temp = name.clone();
-        temp.push(format!(".baton-tmp-{}", std::process::id()));
-        rustix::fs::symlinkat(target, dir.fd(), &temp).map_err(std::io::Error::from)?;
-        rustix::fs::renameat(dir.fd(), &temp, dir.fd(), &name)
-            .map_err(std::io::Error::from)
-            .inspect_err(|_| {
-                let _ = rustix::fs::unlinkat(dir.fd(), &temp, rustix::fs::AtFlags::empty());
-            })
+        self.in_folder(path, |dir, name| {
+            let mut temp = name.to_os_string();
+            temp.push(format!(".baton-tmp-{}", std::process::id()));
+            rustix::fs::symlinkat(target, dir.fd(), &temp).map_err(std::io::Error::from)?;
+            rustix::fs::renameat(dir.fd(), &temp, dir.fd(), name)
+                .map_err(std::io::Error::from)
+                .inspect_err(|_| {
+                    let _ = rustix::fs::unlinkat(dir.fd(), &temp, rustix::fs::AtFlags::empty());
+                })
+        })
     }
+}
+
+/// Gives `dir`'s owner write and search permission on it when that owner is this user (who
+/// may, like the command that took them away); anything else stays a permission error.
+fn give_write_back(dir: &crate::untrusted_fs::Dir) -> std::io::Result<()> {
+    let denied = || std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+    let st = rustix::fs::fstat(dir.fd()).map_err(std::io::Error::from)?;
+    if st.st_uid != rustix::process::geteuid().as_raw() || st.st_mode & 0o300 == 0o300 {
+        return Err(denied());
+    }
+    let mode = rustix::fs::Mode::from_raw_mode((st.st_mode | 0o300) & 0o7777);
+    // The descriptor opens nothing (`O_PATH`): its `/proc` link names exactly this folder.
+    let by_fd = format!("/proc/self/fd/{}", dir.fd().as_raw_fd());
+    rustix::fs::chmod(by_fd.as_str(), mode).map_err(std::io::Error::from)
 }
 
 #[cfg(test)]
