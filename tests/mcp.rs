@@ -543,6 +543,12 @@ fn greet(env: &Env) -> Vec<String> {
     results
 }
 
+/// Declares `server` as the workspace's `proj` in its `.mcp.json`.
+fn declare_proj(env: &Env, server: serde_json::Value) {
+    let file = serde_json::json!({"mcpServers": {"proj": server}});
+    std::fs::write(env.workspace.join(".mcp.json"), file.to_string()).unwrap();
+}
+
 /// A workspace whose `.mcp.json` declares `proj`, the standard-library server of the
 /// fixtures (`srv.py`) whose one tool, `greet`, answers `greeting` (from `helper.py`, its
 /// import), allowed to run without asking.
@@ -562,12 +568,10 @@ fn stdlib_server_in(env: Env, helper: &str) -> Env {
     )
     .unwrap();
     std::fs::write(env.workspace.join("helper.py"), helper).unwrap();
-    std::fs::write(
-        env.workspace.join(".mcp.json"),
-        serde_json::json!({"mcpServers": {"proj": {"command": "python3", "args": ["srv.py"]}}})
-            .to_string(),
-    )
-    .unwrap();
+    declare_proj(
+        &env,
+        serde_json::json!({"command": "python3", "args": ["srv.py"]}),
+    );
     env.user_config("allow = [\"mcp__proj\"]\n");
     env
 }
@@ -585,22 +589,20 @@ fn a_trusted_projects_server_starts_in_its_own_folder_in_the_sandbox() {
     for file in ["srv.py", "helper.py"] {
         std::fs::rename(env.workspace.join(file), tools.join(file)).unwrap();
     }
-    std::fs::write(
-        env.workspace.join(".mcp.json"),
-        serde_json::json!({"mcpServers": {"proj": {
+    declare_proj(
+        &env,
+        serde_json::json!({
             "command": "python3", "args": ["srv.py"], "cwd": "tools"
-        }}})
-        .to_string(),
-    )
-    .unwrap();
+        }),
+    );
     trust(&env);
     assert_eq!(greet(&env), ["from tools"]);
 }
 
 /// Fourteenth red team, critical: the server's `env` reached the launcher, baton and
 /// bubblewrap, which start it from outside the sandbox: `LD_PRELOAD` naming a library of the
-/// workspace ran in both, with the user's rights. A project's server gets no variable that
-/// acts on the loader (or on baton) any more.
+/// workspace ran in both, with the user's rights. A project's server's variables reach the
+/// server alone (command-only variables, given their names inside the sandbox).
 #[test]
 fn a_project_servers_env_does_not_load_code_into_its_launcher() {
     if !external::sandbox_enforceable("a project's server in the sandbox") {
@@ -635,15 +637,13 @@ fn a_project_servers_env_does_not_load_code_into_its_launcher() {
         );
         return;
     }
-    std::fs::write(
-        env.workspace.join(".mcp.json"),
-        serde_json::json!({"mcpServers": {"proj": {
+    declare_proj(
+        &env,
+        serde_json::json!({
             "command": "python3", "args": ["srv.py"],
             "env": {"LD_PRELOAD": library, "GCONV_PATH": env.workspace}
-        }}})
-        .to_string(),
-    )
-    .unwrap();
+        }),
+    );
     trust(&env);
     assert_eq!(greet(&env), ["hello"]);
     assert!(
@@ -680,14 +680,12 @@ fn a_project_servers_env_does_not_change_what_its_sandbox_hides() {
     ]
     .join("\n");
     let env = stdlib_server_in(env, &helper);
-    std::fs::write(
-        env.workspace.join(".mcp.json"),
-        serde_json::json!({"mcpServers": {"proj": {
+    declare_proj(
+        &env,
+        serde_json::json!({
             "command": "python3", "args": ["srv.py"], "env": {"HOME": "/var/empty"}
-        }}})
-        .to_string(),
-    )
-    .unwrap();
+        }),
+    );
     trust(&env);
     assert_eq!(greet(&env), ["/var/empty hidden"]);
 }
@@ -705,15 +703,13 @@ fn a_project_server_gets_no_credential_of_batons_environment_that_commands_do_no
     let helper =
         "import os\n\ndef greeting():\n    return os.environ.get('SERVICE_TOKEN', 'none')\n";
     let env = stdlib_server_in(Env::new(), helper);
-    std::fs::write(
-        env.workspace.join(".mcp.json"),
-        serde_json::json!({"mcpServers": {"proj": {
+    declare_proj(
+        &env,
+        serde_json::json!({
             "command": "python3", "args": ["srv.py"],
             "env": {"SERVICE_TOKEN": "${BATON_TEST_SERVICE_TOKEN:-unset}"}
-        }}})
-        .to_string(),
-    )
-    .unwrap();
+        }),
+    );
     trust(&env);
     let engine = one_call("mcp__proj__greet", "{}");
     let out = env

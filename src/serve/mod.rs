@@ -14,16 +14,15 @@ mod conn;
 mod errors;
 mod json_body;
 pub mod metrics;
+mod relay;
 mod responses;
 
-use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -37,6 +36,7 @@ use admission::{Admission, Admitted};
 pub use auth::Keys;
 use errors::ApiError;
 pub use metrics::Metrics;
+use relay::{Frames, Relay};
 
 /// The conversation header clients echo.
 const CONVERSATION_HEADER: &str = "x-conversation-id";
@@ -503,33 +503,12 @@ async fn non_stream(
     ))
 }
 
-/// The state of one SSE response while hyper pulls frames from it.
+/// One chat completion streamed as SSE chunks while hyper pulls frames.
 struct ChatStream {
-    state: Arc<AppState>,
-    handle: TurnHandle,
-    admitted: Option<Admitted>,
-    frames: VecDeque<Bytes>,
+    relay: Relay,
     routed: Option<TurnRouted>,
     id: String,
     created: i64,
-    started: Instant,
-    /// The last frame is queued; `Some(true)` when the turn succeeded (commit once sent).
-    finished: Option<bool>,
-    delivered: Option<tokio::sync::oneshot::Sender<()>>,
-    last_event: Instant,
-    ended: bool,
-}
-
-impl Drop for ChatStream {
-    fn drop(&mut self) {
-        if !self.ended {
-            // Hyper dropped the body before its end: the client went away. The turn's
-            // handle goes with it, which rolls the conversation back.
-            self.state
-                .metrics
-                .client_gone("/v1/chat/completions", self.started.elapsed());
-        }
-    }
 }
 
 fn sse(value: &Value) -> Bytes {
@@ -540,18 +519,17 @@ impl ChatStream {
     fn chunk(&self, delta: Value, finish: Option<&str>) -> Value {
         chat::chunk(
             &self.id,
-            self.state.service.served_model(),
+            self.relay.state.service.served_model(),
             self.created,
             delta,
             finish,
         )
     }
+}
 
-    fn fail(&mut self, e: ApiError) {
-        self.frames.push_back(sse(&e.body()));
-        self.frames
-            .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
-        self.finished = Some(false);
+impl Frames for ChatStream {
+    fn relay(&mut self) -> &mut Relay {
+        &mut self.relay
     }
 
     fn on_event(&mut self, ev: TurnEvent) {
@@ -559,16 +537,16 @@ impl ChatStream {
             TurnEvent::Routed(r) => {
                 let mut c = self.chunk(json!({"role": "assistant", "content": ""}), None);
                 c["metadata"] = chat::metadata(&r, None);
-                self.frames.push_back(sse(&c));
+                self.relay.frames.push_back(sse(&c));
                 self.routed = Some(r);
             }
             TurnEvent::Text(t) => {
                 let c = self.chunk(json!({"content": t}), None);
-                self.frames.push_back(sse(&c));
+                self.relay.frames.push_back(sse(&c));
             }
             TurnEvent::Reasoning(t) => {
                 let c = self.chunk(json!({"reasoning_content": t}), None);
-                self.frames.push_back(sse(&c));
+                self.relay.frames.push_back(sse(&c));
             }
             TurnEvent::Done(done) => {
                 let Some(routed) = self.routed.clone() else {
@@ -581,106 +559,45 @@ impl ChatStream {
                 };
                 if !done.message.tool_calls.is_empty() {
                     let c = self.chunk(chat::tool_calls_delta(&done.message.tool_calls), None);
-                    self.frames.push_back(sse(&c));
+                    self.relay.frames.push_back(sse(&c));
                 }
                 let mut last = self.chunk(json!({}), Some(done.finish.as_str()));
                 last["metadata"] = chat::metadata(&routed, Some(&done));
-                self.frames.push_back(sse(&last));
+                self.relay.frames.push_back(sse(&last));
                 let mut usage = self.chunk(json!({}), None);
                 usage["choices"] = json!([]);
                 usage["usage"] = chat::usage_json(&done);
-                self.frames.push_back(sse(&usage));
-                self.frames
+                self.relay.frames.push_back(sse(&usage));
+                self.relay
+                    .frames
                     .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
-                self.finished = Some(true);
+                self.relay.finished = Some(true);
             }
             TurnEvent::Error(e) => self.fail(e.into()),
         }
     }
 
-    /// The next frame, or `None` at the end (after which the turn is committed).
-    async fn next_frame(&mut self) -> Option<Bytes> {
-        loop {
-            if let Some(f) = self.frames.pop_front() {
-                return Some(f);
-            }
-            if let Some(ok) = self.finished {
-                // Hyper asked for more after the last frame: everything was handed over.
-                if ok && let Some(tx) = self.delivered.take() {
-                    let _ = tx.send(());
-                }
-                self.admitted = None;
-                self.ended = true;
-                let status = if ok { 200 } else { 502 };
-                self.state
-                    .metrics
-                    .request("/v1/chat/completions", status, self.started.elapsed());
-                return None;
-            }
-            let wait = self.state.keepalive;
-            match tokio::time::timeout(wait, self.handle.events.recv()).await {
-                Ok(Some(ev)) => {
-                    self.last_event = Instant::now();
-                    self.on_event(ev);
-                }
-                Ok(None) => self.fail(ApiError::new(
-                    StatusCode::BAD_GATEWAY,
-                    "turn_failed",
-                    "the turn ended without an answer",
-                )),
-                Err(_) if self.last_event.elapsed() >= self.state.idle_timeout => {
-                    self.fail(ApiError::new(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        "upstream_idle_timeout",
-                        format!(
-                            "the upstream model sent nothing for {} s",
-                            self.state.idle_timeout.as_secs()
-                        ),
-                    ))
-                }
-                Err(_) => return Some(Bytes::from_static(b": keepalive\n\n")),
-            }
-        }
+    fn fail(&mut self, e: ApiError) {
+        self.relay.frames.push_back(sse(&e.body()));
+        self.relay
+            .frames
+            .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+        self.relay.finished = Some(false);
     }
 }
 
 fn stream_response(
     state: Arc<AppState>,
-    mut handle: TurnHandle,
+    handle: TurnHandle,
     admitted: Admitted,
     started: Instant,
 ) -> Response {
     let conversation = handle.conversation_id.clone();
-    let (placeholder, _) = tokio::sync::oneshot::channel();
-    let delivered = std::mem::replace(&mut handle.delivered, placeholder);
     let stream = ChatStream {
-        state,
-        handle,
-        admitted: Some(admitted),
-        frames: VecDeque::from([Bytes::from_static(b": keepalive\n\n")]),
+        relay: Relay::new(state, handle, admitted, started, "/v1/chat/completions"),
         routed: None,
         id: new_completion_id(),
         created: now_secs(),
-        started,
-        finished: None,
-        delivered: Some(delivered),
-        last_event: Instant::now(),
-        ended: false,
     };
-    let body = futures_util::stream::unfold(stream, |mut s| async move {
-        let frame = s.next_frame().await?;
-        Some((Ok::<Bytes, Infallible>(frame), s))
-    });
-    let response = Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        // nginx buffers a proxied response unless told not to; a held-back stream is one burst.
-        .header("x-accel-buffering", "no")
-        .body(Body::from_stream(body));
-    match response {
-        Ok(r) => with_conversation(r, &conversation),
-        Err(e) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
-            .into_response(),
-    }
+    relay::sse_response(stream, &conversation)
 }

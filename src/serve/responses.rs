@@ -3,16 +3,15 @@
 //! one, the input is the whole history and the conversation is found from it, as on the Chat
 //! path (codex and other stateless clients). Function tools only; text input only.
 
-use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::body::Bytes;
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 
 use super::admission::Admitted;
+use super::relay::{Frames, Relay};
 use super::{AppState, next_event, now_secs, with_conversation};
 use crate::protocol::{TurnEvent, TurnHandle, TurnInput};
 use serde_json::{Map, Value, json};
@@ -608,31 +607,15 @@ async fn whole(
 
 /// One Responses SSE stream while hyper pulls it.
 struct EventStream {
-    state: Arc<AppState>,
-    handle: TurnHandle,
-    admitted: Option<Admitted>,
+    relay: Relay,
     request: ResponsesBody,
     id: String,
     created_at: i64,
-    started: Instant,
-    frames: VecDeque<Bytes>,
     sequence: u64,
     routed: Option<TurnRouted>,
     next_index: usize,
     reasoning: Option<(usize, String)>,
     text: Option<(usize, String)>,
-    finished: Option<bool>,
-    delivered: Option<tokio::sync::oneshot::Sender<()>>,
-    last_event: Instant,
-    ended: bool,
-}
-
-impl Drop for EventStream {
-    fn drop(&mut self) {
-        if !self.ended {
-            self.state.metrics.client_gone(PATH, self.started.elapsed());
-        }
-    }
 }
 
 impl EventStream {
@@ -640,7 +623,7 @@ impl EventStream {
         ResponseShape {
             id: &self.id,
             created_at: self.created_at,
-            model: self.state.service.served_model(),
+            model: self.relay.state.service.served_model(),
             request: &self.request,
         }
     }
@@ -649,91 +632,13 @@ impl EventStream {
         data["type"] = json!(kind);
         data["sequence_number"] = json!(self.sequence);
         self.sequence += 1;
-        self.frames
+        self.relay
+            .frames
             .push_back(Bytes::from(format!("event: {kind}\ndata: {data}\n\n")));
-    }
-
-    fn fail(&mut self, e: ApiError) {
-        let mut response = response_object(&self.shape(), self.routed.as_ref(), None);
-        response["status"] = json!("failed");
-        response["error"] = json!({"code": e.code, "message": e.message});
-        self.emit("response.failed", json!({"response": response}));
-        self.finished = Some(false);
     }
 
     fn ids(&self) -> ItemIds {
         ItemIds::new(&self.id)
-    }
-
-    fn on_event(&mut self, ev: TurnEvent) {
-        match ev {
-            TurnEvent::Routed(r) => {
-                self.routed = Some(r);
-                let response = response_object(&self.shape(), self.routed.as_ref(), None);
-                self.emit("response.created", json!({"response": response.clone()}));
-                self.emit("response.in_progress", json!({"response": response}));
-            }
-            TurnEvent::Reasoning(t) => {
-                let ids = self.ids();
-                if self.reasoning.is_none() {
-                    let index = self.next_index;
-                    self.next_index += 1;
-                    self.reasoning = Some((index, String::new()));
-                    self.emit(
-                        "response.output_item.added",
-                        json!({"output_index": index, "item": reasoning_item(&ids.reasoning, "", false, false)}),
-                    );
-                    if self.request.reasoning_summary {
-                        self.emit(
-                            "response.reasoning_summary_part.added",
-                            json!({"item_id": ids.reasoning, "output_index": index, "summary_index": 0,
-                                   "part": {"type": "summary_text", "text": ""}}),
-                        );
-                    }
-                }
-                if let Some((index, text)) = &mut self.reasoning {
-                    text.push_str(&t);
-                    let index = *index;
-                    self.emit(
-                        "response.reasoning_text.delta",
-                        json!({"item_id": ids.reasoning, "output_index": index, "content_index": 0, "delta": t}),
-                    );
-                    if self.request.reasoning_summary {
-                        self.emit(
-                            "response.reasoning_summary_text.delta",
-                            json!({"item_id": ids.reasoning, "output_index": index, "summary_index": 0, "delta": t}),
-                        );
-                    }
-                }
-            }
-            TurnEvent::Text(t) => {
-                let ids = self.ids();
-                if self.text.is_none() {
-                    let index = self.next_index;
-                    self.next_index += 1;
-                    self.text = Some((index, String::new()));
-                    self.emit(
-                        "response.output_item.added",
-                        json!({"output_index": index, "item": message_item(&ids.message, None)}),
-                    );
-                    self.emit(
-                        "response.content_part.added",
-                        json!({"item_id": ids.message, "output_index": index, "content_index": 0,
-                               "part": {"type": "output_text", "text": "", "annotations": []}}),
-                    );
-                }
-                if let Some((index, text)) = &mut self.text {
-                    text.push_str(&t);
-                    let index = *index;
-                    self.emit(
-                        "response.output_text.delta",
-                        json!({"item_id": ids.message, "output_index": index, "content_index": 0, "delta": t}),
-                    );
-                }
-            }
-            TurnEvent::Done(done) => self.finish(done),
-            TurnEvent::Error(e) => self.fail(e.into()),
-        }
     }
 
     fn finish(&mut self, done: TurnDone) {
@@ -819,53 +724,98 @@ impl EventStream {
             "response.completed"
         };
         self.emit(kind, json!({"response": response}));
-        self.finished = Some(true);
+        self.relay.finished = Some(true);
+    }
+}
+
+impl Frames for EventStream {
+    fn relay(&mut self) -> &mut Relay {
+        &mut self.relay
     }
 
-    async fn next_frame(&mut self) -> Option<Bytes> {
-        loop {
-            if let Some(f) = self.frames.pop_front() {
-                return Some(f);
+    fn on_event(&mut self, ev: TurnEvent) {
+        match ev {
+            TurnEvent::Routed(r) => {
+                self.routed = Some(r);
+                let response = response_object(&self.shape(), self.routed.as_ref(), None);
+                self.emit("response.created", json!({"response": response.clone()}));
+                self.emit("response.in_progress", json!({"response": response}));
             }
-            if let Some(ok) = self.finished {
-                if ok && let Some(tx) = self.delivered.take() {
-                    let _ = tx.send(());
+            TurnEvent::Reasoning(t) => {
+                let ids = self.ids();
+                if self.reasoning.is_none() {
+                    let index = self.next_index;
+                    self.next_index += 1;
+                    self.reasoning = Some((index, String::new()));
+                    self.emit(
+                        "response.output_item.added",
+                        json!({"output_index": index, "item": reasoning_item(&ids.reasoning, "", false, false)}),
+                    );
+                    if self.request.reasoning_summary {
+                        self.emit(
+                            "response.reasoning_summary_part.added",
+                            json!({"item_id": ids.reasoning, "output_index": index, "summary_index": 0,
+                                   "part": {"type": "summary_text", "text": ""}}),
+                        );
+                    }
                 }
-                self.admitted = None;
-                self.ended = true;
-                self.state.metrics.request(
-                    PATH,
-                    if ok { 200 } else { 502 },
-                    self.started.elapsed(),
-                );
-                return None;
+                if let Some((index, text)) = &mut self.reasoning {
+                    text.push_str(&t);
+                    let index = *index;
+                    self.emit(
+                        "response.reasoning_text.delta",
+                        json!({"item_id": ids.reasoning, "output_index": index, "content_index": 0, "delta": t}),
+                    );
+                    if self.request.reasoning_summary {
+                        self.emit(
+                            "response.reasoning_summary_text.delta",
+                            json!({"item_id": ids.reasoning, "output_index": index, "summary_index": 0, "delta": t}),
+                        );
+                    }
+                }
             }
-            match tokio::time::timeout(self.state.keepalive, self.handle.events.recv()).await {
-                Ok(Some(ev)) => {
-                    self.last_event = Instant::now();
-                    self.on_event(ev);
+            TurnEvent::Text(t) => {
+                let ids = self.ids();
+                if self.text.is_none() {
+                    let index = self.next_index;
+                    self.next_index += 1;
+                    self.text = Some((index, String::new()));
+                    self.emit(
+                        "response.output_item.added",
+                        json!({"output_index": index, "item": message_item(&ids.message, None)}),
+                    );
+                    self.emit(
+                        "response.content_part.added",
+                        json!({"item_id": ids.message, "output_index": index, "content_index": 0,
+                               "part": {"type": "output_text", "text": "", "annotations": []}}),
+                    );
                 }
-                Ok(None) => self.fail(ApiError::new(
-                    StatusCode::BAD_GATEWAY,
-                    "turn_failed",
-                    "the turn ended without an answer",
-                )),
-                Err(_) if self.last_event.elapsed() >= self.state.idle_timeout => {
-                    self.fail(ApiError::new(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        "upstream_idle_timeout",
-                        "the upstream model stopped sending",
-                    ))
+                if let Some((index, text)) = &mut self.text {
+                    text.push_str(&t);
+                    let index = *index;
+                    self.emit(
+                        "response.output_text.delta",
+                        json!({"item_id": ids.message, "output_index": index, "content_index": 0, "delta": t}),
+                    );
                 }
-                Err(_) => return Some(Bytes::from_static(b": keepalive\n\n")),
             }
+            TurnEvent::Done(done) => self.finish(done),
+            TurnEvent::Error(e) => self.fail(e.into()),
         }
+    }
+
+    fn fail(&mut self, e: ApiError) {
+        let mut response = response_object(&self.shape(), self.routed.as_ref(), None);
+        response["status"] = json!("failed");
+        response["error"] = json!({"code": e.code, "message": e.message});
+        self.emit("response.failed", json!({"response": response}));
+        self.relay.finished = Some(false);
     }
 }
 
 fn stream(
     state: Arc<AppState>,
-    mut handle: TurnHandle,
+    handle: TurnHandle,
     admitted: Admitted,
     started: Instant,
     id: String,
@@ -873,42 +823,18 @@ fn stream(
     request: ResponsesBody,
 ) -> Response {
     let conversation = handle.conversation_id.clone();
-    let (placeholder, _) = tokio::sync::oneshot::channel();
-    let delivered = std::mem::replace(&mut handle.delivered, placeholder);
     let s = EventStream {
-        state,
-        handle,
-        admitted: Some(admitted),
+        relay: Relay::new(state, handle, admitted, started, PATH),
         request,
         id,
         created_at,
-        started,
-        frames: VecDeque::from([Bytes::from_static(b": keepalive\n\n")]),
         sequence: 0,
         routed: None,
         next_index: 0,
         reasoning: None,
         text: None,
-        finished: None,
-        delivered: Some(delivered),
-        last_event: Instant::now(),
-        ended: false,
     };
-    let body = futures_util::stream::unfold(s, |mut s| async move {
-        let frame = s.next_frame().await?;
-        Some((Ok::<Bytes, Infallible>(frame), s))
-    });
-    match Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header("x-accel-buffering", "no")
-        .body(Body::from_stream(body))
-    {
-        Ok(r) => with_conversation(r, &conversation),
-        Err(e) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
-            .into_response(),
-    }
+    super::relay::sse_response(s, &conversation)
 }
 
 #[cfg(test)]
