@@ -637,6 +637,22 @@ impl EventStream {
             .push_back(Bytes::from(format!("event: {kind}\ndata: {data}\n\n")));
     }
 
+    /// Opens the output message (its item and its one text part), which text then extends.
+    fn open_message(&mut self, ids: &ItemIds) {
+        let index = self.next_index;
+        self.next_index += 1;
+        self.text = Some((index, String::new()));
+        self.emit(
+            "response.output_item.added",
+            json!({"output_index": index, "item": message_item(&ids.message, None)}),
+        );
+        self.emit(
+            "response.content_part.added",
+            json!({"item_id": ids.message, "output_index": index, "content_index": 0,
+                   "part": {"type": "output_text", "text": "", "annotations": []}}),
+        );
+    }
+
     fn ids(&self) -> ItemIds {
         ItemIds::new(&self.id)
     }
@@ -668,18 +684,7 @@ impl EventStream {
         let message = &done.message;
         if self.text.is_none() && message.tool_calls.is_empty() {
             // Nothing was said: the response still holds one (empty) message.
-            let index = self.next_index;
-            self.next_index += 1;
-            self.text = Some((index, String::new()));
-            self.emit(
-                "response.output_item.added",
-                json!({"output_index": index, "item": message_item(&ids.message, None)}),
-            );
-            self.emit(
-                "response.content_part.added",
-                json!({"item_id": ids.message, "output_index": index, "content_index": 0,
-                       "part": {"type": "output_text", "text": "", "annotations": []}}),
-            );
+            self.open_message(&ids);
         }
         if let Some((index, text)) = self.text.take() {
             self.emit(
@@ -777,18 +782,7 @@ impl Frames for EventStream {
             TurnEvent::Text(t) => {
                 let ids = self.ids();
                 if self.text.is_none() {
-                    let index = self.next_index;
-                    self.next_index += 1;
-                    self.text = Some((index, String::new()));
-                    self.emit(
-                        "response.output_item.added",
-                        json!({"output_index": index, "item": message_item(&ids.message, None)}),
-                    );
-                    self.emit(
-                        "response.content_part.added",
-                        json!({"item_id": ids.message, "output_index": index, "content_index": 0,
-                               "part": {"type": "output_text", "text": "", "annotations": []}}),
-                    );
+                    self.open_message(&ids);
                 }
                 if let Some((index, text)) = &mut self.text {
                     text.push_str(&t);
