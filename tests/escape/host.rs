@@ -1181,3 +1181,41 @@ fn a_command_cannot_leave_a_set_id_program_in_the_workspace() {
         std::fs::remove_file(f.ws.join("tool")).expect("rm");
     }
 }
+
+/// A command-only variable (`BATON_COMMAND_ENV_NAME`) reaches the command under its own name
+/// on both backends and with the sandbox off, and nothing outside reads it under that name: a
+/// `LD_PRELOAD` so given is loaded by the command alone, never by baton or bubblewrap.
+#[test]
+fn a_command_only_variable_reaches_the_command_alone() {
+    if !crate::support::external::sandbox_enforceable("command-only variables") {
+        return;
+    }
+    let f = fixture();
+    let missing = f.outside.join("missing.so");
+    let script = "echo \"$GREETING $HOME\"; env | grep -c '^BATON_COMMAND_ENV_'";
+    for flags in [
+        vec![],
+        vec!["--sandbox-backend", "landlock"],
+        vec!["--sandbox", "off"],
+    ] {
+        let flags: Vec<&std::ffi::OsStr> = flags.iter().map(std::ffi::OsStr::new).collect();
+        let out = baton_sandbox_with(&f, &flags, script)
+            .env("BATON_COMMAND_ENV_GREETING", "hello")
+            .env("BATON_COMMAND_ENV_HOME", "/command/home")
+            .env("BATON_COMMAND_ENV_LD_PRELOAD", &missing)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run baton sandbox");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stdout, "hello /command/home\n0\n", "{flags:?}: {stderr}");
+        // The loader complains once per program it starts with the library: `bash` and
+        // `grep` (and `env`), never baton or bubblewrap before them.
+        let complaints = stderr.matches("cannot be preloaded").count();
+        assert!(
+            (1..=3).contains(&complaints),
+            "{flags:?}: {complaints} programs loaded it: {stderr}"
+        );
+        assert!(!stderr.contains("bwrap"), "{flags:?}: {stderr}");
+    }
+}
