@@ -710,7 +710,18 @@ fn a_project_server_gets_no_credential_of_batons_environment_that_commands_do_no
             "env": {"SERVICE_TOKEN": "${BATON_TEST_SERVICE_TOKEN:-unset}"}
         }),
     );
-    trust(&env);
+    let shown = env
+        .baton()
+        .arg("trust")
+        .env("BATON_TEST_SERVICE_TOKEN", "s3cret-value")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(shown.contains("env: SERVICE_TOKEN"), "{shown}");
+    assert!(
+        shown.contains("takes from your environment: BATON_TEST_SERVICE_TOKEN"),
+        "{shown}"
+    );
     let engine = one_call("mcp__proj__greet", "{}");
     let out = env
         .exec(&engine, "greet", &["--json"])
