@@ -1940,3 +1940,44 @@ fn a_repository_its_command_made_unwritable_is_still_undone() {
         .arg(&ws)
         .status();
 }
+
+/// A repository's config made a link to a file the sandbox hides, which git reads as a config
+/// too (`~/.aws/credentials`): the audit, outside the sandbox, read it through the link,
+/// commented its entries out and wrote the result into the workspace as a regular file, where
+/// the next command read the secret (sixteenth red team, high). A config that is a link is
+/// moved aside, never replaced by what it points at.
+#[tokio::test]
+async fn a_config_linked_to_a_hidden_credential_is_moved_aside_not_copied_in() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let secret = r.base.join("outside/credentials");
+    std::fs::write(
+        &secret,
+        "[default]\n\taws_access_key_id = AKIAFAKE\n\taws_secret_access_key = SECRET-VALUE\n",
+    )
+    .expect("secret");
+    let (res, warnings) = r
+        .hostile(
+            &format!(
+                "git init -q nested && rm nested/.git/config && ln -s {} nested/.git/config \
+                 && echo done",
+                secret.display()
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    for (path, bytes) in tree_bytes(&r.ws) {
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains("SECRET-VALUE"),
+            "{} holds the secret; warnings: {warnings:?}",
+            path.display()
+        );
+    }
+    assert!(
+        std::fs::symlink_metadata(r.ws.join("nested/.git/config")).is_err(),
+        "the link is still the config: {warnings:?}"
+    );
+}

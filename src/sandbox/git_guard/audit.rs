@@ -225,8 +225,12 @@ fn undo_config_change(
         return None;
     }
     let names: Vec<String> = planted.iter().map(config::Entry::name).collect();
+    // A link is moved aside, never replaced by what it points at: that may be a file the
+    // sandbox hides (`~/.aws/credentials`, which git reads as a config too), and its content
+    // written into the workspace would hand it to the next command.
     let fixed = config::disable(&text, &planted);
-    let ok = fix.replace_file(path, fixed.as_bytes()).is_ok()
+    let ok = now.link.is_none()
+        && fix.replace_file(path, fixed.as_bytes()).is_ok()
         && !config::git_sees_new_code(git, path, &kept);
     if ok {
         Some(format!(
