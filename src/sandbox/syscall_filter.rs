@@ -119,13 +119,14 @@ pub fn build_filters(network: bool) -> Result<Vec<BpfProgram>, SandboxError> {
     Ok(vec![compile(command_rules(network))?, abi_guard()?])
 }
 
-/// A hand-assembled filter of seven instructions: `clone3` fails with ENOSYS (its flags live in
-/// memory a filter can't read, and ENOSYS makes libc fall back to `clone`, whose flags the
-/// main filter checks), and on x86_64 so does every syscall of the x32 ABI (numbers with bit
-/// 30 set, same audit arch) — one range check instead of a second copy of the main list, which
-/// would double what the kernel evaluates at install time (~0.13 ms) and on every syscall.
+/// A hand-assembled filter of eight instructions: `clone3` and `openat2` fail with ENOSYS
+/// (their flags and mode live in memory a filter can't read, and ENOSYS makes libc fall back
+/// to `clone` and `openat`, which the main filter checks), and on x86_64 so does every syscall
+/// of the x32 ABI (numbers with bit 30 set, same audit arch) — one range check instead of a
+/// second copy of the main list, which would double what the kernel evaluates at install time
+/// (~0.13 ms) and on every syscall.
 fn abi_guard() -> Result<BpfProgram, SandboxError> {
-    let mut program = abi_guard_head()?;
+    let mut program = guard_head(&[libc::SYS_clone3 as u32, libc::SYS_openat2 as u32])?;
     program.push(seccompiler::sock_filter {
         code: BPF_RET_K,
         jt: 0,
@@ -135,23 +136,39 @@ fn abi_guard() -> Result<BpfProgram, SandboxError> {
     Ok(program)
 }
 
-/// [`abi_guard`]'s checks: a syscall they pass goes on to the instruction after them.
+/// The trials' guard: `clone3` and the x32 ABI (a trial's own programs may use `openat2`; the
+/// set-ID bits are theirs to set).
 fn abi_guard_head() -> Result<BpfProgram, SandboxError> {
+    guard_head(&[libc::SYS_clone3 as u32])
+}
+
+/// The guard's checks for `enosys` (the syscalls that fail with ENOSYS besides the x32 ABI):
+/// a syscall they pass goes on to the instruction after them.
+fn guard_head(enosys: &[u32]) -> Result<BpfProgram, SandboxError> {
     use seccompiler::sock_filter;
     const ERRNO: u32 = 0x0005_0000;
     const X32_SYSCALL_BIT: u32 = 0x4000_0000;
     let arch = audit_arch()?;
+    let n = u8::try_from(enosys.len())
+        .ok()
+        .filter(|n| (1..=8).contains(n))
+        .ok_or_else(|| SandboxError::Setup("the guard takes one to eight syscalls".into()))?;
     // Other architectures have no second ABI under their audit arch: the range check never
     // matches there (no syscall number reaches bit 30).
     let ins = |code, jt, jf, k| sock_filter { code, jt, jf, k };
-    Ok(vec![
-        ins(BPF_LD_W_ABS, 0, 0, 4), // seccomp_data.arch
-        ins(BPF_JEQ_K, 0, 4, arch), // another arch: the main filter decides
-        ins(BPF_LD_W_ABS, 0, 0, 0), // seccomp_data.nr
-        ins(BPF_JGE_K, 1, 0, X32_SYSCALL_BIT),
-        ins(BPF_JEQ_K, 0, 1, libc::SYS_clone3 as u32),
-        ins(BPF_RET_K, 0, 0, ERRNO | libc::ENOSYS as u32),
-    ])
+    let mut program = vec![
+        ins(BPF_LD_W_ABS, 0, 0, 4),     // seccomp_data.arch
+        ins(BPF_JEQ_K, 0, n + 3, arch), // another arch: the main filter decides
+        ins(BPF_LD_W_ABS, 0, 0, 0),     // seccomp_data.nr
+        ins(BPF_JGE_K, n, 0, X32_SYSCALL_BIT),
+    ];
+    for (i, nr) in (0u8..).zip(enosys) {
+        // To the `ret ENOSYS` after the last comparison; past it after the last one.
+        let last = i + 1 == n;
+        program.push(ins(BPF_JEQ_K, n - 1 - i, u8::from(last), *nr));
+    }
+    program.push(ins(BPF_RET_K, 0, 0, ERRNO | libc::ENOSYS as u32));
+    Ok(program)
 }
 
 /// The filter for evaluation trials, which bubblewrap loads alone (it takes one program):
@@ -397,12 +414,14 @@ fn search(nums: &[u32]) -> Option<Vec<seccompiler::sock_filter>> {
 const SET_ID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
 
 /// [`native_rules`] and what only commands are refused: a mode with [`SET_ID_BITS`] in
-/// `chmod` and its kin, and in the mode a file is created with. The bit is stored on disk,
-/// where the workspace is no `nosuid` mount: outside the sandbox, anyone who can reach the
-/// file would run it with the rights of baton's user (root's, when baton runs as root). A file
-/// created with the bit loses it at its first write (the command has no `CAP_FSETID`), so
-/// `openat2`, whose mode a filter cannot read, makes at most an empty one. Trials keep the
-/// bits: a task's setup installs `sudo`, in files of the trial's own.
+/// `chmod` and its kin, in the mode `open` and `creat` make a file with, and a regular file
+/// made by `mknod`. The bit is stored on disk, where the workspace is no `nosuid` mount:
+/// outside the sandbox, anyone who can reach the file would run it with the rights of baton's
+/// user (root's, when baton runs as root). `openat2`, whose mode lives in memory a filter
+/// cannot read, fails with ENOSYS for commands ([`abi_guard`]; libc and programs fall back to
+/// `openat`): a set-group-ID file made through it without group execute keeps the bit at a
+/// write, and an ACL then makes it executable. Trials keep the bits: a task's setup installs
+/// `sudo`, in files of the trial's own.
 fn command_rules(network: bool) -> DenyList {
     let mut rules = native_rules(network);
     let set_id = |arg| Deny::AnyBit {
@@ -419,6 +438,16 @@ fn command_rules(network: bool) -> DenyList {
     rules.insert(libc::SYS_fchmodat as u32, set_id(2));
     rules.insert(libc::SYS_fchmodat2 as u32, set_id(2));
     rules.insert(libc::SYS_openat as u32, set_id(3));
+    // A regular file made by `mknod` (type 0 or S_IFREG) could carry the bits too: the devices
+    // `native_rules` refuses, and regular files, which every program makes with `open`.
+    let made_by_mknod = |arg| Deny::MaskedIn {
+        arg,
+        mask: libc::S_IFMT,
+        values: vec![libc::S_IFCHR, libc::S_IFBLK, libc::S_IFREG, 0],
+    };
+    #[cfg(target_arch = "x86_64")]
+    rules.insert(libc::SYS_mknod as u32, made_by_mknod(1));
+    rules.insert(libc::SYS_mknodat as u32, made_by_mknod(2));
     rules
 }
 
@@ -502,7 +531,7 @@ mod tests {
     }
 
     #[test]
-    fn abi_guard_refuses_clone3_and_the_x32_abi_and_nothing_else() {
+    fn abi_guard_refuses_clone3_openat2_and_the_x32_abi_and_nothing_else() {
         let guard = abi_guard().unwrap();
         let arch = match target_arch().unwrap() {
             TargetArch::x86_64 => 0xC000_003E,
@@ -511,10 +540,21 @@ mod tests {
         };
         let enosys = 0x0005_0000 | libc::ENOSYS as u32;
         assert_eq!(run(&guard, arch, libc::SYS_clone3 as u32), enosys);
+        assert_eq!(run(&guard, arch, libc::SYS_openat2 as u32), enosys);
         assert_eq!(
             run(&guard, arch, 0x4000_0000 | libc::SYS_getpid as u32),
             enosys
         );
+        // The trials' guard lets `openat2` through to the main filter.
+        let mut trials = abi_guard_head().unwrap();
+        trials.push(seccompiler::sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: SECCOMP_RET_ALLOW,
+        });
+        assert_eq!(run(&trials, arch, libc::SYS_openat2 as u32), 0x7fff_0000);
+        assert_eq!(run(&trials, arch, libc::SYS_clone3 as u32), enosys);
         assert_eq!(run(&guard, arch, 0x4000_0000 + 521), enosys);
         for nr in [
             libc::SYS_read,
@@ -693,6 +733,8 @@ mod tests {
             (fchmodat, [0, 0, 0o2755, 0, 0, 0]),
             (libc::SYS_fchmodat2 as u32, [0, 0, 0o6755, 0, 0, 0]),
             (openat, [0, 0, 0o101, 0o4755, 0, 0]),
+            (libc::SYS_mknodat as u32, [0, 0, 0o102_745, 0, 0, 0]),
+            (libc::SYS_mknodat as u32, [0, 0, 0o2745, 0, 0, 0]),
         ] {
             assert_eq!(eval(commands, arch, nr, args), SECCOMP_RET_EPERM, "{nr}");
             assert_eq!(eval(&trials, arch, nr, args), SECCOMP_RET_ALLOW, "{nr}");
@@ -702,6 +744,12 @@ mod tests {
         }
         assert_eq!(
             eval(commands, arch, openat, [0, 0, 0o101, 0o644, 0, 0]),
+            SECCOMP_RET_ALLOW
+        );
+        // Fifos and sockets are still made by `mknod`.
+        let fifo = [0, 0, u64::from(libc::S_IFIFO) | 0o644, 0, 0, 0];
+        assert_eq!(
+            eval(commands, arch, libc::SYS_mknodat as u32, fifo),
             SECCOMP_RET_ALLOW
         );
     }
@@ -751,16 +799,20 @@ mod tests {
             }
             // Everything else as the commands' two filters together decide, but the set-ID
             // bits, which only commands are refused.
+            let native_list = native_rules(network);
             let set_id_calls: Vec<u32> = command_rules(network)
-                .keys()
-                .filter(|nr| !native_rules(network).contains_key(nr))
-                .copied()
+                .into_iter()
+                .filter(|(nr, deny)| native_list.get(nr) != Some(deny))
+                .map(|(nr, _)| nr)
                 .collect();
             let native = compile(native_rules(network)).unwrap();
             let numbers = (0..1100u32).chain((0..600).map(|n| n | 0x4000_0000));
             for nr in numbers {
                 for a in [arch, 0x4000_0003] {
                     for args in [[0; 6], namespaces, tiocsti, vsock, [u64::MAX; 6]] {
+                        if nr == libc::SYS_openat2 as u32 {
+                            continue;
+                        }
                         let guard = eval(&commands[1], a, nr, args);
                         let main = if set_id_calls.contains(&nr) {
                             eval(&native, a, nr, args)

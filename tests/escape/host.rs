@@ -1166,6 +1166,29 @@ fn a_command_cannot_leave_a_set_id_program_in_the_workspace() {
         let text = String::from_utf8_lossy(&out.stdout);
         let mode = std::fs::metadata(f.ws.join("tool")).expect("tool").mode() & 0o7777;
         assert_eq!(mode, 0o755, "{backend}: {text}");
+        // Nor through `mknod` of a regular file or `openat2`, whose mode a filter cannot read
+        // (sixteenth red team: a set-group-ID file without group execute keeps the bit at a
+        // write, and an ACL then makes it executable).
+        let other_ways = r#"$PY -c '
+import ctypes, os, struct
+try:
+    os.mknod("by-mknod", 0o102745)
+except OSError as e:
+    print("mknod", e.errno)
+libc = ctypes.CDLL(None, use_errno=True)
+how = ctypes.create_string_buffer(struct.pack("QQQ", os.O_CREAT | os.O_WRONLY, 0o2745, 0))
+print("openat2", libc.syscall(437, -100, b"by-openat2", how, 24), ctypes.get_errno())
+'"#;
+        let out = baton_sandbox_with(&f, &flags, other_ways)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run baton sandbox");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("mknod 1"), "{backend}: {text}");
+        assert!(text.contains("openat2 -1 38"), "{backend}: {text}");
+        for made in ["by-mknod", "by-openat2"] {
+            assert!(!f.ws.join(made).exists(), "{backend}: {made}: {text}");
+        }
         // Other modes are the command's to set.
         let out = baton_sandbox_with(&f, &flags, "mkdir -p d; chmod 1777 d; chmod 700 tool")
             .stdin(Stdio::null())
