@@ -753,6 +753,50 @@ fn a_project_server_gets_no_credential_of_batons_environment_that_commands_do_no
     assert_eq!(results, ["s3cret-value"], "{:?}", warnings(&out));
 }
 
+/// A project's HTTP server takes from baton's environment only what the sandbox gives
+/// commands too: baton itself sends its address and headers, to an address the project's
+/// file names (sixteenth red team: `${GITHUB_TOKEN}` in a trusted `.mcp.json`'s headers was
+/// sent, while the stdio servers' were refused). The server is not contacted, and baton says
+/// why; `baton trust` lists it with the variables it takes.
+#[test]
+fn a_project_http_server_is_sent_no_credential_that_commands_do_not_get() {
+    let env = Env::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    declare_proj(
+        &env,
+        serde_json::json!({
+            "type": "http", "url": url,
+            "headers": {"Authorization": "Bearer ${BATON_TEST_HTTP_TOKEN:-unset}"}
+        }),
+    );
+    let shown = env
+        .baton()
+        .arg("trust")
+        .env("BATON_TEST_HTTP_TOKEN", "s3cret-value")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(shown.contains(&url), "{shown}");
+    assert!(
+        shown.contains("takes from your environment: BATON_TEST_HTTP_TOKEN"),
+        "{shown}"
+    );
+    let engine = one_call("mcp__proj__anything", "{}");
+    let out = env
+        .exec(&engine, "go", &["--json"])
+        .env("BATON_TEST_HTTP_TOKEN", "s3cret-value")
+        .output()
+        .unwrap();
+    let said = warnings(&out).join("\n");
+    assert!(said.contains("BATON_TEST_HTTP_TOKEN"), "{said}");
+    assert!(
+        listener.accept().is_err(),
+        "baton connected to the project's address: {said}"
+    );
+}
+
 /// A trusted project's server is code of the workspace, and the model's commands may edit what
 /// it imports, which no trust record lists (here `helper.py`, imported by the server
 /// `srv.py`): the server runs in the session's sandbox, so the edit reaches nothing outside

@@ -125,10 +125,21 @@ fn show_trusted(folder: &Path, files: &TrustedFiles) {
         }
     }
     let json = folder.join(crate::config::mcp::PROJECT_JSON);
-    let mut servers =
-        crate::config::mcp::parse_json(&json, &files.project.servers).unwrap_or_default();
-    servers
-        .extend(crate::config::mcp::parse_toml(&config, &files.project.config).unwrap_or_default());
+    let mut servers = Vec::new();
+    for parsed in [
+        crate::config::mcp::parse_json(&json, &files.project.servers),
+        crate::config::mcp::parse_toml(&config, &files.project.config),
+    ] {
+        match parsed {
+            Ok(found) => servers.extend(found),
+            // Say so: a file whose servers cannot be read now would start them once it can.
+            Err(e) => println!(
+                "MCP servers it declares cannot be read now ({}); they start in a session where \
+                 they can be",
+                terminal_safe_line(&e.to_string())
+            ),
+        }
+    }
     if !servers.is_empty() {
         println!(
             "MCP servers it lets start (stdio ones in the sandbox, read-only, with the network; \

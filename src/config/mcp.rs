@@ -45,9 +45,10 @@ pub struct McpServer {
     /// trusted folder: it starts in the workspace. The user's own servers and an editor's
     /// start in a folder outside it (see `tool::mcp::connect`).
     pub project: bool,
-    /// The variables of baton's environment a stdio server's command, arguments or `env` took
-    /// values from (`${VAR}`, `env_vars`): a project's server, which runs code of the
-    /// workspace, gets them only where the sandbox would give them to a command.
+    /// The variables of baton's environment the server takes values from: a stdio server's
+    /// command, arguments or `env` (`${VAR}`, `env_vars`), an HTTP server's address and headers
+    /// (`${VAR}`, `bearer_token_env_var`, `env_http_headers`). A project's server gets them
+    /// only where the sandbox would give them to a command.
     pub reads_env: Vec<String>,
 }
 
@@ -299,6 +300,8 @@ fn from_toml(name: &str, raw: TomlServer, path: &Path, base: &Path) -> Result<Mc
                 return Err("`args`, `env`, `env_vars` and `cwd` are for `command` servers".into());
             }
             check_url(&url)?;
+            reads_env.extend(raw.bearer_token_env_var.iter().cloned());
+            reads_env.extend(raw.env_http_headers.values().cloned());
             McpTransport::Http {
                 url,
                 bearer_token_env_var: raw.bearer_token_env_var,
@@ -444,14 +447,12 @@ pub fn parse_json(
                     .map(|c| if c.is_relative() { base.join(c) } else { c }),
             },
             ("http", None, Some(url)) => {
-                // What an HTTP server is sent goes to the address the trusted file names.
-                let mut sent = Vec::new();
-                let url = expand(&url, &mut sent).map_err(|e| error(&name, e))?;
+                let url = expand(&url, &mut reads_env).map_err(|e| error(&name, e))?;
                 check_url(&url).map_err(|e| error(&name, e))?;
                 McpTransport::Http {
                     url,
                     bearer_token_env_var: None,
-                    http_headers: expand_map(raw.headers, &mut sent)
+                    http_headers: expand_map(raw.headers, &mut reads_env)
                         .map_err(|e| error(&name, e))?,
                     env_http_headers: BTreeMap::new(),
                 }

@@ -212,12 +212,21 @@ impl ProjectSandbox {
             })
             .map(String::as_str)
             .collect();
+        let why = match server.transport {
+            McpTransport::Stdio { .. } => {
+                "a project's server is code of the workspace, which the model's commands may \
+                 edit, and it has the network"
+            }
+            McpTransport::Http { .. } => {
+                "baton would send it to the address a project's file names, which is no \
+                 address of yours"
+            }
+        };
         (!withheld.is_empty()).then(|| {
             format!(
                 "it takes {} from baton's environment, which the sandbox keeps from commands: \
-                 a project's server is code of the workspace, which the model's commands may \
-                 edit, and it has the network. Pass it to commands too (`[sandbox] env_keep`) \
-                 or declare the server in your own config",
+                 {why}. Pass it to commands too (`[sandbox] env_keep`) or declare the server \
+                 in your own config",
                 withheld.join(", ")
             )
         })
@@ -363,6 +372,12 @@ pub async fn start(
             http_headers,
             env_http_headers,
         } => {
+            if server.project
+                && sandbox.mode != SandboxMode::Off
+                && let Some(why) = sandbox.refuses(server)
+            {
+                return Err(why);
+            }
             let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
             if let Some(var) = bearer_token_env_var {
                 let token = std::env::var(var)
