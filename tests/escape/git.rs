@@ -1981,3 +1981,43 @@ async fn a_config_linked_to_a_hidden_credential_is_moved_aside_not_copied_in() {
         "the link is still the config: {warnings:?}"
     );
 }
+
+/// A cloned repository may carry a gitdir as plain tracked files (`vendor/lib.git` with an
+/// fsmonitor and a hook), which git never uses by itself. A command that writes `src/.git`
+/// pointing at it woke it: the audit judged that gitdir against its own state before the
+/// command, unchanged, and said nothing, and the user's next `git status` in `src/` ran the
+/// fsmonitor (sixteenth red team, high). A new pointer to a gitdir that would run code is
+/// moved aside.
+#[tokio::test]
+async fn a_new_git_pointer_cannot_wake_a_gitdir_a_clone_carried() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.base.join("outside/evil.sh"));
+    let dormant = r.ws.join("vendor/lib.git");
+    std::fs::create_dir_all(dormant.join("hooks")).expect("mkdir");
+    std::fs::create_dir_all(r.ws.join("src")).expect("mkdir");
+    std::fs::write(dormant.join("HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+    std::fs::create_dir_all(dormant.join("objects")).expect("objects");
+    std::fs::create_dir_all(dormant.join("refs")).expect("refs");
+    std::fs::write(
+        dormant.join("config"),
+        format!(
+            "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = ../../src\n\
+             \tfsmonitor = {}\n",
+            evil.display()
+        ),
+    )
+    .expect("config");
+    let (res, warnings) = r
+        .hostile(
+            "echo 'gitdir: ../vendor/lib.git' > src/.git && echo done",
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    let _ = r.git_output(&r.ws.join("src"), &["status"]);
+    r.assert_not_run("a new .git pointer to a gitdir the clone carried");
+    assert_warned(&warnings, "vendor/lib.git");
+}

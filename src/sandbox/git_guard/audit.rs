@@ -256,6 +256,42 @@ fn undo_config_change(
 /// `commondir` that redirects nowhere new is left).
 fn put_back(fix: &Fixer, path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<String> {
     let shown = path.display();
+    if let Some(gitdir) = pointer_into(fix, path) {
+        // A `.git` pointer the command made or changed to a gitdir commands may write:
+        // what that gitdir holds is audited like any, but one that lay there unused before
+        // (a clone's tracked `vendor/lib.git`) is judged by what it would run now. A changed
+        // pointer is put back (below); a new one is moved aside.
+        let runs = wakes_code(&gitdir)?;
+        if then.is_some() {
+            return restore_as_before(fix, path, then, now);
+        }
+        let aside = aside_name(path);
+        return Some(if fix.rename(path, &aside).is_ok() {
+            format!(
+                "baton: a command pointed {shown} at {}, a repository that {runs}; the \
+                 pointer was moved to {}",
+                gitdir.display(),
+                aside.display()
+            )
+        } else {
+            format!(
+                "baton: a command pointed {shown} at {}, a repository that {runs}; it \
+                 could not be moved aside: remove it before running git there",
+                gitdir.display()
+            )
+        });
+    }
+    restore_as_before(fix, path, then, now)
+}
+
+/// [`put_back`]'s restoring part: the file or link as it was, or a new one moved aside.
+fn restore_as_before(
+    fix: &Fixer,
+    path: &Path,
+    then: Option<&Tracked>,
+    now: &Tracked,
+) -> Option<String> {
+    let shown = path.display();
     let restored = match then {
         Some(Tracked {
             link: Some(target), ..
@@ -332,6 +368,46 @@ fn move_unknown_config_aside(fix: &Fixer, path: &Path) -> Option<String> {
              aside: check it before running git here"
         )
     })
+}
+
+/// The gitdir a `.git` file or link at `path` names, when that lies inside the folders
+/// commands may write (where the audit also tracks the gitdir itself).
+fn pointer_into(fix: &Fixer, path: &Path) -> Option<PathBuf> {
+    if path.file_name()? != ".git" {
+        return None;
+    }
+    let gitdir = super::gitdirs::gitdir_of(path)?.canonicalize().ok()?;
+    inside_any(&gitdir, fix.roots).then_some(gitdir)
+}
+
+/// What `gitdir` would run for git started beside a pointer to it: its config's
+/// code-running entries and its hooks (git's own `*.sample` files aside); `None` when nothing.
+fn wakes_code(gitdir: &Path) -> Option<String> {
+    // Read without following a link (a link there is git's to follow, and moving the
+    // pointer aside is what the audit does either way).
+    let config = crate::untrusted_fs::read_file(&gitdir.join("config"), &[gitdir], 1 << 20)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let entries: Vec<String> = config::parse(&config)
+        .into_iter()
+        .filter(config::Entry::runs_code)
+        .map(|e| e.name())
+        .collect();
+    let hooks: Vec<String> = std::fs::read_dir(gitdir.join("hooks"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".sample"))
+        .collect();
+    let mut what = Vec::new();
+    if !entries.is_empty() {
+        what.push(format!("sets {}", entries.join(", ")));
+    }
+    if !hooks.is_empty() {
+        what.push(format!("has hooks {}", hooks.join(", ")));
+    }
+    (!what.is_empty()).then(|| what.join(" and "))
 }
 
 fn what_it_does(kind: Kind) -> &'static str {
