@@ -147,7 +147,9 @@ fn beneath_never_walks_through_a_symlink_and_replaces_a_final_link_itself() {
 
 #[test]
 fn undo_refuses_a_snapshot_whose_changed_paths_climb_out() {
-    let ws = tempfile::tempdir().unwrap();
+    // The workspace's parent is the test's own, so what would land there is its to check.
+    let parent = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir_in(parent.path()).unwrap();
     let state = tempfile::tempdir().unwrap();
     let config = StoreConfig::at(state.path().join("checkpoints"), state.path());
     std::fs::write(ws.path().join("a.txt"), "a").unwrap();
