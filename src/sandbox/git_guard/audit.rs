@@ -39,7 +39,7 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
         }
         // Looked up once per audit, and only when something changed.
         let git = git.get_or_insert_with(|| audit_git(policy));
-        if let Some(w) = undo_change(&fix, path, then, now, git.as_deref()) {
+        if let Some(w) = undo_change(&fix, &after, path, then, now, git.as_deref()) {
             warnings.push(w);
         }
     }
@@ -96,6 +96,7 @@ fn audit_git(policy: &SandboxPolicy) -> Option<PathBuf> {
 /// as its kind calls for; the warning for the user, or `None` when nothing needed undoing.
 fn undo_change(
     fix: &Fixer,
+    after: &AuditSnapshot,
     path: &Path,
     then: Option<&Tracked>,
     now: &Tracked,
@@ -103,7 +104,7 @@ fn undo_change(
 ) -> Option<String> {
     match now.kind {
         Kind::GitConfig => undo_config_change(fix, path, then, now, git),
-        Kind::Redirect | Kind::Baton => put_back(fix, path, then, now),
+        Kind::Redirect | Kind::Baton => put_back(fix, after, path, then, now),
         Kind::Hook => move_hook_aside(fix, path, then),
         Kind::Todo => disarm_todo(fix, path, then, now),
     }
@@ -254,14 +255,20 @@ fn undo_config_change(
 
 /// A redirect or a `.baton/` file: a changed one is put back, a new one moved aside (a new
 /// `commondir` that redirects nowhere new is left).
-fn put_back(fix: &Fixer, path: &Path, then: Option<&Tracked>, now: &Tracked) -> Option<String> {
+fn put_back(
+    fix: &Fixer,
+    after: &AuditSnapshot,
+    path: &Path,
+    then: Option<&Tracked>,
+    now: &Tracked,
+) -> Option<String> {
     let shown = path.display();
     if let Some(gitdir) = pointer_into(fix, path) {
         // A `.git` pointer the command made or changed to a gitdir commands may write:
         // what that gitdir holds is audited like any, but one that lay there unused before
         // (a clone's tracked `vendor/lib.git`) is judged by what it would run now. A changed
         // pointer is put back (below); a new one is moved aside.
-        let runs = wakes_code(&gitdir)?;
+        let runs = wakes_code(after, &gitdir)?;
         if then.is_some() {
             return restore_as_before(fix, path, then, now);
         }
@@ -380,25 +387,29 @@ fn pointer_into(fix: &Fixer, path: &Path) -> Option<PathBuf> {
     inside_any(&gitdir, fix.roots).then_some(gitdir)
 }
 
-/// What `gitdir` would run for git started beside a pointer to it: its config's
-/// code-running entries and its hooks (git's own `*.sample` files aside); `None` when nothing.
-fn wakes_code(gitdir: &Path) -> Option<String> {
-    // Read without following a link (a link there is git's to follow, and moving the
-    // pointer aside is what the audit does either way).
-    let config = crate::untrusted_fs::read_file(&gitdir.join("config"), &[gitdir], 1 << 20)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
+/// What `gitdir` would run for git started beside a pointer to it, as the snapshot after the
+/// command found it (it tracks every gitdir inside the writable roots): its config's
+/// code-running entries and its hooks (git's `*.sample` files are not tracked); `None` when
+/// nothing.
+fn wakes_code(after: &AuditSnapshot, gitdir: &Path) -> Option<String> {
+    let config = after
+        .files
+        .get(&gitdir.join("config"))
+        .and_then(|t| t.content.as_deref())
+        .map(|c| String::from_utf8_lossy(c).into_owned())
         .unwrap_or_default();
     let entries: Vec<String> = config::parse(&config)
         .into_iter()
         .filter(config::Entry::runs_code)
         .map(|e| e.name())
         .collect();
-    let hooks: Vec<String> = std::fs::read_dir(gitdir.join("hooks"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| !n.ends_with(".sample"))
+    let hooks_dir = gitdir.join("hooks");
+    let hooks: Vec<String> = after
+        .files
+        .iter()
+        .filter(|(p, t)| t.kind == Kind::Hook && p.parent() == Some(hooks_dir.as_path()))
+        .filter_map(|(p, _)| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
         .collect();
     let mut what = Vec::new();
     if !entries.is_empty() {

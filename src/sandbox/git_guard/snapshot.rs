@@ -162,18 +162,20 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
         // and the audit only reads it. What the command could have written is the pointer: a
         // new or changed `.git` file or symlink naming such a gitdir (the user's global git
         // config folder, another repository, another user's) is undone like a `commondir`.
-        let pointer_writable = dot_git
-            .parent()
-            .and_then(|p| p.canonicalize().ok())
-            .is_some_and(|p| inside_any(&p, &writable));
+        let pointer_writable = || {
+            dot_git
+                .parent()
+                .and_then(|p| p.canonicalize().ok())
+                .is_some_and(|p| inside_any(&p, &writable))
+        };
         if inside_any(&gitdir, &writable) {
             snap.track_gitdir(&gitdir, &writable, 0);
             // Tracked too: a new pointer may wake a gitdir that lay there unused (a clone's
             // tracked `vendor/lib.git` holding an fsmonitor), which the audit judges then.
-            if pointer_writable && *dot_git != gitdir {
+            if *dot_git != gitdir && pointer_writable() {
                 snap.track_pointer(dot_git);
             }
-        } else if pointer_writable {
+        } else if pointer_writable() {
             snap.track_pointer(dot_git);
         }
         let configs = GitConfigs::read(&gitdir);
