@@ -347,6 +347,22 @@ fn normalize(p: &Path) -> PathBuf {
     out.canonicalize().unwrap_or(out)
 }
 
+/// Every folder git takes hooks from for `gitdir` (its own, its common gitdir's, each
+/// `core.hooksPath`), with husky's scripts beside a `.husky/_` shims folder.
+pub(super) fn hooks_dirs(gitdir: &Path, configs: &GitConfigs, work_tree: &Path) -> Vec<PathBuf> {
+    let mut out = vec![gitdir.join("hooks")];
+    if let Some(common) = commondir_of(gitdir).filter(|c| c != gitdir) {
+        out.push(common.join("hooks"));
+    }
+    for hooks in configs.hooks_paths(work_tree) {
+        if let Some(husky) = husky_dir(&hooks) {
+            out.push(husky);
+        }
+        out.push(hooks);
+    }
+    out
+}
+
 pub(super) fn husky_dir(hooks: &Path) -> Option<PathBuf> {
     hooks
         .ancestors()

@@ -13,6 +13,7 @@
 mod audit;
 mod config;
 mod gitdirs;
+mod hook_managers;
 mod protection;
 mod roots;
 mod snapshot;

@@ -2,7 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::gitdirs::{GitConfigs, MAX_GITDIR_DEPTH, commondir_of, gitdir_of, husky_dir, list_dirs};
+use super::gitdirs::{
+    GitConfigs, MAX_GITDIR_DEPTH, commondir_of, gitdir_of, hooks_dirs, husky_dir, list_dirs,
+};
+use super::hook_managers;
 use super::roots::{baton_homes, inside_any, project_roots, writable_ancestors, writable_dirs};
 use crate::protocol::SandboxMode;
 use crate::sandbox::policy::SandboxPolicy;
@@ -81,6 +84,10 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
             let configs = GitConfigs::read(&gitdir);
             for hooks in configs.hooks_paths(top) {
                 protect_hooks_path(&hooks, &writable, &mut out);
+            }
+            // What a hook manager installed there runs at each commit: like an included file.
+            for obeyed in hook_managers::obeyed_files(&hooks_dirs(&gitdir, &configs, top), top) {
+                protect_included(&obeyed, &writable, &mut out);
             }
             for included in configs.included() {
                 protect_included(included, &writable, &mut out);

@@ -4,8 +4,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::gitdirs::{
-    GitConfigs, MAX_GITDIR_DEPTH, commondir_of, gitdir_of, husky_dir, list_dirs, open_regular,
+    GitConfigs, MAX_GITDIR_DEPTH, commondir_of, gitdir_of, hooks_dirs, husky_dir, list_dirs,
+    open_regular,
 };
+use super::hook_managers;
 use super::roots::{baton_homes, inside_any, project_roots, writable_ancestors};
 use crate::protocol::SandboxMode;
 use crate::sandbox::policy::SandboxPolicy;
@@ -186,6 +188,13 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
             snap.track_dir(&hooks, Kind::Hook, &writable);
             if let Some(husky) = husky_dir(&hooks) {
                 snap.track_dir(&husky, Kind::Hook, &writable);
+            }
+        }
+        for obeyed in
+            hook_managers::obeyed_files(&hooks_dirs(&gitdir, &configs, work_tree), work_tree)
+        {
+            if inside_any(&obeyed, &writable) {
+                snap.track_tree(&obeyed, Kind::Hook, 0);
             }
         }
         snap.track_included(&configs, &writable);
