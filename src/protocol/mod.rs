@@ -751,8 +751,9 @@ pub const HOME_CREDENTIALS: &[&str] = &[
     ".gradle/enterprise",
     ".rye/config.toml",
     ".rye/self/pip.conf",
-    ".m2/settings.xml.bak",
-    ".cargo/config.toml.bak",
+    // A REPL's history and a certificate store's private keys inside shown toolchains.
+    ".julia/logs",
+    ".dotnet/corefx",
     ".npmrc",
     ".yarnrc",
     ".pypirc",

@@ -35,12 +35,66 @@ pub(super) fn home_secrets(home: &Path) -> Vec<PathBuf> {
         let versions = std::fs::read_dir(home.join(parent)).into_iter().flatten();
         out.extend(versions.flatten().map(|v| v.path().join(inside)));
     }
+    let copies = copies_of(&out, home);
+    out.extend(copies);
     for own in baton_dirs() {
         if !out.contains(&own) {
             out.push(own);
         }
     }
     out
+}
+
+/// The copies editors and people leave beside a credential inside a folder of the home
+/// (`credentials.toml.bak`, `settings.xml~`, vim's `.settings.xml.swp`, emacs's
+/// `#config#`): each folder holding one of `secrets` is listed once, and every entry whose
+/// name is a secret's name with anything around it is hidden with it. Files directly in the
+/// home need none: the home view shows none of its files but those the user names.
+fn copies_of(secrets: &[PathBuf], home: &Path) -> Vec<PathBuf> {
+    let mut by_folder: Vec<(&Path, Vec<&std::ffi::OsStr>)> = Vec::new();
+    for s in secrets {
+        let (Some(folder), Some(name)) = (s.parent(), s.file_name()) else {
+            continue;
+        };
+        if folder == home {
+            continue;
+        }
+        match by_folder.iter_mut().find(|(f, _)| *f == folder) {
+            Some((_, names)) => names.push(name),
+            None => by_folder.push((folder, vec![name])),
+        }
+    }
+    let mut out = Vec::new();
+    for (folder, names) in by_folder {
+        let Ok(rd) = std::fs::read_dir(folder) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let entry = e.file_name();
+            if names
+                .iter()
+                .any(|n| is_copy_of(entry.as_encoded_bytes(), n.as_encoded_bytes()))
+            {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// `entry` is `name` with a suffix that does not go on with the name (`.bak`, `~`, `.swp`,
+/// not `credentialsd`), or with a `.` or `#` before it (vim's swap file, emacs's autosave).
+fn is_copy_of(entry: &[u8], name: &[u8]) -> bool {
+    let marked = [&b"."[..], b"#"]
+        .iter()
+        .find_map(|m| entry.strip_prefix(*m)?.strip_prefix(name));
+    if let Some(rest) = marked {
+        return rest.first().is_none_or(|c| !c.is_ascii_alphanumeric());
+    }
+    entry
+        .strip_prefix(name)
+        .and_then(|rest| rest.first())
+        .is_some_and(|c| !c.is_ascii_alphanumeric())
 }
 
 /// baton's own folders (`protocol::baton_own_dirs`, the list the configuration asks too):
@@ -330,6 +384,25 @@ pub(super) fn mask_sockets(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn copies_of_a_credential_are_hidden_with_it_and_its_neighbours_are_not() {
+        for copy in [
+            "credentials.toml.bak",
+            "credentials.toml~",
+            ".credentials.toml.swp",
+        ] {
+            assert!(is_copy_of(copy.as_bytes(), b"credentials.toml"), "{copy}");
+        }
+        assert!(is_copy_of(b"#config#", b"config"));
+        for other in ["credentials.toml", "credentialsd", "opencode", "bin"] {
+            assert!(
+                !is_copy_of(other.as_bytes(), b"credentials.toml"),
+                "{other}"
+            );
+        }
+        assert!(!is_copy_of(b"opencode", b"op"));
+    }
 
     #[test]
     fn the_unix_table_yields_bound_paths_only() {

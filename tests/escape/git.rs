@@ -593,6 +593,104 @@ async fn a_hook_managers_work_tree_config_is_guarded_like_its_hook() {
 }
 
 #[tokio::test]
+async fn a_link_left_in_a_git_directory_is_not_written_through_by_the_users_git() {
+    // Seventeenth red team (two highs): git opens some of its own files to write, following
+    // a link: `.git/logs/HEAD` linked to `~/.bashrc` took the reflog line of the user's next
+    // checkout (a branch name holding a command, run at the next shell start), and
+    // `.git/COMMIT_EDITMSG` linked to `~/.ssh/authorized_keys` was truncated by the next
+    // `git commit -m`. A nested repository's links are the same.
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let nested = r.ws.join("vendor/lib");
+    std::fs::create_dir_all(&nested).expect("mkdir");
+    r.git(&nested, &["init", "-q", "-b", "main"]);
+    r.git(&nested, &["commit", "-q", "--allow-empty", "-m", "first"]);
+    let outside = r.base.join("outside");
+    let files = [
+        "bashrc",
+        "authorized_keys",
+        "fetch_head",
+        "nested_keys",
+        "refs",
+    ];
+    for f in &files[..4] {
+        std::fs::write(outside.join(f), format!("{f} of the user\n")).expect("outside");
+    }
+    std::fs::create_dir_all(outside.join("refs")).expect("mkdir");
+    let o = outside.display();
+    let (res, _) = r
+        .hostile(
+            &format!(
+                "git checkout -q -b 'x;touch${{IFS}}{o}/pwned;#' && \
+                 rm -f .git/logs/HEAD && ln -s {o}/bashrc .git/logs/HEAD; \
+                 ln -sf {o}/authorized_keys .git/COMMIT_EDITMSG; \
+                 ln -sf {o}/fetch_head .git/FETCH_HEAD; \
+                 rm -rf .git/refs/tags && ln -s {o}/refs .git/refs/tags; \
+                 ln -sf {o}/nested_keys vendor/lib/.git/COMMIT_EDITMSG; echo done"
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.git(&r.ws, &["checkout", "-q", "main"]);
+    r.git(
+        &r.ws,
+        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
+    );
+    r.git(&r.ws, &["tag", "v1"]);
+    r.git(
+        &nested,
+        &["commit", "-q", "--allow-empty", "-m", "user's commit"],
+    );
+    for f in &files[..4] {
+        assert_eq!(
+            std::fs::read_to_string(outside.join(f)).expect("outside"),
+            format!("{f} of the user\n"),
+            "the user's git wrote through a planted link into {f}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(outside.join("refs"))
+            .expect("dir")
+            .count(),
+        0,
+        "the user's git created a tag through a planted link"
+    );
+    let reflog = std::fs::symlink_metadata(r.ws.join(".git/logs/HEAD"));
+    assert!(
+        !reflog.is_ok_and(|m| m.file_type().is_symlink()),
+        "the planted reflog link is still there"
+    );
+}
+
+#[tokio::test]
+async fn a_hook_the_user_disabled_stays_disabled_when_a_command_makes_it_executable() {
+    // Seventeenth red team (low): a nested repository's hook the user had made
+    // non-executable, `chmod +x` by a command, ran at the user's next commit there: the
+    // audit compared hooks by content alone.
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let nested = r.ws.join("vendor/lib");
+    std::fs::create_dir_all(&nested).expect("mkdir");
+    r.git(&nested, &["init", "-q", "-b", "main"]);
+    let hook = nested.join(".git/hooks/pre-commit");
+    let evil = r.evil_script(&hook);
+    let _ = Command::new("chmod").arg("644").arg(&evil).status();
+    r.user_commits(&nested);
+    r.assert_not_run("a disabled hook");
+    let (res, _) = r
+        .hostile("chmod +x vendor/lib/.git/hooks/pre-commit; echo done", &[])
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.user_commits(&nested);
+    r.assert_not_run("a disabled hook made executable by a command");
+}
+
+#[tokio::test]
 async fn a_command_cannot_turn_the_sandbox_off_in_the_workspaces_baton_config() {
     if !enforceable() {
         return;

@@ -680,6 +680,16 @@ const CREDENTIALS_INSIDE_TOOLCHAINS: &[&str] = &[
     ".cargo/config.toml",
     ".cargo/config",
     ".gradle/init.gradle",
+    // Seventeenth red team: copies beside them, a REPL history, a certificate store's keys.
+    ".cargo/credentials.toml.bak",
+    ".cargo/credentials.toml~",
+    ".cargo/config.toml.orig",
+    ".m2/settings.xml~",
+    ".m2/.settings.xml.swp",
+    ".m2/settings.xml.old",
+    ".gradle/gradle.properties.bak",
+    ".julia/logs/repl_history.jl",
+    ".dotnet/corefx/cryptography/x509stores/my/key.pfx",
 ];
 
 #[test]

@@ -107,7 +107,40 @@ fn undo_change(
         Kind::Redirect | Kind::Baton => put_back(fix, after, path, then, now),
         Kind::Hook => move_hook_aside(fix, path, then),
         Kind::Todo => disarm_todo(fix, path, then, now),
+        Kind::GitLink => undo_git_link(fix, path, then, now),
     }
+}
+
+/// A link in a gitdir the command made or changed: git would write through it, outside the
+/// workspace, at the user's next commit, checkout or fetch. A changed one is put back; a new
+/// one is removed (a link holds no data; its target is in the warning).
+fn undo_git_link(
+    fix: &Fixer,
+    path: &Path,
+    then: Option<&Tracked>,
+    now: &Tracked,
+) -> Option<String> {
+    if then.is_some_and(|t| t.link.is_some()) {
+        return restore_as_before(fix, path, then, now);
+    }
+    let shown = path.display();
+    let target = now
+        .link
+        .as_deref()
+        .map(|t| crate::protocol::terminal_safe_line(&t.to_string_lossy()).into_owned())
+        .unwrap_or_default();
+    Some(if fix.remove_link(path).is_ok() {
+        format!(
+            "baton: a command left {shown} as a link to {target} in a git directory, where \
+             git writes through it (outside the workspace); the link was removed"
+        )
+    } else {
+        format!(
+            "baton: a command left {shown} as a link to {target} in a git directory, where \
+             git writes through it, and it could not be removed: remove it before running git \
+             there"
+        )
+    })
 }
 
 /// A todo list with `exec` lines it did not have before the command is renamed aside:
@@ -426,6 +459,7 @@ fn what_it_does(kind: Kind) -> &'static str {
         Kind::Redirect => "points git at another repository's config and hooks",
         Kind::Baton => "is baton's project configuration",
         Kind::GitConfig | Kind::Hook | Kind::Todo => "git runs",
+        Kind::GitLink => "git writes through",
     }
 }
 
@@ -518,6 +552,19 @@ impl Fixer<'_> {
     /// written through.
     fn replace_file(&self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         self.in_folder(path, |dir, name| dir.replace(name, bytes, Some(0o644)))
+    }
+
+    /// Removes the link at `path`; anything else standing there by then is left.
+    fn remove_link(&self, path: &Path) -> std::io::Result<()> {
+        self.in_folder(path, |dir, name| {
+            let st = rustix::fs::statat(dir.fd(), name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(std::io::Error::from)?;
+            if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Symlink {
+                return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+            }
+            rustix::fs::unlinkat(dir.fd(), name, rustix::fs::AtFlags::empty())
+                .map_err(std::io::Error::from)
+        })
     }
 
     fn replace_with_symlink(&self, path: &Path, target: &Path) -> std::io::Result<()> {
@@ -654,9 +701,12 @@ mod tests {
         std::fs::write(ws.join("n/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
         std::fs::write(outside_hooks.path().join("pre-commit"), "#!/bin/sh\n").unwrap();
         std::os::unix::fs::symlink(outside_hooks.path(), ws.join("n/.git/hooks")).unwrap();
+        // The link in the workspace is the command's and goes; the folder it named is left.
         let w = audit(&before, &policy);
-        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("link"), "{w:?}");
         assert!(outside_hooks.path().join("pre-commit").exists());
+        assert!(!ws.join("n/.git/hooks").exists());
     }
 
     #[test]

@@ -25,6 +25,10 @@ const MAX_SNAPSHOT_BYTES: usize = 64 << 20;
 /// Entries the audit's walk visits at most per root; past it the audit says it is incomplete.
 pub(super) const MAX_WALK_ENTRIES: usize = 2_000_000;
 
+/// Entries of one gitdir (objects aside) looked at for links at most: loose refs and their
+/// logs, one each per branch and tag.
+const MAX_GITDIR_ENTRIES: usize = 200_000;
+
 /// Of those, what the audit tracks (`gitdir` only tells `git worktree prune` where the
 /// worktree is; a new one is what `git worktree add` writes).
 const WORKTREE_AUDITED: &[(&str, Kind)] = &[
@@ -43,6 +47,11 @@ pub(super) enum Kind {
     Hook,
     /// A file under `.baton/`: put back, or renamed aside when new.
     Baton,
+    /// A symlink anywhere in a gitdir (its objects aside): git opens some of its own files
+    /// there to write, following a link (`logs/HEAD`, `COMMIT_EDITMSG`, `FETCH_HEAD`), and
+    /// creates others in folders that may be links (`refs/heads/`): a new one is removed, a
+    /// changed one put back.
+    GitLink,
     /// The state of a rebase or cherry-pick in progress that names what git runs when the
     /// operation is continued, outside the sandbox too (its todo list's `exec` lines, a merge
     /// strategy other than git's own): one that names something new is renamed aside.
@@ -71,6 +80,9 @@ pub(super) struct Tracked {
     stamp: Option<FileStamp>,
     /// A symlink's target, when the path itself is one.
     pub(super) link: Option<PathBuf>,
+    /// The execute bits of the regular file read: git runs a hook only when they are set, so
+    /// a hook made executable is a changed hook.
+    exec: Option<u32>,
 }
 
 /// What tells a file's content apart without reading it: a write moves the inode's change
@@ -82,6 +94,7 @@ struct FileStamp {
     size: i64,
     mtime: (i64, i64),
     ctime: (i64, i64),
+    mode: u32,
 }
 
 impl Tracked {
@@ -89,6 +102,7 @@ impl Tracked {
     /// read, else the same file unchanged.
     pub(super) fn same_as(&self, other: &Tracked) -> bool {
         self.link == other.link
+            && (self.kind != Kind::Hook || self.exec == other.exec)
             && match (&self.content, &other.content) {
                 (Some(a), Some(b)) => a == b,
                 _ => self.stamp == other.stamp,
@@ -253,6 +267,7 @@ impl AuditSnapshot {
             Tracked {
                 kind,
                 content,
+                exec: stamp.map(|s| s.mode & 0o111),
                 stamp,
                 link,
             },
@@ -271,6 +286,7 @@ impl AuditSnapshot {
                     kind: Kind::Redirect,
                     content: None,
                     stamp: None,
+                    exec: None,
                     link: std::fs::read_link(path).ok(),
                 },
             );
@@ -296,6 +312,7 @@ impl AuditSnapshot {
             size: meta.size() as i64,
             mtime: (meta.mtime(), meta.mtime_nsec()),
             ctime: (meta.ctime(), meta.ctime_nsec()),
+            mode: meta.mode(),
         };
         let size = meta.size() as usize;
         if size > MAX_TRACKED_BYTES || self.held + size > MAX_SNAPSHOT_BYTES {
@@ -391,6 +408,56 @@ impl AuditSnapshot {
             }
         }
         self.track_modules(&gitdir.join("modules"), writable, depth + 1);
+        let mut budget = MAX_GITDIR_ENTRIES;
+        self.track_links(gitdir, 0, &mut budget);
+        if budget == 0 {
+            self.incomplete = true;
+        }
+    }
+
+    /// Every symlink beneath `dir`, a gitdir or a folder of one, that no other kind tracks.
+    /// Objects are left out (git writes them to new files, renamed into place) but for
+    /// `objects/info`; submodules' gitdirs are tracked as gitdirs of their own.
+    fn track_links(&mut self, dir: &Path, depth: usize, budget: &mut usize) {
+        if depth > MAX_GITDIR_DEPTH {
+            return;
+        }
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            if *budget == 0 {
+                return;
+            }
+            *budget -= 1;
+            let Ok(kind) = e.file_type() else { continue };
+            let path = e.path();
+            if kind.is_symlink() {
+                if let std::collections::btree_map::Entry::Vacant(slot) = self.files.entry(path) {
+                    let link = std::fs::read_link(slot.key()).ok();
+                    slot.insert(Tracked {
+                        kind: Kind::GitLink,
+                        content: None,
+                        stamp: None,
+                        exec: None,
+                        link,
+                    });
+                }
+                continue;
+            }
+            if !kind.is_dir() {
+                continue;
+            }
+            let name = e.file_name();
+            if depth == 0 && name == "modules" {
+                continue;
+            }
+            if name == "objects" {
+                self.track_links(&path.join("info"), depth + 2, budget);
+            } else {
+                self.track_links(&path, depth + 1, budget);
+            }
+        }
     }
 
     /// The configs the repository includes that a command could have written or created.
