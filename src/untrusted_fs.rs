@@ -637,6 +637,27 @@ pub fn resolved_once(path: &Path) -> Option<PathBuf> {
     std::fs::symlink_metadata(&real).is_ok().then_some(real)
 }
 
+/// Whether the absolute, canonical-looking `path` exists with no symlink at any component:
+/// one `openat2(RESOLVE_NO_SYMLINKS)` where the kernel has it, else `canonicalize` compared.
+pub fn has_no_link_on_the_way(path: &Path) -> bool {
+    if OPENAT2.load(Ordering::Relaxed) != OPENAT2_NO {
+        let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        match rustix::fs::openat2(
+            rustix::fs::CWD,
+            path,
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+            resolve,
+        ) {
+            // `..` may still lead somewhere else by name: only a plain path counts.
+            Ok(_) => return path.is_absolute() && lexical(path) == path,
+            Err(Errno::NOSYS | Errno::PERM | Errno::AGAIN | Errno::INTR) => {}
+            Err(_) => return false,
+        }
+    }
+    std::fs::canonicalize(path).is_ok_and(|now| now == path)
+}
+
 /// `path` with `.` and `..` folded by name, its existing part resolved (links followed) and
 /// the rest appended: where something at `path` would really be, also before it exists.
 pub fn real_or_planned(path: &Path) -> PathBuf {
@@ -976,6 +997,19 @@ pub(crate) mod fifo_watch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_with_a_link_or_a_dotdot_on_the_way_is_not_plain() {
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().canonicalize().unwrap();
+        std::fs::create_dir_all(base.join("real/sub")).unwrap();
+        std::os::unix::fs::symlink(base.join("real"), base.join("link")).unwrap();
+        assert!(has_no_link_on_the_way(&base.join("real/sub")));
+        assert!(!has_no_link_on_the_way(&base.join("link/sub")));
+        assert!(!has_no_link_on_the_way(&base.join("link")));
+        assert!(!has_no_link_on_the_way(&base.join("real/sub/../sub")));
+        assert!(!has_no_link_on_the_way(&base.join("missing")));
+    }
 
     fn mkfifo(path: &Path) {
         rustix::fs::mkfifoat(rustix::fs::CWD, path, Mode::from_raw_mode(0o644)).unwrap();
