@@ -1795,7 +1795,7 @@ async fn a_client_that_never_finishes_its_request_is_cut_off() {
     let started = Instant::now();
     let (_, closed) = raw_exchange(
         &addr,
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Half: ",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nX-Half: ",
         Duration::from_secs(10),
     )
     .await;
@@ -1804,7 +1804,7 @@ async fn a_client_that_never_finishes_its_request_is_cut_off() {
     let started = Instant::now();
     let (reply, closed) = raw_exchange(
         &addr,
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{",
         Duration::from_secs(10),
     )
     .await;
@@ -1839,21 +1839,21 @@ async fn the_key_and_the_size_are_checked_before_the_body_is_read() {
     let addr = server_addr(&server);
     let (reply, _) = raw_exchange(
         &addr,
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4000000\r\n\r\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4000000\r\n\r\n",
         Duration::from_secs(5),
     )
     .await;
     assert!(reply.starts_with("HTTP/1.1 401"), "{reply:?}");
     let (reply, _) = raw_exchange(
         &addr,
-        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k-one\r\nContent-Length: 4000000\r\n\r\n",
+        b"POST /v1/responses HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer k-one\r\nContent-Length: 4000000\r\n\r\n",
         Duration::from_secs(5),
     )
     .await;
     assert!(reply.starts_with("HTTP/1.1 413"), "{reply:?}");
     assert!(reply.contains("request_too_large"), "{reply}");
     // Chunked, no length declared: refused once the limit is passed.
-    let mut chunked = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k-one\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    let mut chunked = b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer k-one\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..3 {
         chunked.extend_from_slice(b"200\r\n");
         chunked.extend_from_slice(&[b' '; 0x200]);
@@ -1930,7 +1930,7 @@ async fn sigterm_does_not_wait_forever_for_a_half_sent_request() {
         .await
         .unwrap();
     half.write_all(
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{",
     )
     .await
     .unwrap();
@@ -2200,6 +2200,41 @@ async fn requests_from_web_pages_and_non_json_bodies_are_refused() {
     );
     let sdk = send("application/json; charset=utf-8", None).await.unwrap();
     assert_eq!(sdk.status(), 200);
+    // A DNS-rebinding page's same-origin GET carries no Origin, but names the page's host
+    // (eighteenth red team, low: `/metrics` and `/v1/models` were read so).
+    let port = server
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    for path in ["/metrics", "/v1/models"] {
+        let base = server.url.trim_end_matches("/v1");
+        let get = |host: String| {
+            client()
+                .get(format!("{base}{path}"))
+                .header("host", host)
+                .send()
+        };
+        let rebound = get(format!("attacker.example:{port}")).await.unwrap();
+        assert_eq!(rebound.status(), 403, "{path}");
+        let error: Value = rebound.json().await.unwrap();
+        assert_eq!(error["error"]["code"], "host_not_allowed", "{error}");
+        for host in [
+            format!("localhost:{port}"),
+            format!("127.0.0.1:{port}"),
+            "[::1]".into(),
+        ] {
+            assert_eq!(
+                get(host.clone()).await.unwrap().status(),
+                200,
+                "{path} {host}"
+            );
+        }
+    }
 }
 
 /// Red team finding 12: a 7.8 MiB body of 225,000 one-character messages took the server from
@@ -2473,7 +2508,7 @@ fn models_with_key(addr: &str, key: &str, pause: Duration) -> std::io::Result<St
     std::thread::sleep(pause);
     client.write_all(
         format!(
-            "GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\
+            "GET /v1/models HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {key}\r\n\
              Connection: close\r\n\r\n"
         )
         .as_bytes(),

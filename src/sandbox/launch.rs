@@ -480,6 +480,7 @@ impl PreparedSandbox {
         if !self.mounts.is_empty() {
             self.enter_mount_namespace()?;
         }
+        drop_capabilities()?;
         step(rustix::thread::set_no_new_privs(true), b"no_new_privs")?;
         if let Some(fd) = &self.landlock {
             // SAFETY: landlock_restrict_self on a ruleset descriptor `self` owns. Raw:
@@ -555,6 +556,58 @@ impl PreparedSandbox {
         }
         Ok(())
     }
+}
+
+/// Takes every capability away from the command of the Landlock backend, which runs in the
+/// caller's user namespace (root's, for root): the bounding and ambient sets emptied and the
+/// securebits locked so that no exec (a set-user-ID-root program, a file with capabilities)
+/// gives any back, then the thread's own sets. Without capabilities to begin with (anyone
+/// but root) there is nothing to take.
+fn drop_capabilities() -> std::io::Result<()> {
+    use rustix::thread::{CapabilitiesSecureBits as Bits, CapabilitySet, CapabilitySets};
+    let held = step(rustix::thread::capabilities(None), b"capget")?;
+    if held.permitted.is_empty() && held.effective.is_empty() {
+        return Ok(());
+    }
+    for bit in 0..64 {
+        let cap = CapabilitySet::from_bits_retain(1 << bit);
+        match rustix::thread::capability_is_in_bounding_set(cap) {
+            Ok(true) => step(
+                rustix::thread::remove_capability_from_bounding_set(cap),
+                b"PR_CAPBSET_DROP",
+            )?,
+            Ok(false) => {}
+            // Past the last capability this kernel knows.
+            Err(_) => break,
+        }
+    }
+    step(
+        rustix::thread::set_capabilities_secure_bits(
+            Bits::NO_ROOT
+                | Bits::NO_ROOT_LOCKED
+                | Bits::NO_SETUID_FIXUP
+                | Bits::NO_SETUID_FIXUP_LOCKED
+                | Bits::KEEP_CAPS_LOCKED
+                | Bits::NO_CAP_AMBIENT_RAISE
+                | Bits::NO_CAP_AMBIENT_RAISE_LOCKED,
+        ),
+        b"PR_SET_SECUREBITS",
+    )?;
+    step(
+        rustix::thread::clear_ambient_capability_set(),
+        b"PR_CAP_AMBIENT_CLEAR_ALL",
+    )?;
+    step(
+        rustix::thread::set_capabilities(
+            None,
+            CapabilitySets {
+                effective: CapabilitySet::empty(),
+                permitted: CapabilitySet::empty(),
+                inheritable: CapabilitySet::empty(),
+            },
+        ),
+        b"capset",
+    )
 }
 
 /// Marks `fds` close-on-exec again.

@@ -50,6 +50,9 @@ pub struct Found {
     pub bare: Vec<PathBuf>,
     /// Folders of the user's whose read permission the walk gave back to list them.
     pub reopened: Vec<PathBuf>,
+    /// pre-commit configurations below the root (`.pre-commit-config.yaml`, `.yml`): prek
+    /// runs each one for the files staged beneath it.
+    pub pre_commit: Vec<PathBuf>,
 }
 
 /// How one walk went.
@@ -83,7 +86,11 @@ struct Folder {
     git: bool,
     baton: bool,
     head_file: bool,
+    pre_commit: Vec<OsString>,
 }
+
+const PRE_COMMIT_CONFIG: &[u8] = b".pre-commit-config.yaml";
+const PRE_COMMIT_CONFIG_YML: &[u8] = b".pre-commit-config.yml";
 
 static INDEX: Mutex<Option<HashMap<PathBuf, Folder>>> = Mutex::new(None);
 
@@ -149,6 +156,9 @@ fn scan_settled_after(root: &Path, limit: usize, found: &mut Found, settle: Dura
             if folder.head_file {
                 found.bare.push(dir.clone());
             }
+            found
+                .pre_commit
+                .extend(folder.pre_commit.iter().map(|n| dir.join(n)));
         }
         stack.extend(folder.subdirs.iter().map(|name| dir.join(name)));
     }
@@ -221,6 +231,7 @@ fn list(
         git: false,
         baton: false,
         head_file: false,
+        pre_commit: Vec::new(),
     };
     for e in rd.flatten() {
         folder.entries += 1;
@@ -237,6 +248,9 @@ fn list(
                 }
             }
             b"HEAD" if !ft.is_dir() => folder.head_file = true,
+            PRE_COMMIT_CONFIG | PRE_COMMIT_CONFIG_YML if !ft.is_dir() => {
+                folder.pre_commit.push(name)
+            }
             _ if ft.is_dir() => folder.subdirs.push(name),
             _ => {}
         }

@@ -34,6 +34,10 @@ use super::metrics::Metrics;
 #[derive(Clone)]
 pub struct GuardConfig {
     pub keys: Keys,
+    /// A key-less server on a loopback address answers only requests naming a loopback host:
+    /// a DNS-rebinding page's `Host` is its own domain, and a same-origin `GET` carries no
+    /// `Origin` to refuse it by.
+    pub loopback_hosts_only: bool,
     pub max_body_bytes: usize,
     pub read_timeout: Duration,
     pub metrics: Arc<Metrics>,
@@ -55,6 +59,9 @@ pub async fn guard(State(cfg): State<GuardConfig>, request: Request, next: Next)
     let label = path_label(request.uri().path());
     if request.uri().path() == "/health" {
         return next.run(request).await;
+    }
+    if cfg.loopback_hosts_only && !names_loopback(request.headers()) {
+        return refuse(&cfg, label, not_a_loopback_host(), Duration::ZERO);
     }
     let authorization = request
         .headers()
@@ -122,6 +129,35 @@ fn not_json() -> ApiError {
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
         "unsupported_media_type",
         "send the body as JSON with `Content-Type: application/json`",
+    )
+}
+
+/// Whether the request's `Host` is a loopback name (`localhost`, `127.0.0.1`, `[::1]`, any
+/// port) or absent (HTTP/1.0).
+fn names_loopback(headers: &axum::http::HeaderMap) -> bool {
+    let Some(host) = headers.get(axum::http::header::HOST) else {
+        return true;
+    };
+    let Ok(host) = host.to_str() else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _port)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+fn not_a_loopback_host() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "host_not_allowed",
+        "a server without API keys answers only requests to localhost, 127.0.0.1 or [::1] \
+         (a web page reaching it by another name is refused); behind a proxy that passes \
+         another Host, give the server a key",
     )
 }
 

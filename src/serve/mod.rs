@@ -163,6 +163,7 @@ async fn shutdown_signal() {
 pub fn router(service: Arc<dyn MolService>, metrics: Arc<Metrics>, opts: &ServeOptions) -> Router {
     let guard = conn::GuardConfig {
         keys: opts.keys.clone(),
+        loopback_hosts_only: opts.keys.is_empty() && opts.listen.ip().is_loopback(),
         max_body_bytes: opts.max_body_bytes,
         read_timeout: opts.read_timeout,
         metrics: metrics.clone(),

@@ -1229,6 +1229,47 @@ print("openat2", libc.syscall(437, -100, b"by-openat2", how, 24), ctypes.get_err
     }
 }
 
+/// A command holds no capability on either backend, as root too: under Landlock it runs in
+/// the caller's user namespace, where root's command kept all but one (eighteenth red team,
+/// high: `setcap cap_setuid+ep` on a copy of python in the workspace made any local account
+/// root; `chown` and `chattr +i` reached files outside).
+#[test]
+fn a_command_holds_no_capability_on_either_backend() {
+    if !crate::support::external::sandbox_enforceable("capabilities") {
+        return;
+    }
+    let f = fixture();
+    let outside = f.outside.join("owned");
+    std::fs::write(&outside, "x").expect("outside");
+    let o = outside.display();
+    let script = format!(
+        "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status; \
+         $PY -c 'import os; os.setxattr(\"{o}\", \"security.capability\", b\"\\x01\\x00\\x00\\x02\\xc0\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00\")' 2>/dev/null && echo setcap-done; \
+         $PY -c 'import os; os.chown(\"{o}\", 4242, 4242)' 2>/dev/null && echo chown-done; \
+         $PY -c 'import os; os.setuid(4242); print(\"setuid-done\")' 2>/dev/null; true"
+    );
+    for flags in [vec![], vec!["--sandbox-backend", "landlock"]] {
+        let flags: Vec<&std::ffi::OsStr> = flags.iter().map(std::ffi::OsStr::new).collect();
+        let out = baton_sandbox_with(&f, &flags, &script)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run baton sandbox");
+        let text = String::from_utf8_lossy(&out.stdout);
+        for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+            assert!(
+                text.contains(&format!("{set}:\t0000000000000000")),
+                "{flags:?}: {set} not empty: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        for done in ["setcap-done", "chown-done", "setuid-done"] {
+            assert!(!text.contains(done), "{flags:?}: {text}");
+        }
+    }
+    let meta = std::fs::metadata(&outside).expect("stat");
+    assert_ne!(meta.uid(), 4242);
+}
+
 /// A command-only variable (`BATON_COMMAND_ENV_NAME`) reaches the command under its own name
 /// on both backends and with the sandbox off, and nothing outside reads it under that name: a
 /// `LD_PRELOAD` so given is loaded by the command alone, never by baton or bubblewrap.

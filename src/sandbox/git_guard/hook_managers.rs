@@ -35,6 +35,17 @@ const LINT_STAGED_FILES: &[&str] = &[
     "lint-staged.config.cjs",
 ];
 
+/// pre-commit's configuration names; prek (its rewrite) also runs one in any folder below the
+/// top of the work tree, for the files staged beneath it.
+pub(super) const PRE_COMMIT_CONFIGS: &[&str] =
+    &[".pre-commit-config.yaml", ".pre-commit-config.yml"];
+
+/// Whether `path` is named as a pre-commit configuration.
+pub(super) fn is_pre_commit_config(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| PRE_COMMIT_CONFIGS.iter().any(|c| n == *c))
+}
+
 /// Scripts read at most per hooks folder: a manager's hook is one of git's few hook names.
 const MAX_HOOKS_READ: usize = 64;
 
@@ -58,6 +69,49 @@ pub(super) fn obeyed_files(hooks_dirs: &[PathBuf], work_tree: &Path) -> Vec<Path
     out
 }
 
+/// Whether `path` (absolute, resolved) is, or lies in, what a hook manager installed in the
+/// repository around it obeys: the file tools' answer, for the work tree of the workspace and
+/// of nested repositories alike (the launcher pins only the workspace's). Only names a manager
+/// reads are looked into; the nearest work tree above decides.
+pub(super) fn guards(path: &Path, writable: &[PathBuf]) -> bool {
+    let named = path.iter().any(|part| {
+        let part = part.to_string_lossy();
+        PRE_COMMIT_CONFIGS.contains(&part.as_ref())
+            || LINT_STAGED_FILES.contains(&part.as_ref())
+            || [
+                ".overcommit.yml",
+                ".git-hooks",
+                ".lefthook",
+                ".lefthook-local",
+            ]
+            .contains(&part.as_ref())
+            || LEFTHOOK_NAMES.iter().any(|n| {
+                let n = n.rsplit('/').next().unwrap_or(n);
+                part.strip_prefix(n)
+                    .and_then(|ext| ext.strip_prefix('.'))
+                    .is_some_and(|ext| LEFTHOOK_EXTENSIONS.contains(&ext))
+            })
+    });
+    if !named {
+        return false;
+    }
+    let Some(top) = path
+        .ancestors()
+        .skip(1)
+        .take_while(|a| super::roots::inside_any(a, writable))
+        .find(|a| std::fs::symlink_metadata(a.join(".git")).is_ok())
+    else {
+        return false;
+    };
+    let Some(gitdir) = super::gitdirs::gitdir_of(&top.join(".git")) else {
+        return false;
+    };
+    let configs = super::gitdirs::GitConfigs::read(&gitdir);
+    let obeyed = obeyed_files(&super::gitdirs::hooks_dirs(&gitdir, &configs, top), top);
+    obeyed.iter().any(|o| path.starts_with(o))
+        || (is_pre_commit_config(path) && obeyed.iter().any(|o| is_pre_commit_config(o)))
+}
+
 /// The contents of the scripts directly in `dir` (samples aside), as text.
 fn hook_scripts(dir: &Path) -> Vec<String> {
     let Ok(rd) = std::fs::read_dir(dir) else {
@@ -78,8 +132,11 @@ fn names_for(script: &str, out: &mut Vec<String>) {
             out.push(name.to_string());
         }
     };
-    if script.contains("pre-commit") && script.contains("hook-impl") {
-        add(".pre-commit-config.yaml");
+    // pre-commit's and prek's hooks hand their arguments to `hook-impl`.
+    if script.contains("hook-impl") && (script.contains("pre-commit") || script.contains("prek")) {
+        for name in PRE_COMMIT_CONFIGS {
+            add(name);
+        }
         for config in pre_commit_configs(script) {
             add(&config);
         }
@@ -146,6 +203,7 @@ mod tests {
             got,
             vec![
                 ws.join(".pre-commit-config.yaml"),
+                ws.join(".pre-commit-config.yml"),
                 ws.join("ci/pre-commit.yaml")
             ]
         );
@@ -181,6 +239,12 @@ mod tests {
         std::fs::create_dir_all(&hooks).unwrap();
         std::fs::write(hooks.join("pre-commit"), outside).unwrap();
         let got = obeyed_files(&[hooks], &ws);
-        assert_eq!(got, vec![ws.join(".pre-commit-config.yaml")]);
+        assert_eq!(
+            got,
+            vec![
+                ws.join(".pre-commit-config.yaml"),
+                ws.join(".pre-commit-config.yml")
+            ]
+        );
     }
 }

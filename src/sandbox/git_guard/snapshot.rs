@@ -145,6 +145,7 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
         baton: mut found_baton,
         bare: found_bare,
         reopened,
+        pre_commit: pre_commit_configs,
     } = found;
     snap.reopened = reopened;
     // git takes a folder that is itself a git directory as a repository when it runs there
@@ -204,11 +205,19 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
                 snap.track_dir(&husky, Kind::Hook, &writable);
             }
         }
-        for obeyed in
-            hook_managers::obeyed_files(&hooks_dirs(&gitdir, &configs, work_tree), work_tree)
-        {
-            if inside_any(&obeyed, &writable) {
-                snap.track_tree(&obeyed, Kind::Hook, 0);
+        let obeyed =
+            hook_managers::obeyed_files(&hooks_dirs(&gitdir, &configs, work_tree), work_tree);
+        // prek also runs a pre-commit configuration anywhere below the work tree's top.
+        let nested = obeyed
+            .iter()
+            .any(|p| hook_managers::is_pre_commit_config(p))
+            .then_some(&pre_commit_configs)
+            .into_iter()
+            .flatten()
+            .filter(|p| p.starts_with(work_tree));
+        for file in obeyed.iter().chain(nested) {
+            if inside_any(file, &writable) {
+                snap.track_tree(file, Kind::Hook, 0);
             }
         }
         snap.track_included(&configs, &writable);
@@ -415,9 +424,45 @@ impl AuditSnapshot {
         }
     }
 
+    /// An objects folder's own entries: git writes each object into its fan-out folder
+    /// (`objects/ab/`), so one that is a link takes the user's next commit outside; the
+    /// objects themselves are new files renamed into place, and are not listed.
+    fn track_object_links(&mut self, objects: &Path, depth: usize, budget: &mut usize) {
+        let Ok(rd) = std::fs::read_dir(objects) else {
+            return;
+        };
+        for e in rd.flatten() {
+            if *budget == 0 {
+                return;
+            }
+            *budget -= 1;
+            match e.file_type() {
+                Ok(t) if t.is_symlink() => self.track_link(e.path()),
+                Ok(t) if t.is_dir() && e.file_name() == "info" => {
+                    self.track_links(&e.path(), depth + 2, budget);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A symlink in a gitdir, unless another kind tracks that path already.
+    fn track_link(&mut self, path: PathBuf) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = self.files.entry(path) {
+            let link = std::fs::read_link(slot.key()).ok();
+            slot.insert(Tracked {
+                kind: Kind::GitLink,
+                content: None,
+                stamp: None,
+                exec: None,
+                link,
+            });
+        }
+    }
+
     /// Every symlink beneath `dir`, a gitdir or a folder of one, that no other kind tracks.
-    /// Objects are left out (git writes them to new files, renamed into place) but for
-    /// `objects/info`; submodules' gitdirs are tracked as gitdirs of their own.
+    /// Objects are left out but for the entries of `objects/` and `objects/info`
+    /// ([`Self::track_object_links`]); submodules' gitdirs are tracked as gitdirs of their own.
     fn track_links(&mut self, dir: &Path, depth: usize, budget: &mut usize) {
         if depth > MAX_GITDIR_DEPTH {
             return;
@@ -433,16 +478,7 @@ impl AuditSnapshot {
             let Ok(kind) = e.file_type() else { continue };
             let path = e.path();
             if kind.is_symlink() {
-                if let std::collections::btree_map::Entry::Vacant(slot) = self.files.entry(path) {
-                    let link = std::fs::read_link(slot.key()).ok();
-                    slot.insert(Tracked {
-                        kind: Kind::GitLink,
-                        content: None,
-                        stamp: None,
-                        exec: None,
-                        link,
-                    });
-                }
+                self.track_link(path);
                 continue;
             }
             if !kind.is_dir() {
@@ -453,7 +489,7 @@ impl AuditSnapshot {
                 continue;
             }
             if name == "objects" {
-                self.track_links(&path.join("info"), depth + 2, budget);
+                self.track_object_links(&path, depth, budget);
             } else {
                 self.track_links(&path, depth + 1, budget);
             }

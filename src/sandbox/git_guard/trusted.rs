@@ -37,6 +37,10 @@ impl TrustedFolders {
         if path.file_name().is_some_and(|n| n == "HEAD") {
             return true;
         }
+        // What a hook manager runs at the user's next commit, here or in a nested repository.
+        if super::hook_managers::guards(path, writable) {
+            return true;
+        }
         let beside_head = path
             .ancestors()
             .skip(1)
