@@ -563,21 +563,11 @@ async fn a_hook_managers_work_tree_config_is_guarded_like_its_hook() {
     assert!(!r.ws.join("lefthook-local.yml").exists());
 
     // The file tools refuse them too, existing or not.
-    let (events, _rx) = EventSink::channel();
-    let ctx = ToolContext {
-        workspace: r.ws.clone(),
-        call_id: "call-write".into(),
-        events,
-        cancel: CancellationToken::new(),
-        state: Arc::new(ToolState::default()),
-    };
-    let tools = baton::tool::registry::standard_tools();
-    let write = tools.get("write_file").expect("write_file");
     for path in [".pre-commit-config.yaml", "lefthook-local.yml"] {
-        let res = write
-            .run(
+        let res = r
+            .tool(
+                "write_file",
                 json!({"path": path, "content": format!("run: {e}\n")}),
-                &ctx,
             )
             .await;
         assert_ne!(res.status, ToolStatus::Ok, "{path}: {}", res.content);
@@ -630,28 +620,17 @@ async fn a_prek_configuration_below_the_top_is_guarded_too() {
         )
         .await;
     assert!(res.content.contains("done"), "{}", res.content);
-    let push = r.git_output(&r.ws, &["push", "--dry-run", ".", "HEAD:refs/heads/x"]);
-    let _ = push;
+    let _ = r.git_output(&r.ws, &["push", "--dry-run", ".", "HEAD:refs/heads/x"]);
     r.assert_not_run("a nested prek configuration");
     // Nor by a file tool, beside the top or below it.
-    let (events, _rx) = EventSink::channel();
-    let ctx = ToolContext {
-        workspace: r.ws.clone(),
-        call_id: "call-write".into(),
-        events,
-        cancel: CancellationToken::new(),
-        state: Arc::new(ToolState::default()),
-    };
-    let tools = baton::tool::registry::standard_tools();
-    let write = tools.get("write_file").expect("write_file");
     for path in [
         "other/.pre-commit-config.yaml",
         "lib/.pre-commit-config.yaml",
     ] {
-        let res = write
-            .run(
+        let res = r
+            .tool(
+                "write_file",
                 json!({"path": path, "content": format!("    entry: {e}\n")}),
-                &ctx,
             )
             .await;
         assert_ne!(res.status, ToolStatus::Ok, "{path}: {}", res.content);
@@ -660,15 +639,14 @@ async fn a_prek_configuration_below_the_top_is_guarded_too() {
     let plain = r.ws.join("vendor/plain");
     std::fs::create_dir_all(&plain).expect("mkdir");
     r.git(&plain, &["init", "-q"]);
-    let res = write
-        .run(
+    let res = r
+        .tool(
+            "write_file",
             json!({"path": "vendor/plain/.pre-commit-config.yaml", "content": "repos: []\n"}),
-            &ctx,
         )
         .await;
     assert_eq!(res.status, ToolStatus::Ok, "{}", res.content);
-    let push = r.git_output(&r.ws, &["push", "--dry-run", ".", "HEAD:refs/heads/y"]);
-    let _ = push;
+    let _ = r.git_output(&r.ws, &["push", "--dry-run", ".", "HEAD:refs/heads/y"]);
     r.assert_not_run("a prek configuration written by a file tool");
 }
 
@@ -1955,17 +1933,22 @@ impl Repo {
 
     /// The model's `git` tool on this workspace.
     async fn git_tool(&self, args: serde_json::Value) -> ToolResult {
+        self.tool("git", args).await
+    }
+
+    /// One of the model's tools (`git`, `write_file`…) on this workspace.
+    async fn tool(&self, name: &str, args: serde_json::Value) -> ToolResult {
         let (events, _rx) = EventSink::channel();
         let ctx = ToolContext {
             workspace: self.ws.clone(),
-            call_id: "call-git".into(),
+            call_id: format!("call-{name}"),
             events,
             cancel: CancellationToken::new(),
             state: Arc::new(ToolState::default()),
         };
         baton::tool::registry::standard_tools()
-            .get("git")
-            .expect("the git tool")
+            .get(name)
+            .expect("a standard tool")
             .run(args, &ctx)
             .await
     }
