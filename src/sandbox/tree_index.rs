@@ -50,9 +50,9 @@ pub struct Found {
     pub bare: Vec<PathBuf>,
     /// Folders of the user's whose read permission the walk gave back to list them.
     pub reopened: Vec<PathBuf>,
-    /// pre-commit configurations below the root (`.pre-commit-config.yaml`, `.yml`): prek
-    /// runs each one for the files staged beneath it.
-    pub pre_commit: Vec<PathBuf>,
+    /// Hook managers' configurations below the root that apply to the files beneath them
+    /// (prek's pre-commit configurations, lint-staged's), by name.
+    pub manager_configs: Vec<PathBuf>,
 }
 
 /// How one walk went.
@@ -86,11 +86,8 @@ struct Folder {
     git: bool,
     baton: bool,
     head_file: bool,
-    pre_commit: Vec<OsString>,
+    manager_configs: Vec<OsString>,
 }
-
-const PRE_COMMIT_CONFIG: &[u8] = b".pre-commit-config.yaml";
-const PRE_COMMIT_CONFIG_YML: &[u8] = b".pre-commit-config.yml";
 
 static INDEX: Mutex<Option<HashMap<PathBuf, Folder>>> = Mutex::new(None);
 
@@ -157,8 +154,8 @@ fn scan_settled_after(root: &Path, limit: usize, found: &mut Found, settle: Dura
                 found.bare.push(dir.clone());
             }
             found
-                .pre_commit
-                .extend(folder.pre_commit.iter().map(|n| dir.join(n)));
+                .manager_configs
+                .extend(folder.manager_configs.iter().map(|n| dir.join(n)));
         }
         stack.extend(folder.subdirs.iter().map(|name| dir.join(name)));
     }
@@ -231,7 +228,7 @@ fn list(
         git: false,
         baton: false,
         head_file: false,
-        pre_commit: Vec::new(),
+        manager_configs: Vec::new(),
     };
     for e in rd.flatten() {
         folder.entries += 1;
@@ -248,10 +245,10 @@ fn list(
                 }
             }
             b"HEAD" if !ft.is_dir() => folder.head_file = true,
-            PRE_COMMIT_CONFIG | PRE_COMMIT_CONFIG_YML if !ft.is_dir() => {
-                folder.pre_commit.push(name)
-            }
             _ if ft.is_dir() => folder.subdirs.push(name),
+            _ if crate::sandbox::git_guard::applies_below_the_top(Path::new(&name)) => {
+                folder.manager_configs.push(name)
+            }
             _ => {}
         }
     }

@@ -651,6 +651,120 @@ async fn a_prek_configuration_below_the_top_is_guarded_too() {
 }
 
 #[tokio::test]
+async fn what_a_hook_managers_config_or_hook_names_is_guarded_too() {
+    // Nineteenth red team: lefthook's `extends:` file (high), lint-staged's `--config FILE`
+    // (high), a lint-staged config below the top (medium: the nearest one to a staged file
+    // wins) and a manager installed in the project's `.venv`, which its hook names by path
+    // (high), were writable and unaudited; husky's shims, which put `node_modules/.bin`
+    // first on their PATH (high), can only be told. The stand-in hooks below read what the
+    // real managers read.
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let hooks = r.ws.join(".git/hooks");
+    let ws = r.ws.display();
+    std::fs::create_dir_all(r.ws.join(".venv/bin")).expect("mkdir");
+    std::fs::write(r.ws.join(".venv/bin/prek"), "#!/bin/sh\ntrue\n").expect("prek");
+    let scripts = [
+        (
+            "post-commit",
+            "#!/bin/sh\n# lefthook run post-commit\n\
+             sed -n 's/^ *run: //p' lefthook.yml config/base.yml | while read -r c; do sh -c \"$c\"; done; true\n"
+                .to_string(),
+        ),
+        (
+            "pre-commit",
+            "#!/bin/sh\n# npx lint-staged --config tools/ls.json\n\
+             for f in tools/ls.json $(find . -name .lintstagedrc.json); do \
+             sed -n 's/^ *entry: //p' \"$f\" | while read -r c; do sh -c \"$c\"; done; done; true\n"
+                .to_string(),
+        ),
+        (
+            "pre-push",
+            format!("#!/bin/sh\n# prek\nPREK=\"{ws}/.venv/bin/prek\"\nexec \"$PREK\" hook-impl\n"),
+        ),
+    ];
+    for (name, text) in &scripts {
+        std::fs::write(hooks.join(name), text).expect("hook");
+        let _ = Command::new("chmod")
+            .arg("755")
+            .arg(hooks.join(name))
+            .status();
+    }
+    let _ = Command::new("chmod")
+        .arg("755")
+        .arg(r.ws.join(".venv/bin/prek"))
+        .status();
+    std::fs::write(r.ws.join("lefthook.yml"), "extends:\n  - config/base.yml\n").expect("cfg");
+    for (path, text) in [
+        ("config/base.yml", "    run: true\n"),
+        ("tools/ls.json", "    entry: true\n"),
+    ] {
+        std::fs::create_dir_all(r.ws.join(path).parent().expect("parent")).expect("mkdir");
+        std::fs::write(r.ws.join(path), text).expect("cfg");
+    }
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let e = evil.display();
+    let (res, warnings) = r
+        .hostile(
+            &format!(
+                "echo '    run: {e}' >> config/base.yml; echo '    entry: {e}' >> tools/ls.json; \
+                 mkdir -p pkg/a && echo '    entry: {e}' > pkg/a/.lintstagedrc.json; \
+                 cp {e} .venv/bin/prek; echo done"
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    r.user_commits(&r.ws);
+    let _ = r.git_output(&r.ws, &["push", "--dry-run", ".", "HEAD:refs/heads/x"]);
+    r.assert_not_run("what a hook manager's config or hook names");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains(".venv/bin/prek") && w.contains("--no-verify")),
+        "{warnings:?}"
+    );
+    // A file tool may not write them either.
+    for path in [
+        "config/base.yml",
+        "tools/ls.json",
+        "pkg/b/.lintstagedrc.json",
+    ] {
+        let res = r
+            .tool(
+                "write_file",
+                json!({"path": path, "content": format!("    run: {e}\n")}),
+            )
+            .await;
+        assert_ne!(res.status, ToolStatus::Ok, "{path}: {}", res.content);
+    }
+    r.user_commits(&r.ws);
+    r.assert_not_run("what a hook manager's config names, written by a file tool");
+
+    // husky: what its shims start from node_modules/.bin is told, once.
+    let husky = repo();
+    std::fs::create_dir_all(husky.ws.join(".husky/_")).expect("mkdir");
+    std::fs::write(
+        husky.ws.join(".husky/_/h"),
+        "#!/usr/bin/env sh\nexport PATH=\"node_modules/.bin:$PATH\"\nsh -e \"$s\"\n",
+    )
+    .expect("shim");
+    husky.git(&husky.ws, &["config", "core.hooksPath", ".husky/_"]);
+    let (_, warnings) = husky.hostile("true", &[]).await;
+    assert!(
+        warnings.iter().any(|w| w.contains("node_modules/.bin")),
+        "{warnings:?}"
+    );
+    let (_, warnings) = husky.hostile("true", &[]).await;
+    assert!(
+        !warnings.iter().any(|w| w.contains("node_modules/.bin")),
+        "told once: {warnings:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_link_left_in_a_git_directory_is_not_written_through_by_the_users_git() {
     // Seventeenth red team (two highs): git opens some of its own files to write, following
     // a link: `.git/logs/HEAD` linked to `~/.bashrc` took the reflog line of the user's next

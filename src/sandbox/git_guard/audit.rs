@@ -54,6 +54,21 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
             dir.display()
         ));
     }
+    for (work_tree, how) in &after.hooks_run_work_tree {
+        if told_once(work_tree) {
+            warnings.push(format!(
+                "baton: the git hooks of {} start programs from inside it ({}): a command can \
+                 change what they run, and your next `git commit` there runs it outside the \
+                 sandbox. Review the session's changes, ignored files too (`git status \
+                 --ignored`), before committing, or commit with `--no-verify`",
+                work_tree.display(),
+                how.iter()
+                    .map(|h| crate::protocol::terminal_safe_line(h).into_owned())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
+        }
+    }
     if after.incomplete {
         warnings.push(format!(
             "baton: the check for planted git config and hooks stopped after {MAX_WALK_ENTRIES} \
@@ -61,6 +76,18 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
         ));
     }
     warnings
+}
+
+/// True the first time this process asks about `work_tree`: a standing condition of the
+/// repository is told once, not after every command.
+fn told_once(work_tree: &Path) -> bool {
+    static TOLD: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let mut told = TOLD.lock().unwrap_or_else(|e| e.into_inner());
+    if told.iter().any(|t| t == work_tree) {
+        return false;
+    }
+    told.push(work_tree.to_path_buf());
+    true
 }
 
 /// Whether the audit may rewrite, rename or create `path`: only inside a folder a command

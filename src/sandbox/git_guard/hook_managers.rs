@@ -40,12 +40,6 @@ const LINT_STAGED_FILES: &[&str] = &[
 pub(super) const PRE_COMMIT_CONFIGS: &[&str] =
     &[".pre-commit-config.yaml", ".pre-commit-config.yml"];
 
-/// Whether `path` is named as a pre-commit configuration.
-pub(super) fn is_pre_commit_config(path: &Path) -> bool {
-    path.file_name()
-        .is_some_and(|n| PRE_COMMIT_CONFIGS.iter().any(|c| n == *c))
-}
-
 /// Scripts read at most per hooks folder: a manager's hook is one of git's few hook names.
 const MAX_HOOKS_READ: usize = 64;
 
@@ -59,14 +53,56 @@ pub(super) fn obeyed_files(hooks_dirs: &[PathBuf], work_tree: &Path) -> Vec<Path
         }
     }
     let mut out: Vec<PathBuf> = Vec::new();
-    for name in names {
-        let p = crate::untrusted_fs::lexical(&work_tree.join(&name));
+    let add = |name: &str, out: &mut Vec<PathBuf>| {
+        let p = crate::untrusted_fs::lexical(&work_tree.join(name));
         // A setting pointing out of the work tree is the user's own file, not the project's.
         if p.starts_with(work_tree) && !out.contains(&p) {
             out.push(p);
         }
+    };
+    for name in &names {
+        add(name, &mut out);
+    }
+    // What lefthook's configurations pull in obeys the same rule, one level deep as lefthook
+    // itself reads them.
+    let configs: Vec<PathBuf> = out
+        .iter()
+        .filter(|p| is_lefthook_config(p))
+        .cloned()
+        .collect();
+    for config in configs {
+        if let Some(text) = read_small(&config) {
+            for name in lefthook_includes(&String::from_utf8_lossy(&text)) {
+                add(&name, &mut out);
+            }
+        }
     }
     out
+}
+
+/// Whether `path` is named as one of lefthook's configurations.
+fn is_lefthook_config(path: &Path) -> bool {
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy()) else {
+        return false;
+    };
+    LEFTHOOK_NAMES.iter().any(|n| {
+        let n = n.rsplit('/').next().unwrap_or(n);
+        name.strip_prefix(n)
+            .and_then(|ext| ext.strip_prefix('.'))
+            .is_some_and(|ext| LEFTHOOK_EXTENSIONS.contains(&ext))
+    })
+}
+
+/// Configurations a manager also takes from any folder below the top of the work tree, for
+/// the files staged beneath it: prek's pre-commit configurations and lint-staged's (the
+/// nearest one to each file wins).
+pub fn applies_below_the_top(path: &Path) -> bool {
+    path.file_name().is_some_and(|n| {
+        PRE_COMMIT_CONFIGS
+            .iter()
+            .chain(LINT_STAGED_FILES)
+            .any(|c| n == *c)
+    })
 }
 
 /// Whether `path` (absolute, resolved) is, or lies in, what a hook manager installed in the
@@ -85,13 +121,11 @@ pub(super) fn guards(path: &Path, writable: &[PathBuf]) -> bool {
                 ".lefthook-local",
             ]
             .contains(&part.as_ref())
-            || LEFTHOOK_NAMES.iter().any(|n| {
-                let n = n.rsplit('/').next().unwrap_or(n);
-                part.strip_prefix(n)
-                    .and_then(|ext| ext.strip_prefix('.'))
-                    .is_some_and(|ext| LEFTHOOK_EXTENSIONS.contains(&ext))
-            })
+            || is_lefthook_config(Path::new(part.as_ref()))
     });
+    // Only a manager's own names are looked into here (a file tool's check must stay cheap);
+    // what the workspace's managers name besides (`extends:`, `--config`) the launcher's
+    // protection refuses by path.
     if !named {
         return false;
     }
@@ -109,7 +143,60 @@ pub(super) fn guards(path: &Path, writable: &[PathBuf]) -> bool {
     let configs = super::gitdirs::GitConfigs::read(&gitdir);
     let obeyed = obeyed_files(&super::gitdirs::hooks_dirs(&gitdir, &configs, top), top);
     obeyed.iter().any(|o| path.starts_with(o))
-        || (is_pre_commit_config(path) && obeyed.iter().any(|o| is_pre_commit_config(o)))
+        || (applies_below_the_top(path) && obeyed.iter().any(|o| o.file_name() == path.file_name()))
+}
+
+/// How the hooks in `hooks_dirs` start programs from inside `work_tree`, where commands may
+/// change them: the programs they name by a path in it (a manager installed in the project's
+/// `.venv`: prek, pre-commit's Python), and the search paths that lead into it (husky's shims
+/// put `node_modules/.bin` first on their PATH; npm-installed managers run from
+/// `node_modules`). The named programs are guarded like a hook; the rest can only be told.
+pub(super) struct FromWorkTree {
+    pub(super) programs: Vec<PathBuf>,
+    pub(super) told: Vec<String>,
+}
+
+pub(super) fn runs_from_work_tree(hooks_dirs: &[PathBuf], work_tree: &Path) -> FromWorkTree {
+    let mut found = FromWorkTree {
+        programs: Vec::new(),
+        told: Vec::new(),
+    };
+    for dir in hooks_dirs {
+        let scripts = hook_scripts(dir);
+        if scripts.is_empty() {
+            continue;
+        }
+        if dir.ends_with(".husky/_") || dir.ends_with(".husky") {
+            push_once(
+                &mut found.told,
+                "husky's hooks put node_modules/.bin first on their PATH".into(),
+            );
+        }
+        for script in scripts {
+            for word in script.split(|c: char| {
+                c.is_whitespace() || matches!(c, '"' | '\'' | '=' | '(' | ')' | ';')
+            }) {
+                if word.starts_with('/') {
+                    let p = crate::untrusted_fs::lexical(Path::new(word));
+                    if p.starts_with(work_tree) && p != work_tree && !found.programs.contains(&p) {
+                        found.programs.push(p);
+                    }
+                } else if word.contains("node_modules/") {
+                    push_once(&mut found.told, format!("they run {word}"));
+                }
+            }
+        }
+    }
+    for p in &found.programs {
+        push_once(&mut found.told, format!("they run {}", p.display()));
+    }
+    found
+}
+
+fn push_once(list: &mut Vec<String>, item: String) {
+    if !list.contains(&item) {
+        list.push(item);
+    }
 }
 
 /// The contents of the scripts directly in `dir` (samples aside), as text.
@@ -137,7 +224,7 @@ fn names_for(script: &str, out: &mut Vec<String>) {
         for name in PRE_COMMIT_CONFIGS {
             add(name);
         }
-        for config in pre_commit_configs(script) {
+        for config in config_flags(script) {
             add(&config);
         }
     }
@@ -160,20 +247,27 @@ fn names_for(script: &str, out: &mut Vec<String>) {
         for name in LINT_STAGED_FILES {
             add(name);
         }
+        for config in config_flags(script) {
+            add(&config);
+        }
     }
 }
 
-/// The `--config=FILE` / `--config FILE` values in a pre-commit hook's arguments.
-fn pre_commit_configs(script: &str) -> Vec<String> {
+/// The `--config=FILE` / `--config FILE` values in a hook's arguments (pre-commit's, prek's,
+/// lint-staged's), and lint-staged's `-c FILE`.
+fn config_flags(script: &str) -> Vec<String> {
     let words: Vec<&str> = script
-        .split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | '"' | '\''))
+        .split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | '"' | '\'' | ';' | '&' | '|'))
         .filter(|w| !w.is_empty())
         .collect();
     let mut out = Vec::new();
     for (i, w) in words.iter().enumerate() {
+        let after_lint_staged = i > 0 && words[i - 1].ends_with("lint-staged");
         let value = match w.strip_prefix("--config=") {
             Some(v) => Some(v),
-            None if *w == "--config" => words.get(i + 1).copied(),
+            None if *w == "--config" || (*w == "-c" && after_lint_staged) => {
+                words.get(i + 1).copied()
+            }
             None => None,
         };
         if let Some(v) = value.filter(|v| !v.is_empty() && !v.starts_with('$')) {
@@ -181,6 +275,59 @@ fn pre_commit_configs(script: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// The files a lefthook configuration pulls in (`extends:`) and the folders its scripts are
+/// taken from (`source_dir:`, `source_dir_local:`), as written: a YAML list under the key, or
+/// one value or a bracketed list on its line (YAML, TOML and JSON alike).
+fn lefthook_includes(config: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_list = false;
+    for line in config.lines() {
+        let trimmed = line.trim();
+        if in_list {
+            if let Some(item) = trimmed.strip_prefix("- ") {
+                out.push(unquote(item).to_string());
+                continue;
+            }
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            in_list = false;
+        }
+        let unquoted_key = trimmed.trim_start_matches(['{', ' ', '"']);
+        let Some(key) = ["extends", "source_dir_local", "source_dir"]
+            .into_iter()
+            .find(|k| unquoted_key.starts_with(k))
+        else {
+            continue;
+        };
+        let rest = unquoted_key[key.len()..]
+            .trim_start_matches('"')
+            .trim_start()
+            .trim_start_matches([':', '='])
+            .trim();
+        if rest.is_empty() {
+            in_list = true;
+            continue;
+        }
+        let items = match rest.strip_prefix('[') {
+            Some(list) => list.split(']').next().unwrap_or(""),
+            None => rest.trim_end_matches([',', '}']),
+        };
+        out.extend(
+            items
+                .split(',')
+                .map(unquote)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string),
+        );
+    }
+    out
+}
+
+fn unquote(v: &str) -> &str {
+    v.trim().trim_matches(|c| c == '"' || c == '\'')
 }
 
 #[cfg(test)]
@@ -223,6 +370,47 @@ mod tests {
             assert!(got.contains(&ws.join(want)), "{want}: {got:?}");
         }
         assert!(!got.contains(&ws.join(".overcommit.yml")));
+    }
+
+    #[test]
+    fn lefthook_includes_and_lint_staged_configs_are_read_in_every_form() {
+        let yaml = "extends:\n  - config/base.yml\n  - \"shared/x.yml\"\n\npre-commit:\n  jobs: []\nsource_dir: \".hooks/\"\n";
+        assert_eq!(
+            lefthook_includes(yaml),
+            ["config/base.yml", "shared/x.yml", ".hooks/"]
+        );
+        assert_eq!(
+            lefthook_includes("extends = [\"a.toml\", 'b.toml']\n"),
+            ["a.toml", "b.toml"]
+        );
+        assert_eq!(lefthook_includes("{\"extends\": [\"c.json\"]}"), ["c.json"]);
+        assert_eq!(
+            config_flags("npx lint-staged -c tools/ls.json && sh -c x"),
+            ["tools/ls.json"]
+        );
+        assert_eq!(
+            config_flags("lint-staged --config=ci/ls.mjs"),
+            ["ci/ls.mjs"]
+        );
+    }
+
+    #[test]
+    fn a_hook_that_runs_a_program_of_the_work_tree_is_found() {
+        let (_d, ws) = ws();
+        let hooks = ws.join(".git/hooks");
+        std::fs::create_dir_all(&hooks).unwrap();
+        std::fs::write(
+            hooks.join("pre-commit"),
+            format!(
+                "#!/bin/sh\nPREK=\"{}/.venv/bin/prek\"\nexec \"$PREK\"\n",
+                ws.display()
+            ),
+        )
+        .unwrap();
+        std::fs::write(hooks.join("pre-push"), "#!/bin/sh\n/usr/bin/true\n").unwrap();
+        let found = runs_from_work_tree(std::slice::from_ref(&hooks), &ws);
+        assert_eq!(found.programs, vec![ws.join(".venv/bin/prek")]);
+        assert_eq!(found.told.len(), 1, "{:?}", found.told);
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod trusted;
 
 pub use audit::audit;
 pub use gitdirs::gitdir_of;
+pub use hook_managers::applies_below_the_top;
 pub use protection::{Protection, protection};
 pub use roots::program_roots;
 pub use snapshot::{AuditSnapshot, snapshot};

@@ -86,8 +86,10 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
                 protect_hooks_path(&hooks, &writable, &mut out);
             }
             // What a hook manager installed there runs at each commit: like an included file.
-            for obeyed in hook_managers::obeyed_files(&hooks_dirs(&gitdir, &configs, top), top) {
-                protect_included(&obeyed, &writable, &mut out);
+            let dirs = hooks_dirs(&gitdir, &configs, top);
+            let named = hook_managers::runs_from_work_tree(&dirs, top).programs;
+            for obeyed in hook_managers::obeyed_files(&dirs, top).iter().chain(&named) {
+                protect_included(obeyed, &writable, &mut out);
             }
             for included in configs.included() {
                 protect_included(included, &writable, &mut out);

@@ -119,6 +119,8 @@ pub struct AuditSnapshot {
     pub(super) incomplete: bool,
     /// Folders of the user's the walk made readable again to list them.
     pub(super) reopened: Vec<PathBuf>,
+    /// Work trees whose hooks start programs from inside them, and how.
+    pub(super) hooks_run_work_tree: Vec<(PathBuf, Vec<String>)>,
 }
 
 /// Takes the snapshot the audit after the command compares against.
@@ -145,7 +147,7 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
         baton: mut found_baton,
         bare: found_bare,
         reopened,
-        pre_commit: pre_commit_configs,
+        manager_configs,
     } = found;
     snap.reopened = reopened;
     // git takes a folder that is itself a git directory as a repository when it runs there
@@ -205,16 +207,25 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
                 snap.track_dir(&husky, Kind::Hook, &writable);
             }
         }
-        let obeyed =
-            hook_managers::obeyed_files(&hooks_dirs(&gitdir, &configs, work_tree), work_tree);
-        // prek also runs a pre-commit configuration anywhere below the work tree's top.
-        let nested = obeyed
-            .iter()
-            .any(|p| hook_managers::is_pre_commit_config(p))
-            .then_some(&pre_commit_configs)
-            .into_iter()
-            .flatten()
-            .filter(|p| p.starts_with(work_tree));
+        let dirs = hooks_dirs(&gitdir, &configs, work_tree);
+        let obeyed = hook_managers::obeyed_files(&dirs, work_tree);
+        let from = hook_managers::runs_from_work_tree(&dirs, work_tree);
+        for program in &from.programs {
+            if inside_any(program, &writable) {
+                snap.track(program, Kind::Hook);
+            }
+        }
+        if !from.told.is_empty() {
+            snap.hooks_run_work_tree
+                .push((work_tree.to_path_buf(), from.told));
+        }
+        // prek and lint-staged also take their configuration from folders below the top.
+        let nested = manager_configs.iter().filter(|p| {
+            p.starts_with(work_tree)
+                && obeyed.iter().any(|o| {
+                    o.file_name() == p.file_name() && hook_managers::applies_below_the_top(o)
+                })
+        });
         for file in obeyed.iter().chain(nested) {
             if inside_any(file, &writable) {
                 snap.track_tree(file, Kind::Hook, 0);
