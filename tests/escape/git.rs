@@ -743,19 +743,45 @@ async fn what_a_hook_managers_config_or_hook_names_is_guarded_too() {
     r.user_commits(&r.ws);
     r.assert_not_run("what a hook manager's config names, written by a file tool");
 
-    // husky: what its shims start from node_modules/.bin is told, once.
+    // husky v9: its shims put node_modules/.bin first on their PATH, then start `sh`; an
+    // `sh` (or any system program's name) a command leaves there is moved aside, and the
+    // rest of what the shims start from the work tree is told, once.
     let husky = repo();
     std::fs::create_dir_all(husky.ws.join(".husky/_")).expect("mkdir");
     std::fs::write(
-        husky.ws.join(".husky/_/h"),
-        "#!/usr/bin/env sh\nexport PATH=\"node_modules/.bin:$PATH\"\nsh -e \"$s\"\n",
+        husky.ws.join(".husky/_/pre-commit"),
+        "#!/bin/sh\nexport PATH=\"node_modules/.bin:$PATH\"\nsh -e .husky/pre-commit\n",
     )
     .expect("shim");
+    let _ = Command::new("chmod")
+        .arg("755")
+        .arg(husky.ws.join(".husky/_/pre-commit"))
+        .status();
+    std::fs::write(husky.ws.join(".husky/pre-commit"), "true\n").expect("hook");
     husky.git(&husky.ws, &["config", "core.hooksPath", ".husky/_"]);
-    let (_, warnings) = husky.hostile("true", &[]).await;
+    let evil = husky.evil_script(&husky.ws.join("evil.sh"));
+    let (res, warnings) = husky
+        .hostile(
+            &format!(
+                "mkdir -p node_modules/.bin && cp {} node_modules/.bin/sh && \
+                 ln -s ../eslint/bin/eslint.js node_modules/.bin/eslint; echo done",
+                evil.display()
+            ),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
     assert!(
-        warnings.iter().any(|w| w.contains("node_modules/.bin")),
+        warnings
+            .iter()
+            .any(|w| w.contains("node_modules/.bin first")),
         "{warnings:?}"
+    );
+    husky.user_commits(&husky.ws);
+    husky.assert_not_run("husky's shim starting a planted node_modules/.bin/sh");
+    assert!(
+        std::fs::symlink_metadata(husky.ws.join("node_modules/.bin/eslint")).is_ok(),
+        "a package's own command is left"
     );
     let (_, warnings) = husky.hostile("true", &[]).await;
     assert!(

@@ -135,7 +135,30 @@ fn undo_change(
         Kind::Hook => move_hook_aside(fix, path, then),
         Kind::Todo => disarm_todo(fix, path, then, now),
         Kind::GitLink => undo_git_link(fix, path, then, now),
+        Kind::Shadow => move_shadow_aside(fix, path, then),
     }
+}
+
+/// A new or changed entry of a folder the hooks search first (husky's `node_modules/.bin`)
+/// that is named like a program of the system (`sh`, `git`, `node`): every hook would start
+/// it in that program's place, outside the sandbox. A package's own command (`eslint`) is
+/// the project's code, and left.
+fn move_shadow_aside(fix: &Fixer, path: &Path, then: Option<&Tracked>) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    crate::protocol::host_programs::find_program(name, fix.roots)?;
+    let shown = path.display();
+    let aside = aside_name(path);
+    let moved = fix.rename(path, &aside).is_ok();
+    Some(format!(
+        "baton: a command {} {shown}, which the repository's hooks start in place of the \
+         system's `{name}` (their PATH searches that folder first); {}",
+        if then.is_some() { "changed" } else { "created" },
+        if moved {
+            format!("it was moved to {}", aside.display())
+        } else {
+            "it could not be moved aside: remove it before running git here".into()
+        }
+    ))
 }
 
 /// A link in a gitdir the command made or changed: git would write through it, outside the
@@ -487,6 +510,7 @@ fn what_it_does(kind: Kind) -> &'static str {
         Kind::Baton => "is baton's project configuration",
         Kind::GitConfig | Kind::Hook | Kind::Todo => "git runs",
         Kind::GitLink => "git writes through",
+        Kind::Shadow => "the hooks start",
     }
 }
 

@@ -153,12 +153,16 @@ pub(super) fn guards(path: &Path, writable: &[PathBuf]) -> bool {
 /// `node_modules`). The named programs are guarded like a hook; the rest can only be told.
 pub(super) struct FromWorkTree {
     pub(super) programs: Vec<PathBuf>,
+    /// Folders the hooks' PATH searches before the system's (husky's `node_modules/.bin`):
+    /// an entry there named like a program of the system shadows it for every hook.
+    pub(super) shadowing: Vec<PathBuf>,
     pub(super) told: Vec<String>,
 }
 
 pub(super) fn runs_from_work_tree(hooks_dirs: &[PathBuf], work_tree: &Path) -> FromWorkTree {
     let mut found = FromWorkTree {
         programs: Vec::new(),
+        shadowing: Vec::new(),
         told: Vec::new(),
     };
     for dir in hooks_dirs {
@@ -171,10 +175,14 @@ pub(super) fn runs_from_work_tree(hooks_dirs: &[PathBuf], work_tree: &Path) -> F
                 &mut found.told,
                 "husky's hooks put node_modules/.bin first on their PATH".into(),
             );
+            let bin = work_tree.join("node_modules/.bin");
+            if !found.shadowing.contains(&bin) {
+                found.shadowing.push(bin);
+            }
         }
         for script in scripts {
             for word in script.split(|c: char| {
-                c.is_whitespace() || matches!(c, '"' | '\'' | '=' | '(' | ')' | ';')
+                c.is_whitespace() || matches!(c, '"' | '\'' | '=' | '(' | ')' | ';' | ':')
             }) {
                 if word.starts_with('/') {
                     let p = crate::untrusted_fs::lexical(Path::new(word));

@@ -25,6 +25,9 @@ const MAX_SNAPSHOT_BYTES: usize = 64 << 20;
 /// Entries the audit's walk visits at most per root; past it the audit says it is incomplete.
 pub(super) const MAX_WALK_ENTRIES: usize = 2_000_000;
 
+/// Entries of a folder the hooks search first that are tracked at most.
+const MAX_SHADOWING_ENTRIES: usize = 10_000;
+
 /// Entries of one gitdir (objects aside) looked at for links at most: loose refs and their
 /// logs, one each per branch and tag.
 const MAX_GITDIR_ENTRIES: usize = 200_000;
@@ -52,6 +55,9 @@ pub(super) enum Kind {
     /// creates others in folders that may be links (`refs/heads/`): a new one is removed, a
     /// changed one put back.
     GitLink,
+    /// An entry of a folder the hooks search before the system's PATH (husky's
+    /// `node_modules/.bin`): a new or changed one named like a system program is moved aside.
+    Shadow,
     /// The state of a rebase or cherry-pick in progress that names what git runs when the
     /// operation is continued, outside the sandbox too (its todo list's `exec` lines, a merge
     /// strategy other than git's own): one that names something new is renamed aside.
@@ -213,6 +219,11 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
         for program in &from.programs {
             if inside_any(program, &writable) {
                 snap.track(program, Kind::Hook);
+            }
+        }
+        for dir in &from.shadowing {
+            if inside_any(dir, &writable) {
+                snap.track_shadowing(dir);
             }
         }
         if !from.told.is_empty() {
@@ -432,6 +443,44 @@ impl AuditSnapshot {
         self.track_links(gitdir, 0, &mut budget);
         if budget == 0 {
             self.incomplete = true;
+        }
+    }
+
+    /// The entries of a folder the hooks search first, by what stands there (a link's target,
+    /// a file's stamp), unread: `node_modules/.bin` holds hundreds.
+    fn track_shadowing(&mut self, dir: &Path) {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten().take(MAX_SHADOWING_ENTRIES) {
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                continue;
+            }
+            let path = e.path();
+            let link = meta
+                .file_type()
+                .is_symlink()
+                .then(|| std::fs::read_link(&path).ok())
+                .flatten();
+            let stamp = FileStamp {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                size: meta.size() as i64,
+                mtime: (meta.mtime(), meta.mtime_nsec()),
+                ctime: (meta.ctime(), meta.ctime_nsec()),
+                mode: meta.mode(),
+            };
+            if let std::collections::btree_map::Entry::Vacant(slot) = self.files.entry(path) {
+                slot.insert(Tracked {
+                    kind: Kind::Shadow,
+                    content: None,
+                    stamp: Some(stamp),
+                    exec: None,
+                    link,
+                });
+            }
         }
     }
 
