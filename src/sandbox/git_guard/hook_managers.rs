@@ -186,7 +186,8 @@ pub(super) fn runs_from_work_tree(hooks_dirs: &[PathBuf], work_tree: &Path) -> F
             }) {
                 if word.starts_with('/') {
                     let p = crate::untrusted_fs::lexical(Path::new(word));
-                    if p.starts_with(work_tree) && p != work_tree && !found.programs.contains(&p) {
+                    // A folder (`cd /ws/sub`) is where the hook works, not what it runs.
+                    if p.starts_with(work_tree) && !p.is_dir() && !found.programs.contains(&p) {
                         found.programs.push(p);
                     }
                 } else if word.contains("node_modules/") {
@@ -407,12 +408,11 @@ mod tests {
         let (_d, ws) = ws();
         let hooks = ws.join(".git/hooks");
         std::fs::create_dir_all(&hooks).unwrap();
+        std::fs::create_dir_all(ws.join("sub")).unwrap();
+        let w = ws.display();
         std::fs::write(
             hooks.join("pre-commit"),
-            format!(
-                "#!/bin/sh\nPREK=\"{}/.venv/bin/prek\"\nexec \"$PREK\"\n",
-                ws.display()
-            ),
+            format!("#!/bin/sh\ncd {w}/sub\nPREK=\"{w}/.venv/bin/prek\"\nexec \"$PREK\"\n"),
         )
         .unwrap();
         std::fs::write(hooks.join("pre-push"), "#!/bin/sh\n/usr/bin/true\n").unwrap();
