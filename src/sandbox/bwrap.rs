@@ -422,26 +422,11 @@ fn private_tmp() -> Result<&'static Path, SandboxError> {
             let _ = std::thread::Builder::new()
                 .name("sandbox-tmp-clean".into())
                 .spawn(move || remove_stale_tmp(&stale_base));
-            let uid = rustix::process::getuid().as_raw();
-            let dir = base.join(format!("baton-sandbox-{uid}-{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&dir)
-                .and_then(|()| {
-                    let meta = std::fs::symlink_metadata(&dir)?;
-                    if !meta.is_dir() || meta.uid() != uid {
-                        return Err(std::io::Error::other("not a directory of ours"));
-                    }
-                    std::fs::DirBuilder::new()
-                        .mode(0o1777)
-                        .create(dir.join("tmp"))?;
-                    std::fs::DirBuilder::new()
-                        .mode(0o1777)
-                        .create(dir.join("var-tmp"))
-                })
-                .map_err(|e| format!("creating the private /tmp {}: {e}", dir.display()))?;
-            Ok(dir)
+            private_tmp_in(
+                &base,
+                rustix::process::getuid().as_raw(),
+                std::process::id(),
+            )
         })
         .as_ref()
         .map(PathBuf::as_path)
@@ -460,6 +445,52 @@ pub fn tmp_in_memory() {
     TMP_IN_MEMORY.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// The private `/tmp` folder made for process `pid` of `uid` in `base`. The name is guessable,
+/// and `base` is everyone's: a name another account took first gives way to one with a
+/// random part (a squatter could otherwise stop every command of this process).
+fn private_tmp_in(base: &Path, uid: u32, pid: u32) -> Result<PathBuf, String> {
+    let mut tried = Vec::new();
+    for attempt in 0..8 {
+        let name = if attempt == 0 {
+            format!("baton-sandbox-{uid}-{pid}")
+        } else {
+            format!("baton-sandbox-{uid}-{pid}-{:016x}", random_u64())
+        };
+        let dir = base.join(name);
+        match make_private_tmp(&dir, uid) {
+            Ok(()) => return Ok(dir),
+            Err(e) => tried.push(format!("{}: {e}", dir.display())),
+        }
+    }
+    Err(format!("creating the private /tmp: {}", tried.join("; ")))
+}
+
+/// Makes `dir` a 0700 folder of `uid`'s with `tmp/` and `var-tmp/` inside, replacing what
+/// this user left there (a folder of a process with this pid that is gone).
+fn make_private_tmp(dir: &Path, uid: u32) -> std::io::Result<()> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() || meta.uid() != uid {
+        return Err(std::io::Error::other("not a directory of ours"));
+    }
+    std::fs::DirBuilder::new()
+        .mode(0o1777)
+        .create(dir.join("tmp"))?;
+    std::fs::DirBuilder::new()
+        .mode(0o1777)
+        .create(dir.join("var-tmp"))
+}
+
+/// 64 bits no other account can predict: std's per-process hash keys, which come from the
+/// system's random source.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
 fn remove_stale_tmp(base: &Path) {
     let prefix = format!("baton-sandbox-{}-", rustix::process::getuid().as_raw());
     let Ok(entries) = std::fs::read_dir(base) else {
@@ -470,6 +501,7 @@ fn remove_stale_tmp(base: &Path) {
         let Some(pid) = name
             .to_str()
             .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|p| p.split('-').next())
             .and_then(|p| p.parse::<u32>().ok())
         else {
             continue;
@@ -752,6 +784,32 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_private_tmp_name_taken_first_gives_way_to_a_random_one() {
+        // Twentieth red team (low): another account that made `baton-sandbox-UID-PID` in the
+        // shared /tmp first stopped every command of that baton process.
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let base = tempfile::tempdir().unwrap();
+        let uid = rustix::process::getuid().as_raw();
+        let squatted = base.path().join(format!("baton-sandbox-{uid}-4242"));
+        std::fs::write(&squatted, "taken").unwrap();
+        let dir = private_tmp_in(base.path(), uid, 4242).unwrap();
+        assert_ne!(dir, squatted);
+        assert!(
+            dir.to_string_lossy()
+                .contains(&format!("baton-sandbox-{uid}-4242-"))
+        );
+        let meta = std::fs::symlink_metadata(&dir).unwrap();
+        assert!(meta.is_dir() && meta.uid() == uid);
+        assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+        assert!(dir.join("tmp").is_dir() && dir.join("var-tmp").is_dir());
+        assert_eq!(std::fs::read_to_string(&squatted).unwrap(), "taken");
+        // A folder of this user's from a process with the same pid is replaced in place.
+        std::fs::remove_file(&squatted).unwrap();
+        std::fs::create_dir(&squatted).unwrap();
+        assert_eq!(private_tmp_in(base.path(), uid, 4242).unwrap(), squatted);
+    }
 
     #[test]
     fn people_have_homes_anywhere_and_services_are_not_people() {

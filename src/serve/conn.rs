@@ -141,10 +141,23 @@ fn names_loopback(headers: &axum::http::HeaderMap) -> bool {
     let Ok(host) = host.to_str() else {
         return false;
     };
-    let name = match host.strip_prefix('[') {
-        Some(rest) => rest.split(']').next().unwrap_or(""),
-        None => host.rsplit_once(':').map_or(host, |(name, _port)| name),
+    let (name, port) = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((name, "")) => (name, None),
+            Some((name, after)) => match after.strip_prefix(':') {
+                Some(port) => (name, Some(port)),
+                None => return false,
+            },
+            None => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host, None),
+        },
     };
+    if port.is_some_and(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
+        return false;
+    }
     name.eq_ignore_ascii_case("localhost")
         || name
             .parse::<std::net::IpAddr>()
@@ -374,5 +387,41 @@ pub async fn serve(
     match tokio::time::timeout(drain, open.wait()).await {
         Ok(()) => 0,
         Err(_) => open.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_hosts_with_numeric_ports_name_loopback() {
+        let named = |host: &str| {
+            let mut headers = axum::http::HeaderMap::new();
+            headers.insert(axum::http::header::HOST, host.parse().unwrap());
+            names_loopback(&headers)
+        };
+        for good in [
+            "localhost",
+            "LOCALHOST:8200",
+            "127.0.0.1:1",
+            "127.9.9.9",
+            "[::1]",
+            "[::1]:80",
+        ] {
+            assert!(named(good), "{good}");
+        }
+        for bad in [
+            "evil.example:8200",
+            "localhost:1@evil.com",
+            "localhost:",
+            "[::1]junk",
+            "[::1",
+            "10.0.0.1:80",
+            "localhost.evil.example",
+        ] {
+            assert!(!named(bad), "{bad}");
+        }
+        assert!(names_loopback(&axum::http::HeaderMap::new()));
     }
 }
