@@ -99,6 +99,8 @@ const FOREIGN: &[&str] = &[
     "--pre",
     "--output",
     "--ext-diff",
+    // git commit's, which the audit's word on hooks that run the work tree names (sandbox.md)
+    "--no-verify",
     // git rebase, which the audit's warning about a planted todo list names (sandbox.md)
     "--abort",
     // the options the approval safe list refuses or allows (sandbox.md, "Approvals")

@@ -60,7 +60,7 @@ pub fn audit(before: &AuditSnapshot, policy: &SandboxPolicy) -> Vec<String> {
                 "baton: the git hooks of {} start programs from inside it ({}): a command can \
                  change what they run, and your next `git commit` there runs it outside the \
                  sandbox. Review the session's changes, ignored files too (`git status \
-                 --ignored`), before committing, or commit with `--no-verify`",
+                 --ignored`), before committing, or skip the hooks with `git commit --no-verify`",
                 work_tree.display(),
                 how.iter()
                     .map(|h| crate::protocol::terminal_safe_line(h).into_owned())
