@@ -429,8 +429,17 @@ fn move_hook_aside(fix: &Fixer, path: &Path, then: Option<&Tracked>) -> Option<S
     let shown = path.display();
     let aside = aside_name(path);
     let moved = fix.rename(path, &aside).is_ok();
+    // Hooks, and what a hook (manager) runs or reads: a configuration, a program it names.
+    let is_hook = path
+        .parent()
+        .is_some_and(|p| p.ends_with("hooks") || p.iter().any(|c| c == ".husky"));
+    let what = if is_hook {
+        format!("the git hook {shown}")
+    } else {
+        format!("{shown}, which a git hook runs or reads at each commit,")
+    };
     Some(format!(
-        "baton: a command {} the git hook {shown}; {}",
+        "baton: a command {} {what}; {}",
         if then.is_some() { "changed" } else { "created" },
         if moved {
             format!("it was moved to {} and will not run", aside.display())
