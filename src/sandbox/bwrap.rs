@@ -454,7 +454,7 @@ fn private_tmp_in(base: &Path, uid: u32, pid: u32) -> Result<PathBuf, String> {
         let name = if attempt == 0 {
             format!("baton-sandbox-{uid}-{pid}")
         } else {
-            format!("baton-sandbox-{uid}-{pid}-{:016x}", random_u64())
+            format!("baton-sandbox-{uid}-{pid}-{:016x}", rand::random::<u64>())
         };
         let dir = base.join(name);
         match make_private_tmp(&dir, uid) {
@@ -480,15 +480,6 @@ fn make_private_tmp(dir: &Path, uid: u32) -> std::io::Result<()> {
     std::fs::DirBuilder::new()
         .mode(0o1777)
         .create(dir.join("var-tmp"))
-}
-
-/// 64 bits no other account can predict: std's per-process hash keys, which come from the
-/// system's random source.
-fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.finish()
 }
 
 fn remove_stale_tmp(base: &Path) {

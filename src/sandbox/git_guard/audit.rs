@@ -139,28 +139,6 @@ fn undo_change(
     }
 }
 
-/// A new or changed entry of a folder the hooks search first (husky's `node_modules/.bin`)
-/// that is named like a program of the system (`sh`, `git`, `node`): every hook would start
-/// it in that program's place, outside the sandbox. A package's own command (`eslint`) is
-/// the project's code, and left.
-fn move_shadow_aside(fix: &Fixer, path: &Path, then: Option<&Tracked>) -> Option<String> {
-    let name = path.file_name()?.to_str()?;
-    crate::protocol::host_programs::find_program(name, fix.roots)?;
-    let shown = path.display();
-    let aside = aside_name(path);
-    let moved = fix.rename(path, &aside).is_ok();
-    Some(format!(
-        "baton: a command {} {shown}, which the repository's hooks start in place of the \
-         system's `{name}` (their PATH searches that folder first); {}",
-        if then.is_some() { "changed" } else { "created" },
-        if moved {
-            format!("it was moved to {}", aside.display())
-        } else {
-            "it could not be moved aside: remove it before running git here".into()
-        }
-    ))
-}
-
 /// A link in a gitdir the command made or changed: git would write through it, outside the
 /// workspace, at the user's next commit, checkout or fetch. A changed one is put back; a new
 /// one is removed (a link holds no data; its target is in the warning).
@@ -427,8 +405,6 @@ fn restore_as_before(
 /// A hook, new or changed, is renamed aside so that it never runs.
 fn move_hook_aside(fix: &Fixer, path: &Path, then: Option<&Tracked>) -> Option<String> {
     let shown = path.display();
-    let aside = aside_name(path);
-    let moved = fix.rename(path, &aside).is_ok();
     // Hooks, and what a hook (manager) runs or reads: a configuration, a program it names.
     let is_hook = path
         .parent()
@@ -438,7 +414,29 @@ fn move_hook_aside(fix: &Fixer, path: &Path, then: Option<&Tracked>) -> Option<S
     } else {
         format!("{shown}, which a git hook runs or reads at each commit,")
     };
-    Some(format!(
+    Some(rename_aside_saying(fix, path, then, &what))
+}
+
+/// A new or changed entry of a folder the hooks search first (husky's `node_modules/.bin`)
+/// that is named like a program of the system (`sh`, `git`, `node`): every hook would start
+/// it in that program's place, outside the sandbox. A package's own command (`eslint`) is
+/// the project's code, and left.
+fn move_shadow_aside(fix: &Fixer, path: &Path, then: Option<&Tracked>) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    crate::protocol::host_programs::find_program(name, fix.roots)?;
+    let what = format!(
+        "{}, which the repository's hooks start in place of the system's `{name}` (their PATH \
+         searches that folder first),",
+        path.display()
+    );
+    Some(rename_aside_saying(fix, path, then, &what))
+}
+
+/// Renames `path` aside and says so: "a command created/changed WHAT; it was moved to …".
+fn rename_aside_saying(fix: &Fixer, path: &Path, then: Option<&Tracked>, what: &str) -> String {
+    let aside = aside_name(path);
+    let moved = fix.rename(path, &aside).is_ok();
+    format!(
         "baton: a command {} {what}; {}",
         if then.is_some() { "changed" } else { "created" },
         if moved {
@@ -446,7 +444,7 @@ fn move_hook_aside(fix: &Fixer, path: &Path, then: Option<&Tracked>) -> Option<S
         } else {
             "it could not be moved aside: remove it before running git here".into()
         }
-    ))
+    )
 }
 
 /// Moves a git config whose content the audit cannot know out of git's way (None when it is

@@ -43,14 +43,42 @@ pub(super) const PRE_COMMIT_CONFIGS: &[&str] =
 /// Scripts read at most per hooks folder: a manager's hook is one of git's few hook names.
 const MAX_HOOKS_READ: usize = 64;
 
-/// The files and folders of `work_tree`, existing or not, that a manager whose hook lies in
-/// one of `hooks_dirs` runs commands from. A hook that names no manager adds nothing.
-pub(super) fn obeyed_files(hooks_dirs: &[PathBuf], work_tree: &Path) -> Vec<PathBuf> {
+/// What the hooks in `hooks_dirs` make of `work_tree`, each script read once.
+pub(super) struct Managed {
+    /// The files and folders, existing or not, that a manager whose hook lies there runs
+    /// commands from. A hook that names no manager adds nothing.
+    pub(super) obeyed: Vec<PathBuf>,
+    /// The programs the hooks name by a path in the work tree (a manager installed in the
+    /// project's `.venv`: prek, pre-commit's Python): guarded like a hook.
+    pub(super) programs: Vec<PathBuf>,
+    /// Folders the hooks' PATH searches before the system's (husky's `node_modules/.bin`):
+    /// an entry there named like a program of the system shadows it for every hook.
+    pub(super) shadowing: Vec<PathBuf>,
+    /// How the hooks start programs from inside the work tree, where commands may change
+    /// them (the above, and npm-installed managers run from `node_modules`): what can only be
+    /// told.
+    pub(super) told: Vec<String>,
+}
+
+pub(super) fn managed(hooks_dirs: &[PathBuf], work_tree: &Path) -> Managed {
+    let scripts: Vec<(&PathBuf, Vec<String>)> = hooks_dirs
+        .iter()
+        .map(|dir| (dir, hook_scripts(dir)))
+        .collect();
+    let mut found = Managed {
+        obeyed: obeyed_files(&scripts, work_tree),
+        programs: Vec::new(),
+        shadowing: Vec::new(),
+        told: Vec::new(),
+    };
+    runs_from_work_tree(&scripts, work_tree, &mut found);
+    found
+}
+
+fn obeyed_files(scripts: &[(&PathBuf, Vec<String>)], work_tree: &Path) -> Vec<PathBuf> {
     let mut names: Vec<String> = Vec::new();
-    for dir in hooks_dirs {
-        for script in hook_scripts(dir) {
-            names_for(&script, &mut names);
-        }
+    for script in scripts.iter().flat_map(|(_, s)| s) {
+        names_for(script, &mut names);
     }
     let mut out: Vec<PathBuf> = Vec::new();
     let add = |name: &str, out: &mut Vec<PathBuf>| {
@@ -141,32 +169,14 @@ pub(super) fn guards(path: &Path, writable: &[PathBuf]) -> bool {
         return false;
     };
     let configs = super::gitdirs::GitConfigs::read(&gitdir);
-    let obeyed = obeyed_files(&super::gitdirs::hooks_dirs(&gitdir, &configs, top), top);
+    let obeyed = managed(&super::gitdirs::hooks_dirs(&gitdir, &configs, top), top).obeyed;
     obeyed.iter().any(|o| path.starts_with(o))
         || (applies_below_the_top(path) && obeyed.iter().any(|o| o.file_name() == path.file_name()))
 }
 
-/// How the hooks in `hooks_dirs` start programs from inside `work_tree`, where commands may
-/// change them: the programs they name by a path in it (a manager installed in the project's
-/// `.venv`: prek, pre-commit's Python), and the search paths that lead into it (husky's shims
-/// put `node_modules/.bin` first on their PATH; npm-installed managers run from
-/// `node_modules`). The named programs are guarded like a hook; the rest can only be told.
-pub(super) struct FromWorkTree {
-    pub(super) programs: Vec<PathBuf>,
-    /// Folders the hooks' PATH searches before the system's (husky's `node_modules/.bin`):
-    /// an entry there named like a program of the system shadows it for every hook.
-    pub(super) shadowing: Vec<PathBuf>,
-    pub(super) told: Vec<String>,
-}
-
-pub(super) fn runs_from_work_tree(hooks_dirs: &[PathBuf], work_tree: &Path) -> FromWorkTree {
-    let mut found = FromWorkTree {
-        programs: Vec::new(),
-        shadowing: Vec::new(),
-        told: Vec::new(),
-    };
-    for dir in hooks_dirs {
-        let scripts = hook_scripts(dir);
+/// Fills `found`'s programs, shadowing folders and what is told from the hooks' scripts.
+fn runs_from_work_tree(scripts: &[(&PathBuf, Vec<String>)], work_tree: &Path, found: &mut Managed) {
+    for (dir, scripts) in scripts {
         if scripts.is_empty() {
             continue;
         }
@@ -199,7 +209,6 @@ pub(super) fn runs_from_work_tree(hooks_dirs: &[PathBuf], work_tree: &Path) -> F
     for p in &found.programs {
         push_once(&mut found.told, format!("they run {}", p.display()));
     }
-    found
 }
 
 fn push_once(list: &mut Vec<String>, item: String) {
@@ -354,7 +363,7 @@ mod tests {
         std::fs::create_dir_all(&hooks).unwrap();
         std::fs::write(hooks.join("pre-commit"), PRE_COMMIT_HOOK).unwrap();
         std::fs::write(hooks.join("pre-push.sample"), "lefthook overcommit").unwrap();
-        let got = obeyed_files(std::slice::from_ref(&hooks), &ws);
+        let got = managed(std::slice::from_ref(&hooks), &ws).obeyed;
         assert_eq!(
             got,
             vec![
@@ -369,7 +378,7 @@ mod tests {
             "#!/bin/sh\ncall_lefthook run \"commit-msg\" \"$@\"\n",
         )
         .unwrap();
-        let got = obeyed_files(std::slice::from_ref(&hooks), &ws);
+        let got = managed(std::slice::from_ref(&hooks), &ws).obeyed;
         for want in [
             "lefthook.yml",
             "lefthook-local.toml",
@@ -416,7 +425,7 @@ mod tests {
         )
         .unwrap();
         std::fs::write(hooks.join("pre-push"), "#!/bin/sh\n/usr/bin/true\n").unwrap();
-        let found = runs_from_work_tree(std::slice::from_ref(&hooks), &ws);
+        let found = managed(std::slice::from_ref(&hooks), &ws);
         assert_eq!(found.programs, vec![ws.join(".venv/bin/prek")]);
         assert_eq!(found.told.len(), 1, "{:?}", found.told);
     }
@@ -427,14 +436,14 @@ mod tests {
         let husky = ws.join(".husky");
         std::fs::create_dir_all(&husky).unwrap();
         std::fs::write(husky.join("pre-commit"), "npx lint-staged\n").unwrap();
-        let got = obeyed_files(std::slice::from_ref(&husky), &ws);
+        let got = managed(std::slice::from_ref(&husky), &ws).obeyed;
         assert!(got.contains(&ws.join(".lintstagedrc.json")), "{got:?}");
 
         let outside = "ARGS=(hook-impl --config ../../etc/x.yaml)\npre-commit";
         let hooks = ws.join("hooks");
         std::fs::create_dir_all(&hooks).unwrap();
         std::fs::write(hooks.join("pre-commit"), outside).unwrap();
-        let got = obeyed_files(&[hooks], &ws);
+        let got = managed(&[hooks], &ws).obeyed;
         assert_eq!(
             got,
             vec![

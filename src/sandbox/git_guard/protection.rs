@@ -87,8 +87,8 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
             }
             // What a hook manager installed there runs at each commit: like an included file.
             let dirs = hooks_dirs(&gitdir, &configs, top);
-            let named = hook_managers::runs_from_work_tree(&dirs, top).programs;
-            for obeyed in hook_managers::obeyed_files(&dirs, top).iter().chain(&named) {
+            let managed = hook_managers::managed(&dirs, top);
+            for obeyed in managed.obeyed.iter().chain(&managed.programs) {
                 protect_included(obeyed, &writable, &mut out);
             }
             for included in configs.included() {

@@ -103,6 +103,20 @@ struct FileStamp {
     mode: u32,
 }
 
+impl FileStamp {
+    fn of(meta: &std::fs::Metadata) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size() as i64,
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+            mode: meta.mode(),
+        }
+    }
+}
+
 impl Tracked {
     /// Whether `self` and `other` show git the same thing: the same content where both were
     /// read, else the same file unchanged.
@@ -214,8 +228,8 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
             }
         }
         let dirs = hooks_dirs(&gitdir, &configs, work_tree);
-        let obeyed = hook_managers::obeyed_files(&dirs, work_tree);
-        let from = hook_managers::runs_from_work_tree(&dirs, work_tree);
+        let from = hook_managers::managed(&dirs, work_tree);
+        let obeyed = &from.obeyed;
         for program in &from.programs {
             if inside_any(program, &writable) {
                 snap.track(program, Kind::Hook);
@@ -337,14 +351,7 @@ impl AuditSnapshot {
         let Ok(meta) = f.metadata() else {
             return (None, None);
         };
-        let stamp = FileStamp {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.size() as i64,
-            mtime: (meta.mtime(), meta.mtime_nsec()),
-            ctime: (meta.ctime(), meta.ctime_nsec()),
-            mode: meta.mode(),
-        };
+        let stamp = FileStamp::of(&meta);
         let size = meta.size() as usize;
         if size > MAX_TRACKED_BYTES || self.held + size > MAX_SNAPSHOT_BYTES {
             return (Some(stamp), None);
@@ -449,7 +456,6 @@ impl AuditSnapshot {
     /// The entries of a folder the hooks search first, by what stands there (a link's target,
     /// a file's stamp), unread: `node_modules/.bin` holds hundreds.
     fn track_shadowing(&mut self, dir: &Path) {
-        use std::os::unix::fs::MetadataExt;
         let Ok(rd) = std::fs::read_dir(dir) else {
             return;
         };
@@ -464,14 +470,7 @@ impl AuditSnapshot {
                 .is_symlink()
                 .then(|| std::fs::read_link(&path).ok())
                 .flatten();
-            let stamp = FileStamp {
-                dev: meta.dev(),
-                ino: meta.ino(),
-                size: meta.size() as i64,
-                mtime: (meta.mtime(), meta.mtime_nsec()),
-                ctime: (meta.ctime(), meta.ctime_nsec()),
-                mode: meta.mode(),
-            };
+            let stamp = FileStamp::of(&meta);
             if let std::collections::btree_map::Entry::Vacant(slot) = self.files.entry(path) {
                 slot.insert(Tracked {
                     kind: Kind::Shadow,
