@@ -802,9 +802,7 @@ async fn a_link_left_in_a_git_directory_is_not_written_through_by_the_users_git(
     }
     let r = repo();
     let nested = r.ws.join("vendor/lib");
-    std::fs::create_dir_all(&nested).expect("mkdir");
-    r.git(&nested, &["init", "-q", "-b", "main"]);
-    r.git(&nested, &["commit", "-q", "--allow-empty", "-m", "first"]);
+    r.repo_with(&nested, "README", "lib\n");
     let outside = r.base.join("outside");
     let files = [
         "bashrc",
@@ -892,8 +890,7 @@ async fn a_hook_the_user_disabled_stays_disabled_when_a_command_makes_it_executa
     }
     let r = repo();
     let nested = r.ws.join("vendor/lib");
-    std::fs::create_dir_all(&nested).expect("mkdir");
-    r.git(&nested, &["init", "-q", "-b", "main"]);
+    r.repo_with(&nested, "README", "lib\n");
     let hook = nested.join(".git/hooks/pre-commit");
     let evil = r.evil_script(&hook);
     let _ = Command::new("chmod").arg("644").arg(&evil).status();
