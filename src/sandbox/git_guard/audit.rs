@@ -412,7 +412,7 @@ fn move_hook_aside(fix: &Fixer, path: &Path, then: Option<&Tracked>) -> Option<S
     let what = if is_hook {
         format!("the git hook {shown}")
     } else {
-        format!("{shown}, which a git hook runs or reads at each commit,")
+        format!("{shown}, which a git hook runs or reads at each commit")
     };
     Some(rename_aside_saying(fix, path, then, &what))
 }
@@ -426,7 +426,7 @@ fn move_shadow_aside(fix: &Fixer, path: &Path, then: Option<&Tracked>) -> Option
     crate::protocol::host_programs::find_program(name, fix.roots)?;
     let what = format!(
         "{}, which the repository's hooks start in place of the system's `{name}` (their PATH \
-         searches that folder first),",
+         searches that folder first)",
         path.display()
     );
     Some(rename_aside_saying(fix, path, then, &what))

@@ -200,7 +200,7 @@ fn runs_from_work_tree(scripts: &[(&PathBuf, Vec<String>)], work_tree: &Path, fo
                     if p.starts_with(work_tree) && !p.is_dir() && !found.programs.contains(&p) {
                         found.programs.push(p);
                     }
-                } else if word.contains("node_modules/") {
+                } else if word.contains("node_modules/") && word != "node_modules/.bin" {
                     push_once(&mut found.told, format!("they run {word}"));
                 }
             }
