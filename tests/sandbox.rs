@@ -612,6 +612,28 @@ fn baton_sandbox_runs_its_command_in_its_cgroup_with_a_tmp_of_its_own() {
 }
 
 #[test]
+fn the_sandbox_reports_a_held_commands_end_with_its_status_before_its_own_exit() {
+    if !enforceable_or_refusal_checked() {
+        return;
+    }
+    let f = fixture();
+    let policy = SandboxPolicy::new(SandboxMode::WorkspaceWrite, &f.ws);
+    for (script, code) in [("exit 3", 3), ("kill -9 $$", 137), ("true", 0)] {
+        let argv: Vec<String> = ["sh", "-c", script].map(String::from).into();
+        let (mut cmd, guard, mut watch) =
+            baton::sandbox::watched_command(&policy, &argv, Session::NewGroup)
+                .expect("sandbox prepares");
+        cmd.current_dir(&f.ws).stdin(Stdio::null());
+        let mut child = guard.spawn_alone(&mut cmd).expect("spawn");
+        watch.started();
+        // Reported once every process of the command is gone, as bubblewrap exits with it.
+        assert_eq!(watch.ended(), Some(code), "{script}");
+        assert_eq!(watch.ended(), Some(code), "asked again: {script}");
+        assert_eq!(child.wait().expect("wait").code(), Some(code), "{script}");
+    }
+}
+
+#[test]
 fn a_held_command_runs_only_once_its_gate_opens_and_never_when_the_gate_is_dropped() {
     if !enforceable_or_refusal_checked() {
         return;

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 use crate::protocol::{SandboxMode, terminal_safe_line};
-use crate::sandbox::{Backend, SandboxPolicy, Session, probe, watched_command};
+use crate::sandbox::{Backend, GitWatch, SandboxPolicy, Session, probe, watched_command};
 use crate::tool::shell::pty::{Pty, WindowSize};
 
 /// Arguments of `baton sandbox`.
@@ -163,13 +163,19 @@ pub fn run(args: SandboxArgs) -> i32 {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);
     }
+    // Made as soon as the sandbox reports every process of the command gone, beside
+    // bubblewrap's own teardown; else once it has exited.
+    let mut warnings = None;
     let status = if session == Session::PtyLeader {
         guard.install(&mut cmd);
-        run_on_pty(cmd, tty, || watch.started())
+        run_on_pty(cmd, tty, &mut watch, &mut warnings)
     } else {
         // No other thread runs yet: bubblewrap can start without a fork of this process.
         guard.spawn_alone(&mut cmd).and_then(|mut child| {
             watch.started();
+            if watch.ended().is_some() {
+                warnings = Some(watch.audit());
+            }
             child.wait()
         })
     };
@@ -185,7 +191,7 @@ pub fn run(args: SandboxArgs) -> i32 {
         }
     };
     drop(guard);
-    for warning in watch.audit() {
+    for warning in warnings.unwrap_or_else(|| watch.audit()) {
         eprintln!("baton sandbox: warning: {}", terminal_safe_line(&warning));
     }
     status
@@ -234,12 +240,14 @@ impl Drop for RawMode {
 }
 
 /// Runs `cmd` with a new PTY in place of each terminal among its stdio, relaying the PTY to
-/// the caller's terminal: keys in (stdin raw), output out, window size followed. `release`
-/// runs once the command is spawned.
+/// the caller's terminal: keys in (stdin raw), output out, window size followed. The command
+/// is released from `watch`'s gate once spawned, and `watch`'s audit is put in `warnings` as
+/// soon as the sandbox reports the command gone (while output may still be relayed).
 fn run_on_pty(
     mut cmd: std::process::Command,
     tty: [bool; 3],
-    release: impl FnOnce(),
+    watch: &mut GitWatch,
+    warnings: &mut Option<Vec<String>>,
 ) -> std::io::Result<std::process::ExitStatus> {
     let size = window_size();
     let pty = Pty::open(size).map_err(std::io::Error::other)?;
@@ -257,7 +265,7 @@ fn run_on_pty(
         .stderr(slave(tty[2])?);
     let mut child = cmd.spawn()?;
     drop(cmd);
-    release();
+    watch.started();
     let Pty { master, slave } = pty;
     drop(slave);
     let _raw = tty[0].then(RawMode::enter);
@@ -297,18 +305,24 @@ fn run_on_pty(
         });
     // A caller's terminal that hangs up stays readable-at-EOF: stop polling it then.
     let mut stdin_open = tty[0];
+    let mut awaiting_end = true;
     let stdin = std::io::stdin();
     let status = loop {
         use rustix::event::{PollFd, PollFlags, Timespec};
         if let Some(status) = child.try_wait()? {
             break status;
         }
-        // Stdin (while open) first, then the pidfd (where there is one).
-        let mut fds = Vec::with_capacity(2);
+        // Stdin (while open) first, then the pidfd (where there is one), then the sandbox's
+        // report of the command's end (until it came).
+        let mut fds = Vec::with_capacity(3);
         if stdin_open {
             fds.push(PollFd::new(&stdin, PollFlags::IN));
         }
         if let Some(fd) = &pidfd {
+            fds.push(PollFd::new(fd, PollFlags::IN));
+        }
+        let end_report = watch.end_report().filter(|_| awaiting_end);
+        if let Some(fd) = &end_report {
             fds.push(PollFd::new(fd, PollFlags::IN));
         }
         // With a pidfd the timeout only paces the window-size check.
@@ -330,6 +344,15 @@ fn run_on_pty(
             _ => PollFlags::empty(),
         };
         drop(fds);
+        if awaiting_end
+            && n > 0
+            && let Some(told) = watch.try_ended()
+        {
+            awaiting_end = false;
+            if told.is_some() {
+                *warnings = Some(watch.audit());
+            }
+        }
         if n > 0 && stdin_events.contains(PollFlags::IN) {
             let mut buf = [0u8; 4096];
             match rustix::io::read(&stdin, &mut buf) {

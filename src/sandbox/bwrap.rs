@@ -281,6 +281,13 @@ impl Bwrap {
         self.held.clear();
     }
 
+    /// Has bubblewrap write its JSON status lines to descriptor `fd` (which it must inherit):
+    /// the child's pid at the start and, once the pid namespace's first process is reaped
+    /// (every process of the command gone), its exit code, before its own teardown.
+    pub fn report_status_to(&mut self, fd: RawFd) -> &mut Self {
+        self.arg("--json-status-fd").arg(fd.to_string())
+    }
+
     /// Where the held binds land, and what must be there.
     pub fn held_mounts(&self) -> Vec<HeldMount> {
         self.held.clone()

@@ -15,7 +15,7 @@
 //! executed only once the gate is opened.
 
 use std::ffi::{CStr, CString, OsStr, OsString};
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -67,6 +67,10 @@ struct UserNs {
 #[derive(Debug)]
 pub struct StartGate {
     write: OwnedFd,
+    /// baton's copy of the write end of the [`CommandEnd`] pipe: bubblewrap has its own once
+    /// spawned, and this one is closed with the gate, so that the pipe's end of file means
+    /// bubblewrap is gone.
+    _report: OwnedFd,
 }
 
 impl StartGate {
@@ -80,11 +84,90 @@ impl StartGate {
     }
 }
 
+/// Where bubblewrap tells that a held command has ended: it writes the exit code once the
+/// command's pid namespace is empty (its first process reaped, which the kernel does only
+/// after every other process in it is gone) and before its own exit, which tears down the
+/// command's mounts. What must wait until nothing of the command can write any more (the
+/// git audit) can start here, beside that teardown, instead of after it.
+#[derive(Debug)]
+pub struct CommandEnd {
+    read: OwnedFd,
+    pending: Vec<u8>,
+    /// What the report said, once read (it comes once).
+    told: Option<Option<i32>>,
+}
+
+impl CommandEnd {
+    /// The descriptor to poll for [`CommandEnd::try_ended`].
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.read.as_fd()
+    }
+
+    /// Blocks until bubblewrap reports the command's end, and returns its exit status as
+    /// bubblewrap gives it (128 + the signal for a killed command); `None` when bubblewrap
+    /// ended without reporting one (its setup failed, or it was killed).
+    pub fn ended(&mut self) -> Option<i32> {
+        loop {
+            if let Some(told) = self.try_ended() {
+                return told;
+            }
+            let mut fds = [rustix::event::PollFd::new(
+                &self.read,
+                rustix::event::PollFlags::IN,
+            )];
+            // EINTR: look again.
+            let _ = rustix::event::poll(&mut fds, None);
+        }
+    }
+
+    /// Without blocking: `Some` once the report has come (as [`CommandEnd::ended`] returns
+    /// it), `None` while the command may still run.
+    pub fn try_ended(&mut self) -> Option<Option<i32>> {
+        if self.told.is_none() {
+            self.told = self.read_available();
+        }
+        self.told
+    }
+
+    fn read_available(&mut self) -> Option<Option<i32>> {
+        let mut buf = [0u8; 512];
+        loop {
+            while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                if let Some(code) = exit_code_in(&line) {
+                    return Some(Some(code));
+                }
+            }
+            // bubblewrap writes two short lines; anything longer is not its report.
+            if self.pending.len() > 64 * 1024 {
+                return Some(None);
+            }
+            match rustix::io::read(&self.read, &mut buf) {
+                Ok(0) => return Some(None),
+                Ok(n) => self.pending.extend_from_slice(&buf[..n]),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => return None,
+                Err(_) => return Some(None),
+            }
+        }
+    }
+}
+
+/// The exit code in one of bubblewrap's JSON status lines (`{ "exit-code": 0 }`), if it is
+/// that line.
+fn exit_code_in(line: &[u8]) -> Option<i32> {
+    let value: serde_json::Value = serde_json::from_slice(line).ok()?;
+    i32::try_from(value.get("exit-code")?.as_i64()?).ok()
+}
+
 /// The bubblewrap command line of one command: its world, the helper and what it applies.
 struct Wrapper {
     world: bwrap::Bwrap,
     helper: Helper,
     spec: InnerSpec,
+    /// The write end bubblewrap reports the command's end to ([`CommandEnd`]).
+    report: Option<RawFd>,
 }
 
 impl Wrapper {
@@ -99,10 +182,12 @@ impl Wrapper {
             .into_iter()
             .chain(self.spec.join.iter().copied())
             .chain(self.spec.gate)
+            .chain(self.report)
             .chain(self.world.held_fds())
             // SAFETY: the image is baton's own, open for the life of the process; the cgroup
             // files and the gate are owned by the `PreparedSandbox` that holds this wrapper,
-            // the held binds' descriptors by `world`: all outlive the borrow of `self`.
+            // the held binds' descriptors by `world`, the report's write end by the caller's
+            // `StartGate` until the spawn is done: all outlive the borrow of `self`.
             .map(|fd| unsafe { BorrowedFd::borrow_raw(fd) })
     }
 }
@@ -123,6 +208,10 @@ pub struct PreparedSandbox {
     /// The read end of the [`StartGate`] pipe, when the caller holds the command (bubblewrap
     /// inherits it; the helper reads it).
     gate: Option<OwnedFd>,
+    /// A read end of the [`CommandEnd`] pipe kept for as long as the command may run, so
+    /// that bubblewrap's report never meets a closed pipe (SIGPIPE) when the caller drops
+    /// its `CommandEnd` before the command ends (an abandoned start).
+    report: Option<OwnedFd>,
 }
 
 impl std::fmt::Debug for PreparedSandbox {
@@ -156,6 +245,7 @@ impl PreparedSandbox {
                 env: super::env::command_only_unwrapped(std::env::vars_os()),
                 session,
                 gate: None,
+                report: None,
             });
         }
         ensure_git_protections_exist(policy);
@@ -210,6 +300,7 @@ impl PreparedSandbox {
                         rlimit_nproc: matches!(bound, ProcessBound::Rlimit(_)),
                         held,
                     },
+                    report: None,
                 }),
                 landlock: None,
                 seccomp: Vec::new(),
@@ -220,6 +311,7 @@ impl PreparedSandbox {
                 env,
                 session,
                 gate: None,
+                report: None,
             });
         }
         // No helper runs inside: the command's own variables take their names now, in the
@@ -265,6 +357,7 @@ impl PreparedSandbox {
             env,
             session,
             gate: None,
+            report: None,
         })
     }
 
@@ -273,20 +366,45 @@ impl PreparedSandbox {
     /// `None` without bubblewrap (the sandbox off, the landlock backend): there nothing runs
     /// between the fork and the exec that could wait, since `Command::spawn` itself waits for
     /// the exec; whatever must come first has to be done before the spawn.
-    pub fn hold(&mut self) -> Result<Option<StartGate>, SandboxError> {
+    /// The [`CommandEnd`] returned beside the gate tells when the command has ended; keep it
+    /// until then (bubblewrap writing to a closed pipe would die of SIGPIPE).
+    pub fn hold(&mut self) -> Result<Option<(StartGate, CommandEnd)>, SandboxError> {
         let Some(w) = &mut self.wrapper else {
             return Ok(None);
         };
-        let (read, write) =
+        let pipe = |what: &str| {
             rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| {
-                SandboxError::Setup(format!(
-                    "creating the start gate: {}",
-                    std::io::Error::from(e)
-                ))
-            })?;
+                SandboxError::Setup(format!("creating {what}: {}", std::io::Error::from(e)))
+            })
+        };
+        let (read, write) = pipe("the start gate")?;
+        let (report_read, report_write) = pipe("the pipe for the command's end")?;
+        // Only baton's end is non-blocking: bubblewrap's writes stay as they are.
+        rustix::fs::fcntl_setfl(&report_read, rustix::fs::OFlags::NONBLOCK).map_err(|e| {
+            SandboxError::Setup(format!(
+                "the pipe for the command's end: {}",
+                std::io::Error::from(e)
+            ))
+        })?;
         w.spec.gate = Some(read.as_raw_fd());
+        w.report = Some(report_write.as_raw_fd());
+        w.world.report_status_to(report_write.as_raw_fd());
         self.gate = Some(read);
-        Ok(Some(StartGate { write }))
+        self.report =
+            Some(report_read.try_clone().map_err(|e| {
+                SandboxError::Setup(format!("the pipe for the command's end: {e}"))
+            })?);
+        Ok(Some((
+            StartGate {
+                write,
+                _report: report_write,
+            },
+            CommandEnd {
+                read: report_read,
+                pending: Vec::new(),
+                told: None,
+            },
+        )))
     }
 
     pub fn mode(&self) -> SandboxMode {

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::Arc;
 
 use super::git_guard::{self, AuditSnapshot};
-use super::launch::{PreparedSandbox, Session, StartGate};
+use super::launch::{CommandEnd, PreparedSandbox, Session, StartGate};
 use super::policy::SandboxPolicy;
 use super::{SandboxError, prepared_command};
 
@@ -16,6 +16,7 @@ use super::{SandboxError, prepared_command};
 pub struct GitWatch {
     policy: SandboxPolicy,
     gate: Option<StartGate>,
+    end: Option<CommandEnd>,
     before: Option<AuditSnapshot>,
 }
 
@@ -28,16 +29,18 @@ pub fn watched_command(
     argv: &[String],
     session: Session,
 ) -> Result<(Command, Arc<PreparedSandbox>, GitWatch), SandboxError> {
-    let mut gate = None;
+    let mut held = None;
     let (prepared, cmd) = prepared_command(policy, argv, session, |p| {
-        gate = p.hold()?;
+        held = p.hold()?;
         Ok(())
     })?;
+    let (gate, end) = held.unzip();
     // A backend that cannot hold the command has what git trusts looked at before the spawn.
     let before = gate.is_none().then(|| git_guard::snapshot(policy));
     let watch = GitWatch {
         policy: policy.clone(),
         gate,
+        end,
         before,
     };
     Ok((cmd, Arc::new(prepared), watch))
@@ -51,6 +54,26 @@ impl GitWatch {
             self.before = Some(git_guard::snapshot(&self.policy));
             let _ = gate.open();
         }
+    }
+
+    /// Where the backend reports the command's end before its own teardown (bubblewrap):
+    /// poll it for [`GitWatch::try_ended`]. `None` where only the process's exit tells.
+    pub fn end_report(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.end.as_ref().map(CommandEnd::fd)
+    }
+
+    /// [`GitWatch::ended`] without blocking: `None` while the command may still run.
+    pub fn try_ended(&mut self) -> Option<Option<i32>> {
+        self.end.as_mut().map_or(Some(None), CommandEnd::try_ended)
+    }
+
+    /// Blocks until the backend reports that every process of the command is gone, and
+    /// returns the command's exit status (128 + the signal for a killed one): from then on
+    /// [`GitWatch::audit`] may run while the sandbox is still being taken down. `None` where
+    /// the backend reports nothing (the sandbox off, Landlock), or it ended without a report
+    /// (a setup that failed): then only the process's exit says the command is over.
+    pub fn ended(&mut self) -> Option<i32> {
+        self.end.as_mut()?.ended()
     }
 
     /// Once nothing of the command can write any more: undoes git config, hooks and

@@ -1182,6 +1182,53 @@ fn baton_sandbox_undoes_a_gitlink_over_a_nested_repo_with_fsmonitor() {
     );
 }
 
+#[test]
+fn a_command_cannot_end_its_audit_early_by_posing_as_the_sandboxs_end_report() {
+    if !enforceable() {
+        return;
+    }
+    // `baton sandbox` audits as soon as bubblewrap reports the command's end, beside its
+    // teardown. The report's pipe is bubblewrap's alone: a command writing a report of its
+    // own to every descriptor, then planting, and leaving a process behind that plants later
+    // is still undone, and the one left behind never gets to plant.
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let plant = |dir: &str| {
+        format!(
+            "git init -q {dir} && git -C {dir} config core.fsmonitor {evil}",
+            evil = evil.display()
+        )
+    };
+    let script = format!(
+        "for fd in $(seq 3 64); do (printf '{{ \"exit-code\": 0 }}\\n' >&$fd) 2>/dev/null; \
+         done; (sleep 0.5; {late}) & sleep 0.2; {now} && echo planted",
+        late = plant("late"),
+        now = plant("now"),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["sandbox", "--", "sh", "-c", &script])
+        .current_dir(&r.ws)
+        .env("HOME", &r.home)
+        .env("XDG_CONFIG_HOME", r.home.join(".config"))
+        .env("XDG_DATA_HOME", r.home.join(".local/share"))
+        .env("XDG_STATE_HOME", r.home.join(".local/state"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run baton sandbox");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("planted"), "{stdout}\n{stderr}");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    assert!(
+        !r.ws.join("late").exists(),
+        "a process outlived its command"
+    );
+    r.git(&r.ws.join("now"), &["status"]);
+    r.assert_not_run("baton sandbox: a plant after a fake end report");
+    assert!(stderr.contains("core.fsmonitor"), "{stderr}");
+}
+
 /// Thirteenth red team, medium: the user's global git config lying in the workspace (a
 /// `~/.gitconfig` linked into the dotfiles repository being worked on, or `GIT_CONFIG_GLOBAL`
 /// naming a file there) was neither read-only to commands nor audited: a planted
