@@ -66,6 +66,19 @@ fn repo() -> Repo {
 }
 
 impl Repo {
+    /// `baton sandbox -- sh -c SCRIPT` in the workspace, as the user runs it: the fixture's
+    /// home and XDG folders.
+    fn baton_sandbox(&self, script: &str) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_baton"));
+        c.args(["sandbox", "--", "sh", "-c", script])
+            .current_dir(&self.ws)
+            .env("HOME", &self.home)
+            .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .env("XDG_DATA_HOME", self.home.join(".local/share"))
+            .env("XDG_STATE_HOME", self.home.join(".local/state"));
+        c
+    }
+
     /// The user's own git, outside any sandbox: their environment, no system config, a home
     /// of its own, never looking above the fixture for a repository.
     fn git_output(&self, dir: &Path, args: &[&str]) -> Output {
@@ -1159,13 +1172,8 @@ fn baton_sandbox_undoes_a_gitlink_over_a_nested_repo_with_fsmonitor() {
         home = r.home.display(),
         evil = evil.display()
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
-        .args(["sandbox", "--", "sh", "-c", &script])
-        .current_dir(&r.ws)
-        .env("HOME", &r.home)
-        .env("XDG_CONFIG_HOME", r.home.join(".config"))
-        .env("XDG_DATA_HOME", r.home.join(".local/share"))
-        .env("XDG_STATE_HOME", r.home.join(".local/state"))
+    let out = r
+        .baton_sandbox(&script)
         .stdin(std::process::Stdio::null())
         .output()
         .expect("run baton sandbox");
@@ -1205,13 +1213,8 @@ fn a_command_cannot_end_its_audit_early_by_posing_as_the_sandboxs_end_report() {
         late = plant("late"),
         now = plant("now"),
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
-        .args(["sandbox", "--", "sh", "-c", &script])
-        .current_dir(&r.ws)
-        .env("HOME", &r.home)
-        .env("XDG_CONFIG_HOME", r.home.join(".config"))
-        .env("XDG_DATA_HOME", r.home.join(".local/share"))
-        .env("XDG_STATE_HOME", r.home.join(".local/state"))
+    let out = r
+        .baton_sandbox(&script)
         .stdin(std::process::Stdio::null())
         .output()
         .expect("run baton sandbox");
@@ -1694,16 +1697,7 @@ fn a_dangling_git_config_link_is_not_written_through_by_the_next_launch() {
     }
     let r = repo_at("ws", false);
     let victim = r.base.join("outside/created-by-baton");
-    let baton = |script: &str| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_baton"));
-        c.args(["sandbox", "--", "sh", "-c", script])
-            .current_dir(&r.ws)
-            .env("HOME", &r.home)
-            .env("XDG_CONFIG_HOME", r.home.join(".config"))
-            .env("XDG_DATA_HOME", r.home.join(".local/share"))
-            .env("XDG_STATE_HOME", r.home.join(".local/state"));
-        c
-    };
+    let baton = |script: &str| r.baton_sandbox(script);
     let mut first = baton(&format!(
         "mkdir .git && ln -s '{}' .git/config && echo planted && read x",
         victim.display()
