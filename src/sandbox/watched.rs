@@ -71,7 +71,8 @@ impl GitWatch {
     /// returns the command's exit status (128 + the signal for a killed one): from then on
     /// [`GitWatch::audit`] may run while the sandbox is still being taken down. `None` where
     /// the backend reports nothing (the sandbox off, Landlock), or it ended without a report
-    /// (a setup that failed): then only the process's exit says the command is over.
+    /// (a setup that failed): then only the process's exit says the command is over. Call it
+    /// after [`GitWatch::started`]: until then baton holds a write end of the report's pipe.
     pub fn ended(&mut self) -> Option<i32> {
         self.end.as_mut()?.ended()
     }
