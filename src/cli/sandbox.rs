@@ -10,9 +10,14 @@ use std::io::{IsTerminal, Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 
 use crate::protocol::{SandboxMode, terminal_safe_line};
-use crate::sandbox::{Backend, GitWatch, SandboxPolicy, Session, probe, watched_command};
+use crate::sandbox::{
+    Backend, GitWatch, PreparedSandbox, SandboxPolicy, Session, probe, watched_command,
+};
 use crate::tool::shell::pty::{Pty, WindowSize};
 
 /// Arguments of `baton sandbox`.
@@ -157,23 +162,48 @@ pub fn run(args: SandboxArgs) -> i32 {
         }
     };
     cmd.current_dir(&workspace);
-    // Like `env` or `timeout`: Ctrl-C goes to the command; we wait for it and clean up.
-    // SAFETY: setting signal dispositions to ignore; the child resets them before exec.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    // On a terminal Ctrl-C and Ctrl-\ are keys for the command (relayed through its PTY).
+    // Any other way this process is asked to stop (a closed terminal, `timeout`, a CI job's
+    // SIGTERM, Ctrl-C where the command is not on the terminal) stops the command, and the
+    // audit is still made before this process exits.
+    let stops: &[Signal] = if session == Session::PtyLeader {
+        // SAFETY: setting signal dispositions to ignore; the child resets them before exec.
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+        }
+        &[Signal::SIGTERM, Signal::SIGHUP]
+    } else {
+        &[
+            Signal::SIGTERM,
+            Signal::SIGHUP,
+            Signal::SIGINT,
+            Signal::SIGQUIT,
+        ]
+    };
+    for &sig in stops {
+        let action = SigAction::new(
+            SigHandler::Handler(stop_the_command),
+            SaFlags::SA_RESTART,
+            SigSet::empty(),
+        );
+        // SAFETY: the handler only loads and stores atomics and calls kill(2), which is
+        // async-signal-safe.
+        let _ = unsafe { sigaction(sig, &action) };
     }
     // Made as soon as the sandbox reports every process of the command gone, beside
     // bubblewrap's own teardown; else once it has exited.
     let mut warnings = None;
     let status = if session == Session::PtyLeader {
         guard.install(&mut cmd);
-        run_on_pty(cmd, tty, &mut watch, &mut warnings)
+        run_on_pty(cmd, tty, &guard, &mut watch, &mut warnings)
     } else {
         // No other thread runs yet: bubblewrap can start without a fork of this process.
         guard.spawn_alone(&mut cmd).and_then(|mut child| {
+            running(child.id());
             watch.started();
             if watch.ended().is_some() {
+                watch.wait_until_gone(&guard);
                 warnings = Some(watch.audit());
             }
             child.wait()
@@ -190,13 +220,53 @@ pub fn run(args: SandboxArgs) -> i32 {
             };
         }
     };
+    let warnings = warnings.unwrap_or_else(|| {
+        watch.wait_until_gone(&guard);
+        watch.audit()
+    });
     drop(guard);
-    for warning in warnings.unwrap_or_else(|| watch.audit()) {
+    let stopped_by = STOPPED_BY.load(Ordering::SeqCst);
+    for warning in warnings {
         eprintln!("baton sandbox: warning: {}", terminal_safe_line(&warning));
+    }
+    if stopped_by != 0 {
+        return 128 + stopped_by;
     }
     status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// The process `baton sandbox` waits for (bubblewrap, or the command itself without it),
+/// for [`stop_the_command`]; 0 before the spawn.
+static RUNNING: AtomicI32 = AtomicI32::new(0);
+/// The signal that asked `baton sandbox` to stop, 0 for none.
+static STOPPED_BY: AtomicI32 = AtomicI32::new(0);
+
+/// Signal handler: kills what runs the command (bubblewrap takes the command's pid namespace
+/// along). `baton sandbox` then goes on as after any end: the audit, then its exit.
+extern "C" fn stop_the_command(sig: libc::c_int) {
+    STOPPED_BY.store(sig, Ordering::SeqCst);
+    let pid = RUNNING.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill(2) is async-signal-safe; the pid is our own child's, not yet reaped.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Records the spawned process for [`stop_the_command`], and stops it at once if a stop was
+/// asked for before it existed.
+fn running(pid: u32) {
+    let pid = i32::try_from(pid).unwrap_or(0);
+    RUNNING.store(pid, Ordering::SeqCst);
+    if STOPPED_BY.load(Ordering::SeqCst) != 0 && pid > 0 {
+        // SAFETY: as in the handler.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
 }
 
 /// The caller's window size (from the first terminal among stdin/stdout/stderr).
@@ -246,6 +316,7 @@ impl Drop for RawMode {
 fn run_on_pty(
     mut cmd: std::process::Command,
     tty: [bool; 3],
+    sandbox: &PreparedSandbox,
     watch: &mut GitWatch,
     warnings: &mut Option<Vec<String>>,
 ) -> std::io::Result<std::process::ExitStatus> {
@@ -264,6 +335,7 @@ fn run_on_pty(
         .stdout(slave(tty[1])?)
         .stderr(slave(tty[2])?);
     let mut child = cmd.spawn()?;
+    running(child.id());
     drop(cmd);
     watch.started();
     let Pty { master, slave } = pty;
@@ -350,6 +422,7 @@ fn run_on_pty(
         {
             awaiting_end = false;
             if told.is_some() {
+                watch.wait_until_gone(sandbox);
                 *warnings = Some(watch.audit());
             }
         }

@@ -95,6 +95,9 @@ pub struct CommandEnd {
     pending: Vec<u8>,
     /// What the report said, once read (it comes once).
     told: Option<Option<i32>>,
+    /// The sandbox's first process (bubblewrap's `child-pid`, the init of the command's pid
+    /// namespace), once [`CommandEnd::learn_init`] has read it.
+    init: Option<OwnedFd>,
 }
 
 impl CommandEnd {
@@ -112,53 +115,121 @@ impl CommandEnd {
             if let Some(told) = self.try_ended() {
                 return told;
             }
+            self.wait_readable();
+        }
+    }
+
+    /// Reads bubblewrap's first status line (written once it has made the sandbox's first
+    /// process, before the command may start) and holds a pidfd of that process: the init of
+    /// the command's pid namespace, which the kernel lets finish its exit only after every
+    /// other process in the namespace is gone. Nothing when bubblewrap ended first.
+    pub fn learn_init(&mut self) {
+        while self.init.is_none() && self.told.is_none() {
+            if let Some(pid) = self.take_line_with("child-pid") {
+                self.init = i32::try_from(pid)
+                    .ok()
+                    .and_then(rustix::process::Pid::from_raw)
+                    .and_then(|pid| {
+                        rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+                    });
+                return;
+            }
+            match self.read_more() {
+                Some(true) => {}
+                Some(false) => self.wait_readable(),
+                None => return,
+            }
+        }
+    }
+
+    /// Blocks until the sandbox's first process (see [`CommandEnd::learn_init`]) is gone:
+    /// then no process of the command is left, asleep in the kernel or not. At once when it
+    /// was never learnt.
+    pub fn wait_init_gone(&self) {
+        let Some(init) = &self.init else {
+            return;
+        };
+        loop {
             let mut fds = [rustix::event::PollFd::new(
-                &self.read,
+                init,
                 rustix::event::PollFlags::IN,
             )];
-            // EINTR: look again.
-            let _ = rustix::event::poll(&mut fds, None);
+            if rustix::event::poll(&mut fds, None).is_ok_and(|n| n > 0) {
+                return;
+            }
+        }
+    }
+
+    fn wait_readable(&self) {
+        let mut fds = [rustix::event::PollFd::new(
+            &self.read,
+            rustix::event::PollFlags::IN,
+        )];
+        // EINTR: look again.
+        let _ = rustix::event::poll(&mut fds, None);
+    }
+
+    /// The number in the first pending line that has `key`, that line and those before it
+    /// consumed; `None` (nothing consumed) when no complete line has it yet.
+    fn take_line_with(&mut self, key: &str) -> Option<i64> {
+        let mut start = 0;
+        while let Some(len) = self.pending[start..].iter().position(|&b| b == b'\n') {
+            let line = &self.pending[start..start + len + 1];
+            let value = serde_json::from_slice::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v.get(key).and_then(serde_json::Value::as_i64));
+            start += len + 1;
+            if let Some(n) = value {
+                self.pending.drain(..start);
+                return Some(n);
+            }
+        }
+        None
+    }
+
+    /// Reads what the pipe has: `Some(true)` read some, `Some(false)` nothing yet, `None` at
+    /// its end (bubblewrap gone) or on an error; the end is recorded as a report of nothing.
+    fn read_more(&mut self) -> Option<bool> {
+        let mut buf = [0u8; 512];
+        // bubblewrap writes two short lines; anything longer is not its report.
+        if self.pending.len() > 64 * 1024 {
+            self.told = Some(None);
+            return None;
+        }
+        loop {
+            match rustix::io::read(&self.read, &mut buf) {
+                Ok(0) => {
+                    self.told = Some(None);
+                    return None;
+                }
+                Ok(n) => {
+                    self.pending.extend_from_slice(&buf[..n]);
+                    return Some(true);
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => return Some(false),
+                Err(_) => {
+                    self.told = Some(None);
+                    return None;
+                }
+            }
         }
     }
 
     /// Without blocking: `Some` once the report has come (as [`CommandEnd::ended`] returns
     /// it), `None` while the command may still run.
     pub fn try_ended(&mut self) -> Option<Option<i32>> {
-        if self.told.is_none() {
-            self.told = self.read_available();
+        while self.told.is_none() {
+            if let Some(code) = self.take_line_with("exit-code") {
+                self.told = Some(i32::try_from(code).ok());
+                break;
+            }
+            if self.read_more() != Some(true) {
+                break;
+            }
         }
         self.told
     }
-
-    fn read_available(&mut self) -> Option<Option<i32>> {
-        let mut buf = [0u8; 512];
-        loop {
-            while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = self.pending.drain(..=end).collect();
-                if let Some(code) = exit_code_in(&line) {
-                    return Some(Some(code));
-                }
-            }
-            // bubblewrap writes two short lines; anything longer is not its report.
-            if self.pending.len() > 64 * 1024 {
-                return Some(None);
-            }
-            match rustix::io::read(&self.read, &mut buf) {
-                Ok(0) => return Some(None),
-                Ok(n) => self.pending.extend_from_slice(&buf[..n]),
-                Err(rustix::io::Errno::INTR) => {}
-                Err(rustix::io::Errno::AGAIN) => return None,
-                Err(_) => return Some(None),
-            }
-        }
-    }
-}
-
-/// The exit code in one of bubblewrap's JSON status lines (`{ "exit-code": 0 }`), if it is
-/// that line.
-fn exit_code_in(line: &[u8]) -> Option<i32> {
-    let value: serde_json::Value = serde_json::from_slice(line).ok()?;
-    i32::try_from(value.get("exit-code")?.as_i64()?).ok()
 }
 
 /// The bubblewrap command line of one command: its world, the helper and what it applies.
@@ -403,6 +474,7 @@ impl PreparedSandbox {
                 read: report_read,
                 pending: Vec::new(),
                 told: None,
+                init: None,
             },
         )))
     }

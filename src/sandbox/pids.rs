@@ -83,6 +83,32 @@ impl PidsCgroup {
     }
 }
 
+impl PidsCgroup {
+    /// SIGKILLs the members and waits, however long it takes, until none can do anything
+    /// more: every one gone or in the kernel's exit path. A member asleep in the kernel
+    /// (inside a `rename` that waits on a lock, say) cannot die before that call returns, and
+    /// its call completes when it does: what must see everything a command did (the git
+    /// audit) waits for it. [`PidsCgroup::kill_all`] gives up on such a member after a while.
+    pub fn wait_gone(&self) {
+        let mut pause = std::time::Duration::from_micros(100);
+        loop {
+            let live: Vec<i32> = self
+                .members()
+                .into_iter()
+                .filter(|pid| !exiting(*pid))
+                .collect();
+            if live.is_empty() {
+                return;
+            }
+            for pid in live.into_iter().filter_map(rustix::process::Pid::from_raw) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
 /// Whether `pid` is gone or can no longer run: a zombie (`Z`) or dead (`X`) in its stat line,
 /// or in the kernel's exit path (`PF_EXITING` in its flags: it never returns to user space,
 /// so it can't fork; a sandbox's pid 1 spends milliseconds there tearing down its mount

@@ -52,7 +52,24 @@ impl GitWatch {
     pub fn started(&mut self) {
         if let Some(gate) = self.gate.take() {
             self.before = Some(git_guard::snapshot(&self.policy));
+            if let Some(end) = &mut self.end {
+                end.learn_init();
+            }
             let _ = gate.open();
+        }
+    }
+
+    /// Blocks until no process of the command can do anything more — not merely killed: a
+    /// process asleep in the kernel (a `rename` waiting on a lock) completes that call when
+    /// it wakes, however long after its kill. With a pids cgroup every member is killed until
+    /// none is left outside the kernel's exit path; without one, under bubblewrap, until the
+    /// sandbox's init is gone (the kernel ends it only after the rest of its pid namespace).
+    /// The audit must come after this.
+    pub fn wait_until_gone(&self, sandbox: &PreparedSandbox) {
+        if let Some(cgroup) = sandbox.cgroup() {
+            cgroup.wait_gone();
+        } else if let Some(end) = &self.end {
+            end.wait_init_gone();
         }
     }
 

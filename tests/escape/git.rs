@@ -1190,6 +1190,152 @@ fn baton_sandbox_undoes_a_gitlink_over_a_nested_repo_with_fsmonitor() {
     );
 }
 
+/// A C program for the test below: `chain SRC DST…` leaves each `rename(SRC, DST)` asleep in
+/// the kernel (uninterruptible, so SIGKILL waits for it) until seconds after it exits. One
+/// child truncates a file of many unwritten extents (slow on ext4) holding its inode lock; a
+/// second's cross-folder rename of that file waits on the lock holding the file system's
+/// rename mutex; the renames asked for wait on that mutex. The locked folders lie deeper
+/// than PATH_MAX, where the audit's walk does not go, so it never waits on them itself.
+const RENAMES_AFTER_EXIT: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static int deep(const char *name) {
+  int fd = open(".", O_PATH | O_DIRECTORY);
+  mkdirat(fd, name, 0755);
+  int f = openat(fd, name, O_PATH | O_DIRECTORY);
+  close(fd);
+  fd = f;
+  char comp[250];
+  memset(comp, 'd', 249);
+  comp[249] = 0;
+  for (int i = 0; i < 20; i++) {
+    mkdirat(fd, comp, 0755);
+    int n = openat(fd, comp, O_PATH | O_DIRECTORY);
+    close(fd);
+    fd = n;
+    if (fd < 0) { perror("deep"); exit(1); }
+  }
+  return fd;
+}
+int main(int c, char **v) {
+  int p1 = deep(".lk1"), p2 = deep(".lk2");
+  int big = openat(p1, "big", O_RDWR | O_CREAT | O_TRUNC, 0644);
+  if (big < 0) { perror("big"); return 1; }
+  for (long i = 1; i <= 40000; i++)
+    if (fallocate(big, 0, (2 * i) * 4096L, 4096)) { perror("fallocate"); break; }
+  fsync(big);
+  if (fork() == 0) { ftruncate(big, 1); _exit(0); }
+  usleep(200000);
+  if (fork() == 0) { renameat(p1, "big", p2, "big"); _exit(0); }
+  usleep(100000);
+  for (int i = 1; i + 1 < c; i += 2) {
+    if (fork() == 0) { if (rename(v[i], v[i + 1])) perror("rename"); _exit(0); }
+    usleep(20000);
+  }
+  usleep(100000);
+  return 0;
+}
+"#;
+
+/// Twenty-second red team, critical: processes of a command that are asleep in the kernel
+/// when it ends survive their SIGKILL until that call returns. A `rename` of a planted
+/// `commondir` (pointing git at a config with `core.fsmonitor`) landed seconds after the
+/// audit, in a repository whose config and hooks are pinned read-only, and the user's next
+/// `git status` ran it. The audit now waits until no process of the command is left outside
+/// the kernel's exit path, so the rename has landed when it looks and is undone.
+#[test]
+fn a_rename_asleep_in_the_kernel_when_its_command_ends_lands_before_the_audit() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.base.join("evil.sh"));
+    let source = r.base.join("chain.c");
+    std::fs::write(&source, RENAMES_AFTER_EXIT).expect("write chain.c");
+    let built = Command::new("cc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(r.ws.join("chain"))
+        .arg(&source)
+        .output()
+        .expect("run cc");
+    assert!(built.status.success(), "{built:?}");
+    let script = format!(
+        "mkdir -p .git/st/cm && cp -r .git/objects .git/refs .git/st/cm/ && \
+         printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = {evil}\\n' \
+         > .git/st/cm/config && echo cm > .git/st/commondir && \
+         ./chain .git/st/cm .git/cm .git/st/commondir .git/commondir && echo planted",
+        evil = evil.display()
+    );
+    let out = r
+        .baton_sandbox(&script)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run baton sandbox");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("planted"), "{stdout}\n{stderr}");
+    // The renames landed before baton returned, and the audit undid what they planted.
+    let git = r.ws.join(".git");
+    assert!(
+        git.join("commondir.disabled-by-baton").exists() && !git.join("commondir").exists(),
+        "the planted commondir landed after the audit (or not at all): {stderr}"
+    );
+    r.git(&r.ws, &["status"]);
+    r.assert_not_run("a rename asleep in the kernel when its command ended");
+}
+
+/// Twenty-second red team, high: `baton sandbox` stopped by SIGTERM (`timeout`, a CI step's
+/// time limit) or SIGHUP (its terminal closed) died without the audit, leaving what its
+/// command planted active for the user's next `git status`. It now stops the command, makes
+/// the audit and exits with 128 + the signal.
+#[test]
+fn baton_sandbox_asked_to_stop_stops_its_command_and_still_audits() {
+    use std::io::BufRead;
+    if !enforceable() {
+        return;
+    }
+    for signal in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
+        let r = repo();
+        let evil = r.evil_script(&r.base.join("evil.sh"));
+        let script = format!(
+            "git init -q n && git -C n config core.fsmonitor {evil} && echo planted && \
+             trap '' INT TERM HUP && sleep 30",
+            evil = evil.display()
+        );
+        let mut child = r
+            .baton_sandbox(&script)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run baton sandbox");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read");
+        assert_eq!(line.trim(), "planted");
+        let pid = i32::try_from(child.id()).expect("pid");
+        // SAFETY: signalling our own child.
+        unsafe {
+            libc::kill(pid, signal);
+        }
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(128 + signal), "{stderr}");
+        assert!(
+            stderr.contains("core.fsmonitor"),
+            "signal {signal}: {stderr}"
+        );
+        r.git(&r.ws.join("n"), &["status"]);
+        r.assert_not_run("baton sandbox asked to stop");
+    }
+}
+
 #[test]
 fn a_command_cannot_end_its_audit_early_by_posing_as_the_sandboxs_end_report() {
     if !enforceable() {

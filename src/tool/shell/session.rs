@@ -367,6 +367,8 @@ impl ShellSession {
         while Instant::now() < until && self.group_alive() {
             std::thread::sleep(Duration::from_millis(2));
         }
+        // Killed is not gone: a process asleep in the kernel finishes its call first.
+        self.git_watch.wait_until_gone(&self.sandbox);
         let warnings = self.git_watch.audit();
         let st = lock(&self.state);
         for message in warnings {
