@@ -626,7 +626,7 @@ fn the_sandbox_reports_a_held_commands_end_with_its_status_before_its_own_exit()
         cmd.current_dir(&f.ws).stdin(Stdio::null());
         let mut child = guard.spawn_alone(&mut cmd).expect("spawn");
         watch.started();
-        // Reported once every process of the command is gone, as bubblewrap exits with it.
+        // Reported once the command's process has ended, as bubblewrap exits with it.
         assert_eq!(watch.ended(), Some(code), "{script}");
         assert_eq!(watch.ended(), Some(code), "asked again: {script}");
         assert_eq!(child.wait().expect("wait").code(), Some(code), "{script}");

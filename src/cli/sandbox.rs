@@ -191,8 +191,8 @@ pub fn run(args: SandboxArgs) -> i32 {
         // async-signal-safe.
         let _ = unsafe { sigaction(sig, &action) };
     }
-    // Made as soon as the sandbox reports every process of the command gone, beside
-    // bubblewrap's own teardown; else once it has exited.
+    // Made as soon as the sandbox reports the command's end and no process of it is left
+    // (beside bubblewrap's own teardown); else once bubblewrap has exited.
     let mut warnings = None;
     let status = if session == Session::PtyLeader {
         guard.install(&mut cmd);

@@ -282,8 +282,8 @@ impl Bwrap {
     }
 
     /// Has bubblewrap write its JSON status lines to descriptor `fd` (which it must inherit):
-    /// the child's pid at the start and, once the pid namespace's first process is reaped
-    /// (every process of the command gone), its exit code, before its own teardown.
+    /// its child's pid (the init of the pid namespace) at the start, and the command's exit
+    /// code once the command's own process has exited, before its teardown.
     pub fn report_status_to(&mut self, fd: RawFd) -> &mut Self {
         self.arg("--json-status-fd").arg(fd.to_string())
     }

@@ -84,11 +84,11 @@ impl StartGate {
     }
 }
 
-/// Where bubblewrap tells that a held command has ended: it writes the exit code once the
-/// command's pid namespace is empty (its first process reaped, which the kernel does only
-/// after every other process in it is gone) and before its own exit, which tears down the
-/// command's mounts. What must wait until nothing of the command can write any more (the
-/// git audit) can start here, beside that teardown, instead of after it.
+/// Where bubblewrap tells about a held command: first the pid of the sandbox's first
+/// process (the init of its pid namespace), then the command's exit code as soon as the
+/// command's own process has exited, before bubblewrap tears the sandbox down. Other
+/// processes of the command may still be dying then, or asleep in the kernel:
+/// [`CommandEnd::wait_init_gone`] (or the pids cgroup) says when none is left.
 #[derive(Debug)]
 pub struct CommandEnd {
     read: OwnedFd,

@@ -62,8 +62,24 @@ impl PidsCgroup {
     /// is still tearing down: a sandbox's pid 1 lingers there for a while after bubblewrap
     /// returns) is not waited for: the wait used to add a fixed 2 ms sleep to every command.
     pub fn kill_all(&self) {
+        self.kill_members(Some(200));
+    }
+
+    /// SIGKILLs the members and waits, however long it takes, until none can do anything
+    /// more: every one gone or in the kernel's exit path. A member asleep in the kernel
+    /// (inside a `rename` that waits on a lock, say) cannot die before that call returns, and
+    /// its call completes when it does: what must see everything a command did (the git
+    /// audit) waits for it. [`PidsCgroup::kill_all`] gives up on such a member after a while.
+    pub fn wait_gone(&self) {
+        self.kill_members(None);
+    }
+
+    /// Kills the members not yet exiting until there is none, or `rounds` times.
+    fn kill_members(&self, rounds: Option<usize>) {
         let mut pause = std::time::Duration::from_micros(100);
-        for _ in 0..200 {
+        let mut round = 0;
+        while rounds.is_none_or(|n| round < n) {
+            round += 1;
             let live: Vec<i32> = self
                 .members()
                 .into_iter()
@@ -79,32 +95,6 @@ impl PidsCgroup {
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(std::time::Duration::from_millis(2));
-        }
-    }
-}
-
-impl PidsCgroup {
-    /// SIGKILLs the members and waits, however long it takes, until none can do anything
-    /// more: every one gone or in the kernel's exit path. A member asleep in the kernel
-    /// (inside a `rename` that waits on a lock, say) cannot die before that call returns, and
-    /// its call completes when it does: what must see everything a command did (the git
-    /// audit) waits for it. [`PidsCgroup::kill_all`] gives up on such a member after a while.
-    pub fn wait_gone(&self) {
-        let mut pause = std::time::Duration::from_micros(100);
-        loop {
-            let live: Vec<i32> = self
-                .members()
-                .into_iter()
-                .filter(|pid| !exiting(*pid))
-                .collect();
-            if live.is_empty() {
-                return;
-            }
-            for pid in live.into_iter().filter_map(rustix::process::Pid::from_raw) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(std::time::Duration::from_millis(5));
         }
     }
 }

@@ -84,9 +84,10 @@ impl GitWatch {
         self.end.as_mut().map_or(Some(None), CommandEnd::try_ended)
     }
 
-    /// Blocks until the backend reports that every process of the command is gone, and
-    /// returns the command's exit status (128 + the signal for a killed one): from then on
-    /// [`GitWatch::audit`] may run while the sandbox is still being taken down. `None` where
+    /// Blocks until the backend reports that the command's own process has ended, and
+    /// returns its exit status (128 + the signal for a killed one); after
+    /// [`GitWatch::wait_until_gone`], [`GitWatch::audit`] may run while the sandbox is still
+    /// being taken down. `None` where
     /// the backend reports nothing (the sandbox off, Landlock), or it ended without a report
     /// (a setup that failed): then only the process's exit says the command is over. Call it
     /// after [`GitWatch::started`]: until then baton holds a write end of the report's pipe.
