@@ -62,20 +62,22 @@ impl PidsCgroup {
     /// is still tearing down: a sandbox's pid 1 lingers there for a while after bubblewrap
     /// returns) is not waited for: the wait used to add a fixed 2 ms sleep to every command.
     pub fn kill_all(&self) {
-        self.kill_members(Some(200));
+        self.kill_members(Some(200), |pid| !exiting(pid));
     }
 
-    /// SIGKILLs the members and waits, however long it takes, until none can do anything
-    /// more: every one gone or in the kernel's exit path. A member asleep in the kernel
-    /// (inside a `rename` that waits on a lock, say) cannot die before that call returns, and
-    /// its call completes when it does: what must see everything a command did (the git
-    /// audit) waits for it. [`PidsCgroup::kill_all`] gives up on such a member after a while.
+    /// SIGKILLs the members and waits, however long it takes, until the cgroup is empty. A
+    /// member asleep in the kernel (inside a `rename` that waits on a lock, say) cannot die
+    /// before that call returns, and its call completes when it does; one in the kernel's exit
+    /// path may still wait there for its I/O (native AIO's direct writes) to land. A task
+    /// leaves the cgroup only after its memory and files are released: what must see
+    /// everything a command did (the git audit) waits for that. [`PidsCgroup::kill_all`]
+    /// gives up on a sleeping member after a while, and takes an exiting one for gone.
     pub fn wait_gone(&self) {
-        self.kill_members(None);
+        self.kill_members(None, |_| true);
     }
 
-    /// Kills the members not yet exiting until there is none, or `rounds` times.
-    fn kill_members(&self, rounds: Option<usize>) {
+    /// Kills the members that `counts` until there is none, or `rounds` times.
+    fn kill_members(&self, rounds: Option<usize>, counts: impl Fn(i32) -> bool) {
         let mut pause = std::time::Duration::from_micros(100);
         let mut round = 0;
         while rounds.is_none_or(|n| round < n) {
@@ -83,7 +85,7 @@ impl PidsCgroup {
             let live: Vec<i32> = self
                 .members()
                 .into_iter()
-                .filter(|pid| !exiting(*pid))
+                .filter(|pid| counts(*pid))
                 .collect();
             if live.is_empty() {
                 return;

@@ -1289,6 +1289,100 @@ fn a_rename_asleep_in_the_kernel_when_its_command_ends_lands_before_the_audit() 
     r.assert_not_run("a rename asleep in the kernel when its command ended");
 }
 
+/// A C program for the test below: `aio TARGET FILE` forks a child that queues 64 direct
+/// (O_DIRECT) writes of 4 MiB to a junk file through native AIO, then one of FILE's first
+/// 4096 bytes over TARGET, and exits; the parent exits once they are queued. The child then
+/// waits in the kernel's exit path until its writes land.
+const WRITE_AFTER_EXIT: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <linux/aio_abi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(int c, char **v) {
+  int pp[2];
+  pipe(pp);
+  if (fork()) { char b; close(pp[1]); read(pp[0], &b, 1); return 0; }
+  close(pp[0]);
+  int n = 64;
+  long sz = 4L << 20;
+  aio_context_t ctx = 0;
+  if (syscall(SYS_io_setup, n + 8, &ctx)) { perror("io_setup"); return 1; }
+  int j = open(".junk", O_RDWR | O_CREAT | O_DIRECT, 0644);
+  if (j < 0) { perror("junk"); return 1; }
+  fallocate(j, 0, 0, sz * n);
+  char *buf, *eb;
+  posix_memalign((void **)&buf, 4096, sz);
+  memset(buf, 'j', sz);
+  posix_memalign((void **)&eb, 4096, 4096);
+  int ef = open(v[2], O_RDONLY);
+  if (read(ef, eb, 4096) != 4096) { perror("file"); return 1; }
+  int t = open(v[1], O_WRONLY | O_DIRECT);
+  if (t < 0) { perror("target"); return 1; }
+  struct iocb *cbs = calloc(n + 1, sizeof *cbs);
+  struct iocb **p = calloc(n + 1, sizeof *p);
+  for (int i = 0; i <= n; i++) {
+    cbs[i].aio_lio_opcode = IOCB_CMD_PWRITE;
+    cbs[i].aio_fildes = i < n ? j : t;
+    cbs[i].aio_buf = (long)(i < n ? buf : eb);
+    cbs[i].aio_nbytes = i < n ? sz : 4096;
+    cbs[i].aio_offset = i < n ? (long)i * sz : 0;
+    p[i] = &cbs[i];
+  }
+  syscall(SYS_io_submit, ctx, n + 1, p);
+  write(pp[1], "x", 1);
+  return 0;
+}
+"#;
+
+/// Twenty-third red team, critical: a process of the command in the kernel's exit path may
+/// still wait there for its native AIO writes; the audit took it for gone, and a direct write
+/// of a `core.fsmonitor` over a new repository's config landed after it. The audit now waits
+/// until the command's cgroup is empty (a task leaves it only after its memory and files are
+/// released, the AIO wait included), or without one until the sandbox's init is gone.
+#[test]
+fn a_direct_write_in_flight_when_its_command_ends_lands_before_the_audit() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.base.join("evil.sh"));
+    let source = r.base.join("aio.c");
+    std::fs::write(&source, WRITE_AFTER_EXIT).expect("write aio.c");
+    let built = Command::new("cc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(r.ws.join("aio"))
+        .arg(&source)
+        .output()
+        .expect("run cc");
+    assert!(built.status.success(), "{built:?}");
+    // Both configs padded to one 4096-byte block: the direct write replaces the whole file.
+    let script = format!(
+        "pad() {{ s=$(stat -c %s \"$1\"); printf '#' >> \"$1\"; \
+         head -c $((4096 - s - 2)) /dev/zero | tr '\\0' x >> \"$1\"; printf '\\n' >> \"$1\"; }}; \
+         git init -q sub && pad sub/.git/config && sync sub/.git/config && \
+         printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = {evil}\\n' > evil && \
+         pad evil && ./aio sub/.git/config evil && echo planted",
+        evil = evil.display()
+    );
+    let out = r
+        .baton_sandbox(&script)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run baton sandbox");
+    let _ = std::fs::remove_file(r.ws.join(".junk"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("planted"), "{stdout}\n{stderr}");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    r.git(&r.ws.join("sub"), &["status"]);
+    r.assert_not_run("a direct write in flight when its command ended");
+}
+
 /// Twenty-second red team, high: `baton sandbox` stopped by SIGTERM (`timeout`, a CI step's
 /// time limit) or SIGHUP (its terminal closed) died without the audit, leaving what its
 /// command planted active for the user's next `git status`. It now stops the command, makes
