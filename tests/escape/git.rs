@@ -79,6 +79,20 @@ impl Repo {
         c
     }
 
+    /// Builds the C program `source` with `cc` as `name` in the workspace (for the command).
+    fn compile_into_workspace(&self, name: &str, source: &str) {
+        let file = self.base.join(format!("{name}.c"));
+        std::fs::write(&file, source).expect("write the C source");
+        let built = Command::new("cc")
+            .arg("-O2")
+            .arg("-o")
+            .arg(self.ws.join(name))
+            .arg(&file)
+            .output()
+            .expect("run cc");
+        assert!(built.status.success(), "{built:?}");
+    }
+
     /// The user's own git, outside any sandbox: their environment, no system config, a home
     /// of its own, never looking above the fixture for a repository.
     fn git_output(&self, dir: &Path, args: &[&str]) -> Output {
@@ -1245,8 +1259,8 @@ int main(int c, char **v) {
 /// when it ends survive their SIGKILL until that call returns. A `rename` of a planted
 /// `commondir` (pointing git at a config with `core.fsmonitor`) landed seconds after the
 /// audit, in a repository whose config and hooks are pinned read-only, and the user's next
-/// `git status` ran it. The audit now waits until no process of the command is left outside
-/// the kernel's exit path, so the rename has landed when it looks and is undone.
+/// `git status` ran it. The audit now waits until every process of the command is gone, so
+/// the rename has landed when it looks and is undone.
 #[test]
 fn a_rename_asleep_in_the_kernel_when_its_command_ends_lands_before_the_audit() {
     if !enforceable() {
@@ -1254,16 +1268,7 @@ fn a_rename_asleep_in_the_kernel_when_its_command_ends_lands_before_the_audit() 
     }
     let r = repo();
     let evil = r.evil_script(&r.base.join("evil.sh"));
-    let source = r.base.join("chain.c");
-    std::fs::write(&source, RENAMES_AFTER_EXIT).expect("write chain.c");
-    let built = Command::new("cc")
-        .arg("-O2")
-        .arg("-o")
-        .arg(r.ws.join("chain"))
-        .arg(&source)
-        .output()
-        .expect("run cc");
-    assert!(built.status.success(), "{built:?}");
+    r.compile_into_workspace("chain", RENAMES_AFTER_EXIT);
     let script = format!(
         "mkdir -p .git/st/cm && cp -r .git/objects .git/refs .git/st/cm/ && \
          printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = {evil}\\n' \
@@ -1350,16 +1355,7 @@ fn a_direct_write_in_flight_when_its_command_ends_lands_before_the_audit() {
     }
     let r = repo();
     let evil = r.evil_script(&r.base.join("evil.sh"));
-    let source = r.base.join("aio.c");
-    std::fs::write(&source, WRITE_AFTER_EXIT).expect("write aio.c");
-    let built = Command::new("cc")
-        .arg("-O2")
-        .arg("-o")
-        .arg(r.ws.join("aio"))
-        .arg(&source)
-        .output()
-        .expect("run cc");
-    assert!(built.status.success(), "{built:?}");
+    r.compile_into_workspace("aio", WRITE_AFTER_EXIT);
     // Both configs padded to one 4096-byte block: the direct write replaces the whole file.
     let script = format!(
         "pad() {{ s=$(stat -c %s \"$1\"); printf '#' >> \"$1\"; \
