@@ -468,7 +468,7 @@ impl Drop for Container {
         // trial is over only when they are (a server the agent left would otherwise still
         // answer for a moment after the trial).
         if let Some(init) = init {
-            crate::sandbox::pidns::wait_for_exit(&init, NAMESPACE_TEARDOWN);
+            crate::sandbox::pidns::wait_for_exit(&init, Some(NAMESPACE_TEARDOWN));
         }
     }
 }

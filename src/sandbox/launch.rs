@@ -31,6 +31,7 @@ use super::bwrap;
 use super::fs_rules;
 use super::inner::{self, Helper, InnerSpec};
 use super::memory::{self, MemoryBound};
+use super::pidns::CommandEnd;
 use super::pids::{self, PidsCgroup, ProcessBound};
 use super::policy::{Backend, SandboxPolicy};
 use super::syscall_filter;
@@ -81,154 +82,6 @@ impl StartGate {
             Ok(_) => Err(std::io::ErrorKind::WriteZero.into()),
             Err(e) => Err(e.into()),
         }
-    }
-}
-
-/// Where bubblewrap tells about a held command: first the pid of the sandbox's first
-/// process (the init of its pid namespace), then the command's exit code as soon as the
-/// command's own process has exited, before bubblewrap tears the sandbox down. Other
-/// processes of the command may still be dying then, or asleep in the kernel:
-/// [`CommandEnd::wait_init_gone`] (or the pids cgroup) says when none is left.
-#[derive(Debug)]
-pub struct CommandEnd {
-    read: OwnedFd,
-    pending: Vec<u8>,
-    /// What the report said, once read (it comes once).
-    told: Option<Option<i32>>,
-    /// The sandbox's first process (bubblewrap's `child-pid`, the init of the command's pid
-    /// namespace), once [`CommandEnd::learn_init`] has read it.
-    init: Option<OwnedFd>,
-}
-
-impl CommandEnd {
-    /// The descriptor to poll for [`CommandEnd::try_ended`].
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        use std::os::fd::AsFd;
-        self.read.as_fd()
-    }
-
-    /// Blocks until bubblewrap reports the command's end, and returns its exit status as
-    /// bubblewrap gives it (128 + the signal for a killed command); `None` when bubblewrap
-    /// ended without reporting one (its setup failed, or it was killed).
-    pub fn ended(&mut self) -> Option<i32> {
-        loop {
-            if let Some(told) = self.try_ended() {
-                return told;
-            }
-            self.wait_readable();
-        }
-    }
-
-    /// Reads bubblewrap's first status line (written once it has made the sandbox's first
-    /// process, before the command may start) and holds a pidfd of that process: the init of
-    /// the command's pid namespace, which the kernel lets finish its exit only after every
-    /// other process in the namespace is gone. Nothing when bubblewrap ended first.
-    pub fn learn_init(&mut self) {
-        while self.init.is_none() && self.told.is_none() {
-            if let Some(pid) = self.take_line_with("child-pid") {
-                self.init = i32::try_from(pid)
-                    .ok()
-                    .and_then(rustix::process::Pid::from_raw)
-                    .and_then(|pid| {
-                        rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
-                    });
-                return;
-            }
-            match self.read_more() {
-                Some(true) => {}
-                Some(false) => self.wait_readable(),
-                None => return,
-            }
-        }
-    }
-
-    /// Blocks until the sandbox's first process (see [`CommandEnd::learn_init`]) is gone:
-    /// then no process of the command is left, asleep in the kernel or not. At once when it
-    /// was never learnt.
-    pub fn wait_init_gone(&self) {
-        let Some(init) = &self.init else {
-            return;
-        };
-        loop {
-            let mut fds = [rustix::event::PollFd::new(
-                init,
-                rustix::event::PollFlags::IN,
-            )];
-            if rustix::event::poll(&mut fds, None).is_ok_and(|n| n > 0) {
-                return;
-            }
-        }
-    }
-
-    fn wait_readable(&self) {
-        let mut fds = [rustix::event::PollFd::new(
-            &self.read,
-            rustix::event::PollFlags::IN,
-        )];
-        // EINTR: look again.
-        let _ = rustix::event::poll(&mut fds, None);
-    }
-
-    /// The number in the first pending line that has `key`, that line and those before it
-    /// consumed; `None` (nothing consumed) when no complete line has it yet.
-    fn take_line_with(&mut self, key: &str) -> Option<i64> {
-        let mut start = 0;
-        while let Some(len) = self.pending[start..].iter().position(|&b| b == b'\n') {
-            let line = &self.pending[start..start + len + 1];
-            let value = serde_json::from_slice::<serde_json::Value>(line)
-                .ok()
-                .and_then(|v| v.get(key).and_then(serde_json::Value::as_i64));
-            start += len + 1;
-            if let Some(n) = value {
-                self.pending.drain(..start);
-                return Some(n);
-            }
-        }
-        None
-    }
-
-    /// Reads what the pipe has: `Some(true)` read some, `Some(false)` nothing yet, `None` at
-    /// its end (bubblewrap gone) or on an error; the end is recorded as a report of nothing.
-    fn read_more(&mut self) -> Option<bool> {
-        let mut buf = [0u8; 512];
-        // bubblewrap writes two short lines; anything longer is not its report.
-        if self.pending.len() > 64 * 1024 {
-            self.told = Some(None);
-            return None;
-        }
-        loop {
-            match rustix::io::read(&self.read, &mut buf) {
-                Ok(0) => {
-                    self.told = Some(None);
-                    return None;
-                }
-                Ok(n) => {
-                    self.pending.extend_from_slice(&buf[..n]);
-                    return Some(true);
-                }
-                Err(rustix::io::Errno::INTR) => {}
-                Err(rustix::io::Errno::AGAIN) => return Some(false),
-                Err(_) => {
-                    self.told = Some(None);
-                    return None;
-                }
-            }
-        }
-    }
-
-    /// Without blocking: `Some` once the report has come (as [`CommandEnd::ended`] returns
-    /// it), `None` while the command may still run.
-    pub fn try_ended(&mut self) -> Option<Option<i32>> {
-        while self.told.is_none() {
-            if let Some(code) = self.take_line_with("exit-code") {
-                self.told = Some(i32::try_from(code).ok());
-                break;
-            }
-            if self.read_more() != Some(true) {
-                break;
-            }
-        }
-        self.told
     }
 }
 
@@ -470,12 +323,7 @@ impl PreparedSandbox {
                 write,
                 _report: report_write,
             },
-            CommandEnd {
-                read: report_read,
-                pending: Vec::new(),
-                told: None,
-                init: None,
-            },
+            CommandEnd::new(report_read),
         )))
     }
 

@@ -8,7 +8,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use super::git_guard::{self, AuditSnapshot};
-use super::launch::{CommandEnd, PreparedSandbox, Session, StartGate};
+use super::launch::{PreparedSandbox, Session, StartGate};
+use super::pidns::CommandEnd;
 use super::policy::SandboxPolicy;
 use super::{SandboxError, prepared_command};
 

@@ -93,6 +93,18 @@ impl Repo {
         assert!(built.status.success(), "{built:?}");
     }
 
+    /// [`Repo::baton_sandbox`] run to its end with no input: its output and both streams.
+    fn run_baton_sandbox(&self, script: &str) -> (Output, String, String) {
+        let out = self
+            .baton_sandbox(script)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run baton sandbox");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out, stdout, stderr)
+    }
+
     /// The user's own git, outside any sandbox: their environment, no system config, a home
     /// of its own, never looking above the fixture for a repository.
     fn git_output(&self, dir: &Path, args: &[&str]) -> Output {
@@ -1186,13 +1198,7 @@ fn baton_sandbox_undoes_a_gitlink_over_a_nested_repo_with_fsmonitor() {
         home = r.home.display(),
         evil = evil.display()
     );
-    let out = r
-        .baton_sandbox(&script)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run baton sandbox");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, stdout, stderr) = r.run_baton_sandbox(&script);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("planted"), "{stdout}\n{stderr}");
     r.git(&r.ws, &["status"]);
@@ -1276,13 +1282,7 @@ fn a_rename_asleep_in_the_kernel_when_its_command_ends_lands_before_the_audit() 
          ./chain .git/st/cm .git/cm .git/st/commondir .git/commondir && echo planted",
         evil = evil.display()
     );
-    let out = r
-        .baton_sandbox(&script)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run baton sandbox");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (_, stdout, stderr) = r.run_baton_sandbox(&script);
     assert!(stdout.contains("planted"), "{stdout}\n{stderr}");
     // The renames landed before baton returned, and the audit undid what they planted.
     let git = r.ws.join(".git");
@@ -1365,14 +1365,8 @@ fn a_direct_write_in_flight_when_its_command_ends_lands_before_the_audit() {
          pad evil && ./aio sub/.git/config evil && echo planted",
         evil = evil.display()
     );
-    let out = r
-        .baton_sandbox(&script)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run baton sandbox");
+    let (_, stdout, stderr) = r.run_baton_sandbox(&script);
     let _ = std::fs::remove_file(r.ws.join(".junk"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stdout.contains("planted"), "{stdout}\n{stderr}");
     std::thread::sleep(std::time::Duration::from_millis(500));
     r.git(&r.ws.join("sub"), &["status"]);
@@ -1449,13 +1443,7 @@ fn a_command_cannot_end_its_audit_early_by_posing_as_the_sandboxs_end_report() {
         late = plant("late"),
         now = plant("now"),
     );
-    let out = r
-        .baton_sandbox(&script)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run baton sandbox");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, stdout, stderr) = r.run_baton_sandbox(&script);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("planted"), "{stdout}\n{stderr}");
     std::thread::sleep(std::time::Duration::from_millis(700));

@@ -416,7 +416,7 @@ impl ShellSession {
         }
         if let Some(init) = init {
             let waited = tokio::task::spawn_blocking(move || {
-                crate::sandbox::pidns::wait_for_exit(&init, Duration::from_secs(2))
+                crate::sandbox::pidns::wait_for_exit(&init, Some(Duration::from_secs(2)))
             });
             let _ = waited.await;
         }
