@@ -116,8 +116,8 @@ pub struct Bwrap {
     /// Where the mounts and symlinks in `args` land, in order, and whether each shows the
     /// host's own file there (a bind of a path onto itself).
     destinations: Vec<(PathBuf, bool)>,
-    /// The descriptors the `--bind-fd`/`--ro-bind-fd` operations name (bubblewrap inherits
-    /// them), and where each must be found inside once the world is built.
+    /// The descriptors the `--bind-fd`/`--ro-bind-fd`/`--ro-bind-data` operations name
+    /// (bubblewrap inherits them).
     held_fds: Vec<Arc<OwnedFd>>,
     /// The held binds still in sight (a later mount at or above one covers it).
     held: Vec<HeldMount>,
@@ -266,6 +266,36 @@ impl Bwrap {
         });
         self.destinations.push((dst.to_path_buf(), true));
         self.arg(op).arg(number).arg(dst.as_os_str());
+        Ok(self)
+    }
+
+    /// `data` as a read-only file at `dst` (bubblewrap copies it into its own tmpfs and binds
+    /// that): what a command is shown in place of a host file it must not see whole. The
+    /// descriptor is a sealed memfd read once, by the one launch of this world.
+    pub fn ro_bind_data(&mut self, data: &[u8], dst: &Path) -> Result<&mut Self, SandboxError> {
+        use rustix::fs::{MemfdFlags, SealFlags};
+        let failed = |e: std::io::Error| {
+            SandboxError::Setup(format!("preparing the copy of {}: {e}", dst.display()))
+        };
+        let fd = rustix::fs::memfd_create(
+            "baton-shown-copy",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )
+        .map_err(|e| failed(e.into()))?;
+        let mut file = std::fs::File::from(fd);
+        std::io::Write::write_all(&mut file, data).map_err(failed)?;
+        std::io::Seek::rewind(&mut file).map_err(failed)?;
+        rustix::fs::fcntl_add_seals(
+            &file,
+            SealFlags::WRITE | SealFlags::GROW | SealFlags::SHRINK | SealFlags::SEAL,
+        )
+        .map_err(|e| failed(e.into()))?;
+        let fd = OwnedFd::from(file);
+        let number = fd.as_raw_fd().to_string();
+        self.landed(dst);
+        self.held_fds.push(Arc::new(fd));
+        self.destinations.push((dst.to_path_buf(), false));
+        self.arg("--ro-bind-data").arg(number).arg(dst.as_os_str());
         Ok(self)
     }
 
@@ -753,6 +783,17 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
     for s in present {
         if !covers(&s, &roots) && b.shows_host(&s) && !visibility::named_by_user(&s, &readable) {
             b.hide(&s);
+        }
+    }
+    // Tokens kept in the user's git configs (`url.<base>.insteadOf` with a user part,
+    // `http.extraHeader`) are credentials like those hidden above: where a command sees such a
+    // file, named or where it really is, it sees a copy without them.
+    for (file, shown) in super::git_guard::user_configs_without_credentials() {
+        let real = file.canonicalize().ok().filter(|r| *r != file);
+        for at in std::iter::once(file).chain(real) {
+            if !covers(&at, &roots) && b.shows_host(&at) {
+                b.ro_bind_data(shown.as_bytes(), &at)?;
+            }
         }
     }
     let allowed: Vec<PathBuf> = policy

@@ -693,6 +693,53 @@ const CREDENTIALS_INSIDE_TOOLCHAINS: &[&str] = &[
 ];
 
 #[test]
+fn tokens_in_the_users_git_configs_do_not_reach_commands() {
+    // Red team round 22 (medium): `~/.gitconfig` was shown whole, and with it the tokens kept
+    // in `url.<base>.insteadOf` and `http.extraHeader`, which baton strips from
+    // `GIT_CONFIG_PARAMETERS`.
+    let f = fixture();
+    let home = f.ws.parent().expect("base").join("home");
+    let global = "[user]\n\tname = Visible Identity\n\
+                  [url \"https://x-access-token:s3cret-one@github.com/\"]\n\tinsteadOf = https://github.com/\n\
+                  [http \"https://example.com/\"]\n\textraHeader = AUTHORIZATION: basic s3cret-two\n\
+                  [include]\n\tpath = ~/.config/git/work.inc\n\
+                  [alias]\n\tst = status\n";
+    plant(&home, ".gitconfig", global);
+    plant(
+        &home,
+        ".config/git/config",
+        "[http] extraheader = Authorization: Bearer s3cret-three\n\tsslVerify = true\n",
+    );
+    plant(
+        &home,
+        ".config/git/work.inc",
+        "[url \"https://oauth2:s3cret-four@gitlab.com/\"] insteadOf = https://gitlab.com/\n\
+         [user]\n\temail = visible@example.com\n",
+    );
+    let script = "cat ~/.gitconfig ~/.config/git/config ~/.config/git/work.inc; \
+                  git config --includes --list; echo end";
+    let out = sandbox_output(&f, script);
+    assert!(out.contains("end"), "{out}");
+    assert!(
+        !out.contains("s3cret"),
+        "a token reached the command: {out}"
+    );
+    for kept in [
+        "user.name=Visible Identity",
+        "alias.st=status",
+        "http.sslverify=true",
+        "user.email=visible@example.com",
+    ] {
+        assert!(out.contains(kept), "{kept} is gone: {out}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(home.join(".gitconfig")).expect("global"),
+        global,
+        "the user's own file is left as it was"
+    );
+}
+
+#[test]
 fn the_home_shows_only_toolchains_and_what_the_user_names() {
     // A deny-list of credential files is never complete: the home is an allow-list view.
     let f = fixture();

@@ -289,6 +289,65 @@ pub fn disable(text: &str, entries: &[Entry]) -> String {
     lines.join("\n")
 }
 
+/// `text` without the entries that hold a credential (see [`holds_credential`]), or `None`
+/// when it has none. What a command is shown of the user's own git configs: their settings
+/// (identity, aliases, URL rewrites without a user part) stay, the tokens do not — not even
+/// in a comment. A section whose header names a URL with a user part goes whole.
+pub fn without_credentials(text: &str) -> Option<String> {
+    const HIDDEN: &str = "# (a credential: not shown in baton's sandbox)";
+    let entries = parse(text);
+    if !entries.iter().any(holds_credential) {
+        return None;
+    }
+    let raw: Vec<&str> = text.split('\n').collect();
+    let end_of = |e: &Entry| (e.line + e.lines).min(raw.len());
+    let mut continuation = vec![false; raw.len()];
+    for e in &entries {
+        continuation[(e.line + 1).min(end_of(e))..end_of(e)].fill(true);
+    }
+    let mut shown: Vec<Option<String>> = raw
+        .iter()
+        .zip(&continuation)
+        .map(|(line, continued)| {
+            let header = line.trim_start();
+            let secret_header = !continued
+                && header.starts_with('[')
+                && parse_header(header)
+                    .is_some_and(|(_, sub, _)| sub.is_some_and(|s| has_user_part(&s)));
+            Some(if secret_header { HIDDEN } else { line }.to_string())
+        })
+        .collect();
+    for e in entries.iter().filter(|e| holds_credential(e)) {
+        if shown[e.line].as_deref() != Some(HIDDEN) {
+            // A key after its `[section]` header on one line: the header stays.
+            let head = raw[e.line].get(..e.column).filter(|h| h.contains(']'));
+            shown[e.line] = Some(head.map_or(HIDDEN.to_string(), |h| format!("{h} {HIDDEN}")));
+        }
+        shown[(e.line + 1).min(end_of(e))..end_of(e)].fill(None);
+    }
+    Some(shown.into_iter().flatten().collect::<Vec<_>>().join("\n"))
+}
+
+/// Whether an entry holds a credential: an `http.extraHeader` (an `Authorization:` line), a
+/// key named like one (`github.token`, `sendemail.smtpPass`), a URL with a user part in its
+/// subsection or value (`url."https://x-access-token:TOKEN@github.com/".insteadOf`,
+/// `remote.origin.url`), or an inline credential helper (`!f() { echo password=…; }; f`).
+pub fn holds_credential(e: &Entry) -> bool {
+    let key = e.key.as_str();
+    key == "extraheader"
+        || ["token", "password", "passwd", "secret"]
+            .iter()
+            .any(|w| key.contains(w))
+        || key.ends_with("pass")
+        || e.subsection.as_deref().is_some_and(has_user_part)
+        || has_user_part(&e.value)
+        || (e.section == "credential" && key == "helper" && e.value.starts_with('!'))
+}
+
+fn has_user_part(url: &str) -> bool {
+    crate::sandbox::env::carries_password(std::ffi::OsStr::new(url))
+}
+
 /// Asks git itself (`git`, when one was found outside the writable roots) whether `path`
 /// still holds code-running entries other than `kept`: a second opinion on this parser, in
 /// case git reads the file differently.
@@ -420,5 +479,49 @@ mod tests {
         let after = parse(&fixed);
         assert!(after.iter().all(|e| !e.runs_code()), "{fixed}");
         assert!(after.iter().any(|e| e.name() == "core.bare"), "{fixed}");
+    }
+
+    #[test]
+    fn credentials_leave_the_shown_copy_and_every_other_setting_stays() {
+        let text = "[user]\n\tname = Visible Identity\n\
+                    [url \"https://x-access-token:TOKEN1@github.com/\"]\n\tinsteadOf = https://github.com/\n\
+                    [url \"git@github.com:\"]\n\tpushInsteadOf = https://github.com/\n\
+                    [http \"https://example.com/\"]\n\textraHeader = \"AUTHORIZATION: basic \\\n\tTOKEN2\"\n\
+                    [http] extraheader = Authorization: Bearer TOKEN3\n\tsslVerify = true\n\
+                    [credential]\n\thelper = \"!f() { echo password=TOKEN4; }; f\"\n\thelper = cache\n\
+                    [github]\n\ttoken = TOKEN5\n[sendemail]\n\tsmtpPass = TOKEN6\n\
+                    [remote \"origin\"]\n\turl = https://me:TOKEN7@git.example/x.git\n\
+                    [url \"https://oauth2:TOKEN8@gitlab.com/\"] insteadOf = https://gitlab.com/\n\
+                    [alias]\n\tst = status\n";
+        let shown = without_credentials(text).expect("credentials found");
+        assert!(!shown.contains("TOKEN"), "{shown}");
+        let names: Vec<String> = parse(&shown).iter().map(Entry::name).collect();
+        assert_eq!(
+            names,
+            [
+                "user.name",
+                "url.git@github.com:.pushinsteadof",
+                "http.sslverify",
+                "credential.helper",
+                "alias.st",
+            ],
+            "{shown}"
+        );
+        assert!(without_credentials("[user]\n\tname = x\n[alias]\n\tco = checkout\n").is_none());
+        // Broken files (git would refuse them) neither panic nor keep a token.
+        for broken in [
+            "[http] extraheader = \"TOKEN \\",
+            "[http] extraheader = TOKEN \\\n",
+            "[url \"https://a:TOKEN@h/\"",
+            "[url \"https://a:TOKEN@h/\"]",
+            "\n\n[github]token=TOKEN",
+            "[http]\r\n\textraHeader = TOKEN\r\n",
+        ] {
+            let shown = without_credentials(broken).unwrap_or_default();
+            assert!(
+                !shown.contains("TOKEN") || !parse(broken).iter().any(holds_credential),
+                "{broken:?} -> {shown:?}"
+            );
+        }
     }
 }

@@ -27,6 +27,25 @@ pub use roots::program_roots;
 pub use snapshot::{AuditSnapshot, snapshot};
 pub use trusted::TrustedFolders;
 
+/// The largest git config file read to show a command a copy without its credentials.
+const MAX_SHOWN_CONFIG: u64 = 1 << 20;
+
+/// The files of the user's own git configuration (global, XDG, system, the files
+/// `GIT_CONFIG_GLOBAL`/`GIT_CONFIG_SYSTEM` name, and what they include) that hold a
+/// credential, each with its text without them ([`config::without_credentials`]): what a
+/// command is shown in their place. A file that cannot be read as a bounded regular file is
+/// left out (the home view hides it or it is not the user's).
+pub fn user_configs_without_credentials() -> Vec<(std::path::PathBuf, String)> {
+    gitdirs::GitConfigs::user_files()
+        .into_iter()
+        .filter_map(|file| {
+            let bytes = crate::untrusted_fs::read_following(&file, MAX_SHOWN_CONFIG).ok()?;
+            let shown = config::without_credentials(&String::from_utf8_lossy(&bytes))?;
+            Some((file, shown))
+        })
+        .collect()
+}
+
 /// A temporary workspace and its canonical path, for the tests of every part.
 #[cfg(test)]
 fn ws() -> (tempfile::TempDir, std::path::PathBuf) {
