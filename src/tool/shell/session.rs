@@ -284,7 +284,11 @@ impl ShellSession {
 
     /// Waits until the command ends, `yield_for` passes, the timeout passes (kill, exit 124) or
     /// `cancel` fires (kill). Returns the output since the last snapshot.
-    pub async fn wait(&self, yield_for: Duration, cancel: &CancellationToken) -> Snapshot {
+    pub async fn wait(
+        self: &Arc<Self>,
+        yield_for: Duration,
+        cancel: &CancellationToken,
+    ) -> Snapshot {
         let started = Instant::now();
         let yield_at = started + yield_for;
         let mut changed = self.changed.clone();
@@ -299,7 +303,7 @@ impl ShellSession {
             if let Some(t) = exited_at
                 && (eof || t.elapsed() >= DRAIN_AFTER_EXIT)
             {
-                self.finish(None);
+                self.finish_off_the_runtime(None).await;
                 break;
             }
             let now = Instant::now();
@@ -339,6 +343,20 @@ impl ShellSession {
             output,
             ending: st.ending,
             elapsed: started.elapsed(),
+        }
+    }
+
+    /// [`Self::finish`] on a blocking thread: its audit waits until no process of the command
+    /// can do anything more, which a process asleep in the kernel can make last seconds or
+    /// minutes, and the runtime's workers (the TUI, other sessions) must go on meanwhile.
+    async fn finish_off_the_runtime(self: &Arc<Self>, forced: Option<Ending>) {
+        let me = Arc::clone(self);
+        if tokio::task::spawn_blocking(move || me.finish(forced))
+            .await
+            .is_err()
+        {
+            // The blocking pool is shutting down: finish here rather than not at all.
+            self.finish(forced);
         }
     }
 
@@ -388,7 +406,7 @@ impl ShellSession {
     /// SIGTERM to the process group, then SIGKILL after the grace period if anything is left.
     /// Returns once the command's processes are gone, those in its sandbox's PID namespace
     /// too (the kernel ends them a moment after bwrap).
-    pub async fn kill(&self, why: Ending) {
+    pub async fn kill(self: &Arc<Self>, why: Ending) {
         if self.is_finished() {
             return;
         }
@@ -405,7 +423,7 @@ impl ShellSession {
                 _ = tokio::time::sleep(Duration::from_millis(20)) => {}
             }
         }
-        self.finish(Some(why));
+        self.finish_off_the_runtime(Some(why)).await;
         // Return only once the leader is reaped, so "killed" means gone.
         let until = Instant::now() + Duration::from_secs(2);
         while Instant::now() < until && lock(&self.state).exit_code.is_none() {
