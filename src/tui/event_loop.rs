@@ -101,16 +101,21 @@ async fn run_loop(
         };
         tokio::select! {
             ev = in_rx.recv(), if !input_gone => {
-                app.now = Instant::now();
                 match ev {
-                    Some(ev) => {
+                    // Each event at the moment it was read (keys typed before an approval
+                    // armed stay typed ahead; a double Ctrl+C stays double however late it
+                    // is handled).
+                    Some((at, ev)) => {
+                        app.now = at;
                         handle_terminal_event(app, ev);
-                        while let Ok(ev) = in_rx.try_recv() {
+                        while let Ok((at, ev)) = in_rx.try_recv() {
+                            app.now = at;
                             handle_terminal_event(app, ev);
                         }
                     }
                     // The terminal went away: save and leave.
                     None => {
+                        app.now = Instant::now();
                         input_gone = true;
                         app.request_quit();
                     }

@@ -1,6 +1,8 @@
 //! Reads terminal input on its own thread and forwards it to the event loop. It can be paused and
 //! waits until it is parked, so an external editor (Ctrl+G) gets every keystroke: crossterm's
-//! `poll` buffers input bytes itself, so merely not calling `read` would not be enough.
+//! `poll` buffers input bytes itself, so merely not calling `read` would not be enough. Each
+//! event goes with the moment it was read: a double Ctrl+C is judged by when the keys came,
+//! not by when a busy event loop got to them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,7 +21,7 @@ pub struct InputReader {
 const POLL: Duration = Duration::from_millis(200);
 
 impl InputReader {
-    pub fn spawn(tx: UnboundedSender<TermEvent>) -> InputReader {
+    pub fn spawn(tx: UnboundedSender<(Instant, TermEvent)>) -> InputReader {
         let paused = Arc::new(AtomicBool::new(false));
         let parked = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
@@ -41,7 +43,7 @@ impl InputReader {
                             }
                             match event::read() {
                                 Ok(ev) => {
-                                    if tx.send(ev).is_err() {
+                                    if tx.send((Instant::now(), ev)).is_err() {
                                         break;
                                     }
                                 }
