@@ -95,7 +95,12 @@ impl WriteRules {
         let trusted = self
             .trusted
             .get_or_init(|| git_guard::TrustedFolders::of(&self.policy));
-        if trusted.holds(&real) || self.protection().denied.iter().any(|p| real.starts_with(p)) {
+        let protection = self.protection();
+        if trusted.holds(&real)
+            || protection.denied.iter().any(|p| real.starts_with(p))
+            || protection.shadows(&real, self.roots())
+            || protection.shadows(path, self.roots())
+        {
             return true;
         }
         !self.roots().iter().any(|r| real.starts_with(r))
@@ -192,7 +197,9 @@ impl WriteRules {
         if trusted.holds(path) {
             return true;
         }
-        if self.denied_as_named().iter().any(|p| path.starts_with(p)) {
+        if self.denied_as_named().iter().any(|p| path.starts_with(p))
+            || self.protection().shadows(path, self.roots())
+        {
             return true;
         }
         // A file the model may not see (baton's own hooks, a credential) is not restored

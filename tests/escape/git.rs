@@ -818,6 +818,44 @@ async fn what_a_hook_managers_config_or_hook_names_is_guarded_too() {
     );
     husky.user_commits(&husky.ws);
     husky.assert_not_run("husky's shim starting a planted node_modules/.bin/sh");
+    // Twenty-fourth red team (high): the model's file tools put one there without a command,
+    // and nothing audits them: an executable a command left where no hook looks, moved into
+    // place by `apply_patch` (a moved file keeps its mode), or a new one written there.
+    std::fs::create_dir_all(husky.ws.join("tools")).expect("mkdir");
+    std::fs::copy(&evil, husky.ws.join("tools/x")).expect("copy");
+    let moved = husky
+        .tool(
+            "apply_patch",
+            json!({"input": "*** Begin Patch\n*** Update File: tools/x\n*** Move to: node_modules/.bin/sh\n*** End Patch\n"}),
+        )
+        .await;
+    assert_ne!(moved.status, ToolStatus::Ok, "{}", moved.content);
+    for name in ["sh", "git"] {
+        let path = format!("node_modules/.bin/{name}");
+        let res = husky
+            .tool(
+                "write_file",
+                json!({"path": path, "content": format!("#!/bin/sh\n{}\n", evil.display())}),
+            )
+            .await;
+        assert_ne!(res.status, ToolStatus::Ok, "{path}: {}", res.content);
+    }
+    assert!(!husky.ws.join("node_modules/.bin/sh").exists());
+    assert!(!husky.ws.join("node_modules/.bin/git").exists());
+    let own = husky
+        .tool(
+            "write_file",
+            json!({"path": "node_modules/.bin/baton-test-own-command", "content": "true\n"}),
+        )
+        .await;
+    assert_eq!(
+        own.status,
+        ToolStatus::Ok,
+        "a package's own command: {}",
+        own.content
+    );
+    husky.user_commits(&husky.ws);
+    husky.assert_not_run("a node_modules/.bin/sh put there by the file tools");
     assert!(
         std::fs::symlink_metadata(husky.ws.join("node_modules/.bin/eslint")).is_ok(),
         "a package's own command is left"

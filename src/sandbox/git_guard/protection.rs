@@ -29,6 +29,11 @@ pub struct Protection {
     pub pinned: Vec<PathBuf>,
     /// Everything refused to file tools, existing or not (a subtree each).
     pub denied: Vec<PathBuf>,
+    /// Folders of the work tree the hooks' PATH searches before the system's (husky's
+    /// `node_modules/.bin`): an entry there named like a program of the system would start in
+    /// its place at every commit. Refused to file tools ([`Protection::shadows`]) and moved
+    /// aside by the audit after a command.
+    pub shadowing: Vec<PathBuf>,
 }
 
 impl Protection {
@@ -42,6 +47,18 @@ impl Protection {
             self.pinned.push(p);
         }
     }
+    /// Whether `path` (absolute) is an entry of a [`Protection::shadowing`] folder named like a
+    /// program found on the PATH outside `roots` (`sh`, `git`, `node`): the file tools'
+    /// side of the audit's rule. A package's own command (`eslint`) is the project's code.
+    pub fn shadows(&self, path: &Path, roots: &[PathBuf]) -> bool {
+        let (Some(folder), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str()))
+        else {
+            return false;
+        };
+        self.shadowing.iter().any(|s| s == folder)
+            && crate::protocol::host_programs::find_program(name, roots).is_some()
+    }
+
     fn deny(&mut self, p: PathBuf) {
         if !self.denied.contains(&p) {
             self.denied.push(p);
@@ -90,6 +107,11 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
             let managed = hook_managers::managed(&dirs, top);
             for obeyed in managed.obeyed.iter().chain(&managed.programs) {
                 protect_included(obeyed, &writable, &mut out);
+            }
+            for folder in managed.shadowing {
+                if !out.shadowing.contains(&folder) {
+                    out.shadowing.push(folder);
+                }
             }
             for included in configs.included() {
                 protect_included(included, &writable, &mut out);
