@@ -69,8 +69,15 @@ impl Repo {
     /// `baton sandbox -- sh -c SCRIPT` in the workspace, as the user runs it: the fixture's
     /// home and XDG folders.
     fn baton_sandbox(&self, script: &str) -> Command {
+        self.baton_sandbox_with(&[], script)
+    }
+
+    /// [`Repo::baton_sandbox`] with `baton sandbox` flags before the command.
+    fn baton_sandbox_with(&self, flags: &[&str], script: &str) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_baton"));
-        c.args(["sandbox", "--", "sh", "-c", script])
+        c.arg("sandbox")
+            .args(flags)
+            .args(["--", "sh", "-c", script])
             .current_dir(&self.ws)
             .env("HOME", &self.home)
             .env("XDG_CONFIG_HOME", self.home.join(".config"))
@@ -865,6 +872,46 @@ async fn what_a_hook_managers_config_or_hook_names_is_guarded_too() {
         !warnings.iter().any(|w| w.contains("node_modules/.bin")),
         "told once: {warnings:?}"
     );
+}
+
+#[test]
+fn a_repository_made_at_the_top_of_a_shared_temp_folder_is_audited() {
+    // Twenty-fourth red team (medium): under the landlock backend commands share the host's
+    // temp folders, and a `git init "$TMPDIR"` with a `core.fsmonitor` stayed unaudited (only
+    // the workspace was walked): the user's later `git status` in any scratch folder below it
+    // ran the command.
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let tmp = r.base.join("tmp");
+    std::fs::create_dir_all(&tmp).expect("mkdir");
+    let evil = r.evil_script(&r.base.join("evil.sh"));
+    let script = format!(
+        "cd \"$TMPDIR\" && git init -q . && git config core.fsmonitor {e} && \
+         git config diff.external {e} && echo planted",
+        e = evil.display()
+    );
+    let out = r
+        .baton_sandbox_with(&["--sandbox-backend", "landlock"], &script)
+        .env("TMPDIR", &tmp)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run baton sandbox");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !stdout.contains("planted") {
+        // No landlock here, or the temp folder is not shared: nothing to audit.
+        assert!(!tmp.join(".git").exists(), "{stdout}{stderr}");
+        return;
+    }
+    assert!(stderr.contains("fsmonitor"), "the user is told: {stderr}");
+    let scratch = tmp.join("scratch");
+    std::fs::create_dir_all(&scratch).expect("mkdir");
+    std::fs::write(scratch.join("x"), "a\n").expect("x");
+    let _ = r.git_output(&scratch, &["status"]);
+    let _ = r.git_output(&scratch, &["diff"]);
+    r.assert_not_run("a repository planted at the top of the shared TMPDIR");
 }
 
 #[tokio::test]

@@ -157,10 +157,18 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
     // Only what a command could have written is tracked, and so only that is ever changed.
     let writable = policy.write_rules().command_roots();
     let mut found = Found::default();
-    for root in project_roots(policy, &writable) {
-        if !walk(&root, &mut found, MAX_WALK_ENTRIES) {
+    let projects = project_roots(policy, &writable);
+    for root in &projects {
+        if !walk(root, &mut found, MAX_WALK_ENTRIES) {
             snap.incomplete = true;
         }
+    }
+    // The other folders commands write (under the landlock backend the host's shared temp
+    // folders): a repository made at the top of one (`git init "$TMPDIR"`, or the folder laid
+    // out as a bare gitdir) is found by the user's later git in every folder below it (a
+    // `mktemp -d` scratch folder). Their tops are looked at, not walked.
+    for root in writable.iter().filter(|w| !projects.contains(w)) {
+        look_at_top(root, &mut found);
     }
     let Found {
         git: mut found_git,
@@ -276,6 +284,13 @@ pub(super) fn collect(policy: &SandboxPolicy) -> AuditSnapshot {
 fn walk(root: &Path, found: &mut Found, limit: usize) -> bool {
     // The root's own `.git`, `.baton` and `HEAD` are looked up by name before the walk: a top
     // folder with more entries than the limit must not hide them (git uses them first).
+    look_at_top(root, found);
+    // Beneath the root: folders unchanged since the last walk are not read again.
+    crate::sandbox::tree_index::scan(root, limit, found).complete
+}
+
+/// `root`'s own `.git`, `.baton` and `HEAD` (`root` laid out as a bare gitdir), by name.
+fn look_at_top(root: &Path, found: &mut Found) {
     let at_root = [".git", ".baton", "HEAD"];
     for name in at_root {
         let path = root.join(name);
@@ -289,8 +304,6 @@ fn walk(root: &Path, found: &mut Found, limit: usize) -> bool {
             _ => {}
         }
     }
-    // Beneath the root: folders unchanged since the last walk are not read again.
-    crate::sandbox::tree_index::scan(root, limit, found).complete
 }
 
 impl AuditSnapshot {
