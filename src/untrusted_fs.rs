@@ -801,6 +801,120 @@ pub fn remove_file(path: &Path, anchors: &[&Path]) -> io::Result<()> {
     rustix::fs::unlinkat(dir.fd(), &name, AtFlags::empty()).map_err(errno)
 }
 
+/// Removes `path` and everything beneath it, following no link, in bounded stack and with two
+/// descriptors however deep the tree goes: a command can leave folders nested thousands deep
+/// (beyond `PATH_MAX`), which a recursive removal (`std::fs::remove_dir_all`) cannot take
+/// without overflowing its stack or running out of descriptors. Each folder that is not
+/// empty has its entries moved up into `path` under fresh names (never over an existing one)
+/// and is then removed; a folder its owner made unreadable gets `0700` back through a
+/// descriptor first. `path` itself, when a link or a file, is unlinked. Done when `path` is
+/// gone; an entry that cannot be removed (immutable, another owner's) is an error.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !meta.is_dir() {
+        return std::fs::remove_file(path);
+    }
+    let top = open_dir_to_empty(rustix::fs::CWD, path)?;
+    let mut fresh: u64 = 0;
+    loop {
+        let names = dir_entries(&top)?;
+        if names.is_empty() {
+            break;
+        }
+        let mut progressed = false;
+        for name in names {
+            let Ok(st) = rustix::fs::statat(&top, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)
+            else {
+                continue;
+            };
+            if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+                rustix::fs::unlinkat(&top, name.as_c_str(), AtFlags::empty()).map_err(errno)?;
+                progressed = true;
+                continue;
+            }
+            if rustix::fs::unlinkat(&top, name.as_c_str(), AtFlags::REMOVEDIR).is_ok() {
+                progressed = true;
+                continue;
+            }
+            let sub = open_dir_to_empty(&top, name.as_c_str())?;
+            for inner in dir_entries(&sub)? {
+                loop {
+                    fresh += 1;
+                    let up = format!(".baton-removing-{fresh}");
+                    match rustix::fs::renameat_with(
+                        &sub,
+                        inner.as_c_str(),
+                        &top,
+                        up.as_str(),
+                        rustix::fs::RenameFlags::NOREPLACE,
+                    ) {
+                        Err(Errno::EXIST) => continue,
+                        Err(e) => return Err(errno(e)),
+                        Ok(()) => break,
+                    }
+                }
+                progressed = true;
+            }
+        }
+        if !progressed {
+            return Err(io::Error::other(format!(
+                "{} could not be emptied",
+                path.display()
+            )));
+        }
+    }
+    drop(top);
+    std::fs::remove_dir(path)
+}
+
+/// The folder `name` in `at`, opened for listing without following a link; one its owner may
+/// not read (a command's `chmod 0`) is opened as a path first and given `0700` through
+/// `/proc/self/fd`, which names that very folder.
+fn open_dir_to_empty<Fd: AsFd, P: rustix::path::Arg + Copy>(
+    at: Fd,
+    name: P,
+) -> io::Result<OwnedFd> {
+    let listing = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::openat(&at, name, listing, Mode::empty()) {
+        Err(Errno::ACCESS) => {}
+        other => return other.map_err(errno),
+    }
+    let held = rustix::fs::openat(
+        &at,
+        name,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(errno)?;
+    let by_fd = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&held));
+    rustix::fs::chmod(by_fd.as_str(), Mode::from_raw_mode(0o700)).map_err(errno)?;
+    rustix::fs::openat(
+        &held,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(errno)
+}
+
+/// The names in the folder `dir` (`.` and `..` aside).
+fn dir_entries(dir: &OwnedFd) -> io::Result<Vec<std::ffi::CString>> {
+    let list = rustix::fs::Dir::read_from(dir).map_err(errno)?;
+    let mut out = Vec::new();
+    for entry in list {
+        let entry = entry.map_err(errno)?;
+        let name = entry.file_name();
+        if name.to_bytes() != b"." && name.to_bytes() != b".." {
+            out.push(name.to_owned());
+        }
+    }
+    Ok(out)
+}
+
 /// Opens the regular file `path` for reading as git and the trust digests read files:
 /// ordinary links are followed, a magic link (`/proc/self/fd/…`, `/dev/stdin`) never; a FIFO,
 /// socket, device or directory is refused without being opened ([`NotRegular`]). A relative
@@ -1162,5 +1276,53 @@ mod tests {
             2,
             "a temp file was left"
         );
+    }
+
+    #[test]
+    fn a_tree_deeper_than_path_max_is_removed_without_following_links() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tempfile::tempdir().unwrap();
+        let outside = base.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("keep"), "kept").unwrap();
+        let top = base.path().join("tree");
+        std::fs::create_dir(&top).unwrap();
+        // 3,000 levels: beyond PATH_MAX by name, beyond the descriptors a recursive walk gets.
+        let mut dir = Dir::open(&top).unwrap();
+        for _ in 0..3000 {
+            dir = dir.dir(Path::new("d"), Some(0o755)).unwrap();
+        }
+        rustix::fs::symlinkat(outside.as_path(), dir.fd(), "link").unwrap();
+        rustix::fs::mkdirat(dir.fd(), "locked", Mode::from_raw_mode(0o755)).unwrap();
+        rustix::fs::mkdirat(dir.fd(), "locked/inner", Mode::from_raw_mode(0o755)).unwrap();
+        rustix::fs::chmodat(dir.fd(), "locked", Mode::from_raw_mode(0), AtFlags::empty()).unwrap();
+        std::fs::write(
+            top.join(".baton-removing-1"),
+            "a name the removal also uses",
+        )
+        .unwrap();
+        // On a thread with a small stack, as baton's cleaners run.
+        let target = top.clone();
+        std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || remove_tree(&target).unwrap())
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(!top.exists());
+        assert_eq!(
+            std::fs::read_to_string(outside.join("keep")).unwrap(),
+            "kept"
+        );
+        assert_eq!(
+            std::fs::metadata(&outside).unwrap().permissions().mode() & 0o777,
+            0o755,
+            "the link's target was left as it was"
+        );
+        remove_tree(&top).unwrap();
+        let file = base.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        remove_tree(&file).unwrap();
+        assert!(!file.exists());
     }
 }

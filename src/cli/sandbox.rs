@@ -181,6 +181,8 @@ pub fn run(args: SandboxArgs) -> i32 {
             Signal::SIGQUIT,
         ]
     };
+    // What bubblewrap leaves when it dies comes back here to be ended (`end_orphans`).
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     for &sig in stops {
         let action = SigAction::new(
             SigHandler::Handler(stop_the_command),
@@ -200,11 +202,14 @@ pub fn run(args: SandboxArgs) -> i32 {
     } else {
         // No other thread runs yet: bubblewrap can start without a fork of this process.
         guard.spawn_alone(&mut cmd).and_then(|mut child| {
-            running(child.id());
-            watch.started();
-            if watch.ended().is_some() {
-                watch.wait_until_gone(&guard);
-                warnings = Some(watch.audit());
+            // Asked to stop before it ran: the command is never released (bubblewrap was
+            // killed; what it left is ended below).
+            if running(child.id()) {
+                watch.started();
+                if watch.ended().is_some() {
+                    watch.wait_until_gone(&guard);
+                    warnings = Some(watch.audit());
+                }
             }
             child.wait()
         })
@@ -220,10 +225,15 @@ pub fn run(args: SandboxArgs) -> i32 {
             };
         }
     };
-    let warnings = warnings.unwrap_or_else(|| {
-        watch.wait_until_gone(&guard);
-        watch.audit()
-    });
+    let warnings = match (warnings, end_orphans()) {
+        (Some(made), false) => made,
+        (made, _) => {
+            watch.wait_until_gone(&guard);
+            let mut all = made.unwrap_or_default();
+            all.extend(watch.audit());
+            all
+        }
+    };
     drop(guard);
     let stopped_by = STOPPED_BY.load(Ordering::SeqCst);
     for warning in warnings {
@@ -257,8 +267,8 @@ extern "C" fn stop_the_command(sig: libc::c_int) {
 }
 
 /// Records the spawned process for [`stop_the_command`], and stops it at once if a stop was
-/// asked for before it existed.
-fn running(pid: u32) {
+/// asked for before it existed; false then (the command must not be released).
+fn running(pid: u32) -> bool {
     let pid = i32::try_from(pid).unwrap_or(0);
     RUNNING.store(pid, Ordering::SeqCst);
     if STOPPED_BY.load(Ordering::SeqCst) != 0 && pid > 0 {
@@ -266,7 +276,53 @@ fn running(pid: u32) {
         unsafe {
             libc::kill(pid, libc::SIGKILL);
         }
+        return false;
     }
+    true
+}
+
+/// Kills and reaps whatever of the sandbox outlived bubblewrap; true when there was any.
+/// `baton sandbox` is a child subreaper, so a process whose parent died is reparented here,
+/// not to the system's init: bubblewrap killed (a stop asked for while it started) before
+/// its child — the init of the command's pid namespace — had made bubblewrap's death its
+/// own, leaves that child running, and it would go on to run the command unwatched after
+/// this process's audit and exit. Killing that init ends its whole namespace, and it is
+/// reaped only once the rest of the namespace is gone.
+fn end_orphans() -> bool {
+    let mut any = false;
+    loop {
+        let children = own_children();
+        if children.is_empty() {
+            return any;
+        }
+        any = true;
+        for &pid in &children {
+            // SAFETY: kill(2) on a child of this process, not yet reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        for pid in children {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(pid, None) {}
+        }
+    }
+}
+
+/// The children of this process, from every thread's `/proc/self/task/TID/children`.
+fn own_children() -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
+    }
+    out
 }
 
 /// The caller's window size (from the first terminal among stdin/stdout/stderr).
@@ -335,9 +391,11 @@ fn run_on_pty(
         .stdout(slave(tty[1])?)
         .stderr(slave(tty[2])?);
     let mut child = cmd.spawn()?;
-    running(child.id());
+    let go = running(child.id());
     drop(cmd);
-    watch.started();
+    if go {
+        watch.started();
+    }
     let Pty { master, slave } = pty;
     drop(slave);
     let _raw = tty[0].then(RawMode::enter);

@@ -103,81 +103,13 @@ fn copy_entry(from: &Path, to: &Path) -> Result<(), CopyError> {
     Ok(())
 }
 
-/// Removes `dir` and everything in it; folders a task chmod-ed read-only are opened first.
-/// A trial's processes may still run (the agent's, while its verifier's folder is emptied)
-/// and swap a folder for a link meanwhile: nothing here follows one. `remove_dir_all` does not,
-/// and the folders are opened for their mode through descriptors, a link never.
+/// Removes `dir` and everything in it ([`crate::untrusted_fs::remove_tree`]): a trial's
+/// processes may still run (the agent's, while its verifier's folder is emptied) and swap a
+/// folder for a link meanwhile, chmod folders unreadable or nest them thousands deep: nothing
+/// is followed, unreadable folders get `0700` back through a descriptor, and the removal
+/// needs neither a deep stack nor many descriptors.
 pub fn remove_tree(dir: &Path) -> std::io::Result<()> {
-    if std::fs::symlink_metadata(dir).is_err() {
-        return Ok(());
-    }
-    if std::fs::remove_dir_all(dir).is_ok() {
-        return Ok(());
-    }
-    if let Some(top) = open_dir_for_chmod(rustix::fs::CWD, dir) {
-        make_writable(top, 0);
-    }
-    std::fs::remove_dir_all(dir)
-}
-
-/// Opens the folder `name` in `at` without following a link, gives it the mode `0700` and
-/// returns it opened for listing. A folder its owner may not read (the runner's
-/// `work/control/in`, `0311`; a task's `chmod 0`) cannot be opened for that, so it is opened
-/// as a path first (`O_PATH`, a link never) and chmod-ed through `/proc/self/fd`, which names
-/// that very folder, then opened for listing through that descriptor.
-fn open_dir_for_chmod<Fd: rustix::fd::AsFd, P: rustix::path::Arg>(
-    at: Fd,
-    name: P,
-) -> Option<std::os::fd::OwnedFd> {
-    use rustix::fs::{Mode, OFlags};
-    let path = rustix::fs::openat(
-        at,
-        name,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()?;
-    let by_fd = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&path));
-    let _ = rustix::fs::chmod(by_fd.as_str(), Mode::from_raw_mode(0o700));
-    rustix::fs::openat(
-        &path,
-        ".",
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .ok()
-}
-
-/// How deep [`make_writable`] goes: a trial's folders are not deeper.
-const MAX_WRITABLE_DEPTH: usize = 256;
-
-/// Gives the folder `fd` and the folders below it the mode `0700`, through descriptors opened
-/// without following a link.
-fn make_writable(fd: std::os::fd::OwnedFd, depth: usize) {
-    use rustix::fs::{AtFlags, FileType, Mode};
-    let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700));
-    if depth >= MAX_WRITABLE_DEPTH {
-        return;
-    }
-    let Ok(names) = rustix::fs::Dir::read_from(&fd) else {
-        return;
-    };
-    let names: Vec<std::ffi::CString> = names
-        .flatten()
-        .filter(|e| e.file_type() == FileType::Directory)
-        .map(|e| e.file_name().to_owned())
-        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
-        .collect();
-    for name in names {
-        let is_dir = rustix::fs::statat(&fd, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)
-            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
-        if !is_dir {
-            continue;
-        }
-        if let Some(child) = open_dir_for_chmod(&fd, name.as_c_str()) {
-            make_writable(child, depth + 1);
-        }
-    }
+    crate::untrusted_fs::remove_tree(dir)
 }
 
 /// The largest task file (`instruction.md`, `task.toml`, a Dockerfile, a requirements file, a

@@ -505,7 +505,7 @@ fn private_tmp_in(base: &Path, uid: u32, pid: u32) -> Result<PathBuf, String> {
 /// Makes `dir` a 0700 folder of `uid`'s with `tmp/` and `var-tmp/` inside, replacing what
 /// this user left there (a folder of a process with this pid that is gone).
 fn make_private_tmp(dir: &Path, uid: u32) -> std::io::Result<()> {
-    let _ = std::fs::remove_dir_all(dir);
+    let _ = crate::untrusted_fs::remove_tree(dir);
     std::fs::DirBuilder::new().mode(0o700).create(dir)?;
     let meta = std::fs::symlink_metadata(dir)?;
     if !meta.is_dir() || meta.uid() != uid {
@@ -535,7 +535,7 @@ fn remove_stale_tmp(base: &Path) {
             continue;
         };
         if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(e.path());
+            let _ = crate::untrusted_fs::remove_tree(&e.path());
         }
     }
 }

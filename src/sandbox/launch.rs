@@ -69,12 +69,19 @@ struct UserNs {
 pub struct StartGate {
     write: OwnedFd,
     /// baton's copy of the write end of the [`CommandEnd`] pipe: bubblewrap has its own once
-    /// spawned, and this one is closed with the gate, so that the pipe's end of file means
-    /// bubblewrap is gone.
-    _report: OwnedFd,
+    /// spawned, and this one is closed then ([`StartGate::spawned`]) or with the gate, so
+    /// that the pipe's end of file means bubblewrap is gone.
+    report: Option<OwnedFd>,
 }
 
 impl StartGate {
+    /// The spawn is done: bubblewrap holds its own write end of the report's pipe, and
+    /// baton's is closed, so a read of the report ends when bubblewrap does (killed while it
+    /// started, before it reported anything) instead of waiting on baton itself.
+    pub fn spawned(&mut self) {
+        self.report = None;
+    }
+
     /// Lets the command run. An error means it is gone already (its setup failed).
     pub fn open(self) -> std::io::Result<()> {
         match rustix::io::write(&self.write, b"1") {
@@ -321,7 +328,7 @@ impl PreparedSandbox {
         Ok(Some((
             StartGate {
                 write,
-                _report: report_write,
+                report: Some(report_write),
             },
             CommandEnd::new(report_read),
         )))

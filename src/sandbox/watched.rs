@@ -51,7 +51,8 @@ impl GitWatch {
     /// Right after the spawn: looks at what git trusts while bubblewrap builds the world, then
     /// lets the command run. A command whose setup failed already is reported by its status.
     pub fn started(&mut self) {
-        if let Some(gate) = self.gate.take() {
+        if let Some(mut gate) = self.gate.take() {
+            gate.spawned();
             self.before = Some(git_guard::snapshot(&self.policy));
             if let Some(end) = &mut self.end {
                 end.learn_init();

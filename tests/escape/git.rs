@@ -1506,6 +1506,55 @@ fn baton_sandbox_asked_to_stop_stops_its_command_and_still_audits() {
 }
 
 #[test]
+fn baton_sandbox_asked_to_stop_while_it_starts_neither_hangs_nor_lets_its_command_run_on() {
+    // Twenty-fourth red team (high): a SIGTERM in the first milliseconds, while bubblewrap was
+    // starting, could kill bubblewrap before its child (the init of the command's pid
+    // namespace) had made bubblewrap's death its own: that child ran the command on, after
+    // `baton sandbox` had audited and exited. Another moment hung `baton sandbox` for good
+    // (it waited for bubblewrap's first report on a pipe it still held itself). The stop is
+    // swept across the start-up, a delay per run.
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let started = std::time::Instant::now();
+    let _ = r.run_baton_sandbox("true");
+    let startup = started.elapsed().max(std::time::Duration::from_millis(4));
+    let late = r.ws.join("late");
+    for step in 0..24u32 {
+        let mut child = r
+            .baton_sandbox("sleep 0.2; echo ran-on > late")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run baton sandbox");
+        std::thread::sleep(startup * step / 16);
+        let pid = i32::try_from(child.id()).expect("pid");
+        // SAFETY: signalling our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("baton sandbox hung after a SIGTERM {step}/16 into its start-up");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        assert!(
+            !late.exists(),
+            "stopped {step}/16 into its start-up ({status}), the command ran on after baton"
+        );
+    }
+}
+
+#[test]
 fn a_command_cannot_end_its_audit_early_by_posing_as_the_sandboxs_end_report() {
     if !enforceable() {
         return;
