@@ -534,7 +534,13 @@ fn remove_stale_tmp(base: &Path) {
         else {
             continue;
         };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        // Only a folder of this account's own: another account can make one by that name in
+        // the shared /tmp (a tree too deep to walk, links), and none of it is baton's.
+        let ours = std::fs::symlink_metadata(e.path()).is_ok_and(|m| {
+            use std::os::unix::fs::MetadataExt;
+            m.is_dir() && m.uid() == rustix::process::getuid().as_raw()
+        });
+        if ours && !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = crate::untrusted_fs::remove_tree(&e.path());
         }
     }
@@ -848,6 +854,49 @@ mod tests {
         std::fs::remove_file(&squatted).unwrap();
         std::fs::create_dir(&squatted).unwrap();
         assert_eq!(private_tmp_in(base.path(), uid, 4242).unwrap(), squatted);
+    }
+
+    #[test]
+    fn only_this_accounts_stale_private_tmp_folders_are_removed_however_deep() {
+        // Twenty-fourth red team (critical with 05, medium alone): the cleanup recursed once
+        // per folder level and a command's 20,000-deep tree crashed the next session (its
+        // command's audit skipped); another account's folder by that name was removed too.
+        let base = tempfile::tempdir().unwrap();
+        let uid = rustix::process::getuid().as_raw();
+        // A pid above every pid_max: that process is gone.
+        let stale = base.path().join(format!("baton-sandbox-{uid}-4999999"));
+        let mut deep = stale.join("tmp");
+        std::fs::create_dir_all(&deep).unwrap();
+        let mut dir = crate::untrusted_fs::Dir::open(&deep).unwrap();
+        for _ in 0..3000 {
+            dir = dir.dir(Path::new("d"), Some(0o755)).unwrap();
+        }
+        deep.push("d");
+        let foreign = base.path().join(format!("baton-sandbox-{uid}-4999998"));
+        std::fs::create_dir_all(foreign.join("tmp")).unwrap();
+        let root = uid == 0;
+        if root {
+            std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
+        }
+        let running = base
+            .path()
+            .join(format!("baton-sandbox-{uid}-{}", std::process::id()));
+        std::fs::create_dir_all(&running).unwrap();
+        let cleaner_base = base.path().to_path_buf();
+        std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || remove_stale_tmp(&cleaner_base))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(!stale.exists() && !deep.exists());
+        assert!(running.is_dir(), "a live process's folder stays");
+        if root {
+            assert!(
+                foreign.join("tmp").is_dir(),
+                "another account's folder stays"
+            );
+        }
     }
 
     #[test]
