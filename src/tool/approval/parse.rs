@@ -62,7 +62,11 @@ pub fn simple_commands(line: &str) -> Option<Vec<SimpleCommand>> {
         .ok()?;
     let tree = parser.parse(line, None)?;
     let root = tree.root_node();
-    if root.has_error() || root.is_missing() || !read_as_bash_reads(root, line.as_bytes()) {
+    if root.has_error()
+        || root.is_missing()
+        || deeper_than(root, MAX_DEPTH)
+        || !read_as_bash_reads(root, line.as_bytes())
+    {
         return None;
     }
     let mut walk = Walk {
@@ -71,6 +75,33 @@ pub fn simple_commands(line: &str) -> Option<Vec<SimpleCommand>> {
     };
     walk.statement(root, false)?;
     Some(walk.out)
+}
+
+/// How deep a line's tree may nest to be judged. The walks below recurse once per level, and
+/// a line nesting `$(` thousands deep (or a `&&` list thousands long, which the grammar nests
+/// to the left) would take the stack of the thread judging it, and baton with it. Deeper, the
+/// line cannot be judged from its words: it needs approval like any such line.
+const MAX_DEPTH: usize = 200;
+
+/// Whether the tree below `root` is more than `limit` levels deep, found without recursion.
+fn deeper_than(root: Node<'_>, limit: usize) -> bool {
+    let mut cursor = root.walk();
+    let mut depth = 0usize;
+    loop {
+        if cursor.goto_first_child() {
+            depth += 1;
+            if depth > limit {
+                return true;
+            }
+            continue;
+        }
+        while !cursor.goto_next_sibling() {
+            if !cursor.goto_parent() {
+                return false;
+            }
+            depth -= 1;
+        }
+    }
 }
 
 struct Walk<'s> {
@@ -691,5 +722,25 @@ mod tests {
         ] {
             assert_eq!(argvs(line), None, "{line:?}");
         }
+    }
+
+    #[test]
+    fn a_line_nested_too_deep_to_judge_is_refused_without_taking_the_stack() {
+        // Twenty-fourth red team (critical): `$(` nested 3,000 deep, or 5,000 `&&` links,
+        // overflowed the stack of the thread judging the line and killed baton, and with it
+        // the audit of a command still running.
+        let nested = format!("echo {}true{}", "$(".repeat(3000), ")".repeat(3000));
+        let chained = vec!["true"; 5000].join(" && ");
+        let shallow = format!("echo {}true{}", "$(echo ".repeat(20), ")".repeat(20));
+        std::thread::Builder::new()
+            .stack_size(512 << 10)
+            .spawn(move || {
+                assert_eq!(simple_commands(&nested), None);
+                assert_eq!(simple_commands(&chained), None);
+                assert_eq!(simple_commands(&shallow).map(|c| c.len()), Some(21));
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }
