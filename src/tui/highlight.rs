@@ -391,4 +391,27 @@ mod tests {
         let text: String = lines.iter().flatten().map(|s| s.content.as_ref()).collect();
         assert_eq!(text, "# buildif true; then echo \"ok\"; fi");
     }
+
+    #[test]
+    fn deeply_nested_code_highlights_on_a_small_stack() {
+        // Code in a model's answer is untrusted input to the highlighter.
+        let palette = Theme::default_for(ColorDepth::TrueColor).colors;
+        let cases = [
+            ("rust", "{".repeat(20_000) + &"}".repeat(20_000)),
+            ("python", "[".repeat(20_000) + &"]".repeat(20_000)),
+            ("bash", "$(".repeat(5_000) + "true" + &")".repeat(5_000)),
+            ("tsx", "<a>".repeat(5_000) + &"</a>".repeat(5_000)),
+        ];
+        std::thread::Builder::new()
+            .stack_size(512 << 10)
+            .spawn(move || {
+                for (lang, code) in &cases {
+                    let lines = highlight(lang, code, &palette);
+                    assert!(!lines.is_empty(), "{lang}");
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
 }

@@ -49,6 +49,11 @@ pub fn render_markdown(text: &str, width: usize, theme: &Theme) -> Vec<Line<'sta
     out
 }
 
+/// How deep quotes and lists nest in what is drawn. A model's text is untrusted: nested
+/// thousands deep, the block tree (laid out and dropped by recursion) took the stack of the
+/// thread drawing it, and the TUI with it; deeper content is drawn at this depth.
+const MAX_NESTING: usize = 32;
+
 /// Builds the block tree from pulldown-cmark events. Containers are a stack of open blocks.
 fn parse(text: &str, theme: &Theme) -> Vec<Block> {
     let p = &theme.colors;
@@ -67,6 +72,9 @@ fn parse(text: &str, theme: &Theme) -> Vec<Block> {
     let mut code: Option<(String, String)> = None;
     let mut table: Option<(Vec<Alignment>, Vec<TableRow>)> = None;
     let mut heading: Option<HeadingLevel> = None;
+    // Quotes, lists and items opened beyond MAX_NESTING: their content goes to the deepest
+    // container kept, and their ends close nothing.
+    let mut flattened: usize = 0;
 
     fn push_block(stack: &mut [Open], block: Block) {
         match stack.last_mut() {
@@ -101,6 +109,10 @@ fn parse(text: &str, theme: &Theme) -> Vec<Block> {
                         s = s.add_modifier(Modifier::UNDERLINED);
                     }
                     styles.push(s);
+                }
+                Tag::BlockQuote(_) | Tag::List(_) | Tag::Item if stack.len() > MAX_NESTING => {
+                    flush_inline(&mut stack, &mut inline);
+                    flattened += 1;
                 }
                 Tag::BlockQuote(_) => {
                     flush_inline(&mut stack, &mut inline);
@@ -159,6 +171,10 @@ fn parse(text: &str, theme: &Theme) -> Vec<Block> {
                         &mut stack,
                         Block::Heading(level, std::mem::take(&mut inline)),
                     );
+                }
+                TagEnd::BlockQuote(_) | TagEnd::List(_) | TagEnd::Item if flattened > 0 => {
+                    flush_inline(&mut stack, &mut inline);
+                    flattened -= 1;
                 }
                 TagEnd::BlockQuote(_) => {
                     flush_inline(&mut stack, &mut inline);
@@ -525,5 +541,33 @@ mod tests {
         ] {
             let _ = render_markdown(md, 60, &theme);
         }
+    }
+
+    #[test]
+    fn deeply_nested_model_text_renders_on_a_small_stack() {
+        // A model's answer is untrusted input to the renderer: nesting thousands deep must not
+        // take the stack (the TUI, and the audits of running commands, would die with it).
+        let texts = [
+            ">".repeat(20_000) + " deep",
+            (0..3000)
+                .map(|i| format!("{}- item\n", "  ".repeat(i)))
+                .collect::<String>(),
+            "[".repeat(20_000) + &"]".repeat(20_000),
+            "*".repeat(20_000) + "x" + &"*".repeat(20_000),
+        ];
+        std::thread::Builder::new()
+            .stack_size(512 << 10)
+            .spawn(move || {
+                let theme = Theme::default_for(ColorDepth::TrueColor);
+                for text in &texts {
+                    let lines = render_markdown(text, 80, &theme);
+                    assert!(!lines.is_empty(), "{}", &text[..20]);
+                }
+                let quoted = render_markdown(&(">".repeat(20_000) + " deep"), 80, &theme);
+                assert!(plain(&quoted).concat().contains("deep"));
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }
