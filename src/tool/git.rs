@@ -713,6 +713,41 @@ fn included_settings(config: &git2::Config, home: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Refuses to commit where a file the commit writes — the index, the branch's ref and the
+/// reflogs of HEAD and the branch — or a folder on the way to one is a link inside the
+/// gitdir: libgit2 appends a reflog line through a link, and the thread's confinement allows
+/// every path of the gitdir, a hook included (a link `logs/HEAD -> ../hooks/post-commit` that
+/// a command still running made). Links a command leaves there are removed by the audit
+/// when it ends; until then the commit waits.
+fn refuse_links_where_git_writes(repo: &Repository) -> Result<(), GitFailure> {
+    let gitdir = repo.path();
+    let branch = repo
+        .find_reference("HEAD")
+        .ok()
+        .and_then(|h| h.symbolic_target().map(str::to_string));
+    let mut written = vec!["index".to_string(), "logs/HEAD".to_string()];
+    if let Some(b) = branch.filter(|b| b.starts_with("refs/")) {
+        written.push(format!("logs/{b}"));
+        written.push(b);
+    }
+    for rel in written {
+        let mut at = gitdir.to_path_buf();
+        for part in Path::new(&rel).components() {
+            at.push(part);
+            if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(ToolError::rejected(format!(
+                    "{} is a link (a command made it): git would write where it leads; the \
+                     audit removes such links when the command that made them ends, commit \
+                     after that",
+                    at.display()
+                ))
+                .into());
+            }
+        }
+    }
+    Ok(())
+}
+
 fn commit(
     repo: &Repository,
     pathspecs: &[String],
@@ -743,6 +778,7 @@ fn commit(
             .is_some_and(|w| skip.hides(&w.join(path)).is_some());
         i32::from(hidden)
     };
+    refuse_links_where_git_writes(repo)?;
     index.add_all(
         specs.iter(),
         IndexAddOption::DEFAULT,

@@ -2617,6 +2617,43 @@ async fn the_git_tool_does_not_follow_the_workspaces_commondir_to_another_reposi
 }
 
 #[tokio::test]
+async fn the_git_tool_does_not_write_through_a_link_a_running_command_left_in_the_gitdir() {
+    // Twenty-fourth red team (low): a command still running (yielded) replaced
+    // `.git/logs/HEAD` by a link to the user's own `hooks/post-commit`; the git tool's commit
+    // appended its reflog line (a message holding `|| cmd`) to the hook through it: the
+    // confinement allows every path of the gitdir. The commit now waits for the audit.
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let hook = r.ws.join(".git/hooks/post-commit");
+    std::fs::write(&hook, "#!/bin/sh\ntrue\n").expect("hook");
+    let _ = Command::new("chmod").arg("755").arg(&hook).status();
+    r.git(&r.ws, &["commit", "-q", "--allow-empty", "-m", "first"]);
+    let branch = r.git(&r.ws, &["symbolic-ref", "HEAD"]);
+    for link in ["logs/HEAD".to_string(), format!("logs/{}", branch.trim())] {
+        let at = r.ws.join(".git").join(&link);
+        let _ = std::fs::remove_file(&at);
+        let up = "../".repeat(link.matches('/').count());
+        std::os::unix::fs::symlink(format!("{up}hooks/post-commit"), &at).expect("link");
+        std::fs::write(r.ws.join("a.txt"), format!("{link}\n")).expect("write");
+        let commit = r
+            .git_tool(
+                json!({"action": "commit", "paths": ["a.txt"], "message": "x || touch pwned"}),
+            )
+            .await;
+        assert_ne!(commit.status, ToolStatus::Ok, "{link}: {}", commit.content);
+        assert!(commit.content.contains("is a link"), "{}", commit.content);
+        assert_eq!(
+            std::fs::read_to_string(&hook).expect("hook"),
+            "#!/bin/sh\ntrue\n",
+            "{link}: the user's hook was written through"
+        );
+        std::fs::remove_file(&at).expect("unlink");
+    }
+}
+
+#[tokio::test]
 async fn the_git_tool_does_not_show_a_repository_that_holds_the_workspace() {
     // A dotfiles repository at `~` holds a workspace `~/proj` that has no repository of its
     // own: `git diff` listed and printed every untracked file of the home (third red team).
