@@ -505,7 +505,11 @@ fn private_tmp_in(base: &Path, uid: u32, pid: u32) -> Result<PathBuf, String> {
 /// Makes `dir` a 0700 folder of `uid`'s with `tmp/` and `var-tmp/` inside, replacing what
 /// this user left there (a folder of a process with this pid that is gone).
 fn make_private_tmp(dir: &Path, uid: u32) -> std::io::Result<()> {
-    let _ = crate::untrusted_fs::remove_tree(dir);
+    // Only a folder of this user's is replaced: what another account made by that name (a
+    // file, a deep tree) is left, and the name gives way to a random one.
+    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && m.uid() == uid) {
+        let _ = crate::untrusted_fs::remove_tree(dir);
+    }
     std::fs::DirBuilder::new().mode(0o700).create(dir)?;
     let meta = std::fs::symlink_metadata(dir)?;
     if !meta.is_dir() || meta.uid() != uid {
