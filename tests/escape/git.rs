@@ -872,6 +872,38 @@ async fn what_a_hook_managers_config_or_hook_names_is_guarded_too() {
         !warnings.iter().any(|w| w.contains("node_modules/.bin")),
         "told once: {warnings:?}"
     );
+    // Twenty-fifth red team (high): the same folder under another name. A command makes
+    // `node_modules` a link to a folder it writes; the file tools then put `sh` in that folder
+    // by its real name, and a command's `git` there could not be moved aside through the link.
+    std::fs::remove_dir_all(husky.ws.join("node_modules")).expect("rm");
+    let (res, _) = husky
+        .hostile(
+            "mkdir -p vend/.bin && ln -s vend node_modules && echo done",
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    std::fs::copy(&evil, husky.ws.join("tools/y")).expect("copy");
+    let moved = husky
+        .tool(
+            "apply_patch",
+            json!({"input": "*** Begin Patch\n*** Update File: tools/y\n*** Move to: vend/.bin/sh\n*** End Patch\n"}),
+        )
+        .await;
+    assert_ne!(moved.status, ToolStatus::Ok, "{}", moved.content);
+    let (res, warnings) = husky
+        .hostile(
+            &format!("cp {} vend/.bin/git; echo done", evil.display()),
+            &[],
+        )
+        .await;
+    assert!(res.content.contains("done"), "{}", res.content);
+    assert!(
+        !husky.ws.join("vend/.bin/git").exists(),
+        "moved aside by its real name: {warnings:?}"
+    );
+    husky.user_commits(&husky.ws);
+    husky.assert_not_run("a system program's name in a hooks' search folder reached by a link");
 }
 
 #[test]

@@ -185,9 +185,15 @@ fn runs_from_work_tree(scripts: &[(&PathBuf, Vec<String>)], work_tree: &Path, fo
                 &mut found.told,
                 "husky's hooks put node_modules/.bin first on their PATH".into(),
             );
+            // The folder as husky's shell names it and where it really is: a command can make
+            // `node_modules` or `.bin` a link to a folder it writes (`tools/`), and a program
+            // named `sh` there is the one every hook starts.
             let bin = work_tree.join("node_modules/.bin");
-            if !found.shadowing.contains(&bin) {
-                found.shadowing.push(bin);
+            let real = bin.canonicalize().ok().filter(|r| *r != bin);
+            for folder in std::iter::once(bin).chain(real) {
+                if !found.shadowing.contains(&folder) {
+                    found.shadowing.push(folder);
+                }
             }
         }
         for script in scripts {
