@@ -27,8 +27,56 @@ use crate::app::Frontend;
 
 pub use crate::protocol::exit;
 
-/// Runs the CLI and returns the process exit code.
+/// Runs the CLI and returns the process exit code. Whatever way it ends, every command its
+/// shell sessions still run is killed and audited first (`end_every_session`), and what the
+/// audit undid is said on stderr.
 pub fn main() -> i32 {
+    take_other_stop_signals_as_sigterm();
+    let code = run_cli();
+    for warning in crate::tool::shell::end_every_session() {
+        crate::protocol::stdio::eprintln!(
+            "baton: warning: {}",
+            crate::protocol::terminal_safe(&warning)
+        );
+    }
+    code
+}
+
+/// The signals whose default action ends a process, other than those each mode handles
+/// itself (SIGTERM, SIGHUP, SIGINT, SIGQUIT): each is taken as SIGTERM, so that it too stops
+/// the turn or the sandbox and makes the audit, instead of killing baton in the middle of a
+/// command (whose audit it would skip). Programs baton starts get the default back at exec.
+fn take_other_stop_signals_as_sigterm() {
+    extern "C" fn as_sigterm(_: libc::c_int) {
+        // SAFETY: kill(2) and getpid(2) are async-signal-safe.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGTERM);
+        }
+    }
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    let action = SigAction::new(
+        SigHandler::Handler(as_sigterm),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for sig in [
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGALRM,
+        Signal::SIGVTALRM,
+        Signal::SIGPROF,
+        Signal::SIGIO,
+        Signal::SIGPWR,
+        Signal::SIGXCPU,
+        Signal::SIGXFSZ,
+        Signal::SIGSTKFLT,
+    ] {
+        // SAFETY: the handler only calls async-signal-safe functions.
+        let _ = unsafe { sigaction(sig, &action) };
+    }
+}
+
+fn run_cli() -> i32 {
     // bubblewrap runs this binary as the sandbox's inner helper: nothing else may run first.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(code) = crate::sandbox::inner::run_if_requested(&argv) {

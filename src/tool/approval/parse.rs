@@ -83,14 +83,22 @@ pub fn simple_commands(line: &str) -> Option<Vec<SimpleCommand>> {
 /// line cannot be judged from its words: it needs approval like any such line.
 const MAX_DEPTH: usize = 200;
 
-/// Whether the tree below `root` is more than `limit` levels deep, found without recursion.
+/// How many nodes a line's tree may have to be judged: the rules' walks are cheap per node,
+/// but a line of 30,000 `! ` (60 KB) is as many nodes, and judging it must not keep baton
+/// busy for minutes. Beyond, the line needs approval.
+const MAX_NODES: usize = 20_000;
+
+/// Whether the tree below `root` is more than `limit` levels deep or has more than
+/// [`MAX_NODES`] nodes, found without recursion.
 fn deeper_than(root: Node<'_>, limit: usize) -> bool {
     let mut cursor = root.walk();
     let mut depth = 0usize;
+    let mut nodes = 0usize;
     loop {
         if cursor.goto_first_child() {
             depth += 1;
-            if depth > limit {
+            nodes += 1;
+            if depth > limit || nodes > MAX_NODES {
                 return true;
             }
             continue;
@@ -100,6 +108,10 @@ fn deeper_than(root: Node<'_>, limit: usize) -> bool {
                 return false;
             }
             depth -= 1;
+        }
+        nodes += 1;
+        if nodes > MAX_NODES {
+            return true;
         }
     }
 }
@@ -177,8 +189,11 @@ impl Walk<'_> {
     fn command(&mut self, node: Node<'_>, redirected: bool) -> Option<()> {
         let mut words = Vec::new();
         let mut to_null = false;
-        for child in named_children(node) {
-            match node_field(node, child) {
+        for (child, field) in children_with_fields(node) {
+            if !child.is_named() {
+                continue;
+            }
+            match field {
                 Some("name") => {
                     let name = self.command_name(child)?;
                     words.insert(0, name);
@@ -340,7 +355,10 @@ impl Walk<'_> {
             "heredoc_redirect" => {
                 self.heredoc_ends_where_bash_ends_it(node)?;
                 let mut to_null = false;
-                for child in named_children(node) {
+                for (child, field) in children_with_fields(node) {
+                    if !child.is_named() {
+                        continue;
+                    }
                     match child.kind() {
                         "heredoc_start" | "heredoc_end" | "file_descriptor" => {}
                         "heredoc_body" => {
@@ -357,9 +375,7 @@ impl Walk<'_> {
                             to_null |= self.redirect(child)?;
                         }
                         // `cat <<EOF | sh`, `cat <<EOF && rm x`: the rest of the line.
-                        _ if matches!(node_field(node, child), Some("right"))
-                            || child.kind() == "pipeline" =>
-                        {
+                        _ if field == Some("right") || child.kind() == "pipeline" => {
                             self.statement(child, false)?;
                         }
                         // Arguments written after the here-doc's marker belong to the command;
@@ -494,10 +510,11 @@ fn read_as_bash_reads(node: Node<'_>, src: &[u8]) -> bool {
                     .all(|w| w[0].end_byte() == w[1].start_byte())
         }
         "command" | "file_redirect" | "herestring_redirect" => {
-            let children = all_children(node);
-            children
+            let fields = children_with_fields(node);
+            let children: Vec<Node<'_>> = fields.iter().map(|(c, _)| *c).collect();
+            fields
                 .iter()
-                .all(|c| c.is_named() || node_field(node, *c) != Some("argument"))
+                .all(|(c, field)| c.is_named() || *field != Some("argument"))
                 && children.windows(2).all(|w| {
                     let gap = &src[w[0].end_byte()..w[1].start_byte()];
                     gap.iter()
@@ -550,19 +567,20 @@ fn heredoc_delimiter(word: &str) -> Option<String> {
 }
 
 /// The field name under which `child` hangs from `parent`.
-fn node_field(parent: Node<'_>, child: Node<'_>) -> Option<&'static str> {
-    let mut cursor = parent.walk();
-    if !cursor.goto_first_child() {
-        return None;
-    }
-    loop {
-        if cursor.node().id() == child.id() {
-            return cursor.field_name();
+/// Every child of `node` with the field it fills, in one pass (looking a child's field up
+/// among its siblings, child by child, is quadratic on a node with thousands of children).
+fn children_with_fields<'t>(node: Node<'t>) -> Vec<(Node<'t>, Option<&'static str>)> {
+    let mut out = Vec::new();
+    let mut cursor = node.walk();
+    if cursor.goto_first_child() {
+        loop {
+            out.push((cursor.node(), cursor.field_name()));
+            if !cursor.goto_next_sibling() {
+                break;
+            }
         }
-        if !cursor.goto_next_sibling() {
-            return None;
-        }
     }
+    out
 }
 
 /// An unquoted word: escapes resolved; globs, braces and a leading `~` make it dynamic (the
@@ -731,12 +749,17 @@ mod tests {
         // the audit of a command still running.
         let nested = format!("echo {}true{}", "$(".repeat(3000), ")".repeat(3000));
         let chained = vec!["true"; 5000].join(" && ");
+        // Twenty-fifth red team: 30,000 `! ` kept baton busy for 90 s before the command ran.
+        let wide = "! ".repeat(30_000) + "true";
         let shallow = format!("echo {}true{}", "$(echo ".repeat(20), ")".repeat(20));
         std::thread::Builder::new()
             .stack_size(512 << 10)
             .spawn(move || {
                 assert_eq!(simple_commands(&nested), None);
                 assert_eq!(simple_commands(&chained), None);
+                let started = std::time::Instant::now();
+                assert_eq!(simple_commands(&wide), None);
+                eprintln!("30,000 `! ` judged in {:?}", started.elapsed());
                 assert_eq!(simple_commands(&shallow).map(|c| c.len()), Some(21));
             })
             .unwrap()

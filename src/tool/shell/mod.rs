@@ -15,7 +15,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
-pub use session::{Ending, MAX_SESSIONS, SessionTable, ShellSession, Snapshot};
+pub use session::{Ending, MAX_SESSIONS, SessionTable, ShellSession, Snapshot, end_every_session};
 
 use crate::protocol::SandboxMode;
 use crate::protocol::ToolSpec;

@@ -81,6 +81,32 @@ pub struct ShellSession {
     kill_grace: Duration,
     /// Git config, hooks and `.baton/` files before the command, audited when it ends.
     git_watch: GitWatch,
+    /// Held while the command is killed and audited: whoever else ends it waits for that.
+    ending_now: Mutex<()>,
+}
+
+/// Every shell session of this process (weakly: a forgotten one goes), for
+/// [`end_every_session`].
+static EVERY_SESSION: Mutex<Vec<std::sync::Weak<ShellSession>>> = Mutex::new(Vec::new());
+
+/// Kills every command of this process's shell sessions still running and makes its audit,
+/// waiting for one under way elsewhere; returns the audits' warnings for the caller to show.
+/// The last thing baton does, whatever way it leaves — a turn that did not stop in time after
+/// SIGTERM or `--timeout`, the TUI quitting while a turn is stuck: an exit that skipped it
+/// would leave what a command planted in place for the user's next `git status`.
+pub fn end_every_session() -> Vec<String> {
+    let sessions: Vec<Arc<ShellSession>> = EVERY_SESSION
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter_map(std::sync::Weak::upgrade)
+        .collect();
+    let mut warnings = Vec::new();
+    for session in sessions {
+        warnings.extend(session.finish(Some(Ending::Killed)));
+        drop(session.ending_now.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+    warnings
 }
 
 /// Everything needed to start a session.
@@ -220,7 +246,13 @@ impl ShellSession {
             cwd: req.cwd.to_path_buf(),
             kill_grace: req.kill_grace,
             git_watch,
+            ending_now: Mutex::new(()),
         });
+        {
+            let mut every = EVERY_SESSION.lock().unwrap_or_else(|p| p.into_inner());
+            every.retain(|s| s.strong_count() > 0);
+            every.push(Arc::downgrade(&session));
+        }
         spawn_watchdog(&session)?;
         Ok(session)
     }
@@ -360,11 +392,13 @@ impl ShellSession {
         }
     }
 
-    /// Records the ending and kills whatever the command left behind (background jobs).
-    fn finish(&self, forced: Option<Ending>) {
+    /// Records the ending and kills whatever the command left behind (background jobs), then
+    /// audits; returns the audit's warnings (none when it was ended already).
+    fn finish(&self, forced: Option<Ending>) -> Vec<String> {
+        let ending_now = self.ending_now.lock().unwrap_or_else(|p| p.into_inner());
         let mut st = lock(&self.state);
         if st.ending.is_some() {
-            return;
+            return Vec::new();
         }
         st.ending = Some(match forced {
             Some(e) => e,
@@ -375,12 +409,14 @@ impl ShellSession {
         });
         drop(st);
         self.signal_all(Signal::SIGKILL);
-        self.audit_git();
+        let warnings = self.audit_git();
+        drop(ending_now);
+        warnings
     }
 
     /// Undoes git config, hooks and `.baton/` files the command planted, once nothing of it
     /// can write any more, and warns the user about each.
-    fn audit_git(&self) {
+    fn audit_git(&self) -> Vec<String> {
         let until = Instant::now() + Duration::from_millis(200);
         while Instant::now() < until && self.group_alive() {
             std::thread::sleep(Duration::from_millis(2));
@@ -389,9 +425,12 @@ impl ShellSession {
         self.git_watch.wait_until_gone(&self.sandbox);
         let warnings = self.git_watch.audit();
         let st = lock(&self.state);
-        for message in warnings {
-            st.ui.events.emit(Event::Warning { message });
+        for message in &warnings {
+            st.ui.events.emit(Event::Warning {
+                message: message.clone(),
+            });
         }
+        warnings
     }
 
     fn signal_all(&self, sig: Signal) {
