@@ -890,8 +890,7 @@ fn open_dir_to_empty<Fd: AsFd, P: rustix::path::Arg + Copy>(
         Mode::empty(),
     )
     .map_err(errno)?;
-    let by_fd = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&held));
-    rustix::fs::chmod(by_fd.as_str(), Mode::from_raw_mode(0o700)).map_err(errno)?;
+    chmod_held(held.as_fd(), 0o700)?;
     rustix::fs::openat(
         &held,
         ".",
@@ -899,6 +898,14 @@ fn open_dir_to_empty<Fd: AsFd, P: rustix::path::Arg + Copy>(
         Mode::empty(),
     )
     .map_err(errno)
+}
+
+/// Changes the mode of the file `held` names, an `O_PATH` descriptor (which `fchmod` refuses),
+/// through its `/proc/self/fd` link: that link names exactly this file, never a path a command
+/// could swap meanwhile.
+pub fn chmod_held(held: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+    let by_fd = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&held));
+    rustix::fs::chmod(by_fd.as_str(), Mode::from_raw_mode(mode)).map_err(errno)
 }
 
 /// The names in the folder `dir` (`.` and `..` aside).

@@ -181,7 +181,7 @@ pub fn run(args: SandboxArgs) -> i32 {
             Signal::SIGQUIT,
         ]
     };
-    // What bubblewrap leaves when it dies comes back here to be ended (`end_orphans`).
+    // What bubblewrap leaves when it dies comes back here to be ended (`pidns::end_orphans`).
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     for &sig in stops {
         let action = SigAction::new(
@@ -225,7 +225,7 @@ pub fn run(args: SandboxArgs) -> i32 {
             };
         }
     };
-    let warnings = match (warnings, end_orphans()) {
+    let warnings = match (warnings, crate::sandbox::pidns::end_orphans()) {
         (Some(made), false) => made,
         (made, _) => {
             watch.wait_until_gone(&guard);
@@ -279,50 +279,6 @@ fn running(pid: u32) -> bool {
         return false;
     }
     true
-}
-
-/// Kills and reaps whatever of the sandbox outlived bubblewrap; true when there was any.
-/// `baton sandbox` is a child subreaper, so a process whose parent died is reparented here,
-/// not to the system's init: bubblewrap killed (a stop asked for while it started) before
-/// its child — the init of the command's pid namespace — had made bubblewrap's death its
-/// own, leaves that child running, and it would go on to run the command unwatched after
-/// this process's audit and exit. Killing that init ends its whole namespace, and it is
-/// reaped only once the rest of the namespace is gone.
-fn end_orphans() -> bool {
-    let mut any = false;
-    loop {
-        let children = own_children();
-        if children.is_empty() {
-            return any;
-        }
-        any = true;
-        for &pid in &children {
-            // SAFETY: kill(2) on a child of this process, not yet reaped.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
-        for pid in children {
-            let pid = nix::unistd::Pid::from_raw(pid);
-            while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(pid, None) {}
-        }
-    }
-}
-
-/// The children of this process, from every thread's `/proc/self/task/TID/children`.
-fn own_children() -> Vec<i32> {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for task in tasks.flatten() {
-        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-        out.extend(
-            list.split_whitespace()
-                .filter_map(|p| p.parse::<i32>().ok()),
-        );
-    }
-    out
 }
 
 /// The caller's window size (from the first terminal among stdin/stdout/stderr).

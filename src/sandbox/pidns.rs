@@ -10,8 +10,57 @@ use std::time::Duration;
 /// A pidfd of the first process of bwrap's PID namespace (bwrap's child): it exits only once
 /// every other process of the namespace is gone.
 pub fn namespace_init(bwrap: u32) -> Option<OwnedFd> {
-    let children = std::fs::read_to_string(format!("/proc/{bwrap}/task/{bwrap}/children")).ok()?;
-    pidfd_of(children.split_whitespace().next()?.parse().ok()?)
+    pidfd_of(*children_of(&format!("/proc/{bwrap}/task/{bwrap}"))?.first()?)
+}
+
+/// The children of the thread at `task` (`/proc/PID/task/TID`), in order; `None` when the
+/// kernel does not say.
+fn children_of(task: &str) -> Option<Vec<i32>> {
+    let list = std::fs::read_to_string(format!("{task}/children")).ok()?;
+    Some(
+        list.split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect(),
+    )
+}
+
+/// Kills and reaps whatever of a sandbox outlived bubblewrap; true when there was any. For a
+/// process that is a child subreaper (`baton sandbox`): a process whose parent died is
+/// reparented to it, not to the system's init. bubblewrap killed (a stop asked for while it
+/// started) before its child — the init of the command's pid namespace — had made
+/// bubblewrap's death its own leaves that child running, and it would go on to run the
+/// command unwatched after the audit. Killing that init ends its whole namespace, and it is
+/// reaped only once the rest of the namespace is gone.
+pub fn end_orphans() -> bool {
+    let mut any = false;
+    loop {
+        let children = own_children();
+        if children.is_empty() {
+            return any;
+        }
+        any = true;
+        for &pid in &children {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+        for pid in children {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(pid, None) {}
+        }
+    }
+}
+
+/// The children of this process, of every one of its threads.
+fn own_children() -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| children_of(&t.path().to_string_lossy()))
+        .flatten()
+        .collect()
 }
 
 fn pidfd_of(pid: i32) -> Option<OwnedFd> {

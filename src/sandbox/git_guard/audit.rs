@@ -1,7 +1,6 @@
 //! The audit after a command: what it planted where nothing could be pinned, undone and told.
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use super::config;
@@ -647,10 +646,7 @@ fn give_write_back(dir: &crate::untrusted_fs::Dir) -> std::io::Result<()> {
     if st.st_uid != rustix::process::geteuid().as_raw() || st.st_mode & 0o300 == 0o300 {
         return Err(denied());
     }
-    let mode = rustix::fs::Mode::from_raw_mode((st.st_mode | 0o300) & 0o7777);
-    // The descriptor opens nothing (`O_PATH`): its `/proc` link names exactly this folder.
-    let by_fd = format!("/proc/self/fd/{}", dir.fd().as_raw_fd());
-    rustix::fs::chmod(by_fd.as_str(), mode).map_err(std::io::Error::from)
+    crate::untrusted_fs::chmod_held(dir.fd(), (st.st_mode | 0o300) & 0o7777)
 }
 
 #[cfg(test)]

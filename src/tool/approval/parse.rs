@@ -64,7 +64,7 @@ pub fn simple_commands(line: &str) -> Option<Vec<SimpleCommand>> {
     let root = tree.root_node();
     if root.has_error()
         || root.is_missing()
-        || deeper_than(root, MAX_DEPTH)
+        || too_big_to_judge(root, MAX_DEPTH)
         || !read_as_bash_reads(root, line.as_bytes())
     {
         return None;
@@ -90,7 +90,7 @@ const MAX_NODES: usize = 20_000;
 
 /// Whether the tree below `root` is more than `limit` levels deep or has more than
 /// [`MAX_NODES`] nodes, found without recursion.
-fn deeper_than(root: Node<'_>, limit: usize) -> bool {
+fn too_big_to_judge(root: Node<'_>, limit: usize) -> bool {
     let mut cursor = root.walk();
     let mut depth = 0usize;
     let mut nodes = 0usize;
