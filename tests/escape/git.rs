@@ -2081,6 +2081,40 @@ fn thousands_of_hooks_linked_to_one_big_file_do_not_exhaust_the_audit() {
     assert!(stderr.contains("core.fsmonitor"), "{stderr}");
 }
 
+/// Round 25 (low): a command that made 2,000 submodule gitdirs under `.git/modules` made every
+/// later command of the workspace spend 17 s in baton and then fail ("Argument list too
+/// long": a pin each). Past the bound the folder is read-only whole; the command that plants
+/// them is still audited one by one.
+#[test]
+fn hundreds_of_submodule_gitdirs_neither_stop_later_commands_nor_escape_the_audit() {
+    if !enforceable() {
+        return;
+    }
+    let r = repo();
+    let evil = r.evil_script(&r.ws.join("evil.sh"));
+    let plant = format!(
+        "cd .git && mkdir -p modules && cd modules && for i in $(seq 1 200); do \
+         mkdir -p m$i/hooks m$i/info && printf '[core]\\n\\tbare = false\\n' > m$i/config && \
+         echo ref: refs/heads/main > m$i/HEAD || exit 1; done && \
+         printf '[core]\\n\\tfsmonitor = {evil}\\n' >> m199/config && echo planted",
+        evil = evil.display()
+    );
+    let (out, stdout, stderr) = r.run_baton_sandbox(&plant);
+    assert!(stdout.contains("planted"), "{stdout}\n{stderr}");
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("core.fsmonitor"), "{stderr}");
+    let config = std::fs::read_to_string(r.ws.join(".git/modules/m199/config")).expect("config");
+    assert!(!config.contains("\n\tfsmonitor"), "{config}");
+    let (out, stdout, stderr) = r.run_baton_sandbox(
+        "echo x >> .git/modules/m7/config || echo refused; mkdir .git/modules/new || echo refused; \
+         echo ran",
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.matches("refused").count(), 2, "{stdout}\n{stderr}");
+    assert!(stdout.contains("ran"), "{stdout}\n{stderr}");
+    r.assert_not_run("a submodule gitdir's fsmonitor among 200");
+}
+
 /// Before every command baton gives a workspace's `.git` folder an empty `config` when it has
 /// none (so there is something to bind read-only), and it wrote that file by name: with
 /// `.git/config` a dangling link, planted by a command still running (a second shell

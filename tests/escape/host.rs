@@ -441,7 +441,12 @@ fn secrets_in_the_environment_and_in_proc_environ_do_not_reach_commands() {
     .output()
     .expect("run");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("done") && text.contains("PATH="), "{text}");
+    assert!(
+        text.contains("done") && text.contains("PATH="),
+        "{:?}: {text}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         !text.contains("s3cret"),
         "a secret reached the command: {text}"

@@ -78,6 +78,46 @@ pub(super) fn open_regular(p: &Path) -> Option<std::fs::File> {
         .map(|(file, _)| file)
 }
 
+/// At most this many submodule gitdirs (nested ones included) are guarded one by one: each
+/// costs the command a handful of mounts. Past it, a `modules/` folder is guarded whole.
+pub(super) const MAX_MODULE_GITDIRS: usize = 64;
+
+/// The submodule gitdirs directly in a `modules/` folder (not those nested in them) and the
+/// folders their names pass through (`modules/a/b` for a module named `a/b`, a folder with a
+/// `HEAD` being a gitdir). None when there are more gitdirs than `budget` allows (what is left
+/// of [`MAX_MODULE_GITDIRS`], reduced by what is found) or the folders are too many to look
+/// through: the caller then guards the folder as a whole, so neither the pins nor the walk
+/// grow with what a command made there.
+pub(super) struct ModuleTree {
+    pub levels: Vec<PathBuf>,
+    pub gitdirs: Vec<PathBuf>,
+}
+
+pub(super) fn module_gitdirs(modules: &Path, budget: &mut usize) -> Option<ModuleTree> {
+    let mut tree = ModuleTree {
+        levels: Vec::new(),
+        gitdirs: Vec::new(),
+    };
+    let mut folders_left = MAX_MODULE_GITDIRS * 4;
+    let mut todo = vec![(modules.to_path_buf(), 0)];
+    while let Some((dir, depth)) = todo.pop() {
+        if depth > MAX_GITDIR_DEPTH {
+            continue;
+        }
+        for sub in list_dirs(&dir) {
+            folders_left = folders_left.checked_sub(1)?;
+            tree.levels.push(sub.clone());
+            if sub.join("HEAD").exists() {
+                *budget = budget.checked_sub(1)?;
+                tree.gitdirs.push(sub);
+            } else {
+                todo.push((sub, depth + 1));
+            }
+        }
+    }
+    Some(tree)
+}
+
 pub(super) fn list_dirs(dir: &Path) -> Vec<PathBuf> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();

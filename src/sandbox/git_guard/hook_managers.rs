@@ -181,10 +181,9 @@ fn runs_from_work_tree(scripts: &[(&PathBuf, Vec<String>)], work_tree: &Path, fo
             continue;
         }
         if dir.ends_with(".husky/_") || dir.ends_with(".husky") {
-            push_once(
-                &mut found.told,
-                "husky's hooks put node_modules/.bin first on their PATH".into(),
-            );
+            found
+                .told
+                .push("husky's hooks put node_modules/.bin first on their PATH".into());
             // The folder as husky's shell names it and where it really is: a command can make
             // `node_modules` or `.bin` a link to a folder it writes (`tools/`), and a program
             // named `sh` there is the one every hook starts.
@@ -203,24 +202,30 @@ fn runs_from_work_tree(scripts: &[(&PathBuf, Vec<String>)], work_tree: &Path, fo
                 if word.starts_with('/') {
                     let p = crate::untrusted_fs::lexical(Path::new(word));
                     // A folder (`cd /ws/sub`) is where the hook works, not what it runs.
-                    if p.starts_with(work_tree) && !p.is_dir() && !found.programs.contains(&p) {
+                    if p.starts_with(work_tree) && !p.is_dir() {
                         found.programs.push(p);
                     }
                 } else if word.contains("node_modules/") && word != "node_modules/.bin" {
-                    push_once(&mut found.told, format!("they run {word}"));
+                    found.told.push(format!("they run {word}"));
                 }
             }
         }
     }
-    for p in &found.programs {
-        push_once(&mut found.told, format!("they run {}", p.display()));
-    }
+    // Made unique once: a hook naming thousands of paths must not cost their square.
+    drop_repeats(&mut found.programs);
+    found.told.extend(
+        found
+            .programs
+            .iter()
+            .map(|p| format!("they run {}", p.display())),
+    );
+    drop_repeats(&mut found.told);
 }
 
-fn push_once(list: &mut Vec<String>, item: String) {
-    if !list.contains(&item) {
-        list.push(item);
-    }
+/// Keeps the first of each item, in order.
+pub(super) fn drop_repeats<T: Clone + Eq + std::hash::Hash>(list: &mut Vec<T>) {
+    let mut seen = std::collections::HashSet::new();
+    list.retain(|item| seen.insert(item.clone()));
 }
 
 /// The contents of the scripts directly in `dir` (samples aside), as text.

@@ -3,7 +3,8 @@
 use std::path::{Path, PathBuf};
 
 use super::gitdirs::{
-    GitConfigs, MAX_GITDIR_DEPTH, commondir_of, gitdir_of, hooks_dirs, husky_dir, list_dirs,
+    GitConfigs, MAX_GITDIR_DEPTH, MAX_MODULE_GITDIRS, commondir_of, gitdir_of, hooks_dirs,
+    husky_dir, list_dirs, module_gitdirs,
 };
 use super::hook_managers;
 use super::roots::{baton_homes, inside_any, project_roots, writable_ancestors, writable_dirs};
@@ -37,14 +38,22 @@ pub struct Protection {
 }
 
 impl Protection {
+    // Each list is made unique once at the end ([`Protection::drop_repeats`]): a check per
+    // entry made the lists' cost grow with the square of what a repository holds.
     fn read_only(&mut self, p: PathBuf) {
-        if !self.read_only.contains(&p) {
-            self.read_only.push(p);
-        }
+        self.read_only.push(p);
     }
     fn pin(&mut self, p: PathBuf) {
-        if !self.pinned.contains(&p) {
-            self.pinned.push(p);
+        self.pinned.push(p);
+    }
+    fn drop_repeats(&mut self) {
+        for list in [
+            &mut self.read_only,
+            &mut self.pinned,
+            &mut self.denied,
+            &mut self.shadowing,
+        ] {
+            hook_managers::drop_repeats(list);
         }
     }
     /// Whether `path` (absolute) is an entry of a [`Protection::shadowing`] folder named like a
@@ -60,9 +69,7 @@ impl Protection {
     }
 
     fn deny(&mut self, p: PathBuf) {
-        if !self.denied.contains(&p) {
-            self.denied.push(p);
-        }
+        self.denied.push(p);
     }
 }
 
@@ -75,6 +82,7 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
     let writable = writable_dirs(policy);
     let roots = project_roots(policy, &writable);
     let mut repo_tops: Vec<PathBuf> = roots.clone();
+    let mut modules_left = MAX_MODULE_GITDIRS;
     repo_tops.extend(writable_ancestors(policy, &writable));
     // The user's own git settings, where they lie in a writable root: read-only like an
     // included file, whether or not a repository is in sight.
@@ -97,7 +105,7 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
             out.deny(dot_git.clone());
         }
         if let Some(gitdir) = gitdir_of(&dot_git) {
-            protect_gitdir(&gitdir, &writable, &mut out, 0);
+            protect_gitdir(&gitdir, &writable, &mut out, 0, &mut modules_left);
             let configs = GitConfigs::read(&gitdir);
             for hooks in configs.hooks_paths(top) {
                 protect_hooks_path(&hooks, &writable, &mut out);
@@ -108,11 +116,7 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
             for obeyed in managed.obeyed.iter().chain(&managed.programs) {
                 protect_included(obeyed, &writable, &mut out);
             }
-            for folder in managed.shadowing {
-                if !out.shadowing.contains(&folder) {
-                    out.shadowing.push(folder);
-                }
-            }
+            out.shadowing.extend(managed.shadowing);
             for included in configs.included() {
                 protect_included(included, &writable, &mut out);
             }
@@ -129,12 +133,21 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
             out.read_only(b);
         }
     }
+    out.drop_repeats();
     // Parents before children: a pin must exist before a read-only bind beneath it.
     out.pinned.sort_by_key(|p| p.components().count());
     out
 }
 
-fn protect_gitdir(gitdir: &Path, writable: &[PathBuf], out: &mut Protection, depth: usize) {
+/// Guards `gitdir` and what it holds; `modules_left`: how many more submodule gitdirs may be
+/// guarded one by one ([`MAX_MODULE_GITDIRS`] for the whole policy).
+fn protect_gitdir(
+    gitdir: &Path,
+    writable: &[PathBuf],
+    out: &mut Protection,
+    depth: usize,
+    modules_left: &mut usize,
+) {
     if depth > MAX_GITDIR_DEPTH || !gitdir.is_dir() {
         return;
     }
@@ -155,14 +168,27 @@ fn protect_gitdir(gitdir: &Path, writable: &[PathBuf], out: &mut Protection, dep
         && common != gitdir
         && depth == 0
     {
-        protect_gitdir(&common, writable, out, depth + 1);
+        protect_gitdir(&common, writable, out, depth + 1, modules_left);
     }
     let modules = gitdir.join("modules");
     if modules.is_dir() {
-        if inside {
-            out.pin(modules.clone());
+        match module_gitdirs(&modules, modules_left) {
+            Some(tree) => {
+                if inside {
+                    out.pin(modules.clone());
+                }
+                for level in tree.levels.into_iter().filter(|l| inside_any(l, writable)) {
+                    out.pin(level);
+                }
+                for sub in &tree.gitdirs {
+                    protect_gitdir(sub, writable, out, depth + 1, modules_left);
+                }
+            }
+            // Too many to pin one by one (a command can make thousands): none of them can
+            // be changed by a command.
+            None if inside => out.read_only(modules),
+            None => {}
         }
-        protect_module_tree(&modules, writable, out, depth + 1);
     }
     let worktrees = gitdir.join("worktrees");
     if worktrees.is_dir() && inside {
@@ -175,24 +201,6 @@ fn protect_gitdir(gitdir: &Path, writable: &[PathBuf], out: &mut Protection, dep
                     out.read_only(p);
                 }
             }
-        }
-    }
-}
-
-/// `modules/` holds submodule gitdirs, whose names may contain `/`: a folder with a `HEAD`
-/// is a gitdir, any other folder is a level of a name and is searched further.
-fn protect_module_tree(dir: &Path, writable: &[PathBuf], out: &mut Protection, depth: usize) {
-    if depth > MAX_GITDIR_DEPTH {
-        return;
-    }
-    for sub in list_dirs(dir) {
-        if inside_any(&sub, writable) {
-            out.pin(sub.clone());
-        }
-        if sub.join("HEAD").exists() {
-            protect_gitdir(&sub, writable, out, depth);
-        } else {
-            protect_module_tree(&sub, writable, out, depth + 1);
         }
     }
 }
@@ -273,6 +281,35 @@ mod tests {
         }
         assert!(p.denied.contains(&g.join("commondir")));
         assert!(p.denied.contains(&ws.join(".baton")));
+    }
+
+    #[test]
+    fn more_submodule_gitdirs_than_can_be_pinned_make_modules_read_only_whole() {
+        // Round 25 (low): 2,000 gitdirs a command made under `.git/modules` cost every later
+        // command 17 s of pin computation and then "Argument list too long".
+        let (_d, ws) = ws();
+        let g = ws.join(".git");
+        std::fs::create_dir_all(g.join("hooks")).unwrap();
+        let nested = |n: usize| g.join(format!("modules/group/m{n}"));
+        for n in 0..=MAX_MODULE_GITDIRS * 3 {
+            std::fs::create_dir_all(nested(n).join("hooks")).unwrap();
+            std::fs::write(nested(n).join("HEAD"), "x").unwrap();
+            std::fs::write(nested(n).join("config"), "").unwrap();
+        }
+        let p = protection(&SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws));
+        assert!(p.read_only.contains(&g.join("modules")), "{p:?}");
+        assert!(p.pinned.len() < 8 && p.read_only.len() < 8, "{p:?}");
+        assert!(p.denied.contains(&g.join("modules")));
+        // At the bound, each is pinned and guarded by itself.
+        for n in MAX_MODULE_GITDIRS..=MAX_MODULE_GITDIRS * 3 {
+            std::fs::remove_dir_all(nested(n)).unwrap();
+        }
+        let p = protection(&SandboxPolicy::new(SandboxMode::WorkspaceWrite, &ws));
+        assert!(!p.read_only.contains(&g.join("modules")), "{p:?}");
+        for n in 0..MAX_MODULE_GITDIRS {
+            assert!(p.pinned.contains(&nested(n)), "{n}");
+            assert!(p.read_only.contains(&nested(n).join("config")), "{n}");
+        }
     }
 
     #[test]
