@@ -31,6 +31,7 @@ fn args(tasks: Vec<PathBuf>, agent: &str, out: &Path) -> EvalArgs {
         hooks: None,
         mcp_config: None,
         pass_env: Vec::new(),
+        task_env: Vec::new(),
         isolation: IsolationChoice::Auto,
         share: Vec::new(),
         keep_workdirs: false,
@@ -1280,15 +1281,17 @@ fn artifacts_and_env_templates_stay_inside() {
         "{manifest}"
     );
 
-    // `${...KEY}` from the host is refused even when set (HOME is set; a secret-like name
-    // is refused by name); the default is taken instead.
+    // A host variable the user did not name is unset (HOME is set) and the model's key is
+    // refused: the default is taken instead.
     write(
         &dir.join("task.toml"),
-        &format!("{toml}[environment.env]\nA = \"${{HOME}}\"\nB = \"${{BATON_API_KEY:-none}}\"\n"),
+        &format!(
+            "{toml}[environment.env]\nA = \"${{HOME:-unnamed}}\"\nB = \"${{BATON_API_KEY:-none}}\"\n"
+        ),
     );
     let t = load_ready(&dir);
     assert_eq!(t.environment.env["B"], "none");
-    assert!(!t.environment.env["A"].is_empty());
+    assert_eq!(t.environment.env["A"], "unnamed");
     write(
         &dir.join("task.toml"),
         &format!("{toml}[environment.env]\nB = \"${{SOME_SECRET_TOKEN}}\"\n"),
@@ -1301,6 +1304,8 @@ fn artifacts_and_env_templates_stay_inside() {
 /// when the key's variable has no credential word in its name (`--api-key-env LLM`). The key
 /// variable the runner knows of (`--api-key-env`, `BATON_API_KEY_ENV`) and any variable that
 /// holds the key count as unset: `${VAR}` makes the task an error row, `${VAR:-d}` gives `d`.
+/// Round 26 (medium): credentials whose names said nothing (`GITHUB_PAT`, a `DATABASE_URL`
+/// with its password) reached the trial: only variables named with `--task-env` are given.
 #[test]
 fn the_model_key_never_reaches_a_tasks_env_table() {
     let root = tempfile::tempdir().unwrap();
@@ -1313,6 +1318,8 @@ fn the_model_key_never_reaches_a_tasks_env_table() {
         ("inurl", "${URL}"),
         ("plain", "${PLAIN}"),
         ("fallback", "${LLM:-none}"),
+        ("pat", "${GITHUB_PAT}"),
+        ("dsn", "${DATABASE_URL}"),
     ] {
         let dir = answer_task(&tasks, name, 60.0, REWARD_TXT);
         let toml = std::fs::read_to_string(dir.join("task.toml")).unwrap();
@@ -1325,6 +1332,7 @@ fn the_model_key_never_reaches_a_tasks_env_table() {
         .env_clear()
         .args(["eval", "--list"])
         .arg(&tasks)
+        .args(["LLM", "MYLLM", "COPY", "URL", "PLAIN"].map(|v| format!("--task-env={v}")))
         .args(["--", "--api-key-env", "LLM", "--mode", "single"])
         .env("HOME", root.path())
         .env("XDG_CONFIG_HOME", root.path().join("config"))
@@ -1334,6 +1342,8 @@ fn the_model_key_never_reaches_a_tasks_env_table() {
         .env("COPY", key)
         .env("URL", format!("https://u:{key}@example.invalid/v1"))
         .env("PLAIN", "harmless")
+        .env("GITHUB_PAT", "ghp_rt26_s3cret")
+        .env("DATABASE_URL", "postgres://app:db-rt26-s3cret@db/app")
         .output()
         .unwrap();
     let (stdout, stderr) = (
@@ -1356,6 +1366,8 @@ fn the_model_key_never_reaches_a_tasks_env_table() {
         ("byenv", "MYLLM"),
         ("copy", "COPY"),
         ("inurl", "URL"),
+        ("pat", "GITHUB_PAT"),
+        ("dsn", "DATABASE_URL"),
     ] {
         let line = row(name);
         assert!(
@@ -1364,6 +1376,10 @@ fn the_model_key_never_reaches_a_tasks_env_table() {
         );
     }
     assert!(!stderr.contains(key) && !stdout.contains(key), "{stderr}");
+    assert!(
+        !stderr.contains("s3cret") && !stdout.contains("s3cret"),
+        "{stderr}"
+    );
 
     // In a job's own loading, a default is taken instead (HOME, set in every test run,
     // stands for the key's variable here).
@@ -1373,6 +1389,7 @@ fn the_model_key_never_reaches_a_tasks_env_table() {
         "[task]\nname = \"fallback\"\n[verifier.env]\nV = \"${HOME:-none}\"\nW = \"${HOME:-}x\"\n",
     );
     let mut a = args(vec![only.clone()], "oracle", root.path());
+    a.task_env = vec!["HOME".into()];
     a.trailing_exec_args = vec!["--api-key-env".into(), "HOME".into()];
     let set = baton::cli::eval::load_tasks(&a).unwrap();
     assert_eq!(set.tasks.len(), 1, "{:?}", set.failed);

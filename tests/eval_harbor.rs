@@ -30,6 +30,7 @@ fn args(tasks: Vec<PathBuf>, agent: &str, out: &Path) -> EvalArgs {
         hooks: None,
         mcp_config: None,
         pass_env: Vec::new(),
+        task_env: Vec::new(),
         isolation: std::env::var("BATON_EVAL_ISOLATION")
             .ok()
             .filter(|v| v == "none")

@@ -64,6 +64,10 @@ pub struct EvalArgs {
     /// Host environment variables passed to the agent (BATON_* and OPENAI_* always are).
     #[arg(long, value_name = "NAME")]
     pub pass_env: Vec<String>,
+    /// Host environment variables a task's `env` tables may take with `${NAME}` (no other is
+    /// given to tasks; the model's API key never is).
+    #[arg(long, value_name = "NAME")]
+    pub task_env: Vec<String>,
     /// Where trials run: the trial emulator under bubblewrap (`bwrap`; `auto` falls back to
     /// plain folders where bwrap cannot work), plain folders (`none`), or a container of the
     /// task's image built by `podman` or `docker`.
@@ -312,7 +316,7 @@ pub fn load_tasks(args: &EvalArgs) -> Result<task::TaskSet, EvalError> {
         .chain(&args.trailing_exec_args)
         .cloned()
         .collect();
-    let host = task::HostVars::for_agent(&agent_args);
+    let host = task::HostVars::for_agent(&agent_args, &args.task_env);
     task::load_set(&args.tasks, &args.include, &args.exclude, envs, &host)
 }
 

@@ -237,7 +237,7 @@ fn list_dirs(path: &Path) -> Result<Vec<PathBuf>, TaskError> {
 /// Loads one task folder for the trial emulator ([`load_for`]), for an agent without
 /// arguments (the API key the environment names stays hidden, see [`HostVars`]).
 pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
-    load_for(dir, Environments::Emulated, &HostVars::for_agent(&[]))
+    load_for(dir, Environments::Emulated, &HostVars::for_agent(&[], &[]))
 }
 
 /// How a job makes its tasks' environments.
@@ -326,13 +326,16 @@ fn toml_number(
 }
 
 /// The host variables a task's `env` tables may template (`${VAR}`), for one job. A task is
-/// untrusted input, so credentials stay on the host: a variable whose name says it holds one
-/// (KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL, AUTH), the variable holding the model's API key
-/// (`--api-key-env` among the agent's arguments, else `BATON_API_KEY_ENV`, else
-/// `BATON_API_KEY`; whatever its name), and any variable whose value is that key or holds it
-/// (a URL with the key in it) all count as unset.
+/// untrusted input, and no list of names tells every credential apart (`GITHUB_PAT`,
+/// `DATABASE_URL` with a password in it, `CI_JOB_JWT`): only the variables the user names
+/// (`--task-env NAME`) are taken from the host, all others count as unset. The model's API key
+/// stays on the host even when named: the variable holding it (`--api-key-env` among the
+/// agent's arguments, else `BATON_API_KEY_ENV`, else `BATON_API_KEY`; whatever its name) and
+/// any variable whose value is that key or holds it (a URL with the key in it).
 #[derive(Debug, Clone, Default)]
 pub struct HostVars {
+    /// What the user named with `--task-env`.
+    named: Vec<String>,
     /// The API-key variables, by name.
     key_names: Vec<String>,
     /// Their values (non-empty).
@@ -344,8 +347,9 @@ const MIN_KEY_INSIDE: usize = 8;
 
 impl HostVars {
     /// The host variables of a job whose `baton` agent gets `agent_args` (empty for other
-    /// agents: the key the environment names is hidden all the same).
-    pub fn for_agent(agent_args: &[String]) -> HostVars {
+    /// agents: the key the environment names is hidden all the same), of which tasks may
+    /// template those in `named`.
+    pub fn for_agent(agent_args: &[String], named: &[String]) -> HostVars {
         let mut key_names = vec![super::trial::api_key_var(agent_args)];
         for name in std::env::var("BATON_API_KEY_ENV")
             .ok()
@@ -363,15 +367,16 @@ impl HostVars {
             .filter(|v| !v.is_empty())
             .collect();
         HostVars {
+            named: named.to_vec(),
             key_names,
             key_values,
         }
     }
 
-    /// The value of the host variable `name` for a task's `${name}`: `None` when it is unset
-    /// or holds a credential (see [`HostVars`]).
+    /// The value of the host variable `name` for a task's `${name}`: `None` when it is unset,
+    /// not named by the user, or holds the model's key (see [`HostVars`]).
     pub fn get(&self, name: &str) -> Option<String> {
-        if super::trial::is_secret_name(name) || self.key_names.iter().any(|k| k == name) {
+        if !self.named.iter().any(|n| n == name) || self.key_names.iter().any(|k| k == name) {
             return None;
         }
         let value = std::env::var(name).ok()?;
@@ -407,7 +412,7 @@ fn toml_env(
                         format!("[{section}].env.{k}"),
                         "resolvable from the host environment",
                         format!(
-                            "${{{var}}}, which is not set (or holds a credential or the model's API key, which stay on the host; use ${{{var}:-default}})"
+                            "${{{var}}}, which is not set, not named with --task-env {var}, or holds the model's API key (which stays on the host); or use ${{{var}:-default}}"
                         ),
                     )
                 })?

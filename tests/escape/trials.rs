@@ -34,6 +34,7 @@ fn args(tasks: Vec<PathBuf>, agent: &str, out: &Path) -> EvalArgs {
         hooks: None,
         mcp_config: None,
         pass_env: Vec::new(),
+        task_env: Vec::new(),
         isolation: IsolationChoice::Bwrap,
         share: Vec::new(),
         keep_workdirs: false,
