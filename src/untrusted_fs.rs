@@ -1043,6 +1043,50 @@ fn open_following_walk(path: &Path) -> io::Result<(File, Meta)> {
     Err(not_regular(FileType::Directory))
 }
 
+/// The files the `ignore` crate's walker (and libgit2, for a status or a diff) opens by name in
+/// a folder it enters — following links, blocking, outside this module: `.gitignore`,
+/// `.ignore`, `.gitattributes`, and a repository's `info/exclude` and `commondir`. A FIFO
+/// among them (a command's `mkfifo sub/.gitignore`) would hold the walk, and baton's turn
+/// with it, until something writes to it.
+const WALKER_OPENS: &[&str] = &[
+    ".gitignore",
+    ".ignore",
+    ".gitattributes",
+    ".git/info/exclude",
+    ".git/commondir",
+];
+
+/// The first of the files the `ignore` crate's walker would open in `dir` that is there and
+/// is not a regular file where its links lead (looked at, never opened): a walk must not enter
+/// such a folder. `None` when the walker may enter.
+pub fn walker_would_block_in(dir: &Path) -> Option<PathBuf> {
+    let not_regular = |p: &Path| std::fs::metadata(p).is_ok_and(|m| !m.is_file());
+    if let Some(p) = WALKER_OPENS
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|p| not_regular(p))
+    {
+        return Some(p);
+    }
+    // A `.git` file (a worktree, a submodule) sends the walker to its gitdir's files.
+    let dot_git = dir.join(".git");
+    let text = read_following(&dot_git, 4096).ok()?;
+    let gitdir = String::from_utf8_lossy(&text)
+        .lines()
+        .find_map(|l| l.strip_prefix("gitdir:"))
+        .map(|g| dir.join(g.trim()))?;
+    ["info/exclude", "commondir"]
+        .iter()
+        .map(|name| gitdir.join(name))
+        .find(|p| not_regular(p))
+}
+
+/// [`walker_would_block_in`] for a walk of `root`: the walker reads the ignore files of
+/// `root` and of every folder above it before it lists anything.
+pub fn walk_would_block_at(root: &Path) -> Option<PathBuf> {
+    root.ancestors().find_map(walker_would_block_in)
+}
+
 /// The content of the regular file `path` as [`open_following`] opens it, of at most `max`
 /// bytes (`FileTooLarge` past that).
 pub fn read_following(path: &Path, max: u64) -> io::Result<Vec<u8>> {

@@ -102,8 +102,33 @@ fn approval_line(approval: ApprovalPolicy, headless: bool) -> String {
     format!("- approval: {approval}{headless}")
 }
 
-/// `branch NAME, clean` / `branch NAME, N changed files` / `not a git repository`.
+/// How long the start of a session waits for git's look at the work tree.
+const GIT_STATE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// [`git_state_now`] on a thread of its own, waited for [`GIT_STATE_WAIT`]: libgit2 opens
+/// every folder's ignore and attributes files by name, and a FIFO a command left among them
+/// would hold the session's start for good. A look still under way then is left behind.
 fn git_state(workspace: &Path) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ws = workspace.to_path_buf();
+    let spawned = std::thread::Builder::new()
+        .name("git-state".into())
+        .spawn(move || {
+            let _ = tx.send(git_state_now(&ws));
+        });
+    if spawned.is_err() {
+        return "git state not known (no thread to look with)".into();
+    }
+    rx.recv_timeout(GIT_STATE_WAIT).unwrap_or_else(|_| {
+        format!(
+            "git state not known: git's look at the work tree did not end within {} s",
+            GIT_STATE_WAIT.as_secs()
+        )
+    })
+}
+
+/// `branch NAME, clean` / `branch NAME, N changed files` / `not a git repository`.
+fn git_state_now(workspace: &Path) -> String {
     let Ok(repo) = git2::Repository::discover(workspace) else {
         return "the workspace is not in a git repository".into();
     };

@@ -172,6 +172,17 @@ fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError>
         .hidden()
         .clone();
     let skip = &skip;
+    // Status, diff and commit read the ignore and attributes files of every folder of the
+    // work tree, by name: a FIFO a command made among them would hold baton for good.
+    if matches!(args.action, Action::Status | Action::Diff | Action::Commit)
+        && let Some(file) = crate::tool::search::first_blocking_file(&workdir)
+    {
+        return Err(ToolError::WalkBlocked {
+            path: crate::tool::path::display_relative(
+                file.strip_prefix(&ctx.workspace).unwrap_or(&file),
+            ),
+        });
+    }
     let out = confined(&found, outside, |repo| match args.action {
         Action::Status => status(repo),
         Action::Diff => diff(repo, args.staged, args.rev.as_deref(), &pathspecs, skip),

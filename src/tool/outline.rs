@@ -470,9 +470,10 @@ fn outline_target(
         });
     }
     let root = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    crate::tool::search::refuse_a_blocking_walk(&target.abs, &root)?;
     let mut files: Vec<_> = ignore::WalkBuilder::new(&target.abs)
         .require_git(false)
-        .filter_entry(move |e| skip.hides(e.path()).is_none())
+        .filter_entry(move |e| skip.hides(e.path()).is_none() && crate::tool::search::walkable(e))
         .build()
         .flatten()
         .filter(|e| e.file_type().is_some_and(|t| t.is_file()))

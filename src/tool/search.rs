@@ -39,8 +39,65 @@ fn walker(root: &Path, hidden: bool, skip: Hidden) -> ignore::WalkBuilder {
         .hidden(!hidden)
         .require_git(false)
         .follow_links(false)
-        .filter_entry(move |e| e.file_name() != ".git" && skip.hides(e.path()).is_none());
+        .filter_entry(move |e| {
+            e.file_name() != ".git" && skip.hides(e.path()).is_none() && walkable(e)
+        });
     builder
+}
+
+/// Whether the walker may enter `entry` (anything but a folder whose ignore files it would
+/// block on: see [`crate::untrusted_fs::walker_would_block_in`]).
+pub(crate) fn walkable(entry: &ignore::DirEntry) -> bool {
+    !entry.file_type().is_some_and(|t| t.is_dir())
+        || crate::untrusted_fs::walker_would_block_in(entry.path()).is_none()
+}
+
+/// The first file in `root` or below it (or in a folder above it) that a walk, or git's look
+/// at the work tree, would block on (see [`crate::untrusted_fs::walker_would_block_in`]).
+pub(crate) fn first_blocking_file(root: &Path) -> Option<PathBuf> {
+    if let Some(file) = crate::untrusted_fs::walk_would_block_at(root) {
+        return Some(file);
+    }
+    let found = std::sync::Arc::new(Mutex::new(None::<PathBuf>));
+    let seen = found.clone();
+    for _ in ignore::WalkBuilder::new(root)
+        .hidden(false)
+        .require_git(false)
+        .follow_links(false)
+        .filter_entry(move |e| {
+            if e.file_name() == ".git" {
+                return false;
+            }
+            if !e.file_type().is_some_and(|t| t.is_dir()) {
+                return true;
+            }
+            let blocking = crate::untrusted_fs::walker_would_block_in(e.path());
+            let enter = blocking.is_none();
+            if let Some(file) = blocking {
+                seen.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(file);
+            }
+            enter
+        })
+        .build()
+    {
+        if found.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+            break;
+        }
+    }
+    found.lock().unwrap_or_else(|p| p.into_inner()).take()
+}
+
+/// Refuses a walk of `root` whose own ignore files, or those of a folder above it, the
+/// walker would block on.
+pub(crate) fn refuse_a_blocking_walk(root: &Path, workspace: &Path) -> Result<(), ToolError> {
+    match crate::untrusted_fs::walk_would_block_at(root) {
+        Some(file) => Err(ToolError::WalkBlocked {
+            path: display_relative(file.strip_prefix(workspace).unwrap_or(&file)),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// The path of `entry` relative to the workspace, for display.
@@ -122,6 +179,7 @@ fn list_dir(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolE
     }
     let depth = args.depth.unwrap_or(2).clamp(1, 8);
     let skip = rules.hidden().clone();
+    refuse_a_blocking_walk(&target.abs, &workspace_root(ctx))?;
     crate::tool::confined::walk_confined(&ctx.workspace, || {
         list_tree(&target.abs, &target.rel, depth, args.hidden, skip)
     })
@@ -247,6 +305,7 @@ fn glob_files(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, Too
         })?
         .compile_matcher();
     let root = workspace_root(ctx);
+    refuse_a_blocking_walk(&target.abs, &root)?;
     let mut found = crate::tool::confined::walk_confined(&ctx.workspace, || {
         let mut found = Vec::new();
         for entry in walker(&target.abs, false, skip).build().flatten() {
@@ -713,6 +772,7 @@ fn grep(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError
         cancel: Some(ctx.cancel.clone()),
     };
     let threads = search_threads();
+    refuse_a_blocking_walk(&target.abs, &workspace_root(ctx))?;
     let report = crate::tool::confined::walk_confined(&ctx.workspace, || {
         grep_search_on(&target.abs, &options, threads, skip)
     })??;

@@ -19,11 +19,19 @@ impl FileIndex {
     /// Lists files under `root` relative to it, honouring .gitignore, skipping hidden entries.
     pub fn scan(root: &Path) -> FileIndex {
         let mut files = Vec::new();
-        for entry in ignore::WalkBuilder::new(root)
+        // A folder whose ignore files the walker would block on (a FIFO a command made) is
+        // left out; one above the root leaves the index empty.
+        let blocked = crate::untrusted_fs::walk_would_block_at(root).is_some();
+        let walk = ignore::WalkBuilder::new(root)
             .hidden(true)
-            .build()
-            .flatten()
-        {
+            .filter_entry(|e| {
+                !e.file_type().is_some_and(|t| t.is_dir())
+                    || crate::untrusted_fs::walker_would_block_in(e.path()).is_none()
+            })
+            .build();
+        // The walk reads the root's ignore files at its first step: not taken at all.
+        let steps = if blocked { 0 } else { usize::MAX };
+        for entry in walk.take(steps).flatten() {
             if files.len() >= MAX_FILES {
                 break;
             }

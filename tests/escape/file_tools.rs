@@ -319,6 +319,89 @@ async fn fifo_in_the_workspace_cannot_hang_a_file_tool() {
     assert!(hung.is_empty(), "file tools hung on a FIFO: {hung:?}");
 }
 
+/// Round 26 (medium): a command's `mkfifo sub/.gitignore` held baton's process for good at
+/// the next `list_dir`, `glob`, `grep` or `outline` (the `ignore` crate's walker opens every
+/// folder's ignore files by name) and at every later session's start (libgit2's status). A
+/// walk leaves such a folder out; one rooted under it, and git's status, diff and commit,
+/// are refused with a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_among_the_ignore_files_holds_no_walk_and_no_git_look() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let ws = workspace();
+    let git = std::process::Command::new("git")
+        .args(["init", "-q", "."])
+        .current_dir(&ws.root)
+        .status()
+        .expect("git init");
+    assert!(git.success());
+    std::fs::create_dir_all(ws.root.join("sub")).unwrap();
+    std::fs::create_dir_all(ws.root.join("attr")).unwrap();
+    std::fs::write(ws.root.join("sub/a.txt"), "hi\n").unwrap();
+    std::fs::write(ws.root.join("top.rs"), "fn hi() {}\n").unwrap();
+    let fifos = [
+        ws.root.join("sub/.gitignore"),
+        ws.root.join("attr/.gitattributes"),
+    ];
+    for fifo in &fifos {
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(cstring(fifo).as_ptr(), 0o644) }, 0);
+    }
+    let calls = [
+        ("list_dir", json!({"path": "."}), true),
+        ("glob", json!({"pattern": "**/*.txt"}), true),
+        ("grep", json!({"pattern": "hi"}), true),
+        ("outline", json!({"path": "."}), true),
+        ("list_dir", json!({"path": "sub"}), false),
+        ("grep", json!({"pattern": "hi", "path": "sub"}), false),
+        ("git", json!({"action": "status"}), false),
+        ("git", json!({"action": "diff"}), false),
+        ("git", json!({"action": "commit", "message": "m"}), false),
+    ];
+    let mut hung = Vec::new();
+    for (tool, args, answers) in calls {
+        let run = call(&ws.ctx, tool, args.clone());
+        match tokio::time::timeout(Duration::from_secs(10), run).await {
+            Ok(result) if answers => {
+                assert_eq!(
+                    result.status,
+                    ToolStatus::Ok,
+                    "{tool} {args}: {}",
+                    result.content
+                );
+                assert!(
+                    !result.content.contains("a.txt"),
+                    "{tool}: {}",
+                    result.content
+                );
+            }
+            Ok(result) => {
+                assert_eq!(
+                    result.status,
+                    ToolStatus::Error,
+                    "{tool} {args}: {}",
+                    result.content
+                );
+                assert!(
+                    result.content.contains("is not a regular file"),
+                    "{tool} {args}: {}",
+                    result.content
+                );
+            }
+            Err(_) => {
+                hung.push(format!("{tool} {args}"));
+                // Play the missing writers so the stuck reader returns and the test can end.
+                for fifo in &fifos {
+                    let _ = std::fs::OpenOptions::new()
+                        .write(true)
+                        .custom_flags(libc::O_NONBLOCK)
+                        .open(fifo);
+                }
+            }
+        }
+    }
+    assert!(hung.is_empty(), "walks or git hung on a FIFO: {hung:?}");
+}
+
 /// Sockets and (as root) device nodes in the workspace are refused with a clear error rather
 /// than read or replaced.
 #[tokio::test]
@@ -701,27 +784,109 @@ impl OpenWatch {
     }
 }
 
-/// The write end of the FIFO `path`, once a reader has opened it (at most 10 s): that reader
-/// then waits in its first read until the end is dropped, when it reads an empty file.
-fn fifo_reader_waiting(path: &Path) -> Option<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let opened = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path);
-        match opened {
-            Ok(writer) => return Some(writer),
-            // ENXIO: no reader yet.
-            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
-                if std::time::Instant::now() > deadline {
-                    return None;
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(e) => panic!("opening the FIFO for writing: {e}"),
+/// Holds the next opener of one file until the test lets it go: fanotify's permission event
+/// for opens (`FAN_OPEN_PERM`), which keeps the opening thread in the kernel until it is
+/// answered. Needs CAP_SYS_ADMIN (root); `None` elsewhere. Opens not asked to be held are
+/// allowed at once by a thread of its own.
+struct OpenHold {
+    hold_next: Arc<AtomicBool>,
+    held: std::sync::mpsc::Receiver<(i32, std::sync::mpsc::Sender<()>)>,
+    stop: Arc<AtomicBool>,
+}
+
+impl OpenHold {
+    fn of(file: &Path) -> Option<OpenHold> {
+        // SAFETY: flags only; the descriptor returned is owned by the thread below.
+        let fd = unsafe {
+            libc::fanotify_init(
+                libc::FAN_CLASS_CONTENT | libc::FAN_CLOEXEC | libc::FAN_NONBLOCK,
+                libc::O_RDONLY as u32,
+            )
+        };
+        if fd < 0 {
+            return None;
         }
+        // SAFETY: `fd` was just returned; the path is a valid NUL-terminated string.
+        let marked = unsafe {
+            libc::fanotify_mark(
+                fd,
+                libc::FAN_MARK_ADD,
+                libc::FAN_OPEN_PERM,
+                libc::AT_FDCWD,
+                cstring(file).as_ptr(),
+            )
+        };
+        if marked < 0 {
+            // SAFETY: `fd` is ours and not used after.
+            unsafe { libc::close(fd) };
+            return None;
+        }
+        let hold_next = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, held) = std::sync::mpsc::channel();
+        let (next, done) = (hold_next.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let answer = |event_fd: i32| {
+                let response = libc::fanotify_response {
+                    fd: event_fd,
+                    response: libc::FAN_ALLOW,
+                };
+                // SAFETY: writes one response struct to our fanotify descriptor; closes the
+                // event's descriptor, which the kernel gave to us.
+                unsafe {
+                    libc::write(
+                        fd,
+                        (&response as *const libc::fanotify_response).cast(),
+                        std::mem::size_of::<libc::fanotify_response>(),
+                    );
+                    libc::close(event_fd);
+                }
+            };
+            while !done.load(Ordering::SeqCst) {
+                let mut event = std::mem::MaybeUninit::<libc::fanotify_event_metadata>::zeroed();
+                // SAFETY: reads at most one event's metadata into memory we own.
+                let n = unsafe {
+                    libc::read(
+                        fd,
+                        event.as_mut_ptr().cast(),
+                        std::mem::size_of::<libc::fanotify_event_metadata>(),
+                    )
+                };
+                if n < std::mem::size_of::<libc::fanotify_event_metadata>() as isize {
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                // SAFETY: the kernel filled the whole struct (n checked above).
+                let event = unsafe { event.assume_init() };
+                if next.swap(false, Ordering::SeqCst) {
+                    let (let_go, wait) = std::sync::mpsc::channel();
+                    if tx.send((event.pid, let_go)).is_ok() {
+                        let _ = wait.recv();
+                    }
+                }
+                answer(event.fd);
+            }
+            // SAFETY: `fd` is ours and not used after.
+            unsafe { libc::close(fd) };
+        });
+        Some(OpenHold {
+            hold_next,
+            held,
+            stop,
+        })
+    }
+
+    /// Holds the next open; waits (up to 10 s) until it comes, and returns what lets it go.
+    fn hold_next_open(&self) -> Option<std::sync::mpsc::Sender<()>> {
+        self.hold_next.store(true, Ordering::SeqCst);
+        let held = self.held.recv_timeout(Duration::from_secs(10)).ok();
+        held.map(|(_, let_go)| let_go)
+    }
+}
+
+impl Drop for OpenHold {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
     }
 }
 
@@ -759,10 +924,10 @@ fn outside_with_a_secret(prefix: &str) -> tempfile::TempDir {
 }
 
 /// A folder of the workspace swapped for a link to an outside folder in the middle of a walk,
-/// made deterministic: the walk is held at a FIFO `.gitignore` (the `ignore` walker reads it
-/// with a blocking open when it enters the folder) after it listed the folder holding the
-/// targets and before it descends into them; the targets are swapped for links then, and the
-/// walk let go. Before the walks were confined, `list_dir`, `glob` and `outline` listed the
+/// made deterministic: the walk is held in its open of a folder's `.gitignore` (the `ignore`
+/// walker opens it when it enters the folder; fanotify keeps the open waiting, so root only)
+/// after it listed the folder holding the targets and before it descends into them; the
+/// targets are swapped for links then, and the walk let go. Before the walks were confined, `list_dir`, `glob` and `outline` listed the
 /// outside file's name and all four opened the outside folder. Each of `list_dir`, `glob`,
 /// `grep` and `outline` must neither show it nor open anything there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -790,9 +955,12 @@ async fn directory_swapped_for_a_link_mid_walk_is_not_walked() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .find(|n| n != "stash")
         .unwrap();
-    let fifo = ws.root.join(&held).join(".gitignore");
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(cstring(&fifo).as_ptr(), 0o644) }, 0);
+    let gitignore = ws.root.join(&held).join(".gitignore");
+    std::fs::write(&gitignore, "*.tmp\n").unwrap();
+    let Some(hold) = OpenHold::of(&gitignore) else {
+        eprintln!("fanotify's permission events need root: the walk cannot be held; not checked");
+        return;
+    };
     std::fs::create_dir(ws.root.join(&held).join("t")).unwrap();
     let mut targets = vec![ws.root.join(&held).join("t")];
     targets.extend(
@@ -820,20 +988,17 @@ async fn directory_swapped_for_a_link_mid_walk_is_not_walked() {
     for (tool, args) in calls {
         let ctx = ws.ctx.clone();
         let run = tokio::spawn(async move { call(&ctx, tool, args).await });
-        let fifo = fifo.clone();
-        let writer = tokio::task::spawn_blocking(move || fifo_reader_waiting(&fifo))
-            .await
-            .unwrap();
-        let Some(writer) = writer else {
+        let let_go = tokio::task::block_in_place(|| hold.hold_next_open());
+        let Some(let_go) = let_go else {
             panic!(
-                "{tool} never opened the FIFO .gitignore in {held}: this test's way of holding \
+                "{tool} never opened the .gitignore in {held}: this test's way of holding \
                  the walk is gone; hold it some other way"
             );
         };
         for (target, link) in targets.iter().zip(&links) {
             exchange(target, link);
         }
-        drop(writer);
+        let _ = let_go.send(());
         let result = tokio::time::timeout(Duration::from_secs(20), run)
             .await
             .unwrap_or_else(|_| panic!("{tool} hung"))

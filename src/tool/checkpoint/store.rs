@@ -502,6 +502,14 @@ fn walk(
         .filter_map(|p| std::fs::canonicalize(p).ok())
         .collect();
     let root = workspace.to_path_buf();
+    // A folder whose ignore files the walker would block on is not walked: its files are
+    // unknown to the snapshot, as an unreadable folder's are.
+    if crate::untrusted_fs::walk_would_block_at(workspace).is_some() {
+        unknown.insert(PathBuf::new());
+        return Vec::new();
+    }
+    let refused = std::sync::Arc::new(std::sync::Mutex::new(Vec::<PathBuf>::new()));
+    let refused_by_filter = refused.clone();
     let walker = ignore::WalkBuilder::new(workspace)
         .hidden(false)
         .ignore(false)
@@ -517,6 +525,13 @@ fn walk(
             if name.as_encoded_bytes().eq_ignore_ascii_case(b".git")
                 || (name == ".baton" && e.path().parent() == Some(root.as_path()))
             {
+                return false;
+            }
+            if !crate::tool::search::walkable(e) {
+                refused_by_filter
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(e.path().to_path_buf());
                 return false;
             }
             !exclude.iter().any(|x| e.path() == x) && hidden.hides(e.path()).is_none()
@@ -552,6 +567,11 @@ fn walk(
             Err(_) => {
                 unknown.insert(rel);
             }
+        }
+    }
+    for folder in refused.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        if let Ok(rel) = folder.strip_prefix(workspace) {
+            unknown.insert(rel.to_path_buf());
         }
     }
     files
