@@ -1057,10 +1057,20 @@ const WALKER_OPENS: &[&str] = &[
 ];
 
 /// The first of the files the `ignore` crate's walker would open in `dir` that is there and
-/// is not a regular file where its links lead (looked at, never opened): a walk must not enter
-/// such a folder. `None` when the walker may enter.
+/// is not a regular file where its links lead, or is a file of procfs, sysfs, debugfs or
+/// tracefs (looked at, never opened): a walk must not enter such a folder. `None` when the
+/// walker may enter.
 pub fn walker_would_block_in(dir: &Path) -> Option<PathBuf> {
-    let not_regular = |p: &Path| std::fs::metadata(p).is_ok_and(|m| !m.is_file());
+    // A kernel file looks regular and may still wait in its read (`/proc/kmsg`) or never end.
+    let kernel_file = |p: &Path| {
+        rustix::fs::statfs(p).is_ok_and(|fs| {
+            matches!(
+                fs.f_type as u64,
+                0x9fa0 | 0x6265_6572 | 0x6462_6720 | 0x7472_6163
+            )
+        })
+    };
+    let not_regular = |p: &Path| std::fs::metadata(p).is_ok_and(|m| !m.is_file() || kernel_file(p));
     if let Some(p) = WALKER_OPENS
         .iter()
         .map(|name| dir.join(name))

@@ -323,7 +323,8 @@ async fn fifo_in_the_workspace_cannot_hang_a_file_tool() {
 /// the next `list_dir`, `glob`, `grep` or `outline` (the `ignore` crate's walker opens every
 /// folder's ignore files by name) and at every later session's start (libgit2's status). A
 /// walk leaves such a folder out; one rooted under it, and git's status, diff and commit,
-/// are refused with a clear error.
+/// are refused with a clear error. A `.gitignore` leading to `/proc/kmsg` (regular to `stat`,
+/// its read waits for the kernel's next message) is treated alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fifo_among_the_ignore_files_holds_no_walk_and_no_git_look() {
     use std::os::unix::fs::OpenOptionsExt;
@@ -338,6 +339,10 @@ async fn a_fifo_among_the_ignore_files_holds_no_walk_and_no_git_look() {
     std::fs::create_dir_all(ws.root.join("attr")).unwrap();
     std::fs::write(ws.root.join("sub/a.txt"), "hi\n").unwrap();
     std::fs::write(ws.root.join("top.rs"), "fn hi() {}\n").unwrap();
+    // A kernel file looks regular and waits in its read (as root): the same.
+    std::fs::create_dir_all(ws.root.join("kmsg")).unwrap();
+    std::fs::write(ws.root.join("kmsg/b.txt"), "hi\n").unwrap();
+    std::os::unix::fs::symlink("/proc/kmsg", ws.root.join("kmsg/.gitignore")).unwrap();
     let fifos = [
         ws.root.join("sub/.gitignore"),
         ws.root.join("attr/.gitattributes"),
@@ -369,7 +374,7 @@ async fn a_fifo_among_the_ignore_files_holds_no_walk_and_no_git_look() {
                     result.content
                 );
                 assert!(
-                    !result.content.contains("a.txt"),
+                    !result.content.contains("a.txt") && !result.content.contains("b.txt"),
                     "{tool}: {}",
                     result.content
                 );
