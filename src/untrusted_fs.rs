@@ -194,6 +194,21 @@ fn openat2(dir: BorrowedFd, path: &Path, flags: OFlags, mode: u32) -> io::Result
     }
 }
 
+/// Whether `fd` lies on a kernel file system whose regular-looking files are the kernel's
+/// own (procfs, sysfs, debugfs, tracefs): a read of one may wait for good (`/proc/kmsg`) or
+/// never end. None of them is a file baton reads for a workspace.
+fn on_kernel_fs(fd: BorrowedFd) -> bool {
+    rustix::fs::fstatfs(fd).is_ok_and(|fs| is_kernel_fs(fs.f_type as u64))
+}
+
+fn is_kernel_fs(f_type: u64) -> bool {
+    const PROC: u64 = 0x9fa0;
+    const SYSFS: u64 = 0x6265_6572;
+    const DEBUGFS: u64 = 0x6462_6720;
+    const TRACEFS: u64 = 0x7472_6163;
+    matches!(f_type, PROC | SYSFS | DEBUGFS | TRACEFS)
+}
+
 fn fstat(fd: BorrowedFd) -> io::Result<Meta> {
     rustix::fs::fstat(fd).map(|st| Meta::of(&st)).map_err(errno)
 }
@@ -454,6 +469,9 @@ impl Dir {
         let meta = fstat(fd.as_fd())?;
         if !meta.is_file() {
             return Err(not_regular(meta.kind));
+        }
+        if on_kernel_fs(fd.as_fd()) {
+            return Err(not_regular(FileType::Unknown));
         }
         set_blocking(fd.as_fd())?;
         Ok(Some((File::from(fd), meta)))
@@ -968,6 +986,9 @@ fn open_following_openat2(path: &Path) -> io::Result<(File, Meta)> {
     if !seen.is_file() {
         return Err(not_regular(seen.kind));
     }
+    if on_kernel_fs(located.as_fd()) {
+        return Err(not_regular(FileType::Unknown));
+    }
     let fd = how(OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY)?;
     let meta = fstat(fd.as_fd())?;
     // Swapped between the look and the open: refused, it is not the file that was checked.
@@ -1062,14 +1083,8 @@ const WALKER_OPENS: &[&str] = &[
 /// walker may enter.
 pub fn walker_would_block_in(dir: &Path) -> Option<PathBuf> {
     // A kernel file looks regular and may still wait in its read (`/proc/kmsg`) or never end.
-    let kernel_file = |p: &Path| {
-        rustix::fs::statfs(p).is_ok_and(|fs| {
-            matches!(
-                fs.f_type as u64,
-                0x9fa0 | 0x6265_6572 | 0x6462_6720 | 0x7472_6163
-            )
-        })
-    };
+    let kernel_file =
+        |p: &Path| rustix::fs::statfs(p).is_ok_and(|fs| is_kernel_fs(fs.f_type as u64));
     let not_regular = |p: &Path| std::fs::metadata(p).is_ok_and(|m| !m.is_file() || kernel_file(p));
     if let Some(p) = WALKER_OPENS
         .iter()
@@ -1385,5 +1400,31 @@ mod tests {
         std::fs::write(&file, "x").unwrap();
         remove_tree(&file).unwrap();
         assert!(!file.exists());
+    }
+
+    /// Round 26's neighbour: a project config, hooks file or `.mcp.json` linked to
+    /// `/proc/kmsg` looked regular and its read waited for the kernel's next message (as
+    /// root, at every session's start). Kernel files are refused like FIFOs, whichever way
+    /// they are reached; the walkers' look refuses them too.
+    #[test]
+    fn kernel_files_are_refused_like_fifos() {
+        let base = tempfile::tempdir().unwrap();
+        let link = base.path().join("config.toml");
+        std::os::unix::fs::symlink("/proc/version", &link).unwrap();
+        let err = read_following(&link, 1 << 20).unwrap_err();
+        assert!(not_regular_kind(&err).is_some(), "{err}");
+        let err = open_following_walk(&link).unwrap_err();
+        assert!(not_regular_kind(&err).is_some(), "{err}");
+        let proc = Dir::open(Path::new("/proc")).unwrap();
+        let err = proc.read(Path::new("version"), 1 << 20).unwrap_err();
+        assert!(not_regular_kind(&err).is_some(), "{err}");
+        std::fs::rename(&link, base.path().join(".gitignore")).unwrap();
+        assert_eq!(
+            walker_would_block_in(base.path()),
+            Some(base.path().join(".gitignore"))
+        );
+        std::fs::remove_file(base.path().join(".gitignore")).unwrap();
+        std::fs::write(base.path().join(".gitignore"), "*.o\n").unwrap();
+        assert_eq!(walker_would_block_in(base.path()), None);
     }
 }
