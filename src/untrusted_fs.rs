@@ -1106,6 +1106,70 @@ pub fn walker_would_block_in(dir: &Path) -> Option<PathBuf> {
         .find(|p| not_regular(p))
 }
 
+/// The files of a gitdir libgit2 opens by name, blocking, to open the repository and look at
+/// its state (status, diff, commit); commands may write most of them.
+const GITDIR_OPENS: &[&str] = &[
+    "HEAD",
+    "config",
+    "config.worktree",
+    "commondir",
+    "index",
+    "packed-refs",
+    "shallow",
+    "info/exclude",
+    "info/attributes",
+    "info/grafts",
+    "objects/info/alternates",
+];
+
+/// The first file of the repository enclosing `start` (its gitdir, the common dir it names,
+/// the branch file its `HEAD` names) that libgit2 would open and that is not a regular file
+/// or is a kernel file, as [`walker_would_block_in`] judges: git's look at the repository
+/// must not start then. Bounded: the nearest `.git` above `start` only.
+pub fn gitdir_would_block_at(start: &Path) -> Option<PathBuf> {
+    let not_regular = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| {
+            !m.is_file() || rustix::fs::statfs(p).is_ok_and(|fs| is_kernel_fs(fs.f_type as u64))
+        })
+    };
+    let dot_git = start
+        .ancestors()
+        .map(|a| a.join(".git"))
+        .find(|g| std::fs::symlink_metadata(g).is_ok())?;
+    if not_regular(&dot_git) && !dot_git.is_dir() {
+        return Some(dot_git);
+    }
+    let gitdir = if dot_git.is_dir() {
+        dot_git
+    } else {
+        let text = read_following(&dot_git, 4096).ok()?;
+        let named = String::from_utf8_lossy(&text)
+            .lines()
+            .find_map(|l| l.strip_prefix("gitdir:").map(|g| g.trim().to_string()))?;
+        dot_git.parent()?.join(named)
+    };
+    let mut dirs = vec![gitdir.clone()];
+    if let Ok(text) = read_following(&gitdir.join("commondir"), 4096) {
+        dirs.push(gitdir.join(String::from_utf8_lossy(&text).trim()));
+    }
+    for dir in &dirs {
+        if let Some(p) = GITDIR_OPENS
+            .iter()
+            .map(|n| dir.join(n))
+            .find(|p| not_regular(p))
+        {
+            return Some(p);
+        }
+    }
+    let head = read_following(&gitdir.join("HEAD"), 4096).ok()?;
+    let branch = String::from_utf8_lossy(&head)
+        .strip_prefix("ref:")
+        .map(|r| r.trim().to_string())?;
+    dirs.iter()
+        .map(|d| d.join(&branch))
+        .find(|p| not_regular(p))
+}
+
 /// [`walker_would_block_in`] for a walk of `root`: the walker reads the ignore files of
 /// `root` and of every folder above it before it lists anything.
 pub fn walk_would_block_at(root: &Path) -> Option<PathBuf> {

@@ -129,6 +129,12 @@ fn git_state(workspace: &Path) -> String {
 
 /// `branch NAME, clean` / `branch NAME, N changed files` / `not a git repository`.
 fn git_state_now(workspace: &Path) -> String {
+    if let Some(file) = crate::untrusted_fs::gitdir_would_block_at(workspace) {
+        return format!(
+            "git state not known: {} is not a regular file (a FIFO, socket or device)",
+            file.display()
+        );
+    }
     let Ok(repo) = git2::Repository::discover(workspace) else {
         return "the workspace is not in a git repository".into();
     };

@@ -28,19 +28,38 @@ pub fn parse_args<T: DeserializeOwned>(
 }
 
 /// Runs `work` on the blocking pool: filesystem walks, git and parsing must not stall the
-/// runtime that streams model output.
+/// runtime that streams model output. Work still running [`CANCEL_GRACE`] after the call is
+/// cancelled is left behind, so that work held in the kernel (libgit2 opening a FIFO a
+/// command left in a gitdir, where nothing is looked at first) cannot hold the turn; work
+/// that ends within it gives its own result.
 pub fn run_blocking<'a, F>(ctx: &'a ToolContext, work: F) -> BoxFuture<'a, ToolResult>
 where
     F: FnOnce(&ToolContext) -> ToolResult + Send + 'static,
 {
+    let cancel = ctx.cancel.clone();
     let ctx = ctx.clone();
     Box::pin(async move {
-        match tokio::task::spawn_blocking(move || work(&ctx)).await {
-            Ok(result) => result,
-            Err(e) => ToolResult::error(format!("tool task failed: {e}")),
+        let task = tokio::task::spawn_blocking(move || work(&ctx));
+        let given_up = async {
+            cancel.cancelled().await;
+            tokio::time::sleep(CANCEL_GRACE).await;
+        };
+        tokio::select! {
+            joined = task => match joined {
+                Ok(result) => result,
+                Err(e) => ToolResult::error(format!("tool task failed: {e}")),
+            },
+            () = given_up => ToolResult::error(format!(
+                "cancelled: the tool had not finished {} s after the stop, and was left \
+                 running (what it does may still happen)",
+                CANCEL_GRACE.as_secs()
+            )),
         }
     })
 }
+
+/// How long a cancelled tool call's work is waited for before it is left behind.
+const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Turns a tool's outcome into its result: the error's text is what the model reads, and its
 /// kind picks the status.
@@ -95,6 +114,43 @@ pub fn clip_line(line: &str, max_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn context() -> ToolContext {
+        let (events, _rx) = crate::protocol::EventSink::channel();
+        ToolContext {
+            workspace: std::env::temp_dir(),
+            call_id: "c".into(),
+            events,
+            cancel: Default::default(),
+            state: Default::default(),
+        }
+    }
+
+    /// Round 26: a walk held in the kernel (an open of a FIFO) held its turn for good, Ctrl-C
+    /// and SIGTERM included. A cancelled call answers after the grace; work that ends within
+    /// it gives its own result.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_call_does_not_wait_for_work_held_in_the_kernel() {
+        let ctx = context();
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let call = run_blocking(&ctx, move |_| {
+            let _ = held.recv();
+            ToolResult::ok("finished".to_string())
+        });
+        ctx.cancel.cancel();
+        let started = std::time::Instant::now();
+        let result = tokio::time::timeout(std::time::Duration::from_secs(20), call)
+            .await
+            .expect("the cancelled call answers");
+        assert!(result.content.contains("cancelled"), "{}", result.content);
+        assert!(started.elapsed() >= CANCEL_GRACE);
+        release.send(()).expect("the work is still there");
+
+        let ctx = context();
+        ctx.cancel.cancel();
+        let result = run_blocking(&ctx, |_| ToolResult::ok("finished".to_string())).await;
+        assert_eq!(result.content, "finished");
+    }
 
     #[test]
     fn cap_text_keeps_head_and_tail_and_counts_dropped() {

@@ -60,10 +60,10 @@ pub enum ToolError {
         #[source]
         source: std::io::Error,
     },
-    /// A walk would have to read an ignore file that is not a regular file (a FIFO would hold
+    /// A walk or git would have to open a file that is not a regular file (a FIFO would hold
     /// baton until something writes to it).
     #[error(
-        "{path} is not a regular file (a FIFO, socket or device), so the ignore rules there cannot be read and the folder is not walked; remove it (`rm {path}`) or look with a command"
+        "{path} is not a regular file (a FIFO, socket, device or kernel file), and the walk or git would wait on it for good, so baton does not start; remove it (`rm {path}`) or look with a command"
     )]
     WalkBlocked { path: String },
     /// A file or directory the call needs does not exist; `what` says which and what to use.

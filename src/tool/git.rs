@@ -151,6 +151,15 @@ fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError>
         None => (ctx.workspace.clone(), ctx.workspace.display().to_string()),
     };
     let shown = || shown.clone();
+    // libgit2 opens the gitdir's files by name, blocking: a FIFO a command left there (its
+    // index, HEAD, a branch's file) would hold baton for good.
+    if let Some(file) = crate::untrusted_fs::gitdir_would_block_at(&start) {
+        return Err(ToolError::WalkBlocked {
+            path: crate::tool::path::display_relative(
+                file.strip_prefix(&ctx.workspace).unwrap_or(&file),
+            ),
+        });
+    }
     let repo =
         Repository::discover(&start).map_err(|_| ToolError::NotARepository { path: shown() })?;
     // A `.git` file a command left in a subfolder may point at any repository of the user's:

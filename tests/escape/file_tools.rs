@@ -405,6 +405,30 @@ async fn a_fifo_among_the_ignore_files_holds_no_walk_and_no_git_look() {
         }
     }
     assert!(hung.is_empty(), "walks or git hung on a FIFO: {hung:?}");
+    // In the gitdir, which libgit2 opens by name: the index a command made a FIFO.
+    for fifo in &fifos {
+        std::fs::remove_file(fifo).unwrap();
+    }
+    std::fs::remove_file(ws.root.join("kmsg/.gitignore")).unwrap();
+    let index = ws.root.join(".git/index");
+    let _ = std::fs::remove_file(&index);
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(cstring(&index).as_ptr(), 0o644) }, 0);
+    let run = call(&ws.ctx, "git", json!({"action": "status"}));
+    match tokio::time::timeout(Duration::from_secs(10), run).await {
+        Ok(result) => assert!(
+            result.status == ToolStatus::Error && result.content.contains(".git/index"),
+            "{}",
+            result.content
+        ),
+        Err(_) => {
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&index);
+            panic!("git status hung on a FIFO index");
+        }
+    }
 }
 
 /// Sockets and (as root) device nodes in the workspace are refused with a clear error rather
