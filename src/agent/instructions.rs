@@ -27,8 +27,9 @@ pub struct ProjectInstructions {
 }
 
 /// Finds the instruction files for `cwd`: `user_dir/AGENTS.md` (the config dir), then one file
-/// per directory from the repository root (the nearest ancestor with `.git`; `cwd` itself when
-/// there is none) down to `cwd`. Unreadable files are skipped, not fatal.
+/// per directory from the repository root (the nearest ancestor with `.git`, when the user owns
+/// that `.git`; `cwd` itself otherwise) down to `cwd`, those above `cwd` only when the user owns
+/// them. Unreadable files are skipped, not fatal.
 pub fn discover(cwd: &Path, user_dir: Option<&Path>) -> ProjectInstructions {
     let mut files = Vec::new();
     if let Some(dir) = user_dir
@@ -48,9 +49,19 @@ pub fn discover(cwd: &Path, user_dir: Option<&Path>) -> ProjectInstructions {
         chain
             .iter()
             .filter_map(|dir| pick_file(dir))
+            // Above the working directory, only the user's own: a shared folder (`/srv`, a
+            // sticky `/data`) may hold another account's file.
+            .filter(|file| file.parent() == Some(cwd) || owned_by_me(file))
             .map(|file| (file, Some(root.clone()))),
     );
     assemble(files)
+}
+
+/// Whether `path` (not followed) belongs to the user baton runs as.
+fn owned_by_me(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    path.symlink_metadata()
+        .is_ok_and(|m| m.uid() == rustix::process::geteuid().as_raw())
 }
 
 /// The instruction file of `dir`: AGENTS.md, else CLAUDE.md, whatever they are (a link or a
@@ -71,9 +82,12 @@ fn read_instructions(path: &Path, anchor: Option<&Path>) -> Option<Vec<u8>> {
     }
 }
 
+/// The nearest folder above `cwd` (or itself) with a `.git`, when that `.git` is the user's:
+/// git itself refuses a repository another account owns ("dubious ownership").
 fn repo_root(cwd: &Path) -> Option<PathBuf> {
     cwd.ancestors()
         .find(|dir| dir.join(".git").exists())
+        .filter(|dir| owned_by_me(&dir.join(".git")))
         .map(Path::to_path_buf)
 }
 
@@ -184,6 +198,34 @@ mod tests {
                 .text
                 .ends_with("[Project instructions truncated at 32 KiB.]")
         );
+    }
+
+    /// Round 26 (low): another account's `git init` and `AGENTS.md` in a shared folder above
+    /// the project were put in every expert's system message.
+    #[test]
+    fn another_accounts_repository_or_file_above_the_workspace_is_not_read() {
+        if !rustix::process::geteuid().is_root() {
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let shared = tmp.path().join("shared");
+        let project = shared.join("project");
+        std::fs::create_dir_all(shared.join(".git")).unwrap();
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(shared.join("AGENTS.md"), "injected").unwrap();
+        std::fs::write(project.join("AGENTS.md"), "mine").unwrap();
+        let chown = |p: &Path| std::os::unix::fs::lchown(p, Some(65534), Some(65534)).unwrap();
+        chown(&shared.join(".git"));
+        let found = discover(&project, None);
+        assert_eq!(found.files, vec![project.join("AGENTS.md")], "{found:?}");
+        // The user's repository, another account's file in it above the workspace.
+        std::os::unix::fs::lchown(shared.join(".git"), Some(0), Some(0)).unwrap();
+        chown(&shared.join("AGENTS.md"));
+        let found = discover(&project, None);
+        assert_eq!(found.files, vec![project.join("AGENTS.md")], "{found:?}");
+        std::os::unix::fs::lchown(shared.join("AGENTS.md"), Some(0), Some(0)).unwrap();
+        let found = discover(&project, None);
+        assert_eq!(found.files.len(), 2, "{found:?}");
     }
 
     #[test]
