@@ -1400,6 +1400,48 @@ fn the_model_key_never_reaches_a_tasks_env_table() {
     assert_ne!(set.tasks[0].verifier_env["V"], "none");
 }
 
+/// Round 26 (high): the `baton` agent's trial got the user's `BATON_*` variables through a
+/// six-word name filter: `BATON_COMMAND_ENV_GITHUB_PAT` (a token meant for one sandboxed
+/// command of the user's own sessions) and a `BATON_*` URL with a password reached the task's
+/// commands. They are left out; a harmless `BATON_*` still goes in.
+#[test]
+fn tokens_meant_for_the_users_own_commands_never_reach_a_trial() {
+    let root = tempfile::tempdir().unwrap();
+    let tasks = root.path().join("tasks");
+    let check = "if grep -q s3cret /app/env.txt || ! grep -q BATON_PLAIN=harmless /app/env.txt; \
+                 then echo 0; else echo 1; fi > /logs/verifier/reward.txt\n";
+    let task = answer_task(&tasks, "envdump", 60.0, check);
+    let agent = root.path().join("fake-baton");
+    write(&agent, "#!/bin/sh\nenv > /app/env.txt\n");
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", root.path())
+        .env("XDG_CONFIG_HOME", root.path().join("config"))
+        .env("BATON_COMMAND_ENV_GITHUB_PAT", "ghp_rt26_s3cret")
+        .env(
+            "BATON_COMMAND_ENV_DATABASE_URL",
+            "postgres://a:b@db/c-s3cret",
+        )
+        .env("BATON_CI_JOB_JWT", "jwt-s3cret")
+        .env("BATON_MIRROR", "https://u:pw-s3cret@mirror.example/")
+        .env("BATON_PLAIN", "harmless")
+        .args(["eval", "--agent", "baton", "--no-progress", "--baton-bin"])
+        .arg(&agent)
+        .arg("--out")
+        .arg(root.path().join("jobs"))
+        .arg(&task)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("score 1 passed / 1 scored"),
+        "a token reached the trial, or the plain variable did not: {stdout}{stderr}"
+    );
+}
+
 /// Harbor's own models read baton's job folder: every trial's `result.json` as a
 /// `TrialResult`, the job's as a `JobResult`, its `config.json` as a `JobConfig`.
 #[test]

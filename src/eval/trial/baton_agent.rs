@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::is_secret_name;
 use crate::eval::gateway::{Gateway, GatewayError};
 use crate::eval::isolation::TrialPaths;
 
@@ -88,8 +87,13 @@ pub(super) fn baton_agent_setup(
     let mut env = BTreeMap::new();
     for (k, v) in std::env::vars() {
         // `--pass-env` names are the user's explicit choice; the automatic `BATON_*` set
-        // leaves out anything that looks like a credential.
-        let wanted = pass_env.contains(&k) || (k.starts_with("BATON_") && !is_secret_name(&k));
+        // leaves out anything that looks like a credential or holds a password, and the
+        // variables meant for one sandboxed command of the user's own sessions.
+        let automatic = k.starts_with("BATON_")
+            && !k.starts_with(crate::sandbox::env::COMMAND_ONLY_PREFIX)
+            && !crate::sandbox::env::looks_secret(&k)
+            && !crate::sandbox::env::carries_password(std::ffi::OsStr::new(&v));
+        let wanted = pass_env.contains(&k) || automatic;
         if wanted && k != key_var && k != "BATON_API_KEY" {
             env.insert(k, v);
         }

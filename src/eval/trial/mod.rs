@@ -43,7 +43,6 @@ use steps::run_steps;
 use users::trial_users;
 
 pub(crate) use baton_agent::api_key_var;
-pub(crate) use network::is_secret_name;
 pub use network::{is_network_var, network_env, network_files};
 pub use result::{
     AgentExit, ExceptionInfo, PhaseTiming, StepRecord, TimingInfo, Timings, TrialResult,

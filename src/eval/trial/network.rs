@@ -24,7 +24,8 @@ pub fn is_network_var(name: &str) -> bool {
     // `https_proxy` is as common as `HTTPS_PROXY`; `Https_Proxy` is nobody's.
     let known =
         named.contains(&upper.as_str()) && (name == upper || name == name.to_ascii_lowercase());
-    (known || name.starts_with("PIP_") || name.starts_with("UV_")) && !is_secret_name(name)
+    (known || name.starts_with("PIP_") || name.starts_with("UV_"))
+        && !crate::sandbox::env::looks_secret(name)
 }
 
 /// The host's network variables ([`is_network_var`]), from `vars`. When a proxy is set, the
@@ -70,20 +71,4 @@ pub fn network_files(env: &BTreeMap<String, String>) -> Vec<PathBuf> {
         .map(|(_, v)| PathBuf::from(v))
         .filter(|p| p.is_absolute() && p.is_file())
         .collect()
-}
-
-/// Whether a variable's name says it holds a credential; such variables never enter a trial.
-pub(crate) fn is_secret_name(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    [
-        "KEY",
-        "TOKEN",
-        "SECRET",
-        "PASSWORD",
-        "PASSWD",
-        "CREDENTIAL",
-        "AUTH",
-    ]
-    .iter()
-    .any(|w| upper.contains(w))
 }
