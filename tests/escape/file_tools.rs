@@ -45,6 +45,31 @@ async fn call(ctx: &ToolContext, tool: &str, args: Value) -> ToolResult {
     standard_tools().get(tool).unwrap().run(args, ctx).await
 }
 
+/// [`call`] given 10 s; `None` when it was still held then, after playing the writer a hostile
+/// command never provides on each of `fifos`, so that the held reader returns and the test
+/// can end.
+async fn call_unless_held(
+    ctx: &ToolContext,
+    tool: &str,
+    args: Value,
+    fifos: &[PathBuf],
+) -> Option<ToolResult> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let run = call(ctx, tool, args);
+    let result = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .ok();
+    if result.is_none() {
+        for fifo in fifos {
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(fifo);
+        }
+    }
+    result
+}
+
 /// A fresh "outside" directory. Run as an unprivileged user, the fixture base (the build's
 /// target dir) may not be writable: then the user's own cache, fixture_base's next candidate.
 fn outside_dir(name: &str) -> tempfile::TempDir {
@@ -288,9 +313,8 @@ async fn fifo_in_the_workspace_cannot_hang_a_file_tool() {
     ];
     let mut hung = Vec::new();
     for (tool, args) in calls {
-        let run = call(&ws.ctx, tool, args.clone());
-        match tokio::time::timeout(Duration::from_secs(10), run).await {
-            Ok(result) => {
+        match call_unless_held(&ws.ctx, tool, args.clone(), std::slice::from_ref(&fifo)).await {
+            Some(result) => {
                 if tool == "read_file" || tool == "write_file" || tool == "edit" {
                     assert_eq!(
                         result.status,
@@ -305,11 +329,7 @@ async fn fifo_in_the_workspace_cannot_hang_a_file_tool() {
                     );
                 }
             }
-            Err(_) => {
-                hung.push(format!("{tool} {args}"));
-                // Play the missing writer so the stuck reader returns and the test can end.
-                let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
-            }
+            None => hung.push(format!("{tool} {args}")),
         }
     }
     assert!(
@@ -327,7 +347,6 @@ async fn fifo_in_the_workspace_cannot_hang_a_file_tool() {
 /// its read waits for the kernel's next message) is treated alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fifo_among_the_ignore_files_holds_no_walk_and_no_git_look() {
-    use std::os::unix::fs::OpenOptionsExt;
     let ws = workspace();
     let git = std::process::Command::new("git")
         .args(["init", "-q", "."])
@@ -364,9 +383,8 @@ async fn a_fifo_among_the_ignore_files_holds_no_walk_and_no_git_look() {
     ];
     let mut hung = Vec::new();
     for (tool, args, answers) in calls {
-        let run = call(&ws.ctx, tool, args.clone());
-        match tokio::time::timeout(Duration::from_secs(10), run).await {
-            Ok(result) if answers => {
+        match call_unless_held(&ws.ctx, tool, args.clone(), &fifos).await {
+            Some(result) if answers => {
                 assert_eq!(
                     result.status,
                     ToolStatus::Ok,
@@ -379,7 +397,7 @@ async fn a_fifo_among_the_ignore_files_holds_no_walk_and_no_git_look() {
                     result.content
                 );
             }
-            Ok(result) => {
+            Some(result) => {
                 assert_eq!(
                     result.status,
                     ToolStatus::Error,
@@ -392,16 +410,7 @@ async fn a_fifo_among_the_ignore_files_holds_no_walk_and_no_git_look() {
                     result.content
                 );
             }
-            Err(_) => {
-                hung.push(format!("{tool} {args}"));
-                // Play the missing writers so the stuck reader returns and the test can end.
-                for fifo in &fifos {
-                    let _ = std::fs::OpenOptions::new()
-                        .write(true)
-                        .custom_flags(libc::O_NONBLOCK)
-                        .open(fifo);
-                }
-            }
+            None => hung.push(format!("{tool} {args}")),
         }
     }
     assert!(hung.is_empty(), "walks or git hung on a FIFO: {hung:?}");
@@ -414,21 +423,15 @@ async fn a_fifo_among_the_ignore_files_holds_no_walk_and_no_git_look() {
     let _ = std::fs::remove_file(&index);
     // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(cstring(&index).as_ptr(), 0o644) }, 0);
-    let run = call(&ws.ctx, "git", json!({"action": "status"}));
-    match tokio::time::timeout(Duration::from_secs(10), run).await {
-        Ok(result) => assert!(
-            result.status == ToolStatus::Error && result.content.contains(".git/index"),
-            "{}",
-            result.content
-        ),
-        Err(_) => {
-            let _ = std::fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_NONBLOCK)
-                .open(&index);
-            panic!("git status hung on a FIFO index");
-        }
-    }
+    let status = json!({"action": "status"});
+    let result = call_unless_held(&ws.ctx, "git", status, std::slice::from_ref(&index))
+        .await
+        .expect("git status held by a FIFO index");
+    assert!(
+        result.status == ToolStatus::Error && result.content.contains(".git/index"),
+        "{}",
+        result.content
+    );
 }
 
 /// Sockets and (as root) device nodes in the workspace are refused with a clear error rather
