@@ -43,6 +43,70 @@ pub const CODE_OPTION_VARS: &[&str] = &[
     "LD_AUDIT",
 ];
 
+/// Variables naming a folder or file a program loads code or settings that run code from
+/// (`PYTHONUSERBASE`'s `.pth` files, `GCONV_PATH`'s modules, `GIT_EXEC_PATH`, a `JAVA_HOME`,
+/// `DOTNET_STARTUP_HOOKS`, `XDG_CONFIG_HOME`'s `git/config`…): treated as [`CODE_OPTION_VARS`]
+/// wherever they come from, a server's configured variables included.
+pub const LOADER_VARS: &[&str] = &[
+    "PYTHONUSERBASE",
+    "PYTHONHOME",
+    "PYTHONPYCACHEPREFIX",
+    "GCONV_PATH",
+    "GIT_EXEC_PATH",
+    "GIT_TEMPLATE_DIR",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GOPATH",
+    "GOROOT",
+    "GOMODCACHE",
+    "GOFLAGS",
+    "GOTOOLCHAIN",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+    "JAVA_HOME",
+    "LUA_PATH",
+    "LUA_CPATH",
+    "LUA_INIT",
+    "DOTNET_STARTUP_HOOKS",
+    "DOTNET_ROOT",
+    "JULIA_LOAD_PATH",
+    "JULIA_DEPOT_PATH",
+    "R_LIBS",
+    "R_LIBS_USER",
+    "R_LIBS_SITE",
+    "R_PROFILE",
+    "R_PROFILE_USER",
+    "R_ENVIRON",
+    "R_ENVIRON_USER",
+    "PHPRC",
+    "PHP_INI_SCAN_DIR",
+    "TCLLIBPATH",
+    "ERL_LIBS",
+    "GUILE_LOAD_PATH",
+    "GUILE_LOAD_COMPILED_PATH",
+    "OCAMLPATH",
+    "BUNDLE_GEMFILE",
+    "BUNDLE_PATH",
+    "BUNDLE_APP_CONFIG",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "PIPENV_PIPFILE",
+    "PYENV_ROOT",
+    "RBENV_ROOT",
+    "NVM_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CONFIG_DIRS",
+    "XDG_DATA_DIRS",
+];
+
+/// Variables of baton's own environment that name the workspace as a place, not as code to
+/// load: passed as they are (so are baton's own `BATON_*`).
+const NAMES_A_PLACE: &[&str] = &["PWD", "OLDPWD", "CLAUDE_PROJECT_DIR"];
+
 /// The folders besides the workspace that commands may write in this process (`--write`,
 /// `[sandbox] writable`), recorded when the configuration is resolved: hooks and MCP servers
 /// are started far from where the configuration is read, and must skip those folders too.
@@ -223,12 +287,33 @@ pub fn env_changes(roots: &[PathBuf]) -> Vec<(OsString, Option<OsString>)> {
     std::env::vars_os()
         .filter_map(|(name, value)| {
             let text = name.to_str()?;
-            match scrub_var(text, &value, roots) {
+            match scrub_inherited(text, &value, roots) {
                 Some(kept) if kept == value => None,
                 kept => Some((name, kept)),
             }
         })
         .collect()
+}
+
+/// Whether a path in `value` (split at blanks, `=`, `:`, `,` and quotes) lies in `roots`:
+/// absolute ones only where `relative` is false (a program baton starts runs in a folder no
+/// command could have written, where a relative path leads).
+fn names_a_writable_path(value: &OsStr, roots: &[PathBuf], relative: bool) -> bool {
+    let text = value.to_string_lossy();
+    text.split(|c: char| c.is_whitespace() || matches!(c, '=' | ':' | ',' | '"' | '\''))
+        .filter(|t| t.contains('/') && (relative || t.starts_with('/')))
+        .any(|t| entry_is_writable(Path::new(t), roots))
+}
+
+/// [`scrub_var`] for a variable of baton's own environment (not one the user configured for
+/// a server): no list of loader variables is complete, so any that names a path in `roots`
+/// is dropped, the places in [`NAMES_A_PLACE`] and baton's own `BATON_*` aside.
+pub fn scrub_inherited(name: &str, value: &OsStr, roots: &[PathBuf]) -> Option<OsString> {
+    let kept = scrub_var(name, value, roots)?;
+    let passes_as_is = SEARCH_PATH_VARS.contains(&name)
+        || NAMES_A_PLACE.contains(&name)
+        || name.starts_with("BATON_");
+    (passes_as_is || !names_a_writable_path(&kept, roots, false)).then_some(kept)
 }
 
 /// Whether an environment variable may reach a program baton starts outside the sandbox as it
@@ -239,13 +324,8 @@ pub fn scrub_var(name: &str, value: &OsStr, roots: &[PathBuf]) -> Option<OsStrin
     if SEARCH_PATH_VARS.contains(&name) {
         return safe_search_path(value, roots);
     }
-    if CODE_OPTION_VARS.contains(&name) {
-        let text = value.to_string_lossy();
-        let names_writable = text
-            .split(|c: char| c.is_whitespace() || matches!(c, '=' | ':' | ',' | '"' | '\''))
-            .filter(|t| t.contains('/'))
-            .any(|t| entry_is_writable(Path::new(t), roots));
-        return (!names_writable).then(|| value.to_owned());
+    if CODE_OPTION_VARS.contains(&name) || LOADER_VARS.contains(&name) {
+        return (!names_a_writable_path(value, roots, true)).then(|| value.to_owned());
     }
     let lower = name.to_ascii_lowercase();
     if lower.starts_with("npm_config_") {
@@ -264,19 +344,37 @@ pub fn scrub_var(name: &str, value: &OsStr, roots: &[PathBuf]) -> Option<OsStrin
 
 /// The warning for a PATH with entries a command could write, once at start-up: baton itself
 /// skips them, but the user's own shell does not.
-pub fn path_warning(roots: &[PathBuf]) -> Option<String> {
-    let path = std::env::var_os("PATH")?;
+pub fn path_warning(roots: &[PathBuf]) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let path = std::env::var_os("PATH").unwrap_or_default();
     let entries = writable_entries(&path, roots);
-    if entries.is_empty() {
-        return None;
+    if !entries.is_empty() {
+        let shown: Vec<String> = entries.iter().map(|e| e.display().to_string()).collect();
+        warnings.push(format!(
+            "PATH has entries inside the workspace, which sandboxed commands may write ({}): \
+             baton does not run programs from them itself (git, MCP servers, hooks), but your \
+             own shell will run whatever a command left there",
+            shown.join(", ")
+        ));
     }
-    let shown: Vec<String> = entries.iter().map(|e| e.display().to_string()).collect();
-    Some(format!(
-        "PATH has entries inside the workspace, which sandboxed commands may write ({}): baton \
-         does not run programs from them itself (git, MCP servers, hooks), but your own shell \
-         will run whatever a command left there",
-        shown.join(", ")
-    ))
+    let mut dropped: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, value)| {
+            let text = name.to_str()?;
+            (text != "PATH" && scrub_inherited(text, &value, roots).as_ref() != Some(&value))
+                .then(|| text.to_string())
+        })
+        .collect();
+    dropped.sort();
+    if !dropped.is_empty() {
+        warnings.push(format!(
+            "{} name folders inside the workspace, which sandboxed commands may write: hooks, \
+             MCP servers and the editor baton starts do not get them (or get them without those \
+             folders), but your own shell and the programs it starts will load what a command \
+             left there",
+            dropped.join(", ")
+        ));
+    }
+    warnings
 }
 
 #[cfg(test)]
@@ -288,6 +386,45 @@ mod tests {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// Round 27 (high): only a list of loader variables was checked; any variable of baton's
+    /// own environment naming a writable path is now left out, its own and places aside.
+    #[test]
+    fn a_variable_of_batons_environment_naming_the_workspace_is_left_out() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().canonicalize().unwrap().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let roots = vec![ws.clone()];
+        let at = |p: &str| OsString::from(ws.join(p));
+        assert_eq!(
+            scrub_inherited("PYTHONUSERBASE", &at(".pyuser"), &roots),
+            None
+        );
+        let option = OsString::from(format!("--load={}", ws.join("plugins").display()));
+        assert_eq!(scrub_inherited("MYTOOL_PLUGINS", &option, &roots), None);
+        for kept in ["PWD", "OLDPWD", "BATON_NOTES"] {
+            assert_eq!(
+                scrub_inherited(kept, &at(""), &roots),
+                Some(at("")),
+                "{kept}"
+            );
+        }
+        let outside = OsString::from("/usr/share/x:/opt/y");
+        assert_eq!(
+            scrub_inherited("XDG_DATA_DIRS", &outside, &roots),
+            Some(outside.clone())
+        );
+        assert_eq!(
+            scrub_inherited("LANG", OsStr::new("C.UTF-8"), &roots).unwrap(),
+            "C.UTF-8"
+        );
+        // A server's configured variable: the loaders' list, relative paths included.
+        assert_eq!(scrub_var("PYTHONUSERBASE", &at(".pyuser"), &roots), None);
+        assert_eq!(
+            scrub_var("DB_FILE", &at("db.sqlite"), &roots),
+            Some(at("db.sqlite"))
+        );
     }
 
     #[test]

@@ -307,3 +307,83 @@ fn a_users_hook_runs_no_program_or_module_planted_in_the_workspace() {
         });
     assert!(warned, "no start-up warning about PATH: {stdout}");
 }
+
+/// Round 27 (high): hooks, MCP servers and the editor lost only a fixed list of loader
+/// variables; `PYTHONUSERBASE` naming a folder of the workspace (direnv's layouts make such
+/// variables) passed, and a `.pth` file a command wrote there ran in the user's hook, outside
+/// the sandbox. Now any variable of baton's environment that names a path a command may write
+/// is left out (baton's own and the places a hook needs aside), with a warning at start.
+#[test]
+fn a_users_hook_loads_nothing_a_variable_of_the_users_shell_names_in_the_workspace() {
+    let Some(python) = external::require("python3", python()) else {
+        return;
+    };
+    let env = Env::new();
+    let outside = env.home.parent().expect("root").join("markers");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    let (pwned, seen) = (outside.join("pwned"), outside.join("hook-env"));
+    let version = std::process::Command::new(&python)
+        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+        .output()
+        .expect("python version");
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
+    let user_base = env.workspace.join(".pyuser");
+    let site = user_base.join(format!("lib/python{version}/site-packages"));
+    std::fs::create_dir_all(&site).expect("mkdir");
+    std::fs::write(
+        site.join("zz_planted.pth"),
+        format!(
+            "import os; open({:?}, 'a').write('pth ran\\n')\n",
+            pwned.display().to_string()
+        ),
+    )
+    .expect("pth");
+    let hooks = json!({"hooks": {"UserPromptSubmit": [{"hooks": [
+        {"type": "command", "command": format!("env > {}; \"$PY\" -c 'print(1)'", q(seen.display().to_string())), "timeout": 30}
+    ]}]}});
+    std::fs::create_dir_all(env.home.join(".config/baton")).expect("mkdir");
+    std::fs::write(env.home.join(".config/baton/hooks.json"), hooks.to_string()).expect("hooks");
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer("ok")
+            .default_summary("s"),
+    );
+    let out = env
+        .exec(&engine, "hi", &["--json"])
+        .env("PY", &python)
+        .env("PYTHONUSERBASE", &user_base)
+        .env(
+            "MYTOOL_PLUGINS",
+            format!("--load={}", env.workspace.join("plugins").display()),
+        )
+        .env("BATON_NOTE_DIR", &env.workspace)
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        !pwned.exists(),
+        "the hook loaded what the workspace planted: {}",
+        read(&pwned)
+    );
+    let hook_env = read(&seen);
+    assert!(hook_env.contains("PY="), "the hook did not run: {stdout}");
+    for gone in ["PYTHONUSERBASE=", "MYTOOL_PLUGINS="] {
+        assert!(
+            !hook_env.contains(gone),
+            "{gone} reached the hook: {hook_env}"
+        );
+    }
+    assert!(hook_env.contains("BATON_NOTE_DIR="), "{hook_env}");
+    let warned = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "warning")
+        .any(|e| {
+            e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("MYTOOL_PLUGINS, PYTHONUSERBASE name folders inside"))
+        });
+    assert!(warned, "no start-up warning about the variables: {stdout}");
+}

@@ -165,8 +165,10 @@ fn child_env(
         .filter_map(|(name, value)| {
             let kept = if project && name != "PATH" {
                 Some(value)
-            } else {
+            } else if configured.contains_key(&name) {
                 host_programs::scrub_var(&name, &value, &roots)
+            } else {
+                host_programs::scrub_inherited(&name, &value, &roots)
             };
             kept.map(|v| (OsString::from(name), v))
         })
