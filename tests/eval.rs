@@ -1442,6 +1442,77 @@ fn tokens_meant_for_the_users_own_commands_never_reach_a_trial() {
     );
 }
 
+/// Round 27 (high, high, medium): a trial read `~/.pyenv/versions/*/pip.conf` inside the
+/// mounted `~/.pyenv` (eval covered a shorter list of names than the shell sandbox hides),
+/// the private key of `PIP_CLIENT_CERT` (mounted as if it were a CA file), and, with a PATH
+/// entry `~/.cargo/bin/../..`, the whole home (`~/.pgpass`). Toolchains are now judged where
+/// they lead, against the shell sandbox's allow-list, and covered with its one deny-list.
+#[test]
+fn a_trial_sees_no_credential_of_the_home_through_its_toolchains_or_network_files() {
+    let root = tempfile::tempdir().unwrap();
+    let home = root.path().canonicalize().unwrap().join("home");
+    for dir in [
+        ".pyenv/shims",
+        ".pyenv/versions/3.11.9",
+        ".cargo/bin",
+        ".certs",
+    ] {
+        std::fs::create_dir_all(home.join(dir)).unwrap();
+    }
+    let secrets = [
+        ".pyenv/versions/3.11.9/pip.conf",
+        ".pyenv/versions/3.11.9/pip.conf.bak",
+        ".pgpass",
+        ".certs/client.pem",
+    ];
+    for file in secrets {
+        write(&home.join(file), "-----BEGIN PRIVATE KEY-----\ns3cret\n");
+    }
+    let tasks = root.path().join("tasks");
+    let task = answer_task(
+        &tasks,
+        "homeleak",
+        60.0,
+        "if grep -q s3cret /app/leak 2>/dev/null || ! [ -d /app/saw-shims ]; \
+         then echo 0; else echo 1; fi > /logs/verifier/reward.txt\n",
+    );
+    let reads: Vec<String> = secrets
+        .iter()
+        .map(|f| format!("cat {} >> /app/leak 2>/dev/null", home.join(f).display()))
+        .collect();
+    write(
+        &task.join("solution/solve.sh"),
+        &format!(
+            "{}\n[ -d {} ] && mkdir /app/saw-shims\necho 42 > /app/answer.txt\n",
+            reads.join("\n"),
+            home.join(".pyenv/shims").display()
+        ),
+    );
+    let path = format!(
+        "{}/.cargo/bin/../..:{}/.pyenv/shims:{}",
+        home.display(),
+        home.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", &home)
+        .env("PIP_CLIENT_CERT", home.join(".certs/client.pem"))
+        .env("SSL_CERT_FILE", home.join(".certs/client.pem"))
+        .args(["eval", "--agent", "oracle", "--no-progress", "--out"])
+        .arg(root.path().join("jobs"))
+        .arg(&task)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("score 1 passed / 1 scored"),
+        "a credential of the home reached the trial, or the toolchain did not: {stdout}{stderr}"
+    );
+}
+
 /// Harbor's own models read baton's job folder: every trial's `result.json` as a
 /// `TrialResult`, the job's as a `JobResult`, its `config.json` as a `JobConfig`.
 #[test]

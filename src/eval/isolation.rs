@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::io::{Seek, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
@@ -908,18 +908,36 @@ impl Isolation {
     }
 
     /// Folders under the host HOME that the trial's tools need, read-only: the PATH entries
-    /// there (`~/.cargo/bin`, `~/.pyenv/shims` …), the toolchains they run (`~/.rustup`,
-    /// `~/.pyenv`) and cargo's download caches; never the rest of `~/.cargo` (credentials,
-    /// config with tokens) nor any other dotfile.
+    /// there (`~/.cargo/bin`, `~/.pyenv/shims` …) that lie in a toolchain folder the shell
+    /// sandbox shows too ([`crate::sandbox::visibility::HOME_TOOLCHAINS`]), the toolchains
+    /// they run (`~/.rustup`, `~/.pyenv`) and cargo's download caches; never the rest of
+    /// `~/.cargo` (credentials, config with tokens) nor any other dotfile. Each entry is
+    /// judged where it really is: `~/.cargo/bin/../..` is the home, not a toolchain.
     fn home_toolchains(&self) -> Vec<PathBuf> {
         let Some(home) = dirs::home_dir().filter(|h| h != Path::new("/")) else {
             return Vec::new();
         };
+        let Ok(real_home) = home.canonicalize() else {
+            return Vec::new();
+        };
+        let allowed: Vec<PathBuf> = crate::sandbox::visibility::HOME_TOOLCHAINS
+            .iter()
+            .map(|t| real_home.join(t))
+            .collect();
+        // Mounted where PATH names them (the home may be a link), judged where they lead.
         let path_entries: Vec<PathBuf> = std::env::var("PATH")
             .unwrap_or_default()
             .split(':')
             .map(PathBuf::from)
-            .filter(|p| p.starts_with(&home) && p != &home)
+            .filter(|e| {
+                e.starts_with(&home)
+                    && e.components()
+                        .all(|c| matches!(c, Component::Normal(_) | Component::RootDir))
+            })
+            .filter(|e| {
+                std::fs::canonicalize(e)
+                    .is_ok_and(|real| allowed.iter().any(|a| real.starts_with(a)))
+            })
             .collect();
         let mut found: Vec<PathBuf> = Vec::new();
         for toolchain in [".rustup", ".pyenv"] {
@@ -1127,10 +1145,18 @@ fn host_sockets() -> Vec<PathBuf> {
     found
 }
 
-/// Covers credential files and folders that sit at the top of a folder bound into the trial.
+/// Covers credential files and folders in a folder bound into the trial: the home's
+/// credentials the shell sandbox hides (one list: `~/.pyenv/versions/*/pip.conf`,
+/// `~/.cargo/credentials.toml` and the copies editors leave beside them…) that lie in it, and
+/// [`CREDENTIAL_NAMES`] at its top.
 fn hide_credentials(b: &mut Bwrap, dir: &Path) {
-    for name in CREDENTIAL_NAMES {
-        let path = dir.join(name);
+    let home_secrets = dirs::home_dir()
+        .filter(|h| dir.starts_with(h))
+        .map(|h| crate::sandbox::visibility::home_secrets(&h))
+        .unwrap_or_default();
+    let inside = home_secrets.into_iter().filter(|s| s.starts_with(dir));
+    let at_top = CREDENTIAL_NAMES.iter().map(|name| dir.join(name));
+    for path in inside.chain(at_top) {
         // Not `Bwrap::hide`: a link is covered as a file, never followed to its target.
         match std::fs::symlink_metadata(&path) {
             Ok(m) if m.is_dir() => {

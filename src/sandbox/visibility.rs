@@ -26,7 +26,7 @@ const HOME_SECRETS_PER_VERSION: &[(&str, &str)] = &[
 /// The credential paths of `home` ([`crate::protocol::HOME_CREDENTIALS`], and [`HOME_SECRETS_PER_VERSION`] for
 /// each version present), and baton's own folders where the XDG variables put them
 /// ([`baton_dirs`]).
-pub(super) fn home_secrets(home: &Path) -> Vec<PathBuf> {
+pub fn home_secrets(home: &Path) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = crate::protocol::HOME_CREDENTIALS
         .iter()
         .map(|s| home.join(s))

@@ -24,9 +24,26 @@ pub fn is_network_var(name: &str) -> bool {
     // `https_proxy` is as common as `HTTPS_PROXY`; `Https_Proxy` is nobody's.
     let known =
         named.contains(&upper.as_str()) && (name == upper || name == name.to_ascii_lowercase());
+    // A client certificate holds its private key (pip's `--client-cert`): a credential.
+    let client_identity = upper.contains("CLIENT_CERT") || upper.contains("CLIENT_KEY");
     (known || name.starts_with("PIP_") || name.starts_with("UV_"))
         && !crate::sandbox::env::looks_secret(name)
+        && !client_identity
 }
+
+/// The variables naming a CA file (certificates a client trusts, never its own identity):
+/// the files a trial needs mounted.
+const CA_FILE_VARS: &[&str] = &[
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+];
+
+/// The most of a CA file read to check that it holds no private key.
+const CA_FILE_MAX: u64 = 16 << 20;
 
 /// The host's network variables ([`is_network_var`]), from `vars`. When a proxy is set, the
 /// loopback addresses (the model gateway's) are added to `NO_PROXY`/`no_proxy` so that the
@@ -59,16 +76,44 @@ pub fn network_env(vars: impl Iterator<Item = (String, String)>) -> BTreeMap<Str
     env
 }
 
-/// Host files the network variables name (a CA bundle under a home folder): they must be
-/// readable inside the sandbox. Files only: a folder named there (`SSL_CERT_DIR=~`) would
-/// bring everything in it along.
+/// Host files the CA variables name ([`CA_FILE_VARS`], a CA bundle under a home folder):
+/// they must be readable inside the sandbox. Files only (a folder named there,
+/// `SSL_CERT_DIR=~`, would bring everything in it along), and never one holding a private key.
 pub fn network_files(env: &BTreeMap<String, String>) -> Vec<PathBuf> {
     env.iter()
-        .filter(|(k, _)| {
-            let u = k.to_ascii_uppercase();
-            u.contains("CERT") || u.contains("CA_BUNDLE") || u.ends_with("CAINFO")
-        })
+        .filter(|(k, _)| CA_FILE_VARS.contains(&k.to_ascii_uppercase().as_str()))
         .map(|(_, v)| PathBuf::from(v))
         .filter(|p| p.is_absolute() && p.is_file())
+        .filter(|p| {
+            crate::untrusted_fs::read_following(p, CA_FILE_MAX)
+                .is_ok_and(|bytes| !bytes.windows(11).any(|w| w == b"PRIVATE KEY"))
+        })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Round 27 (high): `PIP_CLIENT_CERT` (pip's client certificate, private key included)
+    /// entered trials and its file was mounted as a CA file.
+    #[test]
+    fn a_client_identity_is_neither_passed_nor_mounted() {
+        assert!(!is_network_var("PIP_CLIENT_CERT"));
+        assert!(!is_network_var("SSL_CLIENT_KEY"));
+        assert!(is_network_var("PIP_INDEX_URL") && is_network_var("PIP_CERT"));
+        let d = tempfile::tempdir().unwrap();
+        let (ca, keyed) = (d.path().join("ca.pem"), d.path().join("client.pem"));
+        std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").unwrap();
+        std::fs::write(&keyed, "-----BEGIN PRIVATE KEY-----\n").unwrap();
+        let env: BTreeMap<String, String> = [
+            ("SSL_CERT_FILE", &ca),
+            ("PIP_CERT", &keyed),
+            ("PIP_CLIENT_CERT", &ca),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.display().to_string()))
+        .collect();
+        assert_eq!(network_files(&env), vec![ca]);
+    }
 }
