@@ -95,6 +95,8 @@ pub fn check_namespaces() -> Result<(), SandboxError> {
     let out = Command::new(&bwrap)
         .args(b.args())
         .args(["--", "true"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .output()

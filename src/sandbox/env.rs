@@ -132,6 +132,38 @@ pub fn command_only_unwrapped(
     plain
 }
 
+/// Variables the dynamic loader and libc of every process read, and that load code from the
+/// paths they name (`LD_PRELOAD`, `LD_LIBRARY_PATH`, `LD_AUDIT`, glibc's `GCONV_PATH`).
+/// bubblewrap and the sandbox's helper run before the command's restrictions with the
+/// environment they are given: a library a command wrote where such a variable of the user's
+/// points (`LD_LIBRARY_PATH=$PWD/build/lib`) would load in them, outside the sandbox, at the
+/// next command's start. So these travel to the command under their command-only names.
+pub const LOADED_BY_EVERY_PROCESS: &[&str] =
+    &["LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH"];
+
+/// `vars` with each of [`LOADED_BY_EVERY_PROCESS`] under its command-only name
+/// ([`COMMAND_ONLY_PREFIX`]), where no command-only variable of that name is there already.
+pub fn loaders_for_the_command_alone(vars: Vec<(OsString, OsString)>) -> Vec<(OsString, OsString)> {
+    let wrapped = |name: &OsStr| {
+        let mut w = OsString::from(COMMAND_ONLY_PREFIX);
+        w.push(name);
+        w
+    };
+    let explicit: Vec<OsString> = vars.iter().map(|(k, _)| k.clone()).collect();
+    vars.into_iter()
+        .filter_map(|(name, value)| {
+            let loader = name
+                .to_str()
+                .is_some_and(|n| LOADED_BY_EVERY_PROCESS.contains(&n));
+            if !loader {
+                return Some((name, value));
+            }
+            let as_command_only = wrapped(&name);
+            (!explicit.contains(&as_command_only)).then_some((as_command_only, value))
+        })
+        .collect()
+}
+
 /// Whether a variable name looks like it holds a credential.
 pub fn looks_secret(name: &str) -> bool {
     // `GIT_AUTHOR_NAME` and friends are not credentials.
@@ -200,6 +232,32 @@ impl EnvPolicy {
 
 #[cfg(test)]
 mod tests {
+
+    /// The loader variables reach bubblewrap and the helper under their command-only names
+    /// (the helper gives them back to the command); one the user named so already wins.
+    #[test]
+    fn loader_variables_travel_to_the_command_alone() {
+        let vars = |list: &[(&str, &str)]| -> Vec<(OsString, OsString)> {
+            list.iter().map(|(k, v)| (k.into(), v.into())).collect()
+        };
+        let out = loaders_for_the_command_alone(vars(&[
+            ("LD_PRELOAD", "/ws/evil.so"),
+            ("LD_LIBRARY_PATH", "/ws/lib"),
+            ("BATON_COMMAND_ENV_LD_LIBRARY_PATH", "/mine"),
+            ("LANG", "C"),
+        ]));
+        assert_eq!(
+            out,
+            vars(&[
+                ("BATON_COMMAND_ENV_LD_PRELOAD", "/ws/evil.so"),
+                ("BATON_COMMAND_ENV_LD_LIBRARY_PATH", "/mine"),
+                ("LANG", "C"),
+            ])
+        );
+        let back = command_only_unwrapped(out);
+        assert!(back.contains(&("LD_PRELOAD".into(), "/ws/evil.so".into())));
+        assert!(back.contains(&("LD_LIBRARY_PATH".into(), "/mine".into())));
+    }
     use super::*;
 
     fn passes(name: &str, value: &str) -> bool {

@@ -207,6 +207,7 @@ impl PreparedSandbox {
             }
             env.retain(|(k, _)| k != "TMPDIR");
             env.push(("TMPDIR".into(), "/tmp".into()));
+            let env = super::env::loaders_for_the_command_alone(env);
             let bound = pids::prepare(policy.max_processes);
             let memory = Some(memory::prepare(policy.memory_limit(), v2_dir(&bound)));
             let held = world.held_mounts();

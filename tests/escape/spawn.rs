@@ -387,3 +387,67 @@ fn a_users_hook_loads_nothing_a_variable_of_the_users_shell_names_in_the_workspa
         });
     assert!(warned, "no start-up warning about the variables: {stdout}");
 }
+
+/// Found beside round 27's 02: bubblewrap and the sandbox's helper start with the command's
+/// environment, before any of its restrictions; a user's `LD_PRELOAD` (or `LD_LIBRARY_PATH`,
+/// as a build folder's `lib` often is) naming the workspace loaded the library a command wrote
+/// there into bubblewrap at the next command's start, outside the sandbox. They reach the
+/// command alone now.
+#[test]
+fn a_library_a_command_writes_where_the_users_loader_variables_point_loads_only_inside() {
+    if !baton::sandbox::probe().enforceable {
+        return;
+    }
+    let Some(cc) = external::require("cc", on_path("cc")) else {
+        return;
+    };
+    let env = Env::new();
+    let outside = env.home.parent().expect("root").join("markers");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    let marker = outside.join("loaded-in");
+    let source = outside.join("evil.c");
+    std::fs::write(
+        &source,
+        format!(
+            "#include <stdio.h>\n__attribute__((constructor)) static void at_load(void) {{\n\
+             char comm[64] = {{0}}; FILE *c = fopen(\"/proc/self/comm\", \"r\");\n\
+             if (c) {{ fgets(comm, sizeof comm, c); fclose(c); }}\n\
+             FILE *f = fopen({:?}, \"a\"); if (f) {{ fputs(comm, f); fclose(f); }} }}\n",
+            marker.display().to_string()
+        ),
+    )
+    .expect("source");
+    let lib = env.workspace.join("lib");
+    std::fs::create_dir_all(&lib).expect("mkdir");
+    let built = Command::new(cc)
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(lib.join("evil.tmp"))
+        .arg(&source)
+        .output()
+        .expect("cc");
+    assert!(built.status.success(), "{built:?}");
+    let call = |id: &str, command: &str| {
+        crate::support::MockReply::tool_call(id, "shell", json!({"command": command}).to_string())
+    };
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .answer("L2", call("c1", "mv lib/evil.tmp lib/evil.so"))
+            .answer("L2", call("c2", "true"))
+            .answer("L2", "done")
+            .default_summary("s"),
+    );
+    let out = env
+        .exec(&engine, "build", &["--json", "--approval", "full-auto"])
+        .env("LD_PRELOAD", lib.join("evil.so"))
+        .env("LD_LIBRARY_PATH", &lib)
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("done"), "{stdout}");
+    assert!(
+        !marker.exists(),
+        "a library the command wrote loaded outside the sandbox, in: {}",
+        read(&marker)
+    );
+}

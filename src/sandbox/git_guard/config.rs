@@ -353,10 +353,14 @@ fn has_user_part(url: &str) -> bool {
 /// case git reads the file differently.
 pub fn git_sees_new_code(git: Option<&Path>, path: &Path, kept: &[(String, String)]) -> bool {
     let Some(git) = git else { return false };
+    // Nothing of baton's environment: a loader variable of the user's naming the workspace
+    // (`LD_PRELOAD`, `LD_LIBRARY_PATH`) would load what a command wrote there into this git.
     let out = std::process::Command::new(git)
         .args(["config", "--no-includes", "--null", "--list", "--file"])
         .arg(path)
         .current_dir("/")
+        .env_clear()
+        .env("LC_ALL", "C")
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_CEILING_DIRECTORIES", "/")
