@@ -154,11 +154,7 @@ fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError>
     // libgit2 opens the gitdir's files by name, blocking: a FIFO a command left there (its
     // index, HEAD, a branch's file) would hold baton for good.
     if let Some(file) = crate::untrusted_fs::gitdir_would_block_at(&start) {
-        return Err(ToolError::WalkBlocked {
-            path: crate::tool::path::display_relative(
-                file.strip_prefix(&ctx.workspace).unwrap_or(&file),
-            ),
-        });
+        return Err(crate::tool::search::walk_blocked(&file, &ctx.workspace));
     }
     let repo =
         Repository::discover(&start).map_err(|_| ToolError::NotARepository { path: shown() })?;
@@ -186,11 +182,7 @@ fn git(args: &serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError>
     if matches!(args.action, Action::Status | Action::Diff | Action::Commit)
         && let Some(file) = crate::tool::search::first_blocking_file(&workdir)
     {
-        return Err(ToolError::WalkBlocked {
-            path: crate::tool::path::display_relative(
-                file.strip_prefix(&ctx.workspace).unwrap_or(&file),
-            ),
-        });
+        return Err(crate::tool::search::walk_blocked(&file, &ctx.workspace));
     }
     let out = confined(&found, outside, |repo| match args.action {
         Action::Status => status(repo),

@@ -93,10 +93,15 @@ pub(crate) fn first_blocking_file(root: &Path) -> Option<PathBuf> {
 /// walker would block on.
 pub(crate) fn refuse_a_blocking_walk(root: &Path, workspace: &Path) -> Result<(), ToolError> {
     match crate::untrusted_fs::walk_would_block_at(root) {
-        Some(file) => Err(ToolError::WalkBlocked {
-            path: display_relative(file.strip_prefix(workspace).unwrap_or(&file)),
-        }),
+        Some(file) => Err(walk_blocked(&file, workspace)),
         None => Ok(()),
+    }
+}
+
+/// The refusal for `file`, a file a walk or git would block on, named as the model sees it.
+pub(crate) fn walk_blocked(file: &Path, workspace: &Path) -> ToolError {
+    ToolError::WalkBlocked {
+        path: display_relative(file.strip_prefix(workspace).unwrap_or(file)),
     }
 }
 
