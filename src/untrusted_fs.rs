@@ -863,14 +863,37 @@ pub fn remove_tree(path: &Path) -> io::Result<()> {
                 loop {
                     fresh += 1;
                     let up = format!(".baton-removing-{fresh}");
-                    match rustix::fs::renameat_with(
-                        &sub,
-                        inner.as_c_str(),
-                        &top,
-                        up.as_str(),
-                        rustix::fs::RenameFlags::NOREPLACE,
-                    ) {
+                    let moved = || {
+                        rustix::fs::renameat_with(
+                            &sub,
+                            inner.as_c_str(),
+                            &top,
+                            up.as_str(),
+                            rustix::fs::RenameFlags::NOREPLACE,
+                        )
+                    };
+                    match moved() {
                         Err(Errno::EXIST) => continue,
+                        // A folder moved to another parent must be writable to its owner
+                        // (its `..` changes): one a command made unwritable is given 0700.
+                        Err(Errno::ACCESS) => {
+                            let held = rustix::fs::openat(
+                                &sub,
+                                inner.as_c_str(),
+                                OFlags::PATH
+                                    | OFlags::DIRECTORY
+                                    | OFlags::NOFOLLOW
+                                    | OFlags::CLOEXEC,
+                                Mode::empty(),
+                            )
+                            .map_err(errno)?;
+                            chmod_held(held.as_fd(), 0o700)?;
+                            match moved() {
+                                Err(Errno::EXIST) => continue,
+                                Err(e) => return Err(errno(e)),
+                                Ok(()) => break,
+                            }
+                        }
                         Err(e) => return Err(errno(e)),
                         Ok(()) => break,
                     }
