@@ -192,6 +192,17 @@ fn writable_against(entry: &Path, placed_roots: &[PathBuf]) -> bool {
     if entry.as_os_str().is_empty() {
         return true;
     }
+    // glibc's loader takes `;` as a separator too (`LD_LIBRARY_PATH=/a;/ws/lib`), and Lua's
+    // search paths are `;`-separated: each part is judged.
+    let text = entry.as_os_str().as_encoded_bytes();
+    if text.contains(&b';') {
+        return entry
+            .as_os_str()
+            .to_string_lossy()
+            .split(';')
+            .filter(|part| !part.is_empty())
+            .any(|part| writable_against(Path::new(part), placed_roots));
+    }
     let Some(real) = placed(entry) else {
         return true;
     };
@@ -300,7 +311,7 @@ pub fn env_changes(roots: &[PathBuf]) -> Vec<(OsString, Option<OsString>)> {
 /// command could have written, where a relative path leads).
 fn names_a_writable_path(value: &OsStr, roots: &[PathBuf], relative: bool) -> bool {
     let text = value.to_string_lossy();
-    text.split(|c: char| c.is_whitespace() || matches!(c, '=' | ':' | ',' | '"' | '\''))
+    text.split(|c: char| c.is_whitespace() || matches!(c, '=' | ':' | ';' | ',' | '"' | '\''))
         .filter(|t| t.contains('/') && (relative || t.starts_with('/')))
         .any(|t| entry_is_writable(Path::new(t), roots))
 }
@@ -419,6 +430,12 @@ mod tests {
             scrub_inherited("LANG", OsStr::new("C.UTF-8"), &roots).unwrap(),
             "C.UTF-8"
         );
+        // Round 28: `;` separates paths for glibc's loader and for Lua.
+        let semi = OsString::from(format!("/usr/local/lib;{}", ws.join(".libs").display()));
+        assert_eq!(scrub_inherited("LD_LIBRARY_PATH", &semi, &roots), None);
+        let lua = OsString::from(format!("/usr/share/lua/?.lua;{}/m/?.lua;;", ws.display()));
+        assert_eq!(scrub_inherited("LUA_PATH", &lua, &roots), None);
+        assert_eq!(scrub_inherited("MY_LIST", &lua, &roots), None);
         // A server's configured variable: the loaders' list, relative paths included.
         assert_eq!(scrub_var("PYTHONUSERBASE", &at(".pyuser"), &roots), None);
         assert_eq!(

@@ -358,6 +358,11 @@ fn a_users_hook_loads_nothing_a_variable_of_the_users_shell_names_in_the_workspa
             format!("--load={}", env.workspace.join("plugins").display()),
         )
         .env("BATON_NOTE_DIR", &env.workspace)
+        // Round 28: glibc's loader splits at `;` too.
+        .env(
+            "LD_LIBRARY_PATH",
+            format!("/usr/local/lib;{}", env.workspace.join(".libs").display()),
+        )
         .output()
         .expect("run");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -369,7 +374,7 @@ fn a_users_hook_loads_nothing_a_variable_of_the_users_shell_names_in_the_workspa
     );
     let hook_env = read(&seen);
     assert!(hook_env.contains("PY="), "the hook did not run: {stdout}");
-    for gone in ["PYTHONUSERBASE=", "MYTOOL_PLUGINS="] {
+    for gone in ["PYTHONUSERBASE=", "MYTOOL_PLUGINS=", ".libs"] {
         assert!(
             !hook_env.contains(gone),
             "{gone} reached the hook: {hook_env}"
@@ -381,9 +386,9 @@ fn a_users_hook_loads_nothing_a_variable_of_the_users_shell_names_in_the_workspa
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["type"] == "warning")
         .any(|e| {
-            e["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("MYTOOL_PLUGINS, PYTHONUSERBASE name folders inside"))
+            e["message"].as_str().is_some_and(|m| {
+                m.contains("LD_LIBRARY_PATH, MYTOOL_PLUGINS, PYTHONUSERBASE name folders inside")
+            })
         });
     assert!(warned, "no start-up warning about the variables: {stdout}");
 }
