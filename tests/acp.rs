@@ -493,8 +493,14 @@ struct Raw {
 
 impl Raw {
     fn start(env: &Env, engine: &MockEngine) -> Raw {
+        Raw::start_with(env, engine, &[])
+    }
+
+    /// [`Raw::start`] with more variables in baton's environment.
+    fn start_with(env: &Env, engine: &MockEngine, vars: &[(&str, &std::ffi::OsStr)]) -> Raw {
         let mut child = Command::new(assert_cmd::cargo::cargo_bin("baton"))
             .env_clear()
+            .envs(vars.iter().copied())
             .env("HOME", &env.home)
             .env("XDG_CONFIG_HOME", env.home.join(".config"))
             .env("XDG_DATA_HOME", env.home.join(".local/share"))
@@ -752,5 +758,56 @@ fn an_mcp_server_from_session_new_serves_the_models_tool_call() {
     assert_eq!(
         chunk_text(&updates(prompt, "agent_message_chunk")),
         "The server says 42."
+    );
+}
+
+/// Round 28 (high): in `baton acp` the variables of baton's environment naming a writable
+/// folder were left out of hooks against the session's own folders only: session B's hook got
+/// `PYTHONUSERBASE` naming session A's workspace, and ran a `.pth` file A's command wrote.
+/// Every session's folders count now.
+#[test]
+fn a_second_sessions_hook_gets_no_variable_naming_the_first_sessions_workspace() {
+    let env = Env::new();
+    let project_b = env.home.parent().expect("root").join("project-b");
+    std::fs::create_dir_all(&project_b).expect("mkdir");
+    let seen = env.home.parent().expect("root").join("hook-env-b");
+    let hooks = json!({"hooks": {"UserPromptSubmit": [{"hooks": [
+        {"type": "command", "command": format!("env > '{}'", seen.display()), "timeout": 30}
+    ]}]}});
+    std::fs::create_dir_all(env.home.join(".config/baton")).expect("mkdir");
+    std::fs::write(env.home.join(".config/baton/hooks.json"), hooks.to_string()).expect("hooks");
+    let engine =
+        MockEngine::scripted_blocking(Script::new().default_route("L2").default_answer("ok"));
+    let user_base = env.workspace.join(".pyuser");
+    let mut raw = Raw::start_with(&env, &engine, &[("PYTHONUSERBASE", user_base.as_os_str())]);
+    raw.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#);
+    raw.answer(1);
+    let new_session = |id: i64, cwd: &Path| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "session/new",
+               "params": {"cwd": cwd, "mcpServers": []}})
+        .to_string()
+    };
+    raw.send(&new_session(2, &env.workspace));
+    raw.answer(2);
+    raw.send(&new_session(3, &project_b));
+    let b = raw.answer(3);
+    let b = b["result"]["sessionId"]
+        .as_str()
+        .expect("session B")
+        .to_string();
+    raw.send(
+        &json!({"jsonrpc": "2.0", "id": 4, "method": "session/prompt",
+                "params": {"sessionId": b, "prompt": [{"type": "text", "text": "hi"}]}})
+        .to_string(),
+    );
+    let answered = raw.answer(4);
+    assert!(answered.get("result").is_some(), "{answered}");
+    drop(raw.child.stdin.take());
+    let _ = raw.child.wait();
+    let hook_env = std::fs::read_to_string(&seen).expect("session B's hook ran");
+    assert!(hook_env.contains("HOME="), "{hook_env}");
+    assert!(
+        !hook_env.contains("PYTHONUSERBASE="),
+        "session B's hook got a variable naming session A's workspace: {hook_env}"
     );
 }

@@ -576,7 +576,7 @@ fn load_layers(
     let mut roots = vec![config.workspace.clone()];
     roots.extend(config.writable.iter().cloned());
     warnings.extend(crate::protocol::host_programs::path_warning(&roots));
-    crate::protocol::host_programs::set_writable_roots(&roots);
+    crate::protocol::host_programs::add_writable_roots(&roots);
     config.warnings = warnings;
     config.mcp_servers = mcp_servers;
     Ok(config)

@@ -107,18 +107,25 @@ pub const LOADER_VARS: &[&str] = &[
 /// load: passed as they are (so are baton's own `BATON_*`).
 const NAMES_A_PLACE: &[&str] = &["PWD", "OLDPWD", "CLAUDE_PROJECT_DIR"];
 
-/// The folders besides the workspace that commands may write in this process (`--write`,
-/// `[sandbox] writable`), recorded when the configuration is resolved: hooks and MCP servers
-/// are started far from where the configuration is read, and must skip those folders too.
+/// Every folder commands may write in this process, of every session it has had (workspaces,
+/// `--write`, `[sandbox] writable`), recorded when a configuration is resolved: hooks and MCP
+/// servers are started far from where the configuration is read, and must skip those folders
+/// too — another session's included (round 28: in `baton acp`, session B's hook loaded what
+/// session A's command wrote where a variable named A's workspace).
 static WRITABLE_ROOTS: std::sync::RwLock<Vec<PathBuf>> = std::sync::RwLock::new(Vec::new());
 
-/// Records the folders commands may write (the workspace and the extra writable ones).
-pub fn set_writable_roots(roots: &[PathBuf]) {
+/// Adds the folders one session's commands may write (its workspace and extra writable
+/// folders) to those of the process.
+pub fn add_writable_roots(roots: &[PathBuf]) {
     let mut held = WRITABLE_ROOTS.write().unwrap_or_else(|e| e.into_inner());
-    *held = roots.to_vec();
+    for r in roots {
+        if !held.contains(r) {
+            held.push(r.clone());
+        }
+    }
 }
 
-/// `workspace` and every folder recorded by [`set_writable_roots`]: what a program baton
+/// `workspace` and every folder recorded by [`add_writable_roots`]: what a program baton
 /// starts outside the sandbox must not be found in, run in, or load code from.
 pub fn writable_roots_with(workspace: &Path) -> Vec<PathBuf> {
     let mut roots = vec![workspace.to_path_buf()];
@@ -542,15 +549,19 @@ mod tests {
         );
     }
 
-    /// `--write` folders count as much as the workspace for what baton starts itself.
+    /// `--write` folders count as much as the workspace for what baton starts itself, and so
+    /// do the folders of every other session of the process (round 28: `baton acp`).
     #[test]
     fn the_recorded_writable_roots_join_the_workspace() {
         let ws = PathBuf::from("/w/ws");
         let extra = PathBuf::from("/w/extra");
-        set_writable_roots(&[ws.clone(), extra.clone()]);
+        add_writable_roots(&[ws.clone(), extra.clone()]);
         let roots = writable_roots_with(&ws);
         assert!(roots.contains(&ws) && roots.contains(&extra), "{roots:?}");
         assert!(find_in("tool", OsStr::new("/w/extra/bin"), &roots).is_none());
-        set_writable_roots(&[]);
+        let other = PathBuf::from("/w/other-session");
+        add_writable_roots(std::slice::from_ref(&other));
+        let roots = writable_roots_with(&other);
+        assert!(roots.contains(&ws) && roots.contains(&other), "{roots:?}");
     }
 }
