@@ -782,3 +782,55 @@ fn an_expert_summary_hook_sees_each_recorded_summary() {
     assert_eq!(first["task_id"], 1);
     assert_eq!(first["summary"], "L2 answered the greeting.");
 }
+
+/// Round 29 (medium): in a trusted workspace hooks start in it, and a loader variable of the
+/// user's with a bare relative value (`BASH_ENV=.bashenv`) named a file a command could write
+/// there: bash sourced it outside the sandbox. Such variables no longer reach a hook started
+/// in the workspace.
+#[test]
+fn a_hook_started_in_a_trusted_workspace_gets_no_relative_loader_variable() {
+    let env = Env::new();
+    let seen = env.home.parent().expect("root").join("hook-env");
+    user_hooks(
+        &env,
+        &[(
+            "UserPromptSubmit",
+            "",
+            &format!("env > '{0}'; pwd >> '{0}'", seen.display()),
+            30,
+        )],
+    );
+    trust_workspace(&env);
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer("ok")
+            .default_summary("s"),
+    );
+    let out = env
+        .exec(&engine, "hi", &["--json"])
+        .env("BASH_ENV", ".bashenv")
+        .env("JAVA_TOOL_OPTIONS", "-javaagent:agent.jar")
+        .env("PYTHONSTARTUP", "/usr/share/python-startup.py")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let hook_env = std::fs::read_to_string(&seen).expect("the hook ran");
+    assert!(
+        hook_env.contains(
+            &env.workspace
+                .canonicalize()
+                .expect("ws")
+                .display()
+                .to_string()
+        ),
+        "the hook did not start in the trusted workspace: {hook_env}"
+    );
+    for gone in ["BASH_ENV=", "JAVA_TOOL_OPTIONS="] {
+        assert!(
+            !hook_env.contains(gone),
+            "{gone} reached the hook: {hook_env}"
+        );
+    }
+    assert!(hook_env.contains("PYTHONSTARTUP=/usr/share"), "{hook_env}");
+}

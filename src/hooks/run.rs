@@ -109,6 +109,13 @@ fn confine(cmd: &mut tokio::process::Command, workspace: &Path, in_workspace: bo
             None => cmd.env_remove(&name),
         };
     }
+    // In the workspace, a relative path in a loader variable (`BASH_ENV=.bashenv`) names a
+    // file there (round 29).
+    if in_workspace {
+        for name in host_programs::relative_loader_vars() {
+            cmd.env_remove(&name);
+        }
+    }
 }
 
 async fn spawn_and_wait(

@@ -313,14 +313,48 @@ pub fn env_changes(roots: &[PathBuf]) -> Vec<(OsString, Option<OsString>)> {
         .collect()
 }
 
-/// Whether a path in `value` (split at blanks, `=`, `:`, `,` and quotes) lies in `roots`:
-/// absolute ones only where `relative` is false (a program baton starts runs in a folder no
+/// Whether `value` names a path in `roots`: a root, as given or as it lies on disk, anywhere
+/// in it (glued to an option, `-F/ws/.ssh/config`, `||/ws/x`), or a path found at blanks,
+/// `=`, `:`, `;`, `,` and quotes that leads into one (`/ws/../ws/x`, a link); relative ones
+/// (with a `/`) too where `relative` is true (else a program baton starts runs in a folder no
 /// command could have written, where a relative path leads).
-fn names_a_writable_path(value: &OsStr, roots: &[PathBuf], relative: bool) -> bool {
+pub fn names_a_writable_path(value: &OsStr, roots: &[PathBuf], relative: bool) -> bool {
     let text = value.to_string_lossy();
-    text.split(|c: char| c.is_whitespace() || matches!(c, '=' | ':' | ';' | ',' | '"' | '\''))
-        .filter(|t| t.contains('/') && (relative || t.starts_with('/')))
-        .any(|t| entry_is_writable(Path::new(t), roots))
+    let named = placed_roots(roots)
+        .iter()
+        .filter_map(|r| r.to_str().map(str::to_string))
+        .filter(|r| r.len() > 1)
+        .any(|r| text.contains(r.as_str()));
+    named
+        || text
+            .split(|c: char| c.is_whitespace() || matches!(c, '=' | ':' | ';' | ',' | '"' | '\''))
+            .filter(|t| t.contains('/') && (relative || t.starts_with('/')))
+            .any(|t| entry_is_writable(Path::new(t), roots))
+}
+
+/// The variables of baton's environment that load code (the named lists) and hold a path
+/// that is not absolute (`BASH_ENV=.bashenv`, `JAVA_TOOL_OPTIONS=-javaagent:agent.jar`):
+/// such a path leads wherever the program starts, so a program started in the workspace (a
+/// trusted workspace's hook) must not get them.
+pub fn relative_loader_vars() -> Vec<OsString> {
+    std::env::vars_os()
+        .filter(|(name, value)| {
+            let Some(name) = name.to_str() else {
+                return false;
+            };
+            let named = CODE_OPTION_VARS.contains(&name)
+                || LOADER_VARS.contains(&name)
+                || (SEARCH_PATH_VARS.contains(&name) && name != "PATH");
+            let text = value.to_string_lossy();
+            named
+                && text
+                    .split(|c: char| {
+                        c.is_whitespace() || matches!(c, '=' | ':' | ';' | ',' | '"' | '\'')
+                    })
+                    .any(|t| !t.is_empty() && !t.starts_with('/') && !t.starts_with('-'))
+        })
+        .map(|(name, _)| name)
+        .collect()
 }
 
 /// [`scrub_var`] for a variable of baton's own environment (not one the user configured for
@@ -443,6 +477,11 @@ mod tests {
         let lua = OsString::from(format!("/usr/share/lua/?.lua;{}/m/?.lua;;", ws.display()));
         assert_eq!(scrub_inherited("LUA_PATH", &lua, &roots), None);
         assert_eq!(scrub_inherited("MY_LIST", &lua, &roots), None);
+        // Round 29: a path glued to an option or a pipe sign.
+        for glued in ["ssh -F{}/.ssh/config", "||{}/x %s", "-I{}/lib"] {
+            let value = OsString::from(glued.replace("{}", &ws.display().to_string()));
+            assert!(names_a_writable_path(&value, &roots, false), "{value:?}");
+        }
         // A server's configured variable: the loaders' list, relative paths included.
         assert_eq!(scrub_var("PYTHONUSERBASE", &at(".pyuser"), &roots), None);
         assert_eq!(

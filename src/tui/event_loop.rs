@@ -272,6 +272,16 @@ async fn edit_in_editor(text: &str, workspace: &std::path::Path) -> Result<Strin
             argv[0]
         )
     })?;
+    // Its arguments too: `sh <ws>/tools/edit.sh` runs what a command wrote (round 29).
+    if let Some(word) = argv[1..]
+        .iter()
+        .find(|w| host_programs::names_a_writable_path(std::ffi::OsStr::new(w), &roots, true))
+    {
+        return Err(format!(
+            "the editor '{editor}' names '{word}', in a folder commands may write: baton does not \
+             start it outside the sandbox"
+        ));
+    }
     let mut cmd = tokio::process::Command::new(&program);
     cmd.args(&argv[1..])
         .arg(&path)

@@ -358,6 +358,11 @@ fn a_users_hook_loads_nothing_a_variable_of_the_users_shell_names_in_the_workspa
             format!("--load={}", env.workspace.join("plugins").display()),
         )
         .env("BATON_NOTE_DIR", &env.workspace)
+        // Round 29: a path glued to an option (ssh's `-Fpath`).
+        .env(
+            "GIT_SSH_COMMAND",
+            format!("ssh -F{}", env.workspace.join(".ssh/config").display()),
+        )
         // Round 28: glibc's loader splits at `;` too.
         .env(
             "LD_LIBRARY_PATH",
@@ -374,7 +379,12 @@ fn a_users_hook_loads_nothing_a_variable_of_the_users_shell_names_in_the_workspa
     );
     let hook_env = read(&seen);
     assert!(hook_env.contains("PY="), "the hook did not run: {stdout}");
-    for gone in ["PYTHONUSERBASE=", "MYTOOL_PLUGINS=", ".libs"] {
+    for gone in [
+        "PYTHONUSERBASE=",
+        "MYTOOL_PLUGINS=",
+        ".libs",
+        "GIT_SSH_COMMAND=",
+    ] {
         assert!(
             !hook_env.contains(gone),
             "{gone} reached the hook: {hook_env}"
