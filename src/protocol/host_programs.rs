@@ -320,16 +320,45 @@ pub fn env_changes(roots: &[PathBuf]) -> Vec<(OsString, Option<OsString>)> {
 /// command could have written, where a relative path leads).
 pub fn names_a_writable_path(value: &OsStr, roots: &[PathBuf], relative: bool) -> bool {
     let text = value.to_string_lossy();
-    let named = placed_roots(roots)
+    let named = root_spellings(roots)
         .iter()
-        .filter_map(|r| r.to_str().map(str::to_string))
-        .filter(|r| r.len() > 1)
         .any(|r| text.contains(r.as_str()));
     named
         || text
             .split(|c: char| c.is_whitespace() || matches!(c, '=' | ':' | ';' | ',' | '"' | '\''))
             .filter(|t| t.contains('/') && (relative || t.starts_with('/')))
             .any(|t| entry_is_writable(Path::new(t), roots))
+}
+
+/// How `roots` may be written in a value: as given, as they lie on disk, and under the home
+/// as `~/…`, `$HOME/…`, `${HOME}/…` (ssh, git and shells expand those themselves).
+fn root_spellings(roots: &[PathBuf]) -> Vec<String> {
+    let placed = placed_roots(roots);
+    let homes: Vec<PathBuf> = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute() && h.parent().is_some())
+        .into_iter()
+        .flat_map(|h| [h.canonicalize().ok(), Some(h)])
+        .flatten()
+        .collect();
+    let mut out: Vec<String> = Vec::new();
+    for r in &placed {
+        if let Some(text) = r.to_str().filter(|t| t.len() > 1) {
+            out.push(text.to_string());
+        }
+        for home in &homes {
+            if let Some(rel) = r.strip_prefix(home).ok().and_then(Path::to_str) {
+                for prefix in ["~", "$HOME", "${HOME}"] {
+                    out.push(if rel.is_empty() {
+                        prefix.to_string()
+                    } else {
+                        format!("{prefix}/{rel}")
+                    });
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The variables of baton's environment that load code (the named lists) and hold a path
@@ -481,6 +510,21 @@ mod tests {
         for glued in ["ssh -F{}/.ssh/config", "||{}/x %s", "-I{}/lib"] {
             let value = OsString::from(glued.replace("{}", &ws.display().to_string()));
             assert!(names_a_writable_path(&value, &roots, false), "{value:?}");
+        }
+        // Round 29: under the home, as ssh and shells expand it.
+        if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
+            let proj = vec![home.join("proj-r29")];
+            for spelled in ["ssh -F ~/proj-r29/.ssh/config", "x=$HOME/proj-r29/a"] {
+                assert!(
+                    names_a_writable_path(OsStr::new(spelled), &proj, false),
+                    "{spelled}"
+                );
+            }
+            assert!(!names_a_writable_path(
+                OsStr::new("ssh -F ~/.ssh/config"),
+                &proj,
+                false
+            ));
         }
         // A server's configured variable: the loaders' list, relative paths included.
         assert_eq!(scrub_var("PYTHONUSERBASE", &at(".pyuser"), &roots), None);
