@@ -149,6 +149,22 @@ fn q(s: impl AsRef<str>) -> String {
     toml::Value::String(s.as_ref().to_string()).to_string()
 }
 
+/// A mock engine that routes every turn to L2 and answers `ok`.
+fn answering_ok() -> MockEngine {
+    MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer("ok")
+            .default_summary("s"),
+    )
+}
+
+/// Installs `hooks` (a hooks.json document) as the user's hooks.
+fn user_hooks(env: &Env, hooks: &Value) {
+    std::fs::create_dir_all(env.home.join(".config/baton")).expect("mkdir");
+    std::fs::write(env.home.join(".config/baton/hooks.json"), hooks.to_string()).expect("hooks");
+}
+
 /// Finding 3, Python: the user's own server, `python3 -m mymcp` with its module in a folder of
 /// theirs (PYTHONPATH), started in the workspace, imported a `mymcp.py` one `write_file` put
 /// there (`-m` puts the working directory first on `sys.path`). No trust is asked for the
@@ -272,14 +288,8 @@ fn a_users_hook_runs_no_program_or_module_planted_in_the_workspace() {
     let hooks = json!({"hooks": {"UserPromptSubmit": [{"hooks": [
         {"type": "command", "command": "hooktool; \"$PY\" -m hookmod", "timeout": 30}
     ]}]}});
-    std::fs::create_dir_all(env.home.join(".config/baton")).expect("mkdir");
-    std::fs::write(env.home.join(".config/baton/hooks.json"), hooks.to_string()).expect("hooks");
-    let engine = MockEngine::scripted_blocking(
-        Script::new()
-            .default_route("L2")
-            .default_answer("ok")
-            .default_summary("s"),
-    );
+    user_hooks(&env, &hooks);
+    let engine = answering_ok();
     let out = env
         .exec(&engine, "hi", &["--json"])
         .env("PATH", path_with(&[&ws_bin, &tools.join("bin")]))
@@ -341,14 +351,8 @@ fn a_users_hook_loads_nothing_a_variable_of_the_users_shell_names_in_the_workspa
     let hooks = json!({"hooks": {"UserPromptSubmit": [{"hooks": [
         {"type": "command", "command": format!("env > {}; \"$PY\" -c 'print(1)'", q(seen.display().to_string())), "timeout": 30}
     ]}]}});
-    std::fs::create_dir_all(env.home.join(".config/baton")).expect("mkdir");
-    std::fs::write(env.home.join(".config/baton/hooks.json"), hooks.to_string()).expect("hooks");
-    let engine = MockEngine::scripted_blocking(
-        Script::new()
-            .default_route("L2")
-            .default_answer("ok")
-            .default_summary("s"),
-    );
+    user_hooks(&env, &hooks);
+    let engine = answering_ok();
     let out = env
         .exec(&engine, "hi", &["--json"])
         .env("PY", &python)
