@@ -1519,6 +1519,44 @@ fn a_trial_sees_no_credential_of_the_home_through_its_toolchains_or_network_file
     );
 }
 
+/// Round 30 (high): trials hid `/home` and `/root` but not a home elsewhere: with the home in
+/// `/opt` (a system folder trials see), a task's oracle read `~/.ssh/id_rsa`. Such a home is
+/// an empty folder in trials now. Root only (`/opt` is not writable to others).
+#[test]
+fn a_home_inside_a_system_folder_is_not_shown_to_trials() {
+    let Ok(home) = tempfile::tempdir_in("/opt") else {
+        eprintln!("/opt is not writable here: not checked");
+        return;
+    };
+    let home_path = home.path().canonicalize().unwrap();
+    write(&home_path.join(".ssh/id_rsa"), "s3cret\n");
+    let root = tempfile::tempdir().unwrap();
+    let tasks = root.path().join("tasks");
+    let task = answer_task(
+        &tasks,
+        "optleak",
+        60.0,
+        "if grep -q s3cret /app/leak 2>/dev/null; then echo 0; else echo 1; fi > /logs/verifier/reward.txt\n",
+    );
+    write(
+        &task.join("solution/solve.sh"),
+        &format!(
+            "cat {}/.ssh/id_rsa > /app/leak 2>/dev/null\necho 42 > /app/answer.txt\n",
+            home_path.display()
+        ),
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home_path)
+        .args(["eval", "--agent", "oracle", "--no-progress", "--out"])
+        .arg(root.path().join("jobs"))
+        .arg(&task)
+        .output()
+        .unwrap();
+    assert_scored_one(&out, "a key of a home under /opt reached the trial");
+}
+
 /// Harbor's own models read baton's job folder: every trial's `result.json` as a
 /// `TrialResult`, the job's as a `JobResult`, its `config.json` as a `JobConfig`.
 #[test]

@@ -719,6 +719,16 @@ impl Isolation {
             }
         }
         bind_var(&mut b, &p.system_mounts, &p.var);
+        // The user's home where a visible system folder holds it (`/opt/alice`, round 30): its
+        // files are not the trial's (the toolchains in it are mounted back below).
+        for home in host_home_spellings() {
+            let shown = SYSTEM_DIRS
+                .iter()
+                .any(|d| home.starts_with(Path::new("/").join(d)));
+            if shown && home.is_dir() {
+                b.tmpfs(&home);
+            }
+        }
         // A service's socket in a visible system folder would be a way out of the sandbox
         // (a root daemon runs what it is sent): each is covered by an empty file.
         for socket in self.host_sockets.iter() {
@@ -1143,6 +1153,21 @@ fn host_sockets() -> Vec<PathBuf> {
     }
     found.sort();
     found
+}
+
+/// The user's home as `HOME` names it and where it really lies (one of them, when the same).
+fn host_home_spellings() -> Vec<PathBuf> {
+    let Some(home) = dirs::home_dir().filter(|h| h.is_absolute() && h.parent().is_some()) else {
+        return Vec::new();
+    };
+    let mut out = vec![home.clone()];
+    if let Ok(real) = home.canonicalize()
+        && real != home
+        && real.parent().is_some()
+    {
+        out.push(real);
+    }
+    out
 }
 
 /// Covers credential files and folders in a folder bound into the trial: the home's

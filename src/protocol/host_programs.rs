@@ -41,6 +41,25 @@ pub const CODE_OPTION_VARS: &[&str] = &[
     "JDK_JAVA_OPTIONS",
     "LD_PRELOAD",
     "LD_AUDIT",
+    // Variables naming a program or command line other programs run (ssh's `-F config` and
+    // `ProxyCommand`, an askpass helper, a pager's input filter).
+    "GIT_SSH_COMMAND",
+    "GIT_SSH",
+    "SSH_ASKPASS",
+    "GIT_ASKPASS",
+    "SUDO_ASKPASS",
+    "GIT_EDITOR",
+    "GIT_SEQUENCE_EDITOR",
+    "GIT_PAGER",
+    "GIT_EXTERNAL_DIFF",
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "MANPAGER",
+    "LESSOPEN",
+    "LESSCLOSE",
+    "BROWSER",
+    "PROMPT_COMMAND",
 ];
 
 /// Variables naming a folder or file a program loads code or settings that run code from
@@ -319,15 +338,71 @@ pub fn env_changes(roots: &[PathBuf]) -> Vec<(OsString, Option<OsString>)> {
 /// (with a `/`) too where `relative` is true (else a program baton starts runs in a folder no
 /// command could have written, where a relative path leads).
 pub fn names_a_writable_path(value: &OsStr, roots: &[PathBuf], relative: bool) -> bool {
-    let text = value.to_string_lossy();
-    let named = root_spellings(roots)
+    // Quotes join what they surround in a shell (`"$HOME"/proj`): gone before looking.
+    let text: String = value
+        .to_string_lossy()
+        .chars()
+        .filter(|c| !matches!(c, '"' | '\''))
+        .collect();
+    if root_spellings(roots)
         .iter()
-        .any(|r| text.contains(r.as_str()));
-    named
-        || text
-            .split(|c: char| c.is_whitespace() || matches!(c, '=' | ':' | ';' | ',' | '"' | '\''))
-            .filter(|t| t.contains('/') && (relative || t.starts_with('/')))
-            .any(|t| entry_is_writable(Path::new(t), roots))
+        .any(|r| text.contains(r.as_str()))
+    {
+        return true;
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let start = neutral_dir(roots);
+    text.split(|c: char| {
+        c.is_whitespace()
+            || matches!(
+                c,
+                '=' | ':'
+                    | ';'
+                    | ','
+                    | '|'
+                    | '<'
+                    | '>'
+                    | '('
+                    | ')'
+                    | '['
+                    | ']'
+                    | '{'
+                    | '}'
+                    | '@'
+                    | '#'
+                    | '&'
+            )
+    })
+    .flat_map(path_candidates)
+    .filter(|t| t.contains('/'))
+    .any(|t| {
+        let expanded = match (&home, t.split_once('/')) {
+            (Some(h), Some(("~" | "$HOME" | "${HOME}", rest))) => h.join(rest),
+            _ => PathBuf::from(t),
+        };
+        if expanded.is_absolute() {
+            entry_is_writable(&expanded, roots)
+        } else {
+            // Relative: where the program starts (a folder no command wrote, the home as a
+            // rule, whose `proj/x` may be the workspace), or anywhere where `relative` says.
+            relative || entry_is_writable(&start.join(&expanded), roots)
+        }
+    })
+}
+
+/// A token and, for an option with a path glued to it (`-F/ws/x`, `-Fproj/x`, `--opt=x` is
+/// split already), what follows its first one to three letters.
+fn path_candidates(token: &str) -> Vec<&str> {
+    let mut out = vec![token];
+    if let Some(rest) = token.strip_prefix('-') {
+        let rest = rest.trim_start_matches('-');
+        for cut in 1..=3 {
+            if let Some(tail) = rest.get(cut..).filter(|t| !t.is_empty()) {
+                out.push(tail);
+            }
+        }
+    }
+    out
 }
 
 /// How `roots` may be written in a value: as given, as they lie on disk, and under the home
@@ -525,7 +600,23 @@ mod tests {
                 &proj,
                 false
             ));
+            // Round 30: relative to the home a program starts in, quoted, doubled slashes.
+            for spelled in [
+                "ssh -F proj-r29/.ssh/config",
+                "ssh -F \"$HOME\"/proj-r29/.ssh/config",
+                "ssh -Fproj-r29/../proj-r29/.ssh/config",
+            ] {
+                assert!(
+                    names_a_writable_path(OsStr::new(spelled), &proj, false),
+                    "{spelled}"
+                );
+            }
         }
+        let doubled = OsString::from(format!("ssh -F/{}/./.ssh//config", ws.display()));
+        assert!(
+            names_a_writable_path(&doubled, &roots, false),
+            "{doubled:?}"
+        );
         // A server's configured variable: the loaders' list, relative paths included.
         assert_eq!(scrub_var("PYTHONUSERBASE", &at(".pyuser"), &roots), None);
         assert_eq!(
