@@ -103,19 +103,8 @@ fn confine(cmd: &mut tokio::process::Command, workspace: &Path, in_workspace: bo
     } else {
         cmd.current_dir(host_programs::neutral_dir(&roots));
     }
-    for (name, change) in host_programs::env_changes(&roots) {
-        match change {
-            Some(kept) => cmd.env(&name, kept),
-            None => cmd.env_remove(&name),
-        };
-    }
-    // In the workspace, a relative path in a loader variable (`BASH_ENV=.bashenv`) names a
-    // file there (round 29).
-    if in_workspace {
-        for name in host_programs::relative_loader_vars() {
-            cmd.env_remove(&name);
-        }
-    }
+    cmd.env_clear()
+        .envs(host_programs::hook_environment(&roots));
 }
 
 async fn spawn_and_wait(

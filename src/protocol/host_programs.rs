@@ -332,6 +332,43 @@ pub fn env_changes(roots: &[PathBuf]) -> Vec<(OsString, Option<OsString>)> {
         .collect()
 }
 
+/// What of baton's own environment a hook gets: these variables (each still scrubbed by
+/// [`scrub_inherited`]) and no other. No rule for telling a path in a value apart is complete
+/// (round 31: `ssh -F <ws-parent>/w?/.ssh/config`, `${CLAUDE_PROJECT_DIR}/.bashenv`), so a
+/// hook that needs another variable sets it itself.
+pub const HOOK_ENVIRONMENT: &[&str] = &[
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "TZ",
+    "TMPDIR",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "XDG_RUNTIME_DIR",
+    "SSH_AUTH_SOCK",
+];
+
+/// The environment a hook starts with ([`HOOK_ENVIRONMENT`], scrubbed against `roots`).
+pub fn hook_environment(roots: &[PathBuf]) -> Vec<(OsString, OsString)> {
+    HOOK_ENVIRONMENT
+        .iter()
+        .filter_map(|name| {
+            let value = std::env::var_os(name)?;
+            scrub_inherited(name, &value, roots).map(|kept| (OsString::from(name), kept))
+        })
+        .collect()
+}
+
 /// Whether `value` names a path in `roots`: a root, as given or as it lies on disk, anywhere
 /// in it (glued to an option, `-F/ws/.ssh/config`, `||/ws/x`), or a path found at blanks,
 /// `=`, `:`, `;`, `,` and quotes that leads into one (`/ws/../ws/x`, a link); relative ones
@@ -434,31 +471,6 @@ fn root_spellings(roots: &[PathBuf]) -> Vec<String> {
         }
     }
     out
-}
-
-/// The variables of baton's environment that load code (the named lists) and hold a path
-/// that is not absolute (`BASH_ENV=.bashenv`, `JAVA_TOOL_OPTIONS=-javaagent:agent.jar`):
-/// such a path leads wherever the program starts, so a program started in the workspace (a
-/// trusted workspace's hook) must not get them.
-pub fn relative_loader_vars() -> Vec<OsString> {
-    std::env::vars_os()
-        .filter(|(name, value)| {
-            let Some(name) = name.to_str() else {
-                return false;
-            };
-            let named = CODE_OPTION_VARS.contains(&name)
-                || LOADER_VARS.contains(&name)
-                || (SEARCH_PATH_VARS.contains(&name) && name != "PATH");
-            let text = value.to_string_lossy();
-            named
-                && text
-                    .split(|c: char| {
-                        c.is_whitespace() || matches!(c, '=' | ':' | ';' | ',' | '"' | '\'')
-                    })
-                    .any(|t| !t.is_empty() && !t.starts_with('/') && !t.starts_with('-'))
-        })
-        .map(|(name, _)| name)
-        .collect()
 }
 
 /// [`scrub_var`] for a variable of baton's own environment (not one the user configured for

@@ -286,7 +286,7 @@ fn a_users_hook_runs_no_program_or_module_planted_in_the_workspace() {
         );
     }
     let hooks = json!({"hooks": {"UserPromptSubmit": [{"hooks": [
-        {"type": "command", "command": "hooktool; \"$PY\" -m hookmod", "timeout": 30}
+        {"type": "command", "command": format!("hooktool; PYTHONPATH={} {} -m hookmod", q(tools.display().to_string()), q(python.display().to_string())), "timeout": 30}
     ]}]}});
     user_hooks(&env, &hooks);
     let engine = answering_ok();
@@ -349,7 +349,7 @@ fn a_users_hook_loads_nothing_a_variable_of_the_users_shell_names_in_the_workspa
     )
     .expect("pth");
     let hooks = json!({"hooks": {"UserPromptSubmit": [{"hooks": [
-        {"type": "command", "command": format!("env > {}; \"$PY\" -c 'print(1)'", q(seen.display().to_string())), "timeout": 30}
+        {"type": "command", "command": format!("env > {}; {} -c 'print(1)'", q(seen.display().to_string()), q(python.display().to_string())), "timeout": 30}
     ]}]}});
     user_hooks(&env, &hooks);
     let engine = answering_ok();
@@ -382,7 +382,7 @@ fn a_users_hook_loads_nothing_a_variable_of_the_users_shell_names_in_the_workspa
         read(&pwned)
     );
     let hook_env = read(&seen);
-    assert!(hook_env.contains("PY="), "the hook did not run: {stdout}");
+    assert!(hook_env.contains("HOME="), "the hook did not run: {stdout}");
     for gone in [
         "PYTHONUSERBASE=",
         "MYTOOL_PLUGINS=",
@@ -394,7 +394,8 @@ fn a_users_hook_loads_nothing_a_variable_of_the_users_shell_names_in_the_workspa
             "{gone} reached the hook: {hook_env}"
         );
     }
-    assert!(hook_env.contains("BATON_NOTE_DIR="), "{hook_env}");
+    // Round 31: a hook gets a short list of variables and no other.
+    assert!(!hook_env.contains("BATON_NOTE_DIR="), "{hook_env}");
     let warned = stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
