@@ -1530,6 +1530,16 @@ fn a_home_inside_a_system_folder_is_not_shown_to_trials() {
     };
     let home_path = home.path().canonicalize().unwrap();
     write(&home_path.join(".ssh/id_rsa"), "s3cret\n");
+    // Round 31: XDG folders and a moved cargo home in a system folder too.
+    let xdg = tempfile::tempdir_in("/opt").unwrap();
+    let xdg_path = xdg.path().canonicalize().unwrap();
+    write(
+        &xdg_path.join("baton/config.toml"),
+        "api_key = \"s3cret\"\n",
+    );
+    let cargo = tempfile::tempdir_in("/opt").unwrap();
+    let cargo_path = cargo.path().canonicalize().unwrap();
+    write(&cargo_path.join("credentials.toml"), "token = \"s3cret\"\n");
     let root = tempfile::tempdir().unwrap();
     let tasks = root.path().join("tasks");
     let task = answer_task(
@@ -1541,14 +1551,19 @@ fn a_home_inside_a_system_folder_is_not_shown_to_trials() {
     write(
         &task.join("solution/solve.sh"),
         &format!(
-            "cat {}/.ssh/id_rsa > /app/leak 2>/dev/null\necho 42 > /app/answer.txt\n",
-            home_path.display()
+            "cat {}/.ssh/id_rsa {}/baton/config.toml {}/credentials.toml > /app/leak 2>/dev/null\n\
+             echo 42 > /app/answer.txt\n",
+            home_path.display(),
+            xdg_path.display(),
+            cargo_path.display()
         ),
     );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", &home_path)
+        .env("XDG_CONFIG_HOME", &xdg_path)
+        .env("CARGO_HOME", &cargo_path)
         .args(["eval", "--agent", "oracle", "--no-progress", "--out"])
         .arg(root.path().join("jobs"))
         .arg(&task)

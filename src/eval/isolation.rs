@@ -719,14 +719,38 @@ impl Isolation {
             }
         }
         bind_var(&mut b, &p.system_mounts, &p.var);
-        // The user's home where a visible system folder holds it (`/opt/alice`, round 30): its
-        // files are not the trial's (the toolchains in it are mounted back below).
-        for home in host_home_spellings() {
-            let shown = SYSTEM_DIRS
+        // The user's home and XDG folders where a visible system folder holds them
+        // (`/opt/alice`, round 30; `XDG_CONFIG_HOME=/opt/x`, round 31): their files are not the
+        // trial's (the toolchains in the home are mounted back below); and the credentials the
+        // shell sandbox hides, wherever a variable moved them into such a folder
+        // (`CARGO_HOME=/usr/local/cargo`'s `credentials.toml`).
+        let in_system = |p: &Path| {
+            SYSTEM_DIRS
                 .iter()
-                .any(|d| home.starts_with(Path::new("/").join(d)));
-            if shown && home.is_dir() {
-                b.tmpfs(&home);
+                .any(|d| p.starts_with(Path::new("/").join(d)))
+        };
+        let emptied: Vec<PathBuf> = host_private_folders()
+            .into_iter()
+            .filter(|p| in_system(p) && p.is_dir())
+            .collect();
+        for private in &emptied {
+            b.tmpfs(private);
+        }
+        if let Some(home) = dirs::home_dir() {
+            let secrets = crate::sandbox::visibility::home_secrets(&home);
+            for secret in secrets
+                .iter()
+                .filter(|s| !emptied.iter().any(|e| s.starts_with(e)))
+            {
+                match std::fs::symlink_metadata(secret) {
+                    Ok(m) if in_system(secret) && m.is_dir() => {
+                        b.tmpfs(secret);
+                    }
+                    Ok(_) if in_system(secret) => {
+                        b.hide_file(secret);
+                    }
+                    _ => {}
+                }
             }
         }
         // A service's socket in a visible system folder would be a way out of the sandbox
@@ -1155,17 +1179,22 @@ fn host_sockets() -> Vec<PathBuf> {
     found
 }
 
-/// The user's home as `HOME` names it and where it really lies (one of them, when the same).
-fn host_home_spellings() -> Vec<PathBuf> {
-    let Some(home) = dirs::home_dir().filter(|h| h.is_absolute() && h.parent().is_some()) else {
-        return Vec::new();
-    };
-    let mut out = vec![home.clone()];
-    if let Ok(real) = home.canonicalize()
-        && real != home
-        && real.parent().is_some()
-    {
-        out.push(real);
+/// The user's home and XDG config, data and state folders, as named and where they really
+/// lie: what a trial must not see of the user.
+fn host_private_folders() -> Vec<PathBuf> {
+    let named = dirs::home_dir().into_iter().chain(
+        ["XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"]
+            .iter()
+            .filter_map(|v| std::env::var_os(v).map(PathBuf::from)),
+    );
+    let mut out: Vec<PathBuf> = Vec::new();
+    for dir in named.filter(|d| d.is_absolute() && d.parent().is_some()) {
+        let real = dir.canonicalize().ok().filter(|r| r.parent().is_some());
+        for d in std::iter::once(dir).chain(real) {
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
     }
     out
 }

@@ -762,8 +762,10 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
         }
     }
     let mut secrets: Vec<PathBuf> = Vec::new();
-    if let Some(h) = &home {
-        secrets.extend(visibility::home_secrets(h));
+    match &home {
+        Some(h) => secrets.extend(visibility::home_secrets(h)),
+        // No home to view, yet a variable may have moved credentials elsewhere.
+        None => secrets.extend(visibility::moved_secrets()),
     }
     // baton's own folders are among `home_secrets` wherever XDG puts them; other programs'
     // credentials moved by XDG are added here.

@@ -31,9 +31,22 @@ pub fn home_secrets(home: &Path) -> Vec<PathBuf> {
         .iter()
         .map(|s| home.join(s))
         .collect();
+    out.extend(moved_secrets());
+    let moved = relocated_folders();
+    let version_roots = |parent: &str| -> Vec<PathBuf> {
+        let mut roots = vec![home.join(parent)];
+        for (in_home, elsewhere) in &moved {
+            if let Ok(inside) = Path::new(parent).strip_prefix(in_home) {
+                roots.push(elsewhere.join(inside));
+            }
+        }
+        roots
+    };
     for (parent, inside) in HOME_SECRETS_PER_VERSION {
-        let versions = std::fs::read_dir(home.join(parent)).into_iter().flatten();
-        out.extend(versions.flatten().map(|v| v.path().join(inside)));
+        for root in version_roots(parent) {
+            let versions = std::fs::read_dir(root).into_iter().flatten();
+            out.extend(versions.flatten().map(|v| v.path().join(inside)));
+        }
     }
     let copies = copies_of(&out, home);
     out.extend(copies);
@@ -43,6 +56,49 @@ pub fn home_secrets(home: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// The credentials of [`crate::protocol::HOME_CREDENTIALS`] where a variable moved their
+/// folder out of the home (round 31: `XDG_CONFIG_HOME=/opt/x` held `git/credentials`,
+/// `CARGO_HOME=/usr/local/cargo` its `credentials.toml`); also when there is no home.
+pub fn moved_secrets() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for (in_home, elsewhere) in relocated_folders() {
+        for rel in crate::protocol::HOME_CREDENTIALS {
+            if let Ok(inside) = Path::new(rel).strip_prefix(in_home) {
+                out.push(elsewhere.join(inside));
+            }
+        }
+    }
+    out
+}
+
+/// Folders of the home that a variable can move elsewhere (`XDG_CONFIG_HOME` for `.config`,
+/// `CARGO_HOME` for `.cargo` …), with where the variables of this process put them (absolute
+/// values only).
+fn relocated_folders() -> Vec<(&'static str, PathBuf)> {
+    const MOVED_BY: &[(&str, &str)] = &[
+        (".config", "XDG_CONFIG_HOME"),
+        (".local/share", "XDG_DATA_HOME"),
+        (".local/state", "XDG_STATE_HOME"),
+        (".cache", "XDG_CACHE_HOME"),
+        (".cargo", "CARGO_HOME"),
+        (".rustup", "RUSTUP_HOME"),
+        (".nvm", "NVM_DIR"),
+        (".pyenv", "PYENV_ROOT"),
+        (".gradle", "GRADLE_USER_HOME"),
+        (".docker", "DOCKER_CONFIG"),
+        (".config/gh", "GH_CONFIG_DIR"),
+        (".m2", "MAVEN_USER_HOME"),
+        (".npm", "NPM_CONFIG_CACHE"),
+    ];
+    MOVED_BY
+        .iter()
+        .filter_map(|(in_home, var)| {
+            let dir = PathBuf::from(std::env::var_os(var)?);
+            dir.is_absolute().then_some((*in_home, dir))
+        })
+        .collect()
 }
 
 /// The copies editors and people leave beside a credential inside a folder of the home

@@ -1359,3 +1359,37 @@ fn a_command_only_variable_reaches_the_command_alone() {
         assert!(!stderr.contains("bwrap"), "{flags:?}: {stderr}");
     }
 }
+
+/// Round 31 (high): the credentials hidden in the home were left where a variable moved their
+/// folder: `$XDG_CONFIG_HOME/git/credentials` and `$CARGO_HOME/credentials.toml` outside the
+/// home were readable by commands.
+#[test]
+fn credentials_where_a_variable_moved_their_folder_stay_hidden() {
+    let f = fixture();
+    let xdg = f.outside.join("xdg");
+    let cargo = f.outside.join("cargo");
+    std::fs::create_dir_all(xdg.join("git")).expect("mkdir");
+    std::fs::create_dir_all(&cargo).expect("mkdir");
+    std::fs::write(xdg.join("git/credentials"), "https://u:xdg-s3cret@h\n").expect("write");
+    std::fs::write(cargo.join("credentials.toml"), "token = \"cargo-s3cret\"\n").expect("write");
+    std::fs::write(cargo.join("env"), "visible\n").expect("write");
+    let (x, c) = (xdg.clone().into_os_string(), cargo.clone().into_os_string());
+    let out = baton_sandbox(
+        &f,
+        &[("XDG_CONFIG_HOME", &x), ("CARGO_HOME", &c)],
+        &format!(
+            "cat {0}/git/credentials {1}/credentials.toml {1}/env 2>&1; echo done",
+            xdg.display(),
+            cargo.display()
+        ),
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("done") && text.contains("visible"), "{text}");
+    assert!(
+        !text.contains("s3cret"),
+        "a moved credential reached the command: {text}"
+    );
+}
