@@ -283,9 +283,14 @@ async fn edit_in_editor(text: &str, workspace: &std::path::Path) -> Result<Strin
         ));
     }
     let mut cmd = tokio::process::Command::new(&program);
+    let start = host_programs::neutral_dir(&roots);
+    // `PWD` says where it starts, not baton's own folder (round 31: a vim set-up reading
+    // `$PWD` loaded the workspace's file); no `OLDPWD` either.
     cmd.args(&argv[1..])
         .arg(&path)
-        .current_dir(host_programs::neutral_dir(&roots));
+        .current_dir(&start)
+        .env("PWD", &start)
+        .env_remove("OLDPWD");
     for (name, change) in host_programs::env_changes(&roots) {
         match change {
             Some(kept) => cmd.env(&name, kept),
