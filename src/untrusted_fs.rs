@@ -1100,15 +1100,21 @@ const WALKER_OPENS: &[&str] = &[
     ".git/commondir",
 ];
 
+/// Whether `p` is there and, where its links lead, not a regular file, or a kernel file (one
+/// that looks regular and may still wait in its read, `/proc/kmsg`, or never end): looked
+/// at, never opened.
+fn would_block(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| {
+        !m.is_file() || rustix::fs::statfs(p).is_ok_and(|fs| is_kernel_fs(fs.f_type as u64))
+    })
+}
+
 /// The first of the files the `ignore` crate's walker would open in `dir` that is there and
 /// is not a regular file where its links lead, or is a file of procfs, sysfs, debugfs or
 /// tracefs (looked at, never opened): a walk must not enter such a folder. `None` when the
 /// walker may enter.
 pub fn walker_would_block_in(dir: &Path) -> Option<PathBuf> {
-    // A kernel file looks regular and may still wait in its read (`/proc/kmsg`) or never end.
-    let kernel_file =
-        |p: &Path| rustix::fs::statfs(p).is_ok_and(|fs| is_kernel_fs(fs.f_type as u64));
-    let not_regular = |p: &Path| std::fs::metadata(p).is_ok_and(|m| !m.is_file() || kernel_file(p));
+    let not_regular = |p: &Path| would_block(p);
     if let Some(p) = WALKER_OPENS
         .iter()
         .map(|name| dir.join(name))
@@ -1150,11 +1156,7 @@ const GITDIR_OPENS: &[&str] = &[
 /// or is a kernel file, as [`walker_would_block_in`] judges: git's look at the repository
 /// must not start then. Bounded: the nearest `.git` above `start` only.
 pub fn gitdir_would_block_at(start: &Path) -> Option<PathBuf> {
-    let not_regular = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| {
-            !m.is_file() || rustix::fs::statfs(p).is_ok_and(|fs| is_kernel_fs(fs.f_type as u64))
-        })
-    };
+    let not_regular = |p: &Path| would_block(p);
     let dot_git = start
         .ancestors()
         .map(|a| a.join(".git"))

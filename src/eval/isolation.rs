@@ -736,22 +736,15 @@ impl Isolation {
         for private in &emptied {
             b.tmpfs(private);
         }
-        if let Some(home) = dirs::home_dir() {
-            let secrets = crate::sandbox::visibility::home_secrets(&home);
-            for secret in secrets
-                .iter()
-                .filter(|s| !emptied.iter().any(|e| s.starts_with(e)))
-            {
-                match std::fs::symlink_metadata(secret) {
-                    Ok(m) if in_system(secret) && m.is_dir() => {
-                        b.tmpfs(secret);
-                    }
-                    Ok(_) if in_system(secret) => {
-                        b.hide_file(secret);
-                    }
-                    _ => {}
-                }
-            }
+        // Looked up once per phase: the system folders and every toolchain are covered from it.
+        let secrets = dirs::home_dir()
+            .map(|h| crate::sandbox::visibility::home_secrets(&h))
+            .unwrap_or_default();
+        for secret in secrets
+            .iter()
+            .filter(|s| in_system(s) && !emptied.iter().any(|e| s.starts_with(e)))
+        {
+            cover(&mut b, secret);
         }
         // A service's socket in a visible system folder would be a way out of the sandbox
         // (a root daemon runs what it is sent): each is covered by an empty file.
@@ -807,7 +800,7 @@ impl Isolation {
             } else {
                 b.ro_bind(host, host);
             }
-            hide_credentials(&mut b, host);
+            hide_credentials(&mut b, host, &secrets);
         }
         for (sandbox, host) in &p.extra_roots {
             b.bind(host, Path::new(sandbox));
@@ -1203,24 +1196,25 @@ fn host_private_folders() -> Vec<PathBuf> {
 /// credentials the shell sandbox hides (one list: `~/.pyenv/versions/*/pip.conf`,
 /// `~/.cargo/credentials.toml` and the copies editors leave beside them…) that lie in it, and
 /// [`CREDENTIAL_NAMES`] at its top.
-fn hide_credentials(b: &mut Bwrap, dir: &Path) {
-    let home_secrets = dirs::home_dir()
-        .filter(|h| dir.starts_with(h))
-        .map(|h| crate::sandbox::visibility::home_secrets(&h))
-        .unwrap_or_default();
-    let inside = home_secrets.into_iter().filter(|s| s.starts_with(dir));
+fn hide_credentials(b: &mut Bwrap, dir: &Path, home_secrets: &[PathBuf]) {
+    let inside = home_secrets.iter().filter(|s| s.starts_with(dir)).cloned();
     let at_top = CREDENTIAL_NAMES.iter().map(|name| dir.join(name));
     for path in inside.chain(at_top) {
-        // Not `Bwrap::hide`: a link is covered as a file, never followed to its target.
-        match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.is_dir() => {
-                b.tmpfs(&path);
-            }
-            Ok(_) => {
-                b.hide_file(&path);
-            }
-            Err(_) => {}
+        cover(b, &path);
+    }
+}
+
+/// Covers `path` when it is there: a folder with an empty tmpfs, anything else with an empty
+/// file. Not `Bwrap::hide`: a link is covered as a file, never followed to its target.
+fn cover(b: &mut Bwrap, path: &Path) {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => {
+            b.tmpfs(path);
         }
+        Ok(_) => {
+            b.hide_file(path);
+        }
+        Err(_) => {}
     }
 }
 
