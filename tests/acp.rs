@@ -559,6 +559,13 @@ impl Raw {
     }
 }
 
+/// A `session/new` request with this id for `cwd`, no MCP server.
+fn new_session_request(id: i64, cwd: &Path) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "session/new",
+           "params": {"cwd": cwd, "mcpServers": []}})
+    .to_string()
+}
+
 #[test]
 fn malformed_lines_get_errors_and_a_closed_stdin_ends_the_process_cleanly() {
     let env = Env::new();
@@ -658,14 +665,9 @@ fn a_broad_cwd_is_refused_by_session_new() {
     let mut raw = Raw::start(&env, &engine);
     raw.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#);
     raw.answer(1);
-    let new_session = |id: i64, cwd: &Path| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "session/new",
-               "params": {"cwd": cwd, "mcpServers": []}})
-        .to_string()
-    };
-    raw.send(&new_session(2, &env.home));
-    raw.send(&new_session(3, Path::new("/")));
-    raw.send(&new_session(4, &env.workspace));
+    raw.send(&new_session_request(2, &env.home));
+    raw.send(&new_session_request(3, Path::new("/")));
+    raw.send(&new_session_request(4, &env.workspace));
     for id in [2, 3] {
         let refused = raw.answer(id);
         let message = refused["error"]["message"].as_str().unwrap_or_default();
@@ -782,14 +784,9 @@ fn a_second_sessions_hook_gets_no_variable_naming_the_first_sessions_workspace()
     let mut raw = Raw::start_with(&env, &engine, &[("PYTHONUSERBASE", user_base.as_os_str())]);
     raw.send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#);
     raw.answer(1);
-    let new_session = |id: i64, cwd: &Path| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "session/new",
-               "params": {"cwd": cwd, "mcpServers": []}})
-        .to_string()
-    };
-    raw.send(&new_session(2, &env.workspace));
+    raw.send(&new_session_request(2, &env.workspace));
     raw.answer(2);
-    raw.send(&new_session(3, &project_b));
+    raw.send(&new_session_request(3, &project_b));
     let b = raw.answer(3);
     let b = b["result"]["sessionId"]
         .as_str()

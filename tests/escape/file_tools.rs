@@ -908,10 +908,14 @@ impl OpenHold {
         })
     }
 
-    /// Holds the next open; waits (up to 10 s) until it comes, and returns what lets it go.
-    fn hold_next_open(&self) -> Option<std::sync::mpsc::Sender<()>> {
+    /// Holds the next open: call it before whatever opens the file starts.
+    fn hold_next_open(&self) {
         self.hold_next.store(true, Ordering::SeqCst);
-        let held = self.held.recv_timeout(Duration::from_secs(10)).ok();
+    }
+
+    /// Waits (up to 30 s) for the held open, and returns what lets it go.
+    fn held_open(&self) -> Option<std::sync::mpsc::Sender<()>> {
+        let held = self.held.recv_timeout(Duration::from_secs(30)).ok();
         held.map(|(_, let_go)| let_go)
     }
 }
@@ -1019,8 +1023,10 @@ async fn directory_swapped_for_a_link_mid_walk_is_not_walked() {
     let mut failures = Vec::new();
     for (tool, args) in calls {
         let ctx = ws.ctx.clone();
+        // Armed before the call starts: its walk may open the file at once.
+        hold.hold_next_open();
         let run = tokio::spawn(async move { call(&ctx, tool, args).await });
-        let let_go = tokio::task::block_in_place(|| hold.hold_next_open());
+        let let_go = tokio::task::block_in_place(|| hold.held_open());
         let Some(let_go) = let_go else {
             panic!(
                 "{tool} never opened the .gitignore in {held}: this test's way of holding \
