@@ -370,9 +370,26 @@ fn editor_diff_pager_and_resize_in_a_real_terminal() {
     git(&["commit", "-qm", "init"]);
     std::fs::write(workspace.join("tracked.txt"), "new line\n").expect("write");
     std::fs::write(workspace.join("untracked.txt"), "brand new file\n").expect("write");
-    // The "editor" writes the prompt into the file it is given.
-    let editor = "EDITOR=sh -c 'printf \"from the editor\" > \"$0\"'".to_string();
-    let tmux = start_ui(&engine, &workspace, &home, &[editor]);
+    // The "editor" writes the prompt into the file it is given, and notes where it started
+    // and what it was given.
+    let markers = root.path().join("markers");
+    std::fs::create_dir_all(&markers).expect("mkdir");
+    let editor = format!(
+        "EDITOR=sh -c 'pwd > {m}/pwd; env > {m}/env; printf \"from the editor\" > \"$0\"'",
+        m = markers.display()
+    );
+    // Round 31's class: a variable of the user's naming what a command wrote in a way no
+    // rule spots (a glob) never reaches the editor; it gets a short list of variables.
+    let glob = format!(
+        "GIT_SSH_COMMAND=ssh -F {}/w?/.ssh/config",
+        root.path().display()
+    );
+    let tmux = start_ui(
+        &engine,
+        &workspace,
+        &home,
+        &[editor, glob, "VIMINIT=source .exrc".to_string()],
+    );
 
     tmux.wait_for("Ask baton");
     tmux.cmd(&["send-keys", "-t", "t", "C-g"]);
@@ -384,6 +401,17 @@ fn editor_diff_pager_and_resize_in_a_real_terminal() {
             .last_user_text()
             .as_deref(),
         Some("from the editor")
+    );
+    let editor_env = std::fs::read_to_string(markers.join("env")).expect("editor env");
+    for gone in ["GIT_SSH_COMMAND=", "VIMINIT=", "OLDPWD="] {
+        assert!(!editor_env.contains(gone), "{gone}: {editor_env}");
+    }
+    assert!(editor_env.contains("TERM="), "{editor_env}");
+    let started = std::fs::read_to_string(markers.join("pwd")).expect("editor pwd");
+    assert_eq!(started.trim(), home.display().to_string(), "{editor_env}");
+    assert!(
+        editor_env.contains(&format!("PWD={}\n", home.display())),
+        "{editor_env}"
     );
 
     // A bracketed paste of many lines collapses to a placeholder and is sent whole.

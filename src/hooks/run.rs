@@ -104,7 +104,7 @@ fn confine(cmd: &mut tokio::process::Command, workspace: &Path, in_workspace: bo
         cmd.current_dir(host_programs::neutral_dir(&roots));
     }
     cmd.env_clear()
-        .envs(host_programs::hook_environment(&roots));
+        .envs(host_programs::host_program_environment(&roots));
 }
 
 async fn spawn_and_wait(

@@ -318,25 +318,14 @@ pub fn neutral_dir(roots: &[PathBuf]) -> PathBuf {
     }
 }
 
-/// What baton's own environment must lose before it reaches a program baton starts outside
-/// the sandbox: each variable to set to a scrubbed value (`Some`) or to remove (`None`).
-pub fn env_changes(roots: &[PathBuf]) -> Vec<(OsString, Option<OsString>)> {
-    std::env::vars_os()
-        .filter_map(|(name, value)| {
-            let text = name.to_str()?;
-            match scrub_inherited(text, &value, roots) {
-                Some(kept) if kept == value => None,
-                kept => Some((name, kept)),
-            }
-        })
-        .collect()
-}
-
-/// What of baton's own environment a hook gets: these variables (each still scrubbed by
-/// [`scrub_inherited`]) and no other. No rule for telling a path in a value apart is complete
-/// (round 31: `ssh -F <ws-parent>/w?/.ssh/config`, `${CLAUDE_PROJECT_DIR}/.bashenv`), so a
-/// hook that needs another variable sets it itself.
-pub const HOOK_ENVIRONMENT: &[&str] = &[
+/// What of baton's own environment a program baton starts outside the sandbox (a hook, the
+/// editor, a user's MCP server) gets: these variables, each still scrubbed by
+/// [`scrub_inherited`], and no other. No rule for telling a path in a value apart is complete
+/// (round 31: `ssh -F <ws-parent>/w?/.ssh/config`, `${CLAUDE_PROJECT_DIR}/.bashenv` in
+/// `GIT_SSH_COMMAND`), so a program that needs another variable is given it in its own
+/// configuration (an MCP server's `env`, a hook's command line). The `XDG_*_HOME` folders
+/// are taken literally by the programs that read them: the scrub judges them whole.
+pub const HOST_PROGRAM_ENVIRONMENT: &[&str] = &[
     "HOME",
     "USER",
     "LOGNAME",
@@ -355,12 +344,17 @@ pub const HOOK_ENVIRONMENT: &[&str] = &[
     "DISPLAY",
     "WAYLAND_DISPLAY",
     "XDG_RUNTIME_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_CACHE_HOME",
     "SSH_AUTH_SOCK",
 ];
 
-/// The environment a hook starts with ([`HOOK_ENVIRONMENT`], scrubbed against `roots`).
-pub fn hook_environment(roots: &[PathBuf]) -> Vec<(OsString, OsString)> {
-    HOOK_ENVIRONMENT
+/// The environment a program baton starts outside the sandbox begins with
+/// ([`HOST_PROGRAM_ENVIRONMENT`], scrubbed against `roots`).
+pub fn host_program_environment(roots: &[PathBuf]) -> Vec<(OsString, OsString)> {
+    HOST_PROGRAM_ENVIRONMENT
         .iter()
         .filter_map(|name| {
             let value = std::env::var_os(name)?;

@@ -284,19 +284,16 @@ async fn edit_in_editor(text: &str, workspace: &std::path::Path) -> Result<Strin
     }
     let mut cmd = tokio::process::Command::new(&program);
     let start = host_programs::neutral_dir(&roots);
-    // `PWD` says where it starts, not baton's own folder (round 31: a vim set-up reading
-    // `$PWD` loaded the workspace's file); no `OLDPWD` either.
+    // The short list of baton's variables every program started outside the sandbox gets
+    // (a `VIMINIT` or `GIT_SSH_COMMAND` naming what a command wrote, however spelled, stays
+    // out); `PWD` says where it starts, not baton's own folder (round 31: a vim set-up
+    // reading `$PWD` loaded the workspace's file).
     cmd.args(&argv[1..])
         .arg(&path)
         .current_dir(&start)
-        .env("PWD", &start)
-        .env_remove("OLDPWD");
-    for (name, change) in host_programs::env_changes(&roots) {
-        match change {
-            Some(kept) => cmd.env(&name, kept),
-            None => cmd.env_remove(&name),
-        };
-    }
+        .env_clear()
+        .envs(host_programs::host_program_environment(&roots))
+        .env("PWD", &start);
     let status = cmd
         .status()
         .await

@@ -28,12 +28,25 @@ fn normalize_pip(name: &str) -> String {
     out
 }
 
+/// `name` from a PATH entry outside the temp folders and the folder baton started in (it runs
+/// outside every sandbox, like the container runtime), started from `/`.
+fn host_command(name: &str) -> Option<Command> {
+    let roots = crate::protocol::host_programs::startup_roots();
+    let program = crate::protocol::host_programs::find_program(name, &roots)?;
+    let mut cmd = Command::new(program);
+    cmd.current_dir("/");
+    Some(cmd)
+}
+
 /// The Debian packages installed here, listed once.
 fn apt_installed() -> &'static HashSet<String> {
     static APT: OnceLock<HashSet<String>> = OnceLock::new();
     APT.get_or_init(|| {
         PACKAGE_QUERIES.fetch_add(1, Ordering::Relaxed);
-        let out = Command::new("dpkg-query")
+        let Some(mut cmd) = host_command("dpkg-query") else {
+            return HashSet::new();
+        };
+        let out = cmd
             .args(["-W", "-f=${Package}\t${Status}\n"])
             .stdin(Stdio::null())
             .stderr(Stdio::null())
@@ -55,8 +68,14 @@ fn pip_installed() -> &'static HashSet<String> {
     static PIP: OnceLock<HashSet<String>> = OnceLock::new();
     PIP.get_or_init(|| {
         PACKAGE_QUERIES.fetch_add(1, Ordering::Relaxed);
-        let out = Command::new("python3")
+        let Some(mut cmd) = host_command("python3") else {
+            return HashSet::new();
+        };
+        // `-I`: no working folder or user site on the module path and no `PYTHON*`
+        // variables, so no module a task or a command left is imported here.
+        let out = cmd
             .args([
+                "-I",
                 "-c",
                 "import importlib.metadata as m\nfor d in m.distributions():\n    print(d.metadata['Name'] or '')",
             ])

@@ -40,26 +40,6 @@ const MAX_LINE: usize = 64 << 20;
 /// How long a server whose handshake failed is given to exit and finish its stderr.
 const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Variables a stdio server gets from baton's environment without being named (the set Codex
-/// passes): enough to find programs and a home, none of baton's own secrets.
-const INHERITED: &[&str] = &[
-    "HOME",
-    "LOGNAME",
-    "PATH",
-    "SHELL",
-    "USER",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TERM",
-    "TMPDIR",
-    "TZ",
-    "XDG_CONFIG_HOME",
-    "XDG_DATA_HOME",
-    "XDG_CACHE_HOME",
-    "XDG_RUNTIME_DIR",
-];
-
 const STDERR_LINES: usize = 20;
 const STDERR_LINE_CHARS: usize = 300;
 
@@ -132,8 +112,8 @@ fn working_dir(server: &McpServer, cwd: Option<&Path>, workspace: &Path) -> Path
     }
 }
 
-/// A stdio server's environment: the [`INHERITED`] variables of baton's and the configured
-/// ones, with PATH never naming a folder in the workspace (the program is looked up in the
+/// A stdio server's environment: the variables of baton's that every program started outside
+/// the sandbox gets ([`host_programs::HOST_PROGRAM_ENVIRONMENT`]) and the configured ones, with PATH never naming a folder in the workspace (the program is looked up in the
 /// server's PATH, and an activated `.venv/bin` holds what commands put there). A user's or an
 /// editor's server also loses the workspace entries of interpreters' search paths
 /// (`PYTHONPATH`, `NODE_PATH`…) and npm folders that lie there. A server in the sandbox
@@ -148,7 +128,7 @@ fn child_env(
 ) -> Vec<(OsString, OsString)> {
     let roots = host_programs::writable_roots_with(workspace);
     let mut vars: BTreeMap<String, OsString> = BTreeMap::new();
-    for name in INHERITED {
+    for name in host_programs::HOST_PROGRAM_ENVIRONMENT {
         if let Some(value) = std::env::var_os(name) {
             vars.insert(name.to_string(), value);
         }
