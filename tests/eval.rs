@@ -1540,6 +1540,19 @@ fn a_home_inside_a_system_folder_is_not_shown_to_trials() {
     let cargo = tempfile::tempdir_in("/opt").unwrap();
     let cargo_path = cargo.path().canonicalize().unwrap();
     write(&cargo_path.join("credentials.toml"), "token = \"s3cret\"\n");
+    // Round 32: a key its own variable names (`GNUPGHOME`), and another account's home in
+    // `/opt` (added to a copy of `/etc/passwd` bound in a mount namespace of the test's own).
+    let others = tempfile::tempdir_in("/opt").unwrap();
+    let others_path = others.path().canonicalize().unwrap();
+    write(&others_path.join("gnupg/k.key"), "s3cret\n");
+    let alice = others_path.join("alice");
+    write(&alice.join(".pypirc"), "password = s3cret\n");
+    for p in [&alice, &alice.join(".pypirc")] {
+        std::os::unix::fs::chown(p, Some(1001), Some(1001)).unwrap();
+    }
+    let mut passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    passwd.push_str(&format!("alice:x:1001:1001::{}:/bin/sh\n", alice.display()));
+    write(&others_path.join("passwd"), &passwd);
     let root = tempfile::tempdir().unwrap();
     let tasks = root.path().join("tasks");
     let task = answer_task(
@@ -1551,15 +1564,22 @@ fn a_home_inside_a_system_folder_is_not_shown_to_trials() {
     write(
         &task.join("solution/solve.sh"),
         &format!(
-            "cat {}/.ssh/id_rsa {}/baton/config.toml {}/credentials.toml > /app/leak 2>/dev/null\n\
+            "cat {}/.ssh/id_rsa {}/baton/config.toml {}/credentials.toml {o}/gnupg/k.key \
+             {o}/alice/.pypirc > /app/leak 2>/dev/null\n\
              echo 42 > /app/answer.txt\n",
             home_path.display(),
             xdg_path.display(),
-            cargo_path.display()
+            cargo_path.display(),
+            o = others_path.display()
         ),
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_baton"))
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg("mount --bind \"$0\" /etc/passwd && exec \"$@\"")
+        .arg(others_path.join("passwd"))
+        .arg(env!("CARGO_BIN_EXE_baton"))
         .env_clear()
+        .env("GNUPGHOME", others_path.join("gnupg"))
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", &home_path)
         .env("XDG_CONFIG_HOME", &xdg_path)

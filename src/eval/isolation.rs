@@ -729,8 +729,15 @@ impl Isolation {
                 .iter()
                 .any(|d| p.starts_with(Path::new("/").join(d)))
         };
+        // Other people's homes there too (round 32: `/opt/alice`, one linked to a data
+        // disk, the runner's own passwd home while `$HOME` points elsewhere), the shell
+        // sandbox's one list.
+        let own_home = dirs::home_dir().and_then(|h| h.canonicalize().ok());
         let emptied: Vec<PathBuf> = host_private_folders()
             .into_iter()
+            .chain(crate::sandbox::visibility::account_homes(
+                own_home.as_deref(),
+            ))
             .filter(|p| in_system(p) && p.is_dir())
             .collect();
         for private in &emptied {

@@ -596,50 +596,6 @@ impl HeldOpener {
     }
 }
 
-/// The home directories of other users (`/home/*` but the caller's, `/root` for non-root).
-fn other_homes(own: Option<&Path>) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir("/home")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    out.push(PathBuf::from("/root"));
-    // People's homes elsewhere (`useradd -d /srv/alice`): a folder the account owns.
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    let me = rustix::process::getuid().as_raw();
-    for (uid, home) in people_homes(&passwd) {
-        let owned = std::fs::symlink_metadata(&home)
-            .is_ok_and(|m| m.is_dir() && std::os::unix::fs::MetadataExt::uid(&m) == uid);
-        if uid != me && owned && !out.contains(&home) {
-            out.push(home);
-        }
-    }
-    out.retain(|p| {
-        let real = p.canonicalize().unwrap_or_else(|_| p.clone());
-        own.is_none_or(|h| real != h && !h.starts_with(&real))
-    });
-    out
-}
-
-/// The homes of the people `passwd` lists (uid 1000 and above, as `useradd` numbers them,
-/// not `nobody`): where their files are, whatever folder holds them. Service accounts' homes
-/// (`/var/lib/postgresql`, `/var/cache/man`) are system folders and stay as the host shows
-/// them.
-fn people_homes(passwd: &str) -> Vec<(u32, PathBuf)> {
-    passwd
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split(':').collect();
-            let uid: u32 = fields.get(2)?.parse().ok()?;
-            let home = Path::new(fields.get(5)?);
-            let person = (1000..65534).contains(&uid);
-            let somewhere = home.is_absolute() && home.components().count() > 2;
-            (person && somewhere).then(|| (uid, home.to_path_buf()))
-        })
-        .collect()
-}
-
 /// The world for `policy`: what bubblewrap mounts before baton's inner helper runs.
 pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
     build_world(
@@ -726,8 +682,14 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
             b.ro_bind(resolve, resolve);
         }
     }
-    for other in other_homes(home.as_deref()) {
-        if !covers(&other, &roots) {
+    // A home holding a writable root (a workspace in `~alice/proj` run by root, or in the
+    // account's own passwd home while `$HOME` points elsewhere) stays shown, but not its
+    // credentials.
+    let mut homes_shown: Vec<PathBuf> = Vec::new();
+    for other in visibility::account_homes(home.as_deref()) {
+        if covers(&other, &roots) {
+            homes_shown.push(other);
+        } else {
             b.hide(&other);
         }
     }
@@ -766,6 +728,13 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
         Some(h) => secrets.extend(visibility::home_secrets(h)),
         // No home to view, yet a variable may have moved credentials elsewhere.
         None => secrets.extend(visibility::moved_secrets()),
+    }
+    for shown in &homes_shown {
+        secrets.extend(
+            crate::protocol::HOME_CREDENTIALS
+                .iter()
+                .map(|c| shown.join(c)),
+        );
     }
     // baton's own folders are among `home_secrets` wherever XDG puts them; other programs'
     // credentials moved by XDG are added here.
@@ -905,19 +874,6 @@ mod tests {
                 "another account's folder stays"
             );
         }
-    }
-
-    #[test]
-    fn people_have_homes_anywhere_and_services_are_not_people() {
-        let passwd = "root:x:0:0:root:/root:/bin/bash\n\
-                      man:x:6:12:man:/var/cache/man:/usr/sbin/nologin\n\
-                      postgres:x:101:104::/var/lib/postgresql:/bin/bash\n\
-                      alice:x:1002:1002::/srv/alice:/bin/bash\n\
-                      bob:x:1003:1003::/:/bin/sh\n\
-                      carol:x:1004:1004::relative:/bin/sh\n\
-                      nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n\
-                      broken line\n";
-        assert_eq!(people_homes(passwd), [(1002, PathBuf::from("/srv/alice"))]);
     }
 
     /// A workspace repository (only the world's arguments are looked at: no command runs).

@@ -60,9 +60,10 @@ pub fn home_secrets(home: &Path) -> Vec<PathBuf> {
 
 /// The credentials of [`crate::protocol::HOME_CREDENTIALS`] where a variable moved their
 /// folder out of the home (round 31: `XDG_CONFIG_HOME=/opt/x` held `git/credentials`,
-/// `CARGO_HOME=/usr/local/cargo` its `credentials.toml`); also when there is no home.
+/// `CARGO_HOME=/usr/local/cargo` its `credentials.toml`), and those a variable names itself
+/// ([`CREDENTIAL_VARIABLES`]); also when there is no home.
 pub fn moved_secrets() -> Vec<PathBuf> {
-    let mut out = Vec::new();
+    let mut out = variable_secrets();
     for (in_home, elsewhere) in relocated_folders() {
         for rel in crate::protocol::HOME_CREDENTIALS {
             if let Ok(inside) = Path::new(rel).strip_prefix(in_home) {
@@ -71,6 +72,131 @@ pub fn moved_secrets() -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// Variables that move one credential out of the home by naming it themselves (round 32:
+/// `GNUPGHOME=/srv/gpg`, `KUBECONFIG`, `AWS_SHARED_CREDENTIALS_FILE`,
+/// `GOOGLE_APPLICATION_CREDENTIALS` as CI images and shared machines set them): the file or
+/// folder named, or the credential files inside the folder named. The variables themselves
+/// never reach commands (their names look secret, or they name a folder of the home); the
+/// files they name are hidden like the home's.
+const CREDENTIAL_VARIABLES: &[(&str, &[&str])] = &[
+    ("GNUPGHOME", &[]),
+    ("KUBECONFIG", &[]),
+    ("PASSWORD_STORE_DIR", &[]),
+    ("CLOUDSDK_CONFIG", &[]),
+    ("AZURE_CONFIG_DIR", &[]),
+    ("AWS_SHARED_CREDENTIALS_FILE", &[]),
+    ("AWS_CONFIG_FILE", &[]),
+    ("AWS_WEB_IDENTITY_TOKEN_FILE", &[]),
+    ("AZURE_FEDERATED_TOKEN_FILE", &[]),
+    ("GOOGLE_APPLICATION_CREDENTIALS", &[]),
+    ("GOOGLE_GHA_CREDS_PATH", &[]),
+    ("CODEX_HOME", &["auth.json"]),
+    ("CLAUDE_CONFIG_DIR", &[".credentials.json"]),
+    ("HF_HOME", &["token", "stored_tokens"]),
+    ("HF_TOKEN_PATH", &[]),
+    ("NETRC", &[]),
+    ("RCLONE_CONFIG", &[]),
+    ("KAGGLE_CONFIG_DIR", &["kaggle.json"]),
+    ("TF_CLI_CONFIG_FILE", &[]),
+    ("REGISTRY_AUTH_FILE", &[]),
+    ("OCI_CLI_CONFIG_FILE", &[]),
+    ("BOTO_CONFIG", &[]),
+    ("NPM_CONFIG_USERCONFIG", &[]),
+    ("npm_config_userconfig", &[]),
+    ("PIP_CONFIG_FILE", &[]),
+    ("PGPASSFILE", &[]),
+    ("OP_CONFIG_DIR", &[]),
+    ("VAULT_CONFIG_PATH", &[]),
+    ("SOPS_AGE_KEY_FILE", &[]),
+    ("ANSIBLE_VAULT_PASSWORD_FILE", &[]),
+    ("COMPOSER_HOME", &["auth.json"]),
+    ("MYSQL_HOME", &["my.cnf"]),
+    ("HISTFILE", &[]),
+];
+
+/// The credentials [`CREDENTIAL_VARIABLES`] name in this process's environment (`KUBECONFIG`
+/// may list several files). Only absolute paths at least two folders deep, outside `/dev`,
+/// `/proc` and `/sys` (`HISTFILE=/dev/null` names no history, and a cover of `/opt` would
+/// hide every toolchain there).
+fn variable_secrets() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for (var, inside) in CREDENTIAL_VARIABLES {
+        let Some(value) = std::env::var_os(var) else {
+            continue;
+        };
+        for named in std::env::split_paths(&value) {
+            let deep = named.is_absolute() && named.components().count() > 2;
+            let kernel = ["/dev", "/proc", "/sys"]
+                .iter()
+                .any(|k| named.starts_with(k));
+            if !deep || kernel {
+                continue;
+            }
+            if inside.is_empty() {
+                out.push(named);
+            } else {
+                out.extend(inside.iter().map(|file| named.join(file)));
+            }
+        }
+    }
+    out
+}
+
+/// Where the people of this machine keep their files, but the user's `$HOME` (`own`,
+/// canonical) and the folders above it: every folder of `/home`, `/root`, and the home
+/// `/etc/passwd` gives each account from uid 1000 up (`nobody` aside, and no upper bound:
+/// directory services number people above 65535) wherever it is, when that account owns it
+/// — the running account's own too, when `$HOME` points elsewhere (round 32: CI's
+/// `HOME=/github/home` left `/srv/alice` shown). Each where it really lies: a home linked to
+/// a data disk is covered at its target (a command's path through the link lands there, and
+/// bubblewrap cannot make a mount point through a linked folder).
+pub fn account_homes(own: Option<&Path>) -> Vec<PathBuf> {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    account_homes_in(&passwd, own)
+}
+
+fn account_homes_in(passwd: &str, own: Option<&Path>) -> Vec<PathBuf> {
+    let listed = std::fs::read_dir("/home")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .chain(std::iter::once(PathBuf::from("/root")))
+        .filter_map(|p| p.canonicalize().ok());
+    let people = people_homes(passwd).into_iter().filter_map(|(uid, home)| {
+        let real = home.canonicalize().ok()?;
+        let owned = std::fs::symlink_metadata(&real)
+            .is_ok_and(|m| m.is_dir() && std::os::unix::fs::MetadataExt::uid(&m) == uid);
+        (owned && real.components().count() > 2).then_some(real)
+    });
+    let mut out: Vec<PathBuf> = Vec::new();
+    for home in listed.chain(people) {
+        let theirs = own.is_none_or(|h| home != h && !h.starts_with(&home));
+        if theirs && home.parent().is_some() && !out.contains(&home) {
+            out.push(home);
+        }
+    }
+    out
+}
+
+/// The homes of the people `passwd` lists (uid 1000 and above, as `useradd` numbers them,
+/// not `nobody`): where their files are, whatever folder holds them. Service accounts' homes
+/// (`/var/lib/postgresql`, `/var/cache/man`) are system folders and stay as the host shows
+/// them.
+fn people_homes(passwd: &str) -> Vec<(u32, PathBuf)> {
+    passwd
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            let uid: u32 = fields.get(2)?.parse().ok()?;
+            let home = Path::new(fields.get(5)?);
+            let person = uid >= 1000 && uid != 65534 && uid != u32::MAX;
+            let somewhere = home.is_absolute() && home.components().count() > 2;
+            (person && somewhere).then(|| (uid, home.to_path_buf()))
+        })
+        .collect()
 }
 
 /// Folders of the home that a variable can move elsewhere (`XDG_CONFIG_HOME` for `.config`,
@@ -485,5 +611,87 @@ mod tests {
         assert!(named_by_user(aws, &[PathBuf::from("/h/.aws/config")]));
         assert!(!named_by_user(aws, &[PathBuf::from("/h")]));
         assert!(!named_by_user(aws, &[]));
+    }
+
+    #[test]
+    fn people_have_homes_anywhere_and_services_are_not_people() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\n\
+                      man:x:6:12:man:/var/cache/man:/usr/sbin/nologin\n\
+                      postgres:x:101:104::/var/lib/postgresql:/bin/bash\n\
+                      alice:x:1002:1002::/srv/alice:/bin/bash\n\
+                      bob:x:1003:1003::/:/bin/sh\n\
+                      carol:x:1004:1004::relative:/bin/sh\n\
+                      erin:x:100000:100000::/srv/erin:/bin/sh\n\
+                      nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n\
+                      broken line\n";
+        assert_eq!(
+            people_homes(passwd),
+            [
+                (1002, PathBuf::from("/srv/alice")),
+                (100000, PathBuf::from("/srv/erin"))
+            ]
+        );
+    }
+
+    /// Round 32 (high ×2, low): a home `/etc/passwd` names through a link (the link itself,
+    /// or a linked folder above it) was shown, or stopped every command (bubblewrap cannot
+    /// make a mount point through a link); one above uid 65535 was shown; the running
+    /// account's own passwd home was shown when `$HOME` pointed elsewhere. Each is covered
+    /// where it really lies now. Root only (the homes are given to other accounts).
+    #[test]
+    fn every_accounts_home_is_found_where_it_really_lies() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("not root: not checked");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let home = |name: &str, uid: u32| {
+            let p = base.join(name);
+            std::fs::create_dir_all(&p).unwrap();
+            std::os::unix::fs::chown(&p, Some(uid), Some(uid)).unwrap();
+            p
+        };
+        let alice = home("alice", 1001);
+        let dave = home("real/dave", 1004);
+        std::os::unix::fs::symlink(&dave, base.join("dave")).unwrap();
+        let erin = home("erin", 100000);
+        let ed = home("real/ed", 1005);
+        std::os::unix::fs::symlink(base.join("real"), base.join("rl")).unwrap();
+        let mine = home("mine", 1006);
+        let not_theirs = home("mallory", 1007);
+        let passwd = format!(
+            "alice:x:1001:1001::{}:/bin/sh\ndave:x:1004:1004::{}:/bin/sh\n\
+             erin:x:100000:100000::{}:/bin/sh\ned:x:1005:1005::{}:/bin/sh\n\
+             me:x:1006:1006::{}:/bin/sh\nmallory:x:1008:1008::{}:/bin/sh\n",
+            alice.display(),
+            base.join("dave").display(),
+            erin.display(),
+            base.join("rl/ed").display(),
+            mine.display(),
+            not_theirs.display(),
+        );
+        let own = base.join("h2");
+        let found = account_homes_in(&passwd, Some(&own));
+        for shown in [&alice, &dave, &erin, &ed, &mine] {
+            assert!(
+                found.contains(shown),
+                "{} not found: {found:?}",
+                shown.display()
+            );
+        }
+        assert!(
+            !found.contains(&base.join("dave")),
+            "a link is covered at its target"
+        );
+        assert!(
+            !found.contains(&not_theirs),
+            "a folder its account does not own"
+        );
+        // `$HOME` itself and the folders above it are never among them.
+        let found = account_homes_in(&passwd, Some(&alice));
+        assert!(!found.contains(&alice), "{found:?}");
+        let found = account_homes_in(&passwd, Some(&dave.join("sub")));
+        assert!(!found.contains(&dave), "{found:?}");
     }
 }

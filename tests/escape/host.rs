@@ -1393,3 +1393,116 @@ fn credentials_where_a_variable_moved_their_folder_stay_hidden() {
         "a moved credential reached the command: {text}"
     );
 }
+
+/// Round 32 (high): credentials a variable of their own program moves out of the home
+/// (`GNUPGHOME`, `KUBECONFIG`, `AWS_SHARED_CREDENTIALS_FILE`, `HF_HOME`'s token… set to a
+/// data folder, as CI images do) were readable by commands. `HISTFILE=/dev/null` must not
+/// hide `/dev/null`, and the rest of `HF_HOME` (the model cache) stays.
+#[test]
+fn credentials_named_by_their_own_variables_stay_hidden() {
+    let f = fixture();
+    let o = &f.outside;
+    std::fs::create_dir_all(o.join("gnupg/private-keys-v1.d")).expect("mkdir");
+    std::fs::create_dir_all(o.join("hf/hub")).expect("mkdir");
+    for (file, text) in [
+        ("gnupg/private-keys-v1.d/k.key", "gpg-s3cret"),
+        ("kube-a", "kube-s3cret-a"),
+        ("kube-b", "kube-s3cret-b"),
+        ("aws-credentials", "aws-s3cret"),
+        ("hf/token", "hf-s3cret"),
+        ("hf/hub/model.txt", "cached model"),
+    ] {
+        std::fs::write(o.join(file), text).expect("write");
+    }
+    let at = |p: &str| o.join(p).into_os_string();
+    let kube = std::env::join_paths([o.join("kube-a"), o.join("kube-b")]).expect("join");
+    let dev_null = OsString::from("/dev/null");
+    let out = baton_sandbox(
+        &f,
+        &[
+            ("GNUPGHOME", &at("gnupg")),
+            ("KUBECONFIG", &kube),
+            ("AWS_SHARED_CREDENTIALS_FILE", &at("aws-credentials")),
+            ("HF_HOME", &at("hf")),
+            ("HISTFILE", &dev_null),
+        ],
+        &format!(
+            "cd {}; cat gnupg/private-keys-v1.d/k.key kube-a kube-b aws-credentials hf/token \
+             hf/hub/model.txt 2>&1; echo; echo ok > /dev/null && echo done",
+            o.display()
+        ),
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("done") && text.contains("cached model"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("s3cret"),
+        "a credential its variable names reached the command: {text}"
+    );
+}
+
+/// Round 32 (high ×2, low): another account's home that `/etc/passwd` names through a link
+/// was shown (at the link and where it leads), one above uid 65535 was shown, and one under
+/// a linked folder stopped every command (`bwrap: Can't mkdir`). The accounts are added to a
+/// copy of `/etc/passwd` bound in a mount namespace of the test's own. Root only.
+#[test]
+fn other_accounts_homes_stay_hidden_wherever_passwd_puts_them() {
+    let unshare = Command::new("unshare").arg("--version").output();
+    if !rustix::process::geteuid().is_root() || unshare.is_err() {
+        eprintln!("needs root and unshare: not checked");
+        return;
+    }
+    let f = fixture();
+    let o = &f.outside;
+    let mut passwd = std::fs::read_to_string("/etc/passwd").expect("passwd");
+    let mut add = |name: &str, uid: u32, named: PathBuf, real: PathBuf| {
+        std::fs::create_dir_all(&real).expect("mkdir");
+        std::fs::write(real.join(".pypirc"), format!("password = {name}-s3cret\n")).expect("w");
+        for p in [&real, &real.join(".pypirc")] {
+            std::os::unix::fs::chown(p, Some(uid), Some(uid)).expect("chown");
+        }
+        passwd.push_str(&format!(
+            "{name}:x:{uid}:{uid}::{}:/bin/sh\n",
+            named.display()
+        ));
+    };
+    std::fs::create_dir_all(o.join("real")).expect("mkdir");
+    std::os::unix::fs::symlink(o.join("real/dave"), o.join("dave")).expect("link");
+    add("dave", 1004, o.join("dave"), o.join("real/dave"));
+    add("erin", 100000, o.join("erin"), o.join("erin"));
+    std::os::unix::fs::symlink(o.join("real"), o.join("rl")).expect("link");
+    add("ed", 1005, o.join("rl/ed"), o.join("real/ed"));
+    let copy = o.join("passwd");
+    std::fs::write(&copy, passwd).expect("passwd copy");
+    let script = format!(
+        "cd {}; cat dave/.pypirc real/dave/.pypirc erin/.pypirc real/ed/.pypirc 2>&1; echo done",
+        o.display()
+    );
+    let sandbox = baton_sandbox(&f, &[], &script);
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg("mount --bind \"$0\" /etc/passwd && exec \"$@\"")
+        .arg(&copy)
+        .arg(sandbox.get_program())
+        .args(sandbox.get_args())
+        .env_clear()
+        .envs(sandbox.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(&f.ws)
+        .stdin(Stdio::null());
+    let out = cmd.output().expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        text.contains("done"),
+        "the command did not run: {text} {stderr}"
+    );
+    assert!(
+        !text.contains("s3cret"),
+        "another account's home reached the command: {text}"
+    );
+}
