@@ -1559,13 +1559,14 @@ fn a_home_inside_a_system_folder_is_not_shown_to_trials() {
         &tasks,
         "optleak",
         60.0,
-        "if grep -q s3cret /app/leak 2>/dev/null; then echo 0; else echo 1; fi > /logs/verifier/reward.txt\n",
+        "if grep -q s3cret /app/leak 2>/dev/null || [ -s /app/shadow ]; then echo 0; else echo 1; fi > /logs/verifier/reward.txt\n",
     );
     write(
         &task.join("solution/solve.sh"),
         &format!(
             "cat {}/.ssh/id_rsa {}/baton/config.toml {}/credentials.toml {o}/gnupg/k.key \
              {o}/alice/.pypirc > /app/leak 2>/dev/null\n\
+             cat /etc/shadow /etc/gshadow /etc/ssl/private/* > /app/shadow 2>/dev/null\n\
              echo 42 > /app/answer.txt\n",
             home_path.display(),
             xdg_path.display(),

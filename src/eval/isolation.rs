@@ -436,17 +436,6 @@ pub const VAR_TRIAL: &[&str] = &["log", "tmp", "mail", "spool", "local", "opt", 
 const SOCKET_SCAN_LIMIT: usize = 200_000;
 const SYSTEM_LINKS: &[&str] = &["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
-/// Host files inside the visible system folders that a trial's root (the host's uid) could
-/// otherwise read: password hashes and the host's SSH keys. Each is covered by an empty file.
-const HIDDEN_HOST_FILES: &[&str] = &[
-    "/etc/shadow",
-    "/etc/shadow-",
-    "/etc/gshadow",
-    "/etc/gshadow-",
-    "/etc/sudoers",
-    "/etc/security/opasswd",
-];
-
 /// Names of credential files and folders that are covered wherever they sit in a toolchain
 /// folder bound into the trial.
 const CREDENTIAL_NAMES: &[&str] = &[
@@ -775,9 +764,11 @@ impl Isolation {
             }
         }
         let trial_provides = |f: &Path| p.system_mounts.iter().any(|(m, _, _)| Path::new(m) == f);
-        for file in HIDDEN_HOST_FILES.iter().map(Path::new) {
-            if file.is_file() && !trial_provides(file) {
-                b.hide_file(file);
+        // The host's own secrets (password hashes, sudo rules, private keys): a trial run
+        // by root would read them. The shell sandbox's one list.
+        for secret in crate::sandbox::visibility::host_secrets() {
+            if !trial_provides(&secret) {
+                cover(&mut b, &secret);
             }
         }
         // The trial's users (when a phase has one) are in its own copy of the user database.
@@ -787,7 +778,6 @@ impl Isolation {
                 b.ro_bind(&ours, &Path::new("/etc").join(name));
             }
         }
-        hide_ssh_host_keys(&mut b);
         if phase.network {
             // DNS often lives under /run (systemd-resolved); keep only that file.
             if let Ok(resolv) = std::fs::canonicalize("/etc/resolv.conf")
@@ -1222,20 +1212,6 @@ fn cover(b: &mut Bwrap, path: &Path) {
             b.hide_file(path);
         }
         Err(_) => {}
-    }
-}
-
-/// The host's SSH private keys under `/etc/ssh` (readable by the host's root, which is what a
-/// trial run by root is mapped to).
-fn hide_ssh_host_keys(b: &mut Bwrap) {
-    let Ok(entries) = std::fs::read_dir("/etc/ssh") else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with("ssh_host_") && name.ends_with("_key") {
-            b.hide_file(&e.path());
-        }
     }
 }
 

@@ -736,6 +736,16 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
                 .map(|c| shown.join(c)),
         );
     }
+    // Only where this account can read them (root): a mount each, for nothing, elsewhere.
+    let can_read = |p: &Path| {
+        rustix::fs::access(p, rustix::fs::Access::READ_OK).is_ok()
+            || (p.is_dir() && rustix::fs::access(p, rustix::fs::Access::EXEC_OK).is_ok())
+    };
+    secrets.extend(
+        visibility::host_secrets()
+            .into_iter()
+            .filter(|p| can_read(p)),
+    );
     // baton's own folders are among `home_secrets` wherever XDG puts them; other programs'
     // credentials moved by XDG are added here.
     for (var, sub) in [("XDG_CONFIG_HOME", "gh"), ("XDG_CONFIG_HOME", "gcloud")] {

@@ -144,6 +144,56 @@ fn variable_secrets() -> Vec<PathBuf> {
     out
 }
 
+/// The host's own secrets in the system folders, which only root (or a group of the system)
+/// reads: password hashes, sudo rules, TLS and VPN private keys, cluster admin configs,
+/// keytabs. A command run by root is root without capabilities, still the owner of these
+/// (red team round 32: `head /etc/shadow`, `/etc/ssl/private`).
+const HOST_SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/security/opasswd",
+    "/etc/ssl/private",
+    "/etc/pki/tls/private",
+    "/etc/pki/CA/private",
+    "/etc/letsencrypt",
+    "/etc/kubernetes",
+    "/etc/rancher",
+    "/etc/wireguard",
+    "/etc/openvpn",
+    "/etc/gitlab-runner",
+    "/etc/mysql/debian.cnf",
+    "/etc/ipsec.secrets",
+    "/etc/ppp/chap-secrets",
+    "/etc/ppp/pap-secrets",
+    "/etc/krb5.keytab",
+    "/etc/NetworkManager/system-connections",
+];
+
+/// Those of [`HOST_SECRETS`] present here, and the host's SSH private keys
+/// (`/etc/ssh/ssh_host_*_key`).
+pub fn host_secrets() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = HOST_SECRETS
+        .iter()
+        .map(PathBuf::from)
+        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+        .collect();
+    for e in std::fs::read_dir("/etc/ssh")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("ssh_host_") && name.ends_with("_key") {
+            out.push(e.path());
+        }
+    }
+    out
+}
+
 /// Where the people of this machine keep their files, but the user's `$HOME` (`own`,
 /// canonical) and the folders above it: every folder of `/home`, `/root`, and the home
 /// `/etc/passwd` gives each account from uid 1000 up (`nobody` aside, and no upper bound:

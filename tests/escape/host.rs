@@ -1506,3 +1506,22 @@ fn other_accounts_homes_stay_hidden_wherever_passwd_puts_them() {
         "another account's home reached the command: {text}"
     );
 }
+
+/// Round 32 (medium): a command run by root is root without capabilities, still the owner of
+/// the host's root-only secrets: it read `/etc/shadow` and the TLS private keys. Root only.
+#[test]
+fn the_hosts_own_secrets_stay_hidden_from_roots_commands() {
+    if !rustix::process::geteuid().is_root() || !Path::new("/etc/shadow").is_file() {
+        eprintln!("needs root and /etc/shadow: not checked");
+        return;
+    }
+    let f = fixture();
+    let text = sandbox_output(
+        &f,
+        "cat /etc/shadow /etc/gshadow 2>/dev/null | wc -c; ls -A /etc/ssl/private 2>/dev/null | wc -l; echo done",
+    );
+    let counts: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(counts.first(), Some(&"0"), "{text}");
+    assert_eq!(counts.get(1), Some(&"0"), "{text}");
+    assert!(text.contains("done"), "{text}");
+}
