@@ -651,3 +651,46 @@ async fn a_state_folder_of_the_older_layout_loads_and_moves() {
     assert_eq!(metric(&page, "baton_serve_state_loaded_total"), 1);
     assert_eq!(metric(&page, "baton_serve_state_ignored_total"), 0);
 }
+
+/// Red team round 32 (low): a link another account planted where the state folder is named
+/// (in a shared sticky folder) led root's server into a folder of that account's choosing,
+/// where it kept its lock and the users' conversations. Refused now. Root only (the link is
+/// given to another account).
+#[test]
+fn a_state_folder_named_through_another_accounts_link_is_refused() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("not root: not checked");
+        return;
+    }
+    let env = Env::new();
+    let shared = env.home.join("shared");
+    let victim = env.home.join("victim");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::set_permissions(
+        &shared,
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .unwrap();
+    let link = shared.join("state");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+    let out = env
+        .baton()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--endpoint",
+            "http://127.0.0.1:9/v1",
+        ])
+        .arg("--state-dir")
+        .arg(&link)
+        .timeout(Duration::from_secs(30))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("a link owned by uid 65534"), "{stderr}");
+    assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0, "{stderr}");
+}

@@ -185,9 +185,30 @@ pub async fn run(config: &Config, args: &ServeArgs) -> i32 {
 /// one is created, owner-only, by the state store.
 fn check_state_dir_owner(dir: &std::path::Path) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    // Red team round 32: a link another account planted where the folder is named (in a
+    // shared sticky folder: `--state-dir /tmp/baton-state`) led root's server into a folder
+    // of root's of that account's choosing. A link on the way is taken only from this user
+    // or root.
+    let absolute = std::path::absolute(dir).map_err(|e| format!("cannot resolve: {e}"))?;
+    let mut on_the_way = std::path::PathBuf::new();
+    for part in absolute.components() {
+        on_the_way.push(part);
+        if let Ok(m) = std::fs::symlink_metadata(&on_the_way)
+            && m.file_type().is_symlink()
+            && m.uid() != me
+            && m.uid() != 0
+        {
+            return Err(format!(
+                "{} is a link owned by uid {}, not by this server's user (uid {me}) or root: \
+                 choose a folder of your own",
+                on_the_way.display(),
+                m.uid()
+            ));
+        }
+    }
     match std::fs::metadata(dir) {
         Ok(meta) => {
-            let me = nix::unistd::geteuid().as_raw();
             if meta.uid() == me {
                 Ok(())
             } else {
