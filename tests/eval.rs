@@ -1550,28 +1550,39 @@ fn a_home_inside_a_system_folder_is_not_shown_to_trials() {
     for p in [&alice, &alice.join(".pypirc")] {
         std::os::unix::fs::chown(p, Some(1001), Some(1001)).unwrap();
     }
+    // Round 32: a home entry linked into `/opt` (dotfiles on another volume), and
+    // `CARGO_HOME` named through a link (its cover failed every trial's sandbox, and `auto`
+    // ran the trials unsandboxed).
+    write(&others_path.join("dot/aws/credentials"), "s3cret\n");
+    std::os::unix::fs::symlink(others_path.join("dot/aws"), home_path.join(".aws")).unwrap();
+    let cargo_link = others_path.join("cargo-link");
+    std::os::unix::fs::symlink(&cargo_path, &cargo_link).unwrap();
     let mut passwd = std::fs::read_to_string("/etc/passwd").unwrap();
     passwd.push_str(&format!("alice:x:1001:1001::{}:/bin/sh\n", alice.display()));
     write(&others_path.join("passwd"), &passwd);
-    let root = tempfile::tempdir().unwrap();
-    let tasks = root.path().join("tasks");
+    // Round 32: the tasks and the job folder in `/opt` too; the hidden tests stay hidden.
+    let root = tempfile::tempdir_in("/opt").unwrap();
+    let tasks = root.path().canonicalize().unwrap().join("tasks");
     let task = answer_task(
         &tasks,
         "optleak",
         60.0,
-        "if grep -q s3cret /app/leak 2>/dev/null || [ -s /app/shadow ]; then echo 0; else echo 1; fi > /logs/verifier/reward.txt\n",
+        "if grep -q s3cret /app/leak 2>/dev/null || [ -s /app/shadow ] || [ -s /app/tests_seen ]; then echo 0; else echo 1; fi > /logs/verifier/reward.txt\n",
     );
     write(
         &task.join("solution/solve.sh"),
         &format!(
             "cat {}/.ssh/id_rsa {}/baton/config.toml {}/credentials.toml {o}/gnupg/k.key \
-             {o}/alice/.pypirc > /app/leak 2>/dev/null\n\
+             {o}/alice/.pypirc {o}/dot/aws/credentials {o}/cargo-link/credentials.toml \
+             > /app/leak 2>/dev/null\n\
              cat /etc/shadow /etc/gshadow /etc/ssl/private/* > /app/shadow 2>/dev/null\n\
+             cat {t}/optleak/tests/test.sh > /app/tests_seen 2>/dev/null\n\
              echo 42 > /app/answer.txt\n",
             home_path.display(),
             xdg_path.display(),
             cargo_path.display(),
-            o = others_path.display()
+            o = others_path.display(),
+            t = tasks.display()
         ),
     );
     let out = std::process::Command::new("unshare")
@@ -1584,13 +1595,15 @@ fn a_home_inside_a_system_folder_is_not_shown_to_trials() {
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", &home_path)
         .env("XDG_CONFIG_HOME", &xdg_path)
-        .env("CARGO_HOME", &cargo_path)
+        .env("CARGO_HOME", &cargo_link)
         .args(["eval", "--agent", "oracle", "--no-progress", "--out"])
         .arg(root.path().join("jobs"))
         .arg(&task)
         .output()
         .unwrap();
     assert_scored_one(&out, "a key of a home under /opt reached the trial");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("NOT isolated"), "{stderr}");
 }
 
 /// Harbor's own models read baton's job folder: every trial's `result.json` as a

@@ -262,7 +262,14 @@ pub fn prepare(args: &EvalArgs) -> Result<JobConfig, EvalError> {
     if matches!(agent, AgentKind::Baton { .. }) {
         shared.push(binary.clone());
     }
-    let isolation = Isolation::detect(args.isolation, shared).map_err(EvalError::Isolation)?;
+    let mut isolation = Isolation::detect(args.isolation, shared).map_err(EvalError::Isolation)?;
+    isolation.keep_out(
+        set.tasks
+            .iter()
+            .map(|t| t.dir.clone())
+            .chain(std::iter::once(args.out.clone()))
+            .chain(std::env::var_os("TMPDIR").map(PathBuf::from)),
+    );
     if isolation.kind == IsolationKind::Plain {
         eprintln!(
             "baton eval: WARNING: trials are NOT isolated ({}); each runs in its own folder with HOME and TMPDIR set, and /app, /tests, /logs are rewritten to those folders",

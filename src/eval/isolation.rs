@@ -356,6 +356,9 @@ pub struct Isolation {
     pub fallback_reason: Option<String>,
     /// Extra host paths visible read-only (the baton agent's binary, `--share`).
     shared: Vec<PathBuf>,
+    /// The job's own folders (the task folders, `--out`, the runner's `TMPDIR`), where they
+    /// really lie: empty in every phase where a system folder trials see holds them.
+    kept_out: Vec<PathBuf>,
     /// Toolchain env (RUSTUP_HOME …) that keeps host tools working under a fresh HOME.
     tool_env: BTreeMap<String, String>,
     /// The trials' seccomp program as bwrap reads it (`--seccomp FD`).
@@ -388,6 +391,13 @@ pub enum IsolationError {
     /// `bwrap` runs but cannot create the namespaces (a container, a locked-down kernel).
     #[error("bwrap cannot create a sandbox here: {stderr}")]
     SandboxRefused { stderr: String },
+    /// `bwrap` creates namespaces here, but a trial's sandbox could not be built: never a
+    /// reason to run trials unsandboxed.
+    #[error(
+        "a trial's sandbox could not be built, though bubblewrap works here: {stderr}; \
+         trials are not run unsandboxed for this (--isolation none does that knowingly)"
+    )]
+    TrialSandboxFailed { stderr: String },
     /// The seccomp program for trials could not be compiled.
     #[error("cannot build the trials' seccomp filter: {0}")]
     Seccomp(String),
@@ -483,6 +493,7 @@ impl Isolation {
             kind: IsolationKind::Bwrap,
             fallback_reason: None,
             shared: shared.into_iter().filter(|p| p.exists()).collect(),
+            kept_out: Vec::new(),
             tool_env: toolchain_env(),
             seccomp: Arc::new(trial_seccomp()?),
             bwrap: bwrap::bwrap_path().unwrap_or_else(|_| PathBuf::from("bwrap")),
@@ -517,7 +528,10 @@ impl Isolation {
                 iso.host_sockets = Arc::new(host_sockets());
                 Ok(iso)
             }
-            Err(reason) if choice == IsolationChoice::Auto => {
+            Err(reason)
+                if choice == IsolationChoice::Auto
+                    && !matches!(reason, IsolationError::TrialSandboxFailed { .. }) =>
+            {
                 iso.kind = IsolationKind::Plain;
                 iso.fallback_reason = Some(reason.to_string());
                 Ok(iso)
@@ -546,8 +560,13 @@ impl Isolation {
         paths.create().map_err(IsolationError::ProbeFolders)?;
         let out = self.probe_run(&paths, "touch /app/.probe")?;
         if !out.status.success() || !paths.app.join(".probe").exists() {
-            return Err(IsolationError::SandboxRefused {
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            // Only a bwrap that cannot make namespaces at all lets `auto` fall back (red team
+            // round 32: a cover a variable placed through a link failed the trial's command
+            // line, and every trial ran unsandboxed).
+            return Err(match crate::sandbox::bwrap::check_namespaces() {
+                Ok(()) => IsolationError::TrialSandboxFailed { stderr },
+                Err(_) => IsolationError::SandboxRefused { stderr },
             });
         }
         Ok(())
@@ -616,6 +635,19 @@ impl Isolation {
             // ever run on the host in its place. A program that does not exist says so.
             IsolationKind::Podman | IsolationKind::Docker => {
                 Command::new("/nonexistent/baton-container-trials-run-every-phase-in-the-container")
+            }
+        }
+    }
+
+    /// Folders of the job no trial may read where they lie in a system folder trials see
+    /// (red team round 32: with the tasks in `/opt`, a model read the hidden tests and the
+    /// oracle's solution at their host paths): the task folders, the job's `--out` folder,
+    /// the runner's `TMPDIR`. Each is an empty folder in every phase; what a phase needs of
+    /// them is bound in from the host.
+    pub fn keep_out(&mut self, folders: impl IntoIterator<Item = PathBuf>) {
+        for folder in folders.into_iter().filter_map(|f| f.canonicalize().ok()) {
+            if !self.kept_out.contains(&folder) {
+                self.kept_out.push(folder);
             }
         }
     }
@@ -721,14 +753,21 @@ impl Isolation {
         // Other people's homes there too (round 32: `/opt/alice`, one linked to a data
         // disk, the runner's own passwd home while `$HOME` points elsewhere), the shell
         // sandbox's one list.
+        // Each is covered where it really lies: bwrap cannot make a mount point through a
+        // link (round 32: `CARGO_HOME` named through one failed every trial's sandbox), and
+        // a home entry linked into `/opt` (`~/.ssh -> /opt/dot/ssh`) is read there.
         let own_home = dirs::home_dir().and_then(|h| h.canonicalize().ok());
-        let emptied: Vec<PathBuf> = host_private_folders()
+        let mut emptied: Vec<PathBuf> = host_private_folders()
             .into_iter()
             .chain(crate::sandbox::visibility::account_homes(
                 own_home.as_deref(),
             ))
+            .chain(self.kept_out.iter().cloned())
+            .filter_map(|p| p.canonicalize().ok())
             .filter(|p| in_system(p) && p.is_dir())
             .collect();
+        emptied.sort();
+        emptied.dedup();
         for private in &emptied {
             b.tmpfs(private);
         }
@@ -736,7 +775,13 @@ impl Isolation {
         let secrets = dirs::home_dir()
             .map(|h| crate::sandbox::visibility::home_secrets(&h))
             .unwrap_or_default();
-        for secret in secrets
+        let mut real_secrets: Vec<PathBuf> = secrets
+            .iter()
+            .filter_map(|s| s.canonicalize().ok())
+            .collect();
+        real_secrets.sort();
+        real_secrets.dedup();
+        for secret in real_secrets
             .iter()
             .filter(|s| in_system(s) && !emptied.iter().any(|e| s.starts_with(e)))
         {

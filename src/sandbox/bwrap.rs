@@ -204,6 +204,23 @@ impl Bwrap {
         self.destinations.iter().map(|(d, _)| d.as_path())
     }
 
+    /// Whether bubblewrap can mount at `path`: no folder on the way is a link inside (a link
+    /// there leads out of the new root while bubblewrap builds it, and the mount fails). A
+    /// mount point of this world on the way is a real folder inside, whatever the host has
+    /// there; below it, the host's path is judged as the command would find it.
+    pub fn lands_without_links(&self, path: &Path) -> bool {
+        let mut on_the_way = PathBuf::new();
+        for part in path.components() {
+            on_the_way.push(part);
+            let mounted = self.destinations.iter().any(|(d, _)| *d == on_the_way);
+            let link = std::fs::symlink_metadata(&on_the_way).is_ok_and(|m| m.is_symlink());
+            if link && !mounted {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Whether `path` inside is the host's `path`: the last mount landing on it or above it
     /// binds the host's own path there (not a tmpfs, a symlink or another file).
     pub fn shows_host(&self, path: &Path) -> bool {
@@ -773,8 +790,15 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
             }
         }
     }
+    // A name through a link outside the world's mounts (`XDG_CONFIG_HOME=/opt/cfg`, a link)
+    // leads where the secret really is, hidden there (round 32: a mount at the name failed
+    // every command).
     for s in present {
-        if !covers(&s, &roots) && b.shows_host(&s) && !visibility::named_by_user(&s, &readable) {
+        if !covers(&s, &roots)
+            && b.shows_host(&s)
+            && b.lands_without_links(&s)
+            && !visibility::named_by_user(&s, &readable)
+        {
             b.hide(&s);
         }
     }
@@ -784,7 +808,7 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
     for (file, shown) in super::git_guard::user_configs_without_credentials() {
         let real = file.canonicalize().ok().filter(|r| *r != file);
         for at in std::iter::once(file).chain(real) {
-            if !covers(&at, &roots) && b.shows_host(&at) {
+            if !covers(&at, &roots) && b.shows_host(&at) && b.lands_without_links(&at) {
                 b.ro_bind_data(shown.as_bytes(), &at)?;
             }
         }

@@ -1373,7 +1373,10 @@ fn credentials_where_a_variable_moved_their_folder_stay_hidden() {
     std::fs::write(xdg.join("git/credentials"), "https://u:xdg-s3cret@h\n").expect("write");
     std::fs::write(cargo.join("credentials.toml"), "token = \"cargo-s3cret\"\n").expect("write");
     std::fs::write(cargo.join("env"), "visible\n").expect("write");
-    let (x, c) = (xdg.clone().into_os_string(), cargo.clone().into_os_string());
+    // Round 32: named through a link (a mount at the name failed every command).
+    std::os::unix::fs::symlink(&cargo, f.outside.join("cargo-link")).expect("link");
+    let x = xdg.clone().into_os_string();
+    let c = f.outside.join("cargo-link").into_os_string();
     let out = baton_sandbox(
         &f,
         &[("XDG_CONFIG_HOME", &x), ("CARGO_HOME", &c)],
