@@ -764,7 +764,9 @@ impl Isolation {
             ))
             .chain(self.kept_out.iter().cloned())
             .filter_map(|p| p.canonicalize().ok())
-            .filter(|p| in_system(p) && p.is_dir())
+            .filter(|p| {
+                in_system(p) && p.is_dir() && crate::sandbox::visibility::reachable_in_sandbox(p)
+            })
             .collect();
         emptied.sort();
         emptied.dedup();
@@ -793,7 +795,7 @@ impl Isolation {
             // Gone since the job started: nothing to cover, and no mount point for bwrap.
             let still = std::fs::symlink_metadata(socket)
                 .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
-            if still {
+            if still && crate::sandbox::visibility::reachable_in_sandbox(socket) {
                 b.hide_file(socket);
             }
         }
@@ -1249,6 +1251,9 @@ fn hide_credentials(b: &mut Bwrap, dir: &Path, home_secrets: &[PathBuf]) {
 /// Covers `path` when it is there: a folder with an empty tmpfs, anything else with an empty
 /// file. Not `Bwrap::hide`: a link is covered as a file, never followed to its target.
 fn cover(b: &mut Bwrap, path: &Path) {
+    if !crate::sandbox::visibility::reachable_in_sandbox(path) {
+        return;
+    }
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => {
             b.tmpfs(path);

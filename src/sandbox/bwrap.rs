@@ -706,7 +706,7 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
     for other in visibility::account_homes(home.as_deref()) {
         if covers(&other, &roots) {
             homes_shown.push(other);
-        } else {
+        } else if visibility::reachable_in_sandbox(&other) {
             b.hide(&other);
         }
     }
@@ -797,6 +797,7 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
         if !covers(&s, &roots)
             && b.shows_host(&s)
             && b.lands_without_links(&s)
+            && visibility::reachable_in_sandbox(&s)
             && !visibility::named_by_user(&s, &readable)
         {
             b.hide(&s);
@@ -808,7 +809,11 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
     for (file, shown) in super::git_guard::user_configs_without_credentials() {
         let real = file.canonicalize().ok().filter(|r| *r != file);
         for at in std::iter::once(file).chain(real) {
-            if !covers(&at, &roots) && b.shows_host(&at) && b.lands_without_links(&at) {
+            if !covers(&at, &roots)
+                && b.shows_host(&at)
+                && b.lands_without_links(&at)
+                && visibility::reachable_in_sandbox(&at)
+            {
                 b.ro_bind_data(shown.as_bytes(), &at)?;
             }
         }

@@ -584,6 +584,38 @@ fn parse_unix_table(table: &str) -> BTreeSet<PathBuf> {
 /// daemon's stays.
 pub const SOCKET_SETTLE: Duration = Duration::from_secs(10);
 
+/// Whether the sandbox could reach `path` at all: every folder on the way lets the
+/// sandbox's root in (the caller's uid and gid are its only ids; its capabilities count only
+/// for a folder owned by both). A path behind a folder of another account's at mode 0700 is
+/// out of every command's reach, and bubblewrap cannot cover it either (red team round 33: a
+/// socket another account bound in such a folder made every sandbox of root's fail).
+pub fn reachable_in_sandbox(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let uid = rustix::process::geteuid().as_raw();
+    let gid = rustix::process::getegid().as_raw();
+    let groups: Vec<u32> = rustix::process::getgroups()
+        .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
+        .unwrap_or_default();
+    let Some(parent) = path.parent() else {
+        return true;
+    };
+    parent.ancestors().all(|dir| {
+        let Ok(m) = std::fs::metadata(dir) else {
+            return false;
+        };
+        let search = if m.uid() == uid && m.gid() == gid {
+            return true;
+        } else if m.uid() == uid {
+            0o100
+        } else if m.gid() == gid || groups.contains(&m.gid()) {
+            0o010
+        } else {
+            0o001
+        };
+        m.mode() & search != 0
+    })
+}
+
 /// Covers each socket of `sockets` that the command would see as the host's (outside its
 /// writable `roots` and the user's `allowed` sockets or folders, bound more than
 /// [`SOCKET_SETTLE`] ago) with an empty file: `connect` there is refused. A path that is no
@@ -602,7 +634,7 @@ pub(super) fn mask_sockets(
             continue;
         };
         let mine = roots.iter().chain(allowed).any(|r| real.starts_with(r));
-        if mine || !b.shows_host(&real) {
+        if mine || !b.shows_host(&real) || !reachable_in_sandbox(&real) {
             continue;
         }
         let cover = std::fs::symlink_metadata(&real)

@@ -830,6 +830,13 @@ fn pathname_unix_sockets_of_the_host_are_masked_unless_allowed() {
     std::os::unix::fs::symlink(f.outside.join("release"), f.outside.join("current")).expect("link");
     let linked_sock = f.outside.join("current/app.sock");
     let _linked = std::os::unix::net::UnixListener::bind(&linked_sock).expect("bind");
+    // Round 33: a socket behind another account's private folder is out of every command's
+    // reach, and bubblewrap cannot cover it (every command of root's failed to start). Root
+    // only (the folder is given to another account).
+    let private_sock = f.outside.join("priv/s.sock");
+    let root = rustix::process::geteuid().is_root();
+    std::fs::create_dir_all(f.outside.join("priv")).expect("mkdir");
+    let _private = std::os::unix::net::UnixListener::bind(&private_sock).expect("bind");
     // A daemon's socket has been there a while (a socket bound within the last seconds is
     // left uncovered: it may be gone by the time bubblewrap would mount its cover).
     let now = std::time::UNIX_EPOCH.elapsed().expect("clock").as_secs();
@@ -837,12 +844,17 @@ fn pathname_unix_sockets_of_the_host_are_masked_unless_allowed() {
         tv_sec: now.saturating_sub(3600) as libc::time_t,
         tv_nsec: 0,
     };
-    for sock in [&host_sock, &linked_sock] {
+    for sock in [&host_sock, &linked_sock, &private_sock] {
         let c_path = std::ffi::CString::new(sock.as_os_str().as_encoded_bytes()).expect("path");
         // SAFETY: a NUL-terminated path and two valid timespecs.
         let set =
             unsafe { libc::utimensat(libc::AT_FDCWD, c_path.as_ptr(), [hour_ago; 2].as_ptr(), 0) };
         assert_eq!(set, 0, "{}", std::io::Error::last_os_error());
+    }
+    if root {
+        std::os::unix::fs::chown(f.outside.join("priv"), Some(65534), Some(65534)).expect("chown");
+        std::fs::set_permissions(f.outside.join("priv"), PermissionsExt::from_mode(0o700))
+            .expect("chmod");
     }
     let script = format!(
         "$PY -c '\nimport socket, sys\nfor p in sys.argv[1:]:\n  s = socket.socket(socket.AF_UNIX)\n  try:\n    s.connect(p); print(\"connected\", p)\n  except OSError as e:\n    print(\"refused\", p, e.errno)\n' {} {} {}",
