@@ -736,3 +736,55 @@ fn eval_baton(
     ];
     eval(p, out, &args, vars)
 }
+
+/// Red team round 33 (critical): podman before 4.9.4 lets a `RUN --mount` step bind the
+/// host's `/` (CVE-2024-1753: a stage holding a link to `/` as the mount's source): a task's
+/// Dockerfile read and wrote host files as root while its image was built. Such a Dockerfile
+/// is not built by a runtime of a version with that hole: the trial is an environment error
+/// saying why, and nothing of the Dockerfile ran. On a fixed podman the test says so and
+/// checks nothing more.
+#[test]
+fn a_run_mount_step_is_not_built_by_a_runtime_that_lets_it_reach_the_host() {
+    let Some(p) = podman() else {
+        return;
+    };
+    let version = Command::new("podman")
+        .args(["version", "--format", "{{.Client.Version}}"])
+        .output()
+        .expect("podman version");
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
+    let numbers: Vec<u32> = version
+        .split(['.', '-'])
+        .take(3)
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let fixed = matches!(numbers[..], [4, m, p] if (m, p) >= (9, 4))
+        || matches!(numbers[..], [major, ..] if major >= 6)
+        || matches!(numbers[..], [5, m, p] if (m, p) >= (0, 1));
+    if fixed {
+        eprintln!("podman {version} has the fix: not checked");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let marker = root.path().join("ran");
+    let dockerfile = format!(
+        "FROM {BASE} AS base\nRUN ln -s / /rootdir\nFROM {BASE}\n\
+         RUN --mount=type=bind,from=base,source=/rootdir,destination=/host,rw \\\n  \
+         touch /host{}\n",
+        marker.display()
+    );
+    let dir = task(root.path(), "run-mount", &dockerfile, "true\n", "true");
+    let out = tempfile::tempdir().unwrap();
+    let job = eval(
+        p,
+        out.path(),
+        &[dir.to_str().unwrap(), "--agent", "nop", "--env", "podman"],
+        &[],
+    );
+    let t = &trials(&job)[0];
+    assert!(t["reward"].is_null(), "{t:#}");
+    let message = t["exception_info"]["exception_message"].as_str().unwrap();
+    assert!(message.contains("`RUN --mount` step"), "{message}");
+    assert!(message.contains(&format!("podman {version}")), "{message}");
+    assert!(!marker.exists(), "the build reached the host");
+}

@@ -170,6 +170,59 @@ impl Runtime {
             .clone()
     }
 
+    /// Why this runtime must not build the task's Dockerfile `file`, if it must not: a
+    /// `RUN --mount` step reaches the host's files as root on podman before 4.9.4 (and
+    /// 5.0.0; CVE-2024-1753: a bind from a stage holding a link to `/`) and on docker before
+    /// 25.0.2 (BuildKit's CVE-2024-23651/23652) — red team round 33 wrote and read host files
+    /// through podman 4.3.1. A version that cannot be read counts as such a one.
+    fn unsafe_to_build(&self, file: &Path) -> Option<String> {
+        let anchor = file.parent()?;
+        let text = crate::untrusted_fs::read_file(file, &[anchor], 4 << 20).ok()?;
+        if !crate::eval::dockerfile::uses_run_mount(&String::from_utf8_lossy(&text)) {
+            return None;
+        }
+        let version = self.version();
+        let safe = version.is_some_and(|v| match self.kind {
+            RuntimeKind::Podman => (v.0 == 4 && v >= (4, 9, 4)) || v >= (5, 0, 1),
+            RuntimeKind::Docker => v >= (25, 0, 2),
+        });
+        if safe {
+            return None;
+        }
+        let name = self.kind.name();
+        let shown = version.map_or("an unknown version".to_string(), |(a, b, c)| {
+            format!("{a}.{b}.{c}")
+        });
+        Some(format!(
+            "the task's Dockerfile has a `RUN --mount` step, which {name} {shown} lets reach \
+             the host's files as root while it builds (fixed in podman 4.9.4 and 5.0.1, docker \
+             25.0.2): not built; upgrade {name}, or run the task with --env bwrap"
+        ))
+    }
+
+    /// The runtime's version (`podman version`, `docker version`).
+    fn version(&self) -> Option<(u32, u32, u32)> {
+        let out = self
+            .quick(&["version", "--format", "{{.Client.Version}}"])
+            .ok()?;
+        if !out.status_ok {
+            return None;
+        }
+        // The version alone on stdout; a warning on stderr may come with it.
+        let word = out
+            .text
+            .split_whitespace()
+            .find(|w| w.starts_with(|c: char| c.is_ascii_digit()) && w.contains('.'))?;
+        let mut parts = word
+            .split(['.', '-', '+', '~'])
+            .map(|p| p.parse::<u32>().ok());
+        Some((
+            parts.next()??,
+            parts.next()??,
+            parts.next().flatten().unwrap_or(0),
+        ))
+    }
+
     fn make_image(
         &self,
         source: &ImageSource,
@@ -180,6 +233,11 @@ impl Runtime {
     ) -> Result<Image, String> {
         let have = self.quick(&["image", "inspect", "--format", "{{.Id}}", tag])?;
         if !have.status_ok {
+            if let ImageSource::Dockerfile { file, .. } = source
+                && let Some(why) = self.unsafe_to_build(file)
+            {
+                return Err(why);
+            }
             let mut cmd = self.command();
             match source {
                 ImageSource::Dockerfile { file, context } => {

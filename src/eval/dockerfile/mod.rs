@@ -56,11 +56,43 @@ pub enum DockerPlan {
     Unsupported(DockerfileError),
 }
 
+/// Whether a `RUN` step of the Dockerfile `text` mounts something (`RUN --mount=…`): what
+/// older container builders let reach the host's files.
+pub fn uses_run_mount(text: &str) -> bool {
+    words::logical_lines(text).iter().any(|(_, line)| {
+        let mut words = line.split_whitespace();
+        let is_run = words.next().is_some_and(|w| w.eq_ignore_ascii_case("RUN"));
+        is_run
+            && words
+                .take_while(|w| w.starts_with("--"))
+                .any(|w| w.starts_with("--mount"))
+    })
+}
+
 /// Translates `text`, whose build context is `context` (visible at `/environment` while the
 /// script runs). Installed packages are looked up once per process.
 pub fn translate(text: &str, network: bool, context: &Path) -> DockerPlan {
     match translate_inner(text, network, Some(context), &host_has_package) {
         Ok(local) => DockerPlan::Local(local),
         Err(reason) => DockerPlan::Unsupported(reason),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_steps_that_mount_are_found_in_every_spelling() {
+        assert!(uses_run_mount(
+            "FROM x\nRUN --mount=type=cache,target=/c pip install y\n"
+        ));
+        assert!(uses_run_mount(
+            "FROM x\nrun --network=none \\\n  --mount=from=a,source=/,target=/h true\n"
+        ));
+        assert!(!uses_run_mount("FROM x\nRUN echo --mount=type=bind\n"));
+        assert!(!uses_run_mount(
+            "FROM x\n# RUN --mount=type=bind true\nCOPY . /app\n"
+        ));
     }
 }
