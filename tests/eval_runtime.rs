@@ -737,7 +737,7 @@ fn eval_baton(
     eval(p, out, &args, vars)
 }
 
-/// Red team round 33 (critical): podman before 4.9.4 lets a `RUN --mount` step bind the
+/// Red team round 33 (critical): podman before 5.3.2 lets a `RUN --mount` step bind the
 /// host's `/` (CVE-2024-1753: a stage holding a link to `/` as the mount's source): a task's
 /// Dockerfile read and wrote host files as root while its image was built. Such a Dockerfile
 /// is not built by a runtime of a version with that hole: the trial is an environment error
@@ -758,9 +758,8 @@ fn a_run_mount_step_is_not_built_by_a_runtime_that_lets_it_reach_the_host() {
         .take(3)
         .filter_map(|n| n.parse().ok())
         .collect();
-    let fixed = matches!(numbers[..], [4, m, p] if (m, p) >= (9, 4))
-        || matches!(numbers[..], [major, ..] if major >= 6)
-        || matches!(numbers[..], [5, m, p] if (m, p) >= (0, 1));
+    let fixed = matches!(numbers[..], [major, ..] if major >= 6)
+        || matches!(numbers[..], [5, m, p] if (m, p) >= (3, 2));
     if fixed {
         eprintln!("podman {version} has the fix: not checked");
         return;

@@ -171,8 +171,9 @@ impl Runtime {
     }
 
     /// Why this runtime must not build the task's Dockerfile `file`, if it must not: a
-    /// `RUN --mount` step reaches the host's files as root on podman before 4.9.4 (and
-    /// 5.0.0; CVE-2024-1753: a bind from a stage holding a link to `/`) and on docker before
+    /// `RUN --mount` step reaches the host's files as root on podman before 5.3.2
+    /// (CVE-2024-1753: a bind from a stage holding a link to `/`; CVE-2024-9675 and
+    /// CVE-2024-11218, cache and bind mounts through links, fixed last) and on docker before
     /// 25.0.2 (BuildKit's CVE-2024-23651/23652) — red team round 33 wrote and read host files
     /// through podman 4.3.1. A version that cannot be read counts as such a one.
     fn unsafe_to_build(&self, file: &Path) -> Option<String> {
@@ -183,7 +184,7 @@ impl Runtime {
         }
         let version = self.version();
         let safe = version.is_some_and(|v| match self.kind {
-            RuntimeKind::Podman => (v.0 == 4 && v >= (4, 9, 4)) || v >= (5, 0, 1),
+            RuntimeKind::Podman => v >= (5, 3, 2),
             RuntimeKind::Docker => v >= (25, 0, 2),
         });
         if safe {
@@ -195,7 +196,7 @@ impl Runtime {
         });
         Some(format!(
             "the task's Dockerfile has a `RUN --mount` step, which {name} {shown} lets reach \
-             the host's files as root while it builds (fixed in podman 4.9.4 and 5.0.1, docker \
+             the host's files as root while it builds (fixed in podman 5.3.2 and docker \
              25.0.2): not built; upgrade {name}, or run the task with --env bwrap"
         ))
     }
