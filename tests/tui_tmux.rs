@@ -374,10 +374,15 @@ fn editor_diff_pager_and_resize_in_a_real_terminal() {
     // and what it was given.
     let markers = root.path().join("markers");
     std::fs::create_dir_all(&markers).expect("mkdir");
-    let editor = format!(
-        "EDITOR=sh -c 'pwd > {m}/pwd; env > {m}/env; printf \"from the editor\" > \"$0\"'",
-        m = markers.display()
-    );
+    std::fs::write(
+        markers.join("editor.sh"),
+        format!(
+            "pwd > {m}/pwd; env > {m}/env; printf 'from the editor' > \"$1\"\n",
+            m = markers.display()
+        ),
+    )
+    .expect("editor script");
+    let editor = format!("EDITOR=sh {}/editor.sh", markers.display());
     // Round 31's class: a variable of the user's naming what a command wrote in a way no
     // rule spots (a glob) never reaches the editor; it gets a short list of variables.
     let glob = format!(

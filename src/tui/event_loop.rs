@@ -245,6 +245,20 @@ async fn run_effects(
     Ok(())
 }
 
+/// The first of the editor's arguments that may lead where commands write: a path in a
+/// writable root, or a pattern or variable the editor expands itself (vim globs and expands
+/// `-S`'s file name), where no rule can tell where it leads.
+fn refused_editor_word<'a>(args: &'a [String], roots: &[std::path::PathBuf]) -> Option<&'a String> {
+    args.iter().find(|w| {
+        w.contains(['*', '?', '[', '$', '`'])
+            || crate::protocol::host_programs::names_a_writable_path(
+                std::ffi::OsStr::new(w),
+                roots,
+                true,
+            )
+    })
+}
+
 /// Opens `$VISUAL` / `$EDITOR` (default `vi`) on a temp file holding `text`. The editor runs
 /// outside the sandbox, so it is looked up as every program baton starts itself: never from a
 /// PATH entry a command could have written (an activated `.venv/bin` in the workspace), with
@@ -272,14 +286,14 @@ async fn edit_in_editor(text: &str, workspace: &std::path::Path) -> Result<Strin
             argv[0]
         )
     })?;
-    // Its arguments too: `sh <ws>/tools/edit.sh` runs what a command wrote (round 29).
-    if let Some(word) = argv[1..]
-        .iter()
-        .find(|w| host_programs::names_a_writable_path(std::ffi::OsStr::new(w), &roots, true))
-    {
+    // Its arguments too: `sh <ws>/tools/edit.sh` runs what a command wrote (round 29), and
+    // a pattern the editor expands itself (`vim -S ~/pro?/x.vim`, round 33) may name one: no
+    // rule tells where a pattern leads, so an editor with one is not started.
+    if let Some(word) = refused_editor_word(&argv[1..], &roots) {
         return Err(format!(
-            "the editor '{editor}' names '{word}', in a folder commands may write: baton does not \
-             start it outside the sandbox"
+            "the editor '{editor}' names '{word}', a pattern or a path in a folder commands may \
+             write: baton does not start it outside the sandbox (put the command in a script of \
+             yours and name that)"
         ));
     }
     let mut cmd = tokio::process::Command::new(&program);
@@ -305,4 +319,37 @@ async fn edit_in_editor(text: &str, workspace: &std::path::Path) -> Result<Strin
         ));
     }
     std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Red team round 33 (high): `vim -S ~/pro?/x.vim` globbed to a file a command wrote in
+    /// the workspace `~/proj`, which no path rule recognised; a pattern or a variable among
+    /// the editor's arguments keeps it from starting, as a path in a writable root does.
+    #[test]
+    fn an_editor_whose_arguments_may_lead_into_the_workspace_is_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let ws = base.path().canonicalize().unwrap().join("proj");
+        std::fs::create_dir_all(&ws).unwrap();
+        let roots = vec![ws.clone()];
+        let words = |line: &str| shlex::split(line).unwrap();
+        let home = ws.parent().unwrap().display().to_string();
+        for refused in [
+            format!("-S {home}/pro?/x.vim"),
+            format!("-S {home}/*/x.vim"),
+            format!("-S {home}/pr[o]j/x.vim"),
+            "-S $TMPDIR/../proj/x.vim".to_string(),
+            format!("-S {}/x.vim", ws.display()),
+        ] {
+            assert!(
+                refused_editor_word(&words(&refused), &roots).is_some(),
+                "{refused}"
+            );
+        }
+        for kept in ["--wait", "-w", "+startinsert", "-t -a ''"] {
+            assert_eq!(refused_editor_word(&words(kept), &roots), None, "{kept}");
+        }
+    }
 }
