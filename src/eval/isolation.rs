@@ -1220,9 +1220,14 @@ fn host_sockets() -> Vec<PathBuf> {
 /// lie: what a trial must not see of the user.
 fn host_private_folders() -> Vec<PathBuf> {
     let named = dirs::home_dir().into_iter().chain(
-        ["XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"]
-            .iter()
-            .filter_map(|v| std::env::var_os(v).map(PathBuf::from)),
+        [
+            "XDG_CONFIG_HOME",
+            "XDG_DATA_HOME",
+            "XDG_STATE_HOME",
+            "XDG_CACHE_HOME",
+        ]
+        .iter()
+        .filter_map(|v| std::env::var_os(v).map(PathBuf::from)),
     );
     let mut out: Vec<PathBuf> = Vec::new();
     for dir in named.filter(|d| d.is_absolute() && d.parent().is_some()) {

@@ -677,6 +677,8 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
     if let Some(h) = view_home {
         visibility::home_view(&mut b, h, &readable, &roots, &mut opener)?;
     }
+    let moved_views =
+        visibility::moved_home_views(&mut b, home.as_deref(), &readable, &roots, &mut opener)?;
     // Runtime sockets (D-Bus, docker, nscd, the user's agents) live under /run.
     let mut hidden: Vec<PathBuf> = vec![PathBuf::from("/run")];
     if std::fs::symlink_metadata("/var/run").is_ok_and(|m| m.is_dir()) {
@@ -838,6 +840,9 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
     }
     if let Some(h) = view_home {
         visibility::seal_home(&mut b, h);
+    }
+    for moved in &moved_views {
+        visibility::seal_home(&mut b, moved);
     }
     Ok(b)
 }

@@ -114,6 +114,17 @@ const CREDENTIAL_VARIABLES: &[(&str, &[&str])] = &[
     ("COMPOSER_HOME", &["auth.json"]),
     ("MYSQL_HOME", &["my.cnf"]),
     ("HISTFILE", &[]),
+    ("IPYTHONDIR", &["profile_default/history.sqlite"]),
+    ("DOCKER_CERT_PATH", &["key.pem"]),
+    ("PULUMI_HOME", &["credentials.json"]),
+    ("TELEPORT_HOME", &["keys"]),
+    ("HELM_REGISTRY_CONFIG", &[]),
+    ("POETRY_CONFIG_DIR", &["auth.toml"]),
+    ("UV_CONFIG_FILE", &[]),
+    ("BUNDLE_USER_CONFIG", &[]),
+    ("CURL_HOME", &[".curlrc"]),
+    ("WGETRC", &[]),
+    ("CONDARC", &[]),
 ];
 
 /// The credentials [`CREDENTIAL_VARIABLES`] name in this process's environment (`KUBECONFIG`
@@ -122,10 +133,24 @@ const CREDENTIAL_VARIABLES: &[(&str, &[&str])] = &[
 /// hide every toolchain there).
 fn variable_secrets() -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for (var, inside) in CREDENTIAL_VARIABLES {
-        let Some(value) = std::env::var_os(var) else {
-            continue;
-        };
+    // No list of such variables is complete (round 33: `PSQL_HISTORY`, `GIT_SSL_KEY`,
+    // `ANSIBLE_PRIVATE_KEY_FILE`…): any variable named like a credential or a history names
+    // one whole.
+    let named_like_one: Vec<(String, std::ffi::OsString)> = std::env::vars_os()
+        .filter_map(|(name, value)| {
+            let name = name.into_string().ok()?;
+            let like =
+                super::env::looks_secret(&name) || name.to_ascii_uppercase().contains("HIST");
+            like.then_some((name, value))
+        })
+        .collect();
+    let by_name = named_like_one
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.clone(), &[][..]));
+    let listed = CREDENTIAL_VARIABLES
+        .iter()
+        .filter_map(|(var, inside)| std::env::var_os(var).map(|value| (*var, value, *inside)));
+    for (_, value, inside) in listed.chain(by_name) {
         for named in std::env::split_paths(&value) {
             let deep = named.is_absolute() && named.components().count() > 2;
             let kernel = ["/dev", "/proc", "/sys"]
@@ -508,6 +533,75 @@ pub(super) fn home_view(
         shown.push(entry);
     }
     Ok(())
+}
+
+/// The XDG folders a variable moved out of the home (`XDG_CONFIG_HOME=/data/cfg`): the home's
+/// own configuration, data, state and cache, shown as the home is (round 33: Copilot's
+/// token, `kaggle.json`, `pip.conf`, nvim's shada in them were shown, only a list of
+/// credentials hidden). Each as an empty tmpfs showing, read-only, the toolchain folders the
+/// home view shows there (`git`, `uv`, `pip` …) and what the user names; the caller seals
+/// the returned folders with [`seal_home`] once the writable roots are bound.
+pub(super) fn moved_home_views(
+    b: &mut Bwrap,
+    home: Option<&Path>,
+    readable: &[PathBuf],
+    roots: &[PathBuf],
+    opener: &mut super::bwrap::HeldOpener,
+) -> Result<Vec<PathBuf>, super::SandboxError> {
+    const MOVED: &[(&str, &str)] = &[
+        ("XDG_CONFIG_HOME", ".config"),
+        ("XDG_DATA_HOME", ".local/share"),
+        ("XDG_STATE_HOME", ".local/state"),
+        ("XDG_CACHE_HOME", ".cache"),
+    ];
+    let mut viewed: Vec<PathBuf> = Vec::new();
+    for (var, in_home) in MOVED {
+        let Some(dir) = std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|d| d.is_absolute())
+            .and_then(|d| d.canonicalize().ok())
+        else {
+            continue;
+        };
+        let inside_home = home.is_some_and(|h| dir.starts_with(h));
+        let holds_a_root = roots
+            .iter()
+            .any(|r| r.starts_with(&dir) || dir.starts_with(r));
+        if inside_home
+            || holds_a_root
+            || dir.components().count() <= 2
+            || !dir.is_dir()
+            || !b.shows_host(&dir)
+            || !b.lands_without_links(&dir)
+            || !reachable_in_sandbox(&dir)
+            || viewed
+                .iter()
+                .any(|v| dir.starts_with(v) || v.starts_with(&dir))
+        {
+            continue;
+        }
+        b.tmpfs(&dir);
+        let toolchains = HOME_TOOLCHAINS.iter().filter_map(|t| {
+            let rest = Path::new(t).strip_prefix(in_home).ok()?;
+            (!rest.as_os_str().is_empty()).then(|| dir.join(rest))
+        });
+        let named = readable.iter().filter(|p| p.starts_with(&dir)).cloned();
+        let mut shown: Vec<PathBuf> = Vec::new();
+        for entry in toolchains.chain(named) {
+            if std::fs::symlink_metadata(&entry).is_err()
+                || shown.iter().any(|s| entry.starts_with(s))
+            {
+                continue;
+            }
+            let Some(real) = super::policy::resolved_once(&entry) else {
+                continue;
+            };
+            b.bind_held(opener.open(&real, real.is_dir())?, &entry, false)?;
+            shown.push(entry);
+        }
+        viewed.push(dir);
+    }
+    Ok(viewed)
 }
 
 /// Whether `path` (absolute) lies in the user's home where the bubblewrap sandbox of `policy`

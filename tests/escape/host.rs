@@ -1383,6 +1383,11 @@ fn credentials_where_a_variable_moved_their_folder_stay_hidden() {
     std::fs::create_dir_all(xdg.join("git")).expect("mkdir");
     std::fs::create_dir_all(&cargo).expect("mkdir");
     std::fs::write(xdg.join("git/credentials"), "https://u:xdg-s3cret@h\n").expect("write");
+    // Round 33: the rest of a moved XDG folder is the home's too (Copilot's token); its
+    // toolchain folders (git's settings) stay shown.
+    std::fs::create_dir_all(xdg.join("github-copilot")).expect("mkdir");
+    std::fs::write(xdg.join("github-copilot/hosts.json"), "copilot-s3cret").expect("write");
+    std::fs::write(xdg.join("git/config"), "[user]\n\tname = visible\n").expect("write");
     std::fs::write(cargo.join("credentials.toml"), "token = \"cargo-s3cret\"\n").expect("write");
     std::fs::write(cargo.join("env"), "visible\n").expect("write");
     // Round 32: named through a link (a mount at the name failed every command).
@@ -1393,7 +1398,8 @@ fn credentials_where_a_variable_moved_their_folder_stay_hidden() {
         &f,
         &[("XDG_CONFIG_HOME", &x), ("CARGO_HOME", &c)],
         &format!(
-            "cat {0}/git/credentials {1}/credentials.toml {1}/env 2>&1; echo done",
+            "cat {0}/git/credentials {1}/credentials.toml {1}/env {0}/github-copilot/hosts.json \
+             {0}/git/config 2>&1; echo done",
             xdg.display(),
             cargo.display()
         ),
@@ -1402,7 +1408,11 @@ fn credentials_where_a_variable_moved_their_folder_stay_hidden() {
     .output()
     .expect("run");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("done") && text.contains("visible"), "{text}");
+    assert!(
+        text.contains("done") && text.contains("visible\n"),
+        "{text}"
+    );
+    assert!(text.contains("name = visible"), "{text}");
     assert!(
         !text.contains("s3cret"),
         "a moved credential reached the command: {text}"
@@ -1425,6 +1435,8 @@ fn credentials_named_by_their_own_variables_stay_hidden() {
         ("kube-b", "kube-s3cret-b"),
         ("aws-credentials", "aws-s3cret"),
         ("hf/token", "hf-s3cret"),
+        ("psql_history", "psql-s3cret"),
+        ("client.key", "key-s3cret"),
         ("hf/hub/model.txt", "cached model"),
     ] {
         std::fs::write(o.join(file), text).expect("write");
@@ -1440,10 +1452,14 @@ fn credentials_named_by_their_own_variables_stay_hidden() {
             ("AWS_SHARED_CREDENTIALS_FILE", &at("aws-credentials")),
             ("HF_HOME", &at("hf")),
             ("HISTFILE", &dev_null),
+            // Round 33: no list names every such variable; a name like a history's or a
+            // credential's is enough.
+            ("PSQL_HISTORY", &at("psql_history")),
+            ("GIT_SSL_KEY", &at("client.key")),
         ],
         &format!(
             "cd {}; cat gnupg/private-keys-v1.d/k.key kube-a kube-b aws-credentials hf/token \
-             hf/hub/model.txt 2>&1; echo; echo ok > /dev/null && echo done",
+             psql_history client.key hf/hub/model.txt 2>&1; echo; echo ok > /dev/null && echo done",
             o.display()
         ),
     )
