@@ -1556,3 +1556,49 @@ fn the_hosts_own_secrets_stay_hidden_from_roots_commands() {
     assert_eq!(counts.get(1), Some(&"0"), "{text}");
     assert!(text.contains("done"), "{text}");
 }
+
+/// Round 33 (critical, high): in a dotfiles repository the home links into (GNU stow, yadm,
+/// rcm), a command rewrote `~/.bashrc`, `~/.ssh/config` and baton's own `hooks.json` through
+/// the workspace: the user's next shell, `ssh` or baton session ran what it wrote. What the
+/// home's start-up files and baton's own files link to is read-only for commands now, like
+/// a `~/.gitconfig` linked there; the rest of the repository stays writable.
+#[test]
+fn files_the_home_links_into_the_workspace_are_read_only_for_commands() {
+    let f = fixture();
+    let home = f.ws.parent().expect("base").join("home");
+    for dir in [
+        home.join(".ssh"),
+        home.join(".config/baton"),
+        f.ws.join("baton"),
+    ] {
+        std::fs::create_dir_all(&dir).expect("mkdir");
+    }
+    for (file, link) in [
+        ("bashrc", home.join(".bashrc")),
+        ("ssh_config", home.join(".ssh/config")),
+        ("baton/hooks.json", home.join(".config/baton/hooks.json")),
+    ] {
+        std::fs::write(f.ws.join(file), "original\n").expect("write");
+        std::os::unix::fs::symlink(f.ws.join(file), link).expect("link");
+    }
+    // A way to the project from the home is not a start-up file: the project stays writable.
+    std::os::unix::fs::symlink(&f.ws, home.join("work")).expect("link");
+    let text = sandbox_output(
+        &f,
+        "for x in bashrc ssh_config baton/hooks.json; do echo pwned >> $x 2>/dev/null \
+         && echo \"wrote $x\"; done; echo fine > notes.txt && echo done",
+    );
+    assert!(text.contains("done"), "{text}");
+    assert!(!text.contains("wrote"), "{text}");
+    for file in ["bashrc", "ssh_config", "baton/hooks.json"] {
+        assert_eq!(
+            std::fs::read_to_string(f.ws.join(file)).expect("read"),
+            "original\n",
+            "{file}: {text}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("notes.txt")).expect("read"),
+        "fine\n"
+    );
+}

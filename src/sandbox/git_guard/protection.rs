@@ -89,6 +89,13 @@ pub fn protection(policy: &SandboxPolicy) -> Protection {
     for file in GitConfigs::user_files() {
         protect_included(&file, &writable, &mut out);
     }
+    // So is whatever the home links into one (a dotfiles repository worked on with stow,
+    // yadm or rcm, round 33): `~/.bashrc`, `~/.ssh/config`, `~/.local/bin/tool`, baton's
+    // own `hooks.json` run or count outside the sandbox at the user's next shell, `ssh` or
+    // session.
+    for target in home_links_into(&writable) {
+        protect_included(&target, &writable, &mut out);
+    }
     for top in &repo_tops {
         let dot_git = top.join(".git");
         for name in GITDIR_TRUSTED.iter().chain(GITDIR_NESTED) {
@@ -208,6 +215,52 @@ fn protect_gitdir(
 /// An included config inside a writable root is read-only and refused to file tools; the
 /// folders between the root and it are pinned, so it can't be swapped out with its folder.
 /// One that does not exist yet is left to the audit.
+/// Where the links of the user's home lead, when that is inside `writable`: the home's own
+/// entries, those of `~/.config`, `~/.ssh` and `~/.local/bin`, and those of baton's own
+/// folders wherever XDG puts them (a link further down lies in a folder one of these shows,
+/// or is not the home's start-up file). Each resolved as the programs that read it will.
+fn home_links_into(writable: &[PathBuf]) -> Vec<PathBuf> {
+    let home = dirs::home_dir();
+    let folders = home
+        .iter()
+        .flat_map(|h| {
+            [
+                h.clone(),
+                h.join(".config"),
+                h.join(".ssh"),
+                h.join(".local/bin"),
+            ]
+        })
+        .chain(crate::protocol::baton_own_dirs());
+    let mut out = Vec::new();
+    for folder in folders {
+        // The home itself inside a writable root is refused as a workspace; its own
+        // folders there are the user's to write.
+        if inside_any(&folder, writable) {
+            continue;
+        }
+        let top = home.as_ref() == Some(&folder);
+        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+            // In the home itself only its dotfiles: `~/work -> ~/src/proj` is a way to a
+            // project, not a file a program reads at start.
+            let dotfile = entry.file_name().as_encoded_bytes().starts_with(b".");
+            if !entry.file_type().is_ok_and(|t| t.is_symlink()) || (top && !dotfile) {
+                continue;
+            }
+            // Never a writable root itself or a folder holding one: that would freeze the
+            // workspace.
+            if let Ok(target) = entry.path().canonicalize()
+                && inside_any(&target, writable)
+                && !writable.iter().any(|w| w.starts_with(&target))
+                && !out.contains(&target)
+            {
+                out.push(target);
+            }
+        }
+    }
+    out
+}
+
 fn protect_included(included: &Path, writable: &[PathBuf], out: &mut Protection) {
     if !inside_any(included, writable) {
         return;
