@@ -179,6 +179,27 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
             );
         }
     }
+    // A folder holding what a file of baton's own folders links to (`hooks.json` kept in a
+    // dotfiles repository, round 33): a command there would write the next session's hooks
+    // and settings, even before the file exists.
+    for own in own_dirs() {
+        for entry in std::fs::read_dir(&own).into_iter().flatten().flatten() {
+            let Ok(target) = std::fs::read_link(entry.path()) else {
+                continue;
+            };
+            let target = entry
+                .path()
+                .canonicalize()
+                .unwrap_or_else(|_| crate::untrusted_fs::real_or_planned(&own.join(target)));
+            if target.starts_with(&ws) {
+                return refuse(
+                    "a folder holding a file of baton's own configuration (a link leads there)",
+                    "baton's hooks, settings and trust list (~/.config/baton), which act \
+                     outside the sandbox in every later session",
+                );
+            }
+        }
+    }
     // A credential folder (`~/.ssh`, `~/.aws`, `~/.gnupg`…) or a folder inside one: the
     // sandbox hides them from commands, and a workspace there would hand them over (a path a
     // command planted a link on, `~/code/team/proj` leading to `~/.ssh`, resolves there).

@@ -1560,8 +1560,9 @@ fn the_hosts_own_secrets_stay_hidden_from_roots_commands() {
 /// Round 33 (critical, high): in a dotfiles repository the home links into (GNU stow, yadm,
 /// rcm), a command rewrote `~/.bashrc`, `~/.ssh/config` and baton's own `hooks.json` through
 /// the workspace: the user's next shell, `ssh` or baton session ran what it wrote. What the
-/// home's start-up files and baton's own files link to is read-only for commands now, like
-/// a `~/.gitconfig` linked there; the rest of the repository stays writable.
+/// home's start-up files link to is read-only for commands now, like a `~/.gitconfig` linked
+/// there (the rest of the repository stays writable), and a folder holding what baton's own
+/// files link to is refused as a workspace.
 #[test]
 fn files_the_home_links_into_the_workspace_are_read_only_for_commands() {
     let f = fixture();
@@ -1576,21 +1577,21 @@ fn files_the_home_links_into_the_workspace_are_read_only_for_commands() {
     for (file, link) in [
         ("bashrc", home.join(".bashrc")),
         ("ssh_config", home.join(".ssh/config")),
-        ("baton/hooks.json", home.join(".config/baton/hooks.json")),
     ] {
         std::fs::write(f.ws.join(file), "original\n").expect("write");
         std::os::unix::fs::symlink(f.ws.join(file), link).expect("link");
     }
     // A way to the project from the home is not a start-up file: the project stays writable.
     std::os::unix::fs::symlink(&f.ws, home.join("work")).expect("link");
-    let text = sandbox_output(
-        &f,
-        "for x in bashrc ssh_config baton/hooks.json; do echo pwned >> $x 2>/dev/null \
-         && echo \"wrote $x\"; done; echo fine > notes.txt && echo done",
-    );
+    let script = "for x in bashrc ssh_config baton/hooks.json; do echo pwned >> $x 2>/dev/null \
+                  && echo \"wrote $x\"; done; echo fine > notes.txt && echo done";
+    let text = sandbox_output(&f, script);
     assert!(text.contains("done"), "{text}");
-    assert!(!text.contains("wrote"), "{text}");
-    for file in ["bashrc", "ssh_config", "baton/hooks.json"] {
+    assert!(
+        !text.contains("wrote bashrc") && !text.contains("wrote ssh_"),
+        "{text}"
+    );
+    for file in ["bashrc", "ssh_config"] {
         assert_eq!(
             std::fs::read_to_string(f.ws.join(file)).expect("read"),
             "original\n",
@@ -1601,4 +1602,23 @@ fn files_the_home_links_into_the_workspace_are_read_only_for_commands() {
         std::fs::read_to_string(f.ws.join("notes.txt")).expect("read"),
         "fine\n"
     );
+    // A folder holding what baton's own `hooks.json` links to (even before it exists) is
+    // refused as a workspace: its commands would write the next session's hooks.
+    let _ = std::fs::remove_file(f.ws.join("baton/hooks.json"));
+    std::os::unix::fs::symlink(
+        f.ws.join("baton/hooks.json"),
+        home.join(".config/baton/hooks.json"),
+    )
+    .expect("link");
+    let out = baton_sandbox(&f, &[], script)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("a file of baton's own configuration"),
+        "{stderr}"
+    );
+    assert!(!f.ws.join("baton/hooks.json").exists(), "{stderr}");
 }
