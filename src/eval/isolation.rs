@@ -768,6 +768,13 @@ impl Isolation {
                 in_system(p) && p.is_dir() && crate::sandbox::visibility::reachable_in_sandbox(p)
             })
             .collect();
+        // And where a bind mount shows one elsewhere (a home bound from `/opt/data/me`).
+        let aliases = crate::sandbox::visibility::bind_aliases(&emptied);
+        emptied.extend(
+            aliases
+                .into_iter()
+                .filter(|p| in_system(p) && crate::sandbox::visibility::reachable_in_sandbox(p)),
+        );
         emptied.sort();
         emptied.dedup();
         for private in &emptied {

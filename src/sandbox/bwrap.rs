@@ -705,11 +705,24 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
     // account's own passwd home while `$HOME` points elsewhere) stays shown, but not its
     // credentials.
     let mut homes_shown: Vec<PathBuf> = Vec::new();
+    let mut homes_hidden: Vec<PathBuf> = view_home.iter().map(|h| h.to_path_buf()).collect();
     for other in visibility::account_homes(home.as_deref()) {
         if covers(&other, &roots) {
             homes_shown.push(other);
         } else if visibility::reachable_in_sandbox(&other) {
             b.hide(&other);
+            homes_hidden.push(other);
+        }
+    }
+    // The same homes where a bind mount shows them elsewhere (round 33: a home bound at
+    // `/home/me` from `/data/home/me` was read there).
+    for alias in visibility::bind_aliases(&homes_hidden) {
+        if !covers(&alias, &roots)
+            && b.shows_host(&alias)
+            && b.lands_without_links(&alias)
+            && visibility::reachable_in_sandbox(&alias)
+        {
+            b.hide(&alias);
         }
     }
     if policy.mode != SandboxMode::WorkspaceWrite

@@ -219,6 +219,75 @@ pub fn host_secrets() -> Vec<PathBuf> {
     out
 }
 
+/// The other paths that show the folders `paths` (canonical) through bind mounts: a home
+/// bound at `/home/me` from `/data/home/me` (fstab, a data disk) is also at
+/// `/data/home/me`, where a cover of `/home/me` does not reach (red team round 33). Read
+/// from this process's `/proc/self/mountinfo`: each path's place on its filesystem, then
+/// every mount of that filesystem showing the place.
+pub fn bind_aliases(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    bind_aliases_in(&table, paths)
+}
+
+fn bind_aliases_in(mountinfo: &str, paths: &[PathBuf]) -> Vec<PathBuf> {
+    // (device, root on the device, mount point), in mount order.
+    let mounts: Vec<(&str, PathBuf, PathBuf)> = mountinfo
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split(' ').collect();
+            Some((*f.get(2)?, unescape(f.get(3)?), unescape(f.get(4)?)))
+        })
+        .collect();
+    let mut out: Vec<PathBuf> = Vec::new();
+    for path in paths {
+        // The mount that shows `path`: the deepest mount point above it, the last mounted.
+        let Some((dev, root, point)) = mounts
+            .iter()
+            .filter(|(_, _, point)| path.starts_with(point))
+            .max_by_key(|(_, _, point)| point.components().count())
+        else {
+            continue;
+        };
+        let Ok(rest) = path.strip_prefix(point) else {
+            continue;
+        };
+        let place = root.join(rest);
+        for (other_dev, other_root, other_point) in &mounts {
+            let Ok(inside) = place.strip_prefix(other_root) else {
+                continue;
+            };
+            let alias = other_point.join(inside);
+            if other_dev == dev && alias != *path && !out.contains(&alias) && alias.is_dir() {
+                out.push(alias);
+            }
+        }
+    }
+    out
+}
+
+/// A mountinfo field with its octal escapes (`\040` for a blank) undone.
+fn unescape(field: &str) -> PathBuf {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (bytes[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out))
+}
+
 /// Where the people of this machine keep their files, but the user's `$HOME` (`own`,
 /// canonical) and the folders above it: every folder of `/home`, `/root`, and the home
 /// `/etc/passwd` gives each account from uid 1000 up (`nobody` aside, and no upper bound:
@@ -869,5 +938,33 @@ mod tests {
         assert!(!found.contains(&alice), "{found:?}");
         let found = account_homes_in(&passwd, Some(&dave.join("sub")));
         assert!(!found.contains(&dave), "{found:?}");
+    }
+
+    #[test]
+    fn a_folder_bound_elsewhere_is_found_at_its_source_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let (home, data) = (base.join("home/me"), base.join("data/home/me"));
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&data).unwrap();
+        let b = base.display();
+        // `/` of device 8:1, and the home bound at base/home/me from base/data/home/me.
+        let table = format!(
+            "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n\
+             40 22 8:1 {b}/data/home/me {b}/home/me rw - ext4 /dev/sda1 rw\n\
+             41 22 0:5 / /proc rw - proc proc rw\n"
+        );
+        assert_eq!(
+            bind_aliases_in(&table, std::slice::from_ref(&home)),
+            [data.clone()]
+        );
+        // And the other way: the source's alias is where it is bound.
+        assert_eq!(
+            bind_aliases_in(&table, std::slice::from_ref(&data)),
+            [home.clone()]
+        );
+        // A folder on no other mount has none.
+        assert!(bind_aliases_in(&table, &[base.join("data")]).is_empty());
+        assert_eq!(unescape("/a\\040b"), PathBuf::from("/a b"));
     }
 }

@@ -1622,3 +1622,43 @@ fn files_the_home_links_into_the_workspace_are_read_only_for_commands() {
     );
     assert!(!f.ws.join("baton/hooks.json").exists(), "{stderr}");
 }
+
+/// Round 33 (high): a home that is a bind mount (fstab's `/data/home` at `/home`, a data
+/// disk) was read at its source, `~/.ssh` and baton's own config included. Hidden there too
+/// now. The bind is made in a mount namespace of the test's own. Root only.
+#[test]
+fn a_home_bound_from_elsewhere_is_hidden_at_its_source_too() {
+    let unshare = Command::new("unshare").arg("--version").output();
+    if !rustix::process::geteuid().is_root() || unshare.is_err() {
+        eprintln!("needs root and unshare: not checked");
+        return;
+    }
+    let f = fixture();
+    let home = f.ws.parent().expect("base").join("home");
+    let source = f.outside.join("data/home");
+    std::fs::create_dir_all(source.join(".ssh")).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    std::fs::write(source.join(".ssh/id_rsa"), "key-s3cret\n").expect("write");
+    let script = format!("cat {}/.ssh/id_rsa 2>&1; echo done", source.display());
+    let sandbox = baton_sandbox(&f, &[], &script);
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg("mount --bind \"$0\" \"$1\" && shift && exec \"$@\"")
+        .arg(&source)
+        .arg(&home)
+        .arg(sandbox.get_program())
+        .args(sandbox.get_args())
+        .env_clear()
+        .envs(sandbox.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(&f.ws)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("done"), "{text} {stderr}");
+    assert!(
+        !text.contains("s3cret"),
+        "the home's source reached the command: {text}"
+    );
+}
