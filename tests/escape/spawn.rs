@@ -471,3 +471,47 @@ fn a_library_a_command_writes_where_the_users_loader_variables_point_loads_only_
         read(&marker)
     );
 }
+
+/// Round 33 (high): a user's server whose program lies in the workspace
+/// (`~/proj/.venv/bin/python server.py`), or whose script does (`python3 ~/proj/server.py`),
+/// ran what a command had rewritten there, outside the sandbox. Neither is started now; a
+/// folder of the workspace given as data (the filesystem server's root) still is.
+#[test]
+fn a_users_server_whose_program_or_script_lies_in_the_workspace_is_not_started() {
+    let Some(python) = external::require("python3", python()) else {
+        return;
+    };
+    let env = Env::new();
+    let outside = env.home.parent().expect("root").join("markers");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    let pwned = outside.join("pwned");
+    let venv_python = env.workspace.join(".venv/bin/python");
+    std::fs::create_dir_all(venv_python.parent().expect("bin")).expect("mkdir");
+    std::fs::write(
+        &venv_python,
+        format!("#!/bin/sh\necho program >> {}\n", pwned.display()),
+    )
+    .expect("write");
+    std::fs::set_permissions(
+        &venv_python,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    module(&env.workspace.join("server.py"), &pwned, "script");
+    for (command, args) in [
+        (venv_python.display().to_string(), "[]".to_string()),
+        (
+            python.display().to_string(),
+            format!(
+                "[{}]",
+                q(env.workspace.join("server.py").display().to_string())
+            ),
+        ),
+    ] {
+        user_server(&env, &format!("command = {}\nargs = {args}\n", q(command)));
+        let out = env.session_baton().arg("doctor").output().expect("doctor");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("folder commands may write"), "{text}");
+        assert!(!pwned.exists(), "{}: {text}", read(&pwned));
+    }
+}

@@ -112,6 +112,58 @@ fn working_dir(server: &McpServer, cwd: Option<&Path>, workspace: &Path) -> Path
     }
 }
 
+/// Why a server started outside the sandbox would run what a command could have written, if
+/// it would: its program in a writable root (`~/proj/.venv/bin/python`, red team round 33),
+/// or a script it is given there (`python ~/proj/server.py`). A folder it is given (the
+/// filesystem server's root) is data, not code: it stays allowed.
+fn runs_what_commands_write(
+    command: &str,
+    args: &[String],
+    dir: &Path,
+    workspace: &Path,
+) -> Option<String> {
+    let roots = host_programs::writable_roots_with(workspace);
+    let in_roots = |word: &str| {
+        let path = dir.join(word);
+        host_programs::names_a_writable_path(path.as_os_str(), &roots, false).then_some(path)
+    };
+    if command.contains('/')
+        && let Some(program) = in_roots(command)
+    {
+        return Some(format!(
+            "its program {} lies in a folder commands may write: baton does not start it \
+             outside the sandbox (install it elsewhere, or make it a project server in \
+             .mcp.json, which runs in the sandbox)",
+            program.display()
+        ));
+    }
+    const SCRIPTS: &[&str] = &[
+        "py", "js", "mjs", "cjs", "ts", "mts", "rb", "pl", "sh", "bash", "php", "lua", "jar",
+    ];
+    for arg in args {
+        let Some(path) = in_roots(arg) else {
+            continue;
+        };
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        let script = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| SCRIPTS.contains(&e));
+        let executable = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0;
+        if meta.is_file() && (script || executable) {
+            return Some(format!(
+                "it is given {}, a program in a folder commands may write: baton does not start \
+                 it outside the sandbox (keep the script elsewhere, or make it a project server \
+                 in .mcp.json, which runs in the sandbox)",
+                path.display()
+            ));
+        }
+    }
+    None
+}
+
 /// A stdio server's environment: the variables of baton's that every program started outside
 /// the sandbox gets ([`host_programs::HOST_PROGRAM_ENVIRONMENT`]) and the configured ones, with PATH never naming a folder in the workspace (the program is looked up in the
 /// server's PATH, and an activated `.venv/bin` holds what commands put there). A user's or an
@@ -279,6 +331,13 @@ pub async fn start(
             let dir = working_dir(server, cwd.as_deref(), workspace);
             let sandboxed = server.project && sandbox.mode != SandboxMode::Off;
             if sandboxed && let Some(why) = sandbox.refuses(server) {
+                return Err(why);
+            }
+            // With the sandbox off commands write anywhere: nothing to tell apart.
+            if !server.project
+                && sandbox.mode != SandboxMode::Off
+                && let Some(why) = runs_what_commands_write(command, args, &dir, workspace)
+            {
                 return Err(why);
             }
             let mut cmd = if sandboxed {
