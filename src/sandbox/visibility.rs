@@ -125,6 +125,8 @@ const CREDENTIAL_VARIABLES: &[(&str, &[&str])] = &[
     ("CURL_HOME", &[".curlrc"]),
     ("WGETRC", &[]),
     ("CONDARC", &[]),
+    ("MYSQL_TEST_LOGIN_FILE", &[]),
+    ("PGSERVICEFILE", &[]),
 ];
 
 /// The credentials [`CREDENTIAL_VARIABLES`] name in this process's environment (`KUBECONFIG`
@@ -150,13 +152,11 @@ fn variable_secrets() -> Vec<PathBuf> {
     let listed = CREDENTIAL_VARIABLES
         .iter()
         .filter_map(|(var, inside)| std::env::var_os(var).map(|value| (*var, value, *inside)));
+    // The key CI hands ssh in `GIT_SSH_COMMAND="ssh -i /opt/ci/deploy_key"`.
+    out.extend(ssh_identities());
     for (_, value, inside) in listed.chain(by_name) {
         for named in std::env::split_paths(&value) {
-            let deep = named.is_absolute() && named.components().count() > 2;
-            let kernel = ["/dev", "/proc", "/sys"]
-                .iter()
-                .any(|k| named.starts_with(k));
-            if !deep || kernel {
+            if !names_a_secret(&named) {
                 continue;
             }
             if inside.is_empty() {
@@ -286,6 +286,50 @@ fn unescape(field: &str) -> PathBuf {
         }
     }
     PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out))
+}
+
+/// Whether a path a variable gives may be hidden as a secret: absolute, two folders deep or
+/// more (a cover of `/opt` would hide every toolchain there), outside `/dev`, `/proc` and
+/// `/sys` (`HISTFILE=/dev/null` names no history).
+fn names_a_secret(path: &Path) -> bool {
+    let deep = path.is_absolute() && path.components().count() > 2;
+    deep && !["/dev", "/proc", "/sys"]
+        .iter()
+        .any(|k| path.starts_with(k))
+}
+
+/// The identity files `GIT_SSH_COMMAND` gives ssh (`-i FILE`, `-iFILE`,
+/// `-o IdentityFile=FILE`).
+fn ssh_identities() -> Vec<PathBuf> {
+    let Some(words) = std::env::var("GIT_SSH_COMMAND")
+        .ok()
+        .and_then(|c| shlex::split(&c))
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut next_is_key = false;
+    for word in &words {
+        let named = if next_is_key {
+            next_is_key = false;
+            Some(word.as_str())
+        } else if word == "-i" {
+            next_is_key = true;
+            None
+        } else if let Some(glued) = word.strip_prefix("-i") {
+            Some(glued)
+        } else {
+            let option = word.strip_prefix("-o").unwrap_or(word);
+            option
+                .split_once('=')
+                .filter(|(k, _)| k.trim().eq_ignore_ascii_case("IdentityFile"))
+                .map(|(_, v)| v.trim())
+        };
+        if let Some(path) = named.map(PathBuf::from).filter(|p| names_a_secret(p)) {
+            out.push(path);
+        }
+    }
+    out
 }
 
 /// Where the people of this machine keep their files, but the user's `$HOME` (`own`,

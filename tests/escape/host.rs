@@ -812,6 +812,19 @@ fn the_home_shows_only_toolchains_and_what_the_user_names() {
     assert!(text.contains("s3cret-in notes"), "{text}");
     assert!(text.contains("s3cret-in aws"), "{text}");
     assert!(!text.contains("gemini"), "{text}");
+
+    // Round 33: naming a folder that holds credentials (`--read ~/.config`) shows none of
+    // them: Copilot's token, Edge's cookies, pip's and doctl's settings.
+    let script = "cat ~/.config/github-copilot/hosts.json ~/.config/microsoft-edge/Default/Cookies \
+                  ~/.config/pip/pip.conf ~/.config/doctl/config.yaml ~/.config/hcloud/cli.toml \
+                  2>/dev/null; echo done";
+    let config = home.join(".config");
+    let mut named = baton_sandbox_with(&f, &["--read".as_ref(), config.as_os_str()], script);
+    named.current_dir(&project);
+    let out = named.stdin(Stdio::null()).output().expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("done"), "{text}");
+    assert!(!text.contains("s3cret"), "{text}");
 }
 
 #[test]
@@ -1437,6 +1450,8 @@ fn credentials_named_by_their_own_variables_stay_hidden() {
         ("hf/token", "hf-s3cret"),
         ("psql_history", "psql-s3cret"),
         ("client.key", "key-s3cret"),
+        ("mylogin", "mylogin-s3cret"),
+        ("deploy_key", "deploy-s3cret"),
         ("hf/hub/model.txt", "cached model"),
     ] {
         std::fs::write(o.join(file), text).expect("write");
@@ -1444,6 +1459,7 @@ fn credentials_named_by_their_own_variables_stay_hidden() {
     let at = |p: &str| o.join(p).into_os_string();
     let kube = std::env::join_paths([o.join("kube-a"), o.join("kube-b")]).expect("join");
     let dev_null = OsString::from("/dev/null");
+    let ssh_command = OsString::from(format!("ssh -i {}", o.join("deploy_key").display()));
     let out = baton_sandbox(
         &f,
         &[
@@ -1456,10 +1472,12 @@ fn credentials_named_by_their_own_variables_stay_hidden() {
             // credential's is enough.
             ("PSQL_HISTORY", &at("psql_history")),
             ("GIT_SSL_KEY", &at("client.key")),
+            ("MYSQL_TEST_LOGIN_FILE", &at("mylogin")),
+            ("GIT_SSH_COMMAND", &ssh_command),
         ],
         &format!(
             "cd {}; cat gnupg/private-keys-v1.d/k.key kube-a kube-b aws-credentials hf/token \
-             psql_history client.key hf/hub/model.txt 2>&1; echo; echo ok > /dev/null && echo done",
+             psql_history client.key mylogin deploy_key hf/hub/model.txt 2>&1; echo; echo ok > /dev/null && echo done",
             o.display()
         ),
     )
