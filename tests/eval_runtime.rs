@@ -787,3 +787,42 @@ fn a_run_mount_step_is_not_built_by_a_runtime_that_lets_it_reach_the_host() {
     assert!(message.contains(&format!("podman {version}")), "{message}");
     assert!(!marker.exists(), "the build reached the host");
 }
+
+/// Red team round 33 (medium): an offline task's image build had the runtime's network (its
+/// `RUN` steps reached a host listener through podman's bridge). Its `RUN` steps see only a
+/// loopback now, as its setup phase does under bwrap.
+#[test]
+fn an_offline_tasks_build_has_no_network() {
+    let Some(p) = podman() else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    // Built afresh each run: a cached image would say nothing.
+    let nonce = std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos();
+    let dockerfile = format!(
+        "FROM {BASE}\nRUN echo {nonce} > /nonce; ls /sys/class/net > /interfaces && \
+         test \"$(cat /interfaces)\" = lo\n"
+    );
+    let dir = task(
+        root.path(),
+        "offline-build",
+        &dockerfile,
+        "echo 42 > /app/answer.txt\n",
+        "true",
+    );
+    let out = tempfile::tempdir().unwrap();
+    let job = eval(
+        p,
+        out.path(),
+        &[
+            dir.to_str().unwrap(),
+            "--agent",
+            "oracle",
+            "--env",
+            "podman",
+        ],
+        &[],
+    );
+    let t = &trials(&job)[0];
+    assert_eq!(t["reward"], 1.0, "{t:#}");
+}

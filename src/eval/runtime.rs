@@ -166,7 +166,7 @@ impl Runtime {
             let mut images = self.images.lock().unwrap_or_else(|e| e.into_inner());
             images.entry(tag.clone()).or_default().clone()
         };
-        slot.get_or_init(|| self.make_image(source, &tag, log, limit, cancel))
+        slot.get_or_init(|| self.make_image(source, &tag, task.allow_internet, log, limit, cancel))
             .clone()
     }
 
@@ -228,6 +228,7 @@ impl Runtime {
         &self,
         source: &ImageSource,
         tag: &str,
+        online: bool,
         log: &Path,
         limit: Duration,
         cancel: &AtomicBool,
@@ -243,6 +244,12 @@ impl Runtime {
             match source {
                 ImageSource::Dockerfile { file, context } => {
                     cmd.arg("build").arg("-f").arg(file).arg("-t").arg(tag);
+                    // An offline task's `RUN` steps are offline too, as its setup phase is
+                    // under bwrap (red team round 33: a build reached a host listener through
+                    // the runtime's bridge). Base images are still pulled.
+                    if !online {
+                        cmd.arg("--network=none");
+                    }
                     cmd.arg(context);
                 }
                 ImageSource::Prebuilt(name) => {
