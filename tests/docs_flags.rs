@@ -25,9 +25,10 @@ const FOREIGN: &[&str] = &[
     // cargo and git in the hook examples (hooks.md)
     "--quiet",
     "--show-current",
-    // podman and docker (eval.md's container runtimes)
+    // podman and docker (eval.md's container runtimes), and a Dockerfile's `RUN --mount`
     "--filter",
     "--network",
+    "--mount",
     // vLLM / SGLang serving the adapters
     "--lora-modules",
     "--lora-paths",

@@ -198,13 +198,19 @@ const HOST_SECRETS: &[&str] = &[
     "/etc/NetworkManager/system-connections",
 ];
 
-/// Those of [`HOST_SECRETS`] present here, and the host's SSH private keys
-/// (`/etc/ssh/ssh_host_*_key`).
+/// Those of [`HOST_SECRETS`] present here with something in them (an empty `opasswd` or
+/// `ssl/private` hides nothing, and each cover is a mount more for every command), and the
+/// host's SSH private keys (`/etc/ssh/ssh_host_*_key`).
 pub fn host_secrets() -> Vec<PathBuf> {
+    let holds_something = |p: &PathBuf| match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => std::fs::read_dir(p).map_or(true, |mut d| d.next().is_some()),
+        Ok(m) => m.len() > 0 || !m.is_file(),
+        Err(_) => false,
+    };
     let mut out: Vec<PathBuf> = HOST_SECRETS
         .iter()
         .map(PathBuf::from)
-        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+        .filter(holds_something)
         .collect();
     for e in std::fs::read_dir("/etc/ssh")
         .into_iter()
