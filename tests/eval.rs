@@ -1585,11 +1585,8 @@ fn a_home_inside_a_system_folder_is_not_shown_to_trials() {
             t = tasks.display()
         ),
     );
-    let out = std::process::Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c"])
-        .arg("mount --bind \"$0\" /etc/passwd && exec \"$@\"")
-        .arg(others_path.join("passwd"))
-        .arg(env!("CARGO_BIN_EXE_baton"))
+    let mut baton = std::process::Command::new(env!("CARGO_BIN_EXE_baton"));
+    baton
         .env_clear()
         .env("GNUPGHOME", others_path.join("gnupg"))
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -1598,7 +1595,9 @@ fn a_home_inside_a_system_folder_is_not_shown_to_trials() {
         .env("CARGO_HOME", &cargo_link)
         .args(["eval", "--agent", "oracle", "--no-progress", "--out"])
         .arg(root.path().join("jobs"))
-        .arg(&task)
+        .arg(&task);
+    let passwd = others_path.join("passwd");
+    let out = crate::support::outside::with_bind(&passwd, Path::new("/etc/passwd"), &baton)
         .output()
         .unwrap();
     assert_scored_one(&out, "a key of a home under /opt reached the trial");

@@ -1533,17 +1533,10 @@ fn other_accounts_homes_stay_hidden_wherever_passwd_puts_them() {
         o.display()
     );
     let sandbox = baton_sandbox(&f, &[], &script);
-    let mut cmd = Command::new("unshare");
-    cmd.args(["-m", "--propagation", "private", "sh", "-c"])
-        .arg("mount --bind \"$0\" /etc/passwd && exec \"$@\"")
-        .arg(&copy)
-        .arg(sandbox.get_program())
-        .args(sandbox.get_args())
-        .env_clear()
-        .envs(sandbox.get_envs().filter_map(|(k, v)| Some((k, v?))))
-        .current_dir(&f.ws)
-        .stdin(Stdio::null());
-    let out = cmd.output().expect("run");
+    let out = outside::with_bind(&copy, Path::new("/etc/passwd"), &sandbox)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
     let text = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -1659,16 +1652,7 @@ fn a_home_bound_from_elsewhere_is_hidden_at_its_source_too() {
     std::fs::write(source.join(".ssh/id_rsa"), "key-s3cret\n").expect("write");
     let script = format!("cat {}/.ssh/id_rsa 2>&1; echo done", source.display());
     let sandbox = baton_sandbox(&f, &[], &script);
-    let out = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c"])
-        .arg("mount --bind \"$0\" \"$1\" && shift && exec \"$@\"")
-        .arg(&source)
-        .arg(&home)
-        .arg(sandbox.get_program())
-        .args(sandbox.get_args())
-        .env_clear()
-        .envs(sandbox.get_envs().filter_map(|(k, v)| Some((k, v?))))
-        .current_dir(&f.ws)
+    let out = outside::with_bind(&source, &home, &sandbox)
         .stdin(Stdio::null())
         .output()
         .expect("run");

@@ -30,3 +30,26 @@ pub fn fixture_base() -> std::path::PathBuf {
     }
     panic!("no folder outside the temp roots to hold the sandbox fixtures");
 }
+
+/// `inner` run in a mount namespace of its own where `src` is bound at `dst` (a copy of
+/// `/etc/passwd` with accounts added, a home bound from elsewhere): the host's own files stay
+/// as they are. Root only; `inner`'s program, arguments, environment and folder are kept.
+pub fn with_bind(
+    src: &std::path::Path,
+    dst: &std::path::Path,
+    inner: &std::process::Command,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg("mount --bind \"$0\" \"$1\" && shift && exec \"$@\"")
+        .arg(src)
+        .arg(dst)
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .env_clear()
+        .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))));
+    if let Some(dir) = inner.get_current_dir() {
+        cmd.current_dir(dir);
+    }
+    cmd
+}
