@@ -253,9 +253,19 @@ pub fn writable_entries(value: &OsStr, roots: &[PathBuf]) -> Vec<PathBuf> {
         .collect()
 }
 
-/// `value` without its entries inside `roots` (None when nothing is left).
+/// `value` without its entries inside `roots` (None when nothing is left), nor a folder of
+/// the home holding a link into one (`~/bin/srv -> ~/proj/tools/srv`, round 34): a program a
+/// hook or a server names is found through PATH by the child, where no check of baton's runs.
 pub fn safe_search_path(value: &OsStr, roots: &[PathBuf]) -> Option<OsString> {
-    let kept = safe_entries(value, roots);
+    let home = dirs::home_dir();
+    let placed = placed_roots(roots);
+    let kept: Vec<PathBuf> = safe_entries(value, roots)
+        .into_iter()
+        .filter(|dir| {
+            let in_home = home.as_ref().is_some_and(|h| dir.starts_with(h));
+            !(in_home && holds_links_into(dir, &placed))
+        })
+        .collect();
     if kept.is_empty() {
         return None;
     }
@@ -272,6 +282,18 @@ pub fn startup_roots() -> Vec<PathBuf> {
         .collect();
     roots.extend(std::env::current_dir().ok());
     roots
+}
+
+/// Whether the folder `dir` holds a link that leads into one of `placed_roots` (its first
+/// 1,000 entries are looked at: a `bin` folder of the home is small).
+fn holds_links_into(dir: &Path, placed_roots: &[PathBuf]) -> bool {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(1000)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_symlink()))
+        .any(|e| writable_against(&e.path(), placed_roots))
 }
 
 /// The program `name` (a bare name) as the first executable file in baton's PATH outside
@@ -292,10 +314,12 @@ pub fn find_in(name: &str, path: &OsStr, roots: &[PathBuf]) -> Option<PathBuf> {
         return (p.is_absolute() && !entry_is_writable(p, roots) && is_executable(p))
             .then(|| p.to_path_buf());
     }
+    // The program found is judged where it really is: `~/bin/git` linked into the workspace
+    // (a wrapper kept in a tools repository) is what a command wrote (round 34).
     safe_entries(path, roots)
         .into_iter()
         .map(|dir| dir.join(name))
-        .find(|p| is_executable(p))
+        .find(|p| is_executable(p) && !entry_is_writable(p, roots))
 }
 
 fn is_executable(p: &Path) -> bool {
@@ -548,6 +572,27 @@ mod tests {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// Round 34 (critical): the audit's `git` was `~/bin/git`, a link into the workspace a
+    /// command rewrote; a program found through PATH is judged where it really is.
+    #[test]
+    fn a_program_linked_into_a_writable_root_is_not_found() {
+        let d = tempfile::tempdir().unwrap();
+        let base = d.path().canonicalize().unwrap();
+        let ws = base.join("ws");
+        exe(&ws.join("tools/git"));
+        exe(&base.join("usr/bin/git"));
+        std::fs::create_dir_all(base.join("bin")).unwrap();
+        std::os::unix::fs::symlink(ws.join("tools/git"), base.join("bin/git")).unwrap();
+        let roots = vec![ws.clone()];
+        let path = std::env::join_paths([base.join("bin"), base.join("usr/bin")]).unwrap();
+        assert_eq!(
+            find_in("git", &path, &roots),
+            Some(base.join("usr/bin/git"))
+        );
+        let only = std::env::join_paths([base.join("bin")]).unwrap();
+        assert_eq!(find_in("git", &only, &roots), None);
     }
 
     /// Round 27 (high): only a list of loader variables was checked; any variable of baton's

@@ -1664,3 +1664,40 @@ fn a_home_bound_from_elsewhere_is_hidden_at_its_source_too() {
         "the home's source reached the command: {text}"
     );
 }
+
+/// Round 34 (critical): the audit's `git` was the first in PATH outside the writable roots —
+/// `~/bin/git`, a link into the workspace, whose target a command had just rewritten: baton
+/// ran it outside the sandbox. A program is judged where it really is now.
+#[test]
+fn the_audits_git_is_never_a_link_into_the_workspace() {
+    let f = fixture();
+    let base = f.ws.parent().expect("base");
+    let marker = f.outside.join("wrapper-ran");
+    std::fs::create_dir_all(f.ws.join("tools")).expect("mkdir");
+    std::fs::create_dir_all(base.join("bin")).expect("mkdir");
+    std::os::unix::fs::symlink(f.ws.join("tools/git"), base.join("bin/git")).expect("link");
+    let path = format!(
+        "{}:{}",
+        base.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let script = format!(
+        "printf '#!/bin/sh\\necho ran >> {}\\nexec /usr/bin/git \"$@\"\\n' > tools/git; \
+         chmod +x tools/git; git init -q sub && git -C sub config alias.x '!id'; echo done",
+        marker.display()
+    );
+    let out = baton_sandbox(&f, &[("PATH", &OsString::from(path))], &script)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("done"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !marker.exists(),
+        "baton ran the workspace's git outside the sandbox"
+    );
+}
