@@ -56,17 +56,38 @@ pub enum DockerPlan {
     Unsupported(DockerfileError),
 }
 
-/// Whether a `RUN` step of the Dockerfile `text` mounts something (`RUN --mount=…`): what
-/// older container builders let reach the host's files.
+/// Whether the Dockerfile `text` may hold a `RUN --mount` step: what older container
+/// builders let reach the host's files. Not a parse (round 34: a `# escape=` directive's
+/// backtick, an empty line inside a continuation, passed one): any `--mount` once comment and
+/// empty lines are dropped and every continuation, with `\` or a backtick, is joined. A
+/// `--mount` in a comment or a string counts too: refusing a build for one is the safe
+/// mistake.
 pub fn uses_run_mount(text: &str) -> bool {
-    words::logical_lines(text).iter().any(|(_, line)| {
-        let mut words = line.split_whitespace();
-        let is_run = words.next().is_some_and(|w| w.eq_ignore_ascii_case("RUN"));
-        is_run
-            && words
-                .take_while(|w| w.starts_with("--"))
-                .any(|w| w.starts_with("--mount"))
-    })
+    let kept: Vec<&str> = text
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .collect();
+    let mut joined = kept.join("\n");
+    for escape in ['\\', '`'] {
+        let mut out = String::with_capacity(joined.len());
+        let mut rest = joined.as_str();
+        while let Some(at) = rest.find(escape) {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + escape.len_utf8()..];
+            let blanks = after.len() - after.trim_start_matches([' ', '\t']).len();
+            match after[blanks..].strip_prefix('\n') {
+                Some(next) => rest = next,
+                None => {
+                    out.push(escape);
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+        joined = out;
+    }
+    joined.to_ascii_lowercase().contains("--mount")
 }
 
 /// Translates `text`, whose build context is `context` (visible at `/environment` while the
@@ -90,9 +111,16 @@ mod tests {
         assert!(uses_run_mount(
             "FROM x\nrun --network=none \\\n  --mount=from=a,source=/,target=/h true\n"
         ));
-        assert!(!uses_run_mount("FROM x\nRUN echo --mount=type=bind\n"));
+        // Round 34: a backtick continuation under `# escape=`, an empty line or a comment
+        // inside a continuation, a flag split by one.
+        assert!(uses_run_mount(
+            "# escape=`\nFROM x\nRUN `\n  --mount=from=a,source=/,target=/h true\n"
+        ));
+        assert!(uses_run_mount("FROM x\nRUN \\\n\n--mount=from=a true\n"));
+        assert!(uses_run_mount("FROM x\nRUN --mou\\\n# c\nnt=from=a true\n"));
+        assert!(uses_run_mount("FROM x\r\nRUN --MOUNT=from=a true\r\n"));
         assert!(!uses_run_mount(
-            "FROM x\n# RUN --mount=type=bind true\nCOPY . /app\n"
+            "FROM x\n# RUN --mount=type=bind true\nCOPY . /app\nRUN echo ok\n"
         ));
     }
 }
