@@ -105,7 +105,34 @@ fn lineage(folder: &Path) -> Vec<FolderId> {
     out
 }
 
-/// Why `workspace` is too broad to be one, when it is. Folders are compared by identity (links
+/// The links in baton's own folders: at any depth in its configuration folder (`hooks/`,
+/// `skills/`: hook programs live there, round 34), among the entries of the others (sessions
+/// are many, and none is run). At most 5,000 entries are looked at.
+fn own_links() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut budget = 5_000usize;
+    let config = crate::protocol::baton_own_dirs().into_iter().next();
+    for own in own_dirs() {
+        let deep = Some(&own) == config.as_ref();
+        let mut stack = vec![own];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if budget == 0 {
+                    return out;
+                }
+                budget -= 1;
+                match entry.file_type() {
+                    Ok(t) if t.is_symlink() => out.push(entry.path()),
+                    Ok(t) if t.is_dir() && deep => stack.push(entry.path()),
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Why `workspace` is too broad to be one, when it is./// Why `workspace` is too broad to be one, when it is. Folders are compared by identity (links
 /// resolved, bind mounts seen by their inode), so `-C ~/..`, a link to `/tmp` or a bind mount
 /// of it is seen for what it is.
 pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
@@ -182,22 +209,18 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
     // A folder holding what a file of baton's own folders links to (`hooks.json` kept in a
     // dotfiles repository, round 33): a command there would write the next session's hooks
     // and settings, even before the file exists.
-    for own in own_dirs() {
-        for entry in std::fs::read_dir(&own).into_iter().flatten().flatten() {
-            let Ok(target) = std::fs::read_link(entry.path()) else {
-                continue;
-            };
-            let target = entry
-                .path()
-                .canonicalize()
-                .unwrap_or_else(|_| crate::untrusted_fs::real_or_planned(&own.join(target)));
-            if target.starts_with(&ws) {
-                return refuse(
-                    "a folder holding a file of baton's own configuration (a link leads there)",
-                    "baton's hooks, settings and trust list (~/.config/baton), which act \
-                     outside the sandbox in every later session",
-                );
-            }
+    for link in own_links() {
+        let target = link.canonicalize().unwrap_or_else(|_| {
+            let named = std::fs::read_link(&link).unwrap_or_default();
+            let beside = link.parent().unwrap_or(Path::new("/")).join(named);
+            crate::untrusted_fs::real_or_planned(&beside)
+        });
+        if target.starts_with(&ws) {
+            return refuse(
+                "a folder holding a file of baton's own configuration (a link leads there)",
+                "baton's hooks, settings and trust list (~/.config/baton), which act \
+                 outside the sandbox in every later session",
+            );
         }
     }
     // A credential folder (`~/.ssh`, `~/.aws`, `~/.gnupg`…) or a folder inside one: the

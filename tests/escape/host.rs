@@ -1632,6 +1632,30 @@ fn files_the_home_links_into_the_workspace_are_read_only_for_commands() {
         "{stderr}"
     );
     assert!(!f.ws.join("baton/hooks.json").exists(), "{stderr}");
+    // Round 34: a hook program one folder down (`~/.config/baton/hooks/guard.sh`) too.
+    std::fs::remove_file(home.join(".config/baton/hooks.json")).expect("unlink");
+    let _ = std::fs::remove_file(f.ws.join("baton/hooks.json"));
+    std::fs::create_dir_all(home.join(".config/baton/hooks")).expect("mkdir");
+    std::fs::create_dir_all(f.ws.join("baton/hooks")).expect("mkdir");
+    std::fs::write(f.ws.join("baton/hooks/guard.sh"), "exit 0\n").expect("write");
+    std::os::unix::fs::symlink(
+        f.ws.join("baton/hooks/guard.sh"),
+        home.join(".config/baton/hooks/guard.sh"),
+    )
+    .expect("link");
+    let out = baton_sandbox(&f, &[], "echo pwned > baton/hooks/guard.sh")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("a file of baton's own configuration"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("baton/hooks/guard.sh")).expect("read"),
+        "exit 0\n"
+    );
 }
 
 /// Round 33 (high): a home that is a bind mount (fstab's `/data/home` at `/home`, a data
