@@ -32,24 +32,13 @@ pub fn home_secrets(home: &Path) -> Vec<PathBuf> {
         .map(|s| home.join(s))
         .collect();
     out.extend(moved_secrets());
-    let moved = relocated_folders();
-    let version_roots = |parent: &str| -> Vec<PathBuf> {
-        let mut roots = vec![home.join(parent)];
-        for (in_home, elsewhere) in &moved {
-            if let Ok(inside) = Path::new(parent).strip_prefix(in_home) {
-                roots.push(elsewhere.join(inside));
-            }
-        }
-        roots
-    };
     for (parent, inside) in HOME_SECRETS_PER_VERSION {
-        for root in version_roots(parent) {
-            let versions = std::fs::read_dir(root).into_iter().flatten();
-            out.extend(versions.flatten().map(|v| v.path().join(inside)));
-        }
+        out.extend(per_version(&home.join(parent), inside));
     }
     let copies = copies_of(&out, home);
     out.extend(copies);
+    let linked = linked_from(&out);
+    out.extend(linked);
     for own in baton_dirs() {
         if !out.contains(&own) {
             out.push(own);
@@ -70,8 +59,25 @@ pub fn moved_secrets() -> Vec<PathBuf> {
                 out.push(elsewhere.join(inside));
             }
         }
+        // And one folder down a moved toolchain's tree (`$VOLTA_HOME/tools/image/node/*`),
+        // with no home to hold it too (round 34).
+        for (parent, inside) in HOME_SECRETS_PER_VERSION {
+            if let Ok(rest) = Path::new(parent).strip_prefix(in_home) {
+                out.extend(per_version(&elsewhere.join(rest), inside));
+            }
+        }
     }
     out
+}
+
+/// `inside` of every folder of `root` (each version a toolchain installed there).
+fn per_version(root: &Path, inside: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|v| v.path().join(inside))
+        .collect()
 }
 
 /// Variables that move one credential out of the home by naming it themselves (round 32:
@@ -127,6 +133,36 @@ const CREDENTIAL_VARIABLES: &[(&str, &[&str])] = &[
     ("CONDARC", &[]),
     ("MYSQL_TEST_LOGIN_FILE", &[]),
     ("PGSERVICEFILE", &[]),
+    // Round 34.
+    ("ZDOTDIR", &[".zsh_history", ".zhistory"]),
+    ("JULIA_DEPOT_PATH", &["logs", "servers"]),
+    ("DOTNET_CLI_HOME", &[".dotnet/corefx"]),
+    ("TERRAFORM_CONFIG", &[]),
+    ("S3CMD_CONFIG", &[]),
+    ("BITWARDENCLI_APPDATA_DIR", &[]),
+    ("HCLOUD_CONFIG", &[]),
+    ("HELM_CONFIG_HOME", &["registry", "repositories.yaml"]),
+    (
+        "MINIKUBE_HOME",
+        &["profiles", "ca.key", "proxy-client-ca.key"],
+    ),
+    (
+        "VAGRANT_HOME",
+        &["insecure_private_key", "insecure_private_keys"],
+    ),
+    ("SUBVERSION_CONFIG_DIR", &["auth"]),
+    ("OS_CLIENT_CONFIG_FILE", &[]),
+    ("DATABRICKS_CONFIG_FILE", &[]),
+    ("ODBCINI", &[]),
+    ("TALOSCONFIG", &[]),
+    ("MC_CONFIG_DIR", &[]),
+    ("GLAB_CONFIG_DIR", &[]),
+    ("R_ENVIRON_USER", &[]),
+    ("ANSIBLE_CONFIG", &[]),
+    ("HUB_CONFIG", &[]),
+    ("JFROG_CLI_HOME_DIR", &[]),
+    ("LFTP_HOME", &[]),
+    ("TNS_ADMIN", &["cwallet.sso", "ewallet.p12"]),
 ];
 
 /// The credentials [`CREDENTIAL_VARIABLES`] name in this process's environment (`KUBECONFIG`
@@ -411,6 +447,12 @@ fn relocated_folders() -> Vec<(&'static str, PathBuf)> {
         (".config/gh", "GH_CONFIG_DIR"),
         (".m2", "MAVEN_USER_HOME"),
         (".npm", "NPM_CONFIG_CACHE"),
+        (".volta", "VOLTA_HOME"),
+        (".local/share/fnm", "FNM_DIR"),
+        (".local/share/mise", "MISE_DATA_DIR"),
+        (".npm-global", "NPM_CONFIG_PREFIX"),
+        (".rye", "RYE_HOME"),
+        (".cabal", "CABAL_DIR"),
     ];
     MOVED_BY
         .iter()
@@ -419,6 +461,38 @@ fn relocated_folders() -> Vec<(&'static str, PathBuf)> {
             dir.is_absolute().then_some((*in_home, dir))
         })
         .collect()
+}
+
+/// Where the links inside the credential folders among `secrets` lead (`~/.ssh/id_rsa ->
+/// ~/dotfiles/ssh/id_rsa`, as GNU stow links file by file once `~/.ssh` exists; red team
+/// round 34): each credential hidden where it really is, whatever shows it there. Folders
+/// are walked to three levels, 2,000 entries at most.
+fn linked_from(secrets: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut budget = 2_000usize;
+    // baton's own folders hold many sessions; a link there is refused otherwise (a
+    // workspace holding its target is a broad one).
+    let own = baton_dirs();
+    let mut stack: Vec<(PathBuf, usize)> = secrets
+        .iter()
+        .filter(|s| !own.iter().any(|o| s.starts_with(o)))
+        .filter(|s| std::fs::symlink_metadata(s).is_ok_and(|m| m.is_dir()))
+        .map(|s| (s.clone(), 0))
+        .collect();
+    while let Some((dir, depth)) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if budget == 0 {
+                return out;
+            }
+            budget -= 1;
+            match entry.file_type() {
+                Ok(t) if t.is_symlink() => out.extend(entry.path().canonicalize()),
+                Ok(t) if t.is_dir() && depth < 3 => stack.push((entry.path(), depth + 1)),
+                _ => {}
+            }
+        }
+    }
+    out
 }
 
 /// The copies editors and people leave beside a credential inside a folder of the home

@@ -1452,9 +1452,14 @@ fn credentials_named_by_their_own_variables_stay_hidden() {
         ("client.key", "key-s3cret"),
         ("mylogin", "mylogin-s3cret"),
         ("deploy_key", "deploy-s3cret"),
+        ("zdot/.zsh_history", "zsh-s3cret"),
+        ("s3cfg", "s3cmd-s3cret"),
+        ("volta/tools/image/node/20.1.0/etc/npmrc", "volta-s3cret"),
         ("hf/hub/model.txt", "cached model"),
     ] {
-        std::fs::write(o.join(file), text).expect("write");
+        let path = o.join(file);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
     }
     let at = |p: &str| o.join(p).into_os_string();
     let kube = std::env::join_paths([o.join("kube-a"), o.join("kube-b")]).expect("join");
@@ -1473,11 +1478,16 @@ fn credentials_named_by_their_own_variables_stay_hidden() {
             ("PSQL_HISTORY", &at("psql_history")),
             ("GIT_SSL_KEY", &at("client.key")),
             ("MYSQL_TEST_LOGIN_FILE", &at("mylogin")),
+            // Round 34: folders their program's own variable moves.
+            ("ZDOTDIR", &at("zdot")),
+            ("S3CMD_CONFIG", &at("s3cfg")),
+            ("VOLTA_HOME", &at("volta")),
             ("GIT_SSH_COMMAND", &ssh_command),
         ],
         &format!(
             "cd {}; cat gnupg/private-keys-v1.d/k.key kube-a kube-b aws-credentials hf/token \
-             psql_history client.key mylogin deploy_key hf/hub/model.txt 2>&1; echo; echo ok > /dev/null && echo done",
+             psql_history client.key mylogin deploy_key zdot/.zsh_history s3cfg \\
+             volta/tools/image/node/20.1.0/etc/npmrc hf/hub/model.txt 2>&1; echo; echo ok > /dev/null && echo done",
             o.display()
         ),
     )
@@ -1585,24 +1595,30 @@ fn files_the_home_links_into_the_workspace_are_read_only_for_commands() {
     ] {
         std::fs::create_dir_all(&dir).expect("mkdir");
     }
+    for dir in [home.join(".bashrc.d"), home.join(".config/fish/conf.d")] {
+        std::fs::create_dir_all(&dir).expect("mkdir");
+    }
     for (file, link) in [
         ("bashrc", home.join(".bashrc")),
         ("ssh_config", home.join(".ssh/config")),
+        // Round 34: one folder further down, as stow links once the folder exists.
+        ("aliases.sh", home.join(".bashrc.d/aliases.sh")),
+        ("fish.fish", home.join(".config/fish/conf.d/x.fish")),
     ] {
         std::fs::write(f.ws.join(file), "original\n").expect("write");
         std::os::unix::fs::symlink(f.ws.join(file), link).expect("link");
     }
     // A way to the project from the home is not a start-up file: the project stays writable.
     std::os::unix::fs::symlink(&f.ws, home.join("work")).expect("link");
-    let script = "for x in bashrc ssh_config baton/hooks.json; do echo pwned >> $x 2>/dev/null \
-                  && echo \"wrote $x\"; done; echo fine > notes.txt && echo done";
+    let script = "for x in bashrc ssh_config aliases.sh fish.fish baton/hooks.json; do \
+                  echo pwned >> $x 2>/dev/null && echo \"wrote $x\"; done; \
+                  echo fine > notes.txt && echo done";
     let text = sandbox_output(&f, script);
     assert!(text.contains("done"), "{text}");
-    assert!(
-        !text.contains("wrote bashrc") && !text.contains("wrote ssh_"),
-        "{text}"
-    );
-    for file in ["bashrc", "ssh_config"] {
+    for file in ["bashrc", "ssh_", "aliases", "fish"] {
+        assert!(!text.contains(&format!("wrote {file}")), "{text}");
+    }
+    for file in ["bashrc", "ssh_config", "aliases.sh", "fish.fish"] {
         assert_eq!(
             std::fs::read_to_string(f.ws.join(file)).expect("read"),
             "original\n",
@@ -1724,4 +1740,35 @@ fn the_audits_git_is_never_a_link_into_the_workspace() {
         !marker.exists(),
         "baton ran the workspace's git outside the sandbox"
     );
+}
+
+/// Round 34 (high): credentials GNU stow linked file by file into a dotfiles workspace
+/// (`~/.ssh/id_rsa -> ~/dotfiles/ssh/id_rsa`) were readable there by commands, and by the
+/// model through `read_file`. Each is hidden where it really is, in the workspace too.
+#[test]
+fn credentials_the_home_links_into_the_workspace_stay_hidden() {
+    let f = fixture();
+    let home = f.ws.parent().expect("base").join("home");
+    for (file, link) in [
+        ("ssh/id_rsa", ".ssh/id_rsa"),
+        ("aws/credentials", ".aws/credentials"),
+        (
+            "gnupg/private-keys-v1.d/k.key",
+            ".gnupg/private-keys-v1.d/k.key",
+        ),
+    ] {
+        let target = f.ws.join(file);
+        std::fs::create_dir_all(target.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&target, format!("s3cret {file}\n")).expect("write");
+        let at = home.join(link);
+        std::fs::create_dir_all(at.parent().expect("parent")).expect("mkdir");
+        std::os::unix::fs::symlink(&target, at).expect("link");
+    }
+    std::fs::write(f.ws.join("notes.txt"), "visible\n").expect("write");
+    let text = sandbox_output(
+        &f,
+        "cat ssh/id_rsa aws/credentials gnupg/private-keys-v1.d/k.key notes.txt 2>&1; echo done",
+    );
+    assert!(text.contains("done") && text.contains("visible"), "{text}");
+    assert!(!text.contains("s3cret"), "{text}");
 }
