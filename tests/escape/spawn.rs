@@ -507,6 +507,17 @@ fn a_users_server_whose_program_or_script_lies_in_the_workspace_is_not_started()
                 q(env.workspace.join("server.py").display().to_string())
             ),
         ),
+        // Round 34: a shell told to go there first.
+        (
+            "/bin/sh".to_string(),
+            format!(
+                "[\"-c\", {}]",
+                q(format!(
+                    "cd {} && exec ./.venv/bin/python",
+                    env.workspace.display()
+                ))
+            ),
+        ),
     ] {
         user_server(&env, &format!("command = {}\nargs = {args}\n", q(command)));
         let out = env.session_baton().arg("doctor").output().expect("doctor");

@@ -137,6 +137,23 @@ fn runs_what_commands_write(
             program.display()
         ));
     }
+    // Code given on the command line (`sh -c "cd ~/proj && ./srv"`, `python3 -c`, `node -e`):
+    // any writable path it names, however spelled, may be what it runs (round 34).
+    let code = args
+        .windows(2)
+        .filter(|w| matches!(w[0].as_str(), "-c" | "-e" | "--eval" | "-lc" | "-ic"))
+        .map(|w| &w[1]);
+    for text in code {
+        if host_programs::names_a_writable_path(std::ffi::OsStr::new(text), &roots, true)
+            || text.contains(['*', '?', '['])
+        {
+            return Some(format!(
+                "its command line `{text}` names a folder commands may write: baton does not \
+                 start it outside the sandbox (keep the program elsewhere, or make it a \
+                 project server in .mcp.json, which runs in the sandbox)"
+            ));
+        }
+    }
     const SCRIPTS: &[&str] = &[
         "py", "js", "mjs", "cjs", "ts", "mts", "rb", "pl", "sh", "bash", "php", "lua", "jar",
     ];
