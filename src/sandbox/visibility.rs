@@ -182,9 +182,18 @@ fn variable_secrets() -> Vec<PathBuf> {
             like.then_some((name, value))
         })
         .collect();
-    let by_name = named_like_one
-        .iter()
-        .map(|(name, value)| (name.as_str(), value.clone(), &[][..]));
+    // Their value may hold the path after an option or in quotes (`--key=/opt/ci/k`,
+    // `"/opt/ci/k"`, round 34): each part between blanks, `=`, `,`, `;`, `:` and quotes.
+    let by_name = named_like_one.iter().map(|(name, value)| {
+        let parts: Vec<String> = value
+            .to_string_lossy()
+            .split([' ', '\t', '=', ',', ';', ':', '"', '\''])
+            .filter(|p| p.starts_with('/'))
+            .map(str::to_string)
+            .collect();
+        let joined = std::env::join_paths(parts.iter().map(Path::new)).unwrap_or_default();
+        (name.as_str(), joined, &[][..])
+    });
     let listed = CREDENTIAL_VARIABLES
         .iter()
         .filter_map(|(var, inside)| std::env::var_os(var).map(|value| (*var, value, *inside)));
@@ -340,15 +349,20 @@ fn names_a_secret(path: &Path) -> bool {
         .any(|k| path.starts_with(k))
 }
 
-/// The identity files `GIT_SSH_COMMAND` gives ssh (`-i FILE`, `-iFILE`,
-/// `-o IdentityFile=FILE`).
+/// The identity files `GIT_SSH_COMMAND`, `RSYNC_RSH`, `BORG_RSH` and `ANSIBLE_SSH_ARGS` give
+/// ssh (`-i FILE`, `-iFILE`, `-o IdentityFile=FILE`).
 fn ssh_identities() -> Vec<PathBuf> {
-    let Some(words) = std::env::var("GIT_SSH_COMMAND")
-        .ok()
-        .and_then(|c| shlex::split(&c))
-    else {
-        return Vec::new();
-    };
+    let words: Vec<String> = [
+        "GIT_SSH_COMMAND",
+        "RSYNC_RSH",
+        "BORG_RSH",
+        "ANSIBLE_SSH_ARGS",
+    ]
+    .iter()
+    .filter_map(|v| std::env::var(v).ok())
+    .filter_map(|c| shlex::split(&c))
+    .flatten()
+    .collect();
     let mut out = Vec::new();
     let mut next_is_key = false;
     for word in &words {

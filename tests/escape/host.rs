@@ -1455,6 +1455,8 @@ fn credentials_named_by_their_own_variables_stay_hidden() {
         ("zdot/.zsh_history", "zsh-s3cret"),
         ("s3cfg", "s3cmd-s3cret"),
         ("volta/tools/image/node/20.1.0/etc/npmrc", "volta-s3cret"),
+        ("signing.key", "signing-s3cret"),
+        ("rsync_key", "rsync-s3cret"),
         ("hf/hub/model.txt", "cached model"),
     ] {
         let path = o.join(file);
@@ -1465,6 +1467,8 @@ fn credentials_named_by_their_own_variables_stay_hidden() {
     let kube = std::env::join_paths([o.join("kube-a"), o.join("kube-b")]).expect("join");
     let dev_null = OsString::from("/dev/null");
     let ssh_command = OsString::from(format!("ssh -i {}", o.join("deploy_key").display()));
+    let signing = OsString::from(format!("--key={}", o.join("signing.key").display()));
+    let rsync = OsString::from(format!("ssh -i {}", o.join("rsync_key").display()));
     let out = baton_sandbox(
         &f,
         &[
@@ -1482,12 +1486,15 @@ fn credentials_named_by_their_own_variables_stay_hidden() {
             ("ZDOTDIR", &at("zdot")),
             ("S3CMD_CONFIG", &at("s3cfg")),
             ("VOLTA_HOME", &at("volta")),
+            // Round 34: after an option, and ssh's key given to rsync.
+            ("MY_SECRET", &signing),
+            ("RSYNC_RSH", &rsync),
             ("GIT_SSH_COMMAND", &ssh_command),
         ],
         &format!(
             "cd {}; cat gnupg/private-keys-v1.d/k.key kube-a kube-b aws-credentials hf/token \
              psql_history client.key mylogin deploy_key zdot/.zsh_history s3cfg \\
-             volta/tools/image/node/20.1.0/etc/npmrc hf/hub/model.txt 2>&1; echo; echo ok > /dev/null && echo done",
+             volta/tools/image/node/20.1.0/etc/npmrc signing.key rsync_key hf/hub/model.txt 2>&1; echo; echo ok > /dev/null && echo done",
             o.display()
         ),
     )
