@@ -526,3 +526,49 @@ fn a_users_server_whose_program_or_script_lies_in_the_workspace_is_not_started()
         assert!(!pwned.exists(), "{}: {text}", read(&pwned));
     }
 }
+
+/// Round 34 (high): a user's server installed editable (`pip install -e ~/proj`: a `.pth` in
+/// site-packages naming the project's `src`) imported what a command wrote there, outside the
+/// sandbox. A Python whose site-packages (or the user's) load from a writable folder does not
+/// start a server.
+#[test]
+fn a_users_python_server_installed_editable_from_the_workspace_is_not_started() {
+    let Some(python) = external::require("python3", python()) else {
+        return;
+    };
+    let env = Env::new();
+    let outside = env.home.parent().expect("root").join("markers");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    let pwned = outside.join("pwned");
+    module(&env.workspace.join("src/mysrv.py"), &pwned, "planted");
+    let version = Command::new(&python)
+        .args([
+            "-c",
+            "import sys; print('python%d.%d' % sys.version_info[:2])",
+        ])
+        .output()
+        .expect("python version");
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
+    let site = env
+        .home
+        .join(".local/lib")
+        .join(version)
+        .join("site-packages");
+    std::fs::create_dir_all(&site).expect("mkdir");
+    std::fs::write(
+        site.join("__editable__.mysrv-0.1.pth"),
+        format!("{}\n", env.workspace.join("src").display()),
+    )
+    .expect("pth");
+    user_server(
+        &env,
+        &format!(
+            "command = {}\nargs = [\"-m\", \"mysrv\"]\n",
+            q(python.display().to_string())
+        ),
+    );
+    let out = env.session_baton().arg("doctor").output().expect("doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("editable install"), "{text}");
+    assert!(!pwned.exists(), "{}: {text}", read(&pwned));
+}

@@ -137,6 +137,14 @@ fn runs_what_commands_write(
             program.display()
         ));
     }
+    if let Some(path_file) = python_paths_into(command, dir, &roots) {
+        return Some(format!(
+            "its Python loads modules from a folder commands may write ({} points there: an \
+             editable install of a project in the workspace): baton does not start it outside \
+             the sandbox (install it normally, or make it a project server in .mcp.json)",
+            path_file.display()
+        ));
+    }
     // Code given on the command line (`sh -c "cd ~/proj && ./srv"`, `python3 -c`, `node -e`):
     // any writable path it names, however spelled, may be what it runs (round 34).
     let code = args
@@ -176,6 +184,60 @@ fn runs_what_commands_write(
                  in .mcp.json, which runs in the sandbox)",
                 path.display()
             ));
+        }
+    }
+    None
+}
+
+/// For a Python interpreter `command`: the first `.pth` file or editable-install finder of
+/// its environment's site-packages (and the user's) that names a path in `roots` (round 34:
+/// `pip install -e ~/proj` into a venv outside the workspace made `python -m mysrv` import
+/// what commands wrote). Each file read up to 64 KiB.
+fn python_paths_into(command: &str, dir: &Path, roots: &[PathBuf]) -> Option<PathBuf> {
+    let name = Path::new(command).file_name()?.to_str()?;
+    if !name.starts_with("python") {
+        return None;
+    }
+    let program = if command.contains('/') {
+        dir.join(command)
+    } else {
+        host_programs::find_program(command, roots)?
+    };
+    // The interpreter's prefix: a venv's `bin/..`, or `/usr` for `/usr/bin/python3`.
+    let prefix = program.parent()?.parent()?.to_path_buf();
+    let mut lib_dirs = vec![prefix.join("lib"), prefix.join("local/lib")];
+    lib_dirs.extend(dirs::home_dir().map(|h| h.join(".local/lib")));
+    for lib in lib_dirs {
+        for version in std::fs::read_dir(&lib).into_iter().flatten().flatten() {
+            if !version.file_name().to_string_lossy().starts_with("python") {
+                continue;
+            }
+            for packages in ["site-packages", "dist-packages"] {
+                let folder = version.path().join(packages);
+                for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+                    let file = entry.file_name().to_string_lossy().into_owned();
+                    let loads = file.ends_with(".pth")
+                        || (file.starts_with("__editable__") && file.ends_with(".py"));
+                    if !loads {
+                        continue;
+                    }
+                    let Ok(text) = crate::untrusted_fs::read_following(&entry.path(), 64 * 1024)
+                    else {
+                        continue;
+                    };
+                    let text = String::from_utf8_lossy(&text);
+                    let names = text.lines().any(|line| {
+                        host_programs::names_a_writable_path(
+                            std::ffi::OsStr::new(line.trim()),
+                            roots,
+                            false,
+                        )
+                    });
+                    if names {
+                        return Some(entry.path());
+                    }
+                }
+            }
         }
     }
     None
