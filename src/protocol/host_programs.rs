@@ -253,18 +253,15 @@ pub fn writable_entries(value: &OsStr, roots: &[PathBuf]) -> Vec<PathBuf> {
         .collect()
 }
 
-/// `value` without its entries inside `roots` (None when nothing is left), nor a folder of
-/// the home holding a link into one (`~/bin/srv -> ~/proj/tools/srv`, round 34): a program a
-/// hook or a server names is found through PATH by the child, where no check of baton's runs.
+/// `value` without its entries inside `roots` (None when nothing is left), nor a folder
+/// holding a link into one (`~/bin/srv -> ~/proj/tools/srv`, round 34; `/usr/local/bin`
+/// after `npm link`, round 35): a program a hook or a server names is found through PATH by
+/// the child, where no check of baton's runs.
 pub fn safe_search_path(value: &OsStr, roots: &[PathBuf]) -> Option<OsString> {
-    let home = dirs::home_dir();
     let placed = placed_roots(roots);
     let kept: Vec<PathBuf> = safe_entries(value, roots)
         .into_iter()
-        .filter(|dir| {
-            let in_home = home.as_ref().is_some_and(|h| dir.starts_with(h));
-            !(in_home && holds_links_into(dir, &placed))
-        })
+        .filter(|dir| !holds_links_into(dir, &placed))
         .collect();
     if kept.is_empty() {
         return None;
@@ -284,16 +281,41 @@ pub fn startup_roots() -> Vec<PathBuf> {
     roots
 }
 
-/// Whether the folder `dir` holds a link that leads into one of `placed_roots` (its first
-/// 1,000 entries are looked at: a `bin` folder of the home is small).
+/// Whether the folder `dir` holds a link that leads into one of `placed_roots` (round 35:
+/// `npm link` puts one in `/usr/local/bin`, not only in the home). The links of each folder
+/// are listed once per process and again when the folder changes (its mtime): `/usr/bin`
+/// holds thousands of entries, and a hook runs at every tool call.
 fn holds_links_into(dir: &Path, placed_roots: &[PathBuf]) -> bool {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .take(1000)
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_symlink()))
-        .any(|e| writable_against(&e.path(), placed_roots))
+    type Links = std::collections::HashMap<PathBuf, (std::time::SystemTime, Vec<PathBuf>)>;
+    static LINKS: std::sync::Mutex<Option<Links>> = std::sync::Mutex::new(None);
+    let Ok(mtime) = std::fs::metadata(dir).and_then(|m| m.modified()) else {
+        return false;
+    };
+    let mut cache = LINKS.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(Links::new);
+    let fresh = cache.get(dir).is_some_and(|(seen, _)| *seen == mtime);
+    if !fresh {
+        let links = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_symlink()))
+            // A link whose target is not there yet leads where that target would be made.
+            .filter_map(|e| {
+                let path = e.path();
+                path.canonicalize().ok().or_else(|| {
+                    let target = std::fs::read_link(&path).ok()?;
+                    placed(&dir.join(target))
+                })
+            })
+            .collect();
+        cache.insert(dir.to_path_buf(), (mtime, links));
+    }
+    cache.get(dir).is_some_and(|(_, targets)| {
+        targets
+            .iter()
+            .any(|t| placed_roots.iter().any(|r| t.starts_with(r)))
+    })
 }
 
 /// The program `name` (a bare name) as the first executable file in baton's PATH outside
@@ -593,6 +615,20 @@ mod tests {
         );
         let only = std::env::join_paths([base.join("bin")]).unwrap();
         assert_eq!(find_in("git", &only, &roots), None);
+        // Round 35: hooks and servers look their programs up themselves; a folder holding
+        // such a link leaves their PATH, wherever it is (`npm link` into /usr/local/bin),
+        // also when the link's target is not made yet.
+        assert_eq!(
+            safe_search_path(&path, &roots),
+            Some(OsString::from(base.join("usr/bin")))
+        );
+        std::fs::create_dir_all(base.join("opt/bin")).unwrap();
+        std::os::unix::fs::symlink(ws.join("later/srv"), base.join("opt/bin/srv")).unwrap();
+        let later = std::env::join_paths([base.join("opt/bin"), base.join("usr/bin")]).unwrap();
+        assert_eq!(
+            safe_search_path(&later, &roots),
+            Some(OsString::from(base.join("usr/bin")))
+        );
     }
 
     /// Round 27 (high): only a list of loader variables was checked; any variable of baton's
