@@ -35,9 +35,9 @@ pub fn home_secrets(home: &Path) -> Vec<PathBuf> {
     for (parent, inside) in HOME_SECRETS_PER_VERSION {
         out.extend(per_version(&home.join(parent), inside));
     }
+    let linked = linked_from(home);
     let copies = copies_of(&out, home);
     out.extend(copies);
-    let linked = linked_from(&out);
     out.extend(linked);
     for own in baton_dirs() {
         if !out.contains(&own) {
@@ -477,21 +477,19 @@ fn relocated_folders() -> Vec<(&'static str, PathBuf)> {
         .collect()
 }
 
-/// Where the links inside the credential folders among `secrets` lead (`~/.ssh/id_rsa ->
+/// Where the links inside the home's credential folders lead (`~/.ssh/id_rsa ->
 /// ~/dotfiles/ssh/id_rsa`, as GNU stow links file by file once `~/.ssh` exists; red team
-/// round 34): each credential hidden where it really is, whatever shows it there. Folders
-/// are walked to three levels, 2,000 entries at most.
-fn linked_from(secrets: &[PathBuf]) -> Vec<PathBuf> {
+/// round 34): each credential hidden where it really is, whatever shows it there. The folders
+/// of [`LINKED_CREDENTIAL_FOLDERS`] are walked to three levels, 2,000 entries at most (not
+/// the browsers' profiles: thousands of files, at every command).
+fn linked_from(home: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut budget = 2_000usize;
-    // baton's own folders hold many sessions; a link there is refused otherwise (a
-    // workspace holding its target is a broad one).
-    let own = baton_dirs();
-    let mut stack: Vec<(PathBuf, usize)> = secrets
+    let mut stack: Vec<(PathBuf, usize)> = LINKED_CREDENTIAL_FOLDERS
         .iter()
-        .filter(|s| !own.iter().any(|o| s.starts_with(o)))
+        .map(|f| home.join(f))
         .filter(|s| std::fs::symlink_metadata(s).is_ok_and(|m| m.is_dir()))
-        .map(|s| (s.clone(), 0))
+        .map(|s| (s, 0))
         .collect();
     while let Some((dir, depth)) = stack.pop() {
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
@@ -508,6 +506,24 @@ fn linked_from(secrets: &[PathBuf]) -> Vec<PathBuf> {
     }
     out
 }
+
+/// The credential folders of the home a dotfiles manager links into, file by file.
+const LINKED_CREDENTIAL_FOLDERS: &[&str] = &[
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".kube",
+    ".docker",
+    ".oci",
+    ".kaggle",
+    ".password-store",
+    ".local/share/keyrings",
+    ".config/gh",
+    ".config/gcloud",
+    ".config/op",
+    ".config/rclone",
+];
 
 /// The copies editors and people leave beside a credential inside a folder of the home
 /// (`credentials.toml.bak`, `settings.xml~`, vim's `.settings.xml.swp`, emacs's
