@@ -132,7 +132,107 @@ fn own_links() -> Vec<PathBuf> {
     out
 }
 
-/// Why `workspace` is too broad to be one, when it is./// Why `workspace` is too broad to be one, when it is. Folders are compared by identity (links
+/// What makes `ws` (canonical) the user's dotfiles, if anything: a link among the home's
+/// dotfiles and the entries of its start-up folders that leads into it, or a start-up file
+/// that names it by path (`~/dotfiles`, `$HOME/dotfiles` or the full path). A link to `ws`
+/// itself or a folder above it (`~/work -> ~/src/proj`) is a way to a project, not a
+/// start-up file.
+fn dotfiles_of(home: &Path, ws: &Path) -> Option<&'static str> {
+    let top = std::fs::read_dir(home)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().as_encoded_bytes().starts_with(b"."));
+    let deeper = crate::protocol::HOME_STARTUP_FOLDERS.iter().flat_map(|f| {
+        std::fs::read_dir(home.join(f))
+            .into_iter()
+            .flatten()
+            .flatten()
+    });
+    for entry in top.chain(deeper) {
+        if !entry.file_type().is_ok_and(|t| t.is_symlink()) {
+            continue;
+        }
+        let Ok(target) = entry.path().canonicalize() else {
+            continue;
+        };
+        if target.starts_with(ws) && target != ws {
+            return Some(
+                "files your shell, ssh, git or editor load at start, which a command there \
+                 would rewrite for your next session",
+            );
+        }
+    }
+    let relative = ws.strip_prefix(home).ok().map(|r| r.display().to_string());
+    let spellings: Vec<String> = std::iter::once(ws.display().to_string())
+        .chain(relative.iter().flat_map(|r| {
+            [
+                format!("~/{r}"),
+                format!("$HOME/{r}"),
+                format!("${{HOME}}/{r}"),
+            ]
+        }))
+        .collect();
+    for file in crate::protocol::HOME_STARTUP_FILES {
+        let Ok(text) = crate::untrusted_fs::read_following(&home.join(file), 256 * 1024) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&text);
+        let names_ws = |line: &str| {
+            spellings.iter().any(|s| {
+                line.match_indices(s.as_str()).any(|(at, _)| {
+                    // `~/dotfiles` names `~/dotfiles/x`, not `~/dotfiles-old`.
+                    line[at + s.len()..]
+                        .chars()
+                        .next()
+                        .is_none_or(|c| c == '/' || !(c.is_alphanumeric() || "-_.".contains(c)))
+                })
+            })
+        };
+        // Only a line that loads or runs what it names (`alias p='cd ~/proj'` does not).
+        let named = text
+            .lines()
+            .filter(|line| loads_what_it_names(line))
+            .any(names_ws);
+        if named {
+            return Some(
+                "files your shell, ssh, git or editor load at start name it, and a command \
+                 there would rewrite them for your next session",
+            );
+        }
+    }
+    None
+}
+
+/// Whether a line of a start-up file loads or runs a file it names: a shell's `source` or
+/// `.`, ssh's `Include`, git's `path`, `hooksPath`, `templateDir`, `sshCommand` and `!`
+/// commands, vim's and neovim's `source`, `runtime`, `dofile`, `require`.
+fn loads_what_it_names(line: &str) -> bool {
+    let line = line.trim_start().to_ascii_lowercase();
+    const LOADS: &[&str] = &[
+        "source ",
+        ". ",
+        "include",
+        "path",
+        "hookspath",
+        "templatedir",
+        "sshcommand",
+        "so ",
+        "runtime",
+        "dofile",
+        "luafile",
+        "require",
+        "exec ",
+        "eval ",
+        "command",
+        "helper",
+        "editor",
+        "pager",
+    ];
+    LOADS.iter().any(|w| line.starts_with(w)) || line.contains("= !") || line.contains("=!")
+}
+
+/// Why `workspace` is too broad to be one, when it is./// Why `workspace` is too broad to be one, when it is./// Why `workspace` is too broad to be one, when it is./// Why `workspace` is too broad to be one, when it is. Folders are compared by identity (links
 /// resolved, bind mounts seen by their inode), so `-C ~/..`, a link to `/tmp` or a bind mount
 /// of it is seen for what it is.
 pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
@@ -222,6 +322,15 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
                  outside the sandbox in every later session",
             );
         }
+    }
+    // The user's dotfiles repository: what the home's start-up files link to or name by
+    // path lies there, and programs outside the sandbox (the next shell, `ssh`, `git`) read
+    // it (red team rounds 33–35: links file by file, `. ~/dotfiles/x`, `Include`, hooks).
+    if let Some(home) = dirs::home_dir()
+        && ws_id.is_some()
+        && let Some(why) = dotfiles_of(&home, &ws)
+    {
+        return refuse("your dotfiles: your home's start-up files read it", why);
     }
     // A credential folder (`~/.ssh`, `~/.aws`, `~/.gnupg`…) or a folder inside one: the
     // sandbox hides them from commands, and a workspace there would hand them over (a path a

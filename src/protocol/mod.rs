@@ -686,6 +686,68 @@ pub fn baton_own_dirs() -> Vec<std::path::PathBuf> {
     out
 }
 
+/// Folders of the home whose files programs read or run at start (relative to the home):
+/// where GNU stow links file by file once the folder exists (red team round 34:
+/// `~/.bashrc.d/aliases.sh`, fish's `conf.d`, a systemd user unit, `~/.ssh/config.d/*`).
+/// A list, looked at entry by entry: a walk of the whole home at every command would cost
+/// more than the command.
+pub const HOME_STARTUP_FOLDERS: &[&str] = &[
+    ".config",
+    ".ssh",
+    ".ssh/config.d",
+    ".local/bin",
+    ".bashrc.d",
+    ".bash_profile.d",
+    ".profile.d",
+    ".zshrc.d",
+    ".config/zsh",
+    ".config/fish",
+    ".config/fish/conf.d",
+    ".config/fish/functions",
+    ".config/systemd/user",
+    ".config/autostart",
+    ".config/environment.d",
+    ".config/nvim",
+    ".config/nvim/lua",
+    ".config/nvim/plugin",
+    ".config/direnv",
+    ".config/git",
+    ".config/tmux",
+    ".vim",
+    ".vim/plugin",
+    ".emacs.d",
+    ".ipython/profile_default/startup",
+    ".local/share/applications",
+    ".config/git/hooks",
+    ".git-templates/hooks",
+    ".config/git/template/hooks",
+];
+
+/// The home's start-up files whose text may name another file it loads (`. ~/dotfiles/x`,
+/// `Include ~/dotfiles/ssh/hosts`, `[include] path = …`, `core.hooksPath`): a workspace they
+/// name is the user's configuration (red team round 35).
+pub const HOME_STARTUP_FILES: &[&str] = &[
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".config/fish/config.fish",
+    ".ssh/config",
+    ".gitconfig",
+    ".config/git/config",
+    ".vimrc",
+    ".config/nvim/init.vim",
+    ".config/nvim/init.lua",
+    ".tmux.conf",
+    ".inputrc",
+    ".xprofile",
+    ".xinitrc",
+];
+
 /// The user's secrets, relative to their home: credentials of ssh, gpg, clouds, container and
 /// package registries, git hosts, other coding agents and model hubs, browsers' cookies and
 /// saved logins, shell and REPL histories (typed tokens and passwords), and baton's own

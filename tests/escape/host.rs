@@ -1589,8 +1589,8 @@ fn the_hosts_own_secrets_stay_hidden_from_roots_commands() {
 /// rcm), a command rewrote `~/.bashrc`, `~/.ssh/config` and baton's own `hooks.json` through
 /// the workspace: the user's next shell, `ssh` or baton session ran what it wrote. What the
 /// home's start-up files link to is read-only for commands now, like a `~/.gitconfig` linked
-/// there (the rest of the repository stays writable), and a folder holding what baton's own
-/// files link to is refused as a workspace.
+/// there (the rest of the repository stays writable), a folder holding what baton's own
+/// files link to is refused as a workspace, and (round 35) so is one the home links into.
 #[test]
 fn files_the_home_links_into_the_workspace_are_read_only_for_commands() {
     let f = fixture();
@@ -1620,7 +1620,20 @@ fn files_the_home_links_into_the_workspace_are_read_only_for_commands() {
     let script = "for x in bashrc ssh_config aliases.sh fish.fish baton/hooks.json; do \
                   echo pwned >> $x 2>/dev/null && echo \"wrote $x\"; done; \
                   echo fine > notes.txt && echo done";
-    let text = sandbox_output(&f, script);
+    // Round 35: the home links into it, so it is the user's dotfiles, a broad workspace.
+    let refused = baton_sandbox(&f, &[], script)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is your dotfiles"), "{stderr}");
+    // Accepted by the flag, what the home links to is still read-only.
+    let out = baton_sandbox_with(&f, &["--allow-broad-workspace".as_ref()], script)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("done"), "{text}");
     for file in ["bashrc", "ssh_", "aliases", "fish"] {
         assert!(!text.contains(&format!("wrote {file}")), "{text}");
@@ -1772,10 +1785,69 @@ fn credentials_the_home_links_into_the_workspace_stay_hidden() {
         std::os::unix::fs::symlink(&target, at).expect("link");
     }
     std::fs::write(f.ws.join("notes.txt"), "visible\n").expect("write");
-    let text = sandbox_output(
+    // The home links into it: a dotfiles workspace, refused unless the flag says it is meant
+    // (round 35); accepted, the credentials stay hidden.
+    let out = baton_sandbox_with(
         &f,
+        &["--allow-broad-workspace".as_ref()],
         "cat ssh/id_rsa aws/credentials gnupg/private-keys-v1.d/k.key notes.txt 2>&1; echo done",
-    );
+    )
+    .stdin(Stdio::null())
+    .output()
+    .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("done") && text.contains("visible"), "{text}");
     assert!(!text.contains("s3cret"), "{text}");
+}
+
+/// Round 35 (high ×2, critical): a plain `~/.bashrc` that sources a file of the workspace,
+/// an `~/.ssh/config` that includes one, a global git config whose `init.templateDir` or
+/// `sshCommand` names one: the workspace is the user's dotfiles, which the next shell, `ssh`
+/// or `git clone` loads. Refused as a workspace; an alias that merely goes there is not a
+/// load.
+#[test]
+fn a_workspace_the_homes_start_up_files_load_is_refused() {
+    let f = fixture();
+    let home = f.ws.parent().expect("base").join("home");
+    std::fs::create_dir_all(home.join(".ssh")).expect("mkdir");
+    let ws = f.ws.display().to_string();
+    let run = || {
+        baton_sandbox(&f, &[], "echo ran")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run")
+    };
+    std::fs::write(
+        home.join(".bashrc"),
+        format!("alias p='cd {ws}'\nexport EDITOR=vim\n"),
+    )
+    .expect("write");
+    let out = run();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (file, text) in [
+        (".bashrc", format!(". {ws}/bash/aliases.sh\n")),
+        (".ssh/config", format!("Include {ws}/ssh/hosts\n")),
+        (
+            ".gitconfig",
+            format!("[init]\n\ttemplateDir = {ws}/git-templates\n"),
+        ),
+        (
+            ".gitconfig",
+            format!("[core]\n\tsshCommand = ssh -F {ws}/ssh/config\n"),
+        ),
+    ] {
+        for clean in [".bashrc", ".ssh/config", ".gitconfig"] {
+            let _ = std::fs::remove_file(home.join(clean));
+        }
+        std::fs::write(home.join(file), &text).expect("write");
+        let out = run();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{file}: {stderr}");
+        assert!(stderr.contains("is your dotfiles"), "{file}: {stderr}");
+    }
 }

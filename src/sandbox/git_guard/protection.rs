@@ -215,51 +215,20 @@ fn protect_gitdir(
 /// An included config inside a writable root is read-only and refused to file tools; the
 /// folders between the root and it are pinned, so it can't be swapped out with its folder.
 /// One that does not exist yet is left to the audit.
-/// Folders of the home whose files programs read or run at start (relative to the home):
-/// where GNU stow links file by file once the folder exists (red team round 34:
-/// `~/.bashrc.d/aliases.sh`, fish's `conf.d`, a systemd user unit, `~/.ssh/config.d/*`).
-/// A list, looked at entry by entry: a walk of the whole home at every command would cost
-/// more than the command.
-const STARTUP_FOLDERS: &[&str] = &[
-    ".config",
-    ".ssh",
-    ".ssh/config.d",
-    ".local/bin",
-    ".bashrc.d",
-    ".bash_profile.d",
-    ".profile.d",
-    ".zshrc.d",
-    ".config/zsh",
-    ".config/fish",
-    ".config/fish/conf.d",
-    ".config/fish/functions",
-    ".config/systemd/user",
-    ".config/autostart",
-    ".config/environment.d",
-    ".config/nvim",
-    ".config/nvim/lua",
-    ".config/nvim/plugin",
-    ".config/direnv",
-    ".config/git",
-    ".config/tmux",
-    ".vim",
-    ".vim/plugin",
-    ".emacs.d",
-    ".ipython/profile_default/startup",
-    ".local/share/applications",
-];
 
 /// Where the links of the user's home lead, when that is inside `writable`: the home's own
-/// dotfiles, the entries of [`STARTUP_FOLDERS`], and those of baton's own folders wherever
+/// dotfiles, the entries of [`crate::protocol::HOME_STARTUP_FOLDERS`], and those of baton's own folders wherever
 /// XDG puts them. Each resolved as the programs that read it will.
 fn home_links_into(writable: &[PathBuf]) -> Vec<PathBuf> {
     let home = dirs::home_dir();
     let folders = home
         .iter()
         .flat_map(|h| {
-            [h.clone()]
-                .into_iter()
-                .chain(STARTUP_FOLDERS.iter().map(|f| h.join(f)))
+            [h.clone()].into_iter().chain(
+                crate::protocol::HOME_STARTUP_FOLDERS
+                    .iter()
+                    .map(|f| h.join(f)),
+            )
         })
         .chain(crate::protocol::baton_own_dirs());
     let mut out = Vec::new();
