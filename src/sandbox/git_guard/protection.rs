@@ -212,10 +212,6 @@ fn protect_gitdir(
     }
 }
 
-/// An included config inside a writable root is read-only and refused to file tools; the
-/// folders between the root and it are pinned, so it can't be swapped out with its folder.
-/// One that does not exist yet is left to the audit.
-
 /// Where the links of the user's home lead, when that is inside `writable`: the home's own
 /// dotfiles, the entries of [`crate::protocol::HOME_STARTUP_FOLDERS`], and those of baton's own folders wherever
 /// XDG puts them. Each resolved as the programs that read it will.
@@ -260,6 +256,9 @@ fn home_links_into(writable: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
+/// An included config inside a writable root is read-only and refused to file tools; the
+/// folders between the root and it are pinned, so it can't be swapped out with its folder.
+/// One that does not exist yet is left to the audit.
 fn protect_included(included: &Path, writable: &[PathBuf], out: &mut Protection) {
     if !inside_any(included, writable) {
         return;
