@@ -572,3 +572,34 @@ fn a_users_python_server_installed_editable_from_the_workspace_is_not_started() 
     assert!(text.contains("editable install"), "{text}");
     assert!(!pwned.exists(), "{}: {text}", read(&pwned));
 }
+
+/// Round 35 (critical): a user's hook named its program by absolute path outside the
+/// workspace, as hooks.md asks, but the path was a link into the project (`~/bin/hk ->
+/// ~/proj/tools/hk`): the turn's own hook ran what the model's command wrote there. A hook
+/// naming a path that leads into a writable folder is not run (a trusted folder's may be).
+#[test]
+fn a_users_hook_whose_program_links_into_the_workspace_is_not_run() {
+    let env = Env::new();
+    let outside = env.home.parent().expect("root").join("markers");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    let pwned = outside.join("pwned");
+    script(
+        &env.workspace.join("tools/hk"),
+        &format!("#!/bin/sh\necho planted >> '{}'\n", pwned.display()),
+    );
+    std::fs::create_dir_all(env.home.join("bin")).expect("mkdir");
+    std::os::unix::fs::symlink(env.workspace.join("tools/hk"), env.home.join("bin/hk"))
+        .expect("link");
+    let hooks = json!({"hooks": {"UserPromptSubmit": [{"hooks": [
+        {"type": "command", "command": env.home.join("bin/hk").display().to_string(), "timeout": 30}
+    ]}]}});
+    user_hooks(&env, &hooks);
+    let engine = answering_ok();
+    let out = env.exec(&engine, "hi", &["--json"]).output().expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !pwned.exists(),
+        "the hook ran the workspace's program: {stdout}"
+    );
+    assert!(stdout.contains("folder commands may write"), "{stdout}");
+}
