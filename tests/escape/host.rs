@@ -1456,6 +1456,8 @@ fn credentials_named_by_their_own_variables_stay_hidden() {
         ("s3cfg", "s3cmd-s3cret"),
         ("volta/tools/image/node/20.1.0/etc/npmrc", "volta-s3cret"),
         ("signing.key", "signing-s3cret"),
+        ("kube-path", "kube-path-s3cret"),
+        ("android/adbkey", "adb-s3cret"),
         ("rsync_key", "rsync-s3cret"),
         ("hf/hub/model.txt", "cached model"),
     ] {
@@ -1488,13 +1490,17 @@ fn credentials_named_by_their_own_variables_stay_hidden() {
             ("VOLTA_HOME", &at("volta")),
             // Round 34: after an option, and ssh's key given to rsync.
             ("MY_SECRET", &signing),
+            // Round 35.
+            ("KUBE_CONFIG_PATH", &at("kube-path")),
+            ("ANDROID_USER_HOME", &at("android")),
             ("RSYNC_RSH", &rsync),
             ("GIT_SSH_COMMAND", &ssh_command),
         ],
         &format!(
             "cd {}; cat gnupg/private-keys-v1.d/k.key kube-a kube-b aws-credentials hf/token \
              psql_history client.key mylogin deploy_key zdot/.zsh_history s3cfg \\
-             volta/tools/image/node/20.1.0/etc/npmrc signing.key rsync_key hf/hub/model.txt 2>&1; echo; echo ok > /dev/null && echo done",
+             volta/tools/image/node/20.1.0/etc/npmrc signing.key rsync_key \\
+             kube-path android/adbkey hf/hub/model.txt 2>&1; echo; echo ok > /dev/null && echo done",
             o.display()
         ),
     )
