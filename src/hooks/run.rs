@@ -113,18 +113,22 @@ async fn spawn_and_wait(
     cwd: &Path,
     in_workspace: bool,
 ) -> Result<Ran, String> {
-    // A hook of an untrusted workspace's session that names a program or file commands may
-    // write (`~/bin/hk`, a link into the project; red team round 35) would run what a
-    // command left there, outside the sandbox: not run. A trusted folder's hooks may.
+    // A hook of an untrusted workspace's session whose program (or script) lies where
+    // commands may write — a link into the workspace counts (`~/bin/hk -> ~/proj/tools/hk`,
+    // red team round 35) — would run what a command left there, outside the sandbox: not
+    // run. A trusted folder's hooks may.
     if !in_workspace {
         let roots = host_programs::writable_roots_with(cwd);
-        if host_programs::names_a_writable_path(std::ffi::OsStr::new(&hook.command), &roots, true) {
-            return Err(
-                "not run: it names a program or file in a folder commands may write (a link \
-                 into the workspace counts), which would run outside the sandbox; keep its \
-                 program elsewhere, or trust the folder (`baton trust`)"
-                    .to_string(),
-            );
+        let words = hook
+            .command
+            .split(|c: char| c.is_whitespace() || ";&|()<>'\"`=".contains(c));
+        if let Some(program) = host_programs::writable_program_among(words, &roots) {
+            return Err(format!(
+                "not run: it runs {}, in a folder commands may write (a link into the \
+                 workspace counts), which would run outside the sandbox; keep its program \
+                 elsewhere, or trust the folder (`baton trust`)",
+                program.display()
+            ));
         }
     }
     let mut cmd = tokio::process::Command::new("/bin/sh");

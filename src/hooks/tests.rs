@@ -78,7 +78,12 @@ async fn exit_2_blocks_with_stderr_and_the_input_reaches_stdin() {
     let out = hooks
         .fire(HookEvent::PreToolUse, "shell", &base(dir.path()), fields)
         .await;
-    assert_eq!(out.blocked.as_deref(), Some("no rm -rf here"));
+    assert_eq!(
+        out.blocked.as_deref(),
+        Some("no rm -rf here"),
+        "{:?}",
+        out.messages
+    );
     let input: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("input.json")).unwrap())
             .unwrap();

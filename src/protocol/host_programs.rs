@@ -318,6 +318,41 @@ fn holds_links_into(dir: &Path, placed_roots: &[PathBuf]) -> bool {
     })
 }
 
+/// The first of `words` that names a program a command could have written: an absolute or
+/// `~/` path, leading (links followed) into one of `roots`, of an executable file or a script
+/// (`.py`, `.sh`, `.js`…). Data files named there (a log, a `--root` folder) are not programs.
+pub fn writable_program_among<'a>(
+    words: impl IntoIterator<Item = &'a str>,
+    roots: &[PathBuf],
+) -> Option<PathBuf> {
+    const SCRIPTS: &[&str] = &[
+        "py", "js", "mjs", "cjs", "ts", "mts", "rb", "pl", "sh", "bash", "php", "lua", "jar",
+    ];
+    let home = dirs::home_dir();
+    for word in words {
+        let path = match (word.strip_prefix("~/"), &home) {
+            (Some(rest), Some(h)) => h.join(rest),
+            _ if word.starts_with('/') => PathBuf::from(word),
+            _ => continue,
+        };
+        if !names_a_writable_path(path.as_os_str(), roots, false) {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        let script = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| SCRIPTS.contains(&e));
+        let executable = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0;
+        if meta.is_file() && (script || executable) {
+            return Some(path);
+        }
+    }
+    None
+}
+
 /// The program `name` (a bare name) as the first executable file in baton's PATH outside
 /// `roots`, with its absolute path; a name holding a `/` is taken as given when it is
 /// absolute and outside `roots`. None when there is none.

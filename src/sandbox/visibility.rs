@@ -178,7 +178,10 @@ const CREDENTIAL_VARIABLES: &[(&str, &[&str])] = &[
     ("ANDROID_USER_HOME", &["adbkey"]),
     ("IBMCLOUD_HOME", &[]),
     ("SCW_CONFIG_PATH", &[]),
-    ("LEIN_HOME", &["credentials.clj", "credentials.clj.gpg", "profiles.clj"]),
+    (
+        "LEIN_HOME",
+        &["credentials.clj", "credentials.clj.gpg", "profiles.clj"],
+    ),
     ("COURSIER_CONFIG_DIR", &["credentials.properties"]),
     ("ATUIN_DB_PATH", &[]),
     ("DVC_GLOBAL_CONFIG_DIR", &["config"]),

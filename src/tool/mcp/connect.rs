@@ -162,29 +162,21 @@ fn runs_what_commands_write(
             ));
         }
     }
-    const SCRIPTS: &[&str] = &[
-        "py", "js", "mjs", "cjs", "ts", "mts", "rb", "pl", "sh", "bash", "php", "lua", "jar",
-    ];
-    for arg in args {
-        let Some(path) = in_roots(arg) else {
-            continue;
-        };
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue;
-        };
-        let script = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| SCRIPTS.contains(&e));
-        let executable = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0;
-        if meta.is_file() && (script || executable) {
-            return Some(format!(
-                "it is given {}, a program in a folder commands may write: baton does not start \
-                 it outside the sandbox (keep the script elsewhere, or make it a project server \
-                 in .mcp.json, which runs in the sandbox)",
-                path.display()
-            ));
-        }
+    if let Some(path) =
+        host_programs::writable_program_among(args.iter().map(|a| a.as_str()), &roots).or_else(
+            || {
+                let relative = args.iter().map(|a| dir.join(a));
+                let relative: Vec<String> = relative.map(|p| p.display().to_string()).collect();
+                host_programs::writable_program_among(relative.iter().map(|a| a.as_str()), &roots)
+            },
+        )
+    {
+        return Some(format!(
+            "it is given {}, a program in a folder commands may write: baton does not start \
+             it outside the sandbox (keep the script elsewhere, or make it a project server \
+             in .mcp.json, which runs in the sandbox)",
+            path.display()
+        ));
     }
     None
 }
