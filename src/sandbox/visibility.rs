@@ -791,7 +791,8 @@ pub(super) fn home_view(
 /// token, `kaggle.json`, `pip.conf`, nvim's shada in them were shown, only a list of
 /// credentials hidden). Each as an empty tmpfs showing, read-only, the toolchain folders the
 /// home view shows there (`git`, `uv`, `pip` …) and what the user names; the caller seals
-/// the returned folders with [`seal_home`] once the writable roots are bound.
+/// the returned folders with [`seal_home`] once the writable roots are bound (a workspace
+/// inside one stays writable, bound after the view).
 pub(super) fn moved_home_views(
     b: &mut Bwrap,
     home: Option<&Path>,
@@ -815,11 +816,12 @@ pub(super) fn moved_home_views(
             continue;
         };
         let inside_home = home.is_some_and(|h| dir.starts_with(h));
-        let holds_a_root = roots
-            .iter()
-            .any(|r| r.starts_with(&dir) || dir.starts_with(r));
+        // A folder inside a writable root is the command's to write; one holding the
+        // workspace (`$XDG_CONFIG_HOME/nvim` worked on) gets the view, and the workspace is
+        // bound back inside it afterwards, as in the home (round 35).
+        let in_a_root = roots.iter().any(|r| dir.starts_with(r));
         if inside_home
-            || holds_a_root
+            || in_a_root
             || dir.components().count() <= 2
             || !dir.is_dir()
             || !b.shows_host(&dir)

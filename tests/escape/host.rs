@@ -1857,3 +1857,35 @@ fn a_workspace_the_homes_start_up_files_load_is_refused() {
         assert!(stderr.contains("is your dotfiles"), "{file}: {stderr}");
     }
 }
+
+/// Round 35 (medium): an XDG folder moved out of the home that holds the workspace
+/// (`$XDG_CONFIG_HOME/nvim` worked on) was shown whole: SOPS's age keys beside it were read.
+/// It gets the home's view too, with the workspace bound back, writable, inside it.
+#[test]
+fn a_moved_xdg_folder_holding_the_workspace_shows_only_the_workspace() {
+    let f = fixture();
+    let cfg = f.outside.join("cfg");
+    let ws = cfg.join("nvim");
+    std::fs::create_dir_all(cfg.join("sops/age")).expect("mkdir");
+    std::fs::create_dir_all(ws.join(".git")).expect("mkdir");
+    std::fs::write(cfg.join("sops/age/keys.txt"), "age-s3cret\n").expect("write");
+    let script = format!(
+        "cat {}/sops/age/keys.txt 2>&1; echo x > inws.txt && echo wrote",
+        cfg.display()
+    );
+    let mut cmd = baton_sandbox(
+        &f,
+        &[("XDG_CONFIG_HOME", &cfg.clone().into_os_string())],
+        &script,
+    );
+    cmd.current_dir(&ws);
+    let out = cmd.stdin(Stdio::null()).output().expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("wrote"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("s3cret"), "{text}");
+    assert!(ws.join("inws.txt").is_file());
+}
