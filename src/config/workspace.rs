@@ -138,30 +138,12 @@ fn own_links() -> Vec<PathBuf> {
 /// itself or a folder above it (`~/work -> ~/src/proj`) is a way to a project, not a
 /// start-up file.
 fn dotfiles_of(home: &Path, ws: &Path) -> Option<&'static str> {
-    let top = std::fs::read_dir(home)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().as_encoded_bytes().starts_with(b"."));
-    let deeper = crate::protocol::HOME_STARTUP_FOLDERS.iter().flat_map(|f| {
-        std::fs::read_dir(home.join(f))
-            .into_iter()
-            .flatten()
-            .flatten()
-    });
-    for entry in top.chain(deeper) {
-        if !entry.file_type().is_ok_and(|t| t.is_symlink()) {
-            continue;
-        }
-        let Ok(target) = entry.path().canonicalize() else {
-            continue;
-        };
-        if target.starts_with(ws) && target != ws {
-            return Some(
-                "files your shell, ssh, git or editor load at start, which a command there \
-                 would rewrite for your next session",
-            );
-        }
+    let linked = crate::protocol::home_startup_link_targets(home, |_| false);
+    if linked.iter().any(|t| t.starts_with(ws) && t != ws) {
+        return Some(
+            "files your shell, ssh, git or editor load at start, which a command there would \
+             rewrite for your next session",
+        );
     }
     let relative = ws.strip_prefix(home).ok().map(|r| r.display().to_string());
     let spellings: Vec<String> = std::iter::once(ws.display().to_string())

@@ -723,6 +723,35 @@ pub const HOME_STARTUP_FOLDERS: &[&str] = &[
     ".config/git/template/hooks",
 ];
 
+/// Where the links among the home's dotfiles and the entries of [`HOME_STARTUP_FOLDERS`]
+/// lead, resolved as the programs that read them will: what the user's next shell, `ssh`,
+/// `git` or editor loads. A folder `skip` says no to is not read (one inside a writable
+/// root is the command's own). Undotted links of the home itself (`~/work -> ~/src/proj`)
+/// are ways to a project, not start-up files.
+pub fn home_startup_link_targets(
+    home: &std::path::Path,
+    skip: impl Fn(&std::path::Path) -> bool,
+) -> Vec<std::path::PathBuf> {
+    let folders = std::iter::once(home.to_path_buf())
+        .chain(HOME_STARTUP_FOLDERS.iter().map(|f| home.join(f)));
+    let mut out = Vec::new();
+    for folder in folders.filter(|f| !skip(f)) {
+        let top = folder == home;
+        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+            let dotfile = entry.file_name().as_encoded_bytes().starts_with(b".");
+            if !entry.file_type().is_ok_and(|t| t.is_symlink()) || (top && !dotfile) {
+                continue;
+            }
+            if let Ok(target) = entry.path().canonicalize()
+                && !out.contains(&target)
+            {
+                out.push(target);
+            }
+        }
+    }
+    out
+}
+
 /// The home's start-up files whose text may name another file it loads (`. ~/dotfiles/x`,
 /// `Include ~/dotfiles/ssh/hosts`, `[include] path = …`, `core.hooksPath`): a workspace they
 /// name is the user's configuration (red team round 35).

@@ -31,6 +31,18 @@ pub fn fixture_base() -> std::path::PathBuf {
     panic!("no folder outside the temp roots to hold the sandbox fixtures");
 }
 
+/// Whether [`with_bind`] can work here (root, and `unshare` installed); says why not.
+pub fn can_bind() -> bool {
+    let unshare = std::process::Command::new("unshare")
+        .arg("--version")
+        .output();
+    let can = rustix::process::geteuid().is_root() && unshare.is_ok();
+    if !can {
+        eprintln!("needs root and unshare: not checked");
+    }
+    can
+}
+
 /// `inner` run in a mount namespace of its own where `src` is bound at `dst` (a copy of
 /// `/etc/passwd` with accounts added, a home bound from elsewhere): the host's own files stay
 /// as they are. Root only; `inner`'s program, arguments, environment and folder are kept.

@@ -212,48 +212,30 @@ fn protect_gitdir(
     }
 }
 
-/// Where the links of the user's home lead, when that is inside `writable`: the home's own
-/// dotfiles, the entries of [`crate::protocol::HOME_STARTUP_FOLDERS`], and those of baton's own folders wherever
-/// XDG puts them. Each resolved as the programs that read it will.
+/// Where the home's start-up links ([`crate::protocol::home_startup_link_targets`]) and the
+/// entries of baton's own folders lead, when that is inside `writable`.
 fn home_links_into(writable: &[PathBuf]) -> Vec<PathBuf> {
-    let home = dirs::home_dir();
-    let folders = home
+    // The home itself inside a writable root is refused as a workspace; its own folders
+    // there are the user's to write.
+    let skip = |folder: &Path| inside_any(folder, writable);
+    let mut targets: Vec<PathBuf> = dirs::home_dir()
+        .map(|h| crate::protocol::home_startup_link_targets(&h, skip))
+        .unwrap_or_default();
+    for own in crate::protocol::baton_own_dirs()
         .iter()
-        .flat_map(|h| {
-            [h.clone()].into_iter().chain(
-                crate::protocol::HOME_STARTUP_FOLDERS
-                    .iter()
-                    .map(|f| h.join(f)),
-            )
-        })
-        .chain(crate::protocol::baton_own_dirs());
-    let mut out = Vec::new();
-    for folder in folders {
-        // The home itself inside a writable root is refused as a workspace; its own
-        // folders there are the user's to write.
-        if inside_any(&folder, writable) {
-            continue;
-        }
-        let top = home.as_ref() == Some(&folder);
-        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
-            // In the home itself only its dotfiles: `~/work -> ~/src/proj` is a way to a
-            // project, not a file a program reads at start.
-            let dotfile = entry.file_name().as_encoded_bytes().starts_with(b".");
-            if !entry.file_type().is_ok_and(|t| t.is_symlink()) || (top && !dotfile) {
-                continue;
-            }
-            // Never a writable root itself or a folder holding one: that would freeze the
-            // workspace.
-            if let Ok(target) = entry.path().canonicalize()
-                && inside_any(&target, writable)
-                && !writable.iter().any(|w| w.starts_with(&target))
-                && !out.contains(&target)
-            {
-                out.push(target);
-            }
-        }
+        .filter(|d| !skip(d))
+    {
+        let links = std::fs::read_dir(own).into_iter().flatten().flatten();
+        targets.extend(
+            links
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_symlink()))
+                .filter_map(|e| e.path().canonicalize().ok()),
+        );
     }
-    out
+    // Never a writable root itself or a folder holding one: that would freeze the workspace.
+    targets.retain(|t| inside_any(t, writable) && !writable.iter().any(|w| w.starts_with(t)));
+    targets.dedup();
+    targets
 }
 
 /// An included config inside a writable root is read-only and refused to file tools; the
