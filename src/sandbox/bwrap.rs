@@ -653,6 +653,73 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
     }
     b.tmpfs_of_size(Path::new("/dev/shm"), size);
     let home = dirs::home_dir().and_then(|h| h.canonicalize().ok());
+    // The longest look of all, at the secrets to hide, runs beside the rest (on a second
+    // core where there is one): every command waits for this world to be built.
+    std::thread::scope(|scope| {
+        let secrets_job = scope.spawn(|| secrets_to_hide(home.as_deref()));
+        build_world_around(policy, b, home.as_deref(), secrets_job)
+    })
+}
+
+/// The secrets a command must not read, each where it is named and where it really is, of
+/// those that exist: the home's credentials (or, with no home, those a variable moved), the
+/// host's own where this account can read them, other programs' moved by XDG.
+fn secrets_to_hide(home: Option<&Path>) -> Vec<PathBuf> {
+    let mut secrets: Vec<PathBuf> = match home {
+        Some(h) => visibility::home_secrets(h),
+        // No home to view, yet a variable may have moved credentials elsewhere.
+        None => visibility::moved_secrets(),
+    };
+    // Only where this account can read them (root): a mount each, for nothing, elsewhere.
+    let can_read = |p: &Path| {
+        rustix::fs::access(p, rustix::fs::Access::READ_OK).is_ok()
+            || (p.is_dir() && rustix::fs::access(p, rustix::fs::Access::EXEC_OK).is_ok())
+    };
+    secrets.extend(
+        visibility::host_secrets()
+            .into_iter()
+            .filter(|p| can_read(p)),
+    );
+    // baton's own folders are among `home_secrets` wherever XDG puts them; other programs'
+    // credentials moved by XDG are added here.
+    for (var, sub) in [("XDG_CONFIG_HOME", "gh"), ("XDG_CONFIG_HOME", "gcloud")] {
+        if let Some(d) = std::env::var_os(var).map(PathBuf::from)
+            && d.is_absolute()
+        {
+            secrets.push(d.join(sub));
+        }
+    }
+    let mut present = Vec::new();
+    present_at_both_names(secrets, &mut present);
+    present
+}
+
+/// Adds to `present` each of `secrets` that exists, at its name and where it really is: a
+/// toolchain folder that is a link (`~/.cargo -> /data/cargo`) is shown at its name, and its
+/// credentials with it.
+fn present_at_both_names(secrets: impl IntoIterator<Item = PathBuf>, present: &mut Vec<PathBuf>) {
+    // Most of these don't exist: one `lstat` each rules them out, where resolving the path
+    // costs a `readlink` per component.
+    for s in secrets
+        .into_iter()
+        .filter(|s| std::fs::symlink_metadata(s).is_ok())
+    {
+        let real = s.canonicalize().ok();
+        for at in [Some(s), real].into_iter().flatten() {
+            if !present.contains(&at) {
+                present.push(at);
+            }
+        }
+    }
+}
+
+/// The rest of [`build_world`], with the secrets to hide coming from `secrets_job`.
+fn build_world_around(
+    policy: &SandboxPolicy,
+    mut b: Bwrap,
+    home: Option<&Path>,
+    secrets_job: std::thread::ScopedJoinHandle<'_, Vec<PathBuf>>,
+) -> Result<Bwrap, SandboxError> {
     let roots: Vec<PathBuf> = if policy.mode == SandboxMode::WorkspaceWrite {
         std::iter::once(&policy.workspace)
             .chain(&policy.writable)
@@ -671,14 +738,11 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
     // dirs (CI, throwaway accounts) gets the view too, inside the private /tmp.
     let workspace = resolved_once(&policy.workspace);
     let mut opener = HeldOpener::new();
-    let view_home = home
-        .as_deref()
-        .filter(|h| !roots.iter().chain(&workspace).any(|r| h.starts_with(r)));
+    let view_home = home.filter(|h| !roots.iter().chain(&workspace).any(|r| h.starts_with(r)));
     if let Some(h) = view_home {
         visibility::home_view(&mut b, h, &readable, &roots, &mut opener)?;
     }
-    let moved_views =
-        visibility::moved_home_views(&mut b, home.as_deref(), &readable, &roots, &mut opener)?;
+    let moved_views = visibility::moved_home_views(&mut b, home, &readable, &roots, &mut opener)?;
     // Runtime sockets (D-Bus, docker, nscd, the user's agents) live under /run.
     let mut hidden: Vec<PathBuf> = vec![PathBuf::from("/run")];
     if std::fs::symlink_metadata("/var/run").is_ok_and(|m| m.is_dir()) {
@@ -706,7 +770,7 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
     // credentials.
     let mut homes_shown: Vec<PathBuf> = Vec::new();
     let mut homes_hidden: Vec<PathBuf> = view_home.iter().map(|h| h.to_path_buf()).collect();
-    for other in visibility::account_homes(home.as_deref()) {
+    for other in visibility::account_homes(home) {
         if covers(&other, &roots) {
             homes_shown.push(other);
         } else if visibility::reachable_in_sandbox(&other) {
@@ -755,56 +819,16 @@ fn build_world(policy: &SandboxPolicy, tmp_in_memory: bool) -> Result<Bwrap, San
             b.bind_held(opener.open(&real, true)?, &real, false)?;
         }
     }
-    let mut secrets: Vec<PathBuf> = Vec::new();
-    match &home {
-        Some(h) => secrets.extend(visibility::home_secrets(h)),
-        // No home to view, yet a variable may have moved credentials elsewhere.
-        None => secrets.extend(visibility::moved_secrets()),
-    }
-    for shown in &homes_shown {
-        secrets.extend(
-            crate::protocol::HOME_CREDENTIALS
-                .iter()
-                .map(|c| shown.join(c)),
-        );
-    }
-    // Only where this account can read them (root): a mount each, for nothing, elsewhere.
-    let can_read = |p: &Path| {
-        rustix::fs::access(p, rustix::fs::Access::READ_OK).is_ok()
-            || (p.is_dir() && rustix::fs::access(p, rustix::fs::Access::EXEC_OK).is_ok())
+    let mut present = match secrets_job.join() {
+        Ok(present) => present,
+        Err(panic) => std::panic::resume_unwind(panic),
     };
-    secrets.extend(
-        visibility::host_secrets()
-            .into_iter()
-            .filter(|p| can_read(p)),
-    );
-    // baton's own folders are among `home_secrets` wherever XDG puts them; other programs'
-    // credentials moved by XDG are added here.
-    for (var, sub) in [("XDG_CONFIG_HOME", "gh"), ("XDG_CONFIG_HOME", "gcloud")] {
-        if let Some(d) = std::env::var_os(var).map(PathBuf::from)
-            && d.is_absolute()
-        {
-            secrets.push(d.join(sub));
-        }
-    }
-    // Most of these don't exist: one `lstat` each rules them out, where resolving the path
-    // costs a `readlink` per component.
-    // Each is hidden where it really is and where it is named: a toolchain folder that is a
-    // link (`~/.cargo -> /data/cargo`) is shown at its name, and its credentials with it.
-    let mut present: Vec<PathBuf> = Vec::new();
-    for s in secrets
-        .iter()
-        .filter(|s| std::fs::symlink_metadata(s).is_ok())
-    {
-        for at in [Some(s.clone()), s.canonicalize().ok()]
-            .into_iter()
-            .flatten()
-        {
-            if !present.contains(&at) {
-                present.push(at);
-            }
-        }
-    }
+    let shown_credentials = homes_shown.iter().flat_map(|shown| {
+        crate::protocol::HOME_CREDENTIALS
+            .iter()
+            .map(|c| shown.join(c))
+    });
+    present_at_both_names(shown_credentials, &mut present);
     // A name through a link outside the world's mounts (`XDG_CONFIG_HOME=/opt/cfg`, a link)
     // leads where the secret really is, hidden there (round 32: a mount at the name failed
     // every command).

@@ -207,7 +207,7 @@ fn variable_secrets() -> Vec<PathBuf> {
             let name = name.into_string().ok()?;
             let like =
                 super::env::looks_secret(&name) || name.to_ascii_uppercase().contains("HIST");
-            like.then_some((name, value))
+            (like && !names_trust_anchors(&name)).then_some((name, value))
         })
         .collect();
     // Their value may hold the path after an option or in quotes (`--key=/opt/ci/k`,
@@ -240,6 +240,26 @@ fn variable_secrets() -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// Whether a variable named like a credential's names the certificates of the authorities a
+/// program trusts (`AWS_CA_BUNDLE`, `VAULT_CACERT`): public, and hiding them breaks every TLS
+/// connection a command with the network makes (CI images point such variables at the
+/// system's `/etc/ssl/certs/ca-certificates.crt`).
+fn names_trust_anchors(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    [
+        "CA_BUNDLE",
+        "CAINFO",
+        "CACERT",
+        "CA_CERT",
+        "CAFILE",
+        "CAPATH",
+        "CA_FILE",
+        "CA_PATH",
+    ]
+    .iter()
+    .any(|w| upper.contains(w))
 }
 
 /// The host's own secrets in the system folders, which only root (or a group of the system)

@@ -1460,6 +1460,7 @@ fn credentials_named_by_their_own_variables_stay_hidden() {
         ("android/adbkey", "adb-s3cret"),
         ("rsync_key", "rsync-s3cret"),
         ("hf/hub/model.txt", "cached model"),
+        ("ca.pem", "PUBLIC-CA"),
     ] {
         let path = o.join(file);
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
@@ -1495,12 +1496,14 @@ fn credentials_named_by_their_own_variables_stay_hidden() {
             ("ANDROID_USER_HOME", &at("android")),
             ("RSYNC_RSH", &rsync),
             ("GIT_SSH_COMMAND", &ssh_command),
+            // Certificate authorities are public: a bundle stays readable (TLS needs it).
+            ("AWS_CA_BUNDLE", &at("ca.pem")),
         ],
         &format!(
             "cd {}; cat gnupg/private-keys-v1.d/k.key kube-a kube-b aws-credentials hf/token \
              psql_history client.key mylogin deploy_key zdot/.zsh_history s3cfg \\
              volta/tools/image/node/20.1.0/etc/npmrc signing.key rsync_key \\
-             kube-path android/adbkey hf/hub/model.txt 2>&1; echo; echo ok > /dev/null && echo done",
+             kube-path android/adbkey hf/hub/model.txt ca.pem 2>&1; echo; echo ok > /dev/null && echo done",
             o.display()
         ),
     )
@@ -1509,7 +1512,7 @@ fn credentials_named_by_their_own_variables_stay_hidden() {
     .expect("run");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("done") && text.contains("cached model"),
+        text.contains("done") && text.contains("cached model") && text.contains("PUBLIC-CA"),
         "{text}"
     );
     assert!(
