@@ -10,6 +10,7 @@
 
 pub mod commands;
 pub mod defs;
+pub mod dotfiles;
 mod input;
 pub mod mcp;
 mod project;

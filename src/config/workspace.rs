@@ -18,7 +18,7 @@ pub const ALLOW_FLAG: &str = "--allow-broad-workspace";
 pub struct BroadWorkspace {
     pub path: PathBuf,
     pub why: &'static str,
-    pub what: &'static str,
+    pub what: std::borrow::Cow<'static, str>,
 }
 
 /// The places a workspace must neither be nor contain: the home folder, the system's temp
@@ -132,89 +132,7 @@ fn own_links() -> Vec<PathBuf> {
     out
 }
 
-/// What makes `ws` (canonical) the user's dotfiles, if anything: a link among the home's
-/// dotfiles and the entries of its start-up folders that leads into it, or a start-up file
-/// that names it by path (`~/dotfiles`, `$HOME/dotfiles` or the full path). A link to `ws`
-/// itself or a folder above it (`~/work -> ~/src/proj`) is a way to a project, not a
-/// start-up file.
-fn dotfiles_of(home: &Path, ws: &Path) -> Option<&'static str> {
-    let linked = crate::protocol::home_startup_link_targets(home, |_| false);
-    if linked.iter().any(|t| t.starts_with(ws) && t != ws) {
-        return Some(
-            "files your shell, ssh, git or editor load at start, which a command there would \
-             rewrite for your next session",
-        );
-    }
-    let relative = ws.strip_prefix(home).ok().map(|r| r.display().to_string());
-    let spellings: Vec<String> = std::iter::once(ws.display().to_string())
-        .chain(relative.iter().flat_map(|r| {
-            [
-                format!("~/{r}"),
-                format!("$HOME/{r}"),
-                format!("${{HOME}}/{r}"),
-            ]
-        }))
-        .collect();
-    for file in crate::protocol::HOME_STARTUP_FILES {
-        let Ok(text) = crate::untrusted_fs::read_following(&home.join(file), 256 * 1024) else {
-            continue;
-        };
-        let text = String::from_utf8_lossy(&text);
-        let names_ws = |line: &str| {
-            spellings.iter().any(|s| {
-                line.match_indices(s.as_str()).any(|(at, _)| {
-                    // `~/dotfiles` names `~/dotfiles/x`, not `~/dotfiles-old`.
-                    line[at + s.len()..]
-                        .chars()
-                        .next()
-                        .is_none_or(|c| c == '/' || !(c.is_alphanumeric() || "-_.".contains(c)))
-                })
-            })
-        };
-        // Only a line that loads or runs what it names (`alias p='cd ~/proj'` does not).
-        let named = text
-            .lines()
-            .filter(|line| loads_what_it_names(line))
-            .any(names_ws);
-        if named {
-            return Some(
-                "files your shell, ssh, git or editor load at start name it, and a command \
-                 there would rewrite them for your next session",
-            );
-        }
-    }
-    None
-}
-
-/// Whether a line of a start-up file loads or runs a file it names: a shell's `source` or
-/// `.`, ssh's `Include`, git's `path`, `hooksPath`, `templateDir`, `sshCommand` and `!`
-/// commands, vim's and neovim's `source`, `runtime`, `dofile`, `require`.
-fn loads_what_it_names(line: &str) -> bool {
-    let line = line.trim_start().to_ascii_lowercase();
-    const LOADS: &[&str] = &[
-        "source ",
-        ". ",
-        "include",
-        "path",
-        "hookspath",
-        "templatedir",
-        "sshcommand",
-        "so ",
-        "runtime",
-        "dofile",
-        "luafile",
-        "require",
-        "exec ",
-        "eval ",
-        "command",
-        "helper",
-        "editor",
-        "pager",
-    ];
-    LOADS.iter().any(|w| line.starts_with(w)) || line.contains("= !") || line.contains("=!")
-}
-
-/// Why `workspace` is too broad to be one, when it is./// Why `workspace` is too broad to be one, when it is./// Why `workspace` is too broad to be one, when it is./// Why `workspace` is too broad to be one, when it is. Folders are compared by identity (links
+/// Why `workspace` is too broad to be one, when it is. Folders are compared by identity (links
 /// resolved, bind mounts seen by their inode), so `-C ~/..`, a link to `/tmp` or a bind mount
 /// of it is seen for what it is.
 pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
@@ -223,7 +141,7 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
         crate::untrusted_fs::planned(workspace)
             .unwrap_or_else(|| crate::untrusted_fs::real_or_planned(workspace))
     });
-    let refuse = |why, what| {
+    let refuse = |why, what: std::borrow::Cow<'static, str>| {
         Some(BroadWorkspace {
             path: ws.clone(),
             why,
@@ -239,7 +157,7 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
     let above_ws = lineage(existing);
     let ws_id = above_ws.first().copied().filter(|_| existing == ws);
     if ws.parent().is_none() || (ws_id.is_some() && ws_id == folder_id(Path::new("/"))) {
-        return refuse("the root folder", "the whole machine");
+        return refuse("the root folder", "the whole machine".into());
     }
     let is_ws = |id: Option<FolderId>| id.is_some() && id == ws_id;
     let holds_ws = |id: Option<FolderId>| id.is_some_and(|id| above_ws.contains(&id));
@@ -252,7 +170,7 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
     for (place, name, what) in guarded() {
         let place_and_above = lineage(&place);
         if is_ws(place_and_above.first().copied()) {
-            return refuse(name, what);
+            return refuse(name, what.into());
         }
         let ws_above_place = match ws_id {
             Some(id) if !place_and_above.is_empty() => place_and_above.contains(&id),
@@ -265,7 +183,7 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
                 "your runtime folder" => "a folder above your runtime folder",
                 _ => "a folder above the system's temp folder",
             };
-            return refuse(why, what);
+            return refuse(why, what.into());
         }
     }
     // baton's own configuration and state: a hook or setting written there runs or counts
@@ -284,7 +202,8 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
             return refuse(
                 why,
                 "baton's hooks, settings and trust list (~/.config/baton), which act \
-                 outside the sandbox in every later session",
+                 outside the sandbox in every later session"
+                    .into(),
             );
         }
     }
@@ -292,27 +211,14 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
     // dotfiles repository, round 33): a command there would write the next session's hooks
     // and settings, even before the file exists.
     for link in own_links() {
-        let target = link.canonicalize().unwrap_or_else(|_| {
-            let named = std::fs::read_link(&link).unwrap_or_default();
-            let beside = link.parent().unwrap_or(Path::new("/")).join(named);
-            crate::untrusted_fs::real_or_planned(&beside)
-        });
-        if target.starts_with(&ws) {
+        if super::dotfiles::link_target(&link).starts_with(&ws) {
             return refuse(
                 "a folder holding a file of baton's own configuration (a link leads there)",
                 "baton's hooks, settings and trust list (~/.config/baton), which act \
-                 outside the sandbox in every later session",
+                 outside the sandbox in every later session"
+                    .into(),
             );
         }
-    }
-    // The user's dotfiles repository: what the home's start-up files link to or name by
-    // path lies there, and programs outside the sandbox (the next shell, `ssh`, `git`) read
-    // it (red team rounds 33–35: links file by file, `. ~/dotfiles/x`, `Include`, hooks).
-    if let Some(home) = dirs::home_dir()
-        && ws_id.is_some()
-        && let Some(why) = dotfiles_of(&home, &ws)
-    {
-        return refuse("your dotfiles: your home's start-up files read it", why);
     }
     // A credential folder (`~/.ssh`, `~/.aws`, `~/.gnupg`…) or a folder inside one: the
     // sandbox hides them from commands, and a workspace there would hand them over (a path a
@@ -324,7 +230,28 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
     {
         return refuse(
             "a folder of your credentials (hidden from commands)",
-            "keys and tokens the sandbox keeps from commands",
+            "keys and tokens the sandbox keeps from commands".into(),
+        );
+    }
+    // The user's configuration (a dotfiles or tools repository): what the home's dotfiles
+    // and start-up folders link into or name by path lies there, and programs outside the
+    // sandbox (the next shell, `ssh`, `git`, editor, Python) load it (red team rounds 33–36).
+    if let Some(home) = dirs::home_dir()
+        && ws_id.is_some()
+        && let Some(found) = super::dotfiles::configuration_of(&home, &ws)
+    {
+        let how = match &found {
+            super::dotfiles::Configuration::Linked(_) => "links into it",
+            super::dotfiles::Configuration::Named(_) => "names it",
+            super::dotfiles::Configuration::Inside(_) => "is a folder they load from",
+        };
+        return refuse(
+            "your configuration: programs outside the sandbox load what lies there",
+            format!(
+                "what your next shell, ssh, git or editor loads ({} {how})",
+                found.file().display()
+            )
+            .into(),
         );
     }
     let system_tree = |t: &&str| place_holds_ws(Path::new(t));
@@ -332,7 +259,7 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
     if SYSTEM_TREES.iter().any(system_tree) || SYSTEM_PARENTS.iter().any(system_parent) {
         return refuse(
             "a system folder",
-            "the machine's configuration, programs or other users' files",
+            "the machine's configuration, programs or other users' files".into(),
         );
     }
     None

@@ -721,7 +721,30 @@ pub const HOME_STARTUP_FOLDERS: &[&str] = &[
     ".config/git/hooks",
     ".git-templates/hooks",
     ".config/git/template/hooks",
+    // Round 36: stow's `bin/` linked into `~/bin` (on `PATH` through Debian's `~/.profile`),
+    // oh-my-zsh's custom plugins, zsh's function folders.
+    "bin",
+    ".oh-my-zsh/custom",
+    ".oh-my-zsh/custom/plugins",
+    ".oh-my-zsh/custom/themes",
+    ".zsh",
+    ".zfunc",
 ];
+
+/// The home's start-up folders: [`HOME_STARTUP_FOLDERS`] and the user's Python site folders
+/// (`~/.local/lib/python3.12/site-packages`: every Python the user runs loads their `.pth`
+/// files, round 36).
+pub fn home_startup_folders(home: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out: Vec<std::path::PathBuf> =
+        HOME_STARTUP_FOLDERS.iter().map(|f| home.join(f)).collect();
+    let lib = home.join(".local/lib");
+    for entry in std::fs::read_dir(&lib).into_iter().flatten().flatten() {
+        if entry.file_name().as_encoded_bytes().starts_with(b"python") {
+            out.push(entry.path().join("site-packages"));
+        }
+    }
+    out
+}
 
 /// Where the links among the home's dotfiles and the entries of [`HOME_STARTUP_FOLDERS`]
 /// lead, resolved as the programs that read them will: what the user's next shell, `ssh`,
@@ -732,8 +755,7 @@ pub fn home_startup_link_targets(
     home: &std::path::Path,
     skip: impl Fn(&std::path::Path) -> bool,
 ) -> Vec<std::path::PathBuf> {
-    let folders = std::iter::once(home.to_path_buf())
-        .chain(HOME_STARTUP_FOLDERS.iter().map(|f| home.join(f)));
+    let folders = std::iter::once(home.to_path_buf()).chain(home_startup_folders(home));
     let mut out = Vec::new();
     for folder in folders.filter(|f| !skip(f)) {
         let top = folder == home;
@@ -750,6 +772,89 @@ pub fn home_startup_link_targets(
         }
     }
     out
+}
+
+/// The ways a configuration file spells `folder` (canonical): its full path, and where it
+/// lies in one of `homes` (the home as `$HOME` names it and where it really is), `~/rel`,
+/// `$HOME/rel` and `${HOME}/rel`.
+pub fn spellings_of(folder: &std::path::Path, homes: &[&std::path::Path]) -> Vec<String> {
+    let mut out = vec![folder.display().to_string()];
+    for home in homes {
+        if let Ok(rel) = folder.strip_prefix(home) {
+            let rel = rel.display();
+            out.push(home.join(rel.to_string()).display().to_string());
+            out.extend([
+                format!("~/{rel}"),
+                format!("$HOME/{rel}"),
+                format!("${{HOME}}/{rel}"),
+            ]);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether configuration `text` names the folder `spellings` spell, or a path inside it, in
+/// a way that can lead a program there: any spelling on any line (`export PATH=~/tools/bin:…`,
+/// `set rtp+=~/tools/vim`, `ProxyCommand ~/tools/jump`, `script-shell=…`), whatever the
+/// syntax — no list of the ways a program loads a file is complete (red team rounds 35–36).
+/// Not a comment, a `cd`/`pushd` there, git's `safe.directory`, an `includeIf "gitdir:"`
+/// condition or a `file://` bookmark: those go to a folder or name it, and run nothing.
+pub fn names_folder(text: &str, spellings: &[String]) -> bool {
+    text.lines().any(|line| {
+        let trimmed = line.trim_start();
+        let lower = trimmed.to_ascii_lowercase();
+        let inert_line = ["#", ";", "--"].iter().any(|c| trimmed.starts_with(c))
+            || (lower.starts_with("directory") && lower.contains('='))
+            || lower.starts_with("hash -d")
+            || lower.starts_with("cdpath")
+            || lower.starts_with("export cdpath");
+        if inert_line {
+            return false;
+        }
+        spellings.iter().any(|s| {
+            line.match_indices(s.as_str()).any(|(at, _)| {
+                // `~/tools` names `~/tools/x`, not `~/tools-old`.
+                let whole = line[at + s.len()..]
+                    .chars()
+                    .next()
+                    .is_none_or(|c| c == '/' || !(c.is_alphanumeric() || "-_.".contains(c)));
+                let before = line[..at].trim_end().to_ascii_lowercase();
+                let after_word = |w: &str| {
+                    before.strip_suffix(w).is_some_and(|rest| {
+                        rest.is_empty()
+                            || rest.ends_with([' ', '\t', '\'', '"', ';', '&', '|', '('])
+                    })
+                };
+                // An alias that goes there runs nothing until the user types it; a `cd` at
+                // the top of a start-up file may be followed by what runs there.
+                let alias = lower.starts_with("alias ") || lower.starts_with("abbr ");
+                let goes_there = (alias && (after_word("cd") || after_word("pushd")))
+                    || before.ends_with("gitdir:")
+                    || before.ends_with("gitdir/i:")
+                    || before.ends_with("file://");
+                whole && !goes_there && !is_a_key(trimmed, &line[at..])
+            })
+        })
+    })
+}
+
+/// Whether the path starting `from` is the quoted key of a JSON object member (`"/w": {`) or
+/// a TOML table or key (`[projects."/w"]`, `"/w" = …`) on `line`: what records per-project
+/// settings (Codex's and Claude Code's trusted projects, baton's trust list), not a program
+/// to run.
+fn is_a_key(line: &str, from: &str) -> bool {
+    let Some(end) = from.find(['"', '\'']) else {
+        return false;
+    };
+    if from[..end].contains(char::is_whitespace) {
+        return false;
+    }
+    let after = from[end + 1..].trim_start();
+    after.starts_with(':')
+        || (after.starts_with('=') && line.starts_with(['"', '\'']))
+        || (line.starts_with('[') && after.starts_with(']'))
 }
 
 /// The home's start-up files whose text may name another file it loads (`. ~/dotfiles/x`,

@@ -1634,7 +1634,7 @@ fn files_the_home_links_into_the_workspace_are_read_only_for_commands() {
         .expect("run");
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("is your dotfiles"), "{stderr}");
+    assert!(stderr.contains("is your configuration"), "{stderr}");
     // Accepted by the flag, what the home links to is still read-only.
     let out = baton_sandbox_with(&f, &["--allow-broad-workspace".as_ref()], script)
         .stdin(Stdio::null())
@@ -1853,8 +1853,97 @@ fn a_workspace_the_homes_start_up_files_load_is_refused() {
         let out = run();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{file}: {stderr}");
-        assert!(stderr.contains("is your dotfiles"), "{file}: {stderr}");
+        assert!(stderr.contains("is your configuration"), "{file}: {stderr}");
     }
+}
+
+/// Round 36 (critical ×7, high): a tools or dotfiles repository that the home's
+/// configuration reaches in any other spelling or file — `export PATH="$HOME/tools/bin:…"`,
+/// git's `core.fsmonitor = ~/tools/…`, ssh's `ProxyCommand`, `set rtp+=`, `~/.npmrc`'s
+/// `script-shell`, a file of `~/.bashrc.d`, a link from `~/bin` — or a folder programs load
+/// from (`~/.vim`): the user's next shell, `git`, `ssh` or editor ran what a command wrote
+/// there. Any mention by path, any link, refuses it; a project the home only goes to (an
+/// alias that `cd`s there, Codex's trusted-project table) does not.
+#[test]
+fn a_workspace_the_homes_configuration_reaches_in_any_form_is_refused() {
+    let f = fixture();
+    let home = f.ws.parent().expect("base").join("home");
+    let tools = home.join("tools");
+    std::fs::create_dir_all(tools.join("bin")).expect("mkdir");
+    let run = |ws: &Path| {
+        let mut cmd = baton_sandbox(&f, &[], "echo ran");
+        cmd.current_dir(ws);
+        cmd.stdin(Stdio::null()).output().expect("run")
+    };
+    let clean = |files: &[&str]| {
+        for file in files {
+            let _ = std::fs::remove_file(home.join(file));
+        }
+    };
+    let files = [
+        ".bashrc",
+        ".gitconfig",
+        ".ssh/config",
+        ".vimrc",
+        ".npmrc",
+        ".bashrc.d/tools.sh",
+        "bin/gs",
+        ".codex/config.toml",
+    ];
+    for dir in [".ssh", ".bashrc.d", "bin", ".codex", ".vim/plugin"] {
+        std::fs::create_dir_all(home.join(dir)).expect("mkdir");
+    }
+    std::fs::write(home.join(".bashrc"), "alias t='cd ~/tools'\n").expect("write");
+    std::fs::write(
+        home.join(".codex/config.toml"),
+        format!(
+            "[projects.\"{}\"]\ntrust_level = \"trusted\"\n",
+            tools.display()
+        ),
+    )
+    .expect("write");
+    let out = run(&tools);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (file, text) in [
+        (".bashrc", "export PATH=\"$HOME/tools/bin:$PATH\"\n"),
+        (".gitconfig", "[core]\n\tfsmonitor = ~/tools/bin/watch\n"),
+        (
+            ".ssh/config",
+            "Host *.corp\n  ProxyCommand ~/tools/bin/jump %h\n",
+        ),
+        (".vimrc", "set rtp+=~/tools/vim\n"),
+        (".npmrc", "script-shell=${HOME}/tools/bin/shx\n"),
+        (
+            ".bashrc.d/tools.sh",
+            "[ -f ~/tools/env.sh ] && . ~/tools/env.sh\n",
+        ),
+    ] {
+        clean(&files);
+        std::fs::write(home.join(file), text).expect("write");
+        let out = run(&tools);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{file}: {stderr}");
+        assert!(stderr.contains("is your configuration"), "{file}: {stderr}");
+        assert!(stderr.contains(file), "{file}: {stderr}");
+    }
+    clean(&files);
+    std::os::unix::fs::symlink(tools.join("bin/gs"), home.join("bin/gs")).expect("link");
+    let out = run(&tools);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&home.join(".vim/plugin"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("a folder they load from"), "{stderr}");
 }
 
 /// Round 35 (medium): an XDG folder moved out of the home that holds the workspace
@@ -1872,12 +1961,16 @@ fn a_moved_xdg_folder_holding_the_workspace_shows_only_the_workspace() {
         "cat {}/sops/age/keys.txt 2>&1; echo x > inws.txt && echo wrote",
         cfg.display()
     );
-    let mut cmd = baton_sandbox(
-        &f,
-        &[("XDG_CONFIG_HOME", &cfg.clone().into_os_string())],
-        &script,
-    );
-    cmd.current_dir(&ws);
+    // Round 36: a folder programs load from (neovim's configuration) is refused as a
+    // workspace; the flag that accepts it still shows nothing else of the moved folder.
+    let xdg = cfg.clone().into_os_string();
+    let mut refused = baton_sandbox(&f, &[("XDG_CONFIG_HOME", &xdg)], &script);
+    refused.current_dir(&ws);
+    let out = refused.stdin(Stdio::null()).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let flag = std::ffi::OsString::from("--allow-broad-workspace");
+    let mut cmd = baton_sandbox_with(&f, &[flag.as_os_str()], &script);
+    cmd.env("XDG_CONFIG_HOME", &xdg).current_dir(&ws);
     let out = cmd.stdin(Stdio::null()).output().expect("run");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -587,11 +587,11 @@ fn a_users_hook_whose_program_links_into_the_workspace_is_not_run() {
         &env.workspace.join("tools/hk"),
         &format!("#!/bin/sh\necho planted >> '{}'\n", pwned.display()),
     );
-    std::fs::create_dir_all(env.home.join("bin")).expect("mkdir");
-    std::os::unix::fs::symlink(env.workspace.join("tools/hk"), env.home.join("bin/hk"))
+    std::fs::create_dir_all(env.home.join("scripts")).expect("mkdir");
+    std::os::unix::fs::symlink(env.workspace.join("tools/hk"), env.home.join("scripts/hk"))
         .expect("link");
     let hooks = json!({"hooks": {"UserPromptSubmit": [{"hooks": [
-        {"type": "command", "command": env.home.join("bin/hk").display().to_string(), "timeout": 30}
+        {"type": "command", "command": env.home.join("scripts/hk").display().to_string(), "timeout": 30}
     ]}]}});
     user_hooks(&env, &hooks);
     let engine = answering_ok();

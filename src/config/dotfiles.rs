@@ -1,0 +1,336 @@
+//! Whether a folder is the user's configuration: the home's dotfiles and start-up folders
+//! name it or link into it, so the user's next shell, `ssh`, `git`, editor or Python loads
+//! what lies there, outside the sandbox. Such a folder is no workspace (`workspace::check`).
+
+use std::path::{Path, PathBuf};
+
+/// At most this many files are read, each at most [`MAX_FILE`] bytes: the look runs before
+/// every `baton sandbox` command.
+const MAX_FILES: usize = 2_000;
+const MAX_FILE: u64 = 256 * 1024;
+
+/// What makes `ws` (canonical) the user's configuration, if anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Configuration {
+    /// A link among the home's dotfiles or in a start-up folder leads into it (GNU stow,
+    /// yadm, rcm).
+    Linked(PathBuf),
+    /// A dotfile or a file of a start-up folder names it by path.
+    Named(PathBuf),
+    /// It is, or lies in, a folder programs load from: a dotted folder of the home
+    /// (`~/.vim`, `~/.config/nvim`, `~/.emacs.d`, `~/.oh-my-zsh`), an XDG folder wherever
+    /// it is, a start-up folder (`~/bin`).
+    Inside(PathBuf),
+}
+
+impl Configuration {
+    /// The link or file, for the user.
+    pub fn file(&self) -> &Path {
+        match self {
+            Configuration::Linked(p) | Configuration::Named(p) | Configuration::Inside(p) => p,
+        }
+    }
+}
+
+/// Whether `ws` is the user's configuration as `home`'s files make it. A link to a folder
+/// above `ws` is a way to a project; one to `ws` itself or into it is configuration
+/// (`~/.vim -> ~/dotfiles/vim`). Any mention by path counts (`export PATH=~/tools/bin:…`,
+/// `set rtp+=…`, `ProxyCommand …`, `script-shell=…`, a `.pth` line): see
+/// [`crate::protocol::names_folder`] for the few that go there without loading anything.
+pub fn configuration_of(home: &Path, ws: &Path) -> Option<Configuration> {
+    if let Some(folder) = loading_folder_holding(home, ws) {
+        return Some(Configuration::Inside(folder));
+    }
+    for folder in
+        std::iter::once(home.to_path_buf()).chain(crate::protocol::home_startup_folders(home))
+    {
+        let top = folder == home;
+        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+            let dotfile = entry.file_name().as_encoded_bytes().starts_with(b".");
+            if entry.file_type().is_ok_and(|t| t.is_symlink())
+                && (dotfile || !top)
+                && link_target(&entry.path()).starts_with(ws)
+            {
+                return Some(Configuration::Linked(entry.path()));
+            }
+        }
+    }
+    let canonical_home = home.canonicalize().ok();
+    let homes: Vec<&Path> = std::iter::once(home)
+        .chain(canonical_home.as_deref())
+        .collect();
+    let spellings = crate::protocol::spellings_of(ws, &homes);
+    let mut budget = MAX_FILES;
+    for file in configuration_files(home) {
+        if budget == 0 {
+            break;
+        }
+        budget -= 1;
+        let Ok(bytes) = crate::untrusted_fs::read_following(&file, MAX_FILE) else {
+            continue;
+        };
+        // A binary (a program in `~/bin`) is not configuration text.
+        if bytes.iter().take(8192).any(|b| *b == 0) {
+            continue;
+        }
+        if crate::protocol::names_folder(&String::from_utf8_lossy(&bytes), &spellings) {
+            return Some(Configuration::Named(file));
+        }
+    }
+    None
+}
+
+/// The folder programs load from that is or holds `ws`, if any (red team round 36: a
+/// command in `~/.vim` rewrote the plugin the next `vim` ran). The home's own dotted folders
+/// but its caches and `~/.local/src`, where people keep source, and the XDG folders a
+/// variable moves elsewhere.
+fn loading_folder_holding(home: &Path, ws: &Path) -> Option<PathBuf> {
+    let canonical_home = home.canonicalize().ok();
+    for home in std::iter::once(home).chain(canonical_home.as_deref()) {
+        let Ok(rel) = ws.strip_prefix(home) else {
+            continue;
+        };
+        let mut parts = rel.components();
+        let first = parts.next()?.as_os_str().to_string_lossy().into_owned();
+        let second = parts
+            .next()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned());
+        let kept_source = first == ".local" && second.as_deref() == Some("src");
+        if first.starts_with('.') && first != ".cache" && !kept_source {
+            return Some(home.join(first));
+        }
+        if crate::protocol::HOME_STARTUP_FOLDERS.contains(&first.as_str()) {
+            return Some(home.join(first));
+        }
+    }
+    ["XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"]
+        .iter()
+        .filter_map(|v| std::env::var_os(v).map(PathBuf::from))
+        .filter(|d| d.is_absolute())
+        .map(|d| d.canonicalize().unwrap_or(d))
+        .find(|d| ws.starts_with(d))
+}
+
+/// Where a link leads, also when what it names does not exist yet (a command could make it).
+pub(super) fn link_target(link: &Path) -> PathBuf {
+    link.canonicalize().unwrap_or_else(|_| {
+        let named = std::fs::read_link(link).unwrap_or_default();
+        let beside = link.parent().unwrap_or(Path::new("/")).join(named);
+        crate::untrusted_fs::real_or_planned(&beside)
+    })
+}
+
+/// The files whose text is configuration: the home's dotfiles, the files directly in each of
+/// its dotted folders and in each folder of `~/.config` (`~/.cargo/config.toml`,
+/// `~/.gnupg/gpg-agent.conf`, `~/.config/starship.toml`, `~/.config/direnv/direnvrc`: no
+/// list of the programs that run what their settings name is complete, round 36), the files
+/// of the start-up folders (`~/.bashrc.d`, `~/bin`, fish's `conf.d`), and the `.pth` files of
+/// the user's Python site folders. Not histories, caches or other records of what was done,
+/// which name every folder the user went to.
+fn configuration_files(home: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    // baton's own trust list names the projects the user trusts; it runs nothing there.
+    let own = crate::protocol::baton_own_dirs();
+    let mut add_files_of = |folder: &Path, only_dotfiles: bool, only_pth: bool| {
+        let mut folders = Vec::new();
+        for entry in std::fs::read_dir(folder).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if (only_dotfiles && !name.starts_with('.'))
+                || (only_pth && !name.ends_with(".pth"))
+                || is_a_record(&name)
+            {
+                continue;
+            }
+            // Links count for where they lead (`~/.bashrc -> ~/dotfiles/bashrc`).
+            match std::fs::metadata(entry.path()) {
+                Ok(m) if m.is_file() => out.push(entry.path()),
+                Ok(m) if m.is_dir() && !own.contains(&entry.path()) => folders.push(entry.path()),
+                _ => {}
+            }
+        }
+        folders
+    };
+    let dotted = add_files_of(home, true, false);
+    let config = home.join(".config");
+    for folder in dotted {
+        let below = add_files_of(&folder, false, false);
+        if folder == config {
+            for app in below {
+                add_files_of(&app, false, false);
+            }
+        }
+    }
+    for folder in crate::protocol::home_startup_folders(home) {
+        let Some(parent) = folder.parent() else {
+            continue;
+        };
+        // Read above already: a dotted folder of the home, or a folder of `~/.config`.
+        let dotted = folder
+            .file_name()
+            .is_some_and(|n| n.as_encoded_bytes().starts_with(b"."));
+        if (parent == home && dotted) || parent == config {
+            continue;
+        }
+        let site = folder.ends_with("site-packages");
+        add_files_of(&folder, false, site);
+    }
+    out
+}
+
+/// Whether a dotfile's name says it records what was done (histories, caches, recent files,
+/// editor state) rather than configuring what runs.
+fn is_a_record(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    [
+        "hist",
+        "hsts",
+        "cache",
+        "recent",
+        "viminfo",
+        "lesshst",
+        "authority",
+        "errors",
+        ".log",
+        "state",
+        "lock",
+        "zcompdump",
+        "known_hosts",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
+        // Directory jumpers' databases (z, fasd) list every folder the user went to.
+        || [".z", ".fasd"].contains(&lower.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn home_and_ws() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let base = tempfile::tempdir().expect("tempdir");
+        let home = base.path().canonicalize().expect("canonical").join("home");
+        let ws = home.join("tools");
+        std::fs::create_dir_all(&ws).expect("mkdir");
+        (base, home, ws)
+    }
+
+    #[test]
+    fn any_mention_by_path_in_a_dotfile_or_start_up_folder_makes_it_configuration() {
+        let (_base, home, ws) = home_and_ws();
+        for (file, text) in [
+            (".bashrc", "export PATH=\"$HOME/tools/bin:$PATH\"\n"),
+            (".bashrc", "PROMPT_COMMAND=~/tools/bin/prompt\n"),
+            (".bashrc", "[ -f ~/tools/env.sh ] && . ~/tools/env.sh\n"),
+            (".vimrc", "set rtp+=~/tools/vim\n"),
+            (".npmrc", "script-shell=${HOME}/tools/bin/shx\n"),
+            (".gdbinit", &format!("source {}/gdb.gdb\n", ws.display())),
+            (".gitconfig", "[core]\n\tfsmonitor = ~/tools/bin/watch\n"),
+            (".ssh/config", "Match exec \"~/tools/bin/jump %h\"\n"),
+            (".bashrc.d/tools.sh", ". ~/tools/env.sh\n"),
+            (
+                ".local/lib/python3.11/site-packages/t.pth",
+                &format!("{}\n", ws.display()),
+            ),
+            (".tmux.conf", "run-shell ~/tools\n"),
+            (
+                ".cargo/config.toml",
+                "[target.x86_64-unknown-linux-gnu]\nrunner = \"~/tools/run\"\n",
+            ),
+            (".gnupg/gpg-agent.conf", "pinentry-program ~/tools/pin\n"),
+            (
+                ".config/starship.toml",
+                "[custom.x]\ncommand = \"~/tools/x\"\n",
+            ),
+            (".config/direnv/direnvrc", "source ~/tools/direnv.sh\n"),
+            (
+                "bin/wrapper",
+                "#!/bin/sh\nexec python3 ~/tools/main.py \"$@\"\n",
+            ),
+        ] {
+            let path = home.join(file);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&path, text).expect("write");
+            assert_eq!(
+                configuration_of(&home, &ws),
+                Some(Configuration::Named(path.clone())),
+                "{file}: {text}"
+            );
+            std::fs::remove_file(&path).expect("rm");
+        }
+    }
+
+    #[test]
+    fn going_there_comments_records_and_other_folders_are_not_configuration() {
+        let (_base, home, ws) = home_and_ws();
+        std::fs::create_dir_all(home.join(".ssh")).expect("mkdir");
+        for (file, text) in [
+            (
+                ".bashrc",
+                "alias t='cd ~/tools'\n# . ~/tools/env.sh\nexport X=~/tools-old\n",
+            ),
+            (
+                ".gitconfig",
+                "[safe]\n\tdirectory = ~/tools\n[includeIf \"gitdir:~/tools/\"]\n",
+            ),
+            (".bash_history", ". ~/tools/env.sh\n"),
+            (".viminfo", "> ~/tools/x.txt\n"),
+            (".profile", "export GOPATH=~/go\n"),
+            (
+                ".claude.json",
+                "{\"projects\": {\n  \"~/tools\": {\"allowedTools\": []}}}\n",
+            ),
+            (".z", "~/tools|12|1700000000\n"),
+        ] {
+            std::fs::write(home.join(file), text).expect("write");
+        }
+        assert_eq!(configuration_of(&home, &ws), None);
+    }
+
+    #[test]
+    fn a_folder_programs_load_from_is_configuration_a_cache_or_kept_source_is_not() {
+        let (_base, home, _ws) = home_and_ws();
+        for inside in [
+            ".vim",
+            ".config/nvim",
+            ".emacs.d/lisp",
+            ".oh-my-zsh/custom",
+            "bin",
+        ] {
+            let ws = home.join(inside);
+            std::fs::create_dir_all(&ws).expect("mkdir");
+            let top = home.join(inside.split('/').next().expect("first"));
+            assert_eq!(
+                configuration_of(&home, &ws),
+                Some(Configuration::Inside(top)),
+                "{inside}"
+            );
+        }
+        for kept in [".cache/yay/pkg", ".local/src/dwm", "src/proj"] {
+            let ws = home.join(kept);
+            std::fs::create_dir_all(&ws).expect("mkdir");
+            assert_eq!(configuration_of(&home, &ws), None, "{kept}");
+        }
+    }
+
+    #[test]
+    fn links_into_it_from_bin_and_dotfiles_make_it_configuration_links_to_above_do_not() {
+        let (_base, home, ws) = home_and_ws();
+        std::fs::create_dir_all(ws.join("bin")).expect("mkdir");
+        std::fs::create_dir_all(home.join("bin")).expect("mkdir");
+        std::os::unix::fs::symlink(&home, home.join("work")).expect("link");
+        std::os::unix::fs::symlink(home.parent().expect("base"), home.join(".up")).expect("link");
+        assert_eq!(configuration_of(&home, &ws), None);
+        std::os::unix::fs::symlink(ws.join("bin/gs"), home.join("bin/gs")).expect("link");
+        assert_eq!(
+            configuration_of(&home, &ws),
+            Some(Configuration::Linked(home.join("bin/gs")))
+        );
+        std::fs::remove_file(home.join("bin/gs")).expect("rm");
+        std::os::unix::fs::symlink(&ws, home.join(".vim")).expect("link");
+        assert_eq!(
+            configuration_of(&home, &ws),
+            Some(Configuration::Linked(home.join(".vim")))
+        );
+    }
+}
