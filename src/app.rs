@@ -139,17 +139,34 @@ pub fn build_backend(
 /// instructions (AGENTS.md files) for the workspace.
 pub fn system_prompt(config: &Config) -> Result<String, SetupError> {
     let prompt = match &config.system_prompt {
-        Some(path) => read_prompt(path)?,
+        Some(path) => read_prompt(config, path)?,
         None => DEFAULT_SYSTEM_PROMPT.to_string(),
     };
     Ok(with_project_context(config, prompt))
 }
 
-fn read_prompt(path: &std::path::Path) -> Result<String, SetupError> {
-    std::fs::read_to_string(path).map_err(|source| SetupError::SystemPrompt {
+/// Reads a prompt file. One in a folder commands write (the workspace, `[sandbox] writable`)
+/// is read beneath that folder with no link followed and no FIFO opened: a command could
+/// have swapped it for a link to `~/.ssh/id_rsa`, which the next session would have sent to
+/// the model (red team round 36; the trust digest covers the project's config, not the
+/// files it names). One elsewhere is the user's own, read where its links lead.
+fn read_prompt(config: &Config, path: &std::path::Path) -> Result<String, SetupError> {
+    const MAX_PROMPT_BYTES: u64 = 1 << 20;
+    let roots: Vec<&std::path::Path> = std::iter::once(config.workspace.as_path())
+        .chain(config.writable.iter().map(std::path::PathBuf::as_path))
+        .collect();
+    let bytes = if crate::untrusted_fs::is_beneath(path, &roots) {
+        crate::untrusted_fs::read_file(path, &roots, MAX_PROMPT_BYTES)
+    } else {
+        crate::untrusted_fs::read_following(path, MAX_PROMPT_BYTES)
+    };
+    let error = |source| SetupError::SystemPrompt {
         path: path.to_path_buf(),
         source,
-    })
+    };
+    let bytes = bytes.map_err(error)?;
+    String::from_utf8(bytes)
+        .map_err(|e| error(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
 }
 
 /// Each expert's prompt and tools (`mol` mode). Prompt: its `lN_system_prompt` file, else the
@@ -164,7 +181,7 @@ pub fn expert_setup(
     let mut setup = defaults.clone();
     for i in 0..4 {
         let own = match (&config.expert_system_prompt[i], &profile.expert_prompts[i]) {
-            (Some(path), _) => Some(read_prompt(path)?),
+            (Some(path), _) => Some(read_prompt(config, path)?),
             (None, Some(text)) => Some(text.clone()),
             (None, None) if config.system_prompt.is_some() => None,
             (None, None) => defaults.prompts[i].clone(),

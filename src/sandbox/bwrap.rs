@@ -844,12 +844,17 @@ fn build_world_around(
     }
     // Tokens kept in the user's git configs (`url.<base>.insteadOf` with a user part,
     // `http.extraHeader`) are credentials like those hidden above: where a command sees such a
-    // file, named or where it really is, it sees a copy without them.
+    // file, named or where it really is, it sees a copy without them. A file the global
+    // config includes from the viewed home (`~/.config/git/work.inc`, with the identity) is
+    // shown so too, where the view shows only what git reads by itself.
+    let in_a_view = |p: &Path| {
+        view_home.is_some_and(|h| p.starts_with(h)) || moved_views.iter().any(|m| p.starts_with(m))
+    };
     for (file, shown) in super::git_guard::user_configs_without_credentials() {
         let real = file.canonicalize().ok().filter(|r| *r != file);
         for at in std::iter::once(file).chain(real) {
             if !covers(&at, &roots)
-                && b.shows_host(&at)
+                && (b.shows_host(&at) || in_a_view(&at))
                 && b.lands_without_links(&at)
                 && visibility::reachable_in_sandbox(&at)
             {

@@ -760,7 +760,11 @@ pub const HOME_TOOLCHAINS: &[&str] = &[
     ".nix-profile",
     "go",
     ".gitconfig",
-    ".config/git",
+    // What git reads there by itself; not the rest of the folder, where users keep what their
+    // config names: a `store --file` token file, TLS and signing keys, cookies (round 36).
+    ".config/git/config",
+    ".config/git/ignore",
+    ".config/git/attributes",
 ];
 
 /// The start-up files a login shell reads (`[sandbox] login_shell`): shown only then, since

@@ -638,6 +638,12 @@ fn with_the_network_on_host_abstract_unix_sockets_stay_out_of_reach() {
 /// state.
 const CREDENTIALS_THE_DENY_LIST_MISSED: &[&str] = &[
     ".aider.conf.yml",
+    // Round 36: beside git's config, named by it (`credential.helper = store --file …`,
+    // `http.sslKey`, `user.signingKey`, `http.cookieFile`).
+    ".config/git/store-work",
+    ".config/git/client.key",
+    ".config/git/signing_ed25519",
+    ".config/git/gitcookies",
     ".bundle/config",
     ".cloudflared/cert.pem",
     ".composer/auth.json",

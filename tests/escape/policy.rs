@@ -632,3 +632,62 @@ fn a_trusted_project_file_swapped_between_the_trust_check_and_the_parse_is_not_u
         "a swapped file was used as the trusted one"
     );
 }
+
+/// Round 36 (high): a trusted project's `system_prompt` names a file of the workspace; a
+/// command swapped it for a link to the user's SSH key, the trust stayed valid (it covers the
+/// project's config), and the next session sent the key to the model as its system prompt.
+/// A prompt file in the workspace is read beneath it, no link followed: the session stops
+/// with an error naming the file, and nothing reaches the model.
+#[test]
+fn a_trusted_projects_prompt_file_swapped_for_a_link_is_not_read_through_it() {
+    let env = Env::new();
+    let outside = outside_dir();
+    let key = outside.path().join("id_rsa");
+    std::fs::write(&key, "-----BEGIN OPENSSH PRIVATE KEY----- s3cret\n").expect("key");
+    env.project_config("system_prompt = \"../prompts/system.md\"\n");
+    let prompts = env.workspace.join("prompts");
+    std::fs::create_dir_all(&prompts).expect("mkdir");
+    std::fs::write(prompts.join("system.md"), "You are the team's agent.\n").expect("write");
+    let trusted = env.baton().arg("trust").output().expect("run baton trust");
+    assert_eq!(trusted.status.code(), Some(0));
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer("ok")
+            .default_summary("s"),
+    );
+    let out = env.exec(&engine, "hi", &[]).output().expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        engine
+            .requests()
+            .iter()
+            .any(|r| r.body.to_string().contains("the team's agent")),
+        "the prompt file was not used"
+    );
+    // What a sandboxed command can do in the workspace.
+    std::fs::remove_file(prompts.join("system.md")).expect("rm");
+    std::os::unix::fs::symlink(&key, prompts.join("system.md")).expect("link");
+    let engine = MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer("ok")
+            .default_summary("s"),
+    );
+    let out = env.exec(&engine, "hi", &[]).output().expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("system.md"), "{stderr}");
+    assert!(
+        !engine
+            .requests()
+            .iter()
+            .any(|r| r.body.to_string().contains("s3cret")),
+        "the key reached the model"
+    );
+}
