@@ -122,12 +122,15 @@ async fn spawn_and_wait(
         let words = hook
             .command
             .split(|c: char| c.is_whitespace() || ";&|()<>'\"`=".contains(c));
-        if let Some(program) = host_programs::writable_program_among(words, &roots) {
+        let search = host_programs::host_program_environment(&roots)
+            .into_iter()
+            .find(|(name, _)| name == "PATH")
+            .map(|(_, value)| value)
+            .unwrap_or_default();
+        if let Some(why) = host_programs::runs_from_writable_root(words, &roots, &search) {
             return Err(format!(
-                "not run: it runs {}, in a folder commands may write (a link into the \
-                 workspace counts), which would run outside the sandbox; keep its program \
-                 elsewhere, or trust the folder (`baton trust`)",
-                program.display()
+                "not run: {why} (a link into the workspace counts), which would run outside \
+                 the sandbox; keep its program elsewhere, or trust the folder (`baton trust`)"
             ));
         }
     }

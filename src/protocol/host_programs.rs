@@ -318,39 +318,109 @@ fn holds_links_into(dir: &Path, placed_roots: &[PathBuf]) -> bool {
     })
 }
 
-/// The first of `words` that names a program a command could have written: an absolute or
-/// `~/` path, leading (links followed) into one of `roots`, of an executable file or a script
-/// (`.py`, `.sh`, `.js`…). Data files named there (a log, a `--root` folder) are not programs.
-pub fn writable_program_among<'a>(
+/// Why a command line baton runs outside the sandbox (a user's hook or MCP server) would run
+/// what a command could have written, if it would. One rule, whatever the launcher: a word
+/// naming a path in `roots` — the program, a script of any name or none, a folder given with
+/// `--prefix`, `-C`, `--chdir=` or as a server's root (no list of the ways a launcher is
+/// pointed at code is complete: red team round 36) — or a text file outside them that a word
+/// names, or the program `search` finds for the first word, whose text names one (a wrapper
+/// `exec python3 ~/proj/x.py`). Links are followed.
+pub fn runs_from_writable_root<'a>(
     words: impl IntoIterator<Item = &'a str>,
     roots: &[PathBuf],
-) -> Option<PathBuf> {
-    const SCRIPTS: &[&str] = &[
-        "py", "js", "mjs", "cjs", "ts", "mts", "rb", "pl", "sh", "bash", "php", "lua", "jar",
-    ];
+    search: &OsStr,
+) -> Option<String> {
+    const MAX_SCRIPT: u64 = 256 * 1024;
     let home = dirs::home_dir();
-    for word in words {
+    // (file, whether it is run for sure: the program, or the script an interpreter is given)
+    let mut files: Vec<(PathBuf, bool)> = Vec::new();
+    let mut interpreter = false;
+    let mut script_given = false;
+    for (i, word) in words.into_iter().filter(|w| !w.is_empty()).enumerate() {
+        if names_a_writable_path(OsStr::new(word), roots, false) {
+            return Some(format!("it names {word}, in a folder commands may write"));
+        }
         let path = match (word.strip_prefix("~/"), &home) {
-            (Some(rest), Some(h)) => h.join(rest),
-            _ if word.starts_with('/') => PathBuf::from(word),
-            _ => continue,
+            (Some(rest), Some(h)) => Some(h.join(rest)),
+            _ if word.starts_with('/') => Some(PathBuf::from(word)),
+            _ if i == 0 => find_in(word, search, roots),
+            _ => None,
         };
-        if !names_a_writable_path(path.as_os_str(), roots, false) {
+        let the_script = interpreter && !script_given && !word.starts_with('-');
+        script_given |= the_script;
+        if i == 0 {
+            let name = path
+                .as_deref()
+                .and_then(Path::file_name)
+                .unwrap_or(OsStr::new(word));
+            interpreter = is_an_interpreter(&name.to_string_lossy());
+        }
+        files.extend(path.map(|p| (p, i == 0 || the_script)));
+    }
+    for (file, run) in files.iter().take(16) {
+        let Ok(meta) = std::fs::metadata(file) else {
+            continue;
+        };
+        let executable = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0;
+        if !meta.is_file() || meta.len() > MAX_SCRIPT || !(*run || executable) {
             continue;
         }
-        let Ok(meta) = std::fs::metadata(&path) else {
+        let mut bytes = Vec::new();
+        let read = std::fs::File::open(file).and_then(|f| {
+            std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_SCRIPT), &mut bytes)
+        });
+        if read.is_err() {
             continue;
-        };
-        let script = path
-            .extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| SCRIPTS.contains(&e));
-        let executable = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0;
-        if meta.is_file() && (script || executable) {
-            return Some(path);
+        }
+        // A binary program is not a script that names paths.
+        if bytes.iter().take(8192).any(|b| *b == 0) {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        if text
+            .lines()
+            .any(|line| names_a_writable_path(OsStr::new(line), roots, false))
+        {
+            return Some(format!(
+                "it runs {}, a script that names a folder commands may write",
+                file.display()
+            ));
         }
     }
     None
+}
+
+/// Whether a program's file name is a shell's or an interpreter's, whose first argument that
+/// is not an option is the script it runs. A data file named elsewhere on the line (a hook's
+/// log, which records the workspace's path) is not read for paths.
+fn is_an_interpreter(name: &str) -> bool {
+    let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    [
+        "sh",
+        "bash",
+        "dash",
+        "zsh",
+        "ksh",
+        "mksh",
+        "fish",
+        "python",
+        "pypy",
+        "node",
+        "nodejs",
+        "deno",
+        "bun",
+        "ruby",
+        "perl",
+        "php",
+        "lua",
+        "luajit",
+        "rscript",
+        "tclsh",
+        "osascript",
+        "pwsh",
+        "env",
+    ]
+    .contains(&base.to_ascii_lowercase().as_str())
 }
 
 /// The program `name` (a bare name) as the first executable file in baton's PATH outside

@@ -498,6 +498,25 @@ fn a_users_server_whose_program_or_script_lies_in_the_workspace_is_not_started()
     )
     .expect("chmod");
     module(&env.workspace.join("server.py"), &pwned, "script");
+    std::fs::write(
+        env.workspace.join("run-server"),
+        format!("echo run-server >> {}\n", pwned.display()),
+    )
+    .expect("write");
+    std::fs::create_dir_all(env.workspace.join("srvdir")).expect("mkdir");
+    module(&env.workspace.join("srvdir/__main__.py"), &pwned, "folder");
+    let wrapper = outside.join("notify");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec {} {} \"$@\"\n",
+            python.display(),
+            env.workspace.join("server.py").display()
+        ),
+    )
+    .expect("write");
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
     for (command, args) in [
         (venv_python.display().to_string(), "[]".to_string()),
         (
@@ -518,6 +537,24 @@ fn a_users_server_whose_program_or_script_lies_in_the_workspace_is_not_started()
                 ))
             ),
         ),
+        // Round 36: a script with no extension, a folder, a launcher pointed at the
+        // workspace, a wrapper outside it that runs a file of it.
+        (
+            "/bin/sh".to_string(),
+            format!("[{}]", q(env.workspace.join("run-server").display().to_string())),
+        ),
+        (
+            python.display().to_string(),
+            format!("[{}]", q(env.workspace.join("srvdir").display().to_string())),
+        ),
+        (
+            "/usr/bin/env".to_string(),
+            format!(
+                "[{}, \"/bin/sh\", \"run-server\"]",
+                q(format!("--chdir={}", env.workspace.display()))
+            ),
+        ),
+        (wrapper.display().to_string(), "[]".to_string()),
     ] {
         user_server(&env, &format!("command = {}\nargs = {args}\n", q(command)));
         let out = env.session_baton().arg("doctor").output().expect("doctor");
@@ -602,4 +639,42 @@ fn a_users_hook_whose_program_links_into_the_workspace_is_not_run() {
         "the hook ran the workspace's program: {stdout}"
     );
     assert!(stdout.contains("folder commands may write"), "{stdout}");
+}
+
+/// Round 36 (high): the user's hook is a two-line wrapper outside the workspace that runs a
+/// file of it (`exec sh ~/proj/tools/notify.sh`): a command rewrote that file and the same
+/// turn's hook ran it. A program whose script text names a folder commands may write is not
+/// run outside the sandbox; neither is a hook that names one on its own command line.
+#[test]
+fn a_users_hook_whose_wrapper_script_runs_a_workspace_file_is_not_run() {
+    let env = Env::new();
+    let outside = env.home.parent().expect("root").join("markers");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    let pwned = outside.join("pwned");
+    script(
+        &env.workspace.join("tools/notify.sh"),
+        &format!("#!/bin/sh\necho planted >> '{}'\n", pwned.display()),
+    );
+    let wrapper = outside.join("notify");
+    script(
+        &wrapper,
+        &format!(
+            "#!/bin/sh\nexec sh {} \"$@\"\n",
+            env.workspace.join("tools/notify.sh").display()
+        ),
+    );
+    for command in [
+        wrapper.display().to_string(),
+        format!("make -C {} notify", env.workspace.display()),
+    ] {
+        let hooks = json!({"hooks": {"UserPromptSubmit": [{"hooks": [
+            {"type": "command", "command": command, "timeout": 30}
+        ]}]}});
+        user_hooks(&env, &hooks);
+        let engine = answering_ok();
+        let out = env.exec(&engine, "hi", &["--json"]).output().expect("run");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(!pwned.exists(), "the hook ran the workspace's file: {stdout}");
+        assert!(stdout.contains("folder commands may write"), "{command}: {stdout}");
+    }
 }

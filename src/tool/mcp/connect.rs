@@ -113,30 +113,23 @@ fn working_dir(server: &McpServer, cwd: Option<&Path>, workspace: &Path) -> Path
 }
 
 /// Why a server started outside the sandbox would run what a command could have written, if
-/// it would: its program in a writable root (`~/proj/.venv/bin/python`, red team round 33),
-/// or a script it is given there (`python ~/proj/server.py`). A folder it is given (the
-/// filesystem server's root) is data, not code: it stays allowed.
+/// it would: [`host_programs::runs_from_writable_root`] for its command line (its program or
+/// a script in a writable root, `~/proj/.venv/bin/python` or `python ~/proj/server.py`, red
+/// team round 33; a folder it is pointed at, `npm --prefix ~/proj`, a wrapper naming one,
+/// round 36; code given with `-c` naming one however spelled, round 34), or the `.pth` files
+/// of its Python. A server given the workspace itself as data (the filesystem server's root)
+/// is not started either: one rule for every word is the only one no launcher gets around.
 fn runs_what_commands_write(
     command: &str,
     args: &[String],
     dir: &Path,
     workspace: &Path,
+    search: &std::ffi::OsStr,
 ) -> Option<String> {
     let roots = host_programs::writable_roots_with(workspace);
-    let in_roots = |word: &str| {
-        let path = dir.join(word);
-        host_programs::names_a_writable_path(path.as_os_str(), &roots, false).then_some(path)
-    };
-    if command.contains('/')
-        && let Some(program) = in_roots(command)
-    {
-        return Some(format!(
-            "its program {} lies in a folder commands may write: baton does not start it \
-             outside the sandbox (install it elsewhere, or make it a project server in \
-             .mcp.json, which runs in the sandbox)",
-            program.display()
-        ));
-    }
+    let advice = "baton does not start it outside the sandbox (keep the program and what it \
+                  runs elsewhere, or make it a project server in .mcp.json, which runs in the \
+                  sandbox)";
     if let Some(path_file) = python_paths_into(command, dir, &roots) {
         return Some(format!(
             "its Python loads modules from a folder commands may write ({} points there: an \
@@ -145,40 +138,33 @@ fn runs_what_commands_write(
             path_file.display()
         ));
     }
-    // Code given on the command line (`sh -c "cd ~/proj && ./srv"`, `python3 -c`, `node -e`):
-    // any writable path it names, however spelled, may be what it runs (round 34).
+    // Code given on the command line (`sh -c "cd ~/proj && ./srv"`): a pattern may name one.
     let code = args
         .windows(2)
         .filter(|w| matches!(w[0].as_str(), "-c" | "-e" | "--eval" | "-lc" | "-ic"))
         .map(|w| &w[1]);
     for text in code {
-        if host_programs::names_a_writable_path(std::ffi::OsStr::new(text), &roots, true)
-            || text.contains(['*', '?', '['])
+        if text.contains(['*', '?', '['])
+            || host_programs::names_a_writable_path(std::ffi::OsStr::new(text), &roots, true)
         {
             return Some(format!(
-                "its command line `{text}` names a folder commands may write: baton does not \
-                 start it outside the sandbox (keep the program elsewhere, or make it a \
-                 project server in .mcp.json, which runs in the sandbox)"
+                "its command line `{text}` names a folder commands may write: {advice}"
             ));
         }
     }
-    if let Some(path) =
-        host_programs::writable_program_among(args.iter().map(|a| a.as_str()), &roots).or_else(
-            || {
-                let relative = args.iter().map(|a| dir.join(a));
-                let relative: Vec<String> = relative.map(|p| p.display().to_string()).collect();
-                host_programs::writable_program_among(relative.iter().map(|a| a.as_str()), &roots)
-            },
-        )
-    {
-        return Some(format!(
-            "it is given {}, a program in a folder commands may write: baton does not start \
-             it outside the sandbox (keep the script elsewhere, or make it a project server \
-             in .mcp.json, which runs in the sandbox)",
-            path.display()
-        ));
-    }
-    None
+    // Relative words lead from the folder it starts in.
+    let placed: Vec<String> = std::iter::once(command)
+        .chain(args.iter().map(String::as_str))
+        .map(|w| {
+            if w.contains('/') && !w.starts_with(['/', '~']) {
+                dir.join(w).display().to_string()
+            } else {
+                w.to_string()
+            }
+        })
+        .collect();
+    host_programs::runs_from_writable_root(placed.iter().map(String::as_str), &roots, search)
+        .map(|why| format!("{why}: {advice}"))
 }
 
 /// For a Python interpreter `command`: the first `.pth` file or editable-install finder of
@@ -404,10 +390,17 @@ pub async fn start(
             if sandboxed && let Some(why) = sandbox.refuses(server) {
                 return Err(why);
             }
+            let vars = child_env(server.project, env, workspace, sandboxed);
+            // Where the program is looked up: the server's own PATH.
+            let search = vars
+                .iter()
+                .find(|(name, _)| name == "PATH")
+                .map(|(_, value)| value.clone())
+                .unwrap_or_default();
             // With the sandbox off commands write anywhere: nothing to tell apart.
             if !server.project
                 && sandbox.mode != SandboxMode::Off
-                && let Some(why) = runs_what_commands_write(command, args, &dir, workspace)
+                && let Some(why) = runs_what_commands_write(command, args, &dir, workspace, &search)
             {
                 return Err(why);
             }
@@ -422,7 +415,7 @@ pub async fn start(
                 cmd
             };
             cmd.env_clear().current_dir(&dir).kill_on_drop(true);
-            for (name, value) in child_env(server.project, env, workspace, sandboxed) {
+            for (name, value) in vars {
                 cmd.env(name, value);
             }
             let mut wrap = process_wrap::tokio::CommandWrap::from(cmd);
