@@ -29,6 +29,11 @@ const FOREIGN: &[&str] = &[
     "--filter",
     "--network",
     "--mount",
+    // launchers pointed at a folder (mcp.md), git's credential store (sandbox.md)
+    "--prefix",
+    "--chdir",
+    "--directory",
+    "--file",
     // vLLM / SGLang serving the adapters
     "--lora-modules",
     "--lora-paths",
