@@ -60,24 +60,42 @@ pub fn configuration_of(home: &Path, ws: &Path) -> Option<Configuration> {
         .chain(canonical_home.as_deref())
         .collect();
     let spellings = crate::protocol::spellings_of(ws, &homes);
-    let mut budget = MAX_FILES;
-    for file in configuration_files(home) {
-        if budget == 0 {
-            break;
-        }
-        budget -= 1;
-        let Ok(bytes) = crate::untrusted_fs::read_following(&file, MAX_FILE) else {
+    // Every spelling ends with the workspace's own name: a file without it names nothing
+    // there, and most files are ruled out by one search for it.
+    let tail = ws
+        .file_name()
+        .map(|n| n.as_encoded_bytes().to_vec())
+        .unwrap_or_default();
+    let finder = memchr::memmem::Finder::new(&tail);
+    for file in configuration_files(home).into_iter().take(MAX_FILES) {
+        let Some(bytes) = text_of(&file) else {
             continue;
         };
-        // A binary (a program in `~/bin`) is not configuration text.
-        if bytes.iter().take(8192).any(|b| *b == 0) {
-            continue;
-        }
-        if crate::protocol::names_folder(&String::from_utf8_lossy(&bytes), &spellings) {
+        if finder.find(&bytes).is_some()
+            && crate::protocol::names_folder(&String::from_utf8_lossy(&bytes), &spellings)
+        {
             return Some(Configuration::Named(file));
         }
     }
     None
+}
+
+/// The text of a configuration file: at most [`MAX_FILE`] bytes, none for a binary (a program
+/// in `~/bin`, an image in a toolchain's checkout), which is left after its first block. Not
+/// opened where it is not a regular file (links followed: a dotfile linked into a workspace
+/// where a command made a FIFO).
+fn text_of(file: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let (file, _) = crate::untrusted_fs::open_following(file).ok()?;
+    let mut reader = file.take(MAX_FILE);
+    let mut bytes = vec![0; 4096];
+    let first = reader.read(&mut bytes).ok()?;
+    bytes.truncate(first);
+    if bytes.contains(&0) {
+        return None;
+    }
+    reader.read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }
 
 /// The folder programs load from that is or holds `ws`, if any (red team round 36: a

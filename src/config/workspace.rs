@@ -141,6 +141,22 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
         crate::untrusted_fs::planned(workspace)
             .unwrap_or_else(|| crate::untrusted_fs::real_or_planned(workspace))
     });
+    // The look at the home's configuration reads files: it runs beside the other looks.
+    std::thread::scope(|scope| {
+        let configuration = scope.spawn(|| {
+            dirs::home_dir().and_then(|home| super::dotfiles::configuration_of(&home, &ws))
+        });
+        judged(&ws, configuration)
+    })
+}
+
+/// [`too_broad`] for `ws` (canonical, or where it would be made), with what the home's
+/// configuration makes of it coming from `configuration`.
+fn judged(
+    ws: &Path,
+    configuration: std::thread::ScopedJoinHandle<'_, Option<super::dotfiles::Configuration>>,
+) -> Option<BroadWorkspace> {
+    let ws = ws.to_path_buf();
     let refuse = |why, what: std::borrow::Cow<'static, str>| {
         Some(BroadWorkspace {
             path: ws.clone(),
@@ -236,9 +252,12 @@ pub fn too_broad(workspace: &Path) -> Option<BroadWorkspace> {
     // The user's configuration (a dotfiles or tools repository): what the home's dotfiles
     // and start-up folders link into or name by path lies there, and programs outside the
     // sandbox (the next shell, `ssh`, `git`, editor, Python) load it (red team rounds 33–36).
-    if let Some(home) = dirs::home_dir()
-        && ws_id.is_some()
-        && let Some(found) = super::dotfiles::configuration_of(&home, &ws)
+    let configuration = match configuration.join() {
+        Ok(found) => found,
+        Err(panic) => std::panic::resume_unwind(panic),
+    };
+    if ws_id.is_some()
+        && let Some(found) = configuration
     {
         let how = match &found {
             super::dotfiles::Configuration::Linked(_) => "links into it",

@@ -515,8 +515,11 @@ fn a_users_server_whose_program_or_script_lies_in_the_workspace_is_not_started()
         ),
     )
     .expect("write");
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("chmod");
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
     for (command, args) in [
         (venv_python.display().to_string(), "[]".to_string()),
         (
@@ -541,11 +544,17 @@ fn a_users_server_whose_program_or_script_lies_in_the_workspace_is_not_started()
         // workspace, a wrapper outside it that runs a file of it.
         (
             "/bin/sh".to_string(),
-            format!("[{}]", q(env.workspace.join("run-server").display().to_string())),
+            format!(
+                "[{}]",
+                q(env.workspace.join("run-server").display().to_string())
+            ),
         ),
         (
             python.display().to_string(),
-            format!("[{}]", q(env.workspace.join("srvdir").display().to_string())),
+            format!(
+                "[{}]",
+                q(env.workspace.join("srvdir").display().to_string())
+            ),
         ),
         (
             "/usr/bin/env".to_string(),
@@ -674,7 +683,13 @@ fn a_users_hook_whose_wrapper_script_runs_a_workspace_file_is_not_run() {
         let engine = answering_ok();
         let out = env.exec(&engine, "hi", &["--json"]).output().expect("run");
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(!pwned.exists(), "the hook ran the workspace's file: {stdout}");
-        assert!(stdout.contains("folder commands may write"), "{command}: {stdout}");
+        assert!(
+            !pwned.exists(),
+            "the hook ran the workspace's file: {stdout}"
+        );
+        assert!(
+            stdout.contains("folder commands may write"),
+            "{command}: {stdout}"
+        );
     }
 }
