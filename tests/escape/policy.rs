@@ -650,12 +650,7 @@ fn a_trusted_projects_prompt_file_swapped_for_a_link_is_not_read_through_it() {
     std::fs::write(prompts.join("system.md"), "You are the team's agent.\n").expect("write");
     let trusted = env.baton().arg("trust").output().expect("run baton trust");
     assert_eq!(trusted.status.code(), Some(0));
-    let engine = MockEngine::scripted_blocking(
-        Script::new()
-            .default_route("L2")
-            .default_answer("ok")
-            .default_summary("s"),
-    );
+    let engine = answering_ok();
     let out = env.exec(&engine, "hi", &[]).output().expect("run");
     assert_eq!(
         out.status.code(),
@@ -673,12 +668,7 @@ fn a_trusted_projects_prompt_file_swapped_for_a_link_is_not_read_through_it() {
     // What a sandboxed command can do in the workspace.
     std::fs::remove_file(prompts.join("system.md")).expect("rm");
     std::os::unix::fs::symlink(&key, prompts.join("system.md")).expect("link");
-    let engine = MockEngine::scripted_blocking(
-        Script::new()
-            .default_route("L2")
-            .default_answer("ok")
-            .default_summary("s"),
-    );
+    let engine = answering_ok();
     let out = env.exec(&engine, "hi", &[]).output().expect("run");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "{stderr}");
@@ -690,4 +680,14 @@ fn a_trusted_projects_prompt_file_swapped_for_a_link_is_not_read_through_it() {
             .any(|r| r.body.to_string().contains("s3cret")),
         "the key reached the model"
     );
+}
+
+/// A mock engine that routes every turn to L2 and answers `ok`.
+fn answering_ok() -> MockEngine {
+    MockEngine::scripted_blocking(
+        Script::new()
+            .default_route("L2")
+            .default_answer("ok")
+            .default_summary("s"),
+    )
 }

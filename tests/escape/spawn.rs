@@ -520,15 +520,11 @@ fn a_users_server_whose_program_or_script_lies_in_the_workspace_is_not_started()
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .expect("chmod");
+    // `args` holding one file of the workspace.
+    let one_arg = |name: &str| format!("[{}]", q(env.workspace.join(name).display().to_string()));
     for (command, args) in [
         (venv_python.display().to_string(), "[]".to_string()),
-        (
-            python.display().to_string(),
-            format!(
-                "[{}]",
-                q(env.workspace.join("server.py").display().to_string())
-            ),
-        ),
+        (python.display().to_string(), one_arg("server.py")),
         // Round 34: a shell told to go there first.
         (
             "/bin/sh".to_string(),
@@ -542,20 +538,8 @@ fn a_users_server_whose_program_or_script_lies_in_the_workspace_is_not_started()
         ),
         // Round 36: a script with no extension, a folder, a launcher pointed at the
         // workspace, a wrapper outside it that runs a file of it.
-        (
-            "/bin/sh".to_string(),
-            format!(
-                "[{}]",
-                q(env.workspace.join("run-server").display().to_string())
-            ),
-        ),
-        (
-            python.display().to_string(),
-            format!(
-                "[{}]",
-                q(env.workspace.join("srvdir").display().to_string())
-            ),
-        ),
+        ("/bin/sh".to_string(), one_arg("run-server")),
+        (python.display().to_string(), one_arg("srvdir")),
         (
             "/usr/bin/env".to_string(),
             format!(
