@@ -16,7 +16,7 @@ use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction
 
 use crate::protocol::{SandboxMode, terminal_safe_line};
 use crate::sandbox::{
-    Backend, GitWatch, PreparedSandbox, SandboxPolicy, Session, probe, watched_command,
+    Backend, GitWatch, PreparedSandbox, SandboxPolicy, Session, probe, watched_command_admitted,
 };
 use crate::tool::shell::pty::{Pty, WindowSize};
 
@@ -117,12 +117,20 @@ pub fn run(args: SandboxArgs) -> i32 {
         }
     };
     let sandboxed = args.mode != SandboxMode::Off;
-    if let Err(e) = crate::config::workspace::check(
-        &workspace,
-        &args.write,
-        sandboxed,
-        args.allow_broad_workspace,
-    ) {
+    let judge = || {
+        crate::config::workspace::check(
+            &workspace,
+            &args.write,
+            sandboxed,
+            args.allow_broad_workspace,
+        )
+    };
+    // With the flag the check makes baton's own folders in a broad workspace (so that they are
+    // hidden): it must come before the look at what the sandbox shows. Otherwise it runs
+    // beside that look, which makes nothing on disk.
+    if args.allow_broad_workspace
+        && let Err(e) = judge()
+    {
         eprintln!("baton sandbox: {e}");
         return 2;
     }
@@ -130,8 +138,8 @@ pub fn run(args: SandboxArgs) -> i32 {
         .network(args.network)
         .backend(args.backend.unwrap_or_default())
         .max_memory(args.max_memory.map(|m| m << 20));
-    for w in args.write {
-        policy = policy.writable_dir(w);
+    for w in &args.write {
+        policy = policy.writable_dir(w.clone());
     }
     policy.readable = args.read;
     policy.unix_sockets = args.allow_unix_socket;
@@ -154,7 +162,22 @@ pub fn run(args: SandboxArgs) -> i32 {
     };
     // One command, gone when this process ends: its /tmp needs no folder on the host.
     crate::sandbox::bwrap::tmp_in_memory();
-    let (mut cmd, guard, mut watch) = match watched_command(&policy, &args.command, session) {
+    let refused = std::sync::Mutex::new(None);
+    let admitted = || {
+        if args.allow_broad_workspace {
+            return true;
+        }
+        let judged = judge();
+        let ok = judged.is_ok();
+        *refused.lock().unwrap_or_else(|e| e.into_inner()) = judged.err();
+        ok
+    };
+    let watched = watched_command_admitted(&policy, &args.command, session, admitted);
+    if let Some(e) = refused.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        eprintln!("baton sandbox: {e}");
+        return 2;
+    }
+    let (mut cmd, guard, mut watch) = match watched {
         Ok(c) => c,
         Err(e) => {
             eprintln!("baton sandbox: {e}");

@@ -59,25 +59,95 @@ pub fn configuration_of(home: &Path, ws: &Path) -> Option<Configuration> {
     let homes: Vec<&Path> = std::iter::once(home)
         .chain(canonical_home.as_deref())
         .collect();
-    let spellings = crate::protocol::spellings_of(ws, &homes);
-    // Every spelling ends with the workspace's own name: a file without it names nothing
-    // there, and most files are ruled out by one search for it.
-    let tail = ws
-        .file_name()
-        .map(|n| n.as_encoded_bytes().to_vec())
-        .unwrap_or_default();
-    let finder = memchr::memmem::Finder::new(&tail);
-    for file in configuration_files(home).into_iter().take(MAX_FILES) {
+    // The workspace as configuration may name it: by its path, or through a link of the
+    // user's that leads to it or above it (`~/t -> ~/tools`, `~/src -> /data/src`, round 37).
+    let mut names: Vec<PathBuf> = vec![ws.to_path_buf()];
+    for folder in
+        std::iter::once(home.to_path_buf()).chain(crate::protocol::home_startup_folders(home))
+    {
+        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+            if !entry.file_type().is_ok_and(|t| t.is_symlink()) {
+                continue;
+            }
+            if let Ok(target) = entry.path().canonicalize()
+                && let Ok(rest) = ws.strip_prefix(&target)
+            {
+                names.push(entry.path().join(rest));
+            }
+        }
+    }
+    let spellings: Vec<String> = names
+        .iter()
+        .flat_map(|name| crate::protocol::spellings_of(name, &homes))
+        .collect();
+    // Every spelling ends with one of these names: a file without them names nothing there,
+    // and most files are ruled out by one search each.
+    let tails: Vec<Vec<u8>> = names
+        .iter()
+        .filter_map(|n| n.file_name().map(|t| t.as_encoded_bytes().to_vec()))
+        .collect();
+    let finders: Vec<memchr::memmem::Finder<'_>> =
+        tails.iter().map(memchr::memmem::Finder::new).collect();
+    let mut queue = configuration_files(home);
+    let mut seen: std::collections::HashSet<PathBuf> = queue.iter().cloned().collect();
+    let mut at = 0;
+    while at < queue.len() && at < MAX_FILES {
+        let file = queue[at].clone();
+        at += 1;
         let Some(bytes) = text_of(&file) else {
             continue;
         };
-        if finder.find(&bytes).is_some()
-            && crate::protocol::names_folder(&String::from_utf8_lossy(&bytes), &spellings)
+        let text = String::from_utf8_lossy(&bytes);
+        if finders.iter().any(|f| f.find(&bytes).is_some())
+            && crate::protocol::names_folder(&text, &spellings)
         {
             return Some(Configuration::Named(file));
         }
+        // What it includes or sources is configuration too (`[include] path =
+        // ~/dotfiles/git/extra`, `. ~/dotfiles/shell/env`, round 37): files it names in the
+        // home, followed a few steps.
+        for named in files_named_in_home(&text, &homes) {
+            if seen.len() < MAX_FILES && seen.insert(named.clone()) {
+                queue.push(named);
+            }
+        }
     }
     None
+}
+
+/// The regular files of the home that `text` names by path (`~/x`, `$HOME/x`, the home's
+/// full path), quotes and `${HOME}` read as a shell would: at most 64 a file.
+fn files_named_in_home(text: &str, homes: &[&Path]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let text: String = text.chars().filter(|c| !matches!(c, '"' | '\'')).collect();
+    let text = text.replace("${HOME}", "$HOME");
+    for word in text.split(|c: char| c.is_whitespace() || "=:,;()<>|&`{}[]".contains(c)) {
+        let path = if let Some(rest) = word
+            .strip_prefix("~/")
+            .or_else(|| word.strip_prefix("$HOME/"))
+        {
+            homes.first().map(|h| h.join(rest))
+        } else if homes.iter().any(|h| Path::new(word).starts_with(h)) {
+            Some(PathBuf::from(word))
+        } else {
+            None
+        };
+        // A history the start-up file points its shell at (`HISTFILE=~/.zsh_history`) records
+        // every folder the user went to.
+        let record = path
+            .as_deref()
+            .and_then(Path::file_name)
+            .is_some_and(|n| is_a_record(&n.to_string_lossy()));
+        if let Some(path) = path.filter(|_| !record)
+            && std::fs::metadata(&path).is_ok_and(|m| m.is_file())
+        {
+            out.push(path);
+            if out.len() == 64 {
+                break;
+            }
+        }
+    }
+    out
 }
 
 /// The text of a configuration file: at most [`MAX_FILE`] bytes, none for a binary (a program
@@ -138,24 +208,72 @@ pub(super) fn link_target(link: &Path) -> PathBuf {
     })
 }
 
+/// Folders of the home that hold trees of what their program loads at start (Vim's `after/`,
+/// `ftplugin/`, `pack/*/start/*/plugin/`; Emacs's, fish's and oh-my-zsh's trees): read whole,
+/// to this depth (round 37).
+const PLUGIN_TREES: &[&str] = &[
+    ".vim",
+    ".config/nvim",
+    ".local/share/nvim/site",
+    ".emacs.d",
+    ".config/emacs",
+    ".config/fish",
+    ".oh-my-zsh/custom",
+    ".zsh",
+    ".config/zsh",
+    ".bashrc.d",
+    ".config/tmux",
+    ".config/git",
+];
+const PLUGIN_TREE_DEPTH: usize = 6;
+
+/// The system's start-up files and folders, which every account's shell, `git`, `ssh`, vim and
+/// tmux read (a shared tools folder in `/opt` put on `PATH` by `/etc/profile.d`, round 37).
+const SYSTEM_CONFIGURATION: &[&str] = &[
+    "/etc/profile",
+    "/etc/profile.d",
+    "/etc/bash.bashrc",
+    "/etc/bashrc",
+    "/etc/bash_completion.d",
+    "/etc/environment",
+    "/etc/zshenv",
+    "/etc/zshrc",
+    "/etc/zprofile",
+    "/etc/zsh",
+    "/etc/fish",
+    "/etc/fish/conf.d",
+    "/etc/gitconfig",
+    "/etc/vimrc",
+    "/etc/vim",
+    "/etc/xdg/nvim",
+    "/etc/ssh/ssh_config",
+    "/etc/ssh/ssh_config.d",
+    "/etc/tmux.conf",
+    "/etc/inputrc",
+    "/etc/npmrc",
+    "/etc/pip.conf",
+];
+
 /// The files whose text is configuration: the home's dotfiles, the files directly in each of
-/// its dotted folders and in each folder of `~/.config` (`~/.cargo/config.toml`,
-/// `~/.gnupg/gpg-agent.conf`, `~/.config/starship.toml`, `~/.config/direnv/direnvrc`: no
-/// list of the programs that run what their settings name is complete, round 36), the files
-/// of the start-up folders (`~/.bashrc.d`, `~/bin`, fish's `conf.d`), and the `.pth` files of
-/// the user's Python site folders. Not histories, caches or other records of what was done,
-/// which name every folder the user went to.
+/// its dotted folders and in each folder of `~/.config` and of a `$XDG_CONFIG_HOME` elsewhere
+/// (`~/.cargo/config.toml`, `~/.gnupg/gpg-agent.conf`, `~/.config/starship.toml`: no list of
+/// the programs that run what their settings name is complete, rounds 36–37), the trees of
+/// [`PLUGIN_TREES`], the files of the start-up folders (`~/.bashrc.d`, `~/bin`, fish's
+/// `conf.d`), the `.pth` and `*customize.py` files of the user's Python site folders, and the
+/// system's ([`SYSTEM_CONFIGURATION`]). Not histories, caches or other records of what was
+/// done, which name every folder the user went to.
 fn configuration_files(home: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     // baton's own trust list names the projects the user trusts; it runs nothing there.
     let own = crate::protocol::baton_own_dirs();
-    let mut add_files_of = |folder: &Path, only_dotfiles: bool, only_pth: bool| {
+    let mut add_files_of = |folder: &Path, only_dotfiles: bool, only_site: bool| {
         let mut folders = Vec::new();
         for entry in std::fs::read_dir(folder).into_iter().flatten().flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
+            let site_file = name.ends_with(".pth") || name.ends_with("customize.py");
             if (only_dotfiles && !name.starts_with('.'))
-                || (only_pth && !name.ends_with(".pth"))
+                || (only_site && !site_file)
                 || is_a_record(&name)
             {
                 continue;
@@ -171,12 +289,39 @@ fn configuration_files(home: &Path) -> Vec<PathBuf> {
     };
     let dotted = add_files_of(home, true, false);
     let config = home.join(".config");
+    let moved_config = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute() && *d != config);
     for folder in dotted {
         let below = add_files_of(&folder, false, false);
         if folder == config {
             for app in below {
                 add_files_of(&app, false, false);
             }
+        }
+    }
+    if let Some(moved) = &moved_config {
+        for app in add_files_of(moved, false, false) {
+            add_files_of(&app, false, false);
+        }
+    }
+    let trees = PLUGIN_TREES
+        .iter()
+        .map(|t| home.join(t))
+        .chain(moved_config.iter().flat_map(|m| {
+            PLUGIN_TREES
+                .iter()
+                .filter_map(|t| t.strip_prefix(".config/"))
+                .map(|t| m.join(t))
+        }));
+    for tree in trees {
+        let mut level = vec![tree];
+        for _ in 0..PLUGIN_TREE_DEPTH {
+            let mut next = Vec::new();
+            for folder in &level {
+                next.extend(add_files_of(folder, false, false));
+            }
+            level = next;
         }
     }
     for folder in crate::protocol::home_startup_folders(home) {
@@ -193,6 +338,17 @@ fn configuration_files(home: &Path) -> Vec<PathBuf> {
         let site = folder.ends_with("site-packages");
         add_files_of(&folder, false, site);
     }
+    let mut system_files = Vec::new();
+    for system in SYSTEM_CONFIGURATION.iter().map(Path::new) {
+        if system.is_dir() {
+            add_files_of(system, false, false);
+        } else if system.is_file() {
+            system_files.push(system.to_path_buf());
+        }
+    }
+    out.extend(system_files);
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|p| seen.insert(p.clone()));
     out
 }
 
@@ -265,6 +421,23 @@ mod tests {
                 "bin/wrapper",
                 "#!/bin/sh\nexec python3 ~/tools/main.py \"$@\"\n",
             ),
+            // Round 37: quoted as a shell or git reads it, deeper in a plugin tree, a Python
+            // start-up hook.
+            (".bashrc", "export PATH=\"$HOME\"/tools/bin:$PATH\n"),
+            (".bashrc", "PATH=${HOME-}/tools/bin:$PATH\n"),
+            (
+                ".gitconfig",
+                "[core]\n\tpager = \"$HOME\"/\"tools/bin/pager\"\n",
+            ),
+            (".vim/after/ftplugin/sh.vim", "source ~/tools/sh.vim\n"),
+            (
+                ".vim/pack/me/start/x/plugin/x.vim",
+                "runtime ~/tools/x.vim\n",
+            ),
+            (
+                ".local/lib/python3.11/site-packages/usercustomize.py",
+                "exec(open('~/tools/h.py').read())\n",
+            ),
         ] {
             let path = home.join(file);
             std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
@@ -276,6 +449,33 @@ mod tests {
             );
             std::fs::remove_file(&path).expect("rm");
         }
+    }
+
+    #[test]
+    fn what_configuration_includes_and_links_to_the_workspace_count_too() {
+        let (_base, home, ws) = home_and_ws();
+        std::fs::create_dir_all(home.join("dotfiles/git")).expect("mkdir");
+        std::fs::write(
+            home.join("dotfiles/git/extra"),
+            "[core]\n\tfsmonitor = ~/tools/w\n",
+        )
+        .expect("write");
+        std::fs::write(
+            home.join(".gitconfig"),
+            "[include]\n\tpath = ~/dotfiles/git/extra\n",
+        )
+        .expect("write");
+        assert_eq!(
+            configuration_of(&home, &ws),
+            Some(Configuration::Named(home.join("dotfiles/git/extra")))
+        );
+        std::fs::remove_file(home.join(".gitconfig")).expect("rm");
+        std::os::unix::fs::symlink(&ws, home.join("t")).expect("link");
+        std::fs::write(home.join(".bashrc"), "export PATH=~/t/bin:$PATH\n").expect("write");
+        assert_eq!(
+            configuration_of(&home, &ws),
+            Some(Configuration::Named(home.join(".bashrc")))
+        );
     }
 
     #[test]
@@ -299,6 +499,8 @@ mod tests {
                 "{\"projects\": {\n  \"~/tools\": {\"allowedTools\": []}}}\n",
             ),
             (".z", "~/tools|12|1700000000\n"),
+            (".zshrc", "HISTFILE=~/.zsh_history\n_Z_DATA=\"$HOME/.z\"\n"),
+            (".zsh_history", ": 1700000000:0;. ~/tools/env.sh\n"),
         ] {
             std::fs::write(home.join(file), text).expect("write");
         }

@@ -119,9 +119,11 @@ async fn spawn_and_wait(
     // run. A trusted folder's hooks may.
     if !in_workspace {
         let roots = host_programs::writable_roots_with(cwd);
+        // Split where the shell splits words, quotes kept inside them (`"$HOME"/proj/x` is
+        // one word to the shell, and to the rule, round 37).
         let words = hook
             .command
-            .split(|c: char| c.is_whitespace() || ";&|()<>'\"`=".contains(c));
+            .split(|c: char| c.is_whitespace() || ";&|()<>`=".contains(c));
         let search = host_programs::host_program_environment(&roots)
             .into_iter()
             .find(|(name, _)| name == "PATH")

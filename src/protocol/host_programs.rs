@@ -340,7 +340,12 @@ pub fn runs_from_writable_root<'a>(
         if names_a_writable_path(OsStr::new(word), roots, false) {
             return Some(format!("it names {word}, in a folder commands may write"));
         }
-        let path = match (word.strip_prefix("~/"), &home) {
+        let spelled = super::normalized(word);
+        let word = spelled.as_str();
+        let in_home = word
+            .strip_prefix("~/")
+            .or_else(|| word.strip_prefix("$HOME/"));
+        let path = match (in_home, &home) {
             (Some(rest), Some(h)) => Some(h.join(rest)),
             _ if word.starts_with('/') => Some(PathBuf::from(word)),
             _ if i == 0 => find_in(word, search, roots),
@@ -362,7 +367,7 @@ pub fn runs_from_writable_root<'a>(
             continue;
         };
         let executable = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0;
-        if !meta.is_file() || meta.len() > MAX_SCRIPT || !(*run || executable) {
+        if !meta.is_file() || !(*run || executable) {
             continue;
         }
         let mut bytes = Vec::new();
@@ -375,6 +380,14 @@ pub fn runs_from_writable_root<'a>(
         // A binary program is not a script that names paths.
         if bytes.iter().take(8192).any(|b| *b == 0) {
             continue;
+        }
+        // A script too long to read whole could name one past what was read (round 37).
+        if meta.len() > MAX_SCRIPT {
+            return Some(format!(
+                "it runs {}, a script too long to check for what it runs (over {} KiB)",
+                file.display(),
+                MAX_SCRIPT / 1024
+            ));
         }
         let text = String::from_utf8_lossy(&bytes);
         if text
@@ -520,12 +533,9 @@ pub fn host_program_environment(roots: &[PathBuf]) -> Vec<(OsString, OsString)> 
 /// (with a `/`) too where `relative` is true (else a program baton starts runs in a folder no
 /// command could have written, where a relative path leads).
 pub fn names_a_writable_path(value: &OsStr, roots: &[PathBuf], relative: bool) -> bool {
-    // Quotes join what they surround in a shell (`"$HOME"/proj`): gone before looking.
-    let text: String = value
-        .to_string_lossy()
-        .chars()
-        .filter(|c| !matches!(c, '"' | '\''))
-        .collect();
+    // Quotes join what they surround in a shell (`"$HOME"/proj`), and `${HOME-}` is `$HOME`:
+    // both gone before looking.
+    let text = super::normalized(&value.to_string_lossy());
     if root_spellings(roots)
         .iter()
         .any(|r| text.contains(r.as_str()))

@@ -798,9 +798,12 @@ pub fn spellings_of(folder: &std::path::Path, homes: &[&std::path::Path]) -> Vec
 /// Whether configuration `text` names the folder `spellings` spell, or a path inside it, in
 /// a way that can lead a program there: any spelling on any line (`export PATH=~/tools/bin:…`,
 /// `set rtp+=~/tools/vim`, `ProxyCommand ~/tools/jump`, `script-shell=…`), whatever the
-/// syntax — no list of the ways a program loads a file is complete (red team rounds 35–36).
-/// Not a comment, a `cd`/`pushd` there, git's `safe.directory`, an `includeIf "gitdir:"`
-/// condition or a `file://` bookmark: those go to a folder or name it, and run nothing.
+/// syntax — no list of the ways a program loads a file is complete (red team rounds 35–37) —
+/// and however quoted (`"$HOME"/tools`, `$HOME/"tools"`, `${HOME-}/tools`: quotes are gone
+/// and `${HOME…}` is `$HOME` before looking). Not a comment, a `cd`/`pushd` an alias makes,
+/// git's `safe.directory`, an `includeIf "gitdir:"` condition, a `file://` bookmark, or the
+/// quoted key of a JSON member or a TOML table (Codex's and Claude Code's trusted projects,
+/// baton's trust list): those go to a folder or record it, and run nothing.
 pub fn names_folder(text: &str, spellings: &[String]) -> bool {
     text.lines().any(|line| {
         let trimmed = line.trim_start();
@@ -809,10 +812,13 @@ pub fn names_folder(text: &str, spellings: &[String]) -> bool {
             || (lower.starts_with("directory") && lower.contains('='))
             || lower.starts_with("hash -d")
             || lower.starts_with("cdpath")
-            || lower.starts_with("export cdpath");
+            || lower.starts_with("export cdpath")
+            || (trimmed.starts_with('[') && trimmed.trim_end().ends_with(']'));
         if inert_line {
             return false;
         }
+        let line = normalized(value_part(trimmed));
+        let lower = line.to_ascii_lowercase();
         spellings.iter().any(|s| {
             line.match_indices(s.as_str()).any(|(at, _)| {
                 // `~/tools` names `~/tools/x`, not `~/tools-old`.
@@ -823,8 +829,7 @@ pub fn names_folder(text: &str, spellings: &[String]) -> bool {
                 let before = line[..at].trim_end().to_ascii_lowercase();
                 let after_word = |w: &str| {
                     before.strip_suffix(w).is_some_and(|rest| {
-                        rest.is_empty()
-                            || rest.ends_with([' ', '\t', '\'', '"', ';', '&', '|', '('])
+                        rest.is_empty() || rest.ends_with([' ', '\t', '=', ';', '&', '|', '('])
                     })
                 };
                 // An alias that goes there runs nothing until the user types it; a `cd` at
@@ -834,27 +839,44 @@ pub fn names_folder(text: &str, spellings: &[String]) -> bool {
                     || before.ends_with("gitdir:")
                     || before.ends_with("gitdir/i:")
                     || before.ends_with("file://");
-                whole && !goes_there && !is_a_key(trimmed, &line[at..])
+                whole && !goes_there
             })
         })
     })
 }
 
-/// Whether the path starting `from` is the quoted key of a JSON object member (`"/w": {`) or
-/// a TOML table or key (`[projects."/w"]`, `"/w" = …`) on `line`: what records per-project
-/// settings (Codex's and Claude Code's trusted projects, baton's trust list), not a program
-/// to run.
-fn is_a_key(line: &str, from: &str) -> bool {
-    let Some(end) = from.find(['"', '\'']) else {
-        return false;
+/// What follows the quoted key of a JSON member or TOML key (`"/w": {…}`, `"/w" = …`): the
+/// key records a path, the value may run one. The whole line where it starts otherwise.
+fn value_part(line: &str) -> &str {
+    let Some(rest) = line.strip_prefix(['"', '\'']) else {
+        return line;
     };
-    if from[..end].contains(char::is_whitespace) {
-        return false;
+    let quote = &line[..1];
+    let Some(end) = rest.find(quote) else {
+        return line;
+    };
+    let after = rest[end + 1..].trim_start();
+    match after.strip_prefix([':', '=']) {
+        Some(value) => value,
+        None => line,
     }
-    let after = from[end + 1..].trim_start();
-    after.starts_with(':')
-        || (after.starts_with('=') && line.starts_with(['"', '\'']))
-        || (line.starts_with('[') && after.starts_with(']'))
+}
+
+/// `line` with quotes gone and `${HOME}`, `${HOME-…}`, `${HOME:-…}` written `$HOME`: how
+/// a shell or git reads `"$HOME"/tools` and `$HOME/"tools"`.
+pub(crate) fn normalized(line: &str) -> String {
+    let mut out: String = line.chars().filter(|c| !matches!(c, '"' | '\'')).collect();
+    while let Some(at) = out.find("${HOME") {
+        let close = out[at..].find('}').map(|c| at + c + 1);
+        let next = out[at + 6..].chars().next();
+        match (close, next) {
+            (Some(close), Some('}' | '-' | ':' | '=' | '+' | '?')) => {
+                out.replace_range(at..close, "$HOME");
+            }
+            _ => break,
+        }
+    }
+    out
 }
 
 /// The home's start-up files whose text may name another file it loads (`. ~/dotfiles/x`,

@@ -501,6 +501,11 @@ pub fn tmp_in_memory() {
     TMP_IN_MEMORY.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Whether [`tmp_in_memory`] was declared: then building the world makes nothing on disk.
+pub(super) fn tmp_is_in_memory() -> bool {
+    TMP_IN_MEMORY.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The private `/tmp` folder made for process `pid` of `uid` in `base`. The name is guessable,
 /// and `base` is everyone's: a name another account took first gives way to one with a
 /// random part (a squatter could otherwise stop every command of this process).
@@ -615,10 +620,7 @@ impl HeldOpener {
 
 /// The world for `policy`: what bubblewrap mounts before baton's inner helper runs.
 pub fn world(policy: &SandboxPolicy) -> Result<Bwrap, SandboxError> {
-    build_world(
-        policy,
-        TMP_IN_MEMORY.load(std::sync::atomic::Ordering::Relaxed),
-    )
+    build_world(policy, tmp_is_in_memory())
 }
 
 /// The world for `policy` as a value to ask what it shows ([`Bwrap::shows_host`]), never to

@@ -162,6 +162,42 @@ impl PreparedSandbox {
     /// Prepares the sandbox for `policy`. Refuses (Err) when the kernel can't enforce it;
     /// `off` prepares only the session/process-group handling.
     pub fn prepare(policy: &SandboxPolicy, session: Session) -> Result<Self, SandboxError> {
+        Self::prepare_admitted(policy, session, || true)
+    }
+
+    /// [`PreparedSandbox::prepare`] with the caller's check `admitted` run beside the look at
+    /// what bubblewrap's world shows (which makes nothing on disk), before anything is made:
+    /// the pins git needs, cgroups. [`SandboxError::NotAdmitted`] when it says no.
+    pub fn prepare_admitted(
+        policy: &SandboxPolicy,
+        session: Session,
+        admitted: impl FnOnce() -> bool + Send,
+    ) -> Result<Self, SandboxError> {
+        let in_memory = bwrap::tmp_is_in_memory();
+        let ahead =
+            policy.mode != SandboxMode::Off && policy.backend == Backend::Bubblewrap && in_memory;
+        let (admitted, looked) = if ahead {
+            std::thread::scope(|scope| {
+                let judged = scope.spawn(admitted);
+                let looked = bwrap::world(policy);
+                (judged.join().unwrap_or(false), Some(looked))
+            })
+        } else {
+            (admitted(), None)
+        };
+        if !admitted {
+            return Err(SandboxError::NotAdmitted);
+        }
+        Self::prepare_with(policy, session, looked)
+    }
+
+    /// The rest of [`PreparedSandbox::prepare`], with bubblewrap's world looked at already
+    /// where `looked` holds it.
+    fn prepare_with(
+        policy: &SandboxPolicy,
+        session: Session,
+        looked: Option<Result<bwrap::Bwrap, SandboxError>>,
+    ) -> Result<Self, SandboxError> {
         if policy.mode == SandboxMode::Off {
             return Ok(PreparedSandbox {
                 mode: SandboxMode::Off,
@@ -179,11 +215,15 @@ impl PreparedSandbox {
                 report: None,
             });
         }
-        ensure_git_protections_exist(policy);
+        let made_pins = ensure_git_protections_exist(policy);
         let mut env = policy.env.scrub(std::env::vars_os());
         if policy.backend == Backend::Bubblewrap {
             bwrap::check_usable()?;
-            let mut world = bwrap::world(policy)?;
+            // A world looked at before the pins git needs were made lacks them: look again.
+            let mut world = match looked {
+                Some(world) if !made_pins => world?,
+                _ => bwrap::world(policy)?,
+            };
             // What the world binds read-write from the host: a helper found there could have
             // been planted or swapped in by an earlier command.
             let writable: Vec<std::path::PathBuf> = if policy.mode == SandboxMode::WorkspaceWrite {
@@ -774,9 +814,10 @@ fn locked_mount_flags(p: &Path) -> MsFlags {
 
 /// A `.git` directory without `hooks` or `config` would let a command create them; create
 /// the empty defaults (what `git init` makes anyway) so the protections have something to pin.
-fn ensure_git_protections_exist(policy: &SandboxPolicy) {
+fn ensure_git_protections_exist(policy: &SandboxPolicy) -> bool {
+    let mut made = false;
     if policy.mode != SandboxMode::WorkspaceWrite {
-        return;
+        return made;
     }
     let mut roots = vec![policy.workspace.clone()];
     roots.extend(policy.writable.iter().cloned());
@@ -794,12 +835,14 @@ fn ensure_git_protections_exist(policy: &SandboxPolicy) {
         };
         // Relative to `dir` with static names; O_EXCL creates only what does not exist, a
         // dangling link included, and follows nothing. Failures (it exists) are fine.
-        let _ = rustix::fs::mkdirat(&dir, c"hooks", Mode::from_raw_mode(0o755));
-        let _ = rustix::fs::openat(
+        made |= rustix::fs::mkdirat(&dir, c"hooks", Mode::from_raw_mode(0o755)).is_ok();
+        made |= rustix::fs::openat(
             &dir,
             c"config",
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o644),
-        );
+        )
+        .is_ok();
     }
+    made
 }

@@ -40,7 +40,7 @@ pub use env::EnvPolicy;
 pub use fs_rules::confine_thread;
 pub use launch::{PreparedSandbox, Session, StartGate};
 pub use policy::{Backend, SandboxPolicy};
-pub use watched::{GitWatch, watched_command};
+pub use watched::{GitWatch, watched_command, watched_command_admitted};
 pub use write_rules::WriteRules;
 
 use crate::protocol::SandboxMode;
@@ -57,6 +57,10 @@ pub enum SandboxError {
     /// Preparing the sandbox failed (a path, a filter, a cgroup).
     #[error("preparing the sandbox failed: {0}")]
     Setup(String),
+    /// The caller's check, run beside the preparation, refused the command; the caller
+    /// knows why.
+    #[error("refused before it started")]
+    NotAdmitted,
     /// A file of the sandbox's own machinery (`/proc`, a cgroup) could not be used; `action`
     /// is the verb ("reading", "creating", …).
     #[error("{action} {}: {source}", .path.display())]
@@ -84,7 +88,7 @@ pub fn sandboxed_command(
     argv: &[String],
     session: Session,
 ) -> Result<(Command, Arc<PreparedSandbox>), SandboxError> {
-    let (prepared, mut cmd) = prepared_command(policy, argv, session, |_| Ok(()))?;
+    let (prepared, mut cmd) = prepared_command(policy, argv, session, || true, |_| Ok(()))?;
     let prepared = Arc::new(prepared);
     prepared.install(&mut cmd);
     Ok((cmd, prepared))
@@ -94,12 +98,13 @@ pub(crate) fn prepared_command(
     policy: &SandboxPolicy,
     argv: &[String],
     session: Session,
+    admitted: impl FnOnce() -> bool + Send,
     before_command: impl FnOnce(&mut PreparedSandbox) -> Result<(), SandboxError>,
 ) -> Result<(PreparedSandbox, Command), SandboxError> {
     let Some((program, args)) = argv.split_first() else {
         return Err(SandboxError::Setup("no command given".into()));
     };
-    let mut prepared = PreparedSandbox::prepare(policy, session)?;
+    let mut prepared = PreparedSandbox::prepare_admitted(policy, session, admitted)?;
     before_command(&mut prepared)?;
     let mut cmd = prepared.command(program, args)?;
     set_sandbox_env(&mut cmd, policy);

@@ -30,8 +30,20 @@ pub fn watched_command(
     argv: &[String],
     session: Session,
 ) -> Result<(Command, Arc<PreparedSandbox>, GitWatch), SandboxError> {
+    watched_command_admitted(policy, argv, session, || true)
+}
+
+/// [`watched_command`], with the caller's own check (`admitted`: whether the workspace may be
+/// one) run beside the look at what the sandbox shows, before anything is made on disk:
+/// [`SandboxError::NotAdmitted`] when it says no.
+pub fn watched_command_admitted(
+    policy: &SandboxPolicy,
+    argv: &[String],
+    session: Session,
+    admitted: impl FnOnce() -> bool + Send,
+) -> Result<(Command, Arc<PreparedSandbox>, GitWatch), SandboxError> {
     let mut held = None;
-    let (prepared, cmd) = prepared_command(policy, argv, session, |p| {
+    let (prepared, cmd) = prepared_command(policy, argv, session, admitted, |p| {
         held = p.hold()?;
         Ok(())
     })?;

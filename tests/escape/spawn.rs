@@ -656,9 +656,29 @@ fn a_users_hook_whose_wrapper_script_runs_a_workspace_file_is_not_run() {
             env.workspace.join("tools/notify.sh").display()
         ),
     );
+    // Round 37: a wrapper padded past what is read, a path quoted as the shell advises.
+    let big = outside.join("big-notify");
+    script(
+        &big,
+        &format!(
+            "#!/bin/sh\n{}\nexec sh {} \"$@\"\n",
+            "# padding\n".repeat(40_000),
+            env.workspace.join("tools/notify.sh").display()
+        ),
+    );
+    let quoted = match env.workspace.parent() {
+        Some(parent) => format!(
+            "sh \"{}\"/{}/tools/notify.sh",
+            parent.display(),
+            env.workspace.file_name().expect("name").to_string_lossy()
+        ),
+        None => String::new(),
+    };
     for command in [
         wrapper.display().to_string(),
         format!("make -C {} notify", env.workspace.display()),
+        big.display().to_string(),
+        quoted,
     ] {
         let hooks = json!({"hooks": {"UserPromptSubmit": [{"hooks": [
             {"type": "command", "command": command, "timeout": 30}
@@ -672,7 +692,7 @@ fn a_users_hook_whose_wrapper_script_runs_a_workspace_file_is_not_run() {
             "the hook ran the workspace's file: {stdout}"
         );
         assert!(
-            stdout.contains("folder commands may write"),
+            stdout.contains("folder commands may write") || stdout.contains("too long to check"),
             "{command}: {stdout}"
         );
     }
