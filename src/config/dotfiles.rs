@@ -91,9 +91,17 @@ pub fn configuration_of(home: &Path, ws: &Path) -> Option<Configuration> {
     let mut queue = configuration_files(home);
     let mut seen: std::collections::HashSet<PathBuf> = queue.iter().cloned().collect();
     let mut at = 0;
+    let mut resolved: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
     while at < queue.len() && at < MAX_FILES {
         let file = queue[at].clone();
         at += 1;
+        // A link anywhere in what is read (`~/.vim/pack/dev/start/x -> ~/tools`,
+        // `~/.git-templates/hooks -> ~/tools/hooks`, round 37).
+        if std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_symlink())
+            && link_target(&file).starts_with(ws)
+        {
+            return Some(Configuration::Linked(file));
+        }
         let Some(bytes) = text_of(&file) else {
             continue;
         };
@@ -101,6 +109,11 @@ pub fn configuration_of(home: &Path, ws: &Path) -> Option<Configuration> {
         if finders.iter().any(|f| f.find(&bytes).is_some())
             && crate::protocol::names_folder(&text, &spellings)
         {
+            return Some(Configuration::Named(file));
+        }
+        // A path that leads there through a link of anyone's (`/opt/x/tl -> ~/tools`):
+        // each path the configuration names, resolved once.
+        if leads_into(&text, &homes, ws, &mut resolved) {
             return Some(Configuration::Named(file));
         }
         // What it includes or sources is configuration too (`[include] path =
@@ -113,6 +126,53 @@ pub fn configuration_of(home: &Path, ws: &Path) -> Option<Configuration> {
         }
     }
     None
+}
+
+/// Whether a path `text` names where it may load from ([`crate::protocol::loading_parts`])
+/// leads into `ws` once resolved: its existing part with links followed, the rest as
+/// written. At most 1,000 paths are resolved in all (`resolved` remembers them).
+fn leads_into(
+    text: &str,
+    homes: &[&Path],
+    ws: &Path,
+    resolved: &mut std::collections::HashMap<String, bool>,
+) -> bool {
+    for part in crate::protocol::loading_parts(text) {
+        for word in part.split(|c: char| c.is_whitespace() || "=:,;()<>|&`{}[]".contains(c)) {
+            let path = match word
+                .strip_prefix("~/")
+                .or_else(|| word.strip_prefix("$HOME/"))
+            {
+                Some(rest) => match homes.first() {
+                    Some(h) => h.join(rest),
+                    None => continue,
+                },
+                None if word.starts_with('/') => PathBuf::from(word),
+                None => continue,
+            };
+            if ["/proc", "/sys", "/dev"]
+                .iter()
+                .any(|p| path.starts_with(p))
+            {
+                continue;
+            }
+            if let Some(&into) = resolved.get(word) {
+                if into {
+                    return true;
+                }
+                continue;
+            }
+            if resolved.len() >= 1_000 {
+                return false;
+            }
+            let into = crate::untrusted_fs::real_or_planned(&path).starts_with(ws);
+            resolved.insert(word.to_string(), into);
+            if into {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// The regular files of the home that `text` names by path (`~/x`, `$HOME/x`, the home's
@@ -264,8 +324,12 @@ const SYSTEM_CONFIGURATION: &[&str] = &[
 /// done, which name every folder the user went to.
 fn configuration_files(home: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
-    // baton's own trust list names the projects the user trusts; it runs nothing there.
+    // baton's sessions and state name every project it worked in, and its trust list the
+    // ones the user trusts: records. Its configuration (hooks, servers) is configuration.
     let own = crate::protocol::baton_own_dirs();
+    let own_config = own.first().cloned();
+    let records: Vec<PathBuf> = own.iter().skip(1).cloned().collect();
+    let trust_list = own_config.as_ref().map(|c| c.join("trusted.toml"));
     let mut add_files_of = |folder: &Path, only_dotfiles: bool, only_site: bool| {
         let mut folders = Vec::new();
         for entry in std::fs::read_dir(folder).into_iter().flatten().flatten() {
@@ -275,13 +339,20 @@ fn configuration_files(home: &Path) -> Vec<PathBuf> {
             if (only_dotfiles && !name.starts_with('.'))
                 || (only_site && !site_file)
                 || is_a_record(&name)
+                || trust_list.as_ref() == Some(&entry.path())
             {
                 continue;
             }
-            // Links count for where they lead (`~/.bashrc -> ~/dotfiles/bashrc`).
+            // A link anywhere here is configuration for where it leads: a file of it is read
+            // there, and one into the workspace is found by [`links_into`].
+            if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+                out.push(entry.path());
+            }
             match std::fs::metadata(entry.path()) {
                 Ok(m) if m.is_file() => out.push(entry.path()),
-                Ok(m) if m.is_dir() && !own.contains(&entry.path()) => folders.push(entry.path()),
+                Ok(m) if m.is_dir() && !records.contains(&entry.path()) => {
+                    folders.push(entry.path())
+                }
                 _ => {}
             }
         }
@@ -338,7 +409,14 @@ fn configuration_files(home: &Path) -> Vec<PathBuf> {
         let site = folder.ends_with("site-packages");
         add_files_of(&folder, false, site);
     }
-    let mut system_files = Vec::new();
+    for site in python_site_folders(home) {
+        add_files_of(&site, false, true);
+    }
+    let mut system_files: Vec<PathBuf> = ["GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"]
+        .iter()
+        .filter_map(|v| std::env::var_os(v).map(PathBuf::from))
+        .filter(|f| f.is_absolute() && f.is_file())
+        .collect();
     for system in SYSTEM_CONFIGURATION.iter().map(Path::new) {
         if system.is_dir() {
             add_files_of(system, false, false);
@@ -352,11 +430,52 @@ fn configuration_files(home: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The site folders of the Pythons the user runs from the home: the user site, virtual
+/// environments (`~/.venv`, `~/.virtualenvs/*`, `~/venvs/*`), pyenv's versions. Every Python
+/// there loads their `.pth` and `*customize.py` files at start (an editable install of the
+/// workspace, round 37).
+fn python_site_folders(home: &Path) -> Vec<PathBuf> {
+    let mut prefixes = vec![home.join(".local"), home.join(".venv"), home.join("venv")];
+    for parent in [
+        ".virtualenvs",
+        "venvs",
+        ".pyenv/versions",
+        ".local/share/virtualenvs",
+    ] {
+        for entry in std::fs::read_dir(home.join(parent))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            prefixes.push(entry.path());
+        }
+    }
+    let mut out = Vec::new();
+    for prefix in prefixes {
+        for lib in ["lib", "lib64"] {
+            for version in std::fs::read_dir(prefix.join(lib))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                if version
+                    .file_name()
+                    .as_encoded_bytes()
+                    .starts_with(b"python")
+                {
+                    out.push(version.path().join("site-packages"));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Whether a dotfile's name says it records what was done (histories, caches, recent files,
 /// editor state) rather than configuring what runs.
 fn is_a_record(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
-    [
+    ([
         "hist",
         "hsts",
         "cache",
@@ -374,8 +493,16 @@ fn is_a_record(name: &str) -> bool {
     .iter()
     .any(|w| lower.contains(w))
         // Directory jumpers' databases (z, fasd) list every folder the user went to.
-        || [".z", ".fasd"].contains(&lower.as_str())
+        || [".z", ".fasd"].contains(&lower.as_str()))
+        // A script is loaded whatever its name (`~/.bashrc.d/history.sh`, round 37).
+        && !SCRIPTS.iter().any(|ext| lower.ends_with(ext))
 }
+
+/// The endings of files a shell, an editor or an interpreter loads.
+const SCRIPTS: &[&str] = &[
+    ".sh", ".bash", ".zsh", ".fish", ".vim", ".lua", ".el", ".py", ".pth", ".rc", ".conf", ".toml",
+    ".json", ".js", ".rb", ".pl",
+];
 
 #[cfg(test)]
 mod tests {
@@ -476,6 +603,51 @@ mod tests {
             configuration_of(&home, &ws),
             Some(Configuration::Named(home.join(".bashrc")))
         );
+    }
+
+    #[test]
+    fn round_37_links_anywhere_scripts_named_like_records_and_aliases_that_run_count() {
+        let (base, home, ws) = home_and_ws();
+        let outside = base.path().canonicalize().expect("canonical").join("opt");
+        std::fs::create_dir_all(&outside).expect("mkdir");
+        std::os::unix::fs::symlink(&ws, outside.join("tl")).expect("link");
+        let tl = outside.join("tl/bin");
+        for (file, text) in [
+            (".bashrc", format!("export PATH={}:$PATH\n", tl.display())),
+            (
+                ".bashrc",
+                "alias deploy='cd ~/tools && ./bin/deploy'\n".to_string(),
+            ),
+            (
+                ".bashrc.d/history.sh",
+                "PROMPT_COMMAND=~/tools/bin/p\n".to_string(),
+            ),
+            (
+                ".venv/lib/python3.11/site-packages/__editable__.tools.pth",
+                format!("{}\n", ws.display()),
+            ),
+        ] {
+            let path = home.join(file);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(&path, &text).expect("write");
+            assert_eq!(
+                configuration_of(&home, &ws),
+                Some(Configuration::Named(path.clone())),
+                "{file}: {text}"
+            );
+            std::fs::remove_file(&path).expect("rm");
+        }
+        for link in [".vim/pack/dev/start/mine", ".git-templates/hooks"] {
+            let path = home.join(link);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::os::unix::fs::symlink(&ws, &path).expect("link");
+            assert_eq!(
+                configuration_of(&home, &ws),
+                Some(Configuration::Linked(path.clone())),
+                "{link}"
+            );
+            std::fs::remove_file(&path).expect("rm");
+        }
     }
 
     #[test]

@@ -805,7 +805,29 @@ pub fn spellings_of(folder: &std::path::Path, homes: &[&std::path::Path]) -> Vec
 /// quoted key of a JSON member or a TOML table (Codex's and Claude Code's trusted projects,
 /// baton's trust list): those go to a folder or record it, and run nothing.
 pub fn names_folder(text: &str, spellings: &[String]) -> bool {
-    text.lines().any(|line| {
+    loading_parts(text).iter().any(|line| {
+        spellings.iter().any(|s| {
+            line.match_indices(s.as_str()).any(|(at, _)| {
+                // `~/tools` names `~/tools/x`, not `~/tools-old`.
+                let whole = line[at + s.len()..]
+                    .chars()
+                    .next()
+                    .is_none_or(|c| c == '/' || !(c.is_alphanumeric() || "-_.".contains(c)));
+                let before = line[..at].trim_end().to_ascii_lowercase();
+                whole && !before.ends_with("gitdir:") && !before.ends_with("gitdir/i:")
+            })
+        })
+    })
+}
+
+/// The parts of configuration `text` that may lead a program to a path, as a shell or git
+/// reads them ([`normalized`]): each line but comments, git's `safe.directory`, `hash -d`,
+/// `CDPATH`, TOML table headers, the quoted key of a JSON member or TOML key (the value is
+/// kept), `file://` bookmarks, and an alias that only goes to a folder (`alias p='cd ~/p'`;
+/// one that goes there and runs something, `cd ~/p && ./x`, is kept, round 37).
+pub fn loading_parts(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
         let trimmed = line.trim_start();
         let lower = trimmed.to_ascii_lowercase();
         let inert_line = ["#", ";", "--"].iter().any(|c| trimmed.starts_with(c))
@@ -815,34 +837,27 @@ pub fn names_folder(text: &str, spellings: &[String]) -> bool {
             || lower.starts_with("export cdpath")
             || (trimmed.starts_with('[') && trimmed.trim_end().ends_with(']'));
         if inert_line {
-            return false;
+            continue;
         }
-        let line = normalized(value_part(trimmed));
-        let lower = line.to_ascii_lowercase();
-        spellings.iter().any(|s| {
-            line.match_indices(s.as_str()).any(|(at, _)| {
-                // `~/tools` names `~/tools/x`, not `~/tools-old`.
-                let whole = line[at + s.len()..]
-                    .chars()
-                    .next()
-                    .is_none_or(|c| c == '/' || !(c.is_alphanumeric() || "-_.".contains(c)));
-                let before = line[..at].trim_end().to_ascii_lowercase();
-                let after_word = |w: &str| {
-                    before.strip_suffix(w).is_some_and(|rest| {
-                        rest.is_empty() || rest.ends_with([' ', '\t', '=', ';', '&', '|', '('])
-                    })
-                };
-                // An alias that goes there runs nothing until the user types it; a `cd` at
-                // the top of a start-up file may be followed by what runs there.
-                let alias = lower.starts_with("alias ") || lower.starts_with("abbr ");
-                let goes_there = (alias && (after_word("cd") || after_word("pushd")))
-                    || before.ends_with("gitdir:")
-                    || before.ends_with("gitdir/i:")
-                    || before.ends_with("file://");
-                whole && !goes_there
-            })
-        })
-    })
+        let mut part = normalized(value_part(trimmed));
+        while let Some(at) = part.find("file://") {
+            let end = part[at..]
+                .find(char::is_whitespace)
+                .map_or(part.len(), |e| at + e);
+            part.replace_range(at..end, "");
+        }
+        if lower.starts_with("alias ") || lower.starts_with("abbr ") {
+            let body = part.split_once('=').map_or_else(
+                || part.split_whitespace().skip(2).collect::<Vec<_>>(),
+                |(_, b)| b.split_whitespace().collect(),
+            );
+            if body.len() == 2 && matches!(body[0], "cd" | "pushd") {
+                continue;
+            }
+        }
+        out.push(part);
+    }
+    out
 }
 
 /// What follows the quoted key of a JSON member or TOML key (`"/w": {…}`, `"/w" = …`): the

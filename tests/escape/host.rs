@@ -1134,19 +1134,21 @@ fn a_program_git_settings_name_in_the_work_tree_is_read_only_to_commands() {
     std::fs::create_dir_all(&home).expect("home");
     std::fs::write(
         home.join(".gitconfig"),
-        "[core]\n\tfsmonitor = scripts/fsmon\n[filter \"x\"]\n\tclean = ./scripts/clean --in\n",
+        // Round 37: also the script a setting hands an interpreter.
+        "[core]\n\tfsmonitor = scripts/fsmon\n[filter \"x\"]\n\tclean = ./scripts/clean --in\n\
+         [diff \"nb\"]\n\ttextconv = python3 scripts/conv.py\n",
     )
     .expect("gitconfig");
     std::fs::create_dir_all(f.ws.join("scripts")).expect("mkdir");
-    for name in ["fsmon", "clean"] {
+    for name in ["fsmon", "clean", "conv.py"] {
         std::fs::write(f.ws.join("scripts").join(name), "#!/bin/sh\nexit 0\n").expect("w");
     }
     let text = sandbox_output(
         &f,
-        "for p in scripts/fsmon scripts/clean; do echo 'touch /tmp/ran' >> $p && echo rewrote $p; done; true",
+        "for p in scripts/fsmon scripts/clean scripts/conv.py; do echo 'touch /tmp/ran' >> $p && echo rewrote $p; done; true",
     );
     assert!(!text.contains("rewrote"), "{text}");
-    for name in ["fsmon", "clean"] {
+    for name in ["fsmon", "clean", "conv.py"] {
         let body = std::fs::read_to_string(f.ws.join("scripts").join(name)).expect("read");
         assert_eq!(body, "#!/bin/sh\nexit 0\n", "{name} changed: {text}");
     }

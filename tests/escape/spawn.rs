@@ -631,7 +631,13 @@ fn a_users_hook_whose_program_links_into_the_workspace_is_not_run() {
         !pwned.exists(),
         "the hook ran the workspace's program: {stdout}"
     );
-    assert!(stdout.contains("folder commands may write"), "{stdout}");
+    // Round 37: baton's own hooks naming the workspace make it the user's configuration,
+    // refused before any hook would run.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("folder commands may write") || stderr.contains("is your configuration"),
+        "{stdout}{stderr}"
+    );
 }
 
 /// Round 36 (high): the user's hook is a two-line wrapper outside the workspace that runs a
@@ -691,9 +697,12 @@ fn a_users_hook_whose_wrapper_script_runs_a_workspace_file_is_not_run() {
             !pwned.exists(),
             "the hook ran the workspace's file: {stdout}"
         );
+        let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            stdout.contains("folder commands may write") || stdout.contains("too long to check"),
-            "{command}: {stdout}"
+            stdout.contains("folder commands may write")
+                || stdout.contains("too long to check")
+                || stderr.contains("is your configuration"),
+            "{command}: {stdout}{stderr}"
         );
     }
 }

@@ -200,31 +200,34 @@ impl GitConfigs {
         out
     }
 
-    /// The files of the work tree that git's settings name as a program to run: an entry
-    /// that may run code (`core.fsmonitor = scripts/fsmon`, a filter's `clean`, a diff's
-    /// `textconv`, an alias `!scripts/x`) whose program, the value's first word, is an
-    /// existing file there (relative paths from the work tree, as git runs them). The
-    /// settings themselves are the user's (a command cannot add one: the configs are
-    /// protected), but the program they name would be an ordinary workspace file a command
-    /// could rewrite for the user's next `git`.
+    /// The files of the work tree that git's settings name in a value that runs code
+    /// (`core.fsmonitor = scripts/fsmon`, a filter's `clean`, a diff's `textconv`, an alias
+    /// `!scripts/x`): any word of it that is an existing file there (relative paths from the
+    /// work tree, as git runs them) — the program, or the script it hands an interpreter
+    /// (`sh bin/fsmon`, `python3 bin/clean.py`, red team round 37). The settings themselves
+    /// are the user's (a command cannot add one: the configs are protected), but what they
+    /// name would be an ordinary workspace file a command could rewrite for the user's next
+    /// `git`.
     pub(super) fn program_files(&self, work_tree: &Path) -> Vec<PathBuf> {
         let mut out: Vec<PathBuf> = Vec::new();
         for e in &self.entries {
             if !e.runs_code() {
                 continue;
             }
-            let Some(first) = e.value.split_whitespace().next() else {
-                continue;
-            };
-            let word = first
-                .trim_start_matches('!')
-                .trim_matches(|c| c == '"' || c == '\'');
-            if word.is_empty() || word.starts_with('~') || !word.contains('/') {
-                continue;
-            }
-            let path = normalize(&work_tree.join(word));
-            if path.is_file() && !out.contains(&path) {
-                out.push(path);
+            let words = e
+                .value
+                .split(|c: char| c.is_whitespace() || ";&|()<>`".contains(c));
+            for word in words {
+                let word = word
+                    .trim_start_matches('!')
+                    .trim_matches(|c| c == '"' || c == '\'');
+                if word.is_empty() || word.starts_with(['~', '-', '$']) {
+                    continue;
+                }
+                let path = normalize(&work_tree.join(word));
+                if path.starts_with(work_tree) && path.is_file() && !out.contains(&path) {
+                    out.push(path);
+                }
             }
         }
         out
