@@ -150,9 +150,11 @@ fn leads_into(
                 None if word.starts_with('/') => PathBuf::from(word),
                 None => continue,
             };
-            if ["/proc", "/sys", "/dev"]
-                .iter()
-                .any(|p| path.starts_with(p))
+            // `https://host/x` split at its colon is `//host/x`: a URL, not a path.
+            if word.starts_with("//")
+                || ["/proc", "/sys", "/dev"]
+                    .iter()
+                    .any(|p| path.starts_with(p))
             {
                 continue;
             }
@@ -339,21 +341,28 @@ fn configuration_files(home: &Path) -> Vec<PathBuf> {
             if (only_dotfiles && !name.starts_with('.'))
                 || (only_site && !site_file)
                 || is_a_record(&name)
+                || is_documentation(&name)
                 || trust_list.as_ref() == Some(&entry.path())
             {
                 continue;
             }
-            // A link anywhere here is configuration for where it leads: a file of it is read
-            // there, and one into the workspace is found by [`links_into`].
-            if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+            // A link anywhere here is configuration for where it leads: one into the workspace
+            // is found where the list is read, a file it leads to is read there, a folder
+            // walked. Anything else is what the folder listing says it is (no `stat`).
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let link = kind.is_symlink();
+            let dir = if link {
+                std::fs::metadata(entry.path()).is_ok_and(|m| m.is_dir())
+            } else {
+                kind.is_dir()
+            };
+            if link || kind.is_file() {
                 out.push(entry.path());
             }
-            match std::fs::metadata(entry.path()) {
-                Ok(m) if m.is_file() => out.push(entry.path()),
-                Ok(m) if m.is_dir() && !records.contains(&entry.path()) => {
-                    folders.push(entry.path())
-                }
-                _ => {}
+            if dir && !records.contains(&entry.path()) {
+                folders.push(entry.path());
             }
         }
         folders
@@ -469,6 +478,27 @@ fn python_site_folders(home: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// Whether a file's name says it is documentation or an image (a toolchain checkout's
+/// `README.md`, `CHANGELOG.md`, `LICENSE`, screenshots): read by people, loaded by no program.
+fn is_documentation(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    let stem = lower.split('.').next().unwrap_or("");
+    [
+        ".md", ".rst", ".txt", ".html", ".png", ".gif", ".jpg", ".jpeg", ".svg", ".pdf",
+    ]
+    .iter()
+    .any(|ext| lower.ends_with(ext))
+        || [
+            "license",
+            "licence",
+            "copying",
+            "changelog",
+            "authors",
+            "notice",
+        ]
+        .contains(&stem)
 }
 
 /// Whether a dotfile's name says it records what was done (histories, caches, recent files,
