@@ -41,8 +41,10 @@ pub fn configuration_of(home: &Path, ws: &Path) -> Option<Configuration> {
     if let Some(folder) = loading_folder_holding(home, ws) {
         return Some(Configuration::Inside(folder));
     }
-    for folder in
-        std::iter::once(home.to_path_buf()).chain(crate::protocol::home_startup_folders(home))
+    let link_folders = LINK_FOLDERS.iter().map(|f| home.join(f));
+    for folder in std::iter::once(home.to_path_buf())
+        .chain(crate::protocol::home_startup_folders(home))
+        .chain(link_folders)
     {
         let top = folder == home;
         for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
@@ -286,8 +288,23 @@ const PLUGIN_TREES: &[&str] = &[
     ".bashrc.d",
     ".config/tmux",
     ".config/git",
+    // `Include config.d/*/*` (round 38).
+    ".ssh",
 ];
 const PLUGIN_TREE_DEPTH: usize = 6;
+
+/// Folders of the home where a tool manager links what it runs from wherever the user keeps
+/// it (`rustup toolchain link`, `npm link` under a prefix in the home, global installs):
+/// only their links are looked at, one level down (round 38).
+const LINK_FOLDERS: &[&str] = &[
+    ".rustup/toolchains",
+    ".npm-global/lib/node_modules",
+    ".npm-global/bin",
+    ".local/lib/node_modules",
+    ".bun/install/global/node_modules",
+    ".cargo/bin",
+    "go/bin",
+];
 
 /// The system's start-up files and folders, which every account's shell, `git`, `ssh`, vim and
 /// tmux read (a shared tools folder in `/opt` put on `PATH` by `/etc/profile.d`, round 37).
@@ -450,6 +467,10 @@ fn python_site_folders(home: &Path) -> Vec<PathBuf> {
         "venvs",
         ".pyenv/versions",
         ".local/share/virtualenvs",
+        // Tools installed editable from a folder (`pipx install -e ~/tools`, round 38).
+        ".local/share/pipx/venvs",
+        ".local/pipx/venvs",
+        ".local/share/uv/tools",
     ] {
         for entry in std::fs::read_dir(home.join(parent))
             .into_iter()
@@ -652,6 +673,15 @@ mod tests {
                 ".bashrc.d/history.sh",
                 "PROMPT_COMMAND=~/tools/bin/p\n".to_string(),
             ),
+            (".bashrc", "PATH=${HOME%/}/tools/bin:$PATH\n".to_string()),
+            (
+                ".ssh/config.d/team/client",
+                "ProxyCommand ~/tools/jump %h\n".to_string(),
+            ),
+            (
+                ".local/share/pipx/venvs/mytool/lib/python3.11/site-packages/_mytool.pth",
+                format!("{}\n", ws.display()),
+            ),
             (
                 ".venv/lib/python3.11/site-packages/__editable__.tools.pth",
                 format!("{}\n", ws.display()),
@@ -667,7 +697,13 @@ mod tests {
             );
             std::fs::remove_file(&path).expect("rm");
         }
-        for link in [".vim/pack/dev/start/mine", ".git-templates/hooks"] {
+        for link in [
+            ".vim/pack/dev/start/mine",
+            ".git-templates/hooks",
+            // Round 38: tool managers' links.
+            ".rustup/toolchains/stage1",
+            ".npm-global/lib/node_modules/mytool",
+        ] {
             let path = home.join(link);
             std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
             std::os::unix::fs::symlink(&ws, &path).expect("link");

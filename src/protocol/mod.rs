@@ -877,7 +877,7 @@ fn value_part(line: &str) -> &str {
     }
 }
 
-/// `line` with quotes gone and `${HOME}`, `${HOME-…}`, `${HOME:-…}` written `$HOME`: how
+/// `line` with quotes gone and `${HOME}`, `${HOME-…}`, `${HOME:-…}`, `${HOME%/}` written `$HOME`: how
 /// a shell or git reads `"$HOME"/tools` and `$HOME/"tools"`.
 pub(crate) fn normalized(line: &str) -> String {
     let mut out: String = line.chars().filter(|c| !matches!(c, '"' | '\'')).collect();
@@ -885,7 +885,7 @@ pub(crate) fn normalized(line: &str) -> String {
         let close = out[at..].find('}').map(|c| at + c + 1);
         let next = out[at + 6..].chars().next();
         match (close, next) {
-            (Some(close), Some('}' | '-' | ':' | '=' | '+' | '?')) => {
+            (Some(close), Some('}' | '-' | ':' | '=' | '+' | '?' | '%' | '#' | '/')) => {
                 out.replace_range(at..close, "$HOME");
             }
             _ => break,
