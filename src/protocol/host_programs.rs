@@ -336,8 +336,14 @@ pub fn runs_from_writable_root<'a>(
     let mut files: Vec<(PathBuf, bool)> = Vec::new();
     let mut interpreter = false;
     let mut script_given = false;
+    // Relative words lead from the folder the program starts in — the home, which may hold
+    // the workspace (`python3 tools/srv.py`, red team round 38).
+    let start = neutral_dir(roots);
     for (i, word) in words.into_iter().filter(|w| !w.is_empty()).enumerate() {
-        if names_a_writable_path(OsStr::new(word), roots, false) {
+        let relative = !word.starts_with(['/', '~', '$', '-']) && (i > 0 || word.contains('/'));
+        if names_a_writable_path(OsStr::new(word), roots, false)
+            || (relative && names_a_writable_path(start.join(word).as_os_str(), roots, false))
+        {
             return Some(format!("it names {word}, in a folder commands may write"));
         }
         let spelled = super::normalized(word);

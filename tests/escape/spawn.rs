@@ -680,11 +680,17 @@ fn a_users_hook_whose_wrapper_script_runs_a_workspace_file_is_not_run() {
         ),
         None => String::new(),
     };
+    // Round 38: named from the folder a hook starts in (the home).
+    let relative = match env.workspace.strip_prefix(env.home.parent().expect("base")) {
+        Ok(rel) => format!("sh ../{}/tools/notify.sh", rel.display()),
+        Err(_) => String::new(),
+    };
     for command in [
         wrapper.display().to_string(),
         format!("make -C {} notify", env.workspace.display()),
         big.display().to_string(),
         quoted,
+        relative,
     ] {
         let hooks = json!({"hooks": {"UserPromptSubmit": [{"hooks": [
             {"type": "command", "command": command, "timeout": 30}
