@@ -93,7 +93,7 @@ pub fn configuration_of(home: &Path, ws: &Path) -> Option<Configuration> {
     let mut queue = configuration_files(home);
     let mut seen: std::collections::HashSet<PathBuf> = queue.iter().cloned().collect();
     let mut at = 0;
-    let mut resolved: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
+    let mut resolved: std::collections::HashMap<PathBuf, bool> = std::collections::HashMap::new();
     while at < queue.len() && at < MAX_FILES {
         let file = queue[at].clone();
         at += 1;
@@ -115,7 +115,8 @@ pub fn configuration_of(home: &Path, ws: &Path) -> Option<Configuration> {
         }
         // A path that leads there through a link of anyone's (`/opt/x/tl -> ~/tools`):
         // each path the configuration names, resolved once.
-        if leads_into(&text, &homes, ws, &mut resolved) {
+        let beside = file.parent().unwrap_or(home);
+        if leads_into(&text, beside, &homes, ws, &mut resolved) {
             return Some(Configuration::Named(file));
         }
         // What it includes or sources is configuration too (`[include] path =
@@ -135,44 +136,58 @@ pub fn configuration_of(home: &Path, ws: &Path) -> Option<Configuration> {
 /// written. At most 1,000 paths are resolved in all (`resolved` remembers them).
 fn leads_into(
     text: &str,
+    beside: &Path,
     homes: &[&Path],
     ws: &Path,
-    resolved: &mut std::collections::HashMap<String, bool>,
+    resolved: &mut std::collections::HashMap<PathBuf, bool>,
 ) -> bool {
+    let Some(home) = homes.first() else {
+        return false;
+    };
     for part in crate::protocol::loading_parts(text) {
         for word in part.split(|c: char| c.is_whitespace() || "=:,;()<>|&`{}[]".contains(c)) {
-            let path = match word
-                .strip_prefix("~/")
-                .or_else(|| word.strip_prefix("$HOME/"))
-            {
-                Some(rest) => match homes.first() {
-                    Some(h) => h.join(rest),
-                    None => continue,
-                },
-                None if word.starts_with('/') => PathBuf::from(word),
-                None => continue,
-            };
             // `https://host/x` split at its colon is `//host/x`: a URL, not a path.
-            if word.starts_with("//")
-                || ["/proc", "/sys", "/dev"]
-                    .iter()
-                    .any(|p| path.starts_with(p))
-            {
+            if word.is_empty() || word.starts_with("//") {
                 continue;
             }
-            if let Some(&into) = resolved.get(word) {
+            let in_home = word
+                .strip_prefix("~/")
+                .or_else(|| word.strip_prefix("$HOME/"));
+            // A relative path with a folder in it leads from where its program starts: the
+            // home for a shell, a hook or a server (`cd; . tools/env.sh`, a hook
+            // `tools/bin/notify`, round 38), the file's own folder for an include.
+            let candidates: Vec<PathBuf> = match in_home {
+                Some(rest) => vec![home.join(rest)],
+                None if word.starts_with('/') => vec![PathBuf::from(word)],
+                None if word.contains('/') && !word.starts_with(['$', '-', '.']) => {
+                    vec![home.join(word), beside.join(word)]
+                }
+                None if word.starts_with("./") || word.starts_with("../") => {
+                    vec![beside.join(word), home.join(word)]
+                }
+                None => continue,
+            };
+            for path in candidates {
+                if ["/proc", "/sys", "/dev"]
+                    .iter()
+                    .any(|p| path.starts_with(p))
+                {
+                    continue;
+                }
+                if let Some(&into) = resolved.get(&path) {
+                    if into {
+                        return true;
+                    }
+                    continue;
+                }
+                if resolved.len() >= 2_000 {
+                    return false;
+                }
+                let into = crate::untrusted_fs::real_or_planned(&path).starts_with(ws);
+                resolved.insert(path, into);
                 if into {
                     return true;
                 }
-                continue;
-            }
-            if resolved.len() >= 1_000 {
-                return false;
-            }
-            let into = crate::untrusted_fs::real_or_planned(&path).starts_with(ws);
-            resolved.insert(word.to_string(), into);
-            if into {
-                return true;
             }
         }
     }
@@ -674,6 +689,7 @@ mod tests {
                 "PROMPT_COMMAND=~/tools/bin/p\n".to_string(),
             ),
             (".bashrc", "PATH=${HOME%/}/tools/bin:$PATH\n".to_string()),
+            (".bashrc", "cd\n. tools/env.sh\n".to_string()),
             (
                 ".ssh/config.d/team/client",
                 "ProxyCommand ~/tools/jump %h\n".to_string(),
