@@ -1163,32 +1163,26 @@ fn a_credential_folder_is_refused_as_a_workspace() {
     let f = fixture();
     let home = f.ws.parent().expect("base").join("home");
     std::fs::create_dir_all(home.join(".ssh")).expect("mkdir");
-    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .args(["sandbox", "-C"])
-        .arg(home.join(".ssh"))
-        .args(["--", "true"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run baton sandbox");
+    let in_ssh = || {
+        Command::new(env!("CARGO_BIN_EXE_baton"))
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .args(["sandbox", "-C"])
+            .arg(home.join(".ssh"))
+            .args(["--", "true"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run baton sandbox")
+    };
+    let out = in_ssh();
     let text = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("credentials"), "{text}");
     // The check runs beside the look at what the sandbox would show: a refused workspace gets
     // nothing made in it (the hooks folder and config git's pins need).
     std::fs::create_dir_all(home.join(".ssh/.git")).expect("mkdir");
-    let out = Command::new(env!("CARGO_BIN_EXE_baton"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .args(["sandbox", "-C"])
-        .arg(home.join(".ssh"))
-        .args(["--", "true"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run baton sandbox");
+    let out = in_ssh();
     assert_eq!(out.status.code(), Some(2));
     assert!(!home.join(".ssh/.git/hooks").exists());
     assert!(!home.join(".ssh/.git/config").exists());

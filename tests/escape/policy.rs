@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use super::spawn::answering_ok;
 use crate::support::env::Env;
 use crate::support::outside::fixture_base;
 use crate::support::{MockEngine, MockReply, Script};
@@ -680,14 +681,4 @@ fn a_trusted_projects_prompt_file_swapped_for_a_link_is_not_read_through_it() {
             .any(|r| r.body.to_string().contains("s3cret")),
         "the key reached the model"
     );
-}
-
-/// A mock engine that routes every turn to L2 and answers `ok`.
-fn answering_ok() -> MockEngine {
-    MockEngine::scripted_blocking(
-        Script::new()
-            .default_route("L2")
-            .default_answer("ok")
-            .default_summary("s"),
-    )
 }

@@ -150,7 +150,7 @@ fn q(s: impl AsRef<str>) -> String {
 }
 
 /// A mock engine that routes every turn to L2 and answers `ok`.
-fn answering_ok() -> MockEngine {
+pub(super) fn answering_ok() -> MockEngine {
     MockEngine::scripted_blocking(
         Script::new()
             .default_route("L2")
