@@ -115,14 +115,12 @@ pub fn configuration_of(home: &Path, ws: &Path) -> Option<Configuration> {
         }
         // A path that leads there through a link of anyone's (`/opt/x/tl -> ~/tools`):
         // each path the configuration names, resolved once.
-        let beside = file.parent().unwrap_or(home);
-        if leads_into(&text, beside, &homes, ws, &mut resolved) {
+        let paths = paths_named(&text, home, file.parent().unwrap_or(home));
+        if leads_into(&paths, ws, &mut resolved) {
             return Some(Configuration::Named(file));
         }
-        // What it includes or sources is configuration too (`[include] path =
-        // ~/dotfiles/git/extra`, `. ~/dotfiles/shell/env`, round 37): files it names in the
-        // home, followed a few steps.
-        for named in files_named_in_home(&text, &homes) {
+        // What it includes or sources is configuration too (round 37), followed a few steps.
+        for named in files_in_home(&paths, &homes) {
             if seen.len() < MAX_FILES && seen.insert(named.clone()) {
                 queue.push(named);
             }
@@ -133,100 +131,80 @@ pub fn configuration_of(home: &Path, ws: &Path) -> Option<Configuration> {
 
 /// Whether a path `text` names where it may load from ([`crate::protocol::loading_parts`])
 /// leads into `ws` once resolved: its existing part with links followed, the rest as
-/// written. At most 1,000 paths are resolved in all (`resolved` remembers them).
-fn leads_into(
-    text: &str,
-    beside: &Path,
-    homes: &[&Path],
-    ws: &Path,
-    resolved: &mut std::collections::HashMap<PathBuf, bool>,
-) -> bool {
-    let Some(home) = homes.first() else {
-        return false;
-    };
+/// The paths configuration `text` names where it may load from
+/// ([`crate::protocol::loading_parts`]): `~/x` and `$HOME/x` in the home, absolute ones, and
+/// relative ones with a folder in them from where their program starts — the home for a
+/// shell, a hook or a server (`cd; . tools/env.sh`, a hook `tools/bin/notify`, round 38) and
+/// the file's own folder (`beside`) for an include. Not URLs (`https://host/x` split at its
+/// colon is `//host/x`) or `/proc`, `/sys`, `/dev`.
+fn paths_named(text: &str, home: &Path, beside: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
     for part in crate::protocol::loading_parts(text) {
         for word in part.split(|c: char| c.is_whitespace() || "=:,;()<>|&`{}[]".contains(c)) {
-            // `https://host/x` split at its colon is `//host/x`: a URL, not a path.
             if word.is_empty() || word.starts_with("//") {
                 continue;
             }
-            let in_home = word
+            match word
                 .strip_prefix("~/")
-                .or_else(|| word.strip_prefix("$HOME/"));
-            // A relative path with a folder in it leads from where its program starts: the
-            // home for a shell, a hook or a server (`cd; . tools/env.sh`, a hook
-            // `tools/bin/notify`, round 38), the file's own folder for an include.
-            let candidates: Vec<PathBuf> = match in_home {
-                Some(rest) => vec![home.join(rest)],
-                None if word.starts_with('/') => vec![PathBuf::from(word)],
-                None if word.contains('/') && !word.starts_with(['$', '-', '.']) => {
-                    vec![home.join(word), beside.join(word)]
-                }
+                .or_else(|| word.strip_prefix("$HOME/"))
+            {
+                Some(rest) => out.push(home.join(rest)),
+                None if word.starts_with('/') => out.push(PathBuf::from(word)),
                 None if word.starts_with("./") || word.starts_with("../") => {
-                    vec![beside.join(word), home.join(word)]
+                    out.extend([beside.join(word), home.join(word)]);
                 }
-                None => continue,
-            };
-            for path in candidates {
-                if ["/proc", "/sys", "/dev"]
-                    .iter()
-                    .any(|p| path.starts_with(p))
-                {
-                    continue;
+                None if word.contains('/') && !word.starts_with(['$', '-']) => {
+                    out.extend([home.join(word), beside.join(word)]);
                 }
-                if let Some(&into) = resolved.get(&path) {
-                    if into {
-                        return true;
-                    }
-                    continue;
-                }
-                if resolved.len() >= 2_000 {
-                    return false;
-                }
-                let into = crate::untrusted_fs::real_or_planned(&path).starts_with(ws);
-                resolved.insert(path, into);
-                if into {
-                    return true;
-                }
+                None => {}
             }
+        }
+    }
+    out.retain(|p| !["/proc", "/sys", "/dev"].iter().any(|d| p.starts_with(d)));
+    out
+}
+
+/// Whether a path `paths` holds leads into `ws` once resolved: its existing part with links
+/// followed, the rest as written. At most 2,000 paths are resolved in all (`resolved`
+/// remembers them).
+fn leads_into(
+    paths: &[PathBuf],
+    ws: &Path,
+    resolved: &mut std::collections::HashMap<PathBuf, bool>,
+) -> bool {
+    for path in paths {
+        let into = match resolved.get(path) {
+            Some(&into) => into,
+            None if resolved.len() >= 2_000 => return false,
+            None => {
+                let into = crate::untrusted_fs::real_or_planned(path).starts_with(ws);
+                resolved.insert(path.clone(), into);
+                into
+            }
+        };
+        if into {
+            return true;
         }
     }
     false
 }
 
-/// The regular files of the home that `text` names by path (`~/x`, `$HOME/x`, the home's
-/// full path), quotes and `${HOME}` read as a shell would: at most 64 a file.
-fn files_named_in_home(text: &str, homes: &[&Path]) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let text: String = text.chars().filter(|c| !matches!(c, '"' | '\'')).collect();
-    let text = text.replace("${HOME}", "$HOME");
-    for word in text.split(|c: char| c.is_whitespace() || "=:,;()<>|&`{}[]".contains(c)) {
-        let path = if let Some(rest) = word
-            .strip_prefix("~/")
-            .or_else(|| word.strip_prefix("$HOME/"))
-        {
-            homes.first().map(|h| h.join(rest))
-        } else if homes.iter().any(|h| Path::new(word).starts_with(h)) {
-            Some(PathBuf::from(word))
-        } else {
-            None
-        };
-        // A history the start-up file points its shell at (`HISTFILE=~/.zsh_history`) records
-        // every folder the user went to.
-        let record = path
-            .as_deref()
-            .and_then(Path::file_name)
-            .is_some_and(|n| is_a_record(&n.to_string_lossy()));
-        if let Some(path) = path.filter(|_| !record)
-            && std::fs::metadata(&path).is_ok_and(|m| m.is_file())
-        {
-            out.push(path);
-            if out.len() == 64 {
-                break;
-            }
-        }
-    }
-    out
+/// The regular files of the home among `paths`, to read next (git's `[include] path =
+/// ~/dotfiles/git/extra`, a sourced `~/dotfiles/shell/env`): at most 64. Not a history the
+/// start-up file points its shell at (`HISTFILE=~/.zsh_history`), which records every folder
+/// the user went to.
+fn files_in_home(paths: &[PathBuf], homes: &[&Path]) -> Vec<PathBuf> {
+    paths
+        .iter()
+        .filter(|p| homes.iter().any(|h| p.starts_with(h)))
+        .filter(|p| {
+            !p.file_name()
+                .is_some_and(|n| is_a_record(&n.to_string_lossy()))
+        })
+        .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file()))
+        .take(64)
+        .cloned()
+        .collect()
 }
 
 /// The text of a configuration file: at most [`MAX_FILE`] bytes, none for a binary (a program

@@ -604,9 +604,8 @@ fn path_candidates(token: &str) -> Vec<&str> {
 }
 
 /// How `roots` may be written in a value: as given, as they lie on disk, and under the home
-/// as `~/…`, `$HOME/…`, `${HOME}/…` (ssh, git and shells expand those themselves).
+/// as `~/…` and `$HOME/…` (ssh, git and shells expand those themselves): `spellings_of`.
 fn root_spellings(roots: &[PathBuf]) -> Vec<String> {
-    let placed = placed_roots(roots);
     let homes: Vec<PathBuf> = std::env::var_os("HOME")
         .map(PathBuf::from)
         .filter(|h| h.is_absolute() && h.parent().is_some())
@@ -614,24 +613,11 @@ fn root_spellings(roots: &[PathBuf]) -> Vec<String> {
         .flat_map(|h| [h.canonicalize().ok(), Some(h)])
         .flatten()
         .collect();
-    let mut out: Vec<String> = Vec::new();
-    for r in &placed {
-        if let Some(text) = r.to_str().filter(|t| t.len() > 1) {
-            out.push(text.to_string());
-        }
-        for home in &homes {
-            if let Some(rel) = r.strip_prefix(home).ok().and_then(Path::to_str) {
-                for prefix in ["~", "$HOME", "${HOME}"] {
-                    out.push(if rel.is_empty() {
-                        prefix.to_string()
-                    } else {
-                        format!("{prefix}/{rel}")
-                    });
-                }
-            }
-        }
-    }
-    out
+    let homes: Vec<&Path> = homes.iter().map(PathBuf::as_path).collect();
+    placed_roots(roots)
+        .iter()
+        .flat_map(|r| super::spellings_of(r, &homes))
+        .collect()
 }
 
 /// [`scrub_var`] for a variable of baton's own environment (not one the user configured for

@@ -774,22 +774,23 @@ pub fn home_startup_link_targets(
     out
 }
 
-/// The ways a configuration file spells `folder` (canonical): its full path, and where it
-/// lies in one of `homes` (the home as `$HOME` names it and where it really is), `~/rel`,
-/// `$HOME/rel` and `${HOME}/rel`.
+/// The ways a configuration file or a command line spells `folder`: its full path, and where
+/// it lies in one of `homes` (the home as `$HOME` names it and where it really is), `~/rel`
+/// and `$HOME/rel` (`${HOME}` and quotes are read as `$HOME` before matching: [`normalized`]).
 pub fn spellings_of(folder: &std::path::Path, homes: &[&std::path::Path]) -> Vec<String> {
     let mut out = vec![folder.display().to_string()];
     for home in homes {
         if let Ok(rel) = folder.strip_prefix(home) {
-            let rel = rel.display();
-            out.push(home.join(rel.to_string()).display().to_string());
-            out.extend([
-                format!("~/{rel}"),
-                format!("$HOME/{rel}"),
-                format!("${{HOME}}/{rel}"),
-            ]);
+            out.push(home.join(rel).display().to_string());
+            if rel.as_os_str().is_empty() {
+                out.extend(["~".to_string(), "$HOME".to_string()]);
+            } else {
+                let rel = rel.display();
+                out.extend([format!("~/{rel}"), format!("$HOME/{rel}")]);
+            }
         }
     }
+    out.retain(|s| s.len() > 1);
     out.sort();
     out.dedup();
     out
